@@ -1,0 +1,29 @@
+// Fused, chunked LM head + cross-entropy. Logits are computed chunk by chunk of the vocabulary with an online
+// logsumexp; the full [V x T] logits matrix is never stored (peak extra memory O(chunk * T)).
+#pragma once
+
+#include "gguf/types.h"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace rp::cpu {
+
+struct LmHeadCEShape {
+    int64_t C;       // hidden size (K of the head)
+    int64_t V;       // vocabulary (N of the head)
+    int64_t T;       // tokens
+    int64_t chunk;   // vocabulary rows per chunk (>= 1; >= V means one chunk)
+};
+
+// h: [C, T] floats (column t at h + t*C). W: head weight ne = [C, V] of type wtype (row stride w_row_bytes).
+// labels[t] in [0, V) or -1 (ignored). loss_scale multiplies every token's loss and gradient (pass
+// 1 / (number of unmasked tokens in the whole batch) for a mean that does not depend on how the batch is split).
+// Returns sum_t loss_scale * (logsumexp(logits_t) - logits_t[label_t]) in double.
+// dh (nullable) is overwritten with d(result)/dh; dW (nullable, f32 [C, V], row stride dw_row floats) is
+// accumulated with d(result)/dW. Deterministic for any thread count.
+double lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::TensorType wtype,
+                  size_t w_row_bytes, const int32_t * labels, float loss_scale,
+                  float * dh, float * dW, int64_t dw_row);
+
+} // namespace rp::cpu

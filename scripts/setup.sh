@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs what ggml-rp needs to build and test on a fresh Debian/Ubuntu machine (idempotent; run as root or
+# with sudo). CUDA is optional and not installed here: when nvcc is present the CUDA sources build too.
+set -euo pipefail
+need=()
+for pkg in cmake ninja-build g++ clang libgtest-dev libopenblas-dev libomp-dev; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  echo "setup: installing ${need[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The README's test command: installs dependencies, builds the CPU build (warnings are errors) and runs every
+# test with CTest. BUILD_DIR overrides the build folder (default build/).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+BUILD_DIR=${BUILD_DIR:-build}
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRP_WERROR=ON -DRP_CUDA=OFF ${RP_CMAKE_ARGS:-}
+cmake --build "$BUILD_DIR" -j "$(nproc)"
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$(nproc)" ${CTEST_ARGS:-}
