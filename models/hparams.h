@@ -1,0 +1,58 @@
+// Architecture registry and hyper-parameters read from GGUF metadata, with llama.cpp's defaults
+// (formats.md §3.1). One place states how llama, qwen2 and qwen3 differ.
+#pragma once
+
+#include "gguf/gguf.h"
+
+#include <cstdint>
+#include <string>
+
+namespace rp {
+
+enum class Arch { Llama, Qwen2, Qwen3 };
+
+enum class RopeMode : int { Norm = 0, Neox = 2 };   // llama.cpp's ids: adjacent pairs vs half split
+
+// What distinguishes one architecture's decoder layer from another's.
+struct ArchTraits {
+    Arch arch;
+    const char * name;        // general.architecture value
+    RopeMode rope_mode;
+    bool qkv_bias;            // qwen2: q/k/v projections carry biases (required)
+    bool qk_norm;             // qwen3: per-head RMSNorm of q and k before RoPE
+    float default_rms_eps;    // used only if the key is absent (it is required by llama.cpp)
+};
+
+// nullptr when the architecture is not supported.
+const ArchTraits * find_arch(const std::string & name);
+
+struct HParams {
+    const ArchTraits * arch = nullptr;
+    uint32_t n_vocab = 0;
+    uint32_t n_ctx_train = 0;
+    uint32_t n_embd = 0;
+    uint32_t n_layer = 0;
+    uint32_t n_head = 0;
+    uint32_t n_head_kv = 0;
+    uint32_t head_dim = 0;     // key_length (qwen3: independent of n_embd / n_head)
+    uint32_t head_dim_v = 0;   // value_length
+    uint32_t n_ff = 0;
+    uint32_t n_rot = 0;
+    float rms_eps = 1e-5f;
+    float rope_freq_base = 10000.0f;
+    float rope_freq_scale = 1.0f;
+
+    uint32_t n_q() const { return n_head * head_dim; }
+    uint32_t n_kv() const { return n_head_kv * head_dim; }
+    uint32_t n_gqa() const { return n_head / n_head_kv; }
+};
+
+// Reads and validates the hyper-parameters of a model file. Throws rp::Error naming the file and key for a
+// missing required key, an unsupported architecture, per-layer arrays that are not uniform, or inconsistent
+// values (n_head not a multiple of n_head_kv, n_rot > head_dim, ...).
+HParams load_hparams(const gguf::Reader & file);
+
+// The key prefix of an architecture: "llama." etc.
+std::string arch_key(const HParams & hp, const char * suffix);
+
+} // namespace rp
