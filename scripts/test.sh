@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The README's test command: installs dependencies, builds the CPU build (warnings are errors) and runs every
+# The README's test command: installs dependencies, fetches the llama.cpp oracle, builds the CPU build (warnings are errors) and runs every
 # test with CTest. BUILD_DIR overrides the build folder (default build/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# llama.cpp's prebuilt CPU libraries from npm: the reference oracle for logits and tokens (test-only).
+bash scripts/fetch-oracle.sh .oracle
 BUILD_DIR=${BUILD_DIR:-build}
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRP_WERROR=ON -DRP_CUDA=OFF ${RP_CMAKE_ARGS:-}
 cmake --build "$BUILD_DIR" -j "$(nproc)"
