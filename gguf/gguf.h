@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace gguf {
@@ -101,6 +102,12 @@ private:
     uint64_t data_offset_ = 0;
     std::vector<KV> kvs_;
     std::vector<TensorInfo> tensors_;
+    // name -> index into tensors_ (heterogeneous lookup: find_tensor does not allocate)
+    struct NameHash {
+        using is_transparent = void;
+        size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+    };
+    std::unordered_map<std::string, size_t, NameHash, std::equal_to<>> tensor_index_;
 };
 
 // Builds a GGUF file. Tensors are written in the order added, each at the running padded offset, so the
@@ -108,6 +115,8 @@ private:
 // one tensor at a time, so a model never has to be in memory twice.
 class Writer {
 public:
+    // The data alignment (a power of two, else rp::Error). A general.alignment key set on the writer wins;
+    // without one, an alignment other than 32 makes write() append that key so readers agree.
     explicit Writer(uint32_t alignment = 32);
 
     // Metadata, in insertion order; setting an existing key replaces its value in place.
@@ -147,7 +156,8 @@ private:
     std::vector<Tensor> tensors_;
 };
 
-// Copies every key (optionally) from a reader into a writer, byte-exact.
+// Copies every key of a reader into a writer, byte-exact and in order (general.alignment included); keys
+// the writer already has are replaced in place.
 void copy_kvs(const Reader & from, Writer & to);
 
 } // namespace gguf

@@ -3,9 +3,12 @@
 # with sudo). CUDA is optional and not installed here: when nvcc is present the CUDA sources build too.
 set -euo pipefail
 need=()
-for pkg in cmake ninja-build g++ clang libgtest-dev libopenblas-dev libomp-dev npm git; do
+for pkg in cmake ninja-build g++ clang libgtest-dev libopenblas-dev libomp-dev git; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
+# npm (for the test-only llama.cpp oracle) may come with a nodejs package from another source: only install
+# Debian's when no npm is on the PATH.
+command -v npm >/dev/null 2>&1 || need+=(npm)
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
   echo "setup: installing ${need[*]}"

@@ -36,3 +36,33 @@ void matmul_bwd_w(int64_t K, int64_t N, int64_t T,
                   float * dW, int64_t dw_row, bool accumulate);
 
 } // namespace rp::cpu
+
+// ---- the engine under the three kernels above, for other CPU kernels (attention, cross-entropy) -----------
+
+namespace rp::cpu {
+
+// General f32 product C[i, j] (+)= sum_p A(i, p) * B(p, j) for i < M, j < N, p < K; C row i at C + i*ldc.
+// A(i, p) = a_t ? A[p*lda + i] : A[i*lda + p];   B(p, j) = b_t ? B[j*ldb + p] : B[p*ldb + j].
+// Single-threaded: meant to be called from inside a parallel loop. Same inner kernel and summation order as
+// the kernels above: every C element adds, to its old value (or to 0), one partial sum per block of
+// kGemmKC reduction steps, each summed in order with fused multiply-adds.
+void gemm_f32_serial(int64_t M, int64_t N, int64_t K, const float * A, int64_t lda, bool a_t,
+                     const float * B, int64_t ldb, bool b_t, float * C, int64_t ldc, bool accumulate);
+
+// Reduction steps per partial sum (see above). Fixed, so results do not depend on shapes or threads.
+constexpr int64_t kGemmKC = 256;
+
+// Which f32 inner loop the matrix kernels run. Auto is Simd. Portable is the plain C++ micro-kernel that a
+// build without AVX2 runs (tests select it to cover it). Blas hands f32 x f32 products to cblas_sgemm, one
+// call per fixed output tile from our own threads (OpenBLAS set to one thread), so it stays deterministic;
+// without OpenBLAS in the build it behaves as Simd. Process-wide; for tests and rp-bench.
+enum class GemmBackend { Auto, Simd, Portable, Blas };
+void set_gemm_backend(GemmBackend b);
+GemmBackend gemm_backend();
+bool gemm_have_blas();
+const char * gemm_backend_name(GemmBackend b);
+
+// The SIMD micro-kernel's shape for this build ("avx512 12x32", "avx2 6x16", "portable 4x8").
+const char * gemm_simd_name();
+
+} // namespace rp::cpu
