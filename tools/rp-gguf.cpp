@@ -1,0 +1,447 @@
+// rp-gguf: look inside, dump, re-type and compare GGUF files.
+//
+//   rp-gguf info FILE                        header, metadata, tensor table, totals
+//   rp-gguf dump FILE TENSOR [-n N]          first N dequantized values (default 16, 0 = all)
+//   rp-gguf convert IN OUT --type T          re-type weight matrices to f32|f16|bf16|q8_0|q4_0
+//   rp-gguf diff A B                         per-tensor max |a - b| after dequantization
+//
+// Every command builds its whole output before printing it, so an error leaves no partial output; files
+// are written through gguf::Writer (temp file + rename).
+#include "ggml_rp/core/quant.h"
+#include "gguf/gguf.h"
+#include "gguf/value.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace {
+
+using gguf::KV;
+using gguf::Reader;
+using gguf::TensorInfo;
+using gguf::TensorType;
+using gguf::ValueType;
+
+const char * const kUsage =
+    "usage: rp-gguf COMMAND ARGS\n"
+    "\n"
+    "  info FILE                 header, metadata (one line per key), tensor table and totals\n"
+    "  dump FILE TENSOR [-n N]   the first N values of a tensor, dequantized to f32 (default 16, 0 = all)\n"
+    "  convert IN OUT --type T   re-type weight matrices to T = f32|f16|bf16|q8_0|q4_0 (like llama-quantize)\n"
+    "  diff A B                  per-tensor max |a - b| after dequantization; missing, extra and reshaped tensors\n"
+    "\n"
+    "  rp-gguf COMMAND --help    details of one command\n";
+
+const char * const kInfoHelp =
+    "usage: rp-gguf info FILE\n"
+    "\n"
+    "Prints the header (version, alignment, sizes), every metadata key with its type and value (arrays\n"
+    "abbreviated), a table of tensors (index, name, type, shape in ne order, bytes, offset in the data\n"
+    "section) and totals (tensors, parameters, bytes).\n";
+
+const char * const kDumpHelp =
+    "usage: rp-gguf dump FILE TENSOR [-n N]\n"
+    "\n"
+    "Prints a header line (starting with '#') and then the first N values of TENSOR in storage order\n"
+    "(ne[0] fastest), dequantized to f32, one per line. N defaults to 16; -n 0 prints all values.\n";
+
+const char * const kConvertHelp =
+    "usage: rp-gguf convert IN OUT --type T      T = f32 | f16 | bf16 | q8_0 | q4_0\n"
+    "\n"
+    "Writes OUT with every weight matrix (n_dims >= 2) re-typed to T, like llama-quantize: 1-D tensors\n"
+    "(norms, biases) are stored as f32; a matrix whose ne[0] is not a multiple of T's block size falls back\n"
+    "to f16 when it was f32 and keeps its type otherwise; a tensor whose type cannot be dequantized is\n"
+    "copied unchanged. Metadata is copied; general.file_type is set (and general.quantization_version = 2\n"
+    "for q8_0/q4_0). Every tensor that does not get type T is listed.\n";
+
+const char * const kDiffHelp =
+    "usage: rp-gguf diff A B\n"
+    "\n"
+    "For every tensor of A also in B with the same shape, prints the maximum absolute difference of the\n"
+    "dequantized values; then lists tensors only in A, only in B, and shape mismatches. Exit status 0\n"
+    "whatever the differences (1 only on an error).\n";
+
+[[noreturn]] void usage_error(const std::string & msg) { throw rp::Error(msg + " (see rp-gguf --help)"); }
+
+std::string strf(const char * fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string strf(const char * fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char buf[512];
+    const int n = std::vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (n < static_cast<int>(sizeof buf)) return std::string(buf, n < 0 ? 0 : static_cast<size_t>(n));
+    std::string s(static_cast<size_t>(n) + 1, '\0');
+    va_start(ap, fmt);
+    std::vsnprintf(s.data(), s.size(), fmt, ap);
+    va_end(ap);
+    s.resize(static_cast<size_t>(n));
+    return s;
+}
+
+bool is_help(const std::string & a) { return a == "-h" || a == "--help"; }
+
+// Splits a command's arguments into positionals and the values of the options it knows; -h/--help print
+// `help` and exit.
+struct Args {
+    std::vector<std::string> pos;
+    std::map<std::string, std::string> opt;
+};
+
+Args parse_args(const char * cmd, int argc, char ** argv, const std::vector<std::string> & value_opts, const char * help) {
+    Args a;
+    for (int i = 0; i < argc; ++i) {
+        std::string s = argv[i];
+        if (is_help(s)) {
+            std::fputs(help, stdout);
+            std::exit(0);
+        }
+        if (s.size() > 1 && s[0] == '-') {
+            std::string name = s, value;
+            bool has_value = false;
+            if (const size_t eq = s.find('='); s.rfind("--", 0) == 0 && eq != std::string::npos) {
+                name = s.substr(0, eq);
+                value = s.substr(eq + 1);
+                has_value = true;
+            }
+            bool known = false;
+            for (const std::string & o : value_opts) known |= o == name;
+            if (!known) usage_error(strf("unknown option '%s' for '%s'", name.c_str(), cmd));
+            if (!has_value) {
+                if (i + 1 >= argc) usage_error(strf("option '%s' needs a value", name.c_str()));
+                value = argv[++i];
+            }
+            a.opt[name] = value;
+            continue;
+        }
+        a.pos.push_back(s);
+    }
+    return a;
+}
+
+void expect_positionals(const Args & a, size_t n, const char * cmd, const char * what) {
+    if (a.pos.size() != n)
+        usage_error(strf("'%s' takes %s, got %zu argument%s", cmd, what, a.pos.size(), a.pos.size() == 1 ? "" : "s"));
+}
+
+// ---- formatting ------------------------------------------------------------------------------------------
+
+// Shortest decimal text that reads back to the same float (or double).
+std::string fmt_float(double v, bool single) {
+    if (std::isnan(v)) return "nan";
+    if (std::isinf(v)) return v < 0 ? "-inf" : "inf";
+    char buf[40];
+    for (int p = 6; p <= 17; ++p) {
+        std::snprintf(buf, sizeof buf, "%.*g", p, v);
+        if (single ? std::strtof(buf, nullptr) == static_cast<float>(v) : std::strtod(buf, nullptr) == v) break;
+    }
+    return buf;
+}
+
+// A string value quoted, with control characters escaped and long text cut.
+std::string fmt_string(const std::string & s, size_t max_chars = 60) {
+    std::string out = "'";
+    size_t shown = 0;
+    for (unsigned char ch : s) {
+        if (shown >= max_chars) {
+            out += "...";
+            break;
+        }
+        if (ch == '\n') out += "\\n";
+        else if (ch == '\t') out += "\\t";
+        else if (ch == '\r') out += "\\r";
+        else if (ch == '\\') out += "\\\\";
+        else if (ch == '\'') out += "\\'";
+        else if (ch < 32 || ch == 127) out += strf("\\x%02x", ch);
+        else out += static_cast<char>(ch);   // UTF-8 bytes pass through
+        ++shown;
+    }
+    return out + "'" + (s.size() > max_chars ? strf(" (%zu bytes)", s.size()) : "");
+}
+
+std::string fmt_element(ValueType t, const KV & kv, size_t i) {
+    if (t == ValueType::STRING) return fmt_string(kv.strs[i]);
+    if (t == ValueType::BOOL) return kv.data[i] ? "true" : "false";
+    if (t == ValueType::F32 || t == ValueType::F64) return fmt_float(gguf::read_float(t, kv.data.data(), i), t == ValueType::F32);
+    const gguf::IntValue v = gguf::read_int(t, kv.data.data(), i);
+    return strf("%s%" PRIu64, v.negative ? "-" : "", v.magnitude);
+}
+
+std::string fmt_value(const KV & kv) {
+    if (kv.type != ValueType::ARRAY) return std::string(gguf::value_type_name(kv.type)) + " " + fmt_element(kv.type, kv, 0);
+    const size_t preview = kv.arr_type == ValueType::STRING ? 2 : 4;
+    std::string s = strf("[%s x %" PRIu64 "] [", gguf::value_type_name(kv.arr_type), kv.count);
+    for (size_t i = 0; i < kv.count && i < preview; ++i) s += (i ? ", " : "") + fmt_element(kv.arr_type, kv, i);
+    if (kv.count > preview) s += ", ...";
+    return s + "]";
+}
+
+std::string fmt_shape(const TensorInfo & t) {
+    std::string s = "[";
+    for (uint32_t d = 0; d < t.n_dims; ++d) s += strf("%s%" PRId64, d ? ", " : "", t.ne[d]);
+    return s + "]";
+}
+
+bool same_shape(const TensorInfo & a, const TensorInfo & b) {
+    if (a.n_dims != b.n_dims) return false;
+    for (int d = 0; d < 4; ++d)
+        if (a.ne[d] != b.ne[d]) return false;
+    return true;
+}
+
+void print(const std::string & out) { std::fwrite(out.data(), 1, out.size(), stdout); }
+
+// ---- dequantization --------------------------------------------------------------------------------------
+
+// Calls fn(row_index, values) for each row of a tensor, dequantized, until fn returns false.
+template <typename Fn> void for_each_row(const Reader & r, const TensorInfo & t, Fn fn) {
+    if (!rp::can_dequantize(t.type))
+        throw rp::Error(strf("%s: tensor '%s' has type %s, which rp-gguf cannot dequantize", r.path().c_str(),
+                             t.name.c_str(), gguf::type_name(static_cast<uint32_t>(t.type))));
+    const int64_t ne0 = t.ne[0];
+    if (ne0 == 0) return;
+    const int64_t rows = t.nelements() / ne0;
+    const size_t rb = gguf::row_bytes(t.type, ne0);
+    std::vector<float> row(static_cast<size_t>(ne0));
+    const uint8_t * src = r.tensor_data(t);
+    for (int64_t i = 0; i < rows; ++i) {
+        rp::dequantize_row(t.type, src + static_cast<size_t>(i) * rb, row.data(), ne0);
+        if (!fn(i, row)) return;
+    }
+}
+
+// ---- commands --------------------------------------------------------------------------------------------
+
+int cmd_info(int argc, char ** argv) {
+    const Args a = parse_args("info", argc, argv, {}, kInfoHelp);
+    expect_positionals(a, 1, "info", "one FILE");
+    const auto r = Reader::open(a.pos[0]);
+
+    std::string out;
+    out += strf("file:      %s\n", r->path().c_str());
+    out += strf("version:   GGUF v%u\n", r->version());
+    out += strf("alignment: %u\n", r->alignment());
+    out += strf("size:      %" PRIu64 " bytes (header, metadata and tensor info: %" PRIu64 " bytes; data section: %" PRIu64
+                " bytes at offset %" PRIu64 ")\n",
+                r->file_size(), r->data_offset(), r->file_size() - r->data_offset(), r->data_offset());
+
+    size_t kw = 0;
+    for (const KV & kv : r->kvs()) kw = std::max(kw, kv.key.size());
+    out += strf("\nmetadata: %zu keys\n", r->kvs().size());
+    for (const KV & kv : r->kvs()) out += strf("  %-*s  %s\n", static_cast<int>(kw), kv.key.c_str(), fmt_value(kv).c_str());
+
+    size_t nw = 4;
+    for (const TensorInfo & t : r->tensors()) nw = std::max(nw, t.name.size());
+    out += strf("\ntensors: %zu\n", r->tensors().size());
+    out += strf("  %5s  %-*s  %-7s  %-22s  %12s  %12s\n", "index", static_cast<int>(nw), "name", "type", "shape", "bytes", "offset");
+    int64_t params = 0;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < r->tensors().size(); ++i) {
+        const TensorInfo & t = r->tensors()[i];
+        out += strf("  %5zu  %-*s  %-7s  %-22s  %12" PRIu64 "  %12" PRIu64 "\n", i, static_cast<int>(nw), t.name.c_str(),
+                    gguf::type_name(static_cast<uint32_t>(t.type)), fmt_shape(t).c_str(), t.nbytes, t.offset);
+        params += t.nelements();   // no overflow: the reader checked each count, and the file holds the bytes
+        bytes += t.nbytes;
+    }
+    out += strf("\ntotals: %zu tensors, %" PRId64 " parameters, %" PRIu64 " bytes\n", r->tensors().size(), params, bytes);
+    print(out);
+    return 0;
+}
+
+int cmd_dump(int argc, char ** argv) {
+    const Args a = parse_args("dump", argc, argv, {"-n"}, kDumpHelp);
+    expect_positionals(a, 2, "dump", "FILE and TENSOR");
+    int64_t n = 16;
+    if (auto it = a.opt.find("-n"); it != a.opt.end()) {
+        char * end = nullptr;
+        errno = 0;
+        const long long v = std::strtoll(it->second.c_str(), &end, 10);
+        if (it->second.empty() || *end || errno || v < 0)
+            usage_error(strf("option '-n': '%s' is not a non-negative integer", it->second.c_str()));
+        n = v;
+    }
+    const auto r = Reader::open(a.pos[0]);
+    const TensorInfo * t = r->find_tensor(a.pos[1]);
+    if (!t) throw rp::Error(strf("%s: no tensor named '%s'", r->path().c_str(), a.pos[1].c_str()));
+    const int64_t total = t->nelements();
+    const int64_t count = n == 0 || n > total ? total : n;
+
+    std::string out = strf("# %s: tensor '%s' %s %s, %" PRId64 " values; first %" PRId64 ":\n", r->path().c_str(),
+                           t->name.c_str(), gguf::type_name(static_cast<uint32_t>(t->type)), fmt_shape(*t).c_str(), total, count);
+    int64_t done = 0;
+    if (count > 0)
+        for_each_row(*r, *t, [&](int64_t, const std::vector<float> & row) {
+            for (size_t j = 0; j < row.size() && done < count; ++j, ++done) out += fmt_float(row[j], true) + "\n";
+            return done < count;
+        });
+    print(out);
+    return 0;
+}
+
+uint32_t file_type_of(TensorType t) {
+    switch (t) {
+        case TensorType::F32: return 0;
+        case TensorType::F16: return 1;
+        case TensorType::Q4_0: return 2;
+        case TensorType::Q8_0: return 7;
+        case TensorType::BF16: return 32;
+        default: return 0;
+    }
+}
+
+int cmd_convert(int argc, char ** argv) {
+    const Args a = parse_args("convert", argc, argv, {"--type"}, kConvertHelp);
+    expect_positionals(a, 2, "convert", "IN and OUT");
+    const auto it = a.opt.find("--type");
+    if (it == a.opt.end()) usage_error("'convert' needs --type f32|f16|bf16|q8_0|q4_0");
+    TensorType target;
+    if (!gguf::type_from_name(it->second.c_str(), target) ||
+        (target != TensorType::F32 && target != TensorType::F16 && target != TensorType::BF16 && target != TensorType::Q8_0 &&
+         target != TensorType::Q4_0))
+        usage_error(strf("option '--type': '%s' is not one of f32, f16, bf16, q8_0, q4_0", it->second.c_str()));
+    const bool quantized = target == TensorType::Q8_0 || target == TensorType::Q4_0;
+    const int64_t block = gguf::type_traits(static_cast<uint32_t>(target))->block_size;
+
+    const auto r = Reader::open(a.pos[0]);
+    gguf::Writer w(r->alignment());
+    gguf::copy_kvs(*r, w);
+    w.set_u32("general.file_type", file_type_of(target));
+    if (quantized) w.set_u32("general.quantization_version", 2);
+
+    std::string log;
+    std::map<std::string, int> counts;
+    const Reader * reader = r.get();
+    for (const TensorInfo & t : r->tensors()) {
+        const char * src_name = gguf::type_name(static_cast<uint32_t>(t.type));
+        TensorType to = t.type;
+        if (!rp::can_dequantize(t.type)) {
+            log += strf("note: %s: type %s cannot be dequantized; copied unchanged\n", t.name.c_str(), src_name);
+        } else if (t.n_dims < 2) {
+            to = TensorType::F32;
+        } else if (t.ne[0] % block == 0) {
+            to = target;
+        } else {
+            to = t.type == TensorType::F32 ? TensorType::F16 : t.type;
+            log += strf("note: %s: ne[0] = %" PRId64 " is not a multiple of the %s block size %" PRId64 "; stored as %s\n",
+                        t.name.c_str(), t.ne[0], gguf::type_name(static_cast<uint32_t>(target)), block,
+                        gguf::type_name(static_cast<uint32_t>(to)));
+        }
+        counts[gguf::type_name(static_cast<uint32_t>(to))]++;
+        const TensorInfo src = t;
+        if (to == t.type) {
+            w.add_tensor(t.name, to, t.n_dims, t.ne, r->tensor_data(t));
+            continue;
+        }
+        w.add_tensor(t.name, to, t.n_dims, t.ne, [reader, src, to](uint8_t * dst, size_t) {
+            const size_t out_rb = gguf::row_bytes(to, src.ne[0]);
+            for_each_row(*reader, src, [&](int64_t i, const std::vector<float> & row) {
+                rp::quantize_row(to, row.data(), dst + static_cast<size_t>(i) * out_rb, src.ne[0]);
+                return true;
+            });
+        });
+    }
+    w.write(a.pos[1]);
+
+    std::string summary;
+    for (const auto & [name, c] : counts) summary += strf("%s%d %s", summary.empty() ? "" : ", ", c, name.c_str());
+    log += strf("wrote %s: %zu tensors (%s)\n", a.pos[1].c_str(), r->tensors().size(), summary.c_str());
+    print(log);
+    return 0;
+}
+
+int cmd_diff(int argc, char ** argv) {
+    const Args a = parse_args("diff", argc, argv, {}, kDiffHelp);
+    expect_positionals(a, 2, "diff", "two files A and B");
+    const auto ra = Reader::open(a.pos[0]);
+    const auto rb = Reader::open(a.pos[1]);
+
+    size_t nw = 6;
+    for (const TensorInfo & t : ra->tensors()) nw = std::max(nw, t.name.size());
+    std::string out = strf("%-*s  %-7s  %-7s  %s\n", static_cast<int>(nw), "tensor", "type A", "type B", "max|a-b|");
+    std::vector<std::string> only_a, only_b, reshaped;
+    double worst = 0;
+    std::string worst_name;
+    size_t compared = 0;
+    for (const TensorInfo & ta : ra->tensors()) {
+        const TensorInfo * tb = rb->find_tensor(ta.name);
+        if (!tb) {
+            only_a.push_back(ta.name);
+            continue;
+        }
+        if (!same_shape(ta, *tb)) {
+            reshaped.push_back(ta.name + " " + fmt_shape(ta) + " vs " + fmt_shape(*tb));
+            continue;
+        }
+        std::string d = "n/a (type cannot be dequantized)";
+        if (rp::can_dequantize(ta.type) && rp::can_dequantize(tb->type)) {
+            // Dequantize B row by row alongside A.
+            std::vector<float> rowb(static_cast<size_t>(tb->ne[0]));
+            const size_t rbytes = gguf::row_bytes(tb->type, tb->ne[0]);
+            double m = 0;
+            for_each_row(*ra, ta, [&](int64_t i, const std::vector<float> & rowa) {
+                rp::dequantize_row(tb->type, rb->tensor_data(*tb) + static_cast<size_t>(i) * rbytes, rowb.data(), tb->ne[0]);
+                for (size_t j = 0; j < rowa.size(); ++j) {
+                    const double e = std::fabs(static_cast<double>(rowa[j]) - static_cast<double>(rowb[j]));
+                    if (std::isnan(e)) m = NAN;
+                    else if (!std::isnan(m) && e > m) m = e;
+                }
+                return true;
+            });
+            d = fmt_float(m, false);
+            ++compared;
+            // NaN is the worst difference of all.
+            const bool worse = std::isnan(m) ? !std::isnan(worst) : (!std::isnan(worst) && m > worst);
+            if (worst_name.empty() || worse) {
+                worst = m;
+                worst_name = ta.name;
+            }
+        }
+        out += strf("%-*s  %-7s  %-7s  %s\n", static_cast<int>(nw), ta.name.c_str(), gguf::type_name(static_cast<uint32_t>(ta.type)),
+                    gguf::type_name(static_cast<uint32_t>(tb->type)), d.c_str());
+    }
+    for (const TensorInfo & tb : rb->tensors())
+        if (!ra->find_tensor(tb.name)) only_b.push_back(tb.name);
+    for (const std::string & s : only_a) out += "only in A: " + s + "\n";
+    for (const std::string & s : only_b) out += "only in B: " + s + "\n";
+    for (const std::string & s : reshaped) out += "shape mismatch: " + s + "\n";
+    const std::string worst_text = compared ? fmt_float(worst, false) + " (" + worst_name + ")" : "n/a";
+    out += strf("summary: %zu tensors compared, max|a-b| = %s, %zu only in A, %zu only in B, %zu shape mismatches\n",
+                compared, worst_text.c_str(), only_a.size(), only_b.size(), reshaped.size());
+    print(out);
+    return 0;
+}
+
+int run(int argc, char ** argv) {
+    if (argc < 2) usage_error("no command given");
+    const std::string cmd = argv[1];
+    if (is_help(cmd)) {
+        std::fputs(kUsage, stdout);
+        return 0;
+    }
+    if (cmd == "info") return cmd_info(argc - 2, argv + 2);
+    if (cmd == "dump") return cmd_dump(argc - 2, argv + 2);
+    if (cmd == "convert") return cmd_convert(argc - 2, argv + 2);
+    if (cmd == "diff") return cmd_diff(argc - 2, argv + 2);
+    usage_error("unknown command '" + cmd + "'");
+}
+
+} // namespace
+
+int main(int argc, char ** argv) {
+    try {
+        return run(argc, argv);
+    } catch (const std::exception & e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 1;
+    }
+}
