@@ -1,0 +1,112 @@
+// Chat templates: rendering against hand-written expected strings (llama.cpp's built-in ChatML and Llama 3
+// formats), detection from the Qwen vocabulary's tokenizer.chat_template, assistant spans, and the
+// rendered text tokenized with special tokens parsed.
+#include "tok_test_util.h"
+
+#include "gguf/error.h"
+#include "gguf/gguf.h"
+#include "models/chat_template.h"
+
+#include <gtest/gtest.h>
+
+using namespace tok_test;
+using rp::ChatMessage;
+using rp::ChatTemplate;
+
+namespace {
+
+const std::vector<ChatMessage> kChat = {
+    {"system", "You are terse."},
+    {"user", "Hi there"},
+    {"assistant", "  Hello!\n"},
+    {"user", "Bye"},
+};
+
+TEST(ChatTemplate, ChatMLRendering) {
+    const rp::RenderedChat r = rp::render_chat(ChatTemplate::ChatML, kChat, true);
+    EXPECT_EQ(r.text,
+              "<|im_start|>system\nYou are terse.<|im_end|>\n"
+              "<|im_start|>user\nHi there<|im_end|>\n"
+              "<|im_start|>assistant\n  Hello!\n<|im_end|>\n"
+              "<|im_start|>user\nBye<|im_end|>\n"
+              "<|im_start|>assistant\n");
+    ASSERT_EQ(r.assistant.size(), 1u);
+    const rp::AssistantSpan & a = r.assistant[0];
+    EXPECT_EQ(r.text.substr(a.begin, a.content_end - a.begin), "  Hello!\n");  // ChatML keeps content as is
+    EXPECT_EQ(r.text.substr(a.content_end, a.end - a.content_end), "<|im_end|>");
+    EXPECT_EQ(a.begin, std::string("<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n"
+                                   "<|im_start|>assistant\n").size());
+    EXPECT_EQ(rp::render_chat(ChatTemplate::ChatML, {{"user", "x"}}, false).text, "<|im_start|>user\nx<|im_end|>\n");
+}
+
+TEST(ChatTemplate, Llama3Rendering) {
+    const rp::RenderedChat r = rp::render_chat(ChatTemplate::Llama3, kChat, true);
+    EXPECT_EQ(r.text,
+              "<|start_header_id|>system<|end_header_id|>\n\nYou are terse.<|eot_id|>"
+              "<|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|>"
+              "<|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|>"
+              "<|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|>"
+              "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    ASSERT_EQ(r.assistant.size(), 1u);
+    const rp::AssistantSpan & a = r.assistant[0];
+    EXPECT_EQ(r.text.substr(a.begin, a.content_end - a.begin), "Hello!");  // Llama 3 trims content
+    EXPECT_EQ(r.text.substr(a.content_end, a.end - a.content_end), "<|eot_id|>");
+}
+
+TEST(ChatTemplate, SeveralAssistantTurns) {
+    const rp::RenderedChat r = rp::render_chat(
+        ChatTemplate::ChatML, {{"user", "a"}, {"assistant", "b"}, {"user", "c"}, {"assistant", "d"}}, false);
+    ASSERT_EQ(r.assistant.size(), 2u);
+    EXPECT_EQ(r.text.substr(r.assistant[0].begin, 1), "b");
+    EXPECT_EQ(r.text.substr(r.assistant[1].begin, 1), "d");
+    EXPECT_EQ(r.assistant[1].end, r.text.size() - 1);  // only the final "\n" follows
+}
+
+TEST(ChatTemplate, Detection) {
+    // the Qwen vocabulary carries a ChatML Jinja template
+    const auto reader = gguf::Reader::open(models_dir() + "/vocab/ggml-vocab-qwen2.gguf");
+    EXPECT_EQ(rp::chat_template_for(*reader), ChatTemplate::ChatML);
+    EXPECT_EQ(rp::chat_template_for(*reader, "llama3"), ChatTemplate::Llama3);  // a name overrides
+    EXPECT_NE(vocab("qwen2").chat_template().find("<|im_start|>"), std::string::npos);
+    // a Llama 3 template (excerpt of Meta's)
+    EXPECT_EQ(rp::detect_chat_template("{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' }}"),
+              ChatTemplate::Llama3);
+    EXPECT_THROW(rp::detect_chat_template("{{ '[INST] ' + content + ' [/INST]' }}"), rp::Error);
+    EXPECT_EQ(rp::chat_template_from_name("chatml"), ChatTemplate::ChatML);
+    EXPECT_EQ(rp::chat_template_from_name("llama3"), ChatTemplate::Llama3);
+    EXPECT_THROW(rp::chat_template_from_name("vicuna"), rp::Error);
+    EXPECT_STREQ(rp::chat_template_name(ChatTemplate::Llama3), "llama3");
+    // stories260K has no template and no name: error naming the file
+    const auto stories = gguf::Reader::open(models_dir() + "/stories260K.gguf");
+    try {
+        rp::chat_template_for(*stories);
+        ADD_FAILURE() << "no error";
+    } catch (const rp::Error & e) {
+        EXPECT_NE(std::string(e.what()).find("stories260K.gguf"), std::string::npos) << e.what();
+    }
+}
+
+TEST(ChatTemplate, TokenizedWithSpecialTokensAndMask) {
+    // Qwen: the rendered text tokenizes into the control ids, and the assistant span covers exactly the
+    // reply's tokens plus <|im_end|>.
+    const rp::Tokenizer & q = vocab("qwen2");
+    const rp::RenderedChat r = rp::render_chat(ChatTemplate::ChatML, {{"user", "Hi"}, {"assistant", "Hello"}}, false);
+    std::vector<size_t> offs;
+    const std::vector<int32_t> ids = q.encode(r.text, false, true, &offs);
+    // ids read off the vocabulary: user 872, Ċ 198, Hi 13048, assistant 77091, Hello 9707
+    EXPECT_EQ(ids, (std::vector<int32_t>{151644, 872, 198, 13048, 151645, 198, 151644, 77091, 198, 9707, 151645, 198}));
+    std::vector<int32_t> trained;
+    for (size_t i = 0; i < ids.size(); ++i) {
+        if (offs[i] >= r.assistant[0].begin && offs[i] < r.assistant[0].end) {
+            trained.push_back(ids[i]);
+        }
+    }
+    EXPECT_EQ(trained, (std::vector<int32_t>{9707, 151645}));
+    // Llama 3 with BOS
+    const rp::Tokenizer & l = vocab("llama-bpe");
+    const rp::RenderedChat r3 = rp::render_chat(ChatTemplate::Llama3, {{"user", "Hi"}}, true);
+    EXPECT_EQ(l.encode(r3.text, true, true),
+              (std::vector<int32_t>{128000, 128006, 882, 128007, 271, 13347, 128009, 128006, 78191, 128007, 271}));
+}
+
+} // namespace

@@ -1,0 +1,76 @@
+// rp-tokenize, run as a program: ids of prompt1 (MANIFEST.md), the piece listing, and errors (exit 1 with
+// "error: ..." on stderr).
+#include "tok_test_util.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <sys/wait.h>
+
+using namespace tok_test;
+
+namespace {
+
+struct ToolRun {
+    int code = -1;
+    std::string out;
+};
+
+// Runs a shell command; stdout is captured, stderr goes to the file `err` when given.
+ToolRun run_tool(const std::string & args, const std::string & err = "/dev/null") {
+    const std::string cmd = std::string(RP_BIN_DIR) + "/rp-tokenize " + args + " 2>" + err;
+    ToolRun r;
+    FILE * p = popen(cmd.c_str(), "r");
+    if (!p) {
+        ADD_FAILURE() << "popen failed: " << cmd;
+        return r;
+    }
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) {
+        r.out.append(buf, n);
+    }
+    const int status = pclose(p);
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return r;
+}
+
+TEST(TokenizeTool, Prompt1Ids) {
+    const ToolRun r = run_tool("-m " + models_dir() + "/stories260K.gguf -f " + models_dir() + "/reference/prompt1.txt --ids");
+    EXPECT_EQ(r.code, 0);
+    EXPECT_EQ(r.out, "1 403 407 261 378 432 383 286 261 376 298 315 421 395 317 426\n");
+    const ToolRun nobos = run_tool("-m " + models_dir() + "/stories260K.gguf -p 'Once upon' --no-bos --ids");
+    EXPECT_EQ(nobos.out, "403 407\n");
+}
+
+TEST(TokenizeTool, PiecesAndSpecial) {
+    const ToolRun r = run_tool("-m " + models_dir() + "/synthetic/tiny-random-qwen2.gguf -f " + models_dir() +
+                      "/reference/prompt2.txt --parse-special");
+    EXPECT_EQ(r.code, 0);
+    EXPECT_EQ(r.out.rfind("   267 -> '<|im_start|>'\n   117 -> 'u'\n", 0), 0u) << r.out;
+    EXPECT_NE(r.out.find("   258 -> ' the'\n"), std::string::npos);
+}
+
+TEST(TokenizeTool, Errors) {
+    const std::string err = ::testing::TempDir() + "/rp_tokenize_err.txt";
+    const std::string stories = "-m " + models_dir() + "/stories260K.gguf";
+    const std::vector<std::string> bad = {
+        "-p x",                                  // no model
+        stories,                                 // no text
+        stories + " -p x -f /dev/null",          // both
+        "-m /nonexistent.gguf -p x",             // missing file
+        "-m " + models_dir() + "/vocab/ggml-vocab-qwen2.gguf.inp -p x",  // not a GGUF
+        stories + " -p x --bogus",               // unknown option
+        stories + " -f " + models_dir(),         // a directory
+        stories + " -p",                         // missing value
+    };
+    for (const std::string & args : bad) {
+        const ToolRun r = run_tool(args, err);
+        EXPECT_EQ(r.code, 1) << args;
+        EXPECT_EQ(read_file(err).rfind("error: ", 0), 0u) << args;
+    }
+    std::remove(err.c_str());
+}
+
+} // namespace
