@@ -1,0 +1,129 @@
+#include "ggml_rp/core/alloc.h"
+
+#include "gguf/error.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <unordered_map>
+
+namespace rp {
+
+namespace {
+
+// Best-fit free list over a virtual address range [0, top). Free blocks never touch top: a block freed at
+// the end shrinks the range instead, so growing always starts at top.
+class BlockAllocator {
+public:
+    size_t alloc(size_t size) {
+        size_t best = SIZE_MAX;
+        for (size_t i = 0; i < free_.size(); ++i)
+            if (free_[i].size >= size && (best == SIZE_MAX || free_[i].size < free_[best].size)) best = i;
+        if (best != SIZE_MAX) {
+            const size_t off = free_[best].off;
+            free_[best].off += size;
+            free_[best].size -= size;
+            if (free_[best].size == 0) free_.erase(free_.begin() + static_cast<ptrdiff_t>(best));
+            return off;
+        }
+        // No block fits: grow at the end.
+        const size_t off = top_;
+        top_ = off + size;
+        peak_ = std::max(peak_, top_);
+        return off;
+    }
+
+    void release(size_t off, size_t size) {
+        auto it = std::lower_bound(free_.begin(), free_.end(), off, [](const Block & b, size_t o) { return b.off < o; });
+        it = free_.insert(it, Block{off, size});
+        // Merge with the next, then with the previous block.
+        if (it + 1 != free_.end() && it->off + it->size == (it + 1)->off) {
+            it->size += (it + 1)->size;
+            free_.erase(it + 1);
+        }
+        if (it != free_.begin() && (it - 1)->off + (it - 1)->size == it->off) {
+            (it - 1)->size += it->size;
+            it = free_.erase(it) - 1;
+        }
+        // A free block at the end shrinks the used range.
+        if (it->off + it->size == top_) {
+            top_ = it->off;
+            free_.erase(it);
+        }
+    }
+
+    size_t peak() const { return peak_; }
+
+private:
+    struct Block { size_t off, size; };
+    std::vector<Block> free_;  // sorted by offset, never adjacent
+    size_t top_ = 0;
+    size_t peak_ = 0;
+};
+
+const Tensor * root_of(const Tensor * t) { return t->view_src ? t->view_src : t; }
+
+} // namespace
+
+AllocPlan plan_graph(const Graph & g, size_t alignment) {
+    if (alignment == 0 || (alignment & (alignment - 1)) != 0) throw Error("plan_graph: alignment must be a power of two");
+    AllocPlan plan;
+    plan.alignment = alignment;
+    plan.offsets.assign(g.nodes.size(), SIZE_MAX);
+
+    // Index of each compute node, and the last node index that uses each one.
+    std::unordered_map<const Tensor *, size_t> index;
+    std::vector<size_t> last_use(g.nodes.size());
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+        if (!g.nodes[i]->is_view()) index[g.nodes[i]] = i;
+        last_use[i] = i;
+    }
+    auto touch = [&](const Tensor * t, size_t at) {
+        auto it = index.find(root_of(t));
+        if (it != index.end()) last_use[it->second] = std::max(last_use[it->second], at);
+    };
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+        const Tensor * n = g.nodes[i];
+        if (n->is_view()) touch(n, i);
+        for (const Tensor * s : n->src)
+            if (s) touch(s, i);
+    }
+    // Nodes whose memory is released right after node i.
+    std::vector<std::vector<size_t>> release_after(g.nodes.size());
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+        const Tensor * n = g.nodes[i];
+        if (n->is_view() || n->has_flag(kFlagOutput)) continue;
+        release_after[last_use[i]].push_back(i);
+    }
+
+    BlockAllocator blocks;
+    std::vector<size_t> sizes(g.nodes.size(), 0);
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+        const Tensor * n = g.nodes[i];
+        if (!n->is_view()) {
+            const size_t bytes = n->nbytes() + n->aux_bytes;
+            sizes[i] = std::max<size_t>(alignment, (bytes + alignment - 1) & ~(alignment - 1));
+            plan.offsets[i] = blocks.alloc(sizes[i]);
+        }
+        for (size_t j : release_after[i]) blocks.release(plan.offsets[j], sizes[j]);
+    }
+    plan.size = blocks.peak();
+    return plan;
+}
+
+void resolve_views(const Graph & g) {
+    for (Tensor * n : g.nodes) {
+        if (!n->is_view()) continue;
+        if (!n->view_src->data) throw Error("view " + describe(n) + ": its root " + describe(n->view_src) + " has no data");
+        n->data = static_cast<char *>(n->view_src->data) + n->view_offs;
+    }
+}
+
+void apply_plan(const Graph & g, const AllocPlan & plan, void * base) {
+    if (plan.offsets.size() != g.nodes.size()) throw Error("apply_plan: the plan was made for another graph");
+    if (plan.size > 0 && !base) throw Error("apply_plan: no buffer for " + std::to_string(plan.size) + " bytes");
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+        if (!g.nodes[i]->is_view()) g.nodes[i]->data = static_cast<char *>(base) + plan.offsets[i];
+    resolve_views(g);
+}
+
+} // namespace rp

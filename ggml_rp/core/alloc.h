@@ -1,0 +1,35 @@
+// Graph allocator: assigns every compute tensor of a graph (a node that is not a view) an offset in ONE
+// buffer, by liveness, like ggml-alloc:
+//   - nodes are visited in execution order; a node's block is taken just before it runs;
+//   - a block is freed right after the last node that reads it (directly or through a view) has run;
+//     tensors flagged kFlagOutput are never freed (the caller reads them after compute);
+//   - freed blocks are reused best fit (the smallest free block that fits, lowest offset on ties), merged
+//     with free neighbours, and the buffer grows at its end only when no free block fits;
+//   - views use their root's memory; leafs (weights, inputs, gradient buffers) are the caller's.
+// So a graph's memory peak is known before anything runs; the RoundPipe planner relies on it.
+#pragma once
+
+#include "ggml_rp/core/graph.h"
+
+#include <cstddef>
+#include <vector>
+
+namespace rp {
+
+struct AllocPlan {
+    size_t alignment = 64;
+    size_t size = 0;                // buffer bytes needed: the peak of the live set (with alignment)
+    std::vector<size_t> offsets;    // per g.nodes[i]: byte offset (SIZE_MAX for views)
+};
+
+// Plans g. Every block size is rounded up to `alignment` (a power of two).
+AllocPlan plan_graph(const Graph & g, size_t alignment = 64);
+
+// Points every compute node of g at base + its offset and every view at its root's memory (a view of a
+// leaf needs the leaf's data to be set). base must hold plan.size bytes, aligned to plan.alignment.
+void apply_plan(const Graph & g, const AllocPlan & plan, void * base);
+
+// Refreshes the data pointers of views from their roots (after leaf data moved). Throws when a root has none.
+void resolve_views(const Graph & g);
+
+} // namespace rp

@@ -1,0 +1,116 @@
+#include "ggml_rp/core/autodiff.h"
+
+#include "ggml_rp/ops/backward_rules.h"
+#include "ggml_rp/ops/binary.h"
+#include "ggml_rp/ops/copy.h"
+#include "gguf/error.h"
+
+namespace rp {
+
+Tensor * set_param(Context & ctx, Tensor * t) {
+    if (!t->is_leaf()) throw Error("set_param: " + describe(t) + " is not a leaf (only weights and inputs can be params)");
+    if (t->type != DType::F32)
+        throw Error("set_param: " + describe(t) + " is not f32; only f32 tensors can be trained (quantized and "
+                    "half-precision weights stay frozen; train LoRA factors or an f32 copy)");
+    t->flags |= kFlagParam;
+    if (!t->grad) {
+        t->grad = ctx.new_tensor_like(DType::F32, t);
+        t->grad->name = "grad." + display_name(t);
+    }
+    if (t->grad->type != DType::F32 || !same_shape(t->grad, t) || !t->grad->is_contiguous())
+        throw Error("set_param: gradient " + describe(t->grad) + " of " + describe(t) + " must be contiguous f32 of the same shape");
+    return t;
+}
+
+Tensor * Backward::grad(const Tensor * node) const {
+    auto it = grads_.find(node);
+    return it == grads_.end() ? nullptr : it->second;
+}
+
+void Backward::accumulate(Tensor * t, const AccumulateFn & fn) {
+    if (!needs(t)) return;
+    Tensor *& cur = grads_[t];
+    if (params_.count(t)) {
+        // Params accumulate in place into their persistent buffer: a chain of in-place nodes.
+        cur = fn(cur ? cur : t->grad);
+    } else if (!cur) {
+        cur = fn(nullptr);
+    } else {
+        // Activation gradients are never updated in place: a contribution may alias another tensor's gradient.
+        cur = rp::add(ctx, cur, fn(nullptr));
+    }
+}
+
+void Backward::add(Tensor * t, Tensor * contribution) {
+    if (!same_shape(t, contribution) || contribution->type != DType::F32)
+        throw Error("backward: gradient " + describe(contribution) + " does not match " + describe(t));
+    accumulate(t, [&](Tensor * into) { return into ? add_inplace(ctx, into, contribution) : contribution; });
+}
+
+namespace {
+
+void apply_rule(Backward & b, Tensor * node) {
+    switch (node->op) {
+    case Op::VIEW: rules::backward_view(b, node); return;
+    case Op::FILL: return;
+    case Op::CPY: rules::backward_copy(b, node); return;
+    case Op::ADD: case Op::MUL: rules::backward_binary(b, node); return;
+    case Op::SCALE: case Op::SILU: case Op::SWIGLU: rules::backward_unary(b, node); return;
+    case Op::SOFTMAX: rules::backward_softmax(b, node); return;
+    case Op::SUM: case Op::MEAN: case Op::REPEAT: case Op::SUM_TO: rules::backward_reduce(b, node); return;
+    case Op::RMS_NORM: rules::backward_norm(b, node); return;
+    case Op::ROPE: case Op::ROPE_BACK: rules::backward_rope(b, node); return;
+    case Op::GET_ROWS: rules::backward_get_rows(b, node); return;
+    case Op::MUL_MAT: rules::backward_mul_mat(b, node); return;
+    case Op::ATTENTION: rules::backward_attention(b, node); return;
+    case Op::LM_HEAD_CE: rules::backward_cross_entropy(b, node); return;
+    default:
+        throw Error(std::string("build_backward: op ") + op_name(node->op) + " (tensor " + describe(node) +
+                    ") has no backward rule");
+    }
+}
+
+} // namespace
+
+void build_backward(Context & ctx, Graph & g, Tensor * output, Tensor * output_grad, const std::vector<Tensor *> & params) {
+    if (!output || !g.contains(output)) throw Error("build_backward: the output is not in the graph (build_forward it first)");
+    if (output->type != DType::F32) throw Error("build_backward: output " + describe(output) + " is not f32");
+    if (!output_grad || output_grad->type != DType::F32 || !same_shape(output, output_grad))
+        throw Error("build_backward: seed gradient " + describe(output_grad) + " does not match output " + describe(output));
+
+    Backward b(ctx);
+    for (Tensor * p : params) {
+        if (!p) throw Error("build_backward: null param");
+        set_param(ctx, p);
+        b.params_.insert(p);
+        b.needs_.insert(p);
+    }
+    // Forward nodes only: the rules below append new nodes that must not be visited.
+    const std::vector<Tensor *> forward = g.nodes;
+    for (Tensor * n : forward)
+        for (const Tensor * s : n->src)
+            if (s && b.needs(s)) { b.needs_.insert(n); break; }
+    if (!b.needs(output)) return;  // no param reaches the output: nothing to accumulate
+
+    b.grads_[output] = output_grad;
+    for (auto it = forward.rbegin(); it != forward.rend(); ++it) {
+        Tensor * n = *it;
+        if (!b.needs(n) || !b.grad(n)) continue;  // not on a path param -> output
+        apply_rule(b, n);
+    }
+    for (Tensor * p : params) {
+        Tensor * last = b.grad(p);
+        if (last) build_forward(g, last);
+    }
+}
+
+void build_backward(Context & ctx, Graph & g, Tensor * loss, const std::vector<Tensor *> & params) {
+    if (!loss || loss->nelements() != 1)
+        throw Error("build_backward: the loss " + describe(loss) + " must be a scalar (1 element)");
+    loss->flags |= kFlagLoss | kFlagOutput;
+    Tensor * one = fill(ctx, loss, 1.0f);
+    one->name = "grad.seed";
+    build_backward(ctx, g, loss, one, params);
+}
+
+} // namespace rp

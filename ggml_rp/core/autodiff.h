@@ -1,0 +1,63 @@
+// Reverse-mode autodiff at graph-build time.
+//
+// build_backward(ctx, g, loss, params) walks the forward nodes of g in reverse and appends gradient nodes
+// (each op's rule sits beside its forward in ggml_rp/ops/<family>.cpp, written with other ops). Semantics:
+//   - only `params` receive gradients. Each param owns a persistent f32 gradient tensor `grad` (same shape,
+//     contiguous; set_param creates the struct, the caller gives it memory and zeroes it when it wants);
+//   - the new nodes ACCUMULATE into param->grad (grad += dloss/dparam), so running the graph once per
+//     micro-batch sums their gradients; nothing else is ever written (frozen weights get no gradient);
+//   - gradients flow only through tensors that lie on a path from a param to the loss; subgraphs that cannot
+//     reach a param are skipped;
+//   - a param that does not influence the loss keeps its grad unchanged.
+// Params are leafs: weights, LoRA factors, or a stage's input activations (then `grad` receives dL/dinput).
+#pragma once
+
+#include "ggml_rp/core/context.h"
+#include "ggml_rp/core/graph.h"
+
+#include <functional>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+namespace rp {
+
+// Marks the leaf t trainable and creates its gradient tensor struct when missing (f32, t's shape, named
+// "grad.<name>", no data). Throws for a non-leaf or a non-f32 tensor (quantized weights are frozen).
+Tensor * set_param(Context & ctx, Tensor * t);
+
+// Differentiates the scalar f32 `loss` (1 element, flagged kFlagLoss | kFlagOutput here).
+void build_backward(Context & ctx, Graph & g, Tensor * loss, const std::vector<Tensor *> & params);
+
+// Same, seeded with a given gradient of a non-scalar output (f32, output's shape): for pipeline stages that
+// receive dL/doutput from the next stage.
+void build_backward(Context & ctx, Graph & g, Tensor * output, Tensor * output_grad, const std::vector<Tensor *> & params);
+
+// What a backward rule sees. Rules read grad(node) and hand contributions to the node's sources.
+class Backward {
+public:
+    Context & ctx;
+
+    // The complete gradient of `node` (f32, node's shape; possibly a strided view).
+    Tensor * grad(const Tensor * node) const;
+    // True when t lies on a path to a param (only then may a rule build its gradient).
+    bool needs(const Tensor * t) const { return needs_.count(t) != 0; }
+
+    // Adds `contribution` (f32, t's shape, any strides) to t's gradient.
+    void add(Tensor * t, Tensor * contribution);
+
+    // For rules that can accumulate in place (out_prod, get_rows_back, lm_head_ce_back): fn(into) must return
+    // a node computing `into + contribution` in place of `into` when into != nullptr, or a fresh contribution
+    // when into == nullptr. Params always get a non-null `into` (their grad buffer or the last node added to it).
+    using AccumulateFn = std::function<Tensor *(Tensor * into)>;
+    void accumulate(Tensor * t, const AccumulateFn & fn);
+
+private:
+    friend void build_backward(Context &, Graph &, Tensor *, Tensor *, const std::vector<Tensor *> &);
+    explicit Backward(Context & c) : ctx(c) {}
+    std::unordered_set<const Tensor *> needs_;
+    std::unordered_set<const Tensor *> params_;
+    std::unordered_map<const Tensor *, Tensor *> grads_;
+};
+
+} // namespace rp

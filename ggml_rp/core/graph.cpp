@@ -1,0 +1,93 @@
+#include "ggml_rp/core/graph.h"
+
+#include <cstdio>
+#include <unordered_map>
+#include <utility>
+
+namespace rp {
+
+void build_forward(Graph & g, Tensor * root) {
+    if (!root || g.contains(root)) return;
+    // Iterative DFS (graphs of a 70-layer model are deep enough to worry about recursion).
+    std::vector<std::pair<Tensor *, int>> stack;
+    g.visited.insert(root);
+    stack.emplace_back(root, 0);
+    while (!stack.empty()) {
+        auto & [t, next] = stack.back();
+        if (next < kMaxSrc) {
+            Tensor * s = t->src[next++];
+            if (s && !g.contains(s)) {
+                g.visited.insert(s);
+                stack.emplace_back(s, 0);
+            }
+            continue;
+        }
+        if (t->op == Op::NONE) g.leafs.push_back(t);
+        else g.nodes.push_back(t);
+        stack.pop_back();
+    }
+}
+
+namespace {
+
+std::string ref(const Tensor * t) {
+    std::string s(1, '#');  // appended: GCC 12 warns falsely (-Wrestrict) on "#" + std::string&&
+    s += std::to_string(t->id);
+    return s;
+}
+
+} // namespace
+
+std::string graph_dump_text(const Graph & g) {
+    std::string out;
+    char buf[512];
+    std::snprintf(buf, sizeof buf, "graph: %zu leafs, %zu nodes\n", g.leafs.size(), g.nodes.size());
+    out += buf;
+    for (const Tensor * t : g.leafs) {
+        std::snprintf(buf, sizeof buf, "  leaf %-5s %-5s %-22s %s%s%s\n", ref(t).c_str(), dtype_name(t->type),
+                      shape_str(t).c_str(), display_name(t).c_str(), t->has_flag(kFlagParam) ? " [param]" : "",
+                      t->has_flag(kFlagInput) ? " [input]" : "");
+        out += buf;
+    }
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+        const Tensor * t = g.nodes[i];
+        std::string srcs;
+        for (const Tensor * s : t->src)
+            if (s) srcs += (srcs.empty() ? "" : ", ") + ref(s);
+        std::string extra;
+        if (t->is_view()) extra = " (view of " + ref(t->view_src) + " +" + std::to_string(t->view_offs) + ")";
+        if (t->has_flag(kFlagOutput)) extra += " [output]";
+        if (t->has_flag(kFlagLoss)) extra += " [loss]";
+        std::snprintf(buf, sizeof buf, "  %4zu %-5s %-15s %-5s %-22s %s <- %s%s\n", i, ref(t).c_str(), op_name(t->op),
+                      dtype_name(t->type), shape_str(t).c_str(), display_name(t).c_str(), srcs.c_str(), extra.c_str());
+        out += buf;
+    }
+    return out;
+}
+
+std::string graph_dump_dot(const Graph & g) {
+    std::string out = "digraph G {\n  rankdir=TB;\n  node [fontname=\"monospace\", fontsize=10];\n";
+    auto label = [](const Tensor * t) {
+        std::string s = display_name(t) + "\\n" + op_name(t->op) + " " + dtype_name(t->type) + " " + shape_str(t);
+        std::string esc;
+        for (char c : s) {
+            if (c == '"') esc += "\\\"";
+            else esc += c;
+        }
+        return esc;
+    };
+    for (const Tensor * t : g.leafs) {
+        out += "  t" + std::to_string(t->id) + " [shape=ellipse, label=\"" + label(t) + "\"" +
+               (t->has_flag(kFlagParam) ? ", style=filled, fillcolor=\"#ffe0a0\"" : "") + "];\n";
+    }
+    for (const Tensor * t : g.nodes) {
+        out += "  t" + std::to_string(t->id) + " [shape=box, label=\"" + label(t) + "\"" +
+               (t->is_view() ? ", style=dashed" : "") + "];\n";
+        for (const Tensor * s : t->src)
+            if (s) out += "  t" + std::to_string(s->id) + " -> t" + std::to_string(t->id) + ";\n";
+    }
+    out += "}\n";
+    return out;
+}
+
+} // namespace rp

@@ -1,0 +1,31 @@
+// A lazy computation graph: the nodes reachable from the tensors passed to build_forward, in an order where
+// every node comes after its sources (depth-first post-order, sources visited in slot order, so the order is
+// a pure function of how the graph was recorded).
+#pragma once
+
+#include "ggml_rp/core/tensor.h"
+
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+namespace rp {
+
+struct Graph {
+    std::vector<Tensor *> nodes;  // op != NONE (views included), topological order
+    std::vector<Tensor *> leafs;  // op == NONE: weights, inputs, gradient buffers
+    std::unordered_set<const Tensor *> visited;
+
+    bool contains(const Tensor * t) const { return visited.count(t) != 0; }
+};
+
+// Appends t and every tensor it depends on that is not yet in g. Calling it again with another tensor
+// extends the same graph (several outputs, or the gradient nodes of build_backward).
+void build_forward(Graph & g, Tensor * t);
+
+// One line per leaf and node: index, op, type, shape, name, sources, view/alloc info.
+std::string graph_dump_text(const Graph & g);
+// Graphviz DOT: leafs as ellipses, nodes as boxes, edges from source to consumer.
+std::string graph_dump_dot(const Graph & g);
+
+} // namespace rp

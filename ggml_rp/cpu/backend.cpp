@@ -1,0 +1,109 @@
+#include "ggml_rp/cpu/backend.h"
+
+#include "ggml_rp/cpu/kernels.h"
+#include "ggml_rp/cpu/strided.h"
+#include "gguf/error.h"
+
+#include <atomic>
+#include <new>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace rp {
+
+void CpuBackend::FreeAligned::operator()(void * p) const { ::operator delete(p, std::align_val_t(64)); }
+
+size_t CpuBackend::allocate(const Graph & g) {
+    plan_ = plan_graph(g, 64);
+    if (plan_.size > capacity_) {
+        buffer_.reset(::operator new(plan_.size, std::align_val_t(64)));
+        capacity_ = plan_.size;
+    }
+    apply_plan(g, plan_, buffer_.get());
+    return plan_.size;
+}
+
+namespace {
+
+// Sets OpenMP's thread count for the kernels and restores it afterwards (also on an exception).
+class ThreadCountScope {
+public:
+    explicit ThreadCountScope(int n) {
+#ifdef _OPENMP
+        prev_ = omp_get_max_threads();
+        if (n > 0) omp_set_num_threads(n);
+#else
+        (void) n;
+#endif
+    }
+    ~ThreadCountScope() {
+#ifdef _OPENMP
+        omp_set_num_threads(prev_);
+#endif
+    }
+
+private:
+    int prev_ = 1;
+};
+
+} // namespace
+
+void CpuBackend::compute(const Graph & g, int n_threads) {
+    for (const Tensor * t : g.leafs)
+        if (!t->data) throw Error("compute: leaf " + describe(t) + " has no data");
+    for (const Tensor * t : g.nodes)
+        if (!t->is_view() && !t->data) throw Error("compute: node " + describe(t) + " has no memory (call allocate first)");
+    resolve_views(g);
+    ThreadCountScope threads(n_threads);
+    for (Tensor * t : g.nodes) cpu::compute_node(t);
+}
+
+namespace cpu {
+
+namespace {
+std::atomic<int64_t> g_min_parallel{16384};
+} // namespace
+
+void set_min_parallel_elements(int64_t n) { g_min_parallel.store(n < 0 ? 0 : n); }
+int64_t min_parallel_elements() { return g_min_parallel.load(std::memory_order_relaxed); }
+
+void compute_node(Tensor * n) {
+    switch (n->op) {
+    case Op::NONE: case Op::VIEW: return;
+    case Op::FILL: fill(n); return;
+    case Op::CPY: cpy(n); return;
+    case Op::ADD: add(n); return;
+    case Op::MUL: mul(n); return;
+    case Op::SCALE: scale(n); return;
+    case Op::SUM: sum(n); return;
+    case Op::MEAN: mean(n); return;
+    case Op::REPEAT: repeat(n); return;
+    case Op::SUM_TO: sum_to(n); return;
+    case Op::SILU: silu(n); return;
+    case Op::SILU_BACK: silu_back(n); return;
+    case Op::SWIGLU: swiglu(n); return;
+    case Op::SWIGLU_BACK: swiglu_back(n); return;
+    case Op::SOFTMAX: softmax(n); return;
+    case Op::SOFTMAX_BACK: softmax_back(n); return;
+    case Op::RMS_NORM: rms_norm(n); return;
+    case Op::RMS_NORM_BACK: rms_norm_back(n); return;
+    case Op::ROPE: case Op::ROPE_BACK: rope(n); return;
+    case Op::GET_ROWS: get_rows(n); return;
+    case Op::GET_ROWS_BACK: get_rows_back(n); return;
+    case Op::MUL_MAT: mul_mat(n); return;
+    case Op::MUL_MAT_BACK_X: mul_mat_back_x(n); return;
+    case Op::OUT_PROD: out_prod(n); return;
+    case Op::ATTENTION: attention(n); return;
+    case Op::ATTENTION_BACK: attention_back(n); return;
+    case Op::LM_HEAD_CE: lm_head_ce(n); return;
+    case Op::LM_HEAD_CE_BACK: lm_head_ce_back(n); return;
+    case Op::COUNT: break;
+    }
+    throw Error(std::string("compute: no CPU kernel for op ") + op_name(n->op) + " (" + describe(n) + ")");
+}
+
+} // namespace cpu
+
+} // namespace rp

@@ -1,0 +1,52 @@
+// The CPU backend: allocates a graph's compute tensors in one host buffer (through the graph allocator) and
+// runs its nodes in order. Each kernel is parallel inside (OpenMP) with a fixed partition of the work, and
+// every output element is reduced by one thread in a fixed order: results are the same bits for any number
+// of threads.
+#pragma once
+
+#include "ggml_rp/core/alloc.h"
+#include "ggml_rp/core/graph.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace rp {
+
+class CpuBackend {
+public:
+    CpuBackend() = default;
+    CpuBackend(const CpuBackend &) = delete;
+    CpuBackend & operator=(const CpuBackend &) = delete;
+
+    // Plans g, grows the buffer when needed and points every node of g at its memory. Leafs keep the data
+    // their owner gave them. Call again after changing g; the buffer serves one graph at a time (allocating
+    // another graph may move it). Returns the buffer bytes the plan needs (the graph's memory peak).
+    size_t allocate(const Graph & g);
+
+    // Runs every node of g in order with n_threads OpenMP threads (0: OpenMP's default). Leaf data must be
+    // set; throws rp::Error (naming the tensor) on a missing buffer or bad runtime data (an id out of range).
+    void compute(const Graph & g, int n_threads = 0);
+
+    const AllocPlan & plan() const { return plan_; }
+    size_t buffer_size() const { return capacity_; }
+
+private:
+    struct FreeAligned { void operator()(void * p) const; };
+    std::unique_ptr<void, FreeAligned> buffer_;
+    size_t capacity_ = 0;
+    AllocPlan plan_;
+};
+
+namespace cpu {
+
+// Runs one node whose data and sources' data are set (the building block of CpuBackend::compute).
+void compute_node(Tensor * node);
+
+// Kernels touching fewer elements run on one thread (default 16384). Results never depend on it (every
+// element is computed by the same code either way); tests set 0 to run every kernel's parallel partition.
+void set_min_parallel_elements(int64_t n);
+
+} // namespace cpu
+
+} // namespace rp

@@ -1,0 +1,55 @@
+// LM_HEAD_CE and LM_HEAD_CE_BACK nodes -> the fused kernel of cross_entropy.h (the node glue; the kernel is
+// in cross_entropy.cpp). Labels are checked here so that a bad label is an rp::Error, not a crash.
+#include "ggml_rp/cpu/cross_entropy.h"
+#include "ggml_rp/cpu/kernels.h"
+#include "gguf/error.h"
+
+#include <vector>
+
+namespace rp::cpu {
+
+namespace {
+
+std::vector<int32_t> read_labels(const Tensor * node, const Tensor * labels, int64_t V) {
+    std::vector<int32_t> v = tensor_get_i32(labels);
+    for (size_t i = 0; i < v.size(); ++i)
+        if (v[i] < -1 || v[i] >= V)
+            throw Error(std::string(op_name(node->op)) + ": label " + std::to_string(v[i]) + " at position " +
+                        std::to_string(i) + " of " + describe(labels) + " is outside [0, " + std::to_string(V) +
+                        ") and not -1 (masked)");
+    return v;
+}
+
+LmHeadCEShape shape_of(const Tensor * node, const Tensor * h, const Tensor * W) {
+    LmHeadCEShape s;
+    s.C = h->ne[0];
+    s.V = W->ne[1];
+    s.T = h->ne[1];
+    s.chunk = node->param_i32(1);
+    return s;
+}
+
+} // namespace
+
+void lm_head_ce(Tensor * n) {
+    const Tensor * h = n->src[0];
+    const Tensor * W = n->src[1];
+    const std::vector<int32_t> labels = read_labels(n, n->src[2], W->ne[1]);
+    const double loss = rp::cpu::lm_head_ce(shape_of(n, h, W), h->data_as<float>(), W->data, W->type, W->nb[1],
+                                            labels.data(), n->param_f32(0), nullptr, nullptr, 0);
+    *n->data_as<float>() = static_cast<float>(loss);
+}
+
+void lm_head_ce_back(Tensor * n) {
+    const Tensor * h = n->src[0];
+    const Tensor * W = n->src[1];
+    const Tensor * dloss = n->src[3];
+    const Tensor * dW = n->src[4];
+    const std::vector<int32_t> labels = read_labels(n, n->src[2], W->ne[1]);
+    const float scale = n->param_f32(0) * *dloss->data_as<float>();
+    rp::cpu::lm_head_ce(shape_of(n, h, W), h->data_as<float>(), W->data, W->type, W->nb[1], labels.data(), scale,
+                        n->data_as<float>(), dW ? dW->data_as<float>() : nullptr,
+                        dW ? static_cast<int64_t>(dW->nb[1] / sizeof(float)) : 0);
+}
+
+} // namespace rp::cpu

@@ -1,0 +1,56 @@
+// ROPE and ROPE_BACK (the rotation by -theta). cos/sin are computed once per (token, pair) in a table and
+// shared by all heads.
+#include "ggml_rp/cpu/kernels.h"
+#include "ggml_rp/cpu/strided.h"
+#include "ggml_rp/ops/rope.h"
+#include "ggml_rp/ops/rope_math.h"
+
+#include <cmath>
+#include <vector>
+
+namespace rp::cpu {
+
+void rope(Tensor * n) {
+    const Tensor * x = n->src[0];
+    const Tensor * pos = n->src[1];
+    const int32_t n_rot = n->param_i32(0);
+    const bool neox = n->param_i32(1) == static_cast<int32_t>(RopeMode::Neox);
+    const float base = n->param_f32(2), fscale = n->param_f32(3);
+    const float sign = n->op == Op::ROPE_BACK ? -1.0f : 1.0f;
+    const int64_t ne0 = n->ne[0], ne2 = n->ne[2], ne3 = n->ne[3], half = n_rot / 2;
+    const int64_t npos = pos->ne[0];
+    const int32_t * p = pos->data_as<int32_t>();
+
+    // cs[(t * half + i) * 2 + {0,1}] = cos, sin of pair i at position entry t.
+    std::vector<float> cs(static_cast<size_t>(npos * half * 2));
+#pragma omp parallel for schedule(static) if (npos * half * 16 >= min_parallel_elements())
+    for (int64_t t = 0; t < npos; ++t)
+        for (int64_t i = 0; i < half; ++i) {
+            const double th = rope_theta(p[t], i, n_rot, base, fscale);
+            cs[static_cast<size_t>((t * half + i) * 2)] = static_cast<float>(std::cos(th));
+            cs[static_cast<size_t>((t * half + i) * 2 + 1)] = sign * static_cast<float>(std::sin(th));
+        }
+
+    const int64_t nr = n->nrows();
+    const size_t xnb = x->nb[0], dnb = n->nb[0];
+#pragma omp parallel for schedule(static) if (n->nelements() >= min_parallel_elements())
+    for (int64_t r = 0; r < nr; ++r) {
+        const RowIdx ri = row_idx(n, r);
+        const int64_t t = npos == ne2 ? ri.i2 : ri.i2 + ri.i3 * ne2;
+        (void) ne3;
+        const float * c = &cs[static_cast<size_t>(t * half * 2)];
+        const char * xr = row_ptr(x, ri);
+        char * d = row_ptr(n, ri);
+        for (int64_t i = 0; i < half; ++i) {
+            const int64_t a = neox ? i : 2 * i;
+            const int64_t b = neox ? i + half : 2 * i + 1;
+            const float x0 = at(xr, xnb, a), x1 = at(xr, xnb, b);
+            const float co = c[2 * i], si = c[2 * i + 1];
+            at(d, dnb, a) = x0 * co - x1 * si;
+            at(d, dnb, b) = x0 * si + x1 * co;
+        }
+        for (int64_t i = n_rot; i < ne0; ++i) at(d, dnb, i) = at(xr, xnb, i);
+    }
+}
+
+} // namespace rp::cpu

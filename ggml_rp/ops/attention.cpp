@@ -1,0 +1,71 @@
+#include "ggml_rp/ops/attention.h"
+
+#include "ggml_rp/ops/backward_rules.h"
+#include "ggml_rp/ops/copy.h"
+#include "ggml_rp/ops/op_util.h"
+#include "ggml_rp/ops/view.h"
+
+namespace rp {
+
+Tensor * attention(Context & ctx, Tensor * q, Tensor * k, Tensor * v, float scale) {
+    const char * op = "attention";
+    detail::require_f32(op, q, "q");
+    detail::require_f32(op, k, "k");
+    detail::require_f32(op, v, "v");
+    detail::require_same_shape(op, k, v);
+    const int64_t D = q->ne[0], Hq = q->ne[1], Tq = q->ne[2], B = q->ne[3];
+    const int64_t Hkv = k->ne[1], Tk = k->ne[2];
+    detail::require(k->ne[0] == D && k->ne[3] == B, op, "q " + describe(q) + " and k " + describe(k) + " differ in head_dim or batch");
+    detail::require(Hq % Hkv == 0, op, "query heads of " + describe(q) + " are not a multiple of the kv heads of " + describe(k));
+    detail::require(Tk >= Tq, op, "fewer keys than queries: q " + describe(q) + ", k " + describe(k));
+    detail::require(D <= 256, op, "head_dim " + std::to_string(D) + " > 256");
+    q = cont_if_needed(ctx, q);
+    k = cont_if_needed(ctx, k);
+    v = cont_if_needed(ctx, v);
+    Tensor * o = detail::new_node(ctx, Op::ATTENTION, DType::F32, q->ne, {q, k, v});
+    o->set_param_f32(0, scale);
+    o->aux_bytes = static_cast<size_t>(Hq * Tq * B) * sizeof(float);
+    return o;
+}
+
+Tensor * attention_lse(Context & ctx, Tensor * o) {
+    detail::require(o && o->op == Op::ATTENTION, "attention_lse", describe(o) + " is not an attention node");
+    const int64_t ne[4] = {o->ne[1], o->ne[2], o->ne[3], 1};
+    Tensor * t = aux_view(ctx, o, ne, 0);
+    t->name = display_name(o) + ".lse";
+    return t;
+}
+
+AttentionGrads attention_back(Context & ctx, Tensor * o, Tensor * dout) {
+    detail::require(o && o->op == Op::ATTENTION, "attention_back", describe(o) + " is not an attention node");
+    detail::require_f32("attention_back", dout, "dout");
+    detail::require_same_shape("attention_back", o, dout);
+    dout = cont_if_needed(ctx, dout);
+    Tensor * q = o->src[0];
+    Tensor * k = o->src[1];
+    Tensor * v = o->src[2];
+    Tensor * lse = attention_lse(ctx, o);
+    Tensor * dq = detail::new_node(ctx, Op::ATTENTION_BACK, DType::F32, q->ne, {q, k, v, o, lse, dout});
+    dq->set_param_f32(0, o->param_f32(0));
+    dq->aux_bytes = 2 * k->nbytes();
+    Tensor * dk = aux_view(ctx, dq, k->ne, 0);
+    Tensor * dv = aux_view(ctx, dq, v->ne, k->nbytes());
+    return {dq, dk, dv};
+}
+
+namespace rules {
+
+void backward_attention(Backward & b, Tensor * node) {
+    Tensor * q = node->src[0];
+    Tensor * k = node->src[1];
+    Tensor * v = node->src[2];
+    if (!b.needs(q) && !b.needs(k) && !b.needs(v)) return;
+    const AttentionGrads g = attention_back(b.ctx, node, b.grad(node));
+    if (b.needs(q)) b.add(q, g.dq);
+    if (b.needs(k)) b.add(k, g.dk);
+    if (b.needs(v)) b.add(v, g.dv);
+}
+
+} // namespace rules
+
+} // namespace rp

@@ -1,0 +1,29 @@
+// Fused causal grouped-query attention (flash style: online softmax, no [Tq x Tk] matrix, O(T*D) memory).
+//
+//   q: f32 [D, Hq, Tq, B]    k, v: f32 [D, Hkv, Tk, B]    ->    o: f32 [D, Hq, Tq, B]
+//   o[:, h, t, b] = sum_j softmax_j(scale * q[:, h, t, b] . k[:, h/(Hq/Hkv), j, b]) v[:, h/(Hq/Hkv), j, b]
+//   over keys j <= t + (Tk - Tq) (causal; Tk > Tq when earlier keys come from a KV cache).
+//
+// Hq % Hkv == 0 (GQA); D <= 256. Non-contiguous inputs are copied first. The forward also stores the
+// per-row logsumexp lse [Hq, Tq, B] right after o (o's aux bytes; attention_lse() gives a view of it), and
+// the backward recomputes the probabilities from it. Kernels: rp::cpu::attention_fwd / attention_bwd.
+#pragma once
+
+#include "ggml_rp/core/context.h"
+
+namespace rp {
+
+Tensor * attention(Context & ctx, Tensor * q, Tensor * k, Tensor * v, float scale);
+// The logsumexp saved by the attention node o: f32 [Hq, Tq, B].
+Tensor * attention_lse(Context & ctx, Tensor * o);
+
+struct AttentionGrads {
+    Tensor * dq;
+    Tensor * dk;
+    Tensor * dv;
+};
+// Gradients of q, k, v from dout, given the forward node o (its inputs and saved lse). dq is the node;
+// dk and dv are views of its aux bytes.
+AttentionGrads attention_back(Context & ctx, Tensor * o, Tensor * dout);
+
+} // namespace rp

@@ -1,0 +1,18 @@
+// Copies: cont (a contiguous copy of a strided view), cast (f32 <-> f16 <-> bf16, e.g. for KV caches), fill.
+#pragma once
+
+#include "ggml_rp/core/context.h"
+
+namespace rp {
+
+// A contiguous copy of x (same type; x may be any strided f32/f16/bf16 view).
+Tensor * cont(Context & ctx, Tensor * x);
+// x when it is already contiguous, else cont(x).
+Tensor * cont_if_needed(Context & ctx, Tensor * x);
+// A contiguous copy of x converted to `type` (f32, f16 or bf16; round to nearest even).
+Tensor * cast(Context & ctx, Tensor * x, DType type);
+// An f32 tensor shaped like `like`, every element `value`.
+Tensor * fill(Context & ctx, const Tensor * like, float value);
+Tensor * fill(Context & ctx, const int64_t ne[4], float value);
+
+} // namespace rp

@@ -1,0 +1,72 @@
+#include "ggml_rp/ops/cross_entropy.h"
+
+#include "ggml_rp/core/quant.h"
+#include "ggml_rp/ops/backward_rules.h"
+#include "ggml_rp/ops/copy.h"
+#include "ggml_rp/ops/op_util.h"
+#include "ggml_rp/ops/view.h"
+
+namespace rp {
+
+Tensor * lm_head_ce(Context & ctx, Tensor * h, Tensor * W, Tensor * labels, float loss_scale, int64_t chunk) {
+    const char * op = "lm_head_ce";
+    detail::require_f32(op, h, "h");
+    detail::require(W && can_dequantize(W->type) && W->ne[2] == 1 && W->ne[3] == 1, op,
+                    "head weight " + describe(W) + " must be 2-D [C, V] of a dequantizable type");
+    detail::require(h->ne[0] == W->ne[0] && h->ne[2] == 1 && h->ne[3] == 1, op,
+                    "h " + describe(h) + " must be [C, T] with C = ne[0] of W " + describe(W));
+    detail::require(labels && labels->type == DType::I32 && labels->nelements() == h->ne[1] && labels->ne[0] == h->ne[1], op,
+                    "labels " + describe(labels) + " must be i32 [T] with T = " + std::to_string(h->ne[1]));
+    detail::require(chunk >= 1, op, "chunk must be >= 1");
+    if (W->type == DType::F32 && !W->rows_contiguous()) W = cont(ctx, W);
+    detail::require(W->rows_contiguous(), op, "head weight " + describe(W) + " must have contiguous rows");
+    h = cont_if_needed(ctx, h);
+    const int64_t ne[4] = {1, 1, 1, 1};
+    Tensor * t = detail::new_node(ctx, Op::LM_HEAD_CE, DType::F32, ne, {h, W, labels});
+    t->set_param_f32(0, loss_scale);
+    t->set_param_i32(1, static_cast<int32_t>(chunk > INT32_MAX ? INT32_MAX : chunk));
+    return t;
+}
+
+Tensor * lm_head_ce_back(Context & ctx, Tensor * ce, Tensor * dloss, Tensor * dW_into) {
+    detail::require(ce && ce->op == Op::LM_HEAD_CE, "lm_head_ce_back", describe(ce) + " is not an lm_head_ce node");
+    detail::require(dloss && dloss->type == DType::F32 && dloss->nelements() == 1, "lm_head_ce_back",
+                    "dloss " + describe(dloss) + " must be an f32 scalar");
+    Tensor * h = ce->src[0];
+    Tensor * W = ce->src[1];
+    if (dW_into)
+        detail::require(dW_into->type == DType::F32 && same_shape(dW_into, W) && dW_into->is_contiguous(), "lm_head_ce_back",
+                        "dW " + describe(dW_into) + " must be contiguous f32 shaped like " + describe(W));
+    Tensor * dh = detail::new_node(ctx, Op::LM_HEAD_CE_BACK, DType::F32, h->ne, {h, W, ce->src[2], dloss, dW_into});
+    dh->set_param_f32(0, ce->param_f32(0));
+    dh->set_param_i32(1, ce->param_i32(1));
+    return dh;
+}
+
+namespace rules {
+
+void backward_cross_entropy(Backward & b, Tensor * node) {
+    Context & ctx = b.ctx;
+    Tensor * h = node->src[0];
+    Tensor * W = node->src[1];
+    Tensor * dloss = b.grad(node);
+    if (dloss->nelements() == 1 && !dloss->is_contiguous()) dloss = cont(ctx, dloss);
+    if (!b.needs(W)) {
+        if (b.needs(h)) b.add(h, lm_head_ce_back(ctx, node, dloss, nullptr));
+        return;
+    }
+    detail::require(W->type == DType::F32, "lm_head_ce backward",
+                    "head weight " + describe(W) + " needs a gradient but is not f32 (only f32 weights can be trained)");
+    // One kernel call gives dh and accumulates dW into W's gradient (a zero buffer when W is not a param).
+    Tensor * dh = nullptr;
+    b.accumulate(W, [&](Tensor * into) {
+        Tensor * target = into ? into : fill(ctx, W, 0.0f);
+        dh = lm_head_ce_back(ctx, node, dloss, target);
+        return after(ctx, target, dh);
+    });
+    if (b.needs(h)) b.add(h, dh);
+}
+
+} // namespace rules
+
+} // namespace rp

@@ -1,0 +1,23 @@
+// Fused LM head + cross-entropy (kernel: rp::cpu::lm_head_ce, chunked over the vocabulary with an online
+// logsumexp, so the [V x T] logits are never stored).
+//
+//   h: f32 [C, T] hidden states; W: head weight [C, V] (any dequantizable type, mul_mat orientation);
+//   labels: i32 [T], each in [0, V) or -1 (masked: no loss, no gradient).
+//   loss = sum_t loss_scale * (logsumexp(W^T h_t) - (W^T h_t)[label_t])    -> f32 [1]
+//
+// Pass loss_scale = 1 / (unmasked tokens in the whole batch) for a mean that does not depend on how the
+// batch is split into micro-batches. chunk = vocabulary rows per chunk (memory O(chunk * T)).
+// Backward: lm_head_ce_back gives dh (and accumulates dW when W is trained); it recomputes the logits.
+#pragma once
+
+#include "ggml_rp/core/context.h"
+
+namespace rp {
+
+Tensor * lm_head_ce(Context & ctx, Tensor * h, Tensor * W, Tensor * labels, float loss_scale, int64_t chunk);
+
+// dh = dloss * d loss / dh (a node shaped like h). With dW_into != nullptr (f32 [C, V], contiguous), also
+// dW_into += dloss * d loss / dW, as a side effect of this node: read dW_into through after(dW_into, node).
+Tensor * lm_head_ce_back(Context & ctx, Tensor * ce, Tensor * dloss, Tensor * dW_into);
+
+} // namespace rp

@@ -1,0 +1,63 @@
+#include "ggml_rp/ops/get_rows.h"
+
+#include "ggml_rp/core/quant.h"
+#include "ggml_rp/ops/backward_rules.h"
+#include "ggml_rp/ops/op_util.h"
+
+namespace rp {
+
+namespace {
+
+void check_ids(const char * op, const Tensor * ids) {
+    detail::require(ids && ids->type == DType::I32 && ids->ne[2] == 1 && ids->ne[3] == 1, op,
+                    "ids " + describe(ids) + " must be i32 [T] or [T, B]");
+}
+
+} // namespace
+
+Tensor * get_rows(Context & ctx, Tensor * table, Tensor * ids) {
+    detail::require(table && table->ne[2] == 1 && table->ne[3] == 1, "get_rows", "table " + describe(table) + " must be 2-D [C, V]");
+    detail::require(can_dequantize(table->type) && table->rows_contiguous(), "get_rows",
+                    "table " + describe(table) + " must have contiguous rows of a dequantizable type");
+    check_ids("get_rows", ids);
+    const int64_t ne[4] = {table->ne[0], ids->ne[0], ids->ne[1], 1};
+    return detail::new_node(ctx, Op::GET_ROWS, DType::F32, ne, {table, ids});
+}
+
+Tensor * get_rows_back(Context & ctx, Tensor * into, Tensor * dy, Tensor * ids, const Tensor * table) {
+    check_ids("get_rows_back", ids);
+    detail::require_f32("get_rows_back", dy, "dy");
+    detail::require(dy->ne[0] == table->ne[0] && dy->ne[1] == ids->ne[0] && dy->ne[2] == ids->ne[1] && dy->ne[3] == 1,
+                    "get_rows_back", "dy " + describe(dy) + " does not match ids " + describe(ids) + " and table " + describe(table));
+    Tensor * t;
+    if (into) {
+        detail::require_f32("get_rows_back", into, "into");
+        detail::require(into->ne[0] == table->ne[0] && into->ne[1] == table->ne[1] && into->ne[2] == 1 && into->ne[3] == 1 &&
+                        into->is_contiguous(), "get_rows_back", "into " + describe(into) + " must be contiguous f32 like " + describe(table));
+        t = ctx.new_view(into, DType::F32, into->ne, into->nb, 0);
+        t->op = Op::GET_ROWS_BACK;
+        t->set_param_i32(0, 1);  // accumulate
+    } else {
+        const int64_t ne[4] = {table->ne[0], table->ne[1], 1, 1};
+        t = detail::new_node(ctx, Op::GET_ROWS_BACK, DType::F32, ne, {});
+        t->set_param_i32(0, 0);
+    }
+    t->src[0] = dy;
+    t->src[1] = ids;
+    t->src[2] = into;
+    return t;
+}
+
+namespace rules {
+
+void backward_get_rows(Backward & b, Tensor * node) {
+    Tensor * table = node->src[0];
+    Tensor * ids = node->src[1];
+    if (!b.needs(table)) return;
+    Tensor * dy = b.grad(node);
+    b.accumulate(table, [&](Tensor * into) { return get_rows_back(b.ctx, into, dy, ids, table); });
+}
+
+} // namespace rules
+
+} // namespace rp

@@ -1,0 +1,95 @@
+#include "ggml_rp/ops/mul_mat.h"
+
+#include "ggml_rp/core/quant.h"
+#include "ggml_rp/ops/backward_rules.h"
+#include "ggml_rp/ops/copy.h"
+#include "ggml_rp/ops/op_util.h"
+
+namespace rp {
+
+namespace {
+
+// Activations must be f32 with adjacent elements; anything else is copied first.
+Tensor * as_f32_rows(Context & ctx, Tensor * x) {
+    if (x->type == DType::F32 && x->rows_contiguous() && x->nb[1] % sizeof(float) == 0 && x->nb[2] % sizeof(float) == 0 &&
+        x->nb[3] % sizeof(float) == 0)
+        return x;
+    return cast(ctx, x, DType::F32);
+}
+
+void check_pair(const char * op, const Tensor * W, const Tensor * X, int64_t x_in) {
+    detail::require(W && X, op, "null operand");
+    detail::require(W->ne[0] == x_in, op,
+                    "W " + describe(W) + " has in = ne[0] = " + std::to_string(W->ne[0]) + " but X " + describe(X) +
+                        " has " + std::to_string(x_in) + " (W[in, out] x X[in, tokens] -> Y[out, tokens])");
+    detail::require(X->ne[2] % W->ne[2] == 0 && X->ne[3] % W->ne[3] == 0, op,
+                    "cannot broadcast W " + describe(W) + " over the batches of " + describe(X));
+}
+
+void check_weight(const char * op, const Tensor * W) {
+    detail::require(can_dequantize(W->type), op, "weight " + describe(W) + " has an unsupported type");
+    detail::require(W->rows_contiguous(), op, "weight " + describe(W) + " must have contiguous rows");
+}
+
+} // namespace
+
+Tensor * mul_mat(Context & ctx, Tensor * W, Tensor * X) {
+    check_pair("mul_mat", W, X, X ? X->ne[0] : 0);
+    if (W->type == DType::F32 && !W->rows_contiguous()) W = cont(ctx, W);
+    check_weight("mul_mat", W);
+    X = as_f32_rows(ctx, X);
+    const int64_t ne[4] = {W->ne[1], X->ne[1], X->ne[2], X->ne[3]};
+    return detail::new_node(ctx, Op::MUL_MAT, DType::F32, ne, {W, X});
+}
+
+Tensor * mul_mat_back_x(Context & ctx, Tensor * W, Tensor * dY, const Tensor * x_like) {
+    check_weight("mul_mat_back_x", W);
+    dY = as_f32_rows(ctx, dY);
+    detail::require(dY->ne[0] == W->ne[1] && dY->ne[1] == x_like->ne[1] && dY->ne[2] == x_like->ne[2] &&
+                    dY->ne[3] == x_like->ne[3] && x_like->ne[0] == W->ne[0], "mul_mat_back_x",
+                    "dY " + describe(dY) + " does not match W " + describe(W) + " and X " + describe(x_like));
+    check_pair("mul_mat_back_x", W, x_like, x_like->ne[0]);
+    return detail::new_node(ctx, Op::MUL_MAT_BACK_X, DType::F32, x_like->ne, {W, dY});
+}
+
+Tensor * out_prod(Context & ctx, Tensor * into, Tensor * X, Tensor * dY, const Tensor * w_like) {
+    X = as_f32_rows(ctx, X);
+    dY = as_f32_rows(ctx, dY);
+    check_pair("out_prod", w_like, X, X->ne[0]);
+    detail::require(dY->ne[0] == w_like->ne[1] && dY->ne[1] == X->ne[1] && dY->ne[2] == X->ne[2] && dY->ne[3] == X->ne[3],
+                    "out_prod", "dY " + describe(dY) + " does not match X " + describe(X) + " and W " + describe(w_like));
+    Tensor * t;
+    if (into) {
+        detail::require(into->type == DType::F32 && same_shape(into, w_like) && into->is_contiguous(), "out_prod",
+                        "into " + describe(into) + " must be contiguous f32 shaped like " + describe(w_like));
+        t = ctx.new_view(into, DType::F32, into->ne, into->nb, 0);
+        t->op = Op::OUT_PROD;
+        t->set_param_i32(0, 1);  // accumulate
+    } else {
+        t = detail::new_node(ctx, Op::OUT_PROD, DType::F32, w_like->ne, {});
+        t->set_param_i32(0, 0);
+    }
+    t->src[0] = X;
+    t->src[1] = dY;
+    t->src[2] = into;
+    return t;
+}
+
+namespace rules {
+
+void backward_mul_mat(Backward & b, Tensor * node) {
+    Context & ctx = b.ctx;
+    Tensor * W = node->src[0];
+    Tensor * X = node->src[1];
+    Tensor * dY = b.grad(node);
+    if (b.needs(X)) b.add(X, mul_mat_back_x(ctx, W, dY, X));
+    if (b.needs(W)) {
+        detail::require(W->type == DType::F32, "mul_mat backward",
+                        "weight " + describe(W) + " needs a gradient but is not f32 (only f32 weights can be trained)");
+        b.accumulate(W, [&](Tensor * into) { return out_prod(ctx, into, X, dY, W); });
+    }
+}
+
+} // namespace rules
+
+} // namespace rp

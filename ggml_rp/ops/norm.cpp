@@ -1,0 +1,56 @@
+#include "ggml_rp/ops/norm.h"
+
+#include "ggml_rp/ops/backward_rules.h"
+#include "ggml_rp/ops/binary.h"
+#include "ggml_rp/ops/op_util.h"
+#include "ggml_rp/ops/reduce.h"
+
+namespace rp {
+
+namespace {
+
+void check_weight(const char * op, const Tensor * x, const Tensor * w) {
+    if (!w) return;
+    detail::require_f32(op, w, "weight");
+    detail::require(w->ne[0] == x->ne[0] && w->nelements() == w->ne[0], op,
+                    "weight " + describe(w) + " must have shape [" + std::to_string(x->ne[0]) + "] to scale rows of " + describe(x));
+}
+
+} // namespace
+
+Tensor * rms_norm(Context & ctx, Tensor * x, Tensor * weight, float eps) {
+    detail::require_f32("rms_norm", x, "x");
+    check_weight("rms_norm", x, weight);
+    detail::require(eps >= 0.0f, "rms_norm", "eps must be >= 0");
+    Tensor * t = detail::new_node(ctx, Op::RMS_NORM, DType::F32, x->ne, {x, weight});
+    t->set_param_f32(0, eps);
+    return t;
+}
+
+Tensor * rms_norm_back(Context & ctx, Tensor * x, Tensor * weight, Tensor * dy, float eps) {
+    detail::require_f32("rms_norm_back", x, "x");
+    detail::require_f32("rms_norm_back", dy, "dy");
+    detail::require_same_shape("rms_norm_back", x, dy);
+    check_weight("rms_norm_back", x, weight);
+    // Sources: x, dy, weight (nullable last, so the slots of present tensors are fixed).
+    Tensor * t = detail::new_node(ctx, Op::RMS_NORM_BACK, DType::F32, x->ne, {x, dy, weight});
+    t->set_param_f32(0, eps);
+    return t;
+}
+
+namespace rules {
+
+void backward_norm(Backward & b, Tensor * node) {
+    Context & ctx = b.ctx;
+    Tensor * x = node->src[0];
+    Tensor * w = node->src[1];
+    Tensor * dy = b.grad(node);
+    const float eps = node->param_f32(0);
+    if (b.needs(x)) b.add(x, rms_norm_back(ctx, x, w, dy, eps));
+    // dw = sum over rows of dy * (x normalized without the weight).
+    if (w && b.needs(w)) b.add(w, sum_to(ctx, mul(ctx, dy, rms_norm(ctx, x, nullptr, eps)), w));
+}
+
+} // namespace rules
+
+} // namespace rp

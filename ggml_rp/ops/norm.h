@@ -1,0 +1,14 @@
+// RMSNorm over ne[0]: y = x / sqrt(mean(x^2) + eps) [* w], w (optional) f32 of shape [ne0] broadcast over rows.
+#pragma once
+
+#include "ggml_rp/core/context.h"
+
+namespace rp {
+
+Tensor * rms_norm(Context & ctx, Tensor * x, Tensor * weight, float eps);
+
+// Gradient w.r.t. x. With r = 1/sqrt(mean(x^2) + eps) and g = dy * w (or dy without weight):
+//   dx = r * g - r^3 * x * mean(g * x)
+Tensor * rms_norm_back(Context & ctx, Tensor * x, Tensor * weight, Tensor * dy, float eps);
+
+} // namespace rp

@@ -1,0 +1,60 @@
+#include "ggml_rp/ops/rope.h"
+
+#include "ggml_rp/ops/backward_rules.h"
+#include "ggml_rp/ops/op_util.h"
+
+namespace rp {
+
+namespace {
+
+Tensor * rope_impl(Context & ctx, Op op, const char * name, Tensor * x, Tensor * pos, const RopeParams & p) {
+    detail::require_f32(name, x, "x");
+    detail::require(pos && pos->type == DType::I32 && pos->nelements() == pos->ne[0], name,
+                    "positions " + describe(pos) + " must be a 1-D i32 tensor");
+    detail::require(pos->ne[0] == x->ne[2] || pos->ne[0] == x->ne[2] * x->ne[3], name,
+                    "positions " + describe(pos) + " must have n_tokens or n_tokens*n_seqs elements for x " + describe(x));
+    detail::require(p.n_rot > 0 && p.n_rot % 2 == 0 && p.n_rot <= x->ne[0], name,
+                    "n_rot " + std::to_string(p.n_rot) + " must be even, > 0 and <= head_dim of " + describe(x));
+    detail::require(p.mode == RopeMode::Normal || p.mode == RopeMode::Neox, name, "mode must be normal (0) or neox (2)");
+    detail::require(p.freq_base > 0.0f && p.freq_scale > 0.0f, name, "freq_base and freq_scale must be > 0");
+    Tensor * t = detail::new_node(ctx, op, DType::F32, x->ne, {x, pos});
+    t->set_param_i32(0, p.n_rot);
+    t->set_param_i32(1, static_cast<int32_t>(p.mode));
+    t->set_param_f32(2, p.freq_base);
+    t->set_param_f32(3, p.freq_scale);
+    return t;
+}
+
+RopeParams params_of(const Tensor * t) {
+    RopeParams p;
+    p.n_rot = t->param_i32(0);
+    p.mode = static_cast<RopeMode>(t->param_i32(1));
+    p.freq_base = t->param_f32(2);
+    p.freq_scale = t->param_f32(3);
+    return p;
+}
+
+} // namespace
+
+Tensor * rope(Context & ctx, Tensor * x, Tensor * pos, const RopeParams & p) {
+    return rope_impl(ctx, Op::ROPE, "rope", x, pos, p);
+}
+
+Tensor * rope_back(Context & ctx, Tensor * dy, Tensor * pos, const RopeParams & p) {
+    return rope_impl(ctx, Op::ROPE_BACK, "rope_back", dy, pos, p);
+}
+
+namespace rules {
+
+void backward_rope(Backward & b, Tensor * node) {
+    Tensor * x = node->src[0];
+    if (!b.needs(x)) return;
+    const RopeParams p = params_of(node);
+    Tensor * dy = b.grad(node);
+    // A rotation's transpose is the rotation by -theta (and vice versa). Positions get no gradient.
+    b.add(x, node->op == Op::ROPE ? rope_back(b.ctx, dy, node->src[1], p) : rope(b.ctx, dy, node->src[1], p));
+}
+
+} // namespace rules
+
+} // namespace rp

@@ -1,0 +1,28 @@
+// Rotary position embedding with explicit i32 position ids (llama.cpp's semantics, formats.md §3.5).
+//
+// x: f32 [head_dim, n_heads, n_tokens, n_seqs]; pos: i32 with n_tokens elements (shared by all sequences) or
+// n_tokens * n_seqs (token t of sequence s reads pos[t + s * n_tokens]). For pair i < n_rot / 2:
+//   theta = pos * freq_base^(-2i / n_rot) * freq_scale
+//   (x0, x1) -> (x0 cos - x1 sin, x0 sin + x1 cos)
+// where the pair is (x[2i], x[2i+1]) in NORMAL mode (llama) and (x[i], x[i + n_rot/2]) in NEOX mode (qwen).
+// Elements from n_rot on pass through. The angle formula is in rope_math.h (shared with CUDA).
+#pragma once
+
+#include "ggml_rp/core/context.h"
+
+namespace rp {
+
+enum class RopeMode : int32_t { Normal = 0, Neox = 2 };
+
+struct RopeParams {
+    int32_t n_rot = 0;          // rotated dimensions (even, <= head_dim)
+    RopeMode mode = RopeMode::Normal;
+    float freq_base = 10000.0f;
+    float freq_scale = 1.0f;    // linear position interpolation (1 = none)
+};
+
+Tensor * rope(Context & ctx, Tensor * x, Tensor * pos, const RopeParams & p);
+// The transpose rotation (by -theta): the gradient of rope.
+Tensor * rope_back(Context & ctx, Tensor * dy, Tensor * pos, const RopeParams & p);
+
+} // namespace rp

@@ -1,0 +1,12 @@
+// Softmax over ne[0] (each row sums to 1), f32, any strides.
+#pragma once
+
+#include "ggml_rp/core/context.h"
+
+namespace rp {
+
+Tensor * softmax(Context & ctx, Tensor * x);
+// dx = y * (dy - sum(dy * y)) per row, from the forward output y.
+Tensor * softmax_back(Context & ctx, Tensor * y, Tensor * dy);
+
+} // namespace rp

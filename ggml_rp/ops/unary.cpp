@@ -1,0 +1,70 @@
+#include "ggml_rp/ops/unary.h"
+
+#include "ggml_rp/ops/backward_rules.h"
+#include "ggml_rp/ops/op_util.h"
+
+namespace rp {
+
+Tensor * scale(Context & ctx, Tensor * x, float s) {
+    detail::require_f32("scale", x, "x");
+    Tensor * t = detail::new_node(ctx, Op::SCALE, DType::F32, x->ne, {x});
+    t->set_param_f32(0, s);
+    return t;
+}
+
+Tensor * silu(Context & ctx, Tensor * x) {
+    detail::require_f32("silu", x, "x");
+    return detail::new_node(ctx, Op::SILU, DType::F32, x->ne, {x});
+}
+
+Tensor * silu_back(Context & ctx, Tensor * x, Tensor * dy) {
+    detail::require_f32("silu_back", x, "x");
+    detail::require_f32("silu_back", dy, "dy");
+    detail::require_same_shape("silu_back", x, dy);
+    return detail::new_node(ctx, Op::SILU_BACK, DType::F32, x->ne, {x, dy});
+}
+
+Tensor * swiglu(Context & ctx, Tensor * gate, Tensor * up) {
+    detail::require_f32("swiglu", gate, "gate");
+    detail::require_f32("swiglu", up, "up");
+    detail::require_same_shape("swiglu", gate, up);
+    return detail::new_node(ctx, Op::SWIGLU, DType::F32, gate->ne, {gate, up});
+}
+
+Tensor * swiglu_back(Context & ctx, Tensor * gate, Tensor * up, Tensor * dy, int which) {
+    detail::require_f32("swiglu_back", dy, "dy");
+    detail::require_same_shape("swiglu_back", gate, up);
+    detail::require_same_shape("swiglu_back", gate, dy);
+    detail::require(which == 0 || which == 1, "swiglu_back", "which must be 0 (gate) or 1 (up)");
+    Tensor * t = detail::new_node(ctx, Op::SWIGLU_BACK, DType::F32, gate->ne, {gate, up, dy});
+    t->set_param_i32(0, which);
+    return t;
+}
+
+namespace rules {
+
+void backward_unary(Backward & b, Tensor * node) {
+    Context & ctx = b.ctx;
+    Tensor * dy = b.grad(node);
+    Tensor * x = node->src[0];
+    switch (node->op) {
+    case Op::SCALE:
+        if (b.needs(x)) b.add(x, scale(ctx, dy, node->param_f32(0)));
+        return;
+    case Op::SILU:
+        if (b.needs(x)) b.add(x, silu_back(ctx, x, dy));
+        return;
+    case Op::SWIGLU: {
+        Tensor * up = node->src[1];
+        if (b.needs(x)) b.add(x, swiglu_back(ctx, x, up, dy, 0));
+        if (b.needs(up)) b.add(up, swiglu_back(ctx, x, up, dy, 1));
+        return;
+    }
+    default:
+        detail::op_error("unary backward", std::string("unexpected op ") + op_name(node->op));
+    }
+}
+
+} // namespace rules
+
+} // namespace rp

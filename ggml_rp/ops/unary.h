@@ -1,0 +1,19 @@
+// Element-wise unary ops on f32 tensors (any strides; results contiguous).
+//   silu(x) = x * sigmoid(x)            silu'(x) = sigmoid(x) * (1 + x * (1 - sigmoid(x)))
+//   swiglu(g, u) = silu(g) * u          (the gated FFN of Llama/Qwen; g and u have the same shape)
+// The formulas are in unary_math.h, shared with the CUDA kernels.
+#pragma once
+
+#include "ggml_rp/core/context.h"
+
+namespace rp {
+
+Tensor * scale(Context & ctx, Tensor * x, float s);
+Tensor * silu(Context & ctx, Tensor * x);
+// dx = dy * silu'(x)
+Tensor * silu_back(Context & ctx, Tensor * x, Tensor * dy);
+Tensor * swiglu(Context & ctx, Tensor * gate, Tensor * up);
+// which = 0: d gate = dy * up * silu'(gate); which = 1: d up = dy * silu(gate).
+Tensor * swiglu_back(Context & ctx, Tensor * gate, Tensor * up, Tensor * dy, int which);
+
+} // namespace rp

@@ -1,0 +1,119 @@
+// The graph allocator: peak equals the hand-computed live-set maximum, views live in their sources, outputs
+// are never reused, freed blocks are reused best fit.
+#include "ggml_rp/core/ggml_rp.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+using rp::Context;
+using rp::DType;
+using rp::Tensor;
+
+namespace {
+
+struct Small {
+    Context ctx;
+    Tensor *x, *a, *b, *c, *d, *f, *e;
+    rp::Graph g;
+
+    // x [64] leaf (256 B)
+    // a = scale(x)          256 B
+    // b = silu(a)           256 B
+    // c = add(a, b)         256 B    a, b die after c
+    // d = repeat(c, [64,2]) 512 B    c dies after d (unless it is an output)
+    // f = reshape(d, 128)   view of d
+    // e = sum(f)            4 B -> 64 B block; d dies after e
+    explicit Small(bool c_is_output) {
+        x = ctx.new_tensor(DType::F32, 64);
+        ctx.alloc_data(x);
+        a = rp::scale(ctx, x, 0.5f);
+        b = rp::silu(ctx, a);
+        c = rp::add(ctx, a, b);
+        if (c_is_output) c->flags |= rp::kFlagOutput;
+        Tensor * like = ctx.new_tensor(DType::F32, 64, 2);
+        d = rp::repeat(ctx, c, like);
+        f = rp::reshape(ctx, d, 128);
+        e = rp::sum(ctx, f);
+        e->flags |= rp::kFlagOutput;
+        rp::build_forward(g, e);
+    }
+};
+
+} // namespace
+
+TEST(CoreAlloc, PeakEqualsHandComputedLiveSet) {
+    Small s(false);
+    // Live sets (bytes) just after each node's block is taken:
+    //   a: 256   b: 512   c: 768 (a, b, c)   then a, b freed -> 256
+    //   d: 256 + 512 = 768, then c freed -> 512   e: 512 + 64 = 576
+    // max = 768, and best fit puts d into the 512-byte hole left by a and b, so the buffer is exactly that.
+    const rp::AllocPlan plan = rp::plan_graph(s.g, 64);
+    EXPECT_EQ(plan.size, 768u);
+    rp::CpuBackend be;
+    EXPECT_EQ(be.allocate(s.g), 768u);
+    EXPECT_EQ(s.d->data, s.a->data);              // reused a's block (best fit, lowest offset)
+    EXPECT_EQ(s.f->data, s.d->data);              // a view lives in its source
+    EXPECT_EQ(static_cast<char *>(s.e->data), static_cast<char *>(s.a->data) + 512);  // c's block, freed at the top
+    std::vector<float> xv(64);
+    for (int i = 0; i < 64; ++i) xv[static_cast<size_t>(i)] = 0.01f * static_cast<float>(i - 32);
+    rp::tensor_set_f32(s.x, xv);
+    be.compute(s.g, 2);
+    double want = 0.0;
+    for (float v : xv) {
+        const double a = 0.5 * v;
+        want += 2.0 * (a + a / (1.0 + std::exp(-a)));
+    }
+    EXPECT_NEAR(rp::tensor_get_f32(s.e)[0], want, 1e-5);
+}
+
+TEST(CoreAlloc, OutputsAreNeverReused) {
+    Small s(true);
+    // c stays live: at e the live set is c (256) + d (512) + e (64) = 832.
+    const rp::AllocPlan plan = rp::plan_graph(s.g, 64);
+    EXPECT_EQ(plan.size, 832u);
+    rp::CpuBackend be;
+    be.allocate(s.g);
+    for (Tensor * t : {s.a, s.b, s.d, s.e}) EXPECT_NE(t->data, s.c->data);
+}
+
+TEST(CoreAlloc, LeafsAndViewsOfLeafsTakeNoBufferSpace) {
+    Context ctx;
+    Tensor * x = ctx.new_tensor(DType::F32, 16, 4);
+    ctx.alloc_data(x);
+    Tensor * t = rp::transpose(ctx, x);
+    Tensor * y = rp::cont(ctx, t);
+    y->flags |= rp::kFlagOutput;
+    rp::Graph g;
+    rp::build_forward(g, y);
+    rp::CpuBackend be;
+    EXPECT_EQ(be.allocate(g), 256u);
+    EXPECT_EQ(t->data, x->data);
+}
+
+TEST(CoreAlloc, AlignmentAndSmallBlocks) {
+    Context ctx;
+    Tensor * x = ctx.new_tensor(DType::F32, 3);
+    ctx.alloc_data(x);
+    Tensor * y = rp::silu(ctx, x);  // 12 bytes -> one 256-byte block at alignment 256
+    y->flags |= rp::kFlagOutput;
+    rp::Graph g;
+    rp::build_forward(g, y);
+    EXPECT_EQ(rp::plan_graph(g, 256).size, 256u);
+    EXPECT_EQ(rp::plan_graph(g, 64).size, 64u);
+    EXPECT_THROW(rp::plan_graph(g, 48), rp::Error);
+}
+
+TEST(CoreAlloc, ComputeWithoutAllocateIsAnError) {
+    Context ctx;
+    Tensor * x = ctx.new_tensor(DType::F32, 3);
+    Tensor * y = rp::silu(ctx, x);
+    rp::Graph g;
+    rp::build_forward(g, y);
+    rp::CpuBackend be;
+    EXPECT_THROW(be.compute(g, 1), rp::Error);  // leaf x has no data
+    ctx.alloc_data(x);
+    EXPECT_THROW(be.compute(g, 1), rp::Error);  // y has no memory
+    be.allocate(g);
+    EXPECT_NO_THROW(be.compute(g, 1));
+}

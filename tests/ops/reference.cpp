@@ -1,0 +1,208 @@
+#include "reference.h"
+
+#include <cmath>
+
+namespace ref {
+
+DT permute(const DT & x, int a0, int a1, int a2, int a3) {
+    const int a[4] = {a0, a1, a2, a3};
+    std::array<int64_t, 4> ne{};
+    for (int i = 0; i < 4; ++i) ne[static_cast<size_t>(a[i])] = x.ne[static_cast<size_t>(i)];
+    DT y(ne);
+    for (int64_t i3 = 0; i3 < x.ne[3]; ++i3)
+    for (int64_t i2 = 0; i2 < x.ne[2]; ++i2)
+    for (int64_t i1 = 0; i1 < x.ne[1]; ++i1)
+    for (int64_t i0 = 0; i0 < x.ne[0]; ++i0) {
+        const int64_t s[4] = {i0, i1, i2, i3};
+        int64_t d[4];
+        for (int i = 0; i < 4; ++i) d[a[i]] = s[i];
+        y(d[0], d[1], d[2], d[3]) = x(i0, i1, i2, i3);
+    }
+    return y;
+}
+
+namespace {
+
+template <typename F>
+DT broadcast(const DT & a, const DT & b, F f) {
+    DT y(a.ne);
+    for (int64_t i3 = 0; i3 < a.ne[3]; ++i3)
+    for (int64_t i2 = 0; i2 < a.ne[2]; ++i2)
+    for (int64_t i1 = 0; i1 < a.ne[1]; ++i1)
+    for (int64_t i0 = 0; i0 < a.ne[0]; ++i0)
+        y(i0, i1, i2, i3) = f(a(i0, i1, i2, i3), b(i0 % b.ne[0], i1 % b.ne[1], i2 % b.ne[2], i3 % b.ne[3]));
+    return y;
+}
+
+template <typename F>
+DT map(const DT & x, F f) {
+    DT y(x.ne);
+    for (size_t i = 0; i < x.v.size(); ++i) y.v[i] = f(x.v[i]);
+    return y;
+}
+
+double sig(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+} // namespace
+
+DT add(const DT & a, const DT & b) { return broadcast(a, b, [](double x, double y) { return x + y; }); }
+DT mul(const DT & a, const DT & b) { return broadcast(a, b, [](double x, double y) { return x * y; }); }
+DT scale(const DT & x, double s) { return map(x, [s](double v) { return v * s; }); }
+DT silu(const DT & x) { return map(x, [](double v) { return v * sig(v); }); }
+
+DT swiglu(const DT & g, const DT & u) {
+    DT y(g.ne);
+    for (size_t i = 0; i < g.v.size(); ++i) y.v[i] = g.v[i] * sig(g.v[i]) * u.v[i];
+    return y;
+}
+
+DT softmax(const DT & x) {
+    DT y(x.ne);
+    const int64_t n0 = x.ne[0], rows = x.size() / n0;
+    for (int64_t r = 0; r < rows; ++r) {
+        double mx = -INFINITY, s = 0.0;
+        for (int64_t i = 0; i < n0; ++i) mx = std::fmax(mx, x.v[static_cast<size_t>(r * n0 + i)]);
+        for (int64_t i = 0; i < n0; ++i) s += std::exp(x.v[static_cast<size_t>(r * n0 + i)] - mx);
+        for (int64_t i = 0; i < n0; ++i)
+            y.v[static_cast<size_t>(r * n0 + i)] = std::exp(x.v[static_cast<size_t>(r * n0 + i)] - mx) / s;
+    }
+    return y;
+}
+
+DT sum(const DT & x) {
+    DT y({1, 1, 1, 1});
+    for (double v : x.v) y.v[0] += v;
+    return y;
+}
+
+DT mean(const DT & x) {
+    DT y = sum(x);
+    y.v[0] /= static_cast<double>(x.size());
+    return y;
+}
+
+DT repeat(const DT & x, std::array<int64_t, 4> ne) {
+    DT y(ne);
+    for (int64_t i3 = 0; i3 < ne[3]; ++i3)
+    for (int64_t i2 = 0; i2 < ne[2]; ++i2)
+    for (int64_t i1 = 0; i1 < ne[1]; ++i1)
+    for (int64_t i0 = 0; i0 < ne[0]; ++i0)
+        y(i0, i1, i2, i3) = x(i0 % x.ne[0], i1 % x.ne[1], i2 % x.ne[2], i3 % x.ne[3]);
+    return y;
+}
+
+DT sum_to(const DT & x, std::array<int64_t, 4> ne) {
+    DT y(ne);
+    for (int64_t i3 = 0; i3 < x.ne[3]; ++i3)
+    for (int64_t i2 = 0; i2 < x.ne[2]; ++i2)
+    for (int64_t i1 = 0; i1 < x.ne[1]; ++i1)
+    for (int64_t i0 = 0; i0 < x.ne[0]; ++i0)
+        y(i0 % ne[0], i1 % ne[1], i2 % ne[2], i3 % ne[3]) += x(i0, i1, i2, i3);
+    return y;
+}
+
+DT rms_norm(const DT & x, const DT * w, double eps) {
+    DT y(x.ne);
+    const int64_t n0 = x.ne[0], rows = x.size() / n0;
+    for (int64_t r = 0; r < rows; ++r) {
+        double ss = 0.0;
+        for (int64_t i = 0; i < n0; ++i) ss += x.v[static_cast<size_t>(r * n0 + i)] * x.v[static_cast<size_t>(r * n0 + i)];
+        const double inv = 1.0 / std::sqrt(ss / static_cast<double>(n0) + eps);
+        for (int64_t i = 0; i < n0; ++i)
+            y.v[static_cast<size_t>(r * n0 + i)] = x.v[static_cast<size_t>(r * n0 + i)] * inv * (w ? w->v[static_cast<size_t>(i)] : 1.0);
+    }
+    return y;
+}
+
+DT rope(const DT & x, const std::vector<int32_t> & pos, int n_rot, int mode, double base, double fscale) {
+    DT y = x;
+    for (int64_t i3 = 0; i3 < x.ne[3]; ++i3)
+    for (int64_t i2 = 0; i2 < x.ne[2]; ++i2) {
+        const int64_t pi = static_cast<int64_t>(pos.size()) == x.ne[2] ? i2 : i2 + i3 * x.ne[2];
+        const double p = pos[static_cast<size_t>(pi)];
+        for (int64_t i1 = 0; i1 < x.ne[1]; ++i1)
+            for (int i = 0; i < n_rot / 2; ++i) {
+                const double theta = p * std::pow(base, -2.0 * i / n_rot) * fscale;
+                const int64_t a = mode == 2 ? i : 2 * i;
+                const int64_t b = mode == 2 ? i + n_rot / 2 : 2 * i + 1;
+                const double x0 = x(a, i1, i2, i3), x1 = x(b, i1, i2, i3);
+                y(a, i1, i2, i3) = x0 * std::cos(theta) - x1 * std::sin(theta);
+                y(b, i1, i2, i3) = x0 * std::sin(theta) + x1 * std::cos(theta);
+            }
+    }
+    return y;
+}
+
+DT get_rows(const DT & table, const std::vector<int32_t> & ids, int64_t T, int64_t B) {
+    DT y({table.ne[0], T, B, 1});
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < T; ++t)
+            for (int64_t c = 0; c < table.ne[0]; ++c) y(c, t, b) = table(c, ids[static_cast<size_t>(t + b * T)]);
+    return y;
+}
+
+DT mul_mat(const DT & W, const DT & X) {
+    const int64_t K = W.ne[0], N = W.ne[1];
+    DT y({N, X.ne[1], X.ne[2], X.ne[3]});
+    const int64_t r2 = X.ne[2] / W.ne[2], r3 = X.ne[3] / W.ne[3];
+    for (int64_t i3 = 0; i3 < X.ne[3]; ++i3)
+    for (int64_t i2 = 0; i2 < X.ne[2]; ++i2)
+    for (int64_t t = 0; t < X.ne[1]; ++t)
+    for (int64_t n = 0; n < N; ++n) {
+        double s = 0.0;
+        for (int64_t k = 0; k < K; ++k) s += W(k, n, i2 / r2, i3 / r3) * X(k, t, i2, i3);
+        y(n, t, i2, i3) = s;
+    }
+    return y;
+}
+
+DT attention(const DT & q, const DT & k, const DT & v, double scale) {
+    const int64_t D = q.ne[0], Hq = q.ne[1], Tq = q.ne[2], B = q.ne[3], Hkv = k.ne[1], Tk = k.ne[2];
+    DT o(q.ne);
+    std::vector<double> p(static_cast<size_t>(Tk));
+    for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < Hq; ++h)
+    for (int64_t t = 0; t < Tq; ++t) {
+        const int64_t hk = h / (Hq / Hkv);
+        const int64_t last = t + (Tk - Tq);
+        double mx = -INFINITY;
+        for (int64_t j = 0; j <= last; ++j) {
+            double s = 0.0;
+            for (int64_t d = 0; d < D; ++d) s += q(d, h, t, b) * k(d, hk, j, b);
+            p[static_cast<size_t>(j)] = s * scale;
+            mx = std::fmax(mx, p[static_cast<size_t>(j)]);
+        }
+        double z = 0.0;
+        for (int64_t j = 0; j <= last; ++j) { p[static_cast<size_t>(j)] = std::exp(p[static_cast<size_t>(j)] - mx); z += p[static_cast<size_t>(j)]; }
+        for (int64_t d = 0; d < D; ++d) {
+            double s = 0.0;
+            for (int64_t j = 0; j <= last; ++j) s += p[static_cast<size_t>(j)] * v(d, hk, j, b);
+            o(d, h, t, b) = s / z;
+        }
+    }
+    return o;
+}
+
+DT lm_head_ce(const DT & h, const DT & W, const std::vector<int32_t> & labels, double loss_scale) {
+    const int64_t C = h.ne[0], T = h.ne[1], V = W.ne[1];
+    DT y({1, 1, 1, 1});
+    std::vector<double> logit(static_cast<size_t>(V));
+    for (int64_t t = 0; t < T; ++t) {
+        const int32_t lab = labels[static_cast<size_t>(t)];
+        if (lab < 0) continue;
+        double mx = -INFINITY;
+        for (int64_t n = 0; n < V; ++n) {
+            double s = 0.0;
+            for (int64_t c = 0; c < C; ++c) s += W(c, n) * h(c, t);
+            logit[static_cast<size_t>(n)] = s;
+            mx = std::fmax(mx, s);
+        }
+        double z = 0.0;
+        for (double l : logit) z += std::exp(l - mx);
+        const double log_softmax = logit[static_cast<size_t>(lab)] - mx - std::log(z);
+        y.v[0] += loss_scale * -log_softmax;
+    }
+    return y;
+}
+
+} // namespace ref

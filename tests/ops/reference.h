@@ -1,0 +1,50 @@
+// Naive double-precision reference forwards of every op, written from the formulas (independent of the
+// kernels): loops over elements in the plainest order, everything in double.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace ref {
+
+// A dense double tensor in ggml order (i0 fastest).
+struct DT {
+    std::array<int64_t, 4> ne{1, 1, 1, 1};
+    std::vector<double> v;
+
+    DT() = default;
+    explicit DT(std::array<int64_t, 4> n) : ne(n), v(static_cast<size_t>(n[0] * n[1] * n[2] * n[3]), 0.0) {}
+    DT(std::array<int64_t, 4> n, std::vector<double> vals) : ne(n), v(std::move(vals)) {}
+    int64_t size() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
+    size_t idx(int64_t i0, int64_t i1, int64_t i2, int64_t i3) const {
+        return static_cast<size_t>(i0 + ne[0] * (i1 + ne[1] * (i2 + ne[2] * i3)));
+    }
+    double & operator()(int64_t i0, int64_t i1 = 0, int64_t i2 = 0, int64_t i3 = 0) { return v[idx(i0, i1, i2, i3)]; }
+    double operator()(int64_t i0, int64_t i1 = 0, int64_t i2 = 0, int64_t i3 = 0) const { return v[idx(i0, i1, i2, i3)]; }
+};
+
+// Axis i of x becomes axis a[i] of the result (ggml's permute convention).
+DT permute(const DT & x, int a0, int a1, int a2, int a3);
+
+DT add(const DT & a, const DT & b);  // b broadcast over a
+DT mul(const DT & a, const DT & b);
+DT scale(const DT & x, double s);
+DT silu(const DT & x);
+DT swiglu(const DT & g, const DT & u);
+DT softmax(const DT & x);  // rows over ne[0]
+DT sum(const DT & x);
+DT mean(const DT & x);
+DT repeat(const DT & x, std::array<int64_t, 4> ne);
+DT sum_to(const DT & x, std::array<int64_t, 4> ne);
+DT rms_norm(const DT & x, const DT * w, double eps);
+// mode 0 normal (pairs 2i, 2i+1), 2 neox (pairs i, i + n_rot/2)
+DT rope(const DT & x, const std::vector<int32_t> & pos, int n_rot, int mode, double base, double fscale);
+DT get_rows(const DT & table, const std::vector<int32_t> & ids, int64_t T, int64_t B);
+DT mul_mat(const DT & W, const DT & X);
+DT attention(const DT & q, const DT & k, const DT & v, double scale);
+// Fused LM head + CE: sum_t loss_scale * (logsumexp(logits_t) - logits_t[label]) over labels != -1.
+DT lm_head_ce(const DT & h, const DT & W, const std::vector<int32_t> & labels, double loss_scale);
+
+} // namespace ref

@@ -1,0 +1,104 @@
+// rms_norm and rope: forward vs the double reference, backward vs finite differences, determinism.
+#include "harness.h"
+
+#include <gtest/gtest.h>
+
+using namespace optest;
+using rp::Context;
+using rp::Tensor;
+using TV = std::vector<Tensor *>;
+using R = RefInputs;
+
+TEST(OpNorm, RmsNormWithWeight) {
+    check_op({"rms_norm [17,3] w", {{"x", {17, 3, 1, 1}}, {"w", {17, 1, 1, 1}}},
+              [](Context & c, const TV & in) { return rp::rms_norm(c, in[0], in[1], 1e-5f); },
+              [](const R & v) { return ref::rms_norm(v[0], &v[1], static_cast<double>(1e-5f)); }});
+    check_op({"rms_norm [127,2,2] w", {{"x", {127, 2, 2, 1}}, {"w", {127, 1, 1, 1}}},
+              [](Context & c, const TV & in) { return rp::rms_norm(c, in[0], in[1], 1e-6f); },
+              [](const R & v) { return ref::rms_norm(v[0], &v[1], static_cast<double>(1e-6f)); }});
+}
+
+TEST(OpNorm, RmsNormNoWeight) {
+    check_op({"rms_norm [3,5]", {{"x", {3, 5, 1, 1}}},
+              [](Context & c, const TV & in) { return rp::rms_norm(c, in[0], nullptr, 1e-5f); },
+              [](const R & v) { return ref::rms_norm(v[0], nullptr, static_cast<double>(1e-5f)); }});
+    // One element per row: y = x / sqrt(x^2 + eps); a large eps keeps the derivative well conditioned.
+    check_op({"rms_norm [1,4] eps 0.5", {{"x", {1, 4, 1, 1}}},
+              [](Context & c, const TV & in) { return rp::rms_norm(c, in[0], nullptr, 0.5f); },
+              [](const R & v) { return ref::rms_norm(v[0], nullptr, 0.5); }});
+}
+
+TEST(OpNorm, RmsNormTransposedInput) {
+    check_op({"rms_norm transposed [4,17]^T w", {{"x_t", {4, 17, 1, 1}}, {"w", {17, 1, 1, 1}}},
+              [](Context & c, const TV & in) { return rp::rms_norm(c, rp::transpose(c, in[0]), in[1], 1e-5f); },
+              [](const R & v) { return ref::rms_norm(ref::permute(v[0], 1, 0, 2, 3), &v[1], static_cast<double>(1e-5f)); }});
+}
+
+namespace {
+
+Input positions(std::vector<int32_t> p) {
+    Input in{"pos", {static_cast<int64_t>(p.size()), 1, 1, 1}, rp::DType::I32, false};
+    in.ints = std::move(p);
+    return in;
+}
+
+Case rope_case(std::string name, std::array<int64_t, 4> ne, std::vector<int32_t> pos, int n_rot, rp::RopeMode mode,
+               float base, float fscale) {
+    rp::RopeParams p;
+    p.n_rot = n_rot;
+    p.mode = mode;
+    p.freq_base = base;
+    p.freq_scale = fscale;
+    return {name, {{"x", ne}, positions(pos)},
+            [p](Context & c, const TV & in) { return rp::rope(c, in[0], in[1], p); },
+            [p](const R & v) {
+                return ref::rope(v[0], ints_from(v[1]), p.n_rot, static_cast<int>(p.mode), p.freq_base, p.freq_scale);
+            }};
+}
+
+} // namespace
+
+TEST(OpRope, Normal) {
+    check_op(rope_case("rope normal [8,3,5]", {8, 3, 5, 1}, {0, 1, 7, 42, 100}, 8, rp::RopeMode::Normal, 10000.0f, 1.0f));
+}
+
+TEST(OpRope, NeoxPartialScaled) {
+    check_op(rope_case("rope neox n_rot 6 of 10, scale 0.5", {10, 2, 4, 1}, {3, 0, 17, 9}, 6, rp::RopeMode::Neox,
+                       1000000.0f, 0.5f));
+}
+
+TEST(OpRope, PerSequencePositions) {
+    check_op(rope_case("rope neox [4,2,3,2] pos per seq", {4, 2, 3, 2}, {0, 1, 2, 5, 6, 7}, 4, rp::RopeMode::Neox,
+                       10000.0f, 1.0f));
+    check_op(rope_case("rope normal [4,1,3,2] shared pos", {4, 1, 3, 2}, {2, 3, 4}, 2, rp::RopeMode::Normal, 10000.0f, 1.0f));
+}
+
+TEST(OpRope, LargePositionsForward) {
+    // The angle is computed in double: still exact to float precision at position 100000.
+    check_op(rope_case("rope normal large pos", {16, 1, 3, 1}, {4096, 65535, 100000}, 16, rp::RopeMode::Normal,
+                       10000.0f, 1.0f));
+}
+
+TEST(OpRope, PermutedInput) {
+    rp::RopeParams p;
+    p.n_rot = 8;
+    p.mode = rp::RopeMode::Neox;
+    // x leaf [D=8, T=5, H=3] permuted to [D, H, T].
+    check_op({"rope neox permuted input", {{"x", {8, 5, 3, 1}}, positions({4, 3, 2, 1, 0})},
+              [p](Context & c, const TV & in) { return rp::rope(c, rp::permute(c, in[0], 0, 2, 1, 3), in[1], p); },
+              [p](const R & v) { return ref::rope(ref::permute(v[0], 0, 2, 1, 3), ints_from(v[1]), 8, 2, 10000.0, 1.0); }});
+}
+
+TEST(OpRope, Errors) {
+    Context ctx;
+    Tensor * x = ctx.new_tensor(rp::DType::F32, 8, 2, 5);
+    Tensor * pos = ctx.new_tensor(rp::DType::I32, 4);
+    rp::RopeParams p;
+    p.n_rot = 8;
+    EXPECT_THROW(rp::rope(ctx, x, pos, p), rp::Error);  // 4 positions for 5 tokens
+    Tensor * pos5 = ctx.new_tensor(rp::DType::I32, 5);
+    p.n_rot = 7;
+    EXPECT_THROW(rp::rope(ctx, x, pos5, p), rp::Error);  // odd n_rot
+    p.n_rot = 10;
+    EXPECT_THROW(rp::rope(ctx, x, pos5, p), rp::Error);  // n_rot > head_dim
+}
