@@ -8,7 +8,7 @@ namespace rp {
 namespace {
 
 const ArchTraits kArchs[] = {
-    {Arch::Llama, "llama", RopeMode::Norm, false, false, 1e-5f},
+    {Arch::Llama, "llama", RopeMode::Normal, false, false, 1e-5f},
     {Arch::Qwen2, "qwen2", RopeMode::Neox, true, false, 1e-6f},
     {Arch::Qwen3, "qwen3", RopeMode::Neox, false, true, 1e-6f},
 };
@@ -42,6 +42,15 @@ const ArchTraits * find_arch(const std::string & name) {
     for (const ArchTraits & a : kArchs)
         if (name == a.name) return &a;
     return nullptr;
+}
+
+RopeParams HParams::rope() const {
+    RopeParams p;
+    p.n_rot = static_cast<int32_t>(n_rot);
+    p.mode = arch->rope_mode;
+    p.freq_base = rope_freq_base;
+    p.freq_scale = rope_freq_scale;
+    return p;
 }
 
 std::string arch_key(const HParams & hp, const char * suffix) {

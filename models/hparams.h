@@ -2,6 +2,7 @@
 // (formats.md §3.1). One place states how llama, qwen2 and qwen3 differ.
 #pragma once
 
+#include "ggml_rp/ops/rope.h"
 #include "gguf/gguf.h"
 
 #include <cstdint>
@@ -11,13 +12,11 @@ namespace rp {
 
 enum class Arch { Llama, Qwen2, Qwen3 };
 
-enum class RopeMode : int { Norm = 0, Neox = 2 };   // llama.cpp's ids: adjacent pairs vs half split
-
 // What distinguishes one architecture's decoder layer from another's.
 struct ArchTraits {
     Arch arch;
     const char * name;        // general.architecture value
-    RopeMode rope_mode;
+    RopeMode rope_mode;       // ggml_rp/ops/rope.h: Normal (adjacent pairs, llama) or Neox (half split, qwen)
     bool qkv_bias;            // qwen2: q/k/v projections carry biases (required)
     bool qk_norm;             // qwen3: per-head RMSNorm of q and k before RoPE
     float default_rms_eps;    // used only if the key is absent (it is required by llama.cpp)
@@ -45,6 +44,8 @@ struct HParams {
     uint32_t n_q() const { return n_head * head_dim; }
     uint32_t n_kv() const { return n_head_kv * head_dim; }
     uint32_t n_gqa() const { return n_head / n_head_kv; }
+    // The rope op's parameters for this model (mode from the architecture).
+    RopeParams rope() const;
 };
 
 // Reads and validates the hyper-parameters of a model file. Throws rp::Error naming the file and key for a

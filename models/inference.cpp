@@ -1,0 +1,132 @@
+#include "models/inference.h"
+
+#include "ggml_rp/core/graph.h"
+#include "ggml_rp/ops/ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace rp {
+
+InferenceSession::InferenceSession(const Model & model, int64_t n_ctx, int n_threads, const LoraSet * lora)
+    : model_(model), lora_(lora ? *lora : LoraSet()), have_lora_(lora && !lora->empty()), n_threads_(n_threads) {
+    const HParams & hp = model.hparams();
+    if (n_ctx < 0) throw Error("context size must be >= 0 (got " + std::to_string(n_ctx) + ")");
+    if (n_ctx == 0) n_ctx = std::min<int64_t>(hp.n_ctx_train, 4096);
+    if (n_ctx > hp.n_ctx_train)
+        throw Error("context " + std::to_string(n_ctx) + " is longer than the model's " + std::to_string(hp.n_ctx_train) +
+                    " (" + arch_key(hp, "context_length") + " of " + model.path() + ")");
+    n_ctx_ = n_ctx;
+    for (uint32_t il = 0; il < hp.n_layer; ++il) {
+        for (auto * list : {&k_cache_, &v_cache_}) {
+            Tensor * c = cache_ctx_.new_tensor(DType::F32, hp.head_dim, hp.n_head_kv, n_ctx_);
+            c->name = "cache_" + std::string(list == &k_cache_ ? "k" : "v") + std::to_string(il);
+            cache_ctx_.alloc_data(c);
+            list->push_back(c);
+        }
+    }
+}
+
+void InferenceSession::reset(int64_t n_past) {
+    if (n_past < 0 || n_past > n_past_)
+        throw Error("reset: position " + std::to_string(n_past) + " is outside [0, " + std::to_string(n_past_) + "]");
+    n_past_ = n_past;
+}
+
+std::vector<float> InferenceSession::eval(const std::vector<int32_t> & tokens, bool all_logits) {
+    const HParams & hp = model_.hparams();
+    const int64_t T = static_cast<int64_t>(tokens.size());
+    if (T == 0) throw Error("eval: no tokens");
+    if (n_past_ + T > n_ctx_)
+        throw Error("eval: " + std::to_string(n_past_) + " past + " + std::to_string(T) + " new tokens exceed the context size " +
+                    std::to_string(n_ctx_));
+    for (int64_t i = 0; i < T; ++i)
+        if (tokens[i] < 0 || tokens[i] >= static_cast<int64_t>(hp.n_vocab))
+            throw Error("eval: token id " + std::to_string(tokens[i]) + " at position " + std::to_string(n_past_ + i) +
+                        " is outside the vocabulary [0, " + std::to_string(hp.n_vocab) + ")");
+
+    Context ctx;
+    Tensor * ids = set_name(ctx.new_tensor(DType::I32, T), "tokens");
+    Tensor * pos = set_name(ctx.new_tensor(DType::I32, T), "positions");
+    ctx.alloc_data(ids);
+    ctx.alloc_data(pos);
+    tensor_set_i32(ids, tokens);
+    for (int64_t i = 0; i < T; ++i) pos->data_as<int32_t>()[i] = static_cast<int32_t>(n_past_ + i);
+
+    const LoraSet * lora = have_lora_ ? &lora_ : nullptr;
+    Tensor * x = build_embedding(ctx, model_, ids, lora);
+    for (uint32_t il = 0; il < hp.n_layer; ++il) {
+        const LayerKv kv{k_cache_[il], v_cache_[il], n_past_};
+        x = build_layer(ctx, hp, model_.layers[il], static_cast<int>(il), x, pos, lora, &kv);
+    }
+    if (!all_logits && T > 1) {
+        // Only the last position feeds the head (the other rows of the LM head would be wasted work).
+        const int64_t ne[4] = {x->ne[0], 1, 1, 1};
+        const size_t nb[4] = {x->nb[0], x->nb[1], x->nb[1], x->nb[1]};
+        x = view(ctx, x, ne, nb, static_cast<size_t>(T - 1) * x->nb[1]);
+    }
+    Tensor * logits = build_head_logits(ctx, model_, x, lora);
+    logits->flags |= kFlagOutput;
+
+    Graph g;
+    build_forward(g, logits);
+    backend_.allocate(g);
+    backend_.compute(g, n_threads_);
+    n_past_ += T;
+    return tensor_get_f32(logits);
+}
+
+double Sampler::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
+
+int32_t Sampler::sample(const float * logits, int64_t n_vocab) {
+    if (n_vocab <= 0) throw Error("sample: empty vocabulary");
+    if (!(p_.temperature > 0.0f)) {
+        int64_t best = 0;
+        for (int64_t i = 1; i < n_vocab; ++i)
+            if (logits[i] > logits[best]) best = i;
+        return static_cast<int32_t>(best);
+    }
+    // Candidates sorted by logit, descending; ties by id so the order is fully determined.
+    idx_.resize(static_cast<size_t>(n_vocab));
+    for (int64_t i = 0; i < n_vocab; ++i) idx_[i] = static_cast<int32_t>(i);
+    auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+    int64_t n = n_vocab;
+    if (p_.top_k > 0 && p_.top_k < n) {
+        n = p_.top_k;
+        std::partial_sort(idx_.begin(), idx_.begin() + n, idx_.end(), by_logit);
+    } else {
+        std::sort(idx_.begin(), idx_.end(), by_logit);
+    }
+    // Softmax at the temperature, in double.
+    prob_.resize(static_cast<size_t>(n));
+    const double mx = logits[idx_[0]];
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+        prob_[i] = std::exp((static_cast<double>(logits[idx_[i]]) - mx) / p_.temperature);
+        sum += prob_[i];
+    }
+    for (int64_t i = 0; i < n; ++i) prob_[i] /= sum;
+    // Nucleus: the smallest prefix whose mass reaches top_p (at least one token).
+    if (p_.top_p < 1.0f) {
+        double cum = 0.0;
+        int64_t keep = n;
+        for (int64_t i = 0; i < n; ++i) {
+            cum += prob_[i];
+            if (cum >= p_.top_p) { keep = i + 1; break; }
+        }
+        n = keep;
+        double s = 0.0;
+        for (int64_t i = 0; i < n; ++i) s += prob_[i];
+        for (int64_t i = 0; i < n; ++i) prob_[i] /= s;
+    }
+    const double u = uniform();
+    double cum = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+        cum += prob_[i];
+        if (u < cum) return idx_[i];
+    }
+    return idx_[n - 1];  // u within rounding of 1
+}
+
+} // namespace rp

@@ -1,0 +1,132 @@
+#include "models/layer.h"
+
+#include "ggml_rp/ops/ops.h"
+#include "models/lora.h"
+
+#include <cmath>
+
+namespace rp {
+
+void LoraSet::add(const LoraAdapter & adapter, float user_scale) {
+    for (const LoraTensor & t : adapter.tensors()) add(t.base_weight, LoraDelta{t.a, t.b, adapter.scale(t, user_scale)});
+}
+
+const std::vector<LoraDelta> * LoraSet::find(const Tensor * base) const {
+    auto it = map_.find(base);
+    return it == map_.end() ? nullptr : &it->second;
+}
+
+Tensor * build_linear(Context & ctx, Tensor * W, Tensor * x, const LoraSet * lora) {
+    const std::vector<LoraDelta> * ds = lora ? lora->find(W) : nullptr;
+    if (!ds || ds->empty()) return mul_mat(ctx, W, x);
+    Tensor * y = lora_linear(ctx, W, (*ds)[0].a, (*ds)[0].b, x, (*ds)[0].scale);
+    for (size_t i = 1; i < ds->size(); ++i) {  // further adapters on the same weight add up
+        const LoraDelta & d = (*ds)[i];
+        Tensor * low = mul_mat(ctx, d.b, mul_mat(ctx, d.a, x));
+        y = add(ctx, y, d.scale == 1.0f ? low : scale(ctx, low, d.scale));
+    }
+    return y;
+}
+
+namespace {
+
+// Writes `src` (contiguous f32 [D, H, T, 1]) into rows [n_past, n_past + T) of `cache` (f32 [D, H, n_ctx]):
+// a CPY node that is a view of the cache, so its result lands in the cache's own memory.
+Tensor * cache_write(Context & ctx, Tensor * cache, Tensor * src, int64_t n_past) {
+    const int64_t ne[4] = {src->ne[0], src->ne[1], src->ne[2], 1};
+    const size_t nb[4] = {cache->nb[0], cache->nb[1], cache->nb[2], cache->nb[2] * static_cast<size_t>(src->ne[2])};
+    Tensor * w = ctx.new_view(cache, DType::F32, ne, nb, static_cast<size_t>(n_past) * cache->nb[2]);
+    w->op = Op::CPY;
+    w->src[0] = src;
+    return w;
+}
+
+// Keys or values [0, n_past + T) of the cache, read after `write` has stored the new ones.
+Tensor * cache_read(Context & ctx, Tensor * cache, Tensor * write, int64_t n) {
+    const int64_t ne[4] = {cache->ne[0], cache->ne[1], n, 1};
+    const size_t nb[4] = {cache->nb[0], cache->nb[1], cache->nb[2], cache->nb[2] * static_cast<size_t>(n)};
+    return after(ctx, view(ctx, cache, ne, nb, 0), write);
+}
+
+std::string lname(int il, const char * what) { return "blk." + std::to_string(il) + "." + what; }
+
+} // namespace
+
+Tensor * build_layer(Context & ctx, const HParams & hp, const LayerWeights & w, int il, Tensor * x, Tensor * pos,
+                     const LoraSet * lora, const LayerKv * kv) {
+    const int64_t D = hp.head_dim, Hq = hp.n_head, Hkv = hp.n_head_kv, T = x->ne[1], B = x->ne[2];
+    if (x->ne[0] != hp.n_embd || x->ne[3] != 1)
+        throw Error(lname(il, "input") + ": hidden states " + describe(x) + " must be [n_embd=" +
+                    std::to_string(hp.n_embd) + ", T, B]");
+    if (kv && B != 1) throw Error(lname(il, "kv") + ": the KV cache serves one sequence (B = 1), got B = " + std::to_string(B));
+
+    // 1-2: attention input norm and projections (+ qwen2 biases).
+    Tensor * n1 = set_name(rms_norm(ctx, x, w.attn_norm, hp.rms_eps), lname(il, "attn_in"));
+    Tensor * q = build_linear(ctx, w.wq, n1, lora);
+    Tensor * k = build_linear(ctx, w.wk, n1, lora);
+    Tensor * v = build_linear(ctx, w.wv, n1, lora);
+    if (w.bq) q = add(ctx, q, w.bq);
+    if (w.bk) k = add(ctx, k, w.bk);
+    if (w.bv) v = add(ctx, v, w.bv);
+    q = reshape(ctx, q, D, Hq, T, B);
+    k = reshape(ctx, k, D, Hkv, T, B);
+    v = reshape(ctx, v, D, Hkv, T, B);
+
+    // 3: qwen3 normalises each head of q and k over head_dim, before RoPE.
+    if (w.q_norm) q = rms_norm(ctx, q, w.q_norm, hp.rms_eps);
+    if (w.k_norm) k = rms_norm(ctx, k, w.k_norm, hp.rms_eps);
+
+    // 4: RoPE (normal for llama, neox for qwen; from the architecture traits).
+    const RopeParams rope_p = hp.rope();
+    q = set_name(rope(ctx, q, pos, rope_p), lname(il, "q"));
+    k = set_name(rope(ctx, k, pos, rope_p), lname(il, "k"));
+    set_name(v, lname(il, "v"));
+
+    // 5: causal GQA attention, scale 1/sqrt(head_dim); with a cache, over every position so far.
+    if (kv) {
+        const int64_t n = kv->n_past + T;
+        k = cache_read(ctx, kv->k, cache_write(ctx, kv->k, k, kv->n_past), n);
+        v = cache_read(ctx, kv->v, cache_write(ctx, kv->v, v, kv->n_past), n);
+    }
+    Tensor * o = attention(ctx, q, k, v, 1.0f / std::sqrt(static_cast<float>(D)));
+    o = reshape(ctx, o, D * Hq, T, B);
+
+    // 6: output projection and residual.
+    Tensor * h = set_name(add(ctx, x, build_linear(ctx, w.wo, o, lora)), lname(il, "attn_out"));
+
+    // 7-8: SwiGLU feed-forward and residual.
+    Tensor * n2 = rms_norm(ctx, h, w.ffn_norm, hp.rms_eps);
+    Tensor * g = build_linear(ctx, w.ffn_gate, n2, lora);
+    Tensor * u = build_linear(ctx, w.ffn_up, n2, lora);
+    Tensor * f = build_linear(ctx, w.ffn_down, swiglu(ctx, g, u), lora);
+    return set_name(add(ctx, h, f), lname(il, "out"));
+}
+
+Tensor * build_embedding(Context & ctx, const Model & model, Tensor * ids, const LoraSet * lora) {
+    Tensor * e = get_rows(ctx, model.tok_embd, ids);
+    const std::vector<LoraDelta> * ds = lora ? lora->find(model.tok_embd) : nullptr;
+    if (ds)
+        for (const LoraDelta & d : *ds) {
+            // Roles swapped (formats.md §5.3): gather token t's r-vector from A [r, n_vocab], then B [r, n_embd].
+            Tensor * low = mul_mat(ctx, d.b, get_rows(ctx, d.a, ids));
+            e = add(ctx, e, d.scale == 1.0f ? low : scale(ctx, low, d.scale));
+        }
+    return set_name(e, "embd");
+}
+
+Tensor * build_head_logits(Context & ctx, const Model & model, Tensor * x, const LoraSet * lora) {
+    Tensor * h = rms_norm(ctx, x, model.output_norm, model.hparams().rms_eps);
+    // A tied head shares token_embd, whose LoRA pair (if any) has the embedding's roles: not applicable here.
+    return set_name(build_linear(ctx, model.output, h, model.tied_output() ? nullptr : lora), "logits");
+}
+
+Tensor * build_head_ce(Context & ctx, const Model & model, Tensor * x, Tensor * labels, float loss_scale, int64_t chunk,
+                       const LoraSet * lora) {
+    if (lora && !model.tied_output() && lora->find(model.output))
+        throw Error("LoRA on output.weight is not supported with the fused LM-head cross-entropy");
+    Tensor * h = rms_norm(ctx, x, model.output_norm, model.hparams().rms_eps);
+    h = reshape(ctx, h, h->ne[0], h->ne[1] * h->ne[2] * h->ne[3]);
+    return set_name(lm_head_ce(ctx, h, model.output, labels, loss_scale, chunk), "loss");
+}
+
+} // namespace rp

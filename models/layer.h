@@ -1,0 +1,71 @@
+// Graph builders of the Llama / Qwen2 / Qwen3 forward pass (formats.md §3.4). They only record nodes; a
+// backend runs them. The same decoder-layer builder serves inference (with a KV cache), training stages and
+// recompute (without a cache: gradients then flow through k and v like through any other node).
+//
+// Shapes (ne order): hidden states x [n_embd, T, B]; token ids i32 [T] or [T, B]; positions i32 [T] (shared
+// by the B sequences) or [T * B]; logits [n_vocab, T, B].
+#pragma once
+
+#include "ggml_rp/core/context.h"
+#include "models/hparams.h"
+#include "models/model.h"
+
+#include <unordered_map>
+#include <vector>
+
+namespace rp {
+
+class LoraAdapter;
+
+// One low-rank update of a base weight: W x + scale * B (A x) (token_embd: E[tok] + scale * B A[:, tok]).
+struct LoraDelta {
+    Tensor * a;
+    Tensor * b;
+    float scale;
+};
+
+// The LoRA updates active in a graph, keyed by the base weight they modify. Several adapters add up.
+// Holds pointers only: the adapters (or trainable A/B tensors) must outlive it.
+class LoraSet {
+public:
+    // Every pair of `adapter`, with scale = user_scale * alpha / r (user_scale when alpha = 0).
+    void add(const LoraAdapter & adapter, float user_scale = 1.0f);
+    void add(const Tensor * base, const LoraDelta & d) { map_[base].push_back(d); }
+    // The updates of a base weight, or nullptr.
+    const std::vector<LoraDelta> * find(const Tensor * base) const;
+    bool empty() const { return map_.empty(); }
+
+private:
+    std::unordered_map<const Tensor *, std::vector<LoraDelta>> map_;
+};
+
+// y = W x plus the LoRA updates of W in `lora` (nullptr: none). W [in, out], x [in, T, ...] -> [out, T, ...].
+Tensor * build_linear(Context & ctx, Tensor * W, Tensor * x, const LoraSet * lora);
+
+// Inference only: the layer's K/V cache (f32 [head_dim, n_head_kv, n_ctx] each). The layer writes its new
+// keys and values at positions [n_past, n_past + T) and attends over [0, n_past + T). Needs B = 1.
+struct LayerKv {
+    Tensor * k;
+    Tensor * v;
+    int64_t n_past;
+};
+
+// One pre-norm decoder layer: x [n_embd, T, B] -> x' [n_embd, T, B].
+Tensor * build_layer(Context & ctx, const HParams & hp, const LayerWeights & w, int il, Tensor * x, Tensor * pos,
+                     const LoraSet * lora = nullptr, const LayerKv * kv = nullptr);
+
+// Token embeddings: ids i32 [T] or [T, B] -> [n_embd, T, B] (get_rows, plus token_embd LoRA with the role
+// swap of formats.md §5.3).
+Tensor * build_embedding(Context & ctx, const Model & model, Tensor * ids, const LoraSet * lora = nullptr);
+
+// Final RMSNorm and LM head: x [n_embd, T, B] -> logits [n_vocab, T, B]. For a tied head (output ==
+// token_embd) the token_embd LoRA pair is not applied (its roles are those of the embedding).
+Tensor * build_head_logits(Context & ctx, const Model & model, Tensor * x, const LoraSet * lora = nullptr);
+
+// Final RMSNorm and the fused LM head + cross-entropy (training): x [n_embd, T, B] (contiguous), labels i32
+// [T * B] (-1 = masked) -> loss f32 [1] = loss_scale * sum of the unmasked token losses. `chunk` = vocabulary
+// rows per chunk. LoRA on the (untied) LM head is not supported on this path (throws).
+Tensor * build_head_ce(Context & ctx, const Model & model, Tensor * x, Tensor * labels, float loss_scale,
+                       int64_t chunk = 4096, const LoraSet * lora = nullptr);
+
+} // namespace rp

@@ -1,0 +1,236 @@
+// KV-cached decoding, batched sequences, the training head, LoRA gradients and the sampler.
+#include "models_test_util.h"
+
+#include "ggml_rp/core/autodiff.h"
+#include "ggml_rp/core/graph.h"
+#include "ggml_rp/ops/ops.h"
+#include "models/layer.h"
+#include "models/lora.h"
+#include "models/tokenizer.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+
+using namespace models_test;
+
+namespace {
+
+// Decoding one token at a time through the cache gives the logits of the one-batch evaluation.
+TEST(Inference, IncrementalDecodingEqualsOneBatch) {
+    for (const char * path : {"stories260K.gguf", "synthetic/tiny-random-qwen2.gguf", "synthetic/tiny-random-qwen3.gguf"}) {
+        SCOPED_TRACE(path);
+        auto m = rp::Model::load(model_path(path));
+        const std::vector<int32_t> & toks = m->hparams().arch->arch == rp::Arch::Llama ? kPrompt1 : kPrompt2;
+        const int64_t V = m->hparams().n_vocab, T = static_cast<int64_t>(toks.size());
+        const std::vector<float> batch = forward_all(*m, toks);
+
+        rp::InferenceSession s(*m, 32);
+        float worst = 0.0f;
+        for (int64_t t = 0; t < T; ++t) {
+            const std::vector<float> row = s.eval({toks[t]});
+            ASSERT_EQ(static_cast<int64_t>(row.size()), V);
+            for (int64_t v = 0; v < V; ++v) worst = std::max(worst, std::fabs(row[v] - batch[t * V + v]));
+        }
+        EXPECT_EQ(s.n_past(), T);
+        std::printf("[ %s ] one token at a time vs one batch: max |d| = %.3g\n", path, worst);
+        EXPECT_EQ(worst, 0.0f);  // the kernels' summation order does not depend on T: bit-identical
+
+        // Uneven chunks, all positions returned; then rewinding and re-evaluating the tail.
+        s.reset();
+        std::vector<float> chunks;
+        for (auto [b, e] : {std::pair<int64_t, int64_t>{0, 5}, {5, 6}, {6, T}}) {
+            const std::vector<float> l = s.eval(std::vector<int32_t>(toks.begin() + b, toks.begin() + e), true);
+            chunks.insert(chunks.end(), l.begin(), l.end());
+        }
+        EXPECT_EQ(max_abs_diff(chunks, batch), 0.0f);
+        s.reset(T - 3);
+        const std::vector<float> tail = s.eval(std::vector<int32_t>(toks.end() - 3, toks.end()), true);
+        EXPECT_EQ(max_abs_diff(tail, std::vector<float>(batch.end() - 3 * V, batch.end())), 0.0f);
+    }
+}
+
+// The layer builder with B = 2 sequences (the training shape) equals two separate evaluations.
+TEST(Inference, BatchedSequencesEqualSeparateOnes) {
+    auto m = rp::Model::load(stories());
+    const int64_t T = 8, V = 512;
+    std::vector<int32_t> a(kPrompt1.begin(), kPrompt1.begin() + T), b(kPrompt1.begin() + T, kPrompt1.end());
+    b[0] = 1;  // a second sequence starting with BOS
+    rp::Context ctx;
+    rp::Tensor * ids = ctx.new_tensor(rp::DType::I32, T, 2);
+    rp::Tensor * pos = ctx.new_tensor(rp::DType::I32, T);
+    ctx.alloc_data(ids);
+    ctx.alloc_data(pos);
+    std::vector<int32_t> both = a;
+    both.insert(both.end(), b.begin(), b.end());
+    rp::tensor_set_i32(ids, both);
+    for (int64_t i = 0; i < T; ++i) pos->data_as<int32_t>()[i] = static_cast<int32_t>(i);
+    rp::Tensor * x = rp::build_embedding(ctx, *m, ids);
+    for (uint32_t il = 0; il < m->hparams().n_layer; ++il) x = rp::build_layer(ctx, m->hparams(), m->layers[il], (int) il, x, pos);
+    rp::Tensor * logits = rp::build_head_logits(ctx, *m, x);
+    ASSERT_EQ(logits->ne[0], V);
+    ASSERT_EQ(logits->ne[1], T);
+    ASSERT_EQ(logits->ne[2], 2);
+    rp::Graph g;
+    rp::build_forward(g, logits);
+    rp::CpuBackend be;
+    be.allocate(g);
+    be.compute(g);
+    const std::vector<float> got = rp::tensor_get_f32(logits);
+    std::vector<float> want = forward_all(*m, a);
+    const std::vector<float> wb = forward_all(*m, b);
+    want.insert(want.end(), wb.begin(), wb.end());
+    EXPECT_LE(max_abs_diff(got, want), 1e-5f * value_range(want));
+}
+
+std::vector<int32_t> train_tokens(const rp::Model & m, size_t n) {
+    rp::Tokenizer tok(m.file());
+    std::vector<int32_t> ids = tok.encode(slurp(ref_path("train.txt")), true, false);
+    if (ids.size() > n) ids.resize(n);
+    return ids;
+}
+
+// Mean next-token cross-entropy of the fused training head vs llama.cpp's (reference-oracle.md §9).
+TEST(TrainingHead, MeanCrossEntropyMatchesLlamaCpp) {
+    auto m = rp::Model::load(stories());
+    const std::vector<int32_t> toks = train_tokens(*m, 257);
+    ASSERT_EQ(toks.size(), 257u);
+    const int64_t N = 256;
+    rp::Context ctx;
+    rp::Tensor * ids = ctx.new_tensor(rp::DType::I32, N);
+    rp::Tensor * pos = ctx.new_tensor(rp::DType::I32, N);
+    rp::Tensor * labels = ctx.new_tensor(rp::DType::I32, N);
+    for (rp::Tensor * t : {ids, pos, labels}) ctx.alloc_data(t);
+    for (int64_t i = 0; i < N; ++i) {
+        ids->data_as<int32_t>()[i] = toks[i];
+        pos->data_as<int32_t>()[i] = static_cast<int32_t>(i);
+        labels->data_as<int32_t>()[i] = toks[i + 1];
+    }
+    rp::Tensor * x = rp::build_embedding(ctx, *m, ids);
+    for (uint32_t il = 0; il < m->hparams().n_layer; ++il) x = rp::build_layer(ctx, m->hparams(), m->layers[il], (int) il, x, pos);
+    rp::Tensor * loss = rp::build_head_ce(ctx, *m, x, labels, 1.0f / N, 128);
+    rp::Graph g;
+    rp::build_forward(g, loss);
+    rp::CpuBackend be;
+    be.allocate(g);
+    be.compute(g);
+    const double ce = rp::tensor_get_f32(loss)[0];
+    const double ref = std::stod(slurp(ref_path("stories260K.train256.meanCE.txt")).substr(std::string("mean CE over 256 next-token labels = ").size()));
+    std::printf("mean CE %.9f, llama.cpp %.9f, |d| %.3g\n", ce, ref, std::fabs(ce - ref));
+    EXPECT_NEAR(ce, 0.937640041, 1e-6);
+    EXPECT_NEAR(ce, ref, 1e-6);
+}
+
+// Gradients of a LoRA adapter through the whole model (every layer's attention, FFN and the fused CE head)
+// against central finite differences of the loss.
+TEST(TrainingHead, LoraGradientsMatchFiniteDifferences) {
+    auto m = rp::Model::load(model_path("synthetic/tiny-random-qwen2.gguf"));
+    auto ad = rp::LoraAdapter::create(*m, {"token_embd.weight", "blk.0.attn_k.weight", "blk.1.attn_v.weight", "blk.0.ffn_down.weight"}, 2, 4.0f);
+    std::mt19937 rng(7);
+    std::normal_distribution<float> nd(0.0f, 0.3f);
+    for (const rp::LoraTensor & t : ad->tensors())
+        for (rp::Tensor * w : {t.a, t.b}) {
+            std::vector<float> v(static_cast<size_t>(w->nelements()));
+            for (float & f : v) f = nd(rng);
+            rp::tensor_set_f32(w, v);
+        }
+    const int64_t T = static_cast<int64_t>(kPrompt2.size()) - 1;
+    rp::LoraSet lora;
+    lora.add(*ad, 1.0f);
+
+    auto loss_of = [&](bool with_grads, std::vector<std::vector<float>> * grads) {
+        rp::Context ctx;
+        rp::Tensor * ids = ctx.new_tensor(rp::DType::I32, T);
+        rp::Tensor * pos = ctx.new_tensor(rp::DType::I32, T);
+        rp::Tensor * labels = ctx.new_tensor(rp::DType::I32, T);
+        for (rp::Tensor * t : {ids, pos, labels}) ctx.alloc_data(t);
+        for (int64_t i = 0; i < T; ++i) {
+            ids->data_as<int32_t>()[i] = kPrompt2[i];
+            pos->data_as<int32_t>()[i] = static_cast<int32_t>(i);
+            labels->data_as<int32_t>()[i] = kPrompt2[i + 1];
+        }
+        rp::Tensor * x = rp::build_embedding(ctx, *m, ids, &lora);
+        for (uint32_t il = 0; il < m->hparams().n_layer; ++il)
+            x = rp::build_layer(ctx, m->hparams(), m->layers[il], (int) il, x, pos, &lora);
+        rp::Tensor * loss = rp::build_head_ce(ctx, *m, x, labels, 1.0f / T, 64, &lora);
+        rp::Graph g;
+        rp::build_forward(g, loss);
+        std::vector<rp::Tensor *> params;
+        if (with_grads) {
+            for (const rp::LoraTensor & t : ad->tensors())
+                for (rp::Tensor * w : {t.a, t.b}) {
+                    rp::set_param(ctx, w);
+                    ctx.alloc_data(w->grad);
+                    params.push_back(w);
+                }
+            rp::build_backward(ctx, g, loss, params);
+        }
+        rp::CpuBackend be;
+        be.allocate(g);
+        be.compute(g, 1);
+        if (grads)
+            for (rp::Tensor * p : params) {
+                grads->push_back(rp::tensor_get_f32(p->grad));
+                p->grad = nullptr;
+                p->flags &= ~rp::kFlagParam;
+            }
+        return static_cast<double>(rp::tensor_get_f32(loss)[0]);
+    };
+
+    std::vector<std::vector<float>> grads;
+    loss_of(true, &grads);
+    size_t gi = 0;
+    for (const rp::LoraTensor & t : ad->tensors())
+        for (rp::Tensor * w : {t.a, t.b}) {
+            const std::vector<float> & gr = grads[gi++];
+            float * d = w->data_as<float>();
+            for (int64_t k : {int64_t{0}, w->nelements() / 3, w->nelements() - 1}) {
+                const float orig = d[k], h = 1e-2f;
+                d[k] = orig + h;
+                const double lp = loss_of(false, nullptr);
+                d[k] = orig - h;
+                const double lm = loss_of(false, nullptr);
+                d[k] = orig;
+                const double fd = (lp - lm) / (2.0 * h);
+                EXPECT_NEAR(gr[k], fd, 2e-3 + 2e-2 * std::fabs(fd)) << w->name << "[" << k << "]";
+            }
+        }
+}
+
+TEST(Sampler, UniformMappingIsThePortableTop53Bits) {
+    rp::Sampler s(rp::SamplerParams{1.0f, 0, 1.0f, 5489});
+    // std::mt19937_64's first output for seed 5489 is fixed by the C++ standard: 14514284786278117030.
+    EXPECT_EQ(s.uniform(), static_cast<double>(14514284786278117030ull >> 11) * 0x1.0p-53);
+}
+
+TEST(Sampler, GreedyTopKAndDistribution) {
+    const std::vector<float> logits = {0.5f, 2.0f, std::log(3.0f) + 0.5f, -1.0f, 2.0f};
+    rp::Sampler greedy(rp::SamplerParams{0.0f, 40, 0.95f, 1});
+    EXPECT_EQ(greedy.sample(logits.data(), 5), 1);  // ties go to the lowest id
+    rp::Sampler top1(rp::SamplerParams{0.8f, 1, 1.0f, 123});
+    for (int i = 0; i < 10; ++i) EXPECT_EQ(top1.sample(logits.data(), 5), 1);
+
+    // Two candidates (top-k 2 keeps ids 1 and 4, equal logits): each about half the draws.
+    rp::Sampler two(rp::SamplerParams{1.0f, 2, 1.0f, 99});
+    std::map<int32_t, int> n;
+    for (int i = 0; i < 20000; ++i) ++n[two.sample(logits.data(), 5)];
+    EXPECT_EQ(n.size(), 2u);
+    EXPECT_NEAR(n[1] / 20000.0, 0.5, 0.02);
+
+    // Probabilities 1 : 3 for ids 0 and 2 at temperature 1 (the others masked by top-k... use only these two).
+    const std::vector<float> pair = {0.0f, std::log(3.0f)};
+    rp::Sampler p(rp::SamplerParams{1.0f, 0, 1.0f, 2024});
+    int ones = 0;
+    for (int i = 0; i < 20000; ++i) ones += p.sample(pair.data(), 2) == 1;
+    EXPECT_NEAR(ones / 20000.0, 0.75, 0.015);
+    // top-p 0.5 keeps only the 0.75 token.
+    rp::Sampler nucleus(rp::SamplerParams{1.0f, 0, 0.5f, 5});
+    for (int i = 0; i < 50; ++i) EXPECT_EQ(nucleus.sample(pair.data(), 2), 1);
+
+    // Same seed, same tokens.
+    rp::Sampler s1(rp::SamplerParams{0.9f, 3, 0.9f, 42}), s2(rp::SamplerParams{0.9f, 3, 0.9f, 42});
+    for (int i = 0; i < 100; ++i) EXPECT_EQ(s1.sample(logits.data(), 5), s2.sample(logits.data(), 5));
+}
+
+} // namespace

@@ -1,0 +1,188 @@
+// rp-generate: generate text with a GGUF model on the CPU (KV-cached inference, optional LoRA adapters).
+//
+//   rp-generate -m MODEL.gguf (-p PROMPT | -f FILE) [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S]
+//               [--chat] [--chat-template NAME] [--lora ADAPTER [--lora-scale S]]... [-t THREADS] [-c CTX]
+//
+// The prompt is printed, then each generated token as soon as it is sampled. Generation stops after N
+// tokens, at an end-of-generation token, or when the context is full. The last line on stderr is
+// "N tokens, X tokens/s (prompt: Y tokens/s)".
+#include "gguf/error.h"
+#include "models/chat_template.h"
+#include "models/inference.h"
+#include "models/lora.h"
+#include "models/model.h"
+#include "models/tokenizer.h"
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+void usage(FILE * f) {
+    std::fprintf(f,
+                 "usage: rp-generate -m MODEL.gguf (-p PROMPT | -f FILE) [options]\n"
+                 "  -m, --model FILE        GGUF model (llama, qwen2, qwen3)\n"
+                 "  -p, --prompt TEXT       prompt text\n"
+                 "  -f, --file FILE         read the prompt from FILE\n"
+                 "  -n, --n-predict N       tokens to generate (default 128)\n"
+                 "      --temp T            temperature; 0 = greedy (default 0.8)\n"
+                 "      --top-k K           keep the K most likely tokens; 0 = all (default 40)\n"
+                 "      --top-p P           nucleus: keep the smallest set with probability >= P (default 0.95)\n"
+                 "      --seed S            random seed (default: a random one, printed)\n"
+                 "      --chat              wrap the prompt as a user turn of the model's chat template\n"
+                 "      --chat-template N   template name instead of the file's: chatml or llama3 (implies --chat)\n"
+                 "      --lora FILE         apply a LoRA adapter (repeatable)\n"
+                 "      --lora-scale S      user scale of the preceding --lora (default 1)\n"
+                 "  -t, --threads N         CPU threads (default: all)\n"
+                 "  -c, --ctx-size N        context size in tokens (default: the model's, at most 4096)\n"
+                 "  -h, --help              this text\n");
+}
+
+std::string read_file(const std::string & path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw rp::Error(path + ": cannot open file: " + std::strerror(errno));
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    if (in.bad()) throw rp::Error(path + ": read error");
+    return ss.str();
+}
+
+long long parse_int(const std::string & flag, const std::string & v, long long lo, long long hi) {
+    char * end = nullptr;
+    errno = 0;
+    const long long x = std::strtoll(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || errno != 0 || x < lo || x > hi)
+        throw rp::Error(flag + ": '" + v + "' is not an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return x;
+}
+
+float parse_float(const std::string & flag, const std::string & v, float lo, float hi) {
+    char * end = nullptr;
+    errno = 0;
+    const float x = std::strtof(v.c_str(), &end);
+    if (v.empty() || *end != '\0' || errno != 0 || !(x >= lo && x <= hi))
+        throw rp::Error(flag + ": '" + v + "' is not a number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return x;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void write_out(const std::string & s) {
+    if (!s.empty() && std::fwrite(s.data(), 1, s.size(), stdout) != s.size()) throw rp::Error("cannot write to standard output");
+    std::fflush(stdout);
+}
+
+struct LoraArg {
+    std::string path;
+    float scale = 1.0f;
+};
+
+} // namespace
+
+int main(int argc, char ** argv) {
+    try {
+        std::string model_path, prompt, file, chat_name;
+        bool have_prompt = false, chat = false, have_seed = false;
+        long long n_predict = 128, n_ctx = 0, threads = 0;
+        rp::SamplerParams sp;
+        std::vector<LoraArg> loras;
+        for (int i = 1; i < argc; ++i) {
+            const std::string a = argv[i];
+            auto value = [&]() -> std::string {
+                if (i + 1 >= argc) throw rp::Error("option " + a + " needs a value");
+                return argv[++i];
+            };
+            if (a == "-m" || a == "--model") model_path = value();
+            else if (a == "-p" || a == "--prompt") { prompt = value(); have_prompt = true; }
+            else if (a == "-f" || a == "--file") file = value();
+            else if (a == "-n" || a == "--n-predict") n_predict = parse_int(a, value(), 0, 1 << 30);
+            else if (a == "--temp") sp.temperature = parse_float(a, value(), 0.0f, 100.0f);
+            else if (a == "--top-k") sp.top_k = static_cast<int32_t>(parse_int(a, value(), 0, 1 << 30));
+            else if (a == "--top-p") sp.top_p = parse_float(a, value(), 0.0f, 1.0f);
+            else if (a == "--seed") { sp.seed = static_cast<uint64_t>(parse_int(a, value(), 0, INT64_MAX)); have_seed = true; }
+            else if (a == "--chat") chat = true;
+            else if (a == "--chat-template") { chat_name = value(); chat = true; }
+            else if (a == "--lora") loras.push_back({value(), 1.0f});
+            else if (a == "--lora-scale") {
+                if (loras.empty()) throw rp::Error("--lora-scale must follow a --lora ADAPTER");
+                loras.back().scale = parse_float(a, value(), -1e6f, 1e6f);
+            }
+            else if (a == "-t" || a == "--threads") threads = parse_int(a, value(), 0, 4096);
+            else if (a == "-c" || a == "--ctx-size") n_ctx = parse_int(a, value(), 0, 1 << 24);
+            else if (a == "-h" || a == "--help") { usage(stdout); return 0; }
+            else throw rp::Error("unknown option '" + a + "' (see --help)");
+        }
+        if (model_path.empty()) throw rp::Error("no model given (-m MODEL.gguf)");
+        if (have_prompt == !file.empty()) throw rp::Error("give exactly one of -p PROMPT and -f FILE");
+        if (!have_seed) sp.seed = std::random_device{}();
+
+        const std::string text = have_prompt ? prompt : read_file(file);
+        auto model = rp::Model::load(model_path);
+        rp::Tokenizer tok(model->file());
+        std::vector<std::unique_ptr<rp::LoraAdapter>> adapters;
+        rp::LoraSet lora;
+        for (const LoraArg & l : loras) {
+            adapters.push_back(rp::LoraAdapter::load(l.path, *model));
+            lora.add(*adapters.back(), l.scale);
+        }
+
+        std::vector<int32_t> ids;
+        if (chat) {
+            const rp::ChatTemplate ct = rp::chat_template_for(model->file(), chat_name);
+            const rp::RenderedChat r = rp::render_chat(ct, {{"user", text}}, true);
+            ids = tok.encode(r.text, true, true);
+        } else {
+            ids = tok.encode(text, true, false);
+        }
+        if (ids.empty()) throw rp::Error("the prompt is empty (no tokens)");
+
+        rp::InferenceSession session(*model, n_ctx, static_cast<int>(threads), lora.empty() ? nullptr : &lora);
+        if (static_cast<int64_t>(ids.size()) > session.n_ctx())
+            throw rp::Error("the prompt has " + std::to_string(ids.size()) + " tokens, more than the context size " +
+                            std::to_string(session.n_ctx()) + " (-c)");
+        rp::Sampler sampler(sp);
+        std::fprintf(stderr, "model: %s (%s, %lld parameters), context %lld, seed %llu\n", model_path.c_str(),
+                     model->hparams().arch->name, static_cast<long long>(model->n_params()),
+                     static_cast<long long>(session.n_ctx()), static_cast<unsigned long long>(sp.seed));
+        if (!chat) write_out(text);
+
+        const auto t_prompt = std::chrono::steady_clock::now();
+        std::vector<float> logits = session.eval(ids, false);
+        const double prompt_s = seconds_since(t_prompt);
+
+        const auto t_gen = std::chrono::steady_clock::now();
+        long long n_gen = 0;
+        while (n_gen < n_predict) {
+            const int32_t next = sampler.sample(logits.data(), session.n_vocab());
+            ++n_gen;
+            if (tok.is_eog(next)) break;
+            write_out(tok.token_to_piece(next, false));
+            if (n_gen == n_predict) break;
+            if (session.n_past() >= session.n_ctx()) {
+                std::fprintf(stderr, "\n(context of %lld tokens is full)\n", static_cast<long long>(session.n_ctx()));
+                break;
+            }
+            logits = session.eval({next}, false);
+        }
+        const double gen_s = seconds_since(t_gen);
+        write_out("\n");
+        std::fprintf(stderr, "%lld tokens, %.1f tokens/s (prompt: %.1f tokens/s)\n", n_gen,
+                     gen_s > 0 ? static_cast<double>(n_gen) / gen_s : 0.0,
+                     prompt_s > 0 ? static_cast<double>(ids.size()) / prompt_s : 0.0);
+    } catch (const std::exception & e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}

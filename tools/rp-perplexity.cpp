@@ -1,0 +1,207 @@
+// rp-perplexity: perplexity of a GGUF model on a text file, computed the way llama-perplexity does it so
+// the numbers can be compared (llama.cpp tools/perplexity/perplexity.cpp).
+//
+//   rp-perplexity -m MODEL.gguf -f FILE [-c CTX] [--stride S] [-b BATCH] [-t THREADS] [--lora A [--lora-scale S]]
+//
+// The whole file is tokenized with BOS (when the vocabulary adds one). Default mode: chunk i is tokens
+// [i*CTX, (i+1)*CTX) with its first token replaced by BOS, evaluated from an empty cache; the predictions of
+// positions [CTX/2, CTX-1) (the second half, each with at least CTX/2 tokens of context) are scored.
+// Prints the running perplexity after each chunk, "[1]x.xxxx,[2]...", and "Final estimate: PPL = X +/- Y".
+// With --stride S (llama-perplexity --ppl-stride): windows of CTX tokens start at multiples of S, and the last
+// S predictions of each window are scored. As in llama.cpp, those windows are evaluated as they are (its
+// BOS substitution in that mode happens only after the evaluation, so it has no effect).
+#include "gguf/error.h"
+#include "models/inference.h"
+#include "models/lora.h"
+#include "models/model.h"
+#include "models/tokenizer.h"
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+void usage(FILE * f) {
+    std::fprintf(f,
+                 "usage: rp-perplexity -m MODEL.gguf -f FILE [options]\n"
+                 "  -m, --model FILE     GGUF model (llama, qwen2, qwen3)\n"
+                 "  -f, --file FILE      text to score\n"
+                 "  -c, --ctx-size N     tokens per chunk (default 512)\n"
+                 "      --stride S       sliding windows every S tokens, scoring their last S predictions\n"
+                 "  -b, --batch-size N   tokens per evaluation (default: the chunk size)\n"
+                 "  -t, --threads N      CPU threads (default: all)\n"
+                 "      --lora FILE      apply a LoRA adapter (repeatable)\n"
+                 "      --lora-scale S   user scale of the preceding --lora (default 1)\n"
+                 "  -h, --help           this text\n");
+}
+
+std::string read_file(const std::string & path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw rp::Error(path + ": cannot open file: " + std::strerror(errno));
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    if (in.bad()) throw rp::Error(path + ": read error");
+    return ss.str();
+}
+
+long long parse_int(const std::string & flag, const std::string & v, long long lo, long long hi) {
+    char * end = nullptr;
+    errno = 0;
+    const long long x = std::strtoll(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || errno != 0 || x < lo || x > hi)
+        throw rp::Error(flag + ": '" + v + "' is not an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return x;
+}
+
+float parse_float(const std::string & flag, const std::string & v) {
+    char * end = nullptr;
+    errno = 0;
+    const float x = std::strtof(v.c_str(), &end);
+    if (v.empty() || *end != '\0' || errno != 0 || !std::isfinite(x)) throw rp::Error(flag + ": '" + v + "' is not a number");
+    return x;
+}
+
+// log p(tok) from one row of logits, as llama.cpp's log_softmax: max in f32, sum of expf in double.
+double log_prob(const float * logits, int64_t n_vocab, int32_t tok) {
+    float mx = logits[0];
+    for (int64_t i = 1; i < n_vocab; ++i) mx = std::max(mx, logits[i]);
+    double sum = 0.0;
+    for (int64_t i = 0; i < n_vocab; ++i) sum += std::exp(logits[i] - mx);
+    return logits[tok] - mx - std::log(sum);
+}
+
+// All-position logits of `window`, evaluated from an empty cache in batches of at most n_batch tokens.
+std::vector<float> eval_window(rp::InferenceSession & s, const std::vector<int32_t> & window, int64_t n_batch) {
+    s.reset();
+    std::vector<float> all;
+    all.reserve(window.size() * static_cast<size_t>(s.n_vocab()));
+    for (size_t b = 0; b < window.size(); b += static_cast<size_t>(n_batch)) {
+        const size_t e = std::min(window.size(), b + static_cast<size_t>(n_batch));
+        const std::vector<float> l = s.eval(std::vector<int32_t>(window.begin() + b, window.begin() + e), true);
+        all.insert(all.end(), l.begin(), l.end());
+    }
+    return all;
+}
+
+struct LoraArg {
+    std::string path;
+    float scale = 1.0f;
+};
+
+} // namespace
+
+int main(int argc, char ** argv) {
+    try {
+        std::string model_path, file;
+        long long n_ctx = 512, stride = 0, n_batch = 0, threads = 0;
+        std::vector<LoraArg> loras;
+        for (int i = 1; i < argc; ++i) {
+            const std::string a = argv[i];
+            auto value = [&]() -> std::string {
+                if (i + 1 >= argc) throw rp::Error("option " + a + " needs a value");
+                return argv[++i];
+            };
+            if (a == "-m" || a == "--model") model_path = value();
+            else if (a == "-f" || a == "--file") file = value();
+            else if (a == "-c" || a == "--ctx-size") n_ctx = parse_int(a, value(), 4, 1 << 24);
+            else if (a == "--stride" || a == "--ppl-stride") stride = parse_int(a, value(), 1, 1 << 24);
+            else if (a == "-b" || a == "--batch-size") n_batch = parse_int(a, value(), 1, 1 << 24);
+            else if (a == "-t" || a == "--threads") threads = parse_int(a, value(), 0, 4096);
+            else if (a == "--lora") loras.push_back({value(), 1.0f});
+            else if (a == "--lora-scale") {
+                if (loras.empty()) throw rp::Error("--lora-scale must follow a --lora ADAPTER");
+                loras.back().scale = parse_float(a, value());
+            }
+            else if (a == "-h" || a == "--help") { usage(stdout); return 0; }
+            else throw rp::Error("unknown option '" + a + "' (see --help)");
+        }
+        if (model_path.empty()) throw rp::Error("no model given (-m MODEL.gguf)");
+        if (file.empty()) throw rp::Error("no text given (-f FILE)");
+        if (stride >= n_ctx) throw rp::Error("--stride " + std::to_string(stride) + " must be smaller than the context " + std::to_string(n_ctx));
+        if (n_batch == 0 || n_batch > n_ctx) n_batch = n_ctx;
+
+        const std::string text = read_file(file);
+        auto model = rp::Model::load(model_path);
+        rp::Tokenizer tok(model->file());
+        std::vector<std::unique_ptr<rp::LoraAdapter>> adapters;
+        rp::LoraSet lora;
+        for (const LoraArg & l : loras) {
+            adapters.push_back(rp::LoraAdapter::load(l.path, *model));
+            lora.add(*adapters.back(), l.scale);
+        }
+        rp::InferenceSession session(*model, n_ctx, static_cast<int>(threads), lora.empty() ? nullptr : &lora);
+        const int64_t n_vocab = session.n_vocab();
+
+        const std::vector<int32_t> tokens = tok.encode(text, true, false);
+        const int64_t N = static_cast<int64_t>(tokens.size());
+        const bool add_bos = tok.add_bos() && tok.bos() != rp::kTokenNull;
+        if (N < 2 * n_ctx)
+            throw rp::Error(file + " tokenizes to " + std::to_string(N) + " tokens; a context of " + std::to_string(n_ctx) +
+                            " (-c) needs at least " + std::to_string(2 * n_ctx));
+
+        const auto t0 = std::chrono::steady_clock::now();
+        double nll = 0.0, nll2 = 0.0;
+        int64_t count = 0;
+        if (stride == 0) {
+            const int64_t n_chunk = N / n_ctx, first = n_ctx / 2;
+            std::fprintf(stderr, "%lld tokens, %lld chunks of %lld, scoring positions [%lld, %lld) of each\n",
+                         static_cast<long long>(N), static_cast<long long>(n_chunk), n_ctx,
+                         static_cast<long long>(first), n_ctx - 1);
+            for (int64_t i = 0; i < n_chunk; ++i) {
+                std::vector<int32_t> window(tokens.begin() + i * n_ctx, tokens.begin() + (i + 1) * n_ctx);
+                if (add_bos) window[0] = tok.bos();
+                const std::vector<float> logits = eval_window(session, window, n_batch);
+                for (int64_t j = first; j < n_ctx - 1; ++j) {
+                    const double v = -log_prob(logits.data() + j * n_vocab, n_vocab, window[j + 1]);
+                    nll += v;
+                    nll2 += v * v;
+                    ++count;
+                }
+                std::printf("[%lld]%.4lf,", static_cast<long long>(i + 1), std::exp(nll / static_cast<double>(count)));
+                std::fflush(stdout);
+            }
+            std::printf("\n");
+            const double mean = nll / static_cast<double>(count);
+            const double ppl = std::exp(mean);
+            double var = nll2 / static_cast<double>(count) - mean * mean;
+            if (var > 0 && count > 1) {
+                const double err = std::sqrt(var / static_cast<double>(count - 1));
+                std::printf("Final estimate: PPL = %.4lf +/- %.5lf\n", ppl, err * ppl);
+            } else {
+                std::printf("Final estimate: PPL = %.4lf\n", ppl);
+            }
+        } else {
+            const int64_t n_chunk = (N - n_ctx + stride - 1) / stride;
+            std::fprintf(stderr, "%lld tokens, %lld windows of %lld every %lld tokens, scoring the last %lld predictions of each\n",
+                         static_cast<long long>(N), static_cast<long long>(n_chunk), n_ctx, stride, stride);
+            for (int64_t i = 0; i < n_chunk; ++i) {
+                const int64_t start = i * stride;
+                const std::vector<int32_t> window(tokens.begin() + start, tokens.begin() + start + n_ctx);
+                const std::vector<float> logits = eval_window(session, window, n_batch);
+                for (int64_t j = n_ctx - stride - 1; j < n_ctx - 1; ++j) {
+                    nll += -log_prob(logits.data() + j * n_vocab, n_vocab, window[j + 1]);
+                    ++count;
+                }
+                std::printf("[%lld]%.4lf,", static_cast<long long>(i + 1), std::exp(nll / static_cast<double>(count)));
+                std::fflush(stdout);
+            }
+            std::printf("\nFinal estimate: PPL = %.4lf\n", std::exp(nll / static_cast<double>(count)));
+        }
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::fprintf(stderr, "%lld predictions scored in %.2f s\n", static_cast<long long>(count), secs);
+        if (std::fflush(stdout) != 0) throw rp::Error("cannot write to standard output");
+    } catch (const std::exception & e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}
