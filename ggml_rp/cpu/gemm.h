@@ -65,4 +65,11 @@ const char * gemm_backend_name(GemmBackend b);
 // The SIMD micro-kernel's shape for this build ("avx512 12x32", "avx2 6x16", "portable 4x8").
 const char * gemm_simd_name();
 
+// For rp-bench: what matmul_fwd computes for f32 weights (contiguous columns, no accumulation) as one plain
+// cblas_sgemm call with OpenBLAS's own threading on `threads` threads, i.e. OpenBLAS at its best, not
+// deterministic. Returns false (and does nothing) when OpenBLAS is not built in.
+bool openblas_matmul_fwd(int64_t K, int64_t N, int64_t T, const float * W, const float * X, float * Y, int threads);
+// The kernel family OpenBLAS picked for this CPU ("SkylakeX", "Prescott", ...); "" without OpenBLAS.
+const char * openblas_core_name();
+
 } // namespace rp::cpu

@@ -1,0 +1,266 @@
+// rp-bench ops: the heavy CPU kernels on LLM shapes, next to the machine's own yardsticks measured in the
+// same run: the FMA peak of a register-only loop (per core and on all threads) and OpenBLAS cblas_sgemm on
+// the same f32 product.
+//
+//   GEMM    matmul_fwd for f32 / bf16 / q8_0 / q4_0 weights, matmul_bwd_x and matmul_bwd_w (f32), our
+//           deterministic OpenBLAS backend (one single-threaded call per fixed tile), and a plain
+//           multi-threaded cblas_sgemm; GFLOP/s = 2 K N T / time, and ours / OpenBLAS.
+//   attention  causal flash attention forward and backward, tokens/s and GFLOP/s. FLOPs count the causal
+//           half of the two T x T x D products per head (2 T^2 D); the backward counts 2.5x the forward, the
+//           usual FlashAttention accounting (ours recomputes, so it does more work than it is credited).
+#include "bench/bench.h"
+#include "ggml_rp/core/quant.h"
+#include "ggml_rp/cpu/attention.h"
+#include "ggml_rp/cpu/gemm.h"
+#include "gguf/error.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#include <immintrin.h>
+#endif
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+namespace {
+
+using gguf::TensorType;
+using rp::bench::Timing;
+using rp::bench::time_it;
+
+int max_threads() {
+#if defined(_OPENMP)
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+// ---- FMA peak -------------------------------------------------------------------------------------------------
+
+volatile float g_fma_sink;
+
+// 12 independent FMA chains (more than latency x ports on current cores) on registers only; returns flops.
+double fma_loop(int64_t iters) {
+#if defined(__AVX512F__)
+    using V = __m512;
+    constexpr int W = 16;
+    auto set = [](float x) { return _mm512_set1_ps(x); };
+    auto fma = [](V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); };
+    auto sum = [](V a) {
+        float t[16];
+        _mm512_storeu_ps(t, a);
+        float r = 0;
+        for (float x : t) r += x;
+        return r;
+    };
+#elif defined(__AVX2__) && defined(__FMA__)
+    using V = __m256;
+    constexpr int W = 8;
+    auto set = [](float x) { return _mm256_set1_ps(x); };
+    auto fma = [](V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); };
+    auto sum = [](V a) {
+        float t[8];
+        _mm256_storeu_ps(t, a);
+        return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
+    };
+#else
+    using V = float;
+    constexpr int W = 1;
+    auto set = [](float x) { return x; };
+    auto fma = [](V a, V b, V c) { return a * b + c; };
+    auto sum = [](V a) { return a; };
+#endif
+    V acc[12];
+    for (int i = 0; i < 12; ++i) acc[i] = set(float(i));
+    const V b = set(0.999999f), c = set(1e-7f);
+    for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 12
+        for (int i = 0; i < 12; ++i) acc[i] = fma(acc[i], b, c);
+    }
+    float s = 0;
+    for (int i = 0; i < 12; ++i) s += sum(acc[i]);
+    g_fma_sink = s;   // keeps the loop alive
+    return double(iters) * 12 * W * 2;
+}
+
+// GFLOP/s of the FMA loop on `threads` threads (all of them together).
+double fma_peak(int threads, int reps) {
+    const int64_t iters = 20'000'000;
+    double flops = 0;
+    const Timing t = time_it(
+        [&] {
+            double f = 0;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(threads) reduction(+ : f)
+#endif
+            f += fma_loop(iters);
+            flops = f;
+        },
+        reps);
+    return flops / t.best_s / 1e9;
+}
+
+// ---- GEMM -----------------------------------------------------------------------------------------------------
+
+struct GemmShape {
+    const char * name;
+    int64_t K, N, T;
+};
+
+double gflops(double flops, const Timing & t) { return t.best_s > 0 ? flops / t.best_s / 1e9 : 0; }
+
+void bench_gemm(const GemmShape & sh, int threads, int reps) {
+    const int64_t K = sh.K, N = sh.N, T = sh.T;
+    const double flops = 2.0 * double(K) * double(N) * double(T);
+    std::printf("\n%s: K=%lld (in) x N=%lld (out) x T=%lld tokens, %.1f GFLOP per product\n", sh.name, (long long)K,
+                (long long)N, (long long)T, flops / 1e9);
+    // Values: a cheap deterministic pattern (the kernels' speed does not depend on them).
+    std::vector<float> W(size_t(K * N)), X(size_t(K * T)), Y(size_t(N * T)), dX(size_t(K * T));
+    for (size_t i = 0; i < W.size(); ++i) W[i] = float(int(i * 2654435761u % 2001) - 1000) * 1e-3f;
+    for (size_t i = 0; i < X.size(); ++i) X[i] = float(int(i * 40503u % 2001) - 1000) * 1e-3f;
+
+    auto line = [&](const std::string & what, const Timing & t, double ref) {
+        const double g = gflops(flops, t);
+        std::printf("  %-42s %9.2f ms %9.1f GFLOP/s", what.c_str(), t.best_s * 1e3, g);
+        if (ref > 0) std::printf("   %.2fx OpenBLAS", g / ref);
+        std::printf("\n");
+        return g;
+    };
+
+    // OpenBLAS first: the reference the others are compared with.
+    double blas = 0;
+    if (rp::cpu::gemm_have_blas()) {
+        const Timing t = time_it([&] { rp::cpu::openblas_matmul_fwd(K, N, T, W.data(), X.data(), Y.data(), threads); },
+                                 reps);
+        blas = line(std::string("OpenBLAS cblas_sgemm (") + rp::cpu::openblas_core_name() + ")", t, 0);
+    }
+    rp::cpu::set_gemm_backend(rp::cpu::GemmBackend::Simd);
+    line("ours fwd f32", time_it([&] {
+             rp::cpu::matmul_fwd(K, N, T, W.data(), TensorType::F32, size_t(K) * 4, X.data(), K, Y.data(), N, false);
+         }, reps),
+         blas);
+    line("ours bwd_x f32", time_it([&] {
+             rp::cpu::matmul_bwd_x(K, N, T, W.data(), TensorType::F32, size_t(K) * 4, Y.data(), N, dX.data(), K,
+                                   false);
+         }, reps),
+         blas);
+    line("ours bwd_w f32", time_it([&] {
+             rp::cpu::matmul_bwd_w(K, N, T, X.data(), K, Y.data(), N, W.data(), K, false);
+         }, reps),
+         blas);
+    if (rp::cpu::gemm_have_blas()) {
+        rp::cpu::set_gemm_backend(rp::cpu::GemmBackend::Blas);
+        line("ours fwd f32 via OpenBLAS tiles (Blas)", time_it([&] {
+                 rp::cpu::matmul_fwd(K, N, T, W.data(), TensorType::F32, size_t(K) * 4, X.data(), K, Y.data(), N,
+                                     false);
+             }, reps),
+             blas);
+        rp::cpu::set_gemm_backend(rp::cpu::GemmBackend::Simd);
+    }
+    for (TensorType t : {TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0}) {
+        const size_t rb = gguf::row_bytes(t, K);
+        std::vector<uint8_t> Wq(rb * size_t(N));
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+        for (int64_t n = 0; n < N; ++n) rp::quantize_row(t, W.data() + n * K, Wq.data() + size_t(n) * rb, K);
+        line(std::string("ours fwd ") + gguf::type_name(uint32_t(t)), time_it([&] {
+                 rp::cpu::matmul_fwd(K, N, T, Wq.data(), t, rb, X.data(), K, Y.data(), N, false);
+             }, reps),
+             blas);
+    }
+    rp::cpu::set_gemm_backend(rp::cpu::GemmBackend::Auto);
+}
+
+// ---- attention ------------------------------------------------------------------------------------------------
+
+void bench_attention(int64_t T, int64_t D, int64_t Hq, int64_t Hkv, int reps) {
+    const rp::cpu::AttentionShape s{D, Hq, Hkv, T, T, 1, float(1.0 / std::sqrt(double(D)))};
+    std::vector<float> q(size_t(D * Hq * T)), k(size_t(D * Hkv * T)), v(k.size()), o(q.size()), lse(size_t(Hq * T));
+    std::vector<float> dout(q.size()), dq(q.size()), dk(k.size()), dv(k.size());
+    for (size_t i = 0; i < q.size(); ++i) q[i] = float(int(i * 2654435761u % 2001) - 1000) * 1e-3f;
+    for (size_t i = 0; i < k.size(); ++i) k[i] = float(int(i * 40503u % 2001) - 1000) * 1e-3f;
+    for (size_t i = 0; i < v.size(); ++i) v[i] = float(int(i * 9973u % 2001) - 1000) * 1e-3f;
+    for (size_t i = 0; i < dout.size(); ++i) dout[i] = float(int(i * 7919u % 2001) - 1000) * 1e-3f;
+    const double fwd_flops = 2.0 * double(T) * double(T) * double(D) * double(Hq);
+    const Timing tf = time_it([&] { rp::cpu::attention_fwd(s, q.data(), k.data(), v.data(), o.data(), lse.data()); },
+                              reps);
+    const Timing tb = time_it(
+        [&] {
+            rp::cpu::attention_bwd(s, q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(), dq.data(),
+                                   dk.data(), dv.data());
+        },
+        reps);
+    std::printf("  T=%-5lld D=%-3lld Hq=%lld Hkv=%lld  fwd %9.2f ms %9.0f tok/s %7.1f GFLOP/s   "
+                "bwd %9.2f ms %9.0f tok/s %7.1f GFLOP/s\n",
+                (long long)T, (long long)D, (long long)Hq, (long long)Hkv, tf.best_s * 1e3, double(T) / tf.best_s,
+                gflops(fwd_flops, tf), tb.best_s * 1e3, double(T) / tb.best_s, gflops(2.5 * fwd_flops, tb));
+}
+
+void usage() {
+    std::printf(
+        "usage: rp-bench ops [--quick] [--reps N] [--threads N] [--only peak|gemm|attention]\n"
+        "  FMA peak (1 thread and N threads), then GEMM on LLM shapes (4096x4096x512, 2048x6144x1024 and the\n"
+        "  LM head 2048x151936x512; --quick: 1024x1024x256, 1024x1536x256, 1024x16384x256) for f32, bf16, q8_0\n"
+        "  and q4_0 weights next to OpenBLAS cblas_sgemm, then causal attention forward/backward at T = 512 ..\n"
+        "  8192 (--quick: 512 .. 2048), D = 64 and 128. Best of N repetitions (default 3; 1 for the LM head).\n"
+        "  N threads: default all (OMP_NUM_THREADS).\n");
+}
+
+int run_ops(int argc, char ** argv) {
+    rp::bench::Options opt(argc, argv);
+    if (opt.help()) {
+        usage();
+        return 0;
+    }
+    const bool quick = opt.flag("--quick");
+    const int reps = int(opt.get_int("--reps", 3));
+    const int threads = int(opt.get_int("--threads", max_threads()));
+    const std::string only = opt.get_string("--only", "");
+    opt.finish();
+    if (reps < 1 || threads < 1) throw rp::Error("--reps and --threads must be at least 1");
+    if (!only.empty() && only != "peak" && only != "gemm" && only != "attention")
+        throw rp::Error("--only: unknown section '" + only + "' (peak, gemm or attention)");
+#if defined(_OPENMP)
+    omp_set_num_threads(threads);
+#endif
+    std::printf("rp-bench ops: %d threads, micro-kernel %s, OpenBLAS %s, best of %d%s\n", threads,
+                rp::cpu::gemm_simd_name(), rp::cpu::gemm_have_blas() ? rp::cpu::openblas_core_name() : "not built in",
+                reps, quick ? ", quick shapes" : "");
+
+    if (rp::cpu::gemm_have_blas() && std::strcmp(rp::cpu::openblas_core_name(), "Prescott") == 0)
+        std::printf("note: OpenBLAS did not recognise this CPU and runs its generic SSE3 (Prescott) kernels; run with\n"
+                    "      OPENBLAS_CORETYPE=SkylakeX (or Cooperlake, Haswell) to compare with its AVX2/AVX-512 ones\n");
+    if (only.empty() || only == "peak") {
+        const double p1 = fma_peak(1, reps), pn = fma_peak(threads, reps);
+        std::printf("\nFMA peak (register-only loop): %.1f GFLOP/s on 1 thread, %.1f GFLOP/s on %d threads\n", p1, pn,
+                    threads);
+    }
+    if (only.empty() || only == "gemm") {
+        const GemmShape full[] = {{"attention/MLP projection", 4096, 4096, 512},
+                                  {"MLP up/gate", 2048, 6144, 1024},
+                                  {"LM head (Qwen vocabulary)", 2048, 151936, 512}};
+        const GemmShape small[] = {{"projection (quick)", 1024, 1024, 256},
+                                   {"MLP up/gate (quick)", 1024, 1536, 256},
+                                   {"LM head (quick)", 1024, 16384, 256}};
+        for (const GemmShape & sh : quick ? small : full)
+            bench_gemm(sh, threads, sh.N > 100000 ? 1 : reps);
+    }
+    if (only.empty() || only == "attention") {
+        std::printf("\ncausal attention, one sequence (FLOPs: fwd 2 T^2 D Hq, bwd 2.5x fwd)\n");
+        for (int64_t D : {64, 128})
+            for (int64_t T = 512; T <= (quick ? 2048 : 8192); T *= 2) bench_attention(T, D, 8, 2, T >= 4096 ? 1 : reps);
+    }
+    return 0;
+}
+
+} // namespace
+
+RP_BENCH_FAMILY(ops, "CPU kernels: GEMM (every weight type, vs OpenBLAS and the FMA peak), attention fwd/bwd",
+                run_ops);

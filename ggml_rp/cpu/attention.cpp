@@ -1,0 +1,259 @@
+// Flash-style causal grouped-query attention on the CPU (FlashAttention-2 algorithm, float accumulation).
+//
+// Forward, per (sequence, query head, block of BQ queries): walk the visible key blocks of BK keys in order,
+// S = Q K^T * scale, keep a running row max m and row sum l of exp(S - m), rescale the output accumulator
+// when m grows, add P V. At the end O = acc / l and lse = m + log(l).
+//
+// Backward, recomputing P = exp(S*scale - lse) block by block, with D_i = rowsum(dO_i * O_i):
+//   pass 1, per (sequence, kv head, key block): over the group's query heads and the query blocks in order,
+//           dV += P^T dO,  dS = P * (dO V^T - D),  dK += dS^T Q * scale        (the task owns its dK/dV rows)
+//   pass 2, per (sequence, query head, query block): over the key blocks in order, dQ += dS K * scale
+// Each output row is owned by one task and reduced in a fixed order, so results do not depend on threads.
+//
+// The block products go through gemm_f32_serial (same micro-kernel as mul_mat). Memory beyond inputs and
+// outputs: D (one float per query row and head) and per-thread tiles of a few BQ x max(BK, D) floats.
+#include "ggml_rp/cpu/attention.h"
+
+#include "ggml_rp/cpu/gemm.h"
+#include "ggml_rp/cpu/vec_math.h"
+#include "gguf/error.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace rp::cpu {
+
+namespace {
+
+constexpr int64_t BQ = 64;   // queries per block
+constexpr int64_t BK = 64;   // keys per block
+
+void check_shape(const AttentionShape & s, const char * fn) {
+    auto bad = [&](const std::string & why) { throw Error(std::string(fn) + ": " + why); };
+    if (s.D < 1 || s.D > 256) bad("head_dim D=" + std::to_string(s.D) + " is outside [1, 256]");
+    if (s.Hq < 1 || s.Hkv < 1 || s.Hq % s.Hkv != 0)
+        bad("query heads " + std::to_string(s.Hq) + " are not a positive multiple of kv heads " +
+            std::to_string(s.Hkv));
+    if (s.Tq < 0 || s.Tk < s.Tq)
+        bad("Tq=" + std::to_string(s.Tq) + ", Tk=" + std::to_string(s.Tk) + ": need 0 <= Tq <= Tk");
+    if (s.B < 0) bad("negative batch " + std::to_string(s.B));
+    if (!std::isfinite(s.scale)) bad("scale is not finite");
+}
+
+// Strides and pointers of the [D, H, T, B] layouts (floats).
+struct Geometry {
+    const AttentionShape & s;
+    int64_t group() const { return s.Hq / s.Hkv; }
+    int64_t q_row() const { return s.Hq * s.D; }    // between consecutive queries of one head
+    int64_t kv_row() const { return s.Hkv * s.D; }  // between consecutive keys of one head
+    int64_t offset() const { return s.Tk - s.Tq; }  // query t sees keys j <= t + offset
+    int64_t q_at(int64_t b, int64_t t, int64_t h) const { return ((b * s.Tq + t) * s.Hq + h) * s.D; }
+    int64_t kv_at(int64_t b, int64_t j, int64_t h) const { return ((b * s.Tk + j) * s.Hkv + h) * s.D; }
+    int64_t row_at(int64_t b, int64_t t, int64_t h) const { return (b * s.Tq + t) * s.Hq + h; }
+    // Keys of block [j0, j0+bk) that query t sees: the first `visible` of them.
+    int64_t visible(int64_t t, int64_t j0, int64_t bk) const {
+        return std::clamp<int64_t>(t + offset() - j0 + 1, 0, bk);
+    }
+};
+
+// Runs body(task) for task in [0, n) on the OpenMP threads, each with its own scratch of `scratch_floats`;
+// rethrows the first exception after the loop (exceptions must not cross an OpenMP region).
+template <class F>
+void parallel_tasks(int64_t n, size_t scratch_floats, F body) {
+    std::atomic<bool> failed{false};
+    std::string err;
+#ifdef _OPENMP
+#pragma omp parallel if (n > 1)
+#endif
+    {
+        std::vector<float> scratch;
+        try {
+            scratch.resize(scratch_floats);
+        } catch (const std::exception & e) {
+            if (!failed.exchange(true)) err = e.what();
+        }
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1)
+#endif
+        for (int64_t task = 0; task < n; ++task) {
+            if (failed.load(std::memory_order_relaxed)) continue;
+            try {
+                body(task, scratch.data());
+            } catch (const std::exception & e) {
+                if (!failed.exchange(true)) err = e.what();
+            }
+        }
+    }
+    if (failed) throw Error(err);
+}
+
+// P = exp(S*scale - lse) on the visible part of each row, 0 elsewhere (S is [bq x BK], rows t0..).
+void probabilities(const Geometry & g, float * S, int64_t bq, int64_t bk, int64_t t0, int64_t j0, float scale,
+                   const float * lse_rows) {
+    for (int64_t i = 0; i < bq; ++i) {
+        float * row = S + i * BK;
+        const int64_t nv = g.visible(t0 + i, j0, bk);
+        const float l = lse_rows[i];
+        for (int64_t j = 0; j < nv; ++j) row[j] = vec_exp(row[j] * scale - l);
+        for (int64_t j = nv; j < bk; ++j) row[j] = 0.0f;
+    }
+}
+
+} // namespace
+
+void attention_fwd(const AttentionShape & s, const float * q, const float * k, const float * v, float * o,
+                   float * lse) {
+    check_shape(s, "attention_fwd");
+    const Geometry g{s};
+    const int64_t D = s.D, nqb = (s.Tq + BQ - 1) / BQ;
+    const int64_t ntasks = s.B * s.Hq * nqb;
+    // scratch: S [BQ x BK], acc [BQ x D], m [BQ], l [BQ]
+    parallel_tasks(ntasks, size_t(BQ * BK + BQ * D + 2 * BQ), [&](int64_t task, float * scratch) {
+        const int64_t qb = task % nqb, h = task / nqb % s.Hq, b = task / nqb / s.Hq;
+        const int64_t hk = h / g.group();
+        const int64_t t0 = qb * BQ, bq = std::min(BQ, s.Tq - t0);
+        float * S = scratch;
+        float * acc = S + BQ * BK;
+        float * m = acc + BQ * D;
+        float * l = m + BQ;
+        std::fill(acc, acc + bq * D, 0.0f);
+        std::fill(m, m + bq, -std::numeric_limits<float>::infinity());
+        std::fill(l, l + bq, 0.0f);
+        const float * qblk = q + g.q_at(b, t0, h);
+        const int64_t kend = std::min(s.Tk, t0 + bq + g.offset());   // keys past the last query's horizon
+        for (int64_t j0 = 0; j0 < kend; j0 += BK) {
+            const int64_t bk = std::min(BK, kend - j0);
+            gemm_f32_serial(bq, bk, D, qblk, g.q_row(), false, k + g.kv_at(b, j0, hk), g.kv_row(), true, S, BK,
+                            false);
+            for (int64_t i = 0; i < bq; ++i) {
+                float * row = S + i * BK;
+                const int64_t nv = g.visible(t0 + i, j0, bk);
+                for (int64_t j = 0; j < nv; ++j) row[j] *= s.scale;
+                // Block 0 shows every query key 0, so mx is finite from the first block on.
+                const float mx = max_of(row, nv, m[i]);
+                const float alpha = vec_exp(m[i] - mx);
+                for (int64_t j = 0; j < nv; ++j) row[j] = vec_exp(row[j] - mx);
+                for (int64_t j = nv; j < bk; ++j) row[j] = 0.0f;
+                l[i] = l[i] * alpha + sum_of(row, nv);
+                m[i] = mx;
+                if (alpha != 1.0f)
+                    for (int64_t d = 0; d < D; ++d) acc[i * D + d] *= alpha;
+            }
+            gemm_f32_serial(bq, D, bk, S, BK, false, v + g.kv_at(b, j0, hk), g.kv_row(), false, acc, D, true);
+        }
+        for (int64_t i = 0; i < bq; ++i) {
+            float * orow = o + g.q_at(b, t0 + i, h);
+            const float inv = 1.0f / l[i];
+            for (int64_t d = 0; d < D; ++d) orow[d] = acc[i * D + d] * inv;
+            lse[g.row_at(b, t0 + i, h)] = m[i] + std::log(l[i]);
+        }
+    });
+}
+
+void attention_bwd(const AttentionShape & s, const float * q, const float * k, const float * v, const float * o,
+                   const float * lse, const float * dout, float * dq, float * dk, float * dv) {
+    check_shape(s, "attention_bwd");
+    const Geometry g{s};
+    const int64_t D = s.D;
+    const int64_t nrows = s.B * s.Tq * s.Hq;
+
+    // D_i = rowsum(dO_i * O_i), one per (query, head). Rows are contiguous D-vectors in both layouts.
+    std::vector<float> Drow(size_t(std::max<int64_t>(nrows, 1)));
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (nrows * D > (1 << 15))
+#endif
+    for (int64_t r = 0; r < nrows; ++r) {
+        const float * a = dout + r * D;
+        const float * b = o + r * D;
+        float sum = 0.0f;
+        for (int64_t d = 0; d < D; ++d) sum = std::fma(a[d], b[d], sum);
+        Drow[size_t(r)] = sum;
+    }
+
+    // dS = P * (dP - D) in place in dP, where dP = dO V^T was just computed into it.
+    auto softmax_grad = [&](float * P, float * dP, int64_t bq, int64_t bk, int64_t b, int64_t t0, int64_t h) {
+        for (int64_t i = 0; i < bq; ++i) {
+            const float di = Drow[size_t(g.row_at(b, t0 + i, h))];
+            for (int64_t j = 0; j < bk; ++j) dP[i * BK + j] = P[i * BK + j] * (dP[i * BK + j] - di);
+        }
+    };
+    auto lse_of = [&](float * dst, int64_t b, int64_t t0, int64_t bq, int64_t h) {
+        for (int64_t i = 0; i < bq; ++i) dst[i] = lse[g.row_at(b, t0 + i, h)];
+    };
+
+    // Pass 1: dK, dV by key-block ownership.
+    const int64_t nkb = (s.Tk + BK - 1) / BK;
+    parallel_tasks(s.B * s.Hkv * nkb, size_t(2 * BQ * BK + 2 * BK * D + BQ), [&](int64_t task, float * scratch) {
+        const int64_t kb = task % nkb, hk = task / nkb % s.Hkv, b = task / nkb / s.Hkv;
+        const int64_t j0 = kb * BK, bk = std::min(BK, s.Tk - j0);
+        float * P = scratch;
+        float * dP = P + BQ * BK;
+        float * dk_acc = dP + BQ * BK;
+        float * dv_acc = dk_acc + BK * D;
+        float * lrow = dv_acc + BK * D;
+        std::fill(dk_acc, dk_acc + bk * D, 0.0f);
+        std::fill(dv_acc, dv_acc + bk * D, 0.0f);
+        const float * kblk = k + g.kv_at(b, j0, hk);
+        const float * vblk = v + g.kv_at(b, j0, hk);
+        const int64_t t_first = std::max<int64_t>(0, j0 - g.offset());   // first query that sees key j0
+        for (int64_t h = hk * g.group(); h < (hk + 1) * g.group(); ++h) {
+            for (int64_t t0 = t_first / BQ * BQ; t0 < s.Tq; t0 += BQ) {
+                const int64_t bq = std::min(BQ, s.Tq - t0);
+                const float * qblk = q + g.q_at(b, t0, h);
+                const float * doblk = dout + g.q_at(b, t0, h);
+                gemm_f32_serial(bq, bk, D, qblk, g.q_row(), false, kblk, g.kv_row(), true, P, BK, false);
+                lse_of(lrow, b, t0, bq, h);
+                probabilities(g, P, bq, bk, t0, j0, s.scale, lrow);
+                gemm_f32_serial(bk, D, bq, P, BK, true, doblk, g.q_row(), false, dv_acc, D, true);
+                gemm_f32_serial(bq, bk, D, doblk, g.q_row(), false, vblk, g.kv_row(), true, dP, BK, false);
+                softmax_grad(P, dP, bq, bk, b, t0, h);
+                gemm_f32_serial(bk, D, bq, dP, BK, true, qblk, g.q_row(), false, dk_acc, D, true);
+            }
+        }
+        for (int64_t j = 0; j < bk; ++j) {
+            float * dkrow = dk + g.kv_at(b, j0 + j, hk);
+            float * dvrow = dv + g.kv_at(b, j0 + j, hk);
+            for (int64_t d = 0; d < D; ++d) {
+                dkrow[d] = dk_acc[j * D + d] * s.scale;
+                dvrow[d] = dv_acc[j * D + d];
+            }
+        }
+    });
+
+    // Pass 2: dQ by query-block ownership.
+    const int64_t nqb = (s.Tq + BQ - 1) / BQ;
+    parallel_tasks(s.B * s.Hq * nqb, size_t(2 * BQ * BK + BQ * D + BQ), [&](int64_t task, float * scratch) {
+        const int64_t qb = task % nqb, h = task / nqb % s.Hq, b = task / nqb / s.Hq;
+        const int64_t hk = h / g.group();
+        const int64_t t0 = qb * BQ, bq = std::min(BQ, s.Tq - t0);
+        float * P = scratch;
+        float * dP = P + BQ * BK;
+        float * dq_acc = dP + BQ * BK;
+        float * lrow = dq_acc + BQ * D;
+        std::fill(dq_acc, dq_acc + bq * D, 0.0f);
+        lse_of(lrow, b, t0, bq, h);
+        const float * qblk = q + g.q_at(b, t0, h);
+        const float * doblk = dout + g.q_at(b, t0, h);
+        const int64_t kend = std::min(s.Tk, t0 + bq + g.offset());
+        for (int64_t j0 = 0; j0 < kend; j0 += BK) {
+            const int64_t bk = std::min(BK, kend - j0);
+            const float * kblk = k + g.kv_at(b, j0, hk);
+            gemm_f32_serial(bq, bk, D, qblk, g.q_row(), false, kblk, g.kv_row(), true, P, BK, false);
+            probabilities(g, P, bq, bk, t0, j0, s.scale, lrow);
+            gemm_f32_serial(bq, bk, D, doblk, g.q_row(), false, v + g.kv_at(b, j0, hk), g.kv_row(), true, dP, BK,
+                            false);
+            softmax_grad(P, dP, bq, bk, b, t0, h);
+            gemm_f32_serial(bq, D, bk, dP, BK, false, kblk, g.kv_row(), false, dq_acc, D, true);
+        }
+        for (int64_t i = 0; i < bq; ++i) {
+            float * dqrow = dq + g.q_at(b, t0 + i, h);
+            for (int64_t d = 0; d < D; ++d) dqrow[d] = dq_acc[i * D + d] * s.scale;
+        }
+    });
+}
+
+} // namespace rp::cpu

@@ -1,0 +1,101 @@
+// Fused LM head + cross-entropy, chunked over the vocabulary.
+//
+// Pass 1, chunk by chunk: logits L = W_chunk^T h ([chunk x T], via matmul_fwd), per token an online max m
+// and sum s of exp(L - m), and the logit of the label when it falls in the chunk. lse = m + log(s).
+// Pass 2 (only when a gradient is asked for), chunk by chunk again: recompute L, G = (softmax - onehot) *
+// loss_scale for unmasked tokens (0 for ignored ones), then dh (+)= W_chunk G (matmul_bwd_x) and
+// dW_chunk += h G^T (matmul_bwd_w). Chunks run in order and every GEMM is deterministic, so the result is
+// bit-identical for any number of threads. Peak extra memory: two chunk x T float tiles.
+#include "ggml_rp/cpu/cross_entropy.h"
+
+#include "ggml_rp/cpu/gemm.h"
+#include "ggml_rp/cpu/vec_math.h"
+#include "gguf/error.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace rp::cpu {
+
+double lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::TensorType wtype, size_t w_row_bytes,
+                  const int32_t * labels, float loss_scale, float * dh, float * dW, int64_t dw_row) {
+    if (s.C < 1 || s.V < 1 || s.T < 0 || s.chunk < 1)
+        throw Error("lm_head_ce: bad shape C=" + std::to_string(s.C) + " V=" + std::to_string(s.V) + " T=" +
+                    std::to_string(s.T) + " chunk=" + std::to_string(s.chunk));
+    if (dW && dw_row < s.C)
+        throw Error("lm_head_ce: dW row stride " + std::to_string(dw_row) + " is smaller than C=" +
+                    std::to_string(s.C));
+    for (int64_t t = 0; t < s.T; ++t)
+        if (labels[t] < -1 || labels[t] >= s.V)
+            throw Error("lm_head_ce: label " + std::to_string(labels[t]) + " of token " + std::to_string(t) +
+                        " is outside [0, " + std::to_string(s.V) + ") and not -1 (ignored)");
+    const int64_t C = s.C, V = s.V, T = s.T;
+    const int64_t chunk = std::min(s.chunk, V);
+    const char * wbytes = static_cast<const char *>(W);
+    std::vector<float> L(size_t(chunk * std::max<int64_t>(T, 1)));   // column t at L + t*nv
+
+    // ---- pass 1: logsumexp and label logits ------------------------------------------------------------------
+    std::vector<float> m(size_t(T), -std::numeric_limits<float>::infinity());
+    std::vector<double> sum(size_t(T), 0.0);
+    std::vector<float> label_logit(size_t(T), 0.0f);
+    for (int64_t v0 = 0; v0 < V; v0 += chunk) {
+        const int64_t nv = std::min(chunk, V - v0);
+        matmul_fwd(C, nv, T, wbytes + v0 * w_row_bytes, wtype, w_row_bytes, h, C, L.data(), nv, false);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (T > 1 && nv * T > 4096)
+#endif
+        for (int64_t t = 0; t < T; ++t) {
+            float * col = L.data() + t * nv;
+            const float mx = max_of(col, nv, m[size_t(t)]);
+            const int32_t y = labels[t];
+            if (y >= v0 && y < v0 + nv) label_logit[size_t(t)] = col[y - v0];
+            // exp in place (the column is not needed again in this pass), then an ordered sum in double.
+            for (int64_t j = 0; j < nv; ++j) col[j] = vec_exp(col[j] - mx);
+            double cs = 0.0;
+            for (int64_t j = 0; j < nv; ++j) cs += col[j];
+            const float mold = m[size_t(t)];
+            sum[size_t(t)] = (mold == mx ? sum[size_t(t)] : sum[size_t(t)] * std::exp(double(mold) - double(mx))) + cs;
+            m[size_t(t)] = mx;
+        }
+    }
+    std::vector<float> lse(static_cast<size_t>(T));
+    double loss = 0.0;
+    for (int64_t t = 0; t < T; ++t) {
+        const double l = double(m[size_t(t)]) + std::log(sum[size_t(t)]);
+        lse[size_t(t)] = float(l);
+        if (labels[t] >= 0) loss += double(loss_scale) * (l - double(label_logit[size_t(t)]));
+    }
+    if (!dh && !dW) return loss;
+
+    // ---- pass 2: gradients ------------------------------------------------------------------------------------
+    std::vector<float> G(L.size());
+    for (int64_t v0 = 0; v0 < V; v0 += chunk) {
+        const int64_t nv = std::min(chunk, V - v0);
+        const char * wchunk = wbytes + v0 * w_row_bytes;
+        matmul_fwd(C, nv, T, wchunk, wtype, w_row_bytes, h, C, L.data(), nv, false);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (T > 1 && nv * T > 4096)
+#endif
+        for (int64_t t = 0; t < T; ++t) {
+            const float * col = L.data() + t * nv;
+            float * g = G.data() + t * nv;
+            const int32_t y = labels[t];
+            if (y < 0) {
+                std::fill(g, g + nv, 0.0f);
+                continue;
+            }
+            const float l = lse[size_t(t)];
+            for (int64_t j = 0; j < nv; ++j) g[j] = vec_exp(col[j] - l);
+            if (y >= v0 && y < v0 + nv) g[y - v0] -= 1.0f;   // exact for p near 1 (Sterbenz)
+            for (int64_t j = 0; j < nv; ++j) g[j] *= loss_scale;
+        }
+        if (dh) matmul_bwd_x(C, nv, T, wchunk, wtype, w_row_bytes, G.data(), nv, dh, C, v0 > 0);
+        if (dW) matmul_bwd_w(C, nv, T, h, C, G.data(), nv, dW + v0 * dw_row, dw_row, true);
+    }
+    return loss;
+}
+
+} // namespace rp::cpu

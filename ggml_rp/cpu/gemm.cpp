@@ -1,0 +1,607 @@
+// CPU matrix products: one packed, register-tiled GEMM engine (GotoBLAS / BLIS structure) behind matmul_fwd,
+// matmul_bwd_x, matmul_bwd_w and gemm_f32_serial.
+//
+//     C[i, j] (+)= sum_p A(i, p) * B(p, j)        C row-major (j contiguous), A f32, B f32 or any weight type
+//
+// A is packed into micro-panels of MR rows ([p][MR]), B into micro-panels of NR columns ([p][NR]); a micro-kernel
+// keeps an MR x NR block of C in registers and does one broadcast-FMA rank-1 update per reduction step.
+// Quantized / half B rows are dequantized (rp::dequantize_row) into a per-thread f32 tile right before packing.
+//
+// Determinism: every C element is C_old (or 0) + s_0 + s_1 + ... where s_b is the FMA chain over reduction
+// block b of kGemmKC steps, computed by one micro-kernel call in order. Nothing else (tile position, task
+// split, thread count) enters the arithmetic, so the result is bit-identical for any number of threads.
+#include "ggml_rp/cpu/gemm.h"
+
+#include "ggml_rp/core/quant.h"
+#include "gguf/error.h"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__)) || defined(__F16C__)
+#include <immintrin.h>
+#endif
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#ifdef RP_HAVE_BLAS
+#include <cblas.h>
+#endif
+
+namespace rp::cpu {
+
+namespace {
+
+constexpr int64_t KC = kGemmKC;   // reduction block: fixes the summation order
+constexpr int64_t NC = 256;       // B columns per task; a multiple of every NR and of 256 (K-quant blocks)
+constexpr int64_t MC = 120;       // rows of A swept per B micro-panel (a multiple of every MR)
+constexpr int64_t MC_MIN = 48;    // smallest row block of a task (when columns alone give too few tasks)
+
+// ---- micro-kernels ------------------------------------------------------------------------------------------
+// A kernel type gives the vector type V of W floats, NV vectors per C row (NR = W * NV) and MR rows.
+
+struct PortableKernel {
+    static constexpr int W = 1, NV = 8, MR = 4;
+    using V = float;
+    static V zero() { return 0.0f; }
+    static V load(const float * p) { return *p; }
+    static V bcast(const float * p) { return *p; }
+    static V fma(V a, V b, V c) { return a * b + c; }
+    static V add(V a, V b) { return a + b; }
+    static void store(float * p, V v) { *p = v; }
+    static constexpr const char * name = "portable 4x8";
+};
+
+#if defined(__AVX512F__)
+struct SimdKernel {
+    static constexpr int W = 16, NV = 2, MR = 12;   // 24 accumulators of 32 zmm
+    using V = __m512;
+    static V zero() { return _mm512_setzero_ps(); }
+    static V load(const float * p) { return _mm512_loadu_ps(p); }
+    static V bcast(const float * p) { return _mm512_set1_ps(*p); }
+    static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+    static V add(V a, V b) { return _mm512_add_ps(a, b); }
+    static void store(float * p, V v) { _mm512_storeu_ps(p, v); }
+    static constexpr const char * name = "avx512 12x32";
+};
+#elif defined(__AVX2__) && defined(__FMA__)
+struct SimdKernel {
+    static constexpr int W = 8, NV = 2, MR = 6;     // 12 accumulators of 16 ymm
+    using V = __m256;
+    static V zero() { return _mm256_setzero_ps(); }
+    static V load(const float * p) { return _mm256_loadu_ps(p); }
+    static V bcast(const float * p) { return _mm256_broadcast_ss(p); }
+    static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+    static V add(V a, V b) { return _mm256_add_ps(a, b); }
+    static void store(float * p, V v) { _mm256_storeu_ps(p, v); }
+    static constexpr const char * name = "avx2 6x16";
+};
+#else
+using SimdKernel = PortableKernel;
+#endif
+
+// C[ROWS x NR] = (add ? C : 0) + Ap^T Bp over kc steps. ap: [kc][MR], bp: [kc][NR].
+template <class Kn, int ROWS>
+void micro_kernel(int64_t kc, const float * __restrict ap, const float * __restrict bp, float * c, int64_t ldc,
+                  bool add) {
+    using V = typename Kn::V;
+    constexpr int NV = Kn::NV, W = Kn::W;
+    V acc[ROWS][NV];
+    // The C tile is read only after the loop; fetch it now (its rows are a whole row stride apart).
+#pragma GCC unroll 16
+    for (int r = 0; r < ROWS; ++r)
+#pragma GCC unroll 16
+        for (int q = 0; q < NV * W; q += 16) __builtin_prefetch(c + r * ldc + q, 1, 3);
+#pragma GCC unroll 16
+    for (int r = 0; r < ROWS; ++r)
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; ++v) acc[r][v] = Kn::zero();
+    for (int64_t p = 0; p < kc; ++p) {
+        V b[NV];
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; ++v) b[v] = Kn::load(bp + v * W);
+#pragma GCC unroll 16
+        for (int r = 0; r < ROWS; ++r) {
+            const V a = Kn::bcast(ap + r);
+#pragma GCC unroll 16
+            for (int v = 0; v < NV; ++v) acc[r][v] = Kn::fma(a, b[v], acc[r][v]);
+        }
+        ap += Kn::MR;
+        bp += NV * W;
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < ROWS; ++r)
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; ++v) {
+            float * cp = c + r * ldc + v * W;
+            Kn::store(cp, add ? Kn::add(Kn::load(cp), acc[r][v]) : acc[r][v]);
+        }
+}
+
+using MicroFn = void (*)(int64_t, const float *, const float *, float *, int64_t, bool);
+
+template <class Kn, size_t... I>
+constexpr auto micro_table(std::index_sequence<I...>) {
+    return std::array<MicroFn, sizeof...(I)>{&micro_kernel<Kn, int(I) + 1>...};
+}
+
+// ---- operands -------------------------------------------------------------------------------------------------
+
+// A(i, p) = t ? a[p*ld + i] : a[i*ld + p]
+struct OperandA {
+    const float * a;
+    int64_t ld;
+    bool t;
+};
+
+// B as rows of a typed matrix. t: row j holds B(., j) (p contiguous); !t: row p holds B(p, .) (j contiguous).
+struct OperandB {
+    const char * base;
+    size_t row_bytes;
+    TensorType type;
+    bool t;
+};
+
+// 64-byte aligned float buffer that only grows.
+struct Scratch {
+    float * p = nullptr;
+    size_t n = 0;
+    ~Scratch() { std::free(p); }
+    float * get(size_t want) {
+        if (want > n) {
+            std::free(p);
+            n = (want + 15) & ~size_t(15);
+            p = static_cast<float *>(std::aligned_alloc(64, n * sizeof(float)));
+            if (!p) throw Error("gemm: out of memory for a " + std::to_string(n * 4) + "-byte packing buffer");
+        }
+        return p;
+    }
+};
+
+// d[p*dstride + r] = rows[r][p] for r < nrows (<= 16), p < kc, where rows[r] = src + r*ld; lanes r in
+// [nrows, lanes) are written as 0, lanes past `lanes` are not written.
+void transpose_rows(const float * src, int64_t ld, int nrows, int64_t kc, float * d, int64_t dstride, int lanes) {
+#if defined(__AVX512F__)
+    // 16 x 16 blocks: 4 rounds of in-register shuffles instead of 256 strided scalar moves. (The maskz forms
+    // with full masks avoid GCC 12's false "uninitialized" warning on the plain intrinsics.)
+    constexpr __mmask16 all16 = 0xFFFF;
+    constexpr __mmask8 all8 = 0xFF;
+    const __mmask16 store_mask = __mmask16((1u << lanes) - 1);
+    int64_t p = 0;
+    for (; p < kc; p += 16) {
+        const int np = int(std::min<int64_t>(16, kc - p));
+        const __mmask16 load_mask = __mmask16((1u << np) - 1);
+        __m512 r[16], t[16];
+        for (int i = 0; i < 16; ++i)
+            r[i] = i < nrows ? _mm512_maskz_loadu_ps(load_mask, src + i * ld + p) : _mm512_setzero_ps();
+        for (int i = 0; i < 8; ++i) {
+            t[2 * i] = _mm512_maskz_unpacklo_ps(all16, r[2 * i], r[2 * i + 1]);
+            t[2 * i + 1] = _mm512_maskz_unpackhi_ps(all16, r[2 * i], r[2 * i + 1]);
+        }
+        // u[4g + k]: rows 4g..4g+3 at columns k, k+4, k+8, k+12 (one per 128-bit chunk)
+        __m512 u[16];
+        for (int g = 0; g < 4; ++g) {
+            const __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 1]);
+            const __m512d c = _mm512_castps_pd(t[4 * g + 2]), e = _mm512_castps_pd(t[4 * g + 3]);
+            u[4 * g + 0] = _mm512_castpd_ps(_mm512_maskz_unpacklo_pd(all8, a, c));
+            u[4 * g + 1] = _mm512_castpd_ps(_mm512_maskz_unpackhi_pd(all8, a, c));
+            u[4 * g + 2] = _mm512_castpd_ps(_mm512_maskz_unpacklo_pd(all8, b, e));
+            u[4 * g + 3] = _mm512_castpd_ps(_mm512_maskz_unpackhi_pd(all8, b, e));
+        }
+        for (int k = 0; k < 4; ++k) {
+            // Output row 4c + k gathers 128-bit chunk c of u[k], u[4+k], u[8+k], u[12+k].
+            auto shuf = [](__m512 a, __m512 b, auto imm) { return _mm512_maskz_shuffle_f32x4(all16, a, b, decltype(imm)::value); };
+            using I44 = std::integral_constant<int, 0x44>;
+            using IEE = std::integral_constant<int, 0xEE>;
+            using I88 = std::integral_constant<int, 0x88>;
+            using IDD = std::integral_constant<int, 0xDD>;
+            const __m512 v01 = shuf(u[k], u[4 + k], I44{}), w01 = shuf(u[8 + k], u[12 + k], I44{});
+            const __m512 v23 = shuf(u[k], u[4 + k], IEE{}), w23 = shuf(u[8 + k], u[12 + k], IEE{});
+            const __m512 out[4] = {shuf(v01, w01, I88{}), shuf(v01, w01, IDD{}), shuf(v23, w23, I88{}),
+                                   shuf(v23, w23, IDD{})};
+            for (int c = 0; c < 4; ++c)
+                if (4 * c + k < np) _mm512_mask_storeu_ps(d + (p + 4 * c + k) * dstride, store_mask, out[c]);
+        }
+    }
+#else
+    for (int r = 0; r < nrows; ++r) {
+        const float * s = src + r * ld;
+        for (int64_t p = 0; p < kc; ++p) d[p * dstride + r] = s[p];
+    }
+    for (int r = nrows; r < lanes; ++r)
+        for (int64_t p = 0; p < kc; ++p) d[p * dstride + r] = 0.0f;
+#endif
+}
+
+// Rows [i0, i0+mc) x steps [p0, p0+kc) of A -> micro-panels of MR rows at dst (panel q at dst + q*MR*kc).
+template <int MR>
+void pack_a(const OperandA & A, int64_t i0, int64_t mc, int64_t p0, int64_t kc, float * dst) {
+    for (int64_t ir = 0; ir < mc; ir += MR) {
+        const int rows = int(std::min<int64_t>(MR, mc - ir));
+        float * d = dst + ir * kc;
+        if (A.t) {
+            for (int64_t p = 0; p < kc; ++p) {
+                const float * s = A.a + (p0 + p) * A.ld + i0 + ir;
+                for (int r = 0; r < rows; ++r) d[p * MR + r] = s[r];
+            }
+        } else if (MR <= 16) {
+            transpose_rows(A.a + (i0 + ir) * A.ld + p0, A.ld, rows, kc, d, MR, MR);
+        } else {
+            for (int r = 0; r < rows; ++r) {
+                const float * s = A.a + (i0 + ir + r) * A.ld + p0;
+                for (int64_t p = 0; p < kc; ++p) d[p * MR + r] = s[p];
+            }
+        }
+    }
+}
+
+// B(p0 .. p0+kc, j0 .. j0+nc) given as f32 rows (src, ld floats, t as in OperandB) -> micro-panels of NR
+// columns at dst (panel q at dst + q*NR*kc), columns past nc zeroed.
+template <int NR>
+void pack_b_f32(const float * src, int64_t ld, bool t, int64_t j0, int64_t nc, int64_t p0, int64_t kc,
+                float * dst) {
+    for (int64_t jr = 0; jr < nc; jr += NR) {
+        const int cols = int(std::min<int64_t>(NR, nc - jr));
+        float * d = dst + jr * kc;
+        if (t) {
+            // 16 columns at a time (zero-filled past cols).
+            for (int c0 = 0; c0 < NR; c0 += 16) {
+                const int lanes = std::min(16, NR - c0);
+                transpose_rows(src + (j0 + jr + c0) * ld + p0, ld, std::clamp(cols - c0, 0, lanes), kc, d + c0, NR,
+                               lanes);
+            }
+        } else {
+            if (cols == NR) {
+                for (int64_t p = 0; p < kc; ++p) {
+                    const float * s = src + (p0 + p) * ld + j0 + jr;
+                    for (int q = 0; q < NR; ++q) d[p * NR + q] = s[q];   // fixed length: vector moves, no call
+                }
+            } else {
+                for (int64_t p = 0; p < kc; ++p) {
+                    const float * s = src + (p0 + p) * ld + j0 + jr;
+                    std::memcpy(d + p * NR, s, sizeof(float) * cols);
+                    std::memset(d + p * NR + cols, 0, sizeof(float) * (NR - cols));
+                }
+            }
+        }
+    }
+}
+
+// Per-thread buffers of the B side: the packed block and the dequantized tile.
+struct ThreadScratch {
+    Scratch bpack, deq, apack, ctile;
+};
+ThreadScratch & thread_scratch() {
+    static thread_local ThreadScratch s;
+    return s;
+}
+
+// rp::dequantize_row, with the f16 case done by the F16C conversion instructions where the build has them
+// (the conversion is exact, so the values are the same; the reference decodes one value at a time).
+void dequantize(TensorType type, const void * src, float * dst, int64_t n) {
+#if defined(__F16C__)
+    if (type == TensorType::F16) {
+        const uint16_t * h = static_cast<const uint16_t *>(src);
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(h + i))));
+        if (i < n) dequantize_row(type, h + i, dst + i, n - i);
+        return;
+    }
+#endif
+    dequantize_row(type, src, dst, n);
+}
+
+// Pack B(p0.., j0..) of any type: f32 directly, other types through a dequantized f32 tile.
+template <int NR>
+void pack_b(const OperandB & B, int64_t j0, int64_t nc, int64_t p0, int64_t kc, float * dst, Scratch & deq) {
+    if (B.type == TensorType::F32) {
+        pack_b_f32<NR>(reinterpret_cast<const float *>(B.base), int64_t(B.row_bytes / sizeof(float)), B.t, j0, nc,
+                       p0, kc, dst);
+        return;
+    }
+    // Dequantize whole blocks: p0 (t) or j0 (!t) is a multiple of 256 and the length is a multiple of the block.
+    if (B.t) {
+        float * tile = deq.get(size_t(nc * kc));   // nc rows of kc
+        const size_t off = gguf::row_bytes(B.type, p0);
+        for (int64_t c = 0; c < nc; ++c)
+            dequantize(B.type, B.base + (j0 + c) * B.row_bytes + off, tile + c * kc, kc);
+        pack_b_f32<NR>(tile, kc, true, 0, nc, 0, kc, dst);
+    } else {
+        float * tile = deq.get(size_t(kc * nc));   // kc rows of nc
+        const size_t off = gguf::row_bytes(B.type, j0);
+        for (int64_t p = 0; p < kc; ++p)
+            dequantize(B.type, B.base + (p0 + p) * B.row_bytes + off, tile + p * nc, nc);
+        pack_b_f32<NR>(tile, nc, false, 0, nc, 0, kc, dst);
+    }
+}
+
+// ---- the driver -----------------------------------------------------------------------------------------------
+
+struct Problem {
+    int64_t M, N, K;
+    OperandA A;
+    OperandB B;
+    float * C;
+    int64_t ldc;
+    bool accumulate;
+};
+
+// Packed A for all rows: reduction block b at apack + b*KC*Mpad, micro-panel q of it at + q*MR*kc.
+template <class Kn>
+int64_t padded_rows(int64_t M) {
+    return (M + Kn::MR - 1) / Kn::MR * Kn::MR;
+}
+
+// One output tile: rows [i0, i0+mt) x columns [j0, j0+nc), all reduction blocks in order.
+template <class Kn>
+void run_tile(const Problem & P, const float * apack, int64_t i0, int64_t mt, int64_t j0, int64_t nc) {
+    constexpr int MR = Kn::MR, NR = Kn::NV * Kn::W;
+    static constexpr auto micro = micro_table<Kn>(std::make_index_sequence<MR>{});
+    ThreadScratch & ts = thread_scratch();
+    const int64_t nc_pad = (nc + NR - 1) / NR * NR;
+    float * bp = ts.bpack.get(size_t(nc_pad * KC));
+    float * ctile = ts.ctile.get(size_t(MR * NR));
+    const int64_t Mpad = padded_rows<Kn>(P.M);
+    for (int64_t p0 = 0, b = 0; p0 < P.K; p0 += KC, ++b) {
+        const int64_t kc = std::min(KC, P.K - p0);
+        const bool add = p0 > 0 || P.accumulate;
+        pack_b<NR>(P.B, j0, nc, p0, kc, bp, ts.deq);
+        const float * ablock = apack + b * KC * Mpad;
+        // Row chunks of MC keep the chunk's A panels and C rows in L2 while B's micro-panels sweep over them.
+        for (int64_t ic = 0; ic < mt; ic += MC) {
+            const int64_t ic_end = std::min(mt, ic + MC);
+            for (int64_t jr = 0; jr < nc; jr += NR) {
+                const int64_t cols = std::min<int64_t>(NR, nc - jr);
+                const float * bpanel = bp + jr * kc;
+                for (int64_t ir = ic; ir < ic_end; ir += MR) {
+                    const int rows = int(std::min<int64_t>(MR, ic_end - ir));
+                    const float * apanel = ablock + (i0 + ir) * kc;
+                    float * c = P.C + (i0 + ir) * P.ldc + j0 + jr;
+                    if (cols == NR) {
+                        micro[rows - 1](kc, apanel, bpanel, c, P.ldc, add);
+                    } else {
+                        // Partial column panel: compute a full tile aside, then add the valid columns the same way.
+                        micro[rows - 1](kc, apanel, bpanel, ctile, NR, false);
+                        for (int r = 0; r < rows; ++r)
+                            for (int64_t q = 0; q < cols; ++q)
+                                c[r * P.ldc + q] = add ? c[r * P.ldc + q] + ctile[r * NR + q] : ctile[r * NR + q];
+                    }
+                }
+            }
+        }
+    }
+}
+
+// body(task) for task in [0, n): on the OpenMP threads when `parallel`, else on the calling thread without
+// entering an OpenMP region at all (serial calls come from inside other kernels' parallel loops). An exception
+// is carried out of the region and rethrown (exceptions must not cross an OpenMP region).
+template <class F>
+void for_tasks(int64_t n, bool parallel, F && body) {
+    if (!parallel || n <= 1) {
+        for (int64_t task = 0; task < n; ++task) body(task);
+        return;
+    }
+    std::atomic<bool> failed{false};
+    std::string err;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1)
+#endif
+    for (int64_t task = 0; task < n; ++task) {
+        if (failed.load(std::memory_order_relaxed)) continue;
+        try {
+            body(task);
+        } catch (const std::exception & e) {
+            if (!failed.exchange(true)) err = e.what();
+        }
+    }
+    if (failed) throw Error(err);
+}
+
+template <class Kn>
+void pack_all_a(const Problem & P, float * apack, bool parallel) {
+    const int64_t Mpad = padded_rows<Kn>(P.M);
+    const int64_t nblocks = (P.K + KC - 1) / KC;
+    const int64_t rows_per_task = 8 * Kn::MR;
+    const int64_t ntasks_i = (P.M + rows_per_task - 1) / rows_per_task;
+    const int64_t ntasks = nblocks * ntasks_i;
+    for_tasks(ntasks, parallel && P.M * P.K > (1 << 16), [&](int64_t task) {
+        const int64_t b = task / ntasks_i, i0 = task % ntasks_i * rows_per_task;
+        const int64_t p0 = b * KC, kc = std::min(KC, P.K - p0);
+        pack_a<Kn::MR>(P.A, i0, std::min(rows_per_task, P.M - i0), p0, kc, apack + b * KC * Mpad + i0 * kc);
+    });
+}
+
+template <class Kn>
+void run_problem(const Problem & P, bool parallel) {
+    const int64_t Mpad = padded_rows<Kn>(P.M);
+    const size_t apack_n = size_t(Mpad * ((P.K + KC - 1) / KC) * KC);
+    // A serial call (inside another kernel's parallel loop) reuses a per-thread buffer; a parallel call
+    // allocates, so no thread keeps a buffer the size of a whole activation alive.
+    std::unique_ptr<float, decltype(&std::free)> owned(nullptr, &std::free);
+    float * apack;
+    if (parallel) {
+        owned.reset(static_cast<float *>(std::aligned_alloc(64, (apack_n * sizeof(float) + 63) / 64 * 64)));
+        if (!owned) throw Error("gemm: out of memory packing a " + std::to_string(P.M) + " x " +
+                                std::to_string(P.K) + " operand");
+        apack = owned.get();
+    } else {
+        apack = thread_scratch().apack.get(apack_n);
+    }
+    pack_all_a<Kn>(P, apack, parallel);
+
+    // Tasks: column blocks of NC, and row blocks when columns alone do not keep every thread busy. The split
+    // only decides who computes a tile, never how, so it may depend on the thread count.
+    const int64_t nj = (P.N + NC - 1) / NC;
+    int nthreads = 1;
+#ifdef _OPENMP
+    if (parallel) nthreads = omp_get_max_threads();
+#endif
+    int64_t mt = P.M;
+    if (nthreads > 1 && nj < 4 * nthreads) {
+        const int64_t want_i = (4 * nthreads + nj - 1) / nj;
+        mt = std::max<int64_t>(MC_MIN, (P.M + want_i - 1) / want_i);
+        mt = (mt + Kn::MR - 1) / Kn::MR * Kn::MR;
+    }
+    const int64_t ni = (P.M + mt - 1) / mt;
+    const int64_t ntasks = ni * nj;
+    const double flops = double(P.M) * double(P.N) * double(P.K);
+    for_tasks(ntasks, parallel && flops > 2e6, [&](int64_t task) {
+        const int64_t jb = task / ni, ib = task % ni;
+        const int64_t i0 = ib * mt, j0 = jb * NC;
+        run_tile<Kn>(P, apack, i0, std::min(mt, P.M - i0), j0, std::min(NC, P.N - j0));
+    });
+}
+
+std::atomic<GemmBackend> g_backend{GemmBackend::Auto};
+
+#ifdef RP_HAVE_BLAS
+// f32 x f32 through OpenBLAS: one single-threaded call per fixed tile (rows: all, columns: NC), so each element
+// comes out of the same call shape for any number of our threads.
+void run_blas(const Problem & P, bool parallel) {
+    static const bool once = [] {
+        openblas_set_num_threads(1);
+        return true;
+    }();
+    (void)once;
+    const float * B = reinterpret_cast<const float *>(P.B.base);
+    const int64_t ldb = int64_t(P.B.row_bytes / sizeof(float));
+    const int64_t nj = (P.N + NC - 1) / NC;
+    for_tasks(nj, parallel, [&](int64_t jb) {
+        const int64_t j0 = jb * NC, nc = std::min(NC, P.N - j0);
+        cblas_sgemm(CblasRowMajor, P.A.t ? CblasTrans : CblasNoTrans, P.B.t ? CblasTrans : CblasNoTrans,
+                    int(P.M), int(nc), int(P.K), 1.0f, P.A.a, int(P.A.ld),
+                    P.B.t ? B + j0 * ldb : B + j0, int(ldb), P.accumulate ? 1.0f : 0.0f, P.C + j0, int(P.ldc));
+    });
+}
+#endif
+
+void run(const Problem & P, bool parallel) {
+    if (P.M <= 0 || P.N <= 0) return;
+    if (P.K <= 0) {
+        if (!P.accumulate)
+            for (int64_t i = 0; i < P.M; ++i) std::memset(P.C + i * P.ldc, 0, sizeof(float) * size_t(P.N));
+        return;
+    }
+    switch (g_backend.load(std::memory_order_relaxed)) {
+    case GemmBackend::Portable: run_problem<PortableKernel>(P, parallel); return;
+    case GemmBackend::Blas:
+#ifdef RP_HAVE_BLAS
+        // cblas takes int sizes.
+        if (P.B.type == TensorType::F32 &&
+            std::max({P.M, P.N, P.K, P.A.ld, P.ldc, int64_t(P.B.row_bytes / sizeof(float))}) <= INT32_MAX) {
+            run_blas(P, parallel);
+            return;
+        }
+#endif
+        [[fallthrough]];
+    default: run_problem<SimdKernel>(P, parallel); return;
+    }
+}
+
+// Checks a weight type and its row length; returns the row stride to use.
+void check_weight(const char * fn, TensorType t, int64_t row_len, size_t row_bytes) {
+    if (!can_dequantize(t))
+        throw Error(std::string(fn) + ": weight type " + gguf::type_name(uint32_t(t)) + " is not supported");
+    const gguf::TypeTraits * tt = gguf::type_traits(uint32_t(t));
+    if (row_len % tt->block_size != 0)
+        throw Error(std::string(fn) + ": a weight row of " + std::to_string(row_len) + " elements is not a multiple "
+                    "of the " + tt->name + " block size " + std::to_string(tt->block_size));
+    if (row_bytes < gguf::row_bytes(t, row_len))
+        throw Error(std::string(fn) + ": weight row stride " + std::to_string(row_bytes) + " bytes is smaller than a " +
+                    std::to_string(row_len) + "-element " + tt->name + " row");
+    if (t == TensorType::F32 && row_bytes % sizeof(float) != 0)
+        throw Error(std::string(fn) + ": f32 weight row stride " + std::to_string(row_bytes) +
+                    " is not a multiple of 4 bytes");
+}
+
+} // namespace
+
+void matmul_fwd(int64_t K, int64_t N, int64_t T, const void * W, TensorType wtype, size_t w_row_bytes,
+                const float * X, int64_t x_col, float * Y, int64_t y_col, bool accumulate) {
+    check_weight("matmul_fwd", wtype, K, w_row_bytes);
+    // Y^T[t, n] = sum_k X^T[t, k] W[n, k]: A = X^T (k contiguous), B(p=k, j=n) = W row n.
+    run({T, N, K, {X, x_col, false}, {static_cast<const char *>(W), w_row_bytes, wtype, true}, Y, y_col, accumulate},
+        true);
+}
+
+void matmul_bwd_x(int64_t K, int64_t N, int64_t T, const void * W, TensorType wtype, size_t w_row_bytes,
+                  const float * dY, int64_t dy_col, float * dX, int64_t dx_col, bool accumulate) {
+    check_weight("matmul_bwd_x", wtype, K, w_row_bytes);
+    // dX^T[t, k] = sum_n dY^T[t, n] W[n, k]: B(p=n, j=k) = W row n (k contiguous).
+    run({T, K, N, {dY, dy_col, false}, {static_cast<const char *>(W), w_row_bytes, wtype, false}, dX, dx_col,
+         accumulate},
+        true);
+}
+
+void matmul_bwd_w(int64_t K, int64_t N, int64_t T, const float * X, int64_t x_col, const float * dY, int64_t dy_col,
+                  float * dW, int64_t dw_row, bool accumulate) {
+    // dW[n, k] = sum_t dY^T[t, n] X^T[t, k]: A(i=n, p=t) = dY[t*dy_col + n], B(p=t, j=k) = X[t*x_col + k].
+    run({N, K, T, {dY, dy_col, true},
+         {reinterpret_cast<const char *>(X), size_t(x_col) * sizeof(float), TensorType::F32, false}, dW, dw_row,
+         accumulate},
+        true);
+}
+
+void gemm_f32_serial(int64_t M, int64_t N, int64_t K, const float * A, int64_t lda, bool a_t, const float * B,
+                     int64_t ldb, bool b_t, float * C, int64_t ldc, bool accumulate) {
+    run({M, N, K, {A, lda, a_t}, {reinterpret_cast<const char *>(B), size_t(ldb) * sizeof(float), TensorType::F32, b_t},
+         C, ldc, accumulate},
+        false);
+}
+
+void set_gemm_backend(GemmBackend b) { g_backend.store(b); }
+GemmBackend gemm_backend() { return g_backend.load(); }
+
+bool gemm_have_blas() {
+#ifdef RP_HAVE_BLAS
+    return true;
+#else
+    return false;
+#endif
+}
+
+const char * gemm_backend_name(GemmBackend b) {
+    switch (b) {
+    case GemmBackend::Auto: return "auto";
+    case GemmBackend::Simd: return "simd";
+    case GemmBackend::Portable: return "portable";
+    case GemmBackend::Blas: return "blas";
+    }
+    return "?";
+}
+
+const char * gemm_simd_name() { return SimdKernel::name; }
+
+bool openblas_matmul_fwd(int64_t K, int64_t N, int64_t T, const float * W, const float * X, float * Y, int threads) {
+#ifdef RP_HAVE_BLAS
+    openblas_set_num_threads(threads);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(T), int(N), int(K), 1.0f, X, int(K), W, int(K), 0.0f, Y,
+                int(N));
+    openblas_set_num_threads(1);   // back to what the Blas backend expects
+    return true;
+#else
+    (void)K, (void)N, (void)T, (void)W, (void)X, (void)Y, (void)threads;
+    return false;
+#endif
+}
+
+const char * openblas_core_name() {
+#ifdef RP_HAVE_BLAS
+    return openblas_get_corename();
+#else
+    return "";
+#endif
+}
+
+} // namespace rp::cpu
