@@ -1,0 +1,125 @@
+#include "ggml_rp/optim/optimizer.h"
+
+#include "gguf/error.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+namespace rp {
+
+OptimizerKind optimizer_kind_from_name(std::string_view name) {
+    if (name == "adamw") return OptimizerKind::AdamW;
+    if (name == "sgd") return OptimizerKind::Sgd;
+    throw Error("unknown optimizer '" + std::string(name) + "' (expected adamw or sgd)");
+}
+
+const char * optimizer_kind_name(OptimizerKind k) { return k == OptimizerKind::AdamW ? "adamw" : "sgd"; }
+
+Optimizer::Optimizer(const OptimizerConfig & cfg) : cfg_(cfg) {
+    if (cfg.kind == OptimizerKind::AdamW) {
+        validate(cfg.adamw);
+    } else {
+        validate(cfg.sgd);
+    }
+}
+
+std::vector<const char *> Optimizer::state_suffixes() const {
+    if (cfg_.kind == OptimizerKind::AdamW) return {".adam_m", ".adam_v"};
+    if (cfg_.sgd.momentum != 0.0) return {".momentum"};
+    return {};
+}
+
+size_t Optimizer::add_param(const std::string & name, size_t n) {
+    if (name.empty()) throw Error("optimizer: a parameter needs a name");
+    for (const Slot & s : slots_) {
+        if (s.name == name) throw Error("optimizer: parameter '" + name + "' is registered twice");
+    }
+    Slot s;
+    s.name = name;
+    s.n = n;
+    const size_t n_arrays = state_suffixes().size();
+    if (n_arrays >= 1) s.a.assign(n, 0.0f);
+    if (n_arrays >= 2) s.b.assign(n, 0.0f);
+    s.updated_at = step_;
+    slots_.push_back(std::move(s));
+    return slots_.size() - 1;
+}
+
+void Optimizer::update(size_t i, std::span<float> param, std::span<const float> grad, double lr) {
+    Slot & s = slots_.at(i);
+    if (param.size() != s.n || grad.size() != s.n) {
+        throw Error("optimizer: parameter '" + s.name + "' has " + std::to_string(s.n) + " elements, got " +
+                    std::to_string(param.size()) + " (param) and " + std::to_string(grad.size()) + " (grad)");
+    }
+    const int64_t t = step_ + 1;
+    if (s.updated_at == t) {
+        throw Error("optimizer: parameter '" + s.name + "' updated twice in step " + std::to_string(t));
+    }
+    if (cfg_.kind == OptimizerKind::AdamW) {
+        adamw_update(cfg_.adamw, t, lr, param, grad, s.a, s.b);
+    } else {
+        sgd_update(cfg_.sgd, t, lr, param, grad, s.a);
+    }
+    s.updated_at = t;
+}
+
+void Optimizer::end_step() {
+    const int64_t t = step_ + 1;
+    for (const Slot & s : slots_) {
+        if (s.updated_at != t) {
+            throw Error("optimizer: parameter '" + s.name + "' was not updated in step " + std::to_string(t));
+        }
+    }
+    step_ = t;
+}
+
+std::vector<StateArray> Optimizer::state_arrays() const {
+    const std::vector<const char *> suffixes = state_suffixes();
+    std::vector<StateArray> out;
+    out.reserve(slots_.size() * suffixes.size());
+    for (const Slot & s : slots_) {
+        for (size_t k = 0; k < suffixes.size(); ++k) {
+            out.push_back({s.name + suffixes[k], k == 0 ? std::span<const float>(s.a) : std::span<const float>(s.b)});
+        }
+    }
+    return out;
+}
+
+void Optimizer::load_state(int64_t step, std::span<const StateArray> arrays) {
+    if (step < 0) throw Error("optimizer state: negative step count " + std::to_string(step));
+    std::map<std::string, const StateArray *> by_name;
+    for (const StateArray & a : arrays) {
+        if (!by_name.emplace(a.name, &a).second) throw Error("optimizer state: array '" + a.name + "' appears twice");
+    }
+    const std::vector<StateArray> mine = state_arrays();
+    // Check everything before copying anything.
+    for (const StateArray & want : mine) {
+        const auto it = by_name.find(want.name);
+        if (it == by_name.end()) throw Error("optimizer state: array '" + want.name + "' is missing");
+        if (it->second->data.size() != want.data.size()) {
+            throw Error("optimizer state: array '" + want.name + "' has " + std::to_string(it->second->data.size()) +
+                        " elements, expected " + std::to_string(want.data.size()));
+        }
+    }
+    if (by_name.size() != mine.size()) {
+        for (const StateArray & a : arrays) {
+            const bool known = std::any_of(mine.begin(), mine.end(), [&](const StateArray & m) { return m.name == a.name; });
+            if (!known) {
+                throw Error("optimizer state: unexpected array '" + a.name + "' (a different optimizer or parameter set)");
+            }
+        }
+    }
+    const std::vector<const char *> suffixes = state_suffixes();
+    for (Slot & s : slots_) {
+        for (size_t k = 0; k < suffixes.size(); ++k) {
+            const StateArray & src = *by_name.at(s.name + suffixes[k]);
+            std::vector<float> & dst = k == 0 ? s.a : s.b;
+            if (!dst.empty()) std::memcpy(dst.data(), src.data.data(), dst.size() * sizeof(float));
+        }
+        s.updated_at = step;
+    }
+    step_ = step;
+}
+
+} // namespace rp
