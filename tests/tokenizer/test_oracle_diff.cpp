@@ -3,6 +3,7 @@
 // tokenized and detokenized by libllama through rp-tokenize-oracle (tests/tokenizer/oracle/) and by us, for
 // every vocabulary in shared/models and for variants of them with other tokenizer.ggml.pre values. Needs
 // the oracle libraries (scripts/fetch-oracle.sh): skips without them locally, fails in CI.
+#include <unistd.h>
 #include "tok_test_util.h"
 
 #include "gguf/gguf.h"
@@ -90,7 +91,9 @@ void compare_with_llama(const std::string & model, int n_cases, unsigned seed) {
         cases.push_back(std::move(c));
     }
     const std::string dir = ::testing::TempDir();
-    const std::string in_path = dir + "/rp_tok_oracle_in.bin", out_path = dir + "/rp_tok_oracle_out.bin";
+    // Unique per process: ctest runs tests in parallel processes.
+    const std::string tag = std::to_string(getpid());
+    const std::string in_path = dir + "/rp_tok_oracle_in." + tag + ".bin", out_path = dir + "/rp_tok_oracle_out." + tag + ".bin";
     {
         std::ofstream f(in_path, std::ios::binary);
         f.write(in.data(), static_cast<std::streamsize>(in.size()));
@@ -140,7 +143,7 @@ std::string with_pre(const std::string & src, const std::string & pre, const std
     } else {
         w.set_string("tokenizer.ggml.pre", pre);
     }
-    const std::string path = ::testing::TempDir() + "/rp_tok_" + name + ".gguf";
+    const std::string path = ::testing::TempDir() + "/rp_tok_" + name + "." + std::to_string(getpid()) + ".gguf";
     w.write(path);
     return path;
 }

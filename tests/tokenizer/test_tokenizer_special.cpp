@@ -1,6 +1,7 @@
 // BOS / special tokens / pieces / offsets / errors. Expectations come from MANIFEST.md, the oracle files
 // in shared/models/reference (tokens and pieces printed by llama.cpp), ids read off the vocabulary files,
 // and llama.cpp's documented rules (formats.md §4) applied by hand.
+#include <unistd.h>
 #include "tok_test_util.h"
 
 #include "gguf/error.h"
@@ -235,7 +236,7 @@ std::string write_vocab(const std::string & name, const std::function<void(gguf:
     w.set_i32_array("tokenizer.ggml.token_type", {1, 1, 1, 3});
     w.set_string_array("tokenizer.ggml.merges", {"a b"});
     edit(w);
-    const std::string path = ::testing::TempDir() + "/rp_tok_" + name + ".gguf";
+    const std::string path = ::testing::TempDir() + "/rp_tok_" + name + "." + std::to_string(getpid()) + ".gguf";
     w.write(path);
     return path;
 }

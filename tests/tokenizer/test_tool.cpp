@@ -1,5 +1,6 @@
 // rp-tokenize, run as a program: ids of prompt1 (MANIFEST.md), the piece listing, and errors (exit 1 with
 // "error: ..." on stderr).
+#include <unistd.h>
 #include "tok_test_util.h"
 
 #include <gtest/gtest.h>
@@ -53,7 +54,7 @@ TEST(TokenizeTool, PiecesAndSpecial) {
 }
 
 TEST(TokenizeTool, Errors) {
-    const std::string err = ::testing::TempDir() + "/rp_tokenize_err.txt";
+    const std::string err = ::testing::TempDir() + "/rp_tokenize_err." + std::to_string(getpid()) + ".txt";
     const std::string stories = "-m " + models_dir() + "/stories260K.gguf";
     const std::vector<std::string> bad = {
         "-p x",                                  // no model
