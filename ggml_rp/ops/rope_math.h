@@ -5,13 +5,7 @@
 #include <cmath>
 #include <cstdint>
 
-#ifndef RP_HD
-#if defined(__CUDACC__)
-#define RP_HD __host__ __device__
-#else
-#define RP_HD
-#endif
-#endif
+#include "ggml_rp/core/host_device.h"
 
 namespace rp {
 
