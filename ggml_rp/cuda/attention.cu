@@ -1,0 +1,391 @@
+// Flash attention forward and backward (FlashAttention-2 algorithm; see attention.cuh for the contract).
+// Every tile product goes through block_gemm on shared memory: wmma 16x16x16 tensor-core fragments for
+// f16/bf16 operands with fp32 accumulators, a plain fp32 FMA loop for f32 operands. Tiles are zero-padded to
+// the tile shape and the head dim to a multiple of 16, so padded rows and columns add exact zeros.
+#include "ggml_rp/cuda/attention.cuh"
+
+#include "ggml_rp/cuda/common.cuh"
+#include "ggml_rp/cuda/launch.h"
+
+#include <mma.h>
+
+#include <type_traits>
+
+namespace rp::cuda {
+
+size_t device_smem_optin() {
+    int dev = 0, bytes = 0;
+    check(cudaGetDevice(&dev), "cuda attention: cudaGetDevice");
+    check(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+          "cuda attention: shared memory limit");
+    return static_cast<size_t>(bytes);
+}
+
+extern __shared__ __align__(128) unsigned char attn_smem[];
+
+namespace {
+
+// C[M x N] (f32, row stride ldc) = (acc ? C : 0) + A B. A(i, p) = ARow ? A[i*lda + p] : A[p*lda + i];
+// B(p, j) = BRow ? B[p*ldb + j] : B[j*ldb + p]. M, N, K multiples of 16; all operands in shared memory.
+// Called by the whole block; each output tile is owned by one warp and reduced in order over K.
+template <class T, bool ARow, bool BRow>
+__device__ void block_gemm(int M, int N, int K, const T * A, int lda, const T * B, int ldb, float * C, int ldc,
+                           bool acc) {
+    if constexpr (std::is_same_v<T, float>) {
+        for (int e = threadIdx.x; e < M * N; e += blockDim.x) {
+            const int i = e / N, j = e % N;
+            float s = acc ? C[i * ldc + j] : 0.0f;
+            for (int p = 0; p < K; ++p)
+                s = fmaf(ARow ? A[i * lda + p] : A[p * lda + i], BRow ? B[p * ldb + j] : B[j * ldb + p], s);
+            C[i * ldc + j] = s;
+        }
+    } else {
+        namespace wmma = nvcuda::wmma;
+        using LA = std::conditional_t<ARow, wmma::row_major, wmma::col_major>;
+        using LB = std::conditional_t<BRow, wmma::row_major, wmma::col_major>;
+        const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+        const int tn = N / 16, tiles = M / 16 * tn;
+        for (int tile = warp; tile < tiles; tile += nw) {
+            const int i = tile / tn * 16, j = tile % tn * 16;
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
+            if (acc) wmma::load_matrix_sync(c, C + i * ldc + j, ldc, wmma::mem_row_major);
+            else wmma::fill_fragment(c, 0.0f);
+            for (int p = 0; p < K; p += 16) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, T, LA> a;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, LB> b;
+                wmma::load_matrix_sync(a, ARow ? A + i * lda + p : A + p * lda + i, lda);
+                wmma::load_matrix_sync(b, BRow ? B + p * ldb + j : B + j * ldb + p, ldb);
+                wmma::mma_sync(c, a, b, c);
+            }
+            wmma::store_matrix_sync(C + i * ldc + j, c, ldc, wmma::mem_row_major);
+        }
+    }
+}
+
+// Hands out 128-byte aligned sections of dynamic shared memory, in the order launch.h's attn_smem_bytes counts.
+struct Carve {
+    unsigned char * p;
+    template <class X>
+    __device__ X * take(int64_t count) {
+        X * r = reinterpret_cast<X *>(p);
+        p += (static_cast<size_t>(count) * sizeof(X) + 127) / 128 * 128;   // launch.h's smem_section
+        return r;
+    }
+};
+
+// The tile of probabilities in the MMA operand type: its own section for f16/bf16, the f32 scores themselves
+// (overwritten element by element) for f32.
+template <class T>
+__device__ T * operand_tile(Carve & cv, float * scores, int64_t count) {
+    if constexpr (std::is_same_v<T, float>) return scores;
+    else return cv.take<T>(count);
+}
+
+// Keys of the tile starting at j0 (bk of them) that query t sees: the first `visible`.
+__device__ inline int visible(int64_t t, int64_t off, int64_t j0, int64_t bk) {
+    const int64_t n = t + off - j0 + 1;
+    return static_cast<int>(n < 0 ? 0 : (n > bk ? bk : n));
+}
+
+// rows [r0, r0 + nrows) of a [*, H, T, B] tensor at head h, sequence b -> tile [rows x DP], zero-padded.
+template <class T>
+__device__ void load_tile(T * dst, const T * src, int64_t b, int64_t r0, int64_t nrows, int64_t h, int64_t H,
+                          int64_t Tn, int64_t D, int rows, int DP) {
+    for (int e = threadIdx.x; e < rows * DP; e += blockDim.x) {
+        const int i = e / DP, d = e % DP;
+        dst[e] = (i < nrows && d < D) ? src[((b * Tn + r0 + i) * H + h) * D + d] : from_f32<T>(0.0f);
+    }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kAttnThreads)
+attn_fwd_kernel(AttentionShape s, const T * __restrict__ q, const T * __restrict__ k, const T * __restrict__ v,
+                float * __restrict__ o, float * __restrict__ lse, int BQ, int BK, int DP) {
+    Carve cv{attn_smem};
+    T * Qs = cv.take<T>(BQ * DP);
+    T * Ks = cv.take<T>(BK * DP);
+    T * Vs = cv.take<T>(BK * DP);
+    float * S = cv.take<float>(BQ * BK);
+    T * P = operand_tile<T>(cv, S, BQ * BK);
+    float * O = cv.take<float>(BQ * DP);
+    float * m = cv.take<float>(BQ);
+    float * l = cv.take<float>(BQ);
+    float * alpha = cv.take<float>(BQ);
+
+    const int64_t h = blockIdx.y, b = blockIdx.z, hk = h / (s.Hq / s.Hkv);
+    const int64_t off = s.Tk - s.Tq, t0 = static_cast<int64_t>(blockIdx.x) * BQ;
+    const int64_t bq = s.Tq - t0 < BQ ? s.Tq - t0 : BQ;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+
+    load_tile(Qs, q, b, t0, bq, h, s.Hq, s.Tq, s.D, BQ, DP);
+    for (int e = threadIdx.x; e < BQ * DP; e += blockDim.x) O[e] = 0.0f;
+    for (int i = threadIdx.x; i < BQ; i += blockDim.x) { m[i] = -INFINITY; l[i] = 0.0f; }
+    const int64_t kend = s.Tk < t0 + bq + off ? s.Tk : t0 + bq + off;   // keys past the last query's horizon
+    for (int64_t j0 = 0; j0 < kend; j0 += BK) {
+        const int64_t bk = kend - j0 < BK ? kend - j0 : BK;
+        __syncthreads();   // the previous tile's K, V, P are consumed
+        load_tile(Ks, k, b, j0, bk, hk, s.Hkv, s.Tk, s.D, BK, DP);
+        load_tile(Vs, v, b, j0, bk, hk, s.Hkv, s.Tk, s.D, BK, DP);
+        __syncthreads();
+        block_gemm<T, true, false>(BQ, BK, DP, Qs, DP, Ks, DP, S, BK, false);   // S = Q K^T
+        __syncthreads();
+        for (int i = warp; i < BQ; i += nw) {   // online softmax, one warp per query row
+            const int nv = i < bq ? visible(t0 + i, off, j0, bk) : 0;
+            const float mold = m[i];
+            float mx = mold;
+            for (int j = lane; j < nv; j += 32) mx = fmaxf(mx, S[i * BK + j] * s.scale);
+            mx = warp_max(mx);
+            float rs = 0.0f;
+            for (int j = lane; j < BK; j += 32) {
+                const float p = j < nv ? expf(S[i * BK + j] * s.scale - mx) : 0.0f;
+                P[i * BK + j] = from_f32<T>(p);
+                rs += p;
+            }
+            rs = warp_sum(rs);
+            if (lane == 0) {
+                const float a = mx == -INFINITY ? 1.0f : expf(mold - mx);   // no key seen yet: nothing to rescale
+                l[i] = l[i] * a + rs;
+                m[i] = mx;
+                alpha[i] = a;
+            }
+        }
+        __syncthreads();
+        for (int e = threadIdx.x; e < BQ * DP; e += blockDim.x) O[e] *= alpha[e / DP];
+        __syncthreads();
+        block_gemm<T, true, true>(BQ, DP, BK, P, BK, Vs, DP, O, DP, true);   // O += P V
+    }
+    __syncthreads();
+    for (int64_t e = threadIdx.x; e < bq * s.D; e += blockDim.x) {
+        const int64_t i = e / s.D, d = e % s.D;
+        o[((b * s.Tq + t0 + i) * s.Hq + h) * s.D + d] = O[i * DP + d] / l[i];
+    }
+    for (int64_t i = threadIdx.x; i < bq; i += blockDim.x) lse[(b * s.Tq + t0 + i) * s.Hq + h] = m[i] + logf(l[i]);
+}
+
+// D_i = rowsum(dO_i * O_i): one warp per row.
+template <class T>
+__global__ void attn_rowdot_kernel(const T * __restrict__ dout, const float * __restrict__ o, float * __restrict__ Di,
+                                   int64_t rows, int64_t D) {
+    const int64_t r = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (r >= rows) return;
+    float sum = 0.0f;
+    for (int64_t d = lane; d < D; d += 32) sum = fmaf(to_f32(dout[r * D + d]), o[r * D + d], sum);
+    sum = warp_sum(sum);
+    if (lane == 0) Di[r] = sum;
+}
+
+// P = exp(S*scale - lse) on the visible part (0 elsewhere), dS = P * (dP - D_i); both rounded to T.
+template <class T>
+__device__ void probs_and_grads(const float * S, const float * dP, const float * ls, const float * ds, T * P, T * dS,
+                                int BQ, int BK, int64_t bq, int64_t t0, int64_t off, int64_t j0, int64_t bk,
+                                float scale) {
+    for (int e = threadIdx.x; e < BQ * BK; e += blockDim.x) {
+        const int i = e / BK, j = e % BK;
+        const int nv = i < bq ? visible(t0 + i, off, j0, bk) : 0;
+        const float p = j < nv ? expf(S[e] * scale - ls[i]) : 0.0f;
+        if (P) P[e] = from_f32<T>(p);
+        dS[e] = from_f32<T>(p * (dP[e] - ds[i]));
+    }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kAttnThreads)
+attn_bwd_kv_kernel(AttentionShape s, const T * __restrict__ q, const T * __restrict__ k, const T * __restrict__ v,
+                   const T * __restrict__ dout, const float * __restrict__ lse, const float * __restrict__ Di,
+                   float * __restrict__ dk, float * __restrict__ dv, int BQ, int BK, int DP) {
+    Carve cv{attn_smem};
+    T * Ks = cv.take<T>(BK * DP);
+    T * Vs = cv.take<T>(BK * DP);
+    T * Qs = cv.take<T>(BQ * DP);
+    T * dOs = cv.take<T>(BQ * DP);
+    float * S = cv.take<float>(BQ * BK);
+    float * dP = cv.take<float>(BQ * BK);
+    T * P = operand_tile<T>(cv, S, BQ * BK);
+    T * dS = operand_tile<T>(cv, dP, BQ * BK);
+    float * dK = cv.take<float>(BK * DP);
+    float * dV = cv.take<float>(BK * DP);
+    float * ls = cv.take<float>(BQ);
+    float * ds = cv.take<float>(BQ);
+
+    const int64_t hk = blockIdx.y, b = blockIdx.z, group = s.Hq / s.Hkv;
+    const int64_t off = s.Tk - s.Tq, j0 = static_cast<int64_t>(blockIdx.x) * BK;
+    const int64_t bk = s.Tk - j0 < BK ? s.Tk - j0 : BK;
+    load_tile(Ks, k, b, j0, bk, hk, s.Hkv, s.Tk, s.D, BK, DP);
+    load_tile(Vs, v, b, j0, bk, hk, s.Hkv, s.Tk, s.D, BK, DP);
+    for (int e = threadIdx.x; e < BK * DP; e += blockDim.x) { dK[e] = 0.0f; dV[e] = 0.0f; }
+    const int64_t t_first = j0 - off > 0 ? j0 - off : 0;   // the first query that sees key j0
+    for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+        for (int64_t t0 = t_first / BQ * BQ; t0 < s.Tq; t0 += BQ) {
+            const int64_t bq = s.Tq - t0 < BQ ? s.Tq - t0 : BQ;
+            __syncthreads();   // the previous tile's Q, dO, P, dS are consumed
+            load_tile(Qs, q, b, t0, bq, h, s.Hq, s.Tq, s.D, BQ, DP);
+            load_tile(dOs, dout, b, t0, bq, h, s.Hq, s.Tq, s.D, BQ, DP);
+            for (int i = threadIdx.x; i < BQ; i += blockDim.x) {
+                const int64_t r = (b * s.Tq + t0 + i) * s.Hq + h;
+                ls[i] = i < bq ? lse[r] : 0.0f;
+                ds[i] = i < bq ? Di[r] : 0.0f;
+            }
+            __syncthreads();
+            block_gemm<T, true, false>(BQ, BK, DP, Qs, DP, Ks, DP, S, BK, false);    // S  = Q K^T
+            block_gemm<T, true, false>(BQ, BK, DP, dOs, DP, Vs, DP, dP, BK, false);  // dP = dO V^T
+            __syncthreads();
+            probs_and_grads(S, dP, ls, ds, P, dS, BQ, BK, bq, t0, off, j0, bk, s.scale);
+            __syncthreads();
+            block_gemm<T, false, true>(BK, DP, BQ, P, BK, dOs, DP, dV, DP, true);    // dV += P^T dO
+            block_gemm<T, false, true>(BK, DP, BQ, dS, BK, Qs, DP, dK, DP, true);    // dK += dS^T Q
+        }
+    }
+    __syncthreads();
+    for (int64_t e = threadIdx.x; e < bk * s.D; e += blockDim.x) {
+        const int64_t j = e / s.D, d = e % s.D;
+        const int64_t idx = ((b * s.Tk + j0 + j) * s.Hkv + hk) * s.D + d;
+        dk[idx] = dK[j * DP + d] * s.scale;
+        dv[idx] = dV[j * DP + d];
+    }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kAttnThreads)
+attn_bwd_q_kernel(AttentionShape s, const T * __restrict__ q, const T * __restrict__ k, const T * __restrict__ v,
+                  const T * __restrict__ dout, const float * __restrict__ lse, const float * __restrict__ Di,
+                  float * __restrict__ dq, int BQ, int BK, int DP) {
+    Carve cv{attn_smem};
+    T * Qs = cv.take<T>(BQ * DP);
+    T * dOs = cv.take<T>(BQ * DP);
+    T * Ks = cv.take<T>(BK * DP);
+    T * Vs = cv.take<T>(BK * DP);
+    float * S = cv.take<float>(BQ * BK);
+    float * dP = cv.take<float>(BQ * BK);
+    T * dS = operand_tile<T>(cv, dP, BQ * BK);
+    float * dQ = cv.take<float>(BQ * DP);
+    float * ls = cv.take<float>(BQ);
+    float * ds = cv.take<float>(BQ);
+
+    const int64_t h = blockIdx.y, b = blockIdx.z, hk = h / (s.Hq / s.Hkv);
+    const int64_t off = s.Tk - s.Tq, t0 = static_cast<int64_t>(blockIdx.x) * BQ;
+    const int64_t bq = s.Tq - t0 < BQ ? s.Tq - t0 : BQ;
+    load_tile(Qs, q, b, t0, bq, h, s.Hq, s.Tq, s.D, BQ, DP);
+    load_tile(dOs, dout, b, t0, bq, h, s.Hq, s.Tq, s.D, BQ, DP);
+    for (int e = threadIdx.x; e < BQ * DP; e += blockDim.x) dQ[e] = 0.0f;
+    for (int i = threadIdx.x; i < BQ; i += blockDim.x) {
+        const int64_t r = (b * s.Tq + t0 + i) * s.Hq + h;
+        ls[i] = i < bq ? lse[r] : 0.0f;
+        ds[i] = i < bq ? Di[r] : 0.0f;
+    }
+    const int64_t kend = s.Tk < t0 + bq + off ? s.Tk : t0 + bq + off;
+    for (int64_t j0 = 0; j0 < kend; j0 += BK) {
+        const int64_t bk = kend - j0 < BK ? kend - j0 : BK;
+        __syncthreads();
+        load_tile(Ks, k, b, j0, bk, hk, s.Hkv, s.Tk, s.D, BK, DP);
+        load_tile(Vs, v, b, j0, bk, hk, s.Hkv, s.Tk, s.D, BK, DP);
+        __syncthreads();
+        block_gemm<T, true, false>(BQ, BK, DP, Qs, DP, Ks, DP, S, BK, false);
+        block_gemm<T, true, false>(BQ, BK, DP, dOs, DP, Vs, DP, dP, BK, false);
+        __syncthreads();
+        probs_and_grads<T>(S, dP, ls, ds, nullptr, dS, BQ, BK, bq, t0, off, j0, bk, s.scale);
+        __syncthreads();
+        block_gemm<T, true, true>(BQ, DP, BK, dS, BK, Ks, DP, dQ, DP, true);   // dQ += dS K
+    }
+    __syncthreads();
+    for (int64_t e = threadIdx.x; e < bq * s.D; e += blockDim.x) {
+        const int64_t i = e / s.D, d = e % s.D;
+        dq[((b * s.Tq + t0 + i) * s.Hq + h) * s.D + d] = dQ[i * DP + d] * s.scale;
+    }
+}
+
+void check_shape(const AttentionShape & s, gguf::TensorType type, const char * fn) {
+    require(type == gguf::TensorType::F32 || type == gguf::TensorType::F16 || type == gguf::TensorType::BF16, fn,
+            std::string("input type ") + gguf::type_name(static_cast<uint32_t>(type)) + " is not f32, f16 or bf16");
+    require(s.D >= 1 && s.D <= kAttnMaxHeadDim, fn, "head_dim D=" + std::to_string(s.D) + " is outside [1, 256]");
+    require(s.Hq >= 1 && s.Hkv >= 1 && s.Hq % s.Hkv == 0, fn,
+            "query heads " + std::to_string(s.Hq) + " are not a positive multiple of kv heads " + std::to_string(s.Hkv));
+    require(s.Tq >= 0 && s.Tk >= s.Tq, fn,
+            "Tq=" + std::to_string(s.Tq) + ", Tk=" + std::to_string(s.Tk) + ": need 0 <= Tq <= Tk");
+    require(s.B >= 0 && s.B <= 65535 && s.Hq <= 65535, fn,
+            "B=" + std::to_string(s.B) + " or Hq=" + std::to_string(s.Hq) + " exceeds the grid limit 65535");
+    require(s.Tk <= 0x7fffffff, fn, "Tk=" + std::to_string(s.Tk) + " exceeds int");
+}
+
+// Tiles for this device and the kernel's shared-memory opt-in; throws when nothing fits.
+template <class Kernel>
+AttnTiles prepare(Kernel kernel, AttnKernel which, const AttentionShape & s, size_t elem, const char * fn) {
+    const size_t limit = device_smem_optin();
+    const AttnTiles t = attention_tiles(which, s.D, elem, limit);
+    require(t.bq > 0, fn, "no tile shape for head_dim " + std::to_string(s.D) + " fits " + std::to_string(limit) +
+                              " bytes of shared memory");
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(t.smem)),
+          (std::string("cuda ") + fn + ": shared memory opt-in").c_str());
+    return t;
+}
+
+dim3 to_dim3(const Grid3 & g) {
+    return dim3(static_cast<unsigned>(g.x), static_cast<unsigned>(g.y), static_cast<unsigned>(g.z));
+}
+
+template <class T>
+void fwd(const AttentionShape & s, const void * q, const void * k, const void * v, float * o, float * lse,
+         cudaStream_t stream) {
+    const AttnTiles t = prepare(attn_fwd_kernel<T>, AttnKernel::Forward, s, sizeof(T), "attention");
+    const Grid3 g = attention_grid(AttnKernel::Forward, s.Tq, s.Tk, s.Hq, s.Hkv, s.B, t);
+    attn_fwd_kernel<T><<<to_dim3(g), kAttnThreads, t.smem, stream>>>(
+        s, static_cast<const T *>(q), static_cast<const T *>(k), static_cast<const T *>(v), o, lse,
+        static_cast<int>(t.bq), static_cast<int>(t.bk), static_cast<int>(t.dp));
+    check_launch("attention");
+}
+
+template <class T>
+void bwd(const AttentionShape & s, const void * q, const void * k, const void * v, const float * o,
+         const float * lse, const void * dout, float * dq, float * dk, float * dv, float * Di, cudaStream_t stream) {
+    const int64_t rows = s.B * s.Tq * s.Hq;
+    if (rows > 0)
+        attn_rowdot_kernel<T><<<static_cast<unsigned>(ceil_div(rows * 32, 256)), 256, 0, stream>>>(
+        static_cast<const T *>(dout), o, Di, rows, s.D);
+    check_launch("attention_back (rowdot)");
+    const T * qt = static_cast<const T *>(q);
+    const T * kt = static_cast<const T *>(k);
+    const T * vt = static_cast<const T *>(v);
+    const T * dot = static_cast<const T *>(dout);
+    const AttnTiles tkv = prepare(attn_bwd_kv_kernel<T>, AttnKernel::BackwardKV, s, sizeof(T), "attention_back");
+    const Grid3 gkv = attention_grid(AttnKernel::BackwardKV, s.Tq, s.Tk, s.Hq, s.Hkv, s.B, tkv);
+    attn_bwd_kv_kernel<T><<<to_dim3(gkv), kAttnThreads, tkv.smem, stream>>>(
+        s, qt, kt, vt, dot, lse, Di, dk, dv, static_cast<int>(tkv.bq), static_cast<int>(tkv.bk), static_cast<int>(tkv.dp));
+    check_launch("attention_back (dk, dv)");
+    const AttnTiles tq = prepare(attn_bwd_q_kernel<T>, AttnKernel::BackwardQ, s, sizeof(T), "attention_back");
+    const Grid3 gq = attention_grid(AttnKernel::BackwardQ, s.Tq, s.Tk, s.Hq, s.Hkv, s.B, tq);
+    if (gq.x > 0)
+        attn_bwd_q_kernel<T><<<to_dim3(gq), kAttnThreads, tq.smem, stream>>>(
+            s, qt, kt, vt, dot, lse, Di, dq, static_cast<int>(tq.bq), static_cast<int>(tq.bk), static_cast<int>(tq.dp));
+    check_launch("attention_back (dq)");
+}
+
+} // namespace
+
+void attention_fwd(const AttentionShape & s, gguf::TensorType type, const void * q, const void * k, const void * v,
+                   float * o, float * lse, cudaStream_t stream) {
+    check_shape(s, type, "attention");
+    if (s.Tq == 0 || s.B == 0) return;
+    switch (type) {
+    case gguf::TensorType::F16: return fwd<__half>(s, q, k, v, o, lse, stream);
+    case gguf::TensorType::BF16: return fwd<__nv_bfloat16>(s, q, k, v, o, lse, stream);
+    default: return fwd<float>(s, q, k, v, o, lse, stream);
+    }
+}
+
+void attention_bwd(const AttentionShape & s, gguf::TensorType type, const void * q, const void * k, const void * v,
+                   const float * o, const float * lse, const void * dout, float * dq, float * dk, float * dv,
+                   void * workspace, size_t workspace_bytes, cudaStream_t stream) {
+    check_shape(s, type, "attention_back");
+    const size_t need = attention_bwd_workspace_bytes(s.Hq, s.Tq, s.B);
+    require(workspace_bytes >= need, "attention_back", "workspace of " + std::to_string(workspace_bytes) +
+                                                           " bytes is smaller than the " + std::to_string(need) + " needed");
+    if (s.B == 0 || s.Tk == 0) return;
+    float * Di = static_cast<float *>(workspace);
+    switch (type) {
+    case gguf::TensorType::F16: return bwd<__half>(s, q, k, v, o, lse, dout, dq, dk, dv, Di, stream);
+    case gguf::TensorType::BF16: return bwd<__nv_bfloat16>(s, q, k, v, o, lse, dout, dq, dk, dv, Di, stream);
+    default: return bwd<float>(s, q, k, v, o, lse, dout, dq, dk, dv, Di, stream);
+    }
+}
+
+} // namespace rp::cuda

@@ -1,0 +1,44 @@
+// Fused causal grouped-query attention on the GPU, flash style (CPU reference: ggml_rp/cpu/attention.h, the
+// same layouts and semantics; op contract in ggml_rp/ops/attention.h).
+//
+// Layouts (contiguous, d fastest): q, o, dq, dout: [D, Hq, Tq, B]; k, v, dk, dv: [D, Hkv, Tk, B];
+// lse: [Hq, Tq, B]. Query t sees keys j <= t + (Tk - Tq). D <= 256, Hq % Hkv == 0.
+// q, k, v and dout have the element type `type` (F32, F16 or BF16); o, lse and the gradients are f32.
+// F16/BF16 inputs run the tile products on tensor cores (wmma, fp32 accumulation; the probabilities are
+// rounded to the input type before P V, as FlashAttention does); F32 inputs run fp32 FMA products.
+//
+// Forward: per (query tile, head, sequence) block, online softmax over the visible key tiles; saves lse.
+// Backward (recompute from lse): one kernel per (key tile, kv head, sequence) accumulates dK, dV over the
+// group's query heads and the query tiles in order; one per (query tile, head, sequence) accumulates dQ over
+// the key tiles in order. Every output row is owned by one block: deterministic, no atomics.
+// Tile shapes follow the device's shared memory (attention_tiles in launch.h).
+#pragma once
+
+#include "gguf/types.h"
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace rp::cuda {
+
+struct AttentionShape {
+    int64_t D;     // head_dim (<= 256)
+    int64_t Hq;    // query heads
+    int64_t Hkv;   // key/value heads
+    int64_t Tq;    // queries per sequence
+    int64_t Tk;    // keys per sequence (>= Tq)
+    int64_t B;     // sequences
+    float scale;   // usually 1 / sqrt(D)
+};
+
+void attention_fwd(const AttentionShape & s, gguf::TensorType type, const void * q, const void * k, const void * v,
+                   float * o, float * lse, cudaStream_t stream);
+
+// dq, dk, dv are overwritten. workspace: attention_bwd_workspace_bytes(Hq, Tq, B) bytes (launch.h).
+void attention_bwd(const AttentionShape & s, gguf::TensorType type, const void * q, const void * k, const void * v,
+                   const float * o, const float * lse, const void * dout, float * dq, float * dk, float * dv,
+                   void * workspace, size_t workspace_bytes, cudaStream_t stream);
+
+} // namespace rp::cuda

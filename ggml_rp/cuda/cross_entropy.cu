@@ -1,0 +1,146 @@
+// LM_HEAD_CE and LM_HEAD_CE_BACK: chunked logits through cuBLAS, online logsumexp per token (one block per
+// token per chunk), gradient tile in place, then the two backward GEMMs per chunk. See cross_entropy.cuh.
+#include "ggml_rp/cuda/cross_entropy.cuh"
+
+#include "ggml_rp/cuda/common.cuh"
+#include "ggml_rp/cuda/launch.h"
+#include "ggml_rp/cuda/mul_mat.cuh"
+
+namespace rp::cuda {
+
+namespace {
+
+__global__ void ce_init_kernel(float * m, double * sum, float * label_logit, int64_t T) {
+    const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (t >= T) return;
+    m[t] = -INFINITY;
+    sum[t] = 0.0;
+    label_logit[t] = 0.0f;
+}
+
+// One block per token: fold the chunk's logits (column t at L + t*nv) into the running max and sum.
+__global__ void ce_pass1_kernel(const float * __restrict__ L, int64_t nv, int64_t v0, const int32_t * __restrict__ labels,
+                                float * m, double * sum, float * label_logit) {
+    __shared__ float red[32];
+    const int64_t t = blockIdx.x;
+    const float * col = L + t * nv;
+    const float mold = m[t];
+    float mx = mold;
+    for (int64_t j = threadIdx.x; j < nv; j += blockDim.x) mx = fmaxf(mx, col[j]);
+    mx = block_max(mx, red);
+    float cs = 0.0f;
+    for (int64_t j = threadIdx.x; j < nv; j += blockDim.x) cs += expf(col[j] - mx);
+    cs = block_sum(cs, red);
+    if (threadIdx.x == 0) {
+        const int32_t y = labels[t];
+        if (y >= v0 && y < v0 + nv) label_logit[t] = col[y - v0];
+        sum[t] = (mold == mx ? sum[t] : sum[t] * exp(static_cast<double>(mold) - static_cast<double>(mx))) + cs;
+        m[t] = mx;
+    }
+}
+
+__global__ void ce_finish_kernel(const float * m, const double * sum, const float * label_logit,
+                                 const int32_t * labels, int64_t V, int64_t T, float loss_scale, float * lse,
+                                 double * tokloss, int * bad_label) {
+    const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (t >= T) return;
+    const double l = static_cast<double>(m[t]) + log(sum[t]);
+    lse[t] = static_cast<float>(l);
+    const int32_t y = labels[t];
+    if (y < -1 || y >= V) {
+        if (bad_label) *bad_label = 1;
+    }
+    tokloss[t] = y >= 0 && y < V ? static_cast<double>(loss_scale) * (l - static_cast<double>(label_logit[t])) : 0.0;
+}
+
+// One block of 256 threads: loss = sum of tokloss, strided per thread then a fixed tree.
+__global__ void ce_sum_kernel(const double * tokloss, int64_t T, double * loss) {
+    __shared__ double part[256];
+    double s = 0.0;
+    for (int64_t t = threadIdx.x; t < T; t += blockDim.x) s += tokloss[t];
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (int w = 128; w > 0; w >>= 1) {
+        if (static_cast<int>(threadIdx.x) < w) part[threadIdx.x] += part[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) *loss = part[0];
+}
+
+// In place: logits -> (softmax - onehot) * loss_scale for valid labels, 0 for ignored tokens.
+__global__ void ce_grad_kernel(float * L, int64_t nv, int64_t v0, int64_t T, const int32_t * __restrict__ labels,
+                               const float * __restrict__ lse, int64_t V, float loss_scale) {
+    const int64_t n = nv * T;
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += stride) {
+        const int64_t t = e / nv, j = e % nv;
+        const int32_t y = labels[t];
+        if (y < 0 || y >= V) { L[e] = 0.0f; continue; }
+        float g = expf(L[e] - lse[t]);
+        if (v0 + j == y) g -= 1.0f;
+        L[e] = g * loss_scale;
+    }
+}
+
+unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>(ceil_div(n, threads)); }
+
+} // namespace
+
+void lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::TensorType wtype, size_t w_row_bytes,
+                const int32_t * labels, float loss_scale, double * loss, float * dh, float * dW, int64_t dw_row,
+                void * workspace, size_t workspace_bytes, int * bad_label, cudaStream_t stream) {
+    const char * op = "lm_head_ce";
+    require(s.C >= 1 && s.V >= 1 && s.T >= 0 && s.T <= 0x7fffffff && s.chunk >= 1, op,
+            "bad shape C=" + std::to_string(s.C) + " V=" + std::to_string(s.V) + " T=" + std::to_string(s.T) +
+                " chunk=" + std::to_string(s.chunk));
+    require(!dW || dw_row >= s.C, op, "dW row stride " + std::to_string(dw_row) + " is smaller than C=" + std::to_string(s.C));
+    const size_t need = lm_head_ce_workspace_bytes(s.C, s.V, s.T, s.chunk, wtype);
+    require(workspace_bytes >= need, op, "workspace of " + std::to_string(workspace_bytes) +
+                                             " bytes is smaller than the " + std::to_string(need) + " needed");
+    const int64_t C = s.C, V = s.V, T = s.T, chunk = s.chunk < V ? s.chunk : V;
+    if (T == 0) {
+        check(cudaMemsetAsync(loss, 0, sizeof(double), stream), "cuda lm_head_ce");
+        return;
+    }
+    // Carve the workspace in lm_head_ce_workspace_bytes' order.
+    auto al = [](size_t b) { return (b + 255) / 256 * 256; };
+    char * p = static_cast<char *>(workspace);
+    float * L = reinterpret_cast<float *>(p);            p += al(size_t(chunk * T) * 4);
+    void * gemm_ws = p;
+    const size_t gemm_bytes = matmul_workspace_bytes(C, chunk, T, wtype);
+    p += gemm_bytes;
+    float * m = reinterpret_cast<float *>(p);            p += al(size_t(T) * 4);
+    float * label_logit = reinterpret_cast<float *>(p);  p += al(size_t(T) * 4);
+    float * lse = reinterpret_cast<float *>(p);          p += al(size_t(T) * 4) * 2;
+    double * sum = reinterpret_cast<double *>(p);        p += al(size_t(T) * 8);
+    double * tokloss = reinterpret_cast<double *>(p);
+
+    const char * wbytes = static_cast<const char *>(W);
+    ce_init_kernel<<<blocks_for(T, 256), 256, 0, stream>>>(m, sum, label_logit, T);
+    check_launch("lm_head_ce (init)");
+    for (int64_t v0 = 0; v0 < V; v0 += chunk) {
+        const int64_t nv = chunk < V - v0 ? chunk : V - v0;
+        matmul_fwd(C, nv, T, wbytes + v0 * w_row_bytes, wtype, w_row_bytes, h, C, L, nv, false, gemm_ws, gemm_bytes, stream);
+        ce_pass1_kernel<<<static_cast<unsigned>(T), row_threads(nv), 0, stream>>>(L, nv, v0, labels, m, sum, label_logit);
+        check_launch("lm_head_ce (logsumexp)");
+    }
+    ce_finish_kernel<<<blocks_for(T, 256), 256, 0, stream>>>(m, sum, label_logit, labels, V, T, loss_scale, lse,
+                                                             tokloss, bad_label);
+    check_launch("lm_head_ce (finish)");
+    ce_sum_kernel<<<1, 256, 0, stream>>>(tokloss, T, loss);
+    check_launch("lm_head_ce (sum)");
+    if (!dh && !dW) return;
+
+    for (int64_t v0 = 0; v0 < V; v0 += chunk) {
+        const int64_t nv = chunk < V - v0 ? chunk : V - v0;
+        const char * wchunk = wbytes + v0 * w_row_bytes;
+        matmul_fwd(C, nv, T, wchunk, wtype, w_row_bytes, h, C, L, nv, false, gemm_ws, gemm_bytes, stream);
+        ce_grad_kernel<<<static_cast<unsigned>(elementwise_grid(nv * T)), kElemThreads, 0, stream>>>(
+            L, nv, v0, T, labels, lse, V, loss_scale);
+        check_launch("lm_head_ce_back (gradient tile)");
+        if (dh) matmul_bwd_x(C, nv, T, wchunk, wtype, w_row_bytes, L, nv, dh, C, v0 > 0, gemm_ws, gemm_bytes, stream);
+        if (dW) matmul_bwd_w(C, nv, T, h, C, L, nv, dW + v0 * dw_row, dw_row, true, stream);
+    }
+}
+
+} // namespace rp::cuda

@@ -1,0 +1,36 @@
+// Fused, chunked LM head + cross-entropy on the GPU (CPU reference: ggml_rp/cpu/cross_entropy.h, the same
+// math; op contract in ggml_rp/ops/cross_entropy.h). The [V x T] logits are never stored: per chunk of
+// `chunk` vocabulary rows, a cuBLAS GEMM (ggml_rp/cuda/mul_mat.cuh, so any weight type) gives the chunk's
+// logits, and a fused kernel folds them into a per-token online logsumexp (pass 1). With gradients asked
+// for, pass 2 recomputes each chunk's logits, turns them in place into G = (softmax - onehot) * loss_scale
+// and runs dh (+)= W_chunk G and dW_chunk += h G^T. Chunks run in order, every reduction has a fixed order:
+// the same bits on every run.
+//
+// h: f32 [C, T] (column t at h + t*C); W: [C, V] of type wtype, row stride w_row_bytes; labels: i32 [T] in
+// [0, V) or -1 (ignored). loss (device, one double) = sum_t loss_scale * (lse_t - logit_t[label_t]).
+// dh (nullable) is overwritten; dW (nullable, f32, row n at dW + n*dw_row) is accumulated.
+// A label outside [-1, V) is treated as ignored and sets *bad_label (device int, nullable) to 1.
+// workspace: lm_head_ce_workspace_bytes(C, V, T, chunk, wtype) bytes (launch.h); ce_chunk_rows picks a chunk.
+#pragma once
+
+#include "gguf/types.h"
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace rp::cuda {
+
+struct LmHeadCEShape {
+    int64_t C;       // hidden size
+    int64_t V;       // vocabulary
+    int64_t T;       // tokens
+    int64_t chunk;   // vocabulary rows per chunk (>= 1)
+};
+
+void lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::TensorType wtype, size_t w_row_bytes,
+                const int32_t * labels, float loss_scale, double * loss, float * dh, float * dW, int64_t dw_row,
+                void * workspace, size_t workspace_bytes, int * bad_label, cudaStream_t stream);
+
+} // namespace rp::cuda

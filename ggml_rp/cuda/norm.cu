@@ -1,0 +1,70 @@
+// RMS_NORM and RMS_NORM_BACK: one block per row, fixed-order block reductions.
+#include "ggml_rp/cuda/norm.cuh"
+
+#include "ggml_rp/cuda/common.cuh"
+#include "ggml_rp/cuda/launch.h"
+
+namespace rp::cuda {
+
+namespace {
+
+__global__ void rms_norm_fwd_kernel(const float * __restrict__ x, const float * __restrict__ w, float * __restrict__ y,
+                                    int64_t ne0, float eps) {
+    __shared__ float red[32];
+    const float * xr = x + blockIdx.x * ne0;
+    float * yr = y + blockIdx.x * ne0;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < ne0; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
+    ss = block_sum(ss, red);
+    const float rs = 1.0f / sqrtf(ss / static_cast<float>(ne0) + eps);
+    for (int64_t i = threadIdx.x; i < ne0; i += blockDim.x) {
+        const float v = xr[i] * rs;
+        yr[i] = w ? v * w[i] : v;
+    }
+}
+
+__global__ void rms_norm_bwd_kernel(const float * __restrict__ x, const float * __restrict__ w,
+                                    const float * __restrict__ dy, float * __restrict__ dx, int64_t ne0, float eps) {
+    __shared__ float red[32];
+    const int64_t off = static_cast<int64_t>(blockIdx.x) * ne0;
+    float ss = 0.0f, gx = 0.0f;
+    for (int64_t i = threadIdx.x; i < ne0; i += blockDim.x) {
+        const float v = x[off + i];
+        const float g = dy[off + i] * (w ? w[i] : 1.0f);
+        ss = fmaf(v, v, ss);
+        gx = fmaf(g, v, gx);
+    }
+    ss = block_sum(ss, red);
+    gx = block_sum(gx, red);
+    const float rs = 1.0f / sqrtf(ss / static_cast<float>(ne0) + eps);
+    const float c = rs * rs * rs * gx / static_cast<float>(ne0);
+    for (int64_t i = threadIdx.x; i < ne0; i += blockDim.x) {
+        const float g = dy[off + i] * (w ? w[i] : 1.0f);
+        dx[off + i] = rs * g - c * x[off + i];
+    }
+}
+
+void check_rows(const char * op, int64_t ne0, int64_t nrows) {
+    require(ne0 >= 1 && nrows >= 0 && nrows <= 0x7fffffff, op,
+            "bad shape ne0=" + std::to_string(ne0) + " rows=" + std::to_string(nrows));
+}
+
+} // namespace
+
+void rms_norm_fwd(const float * x, const float * w, float * y, int64_t ne0, int64_t nrows, float eps,
+                  cudaStream_t stream) {
+    check_rows("rms_norm", ne0, nrows);
+    if (nrows == 0) return;
+    rms_norm_fwd_kernel<<<static_cast<unsigned>(nrows), row_threads(ne0), 0, stream>>>(x, w, y, ne0, eps);
+    check_launch("rms_norm");
+}
+
+void rms_norm_bwd(const float * x, const float * w, const float * dy, float * dx, int64_t ne0, int64_t nrows,
+                  float eps, cudaStream_t stream) {
+    check_rows("rms_norm_back", ne0, nrows);
+    if (nrows == 0) return;
+    rms_norm_bwd_kernel<<<static_cast<unsigned>(nrows), row_threads(ne0), 0, stream>>>(x, w, dy, dx, ne0, eps);
+    check_launch("rms_norm_back");
+}
+
+} // namespace rp::cuda

@@ -1,0 +1,18 @@
+// RMS norm over the contiguous axis on the GPU (CPU reference: ggml_rp/cpu/norm.cpp).
+//   y[i] = x[i] / sqrt(mean(x^2) + eps) * w[i]        (w nullable: no weight)
+//   dx[i] = rs * g[i] - rs^3 * (sum_j g[j] x[j]) / ne0 * x[i],   g = dy * w
+// All pointers are device pointers to contiguous f32 rows of ne0 elements; nrows rows. Enqueued on `stream`.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace rp::cuda {
+
+void rms_norm_fwd(const float * x, const float * w, float * y, int64_t ne0, int64_t nrows, float eps,
+                  cudaStream_t stream);
+void rms_norm_bwd(const float * x, const float * w, const float * dy, float * dx, int64_t ne0, int64_t nrows,
+                  float eps, cudaStream_t stream);
+
+} // namespace rp::cuda

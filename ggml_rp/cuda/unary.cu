@@ -1,0 +1,59 @@
+// SCALE, SILU, SILU_BACK, SWIGLU, SWIGLU_BACK: grid-stride element-wise kernels.
+#include "ggml_rp/cuda/unary.cuh"
+
+#include "ggml_rp/cuda/common.cuh"
+#include "ggml_rp/cuda/launch.h"
+#include "ggml_rp/ops/unary_math.h"
+
+namespace rp::cuda {
+
+namespace {
+
+enum class UnaryOp { Scale, Silu, SiluBack, Swiglu, SwigluBackGate, SwigluBackUp };
+
+template <UnaryOp Op>
+__global__ void unary_kernel(const float * a, const float * b, const float * c, float s, float * out, int64_t n) {
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+        float r;
+        if constexpr (Op == UnaryOp::Scale) r = a[i] * s;
+        else if constexpr (Op == UnaryOp::Silu) r = silu_f(a[i]);
+        else if constexpr (Op == UnaryOp::SiluBack) r = b[i] * silu_grad_f(a[i]);
+        else if constexpr (Op == UnaryOp::Swiglu) r = silu_f(a[i]) * b[i];
+        else if constexpr (Op == UnaryOp::SwigluBackGate) r = c[i] * b[i] * silu_grad_f(a[i]);
+        else r = c[i] * silu_f(a[i]);
+        out[i] = r;
+    }
+}
+
+template <UnaryOp Op>
+void launch(const char * name, const float * a, const float * b, const float * c, float s, float * out, int64_t n,
+            cudaStream_t stream) {
+    require(n >= 0, name, "negative element count " + std::to_string(n));
+    if (n == 0) return;
+    unary_kernel<Op><<<static_cast<unsigned>(elementwise_grid(n)), kElemThreads, 0, stream>>>(a, b, c, s, out, n);
+    check_launch(name);
+}
+
+} // namespace
+
+void scale(const float * x, float s, float * y, int64_t n, cudaStream_t st) {
+    launch<UnaryOp::Scale>("scale", x, nullptr, nullptr, s, y, n, st);
+}
+void silu_fwd(const float * x, float * y, int64_t n, cudaStream_t st) {
+    launch<UnaryOp::Silu>("silu", x, nullptr, nullptr, 0.0f, y, n, st);
+}
+void silu_bwd(const float * x, const float * dy, float * dx, int64_t n, cudaStream_t st) {
+    launch<UnaryOp::SiluBack>("silu_back", x, dy, nullptr, 0.0f, dx, n, st);
+}
+void swiglu_fwd(const float * g, const float * u, float * y, int64_t n, cudaStream_t st) {
+    launch<UnaryOp::Swiglu>("swiglu", g, u, nullptr, 0.0f, y, n, st);
+}
+void swiglu_bwd(const float * g, const float * u, const float * dy, float * out, int which, int64_t n,
+                cudaStream_t st) {
+    require(which == 0 || which == 1, "swiglu_back", "which must be 0 (gate) or 1 (up), got " + std::to_string(which));
+    if (which == 0) launch<UnaryOp::SwigluBackGate>("swiglu_back", g, u, dy, 0.0f, out, n, st);
+    else launch<UnaryOp::SwigluBackUp>("swiglu_back", g, u, dy, 0.0f, out, n, st);
+}
+
+} // namespace rp::cuda

@@ -1,0 +1,19 @@
+// Element-wise unary ops on the GPU (CPU reference: ggml_rp/cpu/unary.cpp; per-element math shared through
+// ggml_rp/ops/unary_math.h). n contiguous f32 elements at device pointers; outputs may alias inputs.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace rp::cuda {
+
+void scale(const float * x, float s, float * y, int64_t n, cudaStream_t stream);                  // y = s x
+void silu_fwd(const float * x, float * y, int64_t n, cudaStream_t stream);                         // y = silu(x)
+void silu_bwd(const float * x, const float * dy, float * dx, int64_t n, cudaStream_t stream);      // dy silu'(x)
+void swiglu_fwd(const float * g, const float * u, float * y, int64_t n, cudaStream_t stream);      // silu(g) u
+// which = 0: d/dgate = dy u silu'(g);  which = 1: d/dup = dy silu(g).
+void swiglu_bwd(const float * g, const float * u, const float * dy, float * out, int which, int64_t n,
+                cudaStream_t stream);
+
+} // namespace rp::cuda

@@ -1,0 +1,274 @@
+// CUDA mul_mat family (cuBLAS), LoRA, flash attention and the fused LM head + cross-entropy against the CPU
+// kernels (ggml_rp/cpu/gemm.h, attention.h, cross_entropy.h) on the same random inputs; LoRA against a
+// double-precision loop of its formula. Skipped without a CUDA device.
+#include "cuda_test_util.h"
+
+#if defined(RP_HAVE_CUDA)
+
+#include "ggml_rp/core/fp16.h"
+#include "ggml_rp/core/quant.h"
+#include "ggml_rp/cpu/attention.h"
+#include "ggml_rp/cpu/cross_entropy.h"
+#include "ggml_rp/cpu/gemm.h"
+#include "ggml_rp/cuda/attention.cuh"
+#include "ggml_rp/cuda/cross_entropy.cuh"
+#include "ggml_rp/cuda/launch.h"
+#include "ggml_rp/cuda/mul_mat.cuh"
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+using cutest::Dev;
+using cutest::kNmseF32;
+using cutest::kNmseHalf;
+using cutest::nmse;
+using cutest::rand_vec;
+using gguf::TensorType;
+
+namespace {
+
+std::vector<uint8_t> quantized(TensorType t, const std::vector<float> & v, int64_t K, int64_t N) {
+    std::vector<uint8_t> bytes(gguf::row_bytes(t, K) * size_t(N));
+    for (int64_t r = 0; r < N; ++r) rp::quantize_row(t, v.data() + r * K, bytes.data() + gguf::row_bytes(t, K) * size_t(r), K);
+    return bytes;
+}
+
+// Values rounded to the half type and back (the inputs the GPU sees), and their 16-bit patterns.
+std::vector<float> rounded(TensorType t, const std::vector<float> & v, std::vector<uint16_t> * bits) {
+    std::vector<float> r(v.size());
+    if (bits) bits->resize(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+        const uint16_t b = t == TensorType::F16 ? rp::fp32_to_fp16(v[i]) : rp::fp32_to_bf16(v[i]);
+        r[i] = t == TensorType::F16 ? rp::fp16_to_fp32(b) : rp::bf16_to_fp32(b);
+        if (bits) (*bits)[i] = b;
+    }
+    return r;
+}
+
+} // namespace
+
+TEST(CudaMatmul, EveryWeightTypeForwardAndBackwardX) {
+    RP_REQUIRE_GPU();
+    std::mt19937 rng(11);
+    // The types the reference quantizer writes (the K-quants share the dequantize-then-GEMM path).
+    for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0,
+                         TensorType::Q4_1, TensorType::Q5_0}) {
+        const bool block = gguf::type_traits(uint32_t(t))->block_size > 1;
+        const int64_t K = block ? 96 : 67, N = 45, T = 13;
+        SCOPED_TRACE(std::string(gguf::type_name(uint32_t(t))) + " K=" + std::to_string(K));
+        const auto w = quantized(t, rand_vec(size_t(K * N), rng), K, N);
+        const size_t rb = gguf::row_bytes(t, K);
+        const auto x = rand_vec(size_t(K * T), rng), dy = rand_vec(size_t(N * T), rng);
+        const auto y0 = rand_vec(size_t(N * T), rng), dx0 = rand_vec(size_t(K * T), rng);
+        for (bool acc : {false, true}) {
+            std::vector<float> y = y0, dx = dx0;
+            rp::cpu::matmul_fwd(K, N, T, w.data(), t, rb, x.data(), K, y.data(), N, acc);
+            rp::cpu::matmul_bwd_x(K, N, T, w.data(), t, rb, dy.data(), N, dx.data(), K, acc);
+            Dev<uint8_t> dw(w), ws(rp::cuda::matmul_workspace_bytes(K, N, T, t));
+            Dev<float> dxin(x), ddy(dy), gy(y0), gdx(dx0);
+            rp::cuda::matmul_fwd(K, N, T, dw.p, t, rb, dxin.p, K, gy.p, N, acc, ws.p, ws.n, nullptr);
+            rp::cuda::matmul_bwd_x(K, N, T, dw.p, t, rb, ddy.p, N, gdx.p, K, acc, ws.p, ws.n, nullptr);
+            const double tol = (t == TensorType::F16 || t == TensorType::BF16) ? kNmseHalf : kNmseF32;
+            EXPECT_LT(nmse(gy.get(), y), tol) << "accumulate=" << acc;
+            EXPECT_LT(nmse(gdx.get(), dx), tol) << "accumulate=" << acc;
+        }
+    }
+}
+
+TEST(CudaMatmul, WeightGradientAccumulates) {
+    RP_REQUIRE_GPU();
+    std::mt19937 rng(12);
+    const int64_t K = 131, N = 77, T = 29, dw_row = 140;   // a padded row stride
+    const auto x = rand_vec(size_t(K * T), rng), dy = rand_vec(size_t(N * T), rng);
+    const auto dw0 = rand_vec(size_t(dw_row * N), rng);
+    for (bool acc : {false, true}) {
+        std::vector<float> ref = dw0;
+        rp::cpu::matmul_bwd_w(K, N, T, x.data(), K, dy.data(), N, ref.data(), dw_row, acc);
+        Dev<float> dx(x), ddy(dy), g(dw0);
+        rp::cuda::matmul_bwd_w(K, N, T, dx.p, K, ddy.p, N, g.p, dw_row, acc, nullptr);
+        EXPECT_LT(nmse(g.get(), ref), kNmseF32) << "accumulate=" << acc;
+    }
+}
+
+TEST(CudaMatmul, LoraLinearMatchesItsFormula) {
+    RP_REQUIRE_GPU();
+    std::mt19937 rng(13);
+    const int64_t K = 40, N = 24, r = 4, T = 9;
+    const float s = 0.75f;
+    const auto W = rand_vec(size_t(K * N), rng), A = rand_vec(size_t(K * r), rng), B = rand_vec(size_t(r * N), rng);
+    const auto x = rand_vec(size_t(K * T), rng), dy = rand_vec(size_t(N * T), rng);
+    // Double reference: ax = A x, y = W x + s B ax; dax = s B dy; dx = W dy + A dax; dA = x dax^T; dB = s ax dy^T.
+    std::vector<double> ax(size_t(r * T)), dax(size_t(r * T));
+    std::vector<float> y(size_t(N * T)), dx(size_t(K * T)), dA(size_t(K * r)), dB(size_t(r * N));
+    for (int64_t t = 0; t < T; ++t) {
+        for (int64_t j = 0; j < r; ++j) {
+            double a = 0, d = 0;
+            for (int64_t k = 0; k < K; ++k) a += double(A[size_t(j * K + k)]) * x[size_t(t * K + k)];
+            for (int64_t n = 0; n < N; ++n) d += double(B[size_t(n * r + j)]) * dy[size_t(t * N + n)];
+            ax[size_t(t * r + j)] = a;
+            dax[size_t(t * r + j)] = s * d;
+        }
+        for (int64_t n = 0; n < N; ++n) {
+            double v = 0;
+            for (int64_t k = 0; k < K; ++k) v += double(W[size_t(n * K + k)]) * x[size_t(t * K + k)];
+            for (int64_t j = 0; j < r; ++j) v += s * double(B[size_t(n * r + j)]) * ax[size_t(t * r + j)];
+            y[size_t(t * N + n)] = float(v);
+        }
+        for (int64_t k = 0; k < K; ++k) {
+            double v = 0;
+            for (int64_t n = 0; n < N; ++n) v += double(W[size_t(n * K + k)]) * dy[size_t(t * N + n)];
+            for (int64_t j = 0; j < r; ++j) v += double(A[size_t(j * K + k)]) * dax[size_t(t * r + j)];
+            dx[size_t(t * K + k)] = float(v);
+        }
+    }
+    for (int64_t j = 0; j < r; ++j)
+        for (int64_t k = 0; k < K; ++k) {
+            double v = 0;
+            for (int64_t t = 0; t < T; ++t) v += double(x[size_t(t * K + k)]) * dax[size_t(t * r + j)];
+            dA[size_t(j * K + k)] = float(v);
+        }
+    for (int64_t n = 0; n < N; ++n)
+        for (int64_t j = 0; j < r; ++j) {
+            double v = 0;
+            for (int64_t t = 0; t < T; ++t) v += s * ax[size_t(t * r + j)] * dy[size_t(t * N + n)];
+            dB[size_t(n * r + j)] = float(v);
+        }
+    Dev<float> dW(W), dA_(A), dB_(B), dxin(x), ddy(dy), gy(y.size()), gax(size_t(r * T)), gdx(dx.size()),
+        gdA(dA.size()), gdB(dB.size()), gdax(size_t(r * T));
+    rp::cuda::lora_linear_fwd(K, N, T, r, dW.p, TensorType::F32, size_t(K) * 4, dA_.p, dB_.p, s, dxin.p, gy.p, gax.p,
+                              nullptr, 0, nullptr);
+    rp::cuda::lora_linear_bwd(K, N, T, r, dW.p, TensorType::F32, size_t(K) * 4, dA_.p, dB_.p, s, dxin.p, gax.p, ddy.p,
+                              gdx.p, gdA.p, gdB.p, gdax.p, nullptr, 0, nullptr);
+    EXPECT_LT(nmse(gy.get(), y), kNmseF32);
+    EXPECT_LT(nmse(gdx.get(), dx), kNmseF32);
+    EXPECT_LT(nmse(gdA.get(), dA), kNmseF32);   // dA, dB started at zero: accumulation adds to 0
+    EXPECT_LT(nmse(gdB.get(), dB), kNmseF32);
+}
+
+namespace {
+
+struct AttnCase {
+    int64_t D, Hq, Hkv, Tq, Tk, B;
+};
+
+// Runs forward and backward on CPU (inputs as the GPU sees them) and GPU; checks o, lse, dq, dk, dv, and
+// that a second GPU backward gives the same bits.
+void check_attention(const AttnCase & c, TensorType type, std::mt19937 & rng) {
+    SCOPED_TRACE(std::string(gguf::type_name(uint32_t(type))) + " D=" + std::to_string(c.D) + " Hq=" +
+                 std::to_string(c.Hq) + " Hkv=" + std::to_string(c.Hkv) + " Tq=" + std::to_string(c.Tq) + " Tk=" +
+                 std::to_string(c.Tk) + " B=" + std::to_string(c.B));
+    const size_t nq = size_t(c.D * c.Hq * c.Tq * c.B), nk = size_t(c.D * c.Hkv * c.Tk * c.B);
+    std::vector<float> q = rand_vec(nq, rng), k = rand_vec(nk, rng), v = rand_vec(nk, rng), dout = rand_vec(nq, rng);
+    std::vector<uint16_t> qb, kb, vb, db;
+    const bool half = type != TensorType::F32;
+    if (half) {
+        q = rounded(type, q, &qb);
+        k = rounded(type, k, &kb);
+        v = rounded(type, v, &vb);
+        dout = rounded(type, dout, &db);
+    }
+    const float scale = 1.0f / std::sqrt(float(c.D));
+    rp::cpu::AttentionShape cs{c.D, c.Hq, c.Hkv, c.Tq, c.Tk, c.B, scale};
+    std::vector<float> o(nq), lse(size_t(c.Hq * c.Tq * c.B)), dq(nq), dk(nk), dv(nk);
+    rp::cpu::attention_fwd(cs, q.data(), k.data(), v.data(), o.data(), lse.data());
+    rp::cpu::attention_bwd(cs, q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(), dq.data(), dk.data(),
+                           dv.data());
+
+    auto upload = [&](const std::vector<float> & f, const std::vector<uint16_t> & b) {
+        auto d = std::make_unique<Dev<uint8_t>>(half ? b.size() * 2 : f.size() * 4);
+        EXPECT_EQ(cudaMemcpy(d->p, half ? static_cast<const void *>(b.data()) : static_cast<const void *>(f.data()), d->n,
+                             cudaMemcpyHostToDevice),
+                  cudaSuccess);
+        return d;
+    };
+    auto gq = upload(q, qb), gk = upload(k, kb), gv = upload(v, vb), gdo = upload(dout, db);
+    Dev<float> go(nq), glse(lse.size()), gdq(nq), gdk(nk), gdv(nk);
+    Dev<uint8_t> ws(rp::cuda::attention_bwd_workspace_bytes(c.Hq, c.Tq, c.B));
+    rp::cuda::AttentionShape s{c.D, c.Hq, c.Hkv, c.Tq, c.Tk, c.B, scale};
+    rp::cuda::attention_fwd(s, type, gq->p, gk->p, gv->p, go.p, glse.p, nullptr);
+    rp::cuda::attention_bwd(s, type, gq->p, gk->p, gv->p, go.p, glse.p, gdo->p, gdq.p, gdk.p, gdv.p, ws.p, ws.n, nullptr);
+    const double tol = half ? kNmseHalf : kNmseF32;
+    EXPECT_LT(nmse(go.get(), o), tol) << "o";
+    EXPECT_LT(nmse(glse.get(), lse), tol) << "lse";
+    EXPECT_LT(nmse(gdq.get(), dq), tol) << "dq";
+    EXPECT_LT(nmse(gdk.get(), dk), tol) << "dk";
+    EXPECT_LT(nmse(gdv.get(), dv), tol) << "dv";
+    const auto dk1 = gdk.get(), dv1 = gdv.get(), dq1 = gdq.get();
+    rp::cuda::attention_bwd(s, type, gq->p, gk->p, gv->p, go.p, glse.p, gdo->p, gdq.p, gdk.p, gdv.p, ws.p, ws.n, nullptr);
+    EXPECT_EQ(std::memcmp(dk1.data(), gdk.get().data(), nk * 4), 0) << "dk is not deterministic";
+    EXPECT_EQ(std::memcmp(dv1.data(), gdv.get().data(), nk * 4), 0) << "dv is not deterministic";
+    EXPECT_EQ(std::memcmp(dq1.data(), gdq.get().data(), nq * 4), 0) << "dq is not deterministic";
+}
+
+} // namespace
+
+TEST(CudaAttention, OddShapesEveryInputType) {
+    RP_REQUIRE_GPU();
+    std::mt19937 rng(21);
+    const AttnCase cases[] = {
+        {64, 4, 2, 37, 37, 2},    // GQA, a partial tile
+        {7, 3, 1, 20, 50, 1},     // tiny head dim (padded to 16), KV-cache offset
+        {256, 2, 2, 70, 70, 1},   // the largest head dim
+        {128, 8, 8, 1, 1, 1},     // one token
+        {80, 6, 2, 129, 129, 3},  // Qwen-like head dim 80, tile + 1
+    };
+    for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16})
+        for (const AttnCase & c : cases) check_attention(c, t, rng);
+}
+
+TEST(CudaAttention, LongSequence8192) {
+    RP_REQUIRE_GPU();
+    std::mt19937 rng(22);
+    check_attention({64, 2, 1, 8192, 8192, 1}, TensorType::BF16, rng);
+}
+
+namespace {
+
+void check_ce(int64_t C, int64_t V, int64_t T, TensorType wt, double tol, std::mt19937 & rng) {
+    SCOPED_TRACE(std::string(gguf::type_name(uint32_t(wt))) + " V=" + std::to_string(V));
+    const auto wf = rand_vec(size_t(C * V), rng, -0.2f, 0.2f);
+    const auto w = quantized(wt, wf, C, V);
+    const size_t rb = gguf::row_bytes(wt, C);
+    const auto h = rand_vec(size_t(C * T), rng);
+    std::vector<int32_t> labels(static_cast<size_t>(T));
+    for (size_t t = 0; t < labels.size(); ++t) labels[t] = t % 5 == 3 ? -1 : int32_t(rng() % V);
+    const float loss_scale = 1.0f / float(T);
+    std::vector<float> dh(size_t(C * T)), dW = rand_vec(size_t(C * V), rng);
+    const std::vector<float> dW0 = dW;
+    const double loss = rp::cpu::lm_head_ce({C, V, T, 8192}, h.data(), w.data(), wt, rb, labels.data(), loss_scale,
+                                            dh.data(), dW.data(), C);
+    const int64_t chunk = rp::cuda::ce_chunk_rows(V, T, size_t(4) << 20);
+    Dev<uint8_t> gw(w), ws(rp::cuda::lm_head_ce_workspace_bytes(C, V, T, chunk, wt));
+    Dev<float> gh(h), gdh(dh.size()), gdW(dW0);
+    Dev<int32_t> gl(labels);
+    Dev<double> gloss(1);
+    Dev<int> bad(1);
+    rp::cuda::lm_head_ce({C, V, T, chunk}, gh.p, gw.p, wt, rb, gl.p, loss_scale, gloss.p, gdh.p, gdW.p, C, ws.p, ws.n,
+                         bad.p, nullptr);
+    const double gpu_loss = gloss.get()[0];
+    EXPECT_LT(std::fabs(gpu_loss - loss) / std::fabs(loss), std::sqrt(tol)) << gpu_loss << " vs " << loss;
+    EXPECT_LT(nmse(gdh.get(), dh), tol);
+    std::vector<float> gd = gdW.get(), cd = dW;   // compare the accumulated gradient parts
+    for (size_t i = 0; i < gd.size(); ++i) { gd[i] -= dW0[i]; cd[i] -= dW0[i]; }
+    EXPECT_LT(nmse(gd, cd), tol);
+    EXPECT_EQ(bad.get()[0], 0);
+}
+
+} // namespace
+
+TEST(CudaCrossEntropy, Vocab151936) {
+    RP_REQUIRE_GPU();
+    std::mt19937 rng(31);
+    check_ce(64, 151936, 37, TensorType::F32, kNmseF32, rng);
+}
+
+TEST(CudaCrossEntropy, HalfAndQuantizedHeads) {
+    RP_REQUIRE_GPU();
+    std::mt19937 rng(32);
+    check_ce(64, 1000, 23, TensorType::BF16, kNmseHalf, rng);
+    check_ce(64, 1000, 23, TensorType::F16, kNmseHalf, rng);
+    check_ce(64, 1003, 23, TensorType::Q8_0, kNmseF32, rng);
+}
+
+#endif // RP_HAVE_CUDA

@@ -1,0 +1,170 @@
+// The host-side launch configuration of the CUDA kernels (ggml_rp/cuda/launch.h): pure functions, checked
+// here on any machine, against the rules written in the header (hand-computed values, not the code's output).
+#include "ggml_rp/cuda/launch.h"
+
+#include <gtest/gtest.h>
+
+using namespace rp::cuda;
+using gguf::TensorType;
+
+TEST(CudaLaunch, CeilDivAndRoundUp) {
+    EXPECT_EQ(ceil_div(0, 64), 0);
+    EXPECT_EQ(ceil_div(1, 64), 1);
+    EXPECT_EQ(ceil_div(64, 64), 1);
+    EXPECT_EQ(ceil_div(65, 64), 2);
+    EXPECT_EQ(ceil_div(8191, 64), 128);
+    EXPECT_EQ(round_up(1, 16), 16);
+    EXPECT_EQ(round_up(16, 16), 16);
+    EXPECT_EQ(round_up(17, 16), 32);
+}
+
+TEST(CudaLaunch, ElementwiseGrid) {
+    EXPECT_EQ(elementwise_grid(0), 0);
+    EXPECT_EQ(elementwise_grid(-5), 0);
+    EXPECT_EQ(elementwise_grid(1), 1);
+    EXPECT_EQ(elementwise_grid(256), 1);
+    EXPECT_EQ(elementwise_grid(257), 2);
+    EXPECT_EQ(elementwise_grid(int64_t(256) * 65535), 65535);
+    EXPECT_EQ(elementwise_grid(int64_t(1) << 40), 65535);   // capped: the grid-stride loop covers the rest
+}
+
+TEST(CudaLaunch, RowThreadsArePowersOfTwoCoveringTheRow) {
+    EXPECT_EQ(row_threads(1), 32);
+    EXPECT_EQ(row_threads(32), 32);
+    EXPECT_EQ(row_threads(33), 64);
+    EXPECT_EQ(row_threads(1000), 1024);
+    EXPECT_EQ(row_threads(1025), 1024);
+    EXPECT_EQ(row_threads(151936), 1024);
+    for (int64_t n = 1; n < 3000; n += 7) {
+        const int t = row_threads(n);
+        EXPECT_EQ(t % 32, 0);
+        EXPECT_EQ(t & (t - 1), 0) << n;
+        EXPECT_TRUE(t >= n || t == 1024) << n;
+        EXPECT_TRUE(t == 32 || t / 2 < n) << n;   // never twice as many threads as elements
+    }
+}
+
+TEST(CudaLaunch, AttentionHeadDimPadding) {
+    EXPECT_EQ(attn_padded_head_dim(1), 16);
+    EXPECT_EQ(attn_padded_head_dim(7), 16);
+    EXPECT_EQ(attn_padded_head_dim(64), 64);
+    EXPECT_EQ(attn_padded_head_dim(72), 80);
+    EXPECT_EQ(attn_padded_head_dim(129), 144);
+    EXPECT_EQ(attn_padded_head_dim(256), 256);
+}
+
+// The forward's shared memory for bq = bk = 64, dp = 128, bf16, counted by hand from the layout:
+// Q 16384 + K 16384 + V 16384 + S 16384 + P 8192 + O 32768 + 3 * 256 = 107264 bytes.
+TEST(CudaLaunch, AttentionSharedMemoryByHand) {
+    EXPECT_EQ(attn_smem_bytes(AttnKernel::Forward, 64, 64, 128, 2), size_t(107264));
+    // Backward K/V, bq = bk = 16, dp = 256, bf16: K, V 2*8192, Q, dO 2*8192, S, dP 2*1024, P, dS 2*512,
+    // dK, dV 2*16384, lse, Di 2*128 -> 68864.
+    EXPECT_EQ(attn_smem_bytes(AttnKernel::BackwardKV, 16, 16, 256, 2), size_t(68864));
+    // Backward Q, bq = 32, bk = 16, dp = 16, f32: Q, dO 2*2048, K, V 2*1024, S, dP 2*2048, dQ 2048, lse, Di
+    // 2*128 -> 12544 (with f32 inputs dS overwrites dP in place: no section of its own).
+    EXPECT_EQ(attn_smem_bytes(AttnKernel::BackwardQ, 32, 16, 16, 4), size_t(12544));
+    // The same in bf16 adds dS, 32*16*2 = 1024: Q, dO, K, V halve -> 2*1024 + 2*512 + 4096 + 1024 + 2048 + 256.
+    EXPECT_EQ(attn_smem_bytes(AttnKernel::BackwardQ, 32, 16, 16, 2), size_t(2048 + 1024 + 4096 + 1024 + 2048 + 256));
+}
+
+TEST(CudaLaunch, AttentionTilesFitTheLimitForEveryHeadDim) {
+    // The opt-in limits of the CI architectures: sm_86/89 99 KiB, sm_80 163 KiB, sm_90 227 KiB.
+    const size_t limits[] = {99 * 1024, 163 * 1024, 227 * 1024};
+    const AttnKernel kernels[] = {AttnKernel::Forward, AttnKernel::BackwardKV, AttnKernel::BackwardQ};
+    for (size_t limit : limits)
+        for (AttnKernel k : kernels)
+            for (size_t elem : {size_t(2), size_t(4)})
+                for (int64_t D = 1; D <= 256; ++D) {
+                    const AttnTiles t = attention_tiles(k, D, elem, limit);
+                    ASSERT_GT(t.bq, 0) << "D=" << D << " limit=" << limit << " elem=" << elem;
+                    EXPECT_EQ(t.bq % 16, 0);
+                    EXPECT_EQ(t.bk % 16, 0);
+                    EXPECT_EQ(t.dp % 16, 0);
+                    EXPECT_GE(t.dp, D);
+                    EXPECT_LT(t.dp - D, 16);
+                    EXPECT_LE(t.smem, limit);
+                    EXPECT_EQ(t.smem, attn_smem_bytes(k, t.bq, t.bk, t.dp, elem));
+                }
+}
+
+TEST(CudaLaunch, AttentionTilesPreferTheLargestShape) {
+    // Small head dims get the 64 x 64 tile everywhere; more shared memory never gives a smaller tile.
+    EXPECT_EQ(attention_tiles(AttnKernel::Forward, 64, 2, 99 * 1024).bq, 64);
+    EXPECT_EQ(attention_tiles(AttnKernel::Forward, 64, 2, 99 * 1024).bk, 64);
+    for (int64_t D : {16, 64, 128, 200, 256})
+        for (AttnKernel k : {AttnKernel::Forward, AttnKernel::BackwardKV, AttnKernel::BackwardQ}) {
+            const AttnTiles a = attention_tiles(k, D, 2, 99 * 1024), b = attention_tiles(k, D, 2, 227 * 1024);
+            EXPECT_GE(b.bq * b.bk, a.bq * a.bk) << D;
+        }
+    // D = 256, bf16, backward K/V on 99 KiB: 64x64 needs far more; the first fit in the order is 16 x 16
+    // (32 x 16 needs 2*16384 + 2*16384... = 92928 + ... > 99 KiB is checked by the limit rule above).
+    const AttnTiles t = attention_tiles(AttnKernel::BackwardKV, 256, 2, 99 * 1024);
+    EXPECT_LE(t.smem, size_t(99 * 1024));
+    EXPECT_GT(attn_smem_bytes(AttnKernel::BackwardKV, 64, 64, 256, 2), size_t(99 * 1024));
+}
+
+TEST(CudaLaunch, AttentionRejectsBadHeadDims) {
+    EXPECT_EQ(attention_tiles(AttnKernel::Forward, 0, 2, 1 << 20).bq, 0);
+    EXPECT_EQ(attention_tiles(AttnKernel::Forward, 257, 2, 1 << 20).bq, 0);
+    EXPECT_EQ(attention_tiles(AttnKernel::Forward, 64, 3, 1 << 20).bq, 0);
+    EXPECT_EQ(attention_tiles(AttnKernel::Forward, 64, 2, 1024).bq, 0);   // nothing fits 1 KiB
+}
+
+TEST(CudaLaunch, AttentionGridCountsTilesOfOddShapes) {
+    AttnTiles t;
+    t.bq = 64;
+    t.bk = 32;
+    t.dp = 64;
+    // Tq = 1: one query tile; Tq = 65: two; Tk = 8191 with bk = 32: 256 key tiles.
+    Grid3 g = attention_grid(AttnKernel::Forward, 1, 1, 8, 2, 3, t);
+    EXPECT_EQ(g.x, 1);
+    EXPECT_EQ(g.y, 8);
+    EXPECT_EQ(g.z, 3);
+    g = attention_grid(AttnKernel::BackwardQ, 65, 100, 8, 2, 1, t);
+    EXPECT_EQ(g.x, 2);
+    EXPECT_EQ(g.y, 8);
+    g = attention_grid(AttnKernel::BackwardKV, 65, 8191, 8, 2, 1, t);
+    EXPECT_EQ(g.x, 256);
+    EXPECT_EQ(g.y, 2);   // one block row per kv head: it owns dK/dV of the whole group
+    g = attention_grid(AttnKernel::Forward, 0, 0, 8, 2, 1, t);
+    EXPECT_EQ(g.x, 0);
+    EXPECT_EQ(attention_grid(AttnKernel::Forward, 5, 5, 1, 1, 1, AttnTiles{}).x, 0);
+    EXPECT_EQ(attention_bwd_workspace_bytes(8, 100, 3), size_t(8 * 100 * 3 * 4));
+    EXPECT_EQ(attention_bwd_workspace_bytes(8, 0, 3), size_t(4));
+}
+
+TEST(CudaLaunch, MatmulWorkspace) {
+    EXPECT_EQ(matmul_workspace_bytes(4096, 4096, 512, TensorType::F32), size_t(0));
+    // f16/bf16: the larger activation side rounded to 2 bytes: max(K, N) * T * 2.
+    EXPECT_EQ(matmul_workspace_bytes(4096, 1024, 512, TensorType::F16), size_t(4096 * 512 * 2));
+    EXPECT_EQ(matmul_workspace_bytes(1024, 4096, 512, TensorType::BF16), size_t(4096 * 512 * 2));
+    // block types: the dequantized f32 weight K * N * 4, rounded up to 256 bytes.
+    EXPECT_EQ(matmul_workspace_bytes(4096, 11008, 7, TensorType::Q4_K), size_t(4096) * 11008 * 4);
+    EXPECT_EQ(matmul_workspace_bytes(32, 3, 1, TensorType::Q8_0), size_t(512));   // 384 -> 512
+    EXPECT_EQ(matmul_workspace_bytes(3, 3, 3, TensorType::F16), size_t(256));     // 18 -> 256
+}
+
+TEST(CudaLaunch, CrossEntropyChunks) {
+    // 64 MiB of logits for 512 tokens: 32768 rows; the whole vocabulary when it is smaller.
+    EXPECT_EQ(ce_chunk_rows(151936, 512, size_t(64) << 20), 32768);
+    EXPECT_EQ(ce_chunk_rows(1000, 512, size_t(64) << 20), 1000);
+    // A tiny budget still gives one row; an odd budget is rounded down to a multiple of 256.
+    EXPECT_EQ(ce_chunk_rows(151936, 8192, 16), 1);
+    EXPECT_EQ(ce_chunk_rows(151936, 1, 4 * 1000), 768);
+    EXPECT_EQ(ce_chunk_rows(151936, 1, 4 * 100), 100);
+    EXPECT_EQ(ce_chunk_rows(151936, 0, 4 * 300), 256);
+    // Workspace: tile nv*T*4 + GEMM scratch + per-token arrays (4 float arrays, 2 double arrays, 256-aligned).
+    const int64_t C = 64, V = 1000, T = 10, chunk = 300;
+    const size_t tile = (300 * 10 * 4 + 255) / 256 * 256;   // 12032
+    const size_t tok = 256 * 4 + 256 * 2;
+    EXPECT_EQ(lm_head_ce_workspace_bytes(C, V, T, chunk, TensorType::F32), tile + tok);
+    EXPECT_EQ(lm_head_ce_workspace_bytes(C, V, T, chunk, TensorType::Q8_0), tile + size_t(64 * 300 * 4) + tok);
+    EXPECT_EQ(lm_head_ce_workspace_bytes(C, V, T, 5000, TensorType::F32),
+              (size_t(1000 * 10 * 4) + 255) / 256 * 256 + tok);   // chunk > V: one chunk of V rows
+}
+
+TEST(CudaLaunch, GetRowsBackWorkspace) {
+    EXPECT_EQ(get_rows_back_workspace_bytes(0), size_t(64 * 8));
+    EXPECT_EQ(get_rows_back_workspace_bytes(64), size_t(64 * 8));
+    EXPECT_EQ(get_rows_back_workspace_bytes(65), size_t(128 * 8));
+}
