@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Inference speed, ours against llama.cpp in the same run: prompt processing (one batch) and greedy
+# generation (one token per step), in tokens/s, on stories260K and on a random-weight ~98M-parameter llama
+# written by bench/infer/gen_model.cpp. llama.cpp is the prebuilt CPU library behind rp-oracle
+# (tests/oracle/program/oracle.cpp; F32 KV cache, no flash attention, like our engine).
+#
+#   bench/infer/bench-infer.sh [BUILD_DIR]      (default: build; needs bin/rp-generate and bin/rp-oracle)
+#   env: THREADS (2), TG (generated tokens, 64), REPS (best of, 3), WORK (scratch dir, a fresh temp dir)
+#
+# How each figure is measured:
+#   ours  prompt    rp-generate -f train.txt -n 1: its "prompt: X tokens/s" (one eval of the whole prompt)
+#   ours  generate  rp-generate -p "Once upon a time" -n TG --temp 0: its "X tokens/s" (stops early at EOS)
+#   llama prompt    rp-oracle logits --prompt-file train.txt: its "decode(N tok) T ms" (logits of every position)
+#   llama generate  wall time of rp-oracle generate -n TG --ignore-eos minus that of -n 0, divided by TG
+# Each figure is the best of REPS runs. The ratio is ours / llama.cpp (above 1: we are faster).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=$(cd "${1:-$ROOT/build}" && pwd)
+THREADS=${THREADS:-2}
+TG=${TG:-64}
+REPS=${REPS:-3}
+SHARED=${RP_SHARED_DIR:-$(cd "$ROOT/../shared" 2>/dev/null && pwd || echo /work/shared)}
+GEN="$BUILD/bin/rp-generate"
+ORACLE="$BUILD/bin/rp-oracle"
+PROMPT_FILE="$SHARED/models/reference/train.txt"
+STORIES="$SHARED/models/stories260K.gguf"
+
+die() { echo "error: $*" >&2; exit 1; }
+[[ -x "$GEN" ]] || die "$GEN not found (cmake --build $BUILD --target rp-generate)"
+[[ -x "$ORACLE" ]] || die "$ORACLE not found (scripts/fetch-oracle.sh, reconfigure, build rp-oracle)"
+[[ -f "$PROMPT_FILE" && -f "$STORIES" ]] || die "shared models not found under $SHARED (set RP_SHARED_DIR)"
+
+if [[ -z "${WORK:-}" ]]; then
+  WORK=$(mktemp -d "${TMPDIR:-/tmp}/rp-bench-infer-XXXXXX")
+  trap 'rm -rf "$WORK"' EXIT
+fi
+mkdir -p "$WORK"
+
+# The generator: our GGUF writer from the build's static libraries (no CMake target of its own).
+blas=$(sed -n 's/^OPENBLAS_LIBRARY:[A-Z]*=//p' "$BUILD/CMakeCache.txt" 2>/dev/null | grep -v NOTFOUND || true)
+${CXX:-g++} -std=c++20 -O2 -I"$ROOT" "$ROOT/bench/infer/gen_model.cpp" "$ROOT/tests/live/synth_model.cpp" \
+  "$BUILD/ggml_rp/libggml_rp.a" "$BUILD/gguf/libgguf.a" ${blas:+"$blas"} -fopenmp -pthread -o "$WORK/gen_model" \
+  || die "cannot build bench/infer/gen_model.cpp against $BUILD"
+BIG="$WORK/llama-98M.gguf"
+"$WORK/gen_model" "$BIG" "$STORIES"
+
+now() { date +%s.%N; }
+best_max() { sort -g | tail -1; }   # best of several tokens/s figures
+
+ours_prompt() {   # tokens/s
+  "$GEN" -m "$1" -f "$PROMPT_FILE" -n 1 -t "$THREADS" --temp 0 --seed 1 2>&1 >/dev/null |
+    sed -n 's/.*(prompt: \([0-9.]*\) tokens\/s).*/\1/p'
+}
+ours_gen() {      # "tokens/s n_generated"
+  "$GEN" -m "$1" -p "Once upon a time" -n "$TG" -t "$THREADS" --temp 0 --seed 1 2>&1 >/dev/null |
+    sed -n 's/^\([0-9]*\) tokens, \([0-9.]*\) tokens\/s.*/\2 \1/p'
+}
+llama_prompt() {  # "tokens/s n_tokens"
+  "$ORACLE" logits "$1" --prompt-file "$PROMPT_FILE" --threads "$THREADS" |
+    sed -n 's/^timing: .*decode(\([0-9]*\) tok) \([0-9.]*\) ms.*/\1 \2/p' | awk '{ printf "%.1f %d\n", $1 * 1000 / $2, $1 }'
+}
+llama_wall() {    # seconds for generate -n $2
+  local t0 t1
+  t0=$(now)
+  "$ORACLE" generate "$1" --prompt "Once upon a time" -n "$2" --ignore-eos --threads "$THREADS" >/dev/null
+  t1=$(now)
+  echo "$t1 - $t0" | bc -l
+}
+llama_gen() {     # tokens/s: (wall(TG) - wall(0)) / TG, each wall time the minimum of REPS runs
+  local w0 w1
+  w0=$(for _ in $(seq "$REPS"); do llama_wall "$1" 0; done | sort -g | head -1)
+  w1=$(for _ in $(seq "$REPS"); do llama_wall "$1" "$TG"; done | sort -g | head -1)
+  echo "$TG / ($w1 - $w0)" | bc -l | xargs printf "%.1f\n"
+}
+
+printf "threads %s, best of %s, %s generated tokens; host %s, load %s\n" "$THREADS" "$REPS" "$TG" \
+  "$(nproc) cores" "$(cut -d' ' -f1-3 /proc/loadavg)"
+printf "%-12s %-22s %14s %14s %8s\n" model measure "ours tok/s" "llama.cpp tok/s" ratio
+for m in "$STORIES" "$BIG"; do
+  name=$(basename "$m" .gguf)
+  op=$(for _ in $(seq "$REPS"); do ours_prompt "$m"; done | best_max)
+  lp=$(for _ in $(seq "$REPS"); do llama_prompt "$m"; done | sort -g -k1 | tail -1)
+  og=$(for _ in $(seq "$REPS"); do ours_gen "$m"; done | sort -g -k1 | tail -1)
+  lg=$(llama_gen "$m")
+  n_prompt=${lp#* }
+  printf "%-12s %-22s %14s %14s %8.2f\n" "$name" "prompt ($n_prompt tokens)" "$op" "${lp%% *}" "$(echo "$op / ${lp%% *}" | bc -l)"
+  printf "%-12s %-22s %14s %14s %8.2f\n" "$name" "generate (${og#* } tokens)" "${og%% *}" "$lg" "$(echo "${og%% *} / $lg" | bc -l)"
+done

@@ -1,0 +1,109 @@
+#include "synth_model.h"
+
+#include "ggml_rp/core/quant.h"
+#include "gguf/error.h"
+#include "gguf/gguf.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace rp::live {
+
+namespace {
+
+// Uniform in [-1, 1) from the top 53 bits: the same numbers on every platform (unlike std distributions).
+double uniform_pm1(std::mt19937_64 & rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53 * 2.0 - 1.0; }
+
+// What a tensor holds: a + b·u with u uniform in [-1, 1) (so std = b/√3 around a).
+struct Init {
+    float a, b;
+};
+
+void add(gguf::Writer & w, const std::string & name, gguf::TensorType type, int64_t ne0, int64_t ne1, Init init,
+         uint64_t seed) {
+    const int64_t ne[2] = {ne0, ne1};
+    w.add_tensor(name, type, ne1 > 1 ? 2 : 1, ne, [=](uint8_t * dst, size_t nbytes) {
+        std::mt19937_64 rng(seed);
+        std::vector<float> row(static_cast<size_t>(ne0));
+        const size_t rb = gguf::row_bytes(type, ne0);
+        if (rb * static_cast<size_t>(ne1) != nbytes) throw Error(name + ": unexpected tensor size");
+        for (int64_t r = 0; r < ne1; ++r) {
+            for (float & x : row) x = init.a + init.b * static_cast<float>(uniform_pm1(rng));
+            if (type == gguf::TensorType::F32) std::memcpy(dst + r * rb, row.data(), rb);
+            else quantize_row(type, row.data(), dst + r * rb, ne0);
+        }
+    });
+}
+
+} // namespace
+
+void write_synth_model(const SynthSpec & s, const std::string & path) {
+    const bool qwen2 = s.arch == "qwen2", qwen3 = s.arch == "qwen3";
+    if (s.arch != "llama" && !qwen2 && !qwen3) throw Error("synthetic model: unknown architecture '" + s.arch + "'");
+    if (s.n_head % s.n_head_kv != 0) throw Error("synthetic model: n_head must be a multiple of n_head_kv");
+    const uint32_t n_q = s.n_head * s.head_dim, n_kv = s.n_head_kv * s.head_dim;
+    // llama and qwen2 derive head_dim from n_embd / n_head (llama.cpp's graphs assume it); qwen3 reads key_length.
+    if (!qwen3 && n_q != s.n_embd) throw Error("synthetic model: " + s.arch + " needs n_embd = n_head * head_dim");
+
+    auto vocab = gguf::Reader::open(s.vocab_from);
+    const int64_t n_vocab = static_cast<int64_t>(vocab->get_string_array("tokenizer.ggml.tokens").size());
+
+    gguf::Writer w;
+    const std::string p = s.arch + ".";
+    w.set_string("general.architecture", s.arch);
+    w.set_string("general.name", "synthetic-" + s.arch);
+    w.set_u32(p + "context_length", s.n_ctx_train);
+    w.set_u32(p + "embedding_length", s.n_embd);
+    w.set_u32(p + "block_count", s.n_layer);
+    w.set_u32(p + "feed_forward_length", s.n_ff);
+    w.set_u32(p + "attention.head_count", s.n_head);
+    w.set_u32(p + "attention.head_count_kv", s.n_head_kv);
+    w.set_f32(p + "attention.layer_norm_rms_epsilon", s.arch == "llama" ? 1e-5f : 1e-6f);
+    w.set_f32(p + "rope.freq_base", s.rope_base);
+    w.set_u32(p + "rope.dimension_count", s.head_dim);
+    if (qwen3) {
+        w.set_u32(p + "attention.key_length", s.head_dim);
+        w.set_u32(p + "attention.value_length", s.head_dim);
+    }
+    for (const gguf::KV & kv : vocab->kvs())
+        if (kv.key.rfind("tokenizer.", 0) == 0) w.set_kv(kv);
+
+    // Scales: inputs to every projection have RMS ~1 (RMSNorm, or the previous projection's output), so
+    // b = k·√3/√fan_in gives outputs of std ~k. Queries and keys get k = 1.5 so attention is not uniform; the
+    // head gets k = 3 (logits of a few units); for a tied head the embedding has std 1 and output_norm
+    // provides the 3/√n_embd.
+    const auto fan = [](double k, uint32_t fan_in) { return static_cast<float>(k * std::sqrt(3.0 / fan_in)); };
+    const float sqrt3 = static_cast<float>(std::sqrt(3.0));
+    const gguf::TensorType f32 = gguf::TensorType::F32, wt = s.wtype;
+    uint64_t seed = s.seed * 1000003u;
+    add(w, "token_embd.weight", wt, s.n_embd, n_vocab, {0.0f, sqrt3}, ++seed);
+    const float out_norm = s.tied ? static_cast<float>(3.0 / std::sqrt(s.n_embd)) : 1.0f;
+    add(w, "output_norm.weight", f32, s.n_embd, 1, {out_norm, 0.1f * out_norm}, ++seed);
+    if (!s.tied) add(w, "output.weight", wt, s.n_embd, n_vocab, {0.0f, fan(3.0, s.n_embd)}, ++seed);
+    for (uint32_t l = 0; l < s.n_layer; ++l) {
+        const std::string b = "blk." + std::to_string(l) + ".";
+        add(w, b + "attn_norm.weight", f32, s.n_embd, 1, {1.0f, 0.2f}, ++seed);
+        add(w, b + "attn_q.weight", wt, s.n_embd, n_q, {0.0f, fan(1.5, s.n_embd)}, ++seed);
+        add(w, b + "attn_k.weight", wt, s.n_embd, n_kv, {0.0f, fan(1.5, s.n_embd)}, ++seed);
+        add(w, b + "attn_v.weight", wt, s.n_embd, n_kv, {0.0f, fan(1.0, s.n_embd)}, ++seed);
+        if (qwen2) {
+            add(w, b + "attn_q.bias", f32, n_q, 1, {0.0f, 0.5f}, ++seed);
+            add(w, b + "attn_k.bias", f32, n_kv, 1, {0.0f, 0.5f}, ++seed);
+            add(w, b + "attn_v.bias", f32, n_kv, 1, {0.0f, 0.5f}, ++seed);
+        }
+        if (qwen3) {
+            add(w, b + "attn_q_norm.weight", f32, s.head_dim, 1, {1.0f, 0.2f}, ++seed);
+            add(w, b + "attn_k_norm.weight", f32, s.head_dim, 1, {1.0f, 0.2f}, ++seed);
+        }
+        add(w, b + "attn_output.weight", wt, n_q, s.n_embd, {0.0f, fan(1.0, n_q)}, ++seed);
+        add(w, b + "ffn_norm.weight", f32, s.n_embd, 1, {1.0f, 0.2f}, ++seed);
+        add(w, b + "ffn_gate.weight", wt, s.n_embd, s.n_ff, {0.0f, fan(1.0, s.n_embd)}, ++seed);
+        add(w, b + "ffn_up.weight", wt, s.n_embd, s.n_ff, {0.0f, fan(1.0, s.n_embd)}, ++seed);
+        add(w, b + "ffn_down.weight", wt, s.n_ff, s.n_embd, {0.0f, fan(1.0, s.n_ff)}, ++seed);
+    }
+    w.write(path);  // `vocab` (whose keys were copied by value) may close after this
+}
+
+} // namespace rp::live
