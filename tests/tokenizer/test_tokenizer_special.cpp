@@ -263,7 +263,7 @@ TEST(TokenizerErrors, SmallValidFileWorks) {
 
 TEST(TokenizerErrors, UnknownModel) {
     expect_error(write_vocab("bert", [](gguf::Writer & w) { w.set_string("tokenizer.ggml.model", "bert"); }),
-                 {"tokenizer.ggml.model", "'bert'", "rp_tok_bert.gguf"});
+                 {"tokenizer.ggml.model", "'bert'", "rp_tok_bert."});
 }
 
 TEST(TokenizerErrors, UnknownPre) {
