@@ -1,0 +1,35 @@
+// A small JSON reader (RFC 8259): Chrome traces (roundpipe/trace.cpp), jsonl datasets (models/dataset.cpp).
+// Errors throw rp::Error with the source name and the byte offset. Nesting deeper than 64 levels is refused
+// (a hostile file cannot overflow the stack). Numbers are doubles; strings are UTF-8 (\u escapes, surrogate
+// pairs decoded).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace rp::json {
+
+struct Value {
+    enum class Type { Null, Bool, Number, String, Array, Object };
+    Type type = Type::Null;
+    bool boolean = false;
+    double number = 0;
+    std::string string;
+    std::vector<Value> array;
+    std::vector<std::pair<std::string, Value>> object;  // in file order; duplicate keys: find() gets the last
+
+    bool is_number() const { return type == Type::Number; }
+    bool is_string() const { return type == Type::String; }
+    bool is_object() const { return type == Type::Object; }
+    bool is_array() const { return type == Type::Array; }
+    const Value * find(const std::string & key) const;  // nullptr when absent or not an object
+};
+
+Value parse(const std::string & text, const std::string & source_name);
+
+// Appends s as a JSON string literal (with quotes and escapes) to out.
+void append_string(std::string & out, const std::string & s);
+
+} // namespace rp::json

@@ -1,0 +1,100 @@
+#include "ggml_rp/roundpipe/plan.h"
+
+#include "gguf/error.h"
+
+namespace rp {
+
+namespace {
+
+std::string range_str(const LayerRange & r) {
+    std::string s = "[";
+    s += std::to_string(r.begin);
+    s += ',';
+    s += std::to_string(r.end);
+    s += ')';
+    return s;
+}
+
+} // namespace
+
+std::string Plan::describe() const {
+    std::string s = "F";
+    for (const LayerRange & r : fwd) {
+        s += ' ';
+        s += range_str(r);
+    }
+    if (fwd.empty()) s += " (none)";
+    if (!bwd.empty()) {
+        s += " | FB ";
+        s += range_str(bwd.front());
+    }
+    s += " | B";
+    for (size_t i = 1; i < bwd.size(); ++i) {
+        s += ' ';
+        s += range_str(bwd[i]);
+    }
+    if (bwd.size() <= 1) s += " (none)";
+    if (grain == RecomputeGrain::Layer) s += " (layer grain)";
+    return s;
+}
+
+void validate_plan(const Plan & plan, int num_layers) {
+    if (num_layers <= 0) throw Error("plan: the model has no layers");
+    if (plan.bwd.empty()) throw Error("plan: no fused tail stage (the backward plan is empty)");
+    const LayerRange & fb = plan.bwd.front();
+    if (fb.size() <= 0) throw Error("plan: fused tail stage " + range_str(fb) + " is empty");
+    if (fb.end != num_layers) {
+        throw Error("plan: fused tail stage " + range_str(fb) + " must end at the last layer (" +
+                    std::to_string(num_layers) + " layers)");
+    }
+    const int e = fb.begin;
+    int next = 0;
+    for (size_t i = 0; i < plan.fwd.size(); ++i) {
+        const LayerRange & r = plan.fwd[i];
+        const std::string name = "forward stage F" + std::to_string(i) + " " + range_str(r);
+        if (r.size() <= 0) throw Error("plan: " + name + " is empty");
+        if (r.begin != next) {
+            throw Error("plan: " + name + " should start at layer " + std::to_string(next));
+        }
+        next = r.end;
+    }
+    if (next != e) {
+        throw Error("plan: forward stages end at layer " + std::to_string(next) + " but the fused tail starts at " +
+                    std::to_string(e) + " (last forward layer + 1 must be the first layer of FB)");
+    }
+    int top = e;  // backward stages walk down from FB to layer 0
+    for (size_t i = 1; i < plan.bwd.size(); ++i) {
+        const LayerRange & r = plan.bwd[i];
+        const std::string name = "backward stage B" + std::to_string(i) + " " + range_str(r);
+        if (r.size() <= 0) throw Error("plan: " + name + " is empty");
+        if (r.end != top) throw Error("plan: " + name + " should end at layer " + std::to_string(top));
+        top = r.begin;
+    }
+    if (top != 0) {
+        throw Error("plan: backward stages stop at layer " + std::to_string(top) + " instead of covering down to 0");
+    }
+}
+
+Plan plan_from_sizes(const std::vector<int> & fwd_sizes, const std::vector<int> & bwd_sizes, RecomputeGrain grain) {
+    if (bwd_sizes.empty()) throw Error("plan: no backward stages given (the first one is the fused tail)");
+    int total_fwd = 0;
+    for (int n : fwd_sizes) total_fwd += n;
+    Plan p;
+    p.grain = grain;
+    int at = 0;
+    for (int n : fwd_sizes) {
+        p.fwd.push_back({at, at + n});
+        at += n;
+    }
+    const int layers = total_fwd + bwd_sizes.front();
+    p.bwd.push_back({total_fwd, layers});
+    int top = total_fwd;
+    for (size_t i = 1; i < bwd_sizes.size(); ++i) {
+        p.bwd.push_back({top - bwd_sizes[i], top});
+        top -= bwd_sizes[i];
+    }
+    validate_plan(p, layers);
+    return p;
+}
+
+} // namespace rp

@@ -1,0 +1,311 @@
+#include "ggml_rp/roundpipe/trace.h"
+
+#include "ggml_rp/core/json.h"
+#include "gguf/error.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <unistd.h>
+
+namespace rp {
+
+void Trace::name_defaults() {
+    for (const TraceEvent & e : events) {
+        if (!process_names.count(e.pid)) process_names[e.pid] = "device " + std::to_string(e.pid);
+        if (!thread_names.count({e.pid, e.tid})) thread_names[{e.pid, e.tid}] = stream_name(e.tid);
+    }
+}
+
+// ---- recorder ----------------------------------------------------------------------------------------
+
+OpHook TraceRecorder::hook() {
+    return [this](const OpRecord & rec) { add(rec); };
+}
+
+void TraceRecorder::add(const OpRecord & rec) {
+    std::lock_guard<std::mutex> lk(m_);
+    records_.push_back(rec);
+}
+
+void TraceRecorder::name_device(int device, const std::string & name) {
+    std::lock_guard<std::mutex> lk(m_);
+    names_[device] = name;
+}
+
+void TraceRecorder::clear() {
+    std::lock_guard<std::mutex> lk(m_);
+    records_.clear();
+}
+
+Trace TraceRecorder::snapshot() const {
+    std::lock_guard<std::mutex> lk(m_);
+    Trace t;
+    double t0 = 0;
+    if (!absolute_ && !records_.empty()) {
+        t0 = records_.front().start_us;
+        for (const OpRecord & r : records_) t0 = std::min(t0, r.start_us);
+    }
+    for (const OpRecord & r : records_) {
+        TraceEvent e;
+        e.pid = r.device;
+        e.tid = r.stream;
+        e.name = r.name;
+        e.cat = r.cat;
+        e.ts_us = r.start_us - t0;
+        e.dur_us = std::max(0.0, r.end_us - r.start_us);
+        t.events.push_back(std::move(e));
+    }
+    std::stable_sort(t.events.begin(), t.events.end(), [](const TraceEvent & a, const TraceEvent & b) {
+        if (a.ts_us != b.ts_us) return a.ts_us < b.ts_us;
+        if (a.pid != b.pid) return a.pid < b.pid;
+        return a.tid < b.tid;
+    });
+    t.process_names = names_;
+    t.name_defaults();
+    return t;
+}
+
+// ---- JSON --------------------------------------------------------------------------------------------
+
+namespace {
+
+void append_number(std::string & out, double v) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%.17g", v);  // round-trips exactly
+    out += buf;
+}
+
+int as_int(const json::Value & v, const char * field, const std::string & source, size_t index) {
+    if (!v.is_number() || v.number != std::floor(v.number) || std::fabs(v.number) > 1e9) {
+        throw Error(source + ": traceEvents[" + std::to_string(index) + "]: '" + field + "' is not an integer");
+    }
+    return static_cast<int>(v.number);
+}
+
+double as_double(const json::Value & v, const char * field, const std::string & source, size_t index) {
+    if (!v.is_number()) {
+        throw Error(source + ": traceEvents[" + std::to_string(index) + "]: '" + field + "' is not a number");
+    }
+    return v.number;
+}
+
+} // namespace
+
+std::string to_chrome_json(const Trace & trace) {
+    std::string out = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+    bool first = true;
+    auto sep = [&] {
+        if (!first) out += ",\n";
+        first = false;
+    };
+    for (const auto & [pid, name] : trace.process_names) {
+        sep();
+        out += "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + std::to_string(pid) + ",\"args\":{\"name\":";
+        json::append_string(out, name);
+        out += "}}";
+    }
+    for (const auto & [key, name] : trace.thread_names) {
+        sep();
+        out += "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" + std::to_string(key.first) +
+               ",\"tid\":" + std::to_string(key.second) + ",\"args\":{\"name\":";
+        json::append_string(out, name);
+        out += "}}";
+    }
+    for (const TraceEvent & e : trace.events) {
+        sep();
+        out += "{\"name\":";
+        json::append_string(out, e.name);
+        out += ",\"cat\":";
+        json::append_string(out, e.cat);
+        out += ",\"ph\":\"X\",\"pid\":" + std::to_string(e.pid) + ",\"tid\":" + std::to_string(e.tid) + ",\"ts\":";
+        append_number(out, e.ts_us);
+        out += ",\"dur\":";
+        append_number(out, e.dur_us);
+        out += "}";
+    }
+    out += "\n]}\n";
+    return out;
+}
+
+void write_chrome_trace(const std::string & path, const Trace & trace) {
+    const std::string text = to_chrome_json(trace);
+    const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+    FILE * f = std::fopen(tmp.c_str(), "wb");
+    if (!f) throw Error(path + ": cannot create '" + tmp + "': " + std::strerror(errno));
+    const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+    const bool closed = std::fclose(f) == 0;
+    if (!ok || !closed) {
+        std::remove(tmp.c_str());
+        throw Error(path + ": write failed");
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+        const int err = errno;
+        std::remove(tmp.c_str());
+        throw Error(path + ": cannot rename the temporary file into place: " + std::strerror(err));
+    }
+}
+
+Trace parse_chrome_trace(const std::string & text, const std::string & source_name) {
+    const json::Value root = json::parse(text, source_name);
+    const json::Value * events = nullptr;
+    if (root.is_array()) {
+        events = &root;
+    } else if (root.is_object()) {
+        events = root.find("traceEvents");
+        if (!events || !events->is_array()) throw Error(source_name + ": no \"traceEvents\" array");
+    } else {
+        throw Error(source_name + ": a trace is a JSON object with \"traceEvents\" or an array of events");
+    }
+
+    Trace t;
+    for (size_t i = 0; i < events->array.size(); ++i) {
+        const json::Value & ev = events->array[i];
+        if (!ev.is_object()) throw Error(source_name + ": traceEvents[" + std::to_string(i) + "] is not an object");
+        const json::Value * ph = ev.find("ph");
+        if (!ph || !ph->is_string()) {
+            throw Error(source_name + ": traceEvents[" + std::to_string(i) + "]: missing \"ph\"");
+        }
+        const json::Value * name = ev.find("name");
+        const json::Value * pid = ev.find("pid");
+        const json::Value * tid = ev.find("tid");
+        if (ph->string == "M") {
+            const json::Value * args = ev.find("args");
+            const json::Value * label = args ? args->find("name") : nullptr;
+            if (!name || !name->is_string() || !pid || !label || !label->is_string()) continue;
+            if (name->string == "process_name") {
+                t.process_names[as_int(*pid, "pid", source_name, i)] = label->string;
+            } else if (name->string == "thread_name" && tid) {
+                t.thread_names[{as_int(*pid, "pid", source_name, i), as_int(*tid, "tid", source_name, i)}] =
+                    label->string;
+            }
+            continue;
+        }
+        if (ph->string != "X") continue;  // instant, counter, flow ... events carry no duration
+        const json::Value * ts = ev.find("ts");
+        const json::Value * dur = ev.find("dur");
+        if (!pid || !tid || !ts || !dur) {
+            throw Error(source_name + ": traceEvents[" + std::to_string(i) +
+                        "]: a complete event needs pid, tid, ts and dur");
+        }
+        TraceEvent e;
+        e.pid = as_int(*pid, "pid", source_name, i);
+        e.tid = as_int(*tid, "tid", source_name, i);
+        e.ts_us = as_double(*ts, "ts", source_name, i);
+        e.dur_us = as_double(*dur, "dur", source_name, i);
+        if (e.dur_us < 0) throw Error(source_name + ": traceEvents[" + std::to_string(i) + "]: negative dur");
+        if (name && name->is_string()) e.name = name->string;
+        if (const json::Value * cat = ev.find("cat"); cat && cat->is_string()) e.cat = cat->string;
+        t.events.push_back(std::move(e));
+    }
+    return t;
+}
+
+Trace read_chrome_trace(const std::string & path) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) throw Error(path + ": cannot open: " + std::strerror(errno));
+    std::ostringstream ss;
+    ss << f.rdbuf();
+    if (f.bad()) throw Error(path + ": read failed");
+    return parse_chrome_trace(ss.str(), path);
+}
+
+// ---- analysis ----------------------------------------------------------------------------------------
+
+namespace {
+
+using Intervals = std::vector<std::pair<double, double>>;
+
+// Sorted, disjoint union of the intervals clipped to [lo, hi].
+Intervals merged(Intervals v, double lo, double hi) {
+    Intervals out;
+    for (auto & iv : v) {
+        iv.first = std::max(iv.first, lo);
+        iv.second = std::min(iv.second, hi);
+    }
+    std::sort(v.begin(), v.end());
+    for (const auto & iv : v) {
+        if (iv.second <= iv.first) continue;
+        if (!out.empty() && iv.first <= out.back().second) {
+            out.back().second = std::max(out.back().second, iv.second);
+        } else {
+            out.push_back(iv);
+        }
+    }
+    return out;
+}
+
+double measure(const Intervals & v) {
+    double s = 0;
+    for (const auto & iv : v) s += iv.second - iv.first;
+    return s;
+}
+
+double intersection(const Intervals & a, const Intervals & b) {
+    double s = 0;
+    size_t i = 0, j = 0;
+    while (i < a.size() && j < b.size()) {
+        const double lo = std::max(a[i].first, b[j].first);
+        const double hi = std::min(a[i].second, b[j].second);
+        if (hi > lo) s += hi - lo;
+        if (a[i].second < b[j].second) ++i;
+        else ++j;
+    }
+    return s;
+}
+
+} // namespace
+
+TraceStats analyse_trace(const Trace & trace, int compute_stream) {
+    TraceStats st;
+    std::set<int> devices;
+    for (const auto & [pid, name] : trace.process_names) devices.insert(pid);
+    bool any = false;
+    for (const TraceEvent & e : trace.events) {
+        devices.insert(e.pid);
+        if (e.tid != compute_stream) continue;
+        if (!any) {
+            st.span_start_us = e.ts_us;
+            st.span_end_us = e.end_us();
+            any = true;
+        }
+        st.span_start_us = std::min(st.span_start_us, e.ts_us);
+        st.span_end_us = std::max(st.span_end_us, e.end_us());
+        ++st.compute_ops;
+    }
+    st.devices = static_cast<int>(devices.size());
+    if (!any || st.span_us() <= 0) return st;
+
+    const double lo = st.span_start_us, hi = st.span_end_us;
+    for (int dev : devices) {
+        Intervals compute, copies;
+        for (const TraceEvent & e : trace.events) {
+            if (e.pid != dev) continue;
+            if (e.tid == compute_stream) {
+                compute.emplace_back(e.ts_us, e.end_us());
+            } else if (e.tid == static_cast<int>(StreamKind::WeightUpload) ||
+                       e.tid == static_cast<int>(StreamKind::ActivationUpload) ||
+                       e.tid == static_cast<int>(StreamKind::Download)) {
+                copies.emplace_back(e.ts_us, e.end_us());
+            }
+        }
+        const Intervals c = merged(std::move(compute), lo, hi);
+        const Intervals x = merged(std::move(copies), lo, hi);
+        const double busy = measure(c);
+        st.compute_busy_us += busy;
+        st.idle_us += (hi - lo) - busy;
+        st.exposed_comm_us += measure(x) - intersection(x, c);
+    }
+    const double denom = (hi - lo) * st.devices;
+    st.bubble_ratio = st.idle_us / denom;
+    st.exposed_comm_fraction = st.exposed_comm_us / denom;
+    return st;
+}
+
+} // namespace rp

@@ -1,0 +1,427 @@
+#include "ggml_rp/runtime/cpu_device.h"
+
+#include "ggml_rp/runtime/arena.h"
+#include "ggml_rp/runtime/clock.h"
+#include "gguf/error.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <new>
+#include <random>
+#include <thread>
+
+namespace rp {
+
+namespace {
+
+// A one-shot completion flag: one per record() call.
+struct Marker {
+    std::mutex m;
+    std::condition_variable cv;
+    bool done = false;
+    double done_us = 0;  // rp::clock_us() at completion
+
+    void set() {
+        {
+            std::lock_guard<std::mutex> lk(m);
+            done = true;
+            done_us = clock_us();
+        }
+        cv.notify_all();
+    }
+    void wait() {
+        std::unique_lock<std::mutex> lk(m);
+        cv.wait(lk, [&] { return done; });
+    }
+    bool is_done() {
+        std::lock_guard<std::mutex> lk(m);
+        return done;
+    }
+    bool completion(double & us) {
+        std::lock_guard<std::mutex> lk(m);
+        us = done_us;
+        return done;
+    }
+};
+
+// An event is the marker of its most recent record (none = never recorded).
+class CpuEvent final : public Event {
+public:
+    std::shared_ptr<Marker> latest() {
+        std::lock_guard<std::mutex> lk(m_);
+        return latest_;
+    }
+    void set_latest(std::shared_ptr<Marker> marker) {
+        std::lock_guard<std::mutex> lk(m_);
+        latest_ = std::move(marker);
+    }
+    bool query() override {
+        auto marker = latest();
+        return !marker || marker->is_done();
+    }
+    void synchronize() override {
+        if (auto marker = latest()) marker->wait();
+    }
+    double elapsed_ms(Event & start) override;
+
+private:
+    std::mutex m_;
+    std::shared_ptr<Marker> latest_;
+};
+
+CpuEvent & as_cpu_event(Event & ev, const std::string & device) {
+    auto * ce = dynamic_cast<CpuEvent *>(&ev);
+    if (!ce) throw Error(device + ": an event of another device kind cannot be used with a CPU virtual device");
+    return *ce;
+}
+
+double CpuEvent::elapsed_ms(Event & start) {
+    auto * other = dynamic_cast<CpuEvent *>(&start);
+    if (!other) throw Error("elapsed_ms: the start event belongs to another device kind");
+    auto a = other->latest(), b = latest();
+    double ta = 0, tb = 0;
+    if (!a || !b) throw Error("elapsed_ms: an event was never recorded");
+    if (!a->completion(ta) || !b->completion(tb)) throw Error("elapsed_ms: an event has not completed yet");
+    return (tb - ta) / 1e3;
+}
+
+// A simplex link: the time until which it is reserved.
+struct Link {
+    std::mutex m;
+    double free_at_us = 0;
+};
+
+uint64_t splitmix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+} // namespace
+
+struct CpuDevice::Impl {
+    int index;
+    std::string name;
+    CpuDeviceOptions opt;
+
+    mutable std::mutex mem_m;
+    Arena arena;
+    std::byte * base = nullptr;
+
+    Link h2d, d2h;
+
+    std::mutex pinned_m;
+    std::map<const void *, size_t> registered;
+
+    Impl(int idx, std::string nm, CpuDeviceOptions o)
+        : index(idx), name(std::move(nm)), opt(std::move(o)), arena(name, opt.memory_bytes) {
+        if (arena.capacity() > 0) {
+            base = static_cast<std::byte *>(::operator new(arena.capacity(), std::align_val_t(4096)));
+        }
+    }
+    ~Impl() {
+        if (base) ::operator delete(base, std::align_val_t(4096));
+    }
+
+    bool contains(const void * p, size_t bytes) const {
+        const auto * b = static_cast<const std::byte *>(p);
+        return base && b >= base && bytes <= arena.capacity() && b - base <= std::ptrdiff_t(arena.capacity() - bytes);
+    }
+};
+
+namespace {
+
+class CpuStream final : public Stream {
+public:
+    CpuStream(CpuDevice::Impl & dev, int index) : dev_(dev), index_(index) {
+        if (dev_.opt.delay_seed != 0) {
+            rng_.seed(splitmix64(dev_.opt.delay_seed ^ splitmix64(uint64_t(dev_.index) * 1000003u + uint64_t(index))));
+        }
+        worker_ = std::thread([this] { run(); });
+    }
+    ~CpuStream() override {
+        {
+            std::lock_guard<std::mutex> lk(m_);
+            stop_ = true;
+        }
+        cv_.notify_all();
+        worker_.join();
+    }
+
+    int device_index() const override { return dev_.index; }
+    int index() const override { return index_; }
+
+    void launch(OpLabel label, std::function<void()> work) override {
+        Item it;
+        it.kind = Item::Work;
+        it.label = std::move(label);
+        it.fn = std::move(work);
+        push(std::move(it));
+    }
+
+    void copy(void * dst, const void * src, size_t bytes, CopyKind kind, OpLabel label) override {
+        const bool dst_dev = kind == CopyKind::HostToDevice || kind == CopyKind::DeviceToDevice;
+        const bool src_dev = kind == CopyKind::DeviceToHost || kind == CopyKind::DeviceToDevice;
+        if (bytes > 0 && dst_dev && !dev_.contains(dst, bytes)) {
+            throw Error(dev_.name + ": copy '" + label.name + "': destination [" + std::to_string(bytes) +
+                        " bytes] is not inside this device's memory");
+        }
+        if (bytes > 0 && src_dev && !dev_.contains(src, bytes)) {
+            throw Error(dev_.name + ": copy '" + label.name + "': source [" + std::to_string(bytes) +
+                        " bytes] is not inside this device's memory");
+        }
+        Item it;
+        it.kind = Item::Copy;
+        it.label = std::move(label);
+        it.dst = dst;
+        it.src = src;
+        it.bytes = bytes;
+        it.copy_kind = kind;
+        push(std::move(it));
+    }
+
+    void record(Event & ev) override {
+        auto marker = std::make_shared<Marker>();
+        as_cpu_event(ev, dev_.name).set_latest(marker);  // captured now, like cudaEventRecord
+        Item it;
+        it.kind = Item::Record;
+        it.marker = std::move(marker);
+        push(std::move(it));
+    }
+
+    void wait(Event & ev) override {
+        auto marker = as_cpu_event(ev, dev_.name).latest();
+        if (!marker) return;  // never recorded: a no-op, as in CUDA
+        Item it;
+        it.kind = Item::Wait;
+        it.marker = std::move(marker);
+        push(std::move(it));
+    }
+
+    void synchronize() override {
+        auto marker = std::make_shared<Marker>();
+        Item it;
+        it.kind = Item::Record;
+        it.marker = marker;
+        push(std::move(it));
+        marker->wait();
+        std::lock_guard<std::mutex> lk(m_);
+        if (error_) std::rethrow_exception(error_);
+    }
+
+private:
+    struct Item {
+        enum Kind { Work, Copy, Record, Wait } kind = Work;
+        OpLabel label;
+        std::function<void()> fn;
+        void * dst = nullptr;
+        const void * src = nullptr;
+        size_t bytes = 0;
+        CopyKind copy_kind = CopyKind::HostToHost;
+        std::shared_ptr<Marker> marker;
+    };
+
+    void push(Item it) {
+        {
+            std::lock_guard<std::mutex> lk(m_);
+            q_.push_back(std::move(it));
+        }
+        cv_.notify_one();
+    }
+
+    void run() {
+        for (;;) {
+            Item it;
+            {
+                std::unique_lock<std::mutex> lk(m_);
+                cv_.wait(lk, [&] { return stop_ || !q_.empty(); });
+                if (q_.empty()) return;  // stop requested and everything done
+                it = std::move(q_.front());
+                q_.pop_front();
+            }
+            inject_delay();
+            execute(it);
+        }
+    }
+
+    void inject_delay() {
+        if (dev_.opt.delay_seed == 0 || dev_.opt.max_delay_us <= 0) return;
+        std::uniform_real_distribution<double> dist(0.0, dev_.opt.max_delay_us);
+        std::this_thread::sleep_for(std::chrono::duration<double, std::micro>(dist(rng_)));
+    }
+
+    bool poisoned() {
+        std::lock_guard<std::mutex> lk(m_);
+        return error_ != nullptr;
+    }
+
+    void execute(Item & it) {
+        switch (it.kind) {
+        case Item::Record: it.marker->set(); return;
+        case Item::Wait: it.marker->wait(); return;
+        case Item::Work: {
+            if (poisoned()) return;
+            const double t0 = clock_us();
+            try {
+                it.fn();
+            } catch (...) {
+                std::lock_guard<std::mutex> lk(m_);
+                if (!error_) error_ = std::current_exception();
+            }
+            report(it, t0, clock_us());
+            return;
+        }
+        case Item::Copy: {
+            if (poisoned()) return;
+            const double t0 = clock_us();
+            Link * link = nullptr;
+            if (dev_.opt.link && it.copy_kind == CopyKind::HostToDevice) link = &dev_.h2d;
+            if (dev_.opt.link && it.copy_kind == CopyKind::DeviceToHost) link = &dev_.d2h;
+            double end_us = 0;
+            if (link) {
+                std::lock_guard<std::mutex> lk(link->m);
+                const double start = std::max(t0, link->free_at_us);
+                end_us = start + dev_.opt.link->seconds(it.bytes) * 1e6;
+                link->free_at_us = end_us;
+            }
+            if (it.bytes > 0) std::memmove(it.dst, it.src, it.bytes);
+            if (link) std::this_thread::sleep_until(clock_time_point(end_us));
+            report(it, t0, clock_us());
+            return;
+        }
+        }
+    }
+
+    void report(const Item & it, double t0, double t1) {
+        if (!dev_.opt.hook) return;
+        OpRecord rec;
+        rec.device = dev_.index;
+        rec.stream = index_;
+        rec.name = it.label.name;
+        rec.cat = it.label.cat;
+        rec.start_us = t0;
+        rec.end_us = t1;
+        rec.bytes = it.kind == Item::Copy ? it.bytes : 0;
+        dev_.opt.hook(rec);
+    }
+
+    CpuDevice::Impl & dev_;
+    int index_;
+    std::mutex m_;
+    std::condition_variable cv_;
+    std::deque<Item> q_;
+    bool stop_ = false;
+    std::exception_ptr error_;
+    std::mt19937_64 rng_;
+    std::thread worker_;  // last: starts after every other member exists
+};
+
+} // namespace
+
+CpuDevice::CpuDevice(int index, CpuDeviceOptions options) : index_(index) {
+    if (options.num_streams < kNumStreamKinds) {
+        throw Error("CPU device " + std::to_string(index) + ": " + std::to_string(options.num_streams) +
+                    " streams requested, at least " + std::to_string(kNumStreamKinds) + " are needed");
+    }
+    if (options.max_delay_us < 0) throw Error("CPU device " + std::to_string(index) + ": negative max_delay_us");
+    name_ = options.name.empty() ? "cpu:" + std::to_string(index) : options.name;
+    const int n = options.num_streams;
+    impl_ = std::make_unique<Impl>(index, name_, std::move(options));
+    for (int i = 0; i < n; ++i) streams_.push_back(std::make_unique<CpuStream>(*impl_, i));
+}
+
+CpuDevice::~CpuDevice() {
+    streams_.clear();  // each stream finishes its queue, then joins its worker
+}
+
+size_t CpuDevice::capacity() const { return impl_->arena.capacity(); }
+
+void * CpuDevice::allocate(size_t bytes, const std::string & what) {
+    std::lock_guard<std::mutex> lk(impl_->mem_m);
+    return impl_->base + impl_->arena.allocate(bytes, what);
+}
+
+void CpuDevice::free(void * ptr) {
+    if (!ptr) return;
+    std::lock_guard<std::mutex> lk(impl_->mem_m);
+    const auto * p = static_cast<const std::byte *>(ptr);
+    if (!impl_->base || p < impl_->base || p >= impl_->base + impl_->arena.capacity()) {
+        throw Error(name_ + ": free of a pointer that is not in this device's memory");
+    }
+    impl_->arena.free(static_cast<size_t>(p - impl_->base));
+}
+
+size_t CpuDevice::used() const {
+    std::lock_guard<std::mutex> lk(impl_->mem_m);
+    return impl_->arena.used();
+}
+
+size_t CpuDevice::high_water() const {
+    std::lock_guard<std::mutex> lk(impl_->mem_m);
+    return impl_->arena.high_water();
+}
+
+void CpuDevice::reset_high_water() {
+    std::lock_guard<std::mutex> lk(impl_->mem_m);
+    impl_->arena.reset_high_water();
+}
+
+size_t CpuDevice::largest_free() const {
+    std::lock_guard<std::mutex> lk(impl_->mem_m);
+    return impl_->arena.largest_free();
+}
+
+bool CpuDevice::contains(const void * ptr, size_t bytes) const { return impl_->contains(ptr, bytes); }
+
+Stream & CpuDevice::stream(int i) {
+    if (i < 0 || i >= num_streams()) {
+        throw Error(name_ + ": no stream " + std::to_string(i) + " (the device has " +
+                    std::to_string(num_streams()) + ")");
+    }
+    return *streams_[static_cast<size_t>(i)];
+}
+
+std::unique_ptr<Event> CpuDevice::create_event() { return std::make_unique<CpuEvent>(); }
+
+void CpuDevice::synchronize() {
+    std::exception_ptr first;
+    for (auto & s : streams_) {
+        try {
+            s->synchronize();
+        } catch (...) {
+            if (!first) first = std::current_exception();
+        }
+    }
+    if (first) std::rethrow_exception(first);
+}
+
+void * CpuDevice::alloc_pinned(size_t bytes) {
+    // Plain host memory: on the CPU device every host range is "pinned". Page-aligned like cudaHostAlloc.
+    const size_t n = bytes == 0 ? 1 : bytes;
+    return ::operator new(n, std::align_val_t(4096));
+}
+
+void CpuDevice::free_pinned(void * ptr) {
+    if (ptr) ::operator delete(ptr, std::align_val_t(4096));
+}
+
+void CpuDevice::register_host(void * ptr, size_t bytes) {
+    std::lock_guard<std::mutex> lk(impl_->pinned_m);
+    if (!impl_->registered.emplace(ptr, bytes).second) {
+        throw Error(name_ + ": host range registered twice");
+    }
+}
+
+void CpuDevice::unregister_host(void * ptr) {
+    std::lock_guard<std::mutex> lk(impl_->pinned_m);
+    if (impl_->registered.erase(ptr) == 0) throw Error(name_ + ": unregister of a host range that was not registered");
+}
+
+} // namespace rp

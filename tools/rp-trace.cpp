@@ -1,0 +1,129 @@
+// rp-trace: look at a stream-operation trace (Chrome trace JSON, as written by roundpipe/trace.h from CPU
+// virtual devices, the CUDA device or rp-simulate --trace).
+//
+//   rp-trace trace.json                    print the schedule's numbers
+//   rp-trace trace.json -o timeline.svg    also draw devices x streams, coloured by stage and pass
+//
+// Printed: devices, operations, the compute span (first compute operation's start to the last one's end),
+// the bubble ratio (idle fraction of the compute streams over that span) and the exposed-communication
+// fraction (time a device's compute stream is idle while one of its copy streams is busy, over the span),
+// each summed over devices; then the same per device.
+#include "ggml_rp/roundpipe/timeline_svg.h"
+#include "ggml_rp/roundpipe/trace.h"
+#include "gguf/error.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <set>
+#include <string>
+
+#include <unistd.h>
+
+namespace {
+
+const char * const kUsage =
+    "usage: rp-trace TRACE.json [-o TIMELINE.svg] [--title TEXT] [--width PIXELS]\n"
+    "\n"
+    "Prints the bubble ratio (idle fraction of the compute streams between the first and the last compute\n"
+    "operation) and the exposed-communication fraction (compute idle while a copy stream of the same device\n"
+    "is busy), over all devices and per device. With -o, draws the timeline as SVG: one row per device and\n"
+    "stream, boxes coloured by pass (hue) and stage (shade), copies lighter.\n";
+
+[[noreturn]] void die(const std::string & msg) {
+    std::fprintf(stderr, "error: %s\n", msg.c_str());
+    std::exit(1);
+}
+
+void write_text(const std::string & path, const std::string & text) {
+    const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+    FILE * f = std::fopen(tmp.c_str(), "wb");
+    if (!f) die(path + ": cannot create '" + tmp + "': " + std::strerror(errno));
+    const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+    if (std::fclose(f) != 0 || !ok) {
+        std::remove(tmp.c_str());
+        die(path + ": write failed");
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+        const int err = errno;
+        std::remove(tmp.c_str());
+        die(path + ": cannot rename into place: " + std::strerror(err));
+    }
+}
+
+} // namespace
+
+int main(int argc, char ** argv) {
+    try {
+        std::string in, out;
+        rp::TimelineOptions opt;
+        for (int i = 1; i < argc; ++i) {
+            const std::string a = argv[i];
+            auto next = [&]() -> std::string {
+                if (i + 1 >= argc) die(a + " needs a value");
+                return argv[++i];
+            };
+            if (a == "-h" || a == "--help") {
+                std::fputs(kUsage, stdout);
+                return 0;
+            } else if (a == "-o") {
+                out = next();
+            } else if (a == "--title") {
+                opt.title = next();
+            } else if (a == "--width") {
+                const std::string v = next();
+                char * end = nullptr;
+                const long w = std::strtol(v.c_str(), &end, 10);
+                if (end == v.c_str() || *end || w < 100 || w > 100000) die("--width: '" + v + "' is not 100..100000");
+                opt.width = static_cast<int>(w);
+            } else if (!a.empty() && a[0] == '-') {
+                die("unknown option '" + a + "' (see --help)");
+            } else if (in.empty()) {
+                in = a;
+            } else {
+                die("more than one trace file given");
+            }
+        }
+        if (in.empty()) {
+            std::fputs(kUsage, stderr);
+            return 1;
+        }
+
+        rp::Trace trace = rp::read_chrome_trace(in);
+        trace.name_defaults();
+        const rp::TraceStats st = rp::analyse_trace(trace);
+        std::printf("%s: %zu operations on %d devices\n", in.c_str(), trace.events.size(), st.devices);
+        if (st.compute_ops == 0) {
+            std::printf("no compute operations: no bubble ratio\n");
+        } else {
+            std::printf("compute span       %.3f ms (%.3f .. %.3f ms)\n", st.span_us() / 1e3, st.span_start_us / 1e3,
+                        st.span_end_us / 1e3);
+            std::printf("bubble ratio       %.2f%%\n", 100 * st.bubble_ratio);
+            std::printf("exposed comm       %.2f%%\n", 100 * st.exposed_comm_fraction);
+            std::set<int> devices;
+            for (const auto & [pid, name] : trace.process_names) devices.insert(pid);
+            for (int d : devices) {
+                rp::Trace one;
+                for (const rp::TraceEvent & e : trace.events) {
+                    if (e.pid == d) one.events.push_back(e);
+                }
+                // the same span for every device: clip to the whole trace's compute span
+                one.events.push_back({d, static_cast<int>(rp::StreamKind::Compute), "", "", st.span_start_us, 0});
+                one.events.push_back({d, static_cast<int>(rp::StreamKind::Compute), "", "", st.span_end_us, 0});
+                const rp::TraceStats ds = rp::analyse_trace(one);
+                std::printf("  %-20s busy %6.2f%%  exposed comm %6.2f%%\n", trace.process_names[d].c_str(),
+                            100 * (1 - ds.bubble_ratio), 100 * ds.exposed_comm_fraction);
+            }
+        }
+        if (!out.empty()) {
+            write_text(out, rp::timeline_svg(trace, opt));
+            std::printf("timeline: %s\n", out.c_str());
+        }
+        return 0;
+    } catch (const std::exception & e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 1;
+    }
+}
