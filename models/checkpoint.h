@@ -1,0 +1,46 @@
+// Finetune checkpoints: everything a run needs to continue bit for bit, in one GGUF file written to a
+// temporary file and renamed.
+//
+//   general.type = "rp.finetune.checkpoint", general.architecture = the base's
+//   rp.ckpt.base_fingerprint (u64)  names, types and shapes of the base tensors (a foreign base is refused)
+//   rp.ckpt.full (bool), rp.ckpt.lora_rank (u32), rp.ckpt.lora_alpha (f32), rp.ckpt.lora_targets (strings)
+//   rp.ckpt.step (u64)              completed optimizer steps
+//   rp.ckpt.data_seed, rp.ckpt.data_fingerprint, rp.ckpt.data_consumed (u64): the batcher position
+//   rp.ckpt.train_loss / rp.ckpt.eval_step / rp.ckpt.eval_loss (arrays): the curve so far (for the SVG)
+//   tensors: every trainable tensor under its own name (f32), and the optimizer state arrays under
+//            "<param>.adam_m" / ".adam_v" / ".momentum".
+#pragma once
+
+#include "ggml_rp/optim/optimizer.h"
+#include "models/dataset.h"
+#include "models/finetune.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace rp {
+
+struct TrainCurve {
+    std::vector<float> train_loss;   // one per completed step
+    std::vector<int32_t> eval_step;  // steps at which the validation loss was measured
+    std::vector<float> eval_loss;
+};
+
+struct CheckpointState {
+    int64_t step = 0;
+    DataPosition data;
+    TrainCurve curve;
+};
+
+// Hash of the base model's tensor names, types and shapes.
+uint64_t base_fingerprint(const Model & model);
+
+void save_checkpoint(const std::string & path, const Trainer & tr, const Optimizer & opt, const CheckpointState & st);
+
+// Restores the trainable tensors and the optimizer state; returns the rest. Throws rp::Error naming the file
+// when it is not a checkpoint, belongs to another base model or another configuration (full / LoRA rank,
+// alpha, targets), or lacks a tensor.
+CheckpointState load_checkpoint(const std::string & path, Trainer & tr, Optimizer & opt);
+
+} // namespace rp

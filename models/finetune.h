@@ -1,0 +1,107 @@
+// Finetuning on one device: the trainable tensors (LoRA factors, or fp32 masters of every float weight for a
+// full finetune) and the per-layer training graphs (architecture.md §6).
+//
+// One micro-batch (accumulate()):
+//   forward   embedding graph, then one graph per layer; only each layer's input (the checkpoint) is kept;
+//   tail      final norm + fused chunked LM head + cross-entropy + its backward, in one graph (never recomputed);
+//   backward  per layer from last to first: rebuild the layer graph from its checkpoint, seed it with the
+//             gradient of the layer output, produce the gradient of the layer input and accumulate the
+//             parameter gradients;
+//   embedding backward (token_embd or its LoRA pair) last.
+// A tied head is one parameter (token_embd) that gets two contributions (head and embedding), summed.
+// Each graph holds one layer's activations: this is the unit RoundPipe distributes as a stage.
+//
+// The loss of a micro-batch is loss_scale * (sum of its unmasked token losses); pass loss_scale = 1 / (the
+// unmasked tokens of the whole batch) so the split into micro-batches never changes the mean.
+#pragma once
+
+#include "ggml_rp/core/context.h"
+#include "models/layer.h"
+#include "models/lora.h"
+#include "models/model.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace rp {
+
+// The default LoRA targets (PEFT's usual set for Llama-style models).
+std::vector<std::string> default_lora_targets();
+
+struct FinetuneConfig {
+    bool full = false;                              // full finetune instead of LoRA
+    std::vector<std::string> lora_targets = default_lora_targets();  // short names: "attn_q", "ffn_up", ...
+    int64_t lora_rank = 8;
+    float lora_alpha = 16.0f;
+    uint64_t seed = 42;                             // LoRA init
+    int64_t ce_chunk = 4096;                        // vocabulary rows per LM-head chunk
+};
+
+// The base weight names a list of short target names selects ("attn_q" -> every "blk.N.attn_q.weight";
+// "token_embd" / "output" -> that tensor). Throws rp::Error for a target that matches no tensor.
+std::vector<std::string> expand_lora_targets(const Model & model, const std::vector<std::string> & targets);
+
+class Trainer {
+public:
+    // Throws rp::Error for rank < 1, an unknown target, or a LoRA target on the LM head (the fused head + CE
+    // path trains the head only in a full finetune).
+    Trainer(const Model & model, const FinetuneConfig & cfg);
+
+    struct Param {
+        std::string name;   // GGUF name: "blk.0.attn_q.weight" (full) or "blk.0.attn_q.weight.lora_a"
+        Tensor * t;         // f32 master, contiguous; t->grad its gradient buffer (same shape, f32)
+    };
+    const std::vector<Param> & params() const { return params_; }
+    const FinetuneConfig & config() const { return cfg_; }
+    const Model & model() const { return model_; }
+    // The LoRA adapter being trained (nullptr for a full finetune).
+    LoraAdapter * adapter() const { return adapter_.get(); }
+
+    void zero_grads();
+
+    // Forward + backward of one micro-batch of n_seq sequences of seq_len tokens (ids and labels laid out
+    // [n_seq][seq_len], label -1 = masked). Gradients are ADDED to each param's grad. Returns the loss
+    // (loss_scale * sum of the unmasked token losses of this micro-batch).
+    double accumulate(const int32_t * ids, const int32_t * labels, int64_t seq_len, int64_t n_seq, float loss_scale,
+                      int n_threads = 0);
+
+    // Forward only: loss_scale * sum of the unmasked token losses.
+    double loss(const int32_t * ids, const int32_t * labels, int64_t seq_len, int64_t n_seq, float loss_scale,
+                int n_threads = 0);
+
+    // Logits f32 [n_vocab][T] of one sequence with the current weights (tests, evaluation).
+    std::vector<float> logits(const int32_t * ids, int64_t seq_len, int n_threads = 0);
+
+    // Writes the result: the adapter (LoRA), or the base model with its trained tensors in their original
+    // float dtype (full). Temp file + rename.
+    void save(const std::string & path) const;
+
+    // Peak graph buffer bytes of the last accumulate() (the largest per-layer graph).
+    size_t peak_graph_bytes() const { return peak_graph_bytes_; }
+
+private:
+    struct Weights {  // what the graphs read: the model's leafs, or the fp32 masters
+        Tensor * tok_embd;
+        Tensor * output_norm;
+        Tensor * output;
+        std::vector<LayerWeights> layers;
+    };
+    Tensor * build_embd(Context & ctx, Tensor * ids) const;
+    Tensor * build_head(Context & ctx, Tensor * x, Tensor * labels, float loss_scale) const;
+    std::vector<Tensor *> layer_params(int il) const;
+
+    const Model & model_;
+    FinetuneConfig cfg_;
+    Context ctx_;                          // masters and gradient buffers
+    std::unique_ptr<LoraAdapter> adapter_;
+    LoraSet lora_;
+    Weights w_;
+    std::vector<Param> params_;
+    std::vector<std::vector<Tensor *>> layer_params_;
+    std::vector<Tensor *> embd_params_, head_params_;
+    size_t peak_graph_bytes_ = 0;
+};
+
+} // namespace rp

@@ -1,0 +1,71 @@
+#include "models/finetune_report.h"
+
+#include "gguf/error.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+namespace rp {
+
+void write_loss_svg(const std::string & path, const TrainCurve & c) {
+    const double W = 720, H = 400, L = 60, R = 20, T = 30, B = 45;  // size and margins
+    const size_t n = c.train_loss.size();
+    float lo = 1e30f, hi = -1e30f;
+    for (float v : c.train_loss) lo = std::min(lo, v), hi = std::max(hi, v);
+    for (float v : c.eval_loss) lo = std::min(lo, v), hi = std::max(hi, v);
+    if (lo > hi) lo = 0, hi = 1;
+    if (hi - lo < 1e-6f) hi = lo + 1e-6f;
+    const double max_step = std::max<double>(1.0, static_cast<double>(n));
+    auto X = [&](double step) { return L + (W - L - R) * step / max_step; };
+    auto Y = [&](double v) { return T + (H - T - B) * (1.0 - (v - lo) / (hi - lo)); };
+
+    std::string s;
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" font-size=\"12\">\n", W, H);
+    s += buf;
+    s += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+    std::snprintf(buf, sizeof buf, "<path d=\"M%.1f %.1f V%.1f H%.1f\" stroke=\"black\" fill=\"none\"/>\n", L, T, H - B, W - R);
+    s += buf;
+    for (int k = 0; k <= 4; ++k) {  // y ticks
+        const double v = lo + (hi - lo) * k / 4.0;
+        std::snprintf(buf, sizeof buf, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.3f</text>\n", L - 4, Y(v) + 4, v);
+        s += buf;
+    }
+    std::snprintf(buf, sizeof buf, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">step (0 .. %zu)</text>\n", (L + W - R) / 2, H - 12, n);
+    s += buf;
+    s += "<text x=\"70\" y=\"20\" fill=\"#1f77b4\">train loss</text><text x=\"160\" y=\"20\" fill=\"#ff7f0e\">validation loss</text>\n";
+    auto polyline = [&](const char * color, auto step_of, auto value_of, size_t count) {
+        if (count == 0) return;
+        s += "<polyline fill=\"none\" stroke=\"";
+        s += color;
+        s += "\" stroke-width=\"1.5\" points=\"";
+        for (size_t i = 0; i < count; ++i) {
+            std::snprintf(buf, sizeof buf, "%.1f,%.1f ", X(step_of(i)), Y(value_of(i)));
+            s += buf;
+        }
+        s += "\"/>\n";
+    };
+    polyline("#1f77b4", [](size_t i) { return static_cast<double>(i + 1); }, [&](size_t i) { return c.train_loss[i]; }, n);
+    polyline("#ff7f0e", [&](size_t i) { return static_cast<double>(c.eval_step[i]); }, [&](size_t i) { return c.eval_loss[i]; },
+             c.eval_loss.size());
+    for (size_t i = 0; i < c.eval_loss.size(); ++i) {
+        std::snprintf(buf, sizeof buf, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"#ff7f0e\"/>\n", X(c.eval_step[i]), Y(c.eval_loss[i]));
+        s += buf;
+    }
+    s += "</svg>\n";
+
+    const std::string tmp = path + ".tmp";
+    FILE * f = std::fopen(tmp.c_str(), "wb");
+    if (!f) throw Error(tmp + ": cannot open for writing: " + std::strerror(errno));
+    const bool ok = std::fwrite(s.data(), 1, s.size(), f) == s.size();
+    if (std::fclose(f) != 0 || !ok) {
+        std::remove(tmp.c_str());
+        throw Error(tmp + ": write error");
+    }
+    std::filesystem::rename(tmp, path);
+}
+
+} // namespace rp

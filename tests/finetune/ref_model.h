@@ -1,0 +1,170 @@
+// A naive double-precision reference of the Llama / Qwen2 / Qwen3 forward pass and the mean cross-entropy
+// loss, written from the formulas (formats.md §3.4) with plain loops: the independent reference the
+// finetune gradients are checked against by central finite differences. Nothing here uses the engine's ops.
+#pragma once
+
+#include "models/hparams.h"
+
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ft_ref {
+
+struct W {  // a weight in ggml order: ne0 = input dim (contiguous), ne1 = output dim
+    int64_t ne0 = 0, ne1 = 1;
+    std::vector<double> v;
+};
+
+struct RefModel {
+    rp::HParams hp;
+    bool neox = false;
+    std::map<std::string, W> w;  // by GGUF name, effective weights (base + LoRA deltas already added)
+
+    const W * find(const std::string & n) const {
+        auto it = w.find(n);
+        return it == w.end() ? nullptr : &it->second;
+    }
+    const W & at(const std::string & n) const { return w.at(n); }
+};
+
+// y[o] = sum_i W[o][i] x[i] (+ b[o])
+inline void linear(const W & m, const double * x, double * y, const W * b = nullptr) {
+    for (int64_t o = 0; o < m.ne1; ++o) {
+        double s = b ? b->v[static_cast<size_t>(o)] : 0.0;
+        const double * row = &m.v[static_cast<size_t>(o * m.ne0)];
+        for (int64_t i = 0; i < m.ne0; ++i) s += row[i] * x[i];
+        y[o] = s;
+    }
+}
+
+inline void rms_norm(const double * x, double * y, int64_t n, const W & g, double eps) {
+    double ss = 0;
+    for (int64_t i = 0; i < n; ++i) ss += x[i] * x[i];
+    const double r = 1.0 / std::sqrt(ss / static_cast<double>(n) + eps);
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * r * g.v[static_cast<size_t>(i)];
+}
+
+// In place on one head of D values at position pos.
+inline void rope(double * x, int64_t pos, const rp::HParams & hp, bool neox) {
+    const int64_t n_rot = hp.n_rot;
+    for (int64_t i = 0; i < n_rot / 2; ++i) {
+        const double theta = static_cast<double>(pos) * std::pow(static_cast<double>(hp.rope_freq_base),
+                                                                 -2.0 * static_cast<double>(i) / static_cast<double>(n_rot)) *
+                             static_cast<double>(hp.rope_freq_scale);
+        const int64_t a = neox ? i : 2 * i, b = neox ? i + n_rot / 2 : 2 * i + 1;
+        const double x0 = x[a], x1 = x[b], c = std::cos(theta), s = std::sin(theta);
+        x[a] = x0 * c - x1 * s;
+        x[b] = x0 * s + x1 * c;
+    }
+}
+
+inline std::string blk(int il, const char * n) { return "blk." + std::to_string(il) + "." + n; }
+
+// One decoder layer over T positions: x [T][n_embd] in place.
+inline void layer(const RefModel & m, int il, std::vector<double> & x, int64_t T) {
+    const rp::HParams & hp = m.hp;
+    const int64_t C = hp.n_embd, D = hp.head_dim, Hq = hp.n_head, Hkv = hp.n_head_kv, F = hp.n_ff;
+    const double eps = hp.rms_eps;
+    std::vector<double> n1(static_cast<size_t>(C)), q(static_cast<size_t>(T * Hq * D)), k(static_cast<size_t>(T * Hkv * D)),
+        v(static_cast<size_t>(T * Hkv * D));
+    for (int64_t t = 0; t < T; ++t) {
+        rms_norm(&x[static_cast<size_t>(t * C)], n1.data(), C, m.at(blk(il, "attn_norm.weight")), eps);
+        linear(m.at(blk(il, "attn_q.weight")), n1.data(), &q[static_cast<size_t>(t * Hq * D)], m.find(blk(il, "attn_q.bias")));
+        linear(m.at(blk(il, "attn_k.weight")), n1.data(), &k[static_cast<size_t>(t * Hkv * D)], m.find(blk(il, "attn_k.bias")));
+        linear(m.at(blk(il, "attn_v.weight")), n1.data(), &v[static_cast<size_t>(t * Hkv * D)], m.find(blk(il, "attn_v.bias")));
+        for (int64_t h = 0; h < Hq; ++h) {
+            double * qh = &q[static_cast<size_t>((t * Hq + h) * D)];
+            if (const W * g = m.find(blk(il, "attn_q_norm.weight"))) {
+                std::vector<double> tmp(qh, qh + D);
+                rms_norm(tmp.data(), qh, D, *g, eps);
+            }
+            rope(qh, t, hp, m.neox);
+        }
+        for (int64_t h = 0; h < Hkv; ++h) {
+            double * kh = &k[static_cast<size_t>((t * Hkv + h) * D)];
+            if (const W * g = m.find(blk(il, "attn_k_norm.weight"))) {
+                std::vector<double> tmp(kh, kh + D);
+                rms_norm(tmp.data(), kh, D, *g, eps);
+            }
+            rope(kh, t, hp, m.neox);
+        }
+    }
+    // Causal GQA attention: query head h reads kv head h / (Hq / Hkv).
+    std::vector<double> o(static_cast<size_t>(T * Hq * D), 0.0), p(static_cast<size_t>(T));
+    const double sc = 1.0 / std::sqrt(static_cast<double>(D));
+    for (int64_t t = 0; t < T; ++t)
+        for (int64_t h = 0; h < Hq; ++h) {
+            const int64_t hk = h / (Hq / Hkv);
+            const double * qh = &q[static_cast<size_t>((t * Hq + h) * D)];
+            double mx = -1e300;
+            for (int64_t s = 0; s <= t; ++s) {
+                const double * kh = &k[static_cast<size_t>((s * Hkv + hk) * D)];
+                double d = 0;
+                for (int64_t i = 0; i < D; ++i) d += qh[i] * kh[i];
+                p[static_cast<size_t>(s)] = d * sc;
+                mx = std::max(mx, p[static_cast<size_t>(s)]);
+            }
+            double z = 0;
+            for (int64_t s = 0; s <= t; ++s) z += (p[static_cast<size_t>(s)] = std::exp(p[static_cast<size_t>(s)] - mx));
+            double * oh = &o[static_cast<size_t>((t * Hq + h) * D)];
+            for (int64_t s = 0; s <= t; ++s) {
+                const double * vh = &v[static_cast<size_t>((s * Hkv + hk) * D)];
+                for (int64_t i = 0; i < D; ++i) oh[i] += p[static_cast<size_t>(s)] / z * vh[i];
+            }
+        }
+    std::vector<double> a(static_cast<size_t>(C)), n2(static_cast<size_t>(C)), g(static_cast<size_t>(F)), u(static_cast<size_t>(F));
+    for (int64_t t = 0; t < T; ++t) {
+        double * xt = &x[static_cast<size_t>(t * C)];
+        linear(m.at(blk(il, "attn_output.weight")), &o[static_cast<size_t>(t * Hq * D)], a.data());
+        for (int64_t i = 0; i < C; ++i) xt[i] += a[static_cast<size_t>(i)];
+        rms_norm(xt, n2.data(), C, m.at(blk(il, "ffn_norm.weight")), eps);
+        linear(m.at(blk(il, "ffn_gate.weight")), n2.data(), g.data());
+        linear(m.at(blk(il, "ffn_up.weight")), n2.data(), u.data());
+        for (int64_t i = 0; i < F; ++i) g[static_cast<size_t>(i)] = g[static_cast<size_t>(i)] / (1.0 + std::exp(-g[static_cast<size_t>(i)])) * u[static_cast<size_t>(i)];
+        linear(m.at(blk(il, "ffn_down.weight")), g.data(), a.data());
+        for (int64_t i = 0; i < C; ++i) xt[i] += a[static_cast<size_t>(i)];
+    }
+}
+
+// The layer inputs of a forward pass, so a perturbation of layer l can restart there: xs[l] = input of
+// layer l ([T][n_embd]), xs[n_layer] = input of the final norm.
+inline std::vector<std::vector<double>> forward_states(const RefModel & m, const std::vector<int32_t> & ids, int first = 0,
+                                                       std::vector<std::vector<double>> xs = {}) {
+    const int64_t C = m.hp.n_embd, T = static_cast<int64_t>(ids.size()), L = m.hp.n_layer;
+    xs.resize(static_cast<size_t>(L + 1));
+    if (first == 0) {
+        const W & e = m.at("token_embd.weight");
+        xs[0].assign(static_cast<size_t>(T * C), 0.0);
+        for (int64_t t = 0; t < T; ++t)
+            for (int64_t i = 0; i < C; ++i) xs[0][static_cast<size_t>(t * C + i)] = e.v[static_cast<size_t>(ids[static_cast<size_t>(t)] * C + i)];
+    }
+    for (int64_t l = first; l < L; ++l) {
+        xs[static_cast<size_t>(l + 1)] = xs[static_cast<size_t>(l)];
+        layer(m, static_cast<int>(l), xs[static_cast<size_t>(l + 1)], T);
+    }
+    return xs;
+}
+
+// sum over unmasked t of (logsumexp(logits_t) - logits_t[label_t]).
+inline double ce_sum(const RefModel & m, const std::vector<double> & x, const std::vector<int32_t> & labels) {
+    const int64_t C = m.hp.n_embd, T = static_cast<int64_t>(labels.size());
+    const W & head = m.find("output.weight") ? m.at("output.weight") : m.at("token_embd.weight");
+    std::vector<double> h(static_cast<size_t>(C)), logits(static_cast<size_t>(head.ne1));
+    double sum = 0;
+    for (int64_t t = 0; t < T; ++t) {
+        if (labels[static_cast<size_t>(t)] < 0) continue;
+        rms_norm(&x[static_cast<size_t>(t * C)], h.data(), C, m.at("output_norm.weight"), m.hp.rms_eps);
+        linear(head, h.data(), logits.data());
+        double mx = -1e300;
+        for (double l : logits) mx = std::max(mx, l);
+        double z = 0;
+        for (double l : logits) z += std::exp(l - mx);
+        sum += mx + std::log(z) - logits[static_cast<size_t>(labels[static_cast<size_t>(t)])];
+    }
+    return sum;
+}
+
+} // namespace ft_ref

@@ -1,0 +1,204 @@
+// Analytic gradients of the per-layer training graphs (checkpoint + recompute, fused head) against central
+// finite differences of the double-precision reference loss in ref_model.h, for every trainable tensor of a
+// full finetune and every LoRA factor (B initialised non-zero), on stories260K and both synthetic qwen models.
+#include "ft_test_util.h"
+#include "ref_model.h"
+
+#include "ggml_rp/core/ggml_rp.h"
+#include "models/finetune.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+namespace {
+
+using ft_ref::RefModel;
+using ft_ref::W;
+
+W to_w(const rp::Tensor * t) {
+    W w;
+    w.ne0 = t->ne[0];
+    w.ne1 = t->ne[1];
+    const std::vector<float> f = rp::tensor_get_f32(t);
+    w.v.assign(f.begin(), f.end());
+    return w;
+}
+
+struct Sample {
+    std::vector<std::vector<int32_t>> ids, labels;  // per sequence
+    size_t n_trained = 0;
+};
+
+// Random tokens, labels = the next token with a few positions masked (and the last one).
+Sample make_sample(int64_t n_vocab, int64_t T, int n_seq, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    Sample s;
+    for (int b = 0; b < n_seq; ++b) {
+        std::vector<int32_t> ids(static_cast<size_t>(T + 1)), lab(static_cast<size_t>(T));
+        for (auto & i : ids) i = static_cast<int32_t>(rng() % static_cast<uint64_t>(n_vocab));
+        for (int64_t t = 0; t < T; ++t) {
+            const bool masked = t % 5 == 1 || t == T - 1;
+            lab[static_cast<size_t>(t)] = masked ? -1 : ids[static_cast<size_t>(t + 1)];
+            s.n_trained += masked ? 0 : 1;
+        }
+        ids.pop_back();
+        s.ids.push_back(ids);
+        s.labels.push_back(lab);
+    }
+    return s;
+}
+
+// Which layer a tensor name belongs to (restart point of the reference forward); n_layer for the head.
+int first_layer(const std::string & n, int n_layer) {
+    if (n.rfind("blk.", 0) == 0) return std::stoi(n.substr(4));
+    if (n.rfind("token_embd", 0) == 0) return 0;
+    return n_layer;
+}
+
+void check_gradients(const std::string & path, bool full, bool micro_batches, std::vector<std::string> targets = {}) {
+    auto model = rp::Model::load(path);
+    const rp::HParams & hp = model->hparams();
+    rp::FinetuneConfig cfg;
+    cfg.full = full;
+    cfg.lora_rank = 4;
+    cfg.lora_alpha = 8.0f;
+    cfg.ce_chunk = 100;  // several chunks over the vocabulary
+    if (!targets.empty()) cfg.lora_targets = targets;
+    rp::Trainer tr(*model, cfg);
+
+    // LoRA: non-zero B (and A) so every factor has a gradient.
+    std::mt19937_64 rng(7);
+    if (!full)
+        for (const auto & p : tr.params()) {
+            std::vector<float> v(static_cast<size_t>(p.t->nelements()));
+            for (float & x : v) x = static_cast<float>((static_cast<double>(rng() >> 11) * 0x1.0p-53 - 0.5) * 0.2);
+            rp::tensor_set_f32(p.t, v);
+        }
+
+    const int64_t T = 12;
+    const Sample s = make_sample(hp.n_vocab, T, 2, 11);
+    const float loss_scale = 1.0f / static_cast<float>(s.n_trained);
+    tr.zero_grads();
+    double loss = 0;
+    if (micro_batches) {
+        for (size_t b = 0; b < 2; ++b)
+            loss += tr.accumulate(s.ids[b].data(), s.labels[b].data(), T, 1, loss_scale, 1);
+    } else {
+        std::vector<int32_t> ids, lab;
+        for (size_t b = 0; b < 2; ++b) {
+            ids.insert(ids.end(), s.ids[b].begin(), s.ids[b].end());
+            lab.insert(lab.end(), s.labels[b].begin(), s.labels[b].end());
+        }
+        loss = tr.accumulate(ids.data(), lab.data(), T, 2, loss_scale, 1);
+    }
+
+    // The reference: base weights in double; trained tensors replace them (full) or add B A (LoRA).
+    RefModel m;
+    m.hp = hp;
+    m.neox = hp.arch->rope_mode == rp::RopeMode::Neox;
+    for (const rp::Tensor * t : model->weights()) m.w[t->name] = to_w(t);
+    std::map<std::string, W> base = m.w, lora;  // lora: the factor values by param name
+    for (const auto & p : tr.params()) (full ? m.w[p.name] : lora[p.name]) = to_w(p.t);
+    auto refresh = [&](const std::string & base_name) {  // W_eff = W + s * B A (embedding: roles swapped)
+        if (full) return;
+        const rp::LoraTensor * lt = tr.adapter()->find(base_name);
+        const W & A = lora.at(base_name + ".lora_a");
+        const W & B = lora.at(base_name + ".lora_b");
+        const double sc = tr.adapter()->scale(*lt);
+        W & w = m.w[base_name];
+        w = base.at(base_name);
+        const int64_t r = B.ne0;
+        if (lt->embedding) {  // e[tok][c] += s * sum_k B[c][k] A[tok][k]
+            for (int64_t tok = 0; tok < w.ne1; ++tok)
+                for (int64_t c = 0; c < w.ne0; ++c) {
+                    double d = 0;
+                    for (int64_t k = 0; k < r; ++k) d += B.v[static_cast<size_t>(c * r + k)] * A.v[static_cast<size_t>(tok * r + k)];
+                    w.v[static_cast<size_t>(tok * w.ne0 + c)] += sc * d;
+                }
+        } else {  // W[o][i] += s * sum_k B[o][k] A[k][i]
+            for (int64_t o = 0; o < w.ne1; ++o)
+                for (int64_t i = 0; i < w.ne0; ++i) {
+                    double d = 0;
+                    for (int64_t k = 0; k < r; ++k) d += B.v[static_cast<size_t>(o * r + k)] * A.v[static_cast<size_t>(k * w.ne0 + i)];
+                    w.v[static_cast<size_t>(o * w.ne0 + i)] += sc * d;
+                }
+        }
+    };
+    if (!full)
+        for (const rp::LoraTensor & lt : tr.adapter()->tensors()) refresh(lt.base);
+
+    std::vector<std::vector<std::vector<double>>> states;
+    for (size_t b = 0; b < 2; ++b) states.push_back(ft_ref::forward_states(m, s.ids[b]));
+    auto ref_loss = [&](int first) {
+        double sum = 0;
+        for (size_t b = 0; b < 2; ++b) {
+            const auto xs = first == 0 ? ft_ref::forward_states(m, s.ids[b]) : ft_ref::forward_states(m, s.ids[b], first, states[b]);
+            sum += ft_ref::ce_sum(m, xs.back(), s.labels[b]);
+        }
+        return sum / static_cast<double>(s.n_trained);
+    };
+    const double l0 = ref_loss(0);
+    EXPECT_NEAR(loss, l0, 1e-5 * std::abs(l0)) << path;
+
+    double worst = 0;
+    for (const auto & p : tr.params()) {
+        const std::vector<float> g = rp::tensor_get_f32(p.t->grad);
+        // Samples: the two largest analytic entries and two random ones.
+        std::vector<size_t> idx(g.size());
+        for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+        std::partial_sort(idx.begin(), idx.begin() + 2, idx.end(), [&](size_t a, size_t b) { return std::abs(g[a]) > std::abs(g[b]); });
+        std::vector<size_t> pick = {idx[0], idx[1]};
+        for (int k = 0; k < 2; ++k) pick.push_back(static_cast<size_t>(rng() % g.size()));
+
+        const std::string base_name = full ? p.name : p.name.substr(0, p.name.size() - 7);
+        W & target = full ? m.w.at(p.name) : lora.at(p.name);
+        const int first = first_layer(p.name, static_cast<int>(hp.n_layer));
+        std::vector<double> fd(pick.size());
+        double fd_max = 0;
+        for (size_t k = 0; k < pick.size(); ++k) {
+            const double eps = 1e-4, keep = target.v[pick[k]];
+            target.v[pick[k]] = keep + eps;
+            refresh(base_name);
+            const double lp = ref_loss(first);
+            target.v[pick[k]] = keep - eps;
+            refresh(base_name);
+            const double lm = ref_loss(first);
+            target.v[pick[k]] = keep;
+            fd[k] = (lp - lm) / (2 * eps);
+            fd_max = std::max(fd_max, std::abs(fd[k]));
+        }
+        refresh(base_name);
+        // Relative error; entries far below the tensor's largest sampled gradient are judged against 1% of it.
+        double err = 0;
+        for (size_t k = 0; k < pick.size(); ++k)
+            err = std::max(err, std::abs(g[pick[k]] - fd[k]) / std::max({std::abs(fd[k]), 1e-2 * fd_max, 1e-9}));
+        std::printf("  %-34s |g|max %.3e  rel err %.2e\n", p.name.c_str(), fd_max, err);
+        EXPECT_LT(err, 1e-3) << path << " " << p.name;
+        EXPECT_GT(fd_max, 0.0) << p.name << ": no gradient at all";
+        worst = std::max(worst, err);
+    }
+    std::printf("%s %s: %zu tensors, loss %.6f (ref %.6f), max rel err %.2e\n", path.c_str(), full ? "full" : "lora",
+                tr.params().size(), loss, l0, worst);
+}
+
+TEST(FinetuneGradients, Stories260KFull) { check_gradients(ft_test::stories(), true, true); }
+TEST(FinetuneGradients, Stories260KLora) {
+    auto t = rp::default_lora_targets();
+    t.push_back("token_embd");
+    check_gradients(ft_test::stories(), false, true, t);
+}
+TEST(FinetuneGradients, Stories260KQ8LoraFrozenQuantBase) { check_gradients(ft_test::model_path("derived/stories260K-Q8_0.gguf"), false, false); }
+TEST(FinetuneGradients, Qwen2Full) { check_gradients(ft_test::model_path("synthetic/tiny-random-qwen2.gguf"), true, false); }
+TEST(FinetuneGradients, Qwen2Lora) {
+    auto t = rp::default_lora_targets();
+    t.push_back("token_embd");
+    check_gradients(ft_test::model_path("synthetic/tiny-random-qwen2.gguf"), false, false, t);
+}
+TEST(FinetuneGradients, Qwen3FullTied) { check_gradients(ft_test::model_path("synthetic/tiny-random-qwen3.gguf"), true, true); }
+TEST(FinetuneGradients, Qwen3Lora) { check_gradients(ft_test::model_path("synthetic/tiny-random-qwen3.gguf"), false, true); }
+
+} // namespace
