@@ -7,6 +7,7 @@
 // OUT.gguf.ckpt.gguf (written every --save-every steps and at the end; --resume continues it bit for bit).
 // Progress goes to stderr. Every file is written to a temporary name and renamed; on an error nothing is
 // left behind but what earlier steps completed.
+#include "tools/cli.h"
 #include "ggml_rp/core/ggml_rp.h"
 #include "ggml_rp/optim/clip.h"
 #include "ggml_rp/optim/lr_schedule.h"
@@ -71,22 +72,10 @@ void usage(FILE * f) {
                  "  -h, --help              this text\n");
 }
 
-long long parse_int(const std::string & flag, const std::string & v, long long lo, long long hi) {
-    char * end = nullptr;
-    errno = 0;
-    const long long x = std::strtoll(v.c_str(), &end, 10);
-    if (v.empty() || *end != '\0' || errno != 0 || x < lo || x > hi)
-        throw rp::Error(flag + ": '" + v + "' is not an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-    return x;
-}
+using rp::cli::parse_int;
+using rp::cli::parse_float;
 
-float parse_float(const std::string & flag, const std::string & v) {
-    char * end = nullptr;
-    errno = 0;
-    const float x = std::strtof(v.c_str(), &end);
-    if (v.empty() || *end != '\0' || errno != 0 || !std::isfinite(x)) throw rp::Error(flag + ": '" + v + "' is not a number");
-    return x;
-}
+
 
 std::vector<std::string> split_commas(const std::string & s) {
     std::vector<std::string> out;

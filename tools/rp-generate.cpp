@@ -6,6 +6,7 @@
 // The prompt is printed, then each generated token as soon as it is sampled. Generation stops after N
 // tokens, at an end-of-generation token, or when the context is full. The last line on stderr is
 // "N tokens, X tokens/s (prompt: Y tokens/s)".
+#include "tools/cli.h"
 #include "gguf/error.h"
 #include "models/chat_template.h"
 #include "models/inference.h"
@@ -47,32 +48,11 @@ void usage(FILE * f) {
                  "  -h, --help              this text\n");
 }
 
-std::string read_file(const std::string & path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw rp::Error(path + ": cannot open file: " + std::strerror(errno));
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    if (in.bad()) throw rp::Error(path + ": read error");
-    return ss.str();
-}
+using rp::cli::read_file;
+using rp::cli::parse_int;
+using rp::cli::parse_float;
 
-long long parse_int(const std::string & flag, const std::string & v, long long lo, long long hi) {
-    char * end = nullptr;
-    errno = 0;
-    const long long x = std::strtoll(v.c_str(), &end, 10);
-    if (v.empty() || *end != '\0' || errno != 0 || x < lo || x > hi)
-        throw rp::Error(flag + ": '" + v + "' is not an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-    return x;
-}
 
-float parse_float(const std::string & flag, const std::string & v, float lo, float hi) {
-    char * end = nullptr;
-    errno = 0;
-    const float x = std::strtof(v.c_str(), &end);
-    if (v.empty() || *end != '\0' || errno != 0 || !(x >= lo && x <= hi))
-        throw rp::Error(flag + ": '" + v + "' is not a number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-    return x;
-}
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -10,6 +10,7 @@
 // With --stride S (llama-perplexity --ppl-stride): windows of CTX tokens start at multiples of S, and the last
 // S predictions of each window are scored. As in llama.cpp, those windows are evaluated as they are (its
 // BOS substitution in that mode happens only after the evaluation, so it has no effect).
+#include "tools/cli.h"
 #include "gguf/error.h"
 #include "models/inference.h"
 #include "models/lora.h"
@@ -44,31 +45,11 @@ void usage(FILE * f) {
                  "  -h, --help           this text\n");
 }
 
-std::string read_file(const std::string & path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw rp::Error(path + ": cannot open file: " + std::strerror(errno));
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    if (in.bad()) throw rp::Error(path + ": read error");
-    return ss.str();
-}
+using rp::cli::read_file;
+using rp::cli::parse_int;
+using rp::cli::parse_float;
 
-long long parse_int(const std::string & flag, const std::string & v, long long lo, long long hi) {
-    char * end = nullptr;
-    errno = 0;
-    const long long x = std::strtoll(v.c_str(), &end, 10);
-    if (v.empty() || *end != '\0' || errno != 0 || x < lo || x > hi)
-        throw rp::Error(flag + ": '" + v + "' is not an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-    return x;
-}
 
-float parse_float(const std::string & flag, const std::string & v) {
-    char * end = nullptr;
-    errno = 0;
-    const float x = std::strtof(v.c_str(), &end);
-    if (v.empty() || *end != '\0' || errno != 0 || !std::isfinite(x)) throw rp::Error(flag + ": '" + v + "' is not a number");
-    return x;
-}
 
 // log p(tok) from one row of logits, as llama.cpp's log_softmax: max in f32, sum of expf in double.
 double log_prob(const float * logits, int64_t n_vocab, int32_t tok) {

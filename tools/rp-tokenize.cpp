@@ -5,6 +5,7 @@
 // Default output: one line per token, "ID -> 'PIECE'" (as llama.cpp's llama-tokenize). --ids prints only
 // the ids, space-separated, on one line. --no-bos adds no BOS / EOS; --parse-special turns special-token
 // texts such as <|im_start|> into their ids.
+#include "tools/cli.h"
 #include "gguf/error.h"
 #include "models/tokenizer.h"
 
@@ -30,22 +31,8 @@ void usage(FILE * f) {
                  "      --ids            print only the ids, on one line\n");
 }
 
-std::string read_file(const std::string & path) {
-    std::error_code ec;
-    if (std::filesystem::is_directory(path, ec)) {
-        throw rp::Error(path + ": is a directory");
-    }
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-        throw rp::Error(path + ": cannot open file: " + std::strerror(errno));
-    }
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    if (in.bad()) {
-        throw rp::Error(path + ": read error");
-    }
-    return ss.str();
-}
+using rp::cli::read_file;
+
 
 // Pieces may hold control characters or partial UTF-8; show those bytes escaped.
 std::string printable(const std::string & s) {
