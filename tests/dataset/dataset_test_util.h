@@ -1,6 +1,7 @@
 // Shared helpers of the dataset tests: paths into shared/models and one loaded tokenizer per vocabulary.
 #pragma once
 
+#include "tests/common/shared_paths.h"
 #include "gguf/error.h"
 #include "models/dataset.h"
 #include "models/tokenizer.h"
@@ -16,11 +17,8 @@
 
 namespace ds_test {
 
-inline std::string shared_dir() {
-    const char * e = std::getenv("RP_SHARED_DIR");
-    return e && *e ? e : RP_SHARED_DIR;
-}
-inline std::string models_dir() { return shared_dir() + "/models"; }
+using rp_test::shared_dir;
+using rp_test::models_dir;
 
 inline std::string read_file(const std::string & path) {
     std::ifstream in(path, std::ios::binary);

@@ -1,16 +1,14 @@
 // Paths and process helpers for the finetune tests.
 #pragma once
 
+#include "tests/common/shared_paths.h"
 #include <cstdlib>
 #include <string>
 #include <sys/wait.h>
 
 namespace ft_test {
 
-inline std::string shared_dir() {
-    const char * e = std::getenv("RP_SHARED_DIR");
-    return e && *e ? e : RP_SHARED_DIR;
-}
+using rp_test::shared_dir;
 inline std::string model_path(const std::string & rel) { return shared_dir() + "/models/" + rel; }
 inline std::string stories() { return model_path("stories260K.gguf"); }
 inline std::string tool(const std::string & name) { return std::string(RP_BIN_DIR) + "/" + name; }

@@ -2,6 +2,7 @@
 // from formats.md §1, independent of gguf::Writer) and a runner for the rp-gguf tool.
 #pragma once
 
+#include "tests/common/shared_paths.h"
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -20,11 +21,8 @@ namespace gguf_test {
 
 namespace fs = std::filesystem;
 
-inline std::string shared_dir() {
-    const char * e = std::getenv("RP_SHARED_DIR");
-    return e && *e ? e : RP_SHARED_DIR;
-}
-inline std::string models_dir() { return shared_dir() + "/models"; }
+using rp_test::shared_dir;
+using rp_test::models_dir;
 inline std::string stories() { return models_dir() + "/stories260K.gguf"; }
 
 // Every .gguf under models/ except invalid/, sorted.

@@ -2,6 +2,7 @@
 // reference logits, comparing, temp dirs, writing variants of a GGUF file, and running the tools.
 #pragma once
 
+#include "tests/common/shared_paths.h"
 #include "gguf/gguf.h"
 #include "models/inference.h"
 #include "models/model.h"
@@ -25,10 +26,7 @@ namespace models_test {
 
 namespace fs = std::filesystem;
 
-inline std::string shared_dir() {
-    const char * e = std::getenv("RP_SHARED_DIR");
-    return e && *e ? e : RP_SHARED_DIR;
-}
+using rp_test::shared_dir;
 inline std::string model_path(const std::string & rel) { return shared_dir() + "/models/" + rel; }
 inline std::string ref_path(const std::string & rel) { return shared_dir() + "/models/reference/" + rel; }
 inline std::string stories() { return model_path("stories260K.gguf"); }

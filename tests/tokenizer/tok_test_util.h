@@ -2,6 +2,7 @@
 // format, and one loaded Tokenizer per vocabulary for the whole program (the big ones take a moment).
 #pragma once
 
+#include "tests/common/shared_paths.h"
 #include "models/tokenizer.h"
 
 #include <gtest/gtest.h>
@@ -18,11 +19,8 @@
 
 namespace tok_test {
 
-inline std::string shared_dir() {
-    const char * e = std::getenv("RP_SHARED_DIR");
-    return e && *e ? e : RP_SHARED_DIR;
-}
-inline std::string models_dir() { return shared_dir() + "/models"; }
+using rp_test::shared_dir;
+using rp_test::models_dir;
 
 inline std::string read_file(const std::string & path) {
     std::ifstream in(path, std::ios::binary);
