@@ -53,7 +53,6 @@ using rp::cli::parse_int;
 using rp::cli::parse_float;
 
 
-
 double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }

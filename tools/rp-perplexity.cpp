@@ -50,7 +50,6 @@ using rp::cli::parse_int;
 using rp::cli::parse_float;
 
 
-
 // log p(tok) from one row of logits, as llama.cpp's log_softmax: max in f32, sum of expf in double.
 double log_prob(const float * logits, int64_t n_vocab, int32_t tok) {
     float mx = logits[0];

@@ -2,6 +2,7 @@
 // from formats.md §1, independent of gguf::Writer) and a runner for the rp-gguf tool.
 #pragma once
 
+#include "tests/common/temp_dir.h"
 #include "tests/common/shared_paths.h"
 #include <algorithm>
 #include <cstdint>
@@ -47,20 +48,7 @@ inline void write_bytes(const std::string & path, const std::vector<uint8_t> & b
     f.write(reinterpret_cast<const char *>(b.data()), static_cast<std::streamsize>(b.size()));
 }
 
-// A fresh directory removed with its contents at scope exit.
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        std::string tmpl = (fs::temp_directory_path() / "rp-gguf-test-XXXXXX").string();
-        if (!mkdtemp(tmpl.data())) std::abort();
-        path = tmpl;
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-    std::string file(const std::string & name) const { return (path / name).string(); }
-};
+using rp_test::TempDir;
 
 // Little-endian GGUF encoder with named marks, so tests can patch a field at a known offset.
 struct Bytes {

@@ -2,6 +2,7 @@
 // reference logits, comparing, temp dirs, writing variants of a GGUF file, and running the tools.
 #pragma once
 
+#include "tests/common/temp_dir.h"
 #include "tests/common/shared_paths.h"
 #include "gguf/gguf.h"
 #include "models/inference.h"
@@ -67,20 +68,7 @@ inline std::vector<float> forward_all(const rp::Model & m, const std::vector<int
     return s.eval(tokens, true);
 }
 
-// A fresh directory removed with its contents at scope exit.
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        std::string tmpl = (fs::temp_directory_path() / "rp-models-test-XXXXXX").string();
-        if (!mkdtemp(tmpl.data())) std::abort();
-        path = tmpl;
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-    std::string file(const std::string & name) const { return (path / name).string(); }
-};
+using rp_test::TempDir;
 
 // Writes a copy of `src` to `dst`: every key (then `edit_kvs` may change them), and every tensor for which
 // `keep` returns true, with the shape that `reshape` may change (data: the first bytes of the original,
