@@ -64,6 +64,7 @@ void apply_rule(Backward & b, Tensor * node) {
     case Op::MUL_MAT: rules::backward_mul_mat(b, node); return;
     case Op::ATTENTION: rules::backward_attention(b, node); return;
     case Op::LM_HEAD_CE: rules::backward_cross_entropy(b, node); return;
+    case Op::DROPOUT: rules::backward_dropout(b, node); return;
     default:
         throw Error(std::string("build_backward: op ") + op_name(node->op) + " (tensor " + describe(node) +
                     ") has no backward rule");

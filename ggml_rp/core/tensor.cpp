@@ -14,7 +14,7 @@ const char * const kOpNames[] = {
     "NONE", "VIEW", "FILL", "CPY", "ADD", "MUL", "SCALE", "SUM", "MEAN", "REPEAT", "SUM_TO",
     "SILU", "SILU_BACK", "SWIGLU", "SWIGLU_BACK", "SOFTMAX", "SOFTMAX_BACK", "RMS_NORM", "RMS_NORM_BACK",
     "ROPE", "ROPE_BACK", "GET_ROWS", "GET_ROWS_BACK", "MUL_MAT", "MUL_MAT_BACK_X", "OUT_PROD",
-    "ATTENTION", "ATTENTION_BACK", "LM_HEAD_CE", "LM_HEAD_CE_BACK",
+    "ATTENTION", "ATTENTION_BACK", "LM_HEAD_CE", "LM_HEAD_CE_BACK", "DROPOUT",
 };
 static_assert(sizeof kOpNames / sizeof kOpNames[0] == static_cast<size_t>(Op::COUNT), "op name table");
 

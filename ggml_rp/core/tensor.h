@@ -56,6 +56,7 @@ enum class Op : uint8_t {
     ATTENTION_BACK,  // dq; dk and dv after it (aux bytes)
     LM_HEAD_CE,      // fused LM head + cross-entropy -> [1]
     LM_HEAD_CE_BACK, // dh; dW accumulated into a source
+    DROPOUT,         // x * keep / (1 - p), keep from a counter-based RNG; backward: DROPOUT of dy, same mask
     COUNT,
 };
 

@@ -25,6 +25,13 @@ size_t CpuBackend::allocate(const Graph & g) {
     return plan_.size;
 }
 
+size_t CpuBackend::plan(const Graph & g) {
+    plan_ = plan_graph(g, 64);
+    return plan_.size;
+}
+
+void CpuBackend::bind(const Graph & g, void * buffer) { apply_plan(g, plan_, buffer); }
+
 namespace {
 
 // Sets OpenMP's thread count for the kernels and restores it afterwards (also on an exception).
@@ -99,6 +106,7 @@ void compute_node(Tensor * n) {
     case Op::ATTENTION_BACK: attention_back(n); return;
     case Op::LM_HEAD_CE: lm_head_ce(n); return;
     case Op::LM_HEAD_CE_BACK: lm_head_ce_back(n); return;
+    case Op::DROPOUT: dropout(n); return;
     case Op::COUNT: break;
     }
     throw Error(std::string("compute: no CPU kernel for op ") + op_name(n->op) + " (" + describe(n) + ")");

@@ -24,6 +24,11 @@ public:
     // another graph may move it). Returns the buffer bytes the plan needs (the graph's memory peak).
     size_t allocate(const Graph & g);
 
+    // The same in two halves, for a caller that provides the memory (a device arena): plan() returns the
+    // bytes g needs, bind() points every node of g into `buffer` (at least that many bytes, 64-byte aligned).
+    size_t plan(const Graph & g);
+    void bind(const Graph & g, void * buffer);
+
     // Runs every node of g in order with n_threads OpenMP threads (0: OpenMP's default). Leaf data must be
     // set; throws rp::Error (naming the tensor) on a missing buffer or bad runtime data (an id out of range).
     void compute(const Graph & g, int n_threads = 0);

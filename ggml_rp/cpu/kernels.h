@@ -33,5 +33,6 @@ void attention(Tensor * node);
 void attention_back(Tensor * node);
 void lm_head_ce(Tensor * node);
 void lm_head_ce_back(Tensor * node);
+void dropout(Tensor * node);
 
 } // namespace rp::cpu

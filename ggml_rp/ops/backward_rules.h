@@ -18,5 +18,6 @@ void backward_get_rows(Backward & b, Tensor * node);  // GET_ROWS
 void backward_mul_mat(Backward & b, Tensor * node);   // MUL_MAT
 void backward_attention(Backward & b, Tensor * node); // ATTENTION
 void backward_cross_entropy(Backward & b, Tensor * node); // LM_HEAD_CE
+void backward_dropout(Backward & b, Tensor * node);   // DROPOUT
 
 } // namespace rp::rules
