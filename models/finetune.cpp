@@ -4,7 +4,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
+#include <unordered_map>
 
 namespace rp {
 
@@ -48,113 +50,13 @@ Tensor * f32_master(Context & ctx, const Tensor * w) {
     return m;
 }
 
-} // namespace
-
-Trainer::Trainer(const Model & model, const FinetuneConfig & cfg) : model_(model), cfg_(cfg) {
-    const HParams & hp = model.hparams();
-    w_.tok_embd = model.tok_embd;
-    w_.output_norm = model.output_norm;
-    w_.output = model.output;
-    w_.layers = model.layers;
-    layer_params_.resize(hp.n_layer);
-
-    auto add_param = [&](Tensor * t, std::vector<Tensor *> & group) {
-        set_param(ctx_, t);
-        ctx_.alloc_data(t->grad);
-        params_.push_back({t->name, t});
-        group.push_back(t);
-    };
-
-    if (cfg.full) {
-        // Every float tensor becomes an fp32 master (quantized ones stay frozen in their dtype).
-        auto master = [&](Tensor *& slot, std::vector<Tensor *> & group) {
-            if (!slot || !dtype_is_float(slot->type)) return;
-            slot = f32_master(ctx_, slot);
-            add_param(slot, group);
-        };
-        master(w_.tok_embd, embd_params_);
-        if (model.tied_output()) {
-            w_.output = w_.tok_embd;  // one parameter, two contributions
-            if (w_.tok_embd->has_flag(kFlagParam)) head_params_.push_back(w_.tok_embd);
-        } else {
-            master(w_.output, head_params_);
-        }
-        master(w_.output_norm, head_params_);
-        for (uint32_t il = 0; il < hp.n_layer; ++il) {
-            LayerWeights & l = w_.layers[il];
-            for (Tensor ** s : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.wo,
-                                &l.ffn_norm, &l.ffn_gate, &l.ffn_up, &l.ffn_down})
-                master(*s, layer_params_[il]);
-        }
-        return;
-    }
-
-    if (cfg.lora_rank < 1)
-        throw Error("--lora-rank must be >= 1, got " + std::to_string(cfg.lora_rank));
-    const std::vector<std::string> names = expand_lora_targets(model, cfg.lora_targets);
-    for (const std::string & n : names)
-        if (n == "output.weight")
-            throw Error("--lora-targets: 'output' (the LM head) cannot carry LoRA on the fused LM-head cross-entropy "
-                        "path; use --full to train it");
-    adapter_ = LoraAdapter::create(model, names, cfg.lora_rank, cfg.lora_alpha);
-    lora_.add(*adapter_);
-
-    // PEFT init: A ~ Kaiming-uniform(a = sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in)), B = 0. For token_embd PEFT's
-    // embedding layer does the opposite (A = 0, B ~ N(0, 1)); with llama.cpp's role swap that is our A = 0 and
-    // B normal. One seeded stream in adapter order.
-    std::mt19937_64 rng(cfg.seed);
-    for (const LoraTensor & t : adapter_->tensors()) {
-        std::vector<float> a(static_cast<size_t>(t.a->nelements()), 0.0f), b(static_cast<size_t>(t.b->nelements()), 0.0f);
-        if (t.embedding) {
-            for (float & x : b) {  // Box-Muller
-                const double u1 = 1.0 - unit(rng), u2 = unit(rng);
-                x = static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
-            }
-        } else {
-            const double bound = 1.0 / std::sqrt(static_cast<double>(t.a->ne[0]));
-            for (float & x : a) x = static_cast<float>((2.0 * unit(rng) - 1.0) * bound);
-        }
-        tensor_set_f32(t.a, a);
-        tensor_set_f32(t.b, b);
-
-        std::vector<Tensor *> * group = &embd_params_;
-        if (!t.embedding) {
-            const int il = std::stoi(t.base.substr(4));  // "blk.N...."
-            group = &layer_params_[static_cast<size_t>(il)];
-        }
-        add_param(t.a, *group);
-        add_param(t.b, *group);
-    }
-}
-
-void Trainer::zero_grads() {
-    for (const Param & p : params_) std::memset(p.t->grad->data, 0, p.t->grad->nbytes());
-}
-
-Tensor * Trainer::build_embd(Context & ctx, Tensor * ids) const {
-    Tensor * e = get_rows(ctx, w_.tok_embd, ids);
-    if (const std::vector<LoraDelta> * ds = lora_.find(model_.tok_embd))
-        for (const LoraDelta & d : *ds) {  // roles swapped (formats.md §5.3)
-            Tensor * low = mul_mat(ctx, d.b, get_rows(ctx, d.a, ids));
-            e = add(ctx, e, d.scale == 1.0f ? low : scale(ctx, low, d.scale));
-        }
-    return set_name(e, "embd");
-}
-
-Tensor * Trainer::build_head(Context & ctx, Tensor * x, Tensor * labels, float loss_scale) const {
-    Tensor * h = rms_norm(ctx, x, w_.output_norm, model_.hparams().rms_eps);
-    h = reshape(ctx, h, h->ne[0], h->ne[1] * h->ne[2] * h->ne[3]);
-    return set_name(lm_head_ce(ctx, h, w_.output, labels, loss_scale, cfg_.ce_chunk), "loss");
-}
-
-namespace {
-
 struct Inputs {
     Tensor * ids;
     Tensor * labels;
     Tensor * pos;
 };
 
+// Inputs in the context's own memory (whole-model graphs: loss() and logits()).
 Inputs make_inputs(Context & ctx, const int32_t * ids, const int32_t * labels, int64_t T, int64_t B) {
     Inputs in{};
     in.ids = ctx.new_tensor(DType::I32, T, B);
@@ -173,95 +75,369 @@ Inputs make_inputs(Context & ctx, const int32_t * ids, const int32_t * labels, i
     return in;
 }
 
-// Runs a graph whose output node `out` is copied into the leaf `dst` (same shape, contiguous f32).
-void run_into(CpuBackend & be, Graph & g, Tensor * out, Tensor * dst, int n_threads, size_t & peak) {
-    peak = std::max(peak, be.allocate(g));
-    be.compute(g, n_threads);
-    if (dst) {
-        const std::vector<float> v = tensor_get_f32(out);
-        std::memcpy(dst->data, v.data(), v.size() * sizeof(float));
+} // namespace
+
+Trainer::Trainer(const Model & model, const FinetuneConfig & cfg) : model_(model), cfg_(cfg) {
+    const HParams & hp = model.hparams();
+    w_.tok_embd = model.tok_embd;
+    w_.output_norm = model.output_norm;
+    w_.output = model.output;
+    w_.layers = model.layers;
+
+    auto add_param = [&](Tensor * t) {
+        set_param(ctx_, t);
+        ctx_.alloc_data(t->grad);
+        params_.push_back({t->name, t});
+    };
+
+    if (!(cfg.lora_dropout >= 0.0f && cfg.lora_dropout < 1.0f))
+        throw Error("--lora-dropout must be in [0, 1), got " + std::to_string(cfg.lora_dropout));
+    if (cfg.full) {
+        // Every float tensor becomes an fp32 master (quantized ones stay frozen in their dtype).
+        auto master = [&](Tensor *& slot) {
+            if (!slot || !dtype_is_float(slot->type)) return;
+            slot = f32_master(ctx_, slot);
+            add_param(slot);
+        };
+        master(w_.tok_embd);
+        if (model.tied_output()) {
+            w_.output = w_.tok_embd;  // one parameter, two owners (layer 0 and the head), two gradient slots
+            if (w_.tok_embd->has_flag(kFlagParam)) {
+                head_slot_ = ctx_.new_tensor(DType::F32, w_.tok_embd->ne);
+                head_slot_->name = w_.tok_embd->name + ".head_grad";
+                ctx_.alloc_data(head_slot_);
+            }
+        } else {
+            master(w_.output);
+        }
+        master(w_.output_norm);
+        for (uint32_t il = 0; il < hp.n_layer; ++il) {
+            LayerWeights & l = w_.layers[il];
+            for (Tensor ** s : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.wo,
+                                &l.ffn_norm, &l.ffn_gate, &l.ffn_up, &l.ffn_down})
+                master(*s);
+        }
+    } else {
+        if (cfg.lora_rank < 1)
+            throw Error("--lora-rank must be >= 1, got " + std::to_string(cfg.lora_rank));
+        const std::vector<std::string> names = expand_lora_targets(model, cfg.lora_targets);
+        for (const std::string & n : names)
+            if (n == "output.weight")
+                throw Error("--lora-targets: 'output' (the LM head) cannot carry LoRA on the fused LM-head cross-entropy "
+                            "path; use --full to train it");
+        adapter_ = LoraAdapter::create(model, names, cfg.lora_rank, cfg.lora_alpha);
+        lora_.add(*adapter_);
+
+        // PEFT init: A ~ Kaiming-uniform(a = sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in)), B = 0. For token_embd PEFT's
+        // embedding layer does the opposite (A = 0, B ~ N(0, 1)); with llama.cpp's role swap that is our A = 0 and
+        // B normal. One seeded stream in adapter order.
+        std::mt19937_64 rng(cfg.seed);
+        for (const LoraTensor & t : adapter_->tensors()) {
+            std::vector<float> a(static_cast<size_t>(t.a->nelements()), 0.0f), b(static_cast<size_t>(t.b->nelements()), 0.0f);
+            if (t.embedding) {
+                for (float & x : b) {  // Box-Muller
+                    const double u1 = 1.0 - unit(rng), u2 = unit(rng);
+                    x = static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
+                }
+            } else {
+                const double bound = 1.0 / std::sqrt(static_cast<double>(t.a->ne[0]));
+                for (float & x : a) x = static_cast<float>((2.0 * unit(rng) - 1.0) * bound);
+            }
+            tensor_set_f32(t.a, a);
+            tensor_set_f32(t.b, b);
+            add_param(t.a);
+            add_param(t.b);
+        }
     }
+
+    // The sequential view: every tensor each layer's graphs read, with its parameter index.
+    std::unordered_map<const Tensor *, int> param_index;
+    for (size_t i = 0; i < params_.size(); ++i) param_index[params_[i].t] = static_cast<int>(i);
+    auto push_one = [&](std::vector<SeqTensor> & list, Tensor * t) {
+        for (const SeqTensor & e : list)
+            if (e.t == t) return;
+        const auto it = param_index.find(t);
+        list.push_back({t, it == param_index.end() ? -1 : it->second});
+    };
+    auto push = [&](std::vector<SeqTensor> & list, Tensor * t) {
+        if (!t) return;
+        push_one(list, t);
+        if (const std::vector<LoraDelta> * ds = lora_.find(t))  // the LoRA pairs right after their base
+            for (const LoraDelta & d : *ds) {
+                push_one(list, d.a);
+                push_one(list, d.b);
+            }
+    };
+    seq_.resize(hp.n_layer + 2);
+    push(seq_.front(), w_.tok_embd);
+    for (uint32_t il = 0; il < hp.n_layer; ++il) {
+        const LayerWeights & l = w_.layers[il];
+        for (Tensor * t : {l.attn_norm, l.wq, l.wk, l.wv, l.bq, l.bk, l.bv, l.q_norm, l.k_norm, l.wo, l.ffn_norm, l.ffn_gate,
+                           l.ffn_up, l.ffn_down})
+            push(seq_[il + 1], t);
+    }
+    push(seq_.back(), w_.output_norm);
+    push(seq_.back(), w_.output);
+}
+
+void Trainer::zero_grads() {
+    for (const Param & p : params_) std::memset(p.t->grad->data, 0, p.t->grad->nbytes());
+    if (head_slot_) std::memset(head_slot_->data, 0, head_slot_->nbytes());
+}
+
+void Trainer::collect_grads() {
+    if (!head_slot_) return;
+    float * g = w_.tok_embd->grad->data_as<float>();
+    const float * h = head_slot_->data_as<float>();
+    for (int64_t i = 0, n = head_slot_->nelements(); i < n; ++i) g[i] = h[i] + g[i];  // head slot first, as RoundPipe's hand-off
+    std::memset(head_slot_->data, 0, head_slot_->nbytes());
+}
+
+std::string Trainer::seq_layer_name(int layer) const {
+    if (layer == 0) return "embedding";
+    if (layer == num_seq_layers() - 1) return "head";
+    return "blk." + std::to_string(layer - 1);
+}
+
+size_t Trainer::hidden_bytes(const MicroBatchInfo & mb) const {
+    return static_cast<size_t>(model_.hparams().n_embd) * static_cast<size_t>(mb.tokens()) * sizeof(float);
+}
+
+Tensor * Trainer::build_embd(Context & ctx, const Weights & w, const LoraSet & lora, Tensor * ids) const {
+    Tensor * e = get_rows(ctx, w.tok_embd, ids);
+    if (const std::vector<LoraDelta> * ds = lora.find(w.tok_embd))
+        for (const LoraDelta & d : *ds) {  // roles swapped (formats.md §5.3)
+            Tensor * low = mul_mat(ctx, d.b, get_rows(ctx, d.a, ids));
+            e = add(ctx, e, d.scale == 1.0f ? low : scale(ctx, low, d.scale));
+        }
+    return set_name(e, "embd");
+}
+
+Tensor * Trainer::build_head(Context & ctx, const Weights & w, Tensor * x, Tensor * labels, float loss_scale) const {
+    Tensor * h = rms_norm(ctx, x, w.output_norm, model_.hparams().rms_eps);
+    h = reshape(ctx, h, h->ne[0], h->ne[1] * h->ne[2] * h->ne[3]);
+    return set_name(lm_head_ce(ctx, h, w.output, labels, loss_scale, cfg_.ce_chunk), "loss");
+}
+
+// A layer's tensors rebound to memory: copies of the seq tensors in one program's context, the weights struct
+// and LoRA set the graph builders read, and the trainable copies (with grads) for build_backward.
+struct Trainer::Bound {
+    Weights w{};
+    LayerWeights layer{};
+    LoraSet lora;
+    std::vector<Tensor *> params;
+};
+
+Trainer::Bound Trainer::bind(Context & ctx, int layer, const LayerMemory & mem, bool with_grads, const MicroBatchInfo & mb) const {
+    const std::vector<SeqTensor> & list = seq_tensors(layer);
+    if (mem.data.size() != list.size() || (with_grads && mem.grad.size() != list.size()))
+        throw Error("layer " + seq_layer_name(layer) + ": memory for " + std::to_string(mem.data.size()) + " tensors, the layer has " +
+                    std::to_string(list.size()));
+    std::unordered_map<const Tensor *, Tensor *> map;
+    Bound b;
+    for (size_t i = 0; i < list.size(); ++i) {
+        const Tensor * src = list[i].t;
+        Tensor * d = ctx.new_tensor(src->type, src->ne);
+        d->name = src->name;
+        d->data = mem.data[i];
+        if (with_grads && list[i].param >= 0) {
+            set_param(ctx, d);
+            d->grad->data = mem.grad[i];
+            b.params.push_back(d);
+        }
+        map[src] = d;
+    }
+    auto m = [&](Tensor * t) -> Tensor * {
+        if (!t) return nullptr;
+        const auto it = map.find(t);
+        return it == map.end() ? nullptr : it->second;
+    };
+    b.w.tok_embd = m(w_.tok_embd);
+    b.w.output_norm = m(w_.output_norm);
+    b.w.output = m(w_.output);
+    if (layer >= 1 && layer <= static_cast<int>(w_.layers.size())) {
+        const LayerWeights & l = w_.layers[static_cast<size_t>(layer - 1)];
+        b.layer = l;
+        for (Tensor ** s : {&b.layer.attn_norm, &b.layer.wq, &b.layer.wk, &b.layer.wv, &b.layer.bq, &b.layer.bk, &b.layer.bv,
+                            &b.layer.q_norm, &b.layer.k_norm, &b.layer.wo, &b.layer.ffn_norm, &b.layer.ffn_gate, &b.layer.ffn_up,
+                            &b.layer.ffn_down})
+            *s = m(*s);
+    }
+    for (const SeqTensor & st : list)
+        if (const std::vector<LoraDelta> * ds = lora_.find(st.t))
+            for (const LoraDelta & d : *ds) b.lora.add(m(st.t), {m(d.a), m(d.b), d.scale});
+    b.lora.dropout = {cfg_.lora_dropout, cfg_.seed, mb.step, mb.seq_offset, mb.seq_len};
+    return b;
+}
+
+LayerMemory Trainer::host_memory(int layer) const {
+    LayerMemory mem;
+    const bool head = layer == num_seq_layers() - 1;
+    for (const SeqTensor & st : seq_tensors(layer)) {
+        mem.data.push_back(st.t->data);
+        float * g = nullptr;
+        if (st.param >= 0) g = head && head_slot_ && st.t == w_.tok_embd ? head_slot_->data_as<float>() : st.t->grad->data_as<float>();
+        mem.grad.push_back(g);
+    }
+    return mem;
+}
+
+void Trainer::run_graph(Graph & g, ProgramContext & pc, const std::function<void()> & read_back) const {
+    CpuBackend be;
+    size_t bytes = 0;
+    if (pc.device) {
+        bytes = be.plan(g);
+        void * buf = pc.device->allocate(bytes, "graph buffer");
+        try {
+            be.bind(g, buf);
+            be.compute(g, pc.n_threads);
+            if (read_back) read_back();
+        } catch (...) {
+            pc.device->free(buf);
+            throw;
+        }
+        pc.device->free(buf);
+    } else {
+        bytes = be.allocate(g);
+        be.compute(g, pc.n_threads);
+        if (read_back) read_back();
+    }
+    size_t prev = peak_graph_bytes_.load();
+    while (bytes > prev && !peak_graph_bytes_.compare_exchange_weak(prev, bytes)) {}
+}
+
+namespace {
+
+// A leaf over caller memory.
+Tensor * leaf(Context & ctx, DType type, const void * data, int64_t ne0, int64_t ne1 = 1, int64_t ne2 = 1) {
+    Tensor * t = ctx.new_tensor(type, ne0, ne1, ne2);
+    t->data = const_cast<void *>(data);
+    t->flags |= kFlagInput;
+    return t;
+}
+
+// Positions 0 .. T-1, shared by the micro-batch's sequences (regenerated by every program, never shipped).
+Tensor * positions(Context & ctx, int64_t T) {
+    Tensor * pos = ctx.new_tensor(DType::I32, T);
+    ctx.alloc_data(pos);
+    for (int64_t t = 0; t < T; ++t) pos->data_as<int32_t>()[t] = static_cast<int32_t>(t);
+    pos->flags |= kFlagInput;
+    return pos;
+}
+
+// A hidden-state leaf that is a parameter of the graph: its gradient goes to `grad` (zeroed first).
+Tensor * hidden_param(Context & ctx, const void * data, void * grad, size_t bytes, int64_t n_embd, int64_t T, int64_t B) {
+    Tensor * x = leaf(ctx, DType::F32, data, n_embd, T, B);
+    set_param(ctx, x);
+    std::memset(grad, 0, bytes);
+    x->grad->data = grad;
+    return x;
 }
 
 } // namespace
 
-double Trainer::accumulate(const int32_t * ids, const int32_t * labels, int64_t T, int64_t B, float loss_scale,
-                           int n_threads) {
+void Trainer::seq_forward(int layer, const LayerMemory & mem, const void * in, void * out, const MicroBatchInfo & mb,
+                          ProgramContext & pc) const {
     const HParams & hp = model_.hparams();
-    const int64_t L = hp.n_layer;
-    Context ctx;  // this micro-batch's graphs, checkpoints and activation gradients
-    const Inputs in = make_inputs(ctx, ids, labels, T, B);
-    CpuBackend be;
-
-    // Checkpoints: the input of every layer, and of the tail (cp[L]). Each gets a gradient buffer.
-    std::vector<Tensor *> cp(static_cast<size_t>(L + 1));
-    for (Tensor *& c : cp) {
-        c = ctx.new_tensor(DType::F32, hp.n_embd, T, B);
-        ctx.alloc_data(c);
-        set_param(ctx, c);
-        ctx.alloc_data(c->grad);
-        c->flags |= kFlagInput;
+    const int64_t T = mb.seq_len, B = mb.n_seq;
+    Context ctx;
+    const Bound b = bind(ctx, layer, mem, false, mb);
+    Tensor * y = nullptr;
+    if (layer == 0) {
+        y = build_embd(ctx, b.w, b.lora, leaf(ctx, DType::I32, in, T, B));
+    } else {
+        Tensor * x = leaf(ctx, DType::F32, in, hp.n_embd, T, B);
+        y = build_layer(ctx, hp, b.layer, layer - 1, x, positions(ctx, T), &b.lora);
     }
+    y->flags |= kFlagOutput;
+    Graph g;
+    build_forward(g, y);
+    run_graph(g, pc, [&] {
+        const std::vector<float> v = tensor_get_f32(y);
+        std::memcpy(out, v.data(), v.size() * sizeof(float));
+    });
+}
 
-    // Forward: embedding, then one graph per layer (only the layer inputs are kept).
-    {
-        Tensor * e = build_embd(ctx, in.ids);
-        e->flags |= kFlagOutput;
-        Graph g;
+void Trainer::seq_head(const LayerMemory & mem, const void * in, const int32_t * labels, float * loss, void * din,
+                       const MicroBatchInfo & mb, ProgramContext & pc) const {
+    const HParams & hp = model_.hparams();
+    const int64_t T = mb.seq_len, B = mb.n_seq;
+    Context ctx;
+    const Bound b = bind(ctx, num_seq_layers() - 1, mem, true, mb);
+    Tensor * x = hidden_param(ctx, in, din, hidden_bytes(mb), hp.n_embd, T, B);
+    Tensor * l = build_head(ctx, b.w, x, leaf(ctx, DType::I32, labels, T * B), mb.loss_scale);
+    Graph g;
+    build_forward(g, l);
+    std::vector<Tensor *> ps = b.params;
+    ps.push_back(x);
+    build_backward(ctx, g, l, ps);
+    run_graph(g, pc, [&] { *loss = tensor_get_f32(l)[0]; });
+}
+
+void Trainer::seq_backward(int layer, const LayerMemory & mem, const void * in, const void * dout, void * din,
+                           const MicroBatchInfo & mb, ProgramContext & pc) const {
+    const HParams & hp = model_.hparams();
+    const int64_t T = mb.seq_len, B = mb.n_seq;
+    Context ctx;
+    const Bound b = bind(ctx, layer, mem, true, mb);
+    Tensor * dy = leaf(ctx, DType::F32, dout, hp.n_embd, T, B);
+    Graph g;
+    if (layer == 0) {
+        if (b.params.empty()) return;  // nothing trainable in the embedding, and ids have no gradient
+        Tensor * e = build_embd(ctx, b.w, b.lora, leaf(ctx, DType::I32, in, T, B));
         build_forward(g, e);
-        run_into(be, g, e, cp[0], n_threads, peak_graph_bytes_);
-    }
-    for (int64_t il = 0; il < L; ++il) {
-        Tensor * y = build_layer(ctx, hp, w_.layers[static_cast<size_t>(il)], static_cast<int>(il), cp[il], in.pos, &lora_);
-        y->flags |= kFlagOutput;
-        Graph g;
+        build_backward(ctx, g, e, dy, b.params);
+    } else {
+        Tensor * x = hidden_param(ctx, in, din, hidden_bytes(mb), hp.n_embd, T, B);
+        Tensor * y = build_layer(ctx, hp, b.layer, layer - 1, x, positions(ctx, T), &b.lora);
         build_forward(g, y);
-        run_into(be, g, y, cp[il + 1], n_threads, peak_graph_bytes_);
+        std::vector<Tensor *> ps = b.params;
+        ps.push_back(x);
+        build_backward(ctx, g, y, dy, ps);
     }
+    run_graph(g, pc);
+}
 
-    // Tail: final norm + LM head + CE and its backward in one graph.
-    double loss_value = 0.0;
-    {
-        Tensor * loss = build_head(ctx, cp[L], in.labels, loss_scale);
-        Graph g;
-        build_forward(g, loss);
-        std::vector<Tensor *> ps = head_params_;
-        ps.push_back(cp[L]);
-        build_backward(ctx, g, loss, ps);
-        run_into(be, g, loss, nullptr, n_threads, peak_graph_bytes_);
-        loss_value = tensor_get_f32(loss)[0];
-    }
+double Trainer::accumulate(const int32_t * ids, const int32_t * labels, int64_t T, int64_t B, float loss_scale,
+                           int n_threads, int64_t step, int64_t seq_offset) {
+    MicroBatchInfo mb;
+    mb.seq_len = T;
+    mb.n_seq = B;
+    mb.loss_scale = loss_scale;
+    mb.step = step;
+    mb.seq_offset = seq_offset;
+    ProgramContext pc;
+    pc.n_threads = n_threads;
+    const int L = num_seq_layers();
+    const size_t H = hidden_bytes(mb) / sizeof(float);
 
-    // Backward per layer, last to first, recomputing each layer from its checkpoint.
-    for (int64_t il = L - 1; il >= 0; --il) {
-        Tensor * y = build_layer(ctx, hp, w_.layers[static_cast<size_t>(il)], static_cast<int>(il), cp[il], in.pos, &lora_);
-        Graph g;
-        build_forward(g, y);
-        std::vector<Tensor *> ps = layer_params_[static_cast<size_t>(il)];
-        ps.push_back(cp[il]);
-        build_backward(ctx, g, y, cp[il + 1]->grad, ps);
-        run_into(be, g, y, nullptr, n_threads, peak_graph_bytes_);
+    // Forward: the input of every layer (the checkpoints) is kept; the head runs forward + backward at once.
+    std::vector<std::vector<float>> act(static_cast<size_t>(L));
+    for (int l = 0; l < L - 1; ++l) {
+        act[static_cast<size_t>(l + 1)].resize(H);
+        seq_forward(l, host_memory(l), l == 0 ? static_cast<const void *>(ids) : act[static_cast<size_t>(l)].data(),
+                    act[static_cast<size_t>(l + 1)].data(), mb, pc);
     }
-
-    // Embedding backward (token_embd or its LoRA pair).
-    if (!embd_params_.empty()) {
-        Tensor * e = build_embd(ctx, in.ids);
-        Graph g;
-        build_forward(g, e);
-        build_backward(ctx, g, e, cp[0]->grad, embd_params_);
-        run_into(be, g, e, nullptr, n_threads, peak_graph_bytes_);
+    float loss = 0.0f;
+    std::vector<float> d(H), d_in(H);
+    seq_head(host_memory(L - 1), act[static_cast<size_t>(L - 1)].data(), labels, &loss, d.data(), mb, pc);
+    // Backward, last layer to first, each recomputed from its checkpoint.
+    for (int l = L - 2; l >= 0; --l) {
+        seq_backward(l, host_memory(l), l == 0 ? static_cast<const void *>(ids) : act[static_cast<size_t>(l)].data(), d.data(),
+                     l == 0 ? nullptr : d_in.data(), mb, pc);
+        std::swap(d, d_in);
     }
-    return loss_value;
+    return loss;
 }
 
 double Trainer::loss(const int32_t * ids, const int32_t * labels, int64_t T, int64_t B, float loss_scale, int n_threads) {
     const HParams & hp = model_.hparams();
     Context ctx;
     const Inputs in = make_inputs(ctx, ids, labels, T, B);
-    Tensor * x = build_embd(ctx, in.ids);
+    Tensor * x = build_embd(ctx, w_, lora_, in.ids);
     for (uint32_t il = 0; il < hp.n_layer; ++il)
         x = build_layer(ctx, hp, w_.layers[il], static_cast<int>(il), x, in.pos, &lora_);
-    Tensor * l = build_head(ctx, cont_if_needed(ctx, x), in.labels, loss_scale);
+    Tensor * l = build_head(ctx, w_, cont_if_needed(ctx, x), in.labels, loss_scale);
     l->flags |= kFlagOutput;
     Graph g;
     build_forward(g, l);
@@ -275,7 +451,7 @@ std::vector<float> Trainer::logits(const int32_t * ids, int64_t T, int n_threads
     const HParams & hp = model_.hparams();
     Context ctx;
     const Inputs in = make_inputs(ctx, ids, nullptr, T, 1);
-    Tensor * x = build_embd(ctx, in.ids);
+    Tensor * x = build_embd(ctx, w_, lora_, in.ids);
     for (uint32_t il = 0; il < hp.n_layer; ++il)
         x = build_layer(ctx, hp, w_.layers[il], static_cast<int>(il), x, in.pos, &lora_);
     Tensor * h = rms_norm(ctx, x, w_.output_norm, hp.rms_eps);

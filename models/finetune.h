@@ -11,16 +11,29 @@
 // A tied head is one parameter (token_embd) that gets two contributions (head and embedding), summed.
 // Each graph holds one layer's activations: this is the unit RoundPipe distributes as a stage.
 //
+// The same per-layer programs (seq_forward / seq_head / seq_backward over the sequential view: layer 0 = the
+// embedding, 1..n_layer = the decoder blocks, n_layer + 1 = final norm + LM head + loss) run here on host
+// memory and, through models/training_program.h, on RoundPipe's devices: one code path, so the pipeline
+// reproduces single-device training bit for bit.
+//
+// Gradient slots: a tied head (token_embd read by layer 0 and by the last layer) keeps one gradient slot per
+// owning layer; each slot accumulates over micro-batches and calls in order, and collect_grads() sums them
+// once per step (RoundPipe's grad hand-off does the same sum, roundpipe.md §5).
+//
 // The loss of a micro-batch is loss_scale * (sum of its unmasked token losses); pass loss_scale = 1 / (the
 // unmasked tokens of the whole batch) so the split into micro-batches never changes the mean.
 #pragma once
 
 #include "ggml_rp/core/context.h"
+#include "ggml_rp/core/graph.h"
+#include "ggml_rp/roundpipe/program.h"
 #include "models/layer.h"
 #include "models/lora.h"
 #include "models/model.h"
 
 #include <cstdint>
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,6 +48,7 @@ struct FinetuneConfig {
     std::vector<std::string> lora_targets = default_lora_targets();  // short names: "attn_q", "ffn_up", ...
     int64_t lora_rank = 8;
     float lora_alpha = 16.0f;
+    float lora_dropout = 0.0f;                      // PEFT's lora_dropout, in [0, 1)
     uint64_t seed = 42;                             // LoRA init
     int64_t ce_chunk = 4096;                        // vocabulary rows per LM-head chunk
 };
@@ -59,13 +73,18 @@ public:
     // The LoRA adapter being trained (nullptr for a full finetune).
     LoraAdapter * adapter() const { return adapter_.get(); }
 
+    // Zeroes every gradient and gradient slot (start of a step).
     void zero_grads();
+    // Folds the per-owner slots of tied tensors into params()' grads: call once per step, after the last
+    // accumulate() and before reading the gradients.
+    void collect_grads();
 
     // Forward + backward of one micro-batch of n_seq sequences of seq_len tokens (ids and labels laid out
     // [n_seq][seq_len], label -1 = masked). Gradients are ADDED to each param's grad. Returns the loss
     // (loss_scale * sum of the unmasked token losses of this micro-batch).
+    // step and seq_offset (the index of the first of these sequences in the step's batch) key the dropout masks.
     double accumulate(const int32_t * ids, const int32_t * labels, int64_t seq_len, int64_t n_seq, float loss_scale,
-                      int n_threads = 0);
+                      int n_threads = 0, int64_t step = 0, int64_t seq_offset = 0);
 
     // Forward only: loss_scale * sum of the unmasked token losses.
     double loss(const int32_t * ids, const int32_t * labels, int64_t seq_len, int64_t n_seq, float loss_scale,
@@ -78,8 +97,24 @@ public:
     // float dtype (full). Temp file + rename.
     void save(const std::string & path) const;
 
-    // Peak graph buffer bytes of the last accumulate() (the largest per-layer graph).
-    size_t peak_graph_bytes() const { return peak_graph_bytes_; }
+    // Peak graph buffer bytes of the programs run so far (the largest per-layer graph).
+    size_t peak_graph_bytes() const { return peak_graph_bytes_.load(); }
+
+    // ---- the sequential view and its per-layer programs (program.h documents the contract) ----
+    struct SeqTensor {
+        Tensor * t;      // what the graphs read: a model weight (frozen) or an fp32 master / LoRA factor
+        int param;       // index into params(), or -1
+    };
+    int num_seq_layers() const { return static_cast<int>(seq_.size()); }
+    const std::vector<SeqTensor> & seq_tensors(int layer) const { return seq_[static_cast<size_t>(layer)]; }
+    std::string seq_layer_name(int layer) const;
+    size_t hidden_bytes(const MicroBatchInfo & mb) const;
+    void seq_forward(int layer, const LayerMemory & w, const void * in, void * out, const MicroBatchInfo & mb,
+                     ProgramContext & pc) const;
+    void seq_head(const LayerMemory & w, const void * in, const int32_t * labels, float * loss, void * din,
+                  const MicroBatchInfo & mb, ProgramContext & pc) const;
+    void seq_backward(int layer, const LayerMemory & w, const void * in, const void * dout, void * din,
+                      const MicroBatchInfo & mb, ProgramContext & pc) const;
 
 private:
     struct Weights {  // what the graphs read: the model's leafs, or the fp32 masters
@@ -88,9 +123,14 @@ private:
         Tensor * output;
         std::vector<LayerWeights> layers;
     };
-    Tensor * build_embd(Context & ctx, Tensor * ids) const;
-    Tensor * build_head(Context & ctx, Tensor * x, Tensor * labels, float loss_scale) const;
-    std::vector<Tensor *> layer_params(int il) const;
+    struct Bound;  // a layer's tensors rebound to LayerMemory inside one program's context
+    Bound bind(Context & ctx, int layer, const LayerMemory & mem, bool with_grads, const MicroBatchInfo & mb) const;
+    LayerMemory host_memory(int layer) const;  // the tensors' own data, grads into their slots
+    // Runs g in scratch memory of pc's device (or the host); read_back copies results out before it is freed.
+    void run_graph(Graph & g, ProgramContext & pc, const std::function<void()> & read_back = {}) const;
+
+    Tensor * build_embd(Context & ctx, const Weights & w, const LoraSet & lora, Tensor * ids) const;
+    Tensor * build_head(Context & ctx, const Weights & w, Tensor * x, Tensor * labels, float loss_scale) const;
 
     const Model & model_;
     FinetuneConfig cfg_;
@@ -99,9 +139,9 @@ private:
     LoraSet lora_;
     Weights w_;
     std::vector<Param> params_;
-    std::vector<std::vector<Tensor *>> layer_params_;
-    std::vector<Tensor *> embd_params_, head_params_;
-    size_t peak_graph_bytes_ = 0;
+    std::vector<std::vector<SeqTensor>> seq_;  // per sequential layer
+    Tensor * head_slot_ = nullptr;              // tied head: the head's own gradient slot of token_embd
+    mutable std::atomic<size_t> peak_graph_bytes_{0};
 };
 
 } // namespace rp

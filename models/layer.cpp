@@ -16,9 +16,31 @@ const std::vector<LoraDelta> * LoraSet::find(const Tensor * base) const {
     return it == map_.end() ? nullptr : &it->second;
 }
 
+namespace {
+
+uint64_t name_hash(const std::string & s) {  // FNV-1a: a stable module id for the dropout key
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+    return h;
+}
+
+} // namespace
+
 Tensor * build_linear(Context & ctx, Tensor * W, Tensor * x, const LoraSet * lora) {
     const std::vector<LoraDelta> * ds = lora ? lora->find(W) : nullptr;
     if (!ds || ds->empty()) return mul_mat(ctx, W, x);
+    if (lora->dropout.p > 0.0f) {  // the LoRA branch reads its own dropped-out copy of x
+        const LoraDropout & dp = lora->dropout;
+        Tensor * y = mul_mat(ctx, W, x);
+        for (size_t i = 0; i < ds->size(); ++i) {
+            const LoraDelta & d = (*ds)[i];
+            const uint64_t key = rng_key(dp.seed, static_cast<uint64_t>(dp.step), name_hash(W->name), i);
+            const uint64_t offset = static_cast<uint64_t>(dp.seq_offset) * static_cast<uint64_t>(dp.seq_len) * static_cast<uint64_t>(x->ne[0]);
+            Tensor * low = mul_mat(ctx, d.b, mul_mat(ctx, d.a, dropout(ctx, x, dp.p, key, offset)));
+            y = add(ctx, y, d.scale == 1.0f ? low : scale(ctx, low, d.scale));
+        }
+        return y;
+    }
     Tensor * y = lora_linear(ctx, W, (*ds)[0].a, (*ds)[0].b, x, (*ds)[0].scale);
     for (size_t i = 1; i < ds->size(); ++i) {  // further adapters on the same weight add up
         const LoraDelta & d = (*ds)[i];

@@ -24,10 +24,24 @@ struct LoraDelta {
     float scale;
 };
 
+// LoRA dropout in training graphs (PEFT: y = W x + scale * B(A(dropout(x))), one independent mask per module).
+// The mask is a pure function of (seed, step, the base weight's name, the element's position in the step's
+// batch), drawn from a counter-based generator: a recompute on another device, or a different split of the
+// batch into micro-batches, sees the same mask (roundpipe.md §4). p = 0: no dropout (inference, evaluation).
+struct LoraDropout {
+    float p = 0.0f;
+    uint64_t seed = 0;
+    int64_t step = 0;
+    int64_t seq_offset = 0;  // index of the graph's first sequence in the step's batch
+    int64_t seq_len = 0;
+};
+
 // The LoRA updates active in a graph, keyed by the base weight they modify. Several adapters add up.
 // Holds pointers only: the adapters (or trainable A/B tensors) must outlive it.
 class LoraSet {
 public:
+    LoraDropout dropout;
+
     // Every pair of `adapter`, with scale = user_scale * alpha / r (user_scale when alpha = 0).
     void add(const LoraAdapter & adapter, float user_scale = 1.0f);
     void add(const Tensor * base, const LoraDelta & d) { map_[base].push_back(d); }

@@ -14,7 +14,7 @@ mkdir -p "$OUT"
 "$BUILD_DIR"/bin/rp-gguf info "$MODEL" | sed -n 1,4p
 "$BUILD_DIR"/bin/rp-finetune -m "$MODEL" --data "$DATA" -o "$OUT/stories260K-lora.gguf" \
   --lora-rank 8 --lora-alpha 16 --seq-len 64 --batch 8 --steps ${STEPS:-40} --lr 3e-3 --warmup 5 \
-  --schedule cosine --val-split 0.1 --eval-every 20 --seed 42
+  --lr-schedule cosine --val-split 0.1 --eval-every 20 --seed 42
 echo "== the base model:"
 "$BUILD_DIR"/bin/rp-generate -m "$MODEL" -p "Once upon a time" -n 48 --temp 0
 echo

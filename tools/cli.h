@@ -4,6 +4,7 @@
 
 #include "gguf/error.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -50,6 +51,28 @@ inline float parse_float(const std::string & flag, const std::string & v, float 
     if (!(x >= lo && x <= hi))
         throw rp::Error(flag + ": '" + v + "' is not a number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
     return x;
+}
+
+// A byte count: an integer with an optional binary suffix K, M, G, T (also KiB, MiB, ... and KB, MB, ...,
+// all powers of 1024, as for memory sizes), e.g. "64M", "1.5G", "4096".
+inline size_t parse_size(const std::string & flag, const std::string & v) {
+    char * end = nullptr;
+    errno = 0;
+    const double x = std::strtod(v.c_str(), &end);
+    std::string unit(end ? end : "");
+    for (char & c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    if (unit.size() >= 2 && unit.back() == 'B') unit.pop_back();
+    if (unit.size() == 2 && unit.back() == 'I') unit.pop_back();
+    double mul = 1;
+    if (unit == "K") mul = 1024.0;
+    else if (unit == "M") mul = 1024.0 * 1024;
+    else if (unit == "G") mul = 1024.0 * 1024 * 1024;
+    else if (unit == "T") mul = 1024.0 * 1024 * 1024 * 1024;
+    else if (!unit.empty() && unit != "B") mul = -1;
+    const double bytes = x * mul;
+    if (v.empty() || end == v.c_str() || errno != 0 || mul < 0 || !(bytes >= 1) || bytes > 9.0e18)
+        throw rp::Error(flag + ": '" + v + "' is not a size (e.g. 4096, 64M, 1.5G)");
+    return static_cast<size_t>(bytes);
 }
 
 } // namespace rp::cli

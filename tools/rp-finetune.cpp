@@ -1,4 +1,5 @@
-// rp-finetune: LoRA or full finetuning of a GGUF model on one device (CPU).
+// rp-finetune: LoRA or full finetuning of a GGUF model, on the host (CPU) or pipelined by the RoundPipe
+// runtime over N devices (--devices N: CPU virtual devices with a bounded memory and an optional link model).
 //
 //   rp-finetune -m BASE.gguf --data FILE -o OUT.gguf [options]     (see --help)
 //
@@ -21,10 +22,17 @@
 #include "models/lora.h"
 #include "models/model.h"
 #include "models/tokenizer.h"
+#include "models/training_program.h"
+#include "ggml_rp/roundpipe/pipeline.h"
+#include "ggml_rp/roundpipe/trace.h"
+#include "ggml_rp/runtime/arena.h"
+#include "ggml_rp/runtime/cpu_device.h"
+#include "ggml_rp/runtime/link_model.h"
 
 #include <sys/resource.h>
 
 #include <cerrno>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -32,8 +40,10 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -48,6 +58,7 @@ void usage(FILE * f) {
                  "      --lora-rank N       (default 8)\n"
                  "      --lora-alpha A      (default 16)\n"
                  "      --lora-targets L    comma-separated (default attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up,ffn_down)\n"
+                 "      --lora-dropout P    dropout on the LoRA branch input, in [0, 1) (default 0)\n"
                  "      --seq-len N         tokens per sequence (default 64)\n"
                  "      --batch N           sequences per optimizer step (default 8)\n"
                  "      --micro-batches M   split each batch in M parts, gradients accumulated (default 1)\n"
@@ -60,7 +71,7 @@ void usage(FILE * f) {
                  "      --steps N           optimizer steps (overrides --epochs)\n"
                  "      --stop-at N         stop after step N (checkpoint written), keeping the schedule of --steps\n"
                  "      --warmup N          linear warmup steps (default 0)\n"
-                 "      --schedule NAME     cosine | linear | constant (default cosine)\n"
+                 "      --lr-schedule NAME  cosine | linear | constant (default cosine)\n"
                  "      --clip X            global gradient-norm clipping, 0 = off (default 1)\n"
                  "      --seed N            data order, split and LoRA init (default 42)\n"
                  "  -t, --threads N         CPU threads (default: all)\n"
@@ -69,6 +80,14 @@ void usage(FILE * f) {
                  "      --eval-every N      validation loss every N steps (and at the end) when --val-split > 0\n"
                  "      --val-split F       fraction of the sequences held out for validation (default 0)\n"
                  "      --dump-grads FILE   the accumulated gradients of the first step, before clipping (GGUF)\n"
+                 "RoundPipe (roundpipe.md): the model stays in host memory, layers stream to the devices round-robin\n"
+                 "      --devices N         train through the RoundPipe runtime on N CPU virtual devices (default 0: host)\n"
+                 "      --device-mem SIZE   memory of each device, e.g. 64M (default 256M)\n"
+                 "      --link BW,LAT       host<->device link model, e.g. 32GB/s,10us (default: memcpy speed)\n"
+                 "      --schedule NAME     roundpipe | gpipe | 1f1b (default roundpipe; the baselines bind stages to devices)\n"
+                 "      --sync | --async    optimizer step synchronous, or overlapped with the next step (staleness 1; default sync)\n"
+                 "      --recompute GRAIN   stage | layer: what a backward job recomputes from (default stage)\n"
+                 "      --trace FILE        Chrome trace of every stream operation (draw it with rp-trace)\n"
                  "  -h, --help              this text\n");
 }
 
@@ -112,6 +131,10 @@ double peak_rss_mib() {
 int main(int argc, char ** argv) {
     try {
         std::string model_path, data_path, out_path, resume, dump_grads, optimizer = "adamw", schedule = "cosine";
+        std::string link, trace_path;
+        rp::PipelineOptions popt;
+        long long n_devices = 0;
+        size_t device_mem = size_t(256) << 20;
         rp::FinetuneConfig cfg;
         long long seq_len = 64, batch = 8, micro = 1, epochs = 1, steps = 0, stop_at = 0, warmup = 0, seed = 42;
         long long threads = 0, save_every = 0, eval_every = 0;
@@ -129,6 +152,7 @@ int main(int argc, char ** argv) {
             else if (a == "--lora-rank") cfg.lora_rank = parse_int(a, value(), -(1LL << 30), 1LL << 30);
             else if (a == "--lora-alpha") cfg.lora_alpha = parse_float(a, value());
             else if (a == "--lora-targets") cfg.lora_targets = split_commas(value());
+            else if (a == "--lora-dropout") cfg.lora_dropout = parse_float(a, value());
             else if (a == "--seq-len") seq_len = parse_int(a, value(), 1, 1 << 30);
             else if (a == "--batch") batch = parse_int(a, value(), 1, 1 << 20);
             else if (a == "--micro-batches") micro = parse_int(a, value(), 1, 1 << 20);
@@ -141,7 +165,24 @@ int main(int argc, char ** argv) {
             else if (a == "--steps") steps = parse_int(a, value(), 1, 1LL << 40);
             else if (a == "--stop-at") stop_at = parse_int(a, value(), 1, 1LL << 40);
             else if (a == "--warmup") warmup = parse_int(a, value(), 0, 1LL << 40);
-            else if (a == "--schedule") schedule = value();
+            else if (a == "--lr-schedule") schedule = value();
+            else if (a == "--schedule") {  // the pipeline schedule; the LR schedule names are accepted for compatibility
+                const std::string v = value();
+                if (v == "cosine" || v == "linear" || v == "constant") schedule = v;
+                else popt.schedule = rp::schedule_from_name(v);
+            }
+            else if (a == "--devices") n_devices = parse_int(a, value(), 1, 64);
+            else if (a == "--device-mem") device_mem = rp::cli::parse_size(a, value());
+            else if (a == "--link") link = value();
+            else if (a == "--sync") popt.async = false;
+            else if (a == "--async") popt.async = true;
+            else if (a == "--recompute") {
+                const std::string v = value();
+                if (v == "stage") popt.grain = rp::RecomputeGrain::Stage;
+                else if (v == "layer") popt.grain = rp::RecomputeGrain::Layer;
+                else throw rp::Error("--recompute: '" + v + "' is not stage or layer");
+            }
+            else if (a == "--trace") trace_path = value();
             else if (a == "--clip") clip = parse_float(a, value());
             else if (a == "--seed") seed = parse_int(a, value(), 0, (1LL << 62));
             else if (a == "-t" || a == "--threads") threads = parse_int(a, value(), 0, 4096);
@@ -160,6 +201,11 @@ int main(int argc, char ** argv) {
         if (micro > batch)
             throw rp::Error("--micro-batches " + std::to_string(micro) + " exceeds --batch " + std::to_string(batch));
         if (clip < 0) throw rp::Error("--clip must be >= 0");
+        if (n_devices == 0 && (!link.empty() || !trace_path.empty() || popt.async || popt.schedule != rp::ScheduleKind::RoundPipe))
+            throw rp::Error("--link, --trace, --async and --schedule " + std::string(rp::schedule_name(popt.schedule)) +
+                            " need --devices N (the RoundPipe runtime)");
+        std::optional<rp::LinkModel> link_model;
+        if (!link.empty()) link_model = rp::LinkModel::parse(link);
         cfg.seed = static_cast<uint64_t>(seed);
 
         rp::OptimizerConfig ocfg;
@@ -213,6 +259,36 @@ int main(int argc, char ** argv) {
             }
         }
 
+        // The RoundPipe runtime (after --resume, so that it starts from the resumed masters).
+        rp::TraceRecorder recorder;
+        std::unique_ptr<rp::ModelProgram> program;
+        std::vector<std::unique_ptr<rp::CpuDevice>> devices;
+        std::unique_ptr<rp::Pipeline> pipe;
+        if (n_devices > 0) {
+            program = std::make_unique<rp::ModelProgram>(tr);
+            std::vector<rp::Device *> ptrs;
+            for (long long i = 0; i < n_devices; ++i) {
+                rp::CpuDeviceOptions o;
+                o.memory_bytes = device_mem;
+                o.link = link_model;
+                if (!trace_path.empty()) o.hook = recorder.hook();
+                devices.push_back(std::make_unique<rp::CpuDevice>(static_cast<int>(i), o));
+                ptrs.push_back(devices.back().get());
+                recorder.name_device(static_cast<int>(i), devices.back()->name());
+            }
+            const long long hw = threads > 0 ? threads : std::max(1u, std::thread::hardware_concurrency());
+            popt.threads_per_device = static_cast<int>(std::max<long long>(1, hw / n_devices));
+            pipe = std::make_unique<rp::Pipeline>(*program, ptrs, popt);
+            std::fprintf(stderr, "RoundPipe: %lld devices x %s%s, schedule %s, %s steps, recompute %s\n", n_devices,
+                         rp::format_bytes(device_mem).c_str(), link_model ? (", link " + link_model->to_string()).c_str() : "",
+                         rp::schedule_name(popt.schedule), popt.async ? "async" : "sync",
+                         popt.grain == rp::RecomputeGrain::Layer ? "layer" : "stage");
+        }
+        // Before evaluating or saving: every pending update applied, working weights = masters.
+        auto sync_pipe = [&] {
+            if (pipe) pipe->synchronize();
+        };
+
         const int64_t end_step = stop_at > 0 ? std::min<int64_t>(stop_at, total) : total;
         const std::string ckpt_path = out_path + ".ckpt.gguf";
         const std::string metrics_path = out_path + ".metrics.jsonl";
@@ -222,11 +298,13 @@ int main(int argc, char ** argv) {
                      data_path.c_str(), data.size(), seq_len, split.train.size(), split.val.size(), tr.params().size(),
                      static_cast<long long>(total));
 
+        std::atomic<double> last_norm{std::nan("")};
         const auto t_run = std::chrono::steady_clock::now();
         double tokens_done = 0;
         const int64_t first_step = st.step;
         auto evaluate = [&](int64_t step) {
             if (split.val.empty()) return;
+            sync_pipe();
             const double vl = eval_loss(tr, data, split.val, static_cast<int32_t>(batch), static_cast<int>(threads));
             st.curve.eval_step.push_back(static_cast<int32_t>(step));
             st.curve.eval_loss.push_back(static_cast<float>(vl));
@@ -241,41 +319,69 @@ int main(int argc, char ** argv) {
             const rp::Batch bt = batcher.next();
             const size_t n_trained = bt.n_trained();
             const float loss_scale = n_trained ? 1.0f / static_cast<float>(n_trained) : 0.0f;
-            tr.zero_grads();
-            double loss = 0;
-            for (long long mb = 0; mb < micro; ++mb) {  // micro-batch mb: sequences [lo, hi)
-                const int64_t lo = bt.n_seq * mb / micro, hi = bt.n_seq * (mb + 1) / micro;
-                if (hi == lo) continue;
-                const size_t off = static_cast<size_t>(lo * bt.seq_len);
-                loss += tr.accumulate(bt.inputs.data() + off, bt.labels.data() + off, bt.seq_len, hi - lo, loss_scale,
-                                      static_cast<int>(threads));
-            }
-            if (step == 0 && !dump_grads.empty()) {
-                gguf::Writer w;
-                w.set_string("general.type", "rp.gradients");
-                for (const rp::Trainer::Param & p : tr.params()) {
-                    const int64_t ne[2] = {p.t->ne[0], p.t->ne[1]};
-                    w.add_tensor(p.name, rp::DType::F32, 2, ne, p.t->grad->data);
-                }
-                w.write(dump_grads);
-            }
-            std::vector<std::span<float>> grads;
-            for (const rp::Trainer::Param & p : tr.params())
-                grads.emplace_back(p.t->grad->data_as<float>(), static_cast<size_t>(p.t->nelements()));
-            std::vector<std::span<const float>> cgrads(grads.begin(), grads.end());
-            const double norm = clip > 0 ? rp::clip_grad_norm(grads, clip) : rp::grad_norm(cgrads);
+            // The update: global-norm clipping and the optimizer on the fp32 masters. With the pipeline it runs
+            // on its optimizer thread once every gradient is complete (in async mode after step() returned).
             const float cur_lr = sched.lr(step);
-            if (std::isfinite(norm) && n_trained > 0) {
-                for (size_t i = 0; i < tr.params().size(); ++i) {
-                    const rp::Trainer::Param & p = tr.params()[i];
-                    opt.update(slot[i], std::span<float>(p.t->data_as<float>(), static_cast<size_t>(p.t->nelements())),
-                               cgrads[i], cur_lr);
+            auto update = [&tr, &opt, &slot, &dump_grads, &last_norm, clip, cur_lr, n_trained, step, first = first_step] {
+                if (step == first && !dump_grads.empty()) {
+                    gguf::Writer w;
+                    w.set_string("general.type", "rp.gradients");
+                    for (const rp::Trainer::Param & p : tr.params()) {
+                        const int64_t ne[2] = {p.t->ne[0], p.t->ne[1]};
+                        w.add_tensor(p.name, rp::DType::F32, 2, ne, p.t->grad->data);
+                    }
+                    w.write(dump_grads);
                 }
-                opt.end_step();
+                std::vector<std::span<float>> grads;
+                for (const rp::Trainer::Param & p : tr.params())
+                    grads.emplace_back(p.t->grad->data_as<float>(), static_cast<size_t>(p.t->nelements()));
+                std::vector<std::span<const float>> cgrads(grads.begin(), grads.end());
+                const double norm = clip > 0 ? rp::clip_grad_norm(grads, clip) : rp::grad_norm(cgrads);
+                last_norm.store(norm);
+                if (std::isfinite(norm) && n_trained > 0) {
+                    for (size_t i = 0; i < tr.params().size(); ++i) {
+                        const rp::Trainer::Param & p = tr.params()[i];
+                        opt.update(slot[i], std::span<float>(p.t->data_as<float>(), static_cast<size_t>(p.t->nelements())),
+                                   cgrads[i], cur_lr);
+                    }
+                    opt.end_step();
+                } else {
+                    std::fprintf(stderr, "warning: step %lld skipped (gradient norm %g, %zu trained tokens)\n",
+                                 static_cast<long long>(step + 1), norm, n_trained);
+                }
+            };
+            double loss = 0;
+            if (pipe) {
+                std::vector<rp::MicroBatch> mbs;
+                for (long long mb = 0; mb < micro; ++mb) {
+                    const int64_t lo = bt.n_seq * mb / micro, hi = bt.n_seq * (mb + 1) / micro;
+                    if (hi == lo) continue;
+                    const size_t off = static_cast<size_t>(lo * bt.seq_len);
+                    rp::MicroBatch m;
+                    m.ids = bt.inputs.data() + off;
+                    m.labels = bt.labels.data() + off;
+                    m.info.seq_len = bt.seq_len;
+                    m.info.n_seq = hi - lo;
+                    m.info.seq_offset = lo;
+                    m.info.step = step;
+                    m.info.loss_scale = loss_scale;
+                    mbs.push_back(m);
+                }
+                loss = pipe->forward_backward(mbs);
+                pipe->step(update);
             } else {
-                std::fprintf(stderr, "warning: step %lld skipped (gradient norm %g, %zu trained tokens)\n",
-                             static_cast<long long>(step + 1), norm, n_trained);
+                tr.zero_grads();
+                for (long long mb = 0; mb < micro; ++mb) {  // micro-batch mb: sequences [lo, hi)
+                    const int64_t lo = bt.n_seq * mb / micro, hi = bt.n_seq * (mb + 1) / micro;
+                    if (hi == lo) continue;
+                    const size_t off = static_cast<size_t>(lo * bt.seq_len);
+                    loss += tr.accumulate(bt.inputs.data() + off, bt.labels.data() + off, bt.seq_len, hi - lo, loss_scale,
+                                          static_cast<int>(threads), step, lo);
+                }
+                tr.collect_grads();
+                update();
             }
+            const double norm = last_norm.load();
             st.step = step + 1;
             st.data = batcher.position();
             st.curve.train_loss.push_back(static_cast<float>(loss));
@@ -291,10 +397,21 @@ int main(int argc, char ** argv) {
                          static_cast<long long>(st.step), loss, cur_lr, norm, ntok / dt);
             std::fflush(metrics);
             if (eval_every > 0 && st.step % eval_every == 0 && st.step != end_step) evaluate(st.step);
-            if (save_every > 0 && st.step % save_every == 0 && st.step != end_step) save_checkpoint(ckpt_path, tr, opt, st);
+            if (save_every > 0 && st.step % save_every == 0 && st.step != end_step) {
+                sync_pipe();
+                save_checkpoint(ckpt_path, tr, opt, st);
+            }
         }
         if (eval_every > 0 && (st.curve.eval_step.empty() || st.curve.eval_step.back() != st.step)) evaluate(st.step);
         std::fclose(metrics);
+        sync_pipe();
+        if (pipe && !trace_path.empty()) {
+            const rp::Trace trace = recorder.snapshot();
+            rp::write_chrome_trace(trace_path, trace);
+            const rp::TraceStats ts = rp::analyse_trace(trace);
+            std::fprintf(stderr, "trace %s: %zu operations on %d devices, bubble ratio %.1f%%, exposed communication %.1f%%\n",
+                         trace_path.c_str(), trace.events.size(), ts.devices, 100.0 * ts.bubble_ratio, 100.0 * ts.exposed_comm_fraction);
+        }
 
         save_checkpoint(ckpt_path, tr, opt, st);
         tr.save(out_path);

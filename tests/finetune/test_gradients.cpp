@@ -95,6 +95,7 @@ void check_gradients(const std::string & path, bool full, bool micro_batches, st
         }
         loss = tr.accumulate(ids.data(), lab.data(), T, 2, loss_scale, 1);
     }
+    tr.collect_grads();
 
     // The reference: base weights in double; trained tensors replace them (full) or add B A (LoRA).
     RefModel m;

@@ -108,6 +108,7 @@ TEST(FinetuneOracle, DirectionalFiniteDifferences) {
         std::vector<int32_t> labels(toks.begin() + 1, toks.end());
         tr.zero_grads();
         const double loss = tr.accumulate(toks.data(), labels.data(), n, 1, 1.0f / n, 1);
+        tr.collect_grads();
         const double ce0 = oracle_ce(path, toks, n);
         EXPECT_NEAR(loss, ce0, 1e-4 * std::abs(ce0)) << rel;
         const int last = static_cast<int>(model->hparams().n_layer) - 1;

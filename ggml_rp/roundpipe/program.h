@@ -1,0 +1,88 @@
+// What the RoundPipe runtime needs from a model: its sequential view of layers, the tensors each layer reads,
+// the trainable parameters, and the per-layer programs that run on a device (roundpipe.md §2, §14.2).
+//
+// The runtime knows nothing about transformers. A layer is a unit of weights and compute; layer 0 consumes
+// token ids, layer L-1 ends in the loss, every boundary in between carries one hidden-state tensor per
+// micro-batch (inter-stage state = hidden states only, §7). The runtime uploads a layer's tensors into device
+// memory and calls the layer's programs with device pointers inside a compute-stream launch (device.h); the
+// programs take their scratch memory from the device's arena, so a device's high-water mark covers them.
+//
+// Recompute reproduces the forward exactly because a program is a pure function of (weights, input,
+// MicroBatchInfo): any randomness (LoRA dropout) is drawn from a counter-based generator keyed by the step,
+// the layer and the sequence index, never from generator state (§4).
+#pragma once
+
+#include "ggml_rp/runtime/device.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace rp {
+
+// One micro-batch as its programs see it.
+struct MicroBatchInfo {
+    int64_t seq_len = 0;
+    int64_t n_seq = 0;
+    int64_t seq_offset = 0;   // index of its first sequence in the step's batch (keys the dropout masks)
+    int64_t step = 0;         // optimizer step (keys the dropout masks)
+    float loss_scale = 1.0f;  // the loss is loss_scale * sum of the unmasked token losses
+    int64_t tokens() const { return seq_len * n_seq; }
+};
+
+// Where a program runs: the device whose arena provides scratch memory (nullptr = plain host memory) and the
+// threads the CPU kernels may use.
+struct ProgramContext {
+    Device * device = nullptr;
+    int n_threads = 1;
+};
+
+// A layer's tensors bound to memory, in the order of TrainingProgram::layer_tensors: data for every tensor,
+// grad (f32, accumulated into) for the trainable ones (nullptr otherwise, and in forward programs).
+struct LayerMemory {
+    std::vector<void *> data;
+    std::vector<float *> grad;
+};
+
+class TrainingProgram {
+public:
+    struct TensorInfo {
+        std::string name;          // e.g. "blk.3.attn_q.weight" or "blk.3.attn_q.weight.lora_a"
+        size_t bytes = 0;          // bytes on the device (the working copy: f32 for trainable tensors)
+        int param = -1;            // index into params(), or -1 for a frozen tensor
+        const void * host = nullptr;  // frozen tensors: the host bytes to upload (trainable: the host store's copy)
+    };
+    struct ParamInfo {
+        std::string name;
+        float * master = nullptr;  // fp32 master weights (host)
+        float * grad = nullptr;    // fp32 gradient the optimizer reads (host)
+        size_t n = 0;              // elements
+    };
+
+    virtual ~TrainingProgram() = default;
+
+    // L: layer 0 takes token ids, layer L-1 ends in the loss (L >= 2).
+    virtual int num_layers() const = 0;
+    virtual const std::vector<TensorInfo> & layer_tensors(int layer) const = 0;
+    virtual const std::vector<ParamInfo> & params() const = 0;
+    virtual std::string layer_name(int layer) const = 0;
+
+    // Bytes of the hidden state at a layer boundary, and of the token ids / labels, for one micro-batch.
+    virtual size_t hidden_bytes(const MicroBatchInfo & mb) const = 0;
+    size_t token_bytes(const MicroBatchInfo & mb) const { return static_cast<size_t>(mb.tokens()) * sizeof(int32_t); }
+
+    // Forward of layer l < L-1 (no gradient state): in = ids for l == 0, else the hidden state; out = hidden.
+    virtual void forward(int layer, const LayerMemory & w, const void * in, void * out, const MicroBatchInfo & mb,
+                         ProgramContext & pc) = 0;
+    // Layer L-1: forward, loss, backward in one program (never recomputed). Writes the loss to *loss (device
+    // memory), the gradient of its input to din (overwritten) and ADDS the parameter gradients into w.grad.
+    virtual void head(const LayerMemory & w, const void * in, const int32_t * labels, float * loss, void * din,
+                      const MicroBatchInfo & mb, ProgramContext & pc) = 0;
+    // Recompute + backward of layer l < L-1 from its input: ADDS parameter gradients into w.grad; writes the
+    // gradient of the input to din (overwritten; not written for l == 0, whose input is token ids).
+    virtual void backward(int layer, const LayerMemory & w, const void * in, const void * dout, void * din,
+                          const MicroBatchInfo & mb, ProgramContext & pc) = 0;
+};
+
+} // namespace rp

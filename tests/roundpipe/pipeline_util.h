@@ -1,0 +1,244 @@
+// Shared setup of the RoundPipe runtime tests: a generated llama / qwen3 model, deterministic training data,
+// the single-device reference (the Trainer, as rp-finetune runs it) and the pipelined run on CPU virtual
+// devices, both ending in the bytes of every trainable master.
+#pragma once
+
+#include "ggml_rp/optim/clip.h"
+#include "ggml_rp/optim/optimizer.h"
+#include "ggml_rp/roundpipe/pipeline.h"
+#include "ggml_rp/runtime/cpu_device.h"
+#include "models/finetune.h"
+#include "models/model.h"
+#include "models/training_program.h"
+#include "tests/common/shared_paths.h"
+#include "tests/common/temp_dir.h"
+#include "tests/live/synth_model.h"
+
+#include <cstring>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace rp_pipe_test {
+
+// A 16-layer llama (untied) and a 16-layer qwen3 with a tied head, written once per process.
+struct Models {
+    rp_test::TempDir dir;
+    std::unique_ptr<rp::Model> llama, qwen3;
+    Models() {
+        rp::live::SynthSpec s;
+        s.vocab_from = rp_test::shared_dir() + "/models/stories260K.gguf";
+        s.n_embd = 64;
+        s.n_head = 4;
+        s.n_head_kv = 2;
+        s.head_dim = 16;
+        s.n_ff = 96;
+        s.n_layer = 16;
+        s.seed = 7;
+        rp::live::write_synth_model(s, dir.file("llama16.gguf"));
+        llama = rp::Model::load(dir.file("llama16.gguf"));
+        s.arch = "qwen3";
+        s.vocab_from = rp_test::shared_dir() + "/models/synthetic/tiny-random-qwen2.gguf";
+        s.tied = true;
+        s.n_embd = 32;
+        s.head_dim = 8;
+        s.n_ff = 48;
+        s.seed = 9;
+        rp::live::write_synth_model(s, dir.file("qwen3-16-tied.gguf"));
+        qwen3 = rp::Model::load(dir.file("qwen3-16-tied.gguf"));
+    }
+    static Models & get() {
+        static Models m;
+        return m;
+    }
+};
+
+// The token ids and labels of one micro-batch of one call of one step (deterministic, some labels masked).
+struct MbData {
+    std::vector<int32_t> ids, labels;
+    int64_t T, B, offset;
+};
+
+struct Workload {
+    int steps = 2;
+    int calls = 2;  // forward_backward calls accumulated per step
+    int M = 3;      // micro-batches per call
+    int64_t T = 12;
+    uint32_t vocab = 256;
+
+    // Micro-batch mb of call c of step s; n_seq alternates 1 and 2 so micro-batches differ in size.
+    MbData data(int s, int c, int mb) const {
+        MbData d;
+        d.T = T;
+        d.B = 1 + (mb % 2);
+        d.offset = 0;
+        for (int k = 0; k < mb; ++k) d.offset += 1 + (k % 2);
+        d.offset += static_cast<int64_t>(c) * 100;
+        for (int64_t i = 0; i < d.T * d.B; ++i) {
+            const uint32_t h = static_cast<uint32_t>((s * 7919 + c * 104729 + mb * 1299709 + i * 15485863) ^ 0x5bd1e995u);
+            d.ids.push_back(static_cast<int32_t>((h >> 3) % vocab));
+            d.labels.push_back((h & 7u) == 0 ? -1 : static_cast<int32_t>((h >> 11) % vocab));
+        }
+        return d;
+    }
+    float loss_scale(int s) const {
+        size_t n = 0;
+        for (int c = 0; c < calls; ++c)
+            for (int mb = 0; mb < M; ++mb)
+                for (int32_t l : data(s, c, mb).labels) n += l >= 0;
+        return 1.0f / static_cast<float>(n);
+    }
+};
+
+// One optimizer step on the Trainer's params: global-norm clipping then AdamW (what rp-finetune does).
+struct Updater {
+    rp::Optimizer opt;
+    std::vector<size_t> slot;
+    explicit Updater(const rp::Trainer & tr) : opt(rp::OptimizerConfig{}) {
+        for (const auto & p : tr.params()) slot.push_back(opt.add_param(p.name, static_cast<size_t>(p.t->nelements())));
+    }
+    // masters[i] may differ from the params' own data (the async reference keeps its own).
+    void update(const rp::Trainer & tr, const std::vector<float *> & masters, double lr = 1e-2) {
+        std::vector<std::span<float>> g;
+        for (const auto & p : tr.params()) g.emplace_back(p.t->grad->data_as<float>(), static_cast<size_t>(p.t->nelements()));
+        rp::clip_grad_norm(g, 1.0);
+        for (size_t i = 0; i < tr.params().size(); ++i)
+            opt.update(slot[i], std::span<float>(masters[i], g[i].size()), g[i], lr);
+        opt.end_step();
+    }
+    void update(const rp::Trainer & tr) {
+        std::vector<float *> m;
+        for (const auto & p : tr.params()) m.push_back(p.t->data_as<float>());
+        update(tr, m);
+    }
+};
+
+inline std::vector<std::vector<float>> masters_of(const rp::Trainer & tr) {
+    std::vector<std::vector<float>> out;
+    for (const auto & p : tr.params()) {
+        const float * d = p.t->data_as<float>();
+        out.emplace_back(d, d + p.t->nelements());
+    }
+    return out;
+}
+
+// The single-device reference: Trainer::accumulate per micro-batch, in order, then one update per step.
+inline std::vector<std::vector<float>> reference(const rp::Model & model, const rp::FinetuneConfig & cfg, const Workload & w) {
+    rp::Trainer tr(model, cfg);
+    Updater up(tr);
+    for (int s = 0; s < w.steps; ++s) {
+        tr.zero_grads();
+        const float ls = w.loss_scale(s);
+        for (int c = 0; c < w.calls; ++c)
+            for (int mb = 0; mb < w.M; ++mb) {
+                const MbData d = w.data(s, c, mb);
+                tr.accumulate(d.ids.data(), d.labels.data(), d.T, d.B, ls, 1, s, d.offset);
+            }
+        tr.collect_grads();
+        up.update(tr);
+    }
+    return masters_of(tr);
+}
+
+// The async reference (roundpipe.md §12.3): iteration k computes its gradient at the weights published by the
+// copy-back of step k-1, which are the masters before update k-1: theta_k = theta_{k-1} - U(g(theta_{k-2})).
+inline std::vector<std::vector<float>> async_reference(const rp::Model & model, const rp::FinetuneConfig & cfg,
+                                                       const Workload & w) {
+    rp::Trainer tr(model, cfg);
+    Updater up(tr);
+    std::vector<std::vector<float>> theta = masters_of(tr), published = theta;
+    for (int s = 0; s < w.steps; ++s) {
+        for (size_t i = 0; i < tr.params().size(); ++i)
+            std::memcpy(tr.params()[i].t->data, published[i].data(), published[i].size() * sizeof(float));
+        tr.zero_grads();
+        const float ls = w.loss_scale(s);
+        for (int c = 0; c < w.calls; ++c)
+            for (int mb = 0; mb < w.M; ++mb) {
+                const MbData d = w.data(s, c, mb);
+                tr.accumulate(d.ids.data(), d.labels.data(), d.T, d.B, ls, 1, s, d.offset);
+            }
+        tr.collect_grads();
+        published = theta;  // step s's copy-back publishes the masters before this update
+        std::vector<float *> m;
+        for (auto & t : theta) m.push_back(t.data());
+        up.update(tr, m);
+    }
+    return theta;
+}
+
+struct RunResult {
+    std::vector<std::vector<float>> masters;
+    rp::PipelineChecks checks;
+    std::vector<size_t> high_water;
+    size_t peak_graph = 0;
+    rp::Plan plan;
+    std::vector<double> losses;
+};
+
+struct DeviceSetup {
+    int G = 2;
+    size_t memory = size_t(4) << 20;
+    uint64_t delay_seed = 0;
+    double max_delay_us = 0;
+};
+
+inline RunResult pipelined(const rp::Model & model, const rp::FinetuneConfig & cfg, const Workload & w, const DeviceSetup & ds,
+                           rp::PipelineOptions opt) {
+    rp::Trainer tr(model, cfg);
+    Updater up(tr);
+    rp::ModelProgram prog(tr);
+    std::vector<std::unique_ptr<rp::CpuDevice>> devs;
+    std::vector<rp::Device *> ptrs;
+    for (int i = 0; i < ds.G; ++i) {
+        rp::CpuDeviceOptions o;
+        o.memory_bytes = ds.memory;
+        o.delay_seed = ds.delay_seed ? ds.delay_seed + static_cast<uint64_t>(i) : 0;
+        o.max_delay_us = ds.max_delay_us;
+        devs.push_back(std::make_unique<rp::CpuDevice>(i, o));
+        ptrs.push_back(devs.back().get());
+    }
+    RunResult r;
+    {
+        rp::Pipeline pipe(prog, ptrs, opt);
+        for (int s = 0; s < w.steps; ++s) {
+            const float ls = w.loss_scale(s);
+            for (int c = 0; c < w.calls; ++c) {
+                std::vector<MbData> data;
+                std::vector<rp::MicroBatch> mbs;
+                for (int mb = 0; mb < w.M; ++mb) data.push_back(w.data(s, c, mb));
+                for (const MbData & d : data) {
+                    rp::MicroBatch m;
+                    m.ids = d.ids.data();
+                    m.labels = d.labels.data();
+                    m.info.seq_len = d.T;
+                    m.info.n_seq = d.B;
+                    m.info.seq_offset = d.offset;
+                    m.info.step = s;
+                    m.info.loss_scale = ls;
+                    mbs.push_back(m);
+                }
+                r.losses.push_back(pipe.forward_backward(mbs));
+            }
+            pipe.step([&] { up.update(tr); });
+        }
+        pipe.synchronize();
+        r.checks = pipe.checks();
+        r.plan = pipe.last_plan();
+    }
+    for (auto & d : devs) r.high_water.push_back(d->high_water());
+    r.peak_graph = tr.peak_graph_bytes();
+    r.masters = masters_of(tr);
+    return r;
+}
+
+// Index of the first parameter whose bytes differ, or -1.
+inline int first_difference(const std::vector<std::vector<float>> & a, const std::vector<std::vector<float>> & b) {
+    if (a.size() != b.size()) return 0;
+    for (size_t i = 0; i < a.size(); ++i)
+        if (a[i].size() != b[i].size() || std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) != 0)
+            return static_cast<int>(i);
+    return -1;
+}
+
+} // namespace rp_pipe_test

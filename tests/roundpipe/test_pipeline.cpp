@@ -1,0 +1,215 @@
+// The RoundPipe runtime on CPU virtual devices against the single-device Trainer (roundpipe.md §15):
+//   I1-I3  sync mode is bit-identical to single-device training for G = 1..4, M in {G, G+1, 2G+1}, planner
+//          plans and hand-made ones, stage and layer grain, LoRA and full, tied and untied heads, two steps of
+//          two accumulated calls each; the GPipe and 1F1B baselines give the same bits too;
+//   I5     async mode equals the explicit delayed-gradient reference theta_k = theta_{k-1} - U(g(theta_{k-2}));
+//   I4 I6 I7 I8  by instrumentation: forward and recompute hash the same weight bytes, every gradient slot is
+//          downloaded once per call and handed off once per step, no host flag is set twice, every device's
+//          arena high-water mark stays within two jobs' memory plus one graph, and every weight chunk group
+//          ran after the activation uploads it was queued behind.
+// The race fuzz (random delays in every stream, the device threads and the optimizer thread) is in
+// test_pipeline_fuzz.cpp.
+#include "tests/roundpipe/pipeline_util.h"
+
+#include "gguf/error.h"
+
+#include <gtest/gtest.h>
+
+using namespace rp_pipe_test;
+
+namespace {
+
+rp::FinetuneConfig lora_cfg() {
+    rp::FinetuneConfig c;
+    c.lora_rank = 4;
+    return c;
+}
+
+rp::FinetuneConfig full_cfg() {
+    rp::FinetuneConfig c;
+    c.full = true;
+    return c;
+}
+
+void expect_checks_clean(const RunResult & r, const std::string & what) {
+    EXPECT_EQ(r.checks.weight_version_mismatches, 0) << what;
+    EXPECT_EQ(r.checks.grad_slot_errors, 0) << what;
+    EXPECT_EQ(r.checks.priority_violations, 0) << what;
+    EXPECT_EQ(r.checks.flag_violations, 0) << what;
+    EXPECT_GT(r.checks.grads_handed_off, 0) << what;
+    for (size_t d = 0; d < r.high_water.size(); ++d)
+        EXPECT_LE(r.high_water[d], 2 * r.checks.max_job_bytes + r.peak_graph + 4096) << what << " device " << d;
+}
+
+} // namespace
+
+TEST(Pipeline, SyncEqualsSingleDeviceForEveryGAndM) {
+    const Models & m = Models::get();
+    for (int G = 1; G <= 4; ++G)
+        for (int M : {G, G + 1, 2 * G + 1}) {
+            Workload w;
+            w.M = M;
+            const auto ref = reference(*m.llama, lora_cfg(), w);
+            if (G == 1) {  // the reference trains: its masters moved away from the initial ones
+                rp::Trainer fresh(*m.llama, lora_cfg());
+                ASSERT_NE(first_difference(masters_of(fresh), ref), -1);
+            }
+            rp::PipelineOptions o;
+            o.instrument = true;
+            DeviceSetup ds;
+            ds.G = G;
+            ds.memory = size_t(3) << 20;
+            const RunResult r = pipelined(*m.llama, lora_cfg(), w, ds, o);
+            const std::string what = "G=" + std::to_string(G) + " M=" + std::to_string(M) + " plan " + r.plan.describe();
+            EXPECT_GE(r.plan.num_stages(), 6) << what;
+            EXPECT_EQ(first_difference(r.masters, ref), -1) << what;
+            expect_checks_clean(r, what);
+        }
+}
+
+TEST(Pipeline, SyncEqualsSingleDeviceForHandMadePlansAndBothGrains) {
+    const Models & m = Models::get();
+    Workload w;
+    w.M = 4;
+    const int L = 18;  // 16 blocks + embedding + head
+    const std::vector<std::pair<std::vector<int>, std::vector<int>>> plans = {
+        {{5, 6, 6}, {1, 2, 2, 3, 3, 3, 4}},  // FB = head only
+        {{3, 4, 4}, {7, 5, 6}},              // FB with decoder layers
+        {{}, {L}},                           // one fused stage: the whole model
+        {{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}},
+    };
+    for (const bool full : {false, true}) {
+        const rp::FinetuneConfig cfg = full ? full_cfg() : lora_cfg();
+        const auto ref = reference(*m.llama, cfg, w);
+        for (const auto & [f, b] : plans)
+            for (const auto grain : {rp::RecomputeGrain::Stage, rp::RecomputeGrain::Layer}) {
+                rp::PipelineOptions o;
+                o.plan = rp::plan_from_sizes(f, b, grain);
+                o.grain = grain;
+                o.instrument = true;
+                DeviceSetup ds;
+                ds.G = 3;
+                ds.memory = size_t(16) << 20;
+                const RunResult r = pipelined(*m.llama, cfg, w, ds, o);
+                const std::string what = std::string(full ? "full " : "lora ") + o.plan->describe() +
+                                         (grain == rp::RecomputeGrain::Layer ? " layer grain" : " stage grain");
+                EXPECT_EQ(first_difference(r.masters, ref), -1) << what;
+                expect_checks_clean(r, what);
+            }
+    }
+}
+
+TEST(Pipeline, SyncEqualsSingleDeviceWithTiedHeadFullFinetune) {
+    const Models & m = Models::get();
+    for (int G : {1, 2, 4}) {
+        Workload w;
+        w.M = G + 1;
+        const auto ref = reference(*m.qwen3, full_cfg(), w);
+        rp::PipelineOptions o;
+        o.instrument = true;
+        DeviceSetup ds;
+        ds.G = G;
+        ds.memory = size_t(2) << 20;
+        const RunResult r = pipelined(*m.qwen3, full_cfg(), w, ds, o);
+        const std::string what = "qwen3 tied full G=" + std::to_string(G) + " plan " + r.plan.describe();
+        EXPECT_GE(r.plan.num_stages(), 6) << what;
+        EXPECT_EQ(first_difference(r.masters, ref), -1) << what;
+        expect_checks_clean(r, what);
+    }
+}
+
+TEST(Pipeline, BaselineSchedulesGiveTheSameBits) {
+    const Models & m = Models::get();
+    Workload w;
+    w.M = 5;
+    const auto ref = reference(*m.llama, lora_cfg(), w);
+    for (const auto kind : {rp::ScheduleKind::GPipe, rp::ScheduleKind::OneFOneB})
+        for (int G : {1, 2, 4}) {
+            rp::PipelineOptions o;
+            o.schedule = kind;
+            o.instrument = true;
+            DeviceSetup ds;
+            ds.G = G;
+            ds.memory = size_t(16) << 20;
+            const RunResult r = pipelined(*m.llama, lora_cfg(), w, ds, o);
+            const std::string what = std::string(rp::schedule_name(kind)) + " G=" + std::to_string(G);
+            EXPECT_EQ(r.plan.num_stages(), 2 * G - 1) << what;
+            EXPECT_EQ(first_difference(r.masters, ref), -1) << what;
+            expect_checks_clean(r, what);
+        }
+}
+
+TEST(Pipeline, AsyncEqualsDelayedGradientReference) {
+    const Models & m = Models::get();
+    Workload w;
+    w.steps = 4;
+    w.calls = 1;
+    w.M = 4;
+    for (const bool full : {false, true}) {
+        const rp::FinetuneConfig cfg = full ? full_cfg() : lora_cfg();
+        const auto ref = async_reference(*m.llama, cfg, w);
+        const auto sync_ref = reference(*m.llama, cfg, w);
+        rp::PipelineOptions o;
+        o.async = true;
+        o.instrument = true;
+        DeviceSetup ds;
+        ds.G = 3;
+        ds.memory = size_t(3) << 20;
+        const RunResult r = pipelined(*m.llama, cfg, w, ds, o);
+        EXPECT_EQ(first_difference(r.masters, ref), -1) << (full ? "full" : "lora");
+        EXPECT_NE(first_difference(r.masters, sync_ref), -1) << "async must differ from sync (the test would be vacuous)";
+        expect_checks_clean(r, full ? "async full" : "async lora");
+    }
+}
+
+TEST(Pipeline, LossesEqualTheTrainersLosses) {
+    const Models & m = Models::get();
+    Workload w;
+    w.steps = 1;
+    w.calls = 1;
+    w.M = 3;
+    rp::Trainer tr(*m.llama, lora_cfg());
+    double expect = 0;
+    for (int mb = 0; mb < w.M; ++mb) {
+        const MbData d = w.data(0, 0, mb);
+        expect += tr.accumulate(d.ids.data(), d.labels.data(), d.T, d.B, w.loss_scale(0), 1, 0, d.offset);
+    }
+    DeviceSetup ds;
+    ds.G = 2;
+    const RunResult r = pipelined(*m.llama, lora_cfg(), w, ds, {});
+    ASSERT_EQ(r.losses.size(), 1u);
+    EXPECT_EQ(r.losses[0], expect);
+    EXPECT_GT(expect, 1.0);
+}
+
+TEST(Pipeline, DeviceTooSmallForALayerNamesIt) {
+    const Models & m = Models::get();
+    Workload w;
+    w.steps = 1;
+    w.calls = 1;
+    DeviceSetup ds;
+    ds.G = 2;
+    ds.memory = size_t(64) << 10;  // 64 KiB: less than one decoder layer
+    try {
+        pipelined(*m.llama, lora_cfg(), w, ds, {});
+        FAIL() << "expected an error";
+    } catch (const rp::Error & e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find("blk."), std::string::npos) << msg;
+        EXPECT_NE(msg.find("bytes"), std::string::npos) << msg;
+    }
+}
+
+TEST(Pipeline, BoundPlanSplitsEvenly) {
+    const rp::Plan p = rp::bound_plan(18, 4);
+    ASSERT_EQ(p.fwd.size(), 3u);
+    ASSERT_EQ(p.bwd.size(), 4u);
+    EXPECT_EQ(p.fwd[0], (rp::LayerRange{0, 5}));
+    EXPECT_EQ(p.fwd[1], (rp::LayerRange{5, 10}));
+    EXPECT_EQ(p.fwd[2], (rp::LayerRange{10, 14}));
+    EXPECT_EQ(p.bwd[0], (rp::LayerRange{14, 18}));
+    EXPECT_EQ(p.bwd[1], (rp::LayerRange{10, 14}));
+    EXPECT_EQ(p.bwd[3], (rp::LayerRange{0, 5}));
+    EXPECT_THROW(rp::schedule_from_name("zigzag"), rp::Error);
+    EXPECT_EQ(rp::schedule_from_name("1f1b"), rp::ScheduleKind::OneFOneB);
+}
