@@ -5,3 +5,4 @@ if(RP_HAVE_CUDA)
   target_link_libraries(rp-cuda-bench PRIVATE ggml_rp gguf)
   set_target_properties(rp-cuda-bench PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
 endif()
+

@@ -4,6 +4,9 @@
 #include "cuda_test_util.h"
 
 #if defined(RP_HAVE_CUDA)
+#include "ggml_rp/cuda/dropout.cuh"
+
+#include <cstring>
 
 #include "ggml_rp/core/fp16.h"
 #include "ggml_rp/core/quant.h"
@@ -232,6 +235,35 @@ TEST(CudaOps, BadIdsAreFlaggedNotRead) {
     EXPECT_EQ(got[0], 1.0f);
     EXPECT_TRUE(std::isnan(got[size_t(C)]));
     EXPECT_EQ(bad.get()[0], 1);
+}
+
+// Dropout: bit equality, not NMSE (the mask and the scale are the same integer/float operations).
+TEST(CudaOps, DropoutMatchesCpuBitForBit) {
+    RP_REQUIRE_GPU();
+    std::mt19937 rng(5);
+    // Offsets at every word of a Philox block, one that wraps around 2^64, sizes below and above a block.
+    for (int64_t n : {1, 3, 4, 5, 1000, 4099, 1 << 20})
+        for (uint64_t off : {uint64_t{0}, uint64_t{1}, uint64_t{2}, uint64_t{3}, uint64_t{12345}, ~uint64_t{0} - 5}) {
+            SCOPED_TRACE("n=" + std::to_string(n) + " offset=" + std::to_string(off));
+            const float p = 0.3f;
+            const uint64_t key = rp::rng_key(7, 1, 2);
+            const auto x = rand_vec(size_t(n), rng);
+            Dev<float> dx(x);
+            Dev<float> dy(static_cast<size_t>(n));
+            rp::cuda::dropout(dx.p, dy.p, n, p, key, off, nullptr);
+            Cpu c;
+            rp::Tensor * y = rp::dropout(c.ctx, c.f32(x, n), p, key, off);
+            y->flags |= rp::kFlagOutput;
+            const auto want = c.run(y);
+            const auto got = dy.get();
+            ASSERT_EQ(got.size(), want.size());
+            EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+            // In place (y aliases x) gives the same bits.
+            rp::cuda::dropout(dx.p, dx.p, n, p, key, off, nullptr);
+            const auto inplace = dx.get();
+            EXPECT_EQ(std::memcmp(inplace.data(), want.data(), inplace.size() * sizeof(float)), 0);
+        }
+    EXPECT_THROW(rp::cuda::dropout(nullptr, nullptr, 4, 1.0f, 0, 0, nullptr), rp::Error);
 }
 
 #endif // RP_HAVE_CUDA

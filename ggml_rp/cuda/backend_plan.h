@@ -1,0 +1,211 @@
+// Host-only rules of the CUDA backend (ggml_rp/cuda/backend.h), free of CUDA headers so the CPU tests check
+// them on any machine:
+//   - which ops have a CUDA path (cuda_has_op) and which node layouts the kernels take (check_cuda_node). The
+//     launchers of ggml_rp/cuda/*.cuh read packed memory, while CPU graphs feed strided views to element-wise
+//     ops freely: the backend packs such operands (and a strided in-place output) through scratch, so every
+//     graph the CPU backend runs also runs here (packs_operand, packs_output, node_pack_bytes);
+//   - the scratch each node needs (node_workspace_bytes, from the rules of launch.h, plus its packing); the
+//     backend reserves the largest once, since the nodes of a graph run one after the other on one stream;
+//   - the nodes that report bad runtime data (an id or label out of range) through a device flag, because
+//     the host cannot read device ids before they are used (reports_bad_index).
+// Header-only on purpose: the library builds ggml_rp/cuda/*.cu only (ggml_rp/CMakeLists.txt).
+#pragma once
+
+#include "ggml_rp/core/dtype.h"
+#include "ggml_rp/core/tensor.h"
+#include "ggml_rp/cuda/launch.h"
+#include "gguf/error.h"
+
+#include <cstddef>
+#include <string>
+
+namespace rp::cuda {
+
+// True when the CUDA backend runs op (a launcher of ggml_rp/cuda/*.cuh or a kernel of backend.cu).
+inline bool cuda_has_op(Op op) {
+    switch (op) {
+    case Op::NONE: case Op::VIEW: case Op::FILL: case Op::CPY: case Op::ADD: case Op::MUL: case Op::SCALE:
+    case Op::SUM: case Op::MEAN: case Op::REPEAT: case Op::SUM_TO: case Op::SILU: case Op::SILU_BACK:
+    case Op::SWIGLU: case Op::SWIGLU_BACK: case Op::SOFTMAX: case Op::SOFTMAX_BACK: case Op::RMS_NORM:
+    case Op::RMS_NORM_BACK: case Op::ROPE: case Op::ROPE_BACK: case Op::GET_ROWS: case Op::GET_ROWS_BACK:
+    case Op::MUL_MAT: case Op::MUL_MAT_BACK_X: case Op::OUT_PROD: case Op::ATTENTION: case Op::ATTENTION_BACK:
+    case Op::LM_HEAD_CE: case Op::LM_HEAD_CE_BACK: case Op::DROPOUT:
+        return true;
+    default: return false;  // an op added later, until its CUDA path exists
+    }
+}
+
+// True for the nodes that set a device flag on an id or label outside its range (checked after a sync).
+inline bool reports_bad_index(Op op) {
+    return op == Op::GET_ROWS || op == Op::GET_ROWS_BACK || op == Op::LM_HEAD_CE || op == Op::LM_HEAD_CE_BACK;
+}
+
+// Operands the kernels of op read as packed memory, so that the backend packs a strided one into scratch
+// first (with the CPY kernel): every float source of the element-wise, row-wise and attention ops, the
+// activations of rope, get_rows_back and the LM head. The GEMMs take any column stride, and FILL, CPY, REPEAT,
+// SUM_TO, SUM and MEAN read any strides; weights, ids and labels are never packed (the op builders give them
+// packed rows; check_cuda_node refuses the rest).
+inline bool packs_operand(Op op, int src) {
+    switch (op) {
+    case Op::NONE: case Op::VIEW: case Op::FILL: case Op::CPY: case Op::REPEAT: case Op::SUM_TO: case Op::SUM:
+    case Op::MEAN: case Op::MUL_MAT: case Op::MUL_MAT_BACK_X: case Op::OUT_PROD: case Op::GET_ROWS:
+        return false;
+    case Op::ROPE: case Op::ROPE_BACK: case Op::GET_ROWS_BACK: case Op::LM_HEAD_CE: case Op::LM_HEAD_CE_BACK:
+        return src == 0;
+    default: return true;
+    }
+}
+
+// Ops whose strided output (an in-place node on a strided view) is computed packed in scratch and then
+// copied into place.
+inline bool packs_output(Op op) {
+    switch (op) {
+    case Op::ADD: case Op::MUL: case Op::SCALE: case Op::SILU: case Op::SILU_BACK: case Op::SWIGLU:
+    case Op::SWIGLU_BACK: case Op::SOFTMAX: case Op::SOFTMAX_BACK: case Op::RMS_NORM: case Op::RMS_NORM_BACK:
+    case Op::ROPE: case Op::ROPE_BACK: case Op::DROPOUT:
+        return true;
+    default: return false;
+    }
+}
+
+inline size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+
+// Bytes of t packed (its elements back to back).
+inline size_t packed_bytes(const Tensor * t) { return size_t(t->nelements()) * dtype_type_size(t->type); }
+
+// Scratch the packing of node's strided operands and output takes (0 when everything is packed already).
+inline size_t node_pack_bytes(const Tensor * n) {
+    size_t b = 0;
+    for (int i = 0; i < kMaxSrc; ++i) {
+        if (n->src[i] && packs_operand(n->op, i) && !n->src[i]->is_contiguous()) b += align256(packed_bytes(n->src[i]));
+    }
+    if (packs_output(n->op) && !n->is_contiguous()) b += align256(packed_bytes(n));
+    return b;
+}
+
+namespace detail {
+
+[[noreturn]] inline void node_error(const Tensor * node, const std::string & why) {
+    throw Error(std::string("cuda compute: ").append(op_name(node->op)).append(" node ").append(describe(node))
+                    .append(": ").append(why));
+}
+
+inline void need_contiguous(const Tensor * node, const Tensor * t, const char * role) {
+    if (t && !t->is_contiguous()) {
+        node_error(node, std::string(role) + " " + describe(t) + " is not contiguous (the CUDA kernels read it " +
+                             "packed; make it contiguous with cont() when building the graph)");
+    }
+}
+
+inline void need_type(const Tensor * node, const Tensor * t, DType type, const char * role) {
+    if (t && t->type != type) node_error(node, std::string(role) + " " + describe(t) + " must be " + dtype_name(type));
+}
+
+inline void need_f32_rows(const Tensor * node, const Tensor * t, const char * role) {
+    need_type(node, t, DType::F32, role);
+    if (t && (t->nb[0] != sizeof(float) || t->nb[1] % sizeof(float) != 0)) {
+        node_error(node, std::string(role) + " " + describe(t) + " needs contiguous f32 rows");
+    }
+}
+
+} // namespace detail
+
+// Throws rp::Error naming the op and the node when the CUDA backend cannot run node as laid out (strided
+// operands that packs_operand covers are fine: the backend packs them).
+inline void check_cuda_node(const Tensor * n) {
+    using detail::need_contiguous;
+    using detail::need_f32_rows;
+    using detail::need_type;
+    if (!cuda_has_op(n->op)) detail::node_error(n, "no CUDA kernel for this op");
+    for (int i = 0; i < kMaxSrc; ++i) {
+        const Tensor * s = n->src[i];
+        if (s && packs_operand(n->op, i) && !s->is_contiguous() && !dtype_is_float(s->type)) {
+            detail::node_error(n, "source " + describe(s) + " is strided and not a float type");
+        }
+    }
+    switch (n->op) {
+    case Op::NONE: case Op::VIEW: return;
+    case Op::CPY:
+        if (!dtype_is_float(n->src[0]->type) || !dtype_is_float(n->type)) {
+            detail::node_error(n, "CPY converts between f32, f16 and bf16 only");
+        }
+        return;
+    case Op::FILL: case Op::REPEAT: case Op::SUM_TO: case Op::SUM: case Op::MEAN:
+        need_type(n, n, DType::F32, "output");
+        if (n->op == Op::FILL) need_contiguous(n, n, "output");
+        return;  // the rest read and write through strides
+    case Op::MUL_MAT: case Op::MUL_MAT_BACK_X:
+        need_f32_rows(n, n->src[1], "activation");
+        need_f32_rows(n, n, "output");
+        if (!n->src[0]->rows_contiguous()) detail::node_error(n, "weight " + describe(n->src[0]) + " needs contiguous rows");
+        return;
+    case Op::OUT_PROD:
+        need_f32_rows(n, n->src[0], "X");
+        need_f32_rows(n, n->src[1], "dY");
+        need_f32_rows(n, n, "dW");
+        return;
+    case Op::GET_ROWS:
+        if (!n->src[0]->rows_contiguous()) detail::node_error(n, "table " + describe(n->src[0]) + " needs contiguous rows");
+        need_type(n, n->src[1], DType::I32, "ids");
+        need_contiguous(n, n->src[1], "ids");
+        need_contiguous(n, n, "output");
+        return;
+    case Op::GET_ROWS_BACK:
+        need_type(n, n->src[1], DType::I32, "ids");
+        need_contiguous(n, n->src[1], "ids");
+        need_contiguous(n, n, "output");
+        return;
+    case Op::LM_HEAD_CE: case Op::LM_HEAD_CE_BACK:
+        if (!n->src[1]->rows_contiguous()) detail::node_error(n, "head weight " + describe(n->src[1]) + " needs contiguous rows");
+        need_type(n, n->src[2], DType::I32, "labels");
+        need_contiguous(n, n->src[2], "labels");
+        if (n->op == Op::LM_HEAD_CE_BACK) {
+            need_contiguous(n, n->src[4], "dW");
+            need_contiguous(n, n, "dh");
+        }
+        return;
+    case Op::ATTENTION: case Op::ATTENTION_BACK:
+        need_contiguous(n, n, "output");
+        if (n->src[0]->ne[0] > kAttnMaxHeadDim) detail::node_error(n, "head_dim above 256");
+        return;
+    case Op::ROPE: case Op::ROPE_BACK:
+        need_type(n, n->src[1], DType::I32, "positions");
+        need_contiguous(n, n->src[1], "positions");
+        return;
+    default:  // element-wise and row-wise: f32 operands (packed by the backend when strided)
+        for (int i = 0; i < kMaxSrc; ++i) need_type(n, n->src[i], DType::F32, "source");
+        need_type(n, n, DType::F32, "output");
+        return;
+    }
+}
+
+// Scratch bytes node needs while it runs (0 for most ops), from the workspace rules of launch.h.
+inline size_t node_workspace_bytes(const Tensor * n) {
+    switch (n->op) {
+    case Op::MUL_MAT: {
+        const Tensor * W = n->src[0];
+        return matmul_workspace_bytes(W->ne[0], W->ne[1], n->src[1]->ne[1], W->type);
+    }
+    case Op::MUL_MAT_BACK_X: {
+        const Tensor * W = n->src[0];
+        return matmul_workspace_bytes(W->ne[0], W->ne[1], n->ne[1], W->type);
+    }
+    case Op::LM_HEAD_CE: case Op::LM_HEAD_CE_BACK: {
+        const Tensor * h = n->src[0];
+        const Tensor * W = n->src[1];
+        const int64_t chunk = n->param_i32(1) < 1 ? 1 : n->param_i32(1);
+        return lm_head_ce_workspace_bytes(h->ne[0], W->ne[1], h->ne[1], chunk, W->type);
+    }
+    case Op::ATTENTION_BACK: {
+        const Tensor * q = n->src[0];
+        return attention_bwd_workspace_bytes(q->ne[1], q->ne[2], q->ne[3]);
+    }
+    case Op::GET_ROWS_BACK: return get_rows_back_workspace_bytes(n->src[1]->nelements());
+    default: return 0;
+    }
+}
+
+// All the scratch node takes while it runs: its kernel's workspace, then the packing of strided operands.
+inline size_t node_scratch_bytes(const Tensor * n) { return align256(node_workspace_bytes(n)) + node_pack_bytes(n); }
+
+} // namespace rp::cuda

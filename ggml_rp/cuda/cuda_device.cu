@@ -1,0 +1,461 @@
+// The CUDA device (cuda_device.h): the Device interface on the CUDA runtime. The structure follows the CPU
+// virtual device (runtime/cpu_device.cpp): an Impl holding the arena, one Stream object per role, sticky
+// per-stream errors; CUDA itself provides the queues, the ordering and the event semantics.
+#include "ggml_rp/cuda/cuda_device.h"
+
+#include "ggml_rp/cuda/logical_devices.h"
+#include "ggml_rp/runtime/arena.h"
+#include "ggml_rp/runtime/clock.h"
+#include "gguf/error.h"
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <exception>
+#include <mutex>
+#include <set>
+
+namespace rp {
+
+namespace {
+
+// Throws rp::Error "<who>: <call>: <CUDA's message>" for a failed call.
+void check(cudaError_t e, const std::string & who, const char * call) {
+    if (e != cudaSuccess) {
+        throw Error(std::string(who).append(": ").append(call).append(": ").append(cudaGetErrorString(e)));
+    }
+}
+
+// Makes `ordinal` the calling thread's current GPU for the scope, restoring the previous one afterwards.
+class GpuScope {
+public:
+    GpuScope(int ordinal, const std::string & who) : ordinal_(ordinal) {
+        check(cudaGetDevice(&prev_), who, "cudaGetDevice");
+        if (prev_ != ordinal_) check(cudaSetDevice(ordinal_), who, "cudaSetDevice");
+    }
+    ~GpuScope() {
+        if (prev_ != ordinal_) cudaSetDevice(prev_);  // best effort: a destructor must not throw
+    }
+    GpuScope(const GpuScope &) = delete;
+    GpuScope & operator=(const GpuScope &) = delete;
+
+private:
+    int ordinal_;
+    int prev_ = -1;
+};
+
+class CudaEvent final : public Event {
+public:
+    CudaEvent(int ordinal, std::string device) : ordinal_(ordinal), device_(std::move(device)) {
+        GpuScope gpu(ordinal_, device_);
+        check(cudaEventCreateWithFlags(&ev_, cudaEventDefault), device_, "cudaEventCreateWithFlags");
+    }
+    ~CudaEvent() override {
+        if (ev_) cudaEventDestroy(ev_);  // CUDA defers the release until a pending record completes
+    }
+    CudaEvent(const CudaEvent &) = delete;
+    CudaEvent & operator=(const CudaEvent &) = delete;
+
+    int ordinal() const { return ordinal_; }
+    const std::string & device() const { return device_; }
+    cudaEvent_t handle() const { return ev_; }
+    void mark_recorded() { recorded_.store(true); }
+
+    bool query() override {
+        GpuScope gpu(ordinal_, device_);
+        const cudaError_t e = cudaEventQuery(ev_);  // an unrecorded event reports success, as device.h says
+        if (e == cudaErrorNotReady) return false;
+        check(e, device_, "cudaEventQuery");
+        return true;
+    }
+
+    void synchronize() override {
+        GpuScope gpu(ordinal_, device_);
+        check(cudaEventSynchronize(ev_), device_, "cudaEventSynchronize");
+    }
+
+    double elapsed_ms(Event & start) override {
+        auto * other = dynamic_cast<CudaEvent *>(&start);
+        if (!other) throw Error(device_ + ": elapsed_ms: the start event belongs to another device kind");
+        if (!recorded_.load() || !other->recorded_.load()) throw Error(device_ + ": elapsed_ms: an event was never recorded");
+        GpuScope gpu(ordinal_, device_);
+        float ms = 0;
+        const cudaError_t e = cudaEventElapsedTime(&ms, other->ev_, ev_);
+        if (e == cudaErrorNotReady) {
+            cudaGetLastError();  // not sticky; do not leave it for the next launch check
+            throw Error(device_ + ": elapsed_ms: an event has not completed yet");
+        }
+        check(e, device_, "cudaEventElapsedTime");
+        return static_cast<double>(ms);
+    }
+
+private:
+    int ordinal_;
+    std::string device_;
+    cudaEvent_t ev_ = nullptr;
+    std::atomic<bool> recorded_{false};
+};
+
+CudaEvent & as_cuda_event(Event & ev, const std::string & device) {
+    auto * ce = dynamic_cast<CudaEvent *>(&ev);
+    if (!ce) throw Error(device + ": an event of another device kind cannot be used with a CUDA device");
+    return *ce;
+}
+
+} // namespace
+
+struct CudaDevice::Impl {
+    int index;
+    int ordinal;
+    std::string name;
+    OpHook hook;
+
+    mutable std::mutex mem_m;
+    Arena arena;
+    std::byte * base = nullptr;
+
+    std::mutex host_m;
+    std::set<const void *> pinned;  // alloc_pinned blocks, so free_pinned can refuse a foreign pointer
+
+    Impl(int idx, int ord, std::string nm, OpHook h, size_t bytes)
+        : index(idx), ordinal(ord), name(std::move(nm)), hook(std::move(h)), arena(name, bytes) {}
+
+    bool contains(const void * p, size_t bytes) const {
+        const auto * b = static_cast<const std::byte *>(p);
+        return base && b >= base && bytes <= arena.capacity() && b - base <= std::ptrdiff_t(arena.capacity() - bytes);
+    }
+};
+
+namespace {
+
+class CudaStream final : public Stream {
+public:
+    CudaStream(CudaDevice::Impl & dev, int index) : dev_(dev), index_(index) {
+        GpuScope gpu(dev_.ordinal, dev_.name);
+        check(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking), dev_.name, "cudaStreamCreateWithFlags");
+    }
+    ~CudaStream() override {
+        if (!s_) return;
+        cudaSetDevice(dev_.ordinal);
+        cudaStreamSynchronize(s_);  // pending host callbacks point at this object
+        cudaStreamDestroy(s_);
+    }
+    CudaStream(const CudaStream &) = delete;
+    CudaStream & operator=(const CudaStream &) = delete;
+
+    int device_index() const override { return dev_.index; }
+    int index() const override { return index_; }
+    void * native_handle() override { return s_; }
+
+    void launch(OpLabel label, std::function<void()> work) override {
+        if (poisoned()) return;
+        GpuScope gpu(dev_.ordinal, dev_.name);
+        Timing * t = begin_timing(std::move(label), 0);
+        try {
+            work();
+            const cudaError_t e = cudaGetLastError();  // a raw kernel launch inside work that nobody checked
+            check(e, dev_.name + " stream " + stream_name(index_), "kernel launch");
+        } catch (...) {
+            poison(std::current_exception());
+        }
+        end_timing(t);
+    }
+
+    void copy(void * dst, const void * src, size_t bytes, CopyKind kind, OpLabel label) override {
+        const bool dst_dev = kind == CopyKind::HostToDevice || kind == CopyKind::DeviceToDevice;
+        const bool src_dev = kind == CopyKind::DeviceToHost || kind == CopyKind::DeviceToDevice;
+        if (bytes > 0 && dst_dev && !dev_.contains(dst, bytes)) {
+            throw Error(dev_.name + ": copy '" + label.name + "': destination [" + std::to_string(bytes) +
+                        " bytes] is not inside this device's memory");
+        }
+        if (bytes > 0 && src_dev && !dev_.contains(src, bytes)) {
+            throw Error(dev_.name + ": copy '" + label.name + "': source [" + std::to_string(bytes) +
+                        " bytes] is not inside this device's memory");
+        }
+        if (poisoned()) return;
+        GpuScope gpu(dev_.ordinal, dev_.name);
+        Timing * t = begin_timing(std::move(label), bytes);
+        if (bytes > 0) {
+            cudaMemcpyKind k = cudaMemcpyHostToHost;
+            switch (kind) {
+            case CopyKind::HostToDevice: k = cudaMemcpyHostToDevice; break;
+            case CopyKind::DeviceToHost: k = cudaMemcpyDeviceToHost; break;
+            case CopyKind::DeviceToDevice: k = cudaMemcpyDeviceToDevice; break;
+            case CopyKind::HostToHost: k = cudaMemcpyHostToHost; break;
+            }
+            const cudaError_t e = cudaMemcpyAsync(dst, src, bytes, k, s_);
+            if (e != cudaSuccess) {
+                end_timing(t);
+                check(e, dev_.name + " stream " + stream_name(index_), "cudaMemcpyAsync");
+            }
+        }
+        end_timing(t);
+    }
+
+    void record(Event & ev) override {
+        CudaEvent & ce = as_cuda_event(ev, dev_.name);
+        if (ce.ordinal() != dev_.ordinal) {
+            throw Error(dev_.name + ": cannot record an event of " + ce.device() + " (GPU " + std::to_string(ce.ordinal()) +
+                        ") on a stream of GPU " + std::to_string(dev_.ordinal) + "; wait on it instead");
+        }
+        GpuScope gpu(dev_.ordinal, dev_.name);
+        check(cudaEventRecord(ce.handle(), s_), dev_.name, "cudaEventRecord");
+        ce.mark_recorded();
+    }
+
+    void wait(Event & ev) override {
+        CudaEvent & ce = as_cuda_event(ev, dev_.name);
+        GpuScope gpu(dev_.ordinal, dev_.name);
+        check(cudaStreamWaitEvent(s_, ce.handle(), 0), dev_.name, "cudaStreamWaitEvent");
+    }
+
+    void synchronize() override {
+        cudaError_t e = cudaSuccess;
+        {
+            GpuScope gpu(dev_.ordinal, dev_.name);
+            e = cudaStreamSynchronize(s_);
+        }
+        {
+            std::lock_guard<std::mutex> lk(m_);
+            if (error_) std::rethrow_exception(error_);
+        }
+        check(e, dev_.name + " stream " + stream_name(index_), "cudaStreamSynchronize");
+    }
+
+private:
+    // One bracketed operation of the hook: stamped by two host callbacks, owned by the second.
+    struct Timing {
+        CudaStream * stream;
+        OpRecord rec;
+    };
+
+    static void CUDART_CB on_start(void * p) { static_cast<Timing *>(p)->rec.start_us = clock_us(); }
+
+    static void CUDART_CB on_end(void * p) {
+        Timing * t = static_cast<Timing *>(p);
+        t->rec.end_us = clock_us();
+        try {
+            t->stream->dev_.hook(t->rec);
+        } catch (...) {
+            t->stream->poison(std::current_exception());  // a callback must not throw into CUDA
+        }
+        delete t;
+    }
+
+    // nullptr when there is no hook.
+    Timing * begin_timing(OpLabel label, size_t bytes) {
+        if (!dev_.hook) return nullptr;
+        auto * t = new Timing{this, {}};
+        t->rec.device = dev_.index;
+        t->rec.stream = index_;
+        t->rec.name = std::move(label.name);
+        t->rec.cat = std::move(label.cat);
+        t->rec.bytes = bytes;
+        const cudaError_t e = cudaLaunchHostFunc(s_, on_start, t);
+        if (e != cudaSuccess) {
+            delete t;
+            check(e, dev_.name, "cudaLaunchHostFunc");
+        }
+        return t;
+    }
+
+    void end_timing(Timing * t) {
+        if (!t) return;
+        const cudaError_t e = cudaLaunchHostFunc(s_, on_end, t);
+        if (e != cudaSuccess) {
+            // on_start may still run and write to t: leak it rather than free memory a callback touches
+            poison(std::make_exception_ptr(
+                Error(dev_.name + ": cudaLaunchHostFunc: " + cudaGetErrorString(e))));
+        }
+    }
+
+    bool poisoned() {
+        std::lock_guard<std::mutex> lk(m_);
+        return error_ != nullptr;
+    }
+
+    void poison(std::exception_ptr e) {
+        std::lock_guard<std::mutex> lk(m_);
+        if (!error_) error_ = std::move(e);
+    }
+
+    CudaDevice::Impl & dev_;
+    int index_;
+    cudaStream_t s_ = nullptr;
+    std::mutex m_;
+    std::exception_ptr error_;
+};
+
+} // namespace
+
+CudaDevice::CudaDevice(int index, CudaDeviceOptions options) : index_(index), ordinal_(options.ordinal) {
+    name_ = options.name.empty() ? cuda::logical_device_name(index) : options.name;
+    if (options.num_streams < kNumStreamKinds) {
+        throw Error(name_ + ": " + std::to_string(options.num_streams) + " streams requested, at least " +
+                    std::to_string(kNumStreamKinds) + " are needed");
+    }
+    const int count = cuda_device_count();
+    if (ordinal_ < 0 || ordinal_ >= count) {
+        throw Error(name_ + ": GPU " + std::to_string(ordinal_) + " does not exist (" + std::to_string(count) +
+                    " visible)");
+    }
+    impl_ = std::make_unique<Impl>(index, ordinal_, name_, std::move(options.hook), options.memory_bytes);
+    GpuScope gpu(ordinal_, name_);
+    if (impl_->arena.capacity() > 0) {
+        void * p = nullptr;
+        const cudaError_t e = cudaMalloc(&p, impl_->arena.capacity());
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            throw Error(std::string(name_).append(": cannot reserve ").append(format_bytes(impl_->arena.capacity()))
+                            .append(" on GPU ").append(std::to_string(ordinal_)).append(": cudaMalloc: ")
+                            .append(cudaGetErrorString(e)));
+        }
+        impl_->base = static_cast<std::byte *>(p);
+    }
+    try {
+        for (int i = 0; i < options.num_streams; ++i) streams_.push_back(std::make_unique<CudaStream>(*impl_, i));
+    } catch (...) {
+        streams_.clear();
+        if (impl_->base) cudaFree(impl_->base);
+        throw;
+    }
+}
+
+CudaDevice::~CudaDevice() {
+    streams_.clear();  // each stream waits for its work, then is destroyed
+    if (impl_ && impl_->base) {
+        cudaSetDevice(ordinal_);
+        cudaFree(impl_->base);
+    }
+}
+
+size_t CudaDevice::capacity() const { return impl_->arena.capacity(); }
+
+void * CudaDevice::allocate(size_t bytes, const std::string & what) {
+    std::lock_guard<std::mutex> lk(impl_->mem_m);
+    return impl_->base + impl_->arena.allocate(bytes, what);
+}
+
+void CudaDevice::free(void * ptr) {
+    if (!ptr) return;
+    std::lock_guard<std::mutex> lk(impl_->mem_m);
+    const auto * p = static_cast<const std::byte *>(ptr);
+    if (!impl_->base || p < impl_->base || p >= impl_->base + impl_->arena.capacity()) {
+        throw Error(name_ + ": free of a pointer that is not in this device's memory");
+    }
+    impl_->arena.free(static_cast<size_t>(p - impl_->base));
+}
+
+size_t CudaDevice::used() const {
+    std::lock_guard<std::mutex> lk(impl_->mem_m);
+    return impl_->arena.used();
+}
+
+size_t CudaDevice::high_water() const {
+    std::lock_guard<std::mutex> lk(impl_->mem_m);
+    return impl_->arena.high_water();
+}
+
+void CudaDevice::reset_high_water() {
+    std::lock_guard<std::mutex> lk(impl_->mem_m);
+    impl_->arena.reset_high_water();
+}
+
+size_t CudaDevice::largest_free() const {
+    std::lock_guard<std::mutex> lk(impl_->mem_m);
+    return impl_->arena.largest_free();
+}
+
+bool CudaDevice::contains(const void * ptr, size_t bytes) const { return impl_->contains(ptr, bytes); }
+
+Stream & CudaDevice::stream(int i) {
+    if (i < 0 || i >= num_streams()) {
+        throw Error(name_ + ": no stream " + std::to_string(i) + " (the device has " + std::to_string(num_streams()) +
+                    ")");
+    }
+    return *streams_[static_cast<size_t>(i)];
+}
+
+std::unique_ptr<Event> CudaDevice::create_event() { return std::make_unique<CudaEvent>(ordinal_, name_); }
+
+void CudaDevice::synchronize() {
+    std::exception_ptr first;
+    for (auto & s : streams_) {
+        try {
+            s->synchronize();
+        } catch (...) {
+            if (!first) first = std::current_exception();
+        }
+    }
+    if (first) std::rethrow_exception(first);
+}
+
+void * CudaDevice::alloc_pinned(size_t bytes) {
+    GpuScope gpu(ordinal_, name_);
+    void * p = nullptr;
+    check(cudaHostAlloc(&p, bytes == 0 ? 1 : bytes, cudaHostAllocPortable), name_, "cudaHostAlloc");
+    std::lock_guard<std::mutex> lk(impl_->host_m);
+    impl_->pinned.insert(p);
+    return p;
+}
+
+void CudaDevice::free_pinned(void * ptr) {
+    if (!ptr) return;
+    {
+        std::lock_guard<std::mutex> lk(impl_->host_m);
+        if (impl_->pinned.erase(ptr) == 0) throw Error(name_ + ": free_pinned of a pointer this device did not allocate");
+    }
+    GpuScope gpu(ordinal_, name_);
+    check(cudaFreeHost(ptr), name_, "cudaFreeHost");
+}
+
+void CudaDevice::register_host(void * ptr, size_t bytes) {
+    cuda::process_host_registry().add(index_, ptr, bytes, name_, [&] {
+        GpuScope gpu(ordinal_, name_);
+        check(cudaHostRegister(ptr, bytes, cudaHostRegisterPortable), name_, "cudaHostRegister");
+    });
+}
+
+void CudaDevice::unregister_host(void * ptr) {
+    cuda::process_host_registry().remove(index_, ptr, name_, [&] {
+        GpuScope gpu(ordinal_, name_);
+        check(cudaHostUnregister(ptr), name_, "cudaHostUnregister");
+    });
+}
+
+int cuda_device_count() {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();  // no driver / no GPU: clear the error, report none
+        return 0;
+    }
+    return n;
+}
+
+std::vector<std::unique_ptr<CudaDevice>> make_cuda_devices(int n_logical, size_t mem_each, OpHook hook) {
+    const int count = cuda_device_count();
+    const std::vector<int> ordinals = cuda::logical_device_ordinals(n_logical, count);
+    std::vector<cuda::GpuInfo> gpus(static_cast<size_t>(count));
+    for (int o = 0; o < count; ++o) {
+        const std::string who = "CUDA GPU " + std::to_string(o);
+        cudaDeviceProp prop{};
+        check(cudaGetDeviceProperties(&prop, o), who, "cudaGetDeviceProperties");
+        gpus[static_cast<size_t>(o)].name = prop.name;
+        GpuScope gpu(o, who);
+        size_t free_b = 0, total_b = 0;
+        check(cudaMemGetInfo(&free_b, &total_b), who, "cudaMemGetInfo");
+        gpus[static_cast<size_t>(o)].free_bytes = free_b;
+    }
+    cuda::check_logical_memory(ordinals, mem_each, gpus);
+    std::vector<std::unique_ptr<CudaDevice>> devs;
+    for (int i = 0; i < n_logical; ++i) {
+        CudaDeviceOptions o;
+        o.ordinal = ordinals[static_cast<size_t>(i)];
+        o.memory_bytes = mem_each;
+        o.hook = hook;
+        devs.push_back(std::make_unique<CudaDevice>(i, std::move(o)));
+    }
+    return devs;
+}
+
+} // namespace rp

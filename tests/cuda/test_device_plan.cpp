@@ -1,0 +1,180 @@
+// The host-only rules of the CUDA device and backend, checked on any machine (no GPU, no CUDA needed):
+// logical devices spread over GPUs (ggml_rp/cuda/logical_devices.h), the memory check of make_cuda_devices,
+// the process-wide registry of pinned host ranges, and the backend's node checks and scratch sizes
+// (ggml_rp/cuda/backend_plan.h) against values worked out by hand from launch.h's rules.
+#include "ggml_rp/core/ggml_rp.h"
+#include "ggml_rp/cuda/backend_plan.h"
+#include "ggml_rp/cuda/logical_devices.h"
+#include "gguf/error.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+using namespace rp::cuda;
+
+namespace {
+
+// The message of the rp::Error that f throws ("" when it throws none).
+template <class F>
+std::string error_of(F f) {
+    try {
+        f();
+    } catch (const rp::Error & e) {
+        return e.what();
+    }
+    return "";
+}
+
+bool has(const std::string & s, const std::string & part) { return s.find(part) != std::string::npos; }
+
+} // namespace
+
+TEST(CudaLogicalDevices, RoundRobinOverThePhysicalGpus) {
+    EXPECT_EQ(logical_device_ordinals(1, 1), (std::vector<int>{0}));
+    EXPECT_EQ(logical_device_ordinals(4, 1), (std::vector<int>{0, 0, 0, 0}));
+    EXPECT_EQ(logical_device_ordinals(5, 2), (std::vector<int>{0, 1, 0, 1, 0}));
+    EXPECT_EQ(logical_device_ordinals(3, 8), (std::vector<int>{0, 1, 2}));
+    EXPECT_EQ(physical_ordinal(7, 3), 1);
+    EXPECT_EQ(logical_device_name(3), "cuda:3");
+    EXPECT_TRUE(has(error_of([] { logical_device_ordinals(2, 0); }), "no GPU"));
+    EXPECT_TRUE(has(error_of([] { logical_device_ordinals(0, 1); }), "0 logical devices"));
+    EXPECT_TRUE(has(error_of([] { physical_ordinal(-1, 1); }), "negative"));
+}
+
+TEST(CudaLogicalDevices, CapsPlacedOnOneGpuMustFitItsFreeMemory) {
+    const size_t GiB = size_t(1) << 30;
+    const std::vector<GpuInfo> one = {{"NVIDIA H200", 139 * GiB}};
+    // 4 x 34 GiB = 136 GiB fit in 139 GiB; 4 x 35 GiB = 140 GiB do not.
+    EXPECT_NO_THROW(check_logical_memory(logical_device_ordinals(4, 1), 34 * GiB, one));
+    const std::string msg = error_of([&] { check_logical_memory(logical_device_ordinals(4, 1), 35 * GiB, one); });
+    EXPECT_TRUE(has(msg, "GPU 0 (NVIDIA H200)")) << msg;
+    EXPECT_TRUE(has(msg, "4 logical devices")) << msg;
+    EXPECT_TRUE(has(msg, "37580963840 bytes")) << msg;   // 35 GiB each
+    EXPECT_TRUE(has(msg, "149250113536 bytes")) << msg;  // 139 GiB free
+    // Two GPUs: 5 logical devices put 3 on GPU 0 and 2 on GPU 1; only GPU 0 is too small for 3 x 30 GiB.
+    const std::vector<GpuInfo> two = {{"A", 80 * GiB}, {"B", 80 * GiB}};
+    EXPECT_NO_THROW(check_logical_memory(logical_device_ordinals(5, 2), 26 * GiB, two));
+    const std::string msg2 = error_of([&] { check_logical_memory(logical_device_ordinals(5, 2), 30 * GiB, two); });
+    EXPECT_TRUE(has(msg2, "GPU 0 (A): 3 logical devices")) << msg2;
+    // No overflow for absurd caps.
+    EXPECT_FALSE(error_of([&] { check_logical_memory({0, 0}, SIZE_MAX / 2 + 1, one); }).empty());
+    EXPECT_TRUE(has(error_of([&] { check_logical_memory({0}, 0, one); }), "above 0 bytes"));
+    EXPECT_TRUE(has(error_of([&] { check_logical_memory({1}, 1, one); }), "only 1 GPUs"));
+}
+
+TEST(CudaLogicalDevices, HostRegistryPinsOnceAndUnpinsWithTheLastHolder) {
+    HostRegistry reg;
+    int pins = 0, unpins = 0;
+    auto pin = [&] { ++pins; };
+    auto unpin = [&] { ++unpins; };
+    std::vector<char> a(4096), b(8192);
+    reg.add(0, a.data(), a.size(), "cuda:0", pin);
+    reg.add(1, a.data(), a.size(), "cuda:1", pin);  // a second logical device: a reference, no second pin
+    EXPECT_EQ(pins, 1);
+    EXPECT_EQ(reg.holders(a.data()), 2u);
+    EXPECT_TRUE(has(error_of([&] { reg.add(0, a.data(), a.size(), "cuda:0", pin); }), "cuda:0: host range registered twice"));
+    EXPECT_TRUE(has(error_of([&] { reg.add(2, a.data(), 100, "cuda:2", pin); }), "another device"));
+    reg.remove(0, a.data(), "cuda:0", unpin);
+    EXPECT_EQ(unpins, 0);
+    EXPECT_TRUE(has(error_of([&] { reg.remove(0, a.data(), "cuda:0", unpin); }), "not registered"));
+    reg.remove(1, a.data(), "cuda:1", unpin);
+    EXPECT_EQ(unpins, 1);
+    EXPECT_EQ(reg.holders(a.data()), 0u);
+    // A failing pin records nothing, so a retry pins again.
+    EXPECT_THROW(reg.add(0, b.data(), b.size(), "cuda:0", [] { throw rp::Error("cudaHostRegister: invalid argument"); }),
+                 rp::Error);
+    EXPECT_EQ(reg.holders(b.data()), 0u);
+    reg.add(0, b.data(), b.size(), "cuda:0", pin);
+    EXPECT_EQ(pins, 2);
+    reg.remove(0, b.data(), "cuda:0", unpin);
+    EXPECT_EQ(unpins, 2);
+}
+
+TEST(CudaBackendPlan, EveryCpuOpHasACudaPath) {
+    for (int i = 0; i < static_cast<int>(rp::Op::COUNT); ++i) {
+        const auto op = static_cast<rp::Op>(i);
+        EXPECT_TRUE(cuda_has_op(op)) << rp::op_name(op);
+    }
+    EXPECT_FALSE(cuda_has_op(rp::Op::COUNT));
+    EXPECT_TRUE(reports_bad_index(rp::Op::GET_ROWS));
+    EXPECT_TRUE(reports_bad_index(rp::Op::LM_HEAD_CE_BACK));
+    EXPECT_FALSE(reports_bad_index(rp::Op::MUL_MAT));
+}
+
+TEST(CudaBackendPlan, StridedOperandsArePackedOthersRefusedByName) {
+    rp::Context ctx;
+    rp::Tensor * x = ctx.new_tensor(rp::DType::F32, 8, 4);
+    x->name = "x";
+    rp::Tensor * xt = rp::transpose(ctx, x);
+    // Element-wise kernels read packed memory: a transposed f32 operand is packed through scratch
+    // (8 * 4 floats = 128 bytes, one 256-byte section); packed operands need none.
+    rp::Tensor * act = rp::silu(ctx, xt);
+    EXPECT_NO_THROW(check_cuda_node(act));
+    EXPECT_EQ(node_pack_bytes(act), 256u);
+    EXPECT_EQ(node_scratch_bytes(act), 256u);
+    EXPECT_EQ(node_pack_bytes(rp::silu(ctx, x)), 0u);
+    // Both operands of a binary op strided: two sections.
+    rp::Tensor * y = ctx.new_tensor(rp::DType::F32, 100, 30);
+    rp::Tensor * yt = rp::transpose(ctx, y);
+    EXPECT_EQ(node_pack_bytes(rp::add(ctx, yt, yt)), 2 * align256(100 * 30 * 4));
+    // CPY, SUM_TO and the GEMMs read strides themselves.
+    EXPECT_EQ(node_pack_bytes(rp::cont(ctx, xt)), 0u);
+    EXPECT_EQ(node_pack_bytes(rp::sum_to(ctx, xt, ctx.new_tensor(rp::DType::F32, 1, 8))), 0u);
+    rp::Tensor * W = ctx.new_tensor(rp::DType::F16, 8, 16);
+    EXPECT_NO_THROW(check_cuda_node(rp::mul_mat(ctx, W, x)));
+    EXPECT_EQ(node_pack_bytes(rp::mul_mat(ctx, W, x)), 0u);
+
+    // A strided operand that is not a float type cannot be packed.
+    rp::Tensor * ids = ctx.new_tensor(rp::DType::I32, 4, 8);
+    rp::Tensor * odd = rp::silu(ctx, x);
+    odd->src[0] = rp::transpose(ctx, ids);
+    std::string msg = error_of([&] { check_cuda_node(odd); });
+    EXPECT_TRUE(has(msg, "SILU")) << msg;
+    EXPECT_TRUE(has(msg, "not a float type")) << msg;
+    // Strided ids of an embedding lookup are refused, naming the op and the tensor.
+    rp::Tensor * table = ctx.new_tensor(rp::DType::F32, 8, 50);
+    rp::Tensor * lookup = rp::get_rows(ctx, table, ctx.new_tensor(rp::DType::I32, 4));
+    rp::Tensor * strided_ids = rp::transpose(ctx, ids);
+    strided_ids->name = "token ids";
+    lookup->src[1] = strided_ids;
+    msg = error_of([&] { check_cuda_node(lookup); });
+    EXPECT_TRUE(has(msg, "GET_ROWS")) << msg;
+    EXPECT_TRUE(has(msg, "token ids")) << msg;
+    EXPECT_TRUE(has(msg, "not contiguous")) << msg;
+    // An op without a CUDA path.
+    rp::Tensor * fake = rp::silu(ctx, x);
+    fake->op = rp::Op::COUNT;
+    EXPECT_TRUE(has(error_of([&] { check_cuda_node(fake); }), "no CUDA kernel"));
+}
+
+// Scratch sizes by hand from launch.h's rules.
+TEST(CudaBackendPlan, WorkspaceOfEachNode) {
+    rp::Context ctx;
+    rp::Tensor * x = ctx.new_tensor(rp::DType::F32, 64, 10);  // K = 64, T = 10
+    // f32 weight: no scratch; f16 [64 -> 96]: max(K, N) * T * 2 = 96 * 10 * 2 = 1920 -> 2048.
+    EXPECT_EQ(node_workspace_bytes(rp::mul_mat(ctx, ctx.new_tensor(rp::DType::F32, 64, 96), x)), 0u);
+    rp::Tensor * w16 = ctx.new_tensor(rp::DType::F16, 64, 96);
+    EXPECT_EQ(node_workspace_bytes(rp::mul_mat(ctx, w16, x)), 2048u);
+    // q8_0 [64 -> 96]: the dequantized weight, 64 * 96 * 4 = 24576 (already 256-aligned).
+    EXPECT_EQ(node_workspace_bytes(rp::mul_mat(ctx, ctx.new_tensor(rp::DType::Q8_0, 64, 96), x)), 24576u);
+    rp::Tensor * dy = ctx.new_tensor(rp::DType::F32, 96, 10);
+    EXPECT_EQ(node_workspace_bytes(rp::mul_mat_back_x(ctx, w16, dy, x)), 2048u);
+    // get_rows_back of 10 ids: round_up(10, 64) * 4 * 2 = 512.
+    rp::Tensor * table = ctx.new_tensor(rp::DType::F32, 64, 50);
+    rp::Tensor * ids = ctx.new_tensor(rp::DType::I32, 10);
+    EXPECT_EQ(node_workspace_bytes(rp::get_rows_back(ctx, nullptr, x, ids, table)), 512u);
+    // attention backward, Hq = 4, Tq = 10, B = 2: 80 floats = 320 bytes.
+    rp::Tensor * q = ctx.new_tensor(rp::DType::F32, 16, 4, 10, 2);
+    rp::Tensor * k = ctx.new_tensor(rp::DType::F32, 16, 2, 10, 2);
+    rp::Tensor * o = rp::attention(ctx, q, k, ctx.new_tensor(rp::DType::F32, 16, 2, 10, 2), 0.25f);
+    EXPECT_EQ(node_workspace_bytes(o), 0u);
+    EXPECT_EQ(node_workspace_bytes(rp::attention_back(ctx, o, ctx.new_tensor(rp::DType::F32, 16, 4, 10, 2)).dq), 320u);
+    // LM head + CE, C = 64, V = 50, T = 10, chunk 16, f32 head: tile 16*10*4 = 640 -> 768, no GEMM scratch,
+    // per token 4 * (40 -> 256) + 2 * (80 -> 256) = 1536; total 2304.
+    rp::Tensor * labels = ctx.new_tensor(rp::DType::I32, 10);
+    rp::Tensor * ce = rp::lm_head_ce(ctx, x, table, labels, 0.1f, 16);
+    EXPECT_EQ(node_workspace_bytes(ce), 2304u);
+    EXPECT_EQ(node_workspace_bytes(rp::silu(ctx, x)), 0u);
+}
