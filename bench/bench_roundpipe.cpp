@@ -7,8 +7,9 @@
 // measures each layer's real forward, recompute+backward and head programs once (one thread), then runs the
 // pipeline with a TimedProgram whose programs sleep for exactly those times (the data are not computed; the
 // tests check the numbers). The host<->device link is modelled so that uploading a layer's weights costs,
-// relative to its forward, what it costs on an RTX 4090 over PCIe 4.0 x16 (32 GB/s, 165 TFLOP/s fp16) at the
-// same micro-batch size: upload / forward = 165e12 / (32e9 x tokens per micro-batch) (roundpipe.md §8).
+// relative to its forward, what it costs on an RTX 4090 over PCIe 4.0 x16 (32 GB/s, 165 TFLOP/s fp16) for a
+// micro-batch of --gpu-tokens tokens (default 8192, the paper's 4 x 2048): upload / forward = 165e12 /
+// (32e9 x tokens) = 0.63 (roundpipe.md §8, §13.1).
 #include "bench/bench.h"
 
 #include "ggml_rp/roundpipe/pipeline.h"
@@ -113,13 +114,15 @@ Measured measure(rp::TrainingProgram & p, const rp::MicroBatchInfo & mb, uint32_
 int run_roundpipe(int argc, char ** argv) {
     rp::bench::Options opt(argc, argv);
     if (opt.help()) {
-        std::printf("rp-bench roundpipe --model FILE.gguf [--seq-len 128] [--seqs 2] [--steps 4] [--rank 8] [--devices 2,4,8]\n"
+        std::printf("rp-bench roundpipe --model FILE.gguf [--seq-len 64] [--seqs 2] [--steps 3] [--rank 8] [--gpu-tokens 8192]\n"
+                    "                   [--trace-dir DIR]\n"
                     "  bubble ratio / exposed communication / throughput of roundpipe vs gpipe vs 1f1b (LoRA)\n");
         return 0;
     }
     const std::string path = opt.get_string("--model", "");
-    const int64_t T = opt.get_int("--seq-len", 128), B = opt.get_int("--seqs", 2);
-    const int steps = static_cast<int>(opt.get_int("--steps", 4));
+    const int64_t T = opt.get_int("--seq-len", 64), B = opt.get_int("--seqs", 2);
+    const double gpu_tokens = opt.get_double("--gpu-tokens", 8192);
+    const int steps = static_cast<int>(opt.get_int("--steps", 3));
     const int64_t rank = opt.get_int("--rank", 8);
     const std::string trace_dir = opt.get_string("--trace-dir", "");
     opt.finish();
@@ -142,7 +145,7 @@ int run_roundpipe(int argc, char ** argv) {
         for (const auto & ti : real.layer_tensors(l)) wbytes += ti.bytes;
         tfwd += ms.fwd[static_cast<size_t>(l)];
     }
-    const double ratio = 165e12 / (32e9 * static_cast<double>(T * B));  // upload / forward on a 4090 over PCIe 4.0
+    const double ratio = 165e12 / (32e9 * gpu_tokens);  // upload / forward on a 4090 over PCIe 4.0
     rp::LinkModel link;
     link.bytes_per_s = static_cast<double>(wbytes) / (tfwd * ratio);
     link.latency_s = 10e-6;
@@ -154,8 +157,8 @@ int run_roundpipe(int argc, char ** argv) {
                     for (int l = 1; l + 1 < real.num_layers(); ++l) s += ms.bwd[static_cast<size_t>(l)];
                     return s / (real.num_layers() - 2);
                 }(), 1e3 * ms.head);
-    std::printf("link modelled at %s (upload/forward of a layer = %.2f, as a 4090 on PCIe 4.0 at this micro-batch)\n\n",
-                link.to_string().c_str(), ratio);
+    std::printf("link modelled at %s (upload/forward of a layer = %.2f, as a 4090 on PCIe 4.0 with %.0f-token micro-batches)\n\n",
+                link.to_string().c_str(), ratio, gpu_tokens);
 
     TimedProgram timed(real, ms.fwd, ms.bwd, ms.head);
     std::printf("%-3s %-16s %4s %7s %9s %12s %10s %12s\n", "G", "schedule", "M", "stages", "bubble %", "exposed comm %",

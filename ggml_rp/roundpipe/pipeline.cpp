@@ -1,5 +1,6 @@
 #include "ggml_rp/roundpipe/pipeline.h"
 
+#include "ggml_rp/roundpipe/layer_timings.h"
 #include "ggml_rp/roundpipe/planner.h"
 #include "ggml_rp/roundpipe/sync.h"
 #include "ggml_rp/roundpipe/transfer.h"
@@ -83,6 +84,15 @@ struct Call {
     std::vector<std::vector<std::shared_ptr<Event>>> act_ready, dact_ready;  // recorded after the D2H
     PinnedBuffer loss;
     std::vector<std::shared_ptr<Event>> loss_ready;
+
+    // Event pairs around every program launch, harvested for the planner once they have all completed (§11.2).
+    struct Timed {
+        int layer;
+        int kind;  // 0 forward (or recompute), 1 recompute + backward, 2 the head's fused program
+        std::shared_ptr<Event> start, end;
+    };
+    std::mutex timed_m;
+    std::vector<Timed> timed;
 };
 
 struct Task {
@@ -191,6 +201,10 @@ struct Pipeline::Impl {
     HostFlag optim_updated{true};
     std::mt19937_64 opt_fuzz;
 
+    // ---- planner timings (EMA of measured per-layer times, roundpipe.md §11.2) ----
+    std::unique_ptr<LayerTimings> timings;
+    std::deque<std::shared_ptr<Call>> unharvested;
+
     // ---- state ----
     int64_t calls = 0;
     int64_t calls_in_step = 0;
@@ -235,6 +249,14 @@ struct Pipeline::Impl {
             }
         });
     }
+    // A program launch between two compute-stream events that the planner's timings read later.
+    void timed_launch(Worker & w, Call & c, int layer, int kind, OpLabel label, std::function<void()> fn) {
+        std::shared_ptr<Event> a = record(w, StreamKind::Compute);
+        launch(w, std::move(label), std::move(fn));
+        std::shared_ptr<Event> b = record(w, StreamKind::Compute);
+        std::lock_guard<std::mutex> lk(c.timed_m);
+        c.timed.push_back({layer, kind, std::move(a), std::move(b)});
+    }
     std::shared_ptr<Event> record(Worker & w, StreamKind s) {
         std::shared_ptr<Event> ev = w.dev->create_event();
         w.dev->stream(s).record(*ev);
@@ -243,6 +265,7 @@ struct Pipeline::Impl {
 
     std::shared_ptr<Call> make_call(const std::vector<MicroBatch> & mbs);
     Plan choose_plan() const;
+    void harvest_timings();
     std::vector<std::shared_ptr<Job>> make_jobs(const std::shared_ptr<Call> & c) const;
     void dispatch(const std::shared_ptr<Job> & job, int device);
 
@@ -298,6 +321,7 @@ Pipeline::Impl::Impl(TrainingProgram & p, std::vector<Device *> d, PipelineOptio
         sync.push_back(std::move(ls));
     }
     if (opt.plan) validate_plan(*opt.plan, L);
+    timings = std::make_unique<LayerTimings>(layer_bytes);
 
     for (int i = 0; i < G; ++i) {
         auto w = std::make_unique<Worker>();
@@ -349,8 +373,9 @@ Plan Pipeline::Impl::choose_plan() const {
     if (opt.layer_tf.size() == static_cast<size_t>(L) && opt.layer_tb.size() == static_cast<size_t>(L)) {
         in.tf = opt.layer_tf;
         in.tb = opt.layer_tb;
-    } else {
-        cold_start_times(layer_bytes, in.tf, in.tb);
+    } else {  // measured EMA once two calls have been timed, else the cold-start byte proxy
+        in.tf = timings->forward();
+        in.tb = timings->backward_stage();
     }
     in.mf = layer_bytes;
     for (int l = 0; l < L; ++l) in.mb.push_back(layer_bytes[static_cast<size_t>(l)] + layer_train_bytes[static_cast<size_t>(l)]);
@@ -362,6 +387,49 @@ Plan Pipeline::Impl::choose_plan() const {
     in.grain = opt.grain;
     for (int l = 0; l < L; ++l) in.layer_names.push_back(prog.layer_name(l));
     return make_plan(in);
+}
+
+// Without blocking: the oldest calls whose timed launches have all completed feed the EMA, in call order.
+void Pipeline::Impl::harvest_timings() {
+    while (!unharvested.empty()) {
+        Call & c = *unharvested.front();
+        std::lock_guard<std::mutex> lk(c.timed_m);
+        for (const auto & t : c.timed)
+            if (!t.end->query()) return;
+        std::vector<double> fsum(static_cast<size_t>(L), 0), bsum(static_cast<size_t>(L), 0);
+        std::vector<int> fn(static_cast<size_t>(L), 0), bn(static_cast<size_t>(L), 0);
+        try {
+            for (const auto & t : c.timed) {
+                const double ms = t.end->elapsed_ms(*t.start);
+                const size_t l = static_cast<size_t>(t.layer);
+                if (t.kind == 0) {
+                    fsum[l] += ms;
+                    ++fn[l];
+                } else {
+                    bsum[l] += ms;
+                    ++bn[l];
+                }
+            }
+        } catch (const Error &) {  // an event without timing (a failed job): skip this call
+            unharvested.pop_front();
+            continue;
+        }
+        std::vector<double> fwd(static_cast<size_t>(L), 0);
+        std::vector<std::pair<LayerRange, double>> bwd;
+        for (int l = 0; l < L; ++l) {
+            const size_t li = static_cast<size_t>(l);
+            const double b = bn[li] ? bsum[li] / bn[li] : 0.0;
+            if (l == L - 1) {  // the head's program is forward + loss + backward: apportion as the byte proxy does
+                fwd[li] = b / 3;
+                bwd.push_back({{l, l + 1}, b - fwd[li]});
+            } else {
+                fwd[li] = fn[li] ? fsum[li] / fn[li] : 0.0;
+                bwd.push_back({{l, l + 1}, std::max(0.0, b - fwd[li])});  // backward without its recompute
+            }
+        }
+        timings->add_iteration(fwd, bwd);
+        unharvested.pop_front();
+    }
 }
 
 std::shared_ptr<Call> Pipeline::Impl::make_call(const std::vector<MicroBatch> & mbs) {
@@ -775,7 +843,7 @@ void Pipeline::Impl::run_task(Worker & w, Job & job, const Task & t, std::vector
         for (int l = a; l < b; ++l) {
             void * in = l == a ? s.in[0] : s.work[static_cast<size_t>(l - 1 - a)];
             void * out = s.work[static_cast<size_t>(l - a)];
-            launch(w, OpLabel(tag, sd.cat), [this, l, mlm = lm(l), in, out, info, pc]() mutable { prog.forward(l, mlm, in, out, info, pc); });
+            timed_launch(w, c, l, 0, OpLabel(tag, sd.cat), [this, l, mlm = lm(l), in, out, info, pc]() mutable { prog.forward(l, mlm, in, out, info, pc); });
             if (c.need_act[static_cast<size_t>(l + 1)]) {
                 ds.wait(*record(w, StreamKind::Compute));
                 ds.copy(c.act[static_cast<size_t>(l + 1)][mi].data(), out, H, CopyKind::DeviceToHost, OpLabel("D " + tag, sd.cat));
@@ -794,16 +862,16 @@ void Pipeline::Impl::run_task(Worker & w, Job & job, const Task & t, std::vector
         if (s.free) cs.wait(*s.free);
         auto x = [&](int l) { return l == a ? s.in[0] : s.work[static_cast<size_t>(l - a - 1)]; };
         for (int l = a; l < L - 1; ++l)
-            launch(w, OpLabel(tag, sd.cat), [this, l, mlm = lm(l), in = x(l), out = x(l + 1), info, pc]() mutable {
+            timed_launch(w, c, l, 0, OpLabel(tag, sd.cat), [this, l, mlm = lm(l), in = x(l), out = x(l + 1), info, pc]() mutable {
                 prog.forward(l, mlm, in, out, info, pc);
             });
-        launch(w, OpLabel(tag, sd.cat), [this, mlm = lm(L - 1), in = x(L - 1), lab = s.labels, loss = s.loss, d0 = s.d[0], info, pc]() mutable {
+        timed_launch(w, c, L - 1, 2, OpLabel(tag, sd.cat), [this, mlm = lm(L - 1), in = x(L - 1), lab = s.labels, loss = s.loss, d0 = s.d[0], info, pc]() mutable {
             prog.head(mlm, in, static_cast<const int32_t *>(lab), loss, d0, info, pc);
         });
         int cur = 0;
         for (int l = L - 2; l >= a; --l) {
             void * din = l == 0 ? nullptr : s.d[1 - cur];
-            launch(w, OpLabel(tag, sd.cat), [this, l, mlm = lm(l), in = x(l), dout = s.d[cur], din, info, pc]() mutable {
+            timed_launch(w, c, l, 1, OpLabel(tag, sd.cat), [this, l, mlm = lm(l), in = x(l), dout = s.d[cur], din, info, pc]() mutable {
                 prog.backward(l, mlm, in, dout, din, info, pc);
             });
             if (l != 0) cur = 1 - cur;
@@ -832,14 +900,14 @@ void Pipeline::Impl::run_task(Worker & w, Job & job, const Task & t, std::vector
         auto x = [&](int l) { return layer_grain ? s.in[static_cast<size_t>(l - a)] : (l == a ? s.in[0] : s.work[static_cast<size_t>(l - a - 1)]); };
         if (!layer_grain)  // recompute the stage's layer inputs from the checkpoint
             for (int l = a; l < b - 1; ++l)
-                launch(w, OpLabel(tag, sd.cat), [this, l, mlm = lm(l), in = x(l), out = x(l + 1), info, pc]() mutable {
+                timed_launch(w, c, l, 0, OpLabel(tag, sd.cat), [this, l, mlm = lm(l), in = x(l), out = x(l + 1), info, pc]() mutable {
                     prog.forward(l, mlm, in, out, info, pc);
                 });
         void * dout = s.dout;
         int cur = 0;
         for (int l = b - 1; l >= a; --l) {
             void * din = l == 0 ? nullptr : s.d[cur];
-            launch(w, OpLabel(tag, sd.cat), [this, l, mlm = lm(l), in = x(l), dout, din, info, pc]() mutable {
+            timed_launch(w, c, l, 1, OpLabel(tag, sd.cat), [this, l, mlm = lm(l), in = x(l), dout, din, info, pc]() mutable {
                 prog.backward(l, mlm, in, dout, din, info, pc);
             });
             if (l != 0) {
@@ -969,7 +1037,10 @@ double Pipeline::forward_backward(const std::vector<MicroBatch> & mbs) {
     Impl & d = *impl_;
     d.throw_if_failed();
     if (mbs.empty()) throw Error("forward_backward: no micro-batches");
+    d.harvest_timings();
     std::shared_ptr<Call> c = d.make_call(mbs);
+    d.unharvested.push_back(c);
+    while (d.unharvested.size() > 4) d.unharvested.pop_front();  // never hold more than a few calls' buffers
     d.last_plan = c->plan;
     const auto jobs = d.make_jobs(c);
     for (size_t j = 0; j < jobs.size(); ++j) {
@@ -1041,6 +1112,8 @@ void Pipeline::synchronize() {
 const Plan & Pipeline::last_plan() const { return impl_->last_plan; }
 
 int Pipeline::num_devices() const { return impl_->G; }
+
+int Pipeline::timing_samples() const { return impl_->timings->samples(); }
 
 PipelineChecks Pipeline::checks() const {
     Impl & d = *impl_;

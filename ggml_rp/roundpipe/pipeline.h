@@ -103,6 +103,9 @@ public:
     void synchronize();
 
     const Plan & last_plan() const;
+    // Calls whose measured per-layer times are in the planner's moving average (the first timed call is
+    // dropped, §11.2); from the first sample on, plans come from measured times instead of the byte proxy.
+    int timing_samples() const;
     PipelineChecks checks() const;
     int num_devices() const;
 

@@ -174,6 +174,7 @@ struct RunResult {
     size_t peak_graph = 0;
     rp::Plan plan;
     std::vector<double> losses;
+    int timing_samples = 0;
 };
 
 struct DeviceSetup {
@@ -225,6 +226,7 @@ inline RunResult pipelined(const rp::Model & model, const rp::FinetuneConfig & c
         pipe.synchronize();
         r.checks = pipe.checks();
         r.plan = pipe.last_plan();
+        r.timing_samples = pipe.timing_samples();
     }
     for (auto & d : devs) r.high_water.push_back(d->high_water());
     r.peak_graph = tr.peak_graph_bytes();

@@ -162,6 +162,22 @@ TEST(Pipeline, AsyncEqualsDelayedGradientReference) {
     }
 }
 
+TEST(Pipeline, PlansFromMeasuredTimesKeepTheBits) {
+    // Six calls: the first timed call is dropped, then the moving average replans every call (I3 across
+    // changing plans within a step: the accumulation order never depends on the plan).
+    const Models & m = Models::get();
+    Workload w;
+    w.steps = 3;
+    w.calls = 2;
+    w.M = 3;
+    const auto ref = reference(*m.llama, lora_cfg(), w);
+    DeviceSetup ds;
+    ds.G = 2;
+    const RunResult r = pipelined(*m.llama, lora_cfg(), w, ds, {});
+    EXPECT_GE(r.timing_samples, 3);
+    EXPECT_EQ(first_difference(r.masters, ref), -1) << r.plan.describe();
+}
+
 TEST(Pipeline, LossesEqualTheTrainersLosses) {
     const Models & m = Models::get();
     Workload w;
