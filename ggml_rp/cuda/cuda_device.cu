@@ -5,6 +5,7 @@
 
 #include "ggml_rp/cuda/logical_devices.h"
 #include "ggml_rp/runtime/arena.h"
+#include "ggml_rp/runtime/mapped_arena.h"
 #include "ggml_rp/runtime/clock.h"
 #include "gguf/error.h"
 
@@ -110,20 +111,15 @@ struct CudaDevice::Impl {
     std::string name;
     OpHook hook;
 
-    mutable std::mutex mem_m;
-    Arena arena;
-    std::byte * base = nullptr;
+    MappedArena mem;
 
     std::mutex host_m;
     std::set<const void *> pinned;  // alloc_pinned blocks, so free_pinned can refuse a foreign pointer
 
     Impl(int idx, int ord, std::string nm, OpHook h, size_t bytes)
-        : index(idx), ordinal(ord), name(std::move(nm)), hook(std::move(h)), arena(name, bytes) {}
+        : index(idx), ordinal(ord), name(std::move(nm)), hook(std::move(h)), mem(name, bytes) {}
 
-    bool contains(const void * p, size_t bytes) const {
-        const auto * b = static_cast<const std::byte *>(p);
-        return base && b >= base && bytes <= arena.capacity() && b - base <= std::ptrdiff_t(arena.capacity() - bytes);
-    }
+    bool contains(const void * p, size_t bytes) const { return mem.contains(p, bytes); }
 };
 
 namespace {
@@ -301,72 +297,42 @@ CudaDevice::CudaDevice(int index, CudaDeviceOptions options) : index_(index), or
     }
     impl_ = std::make_unique<Impl>(index, ordinal_, name_, std::move(options.hook), options.memory_bytes);
     GpuScope gpu(ordinal_, name_);
-    if (impl_->arena.capacity() > 0) {
+    if (impl_->mem.capacity() > 0) {
         void * p = nullptr;
-        const cudaError_t e = cudaMalloc(&p, impl_->arena.capacity());
+        const cudaError_t e = cudaMalloc(&p, impl_->mem.capacity());
         if (e != cudaSuccess) {
             cudaGetLastError();
-            throw Error(std::string(name_).append(": cannot reserve ").append(format_bytes(impl_->arena.capacity()))
+            throw Error(std::string(name_).append(": cannot reserve ").append(format_bytes(impl_->mem.capacity()))
                             .append(" on GPU ").append(std::to_string(ordinal_)).append(": cudaMalloc: ")
                             .append(cudaGetErrorString(e)));
         }
-        impl_->base = static_cast<std::byte *>(p);
+        impl_->mem.set_base(static_cast<std::byte *>(p));
     }
     try {
         for (int i = 0; i < options.num_streams; ++i) streams_.push_back(std::make_unique<CudaStream>(*impl_, i));
     } catch (...) {
         streams_.clear();
-        if (impl_->base) cudaFree(impl_->base);
+        if (impl_->mem.base()) cudaFree(impl_->mem.base());
         throw;
     }
 }
 
 CudaDevice::~CudaDevice() {
     streams_.clear();  // each stream waits for its work, then is destroyed
-    if (impl_ && impl_->base) {
+    if (impl_ && impl_->mem.base()) {
         cudaSetDevice(ordinal_);
-        cudaFree(impl_->base);
+        cudaFree(impl_->mem.base());
     }
 }
 
-size_t CudaDevice::capacity() const { return impl_->arena.capacity(); }
-
-void * CudaDevice::allocate(size_t bytes, const std::string & what) {
-    std::lock_guard<std::mutex> lk(impl_->mem_m);
-    return impl_->base + impl_->arena.allocate(bytes, what);
-}
-
-void CudaDevice::free(void * ptr) {
-    if (!ptr) return;
-    std::lock_guard<std::mutex> lk(impl_->mem_m);
-    const auto * p = static_cast<const std::byte *>(ptr);
-    if (!impl_->base || p < impl_->base || p >= impl_->base + impl_->arena.capacity()) {
-        throw Error(name_ + ": free of a pointer that is not in this device's memory");
-    }
-    impl_->arena.free(static_cast<size_t>(p - impl_->base));
-}
-
-size_t CudaDevice::used() const {
-    std::lock_guard<std::mutex> lk(impl_->mem_m);
-    return impl_->arena.used();
-}
-
-size_t CudaDevice::high_water() const {
-    std::lock_guard<std::mutex> lk(impl_->mem_m);
-    return impl_->arena.high_water();
-}
-
-void CudaDevice::reset_high_water() {
-    std::lock_guard<std::mutex> lk(impl_->mem_m);
-    impl_->arena.reset_high_water();
-}
-
-size_t CudaDevice::largest_free() const {
-    std::lock_guard<std::mutex> lk(impl_->mem_m);
-    return impl_->arena.largest_free();
-}
-
-bool CudaDevice::contains(const void * ptr, size_t bytes) const { return impl_->contains(ptr, bytes); }
+size_t CudaDevice::capacity() const { return impl_->mem.capacity(); }
+void * CudaDevice::allocate(size_t bytes, const std::string & what) { return impl_->mem.allocate(bytes, what); }
+void CudaDevice::free(void * ptr) { impl_->mem.free(ptr); }
+size_t CudaDevice::used() const { return impl_->mem.used(); }
+size_t CudaDevice::high_water() const { return impl_->mem.high_water(); }
+void CudaDevice::reset_high_water() { impl_->mem.reset_high_water(); }
+size_t CudaDevice::largest_free() const { return impl_->mem.largest_free(); }
+bool CudaDevice::contains(const void * ptr, size_t bytes) const { return impl_->mem.contains(ptr, bytes); }
 
 Stream & CudaDevice::stream(int i) {
     if (i < 0 || i >= num_streams()) {

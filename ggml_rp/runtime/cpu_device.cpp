@@ -1,6 +1,7 @@
 #include "ggml_rp/runtime/cpu_device.h"
 
 #include "ggml_rp/runtime/arena.h"
+#include "ggml_rp/runtime/mapped_arena.h"
 #include "ggml_rp/runtime/clock.h"
 #include "gguf/error.h"
 
@@ -111,9 +112,7 @@ struct CpuDevice::Impl {
     std::string name;
     CpuDeviceOptions opt;
 
-    mutable std::mutex mem_m;
-    Arena arena;
-    std::byte * base = nullptr;
+    MappedArena mem;
 
     Link h2d, d2h;
 
@@ -121,19 +120,14 @@ struct CpuDevice::Impl {
     std::map<const void *, size_t> registered;
 
     Impl(int idx, std::string nm, CpuDeviceOptions o)
-        : index(idx), name(std::move(nm)), opt(std::move(o)), arena(name, opt.memory_bytes) {
-        if (arena.capacity() > 0) {
-            base = static_cast<std::byte *>(::operator new(arena.capacity(), std::align_val_t(4096)));
-        }
+        : index(idx), name(std::move(nm)), opt(std::move(o)), mem(name, opt.memory_bytes) {
+        if (mem.capacity() > 0) mem.set_base(static_cast<std::byte *>(::operator new(mem.capacity(), std::align_val_t(4096))));
     }
     ~Impl() {
-        if (base) ::operator delete(base, std::align_val_t(4096));
+        if (mem.base()) ::operator delete(mem.base(), std::align_val_t(4096));
     }
 
-    bool contains(const void * p, size_t bytes) const {
-        const auto * b = static_cast<const std::byte *>(p);
-        return base && b >= base && bytes <= arena.capacity() && b - base <= std::ptrdiff_t(arena.capacity() - bytes);
-    }
+    bool contains(const void * p, size_t bytes) const { return mem.contains(p, bytes); }
 };
 
 namespace {
@@ -341,44 +335,14 @@ CpuDevice::~CpuDevice() {
     streams_.clear();  // each stream finishes its queue, then joins its worker
 }
 
-size_t CpuDevice::capacity() const { return impl_->arena.capacity(); }
-
-void * CpuDevice::allocate(size_t bytes, const std::string & what) {
-    std::lock_guard<std::mutex> lk(impl_->mem_m);
-    return impl_->base + impl_->arena.allocate(bytes, what);
-}
-
-void CpuDevice::free(void * ptr) {
-    if (!ptr) return;
-    std::lock_guard<std::mutex> lk(impl_->mem_m);
-    const auto * p = static_cast<const std::byte *>(ptr);
-    if (!impl_->base || p < impl_->base || p >= impl_->base + impl_->arena.capacity()) {
-        throw Error(name_ + ": free of a pointer that is not in this device's memory");
-    }
-    impl_->arena.free(static_cast<size_t>(p - impl_->base));
-}
-
-size_t CpuDevice::used() const {
-    std::lock_guard<std::mutex> lk(impl_->mem_m);
-    return impl_->arena.used();
-}
-
-size_t CpuDevice::high_water() const {
-    std::lock_guard<std::mutex> lk(impl_->mem_m);
-    return impl_->arena.high_water();
-}
-
-void CpuDevice::reset_high_water() {
-    std::lock_guard<std::mutex> lk(impl_->mem_m);
-    impl_->arena.reset_high_water();
-}
-
-size_t CpuDevice::largest_free() const {
-    std::lock_guard<std::mutex> lk(impl_->mem_m);
-    return impl_->arena.largest_free();
-}
-
-bool CpuDevice::contains(const void * ptr, size_t bytes) const { return impl_->contains(ptr, bytes); }
+size_t CpuDevice::capacity() const { return impl_->mem.capacity(); }
+void * CpuDevice::allocate(size_t bytes, const std::string & what) { return impl_->mem.allocate(bytes, what); }
+void CpuDevice::free(void * ptr) { impl_->mem.free(ptr); }
+size_t CpuDevice::used() const { return impl_->mem.used(); }
+size_t CpuDevice::high_water() const { return impl_->mem.high_water(); }
+void CpuDevice::reset_high_water() { impl_->mem.reset_high_water(); }
+size_t CpuDevice::largest_free() const { return impl_->mem.largest_free(); }
+bool CpuDevice::contains(const void * ptr, size_t bytes) const { return impl_->mem.contains(ptr, bytes); }
 
 Stream & CpuDevice::stream(int i) {
     if (i < 0 || i >= num_streams()) {

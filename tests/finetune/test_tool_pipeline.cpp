@@ -1,0 +1,94 @@
+// rp-finetune through the RoundPipe runtime (--devices N): the adapter and the full model it writes are
+// byte-identical to the single-device run's; --trace writes one Chrome trace event per stream operation that
+// rp-trace draws; a device too small for a layer, and pipeline flags without --devices, fail cleanly.
+#include "ft_test_util.h"
+
+#include "ggml_rp/roundpipe/trace.h"
+#include "tests/common/temp_dir.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <set>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+namespace {
+
+std::string slurp(const std::string & path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+std::string base_cmd(const std::string & out) {
+    return ft_test::tool("rp-finetune") + " -m " + ft_test::stories() + " --data " + ft_test::shared_dir() +
+           "/models/reference/train.txt -o " + out + " --seq-len 32 --batch 6 --micro-batches 3 --steps 3 --lr 3e-3 -t 1";
+}
+
+} // namespace
+
+TEST(FinetunePipelineTool, DevicesGiveTheSingleDeviceBytes) {
+    rp_test::TempDir d;
+    for (const std::string mode : {"", " --full --lora-dropout 0"}) {
+        std::string log;
+        ASSERT_EQ(ft_test::run(base_cmd(d.file("host.gguf")) + mode, &log), 0) << log;
+        for (const std::string extra : {" --devices 1", " --devices 3 --device-mem 6M", " --devices 2 --recompute layer",
+                                        " --devices 4 --schedule 1f1b", " --devices 2 --schedule gpipe --link 2GB/s,5us"}) {
+            ASSERT_EQ(ft_test::run(base_cmd(d.file("pipe.gguf")) + mode + extra, &log), 0) << extra << "\n" << log;
+            EXPECT_EQ(slurp(d.file("host.gguf")), slurp(d.file("pipe.gguf"))) << mode << extra;
+        }
+    }
+}
+
+TEST(FinetunePipelineTool, LoraDropoutThroughThePipelineToo) {
+    rp_test::TempDir d;
+    std::string log;
+    ASSERT_EQ(ft_test::run(base_cmd(d.file("host.gguf")) + " --lora-dropout 0.1", &log), 0) << log;
+    ASSERT_EQ(ft_test::run(base_cmd(d.file("pipe.gguf")) + " --lora-dropout 0.1 --devices 3 --device-mem 6M", &log), 0) << log;
+    EXPECT_EQ(slurp(d.file("host.gguf")), slurp(d.file("pipe.gguf")));
+    ASSERT_EQ(ft_test::run(base_cmd(d.file("nodrop.gguf")), &log), 0) << log;
+    EXPECT_NE(slurp(d.file("host.gguf")), slurp(d.file("nodrop.gguf")));
+}
+
+TEST(FinetunePipelineTool, TraceHasEveryStreamOperationAndDraws) {
+    rp_test::TempDir d;
+    std::string log;
+    ASSERT_EQ(ft_test::run(base_cmd(d.file("a.gguf")) + " --devices 4 --device-mem 6M --async --trace " + d.file("t.json"), &log), 0)
+        << log;
+    EXPECT_NE(log.find("bubble ratio"), std::string::npos) << log;
+    const rp::Trace t = rp::read_chrome_trace(d.file("t.json"));
+    std::set<int> devices, streams;
+    size_t weights = 0, kernels = 0;
+    for (const rp::TraceEvent & e : t.events) {
+        devices.insert(e.pid);
+        streams.insert(e.tid);
+        weights += e.tid == static_cast<int>(rp::StreamKind::WeightUpload);
+        kernels += e.tid == static_cast<int>(rp::StreamKind::Compute);
+        EXPECT_GE(e.dur_us, 0.0);
+    }
+    EXPECT_EQ(devices.size(), 4u);
+    EXPECT_EQ(streams.size(), 4u);  // weight upload, activation upload, compute, download
+    EXPECT_GT(weights, 0u);
+    EXPECT_GT(kernels, 3u * 3u * 7u);  // at least every layer's program of every micro-batch of every step
+    ASSERT_EQ(ft_test::run(ft_test::tool("rp-trace") + " " + d.file("t.json") + " -o " + d.file("t.svg"), &log), 0) << log;
+    EXPECT_NE(slurp(d.file("t.svg")).find("<svg"), std::string::npos);
+}
+
+TEST(FinetunePipelineTool, BadPipelineInputFailsCleanly) {
+    rp_test::TempDir d;
+    std::string log;
+    EXPECT_EQ(ft_test::run(base_cmd(d.file("a.gguf")) + " --devices 2 --device-mem 16K", &log), 1);
+    EXPECT_NE(log.find("error:"), std::string::npos) << log;
+    EXPECT_NE(log.find("bytes"), std::string::npos) << log;
+    EXPECT_FALSE(std::filesystem::exists(d.file("a.gguf")));
+    EXPECT_EQ(ft_test::run(base_cmd(d.file("a.gguf")) + " --async", &log), 1);
+    EXPECT_NE(log.find("--devices"), std::string::npos) << log;
+    EXPECT_EQ(ft_test::run(base_cmd(d.file("a.gguf")) + " --devices 2 --schedule zigzag", &log), 1);
+    EXPECT_NE(log.find("zigzag"), std::string::npos) << log;
+    EXPECT_EQ(ft_test::run(base_cmd(d.file("a.gguf")) + " --devices 2 --device-mem 12Q", &log), 1);
+    EXPECT_NE(log.find("--device-mem"), std::string::npos) << log;
+    EXPECT_EQ(ft_test::run(base_cmd(d.file("a.gguf")) + " --lora-dropout 1", &log), 1);
+    EXPECT_NE(log.find("--lora-dropout"), std::string::npos) << log;
+    EXPECT_FALSE(std::filesystem::exists(d.file("a.gguf")));
+}
