@@ -2,8 +2,11 @@
 // other synthetic shape) through our GGUF writer. Built by bench-infer.sh against a build's libraries:
 //   gen_model OUT.gguf VOCAB.gguf [n_embd n_head n_head_kv n_ff n_layer]
 // Defaults: 768, 12, 4, 2560, 13 (head_dim 64, GQA 3:1): 97.9M parameters with the 512-token stories260K vocab.
+// bench/finetune/vs-llamacpp.sh uses 512 8 8 1408 6: 19.8M parameters. Prints the parameter count it wrote.
+#include "gguf/gguf.h"
 #include "tests/live/synth_model.h"
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -33,6 +36,10 @@ int main(int argc, char ** argv) {
         s.n_ctx_train = 2048;
         s.seed = 42;
         rp::live::write_synth_model(s, argv[1]);
+        int64_t n_params = 0;  // read back from the file, so the figure is what the engines will train
+        for (const gguf::TensorInfo & t : gguf::Reader::open(argv[1])->tensors()) n_params += t.nelements();
+        std::printf("%s: %lld parameters (%.1fM)\n", argv[1], static_cast<long long>(n_params),
+                    static_cast<double>(n_params) / 1e6);
     } catch (const std::exception & e) {
         std::fprintf(stderr, "error: %s\n", e.what());
         return 1;
