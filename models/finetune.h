@@ -126,8 +126,9 @@ private:
     struct Bound;  // a layer's tensors rebound to LayerMemory inside one program's context
     Bound bind(Context & ctx, int layer, const LayerMemory & mem, bool with_grads, const MicroBatchInfo & mb) const;
     LayerMemory host_memory(int layer) const;  // the tensors' own data, grads into their slots
-    // Runs g in scratch memory of pc's device (or the host); read_back copies results out before it is freed.
-    void run_graph(Graph & g, ProgramContext & pc, const std::function<void()> & read_back = {}) const;
+    // Runs g through runner (graph memory of the program's device, or the host; graph_runner.h); read_back
+    // copies results out (runner.copy_f32) before that memory may be reused. Tracks peak_graph_bytes().
+    void run_graph(Graph & g, GraphRunner & runner, const std::function<void()> & read_back = {}) const;
 
     Tensor * build_embd(Context & ctx, const Weights & w, const LoraSet & lora, Tensor * ids) const;
     Tensor * build_head(Context & ctx, const Weights & w, Tensor * x, Tensor * labels, float loss_scale) const;

@@ -1,5 +1,6 @@
 // rp-finetune: LoRA or full finetuning of a GGUF model, on the host (CPU) or pipelined by the RoundPipe
-// runtime over N devices (--devices N: CPU virtual devices with a bounded memory and an optional link model).
+// runtime over N devices (--devices N: CPU virtual devices with a bounded memory and an optional link model,
+// or with --backend cuda N logical CUDA devices sharing the visible GPUs, each with its own memory cap).
 //
 //   rp-finetune -m BASE.gguf --data FILE -o OUT.gguf [options]     (see --help)
 //
@@ -28,6 +29,10 @@
 #include "ggml_rp/runtime/arena.h"
 #include "ggml_rp/runtime/cpu_device.h"
 #include "ggml_rp/runtime/link_model.h"
+#if defined(RP_HAVE_CUDA)
+#include "ggml_rp/cuda/cuda_device.h"
+#include "ggml_rp/cuda/cuda_runner.h"
+#endif
 
 #include <sys/resource.h>
 
@@ -81,9 +86,10 @@ void usage(FILE * f) {
                  "      --val-split F       fraction of the sequences held out for validation (default 0)\n"
                  "      --dump-grads FILE   the accumulated gradients of the first step, before clipping (GGUF)\n"
                  "RoundPipe (roundpipe.md): the model stays in host memory, layers stream to the devices round-robin\n"
-                 "      --devices N         train through the RoundPipe runtime on N CPU virtual devices (default 0: host)\n"
+                 "      --devices N         train through the RoundPipe runtime on N devices (default 0: host)\n"
+                 "      --backend NAME      cpu | cuda: CPU virtual devices, or logical CUDA devices over the visible GPUs (default cpu)\n"
                  "      --device-mem SIZE   memory of each device, e.g. 64M (default 256M)\n"
-                 "      --link BW,LAT       host<->device link model, e.g. 32GB/s,10us (default: memcpy speed)\n"
+                 "      --link BW,LAT       host<->device link model of the CPU devices, e.g. 32GB/s,10us (default: memcpy speed)\n"
                  "      --schedule NAME     roundpipe | gpipe | 1f1b (default roundpipe; the baselines bind stages to devices)\n"
                  "      --sync | --async    optimizer step synchronous, or overlapped with the next step (staleness 1; default sync)\n"
                  "      --recompute GRAIN   stage | layer: what a backward job recomputes from (default stage)\n"
@@ -131,7 +137,7 @@ double peak_rss_mib() {
 int main(int argc, char ** argv) {
     try {
         std::string model_path, data_path, out_path, resume, dump_grads, optimizer = "adamw", schedule = "cosine";
-        std::string link, trace_path;
+        std::string link, trace_path, backend = "cpu";
         rp::PipelineOptions popt;
         long long n_devices = 0;
         size_t device_mem = size_t(256) << 20;
@@ -172,6 +178,7 @@ int main(int argc, char ** argv) {
                 else popt.schedule = rp::schedule_from_name(v);
             }
             else if (a == "--devices") n_devices = parse_int(a, value(), 1, 64);
+            else if (a == "--backend") backend = value();
             else if (a == "--device-mem") device_mem = rp::cli::parse_size(a, value());
             else if (a == "--link") link = value();
             else if (a == "--sync") popt.async = false;
@@ -204,6 +211,17 @@ int main(int argc, char ** argv) {
         if (n_devices == 0 && (!link.empty() || !trace_path.empty() || popt.async || popt.schedule != rp::ScheduleKind::RoundPipe))
             throw rp::Error("--link, --trace, --async and --schedule " + std::string(rp::schedule_name(popt.schedule)) +
                             " need --devices N (the RoundPipe runtime)");
+        const bool cuda = backend == "cuda";
+        if (!cuda && backend != "cpu") throw rp::Error("--backend: '" + backend + "' is not cpu or cuda");
+        if (cuda) {
+#if defined(RP_HAVE_CUDA)
+            if (rp::cuda_device_count() == 0) throw rp::Error("--backend cuda: no CUDA device");
+#else
+            throw rp::Error("--backend cuda: this build has no CUDA (configure with -DRP_CUDA=ON)");
+#endif
+            if (n_devices == 0) throw rp::Error("--backend cuda needs --devices N (the RoundPipe runtime)");
+            if (!link.empty()) throw rp::Error("--link models the CPU devices' link; it does not apply to --backend cuda");
+        }
         std::optional<rp::LinkModel> link_model;
         if (!link.empty()) link_model = rp::LinkModel::parse(link);
         cfg.seed = static_cast<uint64_t>(seed);
@@ -263,11 +281,26 @@ int main(int argc, char ** argv) {
         rp::TraceRecorder recorder;
         std::unique_ptr<rp::ModelProgram> program;
         std::vector<std::unique_ptr<rp::CpuDevice>> devices;
+#if defined(RP_HAVE_CUDA)
+        std::vector<std::unique_ptr<rp::CudaDevice>> cuda_devices;
+#endif
+        std::vector<rp::RunnerAttachment> runners;  // the CUDA devices' graph runners: gone before the devices
         std::unique_ptr<rp::Pipeline> pipe;
         if (n_devices > 0) {
             program = std::make_unique<rp::ModelProgram>(tr);
             std::vector<rp::Device *> ptrs;
-            for (long long i = 0; i < n_devices; ++i) {
+#if defined(RP_HAVE_CUDA)
+            if (cuda) {
+                cuda_devices = rp::make_cuda_devices(static_cast<int>(n_devices), device_mem,
+                                                     trace_path.empty() ? rp::OpHook{} : recorder.hook());
+                runners = rp::attach_cuda_runners(cuda_devices);
+                for (const auto & d : cuda_devices) {
+                    ptrs.push_back(d.get());
+                    recorder.name_device(d->index(), d->name());
+                }
+            }
+#endif
+            for (long long i = 0; i < n_devices && !cuda; ++i) {
                 rp::CpuDeviceOptions o;
                 o.memory_bytes = device_mem;
                 o.link = link_model;
@@ -279,7 +312,8 @@ int main(int argc, char ** argv) {
             const long long hw = threads > 0 ? threads : std::max(1u, std::thread::hardware_concurrency());
             popt.threads_per_device = static_cast<int>(std::max<long long>(1, hw / n_devices));
             pipe = std::make_unique<rp::Pipeline>(*program, ptrs, popt);
-            std::fprintf(stderr, "RoundPipe: %lld devices x %s%s, schedule %s, %s steps, recompute %s\n", n_devices,
+            std::fprintf(stderr, "RoundPipe: %lld %s devices x %s%s, schedule %s, %s steps, recompute %s\n", n_devices,
+                         cuda ? "CUDA" : "CPU",
                          rp::format_bytes(device_mem).c_str(), link_model ? (", link " + link_model->to_string()).c_str() : "",
                          rp::schedule_name(popt.schedule), popt.async ? "async" : "sync",
                          popt.grain == rp::RecomputeGrain::Layer ? "layer" : "stage");

@@ -5,6 +5,7 @@
 #include "ggml_rp/roundpipe/sync.h"
 #include "ggml_rp/roundpipe/transfer.h"
 #include "ggml_rp/runtime/arena.h"
+#include "ggml_rp/runtime/graph_runner.h"
 #include "gguf/error.h"
 
 #include <algorithm>
@@ -680,7 +681,7 @@ void Pipeline::Impl::upload_weights(Worker & w, Job & job, const std::vector<Lay
                 ws.copy(mem[k].grad[i], staging[static_cast<size_t>(l)][i].data(), ts[i].bytes, CopyKind::HostToDevice,
                         OpLabel("G up " + job.label, cat));
             else
-                cs.launch(OpLabel("G zero " + job.label, cat), [p = mem[k].grad[i], n = ts[i].bytes] { std::memset(p, 0, n); });
+                cs.launch(OpLabel("G zero " + job.label, cat), [dev = w.dev, p = mem[k].grad[i], n = ts[i].bytes] { zero_device_memory(*dev, p, n); });
         }
     }
     std::shared_ptr<Event> up = record(w, StreamKind::WeightUpload);

@@ -13,6 +13,7 @@
 #pragma once
 
 #include "ggml_rp/runtime/device.h"
+#include "ggml_rp/runtime/graph_runner.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -31,11 +32,13 @@ struct MicroBatchInfo {
     int64_t tokens() const { return seq_len * n_seq; }
 };
 
-// Where a program runs: the device whose arena provides scratch memory (nullptr = plain host memory) and the
-// threads the CPU kernels may use.
+// Where a program runs: the device whose arena provides scratch memory (nullptr = plain host memory), the
+// threads the CPU kernels may use, and how its graphs run there (runtime/graph_runner.h): runner when set,
+// else the runner attached to the device (the CUDA devices'), else the CPU runner.
 struct ProgramContext {
     Device * device = nullptr;
     int n_threads = 1;
+    GraphRunner * runner = nullptr;
 };
 
 // A layer's tensors bound to memory, in the order of TrainingProgram::layer_tensors: data for every tensor,

@@ -1,12 +1,14 @@
 // Shared setup of the RoundPipe runtime tests: a generated llama / qwen3 model, deterministic training data,
 // the single-device reference (the Trainer, as rp-finetune runs it) and the pipelined run on CPU virtual
-// devices, both ending in the bytes of every trainable master.
+// devices (or any devices a DeviceFactory makes: tests/cuda runs the same workloads on CUDA devices), both
+// ending in the bytes of every trainable master.
 #pragma once
 
 #include "ggml_rp/optim/clip.h"
 #include "ggml_rp/optim/optimizer.h"
 #include "ggml_rp/roundpipe/pipeline.h"
 #include "ggml_rp/runtime/cpu_device.h"
+#include "ggml_rp/runtime/graph_runner.h"
 #include "models/finetune.h"
 #include "models/model.h"
 #include "models/training_program.h"
@@ -15,6 +17,7 @@
 #include "tests/live/synth_model.h"
 
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -123,19 +126,24 @@ inline std::vector<std::vector<float>> masters_of(const rp::Trainer & tr) {
     return out;
 }
 
-// The single-device reference: Trainer::accumulate per micro-batch, in order, then one update per step.
+// Step s's gradient on one device: Trainer::accumulate per micro-batch of every call, in order.
+inline void step_gradient(rp::Trainer & tr, const Workload & w, int s) {
+    tr.zero_grads();
+    const float ls = w.loss_scale(s);
+    for (int c = 0; c < w.calls; ++c)
+        for (int mb = 0; mb < w.M; ++mb) {
+            const MbData d = w.data(s, c, mb);
+            tr.accumulate(d.ids.data(), d.labels.data(), d.T, d.B, ls, 1, s, d.offset);
+        }
+    tr.collect_grads();
+}
+
+// The single-device reference: each step's gradient, then one update.
 inline std::vector<std::vector<float>> reference(const rp::Model & model, const rp::FinetuneConfig & cfg, const Workload & w) {
     rp::Trainer tr(model, cfg);
     Updater up(tr);
     for (int s = 0; s < w.steps; ++s) {
-        tr.zero_grads();
-        const float ls = w.loss_scale(s);
-        for (int c = 0; c < w.calls; ++c)
-            for (int mb = 0; mb < w.M; ++mb) {
-                const MbData d = w.data(s, c, mb);
-                tr.accumulate(d.ids.data(), d.labels.data(), d.T, d.B, ls, 1, s, d.offset);
-            }
-        tr.collect_grads();
+        step_gradient(tr, w, s);
         up.update(tr);
     }
     return masters_of(tr);
@@ -151,14 +159,7 @@ inline std::vector<std::vector<float>> async_reference(const rp::Model & model, 
     for (int s = 0; s < w.steps; ++s) {
         for (size_t i = 0; i < tr.params().size(); ++i)
             std::memcpy(tr.params()[i].t->data, published[i].data(), published[i].size() * sizeof(float));
-        tr.zero_grads();
-        const float ls = w.loss_scale(s);
-        for (int c = 0; c < w.calls; ++c)
-            for (int mb = 0; mb < w.M; ++mb) {
-                const MbData d = w.data(s, c, mb);
-                tr.accumulate(d.ids.data(), d.labels.data(), d.T, d.B, ls, 1, s, d.offset);
-            }
-        tr.collect_grads();
+        step_gradient(tr, w, s);
         published = theta;  // step s's copy-back publishes the masters before this update
         std::vector<float *> m;
         for (auto & t : theta) m.push_back(t.data());
@@ -184,21 +185,35 @@ struct DeviceSetup {
     double max_delay_us = 0;
 };
 
-inline RunResult pipelined(const rp::Model & model, const rp::FinetuneConfig & cfg, const Workload & w, const DeviceSetup & ds,
-                           rp::PipelineOptions opt) {
-    rp::Trainer tr(model, cfg);
-    Updater up(tr);
-    rp::ModelProgram prog(tr);
-    std::vector<std::unique_ptr<rp::CpuDevice>> devs;
-    std::vector<rp::Device *> ptrs;
+// The devices of one pipelined run and what must live exactly as long as they train (the graph runners
+// attached to them; destroyed before the devices, as members in reverse order).
+struct DeviceSet {
+    std::vector<std::unique_ptr<rp::Device>> devices;
+    std::vector<rp::RunnerAttachment> runners;
+};
+using DeviceFactory = std::function<DeviceSet(const DeviceSetup &)>;
+
+// ds.G CPU virtual devices of ds.memory bytes, with ds's delay injection.
+inline DeviceSet cpu_devices(const DeviceSetup & ds) {
+    DeviceSet set;
     for (int i = 0; i < ds.G; ++i) {
         rp::CpuDeviceOptions o;
         o.memory_bytes = ds.memory;
         o.delay_seed = ds.delay_seed ? ds.delay_seed + static_cast<uint64_t>(i) : 0;
         o.max_delay_us = ds.max_delay_us;
-        devs.push_back(std::make_unique<rp::CpuDevice>(i, o));
-        ptrs.push_back(devs.back().get());
+        set.devices.push_back(std::make_unique<rp::CpuDevice>(i, o));
     }
+    return set;
+}
+
+inline RunResult pipelined(const rp::Model & model, const rp::FinetuneConfig & cfg, const Workload & w, const DeviceSetup & ds,
+                           rp::PipelineOptions opt, const DeviceFactory & make_devices = cpu_devices) {
+    rp::Trainer tr(model, cfg);
+    Updater up(tr);
+    rp::ModelProgram prog(tr);
+    DeviceSet set = make_devices(ds);
+    std::vector<rp::Device *> ptrs;
+    for (const auto & d : set.devices) ptrs.push_back(d.get());
     RunResult r;
     {
         rp::Pipeline pipe(prog, ptrs, opt);
@@ -228,7 +243,7 @@ inline RunResult pipelined(const rp::Model & model, const rp::FinetuneConfig & c
         r.plan = pipe.last_plan();
         r.timing_samples = pipe.timing_samples();
     }
-    for (auto & d : devs) r.high_water.push_back(d->high_water());
+    for (auto & d : set.devices) r.high_water.push_back(d->high_water());
     r.peak_graph = tr.peak_graph_bytes();
     r.masters = masters_of(tr);
     return r;

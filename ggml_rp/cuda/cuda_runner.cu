@@ -1,0 +1,168 @@
+// The CUDA graph runner (cuda_runner.h): CudaBackends reused in compute-stream order, uploads freed behind
+// CUDA events.
+#include "ggml_rp/cuda/cuda_runner.h"
+
+#include "ggml_rp/core/alloc.h"
+#include "ggml_rp/cuda/backend.h"
+#include "ggml_rp/cuda/backend_plan.h"
+#include "ggml_rp/cuda/common.cuh"
+#include "ggml_rp/cuda/cuda_device.h"
+#include "gguf/error.h"
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <string>
+#include <utility>
+
+namespace rp {
+
+namespace {
+
+class CudaGraphRunner final : public GraphRunner {
+public:
+    explicit CudaGraphRunner(CudaDevice & dev) : dev_(dev), stream_(dev.stream(StreamKind::Compute)) {}
+
+    ~CudaGraphRunner() override {
+        // Nothing may still read the uploads or the backends' buffers when they go back to the arena.
+        cudaSetDevice(dev_.ordinal());
+        cudaStreamSynchronize(native());
+        for (Retired & r : retired_) release(r);
+        for (void * p : pending_) free_quietly(p);
+        for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
+    }
+    CudaGraphRunner(const CudaGraphRunner &) = delete;
+    CudaGraphRunner & operator=(const CudaGraphRunner &) = delete;
+
+    size_t run(Graph & g, const std::function<void()> & results) override {
+        select();
+        reclaim();
+        size_t flags = 0, scratch = 0;
+        for (const Tensor * n : g.nodes) {
+            if (cuda::reports_bad_index(n->op)) ++flags;
+            scratch = std::max(scratch, cuda::node_scratch_bytes(n));
+        }
+        std::unique_ptr<CudaBackend> & be = backends_[flags];
+        if (!be) be = std::make_unique<CudaBackend>(dev_);
+        // CudaBackend::allocate frees a buffer that is too small before taking a larger one; graphs enqueued
+        // earlier may still use it, so wait for them (only while the graphs grow).
+        const size_t ws_need = scratch + cuda::align256(flags * sizeof(int)) + cuda::align256(sizeof(double));
+        const bool grows = (be->buffer_size() > 0 && plan_graph(g, 256).size > be->buffer_size()) ||
+                           (be->workspace_size() > 0 && ws_need > be->workspace_size());
+        if (grows) wait_stream();
+        size_t bytes = 0;
+        try {
+            bytes = be->allocate(g);
+        } catch (const Error &) {
+            // The arena may be full of uploads whose graphs have run by now: free them, then try once more.
+            wait_stream();
+            reclaim();
+            bytes = be->allocate(g);
+        }
+        be->compute(g, stream_);
+        if (results) results();
+        // The uploads this graph read are free once the stream has passed it.
+        if (!pending_.empty()) {
+            Retired r;
+            r.event = take_event();
+            r.blocks = std::move(pending_);
+            pending_.clear();
+            cuda::check(cudaEventRecord(r.event, native()), (dev_.name() + ": graph runner: cudaEventRecord").c_str());
+            retired_.push_back(std::move(r));
+        }
+        return bytes;
+    }
+
+    void copy_f32(void * dst, const Tensor * node) override {
+        if (node->type != DType::F32 || !node->is_contiguous())
+            throw Error("cuda graph runner: copy_f32 of " + describe(node) + ": the node is not f32 and contiguous");
+        select();
+        cuda::check(cudaMemcpyAsync(dst, node->data, static_cast<size_t>(node->nelements()) * sizeof(float),
+                                    cudaMemcpyDeviceToDevice, native()),
+                    (dev_.name() + ": graph runner: cudaMemcpyAsync of " + node->name).c_str());
+    }
+
+    void zero(void * dst, size_t bytes) override {
+        select();
+        cuda::check(cudaMemsetAsync(dst, 0, bytes, native()), (dev_.name() + ": graph runner: cudaMemsetAsync").c_str());
+    }
+
+    void * upload(const void * host, size_t bytes) override {
+        select();
+        reclaim();
+        void * p = nullptr;
+        try {
+            p = dev_.allocate(bytes, "graph input");
+        } catch (const Error &) {
+            wait_stream();  // as in run(): earlier uploads go back once their graphs have run
+            reclaim();
+            p = dev_.allocate(bytes, "graph input");
+        }
+        pending_.push_back(p);
+        // From pageable memory the copy is staged before the call returns: the caller may free `host` at once.
+        cuda::check(cudaMemcpyAsync(p, host, bytes, cudaMemcpyHostToDevice, native()),
+                    (dev_.name() + ": graph runner: cudaMemcpyAsync of an upload").c_str());
+        return p;
+    }
+
+private:
+    struct Retired {
+        cudaEvent_t event = nullptr;
+        std::vector<void *> blocks;
+    };
+
+    cudaStream_t native() { return static_cast<cudaStream_t>(stream_.native_handle()); }
+    void wait_stream() {
+        cuda::check(cudaStreamSynchronize(native()), (dev_.name() + ": graph runner: cudaStreamSynchronize").c_str());
+    }
+    void select() { cuda::check(cudaSetDevice(dev_.ordinal()), (dev_.name() + ": cudaSetDevice").c_str()); }
+
+    cudaEvent_t take_event() {
+        if (!free_events_.empty()) {
+            cudaEvent_t e = free_events_.back();
+            free_events_.pop_back();
+            return e;
+        }
+        cudaEvent_t e = nullptr;
+        cuda::check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), (dev_.name() + ": graph runner: cudaEventCreate").c_str());
+        return e;
+    }
+    void free_quietly(void * p) {
+        try { dev_.free(p); } catch (...) {}
+    }
+    void release(Retired & r) {
+        for (void * p : r.blocks) free_quietly(p);
+        r.blocks.clear();
+        free_events_.push_back(r.event);
+    }
+    // Frees the uploads of graphs the stream has finished, oldest first (they complete in stream order).
+    void reclaim() {
+        while (!retired_.empty()) {
+            const cudaError_t e = cudaEventQuery(retired_.front().event);
+            if (e == cudaErrorNotReady) return;
+            cuda::check(e, (dev_.name() + ": graph runner: cudaEventQuery").c_str());
+            release(retired_.front());
+            retired_.pop_front();
+        }
+    }
+
+    CudaDevice & dev_;
+    Stream & stream_;
+    std::map<size_t, std::unique_ptr<CudaBackend>> backends_;  // by bad-index flag count
+    std::vector<void *> pending_;                              // uploads of the graph being built
+    std::deque<Retired> retired_;
+    std::vector<cudaEvent_t> free_events_;
+};
+
+} // namespace
+
+std::unique_ptr<GraphRunner> make_cuda_graph_runner(CudaDevice & device) { return std::make_unique<CudaGraphRunner>(device); }
+
+std::vector<RunnerAttachment> attach_cuda_runners(const std::vector<std::unique_ptr<CudaDevice>> & devices) {
+    std::vector<RunnerAttachment> out;
+    out.reserve(devices.size());
+    for (const auto & d : devices) out.emplace_back(*d, make_cuda_graph_runner(*d));
+    return out;
+}
+
+} // namespace rp

@@ -1,0 +1,235 @@
+// The RoundPipe runtime on CUDA devices (logical devices over the visible GPUs, make_cuda_devices, each with
+// its graph runner attached: ggml_rp/cuda/cuda_runner.h), running the workloads of tests/roundpipe:
+//   I2  the same workload pipelined on 1, 2 and 3 logical CUDA devices gives bit-identical masters: every
+//       kernel is deterministic (fixed reduction orders, cuBLAS on one stream per handle), so only the order of
+//       gradient accumulation could differ, and the runtime fixes it (micro-batch order, slots summed in order);
+//   I3  sync steps equal the single-device pipelined run for stage and layer recompute grain;
+//   CUDA vs CPU: one step's gradients, loss and (SGD-)updated masters against the host Trainer within a relative
+//       error the f32 arithmetic explains (see kGradRelTol).
+// On the shared stories260K (llama, untied head) and tiny-random-qwen3 (tied head) models, LoRA rank 4.
+// Skipped without a CUDA device.
+#include "cuda_test_util.h"
+
+#if defined(RP_HAVE_CUDA)
+
+#include "ggml_rp/cuda/cuda_device.h"
+#include "ggml_rp/cuda/cuda_runner.h"
+#include "tests/roundpipe/pipeline_util.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+using namespace rp_pipe_test;
+
+namespace {
+
+struct SharedModels {
+    std::unique_ptr<rp::Model> llama, qwen3;
+    SharedModels() {
+        llama = rp::Model::load(rp_test::models_dir() + "/stories260K.gguf");
+        qwen3 = rp::Model::load(rp_test::models_dir() + "/synthetic/tiny-random-qwen3.gguf");
+    }
+    static SharedModels & get() {
+        static SharedModels m;
+        return m;
+    }
+};
+
+rp::FinetuneConfig lora_cfg() {
+    rp::FinetuneConfig c;
+    c.lora_rank = 4;
+    return c;
+}
+
+// ds.G logical CUDA devices of ds.memory bytes with their graph runners.
+DeviceSet cuda_devices(const DeviceSetup & ds) {
+    DeviceSet set;
+    std::vector<std::unique_ptr<rp::CudaDevice>> devs = rp::make_cuda_devices(ds.G, ds.memory);
+    set.runners = rp::attach_cuda_runners(devs);
+    for (auto & d : devs) set.devices.push_back(std::move(d));
+    return set;
+}
+
+DeviceSetup setup(int G) {
+    DeviceSetup ds;
+    ds.G = G;
+    ds.memory = size_t(64) << 20;
+    return ds;
+}
+
+// Relative L2 error ||a - ref|| / ||ref|| (0 when both are zero).
+double rel_l2(const std::vector<float> & a, const std::vector<float> & ref) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < a.size() && i < ref.size(); ++i) {
+        const double d = double(a[i]) - double(ref[i]);
+        num += d * d;
+        den += double(ref[i]) * double(ref[i]);
+    }
+    return den == 0.0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+// Both sides compute in f32 with f64 reductions where the CPU has them; cuBLAS runs SGEMM in plain FP32 (no
+// TF32). What differs is the summation order inside dot products (K <= 1536 terms here: relative error of a
+// few 1e-7 each) and of the reductions, amplified by at most a few units through the 5..8 layers of forward
+// and backward. 1e-4 leaves a margin of ~100 over that, and is still ten times below what TF32 or a half
+// precision path (relative error ~1e-3) would give, so a wrong precision or a wrong kernel fails it.
+constexpr double kGradRelTol = 1e-4;
+
+struct StepResult {
+    std::vector<std::vector<float>> grads, masters;
+    double loss = 0.0;
+};
+
+// One step of w (its calls accumulated) on the host Trainer: gradients, loss, masters after an SGD update.
+StepResult cpu_step(const rp::Model & model, const Workload & w, float lr) {
+    rp::Trainer tr(model, lora_cfg());
+    StepResult r;
+    tr.zero_grads();
+    const float ls = w.loss_scale(0);
+    for (int c = 0; c < w.calls; ++c)
+        for (int mb = 0; mb < w.M; ++mb) {
+            const MbData d = w.data(0, c, mb);
+            r.loss += tr.accumulate(d.ids.data(), d.labels.data(), d.T, d.B, ls, 1, 0, d.offset);
+        }
+    tr.collect_grads();
+    for (const auto & p : tr.params()) {
+        const float * g = p.t->grad->data_as<float>();
+        r.grads.emplace_back(g, g + p.t->nelements());
+        float * m = p.t->data_as<float>();
+        for (int64_t i = 0; i < p.t->nelements(); ++i) m[i] -= lr * g[i];
+    }
+    r.masters = masters_of(tr);
+    return r;
+}
+
+// The same step pipelined on G logical CUDA devices; the update callback reads the handed-off gradients.
+StepResult cuda_step(const rp::Model & model, const Workload & w, float lr, int G) {
+    rp::Trainer tr(model, lora_cfg());
+    rp::ModelProgram prog(tr);
+    DeviceSet set = cuda_devices(setup(G));
+    std::vector<rp::Device *> ptrs;
+    for (const auto & d : set.devices) ptrs.push_back(d.get());
+    StepResult r;
+    {
+        rp::Pipeline pipe(prog, ptrs, rp::PipelineOptions{});
+        const float ls = w.loss_scale(0);
+        for (int c = 0; c < w.calls; ++c) {
+            std::vector<MbData> data;
+            std::vector<rp::MicroBatch> mbs;
+            for (int mb = 0; mb < w.M; ++mb) data.push_back(w.data(0, c, mb));
+            for (const MbData & d : data) {
+                rp::MicroBatch m;
+                m.ids = d.ids.data();
+                m.labels = d.labels.data();
+                m.info.seq_len = d.T;
+                m.info.n_seq = d.B;
+                m.info.seq_offset = d.offset;
+                m.info.step = 0;
+                m.info.loss_scale = ls;
+                mbs.push_back(m);
+            }
+            r.loss += pipe.forward_backward(mbs);
+        }
+        pipe.step([&] {
+            for (const auto & p : tr.params()) {
+                const float * g = p.t->grad->data_as<float>();
+                r.grads.emplace_back(g, g + p.t->nelements());
+                float * m = p.t->data_as<float>();
+                for (int64_t i = 0; i < p.t->nelements(); ++i) m[i] -= lr * g[i];
+            }
+        });
+        pipe.synchronize();
+    }
+    r.masters = masters_of(tr);
+    return r;
+}
+
+} // namespace
+
+TEST(CudaPipeline, BitIdenticalOnOneTwoThreeDevicesAndBothGrains) {
+    RP_REQUIRE_GPU();
+    const SharedModels & m = SharedModels::get();
+    for (const rp::Model * model : {m.llama.get(), m.qwen3.get()}) {
+        Workload w;
+        w.M = 4;
+        rp::PipelineOptions base;
+        const RunResult ref = pipelined(*model, lora_cfg(), w, setup(1), base, cuda_devices);
+        rp::Trainer fresh(*model, lora_cfg());  // the run trains: its masters moved away from the initial ones
+        ASSERT_NE(first_difference(masters_of(fresh), ref.masters), -1) << model->path();
+        for (int G = 1; G <= 3; ++G)
+            for (rp::RecomputeGrain grain : {rp::RecomputeGrain::Stage, rp::RecomputeGrain::Layer}) {
+                if (G == 1 && grain == rp::RecomputeGrain::Stage) continue;
+                rp::PipelineOptions o;
+                o.grain = grain;
+                const RunResult r = pipelined(*model, lora_cfg(), w, setup(G), o, cuda_devices);
+                const std::string what = model->path() + " G=" + std::to_string(G) +
+                                         (grain == rp::RecomputeGrain::Layer ? " layer" : " stage") + " grain, plan " +
+                                         r.plan.describe();
+                EXPECT_EQ(first_difference(r.masters, ref.masters), -1) << what;
+                EXPECT_EQ(r.losses, ref.losses) << what;
+            }
+    }
+}
+
+TEST(CudaPipeline, HandMadePlansGiveTheSameBits) {
+    RP_REQUIRE_GPU();
+    const rp::Model & model = *SharedModels::get().llama;
+    const int L = static_cast<int>(model.hparams().n_layer) + 2;  // embedding, blocks, head
+    ASSERT_GE(L, 6);
+    Workload w;
+    w.M = 3;
+    const RunResult ref = pipelined(model, lora_cfg(), w, setup(1), rp::PipelineOptions{}, cuda_devices);
+    const std::vector<std::pair<std::vector<int>, std::vector<int>>> plans = {
+        {{2, L - 5}, {3, 2, L - 5}},                                       // FB with decoder layers
+        {{}, {L}},                                                         // one fused stage: the whole model
+        {std::vector<int>(static_cast<size_t>(L - 1), 1), std::vector<int>(static_cast<size_t>(L), 1)},  // a stage per layer
+    };
+    for (const auto & [f, b] : plans)
+        for (const auto grain : {rp::RecomputeGrain::Stage, rp::RecomputeGrain::Layer}) {
+            rp::PipelineOptions o;
+            o.plan = rp::plan_from_sizes(f, b, grain);
+            o.grain = grain;
+            const RunResult r = pipelined(model, lora_cfg(), w, setup(2), o, cuda_devices);
+            EXPECT_EQ(first_difference(r.masters, ref.masters), -1) << o.plan->describe();
+        }
+}
+
+TEST(CudaPipeline, CloseToTheCpuTrainer) {
+    RP_REQUIRE_GPU();
+    const SharedModels & m = SharedModels::get();
+    for (const rp::Model * model : {m.llama.get(), m.qwen3.get()}) {
+        Workload w;
+        w.M = 3;
+        const float lr = 1e-2f;
+        const StepResult cpu = cpu_step(*model, w, lr);
+        const StepResult gpu = cuda_step(*model, w, lr, 2);
+        ASSERT_EQ(gpu.grads.size(), cpu.grads.size()) << model->path();
+        EXPECT_NEAR(gpu.loss, cpu.loss, 1e-5 * std::fabs(cpu.loss)) << model->path();
+        rp::Trainer fresh(*model, lora_cfg());
+        const auto init = masters_of(fresh);
+        double worst = 0.0;
+        for (size_t i = 0; i < cpu.grads.size(); ++i) {
+            const double e = rel_l2(gpu.grads[i], cpu.grads[i]);
+            worst = std::max(worst, e);
+            EXPECT_LE(e, kGradRelTol) << model->path() << " gradient of " << fresh.params()[i].name;
+            // The update the step made, CUDA against CPU: the same bound (SGD moves by lr x gradient).
+            std::vector<float> du_gpu(init[i].size()), du_cpu(init[i].size());
+            for (size_t k = 0; k < init[i].size(); ++k) {
+                du_gpu[k] = gpu.masters[i][k] - init[i][k];
+                du_cpu[k] = cpu.masters[i][k] - init[i][k];
+            }
+            EXPECT_LE(rel_l2(du_gpu, du_cpu), kGradRelTol) << model->path() << " update of " << fresh.params()[i].name;
+        }
+        std::printf("%s: loss cpu %.9g cuda %.9g, worst gradient relative error %.3g\n", model->path().c_str(), cpu.loss,
+                    gpu.loss, worst);
+    }
+}
+
+#else
+
+TEST(CudaPipeline, NeedsACudaBuild) { GTEST_SKIP() << "skipped: built without CUDA (RP_CUDA=OFF or no nvcc)"; }
+
+#endif
