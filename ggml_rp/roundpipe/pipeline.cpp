@@ -829,7 +829,8 @@ void Pipeline::Impl::run_task(Worker & w, Job & job, const Task & t, std::vector
         if (l == 0) {
             as.copy(dst, c.ids[mi].data(), I, CopyKind::HostToDevice, OpLabel("A " + tag, sd.cat));
         } else {
-            as.wait(*c.act_ready[static_cast<size_t>(l)][mi]);
+            // Unset only when its producer failed (the call then reports that error): nothing to wait for.
+            if (const auto & ev = c.act_ready[static_cast<size_t>(l)][mi]) as.wait(*ev);
             as.copy(dst, c.act[static_cast<size_t>(l)][mi].data(), H, CopyKind::HostToDevice, OpLabel("A " + tag, sd.cat));
         }
     };
@@ -887,7 +888,7 @@ void Pipeline::Impl::run_task(Worker & w, Job & job, const Task & t, std::vector
         break;
     }
     case Pass::Bwd: {
-        as.wait(*c.dact_ready[static_cast<size_t>(b)][mi]);
+        if (const auto & ev = c.dact_ready[static_cast<size_t>(b)][mi]) as.wait(*ev);
         as.copy(s.dout, c.dact[static_cast<size_t>(b)][mi].data(), H, CopyKind::HostToDevice, OpLabel("A " + tag, sd.cat));
         const bool layer_grain = c.plan.grain == RecomputeGrain::Layer;
         if (layer_grain)

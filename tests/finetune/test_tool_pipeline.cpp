@@ -82,6 +82,13 @@ TEST(FinetunePipelineTool, BadPipelineInputFailsCleanly) {
     EXPECT_NE(log.find("error:"), std::string::npos) << log;
     EXPECT_NE(log.find("bytes"), std::string::npos) << log;
     EXPECT_FALSE(std::filesystem::exists(d.file("a.gguf")));
+    // Planned fine (every layer fits), but a graph buffer does not: the device thread's error reaches the
+    // caller, nothing hangs, nothing is written.
+    EXPECT_EQ(ft_test::run(ft_test::tool("rp-finetune") + " -m " + ft_test::stories() + " --data " + ft_test::shared_dir() +
+                               "/models/reference/train.txt -o " + d.file("a.gguf") +
+                               " --seq-len 64 --batch 8 --micro-batches 4 --steps 2 -t 1 --devices 4 --device-mem 1M", &log), 1);
+    EXPECT_NE(log.find("out of memory"), std::string::npos) << log;
+    EXPECT_FALSE(std::filesystem::exists(d.file("a.gguf")));
     EXPECT_EQ(ft_test::run(base_cmd(d.file("a.gguf")) + " --async", &log), 1);
     EXPECT_NE(log.find("--devices"), std::string::npos) << log;
     EXPECT_EQ(ft_test::run(base_cmd(d.file("a.gguf")) + " --devices 2 --schedule zigzag", &log), 1);
