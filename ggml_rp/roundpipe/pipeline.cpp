@@ -393,14 +393,19 @@ Plan Pipeline::Impl::choose_plan() const {
 // Without blocking: the oldest calls whose timed launches have all completed feed the EMA, in call order.
 void Pipeline::Impl::harvest_timings() {
     while (!unharvested.empty()) {
-        Call & c = *unharvested.front();
-        std::lock_guard<std::mutex> lk(c.timed_m);
-        for (const auto & t : c.timed)
-            if (!t.end->query()) return;
+        std::vector<Call::Timed> timed;
+        {
+            Call & c = *unharvested.front();
+            std::lock_guard<std::mutex> lk(c.timed_m);
+            for (const auto & t : c.timed)
+                if (!t.end->query()) return;
+            timed = c.timed;
+        }  // unlocked before the call may be destroyed
+        unharvested.pop_front();
         std::vector<double> fsum(static_cast<size_t>(L), 0), bsum(static_cast<size_t>(L), 0);
         std::vector<int> fn(static_cast<size_t>(L), 0), bn(static_cast<size_t>(L), 0);
         try {
-            for (const auto & t : c.timed) {
+            for (const auto & t : timed) {
                 const double ms = t.end->elapsed_ms(*t.start);
                 const size_t l = static_cast<size_t>(t.layer);
                 if (t.kind == 0) {
@@ -412,7 +417,6 @@ void Pipeline::Impl::harvest_timings() {
                 }
             }
         } catch (const Error &) {  // an event without timing (a failed job): skip this call
-            unharvested.pop_front();
             continue;
         }
         std::vector<double> fwd(static_cast<size_t>(L), 0);
@@ -429,7 +433,6 @@ void Pipeline::Impl::harvest_timings() {
             }
         }
         timings->add_iteration(fwd, bwd);
-        unharvested.pop_front();
     }
 }
 
