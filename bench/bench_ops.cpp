@@ -12,7 +12,7 @@
 #include "ggml_rp/core/quant.h"
 #include "ggml_rp/cpu/attention.h"
 #include "ggml_rp/cpu/gemm.h"
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <cmath>
 #include <cstdio>

@@ -1,6 +1,6 @@
 // rp-bench <family> [options]: dispatches to the benchmark families registered with RP_BENCH_FAMILY.
 #include "bench/bench.h"
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <cstdio>
 #include <cstdlib>

@@ -3,7 +3,7 @@
 // A 2-layer MLP  y = W2 · silu(W1 · x + b1) + b2  learns y = sin(x0) + x1·x2 from 256 random points.
 // Shows the whole workflow: record a lazy graph, let build_backward append the gradient nodes, allocate
 // once, then per step: zero the gradients, compute (forward + backward), update the weights (plain SGD).
-#include "ggml_rp/core/ggml_rp.h"
+#include "ggml_rp/ggml_rp.h"
 
 #include <cmath>
 #include <cstdio>

@@ -3,7 +3,7 @@
 // and the byte offset at fault; nothing here aborts on bad input.
 #pragma once
 
-#include "gguf/error.h"
+#include "base/error.h"
 #include "gguf/types.h"
 
 #include <cstddef>

@@ -3,6 +3,8 @@
 // right after its metadata. The file is written to path + ".tmp" and renamed, so a failed write never
 // leaves a partial file at `path`.
 #include "gguf/gguf.h"
+
+#include "base/atomic_file.h"
 #include "gguf/value.h"
 
 #include <cerrno>
@@ -97,43 +99,7 @@ void put_kv(std::vector<uint8_t> & out, const KV & kv) {
 
 uint64_t pad(uint64_t x, uint64_t a) { return (x + a - 1) & ~(a - 1); }
 
-// An open temporary file that is removed unless commit() renamed it into place.
-class TempFile {
-public:
-    explicit TempFile(const std::string & path) : path_(path), tmp_(path + ".tmp") {
-        f_ = std::fopen(tmp_.c_str(), "wb");
-        if (!f_) throw rp::Error(tmp_ + ": cannot create: " + std::strerror(errno));
-    }
-    ~TempFile() {
-        if (f_) std::fclose(f_);
-        if (!committed_) std::remove(tmp_.c_str());
-    }
-    void write(const void * p, size_t n) {
-        if (n && std::fwrite(p, 1, n, f_) != n) throw rp::Error(tmp_ + ": write failed: " + std::strerror(errno));
-    }
-    void zeros(size_t n) {
-        static const uint8_t z[256] = {};
-        while (n) {
-            const size_t k = n < sizeof z ? n : sizeof z;
-            write(z, k);
-            n -= k;
-        }
-    }
-    void commit() {
-        FILE * f = f_;
-        f_ = nullptr;
-        if (std::fflush(f) != 0 || std::fclose(f) != 0)
-            throw rp::Error(tmp_ + ": write failed: " + std::strerror(errno));
-        if (std::rename(tmp_.c_str(), path_.c_str()) != 0)
-            throw rp::Error(path_ + ": cannot rename " + tmp_ + " into place: " + std::strerror(errno));
-        committed_ = true;
-    }
-
-private:
-    std::string path_, tmp_;
-    FILE * f_ = nullptr;
-    bool committed_ = false;
-};
+using TempFile = rp::AtomicFile;  // base/atomic_file.h
 
 } // namespace
 

@@ -1,6 +1,6 @@
 #include "models/chat_template.h"
 
-#include "gguf/error.h"
+#include "base/error.h"
 #include "gguf/gguf.h"
 
 namespace rp {

@@ -1,6 +1,6 @@
 #include "models/checkpoint.h"
 
-#include "gguf/error.h"
+#include "base/error.h"
 #include "gguf/gguf.h"
 
 #include <cstring>
@@ -73,13 +73,13 @@ CheckpointState load_checkpoint(const std::string & path, Trainer & tr, Optimize
     const FinetuneConfig & cfg = tr.config();
     if (f->get_bool("rp.ckpt.full") != cfg.full)
         fail(std::string("checkpoint of a ") + (cfg.full ? "LoRA" : "full") + " finetune, but this run is " +
-             (cfg.full ? "full (--full)" : "LoRA"));
+             (cfg.full ? "full" : "LoRA"));
     if (!cfg.full) {
         if (f->get_u32("rp.ckpt.lora_rank") != cfg.lora_rank)
-            fail("--lora-rank " + std::to_string(cfg.lora_rank) + " differs from the checkpoint's " +
+            fail("lora_rank " + std::to_string(cfg.lora_rank) + " differs from the checkpoint's " +
                  std::to_string(f->get_u32("rp.ckpt.lora_rank")));
-        if (f->get_f32("rp.ckpt.lora_alpha") != cfg.lora_alpha) fail("--lora-alpha differs from the checkpoint's");
-        if (f->get_string_array("rp.ckpt.lora_targets") != cfg.lora_targets) fail("--lora-targets differ from the checkpoint's");
+        if (f->get_f32("rp.ckpt.lora_alpha") != cfg.lora_alpha) fail("lora_alpha differs from the checkpoint's");
+        if (f->get_string_array("rp.ckpt.lora_targets") != cfg.lora_targets) fail("lora_targets differ from the checkpoint's");
     }
     // Trainable tensors.
     for (const Trainer::Param & p : tr.params()) {

@@ -1,7 +1,7 @@
 #include "models/dataset.h"
 
 #include "ggml_rp/core/json.h"
-#include "gguf/error.h"
+#include "base/error.h"
 #include "models/tokenizer.h"
 
 #include <algorithm>
@@ -70,9 +70,9 @@ void append_eos(const Tokenizer & tok, Tokens & t) {
 }
 
 void check_options(const DatasetOptions & opt) {
-    if (opt.seq_len < 1) throw Error("--seq-len " + std::to_string(opt.seq_len) + " must be at least 1");
+    if (opt.seq_len < 1) throw Error("seq_len " + std::to_string(opt.seq_len) + " must be at least 1");
     if (opt.n_ctx != 0 && static_cast<uint32_t>(opt.seq_len) > opt.n_ctx) {
-        throw Error("--seq-len " + std::to_string(opt.seq_len) + " exceeds the model's context " +
+        throw Error("seq_len " + std::to_string(opt.seq_len) + " exceeds the model's context " +
                     std::to_string(opt.n_ctx));
     }
 }
@@ -377,7 +377,7 @@ Batch make_batch(const Dataset & data, std::span<const uint32_t> idx) {
 Batcher::Batcher(const Dataset & data, std::vector<uint32_t> indices, int32_t batch_size, uint64_t seed, bool shuffle)
     : data_(data), indices_(std::move(indices)), batch_size_(batch_size), seed_(seed), shuffle_(shuffle) {
     if (indices_.empty()) throw Error("batches: no training sequences");
-    if (batch_size_ < 1) throw Error("--batch-size " + std::to_string(batch_size_) + " must be at least 1");
+    if (batch_size_ < 1) throw Error("batch_size " + std::to_string(batch_size_) + " must be at least 1");
     for (const uint32_t i : indices_) {
         if (i >= data_.size()) {
             throw Error("batches: sequence index " + std::to_string(i) + " outside the dataset of " +

@@ -67,7 +67,7 @@ struct DatasetStats {
 class Dataset {
 public:
     // Reads and tokenizes `path`. Throws rp::Error for an unreadable file, a bad line, an empty result, or a
-    // seq_len outside [1, n_ctx] ("--seq-len N exceeds the model's context M").
+    // seq_len outside [1, n_ctx] ("seq_len N exceeds the model's context M").
     static Dataset load(const std::string & path, const Tokenizer & tok, const DatasetOptions & opt);
     // The same from text in memory; `source` names it in error messages.
     static Dataset from_text(std::string_view text, const std::string & source, const Tokenizer & tok,

@@ -1,6 +1,6 @@
 #include "models/finetune.h"
 
-#include "ggml_rp/core/ggml_rp.h"
+#include "ggml_rp/ggml_rp.h"
 #include "ggml_rp/runtime/graph_runner.h"
 
 #include <cmath>
@@ -30,7 +30,7 @@ std::vector<std::string> expand_lora_targets(const Model & model, const std::vec
             }
         }
         if (hits == 0)
-            throw Error("--lora-targets: unknown target '" + t + "' (no tensor of " + model.path() +
+            throw Error("lora_targets: unknown target '" + t + "' (no tensor of " + model.path() +
                         " is named like blk.N." + t + ".weight or " + t + ".weight)");
     }
     return out;
@@ -80,10 +80,7 @@ Inputs make_inputs(Context & ctx, const int32_t * ids, const int32_t * labels, i
 
 Trainer::Trainer(const Model & model, const FinetuneConfig & cfg) : model_(model), cfg_(cfg) {
     const HParams & hp = model.hparams();
-    w_.tok_embd = model.tok_embd;
-    w_.output_norm = model.output_norm;
-    w_.output = model.output;
-    w_.layers = model.layers;
+    w_ = model.graph_weights();
 
     auto add_param = [&](Tensor * t) {
         set_param(ctx_, t);
@@ -92,7 +89,7 @@ Trainer::Trainer(const Model & model, const FinetuneConfig & cfg) : model_(model
     };
 
     if (!(cfg.lora_dropout >= 0.0f && cfg.lora_dropout < 1.0f))
-        throw Error("--lora-dropout must be in [0, 1), got " + std::to_string(cfg.lora_dropout));
+        throw Error("lora_dropout must be in [0, 1), got " + std::to_string(cfg.lora_dropout));
     if (cfg.full) {
         // Every float tensor becomes an fp32 master (quantized ones stay frozen in their dtype).
         auto master = [&](Tensor *& slot) {
@@ -113,19 +110,16 @@ Trainer::Trainer(const Model & model, const FinetuneConfig & cfg) : model_(model
         }
         master(w_.output_norm);
         for (uint32_t il = 0; il < hp.n_layer; ++il) {
-            LayerWeights & l = w_.layers[il];
-            for (Tensor ** s : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.wo,
-                                &l.ffn_norm, &l.ffn_gate, &l.ffn_up, &l.ffn_down})
-                master(*s);
+            for (Tensor ** s : w_.layers[il].slots()) master(*s);
         }
     } else {
         if (cfg.lora_rank < 1)
-            throw Error("--lora-rank must be >= 1, got " + std::to_string(cfg.lora_rank));
+            throw Error("lora_rank must be >= 1, got " + std::to_string(cfg.lora_rank));
         const std::vector<std::string> names = expand_lora_targets(model, cfg.lora_targets);
         for (const std::string & n : names)
             if (n == "output.weight")
-                throw Error("--lora-targets: 'output' (the LM head) cannot carry LoRA on the fused LM-head cross-entropy "
-                            "path; use --full to train it");
+                throw Error("lora_targets: 'output' (the LM head) cannot carry LoRA on the fused LM-head cross-entropy "
+                            "path; train it with a full finetune");
         adapter_ = LoraAdapter::create(model, names, cfg.lora_rank, cfg.lora_alpha);
         lora_.add(*adapter_);
 
@@ -172,10 +166,7 @@ Trainer::Trainer(const Model & model, const FinetuneConfig & cfg) : model_(model
     seq_.resize(hp.n_layer + 2);
     push(seq_.front(), w_.tok_embd);
     for (uint32_t il = 0; il < hp.n_layer; ++il) {
-        const LayerWeights & l = w_.layers[il];
-        for (Tensor * t : {l.attn_norm, l.wq, l.wk, l.wv, l.bq, l.bk, l.bv, l.q_norm, l.k_norm, l.wo, l.ffn_norm, l.ffn_gate,
-                           l.ffn_up, l.ffn_down})
-            push(seq_[il + 1], t);
+        for (Tensor * t : w_.layers[il].tensors()) push(seq_[il + 1], t);
     }
     push(seq_.back(), w_.output_norm);
     push(seq_.back(), w_.output);
@@ -204,26 +195,14 @@ size_t Trainer::hidden_bytes(const MicroBatchInfo & mb) const {
     return static_cast<size_t>(model_.hparams().n_embd) * static_cast<size_t>(mb.tokens()) * sizeof(float);
 }
 
-Tensor * Trainer::build_embd(Context & ctx, const Weights & w, const LoraSet & lora, Tensor * ids) const {
-    Tensor * e = get_rows(ctx, w.tok_embd, ids);
-    if (const std::vector<LoraDelta> * ds = lora.find(w.tok_embd))
-        for (const LoraDelta & d : *ds) {  // roles swapped (formats.md §5.3)
-            Tensor * low = mul_mat(ctx, d.b, get_rows(ctx, d.a, ids));
-            e = add(ctx, e, d.scale == 1.0f ? low : scale(ctx, low, d.scale));
-        }
-    return set_name(e, "embd");
-}
-
-Tensor * Trainer::build_head(Context & ctx, const Weights & w, Tensor * x, Tensor * labels, float loss_scale) const {
-    Tensor * h = rms_norm(ctx, x, w.output_norm, model_.hparams().rms_eps);
-    h = reshape(ctx, h, h->ne[0], h->ne[1] * h->ne[2] * h->ne[3]);
-    return set_name(lm_head_ce(ctx, h, w.output, labels, loss_scale, cfg_.ce_chunk), "loss");
+Tensor * Trainer::build_loss(Context & ctx, const ModelWeights & w, Tensor * x, Tensor * labels, float loss_scale) const {
+    return build_head_ce(ctx, model_.hparams(), w, x, labels, loss_scale, cfg_.ce_chunk);
 }
 
 // A layer's tensors rebound to memory: copies of the seq tensors in one program's context, the weights struct
 // and LoRA set the graph builders read, and the trainable copies (with grads) for build_backward.
 struct Trainer::Bound {
-    Weights w{};
+    ModelWeights w{};
     LayerWeights layer{};
     LoraSet lora;
     std::vector<Tensor *> params;
@@ -259,10 +238,7 @@ Trainer::Bound Trainer::bind(Context & ctx, int layer, const LayerMemory & mem, 
     if (layer >= 1 && layer <= static_cast<int>(w_.layers.size())) {
         const LayerWeights & l = w_.layers[static_cast<size_t>(layer - 1)];
         b.layer = l;
-        for (Tensor ** s : {&b.layer.attn_norm, &b.layer.wq, &b.layer.wk, &b.layer.wv, &b.layer.bq, &b.layer.bk, &b.layer.bv,
-                            &b.layer.q_norm, &b.layer.k_norm, &b.layer.wo, &b.layer.ffn_norm, &b.layer.ffn_gate, &b.layer.ffn_up,
-                            &b.layer.ffn_down})
-            *s = m(*s);
+        for (Tensor ** s : b.layer.slots()) *s = m(*s);
     }
     for (const SeqTensor & st : list)
         if (const std::vector<LoraDelta> * ds = lora_.find(st.t))
@@ -283,8 +259,8 @@ LayerMemory Trainer::host_memory(int layer) const {
     return mem;
 }
 
-void Trainer::run_graph(Graph & g, GraphRunner & runner, const std::function<void()> & read_back) const {
-    const size_t bytes = runner.run(g, read_back);
+void Trainer::run_graph(Graph & g, GraphRunner & runner, int n_threads, const std::function<void()> & read_back) const {
+    const size_t bytes = runner.run(g, n_threads, read_back);
     size_t prev = peak_graph_bytes_.load();
     while (bytes > prev && !peak_graph_bytes_.compare_exchange_weak(prev, bytes)) {}
 }
@@ -318,12 +294,8 @@ Tensor * hidden_param(Context & ctx, const void * data, void * grad, size_t byte
     return x;
 }
 
-// The runner of pc (graph_runner.h): its own, the device's attached one, else `cpu`.
-GraphRunner & runner_of(const ProgramContext & pc, CpuGraphRunner & cpu) {
-    if (pc.runner) return *pc.runner;
-    if (GraphRunner * r = attached_runner(pc.device)) return *r;
-    return cpu;
-}
+// The runner of pc: its device's (program.h), else `host` (plain host memory).
+GraphRunner & runner_of(const ProgramContext & pc, CpuGraphRunner & host) { return pc.runner ? *pc.runner : host; }
 
 } // namespace
 
@@ -331,13 +303,13 @@ void Trainer::seq_forward(int layer, const LayerMemory & mem, const void * in, v
                           ProgramContext & pc) const {
     const HParams & hp = model_.hparams();
     const int64_t T = mb.seq_len, B = mb.n_seq;
-    CpuGraphRunner cpu(pc.device, pc.n_threads);
-    GraphRunner & runner = runner_of(pc, cpu);
+    CpuGraphRunner host;
+    GraphRunner & runner = runner_of(pc, host);
     Context ctx;
     const Bound b = bind(ctx, layer, mem, false, mb);
     Tensor * y = nullptr;
     if (layer == 0) {
-        y = build_embd(ctx, b.w, b.lora, leaf(ctx, DType::I32, in, T, B));
+        y = build_embedding(ctx, b.w.tok_embd, leaf(ctx, DType::I32, in, T, B), &b.lora);
     } else {
         Tensor * x = leaf(ctx, DType::F32, in, hp.n_embd, T, B);
         y = build_layer(ctx, hp, b.layer, layer - 1, x, positions(ctx, T, runner), &b.lora);
@@ -345,40 +317,40 @@ void Trainer::seq_forward(int layer, const LayerMemory & mem, const void * in, v
     y->flags |= kFlagOutput;
     Graph g;
     build_forward(g, y);
-    run_graph(g, runner, [&] { runner.copy_f32(out, y); });
+    run_graph(g, runner, pc.n_threads, [&] { runner.copy_f32(out, y); });
 }
 
 void Trainer::seq_head(const LayerMemory & mem, const void * in, const int32_t * labels, float * loss, void * din,
                        const MicroBatchInfo & mb, ProgramContext & pc) const {
     const HParams & hp = model_.hparams();
     const int64_t T = mb.seq_len, B = mb.n_seq;
-    CpuGraphRunner cpu(pc.device, pc.n_threads);
-    GraphRunner & runner = runner_of(pc, cpu);
+    CpuGraphRunner host;
+    GraphRunner & runner = runner_of(pc, host);
     Context ctx;
     const Bound b = bind(ctx, num_seq_layers() - 1, mem, true, mb);
     Tensor * x = hidden_param(ctx, in, din, hidden_bytes(mb), hp.n_embd, T, B, runner);
-    Tensor * l = build_head(ctx, b.w, x, leaf(ctx, DType::I32, labels, T * B), mb.loss_scale);
+    Tensor * l = build_loss(ctx, b.w, x, leaf(ctx, DType::I32, labels, T * B), mb.loss_scale);
     Graph g;
     build_forward(g, l);
     std::vector<Tensor *> ps = b.params;
     ps.push_back(x);
     build_backward(ctx, g, l, ps);
-    run_graph(g, runner, [&] { runner.copy_f32(loss, l); });
+    run_graph(g, runner, pc.n_threads, [&] { runner.copy_f32(loss, l); });
 }
 
 void Trainer::seq_backward(int layer, const LayerMemory & mem, const void * in, const void * dout, void * din,
                            const MicroBatchInfo & mb, ProgramContext & pc) const {
     const HParams & hp = model_.hparams();
     const int64_t T = mb.seq_len, B = mb.n_seq;
-    CpuGraphRunner cpu(pc.device, pc.n_threads);
-    GraphRunner & runner = runner_of(pc, cpu);
+    CpuGraphRunner host;
+    GraphRunner & runner = runner_of(pc, host);
     Context ctx;
     const Bound b = bind(ctx, layer, mem, true, mb);
     Tensor * dy = leaf(ctx, DType::F32, dout, hp.n_embd, T, B);
     Graph g;
     if (layer == 0) {
         if (b.params.empty()) return;  // nothing trainable in the embedding, and ids have no gradient
-        Tensor * e = build_embd(ctx, b.w, b.lora, leaf(ctx, DType::I32, in, T, B));
+        Tensor * e = build_embedding(ctx, b.w.tok_embd, leaf(ctx, DType::I32, in, T, B), &b.lora);
         build_forward(g, e);
         build_backward(ctx, g, e, dy, b.params);
     } else {
@@ -389,7 +361,7 @@ void Trainer::seq_backward(int layer, const LayerMemory & mem, const void * in, 
         ps.push_back(x);
         build_backward(ctx, g, y, dy, ps);
     }
-    run_graph(g, runner);
+    run_graph(g, runner, pc.n_threads);
 }
 
 double Trainer::accumulate(const int32_t * ids, const int32_t * labels, int64_t T, int64_t B, float loss_scale,
@@ -428,10 +400,10 @@ double Trainer::loss(const int32_t * ids, const int32_t * labels, int64_t T, int
     const HParams & hp = model_.hparams();
     Context ctx;
     const Inputs in = make_inputs(ctx, ids, labels, T, B);
-    Tensor * x = build_embd(ctx, w_, lora_, in.ids);
+    Tensor * x = build_embedding(ctx, w_.tok_embd, in.ids, &lora_);
     for (uint32_t il = 0; il < hp.n_layer; ++il)
         x = build_layer(ctx, hp, w_.layers[il], static_cast<int>(il), x, in.pos, &lora_);
-    Tensor * l = build_head(ctx, w_, cont_if_needed(ctx, x), in.labels, loss_scale);
+    Tensor * l = build_loss(ctx, w_, cont_if_needed(ctx, x), in.labels, loss_scale);
     l->flags |= kFlagOutput;
     Graph g;
     build_forward(g, l);
@@ -445,11 +417,10 @@ std::vector<float> Trainer::logits(const int32_t * ids, int64_t T, int n_threads
     const HParams & hp = model_.hparams();
     Context ctx;
     const Inputs in = make_inputs(ctx, ids, nullptr, T, 1);
-    Tensor * x = build_embd(ctx, w_, lora_, in.ids);
+    Tensor * x = build_embedding(ctx, w_.tok_embd, in.ids, &lora_);
     for (uint32_t il = 0; il < hp.n_layer; ++il)
         x = build_layer(ctx, hp, w_.layers[il], static_cast<int>(il), x, in.pos, &lora_);
-    Tensor * h = rms_norm(ctx, x, w_.output_norm, hp.rms_eps);
-    Tensor * y = mul_mat(ctx, w_.output, h);
+    Tensor * y = build_head_logits(ctx, hp, w_, x, &lora_);
     y->flags |= kFlagOutput;
     Graph g;
     build_forward(g, y);

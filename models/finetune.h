@@ -117,28 +117,20 @@ public:
                       const MicroBatchInfo & mb, ProgramContext & pc) const;
 
 private:
-    struct Weights {  // what the graphs read: the model's leafs, or the fp32 masters
-        Tensor * tok_embd;
-        Tensor * output_norm;
-        Tensor * output;
-        std::vector<LayerWeights> layers;
-    };
     struct Bound;  // a layer's tensors rebound to LayerMemory inside one program's context
     Bound bind(Context & ctx, int layer, const LayerMemory & mem, bool with_grads, const MicroBatchInfo & mb) const;
     LayerMemory host_memory(int layer) const;  // the tensors' own data, grads into their slots
     // Runs g through runner (graph memory of the program's device, or the host; graph_runner.h); read_back
     // copies results out (runner.copy_f32) before that memory may be reused. Tracks peak_graph_bytes().
-    void run_graph(Graph & g, GraphRunner & runner, const std::function<void()> & read_back = {}) const;
-
-    Tensor * build_embd(Context & ctx, const Weights & w, const LoraSet & lora, Tensor * ids) const;
-    Tensor * build_head(Context & ctx, const Weights & w, Tensor * x, Tensor * labels, float loss_scale) const;
+    void run_graph(Graph & g, GraphRunner & runner, int n_threads, const std::function<void()> & read_back = {}) const;
+    Tensor * build_loss(Context & ctx, const ModelWeights & w, Tensor * x, Tensor * labels, float loss_scale) const;
 
     const Model & model_;
     FinetuneConfig cfg_;
     Context ctx_;                          // masters and gradient buffers
     std::unique_ptr<LoraAdapter> adapter_;
     LoraSet lora_;
-    Weights w_;
+    ModelWeights w_;                       // what the graphs read: the model's leafs or the fp32 masters
     std::vector<Param> params_;
     std::vector<std::vector<SeqTensor>> seq_;  // per sequential layer
     Tensor * head_slot_ = nullptr;              // tied head: the head's own gradient slot of token_embd

@@ -1,8 +1,10 @@
 #include "models/finetune_report.h"
 
-#include "gguf/error.h"
+#include "base/atomic_file.h"
+#include "base/error.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -57,15 +59,41 @@ void write_loss_svg(const std::string & path, const TrainCurve & c) {
     }
     s += "</svg>\n";
 
-    const std::string tmp = path + ".tmp";
-    FILE * f = std::fopen(tmp.c_str(), "wb");
-    if (!f) throw Error(tmp + ": cannot open for writing: " + std::strerror(errno));
-    const bool ok = std::fwrite(s.data(), 1, s.size(), f) == s.size();
-    if (std::fclose(f) != 0 || !ok) {
-        std::remove(tmp.c_str());
-        throw Error(tmp + ": write error");
-    }
-    std::filesystem::rename(tmp, path);
+    write_file_atomically(path, s);
+}
+
+std::string json_number(double v, const char * format) {
+    if (!std::isfinite(v)) return "null";
+    char buf[64];
+    std::snprintf(buf, sizeof buf, format, v);
+    return buf;
+}
+
+MetricsLog::MetricsLog(const std::string & path, bool append) : f_(path) {
+    if (!append) return;
+    std::FILE * in = std::fopen(path.c_str(), "rb");
+    if (!in) return;  // nothing logged yet
+    char buf[65536];
+    size_t n = 0;
+    while ((n = std::fread(buf, 1, sizeof buf, in)) > 0) f_.write(buf, n);
+    std::fclose(in);
+    f_.flush();
+}
+
+void MetricsLog::step(const StepReport & r) {
+    std::string line = "{\"step\":" + std::to_string(r.step) + ",\"loss\":" + json_number(r.loss) +
+                       ",\"lr\":" + json_number(r.lr, "%.6e") + ",\"grad_norm\":" + json_number(r.grad_norm) +
+                       ",\"grad_norm_step\":" + (r.grad_norm_step > 0 ? std::to_string(r.grad_norm_step) : "null") +
+                       ",\"tokens_per_s\":" + json_number(r.seconds > 0 ? static_cast<double>(r.tokens) / r.seconds : 0.0, "%.1f");
+    if (r.skipped) line += ",\"skipped\":\"" + r.skip_reason + "\"";
+    f_.write(line + "}\n");
+    f_.flush();
+}
+
+void MetricsLog::eval(int64_t step, double loss) {
+    f_.write("{\"step\":" + std::to_string(step) + ",\"val_loss\":" + json_number(loss) + ",\"val_ppl\":" +
+             json_number(std::exp(loss), "%.4f") + "}\n");
+    f_.flush();
 }
 
 } // namespace rp

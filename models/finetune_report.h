@@ -1,13 +1,36 @@
-// The loss curve of a finetune run as a small hand-written SVG (train loss per step, validation loss at
-// its evaluation steps), written to a temporary file and renamed.
+// What a finetune run leaves besides its result: the metrics as JSON Lines, and the loss curve as a small
+// hand-written SVG (train loss per step, validation loss at its evaluation steps). Both are written through
+// temporary files and renamed (base/atomic_file.h).
 #pragma once
 
+#include "base/atomic_file.h"
 #include "models/checkpoint.h"
+#include "models/session.h"
 
+#include <cstdint>
 #include <string>
 
 namespace rp {
 
 void write_loss_svg(const std::string & path, const TrainCurve & curve);
+
+// A JSON number, or null when v is not finite (JSON has no NaN or infinity).
+std::string json_number(double v, const char * format = "%.6f");
+
+// One JSON object per line: {"step":..,"loss":..,"lr":..,"grad_norm":..,"grad_norm_step":..,"tokens_per_s":..}
+// per step ("grad_norm_step" says which step's gradient the norm is: an earlier one in async pipeline runs;
+// "skipped":"<reason>" when that step's update was not applied), and {"step":..,"val_loss":..,"val_ppl":..}
+// per evaluation. Written to PATH.tmp as the run goes (flushed per line) and renamed to PATH by commit().
+class MetricsLog {
+public:
+    // append: continue an existing PATH (a resumed run starts from its lines).
+    MetricsLog(const std::string & path, bool append);
+    void step(const StepReport & r);
+    void eval(int64_t step, double loss);
+    void commit() { f_.commit(); }
+
+private:
+    AtomicFile f_;
+};
 
 } // namespace rp

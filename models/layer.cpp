@@ -124,9 +124,9 @@ Tensor * build_layer(Context & ctx, const HParams & hp, const LayerWeights & w, 
     return set_name(add(ctx, h, f), lname(il, "out"));
 }
 
-Tensor * build_embedding(Context & ctx, const Model & model, Tensor * ids, const LoraSet * lora) {
-    Tensor * e = get_rows(ctx, model.tok_embd, ids);
-    const std::vector<LoraDelta> * ds = lora ? lora->find(model.tok_embd) : nullptr;
+Tensor * build_embedding(Context & ctx, Tensor * tok_embd, Tensor * ids, const LoraSet * lora) {
+    Tensor * e = get_rows(ctx, tok_embd, ids);
+    const std::vector<LoraDelta> * ds = lora ? lora->find(tok_embd) : nullptr;
     if (ds)
         for (const LoraDelta & d : *ds) {
             // Roles swapped (formats.md §5.3): gather token t's r-vector from A [r, n_vocab], then B [r, n_embd].
@@ -136,19 +136,19 @@ Tensor * build_embedding(Context & ctx, const Model & model, Tensor * ids, const
     return set_name(e, "embd");
 }
 
-Tensor * build_head_logits(Context & ctx, const Model & model, Tensor * x, const LoraSet * lora) {
-    Tensor * h = rms_norm(ctx, x, model.output_norm, model.hparams().rms_eps);
+Tensor * build_head_logits(Context & ctx, const HParams & hp, const ModelWeights & w, Tensor * x, const LoraSet * lora) {
+    Tensor * h = rms_norm(ctx, x, w.output_norm, hp.rms_eps);
     // A tied head shares token_embd, whose LoRA pair (if any) has the embedding's roles: not applicable here.
-    return set_name(build_linear(ctx, model.output, h, model.tied_output() ? nullptr : lora), "logits");
+    return set_name(build_linear(ctx, w.output, h, w.tied_output() ? nullptr : lora), "logits");
 }
 
-Tensor * build_head_ce(Context & ctx, const Model & model, Tensor * x, Tensor * labels, float loss_scale, int64_t chunk,
-                       const LoraSet * lora) {
-    if (lora && !model.tied_output() && lora->find(model.output))
+Tensor * build_head_ce(Context & ctx, const HParams & hp, const ModelWeights & w, Tensor * x, Tensor * labels,
+                       float loss_scale, int64_t chunk, const LoraSet * lora) {
+    if (lora && !w.tied_output() && lora->find(w.output))
         throw Error("LoRA on output.weight is not supported with the fused LM-head cross-entropy");
-    Tensor * h = rms_norm(ctx, x, model.output_norm, model.hparams().rms_eps);
+    Tensor * h = rms_norm(ctx, x, w.output_norm, hp.rms_eps);
     h = reshape(ctx, h, h->ne[0], h->ne[1] * h->ne[2] * h->ne[3]);
-    return set_name(lm_head_ce(ctx, h, model.output, labels, loss_scale, chunk), "loss");
+    return set_name(lm_head_ce(ctx, h, w.output, labels, loss_scale, chunk), "loss");
 }
 
 } // namespace rp

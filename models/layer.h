@@ -70,16 +70,26 @@ Tensor * build_layer(Context & ctx, const HParams & hp, const LayerWeights & w, 
 
 // Token embeddings: ids i32 [T] or [T, B] -> [n_embd, T, B] (get_rows, plus token_embd LoRA with the role
 // swap of formats.md §5.3).
-Tensor * build_embedding(Context & ctx, const Model & model, Tensor * ids, const LoraSet * lora = nullptr);
+Tensor * build_embedding(Context & ctx, Tensor * tok_embd, Tensor * ids, const LoraSet * lora = nullptr);
+inline Tensor * build_embedding(Context & ctx, const Model & model, Tensor * ids, const LoraSet * lora = nullptr) {
+    return build_embedding(ctx, model.tok_embd, ids, lora);
+}
 
 // Final RMSNorm and LM head: x [n_embd, T, B] -> logits [n_vocab, T, B]. For a tied head (output ==
 // token_embd) the token_embd LoRA pair is not applied (its roles are those of the embedding).
-Tensor * build_head_logits(Context & ctx, const Model & model, Tensor * x, const LoraSet * lora = nullptr);
+Tensor * build_head_logits(Context & ctx, const HParams & hp, const ModelWeights & w, Tensor * x, const LoraSet * lora = nullptr);
+inline Tensor * build_head_logits(Context & ctx, const Model & model, Tensor * x, const LoraSet * lora = nullptr) {
+    return build_head_logits(ctx, model.hparams(), model.graph_weights(), x, lora);
+}
 
 // Final RMSNorm and the fused LM head + cross-entropy (training): x [n_embd, T, B] (contiguous), labels i32
 // [T * B] (-1 = masked) -> loss f32 [1] = loss_scale * sum of the unmasked token losses. `chunk` = vocabulary
 // rows per chunk. LoRA on the (untied) LM head is not supported on this path (throws).
-Tensor * build_head_ce(Context & ctx, const Model & model, Tensor * x, Tensor * labels, float loss_scale,
-                       int64_t chunk = 4096, const LoraSet * lora = nullptr);
+Tensor * build_head_ce(Context & ctx, const HParams & hp, const ModelWeights & w, Tensor * x, Tensor * labels,
+                       float loss_scale, int64_t chunk = 4096, const LoraSet * lora = nullptr);
+inline Tensor * build_head_ce(Context & ctx, const Model & model, Tensor * x, Tensor * labels, float loss_scale,
+                              int64_t chunk = 4096, const LoraSet * lora = nullptr) {
+    return build_head_ce(ctx, model.hparams(), model.graph_weights(), x, labels, loss_scale, chunk, lora);
+}
 
 } // namespace rp

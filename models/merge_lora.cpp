@@ -1,7 +1,7 @@
 #include "models/merge_lora.h"
 
 #include "ggml_rp/core/context.h"
-#include "gguf/error.h"
+#include "base/error.h"
 #include "gguf/gguf.h"
 #include "models/lora.h"
 #include "models/model.h"
@@ -13,7 +13,7 @@ namespace rp {
 
 void merge_lora(const std::string & base_path, const std::vector<MergeInput> & inputs, const std::string & out_path,
                 std::optional<DType> out_type) {
-    if (inputs.empty()) throw Error("no adapter given (--lora FILE[:SCALE])");
+    if (inputs.empty()) throw Error("merge_lora: no adapter given");
     auto model = Model::load(base_path);
     std::vector<std::unique_ptr<LoraAdapter>> ads;
     std::set<std::string> targets;
@@ -65,7 +65,7 @@ void merge_lora(const std::string & base_path, const std::vector<MergeInput> & i
         }
         const DType t = out_type ? *out_type : (ti.type == DType::F32 ? DType::F32 : DType::F16);
         if (n0 % dtype_block_size(t) != 0)
-            throw Error("--type " + std::string(dtype_name(t)) + ": tensor '" + ti.name + "' has rows of " +
+            throw Error("output type " + std::string(dtype_name(t)) + ": tensor '" + ti.name + "' has rows of " +
                         std::to_string(n0) + " values, not a multiple of the block size " +
                         std::to_string(dtype_block_size(t)));
         Tensor * out = tmp.new_tensor(t, ti.ne);

@@ -11,6 +11,7 @@
 #include "gguf/gguf.h"
 #include "models/hparams.h"
 
+#include <array>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -34,6 +35,24 @@ struct LayerWeights {
     Tensor * ffn_gate = nullptr;    // [n_embd, n_ff]
     Tensor * ffn_up = nullptr;      // [n_embd, n_ff]
     Tensor * ffn_down = nullptr;    // [n_ff, n_embd]
+
+    // Every slot, in the order the layer's tensors are listed everywhere (uploads, checkpoints, dumps).
+    static constexpr size_t kSlots = 14;
+    std::array<Tensor **, kSlots> slots() {
+        return {&attn_norm, &wq, &wk, &wv, &bq, &bk, &bv, &q_norm, &k_norm, &wo, &ffn_norm, &ffn_gate, &ffn_up, &ffn_down};
+    }
+    std::array<Tensor *, kSlots> tensors() const {
+        return {attn_norm, wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo, ffn_norm, ffn_gate, ffn_up, ffn_down};
+    }
+};
+
+// The tensors the graph builders read: a model's own weights, or a trainer's fp32 masters standing in for them.
+struct ModelWeights {
+    Tensor * tok_embd = nullptr;
+    Tensor * output_norm = nullptr;
+    Tensor * output = nullptr;  // == tok_embd for a tied head
+    std::vector<LayerWeights> layers;
+    bool tied_output() const { return output == tok_embd; }
 };
 
 class Model {
@@ -54,6 +73,8 @@ public:
     std::vector<LayerWeights> layers;
 
     bool tied_output() const { return output == tok_embd; }
+    // The weights as the graph builders take them.
+    ModelWeights graph_weights() const { return {tok_embd, output_norm, output, layers}; }
     // The weight leaf of a GGUF tensor name ("blk.3.attn_q.weight"), or nullptr.
     Tensor * find(std::string_view name) const;
     // Every weight leaf, in file order.

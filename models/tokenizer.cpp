@@ -3,7 +3,7 @@
 // (commit 80fb11ac); where it is odd on purpose (defaults, clean-up passes), comments say so.
 #include "models/tokenizer.h"
 
-#include "gguf/error.h"
+#include "base/error.h"
 #include "gguf/gguf.h"
 #include "models/unicode.h"
 

@@ -4,7 +4,7 @@
 // fall back to byte tokens <0xXX>.
 #include "models/tokenizer.h"
 
-#include "gguf/error.h"
+#include "base/error.h"
 #include "models/unicode.h"
 
 #include <algorithm>

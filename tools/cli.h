@@ -2,7 +2,7 @@
 // throws rp::Error naming the file or the flag, which the tools print as "error: ..." before exiting 1.
 #pragma once
 
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <cctype>
 #include <cerrno>
@@ -12,7 +12,11 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <algorithm>
+#include <initializer_list>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace rp::cli {
 
@@ -73,6 +77,72 @@ inline size_t parse_size(const std::string & flag, const std::string & v) {
     if (v.empty() || end == v.c_str() || errno != 0 || mul < 0 || !(bytes >= 1) || bytes > 9.0e18)
         throw rp::Error(flag + ": '" + v + "' is not a size (e.g. 4096, 64M, 1.5G)");
     return static_cast<size_t>(bytes);
+}
+
+inline std::vector<std::string> split_commas(const std::string & s) {
+    std::vector<std::string> out;
+    size_t b = 0;
+    while (b <= s.size()) {
+        const size_t e = std::min(s.find(',', b), s.size());
+        if (e > b) out.push_back(s.substr(b, e - b));
+        b = e + 1;
+    }
+    return out;
+}
+
+// Walks the command line flag by flag: `while (a.next()) { if (a.flag() == "--x") v = a.integer(0, 9); ... }`.
+// Every accessor throws rp::Error naming the flag and the bad value.
+class Args {
+public:
+    Args(int argc, char ** argv) : argc_(argc), argv_(argv) {}
+    bool next() {
+        if (i_ + 1 >= argc_) return false;
+        flag_ = argv_[++i_];
+        return true;
+    }
+    const std::string & flag() const { return flag_; }
+    std::string value() {
+        if (i_ + 1 >= argc_) throw rp::Error("option " + flag_ + " needs a value");
+        return argv_[++i_];
+    }
+    long long integer(long long lo, long long hi) { return parse_int(flag_, value(), lo, hi); }
+    float number() { return parse_float(flag_, value()); }
+    float number(float lo, float hi) { return parse_float(flag_, value(), lo, hi); }
+    std::string choice(std::initializer_list<const char *> allowed) {
+        const std::string v = value();
+        std::string list;
+        for (const char * a : allowed) {
+            if (v == a) return v;
+            list += (list.empty() ? "" : ", ") + std::string(a);
+        }
+        throw rp::Error(flag_ + ": '" + v + "' is not one of " + list);
+    }
+    [[noreturn]] void unknown() const { throw rp::Error("unknown option '" + flag_ + "' (see --help)"); }
+
+private:
+    int argc_;
+    char ** argv_;
+    int i_ = 0;
+    std::string flag_;
+};
+
+// Library errors name the library's parameters ("lora_rank 0 must be >= 1"); a tool shows them as its flags.
+// Each parameter is replaced where it stands as a whole word (letters, digits and '_' do not continue it).
+using FlagNames = std::vector<std::pair<std::string, std::string>>;
+inline std::string with_flag_names(std::string msg, const FlagNames & names) {
+    auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+    for (const auto & [param, flag] : names) {
+        for (size_t p = msg.find(param); p != std::string::npos; p = msg.find(param, p)) {
+            const size_t e = p + param.size();
+            if ((p > 0 && word(msg[p - 1])) || (e < msg.size() && word(msg[e])) || (p > 0 && msg[p - 1] == '-')) {
+                p = e;
+                continue;
+            }
+            msg.replace(p, param.size(), flag);
+            p += flag.size();
+        }
+    }
+    return msg;
 }
 
 } // namespace rp::cli

@@ -7,7 +7,7 @@
 // tokens, at an end-of-generation token, or when the context is full. The last line on stderr is
 // "N tokens, X tokens/s (prompt: Y tokens/s)".
 #include "tools/cli.h"
-#include "gguf/error.h"
+#include "base/error.h"
 #include "models/chat_template.h"
 #include "models/inference.h"
 #include "models/lora.h"

@@ -4,12 +4,15 @@
 //   rp-gguf dump FILE TENSOR [-n N]          first N dequantized values (default 16, 0 = all)
 //   rp-gguf convert IN OUT --type T          re-type weight matrices to f32|f16|bf16|q8_0|q4_0
 //   rp-gguf diff A B                         per-tensor max |a - b| after dequantization
+//   rp-gguf synth OUT --vocab V [shape]      a random-weight llama/qwen2/qwen3 model of any shape
 //
 // Every command builds its whole output before printing it, so an error leaves no partial output; files
 // are written through gguf::Writer (temp file + rename).
 #include "ggml_rp/core/quant.h"
 #include "gguf/gguf.h"
 #include "gguf/value.h"
+#include "models/synth_model.h"
+#include "tools/cli.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -39,6 +42,7 @@ const char * const kUsage =
     "  dump FILE TENSOR [-n N]   the first N values of a tensor, dequantized to f32 (default 16, 0 = all)\n"
     "  convert IN OUT --type T   re-type weight matrices to T = f32|f16|bf16|q8_0|q4_0 (like llama-quantize)\n"
     "  diff A B                  per-tensor max |a - b| after dequantization; missing, extra and reshaped tensors\n"
+    "  synth OUT --vocab V ...   write a random-weight model of a given shape (benchmarks, tests)\n"
     "\n"
     "  rp-gguf COMMAND --help    details of one command\n";
 
@@ -70,6 +74,22 @@ const char * const kDiffHelp =
     "For every tensor of A also in B with the same shape, prints the maximum absolute difference of the\n"
     "dequantized values; then lists tensors only in A, only in B, and shape mismatches. Exit status 0\n"
     "whatever the differences (1 only on an error).\n";
+
+const char * const kSynthHelp =
+    "usage: rp-gguf synth OUT --vocab VOCAB.gguf [--shape NAME] [options]\n"
+    "\n"
+    "Writes a llama / qwen2 / qwen3 model with random weights (seeded, O(1) activations) whose tokenizer is\n"
+    "copied from VOCAB.gguf (which sets n_vocab), e.g. ../shared/models/vocab/ggml-vocab-qwen2.gguf for the\n"
+    "real 151,936-token Qwen vocabulary. Prints 'params N'. Weights are generated while writing: the model\n"
+    "never sits in memory.\n"
+    "  --shape NAME      a preset: qwen3-0.6b, qwen3-1.7b (the real shapes: tied, head_dim 128, rope 1e6),\n"
+    "                    llama-98m, llama-20m (the benchmark models); later options override it\n"
+    "  --arch A          llama | qwen2 | qwen3 (default llama)\n"
+    "  --n-embd N --n-head N --n-head-kv N --head-dim N --n-ff N --n-layer N --n-ctx N\n"
+    "  --rope-base X     (default 10000)\n"
+    "  --tied 0|1        no output.weight: the head reuses token_embd\n"
+    "  --type T          the 2-D weights: f32 | f16 | bf16 | q8_0 | q4_0 (default f32; norms stay f32)\n"
+    "  --seed N          (default 1)\n";
 
 [[noreturn]] void usage_error(const std::string & msg) { throw rp::Error(msg + " (see rp-gguf --help)"); }
 
@@ -421,6 +441,67 @@ int cmd_diff(int argc, char ** argv) {
     return 0;
 }
 
+int cmd_synth(int argc, char ** argv) {
+    const Args a = parse_args("synth", argc, argv,
+                              {"--vocab", "--shape", "--arch", "--n-embd", "--n-head", "--n-head-kv", "--head-dim", "--n-ff",
+                               "--n-layer", "--n-ctx", "--rope-base", "--tied", "--type", "--seed"},
+                              kSynthHelp);
+    expect_positionals(a, 1, "synth", "OUT");
+    auto opt = [&](const char * name) -> const std::string * {
+        const auto it = a.opt.find(name);
+        return it == a.opt.end() ? nullptr : &it->second;
+    };
+    rp::SynthSpec s;
+    if (const std::string * v = opt("--shape")) {
+        if (*v == "qwen3-0.6b" || *v == "qwen3-1.7b") {
+            const bool big = *v == "qwen3-1.7b";
+            s.arch = "qwen3";
+            s.n_embd = big ? 2048 : 1024;
+            s.n_ff = big ? 6144 : 3072;
+            s.n_head = 16, s.n_head_kv = 8, s.head_dim = 128, s.n_layer = 28;
+            s.n_ctx_train = 40960, s.rope_base = 1e6f, s.tied = true;
+        } else if (*v == "llama-98m") {
+            s.n_embd = 768, s.n_head = 12, s.n_head_kv = 4, s.head_dim = 64, s.n_ff = 2560, s.n_layer = 13, s.n_ctx_train = 2048;
+        } else if (*v == "llama-20m") {
+            s.n_embd = 512, s.n_head = 8, s.n_head_kv = 8, s.head_dim = 64, s.n_ff = 1408, s.n_layer = 6, s.n_ctx_train = 2048;
+        } else {
+            usage_error("--shape: unknown preset '" + *v + "' (qwen3-0.6b, qwen3-1.7b, llama-98m, llama-20m)");
+        }
+    }
+    auto u32 = [&](const char * name, uint32_t & dst) {
+        if (const std::string * v = opt(name)) dst = static_cast<uint32_t>(rp::cli::parse_int(name, *v, 1, 1 << 24));
+    };
+    if (const std::string * v = opt("--arch")) {
+        if (*v != "llama" && *v != "qwen2" && *v != "qwen3") usage_error("--arch: '" + *v + "' is not llama, qwen2 or qwen3");
+        s.arch = *v;
+    }
+    u32("--n-embd", s.n_embd);
+    u32("--n-head", s.n_head);
+    u32("--n-head-kv", s.n_head_kv);
+    u32("--n-ff", s.n_ff);
+    u32("--n-layer", s.n_layer);
+    u32("--n-ctx", s.n_ctx_train);
+    if (!opt("--head-dim") && !opt("--shape")) s.head_dim = s.n_embd / s.n_head;
+    u32("--head-dim", s.head_dim);
+    if (const std::string * v = opt("--rope-base")) s.rope_base = rp::cli::parse_float("--rope-base", *v, 1.0f, 1e9f);
+    if (const std::string * v = opt("--tied")) s.tied = rp::cli::parse_int("--tied", *v, 0, 1) != 0;
+    if (const std::string * v = opt("--type")) {
+        if (!gguf::type_from_name(v->c_str(), s.wtype) ||
+            (s.wtype != TensorType::F32 && s.wtype != TensorType::F16 && s.wtype != TensorType::BF16 &&
+             s.wtype != TensorType::Q8_0 && s.wtype != TensorType::Q4_0))
+            usage_error("--type: '" + *v + "' is not one of f32, f16, bf16, q8_0, q4_0");
+    }
+    if (const std::string * v = opt("--seed")) s.seed = static_cast<uint64_t>(rp::cli::parse_int("--seed", *v, 0, 1LL << 62));
+    const std::string * vocab = opt("--vocab");
+    if (!vocab) usage_error("'synth' needs --vocab VOCAB.gguf (the tokenizer to copy)");
+    s.vocab_from = *vocab;
+    rp::write_synth_model(s, a.pos[0]);
+    int64_t n_params = 0;  // read back from the file, so the figure is what the engines will train
+    for (const TensorInfo & t : Reader::open(a.pos[0])->tensors()) n_params += t.nelements();
+    std::printf("params %" PRId64 "\n", n_params);
+    return 0;
+}
+
 int run(int argc, char ** argv) {
     if (argc < 2) usage_error("no command given");
     const std::string cmd = argv[1];
@@ -432,6 +513,7 @@ int run(int argc, char ** argv) {
     if (cmd == "dump") return cmd_dump(argc - 2, argv + 2);
     if (cmd == "convert") return cmd_convert(argc - 2, argv + 2);
     if (cmd == "diff") return cmd_diff(argc - 2, argv + 2);
+    if (cmd == "synth") return cmd_synth(argc - 2, argv + 2);
     usage_error("unknown command '" + cmd + "'");
 }
 

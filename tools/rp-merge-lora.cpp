@@ -3,7 +3,7 @@
 //
 //   rp-merge-lora -m BASE.gguf --lora A.gguf[:SCALE] [--lora B.gguf[:SCALE] ...] -o OUT.gguf [--type T]
 #include "ggml_rp/core/dtype.h"
-#include "gguf/error.h"
+#include "base/error.h"
 #include "models/merge_lora.h"
 
 #include <cctype>

@@ -11,7 +11,7 @@
 // S predictions of each window are scored. As in llama.cpp, those windows are evaluated as they are (its
 // BOS substitution in that mode happens only after the evaluation, so it has no effect).
 #include "tools/cli.h"
-#include "gguf/error.h"
+#include "base/error.h"
 #include "models/inference.h"
 #include "models/lora.h"
 #include "models/model.h"

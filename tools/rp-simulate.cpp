@@ -15,7 +15,7 @@
 #include "ggml_rp/roundpipe/planner.h"
 #include "ggml_rp/roundpipe/schedule_sim.h"
 #include "ggml_rp/roundpipe/trace.h"
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <cstdio>
 #include <cstdlib>

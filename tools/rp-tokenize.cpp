@@ -6,7 +6,7 @@
 // the ids, space-separated, on one line. --no-bos adds no BOS / EOS; --parse-special turns special-token
 // texts such as <|im_start|> into their ids.
 #include "tools/cli.h"
-#include "gguf/error.h"
+#include "base/error.h"
 #include "models/tokenizer.h"
 
 #include <cerrno>

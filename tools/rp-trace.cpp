@@ -8,9 +8,10 @@
 // the bubble ratio (idle fraction of the compute streams over that span) and the exposed-communication
 // fraction (time a device's compute stream is idle while one of its copy streams is busy, over the span),
 // each summed over devices; then the same per device.
+#include "base/atomic_file.h"
 #include "ggml_rp/roundpipe/timeline_svg.h"
 #include "ggml_rp/roundpipe/trace.h"
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <cerrno>
 #include <cstdio>
@@ -35,22 +36,6 @@ const char * const kUsage =
 [[noreturn]] void die(const std::string & msg) {
     std::fprintf(stderr, "error: %s\n", msg.c_str());
     std::exit(1);
-}
-
-void write_text(const std::string & path, const std::string & text) {
-    const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-    FILE * f = std::fopen(tmp.c_str(), "wb");
-    if (!f) die(path + ": cannot create '" + tmp + "': " + std::strerror(errno));
-    const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-    if (std::fclose(f) != 0 || !ok) {
-        std::remove(tmp.c_str());
-        die(path + ": write failed");
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-        const int err = errno;
-        std::remove(tmp.c_str());
-        die(path + ": cannot rename into place: " + std::strerror(err));
-    }
 }
 
 } // namespace
@@ -118,7 +103,7 @@ int main(int argc, char ** argv) {
             }
         }
         if (!out.empty()) {
-            write_text(out, rp::timeline_svg(trace, opt));
+            rp::write_file_atomically(out, rp::timeline_svg(trace, opt));
             std::printf("timeline: %s\n", out.c_str());
         }
         return 0;

@@ -2,7 +2,7 @@
 # Finetuning speed and memory, ours against llama.cpp in the same run (issue 5's benchmark): llama.cpp's own
 # finetune example (examples/training/finetune.cpp, full finetune with AdamW: its only mode) against
 # `rp-finetune --full` and `rp-finetune` LoRA (default targets, rank 8), on stories260K and on a random-weight
-# 19.8M-parameter llama written by bench/infer/gen_model.cpp.
+# 19.8M-parameter llama written by rp-gguf synth (--shape llama-20m).
 #
 #   bench/finetune/vs-llamacpp.sh BUILD_DIR [THREADS]     (BUILD_DIR needs bin/rp-finetune and the static libs)
 #   env: SEQ (tokens per sequence = llama.cpp's context, 256), EPOCHS (llama.cpp epochs, 1),
@@ -103,15 +103,12 @@ fi
 for f in "$ORACLE"/bins/libggml-cpu-*.so; do ln -sf "$f" "$BIN/"; done
 
 # ---- 2. the ~20M-parameter model --------------------------------------------------------------------------------
-blas=$(sed -n 's/^OPENBLAS_LIBRARY:[A-Z]*=//p' "$BUILD/CMakeCache.txt" 2>/dev/null | grep -v NOTFOUND || true)
-${CXX:-g++} -std=c++20 -O2 -I"$ROOT" "$ROOT/bench/infer/gen_model.cpp" "$ROOT/tests/live/synth_model.cpp" \
-  "$BUILD/ggml_rp/libggml_rp.a" "$BUILD/gguf/libgguf.a" ${blas:+"$blas"} -fopenmp -pthread -o "$WORK/gen_model" \
-  || die "cannot build bench/infer/gen_model.cpp against $BUILD"
 # 6 layers, not more: llama.cpp sizes its scheduler for max(1024, 8 x n_tensors) graph nodes
 # (llama_context::graph_max_nodes) and the training graph of an 8-layer llama overflows that
 # (GGML_ASSERT sched->hash_set.size >= n_nodes + n_leafs in ggml_backend_sched_alloc_graph); 7 layers still fit.
 MID="$WORK/llama-20M.gguf"
-"$WORK/gen_model" "$MID" "$STORIES" 512 8 8 1408 6   # head_dim 64, MHA, vocab 512 (stories260K's): 19.8M
+# head_dim 64, MHA, vocab 512 (stories260K's): 19.8M
+"$BUILD/bin/rp-gguf" synth "$MID" --vocab "$STORIES" --shape llama-20m --seed 42 || die "rp-gguf synth failed"
 
 # ---- 3. the runs ----------------------------------------------------------------------------------------------
 now() { date +%s.%N; }
@@ -128,7 +125,7 @@ llama_run() {  # llama_run MODEL EPOCHS TAG -> prints wall seconds; log in $WORK
 
 rp_run() {  # rp_run MODEL STEPS TAG [--full] -> prints training seconds; log in $WORK/TAG.log
   /usr/bin/time -f %M -o "$WORK/$3.rss" "$FINETUNE" -m "$1" --data "$DATA" -o "$WORK/$3.gguf" --seq-len "$SEQ" \
-    --batch 1 --steps "$2" --optimizer adamw --lr "$LR" --schedule constant --clip 0 -t "$THREADS" ${4:-} \
+    --batch 1 --steps "$2" --optimizer adamw --lr "$LR" --lr-schedule constant --clip 0 -t "$THREADS" ${4:-} \
     >"$WORK/$3.log" 2>&1 || { tail -20 "$WORK/$3.log" >&2; die "rp-finetune failed on $1 (log above)"; }
   # per-step time = SEQ / tokens_per_s of that step
   sed -n 's/.*"tokens_per_s":\([0-9.e+]*\).*/\1/p' "$WORK/$3.gguf.metrics.jsonl" |

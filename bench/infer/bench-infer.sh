@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Inference speed, ours against llama.cpp in the same run: prompt processing (one batch) and greedy
 # generation (one token per step), in tokens/s, on stories260K and on a random-weight ~98M-parameter llama
-# written by bench/infer/gen_model.cpp. llama.cpp is the prebuilt CPU library behind rp-oracle
+# written by rp-gguf synth (--shape llama-98m). llama.cpp is the prebuilt CPU library behind rp-oracle
 # (tests/oracle/program/oracle.cpp; F32 KV cache, no flash attention, like our engine).
 #
 #   bench/infer/bench-infer.sh [BUILD_DIR]      (default: build; needs bin/rp-generate and bin/rp-oracle)
@@ -37,13 +37,9 @@ if [[ -z "${WORK:-}" ]]; then
 fi
 mkdir -p "$WORK"
 
-# The generator: our GGUF writer from the build's static libraries (no CMake target of its own).
-blas=$(sed -n 's/^OPENBLAS_LIBRARY:[A-Z]*=//p' "$BUILD/CMakeCache.txt" 2>/dev/null | grep -v NOTFOUND || true)
-${CXX:-g++} -std=c++20 -O2 -I"$ROOT" "$ROOT/bench/infer/gen_model.cpp" "$ROOT/tests/live/synth_model.cpp" \
-  "$BUILD/ggml_rp/libggml_rp.a" "$BUILD/gguf/libgguf.a" ${blas:+"$blas"} -fopenmp -pthread -o "$WORK/gen_model" \
-  || die "cannot build bench/infer/gen_model.cpp against $BUILD"
+# The model: the synthetic-model writer (rp-gguf synth), 97.9M parameters with the stories260K vocabulary.
 BIG="$WORK/llama-98M.gguf"
-"$WORK/gen_model" "$BIG" "$STORIES"
+"$BUILD/bin/rp-gguf" synth "$BIG" --vocab "$STORIES" --shape llama-98m --seed 42 || die "rp-gguf synth failed"
 
 now() { date +%s.%N; }
 best_max() { sort -g | tail -1; }   # best of several tokens/s figures

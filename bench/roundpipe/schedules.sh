@@ -10,10 +10,8 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 shared=${RP_SHARED_DIR:-$root/../shared}
 out=${2:-$(mktemp -d)}
 mkdir -p "$out"
-blas=$(ls /usr/lib/x86_64-linux-gnu/libopenblas.so 2>/dev/null || true)
-${CXX:-g++} -std=c++20 -O2 -I"$root" "$root/bench/infer/gen_model.cpp" "$root/tests/live/synth_model.cpp" \
-  "$build/ggml_rp/libggml_rp.a" "$build/gguf/libgguf.a" ${blas:+"$blas"} -fopenmp -pthread -o "$out/gen_model"
-"$out/gen_model" "$out/llama20.gguf" "$shared/models/stories260K.gguf" 256 4 2 704 20
+"$build/bin/rp-gguf" synth "$out/llama20.gguf" --vocab "$shared/models/stories260K.gguf" --n-embd 256 --n-head 4 \
+  --n-head-kv 2 --n-ff 704 --n-layer 20 --n-ctx 2048 --seed 42
 "$build/bin/rp-bench" roundpipe --model "$out/llama20.gguf" --trace-dir "$out" | tee "$out/schedules.txt"
 for s in gpipe 1f1b roundpipe-async; do
   "$build/bin/rp-trace" "$out/$s-G4.json" -o "$out/$s-G4.svg" | tail -1

@@ -1,6 +1,6 @@
 #include "ggml_rp/core/alloc.h"
 
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -1,6 +1,6 @@
 #include "ggml_rp/core/context.h"
 
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <cstdlib>
 #include <cstring>

@@ -1,6 +1,6 @@
 #include "ggml_rp/core/json.h"
 
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <cerrno>
 #include <cmath>

@@ -3,7 +3,7 @@
 
 #include "ggml_rp/core/fp16.h"
 #include "ggml_rp/core/quant_block.h"
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <cassert>
 #include <cstring>

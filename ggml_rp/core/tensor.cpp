@@ -2,7 +2,7 @@
 
 #include "ggml_rp/core/fp16.h"
 #include "ggml_rp/core/quant.h"
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <algorithm>
 
@@ -10,25 +10,12 @@ namespace rp {
 
 namespace {
 
-const char * const kOpNames[] = {
-    "NONE", "VIEW", "FILL", "CPY", "ADD", "MUL", "SCALE", "SUM", "MEAN", "REPEAT", "SUM_TO",
-    "SILU", "SILU_BACK", "SWIGLU", "SWIGLU_BACK", "SOFTMAX", "SOFTMAX_BACK", "RMS_NORM", "RMS_NORM_BACK",
-    "ROPE", "ROPE_BACK", "GET_ROWS", "GET_ROWS_BACK", "MUL_MAT", "MUL_MAT_BACK_X", "OUT_PROD",
-    "ATTENTION", "ATTENTION_BACK", "LM_HEAD_CE", "LM_HEAD_CE_BACK", "DROPOUT",
-};
-static_assert(sizeof kOpNames / sizeof kOpNames[0] == static_cast<size_t>(Op::COUNT), "op name table");
-
 const char * need_data(const Tensor * t, const char * what) {
     if (!t->data) throw Error(std::string(what) + ": tensor " + describe(t) + " has no data");
     return static_cast<const char *>(t->data);
 }
 
 } // namespace
-
-const char * op_name(Op op) {
-    const size_t i = static_cast<size_t>(op);
-    return i < static_cast<size_t>(Op::COUNT) ? kOpNames[i] : "?";
-}
 
 size_t Tensor::nbytes() const {
     for (int i = 0; i < kMaxDims; ++i)

@@ -60,6 +60,7 @@ enum class Op : uint8_t {
     COUNT,
 };
 
+// The op's name ("MUL_MAT"), from the op table (defined in ggml_rp/ops/op_table.cpp); "?" out of range.
 const char * op_name(Op op);
 
 enum TensorFlag : uint32_t {

@@ -16,7 +16,7 @@
 
 #include "ggml_rp/cpu/gemm.h"
 #include "ggml_rp/cpu/vec_math.h"
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <algorithm>
 #include <atomic>

@@ -3,19 +3,13 @@
 // Memory is O(T * D) for any sequence length.
 #pragma once
 
+#include "ggml_rp/ops/attention_shape.h"
+
 #include <cstdint>
 
 namespace rp::cpu {
 
-struct AttentionShape {
-    int64_t D;     // head_dim (<= 256)
-    int64_t Hq;    // query heads
-    int64_t Hkv;   // key/value heads; Hq % Hkv == 0, query head h reads kv head h / (Hq / Hkv)
-    int64_t Tq;    // queries per sequence
-    int64_t Tk;    // keys per sequence; query t sees keys j <= t + (Tk - Tq) (causal, KV-cache aware)
-    int64_t B;     // sequences
-    float scale;   // usually 1 / sqrt(D)
-};
+using rp::AttentionShape;  // ops/attention_shape.h
 
 // Contiguous layouts (d fastest): q, o, dq: [D, Hq, Tq, B]; k, v, dk, dv: [D, Hkv, Tk, B]; lse: [Hq, Tq, B].
 void attention_fwd(const AttentionShape & s, const float * q, const float * k, const float * v,

@@ -1,8 +1,9 @@
 #include "ggml_rp/cpu/backend.h"
 
 #include "ggml_rp/cpu/kernels.h"
+#include "ggml_rp/ops/op_table.h"
 #include "ggml_rp/cpu/strided.h"
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <atomic>
 #include <new>
@@ -77,39 +78,10 @@ void set_min_parallel_elements(int64_t n) { g_min_parallel.store(n < 0 ? 0 : n);
 int64_t min_parallel_elements() { return g_min_parallel.load(std::memory_order_relaxed); }
 
 void compute_node(Tensor * n) {
-    switch (n->op) {
-    case Op::NONE: case Op::VIEW: return;
-    case Op::FILL: fill(n); return;
-    case Op::CPY: cpy(n); return;
-    case Op::ADD: add(n); return;
-    case Op::MUL: mul(n); return;
-    case Op::SCALE: scale(n); return;
-    case Op::SUM: sum(n); return;
-    case Op::MEAN: mean(n); return;
-    case Op::REPEAT: repeat(n); return;
-    case Op::SUM_TO: sum_to(n); return;
-    case Op::SILU: silu(n); return;
-    case Op::SILU_BACK: silu_back(n); return;
-    case Op::SWIGLU: swiglu(n); return;
-    case Op::SWIGLU_BACK: swiglu_back(n); return;
-    case Op::SOFTMAX: softmax(n); return;
-    case Op::SOFTMAX_BACK: softmax_back(n); return;
-    case Op::RMS_NORM: rms_norm(n); return;
-    case Op::RMS_NORM_BACK: rms_norm_back(n); return;
-    case Op::ROPE: case Op::ROPE_BACK: rope(n); return;
-    case Op::GET_ROWS: get_rows(n); return;
-    case Op::GET_ROWS_BACK: get_rows_back(n); return;
-    case Op::MUL_MAT: mul_mat(n); return;
-    case Op::MUL_MAT_BACK_X: mul_mat_back_x(n); return;
-    case Op::OUT_PROD: out_prod(n); return;
-    case Op::ATTENTION: attention(n); return;
-    case Op::ATTENTION_BACK: attention_back(n); return;
-    case Op::LM_HEAD_CE: lm_head_ce(n); return;
-    case Op::LM_HEAD_CE_BACK: lm_head_ce_back(n); return;
-    case Op::DROPOUT: dropout(n); return;
-    case Op::COUNT: break;
-    }
-    throw Error(std::string("compute: no CPU kernel for op ") + op_name(n->op) + " (" + describe(n) + ")");
+    const OpDesc & d = op_desc(n->op);
+    if (n->op == Op::NONE || n->op == Op::VIEW) return;
+    if (!d.cpu) throw Error(std::string("compute: no CPU kernel for op ") + d.name + " (" + describe(n) + ")");
+    d.cpu(n);
 }
 
 } // namespace cpu

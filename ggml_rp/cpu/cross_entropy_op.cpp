@@ -2,7 +2,7 @@
 // in cross_entropy.cpp). Labels are checked here so that a bad label is an rp::Error, not a crash.
 #include "ggml_rp/cpu/cross_entropy.h"
 #include "ggml_rp/cpu/kernels.h"
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <vector>
 

@@ -13,7 +13,7 @@
 #include "ggml_rp/cpu/gemm.h"
 
 #include "ggml_rp/core/quant.h"
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <algorithm>
 #include <array>

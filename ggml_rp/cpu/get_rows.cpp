@@ -3,7 +3,7 @@
 #include "ggml_rp/core/quant.h"
 #include "ggml_rp/cpu/kernels.h"
 #include "ggml_rp/cpu/strided.h"
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <cstring>
 #include <vector>

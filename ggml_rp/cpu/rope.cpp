@@ -2,7 +2,7 @@
 // shared by all heads.
 #include "ggml_rp/cpu/kernels.h"
 #include "ggml_rp/cpu/strided.h"
-#include "ggml_rp/ops/rope.h"
+#include "ggml_rp/ops/node_args.h"
 #include "ggml_rp/ops/rope_math.h"
 
 #include <cmath>
@@ -13,10 +13,11 @@ namespace rp::cpu {
 void rope(Tensor * n) {
     const Tensor * x = n->src[0];
     const Tensor * pos = n->src[1];
-    const int32_t n_rot = n->param_i32(0);
-    const bool neox = n->param_i32(1) == static_cast<int32_t>(RopeMode::Neox);
-    const float base = n->param_f32(2), fscale = n->param_f32(3);
-    const float sign = n->op == Op::ROPE_BACK ? -1.0f : 1.0f;
+    const node::RopeArgs ra = node::rope_args(n);
+    const int32_t n_rot = ra.n_rot;
+    const bool neox = ra.neox;
+    const float base = ra.freq_base, fscale = ra.freq_scale;
+    const float sign = ra.backward ? -1.0f : 1.0f;
     const int64_t ne0 = n->ne[0], ne2 = n->ne[2], ne3 = n->ne[3], half = n_rot / 2;
     const int64_t npos = pos->ne[0];
     const int32_t * p = pos->data_as<int32_t>();

@@ -10,6 +10,8 @@
 #include <mma.h>
 
 #include <type_traits>
+#include "ggml_rp/cuda/node_kernel.cuh"
+#include "ggml_rp/ops/node_args.h"
 
 namespace rp::cuda {
 
@@ -387,5 +389,20 @@ void attention_bwd(const AttentionShape & s, gguf::TensorType type, const void *
     default: return bwd<float>(s, q, k, v, o, lse, dout, dq, dk, dv, Di, stream);
     }
 }
+
+// ---- node entries ----
+namespace {
+void run_attention(Tensor * n, const NodeRun & r) {
+    attention_fwd(node::attention_shape(n), n->src[0]->type, n->src[0]->data, n->src[1]->data, n->src[2]->data,
+                  out<float>(n), node::aux(n, 0), r.stream);
+}
+void run_attention_back(Tensor * n, const NodeRun & r) {
+    const Tensor * k = n->src[1];
+    attention_bwd(node::attention_shape(n), n->src[0]->type, n->src[0]->data, k->data, n->src[2]->data,
+                  in<float>(n->src[3]), in<float>(n->src[4]), n->src[5]->data, out<float>(n), node::aux(n, 0),
+                  node::aux(n, k->nbytes()), r.scratch, r.scratch_bytes, r.stream);
+}
+const RegisterNodeKernels kRegister{{Op::ATTENTION, run_attention}, {Op::ATTENTION_BACK, run_attention_back}};
+} // namespace
 
 } // namespace rp::cuda

@@ -14,6 +14,7 @@
 // Tile shapes follow the device's shared memory (attention_tiles in launch.h).
 #pragma once
 
+#include "ggml_rp/ops/attention_shape.h"
 #include "gguf/types.h"
 
 #include <cuda_runtime.h>
@@ -23,15 +24,7 @@
 
 namespace rp::cuda {
 
-struct AttentionShape {
-    int64_t D;     // head_dim (<= 256)
-    int64_t Hq;    // query heads
-    int64_t Hkv;   // key/value heads
-    int64_t Tq;    // queries per sequence
-    int64_t Tk;    // keys per sequence (>= Tq)
-    int64_t B;     // sequences
-    float scale;   // usually 1 / sqrt(D)
-};
+using rp::AttentionShape;  // ops/attention_shape.h
 
 void attention_fwd(const AttentionShape & s, gguf::TensorType type, const void * q, const void * k, const void * v,
                    float * o, float * lse, cudaStream_t stream);

@@ -1,6 +1,7 @@
 // Host-only rules of the CUDA backend (ggml_rp/cuda/backend.h), free of CUDA headers so the CPU tests check
 // them on any machine:
-//   - which ops have a CUDA path (cuda_has_op) and which node layouts the kernels take (check_cuda_node). The
+//   - which ops have a CUDA path and how their operands are read (the op table's CUDA traits, ops/op_table.h)
+//     and which node layouts the kernels take (check_cuda_node). The
 //     launchers of ggml_rp/cuda/*.cuh read packed memory, while CPU graphs feed strided views to element-wise
 //     ops freely: the backend packs such operands (and a strided in-place output) through scratch, so every
 //     graph the CPU backend runs also runs here (packs_operand, packs_output, node_pack_bytes);
@@ -14,58 +15,45 @@
 #include "ggml_rp/core/dtype.h"
 #include "ggml_rp/core/tensor.h"
 #include "ggml_rp/cuda/launch.h"
-#include "gguf/error.h"
+#include "ggml_rp/ops/op_table.h"
+#include "base/error.h"
 
 #include <cstddef>
 #include <string>
 
 namespace rp::cuda {
 
-// True when the CUDA backend runs op (a launcher of ggml_rp/cuda/*.cuh or a kernel of backend.cu).
+// The op table's CUDA traits (ops/op_table.h), read with a range check (Op::COUNT has none).
+inline const CudaTraits * cuda_traits(Op op) {
+    return static_cast<size_t>(op) < static_cast<size_t>(Op::COUNT) ? &op_desc(op).cuda : nullptr;
+}
+
+// True when the CUDA backend runs op.
 inline bool cuda_has_op(Op op) {
-    switch (op) {
-    case Op::NONE: case Op::VIEW: case Op::FILL: case Op::CPY: case Op::ADD: case Op::MUL: case Op::SCALE:
-    case Op::SUM: case Op::MEAN: case Op::REPEAT: case Op::SUM_TO: case Op::SILU: case Op::SILU_BACK:
-    case Op::SWIGLU: case Op::SWIGLU_BACK: case Op::SOFTMAX: case Op::SOFTMAX_BACK: case Op::RMS_NORM:
-    case Op::RMS_NORM_BACK: case Op::ROPE: case Op::ROPE_BACK: case Op::GET_ROWS: case Op::GET_ROWS_BACK:
-    case Op::MUL_MAT: case Op::MUL_MAT_BACK_X: case Op::OUT_PROD: case Op::ATTENTION: case Op::ATTENTION_BACK:
-    case Op::LM_HEAD_CE: case Op::LM_HEAD_CE_BACK: case Op::DROPOUT:
-        return true;
-    default: return false;  // an op added later, until its CUDA path exists
-    }
+    const CudaTraits * t = cuda_traits(op);
+    return t && t->kernel;
 }
 
 // True for the nodes that set a device flag on an id or label outside its range (checked after a sync).
 inline bool reports_bad_index(Op op) {
-    return op == Op::GET_ROWS || op == Op::GET_ROWS_BACK || op == Op::LM_HEAD_CE || op == Op::LM_HEAD_CE_BACK;
+    const CudaTraits * t = cuda_traits(op);
+    return t && t->reports_bad_index;
 }
 
 // Operands the kernels of op read as packed memory, so that the backend packs a strided one into scratch
-// first (with the CPY kernel): every float source of the element-wise, row-wise and attention ops, the
-// activations of rope, get_rows_back and the LM head. The GEMMs take any column stride, and FILL, CPY, REPEAT,
-// SUM_TO, SUM and MEAN read any strides; weights, ids and labels are never packed (the op builders give them
-// packed rows; check_cuda_node refuses the rest).
+// first (with the CPY kernel). The GEMMs take any column stride, and FILL, CPY, REPEAT, SUM_TO, SUM and MEAN
+// read any strides; weights, ids and labels are never packed (the op builders give them packed rows;
+// check_cuda_node refuses the rest).
 inline bool packs_operand(Op op, int src) {
-    switch (op) {
-    case Op::NONE: case Op::VIEW: case Op::FILL: case Op::CPY: case Op::REPEAT: case Op::SUM_TO: case Op::SUM:
-    case Op::MEAN: case Op::MUL_MAT: case Op::MUL_MAT_BACK_X: case Op::OUT_PROD: case Op::GET_ROWS:
-        return false;
-    case Op::ROPE: case Op::ROPE_BACK: case Op::GET_ROWS_BACK: case Op::LM_HEAD_CE: case Op::LM_HEAD_CE_BACK:
-        return src == 0;
-    default: return true;
-    }
+    const CudaTraits * t = cuda_traits(op);
+    return t && src >= 0 && src < kMaxSrc && (t->packed_sources >> src & 1u) != 0;
 }
 
 // Ops whose strided output (an in-place node on a strided view) is computed packed in scratch and then
 // copied into place.
 inline bool packs_output(Op op) {
-    switch (op) {
-    case Op::ADD: case Op::MUL: case Op::SCALE: case Op::SILU: case Op::SILU_BACK: case Op::SWIGLU:
-    case Op::SWIGLU_BACK: case Op::SOFTMAX: case Op::SOFTMAX_BACK: case Op::RMS_NORM: case Op::RMS_NORM_BACK:
-    case Op::ROPE: case Op::ROPE_BACK: case Op::DROPOUT:
-        return true;
-    default: return false;
-    }
+    const CudaTraits * t = cuda_traits(op);
+    return t && t->packs_output;
 }
 
 inline size_t align256(size_t b) { return (b + 255) / 256 * 256; }

@@ -3,6 +3,7 @@
 
 #include "ggml_rp/cuda/common.cuh"
 #include "ggml_rp/cuda/launch.h"
+#include "ggml_rp/cuda/node_kernel.cuh"
 
 namespace rp::cuda {
 
@@ -52,5 +53,17 @@ void add(const float * a, const float * b, float * out, const int64_t ne[4], con
 void mul(const float * a, const float * b, float * out, const int64_t ne[4], const int64_t bne[4], cudaStream_t s) {
     launch<true>("mul", a, b, out, ne, bne, s);
 }
+
+// ---- node entries ----
+namespace {
+void run_add_mul(Tensor * n, const NodeRun & r) {
+    int64_t ne[4], bne[4];
+    shape4(n, ne);
+    shape4(n->src[1], bne);
+    if (n->op == Op::ADD) add(in<float>(n->src[0]), in<float>(n->src[1]), out<float>(n), ne, bne, r.stream);
+    else mul(in<float>(n->src[0]), in<float>(n->src[1]), out<float>(n), ne, bne, r.stream);
+}
+const RegisterNodeKernels kRegister{{Op::ADD, run_add_mul}, {Op::MUL, run_add_mul}};
+} // namespace
 
 } // namespace rp::cuda

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "ggml_rp/core/fp16.h"
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

@@ -5,6 +5,7 @@
 #include "ggml_rp/cuda/common.cuh"
 #include "ggml_rp/cuda/launch.h"
 #include "ggml_rp/cuda/mul_mat.cuh"
+#include "ggml_rp/cuda/node_kernel.cuh"
 
 namespace rp::cuda {
 
@@ -142,5 +143,47 @@ void lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::
         if (dW) matmul_bwd_w(C, nv, T, h, C, L, nv, dW + v0 * dw_row, dw_row, true, stream);
     }
 }
+
+// ---- node entries ----
+namespace {
+__global__ void store_loss_kernel(const double * loss, float * out_) { *out_ = static_cast<float>(*loss); }
+
+// dloss of LM_HEAD_CE_BACK on the host: a FILL's value, or a synchronous read of the device scalar.
+float host_dloss(const Tensor * dloss, const NodeRun & r) {
+    if (dloss->op == Op::FILL) return dloss->param_f32(0);
+    check(cudaMemcpyAsync(r.host_scalar, dloss->data, sizeof(float), cudaMemcpyDeviceToHost, r.stream),
+          "cuda lm_head_ce_back: cudaMemcpyAsync of dloss");
+    check(cudaStreamSynchronize(r.stream), "cuda lm_head_ce_back: cudaStreamSynchronize for dloss");
+    return *r.host_scalar;
+}
+
+LmHeadCEShape shape_of(const Tensor * n) {
+    LmHeadCEShape sh;
+    sh.C = n->src[0]->ne[0];
+    sh.V = n->src[1]->ne[1];
+    sh.T = n->src[0]->ne[1];
+    sh.chunk = std::max<int64_t>(1, n->param_i32(1));
+    return sh;
+}
+
+void run_lm_head_ce(Tensor * n, const NodeRun & r) {
+    const Tensor * W = n->src[1];
+    lm_head_ce(shape_of(n), in<float>(n->src[0]), W->data, W->type, W->nb[1], in<int32_t>(n->src[2]), n->param_f32(0),
+               r.loss, nullptr, nullptr, 0, r.scratch, r.scratch_bytes, r.flag, r.stream);
+    store_loss_kernel<<<1, 1, 0, r.stream>>>(r.loss, out<float>(n));
+    check_launch("lm_head_ce (store loss)");
+}
+
+void run_lm_head_ce_back(Tensor * n, const NodeRun & r) {
+    const Tensor * W = n->src[1];
+    const Tensor * dW = n->src[4];
+    const float scale = n->param_f32(0) * host_dloss(n->src[3], r);
+    lm_head_ce(shape_of(n), in<float>(n->src[0]), W->data, W->type, W->nb[1], in<int32_t>(n->src[2]), scale, r.loss,
+               out<float>(n), dW ? out<float>(dW) : nullptr, dW ? static_cast<int64_t>(dW->nb[1] / sizeof(float)) : 0,
+               r.scratch, r.scratch_bytes, r.flag, r.stream);
+}
+
+const RegisterNodeKernels kRegister{{Op::LM_HEAD_CE, run_lm_head_ce}, {Op::LM_HEAD_CE_BACK, run_lm_head_ce_back}};
+} // namespace
 
 } // namespace rp::cuda

@@ -3,11 +3,12 @@
 // per-stream errors; CUDA itself provides the queues, the ordering and the event semantics.
 #include "ggml_rp/cuda/cuda_device.h"
 
+#include "ggml_rp/cuda/cuda_runner.h"
 #include "ggml_rp/cuda/logical_devices.h"
 #include "ggml_rp/runtime/arena.h"
 #include "ggml_rp/runtime/mapped_arena.h"
 #include "ggml_rp/runtime/clock.h"
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <cuda_runtime.h>
 
@@ -111,13 +112,13 @@ struct CudaDevice::Impl {
     std::string name;
     OpHook hook;
 
-    MappedArena mem;
+    MappedArena & mem;
 
     std::mutex host_m;
     std::set<const void *> pinned;  // alloc_pinned blocks, so free_pinned can refuse a foreign pointer
 
-    Impl(int idx, int ord, std::string nm, OpHook h, size_t bytes)
-        : index(idx), ordinal(ord), name(std::move(nm)), hook(std::move(h)), mem(name, bytes) {}
+    Impl(int idx, int ord, std::string nm, OpHook h, MappedArena & m)
+        : index(idx), ordinal(ord), name(std::move(nm)), hook(std::move(h)), mem(m) {}
 
     bool contains(const void * p, size_t bytes) const { return mem.contains(p, bytes); }
 };
@@ -284,18 +285,28 @@ private:
 
 } // namespace
 
-CudaDevice::CudaDevice(int index, CudaDeviceOptions options) : index_(index), ordinal_(options.ordinal) {
-    name_ = options.name.empty() ? cuda::logical_device_name(index) : options.name;
+namespace {
+
+std::string checked_name(int index, const CudaDeviceOptions & options) {
+    const std::string name = options.name.empty() ? cuda::logical_device_name(index) : options.name;
     if (options.num_streams < kNumStreamKinds) {
-        throw Error(name_ + ": " + std::to_string(options.num_streams) + " streams requested, at least " +
+        throw Error(name + ": " + std::to_string(options.num_streams) + " streams requested, at least " +
                     std::to_string(kNumStreamKinds) + " are needed");
     }
     const int count = cuda_device_count();
-    if (ordinal_ < 0 || ordinal_ >= count) {
-        throw Error(name_ + ": GPU " + std::to_string(ordinal_) + " does not exist (" + std::to_string(count) +
+    if (options.ordinal < 0 || options.ordinal >= count) {
+        throw Error(name + ": GPU " + std::to_string(options.ordinal) + " does not exist (" + std::to_string(count) +
                     " visible)");
     }
-    impl_ = std::make_unique<Impl>(index, ordinal_, name_, std::move(options.hook), options.memory_bytes);
+    return name;
+}
+
+} // namespace
+
+CudaDevice::CudaDevice(int index, CudaDeviceOptions options)
+    : ArenaDevice(index, checked_name(index, options), options.memory_bytes), ordinal_(options.ordinal) {
+    const std::string name_ = name();  // for the messages below
+    impl_ = std::make_unique<Impl>(index, ordinal_, name_, std::move(options.hook), memory());
     GpuScope gpu(ordinal_, name_);
     if (impl_->mem.capacity() > 0) {
         void * p = nullptr;
@@ -310,56 +321,28 @@ CudaDevice::CudaDevice(int index, CudaDeviceOptions options) : index_(index), or
     }
     try {
         for (int i = 0; i < options.num_streams; ++i) streams_.push_back(std::make_unique<CudaStream>(*impl_, i));
+        runner_ = make_cuda_graph_runner(*this);
     } catch (...) {
-        streams_.clear();
+        release();
         if (impl_->mem.base()) cudaFree(impl_->mem.base());
         throw;
     }
 }
 
 CudaDevice::~CudaDevice() {
-    streams_.clear();  // each stream waits for its work, then is destroyed
+    release();  // the runner waits for its stream; each stream waits for its work
     if (impl_ && impl_->mem.base()) {
         cudaSetDevice(ordinal_);
         cudaFree(impl_->mem.base());
     }
 }
 
-size_t CudaDevice::capacity() const { return impl_->mem.capacity(); }
-void * CudaDevice::allocate(size_t bytes, const std::string & what) { return impl_->mem.allocate(bytes, what); }
-void CudaDevice::free(void * ptr) { impl_->mem.free(ptr); }
-size_t CudaDevice::used() const { return impl_->mem.used(); }
-size_t CudaDevice::high_water() const { return impl_->mem.high_water(); }
-void CudaDevice::reset_high_water() { impl_->mem.reset_high_water(); }
-size_t CudaDevice::largest_free() const { return impl_->mem.largest_free(); }
-bool CudaDevice::contains(const void * ptr, size_t bytes) const { return impl_->mem.contains(ptr, bytes); }
-
-Stream & CudaDevice::stream(int i) {
-    if (i < 0 || i >= num_streams()) {
-        throw Error(name_ + ": no stream " + std::to_string(i) + " (the device has " + std::to_string(num_streams()) +
-                    ")");
-    }
-    return *streams_[static_cast<size_t>(i)];
-}
-
-std::unique_ptr<Event> CudaDevice::create_event() { return std::make_unique<CudaEvent>(ordinal_, name_); }
-
-void CudaDevice::synchronize() {
-    std::exception_ptr first;
-    for (auto & s : streams_) {
-        try {
-            s->synchronize();
-        } catch (...) {
-            if (!first) first = std::current_exception();
-        }
-    }
-    if (first) std::rethrow_exception(first);
-}
+std::unique_ptr<Event> CudaDevice::create_event() { return std::make_unique<CudaEvent>(ordinal_, name()); }
 
 void * CudaDevice::alloc_pinned(size_t bytes) {
-    GpuScope gpu(ordinal_, name_);
+    GpuScope gpu(ordinal_, name());
     void * p = nullptr;
-    check(cudaHostAlloc(&p, bytes == 0 ? 1 : bytes, cudaHostAllocPortable), name_, "cudaHostAlloc");
+    check(cudaHostAlloc(&p, bytes == 0 ? 1 : bytes, cudaHostAllocPortable), name(), "cudaHostAlloc");
     std::lock_guard<std::mutex> lk(impl_->host_m);
     impl_->pinned.insert(p);
     return p;
@@ -369,23 +352,23 @@ void CudaDevice::free_pinned(void * ptr) {
     if (!ptr) return;
     {
         std::lock_guard<std::mutex> lk(impl_->host_m);
-        if (impl_->pinned.erase(ptr) == 0) throw Error(name_ + ": free_pinned of a pointer this device did not allocate");
+        if (impl_->pinned.erase(ptr) == 0) throw Error(name() + ": free_pinned of a pointer this device did not allocate");
     }
-    GpuScope gpu(ordinal_, name_);
-    check(cudaFreeHost(ptr), name_, "cudaFreeHost");
+    GpuScope gpu(ordinal_, name());
+    check(cudaFreeHost(ptr), name(), "cudaFreeHost");
 }
 
 void CudaDevice::register_host(void * ptr, size_t bytes) {
-    cuda::process_host_registry().add(index_, ptr, bytes, name_, [&] {
-        GpuScope gpu(ordinal_, name_);
-        check(cudaHostRegister(ptr, bytes, cudaHostRegisterPortable), name_, "cudaHostRegister");
+    cuda::process_host_registry().add(index(), ptr, bytes, name(), [&] {
+        GpuScope gpu(ordinal_, name());
+        check(cudaHostRegister(ptr, bytes, cudaHostRegisterPortable), name(), "cudaHostRegister");
     });
 }
 
 void CudaDevice::unregister_host(void * ptr) {
-    cuda::process_host_registry().remove(index_, ptr, name_, [&] {
-        GpuScope gpu(ordinal_, name_);
-        check(cudaHostUnregister(ptr), name_, "cudaHostUnregister");
+    cuda::process_host_registry().remove(index(), ptr, name(), [&] {
+        GpuScope gpu(ordinal_, name());
+        check(cudaHostUnregister(ptr), name(), "cudaHostUnregister");
     });
 }
 
@@ -396,6 +379,26 @@ int cuda_device_count() {
         return 0;
     }
     return n;
+}
+
+std::string describe_cuda_gpus() {
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return std::string("no GPU visible: ") + cudaGetErrorString(e);
+    }
+    std::string out;
+    for (int o = 0; o < n; ++o) {
+        cudaDeviceProp prop{};
+        if (cudaGetDeviceProperties(&prop, o) != cudaSuccess) {
+            cudaGetLastError();
+            continue;
+        }
+        out += "GPU " + std::to_string(o) + ": " + prop.name + ", sm_" + std::to_string(prop.major) + std::to_string(prop.minor) +
+               ", " + format_bytes(prop.totalGlobalMem) + (o + 1 < n ? "\n" : "");
+    }
+    return n ? out : "no GPU visible";
 }
 
 std::vector<std::unique_ptr<CudaDevice>> make_cuda_devices(int n_logical, size_t mem_each, OpHook hook) {

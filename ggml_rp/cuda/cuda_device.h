@@ -17,11 +17,12 @@
 //   calibration, they arrive in stream order as the work completes (as the CPU device's do) and no poller
 //   thread is needed; the cost, a few microseconds per bracket, is paid per stage-sized launch and only when
 //   tracing. The hook runs on a CUDA callback thread and must not call CUDA;
+// - its graph runner (cuda_runner.h) enqueues graphs on its compute stream; the device owns it;
 // - every failing CUDA call throws rp::Error "<device>: <call>: <cudaGetErrorString>".
 // No CUDA header here: plain C++ (the scheduler, the tools) includes it.
 #pragma once
 
-#include "ggml_rp/runtime/device.h"
+#include "ggml_rp/runtime/arena_device.h"
 
 #include <cstddef>
 #include <memory>
@@ -38,47 +39,27 @@ struct CudaDeviceOptions {
     std::string name;                    // default "cuda:<index>"
 };
 
-class CudaDevice final : public Device {
+class CudaDevice final : public ArenaDevice {
 public:
     CudaDevice(int index, CudaDeviceOptions options);
-    ~CudaDevice() override;  // waits for every stream, then releases streams and memory
+    ~CudaDevice() override;  // waits for every stream, then releases the runner, streams and memory
     CudaDevice(const CudaDevice &) = delete;
     CudaDevice & operator=(const CudaDevice &) = delete;
 
-    int index() const override { return index_; }
-    std::string name() const override { return name_; }
     int ordinal() const { return ordinal_; }
 
-    size_t capacity() const override;
-    void * allocate(size_t bytes, const std::string & what) override;
-    void free(void * ptr) override;
-    size_t used() const override;
-    size_t high_water() const override;
-    void reset_high_water() override;
-    size_t largest_free() const;
-
-    int num_streams() const override { return static_cast<int>(streams_.size()); }
-    Stream & stream(int i) override;
-    using Device::stream;
     std::unique_ptr<Event> create_event() override;
-    void synchronize() override;
 
     void * alloc_pinned(size_t bytes) override;
     void free_pinned(void * ptr) override;
     void register_host(void * ptr, size_t bytes) override;
     void unregister_host(void * ptr) override;
 
-    // True when [ptr, ptr + bytes) lies inside this device's memory.
-    bool contains(const void * ptr, size_t bytes) const;
-
     struct Impl;
 
 private:
-    int index_;
     int ordinal_;
-    std::string name_;
     std::unique_ptr<Impl> impl_;
-    std::vector<std::unique_ptr<Stream>> streams_;
 };
 
 // n_logical devices of mem_each bytes, logical i on GPU i % cuda_device_count() (logical_devices.h), indices
@@ -88,5 +69,8 @@ std::vector<std::unique_ptr<CudaDevice>> make_cuda_devices(int n_logical, size_t
 
 // Visible GPUs; 0 without a driver or a GPU. Never throws.
 int cuda_device_count();
+
+// One line per visible GPU: "GPU 0: NVIDIA H200, sm_90, 139.8 GiB" (or why none is visible). Never throws.
+std::string describe_cuda_gpus();
 
 } // namespace rp

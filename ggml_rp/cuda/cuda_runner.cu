@@ -7,7 +7,7 @@
 #include "ggml_rp/cuda/backend_plan.h"
 #include "ggml_rp/cuda/common.cuh"
 #include "ggml_rp/cuda/cuda_device.h"
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <algorithm>
 #include <deque>
@@ -34,7 +34,7 @@ public:
     CudaGraphRunner(const CudaGraphRunner &) = delete;
     CudaGraphRunner & operator=(const CudaGraphRunner &) = delete;
 
-    size_t run(Graph & g, const std::function<void()> & results) override {
+    size_t run(Graph & g, int /*n_threads: the GPU runs every node*/, const std::function<void()> & results) override {
         select();
         reclaim();
         size_t flags = 0, scratch = 0;
@@ -157,12 +157,5 @@ private:
 } // namespace
 
 std::unique_ptr<GraphRunner> make_cuda_graph_runner(CudaDevice & device) { return std::make_unique<CudaGraphRunner>(device); }
-
-std::vector<RunnerAttachment> attach_cuda_runners(const std::vector<std::unique_ptr<CudaDevice>> & devices) {
-    std::vector<RunnerAttachment> out;
-    out.reserve(devices.size());
-    for (const auto & d : devices) out.emplace_back(*d, make_cuda_graph_runner(*d));
-    return out;
-}
 
 } // namespace rp

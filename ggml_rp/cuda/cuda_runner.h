@@ -25,11 +25,8 @@ namespace rp {
 
 class CudaDevice;
 
-// The runner of one device; destroy it before the device (its destructor waits for the compute stream).
+// The runner a CudaDevice owns (CudaDevice creates it; destroy it before the device's streams: its
+// destructor waits for the compute stream).
 std::unique_ptr<GraphRunner> make_cuda_graph_runner(CudaDevice & device);
-
-// A runner attached to each device, for the programs the RoundPipe runtime launches there. Keep the result
-// alive while the devices train and destroy it before them.
-std::vector<RunnerAttachment> attach_cuda_runners(const std::vector<std::unique_ptr<CudaDevice>> & devices);
 
 } // namespace rp

@@ -8,6 +8,8 @@
 #include "ggml_rp/ops/dropout_math.h"
 
 #include <cstdio>
+#include "ggml_rp/cuda/node_kernel.cuh"
+#include "ggml_rp/ops/dropout.h"
 
 namespace rp::cuda {
 
@@ -47,5 +49,14 @@ void dropout(const float * x, float * y, int64_t n, float p, uint64_t key, uint6
         x, y, n, groups, p, dropout_scale(p), key, counter_offset >> 2, w0);
     check_launch("dropout");
 }
+
+// ---- node entries ----
+namespace {
+void run_dropout(Tensor * n, const NodeRun & r) {
+    const DropoutParams d = dropout_params(n);
+    dropout(in<float>(n->src[0]), out<float>(n), n->nelements(), d.p, d.key, d.counter_offset, r.stream);
+}
+const RegisterNodeKernels kRegister{{Op::DROPOUT, run_dropout}};
+} // namespace
 
 } // namespace rp::cuda

@@ -6,6 +6,7 @@
 #include "ggml_rp/core/quant_block.h"
 #include "ggml_rp/cuda/common.cuh"
 #include "ggml_rp/cuda/launch.h"
+#include "ggml_rp/cuda/node_kernel.cuh"
 
 namespace rp::cuda {
 
@@ -124,5 +125,21 @@ void get_rows_back(const float * dy, const int32_t * ids, int64_t n_ids, float *
     scatter_kernel<<<grid, threads, 0, stream>>>(dy, ids, next, owner, dtable, C, n_rows, bad_id);
     check_launch("get_rows_back (scatter)");
 }
+
+// ---- node entries ----
+namespace {
+void run_get_rows(Tensor * n, const NodeRun & r) {
+    const Tensor * table = n->src[0];
+    const Tensor * ids = n->src[1];
+    get_rows(table->data, table->type, table->nb[1], table->ne[1], table->ne[0], in<int32_t>(ids), ids->nelements(),
+             out<float>(n), r.flag, r.stream);
+}
+void run_get_rows_back(Tensor * n, const NodeRun & r) {
+    const Tensor * ids = n->src[1];
+    get_rows_back(in<float>(n->src[0]), in<int32_t>(ids), ids->nelements(), out<float>(n), n->ne[0], n->ne[1],
+                  n->param_i32(0) != 0, r.scratch, r.scratch_bytes, r.flag, r.stream);
+}
+const RegisterNodeKernels kRegister{{Op::GET_ROWS, run_get_rows}, {Op::GET_ROWS_BACK, run_get_rows_back}};
+} // namespace
 
 } // namespace rp::cuda

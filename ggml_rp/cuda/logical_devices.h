@@ -11,7 +11,7 @@
 #pragma once
 
 #include "ggml_rp/runtime/arena.h"
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <cstddef>
 #include <cstdint>

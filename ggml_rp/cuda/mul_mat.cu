@@ -13,6 +13,8 @@
 #include <cublas_v2.h>
 
 #include <vector>
+#include "ggml_rp/cuda/node_kernel.cuh"
+#include "ggml_rp/ops/node_args.h"
 
 namespace rp::cuda {
 
@@ -187,5 +189,28 @@ void lora_linear_bwd(int64_t K, int64_t N, int64_t T, int64_t r, const void * W,
     matmul_bwd_w(K, r, T, x, K, dax, r, dA, K, true, stream);                                  // dA += x dax^T
     matmul_bwd_x(K, r, T, A, F32, size_t(K) * 4, dax, r, dx, K, true, nullptr, 0, stream);     // dx += A dax
 }
+
+// ---- node entries (the batch / broadcast loops are ops/node_args.h's, shared with the CPU) ----
+namespace {
+void run_mul_mat(Tensor * n, const NodeRun & r) {
+    node::for_each_gemm_batch(n, [&](const node::MatmulArgs & a) {
+        matmul_fwd(a.K, a.N, a.T, a.w, n->src[0]->type, a.w_row, a.x, a.ldx, a.out, a.ld_out, false, r.scratch,
+                   r.scratch_bytes, r.stream);
+    });
+}
+void run_mul_mat_back_x(Tensor * n, const NodeRun & r) {
+    node::for_each_gemm_batch(n, [&](const node::MatmulArgs & a) {
+        matmul_bwd_x(a.K, a.N, a.T, a.w, n->src[0]->type, a.w_row, a.x, a.ldx, a.out, a.ld_out, false, r.scratch,
+                     r.scratch_bytes, r.stream);
+    });
+}
+void run_out_prod(Tensor * n, const NodeRun & r) {
+    node::for_each_out_prod_batch(n, [&](const node::MatmulArgs & a) {
+        matmul_bwd_w(a.K, a.N, a.T, a.x, a.ldx, a.y_in, a.ldy_in, a.out, a.ld_out, a.accumulate, r.stream);
+    });
+}
+const RegisterNodeKernels kRegister{
+    {Op::MUL_MAT, run_mul_mat}, {Op::MUL_MAT_BACK_X, run_mul_mat_back_x}, {Op::OUT_PROD, run_out_prod}};
+} // namespace
 
 } // namespace rp::cuda

@@ -3,6 +3,7 @@
 
 #include "ggml_rp/cuda/common.cuh"
 #include "ggml_rp/cuda/launch.h"
+#include "ggml_rp/cuda/node_kernel.cuh"
 
 namespace rp::cuda {
 
@@ -66,5 +67,17 @@ void rms_norm_bwd(const float * x, const float * w, const float * dy, float * dx
     rms_norm_bwd_kernel<<<static_cast<unsigned>(nrows), row_threads(ne0), 0, stream>>>(x, w, dy, dx, ne0, eps);
     check_launch("rms_norm_back");
 }
+
+// ---- node entries ----
+namespace {
+void run_rms_norm(Tensor * n, const NodeRun & r) {
+    rms_norm_fwd(in<float>(n->src[0]), in<float>(n->src[1]), out<float>(n), n->ne[0], n->nrows(), n->param_f32(0), r.stream);
+}
+void run_rms_norm_back(Tensor * n, const NodeRun & r) {
+    rms_norm_bwd(in<float>(n->src[0]), in<float>(n->src[2]), in<float>(n->src[1]), out<float>(n), n->ne[0], n->nrows(),
+                 n->param_f32(0), r.stream);
+}
+const RegisterNodeKernels kRegister{{Op::RMS_NORM, run_rms_norm}, {Op::RMS_NORM_BACK, run_rms_norm_back}};
+} // namespace
 
 } // namespace rp::cuda

@@ -5,6 +5,8 @@
 #include "ggml_rp/cuda/common.cuh"
 #include "ggml_rp/cuda/launch.h"
 #include "ggml_rp/ops/rope_math.h"
+#include "ggml_rp/cuda/node_kernel.cuh"
+#include "ggml_rp/ops/node_args.h"
 
 namespace rp::cuda {
 
@@ -52,5 +54,21 @@ void rope(const float * x, const int32_t * pos, int64_t npos, float * y, const i
         x, pos, npos, y, ne[0], ne[1], ne[2], c, backward ? -1.0f : 1.0f, n);
     check_launch(name);
 }
+
+// ---- node entries ----
+namespace {
+void run_rope(Tensor * n, const NodeRun & r) {
+    const node::RopeArgs a = node::rope_args(n);
+    RopeConfig c;
+    c.n_rot = a.n_rot;
+    c.neox = a.neox;
+    c.freq_base = a.freq_base;
+    c.freq_scale = a.freq_scale;
+    int64_t ne[4];
+    shape4(n, ne);
+    rope(in<float>(n->src[0]), in<int32_t>(n->src[1]), n->src[1]->ne[0], out<float>(n), ne, c, a.backward, r.stream);
+}
+const RegisterNodeKernels kRegister{{Op::ROPE, run_rope}, {Op::ROPE_BACK, run_rope}};
+} // namespace
 
 } // namespace rp::cuda

@@ -3,6 +3,7 @@
 
 #include "ggml_rp/cuda/common.cuh"
 #include "ggml_rp/cuda/launch.h"
+#include "ggml_rp/cuda/node_kernel.cuh"
 
 namespace rp::cuda {
 
@@ -55,5 +56,14 @@ void softmax_bwd(const float * y, const float * dy, float * dx, int64_t ne0, int
     softmax_bwd_kernel<<<static_cast<unsigned>(nrows), row_threads(ne0), 0, stream>>>(y, dy, dx, ne0);
     check_launch("softmax_back");
 }
+
+// ---- node entries ----
+namespace {
+void run_softmax(Tensor * n, const NodeRun & r) { softmax_fwd(in<float>(n->src[0]), out<float>(n), n->ne[0], n->nrows(), r.stream); }
+void run_softmax_back(Tensor * n, const NodeRun & r) {
+    softmax_bwd(in<float>(n->src[0]), in<float>(n->src[1]), out<float>(n), n->ne[0], n->nrows(), r.stream);
+}
+const RegisterNodeKernels kRegister{{Op::SOFTMAX, run_softmax}, {Op::SOFTMAX_BACK, run_softmax_back}};
+} // namespace
 
 } // namespace rp::cuda

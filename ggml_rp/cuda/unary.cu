@@ -4,6 +4,7 @@
 #include "ggml_rp/cuda/common.cuh"
 #include "ggml_rp/cuda/launch.h"
 #include "ggml_rp/ops/unary_math.h"
+#include "ggml_rp/cuda/node_kernel.cuh"
 
 namespace rp::cuda {
 
@@ -55,5 +56,23 @@ void swiglu_bwd(const float * g, const float * u, const float * dy, float * out,
     if (which == 0) launch<UnaryOp::SwigluBackGate>("swiglu_back", g, u, dy, 0.0f, out, n, st);
     else launch<UnaryOp::SwigluBackUp>("swiglu_back", g, u, dy, 0.0f, out, n, st);
 }
+
+// ---- node entries ----
+namespace {
+void run_scale(Tensor * n, const NodeRun & r) { scale(in<float>(n->src[0]), n->param_f32(0), out<float>(n), n->nelements(), r.stream); }
+void run_silu(Tensor * n, const NodeRun & r) { silu_fwd(in<float>(n->src[0]), out<float>(n), n->nelements(), r.stream); }
+void run_silu_back(Tensor * n, const NodeRun & r) {
+    silu_bwd(in<float>(n->src[0]), in<float>(n->src[1]), out<float>(n), n->nelements(), r.stream);
+}
+void run_swiglu(Tensor * n, const NodeRun & r) {
+    swiglu_fwd(in<float>(n->src[0]), in<float>(n->src[1]), out<float>(n), n->nelements(), r.stream);
+}
+void run_swiglu_back(Tensor * n, const NodeRun & r) {
+    swiglu_bwd(in<float>(n->src[0]), in<float>(n->src[1]), in<float>(n->src[2]), out<float>(n), n->param_i32(0),
+               n->nelements(), r.stream);
+}
+const RegisterNodeKernels kRegister{{Op::SCALE, run_scale}, {Op::SILU, run_silu}, {Op::SILU_BACK, run_silu_back},
+                                    {Op::SWIGLU, run_swiglu}, {Op::SWIGLU_BACK, run_swiglu_back}};
+} // namespace
 
 } // namespace rp::cuda

@@ -2,7 +2,7 @@
 // ggml_rp/ops/<family>.cpp and dispatched by build_backward. Internal header.
 #pragma once
 
-#include "ggml_rp/core/autodiff.h"
+#include "ggml_rp/ops/autodiff.h"
 
 namespace rp::rules {
 

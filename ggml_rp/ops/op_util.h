@@ -3,7 +3,7 @@
 #pragma once
 
 #include "ggml_rp/core/context.h"
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <initializer_list>
 #include <string>

@@ -1,6 +1,6 @@
 #include "ggml_rp/optim/clip.h"
 
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <cmath>
 #include <string>

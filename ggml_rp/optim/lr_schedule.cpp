@@ -1,6 +1,6 @@
 #include "ggml_rp/optim/lr_schedule.h"
 
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <cassert>
 #include <cmath>

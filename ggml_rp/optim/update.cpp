@@ -1,7 +1,7 @@
 #include "ggml_rp/optim/update.h"
 
 #include "ggml_rp/optim/update_math.h"
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <cassert>
 #include <cmath>

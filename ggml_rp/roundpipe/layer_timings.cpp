@@ -1,7 +1,7 @@
 #include "ggml_rp/roundpipe/layer_timings.h"
 
 #include "ggml_rp/roundpipe/planner.h"
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <cmath>
 #include <string>

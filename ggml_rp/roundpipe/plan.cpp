@@ -1,6 +1,6 @@
 #include "ggml_rp/roundpipe/plan.h"
 
-#include "gguf/error.h"
+#include "base/error.h"
 
 namespace rp {
 

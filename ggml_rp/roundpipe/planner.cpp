@@ -1,7 +1,7 @@
 #include "ggml_rp/roundpipe/planner.h"
 
 #include "ggml_rp/runtime/arena.h"
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <algorithm>
 #include <cmath>

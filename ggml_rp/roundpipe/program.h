@@ -32,13 +32,12 @@ struct MicroBatchInfo {
     int64_t tokens() const { return seq_len * n_seq; }
 };
 
-// Where a program runs: the device whose arena provides scratch memory (nullptr = plain host memory), the
-// threads the CPU kernels may use, and how its graphs run there (runtime/graph_runner.h): runner when set,
-// else the runner attached to the device (the CUDA devices'), else the CPU runner.
+// Where a program runs: the runner of the device it was launched on (Device::runner(); its graphs take their
+// memory from that device), or nullptr for plain host memory (the program then uses a CPU runner of its own);
+// and the threads the CPU kernels may use.
 struct ProgramContext {
-    Device * device = nullptr;
-    int n_threads = 1;
     GraphRunner * runner = nullptr;
+    int n_threads = 1;
 };
 
 // A layer's tensors bound to memory, in the order of TrainingProgram::layer_tensors: data for every tensor,

@@ -1,6 +1,6 @@
 #include "ggml_rp/roundpipe/schedule_sim.h"
 
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <algorithm>
 #include <array>
@@ -318,9 +318,9 @@ SimResult simulate_roundpipe(const Plan & plan, const SimModel & model, const Si
             throw Error("simulate: layer " + std::to_string(l) + " has a negative time");
         }
     }
-    if (cfg.devices < 1) throw Error("simulate: --devices must be at least 1");
-    if (cfg.micro_batches < 1) throw Error("simulate: --micro-batches must be at least 1");
-    if (cfg.iterations < 1) throw Error("simulate: --iterations must be at least 1");
+    if (cfg.devices < 1) throw Error("simulate: devices must be at least 1");
+    if (cfg.micro_batches < 1) throw Error("simulate: micro_batches must be at least 1");
+    if (cfg.iterations < 1) throw Error("simulate: iterations must be at least 1");
     if (cfg.hop_ms < 0 || cfg.optimizer_ms < 0 || cfg.copy_back_ms < 0 || cfg.act_bytes < 0) {
         throw Error("simulate: negative time or size in the configuration");
     }

@@ -1,7 +1,8 @@
 #include "ggml_rp/roundpipe/trace.h"
 
 #include "ggml_rp/core/json.h"
-#include "gguf/error.h"
+#include "base/atomic_file.h"
+#include "base/error.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -136,20 +137,7 @@ std::string to_chrome_json(const Trace & trace) {
 
 void write_chrome_trace(const std::string & path, const Trace & trace) {
     const std::string text = to_chrome_json(trace);
-    const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-    FILE * f = std::fopen(tmp.c_str(), "wb");
-    if (!f) throw Error(path + ": cannot create '" + tmp + "': " + std::strerror(errno));
-    const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-    const bool closed = std::fclose(f) == 0;
-    if (!ok || !closed) {
-        std::remove(tmp.c_str());
-        throw Error(path + ": write failed");
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-        const int err = errno;
-        std::remove(tmp.c_str());
-        throw Error(path + ": cannot rename the temporary file into place: " + std::strerror(err));
-    }
+    write_file_atomically(path, text);
 }
 
 Trace parse_chrome_trace(const std::string & text, const std::string & source_name) {

@@ -1,6 +1,6 @@
 #include "ggml_rp/runtime/arena.h"
 
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <cstdio>
 #include <iterator>

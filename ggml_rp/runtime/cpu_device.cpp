@@ -3,7 +3,7 @@
 #include "ggml_rp/runtime/arena.h"
 #include "ggml_rp/runtime/mapped_arena.h"
 #include "ggml_rp/runtime/clock.h"
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <algorithm>
 #include <condition_variable>
@@ -112,15 +112,15 @@ struct CpuDevice::Impl {
     std::string name;
     CpuDeviceOptions opt;
 
-    MappedArena mem;
+    MappedArena & mem;
 
     Link h2d, d2h;
 
     std::mutex pinned_m;
     std::map<const void *, size_t> registered;
 
-    Impl(int idx, std::string nm, CpuDeviceOptions o)
-        : index(idx), name(std::move(nm)), opt(std::move(o)), mem(name, opt.memory_bytes) {
+    Impl(int idx, std::string nm, CpuDeviceOptions o, MappedArena & m)
+        : index(idx), name(std::move(nm)), opt(std::move(o)), mem(m) {
         if (mem.capacity() > 0) mem.set_base(static_cast<std::byte *>(::operator new(mem.capacity(), std::align_val_t(4096))));
     }
     ~Impl() {
@@ -319,52 +319,32 @@ private:
 
 } // namespace
 
-CpuDevice::CpuDevice(int index, CpuDeviceOptions options) : index_(index) {
+namespace {
+
+std::string checked_name(int index, const CpuDeviceOptions & options) {
     if (options.num_streams < kNumStreamKinds) {
         throw Error("CPU device " + std::to_string(index) + ": " + std::to_string(options.num_streams) +
                     " streams requested, at least " + std::to_string(kNumStreamKinds) + " are needed");
     }
     if (options.max_delay_us < 0) throw Error("CPU device " + std::to_string(index) + ": negative max_delay_us");
-    name_ = options.name.empty() ? "cpu:" + std::to_string(index) : options.name;
+    return options.name.empty() ? "cpu:" + std::to_string(index) : options.name;
+}
+
+} // namespace
+
+CpuDevice::CpuDevice(int index, CpuDeviceOptions options)
+    : ArenaDevice(index, checked_name(index, options), options.memory_bytes) {
     const int n = options.num_streams;
-    impl_ = std::make_unique<Impl>(index, name_, std::move(options));
+    impl_ = std::make_unique<Impl>(index, name(), std::move(options), memory());
     for (int i = 0; i < n; ++i) streams_.push_back(std::make_unique<CpuStream>(*impl_, i));
+    runner_ = std::make_unique<CpuGraphRunner>(this);
 }
 
 CpuDevice::~CpuDevice() {
-    streams_.clear();  // each stream finishes its queue, then joins its worker
-}
-
-size_t CpuDevice::capacity() const { return impl_->mem.capacity(); }
-void * CpuDevice::allocate(size_t bytes, const std::string & what) { return impl_->mem.allocate(bytes, what); }
-void CpuDevice::free(void * ptr) { impl_->mem.free(ptr); }
-size_t CpuDevice::used() const { return impl_->mem.used(); }
-size_t CpuDevice::high_water() const { return impl_->mem.high_water(); }
-void CpuDevice::reset_high_water() { impl_->mem.reset_high_water(); }
-size_t CpuDevice::largest_free() const { return impl_->mem.largest_free(); }
-bool CpuDevice::contains(const void * ptr, size_t bytes) const { return impl_->mem.contains(ptr, bytes); }
-
-Stream & CpuDevice::stream(int i) {
-    if (i < 0 || i >= num_streams()) {
-        throw Error(name_ + ": no stream " + std::to_string(i) + " (the device has " +
-                    std::to_string(num_streams()) + ")");
-    }
-    return *streams_[static_cast<size_t>(i)];
+    release();  // each stream finishes its queue, then joins its worker
 }
 
 std::unique_ptr<Event> CpuDevice::create_event() { return std::make_unique<CpuEvent>(); }
-
-void CpuDevice::synchronize() {
-    std::exception_ptr first;
-    for (auto & s : streams_) {
-        try {
-            s->synchronize();
-        } catch (...) {
-            if (!first) first = std::current_exception();
-        }
-    }
-    if (first) std::rethrow_exception(first);
-}
 
 void * CpuDevice::alloc_pinned(size_t bytes) {
     // Plain host memory: on the CPU device every host range is "pinned". Page-aligned like cudaHostAlloc.
@@ -379,13 +359,13 @@ void CpuDevice::free_pinned(void * ptr) {
 void CpuDevice::register_host(void * ptr, size_t bytes) {
     std::lock_guard<std::mutex> lk(impl_->pinned_m);
     if (!impl_->registered.emplace(ptr, bytes).second) {
-        throw Error(name_ + ": host range registered twice");
+        throw Error(name() + ": host range registered twice");
     }
 }
 
 void CpuDevice::unregister_host(void * ptr) {
     std::lock_guard<std::mutex> lk(impl_->pinned_m);
-    if (impl_->registered.erase(ptr) == 0) throw Error(name_ + ": unregister of a host range that was not registered");
+    if (impl_->registered.erase(ptr) == 0) throw Error(name() + ": unregister of a host range that was not registered");
 }
 
 } // namespace rp

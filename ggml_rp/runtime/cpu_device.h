@@ -11,11 +11,12 @@
 //   [0, max_delay_us] drawn from a per-stream generator seeded by (seed, device, stream), to shake out
 //   missing events in race fuzzing;
 // - hook: every executed launch and copy is reported (device, stream, label, start/end, bytes);
+// - its graph runner is a CpuGraphRunner over its arena (runtime/graph_runner.h);
 // - a job that throws poisons its stream (CUDA's sticky error): later launches and copies of that stream
 //   are skipped, records still complete (so no other stream dead-locks) and synchronize() rethrows.
 #pragma once
 
-#include "ggml_rp/runtime/device.h"
+#include "ggml_rp/runtime/arena_device.h"
 #include "ggml_rp/runtime/link_model.h"
 
 #include <memory>
@@ -35,45 +36,24 @@ struct CpuDeviceOptions {
     std::string name;                   // default "cpu:<index>"
 };
 
-class CpuDevice final : public Device {
+class CpuDevice final : public ArenaDevice {
 public:
     CpuDevice(int index, CpuDeviceOptions options = {});
     ~CpuDevice() override;
     CpuDevice(const CpuDevice &) = delete;
     CpuDevice & operator=(const CpuDevice &) = delete;
 
-    int index() const override { return index_; }
-    std::string name() const override { return name_; }
-
-    size_t capacity() const override;
-    void * allocate(size_t bytes, const std::string & what) override;
-    void free(void * ptr) override;
-    size_t used() const override;
-    size_t high_water() const override;
-    void reset_high_water() override;
-    size_t largest_free() const;
-
-    int num_streams() const override { return static_cast<int>(streams_.size()); }
-    Stream & stream(int i) override;
-    using Device::stream;
     std::unique_ptr<Event> create_event() override;
-    void synchronize() override;
 
     void * alloc_pinned(size_t bytes) override;
     void free_pinned(void * ptr) override;
     void register_host(void * ptr, size_t bytes) override;
     void unregister_host(void * ptr) override;
 
-    // True when [ptr, ptr + bytes) lies inside this device's memory.
-    bool contains(const void * ptr, size_t bytes) const;
-
     struct Impl;
 
 private:
-    int index_;
-    std::string name_;
     std::unique_ptr<Impl> impl_;
-    std::vector<std::unique_ptr<Stream>> streams_;
 };
 
 } // namespace rp

@@ -11,6 +11,8 @@
 //   Stream::record(ev) / wait(ev)    cudaEventRecord / cudaStreamWaitEvent (ev may belong to another device)
 //   Event::query / synchronize       cudaEventQuery / cudaEventSynchronize / cudaEventElapsedTime
 //   Device::alloc_pinned             cudaHostAlloc (portable);  register_host: cudaHostRegister
+//   Device::runner                   the device's graph runner (graph_runner.h): how programs run graphs on it,
+//                                    like a ggml device creating its backend; the device owns it
 //
 // Event semantics are CUDA's, and the scheduler's protocol depends on them (roundpipe.md §9.1):
 //   - wait() and synchronize() refer to the most recent record() made BEFORE the call; later records do not
@@ -33,6 +35,8 @@
 #include <string>
 
 namespace rp {
+
+class GraphRunner;
 
 enum class StreamKind : int {
     WeightUpload = 0,      // param_upstream: H2D of weights, accumulated grads, buffers
@@ -121,6 +125,9 @@ public:
     Stream & stream(StreamKind kind) { return stream(static_cast<int>(kind)); }
     virtual std::unique_ptr<Event> create_event() = 0;
     virtual void synchronize() = 0;  // every stream; rethrows the first job error
+
+    // ---- how graphs run here (runtime/graph_runner.h); owned by the device, used from its compute stream ----
+    virtual GraphRunner & runner() = 0;
 
     // ---- page-locked host memory ----
     virtual void * alloc_pinned(size_t bytes) = 0;

@@ -1,21 +1,24 @@
-// The CPU graph runner and the device -> runner attachments (graph_runner.h).
+// The CPU graph runner (graph_runner.h).
 #include "ggml_rp/runtime/graph_runner.h"
 
-#include "ggml_rp/core/ggml_rp.h"
-#include "gguf/error.h"
+#include "base/error.h"
+#include "ggml_rp/cpu/backend.h"
 
 #include <cstdint>
 #include <cstring>
-#include <mutex>
-#include <unordered_map>
 
 namespace rp {
 
-size_t CpuGraphRunner::run(Graph & g, const std::function<void()> & results) {
+size_t CpuGraphRunner::run(Graph & g, int n_threads, const std::function<void()> & results) {
+    // The uploads made for this graph are released once it has run (also when it fails).
+    struct ReleaseUploads {
+        std::vector<std::vector<char>> & u;
+        ~ReleaseUploads() { u.clear(); }
+    } release{uploads_};
     CpuBackend be;
     if (!device_) {
         const size_t bytes = be.allocate(g);
-        be.compute(g, n_threads_);
+        be.compute(g, n_threads);
         if (results) results();
         return bytes;
     }
@@ -23,7 +26,7 @@ size_t CpuGraphRunner::run(Graph & g, const std::function<void()> & results) {
     void * buf = device_->allocate(bytes, "graph buffer");
     try {
         be.bind(g, buf);
-        be.compute(g, n_threads_);
+        be.compute(g, n_threads);
         if (results) results();
     } catch (...) {
         device_->free(buf);
@@ -48,48 +51,6 @@ void * CpuGraphRunner::upload(const void * host, size_t bytes) {
     char * p = buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64;
     std::memcpy(p, host, bytes);
     return p;
-}
-
-namespace {
-
-std::mutex & attachments_mutex() {
-    static std::mutex m;
-    return m;
-}
-std::unordered_map<const Device *, GraphRunner *> & attachments() {
-    static std::unordered_map<const Device *, GraphRunner *> map;
-    return map;
-}
-
-} // namespace
-
-RunnerAttachment::RunnerAttachment(Device & device, std::unique_ptr<GraphRunner> runner)
-    : device_(&device), runner_(std::move(runner)) {
-    std::lock_guard<std::mutex> lk(attachments_mutex());
-    if (!attachments().emplace(device_, runner_.get()).second)
-        throw Error("graph runner: " + device.name() + " already has a runner attached");
-}
-
-RunnerAttachment::RunnerAttachment(RunnerAttachment && o) noexcept : device_(o.device_), runner_(std::move(o.runner_)) {
-    o.device_ = nullptr;
-}
-
-RunnerAttachment::~RunnerAttachment() {
-    if (!device_) return;
-    std::lock_guard<std::mutex> lk(attachments_mutex());
-    attachments().erase(device_);
-}
-
-GraphRunner * attached_runner(const Device * device) {
-    if (!device) return nullptr;
-    std::lock_guard<std::mutex> lk(attachments_mutex());
-    const auto it = attachments().find(device);
-    return it == attachments().end() ? nullptr : it->second;
-}
-
-void zero_device_memory(Device & device, void * ptr, size_t bytes) {
-    if (GraphRunner * r = attached_runner(&device)) r->zero(ptr, bytes);
-    else std::memset(ptr, 0, bytes);
 }
 
 } // namespace rp

@@ -4,7 +4,7 @@
 #pragma once
 
 #include "ggml_rp/runtime/arena.h"
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <cstddef>
 #include <mutex>

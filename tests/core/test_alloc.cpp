@@ -1,6 +1,6 @@
 // The graph allocator: peak equals the hand-computed live-set maximum, views live in their sources, outputs
 // are never reused, freed blocks are reused best fit.
-#include "ggml_rp/core/ggml_rp.h"
+#include "ggml_rp/ggml_rp.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // build_backward semantics: accumulation across executions, only params are written, unreachable
 // subgraphs are skipped, seeded (pipeline-stage) gradients, errors.
-#include "ggml_rp/core/ggml_rp.h"
+#include "ggml_rp/ggml_rp.h"
 
 #include <gtest/gtest.h>
 

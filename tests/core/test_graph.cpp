@@ -1,5 +1,5 @@
 // Lazy graphs: topological order, sharing, dumps.
-#include "ggml_rp/core/ggml_rp.h"
+#include "ggml_rp/ggml_rp.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // dtype table, strides, contiguity, views and host data access.
 #include "ggml_rp/core/fp16.h"
-#include "ggml_rp/core/ggml_rp.h"
+#include "ggml_rp/ggml_rp.h"
 
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
 // normalized mean squared error, and a runner for the CPU reference kernels through the graph API.
 #pragma once
 
-#include "ggml_rp/core/ggml_rp.h"
+#include "ggml_rp/ggml_rp.h"
 
 #include <gtest/gtest.h>
 

@@ -11,7 +11,7 @@
 #include "ggml_rp/core/quant.h"
 #include "ggml_rp/cuda/backend.h"
 #include "ggml_rp/cuda/cuda_device.h"
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <cstring>
 #include <map>

@@ -15,7 +15,7 @@
 #include "ggml_rp/cuda/norm.cuh"
 #include "ggml_rp/cuda/unary.cuh"
 #include "ggml_rp/runtime/clock.h"
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <atomic>
 #include <chrono>

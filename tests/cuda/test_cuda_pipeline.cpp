@@ -13,7 +13,6 @@
 #if defined(RP_HAVE_CUDA)
 
 #include "ggml_rp/cuda/cuda_device.h"
-#include "ggml_rp/cuda/cuda_runner.h"
 #include "tests/roundpipe/pipeline_util.h"
 
 #include <algorithm>
@@ -48,7 +47,6 @@ rp::FinetuneConfig lora_cfg() {
 DeviceSet cuda_devices(const DeviceSetup & ds) {
     DeviceSet set;
     std::vector<std::unique_ptr<rp::CudaDevice>> devs = rp::make_cuda_devices(ds.G, ds.memory);
-    set.runners = rp::attach_cuda_runners(devs);
     for (auto & d : devs) set.devices.push_back(std::move(d));
     return set;
 }

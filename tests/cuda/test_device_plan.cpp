@@ -2,10 +2,10 @@
 // logical devices spread over GPUs (ggml_rp/cuda/logical_devices.h), the memory check of make_cuda_devices,
 // the process-wide registry of pinned host ranges, and the backend's node checks and scratch sizes
 // (ggml_rp/cuda/backend_plan.h) against values worked out by hand from launch.h's rules.
-#include "ggml_rp/core/ggml_rp.h"
+#include "ggml_rp/ggml_rp.h"
 #include "ggml_rp/cuda/backend_plan.h"
 #include "ggml_rp/cuda/logical_devices.h"
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <gtest/gtest.h>
 

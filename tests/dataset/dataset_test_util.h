@@ -2,7 +2,7 @@
 #pragma once
 
 #include "tests/common/shared_paths.h"
-#include "gguf/error.h"
+#include "base/error.h"
 #include "models/dataset.h"
 #include "models/tokenizer.h"
 

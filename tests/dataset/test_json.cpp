@@ -1,7 +1,7 @@
 // The JSON reader the JSONL datasets use (ggml_rp/core/json.h): escapes, \u with surrogate pairs,
 // numbers, literals, nesting, and errors that give the byte offset.
 #include "ggml_rp/core/json.h"
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <gtest/gtest.h>
 

@@ -77,9 +77,9 @@ TEST(TextDataset, EveryTokenPredictedOnce) {
 TEST(TextDataset, OptionErrors) {
     rp::DatasetOptions o = opts(4096);
     EXPECT_EQ(error_of([&] { rp::Dataset::from_text("Once", "t", stories(), o); }),
-              "--seq-len 4096 exceeds the model's context 2048");
+              "seq_len 4096 exceeds the model's context 2048");
     o.seq_len = 0;
-    EXPECT_NE(error_of([&] { rp::Dataset::from_text("Once", "t", stories(), o); }).find("--seq-len 0"), std::string::npos);
+    EXPECT_NE(error_of([&] { rp::Dataset::from_text("Once", "t", stories(), o); }).find("seq_len 0"), std::string::npos);
     const std::string e = error_of([&] { rp::Dataset::from_text(" \n\n \n", "blank.txt", stories(), opts(8)); });
     EXPECT_NE(e.find("blank.txt"), std::string::npos) << e;
     EXPECT_NE(e.find("no training sequences"), std::string::npos) << e;

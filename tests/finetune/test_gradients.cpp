@@ -4,7 +4,7 @@
 #include "ft_test_util.h"
 #include "ref_model.h"
 
-#include "ggml_rp/core/ggml_rp.h"
+#include "ggml_rp/ggml_rp.h"
 #include "models/finetune.h"
 
 #include <gtest/gtest.h>

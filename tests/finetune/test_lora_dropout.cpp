@@ -4,7 +4,7 @@
 //   - the masks do not depend on how a batch is split into micro-batches (seq_offset keys them);
 //   - a different step draws different masks; p = 0 is exactly no dropout; a bad p is refused.
 #include "ft_test_util.h"
-#include "gguf/error.h"
+#include "base/error.h"
 #include "models/finetune.h"
 #include "models/model.h"
 

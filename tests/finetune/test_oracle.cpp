@@ -8,7 +8,7 @@
 #include "ft_test_util.h"
 #include "tests/oracle/oracle_run.h"
 
-#include "ggml_rp/core/ggml_rp.h"
+#include "ggml_rp/ggml_rp.h"
 #include "gguf/gguf.h"
 #include "models/finetune.h"
 #include "models/inference.h"

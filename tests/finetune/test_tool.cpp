@@ -96,7 +96,7 @@ TEST(FinetuneTool, LossFallsValidationImprovesAndSeedReproduces) {
 
 TEST(FinetuneTool, ResumeIsBitExact) {
     TmpDir d;
-    const std::string args = " --data " + train_txt() + kCommon + " --steps 6 --lr 2e-3 --warmup 1 --schedule cosine";
+    const std::string args = " --data " + train_txt() + kCommon + " --steps 6 --lr 2e-3 --warmup 1 --lr-schedule cosine";
     std::string log;
     for (const char * mode : {"", " --full"}) {
         ASSERT_EQ(ft_test::run(finetune("-o " + (d / "full.gguf") + args + mode), &log), 0) << log;
@@ -108,7 +108,7 @@ TEST(FinetuneTool, ResumeIsBitExact) {
     }
     // The form: a shorter --steps first, then --resume to the full count (constant schedule, which
     // does not depend on the total).
-    const std::string c = " --data " + train_txt() + kCommon + " --lr 2e-3 --schedule constant";
+    const std::string c = " --data " + train_txt() + kCommon + " --lr 2e-3 --lr-schedule constant";
     ASSERT_EQ(ft_test::run(finetune("-o " + (d / "x.gguf") + c + " --steps 5"), &log), 0) << log;
     ASSERT_EQ(ft_test::run(finetune("-o " + (d / "y.gguf") + c + " --steps 2"), &log), 0) << log;
     ASSERT_EQ(ft_test::run(finetune("-o " + (d / "y.gguf") + c + " --steps 5 --resume " + (d / "y.gguf.ckpt.gguf")), &log), 0) << log;

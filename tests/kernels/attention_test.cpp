@@ -3,7 +3,7 @@
 // larger shapes, against the closed-form double backward, itself checked against finite differences).
 #include "ggml_rp/cpu/attention.h"
 #include "ggml_rp/cpu/vec_math.h"
-#include "gguf/error.h"
+#include "base/error.h"
 #include "kernels_util.h"
 
 #include <gtest/gtest.h>

@@ -2,7 +2,7 @@
 // and V rows, ignored labels and several weight types; its gradients against central finite differences of
 // that reference and against the closed form (softmax - onehot); bit-identical results on 1 and 2 threads.
 #include "ggml_rp/cpu/cross_entropy.h"
-#include "gguf/error.h"
+#include "base/error.h"
 #include "kernels_util.h"
 
 #include <gtest/gtest.h>

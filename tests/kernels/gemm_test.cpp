@@ -2,7 +2,7 @@
 // dequantized weights (rp::dequantize_row), for every weight type, odd shapes, strided columns and
 // accumulation; bit-identical results for 1 and 2 threads; every backend (SIMD, portable, OpenBLAS).
 #include "ggml_rp/cpu/gemm.h"
-#include "gguf/error.h"
+#include "base/error.h"
 #include "kernels_util.h"
 
 #include <gtest/gtest.h>

@@ -1,7 +1,7 @@
 // KV-cached decoding, batched sequences, the training head, LoRA gradients and the sampler.
 #include "models_test_util.h"
 
-#include "ggml_rp/core/autodiff.h"
+#include "ggml_rp/ops/autodiff.h"
 #include "ggml_rp/core/graph.h"
 #include "ggml_rp/ops/ops.h"
 #include "models/layer.h"

@@ -8,7 +8,7 @@
 // The errors are printed per op. Kernels run their parallel partition even for tiny tensors.
 #pragma once
 
-#include "ggml_rp/core/ggml_rp.h"
+#include "ggml_rp/ggml_rp.h"
 #include "reference.h"
 
 #include <array>

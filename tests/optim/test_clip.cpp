@@ -2,7 +2,7 @@
 #include "optim_test_util.h"
 
 #include "ggml_rp/optim/clip.h"
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // LR schedules at chosen steps against values computed by hand.
 #include "ggml_rp/optim/lr_schedule.h"
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <gtest/gtest.h>
 

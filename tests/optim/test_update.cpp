@@ -3,7 +3,7 @@
 #include "optim_test_util.h"
 
 #include "ggml_rp/optim/update.h"
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <gtest/gtest.h>
 

@@ -4,7 +4,7 @@
 
 #include "ggml_rp/core/quant.h"
 #include "ggml_rp/cuda/dequant.cuh"
-#include "gguf/error.h"
+#include "base/error.h"
 #include "quant_ref.h"
 
 #include <cuda_runtime.h>

@@ -6,7 +6,7 @@
 // add/sub). The double-precision reference is exact, and rounding it to f32 once gives the same float.
 #include "ggml_rp/core/quant.h"
 #include "ggml_rp/core/quant_block.h"
-#include "gguf/error.h"
+#include "base/error.h"
 #include "quant_ref.h"
 
 #include <gtest/gtest.h>

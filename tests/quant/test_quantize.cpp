@@ -1,7 +1,7 @@
 // Quantizers: hand-derived bytes of ggml's reference quantizers on small examples, and quantize -> dequantize
 // error bounds on random data (bounds derived from the scale each format defines, computed here in double).
 #include "ggml_rp/core/quant.h"
-#include "gguf/error.h"
+#include "base/error.h"
 #include "quant_ref.h"
 
 #include <gtest/gtest.h>

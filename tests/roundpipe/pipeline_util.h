@@ -8,13 +8,12 @@
 #include "ggml_rp/optim/optimizer.h"
 #include "ggml_rp/roundpipe/pipeline.h"
 #include "ggml_rp/runtime/cpu_device.h"
-#include "ggml_rp/runtime/graph_runner.h"
 #include "models/finetune.h"
 #include "models/model.h"
 #include "models/training_program.h"
 #include "tests/common/shared_paths.h"
 #include "tests/common/temp_dir.h"
-#include "tests/live/synth_model.h"
+#include "models/synth_model.h"
 
 #include <cstring>
 #include <functional>
@@ -30,7 +29,7 @@ struct Models {
     rp_test::TempDir dir;
     std::unique_ptr<rp::Model> llama, qwen3;
     Models() {
-        rp::live::SynthSpec s;
+        rp::SynthSpec s;
         s.vocab_from = rp_test::shared_dir() + "/models/stories260K.gguf";
         s.n_embd = 64;
         s.n_head = 4;
@@ -39,7 +38,7 @@ struct Models {
         s.n_ff = 96;
         s.n_layer = 16;
         s.seed = 7;
-        rp::live::write_synth_model(s, dir.file("llama16.gguf"));
+        rp::write_synth_model(s, dir.file("llama16.gguf"));
         llama = rp::Model::load(dir.file("llama16.gguf"));
         s.arch = "qwen3";
         s.vocab_from = rp_test::shared_dir() + "/models/synthetic/tiny-random-qwen2.gguf";
@@ -48,7 +47,7 @@ struct Models {
         s.head_dim = 8;
         s.n_ff = 48;
         s.seed = 9;
-        rp::live::write_synth_model(s, dir.file("qwen3-16-tied.gguf"));
+        rp::write_synth_model(s, dir.file("qwen3-16-tied.gguf"));
         qwen3 = rp::Model::load(dir.file("qwen3-16-tied.gguf"));
     }
     static Models & get() {
@@ -185,11 +184,9 @@ struct DeviceSetup {
     double max_delay_us = 0;
 };
 
-// The devices of one pipelined run and what must live exactly as long as they train (the graph runners
-// attached to them; destroyed before the devices, as members in reverse order).
+// The devices of one pipelined run (each owns its graph runner).
 struct DeviceSet {
     std::vector<std::unique_ptr<rp::Device>> devices;
-    std::vector<rp::RunnerAttachment> runners;
 };
 using DeviceFactory = std::function<DeviceSet(const DeviceSetup &)>;
 

@@ -11,7 +11,7 @@
 // test_pipeline_fuzz.cpp.
 #include "tests/roundpipe/pipeline_util.h"
 
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <gtest/gtest.h>
 

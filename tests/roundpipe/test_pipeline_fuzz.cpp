@@ -16,7 +16,7 @@ namespace {
 const rp::Model & small_model() {
     static rp_test::TempDir dir;
     static std::unique_ptr<rp::Model> model = [] {
-        rp::live::SynthSpec s;
+        rp::SynthSpec s;
         s.vocab_from = rp_test::shared_dir() + "/models/stories260K.gguf";
         s.n_embd = 32;
         s.n_head = 2;
@@ -25,7 +25,7 @@ const rp::Model & small_model() {
         s.n_ff = 48;
         s.n_layer = 4;
         s.seed = 3;
-        rp::live::write_synth_model(s, dir.file("llama4.gguf"));
+        rp::write_synth_model(s, dir.file("llama4.gguf"));
         return rp::Model::load(dir.file("llama4.gguf"));
     }();
     return *model;

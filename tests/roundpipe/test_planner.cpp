@@ -4,7 +4,7 @@
 // validation, and the EMA of measured times with bias correction.
 #include "ggml_rp/roundpipe/layer_timings.h"
 #include "ggml_rp/roundpipe/planner.h"
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <gtest/gtest.h>
 

@@ -3,7 +3,7 @@
 // hand-off latency up to t / G, roundpipe.md §3.4, §16), sync mode as back-to-back isolated iterations,
 // prefetch depth 1 for weight uploads (§8.4), and the trace agreeing with the model's own bubble figure.
 #include "ggml_rp/roundpipe/schedule_sim.h"
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <gtest/gtest.h>
 

@@ -6,7 +6,7 @@
 #include "ggml_rp/roundpipe/timeline_svg.h"
 #include "ggml_rp/roundpipe/trace.h"
 #include "ggml_rp/runtime/cpu_device.h"
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
 // error messages (device, purpose, bytes, full vs fragmented), and a randomised comparison with a unit
 // bitmap that checks no overlap, exact accounting and "fails only when no free run is long enough".
 #include "ggml_rp/runtime/arena.h"
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <gtest/gtest.h>
 

@@ -5,7 +5,7 @@
 #include "ggml_rp/runtime/clock.h"
 #include "ggml_rp/runtime/cpu_device.h"
 #include "ggml_rp/runtime/link_model.h"
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <gtest/gtest.h>
 

@@ -3,7 +3,7 @@
 // rendered text tokenized with special tokens parsed.
 #include "tok_test_util.h"
 
-#include "gguf/error.h"
+#include "base/error.h"
 #include "gguf/gguf.h"
 #include "models/chat_template.h"
 

@@ -4,7 +4,7 @@
 #include <unistd.h>
 #include "tok_test_util.h"
 
-#include "gguf/error.h"
+#include "base/error.h"
 #include "gguf/gguf.h"
 
 #include <gtest/gtest.h>

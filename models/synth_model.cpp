@@ -1,7 +1,7 @@
-#include "synth_model.h"
+#include "models/synth_model.h"
 
 #include "ggml_rp/core/quant.h"
-#include "gguf/error.h"
+#include "base/error.h"
 #include "gguf/gguf.h"
 
 #include <cmath>
@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-namespace rp::live {
+namespace rp {
 
 namespace {
 
@@ -106,4 +106,4 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
     w.write(path);  // `vocab` (whose keys were copied by value) may close after this
 }
 
-} // namespace rp::live
+} // namespace rp

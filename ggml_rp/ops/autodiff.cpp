@@ -1,9 +1,9 @@
-#include "ggml_rp/core/autodiff.h"
+#include "ggml_rp/ops/autodiff.h"
 
-#include "ggml_rp/ops/backward_rules.h"
+#include "ggml_rp/ops/op_table.h"
 #include "ggml_rp/ops/binary.h"
 #include "ggml_rp/ops/copy.h"
-#include "gguf/error.h"
+#include "base/error.h"
 
 namespace rp {
 
@@ -50,25 +50,10 @@ void Backward::add(Tensor * t, Tensor * contribution) {
 namespace {
 
 void apply_rule(Backward & b, Tensor * node) {
-    switch (node->op) {
-    case Op::VIEW: rules::backward_view(b, node); return;
-    case Op::FILL: return;
-    case Op::CPY: rules::backward_copy(b, node); return;
-    case Op::ADD: case Op::MUL: rules::backward_binary(b, node); return;
-    case Op::SCALE: case Op::SILU: case Op::SWIGLU: rules::backward_unary(b, node); return;
-    case Op::SOFTMAX: rules::backward_softmax(b, node); return;
-    case Op::SUM: case Op::MEAN: case Op::REPEAT: case Op::SUM_TO: rules::backward_reduce(b, node); return;
-    case Op::RMS_NORM: rules::backward_norm(b, node); return;
-    case Op::ROPE: case Op::ROPE_BACK: rules::backward_rope(b, node); return;
-    case Op::GET_ROWS: rules::backward_get_rows(b, node); return;
-    case Op::MUL_MAT: rules::backward_mul_mat(b, node); return;
-    case Op::ATTENTION: rules::backward_attention(b, node); return;
-    case Op::LM_HEAD_CE: rules::backward_cross_entropy(b, node); return;
-    case Op::DROPOUT: rules::backward_dropout(b, node); return;
-    default:
-        throw Error(std::string("build_backward: op ") + op_name(node->op) + " (tensor " + describe(node) +
-                    ") has no backward rule");
-    }
+    const OpDesc & d = op_desc(node->op);
+    if (!d.backward)
+        throw Error(std::string("build_backward: op ") + d.name + " (tensor " + describe(node) + ") has no backward rule");
+    d.backward(b, node);
 }
 
 } // namespace

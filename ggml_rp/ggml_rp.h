@@ -1,4 +1,5 @@
-// ggml-rp: the tensor engine. Include this one header to build, differentiate and run graphs.
+// ggml-rp: the tensor engine. Include this one header to build, differentiate and run graphs on the CPU
+// (the layers below it do not include each other upwards: core <- ops <- cpu).
 //
 // ---- Tensor layout -------------------------------------------------------------------------------------
 // A Tensor (core/tensor.h) has a dtype, sizes ne[4] and byte strides nb[4] in GGUF/ggml order: ne[0] is the
@@ -32,11 +33,11 @@
 #pragma once
 
 #include "ggml_rp/core/alloc.h"
-#include "ggml_rp/core/autodiff.h"
+#include "ggml_rp/ops/autodiff.h"
 #include "ggml_rp/core/context.h"
 #include "ggml_rp/core/dtype.h"
 #include "ggml_rp/core/graph.h"
 #include "ggml_rp/core/tensor.h"
 #include "ggml_rp/cpu/backend.h"
 #include "ggml_rp/ops/ops.h"
-#include "gguf/error.h"
+#include "base/error.h"

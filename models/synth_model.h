@@ -1,8 +1,9 @@
-// Random-weight llama / qwen2 / qwen3 models written with our GGUF writer, for shapes the shared files do not
-// cover (GQA 3:1, head_dim 48 and 128, more layers, rope bases 1e4 / 1e6, quantized weights). The tokenizer
-// keys are copied from a real file (stories260K: SentencePiece, tiny-random-qwen2: byte-level BPE) so that
-// llama.cpp loads the result. Weights are scaled so that activations stay O(1) and logits are O(1..10).
-// Also used by bench/infer/gen_model.cpp (the ~100M-parameter benchmark model).
+// The synthetic-model writer: random-weight llama / qwen2 / qwen3 models of any shape, written with our GGUF
+// writer — for benchmarks (a Qwen3-1.7B or 0.6B shape without downloading it) and for tests of shapes the
+// shared files do not cover (GQA 3:1, head_dim 48 and 128, more layers, rope bases 1e4 / 1e6, quantized
+// weights). The tokenizer keys are copied from a real file (stories260K: SentencePiece, a qwen2 vocabulary:
+// byte-level BPE) so that llama.cpp loads the result. Weights are scaled so that activations stay O(1) and
+// logits are O(1..10). `rp-gguf synth` is its command line.
 #pragma once
 
 #include "gguf/types.h"
@@ -10,7 +11,7 @@
 #include <cstdint>
 #include <string>
 
-namespace rp::live {
+namespace rp {
 
 struct SynthSpec {
     std::string arch = "llama";   // llama | qwen2 | qwen3
@@ -27,4 +28,4 @@ struct SynthSpec {
 // Weights are generated tensor by tensor at write time: a 100M-parameter model never sits in memory.
 void write_synth_model(const SynthSpec & spec, const std::string & path);
 
-} // namespace rp::live
+} // namespace rp

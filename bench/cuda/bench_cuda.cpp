@@ -8,7 +8,7 @@
 #include "ggml_rp/cuda/attention.cuh"
 #include "ggml_rp/cuda/launch.h"
 #include "ggml_rp/cuda/mul_mat.cuh"
-#include "gguf/error.h"
+#include "base/error.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>

@@ -1,0 +1,76 @@
+// Writing a file so that nobody ever sees half of it: the bytes go to PATH.tmp, and commit() flushes, syncs
+// and renames it to PATH; an AtomicFile destroyed without commit() removes its temporary file. Every output
+// of ggml-rp (GGUF files, checkpoints, metrics, plots, traces) is written this way. Errors throw rp::Error
+// naming the file.
+#pragma once
+
+#include "base/error.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+namespace rp {
+
+class AtomicFile {
+public:
+    explicit AtomicFile(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp") {
+        f_ = std::fopen(tmp_.c_str(), "wb");
+        if (!f_) throw Error(tmp_ + ": cannot create: " + std::strerror(errno));
+    }
+    ~AtomicFile() {
+        if (f_) std::fclose(f_);
+        if (!committed_) std::remove(tmp_.c_str());
+    }
+    AtomicFile(const AtomicFile &) = delete;
+    AtomicFile & operator=(const AtomicFile &) = delete;
+
+    const std::string & path() const { return path_; }
+    const std::string & temp_path() const { return tmp_; }
+
+    void write(const void * p, size_t n) {
+        if (n && std::fwrite(p, 1, n, f_) != n) throw Error(tmp_ + ": write failed: " + std::strerror(errno));
+    }
+    void write(std::string_view s) { write(s.data(), s.size()); }
+    void zeros(size_t n) {
+        static const uint8_t z[256] = {};
+        while (n) {
+            const size_t k = n < sizeof z ? n : sizeof z;
+            write(z, k);
+            n -= k;
+        }
+    }
+    // Makes what was written so far visible in the temporary file (e.g. a log someone follows).
+    void flush() {
+        if (std::fflush(f_) != 0) throw Error(tmp_ + ": write failed: " + std::strerror(errno));
+    }
+    void commit() {
+        FILE * f = f_;
+        f_ = nullptr;
+        const bool ok = std::fflush(f) == 0 && ::fsync(fileno(f)) == 0;
+        const int err = errno;
+        if (std::fclose(f) != 0 || !ok) throw Error(tmp_ + ": write failed: " + std::strerror(ok ? errno : err));
+        if (std::rename(tmp_.c_str(), path_.c_str()) != 0)
+            throw Error(path_ + ": cannot rename " + tmp_ + " into place: " + std::strerror(errno));
+        committed_ = true;
+    }
+
+private:
+    std::string path_, tmp_;
+    FILE * f_ = nullptr;
+    bool committed_ = false;
+};
+
+// The whole content at once.
+inline void write_file_atomically(const std::string & path, std::string_view content) {
+    AtomicFile f(path);
+    f.write(content);
+    f.commit();
+}
+
+} // namespace rp

@@ -1,0 +1,50 @@
+// How the CUDA backend runs one node: each op family's file (cuda/<family>.cu) defines, next to its
+// launchers, the node entry of every op it implements and registers it here by op; the backend (backend.cu)
+// looks the entry up. So the backend has no switch over ops, and adding an op means its own files plus its row
+// in the op table (ops/op_table.cpp), whose CUDA traits say that the kernel exists (tests/cuda checks that the
+// registrations and the table agree).
+//
+// Registrations are static objects of the family files; the plugin and the CUDA tests link the family files
+// as object files (ggml_rp/CMakeLists.txt), so none is dropped by the linker.
+#pragma once
+
+#include "ggml_rp/core/tensor.h"
+#include "ggml_rp/cuda/launch.h"
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <initializer_list>
+#include <utility>
+
+namespace rp::cuda {
+
+// What a node entry gets besides the node: the stream, its slice of the graph's workspace, its bad-index flag.
+struct NodeRun {
+    cudaStream_t stream;
+    void * scratch;           // kernel workspace (node_workspace_bytes of backend_plan.h)
+    size_t scratch_bytes;
+    int * flag;               // this node's bad-index flag (nullptr when it has none)
+    double * loss;            // f64 scratch of LM_HEAD_CE
+    float * host_scalar;      // pinned float for a synchronous dloss read
+};
+
+using NodeKernel = void (*)(Tensor * node, const NodeRun & r);
+
+// The entry registered for op, or nullptr.
+NodeKernel node_kernel(Op op);
+
+// At namespace scope of a family file: `const RegisterNodeKernels kRegister{{Op::ADD, run_add}, ...};`
+struct RegisterNodeKernels {
+    RegisterNodeKernels(std::initializer_list<std::pair<Op, NodeKernel>> entries);
+};
+
+// Operand access for the node entries (device pointers in data).
+template <class T> const T * in(const Tensor * t) { return static_cast<const T *>(t ? t->data : nullptr); }
+template <class T> T * out(const Tensor * t) { return static_cast<T *>(t->data); }
+inline void shape4(const Tensor * t, int64_t ne[4]) {
+    for (int i = 0; i < 4; ++i) ne[i] = t->ne[i];
+}
+inline unsigned grid_of(int64_t n) { return static_cast<unsigned>(elementwise_grid(n)); }
+
+} // namespace rp::cuda

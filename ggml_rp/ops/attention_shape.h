@@ -1,0 +1,19 @@
+// The shape of one fused attention call, shared by the CPU kernels (cpu/attention.h), the CUDA kernels
+// (cuda/attention.cuh) and the node glue (ops/node_args.h). Plain data, no dependencies: nvcc includes it.
+#pragma once
+
+#include <cstdint>
+
+namespace rp {
+
+struct AttentionShape {
+    int64_t D;     // head_dim (<= 256)
+    int64_t Hq;    // query heads
+    int64_t Hkv;   // key/value heads; Hq % Hkv == 0, query head h reads kv head h / (Hq / Hkv)
+    int64_t Tq;    // queries per sequence
+    int64_t Tk;    // keys per sequence (>= Tq); query t sees keys j <= t + (Tk - Tq) (causal, KV-cache aware)
+    int64_t B;     // sequences
+    float scale;   // usually 1 / sqrt(D)
+};
+
+} // namespace rp

@@ -1,0 +1,75 @@
+#include "ggml_rp/roundpipe/call_state.h"
+
+#include "base/error.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace rp {
+
+Call::Call(int64_t id_, const TrainingProgram & prog, Device & host, const std::vector<MicroBatch> & mbs, Plan plan_)
+    : id(id_), M(static_cast<int>(mbs.size())), plan(std::move(plan_)) {
+    const int L = prog.num_layers();
+    for (const MicroBatch & mb : mbs) {
+        if (!mb.ids || !mb.labels || mb.info.seq_len < 1 || mb.info.n_seq < 1)
+            throw Error("forward_backward: a micro-batch has no tokens");
+        info.push_back(mb.info);
+        const size_t tb = prog.token_bytes(mb.info);
+        ids.emplace_back(host, tb);
+        std::memcpy(ids.back().data(), mb.ids, tb);
+        labels.emplace_back(host, tb);
+        std::memcpy(labels.back().data(), mb.labels, tb);
+        max_tokens = std::max(max_tokens, tb);
+        max_hidden = std::max(max_hidden, prog.hidden_bytes(mb.info));
+    }
+    validate_plan(plan, L);
+    stages = plan_stages(plan);
+    fb = fused_stage(plan);
+    for (size_t i = 0; i < stages.size(); ++i) sem.push_back(std::make_unique<Semaphore>(0));
+
+    // Host activations: every forward stage's output, plus the checkpoints the backward stages start from.
+    need_act.assign(static_cast<size_t>(L), 0);
+    std::vector<char> need_dact(static_cast<size_t>(L), 0);
+    for (const LayerRange & r : plan.fwd) need_act[static_cast<size_t>(r.end)] = 1;
+    for (size_t i = 1; i < plan.bwd.size(); ++i) {
+        const LayerRange & r = plan.bwd[i];
+        if (plan.grain == RecomputeGrain::Layer)
+            for (int l = r.begin; l < r.end; ++l) need_act[static_cast<size_t>(l)] = 1;
+        else
+            need_act[static_cast<size_t>(r.begin)] = 1;
+    }
+    for (const LayerRange & r : plan.bwd) need_dact[static_cast<size_t>(r.begin)] = 1;
+    need_act[0] = 0;  // layer 0's input is the token ids
+    need_dact[0] = 0;
+    act.resize(static_cast<size_t>(L));
+    dact.resize(static_cast<size_t>(L));
+    act_ready.resize(static_cast<size_t>(L));
+    dact_ready.resize(static_cast<size_t>(L));
+    for (int l = 0; l < L; ++l) {
+        const size_t li = static_cast<size_t>(l);
+        act_ready[li].resize(static_cast<size_t>(M));
+        dact_ready[li].resize(static_cast<size_t>(M));
+        for (int i = 0; i < M; ++i) {
+            const size_t hb = prog.hidden_bytes(info[static_cast<size_t>(i)]);
+            if (need_act[li]) act[li].emplace_back(host, hb);
+            if (need_dact[li]) dact[li].emplace_back(host, hb);
+        }
+    }
+    loss = PinnedBuffer(host, sizeof(float) * static_cast<size_t>(M));
+    loss_ready.resize(static_cast<size_t>(M));
+}
+
+void Call::add_timed(Timed t) {
+    std::lock_guard<std::mutex> lk(timed_m_);
+    timed_.push_back(std::move(t));
+}
+
+bool Call::completed_timings(std::vector<Timed> & out) {
+    std::lock_guard<std::mutex> lk(timed_m_);
+    for (const auto & t : timed_)
+        if (!t.end->query()) return false;
+    out = timed_;
+    return true;
+}
+
+} // namespace rp

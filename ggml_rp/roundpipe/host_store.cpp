@@ -1,0 +1,100 @@
+#include "ggml_rp/roundpipe/host_store.h"
+
+#include "base/error.h"
+
+#include <cstring>
+
+namespace rp {
+
+HostStore::HostStore(const TrainingProgram & prog, Device & host) : prog_(prog) {
+    const auto & params = prog.params();
+    for (const auto & pi : params) {
+        working_.emplace_back(host, pi.n * sizeof(float));
+        std::memcpy(working_.back().data(), pi.master, pi.n * sizeof(float));
+    }
+    const int L = prog.num_layers();
+    slots_.resize(static_cast<size_t>(L));
+    for (int l = 0; l < L; ++l) {
+        size_t bytes = 0, train = 0;
+        for (const auto & ti : prog.layer_tensors(l)) {
+            bytes += ti.bytes;
+            if (ti.param >= 0) {
+                if (ti.param >= static_cast<int>(params.size()) || params[static_cast<size_t>(ti.param)].n * sizeof(float) != ti.bytes)
+                    throw Error("pipeline: tensor '" + ti.name + "' of layer " + prog.layer_name(l) + " does not match its parameter");
+                train += ti.bytes;
+                slots_[static_cast<size_t>(l)].emplace_back(host, ti.bytes);
+            } else {
+                if (!ti.host) throw Error("pipeline: frozen tensor '" + ti.name + "' has no host data");
+                slots_[static_cast<size_t>(l)].emplace_back();
+            }
+        }
+        layer_bytes_.push_back(bytes);
+        layer_train_bytes_.push_back(train);
+    }
+}
+
+std::vector<bool> HostStore::trainable_layers() const {
+    std::vector<bool> t;
+    for (size_t b : layer_train_bytes_) t.push_back(b > 0);
+    return t;
+}
+
+const void * HostStore::upload_source(int l, int i) const {
+    const auto & ti = prog_.layer_tensors(l)[static_cast<size_t>(i)];
+    return ti.param >= 0 ? working_[static_cast<size_t>(ti.param)].data() : ti.host;
+}
+
+void * HostStore::grad_slot(int l, int i) const { return slots_[static_cast<size_t>(l)][static_cast<size_t>(i)].data(); }
+
+void HostStore::copy_back(LayerProtocol & protocol, const std::function<void()> & between_layers) {
+    // Every weight upload enqueued so far has completed (no torn weights, §9.1 edge 1) — all layers, since a
+    // shared tensor may have been uploaded by another layer.
+    protocol.wait_uploads_complete();
+    const auto & params = prog_.params();
+    std::vector<char> copied(params.size(), 0);
+    for (int l = 0; l < num_layers(); ++l) {
+        for (const auto & ti : prog_.layer_tensors(l)) {
+            if (ti.param < 0 || copied[static_cast<size_t>(ti.param)]) continue;
+            const auto & pi = params[static_cast<size_t>(ti.param)];
+            std::memcpy(working_[static_cast<size_t>(ti.param)].data(), pi.master, pi.n * sizeof(float));
+            copied[static_cast<size_t>(ti.param)] = 1;
+        }
+        protocol.param_copied(l);
+        if (between_layers) between_layers();
+    }
+}
+
+void HostStore::hand_off(LayerProtocol & protocol, PipelineObserver & observer, int64_t calls,
+                         const std::function<void()> & between_layers) {
+    const auto & params = prog_.params();
+    std::vector<char> touched(params.size(), 0);
+    for (int l = num_layers() - 1; l >= 0; --l) {  // deep layers finish first
+        if (protocol.trainable(l)) {
+            protocol.wait_grad_downloaded(l);
+            const auto & ts = prog_.layer_tensors(l);
+            for (size_t i = 0; i < ts.size(); ++i) {
+                if (ts[i].param < 0) continue;
+                const auto & pi = params[static_cast<size_t>(ts[i].param)];
+                const float * src = slots_[static_cast<size_t>(l)][i].as<float>();
+                if (!touched[static_cast<size_t>(ts[i].param)]) {
+                    std::memcpy(pi.grad, src, pi.n * sizeof(float));
+                    touched[static_cast<size_t>(ts[i].param)] = 1;
+                } else {
+                    for (size_t e = 0; e < pi.n; ++e) pi.grad[e] = pi.grad[e] + src[e];
+                }
+                observer.grad_handed_off(l, static_cast<int>(i), calls);
+            }
+        }
+        protocol.grad_copied(l);
+        if (between_layers) between_layers();
+    }
+    for (size_t p = 0; p < params.size(); ++p)
+        if (!touched[p]) observer.param_unowned(static_cast<int>(p));
+}
+
+void HostStore::refresh_working() {
+    const auto & params = prog_.params();
+    for (size_t p = 0; p < params.size(); ++p) std::memcpy(working_[p].data(), params[p].master, params[p].n * sizeof(float));
+}
+
+} // namespace rp

@@ -1,0 +1,59 @@
+// The host store of the RoundPipe runtime (roundpipe.md §5, §6): the model state that lives in host memory
+// between jobs, and the two optimizer-thread operations on it.
+//
+//   working copies   an f32 copy of every trainable parameter, pinned: what the devices upload (frozen
+//                    tensors upload straight from the program's host bytes, e.g. the mmap'd GGUF);
+//   gradient slots   one pinned f32 slot per (layer, trainable tensor), reused across steps: a backward job's
+//                    gradients land there, and go back up with the weights when a later call of the same step
+//                    continues the sum (§5);
+//   hand_off         slots -> the fp32 gradients the optimizer reads (layers in reverse order, a tied
+//                    parameter's slots summed in that order), once each layer's last D2H is complete;
+//   copy_back        masters -> working copies, once every upload so far has completed, layer by layer.
+// The store owns the data; the layer protocol (layer_protocol.h) says when each actor may touch it.
+#pragma once
+
+#include "ggml_rp/roundpipe/layer_protocol.h"
+#include "ggml_rp/roundpipe/observer.h"
+#include "ggml_rp/roundpipe/program.h"
+#include "ggml_rp/runtime/device.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+namespace rp {
+
+class HostStore {
+public:
+    // Validates the program's tensors (trainable ones match their parameter, frozen ones have host data) and
+    // allocates pinned memory through `host` (a device of the run). Throws rp::Error naming the tensor.
+    HostStore(const TrainingProgram & prog, Device & host);
+
+    int num_layers() const { return static_cast<int>(layer_bytes_.size()); }
+    // Bytes a layer uploads (its tensors as the device holds them), and of those, the trainable ones.
+    const std::vector<size_t> & layer_bytes() const { return layer_bytes_; }
+    const std::vector<size_t> & layer_train_bytes() const { return layer_train_bytes_; }
+    std::vector<bool> trainable_layers() const;
+
+    // What tensor i of layer l uploads: the working copy of a trainable tensor, else the program's host bytes.
+    const void * upload_source(int l, int i) const;
+    // The pinned gradient slot of trainable tensor i of layer l.
+    void * grad_slot(int l, int i) const;
+
+    // Optimizer thread (between_layers runs after each layer: the race fuzz's delays).
+    void copy_back(LayerProtocol & protocol, const std::function<void()> & between_layers);
+    void hand_off(LayerProtocol & protocol, PipelineObserver & observer, int64_t calls,
+                  const std::function<void()> & between_layers);
+
+    // Working copies = masters (after everything has stopped: synchronize()).
+    void refresh_working();
+
+private:
+    const TrainingProgram & prog_;
+    std::vector<PinnedBuffer> working_;               // per param
+    std::vector<std::vector<PinnedBuffer>> slots_;    // [layer][tensor], empty for frozen tensors
+    std::vector<size_t> layer_bytes_, layer_train_bytes_;
+};
+
+} // namespace rp

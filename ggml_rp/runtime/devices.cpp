@@ -1,0 +1,31 @@
+#include "ggml_rp/runtime/devices.h"
+
+#include "base/error.h"
+#include "ggml_rp/runtime/cpu_device.h"
+#include "ggml_rp/runtime/device_plugin.h"
+
+namespace rp {
+
+std::vector<std::unique_ptr<Device>> make_devices(const DeviceSetOptions & o) {
+    if (o.count < 1) throw Error("devices: count " + std::to_string(o.count) + " must be at least 1");
+    std::vector<std::unique_ptr<Device>> out;
+    if (o.backend == "cpu") {
+        for (int i = 0; i < o.count; ++i) {
+            CpuDeviceOptions c;
+            c.memory_bytes = o.memory_each;
+            c.link = o.link;
+            c.hook = o.hook;
+            out.push_back(std::make_unique<CpuDevice>(i, c));
+        }
+        return out;
+    }
+    if (o.backend == "cuda") {
+        if (o.link) throw Error("devices: a link model applies to CPU virtual devices, not to CUDA devices");
+        DevicePlugin & p = cuda_plugin();
+        if (p.device_count() == 0) throw Error("devices: backend cuda: " + p.describe());
+        return p.make_devices(o.count, o.memory_each, o.hook);
+    }
+    throw Error("devices: unknown backend '" + o.backend + "' (cpu or cuda)");
+}
+
+} // namespace rp

@@ -1,0 +1,28 @@
+// Making the devices of a run from a description (what rp-finetune's --devices/--backend/--device-mem/--link
+// say): CPU virtual devices (cpu_device.h), or logical CUDA devices through the CUDA plugin (device_plugin.h).
+#pragma once
+
+#include "ggml_rp/runtime/device.h"
+#include "ggml_rp/runtime/link_model.h"
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace rp {
+
+struct DeviceSetOptions {
+    std::string backend = "cpu";     // "cpu" | "cuda"
+    int count = 1;
+    size_t memory_each = size_t(256) << 20;
+    std::optional<LinkModel> link;   // CPU devices only: the modelled host <-> device link
+    OpHook hook;                     // every stream operation (tracing); may be empty
+};
+
+// Throws rp::Error naming the backend and why (an unknown backend, no CUDA plugin, no GPU, a link model for
+// CUDA devices, a count below 1).
+std::vector<std::unique_ptr<Device>> make_devices(const DeviceSetOptions & options);
+
+} // namespace rp

@@ -1,0 +1,210 @@
+#include "models/session.h"
+
+#include "base/error.h"
+#include "ggml_rp/optim/clip.h"
+#include "gguf/gguf.h"
+#include "models/lora.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <span>
+#include <thread>
+
+namespace rp {
+
+namespace {
+
+SessionOptions checked(SessionOptions o, const Dataset & data) {
+    if (o.batch < 1) throw Error("batch_size " + std::to_string(o.batch) + " must be at least 1");
+    if (o.micro_batches < 1 || o.micro_batches > o.batch)
+        throw Error("micro_batches " + std::to_string(o.micro_batches) + " must be in [1, batch_size = " + std::to_string(o.batch) + "]");
+    if (o.epochs < 1) throw Error("epochs " + std::to_string(o.epochs) + " must be at least 1");
+    if (o.steps < 0) throw Error("steps must be >= 0");
+    if (!(o.clip >= 0) || !std::isfinite(o.clip)) throw Error("clip must be a finite number >= 0");
+    if (o.threads < 0) throw Error("threads must be >= 0");
+    if (data.size() == 0) throw Error("the dataset has no sequences");
+    if (o.pipelined && o.devices.count < 1) throw Error("devices: a pipelined run needs at least one device");
+    return o;
+}
+
+// Mean loss over the unmasked tokens of the given sequences, on the host.
+double eval_loss(Trainer & tr, const Dataset & data, const std::vector<uint32_t> & idx, int64_t batch, int threads) {
+    double sum = 0;
+    size_t n = 0;
+    for (size_t b = 0; b < idx.size(); b += static_cast<size_t>(batch)) {
+        const size_t e = std::min(idx.size(), b + static_cast<size_t>(batch));
+        const Batch bt = make_batch(data, std::span<const uint32_t>(idx.data() + b, e - b));
+        sum += tr.loss(bt.inputs.data(), bt.labels.data(), bt.seq_len, bt.n_seq, 1.0f, threads);
+        n += bt.n_trained();
+    }
+    return n ? sum / static_cast<double>(n) : std::nan("");
+}
+
+void dump_gradients(const Trainer & tr, const std::string & path) {
+    gguf::Writer w;
+    w.set_string("general.type", "rp.gradients");
+    for (const Trainer::Param & p : tr.params()) {
+        const int64_t ne[2] = {p.t->ne[0], p.t->ne[1]};
+        w.add_tensor(p.name, DType::F32, 2, ne, p.t->grad->data);
+    }
+    w.write(path);
+}
+
+} // namespace
+
+TrainingSession::TrainingSession(const Model & model, const Dataset & data, SessionOptions options)
+    : model_(model), data_(data), opt_(checked(std::move(options), data)), trainer_(model, opt_.finetune),
+      split_(split_dataset(data.size(), opt_.val_split, opt_.seed)),
+      batcher_(data, split_.train, static_cast<int32_t>(opt_.batch), opt_.seed), optimizer_(opt_.optimizer) {
+    const int64_t steps_per_epoch = (static_cast<int64_t>(split_.train.size()) + opt_.batch - 1) / opt_.batch;
+    total_ = opt_.steps > 0 ? opt_.steps : opt_.epochs * steps_per_epoch;
+    opt_.lr.total_steps = total_;
+    opt_.lr.validate();
+    for (const Trainer::Param & p : trainer_.params()) slots_.push_back(optimizer_.add_param(p.name, static_cast<size_t>(p.t->nelements())));
+
+    if (opt_.pipelined) {
+        program_ = std::make_unique<ModelProgram>(trainer_);
+        devices_ = make_devices(opt_.devices);
+        std::vector<Device *> ptrs;
+        for (const auto & d : devices_) ptrs.push_back(d.get());
+        const int hw = opt_.threads > 0 ? opt_.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+        opt_.pipeline.threads_per_device = std::max(1, hw / static_cast<int>(devices_.size()));
+        pipe_ = std::make_unique<Pipeline>(*program_, ptrs, opt_.pipeline);
+    }
+}
+
+TrainingSession::~TrainingSession() = default;
+
+std::string TrainingSession::resume(const std::string & path) {
+    if (st_.step > 0 || first_step_ > 0) throw Error(path + ": resume must come before the first step");
+    const std::string type = gguf::Reader::open(path)->get_string_or("general.type", "");
+    std::string what;
+    if (type == "adapter") {
+        if (opt_.finetune.full) throw Error(path + ": a LoRA adapter cannot start a full finetune");
+        auto init = LoraAdapter::load(path, model_);  // validates it against this base
+        for (const LoraTensor & t : trainer_.adapter()->tensors()) {
+            const LoraTensor * s = init->find(t.base);
+            if (!s || s->a->nelements() != t.a->nelements() || s->b->nelements() != t.b->nelements())
+                throw Error(path + ": has no pair of rank " + std::to_string(opt_.finetune.lora_rank) + " for '" + t.base +
+                            "' (the adapter must match lora_rank and lora_targets)");
+            tensor_set_f32(t.a, tensor_get_f32(s->a));
+            tensor_set_f32(t.b, tensor_get_f32(s->b));
+        }
+        what = "starting from the weights of adapter " + path;
+    } else {
+        st_ = load_checkpoint(path, trainer_, optimizer_);
+        batcher_.seek(st_.data);
+        first_step_ = st_.step;
+        what = "resumed " + path + " at step " + std::to_string(st_.step);
+    }
+    // The pipeline's working copies were taken from the masters at construction: refresh them.
+    if (pipe_) pipe_->synchronize();
+    return what;
+}
+
+void TrainingSession::update(int64_t step, size_t n_trained) {
+    if (step == first_step_ && !opt_.dump_grads.empty()) dump_gradients(trainer_, opt_.dump_grads);
+    std::vector<std::span<float>> grads;
+    for (const Trainer::Param & p : trainer_.params()) grads.emplace_back(p.t->grad->data_as<float>(), static_cast<size_t>(p.t->nelements()));
+    std::vector<std::span<const float>> cgrads(grads.begin(), grads.end());
+    const double norm = opt_.clip > 0 ? clip_grad_norm(grads, opt_.clip) : grad_norm(cgrads);
+    const char * skip = n_trained == 0 ? "no trained tokens" : !std::isfinite(norm) ? "non-finite gradient norm" : "";
+    {
+        std::lock_guard<std::mutex> lk(norm_m_);
+        last_norm_ = norm;
+        last_norm_step_ = step + 1;
+        last_skip_ = skip;
+    }
+    if (*skip) return;  // not applied; step() reports it
+    const float lr = static_cast<float>(opt_.lr.lr(step));
+    for (size_t i = 0; i < trainer_.params().size(); ++i) {
+        const Trainer::Param & p = trainer_.params()[i];
+        optimizer_.update(slots_[i], std::span<float>(p.t->data_as<float>(), static_cast<size_t>(p.t->nelements())), cgrads[i], lr);
+    }
+    optimizer_.end_step();
+}
+
+StepReport TrainingSession::step() {
+    if (st_.step >= total_) throw Error("the run has done all its " + std::to_string(total_) + " steps");
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t step = st_.step;
+    const Batch bt = batcher_.next();
+    const size_t n_trained = bt.n_trained();
+    const float loss_scale = n_trained ? 1.0f / static_cast<float>(n_trained) : 0.0f;
+
+    // The micro-batches: sequences [lo, hi) of the batch each, the same split on the host and in the pipeline.
+    std::vector<MicroBatch> mbs;
+    for (int64_t mb = 0; mb < opt_.micro_batches; ++mb) {
+        const int64_t lo = bt.n_seq * mb / opt_.micro_batches, hi = bt.n_seq * (mb + 1) / opt_.micro_batches;
+        if (hi == lo) continue;
+        const size_t off = static_cast<size_t>(lo * bt.seq_len);
+        MicroBatch m;
+        m.ids = bt.inputs.data() + off;
+        m.labels = bt.labels.data() + off;
+        m.info.seq_len = bt.seq_len;
+        m.info.n_seq = hi - lo;
+        m.info.seq_offset = lo;
+        m.info.step = step;
+        m.info.loss_scale = loss_scale;
+        mbs.push_back(m);
+    }
+    double loss = 0;
+    if (pipe_) {
+        loss = pipe_->forward_backward(mbs);
+        pipe_->step([this, step, n_trained] { update(step, n_trained); });
+    } else {
+        trainer_.zero_grads();
+        for (const MicroBatch & m : mbs)
+            loss += trainer_.accumulate(m.ids, m.labels, m.info.seq_len, m.info.n_seq, m.info.loss_scale, opt_.threads, step,
+                                        m.info.seq_offset);
+        trainer_.collect_grads();
+        update(step, n_trained);
+    }
+    st_.step = step + 1;
+    st_.data = batcher_.position();
+    st_.curve.train_loss.push_back(static_cast<float>(loss));
+
+    StepReport r;
+    r.step = st_.step;
+    r.loss = loss;
+    r.lr = static_cast<float>(opt_.lr.lr(step));
+    r.tokens = static_cast<int64_t>(bt.n_seq) * bt.seq_len;
+    r.trained_tokens = static_cast<int64_t>(n_trained);
+    {
+        std::lock_guard<std::mutex> lk(norm_m_);
+        r.grad_norm = last_norm_step_ > 0 ? last_norm_ : std::nan("");
+        r.grad_norm_step = last_norm_step_;
+        r.skipped = !last_skip_.empty();
+        r.skip_reason = last_skip_;
+    }
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return r;
+}
+
+double TrainingSession::evaluate() {
+    if (split_.val.empty()) return std::nan("");
+    synchronize();
+    return eval_loss(trainer_, data_, split_.val, opt_.batch, opt_.threads);
+}
+
+void TrainingSession::record_eval(int64_t step, double loss) {
+    st_.curve.eval_step.push_back(static_cast<int32_t>(step));
+    st_.curve.eval_loss.push_back(static_cast<float>(loss));
+}
+
+void TrainingSession::synchronize() {
+    if (pipe_) pipe_->synchronize();
+}
+
+void TrainingSession::save_checkpoint(const std::string & path) {
+    synchronize();
+    rp::save_checkpoint(path, trainer_, optimizer_, st_);
+}
+
+void TrainingSession::save_result(const std::string & path) {
+    synchronize();
+    trainer_.save(path);
+}
+
+} // namespace rp

@@ -1,0 +1,129 @@
+// A finetuning run as a library object (architecture.md §6): the trainer (its trainable tensors and per-layer
+// programs), the data stream, the optimizer and learning-rate schedule, and where the steps run — on the host,
+// or through the RoundPipe runtime on N devices. One step interface either way, and the same bits: a step on
+// the host and a sync step through the pipeline give byte-identical masters.
+//
+//   step()             one optimizer step: the next batch, split into micro-batches once, forward + backward
+//                      (accumulated), global-norm clipping, the update; returns what a progress line needs
+//   evaluate()         the mean validation loss (pipeline runs are synchronized first)
+//   save_checkpoint()  the trainable tensors, optimizer state, data position and loss curve (bit-exact resume)
+//   resume()           from a checkpoint, or from an adapter's weights
+//   save_result()      the adapter (LoRA) or the whole model (full)
+//
+// The tool (rp-finetune) parses flags, prints and writes the logs; everything that decides a number is here.
+#pragma once
+
+#include "ggml_rp/optim/lr_schedule.h"
+#include "ggml_rp/optim/optimizer.h"
+#include "ggml_rp/roundpipe/pipeline.h"
+#include "ggml_rp/runtime/devices.h"
+#include "models/checkpoint.h"
+#include "models/dataset.h"
+#include "models/finetune.h"
+#include "models/model.h"
+#include "models/training_program.h"
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace rp {
+
+struct SessionOptions {
+    FinetuneConfig finetune;
+    OptimizerConfig optimizer;
+    LrSchedule lr;                 // total_steps is set by the session (from steps or epochs)
+    float clip = 1.0f;             // global gradient-norm clipping; 0 = off
+    int64_t batch = 8;             // sequences per optimizer step
+    int64_t micro_batches = 1;     // the batch split in this many parts, gradients accumulated
+    int64_t epochs = 1;
+    int64_t steps = 0;             // > 0: overrides epochs
+    uint64_t seed = 42;            // data order and split (the LoRA init seed is finetune.seed)
+    int threads = 0;               // CPU threads (0 = all)
+    double val_split = 0.0;        // fraction of the sequences held out for validation
+    std::string dump_grads;        // path: the accumulated gradients of the first step, before clipping
+
+    // The RoundPipe runtime: devices.count > 0 runs every step through it.
+    bool pipelined = false;
+    DeviceSetOptions devices;
+    PipelineOptions pipeline;
+};
+
+// What one step did.
+struct StepReport {
+    int64_t step = 0;            // 1-based number of this step
+    double loss = 0;             // mean over the batch's trained tokens
+    float lr = 0;
+    int64_t tokens = 0;          // tokens of the batch (seq_len x n_seq)
+    int64_t trained_tokens = 0;  // of those, the ones with a label
+    double seconds = 0;
+    // The gradient norm (before clipping) of step grad_norm_step. In async pipeline mode the update of a
+    // step runs while the next step computes, so the newest known norm is usually the previous step's;
+    // grad_norm_step < 0 (and grad_norm NaN) while no update has finished yet.
+    double grad_norm = 0;
+    int64_t grad_norm_step = -1;
+    bool skipped = false;        // step grad_norm_step's update was not applied (see skip_reason)
+    std::string skip_reason;
+};
+
+class TrainingSession {
+public:
+    // model and data must outlive the session. Throws rp::Error for bad options (naming the option by its
+    // field name: "micro_batches", "clip", ...), an empty training split, or devices that cannot be made.
+    TrainingSession(const Model & model, const Dataset & data, SessionOptions options);
+    ~TrainingSession();
+    TrainingSession(const TrainingSession &) = delete;
+    TrainingSession & operator=(const TrainingSession &) = delete;
+
+    // Continues a checkpoint (general.type rp.finetune.checkpoint) or, for LoRA, starts from an adapter's
+    // weights. Call before the first step. Returns what it did, for a log line.
+    std::string resume(const std::string & path);
+
+    StepReport step();
+    // Mean loss over the unmasked tokens of the validation split (NaN without one).
+    double evaluate();
+    bool has_validation() const { return !split_.val.empty(); }
+
+    // Everything pending applied (pipeline: devices and optimizer idle, working weights = masters).
+    void synchronize();
+    void save_checkpoint(const std::string & path);
+    void save_result(const std::string & path);
+
+    int64_t steps_done() const { return st_.step; }
+    int64_t total_steps() const { return total_; }
+    const TrainCurve & curve() const { return st_.curve; }
+    void record_eval(int64_t step, double loss);
+    const DatasetSplit & split() const { return split_; }
+    const Trainer & trainer() const { return trainer_; }
+    const Pipeline * pipeline() const { return pipe_.get(); }
+    const std::vector<std::unique_ptr<Device>> & devices() const { return devices_; }
+
+private:
+    void update(int64_t step, size_t n_trained);  // clipping + optimizer on the masters (pipeline: optimizer thread)
+
+    const Model & model_;
+    const Dataset & data_;
+    SessionOptions opt_;
+    Trainer trainer_;
+    DatasetSplit split_;
+    Batcher batcher_;
+    Optimizer optimizer_;
+    std::vector<size_t> slots_;  // optimizer slot per trainer param
+    int64_t total_ = 0;
+    CheckpointState st_;
+    int64_t first_step_ = 0;
+
+    std::unique_ptr<ModelProgram> program_;
+    std::vector<std::unique_ptr<Device>> devices_;
+    std::unique_ptr<Pipeline> pipe_;  // destroyed before the devices (declared after them)
+
+    std::mutex norm_m_;  // the update may run on the pipeline's optimizer thread
+    double last_norm_ = 0;
+    int64_t last_norm_step_ = -1;
+    std::string last_skip_;  // why update last_norm_step_ was not applied ("" = applied)
+};
+
+} // namespace rp
