@@ -32,12 +32,13 @@
 // not differentiated. Each op's backward rule is in ggml_rp/ops/<family>.cpp beside its forward.
 #pragma once
 
+#include "base/error.h"
 #include "ggml_rp/core/alloc.h"
-#include "ggml_rp/ops/autodiff.h"
 #include "ggml_rp/core/context.h"
 #include "ggml_rp/core/dtype.h"
 #include "ggml_rp/core/graph.h"
 #include "ggml_rp/core/tensor.h"
 #include "ggml_rp/cpu/backend.h"
+#include "ggml_rp/ops/autodiff.h"
+#include "ggml_rp/ops/op_table.h"
 #include "ggml_rp/ops/ops.h"
-#include "base/error.h"

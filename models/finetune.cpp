@@ -247,6 +247,17 @@ Trainer::Bound Trainer::bind(Context & ctx, int layer, const LayerMemory & mem, 
     return b;
 }
 
+// A program's graph context, where its graphs run (the device's runner from pc, or a CPU runner over host
+// memory) and its layer's tensors bound to `mem`.
+struct Trainer::Program {
+    Context ctx;
+    CpuGraphRunner host;
+    GraphRunner & runner;
+    Bound b;
+    Program(const Trainer & tr, const ProgramContext & pc, int layer, const LayerMemory & mem, bool grads, const MicroBatchInfo & mb)
+        : runner(pc.runner ? *pc.runner : host), b(tr.bind(ctx, layer, mem, grads, mb)) {}
+};
+
 LayerMemory Trainer::host_memory(int layer) const {
     LayerMemory mem;
     const bool head = layer == num_seq_layers() - 1;
@@ -294,19 +305,16 @@ Tensor * hidden_param(Context & ctx, const void * data, void * grad, size_t byte
     return x;
 }
 
-// The runner of pc: its device's (program.h), else `host` (plain host memory).
-GraphRunner & runner_of(const ProgramContext & pc, CpuGraphRunner & host) { return pc.runner ? *pc.runner : host; }
-
 } // namespace
 
 void Trainer::seq_forward(int layer, const LayerMemory & mem, const void * in, void * out, const MicroBatchInfo & mb,
                           ProgramContext & pc) const {
     const HParams & hp = model_.hparams();
     const int64_t T = mb.seq_len, B = mb.n_seq;
-    CpuGraphRunner host;
-    GraphRunner & runner = runner_of(pc, host);
-    Context ctx;
-    const Bound b = bind(ctx, layer, mem, false, mb);
+    Program p(*this, pc, layer, mem, false, mb);
+    Context & ctx = p.ctx;
+    GraphRunner & runner = p.runner;
+    const Bound & b = p.b;
     Tensor * y = nullptr;
     if (layer == 0) {
         y = build_embedding(ctx, b.w.tok_embd, leaf(ctx, DType::I32, in, T, B), &b.lora);
@@ -324,10 +332,10 @@ void Trainer::seq_head(const LayerMemory & mem, const void * in, const int32_t *
                        const MicroBatchInfo & mb, ProgramContext & pc) const {
     const HParams & hp = model_.hparams();
     const int64_t T = mb.seq_len, B = mb.n_seq;
-    CpuGraphRunner host;
-    GraphRunner & runner = runner_of(pc, host);
-    Context ctx;
-    const Bound b = bind(ctx, num_seq_layers() - 1, mem, true, mb);
+    Program p(*this, pc, num_seq_layers() - 1, mem, true, mb);
+    Context & ctx = p.ctx;
+    GraphRunner & runner = p.runner;
+    const Bound & b = p.b;
     Tensor * x = hidden_param(ctx, in, din, hidden_bytes(mb), hp.n_embd, T, B, runner);
     Tensor * l = build_loss(ctx, b.w, x, leaf(ctx, DType::I32, labels, T * B), mb.loss_scale);
     Graph g;
@@ -342,10 +350,10 @@ void Trainer::seq_backward(int layer, const LayerMemory & mem, const void * in, 
                            const MicroBatchInfo & mb, ProgramContext & pc) const {
     const HParams & hp = model_.hparams();
     const int64_t T = mb.seq_len, B = mb.n_seq;
-    CpuGraphRunner host;
-    GraphRunner & runner = runner_of(pc, host);
-    Context ctx;
-    const Bound b = bind(ctx, layer, mem, true, mb);
+    Program p(*this, pc, layer, mem, true, mb);
+    Context & ctx = p.ctx;
+    GraphRunner & runner = p.runner;
+    const Bound & b = p.b;
     Tensor * dy = leaf(ctx, DType::F32, dout, hp.n_embd, T, B);
     Graph g;
     if (layer == 0) {

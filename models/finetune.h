@@ -117,7 +117,8 @@ public:
                       const MicroBatchInfo & mb, ProgramContext & pc) const;
 
 private:
-    struct Bound;  // a layer's tensors rebound to LayerMemory inside one program's context
+    struct Bound;    // a layer's tensors rebound to LayerMemory inside one program's context
+    struct Program;  // what every per-layer program starts from
     Bound bind(Context & ctx, int layer, const LayerMemory & mem, bool with_grads, const MicroBatchInfo & mb) const;
     LayerMemory host_memory(int layer) const;  // the tensors' own data, grads into their slots
     // Runs g through runner (graph memory of the program's device, or the host; graph_runner.h); read_back

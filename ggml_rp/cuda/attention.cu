@@ -6,12 +6,12 @@
 
 #include "ggml_rp/cuda/common.cuh"
 #include "ggml_rp/cuda/launch.h"
+#include "ggml_rp/cuda/node_kernel.cuh"
+#include "ggml_rp/ops/node_args.h"
 
 #include <mma.h>
 
 #include <type_traits>
-#include "ggml_rp/cuda/node_kernel.cuh"
-#include "ggml_rp/ops/node_args.h"
 
 namespace rp::cuda {
 

@@ -3,12 +3,12 @@
 // per-stream errors; CUDA itself provides the queues, the ordering and the event semantics.
 #include "ggml_rp/cuda/cuda_device.h"
 
+#include "base/error.h"
 #include "ggml_rp/cuda/cuda_runner.h"
 #include "ggml_rp/cuda/logical_devices.h"
 #include "ggml_rp/runtime/arena.h"
-#include "ggml_rp/runtime/mapped_arena.h"
 #include "ggml_rp/runtime/clock.h"
-#include "base/error.h"
+#include "ggml_rp/runtime/mapped_arena.h"
 
 #include <cuda_runtime.h>
 
@@ -114,13 +114,10 @@ struct CudaDevice::Impl {
 
     MappedArena & mem;
 
-    std::mutex host_m;
-    std::set<const void *> pinned;  // alloc_pinned blocks, so free_pinned can refuse a foreign pointer
 
     Impl(int idx, int ord, std::string nm, OpHook h, MappedArena & m)
         : index(idx), ordinal(ord), name(std::move(nm)), hook(std::move(h)), mem(m) {}
 
-    bool contains(const void * p, size_t bytes) const { return mem.contains(p, bytes); }
 };
 
 namespace {
@@ -159,16 +156,7 @@ public:
     }
 
     void copy(void * dst, const void * src, size_t bytes, CopyKind kind, OpLabel label) override {
-        const bool dst_dev = kind == CopyKind::HostToDevice || kind == CopyKind::DeviceToDevice;
-        const bool src_dev = kind == CopyKind::DeviceToHost || kind == CopyKind::DeviceToDevice;
-        if (bytes > 0 && dst_dev && !dev_.contains(dst, bytes)) {
-            throw Error(dev_.name + ": copy '" + label.name + "': destination [" + std::to_string(bytes) +
-                        " bytes] is not inside this device's memory");
-        }
-        if (bytes > 0 && src_dev && !dev_.contains(src, bytes)) {
-            throw Error(dev_.name + ": copy '" + label.name + "': source [" + std::to_string(bytes) +
-                        " bytes] is not inside this device's memory");
-        }
+        dev_.mem.check_copy(dst, src, bytes, kind, label.name);
         if (poisoned()) return;
         GpuScope gpu(dev_.ordinal, dev_.name);
         Timing * t = begin_timing(std::move(label), bytes);
@@ -343,17 +331,13 @@ void * CudaDevice::alloc_pinned(size_t bytes) {
     GpuScope gpu(ordinal_, name());
     void * p = nullptr;
     check(cudaHostAlloc(&p, bytes == 0 ? 1 : bytes, cudaHostAllocPortable), name(), "cudaHostAlloc");
-    std::lock_guard<std::mutex> lk(impl_->host_m);
-    impl_->pinned.insert(p);
+    remember_pinned(p);
     return p;
 }
 
 void CudaDevice::free_pinned(void * ptr) {
     if (!ptr) return;
-    {
-        std::lock_guard<std::mutex> lk(impl_->host_m);
-        if (impl_->pinned.erase(ptr) == 0) throw Error(name() + ": free_pinned of a pointer this device did not allocate");
-    }
+    forget_pinned(ptr);
     GpuScope gpu(ordinal_, name());
     check(cudaFreeHost(ptr), name(), "cudaFreeHost");
 }

@@ -2,12 +2,12 @@
 // CUDA events.
 #include "ggml_rp/cuda/cuda_runner.h"
 
+#include "base/error.h"
 #include "ggml_rp/core/alloc.h"
 #include "ggml_rp/cuda/backend.h"
 #include "ggml_rp/cuda/backend_plan.h"
 #include "ggml_rp/cuda/common.cuh"
 #include "ggml_rp/cuda/cuda_device.h"
-#include "base/error.h"
 
 #include <algorithm>
 #include <deque>

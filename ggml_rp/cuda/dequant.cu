@@ -2,9 +2,9 @@
 // quant_block.h's dequant_elem_<t>, so the result equals the CPU reference bit for bit.
 #include "ggml_rp/cuda/dequant.cuh"
 
+#include "base/error.h"
 #include "ggml_rp/core/fp16.h"
 #include "ggml_rp/core/quant_block.h"
-#include "base/error.h"
 
 #include <string>
 

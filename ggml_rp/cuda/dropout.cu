@@ -5,11 +5,11 @@
 
 #include "ggml_rp/cuda/common.cuh"
 #include "ggml_rp/cuda/launch.h"
+#include "ggml_rp/cuda/node_kernel.cuh"
+#include "ggml_rp/ops/dropout.h"
 #include "ggml_rp/ops/dropout_math.h"
 
 #include <cstdio>
-#include "ggml_rp/cuda/node_kernel.cuh"
-#include "ggml_rp/ops/dropout.h"
 
 namespace rp::cuda {
 

@@ -9,12 +9,12 @@
 #include "ggml_rp/cuda/common.cuh"
 #include "ggml_rp/cuda/dequant.cuh"
 #include "ggml_rp/cuda/launch.h"
+#include "ggml_rp/cuda/node_kernel.cuh"
+#include "ggml_rp/ops/node_args.h"
 
 #include <cublas_v2.h>
 
 #include <vector>
-#include "ggml_rp/cuda/node_kernel.cuh"
-#include "ggml_rp/ops/node_args.h"
 
 namespace rp::cuda {
 

@@ -4,9 +4,9 @@
 
 #include "ggml_rp/cuda/common.cuh"
 #include "ggml_rp/cuda/launch.h"
-#include "ggml_rp/ops/rope_math.h"
 #include "ggml_rp/cuda/node_kernel.cuh"
 #include "ggml_rp/ops/node_args.h"
+#include "ggml_rp/ops/rope_math.h"
 
 namespace rp::cuda {
 

@@ -3,8 +3,8 @@
 
 #include "ggml_rp/cuda/common.cuh"
 #include "ggml_rp/cuda/launch.h"
-#include "ggml_rp/ops/unary_math.h"
 #include "ggml_rp/cuda/node_kernel.cuh"
+#include "ggml_rp/ops/unary_math.h"
 
 namespace rp::cuda {
 

@@ -42,16 +42,11 @@ struct DeviceWorker::Running {
 
 DeviceWorker::DeviceWorker(Device & device, WorkerShared shared, FuzzDelay fuzz)
     : dev_(device), sh_(shared), fuzz_(fuzz), transfer_(device, shared.observer) {
-    thread_ = std::thread([this] { loop(); });
+    thread_ = std::make_unique<WorkQueue>([this](const std::string & e) { sh_.faults.record(dev_.name() + ": " + e); });
 }
 
 DeviceWorker::~DeviceWorker() {
-    {
-        std::lock_guard<std::mutex> lk(m_);
-        stop_ = true;
-    }
-    cv_.notify_all();
-    if (thread_.joinable()) thread_.join();
+    thread_.reset();  // finishes the queued jobs, then joins
     try {
         dev_.synchronize();
     } catch (...) {  // already recorded by the job that met it
@@ -61,50 +56,29 @@ DeviceWorker::~DeviceWorker() {
 
 void DeviceWorker::submit(std::shared_ptr<Job> job) {
     idle_.acquire();
-    {
-        std::lock_guard<std::mutex> lk(m_);
-        queue_.push_back(std::move(job));
-    }
-    cv_.notify_all();
-}
-
-void DeviceWorker::wait_idle() {
-    std::unique_lock<std::mutex> lk(m_);
-    cv_.wait(lk, [&] { return queue_.empty() && !busy_; });
-}
-
-void DeviceWorker::loop() {
-    for (;;) {
-        std::shared_ptr<Job> job;
-        {
-            std::unique_lock<std::mutex> lk(m_);
-            cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
-            if (queue_.empty()) return;
-            job = queue_.front();
-            queue_.pop_front();
-            busy_ = true;
-        }
-        std::vector<char> released(job->spec.tasks.size(), 0);
-        try {
-            run_job(*job, released);
-        } catch (const std::exception & e) {
-            sh_.faults.record(dev_.name() + ": job " + job->spec.label + ": " + e.what());
-            // Keep every other thread moving: release what this job still owed.
-            for (size_t k = 0; k < job->spec.tasks.size(); ++k)
-                if (!released[k]) {
-                    const Task & t = job->spec.tasks[k];
-                    job->call->sem[static_cast<size_t>(t.stage)]->release();
-                    if (t.stage == job->call->fb) job->call->fused_done.release();
-                }
-            for (int l = job->spec.layers.begin; l < job->spec.layers.end; ++l)
-                sh_.protocol.release_after_failure(l, job->spec.has_grads);
-        }
-        {
-            std::lock_guard<std::mutex> lk(m_);
-            busy_ = false;
-        }
-        cv_.notify_all();
+    thread_->enqueue([this, job = std::move(job)] {
+        run(job);
         idle_.release();
+    });
+}
+
+void DeviceWorker::wait_idle() { thread_->wait_idle(); }
+
+void DeviceWorker::run(const std::shared_ptr<Job> & job) {
+    std::vector<char> released(job->spec.tasks.size(), 0);
+    try {
+        run_job(*job, released);
+    } catch (const std::exception & e) {
+        sh_.faults.record(dev_.name() + ": job " + job->spec.label + ": " + e.what());
+        // Keep every other thread moving: release what this job still owed.
+        for (size_t k = 0; k < job->spec.tasks.size(); ++k)
+            if (!released[k]) {
+                const Task & t = job->spec.tasks[k];
+                job->call->sem[static_cast<size_t>(t.stage)]->release();
+                if (t.stage == job->call->fb) job->call->fused_done.release();
+            }
+        for (int l = job->spec.layers.begin; l < job->spec.layers.end; ++l)
+            sh_.protocol.release_after_failure(l, job->spec.has_grads);
     }
 }
 

@@ -26,12 +26,10 @@
 #include "ggml_rp/roundpipe/sync.h"
 #include "ggml_rp/roundpipe/transfer.h"
 #include "ggml_rp/runtime/device.h"
+#include "ggml_rp/runtime/work_queue.h"
 
-#include <condition_variable>
 #include <deque>
 #include <memory>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 namespace rp {
@@ -71,7 +69,7 @@ private:
     struct ActSet;
     struct Running;
 
-    void loop();
+    void run(const std::shared_ptr<Job> & job);
     void run_job(Job & job, std::vector<char> & released);
     void run_task(Running & r, const Task & t, ActSet & s);
     void retire(size_t keep);
@@ -83,13 +81,8 @@ private:
     FuzzDelay fuzz_;
     TransferEngine transfer_;
     Semaphore idle_{1};
-    std::mutex m_;
-    std::condition_variable cv_;
-    std::deque<std::shared_ptr<Job>> queue_;
-    bool stop_ = false;
-    bool busy_ = false;
     std::deque<Retired> retired_;
-    std::thread thread_;  // last: starts once everything above exists
+    std::unique_ptr<WorkQueue> thread_;  // last: starts once everything above exists
 };
 
 } // namespace rp

@@ -3,7 +3,6 @@
 #include "ggml_rp/roundpipe/pipeline.h"
 
 #include "base/error.h"
-#include "ggml_rp/optim/optimizer_thread.h"
 #include "ggml_rp/roundpipe/device_worker.h"
 #include "ggml_rp/roundpipe/fault_report.h"
 #include "ggml_rp/roundpipe/fuzz_delay.h"
@@ -12,6 +11,7 @@
 #include "ggml_rp/roundpipe/layer_timings.h"
 #include "ggml_rp/roundpipe/planner.h"
 #include "ggml_rp/roundpipe/sync.h"
+#include "ggml_rp/runtime/work_queue.h"
 
 #include <algorithm>
 #include <deque>
@@ -45,7 +45,7 @@ struct Pipeline::Impl {
 
     // The actors: destroyed workers first (they finish their jobs), then the optimizer thread.
     FuzzDelay optimizer_fuzz;
-    std::unique_ptr<OptimizerThread> optimizer;
+    std::unique_ptr<WorkQueue> optimizer;  // the optimizer thread
     std::vector<std::unique_ptr<DeviceWorker>> workers;
 
     Impl(TrainingProgram & p, std::vector<Device *> d, PipelineOptions o)
@@ -61,7 +61,7 @@ struct Pipeline::Impl {
         timings = std::make_unique<LayerTimings>(store.layer_bytes());
 
         if (opt.fuzz_seed) optimizer_fuzz = FuzzDelay(opt.fuzz_seed ^ 0x5bd1e995u, opt.fuzz_max_delay_us);
-        optimizer = std::make_unique<OptimizerThread>([this](const std::string & e) { faults.record(e); },
+        optimizer = std::make_unique<WorkQueue>([this](const std::string & e) { faults.record("optimizer: " + e); },
                                                       [this] { optimizer_fuzz.sleep(); });
         const WorkerShared shared{prog, store, protocol, *observer, faults, opt.threads_per_device};
         for (int i = 0; i < G; ++i) {

@@ -19,6 +19,16 @@ Stream & ArenaDevice::stream(int i) {
     return *streams_[static_cast<size_t>(i)];
 }
 
+void ArenaDevice::remember_pinned(const void * p) {
+    std::lock_guard<std::mutex> lk(pinned_m_);
+    pinned_.insert(p);
+}
+
+void ArenaDevice::forget_pinned(const void * p) {
+    std::lock_guard<std::mutex> lk(pinned_m_);
+    if (pinned_.erase(p) == 0) throw Error(name_ + ": free_pinned of a pointer this device did not allocate");
+}
+
 void ArenaDevice::synchronize() {
     std::exception_ptr first;
     for (auto & s : streams_) {

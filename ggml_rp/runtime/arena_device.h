@@ -9,6 +9,8 @@
 #include "ggml_rp/runtime/mapped_arena.h"
 
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -42,6 +44,9 @@ public:
 protected:
     ArenaDevice(int index, std::string name, size_t capacity) : index_(index), name_(name), mem_(std::move(name), capacity) {}
     MappedArena & memory() { return mem_; }
+    // The pinned blocks this device handed out, so free_pinned can refuse a foreign pointer (rp::Error).
+    void remember_pinned(const void * p);
+    void forget_pinned(const void * p);
     // The derived constructor creates the streams, then the runner (which may use them); the derived
     // destructor calls release() first, so both go while the derived device's state still exists.
     void release();
@@ -53,6 +58,8 @@ private:
     int index_;
     std::string name_;
     MappedArena mem_;
+    std::mutex pinned_m_;
+    std::set<const void *> pinned_;
 };
 
 } // namespace rp

@@ -127,7 +127,6 @@ struct CpuDevice::Impl {
         if (mem.base()) ::operator delete(mem.base(), std::align_val_t(4096));
     }
 
-    bool contains(const void * p, size_t bytes) const { return mem.contains(p, bytes); }
 };
 
 namespace {
@@ -161,16 +160,7 @@ public:
     }
 
     void copy(void * dst, const void * src, size_t bytes, CopyKind kind, OpLabel label) override {
-        const bool dst_dev = kind == CopyKind::HostToDevice || kind == CopyKind::DeviceToDevice;
-        const bool src_dev = kind == CopyKind::DeviceToHost || kind == CopyKind::DeviceToDevice;
-        if (bytes > 0 && dst_dev && !dev_.contains(dst, bytes)) {
-            throw Error(dev_.name + ": copy '" + label.name + "': destination [" + std::to_string(bytes) +
-                        " bytes] is not inside this device's memory");
-        }
-        if (bytes > 0 && src_dev && !dev_.contains(src, bytes)) {
-            throw Error(dev_.name + ": copy '" + label.name + "': source [" + std::to_string(bytes) +
-                        " bytes] is not inside this device's memory");
-        }
+        dev_.mem.check_copy(dst, src, bytes, kind, label.name);
         Item it;
         it.kind = Item::Copy;
         it.label = std::move(label);
@@ -349,11 +339,15 @@ std::unique_ptr<Event> CpuDevice::create_event() { return std::make_unique<CpuEv
 void * CpuDevice::alloc_pinned(size_t bytes) {
     // Plain host memory: on the CPU device every host range is "pinned". Page-aligned like cudaHostAlloc.
     const size_t n = bytes == 0 ? 1 : bytes;
-    return ::operator new(n, std::align_val_t(4096));
+    void * p = ::operator new(n, std::align_val_t(4096));
+    remember_pinned(p);
+    return p;
 }
 
 void CpuDevice::free_pinned(void * ptr) {
-    if (ptr) ::operator delete(ptr, std::align_val_t(4096));
+    if (!ptr) return;
+    forget_pinned(ptr);
+    ::operator delete(ptr, std::align_val_t(4096));
 }
 
 void CpuDevice::register_host(void * ptr, size_t bytes) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "ggml_rp/runtime/arena.h"
+#include "ggml_rp/runtime/device.h"
 #include "base/error.h"
 
 #include <cstddef>
@@ -35,6 +36,16 @@ public:
     bool contains(const void * ptr, size_t bytes) const {
         const auto * b = static_cast<const std::byte *>(ptr);
         return base_ && b >= base_ && bytes <= arena_.capacity() && b - base_ <= std::ptrdiff_t(arena_.capacity() - bytes);
+    }
+    // A stream copy's device side(s) must lie inside this memory: throws rp::Error naming the copy otherwise.
+    void check_copy(const void * dst, const void * src, size_t bytes, CopyKind kind, const std::string & label) const {
+        if (bytes == 0) return;
+        const bool dst_dev = kind == CopyKind::HostToDevice || kind == CopyKind::DeviceToDevice;
+        const bool src_dev = kind == CopyKind::DeviceToHost || kind == CopyKind::DeviceToDevice;
+        if (dst_dev && !contains(dst, bytes))
+            throw Error(owner_ + ": copy '" + label + "': destination [" + std::to_string(bytes) + " bytes] is not inside this device's memory");
+        if (src_dev && !contains(src, bytes))
+            throw Error(owner_ + ": copy '" + label + "': source [" + std::to_string(bytes) + " bytes] is not inside this device's memory");
     }
     size_t capacity() const { return arena_.capacity(); }
     size_t used() const { return locked([&] { return arena_.used(); }); }

@@ -1,8 +1,7 @@
-// The Device conformance checks of tests/runtime/test_cpu_device.cpp, re-run on the CUDA device: bounded memory
-// and its errors, in-order streams, events within a device and across two logical devices (CUDA's semantics:
-// unrecorded = no-op, a wait binds to the record made before it), host synchronisation, elapsed time, copy
-// round trips on every stream, sticky job errors, the op hook, shutdown with queued work, pinned and
-// registered host memory, and make_cuda_devices. Skipped without a CUDA device.
+// The CUDA device: the Device contract (tests/common/device_contract.h, the same suite the CPU virtual device
+// runs), and what only the CUDA device has: one cudaMalloc per logical device on its GPU, non-blocking
+// streams, launches on the calling thread with the GPU current, launcher errors poisoning a stream, CUDA host
+// memory and registrations shared across logical devices, make_cuda_devices. Skipped without a CUDA device.
 //
 // "Work" on a GPU stream is enqueued, never run on the host: the tests make it slow or observable with
 // cudaLaunchHostFunc callbacks (which hold their stream until they return) and cudaMemsetAsync, and never
@@ -16,6 +15,7 @@
 #include "ggml_rp/cuda/unary.cuh"
 #include "ggml_rp/runtime/clock.h"
 #include "base/error.h"
+#include "tests/common/device_contract.h"
 
 #include <atomic>
 #include <chrono>
@@ -41,8 +41,6 @@ CudaDeviceOptions small(size_t bytes = 1 << 20, int logical = 0) {
     return o;
 }
 
-void sleep_ms(double ms) { std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms)); }
-
 cudaStream_t native(rp::Stream & s) { return static_cast<cudaStream_t>(s.native_handle()); }
 
 // Enqueues a host callback on s that runs fn (a heap copy, freed by the callback).
@@ -62,74 +60,49 @@ void enqueue_host(rp::Stream & s, std::function<void()> fn) {
     }
 }
 
-void host_sleep_on(rp::Stream & s, double ms) {
-    enqueue_host(s, [ms] { sleep_ms(ms); });
-}
+struct CudaKind {
+    static const char * prefix() { return "cuda"; }
+    static bool available() { return cutest::have_gpu(); }
+    static std::unique_ptr<rp::Device> make(int index, size_t bytes, int streams = 4, rp::OpHook hook = {}) {
+        CudaDeviceOptions o = small(bytes, index);
+        o.num_streams = streams;
+        o.hook = std::move(hook);
+        return std::make_unique<CudaDevice>(index, o);
+    }
+    // A launch only enqueues on a GPU: the host work is a callback the stream reaches in order.
+    static void host_work(rp::Stream & s, rp::OpLabel label, std::function<void()> fn) {
+        s.launch(std::move(label), [&s, fn = std::move(fn)]() mutable { enqueue_host(s, std::move(fn)); });
+    }
+};
 
 } // namespace
 
-TEST(CudaDevice, MemoryIsBoundedAndErrorsNameTheDevice) {
+namespace rp_device_contract {
+INSTANTIATE_TYPED_TEST_SUITE_P(Cuda, DeviceContract, ::testing::Types<CudaKind>);
+} // namespace rp_device_contract
+
+TEST(CudaDevice, MemoryIsOneCudaMallocOnTheRightGpu) {
     RP_REQUIRE_GPU();
     CudaDevice dev(3, small(1 << 20, 3));
-    EXPECT_EQ(dev.name(), "cuda:3");
-    EXPECT_EQ(dev.capacity(), size_t(1) << 20);
-    EXPECT_EQ(dev.num_streams(), rp::kNumStreamKinds);
     void * a = dev.allocate(600 << 10, "stage weights");
-    EXPECT_TRUE(dev.contains(a, 600 << 10));
     cudaPointerAttributes attr{};
     ASSERT_EQ(cudaPointerGetAttributes(&attr, a), cudaSuccess);
     EXPECT_EQ(attr.type, cudaMemoryTypeDevice);
     EXPECT_EQ(attr.device, dev.ordinal());
-    try {
-        dev.allocate(600 << 10, "prefetched stage weights");
-        FAIL() << "expected an out-of-memory error";
-    } catch (const rp::Error & e) {
-        const std::string msg = e.what();
-        EXPECT_NE(msg.find("cuda:3"), std::string::npos) << msg;
-        EXPECT_NE(msg.find("prefetched stage weights"), std::string::npos) << msg;
-        EXPECT_NE(msg.find("614400 bytes"), std::string::npos) << msg;
-    }
-    void * b = dev.allocate(300 << 10, "activations");
-    EXPECT_EQ(dev.used(), size_t(900) << 10);
-    EXPECT_EQ(dev.high_water(), size_t(900) << 10);
     dev.free(a);
-    dev.free(b);
-    EXPECT_EQ(dev.used(), 0u);
-    EXPECT_EQ(dev.high_water(), size_t(900) << 10);
-    dev.reset_high_water();
-    EXPECT_EQ(dev.high_water(), 0u);
-    int host = 0;
-    EXPECT_THROW(dev.free(&host), rp::Error);
-    EXPECT_THROW(dev.stream(4), rp::Error);
-    EXPECT_THROW(CudaDevice(0, [] { auto o = small(); o.num_streams = 3; return o; }()), rp::Error);
     EXPECT_THROW(CudaDevice(0, [] { auto o = small(); o.ordinal = rp::cuda_device_count(); return o; }()), rp::Error);
 }
 
-TEST(CudaDevice, StreamsAreNonBlockingAndRunInOrder) {
+TEST(CudaDevice, StreamsAreNonBlocking) {
     RP_REQUIRE_GPU();
     CudaDeviceOptions o = small();
     o.num_streams = 6;
     CudaDevice dev(0, o);
-    EXPECT_EQ(dev.num_streams(), 6);
-    std::mutex m;
-    std::vector<int> seen[6];
     for (int s = 0; s < 6; ++s) {
         unsigned flags = 0;
         ASSERT_EQ(cudaStreamGetFlags(native(dev.stream(s)), &flags), cudaSuccess);
         EXPECT_EQ(flags & cudaStreamNonBlocking, unsigned(cudaStreamNonBlocking)) << s;
     }
-    for (int i = 0; i < 200; ++i)
-        for (int s = 0; s < 6; ++s)
-            dev.stream(s).launch("append", [&, s, i] {
-                enqueue_host(dev.stream(s), [&, s, i] {
-                    std::lock_guard<std::mutex> lk(m);
-                    seen[s].push_back(i);
-                });
-            });
-    dev.synchronize();
-    std::vector<int> want(200);
-    std::iota(want.begin(), want.end(), 0);
-    for (int s = 0; s < 6; ++s) EXPECT_EQ(seen[s], want) << "stream " << s;
 }
 
 TEST(CudaDevice, LaunchRunsOnTheCallingThreadWithTheGpuCurrent) {
@@ -147,327 +120,32 @@ TEST(CudaDevice, LaunchRunsOnTheCallingThreadWithTheGpuCurrent) {
     EXPECT_NE(dev.stream(StreamKind::Compute).native_handle(), nullptr);
 }
 
-TEST(CudaDevice, EventOrdersTwoStreamsOfOneDevice) {
+
+
+
+
+
+
+TEST(CudaDevice, ALauncherArgumentErrorPoisonsItsStream) {
     RP_REQUIRE_GPU();
     CudaDevice dev(0, small());
-    auto ev = dev.create_event();
-    auto * d = static_cast<unsigned char *>(dev.allocate(256, "x"));
-    rp::PinnedBuffer host(dev, 256);
-    std::memset(host.data(), 0, 256);
-    rp::Stream & producer = dev.stream(StreamKind::Compute);
-    rp::Stream & consumer = dev.stream(StreamKind::Download);
-    producer.launch("slow producer", [&] {
-        cudaMemsetAsync(d, 0, 256, native(producer));
-        host_sleep_on(producer, 30);
-        cudaMemsetAsync(d, 42, 256, native(producer));
-    });
-    producer.record(*ev);
-    consumer.wait(*ev);
-    consumer.copy(host.data(), d, 256, CopyKind::DeviceToHost, "d2h");
-    dev.synchronize();
-    for (int i = 0; i < 256; ++i) ASSERT_EQ(host.as<unsigned char>()[i], 42) << i;
-    dev.free(d);
-}
-
-TEST(CudaDevice, CrossDeviceWaitAndCopiesThroughPinnedHostMemory) {
-    RP_REQUIRE_GPU();
-    auto devs = rp::make_cuda_devices(2, 1 << 20);
-    CudaDevice & a = *devs[0];
-    CudaDevice & b = *devs[1];
-    EXPECT_EQ(a.name(), "cuda:0");
-    EXPECT_EQ(b.name(), "cuda:1");
-    EXPECT_EQ(b.ordinal(), 1 % rp::cuda_device_count());
-    const size_t n = 4096;
-    std::vector<float> src(n);
-    for (size_t i = 0; i < n; ++i) src[i] = static_cast<float>(i) * 0.5f;
-    rp::PinnedBuffer host(a, n * sizeof(float)), staging(a, n * sizeof(float));
-    std::memcpy(staging.data(), src.data(), n * sizeof(float));
-    float * da0 = static_cast<float *>(a.allocate(n * sizeof(float), "source"));
-    float * da = static_cast<float *>(a.allocate(n * sizeof(float), "out"));
-    float * db = static_cast<float *>(b.allocate(n * sizeof(float), "in"));
-    rp::PinnedBuffer result(b, n * sizeof(float));
-    std::memset(result.data(), 0, n * sizeof(float));
-    a.stream(StreamKind::WeightUpload).copy(da0, staging.data(), n * sizeof(float), CopyKind::HostToDevice, "h2d");
-    a.stream(StreamKind::WeightUpload).synchronize();
-
-    // a: compute (slow) -> D2H into pinned host -> record; b: wait -> H2D -> compute -> D2H
-    rp::Stream & ac = a.stream(StreamKind::Compute);
-    ac.launch("copy", [&] {
-        host_sleep_on(ac, 20);
-        rp::cuda::scale(da0, 1.0f, da, n, native(ac));
-    });
-    auto computed = a.create_event(), produced = a.create_event();
-    ac.record(*computed);
-    a.stream(StreamKind::Download).wait(*computed);
-    a.stream(StreamKind::Download).copy(host.data(), da, n * sizeof(float), CopyKind::DeviceToHost, "d2h");
-    a.stream(StreamKind::Download).record(*produced);
-
-    b.stream(StreamKind::ActivationUpload).wait(*produced);
-    b.stream(StreamKind::ActivationUpload).copy(db, host.data(), n * sizeof(float), CopyKind::HostToDevice, "h2d");
-    auto uploaded = b.create_event();
-    b.stream(StreamKind::ActivationUpload).record(*uploaded);
-    rp::Stream & bc = b.stream(StreamKind::Compute);
-    bc.wait(*uploaded);
-    bc.launch("double", [&] { rp::cuda::scale(db, 2.0f, db, n, native(bc)); });
-    auto doubled = b.create_event();
-    bc.record(*doubled);
-    b.stream(StreamKind::Download).wait(*doubled);
-    b.stream(StreamKind::Download).copy(result.data(), db, n * sizeof(float), CopyKind::DeviceToHost, "d2h");
-    b.synchronize();
-    for (size_t i = 0; i < n; ++i) ASSERT_EQ(result.as<float>()[i], static_cast<float>(i)) << i;
-
-    // a device pointer of the other device is refused
-    EXPECT_THROW(b.stream(StreamKind::Download).copy(result.data(), da, 16, CopyKind::DeviceToHost), rp::Error);
-    EXPECT_THROW(b.stream(StreamKind::ActivationUpload).copy(result.data(), host.data(), 16, CopyKind::HostToDevice),
-                 rp::Error);
-    a.synchronize();
-    a.free(da0);
-    a.free(da);
-    b.free(db);
-}
-
-TEST(CudaDevice, CopyRoundTripsOnEveryStream) {
-    RP_REQUIRE_GPU();
-    CudaDeviceOptions o = small(4 << 20);
-    o.num_streams = 5;
-    CudaDevice dev(0, o);
-    const size_t n = 100003;  // odd size
-    std::mt19937 rng(11);
-    for (int s = 0; s < dev.num_streams(); ++s) {
-        SCOPED_TRACE("stream " + rp::stream_name(s));
-        rp::Stream & st = dev.stream(s);
-        std::vector<unsigned char> pageable(n);
-        for (auto & c : pageable) c = static_cast<unsigned char>(rng());
-        rp::PinnedBuffer in(dev, n), mid(dev, n), out(dev, n);
-        std::memcpy(in.data(), pageable.data(), n);
-        void * d1 = dev.allocate(n, "a");
-        void * d2 = dev.allocate(n, "b");
-        st.copy(d1, in.data(), n, CopyKind::HostToDevice, "h2d");
-        st.copy(d2, d1, n, CopyKind::DeviceToDevice, "d2d");
-        st.copy(mid.data(), d2, n, CopyKind::DeviceToHost, "d2h");
-        st.copy(out.data(), mid.data(), n, CopyKind::HostToHost, "h2h");
-        st.copy(out.data(), mid.data(), 0, CopyKind::HostToHost, "nothing");
-        st.synchronize();
-        EXPECT_EQ(std::memcmp(out.data(), pageable.data(), n), 0);
-        // pageable host memory works too (synchronous-ish in CUDA, still correct)
-        std::vector<unsigned char> back(n, 0);
-        st.copy(back.data(), d2, n, CopyKind::DeviceToHost, "d2h pageable");
-        st.synchronize();
-        EXPECT_EQ(back, pageable);
-        // a device range that overruns the allocation's arena is refused
-        EXPECT_THROW(st.copy(static_cast<char *>(d1) + (4 << 20) - 16, in.data(), 64, CopyKind::HostToDevice), rp::Error);
-        dev.free(d1);
-        dev.free(d2);
-    }
-}
-
-TEST(CudaDevice, UnrecordedEventsAreNoOpsLikeCuda) {
-    RP_REQUIRE_GPU();
-    CudaDevice dev(0, small());
-    auto ev = dev.create_event();
-    EXPECT_TRUE(ev->query());
-    ev->synchronize();  // returns at once
-    std::atomic<bool> ran{false};
-    dev.stream(StreamKind::Compute).wait(*ev);
-    dev.stream(StreamKind::Compute).launch("after", [&] { enqueue_host(dev.stream(StreamKind::Compute), [&] { ran = true; }); });
-    dev.stream(StreamKind::Compute).synchronize();
-    EXPECT_TRUE(ran);
-}
-
-// A wait binds to the record made before it: a later re-record of the same event must not be waited for.
-// The second record sits behind a callback that holds the producer until the test thread has seen the
-// consumer finish; waiting for the latest record instead would hold the consumer too (5 s, then fail).
-TEST(CudaDevice, WaitBindsToTheMostRecentRecordAtCallTime) {
-    RP_REQUIRE_GPU();
-    CudaDevice dev(0, small());
-    auto ev = dev.create_event(), consumer_done = dev.create_event();
-    auto * flag = static_cast<int *>(dev.allocate(sizeof(int), "flag"));
-    rp::PinnedBuffer seen(dev, sizeof(int));
-    *seen.as<int>() = -1;
-    std::promise<void> release;
-    std::shared_future<void> gate = release.get_future().share();
-
-    rp::Stream & producer = dev.stream(StreamKind::Compute);
-    rp::Stream & consumer = dev.stream(StreamKind::Download);
-    producer.launch("first", [&] {
-        cudaMemsetAsync(flag, 0, sizeof(int), native(producer));
-        host_sleep_on(producer, 10);
-        cudaMemsetAsync(flag, 1, 1, native(producer));  // flag = 1
-    });
-    producer.record(*ev);
-    consumer.wait(*ev);  // binds to the first record
-    producer.launch("second", [&] { enqueue_host(producer, [gate] { gate.wait_for(std::chrono::seconds(5)); }); });
-    producer.record(*ev);  // re-record after "second"
-    consumer.copy(seen.data(), flag, sizeof(int), CopyKind::DeviceToHost, "read flag");
-    consumer.record(*consumer_done);
-
-    const double t0 = rp::clock_us();
-    bool finished_first = false;
-    while (rp::clock_us() - t0 < 4e6) {
-        if (consumer_done->query()) {
-            finished_first = true;
-            break;
-        }
-        sleep_ms(0.5);
-    }
-    release.set_value();
-    dev.synchronize();
-    EXPECT_TRUE(finished_first) << "the consumer waited for the later record";
-    EXPECT_EQ(*seen.as<int>(), 1) << "the consumer did not wait for the first record";
-    dev.free(flag);
-}
-
-TEST(CudaDevice, QueryAndHostSynchronize) {
-    RP_REQUIRE_GPU();
-    CudaDevice dev(0, small());
-    auto ev = dev.create_event();
-    std::promise<void> go;
-    std::shared_future<void> gate = go.get_future().share();
-    std::atomic<bool> done{false};
-    rp::Stream & s = dev.stream(StreamKind::Compute);
-    s.launch("blocked", [&] {
-        enqueue_host(s, [gate, &done] {
-            gate.wait();
-            sleep_ms(20);
-            done = true;
-        });
-    });
-    s.record(*ev);
-    sleep_ms(5);
-    EXPECT_FALSE(ev->query());
-    const double t0 = rp::clock_us();
-    go.set_value();
-    ev->synchronize();
-    EXPECT_TRUE(done);
-    EXPECT_TRUE(ev->query());
-    EXPECT_GE(rp::clock_us() - t0, 19000.0);
-}
-
-TEST(CudaDevice, ElapsedTimeBetweenEvents) {
-    RP_REQUIRE_GPU();
-    CudaDevice dev(0, small());
-    auto start = dev.create_event(), stop = dev.create_event();
-    EXPECT_THROW(stop->elapsed_ms(*start), rp::Error);  // never recorded
-    rp::Stream & s = dev.stream(StreamKind::Compute);
-    s.record(*start);
-    s.launch("20 ms", [&] { host_sleep_on(s, 20); });
-    s.record(*stop);
-    s.synchronize();
-    const double ms = stop->elapsed_ms(*start);
-    EXPECT_GE(ms, 19.5);
-    EXPECT_LE(ms, 20 + 100);
-}
-
-TEST(CudaDevice, AFailingJobPoisonsItsStreamButNotTheOthers) {
-    RP_REQUIRE_GPU();
-    CudaDevice dev(0, small());
-    auto ev = dev.create_event();
-    std::atomic<int> after{0};
-    rp::Stream & s = dev.stream(StreamKind::Compute);
-    rp::Stream & other = dev.stream(StreamKind::Download);
-    s.launch("bad kernel", [] { throw rp::Error("kernel 'bad' failed"); });
-    s.launch("skipped", [&] { ++after; });
-    s.record(*ev);  // still happens so nobody dead-locks on it
-    other.wait(*ev);
-    other.launch("other stream", [&] { after += 10; });
-    other.synchronize();
-    EXPECT_EQ(after, 10);
-    EXPECT_TRUE(ev->query());
-    try {
-        s.synchronize();
-        FAIL() << "the job error was lost";
-    } catch (const rp::Error & e) {
-        EXPECT_NE(std::string(e.what()).find("kernel 'bad' failed"), std::string::npos);
-    }
-    EXPECT_THROW(dev.synchronize(), rp::Error);  // sticky
-    // A launcher's own argument check inside work poisons the same way, with its message.
     rp::Stream & up = dev.stream(StreamKind::WeightUpload);
     up.launch("bad launch", [&] { rp::cuda::rms_norm_fwd(nullptr, nullptr, nullptr, -1, 1, 0.0f, native(up)); });
     EXPECT_THROW(up.synchronize(), rp::Error);
 }
 
-TEST(CudaDevice, HookSeesEveryLaunchAndCopyInStreamOrder) {
-    RP_REQUIRE_GPU();
-    std::mutex m;
-    std::vector<rp::OpRecord> recs;
-    CudaDeviceOptions o = small();
-    o.hook = [&](const rp::OpRecord & r) {
-        std::lock_guard<std::mutex> lk(m);
-        recs.push_back(r);
-    };
-    const double t0 = rp::clock_us();
-    {
-        CudaDevice dev(5, o);
-        char * d = static_cast<char *>(dev.allocate(64, "x"));
-        rp::PinnedBuffer host(dev, 64);
-        rp::Stream & c = dev.stream(StreamKind::Compute);
-        dev.stream(StreamKind::ActivationUpload).copy(d, host.data(), 64, CopyKind::HostToDevice, {"up mb0", "fwd/F1"});
-        c.launch({"F1 mb0", "fwd/F1"}, [&] { host_sleep_on(c, 2); });
-        c.launch({"F1 mb1", "fwd/F1"}, [] {});
-        dev.synchronize();
-    }
-    const double t1 = rp::clock_us();
-    ASSERT_EQ(recs.size(), 3u);
-    int compute_seen = 0;
-    for (const rp::OpRecord & r : recs) {
-        EXPECT_EQ(r.device, 5);
-        EXPECT_EQ(r.cat, "fwd/F1");
-        EXPECT_LE(r.start_us, r.end_us);
-        EXPECT_GE(r.start_us, t0);  // the same clock as the host
-        EXPECT_LE(r.end_us, t1);
-        if (r.stream == static_cast<int>(StreamKind::ActivationUpload)) {
-            EXPECT_EQ(r.name, "up mb0");
-            EXPECT_EQ(r.bytes, 64u);
-        } else {
-            EXPECT_EQ(r.stream, static_cast<int>(StreamKind::Compute));
-            EXPECT_EQ(r.name, compute_seen == 0 ? "F1 mb0" : "F1 mb1");
-            if (compute_seen == 0) {
-                EXPECT_GE(r.end_us - r.start_us, 1900.0);
-            }
-            EXPECT_EQ(r.bytes, 0u);
-            ++compute_seen;
-        }
-    }
-    EXPECT_EQ(compute_seen, 2);
-}
 
-TEST(CudaDevice, ShutdownFinishesQueuedWork) {
-    RP_REQUIRE_GPU();
-    std::atomic<int> count{0};
-    {
-        CudaDevice dev(0, small());
-        for (int i = 0; i < 100; ++i) {
-            rp::Stream & s = dev.stream(i % 4);
-            s.launch("job", [&] {
-                enqueue_host(s, [&] {
-                    sleep_ms(0.05);
-                    ++count;
-                });
-            });
-        }
-    }  // no synchronize: the destructor waits for every stream
-    EXPECT_EQ(count, 100);
-}
 
-TEST(CudaDevice, PinnedAndRegisteredHostMemory) {
+TEST(CudaDevice, PinnedMemoryIsCudaHostMemoryAndRegistrationsAreShared) {
     RP_REQUIRE_GPU();
     auto devs = rp::make_cuda_devices(2, 1 << 20);
     CudaDevice & dev = *devs[0];
     {
         rp::PinnedBuffer a(dev, 1000);
-        ASSERT_NE(a.data(), nullptr);
-        EXPECT_EQ(reinterpret_cast<uintptr_t>(a.data()) % 4096, 0u);
         cudaPointerAttributes attr{};
         ASSERT_EQ(cudaPointerGetAttributes(&attr, a.data()), cudaSuccess);
         EXPECT_EQ(attr.type, cudaMemoryTypeHost);
-        std::memset(a.data(), 1, 1000);
-        rp::PinnedBuffer b = std::move(a);
-        EXPECT_EQ(a.data(), nullptr);
-        EXPECT_EQ(b.size(), 1000u);
     }
-    int not_pinned = 0;
-    EXPECT_THROW(dev.free_pinned(&not_pinned), rp::Error);
-
     std::vector<char> range(1 << 16);
     auto kind = [&] {
         cudaPointerAttributes attr{};
@@ -476,11 +154,9 @@ TEST(CudaDevice, PinnedAndRegisteredHostMemory) {
     };
     dev.register_host(range.data(), range.size());
     EXPECT_EQ(kind(), cudaMemoryTypeHost);
-    EXPECT_THROW(dev.register_host(range.data(), range.size()), rp::Error);
     devs[1]->register_host(range.data(), range.size());  // the second logical device shares the pinning
     dev.unregister_host(range.data());
     EXPECT_EQ(kind(), cudaMemoryTypeHost);  // still held by cuda:1
-    EXPECT_THROW(dev.unregister_host(range.data()), rp::Error);
     devs[1]->unregister_host(range.data());
     EXPECT_EQ(kind(), cudaMemoryTypeUnregistered);
 }

@@ -116,20 +116,8 @@ StepResult cuda_step(const rp::Model & model, const Workload & w, float lr, int 
         const float ls = w.loss_scale(0);
         for (int c = 0; c < w.calls; ++c) {
             std::vector<MbData> data;
-            std::vector<rp::MicroBatch> mbs;
             for (int mb = 0; mb < w.M; ++mb) data.push_back(w.data(0, c, mb));
-            for (const MbData & d : data) {
-                rp::MicroBatch m;
-                m.ids = d.ids.data();
-                m.labels = d.labels.data();
-                m.info.seq_len = d.T;
-                m.info.n_seq = d.B;
-                m.info.seq_offset = d.offset;
-                m.info.step = 0;
-                m.info.loss_scale = ls;
-                mbs.push_back(m);
-            }
-            r.loss += pipe.forward_backward(mbs);
+            r.loss += pipe.forward_backward(micro_batches(data, 0, ls));
         }
         pipe.step([&] {
             for (const auto & p : tr.params()) {

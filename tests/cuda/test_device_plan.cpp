@@ -178,3 +178,18 @@ TEST(CudaBackendPlan, WorkspaceOfEachNode) {
     EXPECT_EQ(node_workspace_bytes(ce), 2304u);
     EXPECT_EQ(node_workspace_bytes(rp::silu(ctx, x)), 0u);
 }
+
+#if defined(RP_HAVE_CUDA)
+#include "ggml_rp/cuda/node_kernel.cuh"
+
+// Every op family registered its node entries (cuda/node_kernel.cuh): a registration exactly for the ops the
+// op table says the CUDA backend runs (and none for NONE / VIEW, which compute nothing). Needs no GPU.
+TEST(CudaNodeKernels, RegistrationsMatchTheOpTable) {
+    for (int i = 0; i < static_cast<int>(rp::Op::COUNT); ++i) {
+        const rp::Op op = static_cast<rp::Op>(i);
+        const bool computes = op != rp::Op::NONE && op != rp::Op::VIEW;
+        EXPECT_EQ(rp::cuda::node_kernel(op) != nullptr, computes && rp::op_desc(op).cuda.kernel) << rp::op_name(op);
+    }
+    EXPECT_EQ(rp::cuda::node_kernel(rp::Op::COUNT), nullptr);
+}
+#endif

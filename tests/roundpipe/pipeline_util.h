@@ -167,6 +167,23 @@ inline std::vector<std::vector<float>> async_reference(const rp::Model & model, 
     return theta;
 }
 
+// The pipeline's view of a call's micro-batches (pointers into `data`, which must outlive the result).
+inline std::vector<rp::MicroBatch> micro_batches(const std::vector<MbData> & data, int64_t step, float loss_scale) {
+    std::vector<rp::MicroBatch> mbs;
+    for (const MbData & d : data) {
+        rp::MicroBatch m;
+        m.ids = d.ids.data();
+        m.labels = d.labels.data();
+        m.info.seq_len = d.T;
+        m.info.n_seq = d.B;
+        m.info.seq_offset = d.offset;
+        m.info.step = step;
+        m.info.loss_scale = loss_scale;
+        mbs.push_back(m);
+    }
+    return mbs;
+}
+
 struct RunResult {
     std::vector<std::vector<float>> masters;
     rp::PipelineChecks checks;
@@ -218,20 +235,8 @@ inline RunResult pipelined(const rp::Model & model, const rp::FinetuneConfig & c
             const float ls = w.loss_scale(s);
             for (int c = 0; c < w.calls; ++c) {
                 std::vector<MbData> data;
-                std::vector<rp::MicroBatch> mbs;
                 for (int mb = 0; mb < w.M; ++mb) data.push_back(w.data(s, c, mb));
-                for (const MbData & d : data) {
-                    rp::MicroBatch m;
-                    m.ids = d.ids.data();
-                    m.labels = d.labels.data();
-                    m.info.seq_len = d.T;
-                    m.info.n_seq = d.B;
-                    m.info.seq_offset = d.offset;
-                    m.info.step = s;
-                    m.info.loss_scale = ls;
-                    mbs.push_back(m);
-                }
-                r.losses.push_back(pipe.forward_backward(mbs));
+                r.losses.push_back(pipe.forward_backward(micro_batches(data, s, ls)));
             }
             pipe.step([&] { up.update(tr); });
         }

@@ -1,11 +1,12 @@
-// The CPU virtual device: memory limits and errors, in-order streams, events within and across devices with
-// CUDA's semantics (unrecorded = no-op, a wait binds to the record made before it), host synchronisation,
-// copies and the link model (coarse timing: the machine is shared), sticky job errors, the op hook, clean
-// shutdown with queued work.
+// The CPU virtual device: the Device contract (tests/common/device_contract.h: memory limits and errors,
+// in-order streams, events within and across devices with CUDA's semantics, host synchronisation, copies,
+// sticky job errors, the op hook, clean shutdown, pinned memory, its graph runner), and what only the CPU
+// device has: delay injection and the link model (coarse timing: the machine is shared).
 #include "ggml_rp/runtime/clock.h"
 #include "ggml_rp/runtime/cpu_device.h"
 #include "ggml_rp/runtime/link_model.h"
 #include "base/error.h"
+#include "tests/common/device_contract.h"
 
 #include <gtest/gtest.h>
 
@@ -32,37 +33,25 @@ CpuDeviceOptions small(size_t bytes = 1 << 20) {
     return o;
 }
 
-void sleep_ms(double ms) { std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms)); }
+struct CpuKind {
+    static const char * prefix() { return "cpu"; }
+    static bool available() { return true; }
+    static std::unique_ptr<rp::Device> make(int index, size_t bytes, int streams = 4, rp::OpHook hook = {}) {
+        CpuDeviceOptions o = small(bytes);
+        o.num_streams = streams;
+        o.hook = std::move(hook);
+        return std::make_unique<CpuDevice>(index, o);
+    }
+    // A launch's work runs on the stream's own thread, in stream order.
+    static void host_work(rp::Stream & s, rp::OpLabel label, std::function<void()> fn) { s.launch(std::move(label), std::move(fn)); }
+};
 
 } // namespace
 
-TEST(CpuDevice, MemoryIsBoundedAndErrorsNameTheDevice) {
-    CpuDevice dev(3, small(1 << 20));
-    EXPECT_EQ(dev.name(), "cpu:3");
-    EXPECT_EQ(dev.capacity(), size_t(1) << 20);
-    void * a = dev.allocate(600 << 10, "stage weights");
-    EXPECT_TRUE(dev.contains(a, 600 << 10));
-    try {
-        dev.allocate(600 << 10, "prefetched stage weights");
-        FAIL() << "expected an out-of-memory error";
-    } catch (const rp::Error & e) {
-        const std::string msg = e.what();
-        EXPECT_NE(msg.find("cpu:3"), std::string::npos) << msg;
-        EXPECT_NE(msg.find("prefetched stage weights"), std::string::npos) << msg;
-        EXPECT_NE(msg.find("614400 bytes"), std::string::npos) << msg;
-    }
-    void * b = dev.allocate(300 << 10, "activations");
-    EXPECT_EQ(dev.used(), size_t(900) << 10);
-    EXPECT_EQ(dev.high_water(), size_t(900) << 10);
-    dev.free(a);
-    dev.free(b);
-    EXPECT_EQ(dev.used(), 0u);
-    EXPECT_EQ(dev.high_water(), size_t(900) << 10);
-    int host = 0;
-    EXPECT_THROW(dev.free(&host), rp::Error);
-    EXPECT_THROW(dev.stream(4), rp::Error);
-    EXPECT_THROW(CpuDevice(0, [] { auto o = small(); o.num_streams = 3; return o; }()), rp::Error);
-}
+namespace rp_device_contract {
+INSTANTIATE_TYPED_TEST_SUITE_P(Cpu, DeviceContract, ::testing::Types<CpuKind>);
+} // namespace rp_device_contract
+
 
 TEST(CpuDevice, StreamsRunInOrderEvenWithInjectedDelays) {
     CpuDeviceOptions o = small();
@@ -81,144 +70,10 @@ TEST(CpuDevice, StreamsRunInOrderEvenWithInjectedDelays) {
     for (int s = 0; s < 6; ++s) EXPECT_EQ(seen[s], want) << "stream " << s;
 }
 
-TEST(CpuDevice, EventOrdersTwoStreamsOfOneDevice) {
-    CpuDevice dev(0, small());
-    auto ev = dev.create_event();
-    int x = 0, seen = -1;
-    dev.stream(StreamKind::Compute).launch("slow producer", [&] {
-        sleep_ms(30);
-        x = 42;
-    });
-    dev.stream(StreamKind::Compute).record(*ev);
-    dev.stream(StreamKind::Download).wait(*ev);
-    dev.stream(StreamKind::Download).launch("consumer", [&] { seen = x; });
-    dev.synchronize();
-    EXPECT_EQ(seen, 42);
-}
 
-TEST(CpuDevice, CrossDeviceWaitAndCopiesThroughPinnedHostMemory) {
-    CpuDevice a(0, small()), b(1, small());
-    const size_t n = 4096;
-    rp::PinnedBuffer host(a, n * sizeof(float));
-    float * da = static_cast<float *>(a.allocate(n * sizeof(float), "out"));
-    float * db = static_cast<float *>(b.allocate(n * sizeof(float), "in"));
-    std::vector<float> result(n, 0.0f);
-    auto produced = a.create_event();
 
-    // a: compute (slow) -> D2H into pinned host -> record; b: wait -> H2D -> compute -> D2H
-    a.stream(StreamKind::Compute).launch("fill", [&] {
-        sleep_ms(20);
-        for (size_t i = 0; i < n; ++i) da[i] = static_cast<float>(i) * 0.5f;
-    });
-    auto computed = a.create_event();
-    a.stream(StreamKind::Compute).record(*computed);
-    a.stream(StreamKind::Download).wait(*computed);
-    a.stream(StreamKind::Download).copy(host.data(), da, n * sizeof(float), CopyKind::DeviceToHost, "d2h");
-    a.stream(StreamKind::Download).record(*produced);
 
-    b.stream(StreamKind::ActivationUpload).wait(*produced);
-    b.stream(StreamKind::ActivationUpload).copy(db, host.data(), n * sizeof(float), CopyKind::HostToDevice, "h2d");
-    auto uploaded = b.create_event();
-    b.stream(StreamKind::ActivationUpload).record(*uploaded);
-    b.stream(StreamKind::Compute).wait(*uploaded);
-    b.stream(StreamKind::Compute).launch("double", [&] {
-        for (size_t i = 0; i < n; ++i) db[i] *= 2;
-    });
-    auto doubled = b.create_event();
-    b.stream(StreamKind::Compute).record(*doubled);
-    b.stream(StreamKind::Download).wait(*doubled);
-    b.stream(StreamKind::Download).copy(result.data(), db, n * sizeof(float), CopyKind::DeviceToHost, "d2h");
-    b.synchronize();
-    for (size_t i = 0; i < n; ++i) ASSERT_EQ(result[i], static_cast<float>(i)) << i;
 
-    // a device pointer of the other device is refused
-    EXPECT_THROW(b.stream(StreamKind::Download).copy(result.data(), da, 16, CopyKind::DeviceToHost), rp::Error);
-    EXPECT_THROW(b.stream(StreamKind::ActivationUpload).copy(result.data(), host.data(), 16, CopyKind::HostToDevice),
-                 rp::Error);
-    a.synchronize();
-    a.free(da);
-    b.free(db);
-}
-
-TEST(CpuDevice, UnrecordedEventsAreNoOpsLikeCuda) {
-    CpuDevice dev(0, small());
-    auto ev = dev.create_event();
-    EXPECT_TRUE(ev->query());
-    ev->synchronize();  // returns at once
-    std::atomic<bool> ran{false};
-    dev.stream(StreamKind::Compute).wait(*ev);
-    dev.stream(StreamKind::Compute).launch("after", [&] { ran = true; });
-    dev.stream(StreamKind::Compute).synchronize();
-    EXPECT_TRUE(ran);
-}
-
-// A wait binds to the record made before it: a later re-record of the same event must not be waited for.
-// Here the second record sits behind a job that itself waits for the consumer: waiting for the latest
-// record instead would dead-lock (bounded by the 5 s timeout, then the test fails).
-TEST(CpuDevice, WaitBindsToTheMostRecentRecordAtCallTime) {
-    CpuDevice dev(0, small());
-    auto ev = dev.create_event();
-    std::promise<void> consumer_ran;
-    std::future<void> consumer_done = consumer_ran.get_future();
-    std::atomic<bool> first_done{false}, consumer_saw_first{false}, second_released{false};
-
-    rp::Stream & producer = dev.stream(StreamKind::Compute);
-    rp::Stream & consumer = dev.stream(StreamKind::Download);
-    producer.launch("first", [&] {
-        sleep_ms(10);
-        first_done = true;
-    });
-    producer.record(*ev);
-    consumer.wait(*ev);  // binds to the first record
-    producer.launch("second", [&] {
-        second_released = consumer_done.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
-    });
-    producer.record(*ev);  // re-record after "second"
-    consumer.launch("consumer", [&] {
-        consumer_saw_first = first_done.load();
-        consumer_ran.set_value();
-    });
-    dev.synchronize();
-    EXPECT_TRUE(consumer_saw_first);
-    EXPECT_TRUE(second_released);
-}
-
-TEST(CpuDevice, QueryAndHostSynchronize) {
-    CpuDevice dev(0, small());
-    auto ev = dev.create_event();
-    std::promise<void> go;
-    std::shared_future<void> gate = go.get_future().share();
-    std::atomic<bool> done{false};
-    dev.stream(StreamKind::Compute).launch("blocked", [gate, &done] {
-        gate.wait();
-        sleep_ms(20);
-        done = true;
-    });
-    dev.stream(StreamKind::Compute).record(*ev);
-    sleep_ms(5);
-    EXPECT_FALSE(ev->query());
-    const double t0 = rp::clock_us();
-    go.set_value();
-    ev->synchronize();
-    EXPECT_TRUE(done);
-    EXPECT_TRUE(ev->query());
-    EXPECT_GE(rp::clock_us() - t0, 19000.0);
-}
-
-TEST(CpuDevice, ElapsedTimeBetweenEvents) {
-    CpuDevice dev(0, small());
-    auto start = dev.create_event(), stop = dev.create_event();
-    EXPECT_THROW(stop->elapsed_ms(*start), rp::Error);  // never recorded
-    rp::Stream & s = dev.stream(StreamKind::Compute);
-    s.record(*start);
-    s.launch("20 ms", [] { sleep_ms(20); });
-    s.record(*stop);
-    s.synchronize();
-    const double ms = stop->elapsed_ms(*start);
-    EXPECT_GE(ms, 19.9);
-    EXPECT_LE(ms, 20 + 100);
-    EXPECT_NEAR(start->elapsed_ms(*stop), -ms, 1e-9);
-}
 
 TEST(LinkModel, Parse) {
     rp::LinkModel m = rp::LinkModel::parse("32GB/s,10us");
@@ -285,92 +140,6 @@ TEST(CpuDevice, CopiesFollowTheLinkModel) {
     dev.free(d2);
 }
 
-TEST(CpuDevice, AFailingJobPoisonsItsStreamButNotTheOthers) {
-    CpuDevice dev(0, small());
-    auto ev = dev.create_event();
-    std::atomic<int> after{0};
-    rp::Stream & s = dev.stream(StreamKind::Compute);
-    s.launch("bad kernel", [] { throw rp::Error("kernel 'bad' failed"); });
-    s.launch("skipped", [&] { ++after; });
-    s.record(*ev);  // still completes so nobody dead-locks on it
-    dev.stream(StreamKind::Download).wait(*ev);
-    dev.stream(StreamKind::Download).launch("other stream", [&] { after += 10; });
-    dev.stream(StreamKind::Download).synchronize();
-    EXPECT_EQ(after, 10);
-    EXPECT_TRUE(ev->query());
-    try {
-        s.synchronize();
-        FAIL() << "the job error was lost";
-    } catch (const rp::Error & e) {
-        EXPECT_NE(std::string(e.what()).find("kernel 'bad' failed"), std::string::npos);
-    }
-    EXPECT_THROW(dev.synchronize(), rp::Error);  // sticky
-}
 
-TEST(CpuDevice, HookSeesEveryLaunchAndCopyInStreamOrder) {
-    std::mutex m;
-    std::vector<rp::OpRecord> recs;
-    CpuDeviceOptions o = small();
-    o.hook = [&](const rp::OpRecord & r) {
-        std::lock_guard<std::mutex> lk(m);
-        recs.push_back(r);
-    };
-    {
-        CpuDevice dev(5, o);
-        char * d = static_cast<char *>(dev.allocate(64, "x"));
-        char host[64] = {};
-        dev.stream(StreamKind::ActivationUpload).copy(d, host, 64, CopyKind::HostToDevice, {"up mb0", "fwd/F1"});
-        dev.stream(StreamKind::Compute).launch({"F1 mb0", "fwd/F1"}, [] { sleep_ms(2); });
-        dev.stream(StreamKind::Compute).launch({"F1 mb1", "fwd/F1"}, [] {});
-        dev.synchronize();
-    }
-    ASSERT_EQ(recs.size(), 3u);
-    int compute_seen = 0;
-    for (const rp::OpRecord & r : recs) {
-        EXPECT_EQ(r.device, 5);
-        EXPECT_EQ(r.cat, "fwd/F1");
-        EXPECT_LE(r.start_us, r.end_us);
-        if (r.stream == static_cast<int>(StreamKind::ActivationUpload)) {
-            EXPECT_EQ(r.name, "up mb0");
-            EXPECT_EQ(r.bytes, 64u);
-        } else {
-            EXPECT_EQ(r.stream, static_cast<int>(StreamKind::Compute));
-            EXPECT_EQ(r.name, compute_seen == 0 ? "F1 mb0" : "F1 mb1");
-            EXPECT_EQ(r.bytes, 0u);
-            ++compute_seen;
-        }
-    }
-    EXPECT_EQ(compute_seen, 2);
-}
 
-TEST(CpuDevice, ShutdownFinishesQueuedWork) {
-    std::atomic<int> count{0};
-    {
-        CpuDevice dev(0, small());
-        for (int i = 0; i < 100; ++i) {
-            dev.stream(i % 4).launch("job", [&] {
-                sleep_ms(0.05);
-                ++count;
-            });
-        }
-    }  // no synchronize: the destructor drains every queue
-    EXPECT_EQ(count, 100);
-}
 
-TEST(CpuDevice, PinnedAndRegisteredHostMemory) {
-    CpuDevice dev(0, small());
-    {
-        rp::PinnedBuffer a(dev, 1000);
-        ASSERT_NE(a.data(), nullptr);
-        EXPECT_EQ(reinterpret_cast<uintptr_t>(a.data()) % 4096, 0u);
-        std::memset(a.data(), 1, 1000);
-        rp::PinnedBuffer b = std::move(a);
-        EXPECT_EQ(a.data(), nullptr);
-        EXPECT_EQ(b.size(), 1000u);
-    }
-    std::vector<char> range(4096);
-    dev.register_host(range.data(), range.size());
-    EXPECT_THROW(dev.register_host(range.data(), range.size()), rp::Error);
-    dev.unregister_host(range.data());
-    EXPECT_THROW(dev.unregister_host(range.data()), rp::Error);
-}

@@ -1,16 +1,16 @@
-#include "ggml_rp/optim/optimizer_thread.h"
+#include "ggml_rp/runtime/work_queue.h"
 
 #include <exception>
 #include <utility>
 
 namespace rp {
 
-OptimizerThread::OptimizerThread(std::function<void(const std::string &)> on_error, std::function<void()> before_each)
+WorkQueue::WorkQueue(std::function<void(const std::string &)> on_error, std::function<void()> before_each)
     : on_error_(std::move(on_error)), before_each_(std::move(before_each)) {
     thread_ = std::thread([this] { loop(); });
 }
 
-OptimizerThread::~OptimizerThread() {
+WorkQueue::~WorkQueue() {
     {
         std::lock_guard<std::mutex> lk(m_);
         stop_ = true;
@@ -19,7 +19,7 @@ OptimizerThread::~OptimizerThread() {
     if (thread_.joinable()) thread_.join();
 }
 
-void OptimizerThread::enqueue(std::function<void()> fn) {
+void WorkQueue::enqueue(std::function<void()> fn) {
     {
         std::lock_guard<std::mutex> lk(m_);
         queue_.push_back(std::move(fn));
@@ -27,12 +27,12 @@ void OptimizerThread::enqueue(std::function<void()> fn) {
     cv_.notify_all();
 }
 
-void OptimizerThread::wait_idle() {
+void WorkQueue::wait_idle() {
     std::unique_lock<std::mutex> lk(m_);
     cv_.wait(lk, [&] { return queue_.empty() && !busy_; });
 }
 
-void OptimizerThread::loop() {
+void WorkQueue::loop() {
     for (;;) {
         std::function<void()> fn;
         {
@@ -47,7 +47,7 @@ void OptimizerThread::loop() {
         try {
             fn();
         } catch (const std::exception & e) {
-            if (on_error_) on_error_(std::string("optimizer: ") + e.what());
+            if (on_error_) on_error_(e.what());
         }
         {
             std::lock_guard<std::mutex> lk(m_);
