@@ -320,7 +320,7 @@ void Trainer::seq_forward(int layer, const LayerMemory & mem, const void * in, v
         y = build_embedding(ctx, b.w.tok_embd, leaf(ctx, DType::I32, in, T, B), &b.lora);
     } else {
         Tensor * x = leaf(ctx, DType::F32, in, hp.n_embd, T, B);
-        y = build_layer(ctx, hp, b.layer, layer - 1, x, positions(ctx, T, runner), &b.lora);
+        y = build_layer(ctx, hp, b.layer, layer - 1, x, positions(ctx, T, runner), &b.lora, nullptr, cfg_.attention_type);
     }
     y->flags |= kFlagOutput;
     Graph g;
@@ -363,7 +363,7 @@ void Trainer::seq_backward(int layer, const LayerMemory & mem, const void * in, 
         build_backward(ctx, g, e, dy, b.params);
     } else {
         Tensor * x = hidden_param(ctx, in, din, hidden_bytes(mb), hp.n_embd, T, B, runner);
-        Tensor * y = build_layer(ctx, hp, b.layer, layer - 1, x, positions(ctx, T, runner), &b.lora);
+        Tensor * y = build_layer(ctx, hp, b.layer, layer - 1, x, positions(ctx, T, runner), &b.lora, nullptr, cfg_.attention_type);
         build_forward(g, y);
         std::vector<Tensor *> ps = b.params;
         ps.push_back(x);

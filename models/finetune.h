@@ -51,6 +51,9 @@ struct FinetuneConfig {
     float lora_dropout = 0.0f;                      // PEFT's lora_dropout, in [0, 1)
     uint64_t seed = 42;                             // LoRA init
     int64_t ce_chunk = 4096;                        // vocabulary rows per LM-head chunk
+    // What an accelerator may round the attention inputs to in training graphs (ops/attention.h): BF16 runs
+    // the CUDA attention on tensor cores; F32 keeps it in f32. The CPU computes in f32 either way.
+    DType attention_type = DType::BF16;
 };
 
 // The base weight names a list of short target names selects ("attn_q" -> every "blk.N.attn_q.weight";

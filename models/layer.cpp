@@ -75,7 +75,7 @@ std::string lname(int il, const char * what) { return "blk." + std::to_string(il
 } // namespace
 
 Tensor * build_layer(Context & ctx, const HParams & hp, const LayerWeights & w, int il, Tensor * x, Tensor * pos,
-                     const LoraSet * lora, const LayerKv * kv) {
+                     const LoraSet * lora, const LayerKv * kv, DType attention_type) {
     const int64_t D = hp.head_dim, Hq = hp.n_head, Hkv = hp.n_head_kv, T = x->ne[1], B = x->ne[2];
     if (x->ne[0] != hp.n_embd || x->ne[3] != 1)
         throw Error(lname(il, "input") + ": hidden states " + describe(x) + " must be [n_embd=" +
@@ -110,7 +110,7 @@ Tensor * build_layer(Context & ctx, const HParams & hp, const LayerWeights & w, 
         k = cache_read(ctx, kv->k, cache_write(ctx, kv->k, k, kv->n_past), n);
         v = cache_read(ctx, kv->v, cache_write(ctx, kv->v, v, kv->n_past), n);
     }
-    Tensor * o = attention(ctx, q, k, v, 1.0f / std::sqrt(static_cast<float>(D)));
+    Tensor * o = attention(ctx, q, k, v, 1.0f / std::sqrt(static_cast<float>(D)), attention_type);
     o = reshape(ctx, o, D * Hq, T, B);
 
     // 6: output projection and residual.

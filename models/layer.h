@@ -64,9 +64,10 @@ struct LayerKv {
     int64_t n_past;
 };
 
-// One pre-norm decoder layer: x [n_embd, T, B] -> x' [n_embd, T, B].
+// One pre-norm decoder layer: x [n_embd, T, B] -> x' [n_embd, T, B]. attention_type: the type an accelerator
+// may round the attention inputs to (ops/attention.h; the CPU computes in f32 whatever it is).
 Tensor * build_layer(Context & ctx, const HParams & hp, const LayerWeights & w, int il, Tensor * x, Tensor * pos,
-                     const LoraSet * lora = nullptr, const LayerKv * kv = nullptr);
+                     const LoraSet * lora = nullptr, const LayerKv * kv = nullptr, DType attention_type = DType::F32);
 
 // Token embeddings: ids i32 [T] or [T, B] -> [n_embd, T, B] (get_rows, plus token_embd LoRA with the role
 // swap of formats.md §5.3).

@@ -41,13 +41,26 @@ double eval_loss(Trainer & tr, const Dataset & data, const std::vector<uint32_t>
     return n ? sum / static_cast<double>(n) : std::nan("");
 }
 
-void dump_gradients(const Trainer & tr, const std::string & path) {
+// The first step for a reference to check against (bench/gpu/peft_baseline.py): its gradients before
+// clipping, and what they came from — the batch (token ids, labels: -1 = masked), the loss scale, the loss,
+// and the logits of the batch's first sequence at the step's weights, so another engine loading the same
+// weights can compare logits, loss and gradients.
+void dump_step(Trainer & tr, const Batch & bt, float loss_scale, double loss, int64_t step, const std::string & path) {
     gguf::Writer w;
     w.set_string("general.type", "rp.gradients");
+    w.set_u32("rp.step", static_cast<uint32_t>(step + 1));
+    w.set_f32("rp.loss", static_cast<float>(loss));
+    w.set_f32("rp.loss_scale", loss_scale);
     for (const Trainer::Param & p : tr.params()) {
         const int64_t ne[2] = {p.t->ne[0], p.t->ne[1]};
         w.add_tensor(p.name, DType::F32, 2, ne, p.t->grad->data);
     }
+    const int64_t ne_batch[2] = {bt.seq_len, bt.n_seq};
+    w.add_tensor("batch.inputs", DType::I32, 2, ne_batch, bt.inputs.data());
+    w.add_tensor("batch.labels", DType::I32, 2, ne_batch, bt.labels.data());
+    const std::vector<float> logits = tr.logits(bt.inputs.data(), bt.seq_len);
+    const int64_t ne_logits[2] = {static_cast<int64_t>(logits.size()) / bt.seq_len, bt.seq_len};
+    w.add_tensor("batch.logits0", DType::F32, 2, ne_logits, logits.data());
     w.write(path);
 }
 
@@ -103,8 +116,9 @@ std::string TrainingSession::resume(const std::string & path) {
     return what;
 }
 
-void TrainingSession::update(int64_t step, size_t n_trained) {
-    if (step == first_step_ && !opt_.dump_grads.empty()) dump_gradients(trainer_, opt_.dump_grads);
+void TrainingSession::update(int64_t step, const Batch & bt, float loss_scale, double loss) {
+    const size_t n_trained = bt.n_trained();
+    if (step == first_step_ && !opt_.dump_grads.empty()) dump_step(trainer_, bt, loss_scale, loss, step, opt_.dump_grads);
     std::vector<std::span<float>> grads;
     for (const Trainer::Param & p : trainer_.params()) grads.emplace_back(p.t->grad->data_as<float>(), static_cast<size_t>(p.t->nelements()));
     std::vector<std::span<const float>> cgrads(grads.begin(), grads.end());
@@ -152,14 +166,15 @@ StepReport TrainingSession::step() {
     double loss = 0;
     if (pipe_) {
         loss = pipe_->forward_backward(mbs);
-        pipe_->step([this, step, n_trained] { update(step, n_trained); });
+        // The update may run after step() returned (async): it owns a copy of the batch.
+        pipe_->step([this, step, bt, loss_scale, loss] { update(step, bt, loss_scale, loss); });
     } else {
         trainer_.zero_grads();
         for (const MicroBatch & m : mbs)
             loss += trainer_.accumulate(m.ids, m.labels, m.info.seq_len, m.info.n_seq, m.info.loss_scale, opt_.threads, step,
                                         m.info.seq_offset);
         trainer_.collect_grads();
-        update(step, n_trained);
+        update(step, bt, loss_scale, loss);
     }
     st_.step = step + 1;
     st_.data = batcher_.position();

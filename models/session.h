@@ -44,7 +44,7 @@ struct SessionOptions {
     uint64_t seed = 42;            // data order and split (the LoRA init seed is finetune.seed)
     int threads = 0;               // CPU threads (0 = all)
     double val_split = 0.0;        // fraction of the sequences held out for validation
-    std::string dump_grads;        // path: the accumulated gradients of the first step, before clipping
+    std::string dump_grads;        // path: the first step's gradients (before clipping), batch, loss and logits
 
     // The RoundPipe runtime: devices.count > 0 runs every step through it.
     bool pipelined = false;
@@ -102,7 +102,8 @@ public:
     const std::vector<std::unique_ptr<Device>> & devices() const { return devices_; }
 
 private:
-    void update(int64_t step, size_t n_trained);  // clipping + optimizer on the masters (pipeline: optimizer thread)
+    // Clipping + the optimizer on the masters (pipeline: on its optimizer thread); the first step's dump.
+    void update(int64_t step, const Batch & bt, float loss_scale, double loss);
 
     const Model & model_;
     const Dataset & data_;

@@ -1,206 +1,273 @@
 #!/usr/bin/env bash
-# gpu-check.sh: everything that needs a GPU, in one call that fits in 10 minutes on one GPU machine.
-#   1. configure + build with CUDA for this GPU's architecture only (nvidia-smi --query-gpu=compute_cap);
-#   2. run test_cuda in three parts, each with its own counts in the JSON:
-#      a. device: the Device conformance checks on the CUDA device (CudaDevice.*: memory, streams, events
-#         across logical devices, copies, pinned/registered memory, hook) and its host-side rules;
-#      b. backend: CudaBackend running graphs of every op family and an autodiff training graph vs CpuBackend;
-#      c. kernels: every CUDA kernel against the CPU kernels (attention up to 8192 tokens; LM head + CE with a
-#         151936-token vocabulary);
-#      d. pipeline: the RoundPipe runtime on 1..3 logical CUDA devices (CudaPipeline.*: bit-identical masters for
-#         any device count, plan and recompute grain; gradients close to the CPU Trainer);
-#      a test that skips with "skipped: no CUDA device" on this machine counts as a failure (the GPU is unusable);
-#   3. run rp-cuda-bench (GEMM TFLOP/s next to a bare cuBLAS bf16 GEMM, attention forward/backward TFLOP/s);
-#   4. finetune_bench: LoRA finetuning steps of a Qwen3-1.7B-shaped model with rp-finetune --backend cuda,
-#      resident on one logical device and streamed by RoundPipe over four; tokens/s, MFU, trace + timeline.
-# Results: $OUT/gpu-check.json (one summary) and $OUT/gpu-check.log (everything printed), where OUT defaults
-# to ./gpu-check-out. Exit status 0 only when the build and every test passed.
-# Environment: RP_GPU_BUILD (build folder, default build-gpu-check in the repository), RP_GPU_JOBS (build jobs).
+# gpu-check.sh [--dry-run]: everything that needs a GPU, in one call that fits the device tool's 10 minutes.
+# Prepare the call with tools/gpu-prep.sh (it carries GoogleTest's sources and the test models, and prints the
+# exact device call). Phases, each within what is left of the budget (RP_GPU_BUDGET_S, default 540 s):
+#   machine    nvidia-smi, the GPU's compute capability, the runtime (Firecracker or gVisor: kernel 4.4.0)
+#   build      CMake + ninja for this GPU's architecture only, tests included, no -Werror (an unknown host
+#              compiler must not stop the check)
+#   tests      every CUDA test suite in its own process (a sticky CUDA error in one cannot fail the others),
+#              each with its exit code, counts, the last [ RUN ] line (where a crash happened) and the first
+#              failure message; a suite that skips for want of a usable GPU counts as failed
+#   bench      rp-cuda-bench: GEMM TFLOP/s next to a bare cuBLAS bf16 GEMM on random data, attention fwd/bwd
+#   finetune   LoRA (rank 32, alpha 16, all linear layers) steps of a Qwen3-1.7B-shaped bf16 model written by
+#              rp-gguf synth, resident on one logical device and streamed by RoundPipe over four; tokens/s, MFU,
+#              the streamed run's trace and timeline
+#   peft       the peer on the same GPU, same shape, sequence length, batch and rank: transformers + PEFT
+#              (bench/gpu/peft_baseline.py): tokens/s, peak memory; and the cross-check of our logits and LoRA
+#              gradients against transformers' Qwen3 on the same weights
+#   sanitizer  compute-sanitizer --tool memcheck over one short finetune step (works on Firecracker, refused on
+#              gVisor: recorded either way)
+# Results in $OUT (default ./gpu-check-out): gpu-check.json, rewritten after every phase (a killed run leaves
+# everything finished so far), gpu-check.log (all output, live), and the streamed run's trace and timeline.
+# --dry-run walks every phase without a GPU (and without building), recording "no GPU" for each.
+# Exit status 0 only when the build and every test suite passed.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DRY=false
+[ "${1:-}" = "--dry-run" ] && DRY=true
 OUT_DIR="${OUT:-$PWD/gpu-check-out}"
 BUILD="${RP_GPU_BUILD:-$ROOT/build-gpu-check}"
 JOBS="${RP_GPU_JOBS:-$(nproc)}"
+BUDGET_S="${RP_GPU_BUDGET_S:-540}"
+if [ -z "${RP_SHARED_DIR:-}" ]; then
+  if [ -d "$ROOT/.gpu-carry/shared" ]; then RP_SHARED_DIR="$ROOT/.gpu-carry/shared"; else RP_SHARED_DIR="$ROOT/../shared"; fi
+fi
+export RP_SHARED_DIR
+GTEST_SRC="${RP_GTEST_SOURCE_DIR:-$ROOT/.gpu-carry/googletest}"
+MODELS="$RP_SHARED_DIR/models"
 mkdir -p "$OUT_DIR"
 LOG="$OUT_DIR/gpu-check.log"
 JSON="$OUT_DIR/gpu-check.json"
 SCRATCH="$(mktemp -d)"
 trap 'rm -rf "$SCRATCH"' EXIT
 : > "$LOG"
-
-log() { echo "$@" | tee -a "$LOG"; }
-json_str() { printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' | tr -d '\n'; }
-
 start=$(date +%s)
-gpu="unknown"; cap=""
-if command -v nvidia-smi > /dev/null; then
-  gpu="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
-  cap="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '. ')"
+
+log() { echo "$@" | tee -a "$LOG" >&2; }
+jstr() { printf '"%s"' "$(printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/\t/ /g' | tr -d '\r' | tr '\n' ' ')"; }
+left() { echo $(( BUDGET_S - ($(date +%s) - start) )); }
+# The seconds a phase may take: its cap, or what is left minus a reserve for the phases after it.
+budget() { local cap="$1" reserve="${2:-15}" l; l=$(( $(left) - reserve )); if [ "$l" -lt "$cap" ]; then echo "$l"; else echo "$cap"; fi; }
+
+declare -A R
+PHASES=(machine build tests bench finetune peft sanitizer)
+ok=false
+write_json() {
+  {
+    printf '{\n  "ok": %s,\n  "dry_run": %s,\n  "seconds": %s,\n  "budget_s": %s' "$ok" "$DRY" "$(( $(date +%s) - start ))" "$BUDGET_S"
+    for p in "${PHASES[@]}"; do printf ',\n  "%s": %s' "$p" "${R[$p]:-null}"; done
+    printf '\n}\n'
+  } > "$JSON.tmp" && mv "$JSON.tmp" "$JSON"
+}
+no_gpu() { for p in "$@"; do R[$p]='{"skipped": "no GPU"}'; done; write_json; }
+
+# ---- machine --------------------------------------------------------------------------------------------------
+gpu=""; cap=""
+if ! $DRY && command -v nvidia-smi > /dev/null; then
+  gpu="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
+  cap="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. ')"
   nvidia-smi >> "$LOG" 2>&1
 fi
+kernel="$(uname -r)"
+runtime=firecracker
+case "$kernel" in 4.4.0*) runtime=gvisor ;; esac
 if [ -z "$cap" ]; then
-  log "error: no GPU found (nvidia-smi missing or silent)"
-  printf '{"ok": false, "error": "no GPU found"}\n' > "$JSON"
+  log "gpu-check: no GPU ($($DRY && echo 'dry run' || echo 'nvidia-smi missing or silent')); every phase records \"no GPU\""
+  R[machine]="{\"gpu\": null, \"kernel\": $(jstr "$kernel"), \"runtime\": \"$runtime\", \"skipped\": \"no GPU\"}"
+  no_gpu build tests bench finetune peft sanitizer
+  $DRY && exit 0
   exit 1
 fi
-log "gpu: $gpu (sm_$cap), build: $BUILD, jobs: $JOBS"
+R[machine]="{\"gpu\": $(jstr "$gpu"), \"compute_cap\": \"$cap\", \"kernel\": $(jstr "$kernel"), \"runtime\": \"$runtime\", \"cores\": $(nproc)}"
+log "gpu-check: $gpu (sm_$cap), $runtime ($kernel), build $BUILD, $JOBS jobs, budget ${BUDGET_S} s"
+write_json
 
-# ---- 1. build ------------------------------------------------------------------------------------------------
+# ---- build ----------------------------------------------------------------------------------------------------
+t0=$(date +%s)
 gen=()
 command -v ninja > /dev/null && gen=(-G Ninja)
 build_ok=false
-if cmake -S "$ROOT" -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DRP_CUDA=ON \
-      -DCMAKE_CUDA_ARCHITECTURES="$cap" -DRP_WERROR=ON >> "$LOG" 2>&1 &&
-   cmake --build "$BUILD" -j "$JOBS" --target test_cuda rp-cuda-bench rp-finetune rp-trace >> "$LOG" 2>&1; then
-  build_ok=true
+tb=$(budget 300 200)
+timeout "$tb" cmake -S "$ROOT" -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DRP_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$cap" \
+  -DRP_WERROR=OFF -DRP_SHARED_DIR="$RP_SHARED_DIR" -DRP_GTEST_SOURCE_DIR="$GTEST_SRC" >> "$LOG" 2>&1
+if [ $? -eq 0 ]; then
+  timeout "$(( tb - ($(date +%s) - t0) ))" cmake --build "$BUILD" -j "$JOBS" --target test_cuda test_quant rp-cuda-bench \
+    rp-finetune rp-trace rp-gguf ggml_rp_cuda >> "$LOG" 2>&1 && build_ok=true
 fi
-build_s=$(( $(date +%s) - start ))
-log "build: $build_ok (${build_s} s)"
+$build_ok || grep -E 'error|FAILED' "$LOG" | head -20 >&2
+R[build]="{\"ok\": $build_ok, \"seconds\": $(( $(date +%s) - t0 )), \"arch\": \"sm_$cap\"}"
+log "build: $build_ok ($(( $(date +%s) - t0 )) s)"
+write_json
+if ! $build_ok; then
+  for p in tests bench finetune peft sanitizer; do R[$p]='{"skipped": "build failed"}'; done
+  write_json
+  exit 1
+fi
 
-# ---- 2. tests --------------------------------------------------------------------------------------------------
-# run_tests PART FILTER: runs test_cuda on FILTER; sets PART_json to its counts and returns 0 when all passed.
-tests_ok=true
-run_tests() {
-  local part="$1" filter="$2" t0 rc passed failed skipped names no_gpu ok=false
-  t0=$(date +%s)
-  timeout 300 "$BUILD/tests/test_cuda" --gtest_filter="$filter" > "$SCRATCH/$part.txt" 2>&1
+# ---- tests: one process per suite ------------------------------------------------------------------------------
+# run_suite PROGRAM SUITE SECONDS: appends the suite's JSON to $suites; returns 0 when it passed.
+suites=""; tests_ok=true; n_pass=0; n_fail=0; n_skip=0
+run_suite() {
+  local prog="$1" suite="$2" t="$3" out="$SCRATCH/suite.txt" rc passed failed skipped last first ok=false
+  timeout "$t" "$BUILD/tests/$prog" --gtest_filter="$suite.*" > "$out" 2>&1
   rc=$?
-  cat "$SCRATCH/$part.txt" >> "$LOG"
-  passed=$(grep -E '^\[  PASSED  \] [0-9]+ test' "$SCRATCH/$part.txt" | grep -oE '[0-9]+' | head -1)
-  skipped=$(grep -E '^\[  SKIPPED \] [0-9]+ test' "$SCRATCH/$part.txt" | grep -oE '[0-9]+' | head -1)
-  failed=$(grep -E '^\[  FAILED  \] [0-9]+ test' "$SCRATCH/$part.txt" | grep -oE '[0-9]+' | head -1)
-  names="$(grep -E '^\[  FAILED  \] [A-Za-z]' "$SCRATCH/$part.txt" | sed 's/^\[  FAILED  \] //; s/ (.*//' |
-           sort -u | tr '\n' ' ')"
-  no_gpu=$(grep -c 'skipped: no CUDA device' "$SCRATCH/$part.txt")
-  passed=${passed:-0}; skipped=${skipped:-0}; failed=${failed:-0}
-  [ "$rc" -eq 0 ] && [ "$failed" -eq 0 ] && [ "$no_gpu" -eq 0 ] && ok=true
-  [ "$no_gpu" -gt 0 ] && names="$names(skipped without a usable GPU: $no_gpu)"
-  [ "$rc" -eq 124 ] && names="$names(timed out after 300 s)"
-  log "tests $part: passed $passed, failed $failed, skipped $skipped ($(( $(date +%s) - t0 )) s) $names"
-  printf -v "${part}_json" '{"ok": %s, "passed": %s, "failed": %s, "skipped": %s, "failed_names": "%s"}' \
-    "$ok" "$passed" "$failed" "$skipped" "$(json_str "$names")"
+  cat "$out" >> "$LOG"
+  passed=$(grep -cE '^\[       OK \]' "$out")
+  failed=$(grep -cE '^\[  FAILED  \] [A-Za-z].*\(' "$out")
+  skipped=$(grep -cE '^\[  SKIPPED \] [A-Za-z].*\(' "$out")
+  last="$(grep -E '^\[ RUN      \]' "$out" | tail -1 | sed 's/^\[ RUN      \] //')"
+  first="$(grep -m1 -E 'Failure|error:|what\(\)|Error' "$out" | head -c 300)"
+  if [ "$rc" -eq 0 ] && [ "$failed" -eq 0 ] && ! grep -q 'skipped: no CUDA device' "$out"; then ok=true; fi
+  [ "$rc" -eq 124 ] && first="timed out after $t s; $first"
+  grep -q 'skipped: no CUDA device' "$out" && first="skipped without a usable GPU; $first"
+  n_pass=$(( n_pass + passed )); n_fail=$(( n_fail + failed )); n_skip=$(( n_skip + skipped ))
+  suites="$suites${suites:+, }{\"program\": \"$prog\", \"suite\": $(jstr "$suite"), \"ok\": $ok, \"rc\": $rc, \"passed\": $passed, \"failed\": $failed, \"skipped\": $skipped, \"last_run\": $(jstr "$last"), \"first_failure\": $(jstr "$first")}"
+  log "tests $prog $suite: $($ok && echo ok || echo FAILED) (rc $rc, $passed passed, $failed failed, $skipped skipped)${first:+ - $first}"
   $ok
 }
-device_json=null; backend_json=null; kernels_json=null; pipeline_json=null
-if $build_ok; then
-  run_tests device 'CudaDevice.*:CudaLogicalDevices.*' || tests_ok=false
-  run_tests backend 'CudaBackend.*:CudaBackendPlan.*' || tests_ok=false
-  run_tests kernels '-CudaDevice.*:CudaLogicalDevices.*:CudaBackend.*:CudaBackendPlan.*:CudaPipeline.*' || tests_ok=false
-  run_tests pipeline 'CudaPipeline.*' || tests_ok=false
+t0=$(date +%s)
+list="$("$BUILD/tests/test_cuda" --gtest_list_tests 2>>"$LOG" | grep -vE '^ |^Running' | sed 's/\.\s.*$//; s/\.$//')"
+for suite in $list; do
+  tl=$(budget 180 180)
+  if [ "$tl" -lt 10 ]; then log "tests: no time left for $suite"; tests_ok=false; suites="$suites${suites:+, }{\"suite\": $(jstr "$suite"), \"ok\": false, \"skipped\": \"no time left\"}"; continue; fi
+  run_suite test_cuda "$suite" "$tl" || tests_ok=false
+  R[tests]="{\"ok\": $tests_ok, \"passed\": $n_pass, \"failed\": $n_fail, \"skipped\": $n_skip, \"suites\": [$suites]}"
+  write_json
+done
+run_suite test_quant CudaDequant "$(budget 60 150)" || tests_ok=false
+R[tests]="{\"ok\": $tests_ok, \"passed\": $n_pass, \"failed\": $n_fail, \"skipped\": $n_skip, \"seconds\": $(( $(date +%s) - t0 )), \"suites\": [$suites]}"
+$tests_ok && ok=true
+write_json
+
+# ---- bench ----------------------------------------------------------------------------------------------------
+tl=$(budget 90 150)
+if [ "$tl" -ge 20 ] && timeout "$tl" "$BUILD/bin/rp-cuda-bench" "$SCRATCH/bench.json" 2>&1 | tee -a "$LOG" > /dev/null && [ -s "$SCRATCH/bench.json" ]; then
+  R[bench]="$(cat "$SCRATCH/bench.json")"
 else
-  tests_ok=false
+  R[bench]="{\"ok\": false, \"error\": \"rp-cuda-bench failed or had no time ($tl s)\"}"
 fi
+write_json
+peak=$(grep '"cublas_bf16_peak"' "$SCRATCH/bench.json" 2>/dev/null | sed -n 's/.*"tflops": \([0-9.]*\).*/\1/p' | sort -g | tail -1)
+peak_src="rp-cuda-bench cublas_bf16_peak (random data)"
+if [ -z "$peak" ]; then peak=788; peak_src="H200 bf16 GEMM on random data measured here (KINDS.md)"; fi
 
-# ---- 3. benchmarks ---------------------------------------------------------------------------------------------
-bench='null'
-if $build_ok; then
-  if timeout 240 "$BUILD/bin/rp-cuda-bench" "$SCRATCH/bench.json" 2>&1 | tee -a "$LOG"; then
-    [ -s "$SCRATCH/bench.json" ] && bench="$(cat "$SCRATCH/bench.json")"
-  else
-    log "bench: failed"
-  fi
-fi
-
-# ---- 4. finetune benchmarks ------------------------------------------------------------------------------------
-# A Qwen3-1.7B-shaped model with random bf16 weights (28 layers, n_embd 2048, 16 heads and 8 KV heads of 128,
-# n_ff 6144, tied head; the qwen2 BPE vocabulary of shared/models/vocab sets the vocabulary rows), generated by
-# tests/cuda/bench/gen_synth.cpp; LoRA rank 16 on the default targets, trained by rp-finetune --backend cuda on
-# repeated shared/models/reference/train.txt, sequences of FT_SEQ tokens, FT_BATCH per step in FT_MICRO
-# micro-batches, FT_STEPS steps:
-#   resident  one logical device with memory for everything (the runtime still uploads each call's layers
-#             from host memory, but there is no pipeline: one device runs every stage);
-#   streamed  four logical devices of FT_STREAM_MEM each on the same GPU: none can hold the model (3.4 GB of
-#             bf16 weights), so the planner splits it into stages that stream through them round-robin.
-# tokens/s: the median of the steps after the first (warm-up: cuBLAS handles, graph buffers growing). MFU =
-# 6 x params x tokens/s / peak, peak = the bare cuBLAS bf16 GEMM rp-cuda-bench measured, else the H200's dense
-# bf16 989 TFLOP/s. The streamed run writes a Chrome trace and its timeline (rp-trace), copied to $OUT_DIR.
-# Time: generation ~1 min (single-threaded writer), each run under FT_TIMEOUT s and within what is left of the
-# script's budget RP_GPU_BUDGET_S (default 570 s of the 10 minutes, counted from the start): a run that would not
-# fit is skipped ("skipped": "no time left") or cut short by its timeout (rc 124).
+# ---- finetune: ours, resident and streamed ---------------------------------------------------------------------
 FT_SEQ="${FT_SEQ:-512}"; FT_BATCH="${FT_BATCH:-8}"; FT_MICRO="${FT_MICRO:-4}"; FT_STEPS="${FT_STEPS:-4}"
-FT_STREAM_MEM="${FT_STREAM_MEM:-4G}"; FT_TIMEOUT="${FT_TIMEOUT:-120}"; BUDGET_S="${RP_GPU_BUDGET_S:-570}"
-finetune_bench() {
-  local shared="${RP_SHARED_DIR:-$ROOT/../shared}" dir="$SCRATCH/ft" blas params peak peak_src runs="" i
-  if [ $(( BUDGET_S - ($(date +%s) - start) )) -lt 150 ]; then
-    log "finetune bench: skipped, less than 150 s left of the budget" >&2
-    echo '{"skipped": "no time left"}'; return
+FT_RANK=32; FT_ALPHA=16; FT_STREAM_MEM="${FT_STREAM_MEM:-4G}"
+ft="$SCRATCH/ft"; mkdir -p "$ft"
+model="$ft/qwen3-1.7b.gguf"
+runs=""; params=""
+median() { sort -g | awk '{v[NR]=$1} END {if (NR) print (NR % 2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
+# ours NAME DEVICES MEM SECONDS [flags]: one rp-finetune run; appends its JSON to runs.
+ours() {
+  local name="$1" n="$2" mem="$3" t="$4" rc tps first mfu=null okr=false t1; shift 4
+  t1=$(date +%s)
+  if [ "$t" -lt 30 ]; then runs="$runs${runs:+, }\"$name\": {\"ok\": false, \"skipped\": \"no time left\"}"; return; fi
+  timeout "$t" "$BUILD/bin/rp-finetune" -m "$model" --data "$ft/train.txt" -o "$ft/$name.gguf" --backend cuda --devices "$n" \
+    --device-mem "$mem" --lora-rank "$FT_RANK" --lora-alpha "$FT_ALPHA" --seq-len "$FT_SEQ" --batch "$FT_BATCH" \
+    --micro-batches "$FT_MICRO" --steps "$FT_STEPS" --lr 1e-4 "$@" > "$ft/$name.txt" 2>&1
+  rc=$?
+  cat "$ft/$name.txt" >> "$LOG"
+  tps=$(sed -n 's/.*"tokens_per_s":\([0-9.]*\).*/\1/p' "$ft/$name.gguf.metrics.jsonl" 2>/dev/null | tail -n +2 | median)
+  first=$(sed -n 's/.*"tokens_per_s":\([0-9.]*\).*/\1/p' "$ft/$name.gguf.metrics.jsonl" 2>/dev/null | head -1)
+  if [ "$rc" -eq 0 ] && [ -n "$tps" ]; then
+    okr=true
+    mfu=$(awk -v p="$params" -v t="$tps" -v k="$peak" 'BEGIN { printf "%.4f", 6 * p * t / (k * 1e12) }')
   fi
-  mkdir -p "$dir"
-  blas=$(sed -n 's/^OPENBLAS_LIBRARY:[A-Z]*=//p' "$BUILD/CMakeCache.txt" 2>/dev/null | grep -v NOTFOUND || true)
-  if ! ${CXX:-g++} -std=c++20 -O2 -I"$ROOT" "$ROOT/tests/cuda/bench/gen_synth.cpp" "$ROOT/tests/live/synth_model.cpp" \
-        "$BUILD/ggml_rp/libggml_rp.a" "$BUILD/gguf/libgguf.a" ${blas:+"$blas"} -fopenmp -pthread -o "$dir/gen_synth" \
-        >> "$LOG" 2>&1; then
-    log "finetune bench: cannot build tests/cuda/bench/gen_synth.cpp" >&2; echo null; return
-  fi
-  local t0=$(date +%s)
-  params=$(timeout 180 "$dir/gen_synth" "$dir/qwen3-1.7b.gguf" "$shared/models/vocab/ggml-vocab-qwen2.gguf" \
-             qwen3 2048 16 8 128 6144 28 1 bf16 2>> "$LOG" | sed -n 's/^params //p')
-  if [ -z "$params" ]; then log "finetune bench: model generation failed" >&2; echo null; return; fi
-  log "finetune bench: qwen3-1.7b-shaped model, $params parameters, generated in $(( $(date +%s) - t0 )) s" >&2
-  for i in $(seq 100); do cat "$shared/models/reference/train.txt"; done > "$dir/train.txt"
-  peak=$(grep '"cublas_bf16_peak"' "$SCRATCH/bench.json" 2>/dev/null | sed -n 's/.*"tflops": \([0-9.]*\).*/\1/p' | sort -g | tail -1)
-  peak_src="rp-cuda-bench cublas_bf16_peak"
-  if [ -z "$peak" ]; then peak=989; peak_src="H200 dense bf16 datasheet"; fi
-  # run NAME DEVICES MEM SHARE [extra flags]: one rp-finetune run within 1/SHARE of the time left; appends its
-  # JSON to runs.
-  run() {
-    local name="$1" n="$2" mem="$3" share="$4" rc tps tps_all first_s wall t1 limit; shift 4
-    t1=$(date +%s)
-    limit=$(( (BUDGET_S - (t1 - start) - 15) / share ))
-    [ "$limit" -gt "$FT_TIMEOUT" ] && limit=$FT_TIMEOUT
-    if [ "$limit" -lt 30 ]; then
-      log "finetune bench $name: skipped, ${limit} s left of the budget" >&2
-      runs="$runs${runs:+, }\"$name\": {\"ok\": false, \"skipped\": \"no time left\"}"
-      return
-    fi
-    timeout "$limit" "$BUILD/bin/rp-finetune" -m "$dir/qwen3-1.7b.gguf" --data "$dir/train.txt" -o "$dir/$name.gguf" \
-      --backend cuda --devices "$n" --device-mem "$mem" --lora-rank 16 --seq-len "$FT_SEQ" --batch "$FT_BATCH" \
-      --micro-batches "$FT_MICRO" --steps "$FT_STEPS" --lr 1e-4 "$@" > "$dir/$name.txt" 2>&1
-    rc=$?
-    wall=$(( $(date +%s) - t1 ))
-    cat "$dir/$name.txt" >> "$LOG"
-    tps_all=$(sed -n 's/.*"tokens_per_s":\([0-9.]*\).*/\1/p' "$dir/$name.gguf.metrics.jsonl" 2>/dev/null | tail -n +2)
-    tps=$(printf '%s\n' $tps_all | sort -g | awk '{v[NR]=$1} END {if (NR) print (NR % 2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}')
-    first_s=$(sed -n 's/.*"tokens_per_s":\([0-9.]*\).*/\1/p' "$dir/$name.gguf.metrics.jsonl" 2>/dev/null | head -1)
-    local mfu=null ok=false
-    if [ "$rc" -eq 0 ] && [ -n "$tps" ]; then
-      ok=true
-      mfu=$(awk -v p="$params" -v t="$tps" -v k="$peak" 'BEGIN { printf "%.4f", 6 * p * t / (k * 1e12) }')
-    fi
-    log "finetune bench $name: rc $rc, $n device(s) x $mem, ${tps:-?} tok/s (median after step 1; step 1 ${first_s:-?}), MFU ${mfu}, ${wall} s" >&2
-    runs="$runs${runs:+, }\"$name\": {\"ok\": $ok, \"rc\": $rc, \"devices\": $n, \"device_mem\": \"$mem\", \"tokens_per_s\": ${tps:-null}, \"first_step_tokens_per_s\": ${first_s:-null}, \"mfu\": $mfu, \"seconds\": $wall}"
-  }
-  run resident 1 80G 2
-  run streamed 4 "$FT_STREAM_MEM" 1 --trace "$dir/streamed.trace.json"
-  local trace_json=null
-  if [ -s "$dir/streamed.trace.json" ]; then
-    cp "$dir/streamed.trace.json" "$OUT_DIR/finetune-streamed.trace.json"
-    if "$BUILD/bin/rp-trace" "$dir/streamed.trace.json" -o "$OUT_DIR/finetune-streamed.timeline.svg" \
-         --title "Qwen3-1.7B shape, LoRA, 4 logical CUDA devices x $FT_STREAM_MEM" > "$dir/trace.txt" 2>&1; then
-      trace_json="\"finetune-streamed.timeline.svg\""
-    fi
-    cat "$dir/trace.txt" >> "$LOG"
-  fi
-  printf '{"model": "qwen3-1.7b-shape bf16 random", "params": %s, "seq_len": %s, "batch": %s, "micro_batches": %s, "steps": %s, "lora_rank": 16, "peak_tflops": %s, "peak_source": "%s", %s, "timeline": %s}\n' \
-    "$params" "$FT_SEQ" "$FT_BATCH" "$FT_MICRO" "$FT_STEPS" "$peak" "$peak_src" "$runs" "$trace_json"
+  log "finetune $name: rc $rc, $n x $mem, ${tps:-?} tok/s (median after step 1; step 1 ${first:-?}), MFU $mfu, $(( $(date +%s) - t1 )) s"
+  runs="$runs${runs:+, }\"$name\": {\"ok\": $okr, \"rc\": $rc, \"devices\": $n, \"device_mem\": \"$mem\", \"tokens_per_s\": ${tps:-null}, \"first_step_tokens_per_s\": ${first:-null}, \"mfu\": $mfu, \"error\": $(jstr "$(grep -m1 '^error' "$ft/$name.txt")")}"
 }
-finetune='null'
-if $build_ok; then
-  finetune="$(finetune_bench)"
+if [ "$(left)" -gt 150 ]; then
+  t0=$(date +%s)
+  params=$(timeout "$(budget 150 120)" "$BUILD/bin/rp-gguf" synth "$model" --vocab "$MODELS/vocab/ggml-vocab-qwen2.gguf" \
+             --shape qwen3-1.7b --type bf16 --seed 7 2>> "$LOG" | sed -n 's/^params //p')
+  for i in $(seq 200); do cat "$MODELS/reference/train.txt"; done > "$ft/train.txt"
+  if [ -n "$params" ]; then
+    log "finetune: qwen3-1.7b-shaped bf16 model, $params parameters, written in $(( $(date +%s) - t0 )) s"
+    ours resident 1 80G "$(budget 120 140)"
+    ours streamed 4 "$FT_STREAM_MEM" "$(budget 120 110)" --trace "$ft/streamed.trace.json"
+    if [ -s "$ft/streamed.trace.json" ]; then
+      cp "$ft/streamed.trace.json" "$OUT_DIR/finetune-streamed.trace.json"
+      "$BUILD/bin/rp-trace" "$ft/streamed.trace.json" -o "$OUT_DIR/finetune-streamed.timeline.svg" \
+        --title "Qwen3-1.7B shape, LoRA r32, 4 logical CUDA devices x $FT_STREAM_MEM" >> "$LOG" 2>&1
+    fi
+    R[finetune]="{\"model\": \"qwen3-1.7b shape, bf16, random\", \"params\": $params, \"seq_len\": $FT_SEQ, \"batch\": $FT_BATCH, \"micro_batches\": $FT_MICRO, \"steps\": $FT_STEPS, \"lora_rank\": $FT_RANK, \"peak_tflops\": $peak, \"peak_source\": $(jstr "$peak_src"), $runs}"
+  else
+    R[finetune]='{"ok": false, "error": "rp-gguf synth failed"}'
+  fi
+else
+  R[finetune]='{"skipped": "no time left"}'
 fi
+write_json
 
-total_s=$(( $(date +%s) - start ))
-ok=false
-$build_ok && $tests_ok && ok=true
+# ---- peft: the peer, and the cross-check of our numbers -------------------------------------------------------
+peft_json="null"; check_json="null"
+tl=$(budget 120 60)
+if [ "$tl" -ge 40 ] && [ -n "$params" ]; then
+  PYTHONUNBUFFERED=1 timeout "$tl" python3 "$ROOT/bench/gpu/peft_baseline.py" bench --shape qwen3-1.7b \
+    --vocab-size 151936 --seq-len "$FT_SEQ" --batch "$FT_BATCH" --micro-batches "$FT_MICRO" --steps "$FT_STEPS" \
+    --rank "$FT_RANK" --alpha "$FT_ALPHA" --json "$SCRATCH/peft.json" 2>&1 | tee -a "$LOG" > /dev/null
+  [ -s "$SCRATCH/peft.json" ] && peft_json="$(cat "$SCRATCH/peft.json")"
+fi
+tl=$(budget 90 40)
+if [ "$tl" -ge 40 ]; then
+  # The same weights through both engines: a small qwen3 with the real vocabulary, f32, LoRA made non-zero by two
+  # steps, then one more step with lr 0 whose batch, logits, loss and gradients rp-finetune dumps.
+  c="$SCRATCH/check"; mkdir -p "$c"
+  "$BUILD/bin/rp-gguf" synth "$c/base.gguf" --vocab "$MODELS/vocab/ggml-vocab-qwen2.gguf" --arch qwen3 --n-embd 256 \
+    --n-head 4 --n-head-kv 2 --head-dim 64 --n-ff 512 --n-layer 2 --tied 1 --seed 3 >> "$LOG" 2>&1
+  common=(-m "$c/base.gguf" --data "$MODELS/reference/train.txt" --seq-len 64 --batch 2 --backend cuda --devices 1
+          --device-mem 2G --lora-rank 8 --lora-alpha 16 --attention-type f32 --clip 0)
+  "$BUILD/bin/rp-finetune" "${common[@]}" --steps 2 --lr 1e-2 -o "$c/a1.gguf" >> "$LOG" 2>&1 &&
+  "$BUILD/bin/rp-finetune" "${common[@]}" --resume "$c/a1.gguf" --steps 1 --lr 0 --dump-grads "$c/step.gguf" -o "$c/a2.gguf" >> "$LOG" 2>&1 &&
+  PYTHONUNBUFFERED=1 timeout "$(budget 60 30)" python3 "$ROOT/bench/gpu/peft_baseline.py" check --base "$c/base.gguf" \
+    --adapter "$c/a1.gguf" --dump "$c/step.gguf" --json "$SCRATCH/check.json" 2>&1 | tee -a "$LOG" > /dev/null
+  [ -s "$SCRATCH/check.json" ] && check_json="$(cat "$SCRATCH/check.json")"
+fi
+R[peft]="{\"bench\": $peft_json, \"check\": $check_json}"
+write_json
+
+# ---- sanitizer --------------------------------------------------------------------------------------------------
+tl=$(budget 90 5)
+if [ "$tl" -ge 30 ] && command -v compute-sanitizer > /dev/null; then
+  s="$SCRATCH/san"; mkdir -p "$s"
+  timeout "$tl" compute-sanitizer --tool memcheck --error-exitcode 2 --print-limit 20 "$BUILD/bin/rp-finetune" \
+    -m "$MODELS/stories260K.gguf" --data "$MODELS/reference/train.txt" -o "$s/a.gguf" --steps 1 --seq-len 32 --batch 4 \
+    --micro-batches 2 --backend cuda --devices 2 --device-mem 256M > "$s/log" 2>&1
+  rc=$?
+  head -c 200000 "$s/log" >> "$LOG"
+  errors=$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$s/log" | tail -1)
+  note=""
+  grep -qi "not supported\|Device not supported" "$s/log" && note="compute-sanitizer refused the device (expected on gVisor)"
+  R[sanitizer]="{\"tool\": \"memcheck\", \"runtime\": \"$runtime\", \"rc\": $rc, \"errors\": ${errors:-null}, \"note\": $(jstr "$note"), \"first\": $(jstr "$(grep -m1 -E 'Invalid|ERROR' "$s/log")")}"
+else
+  R[sanitizer]="{\"skipped\": \"$( command -v compute-sanitizer > /dev/null && echo 'no time left' || echo 'no compute-sanitizer' )\"}"
+fi
+write_json
+
+# ---- summary --------------------------------------------------------------------------------------------------
 {
-  printf '{\n  "ok": %s,\n  "gpu": "%s",\n  "compute_cap": "%s",\n' "$ok" "$(json_str "$gpu")" "$cap"
-  printf '  "build": {"ok": %s, "seconds": %s},\n' "$build_ok" "$build_s"
-  printf '  "tests": {"ok": %s, "device": %s, "backend": %s, "kernels": %s, "pipeline": %s},\n' \
-    "$tests_ok" "$device_json" "$backend_json" "$kernels_json" "$pipeline_json"
-  printf '  "bench": %s,\n' "$bench"
-  printf '  "finetune_bench": %s,\n' "${finetune:-null}"
-  printf '  "seconds": %s\n}\n' "$total_s"
-} > "$JSON.tmp" && mv "$JSON.tmp" "$JSON"
-log "summary: $JSON"
+  echo "== gpu-check summary: $gpu (sm_$cap, $runtime), $(( $(date +%s) - start )) s"
+  printf '%-44s %s\n' "build" "$build_ok"
+  printf '%-44s %s (%s passed, %s failed, %s skipped)\n' "tests" "$tests_ok" "$n_pass" "$n_fail" "$n_skip"
+  echo "$suites" | grep -o '"suite": "[^"]*", "ok": false' | sed 's/"suite": "\([^"]*\)".*/  failed suite: \1/'
+  if [ -s "$SCRATCH/bench.json" ]; then
+    sed -n 's/.*"name": "\([^"]*\)", "shape": "\([^"]*\)".*"tflops": \([0-9.]*\).*/\1 \2 \3/p' "$SCRATCH/bench.json" |
+      awk '{t=$NF; $NF=""; printf "%-44s %8.1f TFLOP/s\n", $0, t}'
+  fi
+  for r in resident streamed; do
+    tps=$(echo "${R[finetune]}" | sed -n "s/.*\"$r\": {[^}]*\"tokens_per_s\": \([0-9.null]*\).*/\1/p")
+    mfu=$(echo "${R[finetune]}" | sed -n "s/.*\"$r\": {[^}]*\"mfu\": \([0-9.null]*\).*/\1/p")
+    printf '%-44s %s tok/s, MFU %s\n' "ours LoRA $r" "${tps:-?}" "${mfu:-?}"
+  done
+  ptps=$(echo "$peft_json" | sed -n 's/.*"tokens_per_s": \([0-9.]*\).*/\1/p')
+  printf '%-44s %s tok/s\n' "transformers + PEFT LoRA (same shape)" "${ptps:-?}"
+  rtps=$(echo "${R[finetune]}" | sed -n 's/.*"resident": {[^}]*"tokens_per_s": \([0-9.]*\).*/\1/p')
+  if [ -n "$ptps" ] && [ -n "$rtps" ]; then printf '%-44s %s\n' "ours (resident) / PEFT" "$(awk -v a="$rtps" -v b="$ptps" 'BEGIN {printf "%.2f", a / b}')"; fi
+  echo "cross-check vs transformers: $check_json"
+  echo "sanitizer: ${R[sanitizer]}"
+} 2>&1 | tee -a "$LOG" >&2
+write_json
+log "gpu-check: $JSON"
 $ok

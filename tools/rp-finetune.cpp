@@ -37,6 +37,8 @@ const char * const kUsage =
     "      --lora-alpha A      (default 16)\n"
     "      --lora-targets L    comma-separated (default attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up,ffn_down)\n"
     "      --lora-dropout P    dropout on the LoRA branch input, in [0, 1) (default 0)\n"
+    "      --attention-type T  bf16 | f16 | f32: what CUDA devices round attention inputs to (default bf16: tensor\n"
+    "                          cores; the CPU computes attention in f32 whatever it is)\n"
     "      --seq-len N         tokens per sequence (default 64)\n"
     "      --batch N           sequences per optimizer step (default 8)\n"
     "      --micro-batches M   split each batch in M parts, gradients accumulated (default 1)\n"
@@ -104,6 +106,10 @@ int main(int argc, char ** argv) {
             else if (a == "--lora-alpha") o.finetune.lora_alpha = args.number();
             else if (a == "--lora-targets") o.finetune.lora_targets = cli::split_commas(args.value());
             else if (a == "--lora-dropout") o.finetune.lora_dropout = args.number(0.0f, 0.999999f);
+            else if (a == "--attention-type") {
+                const std::string t = args.choice({"bf16", "f16", "f32"});
+                o.finetune.attention_type = t == "bf16" ? rp::DType::BF16 : t == "f16" ? rp::DType::F16 : rp::DType::F32;
+            }
             else if (a == "--seq-len") seq_len = args.integer(1, 1 << 30);
             else if (a == "--batch") o.batch = args.integer(1, 1 << 20);
             else if (a == "--micro-batches") o.micro_batches = args.integer(1, 1 << 20);

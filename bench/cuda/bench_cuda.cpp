@@ -1,4 +1,4 @@
-// rp-cuda-bench [out.json]: throughput of the CUDA kernels on the current GPU.
+// rp-cuda-bench [out.json]: throughput of the CUDA kernels on the current GPU, every operand random.
 //   gemm:      rp::cuda::matmul_fwd for f32 and bf16 weights (bf16 includes rounding the activations) next to
 //              a bare cublasGemmEx bf16 call of the same shape, the practical tensor-core peak of this GPU;
 //   attention: rp::cuda::attention_fwd / attention_bwd, bf16, causal. FLOPs counted as FlashAttention does:
@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -61,11 +62,29 @@ void* dev_alloc(size_t bytes) {
     return p;
 }
 
-// Small values so that nothing overflows in half precision (the timing does not depend on them).
-void fill_small(void * p, size_t bytes) {
-    std::vector<uint16_t> h(bytes / 2);
-    for (size_t i = 0; i < h.size(); ++i) h[i] = static_cast<uint16_t>(0x3c00u ^ (i * 2654435761u >> 22 & 0x3ffu) >> 2);
-    ck(cudaMemcpy(p, h.data(), h.size() * 2, cudaMemcpyHostToDevice), "upload");
+// Random values, uniform in [-1, 1), in f32 or bf16 (the top half of the f32 bits). Tensor cores are measurably
+// faster on zeros (the H200's bf16 GEMM: 894 TFLOP/s on zeros, 788 on random data, KINDS.md), so a "peak"
+// measured on zeros would overstate every MFU computed from it.
+void fill_random(void * p, size_t n, bool bf16, uint64_t seed) {
+    uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+    std::vector<float> f(n);
+    for (float & v : f) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v = static_cast<float>(static_cast<double>(x >> 11) * 0x1.0p-52 - 1.0);
+    }
+    if (!bf16) {
+        ck(cudaMemcpy(p, f.data(), n * 4, cudaMemcpyHostToDevice), "upload");
+        return;
+    }
+    std::vector<uint16_t> h(n);
+    for (size_t i = 0; i < n; ++i) {
+        uint32_t b;
+        std::memcpy(&b, &f[i], 4);
+        h[i] = static_cast<uint16_t>(b >> 16);
+    }
+    ck(cudaMemcpy(p, h.data(), n * 2, cudaMemcpyHostToDevice), "upload");
 }
 
 } // namespace
@@ -87,11 +106,15 @@ int main(int argc, char ** argv) {
             const std::string shape = "K=" + std::to_string(K) + " N=" + std::to_string(N) + " T=" + std::to_string(T);
             void * W32 = dev_alloc(size_t(K * N) * 4);
             void * W16 = dev_alloc(size_t(K * N) * 2);
-            fill_small(W16, size_t(K * N) * 2);
+            fill_random(W32, size_t(K * N), false, 1);
+            fill_random(W16, size_t(K * N), true, 2);
             float * X = static_cast<float *>(dev_alloc(size_t(K * T) * 4));
+            fill_random(X, size_t(K * T), false, 3);
             float * Y = static_cast<float *>(dev_alloc(size_t(N * T) * 4));
             const size_t wsb = rp::cuda::matmul_workspace_bytes(K, N, T, TT::BF16);
             void * ws = dev_alloc(wsb);
+            void * X16 = dev_alloc(size_t(K * T) * 2);  // the peak's bf16 activations
+            fill_random(X16, size_t(K * T), true, 4);
             double ms = time_ms([&] { rp::cuda::matmul_fwd(K, N, T, W32, TT::F32, size_t(K) * 4, X, K, Y, N, false, nullptr, 0, nullptr); });
             res.push_back({"gemm_f32", shape, ms, flops / ms * 1e-9});
             ms = time_ms([&] { rp::cuda::matmul_fwd(K, N, T, W16, TT::BF16, size_t(K) * 2, X, K, Y, N, false, ws, wsb, nullptr); });
@@ -100,12 +123,12 @@ int main(int argc, char ** argv) {
             if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) throw rp::Error("cublasCreate failed");
             const float one = 1.0f, zero = 0.0f;
             ms = time_ms([&] {
-                cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(N), int(T), int(K), &one, W16, CUDA_R_16BF, int(K), ws,
+                cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(N), int(T), int(K), &one, W16, CUDA_R_16BF, int(K), X16,
                              CUDA_R_16BF, int(K), &zero, Y, CUDA_R_32F, int(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
             });
             res.push_back({"cublas_bf16_peak", shape, ms, flops / ms * 1e-9});
             cublasDestroy(h);
-            for (void * p : {W32, W16, static_cast<void *>(X), static_cast<void *>(Y), ws}) cudaFree(p);
+            for (void * p : {W32, W16, static_cast<void *>(X), static_cast<void *>(Y), ws, X16}) cudaFree(p);
         }
 
         // ---- attention ------------------------------------------------------------------------------------------
@@ -117,10 +140,10 @@ int main(int argc, char ** argv) {
             void * k = dev_alloc(nk * 2);
             void * v = dev_alloc(nk * 2);
             void * dout = dev_alloc(nq * 2);
-            fill_small(q, nq * 2);
-            fill_small(k, nk * 2);
-            fill_small(v, nk * 2);
-            fill_small(dout, nq * 2);
+            fill_random(q, nq, true, 5);
+            fill_random(k, nk, true, 6);
+            fill_random(v, nk, true, 7);
+            fill_random(dout, nq, true, 8);
             float * o = static_cast<float *>(dev_alloc(nq * 4));
             float * lse = static_cast<float *>(dev_alloc(size_t(s.Hq * s.Tq * s.B) * 4));
             float * dq = static_cast<float *>(dev_alloc(nq * 4));

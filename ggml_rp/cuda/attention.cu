@@ -4,7 +4,9 @@
 // the tile shape and the head dim to a multiple of 16, so padded rows and columns add exact zeros.
 #include "ggml_rp/cuda/attention.cuh"
 
+#include "ggml_rp/cuda/backend_plan.h"
 #include "ggml_rp/cuda/common.cuh"
+#include "ggml_rp/cuda/copy.cuh"
 #include "ggml_rp/cuda/launch.h"
 #include "ggml_rp/cuda/node_kernel.cuh"
 #include "ggml_rp/ops/node_args.h"
@@ -89,24 +91,25 @@ __device__ inline int visible(int64_t t, int64_t off, int64_t j0, int64_t bk) {
     return static_cast<int>(n < 0 ? 0 : (n > bk ? bk : n));
 }
 
-// rows [r0, r0 + nrows) of a [*, H, T, B] tensor at head h, sequence b -> tile [rows x DP], zero-padded.
+// rows [r0, r0 + nrows) of a [*, H, T, B] tensor at head h, sequence b -> tile [rows x DP] with row pitch
+// `pitch` (>= DP; the columns past DP are never read), zero-padded.
 template <class T>
 __device__ void load_tile(T * dst, const T * src, int64_t b, int64_t r0, int64_t nrows, int64_t h, int64_t H,
-                          int64_t Tn, int64_t D, int rows, int DP) {
+                          int64_t Tn, int64_t D, int rows, int DP, int pitch) {
     for (int e = threadIdx.x; e < rows * DP; e += blockDim.x) {
         const int i = e / DP, d = e % DP;
-        dst[e] = (i < nrows && d < D) ? src[((b * Tn + r0 + i) * H + h) * D + d] : from_f32<T>(0.0f);
+        dst[i * pitch + d] = (i < nrows && d < D) ? src[((b * Tn + r0 + i) * H + h) * D + d] : from_f32<T>(0.0f);
     }
 }
 
 template <class T>
 __global__ void __launch_bounds__(kAttnThreads)
 attn_fwd_kernel(AttentionShape s, const T * __restrict__ q, const T * __restrict__ k, const T * __restrict__ v,
-                float * __restrict__ o, float * __restrict__ lse, int BQ, int BK, int DP) {
+                float * __restrict__ o, float * __restrict__ lse, int BQ, int BK, int DP, int KP) {
     Carve cv{attn_smem};
     T * Qs = cv.take<T>(BQ * DP);
-    T * Ks = cv.take<T>(BK * DP);
-    T * Vs = cv.take<T>(BK * DP);
+    T * Ks = cv.take<T>(BK * KP);
+    T * Vs = cv.take<T>(BK * KP);
     float * S = cv.take<float>(BQ * BK);
     T * P = operand_tile<T>(cv, S, BQ * BK);
     float * O = cv.take<float>(BQ * DP);
@@ -119,17 +122,17 @@ attn_fwd_kernel(AttentionShape s, const T * __restrict__ q, const T * __restrict
     const int64_t bq = s.Tq - t0 < BQ ? s.Tq - t0 : BQ;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
 
-    load_tile(Qs, q, b, t0, bq, h, s.Hq, s.Tq, s.D, BQ, DP);
+    load_tile(Qs, q, b, t0, bq, h, s.Hq, s.Tq, s.D, BQ, DP, DP);
     for (int e = threadIdx.x; e < BQ * DP; e += blockDim.x) O[e] = 0.0f;
     for (int i = threadIdx.x; i < BQ; i += blockDim.x) { m[i] = -INFINITY; l[i] = 0.0f; }
     const int64_t kend = s.Tk < t0 + bq + off ? s.Tk : t0 + bq + off;   // keys past the last query's horizon
     for (int64_t j0 = 0; j0 < kend; j0 += BK) {
         const int64_t bk = kend - j0 < BK ? kend - j0 : BK;
         __syncthreads();   // the previous tile's K, V, P are consumed
-        load_tile(Ks, k, b, j0, bk, hk, s.Hkv, s.Tk, s.D, BK, DP);
-        load_tile(Vs, v, b, j0, bk, hk, s.Hkv, s.Tk, s.D, BK, DP);
+        load_tile(Ks, k, b, j0, bk, hk, s.Hkv, s.Tk, s.D, BK, DP, KP);
+        load_tile(Vs, v, b, j0, bk, hk, s.Hkv, s.Tk, s.D, BK, DP, KP);
         __syncthreads();
-        block_gemm<T, true, false>(BQ, BK, DP, Qs, DP, Ks, DP, S, BK, false);   // S = Q K^T
+        block_gemm<T, true, false>(BQ, BK, DP, Qs, DP, Ks, KP, S, BK, false);   // S = Q K^T
         __syncthreads();
         for (int i = warp; i < BQ; i += nw) {   // online softmax, one warp per query row
             const int nv = i < bq ? visible(t0 + i, off, j0, bk) : 0;
@@ -154,7 +157,7 @@ attn_fwd_kernel(AttentionShape s, const T * __restrict__ q, const T * __restrict
         __syncthreads();
         for (int e = threadIdx.x; e < BQ * DP; e += blockDim.x) O[e] *= alpha[e / DP];
         __syncthreads();
-        block_gemm<T, true, true>(BQ, DP, BK, P, BK, Vs, DP, O, DP, true);   // O += P V
+        block_gemm<T, true, true>(BQ, DP, BK, P, BK, Vs, KP, O, DP, true);   // O += P V
     }
     __syncthreads();
     for (int64_t e = threadIdx.x; e < bq * s.D; e += blockDim.x) {
@@ -195,10 +198,10 @@ template <class T>
 __global__ void __launch_bounds__(kAttnThreads)
 attn_bwd_kv_kernel(AttentionShape s, const T * __restrict__ q, const T * __restrict__ k, const T * __restrict__ v,
                    const T * __restrict__ dout, const float * __restrict__ lse, const float * __restrict__ Di,
-                   float * __restrict__ dk, float * __restrict__ dv, int BQ, int BK, int DP) {
+                   float * __restrict__ dk, float * __restrict__ dv, int BQ, int BK, int DP, int KP) {
     Carve cv{attn_smem};
-    T * Ks = cv.take<T>(BK * DP);
-    T * Vs = cv.take<T>(BK * DP);
+    T * Ks = cv.take<T>(BK * KP);
+    T * Vs = cv.take<T>(BK * KP);
     T * Qs = cv.take<T>(BQ * DP);
     T * dOs = cv.take<T>(BQ * DP);
     float * S = cv.take<float>(BQ * BK);
@@ -213,24 +216,24 @@ attn_bwd_kv_kernel(AttentionShape s, const T * __restrict__ q, const T * __restr
     const int64_t hk = blockIdx.y, b = blockIdx.z, group = s.Hq / s.Hkv;
     const int64_t off = s.Tk - s.Tq, j0 = static_cast<int64_t>(blockIdx.x) * BK;
     const int64_t bk = s.Tk - j0 < BK ? s.Tk - j0 : BK;
-    load_tile(Ks, k, b, j0, bk, hk, s.Hkv, s.Tk, s.D, BK, DP);
-    load_tile(Vs, v, b, j0, bk, hk, s.Hkv, s.Tk, s.D, BK, DP);
+    load_tile(Ks, k, b, j0, bk, hk, s.Hkv, s.Tk, s.D, BK, DP, KP);
+    load_tile(Vs, v, b, j0, bk, hk, s.Hkv, s.Tk, s.D, BK, DP, KP);
     for (int e = threadIdx.x; e < BK * DP; e += blockDim.x) { dK[e] = 0.0f; dV[e] = 0.0f; }
     const int64_t t_first = j0 - off > 0 ? j0 - off : 0;   // the first query that sees key j0
     for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
         for (int64_t t0 = t_first / BQ * BQ; t0 < s.Tq; t0 += BQ) {
             const int64_t bq = s.Tq - t0 < BQ ? s.Tq - t0 : BQ;
             __syncthreads();   // the previous tile's Q, dO, P, dS are consumed
-            load_tile(Qs, q, b, t0, bq, h, s.Hq, s.Tq, s.D, BQ, DP);
-            load_tile(dOs, dout, b, t0, bq, h, s.Hq, s.Tq, s.D, BQ, DP);
+            load_tile(Qs, q, b, t0, bq, h, s.Hq, s.Tq, s.D, BQ, DP, DP);
+            load_tile(dOs, dout, b, t0, bq, h, s.Hq, s.Tq, s.D, BQ, DP, DP);
             for (int i = threadIdx.x; i < BQ; i += blockDim.x) {
                 const int64_t r = (b * s.Tq + t0 + i) * s.Hq + h;
                 ls[i] = i < bq ? lse[r] : 0.0f;
                 ds[i] = i < bq ? Di[r] : 0.0f;
             }
             __syncthreads();
-            block_gemm<T, true, false>(BQ, BK, DP, Qs, DP, Ks, DP, S, BK, false);    // S  = Q K^T
-            block_gemm<T, true, false>(BQ, BK, DP, dOs, DP, Vs, DP, dP, BK, false);  // dP = dO V^T
+            block_gemm<T, true, false>(BQ, BK, DP, Qs, DP, Ks, KP, S, BK, false);    // S  = Q K^T
+            block_gemm<T, true, false>(BQ, BK, DP, dOs, DP, Vs, KP, dP, BK, false);  // dP = dO V^T
             __syncthreads();
             probs_and_grads(S, dP, ls, ds, P, dS, BQ, BK, bq, t0, off, j0, bk, s.scale);
             __syncthreads();
@@ -251,12 +254,12 @@ template <class T>
 __global__ void __launch_bounds__(kAttnThreads)
 attn_bwd_q_kernel(AttentionShape s, const T * __restrict__ q, const T * __restrict__ k, const T * __restrict__ v,
                   const T * __restrict__ dout, const float * __restrict__ lse, const float * __restrict__ Di,
-                  float * __restrict__ dq, int BQ, int BK, int DP) {
+                  float * __restrict__ dq, int BQ, int BK, int DP, int KP) {
     Carve cv{attn_smem};
     T * Qs = cv.take<T>(BQ * DP);
     T * dOs = cv.take<T>(BQ * DP);
-    T * Ks = cv.take<T>(BK * DP);
-    T * Vs = cv.take<T>(BK * DP);
+    T * Ks = cv.take<T>(BK * KP);
+    T * Vs = cv.take<T>(BK * KP);
     float * S = cv.take<float>(BQ * BK);
     float * dP = cv.take<float>(BQ * BK);
     T * dS = operand_tile<T>(cv, dP, BQ * BK);
@@ -267,8 +270,8 @@ attn_bwd_q_kernel(AttentionShape s, const T * __restrict__ q, const T * __restri
     const int64_t h = blockIdx.y, b = blockIdx.z, hk = h / (s.Hq / s.Hkv);
     const int64_t off = s.Tk - s.Tq, t0 = static_cast<int64_t>(blockIdx.x) * BQ;
     const int64_t bq = s.Tq - t0 < BQ ? s.Tq - t0 : BQ;
-    load_tile(Qs, q, b, t0, bq, h, s.Hq, s.Tq, s.D, BQ, DP);
-    load_tile(dOs, dout, b, t0, bq, h, s.Hq, s.Tq, s.D, BQ, DP);
+    load_tile(Qs, q, b, t0, bq, h, s.Hq, s.Tq, s.D, BQ, DP, DP);
+    load_tile(dOs, dout, b, t0, bq, h, s.Hq, s.Tq, s.D, BQ, DP, DP);
     for (int e = threadIdx.x; e < BQ * DP; e += blockDim.x) dQ[e] = 0.0f;
     for (int i = threadIdx.x; i < BQ; i += blockDim.x) {
         const int64_t r = (b * s.Tq + t0 + i) * s.Hq + h;
@@ -279,15 +282,15 @@ attn_bwd_q_kernel(AttentionShape s, const T * __restrict__ q, const T * __restri
     for (int64_t j0 = 0; j0 < kend; j0 += BK) {
         const int64_t bk = kend - j0 < BK ? kend - j0 : BK;
         __syncthreads();
-        load_tile(Ks, k, b, j0, bk, hk, s.Hkv, s.Tk, s.D, BK, DP);
-        load_tile(Vs, v, b, j0, bk, hk, s.Hkv, s.Tk, s.D, BK, DP);
+        load_tile(Ks, k, b, j0, bk, hk, s.Hkv, s.Tk, s.D, BK, DP, KP);
+        load_tile(Vs, v, b, j0, bk, hk, s.Hkv, s.Tk, s.D, BK, DP, KP);
         __syncthreads();
-        block_gemm<T, true, false>(BQ, BK, DP, Qs, DP, Ks, DP, S, BK, false);
-        block_gemm<T, true, false>(BQ, BK, DP, dOs, DP, Vs, DP, dP, BK, false);
+        block_gemm<T, true, false>(BQ, BK, DP, Qs, DP, Ks, KP, S, BK, false);
+        block_gemm<T, true, false>(BQ, BK, DP, dOs, DP, Vs, KP, dP, BK, false);
         __syncthreads();
         probs_and_grads<T>(S, dP, ls, ds, nullptr, dS, BQ, BK, bq, t0, off, j0, bk, s.scale);
         __syncthreads();
-        block_gemm<T, true, true>(BQ, DP, BK, dS, BK, Ks, DP, dQ, DP, true);   // dQ += dS K
+        block_gemm<T, true, true>(BQ, DP, BK, dS, BK, Ks, KP, dQ, DP, true);   // dQ += dS K
     }
     __syncthreads();
     for (int64_t e = threadIdx.x; e < bq * s.D; e += blockDim.x) {
@@ -313,7 +316,9 @@ void check_shape(const AttentionShape & s, gguf::TensorType type, const char * f
 template <class Kernel>
 AttnTiles prepare(Kernel kernel, AttnKernel which, const AttentionShape & s, size_t elem, const char * fn) {
     const size_t limit = device_smem_optin();
-    const AttnTiles t = attention_tiles(which, s.D, elem, limit);
+    cudaFuncAttributes attr{};
+    check(cudaFuncGetAttributes(&attr, kernel), (std::string("cuda ") + fn + ": cudaFuncGetAttributes").c_str());
+    const AttnTiles t = attention_tiles(which, s.D, elem, limit, attr.sharedSizeBytes);
     require(t.bq > 0, fn, "no tile shape for head_dim " + std::to_string(s.D) + " fits " + std::to_string(limit) +
                               " bytes of shared memory");
     check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(t.smem)),
@@ -332,7 +337,7 @@ void fwd(const AttentionShape & s, const void * q, const void * k, const void * 
     const Grid3 g = attention_grid(AttnKernel::Forward, s.Tq, s.Tk, s.Hq, s.Hkv, s.B, t);
     attn_fwd_kernel<T><<<to_dim3(g), kAttnThreads, t.smem, stream>>>(
         s, static_cast<const T *>(q), static_cast<const T *>(k), static_cast<const T *>(v), o, lse,
-        static_cast<int>(t.bq), static_cast<int>(t.bk), static_cast<int>(t.dp));
+        static_cast<int>(t.bq), static_cast<int>(t.bk), static_cast<int>(t.dp), static_cast<int>(t.kp));
     check_launch("attention");
 }
 
@@ -351,13 +356,15 @@ void bwd(const AttentionShape & s, const void * q, const void * k, const void * 
     const AttnTiles tkv = prepare(attn_bwd_kv_kernel<T>, AttnKernel::BackwardKV, s, sizeof(T), "attention_back");
     const Grid3 gkv = attention_grid(AttnKernel::BackwardKV, s.Tq, s.Tk, s.Hq, s.Hkv, s.B, tkv);
     attn_bwd_kv_kernel<T><<<to_dim3(gkv), kAttnThreads, tkv.smem, stream>>>(
-        s, qt, kt, vt, dot, lse, Di, dk, dv, static_cast<int>(tkv.bq), static_cast<int>(tkv.bk), static_cast<int>(tkv.dp));
+        s, qt, kt, vt, dot, lse, Di, dk, dv, static_cast<int>(tkv.bq), static_cast<int>(tkv.bk), static_cast<int>(tkv.dp),
+        static_cast<int>(tkv.kp));
     check_launch("attention_back (dk, dv)");
     const AttnTiles tq = prepare(attn_bwd_q_kernel<T>, AttnKernel::BackwardQ, s, sizeof(T), "attention_back");
     const Grid3 gq = attention_grid(AttnKernel::BackwardQ, s.Tq, s.Tk, s.Hq, s.Hkv, s.B, tq);
     if (gq.x > 0)
         attn_bwd_q_kernel<T><<<to_dim3(gq), kAttnThreads, tq.smem, stream>>>(
-            s, qt, kt, vt, dot, lse, Di, dq, static_cast<int>(tq.bq), static_cast<int>(tq.bk), static_cast<int>(tq.dp));
+            s, qt, kt, vt, dot, lse, Di, dq, static_cast<int>(tq.bq), static_cast<int>(tq.bk), static_cast<int>(tq.dp),
+            static_cast<int>(tq.kp));
     check_launch("attention_back (dq)");
 }
 
@@ -392,16 +399,52 @@ void attention_bwd(const AttentionShape & s, gguf::TensorType type, const void *
 
 // ---- node entries ----
 namespace {
+
+// The node's inputs as the kernels read them: as they are, or (f32 inputs with an f16 / bf16 accelerated
+// type, ops/attention.h) cast into scratch at `area` so the tile products run on tensor cores.
+struct AttentionInputs {
+    gguf::TensorType type;
+    const void * p[6] = {};
+    Tensor cast[6];
+};
+
+AttentionInputs attention_inputs(const Tensor * n, char * area, cudaStream_t stream) {
+    AttentionInputs x;
+    x.type = n->src[0]->type;
+    for (int i = 0; i < 6; ++i) x.p[i] = n->src[i] ? n->src[i]->data : nullptr;
+    if (!attention_casts_inputs(n)) return x;
+    x.type = node::attention_accelerated_type(n);
+    for (int i : {0, 1, 2, 5}) {
+        if (i == 5 && n->op != Op::ATTENTION_BACK) continue;
+        const Tensor * src = n->src[i];
+        Tensor & c = x.cast[i];
+        c = *src;
+        c.type = x.type;
+        set_contiguous_strides(&c);
+        c.view_src = nullptr;
+        c.view_offs = 0;
+        c.data = area;
+        area += (size_t(src->nelements()) * 2 + 255) / 256 * 256;
+        enqueue_cpy(src, &c, stream);
+        x.p[i] = c.data;
+    }
+    return x;
+}
+
 void run_attention(Tensor * n, const NodeRun & r) {
-    attention_fwd(node::attention_shape(n), n->src[0]->type, n->src[0]->data, n->src[1]->data, n->src[2]->data,
-                  out<float>(n), node::aux(n, 0), r.stream);
+    const AttentionInputs x = attention_inputs(n, static_cast<char *>(r.scratch), r.stream);
+    attention_fwd(node::attention_shape(n), x.type, x.p[0], x.p[1], x.p[2], out<float>(n), node::aux(n, 0), r.stream);
 }
+
 void run_attention_back(Tensor * n, const NodeRun & r) {
+    const Tensor * q = n->src[0];
     const Tensor * k = n->src[1];
-    attention_bwd(node::attention_shape(n), n->src[0]->type, n->src[0]->data, k->data, n->src[2]->data,
-                  in<float>(n->src[3]), in<float>(n->src[4]), n->src[5]->data, out<float>(n), node::aux(n, 0),
-                  node::aux(n, k->nbytes()), r.scratch, r.scratch_bytes, r.stream);
+    const size_t own = (attention_bwd_workspace_bytes(q->ne[1], q->ne[2], q->ne[3]) + 255) / 256 * 256;
+    const AttentionInputs x = attention_inputs(n, static_cast<char *>(r.scratch) + own, r.stream);
+    attention_bwd(node::attention_shape(n), x.type, x.p[0], x.p[1], x.p[2], in<float>(n->src[3]), in<float>(n->src[4]),
+                  x.p[5], out<float>(n), node::aux(n, 0), node::aux(n, k->nbytes()), r.scratch, own, r.stream);
 }
+
 const RegisterNodeKernels kRegister{{Op::ATTENTION, run_attention}, {Op::ATTENTION_BACK, run_attention_back}};
 } // namespace
 

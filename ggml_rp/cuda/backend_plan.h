@@ -167,6 +167,21 @@ inline void check_cuda_node(const Tensor * n) {
     }
 }
 
+// ATTENTION / ATTENTION_BACK with f32 inputs and an accelerated type of f16 / bf16 (ops/attention.h): the
+// inputs (q, k, v, and dout for the backward) are cast into scratch, 2 bytes an element, each section
+// 256-byte aligned, after the kernel's own workspace.
+inline bool attention_casts_inputs(const Tensor * n) {
+    const DType acc = static_cast<DType>(n->param_i32(1));
+    return (acc == DType::F16 || acc == DType::BF16) && n->src[0]->type == DType::F32;
+}
+inline size_t attention_cast_bytes(const Tensor * n) {
+    if (!attention_casts_inputs(n)) return 0;
+    size_t b = 0;
+    for (int i : {0, 1, 2, 5})
+        if (n->src[i] && (i != 5 || n->op == Op::ATTENTION_BACK)) b += align256(size_t(n->src[i]->nelements()) * 2);
+    return b;
+}
+
 // Scratch bytes node needs while it runs (0 for most ops), from the workspace rules of launch.h.
 inline size_t node_workspace_bytes(const Tensor * n) {
     switch (n->op) {
@@ -184,9 +199,11 @@ inline size_t node_workspace_bytes(const Tensor * n) {
         const int64_t chunk = n->param_i32(1) < 1 ? 1 : n->param_i32(1);
         return lm_head_ce_workspace_bytes(h->ne[0], W->ne[1], h->ne[1], chunk, W->type);
     }
+    case Op::ATTENTION: return attention_cast_bytes(n);
     case Op::ATTENTION_BACK: {
         const Tensor * q = n->src[0];
-        return attention_bwd_workspace_bytes(q->ne[1], q->ne[2], q->ne[3]);
+        const size_t own = attention_bwd_workspace_bytes(q->ne[1], q->ne[2], q->ne[3]);
+        return attention_casts_inputs(n) ? align256(own) + attention_cast_bytes(n) : own;
     }
     case Op::GET_ROWS_BACK: return get_rows_back_workspace_bytes(n->src[1]->nelements());
     default: return 0;

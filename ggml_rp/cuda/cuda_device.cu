@@ -4,6 +4,7 @@
 #include "ggml_rp/cuda/cuda_device.h"
 
 #include "base/error.h"
+#include "ggml_rp/cuda/blas.cuh"
 #include "ggml_rp/cuda/cuda_runner.h"
 #include "ggml_rp/cuda/logical_devices.h"
 #include "ggml_rp/runtime/arena.h"
@@ -132,6 +133,7 @@ public:
         if (!s_) return;
         cudaSetDevice(dev_.ordinal);
         cudaStreamSynchronize(s_);  // pending host callbacks point at this object
+        cuda::blas_release(s_);
         cudaStreamDestroy(s_);
     }
     CudaStream(const CudaStream &) = delete;
@@ -309,6 +311,8 @@ CudaDevice::CudaDevice(int index, CudaDeviceOptions options)
     }
     try {
         for (int i = 0; i < options.num_streams; ++i) streams_.push_back(std::make_unique<CudaStream>(*impl_, i));
+        // The compute stream's cuBLAS handle and workspace now, before any work (blas.cuh).
+        cuda::blas_handle(static_cast<cudaStream_t>(stream(StreamKind::Compute).native_handle()), name_.c_str());
         runner_ = make_cuda_graph_runner(*this);
     } catch (...) {
         release();
@@ -342,10 +346,18 @@ void CudaDevice::free_pinned(void * ptr) {
     check(cudaFreeHost(ptr), name(), "cudaFreeHost");
 }
 
-void CudaDevice::register_host(void * ptr, size_t bytes) {
+void CudaDevice::register_host(void * ptr, size_t bytes, bool read_only) {
     cuda::process_host_registry().add(index(), ptr, bytes, name(), [&] {
         GpuScope gpu(ordinal_, name());
-        check(cudaHostRegister(ptr, bytes, cudaHostRegisterPortable), name(), "cudaHostRegister");
+        unsigned flags = cudaHostRegisterPortable;
+        if (read_only) {
+            int supported = 0;
+            check(cudaDeviceGetAttribute(&supported, cudaDevAttrHostRegisterReadOnlySupported, ordinal_), name(),
+                  "cudaDeviceGetAttribute");
+            if (!supported) throw Error(name() + ": this GPU cannot register read-only host memory (an mmap'd file)");
+            flags |= cudaHostRegisterReadOnly;
+        }
+        check(cudaHostRegister(ptr, bytes, flags), name(), "cudaHostRegister");
     });
 }
 
@@ -394,6 +406,7 @@ std::vector<std::unique_ptr<CudaDevice>> make_cuda_devices(int n_logical, size_t
         cudaDeviceProp prop{};
         check(cudaGetDeviceProperties(&prop, o), who, "cudaGetDeviceProperties");
         gpus[static_cast<size_t>(o)].name = prop.name;
+        gpus[static_cast<size_t>(o)].overhead_bytes = cuda::blas_workspace_bytes(prop.major);
         GpuScope gpu(o, who);
         size_t free_b = 0, total_b = 0;
         check(cudaMemGetInfo(&free_b, &total_b), who, "cudaMemGetInfo");

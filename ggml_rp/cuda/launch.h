@@ -51,8 +51,15 @@ struct AttnTiles {
     int64_t bq = 0;     // queries per tile (0: no tile shape fits the shared-memory limit)
     int64_t bk = 0;     // keys per tile
     int64_t dp = 0;     // padded head dim
+    int64_t kp = 0;     // row pitch of the key and value tiles (attn_kv_pitch)
     size_t smem = 0;    // dynamic shared memory bytes of the kernel
 };
+
+// Row pitch, in elements, of the key and value tiles in shared memory. The f32 kernels read K and V column by
+// column (S = Q K^T, dP = dO V^T: lane j of a warp reads row j), so with a pitch of dp (a multiple of 16) a
+// warp's 32 reads would hit one bank; dp + 1 spreads them over all 32. The wmma path loads 16 x 16 fragments
+// and needs a pitch that is a multiple of 8 elements: it keeps dp.
+inline constexpr int64_t attn_kv_pitch(int64_t dp, size_t elem) { return elem == 4 ? dp + 1 : dp; }
 
 // Sections of shared memory are 128-byte aligned (MMA loads need 32 bytes).
 inline constexpr size_t smem_section(size_t bytes) { return (bytes + 127) / 128 * 128; }
@@ -61,7 +68,7 @@ inline constexpr size_t smem_section(size_t bytes) { return (bytes + 127) / 128 
 // The layouts listed here are the ones attention.cu carves, in the same order.
 inline constexpr size_t attn_smem_bytes(AttnKernel k, int64_t bq, int64_t bk, int64_t dp, size_t elem) {
     const size_t q = smem_section(size_t(bq * dp) * elem);    // a [bq x dp] tile of inputs
-    const size_t kv = smem_section(size_t(bk * dp) * elem);   // a [bk x dp] tile of inputs
+    const size_t kv = smem_section(size_t(bk * attn_kv_pitch(dp, elem)) * elem);   // a [bk x dp] key / value tile
     const size_t sf = smem_section(size_t(bq * bk) * 4);      // scores / probabilities in f32
     // Probabilities in the input type (the MMA operand); with f32 inputs they overwrite the f32 scores in place.
     const size_t sh = elem == 4 ? 0 : smem_section(size_t(bq * bk) * elem);
@@ -77,20 +84,22 @@ inline constexpr size_t attn_smem_bytes(AttnKernel k, int64_t bq, int64_t bk, in
     return 0;
 }
 
-// The largest tile shape (in the fixed order of preference below) whose shared memory fits smem_limit bytes
-// (the device's opt-in maximum per block). D must be in [1, 256]; returns bq = 0 when nothing fits or D is
-// out of range (the caller throws, naming the shape).
-inline constexpr AttnTiles attention_tiles(AttnKernel k, int64_t D, size_t elem, size_t smem_limit) {
+// The largest tile shape (in the fixed order of preference below) whose dynamic shared memory, next to the
+// kernel's static shared memory (static_smem, cudaFuncAttributes::sharedSizeBytes), fits smem_limit bytes (the
+// device's opt-in maximum per block). D must be in [1, 256]; returns bq = 0 when nothing fits or D is out of
+// range (the caller throws, naming the shape).
+inline constexpr AttnTiles attention_tiles(AttnKernel k, int64_t D, size_t elem, size_t smem_limit, size_t static_smem = 0) {
     AttnTiles t;
     if (D < 1 || D > kAttnMaxHeadDim || (elem != 2 && elem != 4)) return t;
     constexpr int64_t cand[][2] = {{64, 64}, {64, 32}, {32, 32}, {32, 16}, {16, 16}};
     const int64_t dp = attn_padded_head_dim(D);
     for (const auto & c : cand) {
         const size_t s = attn_smem_bytes(k, c[0], c[1], dp, elem);
-        if (s <= smem_limit) {
+        if (s + static_smem <= smem_limit) {
             t.bq = c[0];
             t.bk = c[1];
             t.dp = dp;
+            t.kp = attn_kv_pitch(dp, elem);
             t.smem = s;
             return t;
         }
@@ -102,12 +111,16 @@ inline constexpr AttnTiles attention_tiles(AttnKernel k, int64_t D, size_t elem,
 
 // Scratch of rp::cuda::matmul_fwd / matmul_bwd_x for a weight of type wtype with K inputs, N outputs and T
 // tokens: nothing for f32; the activations converted to the weight's half type (the larger of the two sides,
-// K*T or N*T) for f16/bf16; the dequantized f32 weight (K*N floats) for the block types. 256-byte aligned.
+// K*T or N*T) for f16/bf16, after a 256-byte header for f16 (the power-of-two scale of half_scale.h and the
+// GEMM's alpha / beta, read by cuBLAS from device memory); the dequantized f32 weight (K*N floats) for the
+// block types. 256-byte aligned.
+inline constexpr size_t kHalfScaleHeader = 256;
 inline constexpr size_t matmul_workspace_bytes(int64_t K, int64_t N, int64_t T, gguf::TensorType wtype) {
     using TT = gguf::TensorType;
     size_t b = 0;
     if (wtype == TT::F32) b = 0;
-    else if (wtype == TT::F16 || wtype == TT::BF16) b = size_t((K > N ? K : N) * T) * 2;
+    else if (wtype == TT::F16) b = kHalfScaleHeader + size_t((K > N ? K : N) * T) * 2;
+    else if (wtype == TT::BF16) b = size_t((K > N ? K : N) * T) * 2;
     else b = size_t(K * N) * 4;
     return (b + 255) / 256 * 256;
 }

@@ -46,13 +46,14 @@ inline std::vector<int> logical_device_ordinals(int n_logical, int n_physical) {
 
 // What make_cuda_devices knows of one GPU before it reserves memory on it.
 struct GpuInfo {
-    std::string name;       // e.g. "NVIDIA H200"
-    size_t free_bytes = 0;  // cudaMemGetInfo
+    std::string name;           // e.g. "NVIDIA H200"
+    size_t free_bytes = 0;      // cudaMemGetInfo
+    size_t overhead_bytes = 0;  // what each logical device takes besides its cap (its cuBLAS workspace, blas.cuh)
 };
 
 // Throws rp::Error when mem_each is 0 or when the logical devices placed on one GPU (ordinals from
-// logical_device_ordinals) together ask for more than its free memory; the message names the GPU, how many
-// logical devices and the bytes. gpus[o] describes ordinal o.
+// logical_device_ordinals) together ask for more than its free memory (each its cap plus the GPU's per-device
+// overhead); the message names the GPU, how many logical devices and the bytes. gpus[o] describes ordinal o.
 inline void check_logical_memory(const std::vector<int> & ordinals, size_t mem_each, const std::vector<GpuInfo> & gpus) {
     if (mem_each == 0) throw Error("CUDA: a logical device needs a memory cap above 0 bytes");
     std::map<int, size_t> count;
@@ -65,11 +66,13 @@ inline void check_logical_memory(const std::vector<int> & ordinals, size_t mem_e
     }
     for (const auto & [o, k] : count) {
         const GpuInfo & g = gpus[static_cast<size_t>(o)];
-        if (mem_each > g.free_bytes / k) {  // k * mem_each > free, without overflow
-            throw Error(std::string("CUDA GPU ").append(std::to_string(o)).append(" (").append(g.name)
-                            .append("): ").append(std::to_string(k)).append(" logical devices of ")
-                            .append(format_bytes(mem_each)).append(" each do not fit in its ")
-                            .append(format_bytes(g.free_bytes)).append(" of free memory"));
+        const size_t each = mem_each + g.overhead_bytes;
+        if (each < mem_each || each > g.free_bytes / k) {  // k * each > free, without overflow
+            std::string msg = std::string("CUDA GPU ").append(std::to_string(o)).append(" (").append(g.name)
+                                  .append("): ").append(std::to_string(k)).append(" logical devices of ")
+                                  .append(format_bytes(mem_each));
+            if (g.overhead_bytes) msg.append(" (+ ").append(format_bytes(g.overhead_bytes)).append(" cuBLAS workspace)");
+            throw Error(msg.append(" each do not fit in its ").append(format_bytes(g.free_bytes)).append(" of free memory"));
         }
     }
 }

@@ -6,8 +6,10 @@
 //   dW (K x N) = X dY^T       gemm(N, T)
 #include "ggml_rp/cuda/mul_mat.cuh"
 
+#include "ggml_rp/cuda/blas.cuh"
 #include "ggml_rp/cuda/common.cuh"
 #include "ggml_rp/cuda/dequant.cuh"
+#include "ggml_rp/cuda/half_scale.h"
 #include "ggml_rp/cuda/launch.h"
 #include "ggml_rp/cuda/node_kernel.cuh"
 #include "ggml_rp/ops/node_args.h"
@@ -24,37 +26,67 @@ void blas_check(cublasStatus_t st, const char * what) {
     if (st != CUBLAS_STATUS_SUCCESS) throw Error(std::string("cuda ") + what + ": cuBLAS failed: " + cublasGetStatusString(st));
 }
 
-// One cuBLAS handle per (host thread, device), created on first use and bound to the caller's stream.
-// Handles live until the process ends (destroying them at thread exit could run after the CUDA context died).
-cublasHandle_t blas_handle(cudaStream_t stream, const char * what) {
-    thread_local std::vector<cublasHandle_t> handles;
-    int dev = 0;
-    check(cudaGetDevice(&dev), what);
-    if (static_cast<size_t>(dev) >= handles.size()) handles.resize(static_cast<size_t>(dev) + 1, nullptr);
-    cublasHandle_t & h = handles[static_cast<size_t>(dev)];
-    if (!h) blas_check(cublasCreate(&h), what);
-    blas_check(cublasSetStream(h, stream), what);
-    return h;
-}
-
-// Columns of `rows` floats (column c at src + c*ld) -> contiguous columns of the half type.
+// Columns of `rows` floats (column c at src + c*ld) -> contiguous columns of the half type, each value
+// multiplied by *scale first (nullptr: 1; f16 only, half_scale.h).
 template <class H>
-__global__ void round_kernel(const float * __restrict__ src, int64_t ld, int64_t rows, int64_t n, H * __restrict__ dst) {
+__global__ void round_kernel(const float * __restrict__ src, int64_t ld, int64_t rows, int64_t n, const float * scale,
+                             H * __restrict__ dst) {
+    const float m = scale ? *scale : 1.0f;
     const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-        dst[i] = from_f32<H>(src[i / rows * ld + i % rows]);
+        dst[i] = from_f32<H>(src[i / rows * ld + i % rows] * m);
+}
+
+// max |x| of the same columns, as the bits of a non-negative float (whose order is the integers' order), into
+// *out with atomicMax: the maximum is exact, so any order of the atomics gives the same bits.
+__global__ void absmax_kernel(const float * __restrict__ src, int64_t ld, int64_t rows, int64_t n, unsigned * out) {
+    float m = 0.0f;
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+        m = fmaxf(m, fabsf(src[i / rows * ld + i % rows]));
+    m = warp_max(m);
+    if ((threadIdx.x & 31) == 0) atomicMax(out, __float_as_uint(m));
+}
+
+// The f16 header of the workspace: the max (bits), the scale 2^k, and the GEMM's alpha * 2^-k and beta.
+struct HalfHeader {
+    unsigned max_bits;
+    float scale;
+    float alpha;
+    float beta;
+};
+
+__global__ void half_scale_kernel(HalfHeader * h, float alpha, float beta) {
+    const int k = half_scale_exponent(__uint_as_float(h->max_bits));
+    h->scale = ldexpf(1.0f, k);
+    h->alpha = alpha * ldexpf(1.0f, -k);
+    h->beta = beta;
 }
 
 void round_to_half(gguf::TensorType t, const float * src, int64_t ld, int64_t rows, int64_t cols, void * dst,
-                   cudaStream_t stream) {
+                   const float * scale, cudaStream_t stream) {
     const int64_t n = rows * cols;
     if (n == 0) return;
     const unsigned grid = static_cast<unsigned>(elementwise_grid(n));
     if (t == gguf::TensorType::F16)
-        round_kernel<__half><<<grid, kElemThreads, 0, stream>>>(src, ld, rows, n, static_cast<__half *>(dst));
+        round_kernel<__half><<<grid, kElemThreads, 0, stream>>>(src, ld, rows, n, scale, static_cast<__half *>(dst));
     else
-        round_kernel<__nv_bfloat16><<<grid, kElemThreads, 0, stream>>>(src, ld, rows, n, static_cast<__nv_bfloat16 *>(dst));
+        round_kernel<__nv_bfloat16><<<grid, kElemThreads, 0, stream>>>(src, ld, rows, n, scale, static_cast<__nv_bfloat16 *>(dst));
     check_launch("mul_mat (round activations)");
+}
+
+// f16: the power-of-two scale of src into the workspace header (alpha and beta next to it, for cuBLAS to
+// read from device memory), then src rounded to f16 after the workspace header. Returns the header.
+HalfHeader * scaled_to_f16(const float * src, int64_t ld, int64_t rows, int64_t cols, float alpha, float beta, void * ws,
+                           cudaStream_t stream) {
+    auto * h = static_cast<HalfHeader *>(ws);
+    check(cudaMemsetAsync(&h->max_bits, 0, sizeof(unsigned), stream), "cuda mul_mat (f16 scale)");
+    const int64_t n = rows * cols;
+    if (n > 0) absmax_kernel<<<static_cast<unsigned>(elementwise_grid(n)), kElemThreads, 0, stream>>>(src, ld, rows, n, &h->max_bits);
+    half_scale_kernel<<<1, 1, 0, stream>>>(h, alpha, beta);
+    check_launch("mul_mat (f16 scale)");
+    round_to_half(gguf::TensorType::F16, src, ld, rows, cols, static_cast<char *>(ws) + kHalfScaleHeader, &h->scale, stream);
+    return h;
 }
 
 bool is_half(gguf::TensorType t) { return t == gguf::TensorType::F16 || t == gguf::TensorType::BF16; }
@@ -83,12 +115,23 @@ int64_t weight_ld(const char * op, int64_t K, int64_t N, int64_t T, gguf::Tensor
     return static_cast<int64_t>(w_row_bytes / tt->type_size);
 }
 
-// C (m x n, ldc) = alpha op(A) op(B) + beta C with A, B of the weight's float type and f32 C.
+// C (m x n, ldc) = alpha op(A) op(B) + beta C with A, B of the weight's float type and f32 C. With `scaled`
+// (an f16 operand scaled by half_scale.h), alpha and beta are read from its header in device memory instead.
 void gemm(const char * op, cudaStream_t stream, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n,
           int64_t k, float alpha, const void * A, gguf::TensorType atype, int64_t lda, const void * B, int64_t ldb,
-          float beta, float * C, int64_t ldc) {
+          float beta, float * C, int64_t ldc, const HalfHeader * scaled = nullptr) {
     if (m == 0 || n == 0) return;
     cublasHandle_t h = blas_handle(stream, op);
+    if (scaled) {
+        const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
+        blas_check(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_DEVICE), op);
+        const cublasStatus_t st = cublasGemmEx(h, ta, tb, mi, ni, ki, &scaled->alpha, A, CUDA_R_16F, static_cast<int>(lda), B,
+                                               CUDA_R_16F, static_cast<int>(ldb), &scaled->beta, C, CUDA_R_32F,
+                                               static_cast<int>(ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        blas_check(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST), op);
+        blas_check(st, op);
+        return;
+    }
     const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
     if (atype == gguf::TensorType::F32) {
         blas_check(cublasSgemm(h, ta, tb, mi, ni, ki, &alpha, static_cast<const float *>(A), static_cast<int>(lda),
@@ -117,10 +160,16 @@ void matmul_fwd(int64_t K, int64_t N, int64_t T, const void * W, gguf::TensorTyp
     require(x_col >= K && y_col >= N, op, "column strides must be >= K and N");
     const float beta = accumulate ? 1.0f : 0.0f;
     if (T == 0) return;
+    if (wtype == gguf::TensorType::F16) {  // X scaled into f16's range (half_scale.h), alpha scaled back
+        const HalfHeader * h = scaled_to_f16(X, x_col, K, T, alpha, beta, ws, stream);
+        gemm(op, stream, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, alpha, W, wtype, lda, static_cast<char *>(ws) + kHalfScaleHeader,
+             K, beta, Y, y_col, h);
+        return;
+    }
     if (wtype == gguf::TensorType::F32 || is_half(wtype)) {
         const void * B = X;
         int64_t ldb = x_col;
-        if (is_half(wtype)) { round_to_half(wtype, X, x_col, K, T, ws, stream); B = ws; ldb = K; }
+        if (is_half(wtype)) { round_to_half(wtype, X, x_col, K, T, ws, nullptr, stream); B = ws; ldb = K; }
         gemm(op, stream, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, alpha, W, wtype, lda, B, ldb, beta, Y, y_col);
         return;
     }
@@ -138,10 +187,16 @@ void matmul_bwd_x(int64_t K, int64_t N, int64_t T, const void * W, gguf::TensorT
     require(dy_col >= N && dx_col >= K, op, "column strides must be >= N and K");
     const float beta = accumulate ? 1.0f : 0.0f;
     if (T == 0) return;
+    if (wtype == gguf::TensorType::F16) {  // dY (often ~1e-6, below f16's normal range) scaled, alpha scaled back
+        const HalfHeader * h = scaled_to_f16(dY, dy_col, N, T, alpha, beta, ws, stream);
+        gemm(op, stream, CUBLAS_OP_N, CUBLAS_OP_N, K, T, N, alpha, W, wtype, lda, static_cast<char *>(ws) + kHalfScaleHeader,
+             N, beta, dX, dx_col, h);
+        return;
+    }
     if (wtype == gguf::TensorType::F32 || is_half(wtype)) {
         const void * B = dY;
         int64_t ldb = dy_col;
-        if (is_half(wtype)) { round_to_half(wtype, dY, dy_col, N, T, ws, stream); B = ws; ldb = N; }
+        if (is_half(wtype)) { round_to_half(wtype, dY, dy_col, N, T, ws, nullptr, stream); B = ws; ldb = N; }
         gemm(op, stream, CUBLAS_OP_N, CUBLAS_OP_N, K, T, N, alpha, W, wtype, lda, B, ldb, beta, dX, dx_col);
         return;
     }

@@ -7,8 +7,10 @@
 
 namespace rp {
 
-Tensor * attention(Context & ctx, Tensor * q, Tensor * k, Tensor * v, float scale) {
+Tensor * attention(Context & ctx, Tensor * q, Tensor * k, Tensor * v, float scale, DType accelerated) {
     const char * op = "attention";
+    detail::require(accelerated == DType::F32 || accelerated == DType::F16 || accelerated == DType::BF16, op,
+                    std::string("the accelerator input type must be f32, f16 or bf16, not ") + dtype_name(accelerated));
     detail::require_f32(op, q, "q");
     detail::require_f32(op, k, "k");
     detail::require_f32(op, v, "v");
@@ -24,6 +26,7 @@ Tensor * attention(Context & ctx, Tensor * q, Tensor * k, Tensor * v, float scal
     v = cont_if_needed(ctx, v);
     Tensor * o = detail::new_node(ctx, Op::ATTENTION, DType::F32, q->ne, {q, k, v});
     o->set_param_f32(0, scale);
+    o->set_param_i32(1, static_cast<int32_t>(accelerated));
     o->aux_bytes = static_cast<size_t>(Hq * Tq * B) * sizeof(float);
     return o;
 }
@@ -47,6 +50,7 @@ AttentionGrads attention_back(Context & ctx, Tensor * o, Tensor * dout) {
     Tensor * lse = attention_lse(ctx, o);
     Tensor * dq = detail::new_node(ctx, Op::ATTENTION_BACK, DType::F32, q->ne, {q, k, v, o, lse, dout});
     dq->set_param_f32(0, o->param_f32(0));
+    dq->set_param_i32(1, o->param_i32(1));  // the same accelerator input type as the forward
     dq->aux_bytes = 2 * k->nbytes();
     Tensor * dk = aux_view(ctx, dq, k->ne, 0);
     Tensor * dv = aux_view(ctx, dq, v->ne, k->nbytes());

@@ -13,7 +13,11 @@
 
 namespace rp {
 
-Tensor * attention(Context & ctx, Tensor * q, Tensor * k, Tensor * v, float scale);
+// `accelerated`: the element type an accelerator's kernels may round q, k, v (and the backward's dout) to, for
+// its matrix units: BF16 / F16 run the CUDA kernels on tensor cores (f32 accumulation, probabilities rounded
+// like FlashAttention); F32 keeps the f32 kernels. The CPU kernels always compute in f32 (the reference).
+// Stored as op param 1; attention_back inherits it.
+Tensor * attention(Context & ctx, Tensor * q, Tensor * k, Tensor * v, float scale, DType accelerated = DType::F32);
 // The logsumexp saved by the attention node o: f32 [Hq, Tq, B].
 Tensor * attention_lse(Context & ctx, Tensor * o);
 

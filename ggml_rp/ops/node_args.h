@@ -20,6 +20,9 @@ inline AttentionShape attention_shape(const Tensor * n) {
     return {q->ne[0], q->ne[1], k->ne[1], q->ne[2], k->ne[2], q->ne[3], n->param_f32(0)};
 }
 
+// ATTENTION / ATTENTION_BACK: the element type an accelerator may round the inputs to (op param 1).
+inline DType attention_accelerated_type(const Tensor * n) { return static_cast<DType>(n->param_i32(1)); }
+
 // The second outputs an op writes after its main result (attention's logsumexp, attention_back's dk and dv).
 inline float * aux(const Tensor * t, size_t offset) {
     return reinterpret_cast<float *>(static_cast<char *>(t->data) + t->nbytes() + offset);

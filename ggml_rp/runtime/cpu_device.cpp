@@ -350,7 +350,7 @@ void CpuDevice::free_pinned(void * ptr) {
     ::operator delete(ptr, std::align_val_t(4096));
 }
 
-void CpuDevice::register_host(void * ptr, size_t bytes) {
+void CpuDevice::register_host(void * ptr, size_t bytes, bool /*read_only: host memory is the device's*/) {
     std::lock_guard<std::mutex> lk(impl_->pinned_m);
     if (!impl_->registered.emplace(ptr, bytes).second) {
         throw Error(name() + ": host range registered twice");

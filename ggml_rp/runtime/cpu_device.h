@@ -47,7 +47,7 @@ public:
 
     void * alloc_pinned(size_t bytes) override;
     void free_pinned(void * ptr) override;
-    void register_host(void * ptr, size_t bytes) override;
+    void register_host(void * ptr, size_t bytes, bool read_only = false) override;
     void unregister_host(void * ptr) override;
 
     struct Impl;

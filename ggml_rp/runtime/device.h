@@ -132,7 +132,9 @@ public:
     // ---- page-locked host memory ----
     virtual void * alloc_pinned(size_t bytes) = 0;
     virtual void free_pinned(void * ptr) = 0;
-    virtual void register_host(void * ptr, size_t bytes) = 0;  // pin an existing range (e.g. an mmap'd file)
+    // Pins an existing range. read_only: the range may be mapped read-only (an mmap'd GGUF file): the device
+    // only reads it (CUDA needs cudaHostRegisterReadOnly for such a mapping, or the registration fails).
+    virtual void register_host(void * ptr, size_t bytes, bool read_only = false) = 0;
     virtual void unregister_host(void * ptr) = 0;
 };
 

@@ -37,9 +37,12 @@ struct SharedModels {
     }
 };
 
-rp::FinetuneConfig lora_cfg() {
+// f32 attention (ops/attention.h): the comparisons with the CPU Trainer hold the CUDA kernels to f32 accuracy;
+// the bf16 tensor-core attention that training uses by default is compared on its own below.
+rp::FinetuneConfig lora_cfg(rp::DType attention = rp::DType::F32) {
     rp::FinetuneConfig c;
     c.lora_rank = 4;
+    c.attention_type = attention;
     return c;
 }
 
@@ -83,7 +86,7 @@ struct StepResult {
 
 // One step of w (its calls accumulated) on the host Trainer: gradients, loss, masters after an SGD update.
 StepResult cpu_step(const rp::Model & model, const Workload & w, float lr) {
-    rp::Trainer tr(model, lora_cfg());
+    rp::Trainer tr(model, lora_cfg());  // the CPU computes attention in f32 whatever the accelerated type
     StepResult r;
     tr.zero_grads();
     const float ls = w.loss_scale(0);
@@ -104,8 +107,8 @@ StepResult cpu_step(const rp::Model & model, const Workload & w, float lr) {
 }
 
 // The same step pipelined on G logical CUDA devices; the update callback reads the handed-off gradients.
-StepResult cuda_step(const rp::Model & model, const Workload & w, float lr, int G) {
-    rp::Trainer tr(model, lora_cfg());
+StepResult cuda_step(const rp::Model & model, const Workload & w, float lr, int G, rp::DType attention = rp::DType::F32) {
+    rp::Trainer tr(model, lora_cfg(attention));
     rp::ModelProgram prog(tr);
     DeviceSet set = cuda_devices(setup(G));
     std::vector<rp::Device *> ptrs;
@@ -183,35 +186,50 @@ TEST(CudaPipeline, HandMadePlansGiveTheSameBits) {
         }
 }
 
-TEST(CudaPipeline, CloseToTheCpuTrainer) {
-    RP_REQUIRE_GPU();
+// One SGD step on the CPU Trainer and on 2 logical CUDA devices: the loss within loss_tol (relative), every
+// gradient and every update within grad_tol (relative L2).
+void expect_close_to_cpu(rp::DType attention, double loss_tol, double grad_tol) {
     const SharedModels & m = SharedModels::get();
     for (const rp::Model * model : {m.llama.get(), m.qwen3.get()}) {
         Workload w;
         w.M = 3;
         const float lr = 1e-2f;
         const StepResult cpu = cpu_step(*model, w, lr);
-        const StepResult gpu = cuda_step(*model, w, lr, 2);
+        const StepResult gpu = cuda_step(*model, w, lr, 2, attention);
         ASSERT_EQ(gpu.grads.size(), cpu.grads.size()) << model->path();
-        EXPECT_NEAR(gpu.loss, cpu.loss, 1e-5 * std::fabs(cpu.loss)) << model->path();
+        EXPECT_NEAR(gpu.loss, cpu.loss, loss_tol * std::fabs(cpu.loss)) << model->path();
         rp::Trainer fresh(*model, lora_cfg());
         const auto init = masters_of(fresh);
         double worst = 0.0;
         for (size_t i = 0; i < cpu.grads.size(); ++i) {
             const double e = rel_l2(gpu.grads[i], cpu.grads[i]);
             worst = std::max(worst, e);
-            EXPECT_LE(e, kGradRelTol) << model->path() << " gradient of " << fresh.params()[i].name;
+            EXPECT_LE(e, grad_tol) << model->path() << " gradient of " << fresh.params()[i].name;
             // The update the step made, CUDA against CPU: the same bound (SGD moves by lr x gradient).
             std::vector<float> du_gpu(init[i].size()), du_cpu(init[i].size());
             for (size_t k = 0; k < init[i].size(); ++k) {
                 du_gpu[k] = gpu.masters[i][k] - init[i][k];
                 du_cpu[k] = cpu.masters[i][k] - init[i][k];
             }
-            EXPECT_LE(rel_l2(du_gpu, du_cpu), kGradRelTol) << model->path() << " update of " << fresh.params()[i].name;
+            EXPECT_LE(rel_l2(du_gpu, du_cpu), grad_tol) << model->path() << " update of " << fresh.params()[i].name;
         }
-        std::printf("%s: loss cpu %.9g cuda %.9g, worst gradient relative error %.3g\n", model->path().c_str(), cpu.loss,
-                    gpu.loss, worst);
+        std::printf("%s, attention %s: loss cpu %.9g cuda %.9g, worst gradient relative error %.3g\n", model->path().c_str(),
+                    rp::dtype_name(attention), cpu.loss, gpu.loss, worst);
     }
+}
+
+TEST(CudaPipeline, CloseToTheCpuTrainer) {
+    RP_REQUIRE_GPU();
+    expect_close_to_cpu(rp::DType::F32, 1e-5, kGradRelTol);
+}
+
+// The default training attention: q, k, v and dout rounded to bf16 for the tensor cores (8 significant bits,
+// relative rounding 2^-9 = 2e-3 per input; the probabilities rounded to bf16 before P V as FlashAttention
+// does). The errors that rounding explains: ~1e-3 in the loss, a few 1e-3 in the gradients; the bounds are
+// 10x that. Not yet measured on a GPU: the first GPU session reports the worst errors it printed.
+TEST(CudaPipeline, CloseToTheCpuTrainerWithBf16Attention) {
+    RP_REQUIRE_GPU();
+    expect_close_to_cpu(rp::DType::BF16, 1e-2, 5e-2);
 }
 
 #else

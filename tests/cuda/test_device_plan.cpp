@@ -54,6 +54,11 @@ TEST(CudaLogicalDevices, CapsPlacedOnOneGpuMustFitItsFreeMemory) {
     EXPECT_TRUE(has(msg, "37580963840 bytes")) << msg;   // 35 GiB each
     EXPECT_TRUE(has(msg, "149250113536 bytes")) << msg;  // 139 GiB free
     // Two GPUs: 5 logical devices put 3 on GPU 0 and 2 on GPU 1; only GPU 0 is too small for 3 x 30 GiB.
+    // Each logical device also takes its cuBLAS workspace (blas.cuh): 4 x (34 GiB + 32 MiB) > 136 GiB.
+    const std::vector<GpuInfo> exact = {{"NVIDIA H200", 136 * GiB, 0}}, with_ws = {{"NVIDIA H200", 136 * GiB, 32 << 20}};
+    EXPECT_NO_THROW(check_logical_memory(logical_device_ordinals(4, 1), 34 * GiB, exact));
+    const std::string ws_msg = error_of([&] { check_logical_memory(logical_device_ordinals(4, 1), 34 * GiB, with_ws); });
+    EXPECT_NE(ws_msg.find("cuBLAS workspace"), std::string::npos) << ws_msg;
     const std::vector<GpuInfo> two = {{"A", 80 * GiB}, {"B", 80 * GiB}};
     EXPECT_NO_THROW(check_logical_memory(logical_device_ordinals(5, 2), 26 * GiB, two));
     const std::string msg2 = error_of([&] { check_logical_memory(logical_device_ordinals(5, 2), 30 * GiB, two); });
@@ -153,14 +158,15 @@ TEST(CudaBackendPlan, StridedOperandsArePackedOthersRefusedByName) {
 TEST(CudaBackendPlan, WorkspaceOfEachNode) {
     rp::Context ctx;
     rp::Tensor * x = ctx.new_tensor(rp::DType::F32, 64, 10);  // K = 64, T = 10
-    // f32 weight: no scratch; f16 [64 -> 96]: max(K, N) * T * 2 = 96 * 10 * 2 = 1920 -> 2048.
+    // f32 weight: no scratch; f16 [64 -> 96]: the 256-byte scale header (cuda/half_scale.h), then
+    // max(K, N) * T * 2 = 96 * 10 * 2 = 1920: 2176 -> 2304.
     EXPECT_EQ(node_workspace_bytes(rp::mul_mat(ctx, ctx.new_tensor(rp::DType::F32, 64, 96), x)), 0u);
     rp::Tensor * w16 = ctx.new_tensor(rp::DType::F16, 64, 96);
-    EXPECT_EQ(node_workspace_bytes(rp::mul_mat(ctx, w16, x)), 2048u);
+    EXPECT_EQ(node_workspace_bytes(rp::mul_mat(ctx, w16, x)), 2304u);
     // q8_0 [64 -> 96]: the dequantized weight, 64 * 96 * 4 = 24576 (already 256-aligned).
     EXPECT_EQ(node_workspace_bytes(rp::mul_mat(ctx, ctx.new_tensor(rp::DType::Q8_0, 64, 96), x)), 24576u);
     rp::Tensor * dy = ctx.new_tensor(rp::DType::F32, 96, 10);
-    EXPECT_EQ(node_workspace_bytes(rp::mul_mat_back_x(ctx, w16, dy, x)), 2048u);
+    EXPECT_EQ(node_workspace_bytes(rp::mul_mat_back_x(ctx, w16, dy, x)), 2304u);
     // get_rows_back of 10 ids: round_up(10, 64) * 4 * 2 = 512.
     rp::Tensor * table = ctx.new_tensor(rp::DType::F32, 64, 50);
     rp::Tensor * ids = ctx.new_tensor(rp::DType::I32, 10);
@@ -171,6 +177,13 @@ TEST(CudaBackendPlan, WorkspaceOfEachNode) {
     rp::Tensor * o = rp::attention(ctx, q, k, ctx.new_tensor(rp::DType::F32, 16, 2, 10, 2), 0.25f);
     EXPECT_EQ(node_workspace_bytes(o), 0u);
     EXPECT_EQ(node_workspace_bytes(rp::attention_back(ctx, o, ctx.new_tensor(rp::DType::F32, 16, 4, 10, 2)).dq), 320u);
+    // With bf16 as the accelerated type (ops/attention.h), the f32 inputs are cast into scratch after the
+    // kernel's own workspace (aligned: 320 -> 512): q 1280 elements * 2 = 2560, k and v 640 * 2 = 1280 each,
+    // dout 2560 (every size already 256-aligned).
+    rp::Tensor * ob = rp::attention(ctx, q, k, ctx.new_tensor(rp::DType::F32, 16, 2, 10, 2), 0.25f, rp::DType::BF16);
+    EXPECT_EQ(node_workspace_bytes(ob), 2560u + 1280u + 1280u);
+    EXPECT_EQ(node_workspace_bytes(rp::attention_back(ctx, ob, ctx.new_tensor(rp::DType::F32, 16, 4, 10, 2)).dq),
+              512u + 2560u + 1280u + 1280u + 2560u);
     // LM head + CE, C = 64, V = 50, T = 10, chunk 16, f32 head: tile 16*10*4 = 640 -> 768, no GEMM scratch,
     // per token 4 * (40 -> 256) + 2 * (80 -> 256) = 1536; total 2304.
     rp::Tensor * labels = ctx.new_tensor(rp::DType::I32, 10);

@@ -225,7 +225,9 @@ TEST(CudaAttention, LongSequence8192) {
 
 namespace {
 
-void check_ce(int64_t C, int64_t V, int64_t T, TensorType wt, double tol, std::mt19937 & rng) {
+// loss_scale < 0: 1/T. zero_dw: dW starts at 0 (else random), so that tiny gradients are not lost in the sum.
+void check_ce(int64_t C, int64_t V, int64_t T, TensorType wt, double tol, std::mt19937 & rng, float scale = -1.0f,
+              bool zero_dw = false) {
     SCOPED_TRACE(std::string(gguf::type_name(uint32_t(wt))) + " V=" + std::to_string(V));
     const auto wf = rand_vec(size_t(C * V), rng, -0.2f, 0.2f);
     const auto w = quantized(wt, wf, C, V);
@@ -233,8 +235,8 @@ void check_ce(int64_t C, int64_t V, int64_t T, TensorType wt, double tol, std::m
     const auto h = rand_vec(size_t(C * T), rng);
     std::vector<int32_t> labels(static_cast<size_t>(T));
     for (size_t t = 0; t < labels.size(); ++t) labels[t] = t % 5 == 3 ? -1 : int32_t(rng() % V);
-    const float loss_scale = 1.0f / float(T);
-    std::vector<float> dh(size_t(C * T)), dW = rand_vec(size_t(C * V), rng);
+    const float loss_scale = scale > 0 ? scale : 1.0f / float(T);
+    std::vector<float> dh(size_t(C * T)), dW = zero_dw ? std::vector<float>(size_t(C * V), 0.0f) : rand_vec(size_t(C * V), rng);
     const std::vector<float> dW0 = dW;
     const double loss = rp::cpu::lm_head_ce({C, V, T, 8192}, h.data(), w.data(), wt, rb, labels.data(), loss_scale,
                                             dh.data(), dW.data(), C);
@@ -261,6 +263,17 @@ TEST(CudaCrossEntropy, Vocab151936) {
     RP_REQUIRE_GPU();
     std::mt19937 rng(31);
     check_ce(64, 151936, 37, TensorType::F32, kNmseF32, rng);
+}
+
+// An f16 head at the scale of real training: the 151,936-token vocabulary and the loss scale of a step of 2048
+// trained tokens. Most of the head's gradient is then ~1e-9 and the hidden-state gradient ~1e-6: rounded to f16
+// as they are, the first flushes to zero and the second loses bits (f16 is subnormal below 6.1e-5); the
+// power-of-two scaling of cuda/half_scale.h keeps both at f16's precision, so the CUDA gradients match the
+// CPU's (which dequantizes to f32) within the half-precision bound.
+TEST(CudaCrossEntropy, F16HeadAtTheRealScale) {
+    RP_REQUIRE_GPU();
+    std::mt19937 rng(33);
+    check_ce(64, 151936, 48, TensorType::F16, kNmseHalf, rng, 1.0f / 2048.0f, true);
 }
 
 TEST(CudaCrossEntropy, HalfAndQuantizedHeads) {

@@ -2,7 +2,12 @@
 // here on any machine, against the rules written in the header (hand-computed values, not the code's output).
 #include "ggml_rp/cuda/launch.h"
 
+#include "ggml_rp/core/fp16.h"
+#include "ggml_rp/cuda/half_scale.h"
+
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 using namespace rp::cuda;
 using gguf::TensorType;
@@ -60,9 +65,10 @@ TEST(CudaLaunch, AttentionSharedMemoryByHand) {
     // Backward K/V, bq = bk = 16, dp = 256, bf16: K, V 2*8192, Q, dO 2*8192, S, dP 2*1024, P, dS 2*512,
     // dK, dV 2*16384, lse, Di 2*128 -> 68864.
     EXPECT_EQ(attn_smem_bytes(AttnKernel::BackwardKV, 16, 16, 256, 2), size_t(68864));
-    // Backward Q, bq = 32, bk = 16, dp = 16, f32: Q, dO 2*2048, K, V 2*1024, S, dP 2*2048, dQ 2048, lse, Di
-    // 2*128 -> 12544 (with f32 inputs dS overwrites dP in place: no section of its own).
-    EXPECT_EQ(attn_smem_bytes(AttnKernel::BackwardQ, 32, 16, 16, 4), size_t(12544));
+    // Backward Q, bq = 32, bk = 16, dp = 16, f32: Q, dO 2*2048, K, V 2*1152 (rows of dp + 1 = 17 floats, the
+    // bank-conflict padding of attn_kv_pitch: 16*17*4 = 1088 -> 1152), S, dP 2*2048, dQ 2048, lse, Di 2*128 ->
+    // 12800 (with f32 inputs dS overwrites dP in place: no section of its own).
+    EXPECT_EQ(attn_smem_bytes(AttnKernel::BackwardQ, 32, 16, 16, 4), size_t(12800));
     // The same in bf16 adds dS, 32*16*2 = 1024: Q, dO, K, V halve -> 2*1024 + 2*512 + 4096 + 1024 + 2048 + 256.
     EXPECT_EQ(attn_smem_bytes(AttnKernel::BackwardQ, 32, 16, 16, 2), size_t(2048 + 1024 + 4096 + 1024 + 2048 + 256));
 }
@@ -85,6 +91,44 @@ TEST(CudaLaunch, AttentionTilesFitTheLimitForEveryHeadDim) {
                     EXPECT_LE(t.smem, limit);
                     EXPECT_EQ(t.smem, attn_smem_bytes(k, t.bq, t.bk, t.dp, elem));
                 }
+}
+
+// The f32 kernels pad the key / value rows by one float so that a warp reading a column touches 32 banks;
+// the wmma path keeps the padded head dim (wmma needs a multiple of 8 elements).
+TEST(CudaLaunch, KeyAndValueTilesArePaddedForTheF32Kernels) {
+    for (int64_t dp : {16, 64, 128, 256}) {
+        EXPECT_EQ(attn_kv_pitch(dp, 4), dp + 1);
+        bool bank[32] = {};  // an odd pitch: 32 consecutive rows start in 32 different banks
+        for (int64_t row = 0; row < 32; ++row) bank[(row * attn_kv_pitch(dp, 4)) % 32] = true;
+        for (bool b : bank) EXPECT_TRUE(b) << dp;
+        EXPECT_EQ(attn_kv_pitch(dp, 2), dp);
+        EXPECT_EQ(attn_kv_pitch(dp, 2) % 8, 0);
+    }
+    const AttnTiles t = attention_tiles(AttnKernel::Forward, 128, 4, 227 * 1024);
+    EXPECT_EQ(t.kp, 129);
+    EXPECT_EQ(attention_tiles(AttnKernel::Forward, 128, 2, 227 * 1024).kp, 128);
+}
+
+// The tile chooser leaves room for the kernel's static shared memory: dynamic + static <= the opt-in limit.
+TEST(CudaLaunch, AttentionTilesCountStaticSharedMemory) {
+    const size_t limit = 99 * 1024;
+    const AttnTiles free_of_static = attention_tiles(AttnKernel::Forward, 128, 2, limit);
+    ASSERT_GT(free_of_static.bq, 0);
+    const size_t margin = limit - free_of_static.smem;
+    // A kernel whose static shared memory eats the margin and a byte more cannot keep that tile.
+    const AttnTiles with_static = attention_tiles(AttnKernel::Forward, 128, 2, limit, margin + 1);
+    ASSERT_GT(with_static.bq, 0);
+    EXPECT_LT(with_static.bq * with_static.bk, free_of_static.bq * free_of_static.bk);
+    EXPECT_LE(with_static.smem + margin + 1, limit);
+    EXPECT_EQ(attention_tiles(AttnKernel::Forward, 128, 2, limit, margin).smem, free_of_static.smem);
+    for (AttnKernel k : {AttnKernel::Forward, AttnKernel::BackwardKV, AttnKernel::BackwardQ})
+        for (int64_t D : {1, 64, 128, 256}) {
+            const AttnTiles t = attention_tiles(k, D, 2, limit, 4096);
+            if (t.bq > 0) {
+                EXPECT_LE(t.smem + 4096, limit);
+            }
+        }
+    EXPECT_EQ(attention_tiles(AttnKernel::Forward, 64, 2, limit, limit).bq, 0);  // nothing fits beside it
 }
 
 TEST(CudaLaunch, AttentionTilesPreferTheLargestShape) {
@@ -136,12 +180,13 @@ TEST(CudaLaunch, AttentionGridCountsTilesOfOddShapes) {
 TEST(CudaLaunch, MatmulWorkspace) {
     EXPECT_EQ(matmul_workspace_bytes(4096, 4096, 512, TensorType::F32), size_t(0));
     // f16/bf16: the larger activation side rounded to 2 bytes: max(K, N) * T * 2.
-    EXPECT_EQ(matmul_workspace_bytes(4096, 1024, 512, TensorType::F16), size_t(4096 * 512 * 2));
+    // f16: the 256-byte header of the power-of-two scale (half_scale.h), then the rounded activations.
+    EXPECT_EQ(matmul_workspace_bytes(4096, 1024, 512, TensorType::F16), size_t(256 + 4096 * 512 * 2));
     EXPECT_EQ(matmul_workspace_bytes(1024, 4096, 512, TensorType::BF16), size_t(4096 * 512 * 2));
     // block types: the dequantized f32 weight K * N * 4, rounded up to 256 bytes.
     EXPECT_EQ(matmul_workspace_bytes(4096, 11008, 7, TensorType::Q4_K), size_t(4096) * 11008 * 4);
     EXPECT_EQ(matmul_workspace_bytes(32, 3, 1, TensorType::Q8_0), size_t(512));   // 384 -> 512
-    EXPECT_EQ(matmul_workspace_bytes(3, 3, 3, TensorType::F16), size_t(256));     // 18 -> 256
+    EXPECT_EQ(matmul_workspace_bytes(3, 3, 3, TensorType::F16), size_t(512));     // 256 + 18 -> 512
 }
 
 TEST(CudaLaunch, CrossEntropyChunks) {
@@ -167,4 +212,30 @@ TEST(CudaLaunch, GetRowsBackWorkspace) {
     EXPECT_EQ(get_rows_back_workspace_bytes(0), size_t(64 * 8));
     EXPECT_EQ(get_rows_back_workspace_bytes(64), size_t(64 * 8));
     EXPECT_EQ(get_rows_back_workspace_bytes(65), size_t(128 * 8));
+}
+
+// The power-of-two scale of an f16 GEMM operand (cuda/half_scale.h): the largest magnitude lands in
+// [2^14, 2^15), safely below f16's 65504, and a head gradient of ~1e-9 (loss scale 1/2048 over a 151,936-token
+// vocabulary) survives the rounding instead of flushing to zero.
+TEST(CudaLaunch, HalfScaleKeepsSmallGradientsInF16Range) {
+    using rp::cuda::half_scale_exponent;
+    for (float m : {1e-12f, 1e-9f, 3e-7f, 6e-5f, 0.5f, 1.0f, 1.5f, 300.0f, 16384.0f, 6e4f, 1e6f, 3e9f}) {
+        const int k = half_scale_exponent(m);
+        const double scaled = std::ldexp(static_cast<double>(m), k);
+        EXPECT_GE(scaled, 16384.0) << m;
+        EXPECT_LT(scaled, 32768.0) << m;
+    }
+    EXPECT_EQ(half_scale_exponent(0.0f), 0);
+    EXPECT_EQ(half_scale_exponent(INFINITY), 0);
+    EXPECT_EQ(half_scale_exponent(NAN), 0);
+    EXPECT_EQ(half_scale_exponent(-1.0f), 0);  // the kernel passes |x|
+    // A gradient column whose largest entry is 2e-9 and smallest 3e-12: unscaled, f16 keeps nothing of them.
+    const float g[] = {2e-9f, -1.3e-9f, 7e-10f, 3e-12f};
+    const int k = half_scale_exponent(2e-9f);
+    for (float v : g) {
+        EXPECT_EQ(rp::fp16_to_fp32(rp::fp32_to_fp16(v)), 0.0f) << v;  // the defect: flushed to zero
+        const float back = std::ldexp(rp::fp16_to_fp32(rp::fp32_to_fp16(std::ldexp(v, k))), -k);
+        // f16 keeps 11 significant bits for normal values; 3e-12 * 2^k is still normal (>= 2^-14 of 2^14).
+        EXPECT_NEAR(back, v, std::fabs(v) * std::ldexp(1.0, -10)) << v;
+    }
 }

@@ -75,10 +75,25 @@ TEST(FinetuneTool, LossFallsValidationImprovesAndSeedReproduces) {
     EXPECT_EQ(metric(d / "b.gguf.metrics.jsonl", "loss"), loss);
     EXPECT_EQ(slurp(d / "a.gguf"), slurp(d / "b.gguf"));
 
-    // --dump-grads: one f32 gradient per adapter tensor, same names and shapes, finite and not all zero.
+    // --dump-grads: one f32 gradient per adapter tensor, same names and shapes, finite and not all zero; and
+    // what they came from: the batch, its loss and loss scale, the first sequence's logits.
     auto grads = gguf::Reader::open(d / "g.gguf");
     auto adapter = gguf::Reader::open(d / "a.gguf");
-    ASSERT_EQ(grads->tensors().size(), adapter->tensors().size());
+    ASSERT_EQ(grads->tensors().size(), adapter->tensors().size() + 3);
+    const gguf::TensorInfo * inputs = grads->find_tensor("batch.inputs");
+    const gguf::TensorInfo * labels = grads->find_tensor("batch.labels");
+    const gguf::TensorInfo * logits = grads->find_tensor("batch.logits0");
+    ASSERT_TRUE(inputs && labels && logits);
+    EXPECT_EQ(inputs->type, gguf::TensorType::I32);
+    EXPECT_EQ(inputs->ne[0], labels->ne[0]);
+    EXPECT_EQ(inputs->ne[1], labels->ne[1]);
+    EXPECT_EQ(logits->ne[0], 512);  // stories260K's vocabulary
+    EXPECT_EQ(logits->ne[1], inputs->ne[0]);
+    const auto * lab = reinterpret_cast<const int32_t *>(grads->tensor_data(*labels));
+    int64_t trained = 0;
+    for (int64_t i = 0; i < labels->nelements(); ++i) trained += lab[i] >= 0;
+    EXPECT_FLOAT_EQ(grads->get_f32("rp.loss_scale"), 1.0f / static_cast<float>(trained));
+    EXPECT_NEAR(grads->get_f32("rp.loss"), metric(d / "b.gguf.metrics.jsonl", "loss").front(), 1e-5);
     for (const gguf::TensorInfo & t : adapter->tensors()) {
         const gguf::TensorInfo * g = grads->find_tensor(t.name);
         ASSERT_NE(g, nullptr) << t.name;
