@@ -128,6 +128,11 @@ run_suite() {
 }
 t0=$(date +%s)
 list="$("$BUILD/tests/test_cuda" --gtest_list_tests 2>>"$LOG" | grep -vE '^ |^Running' | sed 's/\.\s.*$//; s/\.$//')"
+if [ -z "$list" ]; then
+  tests_ok=false
+  suites="{\"suite\": \"(list)\", \"ok\": false, \"first_failure\": \"test_cuda --gtest_list_tests listed nothing\"}"
+  log "tests: test_cuda --gtest_list_tests listed nothing"
+fi
 for suite in $list; do
   tl=$(budget 180 180)
   if [ "$tl" -lt 10 ]; then log "tests: no time left for $suite"; tests_ok=false; suites="$suites${suites:+, }{\"suite\": $(jstr "$suite"), \"ok\": false, \"skipped\": \"no time left\"}"; continue; fi
