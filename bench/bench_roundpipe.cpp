@@ -51,6 +51,10 @@ public:
         sleep(bwd_[static_cast<size_t>(l)]);
     }
 
+    size_t program_footprint(rp::ProgramKind, int, const rp::MicroBatchInfo &, const rp::GraphRunner &) override {
+        return 0;  // its programs sleep: no graph memory
+    }
+
 private:
     static void sleep(double s) {  // sleep_for overshoots by ~50-100 us; spin the last 200 us
         const double end = now_s() + s;

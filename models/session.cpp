@@ -66,6 +66,20 @@ void dump_step(Trainer & tr, const Batch & bt, float loss_scale, double loss, in
 
 } // namespace
 
+std::vector<MicroBatchInfo> micro_batch_shapes(int64_t seq_len, int64_t n_seq, int64_t micro_batches) {
+    std::vector<MicroBatchInfo> out;
+    for (int64_t mb = 0; mb < micro_batches; ++mb) {
+        const int64_t lo = n_seq * mb / micro_batches, hi = n_seq * (mb + 1) / micro_batches;
+        if (hi == lo) continue;
+        MicroBatchInfo info;
+        info.seq_len = seq_len;
+        info.n_seq = hi - lo;
+        info.seq_offset = lo;
+        out.push_back(info);
+    }
+    return out;
+}
+
 TrainingSession::TrainingSession(const Model & model, const Dataset & data, SessionOptions options)
     : model_(model), data_(data), opt_(checked(std::move(options), data)), trainer_(model, opt_.finetune),
       split_(split_dataset(data.size(), opt_.val_split, opt_.seed)),
@@ -84,6 +98,9 @@ TrainingSession::TrainingSession(const Model & model, const Dataset & data, Sess
         const int hw = opt_.threads > 0 ? opt_.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
         opt_.pipeline.threads_per_device = std::max(1, hw / static_cast<int>(devices_.size()));
         pipe_ = std::make_unique<Pipeline>(*program_, ptrs, opt_.pipeline);
+        // The largest step's plan and memory, now: a run that cannot fit is refused before it writes anything.
+        const int64_t n_seq = std::min<int64_t>(opt_.batch, static_cast<int64_t>(split_.train.size()));
+        planned_ = pipe_->plan_call(micro_batch_shapes(data.seq_len(), n_seq, opt_.micro_batches));
     }
 }
 
@@ -149,18 +166,14 @@ StepReport TrainingSession::step() {
 
     // The micro-batches: sequences [lo, hi) of the batch each, the same split on the host and in the pipeline.
     std::vector<MicroBatch> mbs;
-    for (int64_t mb = 0; mb < opt_.micro_batches; ++mb) {
-        const int64_t lo = bt.n_seq * mb / opt_.micro_batches, hi = bt.n_seq * (mb + 1) / opt_.micro_batches;
-        if (hi == lo) continue;
-        const size_t off = static_cast<size_t>(lo * bt.seq_len);
+    for (MicroBatchInfo info : micro_batch_shapes(bt.seq_len, bt.n_seq, opt_.micro_batches)) {
+        const size_t off = static_cast<size_t>(info.seq_offset * bt.seq_len);
         MicroBatch m;
         m.ids = bt.inputs.data() + off;
         m.labels = bt.labels.data() + off;
-        m.info.seq_len = bt.seq_len;
-        m.info.n_seq = hi - lo;
-        m.info.seq_offset = lo;
-        m.info.step = step;
-        m.info.loss_scale = loss_scale;
+        info.step = step;
+        info.loss_scale = loss_scale;
+        m.info = info;
         mbs.push_back(m);
     }
     double loss = 0;

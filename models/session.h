@@ -69,10 +69,15 @@ struct StepReport {
     std::string skip_reason;
 };
 
+// The micro-batches a batch of n_seq sequences is split into: sequences [lo, hi) each (seq_offset = lo),
+// sizes differing by one at most; the same split on the host and in the pipeline.
+std::vector<MicroBatchInfo> micro_batch_shapes(int64_t seq_len, int64_t n_seq, int64_t micro_batches);
+
 class TrainingSession {
 public:
     // model and data must outlive the session. Throws rp::Error for bad options (naming the option by its
-    // field name: "micro_batches", "clip", ...), an empty training split, or devices that cannot be made.
+    // field name: "micro_batches", "clip", ...), an empty training split, or devices that cannot be made;
+    // MemoryError (roundpipe/call_planner.h) when a pipelined step cannot fit the devices.
     TrainingSession(const Model & model, const Dataset & data, SessionOptions options);
     ~TrainingSession();
     TrainingSession(const TrainingSession &) = delete;
@@ -99,6 +104,8 @@ public:
     const DatasetSplit & split() const { return split_; }
     const Trainer & trainer() const { return trainer_; }
     const Pipeline * pipeline() const { return pipe_.get(); }
+    // Pipelined: the plan of the largest step and the device memory it takes (checked at construction).
+    const CallPlan & planned() const { return planned_; }
     const std::vector<std::unique_ptr<Device>> & devices() const { return devices_; }
 
 private:
@@ -120,6 +127,7 @@ private:
     std::unique_ptr<ModelProgram> program_;
     std::vector<std::unique_ptr<Device>> devices_;
     std::unique_ptr<Pipeline> pipe_;  // destroyed before the devices (declared after them)
+    CallPlan planned_;
 
     std::mutex norm_m_;  // the update may run on the pipeline's optimizer thread
     double last_norm_ = 0;

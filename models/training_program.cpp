@@ -1,5 +1,7 @@
 #include "models/training_program.h"
 
+#include "ggml_rp/runtime/graph_runner.h"
+
 namespace rp {
 
 ModelProgram::ModelProgram(const Trainer & trainer) : trainer_(trainer) {
@@ -15,6 +17,22 @@ ModelProgram::ModelProgram(const Trainer & trainer) : trainer_(trainer) {
             ti.host = st.param >= 0 ? nullptr : st.t->data;
             layers_[static_cast<size_t>(l)].push_back(ti);
         }
+}
+
+size_t ModelProgram::program_footprint(ProgramKind kind, int layer, const MicroBatchInfo & mb, const GraphRunner & rules) {
+    // The program itself, over memory that is never touched: its graphs are built and measured, not run.
+    FootprintRunner fr(rules);
+    ProgramContext pc;
+    pc.runner = &fr;
+    LayerMemory mem;
+    mem.data.assign(layers_[static_cast<size_t>(layer)].size(), nullptr);
+    mem.grad.assign(layers_[static_cast<size_t>(layer)].size(), nullptr);
+    switch (kind) {
+    case ProgramKind::Forward: trainer_.seq_forward(layer, mem, nullptr, nullptr, mb, pc); break;
+    case ProgramKind::Head: trainer_.seq_head(mem, nullptr, nullptr, nullptr, nullptr, mb, pc); break;
+    case ProgramKind::Backward: trainer_.seq_backward(layer, mem, nullptr, nullptr, nullptr, mb, pc); break;
+    }
+    return fr.peak();
 }
 
 } // namespace rp

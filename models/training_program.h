@@ -34,6 +34,7 @@ public:
                   const MicroBatchInfo & mb, ProgramContext & pc) override {
         trainer_.seq_backward(layer, w, in, dout, din, mb, pc);
     }
+    size_t program_footprint(ProgramKind kind, int layer, const MicroBatchInfo & mb, const GraphRunner & rules) override;
 
 private:
     const Trainer & trainer_;

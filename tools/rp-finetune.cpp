@@ -174,6 +174,9 @@ int main(int argc, char ** argv) {
                          o.devices.backend == "cuda" ? "CUDA" : "CPU", rp::format_bytes(o.devices.memory_each).c_str(),
                          o.devices.link ? (", link " + o.devices.link->to_string()).c_str() : "", schedule.c_str(),
                          o.pipeline.async ? "async" : "sync", o.pipeline.grain == rp::RecomputeGrain::Layer ? "layer" : "stage");
+        if (o.pipelined)
+            std::fprintf(stderr, "memory plan: device peak %s = %s; plan %s\n", rp::format_bytes(run.planned().memory.peak()).c_str(),
+                         run.planned().memory.describe().c_str(), run.planned().plan.describe().c_str());
         const int64_t total = run.total_steps(), first = run.steps_done();
         const int64_t end = stop_at > 0 ? std::min<int64_t>(stop_at, total) : total;
         std::fprintf(stderr, "%s: %zu sequences of %lld tokens (%zu train, %zu validation), %zu trainable tensors, %lld steps\n",

@@ -10,6 +10,7 @@
 #include "ggml_rp/cuda/cuda_device.h"
 #include "ggml_rp/cuda/node_kernel.cuh"
 #include "ggml_rp/ops/op_table.h"
+#include "ggml_rp/runtime/arena.h"
 
 #include <algorithm>
 #include <array>
@@ -93,12 +94,58 @@ CudaBackend::CudaBackend(CudaDevice & dev) : dev_(dev) {}
 
 CudaBackend::~CudaBackend() {
     // The caller has synchronized (backend.h). Each release on its own: a destructor must not throw.
-    try { dev_.free(buffer_); } catch (...) {}
-    try { dev_.free(workspace_); } catch (...) {}
+    if (owned_) {
+        try { dev_.free(buffer_); } catch (...) {}
+        try { dev_.free(workspace_); } catch (...) {}
+    }
     try { dev_.free_pinned(host_flags_); } catch (...) {}
 }
 
+namespace {
+void ensure_host_flags(CudaDevice & dev, void *& host, size_t & capacity, size_t flags) {
+    const size_t need = sizeof(float) + flags * sizeof(int);  // one float for a dloss read, then the flags
+    if (!host || need > capacity) {
+        dev.free_pinned(host);
+        host = nullptr;
+        capacity = 0;
+        host = dev.alloc_pinned(need);
+        capacity = need;
+    }
+    std::memset(host, 0, capacity);
+}
+} // namespace
+
+size_t CudaBackend::bind(const Graph & g, void * mem, size_t bytes) {
+    const cuda::CudaGraphBytes need = cuda::cuda_graph_bytes(g);
+    if (need.total() > bytes) {
+        throw Error(dev_.name() + ": a graph of " + format_bytes(need.total()) + " (buffer " + format_bytes(need.buffer) +
+                    ", workspace " + format_bytes(need.workspace()) + ") does not fit the graph region of " + format_bytes(bytes) +
+                    " the memory plan reserved");
+    }
+    if (owned_) {
+        dev_.free(buffer_);
+        dev_.free(workspace_);
+    }
+    owned_ = false;
+    plan_ = plan_graph(g, 256);
+    buffer_ = mem;
+    buffer_bytes_ = plan_.size;
+    apply_plan(g, plan_, buffer_);
+    workspace_ = static_cast<char *>(mem) + cuda::align256(need.buffer);
+    workspace_bytes_ = need.workspace();
+    scratch_bytes_ = need.scratch;
+    max_flags_ = need.flags;
+    ensure_host_flags(dev_, host_flags_, host_flag_capacity_, need.flags);
+    flag_nodes_.clear();
+    return plan_.size;
+}
+
 size_t CudaBackend::allocate(const Graph & g) {
+    if (!owned_) {  // the memory was a caller's: start over in the arena
+        buffer_ = workspace_ = nullptr;
+        buffer_bytes_ = workspace_bytes_ = 0;
+        owned_ = true;
+    }
     // Plan and the device buffer: the arena's 256-byte alignment serves every kernel (cuBLAS, wmma tiles).
     AllocPlan plan = plan_graph(g, 256);
     if (!buffer_ || plan.size > buffer_bytes_) {
@@ -128,16 +175,7 @@ size_t CudaBackend::allocate(const Graph & g) {
     // Kernel scratch first; flags and the loss at the end, so a larger scratch fits when the workspace is reused.
     scratch_bytes_ = workspace_bytes_ - cuda::align256(flags * sizeof(int)) - cuda::align256(sizeof(double));
     max_flags_ = flags;
-    // Pinned host copy: one float for a dloss read, then the flags.
-    const size_t host_need = sizeof(float) + flags * sizeof(int);
-    if (!host_flags_ || host_need > host_flag_capacity_) {
-        dev_.free_pinned(host_flags_);
-        host_flags_ = nullptr;
-        host_flag_capacity_ = 0;
-        host_flags_ = dev_.alloc_pinned(host_need);
-        host_flag_capacity_ = host_need;
-    }
-    std::memset(host_flags_, 0, host_flag_capacity_);
+    ensure_host_flags(dev_, host_flags_, host_flag_capacity_, flags);
     flag_nodes_.clear();
     return plan_.size;
 }

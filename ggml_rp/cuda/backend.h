@@ -37,6 +37,9 @@ public:
     // Plans g, grows the device buffers when needed and points every node of g at its memory. Returns the
     // buffer bytes the plan needs (the graph's memory peak, as CpuBackend::allocate).
     size_t allocate(const Graph & g);
+    // The same into memory the caller owns: [mem, mem + bytes) holds the buffer then the workspace
+    // (cuda_graph_bytes of backend_plan.h); throws rp::Error when it does not fit.
+    size_t bind(const Graph & g, void * mem, size_t bytes);
 
     // Enqueues every node of g, in order, on `stream` (a stream of this backend's device); makes the device's
     // GPU current on the calling thread.
@@ -53,6 +56,7 @@ public:
 private:
     CudaDevice & dev_;
     AllocPlan plan_;
+    bool owned_ = true;             // buffer_ and workspace_ are this backend's (allocate), not a caller's (bind)
     void * buffer_ = nullptr;
     size_t buffer_bytes_ = 0;
     void * workspace_ = nullptr;    // [kernel scratch | flag per reporting node | loss (double)]

@@ -12,7 +12,9 @@
 // Header-only on purpose: the library builds ggml_rp/cuda/*.cu only (ggml_rp/CMakeLists.txt).
 #pragma once
 
+#include "ggml_rp/core/alloc.h"
 #include "ggml_rp/core/dtype.h"
+#include "ggml_rp/core/graph.h"
 #include "ggml_rp/core/tensor.h"
 #include "ggml_rp/cuda/launch.h"
 #include "ggml_rp/ops/op_table.h"
@@ -212,5 +214,25 @@ inline size_t node_workspace_bytes(const Tensor * n) {
 
 // All the scratch node takes while it runs: its kernel's workspace, then the packing of strided operands.
 inline size_t node_scratch_bytes(const Tensor * n) { return align256(node_workspace_bytes(n)) + node_pack_bytes(n); }
+
+// The device memory CudaBackend takes for a graph: its buffer (plan_graph with the 256-byte alignment every
+// kernel needs), then its workspace: the largest node's scratch (the nodes run one after the other), one flag
+// per node that reports bad ids, the f64 loss.
+struct CudaGraphBytes {
+    size_t buffer = 0;
+    size_t scratch = 0;
+    size_t flags = 0;  // count
+    size_t workspace() const { return scratch + align256(flags * sizeof(int)) + align256(sizeof(double)); }
+    size_t total() const { return align256(buffer) + workspace(); }
+};
+inline CudaGraphBytes cuda_graph_bytes(const Graph & g) {
+    CudaGraphBytes b;
+    b.buffer = plan_graph(g, 256).size;
+    for (const Tensor * n : g.nodes) {
+        b.scratch = b.scratch > node_scratch_bytes(n) ? b.scratch : node_scratch_bytes(n);
+        if (reports_bad_index(n->op)) ++b.flags;
+    }
+    return b;
+}
 
 } // namespace rp::cuda

@@ -36,6 +36,16 @@ public:
 
     size_t run(Graph & g, int /*n_threads: the GPU runs every node*/, const std::function<void()> & results) override {
         select();
+        if (region_) {  // [uploads of this program | the graph's buffer and workspace], reused in stream order
+            const size_t at = cuda::align256(region_uploads_);
+            if (at > region_bytes_) throw Error(dev_.name() + ": the uploads of a program overflow the graph region");
+            if (!region_backend_) region_backend_ = std::make_unique<CudaBackend>(dev_);
+            const size_t bytes = region_backend_->bind(g, static_cast<char *>(region_) + at, region_bytes_ - at);
+            region_backend_->compute(g, stream_);
+            if (results) results();
+            region_uploads_ = 0;
+            return bytes;
+        }
         reclaim();
         size_t flags = 0, scratch = 0;
         for (const Tensor * n : g.nodes) {
@@ -87,8 +97,28 @@ public:
         cuda::check(cudaMemsetAsync(dst, 0, bytes, native()), (dev_.name() + ": graph runner: cudaMemsetAsync").c_str());
     }
 
+    size_t graph_bytes(const Graph & g) const override { return cuda::cuda_graph_bytes(g).total(); }
+    size_t upload_bytes(size_t bytes) const override { return cuda::align256(bytes); }
+
+    void set_region(void * base, size_t bytes) override {
+        select();
+        wait_stream();  // nothing may still use the previous memory
+        region_ = base;
+        region_bytes_ = base ? bytes : 0;
+        region_uploads_ = 0;
+    }
+
     void * upload(const void * host, size_t bytes) override {
         select();
+        if (region_) {
+            void * p = static_cast<char *>(region_) + region_uploads_;
+            region_uploads_ += cuda::align256(bytes);
+            if (region_uploads_ > region_bytes_) throw Error(dev_.name() + ": an upload overflows the graph region");
+            // From pageable memory the copy is staged before the call returns: the caller may free `host` at once.
+            cuda::check(cudaMemcpyAsync(p, host, bytes, cudaMemcpyHostToDevice, native()),
+                        (dev_.name() + ": graph runner: cudaMemcpyAsync of an upload").c_str());
+            return p;
+        }
         reclaim();
         void * p = nullptr;
         try {
@@ -148,6 +178,10 @@ private:
 
     CudaDevice & dev_;
     Stream & stream_;
+    void * region_ = nullptr;  // set_region: the memory plan's graph region
+    size_t region_bytes_ = 0;
+    size_t region_uploads_ = 0;  // bytes of uploads made for the next graph
+    std::unique_ptr<CudaBackend> region_backend_;
     std::map<size_t, std::unique_ptr<CudaBackend>> backends_;  // by bad-index flag count
     std::vector<void *> pending_;                              // uploads of the graph being built
     std::deque<Retired> retired_;

@@ -11,18 +11,17 @@
 
 namespace rp {
 
-// Memory of a finished job, freed once its last download-stream event has completed; it also keeps the call
-// (whose pinned host buffers the job's copies read and write) alive until then.
+// A finished job: its last download-stream event (its weight slot and activations are free after it), and
+// the call it keeps alive until then (the pinned host buffers its copies read and write).
 struct DeviceWorker::Retired {
     std::shared_ptr<Event> done;
-    std::vector<void *> buffers;
     std::shared_ptr<Call> call;
 };
 
-// Activation buffers of one stage for one micro-batch parity (a ring of two per stage per job).
+// One activation set of a stage, as pointers (layout_job's offsets into the activation region).
 struct DeviceWorker::ActSet {
-    std::vector<void *> in;     // fwd/fused: [0]; bwd: one per checkpoint (stage grain: 1; layer grain: per layer)
-    std::vector<void *> work;   // hidden buffers: layer outputs (fwd), layer inputs (fused / bwd recompute)
+    std::vector<void *> in;     // fwd / fused / bwd stage grain: [0]; bwd layer grain: 1 or 2 checkpoints
+    std::vector<void *> work;   // fwd: 1 or 2 outputs (ping-pong); fused / bwd stage grain: layer inputs
     void * labels = nullptr;
     void * dout = nullptr;
     void * d[2] = {nullptr, nullptr};
@@ -35,8 +34,6 @@ struct DeviceWorker::Running {
     Job & job;
     Call & call;
     std::vector<LayerMemory> mem;  // per layer of job.spec.layers
-    std::vector<void *> owned;
-    size_t bytes = 0;
     LayerMemory & layer(int l) { return mem[static_cast<size_t>(l - job.spec.layers.begin)]; }
 };
 
@@ -52,6 +49,16 @@ DeviceWorker::~DeviceWorker() {
     } catch (...) {  // already recorded by the job that met it
     }
     retire(0);
+    try {
+        dev_.runner().set_region(nullptr, 0);
+        dev_.free(block_);
+    } catch (...) {  // a destructor must not throw
+    }
+}
+
+DeviceMemoryPlan DeviceWorker::regions() const {
+    std::lock_guard<std::mutex> lk(regions_m_);
+    return regions_;
 }
 
 void DeviceWorker::submit(std::shared_ptr<Job> job) {
@@ -87,21 +94,29 @@ void DeviceWorker::retire(size_t keep) {
         Retired r = std::move(retired_.front());
         retired_.pop_front();
         if (r.done) r.done->synchronize();
-        for (void * p : r.buffers) dev_.free(p);
     }
 }
 
-void * DeviceWorker::take(Running & r, size_t bytes, const std::string & what) {
-    void * p = nullptr;
-    try {
-        p = dev_.allocate(bytes, what);
-    } catch (const Error &) {
-        retire(0);  // the previous job may still hold memory: wait for it, then try once more
-        p = dev_.allocate(bytes, what);
+// The regions must hold `need`: when they do not, the device drains (every job retired, every stream idle)
+// and the block is carved again, large enough for both the old and the new need (so a plan that changes from
+// call to call settles at once). One allocation: the arena never fragments.
+void DeviceWorker::ensure_regions(const DeviceMemoryPlan & need) {
+    DeviceMemoryPlan want;
+    {
+        std::lock_guard<std::mutex> lk(regions_m_);
+        if (block_ && regions_.covers(need)) return;
+        want = block_ ? regions_.max(need) : need;
     }
-    r.owned.push_back(p);
-    r.bytes += (bytes + 255) / 256 * 256;  // as the arena rounds
-    return p;
+    retire(0);
+    dev_.synchronize();
+    dev_.runner().set_region(nullptr, 0);
+    dev_.free(block_);
+    block_ = nullptr;
+    block_ = dev_.allocate(std::max<size_t>(want.peak(), 1), "memory plan: " + want.describe());
+    dev_.runner().set_region(static_cast<char *>(block_) + 2 * want.weight_slot + want.activations, want.graph);
+    std::lock_guard<std::mutex> lk(regions_m_);
+    regions_ = want;
+    activations_free_.reset();
 }
 
 void DeviceWorker::launch(Call & c, int layer, Call::Launch kind, OpLabel label, std::function<void(ProgramContext &)> program) {
@@ -122,48 +137,40 @@ void DeviceWorker::launch(Call & c, int layer, Call::Launch kind, OpLabel label,
 }
 
 void DeviceWorker::run_job(Job & job, std::vector<char> & released) {
-    retire(1);  // at most two jobs' memory on a device: this one and the previous
+    retire(1);  // the weight slot of job n-2 (the other slot is the previous job's, maybe still computing)
+    ensure_regions(job.memory);
     Call & c = *job.call;
     const JobSpec & spec = job.spec;
     TrainingProgram & prog = sh_.program;
-    Running r{job, c, std::vector<LayerMemory>(static_cast<size_t>(spec.layers.size())), {}, 0};
-
-    // Weights and gradient buffers of the job's layers.
-    for (int l = spec.layers.begin; l < spec.layers.end; ++l)
-        for (const auto & ti : prog.layer_tensors(l)) {
-            r.layer(l).data.push_back(take(r, ti.bytes, ti.name));
-            r.layer(l).grad.push_back(spec.has_grads && ti.param >= 0 ? static_cast<float *>(take(r, ti.bytes, ti.name + " grad"))
-                                                                      : nullptr);
-        }
-
-    // Activation buffers: a ring of two sets per stage this job runs.
-    std::map<int, std::array<ActSet, 2>> sets;
-    for (const Task & t : spec.tasks) {
-        if (sets.count(t.stage)) continue;
-        const StageDesc & sd = c.stages[static_cast<size_t>(t.stage)];
-        const int a = sd.layers.begin, b = sd.layers.end, k = sd.layers.size();
-        const size_t H = c.max_hidden, I = c.max_tokens;
-        const std::string tag = "activations " + sd.name;
-        for (ActSet & s : sets[t.stage]) {
-            const bool grads = sd.pass != Pass::Fwd;
-            const bool layer_grain = sd.pass == Pass::Bwd && c.plan.grain == RecomputeGrain::Layer;
-            if (layer_grain) {
-                for (int l = a; l < b; ++l) s.in.push_back(take(r, l == 0 ? I : H, tag));  // every layer's checkpoint
-            } else {
-                s.in.push_back(take(r, a == 0 ? I : H, tag));
-                // fwd: the outputs of layers a .. b-1; fused / bwd recompute: the inputs of layers a+1 .. b-1
-                for (int i = sd.pass == Pass::Fwd ? 0 : 1; i < k; ++i) s.work.push_back(take(r, H, tag));
-            }
-            if (sd.pass == Pass::Fused) s.labels = take(r, I, tag);
-            if (sd.pass == Pass::Bwd) s.dout = take(r, H, tag);
-            if (grads) {
-                s.d[0] = take(r, H, tag);
-                s.d[1] = take(r, H, tag);
-            }
-            if (sd.pass == Pass::Fused) s.loss = static_cast<float *>(take(r, sizeof(float), tag));
+    const JobLayout lay = layout_job(prog, c.stages, job.shape, spec);
+    char * slot = static_cast<char *>(block_) + static_cast<size_t>(next_slot_) * regions_.weight_slot;
+    char * acts = static_cast<char *>(block_) + 2 * regions_.weight_slot;
+    next_slot_ ^= 1;
+    Running r{job, c, std::vector<LayerMemory>(static_cast<size_t>(spec.layers.size()))};
+    for (int l = spec.layers.begin; l < spec.layers.end; ++l) {
+        const size_t k = static_cast<size_t>(l - spec.layers.begin);
+        for (size_t i = 0; i < lay.data[k].size(); ++i) {
+            r.layer(l).data.push_back(slot + lay.data[k][i]);
+            r.layer(l).grad.push_back(lay.grad[k][i] == kNoBuffer ? nullptr : reinterpret_cast<float *>(slot + lay.grad[k][i]));
         }
     }
-    sh_.observer.job_memory(r.bytes);
+    auto at = [&](size_t off) -> void * { return off == kNoBuffer ? nullptr : acts + off; };
+    std::map<int, std::array<ActSet, 2>> sets;
+    for (const auto & [stage, layouts] : lay.sets)
+        for (size_t i = 0; i < layouts.size(); ++i) {
+            const ActSetLayout & L = layouts[i];
+            ActSet & s = sets[stage][i];
+            for (size_t o : L.in) s.in.push_back(at(o));
+            for (size_t o : L.work) s.work.push_back(at(o));
+            s.labels = at(L.labels);
+            s.dout = at(L.dout);
+            s.d[0] = at(L.d[0]);
+            s.d[1] = at(L.d[1]);
+            s.loss = static_cast<float *>(at(L.loss));
+        }
+    sh_.observer.job_memory(lay.weight_bytes + lay.activation_bytes);
+    // The activation region is the previous job's until its last download: the first upload waits for it.
+    if (activations_free_) dev_.stream(StreamKind::ActivationUpload).wait(*activations_free_);
 
     // The weights, and this step's running gradient sums back up with them (§5) or the buffers zeroed.
     const std::string cat = c.stages[static_cast<size_t>(spec.tasks.front().stage)].cat;
@@ -201,7 +208,8 @@ void DeviceWorker::run_job(Job & job, std::vector<char> & released) {
     for (size_t k = 0; k < spec.tasks.size(); ++k) {
         const Task & t = spec.tasks[k];
         fuzz_.sleep();
-        run_task(r, t, sets[t.stage][static_cast<size_t>(t.mb % 2)]);
+        std::array<ActSet, 2> & ring = sets[t.stage];
+        run_task(r, t, ring[static_cast<size_t>(t.mb) % lay.sets.at(t.stage).size()]);
         released[k] = 1;
     }
 
@@ -220,7 +228,9 @@ void DeviceWorker::run_job(Job & job, std::vector<char> & released) {
             }
             sh_.protocol.grad_download_enqueued(l, transfer_.record(StreamKind::Download));
         }
-    retired_.push_back({transfer_.record(StreamKind::Download), std::move(r.owned), job.call});
+    std::shared_ptr<Event> done = transfer_.record(StreamKind::Download);
+    activations_free_ = done;
+    retired_.push_back({std::move(done), job.call});
 }
 
 void DeviceWorker::run_task(Running & r, const Task & t, ActSet & s) {
@@ -234,34 +244,29 @@ void DeviceWorker::run_task(Running & r, const Task & t, ActSet & s) {
     const std::string tag = sd.name + " mb" + std::to_string(t.mb);
     const OpLabel up("A " + tag, sd.cat), down("D " + tag, sd.cat), run(tag, sd.cat);
     Stream & cs = dev_.stream(StreamKind::Compute);
+    Stream & as = dev_.stream(StreamKind::ActivationUpload);
+    const bool layer_grain = sd.pass == Pass::Bwd && c.plan.grain == RecomputeGrain::Layer;
 
     // 1. Order: the predecessor stage has enqueued this micro-batch (§9.2); this activation set is free.
     if (t.stage > 0) c.sem[static_cast<size_t>(t.stage - 1)]->acquire();
-    if (s.free) dev_.stream(StreamKind::ActivationUpload).wait(*s.free);
+    if (s.free) as.wait(*s.free);
 
     // 2. Uploads, each behind its producer's D2H (unset only when the producer failed: the call then reports
-    //    that error), then the mark the compute stream and later weight uploads wait for.
+    //    that error), then the mark the compute stream and later weight uploads wait for. Layer grain uploads
+    //    each layer's checkpoint just before its backward (step 3).
     auto input = [&](int l, void * dst) {
         if (l == 0) transfer_.upload_activation(dst, c.ids[mi].data(), I, nullptr, up);
         else transfer_.upload_activation(dst, c.act[static_cast<size_t>(l)][mi].data(), H, c.act_ready[static_cast<size_t>(l)][mi].get(), up);
     };
-    const bool layer_grain = sd.pass == Pass::Bwd && c.plan.grain == RecomputeGrain::Layer;
     if (sd.pass == Pass::Bwd)
         transfer_.upload_activation(s.dout, c.dact[static_cast<size_t>(b)][mi].data(), H, c.dact_ready[static_cast<size_t>(b)][mi].get(), up);
-    if (layer_grain)
-        for (int l = a; l < b; ++l) input(l, s.in[static_cast<size_t>(l - a)]);
-    else
-        input(a, s.in[0]);
+    if (!layer_grain) input(a, s.in[0]);
     if (sd.pass == Pass::Fused) transfer_.upload_activation(s.labels, c.labels[mi].data(), I, nullptr, up);
-    transfer_.activations_uploaded();
+    if (!layer_grain) transfer_.activations_uploaded();
     if (s.free) cs.wait(*s.free);
 
-    // 3. Programs (the layers' inputs: the uploaded one, then the hidden buffers of the set) and downloads.
-    auto x = [&](int l) -> void * {
-        if (layer_grain) return s.in[static_cast<size_t>(l - a)];
-        if (l == a) return s.in[0];
-        return s.work[static_cast<size_t>(l - a - (sd.pass == Pass::Fwd ? 0 : 1))];
-    };
+    // 3. Programs and downloads. The inputs of the layers: the uploaded one, then the set's hidden buffers.
+    auto x = [&](int l) -> void * { return l == a ? s.in[0] : s.work[static_cast<size_t>(l - a - 1)]; };
     auto forward = [&](int l, void * in, void * out) {
         launch(c, l, Call::Launch::Forward, run, [&prog, l, w = r.layer(l), in, out, info](ProgramContext & pc) {
             prog.forward(l, w, in, out, info, pc);
@@ -273,11 +278,11 @@ void DeviceWorker::run_task(Running & r, const Task & t, ActSet & s) {
         });
     };
     // Backward from layer `top` down to a, starting from dout; the input gradients alternate between the
-    // set's two buffers, from d[cur] on. Returns the gradient of layer a's input.
-    auto backward_down = [&](int top, void * dout, int cur) {
+    // set's two buffers, from d[cur] on; `in_of` gives each layer's input. Returns layer a's input gradient.
+    auto backward_down = [&](int top, void * dout, int cur, const std::function<void *(int)> & in_of) {
         for (int l = top; l >= a; --l) {
             void * din = l == 0 ? nullptr : s.d[cur];
-            backward(l, x(l), dout, din);
+            backward(l, in_of(l), dout, din);
             if (l != 0) {
                 dout = din;
                 cur = 1 - cur;
@@ -286,29 +291,63 @@ void DeviceWorker::run_task(Running & r, const Task & t, ActSet & s) {
         return dout;
     };
     switch (sd.pass) {
-    case Pass::Fwd:
+    case Pass::Fwd: {
+        // Outputs alternate between two buffers; one is overwritten only once its download (if any) is done.
+        std::shared_ptr<Event> downloaded[2];
         for (int l = a; l < b; ++l) {
-            void * out = s.work[static_cast<size_t>(l - a)];
-            forward(l, l == a ? s.in[0] : s.work[static_cast<size_t>(l - 1 - a)], out);
-            if (c.need_act[static_cast<size_t>(l + 1)])  // the next stage's input or a backward checkpoint
-                c.act_ready[static_cast<size_t>(l + 1)][mi] = transfer_.download(c.act[static_cast<size_t>(l + 1)][mi].data(), out, H, down);
+            const size_t k = static_cast<size_t>(l - a) % s.work.size();
+            void * out = s.work[k];
+            if (downloaded[k]) cs.wait(*downloaded[k]);
+            forward(l, l == a ? s.in[0] : s.work[static_cast<size_t>(l - a - 1) % s.work.size()], out);
+            downloaded[k].reset();
+            if (c.need_act[static_cast<size_t>(l + 1)]) {  // the next stage's input or a backward checkpoint
+                downloaded[k] = transfer_.download(c.act[static_cast<size_t>(l + 1)][mi].data(), out, H, down);
+                c.act_ready[static_cast<size_t>(l + 1)][mi] = downloaded[k];
+            }
         }
         transfer_.downloads_after_compute();
         break;
+    }
     case Pass::Fused: {
         for (int l = a; l < L - 1; ++l) forward(l, x(l), x(l + 1));
         launch(c, L - 1, Call::Launch::Head, run, [&prog, w = r.layer(L - 1), in = x(L - 1), lab = s.labels, loss = s.loss, d0 = s.d[0], info](ProgramContext & pc) {
             prog.head(w, in, static_cast<const int32_t *>(lab), loss, d0, info, pc);
         });
-        void * din = backward_down(L - 2, s.d[0], 1);  // the head wrote d[0]
+        void * din = backward_down(L - 2, s.d[0], 1, x);  // the head wrote d[0]
         c.loss_ready[mi] = transfer_.download(c.loss.as<float>() + mi, s.loss, sizeof(float), OpLabel("D loss " + tag, sd.cat));
         if (a > 0) c.dact_ready[static_cast<size_t>(a)][mi] = transfer_.download(c.dact[static_cast<size_t>(a)][mi].data(), din, H, down);
         break;
     }
     case Pass::Bwd: {
-        if (!layer_grain)  // recompute the stage's layer inputs from the checkpoint
-            for (int l = a; l < b - 1; ++l) forward(l, x(l), x(l + 1));
-        void * din = backward_down(b - 1, s.dout, 0);
+        void * din = nullptr;
+        if (layer_grain) {
+            // Each layer's checkpoint into one of two buffers, uploaded while the layer above computes; a buffer
+            // is overwritten only after the backward that read it (two layers above) has run.
+            std::shared_ptr<Event> read[2];
+            auto checkpoint = [&](int l) { return s.in[static_cast<size_t>(b - 1 - l) % s.in.size()]; };
+            std::function<void *(int)> in_of = [&](int l) {
+                const size_t k = static_cast<size_t>(b - 1 - l) % s.in.size();
+                if (read[k]) as.wait(*read[k]);
+                input(l, checkpoint(l));
+                transfer_.activations_uploaded();
+                return checkpoint(l);
+            };
+            void * dout = s.dout;
+            int cur = 0;
+            for (int l = b - 1; l >= a; --l) {
+                void * g = l == 0 ? nullptr : s.d[cur];
+                backward(l, in_of(l), dout, g);
+                read[static_cast<size_t>(b - 1 - l) % s.in.size()] = transfer_.record(StreamKind::Compute);
+                if (l != 0) {
+                    dout = g;
+                    cur = 1 - cur;
+                }
+            }
+            din = dout;
+        } else {
+            for (int l = a; l < b - 1; ++l) forward(l, x(l), x(l + 1));  // recompute the stage's layer inputs
+            din = backward_down(b - 1, s.dout, 0, x);
+        }
         if (a > 0) c.dact_ready[static_cast<size_t>(a)][mi] = transfer_.download(c.dact[static_cast<size_t>(a)][mi].data(), din, H, down);
         else transfer_.downloads_after_compute();
         break;

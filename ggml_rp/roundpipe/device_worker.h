@@ -2,9 +2,12 @@
 // controller one at a time and ENQUEUES their work on the device's four streams, running ahead of them.
 //
 // A job (one upload of a stage's weights, then its tasks: one stage x one micro-batch each):
-//   memory     weights, gradient buffers and a ring of two activation sets per stage it runs, from the
-//              device's arena; the previous job's memory is retired (its download-stream event synchronized,
-//              then freed) before the next-but-one allocates, so a device holds at most two jobs;
+//   memory     the regions of the memory plan (memory_plan.h), carved once from the device's arena (again
+//              only when a call's plan needs more, after the device has drained): the job's weights and
+//              gradient buffers in weight slot (n mod 2) — so the slot of job n-2 is retired first (its
+//              download-stream event synchronized) — and its activation sets in the activation region, which
+//              the job's first upload takes over once the previous job's last download is done; every buffer
+//              at the offset layout_job gives it;
 //   weights    through the transfer engine (transfer.h), with this step's running gradient sums re-uploaded
 //              (or the buffers zeroed) on the way; then the layers' upload flags are set (layer_protocol.h);
 //   tasks      each written once: wait for the predecessor stage's micro-batch (§9.2) and for the activation
@@ -20,6 +23,7 @@
 #include "ggml_rp/roundpipe/fuzz_delay.h"
 #include "ggml_rp/roundpipe/host_store.h"
 #include "ggml_rp/roundpipe/layer_protocol.h"
+#include "ggml_rp/roundpipe/memory_plan.h"
 #include "ggml_rp/roundpipe/observer.h"
 #include "ggml_rp/roundpipe/program.h"
 #include "ggml_rp/roundpipe/schedules.h"
@@ -30,6 +34,7 @@
 
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 namespace rp {
@@ -39,6 +44,8 @@ struct Job {
     std::shared_ptr<Call> call;
     JobSpec spec;
     std::vector<char> reupload;  // per layer of spec.layers: its gradient slot holds this step's running sum
+    CallShape shape;             // what its buffers are sized by
+    DeviceMemoryPlan memory;     // the regions every device needs for the job's call
 };
 
 // What every device worker shares: the program, the host store, the protocol, the observer, the error sink.
@@ -63,6 +70,8 @@ public:
     void submit(std::shared_ptr<Job> job);
     // Blocks until every submitted job has been enqueued on the streams.
     void wait_idle();
+    // What the regions have held at most, by region (the planned sizes when every buffer was used).
+    DeviceMemoryPlan regions() const;
 
 private:
     struct Retired;
@@ -73,7 +82,7 @@ private:
     void run_job(Job & job, std::vector<char> & released);
     void run_task(Running & r, const Task & t, ActSet & s);
     void retire(size_t keep);
-    void * take(Running & r, size_t bytes, const std::string & what);
+    void ensure_regions(const DeviceMemoryPlan & need);
     void launch(Call & c, int layer, Call::Launch kind, OpLabel label, std::function<void(ProgramContext &)> program);
 
     Device & dev_;
@@ -82,6 +91,12 @@ private:
     TransferEngine transfer_;
     Semaphore idle_{1};
     std::deque<Retired> retired_;
+    // The regions (memory_plan.h), one block of the device's arena.
+    void * block_ = nullptr;
+    mutable std::mutex regions_m_;  // regions_ is read by regions() from other threads
+    DeviceMemoryPlan regions_;
+    int next_slot_ = 0;
+    std::shared_ptr<Event> activations_free_;  // the last job's final download: its activations are free after it
     std::unique_ptr<WorkQueue> thread_;  // last: starts once everything above exists
 };
 

@@ -3,6 +3,7 @@
 #include "ggml_rp/roundpipe/pipeline.h"
 
 #include "base/error.h"
+#include "ggml_rp/roundpipe/call_planner.h"
 #include "ggml_rp/roundpipe/device_worker.h"
 #include "ggml_rp/roundpipe/fault_report.h"
 #include "ggml_rp/roundpipe/fuzz_delay.h"
@@ -33,13 +34,14 @@ struct Pipeline::Impl {
     HostStore store;
     LayerProtocol protocol;
     std::unique_ptr<LayerTimings> timings;  // EMA of measured per-layer times (§11.2)
+    std::unique_ptr<CallPlanner> planner;   // plans that fit the devices (call_planner.h)
     std::deque<std::shared_ptr<Call>> unharvested;
 
     // Controller state.
     uint64_t rr = 0;  // the global round-robin pointer
     int64_t calls = 0;
     int64_t calls_in_step = 0;
-    Plan last_plan;
+    CallPlan last;
     HostFlag optim_updated{true};  // one update in flight at most
     int64_t flag_violations_at_start = 0;
 
@@ -59,6 +61,7 @@ struct Pipeline::Impl {
         flag_violations_at_start = HostFlag::violations();
         if (opt.plan) validate_plan(*opt.plan, L);
         timings = std::make_unique<LayerTimings>(store.layer_bytes());
+        planner = std::make_unique<CallPlanner>(prog, devs.front()->runner());
 
         if (opt.fuzz_seed) optimizer_fuzz = FuzzDelay(opt.fuzz_seed ^ 0x5bd1e995u, opt.fuzz_max_delay_us);
         optimizer = std::make_unique<WorkQueue>([this](const std::string & e) { faults.record("optimizer: " + e); },
@@ -81,7 +84,7 @@ struct Pipeline::Impl {
         return *d.front();
     }
 
-    Plan choose_plan() const;
+    CallPlanRequest request() const;
     void harvest_timings();
     void dispatch(const std::shared_ptr<Job> & job, int device);
 };
@@ -89,27 +92,26 @@ struct Pipeline::Impl {
 // ---------------------------------------------------------------------------------------------------------
 // Planning
 
-Plan Pipeline::Impl::choose_plan() const {
-    if (opt.schedule != ScheduleKind::RoundPipe) return bound_plan(L, G, opt.grain);
-    if (opt.plan) return *opt.plan;
-    PlannerInput in;
+CallPlanRequest Pipeline::Impl::request() const {
+    CallPlanRequest r;
+    r.schedule = opt.schedule;
+    r.grain = opt.grain;
+    r.plan = opt.plan;
+    r.devices = G;
+    r.device_memory = SIZE_MAX;
+    for (Device * d : devs)
+        if (d->capacity() < r.device_memory) {
+            r.device_memory = d->capacity();
+            r.device_name = d->name();
+        }
     if (opt.layer_tf.size() == static_cast<size_t>(L) && opt.layer_tb.size() == static_cast<size_t>(L)) {
-        in.tf = opt.layer_tf;
-        in.tb = opt.layer_tb;
+        r.tf = opt.layer_tf;
+        r.tb = opt.layer_tb;
     } else {  // measured EMA once two calls have been timed, else the cold-start byte proxy
-        in.tf = timings->forward();
-        in.tb = timings->backward_stage();
+        r.tf = timings->forward();
+        r.tb = timings->backward_stage();
     }
-    in.mf = store.layer_bytes();
-    for (int l = 0; l < L; ++l) in.mb.push_back(store.layer_bytes()[static_cast<size_t>(l)] + store.layer_train_bytes()[static_cast<size_t>(l)]);
-    size_t cap = SIZE_MAX;
-    for (Device * d : devs) cap = std::min(cap, d->capacity());
-    in.device_memory = cap;
-    in.memory_limit = static_cast<size_t>(opt.memory_fraction * static_cast<double>(cap));
-    in.min_stages = G;
-    in.grain = opt.grain;
-    for (int l = 0; l < L; ++l) in.layer_names.push_back(prog.layer_name(l));
-    return make_plan(in);
+    return r;
 }
 
 // Without blocking: the oldest calls whose timed launches have all completed feed the EMA, in call order.
@@ -182,14 +184,19 @@ double Pipeline::forward_backward(const std::vector<MicroBatch> & mbs) {
     d.faults.rethrow();
     if (mbs.empty()) throw Error("forward_backward: no micro-batches");
     d.harvest_timings();
-    auto c = std::make_shared<Call>(d.calls++, d.prog, *d.devs.front(), mbs, d.choose_plan());
+    std::vector<MicroBatchInfo> info;
+    for (const MicroBatch & m : mbs) info.push_back(m.info);
+    CallPlan cp = d.planner->plan(d.request(), info);
+    auto c = std::make_shared<Call>(d.calls++, d.prog, *d.devs.front(), mbs, cp.plan);
     d.unharvested.push_back(c);
     while (d.unharvested.size() > 4) d.unharvested.pop_front();  // never hold more than a few calls' buffers
-    d.last_plan = c->plan;
+    d.last = cp;
     for (const JobSpec & spec : schedule_jobs(d.opt.schedule, c->plan, c->stages, c->M)) {
         auto job = std::make_shared<Job>();
         job->call = c;
         job->spec = spec;
+        job->shape = cp.shape;
+        job->memory = cp.memory;
         const int dev = spec.device >= 0 ? spec.device : static_cast<int>(d.rr++ % static_cast<uint64_t>(d.G));
         d.dispatch(job, dev);
     }
@@ -245,7 +252,15 @@ void Pipeline::synchronize() {
     d.faults.rethrow();
 }
 
-const Plan & Pipeline::last_plan() const { return impl_->last_plan; }
+const Plan & Pipeline::last_plan() const { return impl_->last.plan; }
+
+const DeviceMemoryPlan & Pipeline::last_memory() const { return impl_->last.memory; }
+
+CallPlan Pipeline::plan_call(const std::vector<MicroBatchInfo> & mbs) { return impl_->planner->plan(impl_->request(), mbs); }
+
+DeviceMemoryPlan Pipeline::device_regions(int device) const {
+    return impl_->workers.at(static_cast<size_t>(device))->regions();
+}
 
 int Pipeline::num_devices() const { return impl_->G; }
 

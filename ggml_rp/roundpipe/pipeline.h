@@ -23,6 +23,7 @@
 // single-device Trainer for any G, plan and grain (tests/roundpipe/test_pipeline.cpp).
 #pragma once
 
+#include "ggml_rp/roundpipe/call_planner.h"
 #include "ggml_rp/roundpipe/call_state.h"
 #include "ggml_rp/roundpipe/observer.h"
 #include "ggml_rp/roundpipe/plan.h"
@@ -45,7 +46,6 @@ struct PipelineOptions {
     bool async = false;                    // staleness-1 optimizer step
     RecomputeGrain grain = RecomputeGrain::Stage;
     std::optional<Plan> plan;              // pinned plan (validated); default: the planner (RoundPipe) or an even split
-    double memory_fraction = 0.6;          // planner memory limit = fraction x the smallest device capacity
     // Per-layer time estimates for the planner (§11.1: tf = forward / recompute, tb = recompute + backward);
     // empty = the cold-start byte proxy.
     std::vector<double> layer_tf, layer_tb;
@@ -77,7 +77,13 @@ public:
     // evaluating or saving. Rethrows the first error any thread met.
     void synchronize();
 
+    // The plan of a call of these micro-batch shapes, and the device memory it takes: what forward_backward
+    // would run (call_planner.h); MemoryError when nothing fits. Run it before a job writes any file.
+    CallPlan plan_call(const std::vector<MicroBatchInfo> & mbs);
     const Plan & last_plan() const;
+    const DeviceMemoryPlan & last_memory() const;  // the last call's regions, as planned
+    // The regions device `device` has carved (the largest plan it has run; memory_plan.h).
+    DeviceMemoryPlan device_regions(int device) const;
     // Calls whose measured per-layer times are in the planner's moving average (the first timed call is
     // dropped, §11.2); from the first sample on, plans come from measured times instead of the byte proxy.
     int timing_samples() const;

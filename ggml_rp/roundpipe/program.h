@@ -47,6 +47,9 @@ struct LayerMemory {
     std::vector<float *> grad;
 };
 
+// The three kinds of program a layer has.
+enum class ProgramKind { Forward, Head, Backward };
+
 class TrainingProgram {
 public:
     struct TensorInfo {
@@ -85,6 +88,11 @@ public:
     // gradient of the input to din (overwritten; not written for l == 0, whose input is token ids).
     virtual void backward(int layer, const LayerMemory & w, const void * in, const void * dout, void * din,
                           const MicroBatchInfo & mb, ProgramContext & pc) = 0;
+
+    // The device memory (graphs and uploads: the device's graph region) the program of (kind, layer) takes for
+    // micro-batch mb when its graphs run under `rules` (a device's runner, or footprint_rules(backend)); found
+    // without running anything (runtime/graph_runner.h FootprintRunner), never reading weights. Head: layer L-1.
+    virtual size_t program_footprint(ProgramKind kind, int layer, const MicroBatchInfo & mb, const GraphRunner & rules) = 0;
 };
 
 } // namespace rp

@@ -2,9 +2,12 @@
 #include "ggml_rp/runtime/graph_runner.h"
 
 #include "base/error.h"
+#include "ggml_rp/core/alloc.h"
 #include "ggml_rp/cpu/backend.h"
+#include "ggml_rp/runtime/arena.h"
 
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 
 namespace rp {
@@ -16,6 +19,16 @@ size_t CpuGraphRunner::run(Graph & g, int n_threads, const std::function<void()>
         ~ReleaseUploads() { u.clear(); }
     } release{uploads_};
     CpuBackend be;
+    if (region_) {
+        const size_t bytes = be.plan(g);
+        if (bytes > region_bytes_)
+            throw Error((device_ ? device_->name() : std::string("host")) + ": a graph of " + format_bytes(bytes) +
+                        " does not fit the graph region of " + format_bytes(region_bytes_) + " the memory plan reserved");
+        be.bind(g, region_);
+        be.compute(g, n_threads);
+        if (results) results();
+        return bytes;
+    }
     if (!device_) {
         const size_t bytes = be.allocate(g);
         be.compute(g, n_threads);
@@ -34,6 +47,26 @@ size_t CpuGraphRunner::run(Graph & g, int n_threads, const std::function<void()>
     }
     device_->free(buf);
     return bytes;
+}
+
+size_t CpuGraphRunner::graph_bytes(const Graph & g) const { return plan_graph(g, 64).size; }
+
+void CpuGraphRunner::set_region(void * base, size_t bytes) {
+    region_ = base;
+    region_bytes_ = base ? bytes : 0;
+}
+
+size_t FootprintRunner::run(Graph & g, int, const std::function<void()> & results) {
+    peak_ = std::max(peak_, rules_.graph_bytes(g) + pending_uploads_);
+    pending_uploads_ = 0;
+    if (results) results();  // copies into device buffers: no-ops here
+    return 0;
+}
+
+void * FootprintRunner::upload(const void *, size_t bytes) {
+    pending_uploads_ += rules_.upload_bytes(bytes);
+    alignas(64) static char dummy[64];
+    return dummy;  // a leaf's data: planning never reads it
 }
 
 void CpuGraphRunner::copy_f32(void * dst, const Tensor * node) {

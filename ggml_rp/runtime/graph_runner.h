@@ -9,7 +9,12 @@
 //   copy_f32            a contiguous f32 node's data into a device buffer (inside run's `results` only);
 //   zero                zeroes device memory, ordered before the graphs run after it;
 //   upload              small host data (positions) into device memory that stays valid until the graph of
-//                       the next run() has used it.
+//                       the next run() has used it;
+//   graph_bytes         the device bytes run(g) takes (its plan and kernel scratch), and upload_bytes those
+//                       an upload takes: the memory model (roundpipe/memory_plan.h) asks before anything runs;
+//   set_region          from then on graphs and uploads take their memory from one region the caller reserved
+//                       (the RoundPipe runtime's graph region: programs run one after the other on the compute
+//                       stream, so one region serves them all and the device's arena never fragments).
 // On an accelerator every call only ENQUEUES work on the device's compute stream (runtime/device.h's launch
 // contract): nothing reads device results on the host.
 //
@@ -25,6 +30,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace rp {
@@ -41,6 +47,13 @@ public:
     virtual void copy_f32(void * dst, const Tensor * node) = 0;
     virtual void zero(void * dst, size_t bytes) = 0;
     virtual void * upload(const void * host, size_t bytes) = 0;
+
+    // ---- memory ----
+    virtual size_t graph_bytes(const Graph & g) const = 0;
+    virtual size_t upload_bytes(size_t bytes) const = 0;
+    // [base, base + bytes): the region every later run and upload uses (nullptr: the device's arena again).
+    // Throws rp::Error from run() when a graph does not fit it.
+    virtual void set_region(void * base, size_t bytes) = 0;
 };
 
 // The CPU runner: CpuBackend; graph memory from the device's arena (plan / bind, freed right after the
@@ -53,10 +66,41 @@ public:
     void copy_f32(void * dst, const Tensor * node) override;
     void zero(void * dst, size_t bytes) override;
     void * upload(const void * host, size_t bytes) override;
+    size_t graph_bytes(const Graph & g) const override;   // plan_graph's peak, 64-byte alignment
+    size_t upload_bytes(size_t) const override { return 0; }  // uploads are host copies
+    void set_region(void * base, size_t bytes) override;
 
 private:
     Device * device_;
+    void * region_ = nullptr;
+    size_t region_bytes_ = 0;
     std::vector<std::vector<char>> uploads_;
 };
+
+// A runner that runs nothing: it measures the device memory a program's graphs and uploads would take under
+// another runner's rules (`rules`: a device's runner, or footprint_rules()), so the memory model gets the
+// exact bytes of every program by running the program's own code (roundpipe/memory_plan.h). run() returns 0
+// (nothing ran); peak() is the largest graph + uploads of one run. Uploads return a dummy non-null pointer.
+class FootprintRunner final : public GraphRunner {
+public:
+    explicit FootprintRunner(const GraphRunner & rules) : rules_(rules) {}
+    size_t run(Graph & g, int n_threads, const std::function<void()> & results = {}) override;
+    void copy_f32(void *, const Tensor *) override {}
+    void zero(void *, size_t) override {}
+    void * upload(const void * host, size_t bytes) override;
+    size_t graph_bytes(const Graph & g) const override { return rules_.graph_bytes(g); }
+    size_t upload_bytes(size_t bytes) const override { return rules_.upload_bytes(bytes); }
+    void set_region(void *, size_t) override {}
+    size_t peak() const { return peak_; }
+
+private:
+    const GraphRunner & rules_;
+    size_t pending_uploads_ = 0;
+    size_t peak_ = 0;
+};
+
+// The footprint rules of a backend without a device of it: "cpu" (CpuGraphRunner's) or "cuda" (the CUDA
+// runner's, from the host-side rules of cuda/backend_plan.h: no CUDA library needed). rp::Error otherwise.
+std::unique_ptr<GraphRunner> footprint_rules(const std::string & backend);
 
 } // namespace rp

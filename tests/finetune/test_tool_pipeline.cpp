@@ -82,13 +82,26 @@ TEST(FinetunePipelineTool, BadPipelineInputFailsCleanly) {
     EXPECT_NE(log.find("error:"), std::string::npos) << log;
     EXPECT_NE(log.find("bytes"), std::string::npos) << log;
     EXPECT_FALSE(std::filesystem::exists(d.file("a.gguf")));
-    // Planned fine (every layer fits), but a graph buffer does not: the device thread's error reaches the
-    // caller, nothing hangs, nothing is written.
-    EXPECT_EQ(ft_test::run(ft_test::tool("rp-finetune") + " -m " + ft_test::stories() + " --data " + ft_test::shared_dir() +
-                               "/models/reference/train.txt -o " + d.file("a.gguf") +
-                               " --seq-len 64 --batch 8 --micro-batches 4 --steps 2 -t 1 --devices 4 --device-mem 1M", &log), 1);
-    EXPECT_NE(log.find("out of memory"), std::string::npos) << log;
+    // The smallest plan does not fit 1 MiB at --seq-len 64: refused before anything runs, with the largest
+    // --seq-len that fits; that one trains, one more is refused again.
+    const std::string tight = ft_test::tool("rp-finetune") + " -m " + ft_test::stories() + " --data " + ft_test::shared_dir() +
+                              "/models/reference/train.txt -o " + d.file("a.gguf") +
+                              " --batch 8 --micro-batches 4 --steps 1 -t 1 --devices 4 --device-mem 1M --seq-len ";
+    EXPECT_EQ(ft_test::run(tight + "64", &log), 1);
+    EXPECT_NE(log.find("cpu:0 has 1.00 MiB"), std::string::npos) << log;
+    EXPECT_NE(log.find("weight slots (job"), std::string::npos) << log;
+    const std::string key = "The largest --seq-len that fits is ";
+    const size_t at = log.find(key);
+    ASSERT_NE(at, std::string::npos) << log;
+    const int fit = std::stoi(log.substr(at + key.size()));
+    ASSERT_GT(fit, 1) << log;
+    ASSERT_LT(fit, 64) << log;
     EXPECT_FALSE(std::filesystem::exists(d.file("a.gguf")));
+    EXPECT_EQ(ft_test::run(tight + std::to_string(fit + 1), &log), 1) << log;
+    EXPECT_FALSE(std::filesystem::exists(d.file("a.gguf")));
+    EXPECT_EQ(ft_test::run(tight + std::to_string(fit), &log), 0) << log;
+    EXPECT_TRUE(std::filesystem::exists(d.file("a.gguf")));
+    std::filesystem::remove(d.file("a.gguf"));
     EXPECT_EQ(ft_test::run(base_cmd(d.file("a.gguf")) + " --async", &log), 1);
     EXPECT_NE(log.find("--devices"), std::string::npos) << log;
     EXPECT_EQ(ft_test::run(base_cmd(d.file("a.gguf")) + " --devices 2 --schedule zigzag", &log), 1);

@@ -1,0 +1,154 @@
+#include "ggml_rp/roundpipe/call_planner.h"
+
+#include "ggml_rp/roundpipe/planner.h"
+#include "ggml_rp/runtime/arena.h"
+
+#include <algorithm>
+
+namespace rp {
+
+CallPlanner::CallPlanner(TrainingProgram & program, const GraphRunner & rules) : prog_(program), rules_(rules) {
+    for (int l = 0; l < prog_.num_layers(); ++l) {
+        size_t bytes = 0, train = 0;
+        for (const auto & ti : prog_.layer_tensors(l)) {
+            bytes += ti.bytes;
+            if (ti.param >= 0) train += ti.bytes;
+        }
+        layer_bytes_.push_back(bytes);
+        layer_train_bytes_.push_back(train);
+    }
+}
+
+const ProgramFootprints & CallPlanner::footprints(const std::vector<MicroBatchInfo> & mbs) {
+    std::vector<std::pair<int64_t, int64_t>> key;
+    for (const MicroBatchInfo & mb : mbs) key.emplace_back(mb.seq_len, mb.n_seq);
+    std::sort(key.begin(), key.end());
+    key.erase(std::unique(key.begin(), key.end()), key.end());
+    auto it = cache_.find(key);
+    if (it == cache_.end()) {
+        if (cache_.size() >= 64) cache_.clear();  // shapes that keep changing: bound the cache
+        it = cache_.emplace(key, program_footprints(prog_, mbs, rules_)).first;
+    }
+    return it->second;
+}
+
+CallShape CallPlanner::shape_of(const std::vector<MicroBatchInfo> & mbs, RecomputeGrain grain) const {
+    CallShape s;
+    s.grain = grain;
+    for (const MicroBatchInfo & mb : mbs) {
+        s.hidden = std::max(s.hidden, prog_.hidden_bytes(mb));
+        s.tokens = std::max(s.tokens, prog_.token_bytes(mb));
+    }
+    return s;
+}
+
+DeviceMemoryPlan CallPlanner::memory_of(const Plan & plan, ScheduleKind schedule, const std::vector<MicroBatchInfo> & mbs) {
+    const std::vector<StageDesc> stages = plan_stages(plan);
+    const std::vector<JobSpec> jobs = schedule_jobs(schedule, plan, stages, static_cast<int>(mbs.size()));
+    return plan_device_memory(prog_, stages, jobs, shape_of(mbs, plan.grain), footprints(mbs));
+}
+
+Plan CallPlanner::min_memory_plan(RecomputeGrain grain) const {
+    const int L = prog_.num_layers();
+    std::vector<int> bwd(static_cast<size_t>(L), 1);
+    return plan_from_sizes(std::vector<int>(static_cast<size_t>(L - 1), 1), bwd, grain);
+}
+
+int64_t CallPlanner::max_seq_len(const CallPlanRequest & req, int64_t n_seq, int M, int64_t limit) {
+    const Plan p = min_memory_plan(req.grain);
+    auto fits = [&](int64_t T) {
+        MicroBatchInfo mb;
+        mb.seq_len = T;
+        mb.n_seq = n_seq;
+        const std::vector<MicroBatchInfo> mbs(static_cast<size_t>(std::max(M, 1)), mb);
+        const bool ok = memory_of(p, ScheduleKind::RoundPipe, mbs).peak() <= req.device_memory;
+        cache_.erase(std::vector<std::pair<int64_t, int64_t>>{{T, n_seq}});  // probes: do not keep them
+        return ok;
+    };
+    if (req.device_memory == 0 || fits(limit)) return limit;
+    int64_t lo = 0, hi = limit;  // fits(lo) (0: vacuous), !fits(hi)
+    while (hi - lo > 1) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        (fits(mid) ? lo : hi) = mid;
+    }
+    return lo;
+}
+
+CallPlan CallPlanner::plan(const CallPlanRequest & req, const std::vector<MicroBatchInfo> & mbs) {
+    if (mbs.empty()) throw Error("call planner: no micro-batches");
+    const int L = prog_.num_layers();
+    const size_t cap = req.device_memory;
+    CallPlan out;
+    out.shape = shape_of(mbs, req.grain);
+    auto fits = [&](const DeviceMemoryPlan & m) { return cap == 0 || m.peak() <= cap; };
+    int64_t longest = 0, widest = 0;
+    for (const MicroBatchInfo & mb : mbs) longest = std::max(longest, mb.seq_len), widest = std::max(widest, mb.n_seq);
+    const std::string shape = std::to_string(mbs.size()) + " micro-batch" + (mbs.size() == 1 ? "" : "es") + " of seq_len " +
+                              std::to_string(longest) + " x n_seq " + std::to_string(widest);
+    auto too_big = [&](const Plan & p, const DeviceMemoryPlan & m, const std::string & which, bool smallest) {
+        const int64_t fit = max_seq_len(req, widest, static_cast<int>(mbs.size()), longest);
+        std::string msg = (req.device_name.empty() ? std::string("a device") : req.device_name) + " has " +
+                          format_bytes(cap) + " of memory; " + which + " (" + p.describe() + ") for " + shape +
+                          " needs " + format_bytes(m.peak()) + ": " + m.describe() + ". ";
+        if (!smallest && fit == longest)
+            msg += "The RoundPipe schedule with one layer per stage fits it";
+        else if (fit > 0)
+            msg += std::string(smallest ? "The" : "With one layer per stage, the") + " largest seq_len that fits is " +
+                   std::to_string(fit) + " (at n_seq " + std::to_string(widest) + ")";
+        else
+            msg += "Not even seq_len 1 fits: one layer's weights and gradients need more than the device has";
+        throw MemoryError(msg, m.peak(), cap, fit);
+    };
+
+    // Pinned plans and the bound schedules: checked, never changed.
+    if (req.schedule != ScheduleKind::RoundPipe || req.plan) {
+        out.plan = req.schedule != ScheduleKind::RoundPipe ? bound_plan(L, req.devices, req.grain) : *req.plan;
+        out.memory = memory_of(out.plan, req.schedule, mbs);
+        if (!fits(out.memory)) too_big(out.plan, out.memory, req.plan ? "the given plan" : std::string(schedule_name(req.schedule)) + "'s plan", false);
+        return out;
+    }
+
+    PlannerInput in;
+    if (req.tf.size() == static_cast<size_t>(L) && req.tb.size() == static_cast<size_t>(L)) {
+        in.tf = req.tf;
+        in.tb = req.tb;
+    } else {
+        cold_start_times(layer_bytes_, in.tf, in.tb);
+    }
+    size_t largest = 0;
+    for (int l = 0; l < L; ++l) {
+        const size_t li = static_cast<size_t>(l);
+        in.mf.push_back(layer_bytes_[li]);
+        // A backward stage also keeps one hidden state per layer (the recomputed inputs).
+        in.mb.push_back(layer_bytes_[li] + layer_train_bytes_[li] + out.shape.hidden);
+        largest = std::max(largest, in.mb.back());
+    }
+    in.min_stages = req.devices;
+    in.grain = req.grain;
+    for (int l = 0; l < L; ++l) in.layer_names.push_back(prog_.layer_name(l));
+
+    size_t limit = cap == 0 ? 0 : 2 * cap;  // the partitioner's cap per stage is limit / 2
+    for (int round = 0; round < 64; ++round) {
+        in.memory_limit = limit;
+        Plan p = make_plan(in);
+        DeviceMemoryPlan m = memory_of(p, ScheduleKind::RoundPipe, mbs);
+        if (fits(m)) {
+            out.plan = std::move(p);
+            out.memory = m;
+            if (round > 0) out.plan.notes.push_back("memory: stage cap lowered to " + format_bytes(limit / 2) + " so the plan fits " + format_bytes(cap));
+            return out;
+        }
+        if (limit <= 2 * largest) break;  // the partitioner keeps every layer-sized stage from here on
+        const double ratio = static_cast<double>(cap) / static_cast<double>(m.peak());
+        limit = static_cast<size_t>(static_cast<double>(limit) * std::min(0.9, ratio));
+    }
+    Plan p = min_memory_plan(req.grain);
+    DeviceMemoryPlan m = memory_of(p, ScheduleKind::RoundPipe, mbs);
+    if (!fits(m)) too_big(p, m, "the smallest plan, one layer per stage", true);
+    p.notes.push_back("memory: one layer per stage, the only plan that fits " + format_bytes(cap));
+    out.plan = std::move(p);
+    out.memory = m;
+    return out;
+}
+
+} // namespace rp

@@ -1,0 +1,86 @@
+// The plan of a call, chosen so that it fits the devices (roundpipe.md §11, architecture.md §7).
+//
+// The partitioner (planner.h) trades stage time against stage memory with a per-stage cap; the memory model
+// (memory_plan.h) gives the exact bytes a plan takes on a device. The call planner joins them:
+//   1. cap = the device's memory, the partitioner's plan, its exact memory;
+//   2. while the plan does not fit: a smaller cap (scaled by how far it missed, at least 10% less), again;
+//   3. when the partitioner cannot go smaller, the minimum-memory plan: one layer per stage, FB = the head;
+//   4. when even that does not fit: rp::Error (MemoryError) naming the device, the bytes it has, what the
+//      smallest plan needs region by region (the job, the program), and the largest seq_len that would fit.
+// A pinned plan and the bound schedules' plans are checked the same way (step 1 only).
+// Program footprints are measured once per set of micro-batch shapes (cached): planning costs graph builds,
+// never a kernel.
+#pragma once
+
+#include "base/error.h"
+#include "ggml_rp/roundpipe/memory_plan.h"
+#include "ggml_rp/roundpipe/plan.h"
+#include "ggml_rp/roundpipe/program.h"
+#include "ggml_rp/roundpipe/schedules.h"
+#include "ggml_rp/runtime/graph_runner.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace rp {
+
+struct CallPlanRequest {
+    ScheduleKind schedule = ScheduleKind::RoundPipe;
+    RecomputeGrain grain = RecomputeGrain::Stage;
+    std::optional<Plan> plan;    // pinned (RoundPipe only)
+    int devices = 1;             // G: the partitioner's minimum stage count
+    size_t device_memory = 0;    // bytes of the smallest device; 0 = unlimited (nothing is checked)
+    std::string device_name;     // for messages: "cpu:0", "cuda:1"
+    std::vector<double> tf, tb;  // per-layer times for the partitioner; empty = the cold-start byte proxy
+};
+
+struct CallPlan {
+    Plan plan;
+    CallShape shape;
+    DeviceMemoryPlan memory;  // what every device carves (the max over the call's jobs)
+};
+
+// Thrown when no plan fits; what() says why, the fields say by how much.
+class MemoryError : public Error {
+public:
+    MemoryError(const std::string & what, size_t needed, size_t available, int64_t max_seq_len)
+        : Error(what), needed_(needed), available_(available), max_seq_len_(max_seq_len) {}
+    size_t needed() const { return needed_; }
+    size_t available() const { return available_; }
+    int64_t max_seq_len() const { return max_seq_len_; }  // at the call's n_seq and M; 0 = not even 1 token
+
+private:
+    size_t needed_, available_;
+    int64_t max_seq_len_;
+};
+
+class CallPlanner {
+public:
+    // `rules`: the runner whose memory rules the devices follow (a device's runner, or footprint_rules()).
+    CallPlanner(TrainingProgram & program, const GraphRunner & rules);
+
+    CallPlan plan(const CallPlanRequest & req, const std::vector<MicroBatchInfo> & mbs);
+    // The memory of one given plan for these micro-batches.
+    DeviceMemoryPlan memory_of(const Plan & plan, ScheduleKind schedule, const std::vector<MicroBatchInfo> & mbs);
+    // The one-layer-per-stage plan (the least device memory any plan takes).
+    Plan min_memory_plan(RecomputeGrain grain) const;
+    // The largest seq_len (M micro-batches of n_seq sequences) whose minimum-memory plan fits `device_memory`;
+    // 0 when not even seq_len 1 fits. Searches up to `limit`.
+    int64_t max_seq_len(const CallPlanRequest & req, int64_t n_seq, int M, int64_t limit);
+
+    const ProgramFootprints & footprints(const std::vector<MicroBatchInfo> & mbs);
+    CallShape shape_of(const std::vector<MicroBatchInfo> & mbs, RecomputeGrain grain) const;
+
+private:
+    TrainingProgram & prog_;
+    const GraphRunner & rules_;
+    std::vector<size_t> layer_bytes_, layer_train_bytes_;
+    std::map<std::vector<std::pair<int64_t, int64_t>>, ProgramFootprints> cache_;
+};
+
+} // namespace rp

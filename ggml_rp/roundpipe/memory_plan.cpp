@@ -1,0 +1,169 @@
+#include "ggml_rp/roundpipe/memory_plan.h"
+
+#include "ggml_rp/runtime/arena.h"
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+namespace rp {
+
+namespace {
+
+// A bump layout: buffers one after the other, each rounded to the arenas' unit.
+struct Bump {
+    size_t at = 0;
+    size_t take(size_t bytes) {
+        const size_t o = at;
+        at += align_buffer(bytes);
+        return o;
+    }
+};
+
+// The input-gradient buffers a backward walk over [a, b) uses: one per layer that has an input gradient
+// (every layer but 0), two at most (they alternate).
+int grad_buffers(int a, int b) { return std::min(2, b - std::max(a, 1)); }
+
+ActSetLayout layout_set(const StageDesc & sd, const CallShape & sh, int L, Bump & m) {
+    const int a = sd.layers.begin, b = sd.layers.end, k = sd.layers.size();
+    const size_t H = sh.hidden, I = sh.tokens;
+    ActSetLayout s;
+    switch (sd.pass) {
+    case Pass::Fwd:
+        s.in.push_back(m.take(a == 0 ? I : H));
+        for (int i = 0; i < std::min(k, 2); ++i) s.work.push_back(m.take(H));  // outputs, ping-pong
+        break;
+    case Pass::Fused:
+        s.in.push_back(m.take(a == 0 ? I : H));
+        for (int i = 1; i < k; ++i) s.work.push_back(m.take(H));  // inputs of layers a+1 .. L-1, kept for the backward
+        s.labels = m.take(I);
+        // The head writes d[0]; the walk from L-2 down to a alternates d[1], d[0], ... for the layers with an
+        // input gradient (all but layer 0).
+        s.d[0] = m.take(H);
+        if (L - 2 >= std::max(a, 1)) s.d[1] = m.take(H);
+        s.loss = m.take(sizeof(float));
+        break;
+    case Pass::Bwd:
+        if (sh.grain == RecomputeGrain::Layer) {
+            // One checkpoint per layer, uploaded just before its backward into two alternating buffers.
+            for (int j = 0; j < std::min(k, 2); ++j) {
+                size_t bytes = 0;
+                for (int l = b - 1 - j; l >= a; l -= 2) bytes = std::max(bytes, l == 0 ? I : H);
+                s.in.push_back(m.take(bytes));
+            }
+        } else {
+            s.in.push_back(m.take(a == 0 ? I : H));
+            for (int i = 1; i < k; ++i) s.work.push_back(m.take(H));  // the recomputed inputs of layers a+1 .. b-1
+        }
+        s.dout = m.take(H);
+        for (int i = 0; i < grad_buffers(a, b); ++i) s.d[i] = m.take(H);
+        break;
+    }
+    return s;
+}
+
+std::string layers_of(const TrainingProgram & prog, LayerRange r) {
+    if (r.size() == 1) return prog.layer_name(r.begin);
+    return prog.layer_name(r.begin) + " .. " + prog.layer_name(r.end - 1);
+}
+
+} // namespace
+
+JobLayout layout_job(const TrainingProgram & prog, const std::vector<StageDesc> & stages, const CallShape & shape,
+                     const JobSpec & spec) {
+    JobLayout j;
+    Bump w;
+    for (int l = spec.layers.begin; l < spec.layers.end; ++l) {
+        std::vector<size_t> data, grad;
+        for (const auto & ti : prog.layer_tensors(l)) {
+            data.push_back(w.take(ti.bytes));
+            grad.push_back(spec.has_grads && ti.param >= 0 ? w.take(ti.bytes) : kNoBuffer);
+        }
+        j.data.push_back(std::move(data));
+        j.grad.push_back(std::move(grad));
+    }
+    j.weight_bytes = w.at;
+    std::map<int, int> tasks;  // per stage
+    for (const Task & t : spec.tasks) ++tasks[t.stage];
+    Bump a;
+    for (const auto & [stage, n] : tasks)
+        for (int i = 0; i < std::min(n, 2); ++i)
+            j.sets[stage].push_back(layout_set(stages[static_cast<size_t>(stage)], shape, prog.num_layers(), a));
+    j.activation_bytes = a.at;
+    return j;
+}
+
+ProgramFootprints program_footprints(TrainingProgram & prog, const std::vector<MicroBatchInfo> & mbs,
+                                     const GraphRunner & rules) {
+    const int L = prog.num_layers();
+    ProgramFootprints fp;
+    fp.forward.assign(static_cast<size_t>(L), 0);
+    fp.backward.assign(static_cast<size_t>(L), 0);
+    std::set<std::pair<int64_t, int64_t>> seen;
+    for (const MicroBatchInfo & mb : mbs) {
+        if (!seen.insert({mb.seq_len, mb.n_seq}).second) continue;  // footprints depend on the shape only
+        for (int l = 0; l < L - 1; ++l) {
+            const size_t li = static_cast<size_t>(l);
+            fp.forward[li] = std::max(fp.forward[li], prog.program_footprint(ProgramKind::Forward, l, mb, rules));
+            fp.backward[li] = std::max(fp.backward[li], prog.program_footprint(ProgramKind::Backward, l, mb, rules));
+        }
+        fp.head = std::max(fp.head, prog.program_footprint(ProgramKind::Head, L - 1, mb, rules));
+    }
+    return fp;
+}
+
+DeviceMemoryPlan DeviceMemoryPlan::max(const DeviceMemoryPlan & o) const {
+    DeviceMemoryPlan r = *this;
+    if (o.weight_slot > r.weight_slot) r.weight_slot = o.weight_slot, r.weight_by = o.weight_by;
+    if (o.activations > r.activations) r.activations = o.activations, r.activations_by = o.activations_by;
+    if (o.graph > r.graph) r.graph = o.graph, r.graph_by = o.graph_by;
+    return r;
+}
+
+std::string DeviceMemoryPlan::describe() const {
+    return "2 x " + format_bytes(weight_slot) + " weight slots (" + weight_by + ") + " + format_bytes(activations) +
+           " activations (" + activations_by + ") + " + format_bytes(graph) + " graph (" + graph_by + ")";
+}
+
+DeviceMemoryPlan plan_device_memory(const TrainingProgram & prog, const std::vector<StageDesc> & stages,
+                                    const std::vector<JobSpec> & jobs, const CallShape & shape,
+                                    const ProgramFootprints & fp) {
+    DeviceMemoryPlan m;
+    const int L = prog.num_layers();
+    for (const JobSpec & spec : jobs) {
+        const JobLayout j = layout_job(prog, stages, shape, spec);
+        DeviceMemoryPlan p;
+        p.weight_slot = j.weight_bytes;
+        p.weight_by = "job " + spec.label + ": " + layers_of(prog, spec.layers) + (spec.has_grads ? ", with gradients" : "");
+        p.activations = j.activation_bytes;
+        p.activations_by = "job " + spec.label;
+        // The programs the job runs: forwards (forward stages, the fused tail's layers, stage-grain recomputes),
+        // backwards, the head.
+        std::set<int> stage_set;
+        for (const Task & t : spec.tasks) stage_set.insert(t.stage);
+        auto program = [&](size_t bytes, const char * kind, int l) {
+            if (bytes > p.graph) {
+                p.graph = bytes;
+                p.graph_by = std::string(kind) + " of " + prog.layer_name(l);
+            }
+        };
+        for (int s : stage_set) {
+            const StageDesc & sd = stages[static_cast<size_t>(s)];
+            const int a = sd.layers.begin, b = sd.layers.end;
+            for (int l = a; l < b; ++l) {
+                const size_t li = static_cast<size_t>(l);
+                if (l == L - 1) {
+                    program(fp.head, "the head program", l);
+                    continue;
+                }
+                const bool recomputes = sd.pass == Pass::Bwd && shape.grain == RecomputeGrain::Stage && l < b - 1;
+                if (sd.pass != Pass::Bwd || recomputes) program(fp.forward[li], "forward", l);
+                if (sd.pass != Pass::Fwd) program(fp.backward[li], "backward", l);
+            }
+        }
+        m = m.max(p);
+    }
+    return m;
+}
+
+} // namespace rp

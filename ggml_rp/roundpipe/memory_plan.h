@@ -1,0 +1,90 @@
+// The device memory of the RoundPipe runtime, planned to the byte before anything runs (architecture.md §7).
+//
+// A device's memory is one block carved into regions, each sized from the model, the plan and the
+// micro-batch shapes:
+//   weight slots (2)   a job's weights (in the dtype the device holds them) and its trainable gradients (f32):
+//                      the job computing and the one prefetched behind it (prefetch depth 1) hold one each;
+//   activations        the computing job's activation sets — stage inputs, the hidden buffers between its
+//                      layers, the gradients it passes on, labels, the loss: a prefetched job holds weights
+//                      only, so one region serves the jobs of a device one after the other;
+//   graph              the programs' graphs and uploads (CPU: plan_graph's peak; CUDA: the plan with 256-byte
+//                      alignment plus the kernels' scratch): the programs run one after the other on the
+//                      compute stream, so one region serves them all.
+// Every buffer has a fixed offset in its region (layout_job, the one function the device worker lays its
+// buffers out with), so a plan that fits is a run that fits, whatever the timing; peak = 2 x weight slot +
+// activations + graph. Nothing else is taken from a device's memory while the runtime trains.
+#pragma once
+
+#include "ggml_rp/roundpipe/plan.h"
+#include "ggml_rp/roundpipe/program.h"
+#include "ggml_rp/roundpipe/schedules.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace rp {
+
+inline constexpr size_t kBufferAlign = 256;  // every buffer (and region) is a multiple: the arenas' unit
+inline constexpr size_t kNoBuffer = SIZE_MAX;
+inline constexpr size_t align_buffer(size_t b) { return (b + kBufferAlign - 1) / kBufferAlign * kBufferAlign; }
+
+// One activation set (offsets into the activation region; kNoBuffer where the stage has none).
+struct ActSetLayout {
+    std::vector<size_t> in;    // fwd / fused / bwd stage grain: [0] the stage input; bwd layer grain: 1 or 2 checkpoints
+    std::vector<size_t> work;  // fwd: 1 or 2 layer outputs (ping-pong); fused / bwd stage grain: inputs of layers a+1 ..
+    size_t labels = kNoBuffer;
+    size_t dout = kNoBuffer;
+    size_t d[2] = {kNoBuffer, kNoBuffer};  // input gradients (ping-pong)
+    size_t loss = kNoBuffer;
+};
+
+// Where one job's buffers live.
+struct JobLayout {
+    std::vector<std::vector<size_t>> data, grad;  // [layer - first][tensor]: offsets in the weight slot (grad: kNoBuffer)
+    size_t weight_bytes = 0;                      // weights + gradient buffers (the slot)
+    std::map<int, std::vector<ActSetLayout>> sets;  // stage -> its sets (1, or 2 when it runs 2+ micro-batches)
+    size_t activation_bytes = 0;
+};
+
+// What memory depends on, of one call.
+struct CallShape {
+    size_t hidden = 0;   // bytes of a hidden state of the largest micro-batch
+    size_t tokens = 0;   // bytes of its token ids (and of its labels)
+    RecomputeGrain grain = RecomputeGrain::Stage;
+};
+
+JobLayout layout_job(const TrainingProgram & prog, const std::vector<StageDesc> & stages, const CallShape & shape,
+                     const JobSpec & spec);
+
+// Graph-region bytes of every program, the largest over a call's micro-batch shapes.
+struct ProgramFootprints {
+    std::vector<size_t> forward, backward;  // per layer (L-1: the head's fused program is `head`)
+    size_t head = 0;
+};
+ProgramFootprints program_footprints(TrainingProgram & prog, const std::vector<MicroBatchInfo> & mbs,
+                                     const GraphRunner & rules);
+
+struct DeviceMemoryPlan {
+    size_t weight_slot = 0;
+    size_t activations = 0;
+    size_t graph = 0;
+    // What sets each region's size: "job F2 (layers 3..7)", "program backward of blk.4"...
+    std::string weight_by, activations_by, graph_by;
+
+    size_t peak() const { return 2 * weight_slot + activations + graph; }
+    bool covers(const DeviceMemoryPlan & o) const {
+        return weight_slot >= o.weight_slot && activations >= o.activations && graph >= o.graph;
+    }
+    DeviceMemoryPlan max(const DeviceMemoryPlan & o) const;
+    std::string describe() const;  // "2 x 1.2 MiB weight slot (job B3) + 3.0 MiB activations (...) + ..."
+};
+
+// The memory every device needs for these jobs of a call: each job's layout, each program's footprint.
+DeviceMemoryPlan plan_device_memory(const TrainingProgram & prog, const std::vector<StageDesc> & stages,
+                                    const std::vector<JobSpec> & jobs, const CallShape & shape,
+                                    const ProgramFootprints & fp);
+
+} // namespace rp

@@ -1,0 +1,31 @@
+// footprint_rules (graph_runner.h): the memory rules of each backend's runner without a device of it. The
+// CUDA rules are the host-side ones of cuda/backend_plan.h (header-only, no CUDA library), so a plan for CUDA
+// devices is made, and checked, on any machine.
+#include "base/error.h"
+#include "ggml_rp/cuda/backend_plan.h"
+#include "ggml_rp/runtime/graph_runner.h"
+
+namespace rp {
+
+namespace {
+
+class CudaFootprintRules final : public GraphRunner {
+public:
+    size_t run(Graph &, int, const std::function<void()> &) override { throw Error("footprint rules cannot run a graph"); }
+    void copy_f32(void *, const Tensor *) override { throw Error("footprint rules cannot copy"); }
+    void zero(void *, size_t) override { throw Error("footprint rules cannot write memory"); }
+    void * upload(const void *, size_t) override { throw Error("footprint rules cannot upload"); }
+    size_t graph_bytes(const Graph & g) const override { return cuda::cuda_graph_bytes(g).total(); }
+    size_t upload_bytes(size_t bytes) const override { return cuda::align256(bytes); }
+    void set_region(void *, size_t) override {}
+};
+
+} // namespace
+
+std::unique_ptr<GraphRunner> footprint_rules(const std::string & backend) {
+    if (backend == "cpu") return std::make_unique<CpuGraphRunner>();
+    if (backend == "cuda") return std::make_unique<CudaFootprintRules>();
+    throw Error("footprint rules: unknown backend '" + backend + "' (cpu or cuda)");
+}
+
+} // namespace rp
