@@ -45,6 +45,11 @@ public:
             n -= k;
         }
     }
+    // n zero bytes without writing them: a hole where the file system has sparse files.
+    void hole(size_t n) {
+        if (n && ::fseeko(f_, static_cast<off_t>(n), SEEK_CUR) != 0) throw Error(tmp_ + ": seek failed: " + std::strerror(errno));
+        holes_ = holes_ || n > 0;
+    }
     // Makes what was written so far visible in the temporary file (e.g. a log someone follows).
     void flush() {
         if (std::fflush(f_) != 0) throw Error(tmp_ + ": write failed: " + std::strerror(errno));
@@ -52,7 +57,8 @@ public:
     void commit() {
         FILE * f = f_;
         f_ = nullptr;
-        const bool ok = std::fflush(f) == 0 && ::fsync(fileno(f)) == 0;
+        // A trailing hole is only a file position: the size must cover it.
+        const bool ok = std::fflush(f) == 0 && (!holes_ || ::ftruncate(fileno(f), ::ftello(f)) == 0) && ::fsync(fileno(f)) == 0;
         const int err = errno;
         if (std::fclose(f) != 0 || !ok) throw Error(tmp_ + ": write failed: " + std::strerror(ok ? errno : err));
         if (std::rename(tmp_.c_str(), path_.c_str()) != 0)
@@ -64,6 +70,7 @@ private:
     std::string path_, tmp_;
     FILE * f_ = nullptr;
     bool committed_ = false;
+    bool holes_ = false;
 };
 
 // The whole content at once.

@@ -134,7 +134,8 @@ public:
     void remove(const std::string & key);
     const KV * find(std::string_view key) const;
 
-    // Fills exactly `nbytes` bytes at `dst` with the tensor's data.
+    // Fills exactly `nbytes` bytes at `dst` with the tensor's data. An empty Fill: zeros, written as a hole
+    // (a file with every shape and no data: memory plans of models too large to write).
     using Fill = std::function<void(uint8_t * dst, size_t nbytes)>;
     // Adds a tensor of n_dims dims (1..4). Throws on a duplicate name, a name of 64+ bytes, or ne[0] not a
     // multiple of the type's block size.

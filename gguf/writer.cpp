@@ -167,7 +167,6 @@ void Writer::add_tensor(const std::string & name, TensorType type, uint32_t n_di
     if (n_dims < 1 || n_dims > 4) bad("n_dims " + std::to_string(n_dims) + " is out of range (1..4)");
     const TypeTraits * tt = type_traits(static_cast<uint32_t>(type));
     if (!tt) bad("unsupported tensor type " + std::to_string(static_cast<uint32_t>(type)));
-    if (!fill) bad("no data callback");
     TensorInfo ti;
     ti.name = name;
     ti.n_dims = n_dims;
@@ -230,6 +229,10 @@ void Writer::write(const std::string & path) const {
     std::vector<uint8_t> buf;   // one tensor at a time
     for (const Tensor & t : tensors_) {
         const size_t n = static_cast<size_t>(t.info.nbytes);
+        if (!t.fill) {
+            out.hole(static_cast<size_t>(pad(n, align)));
+            continue;
+        }
         buf.assign(n, 0);
         t.fill(buf.data(), n);
         out.write(buf.data(), n);

@@ -3,11 +3,15 @@
 #include "ggml_rp/ggml_rp.h"
 #include "ggml_rp/runtime/graph_runner.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <random>
+#include <type_traits>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 namespace rp {
 
@@ -41,10 +45,11 @@ namespace {
 // U[0, 1) from the top 53 bits: the same on every standard library (std::uniform_real_distribution is not).
 double unit(std::mt19937_64 & rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
 
-// A fresh f32 copy of a weight (the fp32 master of a full finetune).
-Tensor * f32_master(Context & ctx, const Tensor * w) {
+// A fresh f32 copy of a weight (the fp32 master of a full finetune); only its shape without `copy`.
+Tensor * f32_master(Context & ctx, const Tensor * w, bool copy) {
     Tensor * m = ctx.new_tensor(DType::F32, w->ne);
     m->name = w->name;
+    if (!copy) return m;
     ctx.alloc_data(m);
     const std::vector<float> v = tensor_get_f32(w);
     std::memcpy(m->data, v.data(), v.size() * sizeof(float));
@@ -78,13 +83,14 @@ Inputs make_inputs(Context & ctx, const int32_t * ids, const int32_t * labels, i
 
 } // namespace
 
-Trainer::Trainer(const Model & model, const FinetuneConfig & cfg) : model_(model), cfg_(cfg) {
+Trainer::Trainer(const Model & model, const FinetuneConfig & cfg, TrainerData data) : model_(model), cfg_(cfg) {
     const HParams & hp = model.hparams();
     w_ = model.graph_weights();
+    const bool alloc = data == TrainerData::Allocate;
 
     auto add_param = [&](Tensor * t) {
         set_param(ctx_, t);
-        ctx_.alloc_data(t->grad);
+        if (alloc) ctx_.alloc_data(t->grad);
         params_.push_back({t->name, t});
     };
 
@@ -94,7 +100,7 @@ Trainer::Trainer(const Model & model, const FinetuneConfig & cfg) : model_(model
         // Every float tensor becomes an fp32 master (quantized ones stay frozen in their dtype).
         auto master = [&](Tensor *& slot) {
             if (!slot || !dtype_is_float(slot->type)) return;
-            slot = f32_master(ctx_, slot);
+            slot = f32_master(ctx_, slot, alloc);
             add_param(slot);
         };
         master(w_.tok_embd);
@@ -103,7 +109,7 @@ Trainer::Trainer(const Model & model, const FinetuneConfig & cfg) : model_(model
             if (w_.tok_embd->has_flag(kFlagParam)) {
                 head_slot_ = ctx_.new_tensor(DType::F32, w_.tok_embd->ne);
                 head_slot_->name = w_.tok_embd->name + ".head_grad";
-                ctx_.alloc_data(head_slot_);
+                if (alloc) ctx_.alloc_data(head_slot_);
             }
         } else {
             master(w_.output);
@@ -120,7 +126,7 @@ Trainer::Trainer(const Model & model, const FinetuneConfig & cfg) : model_(model
             if (n == "output.weight")
                 throw Error("lora_targets: 'output' (the LM head) cannot carry LoRA on the fused LM-head cross-entropy "
                             "path; train it with a full finetune");
-        adapter_ = LoraAdapter::create(model, names, cfg.lora_rank, cfg.lora_alpha);
+        adapter_ = LoraAdapter::create(model, names, cfg.lora_rank, cfg.lora_alpha, alloc);
         lora_.add(*adapter_);
 
         // PEFT init: A ~ Kaiming-uniform(a = sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in)), B = 0. For token_embd PEFT's
@@ -128,6 +134,11 @@ Trainer::Trainer(const Model & model, const FinetuneConfig & cfg) : model_(model
         // B normal. One seeded stream in adapter order.
         std::mt19937_64 rng(cfg.seed);
         for (const LoraTensor & t : adapter_->tensors()) {
+            if (!alloc) {  // shapes only: no init
+                add_param(t.a);
+                add_param(t.b);
+                continue;
+            }
             std::vector<float> a(static_cast<size_t>(t.a->nelements()), 0.0f), b(static_cast<size_t>(t.b->nelements()), 0.0f);
             if (t.embedding) {
                 for (float & x : b) {  // Box-Muller
@@ -307,69 +318,167 @@ Tensor * hidden_param(Context & ctx, const void * data, void * grad, size_t byte
 
 } // namespace
 
+namespace {
+
+// The token ranges of a chunked program: [t0, t1) over the micro-batch's tokens flattened (sequence-major, as
+// [n_embd, T, B] lies in memory); one range of every token when chunk is 0 or not smaller.
+// A runner that only measures gets the ranges whose graphs differ: the first two (a head's first range
+// writes the loss, the others add to it) and the last (it may be shorter).
+std::vector<std::pair<int64_t, int64_t>> token_ranges(const MicroBatchInfo & mb, const GraphRunner & runner) {
+    const int64_t n = mb.tokens(), c = mb.token_chunk > 0 && mb.token_chunk < n ? mb.token_chunk : n;
+    std::vector<std::pair<int64_t, int64_t>> r;
+    for (int64_t t0 = 0; t0 < n; t0 += c) {
+        if (!runner.computes() && r.size() >= 2 && t0 + c < n) continue;
+        r.push_back({t0, std::min(n, t0 + c)});
+    }
+    return r;
+}
+
+template <typename T> T * at_token(T * base, int64_t token, int64_t n_embd) {
+    using Byte = std::conditional_t<std::is_const_v<T>, const char, char>;
+    return reinterpret_cast<T *>(reinterpret_cast<Byte *>(base) + static_cast<size_t>(token * n_embd) * sizeof(float));
+}
+
+} // namespace
+
 void Trainer::seq_forward(int layer, const LayerMemory & mem, const void * in, void * out, const MicroBatchInfo & mb,
                           ProgramContext & pc) const {
     const HParams & hp = model_.hparams();
-    const int64_t T = mb.seq_len, B = mb.n_seq;
+    const int64_t T = mb.seq_len, B = mb.n_seq, E = hp.n_embd;
     Program p(*this, pc, layer, mem, false, mb);
     Context & ctx = p.ctx;
     GraphRunner & runner = p.runner;
     const Bound & b = p.b;
-    Tensor * y = nullptr;
-    if (layer == 0) {
-        y = build_embedding(ctx, b.w.tok_embd, leaf(ctx, DType::I32, in, T, B), &b.lora);
-    } else {
-        Tensor * x = leaf(ctx, DType::F32, in, hp.n_embd, T, B);
-        y = build_layer(ctx, hp, b.layer, layer - 1, x, positions(ctx, T, runner), &b.lora, nullptr, cfg_.attention_type);
+    const auto ranges = token_ranges(mb, runner);
+    if (layer == 0 || ranges.size() == 1) {
+        Tensor * y = nullptr;
+        if (layer == 0) {
+            y = build_embedding(ctx, b.w.tok_embd, leaf(ctx, DType::I32, in, T, B), &b.lora);
+        } else {
+            Tensor * x = leaf(ctx, DType::F32, in, E, T, B);
+            y = build_layer(ctx, hp, b.layer, layer - 1, x, positions(ctx, T, runner), &b.lora, nullptr, cfg_.attention_type);
+        }
+        y->flags |= kFlagOutput;
+        Graph g;
+        build_forward(g, y);
+        run_graph(g, runner, pc.n_threads, [&] { runner.copy_f32(out, y); });
+        return;
     }
-    y->flags |= kFlagOutput;
-    Graph g;
-    build_forward(g, y);
-    run_graph(g, runner, pc.n_threads, [&] { runner.copy_f32(out, y); });
+    // Token-chunked: the attention half over every token into `out`, then the feed-forward half range by range
+    // in place (each graph reads its range of `out` and its result is copied back over it after it ran).
+    {
+        Tensor * h = attention_block(ctx, hp, b.layer, layer - 1, leaf(ctx, DType::F32, in, E, T, B), positions(ctx, T, runner),
+                                     &b.lora, nullptr, cfg_.attention_type);
+        h->flags |= kFlagOutput;
+        Graph g;
+        build_forward(g, h);
+        run_graph(g, runner, pc.n_threads, [&] { runner.copy_f32(out, h); });
+    }
+    for (const auto & [t0, t1] : ranges) {
+        p.b.lora.dropout.token_offset = t0;
+        void * h = at_token(out, t0, E);
+        Tensor * y = ffn_block(ctx, hp, b.layer, layer - 1, leaf(ctx, DType::F32, h, E, t1 - t0), &b.lora);
+        y->flags |= kFlagOutput;
+        Graph g;
+        build_forward(g, y);
+        run_graph(g, runner, pc.n_threads, [&] { runner.copy_f32(h, y); });
+    }
 }
 
 void Trainer::seq_head(const LayerMemory & mem, const void * in, const int32_t * labels, float * loss, void * din,
                        const MicroBatchInfo & mb, ProgramContext & pc) const {
     const HParams & hp = model_.hparams();
-    const int64_t T = mb.seq_len, B = mb.n_seq;
+    const int64_t E = hp.n_embd;
     Program p(*this, pc, num_seq_layers() - 1, mem, true, mb);
     Context & ctx = p.ctx;
     GraphRunner & runner = p.runner;
     const Bound & b = p.b;
-    Tensor * x = hidden_param(ctx, in, din, hidden_bytes(mb), hp.n_embd, T, B, runner);
-    Tensor * l = build_loss(ctx, b.w, x, leaf(ctx, DType::I32, labels, T * B), mb.loss_scale);
-    Graph g;
-    build_forward(g, l);
-    std::vector<Tensor *> ps = b.params;
-    ps.push_back(x);
-    build_backward(ctx, g, l, ps);
-    run_graph(g, runner, pc.n_threads, [&] { runner.copy_f32(loss, l); });
+    // One graph per token range (one range unless chunked): forward, loss and backward of its tokens, the
+    // parameter gradients accumulating across ranges, the loss summed range by range into *loss.
+    const auto ranges = token_ranges(mb, runner);
+    for (const auto & [t0, t1] : ranges) {
+        const int64_t n = t1 - t0;
+        const bool whole = ranges.size() == 1;
+        Tensor * x = whole ? hidden_param(ctx, in, din, hidden_bytes(mb), E, mb.seq_len, mb.n_seq, runner)
+                           : hidden_param(ctx, at_token(in, t0, E), at_token(din, t0, E), static_cast<size_t>(n * E) * sizeof(float), E, n, 1, runner);
+        Tensor * l = build_loss(ctx, b.w, x, leaf(ctx, DType::I32, labels + t0, n), mb.loss_scale);
+        Graph g;
+        build_forward(g, l);
+        std::vector<Tensor *> ps = b.params;
+        ps.push_back(x);
+        build_backward(ctx, g, l, ps);
+        Tensor * total = t0 == 0 ? l : add(ctx, leaf(ctx, DType::F32, loss, 1), l);
+        total->flags |= kFlagOutput;
+        build_forward(g, total);
+        run_graph(g, runner, pc.n_threads, [&] { runner.copy_f32(loss, total); });
+    }
 }
 
 void Trainer::seq_backward(int layer, const LayerMemory & mem, const void * in, const void * dout, void * din,
                            const MicroBatchInfo & mb, ProgramContext & pc) const {
     const HParams & hp = model_.hparams();
-    const int64_t T = mb.seq_len, B = mb.n_seq;
+    const int64_t T = mb.seq_len, B = mb.n_seq, E = hp.n_embd;
     Program p(*this, pc, layer, mem, true, mb);
     Context & ctx = p.ctx;
     GraphRunner & runner = p.runner;
     const Bound & b = p.b;
-    Tensor * dy = leaf(ctx, DType::F32, dout, hp.n_embd, T, B);
-    Graph g;
+    const auto ranges = token_ranges(mb, runner);
     if (layer == 0) {
         if (b.params.empty()) return;  // nothing trainable in the embedding, and ids have no gradient
+        Graph g;
         Tensor * e = build_embedding(ctx, b.w.tok_embd, leaf(ctx, DType::I32, in, T, B), &b.lora);
         build_forward(g, e);
-        build_backward(ctx, g, e, dy, b.params);
-    } else {
-        Tensor * x = hidden_param(ctx, in, din, hidden_bytes(mb), hp.n_embd, T, B, runner);
-        Tensor * y = build_layer(ctx, hp, b.layer, layer - 1, x, positions(ctx, T, runner), &b.lora, nullptr, cfg_.attention_type);
+        build_backward(ctx, g, e, leaf(ctx, DType::F32, dout, E, T, B), b.params);
+        run_graph(g, runner, pc.n_threads);
+        return;
+    }
+    auto attention_backward = [&](Tensor * (*whole_layer)(Context &, const HParams &, const LayerWeights &, int, Tensor *, Tensor *,
+                                                          const LoraSet *, const LayerKv *, DType)) {
+        Graph g;
+        Tensor * x = hidden_param(ctx, in, din, hidden_bytes(mb), E, T, B, runner);
+        Tensor * y = whole_layer(ctx, hp, b.layer, layer - 1, x, positions(ctx, T, runner), &b.lora, nullptr, cfg_.attention_type);
         build_forward(g, y);
         std::vector<Tensor *> ps = b.params;
         ps.push_back(x);
-        build_backward(ctx, g, y, dy, ps);
+        build_backward(ctx, g, y, leaf(ctx, DType::F32, dout, E, T, B), ps);
+        run_graph(g, runner, pc.n_threads);
+    };
+    if (ranges.size() == 1) {
+        attention_backward(build_layer);
+        return;
     }
-    run_graph(g, runner, pc.n_threads);
+    // Token-chunked (dout is the program's scratch from here on: program.h):
+    //   1. the attention half's output h into din (din is written last, with the input gradient);
+    //   2. per token range: recompute the feed-forward term f(h) (without the residual) and backpropagate
+    //      dout through it into the gradient of h, which accumulates in place onto dout: dh = dout + J_f^T dout,
+    //      the residual's share being dout itself (each range's dout is read by the first backward nodes and
+    //      overwritten by the graph's last one);
+    //   3. the attention half again, backpropagating dh (now in dout) into the input gradient din.
+    // Graphs 1 and 3 each compute the attention forward: chunking costs one attention forward more.
+    {
+        Tensor * h = attention_block(ctx, hp, b.layer, layer - 1, leaf(ctx, DType::F32, in, E, T, B), positions(ctx, T, runner),
+                                     &b.lora, nullptr, cfg_.attention_type);
+        h->flags |= kFlagOutput;
+        Graph g;
+        build_forward(g, h);
+        run_graph(g, runner, pc.n_threads, [&] { runner.copy_f32(din, h); });
+    }
+    void * dh = const_cast<void *>(dout);
+    for (const auto & [t0, t1] : ranges) {
+        p.b.lora.dropout.token_offset = t0;
+        Tensor * h = leaf(ctx, DType::F32, at_token(din, t0, E), E, t1 - t0);
+        set_param(ctx, h);
+        h->grad->data = at_token(dh, t0, E);  // not zeroed: it holds the residual's share
+        Tensor * f = ffn_block(ctx, hp, b.layer, layer - 1, h, &b.lora, /*residual=*/false);
+        Graph g;
+        build_forward(g, f);
+        std::vector<Tensor *> ps = b.params;
+        ps.push_back(h);
+        build_backward(ctx, g, f, leaf(ctx, DType::F32, at_token(dh, t0, E), E, t1 - t0), ps);
+        run_graph(g, runner, pc.n_threads);
+    }
+    p.b.lora.dropout.token_offset = 0;
+    attention_backward(attention_block);
 }
 
 double Trainer::accumulate(const int32_t * ids, const int32_t * labels, int64_t T, int64_t B, float loss_scale,
@@ -380,6 +489,7 @@ double Trainer::accumulate(const int32_t * ids, const int32_t * labels, int64_t 
     mb.loss_scale = loss_scale;
     mb.step = step;
     mb.seq_offset = seq_offset;
+    mb.token_chunk = cfg_.token_chunk;
     ProgramContext pc;
     pc.n_threads = n_threads;
     const int L = num_seq_layers();

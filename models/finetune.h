@@ -51,6 +51,9 @@ struct FinetuneConfig {
     float lora_dropout = 0.0f;                      // PEFT's lora_dropout, in [0, 1)
     uint64_t seed = 42;                             // LoRA init
     int64_t ce_chunk = 4096;                        // vocabulary rows per LM-head chunk
+    // Host training (accumulate()): tokens per feed-forward and head graph (MicroBatchInfo::token_chunk;
+    // 0 = every token in one graph). The RoundPipe runtime chooses its own (PipelineOptions::token_chunk).
+    int64_t token_chunk = 0;
     // What an accelerator may round the attention inputs to in training graphs (ops/attention.h): BF16 runs
     // the CUDA attention on tensor cores; F32 keeps it in f32. The CPU computes in f32 either way.
     DType attention_type = DType::BF16;
@@ -60,11 +63,16 @@ struct FinetuneConfig {
 // "token_embd" / "output" -> that tensor). Throws rp::Error for a target that matches no tensor.
 std::vector<std::string> expand_lora_targets(const Model & model, const std::vector<std::string> & targets);
 
+// What a Trainer allocates: everything (it trains), or only the tensors' shapes — for a memory plan
+// (rp-finetune --plan, rp-simulate --max-seq): no master, gradient or adapter data, the model's weights never
+// read; its programs may only be measured (TrainingProgram::program_footprint), never run.
+enum class TrainerData { Allocate, ShapesOnly };
+
 class Trainer {
 public:
     // Throws rp::Error for rank < 1, an unknown target, or a LoRA target on the LM head (the fused head + CE
     // path trains the head only in a full finetune).
-    Trainer(const Model & model, const FinetuneConfig & cfg);
+    Trainer(const Model & model, const FinetuneConfig & cfg, TrainerData data = TrainerData::Allocate);
 
     struct Param {
         std::string name;   // GGUF name: "blk.0.attn_q.weight" (full) or "blk.0.attn_q.weight.lora_a"

@@ -35,7 +35,8 @@ Tensor * build_linear(Context & ctx, Tensor * W, Tensor * x, const LoraSet * lor
         for (size_t i = 0; i < ds->size(); ++i) {
             const LoraDelta & d = (*ds)[i];
             const uint64_t key = rng_key(dp.seed, static_cast<uint64_t>(dp.step), name_hash(W->name), i);
-            const uint64_t offset = static_cast<uint64_t>(dp.seq_offset) * static_cast<uint64_t>(dp.seq_len) * static_cast<uint64_t>(x->ne[0]);
+            const uint64_t offset = (static_cast<uint64_t>(dp.seq_offset) * static_cast<uint64_t>(dp.seq_len) +
+                                     static_cast<uint64_t>(dp.token_offset)) * static_cast<uint64_t>(x->ne[0]);
             Tensor * low = mul_mat(ctx, d.b, mul_mat(ctx, d.a, dropout(ctx, x, dp.p, key, offset)));
             y = add(ctx, y, d.scale == 1.0f ? low : scale(ctx, low, d.scale));
         }
@@ -76,6 +77,11 @@ std::string lname(int il, const char * what) { return "blk." + std::to_string(il
 
 Tensor * build_layer(Context & ctx, const HParams & hp, const LayerWeights & w, int il, Tensor * x, Tensor * pos,
                      const LoraSet * lora, const LayerKv * kv, DType attention_type) {
+    return ffn_block(ctx, hp, w, il, attention_block(ctx, hp, w, il, x, pos, lora, kv, attention_type), lora);
+}
+
+Tensor * attention_block(Context & ctx, const HParams & hp, const LayerWeights & w, int il, Tensor * x, Tensor * pos,
+                         const LoraSet * lora, const LayerKv * kv, DType attention_type) {
     const int64_t D = hp.head_dim, Hq = hp.n_head, Hkv = hp.n_head_kv, T = x->ne[1], B = x->ne[2];
     if (x->ne[0] != hp.n_embd || x->ne[3] != 1)
         throw Error(lname(il, "input") + ": hidden states " + describe(x) + " must be [n_embd=" +
@@ -114,14 +120,17 @@ Tensor * build_layer(Context & ctx, const HParams & hp, const LayerWeights & w, 
     o = reshape(ctx, o, D * Hq, T, B);
 
     // 6: output projection and residual.
-    Tensor * h = set_name(add(ctx, x, build_linear(ctx, w.wo, o, lora)), lname(il, "attn_out"));
+    return set_name(add(ctx, x, build_linear(ctx, w.wo, o, lora)), lname(il, "attn_out"));
+}
 
+Tensor * ffn_block(Context & ctx, const HParams & hp, const LayerWeights & w, int il, Tensor * h, const LoraSet * lora,
+                   bool residual) {
     // 7-8: SwiGLU feed-forward and residual.
     Tensor * n2 = rms_norm(ctx, h, w.ffn_norm, hp.rms_eps);
     Tensor * g = build_linear(ctx, w.ffn_gate, n2, lora);
     Tensor * u = build_linear(ctx, w.ffn_up, n2, lora);
     Tensor * f = build_linear(ctx, w.ffn_down, swiglu(ctx, g, u), lora);
-    return set_name(add(ctx, h, f), lname(il, "out"));
+    return residual ? set_name(add(ctx, h, f), lname(il, "out")) : f;
 }
 
 Tensor * build_embedding(Context & ctx, Tensor * tok_embd, Tensor * ids, const LoraSet * lora) {

@@ -34,6 +34,7 @@ struct LoraDropout {
     int64_t step = 0;
     int64_t seq_offset = 0;  // index of the graph's first sequence in the step's batch
     int64_t seq_len = 0;
+    int64_t token_offset = 0;  // a graph over a token range of its micro-batch: the range's first (flattened) token
 };
 
 // The LoRA updates active in a graph, keyed by the base weight they modify. Several adapters add up.
@@ -68,6 +69,16 @@ struct LayerKv {
 // may round the attention inputs to (ops/attention.h; the CPU computes in f32 whatever it is).
 Tensor * build_layer(Context & ctx, const HParams & hp, const LayerWeights & w, int il, Tensor * x, Tensor * pos,
                      const LoraSet * lora = nullptr, const LayerKv * kv = nullptr, DType attention_type = DType::F32);
+
+// The layer's two halves, build_layer = ffn_block(attention_block(x)). The feed-forward half is per token, so
+// a training program may run it over token ranges of x (models/finetune.cpp: the token-chunked MLP):
+//   attention_block  x -> h = x + attn_output(attention(rope(q, k), v)) over every token of x;
+//   ffn_block        h [n_embd, ...] -> h + ffn_down(swiglu(ffn_gate(n), ffn_up(n))), n = rms_norm(h); without
+//                    `residual` only the ffn_down(...) term.
+Tensor * attention_block(Context & ctx, const HParams & hp, const LayerWeights & w, int il, Tensor * x, Tensor * pos,
+                         const LoraSet * lora = nullptr, const LayerKv * kv = nullptr, DType attention_type = DType::F32);
+Tensor * ffn_block(Context & ctx, const HParams & hp, const LayerWeights & w, int il, Tensor * h, const LoraSet * lora,
+                   bool residual = true);
 
 // Token embeddings: ids i32 [T] or [T, B] -> [n_embd, T, B] (get_rows, plus token_embd LoRA with the role
 // swap of formats.md §5.3).

@@ -118,7 +118,7 @@ std::unique_ptr<LoraAdapter> LoraAdapter::load(const std::string & path, const M
 }
 
 std::unique_ptr<LoraAdapter> LoraAdapter::create(const Model & model, const std::vector<std::string> & targets,
-                                                 int64_t rank, float alpha) {
+                                                 int64_t rank, float alpha, bool allocate) {
     if (rank < 1) throw Error("LoRA rank must be >= 1 (got " + std::to_string(rank) + ")");
     std::unique_ptr<LoraAdapter> ad(new LoraAdapter());
     ad->arch_ = model.hparams().arch->name;
@@ -148,8 +148,10 @@ std::unique_ptr<LoraAdapter> LoraAdapter::create(const Model & model, const std:
         }
         lt.a->name = base + ".lora_a";
         lt.b->name = base + ".lora_b";
-        ad->ctx_.alloc_data(lt.a);
-        ad->ctx_.alloc_data(lt.b);
+        if (allocate) {
+            ad->ctx_.alloc_data(lt.a);
+            ad->ctx_.alloc_data(lt.b);
+        }
         ad->tensors_.push_back(lt);
     }
     return ad;

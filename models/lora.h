@@ -37,11 +37,12 @@ public:
     // Throws rp::Error naming the adapter file and the key or tensor at fault.
     static std::unique_ptr<LoraAdapter> load(const std::string & path, const Model & model);
 
-    // A new adapter (f32 A and B, zero-filled, owned by the adapter) on the named base weights, for training.
+    // A new adapter (f32 A and B, zero-filled, owned by the adapter) on the named base weights, for training;
+    // allocate = false: shapes only (no data: for a memory plan).
     // Rank r, the given alpha. Throws for an unknown base name, and for output.weight / token_embd.weight of a
     // model with a tied LM head (llama.cpp cannot run either).
     static std::unique_ptr<LoraAdapter> create(const Model & model, const std::vector<std::string> & targets,
-                                               int64_t rank, float alpha);
+                                               int64_t rank, float alpha, bool allocate = true);
 
     LoraAdapter(const LoraAdapter &) = delete;
     LoraAdapter & operator=(const LoraAdapter &) = delete;

@@ -22,8 +22,9 @@ struct Init {
 };
 
 void add(gguf::Writer & w, const std::string & name, gguf::TensorType type, int64_t ne0, int64_t ne1, Init init,
-         uint64_t seed) {
+         uint64_t seed, bool weights) {
     const int64_t ne[2] = {ne0, ne1};
+    if (!weights) return w.add_tensor(name, type, ne1 > 1 ? 2 : 1, ne, gguf::Writer::Fill{});
     w.add_tensor(name, type, ne1 > 1 ? 2 : 1, ne, [=](uint8_t * dst, size_t nbytes) {
         std::mt19937_64 rng(seed);
         std::vector<float> row(static_cast<size_t>(ne0));
@@ -39,6 +40,31 @@ void add(gguf::Writer & w, const std::string & name, gguf::TensorType type, int6
 
 } // namespace
 
+SynthSpec synth_preset(const std::string & name) {
+    SynthSpec s;
+    auto qwen3 = [&](uint32_t embd, uint32_t layers, uint32_t heads, uint32_t ff, bool tied) {
+        s.arch = "qwen3";
+        s.n_embd = embd, s.n_layer = layers, s.n_head = heads, s.n_head_kv = 8, s.head_dim = 128, s.n_ff = ff;
+        s.n_ctx_train = 40960, s.rope_base = 1e6f, s.tied = tied, s.n_vocab = 151936;
+    };
+    if (name == "qwen3-0.6b") qwen3(1024, 28, 16, 3072, true);
+    else if (name == "qwen3-1.7b") qwen3(2048, 28, 16, 6144, true);
+    else if (name == "qwen3-32b") qwen3(5120, 64, 64, 25600, false);
+    else if (name == "llama3.1-8b") {
+        s.n_embd = 4096, s.n_layer = 32, s.n_head = 32, s.n_head_kv = 8, s.head_dim = 128, s.n_ff = 14336;
+        s.n_ctx_train = 131072, s.rope_base = 500000.0f, s.n_vocab = 128256;
+    } else if (name == "llama-98m") {
+        s.n_embd = 768, s.n_head = 12, s.n_head_kv = 4, s.head_dim = 64, s.n_ff = 2560, s.n_layer = 13, s.n_ctx_train = 2048;
+        s.n_vocab = 32000;
+    } else if (name == "llama-20m") {
+        s.n_embd = 512, s.n_head = 8, s.n_head_kv = 8, s.head_dim = 64, s.n_ff = 1408, s.n_layer = 6, s.n_ctx_train = 2048;
+        s.n_vocab = 32000;
+    } else {
+        throw Error("unknown model shape '" + name + "' (qwen3-0.6b, qwen3-1.7b, qwen3-32b, llama3.1-8b, llama-98m, llama-20m)");
+    }
+    return s;
+}
+
 void write_synth_model(const SynthSpec & s, const std::string & path) {
     const bool qwen2 = s.arch == "qwen2", qwen3 = s.arch == "qwen3";
     if (s.arch != "llama" && !qwen2 && !qwen3) throw Error("synthetic model: unknown architecture '" + s.arch + "'");
@@ -47,8 +73,13 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
     // llama and qwen2 derive head_dim from n_embd / n_head (llama.cpp's graphs assume it); qwen3 reads key_length.
     if (!qwen3 && n_q != s.n_embd) throw Error("synthetic model: " + s.arch + " needs n_embd = n_head * head_dim");
 
-    auto vocab = gguf::Reader::open(s.vocab_from);
-    const int64_t n_vocab = static_cast<int64_t>(vocab->get_string_array("tokenizer.ggml.tokens").size());
+    std::unique_ptr<gguf::Reader> vocab;
+    int64_t n_vocab = s.n_vocab;
+    if (!s.vocab_from.empty()) {
+        vocab = gguf::Reader::open(s.vocab_from);
+        n_vocab = static_cast<int64_t>(vocab->get_string_array("tokenizer.ggml.tokens").size());
+    }
+    if (n_vocab < 1) throw Error("synthetic model: no vocabulary (vocab_from or n_vocab)");
 
     gguf::Writer w;
     const std::string p = s.arch + ".";
@@ -67,8 +98,12 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
         w.set_u32(p + "attention.key_length", s.head_dim);
         w.set_u32(p + "attention.value_length", s.head_dim);
     }
-    for (const gguf::KV & kv : vocab->kvs())
-        if (kv.key.rfind("tokenizer.", 0) == 0) w.set_kv(kv);
+    if (vocab) {
+        for (const gguf::KV & kv : vocab->kvs())
+            if (kv.key.rfind("tokenizer.", 0) == 0) w.set_kv(kv);
+    } else {
+        w.set_u32(p + "vocab_size", static_cast<uint32_t>(n_vocab));
+    }
 
     // Scales: inputs to every projection have RMS ~1 (RMSNorm, or the previous projection's output), so
     // b = k·√3/√fan_in gives outputs of std ~k. Queries and keys get k = 1.5 so attention is not uniform; the
@@ -78,30 +113,30 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
     const float sqrt3 = static_cast<float>(std::sqrt(3.0));
     const gguf::TensorType f32 = gguf::TensorType::F32, wt = s.wtype;
     uint64_t seed = s.seed * 1000003u;
-    add(w, "token_embd.weight", wt, s.n_embd, n_vocab, {0.0f, sqrt3}, ++seed);
+    add(w, "token_embd.weight", wt, s.n_embd, n_vocab, {0.0f, sqrt3}, ++seed, s.weights);
     const float out_norm = s.tied ? static_cast<float>(3.0 / std::sqrt(s.n_embd)) : 1.0f;
-    add(w, "output_norm.weight", f32, s.n_embd, 1, {out_norm, 0.1f * out_norm}, ++seed);
-    if (!s.tied) add(w, "output.weight", wt, s.n_embd, n_vocab, {0.0f, fan(3.0, s.n_embd)}, ++seed);
+    add(w, "output_norm.weight", f32, s.n_embd, 1, {out_norm, 0.1f * out_norm}, ++seed, s.weights);
+    if (!s.tied) add(w, "output.weight", wt, s.n_embd, n_vocab, {0.0f, fan(3.0, s.n_embd)}, ++seed, s.weights);
     for (uint32_t l = 0; l < s.n_layer; ++l) {
         const std::string b = "blk." + std::to_string(l) + ".";
-        add(w, b + "attn_norm.weight", f32, s.n_embd, 1, {1.0f, 0.2f}, ++seed);
-        add(w, b + "attn_q.weight", wt, s.n_embd, n_q, {0.0f, fan(1.5, s.n_embd)}, ++seed);
-        add(w, b + "attn_k.weight", wt, s.n_embd, n_kv, {0.0f, fan(1.5, s.n_embd)}, ++seed);
-        add(w, b + "attn_v.weight", wt, s.n_embd, n_kv, {0.0f, fan(1.0, s.n_embd)}, ++seed);
+        add(w, b + "attn_norm.weight", f32, s.n_embd, 1, {1.0f, 0.2f}, ++seed, s.weights);
+        add(w, b + "attn_q.weight", wt, s.n_embd, n_q, {0.0f, fan(1.5, s.n_embd)}, ++seed, s.weights);
+        add(w, b + "attn_k.weight", wt, s.n_embd, n_kv, {0.0f, fan(1.5, s.n_embd)}, ++seed, s.weights);
+        add(w, b + "attn_v.weight", wt, s.n_embd, n_kv, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights);
         if (qwen2) {
-            add(w, b + "attn_q.bias", f32, n_q, 1, {0.0f, 0.5f}, ++seed);
-            add(w, b + "attn_k.bias", f32, n_kv, 1, {0.0f, 0.5f}, ++seed);
-            add(w, b + "attn_v.bias", f32, n_kv, 1, {0.0f, 0.5f}, ++seed);
+            add(w, b + "attn_q.bias", f32, n_q, 1, {0.0f, 0.5f}, ++seed, s.weights);
+            add(w, b + "attn_k.bias", f32, n_kv, 1, {0.0f, 0.5f}, ++seed, s.weights);
+            add(w, b + "attn_v.bias", f32, n_kv, 1, {0.0f, 0.5f}, ++seed, s.weights);
         }
         if (qwen3) {
-            add(w, b + "attn_q_norm.weight", f32, s.head_dim, 1, {1.0f, 0.2f}, ++seed);
-            add(w, b + "attn_k_norm.weight", f32, s.head_dim, 1, {1.0f, 0.2f}, ++seed);
+            add(w, b + "attn_q_norm.weight", f32, s.head_dim, 1, {1.0f, 0.2f}, ++seed, s.weights);
+            add(w, b + "attn_k_norm.weight", f32, s.head_dim, 1, {1.0f, 0.2f}, ++seed, s.weights);
         }
-        add(w, b + "attn_output.weight", wt, n_q, s.n_embd, {0.0f, fan(1.0, n_q)}, ++seed);
-        add(w, b + "ffn_norm.weight", f32, s.n_embd, 1, {1.0f, 0.2f}, ++seed);
-        add(w, b + "ffn_gate.weight", wt, s.n_embd, s.n_ff, {0.0f, fan(1.0, s.n_embd)}, ++seed);
-        add(w, b + "ffn_up.weight", wt, s.n_embd, s.n_ff, {0.0f, fan(1.0, s.n_embd)}, ++seed);
-        add(w, b + "ffn_down.weight", wt, s.n_ff, s.n_embd, {0.0f, fan(1.0, s.n_ff)}, ++seed);
+        add(w, b + "attn_output.weight", wt, n_q, s.n_embd, {0.0f, fan(1.0, n_q)}, ++seed, s.weights);
+        add(w, b + "ffn_norm.weight", f32, s.n_embd, 1, {1.0f, 0.2f}, ++seed, s.weights);
+        add(w, b + "ffn_gate.weight", wt, s.n_embd, s.n_ff, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights);
+        add(w, b + "ffn_up.weight", wt, s.n_embd, s.n_ff, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights);
+        add(w, b + "ffn_down.weight", wt, s.n_ff, s.n_embd, {0.0f, fan(1.0, s.n_ff)}, ++seed, s.weights);
     }
     w.write(path);  // `vocab` (whose keys were copied by value) may close after this
 }

@@ -16,13 +16,20 @@ namespace rp {
 struct SynthSpec {
     std::string arch = "llama";   // llama | qwen2 | qwen3
     std::string vocab_from;       // GGUF whose tokenizer.* keys are copied (sets n_vocab)
+    uint32_t n_vocab = 0;         // without vocab_from: no tokenizer, this many token rows (shapes for plans)
     uint32_t n_embd = 64, n_head = 4, n_head_kv = 2, head_dim = 16, n_ff = 128, n_layer = 2;
     uint32_t n_ctx_train = 1024;
     float rope_base = 10000.0f;
     bool tied = false;            // no output.weight: the head reuses token_embd
     gguf::TensorType wtype = gguf::TensorType::F32;  // the 2-D weights; norms and biases stay F32
     uint64_t seed = 1;
+    bool weights = true;          // false: every weight a hole (all zeros, no disk): shapes for a memory plan
 };
+
+// The real shapes of models people finetune (hidden size, layers, heads, head_dim, n_ff, vocabulary, tied
+// head, rope base, context): qwen3-0.6b, qwen3-1.7b, qwen3-32b, llama3.1-8b; and the benchmark models
+// llama-98m, llama-20m. n_vocab is the real model's (vocab_from unset). rp::Error naming the presets otherwise.
+SynthSpec synth_preset(const std::string & name);
 
 // Writes the model to `path` (temp file, then rename). Throws rp::Error on a bad spec or I/O failure.
 // Weights are generated tensor by tensor at write time: a 100M-parameter model never sits in memory.

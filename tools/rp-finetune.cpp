@@ -15,6 +15,7 @@
 #include "ggml_rp/runtime/arena.h"
 #include "ggml_rp/roundpipe/trace.h"
 #include "models/finetune_report.h"
+#include "models/run_plan.h"
 #include "models/session.h"
 #include "models/tokenizer.h"
 
@@ -69,6 +70,9 @@ const char * const kUsage =
     "      --sync | --async    optimizer step synchronous, or overlapped with the next step (staleness 1; default sync)\n"
     "      --recompute GRAIN   stage | layer: what a backward job recomputes from (default stage)\n"
     "      --trace FILE        Chrome trace of every stream operation (draw it with rp-trace)\n"
+    "      --plan              print the memory plan and exit (needs only -m; the weights are never read):\n"
+    "                          the stage partition, the device peak region by region, host RAM, link bytes\n"
+    "      --max-seq           with --plan: also the longest --seq-len that fits --device-mem\n"
     "  -h, --help              this text\n";
 
 // The library's parameter names as this tool's flags, for its error messages.
@@ -93,6 +97,7 @@ int main(int argc, char ** argv) {
         rp::SessionOptions o;
         o.lr.lr_max = 1e-3;
         int64_t seq_len = 64, stop_at = 0, save_every = 0, eval_every = 0;
+        bool plan_only = false, max_seq = false;
         float lr = 1e-3f, lr_min = 0.0f;
         cli::Args args(argc, argv);
         while (args.next()) {
@@ -146,9 +151,31 @@ int main(int argc, char ** argv) {
             else if (a == "--async") o.pipeline.async = true;
             else if (a == "--recompute") o.pipeline.grain = args.choice({"stage", "layer"}) == "layer" ? rp::RecomputeGrain::Layer : rp::RecomputeGrain::Stage;
             else if (a == "--trace") trace_path = args.value();
+            else if (a == "--plan") plan_only = true;
+            else if (a == "--max-seq") max_seq = true;
             else args.unknown();
         }
         if (model_path.empty()) throw rp::Error("no model given (-m BASE.gguf)");
+        if (max_seq && !plan_only) throw rp::Error("--max-seq needs --plan");
+        if (plan_only) {  // a dry run: metadata and tensor infos only
+            auto model = rp::Model::load(model_path);
+            rp::RunPlanOptions po;
+            po.finetune = o.finetune;
+            po.optimizer = o.optimizer.kind;
+            po.momentum = o.optimizer.sgd.momentum != 0;
+            po.seq_len = seq_len;
+            po.batch = o.batch;
+            po.micro_batches = o.micro_batches;
+            po.devices = o.pipelined ? o.devices.count : 0;
+            po.device_memory = o.devices.memory_each;
+            po.backend = o.devices.backend;
+            po.schedule = o.pipeline.schedule;
+            po.grain = o.pipeline.grain;
+            if (max_seq) po.max_seq_limit = 1 << 22;
+            if (max_seq && !o.pipelined) throw rp::Error("--max-seq needs --devices N (the device memory it must fit)");
+            std::fputs(rp::plan_run(*model, po).report().c_str(), stdout);
+            return 0;
+        }
         if (data_path.empty()) throw rp::Error("no training data given (--data FILE)");
         if (out_path.empty()) throw rp::Error("no output given (-o OUT.gguf)");
         if (!o.pipelined && (!link.empty() || !trace_path.empty() || o.pipeline.async || schedule != "roundpipe" || o.devices.backend != "cpu"))

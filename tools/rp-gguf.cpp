@@ -76,14 +76,16 @@ const char * const kDiffHelp =
     "whatever the differences (1 only on an error).\n";
 
 const char * const kSynthHelp =
-    "usage: rp-gguf synth OUT --vocab VOCAB.gguf [--shape NAME] [options]\n"
+    "usage: rp-gguf synth OUT (--vocab VOCAB.gguf | --n-vocab N | --shape NAME) [options]\n"
     "\n"
     "Writes a llama / qwen2 / qwen3 model with random weights (seeded, O(1) activations) whose tokenizer is\n"
     "copied from VOCAB.gguf (which sets n_vocab), e.g. ../shared/models/vocab/ggml-vocab-qwen2.gguf for the\n"
     "real 151,936-token Qwen vocabulary. Prints 'params N'. Weights are generated while writing: the model\n"
     "never sits in memory.\n"
-    "  --shape NAME      a preset: qwen3-0.6b, qwen3-1.7b (the real shapes: tied, head_dim 128, rope 1e6),\n"
-    "                    llama-98m, llama-20m (the benchmark models); later options override it\n"
+    "  --shape NAME      a preset: qwen3-0.6b, qwen3-1.7b, qwen3-32b, llama3.1-8b (the real shapes and\n"
+    "                    vocabulary sizes), llama-98m, llama-20m (the benchmark models); later options override it\n"
+    "  --n-vocab N       without --vocab: N token rows and no tokenizer (the file plans and trains; it cannot tokenize)\n"
+    "  --weights 0|1     0: every weight a hole (zeros, a sparse file: no disk), the shapes for rp-finetune --plan\n"
     "  --arch A          llama | qwen2 | qwen3 (default llama)\n"
     "  --n-embd N --n-head N --n-head-kv N --head-dim N --n-ff N --n-layer N --n-ctx N\n"
     "  --rope-base X     (default 10000)\n"
@@ -444,7 +446,7 @@ int cmd_diff(int argc, char ** argv) {
 int cmd_synth(int argc, char ** argv) {
     const Args a = parse_args("synth", argc, argv,
                               {"--vocab", "--shape", "--arch", "--n-embd", "--n-head", "--n-head-kv", "--head-dim", "--n-ff",
-                               "--n-layer", "--n-ctx", "--rope-base", "--tied", "--type", "--seed"},
+                               "--n-layer", "--n-ctx", "--rope-base", "--tied", "--type", "--seed", "--n-vocab", "--weights"},
                               kSynthHelp);
     expect_positionals(a, 1, "synth", "OUT");
     auto opt = [&](const char * name) -> const std::string * {
@@ -452,22 +454,7 @@ int cmd_synth(int argc, char ** argv) {
         return it == a.opt.end() ? nullptr : &it->second;
     };
     rp::SynthSpec s;
-    if (const std::string * v = opt("--shape")) {
-        if (*v == "qwen3-0.6b" || *v == "qwen3-1.7b") {
-            const bool big = *v == "qwen3-1.7b";
-            s.arch = "qwen3";
-            s.n_embd = big ? 2048 : 1024;
-            s.n_ff = big ? 6144 : 3072;
-            s.n_head = 16, s.n_head_kv = 8, s.head_dim = 128, s.n_layer = 28;
-            s.n_ctx_train = 40960, s.rope_base = 1e6f, s.tied = true;
-        } else if (*v == "llama-98m") {
-            s.n_embd = 768, s.n_head = 12, s.n_head_kv = 4, s.head_dim = 64, s.n_ff = 2560, s.n_layer = 13, s.n_ctx_train = 2048;
-        } else if (*v == "llama-20m") {
-            s.n_embd = 512, s.n_head = 8, s.n_head_kv = 8, s.head_dim = 64, s.n_ff = 1408, s.n_layer = 6, s.n_ctx_train = 2048;
-        } else {
-            usage_error("--shape: unknown preset '" + *v + "' (qwen3-0.6b, qwen3-1.7b, llama-98m, llama-20m)");
-        }
-    }
+    if (const std::string * v = opt("--shape")) s = rp::synth_preset(*v);
     auto u32 = [&](const char * name, uint32_t & dst) {
         if (const std::string * v = opt(name)) dst = static_cast<uint32_t>(rp::cli::parse_int(name, *v, 1, 1 << 24));
     };
@@ -493,8 +480,10 @@ int cmd_synth(int argc, char ** argv) {
     }
     if (const std::string * v = opt("--seed")) s.seed = static_cast<uint64_t>(rp::cli::parse_int("--seed", *v, 0, 1LL << 62));
     const std::string * vocab = opt("--vocab");
-    if (!vocab) usage_error("'synth' needs --vocab VOCAB.gguf (the tokenizer to copy)");
-    s.vocab_from = *vocab;
+    u32("--n-vocab", s.n_vocab);
+    if (vocab) s.vocab_from = *vocab;
+    else if (!opt("--n-vocab") && !opt("--shape")) usage_error("'synth' needs --vocab VOCAB.gguf (the tokenizer to copy) or --n-vocab N");
+    if (const std::string * v = opt("--weights")) s.weights = rp::cli::parse_int("--weights", *v, 0, 1) != 0;
     rp::write_synth_model(s, a.pos[0]);
     int64_t n_params = 0;  // read back from the file, so the figure is what the engines will train
     for (const TensorInfo & t : Reader::open(a.pos[0])->tensors()) n_params += t.nelements();

@@ -12,11 +12,19 @@
 // per micro-batch: forward = recompute time, backward = the backward call alone (the planner's tb is their
 // sum). Partitions are written in decoder layers per stage, "F0,F1,...|FB,B1,B2,..." with backward stages
 // deep -> shallow, as in roundpipe.md §11.4.
+#include "tools/cli.h"
+
 #include "ggml_rp/roundpipe/planner.h"
+#include "ggml_rp/runtime/arena.h"
+#include "models/run_plan.h"
+#include "models/synth_model.h"
 #include "ggml_rp/roundpipe/schedule_sim.h"
 #include "ggml_rp/roundpipe/trace.h"
 #include "base/error.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -48,6 +56,14 @@ const char * const kUsage =
     "  --optimizer-ms X       CPU optimizer update per step (default 0)\n"
     "  --copy-back-ms X       master -> working weight copy per step (default 0)\n"
     "  --tokens-per-mb N      tokens per micro-batch for throughput (default 8192)\n"
+    "\n"
+    "max sequence (the memory model of the runtime, roundpipe/call_planner.h, on the real model shape):\n"
+    "  --max-seq              the longest sequence one device of --device-mem trains: bf16 weights, LoRA\n"
+    "                         --lora-rank on every linear layer, one sequence per micro-batch; with the\n"
+    "                         breakdown at that length and the paper's figure (qwen3-1.7b 73k, llama3.1-8b 49k,\n"
+    "                         qwen3-32b 28k on an RTX 4090); --all: those three\n"
+    "  --device-mem SIZE      (default 24G)\n"
+    "  --lora-rank N          (default 32)\n"
     "  --trace FILE           write the modelled timeline as Chrome trace JSON (one model only)\n";
 
 struct Preset {
@@ -148,6 +164,9 @@ struct Options {
     std::string link = "32GB/s", partition, trace, model;
     int layers = -1;
     double fwd = -1, bwd = -1, head_fwd = -1, head_bwd = -1;
+    bool max_seq = false;
+    size_t device_mem = size_t(24) << 30;
+    int lora_rank = 32;
 };
 
 struct Outcome {
@@ -215,6 +234,71 @@ Outcome run_one(const Options & o, const Preset & m) {
     return out;
 }
 
+// --max-seq: a shapes-only GGUF of the model (every weight a hole: no disk, never read) in a temporary
+// directory, planned by the runtime's own memory model.
+int max_seq(const Options & o) {
+    struct Paper {
+        const char * key;
+        int64_t tokens;
+    };
+    const Paper papers[] = {{"qwen3-1.7b", 73000}, {"llama3.1-8b", 49000}, {"qwen3-32b", 28000}};
+    std::vector<std::string> names;
+    if (o.all) {
+        for (const Paper & p : papers) names.push_back(p.key);
+    } else if (!o.model.empty()) {
+        names.push_back(o.model);
+    } else {
+        die("--max-seq needs --model NAME or --all");
+    }
+    const char * tmp_env = std::getenv("TMPDIR");
+    const std::string tmpl = std::string(tmp_env && *tmp_env ? tmp_env : "/tmp") + "/rp-simulate-XXXXXX";
+    std::vector<char> buf(tmpl.begin(), tmpl.end());
+    buf.push_back('\0');
+    const char * dir = ::mkdtemp(buf.data());
+    if (!dir) die("cannot create a temporary directory under " + tmpl.substr(0, tmpl.rfind('/')) + " for the model shapes");
+    const std::string path = std::string(dir) + "/shapes.gguf";
+    int rc = 0;
+    for (const std::string & name : names) {
+        try {
+            rp::SynthSpec spec = rp::synth_preset(name);
+            spec.wtype = gguf::TensorType::BF16;
+            spec.weights = false;
+            rp::write_synth_model(spec, path);
+            auto model = rp::Model::load(path);
+            rp::RunPlanOptions po;
+            po.finetune.lora_rank = o.lora_rank;
+            po.finetune.lora_alpha = 2.0f * static_cast<float>(o.lora_rank);
+            po.seq_len = 1;
+            po.batch = po.micro_batches = std::max(2, o.micro_batches);  // one sequence per micro-batch
+            po.devices = o.gpus;
+            po.device_memory = o.device_mem;
+            po.backend = "cuda";
+            po.max_seq_limit = 1 << 22;
+            const rp::RunPlan probe = rp::plan_run(*model, po);
+            std::printf("model: %s (%s of bf16 weights, LoRA r=%d on every linear layer, %d micro-batches of 1 sequence, "
+                        "%d devices of %s)\n",
+                        name.c_str(), rp::format_bytes(probe.host.mapped_weights).c_str(), o.lora_rank, static_cast<int>(po.micro_batches), o.gpus,
+                        rp::format_bytes(o.device_mem).c_str());
+            std::printf("max seq: %lld\n", static_cast<long long>(probe.max_seq));
+            for (const Paper & p : papers)
+                if (name == p.key)
+                    std::printf("paper: %lld (RoundPipe on an RTX 4090); ours / paper = %.2f\n", static_cast<long long>(p.tokens),
+                                static_cast<double>(probe.max_seq) / static_cast<double>(p.tokens));
+            if (probe.max_seq > 0) {
+                po.seq_len = probe.max_seq;
+                po.max_seq_limit = 0;
+                std::printf("at seq %lld:\n%s\n", static_cast<long long>(probe.max_seq), rp::plan_run(*model, po).report().c_str());
+            }
+        } catch (const std::exception & e) {
+            std::fprintf(stderr, "error: %s: %s\n", name.c_str(), e.what());
+            rc = 1;
+        }
+        std::remove(path.c_str());
+    }
+    ::rmdir(dir);
+    return rc;
+}
+
 } // namespace
 
 int main(int argc, char ** argv) {
@@ -250,9 +334,13 @@ int main(int argc, char ** argv) {
             else if (a == "--bwd-ms") o.bwd = to_double(a, next());
             else if (a == "--head-fwd-ms") o.head_fwd = to_double(a, next());
             else if (a == "--head-bwd-ms") o.head_bwd = to_double(a, next());
+            else if (a == "--max-seq") o.max_seq = true;
+            else if (a == "--device-mem") o.device_mem = rp::cli::parse_size(a, next());
+            else if (a == "--lora-rank") o.lora_rank = to_int(a, next());
             else die("unknown argument '" + a + "' (see --help)");
         }
 
+        if (o.max_seq) return max_seq(o);
         std::vector<Preset> models;
         if (o.all) {
             models.assign(std::begin(kPresets), std::end(kPresets));

@@ -41,6 +41,7 @@ public:
             if (at > region_bytes_) throw Error(dev_.name() + ": the uploads of a program overflow the graph region");
             if (!region_backend_) region_backend_ = std::make_unique<CudaBackend>(dev_);
             const size_t bytes = region_backend_->bind(g, static_cast<char *>(region_) + at, region_bytes_ - at);
+            region_peak_ = std::max(region_peak_, at + cuda::cuda_graph_bytes(g).total());
             region_backend_->compute(g, stream_);
             if (results) results();
             region_uploads_ = 0;
@@ -99,6 +100,7 @@ public:
 
     size_t graph_bytes(const Graph & g) const override { return cuda::cuda_graph_bytes(g).total(); }
     size_t upload_bytes(size_t bytes) const override { return cuda::align256(bytes); }
+    size_t region_high_water() const override { return region_peak_; }
 
     void set_region(void * base, size_t bytes) override {
         select();
@@ -106,6 +108,7 @@ public:
         region_ = base;
         region_bytes_ = base ? bytes : 0;
         region_uploads_ = 0;
+        region_peak_ = 0;
     }
 
     void * upload(const void * host, size_t bytes) override {
@@ -181,6 +184,7 @@ private:
     void * region_ = nullptr;  // set_region: the memory plan's graph region
     size_t region_bytes_ = 0;
     size_t region_uploads_ = 0;  // bytes of uploads made for the next graph
+    size_t region_peak_ = 0;
     std::unique_ptr<CudaBackend> region_backend_;
     std::map<size_t, std::unique_ptr<CudaBackend>> backends_;  // by bad-index flag count
     std::vector<void *> pending_;                              // uploads of the graph being built

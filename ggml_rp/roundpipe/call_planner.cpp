@@ -7,6 +7,16 @@
 
 namespace rp {
 
+namespace {
+
+std::vector<MicroBatchInfo> with_chunk(std::vector<MicroBatchInfo> mbs, int64_t chunk) {
+    for (MicroBatchInfo & mb : mbs) mb.token_chunk = chunk;
+    return mbs;
+}
+
+} // namespace
+
+
 CallPlanner::CallPlanner(TrainingProgram & program, const GraphRunner & rules) : prog_(program), rules_(rules) {
     for (int l = 0; l < prog_.num_layers(); ++l) {
         size_t bytes = 0, train = 0;
@@ -19,11 +29,16 @@ CallPlanner::CallPlanner(TrainingProgram & program, const GraphRunner & rules) :
     }
 }
 
-const ProgramFootprints & CallPlanner::footprints(const std::vector<MicroBatchInfo> & mbs) {
-    std::vector<std::pair<int64_t, int64_t>> key;
-    for (const MicroBatchInfo & mb : mbs) key.emplace_back(mb.seq_len, mb.n_seq);
+CallPlanner::ShapeKey CallPlanner::shape_key(const std::vector<MicroBatchInfo> & mbs) {
+    ShapeKey key;
+    for (const MicroBatchInfo & mb : mbs) key.push_back({mb.seq_len, mb.n_seq, mb.token_chunk});
     std::sort(key.begin(), key.end());
     key.erase(std::unique(key.begin(), key.end()), key.end());
+    return key;
+}
+
+const ProgramFootprints & CallPlanner::footprints(const std::vector<MicroBatchInfo> & mbs) {
+    const ShapeKey key = shape_key(mbs);
     auto it = cache_.find(key);
     if (it == cache_.end()) {
         if (cache_.size() >= 64) cache_.clear();  // shapes that keep changing: bound the cache
@@ -42,10 +57,12 @@ CallShape CallPlanner::shape_of(const std::vector<MicroBatchInfo> & mbs, Recompu
     return s;
 }
 
-DeviceMemoryPlan CallPlanner::memory_of(const Plan & plan, ScheduleKind schedule, const std::vector<MicroBatchInfo> & mbs) {
+DeviceMemoryPlan CallPlanner::memory_of(const Plan & plan, ScheduleKind schedule, const std::vector<MicroBatchInfo> & mbs, int sets) {
     const std::vector<StageDesc> stages = plan_stages(plan);
     const std::vector<JobSpec> jobs = schedule_jobs(schedule, plan, stages, static_cast<int>(mbs.size()));
-    return plan_device_memory(prog_, stages, jobs, shape_of(mbs, plan.grain), footprints(mbs));
+    CallShape shape = shape_of(mbs, plan.grain);
+    shape.sets = sets;
+    return plan_device_memory(prog_, stages, jobs, shape, footprints(mbs));
 }
 
 Plan CallPlanner::min_memory_plan(RecomputeGrain grain) const {
@@ -54,15 +71,23 @@ Plan CallPlanner::min_memory_plan(RecomputeGrain grain) const {
     return plan_from_sizes(std::vector<int>(static_cast<size_t>(L - 1), 1), bwd, grain);
 }
 
+DeviceMemoryPlan CallPlanner::least_memory(const CallPlanRequest & req, const std::vector<MicroBatchInfo> & mbs) {
+    const Plan p = req.schedule != ScheduleKind::RoundPipe ? bound_plan(prog_.num_layers(), req.devices, req.grain)
+                   : req.plan                              ? *req.plan
+                                                           : min_memory_plan(req.grain);
+    return memory_of(p, req.schedule, with_chunk(mbs, chunk_candidates(req, mbs).back()), 1);
+}
+
 int64_t CallPlanner::max_seq_len(const CallPlanRequest & req, int64_t n_seq, int M, int64_t limit) {
     const Plan p = min_memory_plan(req.grain);
     auto fits = [&](int64_t T) {
         MicroBatchInfo mb;
         mb.seq_len = T;
         mb.n_seq = n_seq;
-        const std::vector<MicroBatchInfo> mbs(static_cast<size_t>(std::max(M, 1)), mb);
-        const bool ok = memory_of(p, ScheduleKind::RoundPipe, mbs).peak() <= req.device_memory;
-        cache_.erase(std::vector<std::pair<int64_t, int64_t>>{{T, n_seq}});  // probes: do not keep them
+        std::vector<MicroBatchInfo> mbs(static_cast<size_t>(std::max(M, 1)), mb);
+        mbs = with_chunk(mbs, chunk_candidates(req, mbs).back());  // the least memory
+        const bool ok = memory_of(p, ScheduleKind::RoundPipe, mbs, 1).peak() <= req.device_memory;
+        cache_.erase(shape_key(mbs));  // probes: do not keep them
         return ok;
     };
     if (req.device_memory == 0 || fits(limit)) return limit;
@@ -74,12 +99,33 @@ int64_t CallPlanner::max_seq_len(const CallPlanRequest & req, int64_t n_seq, int
     return lo;
 }
 
+std::vector<int64_t> CallPlanner::chunk_candidates(const CallPlanRequest & req, const std::vector<MicroBatchInfo> & mbs) {
+    if (req.token_chunk >= 0) return {req.token_chunk};
+    int64_t tokens = 0;
+    for (const MicroBatchInfo & mb : mbs) tokens = std::max(tokens, mb.tokens());
+    std::vector<int64_t> c{0};  // one graph per program is the fastest: chunking recomputes the attention once more
+    for (int64_t k = 8192; k >= 256; k /= 2)
+        if (k < tokens) c.push_back(k);
+    return c;
+}
+
 CallPlan CallPlanner::plan(const CallPlanRequest & req, const std::vector<MicroBatchInfo> & mbs) {
     if (mbs.empty()) throw Error("call planner: no micro-batches");
+    // Fastest first: every chunk candidate with two activation sets per stage, then the smallest with one.
+    const std::vector<int64_t> chunks = chunk_candidates(req, mbs);
+    for (const int64_t c : chunks)
+        if (std::optional<CallPlan> p = plan_fixed(req, with_chunk(mbs, c), 2, false)) return *p;
+    return *plan_fixed(req, with_chunk(mbs, chunks.back()), 1, true);
+}
+
+std::optional<CallPlan> CallPlanner::plan_fixed(const CallPlanRequest & req, const std::vector<MicroBatchInfo> & mbs, int sets,
+                                                bool last) {
     const int L = prog_.num_layers();
     const size_t cap = req.device_memory;
     CallPlan out;
     out.shape = shape_of(mbs, req.grain);
+    out.shape.sets = sets;
+    out.token_chunk = mbs.front().token_chunk;
     auto fits = [&](const DeviceMemoryPlan & m) { return cap == 0 || m.peak() <= cap; };
     int64_t longest = 0, widest = 0;
     for (const MicroBatchInfo & mb : mbs) longest = std::max(longest, mb.seq_len), widest = std::max(widest, mb.n_seq);
@@ -103,9 +149,10 @@ CallPlan CallPlanner::plan(const CallPlanRequest & req, const std::vector<MicroB
     // Pinned plans and the bound schedules: checked, never changed.
     if (req.schedule != ScheduleKind::RoundPipe || req.plan) {
         out.plan = req.schedule != ScheduleKind::RoundPipe ? bound_plan(L, req.devices, req.grain) : *req.plan;
-        out.memory = memory_of(out.plan, req.schedule, mbs);
-        if (!fits(out.memory)) too_big(out.plan, out.memory, req.plan ? "the given plan" : std::string(schedule_name(req.schedule)) + "'s plan", false);
-        return out;
+        out.memory = memory_of(out.plan, req.schedule, mbs, sets);
+        if (fits(out.memory)) return out;
+        if (!last) return std::nullopt;
+        too_big(out.plan, out.memory, req.plan ? "the given plan" : std::string(schedule_name(req.schedule)) + "'s plan", false);
     }
 
     PlannerInput in;
@@ -131,7 +178,7 @@ CallPlan CallPlanner::plan(const CallPlanRequest & req, const std::vector<MicroB
     for (int round = 0; round < 64; ++round) {
         in.memory_limit = limit;
         Plan p = make_plan(in);
-        DeviceMemoryPlan m = memory_of(p, ScheduleKind::RoundPipe, mbs);
+        DeviceMemoryPlan m = memory_of(p, ScheduleKind::RoundPipe, mbs, sets);
         if (fits(m)) {
             out.plan = std::move(p);
             out.memory = m;
@@ -143,7 +190,8 @@ CallPlan CallPlanner::plan(const CallPlanRequest & req, const std::vector<MicroB
         limit = static_cast<size_t>(static_cast<double>(limit) * std::min(0.9, ratio));
     }
     Plan p = min_memory_plan(req.grain);
-    DeviceMemoryPlan m = memory_of(p, ScheduleKind::RoundPipe, mbs);
+    DeviceMemoryPlan m = memory_of(p, ScheduleKind::RoundPipe, mbs, sets);
+    if (!fits(m) && !last) return std::nullopt;
     if (!fits(m)) too_big(p, m, "the smallest plan, one layer per stage", true);
     p.notes.push_back("memory: one layer per stage, the only plan that fits " + format_bytes(cap));
     out.plan = std::move(p);

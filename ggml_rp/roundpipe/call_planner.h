@@ -19,6 +19,7 @@
 #include "ggml_rp/roundpipe/schedules.h"
 #include "ggml_rp/runtime/graph_runner.h"
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -37,12 +38,16 @@ struct CallPlanRequest {
     size_t device_memory = 0;    // bytes of the smallest device; 0 = unlimited (nothing is checked)
     std::string device_name;     // for messages: "cpu:0", "cuda:1"
     std::vector<double> tf, tb;  // per-layer times for the partitioner; empty = the cold-start byte proxy
+    // MicroBatchInfo::token_chunk: -1 = the planner's choice (every token in one graph when that fits, else
+    // the largest of 8192, 4096, ..., 256 tokens that does), 0 = never chunk, N = chunks of N tokens.
+    int64_t token_chunk = -1;
 };
 
 struct CallPlan {
     Plan plan;
     CallShape shape;
     DeviceMemoryPlan memory;  // what every device carves (the max over the call's jobs)
+    int64_t token_chunk = 0;  // what the call's micro-batches run with (MicroBatchInfo::token_chunk)
 };
 
 // Thrown when no plan fits; what() says why, the fields say by how much.
@@ -65,10 +70,13 @@ public:
     CallPlanner(TrainingProgram & program, const GraphRunner & rules);
 
     CallPlan plan(const CallPlanRequest & req, const std::vector<MicroBatchInfo> & mbs);
-    // The memory of one given plan for these micro-batches.
-    DeviceMemoryPlan memory_of(const Plan & plan, ScheduleKind schedule, const std::vector<MicroBatchInfo> & mbs);
+    // The memory of one given plan for these micro-batches (with their token_chunk).
+    DeviceMemoryPlan memory_of(const Plan & plan, ScheduleKind schedule, const std::vector<MicroBatchInfo> & mbs, int sets = 2);
     // The one-layer-per-stage plan (the least device memory any plan takes).
     Plan min_memory_plan(RecomputeGrain grain) const;
+    // The least memory any call of these micro-batches can take under req: the one-layer-per-stage plan, the
+    // smallest token chunk, one activation set per stage (a bound schedule: its plan, the same way).
+    DeviceMemoryPlan least_memory(const CallPlanRequest & req, const std::vector<MicroBatchInfo> & mbs);
     // The largest seq_len (M micro-batches of n_seq sequences) whose minimum-memory plan fits `device_memory`;
     // 0 when not even seq_len 1 fits. Searches up to `limit`.
     int64_t max_seq_len(const CallPlanRequest & req, int64_t n_seq, int M, int64_t limit);
@@ -76,11 +84,20 @@ public:
     const ProgramFootprints & footprints(const std::vector<MicroBatchInfo> & mbs);
     CallShape shape_of(const std::vector<MicroBatchInfo> & mbs, RecomputeGrain grain) const;
 
+    // The token chunks plan() tries, in order (the last one takes the least memory).
+    static std::vector<int64_t> chunk_candidates(const CallPlanRequest & req, const std::vector<MicroBatchInfo> & mbs);
+
 private:
+    using ShapeKey = std::vector<std::array<int64_t, 3>>;  // (seq_len, n_seq, token_chunk), sorted, unique
+    static ShapeKey shape_key(const std::vector<MicroBatchInfo> & mbs);
+    // The plan with the micro-batches' own token_chunk; nullopt when it does not fit, unless `last` (then
+    // MemoryError).
+    std::optional<CallPlan> plan_fixed(const CallPlanRequest & req, const std::vector<MicroBatchInfo> & mbs, int sets, bool last);
+
     TrainingProgram & prog_;
     const GraphRunner & rules_;
     std::vector<size_t> layer_bytes_, layer_train_bytes_;
-    std::map<std::vector<std::pair<int64_t, int64_t>>, ProgramFootprints> cache_;
+    std::map<ShapeKey, ProgramFootprints> cache_;
 };
 
 } // namespace rp

@@ -1,6 +1,7 @@
 #include "ggml_rp/roundpipe/call_state.h"
 
 #include "base/error.h"
+#include "ggml_rp/roundpipe/memory_plan.h"
 
 #include <algorithm>
 #include <cstring>
@@ -28,19 +29,9 @@ Call::Call(int64_t id_, const TrainingProgram & prog, Device & host, const std::
     for (size_t i = 0; i < stages.size(); ++i) sem.push_back(std::make_unique<Semaphore>(0));
 
     // Host activations: every forward stage's output, plus the checkpoints the backward stages start from.
-    need_act.assign(static_cast<size_t>(L), 0);
-    std::vector<char> need_dact(static_cast<size_t>(L), 0);
-    for (const LayerRange & r : plan.fwd) need_act[static_cast<size_t>(r.end)] = 1;
-    for (size_t i = 1; i < plan.bwd.size(); ++i) {
-        const LayerRange & r = plan.bwd[i];
-        if (plan.grain == RecomputeGrain::Layer)
-            for (int l = r.begin; l < r.end; ++l) need_act[static_cast<size_t>(l)] = 1;
-        else
-            need_act[static_cast<size_t>(r.begin)] = 1;
-    }
-    for (const LayerRange & r : plan.bwd) need_dact[static_cast<size_t>(r.begin)] = 1;
-    need_act[0] = 0;  // layer 0's input is the token ids
-    need_dact[0] = 0;
+    BoundaryBuffers bb = boundary_buffers(plan, L);
+    need_act = std::move(bb.act);
+    const std::vector<char> need_dact = std::move(bb.dact);
     act.resize(static_cast<size_t>(L));
     dact.resize(static_cast<size_t>(L));
     act_ready.resize(static_cast<size_t>(L));

@@ -1,8 +1,10 @@
 #include "ggml_rp/roundpipe/device_worker.h"
 
 #include "base/error.h"
+#include "ggml_rp/runtime/arena.h"
 #include "ggml_rp/runtime/graph_runner.h"
 
+#include <algorithm>
 #include <array>
 #include <exception>
 #include <map>
@@ -59,6 +61,13 @@ DeviceWorker::~DeviceWorker() {
 DeviceMemoryPlan DeviceWorker::regions() const {
     std::lock_guard<std::mutex> lk(regions_m_);
     return regions_;
+}
+
+DeviceMemoryPlan DeviceWorker::regions_used() const {
+    std::lock_guard<std::mutex> lk(regions_m_);
+    DeviceMemoryPlan u = used_;
+    u.graph = dev_.runner().region_high_water();
+    return u;
 }
 
 void DeviceWorker::submit(std::shared_ptr<Job> job) {
@@ -168,6 +177,15 @@ void DeviceWorker::run_job(Job & job, std::vector<char> & released) {
             s.d[1] = at(L.d[1]);
             s.loss = static_cast<float *>(at(L.loss));
         }
+    if (lay.weight_bytes > regions_.weight_slot || lay.activation_bytes > regions_.activations)
+        throw Error("job " + spec.label + " needs " + format_bytes(lay.weight_bytes) + " of weights and " +
+                    format_bytes(lay.activation_bytes) + " of activations; the memory plan carved " + regions_.describe() +
+                    " (the plan and the job's layout disagree)");
+    {
+        std::lock_guard<std::mutex> lk(regions_m_);
+        used_.weight_slot = std::max(used_.weight_slot, lay.weight_bytes);
+        used_.activations = std::max(used_.activations, lay.activation_bytes);
+    }
     sh_.observer.job_memory(lay.weight_bytes + lay.activation_bytes);
     // The activation region is the previous job's until its last download: the first upload waits for it.
     if (activations_free_) dev_.stream(StreamKind::ActivationUpload).wait(*activations_free_);

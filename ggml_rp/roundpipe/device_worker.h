@@ -70,8 +70,10 @@ public:
     void submit(std::shared_ptr<Job> job);
     // Blocks until every submitted job has been enqueued on the streams.
     void wait_idle();
-    // What the regions have held at most, by region (the planned sizes when every buffer was used).
+    // The regions as carved (the largest plan this device has run), and the most each has held: a job's
+    // weights and gradients, its activation sets, one program's graph (read it once the device is idle).
     DeviceMemoryPlan regions() const;
+    DeviceMemoryPlan regions_used() const;
 
 private:
     struct Retired;
@@ -95,6 +97,7 @@ private:
     void * block_ = nullptr;
     mutable std::mutex regions_m_;  // regions_ is read by regions() from other threads
     DeviceMemoryPlan regions_;
+    DeviceMemoryPlan used_;
     int next_slot_ = 0;
     std::shared_ptr<Event> activations_free_;  // the last job's final download: its activations are free after it
     std::unique_ptr<WorkQueue> thread_;  // last: starts once everything above exists

@@ -87,7 +87,7 @@ JobLayout layout_job(const TrainingProgram & prog, const std::vector<StageDesc> 
     for (const Task & t : spec.tasks) ++tasks[t.stage];
     Bump a;
     for (const auto & [stage, n] : tasks)
-        for (int i = 0; i < std::min(n, 2); ++i)
+        for (int i = 0; i < std::min(n, shape.sets); ++i)
             j.sets[stage].push_back(layout_set(stages[static_cast<size_t>(stage)], shape, prog.num_layers(), a));
     j.activation_bytes = a.at;
     return j;
@@ -136,14 +136,14 @@ DeviceMemoryPlan plan_device_memory(const TrainingProgram & prog, const std::vec
         p.weight_slot = j.weight_bytes;
         p.weight_by = "job " + spec.label + ": " + layers_of(prog, spec.layers) + (spec.has_grads ? ", with gradients" : "");
         p.activations = j.activation_bytes;
-        p.activations_by = "job " + spec.label;
+        p.activations_by = "job " + spec.label + (shape.sets == 1 ? ", 1 set per stage" : "");
         // The programs the job runs: forwards (forward stages, the fused tail's layers, stage-grain recomputes),
         // backwards, the head.
         std::set<int> stage_set;
         for (const Task & t : spec.tasks) stage_set.insert(t.stage);
         auto program = [&](size_t bytes, const char * kind, int l) {
-            if (bytes > p.graph) {
-                p.graph = bytes;
+            if (align_buffer(bytes) > p.graph) {
+                p.graph = align_buffer(bytes);  // regions are whole arena units
                 p.graph_by = std::string(kind) + " of " + prog.layer_name(l);
             }
         };
@@ -164,6 +164,78 @@ DeviceMemoryPlan plan_device_memory(const TrainingProgram & prog, const std::vec
         m = m.max(p);
     }
     return m;
+}
+
+BoundaryBuffers boundary_buffers(const Plan & plan, int L) {
+    BoundaryBuffers b;
+    b.act.assign(static_cast<size_t>(L), 0);
+    b.dact.assign(static_cast<size_t>(L), 0);
+    for (const LayerRange & r : plan.fwd) b.act[static_cast<size_t>(r.end)] = 1;
+    for (size_t i = 1; i < plan.bwd.size(); ++i) {
+        const LayerRange & r = plan.bwd[i];
+        if (plan.grain == RecomputeGrain::Layer)
+            for (int l = r.begin; l < r.end; ++l) b.act[static_cast<size_t>(l)] = 1;
+        else
+            b.act[static_cast<size_t>(r.begin)] = 1;
+    }
+    for (const LayerRange & r : plan.bwd) b.dact[static_cast<size_t>(r.begin)] = 1;
+    b.act[0] = 0;
+    b.dact[0] = 0;
+    return b;
+}
+
+HostCallBytes host_call_bytes(const TrainingProgram & prog, const Plan & plan, const std::vector<MicroBatchInfo> & mbs) {
+    const BoundaryBuffers bb = boundary_buffers(plan, prog.num_layers());
+    HostCallBytes h;
+    for (const MicroBatchInfo & mb : mbs) {
+        h.tokens += 2 * prog.token_bytes(mb);
+        for (size_t l = 0; l < bb.act.size(); ++l) {
+            if (bb.act[l]) h.checkpoints += prog.hidden_bytes(mb);
+            if (bb.dact[l]) h.gradients += prog.hidden_bytes(mb);
+        }
+    }
+    h.losses = sizeof(float) * mbs.size();
+    return h;
+}
+
+LinkBytes link_bytes(const TrainingProgram & prog, const Plan & plan, ScheduleKind schedule, const std::vector<MicroBatchInfo> & mbs) {
+    const std::vector<StageDesc> stages = plan_stages(plan);
+    const BoundaryBuffers bb = boundary_buffers(plan, prog.num_layers());
+    LinkBytes x;
+    // What run_task moves per micro-batch (device_worker.cpp), and what run_job moves per job.
+    for (const JobSpec & spec : schedule_jobs(schedule, plan, stages, static_cast<int>(mbs.size()))) {
+        for (int l = spec.layers.begin; l < spec.layers.end; ++l)
+            for (const auto & ti : prog.layer_tensors(l)) {
+                x.weights_up += ti.bytes;
+                if (spec.has_grads && ti.param >= 0) x.grads_down += ti.bytes;
+            }
+        for (const Task & t : spec.tasks) {
+            const StageDesc & sd = stages[static_cast<size_t>(t.stage)];
+            const MicroBatchInfo & mb = mbs[static_cast<size_t>(t.mb)];
+            const size_t H = prog.hidden_bytes(mb), I = prog.token_bytes(mb);
+            const int a = sd.layers.begin, b = sd.layers.end;
+            auto input = [&](int l) { return l == 0 ? I : H; };
+            switch (sd.pass) {
+            case Pass::Fwd:
+                x.activations_up += input(a);
+                for (int l = a; l < b; ++l) x.activations_down += bb.act[static_cast<size_t>(l + 1)] ? H : 0;
+                break;
+            case Pass::Fused:
+                x.activations_up += input(a) + I;
+                x.activations_down += sizeof(float) + (a > 0 ? H : 0);
+                break;
+            case Pass::Bwd:
+                x.activations_up += H;  // the incoming gradient
+                if (plan.grain == RecomputeGrain::Layer)
+                    for (int l = a; l < b; ++l) x.activations_up += input(l);
+                else
+                    x.activations_up += input(a);
+                x.activations_down += a > 0 ? H : 0;
+                break;
+            }
+        }
+    }
+    return x;
 }
 
 } // namespace rp

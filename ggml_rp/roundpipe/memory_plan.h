@@ -54,6 +54,9 @@ struct CallShape {
     size_t hidden = 0;   // bytes of a hidden state of the largest micro-batch
     size_t tokens = 0;   // bytes of its token ids (and of its labels)
     RecomputeGrain grain = RecomputeGrain::Stage;
+    // Activation sets per stage when it runs 2+ micro-batches: 2 lets the next micro-batch's uploads overlap
+    // this one's compute; 1 (when memory is tight) makes them wait for it.
+    int sets = 2;
 };
 
 JobLayout layout_job(const TrainingProgram & prog, const std::vector<StageDesc> & stages, const CallShape & shape,
@@ -86,5 +89,28 @@ struct DeviceMemoryPlan {
 DeviceMemoryPlan plan_device_memory(const TrainingProgram & prog, const std::vector<StageDesc> & stages,
                                     const std::vector<JobSpec> & jobs, const CallShape & shape,
                                     const ProgramFootprints & fp);
+
+// The host activations of a call (call_state.h), per layer: its input is kept (a forward stage's output, or a
+// checkpoint a backward stage starts from: stage inputs, every layer's input at layer grain), its input
+// gradient is kept (a backward stage's incoming gradient). Layer 0 has neither (its input is token ids).
+struct BoundaryBuffers {
+    std::vector<char> act, dact;
+};
+BoundaryBuffers boundary_buffers(const Plan & plan, int num_layers);
+
+// Pinned host bytes of one call: token ids + labels, kept inputs, kept input gradients, losses.
+struct HostCallBytes {
+    size_t tokens = 0, checkpoints = 0, gradients = 0, losses = 0;
+    size_t total() const { return tokens + checkpoints + gradients + losses; }
+};
+HostCallBytes host_call_bytes(const TrainingProgram & prog, const Plan & plan, const std::vector<MicroBatchInfo> & mbs);
+
+// Bytes over the host-device link in one call (one step of one call: gradients start at zero on the device).
+struct LinkBytes {
+    size_t weights_up = 0, grads_down = 0, activations_up = 0, activations_down = 0;
+    size_t total() const { return weights_up + grads_down + activations_up + activations_down; }
+};
+LinkBytes link_bytes(const TrainingProgram & prog, const Plan & plan, ScheduleKind schedule,
+                     const std::vector<MicroBatchInfo> & mbs);
 
 } // namespace rp

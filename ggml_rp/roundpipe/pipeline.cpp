@@ -98,6 +98,7 @@ CallPlanRequest Pipeline::Impl::request() const {
     r.grain = opt.grain;
     r.plan = opt.plan;
     r.devices = G;
+    r.token_chunk = opt.token_chunk;
     r.device_memory = SIZE_MAX;
     for (Device * d : devs)
         if (d->capacity() < r.device_memory) {
@@ -187,7 +188,9 @@ double Pipeline::forward_backward(const std::vector<MicroBatch> & mbs) {
     std::vector<MicroBatchInfo> info;
     for (const MicroBatch & m : mbs) info.push_back(m.info);
     CallPlan cp = d.planner->plan(d.request(), info);
-    auto c = std::make_shared<Call>(d.calls++, d.prog, *d.devs.front(), mbs, cp.plan);
+    std::vector<MicroBatch> chunked = mbs;
+    for (MicroBatch & m : chunked) m.info.token_chunk = cp.token_chunk;
+    auto c = std::make_shared<Call>(d.calls++, d.prog, *d.devs.front(), chunked, cp.plan);
     d.unharvested.push_back(c);
     while (d.unharvested.size() > 4) d.unharvested.pop_front();  // never hold more than a few calls' buffers
     d.last = cp;
@@ -256,10 +259,16 @@ const Plan & Pipeline::last_plan() const { return impl_->last.plan; }
 
 const DeviceMemoryPlan & Pipeline::last_memory() const { return impl_->last.memory; }
 
+const CallPlan & Pipeline::last_call() const { return impl_->last; }
+
 CallPlan Pipeline::plan_call(const std::vector<MicroBatchInfo> & mbs) { return impl_->planner->plan(impl_->request(), mbs); }
 
 DeviceMemoryPlan Pipeline::device_regions(int device) const {
     return impl_->workers.at(static_cast<size_t>(device))->regions();
+}
+
+DeviceMemoryPlan Pipeline::device_regions_used(int device) const {
+    return impl_->workers.at(static_cast<size_t>(device))->regions_used();
 }
 
 int Pipeline::num_devices() const { return impl_->G; }

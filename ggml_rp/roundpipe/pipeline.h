@@ -50,6 +50,9 @@ struct PipelineOptions {
     // empty = the cold-start byte proxy.
     std::vector<double> layer_tf, layer_tb;
     int threads_per_device = 1;            // CPU kernel threads inside each device's programs
+    // Tokens per feed-forward / head graph (MicroBatchInfo::token_chunk): -1 = the call planner's choice (the
+    // fastest that fits), 0 = never chunk, N = N tokens.
+    int64_t token_chunk = -1;
     bool instrument = false;               // an InvariantChecker observes the run (hashes every weight upload: slow)
     PipelineObserver * observer = nullptr; // or an observer of the caller's (outlives the pipeline)
     uint64_t fuzz_seed = 0;                // != 0: random sleeps in the device and optimizer threads
@@ -82,8 +85,11 @@ public:
     CallPlan plan_call(const std::vector<MicroBatchInfo> & mbs);
     const Plan & last_plan() const;
     const DeviceMemoryPlan & last_memory() const;  // the last call's regions, as planned
+    const CallPlan & last_call() const;            // all of the last call's plan (token chunk, activation sets)
     // The regions device `device` has carved (the largest plan it has run; memory_plan.h).
     DeviceMemoryPlan device_regions(int device) const;
+    // The most each of them has held (after synchronize()).
+    DeviceMemoryPlan device_regions_used(int device) const;
     // Calls whose measured per-layer times are in the planner's moving average (the first timed call is
     // dropped, §11.2); from the first sample on, plans come from measured times instead of the byte proxy.
     int timing_samples() const;

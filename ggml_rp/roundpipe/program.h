@@ -29,6 +29,10 @@ struct MicroBatchInfo {
     int64_t seq_offset = 0;   // index of its first sequence in the step's batch (keys the dropout masks)
     int64_t step = 0;         // optimizer step (keys the dropout masks)
     float loss_scale = 1.0f;  // the loss is loss_scale * sum of the unmasked token losses
+    // > 0 and < tokens(): the feed-forward halves and the head run over ranges of this many tokens, one graph
+    // each, so no [tokens x n_ff] or [tokens x vocab] tensor is ever whole (its backward recomputes the
+    // attention half once more); 0: one graph per program. Chosen by the call planner (call_planner.h).
+    int64_t token_chunk = 0;
     int64_t tokens() const { return seq_len * n_seq; }
 };
 

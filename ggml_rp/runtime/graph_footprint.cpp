@@ -18,6 +18,7 @@ public:
     size_t graph_bytes(const Graph & g) const override { return cuda::cuda_graph_bytes(g).total(); }
     size_t upload_bytes(size_t bytes) const override { return cuda::align256(bytes); }
     void set_region(void *, size_t) override {}
+    size_t region_high_water() const override { return 0; }
 };
 
 } // namespace

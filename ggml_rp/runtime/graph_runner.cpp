@@ -25,6 +25,7 @@ size_t CpuGraphRunner::run(Graph & g, int n_threads, const std::function<void()>
             throw Error((device_ ? device_->name() : std::string("host")) + ": a graph of " + format_bytes(bytes) +
                         " does not fit the graph region of " + format_bytes(region_bytes_) + " the memory plan reserved");
         be.bind(g, region_);
+        region_peak_ = std::max(region_peak_, bytes);
         be.compute(g, n_threads);
         if (results) results();
         return bytes;
@@ -54,6 +55,7 @@ size_t CpuGraphRunner::graph_bytes(const Graph & g) const { return plan_graph(g,
 void CpuGraphRunner::set_region(void * base, size_t bytes) {
     region_ = base;
     region_bytes_ = base ? bytes : 0;
+    region_peak_ = 0;
 }
 
 size_t FootprintRunner::run(Graph & g, int, const std::function<void()> & results) {

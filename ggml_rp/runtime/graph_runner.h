@@ -54,6 +54,11 @@ public:
     // [base, base + bytes): the region every later run and upload uses (nullptr: the device's arena again).
     // Throws rp::Error from run() when a graph does not fit it.
     virtual void set_region(void * base, size_t bytes) = 0;
+    // The most of the region one graph and its uploads have used since set_region (0 without a region).
+    virtual size_t region_high_water() const = 0;
+    // False for a runner that only measures (FootprintRunner): a program may then build one graph of each
+    // shape it would repeat (e.g. one token range of many equal ones), the footprint being the same.
+    virtual bool computes() const { return true; }
 };
 
 // The CPU runner: CpuBackend; graph memory from the device's arena (plan / bind, freed right after the
@@ -69,11 +74,13 @@ public:
     size_t graph_bytes(const Graph & g) const override;   // plan_graph's peak, 64-byte alignment
     size_t upload_bytes(size_t) const override { return 0; }  // uploads are host copies
     void set_region(void * base, size_t bytes) override;
+    size_t region_high_water() const override { return region_peak_; }
 
 private:
     Device * device_;
     void * region_ = nullptr;
     size_t region_bytes_ = 0;
+    size_t region_peak_ = 0;
     std::vector<std::vector<char>> uploads_;
 };
 
@@ -91,6 +98,8 @@ public:
     size_t graph_bytes(const Graph & g) const override { return rules_.graph_bytes(g); }
     size_t upload_bytes(size_t bytes) const override { return rules_.upload_bytes(bytes); }
     void set_region(void *, size_t) override {}
+    size_t region_high_water() const override { return peak_; }
+    bool computes() const override { return false; }
     size_t peak() const { return peak_; }
 
 private:

@@ -190,6 +190,9 @@ struct RunResult {
     std::vector<size_t> high_water;
     size_t peak_graph = 0;
     rp::Plan plan;
+    rp::DeviceMemoryPlan memory;             // the last call's planned regions
+    int64_t token_chunk = 0;                 // and the token chunk its programs ran with
+    std::vector<rp::DeviceMemoryPlan> used;  // per device: the most each region held
     std::vector<double> losses;
     int timing_samples = 0;
 };
@@ -243,6 +246,9 @@ inline RunResult pipelined(const rp::Model & model, const rp::FinetuneConfig & c
         pipe.synchronize();
         r.checks = pipe.checks();
         r.plan = pipe.last_plan();
+        r.memory = pipe.last_memory();
+        r.token_chunk = pipe.last_call().token_chunk;
+        for (int d = 0; d < pipe.num_devices(); ++d) r.used.push_back(pipe.device_regions_used(d));
         r.timing_samples = pipe.timing_samples();
     }
     for (auto & d : set.devices) r.high_water.push_back(d->high_water());

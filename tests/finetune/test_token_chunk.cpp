@@ -1,0 +1,134 @@
+// The token-chunked training programs (MicroBatchInfo::token_chunk, models/finetune.cpp): the feed-forward
+// halves and the head over token ranges, one graph each, give the loss and every gradient of the one-graph
+// programs (<= 1e-6 relative: only the order of the weight-gradient sums over tokens changes), for llama and
+// a tied qwen3, LoRA with dropout and full finetuning, ranges that divide the tokens and ones that do not,
+// and several sequences per micro-batch; and they take less graph memory.
+#include "ggml_rp/ggml_rp.h"
+#include "models/finetune.h"
+#include "models/lora.h"
+#include "models/synth_model.h"
+#include "models/training_program.h"
+#include "tests/common/shared_paths.h"
+#include "tests/common/temp_dir.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct ChunkModels {
+    rp_test::TempDir dir;
+    std::unique_ptr<rp::Model> llama, qwen3;
+    ChunkModels() {
+        rp::SynthSpec s;
+        s.vocab_from = rp_test::shared_dir() + "/models/stories260K.gguf";
+        s.n_embd = 64, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 16, s.n_ff = 160, s.n_layer = 3, s.seed = 5;
+        rp::write_synth_model(s, dir.file("llama.gguf"));
+        llama = rp::Model::load(dir.file("llama.gguf"));
+        s.arch = "qwen3";
+        s.vocab_from = rp_test::shared_dir() + "/models/synthetic/tiny-random-qwen2.gguf";
+        s.tied = true, s.n_embd = 32, s.head_dim = 8, s.n_ff = 96;
+        rp::write_synth_model(s, dir.file("qwen3.gguf"));
+        qwen3 = rp::Model::load(dir.file("qwen3.gguf"));
+    }
+    static ChunkModels & get() {
+        static ChunkModels m;
+        return m;
+    }
+};
+
+struct Result {
+    double loss = 0;
+    std::vector<std::vector<float>> grads;
+    size_t peak_graph = 0;
+};
+
+Result run(const rp::Model & model, rp::FinetuneConfig cfg, int64_t chunk, int64_t T, int64_t B) {
+    cfg.token_chunk = chunk;
+    rp::Trainer tr(model, cfg);
+    if (tr.adapter())  // B = 0 at init would leave every A without a gradient
+        for (const rp::LoraTensor & t : tr.adapter()->tensors()) {
+            std::vector<float> b(static_cast<size_t>(t.b->nelements()));
+            for (size_t i = 0; i < b.size(); ++i) b[i] = 0.05f * static_cast<float>(std::sin(0.7 * static_cast<double>(i) + 1.0));
+            rp::tensor_set_f32(t.b, b);
+        }
+    std::vector<int32_t> ids, labels;
+    for (int64_t i = 0; i < T * B; ++i) {
+        ids.push_back(static_cast<int32_t>((i * 37 + 11) % 200));
+        labels.push_back(i % 7 == 3 ? -1 : static_cast<int32_t>((i * 53 + 5) % 200));
+    }
+    tr.zero_grads();
+    Result r;
+    r.loss = tr.accumulate(ids.data(), labels.data(), T, B, 1.0f / static_cast<float>(T * B), 1, 3, 2);
+    tr.collect_grads();
+    for (const auto & p : tr.params()) {
+        const float * g = p.t->grad->data_as<float>();
+        r.grads.emplace_back(g, g + p.t->nelements());
+    }
+    r.peak_graph = tr.peak_graph_bytes();
+    return r;
+}
+
+void expect_close(const Result & a, const Result & b, const std::string & what) {
+    EXPECT_NEAR(a.loss, b.loss, 1e-6 * std::abs(b.loss)) << what;
+    ASSERT_EQ(a.grads.size(), b.grads.size());
+    for (size_t i = 0; i < a.grads.size(); ++i) {
+        double num = 0, den = 0;
+        for (size_t k = 0; k < a.grads[i].size(); ++k) {
+            const double d = static_cast<double>(a.grads[i][k]) - b.grads[i][k];
+            num += d * d;
+            den += static_cast<double>(b.grads[i][k]) * b.grads[i][k];
+        }
+        ASSERT_GT(den, 0) << what << " param " << i << " has no gradient";
+        EXPECT_LE(std::sqrt(num / den), 1e-6) << what << " param " << i;
+    }
+}
+
+} // namespace
+
+TEST(TokenChunk, ChunkedProgramsEqualTheOneGraphPrograms) {
+    ChunkModels & m = ChunkModels::get();
+    rp::FinetuneConfig lora;
+    lora.lora_rank = 4;
+    lora.lora_dropout = 0.25f;  // the masks must follow each token into its range
+    rp::FinetuneConfig full;
+    full.full = true;
+    for (const rp::Model * model : {m.llama.get(), m.qwen3.get()})
+        for (const auto & [cfg, name] : {std::pair{lora, "lora"}, std::pair{full, "full"}})
+            for (const auto & [T, B] : {std::pair<int64_t, int64_t>{48, 1}, std::pair<int64_t, int64_t>{40, 3}}) {
+                const Result whole = run(*model, cfg, 0, T, B);
+                for (const int64_t chunk : {int64_t(16), int64_t(7), T * B - 1}) {
+                    const std::string what = std::string(model == m.llama.get() ? "llama " : "qwen3 ") + name + " T=" +
+                                             std::to_string(T) + " B=" + std::to_string(B) + " chunk " + std::to_string(chunk);
+                    expect_close(run(*model, cfg, chunk, T, B), whole, what);
+                }
+                // A chunk of every token (or more) is the one-graph program itself.
+                const Result same = run(*model, cfg, T * B, T, B);
+                EXPECT_EQ(same.loss, whole.loss);
+                EXPECT_EQ(same.grads, whole.grads);
+            }
+}
+
+TEST(TokenChunk, ChunkedGraphsAreSmaller) {
+    ChunkModels & m = ChunkModels::get();
+    rp::FinetuneConfig lora;
+    lora.lora_rank = 4;
+    rp::Trainer tr(*m.llama, lora);
+    rp::ModelProgram prog(tr);
+    const auto rules = rp::footprint_rules("cpu");
+    rp::MicroBatchInfo mb;
+    mb.seq_len = 2048;
+    mb.n_seq = 1;
+    const size_t whole_bwd = prog.program_footprint(rp::ProgramKind::Backward, 1, mb, *rules);
+    const size_t whole_head = prog.program_footprint(rp::ProgramKind::Head, prog.num_layers() - 1, mb, *rules);
+    mb.token_chunk = 256;
+    const size_t chunk_bwd = prog.program_footprint(rp::ProgramKind::Backward, 1, mb, *rules);
+    const size_t chunk_head = prog.program_footprint(rp::ProgramKind::Head, prog.num_layers() - 1, mb, *rules);
+    EXPECT_LT(chunk_bwd, whole_bwd);
+    EXPECT_LT(chunk_head * 4, whole_head);  // the head is all per-token work
+}
