@@ -45,6 +45,7 @@ RunPlan plan_run(const Model & model, const RunPlanOptions & o) {
     const auto rules = footprint_rules(o.backend);
     CallPlanner planner(prog, *rules);
     if (o.devices <= 0) {  // the host path: every layer's input kept, one program at a time
+        for (MicroBatchInfo & mb : r.step) mb.token_chunk = o.finetune.token_chunk;
         const int L = prog.num_layers();
         for (const MicroBatchInfo & mb : r.step) h.checkpoints = std::max(h.checkpoints, static_cast<size_t>(L + 1) * prog.hidden_bytes(mb));
         const ProgramFootprints & fp = planner.footprints(r.step);

@@ -70,6 +70,9 @@ const char * const kUsage =
     "      --sync | --async    optimizer step synchronous, or overlapped with the next step (staleness 1; default sync)\n"
     "      --recompute GRAIN   stage | layer: what a backward job recomputes from (default stage)\n"
     "      --trace FILE        Chrome trace of every stream operation (draw it with rp-trace)\n"
+    "      --token-chunk N|auto  tokens per feed-forward / LM-head graph, so no [tokens x n_ff] or [tokens x vocab]\n"
+    "                          tensor is whole (the backward then recomputes attention once more); 0 = off;\n"
+    "                          auto (with --devices, the default): the fastest that fits --device-mem\n"
     "      --plan              print the memory plan and exit (needs only -m; the weights are never read):\n"
     "                          the stage partition, the device peak region by region, host RAM, link bytes\n"
     "      --max-seq           with --plan: also the longest --seq-len that fits --device-mem\n"
@@ -98,6 +101,7 @@ int main(int argc, char ** argv) {
         o.lr.lr_max = 1e-3;
         int64_t seq_len = 64, stop_at = 0, save_every = 0, eval_every = 0;
         bool plan_only = false, max_seq = false;
+        int64_t token_chunk = -2;  // -2: not given
         float lr = 1e-3f, lr_min = 0.0f;
         cli::Args args(argc, argv);
         while (args.next()) {
@@ -152,11 +156,18 @@ int main(int argc, char ** argv) {
             else if (a == "--recompute") o.pipeline.grain = args.choice({"stage", "layer"}) == "layer" ? rp::RecomputeGrain::Layer : rp::RecomputeGrain::Stage;
             else if (a == "--trace") trace_path = args.value();
             else if (a == "--plan") plan_only = true;
+            else if (a == "--token-chunk") {
+                const std::string v = args.value();
+                token_chunk = v == "auto" ? -1 : cli::parse_int(a, v, 0, 1LL << 40);
+            }
             else if (a == "--max-seq") max_seq = true;
             else args.unknown();
         }
         if (model_path.empty()) throw rp::Error("no model given (-m BASE.gguf)");
         if (max_seq && !plan_only) throw rp::Error("--max-seq needs --plan");
+        if (token_chunk == -1 && !o.pipelined) throw rp::Error("--token-chunk auto needs --devices N (the memory it must fit)");
+        if (token_chunk >= 0) o.finetune.token_chunk = token_chunk;
+        o.pipeline.token_chunk = token_chunk == -2 ? -1 : token_chunk;
         if (plan_only) {  // a dry run: metadata and tensor infos only
             auto model = rp::Model::load(model_path);
             rp::RunPlanOptions po;
@@ -171,9 +182,11 @@ int main(int argc, char ** argv) {
             po.backend = o.devices.backend;
             po.schedule = o.pipeline.schedule;
             po.grain = o.pipeline.grain;
+            po.token_chunk = o.pipeline.token_chunk;
             if (max_seq) po.max_seq_limit = 1 << 22;
             if (max_seq && !o.pipelined) throw rp::Error("--max-seq needs --devices N (the device memory it must fit)");
             std::fputs(rp::plan_run(*model, po).report().c_str(), stdout);
+            std::printf("plan rss: %.0f bytes (this process: the weights were mapped, not read)\n", peak_rss_mib() * 1048576.0);
             return 0;
         }
         if (data_path.empty()) throw rp::Error("no training data given (--data FILE)");

@@ -14,6 +14,8 @@
 // deep -> shallow, as in roundpipe.md §11.4.
 #include "tools/cli.h"
 
+#include "base/atomic_file.h"
+
 #include "ggml_rp/roundpipe/planner.h"
 #include "ggml_rp/runtime/arena.h"
 #include "models/run_plan.h"
@@ -22,6 +24,7 @@
 #include "ggml_rp/roundpipe/trace.h"
 #include "base/error.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -257,6 +260,19 @@ int max_seq(const Options & o) {
     const char * dir = ::mkdtemp(buf.data());
     if (!dir) die("cannot create a temporary directory under " + tmpl.substr(0, tmpl.rfind('/')) + " for the model shapes");
     const std::string path = std::string(dir) + "/shapes.gguf";
+    {  // the shapes are tens of GB of holes: refuse a file system that would write them out
+        rp::AtomicFile probe(path);
+        probe.hole(size_t(64) << 20);
+        probe.write("x", 1);
+        probe.commit();
+        struct stat st {};
+        const bool sparse = ::stat(path.c_str(), &st) == 0 && static_cast<long long>(st.st_blocks) * 512 < (16LL << 20);
+        std::remove(path.c_str());
+        if (!sparse) {
+            ::rmdir(dir);
+            die(std::string(dir) + ": this file system has no sparse files (the model shapes would be written out); set TMPDIR");
+        }
+    }
     int rc = 0;
     for (const std::string & name : names) {
         try {
