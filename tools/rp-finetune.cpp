@@ -260,6 +260,13 @@ int main(int argc, char ** argv) {
             std::fprintf(stderr, "trace %s: %zu operations on %d devices, bubble ratio %.1f%%, exposed communication %.1f%%\n",
                          trace_path.c_str(), trace.events.size(), ts.devices, 100.0 * ts.bubble_ratio, 100.0 * ts.exposed_comm_fraction);
         }
+        if (o.pipelined)  // planned vs measured, per device
+            for (size_t i = 0; i < run.devices().size(); ++i) {
+                const rp::DeviceMemoryPlan u = run.pipeline()->device_regions_used(static_cast<int>(i));
+                std::fprintf(stderr, "memory %s: high-water %zu bytes, planned %zu (used: weights %zu, activations %zu, graph %zu)\n",
+                             run.devices()[i]->name().c_str(), run.devices()[i]->high_water(), run.planned().memory.peak(),
+                             u.weight_slot, u.activations, u.graph);
+            }
         run.save_checkpoint(ckpt_path);
         run.save_result(out_path);
         rp::write_loss_svg(out_path + ".loss.svg", curve);
