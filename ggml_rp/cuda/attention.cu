@@ -169,7 +169,7 @@ attn_fwd_kernel(AttentionShape s, const T * __restrict__ q, const T * __restrict
 
 // D_i = rowsum(dO_i * O_i): one warp per row.
 template <class T>
-__global__ void attn_rowdot_kernel(const T * __restrict__ dout, const float * __restrict__ o, float * __restrict__ Di,
+__global__ void __launch_bounds__(kElemThreads) attn_rowdot_kernel(const T * __restrict__ dout, const float * __restrict__ o, float * __restrict__ Di,
                                    int64_t rows, int64_t D) {
     const int64_t r = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
     const int lane = threadIdx.x & 31;
@@ -346,7 +346,7 @@ void bwd(const AttentionShape & s, const void * q, const void * k, const void * 
          const float * lse, const void * dout, float * dq, float * dk, float * dv, float * Di, cudaStream_t stream) {
     const int64_t rows = s.B * s.Tq * s.Hq;
     if (rows > 0)
-        attn_rowdot_kernel<T><<<static_cast<unsigned>(ceil_div(rows * 32, 256)), 256, 0, stream>>>(
+        attn_rowdot_kernel<T><<<static_cast<unsigned>(ceil_div(rows * 32, kElemThreads)), kElemThreads, 0, stream>>>(
         static_cast<const T *>(dout), o, Di, rows, s.D);
     check_launch("attention_back (rowdot)");
     const T * qt = static_cast<const T *>(q);

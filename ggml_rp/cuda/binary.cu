@@ -15,7 +15,7 @@ struct Dims {
 };
 
 template <bool Mul>
-__global__ void binary_kernel(const float * a, const float * __restrict__ b, float * out, Dims d, int64_t n) {
+__global__ void __launch_bounds__(kElemThreads) binary_kernel(const float * a, const float * __restrict__ b, float * out, Dims d, int64_t n) {
     const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
         int64_t r = i;

@@ -2,17 +2,18 @@
 #include "ggml_rp/cuda/copy.cuh"
 
 #include "ggml_rp/cuda/common.cuh"
+#include "ggml_rp/cuda/launch.h"
 #include "ggml_rp/cuda/node_kernel.cuh"
 
 namespace rp::cuda {
 
 namespace {
 
-__global__ void fill_kernel(float * d, float v, int64_t n) {
+__global__ void __launch_bounds__(kElemThreads) fill_kernel(float * d, float v, int64_t n) {
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) d[i] = v;
 }
 
-__global__ void cpy_kernel(const char * src, Strided ss, int scode, char * dst, Strided ds, int dcode, int64_t n) {
+__global__ void __launch_bounds__(kElemThreads) cpy_kernel(const char * src, Strided ss, int scode, char * dst, Strided ds, int dcode, int64_t n) {
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
         int64_t c[4];
         coords(ds, i, c);

@@ -11,7 +11,7 @@ namespace rp::cuda {
 
 namespace {
 
-__global__ void ce_init_kernel(float * m, double * sum, float * label_logit, int64_t T) {
+__global__ void __launch_bounds__(kElemThreads) ce_init_kernel(float * m, double * sum, float * label_logit, int64_t T) {
     const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (t >= T) return;
     m[t] = -INFINITY;
@@ -20,7 +20,7 @@ __global__ void ce_init_kernel(float * m, double * sum, float * label_logit, int
 }
 
 // One block per token: fold the chunk's logits (column t at L + t*nv) into the running max and sum.
-__global__ void ce_pass1_kernel(const float * __restrict__ L, int64_t nv, int64_t v0, const int32_t * __restrict__ labels,
+__global__ void __launch_bounds__(kRowMaxThreads) ce_pass1_kernel(const float * __restrict__ L, int64_t nv, int64_t v0, const int32_t * __restrict__ labels,
                                 float * m, double * sum, float * label_logit) {
     __shared__ float red[32];
     const int64_t t = blockIdx.x;
@@ -40,7 +40,7 @@ __global__ void ce_pass1_kernel(const float * __restrict__ L, int64_t nv, int64_
     }
 }
 
-__global__ void ce_finish_kernel(const float * m, const double * sum, const float * label_logit,
+__global__ void __launch_bounds__(kElemThreads) ce_finish_kernel(const float * m, const double * sum, const float * label_logit,
                                  const int32_t * labels, int64_t V, int64_t T, float loss_scale, float * lse,
                                  double * tokloss, int * bad_label) {
     const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -55,8 +55,8 @@ __global__ void ce_finish_kernel(const float * m, const double * sum, const floa
 }
 
 // One block of 256 threads: loss = sum of tokloss, strided per thread then a fixed tree.
-__global__ void ce_sum_kernel(const double * tokloss, int64_t T, double * loss) {
-    __shared__ double part[256];
+__global__ void __launch_bounds__(kElemThreads) ce_sum_kernel(const double * tokloss, int64_t T, double * loss) {
+    __shared__ double part[kElemThreads];
     double s = 0.0;
     for (int64_t t = threadIdx.x; t < T; t += blockDim.x) s += tokloss[t];
     part[threadIdx.x] = s;
@@ -69,7 +69,7 @@ __global__ void ce_sum_kernel(const double * tokloss, int64_t T, double * loss) 
 }
 
 // In place: logits -> (softmax - onehot) * loss_scale for valid labels, 0 for ignored tokens.
-__global__ void ce_grad_kernel(float * L, int64_t nv, int64_t v0, int64_t T, const int32_t * __restrict__ labels,
+__global__ void __launch_bounds__(kElemThreads) ce_grad_kernel(float * L, int64_t nv, int64_t v0, int64_t T, const int32_t * __restrict__ labels,
                                const float * __restrict__ lse, int64_t V, float loss_scale) {
     const int64_t n = nv * T;
     const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -117,7 +117,7 @@ void lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::
     double * tokloss = reinterpret_cast<double *>(p);
 
     const char * wbytes = static_cast<const char *>(W);
-    ce_init_kernel<<<blocks_for(T, 256), 256, 0, stream>>>(m, sum, label_logit, T);
+    ce_init_kernel<<<blocks_for(T, kElemThreads), kElemThreads, 0, stream>>>(m, sum, label_logit, T);
     check_launch("lm_head_ce (init)");
     for (int64_t v0 = 0; v0 < V; v0 += chunk) {
         const int64_t nv = chunk < V - v0 ? chunk : V - v0;
@@ -125,10 +125,10 @@ void lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::
         ce_pass1_kernel<<<static_cast<unsigned>(T), row_threads(nv), 0, stream>>>(L, nv, v0, labels, m, sum, label_logit);
         check_launch("lm_head_ce (logsumexp)");
     }
-    ce_finish_kernel<<<blocks_for(T, 256), 256, 0, stream>>>(m, sum, label_logit, labels, V, T, loss_scale, lse,
+    ce_finish_kernel<<<blocks_for(T, kElemThreads), kElemThreads, 0, stream>>>(m, sum, label_logit, labels, V, T, loss_scale, lse,
                                                              tokloss, bad_label);
     check_launch("lm_head_ce (finish)");
-    ce_sum_kernel<<<1, 256, 0, stream>>>(tokloss, T, loss);
+    ce_sum_kernel<<<1, kElemThreads, 0, stream>>>(tokloss, T, loss);
     check_launch("lm_head_ce (sum)");
     if (!dh && !dW) return;
 
@@ -146,7 +146,7 @@ void lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::
 
 // ---- node entries ----
 namespace {
-__global__ void store_loss_kernel(const double * loss, float * out_) { *out_ = static_cast<float>(*loss); }
+__global__ void __launch_bounds__(1) store_loss_kernel(const double * loss, float * out_) { *out_ = static_cast<float>(*loss); }
 
 // dloss of LM_HEAD_CE_BACK on the host: a FILL's value, or a synchronous read of the device scalar.
 float host_dloss(const Tensor * dloss, const NodeRun & r) {

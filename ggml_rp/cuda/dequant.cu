@@ -1,6 +1,7 @@
 // GPU dequantization: one thread per output element (coalesced stores), each computing its value with
 // quant_block.h's dequant_elem_<t>, so the result equals the CPU reference bit for bit.
 #include "ggml_rp/cuda/dequant.cuh"
+#include "ggml_rp/cuda/launch.h"
 
 #include "base/error.h"
 #include "ggml_rp/core/fp16.h"
@@ -12,10 +13,9 @@ namespace rp::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
 
 template <class Block, float (*Elem)(const Block &, int), int QK>
-__global__ void dequant_kernel(const Block * __restrict__ src, float * __restrict__ dst, int64_t n) {
+__global__ void __launch_bounds__(kElemThreads) dequant_kernel(const Block * __restrict__ src, float * __restrict__ dst, int64_t n) {
     const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
         dst[i] = Elem(src[i / QK], static_cast<int>(i % QK));
@@ -29,9 +29,9 @@ template <class Block, float (*Elem)(const Block &, int), int QK>
 void launch(const void * src, float * dst, int64_t n, cudaStream_t stream) {
     if (n == 0) return;
     // Enough blocks to fill any current GPU; the grid-stride loop covers the rest.
-    const int64_t want = (n + kThreads - 1) / kThreads;
+    const int64_t want = (n + kElemThreads - 1) / kElemThreads;
     const int grid = static_cast<int>(want < 65536 ? want : 65536);
-    dequant_kernel<Block, Elem, QK><<<grid, kThreads, 0, stream>>>(static_cast<const Block *>(src), dst, n);
+    dequant_kernel<Block, Elem, QK><<<grid, kElemThreads, 0, stream>>>(static_cast<const Block *>(src), dst, n);
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess)
         throw Error(std::string("cuda dequantize: kernel launch failed: ") + cudaGetErrorString(err));

@@ -16,7 +16,7 @@ namespace rp::cuda {
 namespace {
 
 // Group g covers elements i = 4 g - w0 .. 4 g - w0 + 3 (those in [0, n)) with counters in block first + g.
-__global__ void dropout_kernel(const float * x, float * y, int64_t n, int64_t groups, float p, float scale,
+__global__ void __launch_bounds__(kElemThreads) dropout_kernel(const float * x, float * y, int64_t n, int64_t groups, float p, float scale,
                                uint64_t key, uint64_t first_block, int w0) {
     const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
     for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups; g += stride) {

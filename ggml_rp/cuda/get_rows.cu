@@ -17,7 +17,7 @@ __device__ inline float elem_f16(const uint16_t & h, int) { return fp16_to_fp32(
 __device__ inline float elem_bf16(const uint16_t & h, int) { return bf16_to_fp32(h); }
 
 template <class Block, float (*Elem)(const Block &, int), int QK>
-__global__ void get_rows_kernel(const char * __restrict__ table, size_t row_bytes, int64_t n_rows, int64_t C,
+__global__ void __launch_bounds__(kElemThreads) get_rows_kernel(const char * __restrict__ table, size_t row_bytes, int64_t n_rows, int64_t C,
                                 const int32_t * __restrict__ ids, float * __restrict__ out, int * bad_id) {
     const int64_t k = blockIdx.x;
     const int32_t id = ids[k];
@@ -34,13 +34,13 @@ __global__ void get_rows_kernel(const char * __restrict__ table, size_t row_byte
 template <class Block, float (*Elem)(const Block &, int), int QK>
 void launch(const void * table, size_t row_bytes, int64_t n_rows, int64_t C, const int32_t * ids, int64_t n_ids,
             float * out, int * bad_id, cudaStream_t stream) {
-    get_rows_kernel<Block, Elem, QK><<<static_cast<unsigned>(n_ids), row_threads(C < 256 ? C : 256), 0, stream>>>(
+    get_rows_kernel<Block, Elem, QK><<<static_cast<unsigned>(n_ids), row_threads(C < kElemThreads ? C : kElemThreads), 0, stream>>>(
         static_cast<const char *>(table), row_bytes, n_rows, C, ids, out, bad_id);
     check_launch("get_rows");
 }
 
 // owner[k] = no earlier token has ids[k]; next[k] = the next token with ids[k], or -1.
-__global__ void link_kernel(const int32_t * __restrict__ ids, int64_t n, int32_t * __restrict__ next,
+__global__ void __launch_bounds__(kElemThreads) link_kernel(const int32_t * __restrict__ ids, int64_t n, int32_t * __restrict__ next,
                             int32_t * __restrict__ owner) {
     const int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (k >= n) return;
@@ -56,7 +56,7 @@ __global__ void link_kernel(const int32_t * __restrict__ ids, int64_t n, int32_t
 }
 
 // One block per token (x) and column chunk (y): owners add their chain's rows in token order.
-__global__ void scatter_kernel(const float * __restrict__ dy, const int32_t * __restrict__ ids,
+__global__ void __launch_bounds__(kElemThreads) scatter_kernel(const float * __restrict__ dy, const int32_t * __restrict__ ids,
                                const int32_t * __restrict__ next, const int32_t * __restrict__ owner, float * dtable,
                                int64_t C, int64_t n_rows, int * bad_id) {
     const int64_t k = blockIdx.x;
@@ -118,9 +118,9 @@ void get_rows_back(const float * dy, const int32_t * ids, int64_t n_ids, float *
     if (n_ids == 0) return;
     int32_t * next = static_cast<int32_t *>(workspace);
     int32_t * owner = next + round_up(n_ids, 64);
-    link_kernel<<<static_cast<unsigned>(ceil_div(n_ids, 256)), 256, 0, stream>>>(ids, n_ids, next, owner);
+    link_kernel<<<static_cast<unsigned>(ceil_div(n_ids, kElemThreads)), kElemThreads, 0, stream>>>(ids, n_ids, next, owner);
     check_launch("get_rows_back (links)");
-    const int threads = row_threads(C < 256 ? C : 256);
+    const int threads = row_threads(C < kElemThreads ? C : kElemThreads);
     const dim3 grid(static_cast<unsigned>(n_ids), static_cast<unsigned>(ceil_div(C, threads)));
     scatter_kernel<<<grid, threads, 0, stream>>>(dy, ids, next, owner, dtable, C, n_rows, bad_id);
     check_launch("get_rows_back (scatter)");

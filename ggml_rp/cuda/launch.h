@@ -31,9 +31,10 @@ inline constexpr int64_t elementwise_grid(int64_t n) {
 
 // Threads for a row of ne0 elements: the smallest power of two >= ne0, clamped to [32, 1024]. A multiple of
 // the warp size, as the block reductions need; never more threads than useful.
+inline constexpr int kRowMaxThreads = 1024;  // the __launch_bounds__ of the row kernels
 inline constexpr int row_threads(int64_t ne0) {
     int t = 32;
-    while (t < 1024 && t < ne0) t *= 2;
+    while (t < kRowMaxThreads && t < ne0) t *= 2;
     return t;
 }
 
@@ -115,13 +116,22 @@ inline constexpr AttnTiles attention_tiles(AttnKernel k, int64_t D, size_t elem,
 // GEMM's alpha / beta, read by cuBLAS from device memory); the dequantized f32 weight (K*N floats) for the
 // block types. 256-byte aligned.
 inline constexpr size_t kHalfScaleHeader = 256;
+// A quantized weight is dequantized tile by tile (whole rows of K elements, at most this many f32 bytes a
+// tile, at least one row) and each tile multiplied at once: the scratch is one tile, not the matrix.
+inline constexpr size_t kDequantTileBytes = size_t(16) << 20;
+inline constexpr int64_t dequant_tile_rows(int64_t K, int64_t N) {
+    int64_t r = int64_t(kDequantTileBytes / size_t(K > 0 ? K * 4 : 4));
+    if (r < 1) r = 1;
+    return r < N ? r : N;
+}
+
 inline constexpr size_t matmul_workspace_bytes(int64_t K, int64_t N, int64_t T, gguf::TensorType wtype) {
     using TT = gguf::TensorType;
     size_t b = 0;
     if (wtype == TT::F32) b = 0;
     else if (wtype == TT::F16) b = kHalfScaleHeader + size_t((K > N ? K : N) * T) * 2;
     else if (wtype == TT::BF16) b = size_t((K > N ? K : N) * T) * 2;
-    else b = size_t(K * N) * 4;
+    else b = size_t(K * dequant_tile_rows(K, N)) * 4;
     return (b + 255) / 256 * 256;
 }
 

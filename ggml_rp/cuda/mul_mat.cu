@@ -14,6 +14,7 @@
 #include "ggml_rp/cuda/node_kernel.cuh"
 #include "ggml_rp/ops/node_args.h"
 
+#include <algorithm>
 #include <cublas_v2.h>
 
 #include <vector>
@@ -29,7 +30,7 @@ void blas_check(cublasStatus_t st, const char * what) {
 // Columns of `rows` floats (column c at src + c*ld) -> contiguous columns of the half type, each value
 // multiplied by *scale first (nullptr: 1; f16 only, half_scale.h).
 template <class H>
-__global__ void round_kernel(const float * __restrict__ src, int64_t ld, int64_t rows, int64_t n, const float * scale,
+__global__ void __launch_bounds__(kElemThreads) round_kernel(const float * __restrict__ src, int64_t ld, int64_t rows, int64_t n, const float * scale,
                              H * __restrict__ dst) {
     const float m = scale ? *scale : 1.0f;
     const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -39,7 +40,7 @@ __global__ void round_kernel(const float * __restrict__ src, int64_t ld, int64_t
 
 // max |x| of the same columns, as the bits of a non-negative float (whose order is the integers' order), into
 // *out with atomicMax: the maximum is exact, so any order of the atomics gives the same bits.
-__global__ void absmax_kernel(const float * __restrict__ src, int64_t ld, int64_t rows, int64_t n, unsigned * out) {
+__global__ void __launch_bounds__(kElemThreads) absmax_kernel(const float * __restrict__ src, int64_t ld, int64_t rows, int64_t n, unsigned * out) {
     float m = 0.0f;
     const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
@@ -56,7 +57,7 @@ struct HalfHeader {
     float beta;
 };
 
-__global__ void half_scale_kernel(HalfHeader * h, float alpha, float beta) {
+__global__ void __launch_bounds__(1) half_scale_kernel(HalfHeader * h, float alpha, float beta) {
     const int k = half_scale_exponent(__uint_as_float(h->max_bits));
     h->scale = ldexpf(1.0f, k);
     h->alpha = alpha * ldexpf(1.0f, -k);
@@ -173,9 +174,16 @@ void matmul_fwd(int64_t K, int64_t N, int64_t T, const void * W, gguf::TensorTyp
         gemm(op, stream, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, alpha, W, wtype, lda, B, ldb, beta, Y, y_col);
         return;
     }
+    // Quantized: rows [n0, n0 + tile) of W dequantized into scratch give rows [n0, n0 + tile) of Y (each
+    // element's sum over K is the same as with the whole matrix).
     float * Wf = static_cast<float *>(ws);
-    dequantize(wtype, W, Wf, K * N, stream);
-    gemm(op, stream, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, alpha, Wf, gguf::TensorType::F32, K, X, x_col, beta, Y, y_col);
+    const int64_t tile = dequant_tile_rows(K, N);
+    const size_t row = gguf::row_bytes(wtype, K);
+    for (int64_t n0 = 0; n0 < N; n0 += tile) {
+        const int64_t nt = std::min(tile, N - n0);
+        dequantize(wtype, static_cast<const char *>(W) + static_cast<size_t>(n0) * row, Wf, K * nt, stream);
+        gemm(op, stream, CUBLAS_OP_T, CUBLAS_OP_N, nt, T, K, alpha, Wf, gguf::TensorType::F32, K, X, x_col, beta, Y + n0, y_col);
+    }
 }
 
 void matmul_bwd_x(int64_t K, int64_t N, int64_t T, const void * W, gguf::TensorType wtype, size_t w_row_bytes,
@@ -200,9 +208,17 @@ void matmul_bwd_x(int64_t K, int64_t N, int64_t T, const void * W, gguf::TensorT
         gemm(op, stream, CUBLAS_OP_N, CUBLAS_OP_N, K, T, N, alpha, W, wtype, lda, B, ldb, beta, dX, dx_col);
         return;
     }
+    // Quantized: dX = sum over row tiles of W_tile dY_tile, the first tile with beta, the rest accumulating
+    // (stream order serialises the reuse of the scratch tile).
     float * Wf = static_cast<float *>(ws);
-    dequantize(wtype, W, Wf, K * N, stream);
-    gemm(op, stream, CUBLAS_OP_N, CUBLAS_OP_N, K, T, N, alpha, Wf, gguf::TensorType::F32, K, dY, dy_col, beta, dX, dx_col);
+    const int64_t tile = dequant_tile_rows(K, N);
+    const size_t row = gguf::row_bytes(wtype, K);
+    for (int64_t n0 = 0; n0 < N; n0 += tile) {
+        const int64_t nt = std::min(tile, N - n0);
+        dequantize(wtype, static_cast<const char *>(W) + static_cast<size_t>(n0) * row, Wf, K * nt, stream);
+        gemm(op, stream, CUBLAS_OP_N, CUBLAS_OP_N, K, T, nt, alpha, Wf, gguf::TensorType::F32, K, dY + n0, dy_col,
+             n0 == 0 ? beta : 1.0f, dX, dx_col);
+    }
 }
 
 void matmul_bwd_w(int64_t K, int64_t N, int64_t T, const float * X, int64_t x_col, const float * dY, int64_t dy_col,

@@ -9,7 +9,7 @@ namespace rp::cuda {
 
 namespace {
 
-__global__ void rms_norm_fwd_kernel(const float * __restrict__ x, const float * __restrict__ w, float * __restrict__ y,
+__global__ void __launch_bounds__(kRowMaxThreads) rms_norm_fwd_kernel(const float * __restrict__ x, const float * __restrict__ w, float * __restrict__ y,
                                     int64_t ne0, float eps) {
     __shared__ float red[32];
     const float * xr = x + blockIdx.x * ne0;
@@ -24,7 +24,7 @@ __global__ void rms_norm_fwd_kernel(const float * __restrict__ x, const float * 
     }
 }
 
-__global__ void rms_norm_bwd_kernel(const float * __restrict__ x, const float * __restrict__ w,
+__global__ void __launch_bounds__(kRowMaxThreads) rms_norm_bwd_kernel(const float * __restrict__ x, const float * __restrict__ w,
                                     const float * __restrict__ dy, float * __restrict__ dx, int64_t ne0, float eps) {
     __shared__ float red[32];
     const int64_t off = static_cast<int64_t>(blockIdx.x) * ne0;

@@ -2,6 +2,7 @@
 // tensors' strides; each output element is computed by one thread in the CPU kernel's order of summation, so
 // results do not depend on the launch.
 #include "ggml_rp/cuda/common.cuh"
+#include "ggml_rp/cuda/launch.h"
 #include "ggml_rp/cuda/copy.cuh"
 #include "ggml_rp/cuda/node_kernel.cuh"
 
@@ -10,7 +11,7 @@ namespace rp::cuda {
 namespace {
 
 // out[i0..i3] = x[i0 % xne0, i1 % xne1, i2 % xne2, i3 % xne3]
-__global__ void repeat_kernel(const char * src, Strided xs, char * dst, Strided ds, int64_t n) {
+__global__ void __launch_bounds__(kElemThreads) repeat_kernel(const char * src, Strided xs, char * dst, Strided ds, int64_t n) {
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
         int64_t c[4];
         coords(ds, i, c);
@@ -21,7 +22,7 @@ __global__ void repeat_kernel(const char * src, Strided xs, char * dst, Strided 
 }
 
 // Each output element sums its repeats in double, in the CPU kernel's order: (a3, a2, a1) then a0.
-__global__ void sum_to_kernel(const char * src, Strided xs, char * dst, Strided ds, int64_t n) {
+__global__ void __launch_bounds__(kElemThreads) sum_to_kernel(const char * src, Strided xs, char * dst, Strided ds, int64_t n) {
     const int64_t r0 = xs.ne[0] / ds.ne[0], r1 = xs.ne[1] / ds.ne[1], r2 = xs.ne[2] / ds.ne[2], r3 = xs.ne[3] / ds.ne[3];
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
         int64_t c[4];
@@ -40,7 +41,7 @@ __global__ void sum_to_kernel(const char * src, Strided xs, char * dst, Strided 
 
 // One block of 256 threads: per-thread strided sums in double, then a fixed tree; out = sum * mul.
 constexpr int kSumThreads = 256;
-__global__ void sum_kernel(const char * src, Strided xs, int64_t n, double mul, float * out_) {
+__global__ void __launch_bounds__(kSumThreads) sum_kernel(const char * src, Strided xs, int64_t n, double mul, float * out_) {
     __shared__ double part[kSumThreads];
     double s = 0.0;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {

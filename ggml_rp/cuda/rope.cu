@@ -12,7 +12,7 @@ namespace rp::cuda {
 
 namespace {
 
-__global__ void rope_kernel(const float * x, const int32_t * __restrict__ pos, int64_t npos, float * y, int64_t ne0,
+__global__ void __launch_bounds__(kElemThreads) rope_kernel(const float * x, const int32_t * __restrict__ pos, int64_t npos, float * y, int64_t ne0,
                             int64_t ne1, int64_t ne2, RopeConfig c, float sign, int64_t n) {
     const int64_t half = c.n_rot / 2;
     const int64_t slots = half + (ne0 - c.n_rot);   // per row: the pairs, then the pass-through tail

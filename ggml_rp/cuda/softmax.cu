@@ -9,7 +9,7 @@ namespace rp::cuda {
 
 namespace {
 
-__global__ void softmax_fwd_kernel(const float * __restrict__ x, float * __restrict__ y, int64_t ne0) {
+__global__ void __launch_bounds__(kRowMaxThreads) softmax_fwd_kernel(const float * __restrict__ x, float * __restrict__ y, int64_t ne0) {
     __shared__ float red[32];
     const int64_t off = static_cast<int64_t>(blockIdx.x) * ne0;
     float mx = -INFINITY;
@@ -26,7 +26,7 @@ __global__ void softmax_fwd_kernel(const float * __restrict__ x, float * __restr
     for (int64_t i = threadIdx.x; i < ne0; i += blockDim.x) y[off + i] *= inv;
 }
 
-__global__ void softmax_bwd_kernel(const float * __restrict__ y, const float * __restrict__ dy, float * __restrict__ dx,
+__global__ void __launch_bounds__(kRowMaxThreads) softmax_bwd_kernel(const float * __restrict__ y, const float * __restrict__ dy, float * __restrict__ dx,
                                    int64_t ne0) {
     __shared__ float red[32];
     const int64_t off = static_cast<int64_t>(blockIdx.x) * ne0;

@@ -13,7 +13,7 @@ namespace {
 enum class UnaryOp { Scale, Silu, SiluBack, Swiglu, SwigluBackGate, SwigluBackUp };
 
 template <UnaryOp Op>
-__global__ void unary_kernel(const float * a, const float * b, const float * c, float s, float * out, int64_t n) {
+__global__ void __launch_bounds__(kElemThreads) unary_kernel(const float * a, const float * b, const float * c, float s, float * out, int64_t n) {
     const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
         float r;

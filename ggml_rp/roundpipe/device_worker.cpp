@@ -107,14 +107,17 @@ void DeviceWorker::retire(size_t keep) {
 }
 
 // The regions must hold `need`: when they do not, the device drains (every job retired, every stream idle)
-// and the block is carved again, large enough for both the old and the new need (so a plan that changes from
-// call to call settles at once). One allocation: the arena never fragments.
+// and the block is carved again, large enough for both the old and the new need when that fits (so a plan
+// that changes from call to call settles at once), else for the new one. One allocation: the arena never
+// fragments.
 void DeviceWorker::ensure_regions(const DeviceMemoryPlan & need) {
     DeviceMemoryPlan want;
     {
         std::lock_guard<std::mutex> lk(regions_m_);
         if (block_ && regions_.covers(need)) return;
         want = block_ ? regions_.max(need) : need;
+        // Both plans fit the device, their union may not: then exactly the new one (it was checked).
+        if (want.peak() > dev_.capacity()) want = need;
     }
     retire(0);
     dev_.synchronize();

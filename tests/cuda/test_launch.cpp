@@ -184,7 +184,10 @@ TEST(CudaLaunch, MatmulWorkspace) {
     EXPECT_EQ(matmul_workspace_bytes(4096, 1024, 512, TensorType::F16), size_t(256 + 4096 * 512 * 2));
     EXPECT_EQ(matmul_workspace_bytes(1024, 4096, 512, TensorType::BF16), size_t(4096 * 512 * 2));
     // block types: the dequantized f32 weight K * N * 4, rounded up to 256 bytes.
-    EXPECT_EQ(matmul_workspace_bytes(4096, 11008, 7, TensorType::Q4_K), size_t(4096) * 11008 * 4);
+    // Quantized: one dequantized tile of whole rows, kDequantTileBytes at most (16 MiB: 1024 rows of 4096).
+    EXPECT_EQ(dequant_tile_rows(4096, 11008), 1024);
+    EXPECT_EQ(matmul_workspace_bytes(4096, 11008, 7, TensorType::Q4_K), size_t(4096) * 1024 * 4);
+    EXPECT_EQ(dequant_tile_rows(1 << 23, 4), 1);  // a row larger than the budget still gets one row
     EXPECT_EQ(matmul_workspace_bytes(32, 3, 1, TensorType::Q8_0), size_t(512));   // 384 -> 512
     EXPECT_EQ(matmul_workspace_bytes(3, 3, 3, TensorType::F16), size_t(512));     // 256 + 18 -> 512
 }

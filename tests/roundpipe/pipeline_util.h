@@ -193,6 +193,7 @@ struct RunResult {
     rp::DeviceMemoryPlan memory;             // the last call's planned regions
     int64_t token_chunk = 0;                 // and the token chunk its programs ran with
     std::vector<rp::DeviceMemoryPlan> used;  // per device: the most each region held
+    std::vector<rp::DeviceMemoryPlan> carved;  // per device: the regions as carved (the largest of the calls' plans)
     std::vector<double> losses;
     int timing_samples = 0;
 };
@@ -248,7 +249,10 @@ inline RunResult pipelined(const rp::Model & model, const rp::FinetuneConfig & c
         r.plan = pipe.last_plan();
         r.memory = pipe.last_memory();
         r.token_chunk = pipe.last_call().token_chunk;
-        for (int d = 0; d < pipe.num_devices(); ++d) r.used.push_back(pipe.device_regions_used(d));
+        for (int d = 0; d < pipe.num_devices(); ++d) {
+            r.used.push_back(pipe.device_regions_used(d));
+            r.carved.push_back(pipe.device_regions(d));
+        }
         r.timing_samples = pipe.timing_samples();
     }
     for (auto & d : set.devices) r.high_water.push_back(d->high_water());

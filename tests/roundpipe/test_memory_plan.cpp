@@ -375,3 +375,69 @@ TEST(MemoryPlan, LongContextTrainsWhereTheUnchunkedProgramsCannot) {
     ASSERT_GT(den, 0);
     EXPECT_LE(std::sqrt(num / den), 1e-6);
 }
+
+// Two calls of one step whose plans each fit the devices but whose union does not (a long micro-batch: small
+// stages, large activations; then a short one: larger stages): the device re-carves to the new plan instead
+// of the union, and the step equals the single-device Trainer's.
+TEST(MemoryPlan, PlansThatFitApartNeverFailTogether) {
+    MemoryModels & mm = MemoryModels::get();
+    rp::FinetuneConfig cfg;
+    cfg.lora_rank = 4;
+    rp::Trainer tr(*mm.f32, cfg);
+    Updater up(tr);
+    rp::ModelProgram prog(tr);
+    rp::PipelineOptions o;
+    o.token_chunk = 0;
+    o.layer_tf.assign(8, 1.0);
+    o.layer_tb.assign(8, 3.0);
+    auto data = [](int64_t T, int64_t offset) {
+        MbData d;
+        d.T = T, d.B = 1, d.offset = offset;
+        for (int64_t i = 0; i < T; ++i) {
+            d.ids.push_back(static_cast<int32_t>((i * 31 + offset) % 200));
+            d.labels.push_back(static_cast<int32_t>((i * 17 + 3 + offset) % 200));
+        }
+        return d;
+    };
+    const MbData longer = data(1024, 0), shorter = data(32, 1);
+    const float ls = 1.0f / static_cast<float>(1024 + 32);
+    // Capacity: the long call's smallest plan; the short call's plan at that capacity has larger stages.
+    const auto rules = rp::footprint_rules("cpu");
+    rp::CallPlanner planner(prog, *rules);
+    rp::CallPlanRequest req;
+    req.devices = 2;
+    req.token_chunk = 0;
+    req.tf = o.layer_tf;
+    req.tb = o.layer_tb;
+    auto info = [](const MbData & d) {
+        rp::MicroBatchInfo i;
+        i.seq_len = d.T, i.n_seq = 1;
+        return std::vector<rp::MicroBatchInfo>{i};
+    };
+    const rp::DeviceMemoryPlan big_act = planner.memory_of(planner.min_memory_plan(rp::RecomputeGrain::Stage), rp::ScheduleKind::RoundPipe, info(longer));
+    req.device_memory = big_act.peak();
+    const rp::CallPlan short_plan = planner.plan(req, info(shorter));
+    ASSERT_GT(big_act.max(short_plan.memory).peak(), big_act.peak()) << "the case needs plans whose union is larger";
+
+    DeviceSetup ds;
+    ds.G = 2;
+    ds.memory = big_act.peak();
+    DeviceSet set = cpu_devices(ds);
+    std::vector<rp::Device *> ptrs;
+    for (const auto & d : set.devices) ptrs.push_back(d.get());
+    {
+        rp::Pipeline pipe(prog, ptrs, o);
+        pipe.forward_backward(micro_batches({longer}, 0, ls));
+        pipe.forward_backward(micro_batches({shorter}, 0, ls));
+        pipe.step([&] { up.update(tr); });
+        pipe.synchronize();
+    }
+    for (const auto & d : set.devices) EXPECT_LE(d->high_water(), ds.memory);
+    rp::Trainer ref(*mm.f32, cfg);
+    Updater rup(ref);
+    ref.zero_grads();
+    for (const MbData * d : {&longer, &shorter}) ref.accumulate(d->ids.data(), d->labels.data(), d->T, 1, ls, 1, 0, d->offset);
+    ref.collect_grads();
+    rup.update(ref);
+    EXPECT_EQ(first_difference(masters_of(tr), masters_of(ref)), -1);
+}
