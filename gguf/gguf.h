@@ -124,6 +124,7 @@ public:
     void set_u32(const std::string & key, uint32_t v);
     void set_i32(const std::string & key, int32_t v);
     void set_u64(const std::string & key, uint64_t v);
+    void set_i64(const std::string & key, int64_t v);
     void set_f32(const std::string & key, float v);
     void set_bool(const std::string & key, bool v);
     void set_string(const std::string & key, const std::string & v);

@@ -120,6 +120,7 @@ void Writer::set_kv(const KV & kv) {
 void Writer::set_u32(const std::string & key, uint32_t v) { set_kv(scalar(key, ValueType::U32, v)); }
 void Writer::set_i32(const std::string & key, int32_t v) { set_kv(scalar(key, ValueType::I32, v)); }
 void Writer::set_u64(const std::string & key, uint64_t v) { set_kv(scalar(key, ValueType::U64, v)); }
+void Writer::set_i64(const std::string & key, int64_t v) { set_kv(scalar(key, ValueType::I64, v)); }
 void Writer::set_f32(const std::string & key, float v) { set_kv(scalar(key, ValueType::F32, v)); }
 void Writer::set_bool(const std::string & key, bool v) { set_kv(scalar(key, ValueType::BOOL, uint8_t(v ? 1 : 0))); }
 

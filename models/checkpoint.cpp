@@ -50,9 +50,18 @@ void save_checkpoint(const std::string & path, const Trainer & tr, const Optimiz
         w.set_i32_array("rp.ckpt.eval_step", st.curve.eval_step);
         w.set_f32_array("rp.ckpt.eval_loss", st.curve.eval_loss);
     }
-    for (const Trainer::Param & p : tr.params()) {
+    uint64_t bits = 0;
+    std::memcpy(&bits, &st.last_norm, sizeof bits);
+    w.set_u64("rp.ckpt.last_norm_bits", bits);
+    w.set_i64("rp.ckpt.last_norm_step", st.last_norm_step);
+    w.set_string("rp.ckpt.last_skip", st.last_skip);
+    w.set_u64("rp.ckpt.bad_run", static_cast<uint64_t>(st.bad_run));
+    if (!st.working.empty() && st.working.size() != tr.params().size()) throw Error(path + ": working weights for the wrong number of parameters");
+    for (size_t i = 0; i < tr.params().size(); ++i) {
+        const Trainer::Param & p = tr.params()[i];
         const int64_t ne[4] = {p.t->ne[0], p.t->ne[1], p.t->ne[2], p.t->ne[3]};
         w.add_tensor(p.name, DType::F32, 2, ne, p.t->data);
+        if (!st.working.empty()) w.add_tensor(p.name + ".working", DType::F32, 2, ne, st.working[i].data());
     }
     const std::vector<StateArray> arrays = opt.state_arrays();
     for (const StateArray & a : arrays) {
@@ -88,11 +97,24 @@ CheckpointState load_checkpoint(const std::string & path, Trainer & tr, Optimize
         if (ti->type != DType::F32 || ti->nelements() != p.t->nelements()) fail("tensor '" + p.name + "' has the wrong type or size");
         std::memcpy(p.t->data, f->tensor_data(*ti), static_cast<size_t>(ti->nelements()) * sizeof(float));
     }
-    // Optimizer state: every tensor that is not a parameter.
+    // Async working weights (all of them or none).
+    CheckpointState st;
+    for (const Trainer::Param & p : tr.params()) {
+        const gguf::TensorInfo * ti = f->find_tensor(p.name + ".working");
+        if (!ti) {
+            if (!st.working.empty()) fail("missing tensor '" + p.name + ".working'");
+            continue;
+        }
+        if (st.working.size() != static_cast<size_t>(&p - tr.params().data())) fail("missing working weights before '" + p.name + "'");
+        if (ti->type != DType::F32 || ti->nelements() != p.t->nelements()) fail("tensor '" + ti->name + "' has the wrong type or size");
+        const float * d = reinterpret_cast<const float *>(f->tensor_data(*ti));
+        st.working.emplace_back(d, d + ti->nelements());
+    }
+    // Optimizer state: every tensor that is not a parameter or its working copy.
     std::vector<StateArray> arrays;
     for (const gguf::TensorInfo & ti : f->tensors()) {
         bool is_param = false;
-        for (const Trainer::Param & p : tr.params()) is_param |= p.name == ti.name;
+        for (const Trainer::Param & p : tr.params()) is_param |= p.name == ti.name || p.name + ".working" == ti.name;
         if (is_param) continue;
         if (ti.type != DType::F32) fail("tensor '" + ti.name + "' is not f32");
         arrays.push_back({ti.name, std::span<const float>(reinterpret_cast<const float *>(f->tensor_data(ti)),
@@ -100,8 +122,14 @@ CheckpointState load_checkpoint(const std::string & path, Trainer & tr, Optimize
     }
     opt.load_state(static_cast<int64_t>(f->get_u64("rp.ckpt.opt_step")), arrays);
 
-    CheckpointState st;
     st.step = static_cast<int64_t>(f->get_u64("rp.ckpt.step"));
+    if (f->has("rp.ckpt.last_norm_bits")) {
+        const uint64_t bits = f->get_u64("rp.ckpt.last_norm_bits");
+        std::memcpy(&st.last_norm, &bits, sizeof bits);
+        st.last_norm_step = f->get_i64("rp.ckpt.last_norm_step");
+        st.last_skip = f->get_string("rp.ckpt.last_skip");
+        st.bad_run = static_cast<int64_t>(f->get_u64("rp.ckpt.bad_run"));
+    }
     st.data.seed = f->get_u64("rp.ckpt.data_seed");
     st.data.fingerprint = f->get_u64("rp.ckpt.data_fingerprint");
     st.data.consumed = f->get_u64("rp.ckpt.data_consumed");

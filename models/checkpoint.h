@@ -7,8 +7,10 @@
 //   rp.ckpt.step (u64)              completed optimizer steps
 //   rp.ckpt.data_seed, rp.ckpt.data_fingerprint, rp.ckpt.data_consumed (u64): the batcher position
 //   rp.ckpt.train_loss / rp.ckpt.eval_step / rp.ckpt.eval_loss (arrays): the curve so far (for the SVG)
-//   tensors: every trainable tensor under its own name (f32), and the optimizer state arrays under
-//            "<param>.adam_m" / ".adam_v" / ".momentum".
+//   rp.ckpt.last_norm_bits (u64: the f64's bits), rp.ckpt.last_norm_step (i64), rp.ckpt.last_skip (string),
+//   rp.ckpt.bad_run (u64): what the next step reports
+//   tensors: every trainable tensor under its own name (f32), the optimizer state arrays under
+//            "<param>.adam_m" / ".adam_v" / ".momentum", and for an async pipeline run "<param>.working".
 #pragma once
 
 #include "ggml_rp/optim/optimizer.h"
@@ -31,6 +33,14 @@ struct CheckpointState {
     int64_t step = 0;
     DataPosition data;
     TrainCurve curve;
+    // An async pipeline run: the weights its next step computes at (the update before the last one; empty
+    // otherwise), and what the progress of the next step reports (the newest gradient norm, its step, why it
+    // was skipped, the run of non-finite steps so far), so that a resumed run equals an uninterrupted one.
+    std::vector<std::vector<float>> working;
+    double last_norm = 0;
+    int64_t last_norm_step = -1;
+    std::string last_skip;
+    int64_t bad_run = 0;
 };
 
 // Hash of the base model's tensor names, types and shapes.

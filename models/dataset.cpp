@@ -3,6 +3,7 @@
 #include "ggml_rp/core/json.h"
 #include "base/error.h"
 #include "models/tokenizer.h"
+#include "models/unicode.h"
 
 #include <algorithm>
 #include <cassert>
@@ -67,6 +68,21 @@ void append_eos(const Tokenizer & tok, Tokens & t) {
     if (tok.add_eos() || tok.eos() == kTokenNull) return;
     t.ids.push_back(tok.eos());
     t.trained.push_back(1);
+}
+
+// Training text must be text: a NUL byte or invalid UTF-8 (a binary file given as data, a wrong encoding) is
+// refused at its byte offset unless the caller allows it.
+void check_text(std::string_view text, const std::string & source, const DatasetOptions & opt) {
+    if (opt.allow_binary) return;
+    const size_t nul = text.find('\0');
+    const size_t bad = first_invalid_utf8(text);
+    const size_t at = std::min(nul, bad);
+    if (at == std::string_view::npos) return;
+    size_t line = 1;
+    for (size_t i = 0; i < at; ++i) line += text[i] == '\n';
+    throw Error("dataset " + source + ": byte offset " + std::to_string(at) + " (line " + std::to_string(line) + ") " +
+                (at == nul ? "is a NUL byte" : "is not valid UTF-8") +
+                ": this does not look like training text (a binary file, another encoding?); allow_binary trains on it anyway");
 }
 
 void check_options(const DatasetOptions & opt) {
@@ -154,9 +170,6 @@ private:
 
     Tokens from_messages(const json::Value & messages) const {
         if (!messages.is_array() || messages.array.empty()) fail("\"messages\" must be a non-empty array");
-        if (!opt_.chat) {
-            fail("\"messages\" needs a chat template: the model has none (name one: chatml or llama3)");
-        }
         std::vector<ChatMessage> chat;
         for (size_t i = 0; i < messages.array.size(); ++i) {
             const json::Value & m = messages.array[i];
@@ -165,9 +178,12 @@ private:
             const json::Value * role = m.find("role");
             const json::Value * content = m.find("content");
             if (!role || !role->is_string()) fail(where + " needs a string \"role\"");
+            if (role->string != "system" && role->string != "user" && role->string != "assistant")
+                fail(where + ": role \"" + role->string + "\" is not one the chat template knows (system, user, assistant)");
             if (!content || !content->is_string()) fail(where + " needs a string \"content\"");
             chat.push_back({role->string, content->string});
         }
+        if (!opt_.chat) fail("\"messages\" needs a chat template: the model has none (name one: chatml or llama3)");
         const RenderedChat r = render_chat(*opt_.chat, chat, false);
         if (r.assistant.empty()) fail("\"messages\" has no assistant turn: nothing to train on");
         Tokens t;
@@ -226,6 +242,7 @@ uint64_t Dataset::fingerprint() const {
 Dataset Dataset::from_text(std::string_view text, const std::string & source, const Tokenizer & tok,
                            const DatasetOptions & opt) {
     check_options(opt);
+    check_text(text, source, opt);
     Dataset d;
     d.seq_len_ = opt.seq_len;
     // One stream of every document; a BOS that starts a document is never a label.
@@ -259,6 +276,7 @@ Dataset Dataset::from_text(std::string_view text, const std::string & source, co
 Dataset Dataset::from_jsonl(std::string_view text, const std::string & source, const Tokenizer & tok,
                             const DatasetOptions & opt) {
     check_options(opt);
+    check_text(text, source, opt);
     Dataset d;
     d.seq_len_ = opt.seq_len;
     JsonlReader reader(source, tok, opt);
@@ -336,12 +354,12 @@ uint64_t mix_seed(uint64_t seed, uint64_t stream) { return splitmix64(seed ^ spl
 
 DatasetSplit split_dataset(size_t n, double val_fraction, uint64_t seed) {
     if (!(val_fraction >= 0.0 && val_fraction < 1.0)) {
-        throw Error("validation fraction " + std::to_string(val_fraction) + " is outside [0, 1)");
+        throw Error("val_split " + std::to_string(val_fraction) + " is outside [0, 1)");
     }
     size_t n_val = static_cast<size_t>(std::llround(val_fraction * static_cast<double>(n)));
     if (val_fraction > 0.0 && n_val == 0) n_val = 1;
     if (n_val >= n) {
-        throw Error("validation fraction " + std::to_string(val_fraction) + " leaves no training sequences (" +
+        throw Error("val_split " + std::to_string(val_fraction) + " leaves no training sequences (" +
                     std::to_string(n) + " in total)");
     }
     std::vector<uint32_t> perm(n);

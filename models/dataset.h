@@ -54,6 +54,7 @@ struct DatasetOptions {
     DatasetFormat format = DatasetFormat::Auto;
     std::string doc_separator;        // plain text: cut documents here ("" = one document)
     std::optional<ChatTemplate> chat; // for "messages" lines; required when such a line appears
+    bool allow_binary = false;        // train on text with NUL bytes or invalid UTF-8 (refused otherwise)
 };
 
 struct DatasetStats {

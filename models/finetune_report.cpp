@@ -80,12 +80,13 @@ MetricsLog::MetricsLog(const std::string & path, bool append) : f_(path) {
     f_.flush();
 }
 
-void MetricsLog::step(const StepReport & r) {
+void MetricsLog::step(const StepReport & r, size_t rss_bytes) {
     std::string line = "{\"step\":" + std::to_string(r.step) + ",\"loss\":" + json_number(r.loss) +
                        ",\"lr\":" + json_number(r.lr, "%.6e") + ",\"grad_norm\":" + json_number(r.grad_norm) +
                        ",\"grad_norm_step\":" + (r.grad_norm_step > 0 ? std::to_string(r.grad_norm_step) : "null") +
                        ",\"tokens_per_s\":" + json_number(r.seconds > 0 ? static_cast<double>(r.tokens) / r.seconds : 0.0, "%.1f");
     if (r.skipped) line += ",\"skipped\":\"" + r.skip_reason + "\"";
+    if (rss_bytes > 0) line += ",\"rss_bytes\":" + std::to_string(rss_bytes);
     f_.write(line + "}\n");
     f_.flush();
 }

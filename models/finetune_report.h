@@ -25,7 +25,8 @@ class MetricsLog {
 public:
     // append: continue an existing PATH (a resumed run starts from its lines).
     MetricsLog(const std::string & path, bool append);
-    void step(const StepReport & r);
+    // rss_bytes > 0: the process's resident memory after the step (soak runs watch it).
+    void step(const StepReport & r, size_t rss_bytes = 0);
     void eval(int64_t step, double loss);
     void commit() { f_.commit(); }
 

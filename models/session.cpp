@@ -25,6 +25,7 @@ SessionOptions checked(SessionOptions o, const Dataset & data) {
     if (o.threads < 0) throw Error("threads must be >= 0");
     if (data.size() == 0) throw Error("the dataset has no sequences");
     if (o.pipelined && o.devices.count < 1) throw Error("devices: a pipelined run needs at least one device");
+    if (o.max_bad_steps < 1) throw Error("max_bad_steps " + std::to_string(o.max_bad_steps) + " must be at least 1");
     return o;
 }
 
@@ -126,10 +127,22 @@ std::string TrainingSession::resume(const std::string & path) {
         st_ = load_checkpoint(path, trainer_, optimizer_);
         batcher_.seek(st_.data);
         first_step_ = st_.step;
+        {
+            std::lock_guard<std::mutex> lk(norm_m_);
+            last_norm_ = st_.last_norm;
+            last_norm_step_ = st_.last_norm_step;
+            last_skip_ = st_.last_skip;
+            bad_run_ = st_.bad_run;
+        }
         what = "resumed " + path + " at step " + std::to_string(st_.step);
     }
-    // The pipeline's working copies were taken from the masters at construction: refresh them.
-    if (pipe_) pipe_->synchronize();
+    // The pipeline's working copies were taken from the masters at construction: refresh them; an async run
+    // continues from the weights its next step computes at (one update behind the masters).
+    if (pipe_) {
+        pipe_->synchronize();
+        if (opt_.pipeline.async && !st_.working.empty()) pipe_->set_working_weights(st_.working);
+    }
+    st_.working.clear();
     return what;
 }
 
@@ -140,12 +153,17 @@ void TrainingSession::update(int64_t step, const Batch & bt, float loss_scale, d
     for (const Trainer::Param & p : trainer_.params()) grads.emplace_back(p.t->grad->data_as<float>(), static_cast<size_t>(p.t->nelements()));
     std::vector<std::span<const float>> cgrads(grads.begin(), grads.end());
     const double norm = opt_.clip > 0 ? clip_grad_norm(grads, opt_.clip) : grad_norm(cgrads);
-    const char * skip = n_trained == 0 ? "no trained tokens" : !std::isfinite(norm) ? "non-finite gradient norm" : "";
+    const char * skip = n_trained == 0           ? "no trained tokens"
+                        : !std::isfinite(loss)   ? "non-finite loss"
+                        : !std::isfinite(norm)   ? "non-finite gradient norm"
+                                                 : "";
     {
         std::lock_guard<std::mutex> lk(norm_m_);
         last_norm_ = norm;
         last_norm_step_ = step + 1;
         last_skip_ = skip;
+        if (!std::isfinite(loss) || !std::isfinite(norm)) ++bad_run_;
+        else if (!*skip) bad_run_ = 0;
     }
     if (*skip) return;  // not applied; step() reports it
     const float lr = static_cast<float>(opt_.lr.lr(step));
@@ -157,6 +175,7 @@ void TrainingSession::update(int64_t step, const Batch & bt, float loss_scale, d
 }
 
 StepReport TrainingSession::step() {
+    if (!stopped_.empty()) throw Error("the run has stopped: " + stopped_);
     if (st_.step >= total_) throw Error("the run has done all its " + std::to_string(total_) + " steps");
     const auto t0 = std::chrono::steady_clock::now();
     const int64_t step = st_.step;
@@ -205,6 +224,13 @@ StepReport TrainingSession::step() {
         r.grad_norm_step = last_norm_step_;
         r.skipped = !last_skip_.empty();
         r.skip_reason = last_skip_;
+        if (bad_run_ >= opt_.max_bad_steps) {
+            const int64_t last = last_norm_step_, first = last - bad_run_ + 1;
+            stopped_ = "steps " + std::to_string(first) + ".." + std::to_string(last) + " had a non-finite loss or gradient norm (" +
+                       std::to_string(bad_run_) + " in a row, max_bad_steps " + std::to_string(opt_.max_bad_steps) +
+                       "); none of them was applied: step " + std::to_string(first - 1) + "'s weights are the last good ones";
+            r.stop = stopped_;
+        }
     }
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return r;
@@ -212,7 +238,7 @@ StepReport TrainingSession::step() {
 
 double TrainingSession::evaluate() {
     if (split_.val.empty()) return std::nan("");
-    synchronize();
+    if (pipe_) pipe_->drain();  // on the masters; the working weights (async: one update behind) stay
     return eval_loss(trainer_, data_, split_.val, opt_.batch, opt_.threads);
 }
 
@@ -226,8 +252,19 @@ void TrainingSession::synchronize() {
 }
 
 void TrainingSession::save_checkpoint(const std::string & path) {
-    synchronize();
-    rp::save_checkpoint(path, trainer_, optimizer_, st_);
+    CheckpointState st = st_;
+    if (pipe_) {
+        pipe_->drain();  // not synchronize(): publishing the last update early would change an async run
+        if (opt_.pipeline.async) st.working = pipe_->working_weights();
+    }
+    {
+        std::lock_guard<std::mutex> lk(norm_m_);
+        st.last_norm = last_norm_;
+        st.last_norm_step = last_norm_step_;
+        st.last_skip = last_skip_;
+        st.bad_run = bad_run_;
+    }
+    rp::save_checkpoint(path, trainer_, optimizer_, st);
 }
 
 void TrainingSession::save_result(const std::string & path) {

@@ -45,6 +45,9 @@ struct SessionOptions {
     int threads = 0;               // CPU threads (0 = all)
     double val_split = 0.0;        // fraction of the sequences held out for validation
     std::string dump_grads;        // path: the first step's gradients (before clipping), batch, loss and logits
+    // A step whose loss or gradient norm is not finite is not applied (masters and optimizer state untouched);
+    // this many in a row stop the run (StepReport::stop).
+    int max_bad_steps = 3;
 
     // The RoundPipe runtime: devices.count > 0 runs every step through it.
     bool pipelined = false;
@@ -66,7 +69,10 @@ struct StepReport {
     double grad_norm = 0;
     int64_t grad_norm_step = -1;
     bool skipped = false;        // step grad_norm_step's update was not applied (see skip_reason)
-    std::string skip_reason;
+    std::string skip_reason;     // "no trained tokens", "non-finite loss", "non-finite gradient norm"
+    // Non-empty: max_bad_steps non-finite steps in a row; the run must stop (step() refuses to go on). Says
+    // which steps; nothing of them reached the masters, so the last checkpoint is the last good state.
+    std::string stop;
 };
 
 // The micro-batches a batch of n_seq sequences is split into: sequences [lo, hi) each (seq_offset = lo),
@@ -133,6 +139,8 @@ private:
     double last_norm_ = 0;
     int64_t last_norm_step_ = -1;
     std::string last_skip_;  // why update last_norm_step_ was not applied ("" = applied)
+    int64_t bad_run_ = 0;    // non-finite steps in a row, up to last_norm_step_
+    std::string stopped_;    // the StepReport::stop that ended the run
 };
 
 } // namespace rp

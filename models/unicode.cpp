@@ -103,6 +103,32 @@ std::vector<uint32_t> utf8_to_cpts(std::string_view text, std::vector<uint32_t> 
     return cpts;
 }
 
+size_t first_invalid_utf8(std::string_view text) {
+    const auto * b = reinterpret_cast<const unsigned char *>(text.data());
+    const size_t n = text.size();
+    for (size_t i = 0; i < n;) {
+        const unsigned c = b[i];
+        if (c < 0x80) {
+            ++i;
+            continue;
+        }
+        size_t len = 0;
+        uint32_t cp = 0, min = 0;
+        if ((c & 0xE0) == 0xC0) len = 2, cp = c & 0x1F, min = 0x80;
+        else if ((c & 0xF0) == 0xE0) len = 3, cp = c & 0x0F, min = 0x800;
+        else if ((c & 0xF8) == 0xF0) len = 4, cp = c & 0x07, min = 0x10000;
+        else return i;  // a continuation byte, or 0xF8..0xFF
+        if (i + len > n) return i;
+        for (size_t k = 1; k < len; ++k) {
+            if ((b[i + k] & 0xC0) != 0x80) return i;
+            cp = (cp << 6) | (b[i + k] & 0x3F);
+        }
+        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+        i += len;
+    }
+    return std::string_view::npos;
+}
+
 void append_utf8(std::string & out, uint32_t cp) {
     if (cp <= 0x7F) {
         out.push_back(static_cast<char>(cp));

@@ -45,6 +45,9 @@ inline size_t utf8_len(uint8_t lead) {
 // (where llama.cpp would throw later). Overlong forms and surrogates are accepted as decoded, as there.
 // When `byte_offsets` is given it receives, per code point, the offset of its first byte.
 std::vector<uint32_t> utf8_to_cpts(std::string_view text, std::vector<uint32_t> * byte_offsets = nullptr);
+// Strict validation (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF, no truncated
+// sequence): the byte offset of the first invalid sequence, or npos when `text` is valid UTF-8.
+size_t first_invalid_utf8(std::string_view text);
 // Appends the UTF-8 encoding of a code point <= U+10FFFF.
 void append_utf8(std::string & out, uint32_t cp);
 

@@ -19,7 +19,11 @@
 #include "models/session.h"
 #include "models/tokenizer.h"
 
+#include <signal.h>
 #include <sys/resource.h>
+#include <unistd.h>
+
+#include <csignal>
 
 #include <chrono>
 #include <cmath>
@@ -61,6 +65,11 @@ const char * const kUsage =
     "      --eval-every N      validation loss every N steps (and at the end) when --val-split > 0\n"
     "      --val-split F       fraction of the sequences held out for validation (default 0)\n"
     "      --dump-grads FILE   the accumulated gradients of the first step, before clipping (GGUF)\n"
+    "      --max-bad-steps K   a step with a non-finite loss or gradient norm is not applied; K in a row stop\n"
+    "                          the run (exit 1, the last checkpoint kept, no output written) (default 3)\n"
+    "      --allow-binary      train on data with NUL bytes or invalid UTF-8 (refused otherwise)\n"
+    "Ctrl-C (SIGINT) or SIGTERM: the current step finishes, the checkpoint is written, exit 130; a second one\n"
+    "exits at once (the last checkpoint stays valid). The metrics log records each step's RSS.\n"
     "RoundPipe (roundpipe.md): the model stays in host memory, layers stream to the devices round-robin\n"
     "      --devices N         train through the RoundPipe runtime on N devices (default 0: host)\n"
     "      --backend NAME      cpu | cuda: CPU virtual devices, or logical CUDA devices over the visible GPUs (default cpu)\n"
@@ -76,6 +85,9 @@ const char * const kUsage =
     "      --plan              print the memory plan and exit (needs only -m; the weights are never read):\n"
     "                          the stage partition, the device peak region by region, host RAM, link bytes\n"
     "      --max-seq           with --plan: also the longest --seq-len that fits --device-mem\n"
+    "Testing the failure paths (CPU devices):\n"
+    "      --inject-delays SEED  random delays in every stream and runtime thread\n"
+    "      --inject-fault K:N  the Nth allocation / copy / launch of device 0 fails (K = alloc, copy, launch)\n"
     "  -h, --help              this text\n";
 
 // The library's parameter names as this tool's flags, for its error messages.
@@ -83,7 +95,30 @@ const rp::cli::FlagNames kFlagNames = {
     {"lora_rank", "--lora-rank"}, {"lora_alpha", "--lora-alpha"}, {"lora_targets", "--lora-targets"},
     {"lora_dropout", "--lora-dropout"}, {"seq_len", "--seq-len"}, {"micro_batches", "--micro-batches"},
     {"batch_size", "--batch"}, {"val_split", "--val-split"}, {"lr_max", "--lr"}, {"lr_min", "--lr-min"},
-    {"warmup_steps", "--warmup"}, {"weight_decay", "--weight-decay"}, {"pipeline schedule", "--schedule"}};
+    {"warmup_steps", "--warmup"}, {"weight_decay", "--weight-decay"}, {"pipeline schedule", "--schedule"},
+    {"allow_binary", "--allow-binary"}, {"max_bad_steps", "--max-bad-steps"}};
+
+// SIGINT / SIGTERM: the first asks the loop to stop after the step (SA_RESETHAND: a second one kills).
+volatile std::sig_atomic_t g_interrupted = 0;
+extern "C" void on_interrupt(int sig) { g_interrupted = sig; }
+
+void catch_interrupts() {
+    struct sigaction sa {};
+    sa.sa_handler = on_interrupt;
+    sa.sa_flags = SA_RESETHAND | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+}
+
+size_t current_rss_bytes() {
+    long pages = 0, resident = 0;
+    if (FILE * f = std::fopen("/proc/self/statm", "r")) {
+        if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+        std::fclose(f);
+    }
+    return static_cast<size_t>(resident) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
 
 double peak_rss_mib() {
     struct rusage ru {};
@@ -100,7 +135,7 @@ int main(int argc, char ** argv) {
         rp::SessionOptions o;
         o.lr.lr_max = 1e-3;
         int64_t seq_len = 64, stop_at = 0, save_every = 0, eval_every = 0;
-        bool plan_only = false, max_seq = false;
+        bool plan_only = false, max_seq = false, allow_binary = false;
         int64_t token_chunk = -2;  // -2: not given
         float lr = 1e-3f, lr_min = 0.0f;
         cli::Args args(argc, argv);
@@ -156,6 +191,23 @@ int main(int argc, char ** argv) {
             else if (a == "--recompute") o.pipeline.grain = args.choice({"stage", "layer"}) == "layer" ? rp::RecomputeGrain::Layer : rp::RecomputeGrain::Stage;
             else if (a == "--trace") trace_path = args.value();
             else if (a == "--plan") plan_only = true;
+            else if (a == "--max-bad-steps") o.max_bad_steps = static_cast<int>(args.integer(1, 1 << 20));
+            else if (a == "--allow-binary") allow_binary = true;
+            else if (a == "--inject-delays") {
+                o.devices.delay_seed = static_cast<uint64_t>(args.integer(1, 1LL << 62));
+                o.devices.max_delay_us = 50;
+                o.pipeline.fuzz_seed = o.devices.delay_seed;
+                o.pipeline.fuzz_max_delay_us = 50;
+            }
+            else if (a == "--inject-fault") {
+                const std::string v = args.value();
+                const size_t colon = v.find(':');
+                const std::string kind = v.substr(0, colon);
+                const long long n = colon == std::string::npos ? 0 : cli::parse_int(a, v.substr(colon + 1), 1, 1LL << 40);
+                if (n == 0 || (kind != "alloc" && kind != "copy" && kind != "launch"))
+                    throw rp::Error("--inject-fault: '" + v + "' is not KIND:N (KIND alloc, copy or launch; N >= 1)");
+                (kind == "alloc" ? o.devices.faults.alloc_at : kind == "copy" ? o.devices.faults.copy_at : o.devices.faults.launch_at) = n;
+            }
             else if (a == "--token-chunk") {
                 const std::string v = args.value();
                 token_chunk = v == "auto" ? -1 : cli::parse_int(a, v, 0, 1LL << 40);
@@ -206,6 +258,7 @@ int main(int argc, char ** argv) {
         rp::DatasetOptions dopt;
         dopt.seq_len = static_cast<int32_t>(seq_len);
         dopt.n_ctx = model->hparams().n_ctx_train;
+        dopt.allow_binary = allow_binary;
         const rp::Dataset data = rp::Dataset::load(data_path, tok, dopt);
         rp::TrainingSession run(*model, data, o);
         if (!resume.empty()) std::fprintf(stderr, "%s\n", run.resume(resume).c_str());
@@ -235,10 +288,29 @@ int main(int argc, char ** argv) {
         if (first == 0 && eval_every > 0) evaluate(0);
         const auto t_run = std::chrono::steady_clock::now();
         double tokens = 0;
+        catch_interrupts();
+        // The run's log and curve so far: a stopped or interrupted run keeps them (a resume continues them).
+        auto keep_log = [&] {
+            rp::write_loss_svg(out_path + ".loss.svg", run.curve());
+            metrics.commit();
+        };
         while (run.steps_done() < end) {
+            if (g_interrupted) {
+                run.save_checkpoint(ckpt_path);
+                keep_log();
+                std::fprintf(stderr, "interrupted at step %lld; resume with the same command and --resume %s\n",
+                             static_cast<long long>(run.steps_done()), ckpt_path.c_str());
+                return 130;
+            }
             const rp::StepReport r = run.step();
             tokens += static_cast<double>(r.tokens);
-            metrics.step(r);
+            metrics.step(r, current_rss_bytes());
+            if (!r.stop.empty()) {  // diverged: nothing more is written; the last checkpoint is the last good state
+                keep_log();
+                std::fprintf(stderr, "error: %s; stopped without writing %s%s\n", rp::cli::with_flag_names(r.stop, kFlagNames).c_str(),
+                             out_path.c_str(), save_every > 0 ? (" (the last checkpoint: " + ckpt_path + ")").c_str() : "");
+                return 1;
+            }
             const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_run).count();
             const std::string norm_of = r.grad_norm_step > 0 && r.grad_norm_step != r.step ? " (step " + std::to_string(r.grad_norm_step) + ")" : "";
             std::fprintf(stderr, "step %lld/%lld | loss %.4f | lr %.3e | grad norm %.3f%s | %.0f tok/s | ETA %.1fs\n",

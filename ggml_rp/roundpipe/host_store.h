@@ -48,6 +48,9 @@ public:
 
     // Working copies = masters (after everything has stopped: synchronize()).
     void refresh_working();
+    // The working copy of param p: the weights the devices upload (async: the update before the last one).
+    const float * working(size_t p) const { return static_cast<const float *>(working_[p].data()); }
+    float * working(size_t p) { return static_cast<float *>(working_[p].data()); }
 
 private:
     const TrainingProgram & prog_;

@@ -241,6 +241,27 @@ void Pipeline::step(std::function<void()> update) {
 }
 
 void Pipeline::synchronize() {
+    drain();
+    impl_->store.refresh_working();
+}
+
+std::vector<std::vector<float>> Pipeline::working_weights() const {
+    std::vector<std::vector<float>> w;
+    const auto & params = impl_->prog.params();
+    for (size_t p = 0; p < params.size(); ++p) w.emplace_back(impl_->store.working(p), impl_->store.working(p) + params[p].n);
+    return w;
+}
+
+void Pipeline::set_working_weights(const std::vector<std::vector<float>> & w) {
+    const auto & params = impl_->prog.params();
+    if (w.size() != params.size()) throw Error("set_working_weights: " + std::to_string(w.size()) + " tensors for " + std::to_string(params.size()) + " parameters");
+    for (size_t p = 0; p < params.size(); ++p) {
+        if (w[p].size() != params[p].n) throw Error("set_working_weights: '" + params[p].name + "' has the wrong size");
+        std::copy(w[p].begin(), w[p].end(), impl_->store.working(p));
+    }
+}
+
+void Pipeline::drain() {
     Impl & d = *impl_;
     d.optimizer->wait_idle();
     for (auto & w : d.workers) {
@@ -251,7 +272,6 @@ void Pipeline::synchronize() {
             d.faults.record(w->device().name() + ": " + e.what());
         }
     }
-    d.store.refresh_working();
     d.faults.rethrow();
 }
 

@@ -77,8 +77,16 @@ public:
     void step(std::function<void()> update);
 
     // Waits for every device and the optimizer, then makes the working weights equal the masters. Call before
-    // evaluating or saving. Rethrows the first error any thread met.
+    // saving a result. Rethrows the first error any thread met.
     void synchronize();
+    // Waits for every device and the optimizer without publishing anything: the masters hold every update,
+    // the working weights stay what the next call computes at (async: the update before the last). Call
+    // before evaluating on the masters or checkpointing, so that neither changes the run's trajectory.
+    void drain();
+    // After drain(): the working weights of every parameter (the params() order), and setting them (a resumed
+    // async run restores the weights its next call computes at).
+    std::vector<std::vector<float>> working_weights() const;
+    void set_working_weights(const std::vector<std::vector<float>> & w);
 
     // The plan of a call of these micro-batch shapes, and the device memory it takes: what forward_backward
     // would run (call_planner.h); MemoryError when nothing fits. Run it before a job writes any file.

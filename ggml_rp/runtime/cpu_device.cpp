@@ -6,6 +6,7 @@
 #include "base/error.h"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -118,6 +119,15 @@ struct CpuDevice::Impl {
 
     std::mutex pinned_m;
     std::map<const void *, size_t> registered;
+
+    std::atomic<int64_t> allocs{0}, copies{0}, launches{0};  // for FaultPlan
+    // The fault of the nth operation of a kind, or nullptr.
+    std::exception_ptr fault(std::atomic<int64_t> & count, int64_t at, const char * kind, int stream, const std::string & what) {
+        const int64_t n = ++count;
+        if (at <= 0 || n != at) return nullptr;
+        return std::make_exception_ptr(Error(name + (stream >= 0 ? " stream " + stream_name(stream) : std::string()) +
+                                             ": injected fault: " + kind + " #" + std::to_string(n) + " (" + what + ") failed"));
+    }
 
     Impl(int idx, std::string nm, CpuDeviceOptions o, MappedArena & m)
         : index(idx), name(std::move(nm)), opt(std::move(o)), mem(m) {
@@ -254,6 +264,7 @@ private:
             if (poisoned()) return;
             const double t0 = clock_us();
             try {
+                if (auto f = dev_.fault(dev_.launches, dev_.opt.faults.launch_at, "launch", index_, it.label.name)) std::rethrow_exception(f);
                 it.fn();
             } catch (...) {
                 std::lock_guard<std::mutex> lk(m_);
@@ -264,6 +275,11 @@ private:
         }
         case Item::Copy: {
             if (poisoned()) return;
+            if (auto f = dev_.fault(dev_.copies, dev_.opt.faults.copy_at, "copy", index_, it.label.name + ", " + std::to_string(it.bytes) + " bytes")) {
+                std::lock_guard<std::mutex> lk(m_);
+                if (!error_) error_ = f;
+                return;
+            }
             const double t0 = clock_us();
             Link * link = nullptr;
             if (dev_.opt.link && it.copy_kind == CopyKind::HostToDevice) link = &dev_.h2d;
@@ -332,6 +348,12 @@ CpuDevice::CpuDevice(int index, CpuDeviceOptions options)
 
 CpuDevice::~CpuDevice() {
     release();  // each stream finishes its queue, then joins its worker
+}
+
+void * CpuDevice::allocate(size_t bytes, const std::string & what) {
+    if (auto f = impl_->fault(impl_->allocs, impl_->opt.faults.alloc_at, "allocation", -1, what + ", " + std::to_string(bytes) + " bytes"))
+        std::rethrow_exception(f);
+    return ArenaDevice::allocate(bytes, what);
 }
 
 std::unique_ptr<Event> CpuDevice::create_event() { return std::make_unique<CpuEvent>(); }

@@ -26,6 +26,13 @@
 
 namespace rp {
 
+// Fault injection, for the error paths' tests: the Nth device allocation / copy / kernel launch of this
+// device fails with rp::Error naming the device, the stream and the operation (0: never).
+struct FaultPlan {
+    int64_t alloc_at = 0, copy_at = 0, launch_at = 0;
+    bool any() const { return alloc_at > 0 || copy_at > 0 || launch_at > 0; }
+};
+
 struct CpuDeviceOptions {
     size_t memory_bytes = size_t(64) << 20;
     int num_streams = kNumStreamKinds;  // at least kNumStreamKinds
@@ -34,6 +41,7 @@ struct CpuDeviceOptions {
     double max_delay_us = 0;
     OpHook hook;                        // may be empty
     std::string name;                   // default "cpu:<index>"
+    FaultPlan faults;
 };
 
 class CpuDevice final : public ArenaDevice {
@@ -44,6 +52,7 @@ public:
     CpuDevice & operator=(const CpuDevice &) = delete;
 
     std::unique_ptr<Event> create_event() override;
+    void * allocate(size_t bytes, const std::string & what) override;
 
     void * alloc_pinned(size_t bytes) override;
     void free_pinned(void * ptr) override;

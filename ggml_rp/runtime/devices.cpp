@@ -15,12 +15,16 @@ std::vector<std::unique_ptr<Device>> make_devices(const DeviceSetOptions & o) {
             c.memory_bytes = o.memory_each;
             c.link = o.link;
             c.hook = o.hook;
+            c.delay_seed = o.delay_seed ? o.delay_seed + static_cast<uint64_t>(i) : 0;
+            c.max_delay_us = o.max_delay_us;
+            if (i == 0) c.faults = o.faults;
             out.push_back(std::make_unique<CpuDevice>(i, c));
         }
         return out;
     }
     if (o.backend == "cuda") {
         if (o.link) throw Error("devices: a link model applies to CPU virtual devices, not to CUDA devices");
+        if (o.delay_seed || o.faults.any()) throw Error("devices: delay and fault injection apply to CPU virtual devices, not to CUDA devices");
         DevicePlugin & p = cuda_plugin();
         if (p.device_count() == 0) throw Error("devices: backend cuda: " + p.describe());
         return p.make_devices(o.count, o.memory_each, o.hook);

@@ -2,6 +2,7 @@
 // say): CPU virtual devices (cpu_device.h), or logical CUDA devices through the CUDA plugin (device_plugin.h).
 #pragma once
 
+#include "ggml_rp/runtime/cpu_device.h"
 #include "ggml_rp/runtime/device.h"
 #include "ggml_rp/runtime/link_model.h"
 
@@ -19,6 +20,11 @@ struct DeviceSetOptions {
     size_t memory_each = size_t(256) << 20;
     std::optional<LinkModel> link;   // CPU devices only: the modelled host <-> device link
     OpHook hook;                     // every stream operation (tracing); may be empty
+    // CPU devices only (tests and soaks): random delays in every stream (seed 0: none), and device 0's
+    // injected faults (cpu_device.h FaultPlan).
+    uint64_t delay_seed = 0;
+    double max_delay_us = 0;
+    FaultPlan faults;
 };
 
 // Throws rp::Error naming the backend and why (an unknown backend, no CUDA plugin, no GPU, a link model for

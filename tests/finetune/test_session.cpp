@@ -185,13 +185,60 @@ TEST(TrainingSession, MetricsLinesAreJsonEvenWhenAStepIsSkipped) {
         ASSERT_TRUE(v.is_object()) << line;
         if (const rp::json::Value * sk = v.find("skipped")) {
             ++skipped;
-            EXPECT_EQ(sk->string, "non-finite gradient norm") << line;
+            EXPECT_EQ(sk->string, "non-finite loss") << line;
         }
         if (const rp::json::Value * g = v.find("grad_norm"); g && g->type == rp::json::Value::Type::Null) ++null_norms;
     }
     EXPECT_EQ(lines, 5);
     EXPECT_GE(skipped, 1) << "lr 1e30 without clipping did not diverge";
     EXPECT_GE(null_norms, 1);
+}
+
+// The non-finite guard (issue 13): on the host, and through the pipeline in sync and async mode, a step whose
+// loss or gradient norm is not finite leaves the masters and the optimizer untouched, and max_bad_steps of
+// them in a row stop the run with a message naming the steps; step() refuses to go on.
+TEST(TrainingSession, NonFiniteStepsAreNotAppliedAndStopTheRun) {
+    for (const int mode : {0, 1, 2}) {  // host, pipeline sync, pipeline async
+        rp::SessionOptions o = options();
+        o.lr.lr_max = 1e30;
+        o.clip = 0;
+        o.steps = 20;
+        o.max_bad_steps = 2;
+        if (mode > 0) {
+            o.pipelined = true;
+            o.devices.count = 2;
+            o.devices.memory_each = size_t(64) << 20;
+            o.pipeline.async = mode == 2;
+        }
+        rp::TrainingSession s(*fx().model, fx().data, o);
+        std::vector<std::vector<float>> good;
+        std::string stop;
+        int64_t applied_until = 0;
+        for (int i = 0; i < 20 && stop.empty(); ++i) {
+            const rp::StepReport r = s.step();
+            stop = r.stop;
+            if (r.grad_norm_step > 0 && !r.skipped) applied_until = r.grad_norm_step;
+        }
+        const std::string what = "mode " + std::to_string(mode);
+        ASSERT_FALSE(stop.empty()) << what << ": lr 1e30 never stopped the run";
+        EXPECT_NE(stop.find("max_bad_steps 2"), std::string::npos) << stop;
+        EXPECT_NE(stop.find("step " + std::to_string(applied_until) + "'s weights are the last good ones"), std::string::npos)
+            << what << ": " << stop;
+        EXPECT_THROW(s.step(), rp::Error);
+        // The masters are those of the last applied step: a fresh run stopped right after it has them.
+        s.synchronize();
+        rp::SessionOptions until = o;  // the same schedule, stopped after the last applied step
+        until.max_bad_steps = 1 << 20;
+        rp::TrainingSession t(*fx().model, fx().data, until);
+        for (int64_t i = 0; i < applied_until; ++i) t.step();
+        t.synchronize();
+        ASSERT_EQ(s.trainer().params().size(), t.trainer().params().size());
+        for (size_t i = 0; i < s.trainer().params().size(); ++i) {
+            const rp::Tensor * a = s.trainer().params()[i].t;
+            const rp::Tensor * b = t.trainer().params()[i].t;
+            EXPECT_EQ(std::memcmp(a->data, b->data, a->nbytes()), 0) << what << " " << s.trainer().params()[i].name;
+        }
+    }
 }
 
 TEST(TrainingSession, BadOptionsNameTheOption) {
