@@ -8,6 +8,10 @@
 
 #include <unistd.h>
 
+#include <atomic>
+#include <csignal>
+#include <cstdlib>
+
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -19,7 +23,8 @@ namespace rp {
 
 class AtomicFile {
 public:
-    explicit AtomicFile(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp") {
+    // The bytes go to PATH + suffix until commit().
+    explicit AtomicFile(std::string path, const char * suffix = ".tmp") : path_(std::move(path)), tmp_(path_ + suffix) {
         f_ = std::fopen(tmp_.c_str(), "wb");
         if (!f_) throw Error(tmp_ + ": cannot create: " + std::strerror(errno));
     }
@@ -61,12 +66,24 @@ public:
         const bool ok = std::fflush(f) == 0 && (!holes_ || ::ftruncate(fileno(f), ::ftello(f)) == 0) && ::fsync(fileno(f)) == 0;
         const int err = errno;
         if (std::fclose(f) != 0 || !ok) throw Error(tmp_ + ": write failed: " + std::strerror(ok ? errno : err));
+        kill_point();
         if (std::rename(tmp_.c_str(), path_.c_str()) != 0)
             throw Error(path_ + ": cannot rename " + tmp_ + " into place: " + std::strerror(errno));
         committed_ = true;
     }
 
 private:
+    // Fault injection for the kill -9 tests: with RP_TEST_KILL_AT_COMMIT=N the process kills itself (SIGKILL)
+    // at its Nth commit, after the temporary file is complete and before the rename — the worst moment.
+    static void kill_point() {
+        static const long at = [] {
+            const char * v = std::getenv("RP_TEST_KILL_AT_COMMIT");
+            return v ? std::strtol(v, nullptr, 10) : 0L;
+        }();
+        static std::atomic<long> commits{0};
+        if (at > 0 && ++commits == at) ::raise(SIGKILL);
+    }
+
     std::string path_, tmp_;
     FILE * f_ = nullptr;
     bool committed_ = false;

@@ -80,6 +80,18 @@ MetricsLog::MetricsLog(const std::string & path, bool append) : f_(path) {
     f_.flush();
 }
 
+void MetricsLog::save_copy() {
+    f_.flush();
+    std::FILE * in = std::fopen(f_.temp_path().c_str(), "rb");
+    if (!in) throw Error(f_.temp_path() + ": cannot read the log back: " + std::strerror(errno));
+    AtomicFile copy(f_.path(), ".copy.tmp");  // PATH.tmp is the log's own
+    char buf[65536];
+    size_t n = 0;
+    while ((n = std::fread(buf, 1, sizeof buf, in)) > 0) copy.write(buf, n);
+    std::fclose(in);
+    copy.commit();
+}
+
 void MetricsLog::step(const StepReport & r, size_t rss_bytes) {
     std::string line = "{\"step\":" + std::to_string(r.step) + ",\"loss\":" + json_number(r.loss) +
                        ",\"lr\":" + json_number(r.lr, "%.6e") + ",\"grad_norm\":" + json_number(r.grad_norm) +

@@ -29,6 +29,9 @@ public:
     void step(const StepReport & r, size_t rss_bytes = 0);
     void eval(int64_t step, double loss);
     void commit() { f_.commit(); }
+    // The lines so far in place at the path (atomically), the log going on: at every checkpoint, so that a
+    // run killed later resumes with the log of its checkpoint.
+    void save_copy();
 
 private:
     AtomicFile f_;

@@ -320,7 +320,10 @@ int main(int argc, char ** argv) {
                 std::fprintf(stderr, "warning: step %lld skipped (%s, gradient norm %g, %lld trained tokens)\n",
                              static_cast<long long>(r.grad_norm_step), r.skip_reason.c_str(), r.grad_norm, static_cast<long long>(r.trained_tokens));
             if (eval_every > 0 && r.step % eval_every == 0 && r.step != end) evaluate(r.step);
-            if (save_every > 0 && r.step % save_every == 0 && r.step != end) run.save_checkpoint(ckpt_path);
+            if (save_every > 0 && r.step % save_every == 0 && r.step != end) {
+                run.save_checkpoint(ckpt_path);
+                metrics.save_copy();  // the log as of the checkpoint: a run killed later resumes with it
+            }
         }
         const auto & curve = run.curve();
         if (eval_every > 0 && (curve.eval_step.empty() || curve.eval_step.back() != run.steps_done())) evaluate(run.steps_done());

@@ -81,7 +81,7 @@ private:
                 expect(':');
                 skip_ws();
                 Value item = value(depth + 1);
-                v.object.emplace_back(std::move(key), std::move(item));
+                v.object.push_back({std::move(key), std::move(item)});
                 skip_ws();
                 if (eat(',')) continue;
                 expect('}');

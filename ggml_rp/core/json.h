@@ -11,6 +11,8 @@
 
 namespace rp::json {
 
+struct Member;
+
 struct Value {
     enum class Type { Null, Bool, Number, String, Array, Object };
     Type type = Type::Null;
@@ -18,13 +20,19 @@ struct Value {
     double number = 0;
     std::string string;
     std::vector<Value> array;
-    std::vector<std::pair<std::string, Value>> object;  // in file order; duplicate keys: find() gets the last
+    std::vector<Member> object;  // in file order; duplicate keys: find() gets the last
 
     bool is_number() const { return type == Type::Number; }
     bool is_string() const { return type == Type::String; }
     bool is_object() const { return type == Type::Object; }
     bool is_array() const { return type == Type::Array; }
     const Value * find(const std::string & key) const;  // nullptr when absent or not an object
+};
+
+// A key and its value (a struct, not std::pair: a pair of an incomplete Value is not valid C++).
+struct Member {
+    std::string first;
+    Value second;
 };
 
 Value parse(const std::string & text, const std::string & source_name);

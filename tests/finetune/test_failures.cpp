@@ -173,3 +173,27 @@ TEST(FinetuneFailures, InterruptWritesTheCheckpointAndResumesToTheSameBytes) {
         EXPECT_EQ(slurp(out + "/a.gguf"), slurp(d.file("ref.gguf"))) << "mode '" << mode << "'";
     }
 }
+
+// A device fault in the middle of a run (the 300th copy of device 0): exit 1 naming the device, the stream
+// and the operation; what stays is the checkpoint of the last finished step and the log up to it, and
+// resuming from it (without the fault) gives the uninterrupted run's bytes.
+TEST(FinetuneFailures, DeviceFaultMidRunLeavesItsCheckpointToResume) {
+    rp_test::TempDir d;
+    const std::string cmd = ft_test::tool("rp-finetune") + " -m " + ft_test::stories() + " --data " + ft_test::shared_dir() +
+                            "/models/reference/train.txt --seq-len 16 --batch 2 --steps 12 -t 1 --lora-rank 4 --devices 2 --save-every 1 -o ";
+    std::string log;
+    ASSERT_EQ(ft_test::run(cmd + d.file("ref.gguf"), &log), 0) << log;
+    const std::string out = d.file("run");
+    fs::create_directories(out);
+    EXPECT_EQ(ft_test::run(cmd + out + "/a.gguf --inject-fault copy:300", &log), 1) << log;
+    EXPECT_NE(log.find("error: "), std::string::npos) << log;
+    EXPECT_NE(log.find("cpu:0 stream"), std::string::npos) << log;
+    EXPECT_NE(log.find("injected fault: copy #300"), std::string::npos) << log;
+    EXPECT_EQ(listing(out), (std::vector<std::string>{"a.gguf.ckpt.gguf", "a.gguf.metrics.jsonl"})) << log;
+    ASSERT_EQ(ft_test::run(cmd + out + "/a.gguf --resume " + out + "/a.gguf.ckpt.gguf", &log), 0) << log;
+    EXPECT_EQ(slurp(out + "/a.gguf"), slurp(d.file("ref.gguf")));
+    int lines = 0;
+    std::ifstream m(out + "/a.gguf.metrics.jsonl");
+    for (std::string l; std::getline(m, l);) ++lines;
+    EXPECT_EQ(lines, 12);  // the log of the resumed run continues the checkpoint's, one line a step
+}

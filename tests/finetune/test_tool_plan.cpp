@@ -66,7 +66,11 @@ TEST(FinetunePlanTool, PlanOfAQwen3ShapeIsFastAndReadsNoWeights) {
               0)
         << log;
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+#ifdef RP_SANITIZED
+    EXPECT_LT(s, 20.0) << log;  // the tools run instrumented here
+#else
     EXPECT_LT(s, 1.0) << log;
+#endif
     const long long peak = field(log, "device peak"), host = field(log, "host peak"), rss = field(log, "plan rss");
     EXPECT_GT(peak, 0) << log;
     EXPECT_LE(peak, 1LL << 30) << log;

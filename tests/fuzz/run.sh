@@ -1,38 +1,87 @@
 #!/usr/bin/env bash
-# Fuzzes the GGUF reader for SECONDS: tests/fuzz/run.sh BUILD_DIR SECONDS
-# BUILD_DIR is a clang build configured with -DRP_FUZZ=ON and target fuzz_gguf_reader built. The corpus
-# is seeded with small generated files and the shared models under 2 MB (libFuzzer reads at most -max_len
-# bytes of each). Exits non-zero when the fuzzer finds a crash; the input is saved under
-# BUILD_DIR/fuzz/artifacts/.
+# Fuzzes the parsers of untrusted input for SECONDS each:
+#   tests/fuzz/run.sh BUILD_DIR SECONDS [TARGET ...]
+# TARGETs: gguf_reader json dataset chat_template tokenizer (default: all). BUILD_DIR is a clang build
+# configured with -DRP_FUZZ=ON with target fuzz_targets built. Each target keeps its corpus under
+# BUILD_DIR/fuzz/<target>/corpus (persisting between runs, seeded with small generated inputs and, for the
+# GGUF reader, the shared models under 2 MB); a crashing input is saved under BUILD_DIR/fuzz/<target>/artifacts/
+# and the script exits non-zero. Prints each target's executions, and a summary line per target.
 set -euo pipefail
-BUILD=${1:?usage: tests/fuzz/run.sh BUILD_DIR SECONDS}
-SECONDS_TO_RUN=${2:?usage: tests/fuzz/run.sh BUILD_DIR SECONDS}
+BUILD=${1:?usage: tests/fuzz/run.sh BUILD_DIR SECONDS [TARGET ...]}
+SECONDS_TO_RUN=${2:?usage: tests/fuzz/run.sh BUILD_DIR SECONDS [TARGET ...]}
+shift 2
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(gguf_reader json dataset chat_template tokenizer)
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 SHARED=${RP_SHARED_DIR:-$REPO/../shared}
 BUILD=$(cd "$BUILD" && pwd)
-FUZZER=$BUILD/bin/fuzz_gguf_reader
 
-if [ ! -x "$FUZZER" ]; then
-  echo "run.sh: $FUZZER is missing: configure with clang and -DRP_FUZZ=ON, build target fuzz_gguf_reader" >&2
-  exit 2
-fi
-cmake --build "$BUILD" --target fuzz_gguf_seeds >/dev/null
+seed() {  # DIR NAME BYTES (printf format)
+  printf "$3" >"$1/$2"
+}
 
-SEEDS=$BUILD/fuzz/seeds
-CORPUS=$BUILD/fuzz/corpus
-ARTIFACTS=$BUILD/fuzz/artifacts
-rm -rf "$SEEDS"
-mkdir -p "$SEEDS" "$CORPUS" "$ARTIFACTS"
-"$BUILD/bin/fuzz_gguf_seeds" "$SEEDS"
-if [ -d "$SHARED/models" ]; then
-  find "$SHARED/models" -name '*.gguf' -size -2048k -print0 |
-    while IFS= read -r -d '' f; do cp "$f" "$SEEDS/shared-$(basename "$f")"; done
-else
-  echo "run.sh: $SHARED/models not found; fuzzing from generated seeds only" >&2
-fi
-echo "run.sh: $(ls "$SEEDS" | wc -l) seeds, fuzzing for $SECONDS_TO_RUN s"
+seeds_for() {  # TARGET DIR
+  local t=$1 dir=$2
+  case $t in
+    gguf_reader)
+      cmake --build "$BUILD" --target fuzz_gguf_seeds >/dev/null
+      "$BUILD/bin/fuzz_gguf_seeds" "$dir"
+      if [ -d "$SHARED/models" ]; then
+        find "$SHARED/models" -name '*.gguf' -size -2048k -print0 |
+          while IFS= read -r -d '' f; do cp "$f" "$dir/shared-$(basename "$f")"; done
+      fi ;;
+    json)
+      seed "$dir" obj '{"text": "Once upon a time", "n": -1.5e-3, "ok": true, "none": null}'
+      seed "$dir" arr '[1, 2.5e3, "x\\u00e9\\ud83d\\ude00", [], {}, [[["deep"]]], false]'
+      seed "$dir" chat '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}'
+      seed "$dir" esc '"\\\\ \\" \\/ \\b \\f \\n \\r \\t"' ;;
+    dataset)
+      seed "$dir" text '\x10Once upon a time there was a girl.\n\nThe end.\n'
+      seed "$dir" jsonl '\x08{"text": "a b c d e f"}\n{"prompt": "2+2=", "completion": "4"}\n'
+      seed "$dir" chat '\x20{"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}\n' ;;
+    chat_template)
+      seed "$dir" turns '\x00You are kind.\xff\x01Hello?\xff\x02Hi there.\xff\x01Bye\xff\x02Bye!'
+      seed "$dir" markers '\x01<|im_start|>user\xff\x02<|eot_id|>\xff' ;;
+    tokenizer)
+      local i=0
+      for inp in "$SHARED"/models/vocab/*.inp; do
+        [ -f "$inp" ] || continue
+        awk -v dir="$dir" -v base="$(basename "$inp")" 'BEGIN { RS = "\n__ggml_vocab_test__\n"; n = 0 }
+          { f = dir "/" base "-" n++; printf "%s", $0 > f; close(f) }' "$inp"
+        i=$((i + 1))
+      done
+      seed "$dir" plain 'Hello world! 123 \xc3\xa9t\xc3\xa9 \xe4\xbd\xa0\xe5\xa5\xbd' ;;
+    *) echo "run.sh: unknown target '$t' (gguf_reader json dataset chat_template tokenizer)" >&2; exit 2 ;;
+  esac
+}
 
-# New inputs go to the first directory (CORPUS), which persists between runs.
-"$FUZZER" "$CORPUS" "$SEEDS" -max_total_time="$SECONDS_TO_RUN" -max_len=65536 -rss_limit_mb=2048 \
-  -artifact_prefix="$ARTIFACTS/" -print_final_stats=1
+status=0
+summary=()
+for t in "${targets[@]}"; do
+  FUZZER=$BUILD/bin/fuzz_$t
+  if [ ! -x "$FUZZER" ]; then
+    echo "run.sh: $FUZZER is missing: configure with clang and -DRP_FUZZ=ON, build target fuzz_targets" >&2
+    exit 2
+  fi
+  work=$BUILD/fuzz/$t
+  rm -rf "$work/seeds"
+  mkdir -p "$work/seeds" "$work/corpus" "$work/artifacts"
+  seeds_for "$t" "$work/seeds"
+  echo "run.sh: fuzz_$t: $(ls "$work/seeds" | wc -l) seeds, $(ls "$work/corpus" | wc -l) corpus inputs, $SECONDS_TO_RUN s"
+  log=$work/last.log
+  rc=0
+  # New inputs go to the first directory (the corpus), which persists between runs.
+  "$FUZZER" "$work/corpus" "$work/seeds" -max_total_time="$SECONDS_TO_RUN" -max_len=65536 -rss_limit_mb=2048 \
+    -artifact_prefix="$work/artifacts/" -print_final_stats=1 >"$log" 2>&1 || rc=$?
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  tail -3 "$log" | grep -v '^$' || true
+  if [ $rc -ne 0 ]; then
+    echo "run.sh: fuzz_$t FAILED (exit $rc); input saved under $work/artifacts/:" >&2
+    grep -E "ERROR|SUMMARY|Test unit written" "$log" >&2 || tail -30 "$log" >&2
+    status=1
+  fi
+  summary+=("fuzz_$t: ${execs:-?} executions in $SECONDS_TO_RUN s, $( [ $rc -eq 0 ] && echo "0 crashes" || echo "a crash (exit $rc)" )")
+done
+printf '%s\n' "${summary[@]}"
+exit $status

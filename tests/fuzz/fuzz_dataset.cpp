@@ -1,0 +1,61 @@
+// libFuzzer target: arbitrary bytes -> the dataset builder, as plain text and as JSONL (text, prompt /
+// completion, chat messages with a ChatML template), with the SentencePiece and the byte-level BPE
+// tokenizer, at a seq_len taken from the first byte. The only acceptable failure is rp::Error; a built
+// dataset has whole sequences of seq_len inputs and labels, every id in the vocabulary, every label an id
+// or the ignore label, and the same fingerprint when built twice.
+#include "base/error.h"
+#include "models/chat_template.h"
+#include "models/dataset.h"
+#include "models/tokenizer.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace {
+
+const rp::Tokenizer & vocab(bool bpe) {
+    static std::unique_ptr<rp::Tokenizer> spm = rp::Tokenizer::load(std::string(RP_SHARED_DIR) + "/models/vocab/ggml-vocab-llama-spm.gguf");
+    static std::unique_ptr<rp::Tokenizer> q = rp::Tokenizer::load(std::string(RP_SHARED_DIR) + "/models/vocab/ggml-vocab-qwen2.gguf");
+    return bpe ? *q : *spm;
+}
+
+void check(const rp::Dataset & d, const rp::Tokenizer & tok, int32_t seq_len) {
+    if (d.seq_len() != seq_len) __builtin_trap();
+    for (size_t i = 0; i < d.size(); ++i) {
+        const auto in = d.inputs(i), lab = d.labels(i);
+        if (in.size() != static_cast<size_t>(seq_len) || lab.size() != static_cast<size_t>(seq_len)) __builtin_trap();
+        for (int32_t id : in)
+            if (id < 0 || id >= tok.n_vocab()) __builtin_trap();
+        for (int32_t l : lab)
+            if (l != rp::kIgnoreLabel && (l < 0 || l >= tok.n_vocab())) __builtin_trap();
+    }
+}
+
+} // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t * data, size_t size) {
+    if (size < 1) return 0;
+    const int32_t seq_len = 1 + data[0] % 64;
+    const std::string_view text(reinterpret_cast<const char *>(data) + 1, size - 1);
+    for (const bool bpe : {false, true}) {
+        const rp::Tokenizer & tok = vocab(bpe);
+        rp::DatasetOptions o;
+        o.seq_len = seq_len;
+        o.chat = rp::chat_template_from_name("chatml");
+        o.allow_binary = (data[0] & 0x80) != 0;
+        for (const bool jsonl : {false, true}) {
+            try {
+                const rp::Dataset a = jsonl ? rp::Dataset::from_jsonl(text, "fuzz", tok, o) : rp::Dataset::from_text(text, "fuzz", tok, o);
+                check(a, tok, seq_len);
+                const rp::Dataset b = jsonl ? rp::Dataset::from_jsonl(text, "fuzz", tok, o) : rp::Dataset::from_text(text, "fuzz", tok, o);
+                if (a.fingerprint() != b.fingerprint()) __builtin_trap();
+            } catch (const rp::Error &) {
+                // a rejected input: fine
+            }
+        }
+    }
+    return 0;
+}
