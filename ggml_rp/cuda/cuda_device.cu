@@ -146,11 +146,12 @@ public:
     void launch(OpLabel label, std::function<void()> work) override {
         if (poisoned()) return;
         GpuScope gpu(dev_.ordinal, dev_.name);
+        const std::string what = "kernel launch of '" + label.name + "'";
         Timing * t = begin_timing(std::move(label), 0);
         try {
             work();
             const cudaError_t e = cudaGetLastError();  // a raw kernel launch inside work that nobody checked
-            check(e, dev_.name + " stream " + stream_name(index_), "kernel launch");
+            check(e, dev_.name + " stream " + stream_name(index_), what.c_str());
         } catch (...) {
             poison(std::current_exception());
         }
@@ -161,6 +162,7 @@ public:
         dev_.mem.check_copy(dst, src, bytes, kind, label.name);
         if (poisoned()) return;
         GpuScope gpu(dev_.ordinal, dev_.name);
+        const std::string what = "cudaMemcpyAsync of '" + label.name + "' (" + std::to_string(bytes) + " bytes)";
         Timing * t = begin_timing(std::move(label), bytes);
         if (bytes > 0) {
             cudaMemcpyKind k = cudaMemcpyHostToHost;
@@ -173,7 +175,7 @@ public:
             const cudaError_t e = cudaMemcpyAsync(dst, src, bytes, k, s_);
             if (e != cudaSuccess) {
                 end_timing(t);
-                check(e, dev_.name + " stream " + stream_name(index_), "cudaMemcpyAsync");
+                check(e, dev_.name + " stream " + stream_name(index_), what.c_str());
             }
         }
         end_timing(t);

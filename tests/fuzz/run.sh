@@ -68,6 +68,8 @@ for t in "${targets[@]}"; do
   rm -rf "$work/seeds"
   mkdir -p "$work/seeds" "$work/corpus" "$work/artifacts"
   seeds_for "$t" "$work/seeds"
+  # Inputs that once broke a target's invariants stay in the repository as seeds (tests/fuzz/corpus/<target>/).
+  if [ -d "$HERE/corpus/$t" ]; then cp "$HERE/corpus/$t"/* "$work/seeds/"; fi
   echo "run.sh: fuzz_$t: $(ls "$work/seeds" | wc -l) seeds, $(ls "$work/corpus" | wc -l) corpus inputs, $SECONDS_TO_RUN s"
   log=$work/last.log
   rc=0
