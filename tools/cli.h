@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -52,8 +53,11 @@ inline float parse_float(const std::string & flag, const std::string & v) {
 // A float in [lo, hi].
 inline float parse_float(const std::string & flag, const std::string & v, float lo, float hi) {
     const float x = parse_float(flag, v);
-    if (!(x >= lo && x <= hi))
-        throw rp::Error(flag + ": '" + v + "' is not a number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    if (!(x >= lo && x <= hi)) {
+        char range[64];
+        std::snprintf(range, sizeof range, "[%g, %g]", static_cast<double>(lo), static_cast<double>(hi));
+        throw rp::Error(flag + ": '" + v + "' is not a number in " + range);
+    }
     return x;
 }
 
