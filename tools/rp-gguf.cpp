@@ -486,7 +486,8 @@ int cmd_synth(int argc, char ** argv) {
     if (const std::string * v = opt("--weights")) s.weights = rp::cli::parse_int("--weights", *v, 0, 1) != 0;
     rp::write_synth_model(s, a.pos[0]);
     int64_t n_params = 0;  // read back from the file, so the figure is what the engines will train
-    for (const TensorInfo & t : Reader::open(a.pos[0])->tensors()) n_params += t.nelements();
+    const std::unique_ptr<Reader> written = Reader::open(a.pos[0]);  // named: the loop must not outlive it
+    for (const TensorInfo & t : written->tensors()) n_params += t.nelements();
     std::printf("params %" PRId64 "\n", n_params);
     return 0;
 }
