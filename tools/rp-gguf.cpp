@@ -2,7 +2,7 @@
 //
 //   rp-gguf info FILE                        header, metadata, tensor table, totals
 //   rp-gguf dump FILE TENSOR [-n N]          first N dequantized values (default 16, 0 = all)
-//   rp-gguf convert IN OUT --type T          re-type weight matrices to f32|f16|bf16|q8_0|q4_0
+//   rp-gguf convert IN OUT --type T          quantize like llama-quantize (mixes q4_k_m ..., types q8_0 ...)
 //   rp-gguf diff A B                         per-tensor max |a - b| after dequantization
 //   rp-gguf synth OUT --vocab V [shape]      a random-weight llama/qwen2/qwen3 model of any shape
 //
@@ -11,6 +11,7 @@
 #include "ggml_rp/core/quant.h"
 #include "gguf/gguf.h"
 #include "gguf/value.h"
+#include "models/quantize_model.h"
 #include "models/synth_model.h"
 #include "tools/cli.h"
 
@@ -25,6 +26,7 @@
 #include <exception>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -40,7 +42,7 @@ const char * const kUsage =
     "\n"
     "  info FILE                 header, metadata (one line per key), tensor table and totals\n"
     "  dump FILE TENSOR [-n N]   the first N values of a tensor, dequantized to f32 (default 16, 0 = all)\n"
-    "  convert IN OUT --type T   re-type weight matrices to T = f32|f16|bf16|q8_0|q4_0 (like llama-quantize)\n"
+    "  convert IN OUT --type T   quantize like llama-quantize: T = q4_k_m, q6_k, q8_0, ... (see convert --help)\n"
     "  diff A B                  per-tensor max |a - b| after dequantization; missing, extra and reshaped tensors\n"
     "  synth OUT --vocab V ...   write a random-weight model of a given shape (benchmarks, tests)\n"
     "\n"
@@ -60,13 +62,19 @@ const char * const kDumpHelp =
     "(ne[0] fastest), dequantized to f32, one per line. N defaults to 16; -n 0 prints all values.\n";
 
 const char * const kConvertHelp =
-    "usage: rp-gguf convert IN OUT --type T      T = f32 | f16 | bf16 | q8_0 | q4_0\n"
+    "usage: rp-gguf convert IN OUT --type T [--pure] [--threads N]\n"
     "\n"
-    "Writes OUT with every weight matrix (n_dims >= 2) re-typed to T, like llama-quantize: 1-D tensors\n"
-    "(norms, biases) are stored as f32; a matrix whose ne[0] is not a multiple of T's block size falls back\n"
-    "to f16 when it was f32 and keeps its type otherwise; a tensor whose type cannot be dequantized is\n"
-    "copied unchanged. Metadata is copied; general.file_type is set (and general.quantization_version = 2\n"
-    "for q8_0/q4_0). Every tensor that does not get type T is listed.\n";
+    "Writes OUT quantized like llama-quantize (no importance matrix): the same type for every tensor and the\n"
+    "same bytes. T is a mix or a type, llama-quantize's names:\n"
+    "  q2_k q2_k_s q3_k_s q3_k_m q3_k_l q4_k_s q4_k_m q5_k_s q5_k_m q6_k   K-quant mixes (q3_k, q4_k, q5_k:\n"
+    "                                                                     the _m mix)\n"
+    "  q4_0 q4_1 q5_0 q5_1 q8_0 f16 bf16 f32                               one type\n"
+    "Only weight matrices are re-typed (1-D tensors and norms keep their type). A mix gives the output head\n"
+    "(the token embedding too when it is the head) Q6_K, and more bits to attn_v / ffn_down of some layers.\n"
+    "A row length the chosen type's block does not divide falls back (Q4_K -> Q5_0, Q5_K -> Q5_1,\n"
+    "Q6_K -> Q8_0, Q2_K/Q3_K -> Q4_0, else F16); each fallback is listed. Quantized inputs are dequantized\n"
+    "first. --pure: every weight matrix gets T's base type. --threads: default all cores (the bytes do\n"
+    "not depend on it). Metadata is copied; general.file_type and general.quantization_version are set.\n";
 
 const char * const kDiffHelp =
     "usage: rp-gguf diff A B\n"
@@ -120,7 +128,9 @@ struct Args {
     std::map<std::string, std::string> opt;
 };
 
-Args parse_args(const char * cmd, int argc, char ** argv, const std::vector<std::string> & value_opts, const char * help) {
+// `flag_opts` take no value.
+Args parse_args(const char * cmd, int argc, char ** argv, const std::vector<std::string> & value_opts, const char * help,
+                const std::vector<std::string> & flag_opts = {}) {
     Args a;
     for (int i = 0; i < argc; ++i) {
         std::string s = argv[i];
@@ -136,8 +146,14 @@ Args parse_args(const char * cmd, int argc, char ** argv, const std::vector<std:
                 value = s.substr(eq + 1);
                 has_value = true;
             }
-            bool known = false;
+            bool known = false, is_flag = false;
             for (const std::string & o : value_opts) known |= o == name;
+            for (const std::string & o : flag_opts) is_flag |= o == name;
+            if (is_flag) {
+                if (has_value) usage_error(strf("option '%s' takes no value", name.c_str()));
+                a.opt[name] = "";
+                continue;
+            }
             if (!known) usage_error(strf("unknown option '%s' for '%s'", name.c_str(), cmd));
             if (!has_value) {
                 if (i + 1 >= argc) usage_error(strf("option '%s' needs a value", name.c_str()));
@@ -310,73 +326,33 @@ int cmd_dump(int argc, char ** argv) {
     return 0;
 }
 
-uint32_t file_type_of(TensorType t) {
-    switch (t) {
-        case TensorType::F32: return 0;
-        case TensorType::F16: return 1;
-        case TensorType::Q4_0: return 2;
-        case TensorType::Q8_0: return 7;
-        case TensorType::BF16: return 32;
-        default: return 0;
-    }
-}
-
 int cmd_convert(int argc, char ** argv) {
-    const Args a = parse_args("convert", argc, argv, {"--type"}, kConvertHelp);
+    const Args a = parse_args("convert", argc, argv, {"--type", "--pure", "--threads"}, kConvertHelp, {"--pure"});
     expect_positionals(a, 2, "convert", "IN and OUT");
     const auto it = a.opt.find("--type");
-    if (it == a.opt.end()) usage_error("'convert' needs --type f32|f16|bf16|q8_0|q4_0");
-    TensorType target;
-    if (!gguf::type_from_name(it->second.c_str(), target) ||
-        (target != TensorType::F32 && target != TensorType::F16 && target != TensorType::BF16 && target != TensorType::Q8_0 &&
-         target != TensorType::Q4_0))
-        usage_error(strf("option '--type': '%s' is not one of f32, f16, bf16, q8_0, q4_0", it->second.c_str()));
-    const bool quantized = target == TensorType::Q8_0 || target == TensorType::Q4_0;
-    const int64_t block = gguf::type_traits(static_cast<uint32_t>(target))->block_size;
-
-    const auto r = Reader::open(a.pos[0]);
-    gguf::Writer w(r->alignment());
-    gguf::copy_kvs(*r, w);
-    w.set_u32("general.file_type", file_type_of(target));
-    if (quantized) w.set_u32("general.quantization_version", 2);
-
+    if (it == a.opt.end()) usage_error("'convert' needs --type T (" + rp::quant_mix_names() + ")");
+    rp::QuantizeOptions opt;
+    if (it->second == "q2_k_s" || it->second.rfind("iq", 0) == 0)
+        usage_error(strf("option '--type': '%s' needs an importance matrix (llama-quantize refuses it without one), "
+                         "which rp-gguf does not compute; use one of %s", it->second.c_str(), rp::quant_mix_names().c_str()));
+    if (!rp::quant_mix_from_name(it->second, opt.mix))
+        usage_error(strf("option '--type': '%s' is not one of %s", it->second.c_str(), rp::quant_mix_names().c_str()));
+    opt.pure = a.opt.count("--pure") != 0;
+    if (const auto t = a.opt.find("--threads"); t != a.opt.end())
+        opt.threads = static_cast<int>(rp::cli::parse_int("--threads", t->second, 1, 1024));
+    else
+        opt.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const rp::QuantizeReport rep = rp::quantize_model(a.pos[0], a.pos[1], opt);
     std::string log;
-    std::map<std::string, int> counts;
-    const Reader * reader = r.get();
-    for (const TensorInfo & t : r->tensors()) {
-        const char * src_name = gguf::type_name(static_cast<uint32_t>(t.type));
-        TensorType to = t.type;
-        if (!rp::can_dequantize(t.type)) {
-            log += strf("note: %s: type %s cannot be dequantized; copied unchanged\n", t.name.c_str(), src_name);
-        } else if (t.n_dims < 2) {
-            to = TensorType::F32;
-        } else if (t.ne[0] % block == 0) {
-            to = target;
-        } else {
-            to = t.type == TensorType::F32 ? TensorType::F16 : t.type;
-            log += strf("note: %s: ne[0] = %" PRId64 " is not a multiple of the %s block size %" PRId64 "; stored as %s\n",
-                        t.name.c_str(), t.ne[0], gguf::type_name(static_cast<uint32_t>(target)), block,
-                        gguf::type_name(static_cast<uint32_t>(to)));
-        }
-        counts[gguf::type_name(static_cast<uint32_t>(to))]++;
-        const TensorInfo src = t;
-        if (to == t.type) {
-            w.add_tensor(t.name, to, t.n_dims, t.ne, r->tensor_data(t));
-            continue;
-        }
-        w.add_tensor(t.name, to, t.n_dims, t.ne, [reader, src, to](uint8_t * dst, size_t) {
-            const size_t out_rb = gguf::row_bytes(to, src.ne[0]);
-            for_each_row(*reader, src, [&](int64_t i, const std::vector<float> & row) {
-                rp::quantize_row(to, row.data(), dst + static_cast<size_t>(i) * out_rb, src.ne[0]);
-                return true;
-            });
-        });
-    }
-    w.write(a.pos[1]);
-
+    for (const std::string & n : rep.notes) log += "note: " + n + "\n";
     std::string summary;
-    for (const auto & [name, c] : counts) summary += strf("%s%d %s", summary.empty() ? "" : ", ", c, name.c_str());
-    log += strf("wrote %s: %zu tensors (%s)\n", a.pos[1].c_str(), r->tensors().size(), summary.c_str());
+    int n = 0;
+    for (const auto & [name, c] : rep.tensors_by_type) {
+        summary += strf("%s%d %s", summary.empty() ? "" : ", ", c, name.c_str());
+        n += c;
+    }
+    log += strf("wrote %s: %d tensors (%s), %.2f MiB of tensor data from %.2f MiB\n", a.pos[1].c_str(), n, summary.c_str(),
+                static_cast<double>(rep.bytes_out) / (1 << 20), static_cast<double>(rep.bytes_in) / (1 << 20));
     print(log);
     return 0;
 }

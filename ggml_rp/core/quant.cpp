@@ -3,6 +3,7 @@
 
 #include "ggml_rp/core/fp16.h"
 #include "ggml_rp/core/quant_block.h"
+#include "ggml_rp/core/quantize_k.h"
 #include "base/error.h"
 
 #include <cassert>
@@ -57,7 +58,8 @@ bool can_quantize(TensorType t) {
     switch (t) {
     case TensorType::F32: case TensorType::F16: case TensorType::BF16:
     case TensorType::Q4_0: case TensorType::Q4_1: case TensorType::Q5_0: case TensorType::Q5_1:
-    case TensorType::Q8_0:
+    case TensorType::Q8_0: case TensorType::Q2_K: case TensorType::Q3_K: case TensorType::Q4_K:
+    case TensorType::Q5_K: case TensorType::Q6_K:
         return true;
     default:
         return false;
@@ -116,6 +118,11 @@ void quantize_row(TensorType t, const float * src, void * dst, int64_t n) {
     case TensorType::Q5_0: return quant_blocks<block_q5_0, quantize_block_q5_0, QK5_0>(src, dst, nb);
     case TensorType::Q5_1: return quant_blocks<block_q5_1, quantize_block_q5_1, QK5_1>(src, dst, nb);
     case TensorType::Q8_0: return quant_blocks<block_q8_0, quantize_block_q8_0, QK8_0>(src, dst, nb);
+    case TensorType::Q2_K: return kquant::quantize_q2_K(src, static_cast<block_q2_K *>(dst), nb);
+    case TensorType::Q3_K: return kquant::quantize_q3_K(src, static_cast<block_q3_K *>(dst), nb);
+    case TensorType::Q4_K: return kquant::quantize_q4_K(src, static_cast<block_q4_K *>(dst), nb);
+    case TensorType::Q5_K: return kquant::quantize_q5_K(src, static_cast<block_q5_K *>(dst), nb);
+    case TensorType::Q6_K: return kquant::quantize_q6_K(src, static_cast<block_q6_K *>(dst), nb);
     default: break;
     }
     assert(false && "can_quantize and quantize_row disagree");

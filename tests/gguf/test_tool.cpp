@@ -70,9 +70,14 @@ TEST(GgufTool, FailuresExitOneWithTheFileName) {
     r = run_tool("dump " + q(stories()) + " output.weight -n x", dir);
     EXPECT_EQ(r.code, 1);
     EXPECT_NE(r.err.find("-n"), std::string::npos) << r.err;
-    r = run_tool("convert " + q(stories()) + " " + q(dir.file("o.gguf")) + " --type q5_k", dir);
+    r = run_tool("convert " + q(stories()) + " " + q(dir.file("o.gguf")) + " --type q7_k", dir);
     EXPECT_EQ(r.code, 1);
     EXPECT_NE(r.err.find("--type"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("q4_k_m"), std::string::npos) << "the valid names are listed: " << r.err;
+    EXPECT_FALSE(fs::exists(dir.file("o.gguf")));
+    r = run_tool("convert " + q(stories()) + " " + q(dir.file("o.gguf")) + " --type q2_k_s", dir);
+    EXPECT_EQ(r.code, 1);
+    EXPECT_NE(r.err.find("importance matrix"), std::string::npos) << r.err;
     EXPECT_FALSE(fs::exists(dir.file("o.gguf")));
     r = run_tool("convert " + q(stories()) + " " + q(dir.file("o.gguf")), dir);
     EXPECT_EQ(r.code, 1);
@@ -207,7 +212,17 @@ TEST(GgufTool, ConvertToEveryTypeLoadsAndDiffReportsMissingTensors) {
             }
         }
         if (std::string(type) == "q4_0") {
-            EXPECT_EQ(conv->find_tensor("output.weight")->type, TensorType::Q4_0);
+            // llama-quantize's rule: the head gets Q6_K, and its rows of 64 fall back to Q8_0; the ffn_down
+            // rows of 172 to F16. Its own file (MANIFEST: derived/) has the same types and bytes.
+            EXPECT_EQ(conv->find_tensor("output.weight")->type, TensorType::Q8_0);
+            const auto ref = gguf::Reader::open(models_dir() + "/derived/stories260K-Q4_0.gguf");
+            for (const auto & t : conv->tensors()) {
+                const auto * rt = ref->find_tensor(t.name);
+                ASSERT_NE(rt, nullptr) << t.name;
+                EXPECT_EQ(t.type, rt->type) << t.name;
+                ASSERT_EQ(t.nbytes, rt->nbytes) << t.name;
+                EXPECT_EQ(std::memcmp(conv->tensor_data(t), ref->tensor_data(*rt), t.nbytes), 0) << t.name;
+            }
         }
     }
     // Against a model with other tensors: missing, extra and reshaped tensors are listed, exit status 0.

@@ -6,6 +6,8 @@
 //   rp-oracle tokenize MODEL [--special] [--no-parse-special] [--cases] < text
 //   rp-oracle generate MODEL (--prompt TEXT | --prompt-file F | --tokens "...") -n N [--lora A] [--ignore-eos]
 //   rp-oracle detok    MODEL [--remove-special] [--no-special] ID...
+//   rp-oracle quantize MODEL --out FILE --ftype NAME [--pure]   llama-quantize without an importance matrix;
+//                      NAME is llama-quantize's (q2_k, q3_k_m, q4_k_m, q6_k, q8_0, ...); --pure: one type for all
 // Common: --bins DIR (else $RP_ORACLE_BINS, else the directory configured at build time) holds the
 // libggml-cpu-*.so backends; --backend NAME|FILE|best (else $RP_ORACLE_BACKEND) picks the CPU build (default
 // zen4, see load_backends); --threads N (default 1, see Args); --verbose shows llama.cpp's log.
@@ -38,6 +40,8 @@ struct Args {
     int ce = -1, n_gen = -1, threads = 1;
     bool add_special = false, parse_special = true, cases = false, ignore_eos = false;
     bool remove_special = false, render_special = true, verbose = false;
+    std::string ftype;  // quantize
+    bool pure = false;
     std::vector<llama_token> ids;  // detok
 };
 
@@ -69,7 +73,7 @@ std::vector<llama_token> parse_ids(const std::string & s) {
 }
 
 Args parse_args(int argc, char ** argv) {
-    if (argc < 3) fail("usage: rp-oracle logits|tokenize|generate|detok MODEL [options] (see oracle.cpp)");
+    if (argc < 3) fail("usage: rp-oracle logits|tokenize|generate|detok|quantize MODEL [options] (see oracle.cpp)");
     Args a;
     a.mode = argv[1];
     a.model = argv[2];
@@ -97,6 +101,8 @@ Args parse_args(int argc, char ** argv) {
         else if (k == "--remove-special") a.remove_special = true;
         else if (k == "--no-special") a.render_special = false;
         else if (k == "--verbose") a.verbose = true;
+        else if (k == "--ftype") a.ftype = val();
+        else if (k == "--pure") a.pure = true;
         else if (a.mode == "detok" && !k.empty() && k[0] != '-') { auto v = parse_ids(k); a.ids.insert(a.ids.end(), v.begin(), v.end()); }
         else fail("unknown flag '" + k + "'");
     }
@@ -339,6 +345,31 @@ int run_detok(const Args & a) {
     return 0;
 }
 
+// llama-quantize's file-type names (lower case) -> llama_ftype.
+llama_ftype ftype_from_name(const std::string & name) {
+    static const std::pair<const char *, llama_ftype> kTypes[] = {
+        {"f32", LLAMA_FTYPE_ALL_F32}, {"f16", LLAMA_FTYPE_MOSTLY_F16}, {"bf16", LLAMA_FTYPE_MOSTLY_BF16},
+        {"q4_0", LLAMA_FTYPE_MOSTLY_Q4_0}, {"q4_1", LLAMA_FTYPE_MOSTLY_Q4_1}, {"q5_0", LLAMA_FTYPE_MOSTLY_Q5_0},
+        {"q5_1", LLAMA_FTYPE_MOSTLY_Q5_1}, {"q8_0", LLAMA_FTYPE_MOSTLY_Q8_0}, {"q2_k", LLAMA_FTYPE_MOSTLY_Q2_K},
+        {"q2_k_s", LLAMA_FTYPE_MOSTLY_Q2_K_S}, {"q3_k_s", LLAMA_FTYPE_MOSTLY_Q3_K_S}, {"q3_k_m", LLAMA_FTYPE_MOSTLY_Q3_K_M},
+        {"q3_k_l", LLAMA_FTYPE_MOSTLY_Q3_K_L}, {"q4_k_s", LLAMA_FTYPE_MOSTLY_Q4_K_S}, {"q4_k_m", LLAMA_FTYPE_MOSTLY_Q4_K_M},
+        {"q5_k_s", LLAMA_FTYPE_MOSTLY_Q5_K_S}, {"q5_k_m", LLAMA_FTYPE_MOSTLY_Q5_K_M}, {"q6_k", LLAMA_FTYPE_MOSTLY_Q6_K},
+    };
+    for (const auto & [n, t] : kTypes)
+        if (name == n) return t;
+    fail("--ftype: unknown file type '" + name + "'");
+}
+
+int run_quantize(const Args & a) {
+    if (a.out.empty() || a.ftype.empty()) fail("quantize needs --out FILE and --ftype NAME");
+    llama_model_quantize_params p = llama_model_quantize_default_params();
+    p.ftype = ftype_from_name(a.ftype);
+    p.pure = a.pure;
+    p.nthread = a.threads;
+    if (llama_model_quantize(a.model.c_str(), a.out.c_str(), &p) != 0) fail("llama_model_quantize failed on " + a.model);
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char ** argv) {
@@ -352,7 +383,8 @@ int main(int argc, char ** argv) {
         else if (a.mode == "tokenize") rc = run_tokenize(a);
         else if (a.mode == "generate") rc = run_generate(a);
         else if (a.mode == "detok") rc = run_detok(a);
-        else fail("unknown mode '" + a.mode + "' (logits, tokenize, generate, detok)");
+        else if (a.mode == "quantize") rc = run_quantize(a);
+        else fail("unknown mode '" + a.mode + "' (logits, tokenize, generate, detok, quantize)");
         llama_backend_free();
         return rc;
     } catch (const std::exception & e) {

@@ -1,0 +1,222 @@
+// Quantization parity with llama.cpp: models we generate are quantized by our quantize_model and by
+// llama.cpp's llama_model_quantize (rp-oracle quantize, the prebuilt libraries, no importance matrix); every
+// tensor must get the same type and the same bytes. Covers each K type alone (--pure) and every mix, on
+// shapes that exercise the mix rules: 16 layers (use_more_bits, the first eighth and sixteenth), GQA 4 (Q2_K's
+// attn_v), a tied head (token_embd as the output), rows that are not a multiple of 256 (Q4_K -> Q5_0 ...) or
+// of 32 (-> F16), f32 / bf16 / f16 inputs, special rows (zeros, constants, tiny, huge, one spike), and an
+// 80-layer llama with 8 query heads per KV head (llama.cpp's 70B rule).
+#include "base/error.h"
+#include "ggml_rp/core/quant.h"
+#include "gguf/gguf.h"
+#include "models/quantize_model.h"
+#include "models/synth_model.h"
+#include "tests/common/shared_paths.h"
+#include "tests/common/temp_dir.h"
+#include "tests/oracle/oracle_run.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+using gguf::TensorType;
+
+struct Model {
+    std::string name;
+    rp::SynthSpec spec;
+};
+
+std::string stories() { return rp_test::shared_dir() + "/models/stories260K.gguf"; }
+
+// llama, 16 layers, every row a multiple of 256, GQA 4, untied head, f32.
+rp::SynthSpec deep_llama() {
+    rp::SynthSpec s;
+    s.vocab_from = stories();
+    s.n_layer = 16, s.n_embd = 256, s.n_head = 4, s.n_head_kv = 1, s.head_dim = 64, s.n_ff = 256;
+    return s;
+}
+
+// qwen3, tied head, rows of 320 (a multiple of 32, not 256) and an ffn_down row of 224, bf16.
+rp::SynthSpec tied_qwen3() {
+    rp::SynthSpec s;
+    s.arch = "qwen3";
+    s.vocab_from = stories();
+    s.tied = true;
+    s.n_layer = 8, s.n_embd = 320, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 64, s.n_ff = 224;
+    s.wtype = TensorType::BF16;
+    return s;
+}
+
+// qwen2 with q/k/v biases, ffn_down rows of 200 (not even a multiple of 32: F16), f16.
+rp::SynthSpec odd_qwen2() {
+    rp::SynthSpec s;
+    s.arch = "qwen2";
+    s.vocab_from = stories();
+    s.n_layer = 4, s.n_embd = 256, s.n_head = 8, s.n_head_kv = 2, s.head_dim = 32, s.n_ff = 200;
+    s.wtype = TensorType::F16;
+    return s;
+}
+
+// Rewrites `path` with rows of blk.0.ffn_up.weight replaced by the cases a quantizer's search handles
+// specially: all zero, constant, below the all-zero threshold, huge, a single spike, alternating signs.
+void plant_special_rows(const std::string & path, const std::string & out) {
+    const auto r = gguf::Reader::open(path);
+    gguf::Writer w(r->alignment());
+    gguf::copy_kvs(*r, w);
+    for (const gguf::TensorInfo & t : r->tensors()) {
+        if (t.name != "blk.0.ffn_up.weight") {
+            w.add_tensor(t.name, t.type, t.n_dims, t.ne, r->tensor_data(t));
+            continue;
+        }
+        ASSERT_EQ(t.type, TensorType::F32);
+        const float * src = reinterpret_cast<const float *>(r->tensor_data(t));
+        const auto data = std::make_shared<std::vector<float>>(src, src + t.nelements());  // lives as long as the writer
+        const int64_t n = t.ne[0];
+        float * row = data->data();
+        for (int64_t i = 0; i < n; ++i) {
+            row[0 * n + i] = 0.0f;
+            row[1 * n + i] = 0.125f;
+            row[2 * n + i] = 1e-17f * static_cast<float>(i % 7);
+            row[3 * n + i] = 3e4f * std::sin(static_cast<float>(i));
+            row[4 * n + i] = i == 77 ? 5.0f : 0.0f;
+            row[5 * n + i] = (i % 2 ? -1.0f : 1.0f) * 0.01f;
+            row[6 * n + i] = i < 16 ? -2.0f : 1e-3f * static_cast<float>(i);  // a negative sub-block, then positives
+        }
+        w.add_tensor(t.name, t.type, t.n_dims, t.ne, [data](uint8_t * dst, size_t nbytes) {
+            std::memcpy(dst, data->data(), nbytes);
+        });
+    }
+    w.write(out);
+}
+
+struct Compared {
+    int tensors = 0, identical = 0;
+    std::map<std::string, int> by_type;  // type name -> tensors of that type, all identical
+};
+
+// Our quantization of `in` against llama.cpp's, tensor by tensor.
+Compared compare_with_llama(const std::string & in, const std::string & mix_name, bool pure, rp_test::TempDir & dir) {
+    Compared c;
+    rp::QuantizeOptions opt;
+    EXPECT_TRUE(rp::quant_mix_from_name(mix_name, opt.mix)) << mix_name;
+    opt.pure = pure;
+    opt.threads = 2;
+    const std::string ours = dir.file("ours-" + mix_name + ".gguf"), ref = dir.file("ref-" + mix_name + ".gguf");
+    rp::quantize_model(in, ours, opt);
+    const auto res = rp::oracle::run("quantize " + rp::oracle::quote(in) + " --out " + rp::oracle::quote(ref) +
+                                     " --ftype " + mix_name + (pure ? " --pure" : "") + " --threads 2");
+    EXPECT_EQ(res.status, 0) << "rp-oracle quantize " << mix_name;
+    if (res.status != 0) return c;
+    const auto a = gguf::Reader::open(ours), b = gguf::Reader::open(ref);
+    EXPECT_EQ(a->tensors().size(), b->tensors().size());
+    EXPECT_EQ(a->get_u32("general.file_type"), b->get_u32("general.file_type")) << mix_name;
+    for (const gguf::TensorInfo & t : a->tensors()) {
+        const gguf::TensorInfo * u = b->find_tensor(t.name);
+        ++c.tensors;
+        if (!u) {
+            ADD_FAILURE() << mix_name << ": llama.cpp wrote no " << t.name;
+            continue;
+        }
+        const bool same = t.type == u->type && t.nbytes == u->nbytes &&
+                          std::memcmp(a->tensor_data(t), b->tensor_data(*u), t.nbytes) == 0;
+        EXPECT_TRUE(same) << mix_name << (pure ? " --pure" : "") << ": " << t.name << ": ours "
+                          << gguf::type_name(static_cast<uint32_t>(t.type)) << ", llama.cpp "
+                          << gguf::type_name(static_cast<uint32_t>(u->type));
+        if (same) {
+            ++c.identical;
+            c.by_type[gguf::type_name(static_cast<uint32_t>(t.type))]++;
+        }
+    }
+    std::string types;
+    for (const auto & [n, k] : c.by_type) types += " " + std::to_string(k) + "x" + n;
+    std::printf("[quant parity] %-8s %-6s %d/%d tensors identical:%s\n", mix_name.c_str(), pure ? "pure" : "mix",
+                c.identical, c.tensors, types.c_str());
+    return c;
+}
+
+// Under the sanitizers (ten times slower) the mixes that reach every rule branch; the Release build runs all.
+std::vector<std::string> mixes() {
+#ifdef RP_SANITIZED
+    return {"q2_k", "q3_k_m", "q4_k_m", "q6_k"};
+#else
+    return {"q2_k", "q3_k_s", "q3_k_m", "q3_k_l", "q4_k_s", "q4_k_m", "q5_k_s", "q5_k_m", "q6_k",
+            "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "f16", "bf16", "f32"};
+#endif
+}
+
+} // namespace
+
+TEST(QuantizeParity, EachKTypeAloneEqualsLlamaCppByteForByte) {
+    RP_REQUIRE_ORACLE();
+    rp_test::TempDir dir;
+    const std::string base = dir.file("deep.gguf"), in = dir.file("deep-special.gguf");
+    rp::write_synth_model(deep_llama(), base);
+    plant_special_rows(base, in);
+    for (const char * t : {"q2_k", "q3_k_s", "q4_k_s", "q5_k_s", "q6_k"}) {
+        const Compared c = compare_with_llama(in, t, true, dir);
+        EXPECT_EQ(c.identical, c.tensors) << t;
+        EXPECT_GT(c.tensors, 0);
+    }
+}
+
+TEST(QuantizeParity, EveryMixEqualsLlamaCppOnADeepLlama) {
+    RP_REQUIRE_ORACLE();
+    rp_test::TempDir dir;
+    const std::string in = dir.file("deep.gguf");
+    rp::write_synth_model(deep_llama(), in);
+    for (const std::string & m : mixes()) {
+        const Compared c = compare_with_llama(in, m, false, dir);
+        EXPECT_EQ(c.identical, c.tensors) << m;
+    }
+}
+
+TEST(QuantizeParity, EveryMixEqualsLlamaCppOnATiedQwen3WithOddRows) {
+    RP_REQUIRE_ORACLE();
+    rp_test::TempDir dir;
+    const std::string in = dir.file("qwen3.gguf");
+    rp::write_synth_model(tied_qwen3(), in);
+    for (const std::string & m : mixes()) {
+        const Compared c = compare_with_llama(in, m, false, dir);
+        EXPECT_EQ(c.identical, c.tensors) << m;
+    }
+}
+
+TEST(QuantizeParity, EveryMixEqualsLlamaCppOnAQwen2WhoseRowsFallBackToF16) {
+    RP_REQUIRE_ORACLE();
+    rp_test::TempDir dir;
+    const std::string in = dir.file("qwen2.gguf");
+    rp::write_synth_model(odd_qwen2(), in);
+    for (const std::string & m : mixes()) {
+        const Compared c = compare_with_llama(in, m, false, dir);
+        EXPECT_EQ(c.identical, c.tensors) << m;
+        if (m != "f32" && m != "f16" && m != "bf16") {
+            const auto r = gguf::Reader::open(dir.file("ours-" + m + ".gguf"));
+            EXPECT_EQ(r->find_tensor("blk.0.ffn_down.weight")->type, TensorType::F16) << m << ": rows of 200";
+        }
+    }
+}
+
+// llama.cpp's 70B rule (80 layers, GQA): attn_v gets Q5_K where the mix says Q3_K or Q4_K.
+TEST(QuantizeParity, The70BRuleMatchesLlamaCpp) {
+    RP_REQUIRE_ORACLE();
+    rp_test::TempDir dir;
+    rp::SynthSpec s;
+    s.vocab_from = stories();
+    s.n_layer = 80, s.n_embd = 256, s.n_head = 8, s.n_head_kv = 1, s.head_dim = 32, s.n_ff = 256;
+    s.wtype = TensorType::F16;
+    const std::string in = dir.file("eighty.gguf");
+    rp::write_synth_model(s, in);
+    for (const char * m : {"q3_k_s", "q4_k_s"}) {
+        const Compared c = compare_with_llama(in, m, false, dir);
+        EXPECT_EQ(c.identical, c.tensors) << m;
+        const auto r = gguf::Reader::open(dir.file(std::string("ours-") + m + ".gguf"));
+        EXPECT_EQ(r->find_tensor("blk.40.attn_v.weight")->type, TensorType::Q5_K) << m;
+    }
+}
