@@ -1,18 +1,21 @@
 #include "models/merge_lora.h"
 
 #include "ggml_rp/core/context.h"
+#include "ggml_rp/core/quant.h"
 #include "base/error.h"
 #include "gguf/gguf.h"
 #include "models/lora.h"
 #include "models/model.h"
+#include "models/quantize_model.h"
 
+#include <cmath>
 #include <memory>
 #include <set>
 
 namespace rp {
 
 void merge_lora(const std::string & base_path, const std::vector<MergeInput> & inputs, const std::string & out_path,
-                std::optional<DType> out_type) {
+                const MergeOptions & opt) {
     if (inputs.empty()) throw Error("merge_lora: no adapter given");
     auto model = Model::load(base_path);
     std::vector<std::unique_ptr<LoraAdapter>> ads;
@@ -37,41 +40,57 @@ void merge_lora(const std::string & base_path, const std::vector<MergeInput> & i
     gguf::Writer w;
     for (const gguf::KV & kv : f.kvs())
         if (kv.key != "general.alignment") w.set_kv(kv);
-    w.set_u32("general.file_type", 1);  // MOSTLY_F16, as llama-export-lora sets it
-    Context tmp;
-    for (const gguf::TensorInfo & ti : f.tensors()) {
-        if (!targets.count(ti.name)) {
+    std::vector<QuantChoice> plan;
+    if (opt.mix) {
+        plan = plan_quant_mix(f, *opt.mix, false);
+        w.set_u32("general.quantization_version", 2);
+        w.set_u32("general.file_type", opt.mix->file_type);
+    }
+    const auto name_of = [](TensorType t) { return std::string(gguf::type_name(static_cast<uint32_t>(t))); };
+    for (size_t ix = 0; ix < f.tensors().size(); ++ix) {
+        const gguf::TensorInfo & ti = f.tensors()[ix];
+        const TensorType to = opt.mix ? plan[ix].type : ti.type;
+        const bool merged = targets.count(ti.name) != 0;
+        if (!merged && to == ti.type) {
             w.add_tensor(ti.name, ti.type, ti.n_dims, ti.ne, f.tensor_data(ti));
             continue;
         }
-        const Tensor * base = model->find(ti.name);
-        std::vector<float> wf = tensor_get_f32(base);  // dequantized
-        const int64_t n0 = ti.ne[0], n1 = ti.ne[1];
-        for (size_t i = 0; i < ads.size(); ++i) {
-            const LoraTensor & lt = *ads[i]->find(ti.name);
-            const float sc = ads[i]->scale(lt, inputs[i].scale);
-            const std::vector<float> A = tensor_get_f32(lt.a), B = tensor_get_f32(lt.b);
-            const int64_t r = lt.rank();
-            std::vector<float> dw(wf.size(), 0.0f);
-            for (int64_t o = 0; o < n1; ++o)      // embedding: o = token v, i = feature j
-                for (int64_t k = 0; k < r; ++k) {
-                    // normal: dW[i, o] = sum_k A[i, k] B[k, o]; token_embd: dE[j, v] = sum_k B[k, j] A[k, v]
-                    const float c = lt.embedding ? A[static_cast<size_t>(o * r + k)] : B[static_cast<size_t>(o * r + k)];
-                    float * row = &dw[static_cast<size_t>(o * n0)];
-                    for (int64_t i2 = 0; i2 < n0; ++i2)
-                        row[i2] += c * (lt.embedding ? B[static_cast<size_t>(i2 * r + k)] : A[static_cast<size_t>(k * n0 + i2)]);
-                }
-            for (size_t e = 0; e < wf.size(); ++e) wf[e] += sc * dw[e];
-        }
-        const DType t = out_type ? *out_type : (ti.type == DType::F32 ? DType::F32 : DType::F16);
-        if (n0 % dtype_block_size(t) != 0)
-            throw Error("output type " + std::string(dtype_name(t)) + ": tensor '" + ti.name + "' has rows of " +
-                        std::to_string(n0) + " values, not a multiple of the block size " +
-                        std::to_string(dtype_block_size(t)));
-        Tensor * out = tmp.new_tensor(t, ti.ne);
-        tmp.alloc_data(out);
-        tensor_set_f32(out, wf);
-        w.add_tensor(ti.name, t, ti.n_dims, ti.ne, out->data);
+        if (!can_quantize(to))
+            throw Error(base_path + ": tensor '" + ti.name + "' is " + name_of(ti.type) +
+                        ", a type rp-merge-lora cannot write; choose the output's type (--type q8_0, q4_k_m, f16, ...)");
+        // Computed when the writer stores the tensor: one merged tensor in memory at a time.
+        const gguf::TensorInfo info = ti;
+        w.add_tensor(ti.name, to, ti.n_dims, ti.ne, [&, info, to, merged](uint8_t * dst, size_t) {
+            const int64_t n0 = info.ne[0], n1 = info.nelements() / info.ne[0];
+            std::vector<float> wf;
+            if (merged) {
+                wf = tensor_get_f32(model->find(info.name));  // dequantized
+            } else {  // re-typed by the mix only
+                wf.resize(static_cast<size_t>(info.nelements()));
+                dequantize_row(info.type, f.tensor_data(info), wf.data(), info.nelements());
+            }
+            for (size_t i = 0; merged && i < ads.size(); ++i) {
+                const LoraTensor & lt = *ads[i]->find(info.name);
+                const float sc = ads[i]->scale(lt, inputs[i].scale);
+                const std::vector<float> A = tensor_get_f32(lt.a), B = tensor_get_f32(lt.b);
+                const int64_t r = lt.rank();
+                std::vector<float> dw(wf.size(), 0.0f);
+                for (int64_t o = 0; o < n1; ++o)      // embedding: o = token v, i = feature j
+                    for (int64_t k = 0; k < r; ++k) {
+                        // normal: dW[i, o] = sum_k A[i, k] B[k, o]; token_embd: dE[j, v] = sum_k B[k, j] A[k, v]
+                        const float c = lt.embedding ? A[static_cast<size_t>(o * r + k)] : B[static_cast<size_t>(o * r + k)];
+                        float * row = &dw[static_cast<size_t>(o * n0)];
+                        for (int64_t i2 = 0; i2 < n0; ++i2)
+                            row[i2] += c * (lt.embedding ? B[static_cast<size_t>(i2 * r + k)] : A[static_cast<size_t>(k * n0 + i2)]);
+                    }
+                for (size_t e = 0; e < wf.size(); ++e) wf[e] += sc * dw[e];
+            }
+            for (size_t e = 0; e < wf.size(); ++e)
+                if (!std::isfinite(wf[e]))
+                    throw Error("merge: tensor '" + info.name + "' element " + std::to_string(e) +
+                                " is not finite after the merge (a diverged adapter?); nothing written");
+            quantize_rows(to, wf.data(), dst, n0, n1, opt.threads);
+        });
     }
     w.write(out_path);
 }

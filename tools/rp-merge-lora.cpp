@@ -1,5 +1,5 @@
 // rp-merge-lora: merges LoRA adapters into their base model like llama.cpp's llama-export-lora
-// (formats.md §5.5; models/merge_lora.h), optionally re-quantizing the merged tensors.
+// (formats.md §5.5; models/merge_lora.h), keeping the base's tensor types or quantizing to a mix.
 //
 //   rp-merge-lora -m BASE.gguf --lora A.gguf[:SCALE] [--lora B.gguf[:SCALE] ...] -o OUT.gguf [--type T]
 #include "ggml_rp/core/dtype.h"
@@ -11,7 +11,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <optional>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -23,22 +25,20 @@ void usage(FILE * f) {
                  "  -m, --model FILE         base model\n"
                  "      --lora FILE[:SCALE]  adapter and its user scale (default 1); repeatable\n"
                  "  -o, --output FILE        merged model\n"
-                 "      --type T             store the merged tensors as T (f32, f16, bf16, q8_0, q4_0, ...);\n"
-                 "                           default: F32 when the base tensor was F32, else F16\n"
+                 "      --type T             write the merge quantized to T, a mix or a type as llama-quantize\n"
+                 "                           names them (q4_k_m, q5_k_m, q6_k, q8_0, f16, ...: rp-gguf convert\n"
+                 "                           --help): the file llama-quantize makes from the f32 merge;\n"
+                 "                           default: every tensor keeps its base type (a Q4_K_M base gives a\n"
+                 "                           Q4_K_M file)\n"
+                 "  -t, --threads N          threads that re-quantize (default: all cores)\n"
                  "  -h, --help               this text\n");
 }
 
-std::optional<rp::DType> parse_type(const std::string & s) {
-    for (int id = 0; id < 64; ++id) {
-        const auto t = static_cast<rp::DType>(id);
-        const std::string n = rp::dtype_name(t);
-        if (n.rfind("type#", 0) == 0) continue;
-        std::string a = n, b = s;
-        for (char & c : a) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-        for (char & c : b) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-        if (a == b && (rp::dtype_is_float(t) || rp::dtype_is_quantized(t))) return t;
-    }
-    throw rp::Error("--type: unknown tensor type '" + s + "' (f32, f16, bf16, q8_0, q4_0, ...)");
+rp::QuantMix parse_type(const std::string & s) {
+    rp::QuantMix m;
+    if (!rp::quant_mix_from_name(s, m))
+        throw rp::Error("--type: '" + s + "' is not one of " + rp::quant_mix_names());
+    return m;
 }
 
 } // namespace
@@ -47,7 +47,8 @@ int main(int argc, char ** argv) {
     try {
         std::string base, out;
         std::vector<rp::MergeInput> loras;
-        std::optional<rp::DType> type;
+        rp::MergeOptions opt;
+        opt.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
         for (int i = 1; i < argc; ++i) {
             const std::string a = argv[i];
             auto value = [&]() -> std::string {
@@ -56,7 +57,14 @@ int main(int argc, char ** argv) {
             };
             if (a == "-m" || a == "--model") base = value();
             else if (a == "-o" || a == "--output") out = value();
-            else if (a == "--type") type = parse_type(value());
+            else if (a == "--type") opt.mix = parse_type(value());
+            else if (a == "-t" || a == "--threads") {
+                const std::string v = value();
+                char * end = nullptr;
+                const long n = std::strtol(v.c_str(), &end, 10);
+                if (v.empty() || *end != '\0' || n < 1 || n > 4096) throw rp::Error("--threads: '" + v + "' is not a count in [1, 4096]");
+                opt.threads = static_cast<int>(n);
+            }
             else if (a == "--lora") {
                 const std::string v = value();
                 rp::MergeInput in{v, 1.0f};
@@ -77,7 +85,7 @@ int main(int argc, char ** argv) {
         }
         if (base.empty()) throw rp::Error("no base model given (-m BASE.gguf)");
         if (out.empty()) throw rp::Error("no output given (-o OUT.gguf)");
-        rp::merge_lora(base, loras, out, type);
+        rp::merge_lora(base, loras, out, opt);
         std::fprintf(stderr, "wrote %s\n", out.c_str());
         return 0;
     } catch (const std::exception & e) {

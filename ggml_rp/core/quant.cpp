@@ -128,4 +128,12 @@ void quantize_row(TensorType t, const float * src, void * dst, int64_t n) {
     assert(false && "can_quantize and quantize_row disagree");
 }
 
+void quantize_rows(TensorType t, const float * src, void * dst, int64_t n_per_row, int64_t rows, int threads) {
+    checked_blocks(t, n_per_row, can_quantize(t), "quantize_rows");  // throws here, never inside a thread
+    const size_t rb = gguf::row_bytes(t, n_per_row);
+    uint8_t * out = static_cast<uint8_t *>(dst);
+#pragma omp parallel for num_threads(threads < 1 ? 1 : threads) schedule(static)
+    for (int64_t r = 0; r < rows; ++r) quantize_row(t, src + r * n_per_row, out + static_cast<size_t>(r) * rb, n_per_row);
+}
+
 } // namespace rp

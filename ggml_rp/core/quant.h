@@ -22,4 +22,9 @@ void dequantize_row(TensorType t, const void * src, float * dst, int64_t n);
 // n floats at src -> n elements of type t at dst, round to nearest like ggml's reference quantizers.
 void quantize_row(TensorType t, const float * src, void * dst, int64_t n);
 
+// `rows` rows of n_per_row floats -> rows of type t (row_bytes(t, n_per_row) apart), rows shared among
+// `threads` threads (the bytes do not depend on the count: blocks never span rows). Throws like quantize_row,
+// before any thread starts.
+void quantize_rows(TensorType t, const float * src, void * dst, int64_t n_per_row, int64_t rows, int threads);
+
 } // namespace rp

@@ -15,6 +15,7 @@
 #include "models/lora.h"
 #include "models/merge_lora.h"
 #include "models/model.h"
+#include "models/synth_model.h"
 
 #include <gtest/gtest.h>
 
@@ -253,7 +254,9 @@ TEST(FinetuneMerge, EqualsLlamaExportLora) {
     }
     std::printf("max |ours - export-lora| over all tensors: %.3e\n", worst);
     EXPECT_LE(worst, 1e-6);
-    EXPECT_EQ(ours->get_u32("general.file_type"), ref->get_u32("general.file_type"));
+    // llama-export-lora stamps general.file_type = 1 (MOSTLY_F16) whatever it wrote; we keep every tensor's
+    // type, so the base's metadata (which has no file_type here) stays as it was.
+    EXPECT_EQ(ours->find("general.file_type"), nullptr);
 }
 
 TEST(FinetuneMerge, ErrorsLeaveNoFile) {
@@ -264,11 +267,106 @@ TEST(FinetuneMerge, ErrorsLeaveNoFile) {
                                " --lora " + lora + " -o " + (d / "o.gguf"), &log), 1);
     EXPECT_EQ(log.rfind("error: ", 0), 0u) << log;
     EXPECT_FALSE(fs::exists(d / "o.gguf"));
-    // ffn_down rows hold 172 values: no Q8_0 re-quantization possible.
     EXPECT_EQ(ft_test::run(ft_test::tool("rp-merge-lora") + " -m " + ft_test::stories() + " --lora " + lora + " -o " + (d / "o.gguf") +
-                               " --type q8_0", &log), 1);
-    EXPECT_NE(log.find("ffn_down"), std::string::npos) << log;
+                               " --type q9_k", &log), 1);
+    EXPECT_NE(log.find("q4_k_m"), std::string::npos) << "the valid types are listed: " << log;
     EXPECT_FALSE(fs::exists(d / "o.gguf"));
+    // --type q8_0 is llama-quantize's Q8_0: ffn_down's rows of 172 values fall back to F16.
+    ASSERT_EQ(ft_test::run(ft_test::tool("rp-merge-lora") + " -m " + ft_test::stories() + " --lora " + lora + " -o " + (d / "o.gguf") +
+                               " --type q8_0", &log), 0) << log;
+    const auto q8 = gguf::Reader::open(d / "o.gguf");
+    EXPECT_EQ(q8->find_tensor("blk.0.ffn_down.weight")->type, rp::DType::F16);
+    EXPECT_EQ(q8->find_tensor("blk.0.attn_q.weight")->type, rp::DType::Q8_0);
+    EXPECT_EQ(q8->get_u32("general.file_type"), 7u);
+}
+
+// QLoRA's output: an adapter trained on a Q4_K_M base (made by llama-quantize) merged into that base gives a
+// Q4_K_M file, every tensor in its base type; the merged tensors hold exactly the bytes llama-quantize makes
+// from our f32 merge, the others the base's own bytes; llama.cpp loads the file and its logits agree with
+// ours on it as closely as they do on the base (both engines round differently only where llama.cpp
+// quantizes the activations for its K-quant dot products).
+TEST(FinetuneMerge, AQ4KMBaseGivesAQ4KMFileWithLlamaQuantizesBytes) {
+    RP_REQUIRE_ORACLE();
+    TmpDir d;
+    rp::SynthSpec s;
+    s.vocab_from = ft_test::stories();
+    s.n_layer = 4, s.n_embd = 256, s.n_head = 4, s.n_head_kv = 1, s.head_dim = 64, s.n_ff = 256;
+    rp::write_synth_model(s, d / "f32.gguf");
+    ASSERT_EQ(rp::oracle::run("quantize " + quote(d / "f32.gguf") + " --out " + quote(d / "q4km.gguf") + " --ftype q4_k_m").status, 0);
+    const std::string bq = d / "q4km.gguf";
+    std::string log;
+    ASSERT_EQ(ft_test::run(ft_test::tool("rp-finetune") + " -m " + bq + " --data " + ft_test::shared_dir() +
+                               "/models/reference/train.txt -o " + (d / "a.gguf") + " --seq-len 32 --batch 2 --steps 2 --lr 3e-2 -t 1",
+                           &log), 0) << log;
+    ASSERT_EQ(ft_test::run(ft_test::tool("rp-merge-lora") + " -m " + bq + " --lora " + (d / "a.gguf") + " -o " + (d / "m.gguf"), &log), 0) << log;
+    ASSERT_EQ(ft_test::run(ft_test::tool("rp-merge-lora") + " -m " + bq + " --lora " + (d / "a.gguf") + " -o " + (d / "m32.gguf") + " --type f32", &log), 0) << log;
+    ASSERT_EQ(rp::oracle::run("quantize " + quote(d / "m32.gguf") + " --out " + quote(d / "ref.gguf") + " --ftype q4_k_m").status, 0);
+
+    const auto base = gguf::Reader::open(bq), merged = gguf::Reader::open(d / "m.gguf"), ref = gguf::Reader::open(d / "ref.gguf");
+    const auto adapter = gguf::Reader::open(d / "a.gguf");
+    int n_merged = 0, n_copied = 0;
+    for (const gguf::TensorInfo & t : merged->tensors()) {
+        const gguf::TensorInfo * b = base->find_tensor(t.name);
+        const gguf::TensorInfo * r = ref->find_tensor(t.name);
+        ASSERT_TRUE(b && r) << t.name;
+        EXPECT_EQ(t.type, b->type) << t.name << " keeps its base type";
+        ASSERT_EQ(t.nbytes, b->nbytes) << t.name;
+        if (adapter->find_tensor(t.name + ".lora_a")) {
+            ++n_merged;
+            EXPECT_EQ(t.type, r->type) << t.name;
+            EXPECT_EQ(std::memcmp(merged->tensor_data(t), ref->tensor_data(*r), t.nbytes), 0) << t.name << ": not llama-quantize's bytes";
+            EXPECT_NE(std::memcmp(merged->tensor_data(t), base->tensor_data(*b), t.nbytes), 0) << t.name << " unchanged by the merge";
+        } else {
+            ++n_copied;
+            EXPECT_EQ(std::memcmp(merged->tensor_data(t), base->tensor_data(*b), t.nbytes), 0) << t.name << " not copied";
+        }
+    }
+    EXPECT_GT(n_merged, 0);
+    EXPECT_GT(n_copied, 0);
+    EXPECT_EQ(merged->get_u32("general.file_type"), base->get_u32("general.file_type"));
+    const auto size = [](const std::string & p) { return static_cast<double>(fs::file_size(p)); };
+    std::printf("Q4_K_M base %.0f bytes, merged %.0f bytes (llama-export-lora would write F16: %.0f); %d tensors merged, %d copied\n",
+                size(bq), size(d / "m.gguf"), size(d / "m32.gguf") / 2, n_merged, n_copied);
+    EXPECT_EQ(size(d / "m.gguf"), size(bq));
+
+    // Both engines on the merged file, and on the base for the scale of their disagreement.
+    std::vector<int32_t> toks = kPrompt1;
+    auto logits_of = [&](const std::string & path) {
+        auto m = rp::Model::load(path);
+        rp::InferenceSession ours(*m, 64, 1);
+        return ours.eval(toks, true);
+    };
+    const std::vector<float> ours_m = logits_of(d / "m.gguf"), ours_b = logits_of(bq);
+    const std::vector<float> ref_m = oracle_logits(d / "m.gguf", toks, "", d / "lm.f32"), ref_b = oracle_logits(bq, toks, "", d / "lb.f32");
+    const float e_m = max_diff(ours_m, ref_m), e_b = max_diff(ours_b, ref_b), moved = max_diff(ours_b, ours_m);
+    std::printf("ours vs llama.cpp: on the merged Q4_K_M file %.3e, on its base %.3e (logits up to %.2f); the merge moved them %.3f\n",
+                e_m, e_b, max_abs(ref_m), moved);
+    EXPECT_LE(e_m, 2.0f * e_b + 1e-4f * max_abs(ref_m));
+    EXPECT_GT(moved, 10.0f * e_b) << "the adapter must move the logits well beyond the engines' disagreement";
+}
+
+// --type MIX: the merge quantized to the mix is, tensor for tensor, what llama-quantize makes of our f32 merge.
+TEST(FinetuneMerge, TypeMixQuantizesTheMergeLikeLlamaQuantize) {
+    RP_REQUIRE_ORACLE();
+    TmpDir d;
+    const std::string lora = ft_test::shared_dir() + "/models/reference/lora/stories260K-lora-r4-a8.gguf";
+    std::string log;
+    ASSERT_EQ(ft_test::run(ft_test::tool("rp-merge-lora") + " -m " + ft_test::stories() + " --lora " + lora + " -o " + (d / "m32.gguf") + " --type f32", &log), 0) << log;
+    for (const char * mix : {"q4_k_m", "q5_0", "q8_0"}) {
+        ASSERT_EQ(ft_test::run(ft_test::tool("rp-merge-lora") + " -m " + ft_test::stories() + " --lora " + lora + " -o " + (d / "m.gguf") +
+                                   " --type " + mix, &log), 0) << log;
+        ASSERT_EQ(rp::oracle::run("quantize " + quote(d / "m32.gguf") + " --out " + quote(d / "ref.gguf") + " --ftype " + mix).status, 0);
+        const auto ours = gguf::Reader::open(d / "m.gguf"), ref = gguf::Reader::open(d / "ref.gguf");
+        int same = 0;
+        for (const gguf::TensorInfo & t : ours->tensors()) {
+            const gguf::TensorInfo * r = ref->find_tensor(t.name);
+            ASSERT_NE(r, nullptr) << t.name;
+            const bool eq = t.type == r->type && t.nbytes == r->nbytes && std::memcmp(ours->tensor_data(t), ref->tensor_data(*r), t.nbytes) == 0;
+            EXPECT_TRUE(eq) << mix << ": " << t.name;
+            same += eq;
+        }
+        std::printf("merge --type %s: %d of %zu tensors identical to llama-quantize of the f32 merge\n", mix, same, ours->tensors().size());
+    }
 }
 
 } // namespace
