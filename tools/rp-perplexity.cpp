@@ -2,6 +2,7 @@
 // the numbers can be compared (llama.cpp tools/perplexity/perplexity.cpp).
 //
 //   rp-perplexity -m MODEL.gguf -f FILE [-c CTX] [--stride S] [-b BATCH] [-t THREADS] [--lora A [--lora-scale S]]
+//                 [--kl-divergence-base FILE [--kl-divergence]]
 //
 // The whole file is tokenized with BOS (when the vocabulary adds one). Default mode: chunk i is tokens
 // [i*CTX, (i+1)*CTX) with its first token replaced by BOS, evaluated from an empty cache; the predictions of
@@ -10,9 +11,13 @@
 // With --stride S (llama-perplexity --ppl-stride): windows of CTX tokens start at multiples of S, and the last
 // S predictions of each window are scored. As in llama.cpp, those windows are evaluated as they are (its
 // BOS substitution in that mode happens only after the evaluation, so it has no effect).
+// --kl-divergence-base FILE saves the scored positions' log-probabilities (llama-perplexity's file format,
+// models/kl_divergence.h); adding --kl-divergence reads FILE instead (its tokens and context; no -f) and
+// reports the model's KL divergence from the saved one, the perplexity ratio and the top-token agreement.
 #include "tools/cli.h"
 #include "base/error.h"
 #include "models/inference.h"
+#include "models/kl_divergence.h"
 #include "models/lora.h"
 #include "models/model.h"
 #include "models/tokenizer.h"
@@ -42,6 +47,12 @@ void usage(FILE * f) {
                  "  -t, --threads N      CPU threads (default: all)\n"
                  "      --lora FILE      apply a LoRA adapter (repeatable)\n"
                  "      --lora-scale S   user scale of the preceding --lora (default 1)\n"
+                 "      --kl-divergence-base FILE\n"
+                 "                       save this model's log-probabilities of the scored positions to FILE\n"
+                 "                       (llama-perplexity's format: 2 bytes per vocabulary entry)\n"
+                 "      --kl-divergence  instead compare this model (or base + --lora) with FILE: KL divergence\n"
+                 "                       (mean, median, percentiles), PPL ratio, top-token agreement, with errors;\n"
+                 "                       FILE gives the tokens and the context size (no -f)\n"
                  "  -h, --help           this text\n");
 }
 
@@ -77,12 +88,81 @@ struct LoraArg {
     float scale = 1.0f;
 };
 
+// --kl-divergence: the model against a saved base, chunk by chunk, printing llama-perplexity's table and
+// its summary statistics.
+int kl_divergence(const std::string & model_path, const std::string & base_path, const std::vector<LoraArg> & loras,
+                  long long n_ctx_given, long long n_batch, long long threads) {
+    const rp::KlBaseFile base = rp::KlBaseFile::read(base_path);
+    const int64_t n_ctx = base.n_ctx;
+    if (n_ctx_given && n_ctx_given != n_ctx)
+        throw rp::Error(base_path + " was saved with a context of " + std::to_string(n_ctx) + " tokens, not -c " + std::to_string(n_ctx_given));
+    auto model = rp::Model::load(model_path);
+    rp::Tokenizer tok(model->file());
+    std::vector<std::unique_ptr<rp::LoraAdapter>> adapters;
+    rp::LoraSet lora;
+    for (const LoraArg & l : loras) {
+        adapters.push_back(rp::LoraAdapter::load(l.path, *model));
+        lora.add(*adapters.back(), l.scale);
+    }
+    rp::InferenceSession session(*model, n_ctx, static_cast<int>(threads), lora.empty() ? nullptr : &lora);
+    const int64_t n_vocab = session.n_vocab();
+    if (n_vocab != base.n_vocab)
+        throw rp::Error(base_path + " holds a vocabulary of " + std::to_string(base.n_vocab) + " tokens, " + model_path + " has " +
+                        std::to_string(n_vocab));
+    if (n_batch == 0 || n_batch > n_ctx) n_batch = n_ctx;
+    const bool add_bos = tok.add_bos() && tok.bos() != rp::kTokenNull;
+    const int64_t first = n_ctx / 2;
+    std::fprintf(stderr, "%d chunks of %lld tokens from %s, scoring positions [%lld, %lld) of each\n", base.n_chunk,
+                 static_cast<long long>(n_ctx), base_path.c_str(), static_cast<long long>(first), static_cast<long long>(n_ctx - 1));
+    std::printf("chunk        PPL          ln(PPL(Q)/PPL(base))      KL divergence           dp RMS            same top\n");
+    rp::KlAccumulator acc;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t c = 0; c < base.n_chunk; ++c) {
+        std::vector<int32_t> window(base.tokens.begin() + c * n_ctx, base.tokens.begin() + (c + 1) * n_ctx);
+        if (add_bos) window[0] = tok.bos();
+        const std::vector<float> logits = eval_window(session, window, n_batch);
+        for (int64_t j = first; j < n_ctx - 1; ++j)
+            acc.add(logits.data() + j * n_vocab, n_vocab, base.row(c, j - first), window[j + 1]);
+        const rp::KlStats s = acc.stats();
+        std::printf("%4lld  %9.4f +/- %8.4f  %10.5f +/- %9.5f  %10.5f +/- %9.5f  %6.3f +/- %5.3f %%  %6.3f +/- %5.3f %%\n",
+                    static_cast<long long>(c + 1), s.ppl, s.ppl_unc, s.ln_ppl_ratio, s.ln_ppl_ratio_unc, s.kld, s.kld_unc,
+                    100 * s.dp_rms, 100 * s.dp_rms_unc, 100 * s.same_top, 100 * s.same_top_unc);
+        std::fflush(stdout);
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::fprintf(stderr, "\rchunk %lld/%d, %.1f s, ETA %.1f s ", static_cast<long long>(c + 1), base.n_chunk, secs,
+                     secs / static_cast<double>(c + 1) * static_cast<double>(base.n_chunk - c - 1));
+    }
+    std::fprintf(stderr, "\n");
+    const rp::KlStats s = acc.stats();
+    std::printf("\n====== Perplexity statistics (%lld positions) ======\n", static_cast<long long>(s.count));
+    std::printf("Mean PPL(Q)                   : %10.6f +/- %10.6f\n", s.ppl, s.ppl_unc);
+    std::printf("Mean PPL(base)                : %10.6f +/- %10.6f\n", s.ppl_base, s.ppl_base_unc);
+    std::printf("Cor(ln(PPL(Q)), ln(PPL(base))): %6.2f%%\n", 100 * s.cor_ln_ppl);
+    std::printf("Mean ln(PPL(Q)/PPL(base))     : %10.6f +/- %10.6f\n", s.ln_ppl_ratio, s.ln_ppl_ratio_unc);
+    std::printf("Mean PPL(Q)/PPL(base)         : %10.6f +/- %10.6f\n", std::exp(s.ln_ppl_ratio), std::exp(s.ln_ppl_ratio) * s.ln_ppl_ratio_unc);
+    std::printf("Mean PPL(Q)-PPL(base)         : %10.6f +/- %10.6f\n", s.ppl_diff, s.ppl_diff_unc);
+    std::printf("\n====== KL divergence statistics ======\n");
+    std::printf("Mean    KLD: %10.6f +/- %10.6f\n", s.kld, s.kld_unc);
+    std::printf("Maximum KLD: %10.6f\n99.9%%   KLD: %10.6f\n99.0%%   KLD: %10.6f\n90.0%%   KLD: %10.6f\n", s.kld_max, s.kld_p999,
+                s.kld_p99, s.kld_p90);
+    std::printf("Median  KLD: %10.6f\nMinimum KLD: %10.6f\n", s.kld_median, s.kld_min);
+    std::printf("\n====== Token probability statistics ======\n");
+    std::printf("Mean    dp: %6.3f +/- %5.3f %%\n", 100 * s.dp_mean, 100 * s.dp_mean_unc);
+    std::printf("Maximum dp: %6.3f%%\nMedian  dp: %6.3f%%\nMinimum dp: %6.3f%%\n", 100 * s.dp_max, 100 * s.dp_median, 100 * s.dp_min);
+    std::printf("RMS dp    : %6.3f +/- %5.3f %%\n", 100 * s.dp_rms, 100 * s.dp_rms_unc);
+    std::printf("Same top p: %6.3f +/- %5.3f %%\n", 100 * s.same_top, 100 * s.same_top_unc);
+    if (std::fflush(stdout) != 0) throw rp::Error("cannot write to standard output");
+    return 0;
+}
+
 } // namespace
 
 int main(int argc, char ** argv) {
     try {
-        std::string model_path, file;
+        std::string model_path, file, kl_base;
+        bool kl_mode = false;
         long long n_ctx = 512, stride = 0, n_batch = 0, threads = 0;
+        bool n_ctx_given = false;
         std::vector<LoraArg> loras;
         for (int i = 1; i < argc; ++i) {
             const std::string a = argv[i];
@@ -92,7 +172,10 @@ int main(int argc, char ** argv) {
             };
             if (a == "-m" || a == "--model") model_path = value();
             else if (a == "-f" || a == "--file") file = value();
-            else if (a == "-c" || a == "--ctx-size") n_ctx = parse_int(a, value(), 4, 1 << 24);
+            else if (a == "-c" || a == "--ctx-size") {
+                n_ctx = parse_int(a, value(), 4, 1 << 24);
+                n_ctx_given = true;
+            }
             else if (a == "--stride" || a == "--ppl-stride") stride = parse_int(a, value(), 1, 1 << 24);
             else if (a == "-b" || a == "--batch-size") n_batch = parse_int(a, value(), 1, 1 << 24);
             else if (a == "-t" || a == "--threads") threads = parse_int(a, value(), 0, 4096);
@@ -101,10 +184,15 @@ int main(int argc, char ** argv) {
                 if (loras.empty()) throw rp::Error("--lora-scale must follow a --lora ADAPTER");
                 loras.back().scale = parse_float(a, value());
             }
+            else if (a == "--kl-divergence-base") kl_base = value();
+            else if (a == "--kl-divergence") kl_mode = true;
             else if (a == "-h" || a == "--help") { usage(stdout); return 0; }
             else throw rp::Error("unknown option '" + a + "' (see --help)");
         }
         if (model_path.empty()) throw rp::Error("no model given (-m MODEL.gguf)");
+        if (kl_mode && kl_base.empty()) throw rp::Error("--kl-divergence needs --kl-divergence-base FILE (the saved base)");
+        if (!kl_base.empty() && stride > 0) throw rp::Error("--kl-divergence-base works on chunks, not with --stride");
+        if (kl_mode) return kl_divergence(model_path, kl_base, loras, n_ctx_given ? n_ctx : 0, n_batch, threads);
         if (file.empty()) throw rp::Error("no text given (-f FILE)");
         if (stride >= n_ctx) throw rp::Error("--stride " + std::to_string(stride) + " must be smaller than the context " + std::to_string(n_ctx));
         if (n_batch == 0 || n_batch > n_ctx) n_batch = n_ctx;
@@ -136,20 +224,35 @@ int main(int argc, char ** argv) {
             std::fprintf(stderr, "%lld tokens, %lld chunks of %lld, scoring positions [%lld, %lld) of each\n",
                          static_cast<long long>(N), static_cast<long long>(n_chunk), n_ctx,
                          static_cast<long long>(first), n_ctx - 1);
+            std::unique_ptr<rp::KlBaseWriter> base_out;
+            std::vector<uint16_t> rows;
+            if (!kl_base.empty()) {
+                base_out = std::make_unique<rp::KlBaseWriter>(kl_base, static_cast<uint32_t>(n_ctx), static_cast<int32_t>(n_vocab),
+                                                              std::vector<int32_t>(tokens.begin(), tokens.begin() + n_chunk * n_ctx));
+                rows.resize(static_cast<size_t>((n_ctx - 1 - first) * rp::log_prob_row_u16(n_vocab)));
+            }
             for (int64_t i = 0; i < n_chunk; ++i) {
                 std::vector<int32_t> window(tokens.begin() + i * n_ctx, tokens.begin() + (i + 1) * n_ctx);
                 if (add_bos) window[0] = tok.bos();
                 const std::vector<float> logits = eval_window(session, window, n_batch);
                 for (int64_t j = first; j < n_ctx - 1; ++j) {
-                    const double v = -log_prob(logits.data() + j * n_vocab, n_vocab, window[j + 1]);
+                    const float * row_logits = logits.data() + j * n_vocab;
+                    const double v = base_out ? rp::encode_log_probs(row_logits, n_vocab, window[j + 1],
+                                                                     rows.data() + (j - first) * rp::log_prob_row_u16(n_vocab))
+                                              : -log_prob(row_logits, n_vocab, window[j + 1]);
                     nll += v;
                     nll2 += v * v;
                     ++count;
                 }
+                if (base_out) base_out->write_rows(rows.data(), n_ctx - 1 - first);
                 std::printf("[%lld]%.4lf,", static_cast<long long>(i + 1), std::exp(nll / static_cast<double>(count)));
                 std::fflush(stdout);
             }
             std::printf("\n");
+            if (base_out) {
+                base_out->commit();
+                std::fprintf(stderr, "saved the log-probabilities of %lld positions to %s\n", static_cast<long long>(count), kl_base.c_str());
+            }
             const double mean = nll / static_cast<double>(count);
             const double ppl = std::exp(mean);
             double var = nll2 / static_cast<double>(count) - mean * mean;
