@@ -5,6 +5,7 @@
 
 #include "base/atomic_file.h"
 #include "base/error.h"
+#include "ggml_rp/core/quant_block.h"
 
 #include <algorithm>
 #include <cmath>
@@ -15,14 +16,6 @@
 namespace rp {
 
 namespace {
-
-// Round to nearest (ties to even) by the 1.5 * 2^23 trick, as ggml's nearest_int (values here are < 65536).
-int round_nearest(float v) {
-    const float biased = v + 12582912.f;
-    int32_t bits;
-    std::memcpy(&bits, &biased, sizeof bits);
-    return (bits & 0x007fffff) - 0x00400000;
-}
 
 struct MeanUnc {
     double mean = 0, unc = 0;
@@ -80,7 +73,7 @@ double encode_log_probs(const float * logits, int64_t n_vocab, int32_t next, uin
     if (scale != 0) {
         const float inv_scale = 1 / scale;
         for (int64_t i = 0; i < n_vocab; ++i)
-            q[i] = logits[i] > min_logit ? static_cast<uint16_t>(round_nearest(inv_scale * (logits[i] - min_logit))) : 0;
+            q[i] = logits[i] > min_logit ? static_cast<uint16_t>(nearest_int(inv_scale * (logits[i] - min_logit))) : 0;
     } else {
         std::memset(q, 0, static_cast<size_t>(n_vocab) * sizeof(uint16_t));
     }

@@ -10,7 +10,7 @@
 #include "base/error.h"
 #include "models/chat_template.h"
 #include "models/inference.h"
-#include "models/lora.h"
+#include "tools/cli_lora.h"
 #include "models/model.h"
 #include "models/tokenizer.h"
 
@@ -62,10 +62,7 @@ void write_out(const std::string & s) {
     std::fflush(stdout);
 }
 
-struct LoraArg {
-    std::string path;
-    float scale = 1.0f;
-};
+using rp::cli::LoraArg;
 
 } // namespace
 
@@ -109,12 +106,7 @@ int main(int argc, char ** argv) {
         const std::string text = have_prompt ? prompt : read_file(file);
         auto model = rp::Model::load(model_path);
         rp::Tokenizer tok(model->file());
-        std::vector<std::unique_ptr<rp::LoraAdapter>> adapters;
-        rp::LoraSet lora;
-        for (const LoraArg & l : loras) {
-            adapters.push_back(rp::LoraAdapter::load(l.path, *model));
-            lora.add(*adapters.back(), l.scale);
-        }
+        const auto lora = rp::cli::load_loras(loras, *model);
 
         std::vector<int32_t> ids;
         if (chat) {
@@ -126,7 +118,7 @@ int main(int argc, char ** argv) {
         }
         if (ids.empty()) throw rp::Error("the prompt is empty (no tokens)");
 
-        rp::InferenceSession session(*model, n_ctx, static_cast<int>(threads), lora.empty() ? nullptr : &lora);
+        rp::InferenceSession session(*model, n_ctx, static_cast<int>(threads), lora->set());
         if (static_cast<int64_t>(ids.size()) > session.n_ctx())
             throw rp::Error("the prompt has " + std::to_string(ids.size()) + " tokens, more than the context size " +
                             std::to_string(session.n_ctx()) + " (-c)");

@@ -18,7 +18,7 @@
 #include "base/error.h"
 #include "models/inference.h"
 #include "models/kl_divergence.h"
-#include "models/lora.h"
+#include "tools/cli_lora.h"
 #include "models/model.h"
 #include "models/tokenizer.h"
 
@@ -83,9 +83,26 @@ std::vector<float> eval_window(rp::InferenceSession & s, const std::vector<int32
     return all;
 }
 
-struct LoraArg {
-    std::string path;
-    float scale = 1.0f;
+using rp::cli::LoraArg;
+
+// The model (with its adapters) that scores, and the chunk's first token (BOS when the vocabulary adds one).
+struct Scorer {
+    std::unique_ptr<rp::Model> model;
+    std::unique_ptr<rp::Tokenizer> tok;
+    std::unique_ptr<rp::cli::LoadedLoras> lora;
+    std::unique_ptr<rp::InferenceSession> session;
+    bool add_bos = false;
+
+    Scorer(const std::string & path, const std::vector<LoraArg> & loras, int64_t n_ctx, long long threads)
+        : model(rp::Model::load(path)), tok(std::make_unique<rp::Tokenizer>(model->file())), lora(rp::cli::load_loras(loras, *model)),
+          session(std::make_unique<rp::InferenceSession>(*model, n_ctx, static_cast<int>(threads), lora->set())),
+          add_bos(tok->add_bos() && tok->bos() != rp::kTokenNull) {}
+    int64_t n_vocab() const { return session->n_vocab(); }
+    // All-position logits of a chunk, its first token replaced by BOS.
+    std::vector<float> chunk_logits(std::vector<int32_t> window, int64_t n_batch) {
+        if (add_bos) window[0] = tok->bos();
+        return eval_window(*session, window, n_batch);
+    }
 };
 
 // --kl-divergence: the model against a saved base, chunk by chunk, printing llama-perplexity's table and
@@ -96,21 +113,12 @@ int kl_divergence(const std::string & model_path, const std::string & base_path,
     const int64_t n_ctx = base.n_ctx;
     if (n_ctx_given && n_ctx_given != n_ctx)
         throw rp::Error(base_path + " was saved with a context of " + std::to_string(n_ctx) + " tokens, not -c " + std::to_string(n_ctx_given));
-    auto model = rp::Model::load(model_path);
-    rp::Tokenizer tok(model->file());
-    std::vector<std::unique_ptr<rp::LoraAdapter>> adapters;
-    rp::LoraSet lora;
-    for (const LoraArg & l : loras) {
-        adapters.push_back(rp::LoraAdapter::load(l.path, *model));
-        lora.add(*adapters.back(), l.scale);
-    }
-    rp::InferenceSession session(*model, n_ctx, static_cast<int>(threads), lora.empty() ? nullptr : &lora);
-    const int64_t n_vocab = session.n_vocab();
+    Scorer scorer(model_path, loras, n_ctx, threads);
+    const int64_t n_vocab = scorer.n_vocab();
     if (n_vocab != base.n_vocab)
         throw rp::Error(base_path + " holds a vocabulary of " + std::to_string(base.n_vocab) + " tokens, " + model_path + " has " +
                         std::to_string(n_vocab));
     if (n_batch == 0 || n_batch > n_ctx) n_batch = n_ctx;
-    const bool add_bos = tok.add_bos() && tok.bos() != rp::kTokenNull;
     const int64_t first = n_ctx / 2;
     std::fprintf(stderr, "%d chunks of %lld tokens from %s, scoring positions [%lld, %lld) of each\n", base.n_chunk,
                  static_cast<long long>(n_ctx), base_path.c_str(), static_cast<long long>(first), static_cast<long long>(n_ctx - 1));
@@ -118,9 +126,8 @@ int kl_divergence(const std::string & model_path, const std::string & base_path,
     rp::KlAccumulator acc;
     const auto t0 = std::chrono::steady_clock::now();
     for (int64_t c = 0; c < base.n_chunk; ++c) {
-        std::vector<int32_t> window(base.tokens.begin() + c * n_ctx, base.tokens.begin() + (c + 1) * n_ctx);
-        if (add_bos) window[0] = tok.bos();
-        const std::vector<float> logits = eval_window(session, window, n_batch);
+        const std::vector<int32_t> window(base.tokens.begin() + c * n_ctx, base.tokens.begin() + (c + 1) * n_ctx);
+        const std::vector<float> logits = scorer.chunk_logits(window, n_batch);
         for (int64_t j = first; j < n_ctx - 1; ++j)
             acc.add(logits.data() + j * n_vocab, n_vocab, base.row(c, j - first), window[j + 1]);
         const rp::KlStats s = acc.stats();
@@ -198,20 +205,11 @@ int main(int argc, char ** argv) {
         if (n_batch == 0 || n_batch > n_ctx) n_batch = n_ctx;
 
         const std::string text = read_file(file);
-        auto model = rp::Model::load(model_path);
-        rp::Tokenizer tok(model->file());
-        std::vector<std::unique_ptr<rp::LoraAdapter>> adapters;
-        rp::LoraSet lora;
-        for (const LoraArg & l : loras) {
-            adapters.push_back(rp::LoraAdapter::load(l.path, *model));
-            lora.add(*adapters.back(), l.scale);
-        }
-        rp::InferenceSession session(*model, n_ctx, static_cast<int>(threads), lora.empty() ? nullptr : &lora);
-        const int64_t n_vocab = session.n_vocab();
+        Scorer scorer(model_path, loras, n_ctx, threads);
+        const int64_t n_vocab = scorer.n_vocab();
 
-        const std::vector<int32_t> tokens = tok.encode(text, true, false);
+        const std::vector<int32_t> tokens = scorer.tok->encode(text, true, false);
         const int64_t N = static_cast<int64_t>(tokens.size());
-        const bool add_bos = tok.add_bos() && tok.bos() != rp::kTokenNull;
         if (N < 2 * n_ctx)
             throw rp::Error(file + " tokenizes to " + std::to_string(N) + " tokens; a context of " + std::to_string(n_ctx) +
                             " (-c) needs at least " + std::to_string(2 * n_ctx));
@@ -233,8 +231,7 @@ int main(int argc, char ** argv) {
             }
             for (int64_t i = 0; i < n_chunk; ++i) {
                 std::vector<int32_t> window(tokens.begin() + i * n_ctx, tokens.begin() + (i + 1) * n_ctx);
-                if (add_bos) window[0] = tok.bos();
-                const std::vector<float> logits = eval_window(session, window, n_batch);
+                const std::vector<float> logits = scorer.chunk_logits(window, n_batch);
                 for (int64_t j = first; j < n_ctx - 1; ++j) {
                     const float * row_logits = logits.data() + j * n_vocab;
                     const double v = base_out ? rp::encode_log_probs(row_logits, n_vocab, window[j + 1],
@@ -269,7 +266,7 @@ int main(int argc, char ** argv) {
             for (int64_t i = 0; i < n_chunk; ++i) {
                 const int64_t start = i * stride;
                 const std::vector<int32_t> window(tokens.begin() + start, tokens.begin() + start + n_ctx);
-                const std::vector<float> logits = eval_window(session, window, n_batch);
+                const std::vector<float> logits = eval_window(*scorer.session, window, n_batch);
                 for (int64_t j = n_ctx - stride - 1; j < n_ctx - 1; ++j) {
                     nll += -log_prob(logits.data() + j * n_vocab, n_vocab, window[j + 1]);
                     ++count;

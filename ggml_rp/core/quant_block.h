@@ -11,7 +11,8 @@
 // So the CPU, the GPU and ggml's reference dequantizer agree bit for bit.
 //
 // Quantizers (quantize_block_<t>) follow ggml's quantize_row_<t>_ref: round to nearest, no importance matrix.
-// llama-quantize uses exactly these for Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 when no imatrix is given.
+// llama-quantize uses exactly these for Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 when no imatrix is given; the K types'
+// quantizers (host only) are in quantize_k.h.
 //
 // Blocks are read through the structs, so a block pointer must be 2-byte aligned (every block size is even,
 // and GGUF tensor data is 32-byte aligned).
@@ -125,6 +126,12 @@ RP_HD inline float sub_rn(float a, float b) {
 }
 
 // ---- shared helpers -----------------------------------------------------------------------------------
+
+// ggml's nearest_int: round to nearest, ties to even, for |v| < 2^22 — adding 1.5 * 2^23 leaves the integer
+// in the low 22 mantissa bits (faster than lrintf and identical for the values the quantizers see).
+RP_HD inline int nearest_int(float v) {
+    return static_cast<int>(f32_bits(v + 12582912.f) & 0x007fffff) - 0x00400000;
+}
 
 RP_HD inline uint32_t load_le32(const uint8_t * p) {
     return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 | static_cast<uint32_t>(p[2]) << 16 |

@@ -20,22 +20,12 @@ namespace {
 // A sub-block whose largest magnitude is below this is all zeros.
 constexpr float kAllZero = 1e-15f;
 
-// Round to nearest, ties to even, for |v| < 2^22: adding 1.5 * 2^23 leaves the integer in the mantissa's
-// low 22 bits (ggml's nearest_int; faster than lrintf and identical for the values quantizers see).
-inline int round_nearest(float v) {
-    const float biased = v + 12582912.f;
-    int32_t bits;
-    std::memcpy(&bits, &biased, sizeof bits);
-    return (bits & 0x007fffff) - 0x00400000;
-}
-
 inline int clamp(int v, int lo, int hi) { return std::max(lo, std::min(hi, v)); }
 
-// Signed sub-block scale with values in [-nmax, nmax) stored offset by nmax, weighted by x^2: starting from
-// the scale that maps the largest-magnitude value to -nmax, tries 18 nearby scales and keeps the one that
-// maximises (sum w x l)^2 / (sum w l^2) (ggml's make_qx_quants with rmse_type 1, no importance weights).
-float signed_scale_x2_weighted(int n, int nmax, const float * x, int8_t * L) {
-    float max = 0, amax = 0;
+// The first value of the largest magnitude (signed), and that magnitude.
+float largest_magnitude(const float * x, int n, float & amax) {
+    float max = 0;
+    amax = 0;
     for (int i = 0; i < n; ++i) {
         const float ax = std::fabs(x[i]);
         if (ax > amax) {
@@ -43,6 +33,15 @@ float signed_scale_x2_weighted(int n, int nmax, const float * x, int8_t * L) {
             max = x[i];
         }
     }
+    return max;
+}
+
+// Signed sub-block scale with values in [-nmax, nmax) stored offset by nmax, weighted by x^2: starting from
+// the scale that maps the largest-magnitude value to -nmax, tries 18 nearby scales and keeps the one that
+// maximises (sum w x l)^2 / (sum w l^2) (ggml's make_qx_quants with rmse_type 1, no importance weights).
+float signed_scale_x2_weighted(int n, int nmax, const float * x, int8_t * L) {
+    float amax;
+    const float max = largest_magnitude(x, n, amax);
     if (amax < kAllZero) {
         std::memset(L, 0, static_cast<size_t>(n));
         return 0.f;
@@ -50,7 +49,7 @@ float signed_scale_x2_weighted(int n, int nmax, const float * x, int8_t * L) {
     float iscale = static_cast<float>(-nmax) / max;
     float sumlx = 0, suml2 = 0;
     for (int i = 0; i < n; ++i) {
-        const int l = clamp(round_nearest(iscale * x[i]), -nmax, nmax - 1);
+        const int l = clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1);
         L[i] = static_cast<int8_t>(l + nmax);
         const float w = x[i] * x[i];
         sumlx += w * x[i] * static_cast<float>(l);
@@ -63,13 +62,13 @@ float signed_scale_x2_weighted(int n, int nmax, const float * x, int8_t * L) {
         iscale = -(static_cast<float>(nmax) + 0.1f * static_cast<float>(is)) / max;
         sumlx = suml2 = 0;
         for (int i = 0; i < n; ++i) {
-            const int l = clamp(round_nearest(iscale * x[i]), -nmax, nmax - 1);
+            const int l = clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1);
             const float w = x[i] * x[i];
             sumlx += w * x[i] * static_cast<float>(l);
             suml2 += w * static_cast<float>(l) * static_cast<float>(l);
         }
         if (suml2 > 0 && sumlx * sumlx > best * suml2) {
-            for (int i = 0; i < n; ++i) L[i] = static_cast<int8_t>(nmax + clamp(round_nearest(iscale * x[i]), -nmax, nmax - 1));
+            for (int i = 0; i < n; ++i) L[i] = static_cast<int8_t>(nmax + clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1));
             scale = sumlx / suml2;
             best = scale * sumlx;
         }
@@ -81,14 +80,8 @@ float signed_scale_x2_weighted(int n, int nmax, const float * x, int8_t * L) {
 // coordinate descent move single values to the level that improves (sum w x l)^2 / (sum w l^2), w = x^2
 // (ggml's make_q3_quants with do_rmse). L holds values offset by nmax.
 float signed_scale_q3(int n, int nmax, const float * x, int8_t * L) {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; ++i) {
-        const float ax = std::fabs(x[i]);
-        if (ax > amax) {
-            amax = ax;
-            max = x[i];
-        }
-    }
+    float amax;
+    const float max = largest_magnitude(x, n, amax);
     if (amax < kAllZero) {
         std::memset(L, 0, static_cast<size_t>(n));
         return 0.f;
@@ -96,7 +89,7 @@ float signed_scale_q3(int n, int nmax, const float * x, int8_t * L) {
     const float iscale = static_cast<float>(-nmax) / max;
     float sumlx = 0, suml2 = 0;
     for (int i = 0; i < n; ++i) {
-        const int l = clamp(round_nearest(iscale * x[i]), -nmax, nmax - 1);
+        const int l = clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1);
         L[i] = static_cast<int8_t>(l);
         const float w = x[i] * x[i];
         sumlx += w * x[i] * static_cast<float>(l);
@@ -110,7 +103,7 @@ float signed_scale_q3(int n, int nmax, const float * x, int8_t * L) {
             float slx = sumlx - w * x[i] * li;
             if (slx > 0) {
                 float sl2 = suml2 - w * li * li;
-                const int new_l = clamp(round_nearest(x[i] * sl2 / slx), -nmax, nmax - 1);
+                const int new_l = clamp(nearest_int(x[i] * sl2 / slx), -nmax, nmax - 1);
                 if (new_l != L[i]) {
                     const float nl = static_cast<float>(new_l);
                     slx += w * x[i] * nl;
@@ -157,7 +150,7 @@ float scale_min_search(int n, int nmax, const float * x, const float * weights, 
     auto error_of = [&](float d) { return mad ? std::fabs(d) : d * d; };
     float best_error = 0;
     for (int i = 0; i < n; ++i) {
-        L[i] = static_cast<uint8_t>(clamp(round_nearest(iscale * (x[i] - min)), 0, nmax));
+        L[i] = static_cast<uint8_t>(clamp(nearest_int(iscale * (x[i] - min)), 0, nmax));
         best_error += weights[i] * error_of(scale * static_cast<float>(L[i]) + min - x[i]);
     }
     if (nstep < 1) {
@@ -168,7 +161,7 @@ float scale_min_search(int n, int nmax, const float * x, const float * weights, 
         iscale = (rmin + rdelta * static_cast<float>(is) + static_cast<float>(nmax)) / (max - min);
         float sum_l = 0, sum_l2 = 0, sum_xl = 0;
         for (int i = 0; i < n; ++i) {
-            const int l = clamp(round_nearest(iscale * (x[i] - min)), 0, nmax);
+            const int l = clamp(nearest_int(iscale * (x[i] - min)), 0, nmax);
             Laux[i] = static_cast<uint8_t>(l);
             const float w = weights[i];
             const float fl = static_cast<float>(l);
@@ -205,8 +198,8 @@ void pack_k4_scales(const float * scales, const float * mins, float max_scale, f
     const float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
     for (int j = 0; j < QK_K / 32; ++j) {
         // ggml truncates to uint8_t before clamping; the products are in [0, 63] so that is the same value
-        const uint8_t ls = static_cast<uint8_t>(std::min(63, static_cast<int>(static_cast<uint8_t>(round_nearest(inv_scale * scales[j])))));
-        const uint8_t lm = static_cast<uint8_t>(std::min(63, static_cast<int>(static_cast<uint8_t>(round_nearest(inv_min * mins[j])))));
+        const uint8_t ls = static_cast<uint8_t>(std::min(63, static_cast<int>(static_cast<uint8_t>(nearest_int(inv_scale * scales[j])))));
+        const uint8_t lm = static_cast<uint8_t>(std::min(63, static_cast<int>(static_cast<uint8_t>(nearest_int(inv_min * mins[j])))));
         if (j < 4) {
             packed[j] = ls;
             packed[j + 4] = lm;
@@ -245,7 +238,7 @@ void k4_requantize(const float * x, uint16_t d16, uint16_t dmin16, const uint8_t
         const float d = fp16_to_fp32(d16) * static_cast<float>(sc);
         if (d == 0) continue;
         const float dm = fp16_to_fp32(dmin16) * static_cast<float>(m);
-        for (int ii = 0; ii < 32; ++ii) L[32 * j + ii] = static_cast<uint8_t>(clamp(round_nearest((x[32 * j + ii] + dm) / d), 0, nmax));
+        for (int ii = 0; ii < 32; ++ii) L[32 * j + ii] = static_cast<uint8_t>(clamp(nearest_int((x[32 * j + ii] + dm) / d), 0, nmax));
     }
 }
 
@@ -278,7 +271,7 @@ void quantize_q2_K(const float * x, block_q2_K * y, int64_t nb) {
         }
         if (max_scale > 0) {
             const float iscale = q4scale / max_scale;
-            for (int j = 0; j < QK_K / 16; ++j) b.scales[j] = static_cast<uint8_t>(round_nearest(iscale * scales[j]));
+            for (int j = 0; j < QK_K / 16; ++j) b.scales[j] = static_cast<uint8_t>(nearest_int(iscale * scales[j]));
             b.d = fp32_to_fp16(max_scale / q4scale);
         } else {
             for (int j = 0; j < QK_K / 16; ++j) b.scales[j] = 0;
@@ -286,7 +279,7 @@ void quantize_q2_K(const float * x, block_q2_K * y, int64_t nb) {
         }
         if (max_min > 0) {
             const float iscale = q4scale / max_min;
-            for (int j = 0; j < QK_K / 16; ++j) b.scales[j] |= static_cast<uint8_t>(round_nearest(iscale * mins[j]) << 4);
+            for (int j = 0; j < QK_K / 16; ++j) b.scales[j] |= static_cast<uint8_t>(nearest_int(iscale * mins[j]) << 4);
             b.dmin = fp32_to_fp16(max_min / q4scale);
         } else {
             b.dmin = fp32_to_fp16(0.f);
@@ -295,7 +288,7 @@ void quantize_q2_K(const float * x, block_q2_K * y, int64_t nb) {
             const float d = fp16_to_fp32(b.d) * static_cast<float>(b.scales[j] & 0xF);
             if (d == 0) continue;
             const float dm = fp16_to_fp32(b.dmin) * static_cast<float>(b.scales[j] >> 4);
-            for (int ii = 0; ii < 16; ++ii) L[16 * j + ii] = static_cast<uint8_t>(clamp(round_nearest((x[16 * j + ii] + dm) / d), 0, 3));
+            for (int ii = 0; ii < 16; ++ii) L[16 * j + ii] = static_cast<uint8_t>(clamp(nearest_int((x[16 * j + ii] + dm) / d), 0, 3));
         }
         pack_2bit(L, b.qs);
     }
@@ -321,7 +314,7 @@ void quantize_q3_K(const float * x, block_q3_K * y, int64_t nb) {
             for (int j = 0; j < QK_K / 16; ++j) {
                 // 6-bit signed scales offset by 32: low 4 bits in scales[0..7] (two per byte), high 2 bits in
                 // scales[8..11]. ggml truncates to int8_t before clamping; the product is within [-32, 32].
-                const int l = clamp(static_cast<int8_t>(round_nearest(iscale * scales[j])), -32, 31) + 32;
+                const int l = clamp(static_cast<int8_t>(nearest_int(iscale * scales[j])), -32, 31) + 32;
                 if (j < 8) b.scales[j] = static_cast<uint8_t>(l & 0xF);
                 else b.scales[j - 8] |= static_cast<uint8_t>((l & 0xF) << 4);
                 b.scales[j % 4 + 8] |= static_cast<uint8_t>((l >> 4) << (2 * (j / 4)));
@@ -333,7 +326,7 @@ void quantize_q3_K(const float * x, block_q3_K * y, int64_t nb) {
         for (int j = 0; j < QK_K / 16; ++j) {
             const float d = fp16_to_fp32(b.d) * static_cast<float>(q3k_scale(j, b.scales));
             if (d == 0) continue;
-            for (int ii = 0; ii < 16; ++ii) L[16 * j + ii] = static_cast<int8_t>(clamp(round_nearest(x[16 * j + ii] / d), -4, 3) + 4);
+            for (int ii = 0; ii < 16; ++ii) L[16 * j + ii] = static_cast<int8_t>(clamp(nearest_int(x[16 * j + ii] / d), -4, 3) + 4);
         }
         // The third bit of value j goes to hmask[j % 32], bit j / 32; the low two bits are packed like Q2_K.
         std::memset(b.hmask, 0, sizeof b.hmask);
@@ -417,11 +410,11 @@ void quantize_q6_K(const float * x, block_q6_K * y, int64_t nb) {
         }
         const float iscale = -128.f / max_scale;
         b.d = fp32_to_fp16(1 / iscale);
-        for (int ib = 0; ib < QK_K / 16; ++ib) b.scales[ib] = static_cast<int8_t>(std::min(127, round_nearest(iscale * scales[ib])));
+        for (int ib = 0; ib < QK_K / 16; ++ib) b.scales[ib] = static_cast<int8_t>(std::min(127, nearest_int(iscale * scales[ib])));
         for (int j = 0; j < QK_K / 16; ++j) {
             const float d = fp16_to_fp32(b.d) * static_cast<float>(b.scales[j]);
             if (d == 0) continue;
-            for (int ii = 0; ii < 16; ++ii) L[16 * j + ii] = static_cast<int8_t>(clamp(round_nearest(x[16 * j + ii] / d), -32, 31) + 32);
+            for (int ii = 0; ii < 16; ++ii) L[16 * j + ii] = static_cast<int8_t>(clamp(nearest_int(x[16 * j + ii] / d), -32, 31) + 32);
         }
         // Per 128-value chunk: ql[l] = low nibbles of values l and l+64, ql[l+32] of l+32 and l+96; qh[l]
         // holds the high two bits of values l, l+32, l+64, l+96.

@@ -26,6 +26,17 @@ double f32_absmax(const gguf::Reader & r, const gguf::TensorInfo & t) {
     return m;
 }
 
+// Every tensor of `a` is in `b` with the same type and bytes.
+void expect_same_tensors(const gguf::Reader & a, const gguf::Reader & b) {
+    for (const auto & t : a.tensors()) {
+        const auto * rt = b.find_tensor(t.name);
+        ASSERT_NE(rt, nullptr) << t.name;
+        EXPECT_EQ(t.type, rt->type) << t.name;
+        ASSERT_EQ(t.nbytes, rt->nbytes) << t.name;
+        EXPECT_EQ(std::memcmp(a.tensor_data(t), b.tensor_data(*rt), t.nbytes), 0) << t.name;
+    }
+}
+
 } // namespace
 
 TEST(GgufTool, InfoListsEveryTensor) {
@@ -148,13 +159,7 @@ TEST(GgufTool, ConvertToQ8_0ThenDiff) {
     // Independent reference: llama-quantize's own Q8_0 file has the same tensor bytes (ggml's reference
     // Q8_0 quantizer and f32 -> f16 rounding are deterministic).
     const auto ref = gguf::Reader::open(models_dir() + "/derived/stories260K-Q8_0.gguf");
-    for (const auto & t : conv->tensors()) {
-        const auto * rt = ref->find_tensor(t.name);
-        ASSERT_NE(rt, nullptr) << t.name;
-        EXPECT_EQ(t.type, rt->type) << t.name;
-        ASSERT_EQ(t.nbytes, rt->nbytes) << t.name;
-        EXPECT_EQ(std::memcmp(conv->tensor_data(t), ref->tensor_data(*rt), t.nbytes), 0) << t.name;
-    }
+    expect_same_tensors(*conv, *ref);
 
     // diff: every tensor compared, differences within the quantization error bounds.
     r = run_tool("diff " + q(stories()) + " " + q(out), dir);
@@ -216,13 +221,7 @@ TEST(GgufTool, ConvertToEveryTypeLoadsAndDiffReportsMissingTensors) {
             // rows of 172 to F16. Its own file (MANIFEST: derived/) has the same types and bytes.
             EXPECT_EQ(conv->find_tensor("output.weight")->type, TensorType::Q8_0);
             const auto ref = gguf::Reader::open(models_dir() + "/derived/stories260K-Q4_0.gguf");
-            for (const auto & t : conv->tensors()) {
-                const auto * rt = ref->find_tensor(t.name);
-                ASSERT_NE(rt, nullptr) << t.name;
-                EXPECT_EQ(t.type, rt->type) << t.name;
-                ASSERT_EQ(t.nbytes, rt->nbytes) << t.name;
-                EXPECT_EQ(std::memcmp(conv->tensor_data(t), ref->tensor_data(*rt), t.nbytes), 0) << t.name;
-            }
+            expect_same_tensors(*conv, *ref);
         }
     }
     // Against a model with other tensors: missing, extra and reshaped tensors are listed, exit status 0.
