@@ -12,6 +12,12 @@
 
 namespace rp {
 
+namespace {
+
+bool is_quantized_type(TensorType t) { return gguf::type_traits(static_cast<uint32_t>(t))->block_size > 1; }
+
+} // namespace
+
 std::vector<QuantChoice> plan_quant_mix(const gguf::Reader & file, const QuantMix & mix, bool pure) {
     const HParams hp = load_hparams(file);
     QuantMixModel m;
@@ -47,6 +53,9 @@ QuantizeReport quantize_model(const std::string & in, const std::string & out, c
             w.add_tensor(t.name, t.type, t.n_dims, t.ne, r->tensor_data(t));
             continue;
         }
+        if (is_quantized_type(t.type))
+            rep.notes.push_back(t.name + ": re-quantized from " + gguf::type_name(static_cast<uint32_t>(t.type)) +
+                                " (the errors add up; llama-quantize refuses this without --allow-requantize)");
         if (!can_dequantize(t.type))
             throw Error(in + ": tensor '" + t.name + "' has type " + gguf::type_name(static_cast<uint32_t>(t.type)) +
                         ", which cannot be dequantized to re-type it to " + gguf::type_name(static_cast<uint32_t>(c.type)));
