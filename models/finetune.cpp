@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -98,8 +99,12 @@ Trainer::Trainer(const Model & model, const FinetuneConfig & cfg, TrainerData da
         throw Error("lora_dropout must be in [0, 1), got " + std::to_string(cfg.lora_dropout));
     if (cfg.full) {
         // Every float tensor becomes an fp32 master (quantized ones stay frozen in their dtype).
+        for (const std::string & n : cfg.full_tensors)
+            if (!model.find(n)) throw Error("full_tensors: the model has no tensor '" + n + "'");
+        const std::set<std::string> only(cfg.full_tensors.begin(), cfg.full_tensors.end());
         auto master = [&](Tensor *& slot) {
             if (!slot || !dtype_is_float(slot->type)) return;
+            if (!only.empty() && !only.count(slot->name)) return;
             slot = f32_master(ctx_, slot, alloc);
             add_param(slot);
         };

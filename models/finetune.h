@@ -45,6 +45,9 @@ std::vector<std::string> default_lora_targets();
 
 struct FinetuneConfig {
     bool full = false;                              // full finetune instead of LoRA
+    // Full finetune of these tensors only (GGUF names, e.g. "blk.3.ffn_norm.weight"); empty = every float
+    // tensor. The others stay frozen in their dtype.
+    std::vector<std::string> full_tensors;
     std::vector<std::string> lora_targets = default_lora_targets();  // short names: "attn_q", "ffn_up", ...
     int64_t lora_rank = 8;
     float lora_alpha = 16.0f;

@@ -1,9 +1,11 @@
 #include "ggml_rp/ops/norm.h"
+#include "ggml_rp/ops/test_hooks.h"
 
 #include "ggml_rp/ops/backward_rules.h"
 #include "ggml_rp/ops/binary.h"
 #include "ggml_rp/ops/op_util.h"
 #include "ggml_rp/ops/reduce.h"
+#include "ggml_rp/ops/unary.h"
 
 namespace rp {
 
@@ -48,7 +50,11 @@ void backward_norm(Backward & b, Tensor * node) {
     const float eps = node->param_f32(0);
     if (b.needs(x)) b.add(x, rms_norm_back(ctx, x, w, dy, eps));
     // dw = sum over rows of dy * (x normalized without the weight).
-    if (w && b.needs(w)) b.add(w, sum_to(ctx, mul(ctx, dy, rms_norm(ctx, x, nullptr, eps)), w));
+    if (w && b.needs(w)) {
+        Tensor * dw = sum_to(ctx, mul(ctx, dy, rms_norm(ctx, x, nullptr, eps)), w);
+        if (const float p = test_hooks::backward_perturbation("rms_norm"); p != 0.0f) dw = scale(ctx, dw, 1.0f + p);
+        b.add(w, dw);
+    }
 }
 
 } // namespace rules

@@ -1,0 +1,186 @@
+// rp-check, run as a program: it passes on every model in shared/models and on generated models of each
+// architecture (f32, bf16 and a Q4_K_M mix); it fails, naming the check, when one kernel's backward is off by
+// 1% (RP_TEST_PERTURB_BACKWARD, ops/test_hooks.h) and when the vocabulary is edited so that llama.cpp and we
+// tokenize differently; without llama.cpp its parts are skipped, saying how to get it; --json is valid JSON.
+#include "ggml_rp/core/json.h"
+#include "gguf/gguf.h"
+#include "models/quantize_model.h"
+#include "models/synth_model.h"
+#include "tests/common/shared_paths.h"
+#include "tests/common/temp_dir.h"
+#include "tests/oracle/oracle_run.h"
+
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct ToolRun {
+    int code = -1;
+    std::string out, err;
+};
+
+ToolRun rp_check(const std::string & args, const std::string & env = "") {
+    rp_test::TempDir d;
+    const std::string out = d.file("out"), err = d.file("err");
+    const std::string oracle = rp::oracle::bin().empty() || args.find("--oracle") != std::string::npos
+                                   ? "" : " --oracle " + rp::oracle::quote(rp::oracle::bin());
+    const std::string cmd = env + " " + std::string(RP_BIN_DIR) + "/rp-check " + args + oracle + " -t 2 > " + out + " 2> " + err;
+    const int st = std::system(cmd.c_str());
+    ToolRun r;
+    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    auto slurp = [](const std::string & p) {
+        std::ifstream f(p);
+        return std::string((std::istreambuf_iterator<char>(f)), {});
+    };
+    r.out = slurp(out);
+    r.err = slurp(err);
+    return r;
+}
+
+std::string models() { return rp_test::shared_dir() + "/models/"; }
+
+// The rows whose result is FAIL.
+std::vector<std::string> failed_rows(const std::string & out) {
+    std::vector<std::string> v;
+    std::istringstream in(out);
+    for (std::string l; std::getline(in, l);)
+        if (l.find(" FAIL ") != std::string::npos) v.push_back(l);
+    return v;
+}
+
+} // namespace
+
+TEST(RpCheck, PassesOnEverySharedModel) {
+    RP_REQUIRE_ORACLE();
+    for (const char * m : {"stories260K.gguf", "derived/stories260K-F16.gguf", "derived/stories260K-BF16.gguf",
+                           "derived/stories260K-Q8_0.gguf", "derived/stories260K-Q4_0.gguf", "synthetic/tiny-random-qwen2.gguf",
+                           "synthetic/tiny-random-qwen3.gguf"}) {
+        const ToolRun r = rp_check("-m " + models() + m);
+        EXPECT_EQ(r.code, 0) << m << "\n" << r.out << r.err;
+        EXPECT_TRUE(failed_rows(r.out).empty()) << m;
+        EXPECT_NE(r.out.find(" 0 failed"), std::string::npos) << r.out;
+        for (const char * check : {"tokenizer", "forward", "gradients", "pipeline", "round trip"})
+            EXPECT_NE(r.out.find(std::string("\n") + check), std::string::npos) << m << ": no " << check << " row";
+    }
+    // With an adapter: both engines apply it, and its own factors' gradients are checked.
+    const ToolRun r = rp_check("-m " + models() + "stories260K.gguf --lora " + models() + "reference/lora/stories260K-lora-r4-a8.gguf");
+    EXPECT_EQ(r.code, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find("the adapter applied by both engines"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("lora_b (the adapter's)"), std::string::npos) << r.out;
+}
+
+TEST(RpCheck, PassesOnGeneratedModelsOfEachArchitectureAndType) {
+    RP_REQUIRE_ORACLE();
+    rp_test::TempDir d;
+    for (const char * arch : {"llama", "qwen2", "qwen3"}) {
+        rp::SynthSpec s;
+        s.arch = arch;
+        s.vocab_from = models() + (std::string(arch) == "llama" ? "stories260K.gguf" : "synthetic/tiny-random-qwen2.gguf");
+        s.n_layer = 2, s.n_embd = 256, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 64, s.n_ff = 256;
+        s.tied = std::string(arch) == "qwen3";
+        const std::string f32 = d.file(std::string(arch) + ".gguf");
+        rp::write_synth_model(s, f32);
+        s.wtype = gguf::TensorType::BF16;
+        const std::string bf16 = d.file(std::string(arch) + "-bf16.gguf");
+        rp::write_synth_model(s, bf16);
+        rp::QuantizeOptions q;
+        ASSERT_TRUE(rp::quant_mix_from_name("q4_k_m", q.mix));
+        const std::string q4 = d.file(std::string(arch) + "-q4km.gguf");
+        rp::quantize_model(f32, q4, q);
+        for (const std::string & m : {f32, bf16, q4}) {
+            const ToolRun r = rp_check("-m " + m + " --quick");
+            EXPECT_EQ(r.code, 0) << m << "\n" << r.out << r.err;
+            EXPECT_TRUE(failed_rows(r.out).empty()) << m;
+        }
+    }
+}
+
+TEST(RpCheck, CatchesABackwardOffByOnePercent) {
+    const ToolRun clean = rp_check("-m " + models() + "stories260K.gguf --only gradients");
+    ASSERT_EQ(clean.code, 0) << clean.out;
+    const ToolRun r = rp_check("-m " + models() + "stories260K.gguf --only gradients", "RP_TEST_PERTURB_BACKWARD=rms_norm:0.01");
+    EXPECT_EQ(r.code, 1) << r.out;
+    const std::vector<std::string> bad = failed_rows(r.out);
+    ASSERT_FALSE(bad.empty()) << r.out;
+    // Exactly the norm weights (whose gradient the perturbed rule gives) fail, in the gradients check.
+    for (const std::string & l : bad) {
+        EXPECT_EQ(l.rfind("gradients", 0), 0u) << l;
+        EXPECT_NE(l.find("norm.weight"), std::string::npos) << l;
+    }
+    EXPECT_EQ(bad.size(), 3u) << "attn_norm, ffn_norm and output_norm:\n" << r.out;
+}
+
+// A tokenizer that disagrees with llama.cpp: llama.cpp is given (through a wrapper in place of rp-oracle) a
+// copy of the model whose vocabulary has the texts of two common tokens swapped, while we read the original.
+// (The same file would not do: under every vocabulary edit tried — equal scores, byte tokens retyped, a token
+// made user-defined — both engines still agree, and a duplicated token text makes llama.cpp abort.) The
+// tokenizer check must fail and say which case differs; the forward check, on the untouched file, still passes.
+TEST(RpCheck, CatchesATokenizerThatDisagreesWithLlamaCpp) {
+    RP_REQUIRE_ORACLE();
+    rp_test::TempDir d;
+    const std::string model = models() + "stories260K.gguf";
+    const auto r0 = gguf::Reader::open(model);
+    std::vector<std::string> t = r0->find("tokenizer.ggml.tokens")->strs;
+    const auto a = std::find(t.begin(), t.end(), "\xe2\x96\x81" "the"), b = std::find(t.begin(), t.end(), "\xe2\x96\x81" "a");
+    ASSERT_TRUE(a != t.end() && b != t.end());
+    std::swap(*a, *b);
+    const std::string edited = d.file("edited.gguf");
+    {
+        gguf::Writer w(r0->alignment());
+        gguf::copy_kvs(*r0, w);
+        w.set_string_array("tokenizer.ggml.tokens", t);
+        for (const gguf::TensorInfo & ti : r0->tensors()) w.add_tensor(ti.name, ti.type, ti.n_dims, ti.ne, r0->tensor_data(ti));
+        w.write(edited);
+    }
+    const std::string wrapper = d.file("oracle.sh");
+    std::ofstream(wrapper) << "#!/bin/sh\nmode=$1; shift; shift\nexec " << rp::oracle::quote(rp::oracle::bin()) << " \"$mode\" "
+                           << rp::oracle::quote(edited) << " \"$@\"\n";
+    ASSERT_EQ(std::system(("chmod +x " + wrapper).c_str()), 0);
+    std::ofstream(d.file("text.txt")) << "Once upon a time the cat saw a dog.\nThe end.\n";
+    const ToolRun r = rp_check("-m " + model + " --only tokenizer,forward --text " + d.file("text.txt") + " --oracle " + wrapper);
+    EXPECT_EQ(r.code, 1) << r.out << r.err;
+    const std::vector<std::string> bad = failed_rows(r.out);
+    ASSERT_EQ(bad.size(), 1u) << r.out;
+    EXPECT_EQ(bad[0].rfind("tokenizer", 0), 0u) << bad[0];
+    EXPECT_NE(bad[0].find("llama.cpp ["), std::string::npos) << "the differing ids are shown: " << bad[0];
+}
+
+TEST(RpCheck, WithoutLlamaCppItsPartsAreSkippedSayingHow) {
+    ToolRun r = rp_check("-m " + models() + "stories260K.gguf --only forward,tokenizer,gradients --oracle ''");
+    EXPECT_EQ(r.code, 0) << "the checks that ran passed:\n" << r.out << r.err;
+    EXPECT_NE(r.out.find("skipped"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("scripts/fetch-oracle.sh"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("forward    max"), std::string::npos) << "no forward figure without llama.cpp:\n" << r.out;
+    // Everything skipped is not a pass.
+    r = rp_check("-m " + models() + "stories260K.gguf --only forward --oracle ''");
+    EXPECT_EQ(r.code, 1) << r.out;
+}
+
+TEST(RpCheck, JsonAndBadInput) {
+    ToolRun r = rp_check("-m " + models() + "stories260K.gguf --quick --json --only gradients,pipeline,round-trip");
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+    const rp::json::Value v = rp::json::parse(r.out, "rp-check --json");
+    ASSERT_TRUE(v.is_object());
+    ASSERT_NE(v.find("checks"), nullptr);
+    EXPECT_GT(v.find("checks")->array.size(), 10u);
+    EXPECT_EQ(v.find("failed")->number, 0);
+    for (const rp::json::Value & c : v.find("checks")->array) EXPECT_NE(c.find("result"), nullptr);
+
+    r = rp_check("-m /no/such/model.gguf");
+    EXPECT_EQ(r.code, 1);
+    EXPECT_NE(r.err.find("/no/such/model.gguf"), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty()) << "no partial output: " << r.out;
+    r = rp_check("-m " + models() + "stories260K.gguf --only everything");
+    EXPECT_EQ(r.code, 1);
+    EXPECT_NE(r.err.find("--only"), std::string::npos) << r.err;
+}
