@@ -102,7 +102,8 @@ TEST(Dequant, BadInputsThrowNamingTheType) {
     EXPECT_NE(msg(static_cast<TensorType>(1000), 32).find("type#1000"), std::string::npos);
     EXPECT_FALSE(rp::can_dequantize(TensorType::Q8_1));
     EXPECT_FALSE(rp::can_dequantize(TensorType::I32));
-    EXPECT_THROW(rp::quantize_row(TensorType::Q4_K, y.data(), buf.data(), 256), rp::Error);
+    EXPECT_THROW(rp::quantize_row(TensorType::IQ2_XXS, y.data(), buf.data(), 256), rp::Error);  // no quantizer
+    EXPECT_THROW(rp::quantize_row(TensorType::Q4_K, y.data(), buf.data(), 128), rp::Error);     // half a block
     EXPECT_THROW(rp::quantize_row(TensorType::Q8_0, y.data(), buf.data(), 48), rp::Error);
 }
 
