@@ -141,4 +141,18 @@ CheckpointState load_checkpoint(const std::string & path, Trainer & tr, Optimize
     return st;
 }
 
+EvalProgress eval_progress(const TrainCurve & c) {
+    EvalProgress p;
+    for (size_t i = 0; i < c.eval_loss.size(); ++i) {
+        if (p.best_step < 0 || c.eval_loss[i] < p.best_loss) {  // strictly better; NaN never is
+            p.best_step = c.eval_step[i];
+            p.best_loss = c.eval_loss[i];
+            p.since_best = 0;
+        } else {
+            ++p.since_best;
+        }
+    }
+    return p;
+}
+
 } // namespace rp

@@ -29,6 +29,15 @@ struct TrainCurve {
     std::vector<float> eval_loss;
 };
 
+// The best validation loss of a curve and how many evaluations came after it without beating it (early
+// stopping; derived from the curve, so a resumed run continues the count). best_step -1 without evaluations.
+struct EvalProgress {
+    int64_t best_step = -1;
+    double best_loss = 0;
+    int64_t since_best = 0;
+};
+EvalProgress eval_progress(const TrainCurve & c);
+
 struct CheckpointState {
     int64_t step = 0;
     DataPosition data;

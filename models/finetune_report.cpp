@@ -36,7 +36,19 @@ void write_loss_svg(const std::string & path, const TrainCurve & c) {
         std::snprintf(buf, sizeof buf, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.3f</text>\n", L - 4, Y(v) + 4, v);
         s += buf;
     }
-    std::snprintf(buf, sizeof buf, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">step (0 .. %zu)</text>\n", (L + W - R) / 2, H - 12, n);
+    // x ticks: a round step (1, 2 or 5 times a power of ten) giving at most 8 intervals over [0, steps].
+    double tick = 1;
+    while (max_step / tick > 8) {
+        const double d = std::pow(10.0, std::floor(std::log10(tick)));
+        tick = tick / d < 2 ? 2 * d : tick / d < 5 ? 5 * d : 10 * d;
+    }
+    for (double st = 0; st <= max_step + 1e-9; st += tick) {
+        std::snprintf(buf, sizeof buf,
+                      "<path d=\"M%.1f %.1f v5\" stroke=\"black\"/><text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.0f</text>\n",
+                      X(st), H - B, X(st), H - B + 18, st);
+        s += buf;
+    }
+    std::snprintf(buf, sizeof buf, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">step</text>\n", (L + W - R) / 2, H - 6);
     s += buf;
     s += "<text x=\"70\" y=\"20\" fill=\"#1f77b4\">train loss</text><text x=\"160\" y=\"20\" fill=\"#ff7f0e\">validation loss</text>\n";
     auto polyline = [&](const char * color, auto step_of, auto value_of, size_t count) {

@@ -64,6 +64,8 @@ const char * const kUsage =
     "      --resume FILE       continue from a checkpoint, or start from an adapter's weights\n"
     "      --eval-every N      validation loss every N steps (and at the end) when --val-split > 0\n"
     "      --val-split F       fraction of the sequences held out for validation (default 0)\n"
+    "      --early-stop N      stop after N evaluations in a row without a better validation loss\n"
+    "      --save-best         keep the result of the best evaluation in OUT.best.gguf (rewritten when beaten)\n"
     "      --dump-grads FILE   the accumulated gradients of the first step, before clipping (GGUF)\n"
     "      --max-bad-steps K   a step with a non-finite loss or gradient norm is not applied; K in a row stop\n"
     "                          the run (exit 1, the last checkpoint kept, no output written) (default 3)\n"
@@ -134,7 +136,8 @@ int main(int argc, char ** argv) {
         std::string model_path, data_path, out_path, resume, trace_path, link, schedule = "roundpipe";
         rp::SessionOptions o;
         o.lr.lr_max = 1e-3;
-        int64_t seq_len = 64, stop_at = 0, save_every = 0, eval_every = 0;
+        int64_t seq_len = 64, stop_at = 0, save_every = 0, eval_every = 0, early_stop = 0;
+        bool save_best = false;
         bool plan_only = false, max_seq = false, allow_binary = false;
         int64_t token_chunk = -2;  // -2: not given
         float lr = 1e-3f, lr_min = 0.0f;
@@ -173,6 +176,8 @@ int main(int argc, char ** argv) {
             else if (a == "--save-every") save_every = args.integer(0, 1LL << 40);
             else if (a == "--resume") resume = args.value();
             else if (a == "--eval-every") eval_every = args.integer(0, 1LL << 40);
+            else if (a == "--early-stop") early_stop = args.integer(1, 1LL << 40);
+            else if (a == "--save-best") save_best = true;
             else if (a == "--val-split") o.val_split = args.number();
             else if (a == "--dump-grads") o.dump_grads = args.value();
             else if (a == "--devices") o.devices.count = static_cast<int>(args.integer(1, 64)), o.pipelined = true;
@@ -245,6 +250,9 @@ int main(int argc, char ** argv) {
         if (out_path.empty()) throw rp::Error("no output given (-o OUT.gguf)");
         if (!o.pipelined && (!link.empty() || !trace_path.empty() || o.pipeline.async || schedule != "roundpipe" || o.devices.backend != "cpu"))
             throw rp::Error("--link, --trace, --async, --schedule and --backend need --devices N (the RoundPipe runtime)");
+        if ((early_stop > 0 || save_best) && (eval_every <= 0 || !(o.val_split > 0)))
+            throw rp::Error(std::string(early_stop > 0 ? "--early-stop" : "--save-best") +
+                            " needs evaluations: --val-split F (> 0) and --eval-every N");
         if (!link.empty()) o.devices.link = rp::LinkModel::parse(link);
         if (!link.empty() && o.devices.backend == "cuda") throw rp::Error("--link models the CPU devices' link; it does not apply to --backend cuda");
         o.lr.lr_max = lr;
@@ -278,12 +286,25 @@ int main(int argc, char ** argv) {
 
         const std::string ckpt_path = out_path + ".ckpt.gguf";
         rp::MetricsLog metrics(out_path + ".metrics.jsonl", first > 0);
+        const std::string best_path = out_path + ".best.gguf";
         auto evaluate = [&](int64_t step) {
             if (!run.has_validation()) return;
             const double vl = run.evaluate();
             run.record_eval(step, vl);
             metrics.eval(step, vl);
-            std::fprintf(stderr, "eval step %lld: val loss %.4f, ppl %.3f\n", static_cast<long long>(step), vl, std::exp(vl));
+            const rp::EvalProgress ep = rp::eval_progress(run.curve());
+            const bool best = ep.best_step == step && ep.since_best == 0;
+            char best_text[96] = " (best)";
+            if (!best)
+                std::snprintf(best_text, sizeof best_text, "; best %.4f at step %lld", ep.best_loss, static_cast<long long>(ep.best_step));
+            std::fprintf(stderr, "eval step %lld: val loss %.4f, ppl %.3f%s\n", static_cast<long long>(step), vl, std::exp(vl), best_text);
+            if (best && save_best) run.save_result(best_path);
+        };
+        // --early-stop: N evaluations in a row without a better validation loss end the run (not an error).
+        auto early_stopped = [&] {
+            if (early_stop <= 0) return false;
+            const rp::EvalProgress ep = rp::eval_progress(run.curve());
+            return ep.best_step >= 0 && ep.since_best >= early_stop;
         };
         if (first == 0 && eval_every > 0) evaluate(0);
         const auto t_run = std::chrono::steady_clock::now();
@@ -319,7 +340,16 @@ int main(int argc, char ** argv) {
             if (r.skipped)
                 std::fprintf(stderr, "warning: step %lld skipped (%s, gradient norm %g, %lld trained tokens)\n",
                              static_cast<long long>(r.grad_norm_step), r.skip_reason.c_str(), r.grad_norm, static_cast<long long>(r.trained_tokens));
-            if (eval_every > 0 && r.step % eval_every == 0 && r.step != end) evaluate(r.step);
+            if (eval_every > 0 && r.step % eval_every == 0 && r.step != end) {
+                evaluate(r.step);
+                if (early_stopped()) {
+                    const rp::EvalProgress ep = rp::eval_progress(run.curve());
+                    std::fprintf(stderr, "early stop at step %lld: %lld evaluations without a better validation loss than %.4f (step %lld)\n",
+                                 static_cast<long long>(r.step), static_cast<long long>(ep.since_best), ep.best_loss,
+                                 static_cast<long long>(ep.best_step));
+                    break;
+                }
+            }
             if (save_every > 0 && r.step % save_every == 0 && r.step != end) {
                 run.save_checkpoint(ckpt_path);
                 metrics.save_copy();  // the log as of the checkpoint: a run killed later resumes with it
@@ -351,9 +381,16 @@ int main(int argc, char ** argv) {
         const auto & tl = curve.train_loss;
         std::fprintf(stderr, "done: %lld steps in %.2f s, %.0f tok/s; loss %.4f -> %.4f", static_cast<long long>(run.steps_done() - first),
                      secs, secs > 0 ? tokens / secs : 0.0, tl.empty() ? 0.0 : tl.front(), tl.empty() ? 0.0 : tl.back());
-        if (!curve.eval_loss.empty())
+        if (!curve.eval_loss.empty()) {
             std::fprintf(stderr, "; val loss %.4f -> %.4f (ppl %.3f -> %.3f)", curve.eval_loss.front(), curve.eval_loss.back(),
                          std::exp(curve.eval_loss.front()), std::exp(curve.eval_loss.back()));
+            const rp::EvalProgress ep = rp::eval_progress(curve);
+            if (ep.best_step == curve.eval_step.front())
+                std::fprintf(stderr, " -- validation never improved on its first value: the run overfits or the lr is too high");
+            else if (ep.since_best > 0)
+                std::fprintf(stderr, " -- best %.4f at step %lld%s", ep.best_loss, static_cast<long long>(ep.best_step),
+                             save_best ? (" (" + best_path + ")").c_str() : "");
+        }
         std::fprintf(stderr, "; peak graph %.1f KiB, peak RSS %.1f MiB\nwrote %s\n", static_cast<double>(run.trainer().peak_graph_bytes()) / 1024.0,
                      peak_rss_mib(), out_path.c_str());
         return 0;

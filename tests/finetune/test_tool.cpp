@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -160,3 +161,57 @@ TEST(FinetuneTool, BadInput) {
 }
 
 } // namespace
+
+namespace {
+
+// The validation losses a run printed ("eval step S: val loss V"), by step.
+std::vector<std::pair<int, double>> evals_of(const std::string & log) {
+    std::vector<std::pair<int, double>> v;
+    std::istringstream in(log);
+    for (std::string l; std::getline(in, l);) {
+        int s = 0;
+        double x = 0;
+        if (std::sscanf(l.c_str(), "eval step %d: val loss %lf", &s, &x) == 2) v.push_back({s, x});
+    }
+    return v;
+}
+
+} // namespace
+
+// --early-stop N ends the run after N evaluations without a better validation loss; --save-best keeps the
+// result of the best one, byte for byte what a run stopped at that step (same schedule) writes. The loss SVG
+// labels its step axis.
+TEST(FinetuneTool, EarlyStopAndSaveBest) {
+    TmpDir d;
+    const std::string data = " --data " + std::string(RP_SOURCE_DIR) + "/examples/data/stories.txt";
+    const std::string common = data + " --seq-len 64 --batch 8 --steps 60 --lr 3e-3 --warmup 2 --val-split 0.1 --eval-every 4 -t 1 --seed 5";
+    std::string log;
+    ASSERT_EQ(ft_test::run(finetune("-o " + (d / "a.gguf") + common + " --early-stop 2 --save-best"), &log), 0) << log;
+    const auto ev = evals_of(log);
+    ASSERT_GE(ev.size(), 3u) << log;
+    EXPECT_NE(log.find("early stop at step " + std::to_string(ev.back().first)), std::string::npos) << log;
+    EXPECT_LT(ev.back().first, 60) << "the run went on to the end:\n" << log;
+    // The last two evaluations are no better than the best before them, which is the best of all.
+    size_t best = 0;
+    for (size_t i = 0; i < ev.size(); ++i)
+        if (ev[i].second < ev[best].second) best = i;
+    EXPECT_EQ(best, ev.size() - 3) << log;
+    EXPECT_EQ(metric(d / "a.gguf.metrics.jsonl", "val_loss").size(), ev.size());
+    ASSERT_TRUE(fs::exists(d / "a.gguf.best.gguf")) << log;
+    // The same run stopped at the best step writes the same bytes.
+    const int best_step = ev[best].first;
+    if (best_step > 0) {
+        ASSERT_EQ(ft_test::run(finetune("-o " + (d / "b.gguf") + common + " --stop-at " + std::to_string(best_step)), &log), 0) << log;
+        EXPECT_EQ(slurp(d / "a.gguf.best.gguf"), slurp(d / "b.gguf")) << "best at step " << best_step;
+    } else {  // the untrained adapter was best: B = 0
+        EXPECT_NE(log.find("validation never improved"), std::string::npos) << log;
+    }
+    // The loss curve's step axis has tick labels 0, 4, 8, ...
+    const std::string svg = slurp(d / "a.gguf.loss.svg");
+    EXPECT_NE(svg.find("text-anchor=\"middle\">0<"), std::string::npos) << svg;
+    EXPECT_NE(svg.find("text-anchor=\"middle\">step<"), std::string::npos) << svg;
+    // Without evaluations there is nothing to stop on: refused, no file written.
+    EXPECT_EQ(ft_test::run(finetune("-o " + (d / "c.gguf") + data + " --early-stop 2"), &log), 1);
+    EXPECT_NE(log.find("--early-stop needs evaluations"), std::string::npos) << log;
+    EXPECT_FALSE(fs::exists(d / "c.gguf.metrics.jsonl"));
+}
