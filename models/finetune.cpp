@@ -346,6 +346,20 @@ template <typename T> T * at_token(T * base, int64_t token, int64_t n_embd) {
 
 } // namespace
 
+// Token-chunked programs: the attention half of decoder layer `layer` (its output, residual included) over
+// every token, copied into dst.
+void Trainer::attention_half_into(Program & p, int layer, const void * in, void * dst, const MicroBatchInfo & mb,
+                                  int n_threads) const {
+    const HParams & hp = model_.hparams();
+    const int64_t T = mb.seq_len, B = mb.n_seq, E = hp.n_embd;
+    Tensor * h = attention_block(p.ctx, hp, p.b.layer, layer - 1, leaf(p.ctx, DType::F32, in, E, T, B), positions(p.ctx, T, p.runner),
+                                 &p.b.lora, nullptr, cfg_.attention_type);
+    h->flags |= kFlagOutput;
+    Graph g;
+    build_forward(g, h);
+    run_graph(g, p.runner, n_threads, [&] { p.runner.copy_f32(dst, h); });
+}
+
 void Trainer::seq_forward(int layer, const LayerMemory & mem, const void * in, void * out, const MicroBatchInfo & mb,
                           ProgramContext & pc) const {
     const HParams & hp = model_.hparams();
@@ -371,14 +385,7 @@ void Trainer::seq_forward(int layer, const LayerMemory & mem, const void * in, v
     }
     // Token-chunked: the attention half over every token into `out`, then the feed-forward half range by range
     // in place (each graph reads its range of `out` and its result is copied back over it after it ran).
-    {
-        Tensor * h = attention_block(ctx, hp, b.layer, layer - 1, leaf(ctx, DType::F32, in, E, T, B), positions(ctx, T, runner),
-                                     &b.lora, nullptr, cfg_.attention_type);
-        h->flags |= kFlagOutput;
-        Graph g;
-        build_forward(g, h);
-        run_graph(g, runner, pc.n_threads, [&] { runner.copy_f32(out, h); });
-    }
+    attention_half_into(p, layer, in, out, mb, pc.n_threads);
     for (const auto & [t0, t1] : ranges) {
         p.b.lora.dropout.token_offset = t0;
         void * h = at_token(out, t0, E);
@@ -460,14 +467,7 @@ void Trainer::seq_backward(int layer, const LayerMemory & mem, const void * in, 
     //      overwritten by the graph's last one);
     //   3. the attention half again, backpropagating dh (now in dout) into the input gradient din.
     // Graphs 1 and 3 each compute the attention forward: chunking costs one attention forward more.
-    {
-        Tensor * h = attention_block(ctx, hp, b.layer, layer - 1, leaf(ctx, DType::F32, in, E, T, B), positions(ctx, T, runner),
-                                     &b.lora, nullptr, cfg_.attention_type);
-        h->flags |= kFlagOutput;
-        Graph g;
-        build_forward(g, h);
-        run_graph(g, runner, pc.n_threads, [&] { runner.copy_f32(din, h); });
-    }
+    attention_half_into(p, layer, in, din, mb, pc.n_threads);
     void * dh = const_cast<void *>(dout);
     for (const auto & [t0, t1] : ranges) {
         p.b.lora.dropout.token_offset = t0;

@@ -135,6 +135,7 @@ private:
     struct Program;  // what every per-layer program starts from
     Bound bind(Context & ctx, int layer, const LayerMemory & mem, bool with_grads, const MicroBatchInfo & mb) const;
     LayerMemory host_memory(int layer) const;  // the tensors' own data, grads into their slots
+    void attention_half_into(Program & p, int layer, const void * in, void * dst, const MicroBatchInfo & mb, int n_threads) const;
     // Runs g through runner (graph memory of the program's device, or the host; graph_runner.h); read_back
     // copies results out (runner.copy_f32) before that memory may be reused. Tracks peak_graph_bytes().
     void run_graph(Graph & g, GraphRunner & runner, int n_threads, const std::function<void()> & read_back = {}) const;

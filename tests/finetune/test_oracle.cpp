@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -271,6 +272,28 @@ TEST(FinetuneMerge, ErrorsLeaveNoFile) {
                                " --type q9_k", &log), 1);
     EXPECT_NE(log.find("q4_k_m"), std::string::npos) << "the valid types are listed: " << log;
     EXPECT_FALSE(fs::exists(d / "o.gguf"));
+    // A diverged adapter (a NaN in one factor): refused naming the tensor, no output.
+    {
+        const auto r = gguf::Reader::open(lora);
+        gguf::Writer w(r->alignment());
+        gguf::copy_kvs(*r, w);
+        for (const gguf::TensorInfo & t : r->tensors()) {
+            if (t.name != "blk.2.attn_q.weight.lora_b" || t.type != rp::DType::F32) {
+                w.add_tensor(t.name, t.type, t.n_dims, t.ne, r->tensor_data(t));
+                continue;
+            }
+            const float * src = reinterpret_cast<const float *>(r->tensor_data(t));
+            auto v = std::make_shared<std::vector<float>>(src, src + t.nelements());
+            (*v)[3] = std::nanf("");
+            w.add_tensor(t.name, t.type, t.n_dims, t.ne, [v](uint8_t * dst, size_t n) { std::memcpy(dst, v->data(), n); });
+        }
+        w.write(d / "nan.gguf");
+    }
+    EXPECT_EQ(ft_test::run(ft_test::tool("rp-merge-lora") + " -m " + ft_test::stories() + " --lora " + (d / "nan.gguf") + " -o " + (d / "o.gguf"), &log), 1);
+    EXPECT_NE(log.find("blk.2.attn_q.weight"), std::string::npos) << log;
+    EXPECT_NE(log.find("not finite"), std::string::npos) << log;
+    EXPECT_FALSE(fs::exists(d / "o.gguf"));
+    EXPECT_FALSE(fs::exists(d / "o.gguf.tmp"));
     // --type q8_0 is llama-quantize's Q8_0: ffn_down's rows of 172 values fall back to F16.
     ASSERT_EQ(ft_test::run(ft_test::tool("rp-merge-lora") + " -m " + ft_test::stories() + " --lora " + lora + " -o " + (d / "o.gguf") +
                                " --type q8_0", &log), 0) << log;

@@ -18,6 +18,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <random>
@@ -219,4 +220,47 @@ TEST(QuantizeParity, The70BRuleMatchesLlamaCpp) {
         const auto r = gguf::Reader::open(dir.file(std::string("ours-") + m + ".gguf"));
         EXPECT_EQ(r->find_tensor("blk.40.attn_v.weight")->type, TensorType::Q5_K) << m;
     }
+}
+
+// A NaN or an infinity in a tensor to quantize: refused naming the file, the tensor and the first bad row; no
+// output, not even its temporary file (the quantized garbage llama-quantize would write is never made).
+TEST(QuantizeModel, NonFiniteRowsAreRefusedNamingTheTensorAndLeaveNoFile) {
+    rp_test::TempDir d;
+    const std::string base = d.file("base.gguf"), bad = d.file("nan.gguf"), out = d.file("out.gguf");
+    rp::SynthSpec s = deep_llama();
+    s.n_layer = 2;
+    rp::write_synth_model(s, base);
+    {
+        const auto r = gguf::Reader::open(base);
+        gguf::Writer w(r->alignment());
+        gguf::copy_kvs(*r, w);
+        for (const gguf::TensorInfo & t : r->tensors()) {
+            if (t.name != "blk.1.ffn_up.weight") {
+                w.add_tensor(t.name, t.type, t.n_dims, t.ne, r->tensor_data(t));
+                continue;
+            }
+            const float * src = reinterpret_cast<const float *>(r->tensor_data(t));
+            const auto data = std::make_shared<std::vector<float>>(src, src + t.nelements());
+            (*data)[static_cast<size_t>(5 * t.ne[0] + 17)] = std::nanf("");
+            (*data)[static_cast<size_t>(9 * t.ne[0])] = INFINITY;
+            w.add_tensor(t.name, t.type, t.n_dims, t.ne, [data](uint8_t * dst, size_t n) { std::memcpy(dst, data->data(), n); });
+        }
+        w.write(bad);
+    }
+    rp::QuantizeOptions opt;
+    ASSERT_TRUE(rp::quant_mix_from_name("q4_k_m", opt.mix));
+    opt.threads = 2;
+    try {
+        rp::quantize_model(bad, out, opt);
+        FAIL() << "a NaN was quantized";
+    } catch (const rp::Error & e) {
+        const std::string m = e.what();
+        EXPECT_NE(m.find(bad), std::string::npos) << m;
+        EXPECT_NE(m.find("blk.1.ffn_up.weight"), std::string::npos) << m;
+        EXPECT_NE(m.find("row 5 "), std::string::npos) << "the first bad row: " << m;
+    }
+    EXPECT_FALSE(std::filesystem::exists(out));
+    EXPECT_FALSE(std::filesystem::exists(out + ".tmp"));
+    rp::quantize_model(base, out, opt);  // the clean model quantizes
+    EXPECT_TRUE(std::filesystem::exists(out));
 }
