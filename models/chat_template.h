@@ -1,16 +1,43 @@
 // Chat templates: render a conversation into the text a chat model was trained on, and say which bytes
 // of it are the assistant's replies (the tokens a finetune computes its loss on).
 //
-// We do not run Jinja. Like llama.cpp's built-in templates (llama-chat.cpp), a template is recognised by
-// its markers in tokenizer.chat_template, or chosen by name, and rendered by code:
-//   ChatML (Qwen2 / 2.5 / 3):  <|im_start|>{role}\n{content}<|im_end|>\n ...   [<|im_start|>assistant\n]
-//   Llama 3:  <|start_header_id|>{role}<|end_header_id|>\n\n{content, trimmed}<|eot_id|> ...
-//             [<|start_header_id|>assistant<|end_header_id|>\n\n]
-// As in llama.cpp, no default system message is inserted and Llama 3's <|begin_of_text|> is not part of
-// the text (the tokenizer adds it as BOS). Encode the rendered text with parse_special = true.
+// The template is the model's own Jinja source (tokenizer.chat_template), rendered by our interpreter
+// (models/jinja/jinja.h) to exactly the text llama.cpp's common_chat_templates_apply puts in `.prompt`
+// (use_jinja, no tools) for the templates we test against it. The variables it sees are llama.cpp's:
+//   messages            [{content, reasoning_content (only when not empty), role}, ...]
+//   bos_token, eos_token the vocabulary's BOS / EOS text ("" when the template is used without a vocabulary)
+//   enable_thinking     (Qwen3 / QwQ / DeepSeek-R1 thinking switch)
+//   add_generation_prompt  set only when true (llama.cpp leaves it undefined otherwise, and templates test
+//                       `is defined`)
+//   date_string, datetime  the date as "%d %b %Y" and "%b %d %Y" (llama.cpp always sets both, so Llama 3.1+
+//                       print that date, not their "26 Jul 2024" fallback); strftime_now formats the same day.
+// No format-specific rewrite is applied: for these templates llama.cpp's `.prompt` is the plain rendering
+// (its autoparser only adds to `.prompt` when continuing a final message, which we never do). When the
+// tokenizer adds BOS itself (strip_bos), a leading bos_token is removed from the text, as llama.cpp does
+// with the vocabulary's add_bos, so a Llama 3 rendering does not get two <|begin_of_text|>.
+//
+// Assistant spans (the mask rule, TRL's incremental rendering): for assistant message i,
+//   begin = after the longest piece of the generation prompt that the turn's rendering starts with, cut
+//           after a newline, after a '>' (the end of a marker) or at the prompt's end. That is, past
+//           render(messages[0..i), add_generation_prompt = false), which must be a prefix of the whole
+//           rendering, and then as far into render(messages[0..i), add_generation_prompt = true) as the
+//           whole rendering agrees with it. So the span starts after the turn's header
+//           (<|im_start|>assistant\n, <｜Assistant｜>, ...) even where the generation prompt goes on with
+//           a think opener that the turn does not have (QwQ and DeepSeek-R1 earlier replies, Qwen3 with
+//           thinking off), and after that opener where the turn has it.
+//   end   = just after the first end-of-turn marker at or after `begin` (the marker is found once per
+//           template by rendering a probe reply: the text that follows the reply up to a blank, e.g.
+//           <|im_end|>, <|eot_id|>, <｜end▁of▁sentence｜>); whitespace after the marker is not part of it.
+//   content_end = end - the marker's length.
+// So a span holds whatever the template writes for the reply after the generation prompt: the content,
+// rewritten as the template does (Qwen3 adds "<think>\n\n</think>\n\n" to a reply after the last user
+// message; DeepSeek-R1 drops an earlier reply's <think> part) and the marker. A template for which the
+// prefix is not a prefix of the whole, or no marker follows, throws rp::Error naming the message; so does
+// a reply whose content contains the marker itself.
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,16 +48,20 @@ class Reader;
 
 namespace rp {
 
-enum class ChatTemplate { ChatML, Llama3 };
+class Tokenizer;
+
+namespace jinja {
+class Template;
+}
 
 struct ChatMessage {
     std::string role;  // "system", "user", "assistant", ...
     std::string content;
+    std::string reasoning_content = {};  // Qwen3: the reply's thinking; empty = none
 };
 
-// One assistant turn in the rendered text: [begin, content_end) is the reply itself, [content_end, end)
-// the end-of-turn marker after it (<|im_end|> or <|eot_id|>), which a finetune usually trains too so the
-// model learns to stop.
+// One assistant turn in the rendered text: [begin, content_end) is the reply as the template writes it,
+// [content_end, end) the end-of-turn marker after it, which a finetune trains too so the model learns to stop.
 struct AssistantSpan {
     size_t begin = 0;
     size_t content_end = 0;
@@ -42,17 +73,51 @@ struct RenderedChat {
     std::vector<AssistantSpan> assistant;
 };
 
-// "chatml" (also "qwen", "qwen2", "qwen3") or "llama3" (also "llama-3"). Throws rp::Error otherwise.
-ChatTemplate chat_template_from_name(std::string_view name);
-// Recognises a Jinja template by its markers ("<|im_start|>" -> ChatML; "<|start_header_id|>" and
-// "<|end_header_id|>" -> Llama 3). Throws rp::Error when it is neither.
-ChatTemplate detect_chat_template(std::string_view jinja);
-// The template of a model: by `name` when it is not empty, else from tokenizer.chat_template.
-// Throws rp::Error when the file has no template and no name is given, or the template is unknown.
-ChatTemplate chat_template_for(const gguf::Reader & reader, std::string_view name = {});
-const char * chat_template_name(ChatTemplate t);
+struct ChatOptions {
+    bool add_generation_prompt = false;
+    bool enable_thinking = true;
+    std::string date;  // "YYYY-MM-DD"; empty: today (local time)
+};
 
-// Renders the messages in order; add_generation_prompt appends the header of an assistant turn.
-RenderedChat render_chat(ChatTemplate t, const std::vector<ChatMessage> & messages, bool add_generation_prompt);
+class ChatTemplate {
+public:
+    // Parses `source` (throws rp::Error with the line on a syntax error or unsupported construct). `name`
+    // is for messages ("tokenizer.chat_template", a file name, "chatml").
+    ChatTemplate(const std::string & source, std::string name);
+
+    // BOS / EOS texts for bos_token / eos_token; strip_bos / strip_eos: the tokenizer adds them itself, so
+    // a leading bos_token (trailing eos_token) is removed from renderings.
+    void set_special_tokens(std::string bos, std::string eos, bool strip_bos, bool strip_eos);
+
+    const std::string & name() const { return name_; }
+    const std::string & source() const { return source_; }
+
+    // The rendering alone (what llama.cpp's common_chat_templates_apply returns as .prompt).
+    std::string apply(const std::vector<ChatMessage> & messages, const ChatOptions & opt) const;
+    // The rendering with its assistant spans (the rule above).
+    RenderedChat render(const std::vector<ChatMessage> & messages, const ChatOptions & opt) const;
+
+private:
+    std::string end_of_turn(const ChatOptions & opt) const;
+
+    std::string name_, source_;
+    std::shared_ptr<const jinja::Template> tmpl_;
+    std::string bos_, eos_;
+    bool strip_bos_ = false, strip_eos_ = false;
+};
+
+// A built-in template by name: "chatml" (also "qwen", "qwen2", "qwen3") or "llama3" (also "llama-3"), the
+// two fixed formats of earlier versions (ChatML; Llama 3 without BOS in the text and with trimmed contents,
+// no system message added). Or, when `name` ends in ".jinja" or names an existing file, that file's
+// template. Throws rp::Error otherwise.
+ChatTemplate chat_template_from_name(std::string_view name);
+// The template of a model: `name` (as chat_template_from_name) when not empty, else tokenizer.chat_template.
+// The Tokenizer form also sets bos/eos from the vocabulary (and strips BOS / EOS when the tokenizer adds
+// them). Throws rp::Error when the file has no template and no name is given.
+ChatTemplate chat_template_for(const gguf::Reader & reader, std::string_view name = {});
+ChatTemplate chat_template_for(const Tokenizer & tok, std::string_view name = {});
+
+// render() with default options and the given add_generation_prompt.
+RenderedChat render_chat(const ChatTemplate & t, const std::vector<ChatMessage> & messages, bool add_generation_prompt);
 
 } // namespace rp

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 namespace rp {
@@ -183,7 +184,7 @@ private:
             if (!content || !content->is_string()) fail(where + " needs a string \"content\"");
             chat.push_back({role->string, content->string});
         }
-        if (!opt_.chat) fail("\"messages\" needs a chat template: the model has none (name one: chatml or llama3)");
+        if (!opt_.chat) fail("\"messages\" needs a chat template: the model has none (name one: chatml, llama3 or FILE.jinja)");
         const RenderedChat r = render_chat(*opt_.chat, chat, false);
         if (r.assistant.empty()) fail("\"messages\" has no assistant turn: nothing to train on");
         Tokens t;
@@ -193,7 +194,7 @@ private:
         size_t s = 0;  // offsets never decrease, nor do the spans
         for (size_t i = 0; i < t.ids.size(); ++i) {
             while (s < r.assistant.size() && offsets[i] >= r.assistant[s].end) ++s;
-            t.trained[i] = s < r.assistant.size() && offsets[i] >= r.assistant[s].begin;
+            t.trained[i] = opt_.train_on_inputs || (s < r.assistant.size() && offsets[i] >= r.assistant[s].begin);
         }
         return t;
     }
@@ -218,6 +219,22 @@ std::span<const int32_t> Dataset::labels(size_t i) const {
     return {labels_.data() + i * seq_len_, static_cast<size_t>(seq_len_)};
 }
 
+std::span<const int32_t> Dataset::positions(size_t i) const {
+    assert(i < size_);
+    if (positions_.empty()) return {};
+    return {positions_.data() + i * seq_len_, static_cast<size_t>(seq_len_)};
+}
+
+double DatasetStats::padding_fraction() const {
+    const double slots = static_cast<double>(n_sequences) * seq_len;
+    return slots > 0 ? 1.0 - static_cast<double>(n_tokens) / slots : 0.0;
+}
+
+double DatasetStats::unpacked_padding_fraction() const {
+    const double slots = static_cast<double>(n_unpacked) * seq_len;
+    return slots > 0 ? 1.0 - static_cast<double>(n_tokens) / slots : padding_fraction();
+}
+
 void Dataset::push(const std::vector<int32_t> & in, const std::vector<int32_t> & lab) {
     assert(in.size() == static_cast<size_t>(seq_len_) && lab.size() == in.size());
     inputs_.insert(inputs_.end(), in.begin(), in.end());
@@ -227,6 +244,8 @@ void Dataset::push(const std::vector<int32_t> & in, const std::vector<int32_t> &
 }
 
 void Dataset::finish(const std::string & source) {
+    stats_.n_sequences = size_;
+    stats_.seq_len = seq_len_;
     if (size_ == 0 || stats_.n_trained == 0) {
         throw Error("dataset " + source + ": no training sequences (" + std::to_string(stats_.n_examples) +
                     " examples read, " + std::to_string(stats_.n_skipped) + " skipped)");
@@ -236,7 +255,8 @@ void Dataset::finish(const std::string & source) {
 uint64_t Dataset::fingerprint() const {
     uint64_t h = fnv1a(kFnvBasis, &seq_len_, sizeof seq_len_);
     h = fnv1a(h, inputs_.data(), inputs_.size() * sizeof(int32_t));
-    return fnv1a(h, labels_.data(), labels_.size() * sizeof(int32_t));
+    h = fnv1a(h, labels_.data(), labels_.size() * sizeof(int32_t));
+    return positions_.empty() ? h : fnv1a(h, positions_.data(), positions_.size() * sizeof(int32_t));
 }
 
 Dataset Dataset::from_text(std::string_view text, const std::string & source, const Tokenizer & tok,
@@ -283,6 +303,8 @@ Dataset Dataset::from_jsonl(std::string_view text, const std::string & source, c
     const size_t L = static_cast<size_t>(opt.seq_len);
     const int32_t pad = pad_token(tok);
     std::vector<int32_t> in(L), lab(L);
+    // Packed: the examples' (input, label) runs, placed into sequences once all are read.
+    std::vector<std::vector<int32_t>> ex_in, ex_lab;
     text = strip_bom(text);
     size_t line_no = 0, pos = 0;
     while (pos < text.size()) {
@@ -307,11 +329,68 @@ Dataset Dataset::from_jsonl(std::string_view text, const std::string & source, c
             ++d.stats_.n_skipped;
             continue;
         }
-        d.stats_.n_tokens += std::min(n, L);
-        d.push(in, lab);
+        const size_t m = std::min(n, L);  // positions the example fills
+        d.stats_.n_tokens += m;
+        ++d.stats_.n_unpacked;
+        if (opt.pack) {
+            ex_in.emplace_back(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(m));
+            ex_lab.emplace_back(lab.begin(), lab.begin() + static_cast<std::ptrdiff_t>(m));
+        } else {
+            d.push(in, lab);
+        }
     }
+    if (opt.pack) d.pack(ex_in, ex_lab, pad);
     d.finish(source);
     return d;
+}
+
+void Dataset::pack(const std::vector<std::vector<int32_t>> & ex_in, const std::vector<std::vector<int32_t>> & ex_lab,
+                   int32_t pad) {
+    const size_t L = static_cast<size_t>(seq_len_), n = ex_in.size();
+    // Best-fit decreasing: the longest examples first (ties in file order), each into the open sequence with
+    // the least room that still holds it (ties: the one opened first), else a new one. Deterministic.
+    std::vector<size_t> order(n);
+    for (size_t i = 0; i < n; ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ex_in[a].size() > ex_in[b].size(); });
+    std::vector<std::vector<size_t>> bins;
+    std::multimap<size_t, size_t> room;  // free positions -> bin; equal keys keep insertion order
+    for (const size_t e : order) {
+        const size_t len = ex_in[e].size();
+        auto it = room.lower_bound(len);
+        size_t bin;
+        if (it == room.end()) {
+            bin = bins.size();
+            bins.emplace_back();
+            if (L > len) room.emplace(L - len, bin);
+        } else {
+            bin = it->second;
+            const size_t left = it->first - len;
+            room.erase(it);
+            if (left > 0) room.emplace(left, bin);
+        }
+        bins[bin].push_back(e);
+    }
+    // Bins take examples in file order (deterministic and readable); the tail is padding, its positions a
+    // run of their own (masked labels: it trains nothing and no example attends to it).
+    std::vector<int32_t> in(L), lab(L), pos(L);
+    for (std::vector<size_t> & bin : bins) {
+        std::sort(bin.begin(), bin.end());
+        size_t at = 0;
+        for (const size_t e : bin) {
+            for (size_t i = 0; i < ex_in[e].size(); ++i, ++at) {
+                in[at] = ex_in[e][i];
+                lab[at] = ex_lab[e][i];
+                pos[at] = static_cast<int32_t>(i);
+            }
+        }
+        for (size_t i = 0; at < L; ++i, ++at) {
+            in[at] = pad;
+            lab[at] = kIgnoreLabel;
+            pos[at] = static_cast<int32_t>(i);
+        }
+        push(in, lab);
+        push_positions(pos);
+    }
 }
 
 Dataset Dataset::load(const std::string & path, const Tokenizer & tok, const DatasetOptions & opt) {
@@ -386,8 +465,10 @@ Batch make_batch(const Dataset & data, std::span<const uint32_t> idx) {
     for (const uint32_t i : idx) {
         const auto in = data.inputs(i);
         const auto lab = data.labels(i);
+        const auto pos = data.positions(i);
         b.inputs.insert(b.inputs.end(), in.begin(), in.end());
         b.labels.insert(b.labels.end(), lab.begin(), lab.end());
+        b.positions.insert(b.positions.end(), pos.begin(), pos.end());
     }
     return b;
 }

@@ -22,10 +22,15 @@
 //   {"messages": [{"role", "content"}, ...]}  rendered with the chat template (special tokens parsed), loss
 //                                        only on the assistant replies and their end-of-turn marker
 //   Other keys (ids, metadata) are ignored; any other combination of these keys is an error.
-//   Each example is one sequence: truncated to its first seq_len + 1 tokens when longer (the rest is
-//   dropped; counted in DatasetStats::n_truncated), padded when shorter (padding is never packed with
-//   another example, so an example never sees another one). An example left with no trained token after
-//   truncation is skipped (DatasetStats::n_skipped).
+//   An example is truncated to its first seq_len + 1 tokens when longer (the rest is dropped; counted in
+//   DatasetStats::n_truncated); it then fills min(tokens, seq_len) positions. An example left with no trained
+//   token after truncation is skipped (DatasetStats::n_skipped).
+//   Unpacked (DatasetOptions::pack false): each example is one sequence, padded to seq_len.
+//   Packed: examples share sequences (best-fit decreasing: longest first, each into the sequence it fills
+//   most tightly; ties to the earliest), each attending only to itself: its RoPE positions restart at 0
+//   (Dataset::positions) and the attention of its tokens starts at its first token (block-diagonal causal,
+//   models/layer.h TokenPositions). The loss and gradients of a packed sequence are those of its examples
+//   run one by one (up to float summation order). The tail of a sequence is padding (masked labels).
 //
 // Errors throw rp::Error naming the file, and for JSONL the line number and what is wrong.
 #pragma once
@@ -54,7 +59,9 @@ struct DatasetOptions {
     DatasetFormat format = DatasetFormat::Auto;
     std::string doc_separator;        // plain text: cut documents here ("" = one document)
     std::optional<ChatTemplate> chat; // for "messages" lines; required when such a line appears
+    bool train_on_inputs = false;     // "messages" lines: train every token, not only the assistant spans
     bool allow_binary = false;        // train on text with NUL bytes or invalid UTF-8 (refused otherwise)
+    bool pack = false;                // JSONL: several examples per sequence (see above); text: no effect
 };
 
 struct DatasetStats {
@@ -63,6 +70,12 @@ struct DatasetStats {
     size_t n_skipped = 0;        // JSONL examples without a trained token after truncation
     size_t n_tokens = 0;         // input tokens that are not padding
     size_t n_trained = 0;        // labels that are not kIgnoreLabel
+    size_t n_sequences = 0;      // sequences built
+    size_t n_unpacked = 0;       // sequences the same examples would take one per sequence (JSONL)
+    int32_t seq_len = 0;
+    // Padding: the share of sequence positions that hold no token, as built and (JSONL) without packing.
+    double padding_fraction() const;
+    double unpacked_padding_fraction() const;
 };
 
 class Dataset {
@@ -80,19 +93,26 @@ public:
     size_t size() const { return size_; }  // number of sequences
     std::span<const int32_t> inputs(size_t i) const;
     std::span<const int32_t> labels(size_t i) const;
+    // Packed datasets: the RoPE positions of sequence i (restarting at 0 at each example); empty otherwise.
+    bool packed() const { return !positions_.empty(); }
+    std::span<const int32_t> positions(size_t i) const;
     const DatasetStats & stats() const { return stats_; }
-    // FNV-1a over seq_len and every input and label: tells a resumed run that the data did not change.
+    // FNV-1a over seq_len and every input, label (and position): tells a resumed run that the data did not change.
     uint64_t fingerprint() const;
 
 private:
     Dataset() = default;
     // Appends one sequence (inputs.size() == labels.size() == seq_len).
     void push(const std::vector<int32_t> & inputs, const std::vector<int32_t> & labels);
+    void push_positions(const std::vector<int32_t> & positions) { positions_.insert(positions_.end(), positions.begin(), positions.end()); }
     void finish(const std::string & source);
+    // Packs examples' (input, label) runs (each at most seq_len long) into sequences with positions.
+    void pack(const std::vector<std::vector<int32_t>> & inputs, const std::vector<std::vector<int32_t>> & labels, int32_t pad);
 
     int32_t seq_len_ = 0;
     size_t size_ = 0;
     std::vector<int32_t> inputs_, labels_;  // [size][seq_len]
+    std::vector<int32_t> positions_;        // [size][seq_len] when packed, else empty
     DatasetStats stats_;
 };
 
@@ -117,6 +137,8 @@ struct Batch {
     int32_t n_seq = 0;
     int32_t seq_len = 0;
     std::vector<int32_t> inputs, labels;
+    std::vector<int32_t> positions;  // packed data only ([n_seq][seq_len]); empty: 0..seq_len-1 in every sequence
+    const int32_t * positions_or_null(size_t offset = 0) const { return positions.empty() ? nullptr : positions.data() + offset; }
     size_t n_trained() const;  // labels that are not kIgnoreLabel (for the loss scale)
 };
 

@@ -86,6 +86,10 @@ public:
     const Model & model() const { return model_; }
     // The LoRA adapter being trained (nullptr for a full finetune).
     LoraAdapter * adapter() const { return adapter_.get(); }
+    // What the training graphs read (the model's tensors, with the fp32 masters of a full finetune in their
+    // place) and the LoRA factors being trained: an InferenceSession over them samples the weights as they are.
+    const ModelWeights & graph_weights() const { return w_; }
+    const LoraSet & lora() const { return lora_; }
 
     // Zeroes every gradient and gradient slot (start of a step).
     void zero_grads();
@@ -97,15 +101,18 @@ public:
     // [n_seq][seq_len], label -1 = masked). Gradients are ADDED to each param's grad. Returns the loss
     // (loss_scale * sum of the unmasked token losses of this micro-batch).
     // step and seq_offset (the index of the first of these sequences in the step's batch) key the dropout masks.
+    // positions: packed sequences ([n_seq][seq_len], restarting at 0 at each example: MicroBatchInfo), or
+    // nullptr (every sequence one example, positions 0..seq_len-1).
     double accumulate(const int32_t * ids, const int32_t * labels, int64_t seq_len, int64_t n_seq, float loss_scale,
-                      int n_threads = 0, int64_t step = 0, int64_t seq_offset = 0);
+                      int n_threads = 0, int64_t step = 0, int64_t seq_offset = 0, const int32_t * positions = nullptr);
 
     // Forward only: loss_scale * sum of the unmasked token losses.
     double loss(const int32_t * ids, const int32_t * labels, int64_t seq_len, int64_t n_seq, float loss_scale,
-                int n_threads = 0);
+                int n_threads = 0, const int32_t * positions = nullptr);
 
     // Logits f32 [n_vocab][T] of one sequence with the current weights (tests, evaluation).
-    std::vector<float> logits(const int32_t * ids, int64_t seq_len, int n_threads = 0);
+    // positions: a packed sequence's (restarting at each example), or nullptr.
+    std::vector<float> logits(const int32_t * ids, int64_t seq_len, int n_threads = 0, const int32_t * positions = nullptr);
 
     // Writes the result: the adapter (LoRA), or the base model with its trained tensors in their original
     // float dtype (full). Temp file + rename.

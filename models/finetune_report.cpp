@@ -2,6 +2,7 @@
 
 #include "base/atomic_file.h"
 #include "base/error.h"
+#include "ggml_rp/core/json.h"
 
 #include <algorithm>
 #include <cmath>
@@ -111,6 +112,15 @@ void MetricsLog::step(const StepReport & r, size_t rss_bytes) {
                        ",\"tokens_per_s\":" + json_number(r.seconds > 0 ? static_cast<double>(r.tokens) / r.seconds : 0.0, "%.1f");
     if (r.skipped) line += ",\"skipped\":\"" + r.skip_reason + "\"";
     if (rss_bytes > 0) line += ",\"rss_bytes\":" + std::to_string(rss_bytes);
+    f_.write(line + "}\n");
+    f_.flush();
+}
+
+void MetricsLog::sample(int64_t step, const std::string & prompt, const std::string & completion) {
+    std::string line = "{\"step\":" + std::to_string(step) + ",\"sample_prompt\":";
+    json::append_string(line, prompt);
+    line += ",\"sample\":";
+    json::append_string(line, completion);
     f_.write(line + "}\n");
     f_.flush();
 }

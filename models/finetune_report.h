@@ -28,6 +28,8 @@ public:
     // rss_bytes > 0: the process's resident memory after the step (soak runs watch it).
     void step(const StepReport & r, size_t rss_bytes = 0);
     void eval(int64_t step, double loss);
+    // A completion sampled during training (rp-finetune --sample-every).
+    void sample(int64_t step, const std::string & prompt, const std::string & completion);
     void commit() { f_.commit(); }
     // The lines so far in place at the path (atomically), the log going on: at every checkpoint, so that a
     // run killed later resumes with the log of its checkpoint.

@@ -2,6 +2,7 @@
 
 #include "ggml_rp/core/graph.h"
 #include "ggml_rp/ops/ops.h"
+#include "models/tokenizer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,8 +10,11 @@
 
 namespace rp {
 
-InferenceSession::InferenceSession(const Model & model, int64_t n_ctx, int n_threads, const LoraSet * lora)
-    : model_(model), lora_(lora ? *lora : LoraSet()), have_lora_(lora && !lora->empty()), n_threads_(n_threads) {
+InferenceSession::InferenceSession(const Model & model, int64_t n_ctx, int n_threads, const LoraSet * lora,
+                                   const ModelWeights * weights)
+    : model_(model), weights_(weights ? *weights : model.graph_weights()), lora_(lora ? *lora : LoraSet()),
+      have_lora_(lora && !lora->empty()), n_threads_(n_threads) {
+    lora_.dropout = LoraDropout{};
     const HParams & hp = model.hparams();
     if (n_ctx < 0) throw Error("context size must be >= 0 (got " + std::to_string(n_ctx) + ")");
     if (n_ctx == 0) n_ctx = std::min<int64_t>(hp.n_ctx_train, 4096);
@@ -55,10 +59,10 @@ std::vector<float> InferenceSession::eval(const std::vector<int32_t> & tokens, b
     for (int64_t i = 0; i < T; ++i) pos->data_as<int32_t>()[i] = static_cast<int32_t>(n_past_ + i);
 
     const LoraSet * lora = have_lora_ ? &lora_ : nullptr;
-    Tensor * x = build_embedding(ctx, model_, ids, lora);
+    Tensor * x = build_embedding(ctx, weights_.tok_embd, ids, lora);
     for (uint32_t il = 0; il < hp.n_layer; ++il) {
         const LayerKv kv{k_cache_[il], v_cache_[il], n_past_};
-        x = build_layer(ctx, hp, model_.layers[il], static_cast<int>(il), x, pos, lora, &kv);
+        x = build_layer(ctx, hp, weights_.layers[il], static_cast<int>(il), x, pos, lora, &kv);
     }
     if (!all_logits && T > 1) {
         // Only the last position feeds the head (the other rows of the LM head would be wasted work).
@@ -66,7 +70,7 @@ std::vector<float> InferenceSession::eval(const std::vector<int32_t> & tokens, b
         const size_t nb[4] = {x->nb[0], x->nb[1], x->nb[1], x->nb[1]};
         x = view(ctx, x, ne, nb, static_cast<size_t>(T - 1) * x->nb[1]);
     }
-    Tensor * logits = build_head_logits(ctx, model_, x, lora);
+    Tensor * logits = build_head_logits(ctx, hp, weights_, x, lora);
     logits->flags |= kFlagOutput;
 
     Graph g;
@@ -75,6 +79,25 @@ std::vector<float> InferenceSession::eval(const std::vector<int32_t> & tokens, b
     backend_.compute(g, n_threads_);
     n_past_ += T;
     return tensor_get_f32(logits);
+}
+
+std::vector<int32_t> complete_greedy(InferenceSession & session, const Tokenizer & tok, const std::vector<int32_t> & prompt,
+                                     int64_t max_tokens) {
+    std::vector<int32_t> out;
+    if (prompt.empty() || max_tokens <= 0) return out;
+    if (session.n_past() + static_cast<int64_t>(prompt.size()) > session.n_ctx())
+        throw Error("complete: the prompt's " + std::to_string(prompt.size()) + " tokens do not fit the context of " +
+                    std::to_string(session.n_ctx()));
+    Sampler greedy(SamplerParams{0.0f, 0, 1.0f, 0});
+    std::vector<float> logits = session.eval(prompt, false);
+    while (static_cast<int64_t>(out.size()) < max_tokens) {
+        const int32_t next = greedy.sample(logits.data(), session.n_vocab());
+        if (tok.is_eog(next)) break;
+        out.push_back(next);
+        if (static_cast<int64_t>(out.size()) == max_tokens || session.n_past() >= session.n_ctx()) break;
+        logits = session.eval({next}, false);
+    }
+    return out;
 }
 
 double Sampler::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }

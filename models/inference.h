@@ -19,9 +19,12 @@ namespace rp {
 class InferenceSession {
 public:
     // n_ctx: cache size in tokens (0: the model's context_length, at most 4096). Throws rp::Error when n_ctx
-    // exceeds the model's context_length. n_threads 0: OpenMP's default. `lora` (may be nullptr) is copied;
-    // the adapters it points to must outlive the session.
-    InferenceSession(const Model & model, int64_t n_ctx = 0, int n_threads = 0, const LoraSet * lora = nullptr);
+    // exceeds the model's context_length. n_threads 0: OpenMP's default. `lora` (may be nullptr) is copied,
+    // without its dropout (inference never drops); the adapters it points to must outlive the session.
+    // `weights` (nullptr: the model's): other tensors of the same shapes to read, e.g. the fp32 masters of a
+    // full finetune in progress (Trainer::graph_weights()); they must outlive the session.
+    InferenceSession(const Model & model, int64_t n_ctx = 0, int n_threads = 0, const LoraSet * lora = nullptr,
+                     const ModelWeights * weights = nullptr);
 
     // Evaluates `tokens` at positions [n_past, n_past + n) and advances n_past. Returns logits row-major
     // [position][n_vocab] for all n positions (all_logits) or for the last one only. Throws when the tokens do
@@ -37,6 +40,7 @@ public:
 
 private:
     const Model & model_;
+    ModelWeights weights_;
     LoraSet lora_;
     bool have_lora_;
     int64_t n_ctx_;
@@ -46,6 +50,13 @@ private:
     std::vector<Tensor *> k_cache_, v_cache_;
     CpuBackend backend_;
 };
+
+class Tokenizer;
+
+// The greedy continuation of `prompt` (token ids, evaluated from the session's current position): up to
+// max_tokens ids, ending before an end-of-generation token or when the cache is full.
+std::vector<int32_t> complete_greedy(InferenceSession & session, const Tokenizer & tok, const std::vector<int32_t> & prompt,
+                                     int64_t max_tokens);
 
 // Token sampling: temperature <= 0 is greedy (argmax, lowest id on ties). Otherwise, in this order: keep the
 // top_k largest logits (0: all), softmax at `temperature`, keep the smallest prefix of the sorted

@@ -75,12 +75,20 @@ std::string lname(int il, const char * what) { return "blk." + std::to_string(il
 
 } // namespace
 
-Tensor * build_layer(Context & ctx, const HParams & hp, const LayerWeights & w, int il, Tensor * x, Tensor * pos,
+void packed_key_starts(const int32_t * positions, int64_t T, int64_t B, int32_t * out) {
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < T; ++t) {
+            const int64_t p = positions[b * T + t];
+            out[b * T + t] = static_cast<int32_t>(p < 0 || p > t ? 0 : t - p);
+        }
+}
+
+Tensor * build_layer(Context & ctx, const HParams & hp, const LayerWeights & w, int il, Tensor * x, const TokenPositions & pos,
                      const LoraSet * lora, const LayerKv * kv, DType attention_type) {
     return ffn_block(ctx, hp, w, il, attention_block(ctx, hp, w, il, x, pos, lora, kv, attention_type), lora);
 }
 
-Tensor * attention_block(Context & ctx, const HParams & hp, const LayerWeights & w, int il, Tensor * x, Tensor * pos,
+Tensor * attention_block(Context & ctx, const HParams & hp, const LayerWeights & w, int il, Tensor * x, const TokenPositions & pos,
                          const LoraSet * lora, const LayerKv * kv, DType attention_type) {
     const int64_t D = hp.head_dim, Hq = hp.n_head, Hkv = hp.n_head_kv, T = x->ne[1], B = x->ne[2];
     if (x->ne[0] != hp.n_embd || x->ne[3] != 1)
@@ -106,8 +114,8 @@ Tensor * attention_block(Context & ctx, const HParams & hp, const LayerWeights &
 
     // 4: RoPE (normal for llama, neox for qwen; from the architecture traits).
     const RopeParams rope_p = hp.rope();
-    q = set_name(rope(ctx, q, pos, rope_p), lname(il, "q"));
-    k = set_name(rope(ctx, k, pos, rope_p), lname(il, "k"));
+    q = set_name(rope(ctx, q, pos.pos, rope_p), lname(il, "q"));
+    k = set_name(rope(ctx, k, pos.pos, rope_p), lname(il, "k"));
     set_name(v, lname(il, "v"));
 
     // 5: causal GQA attention, scale 1/sqrt(head_dim); with a cache, over every position so far.
@@ -116,7 +124,8 @@ Tensor * attention_block(Context & ctx, const HParams & hp, const LayerWeights &
         k = cache_read(ctx, kv->k, cache_write(ctx, kv->k, k, kv->n_past), n);
         v = cache_read(ctx, kv->v, cache_write(ctx, kv->v, v, kv->n_past), n);
     }
-    Tensor * o = attention(ctx, q, k, v, 1.0f / std::sqrt(static_cast<float>(D)), attention_type);
+    if (kv && pos.key_start) throw Error(lname(il, "kv") + ": a KV cache serves one unpacked sequence (no key_start)");
+    Tensor * o = attention(ctx, q, k, v, 1.0f / std::sqrt(static_cast<float>(D)), attention_type, pos.key_start);
     o = reshape(ctx, o, D * Hq, T, B);
 
     // 6: output projection and residual.

@@ -65,9 +65,24 @@ struct LayerKv {
     int64_t n_past;
 };
 
+// Where the tokens of a graph sit: their RoPE positions (i32 [T] shared by the B sequences, or [T * B]) and,
+// for packed sequences (several examples in one sequence, positions restarting at each), the first key each
+// token's attention sees (i32 [T * B]: the start of its example), so no example attends to another. Built
+// implicitly from a positions tensor: an unpacked graph passes just that.
+struct TokenPositions {
+    Tensor * pos = nullptr;
+    Tensor * key_start = nullptr;  // nullptr: every earlier token of the sequence (plain causal)
+    TokenPositions(Tensor * positions, Tensor * first_key = nullptr) : pos(positions), key_start(first_key) {}  // NOLINT(google-explicit-constructor)
+};
+
+// Packed sequences: the first key of every token from its position, t - positions[t] (positions restart at
+// 0 at each example and count up by one; a position above t is clamped to the sequence's start).
+// positions and out: [B][T].
+void packed_key_starts(const int32_t * positions, int64_t T, int64_t B, int32_t * out);
+
 // One pre-norm decoder layer: x [n_embd, T, B] -> x' [n_embd, T, B]. attention_type: the type an accelerator
 // may round the attention inputs to (ops/attention.h; the CPU computes in f32 whatever it is).
-Tensor * build_layer(Context & ctx, const HParams & hp, const LayerWeights & w, int il, Tensor * x, Tensor * pos,
+Tensor * build_layer(Context & ctx, const HParams & hp, const LayerWeights & w, int il, Tensor * x, const TokenPositions & pos,
                      const LoraSet * lora = nullptr, const LayerKv * kv = nullptr, DType attention_type = DType::F32);
 
 // The layer's two halves, build_layer = ffn_block(attention_block(x)). The feed-forward half is per token, so
@@ -75,7 +90,7 @@ Tensor * build_layer(Context & ctx, const HParams & hp, const LayerWeights & w, 
 //   attention_block  x -> h = x + attn_output(attention(rope(q, k), v)) over every token of x;
 //   ffn_block        h [n_embd, ...] -> h + ffn_down(swiglu(ffn_gate(n), ffn_up(n))), n = rms_norm(h); without
 //                    `residual` only the ffn_down(...) term.
-Tensor * attention_block(Context & ctx, const HParams & hp, const LayerWeights & w, int il, Tensor * x, Tensor * pos,
+Tensor * attention_block(Context & ctx, const HParams & hp, const LayerWeights & w, int il, Tensor * x, const TokenPositions & pos,
                          const LoraSet * lora = nullptr, const LayerKv * kv = nullptr, DType attention_type = DType::F32);
 Tensor * ffn_block(Context & ctx, const HParams & hp, const LayerWeights & w, int il, Tensor * h, const LoraSet * lora,
                    bool residual = true);

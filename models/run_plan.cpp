@@ -31,7 +31,7 @@ RunPlan plan_run(const Model & model, const RunPlanOptions & o) {
     Trainer tr(model, o.finetune, TrainerData::ShapesOnly);
     ModelProgram prog(tr);
     RunPlan r;
-    r.step = micro_batch_shapes(o.seq_len, o.batch, o.micro_batches);
+    r.step = micro_batch_shapes(o.seq_len, o.batch, o.micro_batches, o.packed);
 
     HostMemoryPlan & h = r.host;
     for (const Tensor * t : model.weights()) h.mapped_weights += t->nbytes();

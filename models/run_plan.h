@@ -37,6 +37,7 @@ struct RunPlanOptions {
     std::optional<Plan> plan;
     int64_t max_seq_limit = 0;    // > 0: also search the longest seq_len that fits, up to this
     int64_t token_chunk = -1;     // PipelineOptions::token_chunk
+    bool packed = false;          // packed sequences (their programs build per-token positions and key starts)
 };
 
 struct HostMemoryPlan {

@@ -3,7 +3,9 @@
 #include "base/error.h"
 #include "ggml_rp/optim/clip.h"
 #include "gguf/gguf.h"
+#include "models/inference.h"
 #include "models/lora.h"
+#include "models/tokenizer.h"
 
 #include <algorithm>
 #include <chrono>
@@ -36,7 +38,7 @@ double eval_loss(Trainer & tr, const Dataset & data, const std::vector<uint32_t>
     for (size_t b = 0; b < idx.size(); b += static_cast<size_t>(batch)) {
         const size_t e = std::min(idx.size(), b + static_cast<size_t>(batch));
         const Batch bt = make_batch(data, std::span<const uint32_t>(idx.data() + b, e - b));
-        sum += tr.loss(bt.inputs.data(), bt.labels.data(), bt.seq_len, bt.n_seq, 1.0f, threads);
+        sum += tr.loss(bt.inputs.data(), bt.labels.data(), bt.seq_len, bt.n_seq, 1.0f, threads, bt.positions_or_null());
         n += bt.n_trained();
     }
     return n ? sum / static_cast<double>(n) : std::nan("");
@@ -59,7 +61,10 @@ void dump_step(Trainer & tr, const Batch & bt, float loss_scale, double loss, in
     const int64_t ne_batch[2] = {bt.seq_len, bt.n_seq};
     w.add_tensor("batch.inputs", DType::I32, 2, ne_batch, bt.inputs.data());
     w.add_tensor("batch.labels", DType::I32, 2, ne_batch, bt.labels.data());
-    const std::vector<float> logits = tr.logits(bt.inputs.data(), bt.seq_len);
+    if (!bt.positions.empty()) {  // packed: the positions the reference needs to reproduce the step
+        w.add_tensor("batch.positions", DType::I32, 2, ne_batch, bt.positions.data());
+    }
+    const std::vector<float> logits = tr.logits(bt.inputs.data(), bt.seq_len, 0, bt.positions_or_null());
     const int64_t ne_logits[2] = {static_cast<int64_t>(logits.size()) / bt.seq_len, bt.seq_len};
     w.add_tensor("batch.logits0", DType::F32, 2, ne_logits, logits.data());
     w.write(path);
@@ -67,7 +72,7 @@ void dump_step(Trainer & tr, const Batch & bt, float loss_scale, double loss, in
 
 } // namespace
 
-std::vector<MicroBatchInfo> micro_batch_shapes(int64_t seq_len, int64_t n_seq, int64_t micro_batches) {
+std::vector<MicroBatchInfo> micro_batch_shapes(int64_t seq_len, int64_t n_seq, int64_t micro_batches, bool packed) {
     std::vector<MicroBatchInfo> out;
     for (int64_t mb = 0; mb < micro_batches; ++mb) {
         const int64_t lo = n_seq * mb / micro_batches, hi = n_seq * (mb + 1) / micro_batches;
@@ -76,6 +81,7 @@ std::vector<MicroBatchInfo> micro_batch_shapes(int64_t seq_len, int64_t n_seq, i
         info.seq_len = seq_len;
         info.n_seq = hi - lo;
         info.seq_offset = lo;
+        info.packed = packed;
         out.push_back(info);
     }
     return out;
@@ -101,7 +107,7 @@ TrainingSession::TrainingSession(const Model & model, const Dataset & data, Sess
         pipe_ = std::make_unique<Pipeline>(*program_, ptrs, opt_.pipeline);
         // The largest step's plan and memory, now: a run that cannot fit is refused before it writes anything.
         const int64_t n_seq = std::min<int64_t>(opt_.batch, static_cast<int64_t>(split_.train.size()));
-        planned_ = pipe_->plan_call(micro_batch_shapes(data.seq_len(), n_seq, opt_.micro_batches));
+        planned_ = pipe_->plan_call(micro_batch_shapes(data.seq_len(), n_seq, opt_.micro_batches, data.packed()));
     }
 }
 
@@ -185,11 +191,12 @@ StepReport TrainingSession::step() {
 
     // The micro-batches: sequences [lo, hi) of the batch each, the same split on the host and in the pipeline.
     std::vector<MicroBatch> mbs;
-    for (MicroBatchInfo info : micro_batch_shapes(bt.seq_len, bt.n_seq, opt_.micro_batches)) {
+    for (MicroBatchInfo info : micro_batch_shapes(bt.seq_len, bt.n_seq, opt_.micro_batches, data_.packed())) {
         const size_t off = static_cast<size_t>(info.seq_offset * bt.seq_len);
         MicroBatch m;
         m.ids = bt.inputs.data() + off;
         m.labels = bt.labels.data() + off;
+        info.positions = bt.positions_or_null(off);
         info.step = step;
         info.loss_scale = loss_scale;
         m.info = info;
@@ -204,7 +211,7 @@ StepReport TrainingSession::step() {
         trainer_.zero_grads();
         for (const MicroBatch & m : mbs)
             loss += trainer_.accumulate(m.ids, m.labels, m.info.seq_len, m.info.n_seq, m.info.loss_scale, opt_.threads, step,
-                                        m.info.seq_offset);
+                                        m.info.seq_offset, m.info.positions);
         trainer_.collect_grads();
         update(step, bt, loss_scale, loss);
     }
@@ -240,6 +247,16 @@ double TrainingSession::evaluate() {
     if (split_.val.empty()) return std::nan("");
     if (pipe_) pipe_->drain();  // on the masters; the working weights (async: one update behind) stay
     return eval_loss(trainer_, data_, split_.val, opt_.batch, opt_.threads);
+}
+
+std::string TrainingSession::sample(const Tokenizer & tok, const std::string & prompt, int64_t max_tokens) {
+    if (pipe_) pipe_->drain();  // as evaluate(): the masters, without changing the run's trajectory
+    const std::vector<int32_t> ids = tok.encode(prompt, true, false);
+    const int64_t n_ctx = std::min<int64_t>(model_.hparams().n_ctx_train, static_cast<int64_t>(ids.size()) + max_tokens);
+    InferenceSession s(model_, n_ctx, opt_.threads, &trainer_.lora(), &trainer_.graph_weights());
+    std::string text;
+    for (const int32_t id : complete_greedy(s, tok, ids, max_tokens)) text += tok.token_to_piece(id, false);
+    return text;
 }
 
 void TrainingSession::record_eval(int64_t step, double loss) {

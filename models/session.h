@@ -77,7 +77,7 @@ struct StepReport {
 
 // The micro-batches a batch of n_seq sequences is split into: sequences [lo, hi) each (seq_offset = lo),
 // sizes differing by one at most; the same split on the host and in the pipeline.
-std::vector<MicroBatchInfo> micro_batch_shapes(int64_t seq_len, int64_t n_seq, int64_t micro_batches);
+std::vector<MicroBatchInfo> micro_batch_shapes(int64_t seq_len, int64_t n_seq, int64_t micro_batches, bool packed = false);
 
 class TrainingSession {
 public:
@@ -97,6 +97,10 @@ public:
     // Mean loss over the unmasked tokens of the validation split (NaN without one).
     double evaluate();
     bool has_validation() const { return !split_.val.empty(); }
+    // The greedy completion of `prompt` (tokenized with BOS, special tokens not parsed) with the current
+    // weights, as evaluate() sees them (pipeline: the masters), through the KV-cache inference path: up to
+    // max_tokens tokens, as text.
+    std::string sample(const Tokenizer & tok, const std::string & prompt, int64_t max_tokens);
 
     // Everything pending applied (pipeline: devices and optimizer idle, working weights = masters).
     void synchronize();

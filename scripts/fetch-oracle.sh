@@ -2,7 +2,8 @@
 # Fetches the llama.cpp reference oracle's prebuilt CPU libraries and headers (docs: shared/docs/reference-oracle.md
 # §1-§2). Usage: scripts/fetch-oracle.sh [DEST]   (default DEST = .oracle in the repository root).
 # Idempotent: tarballs already in DEST/npm are not downloaded again, DEST/bins and DEST/llama.cpp are made only
-# when missing. Nothing is built: the bundle is cloned only so the oracle can include llama.h and ggml's headers.
+# when missing (an older DEST/llama.cpp without common/ or models/templates/ gets them). Nothing is built: the
+# bundle is cloned only for llama.h, ggml's headers, common/ (rp-chat-oracle) and llama.cpp's chat templates.
 set -euo pipefail
 
 BIN_PKG="@node-llama-cpp/linux-x64@3.21.1"
@@ -80,6 +81,27 @@ else
   mv "$tmp/llama.cpp" "$DEST/llama.cpp"
   rm -rf "$tmp"; tmp=""
   say "cloned llama.cpp $LLAMA_COMMIT headers to $DEST/llama.cpp"
+fi
+
+# ---- 4. the chat-template oracle's headers (common/) and llama.cpp's template collection (models/templates/) ----
+# A separate step so that an existing DEST/llama.cpp made by an earlier version of this script gets them too.
+if [ -f "$DEST/llama.cpp/common/chat.h" ] && [ -d "$DEST/llama.cpp/models/templates" ]; then
+  say "have $DEST/llama.cpp/common and models/templates"
+else
+  command -v git >/dev/null 2>&1 || die "git is not installed (needed to read the llama.cpp source bundle)"
+  check "$DEST/npm/$SRC_TGZ" "$SRC_SHA"
+  tmp="$(mktemp -d "$DEST/.common.XXXXXX")"
+  tar -xzf "$DEST/npm/$SRC_TGZ" -C "$tmp" package/llama/gitRelease.bundle || die "cannot unpack $SRC_TGZ"
+  git clone -q --no-checkout "$tmp/package/llama/gitRelease.bundle" "$tmp/llama.cpp" || die "git clone of gitRelease.bundle failed"
+  (cd "$tmp/llama.cpp" && git checkout -q "$LLAMA_COMMIT" -- common models/templates) \
+    || die "the llama.cpp bundle lacks common/ or models/templates at $LLAMA_COMMIT"
+  rm -rf "$DEST/llama.cpp/common" "$DEST/llama.cpp/models"
+  mkdir -p "$DEST/llama.cpp"
+  mv "$tmp/llama.cpp/common" "$DEST/llama.cpp/common"
+  mkdir -p "$DEST/llama.cpp/models"
+  mv "$tmp/llama.cpp/models/templates" "$DEST/llama.cpp/models/templates"
+  rm -rf "$tmp"; tmp=""
+  say "checked out llama.cpp $LLAMA_COMMIT common/ and models/templates/ to $DEST/llama.cpp"
 fi
 
 say "ready: bins=$DEST/bins headers=$DEST/llama.cpp/include $DEST/llama.cpp/ggml/include"

@@ -28,7 +28,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <sstream>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -66,10 +69,20 @@ const char * const kUsage =
     "      --val-split F       fraction of the sequences held out for validation (default 0)\n"
     "      --early-stop N      stop after N evaluations in a row without a better validation loss\n"
     "      --save-best         keep the result of the best evaluation in OUT.best.gguf (rewritten when beaten)\n"
+    "      --sample-every N    every N steps (and at the end) print a greedy completion of each --sample-prompt\n"
+    "                          with the current weights (KV-cache generation), also logged to the metrics JSONL\n"
+    "      --sample-prompt P   a prompt (repeatable), or a file of prompts, one per line\n"
+    "      --sample-tokens N   tokens per completion (default 32)\n"
     "      --dump-grads FILE   the accumulated gradients of the first step, before clipping (GGUF)\n"
     "      --max-bad-steps K   a step with a non-finite loss or gradient norm is not applied; K in a row stop\n"
     "                          the run (exit 1, the last checkpoint kept, no output written) (default 3)\n"
     "      --allow-binary      train on data with NUL bytes or invalid UTF-8 (refused otherwise)\n"
+    "      --chat-template T   chat template for \"messages\" lines: a FILE.jinja, or chatml / llama3\n"
+    "                          (default: the model's tokenizer.chat_template)\n"
+    "      --train-on-inputs   \"messages\" lines: train on every token, not only the assistant replies\n"
+    "      --pack | --no-pack  JSONL: several examples per sequence, each attending only to itself (positions\n"
+    "                          restart per example; no padding between them) or one padded sequence each\n"
+    "                          (default --pack for JSONL; plain text is one token stream either way)\n"
     "Ctrl-C (SIGINT) or SIGTERM: the current step finishes, the checkpoint is written, exit 130; a second one\n"
     "exits at once (the last checkpoint stays valid). The metrics log records each step's RSS.\n"
     "RoundPipe (roundpipe.md): the model stays in host memory, layers stream to the devices round-robin\n"
@@ -139,6 +152,11 @@ int main(int argc, char ** argv) {
         int64_t seq_len = 64, stop_at = 0, save_every = 0, eval_every = 0, early_stop = 0;
         bool save_best = false;
         bool plan_only = false, max_seq = false, allow_binary = false;
+        std::string chat_template;     // --chat-template
+        bool train_on_inputs = false;  // --train-on-inputs
+        int pack = -1;  // -1: on for JSONL
+        int64_t sample_every = 0, sample_tokens = 32;
+        std::vector<std::string> sample_prompts;
         int64_t token_chunk = -2;  // -2: not given
         float lr = 1e-3f, lr_min = 0.0f;
         cli::Args args(argc, argv);
@@ -198,6 +216,25 @@ int main(int argc, char ** argv) {
             else if (a == "--plan") plan_only = true;
             else if (a == "--max-bad-steps") o.max_bad_steps = static_cast<int>(args.integer(1, 1 << 20));
             else if (a == "--allow-binary") allow_binary = true;
+            else if (a == "--chat-template") chat_template = args.value();
+            else if (a == "--train-on-inputs") train_on_inputs = true;
+            else if (a == "--pack") pack = 1;
+            else if (a == "--sample-every") sample_every = args.integer(1, 1LL << 40);
+            else if (a == "--sample-tokens") sample_tokens = args.integer(1, 1 << 20);
+            else if (a == "--sample-prompt") {
+                const std::string v = args.value();
+                std::error_code ec;
+                if (std::filesystem::is_regular_file(v, ec)) {
+                    std::istringstream lines(cli::read_file(v));
+                    size_t before = sample_prompts.size();
+                    for (std::string line; std::getline(lines, line);)
+                        if (!line.empty()) sample_prompts.push_back(line);
+                    if (sample_prompts.size() == before) throw rp::Error("--sample-prompt " + v + ": the file has no prompt");
+                } else {
+                    sample_prompts.push_back(v);
+                }
+            }
+            else if (a == "--no-pack") pack = 0;
             else if (a == "--inject-delays") {
                 o.devices.delay_seed = static_cast<uint64_t>(args.integer(1, 1LL << 62));
                 o.devices.max_delay_us = 50;
@@ -240,6 +277,7 @@ int main(int argc, char ** argv) {
             po.schedule = o.pipeline.schedule;
             po.grain = o.pipeline.grain;
             po.token_chunk = o.pipeline.token_chunk;
+            po.packed = pack == 1 || (pack == -1 && data_path.ends_with(".jsonl"));
             if (max_seq) po.max_seq_limit = 1 << 22;
             if (max_seq && !o.pipelined) throw rp::Error("--max-seq needs --devices N (the device memory it must fit)");
             std::fputs(rp::plan_run(*model, po).report().c_str(), stdout);
@@ -250,6 +288,8 @@ int main(int argc, char ** argv) {
         if (out_path.empty()) throw rp::Error("no output given (-o OUT.gguf)");
         if (!o.pipelined && (!link.empty() || !trace_path.empty() || o.pipeline.async || schedule != "roundpipe" || o.devices.backend != "cpu"))
             throw rp::Error("--link, --trace, --async, --schedule and --backend need --devices N (the RoundPipe runtime)");
+        if ((sample_every > 0) != !sample_prompts.empty())
+            throw rp::Error(sample_every > 0 ? "--sample-every needs --sample-prompt" : "--sample-prompt needs --sample-every N");
         if ((early_stop > 0 || save_best) && (eval_every <= 0 || !(o.val_split > 0)))
             throw rp::Error(std::string(early_stop > 0 ? "--early-stop" : "--save-best") +
                             " needs evaluations: --val-split F (> 0) and --eval-every N");
@@ -267,6 +307,11 @@ int main(int argc, char ** argv) {
         dopt.seq_len = static_cast<int32_t>(seq_len);
         dopt.n_ctx = model->hparams().n_ctx_train;
         dopt.allow_binary = allow_binary;
+        // "messages" lines are rendered with the model's own template (or the one named); a model without
+        // one leaves it unset, and the dataset refuses "messages" lines naming the line.
+        if (!chat_template.empty() || !tok.chat_template().empty()) dopt.chat = rp::chat_template_for(tok, chat_template);
+        dopt.train_on_inputs = train_on_inputs;
+        dopt.pack = pack != 0;
         const rp::Dataset data = rp::Dataset::load(data_path, tok, dopt);
         rp::TrainingSession run(*model, data, o);
         if (!resume.empty()) std::fprintf(stderr, "%s\n", run.resume(resume).c_str());
@@ -283,6 +328,18 @@ int main(int argc, char ** argv) {
         std::fprintf(stderr, "%s: %zu sequences of %lld tokens (%zu train, %zu validation), %zu trainable tensors, %lld steps\n",
                      data_path.c_str(), data.size(), static_cast<long long>(seq_len), run.split().train.size(),
                      run.split().val.size(), run.trainer().params().size(), static_cast<long long>(total));
+        const rp::DatasetStats & ds = data.stats();
+        if (ds.n_unpacked > 0) {  // JSONL: what packing saved
+            char padding[160];
+            if (data.packed())
+                std::snprintf(padding, sizeof padding, "packed into %zu sequences: padding %.1f%% -> %.1f%% (unpacked: %zu sequences)",
+                              data.size(), 100.0 * ds.unpacked_padding_fraction(), 100.0 * ds.padding_fraction(), ds.n_unpacked);
+            else
+                std::snprintf(padding, sizeof padding, "one sequence each: padding %.1f%% (--pack shares sequences)",
+                              100.0 * ds.padding_fraction());
+            std::fprintf(stderr, "%s: %zu examples %s; %zu truncated to %lld tokens, %zu skipped\n", data_path.c_str(),
+                         ds.n_examples, padding, ds.n_truncated, static_cast<long long>(seq_len + 1), ds.n_skipped);
+        }
 
         const std::string ckpt_path = out_path + ".ckpt.gguf";
         rp::MetricsLog metrics(out_path + ".metrics.jsonl", first > 0);
@@ -300,6 +357,13 @@ int main(int argc, char ** argv) {
             std::fprintf(stderr, "eval step %lld: val loss %.4f, ppl %.3f%s\n", static_cast<long long>(step), vl, std::exp(vl), best_text);
             if (best && save_best) run.save_result(best_path);
         };
+        auto sample = [&](int64_t step) {
+            for (const std::string & p : sample_prompts) {
+                const std::string c = run.sample(tok, p, sample_tokens);
+                std::fprintf(stderr, "sample step %lld: %s -> %s\n", static_cast<long long>(step), p.c_str(), c.c_str());
+                metrics.sample(step, p, c);
+            }
+        };
         // --early-stop: N evaluations in a row without a better validation loss end the run (not an error).
         auto early_stopped = [&] {
             if (early_stop <= 0) return false;
@@ -308,7 +372,7 @@ int main(int argc, char ** argv) {
         };
         if (first == 0 && eval_every > 0) evaluate(0);
         const auto t_run = std::chrono::steady_clock::now();
-        double tokens = 0;
+        double tokens = 0, trained = 0;
         catch_interrupts();
         // The run's log and curve so far: a stopped or interrupted run keeps them (a resume continues them).
         auto keep_log = [&] {
@@ -325,6 +389,7 @@ int main(int argc, char ** argv) {
             }
             const rp::StepReport r = run.step();
             tokens += static_cast<double>(r.tokens);
+            trained += static_cast<double>(r.trained_tokens);
             metrics.step(r, current_rss_bytes());
             if (!r.stop.empty()) {  // diverged: nothing more is written; the last checkpoint is the last good state
                 keep_log();
@@ -340,6 +405,7 @@ int main(int argc, char ** argv) {
             if (r.skipped)
                 std::fprintf(stderr, "warning: step %lld skipped (%s, gradient norm %g, %lld trained tokens)\n",
                              static_cast<long long>(r.grad_norm_step), r.skip_reason.c_str(), r.grad_norm, static_cast<long long>(r.trained_tokens));
+            if (sample_every > 0 && r.step % sample_every == 0 && r.step != end) sample(r.step);
             if (eval_every > 0 && r.step % eval_every == 0 && r.step != end) {
                 evaluate(r.step);
                 if (early_stopped()) {
@@ -357,6 +423,7 @@ int main(int argc, char ** argv) {
         }
         const auto & curve = run.curve();
         if (eval_every > 0 && (curve.eval_step.empty() || curve.eval_step.back() != run.steps_done())) evaluate(run.steps_done());
+        if (sample_every > 0) sample(run.steps_done());
         run.synchronize();
         if (!trace_path.empty()) {
             const rp::Trace trace = recorder.snapshot();
@@ -379,8 +446,9 @@ int main(int argc, char ** argv) {
 
         const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_run).count();
         const auto & tl = curve.train_loss;
-        std::fprintf(stderr, "done: %lld steps in %.2f s, %.0f tok/s; loss %.4f -> %.4f", static_cast<long long>(run.steps_done() - first),
-                     secs, secs > 0 ? tokens / secs : 0.0, tl.empty() ? 0.0 : tl.front(), tl.empty() ? 0.0 : tl.back());
+        std::fprintf(stderr, "done: %lld steps in %.2f s, %.0f tok/s (%.0f trained tok/s); loss %.4f -> %.4f",
+                     static_cast<long long>(run.steps_done() - first), secs, secs > 0 ? tokens / secs : 0.0,
+                     secs > 0 ? trained / secs : 0.0, tl.empty() ? 0.0 : tl.front(), tl.empty() ? 0.0 : tl.back());
         if (!curve.eval_loss.empty()) {
             std::fprintf(stderr, "; val loss %.4f -> %.4f (ppl %.3f -> %.3f)", curve.eval_loss.front(), curve.eval_loss.back(),
                          std::exp(curve.eval_loss.front()), std::exp(curve.eval_loss.back()));

@@ -1,7 +1,7 @@
 // rp-generate: generate text with a GGUF model on the CPU (KV-cached inference, optional LoRA adapters).
 //
 //   rp-generate -m MODEL.gguf (-p PROMPT | -f FILE) [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S]
-//               [--chat] [--chat-template NAME] [--lora ADAPTER [--lora-scale S]]... [-t THREADS] [-c CTX]
+//               [--chat] [--chat-template FILE.jinja|NAME] [--lora ADAPTER [--lora-scale S]]... [-t THREADS] [-c CTX]
 //
 // The prompt is printed, then each generated token as soon as it is sampled. Generation stops after N
 // tokens, at an end-of-generation token, or when the context is full. The last line on stderr is
@@ -40,7 +40,7 @@ void usage(FILE * f) {
                  "      --top-p P           nucleus: keep the smallest set with probability >= P (default 0.95)\n"
                  "      --seed S            random seed (default: a random one, printed)\n"
                  "      --chat              wrap the prompt as a user turn of the model's chat template\n"
-                 "      --chat-template N   template name instead of the file's: chatml or llama3 (implies --chat)\n"
+                 "      --chat-template T   a FILE.jinja, or chatml / llama3, instead of the model's (implies --chat)\n"
                  "      --lora FILE         apply a LoRA adapter (repeatable)\n"
                  "      --lora-scale S      user scale of the preceding --lora (default 1)\n"
                  "  -t, --threads N         CPU threads (default: all)\n"
@@ -110,7 +110,9 @@ int main(int argc, char ** argv) {
 
         std::vector<int32_t> ids;
         if (chat) {
-            const rp::ChatTemplate ct = rp::chat_template_for(model->file(), chat_name);
+            // The model's own Jinja template (or the one named), with its BOS / EOS texts; a BOS the
+            // template writes is dropped because encode() adds it.
+            const rp::ChatTemplate ct = rp::chat_template_for(tok, chat_name);
             const rp::RenderedChat r = rp::render_chat(ct, {{"user", text}}, true);
             ids = tok.encode(r.text, true, true);
         } else {

@@ -5,8 +5,17 @@
 // Default output: one line per token, "ID -> 'PIECE'" (as llama.cpp's llama-tokenize). --ids prints only
 // the ids, space-separated, on one line. --no-bos adds no BOS / EOS; --parse-special turns special-token
 // texts such as <|im_start|> into their ids.
+//
+//   rp-tokenize -m MODEL.gguf --render-chat CONV.jsonl [--chat-template FILE.jinja|NAME]
+//               [--no-generation-prompt] [--no-thinking] [--date YYYY-MM-DD] [--mask]
+//
+// renders each conversation of CONV.jsonl (one {"messages": [...]} per line) with the model's chat
+// template (or the one named) and prints the text, then a line holding only the byte 0x1D. --mask wraps
+// each assistant span (the tokens a finetune trains) in U+27EA / U+27EB brackets.
 #include "tools/cli.h"
 #include "base/error.h"
+#include "ggml_rp/core/json.h"
+#include "models/chat_template.h"
 #include "models/tokenizer.h"
 
 #include <cerrno>
@@ -28,7 +37,61 @@ void usage(FILE * f) {
                  "  -f, --file FILE      read the text from FILE (bytes as they are)\n"
                  "      --no-bos         do not add BOS / EOS tokens\n"
                  "      --parse-special  match special-token texts (<|im_start|>, <s>, ...)\n"
-                 "      --ids            print only the ids, on one line\n");
+                 "      --ids            print only the ids, on one line\n"
+                 "usage: rp-tokenize -m MODEL.gguf --render-chat CONV.jsonl [--chat-template FILE.jinja|NAME]\n"
+                 "                   [--no-generation-prompt] [--no-thinking] [--date YYYY-MM-DD] [--mask]\n"
+                 "      --render-chat F  render each conversation of F (one {\"messages\": [...]} per line) with the\n"
+                 "                       model's chat template; each rendering is followed by a line holding only\n"
+                 "                       the byte 0x1D (a BOS the tokenizer adds itself is left out)\n"
+                 "      --chat-template T  the template: a FILE.jinja, or chatml / llama3 (default: the model's)\n"
+                 "      --no-generation-prompt  do not end with the assistant's header (default: add it)\n"
+                 "      --no-thinking    enable_thinking = false (Qwen3, QwQ, DeepSeek-R1)\n"
+                 "      --date D         the date templates print (YYYY-MM-DD; default: today)\n"
+                 "      --mask           mark each assistant span (the trained bytes) as \xe2\x9f\xaa...\xe2\x9f\xab (U+27EA, U+27EB)\n");
+}
+
+// --render-chat: one conversation per JSONL line.
+int render_chats(const rp::Tokenizer & tok, const std::string & path, const std::string & tmpl_name,
+                 const rp::ChatOptions & opt, bool mask) {
+    const rp::ChatTemplate t = rp::chat_template_for(tok, tmpl_name);
+    std::istringstream in(rp::cli::read_file(path));
+    std::string line;
+    for (size_t n = 1; std::getline(in, line); ++n) {
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (line.find_first_not_of(" \t") == std::string::npos) continue;
+        const std::string where = path + " line " + std::to_string(n);
+        const rp::json::Value v = rp::json::parse(line, where);
+        const rp::json::Value * msgs = v.find("messages");
+        if (!msgs || !msgs->is_array()) throw rp::Error(where + ": expected {\"messages\": [...]}");
+        std::vector<rp::ChatMessage> chat;
+        for (const rp::json::Value & m : msgs->array) {
+            const rp::json::Value * role = m.find("role");
+            const rp::json::Value * content = m.find("content");
+            const rp::json::Value * reasoning = m.find("reasoning_content");
+            if (!role || !role->is_string() || !content || !content->is_string())
+                throw rp::Error(where + ": each message needs a string \"role\" and \"content\"");
+            chat.push_back({role->string, content->string, reasoning && reasoning->is_string() ? reasoning->string : ""});
+        }
+        rp::RenderedChat r;
+        try {
+            r = t.render(chat, opt);
+        } catch (const rp::Error & e) {
+            throw rp::Error(where + ": " + e.what());
+        }
+        std::string out;
+        size_t at = 0;
+        for (const rp::AssistantSpan & s : r.assistant) {
+            out.append(r.text, at, s.begin - at);
+            out += mask ? "\xe2\x9f\xaa" : "";
+            out.append(r.text, s.begin, s.end - s.begin);
+            out += mask ? "\xe2\x9f\xab" : "";
+            at = s.end;
+        }
+        out.append(r.text, at, std::string::npos);
+        out += "\n\x1d\n";
+        std::fwrite(out.data(), 1, out.size(), stdout);
+    }
+    return 0;
 }
 
 using rp::cli::read_file;
@@ -59,7 +122,10 @@ std::string printable(const std::string & s) {
 
 int main(int argc, char ** argv) {
     std::string model, prompt, file;
-    bool have_prompt = false, no_bos = false, parse_special = false, ids_only = false;
+    bool have_prompt = false, no_bos = false, parse_special = false, ids_only = false, mask = false;
+    std::string chats, chat_template;
+    rp::ChatOptions chat_opt;
+    chat_opt.add_generation_prompt = true;
     try {
         for (int i = 1; i < argc; ++i) {
             const std::string a = argv[i];
@@ -82,6 +148,18 @@ int main(int argc, char ** argv) {
                 parse_special = true;
             } else if (a == "--ids") {
                 ids_only = true;
+            } else if (a == "--render-chat") {
+                chats = value();
+            } else if (a == "--chat-template") {
+                chat_template = value();
+            } else if (a == "--no-generation-prompt") {
+                chat_opt.add_generation_prompt = false;
+            } else if (a == "--no-thinking") {
+                chat_opt.enable_thinking = false;
+            } else if (a == "--date") {
+                chat_opt.date = value();
+            } else if (a == "--mask") {
+                mask = true;
             } else if (a == "-h" || a == "--help") {
                 usage(stdout);
                 return 0;
@@ -91,6 +169,13 @@ int main(int argc, char ** argv) {
         }
         if (model.empty()) {
             throw rp::Error("no model given (-m MODEL.gguf)");
+        }
+        if (!chats.empty()) {
+            if (have_prompt || !file.empty()) throw rp::Error("--render-chat takes no -p / -f");
+            const auto tok = rp::Tokenizer::load(model);
+            render_chats(*tok, chats, chat_template, chat_opt, mask);
+            if (std::fflush(stdout) != 0) throw rp::Error("cannot write to standard output");
+            return 0;
         }
         if (have_prompt == !file.empty()) {
             throw rp::Error("give exactly one of -p TEXT and -f FILE");

@@ -22,7 +22,7 @@
 namespace rp {
 
 constexpr int kMaxDims = 4;
-constexpr int kMaxSrc = 6;
+constexpr int kMaxSrc = 7;  // ATTENTION_BACK: q, k, v, o, lse, dout and the optional key_start
 constexpr int kMaxOpParams = 16;  // 32-bit words
 
 enum class Op : uint8_t {
@@ -57,6 +57,12 @@ enum class Op : uint8_t {
     LM_HEAD_CE,      // fused LM head + cross-entropy -> [1]
     LM_HEAD_CE_BACK, // dh; dW accumulated into a source
     DROPOUT,         // x * keep / (1 - p), keep from a counter-based RNG; backward: DROPOUT of dy, same mask
+    MOE_TOPK,        // router logits -> each token's k experts (i32)
+    MOE_WEIGHTS,     // router logits, expert ids -> the selected experts' weights
+    MOE_WEIGHTS_BACK,
+    MUL_MAT_ID,      // expert weights [in, out, E] x X per (token, slot) -> [out, k, T]
+    MUL_MAT_ID_BACK_X,
+    OUT_PROD_ID,     // dW of the experts (+)= X dY^T per expert
     COUNT,
 };
 

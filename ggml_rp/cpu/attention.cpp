@@ -1,6 +1,7 @@
 // Flash-style causal grouped-query attention on the CPU (FlashAttention-2 algorithm, float accumulation).
 //
-// Forward, per (sequence, query head, block of BQ queries): walk the visible key blocks of BK keys in order,
+// Forward, per (sequence, query head, block of BQ queries): walk the visible key blocks of BK keys in order
+// (from the block of the first key any of its queries sees: packed sequences skip the earlier documents),
 // S = Q K^T * scale, keep a running row max m and row sum l of exp(S - m), rescale the output accumulator
 // when m grows, add P V. At the end O = acc / l and lse = m + log(l).
 //
@@ -44,9 +45,11 @@ void check_shape(const AttentionShape & s, const char * fn) {
     if (!std::isfinite(s.scale)) bad("scale is not finite");
 }
 
-// Strides and pointers of the [D, H, T, B] layouts (floats).
+// Strides and pointers of the [D, H, T, B] layouts (floats), and the mask: query t of sequence b sees keys
+// [first(b, t), t + offset].
 struct Geometry {
     const AttentionShape & s;
+    const int32_t * key_start;  // nullable: [Tq, B]
     int64_t group() const { return s.Hq / s.Hkv; }
     int64_t q_row() const { return s.Hq * s.D; }    // between consecutive queries of one head
     int64_t kv_row() const { return s.Hkv * s.D; }  // between consecutive keys of one head
@@ -54,9 +57,25 @@ struct Geometry {
     int64_t q_at(int64_t b, int64_t t, int64_t h) const { return ((b * s.Tq + t) * s.Hq + h) * s.D; }
     int64_t kv_at(int64_t b, int64_t j, int64_t h) const { return ((b * s.Tk + j) * s.Hkv + h) * s.D; }
     int64_t row_at(int64_t b, int64_t t, int64_t h) const { return (b * s.Tq + t) * s.Hq + h; }
-    // Keys of block [j0, j0+bk) that query t sees: the first `visible` of them.
+    // Keys of block [j0, j0+bk) that query t sees: the first `visible` of them (before the causal horizon).
     int64_t visible(int64_t t, int64_t j0, int64_t bk) const {
         return std::clamp<int64_t>(t + offset() - j0 + 1, 0, bk);
+    }
+    // The first key query t of sequence b sees (0 without key_start; clamped so the diagonal is visible).
+    int64_t first(int64_t b, int64_t t) const {
+        if (!key_start) return 0;
+        return std::clamp<int64_t>(key_start[b * s.Tq + t], 0, t + offset());
+    }
+    // Keys of block [j0, j0+bk) before the first one query t sees (they are masked like the future ones).
+    int64_t hidden(int64_t b, int64_t t, int64_t j0, int64_t bk) const {
+        return std::clamp<int64_t>(first(b, t) - j0, 0, bk);
+    }
+    // The first key any query of [t0, t0+bq) sees: blocks before it hold no visible key.
+    int64_t first_of_block(int64_t b, int64_t t0, int64_t bq) const {
+        if (!key_start) return 0;
+        int64_t lo = first(b, t0);
+        for (int64_t i = 1; i < bq; ++i) lo = std::min(lo, first(b, t0 + i));
+        return lo;
     }
 };
 
@@ -92,13 +111,14 @@ void parallel_tasks(int64_t n, size_t scratch_floats, F body) {
 }
 
 // P = exp(S*scale - lse) on the visible part of each row, 0 elsewhere (S is [bq x BK], rows t0..).
-void probabilities(const Geometry & g, float * S, int64_t bq, int64_t bk, int64_t t0, int64_t j0, float scale,
+void probabilities(const Geometry & g, float * S, int64_t b, int64_t bq, int64_t bk, int64_t t0, int64_t j0, float scale,
                    const float * lse_rows) {
     for (int64_t i = 0; i < bq; ++i) {
         float * row = S + i * BK;
-        const int64_t nv = g.visible(t0 + i, j0, bk);
+        const int64_t nv = g.visible(t0 + i, j0, bk), lo = std::min(g.hidden(b, t0 + i, j0, bk), nv);
         const float l = lse_rows[i];
-        for (int64_t j = 0; j < nv; ++j) row[j] = vec_exp(row[j] * scale - l);
+        for (int64_t j = 0; j < lo; ++j) row[j] = 0.0f;
+        for (int64_t j = lo; j < nv; ++j) row[j] = vec_exp(row[j] * scale - l);
         for (int64_t j = nv; j < bk; ++j) row[j] = 0.0f;
     }
 }
@@ -106,9 +126,9 @@ void probabilities(const Geometry & g, float * S, int64_t bq, int64_t bk, int64_
 } // namespace
 
 void attention_fwd(const AttentionShape & s, const float * q, const float * k, const float * v, float * o,
-                   float * lse) {
+                   float * lse, const int32_t * key_start) {
     check_shape(s, "attention_fwd");
-    const Geometry g{s};
+    const Geometry g{s, key_start};
     const int64_t D = s.D, nqb = (s.Tq + BQ - 1) / BQ;
     const int64_t ntasks = s.B * s.Hq * nqb;
     // scratch: S [BQ x BK], acc [BQ x D], m [BQ], l [BQ]
@@ -125,20 +145,25 @@ void attention_fwd(const AttentionShape & s, const float * q, const float * k, c
         std::fill(l, l + bq, 0.0f);
         const float * qblk = q + g.q_at(b, t0, h);
         const int64_t kend = std::min(s.Tk, t0 + bq + g.offset());   // keys past the last query's horizon
-        for (int64_t j0 = 0; j0 < kend; j0 += BK) {
+        for (int64_t j0 = g.first_of_block(b, t0, bq) / BK * BK; j0 < kend; j0 += BK) {
             const int64_t bk = std::min(BK, kend - j0);
             gemm_f32_serial(bq, bk, D, qblk, g.q_row(), false, k + g.kv_at(b, j0, hk), g.kv_row(), true, S, BK,
                             false);
             for (int64_t i = 0; i < bq; ++i) {
                 float * row = S + i * BK;
-                const int64_t nv = g.visible(t0 + i, j0, bk);
-                for (int64_t j = 0; j < nv; ++j) row[j] *= s.scale;
-                // Block 0 shows every query key 0, so mx is finite from the first block on.
-                const float mx = max_of(row, nv, m[i]);
+                const int64_t nv = g.visible(t0 + i, j0, bk), lo = g.hidden(b, t0 + i, j0, bk);
+                if (lo >= nv) {   // nothing visible in this block (a packed row's document starts later)
+                    std::fill(row, row + bk, 0.0f);
+                    continue;
+                }
+                std::fill(row, row + lo, 0.0f);
+                for (int64_t j = lo; j < nv; ++j) row[j] *= s.scale;
+                // The first block a row sees anything in makes mx finite; m[i] is -inf only before it.
+                const float mx = max_of(row + lo, nv - lo, m[i]);
                 const float alpha = vec_exp(m[i] - mx);
-                for (int64_t j = 0; j < nv; ++j) row[j] = vec_exp(row[j] - mx);
+                for (int64_t j = lo; j < nv; ++j) row[j] = vec_exp(row[j] - mx);
                 for (int64_t j = nv; j < bk; ++j) row[j] = 0.0f;
-                l[i] = l[i] * alpha + sum_of(row, nv);
+                l[i] = l[i] * alpha + sum_of(row + lo, nv - lo);
                 m[i] = mx;
                 if (alpha != 1.0f)
                     for (int64_t d = 0; d < D; ++d) acc[i * D + d] *= alpha;
@@ -155,9 +180,9 @@ void attention_fwd(const AttentionShape & s, const float * q, const float * k, c
 }
 
 void attention_bwd(const AttentionShape & s, const float * q, const float * k, const float * v, const float * o,
-                   const float * lse, const float * dout, float * dq, float * dk, float * dv) {
+                   const float * lse, const float * dout, float * dq, float * dk, float * dv, const int32_t * key_start) {
     check_shape(s, "attention_bwd");
-    const Geometry g{s};
+    const Geometry g{s, key_start};
     const int64_t D = s.D;
     const int64_t nrows = s.B * s.Tq * s.Hq;
 
@@ -203,11 +228,12 @@ void attention_bwd(const AttentionShape & s, const float * q, const float * k, c
         for (int64_t h = hk * g.group(); h < (hk + 1) * g.group(); ++h) {
             for (int64_t t0 = t_first / BQ * BQ; t0 < s.Tq; t0 += BQ) {
                 const int64_t bq = std::min(BQ, s.Tq - t0);
+                if (g.first_of_block(b, t0, bq) >= j0 + bk) continue;   // every query's document starts later
                 const float * qblk = q + g.q_at(b, t0, h);
                 const float * doblk = dout + g.q_at(b, t0, h);
                 gemm_f32_serial(bq, bk, D, qblk, g.q_row(), false, kblk, g.kv_row(), true, P, BK, false);
                 lse_of(lrow, b, t0, bq, h);
-                probabilities(g, P, bq, bk, t0, j0, s.scale, lrow);
+                probabilities(g, P, b, bq, bk, t0, j0, s.scale, lrow);
                 gemm_f32_serial(bk, D, bq, P, BK, true, doblk, g.q_row(), false, dv_acc, D, true);
                 gemm_f32_serial(bq, bk, D, doblk, g.q_row(), false, vblk, g.kv_row(), true, dP, BK, false);
                 softmax_grad(P, dP, bq, bk, b, t0, h);
@@ -239,11 +265,11 @@ void attention_bwd(const AttentionShape & s, const float * q, const float * k, c
         const float * qblk = q + g.q_at(b, t0, h);
         const float * doblk = dout + g.q_at(b, t0, h);
         const int64_t kend = std::min(s.Tk, t0 + bq + g.offset());
-        for (int64_t j0 = 0; j0 < kend; j0 += BK) {
+        for (int64_t j0 = g.first_of_block(b, t0, bq) / BK * BK; j0 < kend; j0 += BK) {
             const int64_t bk = std::min(BK, kend - j0);
             const float * kblk = k + g.kv_at(b, j0, hk);
             gemm_f32_serial(bq, bk, D, qblk, g.q_row(), false, kblk, g.kv_row(), true, P, BK, false);
-            probabilities(g, P, bq, bk, t0, j0, s.scale, lrow);
+            probabilities(g, P, b, bq, bk, t0, j0, s.scale, lrow);
             gemm_f32_serial(bq, bk, D, doblk, g.q_row(), false, v + g.kv_at(b, j0, hk), g.kv_row(), true, dP, BK,
                             false);
             softmax_grad(P, dP, bq, bk, b, t0, h);

@@ -1,6 +1,7 @@
 // Fused causal grouped-query attention, flash style (online softmax, no [Tq x Tk] matrix is ever stored).
 // The forward saves only the per-row logsumexp; the backward recomputes the probabilities from it.
-// Memory is O(T * D) for any sequence length.
+// Memory is O(T * D) for any sequence length. An optional first visible key per query makes the mask
+// block-diagonal causal (packed sequences: each document attends only to itself).
 #pragma once
 
 #include "ggml_rp/ops/attention_shape.h"
@@ -12,12 +13,15 @@ namespace rp::cpu {
 using rp::AttentionShape;  // ops/attention_shape.h
 
 // Contiguous layouts (d fastest): q, o, dq: [D, Hq, Tq, B]; k, v, dk, dv: [D, Hkv, Tk, B]; lse: [Hq, Tq, B].
+// key_start (nullable): i32 [Tq, B], the first key each query sees (packed sequences: the start of its
+// document), so query t of sequence b sees keys key_start[b*Tq + t] <= j <= t + (Tk - Tq); values are clamped
+// into [0, t + Tk - Tq] (every query sees at least its own key). nullptr: every query sees keys from 0.
 void attention_fwd(const AttentionShape & s, const float * q, const float * k, const float * v,
-                   float * o, float * lse);
+                   float * o, float * lse, const int32_t * key_start = nullptr);
 
 // dq, dk, dv are overwritten (not accumulated). Deterministic for any thread count.
 void attention_bwd(const AttentionShape & s, const float * q, const float * k, const float * v,
                    const float * o, const float * lse, const float * dout,
-                   float * dq, float * dk, float * dv);
+                   float * dq, float * dk, float * dv, const int32_t * key_start = nullptr);
 
 } // namespace rp::cpu

@@ -34,5 +34,11 @@ void attention_back(Tensor * node);
 void lm_head_ce(Tensor * node);
 void lm_head_ce_back(Tensor * node);
 void dropout(Tensor * node);
+void moe_topk(Tensor * node);
+void moe_weights(Tensor * node);
+void moe_weights_back(Tensor * node);
+void mul_mat_id(Tensor * node);
+void mul_mat_id_back_x(Tensor * node);
+void out_prod_id(Tensor * node);
 
 } // namespace rp::cpu

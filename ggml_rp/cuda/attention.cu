@@ -91,6 +91,29 @@ __device__ inline int visible(int64_t t, int64_t off, int64_t j0, int64_t bk) {
     return static_cast<int>(n < 0 ? 0 : (n > bk ? bk : n));
 }
 
+// The first key query t of sequence b sees: key_start[b * Tq + t] clamped into [0, t + off] (0 without
+// key_start), as the CPU reference (cpu/attention.cpp) clamps it.
+__device__ inline int64_t first_key(const int32_t * ks, int64_t b, int64_t Tq, int64_t t, int64_t off) {
+    if (!ks) return 0;
+    const int64_t f = ks[b * Tq + t];
+    return f < 0 ? 0 : (f > t + off ? t + off : f);
+}
+// Keys of the tile starting at j0 (bk of them) before the first one query t sees: masked like the future.
+__device__ inline int hidden(const int32_t * ks, int64_t b, int64_t Tq, int64_t t, int64_t off, int64_t j0, int64_t bk) {
+    const int64_t n = first_key(ks, b, Tq, t, off) - j0;
+    return static_cast<int>(n < 0 ? 0 : (n > bk ? bk : n));
+}
+// The first key any query of the tile [t0, t0 + bq) sees (every thread computes it: a uniform value).
+__device__ inline int64_t first_key_of_tile(const int32_t * ks, int64_t b, int64_t Tq, int64_t t0, int64_t bq, int64_t off) {
+    if (!ks) return 0;
+    int64_t lo = first_key(ks, b, Tq, t0, off);
+    for (int64_t i = 1; i < bq; ++i) {
+        const int64_t f = first_key(ks, b, Tq, t0 + i, off);
+        lo = f < lo ? f : lo;
+    }
+    return lo;
+}
+
 // rows [r0, r0 + nrows) of a [*, H, T, B] tensor at head h, sequence b -> tile [rows x DP] with row pitch
 // `pitch` (>= DP; the columns past DP are never read), zero-padded.
 template <class T>
@@ -105,7 +128,8 @@ __device__ void load_tile(T * dst, const T * src, int64_t b, int64_t r0, int64_t
 template <class T>
 __global__ void __launch_bounds__(kAttnThreads)
 attn_fwd_kernel(AttentionShape s, const T * __restrict__ q, const T * __restrict__ k, const T * __restrict__ v,
-                float * __restrict__ o, float * __restrict__ lse, int BQ, int BK, int DP, int KP) {
+                float * __restrict__ o, float * __restrict__ lse, const int32_t * __restrict__ ks, int BQ, int BK, int DP,
+                int KP) {
     Carve cv{attn_smem};
     T * Qs = cv.take<T>(BQ * DP);
     T * Ks = cv.take<T>(BK * KP);
@@ -126,7 +150,8 @@ attn_fwd_kernel(AttentionShape s, const T * __restrict__ q, const T * __restrict
     for (int e = threadIdx.x; e < BQ * DP; e += blockDim.x) O[e] = 0.0f;
     for (int i = threadIdx.x; i < BQ; i += blockDim.x) { m[i] = -INFINITY; l[i] = 0.0f; }
     const int64_t kend = s.Tk < t0 + bq + off ? s.Tk : t0 + bq + off;   // keys past the last query's horizon
-    for (int64_t j0 = 0; j0 < kend; j0 += BK) {
+    // From the tile of the first key any query sees (packed sequences skip the earlier documents).
+    for (int64_t j0 = first_key_of_tile(ks, b, s.Tq, t0, bq, off) / BK * BK; j0 < kend; j0 += BK) {
         const int64_t bk = kend - j0 < BK ? kend - j0 : BK;
         __syncthreads();   // the previous tile's K, V, P are consumed
         load_tile(Ks, k, b, j0, bk, hk, s.Hkv, s.Tk, s.D, BK, DP, KP);
@@ -136,13 +161,14 @@ attn_fwd_kernel(AttentionShape s, const T * __restrict__ q, const T * __restrict
         __syncthreads();
         for (int i = warp; i < BQ; i += nw) {   // online softmax, one warp per query row
             const int nv = i < bq ? visible(t0 + i, off, j0, bk) : 0;
+            const int lo = i < bq ? hidden(ks, b, s.Tq, t0 + i, off, j0, bk) : 0;
             const float mold = m[i];
             float mx = mold;
-            for (int j = lane; j < nv; j += 32) mx = fmaxf(mx, S[i * BK + j] * s.scale);
+            for (int j = lo + lane; j < nv; j += 32) mx = fmaxf(mx, S[i * BK + j] * s.scale);
             mx = warp_max(mx);
             float rs = 0.0f;
             for (int j = lane; j < BK; j += 32) {
-                const float p = j < nv ? expf(S[i * BK + j] * s.scale - mx) : 0.0f;
+                const float p = j >= lo && j < nv ? expf(S[i * BK + j] * s.scale - mx) : 0.0f;
                 P[i * BK + j] = from_f32<T>(p);
                 rs += p;
             }
@@ -184,11 +210,12 @@ __global__ void __launch_bounds__(kElemThreads) attn_rowdot_kernel(const T * __r
 template <class T>
 __device__ void probs_and_grads(const float * S, const float * dP, const float * ls, const float * ds, T * P, T * dS,
                                 int BQ, int BK, int64_t bq, int64_t t0, int64_t off, int64_t j0, int64_t bk,
-                                float scale) {
+                                float scale, const int32_t * ks, int64_t b, int64_t Tq) {
     for (int e = threadIdx.x; e < BQ * BK; e += blockDim.x) {
         const int i = e / BK, j = e % BK;
         const int nv = i < bq ? visible(t0 + i, off, j0, bk) : 0;
-        const float p = j < nv ? expf(S[e] * scale - ls[i]) : 0.0f;
+        const int lo = i < bq ? hidden(ks, b, Tq, t0 + i, off, j0, bk) : 0;
+        const float p = j >= lo && j < nv ? expf(S[e] * scale - ls[i]) : 0.0f;
         if (P) P[e] = from_f32<T>(p);
         dS[e] = from_f32<T>(p * (dP[e] - ds[i]));
     }
@@ -198,7 +225,8 @@ template <class T>
 __global__ void __launch_bounds__(kAttnThreads)
 attn_bwd_kv_kernel(AttentionShape s, const T * __restrict__ q, const T * __restrict__ k, const T * __restrict__ v,
                    const T * __restrict__ dout, const float * __restrict__ lse, const float * __restrict__ Di,
-                   float * __restrict__ dk, float * __restrict__ dv, int BQ, int BK, int DP, int KP) {
+                   float * __restrict__ dk, float * __restrict__ dv, const int32_t * __restrict__ ks, int BQ, int BK,
+                   int DP, int KP) {
     Carve cv{attn_smem};
     T * Ks = cv.take<T>(BK * KP);
     T * Vs = cv.take<T>(BK * KP);
@@ -223,6 +251,8 @@ attn_bwd_kv_kernel(AttentionShape s, const T * __restrict__ q, const T * __restr
     for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
         for (int64_t t0 = t_first / BQ * BQ; t0 < s.Tq; t0 += BQ) {
             const int64_t bq = s.Tq - t0 < BQ ? s.Tq - t0 : BQ;
+            // Every query's document starts after this key tile: nothing to add (uniform over the block).
+            if (first_key_of_tile(ks, b, s.Tq, t0, bq, off) >= j0 + bk) continue;
             __syncthreads();   // the previous tile's Q, dO, P, dS are consumed
             load_tile(Qs, q, b, t0, bq, h, s.Hq, s.Tq, s.D, BQ, DP, DP);
             load_tile(dOs, dout, b, t0, bq, h, s.Hq, s.Tq, s.D, BQ, DP, DP);
@@ -235,7 +265,7 @@ attn_bwd_kv_kernel(AttentionShape s, const T * __restrict__ q, const T * __restr
             block_gemm<T, true, false>(BQ, BK, DP, Qs, DP, Ks, KP, S, BK, false);    // S  = Q K^T
             block_gemm<T, true, false>(BQ, BK, DP, dOs, DP, Vs, KP, dP, BK, false);  // dP = dO V^T
             __syncthreads();
-            probs_and_grads(S, dP, ls, ds, P, dS, BQ, BK, bq, t0, off, j0, bk, s.scale);
+            probs_and_grads(S, dP, ls, ds, P, dS, BQ, BK, bq, t0, off, j0, bk, s.scale, ks, b, s.Tq);
             __syncthreads();
             block_gemm<T, false, true>(BK, DP, BQ, P, BK, dOs, DP, dV, DP, true);    // dV += P^T dO
             block_gemm<T, false, true>(BK, DP, BQ, dS, BK, Qs, DP, dK, DP, true);    // dK += dS^T Q
@@ -254,7 +284,7 @@ template <class T>
 __global__ void __launch_bounds__(kAttnThreads)
 attn_bwd_q_kernel(AttentionShape s, const T * __restrict__ q, const T * __restrict__ k, const T * __restrict__ v,
                   const T * __restrict__ dout, const float * __restrict__ lse, const float * __restrict__ Di,
-                  float * __restrict__ dq, int BQ, int BK, int DP, int KP) {
+                  float * __restrict__ dq, const int32_t * __restrict__ ks, int BQ, int BK, int DP, int KP) {
     Carve cv{attn_smem};
     T * Qs = cv.take<T>(BQ * DP);
     T * dOs = cv.take<T>(BQ * DP);
@@ -279,7 +309,7 @@ attn_bwd_q_kernel(AttentionShape s, const T * __restrict__ q, const T * __restri
         ds[i] = i < bq ? Di[r] : 0.0f;
     }
     const int64_t kend = s.Tk < t0 + bq + off ? s.Tk : t0 + bq + off;
-    for (int64_t j0 = 0; j0 < kend; j0 += BK) {
+    for (int64_t j0 = first_key_of_tile(ks, b, s.Tq, t0, bq, off) / BK * BK; j0 < kend; j0 += BK) {
         const int64_t bk = kend - j0 < BK ? kend - j0 : BK;
         __syncthreads();
         load_tile(Ks, k, b, j0, bk, hk, s.Hkv, s.Tk, s.D, BK, DP, KP);
@@ -288,7 +318,7 @@ attn_bwd_q_kernel(AttentionShape s, const T * __restrict__ q, const T * __restri
         block_gemm<T, true, false>(BQ, BK, DP, Qs, DP, Ks, KP, S, BK, false);
         block_gemm<T, true, false>(BQ, BK, DP, dOs, DP, Vs, KP, dP, BK, false);
         __syncthreads();
-        probs_and_grads<T>(S, dP, ls, ds, nullptr, dS, BQ, BK, bq, t0, off, j0, bk, s.scale);
+        probs_and_grads<T>(S, dP, ls, ds, nullptr, dS, BQ, BK, bq, t0, off, j0, bk, s.scale, ks, b, s.Tq);
         __syncthreads();
         block_gemm<T, true, true>(BQ, DP, BK, dS, BK, Ks, KP, dQ, DP, true);   // dQ += dS K
     }
@@ -332,18 +362,19 @@ dim3 to_dim3(const Grid3 & g) {
 
 template <class T>
 void fwd(const AttentionShape & s, const void * q, const void * k, const void * v, float * o, float * lse,
-         cudaStream_t stream) {
+         const int32_t * ks, cudaStream_t stream) {
     const AttnTiles t = prepare(attn_fwd_kernel<T>, AttnKernel::Forward, s, sizeof(T), "attention");
     const Grid3 g = attention_grid(AttnKernel::Forward, s.Tq, s.Tk, s.Hq, s.Hkv, s.B, t);
     attn_fwd_kernel<T><<<to_dim3(g), kAttnThreads, t.smem, stream>>>(
-        s, static_cast<const T *>(q), static_cast<const T *>(k), static_cast<const T *>(v), o, lse,
+        s, static_cast<const T *>(q), static_cast<const T *>(k), static_cast<const T *>(v), o, lse, ks,
         static_cast<int>(t.bq), static_cast<int>(t.bk), static_cast<int>(t.dp), static_cast<int>(t.kp));
     check_launch("attention");
 }
 
 template <class T>
 void bwd(const AttentionShape & s, const void * q, const void * k, const void * v, const float * o,
-         const float * lse, const void * dout, float * dq, float * dk, float * dv, float * Di, cudaStream_t stream) {
+         const float * lse, const void * dout, float * dq, float * dk, float * dv, float * Di, const int32_t * ks,
+         cudaStream_t stream) {
     const int64_t rows = s.B * s.Tq * s.Hq;
     if (rows > 0)
         attn_rowdot_kernel<T><<<static_cast<unsigned>(ceil_div(rows * 32, kElemThreads)), kElemThreads, 0, stream>>>(
@@ -356,14 +387,14 @@ void bwd(const AttentionShape & s, const void * q, const void * k, const void * 
     const AttnTiles tkv = prepare(attn_bwd_kv_kernel<T>, AttnKernel::BackwardKV, s, sizeof(T), "attention_back");
     const Grid3 gkv = attention_grid(AttnKernel::BackwardKV, s.Tq, s.Tk, s.Hq, s.Hkv, s.B, tkv);
     attn_bwd_kv_kernel<T><<<to_dim3(gkv), kAttnThreads, tkv.smem, stream>>>(
-        s, qt, kt, vt, dot, lse, Di, dk, dv, static_cast<int>(tkv.bq), static_cast<int>(tkv.bk), static_cast<int>(tkv.dp),
+        s, qt, kt, vt, dot, lse, Di, dk, dv, ks, static_cast<int>(tkv.bq), static_cast<int>(tkv.bk), static_cast<int>(tkv.dp),
         static_cast<int>(tkv.kp));
     check_launch("attention_back (dk, dv)");
     const AttnTiles tq = prepare(attn_bwd_q_kernel<T>, AttnKernel::BackwardQ, s, sizeof(T), "attention_back");
     const Grid3 gq = attention_grid(AttnKernel::BackwardQ, s.Tq, s.Tk, s.Hq, s.Hkv, s.B, tq);
     if (gq.x > 0)
         attn_bwd_q_kernel<T><<<to_dim3(gq), kAttnThreads, tq.smem, stream>>>(
-            s, qt, kt, vt, dot, lse, Di, dq, static_cast<int>(tq.bq), static_cast<int>(tq.bk), static_cast<int>(tq.dp),
+            s, qt, kt, vt, dot, lse, Di, dq, ks, static_cast<int>(tq.bq), static_cast<int>(tq.bk), static_cast<int>(tq.dp),
             static_cast<int>(tq.kp));
     check_launch("attention_back (dq)");
 }
@@ -371,19 +402,19 @@ void bwd(const AttentionShape & s, const void * q, const void * k, const void * 
 } // namespace
 
 void attention_fwd(const AttentionShape & s, gguf::TensorType type, const void * q, const void * k, const void * v,
-                   float * o, float * lse, cudaStream_t stream) {
+                   float * o, float * lse, cudaStream_t stream, const int32_t * key_start) {
     check_shape(s, type, "attention");
     if (s.Tq == 0 || s.B == 0) return;
     switch (type) {
-    case gguf::TensorType::F16: return fwd<__half>(s, q, k, v, o, lse, stream);
-    case gguf::TensorType::BF16: return fwd<__nv_bfloat16>(s, q, k, v, o, lse, stream);
-    default: return fwd<float>(s, q, k, v, o, lse, stream);
+    case gguf::TensorType::F16: return fwd<__half>(s, q, k, v, o, lse, key_start, stream);
+    case gguf::TensorType::BF16: return fwd<__nv_bfloat16>(s, q, k, v, o, lse, key_start, stream);
+    default: return fwd<float>(s, q, k, v, o, lse, key_start, stream);
     }
 }
 
 void attention_bwd(const AttentionShape & s, gguf::TensorType type, const void * q, const void * k, const void * v,
                    const float * o, const float * lse, const void * dout, float * dq, float * dk, float * dv,
-                   void * workspace, size_t workspace_bytes, cudaStream_t stream) {
+                   void * workspace, size_t workspace_bytes, cudaStream_t stream, const int32_t * key_start) {
     check_shape(s, type, "attention_back");
     const size_t need = attention_bwd_workspace_bytes(s.Hq, s.Tq, s.B);
     require(workspace_bytes >= need, "attention_back", "workspace of " + std::to_string(workspace_bytes) +
@@ -391,9 +422,9 @@ void attention_bwd(const AttentionShape & s, gguf::TensorType type, const void *
     if (s.B == 0 || s.Tk == 0) return;
     float * Di = static_cast<float *>(workspace);
     switch (type) {
-    case gguf::TensorType::F16: return bwd<__half>(s, q, k, v, o, lse, dout, dq, dk, dv, Di, stream);
-    case gguf::TensorType::BF16: return bwd<__nv_bfloat16>(s, q, k, v, o, lse, dout, dq, dk, dv, Di, stream);
-    default: return bwd<float>(s, q, k, v, o, lse, dout, dq, dk, dv, Di, stream);
+    case gguf::TensorType::F16: return bwd<__half>(s, q, k, v, o, lse, dout, dq, dk, dv, Di, key_start, stream);
+    case gguf::TensorType::BF16: return bwd<__nv_bfloat16>(s, q, k, v, o, lse, dout, dq, dk, dv, Di, key_start, stream);
+    default: return bwd<float>(s, q, k, v, o, lse, dout, dq, dk, dv, Di, key_start, stream);
     }
 }
 
@@ -433,7 +464,8 @@ AttentionInputs attention_inputs(const Tensor * n, char * area, cudaStream_t str
 
 void run_attention(Tensor * n, const NodeRun & r) {
     const AttentionInputs x = attention_inputs(n, static_cast<char *>(r.scratch), r.stream);
-    attention_fwd(node::attention_shape(n), x.type, x.p[0], x.p[1], x.p[2], out<float>(n), node::aux(n, 0), r.stream);
+    attention_fwd(node::attention_shape(n), x.type, x.p[0], x.p[1], x.p[2], out<float>(n), node::aux(n, 0), r.stream,
+                  node::attention_key_start_data(n));
 }
 
 void run_attention_back(Tensor * n, const NodeRun & r) {
@@ -442,7 +474,8 @@ void run_attention_back(Tensor * n, const NodeRun & r) {
     const size_t own = (attention_bwd_workspace_bytes(q->ne[1], q->ne[2], q->ne[3]) + 255) / 256 * 256;
     const AttentionInputs x = attention_inputs(n, static_cast<char *>(r.scratch) + own, r.stream);
     attention_bwd(node::attention_shape(n), x.type, x.p[0], x.p[1], x.p[2], in<float>(n->src[3]), in<float>(n->src[4]),
-                  x.p[5], out<float>(n), node::aux(n, 0), node::aux(n, k->nbytes()), r.scratch, own, r.stream);
+                  x.p[5], out<float>(n), node::aux(n, 0), node::aux(n, k->nbytes()), r.scratch, own, r.stream,
+                  node::attention_key_start_data(n));
 }
 
 const RegisterNodeKernels kRegister{{Op::ATTENTION, run_attention}, {Op::ATTENTION_BACK, run_attention_back}};

@@ -2,7 +2,8 @@
 // same layouts and semantics; op contract in ggml_rp/ops/attention.h).
 //
 // Layouts (contiguous, d fastest): q, o, dq, dout: [D, Hq, Tq, B]; k, v, dk, dv: [D, Hkv, Tk, B];
-// lse: [Hq, Tq, B]. Query t sees keys j <= t + (Tk - Tq). D <= 256, Hq % Hkv == 0.
+// lse: [Hq, Tq, B]. Query t sees keys key_start[t] <= j <= t + (Tk - Tq) (key_start optional: packed
+// sequences). D <= 256, Hq % Hkv == 0.
 // q, k, v and dout have the element type `type` (F32, F16 or BF16); o, lse and the gradients are f32.
 // F16/BF16 inputs run the tile products on tensor cores (wmma, fp32 accumulation; the probabilities are
 // rounded to the input type before P V, as FlashAttention does); F32 inputs run fp32 FMA products.
@@ -26,12 +27,13 @@ namespace rp::cuda {
 
 using rp::AttentionShape;  // ops/attention_shape.h
 
+// key_start (device memory, nullable): i32 [Tq, B], the first key each query sees (cpu/attention.h).
 void attention_fwd(const AttentionShape & s, gguf::TensorType type, const void * q, const void * k, const void * v,
-                   float * o, float * lse, cudaStream_t stream);
+                   float * o, float * lse, cudaStream_t stream, const int32_t * key_start = nullptr);
 
 // dq, dk, dv are overwritten. workspace: attention_bwd_workspace_bytes(Hq, Tq, B) bytes (launch.h).
 void attention_bwd(const AttentionShape & s, gguf::TensorType type, const void * q, const void * k, const void * v,
                    const float * o, const float * lse, const void * dout, float * dq, float * dk, float * dv,
-                   void * workspace, size_t workspace_bytes, cudaStream_t stream);
+                   void * workspace, size_t workspace_bytes, cudaStream_t stream, const int32_t * key_start = nullptr);
 
 } // namespace rp::cuda

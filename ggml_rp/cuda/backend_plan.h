@@ -17,6 +17,7 @@
 #include "ggml_rp/core/graph.h"
 #include "ggml_rp/core/tensor.h"
 #include "ggml_rp/cuda/launch.h"
+#include "ggml_rp/ops/node_args.h"
 #include "ggml_rp/ops/op_table.h"
 #include "base/error.h"
 
@@ -154,9 +155,34 @@ inline void check_cuda_node(const Tensor * n) {
             need_contiguous(n, n, "dh");
         }
         return;
+    case Op::MOE_TOPK: case Op::MOE_WEIGHTS: case Op::MOE_WEIGHTS_BACK:
+        need_type(n, n->src[0], DType::F32, "router logits");
+        need_contiguous(n, n->src[0], "router logits");
+        if (n->op != Op::MOE_TOPK) {
+            need_type(n, n->src[1], DType::I32, "expert ids");
+            need_contiguous(n, n->src[1], "expert ids");
+        }
+        need_contiguous(n, n, "output");
+        return;
+    case Op::MUL_MAT_ID: case Op::MUL_MAT_ID_BACK_X: case Op::OUT_PROD_ID:
+        need_type(n, n->src[2], DType::I32, "expert ids");
+        need_contiguous(n, n->src[2], "expert ids");
+        for (int i : {0, 1})
+            if (n->op == Op::OUT_PROD_ID || i == 1) {
+                need_type(n, n->src[i], DType::F32, i == 0 ? "X" : n->op == Op::MUL_MAT_ID ? "X" : "dY");
+                need_contiguous(n, n->src[i], i == 0 ? "X" : "activation");
+            }
+        if (n->op != Op::OUT_PROD_ID && !n->src[0]->is_contiguous())
+            detail::node_error(n, "expert weights " + describe(n->src[0]) + " must be contiguous");
+        need_contiguous(n, n, "output");
+        return;
     case Op::ATTENTION: case Op::ATTENTION_BACK:
         need_contiguous(n, n, "output");
         if (n->src[0]->ne[0] > kAttnMaxHeadDim) detail::node_error(n, "head_dim above 256");
+        if (const Tensor * ks = node::attention_key_start(n)) {
+            need_type(n, ks, DType::I32, "key_start");
+            need_contiguous(n, ks, "key_start");
+        }
         return;
     case Op::ROPE: case Op::ROPE_BACK:
         need_type(n, n->src[1], DType::I32, "positions");
@@ -208,6 +234,13 @@ inline size_t node_workspace_bytes(const Tensor * n) {
         return attention_casts_inputs(n) ? align256(own) + attention_cast_bytes(n) : own;
     }
     case Op::GET_ROWS_BACK: return get_rows_back_workspace_bytes(n->src[1]->nelements());
+    case Op::MOE_TOPK: case Op::MOE_WEIGHTS: case Op::MOE_WEIGHTS_BACK:
+        return moe_router_scratch(n->src[0]->ne[0], n->src[0]->ne[1], n->op == Op::MOE_WEIGHTS_BACK);
+    case Op::MUL_MAT_ID: case Op::MUL_MAT_ID_BACK_X: {
+        const Tensor * W = n->src[0];
+        return moe_matmul_scratch(W->ne[0], W->ne[1], W->ne[2], n->src[2]->nelements(), W->type).total();
+    }
+    case Op::OUT_PROD_ID: return moe_matmul_scratch(n->ne[0], n->ne[1], n->ne[2], n->src[2]->nelements(), DType::F32).total();
     default: return 0;
     }
 }

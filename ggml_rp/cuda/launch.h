@@ -159,6 +159,25 @@ inline constexpr size_t lm_head_ce_workspace_bytes(int64_t C, int64_t V, int64_t
     return tile + gemm + tok;
 }
 
+// Scratch of the grouped expert matmuls (cuda/moe.cu) for W [K, N, E], n = k * T (token, slot) pairs:
+//   the routing (per-expert starts, the pairs in expert-then-token order), two gathered f32 panels of
+//   max(K, N) x n, one per-pair panel of K x n (MUL_MAT_ID_BACK_X with shared slots), the per-expert GEMM's own
+//   scratch (at most n columns).
+struct MoeScratch {
+    size_t starts, pairs, panel_in, panel_out, per_pair, gemm;
+    size_t total() const { return starts + pairs + panel_in + panel_out + per_pair + gemm; }
+};
+inline constexpr MoeScratch moe_matmul_scratch(int64_t K, int64_t N, int64_t E, int64_t n, gguf::TensorType wtype) {
+    auto al = [](size_t b) { return (b + 255) / 256 * 256; };
+    const int64_t wide = K > N ? K : N;
+    return {al(size_t(E + 1) * 4), al(size_t(n > 0 ? n : 1) * 4), al(size_t(wide * n) * 4), al(size_t(wide * n) * 4),
+            al(size_t(K * n) * 4), matmul_workspace_bytes(K, N, n, wtype)};
+}
+// The router kernels' scratch: the probabilities (and for the backward their gradient), E floats per token.
+inline constexpr size_t moe_router_scratch(int64_t E, int64_t T, bool backward) {
+    return (size_t(E * T) * 4 * (backward ? 2 : 1) + 255) / 256 * 256;
+}
+
 // Scratch of rp::cuda::get_rows_back: the next-token-with-the-same-id link and the owner flag, per token.
 inline constexpr size_t get_rows_back_workspace_bytes(int64_t n_ids) {
     return size_t(round_up(n_ids > 0 ? n_ids : 1, 64)) * 4 * 2;

@@ -7,7 +7,7 @@
 
 namespace rp {
 
-Tensor * attention(Context & ctx, Tensor * q, Tensor * k, Tensor * v, float scale, DType accelerated) {
+Tensor * attention(Context & ctx, Tensor * q, Tensor * k, Tensor * v, float scale, DType accelerated, Tensor * key_start) {
     const char * op = "attention";
     detail::require(accelerated == DType::F32 || accelerated == DType::F16 || accelerated == DType::BF16, op,
                     std::string("the accelerator input type must be f32, f16 or bf16, not ") + dtype_name(accelerated));
@@ -21,10 +21,16 @@ Tensor * attention(Context & ctx, Tensor * q, Tensor * k, Tensor * v, float scal
     detail::require(Hq % Hkv == 0, op, "query heads of " + describe(q) + " are not a multiple of the kv heads of " + describe(k));
     detail::require(Tk >= Tq, op, "fewer keys than queries: q " + describe(q) + ", k " + describe(k));
     detail::require(D <= 256, op, "head_dim " + std::to_string(D) + " > 256");
+    if (key_start) {
+        detail::require(key_start->type == DType::I32, op, "key_start " + describe(key_start) + " must be i32");
+        detail::require(key_start->nelements() == Tq * B && key_start->is_contiguous(), op,
+                        "key_start " + describe(key_start) + " must be contiguous with Tq * B = " + std::to_string(Tq * B) +
+                            " elements");
+    }
     q = cont_if_needed(ctx, q);
     k = cont_if_needed(ctx, k);
     v = cont_if_needed(ctx, v);
-    Tensor * o = detail::new_node(ctx, Op::ATTENTION, DType::F32, q->ne, {q, k, v});
+    Tensor * o = detail::new_node(ctx, Op::ATTENTION, DType::F32, q->ne, {q, k, v, key_start});
     o->set_param_f32(0, scale);
     o->set_param_i32(1, static_cast<int32_t>(accelerated));
     o->aux_bytes = static_cast<size_t>(Hq * Tq * B) * sizeof(float);
@@ -48,7 +54,7 @@ AttentionGrads attention_back(Context & ctx, Tensor * o, Tensor * dout) {
     Tensor * k = o->src[1];
     Tensor * v = o->src[2];
     Tensor * lse = attention_lse(ctx, o);
-    Tensor * dq = detail::new_node(ctx, Op::ATTENTION_BACK, DType::F32, q->ne, {q, k, v, o, lse, dout});
+    Tensor * dq = detail::new_node(ctx, Op::ATTENTION_BACK, DType::F32, q->ne, {q, k, v, o, lse, dout, o->src[3]});
     dq->set_param_f32(0, o->param_f32(0));
     dq->set_param_i32(1, o->param_i32(1));  // the same accelerator input type as the forward
     dq->aux_bytes = 2 * k->nbytes();

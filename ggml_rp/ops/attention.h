@@ -4,6 +4,11 @@
 //   o[:, h, t, b] = sum_j softmax_j(scale * q[:, h, t, b] . k[:, h/(Hq/Hkv), j, b]) v[:, h/(Hq/Hkv), j, b]
 //   over keys j <= t + (Tk - Tq) (causal; Tk > Tq when earlier keys come from a KV cache).
 //
+// key_start (optional, i32 [Tq, B] or [Tq * B], contiguous): the first key each query sees, so query t of
+// sequence b attends over keys key_start[t + b*Tq] <= j <= t + (Tk - Tq) (values clamped into that range). A
+// packed sequence passes the start of each token's document: every document attends only to itself
+// (block-diagonal causal), and the kernels skip the key blocks no query of a block sees. No gradient.
+//
 // Hq % Hkv == 0 (GQA); D <= 256. Non-contiguous inputs are copied first. The forward also stores the
 // per-row logsumexp lse [Hq, Tq, B] right after o (o's aux bytes; attention_lse() gives a view of it), and
 // the backward recomputes the probabilities from it. Kernels: rp::cpu::attention_fwd / attention_bwd.
@@ -16,8 +21,9 @@ namespace rp {
 // `accelerated`: the element type an accelerator's kernels may round q, k, v (and the backward's dout) to, for
 // its matrix units: BF16 / F16 run the CUDA kernels on tensor cores (f32 accumulation, probabilities rounded
 // like FlashAttention); F32 keeps the f32 kernels. The CPU kernels always compute in f32 (the reference).
-// Stored as op param 1; attention_back inherits it.
-Tensor * attention(Context & ctx, Tensor * q, Tensor * k, Tensor * v, float scale, DType accelerated = DType::F32);
+// Stored as op param 1; attention_back inherits it. key_start is src 3 (attention_back: src 6).
+Tensor * attention(Context & ctx, Tensor * q, Tensor * k, Tensor * v, float scale, DType accelerated = DType::F32,
+                   Tensor * key_start = nullptr);
 // The logsumexp saved by the attention node o: f32 [Hq, Tq, B].
 Tensor * attention_lse(Context & ctx, Tensor * o);
 

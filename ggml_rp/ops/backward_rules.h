@@ -19,5 +19,7 @@ void backward_mul_mat(Backward & b, Tensor * node);   // MUL_MAT
 void backward_attention(Backward & b, Tensor * node); // ATTENTION
 void backward_cross_entropy(Backward & b, Tensor * node); // LM_HEAD_CE
 void backward_dropout(Backward & b, Tensor * node);   // DROPOUT
+void backward_moe_weights(Backward & b, Tensor * node); // MOE_WEIGHTS
+void backward_mul_mat_id(Backward & b, Tensor * node);  // MUL_MAT_ID
 
 } // namespace rp::rules

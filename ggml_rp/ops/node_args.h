@@ -20,6 +20,13 @@ inline AttentionShape attention_shape(const Tensor * n) {
     return {q->ne[0], q->ne[1], k->ne[1], q->ne[2], k->ne[2], q->ne[3], n->param_f32(0)};
 }
 
+// ATTENTION / ATTENTION_BACK: the first visible key per query (i32 [Tq * B]), or nullptr (plain causal).
+inline const Tensor * attention_key_start(const Tensor * n) { return n->src[n->op == Op::ATTENTION ? 3 : 6]; }
+inline const int32_t * attention_key_start_data(const Tensor * n) {
+    const Tensor * ks = attention_key_start(n);
+    return ks ? static_cast<const int32_t *>(ks->data) : nullptr;
+}
+
 // ATTENTION / ATTENTION_BACK: the element type an accelerator may round the inputs to (op param 1).
 inline DType attention_accelerated_type(const Tensor * n) { return static_cast<DType>(n->param_i32(1)); }
 

@@ -63,6 +63,14 @@ constexpr OpDesc kOps[] = {
     {Op::LM_HEAD_CE_BACK, "LM_HEAD_CE_BACK", "h, W, labels, dloss (, dW) -> dh [C, T]", nullptr, cpu::lm_head_ce_back,
      kIndexedFirst},
     {Op::DROPOUT, "DROPOUT", "x -> x's shape", backward_dropout, cpu::dropout, kElementwise},
+    {Op::MOE_TOPK, "MOE_TOPK", "logits [E, T] -> ids i32 [k, T]", no_gradient, cpu::moe_topk, kStrided},
+    {Op::MOE_WEIGHTS, "MOE_WEIGHTS", "logits [E, T], ids [k, T] -> [k, T]", backward_moe_weights, cpu::moe_weights, kIndexed},
+    {Op::MOE_WEIGHTS_BACK, "MOE_WEIGHTS_BACK", "logits, ids, dw [k, T] -> dlogits [E, T]", nullptr, cpu::moe_weights_back, kIndexed},
+    {Op::MUL_MAT_ID, "MUL_MAT_ID", "W [in, out, E] x X [in, 1|k, T], ids [k, T] -> [out, k, T]", backward_mul_mat_id,
+     cpu::mul_mat_id, kIndexed},
+    {Op::MUL_MAT_ID_BACK_X, "MUL_MAT_ID_BACK_X", "W, dY [out, k, T], ids -> dX [in, 1|k, T]", nullptr, cpu::mul_mat_id_back_x,
+     kIndexed},
+    {Op::OUT_PROD_ID, "OUT_PROD_ID", "X [in, 1|k, T], dY [out, k, T], ids -> dW [in, out, E]", nullptr, cpu::out_prod_id, kIndexed},
 };
 static_assert(sizeof kOps / sizeof kOps[0] == static_cast<size_t>(Op::COUNT), "one op table row per op");
 

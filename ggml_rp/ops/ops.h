@@ -8,6 +8,7 @@
 #include "ggml_rp/ops/dropout.h"
 #include "ggml_rp/ops/get_rows.h"
 #include "ggml_rp/ops/lora.h"
+#include "ggml_rp/ops/moe.h"
 #include "ggml_rp/ops/mul_mat.h"
 #include "ggml_rp/ops/norm.h"
 #include "ggml_rp/ops/reduce.h"

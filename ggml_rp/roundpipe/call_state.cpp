@@ -14,8 +14,15 @@ Call::Call(int64_t id_, const TrainingProgram & prog, Device & host, const std::
     for (const MicroBatch & mb : mbs) {
         if (!mb.ids || !mb.labels || mb.info.seq_len < 1 || mb.info.n_seq < 1)
             throw Error("forward_backward: a micro-batch has no tokens");
+        if (mb.info.packed != (mb.info.positions != nullptr))
+            throw Error("forward_backward: a packed micro-batch needs its positions (and only a packed one has them)");
         info.push_back(mb.info);
         const size_t tb = prog.token_bytes(mb.info);
+        if (mb.info.positions) {
+            positions.emplace_back(host, tb);
+            std::memcpy(positions.back().data(), mb.info.positions, tb);
+            info.back().positions = static_cast<const int32_t *>(positions.back().data());
+        }
         ids.emplace_back(host, tb);
         std::memcpy(ids.back().data(), mb.ids, tb);
         labels.emplace_back(host, tb);

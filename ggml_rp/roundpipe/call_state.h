@@ -39,6 +39,7 @@ struct Call {
     int M = 0;
     std::vector<MicroBatchInfo> info;
     std::vector<PinnedBuffer> ids, labels;  // pinned copies of the caller's tokens
+    std::vector<PinnedBuffer> positions;    // and of packed micro-batches' positions (info[i].positions points here)
     size_t max_hidden = 0, max_tokens = 0;
     Plan plan;
     std::vector<StageDesc> stages;

@@ -33,6 +33,12 @@ struct MicroBatchInfo {
     // each, so no [tokens x n_ff] or [tokens x vocab] tensor is ever whole (its backward recomputes the
     // attention half once more); 0: one graph per program. Chosen by the call planner (call_planner.h).
     int64_t token_chunk = 0;
+    // Packed sequences (several examples per sequence, each attending only to itself): the RoPE position of
+    // every token, [n_seq][seq_len], restarting at 0 at each example, so token t's example starts at
+    // t - positions[t]. The programs then build per-token positions and attention key starts (the same
+    // shapes whether or not they compute: a plan sets `packed` without data). Not packed: positions 0..T-1.
+    bool packed = false;
+    const int32_t * positions = nullptr;  // host memory outliving the programs (RoundPipe: the call's copy)
     int64_t tokens() const { return seq_len * n_seq; }
 };
 

@@ -150,6 +150,7 @@ namespace {
 
 struct AttnCase {
     int64_t D, Hq, Hkv, Tq, Tk, B;
+    std::vector<int> docs = {};  // packed: document lengths, repeated over each sequence (key_start)
 };
 
 // Runs forward and backward on CPU (inputs as the GPU sees them) and GPU; checks o, lse, dq, dk, dv, and
@@ -170,10 +171,22 @@ void check_attention(const AttnCase & c, TensorType type, std::mt19937 & rng) {
     }
     const float scale = 1.0f / std::sqrt(float(c.D));
     rp::cpu::AttentionShape cs{c.D, c.Hq, c.Hkv, c.Tq, c.Tk, c.B, scale};
+    std::vector<int32_t> ks;  // the first key of each query: its document's start (cycling through c.docs)
+    if (!c.docs.empty())
+        for (int64_t b = 0; b < c.B; ++b)
+            for (int64_t t = 0, start = 0, d = 0, left = c.docs[0]; t < c.Tq; ++t, --left) {
+                if (left == 0) {
+                    start = t;
+                    d = (d + 1) % int64_t(c.docs.size());
+                    left = c.docs[size_t(d)];
+                }
+                ks.push_back(int32_t(start + c.Tk - c.Tq));
+            }
+    const int32_t * cks = ks.empty() ? nullptr : ks.data();
     std::vector<float> o(nq), lse(size_t(c.Hq * c.Tq * c.B)), dq(nq), dk(nk), dv(nk);
-    rp::cpu::attention_fwd(cs, q.data(), k.data(), v.data(), o.data(), lse.data());
+    rp::cpu::attention_fwd(cs, q.data(), k.data(), v.data(), o.data(), lse.data(), cks);
     rp::cpu::attention_bwd(cs, q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(), dq.data(), dk.data(),
-                           dv.data());
+                           dv.data(), cks);
 
     auto upload = [&](const std::vector<float> & f, const std::vector<uint16_t> & b) {
         auto d = std::make_unique<Dev<uint8_t>>(half ? b.size() * 2 : f.size() * 4);
@@ -185,9 +198,15 @@ void check_attention(const AttnCase & c, TensorType type, std::mt19937 & rng) {
     auto gq = upload(q, qb), gk = upload(k, kb), gv = upload(v, vb), gdo = upload(dout, db);
     Dev<float> go(nq), glse(lse.size()), gdq(nq), gdk(nk), gdv(nk);
     Dev<uint8_t> ws(rp::cuda::attention_bwd_workspace_bytes(c.Hq, c.Tq, c.B));
+    std::unique_ptr<Dev<int32_t>> gks;
+    if (!ks.empty()) {
+        gks = std::make_unique<Dev<int32_t>>(ks.size());
+        EXPECT_EQ(cudaMemcpy(gks->p, ks.data(), ks.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    }
+    const int32_t * dks = gks ? gks->p : nullptr;
     rp::cuda::AttentionShape s{c.D, c.Hq, c.Hkv, c.Tq, c.Tk, c.B, scale};
-    rp::cuda::attention_fwd(s, type, gq->p, gk->p, gv->p, go.p, glse.p, nullptr);
-    rp::cuda::attention_bwd(s, type, gq->p, gk->p, gv->p, go.p, glse.p, gdo->p, gdq.p, gdk.p, gdv.p, ws.p, ws.n, nullptr);
+    rp::cuda::attention_fwd(s, type, gq->p, gk->p, gv->p, go.p, glse.p, nullptr, dks);
+    rp::cuda::attention_bwd(s, type, gq->p, gk->p, gv->p, go.p, glse.p, gdo->p, gdq.p, gdk.p, gdv.p, ws.p, ws.n, nullptr, dks);
     const double tol = half ? kNmseHalf : kNmseF32;
     EXPECT_LT(nmse(go.get(), o), tol) << "o";
     EXPECT_LT(nmse(glse.get(), lse), tol) << "lse";
@@ -195,7 +214,7 @@ void check_attention(const AttnCase & c, TensorType type, std::mt19937 & rng) {
     EXPECT_LT(nmse(gdk.get(), dk), tol) << "dk";
     EXPECT_LT(nmse(gdv.get(), dv), tol) << "dv";
     const auto dk1 = gdk.get(), dv1 = gdv.get(), dq1 = gdq.get();
-    rp::cuda::attention_bwd(s, type, gq->p, gk->p, gv->p, go.p, glse.p, gdo->p, gdq.p, gdk.p, gdv.p, ws.p, ws.n, nullptr);
+    rp::cuda::attention_bwd(s, type, gq->p, gk->p, gv->p, go.p, glse.p, gdo->p, gdq.p, gdk.p, gdv.p, ws.p, ws.n, nullptr, dks);
     EXPECT_EQ(std::memcmp(dk1.data(), gdk.get().data(), nk * 4), 0) << "dk is not deterministic";
     EXPECT_EQ(std::memcmp(dv1.data(), gdv.get().data(), nk * 4), 0) << "dv is not deterministic";
     EXPECT_EQ(std::memcmp(dq1.data(), gdq.get().data(), nq * 4), 0) << "dq is not deterministic";
@@ -212,6 +231,21 @@ TEST(CudaAttention, OddShapesEveryInputType) {
         {256, 2, 2, 70, 70, 1},   // the largest head dim
         {128, 8, 8, 1, 1, 1},     // one token
         {80, 6, 2, 129, 129, 3},  // Qwen-like head dim 80, tile + 1
+    };
+    for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16})
+        for (const AttnCase & c : cases) check_attention(c, t, rng);
+}
+
+// Packed sequences (document masking): the CUDA kernels against the CPU reference with key_start, documents
+// crossing tiles, one-token documents, a KV-cache offset.
+TEST(CudaAttention, PackedDocumentMasking) {
+    RP_REQUIRE_GPU();
+    std::mt19937 rng(23);
+    const AttnCase cases[] = {
+        {64, 4, 2, 300, 300, 2, {5, 140, 1, 90, 64}},
+        {80, 6, 2, 129, 129, 1, {1}},
+        {16, 2, 1, 40, 50, 1, {7, 33}},
+        {128, 8, 8, 1024, 1024, 1, {37, 400, 3, 511, 73}},
     };
     for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16})
         for (const AttnCase & c : cases) check_attention(c, t, rng);

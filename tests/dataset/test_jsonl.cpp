@@ -88,7 +88,7 @@ TEST(JsonlDataset, MessagesTrainOnlyAssistantTurns) {
     add(enc("\n"), false);      // not the newline after it
 
     rp::DatasetOptions o = opts(64);
-    o.chat = rp::ChatTemplate::ChatML;
+    o.chat = rp::chat_template_from_name("chatml");
     const rp::Dataset d = rp::Dataset::from_jsonl(
         R"({"messages": [{"role": "user", "content": "the weather"}, {"role": "assistant", "content": "he ate"}]})",
         "chat.jsonl", q, o);
@@ -105,7 +105,7 @@ TEST(JsonlDataset, MessagesTrainOnlyAssistantTurns) {
 
 TEST(JsonlDataset, TwoAssistantTurnsAndSystem) {
     rp::DatasetOptions o = opts(128);
-    o.chat = rp::ChatTemplate::ChatML;
+    o.chat = rp::chat_template_from_name("chatml");
     const rp::Dataset d = rp::Dataset::from_jsonl(
         R"({"messages": [{"role": "system", "content": "be"}, {"role": "user", "content": "a"},)"
         R"( {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}, {"role": "assistant", "content": "d"}]})",
@@ -116,6 +116,17 @@ TEST(JsonlDataset, TwoAssistantTurnsAndSystem) {
     }
     const int32_t b = qwen().encode("b", false)[0], dd = qwen().encode("d", false)[0];
     EXPECT_EQ(targets, (std::vector<int32_t>{b, 268, dd, 268}));
+}
+
+TEST(JsonlDataset, TrainOnInputsTrainsEveryToken) {
+    rp::DatasetOptions o = opts(64);
+    o.chat = rp::chat_template_from_name("chatml");
+    o.train_on_inputs = true;
+    const std::string line = R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]})";
+    const rp::Dataset d = rp::Dataset::from_jsonl(line, "chat.jsonl", qwen(), o);
+    // every token but the first (nothing predicts it) is a target
+    const size_t n = qwen().encode("<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\nb<|im_end|>\n", true, true).size();
+    EXPECT_EQ(d.stats().n_trained, n - 1);
 }
 
 struct BadLine {
@@ -141,12 +152,14 @@ TEST(JsonlDataset, ErrorsNameTheLine) {
         EXPECT_NE(e.find(c.needle), std::string::npos) << "got: " << e << "\nwant: " << c.needle;
     }
     rp::DatasetOptions o = opts(16);
-    o.chat = rp::ChatTemplate::ChatML;
+    o.chat = rp::chat_template_from_name("chatml");
     const BadLine chat_cases[] = {
         {"{\"text\": \"a\"}\n{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}", "line 2: \"messages\" has no assistant turn"},
         {"{\"messages\": [{\"content\": \"x\"}]}", "messages[0] needs a string \"role\""},
         {"{\"messages\": [{\"role\": \"user\", \"content\": [1]}]}", "messages[0] needs a string \"content\""},
         {"{\"messages\": [\"hi\"]}", "messages[0] must be an object"},
+        {"{\"text\": \"a\"}\n{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}",
+         "line 2: messages[0]: role \"tool\" is not one the chat template knows"},
     };
     for (const BadLine & c : chat_cases) {
         const std::string e = error_of([&] { rp::Dataset::from_jsonl(c.text, "c.jsonl", qwen(), o); });

@@ -5,6 +5,8 @@
 #include "base/error.h"
 #include "ggml_rp/core/json.h"
 #include "models/finetune_report.h"
+#include "models/inference.h"
+#include "models/lora.h"
 #include "models/session.h"
 #include "models/tokenizer.h"
 #include "tests/common/temp_dir.h"
@@ -262,4 +264,44 @@ TEST(TrainingSession, BadOptionsNameTheOption) {
     o = pipelined(options());
     o.devices.backend = "tpu";
     EXPECT_NE(error_of(o).find("tpu"), std::string::npos);
+}
+
+// --sample-every's completions (TrainingSession::sample) come from the weights the run saves: the same text as
+// generating with the saved adapter / model, host and pipeline alike.
+TEST(TrainingSession, SamplesWhatTheSavedResultGenerates) {
+    rp_test::TempDir dir;
+    const std::string prompt = "Once upon a time";
+    for (bool full : {false, true}) {
+        SCOPED_TRACE(full ? "full" : "lora");
+        rp::SessionOptions o = options(full);
+        o.lr.lr_max = full ? 1e-2f : 3e-2f;  // enough to move the greedy completion in 3 steps
+        rp::TrainingSession host(*fx().model, fx().data, o);
+        run_steps(host, 3);
+        const std::string sampled = host.sample(fx().tok, prompt, 24);
+        rp::TrainingSession pipe(*fx().model, fx().data, pipelined(o));
+        run_steps(pipe, 3);
+        EXPECT_EQ(pipe.sample(fx().tok, prompt, 24), sampled);
+        const std::string out = dir.file(full ? "full.gguf" : "lora.gguf");
+        host.save_result(out);
+        auto generate = [&](const rp::Model & m, const rp::LoraSet * lora) {
+            rp::InferenceSession s(m, 0, 1, lora);
+            std::string text;
+            for (const int32_t id : rp::complete_greedy(s, fx().tok, fx().tok.encode(prompt, true, false), 24))
+                text += fx().tok.token_to_piece(id, false);
+            return text;
+        };
+        const std::string base = generate(*fx().model, nullptr);
+        std::string saved;
+        if (full) {
+            saved = generate(*rp::Model::load(out), nullptr);
+        } else {
+            auto adapter = rp::LoraAdapter::load(out, *fx().model);
+            rp::LoraSet set;
+            set.add(*adapter);
+            saved = generate(*fx().model, &set);
+        }
+        std::printf("[ sample ] %s: base \"%s\" -> trained \"%s\"\n", full ? "full" : "lora", base.c_str(), sampled.c_str());
+        EXPECT_EQ(saved, sampled);
+        EXPECT_NE(sampled, base) << "training did not change the completion: the test would not see stale weights";
+    }
 }

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include "reference.h"
 
 #include <cmath>
@@ -156,7 +157,7 @@ DT mul_mat(const DT & W, const DT & X) {
     return y;
 }
 
-DT attention(const DT & q, const DT & k, const DT & v, double scale) {
+DT attention(const DT & q, const DT & k, const DT & v, double scale, const std::vector<int32_t> & key_start) {
     const int64_t D = q.ne[0], Hq = q.ne[1], Tq = q.ne[2], B = q.ne[3], Hkv = k.ne[1], Tk = k.ne[2];
     DT o(q.ne);
     std::vector<double> p(static_cast<size_t>(Tk));
@@ -165,18 +166,19 @@ DT attention(const DT & q, const DT & k, const DT & v, double scale) {
     for (int64_t t = 0; t < Tq; ++t) {
         const int64_t hk = h / (Hq / Hkv);
         const int64_t last = t + (Tk - Tq);
+        const int64_t first = key_start.empty() ? 0 : std::clamp<int64_t>(key_start[static_cast<size_t>(b * Tq + t)], 0, last);
         double mx = -INFINITY;
-        for (int64_t j = 0; j <= last; ++j) {
+        for (int64_t j = first; j <= last; ++j) {
             double s = 0.0;
             for (int64_t d = 0; d < D; ++d) s += q(d, h, t, b) * k(d, hk, j, b);
             p[static_cast<size_t>(j)] = s * scale;
             mx = std::fmax(mx, p[static_cast<size_t>(j)]);
         }
         double z = 0.0;
-        for (int64_t j = 0; j <= last; ++j) { p[static_cast<size_t>(j)] = std::exp(p[static_cast<size_t>(j)] - mx); z += p[static_cast<size_t>(j)]; }
+        for (int64_t j = first; j <= last; ++j) { p[static_cast<size_t>(j)] = std::exp(p[static_cast<size_t>(j)] - mx); z += p[static_cast<size_t>(j)]; }
         for (int64_t d = 0; d < D; ++d) {
             double s = 0.0;
-            for (int64_t j = 0; j <= last; ++j) s += p[static_cast<size_t>(j)] * v(d, hk, j, b);
+            for (int64_t j = first; j <= last; ++j) s += p[static_cast<size_t>(j)] * v(d, hk, j, b);
             o(d, h, t, b) = s / z;
         }
     }

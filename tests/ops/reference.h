@@ -43,7 +43,9 @@ DT rms_norm(const DT & x, const DT * w, double eps);
 DT rope(const DT & x, const std::vector<int32_t> & pos, int n_rot, int mode, double base, double fscale);
 DT get_rows(const DT & table, const std::vector<int32_t> & ids, int64_t T, int64_t B);
 DT mul_mat(const DT & W, const DT & X);
-DT attention(const DT & q, const DT & k, const DT & v, double scale);
+// key_start (optional, [Tq * B]): query t of sequence b sees keys from key_start[t + b*Tq] (clamped into
+// [0, t + Tk - Tq]) to t + Tk - Tq.
+DT attention(const DT & q, const DT & k, const DT & v, double scale, const std::vector<int32_t> & key_start = {});
 // Fused LM head + CE: sum_t loss_scale * (logsumexp(logits_t) - logits_t[label]) over labels != -1.
 DT lm_head_ce(const DT & h, const DT & W, const std::vector<int32_t> & labels, double loss_scale);
 

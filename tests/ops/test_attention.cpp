@@ -2,9 +2,13 @@
 // determinism; and at sequence length 4096 the graph's memory stays O(s*d).
 #include "harness.h"
 
+#include "ggml_rp/cpu/attention.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
+#include <cstdio>
 #include <random>
 
 using namespace optest;
@@ -36,6 +40,88 @@ TEST(OpAttention, SizeOneAndKvCache) {
     check_op(attn("attention D1 H1 T1", 1, 1, 1, 1, 1, 1));
     // 3 new queries over 7 keys (4 from a cache): query t sees keys j <= t + 4.
     check_op(attn("attention Tq3 Tk7 G2", 4, 2, 1, 3, 7, 1));
+}
+
+// Packed sequences: each query sees keys from the start of its document (key_start) to itself. Documents
+// that cross the kernels' 64-key blocks, one-token documents, a query block whose rows start in different
+// blocks, and out-of-range starts (clamped: a start past the query means only its own key, a negative one 0).
+Case packed(std::string name, int64_t D, int64_t Hq, int64_t Hkv, int64_t Tq, int64_t Tk, int64_t B,
+            const std::vector<std::vector<int>> & docs, std::vector<int32_t> extra = {}) {
+    std::vector<int32_t> ks;
+    for (const auto & lens : docs) {
+        int32_t start = 0;
+        for (const int len : lens) {
+            for (int i = 0; i < len; ++i) ks.push_back(start + static_cast<int32_t>(Tk - Tq));
+            start += len;
+        }
+    }
+    for (size_t i = 0; i < extra.size() && i < ks.size(); ++i)
+        if (extra[i] != 0) ks[i] = extra[i];
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    Input q{"q", {D, Hq, Tq, B}}, k{"k", {D, Hkv, Tk, B}}, v{"v", {D, Hkv, Tk, B}};
+    Input first{"key_start", {Tq * B, 1, 1, 1}, rp::DType::I32, false};
+    first.ints = ks;
+    q.lo = k.lo = -2.0f;
+    q.hi = k.hi = 2.0f;
+    return {name, {q, k, v, first},
+            [scale](Context & c, const TV & in) { return rp::attention(c, in[0], in[1], in[2], scale, rp::DType::F32, in[3]); },
+            [scale, ks](const R & x) { return ref::attention(x[0], x[1], x[2], scale, ks); }};
+}
+
+TEST(OpAttention, PackedDocumentsBlockDiagonal) {
+    // 70 tokens: documents of 3, 62 (crossing key 64) and 5 tokens; then 1, 1 and 68.
+    check_op(packed("attention packed T70 B2 G2", 4, 2, 1, 70, 70, 2, {{3, 62, 5}, {1, 1, 68}}));
+    // every token its own document (only the diagonal), and starts outside [0, t]: -5 -> 0, 9 at t = 2 -> 2
+    check_op(packed("attention packed diagonal T6", 3, 2, 2, 6, 6, 1, {{1, 1, 1, 1, 1, 1}}));
+    check_op(packed("attention packed clamped T6", 3, 2, 2, 6, 6, 1, {{6}}, {0, -5, 9, 0, 0, 0}));
+    // with earlier keys (Tq < Tk, a cache): starts count in key indices
+    check_op(packed("attention packed Tq3 Tk7", 4, 2, 1, 3, 7, 1, {{1, 2}}));
+}
+
+TEST(OpAttention, PackedEqualsSeparateSequences) {
+    // A packed sequence of documents [5, 80, 43] against each document run alone: every output row and every
+    // gradient agree to float rounding (the online softmax visits the same keys, grouped in other blocks).
+    const int64_t D = 16, Hq = 4, Hkv = 2, T = 128;
+    const std::vector<int> lens = {5, 80, 43};
+    const float scale = 0.25f;
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+    auto randv = [&](int64_t n) {
+        std::vector<float> v(static_cast<size_t>(n));
+        for (float & x : v) x = u(rng);
+        return v;
+    };
+    const std::vector<float> q = randv(D * Hq * T), k = randv(D * Hkv * T), v = randv(D * Hkv * T), dout = randv(D * Hq * T);
+    std::vector<int32_t> ks;
+    for (int s = 0, at = 0; s < 3; at += lens[static_cast<size_t>(s)], ++s)
+        for (int i = 0; i < lens[static_cast<size_t>(s)]; ++i) ks.push_back(at);
+    auto run = [&](int64_t t0, int64_t n, const int32_t * first, std::vector<float> * out) {
+        const rp::AttentionShape sh{D, Hq, Hkv, n, n, 1, scale};
+        auto slice = [&](const std::vector<float> & x, int64_t H) {
+            return std::vector<float>(x.begin() + t0 * H * D, x.begin() + (t0 + n) * H * D);
+        };
+        const auto qs = slice(q, Hq), kk = slice(k, Hkv), vv = slice(v, Hkv), ds = slice(dout, Hq);
+        std::vector<float> o(qs.size()), lse(static_cast<size_t>(Hq * n)), dq(qs.size()), dk(kk.size()), dv(vv.size());
+        rp::cpu::attention_fwd(sh, qs.data(), kk.data(), vv.data(), o.data(), lse.data(), first);
+        rp::cpu::attention_bwd(sh, qs.data(), kk.data(), vv.data(), o.data(), lse.data(), ds.data(), dq.data(), dk.data(),
+                               dv.data(), first);
+        out[0] = o, out[1] = dq, out[2] = dk, out[3] = dv;
+    };
+    std::vector<float> whole[4];
+    run(0, T, ks.data(), whole);
+    double worst = 0;
+    for (int s = 0, at = 0; s < 3; at += lens[static_cast<size_t>(s)], ++s) {
+        std::vector<float> alone[4];
+        run(at, lens[static_cast<size_t>(s)], nullptr, alone);
+        for (int w = 0; w < 4; ++w) {
+            const int64_t H = w >= 2 ? Hkv : Hq;
+            const std::vector<float> part(whole[w].begin() + at * H * D, whole[w].begin() + (at + lens[static_cast<size_t>(s)]) * H * D);
+            std::vector<double> want(alone[w].begin(), alone[w].end());
+            worst = std::max(worst, rel_err(part, want));
+        }
+    }
+    std::printf("[ op ] attention packed [5, 80, 43] vs each document alone: max rel err %.3g\n", worst);
+    EXPECT_LT(worst, 1e-6);
 }
 
 TEST(OpAttention, PermutedInputs) {

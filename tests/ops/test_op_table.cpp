@@ -16,7 +16,7 @@ bool is_backward_op(rp::Op op) {
     switch (op) {
     case rp::Op::SILU_BACK: case rp::Op::SWIGLU_BACK: case rp::Op::SOFTMAX_BACK: case rp::Op::RMS_NORM_BACK:
     case rp::Op::GET_ROWS_BACK: case rp::Op::MUL_MAT_BACK_X: case rp::Op::OUT_PROD: case rp::Op::ATTENTION_BACK:
-    case rp::Op::LM_HEAD_CE_BACK:
+    case rp::Op::LM_HEAD_CE_BACK: case rp::Op::MOE_WEIGHTS_BACK: case rp::Op::MUL_MAT_ID_BACK_X: case rp::Op::OUT_PROD_ID:
         return true;
     default: return false;
     }
@@ -42,7 +42,7 @@ TEST(OpTable, OneConsistentRowPerOp) {
             EXPECT_EQ(d.backward == nullptr, is_backward_op(op)) << "backward rule";
         }
         EXPECT_TRUE(d.cuda.kernel) << "every op runs on CUDA today";
-        EXPECT_EQ(d.cuda.packed_sources & ~0x3fu, 0u) << "traits name sources beyond kMaxSrc";
+        EXPECT_EQ(d.cuda.packed_sources & ~((1u << rp::kMaxSrc) - 1u), 0u) << "traits name sources beyond kMaxSrc";
     }
     EXPECT_STREQ(rp::op_name(rp::Op::COUNT), "?");
     EXPECT_THROW(rp::op_desc(rp::Op::COUNT), rp::Error);

@@ -17,3 +17,28 @@ if(RP_ORACLE_FOUND AND TARGET rp_oracle_llama_v0_4_0 AND TARGET test_tokenizer)
     RP_TOK_ORACLE_BIN="${CMAKE_BINARY_DIR}/bin/rp-tokenize-oracle" RP_TOK_ORACLE_BINS="${RP_ORACLE_DIR}/bins")
   add_dependencies(test_tokenizer rp-tokenize-oracle)
 endif()
+
+# rp-chat-oracle: llama.cpp's chat-template rendering (libllama-common) for test_chat_oracle.cpp. Needs the
+# common/ headers and models/templates/ that scripts/fetch-oracle.sh checks out next to include/.
+if(RP_ORACLE_FOUND AND TARGET test_tokenizer AND EXISTS "${RP_ORACLE_DIR}/bins/libllama-common.so"
+   AND EXISTS "${RP_ORACLE_DIR}/llama.cpp/common/chat.h" AND EXISTS "${RP_ORACLE_DIR}/llama.cpp/models/templates")
+  if(NOT TARGET rp_oracle_llama_common)
+    add_library(rp_oracle_llama_common SHARED IMPORTED)
+    set_target_properties(rp_oracle_llama_common PROPERTIES IMPORTED_LOCATION "${RP_ORACLE_DIR}/bins/libllama-common.so")
+  endif()
+  add_executable(rp-chat-oracle ${CMAKE_CURRENT_LIST_DIR}/oracle/chat_oracle.cpp)
+  set_target_properties(rp-chat-oracle PROPERTIES
+    CXX_STANDARD 17
+    RUNTIME_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/bin"
+    BUILD_RPATH "${RP_ORACLE_DIR}/bins"
+    INSTALL_RPATH "${RP_ORACLE_DIR}/bins")
+  target_include_directories(rp-chat-oracle SYSTEM PRIVATE "${RP_ORACLE_DIR}/llama.cpp/common"
+                             "${RP_ORACLE_DIR}/llama.cpp/include" "${RP_ORACLE_DIR}/llama.cpp/ggml/include")
+  target_compile_options(rp-chat-oracle PRIVATE -Wall -Wextra -Wshadow=local $<$<BOOL:${RP_WERROR}>:-Werror>)
+  target_link_libraries(rp-chat-oracle PRIVATE rp_oracle_llama_common rp_oracle_llama_v0_4_0 rp_oracle_ggml_v0_4_0
+                        rp_oracle_ggml-base)
+  target_compile_definitions(test_tokenizer PRIVATE
+    RP_CHAT_ORACLE_BIN="${CMAKE_BINARY_DIR}/bin/rp-chat-oracle"
+    RP_CHAT_TEMPLATES_DIR="${RP_ORACLE_DIR}/llama.cpp/models/templates")
+  add_dependencies(test_tokenizer rp-chat-oracle)
+endif()

@@ -11,7 +11,6 @@
 
 using namespace tok_test;
 using rp::ChatMessage;
-using rp::ChatTemplate;
 
 namespace {
 
@@ -23,7 +22,7 @@ const std::vector<ChatMessage> kChat = {
 };
 
 TEST(ChatTemplate, ChatMLRendering) {
-    const rp::RenderedChat r = rp::render_chat(ChatTemplate::ChatML, kChat, true);
+    const rp::RenderedChat r = rp::render_chat(rp::chat_template_from_name("chatml"), kChat, true);
     EXPECT_EQ(r.text,
               "<|im_start|>system\nYou are terse.<|im_end|>\n"
               "<|im_start|>user\nHi there<|im_end|>\n"
@@ -36,11 +35,11 @@ TEST(ChatTemplate, ChatMLRendering) {
     EXPECT_EQ(r.text.substr(a.content_end, a.end - a.content_end), "<|im_end|>");
     EXPECT_EQ(a.begin, std::string("<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n"
                                    "<|im_start|>assistant\n").size());
-    EXPECT_EQ(rp::render_chat(ChatTemplate::ChatML, {{"user", "x"}}, false).text, "<|im_start|>user\nx<|im_end|>\n");
+    EXPECT_EQ(rp::render_chat(rp::chat_template_from_name("chatml"), {{"user", "x"}}, false).text, "<|im_start|>user\nx<|im_end|>\n");
 }
 
 TEST(ChatTemplate, Llama3Rendering) {
-    const rp::RenderedChat r = rp::render_chat(ChatTemplate::Llama3, kChat, true);
+    const rp::RenderedChat r = rp::render_chat(rp::chat_template_from_name("llama3"), kChat, true);
     EXPECT_EQ(r.text,
               "<|start_header_id|>system<|end_header_id|>\n\nYou are terse.<|eot_id|>"
               "<|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|>"
@@ -55,28 +54,23 @@ TEST(ChatTemplate, Llama3Rendering) {
 
 TEST(ChatTemplate, SeveralAssistantTurns) {
     const rp::RenderedChat r = rp::render_chat(
-        ChatTemplate::ChatML, {{"user", "a"}, {"assistant", "b"}, {"user", "c"}, {"assistant", "d"}}, false);
+        rp::chat_template_from_name("chatml"), {{"user", "a"}, {"assistant", "b"}, {"user", "c"}, {"assistant", "d"}}, false);
     ASSERT_EQ(r.assistant.size(), 2u);
     EXPECT_EQ(r.text.substr(r.assistant[0].begin, 1), "b");
     EXPECT_EQ(r.text.substr(r.assistant[1].begin, 1), "d");
     EXPECT_EQ(r.assistant[1].end, r.text.size() - 1);  // only the final "\n" follows
 }
 
-TEST(ChatTemplate, Detection) {
-    // the Qwen vocabulary carries a ChatML Jinja template
+TEST(ChatTemplate, FromModelAndNames) {
+    // The Qwen vocabulary's own template renders (it adds Qwen2.5's default system message); a name overrides it.
     const auto reader = gguf::Reader::open(models_dir() + "/vocab/ggml-vocab-qwen2.gguf");
-    EXPECT_EQ(rp::chat_template_for(*reader), ChatTemplate::ChatML);
-    EXPECT_EQ(rp::chat_template_for(*reader, "llama3"), ChatTemplate::Llama3);  // a name overrides
+    const rp::RenderedChat own = rp::render_chat(rp::chat_template_for(*reader), {{"user", "Hi"}}, true);
+    EXPECT_NE(own.text.find("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"), std::string::npos) << own.text;
+    EXPECT_EQ(rp::chat_template_for(*reader, "llama3").name(), "llama3");
     EXPECT_NE(vocab("qwen2").chat_template().find("<|im_start|>"), std::string::npos);
-    // a Llama 3 template (excerpt of Meta's)
-    EXPECT_EQ(rp::detect_chat_template("{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' }}"),
-              ChatTemplate::Llama3);
-    EXPECT_THROW(rp::detect_chat_template("{{ '[INST] ' + content + ' [/INST]' }}"), rp::Error);
-    EXPECT_EQ(rp::chat_template_from_name("chatml"), ChatTemplate::ChatML);
-    EXPECT_EQ(rp::chat_template_from_name("llama3"), ChatTemplate::Llama3);
+    EXPECT_EQ(rp::chat_template_from_name("chatml").name(), "chatml");
     EXPECT_THROW(rp::chat_template_from_name("vicuna"), rp::Error);
-    EXPECT_STREQ(rp::chat_template_name(ChatTemplate::Llama3), "llama3");
-    // stories260K has no template and no name: error naming the file
+    EXPECT_THROW(rp::chat_template_from_name("/nonexistent/x.jinja"), rp::Error);
     const auto stories = gguf::Reader::open(models_dir() + "/stories260K.gguf");
     try {
         rp::chat_template_for(*stories);
@@ -90,7 +84,7 @@ TEST(ChatTemplate, TokenizedWithSpecialTokensAndMask) {
     // Qwen: the rendered text tokenizes into the control ids, and the assistant span covers exactly the
     // reply's tokens plus <|im_end|>.
     const rp::Tokenizer & q = vocab("qwen2");
-    const rp::RenderedChat r = rp::render_chat(ChatTemplate::ChatML, {{"user", "Hi"}, {"assistant", "Hello"}}, false);
+    const rp::RenderedChat r = rp::render_chat(rp::chat_template_from_name("chatml"), {{"user", "Hi"}, {"assistant", "Hello"}}, false);
     std::vector<size_t> offs;
     const std::vector<int32_t> ids = q.encode(r.text, false, true, &offs);
     // ids read off the vocabulary: user 872, Ċ 198, Hi 13048, assistant 77091, Hello 9707
@@ -104,9 +98,59 @@ TEST(ChatTemplate, TokenizedWithSpecialTokensAndMask) {
     EXPECT_EQ(trained, (std::vector<int32_t>{9707, 151645}));
     // Llama 3 with BOS
     const rp::Tokenizer & l = vocab("llama-bpe");
-    const rp::RenderedChat r3 = rp::render_chat(ChatTemplate::Llama3, {{"user", "Hi"}}, true);
+    const rp::RenderedChat r3 = rp::render_chat(rp::chat_template_from_name("llama3"), {{"user", "Hi"}}, true);
     EXPECT_EQ(l.encode(r3.text, true, true),
               (std::vector<int32_t>{128000, 128006, 882, 128007, 271, 13347, 128009, 128006, 78191, 128007, 271}));
+}
+
+TEST(ChatTemplate, OwnGgufTemplateEndToEnd) {
+    // The vocabulary's own tokenizer.chat_template, rendered by the interpreter and tokenized with special
+    // tokens parsed: the control tokens become their ids and the span covers exactly the reply's tokens
+    // and <|im_end|>.
+    const rp::Tokenizer & q = vocab("qwen2");
+    const rp::ChatTemplate t = rp::chat_template_for(q);
+    const rp::RenderedChat r = rp::render_chat(t, {{"user", "Hi"}, {"assistant", "Hello"}}, false);
+    EXPECT_EQ(r.text, "<|im_start|>system\nYou are a helpful assistant<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                      "<|im_start|>assistant\nHello<|im_end|>\n");
+    std::vector<size_t> offs;
+    const std::vector<int32_t> ids = q.encode(r.text, false, true, &offs);
+    ASSERT_EQ(r.assistant.size(), 1u);
+    std::vector<int32_t> trained;
+    for (size_t i = 0; i < ids.size(); ++i)
+        if (offs[i] >= r.assistant[0].begin && offs[i] < r.assistant[0].end) trained.push_back(ids[i]);
+    EXPECT_EQ(trained, (std::vector<int32_t>{9707, 151645}));
+    EXPECT_EQ(ids.front(), 151644);  // <|im_start|>
+}
+
+TEST(ChatTemplate, BosStrippedWhenTheTokenizerAddsIt) {
+    // A template that writes bos_token (Llama 3.1) with a tokenizer that adds BOS: the text does not
+    // start with it, so the encoded ids hold one BOS, not two.
+    rp::ChatTemplate t("{{ bos_token }}{% for m in messages %}[{{ m.content }}]{% endfor %}", "t");
+    t.set_special_tokens("<|begin_of_text|>", "<|end_of_text|>", true, false);
+    EXPECT_EQ(rp::render_chat(t, {{"user", "a"}}, false).text, "[a]");
+    t.set_special_tokens("<|begin_of_text|>", "<|end_of_text|>", false, false);
+    EXPECT_EQ(rp::render_chat(t, {{"user", "a"}}, false).text, "<|begin_of_text|>[a]");
+}
+
+TEST(ChatTemplate, ErrorsNameTheTemplateAndLine) {
+    try {
+        rp::ChatTemplate("ok\n{% include 'other.jinja' %}", "my.jinja");
+        ADD_FAILURE() << "no error";
+    } catch (const rp::Error & e) {
+        EXPECT_NE(std::string(e.what()).find("chat template my.jinja: jinja: line 2, column 4: unsupported statement"),
+                  std::string::npos) << e.what();
+    }
+    const rp::ChatTemplate raising("{% for m in messages %}{% if m.role == 'tool' %}{{ raise_exception('no tools here') }}"
+                                   "{% endif %}{% endfor %}", "r");
+    try {
+        rp::render_chat(raising, {{"tool", "x"}}, false);
+        ADD_FAILURE() << "no error";
+    } catch (const rp::Error & e) {
+        EXPECT_NE(std::string(e.what()).find("no tools here"), std::string::npos) << e.what();
+    }
+    // a reply holding the end-of-turn marker cannot be masked
+    EXPECT_THROW(rp::render_chat(rp::chat_template_from_name("chatml"), {{"user", "a"}, {"assistant", "x<|im_end|>y"}}, false),
+                 rp::Error);
 }
 
 } // namespace

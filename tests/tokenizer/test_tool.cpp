@@ -53,6 +53,25 @@ TEST(TokenizeTool, PiecesAndSpecial) {
     EXPECT_NE(r.out.find("   258 -> ' the'\n"), std::string::npos);
 }
 
+TEST(TokenizeTool, RenderChatWithMask) {
+    // The Qwen vocabulary's own template; --mask brackets the assistant span (reply + <|im_end|>); each
+    // rendering is followed by a line holding only 0x1D.
+    const std::string conv = ::testing::TempDir() + "/rp_chat." + std::to_string(getpid()) + ".jsonl";
+    FILE * f = std::fopen(conv.c_str(), "wb");
+    ASSERT_TRUE(f);
+    std::fputs("{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"Yo\"}]}\n", f);
+    std::fclose(f);
+    const ToolRun r = run_tool("-m " + models_dir() + "/vocab/ggml-vocab-qwen2.gguf --render-chat " + conv +
+                               " --mask --no-generation-prompt");
+    EXPECT_EQ(r.code, 0);
+    EXPECT_EQ(r.out, "<|im_start|>system\nYou are a helpful assistant<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                     "<|im_start|>assistant\n\xe2\x9f\xaaYo<|im_end|>\xe2\x9f\xab\n\n\x1d\n");
+    const ToolRun bad = run_tool("-m " + models_dir() + "/vocab/ggml-vocab-qwen2.gguf --render-chat " + conv +
+                                 " --chat-template /nonexistent.jinja");
+    EXPECT_EQ(bad.code, 1);
+    std::remove(conv.c_str());
+}
+
 TEST(TokenizeTool, Errors) {
     const std::string err = ::testing::TempDir() + "/rp_tokenize_err." + std::to_string(getpid()) + ".txt";
     const std::string stories = "-m " + models_dir() + "/stories260K.gguf";

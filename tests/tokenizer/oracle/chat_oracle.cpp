@@ -1,0 +1,91 @@
+// rp-chat-oracle: llama.cpp's own chat-template rendering (prebuilt libllama-common, the v0.4.0 oracle), for
+// the parity test test_chat_oracle.cpp.
+//   rp-chat-oracle TEMPLATE.jinja [--no-generation-prompt] [--no-thinking] [--bos TEXT] [--eos TEXT]
+//                  [--date YYYY-MM-DD] < CONVERSATIONS.jsonl
+// Each input line is {"messages": [{"role": ..., "content": ..., "reasoning_content": ...}, ...]}; for each
+// the program writes common_chat_templates_apply(...).prompt (use_jinja, no tools) followed by one 0x1D byte.
+// No model is loaded: the template comes from the file and bos/eos from the flags, so add_bos / add_eos are
+// false and nothing is stripped. --date sets `now` and, as chat_template_kwargs, the date_string / datetime
+// that llama.cpp otherwise takes from the clock (same formats as its common_chat_extra_context). An error
+// is written as "ERROR: what" in place of the rendering (a template that raises is a test case too).
+#include "chat.h"
+
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+
+static std::string quoted(const std::string & s) { return common_json(s).dump(); }
+
+int main(int argc, char ** argv) {
+    if (argc < 2) {
+        std::fprintf(stderr, "usage: rp-chat-oracle TEMPLATE.jinja [--no-generation-prompt] [--no-thinking] "
+                             "[--bos TEXT] [--eos TEXT] [--date YYYY-MM-DD] < conversations.jsonl\n");
+        return 2;
+    }
+    std::ifstream f(argv[1], std::ios::binary);
+    if (!f) {
+        std::fprintf(stderr, "rp-chat-oracle: cannot open %s\n", argv[1]);
+        return 2;
+    }
+    std::stringstream ss;
+    ss << f.rdbuf();
+    bool gen = true, think = true;
+    std::string bos, eos, date;
+    for (int i = 2; i < argc; ++i) {
+        const std::string a = argv[i];
+        if (a == "--no-generation-prompt") gen = false;
+        else if (a == "--no-thinking") think = false;
+        else if (a == "--bos" && i + 1 < argc) bos = argv[++i];
+        else if (a == "--eos" && i + 1 < argc) eos = argv[++i];
+        else if (a == "--date" && i + 1 < argc) date = argv[++i];
+        else {
+            std::fprintf(stderr, "rp-chat-oracle: bad argument %s\n", a.c_str());
+            return 2;
+        }
+    }
+    auto tmpls = common_chat_templates_init(nullptr, ss.str(), bos, eos);
+    std::string line;
+    while (std::getline(std::cin, line)) {
+        if (line.empty()) continue;
+        std::string out;
+        try {
+            const common_json j = common_json::parse(line);
+            common_chat_templates_inputs in;
+            for (size_t k = 0; k < j.at("messages").size(); ++k) {
+                const common_json & m = j.at("messages").at(k);
+                common_chat_msg msg;
+                msg.role = m.at("role").get<std::string>();
+                msg.content = m.at("content").get<std::string>();
+                if (m.contains("reasoning_content")) msg.reasoning_content = m.at("reasoning_content").get<std::string>();
+                in.messages.push_back(msg);
+            }
+            in.use_jinja = true;
+            in.add_generation_prompt = gen;
+            in.enable_thinking = think;
+            if (!date.empty()) {
+                std::tm tm{};
+                if (std::sscanf(date.c_str(), "%d-%d-%d", &tm.tm_year, &tm.tm_mon, &tm.tm_mday) != 3) return 2;
+                tm.tm_year -= 1900;
+                tm.tm_mon -= 1;
+                tm.tm_hour = 12;
+                tm.tm_isdst = -1;
+                const std::time_t t = std::mktime(&tm);
+                in.now = std::chrono::system_clock::from_time_t(t);
+                char b1[64], b2[64];
+                std::strftime(b1, sizeof b1, "%d %b %Y", &tm);
+                std::strftime(b2, sizeof b2, "%b %d %Y", &tm);
+                in.chat_template_kwargs["date_string"] = quoted(b1);
+                in.chat_template_kwargs["datetime"] = quoted(b2);
+            }
+            out = common_chat_templates_apply(tmpls.get(), in).prompt;
+        } catch (const std::exception & e) {
+            out = std::string("ERROR: ") + e.what();
+        }
+        std::fwrite(out.data(), 1, out.size(), stdout);
+        std::fputc(0x1D, stdout);
+    }
+    return 0;
+}

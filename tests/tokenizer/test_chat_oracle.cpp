@@ -1,0 +1,272 @@
+// Parity with llama.cpp's chat-template engine: for each template of llama.cpp's collection that our
+// families use, >= 40 seeded conversations (with / without system, 1-4 turns, empty contents, multi-byte
+// text and emoji, quotes, backslashes, newlines, <think> blocks) under each option set (generation prompt
+// on / off, Qwen3 thinking on / off) render byte for byte as rp-chat-oracle (common_chat_templates_apply)
+// renders them. The assistant spans are checked too: each starts right after the generation prompt that
+// precedes it, ends with the end-of-turn marker, and its text is the reply's content as the template writes
+// it (exactly the content, or for the Qwen3 / QwQ / DeepSeek-R1 rules the content with an earlier
+// <think>...</think> part removed, or with an empty "<think>\n\n</think>\n\n" block in front).
+// Skips when the oracle is absent (fails with CI=true, like every oracle test).
+#include "models/chat_template.h"
+
+#include "ggml_rp/core/json.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+#if defined(RP_CHAT_ORACLE_BIN) && defined(RP_CHAT_TEMPLATES_DIR)
+constexpr const char * kOracle = RP_CHAT_ORACLE_BIN;
+constexpr const char * kTemplates = RP_CHAT_TEMPLATES_DIR;
+#else
+constexpr const char * kOracle = nullptr;
+constexpr const char * kTemplates = nullptr;
+#endif
+
+bool in_ci() {
+    const char * ci = std::getenv("CI");
+    return ci && std::string(ci) == "true";
+}
+
+#define NEED_ORACLE()                                                                                   \
+    do {                                                                                                \
+        if (!kOracle) {                                                                                 \
+            if (in_ci()) FAIL() << "rp-chat-oracle not built (run scripts/fetch-oracle.sh)";            \
+            GTEST_SKIP() << "rp-chat-oracle not built (run scripts/fetch-oracle.sh)";                   \
+        }                                                                                               \
+    } while (0)
+
+std::string slurp(const std::string & path) {
+    std::ifstream f(path, std::ios::binary);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+
+const char * const kTexts[] = {
+    "Hello", "", "  padded  ", "line one\nline two\n", "quotes \" and ' and \\ backslash", "caf\xc3\xa9 \xe2\x82\xac 100",
+    "\xe4\xbd\xa0\xe5\xa5\xbd\xef\xbc\x8c\xe4\xb8\x96\xe7\x95\x8c", "emoji \xf0\x9f\x98\x80\xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd",
+    "{{ not jinja }} {% neither %}", "tabs\tand\r\nCRLF", "\n\nleading newlines", "trailing newlines\n\n",
+    "<think>\nreasoning here\n</think>\n\nthe answer", "<think>x</think>y", "a</think>b",
+};
+
+std::vector<std::vector<rp::ChatMessage>> conversations(uint32_t seed, size_t n) {
+    std::mt19937 rng(seed);
+    auto pick = [&]() { return std::string(kTexts[rng() % (sizeof kTexts / sizeof kTexts[0])]); };
+    std::vector<std::vector<rp::ChatMessage>> out;
+    for (size_t c = 0; c < n; ++c) {
+        std::vector<rp::ChatMessage> m;
+        if (rng() % 2) m.push_back({"system", pick()});
+        const int turns = 1 + static_cast<int>(rng() % 4);
+        for (int t = 0; t < turns; ++t) {
+            m.push_back({"user", pick()});
+            // the last turn sometimes ends with the user (a prompt to complete)
+            if (t + 1 < turns || rng() % 3) m.push_back({"assistant", pick()});
+        }
+        out.push_back(std::move(m));
+    }
+    return out;
+}
+
+std::string to_jsonl(const std::vector<std::vector<rp::ChatMessage>> & convs) {
+    std::string s;
+    for (const auto & c : convs) {
+        s += "{\"messages\": [";
+        for (size_t i = 0; i < c.size(); ++i) {
+            s += i ? ", " : "";
+            s += "{\"role\": ";
+            rp::json::append_string(s, c[i].role);
+            s += ", \"content\": ";
+            rp::json::append_string(s, c[i].content);
+            if (!c[i].reasoning_content.empty()) {
+                s += ", \"reasoning_content\": ";
+                rp::json::append_string(s, c[i].reasoning_content);
+            }
+            s += "}";
+        }
+        s += "]}\n";
+    }
+    return s;
+}
+
+std::vector<std::string> run_oracle(const std::string & tmpl_path, const std::string & jsonl, const std::string & flags) {
+    char in_path[] = "/tmp/rp-chat-oracle-XXXXXX";
+    const int fd = mkstemp(in_path);
+    if (fd < 0) return {};
+    FILE * f = fdopen(fd, "wb");
+    std::fwrite(jsonl.data(), 1, jsonl.size(), f);
+    std::fclose(f);
+    const std::string cmd = std::string(kOracle) + " '" + tmpl_path + "' " + flags + " < " + in_path;
+    FILE * p = popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[65536];
+    size_t k;
+    while (p && (k = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, k);
+    if (p) pclose(p);
+    std::remove(in_path);
+    std::vector<std::string> parts;
+    size_t b = 0;
+    for (size_t e; (e = out.find('\x1d', b)) != std::string::npos; b = e + 1) parts.push_back(out.substr(b, e - b));
+    return parts;
+}
+
+struct Case {
+    const char * file;
+    bool thinking_switch;  // also run with enable_thinking = false
+};
+
+const Case kCases[] = {
+    {"Qwen-Qwen2.5-7B-Instruct", false},
+    {"Qwen-Qwen3-0.6B", true},
+    {"Qwen-QwQ-32B", true},
+    {"deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", true},
+    {"deepseek-ai-DeepSeek-R1-Distill-Llama-8B", false},
+    {"meta-llama-Llama-3.1-8B-Instruct", false},
+    {"meta-llama-Llama-3.2-3B-Instruct", false},
+    {"meta-llama-Llama-3.3-70B-Instruct", false},
+    {"NousResearch-Hermes-3-Llama-3.1-8B-tool_use", false},
+};
+
+// The reply text a span may hold: the content, the content after its last </think> (with the newlines the
+// template strips), or any of those after an empty think block.
+bool span_text_ok(const std::string & span, const std::string & content) {
+    std::vector<std::string> forms = {content};
+    const size_t t = content.rfind("</think>");
+    if (t != std::string::npos) {
+        std::string after = content.substr(t + 8);
+        forms.push_back(after);
+        size_t k = 0;
+        while (k < after.size() && after[k] == '\n') ++k;
+        forms.push_back(after.substr(k));
+    }
+    auto trim = [](std::string s) {
+        const char * ws = " \t\n\r\v\f";
+        s.erase(0, s.find_first_not_of(ws) == std::string::npos ? s.size() : s.find_first_not_of(ws));
+        s.erase(s.find_last_not_of(ws) + 1);
+        return s;
+    };
+    for (size_t i = 0, n = forms.size(); i < n; ++i) forms.push_back(trim(forms[i]));
+    for (size_t i = 0, n = forms.size(); i < n; ++i) forms.push_back("<think>\n\n</think>\n\n" + forms[i]);
+    if (t != std::string::npos) {  // Qwen3: the last reply's own reasoning goes back into a think block
+        std::string reasoning = content.substr(0, t);
+        const size_t o = reasoning.find("<think>");
+        if (o != std::string::npos) reasoning = reasoning.substr(o + 7);
+        while (!reasoning.empty() && reasoning.front() == '\n') reasoning.erase(0, 1);
+        while (!reasoning.empty() && reasoning.back() == '\n') reasoning.pop_back();
+        std::string after = content.substr(t + 8);
+        while (!after.empty() && after.front() == '\n') after.erase(0, 1);
+        forms.push_back("<think>\n" + reasoning + "\n</think>\n\n" + after);
+    }
+    // The span starts after the part of the generation prompt the turn has, which may be a think opener.
+    for (const std::string & f : forms)
+        if (span == f || "<think>\n" + span == f || "<think>" + span == f) return true;
+    return false;
+}
+
+TEST(ChatOracle, TemplatesRenderByteForByte) {
+    NEED_ORACLE();
+    const auto convs = conversations(20260401u, 48);
+    const std::string jsonl = to_jsonl(convs);
+    const std::string date = "2024-02-29";
+    size_t total_matched = 0, total = 0;
+    for (const Case & c : kCases) {
+        const std::string path = std::string(kTemplates) + "/" + c.file + ".jinja";
+        const std::string src = slurp(path);
+        ASSERT_FALSE(src.empty()) << path;
+        const bool has_bos = src.find("bos_token") != std::string::npos;
+        rp::ChatTemplate t(src, c.file);
+        const std::string bos = has_bos ? (std::string(c.file).find("deepseek") != std::string::npos ? "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>" : "<|begin_of_text|>") : "";
+        t.set_special_tokens(bos, "</s>", false, false);
+        for (int gen = 0; gen < 2; ++gen) {
+            for (int think = 1; think >= (c.thinking_switch ? 0 : 1); --think) {
+                std::string flags = "--date " + date + " --bos '" + bos + "' --eos '</s>'";
+                if (!gen) flags += " --no-generation-prompt";
+                if (!think) flags += " --no-thinking";
+                const std::vector<std::string> want = run_oracle(path, jsonl, flags);
+                ASSERT_EQ(want.size(), convs.size()) << c.file << " " << flags;
+                rp::ChatOptions o;
+                o.add_generation_prompt = gen != 0;
+                o.enable_thinking = think != 0;
+                o.date = date;
+                size_t matched = 0;
+                for (size_t i = 0; i < convs.size(); ++i) {
+                    std::string got;
+                    try {
+                        got = t.apply(convs[i], o);
+                    } catch (const std::exception & e) {
+                        got = std::string("ERROR: ") + e.what();
+                    }
+                    ++total;
+                    if (got == want[i]) {
+                        ++matched;
+                    } else {
+                        ADD_FAILURE() << c.file << " " << flags << " conversation " << i << "\n--- ours:\n" << got
+                                      << "\n--- llama.cpp:\n" << want[i];
+                        continue;
+                    }
+                    // masks
+                    const rp::RenderedChat r = t.render(convs[i], o);
+                    EXPECT_EQ(r.text, got);
+                    size_t a = 0;
+                    for (const rp::ChatMessage & m : convs[i]) {
+                        if (m.role != "assistant") continue;
+                        ASSERT_LT(a, r.assistant.size()) << c.file << " conversation " << i;
+                        const rp::AssistantSpan & s = r.assistant[a++];
+                        ASSERT_LE(s.begin, s.content_end);
+                        ASSERT_LE(s.content_end, s.end);
+                        ASSERT_LE(s.end, r.text.size());
+                        const std::string reply = r.text.substr(s.begin, s.content_end - s.begin);
+                        const std::string marker = r.text.substr(s.content_end, s.end - s.content_end);
+                        EXPECT_TRUE(marker == "<|im_end|>" || marker == "<|eot_id|>" ||
+                                    marker == "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>")
+                            << c.file << " marker '" << marker << "'";
+                        EXPECT_TRUE(span_text_ok(reply, m.content))
+                            << c.file << " conversation " << i << " reply '" << reply << "' content '" << m.content << "'";
+                    }
+                    EXPECT_EQ(a, r.assistant.size());
+                }
+                total_matched += matched;
+                std::printf("[ parity  ] %-45s gen=%d think=%d: %zu/%zu byte-exact\n", c.file, gen, think, matched, convs.size());
+            }
+        }
+    }
+    std::printf("[ parity  ] total %zu/%zu\n", total_matched, total);
+}
+
+TEST(ChatOracle, ReasoningContentAndTodaysDate) {
+    // Qwen3's reasoning_content (the template puts it in the reply's think block), and the default date
+    // (llama.cpp's clock against ours: both "today").
+    NEED_ORACLE();
+    auto convs = conversations(7u, 40);
+    std::mt19937 rng(11);
+    for (auto & c : convs)
+        for (auto & m : c)
+            if (m.role == "assistant" && rng() % 2) m.reasoning_content = rng() % 2 ? "step 1\nstep 2" : "\nthink \xf0\x9f\xa4\x94\n";
+    const std::string jsonl = to_jsonl(convs);
+    for (const char * file : {"Qwen-Qwen3-0.6B", "meta-llama-Llama-3.2-3B-Instruct"}) {
+        const std::string path = std::string(kTemplates) + "/" + file + ".jinja";
+        const rp::ChatTemplate t(slurp(path), file);
+        const std::vector<std::string> want = run_oracle(path, jsonl, "");
+        ASSERT_EQ(want.size(), convs.size());
+        rp::ChatOptions o;
+        o.add_generation_prompt = true;
+        size_t matched = 0;
+        for (size_t i = 0; i < convs.size(); ++i) {
+            const std::string got = t.apply(convs[i], o);
+            if (got == want[i]) ++matched;
+            else ADD_FAILURE() << file << " conversation " << i << "\n--- ours:\n" << got << "\n--- llama.cpp:\n" << want[i];
+            EXPECT_NO_THROW(t.render(convs[i], o));
+        }
+        std::printf("[ parity  ] %-45s reasoning_content, today: %zu/%zu byte-exact\n", file, matched, convs.size());
+    }
+}
+
+} // namespace
