@@ -60,8 +60,9 @@ void save_checkpoint(const std::string & path, const Trainer & tr, const Optimiz
     for (size_t i = 0; i < tr.params().size(); ++i) {
         const Trainer::Param & p = tr.params()[i];
         const int64_t ne[4] = {p.t->ne[0], p.t->ne[1], p.t->ne[2], p.t->ne[3]};
-        w.add_tensor(p.name, DType::F32, 2, ne, p.t->data);
-        if (!st.working.empty()) w.add_tensor(p.name + ".working", DType::F32, 2, ne, st.working[i].data());
+        const uint32_t dims = p.t->ne[3] != 1 ? 4 : p.t->ne[2] != 1 ? 3 : 2;  // expert tensors are 3-D
+        w.add_tensor(p.name, DType::F32, dims, ne, p.t->data);
+        if (!st.working.empty()) w.add_tensor(p.name + ".working", DType::F32, dims, ne, st.working[i].data());
     }
     const std::vector<StateArray> arrays = opt.state_arrays();
     for (const StateArray & a : arrays) {

@@ -22,7 +22,10 @@ std::vector<std::string> default_lora_targets() {
 
 std::vector<std::string> expand_lora_targets(const Model & model, const std::vector<std::string> & targets) {
     std::vector<std::string> out;
-    for (const std::string & t : targets) {
+    for (std::string t : targets) {
+        // On a mixture of experts the feed-forward targets name the experts' tensors (the router,
+        // ffn_gate_inp, is a target of its own).
+        if (model.hparams().is_moe() && (t == "ffn_gate" || t == "ffn_up" || t == "ffn_down")) t += "_exps";
         size_t hits = 0;
         for (const Tensor * w : model.weights()) {
             const std::string & n = w->name;
@@ -97,6 +100,10 @@ Inputs make_inputs(Context & ctx, const int32_t * ids, const int32_t * labels, i
 
 Trainer::Trainer(const Model & model, const FinetuneConfig & cfg, TrainerData data) : model_(model), cfg_(cfg) {
     const HParams & hp = model.hparams();
+    if (!(cfg.moe_aux_loss >= 0.0f) || !std::isfinite(cfg.moe_aux_loss))
+        throw Error("moe_aux_loss " + std::to_string(cfg.moe_aux_loss) + " must be a finite number >= 0");
+    if (cfg.moe_aux_loss > 0.0f && !hp.is_moe())
+        throw Error("moe_aux_loss: " + model.path() + " is not a mixture of experts (" + hp.arch->name + ")");
     w_ = model.graph_weights();
     const bool alloc = data == TrainerData::Allocate;
 
@@ -450,9 +457,15 @@ void Trainer::seq_head(const LayerMemory & mem, const void * in, const int32_t *
     }
 }
 
+HParams Trainer::backward_hparams(const MicroBatchInfo & mb) const {
+    HParams hp = model_.hparams();
+    hp.moe_aux = cfg_.moe_aux_loss * static_cast<float>(hp.n_expert) * mb.loss_scale;
+    return hp;
+}
+
 void Trainer::seq_backward(int layer, const LayerMemory & mem, const void * in, const void * dout, void * din,
                            const MicroBatchInfo & mb, ProgramContext & pc) const {
-    const HParams & hp = model_.hparams();
+    const HParams hp = backward_hparams(mb);
     const int64_t T = mb.seq_len, B = mb.n_seq, E = hp.n_embd;
     Program p(*this, pc, layer, mem, true, mb);
     Context & ctx = p.ctx;

@@ -60,10 +60,15 @@ struct FinetuneConfig {
     // What an accelerator may round the attention inputs to in training graphs (ops/attention.h): BF16 runs
     // the CUDA attention on tensor cores; F32 keeps it in f32. The CPU computes in f32 either way.
     DType attention_type = DType::BF16;
+    // Mixture of experts: the coefficient of the Switch-style load-balancing loss added per MoE layer
+    // (ops/moe_math.h; per graph, scaled like the main loss); 0 = none. Only shapes gradients: the reported
+    // loss is the cross-entropy alone.
+    float moe_aux_loss = 0.0f;
 };
 
 // The base weight names a list of short target names selects ("attn_q" -> every "blk.N.attn_q.weight";
 // "token_embd" / "output" -> that tensor). Throws rp::Error for a target that matches no tensor.
+// On a mixture of experts, ffn_gate / ffn_up / ffn_down select the experts' tensors (ffn_*_exps).
 std::vector<std::string> expand_lora_targets(const Model & model, const std::vector<std::string> & targets);
 
 // What a Trainer allocates: everything (it trains), or only the tensors' shapes — for a memory plan
@@ -136,6 +141,9 @@ public:
                   const MicroBatchInfo & mb, ProgramContext & pc) const;
     void seq_backward(int layer, const LayerMemory & w, const void * in, const void * dout, void * din,
                       const MicroBatchInfo & mb, ProgramContext & pc) const;
+    // The hyper-parameters a backward graph of micro-batch mb is built with: the model's, plus the MoE
+    // load-balancing scale (cfg.moe_aux_loss x n_expert x mb.loss_scale).
+    HParams backward_hparams(const MicroBatchInfo & mb) const;
 
 private:
     struct Bound;    // a layer's tensors rebound to LayerMemory inside one program's context

@@ -8,9 +8,10 @@ namespace rp {
 namespace {
 
 const ArchTraits kArchs[] = {
-    {Arch::Llama, "llama", RopeMode::Normal, false, false, 1e-5f},
-    {Arch::Qwen2, "qwen2", RopeMode::Neox, true, false, 1e-6f},
-    {Arch::Qwen3, "qwen3", RopeMode::Neox, false, true, 1e-6f},
+    {Arch::Llama, "llama", RopeMode::Normal, false, false, false, 1e-5f},
+    {Arch::Qwen2, "qwen2", RopeMode::Neox, true, false, false, 1e-6f},
+    {Arch::Qwen3, "qwen3", RopeMode::Neox, false, true, false, 1e-6f},
+    {Arch::Qwen3Moe, "qwen3moe", RopeMode::Neox, false, true, true, 1e-6f},
 };
 
 [[noreturn]] void fail(const gguf::Reader & f, const std::string & what) {
@@ -63,7 +64,7 @@ HParams load_hparams(const gguf::Reader & f) {
     if (arch.empty()) fail(f, "missing required key 'general.architecture'");
     hp.arch = find_arch(arch);
     if (!hp.arch)
-        fail(f, "unsupported architecture '" + arch + "' (general.architecture); supported: llama, qwen2, qwen3");
+        fail(f, "unsupported architecture '" + arch + "' (general.architecture); supported: llama, qwen2, qwen3, qwen3moe");
     const std::string type = f.get_string_or("general.type", "model");
     if (type != "model") fail(f, "general.type is '" + type + "', expected a model (is this a LoRA adapter?)");
 
@@ -74,6 +75,19 @@ HParams load_hparams(const gguf::Reader & f) {
     hp.n_ff = uniform_count(f, key("feed_forward_length"), hp.n_layer, false, 0);
     hp.n_head = uniform_count(f, key("attention.head_count"), hp.n_layer, true, 0);
     hp.n_head_kv = uniform_count(f, key("attention.head_count_kv"), hp.n_layer, false, hp.n_head);
+    if (hp.arch->moe) {
+        hp.n_expert = f.get_u32_or(key("expert_count"), 0);
+        hp.n_expert_used = f.get_u32_or(key("expert_used_count"), 0);
+        if (hp.n_expert == 0 || hp.n_expert_used == 0 || hp.n_expert_used > hp.n_expert)
+            fail(f, key("expert_count") + " (" + std::to_string(hp.n_expert) + ") and " + key("expert_used_count") + " (" +
+                        std::to_string(hp.n_expert_used) + ") must be > 0 with used <= count");
+        // llama.cpp: expert_feed_forward_length, else feed_forward_length / expert_used_count.
+        hp.n_ff_exp = uniform_count(f, key("expert_feed_forward_length"), hp.n_layer, false, hp.n_ff / hp.n_expert_used);
+        if (hp.n_ff_exp == 0) fail(f, "neither " + key("expert_feed_forward_length") + " nor feed_forward_length gives the experts' width");
+        if (hp.n_ff == 0) hp.n_ff = hp.n_ff_exp * hp.n_expert_used;
+        hp.expert_weights_norm = f.has(key("expert_weights_norm")) ? f.get_bool(key("expert_weights_norm")) : true;
+        hp.expert_weights_scale = f.get_f32_or(key("expert_weights_scale"), 0.0f);
+    }
     if (hp.n_layer == 0 || hp.n_embd == 0 || hp.n_head == 0 || hp.n_head_kv == 0 || hp.n_ff == 0)
         fail(f, "block_count, embedding_length, head_count, head_count_kv and feed_forward_length must be > 0");
     if (hp.n_head % hp.n_head_kv != 0)

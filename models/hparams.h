@@ -1,5 +1,5 @@
 // Architecture registry and hyper-parameters read from GGUF metadata, with llama.cpp's defaults
-// (formats.md §3.1). One place states how llama, qwen2 and qwen3 differ.
+// (formats.md §3.1). One place states how llama, qwen2, qwen3 and qwen3moe differ.
 #pragma once
 
 #include "ggml_rp/ops/rope.h"
@@ -10,7 +10,7 @@
 
 namespace rp {
 
-enum class Arch { Llama, Qwen2, Qwen3 };
+enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe };
 
 // What distinguishes one architecture's decoder layer from another's.
 struct ArchTraits {
@@ -19,6 +19,7 @@ struct ArchTraits {
     RopeMode rope_mode;       // ggml_rp/ops/rope.h: Normal (adjacent pairs, llama) or Neox (half split, qwen)
     bool qkv_bias;            // qwen2: q/k/v projections carry biases (required)
     bool qk_norm;             // qwen3: per-head RMSNorm of q and k before RoPE
+    bool moe;                 // qwen3moe: the feed-forward is a routed mixture of experts
     float default_rms_eps;    // used only if the key is absent (it is required by llama.cpp)
 };
 
@@ -35,7 +36,19 @@ struct HParams {
     uint32_t n_head_kv = 0;
     uint32_t head_dim = 0;     // key_length (qwen3: independent of n_embd / n_head)
     uint32_t head_dim_v = 0;   // value_length
-    uint32_t n_ff = 0;
+    uint32_t n_ff = 0;          // dense feed-forward width (qwen3moe: informational)
+    // Mixture of experts (qwen3moe): experts per layer, experts per token, each expert's feed-forward width,
+    // whether the selected router probabilities are renormalised (llama.cpp: always for qwen3moe; the key
+    // expert_weights_norm is honoured when present) and their scale (expert_weights_scale; 0 = 1).
+    uint32_t n_expert = 0;
+    uint32_t n_expert_used = 0;
+    uint32_t n_ff_exp = 0;
+    bool expert_weights_norm = true;
+    float expert_weights_scale = 0.0f;
+    bool is_moe() const { return n_expert > 0; }
+    // Training graphs only: the load-balancing loss's gradient scale of the MoE router (ops/moe_math.h aux;
+    // 0 = none). Not read from a file: a trainer sets it on its copy for each micro-batch.
+    float moe_aux = 0.0f;
     uint32_t n_rot = 0;
     float rms_eps = 1e-5f;
     float rope_freq_base = 10000.0f;

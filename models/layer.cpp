@@ -51,6 +51,27 @@ Tensor * build_linear(Context & ctx, Tensor * W, Tensor * x, const LoraSet * lor
     return y;
 }
 
+Tensor * build_linear_id(Context & ctx, Tensor * W, Tensor * x, Tensor * ids, const LoraSet * lora) {
+    Tensor * y = mul_mat_id(ctx, W, x, ids);
+    const std::vector<LoraDelta> * ds = lora ? lora->find(W) : nullptr;
+    if (!ds) return y;
+    for (size_t i = 0; i < ds->size(); ++i) {
+        const LoraDelta & d = (*ds)[i];
+        Tensor * xin = x;
+        if (lora->dropout.p > 0.0f) {  // as build_linear: the branch reads its own dropped-out copy of x
+            const LoraDropout & dp = lora->dropout;
+            const uint64_t key = rng_key(dp.seed, static_cast<uint64_t>(dp.step), name_hash(W->name), i);
+            const uint64_t offset = (static_cast<uint64_t>(dp.seq_offset) * static_cast<uint64_t>(dp.seq_len) +
+                                     static_cast<uint64_t>(dp.token_offset)) * static_cast<uint64_t>(x->ne[0] * x->ne[1]);
+            xin = dropout(ctx, x, dp.p, key, offset);
+        }
+        // Each expert's own pair: A [in, r, n_expert] then B [r, out, n_expert], both indexed by the token's experts.
+        Tensor * low = mul_mat_id(ctx, d.b, mul_mat_id(ctx, d.a, xin, ids), ids);
+        y = add(ctx, y, d.scale == 1.0f ? low : scale(ctx, low, d.scale));
+    }
+    return y;
+}
+
 namespace {
 
 // Writes `src` (contiguous f32 [D, H, T, 1]) into rows [n_past, n_past + T) of `cache` (f32 [D, H, n_ctx]):
@@ -132,10 +153,37 @@ Tensor * attention_block(Context & ctx, const HParams & hp, const LayerWeights &
     return set_name(add(ctx, x, build_linear(ctx, w.wo, o, lora)), lname(il, "attn_out"));
 }
 
+namespace {
+
+// qwen3moe's feed-forward (llama.cpp's build_moe_ffn with softmax gating): router probabilities over the
+// experts, each token's top k, their weights renormalised; each selected expert a SwiGLU on its slice of the
+// *_exps tensors; the outputs summed with those weights. n2 [n_embd, T...] -> [n_embd, T...].
+Tensor * moe_ffn(Context & ctx, const HParams & hp, const LayerWeights & w, int il, Tensor * n2, const LoraSet * lora) {
+    const int64_t E = n2->ne[0], T = n2->nelements() / n2->ne[0], k = hp.n_expert_used;
+    Tensor * x = reshape(ctx, n2, E, 1, T);
+    Tensor * logits = set_name(build_linear(ctx, w.ffn_gate_inp, reshape(ctx, n2, E, T), lora), lname(il, "moe_logits"));
+    Tensor * ids = set_name(moe_topk(ctx, logits, static_cast<int32_t>(k)), lname(il, "moe_experts"));
+    Tensor * wts = moe_weights(ctx, logits, ids, hp.expert_weights_norm, hp.expert_weights_scale, hp.moe_aux);
+    Tensor * g = build_linear_id(ctx, w.ffn_gate_exps, x, ids, lora);          // [n_ff_exp, k, T]
+    Tensor * u = build_linear_id(ctx, w.ffn_up_exps, x, ids, lora);
+    Tensor * d = build_linear_id(ctx, w.ffn_down_exps, swiglu(ctx, g, u), ids, lora);  // [n_embd, k, T]
+    // sum_s w[s, t] * d[:, s, t]: the weights broadcast over n_embd, then summed over the k slots.
+    Tensor * weighted = mul(ctx, d, reshape(ctx, wts, 1, k, T));
+    Tensor * like = reshape(ctx, n2, E, 1, T);
+    Tensor * out = sum_to(ctx, weighted, like);
+    return reshape(ctx, out, n2->ne[0], n2->ne[1], n2->ne[2], n2->ne[3]);
+}
+
+} // namespace
+
 Tensor * ffn_block(Context & ctx, const HParams & hp, const LayerWeights & w, int il, Tensor * h, const LoraSet * lora,
                    bool residual) {
-    // 7-8: SwiGLU feed-forward and residual.
+    // 7-8: SwiGLU feed-forward (or the mixture of experts) and residual.
     Tensor * n2 = rms_norm(ctx, h, w.ffn_norm, hp.rms_eps);
+    if (w.ffn_gate_inp) {
+        Tensor * f = moe_ffn(ctx, hp, w, il, n2, lora);
+        return residual ? set_name(add(ctx, h, f), lname(il, "out")) : f;
+    }
     Tensor * g = build_linear(ctx, w.ffn_gate, n2, lora);
     Tensor * u = build_linear(ctx, w.ffn_up, n2, lora);
     Tensor * f = build_linear(ctx, w.ffn_down, swiglu(ctx, g, u), lora);

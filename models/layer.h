@@ -56,6 +56,10 @@ private:
 
 // y = W x plus the LoRA updates of W in `lora` (nullptr: none). W [in, out], x [in, T, ...] -> [out, T, ...].
 Tensor * build_linear(Context & ctx, Tensor * W, Tensor * x, const LoraSet * lora);
+// The experts' version (ops/moe.h mul_mat_id): W [in, out, n_expert], x [in, 1 or k, T], ids [k, T] ->
+// [out, k, T], plus each expert's LoRA update (A [in, r, n_expert], B [r, out, n_expert], as llama.cpp applies
+// adapters on *_exps tensors).
+Tensor * build_linear_id(Context & ctx, Tensor * W, Tensor * x, Tensor * ids, const LoraSet * lora);
 
 // Inference only: the layer's K/V cache (f32 [head_dim, n_head_kv, n_ctx] each). The layer writes its new
 // keys and values at positions [n_past, n_past + T) and attends over [0, n_past + T). Needs B = 1.

@@ -13,11 +13,16 @@ bool ends_with(std::string_view s, std::string_view suffix) {
     return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
+// [ne0, ne1] or, for expert tensors, [ne0, ne1, ne2].
 std::string shape2(const Tensor * t) {
     std::string s = "[";  // built by appending: g++ 12 warns (-Wrestrict) on "literal" + std::string&&
     s += std::to_string(t->ne[0]);
     s += ", ";
     s += std::to_string(t->ne[1]);
+    if (t->ne[2] != 1) {
+        s += ", ";
+        s += std::to_string(t->ne[2]);
+    }
     s += "]";
     return s;
 }
@@ -73,7 +78,7 @@ std::unique_ptr<LoraAdapter> LoraAdapter::load(const std::string & path, const M
         }
         if (!adapter_type_ok(t.type))
             fail("tensor '" + t.name + "' has type " + dtype_name(t.type) + " (adapters must be f32, f16, bf16 or q8_0)");
-        if (t.n_dims > 2) fail("tensor '" + t.name + "' has " + std::to_string(t.n_dims) + " dimensions, expected 2");
+        if (t.n_dims > 3) fail("tensor '" + t.name + "' has " + std::to_string(t.n_dims) + " dimensions, expected 2 (3 for experts)");
         if (!pairs.count(base)) order.push_back(base);
         (is_a ? pairs[base].a : pairs[base].b) = &t;
     }
@@ -106,6 +111,10 @@ std::unique_ptr<LoraAdapter> LoraAdapter::load(const std::string & path, const M
                      " (expected lora_a [n_in, r], lora_b [r, n_out]; adapter for another base model?)");
             if (lt.a->ne[1] != lt.b->ne[0])
                 fail("tensor '" + base + "': lora_a tensor is not transposed: " + shapes + " (rank mismatch)");
+            // Expert tensors [n_in, n_out, n_expert]: one pair per expert (llama.cpp's mul_mat_id of A, then B).
+            if (lt.a->ne[2] != w->ne[2] || lt.b->ne[2] != w->ne[2])
+                fail("tensor '" + base + "' has incorrect shapes: " + shapes + " (expert weights need lora_a [n_in, r, " +
+                     std::to_string(w->ne[2]) + "], lora_b [r, n_out, " + std::to_string(w->ne[2]) + "])");
         }
         // Adapters are small: copy them into writable memory so that training can continue from a loaded one.
         std::memcpy(ad->ctx_.alloc_data(lt.a), f.tensor_data(*p.a), p.a->nbytes);
@@ -133,8 +142,8 @@ std::unique_ptr<LoraAdapter> LoraAdapter::create(const Model & model, const std:
             throw Error("LoRA target '" + base + "' is not a tensor of " + model.path());
         }
         if (base == "token_embd.weight" && model.tied_output()) throw Error("LoRA target " + tied_embd_msg(model));
-        if (w->ne[1] == 1 || w->ne[2] != 1 || w->ne[3] != 1)
-            throw Error("LoRA target '" + base + "' " + describe(w) + " is not a weight matrix");
+        if (w->ne[1] == 1 || w->ne[3] != 1 || (w->ne[2] != 1 && base == "token_embd.weight"))
+            throw Error("LoRA target '" + base + "' " + describe(w) + " is not a weight matrix (or a stack of experts' matrices)");
         LoraTensor lt;
         lt.base = base;
         lt.base_weight = w;
@@ -142,9 +151,9 @@ std::unique_ptr<LoraAdapter> LoraAdapter::create(const Model & model, const std:
         if (lt.embedding) {
             lt.a = ad->ctx_.new_tensor(DType::F32, rank, w->ne[1]);
             lt.b = ad->ctx_.new_tensor(DType::F32, rank, w->ne[0]);
-        } else {
-            lt.a = ad->ctx_.new_tensor(DType::F32, w->ne[0], rank);
-            lt.b = ad->ctx_.new_tensor(DType::F32, rank, w->ne[1]);
+        } else {  // experts: one pair per expert, stacked like the base ([.., .., n_expert])
+            lt.a = ad->ctx_.new_tensor(DType::F32, w->ne[0], rank, w->ne[2]);
+            lt.b = ad->ctx_.new_tensor(DType::F32, rank, w->ne[1], w->ne[2]);
         }
         lt.a->name = base + ".lora_a";
         lt.b->name = base + ".lora_b";
@@ -165,8 +174,8 @@ void LoraAdapter::save(const std::string & out_path) const {
     w.set_f32("adapter.lora.alpha", alpha_);
     for (const LoraTensor & t : tensors_) {
         for (const Tensor * x : {t.a, t.b}) {
-            const int64_t ne[2] = {x->ne[0], x->ne[1]};
-            w.add_tensor(x->name, x->type, 2, ne, x->data);
+            const int64_t ne[3] = {x->ne[0], x->ne[1], x->ne[2]};
+            w.add_tensor(x->name, x->type, x->ne[2] != 1 ? 3 : 2, ne, x->data);
         }
     }
     w.write(out_path);

@@ -5,6 +5,8 @@
 //   adapter.lora.alpha (f32, absent = 0). For a base weight <w> with ne [n_in, n_out]:
 //     <w>.lora_a ne [n_in, r], <w>.lora_b ne [r, n_out]          y = W x + scale * B (A x)
 //   token_embd (roles swapped): lora_a ne [r, n_vocab] (gathered per token), lora_b ne [r, n_embd].
+//   Expert weights (qwen3moe *_exps, ne [n_in, n_out, n_expert]): lora_a ne [n_in, r, n_expert], lora_b ne
+//   [r, n_out, n_expert], one pair per expert, as llama.cpp's build_lora_mm_id applies them.
 //   r = lora_b.ne[0]; scale = user_scale * alpha / r, or user_scale when alpha = 0.
 #pragma once
 

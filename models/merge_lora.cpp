@@ -74,15 +74,20 @@ void merge_lora(const std::string & base_path, const std::vector<MergeInput> & i
                 const float sc = ads[i]->scale(lt, inputs[i].scale);
                 const std::vector<float> A = tensor_get_f32(lt.a), B = tensor_get_f32(lt.b);
                 const int64_t r = lt.rank();
+                // Expert tensors hold n_x = ne[2] matrices of [n0, n_out], each with its own pair (n_x = 1 otherwise).
+                const int64_t n_x = info.ne[2], n_out = n1 / n_x;
                 std::vector<float> dw(wf.size(), 0.0f);
-                for (int64_t o = 0; o < n1; ++o)      // embedding: o = token v, i = feature j
-                    for (int64_t k = 0; k < r; ++k) {
-                        // normal: dW[i, o] = sum_k A[i, k] B[k, o]; token_embd: dE[j, v] = sum_k B[k, j] A[k, v]
-                        const float c = lt.embedding ? A[static_cast<size_t>(o * r + k)] : B[static_cast<size_t>(o * r + k)];
-                        float * row = &dw[static_cast<size_t>(o * n0)];
-                        for (int64_t i2 = 0; i2 < n0; ++i2)
-                            row[i2] += c * (lt.embedding ? B[static_cast<size_t>(i2 * r + k)] : A[static_cast<size_t>(k * n0 + i2)]);
-                    }
+                for (int64_t x = 0; x < n_x; ++x) {
+                    const float * Ax = A.data() + x * n0 * r;
+                    const float * Bx = B.data() + x * r * n_out;
+                    for (int64_t o = 0; o < n_out; ++o)      // embedding: o = token v, i = feature j
+                        for (int64_t k = 0; k < r; ++k) {
+                            // normal: dW[i, o] = sum_k A[i, k] B[k, o]; token_embd: dE[j, v] = sum_k B[k, j] A[k, v]
+                            const float c = lt.embedding ? Ax[o * r + k] : Bx[o * r + k];
+                            float * row = &dw[static_cast<size_t>((x * n_out + o) * n0)];
+                            for (int64_t i2 = 0; i2 < n0; ++i2) row[i2] += c * (lt.embedding ? Bx[i2 * r + k] : Ax[k * n0 + i2]);
+                        }
+                }
                 for (size_t e = 0; e < wf.size(); ++e) wf[e] += sc * dw[e];
             }
             for (size_t e = 0; e < wf.size(); ++e)

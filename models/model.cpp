@@ -109,9 +109,17 @@ std::unique_ptr<Model> Model::load(const std::string & path) {
         }
         L.wo = ld.take(p + "attn_output.weight", {Q, E}, Role::Matrix);
         L.ffn_norm = ld.take(p + "ffn_norm.weight", {E}, Role::Vector);
-        L.ffn_gate = ld.take(p + "ffn_gate.weight", {E, F}, Role::Matrix);
-        L.ffn_up = ld.take(p + "ffn_up.weight", {E, F}, Role::Matrix);
-        L.ffn_down = ld.take(p + "ffn_down.weight", {F, E}, Role::Matrix);
+        if (at.moe) {
+            const int64_t X = hp.n_expert, FX = hp.n_ff_exp;
+            L.ffn_gate_inp = ld.take(p + "ffn_gate_inp.weight", {E, X}, Role::Matrix);
+            L.ffn_gate_exps = ld.take(p + "ffn_gate_exps.weight", {E, FX, X}, Role::Matrix);
+            L.ffn_up_exps = ld.take(p + "ffn_up_exps.weight", {E, FX, X}, Role::Matrix);
+            L.ffn_down_exps = ld.take(p + "ffn_down_exps.weight", {FX, E, X}, Role::Matrix);
+        } else {
+            L.ffn_gate = ld.take(p + "ffn_gate.weight", {E, F}, Role::Matrix);
+            L.ffn_up = ld.take(p + "ffn_up.weight", {E, F}, Role::Matrix);
+            L.ffn_down = ld.take(p + "ffn_down.weight", {F, E}, Role::Matrix);
+        }
     }
     ld.check_all_used(hp);
 

@@ -1,4 +1,4 @@
-// A Llama / Qwen2 / Qwen3 model loaded from a GGUF file (formats.md §3).
+// A Llama / Qwen2 / Qwen3 / Qwen3-MoE model loaded from a GGUF file (formats.md §3).
 //
 // The file stays memory-mapped for the model's lifetime and every weight is a leaf Tensor whose data points
 // straight into the mapping, in the file's own dtype (f32, f16, bf16 or a block type): nothing is copied or
@@ -35,14 +35,21 @@ struct LayerWeights {
     Tensor * ffn_gate = nullptr;    // [n_embd, n_ff]
     Tensor * ffn_up = nullptr;      // [n_embd, n_ff]
     Tensor * ffn_down = nullptr;    // [n_ff, n_embd]
+    // qwen3moe, in place of ffn_gate / ffn_up / ffn_down:
+    Tensor * ffn_gate_inp = nullptr;   // the router [n_embd, n_expert]
+    Tensor * ffn_gate_exps = nullptr;  // [n_embd, n_ff_exp, n_expert]
+    Tensor * ffn_up_exps = nullptr;    // [n_embd, n_ff_exp, n_expert]
+    Tensor * ffn_down_exps = nullptr;  // [n_ff_exp, n_embd, n_expert]
 
     // Every slot, in the order the layer's tensors are listed everywhere (uploads, checkpoints, dumps).
-    static constexpr size_t kSlots = 14;
+    static constexpr size_t kSlots = 18;
     std::array<Tensor **, kSlots> slots() {
-        return {&attn_norm, &wq, &wk, &wv, &bq, &bk, &bv, &q_norm, &k_norm, &wo, &ffn_norm, &ffn_gate, &ffn_up, &ffn_down};
+        return {&attn_norm, &wq, &wk, &wv, &bq, &bk, &bv, &q_norm, &k_norm, &wo, &ffn_norm, &ffn_gate, &ffn_up, &ffn_down,
+                &ffn_gate_inp, &ffn_gate_exps, &ffn_up_exps, &ffn_down_exps};
     }
     std::array<Tensor *, kSlots> tensors() const {
-        return {attn_norm, wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo, ffn_norm, ffn_gate, ffn_up, ffn_down};
+        return {attn_norm, wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo, ffn_norm, ffn_gate, ffn_up, ffn_down,
+                ffn_gate_inp, ffn_gate_exps, ffn_up_exps, ffn_down_exps};
     }
 };
 

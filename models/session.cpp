@@ -55,8 +55,8 @@ void dump_step(Trainer & tr, const Batch & bt, float loss_scale, double loss, in
     w.set_f32("rp.loss", static_cast<float>(loss));
     w.set_f32("rp.loss_scale", loss_scale);
     for (const Trainer::Param & p : tr.params()) {
-        const int64_t ne[2] = {p.t->ne[0], p.t->ne[1]};
-        w.add_tensor(p.name, DType::F32, 2, ne, p.t->grad->data);
+        const int64_t ne[3] = {p.t->ne[0], p.t->ne[1], p.t->ne[2]};
+        w.add_tensor(p.name, DType::F32, p.t->ne[2] != 1 ? 3 : 2, ne, p.t->grad->data);  // expert tensors are 3-D
     }
     const int64_t ne_batch[2] = {bt.seq_len, bt.n_seq};
     w.add_tensor("batch.inputs", DType::I32, 2, ne_batch, bt.inputs.data());

@@ -45,6 +45,8 @@ const char * const kUsage =
     "      --lora-alpha A      (default 16)\n"
     "      --lora-targets L    comma-separated (default attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up,ffn_down)\n"
     "      --lora-dropout P    dropout on the LoRA branch input, in [0, 1) (default 0)\n"
+    "      --moe-aux-loss C    mixture of experts: add C x the load-balancing loss of every MoE layer (Switch\n"
+    "                          Transformer's n_expert * sum f_e P_e, per graph, scaled like the loss) (default 0)\n"
     "      --attention-type T  bf16 | f16 | f32: what CUDA devices round attention inputs to (default bf16: tensor\n"
     "                          cores; the CPU computes attention in f32 whatever it is)\n"
     "      --seq-len N         tokens per sequence (default 64)\n"
@@ -108,7 +110,7 @@ const char * const kUsage =
 // The library's parameter names as this tool's flags, for its error messages.
 const rp::cli::FlagNames kFlagNames = {
     {"lora_rank", "--lora-rank"}, {"lora_alpha", "--lora-alpha"}, {"lora_targets", "--lora-targets"},
-    {"lora_dropout", "--lora-dropout"}, {"seq_len", "--seq-len"}, {"micro_batches", "--micro-batches"},
+    {"lora_dropout", "--lora-dropout"}, {"moe_aux_loss", "--moe-aux-loss"}, {"seq_len", "--seq-len"}, {"micro_batches", "--micro-batches"},
     {"batch_size", "--batch"}, {"val_split", "--val-split"}, {"lr_max", "--lr"}, {"lr_min", "--lr-min"},
     {"warmup_steps", "--warmup"}, {"weight_decay", "--weight-decay"}, {"pipeline schedule", "--schedule"},
     {"allow_binary", "--allow-binary"}, {"max_bad_steps", "--max-bad-steps"}};
@@ -171,6 +173,7 @@ int main(int argc, char ** argv) {
             else if (a == "--lora-alpha") o.finetune.lora_alpha = args.number();
             else if (a == "--lora-targets") o.finetune.lora_targets = cli::split_commas(args.value());
             else if (a == "--lora-dropout") o.finetune.lora_dropout = args.number(0.0f, 0.999999f);
+            else if (a == "--moe-aux-loss") o.finetune.moe_aux_loss = args.number(0.0f, 1e6f);
             else if (a == "--attention-type") {
                 const std::string t = args.choice({"bf16", "f16", "f32"});
                 o.finetune.attention_type = t == "bf16" ? rp::DType::BF16 : t == "f16" ? rp::DType::F16 : rp::DType::F32;

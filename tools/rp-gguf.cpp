@@ -4,7 +4,7 @@
 //   rp-gguf dump FILE TENSOR [-n N]          first N dequantized values (default 16, 0 = all)
 //   rp-gguf convert IN OUT --type T          quantize like llama-quantize (mixes q4_k_m ..., types q8_0 ...)
 //   rp-gguf diff A B                         per-tensor max |a - b| after dequantization
-//   rp-gguf synth OUT --vocab V [shape]      a random-weight llama/qwen2/qwen3 model of any shape
+//   rp-gguf synth OUT --vocab V [shape]      a random-weight llama/qwen2/qwen3/qwen3moe model of any shape
 //
 // Every command builds its whole output before printing it, so an error leaves no partial output; files
 // are written through gguf::Writer (temp file + rename).
@@ -86,15 +86,17 @@ const char * const kDiffHelp =
 const char * const kSynthHelp =
     "usage: rp-gguf synth OUT (--vocab VOCAB.gguf | --n-vocab N | --shape NAME) [options]\n"
     "\n"
-    "Writes a llama / qwen2 / qwen3 model with random weights (seeded, O(1) activations) whose tokenizer is\n"
+    "Writes a llama / qwen2 / qwen3 / qwen3moe model with random weights (seeded, O(1) activations) whose tokenizer is\n"
     "copied from VOCAB.gguf (which sets n_vocab), e.g. ../shared/models/vocab/ggml-vocab-qwen2.gguf for the\n"
     "real 151,936-token Qwen vocabulary. Prints 'params N'. Weights are generated while writing: the model\n"
     "never sits in memory.\n"
-    "  --shape NAME      a preset: qwen3-0.6b, qwen3-1.7b, qwen3-32b, llama3.1-8b (the real shapes and\n"
-    "                    vocabulary sizes), llama-98m, llama-20m (the benchmark models); later options override it\n"
+    "  --shape NAME      a preset: qwen3-0.6b, qwen3-1.7b, qwen3-32b, llama3.1-8b, qwen3-30b-a3b, qwen3-235b-a22b,\n"
+    "                    gpt-oss-20b (its shapes as a qwen3moe) (the real shapes and vocabulary sizes), llama-98m,\n"
+    "                    llama-20m (the benchmark models); later options override it\n"
     "  --n-vocab N       without --vocab: N token rows and no tokenizer (the file plans and trains; it cannot tokenize)\n"
     "  --weights 0|1     0: every weight a hole (zeros, a sparse file: no disk), the shapes for rp-finetune --plan\n"
-    "  --arch A          llama | qwen2 | qwen3 (default llama)\n"
+    "  --arch A          llama | qwen2 | qwen3 | qwen3moe (default llama)\n"
+    "  --experts N --experts-used K --expert-ff F   qwen3moe: experts per layer, per token, each expert's n_ff\n"
     "  --n-embd N --n-head N --n-head-kv N --head-dim N --n-ff N --n-layer N --n-ctx N\n"
     "  --rope-base X     (default 10000)\n"
     "  --tied 0|1        no output.weight: the head reuses token_embd\n"
@@ -422,7 +424,8 @@ int cmd_diff(int argc, char ** argv) {
 int cmd_synth(int argc, char ** argv) {
     const Args a = parse_args("synth", argc, argv,
                               {"--vocab", "--shape", "--arch", "--n-embd", "--n-head", "--n-head-kv", "--head-dim", "--n-ff",
-                               "--n-layer", "--n-ctx", "--rope-base", "--tied", "--type", "--seed", "--n-vocab", "--weights"},
+                               "--n-layer", "--n-ctx", "--rope-base", "--tied", "--type", "--seed", "--n-vocab", "--weights",
+                               "--experts", "--experts-used", "--expert-ff"},
                               kSynthHelp);
     expect_positionals(a, 1, "synth", "OUT");
     auto opt = [&](const char * name) -> const std::string * {
@@ -435,9 +438,13 @@ int cmd_synth(int argc, char ** argv) {
         if (const std::string * v = opt(name)) dst = static_cast<uint32_t>(rp::cli::parse_int(name, *v, 1, 1 << 24));
     };
     if (const std::string * v = opt("--arch")) {
-        if (*v != "llama" && *v != "qwen2" && *v != "qwen3") usage_error("--arch: '" + *v + "' is not llama, qwen2 or qwen3");
+        if (*v != "llama" && *v != "qwen2" && *v != "qwen3" && *v != "qwen3moe")
+            usage_error("--arch: '" + *v + "' is not llama, qwen2, qwen3 or qwen3moe");
         s.arch = *v;
     }
+    u32("--experts", s.n_expert);
+    u32("--experts-used", s.n_expert_used);
+    u32("--expert-ff", s.n_ff_exp);
     u32("--n-embd", s.n_embd);
     u32("--n-head", s.n_head);
     u32("--n-head-kv", s.n_head_kv);

@@ -87,6 +87,18 @@ void moe_weights_back(Tensor * n) {
     const Tensor * dw = n->src[2];
     const int64_t E = logits->ne[0], T = logits->ne[1];
     const MoeParams mp = moe_params(n);
+    std::vector<float> share;  // f_e: the share of the node's (token, slot) pairs routed to each expert
+    if (mp.aux != 0.0f) {
+        share.assign(static_cast<size_t>(E), 0.0f);
+        std::vector<int64_t> count(static_cast<size_t>(E), 0);
+        for (int64_t i = 0; i < T * mp.k; ++i) {
+            const int32_t e = ids->data_as<int32_t>()[i];
+            if (e < 0 || e >= E) throw Error("moe_weights_back: expert id " + std::to_string(e) + " is outside [0, " + std::to_string(E) + ")");
+            ++count[static_cast<size_t>(e)];
+        }
+        for (int64_t e = 0; e < E; ++e)
+            share[static_cast<size_t>(e)] = static_cast<float>(count[static_cast<size_t>(e)]) / static_cast<float>(T * mp.k);
+    }
 #pragma omp parallel if (T * E >= min_parallel_elements())
     {
         std::vector<float> p(static_cast<size_t>(E)), dp(static_cast<size_t>(E));
@@ -94,7 +106,7 @@ void moe_weights_back(Tensor * n) {
         for (int64_t t = 0; t < T; ++t) {
             moe_softmax(logits->data_as<float>() + t * E, E, p.data());
             moe_weights_grad(p.data(), ids->data_as<int32_t>() + t * mp.k, dw->data_as<float>() + t * mp.k, mp, E, dp.data(),
-                             n->data_as<float>() + t * E);
+                             n->data_as<float>() + t * E, share.empty() ? nullptr : share.data());
         }
     }
 }

@@ -173,9 +173,10 @@ inline constexpr MoeScratch moe_matmul_scratch(int64_t K, int64_t N, int64_t E, 
     return {al(size_t(E + 1) * 4), al(size_t(n > 0 ? n : 1) * 4), al(size_t(wide * n) * 4), al(size_t(wide * n) * 4),
             al(size_t(K * n) * 4), matmul_workspace_bytes(K, N, n, wtype)};
 }
-// The router kernels' scratch: the probabilities (and for the backward their gradient), E floats per token.
+// The router kernels' scratch: the probabilities (and for the backward their gradient), E floats per token;
+// the backward also the experts' shares of the pairs (the load-balancing gradient), E floats.
 inline constexpr size_t moe_router_scratch(int64_t E, int64_t T, bool backward) {
-    return (size_t(E * T) * 4 * (backward ? 2 : 1) + 255) / 256 * 256;
+    return (size_t(E * T) * 4 * (backward ? 2 : 1) + (backward ? size_t(E) * 4 : 0) + 255) / 256 * 256;
 }
 
 // Scratch of rp::cuda::get_rows_back: the next-token-with-the-same-id link and the owner flag, per token.

@@ -16,7 +16,7 @@
 #include "ggml_rp/cuda/launch.h"
 #include "ggml_rp/cuda/mul_mat.cuh"
 #include "ggml_rp/cuda/node_kernel.cuh"
-#include "ggml_rp/ops/moe_math.h"
+#include "ggml_rp/ops/moe.h"
 
 #include <vector>
 
@@ -49,10 +49,20 @@ __global__ void __launch_bounds__(kElemThreads) weights_kernel(const float * __r
     moe_weights_of(p + t * E, ids + t * mp.k, mp, w + t * mp.k);
 }
 
+// share[e] = the share of the n (token, slot) pairs routed to expert e (one thread per expert, in order).
+__global__ void __launch_bounds__(kElemThreads) share_kernel(const int32_t * __restrict__ ids, int64_t n, int64_t E,
+                                                            float * __restrict__ share) {
+    const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (e >= E) return;
+    int64_t c = 0;
+    for (int64_t i = 0; i < n; ++i) c += ids[i] == e;
+    share[e] = static_cast<float>(c) / static_cast<float>(n);
+}
+
 __global__ void __launch_bounds__(kElemThreads) weights_back_kernel(const float * __restrict__ logits, const int32_t * __restrict__ ids,
                                                                    const float * __restrict__ dw, int64_t E, int64_t T, MoeParams mp,
                                                                    float * __restrict__ p, float * __restrict__ dp,
-                                                                   float * __restrict__ dl, int * bad) {
+                                                                   const float * __restrict__ share, float * __restrict__ dl, int * bad) {
     const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (t >= T) return;
     for (int32_t s = 0; s < mp.k; ++s)
@@ -62,7 +72,7 @@ __global__ void __launch_bounds__(kElemThreads) weights_back_kernel(const float 
             return;
         }
     moe_softmax(logits + t * E, E, p + t * E);
-    moe_weights_grad(p + t * E, ids + t * mp.k, dw + t * mp.k, mp, E, dp + t * E, dl + t * E);
+    moe_weights_grad(p + t * E, ids + t * mp.k, dw + t * mp.k, mp, E, dp + t * E, dl + t * E, share);
 }
 
 // ---- routing of the grouped matmuls -----------------------------------------------------------------------
@@ -184,13 +194,6 @@ void run_topk(Tensor * n, const NodeRun & r) {
     check_launch("moe_topk");
 }
 
-MoeParams params_of(const Tensor * n) {
-    MoeParams p;
-    p.k = static_cast<int32_t>(n->src[1]->ne[0]);
-    p.normalize = n->param_i32(0) != 0;
-    p.scale = n->param_f32(1);
-    return p;
-}
 
 void run_weights(Tensor * n, const NodeRun & r) {
     const Tensor * logits = n->src[0];
@@ -198,7 +201,7 @@ void run_weights(Tensor * n, const NodeRun & r) {
     require(r.scratch_bytes >= moe_router_scratch(E, T, false), "moe_weights", "scratch too small");
     if (T == 0) return;
     weights_kernel<<<static_cast<unsigned>(ceil_div(T, kElemThreads)), kElemThreads, 0, r.stream>>>(
-        in<float>(logits), in<int32_t>(n->src[1]), E, T, params_of(n), static_cast<float *>(r.scratch), out<float>(n), r.flag);
+        in<float>(logits), in<int32_t>(n->src[1]), E, T, moe_params(n), static_cast<float *>(r.scratch), out<float>(n), r.flag);
     check_launch("moe_weights");
 }
 
@@ -208,8 +211,15 @@ void run_weights_back(Tensor * n, const NodeRun & r) {
     require(r.scratch_bytes >= moe_router_scratch(E, T, true), "moe_weights_back", "scratch too small");
     if (T == 0) return;
     float * p = static_cast<float *>(r.scratch);
+    float * share = p + 2 * E * T;
+    const MoeParams mp = moe_params(n);
+    if (mp.aux != 0.0f) {
+        share_kernel<<<static_cast<unsigned>(ceil_div(E, kElemThreads)), kElemThreads, 0, r.stream>>>(in<int32_t>(n->src[1]), T * mp.k, E, share);
+        check_launch("moe_weights_back (expert shares)");
+    }
     weights_back_kernel<<<static_cast<unsigned>(ceil_div(T, kElemThreads)), kElemThreads, 0, r.stream>>>(
-        in<float>(logits), in<int32_t>(n->src[1]), in<float>(n->src[2]), E, T, params_of(n), p, p + E * T, out<float>(n), r.flag);
+        in<float>(logits), in<int32_t>(n->src[1]), in<float>(n->src[2]), E, T, mp, p, p + E * T, mp.aux != 0.0f ? share : nullptr,
+        out<float>(n), r.flag);
     check_launch("moe_weights_back");
 }
 

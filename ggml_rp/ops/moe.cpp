@@ -5,6 +5,8 @@
 #include "ggml_rp/ops/copy.h"
 #include "ggml_rp/ops/op_util.h"
 
+#include <cmath>
+
 namespace rp {
 
 namespace {
@@ -45,6 +47,7 @@ MoeParams moe_params(const Tensor * n) {
     p.k = static_cast<int32_t>(n->src[1]->ne[0]);
     p.normalize = n->param_i32(0) != 0;
     p.scale = n->param_f32(1);
+    p.aux = n->param_f32(2);
     return p;
 }
 
@@ -56,24 +59,27 @@ Tensor * moe_topk(Context & ctx, Tensor * logits, int32_t k) {
     return detail::new_node(ctx, Op::MOE_TOPK, DType::I32, ne, {logits});
 }
 
-Tensor * moe_weights(Context & ctx, Tensor * logits, Tensor * ids, bool normalize, float scale) {
+Tensor * moe_weights(Context & ctx, Tensor * logits, Tensor * ids, bool normalize, float scale, float aux) {
     check_logits("moe_weights", logits);
     check_ids("moe_weights", ids, logits->ne[1]);
     detail::require(ids->ne[0] <= logits->ne[0], "moe_weights", "more selected experts " + describe(ids) + " than experts " + describe(logits));
+    detail::require(std::isfinite(aux), "moe_weights", "the load-balancing scale is not finite");
     Tensor * w = detail::new_node(ctx, Op::MOE_WEIGHTS, DType::F32, ids->ne, {logits, ids});
     w->set_param_i32(0, normalize ? 1 : 0);
     w->set_param_f32(1, scale);
+    w->set_param_f32(2, aux);
     return w;
 }
 
-Tensor * moe_weights_back(Context & ctx, Tensor * logits, Tensor * ids, Tensor * dw, bool normalize, float scale) {
+Tensor * moe_weights_back(Context & ctx, Tensor * logits, Tensor * ids, Tensor * dw, const MoeParams & p) {
     check_logits("moe_weights_back", logits);
     check_ids("moe_weights_back", ids, logits->ne[1]);
     dw = as_f32_cont(ctx, dw);
     detail::require(same_shape(dw, ids), "moe_weights_back", "dw " + describe(dw) + " is not shaped like ids " + describe(ids));
     Tensor * d = detail::new_node(ctx, Op::MOE_WEIGHTS_BACK, DType::F32, logits->ne, {logits, ids, dw});
-    d->set_param_i32(0, normalize ? 1 : 0);
-    d->set_param_f32(1, scale);
+    d->set_param_i32(0, p.normalize ? 1 : 0);
+    d->set_param_f32(1, p.scale);
+    d->set_param_f32(2, p.aux);
     return d;
 }
 
@@ -124,8 +130,7 @@ namespace rules {
 void backward_moe_weights(Backward & b, Tensor * node) {
     Tensor * logits = node->src[0];
     if (!b.needs(logits)) return;
-    const MoeParams p = moe_params(node);
-    b.add(logits, moe_weights_back(b.ctx, logits, node->src[1], b.grad(node), p.normalize, p.scale));
+    b.add(logits, moe_weights_back(b.ctx, logits, node->src[1], b.grad(node), moe_params(node)));
 }
 
 void backward_mul_mat_id(Backward & b, Tensor * node) {

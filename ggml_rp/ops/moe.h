@@ -5,7 +5,8 @@
 //       lower expert first). No gradient.
 //   moe_weights(logits [E, T], ids [k, T], normalize, scale) -> w f32 [k, T]
 //       the selected probabilities, renormalised over the k (qwen3moe) and scaled; backward to the logits
-//       through the softmax (moe_weights_back).
+//       through the softmax (moe_weights_back), plus, with aux != 0, the gradient of the load-balancing loss
+//       of moe_math.h over the node's tokens (the forward is unchanged: the loss only shapes the gradient).
 //   mul_mat_id(W [in, out, E], X [in, X1, T], ids i32 [k, T]) -> Y [out, k, T]
 //       Y[:, s, t] = mul_mat(W[:, :, ids[s, t]], X[:, X1 == 1 ? 0 : s, t]): every token times each of its
 //       experts. W of any weight type (quantized included); X1 is 1 (the token's vector, shared by its k
@@ -22,9 +23,9 @@
 namespace rp {
 
 Tensor * moe_topk(Context & ctx, Tensor * logits, int32_t k);
-Tensor * moe_weights(Context & ctx, Tensor * logits, Tensor * ids, bool normalize, float scale = 0.0f);
+Tensor * moe_weights(Context & ctx, Tensor * logits, Tensor * ids, bool normalize, float scale = 0.0f, float aux = 0.0f);
 // dlogits [E, T] from dw [k, T].
-Tensor * moe_weights_back(Context & ctx, Tensor * logits, Tensor * ids, Tensor * dw, bool normalize, float scale);
+Tensor * moe_weights_back(Context & ctx, Tensor * logits, Tensor * ids, Tensor * dw, const MoeParams & p);
 // The router parameters of a MOE_WEIGHTS / MOE_WEIGHTS_BACK node.
 MoeParams moe_params(const Tensor * node);
 

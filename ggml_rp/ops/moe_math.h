@@ -9,6 +9,11 @@
 //   w_s = p[selected_s] / max(sum_s p[selected_s], kMoeMinWeightSum) when normalized (qwen3moe's
 //   norm_topk_prob), else p[selected_s]; then times `scale` (llama.cpp's expert_weights_scale; 0 means 1).
 // The selection has no gradient; the weights' gradient flows to the logits through the softmax.
+//
+// Load balancing (Switch Transformer's auxiliary loss, optional): over the T tokens of one graph,
+//   L_aux = aux · T · sum_e f_e P_e,   f_e = (pairs routed to e) / (T k) (no gradient),   P_e = mean_t p[t, e]
+// so dL_aux / dp[t, e] = aux · f_e: the backward adds it to every token's dp before the softmax's Jacobian.
+// aux = coefficient · n_expert · loss_scale, the scale of the main loss, so L_aux sums per token like it.
 #pragma once
 
 #include "ggml_rp/core/host_device.h"
@@ -25,6 +30,7 @@ struct MoeParams {
     int32_t k = 1;           // experts per token
     bool normalize = true;   // divide by the selected probabilities' sum
     float scale = 0.0f;      // 0 or 1: none
+    float aux = 0.0f;        // load-balancing gradient scale (0: none); see above
 };
 
 // p[e] = softmax(l)[e] over E logits.
@@ -67,11 +73,11 @@ RP_HD inline void moe_weights_of(const float * p, const int32_t * ids, const Moe
 
 // dl[e] (E entries, overwritten) from dw (k entries), given p = softmax(l) and the selection. `dp` is E floats
 // of scratch. With normalization and an unclamped sum S: dp_s = (g_s - sum_j g_j w'_j) / S, w' = p / S,
-// g = dw * scale; then dl = p * (dp - <p, dp>).
+// g = dw * scale; then dl = p * (dp - <p, dp>). share (E floats, used when mp.aux != 0): f_e of the graph.
 RP_HD inline void moe_weights_grad(const float * p, const int32_t * ids, const float * dw, const MoeParams & mp, int64_t E,
-                                   float * dp, float * dl) {
+                                   float * dp, float * dl, const float * share = nullptr) {
     const float sc = mp.scale != 0.0f ? mp.scale : 1.0f;
-    for (int64_t e = 0; e < E; ++e) dp[e] = 0.0f;
+    for (int64_t e = 0; e < E; ++e) dp[e] = mp.aux != 0.0f && share ? mp.aux * share[e] : 0.0f;
     if (mp.normalize) {
         float sum = 0.0f;
         for (int32_t s = 0; s < mp.k; ++s) sum += p[ids[s]];

@@ -457,7 +457,8 @@ Value bound_method(const Value & self, const std::string & name) {
             });
         if (name == "find" || name == "rfind" || name == "count")
             return method([s, name](CallArgs & a) {
-                const std::string & sub = need_string(a.get(0, "sub"), name.c_str());
+                const Value arg = a.get(0, "sub");  // named: need_string returns a reference into it
+                const std::string & sub = need_string(arg, name.c_str());
                 if (name == "count") {
                     if (sub.empty()) return Value::integer(static_cast<int64_t>(s.size()) + 1);
                     int64_t n = 0;

@@ -231,7 +231,7 @@ void json_string(std::string & out, const std::string & s) {
             case '\t': out += "\\t"; break;
             default:
                 if (static_cast<unsigned char>(c) < 0x20) {
-                    char buf[8];
+                    char buf[16];
                     std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned char>(c));
                     out += buf;
                 } else {
@@ -247,7 +247,7 @@ void json_string(std::string & out, const std::string & s) {
 std::string ascii_only(const std::string & s) {
     std::string out;
     auto esc = [&](unsigned cp) {
-        char buf[8];
+        char buf[16];  // "\\uXXXX" and its NUL; the compiler cannot see cp <= 0xFFFF
         std::snprintf(buf, sizeof buf, "\\u%04x", cp);
         out += buf;
     };

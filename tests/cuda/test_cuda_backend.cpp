@@ -284,6 +284,56 @@ TEST(CudaBackend, AttentionForwardBackward) {
     b.run_and_compare();
 }
 
+// Packed sequences: attention with a first visible key per query (document masking), forward and backward.
+TEST(CudaBackend, PackedAttentionDocumentMasking) {
+    RP_REQUIRE_GPU();
+    Bench b;
+    auto & c = b.ctx;
+    const int64_t T = 150;
+    std::vector<int32_t> ks;
+    for (int64_t seq = 0; seq < 2; ++seq)
+        for (int64_t t = 0; t < T; ++t) ks.push_back(static_cast<int32_t>(t < 7 ? 0 : t < 90 ? 7 : t < 91 ? 90 : 91));
+    rp::Tensor * q = b.f32(64, 4, T, 2);
+    rp::Tensor * k = b.f32(64, 2, T, 2);
+    rp::Tensor * v = b.f32(64, 2, T, 2);
+    rp::Tensor * o = rp::attention(c, q, k, v, 0.125f, rp::DType::F32, b.ids(ks));
+    b.out(o);
+    const rp::AttentionGrads gr = rp::attention_back(c, o, b.f32(64, 4, T, 2));
+    b.out(gr.dq);
+    b.out(gr.dk);
+    b.out(gr.dv);
+    b.run_and_compare();
+}
+
+// Mixture of experts: routing on the device (top-k, weights and their backward), the grouped expert matmul
+// with f32 and Q8_0 experts, its input and weight gradients (shared and per-slot inputs).
+TEST(CudaBackend, MixtureOfExpertsOps) {
+    RP_REQUIRE_GPU();
+    Bench b;
+    auto & c = b.ctx;
+    const int64_t E = 8, K = 64, N = 48, T = 37, k = 2;
+    rp::Tensor * logits = b.f32(E, T, 1, 1, -3, 3);
+    rp::Tensor * ids = rp::moe_topk(c, logits, static_cast<int32_t>(k));
+    b.out(rp::moe_weights(c, logits, ids, true));
+    b.out(rp::moe_weights_back(c, logits, ids, b.f32(k, T), rp::MoeParams{static_cast<int32_t>(k), true, 0.0f, 0.3f}));
+    rp::Tensor * W = b.f32(K, N, E);
+    rp::Tensor * Wq = c.new_tensor(rp::DType::Q8_0, K, N, E);
+    c.alloc_data(Wq);
+    rp::tensor_set_f32(Wq, rand_vec(size_t(Wq->nelements()), b.rng));
+    rp::Tensor * X = b.f32(K, 1, T);
+    rp::Tensor * Xs = b.f32(K, k, T);
+    rp::Tensor * dY = b.f32(N, k, T);
+    b.out(rp::mul_mat_id(c, W, X, ids));
+    b.out(rp::mul_mat_id(c, Wq, Xs, ids));
+    b.out(rp::mul_mat_id_back_x(c, W, dY, ids, X));
+    b.out(rp::mul_mat_id_back_x(c, Wq, dY, ids, Xs));
+    b.out(rp::out_prod_id(c, nullptr, X, dY, ids, W));
+    rp::Tensor * acc = b.f32(K, N, E);
+    b.out(rp::out_prod_id(c, acc, Xs, dY, ids, W));
+    b.read_back(acc);
+    b.run_and_compare();
+}
+
 TEST(CudaBackend, LmHeadCrossEntropy) {
     RP_REQUIRE_GPU();
     for (bool fill_seed : {true, false}) {

@@ -1,10 +1,11 @@
-// A naive double-precision reference of the Llama / Qwen2 / Qwen3 forward pass and the mean cross-entropy
+// A naive double-precision reference of the Llama / Qwen2 / Qwen3 / Qwen3-MoE forward pass and the mean cross-entropy
 // loss, written from the formulas (formats.md §3.4) with plain loops: the independent reference the
 // finetune gradients are checked against by central finite differences. Nothing here uses the engine's ops.
 #pragma once
 
 #include "models/hparams.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -13,8 +14,8 @@
 
 namespace ft_ref {
 
-struct W {  // a weight in ggml order: ne0 = input dim (contiguous), ne1 = output dim
-    int64_t ne0 = 0, ne1 = 1;
+struct W {  // a weight in ggml order: ne0 = input dim (contiguous), ne1 = output dim, ne2 experts
+    int64_t ne0 = 0, ne1 = 1, ne2 = 1;
     std::vector<double> v;
 };
 
@@ -30,11 +31,11 @@ struct RefModel {
     const W & at(const std::string & n) const { return w.at(n); }
 };
 
-// y[o] = sum_i W[o][i] x[i] (+ b[o])
-inline void linear(const W & m, const double * x, double * y, const W * b = nullptr) {
+// y[o] = sum_i W[o][i] x[i] (+ b[o]); of expert e's matrix for a stack of experts.
+inline void linear(const W & m, const double * x, double * y, const W * b = nullptr, int64_t e = 0) {
     for (int64_t o = 0; o < m.ne1; ++o) {
         double s = b ? b->v[static_cast<size_t>(o)] : 0.0;
-        const double * row = &m.v[static_cast<size_t>(o * m.ne0)];
+        const double * row = &m.v[static_cast<size_t>((e * m.ne1 + o) * m.ne0)];
         for (int64_t i = 0; i < m.ne0; ++i) s += row[i] * x[i];
         y[o] = s;
     }
@@ -63,8 +64,10 @@ inline void rope(double * x, int64_t pos, const rp::HParams & hp, bool neox) {
 
 inline std::string blk(int il, const char * n) { return "blk." + std::to_string(il) + "." + n; }
 
-// One decoder layer over T positions: x [T][n_embd] in place.
-inline void layer(const RefModel & m, int il, std::vector<double> & x, int64_t T) {
+// One decoder layer over T positions: x [T][n_embd] in place. aux (optional, MoE): adds the layer's
+// load-balancing sum T * sum_e f_e P_e over these T tokens (ops/moe_math.h; f_e the share of the (token,
+// slot) pairs routed to e, P_e the mean router probability).
+inline void layer(const RefModel & m, int il, std::vector<double> & x, int64_t T, double * aux = nullptr) {
     const rp::HParams & hp = m.hp;
     const int64_t C = hp.n_embd, D = hp.head_dim, Hq = hp.n_head, Hkv = hp.n_head_kv, F = hp.n_ff;
     const double eps = hp.rms_eps;
@@ -116,23 +119,64 @@ inline void layer(const RefModel & m, int il, std::vector<double> & x, int64_t T
             }
         }
     std::vector<double> a(static_cast<size_t>(C)), n2(static_cast<size_t>(C)), g(static_cast<size_t>(F)), u(static_cast<size_t>(F));
+    std::vector<double> p_sum, routed;  // MoE: sum_t p[t, e] and the pairs routed to e
     for (int64_t t = 0; t < T; ++t) {
         double * xt = &x[static_cast<size_t>(t * C)];
         linear(m.at(blk(il, "attn_output.weight")), &o[static_cast<size_t>(t * Hq * D)], a.data());
         for (int64_t i = 0; i < C; ++i) xt[i] += a[static_cast<size_t>(i)];
         rms_norm(xt, n2.data(), C, m.at(blk(il, "ffn_norm.weight")), eps);
+        if (const W * router = m.find(blk(il, "ffn_gate_inp.weight"))) {  // qwen3moe
+            // softmax over the experts, the k most probable (ties: the lower index), renormalised, each a SwiGLU
+            const int64_t E = router->ne1, n_used = hp.n_expert_used, FX = hp.n_ff_exp;
+            std::vector<double> prob(static_cast<size_t>(E)), ge(static_cast<size_t>(FX)), ue(static_cast<size_t>(FX)),
+                de(static_cast<size_t>(C));
+            linear(*router, n2.data(), prob.data());
+            double mx = -1e300, z = 0;
+            for (double l : prob) mx = std::max(mx, l);
+            for (double & l : prob) z += (l = std::exp(l - mx));
+            for (double & l : prob) l /= z;
+            std::vector<int64_t> sel;
+            for (int64_t s = 0; s < n_used; ++s) {
+                int64_t best = -1;
+                for (int64_t e = 0; e < E; ++e)
+                    if (std::find(sel.begin(), sel.end(), e) == sel.end() && (best < 0 || prob[static_cast<size_t>(e)] > prob[static_cast<size_t>(best)]))
+                        best = e;
+                sel.push_back(best);
+            }
+            if (p_sum.empty()) p_sum.assign(static_cast<size_t>(E), 0.0), routed.assign(static_cast<size_t>(E), 0.0);
+            for (int64_t e = 0; e < E; ++e) p_sum[static_cast<size_t>(e)] += prob[static_cast<size_t>(e)];
+            for (int64_t e : sel) routed[static_cast<size_t>(e)] += 1.0;
+            double sum = 0;
+            for (int64_t e : sel) sum += prob[static_cast<size_t>(e)];
+            const double div = hp.expert_weights_norm ? std::max(sum, 6.103515625e-5) : 1.0;
+            const double wscale = hp.expert_weights_scale != 0 ? hp.expert_weights_scale : 1.0;
+            for (int64_t e : sel) {
+                linear(m.at(blk(il, "ffn_gate_exps.weight")), n2.data(), ge.data(), nullptr, e);
+                linear(m.at(blk(il, "ffn_up_exps.weight")), n2.data(), ue.data(), nullptr, e);
+                for (int64_t i = 0; i < FX; ++i)
+                    ge[static_cast<size_t>(i)] = ge[static_cast<size_t>(i)] / (1.0 + std::exp(-ge[static_cast<size_t>(i)])) * ue[static_cast<size_t>(i)];
+                linear(m.at(blk(il, "ffn_down_exps.weight")), ge.data(), de.data(), nullptr, e);
+                const double we = prob[static_cast<size_t>(e)] / div * wscale;
+                for (int64_t i = 0; i < C; ++i) xt[i] += we * de[static_cast<size_t>(i)];
+            }
+            continue;
+        }
         linear(m.at(blk(il, "ffn_gate.weight")), n2.data(), g.data());
         linear(m.at(blk(il, "ffn_up.weight")), n2.data(), u.data());
         for (int64_t i = 0; i < F; ++i) g[static_cast<size_t>(i)] = g[static_cast<size_t>(i)] / (1.0 + std::exp(-g[static_cast<size_t>(i)])) * u[static_cast<size_t>(i)];
         linear(m.at(blk(il, "ffn_down.weight")), g.data(), a.data());
         for (int64_t i = 0; i < C; ++i) xt[i] += a[static_cast<size_t>(i)];
     }
+    if (aux && !p_sum.empty()) {  // T * sum_e (routed_e / (T k)) * (p_sum_e / T)
+        const double Tk = static_cast<double>(T * hp.n_expert_used);
+        for (size_t e = 0; e < p_sum.size(); ++e) *aux += routed[e] / Tk * p_sum[e];
+    }
 }
 
 // The layer inputs of a forward pass, so a perturbation of layer l can restart there: xs[l] = input of
 // layer l ([T][n_embd]), xs[n_layer] = input of the final norm.
 inline std::vector<std::vector<double>> forward_states(const RefModel & m, const std::vector<int32_t> & ids, int first = 0,
-                                                       std::vector<std::vector<double>> xs = {}) {
+                                                       std::vector<std::vector<double>> xs = {}, double * aux = nullptr) {
     const int64_t C = m.hp.n_embd, T = static_cast<int64_t>(ids.size()), L = m.hp.n_layer;
     xs.resize(static_cast<size_t>(L + 1));
     if (first == 0) {
@@ -143,7 +187,7 @@ inline std::vector<std::vector<double>> forward_states(const RefModel & m, const
     }
     for (int64_t l = first; l < L; ++l) {
         xs[static_cast<size_t>(l + 1)] = xs[static_cast<size_t>(l)];
-        layer(m, static_cast<int>(l), xs[static_cast<size_t>(l + 1)], T);
+        layer(m, static_cast<int>(l), xs[static_cast<size_t>(l + 1)], T, aux);
     }
     return xs;
 }

@@ -6,6 +6,8 @@
 
 #include "ggml_rp/ggml_rp.h"
 #include "models/finetune.h"
+#include "models/synth_model.h"
+#include "tests/common/temp_dir.h"
 
 #include <gtest/gtest.h>
 
@@ -23,6 +25,7 @@ W to_w(const rp::Tensor * t) {
     W w;
     w.ne0 = t->ne[0];
     w.ne1 = t->ne[1];
+    w.ne2 = t->ne[2];
     const std::vector<float> f = rp::tensor_get_f32(t);
     w.v.assign(f.begin(), f.end());
     return w;
@@ -59,7 +62,9 @@ int first_layer(const std::string & n, int n_layer) {
     return n_layer;
 }
 
-void check_gradients(const std::string & path, bool full, bool micro_batches, std::vector<std::string> targets = {}) {
+// aux > 0: the MoE load-balancing loss (FinetuneConfig::moe_aux_loss) joins the reference objective (one graph
+// per sequence: needs micro_batches).
+void check_gradients(const std::string & path, bool full, bool micro_batches, std::vector<std::string> targets = {}, float aux = 0) {
     auto model = rp::Model::load(path);
     const rp::HParams & hp = model->hparams();
     rp::FinetuneConfig cfg;
@@ -68,6 +73,7 @@ void check_gradients(const std::string & path, bool full, bool micro_batches, st
     cfg.lora_alpha = 8.0f;
     cfg.ce_chunk = 100;  // several chunks over the vocabulary
     if (!targets.empty()) cfg.lora_targets = targets;
+    cfg.moe_aux_loss = aux;
     rp::Trainer tr(*model, cfg);
 
     // LoRA: non-zero B (and A) so every factor has a gradient.
@@ -120,13 +126,15 @@ void check_gradients(const std::string & path, bool full, bool micro_batches, st
                     for (int64_t k = 0; k < r; ++k) d += B.v[static_cast<size_t>(c * r + k)] * A.v[static_cast<size_t>(tok * r + k)];
                     w.v[static_cast<size_t>(tok * w.ne0 + c)] += sc * d;
                 }
-        } else {  // W[o][i] += s * sum_k B[o][k] A[k][i]
-            for (int64_t o = 0; o < w.ne1; ++o)
-                for (int64_t i = 0; i < w.ne0; ++i) {
-                    double d = 0;
-                    for (int64_t k = 0; k < r; ++k) d += B.v[static_cast<size_t>(o * r + k)] * A.v[static_cast<size_t>(k * w.ne0 + i)];
-                    w.v[static_cast<size_t>(o * w.ne0 + i)] += sc * d;
-                }
+        } else {  // W[e][o][i] += s * sum_k B[e][o][k] A[e][k][i] (e: the expert; 0 for a plain matrix)
+            for (int64_t e = 0; e < w.ne2; ++e)
+                for (int64_t o = 0; o < w.ne1; ++o)
+                    for (int64_t i = 0; i < w.ne0; ++i) {
+                        double d = 0;
+                        for (int64_t k = 0; k < r; ++k)
+                            d += B.v[static_cast<size_t>((e * w.ne1 + o) * r + k)] * A.v[static_cast<size_t>((e * r + k) * w.ne0 + i)];
+                        w.v[static_cast<size_t>((e * w.ne1 + o) * w.ne0 + i)] += sc * d;
+                    }
         }
     };
     if (!full)
@@ -134,15 +142,18 @@ void check_gradients(const std::string & path, bool full, bool micro_batches, st
 
     std::vector<std::vector<std::vector<double>>> states;
     for (size_t b = 0; b < 2; ++b) states.push_back(ft_ref::forward_states(m, s.ids[b]));
-    auto ref_loss = [&](int first) {
-        double sum = 0;
+    // with_aux: plus the load-balancing sum of the layers from `first` on (the earlier ones do not move when
+    // layer `first` is perturbed), scaled like the trainer's: coefficient x n_expert x loss_scale.
+    auto ref_loss = [&](int first, bool with_aux = true) {
+        double sum = 0, aux_sum = 0;
         for (size_t b = 0; b < 2; ++b) {
-            const auto xs = first == 0 ? ft_ref::forward_states(m, s.ids[b]) : ft_ref::forward_states(m, s.ids[b], first, states[b]);
+            const auto xs = first == 0 ? ft_ref::forward_states(m, s.ids[b], 0, {}, &aux_sum)
+                                       : ft_ref::forward_states(m, s.ids[b], first, states[b], &aux_sum);
             sum += ft_ref::ce_sum(m, xs.back(), s.labels[b]);
         }
-        return sum / static_cast<double>(s.n_trained);
+        return (sum + (with_aux ? static_cast<double>(aux) * hp.n_expert * aux_sum : 0.0)) / static_cast<double>(s.n_trained);
     };
-    const double l0 = ref_loss(0);
+    const double l0 = ref_loss(0, false);
     EXPECT_NEAR(loss, l0, 1e-5 * std::abs(l0)) << path;
 
     double worst = 0;
@@ -201,5 +212,32 @@ TEST(FinetuneGradients, Qwen2Lora) {
 }
 TEST(FinetuneGradients, Qwen3FullTied) { check_gradients(ft_test::model_path("synthetic/tiny-random-qwen3.gguf"), true, true); }
 TEST(FinetuneGradients, Qwen3Lora) { check_gradients(ft_test::model_path("synthetic/tiny-random-qwen3.gguf"), false, true); }
+
+// qwen3moe (8 experts, top 2; head_dim 12 != n_embd / n_head): every tensor of a full finetune (the router,
+// each expert stack, attention, norms) and LoRA on attention, the experts (one pair per expert) and the router.
+std::string moe_model(rp_test::TempDir & dir, bool tied) {
+    rp::SynthSpec s;
+    s.arch = "qwen3moe";
+    s.vocab_from = ft_test::model_path("synthetic/tiny-random-qwen2.gguf");
+    s.n_embd = 32, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 12, s.n_layer = 2, s.n_ff = 48;
+    s.n_expert = 8, s.n_expert_used = 2, s.n_ff_exp = 24, s.tied = tied, s.seed = 41;
+    const std::string path = dir.file(tied ? "moe-tied.gguf" : "moe.gguf");
+    rp::write_synth_model(s, path);
+    return path;
+}
+TEST(FinetuneGradients, Qwen3MoeFull) {
+    rp_test::TempDir dir;
+    check_gradients(moe_model(dir, false), true, true);
+}
+TEST(FinetuneGradients, Qwen3MoeFullWithLoadBalancingLoss) {
+    rp_test::TempDir dir;
+    check_gradients(moe_model(dir, false), true, true, {}, 0.5f);
+}
+TEST(FinetuneGradients, Qwen3MoeLoraExpertsAndRouter) {
+    rp_test::TempDir dir;
+    auto t = rp::default_lora_targets();
+    t.push_back("ffn_gate_inp");
+    check_gradients(moe_model(dir, true), false, false, t);
+}
 
 } // namespace

@@ -393,3 +393,67 @@ TEST(FinetuneMerge, TypeMixQuantizesTheMergeLikeLlamaQuantize) {
 }
 
 } // namespace
+
+// qwen3moe: an adapter rp-finetune trains on the experts (one pair per expert, 3-D lora_a / lora_b), the
+// router and attention loads in llama.cpp (whose build_lora_mm_id applies it) with our logits; the merge of
+// that adapter gives the same logits in both engines; a full finetune's output loads with our logits.
+TEST(FinetuneOracle, MixtureOfExpertsAdapterMergeAndFullFinetune) {
+    RP_REQUIRE_ORACLE();
+    TmpDir d;
+    rp::SynthSpec s;
+    s.arch = "qwen3moe";
+    s.vocab_from = ft_test::stories();
+    s.n_embd = 64, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 24, s.n_layer = 2, s.n_ff = 96;
+    s.n_expert = 8, s.n_expert_used = 2, s.n_ff_exp = 48, s.seed = 51;
+    const std::string base = d / "moe.gguf";
+    rp::write_synth_model(s, base);
+    const std::string data = ft_test::shared_dir() + "/models/reference/train.txt";
+    std::string log;
+    ASSERT_EQ(ft_test::run(ft_test::tool("rp-finetune") + " -m " + base + " --data " + data + " -o " + (d / "a.gguf") +
+                               " --lora-targets attn_q,attn_v,ffn_gate,ffn_up,ffn_down,ffn_gate_inp --seq-len 32 --batch 2 --steps 3 --lr 3e-2 -t 1",
+                           &log),
+              0)
+        << log;
+    {
+        auto ad = gguf::Reader::open(d / "a.gguf");
+        const gguf::TensorInfo * a = ad->find_tensor("blk.0.ffn_up_exps.weight.lora_a");
+        ASSERT_NE(a, nullptr);
+        EXPECT_EQ(a->n_dims, 3u);
+        EXPECT_EQ(a->ne[2], 8);
+    }
+    auto model = rp::Model::load(base);
+    auto adapter = rp::LoraAdapter::load(d / "a.gguf", *model);
+    rp::LoraSet set;
+    set.add(*adapter);
+    rp::InferenceSession plain(*model, 64, 1), with(*model, 64, 1, &set);
+    const std::vector<float> before = plain.eval(kPrompt1, true), ours = with.eval(kPrompt1, true);
+    const std::vector<float> ref = oracle_logits(base, kPrompt1, d / "a.gguf", d / "a.f32");
+    const float e = max_diff(ours, ref), moved = max_diff(before, ours);
+    std::printf("qwen3moe adapter (experts, router, attention): ours vs llama.cpp %.2e (logits up to %.2f, the adapter moved them by %.3f)\n",
+                e, max_abs(ref), moved);
+    EXPECT_LE(e, 1e-4f * max_abs(ref));
+    EXPECT_GT(moved, 1e-2f);
+
+    ASSERT_EQ(ft_test::run(ft_test::tool("rp-merge-lora") + " -m " + base + " --lora " + (d / "a.gguf") + " -o " + (d / "m.gguf"), &log), 0)
+        << log;
+    auto merged = rp::Model::load(d / "m.gguf");
+    rp::InferenceSession m(*merged, 64, 1);
+    const std::vector<float> ours_m = m.eval(kPrompt1, true), ref_m = oracle_logits(d / "m.gguf", kPrompt1, "", d / "m.f32");
+    std::printf("qwen3moe merge: merged vs base + adapter %.2e (ours), merged ours vs llama.cpp %.2e\n", max_diff(ours_m, ours),
+                max_diff(ours_m, ref_m));
+    EXPECT_LE(max_diff(ours_m, ours), 1e-4f * max_abs(ref));
+    EXPECT_LE(max_diff(ours_m, ref_m), 1e-4f * max_abs(ref));
+
+    ASSERT_EQ(ft_test::run(ft_test::tool("rp-finetune") + " -m " + base + " --data " + data + " -o " + (d / "f.gguf") +
+                               " --full --seq-len 32 --batch 2 --steps 2 --lr 1e-2 -t 1",
+                           &log),
+              0)
+        << log;
+    auto full = rp::Model::load(d / "f.gguf");
+    rp::InferenceSession f(*full, 64, 1);
+    const std::vector<float> ours_f = f.eval(kPrompt1, true), ref_f = oracle_logits(d / "f.gguf", kPrompt1, "", d / "f.f32");
+    std::printf("qwen3moe --full: ours vs llama.cpp %.2e, training moved the logits by %.3f\n", max_diff(ours_f, ref_f),
+                max_diff(before, ours_f));
+    EXPECT_LE(max_diff(ours_f, ref_f), 1e-4f * max_abs(ref_f));
+    EXPECT_GT(max_diff(before, ours_f), 1e-2f);
+}

@@ -2,7 +2,8 @@
 // completion, chat messages with a ChatML template), with the SentencePiece and the byte-level BPE
 // tokenizer, at a seq_len taken from the first byte. The only acceptable failure is rp::Error; a built
 // dataset has whole sequences of seq_len inputs and labels, every id in the vocabulary, every label an id
-// or the ignore label, and the same fingerprint when built twice.
+// or the ignore label, and the same fingerprint when built twice; packed (when the first byte says so), the
+// positions restart at 0 or count up by one.
 #include "base/error.h"
 #include "models/chat_template.h"
 #include "models/dataset.h"
@@ -31,6 +32,12 @@ void check(const rp::Dataset & d, const rp::Tokenizer & tok, int32_t seq_len) {
             if (id < 0 || id >= tok.n_vocab()) __builtin_trap();
         for (int32_t l : lab)
             if (l != rp::kIgnoreLabel && (l < 0 || l >= tok.n_vocab())) __builtin_trap();
+        if (!d.packed()) continue;
+        // packed: every position restarts at 0 or follows the previous one (so the attention starts are valid)
+        const auto pos = d.positions(i);
+        if (pos.size() != static_cast<size_t>(seq_len) || pos[0] != 0) __builtin_trap();
+        for (size_t t = 1; t < pos.size(); ++t)
+            if (pos[t] != 0 && pos[t] != pos[t - 1] + 1) __builtin_trap();
     }
 }
 
@@ -46,6 +53,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t * data, size_t size) {
         o.seq_len = seq_len;
         o.chat = rp::chat_template_from_name("chatml");
         o.allow_binary = (data[0] & 0x80) != 0;
+        o.pack = (data[0] & 0x40) != 0;  // JSONL examples packed several to a sequence
         for (const bool jsonl : {false, true}) {
             try {
                 const rp::Dataset a = jsonl ? rp::Dataset::from_jsonl(text, "fuzz", tok, o) : rp::Dataset::from_text(text, "fuzz", tok, o);

@@ -27,7 +27,7 @@ namespace rp_pipe_test {
 // A 16-layer llama (untied) and a 16-layer qwen3 with a tied head, written once per process.
 struct Models {
     rp_test::TempDir dir;
-    std::unique_ptr<rp::Model> llama, qwen3;
+    std::unique_ptr<rp::Model> llama, qwen3, moe;
     Models() {
         rp::SynthSpec s;
         s.vocab_from = rp_test::shared_dir() + "/models/stories260K.gguf";
@@ -49,6 +49,15 @@ struct Models {
         s.seed = 9;
         rp::write_synth_model(s, dir.file("qwen3-16-tied.gguf"));
         qwen3 = rp::Model::load(dir.file("qwen3-16-tied.gguf"));
+        // A 6-layer qwen3moe: 8 experts, top 2 (every MoE layer one layer of the plan, its experts with it).
+        s.arch = "qwen3moe";
+        s.tied = false;
+        s.n_layer = 6;
+        s.head_dim = 12;
+        s.n_expert = 8, s.n_expert_used = 2, s.n_ff_exp = 24;
+        s.seed = 13;
+        rp::write_synth_model(s, dir.file("qwen3moe-6.gguf"));
+        moe = rp::Model::load(dir.file("qwen3moe-6.gguf"));
     }
     static Models & get() {
         static Models m;
