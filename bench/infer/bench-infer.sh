@@ -13,6 +13,10 @@
 #   llama prompt    rp-oracle logits --prompt-file train.txt: its "decode(N tok) T ms" (logits of every position)
 #   llama generate  wall time of rp-oracle generate -n TG --ignore-eos minus that of -n 0, divided by TG
 # Each figure is the best of REPS runs. The ratio is ours / llama.cpp (above 1: we are faster).
+# Generation is bound by memory bandwidth: every generated token reads every weight once (token_embd only one
+# row, unless it is the tied head). Each generate row also gives those weight bytes per token, the GB/s both
+# engines stream them at, and a memcpy of the same size on THREADS threads measured in the same run
+# (rp-bench gguf, the best of REPS), so "at the limit" is a ratio.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -70,9 +74,23 @@ llama_gen() {     # tokens/s: (wall(TG) - wall(0)) / TG, each wall time the mini
   echo "$TG / ($w1 - $w0)" | bc -l | xargs printf "%.1f\n"
 }
 
+# Weight bytes one generated token reads: every tensor but token_embd (one row), which counts when tied.
+weight_bytes() {
+  "$BUILD/bin/rp-gguf" info "$1" | awk '
+    /^ +[0-9]+ +[^ ]+ +[a-z0-9_]+ +\[/ { name = $2; b = $(NF - 1); bytes[name] = b; total += b }
+    END { if ("output.weight" in bytes) total -= bytes["token_embd.weight"]; printf "%d\n", total }'
+}
+# memcpy GB/s of about `bytes` on THREADS threads (rp-bench gguf's buffer of that many MiB, at least 16).
+memcpy_gbps() {
+  local mb=$(( $1 / 1048576 )); (( mb < 16 )) && mb=16
+  "$BUILD/bin/rp-bench" gguf --size "$mb" --reps "$REPS" --threads "$THREADS" |
+    sed -n "s/^  memcpy, $THREADS thread[s]* *[0-9.]* s *\([0-9.]*\) GB\/s.*/\1/p"
+}
+
 printf "threads %s, best of %s, %s generated tokens; host %s, load %s\n" "$THREADS" "$REPS" "$TG" \
   "$(nproc) cores" "$(cut -d' ' -f1-3 /proc/loadavg)"
-printf "%-12s %-22s %14s %14s %8s\n" model measure "ours tok/s" "llama.cpp tok/s" ratio
+printf "%-12s %-22s %14s %14s %8s   %s\n" model measure "ours tok/s" "llama.cpp tok/s" ratio \
+  "(generate: weight MB/token, GB/s ours / llama.cpp / memcpy of that size)"
 for m in "$STORIES" "$BIG"; do
   name=$(basename "$m" .gguf)
   op=$(for _ in $(seq "$REPS"); do ours_prompt "$m"; done | best_max)
@@ -81,5 +99,9 @@ for m in "$STORIES" "$BIG"; do
   lg=$(llama_gen "$m")
   n_prompt=${lp#* }
   printf "%-12s %-22s %14s %14s %8.2f\n" "$name" "prompt ($n_prompt tokens)" "$op" "${lp%% *}" "$(echo "$op / ${lp%% *}" | bc -l)"
-  printf "%-12s %-22s %14s %14s %8.2f\n" "$name" "generate (${og#* } tokens)" "${og%% *}" "$lg" "$(echo "${og%% *} / $lg" | bc -l)"
+  wb=$(weight_bytes "$m")
+  mc=$(memcpy_gbps "$wb")
+  bw=$(awk -v b="$wb" -v o="${og%% *}" -v l="$lg" -v m="$mc" 'BEGIN {
+    printf "%.1f MB, %.2f / %.2f / %.2f GB/s (ours %.0f%% of memcpy)", b / 1e6, b * o / 1e9, b * l / 1e9, m, 100 * b * o / 1e9 / m }')
+  printf "%-12s %-22s %14s %14s %8.2f   %s\n" "$name" "generate (${og#* } tokens)" "${og%% *}" "$lg" "$(echo "${og%% *} / $lg" | bc -l)" "$bw"
 done

@@ -241,6 +241,8 @@ void append_string(std::string & out, const std::string & s) {
         switch (c) {
         case '"': out += "\\\""; break;
         case '\\': out += "\\\\"; break;
+        case '\b': out += "\\b"; break;  // the short escapes Python's json.dumps writes (chat templates' tojson)
+        case '\f': out += "\\f"; break;
         case '\n': out += "\\n"; break;
         case '\r': out += "\\r"; break;
         case '\t': out += "\\t"; break;

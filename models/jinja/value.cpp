@@ -1,5 +1,7 @@
 #include "models/jinja/value.h"
 
+#include "ggml_rp/core/json.h"
+
 #include "base/error.h"
 
 #include <cstdio>
@@ -218,29 +220,6 @@ bool equal_at(const Value & a, const Value & b, int depth) {
     }
 }
 
-void json_string(std::string & out, const std::string & s) {
-    out += '"';
-    for (char c : s) {
-        switch (c) {
-            case '"': out += "\\\""; break;
-            case '\\': out += "\\\\"; break;
-            case '\b': out += "\\b"; break;
-            case '\f': out += "\\f"; break;
-            case '\n': out += "\\n"; break;
-            case '\r': out += "\\r"; break;
-            case '\t': out += "\\t"; break;
-            default:
-                if (static_cast<unsigned char>(c) < 0x20) {
-                    char buf[16];
-                    std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned char>(c));
-                    out += buf;
-                } else {
-                    out += c;
-                }
-        }
-    }
-    out += '"';
-}
 
 // Rewrites every non-ASCII UTF-8 sequence as \uXXXX escapes (a surrogate pair above U+FFFF), as Python's
 // ensure_ascii. Invalid bytes are escaped as themselves (U+00XX) rather than dropped.
@@ -298,7 +277,7 @@ void json_value(std::string & out, const Value & v, int level, int indent, std::
             out += ss.str();
             break;
         }
-        case Value::Kind::String: json_string(out, v.str()); break;
+        case Value::Kind::String: json::append_string(out, v.str()); break;
         case Value::Kind::Array: {
             out += '[';
             const Array & a = v.arr();
@@ -322,7 +301,7 @@ void json_value(std::string & out, const Value & v, int level, int indent, std::
                 out += nl;
                 for (size_t i = 0; i < items.size(); ++i) {
                     out += pad(level + 1);
-                    json_string(out, items[i].first);
+                    json::append_string(out, items[i].first);
                     out += key_sep;
                     json_value(out, items[i].second, level + 1, indent, item_sep, key_sep);
                     if (i + 1 < items.size()) out += item_sep;
