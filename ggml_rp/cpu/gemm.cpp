@@ -11,7 +11,6 @@
 // block b of kGemmKC steps, computed by one micro-kernel call in order. Nothing else (tile position, task
 // split, thread count) enters the arithmetic, so the result is bit-identical for any number of threads.
 #include "ggml_rp/cpu/gemm.h"
-#include "ggml_rp/cpu/matvec.h"
 
 #include "ggml_rp/core/quant.h"
 #include "base/error.h"
@@ -531,8 +530,6 @@ void check_weight(const char * fn, TensorType t, int64_t row_len, size_t row_byt
 void matmul_fwd(int64_t K, int64_t N, int64_t T, const void * W, TensorType wtype, size_t w_row_bytes,
                 const float * X, int64_t x_col, float * Y, int64_t y_col, bool accumulate) {
     check_weight("matmul_fwd", wtype, K, w_row_bytes);
-    // A few tokens (generation): packing W's panels would cost more than the product (cpu/matvec.h).
-    if (T <= kMatvecMaxTokens) return matvec_fwd(K, N, T, W, wtype, w_row_bytes, X, x_col, Y, y_col, accumulate);
     // Y^T[t, n] = sum_k X^T[t, k] W[n, k]: A = X^T (k contiguous), B(p=k, j=n) = W row n.
     run({T, N, K, {X, x_col, false}, {static_cast<const char *>(W), w_row_bytes, wtype, true}, Y, y_col, accumulate},
         true);

@@ -21,7 +21,6 @@ using gguf::TensorType;
 // Y[n, t] (+)= sum_k W[k, n] * X[k, t].
 // W: N rows of K elements of type wtype, row stride w_row_bytes (any dequantizable type; quantized rows are
 // dequantized in tiles inside the kernel). X: column t at X + t*x_col (floats). Y: column t at Y + t*y_col.
-// T <= kMatvecMaxTokens runs the few-token product of matvec.h instead (each row read once, no packing).
 void matmul_fwd(int64_t K, int64_t N, int64_t T,
                 const void * W, TensorType wtype, size_t w_row_bytes,
                 const float * X, int64_t x_col, float * Y, int64_t y_col, bool accumulate);

@@ -64,9 +64,9 @@ TEST(OpMulMat, EveryWeightType) {
               [](const R & v) { return ref::mul_mat(v[0], v[1]); }});
 }
 
-TEST(OpMulMat, FewTokensTakeTheMatvecPath) {
-    // T <= 4 runs cpu/matvec.h (rows read once, no packing), T = 5 the GEMM: both against the double
-    // reference, odd sizes, 1 and 2 threads bit-identical (the harness), f32 and stored types.
+TEST(OpMulMat, FewTokensAndOddSizes) {
+    // Generation's shapes (one to five tokens) with odd K and N, f32 and stored types, against the double
+    // reference, 1 and 2 threads bit-identical (the harness).
     for (int64_t T = 1; T <= 5; ++T)
         check_op({"mul_mat f32 K19 N37 T" + std::to_string(T), {{"W", {19, 37, 1, 1}}, {"X", {19, T, 1, 1}}},
                   [](Context & c, const TV & in) { return rp::mul_mat(c, in[0], in[1]); },
@@ -75,7 +75,7 @@ TEST(OpMulMat, FewTokensTakeTheMatvecPath) {
                                                    {rp::DType::Q4_0, 64}, {rp::DType::Q5_K, 256}};
     for (const auto & [t, K] : typed) {
         Input w{"W", {K, 33, 1, 1}, t, false};
-        check_op({std::string("mul_mat matvec W ") + rp::dtype_name(t) + " N33 T1", {w, {"X", {K, 1, 1, 1}}},
+        check_op({std::string("mul_mat few tokens W ") + rp::dtype_name(t) + " N33 T1", {w, {"X", {K, 1, 1, 1}}},
                   [](Context & c, const TV & in) { return rp::mul_mat(c, in[0], in[1]); },
                   [](const R & v) { return ref::mul_mat(v[0], v[1]); }});
     }
