@@ -29,19 +29,8 @@ Tensor * get_rows_back(Context & ctx, Tensor * into, Tensor * dy, Tensor * ids, 
     detail::require_f32("get_rows_back", dy, "dy");
     detail::require(dy->ne[0] == table->ne[0] && dy->ne[1] == ids->ne[0] && dy->ne[2] == ids->ne[1] && dy->ne[3] == 1,
                     "get_rows_back", "dy " + describe(dy) + " does not match ids " + describe(ids) + " and table " + describe(table));
-    Tensor * t;
-    if (into) {
-        detail::require_f32("get_rows_back", into, "into");
-        detail::require(into->ne[0] == table->ne[0] && into->ne[1] == table->ne[1] && into->ne[2] == 1 && into->ne[3] == 1 &&
-                        into->is_contiguous(), "get_rows_back", "into " + describe(into) + " must be contiguous f32 like " + describe(table));
-        t = ctx.new_view(into, DType::F32, into->ne, into->nb, 0);
-        t->op = Op::GET_ROWS_BACK;
-        t->set_param_i32(0, 1);  // accumulate
-    } else {
-        const int64_t ne[4] = {table->ne[0], table->ne[1], 1, 1};
-        t = detail::new_node(ctx, Op::GET_ROWS_BACK, DType::F32, ne, {});
-        t->set_param_i32(0, 0);
-    }
+    const int64_t ne[4] = {table->ne[0], table->ne[1], 1, 1};
+    Tensor * t = detail::accumulating_node(ctx, Op::GET_ROWS_BACK, into, ne);
     t->src[0] = dy;
     t->src[1] = ids;
     t->src[2] = into;

@@ -107,17 +107,7 @@ Tensor * out_prod_id(Context & ctx, Tensor * into, Tensor * X, Tensor * dY, Tens
     check_x("out_prod_id", w_like, X, ids);
     detail::require(dY->ne[0] == w_like->ne[1] && dY->ne[1] == ids->ne[0] && dY->ne[2] == ids->ne[1] && dY->ne[3] == 1,
                     "out_prod_id", "dY " + describe(dY) + " is not [out, k, T] for W " + describe(w_like));
-    Tensor * t;
-    if (into) {
-        detail::require(into->type == DType::F32 && same_shape(into, w_like) && into->is_contiguous(), "out_prod_id",
-                        "into " + describe(into) + " must be contiguous f32 shaped like " + describe(w_like));
-        t = ctx.new_view(into, DType::F32, into->ne, into->nb, 0);
-        t->op = Op::OUT_PROD_ID;
-        t->set_param_i32(0, 1);  // accumulate
-    } else {
-        t = detail::new_node(ctx, Op::OUT_PROD_ID, DType::F32, w_like->ne, {});
-        t->set_param_i32(0, 0);
-    }
+    Tensor * t = detail::accumulating_node(ctx, Op::OUT_PROD_ID, into, w_like->ne);
     t->src[0] = X;
     t->src[1] = dY;
     t->src[2] = ids;

@@ -58,17 +58,7 @@ Tensor * out_prod(Context & ctx, Tensor * into, Tensor * X, Tensor * dY, const T
     check_pair("out_prod", w_like, X, X->ne[0]);
     detail::require(dY->ne[0] == w_like->ne[1] && dY->ne[1] == X->ne[1] && dY->ne[2] == X->ne[2] && dY->ne[3] == X->ne[3],
                     "out_prod", "dY " + describe(dY) + " does not match X " + describe(X) + " and W " + describe(w_like));
-    Tensor * t;
-    if (into) {
-        detail::require(into->type == DType::F32 && same_shape(into, w_like) && into->is_contiguous(), "out_prod",
-                        "into " + describe(into) + " must be contiguous f32 shaped like " + describe(w_like));
-        t = ctx.new_view(into, DType::F32, into->ne, into->nb, 0);
-        t->op = Op::OUT_PROD;
-        t->set_param_i32(0, 1);  // accumulate
-    } else {
-        t = detail::new_node(ctx, Op::OUT_PROD, DType::F32, w_like->ne, {});
-        t->set_param_i32(0, 0);
-    }
+    Tensor * t = detail::accumulating_node(ctx, Op::OUT_PROD, into, w_like->ne);
     t->src[0] = X;
     t->src[1] = dY;
     t->src[2] = into;

@@ -25,6 +25,26 @@ inline void require(bool ok, const char * op, const std::string & msg) {
     if (!ok) op_error(op, msg);
 }
 
+// The node of a gradient op that can add in place (out_prod, out_prod_id, get_rows_back): with `into`, a view
+// of it that adds the op's result to its contents (op param 0 = 1); else a fresh f32 node shaped `ne` (param 0
+// = 0). `into` must be contiguous f32 of that shape. The caller sets the sources.
+inline Tensor * accumulating_node(Context & ctx, Op op, Tensor * into, const int64_t ne[kMaxDims]) {
+    if (!into) {
+        Tensor * t = new_node(ctx, op, DType::F32, ne, {});
+        t->set_param_i32(0, 0);
+        return t;
+    }
+    bool same = true;
+    for (int i = 0; i < kMaxDims; ++i) same = same && into->ne[i] == ne[i];
+    require(into->type == DType::F32 && same && into->is_contiguous(), op_name(op),
+            "into " + describe(into) + " must be contiguous f32 of the gradient's shape [" + std::to_string(ne[0]) + ", " +
+                std::to_string(ne[1]) + ", " + std::to_string(ne[2]) + ", " + std::to_string(ne[3]) + "]");
+    Tensor * t = ctx.new_view(into, DType::F32, into->ne, into->nb, 0);
+    t->op = op;
+    t->set_param_i32(0, 1);  // accumulate
+    return t;
+}
+
 inline void require_f32(const char * op, const Tensor * t, const char * role) {
     if (!t) op_error(op, std::string(role) + " is null");
     if (t->type != DType::F32) op_error(op, std::string(role) + " " + describe(t) + " must be f32");
