@@ -11,6 +11,7 @@
 // micro-batch of --gpu-tokens tokens (default 8192, the paper's 4 x 2048): upload / forward = 165e12 /
 // (32e9 x tokens) = 0.63 (roundpipe.md §8, §13.1).
 #include "bench/bench.h"
+#include "bench/timed_program.h"
 
 #include "ggml_rp/roundpipe/pipeline.h"
 #include "ggml_rp/roundpipe/trace.h"
@@ -27,93 +28,9 @@
 namespace {
 
 using rp::bench::now_s;
-
-// A program with the tensors of `real` whose compute sleeps for measured per-layer times.
-class TimedProgram final : public rp::TrainingProgram {
-public:
-    TimedProgram(rp::TrainingProgram & real, std::vector<double> fwd_s, std::vector<double> bwd_s, double head_s)
-        : real_(real), fwd_(std::move(fwd_s)), bwd_(std::move(bwd_s)), head_(head_s) {}
-    int num_layers() const override { return real_.num_layers(); }
-    const std::vector<TensorInfo> & layer_tensors(int l) const override { return real_.layer_tensors(l); }
-    const std::vector<ParamInfo> & params() const override { return real_.params(); }
-    std::string layer_name(int l) const override { return real_.layer_name(l); }
-    size_t hidden_bytes(const rp::MicroBatchInfo & mb) const override { return real_.hidden_bytes(mb); }
-    void forward(int l, const rp::LayerMemory &, const void *, void *, const rp::MicroBatchInfo &, rp::ProgramContext &) override {
-        sleep(fwd_[static_cast<size_t>(l)]);
-    }
-    void head(const rp::LayerMemory &, const void *, const int32_t *, float * loss, void *, const rp::MicroBatchInfo &,
-              rp::ProgramContext &) override {
-        *loss = 0;
-        sleep(head_);
-    }
-    void backward(int l, const rp::LayerMemory &, const void *, const void *, void *, const rp::MicroBatchInfo &,
-                  rp::ProgramContext &) override {
-        sleep(bwd_[static_cast<size_t>(l)]);
-    }
-
-    size_t program_footprint(rp::ProgramKind, int, const rp::MicroBatchInfo &, const rp::GraphRunner &) override {
-        return 0;  // its programs sleep: no graph memory
-    }
-
-private:
-    static void sleep(double s) {  // sleep_for overshoots by ~50-100 us; spin the last 200 us
-        const double end = now_s() + s;
-        if (s > 300e-6) std::this_thread::sleep_for(std::chrono::duration<double>(s - 200e-6));
-        while (now_s() < end) {}
-    }
-    rp::TrainingProgram & real_;
-    std::vector<double> fwd_, bwd_;
-    double head_;
-};
-
-struct Measured {
-    std::vector<double> fwd, bwd;  // per layer (bwd = recompute + backward)
-    double head = 0;
-};
-
-// Median of 3 runs of every layer's programs on host memory, one thread.
-Measured measure(rp::TrainingProgram & p, const rp::MicroBatchInfo & mb, uint32_t vocab) {
-    const int L = p.num_layers();
-    std::mt19937 rng(1);
-    std::vector<int32_t> ids(static_cast<size_t>(mb.tokens())), labels(ids.size());
-    for (size_t i = 0; i < ids.size(); ++i) {
-        ids[i] = static_cast<int32_t>(rng() % vocab);
-        labels[i] = static_cast<int32_t>(rng() % vocab);
-    }
-    const size_t H = p.hidden_bytes(mb) / sizeof(float);
-    std::vector<float> x(H, 0.1f), y(H), d(H, 1e-3f), din(H);
-    std::vector<std::vector<float>> grads;
-    auto memory = [&](int l) {
-        rp::LayerMemory m;
-        for (const auto & ti : p.layer_tensors(l)) {
-            if (ti.param >= 0) {
-                m.data.push_back(p.params()[static_cast<size_t>(ti.param)].master);
-                grads.emplace_back(ti.bytes / sizeof(float));
-                m.grad.push_back(grads.back().data());
-            } else {
-                m.data.push_back(const_cast<void *>(ti.host));
-                m.grad.push_back(nullptr);
-            }
-        }
-        return m;
-    };
-    rp::ProgramContext pc;
-    Measured r;
-    for (int l = 0; l < L; ++l) {
-        const rp::LayerMemory m = memory(l);
-        const void * in = l == 0 ? static_cast<const void *>(ids.data()) : x.data();
-        if (l == L - 1) {
-            float loss = 0;
-            r.head = rp::bench::time_it([&] { p.head(m, in, labels.data(), &loss, din.data(), mb, pc); }, 3).median_s;
-            r.fwd.push_back(r.head / 3);
-            r.bwd.push_back(r.head);
-        } else {
-            r.fwd.push_back(rp::bench::time_it([&] { p.forward(l, m, in, y.data(), mb, pc); }, 3).median_s);
-            r.bwd.push_back(rp::bench::time_it([&] { p.backward(l, m, in, d.data(), l == 0 ? nullptr : din.data(), mb, pc); }, 3).median_s);
-        }
-    }
-    return r;
-}
+using rp::bench::Measured;
+using rp::bench::TimedProgram;
+using rp::bench::measure;
 
 int run_roundpipe(int argc, char ** argv) {
     rp::bench::Options opt(argc, argv);
@@ -149,10 +66,8 @@ int run_roundpipe(int argc, char ** argv) {
         for (const auto & ti : real.layer_tensors(l)) wbytes += ti.bytes;
         tfwd += ms.fwd[static_cast<size_t>(l)];
     }
-    const double ratio = 165e12 / (32e9 * gpu_tokens);  // upload / forward on a 4090 over PCIe 4.0
-    rp::LinkModel link;
-    link.bytes_per_s = static_cast<double>(wbytes) / (tfwd * ratio);
-    link.latency_s = 10e-6;
+    const double ratio = rp::bench::pcie_4090_ratio(gpu_tokens);
+    const rp::LinkModel link = rp::bench::pcie_4090_link(wbytes, tfwd, gpu_tokens);
     std::printf("model %s: %d layers, %.1f MiB of block weights; micro-batch %lld x %lld tokens\n", path.c_str(),
                 real.num_layers(), static_cast<double>(wbytes) / 1048576.0, static_cast<long long>(B), static_cast<long long>(T));
     std::printf("measured per micro-batch: block forward %.2f ms, recompute+backward %.2f ms (mean); head fwd+bwd %.2f ms\n",
@@ -179,28 +94,15 @@ int run_roundpipe(int argc, char ** argv) {
                               Cfg{"roundpipe-sync", rp::ScheduleKind::RoundPipe, false},
                               Cfg{"roundpipe-async", rp::ScheduleKind::RoundPipe, true}}) {
             rp::TraceRecorder rec;
-            std::vector<std::unique_ptr<rp::CpuDevice>> devs;
-            std::vector<rp::Device *> ptrs;
-            for (int i = 0; i < G; ++i) {
-                rp::CpuDeviceOptions o;
-                o.memory_bytes = size_t(1) << 30;
-                o.link = link;
-                o.hook = rec.hook();
-                devs.push_back(std::make_unique<rp::CpuDevice>(i, o));
-                ptrs.push_back(devs.back().get());
-            }
+            const rp::bench::BenchDevices devs = rp::bench::make_devices(G, link, rec.hook());
+            const std::vector<rp::Device *> & ptrs = devs.ptrs;
             rp::PipelineOptions po;
             po.schedule = c.kind;
             po.async = c.async;
             po.layer_tf = ms.fwd;
             po.layer_tb = ms.bwd;
-            std::vector<int32_t> ids(static_cast<size_t>(T * B), 1);
-            std::vector<rp::MicroBatch> mbs(static_cast<size_t>(M));
-            for (int i = 0; i < M; ++i) {
-                mbs[static_cast<size_t>(i)].ids = ids.data();
-                mbs[static_cast<size_t>(i)].labels = ids.data();
-                mbs[static_cast<size_t>(i)].info = mb;
-            }
+            const std::vector<int32_t> ids(static_cast<size_t>(T * B), 1);
+            const std::vector<rp::MicroBatch> mbs = rp::bench::same_micro_batches(M, ids, mb);
             rp::Plan plan;
             double t0 = 0, t1 = 0;
             {

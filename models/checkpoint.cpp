@@ -56,6 +56,7 @@ void save_checkpoint(const std::string & path, const Trainer & tr, const Optimiz
     w.set_i64("rp.ckpt.last_norm_step", st.last_norm_step);
     w.set_string("rp.ckpt.last_skip", st.last_skip);
     w.set_u64("rp.ckpt.bad_run", static_cast<uint64_t>(st.bad_run));
+    w.set_u32("rp.ckpt.grad_groups", static_cast<uint32_t>(st.grad_groups));
     if (!st.working.empty() && st.working.size() != tr.params().size()) throw Error(path + ": working weights for the wrong number of parameters");
     for (size_t i = 0; i < tr.params().size(); ++i) {
         const Trainer::Param & p = tr.params()[i];
@@ -131,6 +132,7 @@ CheckpointState load_checkpoint(const std::string & path, Trainer & tr, Optimize
         st.last_skip = f->get_string("rp.ckpt.last_skip");
         st.bad_run = static_cast<int64_t>(f->get_u64("rp.ckpt.bad_run"));
     }
+    st.grad_groups = f->get_u32_or("rp.ckpt.grad_groups", 1);
     st.data.seed = f->get_u64("rp.ckpt.data_seed");
     st.data.fingerprint = f->get_u64("rp.ckpt.data_fingerprint");
     st.data.consumed = f->get_u64("rp.ckpt.data_consumed");

@@ -50,6 +50,9 @@ struct CheckpointState {
     int64_t last_norm_step = -1;
     std::string last_skip;
     int64_t bad_run = 0;
+    // The gradient grouping of the run (data parallel: the world size; single process: its accumulate_groups,
+    // 1 by default): the order the gradients were summed in, so a resume with another is refused.
+    int64_t grad_groups = 1;
 };
 
 // Hash of the base model's tensor names, types and shapes.

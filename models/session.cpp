@@ -28,18 +28,39 @@ SessionOptions checked(SessionOptions o, const Dataset & data) {
     if (data.size() == 0) throw Error("the dataset has no sequences");
     if (o.pipelined && o.devices.count < 1) throw Error("devices: a pipelined run needs at least one device");
     if (o.max_bad_steps < 1) throw Error("max_bad_steps " + std::to_string(o.max_bad_steps) + " must be at least 1");
+    const int64_t ranks = o.comm ? o.comm->size() : 1;
+    if (o.accumulate_groups < 1 || o.accumulate_groups > o.micro_batches)
+        throw Error("accumulate_groups " + std::to_string(o.accumulate_groups) + " must be in [1, micro_batches = " +
+                    std::to_string(o.micro_batches) + "]");
+    if (o.accumulate_groups > 1 && ranks > 1)
+        throw Error("accumulate_groups is the single-process reference of a data-parallel run; this run has " +
+                    std::to_string(ranks) + " ranks");
+    if (o.accumulate_groups > 1 && o.pipelined)
+        throw Error("accumulate_groups runs on the host (the pipeline equals the host bit for bit)");
+    if (ranks > o.micro_batches)
+        throw Error("micro_batches " + std::to_string(o.micro_batches) + " must be at least the number of data-parallel ranks (" +
+                    std::to_string(ranks) + "): rank r computes micro-batches r, r + " + std::to_string(ranks) + ", ...");
+    if (o.replica_check_every < 0) throw Error("replica_check_every must be >= 0");
     return o;
 }
 
-// Mean loss over the unmasked tokens of the given sequences, on the host.
-double eval_loss(Trainer & tr, const Dataset & data, const std::vector<uint32_t> & idx, int64_t batch, int threads) {
+// Mean loss over the unmasked tokens of the given sequences, on the host (data parallel: each rank a share of
+// the batches, the sums added over the ranks).
+double eval_loss(Trainer & tr, const Dataset & data, const std::vector<uint32_t> & idx, int64_t batch, int threads, Communicator * comm) {
     double sum = 0;
     size_t n = 0;
-    for (size_t b = 0; b < idx.size(); b += static_cast<size_t>(batch)) {
+    for (size_t b = 0, k = 0; b < idx.size(); b += static_cast<size_t>(batch), ++k) {
+        if (comm && !in_group(k, comm->rank(), comm->size())) continue;  // data parallel: batches k = rank mod R
         const size_t e = std::min(idx.size(), b + static_cast<size_t>(batch));
         const Batch bt = make_batch(data, std::span<const uint32_t>(idx.data() + b, e - b));
         sum += tr.loss(bt.inputs.data(), bt.labels.data(), bt.seq_len, bt.n_seq, 1.0f, threads, bt.positions_or_null());
         n += bt.n_trained();
+    }
+    if (comm && comm->size() > 1) {
+        double total[2] = {sum, static_cast<double>(n)};
+        comm->allreduce_sum(total, 2, "validation loss");
+        sum = total[0];
+        n = static_cast<size_t>(total[1]);
     }
     return n ? sum / static_cast<double>(n) : std::nan("");
 }
@@ -97,6 +118,35 @@ TrainingSession::TrainingSession(const Model & model, const Dataset & data, Sess
     opt_.lr.validate();
     for (const Trainer::Param & p : trainer_.params()) slots_.push_back(optimizer_.add_param(p.name, static_cast<size_t>(p.t->nelements())));
 
+    groups_ = opt_.comm ? opt_.comm->size() : opt_.accumulate_groups;
+    if (opt_.comm && opt_.comm->size() > 1) {
+        // Every rank must run the same job: the same model, configuration and data, and the same initial
+        // weights (a mismatch would be a silent divergence, or a hang on mismatched messages).
+        std::vector<uint64_t> fp;
+        std::vector<std::string> names;
+        auto add = [&](const std::string & name, uint64_t v) { fp.push_back(v), names.push_back(name); };
+        add("base model", base_fingerprint(model_));
+        add("number of trainable tensors", trainer_.params().size());
+        add("dataset (its sequences and split)", batcher_.position().fingerprint);
+        add("sequence length", static_cast<uint64_t>(data.seq_len()));
+        add("batch_size", static_cast<uint64_t>(opt_.batch));
+        add("micro_batches", static_cast<uint64_t>(opt_.micro_batches));
+        add("steps", static_cast<uint64_t>(total_));
+        add("seed", opt_.seed);
+        add("pipelined", opt_.pipelined ? 1u : 0u);
+        add("async", opt_.pipelined && opt_.pipeline.async ? 1u : 0u);
+        const ReplicaHashes h = replica_hashes(trainer_, optimizer_);
+        fp.insert(fp.end(), h.hashes.begin(), h.hashes.end());
+        names.insert(names.end(), h.names.begin(), h.names.end());
+        opt_.comm->check_same(fp, names, "data parallel: the ranks' jobs differ");
+        grad_comm_ = opt_.comm->duplicate();
+        reducer_ = std::make_unique<GradientReducer>(*grad_comm_, trainer_);
+        if (opt_.pipelined)  // per layer on the optimizer thread, while the devices run earlier layers' backward
+            opt_.pipeline.grads_complete = [this](int, const std::vector<int> & params) {
+                for (int p : params) reducer_->add(p);
+            };
+    }
+
     if (opt_.pipelined) {
         program_ = std::make_unique<ModelProgram>(trainer_);
         devices_ = make_devices(opt_.devices);
@@ -107,7 +157,11 @@ TrainingSession::TrainingSession(const Model & model, const Dataset & data, Sess
         pipe_ = std::make_unique<Pipeline>(*program_, ptrs, opt_.pipeline);
         // The largest step's plan and memory, now: a run that cannot fit is refused before it writes anything.
         const int64_t n_seq = std::min<int64_t>(opt_.batch, static_cast<int64_t>(split_.train.size()));
-        planned_ = pipe_->plan_call(micro_batch_shapes(data.seq_len(), n_seq, opt_.micro_batches, data.packed()));
+        std::vector<MicroBatchInfo> shapes;  // data parallel: this rank's share
+        const auto all = micro_batch_shapes(data.seq_len(), n_seq, opt_.micro_batches, data.packed());
+        for (size_t i = 0; i < all.size(); ++i)
+            if (!reducer_ || in_group(i, opt_.comm->rank(), opt_.comm->size())) shapes.push_back(all[i]);
+        planned_ = pipe_->plan_call(shapes);
     }
 }
 
@@ -115,7 +169,15 @@ TrainingSession::~TrainingSession() = default;
 
 std::string TrainingSession::resume(const std::string & path) {
     if (st_.step > 0 || first_step_ > 0) throw Error(path + ": resume must come before the first step");
-    const std::string type = gguf::Reader::open(path)->get_string_or("general.type", "");
+    const auto file = gguf::Reader::open(path);
+    const std::string type = file->get_string_or("general.type", "");
+    if (type != "adapter") {
+        const int64_t g = file->get_u32_or("rp.ckpt.grad_groups", 1);
+        if (g != groups_)
+            throw Error(path + ": the checkpoint's gradients were summed over " + std::to_string(g) + " data-parallel rank(s) (or groups); this run has " +
+                        std::to_string(groups_) + ". Resume it with " + std::to_string(g) +
+                        " ranks: the summation order, and so every bit of the run, depends on it (it is not re-sharded)");
+    }
     std::string what;
     if (type == "adapter") {
         if (opt_.finetune.full) throw Error(path + ": a LoRA adapter cannot start a full finetune");
@@ -154,7 +216,7 @@ std::string TrainingSession::resume(const std::string & path) {
 
 void TrainingSession::update(int64_t step, const Batch & bt, float loss_scale, double loss) {
     const size_t n_trained = bt.n_trained();
-    if (step == first_step_ && !opt_.dump_grads.empty()) dump_step(trainer_, bt, loss_scale, loss, step, opt_.dump_grads);
+    if (step == first_step_ && !opt_.dump_grads.empty() && (!opt_.comm || opt_.comm->rank() == 0)) dump_step(trainer_, bt, loss_scale, loss, step, opt_.dump_grads);
     std::vector<std::span<float>> grads;
     for (const Trainer::Param & p : trainer_.params()) grads.emplace_back(p.t->grad->data_as<float>(), static_cast<size_t>(p.t->nelements()));
     std::vector<std::span<const float>> cgrads(grads.begin(), grads.end());
@@ -189,9 +251,11 @@ StepReport TrainingSession::step() {
     const size_t n_trained = bt.n_trained();
     const float loss_scale = n_trained ? 1.0f / static_cast<float>(n_trained) : 0.0f;
 
-    // The micro-batches: sequences [lo, hi) of the batch each, the same split on the host and in the pipeline.
+    // The micro-batches: sequences [lo, hi) of the batch each, the same split on the host and in the pipeline;
+    // data parallel: this rank's share (in_group), the others' on the other ranks.
     std::vector<MicroBatch> mbs;
-    for (MicroBatchInfo info : micro_batch_shapes(bt.seq_len, bt.n_seq, opt_.micro_batches, data_.packed())) {
+    const auto shapes = micro_batch_shapes(bt.seq_len, bt.n_seq, opt_.micro_batches, data_.packed());
+    for (MicroBatchInfo info : shapes) {
         const size_t off = static_cast<size_t>(info.seq_offset * bt.seq_len);
         MicroBatch m;
         m.ids = bt.inputs.data() + off;
@@ -202,17 +266,58 @@ StepReport TrainingSession::step() {
         m.info = info;
         mbs.push_back(m);
     }
+    const bool dp = reducer_ != nullptr;
+    if (dp) {  // this rank's share
+        std::vector<MicroBatch> mine;
+        for (size_t i = 0; i < mbs.size(); ++i)
+            if (in_group(i, opt_.comm->rank(), opt_.comm->size())) mine.push_back(mbs[i]);
+        mbs = std::move(mine);
+    }
     double loss = 0;
     if (pipe_) {
-        loss = pipe_->forward_backward(mbs);
-        // The update may run after step() returned (async): it owns a copy of the batch.
+        if (!mbs.empty()) loss = pipe_->forward_backward(mbs);
+        if (dp) opt_.comm->allreduce_sum(&loss, 1, "loss of step " + std::to_string(step + 1));
+        // The update may run after step() returned (async): it owns a copy of the batch. Data parallel: the
+        // hand-off before it all-reduces the gradients layer by layer (grads_complete).
         pipe_->step([this, step, bt, loss_scale, loss] { update(step, bt, loss_scale, loss); });
+    } else if (groups_ > 1 && !dp) {  // the reference of a data-parallel run: the same grouping, in one process
+        std::vector<std::vector<float>> sum;
+        for (int64_t g = 0; g < groups_; ++g) {
+            trainer_.zero_grads();
+            double group_loss = 0;
+            for (size_t i = 0; i < mbs.size(); ++i) {
+                if (!in_group(i, g, groups_)) continue;
+                const MicroBatch & m = mbs[i];
+                group_loss += trainer_.accumulate(m.ids, m.labels, m.info.seq_len, m.info.n_seq, m.info.loss_scale, opt_.threads, step,
+                                                  m.info.seq_offset, m.info.positions);
+            }
+            trainer_.collect_grads();
+            loss = g == 0 ? group_loss : loss + group_loss;
+            const auto & params = trainer_.params();
+            for (size_t p = 0; p < params.size(); ++p) {
+                const float * gr = params[p].t->grad->data_as<float>();
+                const size_t n = static_cast<size_t>(params[p].t->nelements());
+                if (g == 0) {
+                    sum.emplace_back(gr, gr + n);
+                } else {
+                    float * acc = sum[p].data();
+                    for (size_t e = 0; e < n; ++e) acc[e] = acc[e] + gr[e];  // rank order, as allreduce_sum
+                }
+            }
+        }
+        const auto & params = trainer_.params();
+        for (size_t p = 0; p < params.size(); ++p) std::copy(sum[p].begin(), sum[p].end(), params[p].t->grad->data_as<float>());
+        update(step, bt, loss_scale, loss);
     } else {
         trainer_.zero_grads();
         for (const MicroBatch & m : mbs)
             loss += trainer_.accumulate(m.ids, m.labels, m.info.seq_len, m.info.n_seq, m.info.loss_scale, opt_.threads, step,
                                         m.info.seq_offset, m.info.positions);
         trainer_.collect_grads();
+        if (dp) {
+            reducer_->reduce_all();
+            opt_.comm->allreduce_sum(&loss, 1, "loss of step " + std::to_string(step + 1));
+        }
         update(step, bt, loss_scale, loss);
     }
     st_.step = step + 1;
@@ -239,6 +344,8 @@ StepReport TrainingSession::step() {
             r.stop = stopped_;
         }
     }
+    if (dp && opt_.replica_check_every > 0 && st_.step % opt_.replica_check_every == 0)
+        check_replicas("after step " + std::to_string(st_.step));
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return r;
 }
@@ -246,7 +353,7 @@ StepReport TrainingSession::step() {
 double TrainingSession::evaluate() {
     if (split_.val.empty()) return std::nan("");
     if (pipe_) pipe_->drain();  // on the masters; the working weights (async: one update behind) stay
-    return eval_loss(trainer_, data_, split_.val, opt_.batch, opt_.threads);
+    return eval_loss(trainer_, data_, split_.val, opt_.batch, opt_.threads, opt_.comm);
 }
 
 std::string TrainingSession::sample(const Tokenizer & tok, const std::string & prompt, int64_t max_tokens) {
@@ -268,8 +375,16 @@ void TrainingSession::synchronize() {
     if (pipe_) pipe_->synchronize();
 }
 
+void TrainingSession::check_replicas(const std::string & when) {
+    if (!opt_.comm || opt_.comm->size() == 1) return;
+    if (pipe_) pipe_->drain();  // the masters hold every update; the working weights stay as they are
+    const ReplicaHashes h = replica_hashes(trainer_, optimizer_);
+    opt_.comm->check_same(h.hashes, h.names, "replica check " + when);
+}
+
 void TrainingSession::save_checkpoint(const std::string & path) {
     CheckpointState st = st_;
+    st.grad_groups = groups_;
     if (pipe_) {
         pipe_->drain();  // not synchronize(): publishing the last update early would change an async run
         if (opt_.pipeline.async) st.working = pipe_->working_weights();

@@ -17,7 +17,9 @@
 #include "ggml_rp/optim/optimizer.h"
 #include "ggml_rp/roundpipe/pipeline.h"
 #include "ggml_rp/runtime/devices.h"
+#include "ggml_rp/dist/communicator.h"
 #include "models/checkpoint.h"
+#include "models/data_parallel.h"
 #include "models/dataset.h"
 #include "models/finetune.h"
 #include "models/model.h"
@@ -48,6 +50,18 @@ struct SessionOptions {
     // A step whose loss or gradient norm is not finite is not applied (masters and optimizer state untouched);
     // this many in a row stop the run (StepReport::stop).
     int max_bad_steps = 3;
+
+    // Data parallelism (architecture.md §8, models/data_parallel.h): this process is rank comm->rank() of
+    // comm->size(); it computes micro-batches rank, rank + size, ... of every step, the gradients are summed
+    // over the ranks in rank order and every rank applies the same update. nullptr (or size 1): one process.
+    Communicator * comm = nullptr;
+    // One process: accumulate the micro-batches in this many groups (group g: g, g + G, ...) and add the
+    // groups' sums in group order: the bit-exact reference of a data-parallel run of G ranks (host path only;
+    // the pipeline equals the host bit for bit).
+    int64_t accumulate_groups = 1;
+    // Data parallel: compare every rank's masters and optimizer state after every N steps (0 = only when
+    // check_replicas() is called).
+    int64_t replica_check_every = 0;
 
     // The RoundPipe runtime: devices.count > 0 runs every step through it.
     bool pipelined = false;
@@ -104,6 +118,12 @@ public:
 
     // Everything pending applied (pipeline: devices and optimizer idle, working weights = masters).
     void synchronize();
+    // Data parallel: every rank's masters and optimizer state hashed and compared (after draining the
+    // pipeline); throws PeerError naming the first tensor whose bits differ from rank 0's. `when` names the
+    // point in the message ("after step 10").
+    void check_replicas(const std::string & when);
+    // The number of groups the step's gradients are summed in (ranks, or accumulate_groups).
+    int64_t grad_groups() const { return groups_; }
     void save_checkpoint(const std::string & path);
     void save_result(const std::string & path);
 
@@ -133,6 +153,10 @@ private:
     int64_t total_ = 0;
     CheckpointState st_;
     int64_t first_step_ = 0;
+
+    int64_t groups_ = 1;                         // ranks, or accumulate_groups
+    std::unique_ptr<Communicator> grad_comm_;    // the optimizer thread's duplicate of opt_.comm
+    std::unique_ptr<GradientReducer> reducer_;   // over grad_comm_
 
     std::unique_ptr<ModelProgram> program_;
     std::vector<std::unique_ptr<Device>> devices_;

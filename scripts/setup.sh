@@ -3,7 +3,8 @@
 # with sudo). CUDA is optional and not installed here: when nvcc is present the CUDA sources build too.
 set -euo pipefail
 need=()
-for pkg in cmake ninja-build g++ clang libgtest-dev libopenblas-dev libomp-dev git time bc; do
+# Open MPI: data-parallel training between processes (mpirun; optional in CMake: RP_MPI).
+for pkg in cmake ninja-build g++ clang libgtest-dev libopenblas-dev libomp-dev libopenmpi-dev openmpi-bin git time bc; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 # npm (for the test-only llama.cpp oracle) may come with a nodejs package from another source: only install

@@ -12,7 +12,9 @@
 #include "tools/cli.h"
 
 #include "base/error.h"
+#include "ggml_rp/dist/mpi_world.h"
 #include "ggml_rp/runtime/arena.h"
+#include "ggml_rp/runtime/clock.h"
 #include "ggml_rp/roundpipe/trace.h"
 #include "models/finetune_report.h"
 #include "models/run_plan.h"
@@ -29,6 +31,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -102,9 +106,21 @@ const char * const kUsage =
     "      --plan              print the memory plan and exit (needs only -m; the weights are never read):\n"
     "                          the stage partition, the device peak region by region, host RAM, link bytes\n"
     "      --max-seq           with --plan: also the longest --seq-len that fits --device-mem\n"
+    "Data parallel over MPI (architecture.md 8): mpirun -np R rp-finetune ... trains on R processes (each with its\n"
+    "own --devices), rank r taking micro-batches r, r+R, ... of every step; gradients are summed in rank order\n"
+    "(bit-identical on every rank and run) and every rank applies the same update. Rank 0 prints and writes.\n"
+    "      --dp                require an mpirun launch (otherwise it is detected)\n"
+    "      --dp-timeout S      a peer silent for S seconds (dead or hung) is an error on every rank (default 300)\n"
+    "      --dp-check-every N  compare every rank's masters and optimizer state every N steps (default 100; also\n"
+    "                          at the end)\n"
+    "      --dp-link BW,LAT    emulate an inter-node link on one machine, e.g. 25Gbit/s,10us (benchmarks)\n"
+    "      --dp-groups G       one process: sum the gradients in G groups as G ranks would (the bit-exact\n"
+    "                          reference of a G-rank run, host path)\n"
     "Testing the failure paths (CPU devices):\n"
     "      --inject-delays SEED  random delays in every stream and runtime thread\n"
     "      --inject-fault K:N  the Nth allocation / copy / launch of device 0 fails (K = alloc, copy, launch)\n"
+    "      --inject-dp-fault K:R:N  at the start of step N rank R (or 'all') K = die (SIGKILL), hang, or corrupt\n"
+    "                          (flips a bit of its first master: the replica check must catch it)\n"
     "  -h, --help              this text\n";
 
 // The library's parameter names as this tool's flags, for its error messages.
@@ -113,7 +129,8 @@ const rp::cli::FlagNames kFlagNames = {
     {"lora_dropout", "--lora-dropout"}, {"moe_aux_loss", "--moe-aux-loss"}, {"seq_len", "--seq-len"}, {"micro_batches", "--micro-batches"},
     {"batch_size", "--batch"}, {"val_split", "--val-split"}, {"lr_max", "--lr"}, {"lr_min", "--lr-min"},
     {"warmup_steps", "--warmup"}, {"weight_decay", "--weight-decay"}, {"pipeline schedule", "--schedule"},
-    {"allow_binary", "--allow-binary"}, {"max_bad_steps", "--max-bad-steps"}};
+    {"allow_binary", "--allow-binary"}, {"max_bad_steps", "--max-bad-steps"}, {"timeout_s", "--dp-timeout"},
+    {"accumulate_groups", "--dp-groups"}, {"replica_check_every", "--dp-check-every"}};
 
 // SIGINT / SIGTERM: the first asks the loop to stop after the step (SA_RESETHAND: a second one kills).
 volatile std::sig_atomic_t g_interrupted = 0;
@@ -145,9 +162,27 @@ double peak_rss_mib() {
 
 } // namespace
 
-int main(int argc, char ** argv) {
-    try {
+// --inject-dp-fault
+struct DpFault {
+    std::string kind;  // "" = none
+    int rank = -1;     // -1 = every rank
+    int64_t step = 0;
+};
+
+static int finetune(int argc, char ** argv, rp::Communicator * world) {
+    {
         namespace cli = rp::cli;
+        const int rank = world ? world->rank() : 0, ranks = world ? world->size() : 1;
+        const bool lead = rank == 0;  // prints and writes; the other ranks only compute
+        FILE * info = lead ? stderr : nullptr;
+        auto say = [&](const char * fmt, auto... xs) {
+            if (info) std::fprintf(info, fmt, xs...);
+        };
+        bool dp_required = false;
+        double dp_timeout = 300;
+        int64_t dp_check_every = 100;
+        std::string dp_link;
+        DpFault dp_fault;
         std::string model_path, data_path, out_path, resume, trace_path, link, schedule = "roundpipe";
         rp::SessionOptions o;
         o.lr.lr_max = 1e-3;
@@ -258,9 +293,38 @@ int main(int argc, char ** argv) {
                 token_chunk = v == "auto" ? -1 : cli::parse_int(a, v, 0, 1LL << 40);
             }
             else if (a == "--max-seq") max_seq = true;
+            else if (a == "--dp") dp_required = true;
+            else if (a == "--dp-timeout") dp_timeout = args.number(0.001f, 1e9f);
+            else if (a == "--dp-check-every") dp_check_every = args.integer(0, 1LL << 40);
+            else if (a == "--dp-link") dp_link = args.value();
+            else if (a == "--dp-groups") o.accumulate_groups = args.integer(1, 1 << 20);
+            else if (a == "--inject-dp-fault") {
+                const std::string v = args.value();
+                const size_t c1 = v.find(':'), c2 = c1 == std::string::npos ? c1 : v.find(':', c1 + 1);
+                if (c2 == std::string::npos) throw rp::Error("--inject-dp-fault: '" + v + "' is not KIND:RANK:STEP");
+                dp_fault.kind = v.substr(0, c1);
+                if (dp_fault.kind != "die" && dp_fault.kind != "hang" && dp_fault.kind != "corrupt")
+                    throw rp::Error("--inject-dp-fault: '" + dp_fault.kind + "' is not die, hang or corrupt");
+                const std::string r = v.substr(c1 + 1, c2 - c1 - 1);
+                dp_fault.rank = r == "all" ? -1 : static_cast<int>(cli::parse_int(a, r, 0, 1 << 20));
+                dp_fault.step = cli::parse_int(a, v.substr(c2 + 1), 1, 1LL << 40);
+            }
             else args.unknown();
         }
         if (model_path.empty()) throw rp::Error("no model given (-m BASE.gguf)");
+        if (dp_required && !world)
+            throw rp::Error(rp::MpiWorld::available() ? "--dp: this process was not launched by mpirun (mpirun -np R rp-finetune ... --dp)"
+                                                      : "--dp needs a build with MPI (apt-get install libopenmpi-dev openmpi-bin; cmake -DRP_MPI=ON)");
+        if (!world && (!dp_link.empty() || !dp_fault.kind.empty()))
+            throw rp::Error("--dp-link and --inject-dp-fault need a data-parallel run (mpirun -np R rp-finetune ...)");
+        if (world) {
+            rp::CommOptions co;
+            co.timeout_s = dp_timeout;
+            if (!dp_link.empty()) co.link = rp::LinkModel::parse(dp_link);
+            world->set_options(co);
+            o.comm = world;
+            o.replica_check_every = dp_check_every;
+        }
         if (max_seq && !plan_only) throw rp::Error("--max-seq needs --plan");
         if (token_chunk == -1 && !o.pipelined) throw rp::Error("--token-chunk auto needs --devices N (the memory it must fit)");
         if (token_chunk >= 0) o.finetune.token_chunk = token_chunk;
@@ -283,8 +347,10 @@ int main(int argc, char ** argv) {
             po.packed = pack == 1 || (pack == -1 && data_path.ends_with(".jsonl"));
             if (max_seq) po.max_seq_limit = 1 << 22;
             if (max_seq && !o.pipelined) throw rp::Error("--max-seq needs --devices N (the device memory it must fit)");
-            std::fputs(rp::plan_run(*model, po).report().c_str(), stdout);
-            std::printf("plan rss: %.0f bytes (this process: the weights were mapped, not read)\n", peak_rss_mib() * 1048576.0);
+            if (lead) {
+                std::fputs(rp::plan_run(*model, po).report().c_str(), stdout);
+                std::printf("plan rss: %.0f bytes (this process: the weights were mapped, not read)\n", peak_rss_mib() * 1048576.0);
+            }
             return 0;
         }
         if (data_path.empty()) throw rp::Error("no training data given (--data FILE)");
@@ -300,8 +366,24 @@ int main(int argc, char ** argv) {
         if (!link.empty() && o.devices.backend == "cuda") throw rp::Error("--link models the CPU devices' link; it does not apply to --backend cuda");
         o.lr.lr_max = lr;
         o.lr.lr_min = lr_min;
-        rp::TraceRecorder recorder;
-        if (!trace_path.empty()) o.devices.hook = recorder.hook();
+        // Data parallel: absolute times, shifted to a moment every rank agrees on (after a collective) so that
+        // rp-trace can merge the ranks' files; each rank writes its own (TRACE.rankR.json).
+        rp::TraceRecorder recorder(ranks > 1);
+        if (!trace_path.empty()) {
+            o.devices.hook = recorder.hook();
+            if (world) {
+                rp::CommOptions co = world->options();
+                co.trace = recorder.hook();
+                co.trace_device = o.devices.count;
+                world->set_options(co);
+                recorder.name_device(o.devices.count, "all-reduce");
+            }
+            if (ranks > 1) {
+                const size_t dot = trace_path.rfind('.');
+                const std::string ext = dot == std::string::npos || trace_path.find('/', dot) != std::string::npos ? "" : trace_path.substr(dot);
+                trace_path = trace_path.substr(0, trace_path.size() - ext.size()) + ".rank" + std::to_string(rank) + ext;
+            }
+        }
 
         // Setup: everything that can fail on bad input happens before any file is written.
         auto model = rp::Model::load(model_path);
@@ -317,18 +399,30 @@ int main(int argc, char ** argv) {
         dopt.pack = pack != 0;
         const rp::Dataset data = rp::Dataset::load(data_path, tok, dopt);
         rp::TrainingSession run(*model, data, o);
-        if (!resume.empty()) std::fprintf(stderr, "%s\n", run.resume(resume).c_str());
+        double trace_t0 = 0;
+        if (world && ranks > 1) {  // every rank has built its session: the common origin of the traces
+            const uint64_t zero = 0;
+            world->allgather(std::span<const uint64_t>(&zero, 1), "clock origin");
+            trace_t0 = rp::clock_us();
+            say("data parallel: rank 0 of %d (each rank computes %lld of %lld micro-batches per step), timeout %g s, replica check every %lld steps%s\n",
+                ranks, static_cast<long long>((o.micro_batches + ranks - 1) / ranks), static_cast<long long>(o.micro_batches), dp_timeout,
+                static_cast<long long>(dp_check_every), dp_link.empty() ? "" : (", link " + world->options().link->to_string()).c_str());
+        }
+        if (!resume.empty()) {
+            const std::string what = run.resume(resume);
+            say("%s\n", what.c_str());
+        }
         if (o.pipelined)
-            std::fprintf(stderr, "RoundPipe: %d %s devices x %s%s, schedule %s, %s steps, recompute %s\n", o.devices.count,
+            say("RoundPipe: %d %s devices x %s%s, schedule %s, %s steps, recompute %s\n", o.devices.count,
                          o.devices.backend == "cuda" ? "CUDA" : "CPU", rp::format_bytes(o.devices.memory_each).c_str(),
                          o.devices.link ? (", link " + o.devices.link->to_string()).c_str() : "", schedule.c_str(),
                          o.pipeline.async ? "async" : "sync", o.pipeline.grain == rp::RecomputeGrain::Layer ? "layer" : "stage");
         if (o.pipelined)
-            std::fprintf(stderr, "memory plan: device peak %s = %s; plan %s\n", rp::format_bytes(run.planned().memory.peak()).c_str(),
+            say("memory plan: device peak %s = %s; plan %s\n", rp::format_bytes(run.planned().memory.peak()).c_str(),
                          run.planned().memory.describe().c_str(), run.planned().plan.describe().c_str());
         const int64_t total = run.total_steps(), first = run.steps_done();
         const int64_t end = stop_at > 0 ? std::min<int64_t>(stop_at, total) : total;
-        std::fprintf(stderr, "%s: %zu sequences of %lld tokens (%zu train, %zu validation), %zu trainable tensors, %lld steps\n",
+        say("%s: %zu sequences of %lld tokens (%zu train, %zu validation), %zu trainable tensors, %lld steps\n",
                      data_path.c_str(), data.size(), static_cast<long long>(seq_len), run.split().train.size(),
                      run.split().val.size(), run.trainer().params().size(), static_cast<long long>(total));
         const rp::DatasetStats & ds = data.stats();
@@ -340,12 +434,23 @@ int main(int argc, char ** argv) {
             else
                 std::snprintf(padding, sizeof padding, "one sequence each: padding %.1f%% (--pack shares sequences)",
                               100.0 * ds.padding_fraction());
-            std::fprintf(stderr, "%s: %zu examples %s; %zu truncated to %lld tokens, %zu skipped\n", data_path.c_str(),
+            say("%s: %zu examples %s; %zu truncated to %lld tokens, %zu skipped\n", data_path.c_str(),
                          ds.n_examples, padding, ds.n_truncated, static_cast<long long>(seq_len + 1), ds.n_skipped);
         }
 
         const std::string ckpt_path = out_path + ".ckpt.gguf";
-        rp::MetricsLog metrics(out_path + ".metrics.jsonl", first > 0);
+        // Only rank 0 writes (a log of the other ranks would be the same lines).
+        std::optional<rp::MetricsLog> metrics_file;
+        if (lead) metrics_file.emplace(out_path + ".metrics.jsonl", first > 0);
+        struct Metrics {
+            std::optional<rp::MetricsLog> & f;
+            void step(const rp::StepReport & r, size_t rss) { if (f) f->step(r, rss); }
+            void eval(int64_t s, double l) { if (f) f->eval(s, l); }
+            void sample(int64_t s, const std::string & p, const std::string & c) { if (f) f->sample(s, p, c); }
+            void commit() { if (f) f->commit(); }
+            void save_copy() { if (f) f->save_copy(); }
+        } metrics{metrics_file};
+        auto save_checkpoint = [&] { if (lead) run.save_checkpoint(ckpt_path); else run.synchronize(); };
         const std::string best_path = out_path + ".best.gguf";
         auto evaluate = [&](int64_t step) {
             if (!run.has_validation()) return;
@@ -357,13 +462,14 @@ int main(int argc, char ** argv) {
             char best_text[96] = " (best)";
             if (!best)
                 std::snprintf(best_text, sizeof best_text, "; best %.4f at step %lld", ep.best_loss, static_cast<long long>(ep.best_step));
-            std::fprintf(stderr, "eval step %lld: val loss %.4f, ppl %.3f%s\n", static_cast<long long>(step), vl, std::exp(vl), best_text);
-            if (best && save_best) run.save_result(best_path);
+            say("eval step %lld: val loss %.4f, ppl %.3f%s\n", static_cast<long long>(step), vl, std::exp(vl), best_text);
+            if (best && save_best && lead) run.save_result(best_path);
         };
         auto sample = [&](int64_t step) {
+            if (!lead) return;
             for (const std::string & p : sample_prompts) {
                 const std::string c = run.sample(tok, p, sample_tokens);
-                std::fprintf(stderr, "sample step %lld: %s -> %s\n", static_cast<long long>(step), p.c_str(), c.c_str());
+                say("sample step %lld: %s -> %s\n", static_cast<long long>(step), p.c_str(), c.c_str());
                 metrics.sample(step, p, c);
             }
         };
@@ -379,14 +485,25 @@ int main(int argc, char ** argv) {
         catch_interrupts();
         // The run's log and curve so far: a stopped or interrupted run keeps them (a resume continues them).
         auto keep_log = [&] {
-            rp::write_loss_svg(out_path + ".loss.svg", run.curve());
+            if (lead) rp::write_loss_svg(out_path + ".loss.svg", run.curve());
             metrics.commit();
         };
         while (run.steps_done() < end) {
-            if (g_interrupted) {
-                run.save_checkpoint(ckpt_path);
+            // Data parallel: stop together (mpirun forwards the signal, but each rank may see it at another step).
+            double interrupted = g_interrupted ? 1.0 : 0.0;
+            if (world && ranks > 1) world->allreduce_sum(&interrupted, 1, "interrupt flag");
+            if (!dp_fault.kind.empty() && run.steps_done() + 1 == dp_fault.step && (dp_fault.rank < 0 || dp_fault.rank == rank)) {
+                if (dp_fault.kind == "die") raise(SIGKILL);
+                if (dp_fault.kind == "hang")
+                    for (;;) pause();
+                run.synchronize();  // corrupt: one bit of the first master
+                auto * w = static_cast<unsigned char *>(run.trainer().params().front().t->data);
+                w[0] ^= 1;
+            }
+            if (interrupted > 0) {
+                save_checkpoint();
                 keep_log();
-                std::fprintf(stderr, "interrupted at step %lld; resume with the same command and --resume %s\n",
+                say("interrupted at step %lld; resume with the same command and --resume %s\n",
                              static_cast<long long>(run.steps_done()), ckpt_path.c_str());
                 return 130;
             }
@@ -396,31 +513,31 @@ int main(int argc, char ** argv) {
             metrics.step(r, current_rss_bytes());
             if (!r.stop.empty()) {  // diverged: nothing more is written; the last checkpoint is the last good state
                 keep_log();
-                std::fprintf(stderr, "error: %s; stopped without writing %s%s\n", rp::cli::with_flag_names(r.stop, kFlagNames).c_str(),
+                say("error: %s; stopped without writing %s%s\n", rp::cli::with_flag_names(r.stop, kFlagNames).c_str(),
                              out_path.c_str(), save_every > 0 ? (" (the last checkpoint: " + ckpt_path + ")").c_str() : "");
                 return 1;
             }
             const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_run).count();
             const std::string norm_of = r.grad_norm_step > 0 && r.grad_norm_step != r.step ? " (step " + std::to_string(r.grad_norm_step) + ")" : "";
-            std::fprintf(stderr, "step %lld/%lld | loss %.4f | lr %.3e | grad norm %.3f%s | %.0f tok/s | ETA %.1fs\n",
+            say("step %lld/%lld | loss %.4f | lr %.3e | grad norm %.3f%s | %.0f tok/s | ETA %.1fs\n",
                          static_cast<long long>(r.step), static_cast<long long>(total), r.loss, r.lr, r.grad_norm, norm_of.c_str(),
                          static_cast<double>(r.tokens) / r.seconds, elapsed / static_cast<double>(r.step - first) * static_cast<double>(end - r.step));
             if (r.skipped)
-                std::fprintf(stderr, "warning: step %lld skipped (%s, gradient norm %g, %lld trained tokens)\n",
+                say("warning: step %lld skipped (%s, gradient norm %g, %lld trained tokens)\n",
                              static_cast<long long>(r.grad_norm_step), r.skip_reason.c_str(), r.grad_norm, static_cast<long long>(r.trained_tokens));
             if (sample_every > 0 && r.step % sample_every == 0 && r.step != end) sample(r.step);
             if (eval_every > 0 && r.step % eval_every == 0 && r.step != end) {
                 evaluate(r.step);
                 if (early_stopped()) {
                     const rp::EvalProgress ep = rp::eval_progress(run.curve());
-                    std::fprintf(stderr, "early stop at step %lld: %lld evaluations without a better validation loss than %.4f (step %lld)\n",
+                    say("early stop at step %lld: %lld evaluations without a better validation loss than %.4f (step %lld)\n",
                                  static_cast<long long>(r.step), static_cast<long long>(ep.since_best), ep.best_loss,
                                  static_cast<long long>(ep.best_step));
                     break;
                 }
             }
             if (save_every > 0 && r.step % save_every == 0 && r.step != end) {
-                run.save_checkpoint(ckpt_path);
+                save_checkpoint();
                 metrics.save_copy();  // the log as of the checkpoint: a run killed later resumes with it
             }
         }
@@ -429,44 +546,82 @@ int main(int argc, char ** argv) {
         if (sample_every > 0) sample(run.steps_done());
         run.synchronize();
         if (!trace_path.empty()) {
-            const rp::Trace trace = recorder.snapshot();
+            rp::Trace trace = recorder.snapshot();
+            if (ranks > 1)
+                for (rp::TraceEvent & e : trace.events) e.ts_us -= trace_t0;
             rp::write_chrome_trace(trace_path, trace);
             const rp::TraceStats ts = rp::analyse_trace(trace);
-            std::fprintf(stderr, "trace %s: %zu operations on %d devices, bubble ratio %.1f%%, exposed communication %.1f%%\n",
+            say("trace %s: %zu operations on %d devices, bubble ratio %.1f%%, exposed communication %.1f%%\n",
                          trace_path.c_str(), trace.events.size(), ts.devices, 100.0 * ts.bubble_ratio, 100.0 * ts.exposed_comm_fraction);
         }
         if (o.pipelined)  // planned vs measured, per device
             for (size_t i = 0; i < run.devices().size(); ++i) {
                 const rp::DeviceMemoryPlan u = run.pipeline()->device_regions_used(static_cast<int>(i));
-                std::fprintf(stderr, "memory %s: high-water %zu bytes, planned %zu (used: weights %zu, activations %zu, graph %zu)\n",
+                say("memory %s: high-water %zu bytes, planned %zu (used: weights %zu, activations %zu, graph %zu)\n",
                              run.devices()[i]->name().c_str(), run.devices()[i]->high_water(), run.planned().memory.peak(),
                              u.weight_slot, u.activations, u.graph);
             }
-        run.save_checkpoint(ckpt_path);
-        run.save_result(out_path);
-        rp::write_loss_svg(out_path + ".loss.svg", curve);
+        if (world && ranks > 1) run.check_replicas("at the end");
+        if (lead) {
+            run.save_checkpoint(ckpt_path);
+            run.save_result(out_path);
+            rp::write_loss_svg(out_path + ".loss.svg", curve);
+        }
         metrics.commit();
 
         const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_run).count();
         const auto & tl = curve.train_loss;
-        std::fprintf(stderr, "done: %lld steps in %.2f s, %.0f tok/s (%.0f trained tok/s); loss %.4f -> %.4f",
+        say("done: %lld steps in %.2f s, %.0f tok/s (%.0f trained tok/s); loss %.4f -> %.4f",
                      static_cast<long long>(run.steps_done() - first), secs, secs > 0 ? tokens / secs : 0.0,
                      secs > 0 ? trained / secs : 0.0, tl.empty() ? 0.0 : tl.front(), tl.empty() ? 0.0 : tl.back());
         if (!curve.eval_loss.empty()) {
-            std::fprintf(stderr, "; val loss %.4f -> %.4f (ppl %.3f -> %.3f)", curve.eval_loss.front(), curve.eval_loss.back(),
+            say("; val loss %.4f -> %.4f (ppl %.3f -> %.3f)", curve.eval_loss.front(), curve.eval_loss.back(),
                          std::exp(curve.eval_loss.front()), std::exp(curve.eval_loss.back()));
             const rp::EvalProgress ep = rp::eval_progress(curve);
             if (ep.best_step == curve.eval_step.front())
-                std::fprintf(stderr, " -- validation never improved on its first value: the run overfits or the lr is too high");
+                say(" -- validation never improved on its first value: the run overfits or the lr is too high");
             else if (ep.since_best > 0)
-                std::fprintf(stderr, " -- best %.4f at step %lld%s", ep.best_loss, static_cast<long long>(ep.best_step),
+                say(" -- best %.4f at step %lld%s", ep.best_loss, static_cast<long long>(ep.best_step),
                              save_best ? (" (" + best_path + ")").c_str() : "");
         }
-        std::fprintf(stderr, "; peak graph %.1f KiB, peak RSS %.1f MiB\nwrote %s\n", static_cast<double>(run.trainer().peak_graph_bytes()) / 1024.0,
+        say("; peak graph %.1f KiB, peak RSS %.1f MiB\nwrote %s\n", static_cast<double>(run.trainer().peak_graph_bytes()) / 1024.0,
                      peak_rss_mib(), out_path.c_str());
         return 0;
+    }
+}
+
+int main(int argc, char ** argv) {
+    // mpirun -np R: every rank one data-parallel node. Launched by mpirun without MPI in this build, R copies
+    // would each train alone and write the same files: refused.
+    std::unique_ptr<rp::Communicator> world;
+    int ranks = 1, rank = 0;
+    try {
+        if (rp::MpiWorld::launched()) {
+            if (rp::MpiWorld::available()) {
+                world = rp::MpiWorld::init(&argc, &argv, rp::CommOptions{});
+                rank = world->rank();
+                ranks = world->size();
+            } else if (rp::MpiWorld::launched_size() > 1) {
+                throw rp::Error("launched by mpirun with " + std::to_string(rp::MpiWorld::launched_size()) +
+                                " ranks, but this rp-finetune was built without MPI: each rank would train alone "
+                                "(apt-get install libopenmpi-dev openmpi-bin; cmake -DRP_MPI=ON)");
+            }
+        }
+        const int rc = finetune(argc, argv, world.get());
+        world.reset();
+        rp::MpiWorld::finalize();
+        return rc;
     } catch (const std::exception & e) {
-        std::fprintf(stderr, "error: %s\n", rp::cli::with_flag_names(e.what(), kFlagNames).c_str());
+        const std::string msg = rp::cli::with_flag_names(e.what(), kFlagNames);
+        if (ranks > 1) {
+            // The peers may be blocked on this rank: end the whole job (mpirun reports it).
+            std::fprintf(stderr, "rank %d: error: %s\n", rank, msg.c_str());
+            std::fflush(stderr);
+            rp::MpiWorld::abort(1);
+        }
+        std::fprintf(stderr, "error: %s\n", msg.c_str());
+        world.reset();
+        rp::MpiWorld::finalize();
         return 1;
     }
 }

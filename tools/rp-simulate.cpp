@@ -67,7 +67,13 @@ const char * const kUsage =
     "                         qwen3-32b 28k on an RTX 4090); --all: those three\n"
     "  --device-mem SIZE      (default 24G)\n"
     "  --lora-rank N          (default 32)\n"
-    "  --trace FILE           write the modelled timeline as Chrome trace JSON (one model only)\n";
+    "  --trace FILE           write the modelled timeline as Chrome trace JSON (one model only)\n"
+    "Data parallel (architecture.md 8): R servers, each this many GPUs, gradients all-reduced between them as each\n"
+    "layer is handed off (deep layers first, 8 MiB buckets, reduce-scatter + all-gather on one link per server)\n"
+    "  --nodes R              servers (default 1); prints per model the efficiency = iteration time on 1 / on R\n"
+    "  --node-link L          the inter-server link, e.g. 25Gbit/s,10us (default) or 100Gbit/s,5us\n"
+    "  --full                 all-reduce every weight's fp32 gradient (default: LoRA --lora-rank on every linear\n"
+    "                         layer), from the model's real shapes (the per-layer times stay the presets')\n";
 
 struct Preset {
     const char * key;
@@ -170,13 +176,38 @@ struct Options {
     bool max_seq = false;
     size_t device_mem = size_t(24) << 30;
     int lora_rank = 32;
+    int nodes = 1;
+    std::string node_link = "25Gbit/s,10us";
+    bool full = false;
 };
+
+// Gradient bytes per layer of the sequential view (prefix, decoder layers, postfix) from a preset's real
+// shapes: fp32 gradients of every weight (full), or of LoRA rank r pairs on every linear layer (experts
+// included; embedding and head frozen).
+std::vector<double> layer_grad_bytes(const std::string & key, int layers, bool full, int r) {
+    const std::string name = key == "qwen3-235b" ? "qwen3-235b-a22b" : key;
+    const rp::SynthSpec sp = rp::synth_preset(name);
+    if (static_cast<int>(sp.n_layer) != layers) die(key + ": the shapes have " + std::to_string(sp.n_layer) + " layers, the timing preset " + std::to_string(layers));
+    const double d = sp.n_embd, q = double(sp.n_head) * sp.head_dim, kv = double(sp.n_head_kv) * sp.head_dim;
+    const double experts = sp.n_expert > 0 ? sp.n_expert : 1, ff = sp.n_expert > 0 ? sp.n_ff_exp : sp.n_ff;
+    auto pair = [&](double in, double out) { return full ? in * out : r * (in + out); };
+    double block = pair(d, q) + 2 * pair(d, kv) + pair(q, d) + experts * (2 * pair(d, ff) + pair(ff, d));
+    if (full) block += 2 * d + (sp.arch == "qwen3" || sp.arch == "qwen3moe" ? 2.0 * sp.head_dim : 0.0) + (sp.n_expert > 0 ? d * sp.n_expert : 0.0);
+    std::vector<double> g(static_cast<size_t>(layers + 2), 0);
+    for (int l = 1; l <= layers; ++l) g[static_cast<size_t>(l)] = 4 * block;
+    if (full) {
+        g.front() = 4.0 * sp.n_vocab * d;
+        g.back() = 4.0 * (d + (sp.tied ? 0.0 : double(sp.n_vocab) * d));
+    }
+    return g;
+}
 
 struct Outcome {
     std::string name, plan_counts, published;
     double T = 0;
     int stages = 0;
-    rp::SimResult alone, steady;
+    rp::SimResult alone, steady, dp;  // dp: steady with --nodes
+    double grad_mb = 0;               // all-reduced per iteration
 };
 
 Outcome run_one(const Options & o, const Preset & m) {
@@ -233,7 +264,18 @@ Outcome run_one(const Options & o, const Preset & m) {
     cfg.iterations = 1;
     out.alone = rp::simulate_roundpipe(plan, model, cfg);
     cfg.iterations = o.iterations > 0 ? o.iterations : 2 + 8 * rp::steady_window(plan.num_stages(), o.gpus);
+    if (o.nodes > 1) {
+        if (!m.key || std::string(m.key) == "custom") die("--nodes needs a named model (its shapes give the gradient bytes)");
+        model.grad_bytes = layer_grad_bytes(m.key, m.layers, o.full, o.lora_rank);
+        for (double b : model.grad_bytes) out.grad_mb += b / 1e6;
+    }
     out.steady = rp::simulate_roundpipe(plan, model, cfg);
+    if (o.nodes > 1) {
+        rp::SimConfig dp = cfg;
+        dp.nodes = o.nodes;
+        dp.node_link = rp::LinkModel::parse(o.node_link);
+        out.dp = rp::simulate_roundpipe(plan, model, dp);
+    }
     return out;
 }
 
@@ -353,6 +395,9 @@ int main(int argc, char ** argv) {
             else if (a == "--max-seq") o.max_seq = true;
             else if (a == "--device-mem") o.device_mem = rp::cli::parse_size(a, next());
             else if (a == "--lora-rank") o.lora_rank = to_int(a, next());
+            else if (a == "--nodes") o.nodes = to_int(a, next());
+            else if (a == "--node-link") o.node_link = next();
+            else if (a == "--full") o.full = true;
             else die("unknown argument '" + a + "' (see --help)");
         }
 
@@ -396,9 +441,18 @@ int main(int argc, char ** argv) {
                 std::printf("  planner T = %.2f ms; full partition %s%s\n", r.T, r.plan_counts.c_str(),
                             r.published.empty() ? "" : (same ? "  (= published 11.4)" : ("  (published 11.4: " + r.published + ")").c_str()));
             }
+            if (o.nodes > 1) {
+                const double eff = r.steady.steady_iteration_ms / r.dp.steady_iteration_ms;
+                std::printf("  %d nodes over %s, %s: %.1f MB of gradients per iteration, all-reduce %.1f ms, exposed %.1f ms; "
+                            "iteration %.1f -> %.1f ms; efficiency %.1f%%\n", o.nodes, rp::LinkModel::parse(o.node_link).to_string().c_str(),
+                            o.full ? "full (fp32 gradients)" : ("LoRA r=" + std::to_string(o.lora_rank)).c_str(), r.grad_mb,
+                            r.dp.allreduce_ms_per_iteration, r.dp.exposed_allreduce_ms_per_iteration, r.steady.steady_iteration_ms,
+                            r.dp.steady_iteration_ms, 100 * eff);
+            }
             if (!o.trace.empty()) {
-                rp::write_chrome_trace(o.trace, r.steady.trace);
-                std::printf("  trace: %s (%zu operations)\n", o.trace.c_str(), r.steady.trace.events.size());
+                const rp::Trace & t = o.nodes > 1 ? r.dp.trace : r.steady.trace;
+                rp::write_chrome_trace(o.trace, t);
+                std::printf("  trace: %s (%zu operations)\n", o.trace.c_str(), t.events.size());
             }
         }
         std::printf("alone = one iteration by itself (fill and drain exposed); steady = async iterations overlapping,\n"

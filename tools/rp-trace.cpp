@@ -26,12 +26,16 @@
 namespace {
 
 const char * const kUsage =
-    "usage: rp-trace TRACE.json [-o TIMELINE.svg] [--title TEXT] [--width PIXELS]\n"
+    "usage: rp-trace TRACE.json [MORE.json ...] [-o TIMELINE.svg] [--title TEXT] [--width PIXELS]\n"
     "\n"
     "Prints the bubble ratio (idle fraction of the compute streams between the first and the last compute\n"
     "operation) and the exposed-communication fraction (compute idle while a copy stream of the same device\n"
     "is busy), over all devices and per device. With -o, draws the timeline as SVG: one row per device and\n"
-    "stream, boxes coloured by pass (hue) and stage (shade), copies lighter.\n";
+    "stream, boxes coloured by pass (hue) and stage (shade), copies lighter.\n"
+    "\n"
+    "Several files: the traces of the ranks of one data-parallel run (rp-finetune --trace T.json under mpirun\n"
+    "writes T.rank0.json, T.rank1.json, ...), in rank order, merged on their common clock. Printed also: each\n"
+    "rank's all-reduce time and the part of it exposed (none of the rank's devices computing meanwhile).\n";
 
 [[noreturn]] void die(const std::string & msg) {
     std::fprintf(stderr, "error: %s\n", msg.c_str());
@@ -42,7 +46,8 @@ const char * const kUsage =
 
 int main(int argc, char ** argv) {
     try {
-        std::string in, out;
+        std::vector<std::string> inputs;
+        std::string out;
         rp::TimelineOptions opt;
         for (int i = 1; i < argc; ++i) {
             const std::string a = argv[i];
@@ -65,19 +70,25 @@ int main(int argc, char ** argv) {
                 opt.width = static_cast<int>(w);
             } else if (!a.empty() && a[0] == '-') {
                 die("unknown option '" + a + "' (see --help)");
-            } else if (in.empty()) {
-                in = a;
             } else {
-                die("more than one trace file given");
+                inputs.push_back(a);
             }
         }
-        if (in.empty()) {
+        if (inputs.empty()) {
             std::fputs(kUsage, stderr);
             return 1;
         }
 
-        rp::Trace trace = rp::read_chrome_trace(in);
+        rp::Trace trace;
+        if (inputs.size() == 1) {
+            trace = rp::read_chrome_trace(inputs[0]);
+        } else {
+            std::vector<rp::Trace> ranks;
+            for (const std::string & f : inputs) ranks.push_back(rp::read_chrome_trace(f));
+            trace = rp::merge_rank_traces(ranks);
+        }
         trace.name_defaults();
+        const std::string in = inputs.size() == 1 ? inputs[0] : std::to_string(inputs.size()) + " rank traces";
         const rp::TraceStats st = rp::analyse_trace(trace);
         std::printf("%s: %zu operations on %d devices\n", in.c_str(), trace.events.size(), st.devices);
         if (st.compute_ops == 0) {
@@ -87,8 +98,11 @@ int main(int argc, char ** argv) {
                         st.span_end_us / 1e3);
             std::printf("bubble ratio       %.2f%%\n", 100 * st.bubble_ratio);
             std::printf("exposed comm       %.2f%%\n", 100 * st.exposed_comm_fraction);
-            std::set<int> devices;
-            for (const auto & [pid, name] : trace.process_names) devices.insert(pid);
+            std::set<int> devices, allreduce_rows;
+            for (const rp::TraceEvent & e : trace.events)
+                if (e.tid == rp::kAllReduceStream) allreduce_rows.insert(e.pid);
+            for (const auto & [pid, name] : trace.process_names)
+                if (!allreduce_rows.count(pid)) devices.insert(pid);
             for (int d : devices) {
                 rp::Trace one;
                 for (const rp::TraceEvent & e : trace.events) {
@@ -100,6 +114,21 @@ int main(int argc, char ** argv) {
                 const rp::TraceStats ds = rp::analyse_trace(one);
                 std::printf("  %-20s busy %6.2f%%  exposed comm %6.2f%%\n", trace.process_names[d].c_str(),
                             100 * (1 - ds.bubble_ratio), 100 * ds.exposed_comm_fraction);
+            }
+            if (st.ranks > 0) {
+                std::printf("all-reduce         %zu exchanges on %d ranks, busy %.3f ms, exposed %.3f ms (%.2f%% of the span per rank)\n",
+                            st.allreduce_ops, st.ranks, st.allreduce_busy_us / 1e3, st.exposed_allreduce_us / 1e3,
+                            100 * st.exposed_allreduce_us / (st.span_us() * st.ranks));
+                std::set<int> ranks;
+                for (int row : allreduce_rows) ranks.insert(row / rp::kTraceRankStride);
+                for (int r : ranks) {
+                    rp::Trace one;
+                    for (const rp::TraceEvent & e : trace.events)
+                        if (e.pid / rp::kTraceRankStride == r) one.events.push_back(e);
+                    const rp::TraceStats rs = rp::analyse_trace(one);
+                    std::printf("  rank %-15d all-reduce busy %.3f ms, exposed %.3f ms\n", r, rs.allreduce_busy_us / 1e3,
+                                rs.exposed_allreduce_us / 1e3);
+                }
             }
         }
         if (!out.empty()) {

@@ -31,6 +31,14 @@ HostStore::HostStore(const TrainingProgram & prog, Device & host) : prog_(prog) 
         layer_bytes_.push_back(bytes);
         layer_train_bytes_.push_back(train);
     }
+    completes_.resize(static_cast<size_t>(L));
+    std::vector<char> seen(params.size(), 0);
+    for (int l = 0; l < L; ++l)
+        for (const auto & ti : prog.layer_tensors(l))
+            if (ti.param >= 0 && !seen[static_cast<size_t>(ti.param)]) {
+                seen[static_cast<size_t>(ti.param)] = 1;
+                completes_[static_cast<size_t>(l)].push_back(ti.param);
+            }
 }
 
 std::vector<bool> HostStore::trainable_layers() const {
@@ -65,9 +73,17 @@ void HostStore::copy_back(LayerProtocol & protocol, const std::function<void()> 
 }
 
 void HostStore::hand_off(LayerProtocol & protocol, PipelineObserver & observer, int64_t calls,
-                         const std::function<void()> & between_layers) {
+                         const std::function<void()> & between_layers, const GradsComplete & grads_complete) {
     const auto & params = prog_.params();
     std::vector<char> touched(params.size(), 0);
+    if (calls == 0) {  // no micro-batch this step: zero gradients (the slots hold an earlier step's)
+        for (size_t p = 0; p < params.size(); ++p) std::memset(params[p].grad, 0, params[p].n * sizeof(float));
+        for (int l = num_layers() - 1; l >= 0; --l) {
+            protocol.grad_copied(l);
+            if (grads_complete && !completes_[static_cast<size_t>(l)].empty()) grads_complete(l, completes_[static_cast<size_t>(l)]);
+        }
+        return;
+    }
     for (int l = num_layers() - 1; l >= 0; --l) {  // deep layers finish first
         if (protocol.trainable(l)) {
             protocol.wait_grad_downloaded(l);
@@ -86,6 +102,7 @@ void HostStore::hand_off(LayerProtocol & protocol, PipelineObserver & observer, 
             }
         }
         protocol.grad_copied(l);
+        if (grads_complete && !completes_[static_cast<size_t>(l)].empty()) grads_complete(l, completes_[static_cast<size_t>(l)]);
         if (between_layers) between_layers();
     }
     for (size_t p = 0; p < params.size(); ++p)

@@ -7,7 +7,11 @@
 //                    gradients land there, and go back up with the weights when a later call of the same step
 //                    continues the sum (§5);
 //   hand_off         slots -> the fp32 gradients the optimizer reads (layers in reverse order, a tied
-//                    parameter's slots summed in that order), once each layer's last D2H is complete;
+//                    parameter's slots summed in that order), once each layer's last D2H is complete; a
+//                    step without calls (a data-parallel rank without micro-batches) hands off zeros. After
+//                    each layer it tells grads_complete which parameters that layer completed (their lowest
+//                    owning layer): a data-parallel run all-reduces them there, behind the backward of
+//                    earlier layers;
 //   copy_back        masters -> working copies, once every upload so far has completed, layer by layer.
 // The store owns the data; the layer protocol (layer_protocol.h) says when each actor may touch it.
 #pragma once
@@ -43,8 +47,9 @@ public:
 
     // Optimizer thread (between_layers runs after each layer: the race fuzz's delays).
     void copy_back(LayerProtocol & protocol, const std::function<void()> & between_layers);
+    using GradsComplete = std::function<void(int layer, const std::vector<int> & params)>;
     void hand_off(LayerProtocol & protocol, PipelineObserver & observer, int64_t calls,
-                  const std::function<void()> & between_layers);
+                  const std::function<void()> & between_layers, const GradsComplete & grads_complete = {});
 
     // Working copies = masters (after everything has stopped: synchronize()).
     void refresh_working();
@@ -57,6 +62,7 @@ private:
     std::vector<PinnedBuffer> working_;               // per param
     std::vector<std::vector<PinnedBuffer>> slots_;    // [layer][tensor], empty for frozen tensors
     std::vector<size_t> layer_bytes_, layer_train_bytes_;
+    std::vector<std::vector<int>> completes_;         // [layer]: the params whose lowest owning layer it is
 };
 
 } // namespace rp

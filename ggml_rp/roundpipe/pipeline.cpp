@@ -221,7 +221,7 @@ void Pipeline::step(std::function<void()> update) {
     d.protocol.begin_step();
     const int64_t n = std::exchange(d.calls_in_step, 0);
     auto copy_back = [&d] { d.store.copy_back(d.protocol, [&d] { d.optimizer_fuzz.sleep(); }); };
-    auto hand_off = [&d, n] { d.store.hand_off(d.protocol, *d.observer, n, [&d] { d.optimizer_fuzz.sleep(); }); };
+    auto hand_off = [&d, n] { d.store.hand_off(d.protocol, *d.observer, n, [&d] { d.optimizer_fuzz.sleep(); }, d.opt.grads_complete); };
     auto upd = [update = std::move(update)] {
         if (update) update();
     };

@@ -25,6 +25,7 @@
 
 #include "ggml_rp/roundpipe/call_planner.h"
 #include "ggml_rp/roundpipe/call_state.h"
+#include "ggml_rp/roundpipe/host_store.h"
 #include "ggml_rp/roundpipe/observer.h"
 #include "ggml_rp/roundpipe/plan.h"
 #include "ggml_rp/roundpipe/program.h"
@@ -53,6 +54,10 @@ struct PipelineOptions {
     // Tokens per feed-forward / head graph (MicroBatchInfo::token_chunk): -1 = the call planner's choice (the
     // fastest that fits), 0 = never chunk, N = N tokens.
     int64_t token_chunk = -1;
+    // Called on the optimizer thread during each step's hand-off, in reverse layer order, with the parameters
+    // whose fp32 gradients that layer completed (host_store.h): the data-parallel all-reduce hooks in here.
+    // It may block (the devices keep computing the backward of earlier layers); it runs before the update.
+    HostStore::GradsComplete grads_complete;
     bool instrument = false;               // an InvariantChecker observes the run (hashes every weight upload: slow)
     PipelineObserver * observer = nullptr; // or an observer of the caller's (outlives the pipeline)
     uint64_t fuzz_seed = 0;                // != 0: random sleeps in the device and optimizer threads

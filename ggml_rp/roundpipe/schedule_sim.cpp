@@ -95,10 +95,12 @@ public:
                     t = std::max(t, st.grad_done[static_cast<size_t>(l)]);
                     grad_copied[static_cast<size_t>(l)] = t;
                 }
+                t = std::max(t, all_reduce(grad_copied, k));
                 prev_update = opt_free = t + cfg_.optimizer_ms;
             } else {
                 double t = std::max(returned, st.upload_done);
                 for (double g : st.grad_done) t = std::max(t, g);
+                t = std::max(t, all_reduce(st.grad_done, k));
                 t += cfg_.optimizer_ms + cfg_.copy_back_ms;
                 ctl_ = t;
                 std::fill(param_copied.begin(), param_copied.end(), t);
@@ -125,6 +127,7 @@ public:
         res_.steady_bubble_ratio =
             res_.steady_iteration_ms > 0 ? 1 - res_.work_per_iteration_ms / (G_ * res_.steady_iteration_ms) : 0;
         for (int d = 0; d < G_; ++d) res_.trace.process_names[d] = "gpu " + std::to_string(d);
+        if (cfg_.nodes > 1) res_.trace.process_names[G_] = "all-reduce";
         res_.trace.name_defaults();
         std::stable_sort(res_.trace.events.begin(), res_.trace.events.end(),
                          [](const TraceEvent & a, const TraceEvent & c) { return a.ts_us < c.ts_us; });
@@ -298,7 +301,37 @@ private:
     double work_ = 0;
     double first_compute_ = std::numeric_limits<double>::infinity();
     double last_compute_ = 0;
+    double node_link_free_ = 0;
     SimResult res_;
+
+    // The data-parallel all-reduce of iteration k, layers handed off at ready[l]: returns when the last
+    // bucket is reduced (0 without nodes).
+    double all_reduce(const std::vector<double> & ready, int k) {
+        if (cfg_.nodes <= 1 || m_.grad_bytes.empty()) return 0;
+        const double share = static_cast<double>(cfg_.nodes - 1) / cfg_.nodes;
+        double pending = 0, end = 0;
+        int bucket = 0;
+        int last = 0;  // the shallowest layer with gradients: the last bucket closes there
+        while (last < L_ && m_.grad_bytes[static_cast<size_t>(last)] <= 0) ++last;
+        for (int l = L_ - 1; l >= last; --l) {
+            pending += m_.grad_bytes[static_cast<size_t>(l)];
+            if (pending <= 0 || (pending < cfg_.bucket_bytes && l != last)) continue;
+            const double start = std::max(node_link_free_, ready[static_cast<size_t>(l)]);
+            const double dur = 2e3 * cfg_.node_link.seconds(static_cast<size_t>(share * pending));
+            TraceEvent e;
+            e.pid = G_;
+            e.tid = kAllReduceStream;
+            e.name = "all-reduce it" + std::to_string(k) + " bucket " + std::to_string(bucket++);
+            e.cat = "allreduce";
+            e.ts_us = start * 1e3;
+            e.dur_us = dur * 1e3;
+            res_.trace.events.push_back(e);
+            res_.allreduce_ms_per_iteration += dur / cfg_.iterations;
+            node_link_free_ = end = start + dur;
+            pending = 0;
+        }
+        return end;
+    }
 };
 
 } // namespace
@@ -324,7 +357,11 @@ SimResult simulate_roundpipe(const Plan & plan, const SimModel & model, const Si
     if (cfg.hop_ms < 0 || cfg.optimizer_ms < 0 || cfg.copy_back_ms < 0 || cfg.act_bytes < 0) {
         throw Error("simulate: negative time or size in the configuration");
     }
-    return Simulator(plan, model, cfg).run();
+    if (cfg.nodes < 1) throw Error("simulate: nodes must be at least 1");
+    if (cfg.nodes > 1 && model.grad_bytes.empty()) throw Error("simulate: nodes > 1 needs the layers' grad_bytes");
+    SimResult r = Simulator(plan, model, cfg).run();
+    if (cfg.nodes > 1) r.exposed_allreduce_ms_per_iteration = analyse_trace(r.trace).exposed_allreduce_us * 1e-3 / cfg.iterations;
+    return r;
 }
 
 } // namespace rp

@@ -51,6 +51,13 @@ struct SimConfig {
     LinkModel link;             // per device H2D and D2H links for weights, grads (and activations)
     double optimizer_ms = 0;    // CPU update per step
     double copy_back_ms = 0;    // fp32 master -> working copy, whole model, spread over layers by weight bytes
+    // Data parallel over `nodes` servers (architecture.md §8): as each layer's gradients are handed off (deep
+    // layers first), they join a bucket; a bucket of bucket_bytes (or the last) is all-reduced on the one
+    // inter-node link, buckets one after another, in two rounds (reduce-scatter, all-gather) of
+    // node_link.seconds((nodes - 1) / nodes x its bytes) each; the update waits for the last. Needs grad_bytes.
+    int nodes = 1;
+    LinkModel node_link;
+    double bucket_bytes = 8.0 * 1024 * 1024;
 };
 
 struct SimResult {
@@ -64,6 +71,8 @@ struct SimResult {
                                           // the run is shorter than a cycle + 2)
     double steady_bubble_ratio = 0;       // 1 - work per iteration / (devices * period)
     double exposed_comm_fraction = 0;     // from the trace (analyse_trace), whole run
+    double allreduce_ms_per_iteration = 0;      // nodes > 1: link busy time per iteration
+    double exposed_allreduce_ms_per_iteration = 0;  // of it, while no device computed (analyse_trace)
 };
 
 // Iterations after which the stage -> device mapping repeats: devices / gcd(jobs per iteration, devices).

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -20,7 +21,7 @@ namespace rp {
 void Trace::name_defaults() {
     for (const TraceEvent & e : events) {
         if (!process_names.count(e.pid)) process_names[e.pid] = "device " + std::to_string(e.pid);
-        if (!thread_names.count({e.pid, e.tid})) thread_names[{e.pid, e.tid}] = stream_name(e.tid);
+        if (!thread_names.count({e.pid, e.tid})) thread_names[{e.pid, e.tid}] = e.tid == kAllReduceStream ? "all-reduce" : stream_name(e.tid);
     }
 }
 
@@ -250,13 +251,34 @@ double intersection(const Intervals & a, const Intervals & b) {
 
 } // namespace
 
+Trace merge_rank_traces(const std::vector<Trace> & ranks) {
+    Trace out;
+    for (size_t k = 0; k < ranks.size(); ++k) {
+        const int off = static_cast<int>(k) * kTraceRankStride;
+        const std::string prefix = "rank " + std::to_string(k) + " ";
+        Trace t = ranks[k];
+        t.name_defaults();
+        for (TraceEvent e : t.events) {
+            e.pid += off;
+            out.events.push_back(std::move(e));
+        }
+        for (const auto & [pid, name] : t.process_names) out.process_names[pid + off] = prefix + name;
+        for (const auto & [key, name] : t.thread_names) out.thread_names[{key.first + off, key.second}] = name;
+    }
+    std::stable_sort(out.events.begin(), out.events.end(), [](const TraceEvent & a, const TraceEvent & b) {
+        return a.ts_us != b.ts_us ? a.ts_us < b.ts_us : a.pid != b.pid ? a.pid < b.pid : a.tid < b.tid;
+    });
+    return out;
+}
+
 TraceStats analyse_trace(const Trace & trace, int compute_stream) {
     TraceStats st;
-    std::set<int> devices;
-    for (const auto & [pid, name] : trace.process_names) devices.insert(pid);
+    std::set<int> devices, allreduce_rows;
+    for (const TraceEvent & e : trace.events) (e.tid == kAllReduceStream ? allreduce_rows : devices).insert(e.pid);
+    for (const auto & [pid, name] : trace.process_names)
+        if (!allreduce_rows.count(pid)) devices.insert(pid);
     bool any = false;
     for (const TraceEvent & e : trace.events) {
-        devices.insert(e.pid);
         if (e.tid != compute_stream) continue;
         if (!any) {
             st.span_start_us = e.ts_us;
@@ -293,6 +315,22 @@ TraceStats analyse_trace(const Trace & trace, int compute_stream) {
     const double denom = (hi - lo) * st.devices;
     st.bubble_ratio = st.idle_us / denom;
     st.exposed_comm_fraction = st.exposed_comm_us / denom;
+    // Data parallel: per rank, the all-reduce time during which none of the rank's devices computed.
+    std::set<int> ranks;
+    for (int row : allreduce_rows) ranks.insert(row / kTraceRankStride);
+    for (int rank : ranks) {
+        Intervals ar, compute;
+        for (const TraceEvent & e : trace.events) {
+            if (e.pid / kTraceRankStride != rank) continue;
+            if (e.tid == kAllReduceStream) ar.emplace_back(e.ts_us, e.end_us()), ++st.allreduce_ops;
+            else if (e.tid == compute_stream) compute.emplace_back(e.ts_us, e.end_us());
+        }
+        const double inf = std::numeric_limits<double>::infinity();
+        const Intervals a = merged(std::move(ar), -inf, inf), c = merged(std::move(compute), -inf, inf);
+        st.allreduce_busy_us += measure(a);
+        st.exposed_allreduce_us += measure(a) - intersection(a, c);
+        ++st.ranks;
+    }
     return st;
 }
 

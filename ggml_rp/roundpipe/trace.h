@@ -72,6 +72,13 @@ Trace read_chrome_trace(const std::string & path);
 //   bubble_ratio          = sum over devices of (span - compute busy) / (span * devices)
 //   exposed_comm_fraction = sum over devices of |copy busy minus compute busy| / (span * devices)
 // Busy times are unions of intervals (overlapping operations are not double counted), clipped to the span.
+// Merged traces of several data-parallel ranks (rp-trace r0.json r1.json ...): rank k's devices are pids
+// k * kTraceRankStride + device.
+constexpr int kTraceRankStride = 1000;
+// Merges rank traces (each rank's timestamps relative to a moment every rank agreed on): rank k's pids are
+// shifted by k * kTraceRankStride and its processes named "rank k <name>".
+Trace merge_rank_traces(const std::vector<Trace> & ranks);
+
 struct TraceStats {
     int devices = 0;
     size_t compute_ops = 0;
@@ -82,6 +89,12 @@ struct TraceStats {
     double exposed_comm_us = 0;  // summed over devices
     double bubble_ratio = 0;
     double exposed_comm_fraction = 0;
+    // Data parallel (rows on stream kAllReduceStream; rank = pid / kTraceRankStride in a merged trace): the
+    // all-reduce busy time and the part of it while none of the rank's devices computed, summed over ranks.
+    int ranks = 0;
+    size_t allreduce_ops = 0;
+    double allreduce_busy_us = 0;
+    double exposed_allreduce_us = 0;
     double span_us() const { return span_end_us - span_start_us; }
 };
 TraceStats analyse_trace(const Trace & trace, int compute_stream = static_cast<int>(StreamKind::Compute));

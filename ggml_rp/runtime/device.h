@@ -45,6 +45,8 @@ enum class StreamKind : int {
     Download = 3,          // downstream: every D2H
 };
 constexpr int kNumStreamKinds = 4;
+// The trace row of a data-parallel rank's all-reduces (dist/communicator.h): not a device stream.
+constexpr int kAllReduceStream = 8;
 
 // "weight_upload", "activation_upload", "compute", "download"; "stream<i>" for extra streams.
 std::string stream_name(int stream);

@@ -20,6 +20,7 @@ struct Unit {
 // Longest names first so "GiB/s" is not read as "GB/s"-something; case-sensitive on purpose ("Mb" vs "MB"
 // ambiguity is refused rather than guessed).
 const Unit kUnits[] = {
+    {"Gbit/s", 1e9 / 8, true},     {"Mbit/s", 1e6 / 8, true},  // network links are quoted in bits
     {"GiB/s", 1073741824.0, true}, {"MiB/s", 1048576.0, true}, {"KiB/s", 1024.0, true},
     {"GB/s", 1e9, true},           {"MB/s", 1e6, true},        {"KB/s", 1e3, true},  {"kB/s", 1e3, true},
     {"B/s", 1.0, true},            {"ms", 1e-3, false},        {"us", 1e-6, false},  {"ns", 1e-9, false},

@@ -152,3 +152,27 @@ TEST(FinetunePlanTool, MaxSeqOfThePaperModelsIsAtLeastTwiceThePapers) {
     EXPECT_EQ(models, 3) << log;
     EXPECT_NE(log.find("at seq "), std::string::npos) << log;  // the breakdown at the maximum
 }
+
+// rp-simulate --nodes: the data-parallel timing model on the real shapes. LoRA gradients of Qwen3-32B
+// (r = 32: about 1 GB per iteration) hide behind a 22 s iteration even at 25 Gbit/s; a full finetune's
+// 131 GB of fp32 gradients cannot, and 100 Gbit/s recovers part of it.
+TEST(ToolPlan, SimulateNodesReportsTheDataParallelEfficiency) {
+    auto efficiency = [](const std::string & flags) {
+        std::string log;
+        EXPECT_EQ(ft_test::run(ft_test::tool("rp-simulate") + " --model qwen3-32b " + flags, &log), 0) << log;
+        const size_t at = log.find("efficiency ");
+        EXPECT_NE(at, std::string::npos) << log;
+        return at == std::string::npos ? -1.0 : std::stod(log.substr(at + 11));
+    };
+    const double lora4 = efficiency("--nodes 4");
+    EXPECT_GE(lora4, 90.0);
+    EXPECT_LE(lora4, 100.0);
+    const double full4 = efficiency("--nodes 4 --full"), full4_fast = efficiency("--nodes 4 --full --node-link 100Gbit/s,5us");
+    EXPECT_LT(full4, 60.0);
+    EXPECT_GT(full4_fast, full4);
+    std::string log;
+    EXPECT_EQ(ft_test::run(ft_test::tool("rp-simulate") + " --model qwen3-32b --nodes 2 --full", &log), 0);
+    EXPECT_NE(log.find("131048.5 MB of gradients per iteration"), std::string::npos) << log;  // 32.76e9 fp32 weights
+    EXPECT_NE(ft_test::run(ft_test::tool("rp-simulate") + " --layers 4 --fwd-ms 1 --bwd-ms 1 --head-fwd-ms 1 --head-bwd-ms 1 --nodes 2", &log), 0);
+    EXPECT_NE(log.find("--nodes needs a named model"), std::string::npos) << log;
+}

@@ -199,3 +199,41 @@ TEST(ScheduleSim, RejectsAModelThatDoesNotMatchThePlan) {
     c.devices = 0;
     EXPECT_THROW(rp::simulate_roundpipe(u.plan, u.model, c), rp::Error);
 }
+
+// Data parallel (SimConfig::nodes): one all-reduce per bucket on the inter-node link, two rounds of
+// (R - 1) / R of its bytes each, starting once its layers are handed off; the update waits for the last.
+TEST(ScheduleSim, DataParallelAllReduceOverlapsAndThenDelaysTheUpdate) {
+    Uniform u(10);
+    u.model.grad_bytes.assign(7, 1e6);  // 1 MB of gradients per layer
+    SimConfig c;
+    c.devices = 4;
+    c.micro_batches = 5;
+    c.iterations = 6;
+    c.async_optimizer = false;
+    const rp::SimResult one = rp::simulate_roundpipe(u.plan, u.model, c);
+    c.nodes = 1;  // nodes = 1 is the single-server model exactly
+    EXPECT_EQ(rp::simulate_roundpipe(u.plan, u.model, c).steady_iteration_ms, one.steady_iteration_ms);
+
+    c.nodes = 2;
+    c.bucket_bytes = 1;  // a bucket per layer
+    c.node_link.bytes_per_s = 1e9;  // 1 GB/s: each layer 2 x 0.5 MB / 1 GB/s = 1 ms
+    const rp::SimResult fast = rp::simulate_roundpipe(u.plan, u.model, c);
+    EXPECT_NEAR(fast.allreduce_ms_per_iteration, 7.0, 1e-9);
+    size_t buckets = 0;
+    for (const rp::TraceEvent & e : fast.trace.events) buckets += e.tid == rp::kAllReduceStream;
+    EXPECT_EQ(buckets, 7u * 6);
+    // the deep layers' all-reduces hide behind the backward of the shallow ones: only the last is exposed
+    EXPECT_LT(fast.steady_iteration_ms, one.steady_iteration_ms + 7.0);
+    EXPECT_GE(fast.steady_iteration_ms, one.steady_iteration_ms + 1.0 - 1e-9);
+    EXPECT_NEAR(fast.exposed_allreduce_ms_per_iteration, fast.steady_iteration_ms - one.steady_iteration_ms, 1e-6);
+    // a link so slow that the all-reduce dominates: the iteration is its length plus what cannot overlap
+    c.node_link.bytes_per_s = 1e6;  // 1 s per layer
+    const rp::SimResult slow = rp::simulate_roundpipe(u.plan, u.model, c);
+    EXPECT_GT(slow.steady_iteration_ms, 7000.0);
+    // 4 nodes send 3/4 of the bytes per round instead of 1/2
+    c.nodes = 4;
+    EXPECT_NEAR(rp::simulate_roundpipe(u.plan, u.model, c).allreduce_ms_per_iteration, 1.5 * slow.allreduce_ms_per_iteration, 1e-6);
+    // nodes without gradient sizes are refused
+    u.model.grad_bytes.clear();
+    EXPECT_THROW(rp::simulate_roundpipe(u.plan, u.model, c), rp::Error);
+}

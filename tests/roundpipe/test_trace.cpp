@@ -200,3 +200,26 @@ TEST(Trace, SvgTimelineHasOneBoxPerOperation) {
     EXPECT_EQ(titles, t.events.size());
     EXPECT_NE(svg.find("gpu &quot;1&quot; activation_upload"), std::string::npos);
 }
+
+// Data-parallel rank traces: merged with their pids shifted per rank; the all-reduce rows are not devices,
+// and the exposed all-reduce time is the part during which none of that rank's devices computed.
+TEST(Trace, MergedRankTracesMeasureTheExposedAllReduce) {
+    const int C = static_cast<int>(rp::StreamKind::Compute), A = rp::kAllReduceStream;
+    rp::Trace r0, r1;
+    r0.events = {{0, C, "B1", "", 0, 10}, {1, C, "B2", "", 5, 10}, {2, A, "bucket 0", "allreduce", 8, 12}};  // exposed 15..20
+    r0.process_names = {{0, "cpu:0"}, {1, "cpu:1"}, {2, "all-reduce"}};
+    r1.events = {{0, C, "B1", "", 0, 20}, {1, A, "bucket 0", "allreduce", 10, 5}};  // hidden
+    const rp::Trace m = rp::merge_rank_traces({r0, r1});
+    EXPECT_EQ(m.events.size(), 5u);
+    EXPECT_EQ(m.process_names.at(rp::kTraceRankStride + 1), "rank 1 device 1");
+    EXPECT_EQ(m.process_names.at(1), "rank 0 cpu:1");
+    const rp::TraceStats st = rp::analyse_trace(m);
+    EXPECT_EQ(st.devices, 3);  // two of rank 0, one of rank 1
+    EXPECT_EQ(st.ranks, 2);
+    EXPECT_EQ(st.allreduce_ops, 2u);
+    EXPECT_DOUBLE_EQ(st.allreduce_busy_us, 17);
+    EXPECT_DOUBLE_EQ(st.exposed_allreduce_us, 5);
+    // the bubble counts only the devices
+    EXPECT_DOUBLE_EQ(st.span_end_us, 20);
+    EXPECT_DOUBLE_EQ(st.compute_busy_us, 10 + 10 + 20);
+}
