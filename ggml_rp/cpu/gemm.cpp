@@ -442,11 +442,23 @@ void run_problem(const Problem & P, bool parallel) {
 
     // Tasks: column blocks of NC, and row blocks when columns alone do not keep every thread busy. The split
     // only decides who computes a tile, never how, so it may depend on the thread count.
-    const int64_t nj = (P.N + NC - 1) / NC;
     int nthreads = 1;
 #ifdef _OPENMP
     if (parallel) nthreads = omp_get_max_threads();
 #endif
+    // A few rows (generation: one token per step) stream the whole of B once and do 2 flops per element: the
+    // work is the bytes of B, not M x N x K. Narrower column blocks then keep every thread streaming (a
+    // 768-column weight in blocks of 256 gives 2 threads 3 tasks); B's rows are whole columns here (B.t), so
+    // any multiple of NR keeps the dequantization on whole blocks.
+    const bool few_rows = P.M <= 8 && P.B.t;
+    int64_t nc_task = NC;
+    if (few_rows && nthreads > 1) {
+        constexpr int64_t NR = Kn::NV * Kn::W;
+        const int64_t want = 8 * int64_t(nthreads);
+        nc_task = std::clamp<int64_t>((P.N + want - 1) / want, NR, NC);
+        nc_task = (nc_task + NR - 1) / NR * NR;
+    }
+    const int64_t nj = (P.N + nc_task - 1) / nc_task;
     int64_t mt = P.M;
     if (nthreads > 1 && nj < 4 * nthreads) {
         const int64_t want_i = (4 * nthreads + nj - 1) / nj;
@@ -456,10 +468,11 @@ void run_problem(const Problem & P, bool parallel) {
     const int64_t ni = (P.M + mt - 1) / mt;
     const int64_t ntasks = ni * nj;
     const double flops = double(P.M) * double(P.N) * double(P.K);
-    for_tasks(ntasks, parallel && flops > 2e6, [&](int64_t task) {
+    const bool worth_threads = few_rows ? double(P.N) * double(P.K) > double(1 << 16) : flops > 2e6;
+    for_tasks(ntasks, parallel && worth_threads, [&](int64_t task) {
         const int64_t jb = task / ni, ib = task % ni;
-        const int64_t i0 = ib * mt, j0 = jb * NC;
-        run_tile<Kn>(P, apack, i0, std::min(mt, P.M - i0), j0, std::min(NC, P.N - j0));
+        const int64_t i0 = ib * mt, j0 = jb * nc_task;
+        run_tile<Kn>(P, apack, i0, std::min(mt, P.M - i0), j0, std::min(nc_task, P.N - j0));
     });
 }
 

@@ -309,3 +309,32 @@ TEST(Gemm, EmptyReductionZeroesOrKeeps) {
 }
 
 } // namespace
+
+// Generation evaluates one token (or a few) per step: matmul_fwd with T <= 8 takes another task split (narrow
+// column blocks, threads by weight bytes) but must give, for every weight type and thread count, exactly the
+// bits of the same columns in one batch, so incremental decoding equals evaluating the sequence at once.
+TEST(Gemm, FewTokensEqualTheirColumnsOfABatchBitForBit) {
+    Rng rng(23);
+    const int64_t K = 512, N = 883, T = 37;  // N: partial micro-panels and an odd number of narrow blocks
+    const std::vector<float> X = random_floats(size_t(K * T), rng);
+    for (TensorType type : weight_types()) {
+        const Weight w = make_weight(type, K, N, rng);
+        std::vector<float> batch(size_t(N * T));
+        {
+            ScopedThreads th(1);
+            rp::cpu::matmul_fwd(K, N, T, w.data(), w.type, w.row_bytes, X.data(), K, batch.data(), N, false);
+        }
+        for (int threads : {1, 2, 3}) {
+            ScopedThreads th(threads);
+            for (int64_t few : {1, 2, 5, 8}) {
+                for (int64_t t0 : {int64_t(0), T - few}) {
+                    std::vector<float> y(size_t(N * few));
+                    rp::cpu::matmul_fwd(K, N, few, w.data(), w.type, w.row_bytes, X.data() + t0 * K, K, y.data(), N, false);
+                    const std::vector<float> want(batch.begin() + t0 * N, batch.begin() + (t0 + few) * N);
+                    EXPECT_TRUE(bit_equal(y, want)) << type_name(type) << " T=" << few << " from column " << t0 << ", "
+                                                    << threads << " threads";
+                }
+            }
+        }
+    }
+}
