@@ -13,6 +13,7 @@
 #include "ggml_rp/cpu/gemm.h"
 
 #include "ggml_rp/core/quant.h"
+#include "ggml_rp/core/quant_block.h"
 #include "base/error.h"
 
 #include <algorithm>
@@ -168,50 +169,58 @@ struct Scratch {
     }
 };
 
+#if defined(__AVX512F__)
+// 16 x 16 transpose in registers: r[i] holds row i (16 consecutive reduction steps), o[q] receives step q of the
+// 16 rows. 4 rounds of shuffles instead of 256 strided scalar moves. (The maskz forms with full masks avoid
+// GCC 12's false "uninitialized" warning on the plain intrinsics.)
+inline void transpose16(const __m512 r[16], __m512 o[16]) {
+    constexpr __mmask16 all16 = 0xFFFF;
+    constexpr __mmask8 all8 = 0xFF;
+    __m512 t[16];
+    for (int i = 0; i < 8; ++i) {
+        t[2 * i] = _mm512_maskz_unpacklo_ps(all16, r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_maskz_unpackhi_ps(all16, r[2 * i], r[2 * i + 1]);
+    }
+    // u[4g + k]: rows 4g..4g+3 at columns k, k+4, k+8, k+12 (one per 128-bit chunk)
+    __m512 u[16];
+    for (int g = 0; g < 4; ++g) {
+        const __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 1]);
+        const __m512d c = _mm512_castps_pd(t[4 * g + 2]), e = _mm512_castps_pd(t[4 * g + 3]);
+        u[4 * g + 0] = _mm512_castpd_ps(_mm512_maskz_unpacklo_pd(all8, a, c));
+        u[4 * g + 1] = _mm512_castpd_ps(_mm512_maskz_unpackhi_pd(all8, a, c));
+        u[4 * g + 2] = _mm512_castpd_ps(_mm512_maskz_unpacklo_pd(all8, b, e));
+        u[4 * g + 3] = _mm512_castpd_ps(_mm512_maskz_unpackhi_pd(all8, b, e));
+    }
+    for (int k = 0; k < 4; ++k) {
+        // Column 4c + k gathers 128-bit chunk c of u[k], u[4+k], u[8+k], u[12+k].
+        auto shuf = [](__m512 a, __m512 b, auto imm) { return _mm512_maskz_shuffle_f32x4(all16, a, b, decltype(imm)::value); };
+        using I44 = std::integral_constant<int, 0x44>;
+        using IEE = std::integral_constant<int, 0xEE>;
+        using I88 = std::integral_constant<int, 0x88>;
+        using IDD = std::integral_constant<int, 0xDD>;
+        const __m512 v01 = shuf(u[k], u[4 + k], I44{}), w01 = shuf(u[8 + k], u[12 + k], I44{});
+        const __m512 v23 = shuf(u[k], u[4 + k], IEE{}), w23 = shuf(u[8 + k], u[12 + k], IEE{});
+        o[k] = shuf(v01, w01, I88{});
+        o[4 + k] = shuf(v01, w01, IDD{});
+        o[8 + k] = shuf(v23, w23, I88{});
+        o[12 + k] = shuf(v23, w23, IDD{});
+    }
+}
+#endif
+
 // d[p*dstride + r] = rows[r][p] for r < nrows (<= 16), p < kc, where rows[r] = src + r*ld; lanes r in
 // [nrows, lanes) are written as 0, lanes past `lanes` are not written.
 void transpose_rows(const float * src, int64_t ld, int nrows, int64_t kc, float * d, int64_t dstride, int lanes) {
 #if defined(__AVX512F__)
-    // 16 x 16 blocks: 4 rounds of in-register shuffles instead of 256 strided scalar moves. (The maskz forms
-    // with full masks avoid GCC 12's false "uninitialized" warning on the plain intrinsics.)
-    constexpr __mmask16 all16 = 0xFFFF;
-    constexpr __mmask8 all8 = 0xFF;
     const __mmask16 store_mask = __mmask16((1u << lanes) - 1);
-    int64_t p = 0;
-    for (; p < kc; p += 16) {
+    for (int64_t p = 0; p < kc; p += 16) {
         const int np = int(std::min<int64_t>(16, kc - p));
         const __mmask16 load_mask = __mmask16((1u << np) - 1);
-        __m512 r[16], t[16];
+        __m512 r[16], o[16];
         for (int i = 0; i < 16; ++i)
             r[i] = i < nrows ? _mm512_maskz_loadu_ps(load_mask, src + i * ld + p) : _mm512_setzero_ps();
-        for (int i = 0; i < 8; ++i) {
-            t[2 * i] = _mm512_maskz_unpacklo_ps(all16, r[2 * i], r[2 * i + 1]);
-            t[2 * i + 1] = _mm512_maskz_unpackhi_ps(all16, r[2 * i], r[2 * i + 1]);
-        }
-        // u[4g + k]: rows 4g..4g+3 at columns k, k+4, k+8, k+12 (one per 128-bit chunk)
-        __m512 u[16];
-        for (int g = 0; g < 4; ++g) {
-            const __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 1]);
-            const __m512d c = _mm512_castps_pd(t[4 * g + 2]), e = _mm512_castps_pd(t[4 * g + 3]);
-            u[4 * g + 0] = _mm512_castpd_ps(_mm512_maskz_unpacklo_pd(all8, a, c));
-            u[4 * g + 1] = _mm512_castpd_ps(_mm512_maskz_unpackhi_pd(all8, a, c));
-            u[4 * g + 2] = _mm512_castpd_ps(_mm512_maskz_unpacklo_pd(all8, b, e));
-            u[4 * g + 3] = _mm512_castpd_ps(_mm512_maskz_unpackhi_pd(all8, b, e));
-        }
-        for (int k = 0; k < 4; ++k) {
-            // Output row 4c + k gathers 128-bit chunk c of u[k], u[4+k], u[8+k], u[12+k].
-            auto shuf = [](__m512 a, __m512 b, auto imm) { return _mm512_maskz_shuffle_f32x4(all16, a, b, decltype(imm)::value); };
-            using I44 = std::integral_constant<int, 0x44>;
-            using IEE = std::integral_constant<int, 0xEE>;
-            using I88 = std::integral_constant<int, 0x88>;
-            using IDD = std::integral_constant<int, 0xDD>;
-            const __m512 v01 = shuf(u[k], u[4 + k], I44{}), w01 = shuf(u[8 + k], u[12 + k], I44{});
-            const __m512 v23 = shuf(u[k], u[4 + k], IEE{}), w23 = shuf(u[8 + k], u[12 + k], IEE{});
-            const __m512 out[4] = {shuf(v01, w01, I88{}), shuf(v01, w01, IDD{}), shuf(v23, w23, I88{}),
-                                   shuf(v23, w23, IDD{})};
-            for (int c = 0; c < 4; ++c)
-                if (4 * c + k < np) _mm512_mask_storeu_ps(d + (p + 4 * c + k) * dstride, store_mask, out[c]);
-        }
+        transpose16(r, o);
+        for (int q = 0; q < np; ++q) _mm512_mask_storeu_ps(d + (p + q) * dstride, store_mask, o[q]);
     }
 #else
     for (int r = 0; r < nrows; ++r) {
@@ -287,8 +296,67 @@ ThreadScratch & thread_scratch() {
 }
 
 // rp::dequantize_row, with the f16 case done by the F16C conversion instructions where the build has them
-// (the conversion is exact, so the values are the same; the reference decodes one value at a time).
+// and bf16 as the 16-bit shift it is, vectorized (both conversions are exact, so the values are the same;
+// the reference decodes one value at a time, which made bf16 generation spend half its time here).
 void dequantize(TensorType type, const void * src, float * dst, int64_t n) {
+#if defined(__AVX512F__)
+    if (type == TensorType::Q8_0 && n % QK8_0 == 0) {  // d * q, one rounding, as dequantize_block_q8_0
+        const block_q8_0 * blk = static_cast<const block_q8_0 *>(src);
+        for (int64_t b = 0; b < n / QK8_0; ++b) {
+            const __m512 d = _mm512_set1_ps(fp16_to_fp32(blk[b].d));
+            for (int h = 0; h < QK8_0; h += 16) {
+                const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(blk[b].qs + h));
+                const __m512 f = _mm512_maskz_cvtepi32_ps(0xFFFF, _mm512_maskz_cvtepi8_epi32(0xFFFF, q));
+                _mm512_storeu_ps(dst + b * QK8_0 + h, _mm512_maskz_mul_ps(0xFFFF, f, d));
+            }
+        }
+        return;
+    }
+    if (type == TensorType::Q4_K && n % QK_K == 0) {  // (d*sc)*q - dmin*m, each step rounded, as dequantize_block_q4_K
+        // (masked intrinsics: GCC may not fuse them into an FMA, which would change the values)
+        const block_q4_K * blk = static_cast<const block_q4_K *>(src);
+        for (int64_t b = 0; b < n / QK_K; ++b) {
+            const float d = fp16_to_fp32(blk[b].d), dmin = fp16_to_fp32(blk[b].dmin);
+            float * y = dst + b * QK_K;
+            for (int c = 0; c < 4; ++c) {
+                int sc, m;
+                k4_scale_min(2 * c, blk[b].scales, sc, m);
+                const __m512 d1 = _mm512_set1_ps(mul_rn(d, float(sc))), m1 = _mm512_set1_ps(mul_rn(dmin, float(m)));
+                k4_scale_min(2 * c + 1, blk[b].scales, sc, m);
+                const __m512 d2 = _mm512_set1_ps(mul_rn(d, float(sc))), m2 = _mm512_set1_ps(mul_rn(dmin, float(m)));
+                for (int h = 0; h < 32; h += 16) {
+                    const __m512i q = _mm512_maskz_cvtepu8_epi32(0xFFFF, _mm_loadu_si128(reinterpret_cast<const __m128i *>(blk[b].qs + 32 * c + h)));
+                    const __m512 lo = _mm512_maskz_cvtepi32_ps(0xFFFF, _mm512_maskz_and_epi32(0xFFFF, q, _mm512_set1_epi32(0xF)));
+                    const __m512 hi = _mm512_maskz_cvtepi32_ps(0xFFFF, _mm512_maskz_srli_epi32(0xFFFF, q, 4));
+                    _mm512_storeu_ps(y + 64 * c + h, _mm512_maskz_sub_ps(0xFFFF, _mm512_maskz_mul_ps(0xFFFF, d1, lo), m1));
+                    _mm512_storeu_ps(y + 64 * c + 32 + h, _mm512_maskz_sub_ps(0xFFFF, _mm512_maskz_mul_ps(0xFFFF, d2, hi), m2));
+                }
+            }
+        }
+        return;
+    }
+#endif
+    if (type == TensorType::BF16) {
+        const uint16_t * h = static_cast<const uint16_t *>(src);
+        int64_t i = 0;
+#if defined(__AVX512F__)
+        for (; i + 16 <= n; i += 16) {
+            // (maskz forms with full masks: GCC 12 warns falsely on the plain ones, as in transpose_rows)
+            const __m512i w = _mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(h + i)));
+            _mm512_storeu_si512(dst + i, _mm512_maskz_slli_epi32(0xFFFF, w, 16));
+        }
+#elif defined(__AVX2__)
+        for (; i + 8 <= n; i += 8) {
+            const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(h + i)));
+            _mm256_storeu_si256(reinterpret_cast<__m256i *>(dst + i), _mm256_slli_epi32(w, 16));
+        }
+#endif
+        for (; i < n; ++i) {
+            const uint32_t bits = uint32_t(h[i]) << 16;
+            std::memcpy(dst + i, &bits, sizeof bits);
+        }
+        return;
+    }
 #if defined(__F16C__)
     if (type == TensorType::F16) {
         const uint16_t * h = static_cast<const uint16_t *>(src);
@@ -337,6 +405,75 @@ struct Problem {
     bool accumulate;
 };
 
+#if defined(__AVX512F__)
+// ---- one row (generation: one token per step) ------------------------------------------------------------------
+// C[0, j] (+)= sum_p A(0, p) B(p, j) with B's columns stored as rows (B.t: weight rows) of f32, bf16 or f16: the
+// rows are read once where they lie, 16 rows x 16 steps are transposed in registers and fed to one vector of 16
+// sums, so nothing is packed or stored on the way. The arithmetic is the packed kernel's exactly: per reduction
+// block of KC steps a chain of FMAs from +0 in step order, then C = (add ? C + s : s); so a token evaluated
+// alone gives the bits of its column in a batch.
+template <TensorType WT>
+inline __m512 load_row16(const char * row, int64_t p, __mmask16 m) {
+    if constexpr (WT == TensorType::F32) {
+        return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float *>(row) + p);
+    } else if constexpr (WT == TensorType::BF16) {
+        const __m256i h = _mm256_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t *>(row) + p);
+        return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, _mm512_maskz_cvtepu16_epi32(0xFFFF, h), 16));
+    } else {
+        return _mm512_maskz_cvtph_ps(0xFFFF, _mm256_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t *>(row) + p));
+    }
+}
+
+// One reduction block [p0, kend) of 16 rows (nrows valid, row i at rows + i * row_bytes, element p at
+// load_row16<WT>(row, p - base)), then C[0, r0 ..] = (add ? C + s : s).
+template <TensorType WT>
+inline void one_row_tile(const float * x, const char * rows, size_t row_bytes, int nrows, int64_t p0, int64_t kend,
+                         int64_t base, bool add, float * c) {
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t p = p0; p < kend; p += 16) {
+        const int np = int(std::min<int64_t>(16, kend - p));
+        const __mmask16 m = __mmask16((1u << np) - 1);
+        __m512 r[16], o[16];
+        for (int i = 0; i < 16; ++i) r[i] = i < nrows ? load_row16<WT>(rows + i * row_bytes, p - base, m) : _mm512_setzero_ps();
+        transpose16(r, o);
+        for (int q = 0; q < np; ++q) acc = _mm512_fmadd_ps(_mm512_set1_ps(x[p + q]), o[q], acc);
+    }
+    const __mmask16 sm = __mmask16((1u << nrows) - 1);
+    _mm512_mask_storeu_ps(c, sm, add ? _mm512_add_ps(_mm512_maskz_loadu_ps(sm, c), acc) : acc);
+}
+
+// Rows [j0, j1) of B (columns of C), 16 at a time over all reduction blocks. (Interleaving 2 or 4 groups of
+// 16 rows, to run more FMA chains at once, measured slower: 32 or 64 row streams defeat the prefetchers; so
+// does software prefetching.) f32, bf16, f16 rows are read where they lie; other types are dequantized 16
+// rows x one block at a time into an L1 tile (the same values rp::dequantize_row gives).
+template <TensorType WT>
+void one_row_block(const Problem & P, int64_t j0, int64_t j1) {
+    const float * x = P.A.a;
+    float * tile = nullptr;
+    if constexpr (WT != TensorType::F32 && WT != TensorType::BF16 && WT != TensorType::F16)
+        tile = thread_scratch().deq.get(size_t(16 * KC));
+    for (int64_t r0 = j0; r0 < j1; r0 += 16) {
+        const int nrows = int(std::min<int64_t>(16, j1 - r0));
+        const char * rows = P.B.base + r0 * P.B.row_bytes;
+        for (int64_t p0 = 0; p0 < P.K; p0 += KC) {
+            const int64_t kend = std::min(P.K, p0 + KC);
+            const bool add = p0 > 0 || P.accumulate;
+            if constexpr (WT == TensorType::F32 || WT == TensorType::BF16 || WT == TensorType::F16) {
+                one_row_tile<WT>(x, rows, P.B.row_bytes, nrows, p0, kend, 0, add, P.C + r0);
+            } else {
+                const size_t off = gguf::row_bytes(P.B.type, p0);  // p0: a multiple of KC, so of every block
+                for (int i = 0; i < nrows; ++i) dequantize(P.B.type, rows + i * P.B.row_bytes + off, tile + i * KC, kend - p0);
+                one_row_tile<TensorType::F32>(x, reinterpret_cast<const char *>(tile), KC * sizeof(float), nrows, p0, kend, p0,
+                                              add, P.C + r0);
+            }
+        }
+    }
+}
+
+// The row blocks as tasks (64 rows each, at least): the split decides only who computes, never how.
+bool run_one_row(const Problem & P, bool parallel);
+#endif
+
 // Packed A for all rows: reduction block b at apack + b*KC*Mpad, micro-panel q of it at + q*MR*kc.
 template <class Kn>
 int64_t padded_rows(int64_t M) {
@@ -353,10 +490,19 @@ void run_tile(const Problem & P, const float * apack, int64_t i0, int64_t mt, in
     float * bp = ts.bpack.get(size_t(nc_pad * KC));
     float * ctile = ts.ctile.get(size_t(MR * NR));
     const int64_t Mpad = padded_rows<Kn>(P.M);
+    // A few rows against a narrow tile of half / quantized weight rows (generation): dequantize the tile's
+    // rows whole first, one contiguous read of memory, instead of a kc-wide slice of every row per block.
+    const float * whole_rows = nullptr;
+    if (P.M <= 8 && P.B.t && P.B.type != TensorType::F32 && nc <= 2 * NR) {
+        float * t = ts.deq.get(size_t(nc * P.K));
+        for (int64_t c = 0; c < nc; ++c) dequantize(P.B.type, P.B.base + (j0 + c) * P.B.row_bytes, t + c * P.K, P.K);
+        whole_rows = t;
+    }
     for (int64_t p0 = 0, b = 0; p0 < P.K; p0 += KC, ++b) {
         const int64_t kc = std::min(KC, P.K - p0);
         const bool add = p0 > 0 || P.accumulate;
-        pack_b<NR>(P.B, j0, nc, p0, kc, bp, ts.deq);
+        if (whole_rows) pack_b_f32<NR>(whole_rows, P.K, true, 0, nc, p0, kc, bp);
+        else pack_b<NR>(P.B, j0, nc, p0, kc, bp, ts.deq);
         const float * ablock = apack + b * KC * Mpad;
         // Row chunks of MC keep the chunk's A panels and C rows in L2 while B's micro-panels sweep over them.
         for (int64_t ic = 0; ic < mt; ic += MC) {
@@ -408,6 +554,30 @@ void for_tasks(int64_t n, bool parallel, F && body) {
     if (failed) throw Error(err);
 }
 
+#if defined(__AVX512F__)
+bool run_one_row(const Problem & P, bool parallel) {
+    if (P.M != 1 || !P.B.t || P.A.t) return false;
+    void (*block)(const Problem &, int64_t, int64_t) = nullptr;
+    switch (P.B.type) {
+    case TensorType::F32: block = &one_row_block<TensorType::F32>; break;
+    case TensorType::BF16: block = &one_row_block<TensorType::BF16>; break;
+    case TensorType::F16: block = &one_row_block<TensorType::F16>; break;
+    default: block = &one_row_block<TensorType::Q8_0>; break;  // any other type: through the dequantized tile
+    }
+    int nthreads = 1;
+#ifdef _OPENMP
+    if (parallel) nthreads = omp_get_max_threads();
+#endif
+    const int64_t rows_per_task = std::max<int64_t>(64, (P.N / (8 * int64_t(nthreads)) + 63) / 64 * 64);
+    const int64_t ntasks = (P.N + rows_per_task - 1) / rows_per_task;
+    for_tasks(ntasks, parallel && double(P.N) * double(P.K) > double(1 << 16), [&](int64_t task) {
+        const int64_t j0 = task * rows_per_task;
+        block(P, j0, std::min(P.N, j0 + rows_per_task));
+    });
+    return true;
+}
+#endif
+
 template <class Kn>
 void pack_all_a(const Problem & P, float * apack, bool parallel) {
     const int64_t Mpad = padded_rows<Kn>(P.M);
@@ -454,7 +624,7 @@ void run_problem(const Problem & P, bool parallel) {
     int64_t nc_task = NC;
     if (few_rows && nthreads > 1) {
         constexpr int64_t NR = Kn::NV * Kn::W;
-        const int64_t want = 8 * int64_t(nthreads);
+        const int64_t want = 1000 * int64_t(nthreads);
         nc_task = std::clamp<int64_t>((P.N + want - 1) / want, NR, NC);
         nc_task = (nc_task + NR - 1) / NR * NR;
     }
@@ -508,6 +678,13 @@ void run(const Problem & P, bool parallel) {
     }
     switch (g_backend.load(std::memory_order_relaxed)) {
     case GemmBackend::Portable: run_problem<PortableKernel>(P, parallel); return;
+#if defined(__AVX512F__)
+    case GemmBackend::Auto:
+    case GemmBackend::Simd:
+        if (run_one_row(P, parallel)) return;
+        run_problem<SimdKernel>(P, parallel);
+        return;
+#endif
     case GemmBackend::Blas:
 #ifdef RP_HAVE_BLAS
         // cblas takes int sizes.

@@ -338,3 +338,29 @@ TEST(Gemm, FewTokensEqualTheirColumnsOfABatchBitForBit) {
         }
     }
 }
+
+// The kernels' own fast decoders (bf16 as a shift, f16 by F16C, q8_0 vectorized; the rest through
+// rp::dequantize_row) must give rp::dequantize_row's values exactly: a product with the typed weight equals,
+// bit for bit, the product with its f32 decoding, in one-token form and in a batch.
+TEST(Gemm, TypedWeightsMultiplyAsTheirF32DecodingBitForBit) {
+    Rng rng(29);
+    const int64_t K = 768, N = 301;
+    for (TensorType type : weight_types()) {
+        const Weight w = make_weight(type, K, N, rng);
+        Weight f;
+        f.type = TensorType::F32;
+        f.K = K;
+        f.N = N;
+        f.row_bytes = size_t(K) * sizeof(float);
+        f.bytes.resize(f.row_bytes * size_t(N));
+        for (int64_t n = 0; n < N; ++n)
+            rp::dequantize_row(type, w.bytes.data() + size_t(n) * w.row_bytes, reinterpret_cast<float *>(f.bytes.data() + size_t(n) * f.row_bytes), K);
+        for (int64_t T : {1, 3, 19}) {
+            const std::vector<float> X = random_floats(size_t(K * T), rng);
+            std::vector<float> yq(size_t(N * T)), yf(size_t(N * T));
+            rp::cpu::matmul_fwd(K, N, T, w.data(), w.type, w.row_bytes, X.data(), K, yq.data(), N, false);
+            rp::cpu::matmul_fwd(K, N, T, f.data(), f.type, f.row_bytes, X.data(), K, yf.data(), N, false);
+            EXPECT_TRUE(bit_equal(yq, yf)) << type_name(type) << " T=" << T;
+        }
+    }
+}
