@@ -490,19 +490,10 @@ void run_tile(const Problem & P, const float * apack, int64_t i0, int64_t mt, in
     float * bp = ts.bpack.get(size_t(nc_pad * KC));
     float * ctile = ts.ctile.get(size_t(MR * NR));
     const int64_t Mpad = padded_rows<Kn>(P.M);
-    // A few rows against a narrow tile of half / quantized weight rows (generation): dequantize the tile's
-    // rows whole first, one contiguous read of memory, instead of a kc-wide slice of every row per block.
-    const float * whole_rows = nullptr;
-    if (P.M <= 8 && P.B.t && P.B.type != TensorType::F32 && nc <= 2 * NR) {
-        float * t = ts.deq.get(size_t(nc * P.K));
-        for (int64_t c = 0; c < nc; ++c) dequantize(P.B.type, P.B.base + (j0 + c) * P.B.row_bytes, t + c * P.K, P.K);
-        whole_rows = t;
-    }
     for (int64_t p0 = 0, b = 0; p0 < P.K; p0 += KC, ++b) {
         const int64_t kc = std::min(KC, P.K - p0);
         const bool add = p0 > 0 || P.accumulate;
-        if (whole_rows) pack_b_f32<NR>(whole_rows, P.K, true, 0, nc, p0, kc, bp);
-        else pack_b<NR>(P.B, j0, nc, p0, kc, bp, ts.deq);
+        pack_b<NR>(P.B, j0, nc, p0, kc, bp, ts.deq);
         const float * ablock = apack + b * KC * Mpad;
         // Row chunks of MC keep the chunk's A panels and C rows in L2 while B's micro-panels sweep over them.
         for (int64_t ic = 0; ic < mt; ic += MC) {
@@ -562,7 +553,7 @@ bool run_one_row(const Problem & P, bool parallel) {
     case TensorType::F32: block = &one_row_block<TensorType::F32>; break;
     case TensorType::BF16: block = &one_row_block<TensorType::BF16>; break;
     case TensorType::F16: block = &one_row_block<TensorType::F16>; break;
-    default: block = &one_row_block<TensorType::Q8_0>; break;  // any other type: through the dequantized tile
+    default: block = &one_row_block<TensorType::Q8_0>; break;  // any other type: Q8_0 stands for "through the L1 tile"
     }
     int nthreads = 1;
 #ifdef _OPENMP
@@ -617,17 +608,11 @@ void run_problem(const Problem & P, bool parallel) {
     if (parallel) nthreads = omp_get_max_threads();
 #endif
     // A few rows (generation: one token per step) stream the whole of B once and do 2 flops per element: the
-    // work is the bytes of B, not M x N x K. Narrower column blocks then keep every thread streaming (a
-    // 768-column weight in blocks of 256 gives 2 threads 3 tasks); B's rows are whole columns here (B.t), so
-    // any multiple of NR keeps the dequantization on whole blocks.
+    // work is the bytes of B, not M x N x K. One micro-panel of columns per task then keeps every thread
+    // streaming (a 768-column weight in blocks of 256 gave 2 threads 3 tasks; one panel measured fastest of
+    // 1, 2 and 4 panels); B's rows are whole columns here (B.t), so a panel keeps dequantization on whole blocks.
     const bool few_rows = P.M <= 8 && P.B.t;
-    int64_t nc_task = NC;
-    if (few_rows && nthreads > 1) {
-        constexpr int64_t NR = Kn::NV * Kn::W;
-        const int64_t want = 1000 * int64_t(nthreads);
-        nc_task = std::clamp<int64_t>((P.N + want - 1) / want, NR, NC);
-        nc_task = (nc_task + NR - 1) / NR * NR;
-    }
+    const int64_t nc_task = few_rows && nthreads > 1 ? int64_t(Kn::NV * Kn::W) : NC;
     const int64_t nj = (P.N + nc_task - 1) / nc_task;
     int64_t mt = P.M;
     if (nthreads > 1 && nj < 4 * nthreads) {
