@@ -5,7 +5,8 @@
 # (tests/oracle/program/oracle.cpp; F32 KV cache, no flash attention, like our engine).
 #
 #   bench/infer/bench-infer.sh [BUILD_DIR]      (default: build; needs bin/rp-generate and bin/rp-oracle)
-#   env: THREADS (2), TG (generated tokens, 64), REPS (best of, 3), WORK (scratch dir, a fresh temp dir)
+#   env: THREADS (2), TG (generated tokens, 64), REPS (best of, 3), WORK (scratch dir, a fresh temp dir),
+#        QWEN (1: also the Qwen3-0.6B-shaped bf16, Q8_0 and Q4_K_M models; 0: only the two small ones)
 #
 # How each figure is measured:
 #   ours  prompt    rp-generate -f train.txt -n 1: its "prompt: X tokens/s" (one eval of the whole prompt)
@@ -41,9 +42,23 @@ if [[ -z "${WORK:-}" ]]; then
 fi
 mkdir -p "$WORK"
 
-# The model: the synthetic-model writer (rp-gguf synth), 97.9M parameters with the stories260K vocabulary.
+# The models: the synthetic-model writer (rp-gguf synth), 97.9M parameters with the stories260K vocabulary;
+# with QWEN=1 (the default) also a Qwen3-0.6B-shaped bf16 model with the real 151,936-token vocabulary
+# (1.2 GB, its tied head read whole for every token) and its Q8_0 and Q4_K_M (rp-gguf convert).
 BIG="$WORK/llama-98M.gguf"
 "$BUILD/bin/rp-gguf" synth "$BIG" --vocab "$STORIES" --shape llama-98m --seed 42 || die "rp-gguf synth failed"
+MODELS=("$STORIES" "$BIG")
+if [[ "${QWEN:-1}" == 1 ]]; then
+  QVOCAB="$SHARED/models/vocab/ggml-vocab-qwen2.gguf"
+  [[ -f "$QVOCAB" ]] || die "$QVOCAB not found"
+  "$BUILD/bin/rp-gguf" synth "$WORK/qwen3-0.6B-bf16.gguf" --vocab "$QVOCAB" --shape qwen3-0.6b --type bf16 --seed 42 >/dev/null ||
+    die "rp-gguf synth (qwen3-0.6b) failed"
+  for q in q8_0 q4_k_m; do
+    "$BUILD/bin/rp-gguf" convert "$WORK/qwen3-0.6B-bf16.gguf" "$WORK/qwen3-0.6B-$q.gguf" --type "$q" >/dev/null ||
+      die "rp-gguf convert --type $q failed"
+  done
+  MODELS+=("$WORK/qwen3-0.6B-bf16.gguf" "$WORK/qwen3-0.6B-q8_0.gguf" "$WORK/qwen3-0.6B-q4_k_m.gguf")
+fi
 
 now() { date +%s.%N; }
 best_max() { sort -g | tail -1; }   # best of several tokens/s figures
@@ -89,19 +104,19 @@ memcpy_gbps() {
 
 printf "threads %s, best of %s, %s generated tokens; host %s, load %s\n" "$THREADS" "$REPS" "$TG" \
   "$(nproc) cores" "$(cut -d' ' -f1-3 /proc/loadavg)"
-printf "%-12s %-22s %14s %14s %8s   %s\n" model measure "ours tok/s" "llama.cpp tok/s" ratio \
+printf "%-18s %-22s %14s %14s %8s   %s\n" model measure "ours tok/s" "llama.cpp tok/s" ratio \
   "(generate: weight MB/token, GB/s ours / llama.cpp / memcpy of that size)"
-for m in "$STORIES" "$BIG"; do
+for m in "${MODELS[@]}"; do
   name=$(basename "$m" .gguf)
   op=$(for _ in $(seq "$REPS"); do ours_prompt "$m"; done | best_max)
   lp=$(for _ in $(seq "$REPS"); do llama_prompt "$m"; done | sort -g -k1 | tail -1)
   og=$(for _ in $(seq "$REPS"); do ours_gen "$m"; done | sort -g -k1 | tail -1)
   lg=$(llama_gen "$m")
   n_prompt=${lp#* }
-  printf "%-12s %-22s %14s %14s %8.2f\n" "$name" "prompt ($n_prompt tokens)" "$op" "${lp%% *}" "$(echo "$op / ${lp%% *}" | bc -l)"
+  printf "%-18s %-22s %14s %14s %8.2f\n" "$name" "prompt ($n_prompt tokens)" "$op" "${lp%% *}" "$(echo "$op / ${lp%% *}" | bc -l)"
   wb=$(weight_bytes "$m")
   mc=$(memcpy_gbps "$wb")
   bw=$(awk -v b="$wb" -v o="${og%% *}" -v l="$lg" -v m="$mc" 'BEGIN {
     printf "%.1f MB, %.2f / %.2f / %.2f GB/s (ours %.0f%% of memcpy)", b / 1e6, b * o / 1e9, b * l / 1e9, m, 100 * b * o / 1e9 / m }')
-  printf "%-12s %-22s %14s %14s %8.2f   %s\n" "$name" "generate (${og#* } tokens)" "${og%% *}" "$lg" "$(echo "${og%% *} / $lg" | bc -l)" "$bw"
+  printf "%-18s %-22s %14s %14s %8.2f   %s\n" "$name" "generate (${og#* } tokens)" "${og%% *}" "$lg" "$(echo "${og%% *} / $lg" | bc -l)" "$bw"
 done

@@ -1,0 +1,248 @@
+// Int8-activation dot products of quantized weight rows (see matvec_int8.h for the numerics).
+//
+// Every row's sum is formed in one fixed order: per sub-block an exact int32 sum, scaled and accumulated
+// into per-lane float accumulators in block order, the lanes added at the end in a fixed order, the min /
+// offset terms accumulated separately and subtracted last. The scalar loop (CPUs without AVX-512 VNNI) has
+// the same numerics in a different float order.
+#include "ggml_rp/cpu/matvec_int8.h"
+
+#include "ggml_rp/core/quant_block.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cassert>
+#include <cmath>
+#include <cstring>
+
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512BW__)
+#define RP_INT8_SIMD 1
+#include <immintrin.h>
+#endif
+
+namespace rp::cpu {
+
+using gguf::TensorType;
+
+namespace {
+
+std::atomic<bool> g_int8_activations{false};
+
+inline float half_to_float(uint16_t h) {
+#if defined(RP_INT8_SIMD)
+    return _cvtsh_ss(h);   // exact, as fp16_to_fp32
+#else
+    return fp16_to_fp32(h);
+#endif
+}
+
+#if defined(RP_INT8_SIMD)
+inline __m256i load256(const void * p) { return _mm256_loadu_si256(static_cast<const __m256i *>(p)); }
+inline __m256i dot_u8s8(__m256i u, __m256i s) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s); }
+inline __m256i low4(__m256i v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0F)); }
+inline __m256i high4(__m256i v) { return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F)); }
+// Bits [s, s+w) of every byte, shifted up by `up` (w + up <= 8, so nothing crosses a byte).
+inline __m256i bits(__m256i v, int s, int mask, int up) {
+    const __m256i b = _mm256_and_si256(_mm256_srli_epi16(v, s), _mm256_set1_epi8(char(mask)));
+    return _mm256_slli_epi16(b, up);
+}
+inline float hsum(__m256 v) {
+    const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+#endif
+
+float dot_q8_0(const block_q8_0 * w, const Int8Column & x) {
+    const int64_t nb = x.K / QK8_0;
+#if defined(RP_INT8_SIMD)
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        const __m256i wq = load256(w[b].qs), xq = load256(x.q.data() + 32 * b);
+        // |w| (unsigned) times x with w's sign: the exact products, in the u8 x s8 form VNNI multiplies.
+        const __m256i s = dot_u8s8(_mm256_abs_epi8(wq), _mm256_sign_epi8(xq, wq));
+        const __m256 scale = _mm256_set1_ps(half_to_float(w[b].d) * x.d[size_t(b)]);
+        if (b % 2 == 0) acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc0);
+        else acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc1);
+    }
+    return hsum(_mm256_add_ps(acc0, acc1));
+#else
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) {
+        int32_t s = 0;
+        for (int i = 0; i < QK8_0; ++i) s += int32_t(w[b].qs[i]) * x.q[size_t(32 * b + i)];
+        acc += float(s) * (half_to_float(w[b].d) * x.d[size_t(b)]);
+    }
+    return acc;
+#endif
+}
+
+// Q4_K and Q5_K: per super-block of 256, sub-blocks j = 0..7 of 32 with w = (d*sc_j) q - (dmin*m_j).
+template <bool FIVE_BITS, class Block>
+float dot_q45_K(const Block * w, const Int8Column & x) {
+    const int64_t nsb = x.K / QK_K;
+    float mins = 0.0f;
+#if defined(RP_INT8_SIMD)
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+#else
+    float acc = 0.0f;
+#endif
+    for (int64_t s = 0; s < nsb; ++s) {
+        const Block & b = w[s];
+        const float d = half_to_float(b.d), dmin = half_to_float(b.dmin);
+        const int8_t * xq = x.q.data() + QK_K * s;
+        const float * xd = x.d.data() + 8 * s;
+        const float * xs = x.dsum16.data() + 16 * s;
+#if defined(RP_INT8_SIMD)
+        __m256i qh = _mm256_setzero_si256();
+        if constexpr (FIVE_BITS) qh = load256(b.qh);
+#endif
+        for (int c = 0; c < 4; ++c) {
+            int sc_a, m_a, sc_b, m_b;
+            k4_scale_min(2 * c, b.scales, sc_a, m_a);
+            k4_scale_min(2 * c + 1, b.scales, sc_b, m_b);
+            mins += dmin * float(m_a) * (xs[4 * c] + xs[4 * c + 1]) + dmin * float(m_b) * (xs[4 * c + 2] + xs[4 * c + 3]);
+#if defined(RP_INT8_SIMD)
+            const __m256i q = load256(b.qs + 32 * c);
+            __m256i lo = low4(q), hi = high4(q);
+            if constexpr (FIVE_BITS) {
+                lo = _mm256_or_si256(lo, bits(qh, 2 * c, 1, 4));
+                hi = _mm256_or_si256(hi, bits(qh, 2 * c + 1, 1, 4));
+            }
+            const __m256i sa = dot_u8s8(lo, load256(xq + 64 * c)), sb = dot_u8s8(hi, load256(xq + 64 * c + 32));
+            acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sa), _mm256_set1_ps(d * float(sc_a) * xd[2 * c]), acc0);
+            acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sb), _mm256_set1_ps(d * float(sc_b) * xd[2 * c + 1]), acc1);
+#else
+            int32_t sa = 0, sb = 0;
+            for (int l = 0; l < 32; ++l) {
+                int qa = b.qs[32 * c + l] & 0xF, qb = b.qs[32 * c + l] >> 4;
+                if constexpr (FIVE_BITS) {
+                    qa |= ((b.qh[l] >> (2 * c)) & 1) << 4;
+                    qb |= ((b.qh[l] >> (2 * c + 1)) & 1) << 4;
+                }
+                sa += qa * xq[64 * c + l];
+                sb += qb * xq[64 * c + 32 + l];
+            }
+            acc += float(sa) * (d * float(sc_a) * xd[2 * c]) + float(sb) * (d * float(sc_b) * xd[2 * c + 1]);
+#endif
+        }
+    }
+#if defined(RP_INT8_SIMD)
+    return hsum(_mm256_add_ps(acc0, acc1)) - mins;
+#else
+    return acc - mins;
+#endif
+}
+
+// Q6_K: sub-blocks of 16 with w = (d*sc) (q - 32), q in [0, 63].
+float dot_q6_K(const block_q6_K * w, const Int8Column & x) {
+    const int64_t nsb = x.K / QK_K;
+#if defined(RP_INT8_SIMD)
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    __m256 offs0 = _mm256_setzero_ps(), offs1 = _mm256_setzero_ps();
+#else
+    float acc = 0.0f, off = 0.0f;
+#endif
+    for (int64_t s = 0; s < nsb; ++s) {
+        const block_q6_K & b = w[s];
+        const float d = half_to_float(b.d);
+        const int8_t * xq = x.q.data() + QK_K * s;
+        const float * xd = x.d.data() + 8 * s;
+        const float * xs = x.dsum16.data() + 16 * s;
+#if defined(RP_INT8_SIMD)
+        // The -32 of every element: d * sum over sub-blocks of sc * (d_b * sum q'), 16 sub-blocks at once.
+        const __m128i sc16 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b.scales));
+        const __m256 dv = _mm256_set1_ps(d);
+        offs0 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc16)), dv), _mm256_loadu_ps(xs), offs0);
+        offs1 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc16, 8))), dv),
+                                _mm256_loadu_ps(xs + 8), offs1);
+        for (int n = 0; n < 2; ++n) {
+            const __m256i a = load256(b.ql + 64 * n), c = load256(b.ql + 64 * n + 32), h = load256(b.qh + 32 * n);
+            const __m256i q[4] = {_mm256_or_si256(low4(a), bits(h, 0, 3, 4)), _mm256_or_si256(low4(c), bits(h, 2, 3, 4)),
+                                  _mm256_or_si256(high4(a), bits(h, 4, 3, 4)), _mm256_or_si256(high4(c), bits(h, 6, 3, 4))};
+            for (int k = 0; k < 4; ++k) {
+                const int sub = 8 * n + 2 * k;   // elements 16*sub .. 16*sub + 31: sub-blocks sub and sub + 1
+                const float dx = xd[4 * n + k];
+                const __m256 scale = _mm256_set_m128(_mm_set1_ps(d * float(b.scales[sub + 1]) * dx),
+                                                     _mm_set1_ps(d * float(b.scales[sub]) * dx));
+                const __m256i p = dot_u8s8(q[k], load256(xq + 128 * n + 32 * k));
+                if (k % 2 == 0) acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc0);
+                else acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc1);
+            }
+        }
+#else
+        for (int n = 0; n < 2; ++n)
+            for (int l = 0; l < 32; ++l) {
+                const uint8_t lo = b.ql[64 * n + l], hi = b.ql[64 * n + 32 + l], hb = b.qh[32 * n + l];
+                const int q[4] = {(lo & 0xF) | ((hb & 3) << 4), (hi & 0xF) | (((hb >> 2) & 3) << 4),
+                                  (lo >> 4) | (((hb >> 4) & 3) << 4), (hi >> 4) | (((hb >> 6) & 3) << 4)};
+                for (int k = 0; k < 4; ++k) {
+                    const int e = 128 * n + 32 * k + l;
+                    acc += float(q[k] * xq[e]) * (d * float(b.scales[e / 16]) * xd[e / 32]);
+                }
+            }
+        for (int sub = 0; sub < 16; ++sub) off += float(b.scales[sub]) * d * xs[sub];
+#endif
+    }
+#if defined(RP_INT8_SIMD)
+    return hsum(_mm256_add_ps(acc0, acc1)) - 32.0f * hsum(_mm256_add_ps(offs0, offs1));
+#else
+    return acc - 32.0f * off;
+#endif
+}
+
+} // namespace
+
+void quantize_column(const float * x, int64_t K, Int8Column & out) {
+    out.K = K;
+    out.q.resize(size_t(K));
+    out.d.resize(size_t(K / 32));
+    out.dsum16.resize(size_t(K / 16));
+    for (int64_t b = 0; b < K / 32; ++b) {
+        const float * xb = x + 32 * b;
+        float amax = 0.0f;
+        for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
+        const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+        int sums[2] = {0, 0};
+        for (int i = 0; i < 32; ++i) {
+            const int q = int(std::nearbyint(std::min(127.0f, std::max(-127.0f, xb[i] * id))));
+            out.q[size_t(32 * b + i)] = int8_t(q);
+            sums[i / 16] += q;
+        }
+        out.d[size_t(b)] = d;
+        out.dsum16[size_t(2 * b)] = d * float(sums[0]);
+        out.dsum16[size_t(2 * b + 1)] = d * float(sums[1]);
+    }
+}
+
+bool int8_dot_supports(TensorType t, int64_t K) {
+    switch (t) {
+    case TensorType::Q8_0: return K > 0 && K % QK8_0 == 0;
+    case TensorType::Q4_K: case TensorType::Q5_K: case TensorType::Q6_K: return K > 0 && K % QK_K == 0;
+    default: return false;
+    }
+}
+
+float int8_dot_row(TensorType t, const void * row, const Int8Column & x) {
+    switch (t) {
+    case TensorType::Q8_0: return dot_q8_0(static_cast<const block_q8_0 *>(row), x);
+    case TensorType::Q4_K: return dot_q45_K<false>(static_cast<const block_q4_K *>(row), x);
+    case TensorType::Q5_K: return dot_q45_K<true>(static_cast<const block_q5_K *>(row), x);
+    case TensorType::Q6_K: return dot_q6_K(static_cast<const block_q6_K *>(row), x);
+    default: break;
+    }
+    assert(false && "int8_dot_row: a type int8_dot_supports refuses");
+    return 0.0f;
+}
+
+bool int8_dot_is_simd() {
+#if defined(RP_INT8_SIMD)
+    return true;
+#else
+    return false;
+#endif
+}
+
+void set_int8_activations(bool on) { g_int8_activations.store(on, std::memory_order_relaxed); }
+bool int8_activations() { return g_int8_activations.load(std::memory_order_relaxed); }
+
+} // namespace rp::cpu
