@@ -8,7 +8,7 @@
 // "N tokens, X tokens/s (prompt: Y tokens/s)".
 #include "tools/cli.h"
 #include "base/error.h"
-#include "ggml_rp/cpu/matvec_int8.h"
+#include "ggml_rp/cpu/matvec_dot.h"
 #include "models/chat_template.h"
 #include "models/inference.h"
 #include "tools/cli_lora.h"
@@ -45,10 +45,11 @@ void usage(FILE * f) {
                  "      --lora FILE         apply a LoRA adapter (repeatable)\n"
                  "      --lora-scale S      user scale of the preceding --lora (default 1)\n"
                  "  -t, --threads N         CPU threads (default: all)\n"
-                 "      --activations A     int8 or f32: what a generated token's activations are multiplied by\n"
-                 "                          Q8_0/Q4_K/Q5_K/Q6_K weights as (default int8: quantized per 32 values\n"
-                 "                          with an f32 scale, integer dot products, as llama.cpp; f32: exactly\n"
-                 "                          the prompt batch's arithmetic, slower)\n"
+                 "      --matvec M          fast or exact: how a generated token's products are computed.\n"
+                 "                          fast (default): per-row dot products with the activations in the\n"
+                 "                          weight's format, as llama.cpp (int8 per 32 values with an f32 scale\n"
+                 "                          for Q8_0/Q4_K/Q5_K/Q6_K, bf16 for BF16, f32 otherwise); exact: the\n"
+                 "                          prompt batch's arithmetic, bit for bit (slower)\n"
                  "  -c, --ctx-size N        context size in tokens (default: the model's, at most 4096)\n"
                  "  -h, --help              this text\n");
 }
@@ -76,7 +77,7 @@ int main(int argc, char ** argv) {
         std::string model_path, prompt, file, chat_name;
         bool have_prompt = false, chat = false, have_seed = false;
         long long n_predict = 128, n_ctx = 0, threads = 0;
-        bool int8_activations = true;
+        bool row_dots = true;
         rp::SamplerParams sp;
         std::vector<LoraArg> loras;
         for (int i = 1; i < argc; ++i) {
@@ -101,10 +102,10 @@ int main(int argc, char ** argv) {
                 loras.back().scale = parse_float(a, value(), -1e6f, 1e6f);
             }
             else if (a == "-t" || a == "--threads") threads = parse_int(a, value(), 0, 4096);
-            else if (a == "--activations") {
+            else if (a == "--matvec") {
                 const std::string v = value();
-                if (v != "int8" && v != "f32") throw rp::Error("--activations: '" + v + "' is not int8 or f32");
-                int8_activations = v == "int8";
+                if (v != "fast" && v != "exact") throw rp::Error("--matvec: '" + v + "' is not fast or exact");
+                row_dots = v == "fast";
             }
             else if (a == "-c" || a == "--ctx-size") n_ctx = parse_int(a, value(), 0, 1 << 24);
             else if (a == "-h" || a == "--help") { usage(stdout); return 0; }
@@ -131,7 +132,7 @@ int main(int argc, char ** argv) {
         }
         if (ids.empty()) throw rp::Error("the prompt is empty (no tokens)");
 
-        rp::cpu::set_int8_activations(int8_activations);
+        rp::cpu::set_row_dots(row_dots);
         rp::InferenceSession session(*model, n_ctx, static_cast<int>(threads), lora->set());
         if (static_cast<int64_t>(ids.size()) > session.n_ctx())
             throw rp::Error("the prompt has " + std::to_string(ids.size()) + " tokens, more than the context size " +

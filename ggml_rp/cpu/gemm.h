@@ -21,8 +21,9 @@ using gguf::TensorType;
 // Y[n, t] (+)= sum_k W[k, n] * X[k, t].
 // W: N rows of K elements of type wtype, row stride w_row_bytes (any dequantizable type; quantized rows are
 // dequantized in tiles inside the kernel). X: column t at X + t*x_col (floats). Y: column t at Y + t*y_col.
-// One token (T == 1) of Q8_0/Q4_K/Q5_K/Q6_K weights goes through int8 activations instead when the process
-// has asked for it (set_int8_activations, matvec_int8.h: other numerics, stated there; off by default).
+// One token (T == 1) is computed as per-row dot products in the weight's dot format instead (int8 activations
+// for Q8_0/Q4_K/Q5_K/Q6_K, bf16 for BF16) when the process has asked for it (set_row_dots, matvec_dot.h: other
+// numerics, stated there; off by default).
 void matmul_fwd(int64_t K, int64_t N, int64_t T,
                 const void * W, TensorType wtype, size_t w_row_bytes,
                 const float * X, int64_t x_col, float * Y, int64_t y_col, bool accumulate);

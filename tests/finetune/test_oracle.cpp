@@ -8,7 +8,7 @@
 #include "ft_test_util.h"
 #include "tests/oracle/oracle_run.h"
 
-#include "ggml_rp/cpu/matvec_int8.h"
+#include "ggml_rp/cpu/matvec_dot.h"
 #include "ggml_rp/ggml_rp.h"
 #include "gguf/gguf.h"
 #include "models/finetune.h"
@@ -369,10 +369,11 @@ TEST(FinetuneMerge, AQ4KMBaseGivesAQ4KMFileWithLlamaQuantizesBytes) {
     EXPECT_GT(moved, 10.0f * e_b) << "the adapter must move the logits well beyond the engines' disagreement";
 }
 
-// Generation with int8 activations (rp-generate's default; ggml_rp/cpu/matvec_int8.h) on files llama-quantize
-// makes: token by token through the KV cache, our logits stay as close to llama.cpp's (which quantizes its
-// activations too) as our exact f32 path is, and within the activation rounding of that f32 path.
-TEST(FinetuneOracle, Int8ActivationGenerationAgreesWithLlamaCppOnQuantizedFiles) {
+// Generation as row dots (rp-generate's default; ggml_rp/cpu/matvec_dot.h: int8 activations for the
+// quantized types, bf16 for BF16) on files llama-quantize makes: token by token through the KV cache, our
+// logits stay as close to llama.cpp's (which converts its activations the same way) as our exact path is,
+// and within the activation rounding of that exact path.
+TEST(FinetuneOracle, RowDotGenerationAgreesWithLlamaCppOnQuantizedFiles) {
     RP_REQUIRE_ORACLE();
     TmpDir d;
     rp::SynthSpec s;
@@ -380,7 +381,7 @@ TEST(FinetuneOracle, Int8ActivationGenerationAgreesWithLlamaCppOnQuantizedFiles)
     s.n_layer = 2, s.n_embd = 256, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 64, s.n_ff = 512, s.seed = 77;
     rp::write_synth_model(s, d / "f32.gguf");
     const std::vector<int32_t> toks = kPrompt1;
-    for (const char * ftype : {"q8_0", "q4_k_m", "q6_k"}) {
+    for (const char * ftype : {"bf16", "q8_0", "q4_k_m", "q6_k"}) {
         SCOPED_TRACE(ftype);
         const std::string q = d / (std::string(ftype) + ".gguf");
         ASSERT_EQ(rp::oracle::run("quantize " + quote(d / "f32.gguf") + " --out " + quote(q) + " --ftype " + ftype).status, 0);
@@ -391,21 +392,21 @@ TEST(FinetuneOracle, Int8ActivationGenerationAgreesWithLlamaCppOnQuantizedFiles)
             exact = batch.eval(toks, true);
         }
         {
-            const bool saved = rp::cpu::int8_activations();
-            rp::cpu::set_int8_activations(true);
+            const bool saved = rp::cpu::row_dots();
+            rp::cpu::set_row_dots(true);
             rp::InferenceSession gen(*m, 64, 2);
             for (int32_t t : toks) {
                 const std::vector<float> row = gen.eval({t});
                 int8.insert(int8.end(), row.begin(), row.end());
             }
-            rp::cpu::set_int8_activations(saved);
+            rp::cpu::set_row_dots(saved);
         }
         const std::vector<float> ref = oracle_logits(q, toks, "", d / "l.f32");
         ASSERT_EQ(ref.size(), exact.size());
         const float e_exact = max_diff(exact, ref), e_int8 = max_diff(int8, ref), moved = max_diff(int8, exact);
-        std::printf("%s: vs llama.cpp, f32 path %.4e, int8 generation %.6e; int8 vs f32 %.4e (logits up to %.2f)\n", ftype,
+        std::printf("%s: vs llama.cpp, exact path %.4e, row-dot generation %.4e; the two paths differ by %.4e (logits up to %.2f)\n", ftype,
                     e_exact, e_int8, moved, max_abs(ref));
-        EXPECT_GT(moved, 0.0f) << "the int8 path was not taken";
+        EXPECT_GT(moved, 0.0f) << "the row-dot path was not taken";
         EXPECT_LE(moved, 2e-2f * max_abs(ref)) << "more than the activation rounding";
         EXPECT_LE(e_int8, 1.5f * e_exact + 1e-3f * max_abs(ref));
     }

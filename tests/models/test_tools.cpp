@@ -129,14 +129,14 @@ TEST(Generate, Errors) {
     r = run_tool("rp-generate", "-m " + stories() + " -p hi --chat");  // stories260K has no chat template
     EXPECT_EQ(r.exit_code, 1);
     EXPECT_NE(r.err.find("error: "), std::string::npos) << r.err;
-    r = run_tool("rp-generate", "-m " + stories() + " -p hi --activations bf16");
+    r = run_tool("rp-generate", "-m " + stories() + " -p hi --matvec quick");
     EXPECT_EQ(r.exit_code, 1);
-    EXPECT_NE(r.err.find("--activations: 'bf16' is not int8 or f32"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("--matvec: 'quick' is not fast or exact"), std::string::npos) << r.err;
     EXPECT_TRUE(r.out.empty()) << "nothing generated: " << r.out;
     r = run_tool("rp-generate", "--help");
     EXPECT_EQ(r.exit_code, 0);
     EXPECT_NE(r.out.find("usage"), std::string::npos);
-    EXPECT_NE(r.out.find("--activations A"), std::string::npos) << "the numerics are stated in --help";
+    EXPECT_NE(r.out.find("--matvec M"), std::string::npos) << "the numerics are stated in --help";
 }
 
 TEST(Generate, ChatTemplateOnQwen) {

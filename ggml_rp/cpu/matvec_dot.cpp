@@ -1,10 +1,11 @@
-// Int8-activation dot products of quantized weight rows (see matvec_int8.h for the numerics).
+// One-token dot products of weight rows with a prepared column (see matvec_dot.h for the numerics).
 //
-// Every row's sum is formed in one fixed order: per sub-block an exact int32 sum, scaled and accumulated
-// into per-lane float accumulators in block order, the lanes added at the end in a fixed order, the min /
-// offset terms accumulated separately and subtracted last. The scalar loop (CPUs without AVX-512 VNNI) has
-// the same numerics in a different float order.
-#include "ggml_rp/cpu/matvec_int8.h"
+// Every row's sum is formed in one fixed order: per sub-block an exact int32 sum (int8 types) or per pair of
+// elements a product pair (bf16) or an FMA (f32), accumulated into per-lane f32 accumulators in element order,
+// the lanes added at the end in a fixed order; the int8 types' min / offset terms are accumulated separately
+// and subtracted last. The portable loops (CPUs without AVX-512 VNNI / BF16) have the same numerics in
+// another float order.
+#include "ggml_rp/cpu/matvec_dot.h"
 
 #include "ggml_rp/core/quant_block.h"
 
@@ -16,6 +17,11 @@
 
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512BW__)
 #define RP_INT8_SIMD 1
+#endif
+#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+#define RP_BF16_SIMD 1
+#endif
+#if defined(__AVX512F__) || defined(__F16C__)
 #include <immintrin.h>
 #endif
 
@@ -25,10 +31,10 @@ using gguf::TensorType;
 
 namespace {
 
-std::atomic<bool> g_int8_activations{false};
+std::atomic<bool> g_row_dots{false};
 
 inline float half_to_float(uint16_t h) {
-#if defined(RP_INT8_SIMD)
+#if defined(__F16C__)
     return _cvtsh_ss(h);   // exact, as fp16_to_fp32
 #else
     return fp16_to_fp32(h);
@@ -52,7 +58,7 @@ inline float hsum(__m256 v) {
 }
 #endif
 
-float dot_q8_0(const block_q8_0 * w, const Int8Column & x) {
+float dot_q8_0(const block_q8_0 * w, const DotColumn & x) {
     const int64_t nb = x.K / QK8_0;
 #if defined(RP_INT8_SIMD)
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
@@ -78,7 +84,7 @@ float dot_q8_0(const block_q8_0 * w, const Int8Column & x) {
 
 // Q4_K and Q5_K: per super-block of 256, sub-blocks j = 0..7 of 32 with w = (d*sc_j) q - (dmin*m_j).
 template <bool FIVE_BITS, class Block>
-float dot_q45_K(const Block * w, const Int8Column & x) {
+float dot_q45_K(const Block * w, const DotColumn & x) {
     const int64_t nsb = x.K / QK_K;
     float mins = 0.0f;
 #if defined(RP_INT8_SIMD)
@@ -134,7 +140,7 @@ float dot_q45_K(const Block * w, const Int8Column & x) {
 }
 
 // Q6_K: sub-blocks of 16 with w = (d*sc) (q - 32), q in [0, 63].
-float dot_q6_K(const block_q6_K * w, const Int8Column & x) {
+float dot_q6_K(const block_q6_K * w, const DotColumn & x) {
     const int64_t nsb = x.K / QK_K;
 #if defined(RP_INT8_SIMD)
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
@@ -190,9 +196,78 @@ float dot_q6_K(const block_q6_K * w, const Int8Column & x) {
 #endif
 }
 
+#if defined(__AVX512F__)
+// The 16 lanes added in a fixed order (through memory: GCC 12 warns falsely on the 512-bit extracts).
+inline float hsum512(__m512 v) {
+    alignas(64) float t[16];
+    _mm512_store_ps(t, v);
+    const __m256 s8 = _mm256_add_ps(_mm256_load_ps(t), _mm256_load_ps(t + 8));
+    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+// 16 weights from element k of an f32 / f16 row as floats (m: the lanes to load, the others 0).
+template <TensorType WT>
+inline __m512 load16(const void * row, int64_t k, __mmask16 m) {
+    if constexpr (WT == TensorType::F32) return _mm512_maskz_loadu_ps(m, static_cast<const float *>(row) + k);
+    else return _mm512_maskz_cvtph_ps(0xFFFF, _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t *>(row) + k));
+}
+#endif
+
+// F32 and F16 rows: one FMA chain per lane over 32 elements at a time (2 accumulators), then the lanes.
+template <TensorType WT>
+float dot_float(const void * row, const float * x, int64_t K) {
+#if defined(__AVX512F__)
+    // 4 chains: 2 FMA ports x 4 cycles of latency would want 8, but the loads, not the FMAs, are the limit.
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 64 <= K; k += 64) {
+        a0 = _mm512_fmadd_ps(load16<WT>(row, k, 0xFFFF), _mm512_loadu_ps(x + k), a0);
+        a1 = _mm512_fmadd_ps(load16<WT>(row, k + 16, 0xFFFF), _mm512_loadu_ps(x + k + 16), a1);
+        a2 = _mm512_fmadd_ps(load16<WT>(row, k + 32, 0xFFFF), _mm512_loadu_ps(x + k + 32), a2);
+        a3 = _mm512_fmadd_ps(load16<WT>(row, k + 48, 0xFFFF), _mm512_loadu_ps(x + k + 48), a3);
+    }
+    for (; k < K; k += 16) {
+        const __mmask16 m = __mmask16(K - k >= 16 ? 0xFFFF : (1u << (K - k)) - 1);
+        a0 = _mm512_fmadd_ps(load16<WT>(row, k, m), _mm512_maskz_loadu_ps(m, x + k), a0);
+    }
+    return hsum512(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+#else
+    float acc = 0.0f;
+    for (int64_t k = 0; k < K; ++k) {
+        float w;
+        if constexpr (WT == TensorType::F32) w = static_cast<const float *>(row)[k];
+        else w = half_to_float(static_cast<const uint16_t *>(row)[k]);
+        acc += w * x[k];
+    }
+    return acc;
+#endif
+}
+
+// BF16 rows with a bf16 column: each product exact in f32, summed in f32.
+float dot_bf16(const uint16_t * w, const uint16_t * x, int64_t K) {
+#if defined(RP_BF16_SIMD)
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 64 <= K; k += 64) {
+        a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(w + k), (__m512bh)_mm512_loadu_si512(x + k));
+        a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(w + k + 32), (__m512bh)_mm512_loadu_si512(x + k + 32));
+    }
+    for (; k < K; k += 32) {   // a partial tail loads zeros past K
+        const __mmask32 m = K - k >= 32 ? 0xFFFFFFFFu : (__mmask32(1) << (K - k)) - 1;
+        a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_maskz_loadu_epi16(m, w + k), (__m512bh)_mm512_maskz_loadu_epi16(m, x + k));
+    }
+    return hsum512(_mm512_add_ps(a0, a1));
+#else
+    float acc = 0.0f;
+    for (int64_t k = 0; k < K; ++k) acc += bf16_to_fp32(w[k]) * bf16_to_fp32(x[k]);
+    return acc;
+#endif
+}
+
 } // namespace
 
-void quantize_column(const float * x, int64_t K, Int8Column & out) {
+void quantize_column(const float * x, int64_t K, DotColumn & out) {
     out.K = K;
     out.q.resize(size_t(K));
     out.d.resize(size_t(K / 32));
@@ -214,35 +289,57 @@ void quantize_column(const float * x, int64_t K, Int8Column & out) {
     }
 }
 
-bool int8_dot_supports(TensorType t, int64_t K) {
+void prepare_column(TensorType t, const float * x, int64_t K, DotColumn & out) {
+    out.K = K;
+    out.x = x;
+    if (t == TensorType::BF16) {
+        out.bf16.resize(size_t(K));
+        for (int64_t k = 0; k < K; ++k) out.bf16[size_t(k)] = fp32_to_bf16(x[k]);
+    } else if (t != TensorType::F32 && t != TensorType::F16) {
+        quantize_column(x, K, out);
+    }
+}
+
+bool row_dot_supports(TensorType t, int64_t K) {
     switch (t) {
+    case TensorType::F32: case TensorType::F16: case TensorType::BF16: return K > 0;
     case TensorType::Q8_0: return K > 0 && K % QK8_0 == 0;
     case TensorType::Q4_K: case TensorType::Q5_K: case TensorType::Q6_K: return K > 0 && K % QK_K == 0;
     default: return false;
     }
 }
 
-float int8_dot_row(TensorType t, const void * row, const Int8Column & x) {
+float row_dot(TensorType t, const void * row, const DotColumn & x) {
     switch (t) {
+    case TensorType::F32: return dot_float<TensorType::F32>(row, x.x, x.K);
+    case TensorType::F16: return dot_float<TensorType::F16>(row, x.x, x.K);
+    case TensorType::BF16: return dot_bf16(static_cast<const uint16_t *>(row), x.bf16.data(), x.K);
     case TensorType::Q8_0: return dot_q8_0(static_cast<const block_q8_0 *>(row), x);
     case TensorType::Q4_K: return dot_q45_K<false>(static_cast<const block_q4_K *>(row), x);
     case TensorType::Q5_K: return dot_q45_K<true>(static_cast<const block_q5_K *>(row), x);
     case TensorType::Q6_K: return dot_q6_K(static_cast<const block_q6_K *>(row), x);
     default: break;
     }
-    assert(false && "int8_dot_row: a type int8_dot_supports refuses");
+    assert(false && "row_dot: a type row_dot_supports refuses");
     return 0.0f;
 }
 
-bool int8_dot_is_simd() {
-#if defined(RP_INT8_SIMD)
-    return true;
-#else
-    return false;
+bool row_dot_is_simd(TensorType t) {
+    switch (t) {
+#if defined(__AVX512F__)
+    case TensorType::F32: case TensorType::F16: return true;
 #endif
+#if defined(RP_BF16_SIMD)
+    case TensorType::BF16: return true;
+#endif
+#if defined(RP_INT8_SIMD)
+    case TensorType::Q8_0: case TensorType::Q4_K: case TensorType::Q5_K: case TensorType::Q6_K: return true;
+#endif
+    default: return false;
+    }
 }
 
-void set_int8_activations(bool on) { g_int8_activations.store(on, std::memory_order_relaxed); }
-bool int8_activations() { return g_int8_activations.load(std::memory_order_relaxed); }
+void set_row_dots(bool on) { g_row_dots.store(on, std::memory_order_relaxed); }
+bool row_dots() { return g_row_dots.load(std::memory_order_relaxed); }
 
 } // namespace rp::cpu

@@ -1,0 +1,63 @@
+// One-token products as per-row dot products, with the activation column in the weight's dot-product format:
+// the generation path, as llama.cpp's CPU backend does it (its vec_dot with q8_0 / q8_K / bf16 activations).
+//
+// Generating one token reads every weight once, so the product is bound by how fast the weight rows stream
+// in and are decoded, not by work on the activations. Converting the column once lets each weight row be
+// dotted where it lies, one contiguous stream, with the cheapest instructions its format allows:
+//   Q8_0, Q4_K, Q5_K, Q6_K  int8 column, integer multiply-adds (AVX-512 VNNI), exact in int32, scaled per block;
+//   BF16                    bf16 column, pairwise bf16 products summed in f32 (AVX-512 BF16);
+//   F32, F16                the f32 column itself, one FMA chain per 16 lanes.
+//
+// Numerics (stated, and tested against double-precision references):
+//   int8: x is cut into blocks of 32; block b becomes d_b * q_i with d_b = max|x_i| / 127 and q_i = round(x_i /
+//     d_b) (ties to even) in [-127, 127], so |x_i - d_b q_i| <= d_b / 2. (llama.cpp: 32-blocks with an fp16
+//     scale for Q8_0, 256-blocks with an f32 scale for the K types; ours is at least as fine for every type.)
+//     The weights are rp::dequantize_row's values, factored per sub-block (w = s q - m):
+//     y = sum over sub-blocks of s d_b (sum q q', exact) - m d_b (sum q').
+//   bf16: x rounded to bf16 (to nearest even, relative error <= 2^-8); each product of two bf16 values is
+//     exact in f32; the products are summed in f32 (subnormal bf16 inputs count as zero, as the instruction does).
+//   f32 / f16: the exact values, summed in f32 in 16 interleaved lanes.
+// Each row's order is fixed (the same for any thread count: results are deterministic), but it is not the
+// batch path's order, so a token's logits differ from its column in a batch by the rounding above (int8:
+// ~1e-3 relative; bf16: ~4e-3 of |w||x|; f32: reassociation only). That is why this is opt-in per process
+// (rp-generate turns it on) and the batch arithmetic stays the default (training, perplexity, prompts).
+#pragma once
+
+#include "gguf/types.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace rp::cpu {
+
+// An activation column prepared for row_dot with one weight type.
+struct DotColumn {
+    int64_t K = 0;
+    const float * x = nullptr;    // f32 / f16 weights: the column itself (not owned)
+    std::vector<int8_t> q;        // int8 types: K values
+    std::vector<float> d;         //   K/32 block scales
+    std::vector<float> dsum16;    //   K/16: d of the block * (sum of the 16 q's), for the min / offset terms
+    std::vector<uint16_t> bf16;   // bf16 weights: K values
+};
+
+// Quantizes x[0..K) to int8 (K a multiple of 32): q, d, dsum16.
+void quantize_column(const float * x, int64_t K, DotColumn & out);
+
+// Prepares x[0..K) for rows of type t (row_dot_supports(t, K)).
+void prepare_column(gguf::TensorType t, const float * x, int64_t K, DotColumn & out);
+
+// Whether row_dot takes weight rows of type t and length K.
+bool row_dot_supports(gguf::TensorType t, int64_t K);
+
+// One weight row (K elements of type t) times the column prepare_column(t, ...) made.
+float row_dot(gguf::TensorType t, const void * row, const DotColumn & x);
+
+// True when row_dot uses the instructions named above for t (false: a portable loop, same numerics).
+bool row_dot_is_simd(gguf::TensorType t);
+
+// Process-wide switch: one-token matmul_fwd products of supported weight types become row dots. Off by
+// default.
+void set_row_dots(bool on);
+bool row_dots();
+
+} // namespace rp::cpu

@@ -1,0 +1,181 @@
+// The one-token row dots (ggml_rp/cpu/matvec_dot.h): their stated numerics against double references,
+// determinism, and their place behind matmul_fwd.
+//
+//  1. The prepared column is within the stated rounding of x: int8 d_b / 2 per 32-block, bf16 2^-8 |x|, f32 0.
+//  2. The dot of a weight row with the prepared column equals, up to f32 accumulation, the double-precision
+//     sum of rp::dequantize_row's weights times the column's values x'; against the exact column the error
+//     is within that plus sum |w_i| |x_i - x'_i|.
+//  3. matmul_fwd with the switch on: one token is that dot for every row, bit-identical on 1 and 2 threads;
+//     with it off (the default), or for a type it does not take, nothing changes.
+#include "ggml_rp/cpu/matvec_dot.h"
+
+#include "ggml_rp/cpu/gemm.h"
+#include "kernels_util.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+using namespace kt;
+
+const std::vector<TensorType> kDotTypes = {TensorType::F32,  TensorType::F16,  TensorType::BF16, TensorType::Q8_0,
+                                          TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
+
+bool is_int8(TensorType t) { return t != TensorType::F32 && t != TensorType::F16 && t != TensorType::BF16; }
+
+// The column value row_dot multiplies element k by.
+double used_value(TensorType t, const rp::cpu::DotColumn & c, int64_t k) {
+    if (t == TensorType::BF16) return rp::bf16_to_fp32(c.bf16[size_t(k)]);
+    if (is_int8(t)) return double(c.d[size_t(k / 32)]) * c.q[size_t(k)];
+    return c.x[k];
+}
+
+// A column with blocks of very different scales, one all-zero block and one with a single large value.
+std::vector<float> test_column(int64_t K, Rng & rng) {
+    std::vector<float> x(static_cast<size_t>(K));
+    for (int64_t b = 0; 32 * b < K; ++b) {
+        const float amp = b % 5 == 1 ? 0.0f : std::pow(10.0f, float(int(b % 7)) - 3.0f);
+        for (int64_t i = 32 * b; i < std::min(K, 32 * b + 32); ++i) x[size_t(i)] = rng.uniform(-amp, amp);
+        if (b % 5 == 3 && 32 * b + 7 < K) x[size_t(32 * b + 7)] = 50.0f * amp;
+    }
+    return x;
+}
+
+struct RowDotSwitch {
+    bool saved = rp::cpu::row_dots();
+    explicit RowDotSwitch(bool on) { rp::cpu::set_row_dots(on); }
+    ~RowDotSwitch() { rp::cpu::set_row_dots(saved); }
+};
+
+TEST(MatvecDot, QuantizedColumnIsWithinHalfAStepOfEveryValue) {
+    Rng rng(3);
+    const int64_t K = 768;
+    const std::vector<float> x = test_column(K, rng);
+    rp::cpu::DotColumn c;
+    rp::cpu::quantize_column(x.data(), K, c);
+    for (int64_t b = 0; b < K / 32; ++b) {
+        float amax = 0.0f;
+        for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[size_t(32 * b + i)]));
+        EXPECT_EQ(c.d[size_t(b)], amax / 127.0f);
+        int s16[2] = {0, 0};
+        for (int i = 0; i < 32; ++i) {
+            const int q = c.q[size_t(32 * b + i)];
+            ASSERT_LE(std::abs(q), 127);
+            EXPECT_LE(std::fabs(double(c.d[size_t(b)]) * q - x[size_t(32 * b + i)]), 0.5 * c.d[size_t(b)] * (1 + 1e-6)) << b << " " << i;
+            s16[i / 16] += q;
+        }
+        EXPECT_EQ(c.dsum16[size_t(2 * b)], c.d[size_t(b)] * float(s16[0]));
+        EXPECT_EQ(c.dsum16[size_t(2 * b + 1)], c.d[size_t(b)] * float(s16[1]));
+    }
+}
+
+TEST(MatvecDot, DotMatchesDoubleReferencesForEveryType) {
+    Rng rng(17);
+    for (TensorType t : kDotTypes)
+        for (int64_t K : is_int8(t) ? std::vector<int64_t>{256, 768, 3072} : std::vector<int64_t>{256, 768, 3072, 1, 17, 100, 333}) {
+            const char * name = gguf::type_name(uint32_t(t));
+            ASSERT_TRUE(rp::cpu::row_dot_supports(t, K)) << name;
+            const int64_t N = 6;
+            const Weight w = make_weight(t, K, N, rng);
+            const std::vector<float> x = test_column(K, rng);
+            rp::cpu::DotColumn c;
+            rp::cpu::prepare_column(t, x.data(), K, c);
+            for (int64_t k = 0; k < K; ++k) {   // the column's stated rounding
+                const double e = std::fabs(used_value(t, c, k) - x[size_t(k)]);
+                const double bound = t == TensorType::BF16 ? std::ldexp(std::fabs(x[size_t(k)]), -8)
+                                     : is_int8(t)           ? 0.5 * c.d[size_t(k / 32)] * (1 + 1e-6)
+                                                            : 0.0;
+                ASSERT_LE(e, bound) << name << " element " << k;
+            }
+            double worst_accum = 0.0, worst_round = 0.0;   // each error as a fraction of its bound
+            for (int64_t n = 0; n < N; ++n) {
+                const float got = rp::cpu::row_dot(t, w.bytes.data() + size_t(n) * w.row_bytes, c);
+                double same = 0.0, exact = 0.0, mag = 0.0, wmax = 0.0, xsum = 0.0, round = 0.0;
+                for (int64_t k = 0; k < K; ++k) {
+                    const double wk = w.deq[size_t(n * K + k)], xk = used_value(t, c, k);
+                    same += wk * xk;
+                    exact += wk * x[size_t(k)];
+                    mag += std::fabs(wk * xk);
+                    wmax = std::max(wmax, std::fabs(wk));
+                    xsum += std::fabs(xk);
+                    round += std::fabs(wk) * std::fabs(xk - x[size_t(k)]);
+                }
+                // f32 accumulation: chains of K/16 or fewer terms per lane, then 16 lanes. The int8 types'
+                // sub-block factoring (w = s q - m) adds terms as large as max|w| |x'|.
+                const double accum_bound = double(K / 16 + 16) * std::ldexp(1.0, -24) * (mag + (is_int8(t) ? wmax * xsum : 0.0)) + 1e-30;
+                const double e_same = std::fabs(got - same), e_exact = std::fabs(got - exact);
+                EXPECT_LE(e_same, accum_bound) << name << " K=" << K << " row " << n;
+                EXPECT_LE(e_exact, round + accum_bound) << name << " K=" << K << " row " << n;
+                worst_accum = std::max(worst_accum, e_same / accum_bound);
+                worst_round = std::max(worst_round, e_exact / (round + accum_bound));
+            }
+            std::printf("  %-5s K=%-5lld (%s) accumulation error %.2g of its bound, error vs the f32 column %.2g of its bound\n",
+                        name, static_cast<long long>(K), rp::cpu::row_dot_is_simd(t) ? "simd" : "portable", worst_accum, worst_round);
+        }
+}
+
+TEST(MatvecDot, MatmulOneTokenIsTheDotOnAnyThreadCount) {
+    Rng rng(23);
+    const int64_t K = 512, N = 333;   // rows not a multiple of any task size
+    for (TensorType t : kDotTypes) {
+        const Weight w = make_weight(t, K, N, rng, 12);
+        const std::vector<float> x = test_column(K, rng);
+        rp::cpu::DotColumn c;
+        rp::cpu::prepare_column(t, x.data(), K, c);
+        std::vector<float> want(static_cast<size_t>(N));
+        for (int64_t n = 0; n < N; ++n) want[size_t(n)] = rp::cpu::row_dot(t, w.bytes.data() + size_t(n) * w.row_bytes, c);
+
+        std::vector<float> off(static_cast<size_t>(N)), y1(off), y2(off), acc(off.size(), 0.25f);
+        rp::cpu::matmul_fwd(K, N, 1, w.data(), t, w.row_bytes, x.data(), K, off.data(), N, false);
+        {
+            RowDotSwitch on(true);
+            {
+                ScopedThreads th(1);
+                rp::cpu::matmul_fwd(K, N, 1, w.data(), t, w.row_bytes, x.data(), K, y1.data(), N, false);
+            }
+            {
+                ScopedThreads th(2);
+                rp::cpu::matmul_fwd(K, N, 1, w.data(), t, w.row_bytes, x.data(), K, y2.data(), N, false);
+                rp::cpu::matmul_fwd(K, N, 1, w.data(), t, w.row_bytes, x.data(), K, acc.data(), N, true);
+            }
+        }
+        const char * name = gguf::type_name(uint32_t(t));
+#if defined(__AVX512F__)
+        EXPECT_TRUE(bit_equal(y1, want)) << name;
+        for (int64_t n = 0; n < N; ++n) EXPECT_EQ(acc[size_t(n)], 0.25f + want[size_t(n)]) << name << " row " << n;
+        EXPECT_FALSE(bit_equal(y1, off)) << name << ": the f32 path (switch off) gave the int8 path's bits";
+#else
+        // Builds without AVX-512 have no one-row path: the switch changes nothing.
+        EXPECT_TRUE(bit_equal(y1, off)) << name;
+#endif
+        EXPECT_TRUE(bit_equal(y1, y2)) << name << ": 1 vs 2 threads";
+    }
+}
+
+TEST(MatvecDot, OffByDefaultAndOtherTypesUnchanged) {
+    EXPECT_FALSE(rp::cpu::row_dots());
+    Rng rng(31);
+    const int64_t K = 512, N = 70;
+    for (TensorType t : {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1, TensorType::Q2_K, TensorType::Q3_K}) {
+        EXPECT_FALSE(rp::cpu::row_dot_supports(t, K)) << gguf::type_name(uint32_t(t));
+        const Weight w = make_weight(t, K, N, rng);
+        const std::vector<float> x = test_column(K, rng);
+        std::vector<float> off(static_cast<size_t>(N)), on(off);
+        rp::cpu::matmul_fwd(K, N, 1, w.data(), t, w.row_bytes, x.data(), K, off.data(), N, false);
+        {
+            RowDotSwitch s(true);
+            rp::cpu::matmul_fwd(K, N, 1, w.data(), t, w.row_bytes, x.data(), K, on.data(), N, false);
+        }
+        EXPECT_TRUE(bit_equal(on, off)) << gguf::type_name(uint32_t(t));
+    }
+    // Rows whose length is not a whole number of blocks of the type are refused.
+    EXPECT_FALSE(rp::cpu::row_dot_supports(TensorType::Q4_K, 288));
+    EXPECT_FALSE(rp::cpu::row_dot_supports(TensorType::Q8_0, 48));
+}
+
+}  // namespace
