@@ -21,6 +21,17 @@
 
 namespace rp::cli {
 
+// How OpenMP threads wait at barriers in this process, for the tools' startup line: "GOMP_SPINCOUNT=10000"
+// (the tools' default, set by tools/omp_defaults.cpp before libgomp starts) or what the user's environment
+// set (OMP_WAIT_POLICY=..., GOMP_SPINCOUNT=...).
+std::string omp_wait_setting();
+
+// What each tool's --help says under --threads (a macro, to concatenate with the help literals).
+#define RP_THREADS_WAIT_HELP                                                                                   \
+    "                        threads spin 10,000 times at a barrier, then sleep (GOMP_SPINCOUNT=10000:\n"   \
+    "                        measured best on idle and busy machines); OMP_WAIT_POLICY or GOMP_SPINCOUNT\n"  \
+    "                        in the environment take precedence\n"
+
 inline std::string read_file(const std::string & path) {
     std::error_code ec;
     if (std::filesystem::is_directory(path, ec)) throw rp::Error(path + ": is a directory");

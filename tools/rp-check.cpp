@@ -31,7 +31,7 @@ void usage(FILE * f) {
                  "      --only LIST     some checks: forward,tokenizer,gradients,pipeline,round-trip\n"
                  "      --json          one JSON object on stdout instead of the table\n"
                  "      --oracle PATH   the rp-oracle program (default: next to rp-check, else $RP_ORACLE_BIN)\n"
-                 "  -t, --threads N     CPU threads (default: all)\n"
+                 "  -t, --threads N     CPU threads (default: all)\n" RP_THREADS_WAIT_HELP
                  "  -h, --help          this text\n");
 }
 

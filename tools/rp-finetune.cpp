@@ -35,6 +35,7 @@
 #include <span>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -68,7 +69,7 @@ const char * const kUsage =
     "      --stop-at N         stop after step N (checkpoint written), keeping the schedule of --steps\n"
     "      --clip X            global gradient-norm clipping, 0 = off (default 1)\n"
     "      --seed N            data order, split and LoRA init (default 42)\n"
-    "  -t, --threads N         CPU threads (default: all)\n"
+    "  -t, --threads N         CPU threads (default: all)\n" RP_THREADS_WAIT_HELP
     "      --save-every N      write the checkpoint OUT.ckpt.gguf every N steps (it is also written at the end)\n"
     "      --resume FILE       continue from a checkpoint, or start from an adapter's weights\n"
     "      --eval-every N      validation loss every N steps (and at the end) when --val-split > 0\n"
@@ -425,6 +426,8 @@ static int finetune(int argc, char ** argv, rp::Communicator * world) {
         say("%s: %zu sequences of %lld tokens (%zu train, %zu validation), %zu trainable tensors, %lld steps\n",
                      data_path.c_str(), data.size(), static_cast<long long>(seq_len), run.split().train.size(),
                      run.split().val.size(), run.trainer().params().size(), static_cast<long long>(total));
+        say("CPU threads: %d (%s)\n", o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())),
+            rp::cli::omp_wait_setting().c_str());
         const rp::DatasetStats & ds = data.stats();
         if (ds.n_unpacked > 0) {  // JSONL: what packing saved
             char padding[160];

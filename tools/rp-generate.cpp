@@ -15,6 +15,7 @@
 #include "models/model.h"
 #include "models/tokenizer.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -25,6 +26,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -44,7 +46,7 @@ void usage(FILE * f) {
                  "      --chat-template T   a FILE.jinja, or chatml / llama3, instead of the model's (implies --chat)\n"
                  "      --lora FILE         apply a LoRA adapter (repeatable)\n"
                  "      --lora-scale S      user scale of the preceding --lora (default 1)\n"
-                 "  -t, --threads N         CPU threads (default: all)\n"
+                 "  -t, --threads N         CPU threads (default: all)\n" RP_THREADS_WAIT_HELP
                  "      --matvec M          fast or exact: how a generated token's products are computed.\n"
                  "                          fast (default): per-row dot products with the activations in the\n"
                  "                          weight's format, as llama.cpp (int8 per 32 values with an f32 scale\n"
@@ -138,9 +140,11 @@ int main(int argc, char ** argv) {
             throw rp::Error("the prompt has " + std::to_string(ids.size()) + " tokens, more than the context size " +
                             std::to_string(session.n_ctx()) + " (-c)");
         rp::Sampler sampler(sp);
-        std::fprintf(stderr, "model: %s (%s, %lld parameters), context %lld, seed %llu\n", model_path.c_str(),
-                     model->hparams().arch->name, static_cast<long long>(model->n_params()),
-                     static_cast<long long>(session.n_ctx()), static_cast<unsigned long long>(sp.seed));
+        std::fprintf(stderr, "model: %s (%s, %lld parameters), context %lld, seed %llu, %d threads (%s), matvec %s\n",
+                     model_path.c_str(), model->hparams().arch->name, static_cast<long long>(model->n_params()),
+                     static_cast<long long>(session.n_ctx()), static_cast<unsigned long long>(sp.seed),
+                     threads > 0 ? static_cast<int>(threads) : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())),
+                     rp::cli::omp_wait_setting().c_str(), row_dots ? "fast" : "exact");
         if (!chat) write_out(text);
 
         const auto t_prompt = std::chrono::steady_clock::now();

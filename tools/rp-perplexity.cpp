@@ -44,7 +44,7 @@ void usage(FILE * f) {
                  "  -c, --ctx-size N     tokens per chunk (default 512)\n"
                  "      --stride S       sliding windows every S tokens, scoring their last S predictions\n"
                  "  -b, --batch-size N   tokens per evaluation (default: the chunk size)\n"
-                 "  -t, --threads N      CPU threads (default: all)\n"
+                 "  -t, --threads N      CPU threads (default: all)\n" RP_THREADS_WAIT_HELP
                  "      --lora FILE      apply a LoRA adapter (repeatable)\n"
                  "      --lora-scale S   user scale of the preceding --lora (default 1)\n"
                  "      --kl-divergence-base FILE\n"

@@ -148,4 +148,28 @@ TEST(Generate, ChatTemplateOnQwen) {
     EXPECT_NE(r.err.find("tokens/s"), std::string::npos) << r.err;
 }
 
+// The tools' OpenMP wait default (tools/omp_defaults.cpp): with neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT
+// set, libgomp itself runs with a spin count of 10,000 (its OMP_DISPLAY_ENV report says so) and the startup
+// line names it; a user's setting is left alone.
+TEST(Generate, OpenMPWaitDefaultAndUserSettingsReachLibgomp) {
+    const auto run = [](const std::string & env) {
+        TempDir d;
+        const std::string err = d.file("err");
+        const std::string cmd = "env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT OMP_DISPLAY_ENV=verbose " + env + " " + std::string(RP_BIN_DIR) +
+                                "/rp-generate -m " + stories() + " -p hi -n 1 --temp 0 -t 2 > /dev/null 2> " + err;
+        EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+        return slurp(err);
+    };
+    std::string e = run("");
+    EXPECT_NE(e.find("GOMP_SPINCOUNT = '10000'"), std::string::npos) << e;
+    EXPECT_NE(e.find("2 threads (GOMP_SPINCOUNT=10000)"), std::string::npos) << e;
+    e = run("OMP_WAIT_POLICY=passive");
+    EXPECT_EQ(e.find("GOMP_SPINCOUNT = '10000'"), std::string::npos) << e;
+    EXPECT_NE(e.find("OMP_WAIT_POLICY = 'PASSIVE'"), std::string::npos) << e;
+    EXPECT_NE(e.find("2 threads (OMP_WAIT_POLICY=passive)"), std::string::npos) << e;
+    e = run("GOMP_SPINCOUNT=1234");
+    EXPECT_NE(e.find("GOMP_SPINCOUNT = '1234'"), std::string::npos) << e;
+    EXPECT_NE(e.find("2 threads (GOMP_SPINCOUNT=1234)"), std::string::npos) << e;
+}
+
 } // namespace
