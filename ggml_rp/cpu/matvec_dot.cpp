@@ -58,6 +58,53 @@ inline float hsum(__m256 v) {
 }
 #endif
 
+// Q4_0, Q4_1, Q5_0, Q5_1: blocks of 32, element j in the low nibble of qs[j] (j < 16) or the high nibble of
+// qs[j - 16], Q5's fifth bit j in qh. w = d (q - 8) / d (q - 16) or w = d q + m, so per block
+// y = d d_b (sum q q') - offset d (d_b sum q')  or  d d_b (sum q q') + m (d_b sum q').
+template <class Block, bool FIVE_BITS, bool HAS_MIN>
+float dot_q45_small(const Block * w, const DotColumn & x) {
+    const int64_t nb = x.K / 32;
+    constexpr float offset = HAS_MIN ? 0.0f : (FIVE_BITS ? 16.0f : 8.0f);
+    float extra = 0.0f;   // the offset or min terms
+#if defined(RP_INT8_SIMD)
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+#else
+    float acc = 0.0f;
+#endif
+    for (int64_t b = 0; b < nb; ++b) {
+        const Block & blk = w[b];
+        const float d = half_to_float(blk.d), dx = x.d[size_t(b)];
+        const float xsum = x.dsum16[size_t(2 * b)] + x.dsum16[size_t(2 * b + 1)];
+        if constexpr (HAS_MIN) extra += half_to_float(blk.m) * xsum;
+        else extra -= offset * d * xsum;
+#if defined(RP_INT8_SIMD)
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(blk.qs));
+        const __m128i m4 = _mm_set1_epi8(0x0F);
+        __m256i v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
+        if constexpr (FIVE_BITS) v = _mm256_or_si256(v, _mm256_maskz_mov_epi8(__mmask32(load_le32(blk.qh)), _mm256_set1_epi8(0x10)));
+        const __m256i s = dot_u8s8(v, load256(x.q.data() + 32 * b));
+        const __m256 scale = _mm256_set1_ps(d * dx);
+        if (b % 2 == 0) acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc0);
+        else acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc1);
+#else
+        uint32_t qh = 0;
+        if constexpr (FIVE_BITS) qh = load_le32(blk.qh);
+        int32_t s = 0;
+        for (int j = 0; j < 32; ++j) {
+            int q = j < 16 ? (blk.qs[j] & 0xF) : (blk.qs[j - 16] >> 4);
+            if constexpr (FIVE_BITS) q |= int((qh >> j) & 1u) << 4;
+            s += q * x.q[size_t(32 * b + j)];
+        }
+        acc += float(s) * (d * dx);
+#endif
+    }
+#if defined(RP_INT8_SIMD)
+    return hsum(_mm256_add_ps(acc0, acc1)) + extra;
+#else
+    return acc + extra;
+#endif
+}
+
 float dot_q8_0(const block_q8_0 * w, const DotColumn & x) {
     const int64_t nb = x.K / QK8_0;
 #if defined(RP_INT8_SIMD)
@@ -303,7 +350,8 @@ void prepare_column(TensorType t, const float * x, int64_t K, DotColumn & out) {
 bool row_dot_supports(TensorType t, int64_t K) {
     switch (t) {
     case TensorType::F32: case TensorType::F16: case TensorType::BF16: return K > 0;
-    case TensorType::Q8_0: return K > 0 && K % QK8_0 == 0;
+    case TensorType::Q4_0: case TensorType::Q4_1: case TensorType::Q5_0: case TensorType::Q5_1:
+    case TensorType::Q8_0: return K > 0 && K % 32 == 0;
     case TensorType::Q4_K: case TensorType::Q5_K: case TensorType::Q6_K: return K > 0 && K % QK_K == 0;
     default: return false;
     }
@@ -314,6 +362,10 @@ float row_dot(TensorType t, const void * row, const DotColumn & x) {
     case TensorType::F32: return dot_float<TensorType::F32>(row, x.x, x.K);
     case TensorType::F16: return dot_float<TensorType::F16>(row, x.x, x.K);
     case TensorType::BF16: return dot_bf16(static_cast<const uint16_t *>(row), x.bf16.data(), x.K);
+    case TensorType::Q4_0: return dot_q45_small<block_q4_0, false, false>(static_cast<const block_q4_0 *>(row), x);
+    case TensorType::Q4_1: return dot_q45_small<block_q4_1, false, true>(static_cast<const block_q4_1 *>(row), x);
+    case TensorType::Q5_0: return dot_q45_small<block_q5_0, true, false>(static_cast<const block_q5_0 *>(row), x);
+    case TensorType::Q5_1: return dot_q45_small<block_q5_1, true, true>(static_cast<const block_q5_1 *>(row), x);
     case TensorType::Q8_0: return dot_q8_0(static_cast<const block_q8_0 *>(row), x);
     case TensorType::Q4_K: return dot_q45_K<false>(static_cast<const block_q4_K *>(row), x);
     case TensorType::Q5_K: return dot_q45_K<true>(static_cast<const block_q5_K *>(row), x);
@@ -333,6 +385,7 @@ bool row_dot_is_simd(TensorType t) {
     case TensorType::BF16: return true;
 #endif
 #if defined(RP_INT8_SIMD)
+    case TensorType::Q4_0: case TensorType::Q4_1: case TensorType::Q5_0: case TensorType::Q5_1:
     case TensorType::Q8_0: case TensorType::Q4_K: case TensorType::Q5_K: case TensorType::Q6_K: return true;
 #endif
     default: return false;
