@@ -37,17 +37,17 @@
 # The host is shared: both engines slow down badly while other processes load the cores (single steps varied
 # 50-fold during a parallel build), hence best of REPS; compare the load averages printed before and after.
 #
-# Last measured on 2026-11-29 (2-core AMD EPYC with AVX-512, shared with parallel builds: load 3.5-3.8; rp-finetune
-# of that day's working tree, llama.cpp's zen4 CPU backend), THREADS=2, defaults otherwise:
+# Last measured on 2026-12-01 (2-core Intel Xeon with AVX-512, load 1.4-1.7; llama.cpp's CPU backend for it),
+# THREADS=2, REPS=3, defaults otherwise (three runs within minutes; stories260K's 9 steps take 0.2 s, so its
+# ratio moved between 1.27 and 1.90 from run to run):
 #   model          mode  engine        steps   train s   tokens/s    ratio   RSS MiB
-#   stories260K    full  llama.cpp         9      1.13     2046.4     1.00      38.7
-#   stories260K    full  rp-finetune       9      0.60     3840.0     1.88      21.5
-#   stories260K    lora  rp-finetune       9      0.46     4976.2     2.43      19.1
-#   llama-20M      full  llama.cpp         9      6.89      334.6     1.00     393.6
-#   llama-20M      full  rp-finetune       9      3.72      619.2     1.85     467.7
-#   llama-20M      lora  rp-finetune       9      3.55      648.3     1.94     155.1
-# Two other runs the same hour, at load 4-6, gave ratios 1.50/2.25/1.55/1.59 and 1.10/0.57/0.57/2.41: under load
-# single repetitions differ up to 10-fold, so trust only runs made on a quiet machine.
+#   stories260K    full  llama.cpp         9      0.35     6661.4     1.00      38.9
+#   stories260K    full  rp-finetune       9      0.18    12659.3     1.90      22.9
+#   stories260K    lora  rp-finetune       9      0.22    10331.8     1.55      20.6
+#   llama-20M      full  llama.cpp         9      4.01      575.0     1.00     393.7
+#   llama-20M      full  rp-finetune       9      2.38      966.0     1.68     469.8
+#   llama-20M      lora  rp-finetune       9      2.21     1040.2     1.81     169.8
+# Under load single repetitions differ up to 10-fold: trust only runs made on a quiet machine.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
