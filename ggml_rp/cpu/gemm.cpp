@@ -501,7 +501,8 @@ void dot_rows(const Problem & P, int64_t j0, int64_t j1, const DotColumn & x) {
 
 bool run_one_row(const Problem & P, bool parallel) {
     if (P.M != 1 || !P.B.t || P.A.t) return false;
-    const bool dots = row_dots() && row_dot_supports(P.B.type, P.K);
+    // (Only where the dot has its instructions: the portable loops are slower than the path below.)
+    const bool dots = row_dots() && row_dot_supports(P.B.type, P.K) && row_dot_is_simd(P.B.type);
     static thread_local DotColumn scratch;
     DotColumn & column = scratch;   // (a name the lambda captures: inside it `scratch` is each thread's own)
     if (dots) prepare_column(P.B.type, P.A.a, P.K, column);

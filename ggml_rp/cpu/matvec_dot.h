@@ -55,8 +55,8 @@ float row_dot(gguf::TensorType t, const void * row, const DotColumn & x);
 // True when row_dot uses the instructions named above for t (false: a portable loop, same numerics).
 bool row_dot_is_simd(gguf::TensorType t);
 
-// Process-wide switch: one-token matmul_fwd products of supported weight types become row dots. Off by
-// default.
+// Process-wide switch: one-token matmul_fwd products of supported weight types become row dots, where
+// row_dot_is_simd (the portable loops are slower than the exact path, which then stays). Off by default.
 void set_row_dots(bool on);
 bool row_dots();
 
