@@ -14,6 +14,7 @@
 #include <cassert>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512BW__)
 #define RP_INT8_SIMD 1
@@ -41,6 +42,15 @@ inline float half_to_float(uint16_t h) {
 #endif
 }
 
+#if defined(__AVX512F__)
+// The 8 lanes added in a fixed order.
+inline float hsum(__m256 v) {
+    const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+#endif
+
 #if defined(RP_INT8_SIMD)
 inline __m256i load256(const void * p) { return _mm256_loadu_si256(static_cast<const __m256i *>(p)); }
 inline __m256i dot_u8s8(__m256i u, __m256i s) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s); }
@@ -50,11 +60,6 @@ inline __m256i high4(__m256i v) { return _mm256_and_si256(_mm256_srli_epi16(v, 4
 inline __m256i bits(__m256i v, int s, int mask, int up) {
     const __m256i b = _mm256_and_si256(_mm256_srli_epi16(v, s), _mm256_set1_epi8(char(mask)));
     return _mm256_slli_epi16(b, up);
-}
-inline float hsum(__m256 v) {
-    const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
 }
 #endif
 
@@ -248,10 +253,7 @@ float dot_q6_K(const block_q6_K * w, const DotColumn & x) {
 inline float hsum512(__m512 v) {
     alignas(64) float t[16];
     _mm512_store_ps(t, v);
-    const __m256 s8 = _mm256_add_ps(_mm256_load_ps(t), _mm256_load_ps(t + 8));
-    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+    return hsum(_mm256_add_ps(_mm256_load_ps(t), _mm256_load_ps(t + 8)));
 }
 // 16 weights from element k of an f32 / f16 row as floats (m: the lanes to load, the others 0).
 template <TensorType WT>
@@ -322,8 +324,15 @@ void quantize_column(const float * x, int64_t K, DotColumn & out) {
     for (int64_t b = 0; b < K / 32; ++b) {
         const float * xb = x + 32 * b;
         float amax = 0.0f;
-        for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
-        const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+        bool finite = true;
+        for (int i = 0; i < 32; ++i) {
+            amax = std::max(amax, std::fabs(xb[i]));
+            finite = finite && std::isfinite(xb[i]);
+        }
+        // A NaN or inf activation makes its block's scale NaN, so every dot over it is NaN: a diverged
+        // column must not come out as finite numbers (the clamp below would turn NaN into 127).
+        const float d = finite ? amax / 127.0f : std::numeric_limits<float>::quiet_NaN();
+        const float id = finite && d > 0.0f ? 1.0f / d : 0.0f;
         int sums[2] = {0, 0};
         for (int i = 0; i < 32; ++i) {
             const int q = int(std::nearbyint(std::min(127.0f, std::max(-127.0f, xb[i] * id))));

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 namespace {
@@ -161,6 +162,25 @@ TEST(MatvecDot, MatmulOneTokenIsTheDotOnAnyThreadCount) {
         }
         EXPECT_TRUE(bit_equal(y1, y2)) << name << ": 1 vs 2 threads";
     }
+}
+
+// A NaN or inf in the column makes every row dot NaN (or inf), never a finite number: a diverged
+// generation must show as such (the int8 quantizer would otherwise clamp NaN to 127).
+TEST(MatvecDot, NonFiniteColumnGivesNonFiniteDots) {
+    Rng rng(37);
+    const int64_t K = 512;
+    for (TensorType t : kDotTypes)
+        for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+            const Weight w = make_weight(t, K, 2, rng);
+            std::vector<float> x = test_column(K, rng);
+            x[size_t(K - 5)] = bad;
+            rp::cpu::DotColumn c;
+            rp::cpu::prepare_column(t, x.data(), K, c);
+            for (int64_t n = 0; n < 2; ++n) {
+                const float v = rp::cpu::row_dot(t, w.bytes.data() + size_t(n) * w.row_bytes, c);
+                EXPECT_FALSE(std::isfinite(v)) << gguf::type_name(uint32_t(t)) << " column with " << bad << ": " << v;
+            }
+        }
 }
 
 TEST(MatvecDot, OffByDefaultAndOtherTypesUnchanged) {
