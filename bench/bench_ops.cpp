@@ -14,6 +14,7 @@
 #include "ggml_rp/cpu/gemm.h"
 #include "base/error.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -205,12 +206,13 @@ void bench_attention(int64_t T, int64_t D, int64_t Hq, int64_t Hkv, int reps) {
 
 void usage() {
     std::printf(
-        "usage: rp-bench ops [--quick] [--reps N] [--threads N] [--only peak|gemm|attention]\n"
+        "usage: rp-bench ops [--quick] [--reps N] [--threads N] [--only peak|gemm|attention] [--shape K,N,T[:K,N,T...]]\n"
         "  FMA peak (1 thread and N threads), then GEMM on LLM shapes (4096x4096x512, 2048x6144x1024 and the\n"
         "  LM head 2048x151936x512; --quick: 1024x1024x256, 1024x1536x256, 1024x16384x256) for f32, bf16, q8_0\n"
         "  and q4_0 weights next to OpenBLAS cblas_sgemm, then causal attention forward/backward at T = 512 ..\n"
         "  8192 (--quick: 512 .. 2048), D = 64 and 128. Best of N repetitions (default 3; 1 for the LM head).\n"
-        "  N threads: default all (OMP_NUM_THREADS).\n");
+        "  N threads: default all (OMP_NUM_THREADS). --shape: GEMM on these shapes instead, ':'-separated\n"
+        "  (a training step's products: llama-20M is 512,512,256:512,1408,256:1408,512,256).\n");
 }
 
 int run_ops(int argc, char ** argv) {
@@ -223,6 +225,18 @@ int run_ops(int argc, char ** argv) {
     const int reps = int(opt.get_int("--reps", 3));
     const int threads = int(opt.get_int("--threads", max_threads()));
     const std::string only = opt.get_string("--only", "");
+    std::vector<GemmShape> custom;
+    const std::string shapes = opt.get_string("--shape", "");
+    for (size_t at = 0; at < shapes.size();) {
+        const size_t end = std::min(shapes.find(':', at), shapes.size());
+        const std::string v = shapes.substr(at, end - at);
+        long long k = 0, n = 0, t = 0;
+        char tail = 0;
+        if (std::sscanf(v.c_str(), "%lld,%lld,%lld%c", &k, &n, &t, &tail) != 3 || k < 1 || n < 1 || t < 1)
+            throw rp::Error("--shape: '" + v + "' is not K,N,T (three positive integers)");
+        custom.push_back({"--shape", k, n, t});
+        at = end + 1;
+    }
     opt.finish();
     if (reps < 1 || threads < 1) throw rp::Error("--reps and --threads must be at least 1");
     if (!only.empty() && only != "peak" && only != "gemm" && only != "attention")
@@ -249,8 +263,11 @@ int run_ops(int argc, char ** argv) {
         const GemmShape small[] = {{"projection (quick)", 1024, 1024, 256},
                                    {"MLP up/gate (quick)", 1024, 1536, 256},
                                    {"LM head (quick)", 1024, 16384, 256}};
-        for (const GemmShape & sh : quick ? small : full)
-            bench_gemm(sh, threads, sh.N > 100000 ? 1 : reps);
+        if (!custom.empty())
+            for (const GemmShape & sh : custom) bench_gemm(sh, threads, reps);
+        else
+            for (const GemmShape & sh : quick ? small : full)
+                bench_gemm(sh, threads, sh.N > 100000 ? 1 : reps);
     }
     if (only.empty() || only == "attention") {
         std::printf("\ncausal attention, one sequence (FLOPs: fwd 2 T^2 D Hq, bwd 2.5x fwd)\n");

@@ -87,6 +87,11 @@ public:
     const std::vector<TensorInfo> & tensors() const { return tensors_; }
     const TensorInfo * find_tensor(std::string_view name) const;   // nullptr when absent
     const uint8_t * tensor_data(const TensorInfo & t) const { return base_ + data_offset_ + t.offset; }
+    // Drops the mapped pages that lie wholly inside [p, p + bytes) from this process's memory (a caller that
+    // copied the data and reads it no more: a full finetune's fp32 masters). They stay valid: touching them
+    // again reads them back from the file. A range outside the mapping, or a reader from memory: no-op.
+    // Returns the bytes released.
+    size_t release_pages(const void * p, size_t bytes) const;
 
 private:
     Reader() = default;

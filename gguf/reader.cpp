@@ -132,6 +132,18 @@ std::unique_ptr<Reader> Reader::open(const std::string & path) {
     return r;
 }
 
+size_t Reader::release_pages(const void * p, size_t bytes) const {
+    if (!map_ || !p || bytes == 0) return 0;
+    const auto lo = reinterpret_cast<uintptr_t>(map_), hi = lo + static_cast<uintptr_t>(map_size_);
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    if (a < lo || a > hi || bytes > hi - a) return 0;
+    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const uintptr_t first = (a + page - 1) / page * page, last = (a + bytes) / page * page;
+    if (last <= first) return 0;
+    if (madvise(reinterpret_cast<void *>(first), last - first, MADV_DONTNEED) != 0) return 0;  // advice only
+    return static_cast<size_t>(last - first);
+}
+
 std::unique_ptr<Reader> Reader::from_memory(const void * data, size_t size, const std::string & name) {
     static const uint8_t empty[1] = {0};
     std::unique_ptr<Reader> r(new Reader());

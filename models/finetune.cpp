@@ -49,14 +49,17 @@ namespace {
 // U[0, 1) from the top 53 bits: the same on every standard library (std::uniform_real_distribution is not).
 double unit(std::mt19937_64 & rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
 
-// A fresh f32 copy of a weight (the fp32 master of a full finetune); only its shape without `copy`.
-Tensor * f32_master(Context & ctx, const Tensor * w, bool copy) {
+// A fresh f32 copy of a weight (the fp32 master of a full finetune); only its shape without `copy`. The
+// weight's mapped pages are then dropped from memory: the graphs read the master, and the file's copy would
+// stay resident beside it for the whole run (75 MiB of a 20M-parameter f32 model's 470 MiB peak).
+Tensor * f32_master(Context & ctx, const Model & model, const Tensor * w, bool copy) {
     Tensor * m = ctx.new_tensor(DType::F32, w->ne);
     m->name = w->name;
     if (!copy) return m;
     ctx.alloc_data(m);
     const std::vector<float> v = tensor_get_f32(w);
     std::memcpy(m->data, v.data(), v.size() * sizeof(float));
+    model.file().release_pages(w->data, w->nbytes());
     return m;
 }
 
@@ -123,7 +126,7 @@ Trainer::Trainer(const Model & model, const FinetuneConfig & cfg, TrainerData da
         auto master = [&](Tensor *& slot) {
             if (!slot || !dtype_is_float(slot->type)) return;
             if (!only.empty() && !only.count(slot->name)) return;
-            slot = f32_master(ctx_, slot, alloc);
+            slot = f32_master(ctx_, model, slot, alloc);
             add_param(slot);
         };
         master(w_.tok_embd);
@@ -305,7 +308,11 @@ LayerMemory Trainer::host_memory(int layer) const {
 }
 
 void Trainer::run_graph(Graph & g, GraphRunner & runner, int n_threads, const std::function<void()> & read_back) const {
-    const size_t bytes = runner.run(g, n_threads, read_back);
+    note_graph_bytes(runner.run(g, n_threads, read_back));
+}
+
+void Trainer::note_graph_bytes(size_t graph) const {
+    const size_t bytes = graph + kept_live_.load();
     size_t prev = peak_graph_bytes_.load();
     while (bytes > prev && !peak_graph_bytes_.compare_exchange_weak(prev, bytes)) {}
 }
@@ -523,6 +530,58 @@ void Trainer::seq_backward(int layer, const LayerMemory & mem, const void * in, 
     attention_backward(attention_block);
 }
 
+// A decoder layer's forward + backward graph kept between the sweeps of one micro-batch: the graph seq_backward
+// would rebuild from the layer's input, planned once into its own buffer. Its forward nodes run in the forward
+// sweep (the layer output is copied out as the next layer's input), the others in the backward sweep, so the
+// kept activations replace the recompute and the gradients are the recompute path's bits.
+struct Trainer::KeptLayer {
+    Program p;
+    Graph whole, forward, backward;
+    CpuBackend be;
+    Tensor * y = nullptr;
+    void * din = nullptr;
+    size_t din_bytes = 0;
+    KeptLayer(const Trainer & tr, const ProgramContext & pc, int layer, const MicroBatchInfo & mb)
+        : p(tr, pc, layer, tr.host_memory(layer), true, mb) {}
+};
+
+std::unique_ptr<Trainer::KeptLayer> Trainer::keep_layer(int layer, const void * in, const void * dout, void * din,
+                                                        const MicroBatchInfo & mb, ProgramContext & pc) const {
+    const HParams hp = backward_hparams(mb);
+    const int64_t T = mb.seq_len, B = mb.n_seq, E = hp.n_embd;
+    auto k = std::make_unique<KeptLayer>(*this, pc, layer, mb);
+    Context & ctx = k->p.ctx;
+    const Bound & b = k->p.b;
+    Tensor * x = leaf(ctx, DType::F32, in, E, T, B);
+    set_param(ctx, x);
+    x->grad->data = din;  // zeroed right before the backward half runs (the buffer serves other layers before)
+    k->din = din;
+    k->din_bytes = hidden_bytes(mb);
+    // (y is not flagged as an output: it is the last forward node and is copied out before any backward node
+    // runs, so the graph and its plan are exactly seq_backward's, which plan_run measures.)
+    k->y = build_layer(ctx, hp, b.layer, layer - 1, x, positions(ctx, mb, k->p.runner), &b.lora, nullptr, cfg_.attention_type);
+    build_forward(k->whole, k->y);
+    const size_t n_forward = k->whole.nodes.size();
+    std::vector<Tensor *> ps = b.params;
+    ps.push_back(x);
+    build_backward(ctx, k->whole, k->y, leaf(ctx, DType::F32, dout, E, T, B), ps);
+    k->forward.leafs = k->backward.leafs = k->whole.leafs;
+    k->forward.nodes.assign(k->whole.nodes.begin(), k->whole.nodes.begin() + static_cast<std::ptrdiff_t>(n_forward));
+    k->backward.nodes.assign(k->whole.nodes.begin() + static_cast<std::ptrdiff_t>(n_forward), k->whole.nodes.end());
+    return k;
+}
+
+size_t kept_activation_layers(const std::vector<size_t> & layer_graph_bytes, size_t budget, size_t * kept_bytes) {
+    size_t sum = 0, n = 0;
+    for (const size_t b : layer_graph_bytes) {
+        if (sum + b > budget) break;
+        sum += b;
+        ++n;
+    }
+    if (kept_bytes) *kept_bytes = sum;
+    return n;
+}
+
 double Trainer::accumulate(const int32_t * ids, const int32_t * labels, int64_t T, int64_t B, float loss_scale,
                            int n_threads, int64_t step, int64_t seq_offset, const int32_t * positions) {
     MicroBatchInfo mb;
@@ -539,21 +598,52 @@ double Trainer::accumulate(const int32_t * ids, const int32_t * labels, int64_t 
     const int L = num_seq_layers();
     const size_t H = hidden_bytes(mb) / sizeof(float);
 
-    // Forward: the input of every layer (the checkpoints) is kept; the head runs forward + backward at once.
+    // Forward: the input of every layer (the checkpoints) is kept, and the first decoder layers' whole graphs
+    // while they fit cfg_.activation_memory (never with token chunks); the head runs forward + backward at once.
     std::vector<std::vector<float>> act(static_cast<size_t>(L));
+    // The output gradients of the backward sweep alternate between two buffers: layer l reads its output's
+    // gradient from grad_buf[(L - 2 - l) % 2] and writes its input's into the other.
+    std::vector<float> grad_buf[2] = {std::vector<float>(H), std::vector<float>(H)};
+    auto dout_of = [&](int l) { return grad_buf[(L - 2 - l) % 2].data(); };
+    auto din_of = [&](int l) { return grad_buf[(L - 1 - l) % 2].data(); };
+    std::vector<std::unique_ptr<KeptLayer>> kept(static_cast<size_t>(L));
+    size_t kept_bytes = 0;
+    kept_live_.store(0);
+    bool keeping = cfg_.activation_memory > 0 && cfg_.token_chunk == 0;
     for (int l = 0; l < L - 1; ++l) {
         act[static_cast<size_t>(l + 1)].resize(H);
-        seq_forward(l, host_memory(l), l == 0 ? static_cast<const void *>(ids) : act[static_cast<size_t>(l)].data(),
-                    act[static_cast<size_t>(l + 1)].data(), mb, pc);
+        const void * in = l == 0 ? static_cast<const void *>(ids) : act[static_cast<size_t>(l)].data();
+        if (keeping && l > 0) {
+            std::unique_ptr<KeptLayer> k = keep_layer(l, in, dout_of(l), din_of(l), mb, pc);
+            const size_t bytes = k->be.plan(k->whole);
+            if (kept_bytes + bytes <= cfg_.activation_memory) {
+                kept_bytes += bytes;
+                k->be.allocate(k->whole);
+                k->be.compute(k->forward, pc.n_threads);
+                k->p.runner.copy_f32(act[static_cast<size_t>(l + 1)].data(), k->y);
+                kept[static_cast<size_t>(l)] = std::move(k);
+                kept_live_.store(kept_bytes);
+                note_graph_bytes(0);
+                continue;
+            }
+            keeping = false;  // this layer and the later ones recompute (the order plan_run assumes)
+        }
+        seq_forward(l, host_memory(l), in, act[static_cast<size_t>(l + 1)].data(), mb, pc);
     }
     float loss = 0.0f;
-    std::vector<float> d(H), d_in(H);
-    seq_head(host_memory(L - 1), act[static_cast<size_t>(L - 1)].data(), labels, &loss, d.data(), mb, pc);
-    // Backward, last layer to first, each recomputed from its checkpoint.
+    seq_head(host_memory(L - 1), act[static_cast<size_t>(L - 1)].data(), labels, &loss, dout_of(L - 2), mb, pc);
+    // Backward, last layer to first: the kept ones run their backward half, the others are recomputed from
+    // their checkpoint.
     for (int l = L - 2; l >= 0; --l) {
-        seq_backward(l, host_memory(l), l == 0 ? static_cast<const void *>(ids) : act[static_cast<size_t>(l)].data(), d.data(),
-                     l == 0 ? nullptr : d_in.data(), mb, pc);
-        std::swap(d, d_in);
+        if (KeptLayer * k = kept[static_cast<size_t>(l)].get()) {
+            std::memset(k->din, 0, k->din_bytes);
+            k->be.compute(k->backward, pc.n_threads);
+            kept_live_.fetch_sub(k->be.buffer_size());
+            kept[static_cast<size_t>(l)].reset();
+            continue;
+        }
+        seq_backward(l, host_memory(l), l == 0 ? static_cast<const void *>(ids) : act[static_cast<size_t>(l)].data(), dout_of(l),
+                     l == 0 ? nullptr : din_of(l), mb, pc);
     }
     return loss;
 }

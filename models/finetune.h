@@ -2,7 +2,9 @@
 // full finetune) and the per-layer training graphs (architecture.md §6).
 //
 // One micro-batch (accumulate()):
-//   forward   embedding graph, then one graph per layer; only each layer's input (the checkpoint) is kept;
+//   forward   embedding graph, then one graph per layer; only each layer's input (the checkpoint) is kept,
+//             or, when they fit FinetuneConfig::activation_memory, each layer's whole forward + backward graph
+//             with its activations (run half now, half in the backward: no recompute);
 //   tail      final norm + fused chunked LM head + cross-entropy + its backward, in one graph (never recomputed);
 //   backward  per layer from last to first: rebuild the layer graph from its checkpoint, seed it with the
 //             gradient of the layer output, produce the gradient of the layer input and accumulate the
@@ -57,6 +59,12 @@ struct FinetuneConfig {
     // Host training (accumulate()): tokens per feed-forward and head graph (MicroBatchInfo::token_chunk;
     // 0 = every token in one graph). The RoundPipe runtime chooses its own (PipelineOptions::token_chunk).
     int64_t token_chunk = 0;
+    // Host training (accumulate()): the decoder layers' activations are kept from the forward to the backward
+    // (each layer's forward + backward graph is built once per micro-batch, its forward half run in the forward
+    // sweep, its backward half in the backward sweep) when all of them take at most this many bytes; beyond it,
+    // or with token_chunk, only each layer's input is kept and the layer is recomputed in the backward (a third
+    // more forward work). The gradients are the same bits either way. 0: always recompute.
+    size_t activation_memory = size_t(2) << 30;
     // What an accelerator may round the attention inputs to in training graphs (ops/attention.h): BF16 runs
     // the CUDA attention on tensor cores; F32 keeps it in f32. The CPU computes in f32 either way.
     DType attention_type = DType::BF16;
@@ -65,6 +73,10 @@ struct FinetuneConfig {
     // loss is the cross-entropy alone.
     float moe_aux_loss = 0.0f;
 };
+
+// The decoder layers host training keeps (FinetuneConfig::activation_memory): the longest prefix of the layers,
+// whose graph bytes are given in order, that sums to at most budget. *kept_bytes receives that sum.
+size_t kept_activation_layers(const std::vector<size_t> & layer_graph_bytes, size_t budget, size_t * kept_bytes = nullptr);
 
 // The base weight names a list of short target names selects ("attn_q" -> every "blk.N.attn_q.weight";
 // "token_embd" / "output" -> that tensor). Throws rp::Error for a target that matches no tensor.
@@ -123,7 +135,8 @@ public:
     // float dtype (full). Temp file + rename.
     void save(const std::string & path) const;
 
-    // Peak graph buffer bytes of the programs run so far (the largest per-layer graph).
+    // Peak graph buffer bytes of the programs run so far (the largest per-layer graph, plus the kept layers'
+    // graphs alive beside it: FinetuneConfig::activation_memory).
     size_t peak_graph_bytes() const { return peak_graph_bytes_.load(); }
 
     // ---- the sequential view and its per-layer programs (program.h documents the contract) ----
@@ -151,10 +164,15 @@ private:
     Bound bind(Context & ctx, int layer, const LayerMemory & mem, bool with_grads, const MicroBatchInfo & mb) const;
     LayerMemory host_memory(int layer) const;  // the tensors' own data, grads into their slots
     void attention_half_into(Program & p, int layer, const void * in, void * dst, const MicroBatchInfo & mb, int n_threads) const;
+    struct KeptLayer;  // a decoder layer's forward + backward graph with its activations, between the sweeps
+    std::unique_ptr<KeptLayer> keep_layer(int layer, const void * in, const void * dout, void * din, const MicroBatchInfo & mb,
+                                          ProgramContext & pc) const;
     // Runs g through runner (graph memory of the program's device, or the host; graph_runner.h); read_back
     // copies results out (runner.copy_f32) before that memory may be reused. Tracks peak_graph_bytes().
     void run_graph(Graph & g, GraphRunner & runner, int n_threads, const std::function<void()> & read_back = {}) const;
     Tensor * build_loss(Context & ctx, const ModelWeights & w, Tensor * x, Tensor * labels, float loss_scale) const;
+    // peak_graph_bytes() = max over time of (a graph's bytes + the kept layers' buffers alive with it).
+    void note_graph_bytes(size_t graph) const;
 
     const Model & model_;
     FinetuneConfig cfg_;
@@ -166,6 +184,7 @@ private:
     std::vector<std::vector<SeqTensor>> seq_;  // per sequential layer
     Tensor * head_slot_ = nullptr;              // tied head: the head's own gradient slot of token_embd
     mutable std::atomic<size_t> peak_graph_bytes_{0};
+    mutable std::atomic<size_t> kept_live_{0};  // accumulate(): bytes of the kept layers' graph buffers now alive
 };
 
 } // namespace rp

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <set>
+#include <string>
 
 namespace rp {
 
@@ -34,8 +36,11 @@ RunPlan plan_run(const Model & model, const RunPlanOptions & o) {
     r.step = micro_batch_shapes(o.seq_len, o.batch, o.micro_batches, o.packed);
 
     HostMemoryPlan & h = r.host;
-    for (const Tensor * t : model.weights()) h.mapped_weights += t->nbytes();
-    for (const auto & p : prog.params()) h.masters += p.n * sizeof(float);
+    // A weight with an fp32 master (full finetune) has its mapped pages released once copied (finetune.cpp).
+    std::set<std::string> mastered;
+    for (const auto & p : prog.params()) h.masters += p.n * sizeof(float), mastered.insert(p.name);
+    for (const Tensor * t : model.weights())
+        if (!mastered.count(t->name)) h.mapped_weights += t->nbytes();
     h.gradients = h.masters;
     for (const auto & ti : prog.layer_tensors(prog.num_layers() - 1))  // a trainable tied head's second gradient slot
         if (ti.param >= 0 && model.tied_output() && ti.name == model.tok_embd->name) h.gradients += ti.bytes;
@@ -49,8 +54,19 @@ RunPlan plan_run(const Model & model, const RunPlanOptions & o) {
         const int L = prog.num_layers();
         for (const MicroBatchInfo & mb : r.step) h.checkpoints = std::max(h.checkpoints, static_cast<size_t>(L + 1) * prog.hidden_bytes(mb));
         const ProgramFootprints & fp = planner.footprints(r.step);
-        h.graph = std::max({fp.head, *std::max_element(fp.forward.begin(), fp.forward.end()),
-                            *std::max_element(fp.backward.begin(), fp.backward.end())});
+        // accumulate(): decoder layers 1.. keep their whole graph while they fit; the embedding's programs run
+        // before the first and after the last kept one, the head and the other layers' programs beside them all.
+        size_t kept = 0;
+        int n_kept = 0;
+        if (o.finetune.activation_memory > 0 && o.finetune.token_chunk == 0)
+            n_kept = static_cast<int>(kept_activation_layers({fp.backward.begin() + 1, fp.backward.begin() + (L - 1)},
+                                                             o.finetune.activation_memory, &kept));
+        size_t beside = fp.head;
+        for (int l = 1 + n_kept; l < L - 1; ++l)
+            beside = std::max({beside, fp.forward[static_cast<size_t>(l)], fp.backward[static_cast<size_t>(l)]});
+        h.kept_activations = kept;
+        h.kept_layers = n_kept;
+        h.graph = std::max({kept + beside, fp.forward[0], fp.backward[0]});
         return r;
     }
 
@@ -102,7 +118,10 @@ std::string RunPlan::report() const {
                       ", activations up " + format_bytes(link.activations_up) + ", down " + format_bytes(link.activations_down) + ")");
     } else {
         s += line("  layer inputs", host.checkpoints);
-        s += line("  largest graph", host.graph);
+        s += line("  graphs", host.graph,
+                  host.kept_layers > 0 ? "(" + std::to_string(host.kept_layers) + " layers keep their activations: " + format_bytes(host.kept_activations) +
+                                             "; the others are recomputed in the backward)"
+                                       : "(the largest program; every layer recomputed in the backward)");
     }
     if (max_seq >= 0) s += "max seq: " + std::to_string(max_seq) + "\n";
     return s;

@@ -7,7 +7,8 @@
 // Host: the mapped GGUF, the trainable fp32 masters and their gradients, the optimizer state, and with
 // devices the pinned working copies, gradient slots and boundary checkpoints (two calls in flight: the next
 // call's forward overlaps the previous one's last backward stages); on the host path the per-layer inputs
-// and the largest program's graph. Link: bytes each way per step.
+// and the graphs: the decoder layers that keep their activations (FinetuneConfig::activation_memory) beside the
+// largest program that runs while they are alive. Link: bytes each way per step.
 #pragma once
 
 #include "ggml_rp/optim/optimizer.h"
@@ -41,14 +42,16 @@ struct RunPlanOptions {
 };
 
 struct HostMemoryPlan {
-    size_t mapped_weights = 0;    // the GGUF's tensor data (file-backed pages)
+    size_t mapped_weights = 0;    // the GGUF's tensor data (file-backed pages) but the full finetune's mastered weights
     size_t masters = 0;           // trainable fp32 tensors (LoRA factors, or the masters of a full finetune)
     size_t gradients = 0;         // their fp32 gradients (+ a tied head's second slot)
     size_t optimizer = 0;         // AdamW m and v, or SGD momentum
     size_t working_copies = 0;    // pipeline: pinned f32 copies the devices upload
     size_t grad_slots = 0;        // pipeline: pinned per-layer gradient slots
     size_t checkpoints = 0;       // pipeline: pinned boundary activations of the calls in flight; host: layer inputs
-    size_t graph = 0;             // host path: the largest program's graph
+    size_t graph = 0;             // host path: the graphs at their peak (kept layers' + the largest other program's)
+    size_t kept_activations = 0;  // host path, of graph: the kept decoder layers' graphs (activation_memory)
+    int kept_layers = 0;          // host path: how many decoder layers keep their activations
     size_t total() const {
         return mapped_weights + masters + gradients + optimizer + working_copies + grad_slots + checkpoints + graph;
     }

@@ -12,6 +12,7 @@
 #include "tools/cli.h"
 
 #include "base/error.h"
+#include "ggml_rp/cpu/op_profile.h"
 #include "ggml_rp/dist/mpi_world.h"
 #include "ggml_rp/runtime/arena.h"
 #include "ggml_rp/runtime/clock.h"
@@ -70,6 +71,11 @@ const char * const kUsage =
     "      --clip X            global gradient-norm clipping, 0 = off (default 1)\n"
     "      --seed N            data order, split and LoRA init (default 42)\n"
     "  -t, --threads N         CPU threads (default: all)\n" RP_THREADS_WAIT_HELP
+    "      --activation-memory SIZE  host training (no --devices): keep the layers' activations from the forward\n"
+    "                          to the backward while they take at most SIZE (no recompute: a third less forward\n"
+    "                          work, the same gradients); the other layers are recomputed. 0 = always recompute\n"
+    "                          (default 2G; --plan shows what it keeps)\n"
+    "      --profile-ops       at the end, the wall time of every op kind over the training steps (CPU kernels)\n"
     "      --save-every N      write the checkpoint OUT.ckpt.gguf every N steps (it is also written at the end)\n"
     "      --resume FILE       continue from a checkpoint, or start from an adapter's weights\n"
     "      --eval-every N      validation loss every N steps (and at the end) when --val-split > 0\n"
@@ -189,7 +195,7 @@ static int finetune(int argc, char ** argv, rp::Communicator * world) {
         o.lr.lr_max = 1e-3;
         int64_t seq_len = 64, stop_at = 0, save_every = 0, eval_every = 0, early_stop = 0;
         bool save_best = false;
-        bool plan_only = false, max_seq = false, allow_binary = false;
+        bool plan_only = false, max_seq = false, allow_binary = false, profile_ops = false;
         std::string chat_template;     // --chat-template
         bool train_on_inputs = false;  // --train-on-inputs
         int pack = -1;  // -1: on for JSONL
@@ -253,6 +259,11 @@ static int finetune(int argc, char ** argv, rp::Communicator * world) {
             else if (a == "--recompute") o.pipeline.grain = args.choice({"stage", "layer"}) == "layer" ? rp::RecomputeGrain::Layer : rp::RecomputeGrain::Stage;
             else if (a == "--trace") trace_path = args.value();
             else if (a == "--plan") plan_only = true;
+            else if (a == "--profile-ops") profile_ops = true;
+            else if (a == "--activation-memory") {
+                const std::string v = args.value();
+                o.finetune.activation_memory = v == "0" ? 0 : cli::parse_size(a, v);
+            }
             else if (a == "--max-bad-steps") o.max_bad_steps = static_cast<int>(args.integer(1, 1 << 20));
             else if (a == "--allow-binary") allow_binary = true;
             else if (a == "--chat-template") chat_template = args.value();
@@ -484,7 +495,8 @@ static int finetune(int argc, char ** argv, rp::Communicator * world) {
         };
         if (first == 0 && eval_every > 0) evaluate(0);
         const auto t_run = std::chrono::steady_clock::now();
-        double tokens = 0, trained = 0;
+        double tokens = 0, trained = 0, step_seconds = 0;
+        if (profile_ops) rp::cpu::reset_op_profile(), rp::cpu::set_op_profiling(true);
         catch_interrupts();
         // The run's log and curve so far: a stopped or interrupted run keeps them (a resume continues them).
         auto keep_log = [&] {
@@ -513,6 +525,7 @@ static int finetune(int argc, char ** argv, rp::Communicator * world) {
             const rp::StepReport r = run.step();
             tokens += static_cast<double>(r.tokens);
             trained += static_cast<double>(r.trained_tokens);
+            step_seconds += r.seconds;
             metrics.step(r, current_rss_bytes());
             if (!r.stop.empty()) {  // diverged: nothing more is written; the last checkpoint is the last good state
                 keep_log();
@@ -589,6 +602,15 @@ static int finetune(int argc, char ** argv, rp::Communicator * world) {
         }
         say("; peak graph %.1f KiB, peak RSS %.1f MiB\nwrote %s\n", static_cast<double>(run.trainer().peak_graph_bytes()) / 1024.0,
                      peak_rss_mib(), out_path.c_str());
+        if (profile_ops && lead) {
+            rp::cpu::set_op_profiling(false);
+            const std::vector<rp::cpu::OpTime> rows = rp::cpu::op_profile();
+            double in_ops = 0;
+            for (const rp::cpu::OpTime & t : rows) in_ops += t.seconds;
+            say("op profile: %.3f s of training steps, %.3f s in graph nodes%s\n%s", step_seconds, in_ops,
+                o.pipelined ? " (summed over the devices' threads)" : "",
+                rp::cpu::format_op_profile(rows, o.pipelined ? 0 : std::max(0.0, step_seconds - in_ops)).c_str());
+        }
         return 0;
     }
 }

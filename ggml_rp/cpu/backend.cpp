@@ -1,11 +1,13 @@
 #include "ggml_rp/cpu/backend.h"
 
 #include "ggml_rp/cpu/kernels.h"
+#include "ggml_rp/cpu/op_profile.h"
 #include "ggml_rp/ops/op_table.h"
 #include "ggml_rp/cpu/strided.h"
 #include "base/error.h"
 
 #include <atomic>
+#include <chrono>
 #include <new>
 
 #ifdef _OPENMP
@@ -81,7 +83,13 @@ void compute_node(Tensor * n) {
     const OpDesc & d = op_desc(n->op);
     if (n->op == Op::NONE || n->op == Op::VIEW) return;
     if (!d.cpu) throw Error(std::string("compute: no CPU kernel for op ") + d.name + " (" + describe(n) + ")");
+    if (!op_profiling()) {
+        d.cpu(n);
+        return;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
     d.cpu(n);
+    add_op_time(n->op, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
 } // namespace cpu

@@ -52,6 +52,7 @@ constexpr int64_t KC = kGemmKC;   // reduction block: fixes the summation order
 constexpr int64_t NC = 256;       // B columns per task; a multiple of every NR and of 256 (K-quant blocks)
 constexpr int64_t MC = 120;       // rows of A swept per B micro-panel (a multiple of every MR)
 constexpr int64_t MC_MIN = 48;    // smallest row block of a task (when columns alone give too few tasks)
+constexpr size_t kKeptApackBytes = size_t(16) << 20;   // packed A kept per calling thread up to this size
 
 // ---- micro-kernels ------------------------------------------------------------------------------------------
 // A kernel type gives the vector type V of W floats, NV vectors per C row (NR = W * NV) and MR rows.
@@ -213,6 +214,9 @@ inline void transpose16(const __m512 r[16], __m512 o[16]) {
 }
 #endif
 
+constexpr int64_t kTransposePrefetch = 64;   // floats ahead in each row (4 cache lines)
+constexpr int64_t kRowsAhead = 8;            // rows ahead in a strided (row-by-row) packing stream
+
 // d[p*dstride + r] = rows[r][p] for r < nrows (<= 16), p < kc, where rows[r] = src + r*ld; lanes r in
 // [nrows, lanes) are written as 0, lanes past `lanes` are not written.
 void transpose_rows(const float * src, int64_t ld, int nrows, int64_t kc, float * d, int64_t dstride, int lanes) {
@@ -224,6 +228,10 @@ void transpose_rows(const float * src, int64_t ld, int nrows, int64_t kc, float 
         __m512 r[16], o[16];
         for (int i = 0; i < 16; ++i)
             r[i] = i < nrows ? _mm512_maskz_loadu_ps(load_mask, src + i * ld + p) : _mm512_setzero_ps();
+        // 16 row streams: the hardware prefetchers alone leave each load waiting on memory when the operand is
+        // out of cache (a weight or activation last touched a layer ago).
+        if (p + kTransposePrefetch < kc)
+            for (int i = 0; i < nrows; ++i) _mm_prefetch(reinterpret_cast<const char *>(src + i * ld + p + kTransposePrefetch), _MM_HINT_T0);
         transpose16(r, o);
         for (int q = 0; q < np; ++q) _mm512_mask_storeu_ps(d + (p + q) * dstride, store_mask, o[q]);
     }
@@ -246,6 +254,7 @@ void pack_a(const OperandA & A, int64_t i0, int64_t mc, int64_t p0, int64_t kc, 
         if (A.t) {
             for (int64_t p = 0; p < kc; ++p) {
                 const float * s = A.a + (p0 + p) * A.ld + i0 + ir;
+                if (p + kRowsAhead < kc) __builtin_prefetch(s + kRowsAhead * A.ld, 0, 3);
                 for (int r = 0; r < rows; ++r) d[p * MR + r] = s[r];
             }
         } else if (MR <= 16) {
@@ -278,6 +287,8 @@ void pack_b_f32(const float * src, int64_t ld, bool t, int64_t j0, int64_t nc, i
             if (cols == NR) {
                 for (int64_t p = 0; p < kc; ++p) {
                     const float * s = src + (p0 + p) * ld + j0 + jr;
+                    if (p + kRowsAhead < kc)   // a strided stream: fetch the rows ahead (as transpose_rows)
+                        for (int q = 0; q < NR; q += 16) __builtin_prefetch(s + kRowsAhead * ld + q, 0, 3);
                     for (int q = 0; q < NR; ++q) d[p * NR + q] = s[q];   // fixed length: vector moves, no call
                 }
             } else {
@@ -546,11 +557,13 @@ template <class Kn>
 void run_problem(const Problem & P, bool parallel) {
     const int64_t Mpad = padded_rows<Kn>(P.M);
     const size_t apack_n = size_t(Mpad * ((P.K + KC - 1) / KC) * KC);
-    // A serial call (inside another kernel's parallel loop) reuses a per-thread buffer; a parallel call
-    // allocates, so no thread keeps a buffer the size of a whole activation alive.
+    // A serial call (inside another kernel's parallel loop) and a parallel one of up to kKeptApackBytes reuse
+    // the calling thread's buffer (a fresh allocation of that size is a fresh mmap whose page faults measured
+    // 7% of a 256-token training product); a larger one allocates, so no thread keeps a buffer the size of a
+    // whole long-sequence activation alive.
     std::unique_ptr<float, decltype(&std::free)> owned(nullptr, &std::free);
     float * apack;
-    if (parallel) {
+    if (parallel && apack_n * sizeof(float) > kKeptApackBytes) {
         owned.reset(static_cast<float *>(std::aligned_alloc(64, (apack_n * sizeof(float) + 63) / 64 * 64)));
         if (!owned) throw Error("gemm: out of memory packing a " + std::to_string(P.M) + " x " +
                                 std::to_string(P.K) + " operand");
@@ -571,7 +584,15 @@ void run_problem(const Problem & P, bool parallel) {
     // streaming (a 768-column weight in blocks of 256 gave 2 threads 3 tasks; one panel measured fastest of
     // 1, 2 and 4 panels); B's rows are whole columns here (B.t), so a panel keeps dequantization on whole blocks.
     const bool few_rows = P.M <= 8 && P.B.t;
-    const int64_t nc_task = few_rows && nthreads > 1 ? int64_t(Kn::NV * Kn::W) : NC;
+    constexpr int64_t NR = Kn::NV * Kn::W;
+    int64_t nc_task = few_rows && nthreads > 1 ? NR : NC;
+    // Too few column blocks for the threads: narrower blocks first (down to 2 micro-panels), since splitting
+    // rows makes every row block pack (and read from memory) the same B block again: for a 512 x 1408 weight
+    // and 256 tokens, that read twice measured 1.4x slower than once with the weight out of cache. Whole
+    // 256-column blocks stay where dequantization needs them (B.t false: a block runs along the columns).
+    const bool narrow_ok = P.B.t || P.B.type == TensorType::F32 || P.B.type == TensorType::BF16 || P.B.type == TensorType::F16;
+    if (narrow_ok && nthreads > 1)
+        while (nc_task > 2 * NR && (P.N + nc_task - 1) / nc_task < 4 * nthreads) nc_task /= 2;
     const int64_t nj = (P.N + nc_task - 1) / nc_task;
     int64_t mt = P.M;
     if (nthreads > 1 && nj < 4 * nthreads) {

@@ -3,13 +3,9 @@
 // programs (<= 1e-6 relative: only the order of the weight-gradient sums over tokens changes), for llama and
 // a tied qwen3, LoRA with dropout and full finetuning, ranges that divide the tokens and ones that do not,
 // and several sequences per micro-batch; and they take less graph memory.
-#include "ggml_rp/ggml_rp.h"
-#include "models/finetune.h"
-#include "models/lora.h"
-#include "models/synth_model.h"
+#include "small_models.h"
+
 #include "models/training_program.h"
-#include "tests/common/shared_paths.h"
-#include "tests/common/temp_dir.h"
 
 #include <gtest/gtest.h>
 
@@ -21,27 +17,6 @@
 
 namespace {
 
-struct ChunkModels {
-    rp_test::TempDir dir;
-    std::unique_ptr<rp::Model> llama, qwen3;
-    ChunkModels() {
-        rp::SynthSpec s;
-        s.vocab_from = rp_test::shared_dir() + "/models/stories260K.gguf";
-        s.n_embd = 64, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 16, s.n_ff = 160, s.n_layer = 3, s.seed = 5;
-        rp::write_synth_model(s, dir.file("llama.gguf"));
-        llama = rp::Model::load(dir.file("llama.gguf"));
-        s.arch = "qwen3";
-        s.vocab_from = rp_test::shared_dir() + "/models/synthetic/tiny-random-qwen2.gguf";
-        s.tied = true, s.n_embd = 32, s.head_dim = 8, s.n_ff = 96;
-        rp::write_synth_model(s, dir.file("qwen3.gguf"));
-        qwen3 = rp::Model::load(dir.file("qwen3.gguf"));
-    }
-    static ChunkModels & get() {
-        static ChunkModels m;
-        return m;
-    }
-};
-
 struct Result {
     double loss = 0;
     std::vector<std::vector<float>> grads;
@@ -51,20 +26,11 @@ struct Result {
 Result run(const rp::Model & model, rp::FinetuneConfig cfg, int64_t chunk, int64_t T, int64_t B) {
     cfg.token_chunk = chunk;
     rp::Trainer tr(model, cfg);
-    if (tr.adapter())  // B = 0 at init would leave every A without a gradient
-        for (const rp::LoraTensor & t : tr.adapter()->tensors()) {
-            std::vector<float> b(static_cast<size_t>(t.b->nelements()));
-            for (size_t i = 0; i < b.size(); ++i) b[i] = 0.05f * static_cast<float>(std::sin(0.7 * static_cast<double>(i) + 1.0));
-            rp::tensor_set_f32(t.b, b);
-        }
-    std::vector<int32_t> ids, labels;
-    for (int64_t i = 0; i < T * B; ++i) {
-        ids.push_back(static_cast<int32_t>((i * 37 + 11) % 200));
-        labels.push_back(i % 7 == 3 ? -1 : static_cast<int32_t>((i * 53 + 5) % 200));
-    }
+    ft_test::seed_lora_b(tr);
+    const ft_test::TokenData data(T * B);
     tr.zero_grads();
     Result r;
-    r.loss = tr.accumulate(ids.data(), labels.data(), T, B, 1.0f / static_cast<float>(T * B), 1, 3, 2);
+    r.loss = tr.accumulate(data.ids.data(), data.labels.data(), T, B, 1.0f / static_cast<float>(T * B), 1, 3, 2);
     tr.collect_grads();
     for (const auto & p : tr.params()) {
         const float * g = p.t->grad->data_as<float>();
@@ -92,7 +58,7 @@ void expect_close(const Result & a, const Result & b, const std::string & what) 
 } // namespace
 
 TEST(TokenChunk, ChunkedProgramsEqualTheOneGraphPrograms) {
-    ChunkModels & m = ChunkModels::get();
+    ft_test::SmallModels & m = ft_test::SmallModels::get();
     rp::FinetuneConfig lora;
     lora.lora_rank = 4;
     lora.lora_dropout = 0.25f;  // the masks must follow each token into its range
@@ -115,7 +81,7 @@ TEST(TokenChunk, ChunkedProgramsEqualTheOneGraphPrograms) {
 }
 
 TEST(TokenChunk, ChunkedGraphsAreSmaller) {
-    ChunkModels & m = ChunkModels::get();
+    ft_test::SmallModels & m = ft_test::SmallModels::get();
     rp::FinetuneConfig lora;
     lora.lora_rank = 4;
     rp::Trainer tr(*m.llama, lora);

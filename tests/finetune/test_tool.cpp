@@ -153,6 +153,7 @@ TEST(FinetuneTool, BadInput) {
     expect_fails(d, finetune("--data " + train_txt() + " -o " + (d / "o.gguf") + " --seq-len 4096"), "4096");
     expect_fails(d, finetune("--data " + train_txt() + o + " --lora-rank 0"), "--lora-rank");
     expect_fails(d, finetune("--data " + train_txt() + o + " --lora-targets attn_q,attn_zz"), "attn_zz");
+    expect_fails(d, finetune("--data " + train_txt() + o + " --activation-memory lots"), "--activation-memory");
     // An adapter made for another base model.
     expect_fails(d,
                  ft_test::tool("rp-finetune") + " -m " + ft_test::model_path("synthetic/tiny-random-qwen2.gguf") + " --data " +
@@ -214,4 +215,23 @@ TEST(FinetuneTool, EarlyStopAndSaveBest) {
     EXPECT_EQ(ft_test::run(finetune("-o " + (d / "c.gguf") + data + " --early-stop 2"), &log), 1);
     EXPECT_NE(log.find("--early-stop needs evaluations"), std::string::npos) << log;
     EXPECT_FALSE(fs::exists(d / "c.gguf.metrics.jsonl"));
+}
+
+// --activation-memory 0 (recompute every layer) writes the bytes the default (every layer kept) writes, and
+// --profile-ops reports each op kind's time over the steps and what ran outside the graphs; the plan names
+// what it keeps.
+TEST(FinetuneTool, KeptActivationsWriteTheRecomputedBytesAndTheProfileNamesTheOps) {
+    TmpDir d;
+    const std::string args = " --data " + train_txt() + kCommon + " --steps 3 --full";
+    std::string log, kept_log;
+    ASSERT_EQ(ft_test::run(finetune("-o " + (d / "r.gguf") + args + " --activation-memory 0"), &log), 0) << log;
+    ASSERT_EQ(ft_test::run(finetune("-o " + (d / "k.gguf") + args + " --profile-ops"), &kept_log), 0) << kept_log;
+    EXPECT_EQ(slurp(d / "r.gguf"), slurp(d / "k.gguf"));
+    EXPECT_EQ(log.find("op profile"), std::string::npos) << log;
+    for (const char * row : {"op profile: ", "MUL_MAT ", "OUT_PROD ", "ATTENTION_BACK ", "(outside graphs)"})
+        EXPECT_NE(kept_log.find(row), std::string::npos) << row << "\n" << kept_log;
+    ASSERT_EQ(ft_test::run(finetune("--plan --full --seq-len 32 --batch 4"), &log), 0) << log;
+    EXPECT_NE(log.find("5 layers keep their activations"), std::string::npos) << log;
+    ASSERT_EQ(ft_test::run(finetune("--plan --full --seq-len 32 --batch 4 --activation-memory 0"), &log), 0) << log;
+    EXPECT_NE(log.find("every layer recomputed"), std::string::npos) << log;
 }
