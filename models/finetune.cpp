@@ -292,7 +292,7 @@ struct Trainer::Program {
     GraphRunner & runner;
     Bound b;
     Program(const Trainer & tr, const ProgramContext & pc, int layer, const LayerMemory & mem, bool grads, const MicroBatchInfo & mb)
-        : runner(pc.runner ? *pc.runner : host), b(tr.bind(ctx, layer, mem, grads, mb)) {}
+        : host(nullptr, &tr.host_graphs_), runner(pc.runner ? *pc.runner : host), b(tr.bind(ctx, layer, mem, grads, mb)) {}
 };
 
 LayerMemory Trainer::host_memory(int layer) const {
@@ -537,13 +537,20 @@ void Trainer::seq_backward(int layer, const LayerMemory & mem, const void * in, 
 struct Trainer::KeptLayer {
     Program p;
     Graph whole, forward, backward;
-    CpuBackend be;
+    CpuBackend & be;  // the layer's buffer, kept by the trainer across micro-batches and steps
     Tensor * y = nullptr;
     void * din = nullptr;
     size_t din_bytes = 0;
     KeptLayer(const Trainer & tr, const ProgramContext & pc, int layer, const MicroBatchInfo & mb)
-        : p(tr, pc, layer, tr.host_memory(layer), true, mb) {}
+        : p(tr, pc, layer, tr.host_memory(layer), true, mb), be(tr.kept_backend(layer)) {}
 };
+
+CpuBackend & Trainer::kept_backend(int layer) const {
+    if (kept_graphs_.size() < static_cast<size_t>(num_seq_layers())) kept_graphs_.resize(static_cast<size_t>(num_seq_layers()));
+    std::unique_ptr<CpuBackend> & b = kept_graphs_[static_cast<size_t>(layer)];
+    if (!b) b = std::make_unique<CpuBackend>();
+    return *b;
+}
 
 std::unique_ptr<Trainer::KeptLayer> Trainer::keep_layer(int layer, const void * in, const void * dout, void * din,
                                                         const MicroBatchInfo & mb, ProgramContext & pc) const {
@@ -638,7 +645,7 @@ double Trainer::accumulate(const int32_t * ids, const int32_t * labels, int64_t 
         if (KeptLayer * k = kept[static_cast<size_t>(l)].get()) {
             std::memset(k->din, 0, k->din_bytes);
             k->be.compute(k->backward, pc.n_threads);
-            kept_live_.fetch_sub(k->be.buffer_size());
+            kept_live_.fetch_sub(k->be.plan().size);
             kept[static_cast<size_t>(l)].reset();
             continue;
         }

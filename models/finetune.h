@@ -28,6 +28,7 @@
 
 #include "ggml_rp/core/context.h"
 #include "ggml_rp/core/graph.h"
+#include "ggml_rp/cpu/backend.h"
 #include "ggml_rp/roundpipe/program.h"
 #include "models/layer.h"
 #include "models/lora.h"
@@ -184,7 +185,12 @@ private:
     std::vector<std::vector<SeqTensor>> seq_;  // per sequential layer
     Tensor * head_slot_ = nullptr;              // tied head: the head's own gradient slot of token_embd
     mutable std::atomic<size_t> peak_graph_bytes_{0};
-    mutable std::atomic<size_t> kept_live_{0};  // accumulate(): bytes of the kept layers' graph buffers now alive
+    mutable std::atomic<size_t> kept_live_{0};  // accumulate(): bytes of the kept layers' graphs now alive
+    // Host training's graph memory, reused across graphs and steps (one thread: accumulate()'s): the
+    // transient programs' buffer, and each kept layer's own.
+    mutable CpuBackend host_graphs_;
+    mutable std::vector<std::unique_ptr<CpuBackend>> kept_graphs_;
+    CpuBackend & kept_backend(int layer) const;
 };
 
 } // namespace rp

@@ -31,8 +31,9 @@ size_t CpuGraphRunner::run(Graph & g, int n_threads, const std::function<void()>
         return bytes;
     }
     if (!device_) {
-        const size_t bytes = be.allocate(g);
-        be.compute(g, n_threads);
+        CpuBackend & host = host_ ? *host_ : be;
+        const size_t bytes = host.allocate(g);
+        host.compute(g, n_threads);
         if (results) results();
         return bytes;
     }
