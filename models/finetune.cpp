@@ -209,6 +209,11 @@ Trainer::Trainer(const Model & model, const FinetuneConfig & cfg, TrainerData da
     push(seq_.back(), w_.output);
 }
 
+void Trainer::free_graph_memory() {
+    host_graphs_.release();
+    kept_graphs_.clear();
+}
+
 void Trainer::zero_grads() {
     for (const Param & p : params_) std::memset(p.t->grad->data, 0, p.t->grad->nbytes());
     if (head_slot_) std::memset(head_slot_->data, 0, head_slot_->nbytes());
@@ -706,7 +711,9 @@ void Trainer::save(const std::string & path) const {
         for (const Param & q : params_)
             if (q.name == ti.name) p = &q;
         const Tensor * src = model_.find(ti.name);
-        if (p) {
+        if (p && ti.type == gguf::TensorType::F32) {  // the master is the tensor as stored: no copy
+            w.add_tensor(ti.name, ti.type, ti.n_dims, ti.ne, p->t->data);
+        } else if (p) {
             Tensor * out = tmp.new_tensor(ti.type, ti.ne);
             tmp.alloc_data(out);
             tensor_set_f32(out, tensor_get_f32(p->t));

@@ -109,6 +109,9 @@ public:
     const ModelWeights & graph_weights() const { return w_; }
     const LoraSet & lora() const { return lora_; }
 
+    // Frees the graph buffers host training keeps from one step to the next (the next accumulate() allocates
+    // them again): before writing a checkpoint or the result, whose peak they would add to.
+    void free_graph_memory();
     // Zeroes every gradient and gradient slot (start of a step).
     void zero_grads();
     // Folds the per-owner slots of tied tensors into params()' grads: call once per step, after the last

@@ -396,11 +396,13 @@ void TrainingSession::save_checkpoint(const std::string & path) {
         st.last_skip = last_skip_;
         st.bad_run = bad_run_;
     }
+    trainer_.free_graph_memory();
     rp::save_checkpoint(path, trainer_, optimizer_, st);
 }
 
 void TrainingSession::save_result(const std::string & path) {
     synchronize();
+    trainer_.free_graph_memory();
     trainer_.save(path);
 }
 

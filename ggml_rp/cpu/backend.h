@@ -35,6 +35,11 @@ public:
 
     const AllocPlan & plan() const { return plan_; }
     size_t buffer_size() const { return capacity_; }
+    // Frees the buffer (graphs allocated in it must not run again before the next allocate()).
+    void release() {
+        buffer_.reset();
+        capacity_ = 0;
+    }
 
 private:
     struct FreeAligned { void operator()(void * p) const; };
