@@ -215,8 +215,18 @@ void Trainer::free_graph_memory() {
 }
 
 void Trainer::zero_grads() {
-    for (const Param & p : params_) std::memset(p.t->grad->data, 0, p.t->grad->nbytes());
-    if (head_slot_) std::memset(head_slot_->data, 0, head_slot_->nbytes());
+    // In 1 MiB pieces over the threads: one thread's memset streams at about half the machine's write
+    // bandwidth (a 20M-parameter full finetune: 10 ms of a 240 ms step on one core).
+    constexpr size_t kPiece = size_t(1) << 20;
+    std::vector<std::pair<char *, size_t>> pieces;
+    auto add = [&](void * data, size_t bytes) {
+        for (size_t off = 0; off < bytes; off += kPiece) pieces.push_back({static_cast<char *>(data) + off, std::min(kPiece, bytes - off)});
+    };
+    for (const Param & p : params_) add(p.t->grad->data, p.t->grad->nbytes());
+    if (head_slot_) add(head_slot_->data, head_slot_->nbytes());
+    const int64_t n = static_cast<int64_t>(pieces.size());
+#pragma omp parallel for schedule(static) if (n > 1)
+    for (int64_t i = 0; i < n; ++i) std::memset(pieces[static_cast<size_t>(i)].first, 0, pieces[static_cast<size_t>(i)].second);
 }
 
 void Trainer::collect_grads() {

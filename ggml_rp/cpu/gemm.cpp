@@ -335,6 +335,22 @@ void pack_b(const OperandB & B, int64_t j0, int64_t nc, int64_t p0, int64_t kc, 
     }
 }
 
+// The source rows pack_b reads for B(p0 .. p0+kc, j0 .. j0+nc): rows [0, rows) at base + r * stride, bytes
+// [b0, b1) of each.
+struct BlockRows {
+    const char * base = nullptr;
+    size_t stride = 0, b0 = 0, b1 = 0;
+    int64_t rows = 0;
+    void prefetch(int64_t r0, int64_t r1) const {
+        for (int64_t r = r0; r < r1; ++r)
+            for (size_t o = b0; o < b1; o += 64) __builtin_prefetch(base + r * stride + o, 0, 2);
+    }
+};
+BlockRows block_rows(const OperandB & B, int64_t j0, int64_t nc, int64_t p0, int64_t kc) {
+    if (B.t) return {B.base + j0 * B.row_bytes, B.row_bytes, gguf::row_bytes(B.type, p0), gguf::row_bytes(B.type, p0 + kc), nc};
+    return {B.base + p0 * B.row_bytes, B.row_bytes, gguf::row_bytes(B.type, j0), gguf::row_bytes(B.type, j0 + nc), kc};
+}
+
 // ---- the driver -----------------------------------------------------------------------------------------------
 
 struct Problem {
@@ -437,15 +453,21 @@ void run_tile(const Problem & P, const float * apack, int64_t i0, int64_t mt, in
     float * bp = ts.bpack.get(size_t(nc_pad * KC));
     float * ctile = ts.ctile.get(size_t(MR * NR));
     const int64_t Mpad = padded_rows<Kn>(P.M);
+    const int64_t n_jr = (nc + NR - 1) / NR;
     for (int64_t p0 = 0, b = 0; p0 < P.K; p0 += KC, ++b) {
         const int64_t kc = std::min(KC, P.K - p0);
         const bool add = p0 > 0 || P.accumulate;
         pack_b<NR>(P.B, j0, nc, p0, kc, bp, ts.deq);
         const float * ablock = apack + b * KC * Mpad;
+        // The next reduction block's B rows, fetched into L2 a slice per column panel of the first row chunk:
+        // the operand is usually out of cache (a weight or an activation last touched a layer ago), and its
+        // packing would otherwise wait on memory with nothing to overlap.
+        const BlockRows next = p0 + KC < P.K ? block_rows(P.B, j0, nc, p0 + KC, std::min(KC, P.K - p0 - KC)) : BlockRows{};
         // Row chunks of MC keep the chunk's A panels and C rows in L2 while B's micro-panels sweep over them.
         for (int64_t ic = 0; ic < mt; ic += MC) {
             const int64_t ic_end = std::min(mt, ic + MC);
             for (int64_t jr = 0; jr < nc; jr += NR) {
+                if (ic == 0 && next.rows > 0) next.prefetch(next.rows * (jr / NR) / n_jr, next.rows * (jr / NR + 1) / n_jr);
                 const int64_t cols = std::min<int64_t>(NR, nc - jr);
                 const float * bpanel = bp + jr * kc;
                 for (int64_t ir = ic; ir < ic_end; ir += MR) {
