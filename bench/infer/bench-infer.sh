@@ -6,7 +6,8 @@
 #
 #   bench/infer/bench-infer.sh [BUILD_DIR]      (default: build; needs bin/rp-generate and bin/rp-oracle)
 #   env: THREADS (2), TG (generated tokens, 64), REPS (best of, 3), WORK (scratch dir, a fresh temp dir),
-#        QWEN (1: also the Qwen3-0.6B-shaped bf16, Q8_0 and Q4_K_M models; 0: only the two small ones)
+#        QWEN (1: also the Qwen3-0.6B-shaped bf16 model and its QUANTS; 0: only the two small ones)
+#        QUANTS (rp-gguf convert types of the 0.6B model, default "q8_0 q4_k_m q3_k_m q2_k")
 #
 # How each figure is measured:
 #   ours  prompt    rp-generate -f train.txt -n 1: its "prompt: X tokens/s" (one eval of the whole prompt)
@@ -62,7 +63,8 @@ mkdir -p "$WORK"
 
 # The models: the synthetic-model writer (rp-gguf synth), 97.9M parameters with the stories260K vocabulary;
 # with QWEN=1 (the default) also a Qwen3-0.6B-shaped bf16 model with the real 151,936-token vocabulary
-# (1.2 GB, its tied head read whole for every token) and its Q8_0 and Q4_K_M (rp-gguf convert).
+# (1.2 GB, its tied head read whole for every token) and its QUANTS (rp-gguf convert mixes; default
+# q8_0 q4_k_m q3_k_m q2_k).
 BIG="$WORK/llama-98M.gguf"
 "$BUILD/bin/rp-gguf" synth "$BIG" --vocab "$STORIES" --shape llama-98m --seed 42 || die "rp-gguf synth failed"
 MODELS=("$STORIES" "$BIG")
@@ -71,11 +73,12 @@ if [[ "${QWEN:-1}" == 1 ]]; then
   [[ -f "$QVOCAB" ]] || die "$QVOCAB not found"
   "$BUILD/bin/rp-gguf" synth "$WORK/qwen3-0.6B-bf16.gguf" --vocab "$QVOCAB" --shape qwen3-0.6b --type bf16 --seed 42 >/dev/null ||
     die "rp-gguf synth (qwen3-0.6b) failed"
-  for q in q8_0 q4_k_m; do
+  MODELS+=("$WORK/qwen3-0.6B-bf16.gguf")
+  for q in ${QUANTS:-q8_0 q4_k_m q3_k_m q2_k}; do
     "$BUILD/bin/rp-gguf" convert "$WORK/qwen3-0.6B-bf16.gguf" "$WORK/qwen3-0.6B-$q.gguf" --type "$q" >/dev/null ||
       die "rp-gguf convert --type $q failed"
+    MODELS+=("$WORK/qwen3-0.6B-$q.gguf")
   done
-  MODELS+=("$WORK/qwen3-0.6B-bf16.gguf" "$WORK/qwen3-0.6B-q8_0.gguf" "$WORK/qwen3-0.6B-q4_k_m.gguf")
 fi
 
 now() { date +%s.%N; }

@@ -191,6 +191,73 @@ float dot_q45_K(const Block * w, const DotColumn & x) {
 #endif
 }
 
+// Q2_K and Q3_K: per super-block of 256, groups g = 4n + j of 32 elements 128n + 32j + l (l < 32) whose 2-bit
+// quants are bits 2j of qs[32n + l]; sub-block s = 2g + l / 16 has its own scale. Q2_K: w = (d*sc_s) q -
+// (dmin*m_s), q in [0, 3]. Q3_K: w = (d*sc_s) (u - 4), u = q + 4 * (bit 4n + j of hmask[l]) in [0, 7], sc_s
+// signed. So per sub-block y = d sc_s d_b (sum u q') - (dmin m_s | 4 d sc_s) (d_b sum q'), the second term from
+// dsum16, accumulated apart and subtracted last (as Q4_K's mins and Q6_K's offset).
+template <bool Q3>
+float dot_q23_K(const void * row, const DotColumn & x) {
+    const int64_t nsb = x.K / QK_K;
+    float offset = 0.0f;
+#if defined(RP_INT8_SIMD)
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+#else
+    float acc = 0.0f;
+#endif
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+        const uint8_t * qs;
+        const uint8_t * hmask = nullptr;
+        float d, dmin = 0.0f;
+        int sc[16], m[16] = {};
+        if constexpr (Q3) {
+            const block_q3_K & b = static_cast<const block_q3_K *>(row)[sb];
+            qs = b.qs, hmask = b.hmask, d = half_to_float(b.d);
+            for (int i = 0; i < 16; ++i) sc[i] = q3k_scale(i, b.scales);
+        } else {
+            const block_q2_K & b = static_cast<const block_q2_K *>(row)[sb];
+            qs = b.qs, d = half_to_float(b.d), dmin = half_to_float(b.dmin);
+            for (int i = 0; i < 16; ++i) sc[i] = b.scales[i] & 0xF, m[i] = b.scales[i] >> 4;
+        }
+        const int8_t * xq = x.q.data() + QK_K * sb;
+        const float * xd = x.d.data() + 8 * sb;
+        const float * xs = x.dsum16.data() + 16 * sb;
+        for (int i = 0; i < 16; ++i) offset += (Q3 ? 4.0f * d * float(sc[i]) : dmin * float(m[i])) * xs[i];
+        for (int n = 0; n < 2; ++n) {
+#if defined(RP_INT8_SIMD)
+            const __m256i q = load256(qs + 32 * n);
+            __m256i hm = _mm256_setzero_si256();
+            if constexpr (Q3) hm = load256(hmask);
+#endif
+            for (int j = 0; j < 4; ++j) {
+                const int g = 4 * n + j;
+                const float dx = xd[g];
+#if defined(RP_INT8_SIMD)
+                __m256i u = bits(q, 2 * j, 3, 0);
+                if constexpr (Q3) u = _mm256_or_si256(u, bits(hm, g, 1, 2));
+                const __m256i p = dot_u8s8(u, load256(xq + 32 * g));
+                const __m256 scale = _mm256_set_m128(_mm_set1_ps(d * float(sc[2 * g + 1]) * dx), _mm_set1_ps(d * float(sc[2 * g]) * dx));
+                if (j % 2 == 0) acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc0);
+                else acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc1);
+#else
+                int32_t sa = 0, sb2 = 0;
+                for (int l = 0; l < 32; ++l) {
+                    int u = (qs[32 * n + l] >> (2 * j)) & 3;
+                    if constexpr (Q3) u |= ((hmask[l] >> g) & 1) << 2;
+                    (l < 16 ? sa : sb2) += u * xq[32 * g + l];
+                }
+                acc += float(sa) * (d * float(sc[2 * g]) * dx) + float(sb2) * (d * float(sc[2 * g + 1]) * dx);
+#endif
+            }
+        }
+    }
+#if defined(RP_INT8_SIMD)
+    return hsum(_mm256_add_ps(acc0, acc1)) - offset;
+#else
+    return acc - offset;
+#endif
+}
+
 // Q6_K: sub-blocks of 16 with w = (d*sc) (q - 32), q in [0, 63].
 float dot_q6_K(const block_q6_K * w, const DotColumn & x) {
     const int64_t nsb = x.K / QK_K;
@@ -361,7 +428,8 @@ bool row_dot_supports(TensorType t, int64_t K) {
     case TensorType::F32: case TensorType::F16: case TensorType::BF16: return K > 0;
     case TensorType::Q4_0: case TensorType::Q4_1: case TensorType::Q5_0: case TensorType::Q5_1:
     case TensorType::Q8_0: return K > 0 && K % 32 == 0;
-    case TensorType::Q4_K: case TensorType::Q5_K: case TensorType::Q6_K: return K > 0 && K % QK_K == 0;
+    case TensorType::Q2_K: case TensorType::Q3_K: case TensorType::Q4_K: case TensorType::Q5_K: case TensorType::Q6_K:
+        return K > 0 && K % QK_K == 0;
     default: return false;
     }
 }
@@ -376,6 +444,8 @@ float row_dot(TensorType t, const void * row, const DotColumn & x) {
     case TensorType::Q5_0: return dot_q45_small<block_q5_0, true, false>(static_cast<const block_q5_0 *>(row), x);
     case TensorType::Q5_1: return dot_q45_small<block_q5_1, true, true>(static_cast<const block_q5_1 *>(row), x);
     case TensorType::Q8_0: return dot_q8_0(static_cast<const block_q8_0 *>(row), x);
+    case TensorType::Q2_K: return dot_q23_K<false>(row, x);
+    case TensorType::Q3_K: return dot_q23_K<true>(row, x);
     case TensorType::Q4_K: return dot_q45_K<false>(static_cast<const block_q4_K *>(row), x);
     case TensorType::Q5_K: return dot_q45_K<true>(static_cast<const block_q5_K *>(row), x);
     case TensorType::Q6_K: return dot_q6_K(static_cast<const block_q6_K *>(row), x);
@@ -395,7 +465,8 @@ bool row_dot_is_simd(TensorType t) {
 #endif
 #if defined(RP_INT8_SIMD)
     case TensorType::Q4_0: case TensorType::Q4_1: case TensorType::Q5_0: case TensorType::Q5_1:
-    case TensorType::Q8_0: case TensorType::Q4_K: case TensorType::Q5_K: case TensorType::Q6_K: return true;
+    case TensorType::Q8_0: case TensorType::Q2_K: case TensorType::Q3_K: case TensorType::Q4_K: case TensorType::Q5_K:
+    case TensorType::Q6_K: return true;
 #endif
     default: return false;
     }

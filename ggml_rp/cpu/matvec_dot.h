@@ -4,7 +4,8 @@
 // Generating one token reads every weight once, so the product is bound by how fast the weight rows stream
 // in and are decoded, not by work on the activations. Converting the column once lets each weight row be
 // dotted where it lies, one contiguous stream, with the cheapest instructions its format allows:
-//   Q8_0, Q4_K, Q5_K, Q6_K  int8 column, integer multiply-adds (AVX-512 VNNI), exact in int32, scaled per block;
+//   Q4_0 .. Q8_0, Q2_K .. Q6_K  int8 column, integer multiply-adds (AVX-512 VNNI), exact in int32, scaled per
+//                           block;
 //   BF16                    bf16 column, pairwise bf16 products summed in f32 (AVX-512 BF16);
 //   F32, F16                the f32 column itself, one FMA chain per 16 lanes.
 //

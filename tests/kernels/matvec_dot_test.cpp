@@ -6,7 +6,7 @@
 //     sum of rp::dequantize_row's weights times the column's values x'; against the exact column the error
 //     is within that plus sum |w_i| |x_i - x'_i|.
 //  3. matmul_fwd with the switch on: one token is that dot for every row, bit-identical on 1 and 2 threads;
-//     with it off (the default), or for a type it does not take, nothing changes.
+//     with it off (the default) one token is its column of a batch, bit for bit.
 #include "ggml_rp/cpu/matvec_dot.h"
 
 #include "ggml_rp/cpu/gemm.h"
@@ -26,7 +26,8 @@ using namespace kt;
 
 const std::vector<TensorType> kDotTypes = {TensorType::F32,  TensorType::F16,  TensorType::BF16, TensorType::Q4_0,
                                           TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1, TensorType::Q8_0,
-                                          TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
+                                          TensorType::Q2_K, TensorType::Q3_K, TensorType::Q4_K, TensorType::Q5_K,
+                                          TensorType::Q6_K};
 
 bool is_int8(TensorType t) { return t != TensorType::F32 && t != TensorType::F16 && t != TensorType::BF16; }
 
@@ -183,21 +184,19 @@ TEST(MatvecDot, NonFiniteColumnGivesNonFiniteDots) {
         }
 }
 
-TEST(MatvecDot, OffByDefaultAndOtherTypesUnchanged) {
+// Off by default; then one token is the batch arithmetic: the bits of its column in a batch of two.
+TEST(MatvecDot, OffByDefaultOneTokenIsItsBatchColumn) {
     EXPECT_FALSE(rp::cpu::row_dots());
     Rng rng(31);
     const int64_t K = 512, N = 70;
-    for (TensorType t : {TensorType::Q2_K, TensorType::Q3_K}) {
-        EXPECT_FALSE(rp::cpu::row_dot_supports(t, K)) << gguf::type_name(uint32_t(t));
+    for (TensorType t : kDotTypes) {
         const Weight w = make_weight(t, K, N, rng);
-        const std::vector<float> x = test_column(K, rng);
-        std::vector<float> off(static_cast<size_t>(N)), on(off);
-        rp::cpu::matmul_fwd(K, N, 1, w.data(), t, w.row_bytes, x.data(), K, off.data(), N, false);
-        {
-            RowDotSwitch s(true);
-            rp::cpu::matmul_fwd(K, N, 1, w.data(), t, w.row_bytes, x.data(), K, on.data(), N, false);
-        }
-        EXPECT_TRUE(bit_equal(on, off)) << gguf::type_name(uint32_t(t));
+        std::vector<float> x = test_column(K, rng), x2 = test_column(K, rng);
+        x2.insert(x2.begin(), x.begin(), x.end());   // [K, 2]: x first
+        std::vector<float> one(static_cast<size_t>(N)), two(static_cast<size_t>(2 * N));
+        rp::cpu::matmul_fwd(K, N, 1, w.data(), t, w.row_bytes, x.data(), K, one.data(), N, false);
+        rp::cpu::matmul_fwd(K, N, 2, w.data(), t, w.row_bytes, x2.data(), K, two.data(), N, false);
+        EXPECT_TRUE(bit_equal(one, std::vector<float>(two.begin(), two.begin() + N))) << gguf::type_name(uint32_t(t));
     }
     // Rows whose length is not a whole number of blocks of the type are refused.
     EXPECT_FALSE(rp::cpu::row_dot_supports(TensorType::Q4_K, 288));
