@@ -381,7 +381,7 @@ TEST(FinetuneOracle, RowDotGenerationAgreesWithLlamaCppOnQuantizedFiles) {
     s.n_layer = 2, s.n_embd = 256, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 64, s.n_ff = 512, s.seed = 77;
     rp::write_synth_model(s, d / "f32.gguf");
     const std::vector<int32_t> toks = kPrompt1;
-    for (const char * ftype : {"bf16", "q8_0", "q4_k_m", "q6_k"}) {
+    for (const char * ftype : {"bf16", "q8_0", "q4_k_m", "q6_k", "q3_k_m", "q2_k"}) {
         SCOPED_TRACE(ftype);
         const std::string q = d / (std::string(ftype) + ".gguf");
         ASSERT_EQ(rp::oracle::run("quantize " + quote(d / "f32.gguf") + " --out " + quote(q) + " --ftype " + ftype).status, 0);
@@ -406,8 +406,9 @@ TEST(FinetuneOracle, RowDotGenerationAgreesWithLlamaCppOnQuantizedFiles) {
         const float e_exact = max_diff(exact, ref), e_int8 = max_diff(int8, ref), moved = max_diff(int8, exact);
         std::printf("%s: vs llama.cpp, exact path %.4e, row-dot generation %.4e; the two paths differ by %.4e (logits up to %.2f)\n", ftype,
                     e_exact, e_int8, moved, max_abs(ref));
-        const rp::DType main = std::string(ftype) == "bf16" ? rp::DType::BF16 : std::string(ftype) == "q8_0" ? rp::DType::Q8_0
-                               : std::string(ftype) == "q6_k" ? rp::DType::Q6_K : rp::DType::Q4_K;
+        const std::string f = ftype;
+        const rp::DType main = f == "bf16" ? rp::DType::BF16 : f == "q8_0" ? rp::DType::Q8_0 : f == "q6_k" ? rp::DType::Q6_K
+                               : f == "q3_k_m" ? rp::DType::Q3_K : f == "q2_k" ? rp::DType::Q2_K : rp::DType::Q4_K;
         if (!rp::cpu::row_dot_is_simd(main)) {   // this CPU lacks the instructions: generation stays exact
             EXPECT_EQ(moved, 0.0f);
             continue;
