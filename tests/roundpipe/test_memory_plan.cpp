@@ -152,10 +152,17 @@ void expect_measured_equals_planned(const RunResult & r, const std::string & wha
 
 } // namespace
 
+// (Under the sanitizers the first 20 of the same draws: instrumented, the fifty took 5.6 of CI's 50 minutes;
+// the Release run checks all fifty.)
 TEST(MemoryPlan, PlannedEqualsMeasuredOnFiftyRandomConfigurations) {
     std::mt19937 rng(20261201);
     int boundary_cases = 0;
-    for (int i = 0; i < 50; ++i) {
+#ifdef RP_SANITIZED
+    constexpr int kConfigs = 20;
+#else
+    constexpr int kConfigs = 50;
+#endif
+    for (int i = 0; i < kConfigs; ++i) {
         const Config c = draw(rng);
         const std::string what = "config " + std::to_string(i) + ": " + c.describe();
         const auto [smallest, unlimited] = peak_range(c);
@@ -207,7 +214,7 @@ TEST(MemoryPlan, PlannedEqualsMeasuredOnFiftyRandomConfigurations) {
         }
         for (const auto & d : set.devices) EXPECT_EQ(d->high_water(), 0u) << what;
     }
-    EXPECT_GE(boundary_cases, 5);
+    EXPECT_GE(boundary_cases, kConfigs / 10);
 }
 
 TEST(MemoryPlan, TheLargestSeqLenItNamesFits) {
