@@ -244,9 +244,12 @@ int run_ops(int argc, char ** argv) {
 #if defined(_OPENMP)
     omp_set_num_threads(threads);
 #endif
-    std::printf("rp-bench ops: %d threads, micro-kernel %s, OpenBLAS %s, best of %d%s\n", threads,
+    // OpenBLAS's threads at start: 1 unless OPENBLAS_NUM_THREADS says otherwise (tools/omp_defaults.cpp); its
+    // rows below ask for `threads`.
+    const int blas_threads = rp::cpu::openblas_threads();
+    std::printf("rp-bench ops: %d threads, micro-kernel %s, OpenBLAS %s (%d thread%s at start), best of %d%s\n", threads,
                 rp::cpu::gemm_simd_name(), rp::cpu::gemm_have_blas() ? rp::cpu::openblas_core_name() : "not built in",
-                reps, quick ? ", quick shapes" : "");
+                blas_threads, blas_threads == 1 ? "" : "s", reps, quick ? ", quick shapes" : "");
 
     if (rp::cpu::gemm_have_blas() && std::strcmp(rp::cpu::openblas_core_name(), "Prescott") == 0)
         std::printf("note: OpenBLAS did not recognise this CPU and runs its generic SSE3 (Prescott) kernels; run with\n"

@@ -773,6 +773,14 @@ bool openblas_matmul_fwd(int64_t K, int64_t N, int64_t T, const float * W, const
 #endif
 }
 
+int openblas_threads() {
+#ifdef RP_HAVE_BLAS
+    return openblas_get_num_threads();
+#else
+    return 0;
+#endif
+}
+
 const char * openblas_core_name() {
 #ifdef RP_HAVE_BLAS
     return openblas_get_corename();

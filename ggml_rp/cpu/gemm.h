@@ -74,5 +74,7 @@ const char * gemm_simd_name();
 bool openblas_matmul_fwd(int64_t K, int64_t N, int64_t T, const float * W, const float * X, float * Y, int threads);
 // The kernel family OpenBLAS picked for this CPU ("SkylakeX", "Prescott", ...); "" without OpenBLAS.
 const char * openblas_core_name();
+// OpenBLAS's own thread count now (0 without OpenBLAS).
+int openblas_threads();
 
 } // namespace rp::cpu

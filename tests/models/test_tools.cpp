@@ -1,6 +1,7 @@
 // rp-perplexity and rp-generate, run as programs (RP_BIN_DIR).
 #include "models_test_util.h"
 
+#include "ggml_rp/cpu/gemm.h"
 #include "models/tokenizer.h"
 
 #include <gtest/gtest.h>
@@ -170,6 +171,27 @@ TEST(Generate, OpenMPWaitDefaultAndUserSettingsReachLibgomp) {
     e = run("GOMP_SPINCOUNT=1234");
     EXPECT_NE(e.find("GOMP_SPINCOUNT = '1234'"), std::string::npos) << e;
     EXPECT_NE(e.find("2 threads (GOMP_SPINCOUNT=1234)"), std::string::npos) << e;
+}
+
+// OpenBLAS starts one thread, not one per core that spins against ours, unless the user asks
+// (tools/omp_defaults.cpp); rp-bench reports its count at start.
+TEST(Generate, OpenBlasStartsOneThreadUnlessTheUserSetsIt) {
+    const auto run = [](const std::string & env) {
+        TempDir d;
+        const std::string out = d.file("out");
+        const std::string cmd = "env -u OPENBLAS_NUM_THREADS " + env + " " + std::string(RP_BIN_DIR) +
+                                "/rp-bench ops --only peak --reps 1 --threads 1 > " + out + " 2>&1";
+        EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+        return slurp(out);
+    };
+    std::string o = run("");
+    if (!rp::cpu::gemm_have_blas()) {
+        EXPECT_NE(o.find("OpenBLAS not built in"), std::string::npos) << o;
+        return;
+    }
+    EXPECT_NE(o.find("(1 thread at start)"), std::string::npos) << o;
+    o = run("OPENBLAS_NUM_THREADS=2");
+    EXPECT_NE(o.find("(2 threads at start)"), std::string::npos) << o;
 }
 
 } // namespace
