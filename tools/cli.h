@@ -26,6 +26,10 @@ namespace rp::cli {
 // set (OMP_WAIT_POLICY=..., GOMP_SPINCOUNT=...).
 std::string omp_wait_setting();
 
+// The same in a paragraph of running text (rp-gguf convert's help).
+#define RP_THREADS_WAIT_SENTENCE                                                                               \
+    "Threads spin 10,000 times at a barrier, then sleep (GOMP_SPINCOUNT=10000); OMP_WAIT_POLICY or\n"          \
+    "GOMP_SPINCOUNT in the environment take precedence.\n"
 // What each tool's --help says under --threads (a macro, to concatenate with the help literals).
 #define RP_THREADS_WAIT_HELP                                                                                   \
     "                        threads spin 10,000 times at a barrier, then sleep (GOMP_SPINCOUNT=10000:\n"   \

@@ -74,7 +74,8 @@ const char * const kConvertHelp =
     "A row length the chosen type's block does not divide falls back (Q4_K -> Q5_0, Q5_K -> Q5_1,\n"
     "Q6_K -> Q8_0, Q2_K/Q3_K -> Q4_0, else F16); each fallback is listed. Quantized inputs are dequantized\n"
     "first. --pure: every weight matrix gets T's base type. --threads: default all cores (the bytes do\n"
-    "not depend on it). Metadata is copied; general.file_type and general.quantization_version are set.\n";
+    "not depend on it). Metadata is copied; general.file_type and general.quantization_version are set.\n"
+    RP_THREADS_WAIT_SENTENCE;
 
 const char * const kDiffHelp =
     "usage: rp-gguf diff A B\n"

@@ -2,6 +2,8 @@
 // (formats.md §5.5; models/merge_lora.h), keeping the base's tensor types or quantizing to a mix.
 //
 //   rp-merge-lora -m BASE.gguf --lora A.gguf[:SCALE] [--lora B.gguf[:SCALE] ...] -o OUT.gguf [--type T]
+#include "tools/cli.h"
+
 #include "ggml_rp/core/dtype.h"
 #include "base/error.h"
 #include "models/merge_lora.h"
@@ -31,7 +33,7 @@ void usage(FILE * f) {
                  "                           default: every tensor keeps its base type (a Q4_K_M base gives a\n"
                  "                           Q4_K_M file)\n"
                  "  -t, --threads N          threads that re-quantize (default: all cores)\n"
-                 "  -h, --help               this text\n");
+                 "  -h, --help               this text\n" RP_THREADS_WAIT_SENTENCE);
 }
 
 rp::QuantMix parse_type(const std::string & s) {

@@ -173,6 +173,19 @@ TEST(Generate, OpenMPWaitDefaultAndUserSettingsReachLibgomp) {
     EXPECT_NE(e.find("2 threads (GOMP_SPINCOUNT=1234)"), std::string::npos) << e;
 }
 
+// Every tool that takes a thread count says in --help how its threads wait.
+TEST(Generate, EveryThreadedToolsHelpStatesTheWait) {
+    for (const char * tool : {"rp-generate", "rp-finetune", "rp-perplexity", "rp-check", "rp-merge-lora", "rp-gguf convert"}) {
+        TempDir d;
+        const std::string out = d.file("out");
+        const std::string cmd = std::string(RP_BIN_DIR) + "/" + tool + " --help > " + out + " 2>&1";
+        EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+        const std::string help = slurp(out);
+        EXPECT_NE(help.find("GOMP_SPINCOUNT=10000"), std::string::npos) << tool << "\n" << help;
+        EXPECT_NE(help.find("OMP_WAIT_POLICY"), std::string::npos) << tool << "\n" << help;
+    }
+}
+
 // OpenBLAS starts one thread, not one per core that spins against ours, unless the user asks
 // (tools/omp_defaults.cpp); rp-bench reports its count at start.
 TEST(Generate, OpenBlasStartsOneThreadUnlessTheUserSetsIt) {
