@@ -37,16 +37,17 @@
 # The host is shared: both engines slow down badly while other processes load the cores (single steps varied
 # 50-fold during a parallel build), hence best of REPS; compare the load averages printed before and after.
 #
-# Last measured on 2026-12-01 (2-core Intel Xeon with AVX-512, load 1.4-1.7; llama.cpp's CPU backend for it),
-# THREADS=2, REPS=3, defaults otherwise (three runs within minutes; stories260K's 9 steps take 0.2 s, so its
-# ratio moved between 1.27 and 1.90 from run to run):
+# Last measured on 2026-12-02 (2-core Intel Xeon with AVX-512, load 1.3-1.6; llama.cpp's CPU backend for it),
+# THREADS=2, REPS=5, defaults otherwise; host training keeps the layers' activations (no recompute):
 #   model          mode  engine        steps   train s   tokens/s    ratio   RSS MiB
-#   stories260K    full  llama.cpp         9      0.35     6661.4     1.00      38.9
-#   stories260K    full  rp-finetune       9      0.18    12659.3     1.90      22.9
-#   stories260K    lora  rp-finetune       9      0.22    10331.8     1.55      20.6
-#   llama-20M      full  llama.cpp         9      4.01      575.0     1.00     393.7
-#   llama-20M      full  rp-finetune       9      2.38      966.0     1.68     469.8
-#   llama-20M      lora  rp-finetune       9      2.21     1040.2     1.81     169.8
+#   stories260K    full  llama.cpp         9      0.34     6764.3     1.00      38.8
+#   stories260K    full  rp-finetune       9      0.15    14961.0     2.21      24.1
+#   stories260K    lora  rp-finetune       9      0.17    13552.9     2.00      22.4
+#   llama-20M      full  llama.cpp         9      4.26      540.7     1.00     393.7
+#   llama-20M      full  rp-finetune       9      1.86     1242.0     2.30     394.6
+#   llama-20M      lora  rp-finetune       9      1.55     1483.6     2.74     183.5
+# (The day before, recomputing every layer: llama-20M full 966 tok/s at 469.8 MiB, 1.68x.) llama.cpp's own
+# figure moves 475-570 tok/s between runs minutes apart, so ratios move by +-10%.
 # Under load single repetitions differ up to 10-fold: trust only runs made on a quiet machine.
 set -euo pipefail
 

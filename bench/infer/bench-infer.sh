@@ -23,20 +23,25 @@
 # the real limit of generation. (A model that fits the last-level cache, like llama-98M in a 480 MiB L3, can
 # beat both.)
 #
-# Last measured on 2026-12-01 (2-core Intel Xeon with AVX-512 VNNI and BF16, 480 MiB L3, load 1.4-1.7),
+# Last measured on 2026-12-02 (2-core Intel Xeon with AVX-512 VNNI and BF16, 480 MiB L3, load 1.3-1.6),
 # THREADS=2, REPS=3, TG=64; generation through the row dots (rp-generate's default --matvec fast):
 #   model              measure                    ours tok/s llama.cpp tok/s    ratio
-#   stories260K        prompt (840 tokens)           30324.4         4052.3     7.48
-#   stories260K        generate (64 tokens)           5218.5         4126.5     1.26
-#   llama-98M          prompt (840 tokens)            1010.5          316.8     3.19
-#   llama-98M          generate (64 tokens)             64.8           62.2     1.04   25.3 GB/s, 76% of the read stream
-#   qwen3-0.6B-bf16    prompt (468 tokens)             245.1           88.1     2.78
-#   qwen3-0.6B-bf16    generate (64 tokens)             19.5           13.7     1.42   23.3 GB/s, 78% of the read stream
-#   qwen3-0.6B-q8_0    prompt (468 tokens)             211.0           83.0     2.54
-#   qwen3-0.6B-q8_0    generate (64 tokens)             21.1           16.4     1.29   13.4 GB/s, 44% (decode-bound)
-#   qwen3-0.6B-q4_k_m  prompt (468 tokens)             216.2           82.8     2.61
-#   qwen3-0.6B-q4_k_m  generate (64 tokens)             27.1           22.3     1.22   10.6 GB/s, 36% (decode-bound)
-# (memcpy of 1.2 GB: 10.7 GB/s; read-only stream: 29.7 GB/s.)
+#   stories260K        prompt (840 tokens)           31222.8         3702.1     8.43
+#   stories260K        generate (64 tokens)           4690.2         3914.8     1.20
+#   llama-98M          prompt (840 tokens)             897.1          279.0     3.22
+#   llama-98M          generate (64 tokens)             55.0           50.7     1.08   21.5 GB/s, 69% of the read stream
+#   qwen3-0.6B-bf16    prompt (468 tokens)             204.5           77.1     2.65
+#   qwen3-0.6B-bf16    generate (64 tokens)             16.1           12.5     1.29   19.2 GB/s, 65% of the read stream
+#   qwen3-0.6B-q8_0    prompt (468 tokens)             211.9           87.8     2.41
+#   qwen3-0.6B-q8_0    generate (64 tokens)             24.0           17.7     1.36   15.2 GB/s, 50% (decode-bound)
+#   qwen3-0.6B-q4_k_m  prompt (468 tokens)             209.7           86.1     2.44
+#   qwen3-0.6B-q4_k_m  generate (64 tokens)             27.8           24.9     1.12   10.9 GB/s, 37% (decode-bound)
+#   qwen3-0.6B-q3_k_m  prompt (468 tokens)             223.1           67.6     3.30
+#   qwen3-0.6B-q3_k_m  generate (64 tokens)             29.5           27.1     1.09   10.1 GB/s, 31% (decode-bound)
+#   qwen3-0.6B-q2_k    prompt (468 tokens)             216.1           76.3     2.83
+#   qwen3-0.6B-q2_k    generate (64 tokens)             29.5           28.9     1.02    8.6 GB/s, 27% (decode-bound)
+# (memcpy of 1.2 GB: 10.4 GB/s; read-only stream: 29.4 GB/s. The machine was slower than the day before for
+# both engines: llama.cpp's bf16 generation 12.5 vs 13.7 tok/s.)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
