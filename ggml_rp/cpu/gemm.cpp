@@ -609,9 +609,10 @@ void run_problem(const Problem & P, bool parallel) {
     constexpr int64_t NR = Kn::NV * Kn::W;
     int64_t nc_task = few_rows && nthreads > 1 ? NR : NC;
     // Too few column blocks for the threads: narrower blocks first (down to 2 micro-panels), since splitting
-    // rows makes every row block pack (and read from memory) the same B block again: for a 512 x 1408 weight
-    // and 256 tokens, that read twice measured 1.4x slower than once with the weight out of cache. Whole
-    // 256-column blocks stay where dequantization needs them (B.t false: a block runs along the columns).
+    // rows makes every row block pack (and read from memory) the same B block again. (On llama-20M's training
+    // products, 2 threads, weights out of cache, it measured within noise of the row split: kept because it
+    // never reads B twice.) Whole 256-column blocks stay where dequantization needs them (B.t false: a block
+    // runs along the columns).
     const bool narrow_ok = P.B.t || P.B.type == TensorType::F32 || P.B.type == TensorType::BF16 || P.B.type == TensorType::F16;
     if (narrow_ok && nthreads > 1)
         while (nc_task > 2 * NR && (P.N + nc_task - 1) / nc_task < 4 * nthreads) nc_task /= 2;

@@ -52,6 +52,16 @@ inline void seed_lora_b(rp::Trainer & tr) {
     }
 }
 
+// Every parameter's accumulated gradient, in params() order.
+inline std::vector<std::vector<float>> gradients_of(const rp::Trainer & tr) {
+    std::vector<std::vector<float>> g;
+    for (const auto & p : tr.params()) {
+        const float * d = p.t->grad->data_as<float>();
+        g.emplace_back(d, d + p.t->nelements());
+    }
+    return g;
+}
+
 // The ids and labels of n tokens (ids below 200, every 7th label masked).
 struct TokenData {
     std::vector<int32_t> ids, labels;

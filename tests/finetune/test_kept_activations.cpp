@@ -53,10 +53,7 @@ Result run(const rp::Model & model, rp::FinetuneConfig cfg, size_t activation_me
     for (const rp::cpu::OpTime & o : rp::cpu::op_profile())
         if (o.op == rp::Op::MUL_MAT) r.mul_mats = o.calls;
     tr.collect_grads();
-    for (const auto & p : tr.params()) {
-        const float * g = p.t->grad->data_as<float>();
-        r.grads.emplace_back(g, g + p.t->nelements());
-    }
+    r.grads = ft_test::gradients_of(tr);
     r.peak_graph = tr.peak_graph_bytes();
     return r;
 }

@@ -32,10 +32,7 @@ Result run(const rp::Model & model, rp::FinetuneConfig cfg, int64_t chunk, int64
     Result r;
     r.loss = tr.accumulate(data.ids.data(), data.labels.data(), T, B, 1.0f / static_cast<float>(T * B), 1, 3, 2);
     tr.collect_grads();
-    for (const auto & p : tr.params()) {
-        const float * g = p.t->grad->data_as<float>();
-        r.grads.emplace_back(g, g + p.t->nelements());
-    }
+    r.grads = ft_test::gradients_of(tr);
     r.peak_graph = tr.peak_graph_bytes();
     return r;
 }
