@@ -7,7 +7,8 @@
 #   bench/finetune/vs-llamacpp.sh BUILD_DIR [THREADS]     (BUILD_DIR needs bin/rp-finetune and the static libs)
 #   env: SEQ (tokens per sequence = llama.cpp's context, 256), EPOCHS (llama.cpp epochs, 1),
 #        DATA (training text, examples/data/stories.txt), LR (1e-4), REPS (best of, 3),
-#        WORK (scratch dir, a fresh temp dir)
+#        WORK (scratch dir, a fresh temp dir), BEFORE (another build's folder, e.g. main before a change: its
+#        rp-finetune runs too, in the same repetitions, as the "before" rows)
 #
 # llama.cpp is not built: its example is compiled (about 3 s, cached in .oracle/bench-bin/) from the source
 # bundle that scripts/fetch-oracle.sh downloads, against the prebuilt CPU libraries in .oracle/bins, including
@@ -74,6 +75,10 @@ die() { echo "error: $*" >&2; exit 1; }
 command -v bc >/dev/null || die "bc not found (apt-get install bc)"
 (( SEQ % 256 == 0 )) || die "SEQ=$SEQ: llama.cpp rounds its context up to a multiple of 256, so SEQ must be one"
 
+if [[ -n "${BEFORE:-}" ]]; then
+  BEFORE=$(cd "$BEFORE" && pwd)
+  [[ -x "$BEFORE/bin/rp-finetune" ]] || die "BEFORE=$BEFORE has no bin/rp-finetune"
+fi
 if [[ -z "${WORK:-}" ]]; then
   WORK=$(mktemp -d "${TMPDIR:-/tmp}/rp-bench-ft-XXXXXX")
   trap 'rm -rf "$WORK"' EXIT
@@ -124,8 +129,8 @@ llama_run() {  # llama_run MODEL EPOCHS TAG -> prints wall seconds; log in $WORK
   echo "$t1 - $t0" | bc -l
 }
 
-rp_run() {  # rp_run MODEL STEPS TAG [--full] -> prints training seconds; log in $WORK/TAG.log
-  /usr/bin/time -f %M -o "$WORK/$3.rss" "$FINETUNE" -m "$1" --data "$DATA" -o "$WORK/$3.gguf" --seq-len "$SEQ" \
+rp_run() {  # rp_run MODEL STEPS TAG [--full] -> prints training seconds; log in $WORK/TAG.log; RP_FINETUNE: which binary
+  /usr/bin/time -f %M -o "$WORK/$3.rss" "${RP_FINETUNE:-$FINETUNE}" -m "$1" --data "$DATA" -o "$WORK/$3.gguf" --seq-len "$SEQ" \
     --batch 1 --steps "$2" --optimizer adamw --lr "$LR" --lr-schedule constant --clip 0 -t "$THREADS" ${4:-} \
     >"$WORK/$3.log" 2>&1 || { tail -20 "$WORK/$3.log" >&2; die "rp-finetune failed on $1 (log above)"; }
   # per-step time = SEQ / tokens_per_s of that step
@@ -155,14 +160,19 @@ for m in "$STORIES" "$MID"; do
     llama_run "$m" 0 "$name-llama0-$rep" >>"$WORK/$name-llama0.wall"
     rp_run "$m" "$steps" "$name-rp-full-$rep" --full >>"$WORK/$name-rp-full.secs"
     rp_run "$m" "$steps" "$name-rp-lora-$rep" >>"$WORK/$name-rp-lora.secs"
+    if [[ -n "${BEFORE:-}" ]]; then
+      RP_FINETUNE="$BEFORE/bin/rp-finetune" rp_run "$m" "$steps" "$name-rp-before-full-$rep" --full >>"$WORK/$name-rp-before-full.secs"
+      RP_FINETUNE="$BEFORE/bin/rp-finetune" rp_run "$m" "$steps" "$name-rp-before-lora-$rep" >>"$WORK/$name-rp-before-lora.secs"
+    fi
   done
   l_s=$(echo "$(min_of <"$WORK/$name-llama.wall") - $(min_of <"$WORK/$name-llama0.wall")" | bc -l)
   l_tps=$(echo "$ntok / $l_s" | bc -l)
   rows+=("$name full llama.cpp $steps $l_s $l_tps 1 $(cat "$WORK/$name"-llama-*.rss | grep -v '[^0-9]' | max_of)")
-  for mode in full lora; do
+  for mode in full lora ${BEFORE:+before-full before-lora}; do
     r_s=$(min_of <"$WORK/$name-rp-$mode.secs")
     r_tps=$(echo "$ntok / $r_s" | bc -l)
-    rows+=("$name $mode rp-finetune $steps $r_s $r_tps $(echo "$r_tps / $l_tps" | bc -l) $(cat "$WORK/$name-rp-$mode"-*.rss | grep -v '[^0-9]' | max_of)")
+    engine=rp-finetune; [[ $mode == before-* ]] && engine=before
+    rows+=("$name ${mode#before-} $engine $steps $r_s $r_tps $(echo "$r_tps / $l_tps" | bc -l) $(cat "$WORK/$name-rp-$mode"-*.rss | grep -v '[^0-9]' | max_of)")
   done
   echo "$name: final loss: llama.cpp $(grep -ao 'loss=[0-9.]*' "$WORK/$name-llama-1.log" | tail -1 | cut -d= -f2) (mean over" \
     "its last epoch); rp-finetune $(grep -h '^done:' "$WORK/$name-rp-full-1.log" | sed 's/.*; loss \([0-9.]* -> [0-9.]*\).*/full \1/')," \

@@ -7,7 +7,9 @@
 #   bench/infer/bench-infer.sh [BUILD_DIR]      (default: build; needs bin/rp-generate and bin/rp-oracle)
 #   env: THREADS (2), TG (generated tokens, 64), REPS (best of, 3), WORK (scratch dir, a fresh temp dir),
 #        QWEN (1: also the Qwen3-0.6B-shaped bf16 model and its QUANTS; 0: only the two small ones)
-#        QUANTS (rp-gguf convert types of the 0.6B model, default "q8_0 q4_k_m q3_k_m q2_k")
+#        QUANTS (rp-gguf convert types of the 0.6B model, default "q8_0 q4_k_m q3_k_m q2_k"),
+#        BEFORE (another build's folder, e.g. main before a change: its rp-generate is measured too, in the same
+#        run on the same models, in a "before" column)
 #
 # How each figure is measured:
 #   ours  prompt    rp-generate -f train.txt -n 1: its "prompt: X tokens/s" (one eval of the whole prompt)
@@ -51,6 +53,11 @@ TG=${TG:-64}
 REPS=${REPS:-3}
 SHARED=${RP_SHARED_DIR:-$(cd "$ROOT/../shared" 2>/dev/null && pwd || echo /work/shared)}
 GEN="$BUILD/bin/rp-generate"
+GEN_BEFORE=""
+if [[ -n "${BEFORE:-}" ]]; then
+  GEN_BEFORE="$(cd "$BEFORE" && pwd)/bin/rp-generate"
+  [[ -x "$GEN_BEFORE" ]] || { echo "error: BEFORE=$BEFORE has no bin/rp-generate" >&2; exit 1; }
+fi
 ORACLE="$BUILD/bin/rp-oracle"
 PROMPT_FILE="$SHARED/models/reference/train.txt"
 STORIES="$SHARED/models/stories260K.gguf"
@@ -89,12 +96,12 @@ fi
 now() { date +%s.%N; }
 best_max() { sort -g | tail -1; }   # best of several tokens/s figures
 
-ours_prompt() {   # tokens/s
-  "$GEN" -m "$1" -f "$PROMPT_FILE" -n 1 -t "$THREADS" --temp 0 --seed 1 2>&1 >/dev/null |
+ours_prompt() {   # tokens/s [of the rp-generate in $2]
+  "${2:-$GEN}" -m "$1" -f "$PROMPT_FILE" -n 1 -t "$THREADS" --temp 0 --seed 1 2>&1 >/dev/null |
     sed -n 's/.*(prompt: \([0-9.]*\) tokens\/s).*/\1/p'
 }
-ours_gen() {      # "tokens/s n_generated"
-  "$GEN" -m "$1" -p "Once upon a time" -n "$TG" -t "$THREADS" --temp 0 --seed 1 2>&1 >/dev/null |
+ours_gen() {      # "tokens/s n_generated" [of the rp-generate in $2]
+  "${2:-$GEN}" -m "$1" -p "Once upon a time" -n "$TG" -t "$THREADS" --temp 0 --seed 1 2>&1 >/dev/null |
     sed -n 's/^\([0-9]*\) tokens, \([0-9.]*\) tokens\/s.*/\2 \1/p'
 }
 llama_prompt() {  # "tokens/s n_tokens"
@@ -142,11 +149,21 @@ for m in "${MODELS[@]}"; do
   og=$(for _ in $(seq "$REPS"); do ours_gen "$m"; done | sort -g -k1 | tail -1)
   lg=$(llama_gen "$m")
   n_prompt=${lp#* }
-  printf "%-18s %-22s %14s %14s %8.2f\n" "$name" "prompt ($n_prompt tokens)" "$op" "${lp%% *}" "$(echo "$op / ${lp%% *}" | bc -l)"
+  printf "%-18s %-22s %14s %14s %8.2f" "$name" "prompt ($n_prompt tokens)" "$op" "${lp%% *}" "$(echo "$op / ${lp%% *}" | bc -l)"
+  if [[ -n "$GEN_BEFORE" ]]; then
+    bp=$(for _ in $(seq "$REPS"); do ours_prompt "$m" "$GEN_BEFORE"; done | best_max)
+    printf "   before: %s tok/s (now %.2fx)" "$bp" "$(echo "$op / $bp" | bc -l)"
+  fi
+  printf "\n"
   wb=$(weight_bytes "$m")
   read -r mc rd <<< "$(stream_gbps "$wb")"
   bw=$(awk -v b="$wb" -v o="${og%% *}" -v l="$lg" -v m="$mc" -v r="$rd" 'BEGIN {
     printf "%.1f MB; %.2f / %.2f / %.2f / %.2f GB/s (ours %.0f%% of memcpy, %.0f%% of the read stream)", b / 1e6,
       b * o / 1e9, b * l / 1e9, m, r, 100 * b * o / 1e9 / m, 100 * b * o / 1e9 / r }')
-  printf "%-18s %-22s %14s %14s %8.2f   %s\n" "$name" "generate (${og#* } tokens)" "${og%% *}" "$lg" "$(echo "${og%% *} / $lg" | bc -l)" "$bw"
+  printf "%-18s %-22s %14s %14s %8.2f   %s" "$name" "generate (${og#* } tokens)" "${og%% *}" "$lg" "$(echo "${og%% *} / $lg" | bc -l)" "$bw"
+  if [[ -n "$GEN_BEFORE" ]]; then
+    bg=$(for _ in $(seq "$REPS"); do ours_gen "$m" "$GEN_BEFORE"; done | sort -g -k1 | tail -1)
+    printf "   before: %s tok/s (now %.2fx)" "${bg%% *}" "$(echo "${og%% *} / ${bg%% *}" | bc -l)"
+  fi
+  printf "\n"
 done

@@ -37,6 +37,12 @@
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__)) || defined(__F16C__)
 #include <immintrin.h>
 #endif
+// The one-row product (generation): 16 rows per group with AVX-512, 8 with AVX2 + FMA + F16C.
+#if defined(__AVX512F__)
+#define RP_ONE_ROW 16
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define RP_ONE_ROW 8
+#endif
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -214,6 +220,27 @@ inline void transpose16(const __m512 r[16], __m512 o[16]) {
 }
 #endif
 
+#if !defined(__AVX512F__) && defined(__AVX2__)
+// 8 x 8 transpose in registers: r[i] holds row i (8 consecutive reduction steps), o[q] receives step q of the 8 rows.
+inline void transpose8(const __m256 r[8], __m256 o[8]) {
+    __m256 t[8], u[8];
+    for (int i = 0; i < 4; ++i) {   // t[2i]: rows 2i, 2i+1 at steps 0, 1 | 4, 5; t[2i+1]: steps 2, 3 | 6, 7
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int g = 0; g < 2; ++g) {   // u[4g + k]: rows 4g .. 4g+3 at step k | k + 4
+        u[4 * g + 0] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
+        u[4 * g + 1] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0xEE);
+        u[4 * g + 2] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
+        u[4 * g + 3] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
+    }
+    for (int k = 0; k < 4; ++k) {
+        o[k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x20);
+        o[4 + k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x31);
+    }
+}
+#endif
+
 constexpr int64_t kTransposePrefetch = 64;   // floats ahead in each row (4 cache lines)
 constexpr int64_t kRowsAhead = 8;            // rows ahead in a strided (row-by-row) packing stream
 
@@ -234,6 +261,29 @@ void transpose_rows(const float * src, int64_t ld, int nrows, int64_t kc, float 
             for (int i = 0; i < nrows; ++i) _mm_prefetch(reinterpret_cast<const char *>(src + i * ld + p + kTransposePrefetch), _MM_HINT_T0);
         transpose16(r, o);
         for (int q = 0; q < np; ++q) _mm512_mask_storeu_ps(d + (p + q) * dstride, store_mask, o[q]);
+    }
+#elif defined(__AVX2__)
+    // Lanes g .. g+7 from rows g .. g+7, 8 steps at a time, as the AVX-512 code does 16.
+    const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int g = 0; g < lanes; g += 8) {
+        const int rows = std::clamp(nrows - g, 0, 8), width = std::min(8, lanes - g);
+        const float * s = src + g * ld;
+        float * dg = d + g;
+        const __m256i store_mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(width), iota);
+        for (int64_t p = 0; p < kc; p += 8) {
+            const int np = int(std::min<int64_t>(8, kc - p));
+            const __m256i load_mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(np), iota);
+            __m256 r[8], o[8];
+            for (int i = 0; i < 8; ++i)
+                r[i] = i >= rows ? _mm256_setzero_ps() : np == 8 ? _mm256_loadu_ps(s + i * ld + p) : _mm256_maskload_ps(s + i * ld + p, load_mask);
+            if (p % 16 == 0 && p + kTransposePrefetch < kc)   // one cache line per row every 16 steps
+                for (int i = 0; i < rows; ++i) _mm_prefetch(reinterpret_cast<const char *>(s + i * ld + p + kTransposePrefetch), _MM_HINT_T0);
+            transpose8(r, o);
+            for (int q = 0; q < np; ++q) {
+                if (width == 8) _mm256_storeu_ps(dg + (p + q) * dstride, o[q]);
+                else _mm256_maskstore_ps(dg + (p + q) * dstride, store_mask, o[q]);
+            }
+        }
     }
 #else
     for (int r = 0; r < nrows; ++r) {
@@ -362,13 +412,14 @@ struct Problem {
     bool accumulate;
 };
 
-#if defined(__AVX512F__)
+#if defined(RP_ONE_ROW)
 // ---- one row (generation: one token per step) ------------------------------------------------------------------
 // C[0, j] (+)= sum_p A(0, p) B(p, j) with B's columns stored as rows (B.t: weight rows) of f32, bf16 or f16: the
 // rows are read once where they lie, 16 rows x 16 steps are transposed in registers and fed to one vector of 16
 // sums, so nothing is packed or stored on the way. The arithmetic is the packed kernel's exactly: per reduction
 // block of KC steps a chain of FMAs from +0 in step order, then C = (add ? C + s : s); so a token evaluated
-// alone gives the bits of its column in a batch.
+// alone gives the bits of its column in a batch. (AVX2: the same with 8 rows x 8 steps.)
+#if RP_ONE_ROW == 16
 template <TensorType WT>
 inline __m512 load_row16(const char * row, int64_t p, __mmask16 m) {
     if constexpr (WT == TensorType::F32) {
@@ -398,28 +449,64 @@ inline void one_row_tile(const float * x, const char * rows, size_t row_bytes, i
     const __mmask16 sm = __mmask16((1u << nrows) - 1);
     _mm512_mask_storeu_ps(c, sm, add ? _mm512_add_ps(_mm512_maskz_loadu_ps(sm, c), acc) : acc);
 }
+#else
+// 8 elements of a row from element p as floats (np < 8 valid: the rest 0).
+template <TensorType WT>
+inline __m256 load_row8(const char * row, int64_t p, int np) {
+    if (np < 8) {
+        alignas(32) float v[8] = {};
+        for (int q = 0; q < np; ++q) {
+            if constexpr (WT == TensorType::F32) v[q] = reinterpret_cast<const float *>(row)[p + q];
+            else if constexpr (WT == TensorType::BF16) v[q] = bf16_to_fp32(reinterpret_cast<const uint16_t *>(row)[p + q]);
+            else v[q] = fp16_to_fp32(reinterpret_cast<const uint16_t *>(row)[p + q]);
+        }
+        return _mm256_load_ps(v);
+    }
+    if constexpr (WT == TensorType::F32) return _mm256_loadu_ps(reinterpret_cast<const float *>(row) + p);
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i *>(reinterpret_cast<const uint16_t *>(row) + p));
+    if constexpr (WT == TensorType::BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    else return _mm256_cvtph_ps(h);
+}
 
-// Rows [j0, j1) of B (columns of C), 16 at a time over all reduction blocks. (Interleaving 2 or 4 groups of
+template <TensorType WT>
+inline void one_row_tile(const float * x, const char * rows, size_t row_bytes, int nrows, int64_t p0, int64_t kend,
+                         int64_t base, bool add, float * c) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t p = p0; p < kend; p += 8) {
+        const int np = int(std::min<int64_t>(8, kend - p));
+        __m256 r[8], o[8];
+        for (int i = 0; i < 8; ++i) r[i] = i < nrows ? load_row8<WT>(rows + i * row_bytes, p - base, np) : _mm256_setzero_ps();
+        transpose8(r, o);
+        for (int q = 0; q < np; ++q) acc = _mm256_fmadd_ps(_mm256_set1_ps(x[p + q]), o[q], acc);
+    }
+    alignas(32) float s[8];
+    _mm256_store_ps(s, acc);
+    for (int i = 0; i < nrows; ++i) c[i] = add ? c[i] + s[i] : s[i];
+}
+#endif
+
+// Rows [j0, j1) of B (columns of C), 16 (AVX2: 8) at a time over all reduction blocks. (Interleaving 2 or 4 groups of
 // 16 rows, to run more FMA chains at once, measured slower: 32 or 64 row streams defeat the prefetchers; so
 // does software prefetching.) f32, bf16, f16 rows are read where they lie; other types are dequantized 16
-// rows x one block at a time into an L1 tile (the same values rp::dequantize_row gives).
+// (8) rows x one block at a time into an L1 tile (the same values rp::dequantize_row gives).
 template <TensorType WT>
 void one_row_block(const Problem & P, int64_t j0, int64_t j1) {
+    constexpr int R = RP_ONE_ROW;   // rows per group
     const float * x = P.A.a;
     float * tile = nullptr;
     if constexpr (WT != TensorType::F32 && WT != TensorType::BF16 && WT != TensorType::F16)
-        tile = thread_scratch().deq.get(size_t(16 * KC));
-    for (int64_t r0 = j0; r0 < j1; r0 += 16) {
-        const int nrows = int(std::min<int64_t>(16, j1 - r0));
+        tile = thread_scratch().deq.get(size_t(R * KC));
+    for (int64_t r0 = j0; r0 < j1; r0 += R) {
+        const int nrows = int(std::min<int64_t>(R, j1 - r0));
         const char * rows = P.B.base + r0 * P.B.row_bytes;
         for (int64_t p0 = 0; p0 < P.K; p0 += KC) {
             const int64_t kend = std::min(P.K, p0 + KC);
             const bool add = p0 > 0 || P.accumulate;
-            if (r0 + 16 < j1) {   // the next group's same reduction block, one group ahead (bf16 0.6B: +15%)
+            if (r0 + R < j1) {   // the next group's same reduction block, one group ahead (bf16 0.6B: +15%)
                 const size_t b0 = gguf::row_bytes(P.B.type, p0), b1 = gguf::row_bytes(P.B.type, kend);
-                const int nnext = int(std::min<int64_t>(16, j1 - r0 - 16));
+                const int nnext = int(std::min<int64_t>(R, j1 - r0 - R));
                 for (int i = 0; i < nnext; ++i)
-                    for (size_t b = b0; b < b1; b += 64) _mm_prefetch(rows + (16 + i) * P.B.row_bytes + b, _MM_HINT_T0);
+                    for (size_t b = b0; b < b1; b += 64) _mm_prefetch(rows + (R + i) * P.B.row_bytes + b, _MM_HINT_T0);
             }
             if constexpr (WT == TensorType::F32 || WT == TensorType::BF16 || WT == TensorType::F16) {
                 one_row_tile<WT>(x, rows, P.B.row_bytes, nrows, p0, kend, 0, add, P.C + r0);
@@ -514,7 +601,7 @@ void for_tasks(int64_t n, bool parallel, F && body) {
     if (failed) throw Error(err);
 }
 
-#if defined(__AVX512F__)
+#if defined(RP_ONE_ROW)
 // One token as row dots (matvec_dot.h): the column prepared once, each weight row dotted where it lies. A
 // task's rows are one contiguous stream; the hardware prefetcher alone left the loads waiting on memory
 // (7 GB/s on Q4_K_M), so each row also asks for the bytes kPrefetchAhead further on (measured on
@@ -666,7 +753,7 @@ void run(const Problem & P, bool parallel) {
     }
     switch (g_backend.load(std::memory_order_relaxed)) {
     case GemmBackend::Portable: run_problem<PortableKernel>(P, parallel); return;
-#if defined(__AVX512F__)
+#if defined(RP_ONE_ROW)
     case GemmBackend::Auto:
     case GemmBackend::Simd:
         if (run_one_row(P, parallel)) return;
@@ -760,6 +847,14 @@ const char * gemm_backend_name(GemmBackend b) {
 }
 
 const char * gemm_simd_name() { return SimdKernel::name; }
+
+int gemm_one_row_lanes() {
+#if defined(RP_ONE_ROW)
+    return RP_ONE_ROW;
+#else
+    return 0;
+#endif
+}
 
 bool openblas_matmul_fwd(int64_t K, int64_t N, int64_t T, const float * W, const float * X, float * Y, int threads) {
 #ifdef RP_HAVE_BLAS

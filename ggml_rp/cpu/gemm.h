@@ -68,6 +68,11 @@ const char * gemm_backend_name(GemmBackend b);
 // The SIMD micro-kernel's shape for this build ("avx512 12x32", "avx2 6x16", "portable 4x8").
 const char * gemm_simd_name();
 
+// Rows per group of the one-token product (generation: one weight row read where it lies, no packing; the
+// packed kernel's arithmetic): 16 with AVX-512, 8 with AVX2 + FMA + F16C; 0 in a build without either, where a
+// token goes through the packed kernel like a batch.
+int gemm_one_row_lanes();
+
 // For rp-bench: what matmul_fwd computes for f32 weights (contiguous columns, no accumulation) as one plain
 // cblas_sgemm call with OpenBLAS's own threading on `threads` threads, i.e. OpenBLAS at its best, not
 // deterministic. Returns false (and does nothing) when OpenBLAS is not built in.

@@ -3,8 +3,13 @@
 // Every row's sum is formed in one fixed order: per sub-block an exact int32 sum (int8 types) or per pair of
 // elements a product pair (bf16) or an FMA (f32), accumulated into per-lane f32 accumulators in element order,
 // the lanes added at the end in a fixed order; the int8 types' min / offset terms are accumulated separately
-// and subtracted last. The portable loops (CPUs without AVX-512 VNNI / BF16) have the same numerics in
-// another float order.
+// and subtracted last. The portable loops (CPUs without AVX2) have the same numerics in another float order.
+//
+// Two instruction sets, one order: the int8 products are summed exactly in int32 either by AVX-512 VNNI
+// (vpdpbusd, 4 products a lane) or by AVX2 (vpmaddubsw pairs into int16, then vpmaddwd into int32: exact too,
+// since every unsigned operand here is at most 128 and every signed one at most 127 in magnitude, so a pair is
+// at most 2 * 128 * 127 = 32512 < 2^15); the float work after the int32 sums is the same 8-lane code, so both
+// give the same bits. The f32 / f16 / bf16 dots keep 16 logical lanes: one zmm, or two ymm on AVX2.
 #include "ggml_rp/cpu/matvec_dot.h"
 
 #include "ggml_rp/core/quant_block.h"
@@ -18,11 +23,21 @@
 
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512BW__)
 #define RP_INT8_SIMD 1
+#define RP_INT8_VNNI 1
+#elif defined(__AVX2__)
+#define RP_INT8_SIMD 1
 #endif
 #if defined(__AVX512BF16__) && defined(__AVX512BW__)
-#define RP_BF16_SIMD 1
+#define RP_BF16_SIMD 512
+#elif defined(__AVX2__) && defined(__FMA__)
+#define RP_BF16_SIMD 256
 #endif
-#if defined(__AVX512F__) || defined(__F16C__)
+#if defined(__AVX512F__)
+#define RP_FLOAT_SIMD 512
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define RP_FLOAT_SIMD 256
+#endif
+#if defined(__AVX__) || defined(__F16C__)
 #include <immintrin.h>
 #endif
 
@@ -42,7 +57,7 @@ inline float half_to_float(uint16_t h) {
 #endif
 }
 
-#if defined(__AVX512F__)
+#if defined(__AVX__)
 // The 8 lanes added in a fixed order.
 inline float hsum(__m256 v) {
     const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -53,7 +68,33 @@ inline float hsum(__m256 v) {
 
 #if defined(RP_INT8_SIMD)
 inline __m256i load256(const void * p) { return _mm256_loadu_si256(static_cast<const __m256i *>(p)); }
-inline __m256i dot_u8s8(__m256i u, __m256i s) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s); }
+// Per int32 lane the exact sum of its 4 products u_i s_i (u unsigned <= 128, s signed; see the top of the file).
+inline __m256i dot_u8s8(__m256i u, __m256i s) {
+#if defined(RP_INT8_VNNI)
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
+// Exact int32 sums of 4 product vectors (32 elements each, lanes 0..3 its first 16, lanes 4..7 its last 16):
+// [p0 first 16, p1 first 16, p2 first 16, p3 first 16 | p0 last 16, p1 last 16, p2 last 16, p3 last 16].
+inline __m256i sums_of_halves(__m256i p0, __m256i p1, __m256i p2, __m256i p3) {
+    return _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
+}
+// Exact int32 sums of 8 product vectors: lane j = the sum of p[j]'s 8 lanes.
+inline __m256i sums_of_8(const __m256i p[8]) {
+    const __m256i a = sums_of_halves(p[0], p[1], p[2], p[3]), b = sums_of_halves(p[4], p[5], p[6], p[7]);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+// The order sums_of_halves leaves 8 sub-blocks of 16 in: 0, 2, 4, 6 | 1, 3, 5, 7.
+inline __m256i evens_then_odds(__m256i v) { return _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7)); }
+// Byte j = value where bit j of `bits` is set, else 0.
+inline __m256i bit_bytes(uint32_t bits, char value) {
+    const __m256i byte_of_bit = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(int(bits)), byte_of_bit);   // byte j = byte j / 8 of bits
+    const __m256i bit = _mm256_set1_epi64x(int64_t(0x8040201008040201));               // bit j % 8
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit), _mm256_set1_epi8(value));
+}
 inline __m256i low4(__m256i v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0F)); }
 inline __m256i high4(__m256i v) { return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F)); }
 // Bits [s, s+w) of every byte, shifted up by `up` (w + up <= 8, so nothing crosses a byte).
@@ -86,7 +127,7 @@ float dot_q45_small(const Block * w, const DotColumn & x) {
         const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(blk.qs));
         const __m128i m4 = _mm_set1_epi8(0x0F);
         __m256i v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
-        if constexpr (FIVE_BITS) v = _mm256_or_si256(v, _mm256_maskz_mov_epi8(__mmask32(load_le32(blk.qh)), _mm256_set1_epi8(0x10)));
+        if constexpr (FIVE_BITS) v = _mm256_or_si256(v, bit_bytes(load_le32(blk.qh), 0x10));
         const __m256i s = dot_u8s8(v, load256(x.q.data() + 32 * b));
         const __m256 scale = _mm256_set1_ps(d * dx);
         if (b % 2 == 0) acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc0);
@@ -135,41 +176,55 @@ float dot_q8_0(const block_q8_0 * w, const DotColumn & x) {
 }
 
 // Q4_K and Q5_K: per super-block of 256, sub-blocks j = 0..7 of 32 with w = (d*sc_j) q - (dmin*m_j).
+// SIMD: the 8 sub-blocks' exact int32 sums side by side in one vector, times their 8 scales (d sc_j) d_b, into
+// one 8-lane accumulator; the mins likewise, 8 lanes of (dmin m_j) (d_b sum q').
 template <bool FIVE_BITS, class Block>
 float dot_q45_K(const Block * w, const DotColumn & x) {
     const int64_t nsb = x.K / QK_K;
-    float mins = 0.0f;
 #if defined(RP_INT8_SIMD)
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-#else
-    float acc = 0.0f;
-#endif
+    __m256 acc = _mm256_setzero_ps(), mins = _mm256_setzero_ps();
     for (int64_t s = 0; s < nsb; ++s) {
         const Block & b = w[s];
-        const float d = half_to_float(b.d), dmin = half_to_float(b.dmin);
         const int8_t * xq = x.q.data() + QK_K * s;
-        const float * xd = x.d.data() + 8 * s;
-        const float * xs = x.dsum16.data() + 16 * s;
-#if defined(RP_INT8_SIMD)
+        alignas(32) int32_t sc[8], m[8];
+        for (int j = 0; j < 8; ++j) k4_scale_min(j, b.scales, sc[j], m[j]);
         __m256i qh = _mm256_setzero_si256();
         if constexpr (FIVE_BITS) qh = load256(b.qh);
-#endif
+        __m256i p[8];
         for (int c = 0; c < 4; ++c) {
-            int sc_a, m_a, sc_b, m_b;
-            k4_scale_min(2 * c, b.scales, sc_a, m_a);
-            k4_scale_min(2 * c + 1, b.scales, sc_b, m_b);
-            mins += dmin * float(m_a) * (xs[4 * c] + xs[4 * c + 1]) + dmin * float(m_b) * (xs[4 * c + 2] + xs[4 * c + 3]);
-#if defined(RP_INT8_SIMD)
             const __m256i q = load256(b.qs + 32 * c);
             __m256i lo = low4(q), hi = high4(q);
             if constexpr (FIVE_BITS) {
                 lo = _mm256_or_si256(lo, bits(qh, 2 * c, 1, 4));
                 hi = _mm256_or_si256(hi, bits(qh, 2 * c + 1, 1, 4));
             }
-            const __m256i sa = dot_u8s8(lo, load256(xq + 64 * c)), sb = dot_u8s8(hi, load256(xq + 64 * c + 32));
-            acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sa), _mm256_set1_ps(d * float(sc_a) * xd[2 * c]), acc0);
-            acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sb), _mm256_set1_ps(d * float(sc_b) * xd[2 * c + 1]), acc1);
+            p[2 * c] = dot_u8s8(lo, load256(xq + 64 * c));
+            p[2 * c + 1] = dot_u8s8(hi, load256(xq + 64 * c + 32));
+        }
+        const __m256 scale = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(half_to_float(b.d)), _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i *>(sc)))),
+                                           _mm256_loadu_ps(x.d.data() + 8 * s));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums_of_8(p)), scale, acc);
+        // d_b sum q' of block j: its two 16-sums (hadd leaves them as j = 0, 1, 4, 5 | 2, 3, 6, 7)
+        const float * xs = x.dsum16.data() + 16 * s;
+        const __m256 pairs = _mm256_castsi256_ps(_mm256_permute4x64_epi64(
+            _mm256_castps_si256(_mm256_hadd_ps(_mm256_loadu_ps(xs), _mm256_loadu_ps(xs + 8))), 0xD8));
+        const __m256 mv = _mm256_mul_ps(_mm256_set1_ps(half_to_float(b.dmin)), _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i *>(m))));
+        mins = _mm256_fmadd_ps(mv, pairs, mins);
+    }
+    return hsum(acc) - hsum(mins);
 #else
+    float acc = 0.0f, mins = 0.0f;
+    for (int64_t s = 0; s < nsb; ++s) {
+        const Block & b = w[s];
+        const float d = half_to_float(b.d), dmin = half_to_float(b.dmin);
+        const int8_t * xq = x.q.data() + QK_K * s;
+        const float * xd = x.d.data() + 8 * s;
+        const float * xs = x.dsum16.data() + 16 * s;
+        for (int c = 0; c < 4; ++c) {
+            int sc_a, m_a, sc_b, m_b;
+            k4_scale_min(2 * c, b.scales, sc_a, m_a);
+            k4_scale_min(2 * c + 1, b.scales, sc_b, m_b);
+            mins += dmin * float(m_a) * (xs[4 * c] + xs[4 * c + 1]) + dmin * float(m_b) * (xs[4 * c + 2] + xs[4 * c + 3]);
             int32_t sa = 0, sb = 0;
             for (int l = 0; l < 32; ++l) {
                 int qa = b.qs[32 * c + l] & 0xF, qb = b.qs[32 * c + l] >> 4;
@@ -181,12 +236,8 @@ float dot_q45_K(const Block * w, const DotColumn & x) {
                 sb += qb * xq[64 * c + 32 + l];
             }
             acc += float(sa) * (d * float(sc_a) * xd[2 * c]) + float(sb) * (d * float(sc_b) * xd[2 * c + 1]);
-#endif
         }
     }
-#if defined(RP_INT8_SIMD)
-    return hsum(_mm256_add_ps(acc0, acc1)) - mins;
-#else
     return acc - mins;
 #endif
 }
@@ -225,21 +276,25 @@ float dot_q23_K(const void * row, const DotColumn & x) {
         for (int i = 0; i < 16; ++i) offset += (Q3 ? 4.0f * d * float(sc[i]) : dmin * float(m[i])) * xs[i];
         for (int n = 0; n < 2; ++n) {
 #if defined(RP_INT8_SIMD)
+            // Groups 4n .. 4n+3: their 8 sub-blocks' exact sums in one vector (sums_of_halves' order), times
+            // the matching scales (d sc_s) d_b.
             const __m256i q = load256(qs + 32 * n);
             __m256i hm = _mm256_setzero_si256();
             if constexpr (Q3) hm = load256(hmask);
-#endif
+            __m256i p[4];
+            for (int j = 0; j < 4; ++j) {
+                __m256i u = bits(q, 2 * j, 3, 0);
+                if constexpr (Q3) u = _mm256_or_si256(u, bits(hm, 4 * n + j, 1, 2));
+                p[j] = dot_u8s8(u, load256(xq + 32 * (4 * n + j)));
+            }
+            const __m256 scf = _mm256_cvtepi32_ps(evens_then_odds(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(sc + 8 * n))));
+            const __m256 scale = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), scf), _mm256_broadcast_ps(reinterpret_cast<const __m128 *>(xd + 4 * n)));
+            if (n == 0) acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums_of_halves(p[0], p[1], p[2], p[3])), scale, acc0);
+            else acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums_of_halves(p[0], p[1], p[2], p[3])), scale, acc1);
+#else
             for (int j = 0; j < 4; ++j) {
                 const int g = 4 * n + j;
                 const float dx = xd[g];
-#if defined(RP_INT8_SIMD)
-                __m256i u = bits(q, 2 * j, 3, 0);
-                if constexpr (Q3) u = _mm256_or_si256(u, bits(hm, g, 1, 2));
-                const __m256i p = dot_u8s8(u, load256(xq + 32 * g));
-                const __m256 scale = _mm256_set_m128(_mm_set1_ps(d * float(sc[2 * g + 1]) * dx), _mm_set1_ps(d * float(sc[2 * g]) * dx));
-                if (j % 2 == 0) acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc0);
-                else acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc1);
-#else
                 int32_t sa = 0, sb2 = 0;
                 for (int l = 0; l < 32; ++l) {
                     int u = (qs[32 * n + l] >> (2 * j)) & 3;
@@ -247,8 +302,8 @@ float dot_q23_K(const void * row, const DotColumn & x) {
                     (l < 16 ? sa : sb2) += u * xq[32 * g + l];
                 }
                 acc += float(sa) * (d * float(sc[2 * g]) * dx) + float(sb2) * (d * float(sc[2 * g + 1]) * dx);
-#endif
             }
+#endif
         }
     }
 #if defined(RP_INT8_SIMD)
@@ -281,18 +336,17 @@ float dot_q6_K(const block_q6_K * w, const DotColumn & x) {
         offs1 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc16, 8))), dv),
                                 _mm256_loadu_ps(xs + 8), offs1);
         for (int n = 0; n < 2; ++n) {
+            // Elements 128n + 32k + l: sub-blocks 8n + 2k, 8n + 2k + 1 of column block 4n + k. Their 8 exact sums
+            // in one vector (sums_of_halves' order), times the matching scales (d sc) d_b.
             const __m256i a = load256(b.ql + 64 * n), c = load256(b.ql + 64 * n + 32), h = load256(b.qh + 32 * n);
             const __m256i q[4] = {_mm256_or_si256(low4(a), bits(h, 0, 3, 4)), _mm256_or_si256(low4(c), bits(h, 2, 3, 4)),
                                   _mm256_or_si256(high4(a), bits(h, 4, 3, 4)), _mm256_or_si256(high4(c), bits(h, 6, 3, 4))};
-            for (int k = 0; k < 4; ++k) {
-                const int sub = 8 * n + 2 * k;   // elements 16*sub .. 16*sub + 31: sub-blocks sub and sub + 1
-                const float dx = xd[4 * n + k];
-                const __m256 scale = _mm256_set_m128(_mm_set1_ps(d * float(b.scales[sub + 1]) * dx),
-                                                     _mm_set1_ps(d * float(b.scales[sub]) * dx));
-                const __m256i p = dot_u8s8(q[k], load256(xq + 128 * n + 32 * k));
-                if (k % 2 == 0) acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc0);
-                else acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc1);
-            }
+            __m256i p[4];
+            for (int k = 0; k < 4; ++k) p[k] = dot_u8s8(q[k], load256(xq + 128 * n + 32 * k));
+            const __m256 scf = _mm256_cvtepi32_ps(evens_then_odds(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(b.scales + 8 * n)))));
+            const __m256 scale = _mm256_mul_ps(_mm256_mul_ps(dv, scf), _mm256_broadcast_ps(reinterpret_cast<const __m128 *>(xd + 4 * n)));
+            if (n == 0) acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums_of_halves(p[0], p[1], p[2], p[3])), scale, acc0);
+            else acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums_of_halves(p[0], p[1], p[2], p[3])), scale, acc1);
         }
 #else
         for (int n = 0; n < 2; ++n)
@@ -315,13 +369,15 @@ float dot_q6_K(const block_q6_K * w, const DotColumn & x) {
 #endif
 }
 
-#if defined(__AVX512F__)
+#if RP_FLOAT_SIMD == 512 || RP_BF16_SIMD == 512
 // The 16 lanes added in a fixed order (through memory: GCC 12 warns falsely on the 512-bit extracts).
 inline float hsum512(__m512 v) {
     alignas(64) float t[16];
     _mm512_store_ps(t, v);
     return hsum(_mm256_add_ps(_mm256_load_ps(t), _mm256_load_ps(t + 8)));
 }
+#endif
+#if RP_FLOAT_SIMD == 512
 // 16 weights from element k of an f32 / f16 row as floats (m: the lanes to load, the others 0).
 template <TensorType WT>
 inline __m512 load16(const void * row, int64_t k, __mmask16 m) {
@@ -329,11 +385,33 @@ inline __m512 load16(const void * row, int64_t k, __mmask16 m) {
     else return _mm512_maskz_cvtph_ps(0xFFFF, _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t *>(row) + k));
 }
 #endif
+#if RP_FLOAT_SIMD == 256 || RP_BF16_SIMD == 256
+// The zmm code's 16 lanes as two ymm (lanes 0..7, 8..15), lane for lane: the same operations give the same bits.
+struct Lanes16 {
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+};
+inline Lanes16 add16(Lanes16 a, Lanes16 b) { return {_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)}; }
+inline float hsum16(Lanes16 v) { return hsum(_mm256_add_ps(v.lo, v.hi)); }
+#endif
+#if RP_FLOAT_SIMD == 256
+// 8 weights from element k of an f32 / f16 row as floats.
+template <TensorType WT>
+inline __m256 load8(const void * row, int64_t k) {
+    if constexpr (WT == TensorType::F32) return _mm256_loadu_ps(static_cast<const float *>(row) + k);
+    else return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(static_cast<const uint16_t *>(row) + k)));
+}
+// acc += the 16 weights from element k times x[k .. k + 16).
+template <TensorType WT>
+inline Lanes16 fma16(const void * row, const float * x, int64_t k, Lanes16 acc) {
+    return {_mm256_fmadd_ps(load8<WT>(row, k), _mm256_loadu_ps(x + k), acc.lo),
+            _mm256_fmadd_ps(load8<WT>(row, k + 8), _mm256_loadu_ps(x + k + 8), acc.hi)};
+}
+#endif
 
-// F32 and F16 rows: one FMA chain per lane over 32 elements at a time (2 accumulators), then the lanes.
+// F32 and F16 rows: one FMA chain per lane over 64 elements at a time (4 accumulators of 16 lanes), then the lanes.
 template <TensorType WT>
 float dot_float(const void * row, const float * x, int64_t K) {
-#if defined(__AVX512F__)
+#if RP_FLOAT_SIMD == 512
     // 4 chains: 2 FMA ports x 4 cycles of latency would want 8, but the loads, not the FMAs, are the limit.
     __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
     int64_t k = 0;
@@ -348,6 +426,25 @@ float dot_float(const void * row, const float * x, int64_t K) {
         a0 = _mm512_fmadd_ps(load16<WT>(row, k, m), _mm512_maskz_loadu_ps(m, x + k), a0);
     }
     return hsum512(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+#elif RP_FLOAT_SIMD == 256
+    Lanes16 a0, a1, a2, a3;
+    int64_t k = 0;
+    for (; k + 64 <= K; k += 64) {
+        a0 = fma16<WT>(row, x, k, a0);
+        a1 = fma16<WT>(row, x, k + 16, a1);
+        a2 = fma16<WT>(row, x, k + 32, a2);
+        a3 = fma16<WT>(row, x, k + 48, a3);
+    }
+    for (; k < K; k += 16) {   // the tail through zero-padded copies (the zmm code's masked loads)
+        alignas(32) float w16[16] = {}, x16[16] = {};
+        for (int64_t i = 0; i < std::min<int64_t>(16, K - k); ++i) {
+            if constexpr (WT == TensorType::F32) w16[i] = static_cast<const float *>(row)[k + i];
+            else w16[i] = half_to_float(static_cast<const uint16_t *>(row)[k + i]);
+            x16[i] = x[k + i];
+        }
+        a0 = fma16<TensorType::F32>(w16, x16, 0, a0);
+    }
+    return hsum16(add16(add16(a0, a1), add16(a2, a3)));
 #else
     float acc = 0.0f;
     for (int64_t k = 0; k < K; ++k) {
@@ -360,9 +457,25 @@ float dot_float(const void * row, const float * x, int64_t K) {
 #endif
 }
 
+#if RP_BF16_SIMD == 256
+// acc += 16 bf16 weights times 16 bf16 column values, vdpbf16ps's arithmetic on 8 lanes: lane j adds the
+// products of elements 2j + 1 and then 2j (each exact in f32, so an FMA rounds as its add would). Unlike the
+// instruction, subnormal inputs are not flushed to zero (as in the portable loop).
+inline __m256 dot_pairs(__m256 acc, const uint16_t * w, const uint16_t * x) {
+    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(w));
+    const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(x));
+    const __m256i high = _mm256_set1_epi32(int(0xFFFF0000u));
+    acc = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(wv, high)), _mm256_castsi256_ps(_mm256_and_si256(xv, high)), acc);
+    return _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(wv, 16)), _mm256_castsi256_ps(_mm256_slli_epi32(xv, 16)), acc);
+}
+inline Lanes16 dot_pairs32(Lanes16 acc, const uint16_t * w, const uint16_t * x) {
+    return {dot_pairs(acc.lo, w, x), dot_pairs(acc.hi, w + 16, x + 16)};
+}
+#endif
+
 // BF16 rows with a bf16 column: each product exact in f32, summed in f32.
 float dot_bf16(const uint16_t * w, const uint16_t * x, int64_t K) {
-#if defined(RP_BF16_SIMD)
+#if RP_BF16_SIMD == 512
     __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
     int64_t k = 0;
     for (; k + 64 <= K; k += 64) {
@@ -374,6 +487,21 @@ float dot_bf16(const uint16_t * w, const uint16_t * x, int64_t K) {
         a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_maskz_loadu_epi16(m, w + k), (__m512bh)_mm512_maskz_loadu_epi16(m, x + k));
     }
     return hsum512(_mm512_add_ps(a0, a1));
+#elif RP_BF16_SIMD == 256
+    Lanes16 a0, a1;
+    int64_t k = 0;
+    for (; k + 64 <= K; k += 64) {
+        a0 = dot_pairs32(a0, w + k, x + k);
+        a1 = dot_pairs32(a1, w + k + 32, x + k + 32);
+    }
+    for (; k < K; k += 32) {   // the tail through zero-padded copies (the zmm code's masked loads)
+        uint16_t w32[32] = {}, x32[32] = {};
+        const size_t n = size_t(std::min<int64_t>(32, K - k));
+        std::memcpy(w32, w + k, n * sizeof(uint16_t));
+        std::memcpy(x32, x + k, n * sizeof(uint16_t));
+        a0 = dot_pairs32(a0, w32, x32);
+    }
+    return hsum16(add16(a0, a1));
 #else
     float acc = 0.0f;
     for (int64_t k = 0; k < K; ++k) acc += bf16_to_fp32(w[k]) * bf16_to_fp32(x[k]);
@@ -457,7 +585,7 @@ float row_dot(TensorType t, const void * row, const DotColumn & x) {
 
 bool row_dot_is_simd(TensorType t) {
     switch (t) {
-#if defined(__AVX512F__)
+#if defined(RP_FLOAT_SIMD)
     case TensorType::F32: case TensorType::F16: return true;
 #endif
 #if defined(RP_BF16_SIMD)

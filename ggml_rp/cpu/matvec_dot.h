@@ -4,10 +4,11 @@
 // Generating one token reads every weight once, so the product is bound by how fast the weight rows stream
 // in and are decoded, not by work on the activations. Converting the column once lets each weight row be
 // dotted where it lies, one contiguous stream, with the cheapest instructions its format allows:
-//   Q4_0 .. Q8_0, Q2_K .. Q6_K  int8 column, integer multiply-adds (AVX-512 VNNI), exact in int32, scaled per
-//                           block;
-//   BF16                    bf16 column, pairwise bf16 products summed in f32 (AVX-512 BF16);
-//   F32, F16                the f32 column itself, one FMA chain per 16 lanes.
+//   Q4_0 .. Q8_0, Q2_K .. Q6_K  int8 column, integer multiply-adds (AVX-512 VNNI, or AVX2's maddubs + madd:
+//                           the same int32 sums), exact in int32, scaled per block;
+//   BF16                    bf16 column, pairwise bf16 products summed in f32 (AVX-512 BF16, or AVX2 FMAs
+//                           in the instruction's order);
+//   F32, F16                the f32 column itself, one FMA chain per 16 lanes (one zmm or two ymm).
 //
 // Numerics (stated, and tested against double-precision references):
 //   int8: x is cut into blocks of 32; block b becomes d_b * q_i with d_b = max|x_i| / 127 and q_i = round(x_i /
@@ -16,7 +17,8 @@
 //     The weights are rp::dequantize_row's values, factored per sub-block (w = s q - m):
 //     y = sum over sub-blocks of s d_b (sum q q', exact) - m d_b (sum q').
 //   bf16: x rounded to bf16 (to nearest even, relative error <= 2^-8); each product of two bf16 values is
-//     exact in f32; the products are summed in f32 (subnormal bf16 inputs count as zero, as the instruction does).
+//     exact in f32; the products are summed in f32 (with AVX-512 BF16 subnormal bf16 inputs count as zero, as
+//     the instruction does; the AVX2 and portable loops keep them).
 //   f32 / f16: the exact values, summed in f32 in 16 interleaved lanes.
 // Each row's order is fixed (the same for any thread count: results are deterministic), but it is not the
 // batch path's order, so a token's logits differ from its column in a batch by the rounding above (int8:
@@ -53,7 +55,8 @@ bool row_dot_supports(gguf::TensorType t, int64_t K);
 // One weight row (K elements of type t) times the column prepare_column(t, ...) made.
 float row_dot(gguf::TensorType t, const void * row, const DotColumn & x);
 
-// True when row_dot uses the instructions named above for t (false: a portable loop, same numerics).
+// True when row_dot uses the instructions named above for t (AVX2 at least; false: a portable loop, same
+// numerics).
 bool row_dot_is_simd(gguf::TensorType t);
 
 // Process-wide switch: one-token matmul_fwd products of supported weight types become row dots, where

@@ -339,6 +339,24 @@ TEST(Gemm, FewTokensEqualTheirColumnsOfABatchBitForBit) {
     }
 }
 
+// The one-row product (one token, weight rows read where they lie) on reductions that end mid-vector: f32,
+// f16, bf16 rows of any length (its last 1..15 steps loaded apart), before and past one reduction block,
+// with fewer rows than a group. Its bits must still be those of the token's column in a batch.
+TEST(Gemm, OneTokenOfAnyReductionLengthIsItsBatchColumn) {
+    Rng rng(41);
+    for (TensorType type : {TensorType::F32, TensorType::F16, TensorType::BF16})
+        for (int64_t K : {1, 7, 15, 172, 263, 517})
+            for (int64_t N : {5, 45}) {
+                const Weight w = make_weight(type, K, N, rng);
+                const std::vector<float> X = random_floats(size_t(K * 3), rng);
+                std::vector<float> batch(static_cast<size_t>(N * 3)), one(static_cast<size_t>(N));
+                rp::cpu::matmul_fwd(K, N, 3, w.data(), w.type, w.row_bytes, X.data(), K, batch.data(), N, false);
+                rp::cpu::matmul_fwd(K, N, 1, w.data(), w.type, w.row_bytes, X.data() + K, K, one.data(), N, false);
+                EXPECT_TRUE(bit_equal(one, std::vector<float>(batch.begin() + N, batch.begin() + 2 * N)))
+                    << type_name(type) << " K=" << K << " N=" << N << " (one-row groups of " << rp::cpu::gemm_one_row_lanes() << ")";
+            }
+}
+
 // The kernels' own fast decoders (bf16 as a shift, f16 by F16C, q8_0 vectorized; the rest through
 // rp::dequantize_row) must give rp::dequantize_row's values exactly: a product with the typed weight equals,
 // bit for bit, the product with its f32 decoding, in one-token form and in a batch.

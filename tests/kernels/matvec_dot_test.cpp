@@ -148,11 +148,8 @@ TEST(MatvecDot, MatmulOneTokenIsTheDotOnAnyThreadCount) {
             }
         }
         const char * name = gguf::type_name(uint32_t(t));
-#if defined(__AVX512F__)
-        const bool taken = rp::cpu::row_dot_is_simd(t);
-#else
-        const bool taken = false;   // no one-row path in builds without AVX-512
-#endif
+        // (no one-row path in a build without AVX2 / AVX-512: a token goes through the packed kernel)
+        const bool taken = rp::cpu::gemm_one_row_lanes() > 0 && rp::cpu::row_dot_is_simd(t);
         if (taken) {
             EXPECT_TRUE(bit_equal(y1, want)) << name;
             for (int64_t n = 0; n < N; ++n) EXPECT_EQ(acc[size_t(n)], 0.25f + want[size_t(n)]) << name << " row " << n;
