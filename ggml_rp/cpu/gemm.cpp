@@ -220,27 +220,6 @@ inline void transpose16(const __m512 r[16], __m512 o[16]) {
 }
 #endif
 
-#if !defined(__AVX512F__) && defined(__AVX2__)
-// 8 x 8 transpose in registers: r[i] holds row i (8 consecutive reduction steps), o[q] receives step q of the 8 rows.
-inline void transpose8(const __m256 r[8], __m256 o[8]) {
-    __m256 t[8], u[8];
-    for (int i = 0; i < 4; ++i) {   // t[2i]: rows 2i, 2i+1 at steps 0, 1 | 4, 5; t[2i+1]: steps 2, 3 | 6, 7
-        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int g = 0; g < 2; ++g) {   // u[4g + k]: rows 4g .. 4g+3 at step k | k + 4
-        u[4 * g + 0] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
-        u[4 * g + 1] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0xEE);
-        u[4 * g + 2] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
-        u[4 * g + 3] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
-    }
-    for (int k = 0; k < 4; ++k) {
-        o[k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x20);
-        o[4 + k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x31);
-    }
-}
-#endif
-
 constexpr int64_t kTransposePrefetch = 64;   // floats ahead in each row (4 cache lines)
 constexpr int64_t kRowsAhead = 8;            // rows ahead in a strided (row-by-row) packing stream
 
@@ -261,29 +240,6 @@ void transpose_rows(const float * src, int64_t ld, int nrows, int64_t kc, float 
             for (int i = 0; i < nrows; ++i) _mm_prefetch(reinterpret_cast<const char *>(src + i * ld + p + kTransposePrefetch), _MM_HINT_T0);
         transpose16(r, o);
         for (int q = 0; q < np; ++q) _mm512_mask_storeu_ps(d + (p + q) * dstride, store_mask, o[q]);
-    }
-#elif defined(__AVX2__)
-    // Lanes g .. g+7 from rows g .. g+7, 8 steps at a time, as the AVX-512 code does 16.
-    const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    for (int g = 0; g < lanes; g += 8) {
-        const int rows = std::clamp(nrows - g, 0, 8), width = std::min(8, lanes - g);
-        const float * s = src + g * ld;
-        float * dg = d + g;
-        const __m256i store_mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(width), iota);
-        for (int64_t p = 0; p < kc; p += 8) {
-            const int np = int(std::min<int64_t>(8, kc - p));
-            const __m256i load_mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(np), iota);
-            __m256 r[8], o[8];
-            for (int i = 0; i < 8; ++i)
-                r[i] = i >= rows ? _mm256_setzero_ps() : np == 8 ? _mm256_loadu_ps(s + i * ld + p) : _mm256_maskload_ps(s + i * ld + p, load_mask);
-            if (p % 16 == 0 && p + kTransposePrefetch < kc)   // one cache line per row every 16 steps
-                for (int i = 0; i < rows; ++i) _mm_prefetch(reinterpret_cast<const char *>(s + i * ld + p + kTransposePrefetch), _MM_HINT_T0);
-            transpose8(r, o);
-            for (int q = 0; q < np; ++q) {
-                if (width == 8) _mm256_storeu_ps(dg + (p + q) * dstride, o[q]);
-                else _mm256_maskstore_ps(dg + (p + q) * dstride, store_mask, o[q]);
-            }
-        }
     }
 #else
     for (int r = 0; r < nrows; ++r) {
@@ -450,6 +406,25 @@ inline void one_row_tile(const float * x, const char * rows, size_t row_bytes, i
     _mm512_mask_storeu_ps(c, sm, add ? _mm512_add_ps(_mm512_maskz_loadu_ps(sm, c), acc) : acc);
 }
 #else
+// 8 x 8 transpose in registers: r[i] holds row i (8 consecutive reduction steps), o[q] receives step q of the 8 rows.
+inline void transpose8(const __m256 r[8], __m256 o[8]) {
+    __m256 t[8], u[8];
+    for (int i = 0; i < 4; ++i) {   // t[2i]: rows 2i, 2i+1 at steps 0, 1 | 4, 5; t[2i+1]: steps 2, 3 | 6, 7
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int g = 0; g < 2; ++g) {   // u[4g + k]: rows 4g .. 4g+3 at step k | k + 4
+        u[4 * g + 0] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
+        u[4 * g + 1] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0xEE);
+        u[4 * g + 2] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
+        u[4 * g + 3] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
+    }
+    for (int k = 0; k < 4; ++k) {
+        o[k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x20);
+        o[4 + k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x31);
+    }
+}
+
 // 8 elements of a row from element p as floats (np < 8 valid: the rest 0).
 template <TensorType WT>
 inline __m256 load_row8(const char * row, int64_t p, int np) {
@@ -603,17 +578,26 @@ void for_tasks(int64_t n, bool parallel, F && body) {
 
 #if defined(RP_ONE_ROW)
 // One token as row dots (matvec_dot.h): the column prepared once, each weight row dotted where it lies. A
-// task's rows are one contiguous stream; the hardware prefetcher alone left the loads waiting on memory
-// (7 GB/s on Q4_K_M), so each row also asks for the bytes kPrefetchAhead further on (measured on
-// Qwen3-0.6B-shaped Q8_0 / Q4_K_M, 2 threads: 1 KiB 27.8 / 31.3 tok/s, 2 KiB 27.9 / 31.5, 4 KiB 23.0 / 29.0,
-// 16 KiB 25.3 / 28.8; none 19.8 / 18.1; bf16 19.4 vs 18.6 without; llama-98M f32, L3-resident, 59.3 vs 60.6).
-constexpr int64_t kPrefetchAhead = 2048;
+// task's rows are one contiguous stream. Whether software should also fetch ahead depends on the CPU's own
+// stream prefetcher, so it is chosen by vendor from measurements (Qwen3-0.6B-shaped models, 2 threads, tok/s):
+//   Intel Xeon (AVX-512): the hardware prefetcher alone left the loads waiting on memory (7 GB/s on Q4_K_M);
+//     each row asking for the bytes 2 KiB further on: Q8_0 / Q4_K_M 1 KiB 27.8 / 31.3, 2 KiB 27.9 / 31.5,
+//     4 KiB 23.0 / 29.0, 16 KiB 25.3 / 28.8, none 19.8 / 18.1; bf16 19.4 vs 18.6 without; llama-98M f32 59.3
+//     vs 60.6 (L3-resident).
+//   AMD EPYC (Zen 1, AVX2): the stream prefetcher keeps up alone and the prefetches only cost issue slots
+//     (none vs 2 KiB: llama-98M f32 48.6-50.3 vs 40.9, bf16 12.8-13.6 vs 11.1-13.1, Q8_0 21.0-21.3 vs
+//     20.1-20.9, Q4_K_M 20.1-20.6 vs 19.7-21.4, Q2_K 14.7-15.4 vs 14.5-15.2).
+int64_t row_prefetch_bytes() {
+    static const int64_t bytes = __builtin_cpu_is("amd") ? 0 : 2048;
+    return bytes;
+}
 void dot_rows(const Problem & P, int64_t j0, int64_t j1, const DotColumn & x) {
     const char * end = P.B.base + j1 * P.B.row_bytes;
+    const int64_t ahead = row_prefetch_bytes();
     for (int64_t j = j0; j < j1; ++j) {
         const char * row = P.B.base + j * P.B.row_bytes;
-        for (const char * p = row + kPrefetchAhead; p < row + kPrefetchAhead + P.B.row_bytes && p < end; p += 64)
-            _mm_prefetch(p, _MM_HINT_T0);
+        if (ahead > 0)
+            for (const char * p = row + ahead; p < row + ahead + P.B.row_bytes && p < end; p += 64) _mm_prefetch(p, _MM_HINT_T0);
         const float v = row_dot(P.B.type, row, x);
         P.C[j] = P.accumulate ? P.C[j] + v : v;
     }

@@ -186,8 +186,12 @@ float dot_q45_K(const Block * w, const DotColumn & x) {
     for (int64_t s = 0; s < nsb; ++s) {
         const Block & b = w[s];
         const int8_t * xq = x.q.data() + QK_K * s;
-        alignas(32) int32_t sc[8], m[8];
-        for (int j = 0; j < 8; ++j) k4_scale_min(j, b.scales, sc[j], m[j]);
+        // The 8 6-bit scales and mins (k4_scale_min's values) unpacked 4 bytes at a time.
+        const uint32_t u0 = load_le32(b.scales), u1 = load_le32(b.scales + 4), u2 = load_le32(b.scales + 8);
+        const uint32_t sc_lo = u0 & 0x3F3F3F3Fu, sc_hi = (u2 & 0x0F0F0F0Fu) | (((u0 >> 6) & 0x03030303u) << 4);
+        const uint32_t m_lo = u1 & 0x3F3F3F3Fu, m_hi = ((u2 >> 4) & 0x0F0F0F0Fu) | (((u1 >> 6) & 0x03030303u) << 4);
+        const __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(uint64_t(sc_hi) << 32 | sc_lo))));
+        const __m256 mf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(uint64_t(m_hi) << 32 | m_lo))));
         __m256i qh = _mm256_setzero_si256();
         if constexpr (FIVE_BITS) qh = load256(b.qh);
         __m256i p[8];
@@ -201,15 +205,9 @@ float dot_q45_K(const Block * w, const DotColumn & x) {
             p[2 * c] = dot_u8s8(lo, load256(xq + 64 * c));
             p[2 * c + 1] = dot_u8s8(hi, load256(xq + 64 * c + 32));
         }
-        const __m256 scale = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(half_to_float(b.d)), _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i *>(sc)))),
-                                           _mm256_loadu_ps(x.d.data() + 8 * s));
+        const __m256 scale = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(half_to_float(b.d)), scf), _mm256_loadu_ps(x.d.data() + 8 * s));
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums_of_8(p)), scale, acc);
-        // d_b sum q' of block j: its two 16-sums (hadd leaves them as j = 0, 1, 4, 5 | 2, 3, 6, 7)
-        const float * xs = x.dsum16.data() + 16 * s;
-        const __m256 pairs = _mm256_castsi256_ps(_mm256_permute4x64_epi64(
-            _mm256_castps_si256(_mm256_hadd_ps(_mm256_loadu_ps(xs), _mm256_loadu_ps(xs + 8))), 0xD8));
-        const __m256 mv = _mm256_mul_ps(_mm256_set1_ps(half_to_float(b.dmin)), _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i *>(m))));
-        mins = _mm256_fmadd_ps(mv, pairs, mins);
+        mins = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(half_to_float(b.dmin)), mf), _mm256_loadu_ps(x.dsum32.data() + 8 * s), mins);
     }
     return hsum(acc) - hsum(mins);
 #else
@@ -250,12 +248,63 @@ float dot_q45_K(const Block * w, const DotColumn & x) {
 template <bool Q3>
 float dot_q23_K(const void * row, const DotColumn & x) {
     const int64_t nsb = x.K / QK_K;
-    float offset = 0.0f;
 #if defined(RP_INT8_SIMD)
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), offs = _mm256_setzero_ps();
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+        const uint8_t * qs;
+        const uint8_t * hmask = nullptr;
+        float d;
+        __m128i sc16;        // the 16 sub-blocks' scales, int8
+        __m256 off_lo, off_hi;   // per sub-block the factor of d_b sum q' in the offset: 4 d sc_s (Q3) or dmin m_s (Q2)
+        if constexpr (Q3) {
+            const block_q3_K & b = static_cast<const block_q3_K *>(row)[sb];
+            qs = b.qs, hmask = b.hmask, d = half_to_float(b.d);
+            // q3k_scale's values, 4 sub-blocks per word: low 4 bits from bytes 0..7, high 2 bits from bytes 8..11.
+            const uint32_t w0 = load_le32(b.scales), w1 = load_le32(b.scales + 4), w2 = load_le32(b.scales + 8);
+            const __m128i u = _mm_setr_epi32(int((w0 & 0x0F0F0F0Fu) | ((w2 & 0x03030303u) << 4)),
+                                             int((w1 & 0x0F0F0F0Fu) | (((w2 >> 2) & 0x03030303u) << 4)),
+                                             int(((w0 >> 4) & 0x0F0F0F0Fu) | (((w2 >> 4) & 0x03030303u) << 4)),
+                                             int(((w1 >> 4) & 0x0F0F0F0Fu) | (((w2 >> 6) & 0x03030303u) << 4)));
+            sc16 = _mm_sub_epi8(u, _mm_set1_epi8(32));
+            const __m256 d4 = _mm256_set1_ps(4.0f * d);
+            off_lo = _mm256_mul_ps(d4, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc16)));
+            off_hi = _mm256_mul_ps(d4, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc16, 8))));
+        } else {
+            const block_q2_K & b = static_cast<const block_q2_K *>(row)[sb];
+            qs = b.qs, d = half_to_float(b.d);
+            const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b.scales));
+            sc16 = _mm_and_si128(v, _mm_set1_epi8(0x0F));
+            const __m128i m16 = _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0F));
+            const __m256 dmin = _mm256_set1_ps(half_to_float(b.dmin));
+            off_lo = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m16)));
+            off_hi = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(m16, 8))));
+        }
+        const int8_t * xq = x.q.data() + QK_K * sb;
+        const float * xd = x.d.data() + 8 * sb;
+        const float * xs = x.dsum16.data() + 16 * sb;
+        offs = _mm256_fmadd_ps(off_lo, _mm256_loadu_ps(xs), offs);
+        offs = _mm256_fmadd_ps(off_hi, _mm256_loadu_ps(xs + 8), offs);
+        const __m256i q = load256(qs), q2 = load256(qs + 32);
+        __m256i hm = _mm256_setzero_si256();
+        if constexpr (Q3) hm = load256(hmask);
+        for (int n = 0; n < 2; ++n) {
+            // Groups g = 4n .. 4n+3 (elements 128n + 32j + l have bits 2j of qs[32n + l]): their 8 sub-blocks'
+            // exact sums in one vector (sums_of_halves' order), times the matching scales (d sc_s) d_b.
+            __m256i p[4];
+            for (int j = 0; j < 4; ++j) {
+                __m256i u = bits(n == 0 ? q : q2, 2 * j, 3, 0);
+                if constexpr (Q3) u = _mm256_or_si256(u, bits(hm, 4 * n + j, 1, 2));
+                p[j] = dot_u8s8(u, load256(xq + 32 * (4 * n + j)));
+            }
+            const __m256 scf = _mm256_cvtepi32_ps(evens_then_odds(_mm256_cvtepi8_epi32(n == 0 ? sc16 : _mm_srli_si128(sc16, 8))));
+            const __m256 scale = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), scf), _mm256_broadcast_ps(reinterpret_cast<const __m128 *>(xd + 4 * n)));
+            if (n == 0) acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums_of_halves(p[0], p[1], p[2], p[3])), scale, acc0);
+            else acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums_of_halves(p[0], p[1], p[2], p[3])), scale, acc1);
+        }
+    }
+    return hsum(_mm256_add_ps(acc0, acc1)) - hsum(offs);
 #else
-    float acc = 0.0f;
-#endif
+    float acc = 0.0f, offset = 0.0f;
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const uint8_t * qs;
         const uint8_t * hmask = nullptr;
@@ -274,24 +323,7 @@ float dot_q23_K(const void * row, const DotColumn & x) {
         const float * xd = x.d.data() + 8 * sb;
         const float * xs = x.dsum16.data() + 16 * sb;
         for (int i = 0; i < 16; ++i) offset += (Q3 ? 4.0f * d * float(sc[i]) : dmin * float(m[i])) * xs[i];
-        for (int n = 0; n < 2; ++n) {
-#if defined(RP_INT8_SIMD)
-            // Groups 4n .. 4n+3: their 8 sub-blocks' exact sums in one vector (sums_of_halves' order), times
-            // the matching scales (d sc_s) d_b.
-            const __m256i q = load256(qs + 32 * n);
-            __m256i hm = _mm256_setzero_si256();
-            if constexpr (Q3) hm = load256(hmask);
-            __m256i p[4];
-            for (int j = 0; j < 4; ++j) {
-                __m256i u = bits(q, 2 * j, 3, 0);
-                if constexpr (Q3) u = _mm256_or_si256(u, bits(hm, 4 * n + j, 1, 2));
-                p[j] = dot_u8s8(u, load256(xq + 32 * (4 * n + j)));
-            }
-            const __m256 scf = _mm256_cvtepi32_ps(evens_then_odds(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(sc + 8 * n))));
-            const __m256 scale = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), scf), _mm256_broadcast_ps(reinterpret_cast<const __m128 *>(xd + 4 * n)));
-            if (n == 0) acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums_of_halves(p[0], p[1], p[2], p[3])), scale, acc0);
-            else acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums_of_halves(p[0], p[1], p[2], p[3])), scale, acc1);
-#else
+        for (int n = 0; n < 2; ++n)
             for (int j = 0; j < 4; ++j) {
                 const int g = 4 * n + j;
                 const float dx = xd[g];
@@ -303,12 +335,7 @@ float dot_q23_K(const void * row, const DotColumn & x) {
                 }
                 acc += float(sa) * (d * float(sc[2 * g]) * dx) + float(sb2) * (d * float(sc[2 * g + 1]) * dx);
             }
-#endif
-        }
     }
-#if defined(RP_INT8_SIMD)
-    return hsum(_mm256_add_ps(acc0, acc1)) - offset;
-#else
     return acc - offset;
 #endif
 }
@@ -516,6 +543,7 @@ void quantize_column(const float * x, int64_t K, DotColumn & out) {
     out.q.resize(size_t(K));
     out.d.resize(size_t(K / 32));
     out.dsum16.resize(size_t(K / 16));
+    out.dsum32.resize(size_t(K / 32));
     for (int64_t b = 0; b < K / 32; ++b) {
         const float * xb = x + 32 * b;
         float amax = 0.0f;
@@ -537,6 +565,7 @@ void quantize_column(const float * x, int64_t K, DotColumn & out) {
         out.d[size_t(b)] = d;
         out.dsum16[size_t(2 * b)] = d * float(sums[0]);
         out.dsum16[size_t(2 * b + 1)] = d * float(sums[1]);
+        out.dsum32[size_t(b)] = out.dsum16[size_t(2 * b)] + out.dsum16[size_t(2 * b + 1)];
     }
 }
 

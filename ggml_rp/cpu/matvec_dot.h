@@ -40,10 +40,11 @@ struct DotColumn {
     std::vector<int8_t> q;        // int8 types: K values
     std::vector<float> d;         //   K/32 block scales
     std::vector<float> dsum16;    //   K/16: d of the block * (sum of the 16 q's), for the min / offset terms
+    std::vector<float> dsum32;    //   K/32: dsum16 of the block's two halves added (the 32-sub-block types' mins)
     std::vector<uint16_t> bf16;   // bf16 weights: K values
 };
 
-// Quantizes x[0..K) to int8 (K a multiple of 32): q, d, dsum16.
+// Quantizes x[0..K) to int8 (K a multiple of 32): q, d, dsum16, dsum32.
 void quantize_column(const float * x, int64_t K, DotColumn & out);
 
 // Prepares x[0..K) for rows of type t (row_dot_supports(t, K)).

@@ -74,6 +74,7 @@ TEST(MatvecDot, QuantizedColumnIsWithinHalfAStepOfEveryValue) {
         }
         EXPECT_EQ(c.dsum16[size_t(2 * b)], c.d[size_t(b)] * float(s16[0]));
         EXPECT_EQ(c.dsum16[size_t(2 * b + 1)], c.d[size_t(b)] * float(s16[1]));
+        EXPECT_EQ(c.dsum32[size_t(b)], c.dsum16[size_t(2 * b)] + c.dsum16[size_t(2 * b + 1)]);
     }
 }
 
