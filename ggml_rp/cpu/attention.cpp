@@ -118,7 +118,7 @@ void probabilities(const Geometry & g, float * S, int64_t b, int64_t bq, int64_t
         const int64_t nv = g.visible(t0 + i, j0, bk), lo = std::min(g.hidden(b, t0 + i, j0, bk), nv);
         const float l = lse_rows[i];
         for (int64_t j = 0; j < lo; ++j) row[j] = 0.0f;
-        for (int64_t j = lo; j < nv; ++j) row[j] = vec_exp(row[j] * scale - l);
+        exp_affine(row + lo, row + lo, nv - lo, scale, l);
         for (int64_t j = nv; j < bk; ++j) row[j] = 0.0f;
     }
 }
@@ -161,7 +161,7 @@ void attention_fwd(const AttentionShape & s, const float * q, const float * k, c
                 // The first block a row sees anything in makes mx finite; m[i] is -inf only before it.
                 const float mx = max_of(row + lo, nv - lo, m[i]);
                 const float alpha = vec_exp(m[i] - mx);
-                for (int64_t j = lo; j < nv; ++j) row[j] = vec_exp(row[j] - mx);
+                exp_affine(row + lo, row + lo, nv - lo, 1.0f, mx);
                 for (int64_t j = nv; j < bk; ++j) row[j] = 0.0f;
                 l[i] = l[i] * alpha + sum_of(row + lo, nv - lo);
                 m[i] = mx;

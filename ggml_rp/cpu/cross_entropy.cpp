@@ -53,7 +53,7 @@ double lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf
             const int32_t y = labels[t];
             if (y >= v0 && y < v0 + nv) label_logit[size_t(t)] = col[y - v0];
             // exp in place (the column is not needed again in this pass), then an ordered sum in double.
-            for (int64_t j = 0; j < nv; ++j) col[j] = vec_exp(col[j] - mx);
+            exp_affine(col, col, nv, 1.0f, mx);
             double cs = 0.0;
             for (int64_t j = 0; j < nv; ++j) cs += col[j];
             const float mold = m[size_t(t)];
@@ -88,7 +88,7 @@ double lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf
                 continue;
             }
             const float l = lse[size_t(t)];
-            for (int64_t j = 0; j < nv; ++j) g[j] = vec_exp(col[j] - l);
+            exp_affine(col, g, nv, 1.0f, l);
             if (y >= v0 && y < v0 + nv) g[y - v0] -= 1.0f;   // exact for p near 1 (Sterbenz)
             for (int64_t j = 0; j < nv; ++j) g[j] *= loss_scale;
         }

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -348,6 +349,27 @@ TEST(VecExp, MatchesStdExp) {
     EXPECT_EQ(rp::cpu::vec_exp(-std::numeric_limits<float>::infinity()), 0.0f);
     EXPECT_EQ(rp::cpu::vec_exp(-100.0f), 0.0f);
     EXPECT_EQ(rp::cpu::vec_exp(0.0f), 1.0f);
+}
+
+// The row form (8-lane vectors where the build has AVX2, a scalar tail) gives vec_exp(fma(x, mul, -sub))'s bits
+// for every element, whichever lanes take it: ordinary values, the clamps, -inf, +inf and NaN, odd lengths.
+TEST(VecExp, RowFormIsTheScalarBitForBit) {
+    std::vector<float> x;
+    for (double v = -120.0; v <= 120.0; v += 0.0731) x.push_back(float(v));
+    for (float v : {-std::numeric_limits<float>::infinity(), std::numeric_limits<float>::infinity(),
+                    std::numeric_limits<float>::quiet_NaN(), -87.0f, 88.0f, -0.0f, 1e-30f, -86.99999f})
+        x.push_back(v);
+    for (float mul : {1.0f, 0.35355339f})
+        for (float sub : {0.0f, 3.25f, -1.5f})
+            for (size_t n : {x.size(), size_t(1), size_t(7), size_t(9), size_t(17)}) {
+                std::vector<float> y(n);
+                rp::cpu::exp_affine(x.data() + (x.size() - n), y.data(), int64_t(n), mul, sub);
+                for (size_t j = 0; j < n; ++j) {
+                    const float want = rp::cpu::vec_exp(std::fma(x[x.size() - n + j], mul, -sub));
+                    ASSERT_TRUE(std::bit_cast<uint32_t>(y[j]) == std::bit_cast<uint32_t>(want) || (std::isnan(y[j]) && std::isnan(want)))
+                        << "x=" << x[x.size() - n + j] << " mul=" << mul << " sub=" << sub << ": " << y[j] << " vs " << want;
+                }
+            }
 }
 
 } // namespace
