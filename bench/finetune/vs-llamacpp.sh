@@ -38,7 +38,21 @@
 # The host is shared: both engines slow down badly while other processes load the cores (single steps varied
 # 50-fold during a parallel build), hence best of REPS; compare the load averages printed before and after.
 #
-# Last measured on 2026-12-02 (2-core Intel Xeon with AVX-512, load 1.3-1.6; llama.cpp's CPU backend for it),
+# Last measured on 2026-12-02 on a 2-core AMD EPYC (Zen 1, AVX2; llama.cpp's CPU backend for it), THREADS=2,
+# REPS=5, BEFORE= the previous main:
+#   model          mode  engine        steps   train s   tokens/s    ratio   RSS MiB
+#   stories260K    full  llama.cpp         9      0.66     3517.0     1.00      38.6
+#   stories260K    full  rp-finetune       9      0.32     7155.3     2.03      23.8
+#   stories260K    lora  rp-finetune       9      0.32     7089.2     2.02      22.3
+#   stories260K    full  before            9      0.38     6015.7     1.71      23.6
+#   llama-20M      full  llama.cpp         9     14.15      162.8     1.00     393.2
+#   llama-20M      full  rp-finetune       9      5.61      410.6     2.52     394.8
+#   llama-20M      lora  rp-finetune       9      4.15      555.2     3.41     183.5
+#   llama-20M      full  before            9      5.72      402.9     2.47     394.5
+# (stories260K: the softmax exps now run in AVX2 vectors; what is left of its attention is the block products
+# with head_dim 8.)
+#
+# Measured the same day, before this change, on a 2-core Intel Xeon with AVX-512, load 1.3-1.6; llama.cpp's CPU backend for it),
 # THREADS=2, REPS=5, defaults otherwise; host training keeps the layers' activations (no recompute):
 #   model          mode  engine        steps   train s   tokens/s    ratio   RSS MiB
 #   stories260K    full  llama.cpp         9      0.34     6764.3     1.00      38.8

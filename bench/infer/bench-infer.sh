@@ -25,7 +25,28 @@
 # the real limit of generation. (A model that fits the last-level cache, like llama-98M in a 480 MiB L3, can
 # beat both.)
 #
-# Last measured on 2026-12-02 (2-core Intel Xeon with AVX-512 VNNI and BF16, 480 MiB L3, load 1.3-1.6),
+# Last measured on 2026-12-02 on a 2-core AMD EPYC (Zen 1: AVX2, no AVX-512, 8 MiB L3), THREADS=2, REPS=3,
+# TG=64, with BEFORE= the previous main (whose generation, without AVX-512, went through the packed GEMM):
+#   model              measure                    ours tok/s llama.cpp tok/s    ratio   before
+#   stories260K        prompt (840 tokens)           14557.7         1765.4     8.25   10400.1
+#   stories260K        generate (64 tokens)           2181.3      (see note)            1912.6
+#   llama-98M          prompt (840 tokens)             283.8          117.2     2.42     281.6
+#   llama-98M          generate (64 tokens)             47.2           48.6     0.97      19.1   18.4 GB/s, 89% of the read stream
+#   qwen3-0.6B-bf16    prompt (468 tokens)              67.7           16.6     4.08      60.7
+#   qwen3-0.6B-bf16    generate (64 tokens)             15.0           10.0     1.50       3.2   17.9 GB/s, 76%
+#   qwen3-0.6B-q8_0    prompt (468 tokens)              68.9           28.4     2.43      65.2
+#   qwen3-0.6B-q8_0    generate (64 tokens)             19.8           19.4     1.02       2.9   12.5 GB/s, 64%
+#   qwen3-0.6B-q4_k_m  prompt (468 tokens)              68.1           28.8     2.36      64.3
+#   qwen3-0.6B-q4_k_m  generate (64 tokens)             22.4           25.1     0.89       2.1    8.8 GB/s, 47% (decode-bound)
+#   qwen3-0.6B-q3_k_m  prompt (468 tokens)              68.1           27.2     2.50      69.6
+#   qwen3-0.6B-q3_k_m  generate (64 tokens)             20.9           22.4     0.93       2.1    7.1 GB/s, 30% (decode-bound)
+#   qwen3-0.6B-q2_k    prompt (468 tokens)              59.2           28.9     2.05      65.2
+#   qwen3-0.6B-q2_k    generate (64 tokens)             21.1           23.4     0.90       1.9    6.1 GB/s, 27% (decode-bound)
+# (read-only stream of 1.2 GB: 23.5 GB/s, memcpy 13.7. llama.cpp's stories260K generation figure came out as 55
+# tok/s in this run, a glitch of the wall-time difference; it measured 3553 in the run before. Prompts on the 0.6B
+# models are bound by the FMA units: our GEMM runs at 70 GFLOP/s of a 79 GFLOP/s peak, as OpenBLAS does.)
+#
+# Measured the same day, before this change, on a 2-core Intel Xeon (AVX-512 VNNI and BF16, 480 MiB L3, load 1.3-1.6),
 # THREADS=2, REPS=3, TG=64; generation through the row dots (rp-generate's default --matvec fast):
 #   model              measure                    ours tok/s llama.cpp tok/s    ratio
 #   stories260K        prompt (840 tokens)           31222.8         3702.1     8.43
