@@ -11,11 +11,12 @@
 //   pass 2, per (sequence, query head, query block): over the key blocks in order, dQ += dS K * scale
 // Each output row is owned by one task and reduced in a fixed order, so results do not depend on threads.
 //
-// The block products go through gemm_f32_serial (same micro-kernel as mul_mat). Memory beyond inputs and
-// outputs: D (one float per query row and head) and per-thread tiles of a few BQ x max(BK, D) floats.
+// The block products are attention_blocks.h's (small head dims: their own kernels; others: gemm_f32_serial).
+// Memory beyond inputs and outputs: D (one float per query row and head) and per-thread tiles of a few
+// BQ x max(BK, D) floats.
 #include "ggml_rp/cpu/attention.h"
 
-#include "ggml_rp/cpu/gemm.h"
+#include "ggml_rp/cpu/attention_blocks.h"
 #include "ggml_rp/cpu/vec_math.h"
 #include "base/error.h"
 
@@ -131,8 +132,9 @@ void attention_fwd(const AttentionShape & s, const float * q, const float * k, c
     const Geometry g{s, key_start};
     const int64_t D = s.D, nqb = (s.Tq + BQ - 1) / BQ;
     const int64_t ntasks = s.B * s.Hq * nqb;
-    // scratch: S [BQ x BK], acc [BQ x D], m [BQ], l [BQ]
-    parallel_tasks(ntasks, size_t(BQ * BK + BQ * D + 2 * BQ), [&](int64_t task, float * scratch) {
+    const AttentionBlocks blocks(D, BK);
+    // scratch: S [BQ x BK], acc [BQ x D], m [BQ], l [BQ], the transposed key block
+    parallel_tasks(ntasks, size_t(BQ * BK + BQ * D + 2 * BQ + blocks.transposed_floats()), [&](int64_t task, float * scratch) {
         const int64_t qb = task % nqb, h = task / nqb % s.Hq, b = task / nqb / s.Hq;
         const int64_t hk = h / g.group();
         const int64_t t0 = qb * BQ, bq = std::min(BQ, s.Tq - t0);
@@ -140,6 +142,7 @@ void attention_fwd(const AttentionShape & s, const float * q, const float * k, c
         float * acc = S + BQ * BK;
         float * m = acc + BQ * D;
         float * l = m + BQ;
+        float * kt = l + BQ;
         std::fill(acc, acc + bq * D, 0.0f);
         std::fill(m, m + bq, -std::numeric_limits<float>::infinity());
         std::fill(l, l + bq, 0.0f);
@@ -147,8 +150,7 @@ void attention_fwd(const AttentionShape & s, const float * q, const float * k, c
         const int64_t kend = std::min(s.Tk, t0 + bq + g.offset());   // keys past the last query's horizon
         for (int64_t j0 = g.first_of_block(b, t0, bq) / BK * BK; j0 < kend; j0 += BK) {
             const int64_t bk = std::min(BK, kend - j0);
-            gemm_f32_serial(bq, bk, D, qblk, g.q_row(), false, k + g.kv_at(b, j0, hk), g.kv_row(), true, S, BK,
-                            false);
+            blocks.rows_dot(bq, bk, qblk, g.q_row(), blocks.transposed(bk, k + g.kv_at(b, j0, hk), g.kv_row(), kt), g.kv_row(), S);
             for (int64_t i = 0; i < bq; ++i) {
                 float * row = S + i * BK;
                 const int64_t nv = g.visible(t0 + i, j0, bk), lo = g.hidden(b, t0 + i, j0, bk);
@@ -161,14 +163,14 @@ void attention_fwd(const AttentionShape & s, const float * q, const float * k, c
                 // The first block a row sees anything in makes mx finite; m[i] is -inf only before it.
                 const float mx = max_of(row + lo, nv - lo, m[i]);
                 const float alpha = vec_exp(m[i] - mx);
-                exp_affine(row + lo, row + lo, nv - lo, 1.0f, mx);
+                const float sum = exp_affine_sum(row + lo, row + lo, nv - lo, 1.0f, mx);
                 for (int64_t j = nv; j < bk; ++j) row[j] = 0.0f;
-                l[i] = l[i] * alpha + sum_of(row + lo, nv - lo);
+                l[i] = l[i] * alpha + sum;
                 m[i] = mx;
                 if (alpha != 1.0f)
                     for (int64_t d = 0; d < D; ++d) acc[i * D + d] *= alpha;
             }
-            gemm_f32_serial(bq, D, bk, S, BK, false, v + g.kv_at(b, j0, hk), g.kv_row(), false, acc, D, true);
+            blocks.accumulate(bq, bk, S, false, v + g.kv_at(b, j0, hk), g.kv_row(), acc);
         }
         for (int64_t i = 0; i < bq; ++i) {
             float * orow = o + g.q_at(b, t0 + i, h);
@@ -212,7 +214,9 @@ void attention_bwd(const AttentionShape & s, const float * q, const float * k, c
 
     // Pass 1: dK, dV by key-block ownership.
     const int64_t nkb = (s.Tk + BK - 1) / BK;
-    parallel_tasks(s.B * s.Hkv * nkb, size_t(2 * BQ * BK + 2 * BK * D + BQ), [&](int64_t task, float * scratch) {
+    const AttentionBlocks blocks(D, BK);
+    const size_t tr = size_t(blocks.transposed_floats());
+    parallel_tasks(s.B * s.Hkv * nkb, size_t(2 * BQ * BK + 2 * BK * D + BQ) + 2 * tr, [&](int64_t task, float * scratch) {
         const int64_t kb = task % nkb, hk = task / nkb % s.Hkv, b = task / nkb / s.Hkv;
         const int64_t j0 = kb * BK, bk = std::min(BK, s.Tk - j0);
         float * P = scratch;
@@ -222,8 +226,8 @@ void attention_bwd(const AttentionShape & s, const float * q, const float * k, c
         float * lrow = dv_acc + BK * D;
         std::fill(dk_acc, dk_acc + bk * D, 0.0f);
         std::fill(dv_acc, dv_acc + bk * D, 0.0f);
-        const float * kblk = k + g.kv_at(b, j0, hk);
-        const float * vblk = v + g.kv_at(b, j0, hk);
+        const float * kt = blocks.transposed(bk, k + g.kv_at(b, j0, hk), g.kv_row(), lrow + BQ);
+        const float * vt = blocks.transposed(bk, v + g.kv_at(b, j0, hk), g.kv_row(), lrow + BQ + tr);
         const int64_t t_first = std::max<int64_t>(0, j0 - g.offset());   // first query that sees key j0
         for (int64_t h = hk * g.group(); h < (hk + 1) * g.group(); ++h) {
             for (int64_t t0 = t_first / BQ * BQ; t0 < s.Tq; t0 += BQ) {
@@ -231,13 +235,13 @@ void attention_bwd(const AttentionShape & s, const float * q, const float * k, c
                 if (g.first_of_block(b, t0, bq) >= j0 + bk) continue;   // every query's document starts later
                 const float * qblk = q + g.q_at(b, t0, h);
                 const float * doblk = dout + g.q_at(b, t0, h);
-                gemm_f32_serial(bq, bk, D, qblk, g.q_row(), false, kblk, g.kv_row(), true, P, BK, false);
+                blocks.rows_dot(bq, bk, qblk, g.q_row(), kt, g.kv_row(), P);
                 lse_of(lrow, b, t0, bq, h);
                 probabilities(g, P, b, bq, bk, t0, j0, s.scale, lrow);
-                gemm_f32_serial(bk, D, bq, P, BK, true, doblk, g.q_row(), false, dv_acc, D, true);
-                gemm_f32_serial(bq, bk, D, doblk, g.q_row(), false, vblk, g.kv_row(), true, dP, BK, false);
+                blocks.accumulate(bk, bq, P, true, doblk, g.q_row(), dv_acc);
+                blocks.rows_dot(bq, bk, doblk, g.q_row(), vt, g.kv_row(), dP);
                 softmax_grad(P, dP, bq, bk, b, t0, h);
-                gemm_f32_serial(bk, D, bq, dP, BK, true, qblk, g.q_row(), false, dk_acc, D, true);
+                blocks.accumulate(bk, bq, dP, true, qblk, g.q_row(), dk_acc);
             }
         }
         for (int64_t j = 0; j < bk; ++j) {
@@ -252,7 +256,7 @@ void attention_bwd(const AttentionShape & s, const float * q, const float * k, c
 
     // Pass 2: dQ by query-block ownership.
     const int64_t nqb = (s.Tq + BQ - 1) / BQ;
-    parallel_tasks(s.B * s.Hq * nqb, size_t(2 * BQ * BK + BQ * D + BQ), [&](int64_t task, float * scratch) {
+    parallel_tasks(s.B * s.Hq * nqb, size_t(2 * BQ * BK + BQ * D + BQ) + 2 * tr, [&](int64_t task, float * scratch) {
         const int64_t qb = task % nqb, h = task / nqb % s.Hq, b = task / nqb / s.Hq;
         const int64_t hk = h / g.group();
         const int64_t t0 = qb * BQ, bq = std::min(BQ, s.Tq - t0);
@@ -260,6 +264,8 @@ void attention_bwd(const AttentionShape & s, const float * q, const float * k, c
         float * dP = P + BQ * BK;
         float * dq_acc = dP + BQ * BK;
         float * lrow = dq_acc + BQ * D;
+        float * kt = lrow + BQ;
+        float * vt = kt + tr;
         std::fill(dq_acc, dq_acc + bq * D, 0.0f);
         lse_of(lrow, b, t0, bq, h);
         const float * qblk = q + g.q_at(b, t0, h);
@@ -268,12 +274,11 @@ void attention_bwd(const AttentionShape & s, const float * q, const float * k, c
         for (int64_t j0 = g.first_of_block(b, t0, bq) / BK * BK; j0 < kend; j0 += BK) {
             const int64_t bk = std::min(BK, kend - j0);
             const float * kblk = k + g.kv_at(b, j0, hk);
-            gemm_f32_serial(bq, bk, D, qblk, g.q_row(), false, kblk, g.kv_row(), true, P, BK, false);
+            blocks.rows_dot(bq, bk, qblk, g.q_row(), blocks.transposed(bk, kblk, g.kv_row(), kt), g.kv_row(), P);
             probabilities(g, P, b, bq, bk, t0, j0, s.scale, lrow);
-            gemm_f32_serial(bq, bk, D, doblk, g.q_row(), false, v + g.kv_at(b, j0, hk), g.kv_row(), true, dP, BK,
-                            false);
+            blocks.rows_dot(bq, bk, doblk, g.q_row(), blocks.transposed(bk, v + g.kv_at(b, j0, hk), g.kv_row(), vt), g.kv_row(), dP);
             softmax_grad(P, dP, bq, bk, b, t0, h);
-            gemm_f32_serial(bq, D, bk, dP, BK, false, kblk, g.kv_row(), false, dq_acc, D, true);
+            blocks.accumulate(bq, bk, dP, false, kblk, g.kv_row(), dq_acc);
         }
         for (int64_t i = 0; i < bq; ++i) {
             float * dqrow = dq + g.q_at(b, t0 + i, h);

@@ -1,4 +1,4 @@
-// Small vector-friendly math for the softmax loops of the CPU kernels (attention, cross-entropy).
+// Small vector-friendly math for the softmax loops of the CPU kernels (attention, cross-entropy, SiLU).
 //
 // vec_exp: exp(x) written so that a loop over it vectorizes under the project's flags
 // (std::exp does not without -ffast-math): no branches, no float->int conversion, no floor.
@@ -76,29 +76,48 @@ inline void exp_affine(const float * x, float * y, int64_t n, float mul, float s
     for (; j < n; ++j) y[j] = vec_exp(std::fma(x[j], mul, -sub));
 }
 
-// Max and sum of x[0..n) in 16 independent lanes (so the loops vectorize without -ffast-math), lanes combined
-// in a fixed order at the end: the result depends only on n and the values, never on the caller's threads.
+// Max of init and x[0..n) (NaNs skipped, as x > m ? x : m does): 8 lanes (element j goes to lane j % 8 while
+// 8 remain), combined in a tree, then the rest in order. The same value whatever the build (max is exact);
+// the tree keeps a short row (a 64-key attention block) from paying a 16-step serial combine.
 inline float max_of(const float * x, int64_t n, float init) {
-    float m[16];
-    for (float & v : m) v = init;
+    float m[8];
     int64_t j = 0;
-    for (; j + 16 <= n; j += 16)
-        for (int l = 0; l < 16; ++l) m[l] = x[j + l] > m[l] ? x[j + l] : m[l];
-    for (; j < n; ++j) m[0] = x[j] > m[0] ? x[j] : m[0];
-    float r = m[0];
-    for (int l = 1; l < 16; ++l) r = m[l] > r ? m[l] : r;
+#if defined(__AVX2__) && defined(__FMA__)
+    __m256 acc = _mm256_set1_ps(init);
+    for (; j + 8 <= n; j += 8) acc = _mm256_max_ps(_mm256_loadu_ps(x + j), acc);   // (x > acc ? x : acc)
+    _mm256_storeu_ps(m, acc);
+#else
+    for (float & v : m) v = init;
+    for (; j + 8 <= n; j += 8)
+        for (int l = 0; l < 8; ++l) m[l] = x[j + l] > m[l] ? x[j + l] : m[l];
+#endif
+    auto mx = [](float a, float b) { return a > b ? a : b; };
+    float r = mx(mx(mx(m[0], m[4]), mx(m[2], m[6])), mx(mx(m[1], m[5]), mx(m[3], m[7])));
+    for (; j < n; ++j) r = mx(x[j], r);
     return r;
 }
 
-inline float sum_of(const float * x, int64_t n) {
-    float s[16] = {};
+// exp_affine that also returns the sum of the values it wrote, in one order whatever the build: 8 lane sums
+// (element j into lane j % 8 while 8 remain), combined ((0+4)+(2+6))+((1+5)+(3+7)), then the rest in order.
+inline float exp_affine_sum(const float * x, float * y, int64_t n, float mul, float sub) {
+    float lanes[8] = {};
     int64_t j = 0;
-    for (; j + 16 <= n; j += 16)
-        for (int l = 0; l < 16; ++l) s[l] += x[j + l];
-    for (; j < n; ++j) s[0] += x[j];
-    float r = 0.0f;
-    for (int l = 0; l < 16; ++l) r += s[l];
-    return r;
+#if defined(__AVX2__) && defined(__FMA__)
+    const __m256 m = _mm256_set1_ps(mul), s = _mm256_set1_ps(sub);
+    __m256 acc = _mm256_setzero_ps();
+    for (; j + 8 <= n; j += 8) {
+        const __m256 e = vec_exp8(_mm256_fmsub_ps(_mm256_loadu_ps(x + j), m, s));
+        _mm256_storeu_ps(y + j, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    _mm256_storeu_ps(lanes, acc);
+#else
+    for (; j + 8 <= n; j += 8)
+        for (int l = 0; l < 8; ++l) lanes[l] += y[j + l] = vec_exp(std::fma(x[j + l], mul, -sub));
+#endif
+    float sum = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+    for (; j < n; ++j) sum += y[j] = vec_exp(std::fma(x[j], mul, -sub));
+    return sum;
 }
 
 } // namespace rp::cpu

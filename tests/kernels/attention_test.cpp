@@ -2,6 +2,7 @@
 // logsumexp directly; gradients against central finite differences of the double reference (and, for the
 // larger shapes, against the closed-form double backward, itself checked against finite differences).
 #include "ggml_rp/cpu/attention.h"
+#include "ggml_rp/cpu/gemm.h"
 #include "ggml_rp/cpu/vec_math.h"
 #include "base/error.h"
 #include "kernels_util.h"
@@ -180,6 +181,10 @@ TEST(Attention, ForwardMatchesNaiveDouble) {
     check_forward(make_shape(128, 2, 1, 65, 300, 1), 4);    // group 2, Tq < Tk
     check_forward(make_shape(256, 4, 1, 129, 129, 1), 5);   // group 4, largest head_dim
     check_forward(make_shape(64, 4, 4, 1, 200, 2), 6);      // one query (decoding)
+    // the small-head kernels (attention_blocks.h) at head_dim 16, odd row and key counts; 24 and 32 (GEMM)
+    check_forward(make_shape(16, 4, 2, 77, 141, 1), 8);
+    check_forward(make_shape(24, 2, 1, 130, 130, 2), 9);
+    check_forward(make_shape(32, 4, 4, 3, 67, 1), 10);
     check_forward(make_shape(128, 2, 2, 64, 64, 1), 7);     // exactly one block
 }
 
@@ -290,6 +295,9 @@ TEST(Attention, BackwardMatchesDoubleReferenceLarge) {
         make_shape(128, 2, 1, 70, 200, 1),   // group 2, Tq < Tk
         make_shape(256, 2, 2, 130, 130, 1),  // group 1
         make_shape(48, 4, 2, 100, 300, 1),   // T up to 300
+        make_shape(8, 8, 4, 256, 256, 1),    // stories260K's heads (the small-head kernels)
+        make_shape(16, 4, 2, 71, 135, 2),    // odd rows and keys (small-head kernels)
+        make_shape(32, 4, 4, 150, 150, 1),
     };
     uint64_t seed = 60;
     for (const AttentionShape & s : shapes) {
@@ -310,22 +318,38 @@ TEST(Attention, BackwardMatchesDoubleReferenceLarge) {
     }
 }
 
-TEST(Attention, DeterministicAcrossThreadCounts) {
-    const AttentionShape s = make_shape(64, 8, 2, 200, 260, 2);
-    Rng rng(70);
+// Forward and backward outputs for one shape, with the threads given.
+std::vector<std::vector<float>> run_attention(const AttentionShape & s, uint64_t seed, int threads) {
+    Rng rng(seed);
     const Inputs in = make_inputs(s, rng);
     const std::vector<float> dout = random_floats(in.q.size(), rng);
-    auto run = [&](int threads) {
-        ScopedThreads th(threads);
-        std::vector<float> o(in.q.size()), lse(size_t(s.Hq * s.Tq * s.B));
-        std::vector<float> dq(in.q.size()), dk(in.k.size()), dv(in.v.size());
-        rp::cpu::attention_fwd(s, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data());
-        rp::cpu::attention_bwd(s, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), dout.data(), dq.data(),
-                               dk.data(), dv.data());
-        return std::vector<std::vector<float>>{o, lse, dq, dk, dv};
-    };
-    const auto one = run(1), two = run(2);
-    for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(bit_equal(one[i], two[i])) << "output " << i;
+    ScopedThreads th(threads);
+    std::vector<float> o(in.q.size()), lse(size_t(s.Hq * s.Tq * s.B));
+    std::vector<float> dq(in.q.size()), dk(in.k.size()), dv(in.v.size());
+    rp::cpu::attention_fwd(s, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data());
+    rp::cpu::attention_bwd(s, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), dout.data(), dq.data(), dk.data(),
+                           dv.data());
+    return {o, lse, dq, dk, dv};
+}
+
+// The small-head kernels' vector tiles against their scalar form (what a build without AVX2 runs): the same
+// bits, for every head_dim they take, with row and key counts that leave partial tiles.
+TEST(Attention, SmallHeadVectorTilesAreTheScalarForm) {
+    for (const AttentionShape & s : {make_shape(8, 8, 4, 131, 131, 1), make_shape(16, 2, 1, 70, 93, 2), make_shape(8, 3, 3, 45, 45, 1),
+                                     make_shape(16, 2, 2, 1, 100, 1)}) {
+        const auto simd = run_attention(s, 80, 2);
+        rp::cpu::set_gemm_backend(rp::cpu::GemmBackend::Portable);
+        const auto scalar = run_attention(s, 80, 2);
+        rp::cpu::set_gemm_backend(rp::cpu::GemmBackend::Auto);
+        for (size_t i = 0; i < simd.size(); ++i) EXPECT_TRUE(bit_equal(simd[i], scalar[i])) << describe(s) << " output " << i;
+    }
+}
+
+TEST(Attention, DeterministicAcrossThreadCounts) {
+    for (const AttentionShape & s : {make_shape(64, 8, 2, 200, 260, 2), make_shape(8, 8, 4, 200, 260, 2)}) {
+        const auto one = run_attention(s, 70, 1), two = run_attention(s, 70, 2);
+        for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(bit_equal(one[i], two[i])) << describe(s) << " output " << i;
+    }
 }
 
 TEST(Attention, BadShapesThrow) {
@@ -353,6 +377,32 @@ TEST(VecExp, MatchesStdExp) {
 
 // The row form (8-lane vectors where the build has AVX2, a scalar tail) gives vec_exp(fma(x, mul, -sub))'s bits
 // for every element, whichever lanes take it: ordinary values, the clamps, -inf, +inf and NaN, odd lengths.
+// exp_affine_sum writes exp_affine's values and sums them in its documented order; max_of is the max.
+TEST(VecExp, SumAndMaxInTheirDocumentedOrder) {
+    Rng rng(90);
+    for (size_t n : {size_t(0), size_t(1), size_t(7), size_t(8), size_t(9), size_t(64), size_t(131)}) {
+        std::vector<float> x = random_floats(n, rng), y(n), want(n);
+        for (float & v : x) v *= 6.0f;
+        const float sum = rp::cpu::exp_affine_sum(x.data(), y.data(), int64_t(n), 0.35355339f, 1.25f);
+        rp::cpu::exp_affine(x.data(), want.data(), int64_t(n), 0.35355339f, 1.25f);
+        EXPECT_TRUE(bit_equal(y, want)) << n;
+        float lanes[8] = {};
+        size_t j = 0;
+        for (; j + 8 <= n; j += 8)
+            for (size_t l = 0; l < 8; ++l) lanes[l] += want[j + l];
+        float s = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+        for (; j < n; ++j) s += want[j];
+        EXPECT_EQ(std::bit_cast<uint32_t>(sum), std::bit_cast<uint32_t>(s)) << n;
+        const float init = -3.0f;
+        float mx = init;
+        for (float v : x) mx = std::max(mx, v);
+        EXPECT_EQ(rp::cpu::max_of(x.data(), int64_t(n), init), mx) << n;
+    }
+    const float nan_row[9] = {1.0f, std::numeric_limits<float>::quiet_NaN(), 5.0f, -2.0f, 0.0f, 3.0f, 4.0f, 2.0f,
+                              std::numeric_limits<float>::quiet_NaN()};
+    EXPECT_EQ(rp::cpu::max_of(nan_row, 9, -1.0f), 5.0f);   // NaNs are skipped, in the lanes and the tail
+}
+
 TEST(VecExp, RowFormIsTheScalarBitForBit) {
     std::vector<float> x;
     for (double v = -120.0; v <= 120.0; v += 0.0731) x.push_back(float(v));

@@ -6,11 +6,14 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 using namespace optest;
 using rp::Context;
 using rp::Tensor;
 using TV = std::vector<Tensor *>;
 using R = RefInputs;
+using rp::Graph;
 
 TEST(OpElementwise, AddSameShape) {
     check_op({"add [17,3]", {{"a", {17, 3, 1, 1}}, {"b", {17, 3, 1, 1}}},
@@ -71,6 +74,12 @@ TEST(OpElementwise, Swiglu) {
     g.lo = -4.0f;
     g.hi = 4.0f;
     check_op({"swiglu [17,5]", {g, u}, [](Context & c, const TV & in) { return rp::swiglu(c, in[0], in[1]); },
+              [](const R & v) { return ref::swiglu(v[0], v[1]); }});
+    // Rows longer than the kernel's 512-element exp pieces.
+    Input gl{"gate", {1100, 2, 1, 1}}, ul{"up", {1100, 2, 1, 1}};
+    gl.lo = -10.0f;
+    gl.hi = 10.0f;
+    check_op({"swiglu [1100,2]", {gl, ul}, [](Context & c, const TV & in) { return rp::swiglu(c, in[0], in[1]); },
               [](const R & v) { return ref::swiglu(v[0], v[1]); }});
     // Transposed gate.
     Input gt{"gate_t", {5, 17, 1, 1}};
@@ -204,4 +213,44 @@ TEST(OpElementwise, ShapeErrorsNameOpAndShapes) {
     const int64_t ne[4] = {4, 4, 1, 1};
     const size_t nb[4] = {4, 16, 64, 64};
     EXPECT_THROW(rp::view(ctx, a, ne, nb, 0), rp::Error);  // reaches outside a
+}
+
+// The SiLU family's contiguous rows (exp in vector pieces) and strided rows (one element at a time) compute
+// the same bits, forward and backward, gate values from underflow to overflow of exp(-x) included.
+TEST(OpElementwise, SiluContiguousAndStridedRowsAgreeBitwise) {
+    Context ctx;
+    const int64_t n = 600, rows = 3;
+    auto leaf = [&](int64_t ne0, int64_t ne1, float lo, float hi, uint32_t seed) {
+        Tensor * t = ctx.new_tensor(rp::DType::F32, ne0, ne1);
+        ctx.alloc_data(t);
+        std::vector<float> v(static_cast<size_t>(ne0 * ne1));
+        for (size_t i = 0; i < v.size(); ++i) v[i] = lo + (hi - lo) * static_cast<float>((i * 2654435761u + seed) % 10007) / 10006.0f;
+        rp::tensor_set_f32(t, v);
+        return t;
+    };
+    Tensor * g = leaf(n, rows, -100.0f, 100.0f, 1);
+    Tensor * u = leaf(n, rows, -2.0f, 2.0f, 2);
+    Tensor * dy = leaf(n, rows, -1.0f, 1.0f, 3);
+    // The same values as g, read through a transposed view of its transposed copy.
+    Tensor * gt = rp::transpose(ctx, rp::cont(ctx, rp::transpose(ctx, g)));
+    Graph graph;
+    std::vector<Tensor *> outs;
+    for (Tensor * x : {g, gt}) {
+        outs.push_back(rp::silu(ctx, x));
+        outs.push_back(rp::swiglu(ctx, x, u));
+        outs.push_back(rp::silu_back(ctx, x, dy));
+        outs.push_back(rp::swiglu_back(ctx, x, u, dy, 0));
+        outs.push_back(rp::swiglu_back(ctx, x, u, dy, 1));
+    }
+    for (Tensor * o : outs) {
+        o->flags |= rp::kFlagOutput;
+        rp::build_forward(graph, o);
+    }
+    rp::CpuBackend be;
+    be.allocate(graph);
+    be.compute(graph, 2);
+    for (size_t i = 0; i < outs.size() / 2; ++i) {
+        const std::vector<float> a = rp::tensor_get_f32(outs[i]), b = rp::tensor_get_f32(outs[i + outs.size() / 2]);
+        EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "output " << i;
+    }
 }
