@@ -4,12 +4,15 @@
 #include "ggml_rp/runtime/graph_runner.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
-#include <set>
+#include <cstdint>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <random>
-#include <type_traits>
+#include <set>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -258,26 +261,33 @@ struct Trainer::Bound {
     LayerWeights layer{};
     LoraSet lora;
     std::vector<Tensor *> params;
+    std::vector<Tensor *> by_seq;  // the copy of seq_tensors(layer)[i], pointed at each call's LayerMemory
 };
+
+namespace {
+
+void check_memory(const std::string & layer, const LayerMemory & mem, size_t n, bool with_grads) {
+    if (mem.data.size() != n || (with_grads && mem.grad.size() != n))
+        throw Error("layer " + layer + ": memory for " + std::to_string(mem.data.size()) + " tensors, the layer has " + std::to_string(n));
+}
+
+} // namespace
 
 Trainer::Bound Trainer::bind(Context & ctx, int layer, const LayerMemory & mem, bool with_grads, const MicroBatchInfo & mb) const {
     const std::vector<SeqTensor> & list = seq_tensors(layer);
-    if (mem.data.size() != list.size() || (with_grads && mem.grad.size() != list.size()))
-        throw Error("layer " + seq_layer_name(layer) + ": memory for " + std::to_string(mem.data.size()) + " tensors, the layer has " +
-                    std::to_string(list.size()));
+    check_memory(seq_layer_name(layer), mem, list.size(), with_grads);
     std::unordered_map<const Tensor *, Tensor *> map;
     Bound b;
     for (size_t i = 0; i < list.size(); ++i) {
         const Tensor * src = list[i].t;
         Tensor * d = ctx.new_tensor(src->type, src->ne);
         d->name = src->name;
-        d->data = mem.data[i];
         if (with_grads && list[i].param >= 0) {
             set_param(ctx, d);
-            d->grad->data = mem.grad[i];
             b.params.push_back(d);
         }
         map[src] = d;
+        b.by_seq.push_back(d);
     }
     auto m = [&](Tensor * t) -> Tensor * {
         if (!t) return nullptr;
@@ -299,16 +309,206 @@ Trainer::Bound Trainer::bind(Context & ctx, int layer, const LayerMemory & mem, 
     return b;
 }
 
-// A program's graph context, where its graphs run (the device's runner from pc, or a CPU runner over host
-// memory) and its layer's tensors bound to `mem`.
-struct Trainer::Program {
-    Context ctx;
-    CpuGraphRunner host;
-    GraphRunner & runner;
-    Bound b;
-    Program(const Trainer & tr, const ProgramContext & pc, int layer, const LayerMemory & mem, bool grads, const MicroBatchInfo & mb)
-        : host(nullptr, &tr.host_graphs_), runner(pc.runner ? *pc.runner : host), b(tr.bind(ctx, layer, mem, grads, mb)) {}
+// The buffers a per-layer program reads and writes in one call (roundpipe/program.h's arguments).
+enum class Trainer::Arg : uint8_t { In, Out, Din, Dout, Labels, Loss };
+
+struct Trainer::CallArgs {
+    const void * in = nullptr;
+    void * out = nullptr;
+    void * din = nullptr;
+    const void * dout = nullptr;  // the chunked backward also uses it as scratch (program.h)
+    const int32_t * labels = nullptr;
+    float * loss = nullptr;
+    // Byte `offset` of buffer a. (Integer arithmetic: a runner that only measures passes null buffers.)
+    void * at(Arg a, size_t offset) const {
+        const void * base = a == Arg::In ? in : a == Arg::Out ? out : a == Arg::Din ? din : a == Arg::Dout ? dout
+                            : a == Arg::Labels ? static_cast<const void *>(labels) : static_cast<const void *>(loss);
+        return reinterpret_cast<void *>(reinterpret_cast<uintptr_t>(base) + offset);
+    }
 };
+
+namespace {
+
+size_t token_bytes(int64_t token, int64_t n_embd) { return static_cast<size_t>(token * n_embd) * sizeof(float); }
+
+} // namespace
+
+// A per-layer program: its layer's tensors, and its graphs, built once for a shape (ProgramKey) and replayed
+// with every call's memory: leafs over the call's buffers are recorded with their buffer and byte offset, and
+// each graph (a Step) with the buffers zeroed before it runs, the positions it reads (uploaded for it: an
+// upload lives until the next graph has run) and the results copied out of it.
+struct Trainer::Program {
+    struct ArgLeaf {
+        Tensor * t;
+        Arg arg;
+        size_t offset;
+        bool grad;  // the leaf's gradient buffer (t->grad->data), not its data
+    };
+    struct Zero {
+        Arg arg;
+        size_t offset, bytes;
+    };
+    struct Copy {
+        Arg arg;
+        size_t offset;
+        const Tensor * node;
+    };
+    struct Step {
+        Graph g;
+        std::vector<Zero> zeros;
+        std::vector<TokenPositions> positions;
+        std::vector<Copy> copies;
+    };
+
+    Context ctx;
+    int layer;
+    Bound b;
+    bool grads;
+    std::vector<ArgLeaf> args;
+    std::deque<Step> steps;  // (references to a step stay valid while later ones are added)
+
+    Program(const Trainer & tr, int layer_index, const LayerMemory & mem, bool with_grads, const MicroBatchInfo & mb)
+        : layer(layer_index), b(tr.bind(ctx, layer_index, mem, with_grads, mb)), grads(with_grads) {}
+
+    Step & new_step() { return steps.emplace_back(); }
+    // A leaf over buffer a from byte offset.
+    Tensor * leaf(DType type, Arg a, size_t offset, int64_t ne0, int64_t ne1 = 1, int64_t ne2 = 1) {
+        Tensor * t = ctx.new_tensor(type, ne0, ne1, ne2);
+        t->flags |= kFlagInput;
+        args.push_back({t, a, offset, false});
+        return t;
+    }
+    // A hidden-state leaf that is a parameter of the graph: its gradient goes to buffer g from byte goffset,
+    // zeroed before step s runs when `zero` (else it holds what the gradient adds to).
+    Tensor * hidden_param(Step & s, Arg a, size_t offset, Arg g, size_t goffset, int64_t ne0, int64_t ne1, int64_t ne2, bool zero = true) {
+        Tensor * x = leaf(DType::F32, a, offset, ne0, ne1, ne2);
+        set_param(ctx, x);
+        args.push_back({x, g, goffset, true});
+        if (zero) s.zeros.push_back({g, goffset, static_cast<size_t>(ne0 * ne1 * ne2) * sizeof(float)});
+        return x;
+    }
+    // The micro-batch's token positions as step s reads them (their values: upload_positions). Unpacked:
+    // 0 .. T-1, shared by the sequences. Packed: the micro-batch's own positions and each token's first
+    // visible key (the start of its example).
+    TokenPositions positions(Step & s, const MicroBatchInfo & mb) {
+        auto input = [&](int64_t n) {
+            Tensor * t = ctx.new_tensor(DType::I32, n);
+            t->flags |= kFlagInput;
+            return t;
+        };
+        const TokenPositions tp = mb.packed ? TokenPositions(input(mb.tokens()), input(mb.tokens())) : TokenPositions(input(mb.seq_len));
+        s.positions.push_back(tp);
+        return tp;
+    }
+};
+
+namespace {
+
+// The values of positions leafs (Program::positions) for micro-batch mb: pos, and key starts when packed.
+void position_values(const MicroBatchInfo & mb, std::vector<int32_t> & pos, std::vector<int32_t> & first) {
+    if (!mb.packed) {
+        pos.resize(static_cast<size_t>(mb.seq_len));
+        for (int64_t t = 0; t < mb.seq_len; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>(t);
+        first.clear();
+        return;
+    }
+    const size_t n = static_cast<size_t>(mb.tokens());
+    pos.assign(n, 0);  // a runner that only measures needs the shapes alone
+    first.assign(n, 0);
+    if (mb.positions) {
+        pos.assign(mb.positions, mb.positions + n);
+        packed_key_starts(pos.data(), mb.seq_len, mb.n_seq, first.data());
+    }
+}
+
+} // namespace
+
+bool Trainer::ProgramKey::operator<(const ProgramKey & o) const {
+    return std::tie(kind, layer, seq_len, n_seq, token_chunk, packed, step, seq_offset, scale_bits) <
+           std::tie(o.kind, o.layer, o.seq_len, o.n_seq, o.token_chunk, o.packed, o.step, o.seq_offset, o.scale_bits);
+}
+
+Trainer::ProgramKey Trainer::program_key(ProgramKind kind, int layer, const MicroBatchInfo & mb, bool kept) const {
+    ProgramKey k;
+    k.kind = kept ? 3 : static_cast<int>(kind);
+    k.layer = layer;
+    k.seq_len = mb.seq_len;
+    k.n_seq = mb.n_seq;
+    k.token_chunk = mb.token_chunk;
+    k.packed = mb.packed;
+    // What else the graphs' op parameters hold: LoRA dropout's mask keys (step, sequence offset) and the MoE
+    // load-balancing scale of backward graphs (from the loss scale). The head's loss scale is set at each
+    // call instead (set_lm_head_ce_loss_scale).
+    if (cfg_.lora_dropout > 0.0f) {
+        k.step = mb.step;
+        k.seq_offset = mb.seq_offset;
+    }
+    if (cfg_.moe_aux_loss > 0.0f && (kept || kind == ProgramKind::Backward)) k.scale_bits = std::bit_cast<uint32_t>(mb.loss_scale);
+    return k;
+}
+
+std::unique_ptr<Trainer::Program> Trainer::take_program(const ProgramKey & key) const {
+    std::lock_guard<std::mutex> lk(programs_m_);
+    const auto it = programs_.find(key);
+    if (it == programs_.end()) return nullptr;
+    std::unique_ptr<Program> p = std::move(it->second);
+    programs_.erase(it);
+    return p;
+}
+
+void Trainer::give_back(const ProgramKey & key, std::unique_ptr<Program> p) const {
+    std::lock_guard<std::mutex> lk(programs_m_);
+    programs_.emplace(key, std::move(p));
+}
+
+size_t Trainer::cached_programs() const {
+    std::lock_guard<std::mutex> lk(programs_m_);
+    return programs_.size() + kept_cache_.size();
+}
+
+void Trainer::rebind(Program & p, const LayerMemory & mem, const CallArgs & a) const {
+    Bound & b = p.b;
+    check_memory(seq_layer_name(p.layer), mem, b.by_seq.size(), p.grads);
+    for (size_t i = 0; i < b.by_seq.size(); ++i) {
+        b.by_seq[i]->data = mem.data[i];
+        if (p.grads && b.by_seq[i]->grad) b.by_seq[i]->grad->data = mem.grad[i];
+    }
+    for (const Program::ArgLeaf & l : p.args) (l.grad ? l.t->grad->data : l.t->data) = a.at(l.arg, l.offset);
+}
+
+void Trainer::run_program(Program & p, const LayerMemory & mem, const CallArgs & a, const MicroBatchInfo & mb, ProgramContext & pc) const {
+    CpuGraphRunner host(nullptr, &host_graphs_);
+    GraphRunner & runner = pc.runner ? *pc.runner : host;
+    rebind(p, mem, a);
+    std::vector<int32_t> pos, first;
+    position_values(mb, pos, first);
+    for (Program::Step & s : p.steps) {
+        set_lm_head_ce_loss_scale(s.g, mb.loss_scale);
+        for (const Program::Zero & z : s.zeros) runner.zero(a.at(z.arg, z.offset), z.bytes);
+        for (const TokenPositions & tp : s.positions) {
+            tp.pos->data = runner.upload(pos.data(), pos.size() * sizeof(int32_t));
+            if (tp.key_start) tp.key_start->data = runner.upload(first.data(), first.size() * sizeof(int32_t));
+        }
+        run_graph(s.g, runner, pc.n_threads, [&] {
+            for (const Program::Copy & c : s.copies) runner.copy_f32(a.at(c.arg, c.offset), c.node);
+        });
+    }
+}
+
+template <class Build>
+void Trainer::call_program(ProgramKind kind, int layer, const LayerMemory & mem, bool grads, const CallArgs & args, const MicroBatchInfo & mb,
+                           ProgramContext & pc, Build build) const {
+    // A runner that only measures builds the graphs of distinct shapes only (token_ranges): never replayed.
+    const bool replay = cfg_.replay_graphs && (!pc.runner || pc.runner->computes());
+    const ProgramKey key = program_key(kind, layer, mb, false);
+    std::unique_ptr<Program> p = replay ? take_program(key) : nullptr;
+    if (!p) {
+        p = std::make_unique<Program>(*this, layer, mem, grads, mb);
+        build(*p);
+    }
+    run_program(*p, mem, args, mb, pc);
+    if (replay) give_back(key, std::move(p));
+}
 
 LayerMemory Trainer::host_memory(int layer) const {
     LayerMemory mem;
@@ -334,149 +534,100 @@ void Trainer::note_graph_bytes(size_t graph) const {
 
 namespace {
 
-// A leaf over caller memory.
-Tensor * leaf(Context & ctx, DType type, const void * data, int64_t ne0, int64_t ne1 = 1, int64_t ne2 = 1) {
-    Tensor * t = ctx.new_tensor(type, ne0, ne1, ne2);
-    t->data = const_cast<void *>(data);
-    t->flags |= kFlagInput;
-    return t;
-}
-
-// The micro-batch's token positions, uploaded into the device's memory by its runner (regenerated by every
-// program, never shipped with the activations). Unpacked: 0 .. T-1, shared by the sequences. Packed: the
-// micro-batch's own positions and each token's first visible key (the start of its example).
-TokenPositions positions(Context & ctx, const MicroBatchInfo & mb, GraphRunner & runner) {
-    const int64_t T = mb.seq_len;
-    if (!mb.packed) {
-        std::vector<int32_t> host(static_cast<size_t>(T));
-        for (int64_t t = 0; t < T; ++t) host[static_cast<size_t>(t)] = static_cast<int32_t>(t);
-        return leaf(ctx, DType::I32, runner.upload(host.data(), host.size() * sizeof(int32_t)), T);
-    }
-    const size_t n = static_cast<size_t>(mb.tokens());
-    std::vector<int32_t> pos(n, 0), first(n, 0);  // a runner that only measures needs the shapes alone
-    if (mb.positions) {
-        pos.assign(mb.positions, mb.positions + n);
-        packed_key_starts(pos.data(), T, mb.n_seq, first.data());
-    }
-    Tensor * p = leaf(ctx, DType::I32, runner.upload(pos.data(), n * sizeof(int32_t)), T * mb.n_seq);
-    Tensor * ks = leaf(ctx, DType::I32, runner.upload(first.data(), n * sizeof(int32_t)), T * mb.n_seq);
-    return {p, ks};
-}
-
-// A hidden-state leaf that is a parameter of the graph: its gradient goes to `grad` (zeroed first, in order
-// with the graph on the device).
-Tensor * hidden_param(Context & ctx, const void * data, void * grad, size_t bytes, int64_t n_embd, int64_t T, int64_t B,
-                      GraphRunner & runner) {
-    Tensor * x = leaf(ctx, DType::F32, data, n_embd, T, B);
-    set_param(ctx, x);
-    runner.zero(grad, bytes);
-    x->grad->data = grad;
-    return x;
-}
-
-} // namespace
-
-namespace {
-
 // The token ranges of a chunked program: [t0, t1) over the micro-batch's tokens flattened (sequence-major, as
 // [n_embd, T, B] lies in memory); one range of every token when chunk is 0 or not smaller.
 // A runner that only measures gets the ranges whose graphs differ: the first two (a head's first range
 // writes the loss, the others add to it) and the last (it may be shorter).
-std::vector<std::pair<int64_t, int64_t>> token_ranges(const MicroBatchInfo & mb, const GraphRunner & runner) {
+std::vector<std::pair<int64_t, int64_t>> token_ranges(const MicroBatchInfo & mb, const GraphRunner * runner) {
     const int64_t n = mb.tokens(), c = mb.token_chunk > 0 && mb.token_chunk < n ? mb.token_chunk : n;
     std::vector<std::pair<int64_t, int64_t>> r;
     for (int64_t t0 = 0; t0 < n; t0 += c) {
-        if (!runner.computes() && r.size() >= 2 && t0 + c < n) continue;
+        if (runner && !runner->computes() && r.size() >= 2 && t0 + c < n) continue;
         r.push_back({t0, std::min(n, t0 + c)});
     }
     return r;
 }
 
-template <typename T> T * at_token(T * base, int64_t token, int64_t n_embd) {
-    using Byte = std::conditional_t<std::is_const_v<T>, const char, char>;
-    return reinterpret_cast<T *>(reinterpret_cast<Byte *>(base) + static_cast<size_t>(token * n_embd) * sizeof(float));
-}
-
 } // namespace
 
 // Token-chunked programs: the attention half of decoder layer `layer` (its output, residual included) over
-// every token, copied into dst.
-void Trainer::attention_half_into(Program & p, int layer, const void * in, void * dst, const MicroBatchInfo & mb,
-                                  int n_threads) const {
+// every token, copied into buffer dst.
+void Trainer::attention_half_into(Program & p, int layer, Arg dst, const MicroBatchInfo & mb) const {
     const HParams & hp = model_.hparams();
     const int64_t T = mb.seq_len, B = mb.n_seq, E = hp.n_embd;
-    Tensor * h = attention_block(p.ctx, hp, p.b.layer, layer - 1, leaf(p.ctx, DType::F32, in, E, T, B), positions(p.ctx, mb, p.runner),
-                                 &p.b.lora, nullptr, cfg_.attention_type);
+    Program::Step & s = p.new_step();
+    Tensor * h = attention_block(p.ctx, hp, p.b.layer, layer - 1, p.leaf(DType::F32, Arg::In, 0, E, T, B), p.positions(s, mb), &p.b.lora,
+                                 nullptr, cfg_.attention_type);
     h->flags |= kFlagOutput;
-    Graph g;
-    build_forward(g, h);
-    run_graph(g, p.runner, n_threads, [&] { p.runner.copy_f32(dst, h); });
+    build_forward(s.g, h);
+    s.copies.push_back({dst, 0, h});
 }
 
 void Trainer::seq_forward(int layer, const LayerMemory & mem, const void * in, void * out, const MicroBatchInfo & mb,
                           ProgramContext & pc) const {
-    const HParams & hp = model_.hparams();
-    const int64_t T = mb.seq_len, B = mb.n_seq, E = hp.n_embd;
-    Program p(*this, pc, layer, mem, false, mb);
-    Context & ctx = p.ctx;
-    GraphRunner & runner = p.runner;
-    const Bound & b = p.b;
-    const auto ranges = token_ranges(mb, runner);
-    if (layer == 0 || ranges.size() == 1) {
-        Tensor * y = nullptr;
-        if (layer == 0) {
-            y = build_embedding(ctx, b.w.tok_embd, leaf(ctx, DType::I32, in, T, B), &b.lora);
-        } else {
-            Tensor * x = leaf(ctx, DType::F32, in, E, T, B);
-            y = build_layer(ctx, hp, b.layer, layer - 1, x, positions(ctx, mb, runner), &b.lora, nullptr, cfg_.attention_type);
+    CallArgs a;
+    a.in = in;
+    a.out = out;
+    call_program(ProgramKind::Forward, layer, mem, false, a, mb, pc, [&](Program & p) {
+        const HParams & hp = model_.hparams();
+        const int64_t T = mb.seq_len, B = mb.n_seq, E = hp.n_embd;
+        const auto ranges = token_ranges(mb, pc.runner);
+        if (layer == 0 || ranges.size() == 1) {
+            Program::Step & s = p.new_step();
+            Tensor * y = nullptr;
+            if (layer == 0) {
+                y = build_embedding(p.ctx, p.b.w.tok_embd, p.leaf(DType::I32, Arg::In, 0, T, B), &p.b.lora);
+            } else {
+                y = build_layer(p.ctx, hp, p.b.layer, layer - 1, p.leaf(DType::F32, Arg::In, 0, E, T, B), p.positions(s, mb), &p.b.lora,
+                                nullptr, cfg_.attention_type);
+            }
+            y->flags |= kFlagOutput;
+            build_forward(s.g, y);
+            s.copies.push_back({Arg::Out, 0, y});
+            return;
         }
-        y->flags |= kFlagOutput;
-        Graph g;
-        build_forward(g, y);
-        run_graph(g, runner, pc.n_threads, [&] { runner.copy_f32(out, y); });
-        return;
-    }
-    // Token-chunked: the attention half over every token into `out`, then the feed-forward half range by range
-    // in place (each graph reads its range of `out` and its result is copied back over it after it ran).
-    attention_half_into(p, layer, in, out, mb, pc.n_threads);
-    for (const auto & [t0, t1] : ranges) {
-        p.b.lora.dropout.token_offset = t0;
-        void * h = at_token(out, t0, E);
-        Tensor * y = ffn_block(ctx, hp, b.layer, layer - 1, leaf(ctx, DType::F32, h, E, t1 - t0), &b.lora);
-        y->flags |= kFlagOutput;
-        Graph g;
-        build_forward(g, y);
-        run_graph(g, runner, pc.n_threads, [&] { runner.copy_f32(h, y); });
-    }
+        // Token-chunked: the attention half over every token into `out`, then the feed-forward half range by
+        // range in place (each graph reads its range of `out` and its result is copied back over it).
+        attention_half_into(p, layer, Arg::Out, mb);
+        for (const auto & [t0, t1] : ranges) {
+            p.b.lora.dropout.token_offset = t0;
+            Program::Step & s = p.new_step();
+            Tensor * y = ffn_block(p.ctx, hp, p.b.layer, layer - 1, p.leaf(DType::F32, Arg::Out, token_bytes(t0, E), E, t1 - t0), &p.b.lora);
+            y->flags |= kFlagOutput;
+            build_forward(s.g, y);
+            s.copies.push_back({Arg::Out, token_bytes(t0, E), y});
+        }
+    });
 }
 
 void Trainer::seq_head(const LayerMemory & mem, const void * in, const int32_t * labels, float * loss, void * din,
                        const MicroBatchInfo & mb, ProgramContext & pc) const {
-    const HParams & hp = model_.hparams();
-    const int64_t E = hp.n_embd;
-    Program p(*this, pc, num_seq_layers() - 1, mem, true, mb);
-    Context & ctx = p.ctx;
-    GraphRunner & runner = p.runner;
-    const Bound & b = p.b;
-    // One graph per token range (one range unless chunked): forward, loss and backward of its tokens, the
-    // parameter gradients accumulating across ranges, the loss summed range by range into *loss.
-    const auto ranges = token_ranges(mb, runner);
-    for (const auto & [t0, t1] : ranges) {
-        const int64_t n = t1 - t0;
-        const bool whole = ranges.size() == 1;
-        Tensor * x = whole ? hidden_param(ctx, in, din, hidden_bytes(mb), E, mb.seq_len, mb.n_seq, runner)
-                           : hidden_param(ctx, at_token(in, t0, E), at_token(din, t0, E), static_cast<size_t>(n * E) * sizeof(float), E, n, 1, runner);
-        Tensor * l = build_loss(ctx, b.w, x, leaf(ctx, DType::I32, labels + t0, n), mb.loss_scale);
-        Graph g;
-        build_forward(g, l);
-        std::vector<Tensor *> ps = b.params;
-        ps.push_back(x);
-        build_backward(ctx, g, l, ps);
-        Tensor * total = t0 == 0 ? l : add(ctx, leaf(ctx, DType::F32, loss, 1), l);
-        total->flags |= kFlagOutput;
-        build_forward(g, total);
-        run_graph(g, runner, pc.n_threads, [&] { runner.copy_f32(loss, total); });
-    }
+    CallArgs a;
+    a.in = in;
+    a.labels = labels;
+    a.loss = loss;
+    a.din = din;
+    call_program(ProgramKind::Head, num_seq_layers() - 1, mem, true, a, mb, pc, [&](Program & p) {
+        const int64_t E = model_.hparams().n_embd;
+        // One graph per token range (one range unless chunked): forward, loss and backward of its tokens, the
+        // parameter gradients accumulating across ranges, the loss summed range by range into *loss.
+        const auto ranges = token_ranges(mb, pc.runner);
+        for (const auto & [t0, t1] : ranges) {
+            const int64_t n = t1 - t0;
+            Program::Step & s = p.new_step();
+            Tensor * x = ranges.size() == 1 ? p.hidden_param(s, Arg::In, 0, Arg::Din, 0, E, mb.seq_len, mb.n_seq)
+                                            : p.hidden_param(s, Arg::In, token_bytes(t0, E), Arg::Din, token_bytes(t0, E), E, n, 1);
+            Tensor * l = build_loss(p.ctx, p.b.w, x, p.leaf(DType::I32, Arg::Labels, static_cast<size_t>(t0) * sizeof(int32_t), n), mb.loss_scale);
+            build_forward(s.g, l);
+            std::vector<Tensor *> ps = p.b.params;
+            ps.push_back(x);
+            build_backward(p.ctx, s.g, l, ps);
+            Tensor * total = t0 == 0 ? l : add(p.ctx, p.leaf(DType::F32, Arg::Loss, 0, 1), l);
+            total->flags |= kFlagOutput;
+            build_forward(s.g, total);
+            s.copies.push_back({Arg::Loss, 0, total});
+        }
+    });
 }
 
 HParams Trainer::backward_hparams(const MicroBatchInfo & mb) const {
@@ -487,77 +638,78 @@ HParams Trainer::backward_hparams(const MicroBatchInfo & mb) const {
 
 void Trainer::seq_backward(int layer, const LayerMemory & mem, const void * in, const void * dout, void * din,
                            const MicroBatchInfo & mb, ProgramContext & pc) const {
-    const HParams hp = backward_hparams(mb);
-    const int64_t T = mb.seq_len, B = mb.n_seq, E = hp.n_embd;
-    Program p(*this, pc, layer, mem, true, mb);
-    Context & ctx = p.ctx;
-    GraphRunner & runner = p.runner;
-    const Bound & b = p.b;
-    const auto ranges = token_ranges(mb, runner);
-    if (layer == 0) {
-        if (b.params.empty()) return;  // nothing trainable in the embedding, and ids have no gradient
-        Graph g;
-        Tensor * e = build_embedding(ctx, b.w.tok_embd, leaf(ctx, DType::I32, in, T, B), &b.lora);
-        build_forward(g, e);
-        build_backward(ctx, g, e, leaf(ctx, DType::F32, dout, E, T, B), b.params);
-        run_graph(g, runner, pc.n_threads);
-        return;
-    }
-    auto attention_backward = [&](Tensor * (*whole_layer)(Context &, const HParams &, const LayerWeights &, int, Tensor *, const TokenPositions &,
-                                                          const LoraSet *, const LayerKv *, DType)) {
-        Graph g;
-        Tensor * x = hidden_param(ctx, in, din, hidden_bytes(mb), E, T, B, runner);
-        Tensor * y = whole_layer(ctx, hp, b.layer, layer - 1, x, positions(ctx, mb, runner), &b.lora, nullptr, cfg_.attention_type);
-        build_forward(g, y);
-        std::vector<Tensor *> ps = b.params;
-        ps.push_back(x);
-        build_backward(ctx, g, y, leaf(ctx, DType::F32, dout, E, T, B), ps);
-        run_graph(g, runner, pc.n_threads);
-    };
-    if (ranges.size() == 1) {
-        attention_backward(build_layer);
-        return;
-    }
-    // Token-chunked (dout is the program's scratch from here on: program.h):
-    //   1. the attention half's output h into din (din is written last, with the input gradient);
-    //   2. per token range: recompute the feed-forward term f(h) (without the residual) and backpropagate
-    //      dout through it into the gradient of h, which accumulates in place onto dout: dh = dout + J_f^T dout,
-    //      the residual's share being dout itself (each range's dout is read by the first backward nodes and
-    //      overwritten by the graph's last one);
-    //   3. the attention half again, backpropagating dh (now in dout) into the input gradient din.
-    // Graphs 1 and 3 each compute the attention forward: chunking costs one attention forward more.
-    attention_half_into(p, layer, in, din, mb, pc.n_threads);
-    void * dh = const_cast<void *>(dout);
-    for (const auto & [t0, t1] : ranges) {
-        p.b.lora.dropout.token_offset = t0;
-        Tensor * h = leaf(ctx, DType::F32, at_token(din, t0, E), E, t1 - t0);
-        set_param(ctx, h);
-        h->grad->data = at_token(dh, t0, E);  // not zeroed: it holds the residual's share
-        Tensor * f = ffn_block(ctx, hp, b.layer, layer - 1, h, &b.lora, /*residual=*/false);
-        Graph g;
-        build_forward(g, f);
-        std::vector<Tensor *> ps = b.params;
-        ps.push_back(h);
-        build_backward(ctx, g, f, leaf(ctx, DType::F32, at_token(dh, t0, E), E, t1 - t0), ps);
-        run_graph(g, runner, pc.n_threads);
-    }
-    p.b.lora.dropout.token_offset = 0;
-    attention_backward(attention_block);
+    if (layer == 0 && !std::any_of(seq_tensors(0).begin(), seq_tensors(0).end(), [](const SeqTensor & st) { return st.param >= 0; }))
+        return;  // nothing trainable in the embedding, and ids have no gradient
+    CallArgs a;
+    a.in = in;
+    a.dout = dout;
+    a.din = din;
+    call_program(ProgramKind::Backward, layer, mem, true, a, mb, pc, [&](Program & p) {
+        const HParams hp = backward_hparams(mb);
+        const int64_t T = mb.seq_len, B = mb.n_seq, E = hp.n_embd;
+        const auto ranges = token_ranges(mb, pc.runner);
+        if (layer == 0) {
+            Program::Step & s = p.new_step();
+            Tensor * e = build_embedding(p.ctx, p.b.w.tok_embd, p.leaf(DType::I32, Arg::In, 0, T, B), &p.b.lora);
+            build_forward(s.g, e);
+            build_backward(p.ctx, s.g, e, p.leaf(DType::F32, Arg::Dout, 0, E, T, B), p.b.params);
+            return;
+        }
+        auto attention_backward = [&](Tensor * (*whole_layer)(Context &, const HParams &, const LayerWeights &, int, Tensor *,
+                                                              const TokenPositions &, const LoraSet *, const LayerKv *, DType)) {
+            Program::Step & s = p.new_step();
+            Tensor * x = p.hidden_param(s, Arg::In, 0, Arg::Din, 0, E, T, B);
+            Tensor * y = whole_layer(p.ctx, hp, p.b.layer, layer - 1, x, p.positions(s, mb), &p.b.lora, nullptr, cfg_.attention_type);
+            build_forward(s.g, y);
+            std::vector<Tensor *> ps = p.b.params;
+            ps.push_back(x);
+            build_backward(p.ctx, s.g, y, p.leaf(DType::F32, Arg::Dout, 0, E, T, B), ps);
+        };
+        if (ranges.size() == 1) {
+            attention_backward(build_layer);
+            return;
+        }
+        // Token-chunked (dout is the program's scratch from here on: program.h):
+        //   1. the attention half's output h into din (din is written last, with the input gradient);
+        //   2. per token range: recompute the feed-forward term f(h) (without the residual) and backpropagate
+        //      dout through it into the gradient of h, which accumulates in place onto dout: dh = dout + J_f^T dout,
+        //      the residual's share being dout itself (each range's dout is read by the first backward nodes and
+        //      overwritten by the graph's last one);
+        //   3. the attention half again, backpropagating dh (now in dout) into the input gradient din.
+        // Graphs 1 and 3 each compute the attention forward: chunking costs one attention forward more.
+        attention_half_into(p, layer, Arg::Din, mb);
+        for (const auto & [t0, t1] : ranges) {
+            p.b.lora.dropout.token_offset = t0;
+            Program::Step & s = p.new_step();
+            const size_t off = token_bytes(t0, E);
+            // (the gradient of h is not zeroed: it holds the residual's share)
+            Tensor * h = p.hidden_param(s, Arg::Din, off, Arg::Dout, off, E, t1 - t0, 1, /*zero=*/false);
+            Tensor * f = ffn_block(p.ctx, hp, p.b.layer, layer - 1, h, &p.b.lora, /*residual=*/false);
+            build_forward(s.g, f);
+            std::vector<Tensor *> ps = p.b.params;
+            ps.push_back(h);
+            build_backward(p.ctx, s.g, f, p.leaf(DType::F32, Arg::Dout, off, E, t1 - t0), ps);
+        }
+        p.b.lora.dropout.token_offset = 0;
+        attention_backward(attention_block);
+    });
 }
 
 // A decoder layer's forward + backward graph kept between the sweeps of one micro-batch: the graph seq_backward
 // would rebuild from the layer's input, planned once into its own buffer. Its forward nodes run in the forward
 // sweep (the layer output is copied out as the next layer's input), the others in the backward sweep, so the
-// kept activations replace the recompute and the gradients are the recompute path's bits.
+// kept activations replace the recompute and the gradients are the recompute path's bits. Built and planned
+// once per shape (ProgramKey) and replayed: each micro-batch only points its leafs at that micro-batch's
+// buffers and binds the plan (no planning) in the layer's buffer.
 struct Trainer::KeptLayer {
     Program p;
     Graph whole, forward, backward;
-    CpuBackend & be;  // the layer's buffer, kept by the trainer across micro-batches and steps
+    AllocPlan plan;
     Tensor * y = nullptr;
-    void * din = nullptr;
+    TokenPositions pos{nullptr};
+    std::vector<int32_t> pos_values, first_values;  // what pos points at while the layer is kept
     size_t din_bytes = 0;
-    KeptLayer(const Trainer & tr, const ProgramContext & pc, int layer, const MicroBatchInfo & mb)
-        : p(tr, pc, layer, tr.host_memory(layer), true, mb), be(tr.kept_backend(layer)) {}
+    KeptLayer(const Trainer & tr, int layer, const MicroBatchInfo & mb) : p(tr, layer, tr.host_memory(layer), true, mb) {}
 };
 
 CpuBackend & Trainer::kept_backend(int layer) const {
@@ -568,30 +720,55 @@ CpuBackend & Trainer::kept_backend(int layer) const {
 }
 
 std::unique_ptr<Trainer::KeptLayer> Trainer::keep_layer(int layer, const void * in, const void * dout, void * din,
-                                                        const MicroBatchInfo & mb, ProgramContext & pc) const {
-    const HParams hp = backward_hparams(mb);
-    const int64_t T = mb.seq_len, B = mb.n_seq, E = hp.n_embd;
-    auto k = std::make_unique<KeptLayer>(*this, pc, layer, mb);
-    Context & ctx = k->p.ctx;
-    const Bound & b = k->p.b;
-    Tensor * x = leaf(ctx, DType::F32, in, E, T, B);
-    set_param(ctx, x);
-    x->grad->data = din;  // zeroed right before the backward half runs (the buffer serves other layers before)
-    k->din = din;
-    k->din_bytes = hidden_bytes(mb);
-    // (y is not flagged as an output: it is the last forward node and is copied out before any backward node
-    // runs, so the graph and its plan are exactly seq_backward's, which plan_run measures.)
-    k->y = build_layer(ctx, hp, b.layer, layer - 1, x, positions(ctx, mb, k->p.runner), &b.lora, nullptr, cfg_.attention_type);
-    build_forward(k->whole, k->y);
-    const size_t n_forward = k->whole.nodes.size();
-    std::vector<Tensor *> ps = b.params;
-    ps.push_back(x);
-    build_backward(ctx, k->whole, k->y, leaf(ctx, DType::F32, dout, E, T, B), ps);
-    k->forward.leafs = k->backward.leafs = k->whole.leafs;
-    k->forward.nodes.assign(k->whole.nodes.begin(), k->whole.nodes.begin() + static_cast<std::ptrdiff_t>(n_forward));
-    k->backward.nodes.assign(k->whole.nodes.begin() + static_cast<std::ptrdiff_t>(n_forward), k->whole.nodes.end());
+                                                        const MicroBatchInfo & mb) const {
+    const ProgramKey key = program_key(ProgramKind::Backward, layer, mb, true);
+    std::unique_ptr<KeptLayer> k;
+    if (cfg_.replay_graphs) {
+        const auto it = kept_cache_.find(key);
+        if (it != kept_cache_.end()) {
+            k = std::move(it->second);
+            kept_cache_.erase(it);
+        }
+    }
+    if (!k) {
+        const HParams hp = backward_hparams(mb);
+        const int64_t T = mb.seq_len, B = mb.n_seq, E = hp.n_embd;
+        k = std::make_unique<KeptLayer>(*this, layer, mb);
+        Program & p = k->p;
+        Program::Step & s = p.new_step();  // (its positions and zeros are handled here, not by run_program)
+        // x's gradient (din) is zeroed right before the backward half runs (the buffer serves other layers before)
+        Tensor * x = p.hidden_param(s, Arg::In, 0, Arg::Din, 0, E, T, B, /*zero=*/false);
+        k->din_bytes = hidden_bytes(mb);
+        k->pos = p.positions(s, mb);
+        // (y is not flagged as an output: it is the last forward node and is copied out before any backward
+        // node runs, so the graph and its plan are exactly seq_backward's, which plan_run measures.)
+        k->y = build_layer(p.ctx, hp, p.b.layer, layer - 1, x, k->pos, &p.b.lora, nullptr, cfg_.attention_type);
+        build_forward(k->whole, k->y);
+        const size_t n_forward = k->whole.nodes.size();
+        std::vector<Tensor *> ps = p.b.params;
+        ps.push_back(x);
+        build_backward(p.ctx, k->whole, k->y, p.leaf(DType::F32, Arg::Dout, 0, E, T, B), ps);
+        k->forward.leafs = k->backward.leafs = k->whole.leafs;
+        k->forward.nodes.assign(k->whole.nodes.begin(), k->whole.nodes.begin() + static_cast<std::ptrdiff_t>(n_forward));
+        k->backward.nodes.assign(k->whole.nodes.begin() + static_cast<std::ptrdiff_t>(n_forward), k->whole.nodes.end());
+        k->plan = plan_graph(k->whole, 64);
+    }
+    CallArgs a;
+    a.in = in;
+    a.dout = dout;
+    a.din = din;
+    rebind(k->p, host_memory(layer), a);
+    position_values(mb, k->pos_values, k->first_values);
+    k->pos.pos->data = k->pos_values.data();
+    if (k->pos.key_start) k->pos.key_start->data = k->first_values.data();
     return k;
 }
+
+void Trainer::release_kept(int layer, const MicroBatchInfo & mb, std::unique_ptr<KeptLayer> k) const {
+    if (cfg_.replay_graphs) kept_cache_.emplace(program_key(ProgramKind::Backward, layer, mb, true), std::move(k));
+}
+
+Trainer::~Trainer() = default;
 
 size_t kept_activation_layers(const std::vector<size_t> & layer_graph_bytes, size_t budget, size_t * kept_bytes) {
     size_t sum = 0, n = 0;
@@ -636,18 +813,20 @@ double Trainer::accumulate(const int32_t * ids, const int32_t * labels, int64_t 
         act[static_cast<size_t>(l + 1)].resize(H);
         const void * in = l == 0 ? static_cast<const void *>(ids) : act[static_cast<size_t>(l)].data();
         if (keeping && l > 0) {
-            std::unique_ptr<KeptLayer> k = keep_layer(l, in, dout_of(l), din_of(l), mb, pc);
-            const size_t bytes = k->be.plan(k->whole);
+            std::unique_ptr<KeptLayer> k = keep_layer(l, in, dout_of(l), din_of(l), mb);
+            const size_t bytes = k->plan.size;
             if (kept_bytes + bytes <= cfg_.activation_memory) {
                 kept_bytes += bytes;
-                k->be.allocate(k->whole);
-                k->be.compute(k->forward, pc.n_threads);
-                k->p.runner.copy_f32(act[static_cast<size_t>(l + 1)].data(), k->y);
+                CpuBackend & be = kept_backend(l);
+                be.allocate(k->whole, k->plan);
+                be.compute(k->forward, pc.n_threads);
+                CpuGraphRunner(nullptr, &be).copy_f32(act[static_cast<size_t>(l + 1)].data(), k->y);
                 kept[static_cast<size_t>(l)] = std::move(k);
                 kept_live_.store(kept_bytes);
                 note_graph_bytes(0);
                 continue;
             }
+            release_kept(l, mb, std::move(k));
             keeping = false;  // this layer and the later ones recompute (the order plan_run assumes)
         }
         seq_forward(l, host_memory(l), in, act[static_cast<size_t>(l + 1)].data(), mb, pc);
@@ -657,11 +836,11 @@ double Trainer::accumulate(const int32_t * ids, const int32_t * labels, int64_t 
     // Backward, last layer to first: the kept ones run their backward half, the others are recomputed from
     // their checkpoint.
     for (int l = L - 2; l >= 0; --l) {
-        if (KeptLayer * k = kept[static_cast<size_t>(l)].get()) {
-            std::memset(k->din, 0, k->din_bytes);
-            k->be.compute(k->backward, pc.n_threads);
-            kept_live_.fetch_sub(k->be.plan().size);
-            kept[static_cast<size_t>(l)].reset();
+        if (std::unique_ptr<KeptLayer> & k = kept[static_cast<size_t>(l)]) {
+            std::memset(din_of(l), 0, k->din_bytes);
+            kept_backend(l).compute(k->backward, pc.n_threads);
+            kept_live_.fetch_sub(k->plan.size);
+            release_kept(l, mb, std::move(k));
             continue;
         }
         seq_backward(l, host_memory(l), l == 0 ? static_cast<const void *>(ids) : act[static_cast<size_t>(l)].data(), dout_of(l),

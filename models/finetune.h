@@ -6,12 +6,14 @@
 //             or, when they fit FinetuneConfig::activation_memory, each layer's whole forward + backward graph
 //             with its activations (run half now, half in the backward: no recompute);
 //   tail      final norm + fused chunked LM head + cross-entropy + its backward, in one graph (never recomputed);
-//   backward  per layer from last to first: rebuild the layer graph from its checkpoint, seed it with the
+//   backward  per layer from last to first: recompute the layer graph from its checkpoint, seed it with the
 //             gradient of the layer output, produce the gradient of the layer input and accumulate the
 //             parameter gradients;
 //   embedding backward (token_embd or its LoRA pair) last.
 // A tied head is one parameter (token_embd) that gets two contributions (head and embedding), summed.
-// Each graph holds one layer's activations: this is the unit RoundPipe distributes as a stage.
+// Each graph holds one layer's activations: this is the unit RoundPipe distributes as a stage. The graphs are
+// built once per shape and replayed with each call's memory (FinetuneConfig::replay_graphs): rebuilding them for
+// every micro-batch was 9% of a stories260K training step.
 //
 // The same per-layer programs (seq_forward / seq_head / seq_backward over the sequential view: layer 0 = the
 // embedding, 1..n_layer = the decoder blocks, n_layer + 1 = final norm + LM head + loss) run here on host
@@ -37,7 +39,9 @@
 #include <cstdint>
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -73,6 +77,12 @@ struct FinetuneConfig {
     // (ops/moe_math.h; per graph, scaled like the main loss); 0 = none. Only shapes gradients: the reported
     // loss is the cross-entropy alone.
     float moe_aux_loss = 0.0f;
+    // The per-layer training graphs are built (and, for host training's kept layers, planned) once per shape and
+    // replayed, each call pointing their leafs at its own memory: the same bits as building them anew, which
+    // false does (tests compare the two). Shape: the program and layer, sequence length, sequences, token chunk,
+    // packing; with LoRA dropout also the step and sequence offset (the masks' keys are op parameters), with the
+    // MoE load-balancing loss also the loss scale of backward graphs.
+    bool replay_graphs = true;
 };
 
 // The decoder layers host training keeps (FinetuneConfig::activation_memory): the longest prefix of the layers,
@@ -94,6 +104,7 @@ public:
     // Throws rp::Error for rank < 1, an unknown target, or a LoRA target on the LM head (the fused head + CE
     // path trains the head only in a full finetune).
     Trainer(const Model & model, const FinetuneConfig & cfg, TrainerData data = TrainerData::Allocate);
+    ~Trainer();
 
     struct Param {
         std::string name;   // GGUF name: "blk.0.attn_q.weight" (full) or "blk.0.attn_q.weight.lora_a"
@@ -142,6 +153,9 @@ public:
     // Peak graph buffer bytes of the programs run so far (the largest per-layer graph, plus the kept layers'
     // graphs alive beside it: FinetuneConfig::activation_memory).
     size_t peak_graph_bytes() const { return peak_graph_bytes_.load(); }
+    // The per-layer programs built and kept for replay (FinetuneConfig::replay_graphs): one per shape and
+    // layer program, more only while devices ran the same one at once.
+    size_t cached_programs() const;
 
     // ---- the sequential view and its per-layer programs (program.h documents the contract) ----
     struct SeqTensor {
@@ -163,14 +177,35 @@ public:
     HParams backward_hparams(const MicroBatchInfo & mb) const;
 
 private:
-    struct Bound;    // a layer's tensors rebound to LayerMemory inside one program's context
-    struct Program;  // what every per-layer program starts from
+    struct Bound;     // a layer's tensors rebound to LayerMemory inside one program's context
+    struct Program;   // a per-layer program's graphs, built once per shape and replayed
+    enum class Arg : uint8_t;  // the buffers a program call passes (in, out, din, dout, labels, loss)
+    struct CallArgs;
+    struct ProgramKey {
+        int kind = 0, layer = 0;
+        int64_t seq_len = 0, n_seq = 0, token_chunk = 0;
+        bool packed = false;
+        int64_t step = 0, seq_offset = 0;
+        uint32_t scale_bits = 0;
+        bool operator<(const ProgramKey & o) const;
+    };
     Bound bind(Context & ctx, int layer, const LayerMemory & mem, bool with_grads, const MicroBatchInfo & mb) const;
     LayerMemory host_memory(int layer) const;  // the tensors' own data, grads into their slots
-    void attention_half_into(Program & p, int layer, const void * in, void * dst, const MicroBatchInfo & mb, int n_threads) const;
+    ProgramKey program_key(ProgramKind kind, int layer, const MicroBatchInfo & mb, bool kept) const;
+    std::unique_ptr<Program> take_program(const ProgramKey & key) const;
+    void give_back(const ProgramKey & key, std::unique_ptr<Program> p) const;
+    // Points the program's layer tensors at mem and its argument leafs at a's buffers.
+    void rebind(Program & p, const LayerMemory & mem, const CallArgs & a) const;
+    // Runs the program's graphs in order on pc's runner (or the host's) with this call's memory.
+    void run_program(Program & p, const LayerMemory & mem, const CallArgs & a, const MicroBatchInfo & mb, ProgramContext & pc) const;
+    // Runs the program of (kind, layer) for mb: a replay of one built for its shape, or build(program) first.
+    template <class Build>
+    void call_program(ProgramKind kind, int layer, const LayerMemory & mem, bool grads, const CallArgs & a, const MicroBatchInfo & mb,
+                      ProgramContext & pc, Build build) const;
+    void attention_half_into(Program & p, int layer, Arg dst, const MicroBatchInfo & mb) const;
     struct KeptLayer;  // a decoder layer's forward + backward graph with its activations, between the sweeps
-    std::unique_ptr<KeptLayer> keep_layer(int layer, const void * in, const void * dout, void * din, const MicroBatchInfo & mb,
-                                          ProgramContext & pc) const;
+    std::unique_ptr<KeptLayer> keep_layer(int layer, const void * in, const void * dout, void * din, const MicroBatchInfo & mb) const;
+    void release_kept(int layer, const MicroBatchInfo & mb, std::unique_ptr<KeptLayer> k) const;
     // Runs g through runner (graph memory of the program's device, or the host; graph_runner.h); read_back
     // copies results out (runner.copy_f32) before that memory may be reused. Tracks peak_graph_bytes().
     void run_graph(Graph & g, GraphRunner & runner, int n_threads, const std::function<void()> & read_back = {}) const;
@@ -194,6 +229,11 @@ private:
     mutable CpuBackend host_graphs_;
     mutable std::vector<std::unique_ptr<CpuBackend>> kept_graphs_;
     CpuBackend & kept_backend(int layer) const;
+    // The programs built so far, idle between calls (a call takes one out, so devices running the same layer's
+    // program at once each get their own); host training's kept layers apart (accumulate()'s thread only).
+    mutable std::mutex programs_m_;
+    mutable std::multimap<ProgramKey, std::unique_ptr<Program>> programs_;
+    mutable std::multimap<ProgramKey, std::unique_ptr<KeptLayer>> kept_cache_;
 };
 
 } // namespace rp

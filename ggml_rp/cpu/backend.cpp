@@ -28,6 +28,14 @@ size_t CpuBackend::allocate(const Graph & g) {
     return plan_.size;
 }
 
+void CpuBackend::allocate(const Graph & g, const AllocPlan & plan) {
+    if (plan.size > capacity_) {
+        buffer_.reset(::operator new(plan.size, std::align_val_t(64)));
+        capacity_ = plan.size;
+    }
+    apply_plan(g, plan, buffer_.get());
+}
+
 size_t CpuBackend::plan(const Graph & g) {
     plan_ = plan_graph(g, 64);
     return plan_.size;

@@ -24,6 +24,10 @@ public:
     // another graph may move it). Returns the buffer bytes the plan needs (the graph's memory peak).
     size_t allocate(const Graph & g);
 
+    // Binds g by a plan made for it earlier (a graph built once and replayed: no planning), growing the
+    // buffer when needed; views are pointed at their roots again (leafs may point elsewhere since).
+    void allocate(const Graph & g, const AllocPlan & plan);
+
     // The same in two halves, for a caller that provides the memory (a device arena): plan() returns the
     // bytes g needs, bind() points every node of g into `buffer` (at least that many bytes, 64-byte aligned).
     size_t plan(const Graph & g);

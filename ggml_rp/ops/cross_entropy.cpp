@@ -43,6 +43,11 @@ Tensor * lm_head_ce_back(Context & ctx, Tensor * ce, Tensor * dloss, Tensor * dW
     return dh;
 }
 
+void set_lm_head_ce_loss_scale(const Graph & g, float loss_scale) {
+    for (Tensor * n : g.nodes)
+        if (n->op == Op::LM_HEAD_CE || n->op == Op::LM_HEAD_CE_BACK) n->set_param_f32(0, loss_scale);
+}
+
 namespace rules {
 
 void backward_cross_entropy(Backward & b, Tensor * node) {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include "ggml_rp/core/context.h"
+#include "ggml_rp/core/graph.h"
 
 namespace rp {
 
@@ -19,5 +20,9 @@ Tensor * lm_head_ce(Context & ctx, Tensor * h, Tensor * W, Tensor * labels, floa
 // dh = dloss * d loss / dh (a node shaped like h). With dW_into != nullptr (f32 [C, V], contiguous), also
 // dW_into += dloss * d loss / dW, as a side effect of this node: read dW_into through after(dW_into, node).
 Tensor * lm_head_ce_back(Context & ctx, Tensor * ce, Tensor * dloss, Tensor * dW_into);
+
+// Sets loss_scale on every lm_head_ce and lm_head_ce_back node of g: a graph built once and replayed for
+// another batch, whose scale (1 / its unmasked tokens) is the only thing about it that changes.
+void set_lm_head_ce_loss_scale(const Graph & g, float loss_scale);
 
 } // namespace rp
