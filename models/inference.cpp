@@ -38,6 +38,53 @@ void InferenceSession::reset(int64_t n_past) {
     n_past_ = n_past;
 }
 
+struct InferenceSession::EvalGraph {
+    int64_t T = 0;
+    bool all_logits = false;
+    Context ctx;
+    Tensor * ids = nullptr;
+    Tensor * pos = nullptr;
+    Tensor * logits = nullptr;
+    Graph g;
+    AllocPlan plan;
+    std::vector<Tensor *> cache_views;  // the nodes that are views of a cache (n_past moves them)
+};
+
+InferenceSession::~InferenceSession() = default;
+
+std::unique_ptr<InferenceSession::EvalGraph> InferenceSession::build_graph(int64_t T, bool all_logits) const {
+    const HParams & hp = model_.hparams();
+    auto eg = std::make_unique<EvalGraph>();
+    eg->T = T;
+    eg->all_logits = all_logits;
+    Context & ctx = eg->ctx;
+    eg->ids = set_name(ctx.new_tensor(DType::I32, T), "tokens");
+    eg->pos = set_name(ctx.new_tensor(DType::I32, T), "positions");
+    ctx.alloc_data(eg->ids);
+    ctx.alloc_data(eg->pos);
+    const LoraSet * lora = have_lora_ ? &lora_ : nullptr;
+    Tensor * x = build_embedding(ctx, weights_.tok_embd, eg->ids, lora);
+    for (uint32_t il = 0; il < hp.n_layer; ++il) {
+        const LayerKv kv{k_cache_[il], v_cache_[il], n_past_};
+        x = build_layer(ctx, hp, weights_.layers[il], static_cast<int>(il), x, eg->pos, lora, &kv);
+    }
+    if (!all_logits && T > 1) {
+        // Only the last position feeds the head (the other rows of the LM head would be wasted work).
+        const int64_t ne[4] = {x->ne[0], 1, 1, 1};
+        const size_t nb[4] = {x->nb[0], x->nb[1], x->nb[1], x->nb[1]};
+        x = view(ctx, x, ne, nb, static_cast<size_t>(T - 1) * x->nb[1]);
+    }
+    eg->logits = build_head_logits(ctx, hp, weights_, x, lora);
+    eg->logits->flags |= kFlagOutput;
+    build_forward(eg->g, eg->logits);
+    for (Tensor * n : eg->g.nodes)
+        if (n->view_src && (std::find(k_cache_.begin(), k_cache_.end(), n->view_src) != k_cache_.end() ||
+                            std::find(v_cache_.begin(), v_cache_.end(), n->view_src) != v_cache_.end()))
+            eg->cache_views.push_back(n);
+    eg->plan = plan_graph(eg->g, 64);
+    return eg;
+}
+
 std::vector<float> InferenceSession::eval(const std::vector<int32_t> & tokens, bool all_logits) {
     const HParams & hp = model_.hparams();
     const int64_t T = static_cast<int64_t>(tokens.size());
@@ -50,35 +97,24 @@ std::vector<float> InferenceSession::eval(const std::vector<int32_t> & tokens, b
             throw Error("eval: token id " + std::to_string(tokens[i]) + " at position " + std::to_string(n_past_ + i) +
                         " is outside the vocabulary [0, " + std::to_string(hp.n_vocab) + ")");
 
-    Context ctx;
-    Tensor * ids = set_name(ctx.new_tensor(DType::I32, T), "tokens");
-    Tensor * pos = set_name(ctx.new_tensor(DType::I32, T), "positions");
-    ctx.alloc_data(ids);
-    ctx.alloc_data(pos);
-    tensor_set_i32(ids, tokens);
-    for (int64_t i = 0; i < T; ++i) pos->data_as<int32_t>()[i] = static_cast<int32_t>(n_past_ + i);
-
-    const LoraSet * lora = have_lora_ ? &lora_ : nullptr;
-    Tensor * x = build_embedding(ctx, weights_.tok_embd, ids, lora);
-    for (uint32_t il = 0; il < hp.n_layer; ++il) {
-        const LayerKv kv{k_cache_[il], v_cache_[il], n_past_};
-        x = build_layer(ctx, hp, weights_.layers[il], static_cast<int>(il), x, pos, lora, &kv);
+    if (!replay_ || !graph_ || graph_->T != T || graph_->all_logits != all_logits) graph_ = build_graph(T, all_logits);
+    EvalGraph & eg = *graph_;
+    tensor_set_i32(eg.ids, tokens);
+    for (int64_t i = 0; i < T; ++i) eg.pos->data_as<int32_t>()[i] = static_cast<int32_t>(n_past_ + i);
+    // The cache views at this position: the writes (CPY views) at row n_past, the reads (views, and the
+    // views that order them after the writes) over rows [0, n_past + T).
+    for (Tensor * n : eg.cache_views) {
+        if (n->op == Op::CPY) {
+            n->view_offs = static_cast<size_t>(n_past_) * n->view_src->nb[2];
+        } else {
+            n->ne[2] = n_past_ + T;
+            n->nb[3] = n->nb[2] * static_cast<size_t>(n->ne[2]);
+        }
     }
-    if (!all_logits && T > 1) {
-        // Only the last position feeds the head (the other rows of the LM head would be wasted work).
-        const int64_t ne[4] = {x->ne[0], 1, 1, 1};
-        const size_t nb[4] = {x->nb[0], x->nb[1], x->nb[1], x->nb[1]};
-        x = view(ctx, x, ne, nb, static_cast<size_t>(T - 1) * x->nb[1]);
-    }
-    Tensor * logits = build_head_logits(ctx, hp, weights_, x, lora);
-    logits->flags |= kFlagOutput;
-
-    Graph g;
-    build_forward(g, logits);
-    backend_.allocate(g);
-    backend_.compute(g, n_threads_);
+    backend_.allocate(eg.g, eg.plan);  // (points the views at their new places)
+    backend_.compute(eg.g, n_threads_);
     n_past_ += T;
-    return tensor_get_f32(logits);
+    return tensor_get_f32(eg.logits);
 }
 
 std::vector<int32_t> complete_greedy(InferenceSession & session, const Tokenizer & tok, const std::vector<int32_t> & prompt,

@@ -1,8 +1,11 @@
 // Inference: a KV-cached session that turns tokens into logits on the CPU backend, and a sampler.
 //
-// Each eval() records a fresh graph (embedding, every layer with its cache, the head) and runs it: building
-// costs microseconds next to the math, and the graph allocator reuses one buffer across calls. The cache is
-// f32 (like the reference runs of llama.cpp), [head_dim, n_head_kv, n_ctx] per layer for K and for V.
+// eval() records a graph (embedding, every layer with its cache, the head), plans it and runs it; while the
+// calls keep its shape (the token count, and whether every position's logits are kept: one token at a time
+// while generating) the graph is replayed: only its inputs change and its cache views move (where the new
+// keys and values are written, how many keys attention reads), with no building and no planning (the same
+// bits as building it again; with stories260K the building was a third of a generated token's time). The
+// cache is f32 (like the reference runs of llama.cpp), [head_dim, n_head_kv, n_ctx] per layer for K and V.
 #pragma once
 
 #include "ggml_rp/core/context.h"
@@ -11,6 +14,7 @@
 #include "models/model.h"
 
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -37,8 +41,16 @@ public:
     // Forgets the positions from `n_past` on (0: start over).
     void reset(int64_t n_past = 0);
     void set_threads(int n_threads) { n_threads_ = n_threads; }
+    // false: every eval() builds and plans its graph anew (tests compare that with the replays).
+    void set_graph_replay(bool on) { replay_ = on; }
+
+    InferenceSession(const InferenceSession &) = delete;
+    InferenceSession & operator=(const InferenceSession &) = delete;
+    ~InferenceSession();
 
 private:
+    struct EvalGraph;  // the last eval's graph, with its inputs and plan
+    std::unique_ptr<EvalGraph> build_graph(int64_t T, bool all_logits) const;
     const Model & model_;
     ModelWeights weights_;
     LoraSet lora_;
@@ -49,6 +61,8 @@ private:
     Context cache_ctx_;
     std::vector<Tensor *> k_cache_, v_cache_;
     CpuBackend backend_;
+    bool replay_ = true;
+    std::unique_ptr<EvalGraph> graph_;
 };
 
 class Tokenizer;

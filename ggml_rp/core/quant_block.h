@@ -156,6 +156,26 @@ RP_HD inline int q3k_scale(int s, const uint8_t * scales) {
     return low4 + 16 * high2 - 32;
 }
 
+// The same values four sub-blocks to a little-endian word, one byte each (the vector kernels' form):
+// Q4_K / Q5_K: sc[0] holds the scales of sub-blocks 0..3, sc[1] those of 4..7; m likewise the mins.
+RP_HD inline void k4_scales_mins_packed(const uint8_t * q, uint32_t sc[2], uint32_t m[2]) {
+    const uint32_t u0 = load_le32(q), u1 = load_le32(q + 4), u2 = load_le32(q + 8);
+    sc[0] = u0 & 0x3F3F3F3Fu;
+    sc[1] = (u2 & 0x0F0F0F0Fu) | (((u0 >> 6) & 0x03030303u) << 4);
+    m[0] = u1 & 0x3F3F3F3Fu;
+    m[1] = ((u2 >> 4) & 0x0F0F0F0Fu) | (((u1 >> 6) & 0x03030303u) << 4);
+}
+
+// Q3_K: q3k_scale(s) + 32 (unsigned, 0..63) of sub-blocks 4w .. 4w+3 in word w: low 4 bits from bytes 0..7,
+// high 2 bits from bytes 8..11.
+RP_HD inline void q3k_scales_packed(const uint8_t * scales, uint32_t w[4]) {
+    const uint32_t w0 = load_le32(scales), w1 = load_le32(scales + 4), w2 = load_le32(scales + 8);
+    w[0] = (w0 & 0x0F0F0F0Fu) | ((w2 & 0x03030303u) << 4);
+    w[1] = (w1 & 0x0F0F0F0Fu) | (((w2 >> 2) & 0x03030303u) << 4);
+    w[2] = ((w0 >> 4) & 0x0F0F0F0Fu) | (((w2 >> 4) & 0x03030303u) << 4);
+    w[3] = ((w1 >> 4) & 0x0F0F0F0Fu) | (((w2 >> 6) & 0x03030303u) << 4);
+}
+
 // ---- dequantize one whole block ------------------------------------------------------------------------
 
 RP_HD inline void dequantize_block_q4_0(const block_q4_0 & b, float * y) {

@@ -186,12 +186,11 @@ float dot_q45_K(const Block * w, const DotColumn & x) {
     for (int64_t s = 0; s < nsb; ++s) {
         const Block & b = w[s];
         const int8_t * xq = x.q.data() + QK_K * s;
-        // The 8 6-bit scales and mins (k4_scale_min's values) unpacked 4 bytes at a time.
-        const uint32_t u0 = load_le32(b.scales), u1 = load_le32(b.scales + 4), u2 = load_le32(b.scales + 8);
-        const uint32_t sc_lo = u0 & 0x3F3F3F3Fu, sc_hi = (u2 & 0x0F0F0F0Fu) | (((u0 >> 6) & 0x03030303u) << 4);
-        const uint32_t m_lo = u1 & 0x3F3F3F3Fu, m_hi = ((u2 >> 4) & 0x0F0F0F0Fu) | (((u1 >> 6) & 0x03030303u) << 4);
-        const __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(uint64_t(sc_hi) << 32 | sc_lo))));
-        const __m256 mf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(uint64_t(m_hi) << 32 | m_lo))));
+        // The 8 6-bit scales and mins (k4_scale_min's values), 4 bytes to a word.
+        uint32_t sc[2], m[2];
+        k4_scales_mins_packed(b.scales, sc, m);
+        const __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(uint64_t(sc[1]) << 32 | sc[0]))));
+        const __m256 mf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(uint64_t(m[1]) << 32 | m[0]))));
         __m256i qh = _mm256_setzero_si256();
         if constexpr (FIVE_BITS) qh = load256(b.qh);
         __m256i p[8];
@@ -259,13 +258,10 @@ float dot_q23_K(const void * row, const DotColumn & x) {
         if constexpr (Q3) {
             const block_q3_K & b = static_cast<const block_q3_K *>(row)[sb];
             qs = b.qs, hmask = b.hmask, d = half_to_float(b.d);
-            // q3k_scale's values, 4 sub-blocks per word: low 4 bits from bytes 0..7, high 2 bits from bytes 8..11.
-            const uint32_t w0 = load_le32(b.scales), w1 = load_le32(b.scales + 4), w2 = load_le32(b.scales + 8);
-            const __m128i u = _mm_setr_epi32(int((w0 & 0x0F0F0F0Fu) | ((w2 & 0x03030303u) << 4)),
-                                             int((w1 & 0x0F0F0F0Fu) | (((w2 >> 2) & 0x03030303u) << 4)),
-                                             int(((w0 >> 4) & 0x0F0F0F0Fu) | (((w2 >> 4) & 0x03030303u) << 4)),
-                                             int(((w1 >> 4) & 0x0F0F0F0Fu) | (((w2 >> 6) & 0x03030303u) << 4)));
-            sc16 = _mm_sub_epi8(u, _mm_set1_epi8(32));
+            // q3k_scale's values, 4 sub-blocks to a word.
+            uint32_t w[4];
+            q3k_scales_packed(b.scales, w);
+            sc16 = _mm_sub_epi8(_mm_setr_epi32(int(w[0]), int(w[1]), int(w[2]), int(w[3])), _mm_set1_epi8(32));
             const __m256 d4 = _mm256_set1_ps(4.0f * d);
             off_lo = _mm256_mul_ps(d4, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc16)));
             off_hi = _mm256_mul_ps(d4, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc16, 8))));

@@ -10,16 +10,20 @@ namespace rp {
 
 namespace {
 
-// Sum of squares of one block, in double, over 8 interleaved lanes combined in a fixed order (a shape the
-// compiler can vectorise without reassociating anything).
+// Sum of squares of one block, in double, over 32 interleaved lanes (element i in lane i % 32) combined pairwise
+// in a fixed order: a shape the compiler vectorises without reassociating anything, in four independent vector
+// chains (eight lanes, one chain, left the pass waiting on its adds: 2% of a llama-20M training step).
 double block_sum_squares(const float * x, size_t n) {
-    double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    constexpr size_t kLanes = 32;
+    double lane[kLanes] = {};
     size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        for (int j = 0; j < 8; ++j) lane[j] += static_cast<double>(x[i + j]) * static_cast<double>(x[i + j]);
+    for (; i + kLanes <= n; i += kLanes) {
+        for (size_t j = 0; j < kLanes; ++j) lane[j] += static_cast<double>(x[i + j]) * static_cast<double>(x[i + j]);
     }
-    for (; i < n; ++i) lane[i % 8] += static_cast<double>(x[i]) * static_cast<double>(x[i]);
-    return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+    for (; i < n; ++i) lane[i % kLanes] += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+    for (size_t w = kLanes / 2; w >= 1; w /= 2)
+        for (size_t j = 0; j < w; ++j) lane[j] = lane[j] + lane[j + w];
+    return lane[0];
 }
 
 double sum_squares(const float * x, size_t n) {

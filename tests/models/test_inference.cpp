@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <map>
 #include <random>
 
@@ -48,6 +49,34 @@ TEST(Inference, IncrementalDecodingEqualsOneBatch) {
         s.reset(T - 3);
         const std::vector<float> tail = s.eval(std::vector<int32_t>(toks.end() - 3, toks.end()), true);
         EXPECT_EQ(max_abs_diff(tail, std::vector<float>(batch.end() - 3 * V, batch.end())), 0.0f);
+    }
+}
+
+// eval() replays its graph while the calls keep its shape (the cache views moved, the inputs set): the logits
+// are those of a session that builds every graph anew, through prompts, single tokens, two-token chunks,
+// all-logits calls and rewinds; generation costs no graph building.
+TEST(Inference, ReplayedGraphsGiveTheRebuiltLogits) {
+    for (const char * path : {"stories260K.gguf", "synthetic/tiny-random-qwen3.gguf"}) {
+        SCOPED_TRACE(path);
+        auto m = rp::Model::load(model_path(path));
+        const std::vector<int32_t> & toks = m->hparams().arch->arch == rp::Arch::Llama ? kPrompt1 : kPrompt2;
+        const int64_t T = static_cast<int64_t>(toks.size());
+        ASSERT_GE(T, 10);
+        rp::InferenceSession replayed(*m, 32), rebuilt(*m, 32);
+        rebuilt.set_graph_replay(false);
+        auto both = [&](std::vector<int32_t> chunk, bool all) {
+            const std::vector<float> a = replayed.eval(chunk, all), b = rebuilt.eval(chunk, all);
+            ASSERT_EQ(a.size(), b.size());
+            EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "at n_past " << rebuilt.n_past();
+        };
+        both({toks.begin(), toks.begin() + 4}, false);
+        for (int64_t t = 4; t < 8; ++t) both({toks[t]}, false);
+        both({toks[8], toks[9]}, true);
+        replayed.reset(3);
+        rebuilt.reset(3);
+        both({toks[3], toks[4]}, true);
+        both({toks[5], toks[6]}, true);
+        for (int64_t t = 7; t < T; ++t) both({toks[t]}, false);
     }
 }
 

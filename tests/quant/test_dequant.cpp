@@ -306,3 +306,25 @@ TEST(DequantHandPacked, ThirtyTwoBlocks) {
         expect_block<32>(TensorType::Q8_0, blk, want);
     }
 }
+
+// The packed forms of the K-quant scales (the vector kernels') hold the values k4_scale_min and q3k_scale
+// give, for every byte pattern of random scale blocks.
+TEST(KQuantScales, PackedWordsAreTheScalarValues) {
+    std::mt19937 rng(7);
+    for (int trial = 0; trial < 2000; ++trial) {
+        uint8_t q[12];
+        for (uint8_t & b : q) b = static_cast<uint8_t>(rng());
+        uint32_t sc[2], m[2];
+        rp::k4_scales_mins_packed(q, sc, m);
+        for (int i = 0; i < 8; ++i) {
+            int want_sc = 0, want_m = 0;
+            rp::k4_scale_min(i, q, want_sc, want_m);
+            ASSERT_EQ(static_cast<int>((sc[i / 4] >> (8 * (i % 4))) & 0xFF), want_sc) << "trial " << trial << " sub-block " << i;
+            ASSERT_EQ(static_cast<int>((m[i / 4] >> (8 * (i % 4))) & 0xFF), want_m) << "trial " << trial << " sub-block " << i;
+        }
+        uint32_t w[4];
+        rp::q3k_scales_packed(q, w);
+        for (int s16 = 0; s16 < 16; ++s16)
+            ASSERT_EQ(static_cast<int>((w[s16 / 4] >> (8 * (s16 % 4))) & 0xFF) - 32, rp::q3k_scale(s16, q)) << "trial " << trial << " sub-block " << s16;
+    }
+}
