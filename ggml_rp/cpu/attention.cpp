@@ -8,7 +8,8 @@
 // Backward, recomputing P = exp(S*scale - lse) block by block, with D_i = rowsum(dO_i * O_i):
 //   pass 1, per (sequence, kv head, key block): over the group's query heads and the query blocks in order,
 //           dV += P^T dO,  dS = P * (dO V^T - D),  dK += dS^T Q * scale        (the task owns its dK/dV rows)
-//   pass 2, per (sequence, query head, query block): over the key blocks in order, dQ += dS K * scale
+//   pass 2, per (sequence, query head, query block): over the key blocks in order, dQ += dS K * scale, with the
+//           dS blocks pass 1 kept (up to 32 MiB of them), else recomputed
 // Each output row is owned by one task and reduced in a fixed order, so results do not depend on threads.
 //
 // The block products are attention_blocks.h's (small head dims: their own kernels; others: gemm_f32_serial).
@@ -24,6 +25,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -124,7 +126,11 @@ void probabilities(const Geometry & g, float * S, int64_t b, int64_t bq, int64_t
     }
 }
 
+std::atomic<size_t> g_kept_ds_bytes{size_t(32) << 20};
+
 } // namespace
+
+void set_attention_kept_ds_bytes(size_t bytes) { g_kept_ds_bytes.store(bytes); }
 
 void attention_fwd(const AttentionShape & s, const float * q, const float * k, const float * v, float * o,
                    float * lse, const int32_t * key_start) {
@@ -212,8 +218,20 @@ void attention_bwd(const AttentionShape & s, const float * q, const float * k, c
         for (int64_t i = 0; i < bq; ++i) dst[i] = lse[g.row_at(b, t0 + i, h)];
     };
 
+    // dS of every (query block, key block) pair pass 1 computes, kept for pass 2 when they take at most
+    // kKeptDsBytes (32 MiB: sequences up to about a thousand tokens): pass 2 then only multiplies them by K instead of
+    // recomputing S, P and dO V^T (two of the backward's seven block products, and the exps). The kept values
+    // are the bits pass 2 would recompute (the same functions on the same inputs: a block's values do not
+    // depend on how many of its columns are computed), so the results are the same either way.
+    const size_t kKeptDsBytes = g_kept_ds_bytes.load(std::memory_order_relaxed);
+    const int64_t nkb = (s.Tk + BK - 1) / BK, nqb = (s.Tq + BQ - 1) / BQ;
+    const size_t n_pairs = size_t(s.B * s.Hq * nqb * nkb);
+    const bool keep_ds = n_pairs * size_t(BQ * BK) * sizeof(float) <= kKeptDsBytes;
+    std::unique_ptr<float[]> ds_blocks(keep_ds ? new float[n_pairs * size_t(BQ * BK)] : nullptr);
+    std::vector<uint8_t> ds_kept(keep_ds ? n_pairs : 0, 0);
+    auto pair_of = [&](int64_t b, int64_t h, int64_t qb, int64_t kb) { return size_t(((b * s.Hq + h) * nqb + qb) * nkb + kb); };
+
     // Pass 1: dK, dV by key-block ownership.
-    const int64_t nkb = (s.Tk + BK - 1) / BK;
     const AttentionBlocks blocks(D, BK);
     const size_t tr = size_t(blocks.transposed_floats());
     parallel_tasks(s.B * s.Hkv * nkb, size_t(2 * BQ * BK + 2 * BK * D + BQ) + 2 * tr, [&](int64_t task, float * scratch) {
@@ -241,6 +259,11 @@ void attention_bwd(const AttentionShape & s, const float * q, const float * k, c
                 blocks.accumulate(bk, bq, P, true, doblk, g.q_row(), dv_acc);
                 blocks.rows_dot(bq, bk, doblk, g.q_row(), vt, g.kv_row(), dP);
                 softmax_grad(P, dP, bq, bk, b, t0, h);
+                if (keep_ds) {
+                    const size_t pair = pair_of(b, h, t0 / BQ, kb);
+                    std::copy(dP, dP + bq * BK, ds_blocks.get() + pair * size_t(BQ * BK));
+                    ds_kept[pair] = 1;
+                }
                 blocks.accumulate(bk, bq, dP, true, qblk, g.q_row(), dk_acc);
             }
         }
@@ -255,7 +278,6 @@ void attention_bwd(const AttentionShape & s, const float * q, const float * k, c
     });
 
     // Pass 2: dQ by query-block ownership.
-    const int64_t nqb = (s.Tq + BQ - 1) / BQ;
     parallel_tasks(s.B * s.Hq * nqb, size_t(2 * BQ * BK + BQ * D + BQ) + 2 * tr, [&](int64_t task, float * scratch) {
         const int64_t qb = task % nqb, h = task / nqb % s.Hq, b = task / nqb / s.Hq;
         const int64_t hk = h / g.group();
@@ -274,6 +296,10 @@ void attention_bwd(const AttentionShape & s, const float * q, const float * k, c
         for (int64_t j0 = g.first_of_block(b, t0, bq) / BK * BK; j0 < kend; j0 += BK) {
             const int64_t bk = std::min(BK, kend - j0);
             const float * kblk = k + g.kv_at(b, j0, hk);
+            if (keep_ds && ds_kept[pair_of(b, h, qb, j0 / BK)]) {
+                blocks.accumulate(bq, bk, ds_blocks.get() + pair_of(b, h, qb, j0 / BK) * size_t(BQ * BK), false, kblk, g.kv_row(), dq_acc);
+                continue;
+            }
             blocks.rows_dot(bq, bk, qblk, g.q_row(), blocks.transposed(bk, kblk, g.kv_row(), kt), g.kv_row(), P);
             probabilities(g, P, b, bq, bk, t0, j0, s.scale, lrow);
             blocks.rows_dot(bq, bk, doblk, g.q_row(), blocks.transposed(bk, v + g.kv_at(b, j0, hk), g.kv_row(), vt), g.kv_row(), dP);

@@ -6,6 +6,7 @@
 
 #include "ggml_rp/ops/attention_shape.h"
 
+#include <cstddef>
 #include <cstdint>
 
 namespace rp::cpu {
@@ -20,8 +21,12 @@ void attention_fwd(const AttentionShape & s, const float * q, const float * k, c
                    float * o, float * lse, const int32_t * key_start = nullptr);
 
 // dq, dk, dv are overwritten (not accumulated). Deterministic for any thread count.
+// The backward keeps the dS blocks of its first pass for its second while they take at most
+// set_attention_kept_ds_bytes() (default 32 MiB), else recomputes them: the same bits either way (tests set 0
+// to run the recompute).
 void attention_bwd(const AttentionShape & s, const float * q, const float * k, const float * v,
                    const float * o, const float * lse, const float * dout,
                    float * dq, float * dk, float * dv, const int32_t * key_start = nullptr);
+void set_attention_kept_ds_bytes(size_t bytes);
 
 } // namespace rp::cpu

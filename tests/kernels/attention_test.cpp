@@ -318,17 +318,17 @@ TEST(Attention, BackwardMatchesDoubleReferenceLarge) {
     }
 }
 
-// Forward and backward outputs for one shape, with the threads given.
-std::vector<std::vector<float>> run_attention(const AttentionShape & s, uint64_t seed, int threads) {
+// Forward and backward outputs for one shape, with the threads given (and key_start: packed documents).
+std::vector<std::vector<float>> run_attention(const AttentionShape & s, uint64_t seed, int threads, const int32_t * key_start = nullptr) {
     Rng rng(seed);
     const Inputs in = make_inputs(s, rng);
     const std::vector<float> dout = random_floats(in.q.size(), rng);
     ScopedThreads th(threads);
     std::vector<float> o(in.q.size()), lse(size_t(s.Hq * s.Tq * s.B));
     std::vector<float> dq(in.q.size()), dk(in.k.size()), dv(in.v.size());
-    rp::cpu::attention_fwd(s, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data());
+    rp::cpu::attention_fwd(s, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), key_start);
     rp::cpu::attention_bwd(s, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), dout.data(), dq.data(), dk.data(),
-                           dv.data());
+                           dv.data(), key_start);
     return {o, lse, dq, dk, dv};
 }
 
@@ -343,6 +343,28 @@ TEST(Attention, SmallHeadVectorTilesAreTheScalarForm) {
         rp::cpu::set_gemm_backend(rp::cpu::GemmBackend::Auto);
         for (size_t i = 0; i < simd.size(); ++i) EXPECT_TRUE(bit_equal(simd[i], scalar[i])) << describe(s) << " output " << i;
     }
+}
+
+// The backward's second pass reads the dS blocks its first pass kept, or recomputes them: the same bits, with
+// the causal diagonal, a KV offset (Tq < Tk), groups and packed documents.
+TEST(Attention, KeptAndRecomputedDsGiveTheSameBits) {
+    for (const AttentionShape & s : {make_shape(8, 8, 4, 200, 200, 2), make_shape(64, 4, 2, 70, 150, 1), make_shape(16, 2, 2, 129, 129, 1)}) {
+        const auto kept = run_attention(s, 85, 2);
+        rp::cpu::set_attention_kept_ds_bytes(0);
+        const auto recomputed = run_attention(s, 85, 2);
+        rp::cpu::set_attention_kept_ds_bytes(size_t(32) << 20);
+        for (size_t i = 0; i < kept.size(); ++i) EXPECT_TRUE(bit_equal(kept[i], recomputed[i])) << describe(s) << " output " << i;
+    }
+    // Packed: documents of 3, 90 (crossing key blocks 64 and 128) and 107 tokens in each of 2 sequences.
+    const AttentionShape s = make_shape(8, 4, 2, 200, 200, 2);
+    std::vector<int32_t> ks;
+    for (int b = 0; b < 2; ++b)
+        for (int t = 0; t < 200; ++t) ks.push_back(t < 3 ? 0 : t < 93 ? 3 : 93);
+    const auto kept = run_attention(s, 86, 2, ks.data());
+    rp::cpu::set_attention_kept_ds_bytes(0);
+    const auto recomputed = run_attention(s, 86, 2, ks.data());
+    rp::cpu::set_attention_kept_ds_bytes(size_t(32) << 20);
+    for (size_t i = 0; i < kept.size(); ++i) EXPECT_TRUE(bit_equal(kept[i], recomputed[i])) << "packed output " << i;
 }
 
 TEST(Attention, DeterministicAcrossThreadCounts) {
