@@ -38,7 +38,25 @@
 # The host is shared: both engines slow down badly while other processes load the cores (single steps varied
 # 50-fold during a parallel build), hence best of REPS; compare the load averages printed before and after.
 #
-# Last measured on 2026-12-02 on a 2-core AMD EPYC (Zen 1, AVX2; llama.cpp's CPU backend for it), THREADS=2,
+# Last measured on 2026-12-02 on a 2-core Intel Xeon (AVX-512; llama.cpp's CPU backend for it), load 1.5-1.9,
+# THREADS=2, REPS=5, BEFORE= main at the start of the day's second session (36d5d35):
+#   model          mode  engine        steps   train s   tokens/s    ratio   RSS MiB
+#   stories260K    full  llama.cpp         9      0.42     5546.0     1.00      38.4
+#   stories260K    full  rp-finetune       9      0.12    19041.3     3.43      24.5
+#   stories260K    lora  rp-finetune       9      0.17    13796.4     2.49      23.1
+#   stories260K    full  before            9      0.22    10716.3     1.93      23.9
+#   stories260K    lora  before            9      0.23    10105.3     1.82      22.6
+#   llama-20M      full  llama.cpp         9      5.37      429.3     1.00     394.4
+#   llama-20M      full  rp-finetune       9      1.81     1274.3     2.97     395.4
+#   llama-20M      lora  rp-finetune       9      1.59     1452.7     3.38     184.6
+#   llama-20M      full  before            9      2.00     1153.7     2.69     394.9
+#   llama-20M      lora  before            9      1.77     1303.9     3.04     184.0
+# (Since before: head_dim-8/16 attention kernels, the backward's kept dS, SiLU exps in vectors, cached RoPE
+# tables, 8-lane norm sums, graphs built once and replayed. RSS +0.5 MiB: the dS blocks kept between the
+# attention backward's passes. Runs minutes apart on this machine measured llama.cpp's llama-20M at 415-510
+# tok/s and ours at 1018-1274, so ratios move by +-15%.)
+#
+# Measured earlier the same day on a 2-core AMD EPYC (Zen 1, AVX2; llama.cpp's CPU backend for it), THREADS=2,
 # REPS=5, BEFORE= the previous main:
 #   model          mode  engine        steps   train s   tokens/s    ratio   RSS MiB
 #   stories260K    full  llama.cpp         9      0.66     3517.0     1.00      38.6
@@ -52,17 +70,7 @@
 # (stories260K: the softmax exps now run in AVX2 vectors; what is left of its attention is the block products
 # with head_dim 8.)
 #
-# Measured the same day, before this change, on a 2-core Intel Xeon with AVX-512, load 1.3-1.6; llama.cpp's CPU backend for it),
-# THREADS=2, REPS=5, defaults otherwise; host training keeps the layers' activations (no recompute):
-#   model          mode  engine        steps   train s   tokens/s    ratio   RSS MiB
-#   stories260K    full  llama.cpp         9      0.34     6764.3     1.00      38.8
-#   stories260K    full  rp-finetune       9      0.15    14961.0     2.21      24.1
-#   stories260K    lora  rp-finetune       9      0.17    13552.9     2.00      22.4
-#   llama-20M      full  llama.cpp         9      4.26      540.7     1.00     393.7
-#   llama-20M      full  rp-finetune       9      1.86     1242.0     2.30     394.6
-#   llama-20M      lora  rp-finetune       9      1.55     1483.6     2.74     183.5
-# (The day before, recomputing every layer: llama-20M full 966 tok/s at 469.8 MiB, 1.68x.) llama.cpp's own
-# figure moves 475-570 tok/s between runs minutes apart, so ratios move by +-10%.
+# (The day before, on the Xeon, recomputing every layer: llama-20M full 966 tok/s at 469.8 MiB, 1.68x.)
 # Under load single repetitions differ up to 10-fold: trust only runs made on a quiet machine.
 set -euo pipefail
 

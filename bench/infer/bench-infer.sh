@@ -25,7 +25,28 @@
 # the real limit of generation. (A model that fits the last-level cache, like llama-98M in a 480 MiB L3, can
 # beat both.)
 #
-# Last measured on 2026-12-02 on a 2-core AMD EPYC (Zen 1: AVX2, no AVX-512, 8 MiB L3), THREADS=2, REPS=3,
+# Last measured on 2026-12-02 on a 2-core Intel Xeon (AVX-512 VNNI and BF16), THREADS=2, REPS=3, TG=64; the
+# small models with BEFORE= main at the start of the day's second session (36d5d35), the 0.6B models in a run
+# an hour earlier (before generation replayed its graph, which only saves the per-token graph building):
+#   model              measure                    ours tok/s llama.cpp tok/s    ratio   before  GB/s ours / llama.cpp / memcpy / read stream
+#   stories260K        prompt (840 tokens)           33147.4         2935.1    11.29   20173.9
+#   stories260K        generate (64 tokens)          10317.3         2344.6     4.40    2840.4   (1.0 MB: cache-resident)
+#   llama-98M          prompt (840 tokens)             826.5          270.0     3.06     802.5
+#   llama-98M          generate (64 tokens)             62.9           56.3     1.12      57.9   24.5 / 22.0 / 12.4 / 26.0 (198% of memcpy)
+#   qwen3-0.6B-bf16    prompt (468 tokens)             187.3           69.0     2.71
+#   qwen3-0.6B-bf16    generate (64 tokens)             17.8           13.4     1.33             21.2 / 16.0 / 11.7 / 25.7 (181%)
+#   qwen3-0.6B-q8_0    prompt (468 tokens)             207.7           85.8     2.42
+#   qwen3-0.6B-q8_0    generate (64 tokens)             27.4           18.0     1.52             17.4 / 11.4 / 11.6 / 24.3 (149%)
+#   qwen3-0.6B-q4_k_m  prompt (468 tokens)             215.7           81.5     2.65
+#   qwen3-0.6B-q4_k_m  generate (64 tokens)             35.9           22.7     1.58             14.0 /  8.9 / 10.4 / 23.8 (136%)
+#   qwen3-0.6B-q3_k_m  prompt (468 tokens)             200.4           53.9     3.72
+#   qwen3-0.6B-q3_k_m  generate (64 tokens)             32.4           27.3     1.19             11.1 /  9.3 /  7.2 / 14.8 (154%)
+#   qwen3-0.6B-q2_k    prompt (468 tokens)             187.4           57.1     3.28
+#   qwen3-0.6B-q2_k    generate (64 tokens)             34.5           26.6     1.30             10.0 /  7.7 / 10.8 / 22.5 (93%)
+# (The stories260K generation is no longer graph building: 2.8k -> 10.3k tok/s. The K-quants are decode-bound,
+# 45-75% of the read stream.)
+#
+# Measured earlier the same day on a 2-core AMD EPYC (Zen 1: AVX2, no AVX-512, 8 MiB L3), THREADS=2, REPS=3,
 # TG=64, with BEFORE= the previous main (whose generation, without AVX-512, went through the packed GEMM):
 #   model              measure                    ours tok/s llama.cpp tok/s    ratio   before
 #   stories260K        prompt (840 tokens)           14557.7         1765.4     8.25   10400.1
@@ -46,25 +67,6 @@
 # tok/s in this run, a glitch of the wall-time difference; it measured 3553 in the run before. Prompts on the 0.6B
 # models are bound by the FMA units: our GEMM runs at 70 GFLOP/s of a 79 GFLOP/s peak, as OpenBLAS does.)
 #
-# Measured the same day, before this change, on a 2-core Intel Xeon (AVX-512 VNNI and BF16, 480 MiB L3, load 1.3-1.6),
-# THREADS=2, REPS=3, TG=64; generation through the row dots (rp-generate's default --matvec fast):
-#   model              measure                    ours tok/s llama.cpp tok/s    ratio
-#   stories260K        prompt (840 tokens)           31222.8         3702.1     8.43
-#   stories260K        generate (64 tokens)           4690.2         3914.8     1.20
-#   llama-98M          prompt (840 tokens)             897.1          279.0     3.22
-#   llama-98M          generate (64 tokens)             55.0           50.7     1.08   21.5 GB/s, 69% of the read stream
-#   qwen3-0.6B-bf16    prompt (468 tokens)             204.5           77.1     2.65
-#   qwen3-0.6B-bf16    generate (64 tokens)             16.1           12.5     1.29   19.2 GB/s, 65% of the read stream
-#   qwen3-0.6B-q8_0    prompt (468 tokens)             211.9           87.8     2.41
-#   qwen3-0.6B-q8_0    generate (64 tokens)             24.0           17.7     1.36   15.2 GB/s, 50% (decode-bound)
-#   qwen3-0.6B-q4_k_m  prompt (468 tokens)             209.7           86.1     2.44
-#   qwen3-0.6B-q4_k_m  generate (64 tokens)             27.8           24.9     1.12   10.9 GB/s, 37% (decode-bound)
-#   qwen3-0.6B-q3_k_m  prompt (468 tokens)             223.1           67.6     3.30
-#   qwen3-0.6B-q3_k_m  generate (64 tokens)             29.5           27.1     1.09   10.1 GB/s, 31% (decode-bound)
-#   qwen3-0.6B-q2_k    prompt (468 tokens)             216.1           76.3     2.83
-#   qwen3-0.6B-q2_k    generate (64 tokens)             29.5           28.9     1.02    8.6 GB/s, 27% (decode-bound)
-# (memcpy of 1.2 GB: 10.4 GB/s; read-only stream: 29.4 GB/s. The machine was slower than the day before for
-# both engines: llama.cpp's bf16 generation 12.5 vs 13.7 tok/s.)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
