@@ -358,6 +358,8 @@ struct Trainer::Program {
         std::vector<Zero> zeros;
         std::vector<TokenPositions> positions;
         std::vector<Copy> copies;
+        AllocPlan plan;  // host training: made at the first run
+        bool planned = false;
     };
 
     Context ctx;
@@ -489,9 +491,23 @@ void Trainer::run_program(Program & p, const LayerMemory & mem, const CallArgs &
             tp.pos->data = runner.upload(pos.data(), pos.size() * sizeof(int32_t));
             if (tp.key_start) tp.key_start->data = runner.upload(first.data(), first.size() * sizeof(int32_t));
         }
-        run_graph(s.g, runner, pc.n_threads, [&] {
+        auto copies = [&] {
             for (const Program::Copy & c : s.copies) runner.copy_f32(a.at(c.arg, c.offset), c.node);
-        });
+        };
+        if (pc.runner || !cfg_.replay_graphs) {
+            run_graph(s.g, runner, pc.n_threads, copies);
+            continue;
+        }
+        // Host memory: the graph's plan is made once with the graph (a device runner plans every run into its
+        // region; CpuGraphRunner's host path is this one, planning included).
+        if (!s.planned) {
+            s.plan = plan_graph(s.g, 64);
+            s.planned = true;
+        }
+        host_graphs_.allocate(s.g, s.plan);
+        host_graphs_.compute(s.g, pc.n_threads);
+        copies();
+        note_graph_bytes(s.plan.size);
     }
 }
 
