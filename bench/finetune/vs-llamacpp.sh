@@ -8,7 +8,8 @@
 #   env: SEQ (tokens per sequence = llama.cpp's context, 256), EPOCHS (llama.cpp epochs, 1),
 #        DATA (training text, examples/data/stories.txt), LR (1e-4), REPS (best of, 3),
 #        WORK (scratch dir, a fresh temp dir), BEFORE (another build's folder, e.g. main before a change: its
-#        rp-finetune runs too, in the same repetitions, as the "before" rows)
+#        rp-finetune runs too, in the same repetitions, as the "before" rows), RP_ARGS (more rp-finetune options
+#        for every rp-finetune run, e.g. "--activation-memory 0")
 #
 # llama.cpp is not built: its example is compiled (about 3 s, cached in .oracle/bench-bin/) from the source
 # bundle that scripts/fetch-oracle.sh downloads, against the prebuilt CPU libraries in .oracle/bins, including
@@ -153,7 +154,7 @@ llama_run() {  # llama_run MODEL EPOCHS TAG -> prints wall seconds; log in $WORK
 
 rp_run() {  # rp_run MODEL STEPS TAG [--full] -> prints training seconds; log in $WORK/TAG.log; RP_FINETUNE: which binary
   /usr/bin/time -f %M -o "$WORK/$3.rss" "${RP_FINETUNE:-$FINETUNE}" -m "$1" --data "$DATA" -o "$WORK/$3.gguf" --seq-len "$SEQ" \
-    --batch 1 --steps "$2" --optimizer adamw --lr "$LR" --lr-schedule constant --clip 0 -t "$THREADS" ${4:-} \
+    --batch 1 --steps "$2" --optimizer adamw --lr "$LR" --lr-schedule constant --clip 0 -t "$THREADS" ${4:-} ${RP_ARGS:-} \
     >"$WORK/$3.log" 2>&1 || { tail -20 "$WORK/$3.log" >&2; die "rp-finetune failed on $1 (log above)"; }
   # per-step time = SEQ / tokens_per_s of that step
   sed -n 's/.*"tokens_per_s":\([0-9.e+]*\).*/\1/p' "$WORK/$3.gguf.metrics.jsonl" |
