@@ -14,6 +14,7 @@
 #include <set>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -720,7 +721,12 @@ void Trainer::seq_backward(int layer, const LayerMemory & mem, const void * in, 
 struct Trainer::KeptLayer {
     Program p;
     Graph whole, forward, backward;
-    AllocPlan plan;
+    // Memory: the forward nodes the backward reads stay in the layer's own buffer between the sweeps (kept, at
+    // their offsets; kept_bytes in all); every other node (the forward's temporaries, the backward's) is planned
+    // (scratch_plan: the kept ones placed) in the host buffer the other programs share, for each half as it runs.
+    std::vector<std::pair<Tensor *, size_t>> kept;
+    size_t kept_bytes = 0;
+    AllocPlan scratch_plan;
     Tensor * y = nullptr;
     TokenPositions pos{nullptr};
     std::vector<int32_t> pos_values, first_values;  // what pos points at while the layer is kept
@@ -757,7 +763,7 @@ std::unique_ptr<Trainer::KeptLayer> Trainer::keep_layer(int layer, const void * 
         k->din_bytes = hidden_bytes(mb);
         k->pos = p.positions(s, mb);
         // (y is not flagged as an output: it is the last forward node and is copied out before any backward
-        // node runs, so the graph and its plan are exactly seq_backward's, which plan_run measures.)
+        // node runs.)
         k->y = build_layer(p.ctx, hp, p.b.layer, layer - 1, x, k->pos, &p.b.lora, nullptr, cfg_.attention_type);
         build_forward(k->whole, k->y);
         const size_t n_forward = k->whole.nodes.size();
@@ -767,7 +773,7 @@ std::unique_ptr<Trainer::KeptLayer> Trainer::keep_layer(int layer, const void * 
         k->forward.leafs = k->backward.leafs = k->whole.leafs;
         k->forward.nodes.assign(k->whole.nodes.begin(), k->whole.nodes.begin() + static_cast<std::ptrdiff_t>(n_forward));
         k->backward.nodes.assign(k->whole.nodes.begin() + static_cast<std::ptrdiff_t>(n_forward), k->whole.nodes.end());
-        k->plan = plan_graph(k->whole, 64);
+        split_kept_memory(*k);
     }
     CallArgs a;
     a.in = in;
@@ -778,6 +784,40 @@ std::unique_ptr<Trainer::KeptLayer> Trainer::keep_layer(int layer, const void * 
     k->pos.pos->data = k->pos_values.data();
     if (k->pos.key_start) k->pos.key_start->data = k->first_values.data();
     return k;
+}
+
+void Trainer::split_kept_memory(KeptLayer & k) {
+    // The forward nodes (their roots: views have no memory) that a backward node reads, or is a view of.
+    const std::unordered_set<const Tensor *> forward(k.forward.nodes.begin(), k.forward.nodes.end());
+    std::unordered_set<const Tensor *> read;
+    auto root = [](const Tensor * t) { return t->view_src ? t->view_src : t; };
+    for (const Tensor * n : k.backward.nodes) {
+        if (n->view_src && forward.count(n->view_src)) read.insert(n->view_src);
+        for (const Tensor * src : n->src)
+            if (src && forward.count(root(src))) read.insert(root(src));
+    }
+    constexpr size_t kAlign = 64;
+    k.kept.clear();
+    k.kept_bytes = 0;
+    std::unordered_set<const Tensor *> placed;
+    for (Tensor * n : k.whole.nodes)
+        if (!n->is_view() && read.count(n)) {
+            k.kept.push_back({n, k.kept_bytes});
+            k.kept_bytes += std::max(kAlign, (n->nbytes() + n->aux_bytes + kAlign - 1) / kAlign * kAlign);
+            placed.insert(n);
+        }
+    k.scratch_plan = plan_graph(k.whole, kAlign, &placed);
+}
+
+void Trainer::bind_kept(int layer, KeptLayer & k) const {
+    char * base = static_cast<char *>(kept_backend(layer).reserve(k.kept_bytes));
+    for (const auto & [t, offset] : k.kept) t->data = base + offset;
+    host_graphs_.allocate(k.whole, k.scratch_plan);
+}
+
+Trainer::KeptBytes Trainer::kept_layer_bytes(int layer, const MicroBatchInfo & mb) const {
+    const std::unique_ptr<KeptLayer> k = keep_layer(layer, nullptr, nullptr, nullptr, mb);
+    return {k->kept_bytes, k->scratch_plan.size};
 }
 
 void Trainer::release_kept(int layer, const MicroBatchInfo & mb, std::unique_ptr<KeptLayer> k) const {
@@ -830,16 +870,15 @@ double Trainer::accumulate(const int32_t * ids, const int32_t * labels, int64_t 
         const void * in = l == 0 ? static_cast<const void *>(ids) : act[static_cast<size_t>(l)].data();
         if (keeping && l > 0) {
             std::unique_ptr<KeptLayer> k = keep_layer(l, in, dout_of(l), din_of(l), mb);
-            const size_t bytes = k->plan.size;
+            const size_t bytes = k->kept_bytes;
             if (kept_bytes + bytes <= cfg_.activation_memory) {
                 kept_bytes += bytes;
-                CpuBackend & be = kept_backend(l);
-                be.allocate(k->whole, k->plan);
-                be.compute(k->forward, pc.n_threads);
-                CpuGraphRunner(nullptr, &be).copy_f32(act[static_cast<size_t>(l + 1)].data(), k->y);
+                bind_kept(l, *k);
+                host_graphs_.compute(k->forward, pc.n_threads);
+                CpuGraphRunner(nullptr, &host_graphs_).copy_f32(act[static_cast<size_t>(l + 1)].data(), k->y);
                 kept[static_cast<size_t>(l)] = std::move(k);
                 kept_live_.store(kept_bytes);
-                note_graph_bytes(0);
+                note_graph_bytes(kept[static_cast<size_t>(l)]->scratch_plan.size);
                 continue;
             }
             release_kept(l, mb, std::move(k));
@@ -854,8 +893,10 @@ double Trainer::accumulate(const int32_t * ids, const int32_t * labels, int64_t 
     for (int l = L - 2; l >= 0; --l) {
         if (std::unique_ptr<KeptLayer> & k = kept[static_cast<size_t>(l)]) {
             std::memset(din_of(l), 0, k->din_bytes);
-            kept_backend(l).compute(k->backward, pc.n_threads);
-            kept_live_.fetch_sub(k->plan.size);
+            bind_kept(l, *k);  // (the shared buffer may have moved since the forward half)
+            host_graphs_.compute(k->backward, pc.n_threads);
+            note_graph_bytes(k->scratch_plan.size);
+            kept_live_.fetch_sub(k->kept_bytes);
             release_kept(l, mb, std::move(k));
             continue;
         }

@@ -153,6 +153,14 @@ public:
     // Peak graph buffer bytes of the programs run so far (the largest per-layer graph, plus the kept layers'
     // graphs alive beside it: FinetuneConfig::activation_memory).
     size_t peak_graph_bytes() const { return peak_graph_bytes_.load(); }
+    // Host training's kept decoder layer (FinetuneConfig::activation_memory): the bytes it keeps between the
+    // sweeps (the forward tensors its backward reads) and the bytes of its other nodes, planned in the buffer
+    // the host's programs share (each half while it runs). For memory plans (plan_run).
+    struct KeptBytes {
+        size_t kept = 0;
+        size_t scratch = 0;
+    };
+    KeptBytes kept_layer_bytes(int layer, const MicroBatchInfo & mb) const;
     // The per-layer programs built and kept for replay (FinetuneConfig::replay_graphs): one per shape and
     // layer program, more only while devices ran the same one at once.
     size_t cached_programs() const;
@@ -206,6 +214,9 @@ private:
     struct KeptLayer;  // a decoder layer's forward + backward graph with its activations, between the sweeps
     std::unique_ptr<KeptLayer> keep_layer(int layer, const void * in, const void * dout, void * din, const MicroBatchInfo & mb) const;
     void release_kept(int layer, const MicroBatchInfo & mb, std::unique_ptr<KeptLayer> k) const;
+    static void split_kept_memory(KeptLayer & k);
+    // Points the kept nodes into the layer's own buffer and the others into the shared host buffer.
+    void bind_kept(int layer, KeptLayer & k) const;
     // Runs g through runner (graph memory of the program's device, or the host; graph_runner.h); read_back
     // copies results out (runner.copy_f32) before that memory may be reused. Tracks peak_graph_bytes().
     void run_graph(Graph & g, GraphRunner & runner, int n_threads, const std::function<void()> & read_back = {}) const;

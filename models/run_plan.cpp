@@ -54,19 +54,36 @@ RunPlan plan_run(const Model & model, const RunPlanOptions & o) {
         const int L = prog.num_layers();
         for (const MicroBatchInfo & mb : r.step) h.checkpoints = std::max(h.checkpoints, static_cast<size_t>(L + 1) * prog.hidden_bytes(mb));
         const ProgramFootprints & fp = planner.footprints(r.step);
-        // accumulate(): decoder layers 1.. keep their whole graph while they fit; the embedding's programs run
-        // before the first and after the last kept one, the head and the other layers' programs beside them all.
+        // accumulate(): decoder layers 1.. keep what their backward reads of their forward while it fits (each
+        // half's other nodes run in the shared buffer, beside the layers kept so far); the embedding's programs
+        // run before the first and after the last kept one, the head and the other layers' programs beside them all.
         size_t kept = 0;
         int n_kept = 0;
-        if (o.finetune.activation_memory > 0 && o.finetune.token_chunk == 0)
-            n_kept = static_cast<int>(kept_activation_layers({fp.backward.begin() + 1, fp.backward.begin() + (L - 1)},
-                                                             o.finetune.activation_memory, &kept));
+        std::vector<Trainer::KeptBytes> kb(static_cast<size_t>(L));
+        if (o.finetune.activation_memory > 0 && o.finetune.token_chunk == 0) {
+            std::vector<size_t> layer_kept;
+            for (int l = 1; l < L - 1; ++l) {
+                for (const MicroBatchInfo & mb : r.step) {
+                    const Trainer::KeptBytes b = tr.kept_layer_bytes(l, mb);
+                    kb[static_cast<size_t>(l)].kept = std::max(kb[static_cast<size_t>(l)].kept, b.kept);
+                    kb[static_cast<size_t>(l)].scratch = std::max(kb[static_cast<size_t>(l)].scratch, b.scratch);
+                }
+                layer_kept.push_back(kb[static_cast<size_t>(l)].kept);
+            }
+            n_kept = static_cast<int>(kept_activation_layers(layer_kept, o.finetune.activation_memory, &kept));
+        }
+        size_t peak = std::max(fp.forward[0], fp.backward[0]);
+        size_t so_far = 0;
+        for (int l = 1; l <= n_kept; ++l) {
+            so_far += kb[static_cast<size_t>(l)].kept;
+            peak = std::max(peak, so_far + kb[static_cast<size_t>(l)].scratch);
+        }
         size_t beside = fp.head;
         for (int l = 1 + n_kept; l < L - 1; ++l)
             beside = std::max({beside, fp.forward[static_cast<size_t>(l)], fp.backward[static_cast<size_t>(l)]});
         h.kept_activations = kept;
         h.kept_layers = n_kept;
-        h.graph = std::max({kept + beside, fp.forward[0], fp.backward[0]});
+        h.graph = std::max(peak, kept + beside);
         return r;
     }
 

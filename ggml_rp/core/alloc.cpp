@@ -64,7 +64,7 @@ const Tensor * root_of(const Tensor * t) { return t->view_src ? t->view_src : t;
 
 } // namespace
 
-AllocPlan plan_graph(const Graph & g, size_t alignment) {
+AllocPlan plan_graph(const Graph & g, size_t alignment, const std::unordered_set<const Tensor *> * placed) {
     if (alignment == 0 || (alignment & (alignment - 1)) != 0) throw Error("plan_graph: alignment must be a power of two");
     AllocPlan plan;
     plan.alignment = alignment;
@@ -91,7 +91,7 @@ AllocPlan plan_graph(const Graph & g, size_t alignment) {
     std::vector<std::vector<size_t>> release_after(g.nodes.size());
     for (size_t i = 0; i < g.nodes.size(); ++i) {
         const Tensor * n = g.nodes[i];
-        if (n->is_view() || n->has_flag(kFlagOutput)) continue;
+        if (n->is_view() || n->has_flag(kFlagOutput) || (placed && placed->count(n))) continue;
         release_after[last_use[i]].push_back(i);
     }
 
@@ -99,7 +99,7 @@ AllocPlan plan_graph(const Graph & g, size_t alignment) {
     std::vector<size_t> sizes(g.nodes.size(), 0);
     for (size_t i = 0; i < g.nodes.size(); ++i) {
         const Tensor * n = g.nodes[i];
-        if (!n->is_view()) {
+        if (!n->is_view() && !(placed && placed->count(n))) {
             const size_t bytes = n->nbytes() + n->aux_bytes;
             sizes[i] = std::max<size_t>(alignment, (bytes + alignment - 1) & ~(alignment - 1));
             plan.offsets[i] = blocks.alloc(sizes[i]);
@@ -122,7 +122,7 @@ void apply_plan(const Graph & g, const AllocPlan & plan, void * base) {
     if (plan.offsets.size() != g.nodes.size()) throw Error("apply_plan: the plan was made for another graph");
     if (plan.size > 0 && !base) throw Error("apply_plan: no buffer for " + std::to_string(plan.size) + " bytes");
     for (size_t i = 0; i < g.nodes.size(); ++i)
-        if (!g.nodes[i]->is_view()) g.nodes[i]->data = static_cast<char *>(base) + plan.offsets[i];
+        if (!g.nodes[i]->is_view() && plan.offsets[i] != SIZE_MAX) g.nodes[i]->data = static_cast<char *>(base) + plan.offsets[i];
     resolve_views(g);
 }
 

@@ -11,6 +11,8 @@
 
 #include "ggml_rp/core/graph.h"
 
+#include <unordered_set>
+
 #include <cstddef>
 #include <vector>
 
@@ -22,11 +24,13 @@ struct AllocPlan {
     std::vector<size_t> offsets;    // per g.nodes[i]: byte offset (SIZE_MAX for views)
 };
 
-// Plans g. Every block size is rounded up to `alignment` (a power of two).
-AllocPlan plan_graph(const Graph & g, size_t alignment = 64);
+// Plans g. Every block size is rounded up to `alignment` (a power of two). Nodes in `placed` get no memory
+// (offset SIZE_MAX: their caller places them, before apply_plan); what they read still lives until they run.
+AllocPlan plan_graph(const Graph & g, size_t alignment = 64, const std::unordered_set<const Tensor *> * placed = nullptr);
 
-// Points every compute node of g at base + its offset and every view at its root's memory (a view of a
-// leaf needs the leaf's data to be set). base must hold plan.size bytes, aligned to plan.alignment.
+// Points every compute node of g at base + its offset (placed nodes keep theirs) and every view at its root's
+// memory (a view of a leaf or a placed node needs its data to be set). base must hold plan.size bytes, aligned
+// to plan.alignment.
 void apply_plan(const Graph & g, const AllocPlan & plan, void * base);
 
 // Refreshes the data pointers of views from their roots (after leaf data moved). Throws when a root has none.

@@ -36,6 +36,14 @@ void CpuBackend::allocate(const Graph & g, const AllocPlan & plan) {
     apply_plan(g, plan, buffer_.get());
 }
 
+void * CpuBackend::reserve(size_t bytes) {
+    if (bytes > capacity_) {
+        buffer_.reset(::operator new(bytes, std::align_val_t(64)));
+        capacity_ = bytes;
+    }
+    return buffer_.get();
+}
+
 size_t CpuBackend::plan(const Graph & g) {
     plan_ = plan_graph(g, 64);
     return plan_.size;

@@ -28,6 +28,10 @@ public:
     // buffer when needed; views are pointed at their roots again (leafs may point elsewhere since).
     void allocate(const Graph & g, const AllocPlan & plan);
 
+    // The buffer, grown to at least `bytes` (its contents kept only while it does not grow): for a caller that
+    // places tensors in it itself.
+    void * reserve(size_t bytes);
+
     // The same in two halves, for a caller that provides the memory (a device arena): plan() returns the
     // bytes g needs, bind() points every node of g into `buffer` (at least that many bytes, 64-byte aligned).
     size_t plan(const Graph & g);

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <unordered_set>
 
 using rp::Context;
 using rp::DType;
@@ -75,6 +77,31 @@ TEST(CoreAlloc, OutputsAreNeverReused) {
     rp::CpuBackend be;
     be.allocate(s.g);
     for (Tensor * t : {s.a, s.b, s.d, s.e}) EXPECT_NE(t->data, s.c->data);
+}
+
+// A placed node (memory its caller provides: host training's kept activations) takes no buffer space, keeps
+// the data it was given, and what it reads still lives until it runs: here c (placed) reads a and b, so
+// neither is freed before c; d then reuses their blocks.
+TEST(CoreAlloc, PlacedNodesTakeNoSpaceAndTheirSourcesLiveUntilThey) {
+    Small s(false);
+    const std::unordered_set<const Tensor *> placed = {s.c};
+    const rp::AllocPlan plan = rp::plan_graph(s.g, 64, &placed);
+    size_t ci = 0;
+    while (s.g.nodes[ci] != s.c) ++ci;
+    EXPECT_EQ(plan.offsets[ci], SIZE_MAX);
+    // a (256) and b (256) live until c; then d (512) takes their 512 bytes and e (64) the next block.
+    EXPECT_EQ(plan.size, 576u);
+    alignas(64) static float c_memory[64];
+    s.c->data = c_memory;
+    rp::CpuBackend be;
+    be.allocate(s.g, plan);
+    EXPECT_EQ(s.c->data, static_cast<void *>(c_memory));
+    EXPECT_NE(s.a->data, s.b->data);
+    std::vector<float> xv(64, 0.25f);
+    rp::tensor_set_f32(s.x, xv);
+    be.compute(s.g, 2);
+    const double a = 0.125;
+    EXPECT_NEAR(rp::tensor_get_f32(s.e)[0], 128.0 * (a + a / (1.0 + std::exp(-a))), 1e-4);
 }
 
 TEST(CoreAlloc, LeafsAndViewsOfLeafsTakeNoBufferSpace) {
