@@ -39,23 +39,25 @@
 # The host is shared: both engines slow down badly while other processes load the cores (single steps varied
 # 50-fold during a parallel build), hence best of REPS; compare the load averages printed before and after.
 #
-# Last measured on 2026-12-02 on a 2-core Intel Xeon (AVX-512; llama.cpp's CPU backend for it), load 1.5-1.9,
-# THREADS=2, REPS=5, BEFORE= main at the start of the day's second session (36d5d35):
+# Last measured on 2026-12-02 on a 2-core Intel Xeon (AVX-512; llama.cpp's CPU backend for it), load 1.5-2.0,
+# THREADS=2, REPS=7, BEFORE= main at the start of the day's second session (36d5d35):
 #   model          mode  engine        steps   train s   tokens/s    ratio   RSS MiB
-#   stories260K    full  llama.cpp         9      0.42     5546.0     1.00      38.4
-#   stories260K    full  rp-finetune       9      0.12    19041.3     3.43      24.5
-#   stories260K    lora  rp-finetune       9      0.17    13796.4     2.49      23.1
-#   stories260K    full  before            9      0.22    10716.3     1.93      23.9
-#   stories260K    lora  before            9      0.23    10105.3     1.82      22.6
-#   llama-20M      full  llama.cpp         9      5.37      429.3     1.00     394.4
-#   llama-20M      full  rp-finetune       9      1.81     1274.3     2.97     395.4
-#   llama-20M      lora  rp-finetune       9      1.59     1452.7     3.38     184.6
-#   llama-20M      full  before            9      2.00     1153.7     2.69     394.9
-#   llama-20M      lora  before            9      1.77     1303.9     3.04     184.0
+#   stories260K    full  llama.cpp         9      0.38     6045.6     1.00      38.5
+#   stories260K    full  rp-finetune       9      0.11    20389.4     3.37      22.7
+#   stories260K    lora  rp-finetune       9      0.13    17454.5     2.89      20.4
+#   stories260K    full  before            9      0.17    13714.3     2.27      23.9
+#   stories260K    lora  before            9      0.21    11076.9     1.83      22.4
+#   llama-20M      full  llama.cpp         9      5.08      454.0     1.00     394.3
+#   llama-20M      full  rp-finetune       9      1.88     1224.2     2.70     374.0
+#   llama-20M      lora  rp-finetune       9      1.44     1595.6     3.51     154.6
+#   llama-20M      full  before            9      1.93     1192.5     2.63     394.7
+#   llama-20M      lora  before            9      1.62     1424.0     3.14     184.0
 # (Since before: head_dim-8/16 attention kernels, the backward's kept dS, SiLU exps in vectors, cached RoPE
-# tables, 8-lane norm sums, graphs built once and replayed. RSS +0.5 MiB: the dS blocks kept between the
-# attention backward's passes. Runs minutes apart on this machine measured llama.cpp's llama-20M at 415-510
-# tok/s and ours at 1018-1274, so ratios move by +-15%.)
+# tables, 8-lane norm sums, graphs built once and replayed, kept layers holding only what their backward
+# reads. Runs minutes apart on this machine measured llama.cpp's llama-20M at 415-530 tok/s and ours at
+# 1090-1274, so ratios move by +-15%; the same run's "before" rows are the steadier comparison. With
+# RP_ARGS="--activation-memory 0" (every layer recomputed): stories260K full 2.88x at 19.0 MiB, llama-20M full
+# 2.13x at 332.8 MiB.)
 #
 # Measured earlier the same day on a 2-core AMD EPYC (Zen 1, AVX2; llama.cpp's CPU backend for it), THREADS=2,
 # REPS=5, BEFORE= the previous main:
