@@ -359,8 +359,7 @@ struct Trainer::Program {
         std::vector<Zero> zeros;
         std::vector<TokenPositions> positions;
         std::vector<Copy> copies;
-        AllocPlan plan;  // host training: made at the first run
-        bool planned = false;
+        AllocPlan plan;  // made at the first run (GraphRunner::run_planned)
     };
 
     Context ctx;
@@ -492,23 +491,10 @@ void Trainer::run_program(Program & p, const LayerMemory & mem, const CallArgs &
             tp.pos->data = runner.upload(pos.data(), pos.size() * sizeof(int32_t));
             if (tp.key_start) tp.key_start->data = runner.upload(first.data(), first.size() * sizeof(int32_t));
         }
-        auto copies = [&] {
+        // (the graph's plan is made at its first run and kept with it: runner.run_planned)
+        note_graph_bytes(runner.run_planned(s.g, s.plan, pc.n_threads, [&] {
             for (const Program::Copy & c : s.copies) runner.copy_f32(a.at(c.arg, c.offset), c.node);
-        };
-        if (pc.runner || !cfg_.replay_graphs) {
-            run_graph(s.g, runner, pc.n_threads, copies);
-            continue;
-        }
-        // Host memory: the graph's plan is made once with the graph (a device runner plans every run into its
-        // region; CpuGraphRunner's host path is this one, planning included).
-        if (!s.planned) {
-            s.plan = plan_graph(s.g, 64);
-            s.planned = true;
-        }
-        host_graphs_.allocate(s.g, s.plan);
-        host_graphs_.compute(s.g, pc.n_threads);
-        copies();
-        note_graph_bytes(s.plan.size);
+        }));
     }
 }
 
@@ -516,6 +502,8 @@ template <class Build>
 void Trainer::call_program(ProgramKind kind, int layer, const LayerMemory & mem, bool grads, const CallArgs & args, const MicroBatchInfo & mb,
                            ProgramContext & pc, Build build) const {
     // A runner that only measures builds the graphs of distinct shapes only (token_ranges): never replayed.
+    // (A program may replay on another device than the one it was built on: the CPU runners share their plans'
+    // rules, and the CUDA runner plans every run itself.)
     const bool replay = cfg_.replay_graphs && (!pc.runner || pc.runner->computes());
     const ProgramKey key = program_key(kind, layer, mb, false);
     std::unique_ptr<Program> p = replay ? take_program(key) : nullptr;
@@ -537,10 +525,6 @@ LayerMemory Trainer::host_memory(int layer) const {
         mem.grad.push_back(g);
     }
     return mem;
-}
-
-void Trainer::run_graph(Graph & g, GraphRunner & runner, int n_threads, const std::function<void()> & read_back) const {
-    note_graph_bytes(runner.run(g, n_threads, read_back));
 }
 
 void Trainer::note_graph_bytes(size_t graph) const {

@@ -217,9 +217,6 @@ private:
     static void split_kept_memory(KeptLayer & k);
     // Points the kept nodes into the layer's own buffer and the others into the shared host buffer.
     void bind_kept(int layer, KeptLayer & k) const;
-    // Runs g through runner (graph memory of the program's device, or the host; graph_runner.h); read_back
-    // copies results out (runner.copy_f32) before that memory may be reused. Tracks peak_graph_bytes().
-    void run_graph(Graph & g, GraphRunner & runner, int n_threads, const std::function<void()> & read_back = {}) const;
     Tensor * build_loss(Context & ctx, const ModelWeights & w, Tensor * x, Tensor * labels, float loss_scale) const;
     // peak_graph_bytes() = max over time of (a graph's bytes + the kept layers' buffers alive with it).
     void note_graph_bytes(size_t graph) const;

@@ -13,18 +13,24 @@
 namespace rp {
 
 size_t CpuGraphRunner::run(Graph & g, int n_threads, const std::function<void()> & results) {
+    AllocPlan plan;
+    return run_planned(g, plan, n_threads, results);
+}
+
+size_t CpuGraphRunner::run_planned(Graph & g, AllocPlan & plan, int n_threads, const std::function<void()> & results) {
     // The uploads made for this graph are released once it has run (also when it fails).
     struct ReleaseUploads {
         std::vector<std::vector<char>> & u;
         ~ReleaseUploads() { u.clear(); }
     } release{uploads_};
+    if (plan.offsets.size() != g.nodes.size()) plan = plan_graph(g, 64);
     CpuBackend be;
     if (region_) {
-        const size_t bytes = be.plan(g);
+        const size_t bytes = plan.size;
         if (bytes > region_bytes_)
             throw Error((device_ ? device_->name() : std::string("host")) + ": a graph of " + format_bytes(bytes) +
                         " does not fit the graph region of " + format_bytes(region_bytes_) + " the memory plan reserved");
-        be.bind(g, region_);
+        apply_plan(g, plan, region_);
         region_peak_ = std::max(region_peak_, bytes);
         be.compute(g, n_threads);
         if (results) results();
@@ -32,15 +38,15 @@ size_t CpuGraphRunner::run(Graph & g, int n_threads, const std::function<void()>
     }
     if (!device_) {
         CpuBackend & host = host_ ? *host_ : be;
-        const size_t bytes = host.allocate(g);
+        host.allocate(g, plan);
         host.compute(g, n_threads);
         if (results) results();
-        return bytes;
+        return plan.size;
     }
-    const size_t bytes = be.plan(g);
+    const size_t bytes = plan.size;
     void * buf = device_->allocate(bytes, "graph buffer");
     try {
-        be.bind(g, buf);
+        apply_plan(g, plan, buf);
         be.compute(g, n_threads);
         if (results) results();
     } catch (...) {

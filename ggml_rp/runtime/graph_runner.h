@@ -23,6 +23,7 @@
 // device's compute stream (its launches) or the caller that owns it.
 #pragma once
 
+#include "ggml_rp/core/alloc.h"
 #include "ggml_rp/core/graph.h"
 #include "ggml_rp/core/tensor.h"
 #include "ggml_rp/runtime/device.h"
@@ -45,6 +46,13 @@ public:
     // enqueued) and before their memory may be reused. Returns the bytes of graph memory g needed (its
     // plan's peak).
     virtual size_t run(Graph & g, int n_threads, const std::function<void()> & results = {}) = 0;
+    // run() for a graph built once and replayed: `plan` is the plan of an earlier run of g under this runner's
+    // rules, kept by the caller (empty the first time: made and stored here). A runner whose plans are its own
+    // (the CUDA runner's) plans as run() does.
+    virtual size_t run_planned(Graph & g, AllocPlan & plan, int n_threads, const std::function<void()> & results = {}) {
+        (void) plan;
+        return run(g, n_threads, results);
+    }
     // dst (device memory, node->nelements() floats) = node's data; node is f32 and contiguous.
     virtual void copy_f32(void * dst, const Tensor * node) = 0;
     virtual void zero(void * dst, size_t bytes) = 0;
@@ -73,6 +81,7 @@ public:
     // faults and zeroing measured 2-3% of a small model's training step), else from a buffer of their own.
     explicit CpuGraphRunner(Device * device = nullptr, CpuBackend * host = nullptr) : device_(device), host_(host) {}
     size_t run(Graph & g, int n_threads, const std::function<void()> & results = {}) override;
+    size_t run_planned(Graph & g, AllocPlan & plan, int n_threads, const std::function<void()> & results = {}) override;
     void copy_f32(void * dst, const Tensor * node) override;
     void zero(void * dst, size_t bytes) override;
     void * upload(const void * host, size_t bytes) override;
