@@ -460,7 +460,14 @@ std::unique_ptr<Trainer::Program> Trainer::take_program(const ProgramKey & key) 
 
 void Trainer::give_back(const ProgramKey & key, std::unique_ptr<Program> p) const {
     std::lock_guard<std::mutex> lk(programs_m_);
+    if (programs_.size() >= kMaxCachedPrograms) programs_.clear();  // shapes that keep changing: bound it
     programs_.emplace(key, std::move(p));
+}
+
+bool Trainer::replays() const {
+    // With LoRA dropout every micro-batch's graphs hold their own masks' keys (step, sequence offset): none
+    // would ever be replayed.
+    return cfg_.replay_graphs && cfg_.lora_dropout == 0.0f;
 }
 
 size_t Trainer::cached_programs() const {
@@ -504,7 +511,7 @@ void Trainer::call_program(ProgramKind kind, int layer, const LayerMemory & mem,
     // A runner that only measures builds the graphs of distinct shapes only (token_ranges): never replayed.
     // (A program may replay on another device than the one it was built on: the CPU runners share their plans'
     // rules, and the CUDA runner plans every run itself.)
-    const bool replay = cfg_.replay_graphs && (!pc.runner || pc.runner->computes());
+    const bool replay = replays() && (!pc.runner || pc.runner->computes());
     const ProgramKey key = program_key(kind, layer, mb, false);
     std::unique_ptr<Program> p = replay ? take_program(key) : nullptr;
     if (!p) {
@@ -729,7 +736,7 @@ std::unique_ptr<Trainer::KeptLayer> Trainer::keep_layer(int layer, const void * 
                                                         const MicroBatchInfo & mb) const {
     const ProgramKey key = program_key(ProgramKind::Backward, layer, mb, true);
     std::unique_ptr<KeptLayer> k;
-    if (cfg_.replay_graphs) {
+    if (replays()) {
         const auto it = kept_cache_.find(key);
         if (it != kept_cache_.end()) {
             k = std::move(it->second);
@@ -805,7 +812,9 @@ Trainer::KeptBytes Trainer::kept_layer_bytes(int layer, const MicroBatchInfo & m
 }
 
 void Trainer::release_kept(int layer, const MicroBatchInfo & mb, std::unique_ptr<KeptLayer> k) const {
-    if (cfg_.replay_graphs) kept_cache_.emplace(program_key(ProgramKind::Backward, layer, mb, true), std::move(k));
+    if (!replays()) return;
+    if (kept_cache_.size() >= kMaxCachedPrograms) kept_cache_.clear();  // shapes that keep changing: bound it
+    kept_cache_.emplace(program_key(ProgramKind::Backward, layer, mb, true), std::move(k));
 }
 
 Trainer::~Trainer() = default;

@@ -3,8 +3,8 @@
 //
 // One micro-batch (accumulate()):
 //   forward   embedding graph, then one graph per layer; only each layer's input (the checkpoint) is kept,
-//             or, when they fit FinetuneConfig::activation_memory, each layer's whole forward + backward graph
-//             with its activations (run half now, half in the backward: no recompute);
+//             or, when they fit FinetuneConfig::activation_memory, each layer's forward + backward graph with
+//             what its backward reads of its forward (run half now, half in the backward: no recompute);
 //   tail      final norm + fused chunked LM head + cross-entropy + its backward, in one graph (never recomputed);
 //   backward  per layer from last to first: recompute the layer graph from its checkpoint, seed it with the
 //             gradient of the layer output, produce the gradient of the layer input and accumulate the
@@ -77,11 +77,11 @@ struct FinetuneConfig {
     // (ops/moe_math.h; per graph, scaled like the main loss); 0 = none. Only shapes gradients: the reported
     // loss is the cross-entropy alone.
     float moe_aux_loss = 0.0f;
-    // The per-layer training graphs are built (and, for host training's kept layers, planned) once per shape and
-    // replayed, each call pointing their leafs at its own memory: the same bits as building them anew, which
-    // false does (tests compare the two). Shape: the program and layer, sequence length, sequences, token chunk,
-    // packing; with LoRA dropout also the step and sequence offset (the masks' keys are op parameters), with the
-    // MoE load-balancing loss also the loss scale of backward graphs.
+    // The per-layer training graphs are built and planned once per shape and replayed, each call pointing their
+    // leafs at its own memory: the same bits as building them anew, which false does (tests compare the two).
+    // Shape: the program and layer, sequence length, sequences, token chunk, packing; with the MoE
+    // load-balancing loss also the loss scale of backward graphs. With LoRA dropout nothing is replayed (the
+    // masks' keys, step and sequence offset, are op parameters of every micro-batch's own graphs).
     bool replay_graphs = true;
 };
 
@@ -151,7 +151,7 @@ public:
     void save(const std::string & path) const;
 
     // Peak graph buffer bytes of the programs run so far (the largest per-layer graph, plus the kept layers'
-    // graphs alive beside it: FinetuneConfig::activation_memory).
+    // activations alive beside it: FinetuneConfig::activation_memory).
     size_t peak_graph_bytes() const { return peak_graph_bytes_.load(); }
     // Host training's kept decoder layer (FinetuneConfig::activation_memory): the bytes it keeps between the
     // sweeps (the forward tensors its backward reads) and the bytes of its other nodes, planned in the buffer
@@ -200,6 +200,10 @@ private:
     Bound bind(Context & ctx, int layer, const LayerMemory & mem, bool with_grads, const MicroBatchInfo & mb) const;
     LayerMemory host_memory(int layer) const;  // the tensors' own data, grads into their slots
     ProgramKey program_key(ProgramKind kind, int layer, const MicroBatchInfo & mb, bool kept) const;
+    bool replays() const;  // programs are kept for replay (FinetuneConfig::replay_graphs)
+    // Kept programs of each pool at most (cleared when full: shapes that keep changing, as the loss scales of a
+    // MoE load-balancing loss over masked data, must not grow them without end).
+    static constexpr size_t kMaxCachedPrograms = 512;
     std::unique_ptr<Program> take_program(const ProgramKey & key) const;
     void give_back(const ProgramKey & key, std::unique_ptr<Program> p) const;
     // Points the program's layer tensors at mem and its argument leafs at a's buffers.
