@@ -136,7 +136,8 @@ struct ScopedThreads {
 };
 
 inline bool bit_equal(const std::vector<float> & a, const std::vector<float> & b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+    // (memcmp must not see the null data() of an empty vector, even for 0 bytes)
+    return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 // Worst-case float error bound of a length-n dot product accumulated in float (with FMAs or not), given
