@@ -235,7 +235,7 @@ private:
     std::vector<std::vector<SeqTensor>> seq_;  // per sequential layer
     Tensor * head_slot_ = nullptr;              // tied head: the head's own gradient slot of token_embd
     mutable std::atomic<size_t> peak_graph_bytes_{0};
-    mutable std::atomic<size_t> kept_live_{0};  // accumulate(): bytes of the kept layers' graphs now alive
+    mutable std::atomic<size_t> kept_live_{0};  // accumulate(): bytes the kept layers now hold
     // Host training's graph memory, reused across graphs and steps (one thread: accumulate()'s): the
     // transient programs' buffer, and each kept layer's own.
     mutable CpuBackend host_graphs_;
