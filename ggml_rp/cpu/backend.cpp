@@ -19,22 +19,12 @@ namespace rp {
 void CpuBackend::FreeAligned::operator()(void * p) const { ::operator delete(p, std::align_val_t(64)); }
 
 size_t CpuBackend::allocate(const Graph & g) {
-    plan_ = plan_graph(g, 64);
-    if (plan_.size > capacity_) {
-        buffer_.reset(::operator new(plan_.size, std::align_val_t(64)));
-        capacity_ = plan_.size;
-    }
-    apply_plan(g, plan_, buffer_.get());
-    return plan_.size;
+    const AllocPlan plan = plan_graph(g, 64);
+    allocate(g, plan);
+    return plan.size;
 }
 
-void CpuBackend::allocate(const Graph & g, const AllocPlan & plan) {
-    if (plan.size > capacity_) {
-        buffer_.reset(::operator new(plan.size, std::align_val_t(64)));
-        capacity_ = plan.size;
-    }
-    apply_plan(g, plan, buffer_.get());
-}
+void CpuBackend::allocate(const Graph & g, const AllocPlan & plan) { apply_plan(g, plan, reserve(plan.size)); }
 
 void * CpuBackend::reserve(size_t bytes) {
     if (bytes > capacity_) {
@@ -43,13 +33,6 @@ void * CpuBackend::reserve(size_t bytes) {
     }
     return buffer_.get();
 }
-
-size_t CpuBackend::plan(const Graph & g) {
-    plan_ = plan_graph(g, 64);
-    return plan_.size;
-}
-
-void CpuBackend::bind(const Graph & g, void * buffer) { apply_plan(g, plan_, buffer); }
 
 namespace {
 

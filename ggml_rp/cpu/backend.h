@@ -32,16 +32,10 @@ public:
     // places tensors in it itself.
     void * reserve(size_t bytes);
 
-    // The same in two halves, for a caller that provides the memory (a device arena): plan() returns the
-    // bytes g needs, bind() points every node of g into `buffer` (at least that many bytes, 64-byte aligned).
-    size_t plan(const Graph & g);
-    void bind(const Graph & g, void * buffer);
-
     // Runs every node of g in order with n_threads OpenMP threads (0: OpenMP's default). Leaf data must be
     // set; throws rp::Error (naming the tensor) on a missing buffer or bad runtime data (an id out of range).
     void compute(const Graph & g, int n_threads = 0);
 
-    const AllocPlan & plan() const { return plan_; }
     size_t buffer_size() const { return capacity_; }
     // Frees the buffer (graphs allocated in it must not run again before the next allocate()).
     void release() {
@@ -53,7 +47,6 @@ private:
     struct FreeAligned { void operator()(void * p) const; };
     std::unique_ptr<void, FreeAligned> buffer_;
     size_t capacity_ = 0;
-    AllocPlan plan_;
 };
 
 namespace cpu {

@@ -63,6 +63,18 @@ inline std::vector<std::vector<float>> gradients_of(const rp::Trainer & tr) {
 }
 
 // The ids and labels of n tokens (ids below 200, every 7th label masked).
+// Positions of packed sequences: examples of 5 + shift % 4 tokens, then up to token 14, and the rest, each
+// restarting at 0 (shift moves the first boundary: other examples for the same shape).
+inline std::vector<int32_t> packed_positions(int64_t T, int64_t B, int shift = 0) {
+    std::vector<int32_t> pos;
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0, p = 0; t < T; ++t, ++p) {
+            if (t == 5 + shift % 4 || t == 14) p = 0;
+            pos.push_back(static_cast<int32_t>(p));
+        }
+    return pos;
+}
+
 struct TokenData {
     std::vector<int32_t> ids, labels;
     explicit TokenData(int64_t n) {

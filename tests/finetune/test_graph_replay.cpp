@@ -25,17 +25,6 @@ struct Call {
     int data_shift;  // different tokens per call
 };
 
-// Positions of packed sequences: examples of 5 + shift % 4, then up to token 14, and the rest, restarting at 0.
-std::vector<int32_t> packed_positions(int64_t T, int64_t B, int shift) {
-    std::vector<int32_t> pos;
-    for (int64_t b = 0; b < B; ++b)
-        for (int64_t t = 0, p = 0; t < T; ++t, ++p) {
-            if (t == 5 + shift % 4 || t == 14) p = 0;
-            pos.push_back(static_cast<int32_t>(p));
-        }
-    return pos;
-}
-
 struct Trace {
     std::vector<double> losses;
     std::vector<std::vector<std::vector<float>>> grads;  // after each call
@@ -53,7 +42,7 @@ Trace run(const rp::Model & model, rp::FinetuneConfig cfg, bool replay, const st
         data.labels.erase(data.labels.begin(), data.labels.begin() + c.data_shift);
         int64_t trained = 0;
         for (int32_t l : data.labels) trained += l >= 0;
-        const std::vector<int32_t> pos = packed_positions(c.T, c.B, c.data_shift);
+        const std::vector<int32_t> pos = ft_test::packed_positions(c.T, c.B, c.data_shift);
         tr.zero_grads();
         r.losses.push_back(tr.accumulate(data.ids.data(), data.labels.data(), c.T, c.B, 1.0f / static_cast<float>(trained), 2, c.step,
                                          c.seq_offset, c.packed ? pos.data() : nullptr));

@@ -27,23 +27,12 @@ struct Result {
     int64_t mul_mats = 0;  // MUL_MAT nodes run
 };
 
-// Positions of packed sequences: examples of 5, 9 and the rest, restarting at 0.
-std::vector<int32_t> packed_positions(int64_t T, int64_t B) {
-    std::vector<int32_t> pos;
-    for (int64_t b = 0; b < B; ++b)
-        for (int64_t t = 0, p = 0; t < T; ++t, ++p) {
-            if (t == 5 || t == 14) p = 0;
-            pos.push_back(static_cast<int32_t>(p));
-        }
-    return pos;
-}
-
 Result run(const rp::Model & model, rp::FinetuneConfig cfg, size_t activation_memory, int64_t T, int64_t B, bool packed) {
     cfg.activation_memory = activation_memory;
     rp::Trainer tr(model, cfg);
     ft_test::seed_lora_b(tr);
     const ft_test::TokenData data(T * B);
-    const std::vector<int32_t> pos = packed_positions(T, B);
+    const std::vector<int32_t> pos = ft_test::packed_positions(T, B);
     tr.zero_grads();
     rp::cpu::reset_op_profile();
     rp::cpu::set_op_profiling(true);
