@@ -4,7 +4,7 @@
 set -euo pipefail
 need=()
 # Open MPI: data-parallel training between processes (mpirun; optional in CMake: RP_MPI).
-for pkg in cmake ninja-build g++ clang libgtest-dev libopenblas-dev libomp-dev libopenmpi-dev openmpi-bin git time bc; do
+for pkg in cmake ninja-build g++ clang libgtest-dev libopenblas-dev libomp-dev libopenmpi-dev openmpi-bin git time bc python3; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 # npm (for the test-only llama.cpp oracle) may come with a nodejs package from another source: only install

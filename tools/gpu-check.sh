@@ -1,22 +1,28 @@
 #!/usr/bin/env bash
 # gpu-check.sh [--dry-run]: everything that needs a GPU, in one call that fits the device tool's 10 minutes.
 # Prepare the call with tools/gpu-prep.sh (it carries GoogleTest's sources and the test models, and prints the
-# exact device call). Phases, each within what is left of the budget (RP_GPU_BUDGET_S, default 540 s):
-#   machine    nvidia-smi, the GPU's compute capability, the runtime (Firecracker or gVisor: kernel 4.4.0)
-#   build      CMake + ninja for this GPU's architecture only, tests included, no -Werror (an unknown host
-#              compiler must not stop the check)
-#   tests      every CUDA test suite in its own process (a sticky CUDA error in one cannot fail the others),
-#              each with its exit code, counts, the last [ RUN ] line (where a crash happened) and the first
-#              failure message; a suite that skips for want of a usable GPU counts as failed
-#   bench      rp-cuda-bench: GEMM TFLOP/s next to a bare cuBLAS bf16 GEMM on random data, attention fwd/bwd
-#   finetune   LoRA (rank 32, alpha 16, all linear layers) steps of a Qwen3-1.7B-shaped bf16 model written by
-#              rp-gguf synth, resident on one logical device and streamed by RoundPipe over four; tokens/s, MFU,
-#              the streamed run's trace and timeline
-#   peft       the peer on the same GPU, same shape, sequence length, batch and rank: transformers + PEFT
-#              (bench/gpu/peft_baseline.py): tokens/s, peak memory; and the cross-check of our logits and LoRA
-#              gradients against transformers' Qwen3 on the same weights
-#   sanitizer  compute-sanitizer --tool memcheck over one short finetune step (works on Firecracker, refused on
-#              gVisor: recorded either way)
+# exact device call). Phases, in the order that yields the headline figures first; each has a fixed share of
+# the budget (RP_GPU_BUDGET_S, default 540 s; the shares are scaled to it) and ends at the sum of the shares up
+# to it, so a phase can use what earlier ones left but never what later ones were given:
+#   machine       nvidia-smi, the GPU's compute capability, the runtime (Firecracker or gVisor: kernel 4.4.0)
+#   build         CMake + ninja for this GPU's architecture only, tests included, no -Werror (an unknown host
+#                 compiler must not stop the check)
+#   kernel_tests  the kernel suites of test_cuda (launch rules, ops, GEMM, attention, cross-entropy) and
+#                 test_quant's CudaDequant, each suite in its own process (a sticky CUDA error in one cannot fail
+#                 the others), with its exit code, counts, the last [ RUN ] line (where a crash happened) and the
+#                 first failure message; a suite that skips for want of a usable GPU counts as failed
+#   bench         rp-cuda-bench: GEMM TFLOP/s next to a bare cuBLAS bf16 GEMM on random data, attention fwd/bwd
+#   finetune      LoRA (rank 32, alpha 16, all linear layers) steps of a Qwen3-1.7B-shaped bf16 model written by
+#                 rp-gguf synth, resident on one logical device and streamed by RoundPipe over four; tokens/s,
+#                 MFU, the streamed run's trace and timeline (timed without --trace's callbacks; a third, short
+#                 traced run gives the timeline when there is time)
+#   peft          the peer on the same GPU, same shape, sequence length, batch and rank: transformers + PEFT
+#                 (bench/gpu/peft_baseline.py): tokens/s, peak memory; and the cross-check of our logits and LoRA
+#                 gradients against transformers' Qwen3 on the same weights
+#   tests         the remaining test_cuda suites (devices, backend, plans, pipeline), one process each
+#   sanitizer     compute-sanitizer --tool memcheck over one short finetune step (works on Firecracker, refused
+#                 on gVisor: recorded either way)
+# Every command runs under `timeout -k`, so a hung one is killed within its phase.
 # Results in $OUT (default ./gpu-check-out): gpu-check.json, rewritten after every phase (a killed run leaves
 # everything finished so far), gpu-check.log (all output, live), and the streamed run's trace and timeline.
 # --dry-run walks every phase without a GPU (and without building), recording "no GPU" for each.
@@ -46,12 +52,25 @@ start=$(date +%s)
 
 log() { echo "$@" | tee -a "$LOG" >&2; }
 jstr() { printf '"%s"' "$(printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/\t/ /g' | tr -d '\r' | tr '\n' ' ')"; }
-left() { echo $(( BUDGET_S - ($(date +%s) - start) )); }
-# The seconds a phase may take: its cap, or what is left minus a reserve for the phases after it.
-budget() { local cap="$1" reserve="${2:-15}" l; l=$(( $(left) - reserve )); if [ "$l" -lt "$cap" ]; then echo "$l"; else echo "$cap"; fi; }
+elapsed() { echo $(( $(date +%s) - start )); }
+
+# The fixed shares, in seconds of a 540 s budget, of each step, in the order they run (the steps of a phase
+# are listed one by one). A step ends at the sum of the shares up to and including it.
+SHARES=(build:170 kernel_tests:50 bench:20 synth:20 resident:65 streamed:65 traced:10 peft_bench:45 peft_check:25
+        tests:45 sanitizer:25)
+declare -A DEADLINE
+acc=0
+for sh in "${SHARES[@]}"; do
+  acc=$(( acc + ${sh#*:} ))
+  DEADLINE[${sh%%:*}]=$(( acc * BUDGET_S / 540 ))
+done
+# The seconds step $1 may still take (0 when its time is over).
+until_end() { local l=$(( ${DEADLINE[$1]} - $(elapsed) )); [ "$l" -gt 0 ] && echo "$l" || echo 0; }
+# run_for SECONDS CMD...: CMD under timeout, killed (SIGKILL) 5 s after its SIGTERM; rc 124 when it timed out.
+run_for() { local t="$1"; shift; [ "$t" -ge 1 ] || return 124; timeout -k 5 "$t" "$@"; }
 
 declare -A R
-PHASES=(machine build tests bench finetune peft sanitizer)
+PHASES=(machine build kernel_tests bench finetune peft tests sanitizer)
 ok=false
 write_json() {
   {
@@ -65,9 +84,9 @@ no_gpu() { for p in "$@"; do R[$p]='{"skipped": "no GPU"}'; done; write_json; }
 # ---- machine --------------------------------------------------------------------------------------------------
 gpu=""; cap=""
 if ! $DRY && command -v nvidia-smi > /dev/null; then
-  gpu="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
-  cap="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. ')"
-  nvidia-smi >> "$LOG" 2>&1
+  gpu="$(run_for 20 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
+  cap="$(run_for 20 nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. ')"
+  run_for 20 nvidia-smi >> "$LOG" 2>&1
 fi
 kernel="$(uname -r)"
 runtime=firecracker
@@ -75,7 +94,13 @@ case "$kernel" in 4.4.0*) runtime=gvisor ;; esac
 if [ -z "$cap" ]; then
   log "gpu-check: no GPU ($($DRY && echo 'dry run' || echo 'nvidia-smi missing or silent')); every phase records \"no GPU\""
   R[machine]="{\"gpu\": null, \"kernel\": $(jstr "$kernel"), \"runtime\": \"$runtime\", \"skipped\": \"no GPU\"}"
-  no_gpu build tests bench finetune peft sanitizer
+  no_gpu build kernel_tests bench finetune peft tests sanitizer
+  prev=0
+  for sh in "${SHARES[@]}"; do
+    n=${sh%%:*}
+    log "$(printf 'plan: %-13s %4d s  (from %3d s to %3d s)' "$n" $(( ${DEADLINE[$n]} - prev )) "$prev" "${DEADLINE[$n]}")"
+    prev=${DEADLINE[$n]}
+  done
   $DRY && exit 0
   exit 1
 fi
@@ -88,11 +113,10 @@ t0=$(date +%s)
 gen=()
 command -v ninja > /dev/null && gen=(-G Ninja)
 build_ok=false
-tb=$(budget 300 200)
-timeout "$tb" cmake -S "$ROOT" -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DRP_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$cap" \
+run_for "$(until_end build)" cmake -S "$ROOT" -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DRP_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$cap" \
   -DRP_WERROR=OFF -DRP_SHARED_DIR="$RP_SHARED_DIR" -DRP_GTEST_SOURCE_DIR="$GTEST_SRC" >> "$LOG" 2>&1
 if [ $? -eq 0 ]; then
-  timeout "$(( tb - ($(date +%s) - t0) ))" cmake --build "$BUILD" -j "$JOBS" --target test_cuda test_quant rp-cuda-bench \
+  run_for "$(until_end build)" cmake --build "$BUILD" -j "$JOBS" --target test_cuda test_quant rp-cuda-bench \
     rp-finetune rp-trace rp-gguf ggml_rp_cuda >> "$LOG" 2>&1 && build_ok=true
 fi
 $build_ok || grep -E 'error|FAILED' "$LOG" | head -20 >&2
@@ -100,7 +124,7 @@ R[build]="{\"ok\": $build_ok, \"seconds\": $(( $(date +%s) - t0 )), \"arch\": \"
 log "build: $build_ok ($(( $(date +%s) - t0 )) s)"
 write_json
 if ! $build_ok; then
-  for p in tests bench finetune peft sanitizer; do R[$p]='{"skipped": "build failed"}'; done
+  for p in kernel_tests bench finetune peft tests sanitizer; do R[$p]='{"skipped": "build failed"}'; done
   write_json
   exit 1
 fi
@@ -108,46 +132,72 @@ fi
 # ---- tests: one process per suite ------------------------------------------------------------------------------
 # run_suite PROGRAM SUITE SECONDS: appends the suite's JSON to $suites; returns 0 when it passed.
 suites=""; tests_ok=true; n_pass=0; n_fail=0; n_skip=0
+# The first failure of a GoogleTest log: the line that says where (": Failure", an exception, a signal, a
+# CUDA error), never a [ RUN ] / [ OK ] / [ FAILED ] line (whose test names may contain "Error"), and the
+# two lines after it (the message).
+first_failure() {
+  local where=': Failure$|^unknown file: Failure|thrown in the test body|what[(][)]|^terminate called|Segmentation fault|Aborted|^error: '
+  awk -v re="$where" '/^\[/ { next } found { print; if (++n == 2) exit; next } $0 ~ re { print; found = 1 }' "$1" |
+    tr '\n' ' ' | head -c 300
+}
 run_suite() {
   local prog="$1" suite="$2" t="$3" out="$SCRATCH/suite.txt" rc passed failed skipped last first ok=false
-  timeout "$t" "$BUILD/tests/$prog" --gtest_filter="$suite.*" > "$out" 2>&1
+  run_for "$t" "$BUILD/tests/$prog" --gtest_filter="$suite.*" > "$out" 2>&1
   rc=$?
   cat "$out" >> "$LOG"
   passed=$(grep -cE '^\[       OK \]' "$out")
   failed=$(grep -cE '^\[  FAILED  \] [A-Za-z].*\(' "$out")
   skipped=$(grep -cE '^\[  SKIPPED \] [A-Za-z].*\(' "$out")
   last="$(grep -E '^\[ RUN      \]' "$out" | tail -1 | sed 's/^\[ RUN      \] //')"
-  first="$(grep -m1 -E 'Failure|error:|what\(\)|Error' "$out" | head -c 300)"
+  first="$(first_failure "$out")"
   if [ "$rc" -eq 0 ] && [ "$failed" -eq 0 ] && ! grep -q 'skipped: no CUDA device' "$out"; then ok=true; fi
-  [ "$rc" -eq 124 ] && first="timed out after $t s; $first"
+  { [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; } && first="timed out after $t s; $first"
   grep -q 'skipped: no CUDA device' "$out" && first="skipped without a usable GPU; $first"
   n_pass=$(( n_pass + passed )); n_fail=$(( n_fail + failed )); n_skip=$(( n_skip + skipped ))
   suites="$suites${suites:+, }{\"program\": \"$prog\", \"suite\": $(jstr "$suite"), \"ok\": $ok, \"rc\": $rc, \"passed\": $passed, \"failed\": $failed, \"skipped\": $skipped, \"last_run\": $(jstr "$last"), \"first_failure\": $(jstr "$first")}"
   log "tests $prog $suite: $($ok && echo ok || echo FAILED) (rc $rc, $passed passed, $failed failed, $skipped skipped)${first:+ - $first}"
   $ok
 }
-t0=$(date +%s)
-list="$("$BUILD/tests/test_cuda" --gtest_list_tests 2>>"$LOG" | grep -vE '^ |^Running' | sed 's/\.\s.*$//; s/\.$//')"
-if [ -z "$list" ]; then
-  tests_ok=false
-  suites="{\"suite\": \"(list)\", \"ok\": false, \"first_failure\": \"test_cuda --gtest_list_tests listed nothing\"}"
-  log "tests: test_cuda --gtest_list_tests listed nothing"
-fi
+list="$(run_for 30 "$BUILD/tests/test_cuda" --gtest_list_tests 2>>"$LOG" | grep -vE '^ |^Running' | sed 's/\.\s.*$//; s/\.$//')"
+# The kernel suites run first (their figures decide whether anything else is worth reading); the rest later.
+KERNEL_SUITES="CudaLaunch CudaArgs CudaOps CudaMatmul CudaAttention CudaCrossEntropy"
+kernel_list=""; other_list=""
 for suite in $list; do
-  tl=$(budget 180 180)
-  if [ "$tl" -lt 10 ]; then log "tests: no time left for $suite"; tests_ok=false; suites="$suites${suites:+, }{\"suite\": $(jstr "$suite"), \"ok\": false, \"skipped\": \"no time left\"}"; continue; fi
-  run_suite test_cuda "$suite" "$tl" || tests_ok=false
-  R[tests]="{\"ok\": $tests_ok, \"passed\": $n_pass, \"failed\": $n_fail, \"skipped\": $n_skip, \"suites\": [$suites]}"
-  write_json
+  case " $KERNEL_SUITES " in *" $suite "*) kernel_list="$kernel_list $suite" ;; *) other_list="$other_list $suite" ;; esac
 done
-run_suite test_quant CudaDequant "$(budget 60 150)" || tests_ok=false
-R[tests]="{\"ok\": $tests_ok, \"passed\": $n_pass, \"failed\": $n_fail, \"skipped\": $n_skip, \"seconds\": $(( $(date +%s) - t0 )), \"suites\": [$suites]}"
-$tests_ok && ok=true
-write_json
+# run_suites KEY STEP PROGRAM:SUITE...: every suite within the step's time, the result in R[KEY].
+run_suites() {
+  local key="$1" step="$2" t0 tl entry; shift 2
+  suites=""; tests_ok=true; n_pass=0; n_fail=0; n_skip=0; t0=$(date +%s)
+  if [ -z "$list" ]; then
+    tests_ok=false
+    suites="{\"suite\": \"(list)\", \"ok\": false, \"first_failure\": \"test_cuda --gtest_list_tests listed nothing\"}"
+    log "tests: test_cuda --gtest_list_tests listed nothing"
+  fi
+  for entry in "$@"; do
+    tl=$(until_end "$step")
+    if [ "$tl" -lt 5 ]; then
+      log "$key: no time left for ${entry#*:}"; tests_ok=false
+      suites="$suites${suites:+, }{\"suite\": $(jstr "${entry#*:}"), \"ok\": false, \"skipped\": \"no time left\"}"
+      continue
+    fi
+    run_suite "${entry%%:*}" "${entry#*:}" "$tl" || tests_ok=false
+    R[$key]="{\"ok\": $tests_ok, \"passed\": $n_pass, \"failed\": $n_fail, \"skipped\": $n_skip, \"suites\": [$suites]}"
+    write_json
+  done
+  R[$key]="{\"ok\": $tests_ok, \"passed\": $n_pass, \"failed\": $n_fail, \"skipped\": $n_skip, \"seconds\": $(( $(date +%s) - t0 )), \"suites\": [$suites]}"
+  write_json
+  $tests_ok
+}
+kernel_entries=(); for suite in $kernel_list; do kernel_entries+=("test_cuda:$suite"); done
+kernel_entries+=("test_quant:CudaDequant")
+kernels_ok=false
+run_suites kernel_tests kernel_tests "${kernel_entries[@]}" && kernels_ok=true
+k_pass=$n_pass; k_fail=$n_fail; k_skip=$n_skip
 
 # ---- bench ----------------------------------------------------------------------------------------------------
-tl=$(budget 90 150)
-if [ "$tl" -ge 20 ] && timeout "$tl" "$BUILD/bin/rp-cuda-bench" "$SCRATCH/bench.json" 2>&1 | tee -a "$LOG" > /dev/null && [ -s "$SCRATCH/bench.json" ]; then
+tl=$(until_end bench)
+if [ "$tl" -ge 10 ] && run_for "$tl" "$BUILD/bin/rp-cuda-bench" "$SCRATCH/bench.json" 2>&1 | tee -a "$LOG" > /dev/null && [ -s "$SCRATCH/bench.json" ]; then
   R[bench]="$(cat "$SCRATCH/bench.json")"
 else
   R[bench]="{\"ok\": false, \"error\": \"rp-cuda-bench failed or had no time ($tl s)\"}"
@@ -168,8 +218,8 @@ median() { sort -g | awk '{v[NR]=$1} END {if (NR) print (NR % 2 ? v[(NR+1)/2] : 
 ours() {
   local name="$1" n="$2" mem="$3" t="$4" rc tps first mfu=null okr=false t1; shift 4
   t1=$(date +%s)
-  if [ "$t" -lt 30 ]; then runs="$runs${runs:+, }\"$name\": {\"ok\": false, \"skipped\": \"no time left\"}"; return; fi
-  timeout "$t" "$BUILD/bin/rp-finetune" -m "$model" --data "$ft/train.txt" -o "$ft/$name.gguf" --backend cuda --devices "$n" \
+  if [ "$t" -lt 15 ]; then runs="$runs${runs:+, }\"$name\": {\"ok\": false, \"skipped\": \"no time left\"}"; return; fi
+  run_for "$t" "$BUILD/bin/rp-finetune" -m "$model" --data "$ft/train.txt" -o "$ft/$name.gguf" --backend cuda --devices "$n" \
     --device-mem "$mem" --lora-rank "$FT_RANK" --lora-alpha "$FT_ALPHA" --seq-len "$FT_SEQ" --batch "$FT_BATCH" \
     --micro-batches "$FT_MICRO" --steps "$FT_STEPS" --lr 1e-4 "$@" > "$ft/$name.txt" 2>&1
   rc=$?
@@ -183,18 +233,25 @@ ours() {
   log "finetune $name: rc $rc, $n x $mem, ${tps:-?} tok/s (median after step 1; step 1 ${first:-?}), MFU $mfu, $(( $(date +%s) - t1 )) s"
   runs="$runs${runs:+, }\"$name\": {\"ok\": $okr, \"rc\": $rc, \"devices\": $n, \"device_mem\": \"$mem\", \"tokens_per_s\": ${tps:-null}, \"first_step_tokens_per_s\": ${first:-null}, \"mfu\": $mfu, \"error\": $(jstr "$(grep -m1 '^error' "$ft/$name.txt")")}"
 }
-if [ "$(left)" -gt 150 ]; then
+if [ "$(until_end synth)" -ge 5 ]; then
   t0=$(date +%s)
-  params=$(timeout "$(budget 150 120)" "$BUILD/bin/rp-gguf" synth "$model" --vocab "$MODELS/vocab/ggml-vocab-qwen2.gguf" \
+  params=$(run_for "$(until_end synth)" "$BUILD/bin/rp-gguf" synth "$model" --vocab "$MODELS/vocab/ggml-vocab-qwen2.gguf" \
              --shape qwen3-1.7b --type bf16 --seed 7 2>> "$LOG" | sed -n 's/^params //p')
   for i in $(seq 200); do cat "$MODELS/reference/train.txt"; done > "$ft/train.txt"
   if [ -n "$params" ]; then
     log "finetune: qwen3-1.7b-shaped bf16 model, $params parameters, written in $(( $(date +%s) - t0 )) s"
-    ours resident 1 80G "$(budget 120 140)"
-    ours streamed 4 "$FT_STREAM_MEM" "$(budget 120 110)" --trace "$ft/streamed.trace.json"
+    ours resident 1 80G "$(until_end resident)"
+    ours streamed 4 "$FT_STREAM_MEM" "$(until_end streamed)"
+    # The timeline from a short traced run (--trace adds a host callback per operation: never the timed run).
+    tt=$(until_end traced)
+    if [ "$tt" -ge 8 ]; then
+      run_for "$tt" "$BUILD/bin/rp-finetune" -m "$model" --data "$ft/train.txt" -o "$ft/traced.gguf" --backend cuda --devices 4 \
+        --device-mem "$FT_STREAM_MEM" --lora-rank "$FT_RANK" --lora-alpha "$FT_ALPHA" --seq-len "$FT_SEQ" --batch "$FT_BATCH" \
+        --micro-batches "$FT_MICRO" --steps 1 --lr 1e-4 --trace "$ft/streamed.trace.json" >> "$LOG" 2>&1
+    fi
     if [ -s "$ft/streamed.trace.json" ]; then
       cp "$ft/streamed.trace.json" "$OUT_DIR/finetune-streamed.trace.json"
-      "$BUILD/bin/rp-trace" "$ft/streamed.trace.json" -o "$OUT_DIR/finetune-streamed.timeline.svg" \
+      run_for 30 "$BUILD/bin/rp-trace" "$ft/streamed.trace.json" -o "$OUT_DIR/finetune-streamed.timeline.svg" \
         --title "Qwen3-1.7B shape, LoRA r32, 4 logical CUDA devices x $FT_STREAM_MEM" >> "$LOG" 2>&1
     fi
     R[finetune]="{\"model\": \"qwen3-1.7b shape, bf16, random\", \"params\": $params, \"seq_len\": $FT_SEQ, \"batch\": $FT_BATCH, \"micro_batches\": $FT_MICRO, \"steps\": $FT_STEPS, \"lora_rank\": $FT_RANK, \"peak_tflops\": $peak, \"peak_source\": $(jstr "$peak_src"), $runs}"
@@ -208,36 +265,45 @@ write_json
 
 # ---- peft: the peer, and the cross-check of our numbers -------------------------------------------------------
 peft_json="null"; check_json="null"
-tl=$(budget 120 60)
-if [ "$tl" -ge 40 ] && [ -n "$params" ]; then
-  PYTHONUNBUFFERED=1 timeout "$tl" python3 "$ROOT/bench/gpu/peft_baseline.py" bench --shape qwen3-1.7b \
+tl=$(until_end peft_bench)
+if [ "$tl" -ge 20 ] && [ -n "$params" ]; then
+  PYTHONUNBUFFERED=1 run_for "$tl" python3 "$ROOT/bench/gpu/peft_baseline.py" bench --shape qwen3-1.7b \
     --vocab-size 151936 --seq-len "$FT_SEQ" --batch "$FT_BATCH" --micro-batches "$FT_MICRO" --steps "$FT_STEPS" \
     --rank "$FT_RANK" --alpha "$FT_ALPHA" --json "$SCRATCH/peft.json" 2>&1 | tee -a "$LOG" > /dev/null
   [ -s "$SCRATCH/peft.json" ] && peft_json="$(cat "$SCRATCH/peft.json")"
 fi
-tl=$(budget 90 40)
-if [ "$tl" -ge 40 ]; then
+tl=$(until_end peft_check)
+if [ "$tl" -ge 15 ]; then
   # The same weights through both engines: a small qwen3 with the real vocabulary, f32, LoRA made non-zero by two
   # steps, then one more step with lr 0 whose batch, logits, loss and gradients rp-finetune dumps.
   c="$SCRATCH/check"; mkdir -p "$c"
-  "$BUILD/bin/rp-gguf" synth "$c/base.gguf" --vocab "$MODELS/vocab/ggml-vocab-qwen2.gguf" --arch qwen3 --n-embd 256 \
+  run_for "$(until_end peft_check)" "$BUILD/bin/rp-gguf" synth "$c/base.gguf" --vocab "$MODELS/vocab/ggml-vocab-qwen2.gguf" --arch qwen3 --n-embd 256 \
     --n-head 4 --n-head-kv 2 --head-dim 64 --n-ff 512 --n-layer 2 --tied 1 --seed 3 >> "$LOG" 2>&1
   common=(-m "$c/base.gguf" --data "$MODELS/reference/train.txt" --seq-len 64 --batch 2 --backend cuda --devices 1
-          --device-mem 2G --lora-rank 8 --lora-alpha 16 --attention-type f32 --clip 0)
-  "$BUILD/bin/rp-finetune" "${common[@]}" --steps 2 --lr 1e-2 -o "$c/a1.gguf" >> "$LOG" 2>&1 &&
-  "$BUILD/bin/rp-finetune" "${common[@]}" --resume "$c/a1.gguf" --steps 1 --lr 0 --dump-grads "$c/step.gguf" -o "$c/a2.gguf" >> "$LOG" 2>&1 &&
-  PYTHONUNBUFFERED=1 timeout "$(budget 60 30)" python3 "$ROOT/bench/gpu/peft_baseline.py" check --base "$c/base.gguf" \
+          --device-mem 2G --lora-rank 8 --lora-alpha 16 --attention-type f32 --f32-gemm f32 --clip 0)
+  run_for "$(until_end peft_check)" "$BUILD/bin/rp-finetune" "${common[@]}" --steps 2 --lr 1e-2 -o "$c/a1.gguf" >> "$LOG" 2>&1 &&
+  run_for "$(until_end peft_check)" "$BUILD/bin/rp-finetune" "${common[@]}" --resume "$c/a1.gguf" --steps 1 --lr 0 --dump-grads "$c/step.gguf" -o "$c/a2.gguf" >> "$LOG" 2>&1 &&
+  PYTHONUNBUFFERED=1 run_for "$(until_end peft_check)" python3 "$ROOT/bench/gpu/peft_baseline.py" check --base "$c/base.gguf" \
     --adapter "$c/a1.gguf" --dump "$c/step.gguf" --json "$SCRATCH/check.json" 2>&1 | tee -a "$LOG" > /dev/null
   [ -s "$SCRATCH/check.json" ] && check_json="$(cat "$SCRATCH/check.json")"
 fi
 R[peft]="{\"bench\": $peft_json, \"check\": $check_json}"
 write_json
 
+# ---- tests: the remaining suites -------------------------------------------------------------------------------
+other_entries=(); for suite in $other_list; do other_entries+=("test_cuda:$suite"); done
+others_ok=false
+if [ ${#other_entries[@]} -gt 0 ]; then run_suites tests tests "${other_entries[@]}" && others_ok=true; else R[tests]='{"ok": true, "suites": []}'; others_ok=true; fi
+n_pass=$(( n_pass + k_pass )); n_fail=$(( n_fail + k_fail )); n_skip=$(( n_skip + k_skip ))
+tests_ok=false; $kernels_ok && $others_ok && tests_ok=true
+$tests_ok && ok=true
+write_json
+
 # ---- sanitizer --------------------------------------------------------------------------------------------------
-tl=$(budget 90 5)
-if [ "$tl" -ge 30 ] && command -v compute-sanitizer > /dev/null; then
+tl=$(until_end sanitizer)
+if [ "$tl" -ge 15 ] && command -v compute-sanitizer > /dev/null; then
   s="$SCRATCH/san"; mkdir -p "$s"
-  timeout "$tl" compute-sanitizer --tool memcheck --error-exitcode 2 --print-limit 20 "$BUILD/bin/rp-finetune" \
+  run_for "$tl" compute-sanitizer --tool memcheck --error-exitcode 2 --print-limit 20 "$BUILD/bin/rp-finetune" \
     -m "$MODELS/stories260K.gguf" --data "$MODELS/reference/train.txt" -o "$s/a.gguf" --steps 1 --seq-len 32 --batch 4 \
     --micro-batches 2 --backend cuda --devices 2 --device-mem 256M > "$s/log" 2>&1
   rc=$?
@@ -256,7 +322,7 @@ write_json
   echo "== gpu-check summary: $gpu (sm_$cap, $runtime), $(( $(date +%s) - start )) s"
   printf '%-44s %s\n' "build" "$build_ok"
   printf '%-44s %s (%s passed, %s failed, %s skipped)\n' "tests" "$tests_ok" "$n_pass" "$n_fail" "$n_skip"
-  echo "$suites" | grep -o '"suite": "[^"]*", "ok": false' | sed 's/"suite": "\([^"]*\)".*/  failed suite: \1/'
+  echo "${R[kernel_tests]} ${R[tests]}" | grep -o '"suite": "[^"]*", "ok": false' | sed 's/"suite": "\([^"]*\)".*/  failed suite: \1/'
   if [ -s "$SCRATCH/bench.json" ]; then
     sed -n 's/.*"name": "\([^"]*\)", "shape": "\([^"]*\)".*"tflops": \([0-9.]*\).*/\1 \2 \3/p' "$SCRATCH/bench.json" |
       awk '{t=$NF; $NF=""; printf "%-44s %8.1f TFLOP/s\n", $0, t}'

@@ -55,6 +55,8 @@ const char * const kUsage =
     "                          Transformer's n_expert * sum f_e P_e, per graph, scaled like the loss) (default 0)\n"
     "      --attention-type T  bf16 | f16 | f32: what CUDA devices round attention inputs to (default bf16: tensor\n"
     "                          cores; the CPU computes attention in f32 whatever it is)\n"
+    "      --f32-gemm M        tf32 | f32: how CUDA devices run f32 GEMMs (LoRA products, weight gradients,\n"
+    "                          dequantized K-quant weights; default tf32: tensor cores, ~1e-3 relative error)\n"
     "      --seq-len N         tokens per sequence (default 64)\n"
     "      --batch N           sequences per optimizer step (default 8)\n"
     "      --micro-batches M   split each batch in M parts, gradients accumulated (default 1)\n"
@@ -216,6 +218,7 @@ static int finetune(int argc, char ** argv, rp::Communicator * world) {
             else if (a == "--lora-targets") o.finetune.lora_targets = cli::split_commas(args.value());
             else if (a == "--lora-dropout") o.finetune.lora_dropout = args.number(0.0f, 0.999999f);
             else if (a == "--moe-aux-loss") o.finetune.moe_aux_loss = args.number(0.0f, 1e6f);
+            else if (a == "--f32-gemm") o.devices.tf32_gemm = args.choice({"tf32", "f32"}) == "tf32";
             else if (a == "--attention-type") {
                 const std::string t = args.choice({"bf16", "f16", "f32"});
                 o.finetune.attention_type = t == "bf16" ? rp::DType::BF16 : t == "f16" ? rp::DType::F16 : rp::DType::F32;

@@ -303,6 +303,17 @@ def cmd_check(a):
     return res
 
 
+def finite_or_null(x):
+    """x with every non-finite float (NaN, +-inf), at any depth, replaced by None."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: finite_or_null(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [finite_or_null(v) for v in x]
+    return x
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -331,7 +342,8 @@ def main():
         print(f"peft_baseline {a.cmd}: {res['error']}", file=sys.stderr)
     if a.json:
         with open(a.json + ".tmp", "w") as f:
-            json.dump(res, f, indent=1, default=lambda x: None if isinstance(x, float) and math.isnan(x) else str(x))
+            # JSON has no NaN or infinity (Python's json writes them unless told not to): they become null.
+            json.dump(finite_or_null(res), f, indent=1, allow_nan=False, default=str)
         import os
         os.replace(a.json + ".tmp", a.json)
     return 0 if res.get("ok", True) else 1

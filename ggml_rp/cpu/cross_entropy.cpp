@@ -2,6 +2,8 @@
 //
 // Pass 1, chunk by chunk: logits L = W_chunk^T h ([chunk x T], via matmul_fwd), per token an online max m
 // and sum s of exp(L - m), and the logit of the label when it falls in the chunk. lse = m + log(s).
+// Pass 1 is skipped when the caller has the logsumexps of a forward call (lse_in: LM_HEAD_CE_BACK reads the
+// ones LM_HEAD_CE saved).
 // Pass 2 (only when a gradient is asked for), chunk by chunk again: recompute L, G = (softmax - onehot) *
 // loss_scale for unmasked tokens (0 for ignored ones), then dh (+)= W_chunk G (matmul_bwd_x) and
 // dW_chunk += h G^T (matmul_bwd_w). Chunks run in order and every GEMM is deterministic, so the result is
@@ -20,24 +22,15 @@
 
 namespace rp::cpu {
 
-double lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::TensorType wtype, size_t w_row_bytes,
-                  const int32_t * labels, float loss_scale, float * dh, float * dW, int64_t dw_row) {
-    if (s.C < 1 || s.V < 1 || s.T < 0 || s.chunk < 1)
-        throw Error("lm_head_ce: bad shape C=" + std::to_string(s.C) + " V=" + std::to_string(s.V) + " T=" +
-                    std::to_string(s.T) + " chunk=" + std::to_string(s.chunk));
-    if (dW && dw_row < s.C)
-        throw Error("lm_head_ce: dW row stride " + std::to_string(dw_row) + " is smaller than C=" +
-                    std::to_string(s.C));
-    for (int64_t t = 0; t < s.T; ++t)
-        if (labels[t] < -1 || labels[t] >= s.V)
-            throw Error("lm_head_ce: label " + std::to_string(labels[t]) + " of token " + std::to_string(t) +
-                        " is outside [0, " + std::to_string(s.V) + ") and not -1 (ignored)");
+namespace {
+
+// Pass 1: every token's logsumexp into lse (float, as pass 2 reads it); returns the loss. L: the chunk tile.
+double logsumexp_pass(const LmHeadCEShape & s, const float * h, const void * W, gguf::TensorType wtype,
+                      size_t w_row_bytes, const int32_t * labels, float loss_scale, std::vector<float> & L,
+                      std::vector<float> & lse) {
     const int64_t C = s.C, V = s.V, T = s.T;
     const int64_t chunk = std::min(s.chunk, V);
     const char * wbytes = static_cast<const char *>(W);
-    std::vector<float> L(size_t(chunk * std::max<int64_t>(T, 1)));   // column t at L + t*nv
-
-    // ---- pass 1: logsumexp and label logits ------------------------------------------------------------------
     std::vector<float> m(size_t(T), -std::numeric_limits<float>::infinity());
     std::vector<double> sum(size_t(T), 0.0);
     std::vector<float> label_logit(size_t(T), 0.0f);
@@ -61,13 +54,43 @@ double lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf
             m[size_t(t)] = mx;
         }
     }
-    std::vector<float> lse(static_cast<size_t>(T));
     double loss = 0.0;
     for (int64_t t = 0; t < T; ++t) {
         const double l = double(m[size_t(t)]) + std::log(sum[size_t(t)]);
         lse[size_t(t)] = float(l);
         if (labels[t] >= 0) loss += double(loss_scale) * (l - double(label_logit[size_t(t)]));
     }
+    return loss;
+}
+
+} // namespace
+
+double lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::TensorType wtype, size_t w_row_bytes,
+                  const int32_t * labels, float loss_scale, float * dh, float * dW, int64_t dw_row, float * lse_out,
+                  const float * lse_in) {
+    if (s.C < 1 || s.V < 1 || s.T < 0 || s.chunk < 1)
+        throw Error("lm_head_ce: bad shape C=" + std::to_string(s.C) + " V=" + std::to_string(s.V) + " T=" +
+                    std::to_string(s.T) + " chunk=" + std::to_string(s.chunk));
+    if (dW && dw_row < s.C)
+        throw Error("lm_head_ce: dW row stride " + std::to_string(dw_row) + " is smaller than C=" +
+                    std::to_string(s.C));
+    for (int64_t t = 0; t < s.T; ++t)
+        if (labels[t] < -1 || labels[t] >= s.V)
+            throw Error("lm_head_ce: label " + std::to_string(labels[t]) + " of token " + std::to_string(t) +
+                        " is outside [0, " + std::to_string(s.V) + ") and not -1 (ignored)");
+    const int64_t C = s.C, V = s.V, T = s.T;
+    const int64_t chunk = std::min(s.chunk, V);
+    const char * wbytes = static_cast<const char *>(W);
+    std::vector<float> L(size_t(chunk * std::max<int64_t>(T, 1)));   // column t at L + t*nv
+
+    std::vector<float> lse(static_cast<size_t>(T));
+    double loss = 0.0;
+    if (lse_in) {
+        std::copy(lse_in, lse_in + T, lse.begin());
+    } else {
+        loss = logsumexp_pass(s, h, W, wtype, w_row_bytes, labels, loss_scale, L, lse);
+    }
+    if (lse_out) std::copy(lse.begin(), lse.end(), lse_out);
     if (!dh && !dW) return loss;
 
     // ---- pass 2: gradients ------------------------------------------------------------------------------------

@@ -22,8 +22,11 @@ struct LmHeadCEShape {
 // Returns sum_t loss_scale * (logsumexp(logits_t) - logits_t[label_t]) in double.
 // dh (nullable) is overwritten with d(result)/dh; dW (nullable, f32 [C, V], row stride dw_row floats) is
 // accumulated with d(result)/dW. Deterministic for any thread count.
+// lse_out (nullable, T floats) receives each token's logsumexp. lse_in (nullable): the logsumexps a forward
+// call wrote for the same h, W and labels: the first pass over the vocabulary is skipped (the gradients are
+// the same bits, since pass 1 computes the same floats) and the result is 0 (the loss is the forward's).
 double lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::TensorType wtype,
                   size_t w_row_bytes, const int32_t * labels, float loss_scale,
-                  float * dh, float * dW, int64_t dw_row);
+                  float * dh, float * dW, int64_t dw_row, float * lse_out = nullptr, const float * lse_in = nullptr);
 
 } // namespace rp::cpu

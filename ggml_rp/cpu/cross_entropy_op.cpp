@@ -2,6 +2,7 @@
 // in cross_entropy.cpp). Labels are checked here so that a bad label is an rp::Error, not a crash.
 #include "ggml_rp/cpu/cross_entropy.h"
 #include "ggml_rp/cpu/kernels.h"
+#include "ggml_rp/ops/node_args.h"
 #include "base/error.h"
 
 #include <vector>
@@ -36,7 +37,7 @@ void lm_head_ce(Tensor * n) {
     const Tensor * W = n->src[1];
     const std::vector<int32_t> labels = read_labels(n, n->src[2], W->ne[1]);
     const double loss = rp::cpu::lm_head_ce(shape_of(n, h, W), h->data_as<float>(), W->data, W->type, W->nb[1],
-                                            labels.data(), n->param_f32(0), nullptr, nullptr, 0);
+                                            labels.data(), n->param_f32(0), nullptr, nullptr, 0, node::aux(n, 0));
     *n->data_as<float>() = static_cast<float>(loss);
 }
 
@@ -45,11 +46,12 @@ void lm_head_ce_back(Tensor * n) {
     const Tensor * W = n->src[1];
     const Tensor * dloss = n->src[3];
     const Tensor * dW = n->src[4];
+    const Tensor * ce = n->src[5];  // the forward node: its logsumexps (aux)
     const std::vector<int32_t> labels = read_labels(n, n->src[2], W->ne[1]);
     const float scale = n->param_f32(0) * *dloss->data_as<float>();
     rp::cpu::lm_head_ce(shape_of(n, h, W), h->data_as<float>(), W->data, W->type, W->nb[1], labels.data(), scale,
                         n->data_as<float>(), dW ? dW->data_as<float>() : nullptr,
-                        dW ? static_cast<int64_t>(dW->nb[1] / sizeof(float)) : 0);
+                        dW ? static_cast<int64_t>(dW->nb[1] / sizeof(float)) : 0, nullptr, ce ? node::aux(ce, 0) : nullptr);
 }
 
 } // namespace rp::cpu

@@ -7,7 +7,9 @@
 #include "ggml_rp/cuda/backend_plan.h"
 #include "ggml_rp/cuda/common.cuh"
 #include "ggml_rp/cuda/copy.cuh"
+#include "ggml_rp/cuda/half_scale.h"
 #include "ggml_rp/cuda/launch.h"
+#include "ggml_rp/cuda/mul_mat.cuh"
 #include "ggml_rp/cuda/node_kernel.cuh"
 #include "ggml_rp/ops/node_args.h"
 
@@ -226,7 +228,7 @@ __global__ void __launch_bounds__(kAttnThreads)
 attn_bwd_kv_kernel(AttentionShape s, const T * __restrict__ q, const T * __restrict__ k, const T * __restrict__ v,
                    const T * __restrict__ dout, const float * __restrict__ lse, const float * __restrict__ Di,
                    float * __restrict__ dk, float * __restrict__ dv, const int32_t * __restrict__ ks, int BQ, int BK,
-                   int DP, int KP) {
+                   int DP, int KP, const float * __restrict__ unscale) {
     Carve cv{attn_smem};
     T * Ks = cv.take<T>(BK * KP);
     T * Vs = cv.take<T>(BK * KP);
@@ -272,11 +274,12 @@ attn_bwd_kv_kernel(AttentionShape s, const T * __restrict__ q, const T * __restr
         }
     }
     __syncthreads();
+    const float u = unscale ? *unscale : 1.0f;  // 2^-k of a scaled dout (half_scale.h): exact
     for (int64_t e = threadIdx.x; e < bk * s.D; e += blockDim.x) {
         const int64_t j = e / s.D, d = e % s.D;
         const int64_t idx = ((b * s.Tk + j0 + j) * s.Hkv + hk) * s.D + d;
-        dk[idx] = dK[j * DP + d] * s.scale;
-        dv[idx] = dV[j * DP + d];
+        dk[idx] = dK[j * DP + d] * s.scale * u;
+        dv[idx] = dV[j * DP + d] * u;
     }
 }
 
@@ -284,7 +287,8 @@ template <class T>
 __global__ void __launch_bounds__(kAttnThreads)
 attn_bwd_q_kernel(AttentionShape s, const T * __restrict__ q, const T * __restrict__ k, const T * __restrict__ v,
                   const T * __restrict__ dout, const float * __restrict__ lse, const float * __restrict__ Di,
-                  float * __restrict__ dq, const int32_t * __restrict__ ks, int BQ, int BK, int DP, int KP) {
+                  float * __restrict__ dq, const int32_t * __restrict__ ks, int BQ, int BK, int DP, int KP,
+                  const float * __restrict__ unscale) {
     Carve cv{attn_smem};
     T * Qs = cv.take<T>(BQ * DP);
     T * dOs = cv.take<T>(BQ * DP);
@@ -323,9 +327,10 @@ attn_bwd_q_kernel(AttentionShape s, const T * __restrict__ q, const T * __restri
         block_gemm<T, true, true>(BQ, DP, BK, dS, BK, Ks, KP, dQ, DP, true);   // dQ += dS K
     }
     __syncthreads();
+    const float u = unscale ? *unscale : 1.0f;
     for (int64_t e = threadIdx.x; e < bq * s.D; e += blockDim.x) {
         const int64_t i = e / s.D, d = e % s.D;
-        dq[((b * s.Tq + t0 + i) * s.Hq + h) * s.D + d] = dQ[i * DP + d] * s.scale;
+        dq[((b * s.Tq + t0 + i) * s.Hq + h) * s.D + d] = dQ[i * DP + d] * s.scale * u;
     }
 }
 
@@ -374,7 +379,7 @@ void fwd(const AttentionShape & s, const void * q, const void * k, const void * 
 template <class T>
 void bwd(const AttentionShape & s, const void * q, const void * k, const void * v, const float * o,
          const float * lse, const void * dout, float * dq, float * dk, float * dv, float * Di, const int32_t * ks,
-         cudaStream_t stream) {
+         cudaStream_t stream, const float * unscale) {
     const int64_t rows = s.B * s.Tq * s.Hq;
     if (rows > 0)
         attn_rowdot_kernel<T><<<static_cast<unsigned>(ceil_div(rows * 32, kElemThreads)), kElemThreads, 0, stream>>>(
@@ -388,14 +393,14 @@ void bwd(const AttentionShape & s, const void * q, const void * k, const void * 
     const Grid3 gkv = attention_grid(AttnKernel::BackwardKV, s.Tq, s.Tk, s.Hq, s.Hkv, s.B, tkv);
     attn_bwd_kv_kernel<T><<<to_dim3(gkv), kAttnThreads, tkv.smem, stream>>>(
         s, qt, kt, vt, dot, lse, Di, dk, dv, ks, static_cast<int>(tkv.bq), static_cast<int>(tkv.bk), static_cast<int>(tkv.dp),
-        static_cast<int>(tkv.kp));
+        static_cast<int>(tkv.kp), unscale);
     check_launch("attention_back (dk, dv)");
     const AttnTiles tq = prepare(attn_bwd_q_kernel<T>, AttnKernel::BackwardQ, s, sizeof(T), "attention_back");
     const Grid3 gq = attention_grid(AttnKernel::BackwardQ, s.Tq, s.Tk, s.Hq, s.Hkv, s.B, tq);
     if (gq.x > 0)
         attn_bwd_q_kernel<T><<<to_dim3(gq), kAttnThreads, tq.smem, stream>>>(
             s, qt, kt, vt, dot, lse, Di, dq, ks, static_cast<int>(tq.bq), static_cast<int>(tq.bk), static_cast<int>(tq.dp),
-            static_cast<int>(tq.kp));
+            static_cast<int>(tq.kp), unscale);
     check_launch("attention_back (dq)");
 }
 
@@ -414,7 +419,8 @@ void attention_fwd(const AttentionShape & s, gguf::TensorType type, const void *
 
 void attention_bwd(const AttentionShape & s, gguf::TensorType type, const void * q, const void * k, const void * v,
                    const float * o, const float * lse, const void * dout, float * dq, float * dk, float * dv,
-                   void * workspace, size_t workspace_bytes, cudaStream_t stream, const int32_t * key_start) {
+                   void * workspace, size_t workspace_bytes, cudaStream_t stream, const int32_t * key_start,
+                   const float * grad_unscale) {
     check_shape(s, type, "attention_back");
     const size_t need = attention_bwd_workspace_bytes(s.Hq, s.Tq, s.B);
     require(workspace_bytes >= need, "attention_back", "workspace of " + std::to_string(workspace_bytes) +
@@ -422,21 +428,38 @@ void attention_bwd(const AttentionShape & s, gguf::TensorType type, const void *
     if (s.B == 0 || s.Tk == 0) return;
     float * Di = static_cast<float *>(workspace);
     switch (type) {
-    case gguf::TensorType::F16: return bwd<__half>(s, q, k, v, o, lse, dout, dq, dk, dv, Di, key_start, stream);
-    case gguf::TensorType::BF16: return bwd<__nv_bfloat16>(s, q, k, v, o, lse, dout, dq, dk, dv, Di, key_start, stream);
-    default: return bwd<float>(s, q, k, v, o, lse, dout, dq, dk, dv, Di, key_start, stream);
+    case gguf::TensorType::F16: return bwd<__half>(s, q, k, v, o, lse, dout, dq, dk, dv, Di, key_start, stream, grad_unscale);
+    case gguf::TensorType::BF16:
+        return bwd<__nv_bfloat16>(s, q, k, v, o, lse, dout, dq, dk, dv, Di, key_start, stream, grad_unscale);
+    default: return bwd<float>(s, q, k, v, o, lse, dout, dq, dk, dv, Di, key_start, stream, grad_unscale);
     }
 }
 
 // ---- node entries ----
 namespace {
 
+// The f16 backward's scale of dout (backend_plan.h's header): max |dout| and max |v| (float bits), 2^k and 2^-k.
+struct GradScale {
+    unsigned dout_max_bits;
+    unsigned v_max_bits;
+    float scale;
+    float unscale;
+};
+
+__global__ void __launch_bounds__(1) grad_scale_kernel(GradScale * g, int64_t D) {
+    const int k = attention_grad_scale_exponent(__uint_as_float(g->dout_max_bits), __uint_as_float(g->v_max_bits), D);
+    g->scale = ldexpf(1.0f, k);
+    g->unscale = ldexpf(1.0f, -k);
+}
+
 // The node's inputs as the kernels read them: as they are, or (f32 inputs with an f16 / bf16 accelerated
-// type, ops/attention.h) cast into scratch at `area` so the tile products run on tensor cores.
+// type, ops/attention.h) cast into scratch at `area` so the tile products run on tensor cores. An f16 backward
+// scales dout by a power of two first (half_scale.h): unscale then points at 2^-k for the kernels' results.
 struct AttentionInputs {
     gguf::TensorType type;
     const void * p[6] = {};
     Tensor cast[6];
+    const float * unscale = nullptr;
 };
 
 AttentionInputs attention_inputs(const Tensor * n, char * area, cudaStream_t stream) {
@@ -445,6 +468,19 @@ AttentionInputs attention_inputs(const Tensor * n, char * area, cudaStream_t str
     for (int i = 0; i < 6; ++i) x.p[i] = n->src[i] ? n->src[i]->data : nullptr;
     if (!attention_casts_inputs(n)) return x;
     x.type = node::attention_accelerated_type(n);
+    GradScale * gs = nullptr;
+    if (attention_scales_grads(n)) {
+        gs = reinterpret_cast<GradScale *>(area);
+        area += kAttentionGradHeader;
+        const Tensor * dout = n->src[5];
+        const Tensor * v = n->src[2];
+        check(cudaMemsetAsync(gs, 0, 2 * sizeof(unsigned), stream), "cuda attention_back (gradient scale)");
+        absmax_into(in<float>(dout), dout->nelements(), dout->nelements(), 1, &gs->dout_max_bits, stream);
+        absmax_into(in<float>(v), v->nelements(), v->nelements(), 1, &gs->v_max_bits, stream);
+        grad_scale_kernel<<<1, 1, 0, stream>>>(gs, n->src[0]->ne[0]);
+        check_launch("attention_back (gradient scale)");
+        x.unscale = &gs->unscale;
+    }
     for (int i : {0, 1, 2, 5}) {
         if (i == 5 && n->op != Op::ATTENTION_BACK) continue;
         const Tensor * src = n->src[i];
@@ -456,7 +492,12 @@ AttentionInputs attention_inputs(const Tensor * n, char * area, cudaStream_t str
         c.view_offs = 0;
         c.data = area;
         area += (size_t(src->nelements()) * 2 + 255) / 256 * 256;
-        enqueue_cpy(src, &c, stream);
+        if (i == 5 && gs) {
+            // dout (packed, kPackedIn) times 2^k, rounded to f16.
+            round_to_half(gguf::TensorType::F16, in<float>(src), src->nelements(), src->nelements(), 1, c.data, &gs->scale, stream);
+        } else {
+            enqueue_cpy(src, &c, stream);
+        }
         x.p[i] = c.data;
     }
     return x;
@@ -475,7 +516,7 @@ void run_attention_back(Tensor * n, const NodeRun & r) {
     const AttentionInputs x = attention_inputs(n, static_cast<char *>(r.scratch) + own, r.stream);
     attention_bwd(node::attention_shape(n), x.type, x.p[0], x.p[1], x.p[2], in<float>(n->src[3]), in<float>(n->src[4]),
                   x.p[5], out<float>(n), node::aux(n, 0), node::aux(n, k->nbytes()), r.scratch, own, r.stream,
-                  node::attention_key_start_data(n));
+                  node::attention_key_start_data(n), x.unscale);
 }
 
 const RegisterNodeKernels kRegister{{Op::ATTENTION, run_attention}, {Op::ATTENTION_BACK, run_attention_back}};

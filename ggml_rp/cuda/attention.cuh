@@ -32,8 +32,11 @@ void attention_fwd(const AttentionShape & s, gguf::TensorType type, const void *
                    float * o, float * lse, cudaStream_t stream, const int32_t * key_start = nullptr);
 
 // dq, dk, dv are overwritten. workspace: attention_bwd_workspace_bytes(Hq, Tq, B) bytes (launch.h).
+// grad_unscale (device float, nullable): dout was multiplied by its inverse (a power of two, half_scale.h's
+// attention_grad_scale_exponent) before rounding to f16; dq, dk and dv are multiplied by it (exact).
 void attention_bwd(const AttentionShape & s, gguf::TensorType type, const void * q, const void * k, const void * v,
                    const float * o, const float * lse, const void * dout, float * dq, float * dk, float * dv,
-                   void * workspace, size_t workspace_bytes, cudaStream_t stream, const int32_t * key_start = nullptr);
+                   void * workspace, size_t workspace_bytes, cudaStream_t stream, const int32_t * key_start = nullptr,
+                   const float * grad_unscale = nullptr);
 
 } // namespace rp::cuda

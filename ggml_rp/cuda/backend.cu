@@ -221,7 +221,8 @@ void CudaBackend::compute(const Graph & g, Stream & stream) {
     auto * loss = reinterpret_cast<double *>(ws + scratch_bytes_ + cuda::align256(max_flags_ * sizeof(int)));
     if (flags > 0) cuda::check(cudaMemsetAsync(dflags, 0, flags * sizeof(int), s), "cuda compute: cudaMemsetAsync of the flags");
 
-    NodeRun r{s, workspace_, 0, nullptr, loss, static_cast<float *>(host_flags_)};
+    cuda::ExpertRoutes routes;  // this run's expert counts (cuda/moe.cu): read once per ids tensor
+    NodeRun r{s, workspace_, 0, nullptr, loss, static_cast<float *>(host_flags_), &routes};
     flag_nodes_.clear();
     Packed pk;
     for (Tensor * n : g.nodes) {

@@ -197,14 +197,19 @@ inline void check_cuda_node(const Tensor * n) {
 
 // ATTENTION / ATTENTION_BACK with f32 inputs and an accelerated type of f16 / bf16 (ops/attention.h): the
 // inputs (q, k, v, and dout for the backward) are cast into scratch, 2 bytes an element, each section
-// 256-byte aligned, after the kernel's own workspace.
+// 256-byte aligned, after the kernel's own workspace. The f16 backward first has a 256-byte header: the
+// power-of-two scale of dout (half_scale.h, attention_grad_scale_exponent) and its inverse.
 inline bool attention_casts_inputs(const Tensor * n) {
     const DType acc = static_cast<DType>(n->param_i32(1));
     return (acc == DType::F16 || acc == DType::BF16) && n->src[0]->type == DType::F32;
 }
+inline bool attention_scales_grads(const Tensor * n) {
+    return n->op == Op::ATTENTION_BACK && attention_casts_inputs(n) && static_cast<DType>(n->param_i32(1)) == DType::F16;
+}
+inline constexpr size_t kAttentionGradHeader = 256;
 inline size_t attention_cast_bytes(const Tensor * n) {
     if (!attention_casts_inputs(n)) return 0;
-    size_t b = 0;
+    size_t b = attention_scales_grads(n) ? kAttentionGradHeader : 0;
     for (int i : {0, 1, 2, 5})
         if (n->src[i] && (i != 5 || n->op == Op::ATTENTION_BACK)) b += align256(size_t(n->src[i]->nelements()) * 2);
     return b;

@@ -82,4 +82,8 @@ cublasHandle_t blas_handle(cudaStream_t stream, const char * what) {
     return e.handle;
 }
 
+void blas_set_tf32(cudaStream_t stream, bool tf32, const char * what) {
+    blas_check(cublasSetMathMode(blas_handle(stream, what), tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH), what);
+}
+
 } // namespace rp::cuda

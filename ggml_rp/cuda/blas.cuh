@@ -22,6 +22,11 @@ inline constexpr size_t blas_workspace_bytes(int cc_major) { return size_t(cc_ma
 
 // The handle of `stream` on the current GPU, made on first use. Throws rp::Error naming `what`.
 cublasHandle_t blas_handle(cudaStream_t stream, const char * what);
+// How the stream's handle runs f32 GEMMs (cublasSgemm: the LoRA products, the weight gradients, dequantized
+// block-type weights): on TF32 tensor cores (inputs rounded to 10 mantissa bits, fp32 accumulation; about 8x
+// the fp32 rate on Ampere and Hopper, relative error ~1e-3 per product) or in plain fp32 (the default). Still
+// the same bits on every run for one GPU model, toolkit and shape. Makes the handle when there is none.
+void blas_set_tf32(cudaStream_t stream, bool tf32, const char * what);
 // Destroys the stream's handle and frees its workspace (with the stream's GPU current; a no-op without one).
 void blas_release(cudaStream_t stream);
 

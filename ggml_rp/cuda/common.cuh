@@ -14,12 +14,37 @@
 
 namespace rp::cuda {
 
-// Throws rp::Error "<what>: <cuda message>" for a failed runtime call.
-inline void check(cudaError_t e, const char * what) {
-    if (e != cudaSuccess) throw Error(std::string(what) + ": " + cudaGetErrorString(e));
+// The error model of the CUDA code. A runtime call's failure is answered by its return value, and the
+// runtime also keeps it as the calling thread's "last error", which is what cudaGetLastError reports after
+// a kernel launch (a launch has no return value). So every place that receives a failure -- or an expected
+// non-success answer such as cudaErrorNotReady from a query -- clears it there, and cudaGetLastError right
+// after a launch (check_launch) then reports that launch and nothing older. Sticky errors (a kernel fault)
+// are not cleared by this: every later call reports them again, as it should.
+inline void clear_last_error(cudaError_t e) {
+    if (e != cudaSuccess) (void)cudaGetLastError();
 }
 
-// After a launch: throws rp::Error naming the kernel for a bad configuration or a sticky error.
+// Throws rp::Error "<what>: <cuda message>" for a failed runtime call (the thread's last error cleared).
+inline void check(cudaError_t e, const char * what) {
+    if (e != cudaSuccess) {
+        clear_last_error(e);
+        throw Error(std::string(what) + ": " + cudaGetErrorString(e));
+    }
+}
+
+// A query's answer (cudaEventQuery, cudaStreamQuery): true when complete, false for cudaErrorNotReady (which
+// the runtime also records as the thread's last error: cleared here, or the next launch check would report
+// "device not ready"); throws rp::Error "<what>: ..." for any other error.
+inline bool query_ready(cudaError_t e, const char * what) {
+    if (e == cudaErrorNotReady) {
+        clear_last_error(e);
+        return false;
+    }
+    check(e, what);
+    return true;
+}
+
+// Right after a launch: throws rp::Error naming the kernel for a bad configuration or a sticky error.
 inline void check_launch(const char * kernel) {
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) throw Error(std::string("cuda ") + kernel + ": kernel launch failed: " + cudaGetErrorString(e));

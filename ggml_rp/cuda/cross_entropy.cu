@@ -6,6 +6,7 @@
 #include "ggml_rp/cuda/launch.h"
 #include "ggml_rp/cuda/mul_mat.cuh"
 #include "ggml_rp/cuda/node_kernel.cuh"
+#include "ggml_rp/ops/node_args.h"
 
 namespace rp::cuda {
 
@@ -89,7 +90,8 @@ unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>(ceil_
 
 void lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::TensorType wtype, size_t w_row_bytes,
                 const int32_t * labels, float loss_scale, double * loss, float * dh, float * dW, int64_t dw_row,
-                void * workspace, size_t workspace_bytes, int * bad_label, cudaStream_t stream) {
+                void * workspace, size_t workspace_bytes, int * bad_label, cudaStream_t stream, float * lse_out,
+                const float * lse_in) {
     const char * op = "lm_head_ce";
     require(s.C >= 1 && s.V >= 1 && s.T >= 0 && s.T <= 0x7fffffff && s.chunk >= 1, op,
             "bad shape C=" + std::to_string(s.C) + " V=" + std::to_string(s.V) + " T=" + std::to_string(s.T) +
@@ -112,24 +114,28 @@ void lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::
     p += gemm_bytes;
     float * m = reinterpret_cast<float *>(p);            p += al(size_t(T) * 4);
     float * label_logit = reinterpret_cast<float *>(p);  p += al(size_t(T) * 4);
-    float * lse = reinterpret_cast<float *>(p);          p += al(size_t(T) * 4) * 2;
+    float * lse = lse_in ? const_cast<float *>(lse_in) : reinterpret_cast<float *>(p);  // read-only when given
+    p += al(size_t(T) * 4) * 2;
     double * sum = reinterpret_cast<double *>(p);        p += al(size_t(T) * 8);
     double * tokloss = reinterpret_cast<double *>(p);
 
     const char * wbytes = static_cast<const char *>(W);
-    ce_init_kernel<<<blocks_for(T, kElemThreads), kElemThreads, 0, stream>>>(m, sum, label_logit, T);
-    check_launch("lm_head_ce (init)");
-    for (int64_t v0 = 0; v0 < V; v0 += chunk) {
-        const int64_t nv = chunk < V - v0 ? chunk : V - v0;
-        matmul_fwd(C, nv, T, wbytes + v0 * w_row_bytes, wtype, w_row_bytes, h, C, L, nv, false, gemm_ws, gemm_bytes, stream);
-        ce_pass1_kernel<<<static_cast<unsigned>(T), row_threads(nv), 0, stream>>>(L, nv, v0, labels, m, sum, label_logit);
-        check_launch("lm_head_ce (logsumexp)");
+    if (!lse_in) {
+        ce_init_kernel<<<blocks_for(T, kElemThreads), kElemThreads, 0, stream>>>(m, sum, label_logit, T);
+        check_launch("lm_head_ce (init)");
+        for (int64_t v0 = 0; v0 < V; v0 += chunk) {
+            const int64_t nv = chunk < V - v0 ? chunk : V - v0;
+            matmul_fwd(C, nv, T, wbytes + v0 * w_row_bytes, wtype, w_row_bytes, h, C, L, nv, false, gemm_ws, gemm_bytes, stream);
+            ce_pass1_kernel<<<static_cast<unsigned>(T), row_threads(nv), 0, stream>>>(L, nv, v0, labels, m, sum, label_logit);
+            check_launch("lm_head_ce (logsumexp)");
+        }
+        ce_finish_kernel<<<blocks_for(T, kElemThreads), kElemThreads, 0, stream>>>(m, sum, label_logit, labels, V, T, loss_scale, lse,
+                                                                 tokloss, bad_label);
+        check_launch("lm_head_ce (finish)");
+        ce_sum_kernel<<<1, kElemThreads, 0, stream>>>(tokloss, T, loss);
+        check_launch("lm_head_ce (sum)");
+        if (lse_out) check(cudaMemcpyAsync(lse_out, lse, size_t(T) * 4, cudaMemcpyDeviceToDevice, stream), "cuda lm_head_ce: lse");
     }
-    ce_finish_kernel<<<blocks_for(T, kElemThreads), kElemThreads, 0, stream>>>(m, sum, label_logit, labels, V, T, loss_scale, lse,
-                                                             tokloss, bad_label);
-    check_launch("lm_head_ce (finish)");
-    ce_sum_kernel<<<1, kElemThreads, 0, stream>>>(tokloss, T, loss);
-    check_launch("lm_head_ce (sum)");
     if (!dh && !dW) return;
 
     for (int64_t v0 = 0; v0 < V; v0 += chunk) {
@@ -169,7 +175,7 @@ LmHeadCEShape shape_of(const Tensor * n) {
 void run_lm_head_ce(Tensor * n, const NodeRun & r) {
     const Tensor * W = n->src[1];
     lm_head_ce(shape_of(n), in<float>(n->src[0]), W->data, W->type, W->nb[1], in<int32_t>(n->src[2]), n->param_f32(0),
-               r.loss, nullptr, nullptr, 0, r.scratch, r.scratch_bytes, r.flag, r.stream);
+               r.loss, nullptr, nullptr, 0, r.scratch, r.scratch_bytes, r.flag, r.stream, node::aux(n, 0));
     store_loss_kernel<<<1, 1, 0, r.stream>>>(r.loss, out<float>(n));
     check_launch("lm_head_ce (store loss)");
 }
@@ -180,7 +186,7 @@ void run_lm_head_ce_back(Tensor * n, const NodeRun & r) {
     const float scale = n->param_f32(0) * host_dloss(n->src[3], r);
     lm_head_ce(shape_of(n), in<float>(n->src[0]), W->data, W->type, W->nb[1], in<int32_t>(n->src[2]), scale, r.loss,
                out<float>(n), dW ? out<float>(dW) : nullptr, dW ? static_cast<int64_t>(dW->nb[1] / sizeof(float)) : 0,
-               r.scratch, r.scratch_bytes, r.flag, r.stream);
+               r.scratch, r.scratch_bytes, r.flag, r.stream, nullptr, n->src[5] ? node::aux(n->src[5], 0) : nullptr);
 }
 
 const RegisterNodeKernels kRegister{{Op::LM_HEAD_CE, run_lm_head_ce}, {Op::LM_HEAD_CE_BACK, run_lm_head_ce_back}};

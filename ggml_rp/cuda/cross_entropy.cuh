@@ -10,6 +10,9 @@
 // [0, V) or -1 (ignored). loss (device, one double) = sum_t loss_scale * (lse_t - logit_t[label_t]).
 // dh (nullable) is overwritten; dW (nullable, f32, row n at dW + n*dw_row) is accumulated.
 // A label outside [-1, V) is treated as ignored and sets *bad_label (device int, nullable) to 1.
+// lse_out (device, nullable, T floats) receives each token's logsumexp; with lse_in (device, nullable: what a
+// forward call wrote for the same h, W, labels) pass 1 is skipped -- one logits GEMM per chunk instead of two
+// in the backward, the same gradient bits -- and *loss is not written.
 // workspace: lm_head_ce_workspace_bytes(C, V, T, chunk, wtype) bytes (launch.h); ce_chunk_rows picks a chunk.
 #pragma once
 
@@ -31,6 +34,7 @@ struct LmHeadCEShape {
 
 void lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::TensorType wtype, size_t w_row_bytes,
                 const int32_t * labels, float loss_scale, double * loss, float * dh, float * dW, int64_t dw_row,
-                void * workspace, size_t workspace_bytes, int * bad_label, cudaStream_t stream);
+                void * workspace, size_t workspace_bytes, int * bad_label, cudaStream_t stream,
+                float * lse_out = nullptr, const float * lse_in = nullptr);
 
 } // namespace rp::cuda

@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "ggml_rp/cuda/blas.cuh"
+#include "ggml_rp/cuda/common.cuh"
 #include "ggml_rp/cuda/cuda_runner.h"
 #include "ggml_rp/cuda/logical_devices.h"
 #include "ggml_rp/runtime/arena.h"
@@ -22,11 +23,16 @@ namespace rp {
 
 namespace {
 
-// Throws rp::Error "<who>: <call>: <CUDA's message>" for a failed call.
+// The failure of a call as rp::Error "<who>: <call>: <CUDA's message>", the thread's last error cleared
+// (common.cuh's error model: a launch check must only ever see its own launch).
+Error failure(cudaError_t e, const std::string & who, const char * call) {
+    cuda::clear_last_error(e);
+    return Error(std::string(who).append(": ").append(call).append(": ").append(cudaGetErrorString(e)));
+}
+
+// Throws failure(...) for a failed call.
 void check(cudaError_t e, const std::string & who, const char * call) {
-    if (e != cudaSuccess) {
-        throw Error(std::string(who).append(": ").append(call).append(": ").append(cudaGetErrorString(e)));
-    }
+    if (e != cudaSuccess) throw failure(e, who, call);
 }
 
 // Makes `ordinal` the calling thread's current GPU for the scope, restoring the previous one afterwards.
@@ -66,10 +72,8 @@ public:
 
     bool query() override {
         GpuScope gpu(ordinal_, device_);
-        const cudaError_t e = cudaEventQuery(ev_);  // an unrecorded event reports success, as device.h says
-        if (e == cudaErrorNotReady) return false;
-        check(e, device_, "cudaEventQuery");
-        return true;
+        // An unrecorded event reports success, as device.h says; cudaErrorNotReady is an answer, not a failure.
+        return cuda::query_ready(cudaEventQuery(ev_), (device_ + ": cudaEventQuery").c_str());
     }
 
     void synchronize() override {
@@ -85,7 +89,7 @@ public:
         float ms = 0;
         const cudaError_t e = cudaEventElapsedTime(&ms, other->ev_, ev_);
         if (e == cudaErrorNotReady) {
-            cudaGetLastError();  // not sticky; do not leave it for the next launch check
+            cuda::clear_last_error(e);  // not sticky; do not leave it for the next launch check
             throw Error(device_ + ": elapsed_ms: an event has not completed yet");
         }
         check(e, device_, "cudaEventElapsedTime");
@@ -143,6 +147,10 @@ public:
     int index() const override { return index_; }
     void * native_handle() override { return s_; }
 
+    // The error model of a stream (the CPU virtual device's): a failed launch, copy, record or wait poisons
+    // the stream; later launches and copies are skipped (records and waits still run, so that events keep
+    // completing and nobody waits forever), and synchronize() rethrows the first error. Only bad arguments
+    // (an event of another GPU, a copy outside the arena) throw at once.
     void launch(OpLabel label, std::function<void()> work) override {
         if (poisoned()) return;
         GpuScope gpu(dev_.ordinal, dev_.name);
@@ -151,7 +159,7 @@ public:
         try {
             work();
             const cudaError_t e = cudaGetLastError();  // a raw kernel launch inside work that nobody checked
-            check(e, dev_.name + " stream " + stream_name(index_), what.c_str());
+            check(e, where(), what.c_str());
         } catch (...) {
             poison(std::current_exception());
         }
@@ -173,10 +181,7 @@ public:
             case CopyKind::HostToHost: k = cudaMemcpyHostToHost; break;
             }
             const cudaError_t e = cudaMemcpyAsync(dst, src, bytes, k, s_);
-            if (e != cudaSuccess) {
-                end_timing(t);
-                check(e, dev_.name + " stream " + stream_name(index_), what.c_str());
-            }
+            if (e != cudaSuccess) poison(std::make_exception_ptr(failure(e, where(), what.c_str())));
         }
         end_timing(t);
     }
@@ -188,14 +193,19 @@ public:
                         ") on a stream of GPU " + std::to_string(dev_.ordinal) + "; wait on it instead");
         }
         GpuScope gpu(dev_.ordinal, dev_.name);
-        check(cudaEventRecord(ce.handle(), s_), dev_.name, "cudaEventRecord");
+        const cudaError_t e = cudaEventRecord(ce.handle(), s_);
+        if (e != cudaSuccess) {
+            poison(std::make_exception_ptr(failure(e, where(), "cudaEventRecord")));
+            return;
+        }
         ce.mark_recorded();
     }
 
     void wait(Event & ev) override {
         CudaEvent & ce = as_cuda_event(ev, dev_.name);
         GpuScope gpu(dev_.ordinal, dev_.name);
-        check(cudaStreamWaitEvent(s_, ce.handle(), 0), dev_.name, "cudaStreamWaitEvent");
+        const cudaError_t e = cudaStreamWaitEvent(s_, ce.handle(), 0);
+        if (e != cudaSuccess) poison(std::make_exception_ptr(failure(e, where(), "cudaStreamWaitEvent")));
     }
 
     void synchronize() override {
@@ -208,7 +218,7 @@ public:
             std::lock_guard<std::mutex> lk(m_);
             if (error_) std::rethrow_exception(error_);
         }
-        check(e, dev_.name + " stream " + stream_name(index_), "cudaStreamSynchronize");
+        check(e, where(), "cudaStreamSynchronize");
     }
 
 private:
@@ -231,7 +241,9 @@ private:
         delete t;
     }
 
-    // nullptr when there is no hook.
+    std::string where() const { return dev_.name + " stream " + stream_name(index_); }
+
+    // nullptr when there is no hook (or its callback could not be enqueued: the stream is then poisoned).
     Timing * begin_timing(OpLabel label, size_t bytes) {
         if (!dev_.hook) return nullptr;
         auto * t = new Timing{this, {}};
@@ -243,7 +255,8 @@ private:
         const cudaError_t e = cudaLaunchHostFunc(s_, on_start, t);
         if (e != cudaSuccess) {
             delete t;
-            check(e, dev_.name, "cudaLaunchHostFunc");
+            poison(std::make_exception_ptr(failure(e, where(), "cudaLaunchHostFunc")));
+            return nullptr;
         }
         return t;
     }
@@ -251,11 +264,8 @@ private:
     void end_timing(Timing * t) {
         if (!t) return;
         const cudaError_t e = cudaLaunchHostFunc(s_, on_end, t);
-        if (e != cudaSuccess) {
-            // on_start may still run and write to t: leak it rather than free memory a callback touches
-            poison(std::make_exception_ptr(
-                Error(dev_.name + ": cudaLaunchHostFunc: " + cudaGetErrorString(e))));
-        }
+        // on_start may still run and write to t: leak it rather than free memory a callback touches
+        if (e != cudaSuccess) poison(std::make_exception_ptr(failure(e, where(), "cudaLaunchHostFunc")));
     }
 
     bool poisoned() {
@@ -298,6 +308,7 @@ std::string checked_name(int index, const CudaDeviceOptions & options) {
 CudaDevice::CudaDevice(int index, CudaDeviceOptions options)
     : ArenaDevice(index, checked_name(index, options), options.memory_bytes), ordinal_(options.ordinal) {
     const std::string name_ = name();  // for the messages below
+    const bool tf32 = options.tf32_gemm;
     impl_ = std::make_unique<Impl>(index, ordinal_, name_, std::move(options.hook), memory());
     GpuScope gpu(ordinal_, name_);
     if (impl_->mem.capacity() > 0) {
@@ -313,8 +324,8 @@ CudaDevice::CudaDevice(int index, CudaDeviceOptions options)
     }
     try {
         for (int i = 0; i < options.num_streams; ++i) streams_.push_back(std::make_unique<CudaStream>(*impl_, i));
-        // The compute stream's cuBLAS handle and workspace now, before any work (blas.cuh).
-        cuda::blas_handle(static_cast<cudaStream_t>(stream(StreamKind::Compute).native_handle()), name_.c_str());
+        // The compute stream's cuBLAS handle and workspace now, before any work, with its f32 GEMM math (blas.cuh).
+        cuda::blas_set_tf32(static_cast<cudaStream_t>(stream(StreamKind::Compute).native_handle()), tf32, name_.c_str());
         runner_ = make_cuda_graph_runner(*this);
     } catch (...) {
         release();
@@ -399,7 +410,7 @@ std::string describe_cuda_gpus() {
     return n ? out : "no GPU visible";
 }
 
-std::vector<std::unique_ptr<CudaDevice>> make_cuda_devices(int n_logical, size_t mem_each, OpHook hook) {
+std::vector<std::unique_ptr<CudaDevice>> make_cuda_devices(int n_logical, size_t mem_each, OpHook hook, bool tf32_gemm) {
     const int count = cuda_device_count();
     const std::vector<int> ordinals = cuda::logical_device_ordinals(n_logical, count);
     std::vector<cuda::GpuInfo> gpus(static_cast<size_t>(count));
@@ -421,6 +432,7 @@ std::vector<std::unique_ptr<CudaDevice>> make_cuda_devices(int n_logical, size_t
         o.ordinal = ordinals[static_cast<size_t>(i)];
         o.memory_bytes = mem_each;
         o.hook = hook;
+        o.tf32_gemm = tf32_gemm;
         devs.push_back(std::make_unique<CudaDevice>(i, std::move(o)));
     }
     return devs;

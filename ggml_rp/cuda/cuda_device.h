@@ -37,6 +37,7 @@ struct CudaDeviceOptions {
     int num_streams = kNumStreamKinds;   // at least kNumStreamKinds
     OpHook hook;                         // may be empty (no tracing, no callbacks)
     std::string name;                    // default "cuda:<index>"
+    bool tf32_gemm = false;              // f32 GEMMs on TF32 tensor cores (cuda/blas.cuh), else plain fp32
 };
 
 class CudaDevice final : public ArenaDevice {
@@ -65,7 +66,8 @@ private:
 // n_logical devices of mem_each bytes, logical i on GPU i % cuda_device_count() (logical_devices.h), indices
 // 0 .. n_logical - 1, names "cuda:<i>", all with the same hook. Throws rp::Error when no GPU is visible or the
 // caps placed on one GPU exceed its free memory.
-std::vector<std::unique_ptr<CudaDevice>> make_cuda_devices(int n_logical, size_t mem_each, OpHook hook = {});
+std::vector<std::unique_ptr<CudaDevice>> make_cuda_devices(int n_logical, size_t mem_each, OpHook hook = {},
+                                                           bool tf32_gemm = false);
 
 // Visible GPUs; 0 without a driver or a GPU. Never throws.
 int cuda_device_count();

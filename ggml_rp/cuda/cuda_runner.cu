@@ -171,9 +171,8 @@ private:
     // Frees the uploads of graphs the stream has finished, oldest first (they complete in stream order).
     void reclaim() {
         while (!retired_.empty()) {
-            const cudaError_t e = cudaEventQuery(retired_.front().event);
-            if (e == cudaErrorNotReady) return;
-            cuda::check(e, (dev_.name() + ": graph runner: cudaEventQuery").c_str());
+            if (!cuda::query_ready(cudaEventQuery(retired_.front().event), (dev_.name() + ": graph runner: cudaEventQuery").c_str()))
+                return;
             release(retired_.front());
             retired_.pop_front();
         }

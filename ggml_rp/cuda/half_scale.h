@@ -24,4 +24,16 @@ RP_HD inline int half_scale_exponent(float max_abs) {
     return k < -64 ? -64 : (k > 64 ? 64 : k);
 }
 
+// The exponent k by which attention's backward scales dO before rounding it to f16 (cuda/attention.cu).
+// Everything downstream is linear in dO -- D_i = rowsum(dO_i * O_i), dP = dO V^T, dS = P * (dP - D_i), dV,
+// dK, dQ -- so the kernels compute 2^k times the gradients and multiply the results by 2^-k (exact). Two
+// values are rounded to f16 on the way: dO itself and dS. |dP_ij| and |D_i| are at most D max|dO| max|V| (O
+// is a convex combination of V's rows) and P <= 1, so |dS| <= 2 D max|dO| max|V|: k puts the larger of that
+// bound and max|dO| in [2^14, 2^15), below f16's largest value 65504, keeping realistic gradients (a loss
+// scaled by 1/tokens gives dO of 1e-6..1e-9, under f16's normal range) at f16's full 11 bits.
+RP_HD inline int attention_grad_scale_exponent(float max_abs_dout, float max_abs_v, int64_t D) {
+    const float bound = 2.0f * static_cast<float>(D) * max_abs_dout * max_abs_v;
+    return half_scale_exponent(bound > max_abs_dout ? bound : max_abs_dout);
+}
+
 } // namespace rp::cuda

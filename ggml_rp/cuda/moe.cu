@@ -5,8 +5,8 @@
 //
 // Grouped expert matmuls (MUL_MAT_ID, MUL_MAT_ID_BACK_X, OUT_PROD_ID): one block sorts the (token, slot)
 // pairs by expert (stable: token order within an expert), the per-expert starts are read back to the host
-// (one synchronisation per node: the GEMM sizes are data-dependent, as in every MoE trainer without a grouped
-// GEMM kernel), the pairs' columns are gathered into a panel, each expert runs one cuBLAS product of
+// (one synchronisation per layer and graph run, shared by the nodes that route the same ids: the GEMM sizes
+// are data-dependent, as in every MoE trainer without a grouped GEMM kernel), the pairs' columns are gathered into a panel, each expert runs one cuBLAS product of
 // mul_mat.cuh over its columns (any weight type), and the results are scattered back. The slot sum of
 // MUL_MAT_ID_BACK_X runs in slot order and each expert's weight gradient sums its columns in token order:
 // deterministic, no atomics. An id outside [0, E) is dropped (its columns stay 0) and sets the node's
@@ -167,16 +167,21 @@ Carved carve(void * scratch, size_t bytes, const MoeScratch & s, const char * op
     return c;
 }
 
-// Sorts the pairs on the device and returns the per-expert starts on the host (E + 1 entries).
-std::vector<int32_t> route(const int32_t * ids, int64_t n, int64_t E, const Carved & c, int * bad, cudaStream_t stream,
-                           const char * op) {
+// Sorts the pairs of `ids` on the device (into this node's scratch) and returns the per-expert starts on the
+// host (E + 1 entries): read back once per graph run and ids tensor (NodeRun::routes), since the sort is
+// deterministic and the later nodes of the layer sort the same ids again.
+std::vector<int32_t> route(const Tensor * ids, int64_t E, const Carved & c, const NodeRun & r, const char * op) {
+    const int64_t n = ids->nelements();
     require(n <= 0x7fffffff && E <= 0x7fffffff, op, "too many (token, slot) pairs or experts");
-    route_kernel<<<1, kRouteThreads, 0, stream>>>(ids, n, E, c.starts, c.pairs, bad);
+    route_kernel<<<1, kRouteThreads, 0, r.stream>>>(in<int32_t>(ids), n, E, c.starts, c.pairs, r.flag);
     check_launch(op);
+    if (r.routes)
+        if (const std::vector<int32_t> * known = r.routes->find(ids, E)) return *known;
     std::vector<int32_t> starts(static_cast<size_t>(E) + 1);
-    check(cudaMemcpyAsync(starts.data(), c.starts, starts.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream),
+    check(cudaMemcpyAsync(starts.data(), c.starts, starts.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, r.stream),
           (std::string("cuda ") + op + ": reading the expert counts").c_str());
-    check(cudaStreamSynchronize(stream), (std::string("cuda ") + op + ": waiting for the expert counts").c_str());
+    check(cudaStreamSynchronize(r.stream), (std::string("cuda ") + op + ": waiting for the expert counts").c_str());
+    if (r.routes) r.routes->entries.push_back({ids, ids->data, E, starts});
     return starts;
 }
 
@@ -231,7 +236,7 @@ void run_mul_mat_id(Tensor * n, const NodeRun & r) {
     const Carved c = carve(r.scratch, r.scratch_bytes, moe_matmul_scratch(K, N, E, np, W->type), "mul_mat_id");
     check(cudaMemsetAsync(n->data, 0, n->nbytes(), r.stream), "cuda mul_mat_id: zeroing the output");
     if (np == 0) return;
-    const std::vector<int32_t> st = route(in<int32_t>(ids), np, E, c, r.flag, r.stream, "mul_mat_id");
+    const std::vector<int32_t> st = route(ids, E, c, r, "mul_mat_id");
     const int64_t m_all = st[static_cast<size_t>(E)];
     if (m_all == 0) return;
     gather_kernel<<<grid_for(K * m_all), kElemThreads, 0, r.stream>>>(in<float>(X), K, c.pairs, m_all, k, X->ne[1] == 1, c.panel_in);
@@ -256,7 +261,7 @@ void run_mul_mat_id_back_x(Tensor * n, const NodeRun & r) {
     float * per_pair = shared ? c.per_pair : out<float>(n);
     check(cudaMemsetAsync(per_pair, 0, static_cast<size_t>(K * np) * sizeof(float), r.stream), "cuda mul_mat_id_back_x: zeroing");
     if (np > 0) {
-        const std::vector<int32_t> st = route(in<int32_t>(ids), np, E, c, r.flag, r.stream, "mul_mat_id_back_x");
+        const std::vector<int32_t> st = route(ids, E, c, r, "mul_mat_id_back_x");
         const int64_t m_all = st[static_cast<size_t>(E)];
         if (m_all > 0) {
             gather_kernel<<<grid_for(N * m_all), kElemThreads, 0, r.stream>>>(in<float>(dY), N, c.pairs, m_all, k, false, c.panel_in);
@@ -286,7 +291,7 @@ void run_out_prod_id(Tensor * n, const NodeRun & r) {
     const Carved c = carve(r.scratch, r.scratch_bytes, moe_matmul_scratch(K, N, E, np, gguf::TensorType::F32), "out_prod_id");
     if (!accumulate) check(cudaMemsetAsync(n->data, 0, n->nbytes(), r.stream), "cuda out_prod_id: zeroing");
     if (np == 0) return;
-    const std::vector<int32_t> st = route(in<int32_t>(ids), np, E, c, r.flag, r.stream, "out_prod_id");
+    const std::vector<int32_t> st = route(ids, E, c, r, "out_prod_id");
     const int64_t m_all = st[static_cast<size_t>(E)];
     if (m_all == 0) return;
     gather_kernel<<<grid_for(K * m_all), kElemThreads, 0, r.stream>>>(in<float>(X), K, c.pairs, m_all, k, X->ne[1] == 1, c.panel_in);

@@ -64,6 +64,22 @@ __global__ void __launch_bounds__(1) half_scale_kernel(HalfHeader * h, float alp
     h->beta = beta;
 }
 
+
+// f16: the power-of-two scale of src into the workspace header (alpha and beta next to it, for cuBLAS to
+// read from device memory), then src rounded to f16 after the workspace header. Returns the header.
+HalfHeader * scaled_to_f16(const float * src, int64_t ld, int64_t rows, int64_t cols, float alpha, float beta, void * ws,
+                           cudaStream_t stream) {
+    auto * h = static_cast<HalfHeader *>(ws);
+    check(cudaMemsetAsync(&h->max_bits, 0, sizeof(unsigned), stream), "cuda mul_mat (f16 scale)");
+    absmax_into(src, ld, rows, cols, &h->max_bits, stream);
+    half_scale_kernel<<<1, 1, 0, stream>>>(h, alpha, beta);
+    check_launch("mul_mat (f16 scale)");
+    round_to_half(gguf::TensorType::F16, src, ld, rows, cols, static_cast<char *>(ws) + kHalfScaleHeader, &h->scale, stream);
+    return h;
+}
+
+} // namespace
+
 void round_to_half(gguf::TensorType t, const float * src, int64_t ld, int64_t rows, int64_t cols, void * dst,
                    const float * scale, cudaStream_t stream) {
     const int64_t n = rows * cols;
@@ -76,19 +92,14 @@ void round_to_half(gguf::TensorType t, const float * src, int64_t ld, int64_t ro
     check_launch("mul_mat (round activations)");
 }
 
-// f16: the power-of-two scale of src into the workspace header (alpha and beta next to it, for cuBLAS to
-// read from device memory), then src rounded to f16 after the workspace header. Returns the header.
-HalfHeader * scaled_to_f16(const float * src, int64_t ld, int64_t rows, int64_t cols, float alpha, float beta, void * ws,
-                           cudaStream_t stream) {
-    auto * h = static_cast<HalfHeader *>(ws);
-    check(cudaMemsetAsync(&h->max_bits, 0, sizeof(unsigned), stream), "cuda mul_mat (f16 scale)");
+void absmax_into(const float * src, int64_t ld, int64_t rows, int64_t cols, unsigned * out_bits, cudaStream_t stream) {
     const int64_t n = rows * cols;
-    if (n > 0) absmax_kernel<<<static_cast<unsigned>(elementwise_grid(n)), kElemThreads, 0, stream>>>(src, ld, rows, n, &h->max_bits);
-    half_scale_kernel<<<1, 1, 0, stream>>>(h, alpha, beta);
-    check_launch("mul_mat (f16 scale)");
-    round_to_half(gguf::TensorType::F16, src, ld, rows, cols, static_cast<char *>(ws) + kHalfScaleHeader, &h->scale, stream);
-    return h;
+    if (n <= 0) return;
+    absmax_kernel<<<static_cast<unsigned>(elementwise_grid(n)), kElemThreads, 0, stream>>>(src, ld, rows, n, out_bits);
+    check_launch("absmax");
 }
+
+namespace {
 
 bool is_half(gguf::TensorType t) { return t == gguf::TensorType::F16 || t == gguf::TensorType::BF16; }
 

@@ -2,7 +2,8 @@
 // same raw-pointer signatures plus alpha, a workspace and a stream). ORIENTATION as in ggml_rp/ops/mul_mat.h:
 //     W [ne0 = K = in, ne1 = N = out]  x  X [K, T]  ->  Y [N, T],     Y[n, t] = sum_k W[k, n] X[k, t]
 // All pointers are device pointers; enqueued on `stream` with a cuBLAS handle per (host thread, device).
-//   f32 W:        cublasSgemm, fp32 throughout (no TF32).
+//   f32 W:        cublasSgemm: fp32 throughout, or on TF32 tensor cores when the stream's handle says so
+//                 (blas_set_tf32; a CUDA device made with tf32_gemm).
 //   f16/bf16 W:   the f32 activations are rounded to W's type in the workspace, then cublasGemmEx on tensor
 //                 cores with fp32 accumulation and f32 output.
 //   block types:  W is dequantized (ggml_rp/cuda/dequant.cuh) into the workspace, then f32 as above; the rows
@@ -33,6 +34,15 @@ void matmul_bwd_x(int64_t K, int64_t N, int64_t T, const void * W, gguf::TensorT
 // dW[k, n] = alpha * sum_t X[k, t] dY[n, t]  (+ dW when accumulate); f32 dW row n at dW + n*dw_row.
 void matmul_bwd_w(int64_t K, int64_t N, int64_t T, const float * X, int64_t x_col, const float * dY, int64_t dy_col,
                   float * dW, int64_t dw_row, bool accumulate, cudaStream_t stream, float alpha = 1.0f);
+
+// max |x| over the columns of `rows` floats (column c at src + c*ld) folded into *out_bits, a non-negative
+// float's bits (whose order is the integers'), with atomicMax: exact, so the same bits in any order. Set
+// *out_bits (to 0) first.
+void absmax_into(const float * src, int64_t ld, int64_t rows, int64_t cols, unsigned * out_bits, cudaStream_t stream);
+// The same columns rounded to the half type t (F16 or BF16) into contiguous dst, each multiplied by *scale
+// first (device pointer; nullptr: 1).
+void round_to_half(gguf::TensorType t, const float * src, int64_t ld, int64_t rows, int64_t cols, void * dst,
+                   const float * scale, cudaStream_t stream);
 
 // LoRA linear as a composition of the products above (ggml_rp/ops/lora.h):  y = W x + s * B (A x)
 // A: f32 [K, r] (r rows of K), B: f32 [r, N]; x: [K, T], y: [N, T] contiguous. ax ([r, T]) receives A x and

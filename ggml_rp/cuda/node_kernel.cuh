@@ -16,8 +16,28 @@
 #include <cstddef>
 #include <initializer_list>
 #include <utility>
+#include <vector>
 
 namespace rp::cuda {
+
+// The per-expert starts of the grouped expert matmuls (cuda/moe.cu) that one graph run has read back to the
+// host, by ids tensor: the layer's MUL_MAT_ID / MUL_MAT_ID_BACK_X / OUT_PROD_ID nodes share one ids tensor, so
+// the host waits for the counts once per layer instead of once per node. A tensor's contents are fixed for
+// the run (each node is computed once), so the key is the tensor and its memory; cleared when a run starts.
+struct ExpertRoutes {
+    struct Entry {
+        const Tensor * ids;
+        const void * data;
+        int64_t experts;
+        std::vector<int32_t> starts;  // E + 1
+    };
+    std::vector<Entry> entries;
+    const std::vector<int32_t> * find(const Tensor * ids, int64_t experts) const {
+        for (const Entry & e : entries)
+            if (e.ids == ids && e.data == ids->data && e.experts == experts) return &e.starts;
+        return nullptr;
+    }
+};
 
 // What a node entry gets besides the node: the stream, its slice of the graph's workspace, its bad-index flag.
 struct NodeRun {
@@ -27,6 +47,7 @@ struct NodeRun {
     int * flag;               // this node's bad-index flag (nullptr when it has none)
     double * loss;            // f64 scratch of LM_HEAD_CE
     float * host_scalar;      // pinned float for a synchronous dloss read
+    ExpertRoutes * routes = nullptr;  // this run's expert counts read so far (nullptr: read every time)
 };
 
 using NodeKernel = void (*)(Tensor * node, const NodeRun & r);

@@ -23,6 +23,7 @@ Tensor * lm_head_ce(Context & ctx, Tensor * h, Tensor * W, Tensor * labels, floa
     h = cont_if_needed(ctx, h);
     const int64_t ne[4] = {1, 1, 1, 1};
     Tensor * t = detail::new_node(ctx, Op::LM_HEAD_CE, DType::F32, ne, {h, W, labels});
+    t->aux_bytes = static_cast<size_t>(h->ne[1]) * sizeof(float);  // each token's logsumexp, for the backward
     t->set_param_f32(0, loss_scale);
     t->set_param_i32(1, static_cast<int32_t>(chunk > INT32_MAX ? INT32_MAX : chunk));
     return t;
@@ -37,7 +38,8 @@ Tensor * lm_head_ce_back(Context & ctx, Tensor * ce, Tensor * dloss, Tensor * dW
     if (dW_into)
         detail::require(dW_into->type == DType::F32 && same_shape(dW_into, W) && dW_into->is_contiguous(), "lm_head_ce_back",
                         "dW " + describe(dW_into) + " must be contiguous f32 shaped like " + describe(W));
-    Tensor * dh = detail::new_node(ctx, Op::LM_HEAD_CE_BACK, DType::F32, h->ne, {h, W, ce->src[2], dloss, dW_into});
+    // ce is a source: its logsumexps (aux) spare the backward a second pass over the vocabulary.
+    Tensor * dh = detail::new_node(ctx, Op::LM_HEAD_CE_BACK, DType::F32, h->ne, {h, W, ce->src[2], dloss, dW_into, ce});
     dh->set_param_f32(0, ce->param_f32(0));
     dh->set_param_i32(1, ce->param_i32(1));
     return dh;

@@ -7,7 +7,9 @@
 //
 // Pass loss_scale = 1 / (unmasked tokens in the whole batch) for a mean that does not depend on how the
 // batch is split into micro-batches. chunk = vocabulary rows per chunk (memory O(chunk * T)).
-// Backward: lm_head_ce_back gives dh (and accumulates dW when W is trained); it recomputes the logits.
+// The node also writes each token's logsumexp after the loss (aux, T floats).
+// Backward: lm_head_ce_back gives dh (and accumulates dW when W is trained): it reads the forward node's
+// logsumexps (the forward is its source) and recomputes the logits once, chunk by chunk.
 #pragma once
 
 #include "ggml_rp/core/context.h"

@@ -8,7 +8,7 @@
 
 namespace rp {
 
-Call::Call(int64_t id_, const TrainingProgram & prog, Device & host, const std::vector<MicroBatch> & mbs, Plan plan_)
+Call::Call(int64_t id_, const TrainingProgram & prog, PinnedPool & host, const std::vector<MicroBatch> & mbs, Plan plan_)
     : id(id_), M(static_cast<int>(mbs.size())), plan(std::move(plan_)) {
     const int L = prog.num_layers();
     for (const MicroBatch & mb : mbs) {
@@ -19,13 +19,13 @@ Call::Call(int64_t id_, const TrainingProgram & prog, Device & host, const std::
         info.push_back(mb.info);
         const size_t tb = prog.token_bytes(mb.info);
         if (mb.info.positions) {
-            positions.emplace_back(host, tb);
+            positions.push_back(host.take(tb));
             std::memcpy(positions.back().data(), mb.info.positions, tb);
             info.back().positions = static_cast<const int32_t *>(positions.back().data());
         }
-        ids.emplace_back(host, tb);
+        ids.push_back(host.take(tb));
         std::memcpy(ids.back().data(), mb.ids, tb);
-        labels.emplace_back(host, tb);
+        labels.push_back(host.take(tb));
         std::memcpy(labels.back().data(), mb.labels, tb);
         max_tokens = std::max(max_tokens, tb);
         max_hidden = std::max(max_hidden, prog.hidden_bytes(mb.info));
@@ -49,11 +49,11 @@ Call::Call(int64_t id_, const TrainingProgram & prog, Device & host, const std::
         dact_ready[li].resize(static_cast<size_t>(M));
         for (int i = 0; i < M; ++i) {
             const size_t hb = prog.hidden_bytes(info[static_cast<size_t>(i)]);
-            if (need_act[li]) act[li].emplace_back(host, hb);
-            if (need_dact[li]) dact[li].emplace_back(host, hb);
+            if (need_act[li]) act[li].push_back(host.take(hb));
+            if (need_dact[li]) dact[li].push_back(host.take(hb));
         }
     }
-    loss = PinnedBuffer(host, sizeof(float) * static_cast<size_t>(M));
+    loss = host.take(sizeof(float) * static_cast<size_t>(M));
     loss_ready.resize(static_cast<size_t>(M));
 }
 

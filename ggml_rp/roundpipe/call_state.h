@@ -15,6 +15,7 @@
 #include "ggml_rp/roundpipe/schedules.h"
 #include "ggml_rp/roundpipe/sync.h"
 #include "ggml_rp/runtime/device.h"
+#include "ggml_rp/runtime/pinned_pool.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -32,8 +33,9 @@ struct MicroBatch {
 };
 
 struct Call {
-    // Copies the micro-batches into pinned memory of `host` and lays out the host activations of `plan`.
-    Call(int64_t id, const TrainingProgram & prog, Device & host, const std::vector<MicroBatch> & mbs, Plan plan);
+    // Copies the micro-batches into pinned memory from `host` (the run's pool: the blocks of earlier calls) and
+    // lays out the host activations of `plan`.
+    Call(int64_t id, const TrainingProgram & prog, PinnedPool & host, const std::vector<MicroBatch> & mbs, Plan plan);
 
     int64_t id = 0;
     int M = 0;

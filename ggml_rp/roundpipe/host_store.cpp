@@ -2,11 +2,35 @@
 
 #include "base/error.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <utility>
 
 namespace rp {
 
-HostStore::HostStore(const TrainingProgram & prog, Device & host) : prog_(prog) {
+namespace {
+
+constexpr uintptr_t kPage = 4096;
+
+// [begin, end) ranges rounded out to whole pages, sorted, overlapping and touching ones merged.
+std::vector<std::pair<uintptr_t, uintptr_t>> page_spans(std::vector<std::pair<uintptr_t, uintptr_t>> r) {
+    for (auto & [b, e] : r) {
+        b = b / kPage * kPage;
+        e = (e + kPage - 1) / kPage * kPage;
+    }
+    std::sort(r.begin(), r.end());
+    std::vector<std::pair<uintptr_t, uintptr_t>> out;
+    for (const auto & s : r) {
+        if (!out.empty() && s.first <= out.back().second) out.back().second = std::max(out.back().second, s.second);
+        else out.push_back(s);
+    }
+    return out;
+}
+
+} // namespace
+
+HostStore::HostStore(const TrainingProgram & prog, Device & host) : prog_(prog), host_(host) {
     const auto & params = prog.params();
     for (const auto & pi : params) {
         working_.emplace_back(host, pi.n * sizeof(float));
@@ -31,6 +55,24 @@ HostStore::HostStore(const TrainingProgram & prog, Device & host) : prog_(prog) 
         layer_bytes_.push_back(bytes);
         layer_train_bytes_.push_back(train);
     }
+    // The frozen tensors' pages, registered with the devices (pinned for DMA; read-only: an mmap'd file).
+    std::vector<std::pair<uintptr_t, uintptr_t>> frozen;
+    for (int l = 0; l < L; ++l)
+        for (const auto & ti : prog.layer_tensors(l))
+            if (ti.param < 0 && ti.bytes > 0) {
+                const auto b = reinterpret_cast<uintptr_t>(ti.host);
+                frozen.emplace_back(b, b + ti.bytes);
+            }
+    for (const auto & [b, e] : page_spans(std::move(frozen))) {
+        void * p = reinterpret_cast<void *>(b);
+        try {
+            host.register_host(p, e - b, /*read_only=*/true);
+            registered_.push_back(p);
+            frozen_registered_ += e - b;
+        } catch (const Error &) {
+            frozen_pageable_ += e - b;  // copied from pageable memory: slower, the same bytes
+        }
+    }
     completes_.resize(static_cast<size_t>(L));
     std::vector<char> seen(params.size(), 0);
     for (int l = 0; l < L; ++l)
@@ -39,6 +81,12 @@ HostStore::HostStore(const TrainingProgram & prog, Device & host) : prog_(prog) 
                 seen[static_cast<size_t>(ti.param)] = 1;
                 completes_[static_cast<size_t>(l)].push_back(ti.param);
             }
+}
+
+HostStore::~HostStore() {
+    for (void * p : registered_) {
+        try { host_.unregister_host(p); } catch (...) {}  // a destructor must not throw
+    }
 }
 
 std::vector<bool> HostStore::trainable_layers() const {

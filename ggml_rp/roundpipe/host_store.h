@@ -12,7 +12,13 @@
 //                    each layer it tells grads_complete which parameters that layer completed (their lowest
 //                    owning layer): a data-parallel run all-reduces them there, behind the backward of
 //                    earlier layers;
-//   copy_back        masters -> working copies, once every upload so far has completed, layer by layer.
+//   copy_back        masters -> working copies, once every upload so far has completed, layer by layer;
+//   frozen tensors   their host bytes (the mmap'd GGUF, or heap copies) registered with the devices (pinned,
+//                    read-only) as whole pages, overlapping and adjacent ranges merged: a copy from pageable
+//                    memory is staged by the driver through a bounce buffer and blocks the host; registered,
+//                    it is one DMA, asynchronous. A range the device cannot register (no read-only
+//                    registration on that GPU, or already registered by another user) stays pageable: the
+//                    copies are slower, the bytes the same.
 // The store owns the data; the layer protocol (layer_protocol.h) says when each actor may touch it.
 #pragma once
 
@@ -33,6 +39,13 @@ public:
     // Validates the program's tensors (trainable ones match their parameter, frozen ones have host data) and
     // allocates pinned memory through `host` (a device of the run). Throws rp::Error naming the tensor.
     HostStore(const TrainingProgram & prog, Device & host);
+    ~HostStore();  // unregisters the frozen tensors' pages
+    HostStore(const HostStore &) = delete;
+    HostStore & operator=(const HostStore &) = delete;
+
+    // The frozen tensors' pages: registered with the devices, and left pageable (registration refused).
+    size_t frozen_registered_bytes() const { return frozen_registered_; }
+    size_t frozen_pageable_bytes() const { return frozen_pageable_; }
 
     int num_layers() const { return static_cast<int>(layer_bytes_.size()); }
     // Bytes a layer uploads (its tensors as the device holds them), and of those, the trainable ones.
@@ -59,6 +72,9 @@ public:
 
 private:
     const TrainingProgram & prog_;
+    Device & host_;
+    std::vector<void *> registered_;  // page-aligned starts of the frozen ranges registered with host_
+    size_t frozen_registered_ = 0, frozen_pageable_ = 0;
     std::vector<PinnedBuffer> working_;               // per param
     std::vector<std::vector<PinnedBuffer>> slots_;    // [layer][tensor], empty for frozen tensors
     std::vector<size_t> layer_bytes_, layer_train_bytes_;

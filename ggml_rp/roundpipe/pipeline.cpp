@@ -31,6 +31,7 @@ struct Pipeline::Impl {
     PipelineObserver none;
     PipelineObserver * observer = &none;
     FaultReport faults;
+    std::shared_ptr<PinnedPool> pinned;     // the calls' pinned buffers, reused call after call
     HostStore store;
     LayerProtocol protocol;
     std::unique_ptr<LayerTimings> timings;  // EMA of measured per-layer times (§11.2)
@@ -51,13 +52,22 @@ struct Pipeline::Impl {
     std::vector<std::unique_ptr<DeviceWorker>> workers;
 
     Impl(TrainingProgram & p, std::vector<Device *> d, PipelineOptions o)
-        : prog(p), devs(std::move(d)), opt(std::move(o)), store(p, first_device(devs)), protocol(store.trainable_layers()) {
+        : prog(p), devs(std::move(d)), opt(std::move(o)), pinned(PinnedPool::make(first_device(devs))), store(p, first_device(devs)),
+          protocol(store.trainable_layers()) {
         L = prog.num_layers();
         G = static_cast<int>(devs.size());
         if (L < 2) throw Error("pipeline: the program needs at least 2 layers");
         if (opt.threads_per_device < 1) opt.threads_per_device = 1;
         if (opt.observer) observer = opt.observer;
         else if (opt.instrument) observer = &checker;
+        // The checker's probes are host work that must run in stream order (hashing the uploaded weights,
+        // querying marks when the weight stream gets there): only CPU virtual devices run launches so. A GPU
+        // stream's launch runs on the host at once and would hash device pointers there.
+        if (observer == &checker)
+            for (Device * dev : devs)
+                if (dev->stream(StreamKind::Compute).native_handle())
+                    throw Error("pipeline: instrument (the invariant checker) needs CPU virtual devices; " + dev->name() +
+                                " runs its streams on an accelerator");
         flag_violations_at_start = HostFlag::violations();
         if (opt.plan) validate_plan(*opt.plan, L);
         timings = std::make_unique<LayerTimings>(store.layer_bytes());
@@ -190,7 +200,7 @@ double Pipeline::forward_backward(const std::vector<MicroBatch> & mbs) {
     CallPlan cp = d.planner->plan(d.request(), info);
     std::vector<MicroBatch> chunked = mbs;
     for (MicroBatch & m : chunked) m.info.token_chunk = cp.token_chunk;
-    auto c = std::make_shared<Call>(d.calls++, d.prog, *d.devs.front(), chunked, cp.plan);
+    auto c = std::make_shared<Call>(d.calls++, d.prog, *d.pinned, chunked, cp.plan);
     d.unharvested.push_back(c);
     while (d.unharvested.size() > 4) d.unharvested.pop_front();  // never hold more than a few calls' buffers
     d.last = cp;
@@ -294,6 +304,8 @@ DeviceMemoryPlan Pipeline::device_regions_used(int device) const {
 int Pipeline::num_devices() const { return impl_->G; }
 
 int Pipeline::timing_samples() const { return impl_->timings->samples(); }
+
+PinnedPool::Stats Pipeline::pinned_stats() const { return impl_->pinned->stats(); }
 
 PipelineChecks Pipeline::checks() const {
     PipelineChecks c = impl_->checker.checks();

@@ -58,7 +58,8 @@ struct PipelineOptions {
     // whose fp32 gradients that layer completed (host_store.h): the data-parallel all-reduce hooks in here.
     // It may block (the devices keep computing the backward of earlier layers); it runs before the update.
     HostStore::GradsComplete grads_complete;
-    bool instrument = false;               // an InvariantChecker observes the run (hashes every weight upload: slow)
+    bool instrument = false;               // an InvariantChecker observes the run (hashes every weight upload: slow;
+                                           // CPU virtual devices only: a run on accelerators is refused)
     PipelineObserver * observer = nullptr; // or an observer of the caller's (outlives the pipeline)
     uint64_t fuzz_seed = 0;                // != 0: random sleeps in the device and optimizer threads
     double fuzz_max_delay_us = 0;
@@ -108,6 +109,8 @@ public:
     int timing_samples() const;
     // What the InvariantChecker saw (with instrument; otherwise only flag_violations is counted).
     PipelineChecks checks() const;
+    // The pool of the calls' pinned host buffers (runtime/pinned_pool.h): blocks pinned, takes reused.
+    PinnedPool::Stats pinned_stats() const;
     int num_devices() const;
 
     struct Impl;

@@ -140,17 +140,20 @@ public:
     virtual void unregister_host(void * ptr) = 0;
 };
 
-// A pinned host allocation that frees itself.
+class PinnedPool;
+
+// A pinned host allocation that frees itself -- or, taken from a PinnedPool (runtime/pinned_pool.h), goes back
+// to the pool for the next taker.
 class PinnedBuffer {
 public:
     PinnedBuffer() = default;
-    PinnedBuffer(Device & dev, size_t bytes) : dev_(&dev), ptr_(dev.alloc_pinned(bytes)), bytes_(bytes) {}
+    PinnedBuffer(Device & dev, size_t bytes) : dev_(&dev), ptr_(dev.alloc_pinned(bytes)), bytes_(bytes), capacity_(bytes) {}
     PinnedBuffer(PinnedBuffer && o) noexcept { *this = std::move(o); }
     PinnedBuffer & operator=(PinnedBuffer && o) noexcept {
         if (this != &o) {
             reset();
-            dev_ = o.dev_; ptr_ = o.ptr_; bytes_ = o.bytes_;
-            o.dev_ = nullptr; o.ptr_ = nullptr; o.bytes_ = 0;
+            dev_ = o.dev_; ptr_ = o.ptr_; bytes_ = o.bytes_; capacity_ = o.capacity_; pool_ = std::move(o.pool_);
+            o.dev_ = nullptr; o.ptr_ = nullptr; o.bytes_ = 0; o.capacity_ = 0;
         }
         return *this;
     }
@@ -158,18 +161,18 @@ public:
     PinnedBuffer & operator=(const PinnedBuffer &) = delete;
     ~PinnedBuffer() { reset(); }
 
-    void reset() {
-        if (ptr_) dev_->free_pinned(ptr_);
-        dev_ = nullptr; ptr_ = nullptr; bytes_ = 0;
-    }
+    void reset();
     void * data() const { return ptr_; }
     template <typename T> T * as() const { return static_cast<T *>(ptr_); }
     size_t size() const { return bytes_; }
 
 private:
+    friend class PinnedPool;
     Device * dev_ = nullptr;
     void * ptr_ = nullptr;
-    size_t bytes_ = 0;
+    size_t bytes_ = 0;     // what was asked for
+    size_t capacity_ = 0;  // what the block holds (>= bytes_ when it came from a pool)
+    std::shared_ptr<PinnedPool> pool_;
 };
 
 } // namespace rp

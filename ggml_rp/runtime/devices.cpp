@@ -27,7 +27,7 @@ std::vector<std::unique_ptr<Device>> make_devices(const DeviceSetOptions & o) {
         if (o.delay_seed || o.faults.any()) throw Error("devices: delay and fault injection apply to CPU virtual devices, not to CUDA devices");
         DevicePlugin & p = cuda_plugin();
         if (p.device_count() == 0) throw Error("devices: backend cuda: " + p.describe());
-        return p.make_devices(o.count, o.memory_each, o.hook);
+        return p.make_devices(o.count, o.memory_each, o.hook, o.tf32_gemm);
     }
     throw Error("devices: unknown backend '" + o.backend + "' (cpu or cuda)");
 }

@@ -20,6 +20,9 @@ struct DeviceSetOptions {
     size_t memory_each = size_t(256) << 20;
     std::optional<LinkModel> link;   // CPU devices only: the modelled host <-> device link
     OpHook hook;                     // every stream operation (tracing); may be empty
+    // CUDA devices only: f32 GEMMs (LoRA products, weight gradients, dequantized block-type weights) on TF32
+    // tensor cores (relative error ~1e-3 per product, about 8x the fp32 rate) rather than in plain fp32.
+    bool tf32_gemm = true;
     // CPU devices only (tests and soaks): random delays in every stream (seed 0: none), and device 0's
     // injected faults (cpu_device.h FaultPlan).
     uint64_t delay_seed = 0;

@@ -284,6 +284,28 @@ TEST(CudaBackend, AttentionForwardBackward) {
     b.run_and_compare();
 }
 
+// f16 attention (the accelerated type of f32 inputs) with gradients at real loss scales: dout of ~1e-7 (a
+// mean over thousands of tokens), most of it below f16's normal range and much of it below its smallest
+// subnormal. The backward scales dout by a power of two before rounding (half_scale.h): dq, dk, dv keep
+// f16's precision, as at dout ~ 1 (without the scale they came out mostly zero).
+TEST(CudaBackend, F16AttentionGradientsAtRealLossScales) {
+    RP_REQUIRE_GPU();
+    for (float mag : {1.0f, 1e-7f, 3e-9f}) {
+        SCOPED_TRACE("dout magnitude " + std::to_string(mag));
+        Bench b;
+        auto & c = b.ctx;
+        rp::Tensor * q = b.f32(64, 4, 37, 2);
+        rp::Tensor * k = b.f32(64, 2, 41, 2);
+        rp::Tensor * v = b.f32(64, 2, 41, 2, -3.0f, 3.0f);
+        rp::Tensor * o = rp::attention(c, q, k, v, 0.125f, rp::DType::F16);
+        const rp::AttentionGrads gr = rp::attention_back(c, o, b.f32(64, 4, 37, 2, -mag, mag));
+        b.out(gr.dq, kNmseHalf);
+        b.out(gr.dk, kNmseHalf);
+        b.out(gr.dv, kNmseHalf);
+        b.run_and_compare();
+    }
+}
+
 // Packed sequences: attention with a first visible key per query (document masking), forward and backward.
 TEST(CudaBackend, PackedAttentionDocumentMasking) {
     RP_REQUIRE_GPU();

@@ -134,6 +134,52 @@ TEST(CudaDevice, ALauncherArgumentErrorPoisonsItsStream) {
     EXPECT_THROW(up.synchronize(), rp::Error);
 }
 
+// cudaEventQuery's cudaErrorNotReady is also the thread's last error: a query of a pending event (what the
+// transfer engine and the graph runner do before every job) must not leave it for the next launch check,
+// which would report "device not ready" and poison a healthy stream.
+TEST(CudaDevice, QueryingAPendingEventDoesNotFailTheNextLaunch) {
+    RP_REQUIRE_GPU();
+    CudaDevice dev(0, small());
+    rp::Stream & s = dev.stream(StreamKind::Compute);
+    std::atomic<bool> release{false};
+    enqueue_host(s, [&] { while (!release.load()) std::this_thread::sleep_for(std::chrono::microseconds(50)); });
+    auto ev = dev.create_event();
+    s.record(*ev);
+    EXPECT_FALSE(ev->query());  // held by the callback
+    EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess);
+    cutest::Dev<float> x(std::vector<float>(256, 2.0f)), y(256);
+    s.launch("scale after a pending query", [&] { rp::cuda::scale(x.p, 3.0f, y.p, 256, native(s)); });
+    release.store(true);
+    EXPECT_NO_THROW(s.synchronize());
+    EXPECT_TRUE(ev->query());
+    EXPECT_EQ(y.get()[255], 6.0f);
+}
+
+// One error model for launches, copies, records and waits: a poisoned stream still records and waits (events
+// complete, nobody waits forever), skips its work, and synchronize() reports the first error.
+TEST(CudaDevice, APoisonedStreamStillRecordsAndWaits) {
+    RP_REQUIRE_GPU();
+    CudaDevice dev(0, small());
+    rp::Stream & s = dev.stream(StreamKind::Compute);
+    s.launch("bad launch", [&] { rp::cuda::rms_norm_fwd(nullptr, nullptr, nullptr, -1, 1, 0.0f, native(s)); });
+    auto before = dev.create_event(), after = dev.create_event();
+    dev.stream(StreamKind::WeightUpload).record(*before);
+    EXPECT_NO_THROW(s.wait(*before));
+    EXPECT_NO_THROW(s.record(*after));
+    after->synchronize();
+    EXPECT_TRUE(after->query());
+    bool ran = false;
+    s.launch("skipped", [&] { ran = true; });
+    EXPECT_FALSE(ran);
+    try {
+        s.synchronize();
+        ADD_FAILURE() << "the poisoned stream synchronized without its error";
+    } catch (const rp::Error & e) {
+        EXPECT_NE(std::string(e.what()).find("bad launch"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess);
+}
+
 
 
 TEST(CudaDevice, PinnedMemoryIsCudaHostMemoryAndRegistrationsAreShared) {

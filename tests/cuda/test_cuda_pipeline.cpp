@@ -232,6 +232,26 @@ TEST(CudaPipeline, CloseToTheCpuTrainerWithBf16Attention) {
     expect_close_to_cpu(rp::DType::BF16, 1e-2, 5e-2);
 }
 
+// The invariant checker's probes are host work in stream order, which GPU streams do not run: refused, naming
+// the device, rather than hashing device pointers on the host.
+TEST(CudaPipeline, InstrumentIsRefusedOnGpus) {
+    RP_REQUIRE_GPU();
+    const rp::Model & model = *SharedModels::get().llama;
+    rp::Trainer tr(model, lora_cfg());
+    rp::ModelProgram prog(tr);
+    DeviceSet set = cuda_devices(setup(2));
+    std::vector<rp::Device *> ptrs;
+    for (const auto & d : set.devices) ptrs.push_back(d.get());
+    rp::PipelineOptions o;
+    o.instrument = true;
+    try {
+        rp::Pipeline pipe(prog, ptrs, o);
+        ADD_FAILURE() << "instrument accepted on CUDA devices";
+    } catch (const rp::Error & e) {
+        EXPECT_NE(std::string(e.what()).find("cuda:0"), std::string::npos) << e.what();
+    }
+}
+
 #else
 
 TEST(CudaPipeline, NeedsACudaBuild) { GTEST_SKIP() << "skipped: built without CUDA (RP_CUDA=OFF or no nvcc)"; }

@@ -11,6 +11,7 @@
 #include "ggml_rp/cpu/cross_entropy.h"
 #include "ggml_rp/cpu/gemm.h"
 #include "ggml_rp/cuda/attention.cuh"
+#include "ggml_rp/cuda/blas.cuh"
 #include "ggml_rp/cuda/cross_entropy.cuh"
 #include "ggml_rp/cuda/launch.h"
 #include "ggml_rp/cuda/mul_mat.cuh"
@@ -89,6 +90,34 @@ TEST(CudaMatmul, WeightGradientAccumulates) {
         rp::cuda::matmul_bwd_w(K, N, T, dx.p, K, ddy.p, N, g.p, dw_row, acc, nullptr);
         EXPECT_LT(nmse(g.get(), ref), kNmseF32) << "accumulate=" << acc;
     }
+}
+
+// A stream whose handle is set to TF32 (what a CUDA device made with tf32_gemm gives its compute stream): the
+// f32 GEMMs run on tensor cores -- within TF32's precision of the fp32 result, and measurably not fp32 --
+// and the same bits on a second run; the default handle stays plain fp32.
+TEST(CudaMatmul, Tf32StreamsRunF32GemmsOnTensorCores) {
+    RP_REQUIRE_GPU();
+    std::mt19937 rng(13);
+    const int64_t K = 256, N = 192, T = 1024;
+    const auto x = rand_vec(size_t(K * T), rng), dy = rand_vec(size_t(N * T), rng);
+    std::vector<float> ref(size_t(K * N), 0.0f);
+    rp::cpu::matmul_bwd_w(K, N, T, x.data(), K, dy.data(), N, ref.data(), K, false);
+    cudaStream_t s = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    Dev<float> dx(x), ddy(dy), g32(size_t(K * N)), gtf(size_t(K * N)), gtf2(size_t(K * N));
+    rp::cuda::matmul_bwd_w(K, N, T, dx.p, K, ddy.p, N, g32.p, K, false, s);
+    rp::cuda::blas_set_tf32(s, true, "test");
+    rp::cuda::matmul_bwd_w(K, N, T, dx.p, K, ddy.p, N, gtf.p, K, false, s);
+    rp::cuda::matmul_bwd_w(K, N, T, dx.p, K, ddy.p, N, gtf2.p, K, false, s);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    const double e32 = nmse(g32.get(), ref), etf = nmse(gtf.get(), ref);
+    EXPECT_LT(e32, kNmseF32);
+    EXPECT_LT(etf, 1e-5);
+    EXPECT_GT(etf, 100 * e32) << "the TF32 handle computed in fp32";
+    const auto a = gtf.get(), b = gtf2.get();
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0);
+    rp::cuda::blas_release(s);
+    cudaStreamDestroy(s);
 }
 
 TEST(CudaMatmul, LoraLinearMatchesItsFormula) {

@@ -7,7 +7,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <random>
+#include <vector>
 
 using namespace rp::cuda;
 using gguf::TensorType;
@@ -241,4 +244,55 @@ TEST(CudaLaunch, HalfScaleKeepsSmallGradientsInF16Range) {
         // f16 keeps 11 significant bits for normal values; 3e-12 * 2^k is still normal (>= 2^-14 of 2^14).
         EXPECT_NEAR(back, v, std::fabs(v) * std::ldexp(1.0, -10)) << v;
     }
+}
+
+// The scale of the f16 attention backward's dout (half_scale.h, attention_grad_scale_exponent), emulated on
+// the host for one query row: dO ~ 1e-7 (below f16's normal range: unscaled, rounding loses it), V up to 3,
+// D = 128, 40 keys. Scaled, dO and dS = P (dP - D_i) stay below f16's largest value, and dS computed from the
+// f16-rounded scaled dO and rounded to f16 itself, then unscaled, is within f16's precision of the exact one.
+TEST(CudaLaunch, AttentionGradScaleKeepsDoutAndDsInF16Range) {
+    using rp::cuda::attention_grad_scale_exponent;
+    std::mt19937 rng(5);
+    const int D = 128, J = 40;
+    for (float mag : {1e-9f, 1e-7f, 1e-3f, 1.0f, 50.0f}) {
+        std::uniform_real_distribution<float> ud(-mag, mag), uv(-3.0f, 3.0f), us(-4.0f, 4.0f);
+        std::vector<float> dO(D), V(size_t(J * D)), P(J);
+        for (float & x : dO) x = ud(rng);
+        for (float & x : V) x = uv(rng);
+        double z = 0;
+        for (float & p : P) z += (p = std::exp(us(rng)));
+        for (float & p : P) p = static_cast<float>(p / z);
+        float max_do = 0, max_v = 0;
+        for (float x : dO) max_do = std::max(max_do, std::fabs(x));
+        for (float x : V) max_v = std::max(max_v, std::fabs(x));
+        const int k = attention_grad_scale_exponent(max_do, max_v, D);
+        auto f16 = [](double x) { return static_cast<double>(rp::fp16_to_fp32(rp::fp32_to_fp16(static_cast<float>(x)))); };
+        // dS in double from dO as given (exact) and from 2^k dO rounded to f16 (what the kernel sees).
+        auto ds_of = [&](bool rounded) {
+            std::vector<double> o(D, 0.0), d(D), ds(J);
+            for (int e = 0; e < D; ++e) d[size_t(e)] = rounded ? f16(std::ldexp(double(dO[size_t(e)]), k)) : double(dO[size_t(e)]);
+            for (int j = 0; j < J; ++j)
+                for (int e = 0; e < D; ++e) o[size_t(e)] += double(P[size_t(j)]) * V[size_t(j * D + e)];
+            double di = 0;
+            for (int e = 0; e < D; ++e) di += d[size_t(e)] * o[size_t(e)];
+            for (int j = 0; j < J; ++j) {
+                double dp = 0;
+                for (int e = 0; e < D; ++e) dp += d[size_t(e)] * V[size_t(j * D + e)];
+                ds[size_t(j)] = double(P[size_t(j)]) * (dp - di);
+            }
+            return ds;
+        };
+        const std::vector<double> exact = ds_of(false), scaled = ds_of(true);
+        double num = 0, den = 0;
+        for (int e = 0; e < D; ++e) EXPECT_LT(std::fabs(std::ldexp(double(dO[size_t(e)]), k)), 65504.0) << mag;
+        for (int j = 0; j < J; ++j) {
+            EXPECT_LT(std::fabs(scaled[size_t(j)]), 65504.0) << mag;  // dS is rounded to f16 too
+            const double back = std::ldexp(f16(scaled[size_t(j)]), -k);
+            num += (back - exact[size_t(j)]) * (back - exact[size_t(j)]);
+            den += exact[size_t(j)] * exact[size_t(j)];
+        }
+        EXPECT_LT(std::sqrt(num / den), 2e-3) << "dout magnitude " << mag;
+    }
+    // Without the scale, f16 keeps nothing of a dO of 1e-8 (the defect this guards against).
+    EXPECT_EQ(rp::fp16_to_fp32(rp::fp32_to_fp16(1e-8f)), 0.0f);
 }

@@ -154,18 +154,22 @@ TEST(FinetuneFailures, InterruptWritesTheCheckpointAndResumesToTheSameBytes) {
     rp_test::TempDir d;
     const std::string cmd = ft_test::tool("rp-finetune") + " -m " + ft_test::stories() + " --data " + ft_test::shared_dir() +
                             "/models/reference/train.txt --seq-len 16 --batch 2 --steps 400 -t 1 --lora-rank 4 -o ";
+    int n = 0;
     for (const std::string mode : {"", " --devices 3 --async"}) {
         std::string log;
         ASSERT_EQ(ft_test::run(cmd + d.file("ref.gguf") + mode, &log), 0) << log;
-        const std::string out = d.file("run");
-        fs::remove_all(out);
+        // Each mode has its own folder and log: the wait below must never read an earlier mode's log.
+        const std::string tag = std::to_string(n++);
+        const std::string out = d.file("run" + tag);
+        const std::string log_path = d.file("log" + tag + ".txt");
         fs::create_directories(out);
-        // SIGINT once it has made progress; then SIGINT again right away must not corrupt the checkpoint.
-        const std::string script = "(" + cmd + out + "/a.gguf" + mode + " > " + out + "/../log.txt 2>&1 & pid=$!; "
-                                   "while ! grep -q 'step 20/' " + out + "/../log.txt; do sleep 0.02; done; "
+        // SIGINT once it has made progress (or stop waiting if it ended before); then the test checks the
+        // checkpoint it wrote.
+        const std::string script = "(" + cmd + out + "/a.gguf" + mode + " > " + log_path + " 2>&1 & pid=$!; "
+                                   "while ! grep -q 'step 20/' " + log_path + " && kill -0 $pid 2>/dev/null; do sleep 0.02; done; "
                                    "kill -INT $pid; wait $pid; echo rc=$?)";
         ASSERT_EQ(ft_test::run(script, &log), 0) << log;
-        const std::string tool_log = slurp(d.file("log.txt"));
+        const std::string tool_log = slurp(log_path);
         EXPECT_NE(log.find("rc=130"), std::string::npos) << log << tool_log;
         EXPECT_NE(tool_log.find("interrupted at step"), std::string::npos) << tool_log;
         EXPECT_EQ(listing(out), (std::vector<std::string>{"a.gguf.ckpt.gguf", "a.gguf.loss.svg", "a.gguf.metrics.jsonl"})) << tool_log;

@@ -40,8 +40,34 @@ OUT="$tmp/out" RP_SHARED_DIR="$tmp/carry/shared" bash "$src/tools/gpu-check.sh" 
 j="$tmp/out/gpu-check.json"
 [ -s "$j" ] || fail "no $j"
 grep -q '"dry_run": true' "$j" || fail "not marked as a dry run: $(cat "$j")"
-for phase in machine build tests bench finetune peft sanitizer; do
+for phase in machine build kernel_tests bench finetune peft tests sanitizer; do
   grep -q "\"$phase\": {[^}]*\"skipped\": \"no GPU\"" "$j" || fail "phase $phase does not say \"no GPU\": $(cat "$j")"
 done
 [ -s "$tmp/out/gpu-check.log" ] || fail "no log"
+# The plan: the headline figures first (build, kernel tests, the finetunes, the peer), then the other suites and
+# the sanitizer; every share positive and the last one ending at the budget.
+order=$(sed -n 's/^plan: \([a-z_]*\) .*/\1/p' "$tmp/out/gpu-check.log" | tr '\n' ' ')
+[ "$order" = "build kernel_tests bench synth resident streamed traced peft_bench peft_check tests sanitizer " ] ||
+  fail "the phase order is '$order'"
+sed -n 's/^plan: [a-z_]* *\([0-9]*\) s.*/\1/p' "$tmp/out/gpu-check.log" | while read -r sec; do [ "$sec" -gt 0 ] || fail "a share of $sec s"; done
+grep -q '^plan: sanitizer .* to 540 s)$' "$tmp/out/gpu-check.log" || fail "the shares do not end at the budget: $(grep '^plan' "$tmp/out/gpu-check.log")"
+grep -q 'timeout -k' "$src/tools/gpu-check.sh" || fail "gpu-check.sh runs nothing under timeout -k"
+echo "ok: gpu-check.sh --dry-run plan: $order"
+
+# first_failure reads GoogleTest's failure lines, never a test's name (names such as ...ErrorPoisonsItsStream).
+eval "$(sed -n '/^first_failure() {/,/^}/p' "$src/tools/gpu-check.sh")"
+printf '%s\n' '[ RUN      ] CudaDevice.ALauncherArgumentErrorPoisonsItsStream' \
+  '[       OK ] CudaDevice.ALauncherArgumentErrorPoisonsItsStream (3 ms)' '[ RUN      ] CudaOps.Softmax' \
+  'test_ops.cpp:150: Failure' 'Expected: nmse < 1e-6' '  Actual: 0.5' 'more' '[  FAILED  ] CudaOps.Softmax (1 ms)' > "$tmp/g.txt"
+got=$(first_failure "$tmp/g.txt")
+[ "$got" = "test_ops.cpp:150: Failure Expected: nmse < 1e-6   Actual: 0.5 " ] || fail "first_failure gave '$got'"
+printf '%s\n' '[ RUN      ] CudaDevice.SomeErrorTest' '[  FAILED  ] CudaDevice.SomeErrorTest (1 ms)' > "$tmp/g2.txt"
+[ -z "$(first_failure "$tmp/g2.txt")" ] || fail "first_failure matched a test name: '$(first_failure "$tmp/g2.txt")'"
+echo "ok: first_failure"
+
+# The peer's JSON has no NaN (which JSON does not have): non-finite numbers become null.
+got=$(python3 -c "import json, sys; sys.path.insert(0, '$src/bench/gpu'); import peft_baseline as p
+print(json.dumps(p.finite_or_null({'loss': float('nan'), 'g': [float('inf'), 1.5, {'x': -float('inf')}], 'n': 2}), allow_nan=False))")
+[ "$got" = '{"loss": null, "g": [null, 1.5, {"x": null}], "n": 2}' ] || fail "finite_or_null gave $got"
+echo "ok: peft_baseline.py writes null for NaN"
 echo "ok: gpu-check.sh --dry-run: $(tr -d '\n' < "$j" | head -c 300)"

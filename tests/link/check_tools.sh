@@ -5,7 +5,8 @@
 #   - ldd of every rp-* program (but rp-cuda-bench, which calls the kernels directly) names no libcuda*,
 #     libcudart*, libcublas*;
 #   - rp-finetune --help peaks below 64 MiB of resident memory;
-#   - with the plugin next to the tools (a CUDA build): the plugin links libcudart and libcublas, and
+#   - with the plugin next to the tools (a CUDA build): the plugin links libcudart and libcublas, exports
+#     nothing but its entry point (hidden visibility, a version script), and
 #     --backend cuda either trains or (no GPU here) fails with a message naming CUDA, leaving no file;
 #     without it: --backend cuda says the build has no CUDA backend.
 #   check_tools.sh BIN_DIR SHARED_DIR
@@ -39,6 +40,9 @@ set -e
 if [ -e "$bin/libggml_rp_cuda.so" ]; then
   ldd "$bin/libggml_rp_cuda.so" | grep -q libcudart || fail "the plugin does not link libcudart"
   ldd "$bin/libggml_rp_cuda.so" | grep -q libcublas || fail "the plugin does not link libcublas"
+  exported=$(nm -D --defined-only "$bin/libggml_rp_cuda.so" | awk '$2 ~ /^[TDBVWRiu]$/ {print $3}' | sort -u | tr '\n' ' ')
+  [ "$exported" = "rp_device_plugin_v1 " ] || fail "the plugin exports more than its entry point: ${exported:0:400}"
+  echo "ok: the plugin exports only rp_device_plugin_v1"
   if [ "$rc" -ne 0 ]; then
     grep -qi "cuda\|gpu" "$tmp/log" || fail "--backend cuda failed without naming CUDA: $(cat "$tmp/log")"
     [ -z "$(ls "$tmp" | grep -v '^log$')" ] || fail "--backend cuda left files: $(ls "$tmp")"

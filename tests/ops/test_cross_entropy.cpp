@@ -2,7 +2,14 @@
 // and the whole vocabulary, with masked (-1) labels; dh and dW vs finite differences; determinism.
 #include "harness.h"
 
+#include "ggml_rp/cpu/cross_entropy.h"
+
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
 
 using namespace optest;
 using rp::Context;
@@ -69,4 +76,60 @@ TEST(OpCrossEntropy, BadLabelIsAnError) {
     }
     Tensor * lab3 = ctx.new_tensor(rp::DType::I32, 3);
     EXPECT_THROW(rp::lm_head_ce(ctx, h, W, lab3, 1.0f, 2), rp::Error);  // 3 labels for 2 tokens
+}
+
+// The backward reads the forward's logsumexps (lse_out -> lse_in) instead of a second pass over the
+// vocabulary: the same dh and dW bits as the two-pass call, for several chunkings, and lse_out equals the
+// double-precision logsumexp of the logits.
+TEST(OpCrossEntropy, BackwardFromTheForwardsLogsumexpIsTheSameBits) {
+    const int64_t C = 13, V = 61, T = 5;
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+    std::vector<float> h(size_t(C * T)), W(size_t(C * V));
+    for (float & x : h) x = u(rng);
+    for (float & x : W) x = u(rng);
+    const std::vector<int32_t> labels = {3, -1, 60, 0, 17};
+    for (int64_t chunk : {int64_t{1}, int64_t{8}, int64_t{61}}) {
+        const rp::cpu::LmHeadCEShape s{C, V, T, chunk};
+        std::vector<float> lse(size_t(T), -1.0f);
+        const double loss = rp::cpu::lm_head_ce(s, h.data(), W.data(), rp::DType::F32, size_t(C) * 4, labels.data(), 0.25f,
+                                                nullptr, nullptr, 0, lse.data());
+        std::vector<float> dh_two(size_t(C * T)), dW_two(size_t(C * V), 0.5f), dh_one(dh_two.size()), dW_one(dW_two);
+        const double loss_two = rp::cpu::lm_head_ce(s, h.data(), W.data(), rp::DType::F32, size_t(C) * 4, labels.data(), 0.25f,
+                                                    dh_two.data(), dW_two.data(), C);
+        EXPECT_EQ(loss, loss_two);
+        EXPECT_EQ(rp::cpu::lm_head_ce(s, h.data(), W.data(), rp::DType::F32, size_t(C) * 4, labels.data(), 0.25f, dh_one.data(),
+                                      dW_one.data(), C, nullptr, lse.data()),
+                  0.0);  // the loss is the forward's
+        EXPECT_EQ(std::memcmp(dh_one.data(), dh_two.data(), dh_two.size() * 4), 0) << "chunk " << chunk;
+        EXPECT_EQ(std::memcmp(dW_one.data(), dW_two.data(), dW_two.size() * 4), 0) << "chunk " << chunk;
+        for (int64_t t = 0; t < T; ++t) {
+            double mx = -1e300, sum = 0;
+            for (int64_t v = 0; v < V; ++v) {
+                double z = 0;
+                for (int64_t c = 0; c < C; ++c) z += double(W[size_t(v * C + c)]) * double(h[size_t(t * C + c)]);
+                mx = std::max(mx, z);
+            }
+            for (int64_t v = 0; v < V; ++v) {
+                double z = 0;
+                for (int64_t c = 0; c < C; ++c) z += double(W[size_t(v * C + c)]) * double(h[size_t(t * C + c)]);
+                sum += std::exp(z - mx);
+            }
+            EXPECT_NEAR(lse[size_t(t)], mx + std::log(sum), 1e-5 * std::max(1.0, std::fabs(mx))) << "token " << t;
+        }
+    }
+}
+
+// The graph: lm_head_ce_back takes its forward node as a source (so the forward runs first and its
+// logsumexps, the node's aux, are what the backward reads).
+TEST(OpCrossEntropy, BackwardNodeReadsTheForwardNode) {
+    Context ctx;
+    Tensor * h = ctx.new_tensor(rp::DType::F32, 4, 2);
+    Tensor * W = ctx.new_tensor(rp::DType::F32, 4, 3);
+    Tensor * lab = ctx.new_tensor(rp::DType::I32, 2);
+    Tensor * loss = rp::lm_head_ce(ctx, h, W, lab, 1.0f, 2);
+    EXPECT_EQ(loss->aux_bytes, 2 * sizeof(float));
+    Tensor * dloss = ctx.new_tensor(rp::DType::F32, 1);
+    Tensor * dh = rp::lm_head_ce_back(ctx, loss, dloss, nullptr);
+    EXPECT_EQ(dh->src[5], loss);
 }

@@ -205,6 +205,8 @@ struct RunResult {
     std::vector<rp::DeviceMemoryPlan> carved;  // per device: the regions as carved (the largest of the calls' plans)
     std::vector<double> losses;
     int timing_samples = 0;
+    std::vector<uint64_t> pinned_allocations;  // the pool's count after each call (blocks pinned so far)
+    uint64_t pinned_reuses = 0;                // takes the pool served from blocks of earlier calls
 };
 
 struct DeviceSetup {
@@ -250,6 +252,7 @@ inline RunResult pipelined(const rp::Model & model, const rp::FinetuneConfig & c
                 std::vector<MbData> data;
                 for (int mb = 0; mb < w.M; ++mb) data.push_back(w.data(s, c, mb));
                 r.losses.push_back(pipe.forward_backward(micro_batches(data, s, ls)));
+                r.pinned_allocations.push_back(pipe.pinned_stats().allocations);
             }
             pipe.step([&] { up.update(tr); });
         }
@@ -263,6 +266,7 @@ inline RunResult pipelined(const rp::Model & model, const rp::FinetuneConfig & c
             r.carved.push_back(pipe.device_regions(d));
         }
         r.timing_samples = pipe.timing_samples();
+        r.pinned_reuses = pipe.pinned_stats().reuses;
     }
     for (auto & d : set.devices) r.high_water.push_back(d->high_water());
     r.peak_graph = tr.peak_graph_bytes();

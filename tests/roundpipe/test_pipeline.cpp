@@ -271,3 +271,26 @@ TEST(Pipeline, BoundPlanSplitsEvenly) {
     EXPECT_THROW(rp::schedule_from_name("zigzag"), rp::Error);
     EXPECT_EQ(rp::schedule_from_name("1f1b"), rp::ScheduleKind::OneFOneB);
 }
+
+// The calls' pinned buffers (tokens, boundary activations, losses) come from the run's pool: a block is pinned
+// when no earlier call's block is free, and otherwise reused -- no cudaHostAlloc / cudaFreeHost per call, whose
+// free synchronises the whole GPU -- with the bits of the single-device run. A call keeps its buffers while its
+// jobs and the planner's timing harvest (at most 4 calls) hold it, so a few calls' worth get pinned; of 16
+// calls' worth, at most half.
+TEST(Pipeline, CallsReuseEarlierCallsPinnedBuffers) {
+    const Models & m = Models::get();
+    Workload w;
+    w.M = 3;
+    w.steps = 8;
+    w.calls = 2;
+    const auto ref = reference(*m.llama, lora_cfg(), w);
+    DeviceSetup ds;
+    ds.G = 2;
+    const RunResult r = pipelined(*m.llama, lora_cfg(), w, ds, rp::PipelineOptions{});
+    EXPECT_EQ(first_difference(r.masters, ref), -1);
+    ASSERT_EQ(r.pinned_allocations.size(), 16u);
+    const uint64_t per_call = r.pinned_allocations.front();
+    EXPECT_GT(per_call, 0u);
+    EXPECT_LE(r.pinned_allocations.back(), 8 * per_call);
+    EXPECT_GT(r.pinned_reuses, 0u);
+}
