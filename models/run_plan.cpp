@@ -20,7 +20,12 @@ std::string line(const char * key, size_t bytes, const std::string & more = "") 
     human = human.substr(0, human.find(" ("));
     char buf[96];
     std::snprintf(buf, sizeof buf, "%s: %zu bytes (", key, bytes);
-    return buf + human + ")" + (more.empty() ? "" : " " + more) + "\n";
+    std::string r = buf;
+    r += human;
+    r += ')';
+    if (!more.empty()) r.append(" ").append(more);
+    r += '\n';
+    return r;
 }
 
 } // namespace
@@ -95,6 +100,7 @@ RunPlan plan_run(const Model & model, const RunPlanOptions & o) {
     req.device_memory = o.device_memory - o.device_memory % kBufferAlign;
     req.device_name = o.backend + ":0";
     req.token_chunk = o.token_chunk;
+    req.resident = o.resident_weights;
     r.min_device_peak = planner.least_memory(req, r.step).peak();
     if (o.max_seq_limit > 0) {
         int64_t widest = 0;
@@ -107,7 +113,7 @@ RunPlan plan_run(const Model & model, const RunPlanOptions & o) {
         for (const auto & ti : prog.layer_tensors(l))
             if (ti.param >= 0) h.grad_slots += ti.bytes;
     h.checkpoints = 2 * host_call_bytes(prog, r.call->plan, r.step).total();
-    r.link = link_bytes(prog, r.call->plan, o.schedule, r.step);
+    r.link = link_bytes(prog, r.call->plan, o.schedule, r.step, r.call->shape.resident);
     return r;
 }
 
@@ -133,12 +139,14 @@ std::string RunPlan::report() const {
         s += line("link per step", link.total(),
                   "(weights up " + format_bytes(link.weights_up) + ", gradients down " + format_bytes(link.grads_down) +
                       ", activations up " + format_bytes(link.activations_up) + ", down " + format_bytes(link.activations_down) + ")");
+        if (link.resident_once) s += line("link once per device", link.resident_once, "(the resident frozen weights, before the first job)");
     } else {
         s += line("  layer inputs", host.checkpoints);
-        s += line("  graphs", host.graph,
-                  host.kept_layers > 0 ? "(" + std::to_string(host.kept_layers) + " layers keep their activations: " + format_bytes(host.kept_activations) +
-                                             "; the others are recomputed in the backward)"
-                                       : "(the largest program; every layer recomputed in the backward)");
+        std::string kept = "(the largest program; every layer recomputed in the backward)";
+        if (host.kept_layers > 0)
+            kept = std::string("(").append(std::to_string(host.kept_layers)).append(" layers keep their activations: ")
+                       .append(format_bytes(host.kept_activations)).append("; the others are recomputed in the backward)");
+        s += line("  graphs", host.graph, kept);
     }
     if (max_seq >= 0) s += "max seq: " + std::to_string(max_seq) + "\n";
     return s;

@@ -38,6 +38,7 @@ struct RunPlanOptions {
     std::optional<Plan> plan;
     int64_t max_seq_limit = 0;    // > 0: also search the longest seq_len that fits, up to this
     int64_t token_chunk = -1;     // PipelineOptions::token_chunk
+    bool resident_weights = true; // PipelineOptions::resident_weights
     bool packed = false;          // packed sequences (their programs build per-token positions and key starts)
 };
 
@@ -62,7 +63,7 @@ struct RunPlan {
     std::optional<CallPlan> call;      // pipeline: the plan and its device memory
     size_t min_device_peak = 0;        // pipeline: the one-layer-per-stage plan's peak
     HostMemoryPlan host;
-    LinkBytes link;                    // pipeline: per step
+    LinkBytes link;                    // pipeline: per step (and the resident weights once per device)
     int64_t max_seq = -1;              // with max_seq_limit: the longest seq_len that fits (0: none)
     // Lines a script can grep: "device peak: N bytes", "host peak: N bytes", "max seq: N", ...
     std::string report() const;

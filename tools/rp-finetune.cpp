@@ -108,6 +108,8 @@ const char * const kUsage =
     "      --schedule NAME     roundpipe | gpipe | 1f1b (default roundpipe; the baselines bind stages to devices)\n"
     "      --sync | --async    optimizer step synchronous, or overlapped with the next step (staleness 1; default sync)\n"
     "      --recompute GRAIN   stage | layer: what a backward job recomputes from (default stage)\n"
+    "      --resident-weights on|off  keep the frozen weights (LoRA's base) on every device when the plan fits\n"
+    "                          them: each job then uploads only its trainable tensors (default on)\n"
     "      --trace FILE        Chrome trace of every stream operation (draw it with rp-trace)\n"
     "      --token-chunk N|auto  tokens per feed-forward / LM-head graph, so no [tokens x n_ff] or [tokens x vocab]\n"
     "                          tensor is whole (the backward then recomputes attention once more); 0 = off;\n"
@@ -257,6 +259,7 @@ static int finetune(int argc, char ** argv, rp::Communicator * world) {
                                     "the learning-rate schedule is --lr-schedule");
                 o.pipeline.schedule = rp::schedule_from_name(schedule);
             }
+            else if (a == "--resident-weights") o.pipeline.resident_weights = args.choice({"on", "off"}) == "on";
             else if (a == "--sync") o.pipeline.async = false;
             else if (a == "--async") o.pipeline.async = true;
             else if (a == "--recompute") o.pipeline.grain = args.choice({"stage", "layer"}) == "layer" ? rp::RecomputeGrain::Layer : rp::RecomputeGrain::Stage;
@@ -359,6 +362,7 @@ static int finetune(int argc, char ** argv, rp::Communicator * world) {
             po.schedule = o.pipeline.schedule;
             po.grain = o.pipeline.grain;
             po.token_chunk = o.pipeline.token_chunk;
+            po.resident_weights = o.pipeline.resident_weights;
             po.packed = pack == 1 || (pack == -1 && data_path.ends_with(".jsonl"));
             if (max_seq) po.max_seq_limit = 1 << 22;
             if (max_seq && !o.pipelined) throw rp::Error("--max-seq needs --devices N (the device memory it must fit)");

@@ -27,6 +27,7 @@ CallPlanner::CallPlanner(TrainingProgram & program, const GraphRunner & rules) :
         layer_bytes_.push_back(bytes);
         layer_train_bytes_.push_back(train);
     }
+    resident_bytes_ = layout_resident(prog_).bytes;
 }
 
 CallPlanner::ShapeKey CallPlanner::shape_key(const std::vector<MicroBatchInfo> & mbs) {
@@ -57,11 +58,13 @@ CallShape CallPlanner::shape_of(const std::vector<MicroBatchInfo> & mbs, Recompu
     return s;
 }
 
-DeviceMemoryPlan CallPlanner::memory_of(const Plan & plan, ScheduleKind schedule, const std::vector<MicroBatchInfo> & mbs, int sets) {
+DeviceMemoryPlan CallPlanner::memory_of(const Plan & plan, ScheduleKind schedule, const std::vector<MicroBatchInfo> & mbs, int sets,
+                                        bool resident) {
     const std::vector<StageDesc> stages = plan_stages(plan);
     const std::vector<JobSpec> jobs = schedule_jobs(schedule, plan, stages, static_cast<int>(mbs.size()));
     CallShape shape = shape_of(mbs, plan.grain);
     shape.sets = sets;
+    shape.resident = resident;
     return plan_device_memory(prog_, stages, jobs, shape, footprints(mbs));
 }
 
@@ -111,20 +114,35 @@ std::vector<int64_t> CallPlanner::chunk_candidates(const CallPlanRequest & req, 
 
 CallPlan CallPlanner::plan(const CallPlanRequest & req, const std::vector<MicroBatchInfo> & mbs) {
     if (mbs.empty()) throw Error("call planner: no micro-batches");
-    // Fastest first: every chunk candidate with two activation sets per stage, then the smallest with one.
+    // Fastest first: the frozen weights resident (no weight traffic but the trainable tensors'), every chunk
+    // candidate with two activation sets per stage; then streamed the same way; then the smallest chunk with one.
     const std::vector<int64_t> chunks = chunk_candidates(req, mbs);
+    const bool try_resident = req.resident && resident_bytes_ > 0;
+    if (try_resident && (req.device_memory == 0 || resident_bytes_ < req.device_memory))
+        for (const int64_t c : chunks)
+            if (std::optional<CallPlan> p = plan_fixed(req, with_chunk(mbs, c), 2, false, true)) {
+                p->plan.notes.push_back("memory: the frozen weights (" + format_bytes(resident_bytes_) +
+                                        ") stay on every device; each job uploads only the trainable tensors");
+                return *p;
+            }
+    std::optional<CallPlan> p;
     for (const int64_t c : chunks)
-        if (std::optional<CallPlan> p = plan_fixed(req, with_chunk(mbs, c), 2, false)) return *p;
-    return *plan_fixed(req, with_chunk(mbs, chunks.back()), 1, true);
+        if ((p = plan_fixed(req, with_chunk(mbs, c), 2, false, false))) break;
+    if (!p) p = plan_fixed(req, with_chunk(mbs, chunks.back()), 1, true, false);
+    if (try_resident)
+        p->plan.notes.push_back("memory: the frozen weights (" + format_bytes(resident_bytes_) + ") do not fit beside a plan on " +
+                                format_bytes(req.device_memory) + ": every job uploads its weights");
+    return *p;
 }
 
 std::optional<CallPlan> CallPlanner::plan_fixed(const CallPlanRequest & req, const std::vector<MicroBatchInfo> & mbs, int sets,
-                                                bool last) {
+                                                bool last, bool resident) {
     const int L = prog_.num_layers();
     const size_t cap = req.device_memory;
     CallPlan out;
     out.shape = shape_of(mbs, req.grain);
     out.shape.sets = sets;
+    out.shape.resident = resident;
     out.token_chunk = mbs.front().token_chunk;
     auto fits = [&](const DeviceMemoryPlan & m) { return cap == 0 || m.peak() <= cap; };
     int64_t longest = 0, widest = 0;
@@ -149,7 +167,7 @@ std::optional<CallPlan> CallPlanner::plan_fixed(const CallPlanRequest & req, con
     // Pinned plans and the bound schedules: checked, never changed.
     if (req.schedule != ScheduleKind::RoundPipe || req.plan) {
         out.plan = req.schedule != ScheduleKind::RoundPipe ? bound_plan(L, req.devices, req.grain) : *req.plan;
-        out.memory = memory_of(out.plan, req.schedule, mbs, sets);
+        out.memory = memory_of(out.plan, req.schedule, mbs, sets, resident);
         if (fits(out.memory)) return out;
         if (!last) return std::nullopt;
         too_big(out.plan, out.memory, req.plan ? "the given plan" : std::string(schedule_name(req.schedule)) + "'s plan", false);
@@ -174,11 +192,13 @@ std::optional<CallPlan> CallPlanner::plan_fixed(const CallPlanRequest & req, con
     in.grain = req.grain;
     for (int l = 0; l < L; ++l) in.layer_names.push_back(prog_.layer_name(l));
 
-    size_t limit = cap == 0 ? 0 : 2 * cap;  // the partitioner's cap per stage is limit / 2
+    // The partitioner's cap per stage is limit / 2, of what the resident region leaves.
+    const size_t stage_memory = resident ? cap - std::min(cap, resident_bytes_) : cap;
+    size_t limit = cap == 0 ? 0 : 2 * stage_memory;
     for (int round = 0; round < 64; ++round) {
         in.memory_limit = limit;
         Plan p = make_plan(in);
-        DeviceMemoryPlan m = memory_of(p, ScheduleKind::RoundPipe, mbs, sets);
+        DeviceMemoryPlan m = memory_of(p, ScheduleKind::RoundPipe, mbs, sets, resident);
         if (fits(m)) {
             out.plan = std::move(p);
             out.memory = m;
@@ -186,11 +206,11 @@ std::optional<CallPlan> CallPlanner::plan_fixed(const CallPlanRequest & req, con
             return out;
         }
         if (limit <= 2 * largest) break;  // the partitioner keeps every layer-sized stage from here on
-        const double ratio = static_cast<double>(cap) / static_cast<double>(m.peak());
+        const double ratio = static_cast<double>(stage_memory) / static_cast<double>(m.peak() - m.resident);
         limit = static_cast<size_t>(static_cast<double>(limit) * std::min(0.9, ratio));
     }
     Plan p = min_memory_plan(req.grain);
-    DeviceMemoryPlan m = memory_of(p, ScheduleKind::RoundPipe, mbs, sets);
+    DeviceMemoryPlan m = memory_of(p, ScheduleKind::RoundPipe, mbs, sets, resident);
     if (!fits(m) && !last) return std::nullopt;
     if (!fits(m)) too_big(p, m, "the smallest plan, one layer per stage", true);
     p.notes.push_back("memory: one layer per stage, the only plan that fits " + format_bytes(cap));

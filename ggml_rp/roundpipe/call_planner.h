@@ -7,6 +7,9 @@
 //   3. when the partitioner cannot go smaller, the minimum-memory plan: one layer per stage, FB = the head;
 //   4. when even that does not fit: rp::Error (MemoryError) naming the device, the bytes it has, what the
 //      smallest plan needs region by region (the job, the program), and the largest seq_len that would fit.
+// With `resident` (and frozen tensors in the program), steps 1-2 first run with every frozen weight kept on
+// the device (memory_plan.h: the resident region; the partitioner gets what is left beside it): a plan that
+// fits so uploads only the trainable tensors with each job. Only when none does, the streamed plans above.
 // A pinned plan and the bound schedules' plans are checked the same way (step 1 only).
 // Program footprints are measured once per set of micro-batch shapes (cached): planning costs graph builds,
 // never a kernel.
@@ -41,6 +44,7 @@ struct CallPlanRequest {
     // MicroBatchInfo::token_chunk: -1 = the planner's choice (every token in one graph when that fits, else
     // the largest of 8192, 4096, ..., 256 tokens that does), 0 = never chunk, N = chunks of N tokens.
     int64_t token_chunk = -1;
+    bool resident = true;  // try keeping the frozen weights on the devices first (CallShape::resident)
 };
 
 struct CallPlan {
@@ -71,7 +75,8 @@ public:
 
     CallPlan plan(const CallPlanRequest & req, const std::vector<MicroBatchInfo> & mbs);
     // The memory of one given plan for these micro-batches (with their token_chunk).
-    DeviceMemoryPlan memory_of(const Plan & plan, ScheduleKind schedule, const std::vector<MicroBatchInfo> & mbs, int sets = 2);
+    DeviceMemoryPlan memory_of(const Plan & plan, ScheduleKind schedule, const std::vector<MicroBatchInfo> & mbs, int sets = 2,
+                               bool resident = false);
     // The one-layer-per-stage plan (the least device memory any plan takes).
     Plan min_memory_plan(RecomputeGrain grain) const;
     // The least memory any call of these micro-batches can take under req: the one-layer-per-stage plan, the
@@ -82,6 +87,7 @@ public:
     int64_t max_seq_len(const CallPlanRequest & req, int64_t n_seq, int M, int64_t limit);
 
     const ProgramFootprints & footprints(const std::vector<MicroBatchInfo> & mbs);
+    size_t resident_bytes() const { return resident_bytes_; }  // the resident region a plan may keep (0: none)
     CallShape shape_of(const std::vector<MicroBatchInfo> & mbs, RecomputeGrain grain) const;
 
     // The token chunks plan() tries, in order (the last one takes the least memory).
@@ -92,11 +98,13 @@ private:
     static ShapeKey shape_key(const std::vector<MicroBatchInfo> & mbs);
     // The plan with the micro-batches' own token_chunk; nullopt when it does not fit, unless `last` (then
     // MemoryError).
-    std::optional<CallPlan> plan_fixed(const CallPlanRequest & req, const std::vector<MicroBatchInfo> & mbs, int sets, bool last);
+    std::optional<CallPlan> plan_fixed(const CallPlanRequest & req, const std::vector<MicroBatchInfo> & mbs, int sets, bool last,
+                                       bool resident);
 
     TrainingProgram & prog_;
     const GraphRunner & rules_;
     std::vector<size_t> layer_bytes_, layer_train_bytes_;
+    size_t resident_bytes_ = 0;  // the resident region (layout_resident): 0 when nothing is frozen
     std::map<ShapeKey, ProgramFootprints> cache_;
 };
 

@@ -40,7 +40,7 @@ struct DeviceWorker::Running {
 };
 
 DeviceWorker::DeviceWorker(Device & device, WorkerShared shared, FuzzDelay fuzz)
-    : dev_(device), sh_(shared), fuzz_(fuzz), transfer_(device, shared.observer) {
+    : dev_(device), sh_(shared), fuzz_(fuzz), transfer_(device, shared.observer), resident_(layout_resident(shared.program)) {
     thread_ = std::make_unique<WorkQueue>([this](const std::string & e) { sh_.faults.record(dev_.name() + ": " + e); });
 }
 
@@ -68,6 +68,11 @@ DeviceMemoryPlan DeviceWorker::regions_used() const {
     DeviceMemoryPlan u = used_;
     u.graph = dev_.runner().region_high_water();
     return u;
+}
+
+size_t DeviceWorker::weight_bytes_uploaded() const {
+    std::lock_guard<std::mutex> lk(regions_m_);
+    return weight_bytes_up_;
 }
 
 void DeviceWorker::submit(std::shared_ptr<Job> job) {
@@ -125,10 +130,11 @@ void DeviceWorker::ensure_regions(const DeviceMemoryPlan & need) {
     dev_.free(block_);
     block_ = nullptr;
     block_ = dev_.allocate(std::max<size_t>(want.peak(), 1), "memory plan: " + want.describe());
-    dev_.runner().set_region(static_cast<char *>(block_) + 2 * want.weight_slot + want.activations, want.graph);
+    dev_.runner().set_region(static_cast<char *>(block_) + want.resident + 2 * want.weight_slot + want.activations, want.graph);
     std::lock_guard<std::mutex> lk(regions_m_);
     regions_ = want;
     activations_free_.reset();
+    resident_loaded_ = false;
 }
 
 void DeviceWorker::launch(Call & c, int layer, Call::Launch kind, OpLabel label, std::function<void(ProgramContext &)> program) {
@@ -155,14 +161,19 @@ void DeviceWorker::run_job(Job & job, std::vector<char> & released) {
     const JobSpec & spec = job.spec;
     TrainingProgram & prog = sh_.program;
     const JobLayout lay = layout_job(prog, c.stages, job.shape, spec);
-    char * slot = static_cast<char *>(block_) + static_cast<size_t>(next_slot_) * regions_.weight_slot;
-    char * acts = static_cast<char *>(block_) + 2 * regions_.weight_slot;
+    // The block: [resident][weight slot 0][weight slot 1][activations][graph].
+    char * resident = static_cast<char *>(block_);
+    char * slot = resident + regions_.resident + static_cast<size_t>(next_slot_) * regions_.weight_slot;
+    char * acts = resident + regions_.resident + 2 * regions_.weight_slot;
     next_slot_ ^= 1;
+    if (job.shape.resident && regions_.resident < resident_.bytes)
+        throw Error("job " + spec.label + " keeps the frozen weights resident (" + format_bytes(resident_.bytes) +
+                    "); the memory plan carved " + regions_.describe() + " (the plan and the job's layout disagree)");
     Running r{job, c, std::vector<LayerMemory>(static_cast<size_t>(spec.layers.size()))};
     for (int l = spec.layers.begin; l < spec.layers.end; ++l) {
         const size_t k = static_cast<size_t>(l - spec.layers.begin);
         for (size_t i = 0; i < lay.data[k].size(); ++i) {
-            r.layer(l).data.push_back(slot + lay.data[k][i]);
+            r.layer(l).data.push_back(lay.data[k][i] == kNoBuffer ? resident + resident_.data[static_cast<size_t>(l)][i] : slot + lay.data[k][i]);
             r.layer(l).grad.push_back(lay.grad[k][i] == kNoBuffer ? nullptr : reinterpret_cast<float *>(slot + lay.grad[k][i]));
         }
     }
@@ -188,6 +199,7 @@ void DeviceWorker::run_job(Job & job, std::vector<char> & released) {
         std::lock_guard<std::mutex> lk(regions_m_);
         used_.weight_slot = std::max(used_.weight_slot, lay.weight_bytes);
         used_.activations = std::max(used_.activations, lay.activation_bytes);
+        if (job.shape.resident) used_.resident = resident_.bytes;
     }
     sh_.observer.job_memory(lay.weight_bytes + lay.activation_bytes);
     // The activation region is the previous job's until its last download: the first upload waits for it.
@@ -195,11 +207,28 @@ void DeviceWorker::run_job(Job & job, std::vector<char> & released) {
 
     // The weights, and this step's running gradient sums back up with them (§5) or the buffers zeroed.
     const std::string cat = c.stages[static_cast<size_t>(spec.tasks.front().stage)].cat;
+    // The job's weights in the slot; the first resident job after a carve also fills the resident region
+    // (every layer's frozen weights: they never change, so it is the last time they go up).
     std::vector<WeightCopy> copies;
     for (int l = spec.layers.begin; l < spec.layers.end; ++l) {
         const auto & ts = prog.layer_tensors(l);
+        const size_t k = static_cast<size_t>(l - spec.layers.begin);
         for (size_t i = 0; i < ts.size(); ++i)
-            copies.push_back({r.layer(l).data[i], sh_.store.upload_source(l, static_cast<int>(i)), ts[i].bytes});
+            if (lay.data[k][i] != kNoBuffer)
+                copies.push_back({r.layer(l).data[i], sh_.store.upload_source(l, static_cast<int>(i)), ts[i].bytes});
+    }
+    if (job.shape.resident && !resident_loaded_) {
+        for (int l = 0; l < prog.num_layers(); ++l) {
+            const auto & ts = prog.layer_tensors(l);
+            for (size_t i = 0; i < ts.size(); ++i)
+                if (resident_.data[static_cast<size_t>(l)][i] != kNoBuffer)
+                    copies.push_back({resident + resident_.data[static_cast<size_t>(l)][i], sh_.store.upload_source(l, static_cast<int>(i)), ts[i].bytes});
+        }
+        resident_loaded_ = true;
+    }
+    {
+        std::lock_guard<std::mutex> lk(regions_m_);
+        for (const WeightCopy & w : copies) weight_bytes_up_ += w.bytes;
     }
     auto grads_in = [&](Stream & ws, Stream & cs) {
         if (!spec.has_grads) return;

@@ -3,7 +3,9 @@
 //
 // A job (one upload of a stage's weights, then its tasks: one stage x one micro-batch each):
 //   memory     the regions of the memory plan (memory_plan.h), carved once from the device's arena (again
-//              only when a call's plan needs more, after the device has drained): the job's weights and
+//              only when a call's plan needs more, after the device has drained): the frozen weights in the
+//              resident region when the call keeps them there (uploaded with the first job after the carve,
+//              read by every job after it), the job's other weights and
 //              gradient buffers in weight slot (n mod 2) — so the slot of job n-2 is retired first (its
 //              download-stream event synchronized) — and its activation sets in the activation region, which
 //              the job's first upload takes over once the previous job's last download is done; every buffer
@@ -74,6 +76,8 @@ public:
     // weights and gradients, its activation sets, one program's graph (read it once the device is idle).
     DeviceMemoryPlan regions() const;
     DeviceMemoryPlan regions_used() const;
+    // Bytes of weights this device has been sent (the resident region's and every job's), read when idle.
+    size_t weight_bytes_uploaded() const;
 
 private:
     struct Retired;
@@ -98,6 +102,9 @@ private:
     mutable std::mutex regions_m_;  // regions_ is read by regions() from other threads
     DeviceMemoryPlan regions_;
     DeviceMemoryPlan used_;
+    size_t weight_bytes_up_ = 0;     // under regions_m_
+    const ResidentLayout resident_;  // where the frozen weights go in the resident region
+    bool resident_loaded_ = false;   // the resident region holds them (since the last carve)
     int next_slot_ = 0;
     std::shared_ptr<Event> activations_free_;  // the last job's final download: its activations are free after it
     std::unique_ptr<WorkQueue> thread_;  // last: starts once everything above exists

@@ -69,6 +69,18 @@ std::string layers_of(const TrainingProgram & prog, LayerRange r) {
 
 } // namespace
 
+ResidentLayout layout_resident(const TrainingProgram & prog) {
+    ResidentLayout r;
+    Bump m;
+    for (int l = 0; l < prog.num_layers(); ++l) {
+        std::vector<size_t> data;
+        for (const auto & ti : prog.layer_tensors(l)) data.push_back(ti.param < 0 ? m.take(ti.bytes) : kNoBuffer);
+        r.data.push_back(std::move(data));
+    }
+    r.bytes = m.at;
+    return r;
+}
+
 JobLayout layout_job(const TrainingProgram & prog, const std::vector<StageDesc> & stages, const CallShape & shape,
                      const JobSpec & spec) {
     JobLayout j;
@@ -76,7 +88,7 @@ JobLayout layout_job(const TrainingProgram & prog, const std::vector<StageDesc> 
     for (int l = spec.layers.begin; l < spec.layers.end; ++l) {
         std::vector<size_t> data, grad;
         for (const auto & ti : prog.layer_tensors(l)) {
-            data.push_back(w.take(ti.bytes));
+            data.push_back(shape.resident && ti.param < 0 ? kNoBuffer : w.take(ti.bytes));
             grad.push_back(spec.has_grads && ti.param >= 0 ? w.take(ti.bytes) : kNoBuffer);
         }
         j.data.push_back(std::move(data));
@@ -117,11 +129,12 @@ DeviceMemoryPlan DeviceMemoryPlan::max(const DeviceMemoryPlan & o) const {
     if (o.weight_slot > r.weight_slot) r.weight_slot = o.weight_slot, r.weight_by = o.weight_by;
     if (o.activations > r.activations) r.activations = o.activations, r.activations_by = o.activations_by;
     if (o.graph > r.graph) r.graph = o.graph, r.graph_by = o.graph_by;
+    r.resident = std::max(r.resident, o.resident);
     return r;
 }
 
 std::string DeviceMemoryPlan::describe() const {
-    return "2 x " + format_bytes(weight_slot) + " weight slots (" + weight_by + ") + " + format_bytes(activations) +
+    return (resident ? format_bytes(resident) + " resident frozen weights + " : std::string()) + "2 x " + format_bytes(weight_slot) + " weight slots (" + weight_by + ") + " + format_bytes(activations) +
            " activations (" + activations_by + ") + " + format_bytes(graph) + " graph (" + graph_by + ")";
 }
 
@@ -129,6 +142,7 @@ DeviceMemoryPlan plan_device_memory(const TrainingProgram & prog, const std::vec
                                     const std::vector<JobSpec> & jobs, const CallShape & shape,
                                     const ProgramFootprints & fp) {
     DeviceMemoryPlan m;
+    if (shape.resident) m.resident = layout_resident(prog).bytes;
     const int L = prog.num_layers();
     for (const JobSpec & spec : jobs) {
         const JobLayout j = layout_job(prog, stages, shape, spec);
@@ -198,15 +212,20 @@ HostCallBytes host_call_bytes(const TrainingProgram & prog, const Plan & plan, c
     return h;
 }
 
-LinkBytes link_bytes(const TrainingProgram & prog, const Plan & plan, ScheduleKind schedule, const std::vector<MicroBatchInfo> & mbs) {
+LinkBytes link_bytes(const TrainingProgram & prog, const Plan & plan, ScheduleKind schedule, const std::vector<MicroBatchInfo> & mbs,
+                     bool resident) {
     const std::vector<StageDesc> stages = plan_stages(plan);
     const BoundaryBuffers bb = boundary_buffers(plan, prog.num_layers());
     LinkBytes x;
+    if (resident)
+        for (int l = 0; l < prog.num_layers(); ++l)
+            for (const auto & ti : prog.layer_tensors(l))
+                if (ti.param < 0) x.resident_once += ti.bytes;
     // What run_task moves per micro-batch (device_worker.cpp), and what run_job moves per job.
     for (const JobSpec & spec : schedule_jobs(schedule, plan, stages, static_cast<int>(mbs.size()))) {
         for (int l = spec.layers.begin; l < spec.layers.end; ++l)
             for (const auto & ti : prog.layer_tensors(l)) {
-                x.weights_up += ti.bytes;
+                if (!resident || ti.param >= 0) x.weights_up += ti.bytes;
                 if (spec.has_grads && ti.param >= 0) x.grads_down += ti.bytes;
             }
         for (const Task & t : spec.tasks) {

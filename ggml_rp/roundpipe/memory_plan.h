@@ -2,6 +2,9 @@
 //
 // A device's memory is one block carved into regions, each sized from the model, the plan and the
 // micro-batch shapes:
+//   resident           when the plan fits them (CallShape::resident): every layer's frozen weights (the base
+//                      weights of a LoRA run), uploaded once when the region is carved and read by every job
+//                      after it; the weight slots then hold only the trainable tensors and their gradients;
 //   weight slots (2)   a job's weights (in the dtype the device holds them) and its trainable gradients (f32):
 //                      the job computing and the one prefetched behind it (prefetch depth 1) hold one each;
 //   activations        the computing job's activation sets — stage inputs, the hidden buffers between its
@@ -11,8 +14,8 @@
 //                      alignment plus the kernels' scratch): the programs run one after the other on the
 //                      compute stream, so one region serves them all.
 // Every buffer has a fixed offset in its region (layout_job, the one function the device worker lays its
-// buffers out with), so a plan that fits is a run that fits, whatever the timing; peak = 2 x weight slot +
-// activations + graph. Nothing else is taken from a device's memory while the runtime trains.
+// buffers out with), so a plan that fits is a run that fits, whatever the timing; peak = resident +
+// 2 x weight slot + activations + graph. Nothing else is taken from a device's memory while the runtime trains.
 #pragma once
 
 #include "ggml_rp/roundpipe/plan.h"
@@ -41,9 +44,19 @@ struct ActSetLayout {
     size_t loss = kNoBuffer;
 };
 
+// Where the frozen weights live in the resident region: [layer][tensor] offsets (kNoBuffer for a trainable
+// tensor), and the region's bytes.
+struct ResidentLayout {
+    std::vector<std::vector<size_t>> data;
+    size_t bytes = 0;
+};
+ResidentLayout layout_resident(const TrainingProgram & prog);
+
 // Where one job's buffers live.
 struct JobLayout {
-    std::vector<std::vector<size_t>> data, grad;  // [layer - first][tensor]: offsets in the weight slot (grad: kNoBuffer)
+    // [layer - first][tensor]: offsets in the weight slot (kNoBuffer: a gradient the job has not, or a frozen
+    // tensor that lives in the resident region)
+    std::vector<std::vector<size_t>> data, grad;
     size_t weight_bytes = 0;                      // weights + gradient buffers (the slot)
     std::map<int, std::vector<ActSetLayout>> sets;  // stage -> its sets (1, or 2 when it runs 2+ micro-batches)
     size_t activation_bytes = 0;
@@ -57,6 +70,9 @@ struct CallShape {
     // Activation sets per stage when it runs 2+ micro-batches: 2 lets the next micro-batch's uploads overlap
     // this one's compute; 1 (when memory is tight) makes them wait for it.
     int sets = 2;
+    // The frozen weights stay on the device for the whole run (the resident region) instead of going up with
+    // every job. Only when the program has frozen tensors.
+    bool resident = false;
 };
 
 JobLayout layout_job(const TrainingProgram & prog, const std::vector<StageDesc> & stages, const CallShape & shape,
@@ -71,18 +87,19 @@ ProgramFootprints program_footprints(TrainingProgram & prog, const std::vector<M
                                      const GraphRunner & rules);
 
 struct DeviceMemoryPlan {
+    size_t resident = 0;  // the resident region (0: every job uploads all its weights)
     size_t weight_slot = 0;
     size_t activations = 0;
     size_t graph = 0;
     // What sets each region's size: "job F2 (layers 3..7)", "program backward of blk.4"...
     std::string weight_by, activations_by, graph_by;
 
-    size_t peak() const { return 2 * weight_slot + activations + graph; }
+    size_t peak() const { return resident + 2 * weight_slot + activations + graph; }
     bool covers(const DeviceMemoryPlan & o) const {
-        return weight_slot >= o.weight_slot && activations >= o.activations && graph >= o.graph;
+        return resident >= o.resident && weight_slot >= o.weight_slot && activations >= o.activations && graph >= o.graph;
     }
     DeviceMemoryPlan max(const DeviceMemoryPlan & o) const;
-    std::string describe() const;  // "2 x 1.2 MiB weight slot (job B3) + 3.0 MiB activations (...) + ..."
+    std::string describe() const;  // ["40 MiB resident frozen weights + "] "2 x 1.2 MiB weight slot (job B3) + ..."
 };
 
 // The memory every device needs for these jobs of a call: each job's layout, each program's footprint.
@@ -106,11 +123,14 @@ struct HostCallBytes {
 HostCallBytes host_call_bytes(const TrainingProgram & prog, const Plan & plan, const std::vector<MicroBatchInfo> & mbs);
 
 // Bytes over the host-device link in one call (one step of one call: gradients start at zero on the device).
+// With resident frozen weights (shape.resident) only the trainable ones go up with each job; the frozen ones
+// went up once, when the region was carved (resident_once, per device).
 struct LinkBytes {
+    size_t resident_once = 0;
     size_t weights_up = 0, grads_down = 0, activations_up = 0, activations_down = 0;
     size_t total() const { return weights_up + grads_down + activations_up + activations_down; }
 };
 LinkBytes link_bytes(const TrainingProgram & prog, const Plan & plan, ScheduleKind schedule,
-                     const std::vector<MicroBatchInfo> & mbs);
+                     const std::vector<MicroBatchInfo> & mbs, bool resident = false);
 
 } // namespace rp

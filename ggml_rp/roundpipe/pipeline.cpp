@@ -43,6 +43,9 @@ struct Pipeline::Impl {
     int64_t calls = 0;
     int64_t calls_in_step = 0;
     CallPlan last;
+    // A call's plan could not keep the frozen weights resident beside it: from then on no call does, so that
+    // calls of changing shapes do not re-carve the devices and re-upload the model each time they alternate.
+    bool stream_weights = false;
     HostFlag optim_updated{true};  // one update in flight at most
     int64_t flag_violations_at_start = 0;
 
@@ -95,6 +98,7 @@ struct Pipeline::Impl {
     }
 
     CallPlanRequest request() const;
+    CallPlan plan(const std::vector<MicroBatchInfo> & mbs);
     void harvest_timings();
     void dispatch(const std::shared_ptr<Job> & job, int device);
 };
@@ -109,6 +113,7 @@ CallPlanRequest Pipeline::Impl::request() const {
     r.plan = opt.plan;
     r.devices = G;
     r.token_chunk = opt.token_chunk;
+    r.resident = opt.resident_weights && !stream_weights;
     r.device_memory = SIZE_MAX;
     for (Device * d : devs)
         if (d->capacity() < r.device_memory) {
@@ -123,6 +128,15 @@ CallPlanRequest Pipeline::Impl::request() const {
         r.tb = timings->backward_stage();
     }
     return r;
+}
+
+CallPlan Pipeline::Impl::plan(const std::vector<MicroBatchInfo> & mbs) {
+    const CallPlanRequest r = request();
+    CallPlan cp = planner->plan(r, mbs);
+    if (r.resident && planner->resident_bytes() > 0 && !cp.shape.resident) stream_weights = true;
+    else if (!r.resident && stream_weights)
+        cp.plan.notes.push_back("memory: the frozen weights did not fit beside an earlier call's plan: every job uploads its weights");
+    return cp;
 }
 
 // Without blocking: the oldest calls whose timed launches have all completed feed the EMA, in call order.
@@ -197,7 +211,7 @@ double Pipeline::forward_backward(const std::vector<MicroBatch> & mbs) {
     d.harvest_timings();
     std::vector<MicroBatchInfo> info;
     for (const MicroBatch & m : mbs) info.push_back(m.info);
-    CallPlan cp = d.planner->plan(d.request(), info);
+    CallPlan cp = d.plan(info);
     std::vector<MicroBatch> chunked = mbs;
     for (MicroBatch & m : chunked) m.info.token_chunk = cp.token_chunk;
     auto c = std::make_shared<Call>(d.calls++, d.prog, *d.pinned, chunked, cp.plan);
@@ -291,7 +305,7 @@ const DeviceMemoryPlan & Pipeline::last_memory() const { return impl_->last.memo
 
 const CallPlan & Pipeline::last_call() const { return impl_->last; }
 
-CallPlan Pipeline::plan_call(const std::vector<MicroBatchInfo> & mbs) { return impl_->planner->plan(impl_->request(), mbs); }
+CallPlan Pipeline::plan_call(const std::vector<MicroBatchInfo> & mbs) { return impl_->plan(mbs); }
 
 DeviceMemoryPlan Pipeline::device_regions(int device) const {
     return impl_->workers.at(static_cast<size_t>(device))->regions();
@@ -299,6 +313,10 @@ DeviceMemoryPlan Pipeline::device_regions(int device) const {
 
 DeviceMemoryPlan Pipeline::device_regions_used(int device) const {
     return impl_->workers.at(static_cast<size_t>(device))->regions_used();
+}
+
+size_t Pipeline::device_weight_bytes_uploaded(int device) const {
+    return impl_->workers.at(static_cast<size_t>(device))->weight_bytes_uploaded();
 }
 
 int Pipeline::num_devices() const { return impl_->G; }

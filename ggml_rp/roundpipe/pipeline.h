@@ -54,6 +54,9 @@ struct PipelineOptions {
     // Tokens per feed-forward / head graph (MicroBatchInfo::token_chunk): -1 = the call planner's choice (the
     // fastest that fits), 0 = never chunk, N = N tokens.
     int64_t token_chunk = -1;
+    // Keep the frozen weights (the base of a LoRA run) on every device for the whole run when the plan fits
+    // them beside it (call_planner.h): each job then uploads only its trainable tensors.
+    bool resident_weights = true;
     // Called on the optimizer thread during each step's hand-off, in reverse layer order, with the parameters
     // whose fp32 gradients that layer completed (host_store.h): the data-parallel all-reduce hooks in here.
     // It may block (the devices keep computing the backward of earlier layers); it runs before the update.
@@ -95,7 +98,8 @@ public:
     void set_working_weights(const std::vector<std::vector<float>> & w);
 
     // The plan of a call of these micro-batch shapes, and the device memory it takes: what forward_backward
-    // would run (call_planner.h); MemoryError when nothing fits. Run it before a job writes any file.
+    // would run (call_planner.h); MemoryError when nothing fits. Run it before a job writes any file (on the
+    // largest call: when its plan cannot keep the frozen weights resident, no later call's does either).
     CallPlan plan_call(const std::vector<MicroBatchInfo> & mbs);
     const Plan & last_plan() const;
     const DeviceMemoryPlan & last_memory() const;  // the last call's regions, as planned
@@ -104,6 +108,8 @@ public:
     DeviceMemoryPlan device_regions(int device) const;
     // The most each of them has held (after synchronize()).
     DeviceMemoryPlan device_regions_used(int device) const;
+    // Bytes of weights sent to device `device` so far (the resident region once, every job's weights).
+    size_t device_weight_bytes_uploaded(int device) const;
     // Calls whose measured per-layer times are in the planner's moving average (the first timed call is
     // dropped, §11.2); from the first sample on, plans come from measured times instead of the byte proxy.
     int timing_samples() const;

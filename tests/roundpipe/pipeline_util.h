@@ -207,6 +207,9 @@ struct RunResult {
     int timing_samples = 0;
     std::vector<uint64_t> pinned_allocations;  // the pool's count after each call (blocks pinned so far)
     uint64_t pinned_reuses = 0;                // takes the pool served from blocks of earlier calls
+    std::vector<size_t> weights_uploaded;      // per device: weight bytes sent (measured by the workers)
+    size_t planned_weights_up = 0;             // link_bytes over the calls: the jobs' weights
+    size_t planned_resident_once = 0;          // and the resident region's, once per device (0: streamed)
 };
 
 struct DeviceSetup {
@@ -251,8 +254,15 @@ inline RunResult pipelined(const rp::Model & model, const rp::FinetuneConfig & c
             for (int c = 0; c < w.calls; ++c) {
                 std::vector<MbData> data;
                 for (int mb = 0; mb < w.M; ++mb) data.push_back(w.data(s, c, mb));
-                r.losses.push_back(pipe.forward_backward(micro_batches(data, s, ls)));
+                const std::vector<rp::MicroBatch> mbs = micro_batches(data, s, ls);
+                r.losses.push_back(pipe.forward_backward(mbs));
                 r.pinned_allocations.push_back(pipe.pinned_stats().allocations);
+                std::vector<rp::MicroBatchInfo> info;
+                for (const rp::MicroBatch & mb : mbs) info.push_back(mb.info);
+                const rp::CallPlan & lc = pipe.last_call();
+                const rp::LinkBytes link = rp::link_bytes(prog, lc.plan, opt.schedule, info, lc.shape.resident);
+                r.planned_weights_up += link.weights_up;
+                r.planned_resident_once = link.resident_once;
             }
             pipe.step([&] { up.update(tr); });
         }
@@ -264,6 +274,7 @@ inline RunResult pipelined(const rp::Model & model, const rp::FinetuneConfig & c
         for (int d = 0; d < pipe.num_devices(); ++d) {
             r.used.push_back(pipe.device_regions_used(d));
             r.carved.push_back(pipe.device_regions(d));
+            r.weights_uploaded.push_back(pipe.device_weight_bytes_uploaded(d));
         }
         r.timing_samples = pipe.timing_samples();
         r.pinned_reuses = pipe.pinned_stats().reuses;

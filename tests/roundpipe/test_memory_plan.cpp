@@ -145,6 +145,7 @@ void expect_measured_equals_planned(const RunResult & r, const std::string & wha
             EXPECT_GE(static_cast<double>(r.high_water[d]), 0.95 * static_cast<double>(r.memory.peak())) << what << " device " << d;
         }
     }
+    EXPECT_EQ(most.resident, r.memory.resident) << what;
     EXPECT_EQ(most.weight_slot, r.memory.weight_slot) << what;
     EXPECT_EQ(most.activations, r.memory.activations) << what;
     EXPECT_EQ(rp::align_buffer(most.graph), r.memory.graph) << what;  // the region is whole arena units
@@ -156,7 +157,7 @@ void expect_measured_equals_planned(const RunResult & r, const std::string & wha
 // the Release run checks all fifty.)
 TEST(MemoryPlan, PlannedEqualsMeasuredOnFiftyRandomConfigurations) {
     std::mt19937 rng(20261201);
-    int boundary_cases = 0;
+    int boundary_cases = 0, resident_cases = 0, streamed_cases = 0;  // LoRA runs whose frozen weights stayed / streamed
 #ifdef RP_SANITIZED
     constexpr int kConfigs = 20;
 #else
@@ -180,6 +181,7 @@ TEST(MemoryPlan, PlannedEqualsMeasuredOnFiftyRandomConfigurations) {
         const auto ref = reference(*c.model, host, c.w);
         EXPECT_EQ(first_difference(r.masters, ref), -1) << with;
         expect_measured_equals_planned(r, with);
+        (r.memory.resident > 0 ? resident_cases : streamed_cases) += !c.cfg.full;
         if (std::getenv("RP_MEMORY_TABLE")) {  // the planned-vs-measured table of the closing note
             size_t hw = 0;
             for (size_t h : r.high_water) hw = std::max(hw, h);
@@ -215,6 +217,131 @@ TEST(MemoryPlan, PlannedEqualsMeasuredOnFiftyRandomConfigurations) {
         for (const auto & d : set.devices) EXPECT_EQ(d->high_water(), 0u) << what;
     }
     EXPECT_GE(boundary_cases, kConfigs / 10);
+    std::printf("LoRA configurations: %d with resident frozen weights, %d streamed\n", resident_cases, streamed_cases);
+    EXPECT_GE(resident_cases, kConfigs / 10);
+    EXPECT_GE(streamed_cases, kConfigs / 10);
+}
+
+// The resident region (memory_plan.h): every frozen tensor of every layer once, 256-byte aligned and disjoint,
+// no trainable one; a resident job's slot holds its trainable tensors and gradients only, and is smaller than
+// the streamed job's by exactly its frozen tensors. A full finetune has nothing frozen: no region.
+TEST(MemoryPlan, TheResidentRegionHoldsEveryFrozenTensorOnce) {
+    MemoryModels & mm = MemoryModels::get();
+    for (const bool full : {false, true}) {
+        rp::FinetuneConfig cfg;
+        cfg.full = full;
+        cfg.lora_rank = 4;
+        rp::Trainer tr(*mm.bf16, cfg);
+        rp::ModelProgram prog(tr);
+        const rp::ResidentLayout res = rp::layout_resident(prog);
+        std::vector<std::pair<size_t, size_t>> spans;
+        size_t frozen = 0;
+        for (int l = 0; l < prog.num_layers(); ++l) {
+            const auto & ts = prog.layer_tensors(l);
+            ASSERT_EQ(res.data[static_cast<size_t>(l)].size(), ts.size());
+            for (size_t t = 0; t < ts.size(); ++t) {
+                const size_t o = res.data[static_cast<size_t>(l)][t];
+                EXPECT_EQ(o == rp::kNoBuffer, ts[t].param >= 0) << ts[t].name;
+                if (o == rp::kNoBuffer) continue;
+                EXPECT_EQ(o % rp::kBufferAlign, 0u) << ts[t].name;
+                spans.push_back({o, o + ts[t].bytes});
+                frozen += rp::align_buffer(ts[t].bytes);
+            }
+        }
+        EXPECT_EQ(res.bytes, frozen);
+        std::sort(spans.begin(), spans.end());
+        for (size_t i = 1; i < spans.size(); ++i) EXPECT_LE(spans[i - 1].second, spans[i].first);
+        if (full) {
+            EXPECT_EQ(res.bytes, 0u);
+            continue;
+        }
+        ASSERT_GT(res.bytes, 0u);
+        rp::MicroBatchInfo mb;
+        mb.seq_len = 24;
+        mb.n_seq = 2;
+        rp::CallShape shape{prog.hidden_bytes(mb), prog.token_bytes(mb), rp::RecomputeGrain::Stage};
+        const rp::Plan p = rp::plan_from_sizes({3, 4}, {1, 3, 4}, rp::RecomputeGrain::Stage);
+        const auto stages = rp::plan_stages(p);
+        for (const rp::JobSpec & spec : rp::schedule_jobs(rp::ScheduleKind::RoundPipe, p, stages, 2)) {
+            shape.resident = false;
+            const rp::JobLayout streamed = rp::layout_job(prog, stages, shape, spec);
+            shape.resident = true;
+            const rp::JobLayout resident = rp::layout_job(prog, stages, shape, spec);
+            size_t job_frozen = 0;
+            for (int l = spec.layers.begin; l < spec.layers.end; ++l) {
+                const size_t k = static_cast<size_t>(l - spec.layers.begin);
+                const auto & ts = prog.layer_tensors(l);
+                for (size_t t = 0; t < ts.size(); ++t) {
+                    EXPECT_EQ(resident.data[k][t] == rp::kNoBuffer, ts[t].param < 0) << spec.label << " " << ts[t].name;
+                    EXPECT_EQ(resident.grad[k][t] == rp::kNoBuffer, streamed.grad[k][t] == rp::kNoBuffer) << ts[t].name;
+                    if (ts[t].param < 0) job_frozen += rp::align_buffer(ts[t].bytes);
+                }
+            }
+            EXPECT_EQ(resident.weight_bytes + job_frozen, streamed.weight_bytes) << spec.label;
+            EXPECT_EQ(resident.activation_bytes, streamed.activation_bytes) << spec.label;
+        }
+        // The call's memory: the region on top of the slots, named in describe().
+        const auto rules = rp::footprint_rules("cpu");
+        rp::CallPlanner planner(prog, *rules);
+        const rp::DeviceMemoryPlan mr = planner.memory_of(p, rp::ScheduleKind::RoundPipe, {mb}, 2, true);
+        const rp::DeviceMemoryPlan ms = planner.memory_of(p, rp::ScheduleKind::RoundPipe, {mb}, 2, false);
+        EXPECT_EQ(mr.resident, res.bytes);
+        EXPECT_EQ(ms.resident, 0u);
+        EXPECT_EQ(mr.peak(), mr.resident + 2 * mr.weight_slot + mr.activations + mr.graph);
+        EXPECT_LT(mr.weight_slot, ms.weight_slot);
+        EXPECT_NE(mr.describe().find("resident frozen weights"), std::string::npos) << mr.describe();
+        EXPECT_FALSE(ms.covers(mr));
+    }
+}
+
+// The call planner keeps the frozen weights resident when a plan fits beside them (it is tried first), streams
+// them when none does or when asked not to, and never plans residency for a full finetune.
+TEST(MemoryPlan, ThePlannerKeepsFrozenWeightsResidentOnlyWhenTheyFit) {
+    MemoryModels & mm = MemoryModels::get();
+    rp::FinetuneConfig cfg;
+    cfg.lora_rank = 4;
+    rp::Trainer tr(*mm.f32, cfg);
+    rp::ModelProgram prog(tr);
+    const auto rules = rp::footprint_rules("cpu");
+    rp::CallPlanner planner(prog, *rules);
+    Workload w;
+    const auto shapes = shapes_of(w);
+    rp::CallPlanRequest req;
+    req.devices = 2;
+    req.tf.assign(8, 1.0);
+    req.tb.assign(8, 3.0);
+    const rp::CallPlan free_plan = planner.plan(req, shapes);  // no limit
+    EXPECT_TRUE(free_plan.shape.resident);
+    EXPECT_EQ(free_plan.memory.resident, planner.resident_bytes());
+    // The smallest resident plan's peak fits; a byte less streams (a streamed plan fits there).
+    const rp::Plan least = planner.min_memory_plan(rp::RecomputeGrain::Stage);
+    size_t smallest_resident = SIZE_MAX;
+    for (const int64_t c : rp::CallPlanner::chunk_candidates(req, shapes)) {
+        std::vector<rp::MicroBatchInfo> sh = shapes;
+        for (auto & s : sh) s.token_chunk = c;
+        smallest_resident = std::min(smallest_resident, planner.memory_of(least, rp::ScheduleKind::RoundPipe, sh, 2, true).peak());
+    }
+    req.device_memory = smallest_resident;
+    const rp::CallPlan fits = planner.plan(req, shapes);
+    EXPECT_TRUE(fits.shape.resident) << fits.memory.describe();
+    EXPECT_LE(fits.memory.peak(), req.device_memory);
+    req.device_memory = smallest_resident - 1;
+    ASSERT_GE(req.device_memory, planner.least_memory(req, shapes).peak());
+    const rp::CallPlan streams = planner.plan(req, shapes);
+    EXPECT_FALSE(streams.shape.resident) << streams.memory.describe();
+    EXPECT_EQ(streams.memory.resident, 0u);
+    EXPECT_LE(streams.memory.peak(), req.device_memory);
+    req.device_memory = 0;
+    req.resident = false;
+    EXPECT_FALSE(planner.plan(req, shapes).shape.resident);
+    rp::FinetuneConfig full;
+    full.full = true;
+    rp::Trainer ft(*mm.f32, full);
+    rp::ModelProgram fprog(ft);
+    rp::CallPlanner fplanner(fprog, *rules);
+    req.resident = true;
+    EXPECT_EQ(fplanner.resident_bytes(), 0u);
+    EXPECT_FALSE(fplanner.plan(req, shapes).shape.resident);
 }
 
 TEST(MemoryPlan, TheLargestSeqLenItNamesFits) {

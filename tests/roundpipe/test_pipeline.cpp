@@ -294,3 +294,59 @@ TEST(Pipeline, CallsReuseEarlierCallsPinnedBuffers) {
     EXPECT_LE(r.pinned_allocations.back(), 8 * per_call);
     EXPECT_GT(r.pinned_reuses, 0u);
 }
+
+// Resident frozen weights (PipelineOptions::resident_weights, memory_plan.h): when the plan fits them, every
+// device keeps the LoRA run's base weights from the first job on, and each job uploads only its trainable
+// tensors. The bits are the single-device run's either way; the weight bytes each device was sent equal the
+// link model's (the resident region once per device + the jobs' trainable tensors), a fraction of streaming's.
+// With too little memory for them beside any plan the run streams, saying so in the plan's notes.
+TEST(Pipeline, ResidentFrozenWeightsGoUpOncePerDeviceWithTheSameBits) {
+    const Models & m = Models::get();
+    Workload w;
+    w.M = 3;
+    const auto ref = reference(*m.llama, lora_cfg(), w);
+    DeviceSetup ds;
+    ds.G = 2;
+    ds.memory = size_t(16) << 20;
+    auto sum = [](const std::vector<size_t> & v) {
+        size_t t = 0;
+        for (size_t x : v) t += x;
+        return t;
+    };
+    rp::PipelineOptions o;
+    o.instrument = true;
+    uniform_times(o, 18);
+    const RunResult res = pipelined(*m.llama, lora_cfg(), w, ds, o);
+    o.resident_weights = false;
+    const RunResult str = pipelined(*m.llama, lora_cfg(), w, ds, o);
+    for (const RunResult * r : {&res, &str}) {
+        EXPECT_EQ(first_difference(r->masters, ref), -1) << r->plan.describe();
+        expect_checks_clean(*r, r->plan.describe());
+    }
+    ASSERT_GT(res.memory.resident, 0u) << res.memory.describe();
+    EXPECT_EQ(str.memory.resident, 0u) << str.memory.describe();
+    EXPECT_GE(res.planned_resident_once, size_t(2) << 20);  // the 16 blocks' frozen f32 weights and the embeddings
+    EXPECT_EQ(str.planned_resident_once, 0u);
+    bool noted = false;
+    for (const std::string & n : res.plan.notes) noted = noted || n.find("stay on every device") != std::string::npos;
+    EXPECT_TRUE(noted) << res.plan.describe();
+    for (size_t d = 0; d < res.used.size(); ++d) {
+        EXPECT_EQ(res.used[d].resident, res.memory.resident) << "device " << d;
+        EXPECT_GT(res.weights_uploaded[d], res.planned_resident_once) << "device " << d << " ran no job";
+    }
+    EXPECT_EQ(sum(res.weights_uploaded), res.planned_weights_up + 2 * res.planned_resident_once);
+    EXPECT_EQ(sum(str.weights_uploaded), str.planned_weights_up);
+    // 2 steps x 2 calls x (forward + backward): streaming sends the frozen weights 8 times, residency twice.
+    EXPECT_LT(sum(res.weights_uploaded) * 3, sum(str.weights_uploaded));
+
+    // 2.25 MiB: the plans that fit leave no room for the 2.1 MiB of resident weights.
+    ds.memory = size_t(9) << 18;
+    o.resident_weights = true;
+    const RunResult tight = pipelined(*m.llama, lora_cfg(), w, ds, o);
+    EXPECT_EQ(first_difference(tight.masters, ref), -1);
+    EXPECT_EQ(tight.memory.resident, 0u);
+    EXPECT_EQ(sum(tight.weights_uploaded), tight.planned_weights_up);
+    noted = false;
+    for (const std::string & n : tight.plan.notes) noted = noted || n.find("every job uploads its weights") != std::string::npos;
+    EXPECT_TRUE(noted) << tight.plan.describe();
+}
