@@ -13,8 +13,9 @@
 #                 first failure message; a suite that skips for want of a usable GPU counts as failed
 #   bench         rp-cuda-bench: GEMM TFLOP/s next to a bare cuBLAS bf16 GEMM on random data, attention fwd/bwd
 #   finetune      LoRA (rank 32, alpha 16, all linear layers) steps of a Qwen3-1.7B-shaped bf16 model written by
-#                 rp-gguf synth, resident on one logical device and streamed by RoundPipe over four; tokens/s,
-#                 MFU, the streamed run's trace and timeline (timed without --trace's callbacks; a third, short
+#                 rp-gguf synth, resident on one logical device (the frozen weights uploaded once) and streamed by
+#                 RoundPipe over four (--resident-weights off: every job uploads its layers); tokens/s, MFU,
+#                 whether the weights stayed resident and the bytes each run sent, the streamed run's trace and timeline (timed without --trace's callbacks; a third, short
 #                 traced run gives the timeline when there is time)
 #   peft          the peer on the same GPU, same shape, sequence length, batch and rank: transformers + PEFT
 #                 (bench/gpu/peft_baseline.py): tokens/s, peak memory; and the cross-check of our logits and LoRA
@@ -216,7 +217,7 @@ runs=""; params=""
 median() { sort -g | awk '{v[NR]=$1} END {if (NR) print (NR % 2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
 # ours NAME DEVICES MEM SECONDS [flags]: one rp-finetune run; appends its JSON to runs.
 ours() {
-  local name="$1" n="$2" mem="$3" t="$4" rc tps first mfu=null okr=false t1; shift 4
+  local name="$1" n="$2" mem="$3" t="$4" rc tps first mfu=null okr=false t1 resident sent; shift 4
   t1=$(date +%s)
   if [ "$t" -lt 15 ]; then runs="$runs${runs:+, }\"$name\": {\"ok\": false, \"skipped\": \"no time left\"}"; return; fi
   run_for "$t" "$BUILD/bin/rp-finetune" -m "$model" --data "$ft/train.txt" -o "$ft/$name.gguf" --backend cuda --devices "$n" \
@@ -230,8 +231,11 @@ ours() {
     okr=true
     mfu=$(awk -v p="$params" -v t="$tps" -v k="$peak" 'BEGIN { printf "%.4f", 6 * p * t / (k * 1e12) }')
   fi
-  log "finetune $name: rc $rc, $n x $mem, ${tps:-?} tok/s (median after step 1; step 1 ${first:-?}), MFU $mfu, $(( $(date +%s) - t1 )) s"
-  runs="$runs${runs:+, }\"$name\": {\"ok\": $okr, \"rc\": $rc, \"devices\": $n, \"device_mem\": \"$mem\", \"tokens_per_s\": ${tps:-null}, \"first_step_tokens_per_s\": ${first:-null}, \"mfu\": $mfu, \"error\": $(jstr "$(grep -m1 '^error' "$ft/$name.txt")")}"
+  # Whether the plan kept the frozen weights on the devices (memory_plan.h), and what each device was sent.
+  resident=false; grep -q '^memory plan: .*resident frozen weights' "$ft/$name.txt" && resident=true
+  sent=$(sed -n 's/^memory .*weights sent \([0-9]*\) bytes$/\1/p' "$ft/$name.txt" | awk '{s += $1} END {if (NR) print s}')
+  log "finetune $name: rc $rc, $n x $mem, weights resident $resident, ${tps:-?} tok/s (median after step 1; step 1 ${first:-?}), MFU $mfu, $(( $(date +%s) - t1 )) s"
+  runs="$runs${runs:+, }\"$name\": {\"ok\": $okr, \"rc\": $rc, \"devices\": $n, \"device_mem\": \"$mem\", \"weights_resident\": $resident, \"weight_bytes_sent\": ${sent:-null}, \"tokens_per_s\": ${tps:-null}, \"first_step_tokens_per_s\": ${first:-null}, \"mfu\": $mfu, \"error\": $(jstr "$(grep -m1 '^error' "$ft/$name.txt")")}"
 }
 if [ "$(until_end synth)" -ge 5 ]; then
   t0=$(date +%s)
@@ -241,13 +245,13 @@ if [ "$(until_end synth)" -ge 5 ]; then
   if [ -n "$params" ]; then
     log "finetune: qwen3-1.7b-shaped bf16 model, $params parameters, written in $(( $(date +%s) - t0 )) s"
     ours resident 1 80G "$(until_end resident)"
-    ours streamed 4 "$FT_STREAM_MEM" "$(until_end streamed)"
+    ours streamed 4 "$FT_STREAM_MEM" "$(until_end streamed)" --resident-weights off
     # The timeline from a short traced run (--trace adds a host callback per operation: never the timed run).
     tt=$(until_end traced)
     if [ "$tt" -ge 8 ]; then
       run_for "$tt" "$BUILD/bin/rp-finetune" -m "$model" --data "$ft/train.txt" -o "$ft/traced.gguf" --backend cuda --devices 4 \
         --device-mem "$FT_STREAM_MEM" --lora-rank "$FT_RANK" --lora-alpha "$FT_ALPHA" --seq-len "$FT_SEQ" --batch "$FT_BATCH" \
-        --micro-batches "$FT_MICRO" --steps 1 --lr 1e-4 --trace "$ft/streamed.trace.json" >> "$LOG" 2>&1
+        --micro-batches "$FT_MICRO" --steps 1 --lr 1e-4 --resident-weights off --trace "$ft/streamed.trace.json" >> "$LOG" 2>&1
     fi
     if [ -s "$ft/streamed.trace.json" ]; then
       cp "$ft/streamed.trace.json" "$OUT_DIR/finetune-streamed.trace.json"
@@ -330,7 +334,8 @@ write_json
   for r in resident streamed; do
     tps=$(echo "${R[finetune]}" | sed -n "s/.*\"$r\": {[^}]*\"tokens_per_s\": \([0-9.null]*\).*/\1/p")
     mfu=$(echo "${R[finetune]}" | sed -n "s/.*\"$r\": {[^}]*\"mfu\": \([0-9.null]*\).*/\1/p")
-    printf '%-44s %s tok/s, MFU %s\n' "ours LoRA $r" "${tps:-?}" "${mfu:-?}"
+    wres=$(echo "${R[finetune]}" | sed -n "s/.*\"$r\": {[^}]*\"weights_resident\": \([a-z]*\).*/\1/p")
+    printf '%-44s %s tok/s, MFU %s, frozen weights resident: %s\n' "ours LoRA $r" "${tps:-?}" "${mfu:-?}" "${wres:-?}"
   done
   ptps=$(echo "$peft_json" | sed -n 's/.*"tokens_per_s": \([0-9.]*\).*/\1/p')
   printf '%-44s %s tok/s\n' "transformers + PEFT LoRA (same shape)" "${ptps:-?}"

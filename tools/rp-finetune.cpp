@@ -580,9 +580,10 @@ static int finetune(int argc, char ** argv, rp::Communicator * world) {
         if (o.pipelined)  // planned vs measured, per device
             for (size_t i = 0; i < run.devices().size(); ++i) {
                 const rp::DeviceMemoryPlan u = run.pipeline()->device_regions_used(static_cast<int>(i));
-                say("memory %s: high-water %zu bytes, planned %zu (used: weights %zu, activations %zu, graph %zu)\n",
-                             run.devices()[i]->name().c_str(), run.devices()[i]->high_water(), run.planned().memory.peak(),
-                             u.weight_slot, u.activations, u.graph);
+                say("memory %s: high-water %zu bytes, planned %zu (used: resident %zu, weights %zu, activations %zu, graph %zu); "
+                    "weights sent %zu bytes\n",
+                    run.devices()[i]->name().c_str(), run.devices()[i]->high_water(), run.planned().memory.peak(), u.resident,
+                    u.weight_slot, u.activations, u.graph, run.pipeline()->device_weight_bytes_uploaded(static_cast<int>(i)));
             }
         if (world && ranks > 1) run.check_replicas("at the end");
         if (lead) {

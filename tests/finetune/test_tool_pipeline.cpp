@@ -34,9 +34,14 @@ TEST(FinetunePipelineTool, DevicesGiveTheSingleDeviceBytes) {
         std::string log;
         ASSERT_EQ(ft_test::run(base_cmd(d.file("host.gguf")) + mode, &log), 0) << log;
         for (const std::string extra : {" --devices 1", " --devices 3 --device-mem 6M", " --devices 2 --recompute layer",
-                                        " --devices 4 --schedule 1f1b", " --devices 2 --schedule gpipe --link 2GB/s,5us"}) {
+                                        " --devices 4 --schedule 1f1b", " --devices 2 --schedule gpipe --link 2GB/s,5us",
+                                        " --devices 2 --resident-weights off"}) {
             ASSERT_EQ(ft_test::run(base_cmd(d.file("pipe.gguf")) + mode + extra, &log), 0) << extra << "\n" << log;
             EXPECT_EQ(slurp(d.file("host.gguf")), slurp(d.file("pipe.gguf"))) << mode << extra;
+            // LoRA keeps the frozen base on the devices when it fits (256 MiB each), unless told not to; a full
+            // finetune has nothing frozen.
+            const bool resident = mode.empty() && extra.find("--resident-weights off") == std::string::npos;
+            EXPECT_EQ(log.find("resident frozen weights") != std::string::npos, resident) << mode << extra << "\n" << log;
         }
     }
 }
@@ -108,6 +113,8 @@ TEST(FinetunePipelineTool, BadPipelineInputFailsCleanly) {
     EXPECT_NE(log.find("zigzag"), std::string::npos) << log;
     EXPECT_EQ(ft_test::run(base_cmd(d.file("a.gguf")) + " --devices 2 --device-mem 12Q", &log), 1);
     EXPECT_NE(log.find("--device-mem"), std::string::npos) << log;
+    EXPECT_EQ(ft_test::run(base_cmd(d.file("a.gguf")) + " --devices 2 --resident-weights maybe", &log), 1);
+    EXPECT_NE(log.find("--resident-weights"), std::string::npos) << log;
     EXPECT_EQ(ft_test::run(base_cmd(d.file("a.gguf")) + " --lora-dropout 1", &log), 1);
     EXPECT_NE(log.find("--lora-dropout"), std::string::npos) << log;
     EXPECT_FALSE(std::filesystem::exists(d.file("a.gguf")));

@@ -55,7 +55,7 @@ TEST(PipelineFuzz, RandomDelaysNeverChangeTheBits) {
     const auto ref_full = reference(model, full, w);
     const auto ref_async = async_reference(model, lora, w);
     const int n = seeds();
-    int failures = 0;
+    int failures = 0, resident_runs = 0, streamed_runs = 0;  // LoRA runs whose frozen weights stayed / streamed
     for (int seed = 1; seed <= n && failures < 3; ++seed) {
         rp::PipelineOptions o;
         o.fuzz_seed = static_cast<uint64_t>(seed);
@@ -66,6 +66,7 @@ TEST(PipelineFuzz, RandomDelaysNeverChangeTheBits) {
         o.schedule = seed % 7 == 0 ? rp::ScheduleKind::OneFOneB : (seed % 11 == 0 ? rp::ScheduleKind::GPipe : rp::ScheduleKind::RoundPipe);
         if (o.async) o.schedule = rp::ScheduleKind::RoundPipe;
         const bool use_full = !o.async && seed % 2 == 0;
+        o.resident_weights = (seed / 2) % 2 == 0;  // LoRA runs alternate: frozen weights resident, streamed
         DeviceSetup ds;
         ds.G = 1 + seed % 4;
         // The bound schedules keep a device's whole range resident (two weight slots of it): more memory.
@@ -84,5 +85,8 @@ TEST(PipelineFuzz, RandomDelaysNeverChangeTheBits) {
             EXPECT_EQ(r.checks.priority_violations, 0) << "seed " << seed;
         }
         failures += diff != -1;
+        if (!use_full) (r.memory.resident > 0 ? resident_runs : streamed_runs) += 1;
     }
+    EXPECT_GE(resident_runs, n / 10);
+    EXPECT_GE(streamed_runs, n / 10);
 }
