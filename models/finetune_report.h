@@ -12,7 +12,14 @@
 
 namespace rp {
 
-void write_loss_svg(const std::string & path, const TrainCurve & curve);
+// The loss curve: train loss per step, validation loss at its evaluation steps (each point's value on hover,
+// the best one ringed: what --save-best keeps), y ticks at round values; with `lr`, the learning rate of
+// every step as a faint dashed line on a second axis at the right.
+void write_loss_svg(const std::string & path, const TrainCurve & curve, const LrSchedule * lr = nullptr);
+
+// The perplexity exp(loss) of a mean token loss, as every report prints it: 3 decimals up to 10^6, then
+// scientific ("1.234e+08"), "inf" past a double's range.
+std::string format_perplexity(double loss);
 
 // A JSON number, or null when v is not finite (JSON has no NaN or infinity).
 std::string json_number(double v, const char * format = "%.6f");

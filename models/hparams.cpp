@@ -45,6 +45,12 @@ const ArchTraits * find_arch(const std::string & name) {
     return nullptr;
 }
 
+std::string supported_architectures() {
+    std::string s;
+    for (const ArchTraits & a : kArchs) s += (s.empty() ? "" : ", ") + std::string(a.name);
+    return s;
+}
+
 RopeParams HParams::rope() const {
     RopeParams p;
     p.n_rot = static_cast<int32_t>(n_rot);
@@ -64,7 +70,7 @@ HParams load_hparams(const gguf::Reader & f) {
     if (arch.empty()) fail(f, "missing required key 'general.architecture'");
     hp.arch = find_arch(arch);
     if (!hp.arch)
-        fail(f, "unsupported architecture '" + arch + "' (general.architecture); supported: llama, qwen2, qwen3, qwen3moe");
+        fail(f, "unsupported architecture '" + arch + "' (general.architecture); supported: " + supported_architectures());
     const std::string type = f.get_string_or("general.type", "model");
     if (type != "model") fail(f, "general.type is '" + type + "', expected a model (is this a LoRA adapter?)");
 

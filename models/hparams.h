@@ -25,6 +25,9 @@ struct ArchTraits {
 
 // nullptr when the architecture is not supported.
 const ArchTraits * find_arch(const std::string & name);
+// Every supported general.architecture value, in the registry's order: "llama, qwen2, qwen3, qwen3moe" (what
+// the tools' help and errors list, so the list cannot go stale).
+std::string supported_architectures();
 
 struct HParams {
     const ArchTraits * arch = nullptr;

@@ -19,6 +19,7 @@ namespace {
 
 SessionOptions checked(SessionOptions o, const Dataset & data) {
     if (o.batch < 1) throw Error("batch_size " + std::to_string(o.batch) + " must be at least 1");
+    o.micro_batches = resolved_micro_batches(o);
     if (o.micro_batches < 1 || o.micro_batches > o.batch)
         throw Error("micro_batches " + std::to_string(o.micro_batches) + " must be in [1, batch_size = " + std::to_string(o.batch) + "]");
     if (o.epochs < 1) throw Error("epochs " + std::to_string(o.epochs) + " must be at least 1");
@@ -92,6 +93,10 @@ void dump_step(Trainer & tr, const Batch & bt, float loss_scale, double loss, in
 }
 
 } // namespace
+
+int64_t resolved_micro_batches(const SessionOptions & o) {
+    return o.micro_batches != 0 ? o.micro_batches : o.comm ? o.comm->size() : 1;
+}
 
 std::vector<MicroBatchInfo> micro_batch_shapes(int64_t seq_len, int64_t n_seq, int64_t micro_batches, bool packed) {
     std::vector<MicroBatchInfo> out;

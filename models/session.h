@@ -40,7 +40,9 @@ struct SessionOptions {
     LrSchedule lr;                 // total_steps is set by the session (from steps or epochs)
     float clip = 1.0f;             // global gradient-norm clipping; 0 = off
     int64_t batch = 8;             // sequences per optimizer step
-    int64_t micro_batches = 1;     // the batch split in this many parts, gradients accumulated
+    // The batch split in this many parts, gradients accumulated; 0: one per data-parallel rank (1 in a single
+    // process): a step is the same `batch` sequences either way.
+    int64_t micro_batches = 0;
     int64_t epochs = 1;
     int64_t steps = 0;             // > 0: overrides epochs
     uint64_t seed = 42;            // data order and split (the LoRA init seed is finetune.seed)
@@ -91,6 +93,8 @@ struct StepReport {
 
 // The micro-batches a batch of n_seq sequences is split into: sequences [lo, hi) each (seq_offset = lo),
 // sizes differing by one at most; the same split on the host and in the pipeline.
+// micro_batches as a session resolves it (0: the number of data-parallel ranks of options.comm, or 1).
+int64_t resolved_micro_batches(const SessionOptions & options);
 std::vector<MicroBatchInfo> micro_batch_shapes(int64_t seq_len, int64_t n_seq, int64_t micro_batches, bool packed = false);
 
 class TrainingSession {
@@ -136,6 +140,8 @@ public:
     const Pipeline * pipeline() const { return pipe_.get(); }
     // Pipelined: the plan of the largest step and the device memory it takes (checked at construction).
     const CallPlan & planned() const { return planned_; }
+    // The options as the session runs them (defaults resolved: micro_batches).
+    const SessionOptions & options() const { return opt_; }
     const std::vector<std::unique_ptr<Device>> & devices() const { return devices_; }
 
 private:

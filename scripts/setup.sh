@@ -3,8 +3,9 @@
 # with sudo). CUDA is optional and not installed here: when nvcc is present the CUDA sources build too.
 set -euo pipefail
 need=()
-# Open MPI: data-parallel training between processes (mpirun; optional in CMake: RP_MPI).
-for pkg in cmake ninja-build g++ clang libgtest-dev libopenblas-dev libomp-dev libopenmpi-dev openmpi-bin git time bc python3; do
+# Open MPI: data-parallel training between processes (mpirun; optional in CMake: RP_MPI). librsvg2-bin:
+# rsvg-convert, which a test renders the loss curve with.
+for pkg in cmake ninja-build g++ clang libgtest-dev libopenblas-dev libomp-dev libopenmpi-dev openmpi-bin git time bc python3 librsvg2-bin; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 # npm (for the test-only llama.cpp oracle) may come with a nodejs package from another source: only install

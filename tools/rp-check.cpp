@@ -6,6 +6,7 @@
 // that ran passed (skipped ones say why; a run where everything was skipped exits 1 too).
 #include "base/error.h"
 #include "ggml_rp/core/json.h"
+#include "models/hparams.h"
 #include "models/model_check.h"
 #include "tools/cli.h"
 
@@ -24,7 +25,7 @@ void usage(FILE * f) {
                  "Runs the reference correctness tests on MODEL: forward and tokenizer against llama.cpp's prebuilt\n"
                  "libraries, gradients against finite differences, a RoundPipe step against the host step, file\n"
                  "round trips. Exit status 0 only when every check that ran passed.\n"
-                 "  -m, --model FILE    the model (llama, qwen2, qwen3; any weight type)\n"
+                 "  -m, --model FILE    the model (%s; any weight type)\n"
                  "      --lora FILE     also check this adapter (applied by both engines; its gradients)\n"
                  "      --text FILE     the text the tokens come from (default: a built-in paragraph)\n"
                  "      --quick         fewer tokens and directions, no whole-file copies (~30 s on a 1B model)\n"
@@ -32,7 +33,8 @@ void usage(FILE * f) {
                  "      --json          one JSON object on stdout instead of the table\n"
                  "      --oracle PATH   the rp-oracle program (default: next to rp-check, else $RP_ORACLE_BIN)\n"
                  "  -t, --threads N     CPU threads (default: all)\n" RP_THREADS_WAIT_HELP
-                 "  -h, --help          this text\n");
+                 "  -h, --help          this text\n",
+                 rp::supported_architectures().c_str());
 }
 
 std::string default_oracle() {

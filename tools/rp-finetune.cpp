@@ -18,6 +18,7 @@
 #include "ggml_rp/runtime/clock.h"
 #include "ggml_rp/roundpipe/trace.h"
 #include "models/finetune_report.h"
+#include "models/hparams.h"
 #include "models/run_plan.h"
 #include "models/session.h"
 #include "models/tokenizer.h"
@@ -43,7 +44,7 @@ namespace {
 
 const char * const kUsage =
     "usage: rp-finetune -m BASE.gguf --data FILE -o OUT.gguf [options]\n"
-    "  -m, --model FILE        base model (llama, qwen2, qwen3; any weight dtype, frozen for LoRA)\n"
+    "  -m, --model FILE        base model (%s; any weight dtype, frozen for LoRA)\n"
     "      --data FILE         training text (.txt: one token stream) or .jsonl (text / prompt+completion / messages)\n"
     "  -o, --output FILE       the adapter (or with --full the finetuned model)\n"
     "      --full              full finetune: every float tensor trainable (fp32 masters)\n"
@@ -59,7 +60,8 @@ const char * const kUsage =
     "                          dequantized K-quant weights; default tf32: tensor cores, ~1e-3 relative error)\n"
     "      --seq-len N         tokens per sequence (default 64)\n"
     "      --batch N           sequences per optimizer step (default 8)\n"
-    "      --micro-batches M   split each batch in M parts, gradients accumulated (default 1)\n"
+    "      --micro-batches M   split each batch in M parts, gradients accumulated (default: one per\n"
+    "                          data-parallel rank, 1 in a single process)\n"
     "      --optimizer NAME    adamw | sgd (default adamw)\n"
     "      --lr X              peak learning rate (default 1e-3)\n"
     "      --lr-min X          final learning rate of linear/cosine decay (default 0)\n"
@@ -210,7 +212,7 @@ static int finetune(int argc, char ** argv, rp::Communicator * world) {
         cli::Args args(argc, argv);
         while (args.next()) {
             const std::string & a = args.flag();
-            if (a == "-h" || a == "--help") { std::fputs(kUsage, stdout); return 0; }
+            if (a == "-h" || a == "--help") { std::printf(kUsage, rp::supported_architectures().c_str()); return 0; }
             else if (a == "-m" || a == "--model") model_path = args.value();
             else if (a == "--data") data_path = args.value();
             else if (a == "-o" || a == "--output") out_path = args.value();
@@ -355,7 +357,7 @@ static int finetune(int argc, char ** argv, rp::Communicator * world) {
             po.momentum = o.optimizer.sgd.momentum != 0;
             po.seq_len = seq_len;
             po.batch = o.batch;
-            po.micro_batches = o.micro_batches;
+            po.micro_batches = rp::resolved_micro_batches(o);
             po.devices = o.pipelined ? o.devices.count : 0;
             po.device_memory = o.devices.memory_each;
             po.backend = o.devices.backend;
@@ -423,8 +425,10 @@ static int finetune(int argc, char ** argv, rp::Communicator * world) {
             const uint64_t zero = 0;
             world->allgather(std::span<const uint64_t>(&zero, 1), "clock origin");
             trace_t0 = rp::clock_us();
-            say("data parallel: rank 0 of %d (each rank computes %lld of %lld micro-batches per step), timeout %g s, replica check every %lld steps%s\n",
-                ranks, static_cast<long long>((o.micro_batches + ranks - 1) / ranks), static_cast<long long>(o.micro_batches), dp_timeout,
+            const int64_t M = run.options().micro_batches;
+            say("data parallel: rank 0 of %d (each rank computes %lld of %lld micro-batches per step%s), timeout %g s, replica check every %lld steps%s\n",
+                ranks, static_cast<long long>((M + ranks - 1) / ranks), static_cast<long long>(M),
+                o.micro_batches == 0 ? ": --micro-batches defaults to one per rank, a step is the same --batch sequences" : "", dp_timeout,
                 static_cast<long long>(dp_check_every), dp_link.empty() ? "" : (", link " + world->options().link->to_string()).c_str());
         }
         if (!resume.empty()) {
@@ -455,8 +459,8 @@ static int finetune(int argc, char ** argv, rp::Communicator * world) {
             else
                 std::snprintf(padding, sizeof padding, "one sequence each: padding %.1f%% (--pack shares sequences)",
                               100.0 * ds.padding_fraction());
-            say("%s: %zu examples %s; %zu truncated to %lld tokens, %zu skipped\n", data_path.c_str(),
-                         ds.n_examples, padding, ds.n_truncated, static_cast<long long>(seq_len + 1), ds.n_skipped);
+            say("%s: %zu examples %s; %zu longer than --seq-len %lld (cut to it), %zu skipped (no trained token left)\n", data_path.c_str(),
+                ds.n_examples, padding, ds.n_truncated, static_cast<long long>(seq_len), ds.n_skipped);
         }
 
         const std::string ckpt_path = out_path + ".ckpt.gguf";
@@ -483,7 +487,9 @@ static int finetune(int argc, char ** argv, rp::Communicator * world) {
             char best_text[96] = " (best)";
             if (!best)
                 std::snprintf(best_text, sizeof best_text, "; best %.4f at step %lld", ep.best_loss, static_cast<long long>(ep.best_step));
-            say("eval step %lld: val loss %.4f, ppl %.3f%s\n", static_cast<long long>(step), vl, std::exp(vl), best_text);
+            // The value as the curve keeps it (and the summary prints it).
+            const double kept = run.curve().eval_loss.back();
+            say("eval step %lld: val loss %.4f, ppl %s%s\n", static_cast<long long>(step), kept, rp::format_perplexity(kept).c_str(), best_text);
             if (best && save_best && lead) run.save_result(best_path);
         };
         auto sample = [&](int64_t step) {
@@ -507,7 +513,7 @@ static int finetune(int argc, char ** argv, rp::Communicator * world) {
         catch_interrupts();
         // The run's log and curve so far: a stopped or interrupted run keeps them (a resume continues them).
         auto keep_log = [&] {
-            if (lead) rp::write_loss_svg(out_path + ".loss.svg", run.curve());
+            if (lead) rp::write_loss_svg(out_path + ".loss.svg", run.curve(), &run.options().lr);
             metrics.commit();
         };
         while (run.steps_done() < end) {
@@ -589,7 +595,7 @@ static int finetune(int argc, char ** argv, rp::Communicator * world) {
         if (lead) {
             run.save_checkpoint(ckpt_path);
             run.save_result(out_path);
-            rp::write_loss_svg(out_path + ".loss.svg", curve);
+            rp::write_loss_svg(out_path + ".loss.svg", curve, &run.options().lr);
         }
         metrics.commit();
 
@@ -599,8 +605,8 @@ static int finetune(int argc, char ** argv, rp::Communicator * world) {
                      static_cast<long long>(run.steps_done() - first), secs, secs > 0 ? tokens / secs : 0.0,
                      secs > 0 ? trained / secs : 0.0, tl.empty() ? 0.0 : tl.front(), tl.empty() ? 0.0 : tl.back());
         if (!curve.eval_loss.empty()) {
-            say("; val loss %.4f -> %.4f (ppl %.3f -> %.3f)", curve.eval_loss.front(), curve.eval_loss.back(),
-                         std::exp(curve.eval_loss.front()), std::exp(curve.eval_loss.back()));
+            say("; val loss %.4f -> %.4f (ppl %s -> %s)", curve.eval_loss.front(), curve.eval_loss.back(),
+                rp::format_perplexity(curve.eval_loss.front()).c_str(), rp::format_perplexity(curve.eval_loss.back()).c_str());
             const rp::EvalProgress ep = rp::eval_progress(curve);
             if (ep.best_step == curve.eval_step.front())
                 say(" -- validation never improved on its first value: the run overfits or the lr is too high");

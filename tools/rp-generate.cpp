@@ -10,9 +10,11 @@
 #include "base/error.h"
 #include "ggml_rp/cpu/matvec_dot.h"
 #include "models/chat_template.h"
+#include "models/hparams.h"
 #include "models/inference.h"
 #include "tools/cli_lora.h"
 #include "models/model.h"
+#include "models/reasoning.h"
 #include "models/tokenizer.h"
 
 #include <algorithm>
@@ -23,18 +25,21 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 namespace {
 
 void usage(FILE * f) {
     std::fprintf(f,
                  "usage: rp-generate -m MODEL.gguf (-p PROMPT | -f FILE) [options]\n"
-                 "  -m, --model FILE        GGUF model (llama, qwen2, qwen3)\n"
+                 "  -m, --model FILE        GGUF model (%s)\n"
                  "  -p, --prompt TEXT       prompt text\n"
                  "  -f, --file FILE         read the prompt from FILE\n"
                  "  -n, --n-predict N       tokens to generate (default 128)\n"
@@ -44,6 +49,10 @@ void usage(FILE * f) {
                  "      --seed S            random seed (default: a random one, printed)\n"
                  "      --chat              wrap the prompt as a user turn of the model's chat template\n"
                  "      --chat-template T   a FILE.jinja, or chatml / llama3, instead of the model's (implies --chat)\n"
+                 "      --show-thinking     print a thinking model's reasoning (<think> ... </think>) when the output is\n"
+                 "                          not a terminal (on a terminal it is shown dimmed, apart from the answer)\n"
+                 "      --hide-thinking     never print the reasoning (a line on stderr says how long it was)\n"
+                 "      --no-thinking       ask the template for no reasoning (enable_thinking = false)\n"
                  "      --lora FILE         apply a LoRA adapter (repeatable)\n"
                  "      --lora-scale S      user scale of the preceding --lora (default 1)\n"
                  "  -t, --threads N         CPU threads (default: all)\n" RP_THREADS_WAIT_HELP
@@ -53,7 +62,8 @@ void usage(FILE * f) {
                  "                          for Q8_0/Q4_K/Q5_K/Q6_K, bf16 for BF16, f32 otherwise); exact: the\n"
                  "                          prompt batch's arithmetic, bit for bit (slower)\n"
                  "  -c, --ctx-size N        context size in tokens (default: the model's, at most 4096)\n"
-                 "  -h, --help              this text\n");
+                 "  -h, --help              this text\n",
+                 rp::supported_architectures().c_str());
 }
 
 using rp::cli::read_file;
@@ -78,6 +88,8 @@ int main(int argc, char ** argv) {
     try {
         std::string model_path, prompt, file, chat_name;
         bool have_prompt = false, chat = false, have_seed = false;
+        int show_thinking = -1;  // -1: on a terminal only (dimmed); 0 / 1: --hide-thinking / --show-thinking
+        bool thinking = true;
         long long n_predict = 128, n_ctx = 0, threads = 0;
         bool row_dots = true;
         rp::SamplerParams sp;
@@ -97,6 +109,9 @@ int main(int argc, char ** argv) {
             else if (a == "--top-p") sp.top_p = parse_float(a, value(), 0.0f, 1.0f);
             else if (a == "--seed") { sp.seed = static_cast<uint64_t>(parse_int(a, value(), 0, INT64_MAX)); have_seed = true; }
             else if (a == "--chat") chat = true;
+            else if (a == "--show-thinking") show_thinking = 1;
+            else if (a == "--hide-thinking") show_thinking = 0;
+            else if (a == "--no-thinking") thinking = false;
             else if (a == "--chat-template") { chat_name = value(); chat = true; }
             else if (a == "--lora") loras.push_back({value(), 1.0f});
             else if (a == "--lora-scale") {
@@ -122,13 +137,21 @@ int main(int argc, char ** argv) {
         rp::Tokenizer tok(model->file());
         const auto lora = rp::cli::load_loras(loras, *model);
 
+        if (!chat && (show_thinking >= 0 || !thinking)) throw rp::Error("--show-thinking, --hide-thinking and --no-thinking need --chat");
         std::vector<int32_t> ids;
+        std::optional<rp::ReasoningSplitter> reasoning;  // a thinking template's reply: reasoning apart from the answer
+        std::optional<rp::ThinkingMarkers> markers;
         if (chat) {
             // The model's own Jinja template (or the one named), with its BOS / EOS texts; a BOS the
             // template writes is dropped because encode() adds it.
             const rp::ChatTemplate ct = rp::chat_template_for(tok, chat_name);
-            const rp::RenderedChat r = rp::render_chat(ct, {{"user", text}}, true);
+            rp::ChatOptions co;
+            co.add_generation_prompt = true;
+            co.enable_thinking = thinking;
+            const rp::RenderedChat r = ct.render({{"user", text}}, co);
             ids = tok.encode(r.text, true, true);
+            markers = rp::thinking_markers(ct.source());
+            if (markers) reasoning.emplace(*markers, rp::prompt_opens_thinking(r.text, *markers));
         } else {
             ids = tok.encode(text, true, false);
         }
@@ -146,6 +169,22 @@ int main(int argc, char ** argv) {
                      threads > 0 ? static_cast<int>(threads) : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())),
                      rp::cli::omp_wait_setting().c_str(), row_dots ? "fast" : "exact");
         if (!chat) write_out(text);
+        // The reasoning: dimmed on a terminal, as the model wrote it (with its markers) with --show-thinking
+        // into a file or pipe, else left out.
+        const bool tty = isatty(fileno(stdout)) != 0;
+        const bool shown = show_thinking == 1 || (show_thinking == -1 && tty);
+        bool reasoning_open = false;  // inside a reasoning block of the output
+        auto out = [&](const std::string & piece) {
+            if (!reasoning) return write_out(piece);
+            for (const rp::ReasoningSplitter::Piece & p : reasoning->feed(piece)) {
+                if (p.reasoning != reasoning_open && shown) {
+                    if (tty) write_out(p.reasoning ? "\x1b[2m" : "\x1b[0m\n");
+                    else write_out(p.reasoning ? markers->open + "\n" : "\n" + markers->close + "\n\n");
+                }
+                reasoning_open = p.reasoning;
+                if (!p.reasoning || shown) write_out(p.text);
+            }
+        };
 
         const auto t_prompt = std::chrono::steady_clock::now();
         std::vector<float> logits = session.eval(ids, false);
@@ -157,7 +196,7 @@ int main(int argc, char ** argv) {
             const int32_t next = sampler.sample(logits.data(), session.n_vocab());
             ++n_gen;
             if (tok.is_eog(next)) break;
-            write_out(tok.token_to_piece(next, false));
+            out(tok.token_to_piece(next, false));
             if (n_gen == n_predict) break;
             if (session.n_past() >= session.n_ctx()) {
                 std::fprintf(stderr, "\n(context of %lld tokens is full)\n", static_cast<long long>(session.n_ctx()));
@@ -166,6 +205,13 @@ int main(int argc, char ** argv) {
             logits = session.eval({next}, false);
         }
         const double gen_s = seconds_since(t_gen);
+        if (reasoning) {
+            for (const rp::ReasoningSplitter::Piece & p : reasoning->finish())
+                if (!p.reasoning || shown) write_out(p.text);
+            if (reasoning_open && shown) write_out(tty ? "\x1b[0m" : "\n" + markers->close);
+            if (!shown && reasoning->reasoning_bytes() > 0)
+                std::fprintf(stderr, "(reasoning of %zu bytes left out: --show-thinking prints it)\n", reasoning->reasoning_bytes());
+        }
         write_out("\n");
         std::fprintf(stderr, "%lld tokens, %.1f tokens/s (prompt: %.1f tokens/s)\n", n_gen,
                      gen_s > 0 ? static_cast<double>(n_gen) / gen_s : 0.0,

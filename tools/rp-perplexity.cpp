@@ -16,6 +16,7 @@
 // reports the model's KL divergence from the saved one, the perplexity ratio and the top-token agreement.
 #include "tools/cli.h"
 #include "base/error.h"
+#include "models/hparams.h"
 #include "models/inference.h"
 #include "models/kl_divergence.h"
 #include "tools/cli_lora.h"
@@ -39,7 +40,7 @@ namespace {
 void usage(FILE * f) {
     std::fprintf(f,
                  "usage: rp-perplexity -m MODEL.gguf -f FILE [options]\n"
-                 "  -m, --model FILE     GGUF model (llama, qwen2, qwen3)\n"
+                 "  -m, --model FILE     GGUF model (%s)\n"
                  "  -f, --file FILE      text to score\n"
                  "  -c, --ctx-size N     tokens per chunk (default 512)\n"
                  "      --stride S       sliding windows every S tokens, scoring their last S predictions\n"
@@ -53,7 +54,8 @@ void usage(FILE * f) {
                  "      --kl-divergence  instead compare this model (or base + --lora) with FILE: KL divergence\n"
                  "                       (mean, median, percentiles), PPL ratio, top-token agreement, with errors;\n"
                  "                       FILE gives the tokens and the context size (no -f)\n"
-                 "  -h, --help           this text\n");
+                 "  -h, --help           this text\n",
+                 rp::supported_architectures().c_str());
 }
 
 using rp::cli::read_file;

@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <regex>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -182,6 +184,21 @@ std::vector<std::pair<int, double>> evals_of(const std::string & log) {
 // --early-stop N ends the run after N evaluations without a better validation loss; --save-best keeps the
 // result of the best one, byte for byte what a run stopped at that step (same schedule) writes. The loss SVG
 // labels its step axis.
+// JSONL examples longer than the sequence are counted in the user's terms: longer than --seq-len N.
+TEST(FinetuneTool, TheDataLineCountsExamplesLongerThanTheSeqLen) {
+    TmpDir d;
+    {
+        std::ofstream f(d / "long.jsonl");
+        f << "{\"text\": \"Once upon a time there was a little girl who lived in a village near the forest and she "
+             "liked to walk in the woods every day with her dog\"}\n";
+        for (int i = 0; i < 3; ++i) f << "{\"text\": \"A cat sat.\"}\n";
+    }
+    std::string log;
+    ASSERT_EQ(ft_test::run(finetune("-o " + (d / "a.gguf") + " --data " + (d / "long.jsonl") + " --seq-len 16 --batch 2 --steps 1 -t 1"), &log), 0)
+        << log;
+    EXPECT_NE(log.find("; 1 longer than --seq-len 16 (cut to it), 0 skipped"), std::string::npos) << log;
+}
+
 TEST(FinetuneTool, EarlyStopAndSaveBest) {
     TmpDir d;
     const std::string data = " --data " + std::string(RP_SOURCE_DIR) + "/examples/data/stories.txt";
@@ -191,6 +208,12 @@ TEST(FinetuneTool, EarlyStopAndSaveBest) {
     const auto ev = evals_of(log);
     ASSERT_GE(ev.size(), 3u) << log;
     EXPECT_NE(log.find("early stop at step " + std::to_string(ev.back().first)), std::string::npos) << log;
+    // Each evaluation's perplexity is printed as the summary prints it (one formatting of the kept value).
+    std::vector<std::string> ppl;
+    const std::regex eval_ppl("eval step [0-9]+: val loss [0-9.]+, ppl ([0-9.e+]+)");
+    for (auto it = std::sregex_iterator(log.begin(), log.end(), eval_ppl); it != std::sregex_iterator(); ++it) ppl.push_back((*it)[1]);
+    ASSERT_EQ(ppl.size(), ev.size()) << log;
+    EXPECT_NE(log.find("(ppl " + ppl.front() + " -> " + ppl.back() + ")"), std::string::npos) << log;
     EXPECT_LT(ev.back().first, 60) << "the run went on to the end:\n" << log;
     // The last two evaluations are no better than the best before them, which is the best of all.
     size_t best = 0;

@@ -2,9 +2,12 @@
 #include "models_test_util.h"
 
 #include "ggml_rp/cpu/gemm.h"
+#include "models/hparams.h"
 #include "models/tokenizer.h"
 
 #include <gtest/gtest.h>
+
+#include <fstream>
 
 using namespace models_test;
 
@@ -147,6 +150,63 @@ TEST(Generate, ChatTemplateOnQwen) {
                                                      " -p 'the weather' --chat-template chatml -n 8 --temp 0 -t 1");
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_NE(r.err.find("tokens/s"), std::string::npos) << r.err;
+}
+
+// A thinking template (its generation prompt opens "<think>", as DeepSeek-R1's and QwQ's do): the reply is
+// reasoning until the model closes the block. Into a file it is left out, saying how long it was, unless
+// --show-thinking prints it between the model's markers; --hide-thinking leaves it out anywhere; the flags
+// need --chat. (The random model never closes the block: all of its reply is reasoning.)
+TEST(Generate, ThinkingTemplatesKeepTheReasoningApart) {
+    TempDir d;
+    {
+        std::ofstream f(d.file("think.jinja"));
+        f << "{%- for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{%- endfor %}"
+             "{%- if add_generation_prompt %}<|im_start|>assistant\n<think>\n{%- endif %}";
+    }
+    const std::string base = "-m " + model_path("synthetic/tiny-random-qwen2.gguf") + " -p 'the weather' --chat-template " +
+                             d.file("think.jinja") + " -n 12 --temp 0 -t 1";
+    const ToolResult hidden = run_tool("rp-generate", base);
+    ASSERT_EQ(hidden.exit_code, 0) << hidden.err;
+    EXPECT_EQ(hidden.out, "\n");
+    const std::string key = "(reasoning of ";
+    const size_t at = hidden.err.find(key);
+    ASSERT_NE(at, std::string::npos) << hidden.err;
+    const size_t bytes = std::stoul(hidden.err.substr(at + key.size()));
+    EXPECT_NE(hidden.err.find("bytes left out: --show-thinking prints it)"), std::string::npos) << hidden.err;
+
+    const ToolResult shown = run_tool("rp-generate", base + " --show-thinking");
+    ASSERT_EQ(shown.exit_code, 0) << shown.err;
+    const std::string open = "<think>\n", close = "\n</think>\n";
+    ASSERT_GE(shown.out.size(), open.size() + close.size()) << shown.out;
+    EXPECT_EQ(shown.out.substr(0, open.size()), open) << shown.out;
+    EXPECT_EQ(shown.out.substr(shown.out.size() - close.size()), close) << shown.out;
+    EXPECT_EQ(shown.out.size() - open.size() - close.size(), bytes) << shown.out;
+    EXPECT_GT(bytes, 0u);
+    EXPECT_EQ(shown.err.find(key), std::string::npos) << shown.err;
+
+    const ToolResult hide = run_tool("rp-generate", base + " --hide-thinking");
+    ASSERT_EQ(hide.exit_code, 0) << hide.err;
+    EXPECT_EQ(hide.out, "\n");
+    // A template without a block: the reply as it comes.
+    const ToolResult plain = run_tool("rp-generate", "-m " + model_path("synthetic/tiny-random-qwen2.gguf") +
+                                                         " -p 'the weather' --chat-template chatml -n 12 --temp 0 -t 1");
+    ASSERT_EQ(plain.exit_code, 0) << plain.err;
+    EXPECT_EQ(plain.err.find(key), std::string::npos) << plain.err;
+    const ToolResult bad = run_tool("rp-generate", "-m " + stories() + " -p hi --show-thinking");
+    EXPECT_EQ(bad.exit_code, 1);
+    EXPECT_NE(bad.err.find("need --chat"), std::string::npos) << bad.err;
+}
+
+// The tools' help lists every architecture the registry has (models/hparams.h), so the list cannot go
+// stale as architectures are added; a file of another architecture is refused naming the same list.
+TEST(Tools, HelpListsEverySupportedArchitecture) {
+    const std::string archs = rp::supported_architectures();
+    ASSERT_NE(archs.find("qwen3moe"), std::string::npos) << archs;
+    for (const char * tool : {"rp-finetune", "rp-generate", "rp-perplexity", "rp-check"}) {
+        const ToolResult r = run_tool(tool, "--help");
+        ASSERT_EQ(r.exit_code, 0) << tool << r.err;
+        EXPECT_NE(r.out.find("(" + archs), std::string::npos) << tool << ":\n" << r.out;
+    }
 }
 
 // The tools' OpenMP wait default (tools/omp_defaults.cpp): with neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT

@@ -230,6 +230,19 @@ TEST(DataParallel, RanksWithDifferentJobsAreRefused) {
     EXPECT_NE(log.find("--micro-batches 2 must be at least the number of data-parallel ranks (3)"), std::string::npos) << log;
 }
 
+// Without --micro-batches a data-parallel run takes one per rank (a single process takes 1): the same step as
+// one process told --micro-batches 2 --dp-groups 2, bit for bit, and the startup line says so.
+TEST(DataParallel, MicroBatchesDefaultToOnePerRank) {
+    rp_test::TempDir dir;
+    std::string log;
+    const std::string base = tool("rp-finetune") + " -m " + stories() + " --data " + ft_test::model_path("reference/train.txt") +
+                             " --seq-len 32 --batch 6 --lr 1e-2 -t 1 --steps 3";
+    ASSERT_EQ(run(mpirun(2) + base + " -o " + dir.file("dp.gguf"), &log), 0) << log;
+    EXPECT_NE(log.find("each rank computes 1 of 2 micro-batches per step: --micro-batches defaults to one per rank"), std::string::npos) << log;
+    ASSERT_EQ(run(base + " --micro-batches 2 --dp-groups 2 -o " + dir.file("one.gguf"), &log), 0) << log;
+    EXPECT_EQ(bytes_of(dir.file("dp.gguf")), bytes_of(dir.file("one.gguf")));
+}
+
 TEST(DataParallel, EveryRanksAllReducesAreTracedAndRpTraceMergesThem) {
     rp_test::TempDir dir;
     std::string log;
