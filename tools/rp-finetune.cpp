@@ -19,6 +19,7 @@
 #include "ggml_rp/roundpipe/trace.h"
 #include "models/finetune_report.h"
 #include "models/hparams.h"
+#include "models/run_loop.h"
 #include "models/run_plan.h"
 #include "models/session.h"
 #include "models/tokenizer.h"
@@ -143,7 +144,8 @@ const rp::cli::FlagNames kFlagNames = {
     {"batch_size", "--batch"}, {"val_split", "--val-split"}, {"lr_max", "--lr"}, {"lr_min", "--lr-min"},
     {"warmup_steps", "--warmup"}, {"weight_decay", "--weight-decay"}, {"pipeline schedule", "--schedule"},
     {"allow_binary", "--allow-binary"}, {"max_bad_steps", "--max-bad-steps"}, {"timeout_s", "--dp-timeout"},
-    {"accumulate_groups", "--dp-groups"}, {"replica_check_every", "--dp-check-every"}};
+    {"accumulate_groups", "--dp-groups"}, {"replica_check_every", "--dp-check-every"}, {"sample_every", "--sample-every"},
+    {"sample_prompt", "--sample-prompt"}, {"early_stop", "--early-stop"}, {"save_best", "--save-best"}, {"eval_every", "--eval-every"}};
 
 // SIGINT / SIGTERM: the first asks the loop to stop after the step (SA_RESETHAND: a second one kills).
 volatile std::sig_atomic_t g_interrupted = 0;
@@ -378,11 +380,18 @@ static int finetune(int argc, char ** argv, rp::Communicator * world) {
         if (out_path.empty()) throw rp::Error("no output given (-o OUT.gguf)");
         if (!o.pipelined && (!link.empty() || !trace_path.empty() || o.pipeline.async || schedule != "roundpipe" || o.devices.backend != "cpu"))
             throw rp::Error("--link, --trace, --async, --schedule and --backend need --devices N (the RoundPipe runtime)");
-        if ((sample_every > 0) != !sample_prompts.empty())
-            throw rp::Error(sample_every > 0 ? "--sample-every needs --sample-prompt" : "--sample-prompt needs --sample-every N");
-        if ((early_stop > 0 || save_best) && (eval_every <= 0 || !(o.val_split > 0)))
-            throw rp::Error(std::string(early_stop > 0 ? "--early-stop" : "--save-best") +
-                            " needs evaluations: --val-split F (> 0) and --eval-every N");
+        rp::RunLoopOptions loop;
+        loop.out_path = out_path;
+        loop.stop_at = stop_at;
+        loop.eval_every = eval_every;
+        loop.early_stop = early_stop;
+        loop.save_best = save_best;
+        loop.save_every = save_every;
+        loop.sample_every = sample_every;
+        loop.sample_prompts = sample_prompts;
+        loop.sample_tokens = sample_tokens;
+        loop.writes = lead;
+        loop.validate(o);
         if (!link.empty()) o.devices.link = rp::LinkModel::parse(link);
         if (!link.empty() && o.devices.backend == "cuda") throw rp::Error("--link models the CPU devices' link; it does not apply to --backend cuda");
         o.lr.lr_max = lr;
@@ -443,8 +452,7 @@ static int finetune(int argc, char ** argv, rp::Communicator * world) {
         if (o.pipelined)
             say("memory plan: device peak %s = %s; plan %s\n", rp::format_bytes(run.planned().memory.peak()).c_str(),
                          run.planned().memory.describe().c_str(), run.planned().plan.describe().c_str());
-        const int64_t total = run.total_steps(), first = run.steps_done();
-        const int64_t end = stop_at > 0 ? std::min<int64_t>(stop_at, total) : total;
+        const int64_t total = run.total_steps();
         say("%s: %zu sequences of %lld tokens (%zu train, %zu validation), %zu trainable tensors, %lld steps\n",
                      data_path.c_str(), data.size(), static_cast<long long>(seq_len), run.split().train.size(),
                      run.split().val.size(), run.trainer().params().size(), static_cast<long long>(total));
@@ -463,116 +471,71 @@ static int finetune(int argc, char ** argv, rp::Communicator * world) {
                 ds.n_examples, padding, ds.n_truncated, static_cast<long long>(seq_len), ds.n_skipped);
         }
 
-        const std::string ckpt_path = out_path + ".ckpt.gguf";
-        // Only rank 0 writes (a log of the other ranks would be the same lines).
-        std::optional<rp::MetricsLog> metrics_file;
-        if (lead) metrics_file.emplace(out_path + ".metrics.jsonl", first > 0);
-        struct Metrics {
-            std::optional<rp::MetricsLog> & f;
-            void step(const rp::StepReport & r, size_t rss) { if (f) f->step(r, rss); }
-            void eval(int64_t s, double l) { if (f) f->eval(s, l); }
-            void sample(int64_t s, const std::string & p, const std::string & c) { if (f) f->sample(s, p, c); }
-            void commit() { if (f) f->commit(); }
-            void save_copy() { if (f) f->save_copy(); }
-        } metrics{metrics_file};
-        auto save_checkpoint = [&] { if (lead) run.save_checkpoint(ckpt_path); else run.synchronize(); };
-        const std::string best_path = out_path + ".best.gguf";
-        auto evaluate = [&](int64_t step) {
-            if (!run.has_validation()) return;
-            const double vl = run.evaluate();
-            run.record_eval(step, vl);
-            metrics.eval(step, vl);
-            const rp::EvalProgress ep = rp::eval_progress(run.curve());
-            const bool best = ep.best_step == step && ep.since_best == 0;
-            char best_text[96] = " (best)";
-            if (!best)
-                std::snprintf(best_text, sizeof best_text, "; best %.4f at step %lld", ep.best_loss, static_cast<long long>(ep.best_step));
-            // The value as the curve keeps it (and the summary prints it).
-            const double kept = run.curve().eval_loss.back();
-            say("eval step %lld: val loss %.4f, ppl %s%s\n", static_cast<long long>(step), kept, rp::format_perplexity(kept).c_str(), best_text);
-            if (best && save_best && lead) run.save_result(best_path);
-        };
-        auto sample = [&](int64_t step) {
-            if (!lead) return;
-            for (const std::string & p : sample_prompts) {
-                const std::string c = run.sample(tok, p, sample_tokens);
-                say("sample step %lld: %s -> %s\n", static_cast<long long>(step), p.c_str(), c.c_str());
-                metrics.sample(step, p, c);
+        const std::string ckpt_path = loop.checkpoint_path(), best_path = loop.best_path();
+        // What the loop reports, as progress lines (rank 0 prints).
+        struct Progress : rp::RunObserver {
+            std::function<void(const std::string &)> print;
+            void step(const rp::StepReport & r, const rp::RunProgress & p) override {
+                const std::string norm_of = r.grad_norm_step > 0 && r.grad_norm_step != r.step ? " (step " + std::to_string(r.grad_norm_step) + ")" : "";
+                char buf[320];
+                std::snprintf(buf, sizeof buf, "step %lld/%lld | loss %.4f | lr %.3e | grad norm %.3f%s | %.0f tok/s | ETA %.1fs\n",
+                              static_cast<long long>(r.step), static_cast<long long>(p.total), r.loss, r.lr, r.grad_norm, norm_of.c_str(),
+                              static_cast<double>(r.tokens) / r.seconds,
+                              p.elapsed / static_cast<double>(r.step - p.first) * static_cast<double>(p.end - r.step));
+                print(buf);
+                if (r.skipped) {
+                    std::snprintf(buf, sizeof buf, "warning: step %lld skipped (%s, gradient norm %g, %lld trained tokens)\n",
+                                  static_cast<long long>(r.grad_norm_step), r.skip_reason.c_str(), r.grad_norm,
+                                  static_cast<long long>(r.trained_tokens));
+                    print(buf);
+                }
             }
-        };
-        // --early-stop: N evaluations in a row without a better validation loss end the run (not an error).
-        auto early_stopped = [&] {
-            if (early_stop <= 0) return false;
-            const rp::EvalProgress ep = rp::eval_progress(run.curve());
-            return ep.best_step >= 0 && ep.since_best >= early_stop;
-        };
-        if (first == 0 && eval_every > 0) evaluate(0);
-        const auto t_run = std::chrono::steady_clock::now();
-        double tokens = 0, trained = 0, step_seconds = 0;
-        if (profile_ops) rp::cpu::reset_op_profile(), rp::cpu::set_op_profiling(true);
-        catch_interrupts();
-        // The run's log and curve so far: a stopped or interrupted run keeps them (a resume continues them).
-        auto keep_log = [&] {
-            if (lead) rp::write_loss_svg(out_path + ".loss.svg", run.curve(), &run.options().lr);
-            metrics.commit();
-        };
-        while (run.steps_done() < end) {
-            // Data parallel: stop together (mpirun forwards the signal, but each rank may see it at another step).
-            double interrupted = g_interrupted ? 1.0 : 0.0;
-            if (world && ranks > 1) world->allreduce_sum(&interrupted, 1, "interrupt flag");
-            if (!dp_fault.kind.empty() && run.steps_done() + 1 == dp_fault.step && (dp_fault.rank < 0 || dp_fault.rank == rank)) {
+            void eval(int64_t step, double loss, const rp::EvalProgress & ep, bool best) override {
+                char best_text[96] = " (best)", buf[256];
+                if (!best)
+                    std::snprintf(best_text, sizeof best_text, "; best %.4f at step %lld", ep.best_loss, static_cast<long long>(ep.best_step));
+                std::snprintf(buf, sizeof buf, "eval step %lld: val loss %.4f, ppl %s%s\n", static_cast<long long>(step), loss,
+                              rp::format_perplexity(loss).c_str(), best_text);
+                print(buf);
+            }
+            void sample(int64_t step, const std::string & prompt, const std::string & completion) override {
+                print("sample step " + std::to_string(step) + ": " + prompt + " -> " + completion + "\n");
+            }
+        } progress;
+        progress.print = [&](const std::string & line) { if (info) std::fputs(line.c_str(), info); };
+        loop.tokenizer = &tok;
+        loop.interrupted = [] { return g_interrupted != 0; };
+        loop.rss_bytes = current_rss_bytes;
+        if (!dp_fault.kind.empty())
+            loop.before_step = [&](int64_t step) {
+                if (step != dp_fault.step || (dp_fault.rank >= 0 && dp_fault.rank != rank)) return;
                 if (dp_fault.kind == "die") raise(SIGKILL);
                 if (dp_fault.kind == "hang")
                     for (;;) pause();
                 run.synchronize();  // corrupt: one bit of the first master
                 auto * w = static_cast<unsigned char *>(run.trainer().params().front().t->data);
                 w[0] ^= 1;
-            }
-            if (interrupted > 0) {
-                save_checkpoint();
-                keep_log();
-                say("interrupted at step %lld; resume with the same command and --resume %s\n",
-                             static_cast<long long>(run.steps_done()), ckpt_path.c_str());
-                return 130;
-            }
-            const rp::StepReport r = run.step();
-            tokens += static_cast<double>(r.tokens);
-            trained += static_cast<double>(r.trained_tokens);
-            step_seconds += r.seconds;
-            metrics.step(r, current_rss_bytes());
-            if (!r.stop.empty()) {  // diverged: nothing more is written; the last checkpoint is the last good state
-                keep_log();
-                say("error: %s; stopped without writing %s%s\n", rp::cli::with_flag_names(r.stop, kFlagNames).c_str(),
-                             out_path.c_str(), save_every > 0 ? (" (the last checkpoint: " + ckpt_path + ")").c_str() : "");
-                return 1;
-            }
-            const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_run).count();
-            const std::string norm_of = r.grad_norm_step > 0 && r.grad_norm_step != r.step ? " (step " + std::to_string(r.grad_norm_step) + ")" : "";
-            say("step %lld/%lld | loss %.4f | lr %.3e | grad norm %.3f%s | %.0f tok/s | ETA %.1fs\n",
-                         static_cast<long long>(r.step), static_cast<long long>(total), r.loss, r.lr, r.grad_norm, norm_of.c_str(),
-                         static_cast<double>(r.tokens) / r.seconds, elapsed / static_cast<double>(r.step - first) * static_cast<double>(end - r.step));
-            if (r.skipped)
-                say("warning: step %lld skipped (%s, gradient norm %g, %lld trained tokens)\n",
-                             static_cast<long long>(r.grad_norm_step), r.skip_reason.c_str(), r.grad_norm, static_cast<long long>(r.trained_tokens));
-            if (sample_every > 0 && r.step % sample_every == 0 && r.step != end) sample(r.step);
-            if (eval_every > 0 && r.step % eval_every == 0 && r.step != end) {
-                evaluate(r.step);
-                if (early_stopped()) {
-                    const rp::EvalProgress ep = rp::eval_progress(run.curve());
-                    say("early stop at step %lld: %lld evaluations without a better validation loss than %.4f (step %lld)\n",
-                                 static_cast<long long>(r.step), static_cast<long long>(ep.since_best), ep.best_loss,
-                                 static_cast<long long>(ep.best_step));
-                    break;
-                }
-            }
-            if (save_every > 0 && r.step % save_every == 0 && r.step != end) {
-                save_checkpoint();
-                metrics.save_copy();  // the log as of the checkpoint: a run killed later resumes with it
-            }
+            };
+        if (profile_ops) rp::cpu::reset_op_profile(), rp::cpu::set_op_profiling(true);
+        catch_interrupts();
+        const rp::RunOutcome outcome = rp::run_training(run, loop, progress);
+        if (outcome.end == rp::RunEnd::Interrupted) {
+            say("interrupted at step %lld; resume with the same command and --resume %s\n", static_cast<long long>(run.steps_done()),
+                ckpt_path.c_str());
+            return 130;
         }
-        const auto & curve = run.curve();
-        if (eval_every > 0 && (curve.eval_step.empty() || curve.eval_step.back() != run.steps_done())) evaluate(run.steps_done());
-        if (sample_every > 0) sample(run.steps_done());
+        if (outcome.end == rp::RunEnd::Diverged) {
+            say("error: %s; stopped without writing %s%s\n", rp::cli::with_flag_names(outcome.stop, kFlagNames).c_str(), out_path.c_str(),
+                save_every > 0 ? (" (the last checkpoint: " + ckpt_path + ")").c_str() : "");
+            return 1;
+        }
+        if (outcome.end == rp::RunEnd::EarlyStopped)
+            say("early stop at step %lld: %lld evaluations without a better validation loss than %.4f (step %lld)\n",
+                static_cast<long long>(run.steps_done()), static_cast<long long>(outcome.at_stop.since_best), outcome.at_stop.best_loss,
+                static_cast<long long>(outcome.at_stop.best_step));
+        const rp::TrainCurve & curve = run.curve();
+        const int64_t first = outcome.first;
+        const double tokens = outcome.tokens, trained = outcome.trained_tokens, step_seconds = outcome.step_seconds;
         run.synchronize();
         if (!trace_path.empty()) {
             rp::Trace trace = recorder.snapshot();
@@ -591,15 +554,7 @@ static int finetune(int argc, char ** argv, rp::Communicator * world) {
                     run.devices()[i]->name().c_str(), run.devices()[i]->high_water(), run.planned().memory.peak(), u.resident,
                     u.weight_slot, u.activations, u.graph, run.pipeline()->device_weight_bytes_uploaded(static_cast<int>(i)));
             }
-        if (world && ranks > 1) run.check_replicas("at the end");
-        if (lead) {
-            run.save_checkpoint(ckpt_path);
-            run.save_result(out_path);
-            rp::write_loss_svg(out_path + ".loss.svg", curve, &run.options().lr);
-        }
-        metrics.commit();
-
-        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_run).count();
+        const double secs = outcome.seconds;
         const auto & tl = curve.train_loss;
         say("done: %lld steps in %.2f s, %.0f tok/s (%.0f trained tok/s); loss %.4f -> %.4f",
                      static_cast<long long>(run.steps_done() - first), secs, secs > 0 ? tokens / secs : 0.0,
