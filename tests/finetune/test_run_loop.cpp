@@ -6,6 +6,7 @@
 #include "models/run_loop.h"
 #include "tests/common/temp_dir.h"
 #include "tests/finetune/ft_test_util.h"
+#include "tests/finetune/stories_fixture.h"
 
 #include <gtest/gtest.h>
 
@@ -17,21 +18,7 @@
 
 namespace {
 
-struct Fixture {
-    std::unique_ptr<rp::Model> model = rp::Model::load(ft_test::stories());
-    rp::Tokenizer tok{model->file()};
-    rp::Dataset data = [&] {
-        rp::DatasetOptions o;
-        o.seq_len = 32;
-        o.n_ctx = model->hparams().n_ctx_train;
-        return rp::Dataset::load(ft_test::shared_dir() + "/models/reference/train.txt", tok, o);
-    }();
-};
-
-Fixture & fx() {
-    static Fixture f;
-    return f;
-}
+ft_test::StoriesFixture & fx() { return ft_test::StoriesFixture::get(); }
 
 rp::SessionOptions session_options() {
     rp::SessionOptions o;
