@@ -16,9 +16,9 @@
 #include "ggml_rp/roundpipe/pipeline.h"
 #include "ggml_rp/roundpipe/trace.h"
 #include "ggml_rp/runtime/cpu_device.h"
-#include "models/finetune.h"
-#include "models/model.h"
-#include "models/training_program.h"
+#include "models/train/finetune.h"
+#include "models/arch/model.h"
+#include "models/train/training_program.h"
 
 #include <cstdio>
 #include <memory>

@@ -2,8 +2,8 @@
 // against the model they apply to.
 #pragma once
 
-#include "models/lora.h"
-#include "models/model.h"
+#include "models/arch/lora.h"
+#include "models/arch/model.h"
 
 #include <memory>
 #include <string>

@@ -6,8 +6,8 @@
 // that ran passed (skipped ones say why; a run where everything was skipped exits 1 too).
 #include "base/error.h"
 #include "ggml_rp/core/json.h"
-#include "models/hparams.h"
-#include "models/model_check.h"
+#include "models/arch/hparams.h"
+#include "models/check/model_check.h"
 #include "tools/cli.h"
 
 #include <unistd.h>

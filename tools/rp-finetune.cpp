@@ -17,12 +17,12 @@
 #include "ggml_rp/runtime/arena.h"
 #include "ggml_rp/runtime/clock.h"
 #include "ggml_rp/roundpipe/trace.h"
-#include "models/finetune_report.h"
-#include "models/hparams.h"
-#include "models/run_loop.h"
-#include "models/run_plan.h"
-#include "models/session.h"
-#include "models/tokenizer.h"
+#include "models/train/finetune_report.h"
+#include "models/arch/hparams.h"
+#include "models/train/run_loop.h"
+#include "models/train/run_plan.h"
+#include "models/train/session.h"
+#include "models/text/tokenizer.h"
 
 #include <signal.h>
 #include <sys/resource.h>

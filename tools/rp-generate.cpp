@@ -9,13 +9,13 @@
 #include "tools/cli.h"
 #include "base/error.h"
 #include "ggml_rp/cpu/matvec_dot.h"
-#include "models/chat_template.h"
-#include "models/hparams.h"
-#include "models/inference.h"
+#include "models/text/chat_template.h"
+#include "models/arch/hparams.h"
+#include "models/arch/inference.h"
 #include "tools/cli_lora.h"
-#include "models/model.h"
-#include "models/reasoning.h"
-#include "models/tokenizer.h"
+#include "models/arch/model.h"
+#include "models/text/reasoning.h"
+#include "models/text/tokenizer.h"
 
 #include <algorithm>
 #include <cerrno>

@@ -11,8 +11,8 @@
 #include "ggml_rp/core/quant.h"
 #include "gguf/gguf.h"
 #include "gguf/value.h"
-#include "models/quantize_model.h"
-#include "models/synth_model.h"
+#include "models/convert/quantize_model.h"
+#include "models/convert/synth_model.h"
 #include "tools/cli.h"
 
 #include <algorithm>

@@ -6,7 +6,7 @@
 
 #include "ggml_rp/core/dtype.h"
 #include "base/error.h"
-#include "models/merge_lora.h"
+#include "models/convert/merge_lora.h"
 
 #include <cctype>
 #include <cerrno>

@@ -16,12 +16,12 @@
 // reports the model's KL divergence from the saved one, the perplexity ratio and the top-token agreement.
 #include "tools/cli.h"
 #include "base/error.h"
-#include "models/hparams.h"
-#include "models/inference.h"
-#include "models/kl_divergence.h"
+#include "models/arch/hparams.h"
+#include "models/arch/inference.h"
+#include "models/check/kl_divergence.h"
 #include "tools/cli_lora.h"
-#include "models/model.h"
-#include "models/tokenizer.h"
+#include "models/arch/model.h"
+#include "models/text/tokenizer.h"
 
 #include <cerrno>
 #include <chrono>

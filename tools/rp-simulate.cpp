@@ -18,8 +18,8 @@
 
 #include "ggml_rp/roundpipe/planner.h"
 #include "ggml_rp/runtime/arena.h"
-#include "models/run_plan.h"
-#include "models/synth_model.h"
+#include "models/train/run_plan.h"
+#include "models/convert/synth_model.h"
 #include "ggml_rp/roundpipe/schedule_sim.h"
 #include "ggml_rp/roundpipe/trace.h"
 #include "base/error.h"

@@ -15,8 +15,8 @@
 #include "tools/cli.h"
 #include "base/error.h"
 #include "ggml_rp/core/json.h"
-#include "models/chat_template.h"
-#include "models/tokenizer.h"
+#include "models/text/chat_template.h"
+#include "models/text/tokenizer.h"
 
 #include <cerrno>
 #include <cstdio>

@@ -4,8 +4,8 @@
 // tokenize differently; without llama.cpp its parts are skipped, saying how to get it; --json is valid JSON.
 #include "ggml_rp/core/json.h"
 #include "gguf/gguf.h"
-#include "models/quantize_model.h"
-#include "models/synth_model.h"
+#include "models/convert/quantize_model.h"
+#include "models/convert/synth_model.h"
 #include "tests/common/shared_paths.h"
 #include "tests/common/temp_dir.h"
 #include "tests/oracle/oracle_run.h"

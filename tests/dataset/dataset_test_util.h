@@ -3,8 +3,8 @@
 
 #include "tests/common/shared_paths.h"
 #include "base/error.h"
-#include "models/dataset.h"
-#include "models/tokenizer.h"
+#include "models/data/dataset.h"
+#include "models/text/tokenizer.h"
 
 #include <gtest/gtest.h>
 

@@ -3,7 +3,7 @@
 // finetune gradients are checked against by central finite differences. Nothing here uses the engine's ops.
 #pragma once
 
-#include "models/hparams.h"
+#include "models/arch/hparams.h"
 
 #include <algorithm>
 #include <cmath>

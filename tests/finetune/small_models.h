@@ -4,9 +4,9 @@
 #pragma once
 
 #include "ggml_rp/ggml_rp.h"
-#include "models/finetune.h"
-#include "models/lora.h"
-#include "models/synth_model.h"
+#include "models/train/finetune.h"
+#include "models/arch/lora.h"
+#include "models/convert/synth_model.h"
 #include "tests/common/shared_paths.h"
 #include "tests/common/temp_dir.h"
 

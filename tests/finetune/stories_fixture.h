@@ -2,9 +2,9 @@
 // tests' shared input (loaded once per process).
 #pragma once
 
-#include "models/dataset.h"
-#include "models/model.h"
-#include "models/tokenizer.h"
+#include "models/data/dataset.h"
+#include "models/arch/model.h"
+#include "models/text/tokenizer.h"
 #include "tests/finetune/ft_test_util.h"
 
 #include <memory>

@@ -5,8 +5,8 @@
 #include "ref_model.h"
 
 #include "ggml_rp/ggml_rp.h"
-#include "models/finetune.h"
-#include "models/synth_model.h"
+#include "models/train/finetune.h"
+#include "models/convert/synth_model.h"
 #include "tests/common/temp_dir.h"
 
 #include <gtest/gtest.h>

@@ -6,8 +6,8 @@
 // RoundPipe runtime on 2 CPU virtual devices replays its programs to the host's bytes.
 #include "small_models.h"
 
-#include "models/session.h"
-#include "models/tokenizer.h"
+#include "models/train/session.h"
+#include "models/text/tokenizer.h"
 #include "tests/finetune/ft_test_util.h"
 
 #include <gtest/gtest.h>

@@ -9,7 +9,7 @@
 #include "small_models.h"
 
 #include "ggml_rp/cpu/op_profile.h"
-#include "models/run_plan.h"
+#include "models/train/run_plan.h"
 
 #include <gtest/gtest.h>
 

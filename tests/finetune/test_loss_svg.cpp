@@ -2,7 +2,7 @@
 // spanning every loss, the best validation point ringed and named, every evaluation point's value on hover,
 // the learning rate on its own axis, gaps (never "nan") for non-finite losses; rendered to PNG by
 // rsvg-convert (librsvg, which refuses malformed XML).
-#include "models/finetune_report.h"
+#include "models/train/finetune_report.h"
 #include "tests/common/temp_dir.h"
 
 #include <gtest/gtest.h>

@@ -11,12 +11,12 @@
 #include "ggml_rp/cpu/matvec_dot.h"
 #include "ggml_rp/ggml_rp.h"
 #include "gguf/gguf.h"
-#include "models/finetune.h"
-#include "models/inference.h"
-#include "models/lora.h"
-#include "models/merge_lora.h"
-#include "models/model.h"
-#include "models/synth_model.h"
+#include "models/train/finetune.h"
+#include "models/arch/inference.h"
+#include "models/arch/lora.h"
+#include "models/convert/merge_lora.h"
+#include "models/arch/model.h"
+#include "models/convert/synth_model.h"
 
 #include <gtest/gtest.h>
 

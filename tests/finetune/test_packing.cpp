@@ -7,12 +7,12 @@
 //   - the RoundPipe runtime on 2 CPU devices trains packed data to the host session's bytes.
 #include "base/error.h"
 #include "ggml_rp/ggml_rp.h"
-#include "models/dataset.h"
-#include "models/finetune.h"
-#include "models/lora.h"
-#include "models/session.h"
-#include "models/synth_model.h"
-#include "models/tokenizer.h"
+#include "models/data/dataset.h"
+#include "models/train/finetune.h"
+#include "models/arch/lora.h"
+#include "models/train/session.h"
+#include "models/convert/synth_model.h"
+#include "models/text/tokenizer.h"
 #include "tests/common/shared_paths.h"
 #include "tests/common/temp_dir.h"
 

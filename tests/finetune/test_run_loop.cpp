@@ -3,7 +3,7 @@
 // files beside the result, an interrupt that writes the checkpoint (resumed to the uninterrupted bytes), a
 // diverged run that writes no result, and option errors that name the field.
 #include "base/error.h"
-#include "models/run_loop.h"
+#include "models/train/run_loop.h"
 #include "tests/common/temp_dir.h"
 #include "tests/finetune/ft_test_util.h"
 #include "tests/finetune/stories_fixture.h"

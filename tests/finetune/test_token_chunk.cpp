@@ -5,7 +5,7 @@
 // and several sequences per micro-batch; and they take less graph memory.
 #include "small_models.h"
 
-#include "models/training_program.h"
+#include "models/train/training_program.h"
 
 #include <gtest/gtest.h>
 

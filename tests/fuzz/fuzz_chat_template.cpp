@@ -9,7 +9,7 @@
 //    order, and is that turn's content followed by the end-of-turn marker (when the content does not hold
 //    the marker itself, which is refused with rp::Error).
 #include "base/error.h"
-#include "models/chat_template.h"
+#include "models/text/chat_template.h"
 
 #include <cstddef>
 #include <cstdint>

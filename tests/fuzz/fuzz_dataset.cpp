@@ -5,9 +5,9 @@
 // or the ignore label, and the same fingerprint when built twice; packed (when the first byte says so), the
 // positions restart at 0 or count up by one.
 #include "base/error.h"
-#include "models/chat_template.h"
-#include "models/dataset.h"
-#include "models/tokenizer.h"
+#include "models/text/chat_template.h"
+#include "models/data/dataset.h"
+#include "models/text/tokenizer.h"
 
 #include <cstddef>
 #include <cstdint>

@@ -3,8 +3,8 @@
 // vocabulary, encoding is deterministic, and for valid UTF-8 without special tokens decode(encode(x)) == x
 // (SentencePiece: also without a literal U+2581, its space).
 #include "base/error.h"
-#include "models/tokenizer.h"
-#include "models/unicode.h"
+#include "models/text/tokenizer.h"
+#include "models/text/unicode.h"
 
 #include <cstddef>
 #include <cstdint>

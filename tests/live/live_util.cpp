@@ -1,7 +1,7 @@
 #include "live_util.h"
 
-#include "models/inference.h"
-#include "models/model.h"
+#include "models/arch/inference.h"
+#include "models/arch/model.h"
 
 #include <gtest/gtest.h>
 

@@ -4,9 +4,9 @@
 // character by `rp-generate --temp 0`.
 #include "live_util.h"
 
-#include "models/inference.h"
-#include "models/model.h"
-#include "models/tokenizer.h"
+#include "models/arch/inference.h"
+#include "models/arch/model.h"
+#include "models/text/tokenizer.h"
 
 #include <gtest/gtest.h>
 

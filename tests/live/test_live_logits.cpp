@@ -4,7 +4,7 @@
 // max |Δlogit| <= 1e-4 · (max - min of the logits); on other weight types llama.cpp rounds the activations to
 // the weight's dot type, so the bound is absolute: F16 0.02, BF16 0.12, Q8_0 0.3, Q4_0 4.
 #include "live_util.h"
-#include "models/synth_model.h"
+#include "models/convert/synth_model.h"
 
 #include <gtest/gtest.h>
 

@@ -4,10 +4,10 @@
 // live tests), and greedy generation token for token.
 #include "live_util.h"
 
-#include "models/inference.h"
-#include "models/model.h"
-#include "models/synth_model.h"
-#include "models/tokenizer.h"
+#include "models/arch/inference.h"
+#include "models/arch/model.h"
+#include "models/convert/synth_model.h"
+#include "models/text/tokenizer.h"
 #include "gguf/gguf.h"
 
 #include <gtest/gtest.h>

@@ -5,8 +5,8 @@
 #include "tests/common/temp_dir.h"
 #include "tests/common/shared_paths.h"
 #include "gguf/gguf.h"
-#include "models/inference.h"
-#include "models/model.h"
+#include "models/arch/inference.h"
+#include "models/arch/model.h"
 
 #include <algorithm>
 #include <cmath>

@@ -2,7 +2,7 @@
 // must throw rp::Error naming the file and the key or tensor at fault.
 #include "models_test_util.h"
 
-#include "models/lora.h"
+#include "models/arch/lora.h"
 
 #include <gtest/gtest.h>
 

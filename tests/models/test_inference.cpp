@@ -4,9 +4,9 @@
 #include "ggml_rp/ops/autodiff.h"
 #include "ggml_rp/core/graph.h"
 #include "ggml_rp/ops/ops.h"
-#include "models/layer.h"
-#include "models/lora.h"
-#include "models/tokenizer.h"
+#include "models/arch/layer.h"
+#include "models/arch/lora.h"
+#include "models/text/tokenizer.h"
 
 #include <gtest/gtest.h>
 

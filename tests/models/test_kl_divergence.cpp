@@ -8,8 +8,8 @@
 //     failed save leaves no file.
 #include "models_test_util.h"
 
-#include "models/kl_divergence.h"
-#include "models/tokenizer.h"
+#include "models/check/kl_divergence.h"
+#include "models/text/tokenizer.h"
 #include "tests/oracle/oracle_run.h"
 
 #include <gtest/gtest.h>

@@ -11,8 +11,8 @@
 #include "ggml_rp/cpu/backend.h"
 #include "ggml_rp/cpu/gemm.h"
 #include "ggml_rp/ops/ops.h"
-#include "models/layer.h"
-#include "models/lora.h"
+#include "models/arch/layer.h"
+#include "models/arch/lora.h"
 
 #include <gtest/gtest.h>
 

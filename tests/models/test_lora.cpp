@@ -3,7 +3,7 @@
 #include "models_test_util.h"
 
 #include "ggml_rp/core/quant.h"
-#include "models/lora.h"
+#include "models/arch/lora.h"
 
 #include <gtest/gtest.h>
 

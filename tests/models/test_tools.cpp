@@ -2,8 +2,8 @@
 #include "models_test_util.h"
 
 #include "ggml_rp/cpu/gemm.h"
-#include "models/hparams.h"
-#include "models/tokenizer.h"
+#include "models/arch/hparams.h"
+#include "models/text/tokenizer.h"
 
 #include <gtest/gtest.h>
 

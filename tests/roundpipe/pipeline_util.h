@@ -8,12 +8,12 @@
 #include "ggml_rp/optim/optimizer.h"
 #include "ggml_rp/roundpipe/pipeline.h"
 #include "ggml_rp/runtime/cpu_device.h"
-#include "models/finetune.h"
-#include "models/model.h"
-#include "models/training_program.h"
+#include "models/train/finetune.h"
+#include "models/arch/model.h"
+#include "models/train/training_program.h"
 #include "tests/common/shared_paths.h"
 #include "tests/common/temp_dir.h"
-#include "models/synth_model.h"
+#include "models/convert/synth_model.h"
 
 #include <cstring>
 #include <functional>

@@ -7,7 +7,7 @@
 // it (exactly the content, or for the Qwen3 / QwQ / DeepSeek-R1 rules the content with an earlier
 // <think>...</think> part removed, or with an empty "<think>\n\n</think>\n\n" block in front).
 // Skips when the oracle is absent (fails with CI=true, like every oracle test).
-#include "models/chat_template.h"
+#include "models/text/chat_template.h"
 
 #include "ggml_rp/core/json.h"
 

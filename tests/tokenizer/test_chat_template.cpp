@@ -5,7 +5,7 @@
 
 #include "base/error.h"
 #include "gguf/gguf.h"
-#include "models/chat_template.h"
+#include "models/text/chat_template.h"
 
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
 // templates whose output is known (what Jinja and llama.cpp's engine print), whitespace control, and the
 // errors: unsupported constructs and bad templates name the construct and the line, raise_exception
 // carries the template's message, nothing aborts.
-#include "models/jinja/jinja.h"
+#include "models/text/jinja/jinja.h"
 
 #include "base/error.h"
 

@@ -4,8 +4,8 @@
 // very mechanism llama.cpp falls back to, so an independent check of the hand-written matchers.
 #include "tok_test_util.h"
 
-#include "models/tokenizer_pretokenize.h"
-#include "models/unicode.h"
+#include "models/text/tokenizer_pretokenize.h"
+#include "models/text/unicode.h"
 
 #include <gtest/gtest.h>
 

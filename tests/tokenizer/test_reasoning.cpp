@@ -3,8 +3,8 @@
 // pieces (a marker split over tokens included); a reply that starts inside the block when the generation
 // prompt opened it (DeepSeek-R1), or that never closes it; text that only looks like a marker; and the
 // markers found in the real templates llama.cpp ships (Qwen3, QwQ, DeepSeek-R1) and not in ones without.
-#include "models/chat_template.h"
-#include "models/reasoning.h"
+#include "models/text/chat_template.h"
+#include "models/text/reasoning.h"
 
 #include <gtest/gtest.h>
 

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "tests/common/shared_paths.h"
-#include "models/tokenizer.h"
+#include "models/text/tokenizer.h"
 
 #include <gtest/gtest.h>
 

@@ -1,0 +1,141 @@
+#include "models/arch/hparams.h"
+
+#include <cmath>
+#include <vector>
+
+namespace rp {
+
+namespace {
+
+const ArchTraits kArchs[] = {
+    {Arch::Llama, "llama", RopeMode::Normal, false, false, false, 1e-5f},
+    {Arch::Qwen2, "qwen2", RopeMode::Neox, true, false, false, 1e-6f},
+    {Arch::Qwen3, "qwen3", RopeMode::Neox, false, true, false, 1e-6f},
+    {Arch::Qwen3Moe, "qwen3moe", RopeMode::Neox, false, true, true, 1e-6f},
+};
+
+[[noreturn]] void fail(const gguf::Reader & f, const std::string & what) {
+    throw Error(f.path() + ": " + what);
+}
+
+// A count that llama.cpp allows to be a scalar or a per-layer array; we support uniform arrays only.
+uint32_t uniform_count(const gguf::Reader & f, const std::string & key, uint32_t n_layer, bool required,
+                       uint32_t dflt) {
+    const gguf::KV * kv = f.find(key);
+    if (!kv) {
+        if (required) fail(f, "missing required key '" + key + "'");
+        return dflt;
+    }
+    if (kv->type != gguf::ValueType::ARRAY) return f.get_u32(key);
+    std::vector<int64_t> v = f.get_int_array(key);
+    if (v.size() != n_layer)
+        fail(f, "key '" + key + "' has " + std::to_string(v.size()) + " entries, expected one per layer (" +
+                    std::to_string(n_layer) + ")");
+    for (int64_t x : v)
+        if (x != v[0] || x < 0 || x > UINT32_MAX)
+            fail(f, "key '" + key + "' differs between layers; per-layer sizes are not supported");
+    return static_cast<uint32_t>(v.empty() ? dflt : v[0]);
+}
+
+} // namespace
+
+const ArchTraits * find_arch(const std::string & name) {
+    for (const ArchTraits & a : kArchs)
+        if (name == a.name) return &a;
+    return nullptr;
+}
+
+std::string supported_architectures() {
+    std::string s;
+    for (const ArchTraits & a : kArchs) s += (s.empty() ? "" : ", ") + std::string(a.name);
+    return s;
+}
+
+RopeParams HParams::rope() const {
+    RopeParams p;
+    p.n_rot = static_cast<int32_t>(n_rot);
+    p.mode = arch->rope_mode;
+    p.freq_base = rope_freq_base;
+    p.freq_scale = rope_freq_scale;
+    return p;
+}
+
+std::string arch_key(const HParams & hp, const char * suffix) {
+    return std::string(hp.arch->name) + "." + suffix;
+}
+
+HParams load_hparams(const gguf::Reader & f) {
+    HParams hp;
+    const std::string arch = f.get_string_or("general.architecture", "");
+    if (arch.empty()) fail(f, "missing required key 'general.architecture'");
+    hp.arch = find_arch(arch);
+    if (!hp.arch)
+        fail(f, "unsupported architecture '" + arch + "' (general.architecture); supported: " + supported_architectures());
+    const std::string type = f.get_string_or("general.type", "model");
+    if (type != "model") fail(f, "general.type is '" + type + "', expected a model (is this a LoRA adapter?)");
+
+    auto key = [&](const char * s) { return arch + "." + s; };
+    hp.n_layer = f.get_u32(key("block_count"));
+    hp.n_embd = f.get_u32(key("embedding_length"));
+    hp.n_ctx_train = f.get_u32(key("context_length"));
+    hp.n_ff = uniform_count(f, key("feed_forward_length"), hp.n_layer, false, 0);
+    hp.n_head = uniform_count(f, key("attention.head_count"), hp.n_layer, true, 0);
+    hp.n_head_kv = uniform_count(f, key("attention.head_count_kv"), hp.n_layer, false, hp.n_head);
+    if (hp.arch->moe) {
+        hp.n_expert = f.get_u32_or(key("expert_count"), 0);
+        hp.n_expert_used = f.get_u32_or(key("expert_used_count"), 0);
+        if (hp.n_expert == 0 || hp.n_expert_used == 0 || hp.n_expert_used > hp.n_expert)
+            fail(f, key("expert_count") + " (" + std::to_string(hp.n_expert) + ") and " + key("expert_used_count") + " (" +
+                        std::to_string(hp.n_expert_used) + ") must be > 0 with used <= count");
+        // llama.cpp: expert_feed_forward_length, else feed_forward_length / expert_used_count.
+        hp.n_ff_exp = uniform_count(f, key("expert_feed_forward_length"), hp.n_layer, false, hp.n_ff / hp.n_expert_used);
+        if (hp.n_ff_exp == 0) fail(f, "neither " + key("expert_feed_forward_length") + " nor feed_forward_length gives the experts' width");
+        if (hp.n_ff == 0) hp.n_ff = hp.n_ff_exp * hp.n_expert_used;
+        hp.expert_weights_norm = f.has(key("expert_weights_norm")) ? f.get_bool(key("expert_weights_norm")) : true;
+        hp.expert_weights_scale = f.get_f32_or(key("expert_weights_scale"), 0.0f);
+    }
+    if (hp.n_layer == 0 || hp.n_embd == 0 || hp.n_head == 0 || hp.n_head_kv == 0 || hp.n_ff == 0)
+        fail(f, "block_count, embedding_length, head_count, head_count_kv and feed_forward_length must be > 0");
+    if (hp.n_head % hp.n_head_kv != 0)
+        fail(f, "attention.head_count (" + std::to_string(hp.n_head) + ") is not a multiple of head_count_kv (" +
+                    std::to_string(hp.n_head_kv) + ")");
+    const uint32_t dflt_hd = hp.n_embd % hp.n_head == 0 ? hp.n_embd / hp.n_head : 0;
+    hp.head_dim = f.get_u32_or(key("attention.key_length"), dflt_hd);
+    hp.head_dim_v = f.get_u32_or(key("attention.value_length"), dflt_hd);
+    if (hp.head_dim == 0) fail(f, "embedding_length is not a multiple of head_count and no attention.key_length");
+    if (hp.head_dim_v != hp.head_dim)
+        fail(f, "attention.value_length (" + std::to_string(hp.head_dim_v) + ") != key_length (" +
+                    std::to_string(hp.head_dim) + ") is not supported");
+    hp.n_rot = f.get_u32_or(key("rope.dimension_count"), hp.head_dim);
+    if (hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0)
+        fail(f, "rope.dimension_count (" + std::to_string(hp.n_rot) + ") must be even and <= head_dim (" +
+                    std::to_string(hp.head_dim) + ")");
+    if (hp.arch->arch == Arch::Llama && hp.n_rot != hp.head_dim)
+        fail(f, "llama requires rope.dimension_count == head_dim");
+    if (!f.has(key("attention.layer_norm_rms_epsilon")))
+        fail(f, "missing required key '" + key("attention.layer_norm_rms_epsilon") + "'");
+    hp.rms_eps = f.get_f32(key("attention.layer_norm_rms_epsilon"));
+    hp.rope_freq_base = f.get_f32_or(key("rope.freq_base"), 10000.0f);
+    // rope.scaling.type: none/linear are handled (factor -> freq_scale); yarn/longrope are not.
+    const std::string scaling = f.get_string_or(key("rope.scaling.type"), "linear");
+    if (scaling != "none" && scaling != "linear")
+        fail(f, "rope scaling '" + scaling + "' (" + key("rope.scaling.type") + ") is not supported");
+    float factor = f.get_f32_or(key("rope.scaling.factor"), 0.0f);
+    if (factor == 0.0f) factor = f.get_f32_or(key("rope.scale_linear"), 0.0f);
+    hp.rope_freq_scale = (scaling == "none" || factor == 0.0f) ? 1.0f : 1.0f / factor;
+    if (!(hp.rope_freq_base > 0) || !std::isfinite(hp.rope_freq_base))
+        fail(f, key("rope.freq_base") + " must be a positive number");
+
+    if (f.has("tokenizer.ggml.tokens"))
+        hp.n_vocab = static_cast<uint32_t>(f.get_string_array("tokenizer.ggml.tokens").size());
+    else
+        hp.n_vocab = f.get_u32_or(key("vocab_size"), 0);
+    if (f.find_tensor("token_embd.weight")) {
+        const uint32_t nv = static_cast<uint32_t>(f.find_tensor("token_embd.weight")->ne[1]);
+        if (hp.n_vocab == 0) hp.n_vocab = nv;
+    }
+    if (hp.n_vocab == 0) fail(f, "cannot tell the vocabulary size (no tokenizer.ggml.tokens, no token_embd)");
+    return hp;
+}
+
+} // namespace rp

@@ -1,0 +1,191 @@
+#include "models/arch/inference.h"
+
+#include "ggml_rp/core/graph.h"
+#include "ggml_rp/ops/ops.h"
+#include "models/text/tokenizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace rp {
+
+InferenceSession::InferenceSession(const Model & model, int64_t n_ctx, int n_threads, const LoraSet * lora,
+                                   const ModelWeights * weights)
+    : model_(model), weights_(weights ? *weights : model.graph_weights()), lora_(lora ? *lora : LoraSet()),
+      have_lora_(lora && !lora->empty()), n_threads_(n_threads) {
+    lora_.dropout = LoraDropout{};
+    const HParams & hp = model.hparams();
+    if (n_ctx < 0) throw Error("context size must be >= 0 (got " + std::to_string(n_ctx) + ")");
+    if (n_ctx == 0) n_ctx = std::min<int64_t>(hp.n_ctx_train, 4096);
+    if (n_ctx > hp.n_ctx_train)
+        throw Error("context " + std::to_string(n_ctx) + " is longer than the model's " + std::to_string(hp.n_ctx_train) +
+                    " (" + arch_key(hp, "context_length") + " of " + model.path() + ")");
+    n_ctx_ = n_ctx;
+    for (uint32_t il = 0; il < hp.n_layer; ++il) {
+        for (auto * list : {&k_cache_, &v_cache_}) {
+            Tensor * c = cache_ctx_.new_tensor(DType::F32, hp.head_dim, hp.n_head_kv, n_ctx_);
+            c->name = "cache_" + std::string(list == &k_cache_ ? "k" : "v") + std::to_string(il);
+            cache_ctx_.alloc_data(c);
+            list->push_back(c);
+        }
+    }
+}
+
+void InferenceSession::reset(int64_t n_past) {
+    if (n_past < 0 || n_past > n_past_)
+        throw Error("reset: position " + std::to_string(n_past) + " is outside [0, " + std::to_string(n_past_) + "]");
+    n_past_ = n_past;
+}
+
+struct InferenceSession::EvalGraph {
+    int64_t T = 0;
+    bool all_logits = false;
+    Context ctx;
+    Tensor * ids = nullptr;
+    Tensor * pos = nullptr;
+    Tensor * logits = nullptr;
+    Graph g;
+    AllocPlan plan;
+    std::vector<Tensor *> cache_views;  // the nodes that are views of a cache (n_past moves them)
+};
+
+InferenceSession::~InferenceSession() = default;
+
+std::unique_ptr<InferenceSession::EvalGraph> InferenceSession::build_graph(int64_t T, bool all_logits) const {
+    const HParams & hp = model_.hparams();
+    auto eg = std::make_unique<EvalGraph>();
+    eg->T = T;
+    eg->all_logits = all_logits;
+    Context & ctx = eg->ctx;
+    eg->ids = set_name(ctx.new_tensor(DType::I32, T), "tokens");
+    eg->pos = set_name(ctx.new_tensor(DType::I32, T), "positions");
+    ctx.alloc_data(eg->ids);
+    ctx.alloc_data(eg->pos);
+    const LoraSet * lora = have_lora_ ? &lora_ : nullptr;
+    Tensor * x = build_embedding(ctx, weights_.tok_embd, eg->ids, lora);
+    for (uint32_t il = 0; il < hp.n_layer; ++il) {
+        const LayerKv kv{k_cache_[il], v_cache_[il], n_past_};
+        x = build_layer(ctx, hp, weights_.layers[il], static_cast<int>(il), x, eg->pos, lora, &kv);
+    }
+    if (!all_logits && T > 1) {
+        // Only the last position feeds the head (the other rows of the LM head would be wasted work).
+        const int64_t ne[4] = {x->ne[0], 1, 1, 1};
+        const size_t nb[4] = {x->nb[0], x->nb[1], x->nb[1], x->nb[1]};
+        x = view(ctx, x, ne, nb, static_cast<size_t>(T - 1) * x->nb[1]);
+    }
+    eg->logits = build_head_logits(ctx, hp, weights_, x, lora);
+    eg->logits->flags |= kFlagOutput;
+    build_forward(eg->g, eg->logits);
+    for (Tensor * n : eg->g.nodes)
+        if (n->view_src && (std::find(k_cache_.begin(), k_cache_.end(), n->view_src) != k_cache_.end() ||
+                            std::find(v_cache_.begin(), v_cache_.end(), n->view_src) != v_cache_.end()))
+            eg->cache_views.push_back(n);
+    eg->plan = plan_graph(eg->g, 64);
+    return eg;
+}
+
+std::vector<float> InferenceSession::eval(const std::vector<int32_t> & tokens, bool all_logits) {
+    const HParams & hp = model_.hparams();
+    const int64_t T = static_cast<int64_t>(tokens.size());
+    if (T == 0) throw Error("eval: no tokens");
+    if (n_past_ + T > n_ctx_)
+        throw Error("eval: " + std::to_string(n_past_) + " past + " + std::to_string(T) + " new tokens exceed the context size " +
+                    std::to_string(n_ctx_));
+    for (int64_t i = 0; i < T; ++i)
+        if (tokens[i] < 0 || tokens[i] >= static_cast<int64_t>(hp.n_vocab))
+            throw Error("eval: token id " + std::to_string(tokens[i]) + " at position " + std::to_string(n_past_ + i) +
+                        " is outside the vocabulary [0, " + std::to_string(hp.n_vocab) + ")");
+
+    if (!replay_ || !graph_ || graph_->T != T || graph_->all_logits != all_logits) graph_ = build_graph(T, all_logits);
+    EvalGraph & eg = *graph_;
+    tensor_set_i32(eg.ids, tokens);
+    for (int64_t i = 0; i < T; ++i) eg.pos->data_as<int32_t>()[i] = static_cast<int32_t>(n_past_ + i);
+    // The cache views at this position: the writes (CPY views) at row n_past, the reads (views, and the
+    // views that order them after the writes) over rows [0, n_past + T).
+    for (Tensor * n : eg.cache_views) {
+        if (n->op == Op::CPY) {
+            n->view_offs = static_cast<size_t>(n_past_) * n->view_src->nb[2];
+        } else {
+            n->ne[2] = n_past_ + T;
+            n->nb[3] = n->nb[2] * static_cast<size_t>(n->ne[2]);
+        }
+    }
+    backend_.allocate(eg.g, eg.plan);  // (points the views at their new places)
+    backend_.compute(eg.g, n_threads_);
+    n_past_ += T;
+    return tensor_get_f32(eg.logits);
+}
+
+std::vector<int32_t> complete_greedy(InferenceSession & session, const Tokenizer & tok, const std::vector<int32_t> & prompt,
+                                     int64_t max_tokens) {
+    std::vector<int32_t> out;
+    if (prompt.empty() || max_tokens <= 0) return out;
+    if (session.n_past() + static_cast<int64_t>(prompt.size()) > session.n_ctx())
+        throw Error("complete: the prompt's " + std::to_string(prompt.size()) + " tokens do not fit the context of " +
+                    std::to_string(session.n_ctx()));
+    Sampler greedy(SamplerParams{0.0f, 0, 1.0f, 0});
+    std::vector<float> logits = session.eval(prompt, false);
+    while (static_cast<int64_t>(out.size()) < max_tokens) {
+        const int32_t next = greedy.sample(logits.data(), session.n_vocab());
+        if (tok.is_eog(next)) break;
+        out.push_back(next);
+        if (static_cast<int64_t>(out.size()) == max_tokens || session.n_past() >= session.n_ctx()) break;
+        logits = session.eval({next}, false);
+    }
+    return out;
+}
+
+double Sampler::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
+
+int32_t Sampler::sample(const float * logits, int64_t n_vocab) {
+    if (n_vocab <= 0) throw Error("sample: empty vocabulary");
+    if (!(p_.temperature > 0.0f)) {
+        int64_t best = 0;
+        for (int64_t i = 1; i < n_vocab; ++i)
+            if (logits[i] > logits[best]) best = i;
+        return static_cast<int32_t>(best);
+    }
+    // Candidates sorted by logit, descending; ties by id so the order is fully determined.
+    idx_.resize(static_cast<size_t>(n_vocab));
+    for (int64_t i = 0; i < n_vocab; ++i) idx_[i] = static_cast<int32_t>(i);
+    auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+    int64_t n = n_vocab;
+    if (p_.top_k > 0 && p_.top_k < n) {
+        n = p_.top_k;
+        std::partial_sort(idx_.begin(), idx_.begin() + n, idx_.end(), by_logit);
+    } else {
+        std::sort(idx_.begin(), idx_.end(), by_logit);
+    }
+    // Softmax at the temperature, in double.
+    prob_.resize(static_cast<size_t>(n));
+    const double mx = logits[idx_[0]];
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+        prob_[i] = std::exp((static_cast<double>(logits[idx_[i]]) - mx) / p_.temperature);
+        sum += prob_[i];
+    }
+    for (int64_t i = 0; i < n; ++i) prob_[i] /= sum;
+    // Nucleus: the smallest prefix whose mass reaches top_p (at least one token).
+    if (p_.top_p < 1.0f) {
+        double cum = 0.0;
+        int64_t keep = n;
+        for (int64_t i = 0; i < n; ++i) {
+            cum += prob_[i];
+            if (cum >= p_.top_p) { keep = i + 1; break; }
+        }
+        n = keep;
+        double s = 0.0;
+        for (int64_t i = 0; i < n; ++i) s += prob_[i];
+        for (int64_t i = 0; i < n; ++i) prob_[i] /= s;
+    }
+    const double u = uniform();
+    double cum = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+        cum += prob_[i];
+        if (u < cum) return idx_[i];
+    }
+    return idx_[n - 1];  // u within rounding of 1
+}
+
+} // namespace rp

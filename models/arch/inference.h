@@ -1,0 +1,101 @@
+// Inference: a KV-cached session that turns tokens into logits on the CPU backend, and a sampler.
+//
+// eval() records a graph (embedding, every layer with its cache, the head), plans it and runs it; while the
+// calls keep its shape (the token count, and whether every position's logits are kept: one token at a time
+// while generating) the graph is replayed: only its inputs change and its cache views move (where the new
+// keys and values are written, how many keys attention reads), with no building and no planning (the same
+// bits as building it again; with stories260K the building was a third of a generated token's time). The
+// cache is f32 (like the reference runs of llama.cpp), [head_dim, n_head_kv, n_ctx] per layer for K and V.
+#pragma once
+
+#include "ggml_rp/core/context.h"
+#include "ggml_rp/cpu/backend.h"
+#include "models/arch/layer.h"
+#include "models/arch/model.h"
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <vector>
+
+namespace rp {
+
+class InferenceSession {
+public:
+    // n_ctx: cache size in tokens (0: the model's context_length, at most 4096). Throws rp::Error when n_ctx
+    // exceeds the model's context_length. n_threads 0: OpenMP's default. `lora` (may be nullptr) is copied,
+    // without its dropout (inference never drops); the adapters it points to must outlive the session.
+    // `weights` (nullptr: the model's): other tensors of the same shapes to read, e.g. the fp32 masters of a
+    // full finetune in progress (Trainer::graph_weights()); they must outlive the session.
+    InferenceSession(const Model & model, int64_t n_ctx = 0, int n_threads = 0, const LoraSet * lora = nullptr,
+                     const ModelWeights * weights = nullptr);
+
+    // Evaluates `tokens` at positions [n_past, n_past + n) and advances n_past. Returns logits row-major
+    // [position][n_vocab] for all n positions (all_logits) or for the last one only. Throws when the tokens do
+    // not fit in the cache or an id is outside the vocabulary (nothing is changed then).
+    std::vector<float> eval(const std::vector<int32_t> & tokens, bool all_logits = false);
+
+    int64_t n_past() const { return n_past_; }
+    int64_t n_ctx() const { return n_ctx_; }
+    int64_t n_vocab() const { return model_.hparams().n_vocab; }
+    // Forgets the positions from `n_past` on (0: start over).
+    void reset(int64_t n_past = 0);
+    void set_threads(int n_threads) { n_threads_ = n_threads; }
+    // false: every eval() builds and plans its graph anew (tests compare that with the replays).
+    void set_graph_replay(bool on) { replay_ = on; }
+
+    InferenceSession(const InferenceSession &) = delete;
+    InferenceSession & operator=(const InferenceSession &) = delete;
+    ~InferenceSession();
+
+private:
+    struct EvalGraph;  // the last eval's graph, with its inputs and plan
+    std::unique_ptr<EvalGraph> build_graph(int64_t T, bool all_logits) const;
+    const Model & model_;
+    ModelWeights weights_;
+    LoraSet lora_;
+    bool have_lora_;
+    int64_t n_ctx_;
+    int n_threads_;
+    int64_t n_past_ = 0;
+    Context cache_ctx_;
+    std::vector<Tensor *> k_cache_, v_cache_;
+    CpuBackend backend_;
+    bool replay_ = true;
+    std::unique_ptr<EvalGraph> graph_;
+};
+
+class Tokenizer;
+
+// The greedy continuation of `prompt` (token ids, evaluated from the session's current position): up to
+// max_tokens ids, ending before an end-of-generation token or when the cache is full.
+std::vector<int32_t> complete_greedy(InferenceSession & session, const Tokenizer & tok, const std::vector<int32_t> & prompt,
+                                     int64_t max_tokens);
+
+// Token sampling: temperature <= 0 is greedy (argmax, lowest id on ties). Otherwise, in this order: keep the
+// top_k largest logits (0: all), softmax at `temperature`, keep the smallest prefix of the sorted
+// candidates whose probability reaches top_p (1: all), renormalise and draw. The random stream is
+// std::mt19937_64 (fully specified by the standard) with our own mapping to [0, 1), so the same seed gives
+// the same tokens on every platform.
+struct SamplerParams {
+    float temperature = 0.8f;
+    int32_t top_k = 40;
+    float top_p = 0.95f;
+    uint64_t seed = 0;
+};
+
+class Sampler {
+public:
+    explicit Sampler(const SamplerParams & p) : p_(p), rng_(p.seed) {}
+    int32_t sample(const float * logits, int64_t n_vocab);
+    // The next uniform number in [0, 1): the top 53 bits of the generator's output, scaled by 2^-53.
+    double uniform();
+
+private:
+    SamplerParams p_;
+    std::mt19937_64 rng_;
+    std::vector<int32_t> idx_;
+    std::vector<double> prob_;
+};
+
+} // namespace rp

@@ -1,0 +1,220 @@
+#include "models/arch/layer.h"
+
+#include "ggml_rp/ops/ops.h"
+#include "models/arch/lora.h"
+
+#include <cmath>
+
+namespace rp {
+
+void LoraSet::add(const LoraAdapter & adapter, float user_scale) {
+    for (const LoraTensor & t : adapter.tensors()) add(t.base_weight, LoraDelta{t.a, t.b, adapter.scale(t, user_scale)});
+}
+
+const std::vector<LoraDelta> * LoraSet::find(const Tensor * base) const {
+    auto it = map_.find(base);
+    return it == map_.end() ? nullptr : &it->second;
+}
+
+namespace {
+
+uint64_t name_hash(const std::string & s) {  // FNV-1a: a stable module id for the dropout key
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+    return h;
+}
+
+} // namespace
+
+Tensor * build_linear(Context & ctx, Tensor * W, Tensor * x, const LoraSet * lora) {
+    const std::vector<LoraDelta> * ds = lora ? lora->find(W) : nullptr;
+    if (!ds || ds->empty()) return mul_mat(ctx, W, x);
+    if (lora->dropout.p > 0.0f) {  // the LoRA branch reads its own dropped-out copy of x
+        const LoraDropout & dp = lora->dropout;
+        Tensor * y = mul_mat(ctx, W, x);
+        for (size_t i = 0; i < ds->size(); ++i) {
+            const LoraDelta & d = (*ds)[i];
+            const uint64_t key = rng_key(dp.seed, static_cast<uint64_t>(dp.step), name_hash(W->name), i);
+            const uint64_t offset = (static_cast<uint64_t>(dp.seq_offset) * static_cast<uint64_t>(dp.seq_len) +
+                                     static_cast<uint64_t>(dp.token_offset)) * static_cast<uint64_t>(x->ne[0]);
+            Tensor * low = mul_mat(ctx, d.b, mul_mat(ctx, d.a, dropout(ctx, x, dp.p, key, offset)));
+            y = add(ctx, y, d.scale == 1.0f ? low : scale(ctx, low, d.scale));
+        }
+        return y;
+    }
+    Tensor * y = lora_linear(ctx, W, (*ds)[0].a, (*ds)[0].b, x, (*ds)[0].scale);
+    for (size_t i = 1; i < ds->size(); ++i) {  // further adapters on the same weight add up
+        const LoraDelta & d = (*ds)[i];
+        Tensor * low = mul_mat(ctx, d.b, mul_mat(ctx, d.a, x));
+        y = add(ctx, y, d.scale == 1.0f ? low : scale(ctx, low, d.scale));
+    }
+    return y;
+}
+
+Tensor * build_linear_id(Context & ctx, Tensor * W, Tensor * x, Tensor * ids, const LoraSet * lora) {
+    Tensor * y = mul_mat_id(ctx, W, x, ids);
+    const std::vector<LoraDelta> * ds = lora ? lora->find(W) : nullptr;
+    if (!ds) return y;
+    for (size_t i = 0; i < ds->size(); ++i) {
+        const LoraDelta & d = (*ds)[i];
+        Tensor * xin = x;
+        if (lora->dropout.p > 0.0f) {  // as build_linear: the branch reads its own dropped-out copy of x
+            const LoraDropout & dp = lora->dropout;
+            const uint64_t key = rng_key(dp.seed, static_cast<uint64_t>(dp.step), name_hash(W->name), i);
+            const uint64_t offset = (static_cast<uint64_t>(dp.seq_offset) * static_cast<uint64_t>(dp.seq_len) +
+                                     static_cast<uint64_t>(dp.token_offset)) * static_cast<uint64_t>(x->ne[0] * x->ne[1]);
+            xin = dropout(ctx, x, dp.p, key, offset);
+        }
+        // Each expert's own pair: A [in, r, n_expert] then B [r, out, n_expert], both indexed by the token's experts.
+        Tensor * low = mul_mat_id(ctx, d.b, mul_mat_id(ctx, d.a, xin, ids), ids);
+        y = add(ctx, y, d.scale == 1.0f ? low : scale(ctx, low, d.scale));
+    }
+    return y;
+}
+
+namespace {
+
+// Writes `src` (contiguous f32 [D, H, T, 1]) into rows [n_past, n_past + T) of `cache` (f32 [D, H, n_ctx]):
+// a CPY node that is a view of the cache, so its result lands in the cache's own memory.
+Tensor * cache_write(Context & ctx, Tensor * cache, Tensor * src, int64_t n_past) {
+    const int64_t ne[4] = {src->ne[0], src->ne[1], src->ne[2], 1};
+    const size_t nb[4] = {cache->nb[0], cache->nb[1], cache->nb[2], cache->nb[2] * static_cast<size_t>(src->ne[2])};
+    Tensor * w = ctx.new_view(cache, DType::F32, ne, nb, static_cast<size_t>(n_past) * cache->nb[2]);
+    w->op = Op::CPY;
+    w->src[0] = src;
+    return w;
+}
+
+// Keys or values [0, n_past + T) of the cache, read after `write` has stored the new ones.
+Tensor * cache_read(Context & ctx, Tensor * cache, Tensor * write, int64_t n) {
+    const int64_t ne[4] = {cache->ne[0], cache->ne[1], n, 1};
+    const size_t nb[4] = {cache->nb[0], cache->nb[1], cache->nb[2], cache->nb[2] * static_cast<size_t>(n)};
+    return after(ctx, view(ctx, cache, ne, nb, 0), write);
+}
+
+std::string lname(int il, const char * what) { return "blk." + std::to_string(il) + "." + what; }
+
+} // namespace
+
+void packed_key_starts(const int32_t * positions, int64_t T, int64_t B, int32_t * out) {
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < T; ++t) {
+            const int64_t p = positions[b * T + t];
+            out[b * T + t] = static_cast<int32_t>(p < 0 || p > t ? 0 : t - p);
+        }
+}
+
+Tensor * build_layer(Context & ctx, const HParams & hp, const LayerWeights & w, int il, Tensor * x, const TokenPositions & pos,
+                     const LoraSet * lora, const LayerKv * kv, DType attention_type) {
+    return ffn_block(ctx, hp, w, il, attention_block(ctx, hp, w, il, x, pos, lora, kv, attention_type), lora);
+}
+
+Tensor * attention_block(Context & ctx, const HParams & hp, const LayerWeights & w, int il, Tensor * x, const TokenPositions & pos,
+                         const LoraSet * lora, const LayerKv * kv, DType attention_type) {
+    const int64_t D = hp.head_dim, Hq = hp.n_head, Hkv = hp.n_head_kv, T = x->ne[1], B = x->ne[2];
+    if (x->ne[0] != hp.n_embd || x->ne[3] != 1)
+        throw Error(lname(il, "input") + ": hidden states " + describe(x) + " must be [n_embd=" +
+                    std::to_string(hp.n_embd) + ", T, B]");
+    if (kv && B != 1) throw Error(lname(il, "kv") + ": the KV cache serves one sequence (B = 1), got B = " + std::to_string(B));
+
+    // 1-2: attention input norm and projections (+ qwen2 biases).
+    Tensor * n1 = set_name(rms_norm(ctx, x, w.attn_norm, hp.rms_eps), lname(il, "attn_in"));
+    Tensor * q = build_linear(ctx, w.wq, n1, lora);
+    Tensor * k = build_linear(ctx, w.wk, n1, lora);
+    Tensor * v = build_linear(ctx, w.wv, n1, lora);
+    if (w.bq) q = add(ctx, q, w.bq);
+    if (w.bk) k = add(ctx, k, w.bk);
+    if (w.bv) v = add(ctx, v, w.bv);
+    q = reshape(ctx, q, D, Hq, T, B);
+    k = reshape(ctx, k, D, Hkv, T, B);
+    v = reshape(ctx, v, D, Hkv, T, B);
+
+    // 3: qwen3 normalises each head of q and k over head_dim, before RoPE.
+    if (w.q_norm) q = rms_norm(ctx, q, w.q_norm, hp.rms_eps);
+    if (w.k_norm) k = rms_norm(ctx, k, w.k_norm, hp.rms_eps);
+
+    // 4: RoPE (normal for llama, neox for qwen; from the architecture traits).
+    const RopeParams rope_p = hp.rope();
+    q = set_name(rope(ctx, q, pos.pos, rope_p), lname(il, "q"));
+    k = set_name(rope(ctx, k, pos.pos, rope_p), lname(il, "k"));
+    set_name(v, lname(il, "v"));
+
+    // 5: causal GQA attention, scale 1/sqrt(head_dim); with a cache, over every position so far.
+    if (kv) {
+        const int64_t n = kv->n_past + T;
+        k = cache_read(ctx, kv->k, cache_write(ctx, kv->k, k, kv->n_past), n);
+        v = cache_read(ctx, kv->v, cache_write(ctx, kv->v, v, kv->n_past), n);
+    }
+    if (kv && pos.key_start) throw Error(lname(il, "kv") + ": a KV cache serves one unpacked sequence (no key_start)");
+    Tensor * o = attention(ctx, q, k, v, 1.0f / std::sqrt(static_cast<float>(D)), attention_type, pos.key_start);
+    o = reshape(ctx, o, D * Hq, T, B);
+
+    // 6: output projection and residual.
+    return set_name(add(ctx, x, build_linear(ctx, w.wo, o, lora)), lname(il, "attn_out"));
+}
+
+namespace {
+
+// qwen3moe's feed-forward (llama.cpp's build_moe_ffn with softmax gating): router probabilities over the
+// experts, each token's top k, their weights renormalised; each selected expert a SwiGLU on its slice of the
+// *_exps tensors; the outputs summed with those weights. n2 [n_embd, T...] -> [n_embd, T...].
+Tensor * moe_ffn(Context & ctx, const HParams & hp, const LayerWeights & w, int il, Tensor * n2, const LoraSet * lora) {
+    const int64_t E = n2->ne[0], T = n2->nelements() / n2->ne[0], k = hp.n_expert_used;
+    Tensor * x = reshape(ctx, n2, E, 1, T);
+    Tensor * logits = set_name(build_linear(ctx, w.ffn_gate_inp, reshape(ctx, n2, E, T), lora), lname(il, "moe_logits"));
+    Tensor * ids = set_name(moe_topk(ctx, logits, static_cast<int32_t>(k)), lname(il, "moe_experts"));
+    Tensor * wts = moe_weights(ctx, logits, ids, hp.expert_weights_norm, hp.expert_weights_scale, hp.moe_aux);
+    Tensor * g = build_linear_id(ctx, w.ffn_gate_exps, x, ids, lora);          // [n_ff_exp, k, T]
+    Tensor * u = build_linear_id(ctx, w.ffn_up_exps, x, ids, lora);
+    Tensor * d = build_linear_id(ctx, w.ffn_down_exps, swiglu(ctx, g, u), ids, lora);  // [n_embd, k, T]
+    // sum_s w[s, t] * d[:, s, t]: the weights broadcast over n_embd, then summed over the k slots.
+    Tensor * weighted = mul(ctx, d, reshape(ctx, wts, 1, k, T));
+    Tensor * like = reshape(ctx, n2, E, 1, T);
+    Tensor * out = sum_to(ctx, weighted, like);
+    return reshape(ctx, out, n2->ne[0], n2->ne[1], n2->ne[2], n2->ne[3]);
+}
+
+} // namespace
+
+Tensor * ffn_block(Context & ctx, const HParams & hp, const LayerWeights & w, int il, Tensor * h, const LoraSet * lora,
+                   bool residual) {
+    // 7-8: SwiGLU feed-forward (or the mixture of experts) and residual.
+    Tensor * n2 = rms_norm(ctx, h, w.ffn_norm, hp.rms_eps);
+    if (w.ffn_gate_inp) {
+        Tensor * f = moe_ffn(ctx, hp, w, il, n2, lora);
+        return residual ? set_name(add(ctx, h, f), lname(il, "out")) : f;
+    }
+    Tensor * g = build_linear(ctx, w.ffn_gate, n2, lora);
+    Tensor * u = build_linear(ctx, w.ffn_up, n2, lora);
+    Tensor * f = build_linear(ctx, w.ffn_down, swiglu(ctx, g, u), lora);
+    return residual ? set_name(add(ctx, h, f), lname(il, "out")) : f;
+}
+
+Tensor * build_embedding(Context & ctx, Tensor * tok_embd, Tensor * ids, const LoraSet * lora) {
+    Tensor * e = get_rows(ctx, tok_embd, ids);
+    const std::vector<LoraDelta> * ds = lora ? lora->find(tok_embd) : nullptr;
+    if (ds)
+        for (const LoraDelta & d : *ds) {
+            // Roles swapped (formats.md §5.3): gather token t's r-vector from A [r, n_vocab], then B [r, n_embd].
+            Tensor * low = mul_mat(ctx, d.b, get_rows(ctx, d.a, ids));
+            e = add(ctx, e, d.scale == 1.0f ? low : scale(ctx, low, d.scale));
+        }
+    return set_name(e, "embd");
+}
+
+Tensor * build_head_logits(Context & ctx, const HParams & hp, const ModelWeights & w, Tensor * x, const LoraSet * lora) {
+    Tensor * h = rms_norm(ctx, x, w.output_norm, hp.rms_eps);
+    // A tied head shares token_embd, whose LoRA pair (if any) has the embedding's roles: not applicable here.
+    return set_name(build_linear(ctx, w.output, h, w.tied_output() ? nullptr : lora), "logits");
+}
+
+Tensor * build_head_ce(Context & ctx, const HParams & hp, const ModelWeights & w, Tensor * x, Tensor * labels,
+                       float loss_scale, int64_t chunk, const LoraSet * lora) {
+    if (lora && !w.tied_output() && lora->find(w.output))
+        throw Error("LoRA on output.weight is not supported with the fused LM-head cross-entropy");
+    Tensor * h = rms_norm(ctx, x, w.output_norm, hp.rms_eps);
+    h = reshape(ctx, h, h->ne[0], h->ne[1] * h->ne[2] * h->ne[3]);
+    return set_name(lm_head_ce(ctx, h, w.output, labels, loss_scale, chunk), "loss");
+}
+
+} // namespace rp

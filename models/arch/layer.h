@@ -1,0 +1,126 @@
+// Graph builders of the Llama / Qwen2 / Qwen3 forward pass (formats.md §3.4). They only record nodes; a
+// backend runs them. The same decoder-layer builder serves inference (with a KV cache), training stages and
+// recompute (without a cache: gradients then flow through k and v like through any other node).
+//
+// Shapes (ne order): hidden states x [n_embd, T, B]; token ids i32 [T] or [T, B]; positions i32 [T] (shared
+// by the B sequences) or [T * B]; logits [n_vocab, T, B].
+#pragma once
+
+#include "ggml_rp/core/context.h"
+#include "models/arch/hparams.h"
+#include "models/arch/model.h"
+
+#include <unordered_map>
+#include <vector>
+
+namespace rp {
+
+class LoraAdapter;
+
+// One low-rank update of a base weight: W x + scale * B (A x) (token_embd: E[tok] + scale * B A[:, tok]).
+struct LoraDelta {
+    Tensor * a;
+    Tensor * b;
+    float scale;
+};
+
+// LoRA dropout in training graphs (PEFT: y = W x + scale * B(A(dropout(x))), one independent mask per module).
+// The mask is a pure function of (seed, step, the base weight's name, the element's position in the step's
+// batch), drawn from a counter-based generator: a recompute on another device, or a different split of the
+// batch into micro-batches, sees the same mask (roundpipe.md §4). p = 0: no dropout (inference, evaluation).
+struct LoraDropout {
+    float p = 0.0f;
+    uint64_t seed = 0;
+    int64_t step = 0;
+    int64_t seq_offset = 0;  // index of the graph's first sequence in the step's batch
+    int64_t seq_len = 0;
+    int64_t token_offset = 0;  // a graph over a token range of its micro-batch: the range's first (flattened) token
+};
+
+// The LoRA updates active in a graph, keyed by the base weight they modify. Several adapters add up.
+// Holds pointers only: the adapters (or trainable A/B tensors) must outlive it.
+class LoraSet {
+public:
+    LoraDropout dropout;
+
+    // Every pair of `adapter`, with scale = user_scale * alpha / r (user_scale when alpha = 0).
+    void add(const LoraAdapter & adapter, float user_scale = 1.0f);
+    void add(const Tensor * base, const LoraDelta & d) { map_[base].push_back(d); }
+    // The updates of a base weight, or nullptr.
+    const std::vector<LoraDelta> * find(const Tensor * base) const;
+    bool empty() const { return map_.empty(); }
+
+private:
+    std::unordered_map<const Tensor *, std::vector<LoraDelta>> map_;
+};
+
+// y = W x plus the LoRA updates of W in `lora` (nullptr: none). W [in, out], x [in, T, ...] -> [out, T, ...].
+Tensor * build_linear(Context & ctx, Tensor * W, Tensor * x, const LoraSet * lora);
+// The experts' version (ops/moe.h mul_mat_id): W [in, out, n_expert], x [in, 1 or k, T], ids [k, T] ->
+// [out, k, T], plus each expert's LoRA update (A [in, r, n_expert], B [r, out, n_expert], as llama.cpp applies
+// adapters on *_exps tensors).
+Tensor * build_linear_id(Context & ctx, Tensor * W, Tensor * x, Tensor * ids, const LoraSet * lora);
+
+// Inference only: the layer's K/V cache (f32 [head_dim, n_head_kv, n_ctx] each). The layer writes its new
+// keys and values at positions [n_past, n_past + T) and attends over [0, n_past + T). Needs B = 1.
+struct LayerKv {
+    Tensor * k;
+    Tensor * v;
+    int64_t n_past;
+};
+
+// Where the tokens of a graph sit: their RoPE positions (i32 [T] shared by the B sequences, or [T * B]) and,
+// for packed sequences (several examples in one sequence, positions restarting at each), the first key each
+// token's attention sees (i32 [T * B]: the start of its example), so no example attends to another. Built
+// implicitly from a positions tensor: an unpacked graph passes just that.
+struct TokenPositions {
+    Tensor * pos = nullptr;
+    Tensor * key_start = nullptr;  // nullptr: every earlier token of the sequence (plain causal)
+    TokenPositions(Tensor * positions, Tensor * first_key = nullptr) : pos(positions), key_start(first_key) {}  // NOLINT(google-explicit-constructor)
+};
+
+// Packed sequences: the first key of every token from its position, t - positions[t] (positions restart at
+// 0 at each example and count up by one; a position above t is clamped to the sequence's start).
+// positions and out: [B][T].
+void packed_key_starts(const int32_t * positions, int64_t T, int64_t B, int32_t * out);
+
+// One pre-norm decoder layer: x [n_embd, T, B] -> x' [n_embd, T, B]. attention_type: the type an accelerator
+// may round the attention inputs to (ops/attention.h; the CPU computes in f32 whatever it is).
+Tensor * build_layer(Context & ctx, const HParams & hp, const LayerWeights & w, int il, Tensor * x, const TokenPositions & pos,
+                     const LoraSet * lora = nullptr, const LayerKv * kv = nullptr, DType attention_type = DType::F32);
+
+// The layer's two halves, build_layer = ffn_block(attention_block(x)). The feed-forward half is per token, so
+// a training program may run it over token ranges of x (models/finetune.cpp: the token-chunked MLP):
+//   attention_block  x -> h = x + attn_output(attention(rope(q, k), v)) over every token of x;
+//   ffn_block        h [n_embd, ...] -> h + ffn_down(swiglu(ffn_gate(n), ffn_up(n))), n = rms_norm(h); without
+//                    `residual` only the ffn_down(...) term.
+Tensor * attention_block(Context & ctx, const HParams & hp, const LayerWeights & w, int il, Tensor * x, const TokenPositions & pos,
+                         const LoraSet * lora = nullptr, const LayerKv * kv = nullptr, DType attention_type = DType::F32);
+Tensor * ffn_block(Context & ctx, const HParams & hp, const LayerWeights & w, int il, Tensor * h, const LoraSet * lora,
+                   bool residual = true);
+
+// Token embeddings: ids i32 [T] or [T, B] -> [n_embd, T, B] (get_rows, plus token_embd LoRA with the role
+// swap of formats.md §5.3).
+Tensor * build_embedding(Context & ctx, Tensor * tok_embd, Tensor * ids, const LoraSet * lora = nullptr);
+inline Tensor * build_embedding(Context & ctx, const Model & model, Tensor * ids, const LoraSet * lora = nullptr) {
+    return build_embedding(ctx, model.tok_embd, ids, lora);
+}
+
+// Final RMSNorm and LM head: x [n_embd, T, B] -> logits [n_vocab, T, B]. For a tied head (output ==
+// token_embd) the token_embd LoRA pair is not applied (its roles are those of the embedding).
+Tensor * build_head_logits(Context & ctx, const HParams & hp, const ModelWeights & w, Tensor * x, const LoraSet * lora = nullptr);
+inline Tensor * build_head_logits(Context & ctx, const Model & model, Tensor * x, const LoraSet * lora = nullptr) {
+    return build_head_logits(ctx, model.hparams(), model.graph_weights(), x, lora);
+}
+
+// Final RMSNorm and the fused LM head + cross-entropy (training): x [n_embd, T, B] (contiguous), labels i32
+// [T * B] (-1 = masked) -> loss f32 [1] = loss_scale * sum of the unmasked token losses. `chunk` = vocabulary
+// rows per chunk. LoRA on the (untied) LM head is not supported on this path (throws).
+Tensor * build_head_ce(Context & ctx, const HParams & hp, const ModelWeights & w, Tensor * x, Tensor * labels,
+                       float loss_scale, int64_t chunk = 4096, const LoraSet * lora = nullptr);
+inline Tensor * build_head_ce(Context & ctx, const Model & model, Tensor * x, Tensor * labels, float loss_scale,
+                              int64_t chunk = 4096, const LoraSet * lora = nullptr) {
+    return build_head_ce(ctx, model.hparams(), model.graph_weights(), x, labels, loss_scale, chunk, lora);
+}
+
+} // namespace rp

@@ -1,0 +1,144 @@
+#include "models/arch/model.h"
+
+#include "ggml_rp/core/quant.h"
+
+#include <initializer_list>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace rp {
+
+namespace {
+
+std::string dims_str(const int64_t * ne, uint32_t n_dims) {
+    std::string s = "[";
+    for (uint32_t i = 0; i < n_dims; ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
+    return s + "]";
+}
+
+// What a tensor is used for decides which dtypes are acceptable.
+enum class Role {
+    Matrix,  // a mul_mat / get_rows weight: any dtype we can dequantize
+    Vector,  // a norm weight or a bias: f32 (the element-wise ops read f32)
+};
+
+class Loader {
+public:
+    Loader(const gguf::Reader & f, Context & ctx, std::vector<Tensor *> & out) : f_(f), ctx_(ctx), out_(out) {}
+
+    // The tensor `name` with exactly the shape `shape`; nullptr when absent and optional.
+    Tensor * take(const std::string & name, std::initializer_list<int64_t> shape, Role role, bool required = true) {
+        const gguf::TensorInfo * info = f_.find_tensor(name);
+        if (!info) {
+            if (required) fail("missing tensor '" + name + "'");
+            return nullptr;
+        }
+        int64_t want[4] = {1, 1, 1, 1};
+        uint32_t n = 0;
+        for (int64_t v : shape) want[n++] = v;
+        bool ok = true;
+        for (int i = 0; i < 4; ++i) ok = ok && info->ne[i] == want[i];
+        if (!ok) fail(name + ": expected " + dims_str(want, n) + ", found " + dims_str(info->ne, info->n_dims));
+        if (role == Role::Vector && info->type != DType::F32)
+            fail(name + ": type " + std::string(dtype_name(info->type)) + " is not supported for a norm weight or bias (f32 only)");
+        if (role == Role::Matrix && !can_dequantize(info->type))
+            fail(name + ": tensor type " + std::string(dtype_name(info->type)) + " is not supported");
+        Tensor * t = ctx_.new_tensor(info->type, info->ne);
+        t->data = const_cast<uint8_t *>(f_.tensor_data(*info));  // read-only mapping: weights are never written
+        t->name = name;
+        used_.insert(name);
+        out_.push_back(t);
+        return t;
+    }
+
+    // Every tensor of the file must have been taken: an unused one means a graph variant we do not implement.
+    void check_all_used(const HParams & hp) const {
+        for (const gguf::TensorInfo & t : f_.tensors()) {
+            if (used_.count(t.name)) continue;
+            if (t.name.find("attn_qkv") != std::string::npos)
+                fail(t.name + ": fused attn_qkv tensors are not supported (separate attn_q/attn_k/attn_v expected)");
+            if (t.name.rfind("rope_freqs", 0) == 0)
+                fail(t.name + ": rope_freqs (Llama 3 rope scaling) is not supported yet");
+            fail(t.name + ": unexpected tensor, not used by the " + std::string(hp.arch->name) + " graph (not supported)");
+        }
+    }
+
+    [[noreturn]] void fail(const std::string & msg) const { throw Error(f_.path() + ": " + msg); }
+
+private:
+    const gguf::Reader & f_;
+    Context & ctx_;
+    std::vector<Tensor *> & out_;
+    std::unordered_set<std::string> used_;
+};
+
+} // namespace
+
+std::unique_ptr<Model> Model::load(const std::string & path) {
+    std::unique_ptr<Model> m(new Model());
+    m->file_ = gguf::Reader::open(path);
+    m->hp_ = load_hparams(*m->file_);
+    const HParams & hp = m->hp_;
+    const ArchTraits & at = *hp.arch;
+    const int64_t E = hp.n_embd, V = hp.n_vocab, Q = hp.n_q(), KV = hp.n_kv(), F = hp.n_ff, D = hp.head_dim;
+
+    // The tensors are taken in the order the graph uses them; `weights_` keeps file order below.
+    std::vector<Tensor *> taken;
+    Loader ld(*m->file_, m->ctx_, taken);
+    m->tok_embd = ld.take("token_embd.weight", {E, V}, Role::Matrix);
+    m->output_norm = ld.take("output_norm.weight", {E}, Role::Vector);
+    m->output = ld.take("output.weight", {E, V}, Role::Matrix, false);
+    if (!m->output) m->output = m->tok_embd;  // tied embeddings (formats.md §3.3)
+
+    m->layers.resize(hp.n_layer);
+    for (uint32_t il = 0; il < hp.n_layer; ++il) {
+        LayerWeights & L = m->layers[il];
+        const std::string p = "blk." + std::to_string(il) + ".";
+        L.attn_norm = ld.take(p + "attn_norm.weight", {E}, Role::Vector);
+        L.wq = ld.take(p + "attn_q.weight", {E, Q}, Role::Matrix);
+        L.wk = ld.take(p + "attn_k.weight", {E, KV}, Role::Matrix);
+        L.wv = ld.take(p + "attn_v.weight", {E, KV}, Role::Matrix);
+        if (at.qkv_bias) {
+            L.bq = ld.take(p + "attn_q.bias", {Q}, Role::Vector);
+            L.bk = ld.take(p + "attn_k.bias", {KV}, Role::Vector);
+            L.bv = ld.take(p + "attn_v.bias", {KV}, Role::Vector);
+        }
+        if (at.qk_norm) {
+            L.q_norm = ld.take(p + "attn_q_norm.weight", {D}, Role::Vector);
+            L.k_norm = ld.take(p + "attn_k_norm.weight", {D}, Role::Vector);
+        }
+        L.wo = ld.take(p + "attn_output.weight", {Q, E}, Role::Matrix);
+        L.ffn_norm = ld.take(p + "ffn_norm.weight", {E}, Role::Vector);
+        if (at.moe) {
+            const int64_t X = hp.n_expert, FX = hp.n_ff_exp;
+            L.ffn_gate_inp = ld.take(p + "ffn_gate_inp.weight", {E, X}, Role::Matrix);
+            L.ffn_gate_exps = ld.take(p + "ffn_gate_exps.weight", {E, FX, X}, Role::Matrix);
+            L.ffn_up_exps = ld.take(p + "ffn_up_exps.weight", {E, FX, X}, Role::Matrix);
+            L.ffn_down_exps = ld.take(p + "ffn_down_exps.weight", {FX, E, X}, Role::Matrix);
+        } else {
+            L.ffn_gate = ld.take(p + "ffn_gate.weight", {E, F}, Role::Matrix);
+            L.ffn_up = ld.take(p + "ffn_up.weight", {E, F}, Role::Matrix);
+            L.ffn_down = ld.take(p + "ffn_down.weight", {F, E}, Role::Matrix);
+        }
+    }
+    ld.check_all_used(hp);
+
+    std::unordered_map<std::string_view, Tensor *> by_name;
+    for (Tensor * t : taken) by_name[t->name] = t;
+    for (const gguf::TensorInfo & t : m->file_->tensors()) m->weights_.push_back(by_name.at(t.name));
+    return m;
+}
+
+Tensor * Model::find(std::string_view name) const {
+    for (Tensor * t : weights_)
+        if (t->name == name) return t;
+    return nullptr;
+}
+
+int64_t Model::n_params() const {
+    int64_t n = 0;
+    for (const Tensor * t : weights_) n += t->nelements();
+    return n;
+}
+
+} // namespace rp

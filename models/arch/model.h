@@ -1,0 +1,101 @@
+// A Llama / Qwen2 / Qwen3 / Qwen3-MoE model loaded from a GGUF file (formats.md §3).
+//
+// The file stays memory-mapped for the model's lifetime and every weight is a leaf Tensor whose data points
+// straight into the mapping, in the file's own dtype (f32, f16, bf16 or a block type): nothing is copied or
+// converted at load time. Loading checks every tensor the graph uses for presence, type and shape against
+// the hyper-parameters, and rejects tensors it would not use, so a file either runs exactly or is refused
+// with a message naming the file and the tensor.
+#pragma once
+
+#include "ggml_rp/core/context.h"
+#include "gguf/gguf.h"
+#include "models/arch/hparams.h"
+
+#include <array>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rp {
+
+// The weights of one decoder layer (names are blk.N.<name>.weight / .bias).
+struct LayerWeights {
+    Tensor * attn_norm = nullptr;   // [n_embd] f32
+    Tensor * wq = nullptr;          // attn_q      [n_embd, n_q]
+    Tensor * wk = nullptr;          // attn_k      [n_embd, n_kv]
+    Tensor * wv = nullptr;          // attn_v      [n_embd, n_kv]
+    Tensor * bq = nullptr;          // qwen2 only: attn_q.bias [n_q] f32
+    Tensor * bk = nullptr;          //             attn_k.bias [n_kv]
+    Tensor * bv = nullptr;          //             attn_v.bias [n_kv]
+    Tensor * q_norm = nullptr;      // qwen3 only: attn_q_norm [head_dim] f32
+    Tensor * k_norm = nullptr;      //             attn_k_norm [head_dim] f32
+    Tensor * wo = nullptr;          // attn_output [n_q, n_embd]
+    Tensor * ffn_norm = nullptr;    // [n_embd] f32
+    Tensor * ffn_gate = nullptr;    // [n_embd, n_ff]
+    Tensor * ffn_up = nullptr;      // [n_embd, n_ff]
+    Tensor * ffn_down = nullptr;    // [n_ff, n_embd]
+    // qwen3moe, in place of ffn_gate / ffn_up / ffn_down:
+    Tensor * ffn_gate_inp = nullptr;   // the router [n_embd, n_expert]
+    Tensor * ffn_gate_exps = nullptr;  // [n_embd, n_ff_exp, n_expert]
+    Tensor * ffn_up_exps = nullptr;    // [n_embd, n_ff_exp, n_expert]
+    Tensor * ffn_down_exps = nullptr;  // [n_ff_exp, n_embd, n_expert]
+
+    // Every slot, in the order the layer's tensors are listed everywhere (uploads, checkpoints, dumps).
+    static constexpr size_t kSlots = 18;
+    std::array<Tensor **, kSlots> slots() {
+        return {&attn_norm, &wq, &wk, &wv, &bq, &bk, &bv, &q_norm, &k_norm, &wo, &ffn_norm, &ffn_gate, &ffn_up, &ffn_down,
+                &ffn_gate_inp, &ffn_gate_exps, &ffn_up_exps, &ffn_down_exps};
+    }
+    std::array<Tensor *, kSlots> tensors() const {
+        return {attn_norm, wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo, ffn_norm, ffn_gate, ffn_up, ffn_down,
+                ffn_gate_inp, ffn_gate_exps, ffn_up_exps, ffn_down_exps};
+    }
+};
+
+// The tensors the graph builders read: a model's own weights, or a trainer's fp32 masters standing in for them.
+struct ModelWeights {
+    Tensor * tok_embd = nullptr;
+    Tensor * output_norm = nullptr;
+    Tensor * output = nullptr;  // == tok_embd for a tied head
+    std::vector<LayerWeights> layers;
+    bool tied_output() const { return output == tok_embd; }
+};
+
+class Model {
+public:
+    // Maps and validates `path`. Throws rp::Error naming the file and the key or tensor at fault.
+    static std::unique_ptr<Model> load(const std::string & path);
+
+    Model(const Model &) = delete;
+    Model & operator=(const Model &) = delete;
+
+    const HParams & hparams() const { return hp_; }
+    const gguf::Reader & file() const { return *file_; }
+    const std::string & path() const { return file_->path(); }
+
+    Tensor * tok_embd = nullptr;     // [n_embd, n_vocab]
+    Tensor * output_norm = nullptr;  // [n_embd] f32
+    Tensor * output = nullptr;       // [n_embd, n_vocab]; == tok_embd when the file has no output.weight
+    std::vector<LayerWeights> layers;
+
+    bool tied_output() const { return output == tok_embd; }
+    // The weights as the graph builders take them.
+    ModelWeights graph_weights() const { return {tok_embd, output_norm, output, layers}; }
+    // The weight leaf of a GGUF tensor name ("blk.3.attn_q.weight"), or nullptr.
+    Tensor * find(std::string_view name) const;
+    // Every weight leaf, in file order.
+    const std::vector<Tensor *> & weights() const { return weights_; }
+    // Number of parameters (elements of every weight tensor).
+    int64_t n_params() const;
+
+private:
+    Model() = default;
+
+    std::unique_ptr<gguf::Reader> file_;
+    HParams hp_;
+    Context ctx_;                    // owns the weight leafs (their data is the mapped file)
+    std::vector<Tensor *> weights_;
+};
+
+} // namespace rp

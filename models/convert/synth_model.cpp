@@ -1,0 +1,173 @@
+#include "models/convert/synth_model.h"
+
+#include "ggml_rp/core/quant.h"
+#include "base/error.h"
+#include "gguf/gguf.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace rp {
+
+namespace {
+
+// Uniform in [-1, 1) from the top 53 bits: the same numbers on every platform (unlike std distributions).
+double uniform_pm1(std::mt19937_64 & rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53 * 2.0 - 1.0; }
+
+// What a tensor holds: a + b·u with u uniform in [-1, 1) (so std = b/√3 around a).
+struct Init {
+    float a, b;
+};
+
+// ne2 > 1: a stack of ne2 matrices (the experts of a qwen3moe layer).
+void add(gguf::Writer & w, const std::string & name, gguf::TensorType type, int64_t ne0, int64_t ne1, Init init,
+         uint64_t seed, bool weights, int64_t ne2 = 1) {
+    const int64_t ne[3] = {ne0, ne1, ne2};
+    const uint32_t dims = ne2 > 1 ? 3 : ne1 > 1 ? 2 : 1;
+    if (!weights) return w.add_tensor(name, type, dims, ne, gguf::Writer::Fill{});
+    w.add_tensor(name, type, dims, ne, [=](uint8_t * dst, size_t nbytes) {
+        std::mt19937_64 rng(seed);
+        std::vector<float> row(static_cast<size_t>(ne0));
+        const size_t rb = gguf::row_bytes(type, ne0);
+        const int64_t rows = ne1 * ne2;
+        if (rb * static_cast<size_t>(rows) != nbytes) throw Error(name + ": unexpected tensor size");
+        for (int64_t r = 0; r < rows; ++r) {
+            for (float & x : row) x = init.a + init.b * static_cast<float>(uniform_pm1(rng));
+            if (type == gguf::TensorType::F32) std::memcpy(dst + r * rb, row.data(), rb);
+            else quantize_row(type, row.data(), dst + r * rb, ne0);
+        }
+    });
+}
+
+} // namespace
+
+SynthSpec synth_preset(const std::string & name) {
+    SynthSpec s;
+    auto qwen3 = [&](uint32_t embd, uint32_t layers, uint32_t heads, uint32_t ff, bool tied) {
+        s.arch = "qwen3";
+        s.n_embd = embd, s.n_layer = layers, s.n_head = heads, s.n_head_kv = 8, s.head_dim = 128, s.n_ff = ff;
+        s.n_ctx_train = 40960, s.rope_base = 1e6f, s.tied = tied, s.n_vocab = 151936;
+    };
+    if (name == "qwen3-0.6b") qwen3(1024, 28, 16, 3072, true);
+    else if (name == "qwen3-1.7b") qwen3(2048, 28, 16, 6144, true);
+    else if (name == "qwen3-32b") qwen3(5120, 64, 64, 25600, false);
+    else if (name == "qwen3-30b-a3b" || name == "qwen3-235b-a22b" || name == "qwen3-235b") {  // qwen3-235b: rp-simulate's name
+        const bool big = name != "qwen3-30b-a3b";
+        qwen3(big ? 4096 : 2048, big ? 94 : 48, big ? 64 : 32, big ? 12288 : 6144, false);
+        s.arch = "qwen3moe", s.n_head_kv = 4, s.n_expert = 128, s.n_expert_used = 8, s.n_ff_exp = big ? 1536 : 768;
+    } else if (name == "gpt-oss-20b") {
+        qwen3(2880, 24, 64, 2880, false);
+        s.arch = "qwen3moe", s.head_dim = 64, s.n_ctx_train = 131072, s.rope_base = 150000.0f, s.n_vocab = 201088;
+        s.n_expert = 32, s.n_expert_used = 4, s.n_ff_exp = 2880;
+    }
+    else if (name == "llama3.1-8b") {
+        s.n_embd = 4096, s.n_layer = 32, s.n_head = 32, s.n_head_kv = 8, s.head_dim = 128, s.n_ff = 14336;
+        s.n_ctx_train = 131072, s.rope_base = 500000.0f, s.n_vocab = 128256;
+    } else if (name == "llama-98m") {
+        s.n_embd = 768, s.n_head = 12, s.n_head_kv = 4, s.head_dim = 64, s.n_ff = 2560, s.n_layer = 13, s.n_ctx_train = 2048;
+        s.n_vocab = 32000;
+    } else if (name == "llama-20m") {
+        s.n_embd = 512, s.n_head = 8, s.n_head_kv = 8, s.head_dim = 64, s.n_ff = 1408, s.n_layer = 6, s.n_ctx_train = 2048;
+        s.n_vocab = 32000;
+    } else {
+        throw Error("unknown model shape '" + name +
+                    "' (qwen3-0.6b, qwen3-1.7b, qwen3-32b, llama3.1-8b, qwen3-30b-a3b, qwen3-235b-a22b, gpt-oss-20b, llama-98m, llama-20m)");
+    }
+    return s;
+}
+
+void write_synth_model(const SynthSpec & s, const std::string & path) {
+    const bool qwen2 = s.arch == "qwen2", moe = s.arch == "qwen3moe", qwen3 = s.arch == "qwen3" || moe;
+    if (s.arch != "llama" && !qwen2 && !qwen3) throw Error("synthetic model: unknown architecture '" + s.arch + "'");
+    if (moe && (s.n_expert == 0 || s.n_expert_used == 0 || s.n_expert_used > s.n_expert || s.n_ff_exp == 0))
+        throw Error("synthetic model: qwen3moe needs n_expert >= n_expert_used >= 1 and n_ff_exp >= 1");
+    if (!moe && s.n_expert != 0) throw Error("synthetic model: experts need arch qwen3moe");
+    if (s.n_head % s.n_head_kv != 0) throw Error("synthetic model: n_head must be a multiple of n_head_kv");
+    const uint32_t n_q = s.n_head * s.head_dim, n_kv = s.n_head_kv * s.head_dim;
+    // llama and qwen2 derive head_dim from n_embd / n_head (llama.cpp's graphs assume it); qwen3 reads key_length.
+    if (!qwen3 && n_q != s.n_embd) throw Error("synthetic model: " + s.arch + " needs n_embd = n_head * head_dim");
+
+    std::unique_ptr<gguf::Reader> vocab;
+    int64_t n_vocab = s.n_vocab;
+    if (!s.vocab_from.empty()) {
+        vocab = gguf::Reader::open(s.vocab_from);
+        n_vocab = static_cast<int64_t>(vocab->get_string_array("tokenizer.ggml.tokens").size());
+    }
+    if (n_vocab < 1) throw Error("synthetic model: no vocabulary (vocab_from or n_vocab)");
+
+    gguf::Writer w;
+    const std::string p = s.arch + ".";
+    w.set_string("general.architecture", s.arch);
+    w.set_string("general.name", "synthetic-" + s.arch);
+    w.set_u32(p + "context_length", s.n_ctx_train);
+    w.set_u32(p + "embedding_length", s.n_embd);
+    w.set_u32(p + "block_count", s.n_layer);
+    w.set_u32(p + "feed_forward_length", s.n_ff);
+    w.set_u32(p + "attention.head_count", s.n_head);
+    w.set_u32(p + "attention.head_count_kv", s.n_head_kv);
+    w.set_f32(p + "attention.layer_norm_rms_epsilon", s.arch == "llama" ? 1e-5f : 1e-6f);
+    w.set_f32(p + "rope.freq_base", s.rope_base);
+    w.set_u32(p + "rope.dimension_count", s.head_dim);
+    if (qwen3) {
+        w.set_u32(p + "attention.key_length", s.head_dim);
+        w.set_u32(p + "attention.value_length", s.head_dim);
+    }
+    if (moe) {
+        w.set_u32(p + "expert_count", s.n_expert);
+        w.set_u32(p + "expert_used_count", s.n_expert_used);
+        w.set_u32(p + "expert_feed_forward_length", s.n_ff_exp);
+    }
+    if (vocab) {
+        for (const gguf::KV & kv : vocab->kvs())
+            if (kv.key.rfind("tokenizer.", 0) == 0) w.set_kv(kv);
+    } else {
+        w.set_u32(p + "vocab_size", static_cast<uint32_t>(n_vocab));
+    }
+
+    // Scales: inputs to every projection have RMS ~1 (RMSNorm, or the previous projection's output), so
+    // b = k·√3/√fan_in gives outputs of std ~k. Queries and keys get k = 1.5 so attention is not uniform; the
+    // head gets k = 3 (logits of a few units); for a tied head the embedding has std 1 and output_norm
+    // provides the 3/√n_embd.
+    const auto fan = [](double k, uint32_t fan_in) { return static_cast<float>(k * std::sqrt(3.0 / fan_in)); };
+    const float sqrt3 = static_cast<float>(std::sqrt(3.0));
+    const gguf::TensorType f32 = gguf::TensorType::F32, wt = s.wtype;
+    uint64_t seed = s.seed * 1000003u;
+    add(w, "token_embd.weight", wt, s.n_embd, n_vocab, {0.0f, sqrt3}, ++seed, s.weights);
+    const float out_norm = s.tied ? static_cast<float>(3.0 / std::sqrt(s.n_embd)) : 1.0f;
+    add(w, "output_norm.weight", f32, s.n_embd, 1, {out_norm, 0.1f * out_norm}, ++seed, s.weights);
+    if (!s.tied) add(w, "output.weight", wt, s.n_embd, n_vocab, {0.0f, fan(3.0, s.n_embd)}, ++seed, s.weights);
+    for (uint32_t l = 0; l < s.n_layer; ++l) {
+        const std::string b = "blk." + std::to_string(l) + ".";
+        add(w, b + "attn_norm.weight", f32, s.n_embd, 1, {1.0f, 0.2f}, ++seed, s.weights);
+        add(w, b + "attn_q.weight", wt, s.n_embd, n_q, {0.0f, fan(1.5, s.n_embd)}, ++seed, s.weights);
+        add(w, b + "attn_k.weight", wt, s.n_embd, n_kv, {0.0f, fan(1.5, s.n_embd)}, ++seed, s.weights);
+        add(w, b + "attn_v.weight", wt, s.n_embd, n_kv, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights);
+        if (qwen2) {
+            add(w, b + "attn_q.bias", f32, n_q, 1, {0.0f, 0.5f}, ++seed, s.weights);
+            add(w, b + "attn_k.bias", f32, n_kv, 1, {0.0f, 0.5f}, ++seed, s.weights);
+            add(w, b + "attn_v.bias", f32, n_kv, 1, {0.0f, 0.5f}, ++seed, s.weights);
+        }
+        if (qwen3) {
+            add(w, b + "attn_q_norm.weight", f32, s.head_dim, 1, {1.0f, 0.2f}, ++seed, s.weights);
+            add(w, b + "attn_k_norm.weight", f32, s.head_dim, 1, {1.0f, 0.2f}, ++seed, s.weights);
+        }
+        add(w, b + "attn_output.weight", wt, n_q, s.n_embd, {0.0f, fan(1.0, n_q)}, ++seed, s.weights);
+        add(w, b + "ffn_norm.weight", f32, s.n_embd, 1, {1.0f, 0.2f}, ++seed, s.weights);
+        if (moe) {  // the router (logits of a few units, so tokens pick different experts), then the experts
+            add(w, b + "ffn_gate_inp.weight", wt, s.n_embd, s.n_expert, {0.0f, fan(2.0, s.n_embd)}, ++seed, s.weights);
+            add(w, b + "ffn_gate_exps.weight", wt, s.n_embd, s.n_ff_exp, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights, s.n_expert);
+            add(w, b + "ffn_up_exps.weight", wt, s.n_embd, s.n_ff_exp, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights, s.n_expert);
+            add(w, b + "ffn_down_exps.weight", wt, s.n_ff_exp, s.n_embd, {0.0f, fan(1.0, s.n_ff_exp)}, ++seed, s.weights,
+                s.n_expert);
+            continue;
+        }
+        add(w, b + "ffn_gate.weight", wt, s.n_embd, s.n_ff, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights);
+        add(w, b + "ffn_up.weight", wt, s.n_embd, s.n_ff, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights);
+        add(w, b + "ffn_down.weight", wt, s.n_ff, s.n_embd, {0.0f, fan(1.0, s.n_ff)}, ++seed, s.weights);
+    }
+    w.write(path);  // `vocab` (whose keys were copied by value) may close after this
+}
+
+} // namespace rp

@@ -1,0 +1,523 @@
+#include "models/data/dataset.h"
+
+#include "ggml_rp/core/json.h"
+#include "base/error.h"
+#include "models/text/tokenizer.h"
+#include "models/text/unicode.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace rp {
+
+namespace {
+
+// One tokenized example before it is cut into sequences: trained[i] says whether tokens[i] is a label.
+struct Tokens {
+    std::vector<int32_t> ids;
+    std::vector<uint8_t> trained;
+};
+
+std::string_view strip_bom(std::string_view s) {
+    return s.substr(0, 3) == "\xEF\xBB\xBF" ? s.substr(3) : s;
+}
+
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\f' || c == '\v'; }
+
+std::string_view trim(std::string_view s) {
+    while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
+    while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
+    return s;
+}
+
+std::vector<std::string_view> split_documents(std::string_view text, std::string_view sep) {
+    std::vector<std::string_view> docs;
+    auto add = [&](std::string_view d) {
+        d = trim(d);
+        if (!d.empty()) docs.push_back(d);
+    };
+    if (sep.empty()) {
+        add(text);
+        return docs;
+    }
+    size_t pos = 0;
+    for (;;) {
+        const size_t hit = text.find(sep, pos);
+        if (hit == std::string_view::npos) break;
+        add(text.substr(pos, hit - pos));
+        pos = hit + sep.size();
+    }
+    add(text.substr(pos));
+    return docs;
+}
+
+// The token padding positions get (their labels are always masked).
+int32_t pad_token(const Tokenizer & tok) {
+    if (tok.pad() != kTokenNull) return tok.pad();
+    if (tok.eos() != kTokenNull) return tok.eos();
+    return 0;
+}
+
+// Appends EOS as a trained token unless the tokenizer already added it.
+void append_eos(const Tokenizer & tok, Tokens & t) {
+    if (tok.add_eos() || tok.eos() == kTokenNull) return;
+    t.ids.push_back(tok.eos());
+    t.trained.push_back(1);
+}
+
+// Training text must be text: a NUL byte or invalid UTF-8 (a binary file given as data, a wrong encoding) is
+// refused at its byte offset unless the caller allows it.
+void check_text(std::string_view text, const std::string & source, const DatasetOptions & opt) {
+    if (opt.allow_binary) return;
+    const size_t nul = text.find('\0');
+    const size_t bad = first_invalid_utf8(text);
+    const size_t at = std::min(nul, bad);
+    if (at == std::string_view::npos) return;
+    size_t line = 1;
+    for (size_t i = 0; i < at; ++i) line += text[i] == '\n';
+    throw Error("dataset " + source + ": byte offset " + std::to_string(at) + " (line " + std::to_string(line) + ") " +
+                (at == nul ? "is a NUL byte" : "is not valid UTF-8") +
+                ": this does not look like training text (a binary file, another encoding?); allow_binary trains on it anyway");
+}
+
+void check_options(const DatasetOptions & opt) {
+    if (opt.seq_len < 1) throw Error("seq_len " + std::to_string(opt.seq_len) + " must be at least 1");
+    if (opt.n_ctx != 0 && static_cast<uint32_t>(opt.seq_len) > opt.n_ctx) {
+        throw Error("seq_len " + std::to_string(opt.seq_len) + " exceeds the model's context " +
+                    std::to_string(opt.n_ctx));
+    }
+}
+
+uint64_t fnv1a(uint64_t h, const void * data, size_t n) {
+    const auto * p = static_cast<const unsigned char *>(data);
+    for (size_t i = 0; i < n; ++i) {
+        h ^= p[i];
+        h *= 0x100000001B3ull;
+    }
+    return h;
+}
+
+constexpr uint64_t kFnvBasis = 0xCBF29CE484222325ull;
+constexpr uint64_t kSplitStream = ~0ull;
+
+uint64_t splitmix64(uint64_t x) {
+    uint64_t z = x + 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+// ---- JSONL --------------------------------------------------------------------------------------------
+
+class JsonlReader {
+public:
+    JsonlReader(const std::string & source, const Tokenizer & tok, const DatasetOptions & opt)
+        : source_(source), tok_(tok), opt_(opt) {}
+
+    // One line's example. `line` is 1-based.
+    Tokens example(const json::Value & v, size_t line) {
+        line_ = line;
+        if (!v.is_object()) fail("expected a JSON object");
+        const json::Value * text = v.find("text");
+        const json::Value * prompt = v.find("prompt");
+        const json::Value * completion = v.find("completion");
+        const json::Value * messages = v.find("messages");
+        const int kinds = (text != nullptr) + (prompt != nullptr || completion != nullptr) + (messages != nullptr);
+        if (kinds != 1 || (prompt != nullptr) != (completion != nullptr)) {
+            std::string keys;
+            for (const auto & kv : v.object) keys += (keys.empty() ? "" : ", ") + ("\"" + kv.first + "\"");
+            fail("expected the keys {\"text\"}, {\"prompt\", \"completion\"} or {\"messages\"}, got {" + keys + "}");
+        }
+        if (text) return from_text(string_field(*text, "text"));
+        if (prompt) return from_prompt(string_field(*prompt, "prompt"), string_field(*completion, "completion"));
+        return from_messages(*messages);
+    }
+
+private:
+    [[noreturn]] void fail(const std::string & what) const {
+        throw Error(source_ + " line " + std::to_string(line_) + ": " + what);
+    }
+
+    const std::string & string_field(const json::Value & v, const char * key) const {
+        if (!v.is_string()) fail(std::string("\"") + key + "\" must be a string");
+        return v.string;
+    }
+
+    Tokens from_text(const std::string & text) const {
+        Tokens t;
+        t.ids = tok_.encode(text, true, false);
+        t.trained.assign(t.ids.size(), 1);
+        append_eos(tok_, t);
+        return t;
+    }
+
+    // Tokenized as one text, so the tokens are those the model sees at training time; a token that starts
+    // in the prompt (one straddling the boundary) belongs to the prompt.
+    Tokens from_prompt(const std::string & prompt, const std::string & completion) const {
+        Tokens t;
+        std::vector<size_t> offsets;
+        t.ids = tok_.encode(prompt + completion, true, false, &offsets);
+        t.trained.resize(t.ids.size());
+        for (size_t i = 0; i < t.ids.size(); ++i) t.trained[i] = offsets[i] >= prompt.size();
+        append_eos(tok_, t);
+        return t;
+    }
+
+    Tokens from_messages(const json::Value & messages) const {
+        if (!messages.is_array() || messages.array.empty()) fail("\"messages\" must be a non-empty array");
+        std::vector<ChatMessage> chat;
+        for (size_t i = 0; i < messages.array.size(); ++i) {
+            const json::Value & m = messages.array[i];
+            const std::string where = "messages[" + std::to_string(i) + "]";
+            if (!m.is_object()) fail(where + " must be an object with \"role\" and \"content\"");
+            const json::Value * role = m.find("role");
+            const json::Value * content = m.find("content");
+            if (!role || !role->is_string()) fail(where + " needs a string \"role\"");
+            if (role->string != "system" && role->string != "user" && role->string != "assistant")
+                fail(where + ": role \"" + role->string + "\" is not one the chat template knows (system, user, assistant)");
+            if (!content || !content->is_string()) fail(where + " needs a string \"content\"");
+            chat.push_back({role->string, content->string});
+        }
+        if (!opt_.chat) fail("\"messages\" needs a chat template: the model has none (name one: chatml, llama3 or FILE.jinja)");
+        const RenderedChat r = render_chat(*opt_.chat, chat, false);
+        if (r.assistant.empty()) fail("\"messages\" has no assistant turn: nothing to train on");
+        Tokens t;
+        std::vector<size_t> offsets;
+        t.ids = tok_.encode(r.text, true, true, &offsets);
+        t.trained.resize(t.ids.size());
+        size_t s = 0;  // offsets never decrease, nor do the spans
+        for (size_t i = 0; i < t.ids.size(); ++i) {
+            while (s < r.assistant.size() && offsets[i] >= r.assistant[s].end) ++s;
+            t.trained[i] = opt_.train_on_inputs || (s < r.assistant.size() && offsets[i] >= r.assistant[s].begin);
+        }
+        return t;
+    }
+
+    const std::string & source_;
+    const Tokenizer & tok_;
+    const DatasetOptions & opt_;
+    size_t line_ = 0;
+};
+
+} // namespace
+
+// ---- Dataset --------------------------------------------------------------------------------------------
+
+std::span<const int32_t> Dataset::inputs(size_t i) const {
+    assert(i < size_);
+    return {inputs_.data() + i * seq_len_, static_cast<size_t>(seq_len_)};
+}
+
+std::span<const int32_t> Dataset::labels(size_t i) const {
+    assert(i < size_);
+    return {labels_.data() + i * seq_len_, static_cast<size_t>(seq_len_)};
+}
+
+std::span<const int32_t> Dataset::positions(size_t i) const {
+    assert(i < size_);
+    if (positions_.empty()) return {};
+    return {positions_.data() + i * seq_len_, static_cast<size_t>(seq_len_)};
+}
+
+double DatasetStats::padding_fraction() const {
+    const double slots = static_cast<double>(n_sequences) * seq_len;
+    return slots > 0 ? 1.0 - static_cast<double>(n_tokens) / slots : 0.0;
+}
+
+double DatasetStats::unpacked_padding_fraction() const {
+    const double slots = static_cast<double>(n_unpacked) * seq_len;
+    return slots > 0 ? 1.0 - static_cast<double>(n_tokens) / slots : padding_fraction();
+}
+
+void Dataset::push(const std::vector<int32_t> & in, const std::vector<int32_t> & lab) {
+    assert(in.size() == static_cast<size_t>(seq_len_) && lab.size() == in.size());
+    inputs_.insert(inputs_.end(), in.begin(), in.end());
+    labels_.insert(labels_.end(), lab.begin(), lab.end());
+    ++size_;
+    for (const int32_t l : lab) stats_.n_trained += l != kIgnoreLabel;
+}
+
+void Dataset::finish(const std::string & source) {
+    stats_.n_sequences = size_;
+    stats_.seq_len = seq_len_;
+    if (size_ == 0 || stats_.n_trained == 0) {
+        throw Error("dataset " + source + ": no training sequences (" + std::to_string(stats_.n_examples) +
+                    " examples read, " + std::to_string(stats_.n_skipped) + " skipped)");
+    }
+}
+
+uint64_t Dataset::fingerprint() const {
+    uint64_t h = fnv1a(kFnvBasis, &seq_len_, sizeof seq_len_);
+    h = fnv1a(h, inputs_.data(), inputs_.size() * sizeof(int32_t));
+    h = fnv1a(h, labels_.data(), labels_.size() * sizeof(int32_t));
+    return positions_.empty() ? h : fnv1a(h, positions_.data(), positions_.size() * sizeof(int32_t));
+}
+
+Dataset Dataset::from_text(std::string_view text, const std::string & source, const Tokenizer & tok,
+                           const DatasetOptions & opt) {
+    check_options(opt);
+    check_text(text, source, opt);
+    Dataset d;
+    d.seq_len_ = opt.seq_len;
+    // One stream of every document; a BOS that starts a document is never a label.
+    Tokens s;
+    for (const std::string_view doc : split_documents(strip_bom(text), opt.doc_separator)) {
+        ++d.stats_.n_examples;
+        Tokens t;
+        t.ids = tok.encode(doc, true, false);
+        t.trained.assign(t.ids.size(), 1);
+        if (tok.add_bos() && !t.ids.empty() && t.ids[0] == tok.bos()) t.trained[0] = 0;
+        append_eos(tok, t);
+        s.ids.insert(s.ids.end(), t.ids.begin(), t.ids.end());
+        s.trained.insert(s.trained.end(), t.trained.begin(), t.trained.end());
+    }
+    const size_t L = static_cast<size_t>(opt.seq_len), n = s.ids.size();
+    const int32_t pad = pad_token(tok);
+    std::vector<int32_t> in(L), lab(L);
+    for (size_t start = 0; start + 1 < n; start += L) {
+        for (size_t t = 0; t < L; ++t) {
+            const size_t i = start + t;
+            in[t] = i < n ? s.ids[i] : pad;
+            lab[t] = i + 1 < n && s.trained[i + 1] ? s.ids[i + 1] : kIgnoreLabel;
+            d.stats_.n_tokens += i < n;
+        }
+        d.push(in, lab);
+    }
+    d.finish(source);
+    return d;
+}
+
+Dataset Dataset::from_jsonl(std::string_view text, const std::string & source, const Tokenizer & tok,
+                            const DatasetOptions & opt) {
+    check_options(opt);
+    check_text(text, source, opt);
+    Dataset d;
+    d.seq_len_ = opt.seq_len;
+    JsonlReader reader(source, tok, opt);
+    const size_t L = static_cast<size_t>(opt.seq_len);
+    const int32_t pad = pad_token(tok);
+    std::vector<int32_t> in(L), lab(L);
+    // Packed: the examples' (input, label) runs, placed into sequences once all are read.
+    std::vector<std::vector<int32_t>> ex_in, ex_lab;
+    text = strip_bom(text);
+    size_t line_no = 0, pos = 0;
+    while (pos < text.size()) {
+        size_t eol = text.find('\n', pos);
+        if (eol == std::string_view::npos) eol = text.size();
+        const std::string_view line = text.substr(pos, eol - pos);
+        pos = eol + 1;
+        ++line_no;
+        if (trim(line).empty()) continue;
+        const json::Value v = json::parse(std::string(line), source + " line " + std::to_string(line_no));
+        const Tokens t = reader.example(v, line_no);
+        ++d.stats_.n_examples;
+        const size_t n = std::min(t.ids.size(), L + 1);  // truncation keeps the first seq_len + 1 tokens
+        d.stats_.n_truncated += t.ids.size() > L + 1;
+        bool any = false;
+        for (size_t i = 0; i < L; ++i) {
+            in[i] = i < n ? t.ids[i] : pad;
+            lab[i] = i + 1 < n && t.trained[i + 1] ? t.ids[i + 1] : kIgnoreLabel;
+            any |= lab[i] != kIgnoreLabel;
+        }
+        if (!any) {
+            ++d.stats_.n_skipped;
+            continue;
+        }
+        const size_t m = std::min(n, L);  // positions the example fills
+        d.stats_.n_tokens += m;
+        ++d.stats_.n_unpacked;
+        if (opt.pack) {
+            ex_in.emplace_back(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(m));
+            ex_lab.emplace_back(lab.begin(), lab.begin() + static_cast<std::ptrdiff_t>(m));
+        } else {
+            d.push(in, lab);
+        }
+    }
+    if (opt.pack) d.pack(ex_in, ex_lab, pad);
+    d.finish(source);
+    return d;
+}
+
+void Dataset::pack(const std::vector<std::vector<int32_t>> & ex_in, const std::vector<std::vector<int32_t>> & ex_lab,
+                   int32_t pad) {
+    const size_t L = static_cast<size_t>(seq_len_), n = ex_in.size();
+    // Best-fit decreasing: the longest examples first (ties in file order), each into the open sequence with
+    // the least room that still holds it (ties: the one opened first), else a new one. Deterministic.
+    std::vector<size_t> order(n);
+    for (size_t i = 0; i < n; ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ex_in[a].size() > ex_in[b].size(); });
+    std::vector<std::vector<size_t>> bins;
+    std::multimap<size_t, size_t> room;  // free positions -> bin; equal keys keep insertion order
+    for (const size_t e : order) {
+        const size_t len = ex_in[e].size();
+        auto it = room.lower_bound(len);
+        size_t bin;
+        if (it == room.end()) {
+            bin = bins.size();
+            bins.emplace_back();
+            if (L > len) room.emplace(L - len, bin);
+        } else {
+            bin = it->second;
+            const size_t left = it->first - len;
+            room.erase(it);
+            if (left > 0) room.emplace(left, bin);
+        }
+        bins[bin].push_back(e);
+    }
+    // Bins take examples in file order (deterministic and readable); the tail is padding, its positions a
+    // run of their own (masked labels: it trains nothing and no example attends to it).
+    std::vector<int32_t> in(L), lab(L), pos(L);
+    for (std::vector<size_t> & bin : bins) {
+        std::sort(bin.begin(), bin.end());
+        size_t at = 0;
+        for (const size_t e : bin) {
+            for (size_t i = 0; i < ex_in[e].size(); ++i, ++at) {
+                in[at] = ex_in[e][i];
+                lab[at] = ex_lab[e][i];
+                pos[at] = static_cast<int32_t>(i);
+            }
+        }
+        for (size_t i = 0; at < L; ++i, ++at) {
+            in[at] = pad;
+            lab[at] = kIgnoreLabel;
+            pos[at] = static_cast<int32_t>(i);
+        }
+        push(in, lab);
+        push_positions(pos);
+    }
+}
+
+Dataset Dataset::load(const std::string & path, const Tokenizer & tok, const DatasetOptions & opt) {
+    check_options(opt);
+    std::ifstream f(path, std::ios::binary);
+    if (!f) throw Error("cannot open dataset file '" + path + "': " + std::strerror(errno));
+    std::ostringstream ss;
+    ss << f.rdbuf();
+    if (f.bad()) throw Error("cannot read dataset file '" + path + "'");
+    const std::string text = ss.str();
+    if (trim(strip_bom(text)).empty()) throw Error("dataset " + path + ": the file is empty");
+    DatasetFormat fmt = opt.format;
+    if (fmt == DatasetFormat::Auto) {
+        const bool jsonl = path.size() >= 6 && path.compare(path.size() - 6, 6, ".jsonl") == 0;
+        fmt = jsonl ? DatasetFormat::Jsonl : DatasetFormat::Text;
+    }
+    return fmt == DatasetFormat::Jsonl ? from_jsonl(text, path, tok, opt) : from_text(text, path, tok, opt);
+}
+
+// ---- shuffling, split, batches ----------------------------------------------------------------------------
+
+uint64_t uniform_below(std::mt19937_64 & rng, uint64_t n) {
+    assert(n >= 1);
+    // 2^64 mod n values at the top would make small residues likelier: draw again when x lands there.
+    const uint64_t excess = (UINT64_MAX % n + 1) % n;
+    uint64_t x = rng();
+    while (excess != 0 && x > UINT64_MAX - excess) x = rng();
+    return x % n;
+}
+
+void shuffle_indices(std::vector<uint32_t> & idx, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    for (size_t i = idx.size(); i > 1; --i) {
+        const size_t j = static_cast<size_t>(uniform_below(rng, i));
+        std::swap(idx[i - 1], idx[j]);
+    }
+}
+
+uint64_t mix_seed(uint64_t seed, uint64_t stream) { return splitmix64(seed ^ splitmix64(stream)); }
+
+DatasetSplit split_dataset(size_t n, double val_fraction, uint64_t seed) {
+    if (!(val_fraction >= 0.0 && val_fraction < 1.0)) {
+        throw Error("val_split " + std::to_string(val_fraction) + " is outside [0, 1)");
+    }
+    size_t n_val = static_cast<size_t>(std::llround(val_fraction * static_cast<double>(n)));
+    if (val_fraction > 0.0 && n_val == 0) n_val = 1;
+    if (n_val >= n) {
+        throw Error("val_split " + std::to_string(val_fraction) + " leaves no training sequences (" +
+                    std::to_string(n) + " in total)");
+    }
+    std::vector<uint32_t> perm(n);
+    for (size_t i = 0; i < n; ++i) perm[i] = static_cast<uint32_t>(i);
+    shuffle_indices(perm, mix_seed(seed, kSplitStream));
+    DatasetSplit s;
+    s.val.assign(perm.begin(), perm.begin() + static_cast<std::ptrdiff_t>(n_val));
+    s.train.assign(perm.begin() + static_cast<std::ptrdiff_t>(n_val), perm.end());
+    std::sort(s.val.begin(), s.val.end());
+    std::sort(s.train.begin(), s.train.end());
+    return s;
+}
+
+size_t Batch::n_trained() const {
+    return static_cast<size_t>(std::count_if(labels.begin(), labels.end(), [](int32_t l) { return l != kIgnoreLabel; }));
+}
+
+Batch make_batch(const Dataset & data, std::span<const uint32_t> idx) {
+    Batch b;
+    b.n_seq = static_cast<int32_t>(idx.size());
+    b.seq_len = data.seq_len();
+    b.inputs.reserve(idx.size() * static_cast<size_t>(b.seq_len));
+    b.labels.reserve(b.inputs.capacity());
+    for (const uint32_t i : idx) {
+        const auto in = data.inputs(i);
+        const auto lab = data.labels(i);
+        const auto pos = data.positions(i);
+        b.inputs.insert(b.inputs.end(), in.begin(), in.end());
+        b.labels.insert(b.labels.end(), lab.begin(), lab.end());
+        b.positions.insert(b.positions.end(), pos.begin(), pos.end());
+    }
+    return b;
+}
+
+Batcher::Batcher(const Dataset & data, std::vector<uint32_t> indices, int32_t batch_size, uint64_t seed, bool shuffle)
+    : data_(data), indices_(std::move(indices)), batch_size_(batch_size), seed_(seed), shuffle_(shuffle) {
+    if (indices_.empty()) throw Error("batches: no training sequences");
+    if (batch_size_ < 1) throw Error("batch_size " + std::to_string(batch_size_) + " must be at least 1");
+    for (const uint32_t i : indices_) {
+        if (i >= data_.size()) {
+            throw Error("batches: sequence index " + std::to_string(i) + " outside the dataset of " +
+                        std::to_string(data_.size()));
+        }
+    }
+    uint64_t h = data_.fingerprint();
+    h = fnv1a(h, indices_.data(), indices_.size() * sizeof(uint32_t));
+    const uint8_t sh = shuffle_;
+    fingerprint_ = fnv1a(h, &sh, 1);
+}
+
+const std::vector<uint32_t> & Batcher::order_for(uint64_t epoch) {
+    if (epoch != order_epoch_) {
+        order_ = indices_;
+        if (shuffle_) shuffle_indices(order_, mix_seed(seed_, epoch));
+        order_epoch_ = epoch;
+    }
+    return order_;
+}
+
+uint64_t Batcher::epoch() const { return consumed_ / indices_.size(); }
+
+Batch Batcher::next() {
+    std::vector<uint32_t> idx(static_cast<size_t>(batch_size_));
+    for (uint32_t & i : idx) {
+        i = order_for(consumed_ / indices_.size())[consumed_ % indices_.size()];
+        ++consumed_;
+    }
+    return make_batch(data_, idx);
+}
+
+void Batcher::seek(const DataPosition & pos) {
+    if (pos.seed != seed_) {
+        throw Error("data position: saved with seed " + std::to_string(pos.seed) + ", this run uses " +
+                    std::to_string(seed_));
+    }
+    if (pos.fingerprint != fingerprint_) {
+        throw Error("data position: the dataset or its split differs from the saved run's (fingerprint mismatch)");
+    }
+    consumed_ = pos.consumed;
+}
+
+} // namespace rp

@@ -1,0 +1,185 @@
+// Finetuning data: a text or JSONL file -> fixed-length token sequences with next-token labels, a seeded
+// train / validation split, and batches over epochs with a position that can be saved for a bit-exact resume.
+//
+// Every sequence has seq_len input tokens and seq_len labels; labels[t] is the token the model should
+// predict after inputs[0..t], or kIgnoreLabel (-1: no loss) for masked and padding positions.
+//
+// Plain text (any file not ending in .jsonl):
+//   - The file is cut into documents at every occurrence of DatasetOptions::doc_separator. The default, an
+//     empty separator, makes the whole file one document: one token stream, as llama.cpp's finetune does.
+//     "\n\n" splits at blank lines; "<|endoftext|>" suits TinyStories dumps. Leading and trailing whitespace
+//     of every document is dropped, and empty documents are skipped.
+//   - Each document is tokenized with the model's special tokens (BOS when the tokenizer adds one),
+//     special-token texts are NOT parsed, and EOS is appended. The documents are concatenated into one
+//     stream S and cut into windows of seq_len + 1 tokens with stride seq_len: sequence k has inputs
+//     S[k*L .. k*L+L) and labels S[k*L+1 .. k*L+L+1), so every token after the first is predicted exactly
+//     once and windows do not overlap. Windows ignore document bounds (tokens attend across an EOS, as in
+//     pretraining); a label that would be the BOS of the next document is masked. The last window is padded.
+// JSONL (.jsonl; one JSON object per line, blank lines skipped), one example per line, each line one of:
+//   {"text": T}                          everything is trained; EOS appended
+//   {"prompt": P, "completion": C}       P + C tokenized together (the text the model sees), loss only on
+//                                        tokens that start inside C, and on the appended EOS
+//   {"messages": [{"role", "content"}, ...]}  rendered with the chat template (special tokens parsed), loss
+//                                        only on the assistant replies and their end-of-turn marker
+//   Other keys (ids, metadata) are ignored; any other combination of these keys is an error.
+//   An example is truncated to its first seq_len + 1 tokens when longer (the rest is dropped; counted in
+//   DatasetStats::n_truncated); it then fills min(tokens, seq_len) positions. An example left with no trained
+//   token after truncation is skipped (DatasetStats::n_skipped).
+//   Unpacked (DatasetOptions::pack false): each example is one sequence, padded to seq_len.
+//   Packed: examples share sequences (best-fit decreasing: longest first, each into the sequence it fills
+//   most tightly; ties to the earliest), each attending only to itself: its RoPE positions restart at 0
+//   (Dataset::positions) and the attention of its tokens starts at its first token (block-diagonal causal,
+//   models/layer.h TokenPositions). The loss and gradients of a packed sequence are those of its examples
+//   run one by one (up to float summation order). The tail of a sequence is padding (masked labels).
+//
+// Errors throw rp::Error naming the file, and for JSONL the line number and what is wrong.
+#pragma once
+
+#include "models/text/chat_template.h"
+
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rp {
+
+class Tokenizer;
+
+constexpr int32_t kIgnoreLabel = -1;
+
+enum class DatasetFormat { Auto, Text, Jsonl };  // Auto: Jsonl for a ".jsonl" file name, else Text
+
+struct DatasetOptions {
+    int32_t seq_len = 0;              // tokens per sequence, >= 1
+    uint32_t n_ctx = 0;               // the model's context length; seq_len may not exceed it (0: unchecked)
+    DatasetFormat format = DatasetFormat::Auto;
+    std::string doc_separator;        // plain text: cut documents here ("" = one document)
+    std::optional<ChatTemplate> chat; // for "messages" lines; required when such a line appears
+    bool train_on_inputs = false;     // "messages" lines: train every token, not only the assistant spans
+    bool allow_binary = false;        // train on text with NUL bytes or invalid UTF-8 (refused otherwise)
+    bool pack = false;                // JSONL: several examples per sequence (see above); text: no effect
+};
+
+struct DatasetStats {
+    size_t n_examples = 0;       // documents (text) or lines (JSONL) read
+    size_t n_truncated = 0;      // JSONL examples longer than seq_len + 1 tokens
+    size_t n_skipped = 0;        // JSONL examples without a trained token after truncation
+    size_t n_tokens = 0;         // input tokens that are not padding
+    size_t n_trained = 0;        // labels that are not kIgnoreLabel
+    size_t n_sequences = 0;      // sequences built
+    size_t n_unpacked = 0;       // sequences the same examples would take one per sequence (JSONL)
+    int32_t seq_len = 0;
+    // Padding: the share of sequence positions that hold no token, as built and (JSONL) without packing.
+    double padding_fraction() const;
+    double unpacked_padding_fraction() const;
+};
+
+class Dataset {
+public:
+    // Reads and tokenizes `path`. Throws rp::Error for an unreadable file, a bad line, an empty result, or a
+    // seq_len outside [1, n_ctx] ("seq_len N exceeds the model's context M").
+    static Dataset load(const std::string & path, const Tokenizer & tok, const DatasetOptions & opt);
+    // The same from text in memory; `source` names it in error messages.
+    static Dataset from_text(std::string_view text, const std::string & source, const Tokenizer & tok,
+                             const DatasetOptions & opt);
+    static Dataset from_jsonl(std::string_view text, const std::string & source, const Tokenizer & tok,
+                              const DatasetOptions & opt);
+
+    int32_t seq_len() const { return seq_len_; }
+    size_t size() const { return size_; }  // number of sequences
+    std::span<const int32_t> inputs(size_t i) const;
+    std::span<const int32_t> labels(size_t i) const;
+    // Packed datasets: the RoPE positions of sequence i (restarting at 0 at each example); empty otherwise.
+    bool packed() const { return !positions_.empty(); }
+    std::span<const int32_t> positions(size_t i) const;
+    const DatasetStats & stats() const { return stats_; }
+    // FNV-1a over seq_len and every input, label (and position): tells a resumed run that the data did not change.
+    uint64_t fingerprint() const;
+
+private:
+    Dataset() = default;
+    // Appends one sequence (inputs.size() == labels.size() == seq_len).
+    void push(const std::vector<int32_t> & inputs, const std::vector<int32_t> & labels);
+    void push_positions(const std::vector<int32_t> & positions) { positions_.insert(positions_.end(), positions.begin(), positions.end()); }
+    void finish(const std::string & source);
+    // Packs examples' (input, label) runs (each at most seq_len long) into sequences with positions.
+    void pack(const std::vector<std::vector<int32_t>> & inputs, const std::vector<std::vector<int32_t>> & labels, int32_t pad);
+
+    int32_t seq_len_ = 0;
+    size_t size_ = 0;
+    std::vector<int32_t> inputs_, labels_;  // [size][seq_len]
+    std::vector<int32_t> positions_;        // [size][seq_len] when packed, else empty
+    DatasetStats stats_;
+};
+
+// A uniform integer in [0, n) from a 64-bit generator by rejection (the same on every standard library,
+// unlike std::uniform_int_distribution). n >= 1.
+uint64_t uniform_below(std::mt19937_64 & rng, uint64_t n);
+// Fisher-Yates with uniform_below, from std::mt19937_64 seeded with `seed`.
+void shuffle_indices(std::vector<uint32_t> & idx, uint64_t seed);
+// Mixes a stream id into a seed (splitmix64), so the split and every epoch draw independent streams.
+uint64_t mix_seed(uint64_t seed, uint64_t stream);
+
+// Sequence indices of the training and validation parts, each sorted ascending. round(fraction * n)
+// sequences (at least one when fraction > 0) chosen by a seeded shuffle go to validation. Throws rp::Error
+// when fraction is outside [0, 1) or nothing would be left to train on.
+struct DatasetSplit {
+    std::vector<uint32_t> train, val;
+};
+DatasetSplit split_dataset(size_t n, double val_fraction, uint64_t seed);
+
+// A batch of sequences laid out [n_seq][seq_len] (an i32 tensor ne = [seq_len, n_seq]).
+struct Batch {
+    int32_t n_seq = 0;
+    int32_t seq_len = 0;
+    std::vector<int32_t> inputs, labels;
+    std::vector<int32_t> positions;  // packed data only ([n_seq][seq_len]); empty: 0..seq_len-1 in every sequence
+    const int32_t * positions_or_null(size_t offset = 0) const { return positions.empty() ? nullptr : positions.data() + offset; }
+    size_t n_trained() const;  // labels that are not kIgnoreLabel (for the loss scale)
+};
+
+// The sequences `idx` of `data`, in that order.
+Batch make_batch(const Dataset & data, std::span<const uint32_t> idx);
+
+// Where a Batcher stands: enough to resume the same sequence stream bit for bit.
+struct DataPosition {
+    uint64_t seed = 0;
+    uint64_t fingerprint = 0;  // of the dataset and the index set
+    uint64_t consumed = 0;     // sequences handed out so far, over all epochs
+};
+
+// Training batches: epoch e visits the given indices in the order of a permutation drawn from
+// mix_seed(seed, e) (or in the given order when shuffle is false); batches of batch_size sequences follow
+// each other across epoch bounds, so no sequence is dropped or repeated within an epoch and any batch size
+// works, even one larger than an epoch. `data` must outlive the Batcher.
+class Batcher {
+public:
+    Batcher(const Dataset & data, std::vector<uint32_t> indices, int32_t batch_size, uint64_t seed,
+            bool shuffle = true);
+
+    Batch next();
+    uint64_t epoch() const;              // of the next sequence to hand out
+    size_t epoch_size() const { return indices_.size(); }
+    DataPosition position() const { return {seed_, fingerprint_, consumed_}; }
+    // Resumes at a saved position. Throws rp::Error when it belongs to another seed or other data.
+    void seek(const DataPosition & pos);
+
+private:
+    const std::vector<uint32_t> & order_for(uint64_t epoch);
+
+    const Dataset & data_;
+    std::vector<uint32_t> indices_;
+    int32_t batch_size_;
+    uint64_t seed_;
+    bool shuffle_;
+    uint64_t fingerprint_;
+    uint64_t consumed_ = 0;
+    uint64_t order_epoch_ = UINT64_MAX;
+    std::vector<uint32_t> order_;
+};
+
+} // namespace rp

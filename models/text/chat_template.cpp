@@ -1,0 +1,210 @@
+#include "models/text/chat_template.h"
+
+#include "base/error.h"
+#include "gguf/gguf.h"
+#include "models/text/jinja/jinja.h"
+#include "models/text/tokenizer.h"
+
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+
+namespace rp {
+
+namespace {
+
+// The fixed formats of earlier versions, as Jinja: ChatML, and Llama 3 with trimmed contents and no
+// <|begin_of_text|> (the tokenizer adds BOS).
+const char * const kChatML =
+    "{%- for message in messages -%}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}";
+const char * const kLlama3 =
+    "{%- for message in messages -%}"
+    "{{- '<|start_header_id|>' + message.role + '<|end_header_id|>\\n\\n' + message.content | trim + '<|eot_id|>' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' -}}{%- endif -%}";
+
+const char * const kProbe = "rp_probe_reply_5f1c";
+
+std::tm date_of(const std::string & date) {
+    std::time_t t = std::time(nullptr);
+    std::tm tm{};
+    localtime_r(&t, &tm);
+    if (date.empty()) return tm;
+    int y = 0, m = 0, d = 0;
+    char tail = 0;
+    if (std::sscanf(date.c_str(), "%4d-%2d-%2d%c", &y, &m, &d, &tail) != 3 || y < 1900 || m < 1 || m > 12 || d < 1 || d > 31)
+        throw Error("date '" + date + "' is not YYYY-MM-DD");
+    std::tm out{};
+    out.tm_year = y - 1900;
+    out.tm_mon = m - 1;
+    out.tm_mday = d;
+    out.tm_hour = 12;
+    out.tm_isdst = -1;
+    std::mktime(&out);  // fills in the weekday and day of the year
+    if (out.tm_mday != d || out.tm_mon != m - 1) throw Error("date '" + date + "' does not exist");
+    return out;
+}
+
+std::string strftime_str(const std::tm & tm, const char * fmt) {
+    char buf[64];
+    const size_t n = std::strftime(buf, sizeof buf, fmt, &tm);
+    return std::string(buf, n);
+}
+
+std::string read_text_file(const std::string & path) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) throw Error(path + ": cannot open the chat template file");
+    std::ostringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+
+bool file_exists(const std::string & path) {
+    std::ifstream f(path);
+    return static_cast<bool>(f);
+}
+
+} // namespace
+
+ChatTemplate::ChatTemplate(const std::string & source, std::string name) : name_(std::move(name)), source_(source) {
+    try {
+        tmpl_ = std::make_shared<const jinja::Template>(source);
+    } catch (const Error & e) {
+        throw Error("chat template " + name_ + ": " + e.what());
+    }
+}
+
+void ChatTemplate::set_special_tokens(std::string bos, std::string eos, bool strip_bos, bool strip_eos) {
+    bos_ = std::move(bos);
+    eos_ = std::move(eos);
+    strip_bos_ = strip_bos;
+    strip_eos_ = strip_eos;
+}
+
+std::string ChatTemplate::apply(const std::vector<ChatMessage> & messages, const ChatOptions & opt) const {
+    using jinja::Value;
+    Value vars = Value::object();
+    jinja::Object & g = vars.obj();
+    Value msgs = Value::array();
+    for (const ChatMessage & m : messages) {
+        // llama.cpp passes each message as nlohmann JSON, whose keys come out sorted.
+        Value o = Value::object();
+        o.obj().set("content", Value::string(m.content));
+        if (!m.reasoning_content.empty()) o.obj().set("reasoning_content", Value::string(m.reasoning_content));
+        o.obj().set("role", Value::string(m.role));
+        msgs.arr().push_back(o);
+    }
+    const std::tm now = date_of(opt.date);
+    g.set("messages", msgs);
+    g.set("bos_token", Value::string(bos_));
+    g.set("eos_token", Value::string(eos_));
+    g.set("enable_thinking", Value::boolean(opt.enable_thinking));
+    g.set("datetime", Value::string(strftime_str(now, "%b %d %Y")));
+    g.set("date_string", Value::string(strftime_str(now, "%d %b %Y")));
+    if (opt.add_generation_prompt) g.set("add_generation_prompt", Value::boolean(true));
+    std::string out;
+    try {
+        out = tmpl_->render(vars, now);
+    } catch (const Error & e) {
+        throw Error("chat template " + name_ + ": " + e.what());
+    }
+    if (strip_bos_ && !bos_.empty() && out.compare(0, bos_.size(), bos_) == 0) out.erase(0, bos_.size());
+    if (strip_eos_ && !eos_.empty() && out.size() >= eos_.size() &&
+        out.compare(out.size() - eos_.size(), eos_.size(), eos_) == 0)
+        out.erase(out.size() - eos_.size());
+    return out;
+}
+
+std::string ChatTemplate::end_of_turn(const ChatOptions & opt) const {
+    ChatOptions o = opt;
+    o.add_generation_prompt = false;
+    const std::string r = apply({{"user", "u"}, {"assistant", kProbe}}, o);
+    const size_t at = r.rfind(kProbe);
+    if (at == std::string::npos) throw Error("chat template " + name_ + ": it does not render an assistant reply's content");
+    size_t e = at + std::string_view(kProbe).size();
+    const size_t b = e;
+    while (e < r.size() && r[e] != ' ' && r[e] != '\n' && r[e] != '\t' && r[e] != '\r') ++e;
+    if (e == b) throw Error("chat template " + name_ + ": no end-of-turn marker after an assistant reply");
+    return r.substr(b, e - b);
+}
+
+RenderedChat ChatTemplate::render(const std::vector<ChatMessage> & messages, const ChatOptions & opt) const {
+    RenderedChat r;
+    r.text = apply(messages, opt);
+    std::string eot;
+    ChatOptions prefix_opt = opt;
+    prefix_opt.add_generation_prompt = true;
+    size_t floor = 0;  // spans are ordered and do not overlap
+    for (size_t i = 0; i < messages.size(); ++i) {
+        if (messages[i].role != "assistant") continue;
+        if (eot.empty()) eot = end_of_turn(opt);
+        const std::string where = "chat template " + name_ + ": messages[" + std::to_string(i) + "] (assistant): ";
+        const std::vector<ChatMessage> before(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(i));
+        ChatOptions base_opt = opt;
+        base_opt.add_generation_prompt = false;
+        const std::string base = apply(before, base_opt);
+        const std::string prompt = apply(before, prefix_opt);
+        if (base.size() < floor || r.text.compare(0, base.size(), base) != 0 || prompt.compare(0, base.size(), base) != 0)
+            throw Error(where + "the rendering of the messages before it is not a prefix of the whole rendering, so "
+                        "its span cannot be found");
+        // The span starts after as much of the generation prompt as the turn really has: templates open
+        // the prompt with a think block (<think>\n, an empty one when thinking is off) that an earlier
+        // reply does not get.
+        // Cut only after a newline or a '>' (the end of a marker) or at the prompt's end, so that a reply
+        // that happens to start like the think opener ("<" of "<|im_end|>") is not cut into.
+        size_t begin = base.size();
+        for (size_t k = base.size(); k < prompt.size() && k < r.text.size() && prompt[k] == r.text[k]; ++k)
+            if (prompt[k] == '\n' || prompt[k] == '>' || k + 1 == prompt.size()) begin = k + 1;
+        if (messages[i].content.find(eot) != std::string::npos)
+            throw Error(where + "the content contains the end-of-turn marker " + eot);
+        const size_t m = r.text.find(eot, begin);
+        if (m == std::string::npos) throw Error(where + "no end-of-turn marker " + eot + " after the reply");
+        AssistantSpan s;
+        s.begin = begin;
+        s.content_end = m;
+        s.end = m + eot.size();
+        floor = s.end;
+        r.assistant.push_back(s);
+    }
+    return r;
+}
+
+ChatTemplate chat_template_from_name(std::string_view name) {
+    if (name == "chatml" || name == "qwen" || name == "qwen2" || name == "qwen3") return ChatTemplate(kChatML, "chatml");
+    if (name == "llama3" || name == "llama-3") return ChatTemplate(kLlama3, "llama3");
+    const std::string path(name);
+    const bool jinja_file = path.size() > 6 && path.compare(path.size() - 6, 6, ".jinja") == 0;
+    if (jinja_file || file_exists(path)) return ChatTemplate(read_text_file(path), path);
+    throw Error("unknown chat template '" + path + "' (known: chatml, llama3, or a FILE.jinja)");
+}
+
+ChatTemplate chat_template_for(const gguf::Reader & reader, std::string_view name) {
+    if (!name.empty()) return chat_template_from_name(name);
+    if (!reader.find("tokenizer.chat_template"))
+        throw Error(reader.path() + ": no tokenizer.chat_template; name a chat template (chatml, llama3, FILE.jinja)");
+    return ChatTemplate(reader.get_string("tokenizer.chat_template"), reader.path() + ": tokenizer.chat_template");
+}
+
+ChatTemplate chat_template_for(const Tokenizer & tok, std::string_view name) {
+    if (name.empty() && tok.chat_template().empty())
+        throw Error("the model has no tokenizer.chat_template; name a chat template (chatml, llama3, FILE.jinja)");
+    ChatTemplate t = name.empty() ? ChatTemplate(tok.chat_template(), "tokenizer.chat_template")
+                                  : chat_template_from_name(name);
+    // As llama.cpp: the token texts with special tokens spelled out; no token, no text.
+    const std::string bos = tok.bos() >= 0 ? tok.token_to_piece(tok.bos(), true) : std::string();
+    const std::string eos = tok.eos() >= 0 ? tok.token_to_piece(tok.eos(), true) : std::string();
+    t.set_special_tokens(bos, eos, tok.add_bos(), tok.add_eos());
+    return t;
+}
+
+RenderedChat render_chat(const ChatTemplate & t, const std::vector<ChatMessage> & messages, bool add_generation_prompt) {
+    ChatOptions o;
+    o.add_generation_prompt = add_generation_prompt;
+    return t.render(messages, o);
+}
+
+} // namespace rp

@@ -1,0 +1,288 @@
+#include "models/text/tokenizer_pretokenize.h"
+
+#include "models/text/unicode.h"
+
+#include <cassert>
+
+namespace rp {
+
+namespace {
+
+constexpr uint32_t kOutOfRange = 0xFFFFFFFF;
+
+// What the regexes ask about one position. Outside the chunk nothing is true (not even `any`), which is
+// how the lookaheads `(?!\S)` and "next char is a letter" see the end of the text.
+struct Flags {
+    bool any = false;  // inside the chunk
+    bool letter = false;
+    bool number = false;
+    bool mark = false;
+    bool space = false;  // White_Space
+};
+
+// One chunk [ini, end) of the code points being split, and the words cut from it so far.
+struct Chunk {
+    const uint32_t * cpts;
+    size_t ini, end;
+    std::vector<uint32_t> & out;
+    size_t prev_end;
+
+    Chunk(const uint32_t * c, size_t i, size_t e, std::vector<uint32_t> & o) : cpts(c), ini(i), end(e), out(o), prev_end(i) {}
+
+    uint32_t cpt(size_t pos) const { return pos >= ini && pos < end ? cpts[pos] : kOutOfRange; }
+    Flags flags(size_t pos) const {
+        Flags f;
+        if (pos < ini || pos >= end) {
+            return f;
+        }
+        const uint32_t c = cpts[pos];
+        const Ucat k = ucat(c);
+        f.any = true;
+        f.letter = k == Ucat::letter;
+        f.number = k == Ucat::number;
+        f.mark = k == Ucat::mark;
+        f.space = is_whitespace(c);
+        return f;
+    }
+    // Ends the current word at `pos` (nothing when empty); returns its length.
+    size_t cut(size_t pos) {
+        assert(prev_end <= pos && pos <= end);
+        const size_t len = pos - prev_end;
+        if (len > 0) {
+            out.push_back(static_cast<uint32_t>(len));
+        }
+        prev_end = pos;
+        return len;
+    }
+};
+
+inline uint32_t ascii_lower(uint32_t c) { return (c >= 'A' && c <= 'Z') ? c + 32 : c; }
+
+// Contractions 's 't 're 've 'm 'll 'd at pos; returns their length (0: none). Case-insensitive for the
+// Llama-3 family (only ASCII letters can lower-case to these, so ASCII folding is exact).
+size_t contraction(const Chunk & ch, size_t pos, bool ignore_case) {
+    if (ch.cpt(pos) != '\'' || pos + 1 >= ch.end) {
+        return 0;
+    }
+    auto fold = [&](uint32_t c) { return ignore_case ? ascii_lower(c) : c; };
+    const uint32_t c1 = fold(ch.cpt(pos + 1));
+    if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') {
+        return 2;
+    }
+    if (pos + 2 < ch.end) {
+        const uint32_t c2 = fold(ch.cpt(pos + 2));
+        if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) {
+            return 3;
+        }
+    }
+    return 0;
+}
+
+// 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+void split_gpt2(Chunk & ch) {
+    for (size_t pos = ch.ini; pos < ch.end;) {
+        const uint32_t c = ch.cpt(pos);
+        if (const size_t n = contraction(ch, pos, false)) {
+            pos += ch.cut(pos + n);
+            continue;
+        }
+        // an optional leading space belongs to the run that follows it
+        Flags f2 = c == ' ' ? ch.flags(pos + 1) : ch.flags(pos);
+        if (f2.letter) {
+            pos += (c == ' ');
+            while (f2.letter) {
+                f2 = ch.flags(++pos);
+            }
+            ch.cut(pos);
+            continue;
+        }
+        if (f2.number) {
+            pos += (c == ' ');
+            while (f2.number) {
+                f2 = ch.flags(++pos);
+            }
+            ch.cut(pos);
+            continue;
+        }
+        if (!(f2.space || f2.letter || f2.number) && f2.any) {
+            pos += (c == ' ');
+            while (!(f2.space || f2.letter || f2.number) && f2.any) {
+                f2 = ch.flags(++pos);
+            }
+            ch.cut(pos);
+            continue;
+        }
+        size_t n_space = 0;
+        while (ch.flags(pos + n_space).space) {
+            ++n_space;
+        }
+        if (n_space > 1 && ch.cpt(pos + n_space) != kOutOfRange) {
+            // \s+(?!\S): leave the last space to the word that follows
+            pos += n_space - 1;
+            ch.cut(pos);
+            continue;
+        }
+        if (n_space > 0) {
+            pos += n_space;
+            ch.cut(pos);
+            continue;
+        }
+        ch.cut(++pos);  // matched by no branch: a word of its own
+    }
+}
+
+// (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,max_digits}| ?[^\s\p{L}\p{N}]+[\r\n]*|
+// \s*[\r\n]+|\s+(?!\S)|\s+      with_marks: [\p{L}\p{M}] in place of \p{L} (Qwen3.5)
+void split_llama3(Chunk & ch, size_t max_digits, bool with_marks) {
+    auto letter = [&](const Flags & f) { return f.letter || (with_marks && f.mark); };
+    for (size_t pos = ch.ini; pos < ch.end;) {
+        const uint32_t c = ch.cpt(pos);
+        const Flags f = ch.flags(pos);
+        if (const size_t n = contraction(ch, pos, true)) {
+            pos += ch.cut(pos + n);
+            continue;
+        }
+        // [^\r\n\p{L}\p{N}]?\p{L}+
+        if (!(c == '\r' || c == '\n' || f.number)) {
+            if (letter(f) || letter(ch.flags(pos + 1))) {
+                ++pos;
+                while (letter(ch.flags(pos))) {
+                    ++pos;
+                }
+                ch.cut(pos);
+                continue;
+            }
+        }
+        // \p{N}{1,max_digits}
+        if (f.number) {
+            size_t ini = pos;
+            while (ch.flags(pos).number) {
+                if (++pos - ini >= max_digits) {
+                    ch.cut(pos);
+                    ini = pos;
+                }
+            }
+            ch.cut(pos);
+            continue;
+        }
+        // <space>?[^\s\p{L}\p{N}]+[\r\n]*
+        Flags f2 = c == ' ' ? ch.flags(pos + 1) : f;
+        if (!(f2.space || letter(f2) || f2.number) && f2.any) {
+            pos += (c == ' ');
+            while (!(f2.space || letter(f2) || f2.number) && f2.any) {
+                f2 = ch.flags(++pos);
+            }
+            uint32_t c2 = ch.cpt(pos);
+            while (c2 == '\r' || c2 == '\n') {
+                c2 = ch.cpt(++pos);
+            }
+            ch.cut(pos);
+            continue;
+        }
+        size_t n_space = 0;
+        size_t last_newline_end = 0;
+        while (ch.flags(pos + n_space).space) {
+            const uint32_t c2 = ch.cpt(pos + n_space);
+            if (c2 == '\r' || c2 == '\n') {
+                last_newline_end = pos + n_space + 1;
+            }
+            ++n_space;
+        }
+        if (last_newline_end > 0) {  // \s*[\r\n]+
+            pos = last_newline_end;
+            ch.cut(pos);
+            continue;
+        }
+        if (n_space > 1 && ch.cpt(pos + n_space) != kOutOfRange) {  // \s+(?!\S)
+            pos += n_space - 1;
+            ch.cut(pos);
+            continue;
+        }
+        if (n_space > 0) {  // \s+
+            pos += n_space;
+            ch.cut(pos);
+            continue;
+        }
+        ch.cut(++pos);
+    }
+}
+
+// A regex "[class]+" as llama.cpp applies it: every maximal run of class members becomes a word, and so
+// does every gap between runs.
+template <typename Pred>
+void split_runs(Chunk & ch, Pred in_class) {
+    size_t pos = ch.ini;
+    while (pos < ch.end) {
+        const bool run = in_class(ch.cpts[pos]);
+        while (pos < ch.end && in_class(ch.cpts[pos]) == run) {
+            ++pos;
+        }
+        ch.cut(pos);
+    }
+}
+
+// [0-9][0-9][0-9]: leftmost non-overlapping triples of ASCII digits become words; the rest stays as gaps.
+void split_digit_triples(Chunk & ch) {
+    auto digit = [&](size_t p) { return p < ch.end && ch.cpts[p] >= '0' && ch.cpts[p] <= '9'; };
+    size_t pos = ch.ini;
+    while (pos < ch.end) {
+        if (digit(pos) && digit(pos + 1) && digit(pos + 2)) {
+            ch.cut(pos);  // the gap before the triple
+            pos += 3;
+            ch.cut(pos);
+        } else {
+            ++pos;
+        }
+    }
+    ch.cut(ch.end);
+}
+
+// \p{P} plus $ + < = > ^ ~ |  (the ASCII symbols the default regex lists; not `)
+bool default_punct(uint32_t c) {
+    if (c == '$' || c == '+' || c == '<' || c == '=' || c == '>' || c == '^' || c == '~' || c == '|') {
+        return true;
+    }
+    return ucat(c) == Ucat::punctuation;
+}
+
+// Applies one splitting stage to every word of `words` (lengths), returning the refined lengths.
+template <typename Stage>
+std::vector<uint32_t> refine(const uint32_t * cpts, const std::vector<uint32_t> & words, Stage stage) {
+    std::vector<uint32_t> out;
+    out.reserve(words.size() * 2);
+    size_t start = 0;
+    for (uint32_t len : words) {
+        Chunk ch(cpts, start, start + len, out);
+        stage(ch);
+        start += len;
+    }
+    return out;
+}
+
+} // namespace
+
+std::vector<uint32_t> pretokenize(PreTokenizer kind, const uint32_t * cpts, size_t n) {
+    std::vector<uint32_t> words;
+    if (n == 0) {
+        return words;
+    }
+    words.push_back(static_cast<uint32_t>(n));
+    switch (kind) {
+        case PreTokenizer::Gpt2:
+            return refine(cpts, words, [](Chunk & ch) { split_gpt2(ch); });
+        case PreTokenizer::Llama3:
+            return refine(cpts, words, [](Chunk & ch) { split_llama3(ch, 3, false); });
+        case PreTokenizer::Qwen2:
+            return refine(cpts, words, [](Chunk & ch) { split_llama3(ch, 1, false); });
+        case PreTokenizer::Qwen35:
+            return refine(cpts, words, [](Chunk & ch) { split_llama3(ch, 1, true); });
+        case PreTokenizer::Default:
+            words = refine(cpts, words, [](Chunk & ch) { split_runs(ch, default_punct); });
+            words = refine(cpts, words, [](Chunk & ch) { split_gpt2(ch); });
+            words = refine(cpts, words, [](Chunk & ch) { split_runs(ch, [](uint32_t c) { return is_number(c); }); });
+            return refine(cpts, words, [](Chunk & ch) { split_digit_triples(ch); });
+    }
+    return words;
+}
+
+} // namespace rp

@@ -1,0 +1,68 @@
+// Finetune checkpoints: everything a run needs to continue bit for bit, in one GGUF file written to a
+// temporary file and renamed.
+//
+//   general.type = "rp.finetune.checkpoint", general.architecture = the base's
+//   rp.ckpt.base_fingerprint (u64)  names, types and shapes of the base tensors (a foreign base is refused)
+//   rp.ckpt.full (bool), rp.ckpt.lora_rank (u32), rp.ckpt.lora_alpha (f32), rp.ckpt.lora_targets (strings)
+//   rp.ckpt.step (u64)              completed optimizer steps
+//   rp.ckpt.data_seed, rp.ckpt.data_fingerprint, rp.ckpt.data_consumed (u64): the batcher position
+//   rp.ckpt.train_loss / rp.ckpt.eval_step / rp.ckpt.eval_loss (arrays): the curve so far (for the SVG)
+//   rp.ckpt.last_norm_bits (u64: the f64's bits), rp.ckpt.last_norm_step (i64), rp.ckpt.last_skip (string),
+//   rp.ckpt.bad_run (u64): what the next step reports
+//   tensors: every trainable tensor under its own name (f32), the optimizer state arrays under
+//            "<param>.adam_m" / ".adam_v" / ".momentum", and for an async pipeline run "<param>.working".
+#pragma once
+
+#include "ggml_rp/optim/optimizer.h"
+#include "models/data/dataset.h"
+#include "models/train/finetune.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace rp {
+
+struct TrainCurve {
+    std::vector<float> train_loss;   // one per completed step
+    std::vector<int32_t> eval_step;  // steps at which the validation loss was measured
+    std::vector<float> eval_loss;
+};
+
+// The best validation loss of a curve and how many evaluations came after it without beating it (early
+// stopping; derived from the curve, so a resumed run continues the count). best_step -1 without evaluations.
+struct EvalProgress {
+    int64_t best_step = -1;
+    double best_loss = 0;
+    int64_t since_best = 0;
+};
+EvalProgress eval_progress(const TrainCurve & c);
+
+struct CheckpointState {
+    int64_t step = 0;
+    DataPosition data;
+    TrainCurve curve;
+    // An async pipeline run: the weights its next step computes at (the update before the last one; empty
+    // otherwise), and what the progress of the next step reports (the newest gradient norm, its step, why it
+    // was skipped, the run of non-finite steps so far), so that a resumed run equals an uninterrupted one.
+    std::vector<std::vector<float>> working;
+    double last_norm = 0;
+    int64_t last_norm_step = -1;
+    std::string last_skip;
+    int64_t bad_run = 0;
+    // The gradient grouping of the run (data parallel: the world size; single process: its accumulate_groups,
+    // 1 by default): the order the gradients were summed in, so a resume with another is refused.
+    int64_t grad_groups = 1;
+};
+
+// Hash of the base model's tensor names, types and shapes.
+uint64_t base_fingerprint(const Model & model);
+
+void save_checkpoint(const std::string & path, const Trainer & tr, const Optimizer & opt, const CheckpointState & st);
+
+// Restores the trainable tensors and the optimizer state; returns the rest. Throws rp::Error naming the file
+// when it is not a checkpoint, belongs to another base model or another configuration (full / LoRA rank,
+// alpha, targets), or lacks a tensor.
+CheckpointState load_checkpoint(const std::string & path, Trainer & tr, Optimizer & opt);
+
+} // namespace rp

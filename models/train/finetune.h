@@ -1,0 +1,251 @@
+// Finetuning on one device: the trainable tensors (LoRA factors, or fp32 masters of every float weight for a
+// full finetune) and the per-layer training graphs (architecture.md §6).
+//
+// One micro-batch (accumulate()):
+//   forward   embedding graph, then one graph per layer; only each layer's input (the checkpoint) is kept,
+//             or, when they fit FinetuneConfig::activation_memory, each layer's forward + backward graph with
+//             what its backward reads of its forward (run half now, half in the backward: no recompute);
+//   tail      final norm + fused chunked LM head + cross-entropy + its backward, in one graph (never recomputed);
+//   backward  per layer from last to first: recompute the layer graph from its checkpoint, seed it with the
+//             gradient of the layer output, produce the gradient of the layer input and accumulate the
+//             parameter gradients;
+//   embedding backward (token_embd or its LoRA pair) last.
+// A tied head is one parameter (token_embd) that gets two contributions (head and embedding), summed.
+// Each graph holds one layer's activations: this is the unit RoundPipe distributes as a stage. The graphs are
+// built once per shape and replayed with each call's memory (FinetuneConfig::replay_graphs): rebuilding them for
+// every micro-batch was 9% of a stories260K training step.
+//
+// The same per-layer programs (seq_forward / seq_head / seq_backward over the sequential view: layer 0 = the
+// embedding, 1..n_layer = the decoder blocks, n_layer + 1 = final norm + LM head + loss) run here on host
+// memory and, through models/training_program.h, on RoundPipe's devices: one code path, so the pipeline
+// reproduces single-device training bit for bit.
+//
+// Gradient slots: a tied head (token_embd read by layer 0 and by the last layer) keeps one gradient slot per
+// owning layer; each slot accumulates over micro-batches and calls in order, and collect_grads() sums them
+// once per step (RoundPipe's grad hand-off does the same sum, roundpipe.md §5).
+//
+// The loss of a micro-batch is loss_scale * (sum of its unmasked token losses); pass loss_scale = 1 / (the
+// unmasked tokens of the whole batch) so the split into micro-batches never changes the mean.
+#pragma once
+
+#include "ggml_rp/core/context.h"
+#include "ggml_rp/core/graph.h"
+#include "ggml_rp/cpu/backend.h"
+#include "ggml_rp/roundpipe/program.h"
+#include "models/arch/layer.h"
+#include "models/arch/lora.h"
+#include "models/arch/model.h"
+
+#include <cstdint>
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace rp {
+
+// The default LoRA targets (PEFT's usual set for Llama-style models).
+std::vector<std::string> default_lora_targets();
+
+struct FinetuneConfig {
+    bool full = false;                              // full finetune instead of LoRA
+    // Full finetune of these tensors only (GGUF names, e.g. "blk.3.ffn_norm.weight"); empty = every float
+    // tensor. The others stay frozen in their dtype.
+    std::vector<std::string> full_tensors;
+    std::vector<std::string> lora_targets = default_lora_targets();  // short names: "attn_q", "ffn_up", ...
+    int64_t lora_rank = 8;
+    float lora_alpha = 16.0f;
+    float lora_dropout = 0.0f;                      // PEFT's lora_dropout, in [0, 1)
+    uint64_t seed = 42;                             // LoRA init
+    int64_t ce_chunk = 4096;                        // vocabulary rows per LM-head chunk
+    // Host training (accumulate()): tokens per feed-forward and head graph (MicroBatchInfo::token_chunk;
+    // 0 = every token in one graph). The RoundPipe runtime chooses its own (PipelineOptions::token_chunk).
+    int64_t token_chunk = 0;
+    // Host training (accumulate()): the decoder layers' activations are kept from the forward to the backward
+    // (each layer's forward + backward graph is built once per micro-batch, its forward half run in the forward
+    // sweep, its backward half in the backward sweep) when all of them take at most this many bytes; beyond it,
+    // or with token_chunk, only each layer's input is kept and the layer is recomputed in the backward (a third
+    // more forward work). The gradients are the same bits either way. 0: always recompute.
+    size_t activation_memory = size_t(2) << 30;
+    // What an accelerator may round the attention inputs to in training graphs (ops/attention.h): BF16 runs
+    // the CUDA attention on tensor cores; F32 keeps it in f32. The CPU computes in f32 either way.
+    DType attention_type = DType::BF16;
+    // Mixture of experts: the coefficient of the Switch-style load-balancing loss added per MoE layer
+    // (ops/moe_math.h; per graph, scaled like the main loss); 0 = none. Only shapes gradients: the reported
+    // loss is the cross-entropy alone.
+    float moe_aux_loss = 0.0f;
+    // The per-layer training graphs are built and planned once per shape and replayed, each call pointing their
+    // leafs at its own memory: the same bits as building them anew, which false does (tests compare the two).
+    // Shape: the program and layer, sequence length, sequences, token chunk, packing; with the MoE
+    // load-balancing loss also the loss scale of backward graphs. With LoRA dropout nothing is replayed (the
+    // masks' keys, step and sequence offset, are op parameters of every micro-batch's own graphs).
+    bool replay_graphs = true;
+};
+
+// The decoder layers host training keeps (FinetuneConfig::activation_memory): the longest prefix of the layers,
+// whose graph bytes are given in order, that sums to at most budget. *kept_bytes receives that sum.
+size_t kept_activation_layers(const std::vector<size_t> & layer_graph_bytes, size_t budget, size_t * kept_bytes = nullptr);
+
+// The base weight names a list of short target names selects ("attn_q" -> every "blk.N.attn_q.weight";
+// "token_embd" / "output" -> that tensor). Throws rp::Error for a target that matches no tensor.
+// On a mixture of experts, ffn_gate / ffn_up / ffn_down select the experts' tensors (ffn_*_exps).
+std::vector<std::string> expand_lora_targets(const Model & model, const std::vector<std::string> & targets);
+
+// What a Trainer allocates: everything (it trains), or only the tensors' shapes — for a memory plan
+// (rp-finetune --plan, rp-simulate --max-seq): no master, gradient or adapter data, the model's weights never
+// read; its programs may only be measured (TrainingProgram::program_footprint), never run.
+enum class TrainerData { Allocate, ShapesOnly };
+
+class Trainer {
+public:
+    // Throws rp::Error for rank < 1, an unknown target, or a LoRA target on the LM head (the fused head + CE
+    // path trains the head only in a full finetune).
+    Trainer(const Model & model, const FinetuneConfig & cfg, TrainerData data = TrainerData::Allocate);
+    ~Trainer();
+
+    struct Param {
+        std::string name;   // GGUF name: "blk.0.attn_q.weight" (full) or "blk.0.attn_q.weight.lora_a"
+        Tensor * t;         // f32 master, contiguous; t->grad its gradient buffer (same shape, f32)
+    };
+    const std::vector<Param> & params() const { return params_; }
+    const FinetuneConfig & config() const { return cfg_; }
+    const Model & model() const { return model_; }
+    // The LoRA adapter being trained (nullptr for a full finetune).
+    LoraAdapter * adapter() const { return adapter_.get(); }
+    // What the training graphs read (the model's tensors, with the fp32 masters of a full finetune in their
+    // place) and the LoRA factors being trained: an InferenceSession over them samples the weights as they are.
+    const ModelWeights & graph_weights() const { return w_; }
+    const LoraSet & lora() const { return lora_; }
+
+    // Frees the graph buffers host training keeps from one step to the next (the next accumulate() allocates
+    // them again): before writing a checkpoint or the result, whose peak they would add to.
+    void free_graph_memory();
+    // Zeroes every gradient and gradient slot (start of a step).
+    void zero_grads();
+    // Folds the per-owner slots of tied tensors into params()' grads: call once per step, after the last
+    // accumulate() and before reading the gradients.
+    void collect_grads();
+
+    // Forward + backward of one micro-batch of n_seq sequences of seq_len tokens (ids and labels laid out
+    // [n_seq][seq_len], label -1 = masked). Gradients are ADDED to each param's grad. Returns the loss
+    // (loss_scale * sum of the unmasked token losses of this micro-batch).
+    // step and seq_offset (the index of the first of these sequences in the step's batch) key the dropout masks.
+    // positions: packed sequences ([n_seq][seq_len], restarting at 0 at each example: MicroBatchInfo), or
+    // nullptr (every sequence one example, positions 0..seq_len-1).
+    double accumulate(const int32_t * ids, const int32_t * labels, int64_t seq_len, int64_t n_seq, float loss_scale,
+                      int n_threads = 0, int64_t step = 0, int64_t seq_offset = 0, const int32_t * positions = nullptr);
+
+    // Forward only: loss_scale * sum of the unmasked token losses.
+    double loss(const int32_t * ids, const int32_t * labels, int64_t seq_len, int64_t n_seq, float loss_scale,
+                int n_threads = 0, const int32_t * positions = nullptr);
+
+    // Logits f32 [n_vocab][T] of one sequence with the current weights (tests, evaluation).
+    // positions: a packed sequence's (restarting at each example), or nullptr.
+    std::vector<float> logits(const int32_t * ids, int64_t seq_len, int n_threads = 0, const int32_t * positions = nullptr);
+
+    // Writes the result: the adapter (LoRA), or the base model with its trained tensors in their original
+    // float dtype (full). Temp file + rename.
+    void save(const std::string & path) const;
+
+    // Peak graph buffer bytes of the programs run so far (the largest per-layer graph, plus the kept layers'
+    // activations alive beside it: FinetuneConfig::activation_memory).
+    size_t peak_graph_bytes() const { return peak_graph_bytes_.load(); }
+    // Host training's kept decoder layer (FinetuneConfig::activation_memory): the bytes it keeps between the
+    // sweeps (the forward tensors its backward reads) and the bytes of its other nodes, planned in the buffer
+    // the host's programs share (each half while it runs). For memory plans (plan_run).
+    struct KeptBytes {
+        size_t kept = 0;
+        size_t scratch = 0;
+    };
+    KeptBytes kept_layer_bytes(int layer, const MicroBatchInfo & mb) const;
+    // The per-layer programs built and kept for replay (FinetuneConfig::replay_graphs): one per shape and
+    // layer program, more only while devices ran the same one at once.
+    size_t cached_programs() const;
+
+    // ---- the sequential view and its per-layer programs (program.h documents the contract) ----
+    struct SeqTensor {
+        Tensor * t;      // what the graphs read: a model weight (frozen) or an fp32 master / LoRA factor
+        int param;       // index into params(), or -1
+    };
+    int num_seq_layers() const { return static_cast<int>(seq_.size()); }
+    const std::vector<SeqTensor> & seq_tensors(int layer) const { return seq_[static_cast<size_t>(layer)]; }
+    std::string seq_layer_name(int layer) const;
+    size_t hidden_bytes(const MicroBatchInfo & mb) const;
+    void seq_forward(int layer, const LayerMemory & w, const void * in, void * out, const MicroBatchInfo & mb,
+                     ProgramContext & pc) const;
+    void seq_head(const LayerMemory & w, const void * in, const int32_t * labels, float * loss, void * din,
+                  const MicroBatchInfo & mb, ProgramContext & pc) const;
+    void seq_backward(int layer, const LayerMemory & w, const void * in, const void * dout, void * din,
+                      const MicroBatchInfo & mb, ProgramContext & pc) const;
+    // The hyper-parameters a backward graph of micro-batch mb is built with: the model's, plus the MoE
+    // load-balancing scale (cfg.moe_aux_loss x n_expert x mb.loss_scale).
+    HParams backward_hparams(const MicroBatchInfo & mb) const;
+
+private:
+    struct Bound;     // a layer's tensors rebound to LayerMemory inside one program's context
+    struct Program;   // a per-layer program's graphs, built once per shape and replayed
+    enum class Arg : uint8_t;  // the buffers a program call passes (in, out, din, dout, labels, loss)
+    struct CallArgs;
+    struct ProgramKey {
+        int kind = 0, layer = 0;
+        int64_t seq_len = 0, n_seq = 0, token_chunk = 0;
+        bool packed = false;
+        int64_t step = 0, seq_offset = 0;
+        uint32_t scale_bits = 0;
+        bool operator<(const ProgramKey & o) const;
+    };
+    Bound bind(Context & ctx, int layer, const LayerMemory & mem, bool with_grads, const MicroBatchInfo & mb) const;
+    LayerMemory host_memory(int layer) const;  // the tensors' own data, grads into their slots
+    ProgramKey program_key(ProgramKind kind, int layer, const MicroBatchInfo & mb, bool kept) const;
+    bool replays() const;  // programs are kept for replay (FinetuneConfig::replay_graphs)
+    // Kept programs of each pool at most (cleared when full: shapes that keep changing, as the loss scales of a
+    // MoE load-balancing loss over masked data, must not grow them without end).
+    static constexpr size_t kMaxCachedPrograms = 512;
+    std::unique_ptr<Program> take_program(const ProgramKey & key) const;
+    void give_back(const ProgramKey & key, std::unique_ptr<Program> p) const;
+    // Points the program's layer tensors at mem and its argument leafs at a's buffers.
+    void rebind(Program & p, const LayerMemory & mem, const CallArgs & a) const;
+    // Runs the program's graphs in order on pc's runner (or the host's) with this call's memory.
+    void run_program(Program & p, const LayerMemory & mem, const CallArgs & a, const MicroBatchInfo & mb, ProgramContext & pc) const;
+    // Runs the program of (kind, layer) for mb: a replay of one built for its shape, or build(program) first.
+    template <class Build>
+    void call_program(ProgramKind kind, int layer, const LayerMemory & mem, bool grads, const CallArgs & a, const MicroBatchInfo & mb,
+                      ProgramContext & pc, Build build) const;
+    void attention_half_into(Program & p, int layer, Arg dst, const MicroBatchInfo & mb) const;
+    struct KeptLayer;  // a decoder layer's forward + backward graph with its activations, between the sweeps
+    std::unique_ptr<KeptLayer> keep_layer(int layer, const void * in, const void * dout, void * din, const MicroBatchInfo & mb) const;
+    void release_kept(int layer, const MicroBatchInfo & mb, std::unique_ptr<KeptLayer> k) const;
+    static void split_kept_memory(KeptLayer & k);
+    // Points the kept nodes into the layer's own buffer and the others into the shared host buffer.
+    void bind_kept(int layer, KeptLayer & k) const;
+    Tensor * build_loss(Context & ctx, const ModelWeights & w, Tensor * x, Tensor * labels, float loss_scale) const;
+    // peak_graph_bytes() = max over time of (a graph's bytes + the kept layers' buffers alive with it).
+    void note_graph_bytes(size_t graph) const;
+
+    const Model & model_;
+    FinetuneConfig cfg_;
+    Context ctx_;                          // masters and gradient buffers
+    std::unique_ptr<LoraAdapter> adapter_;
+    LoraSet lora_;
+    ModelWeights w_;                       // what the graphs read: the model's leafs or the fp32 masters
+    std::vector<Param> params_;
+    std::vector<std::vector<SeqTensor>> seq_;  // per sequential layer
+    Tensor * head_slot_ = nullptr;              // tied head: the head's own gradient slot of token_embd
+    mutable std::atomic<size_t> peak_graph_bytes_{0};
+    mutable std::atomic<size_t> kept_live_{0};  // accumulate(): bytes the kept layers now hold
+    // Host training's graph memory, reused across graphs and steps (one thread: accumulate()'s): the
+    // transient programs' buffer, and each kept layer's own.
+    mutable CpuBackend host_graphs_;
+    mutable std::vector<std::unique_ptr<CpuBackend>> kept_graphs_;
+    CpuBackend & kept_backend(int layer) const;
+    // The programs built so far, idle between calls (a call takes one out, so devices running the same layer's
+    // program at once each get their own); host training's kept layers apart (accumulate()'s thread only).
+    mutable std::mutex programs_m_;
+    mutable std::multimap<ProgramKey, std::unique_ptr<Program>> programs_;
+    mutable std::multimap<ProgramKey, std::unique_ptr<KeptLayer>> kept_cache_;
+};
+
+} // namespace rp

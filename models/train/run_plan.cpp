@@ -1,0 +1,155 @@
+#include "models/train/run_plan.h"
+
+#include "ggml_rp/runtime/arena.h"
+#include "ggml_rp/runtime/graph_runner.h"
+#include "models/train/session.h"
+#include "models/train/training_program.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+#include <string>
+
+namespace rp {
+
+namespace {
+
+// "key: N bytes (1.50 MiB) more": the byte count first, for scripts.
+std::string line(const char * key, size_t bytes, const std::string & more = "") {
+    std::string human = format_bytes(bytes);
+    human = human.substr(0, human.find(" ("));
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%s: %zu bytes (", key, bytes);
+    std::string r = buf;
+    r += human;
+    r += ')';
+    if (!more.empty()) r.append(" ").append(more);
+    r += '\n';
+    return r;
+}
+
+} // namespace
+
+RunPlan plan_run(const Model & model, const RunPlanOptions & o) {
+    if (o.seq_len < 1) throw Error("seq_len " + std::to_string(o.seq_len) + " must be at least 1");
+    if (o.batch < 1) throw Error("batch_size " + std::to_string(o.batch) + " must be at least 1");
+    if (o.micro_batches < 1 || o.micro_batches > o.batch)
+        throw Error("micro_batches " + std::to_string(o.micro_batches) + " must be in [1, batch_size = " + std::to_string(o.batch) + "]");
+    Trainer tr(model, o.finetune, TrainerData::ShapesOnly);
+    ModelProgram prog(tr);
+    RunPlan r;
+    r.step = micro_batch_shapes(o.seq_len, o.batch, o.micro_batches, o.packed);
+
+    HostMemoryPlan & h = r.host;
+    // A weight with an fp32 master (full finetune) has its mapped pages released once copied (finetune.cpp).
+    std::set<std::string> mastered;
+    for (const auto & p : prog.params()) h.masters += p.n * sizeof(float), mastered.insert(p.name);
+    for (const Tensor * t : model.weights())
+        if (!mastered.count(t->name)) h.mapped_weights += t->nbytes();
+    h.gradients = h.masters;
+    for (const auto & ti : prog.layer_tensors(prog.num_layers() - 1))  // a trainable tied head's second gradient slot
+        if (ti.param >= 0 && model.tied_output() && ti.name == model.tok_embd->name) h.gradients += ti.bytes;
+    const size_t states = o.optimizer == OptimizerKind::AdamW ? 2 : o.momentum ? 1 : 0;
+    h.optimizer = states * h.masters;
+
+    const auto rules = footprint_rules(o.backend);
+    CallPlanner planner(prog, *rules);
+    if (o.devices <= 0) {  // the host path: every layer's input kept, one program at a time
+        for (MicroBatchInfo & mb : r.step) mb.token_chunk = o.finetune.token_chunk;
+        const int L = prog.num_layers();
+        for (const MicroBatchInfo & mb : r.step) h.checkpoints = std::max(h.checkpoints, static_cast<size_t>(L + 1) * prog.hidden_bytes(mb));
+        const ProgramFootprints & fp = planner.footprints(r.step);
+        // accumulate(): decoder layers 1.. keep what their backward reads of their forward while it fits (each
+        // half's other nodes run in the shared buffer, beside the layers kept so far); the embedding's programs
+        // run before the first and after the last kept one, the head and the other layers' programs beside them all.
+        size_t kept = 0;
+        int n_kept = 0;
+        std::vector<Trainer::KeptBytes> kb(static_cast<size_t>(L));
+        if (o.finetune.activation_memory > 0 && o.finetune.token_chunk == 0) {
+            std::vector<size_t> layer_kept;
+            for (int l = 1; l < L - 1; ++l) {
+                for (const MicroBatchInfo & mb : r.step) {
+                    const Trainer::KeptBytes b = tr.kept_layer_bytes(l, mb);
+                    kb[static_cast<size_t>(l)].kept = std::max(kb[static_cast<size_t>(l)].kept, b.kept);
+                    kb[static_cast<size_t>(l)].scratch = std::max(kb[static_cast<size_t>(l)].scratch, b.scratch);
+                }
+                layer_kept.push_back(kb[static_cast<size_t>(l)].kept);
+            }
+            n_kept = static_cast<int>(kept_activation_layers(layer_kept, o.finetune.activation_memory, &kept));
+        }
+        size_t peak = std::max(fp.forward[0], fp.backward[0]);
+        size_t so_far = 0;
+        for (int l = 1; l <= n_kept; ++l) {
+            so_far += kb[static_cast<size_t>(l)].kept;
+            peak = std::max(peak, so_far + kb[static_cast<size_t>(l)].scratch);
+        }
+        size_t beside = fp.head;
+        for (int l = 1 + n_kept; l < L - 1; ++l)
+            beside = std::max({beside, fp.forward[static_cast<size_t>(l)], fp.backward[static_cast<size_t>(l)]});
+        h.kept_activations = kept;
+        h.kept_layers = n_kept;
+        h.graph = std::max(peak, kept + beside);
+        return r;
+    }
+
+    CallPlanRequest req;
+    req.schedule = o.schedule;
+    req.grain = o.grain;
+    req.plan = o.plan;
+    req.devices = o.devices;
+    req.device_memory = o.device_memory - o.device_memory % kBufferAlign;
+    req.device_name = o.backend + ":0";
+    req.token_chunk = o.token_chunk;
+    req.resident = o.resident_weights;
+    r.min_device_peak = planner.least_memory(req, r.step).peak();
+    if (o.max_seq_limit > 0) {
+        int64_t widest = 0;
+        for (const MicroBatchInfo & mb : r.step) widest = std::max(widest, mb.n_seq);
+        r.max_seq = planner.max_seq_len(req, widest, static_cast<int>(r.step.size()), o.max_seq_limit);
+    }
+    r.call = planner.plan(req, r.step);
+    h.working_copies = h.masters;
+    for (int l = 0; l < prog.num_layers(); ++l)
+        for (const auto & ti : prog.layer_tensors(l))
+            if (ti.param >= 0) h.grad_slots += ti.bytes;
+    h.checkpoints = 2 * host_call_bytes(prog, r.call->plan, r.step).total();
+    r.link = link_bytes(prog, r.call->plan, o.schedule, r.step, r.call->shape.resident);
+    return r;
+}
+
+std::string RunPlan::report() const {
+    std::string s;
+    if (call) {
+        s += "plan: " + call->plan.describe() + " (" + std::to_string(call->plan.num_stages()) + " stages)\n";
+        s += "token chunk: " + std::to_string(call->token_chunk) + (call->token_chunk == 0 ? " (every token in one graph)" : " tokens") +
+             ", activation sets per stage: " + std::to_string(call->shape.sets) + "\n";
+        for (const std::string & n : call->plan.notes) s += "note: " + n + "\n";
+        s += line("device peak", call->memory.peak(), "= " + call->memory.describe());
+        s += line("device min peak", min_device_peak, "(the least any plan takes: one layer per stage, the smallest token chunk, one activation set)");
+    }
+    s += line("host peak", host.total());
+    s += line("  mapped weights", host.mapped_weights);
+    s += line("  trainable fp32", host.masters);
+    s += line("  gradients", host.gradients);
+    s += line("  optimizer state", host.optimizer);
+    if (call) {
+        s += line("  working copies (pinned)", host.working_copies);
+        s += line("  gradient slots (pinned)", host.grad_slots);
+        s += line("  boundary checkpoints (pinned, 2 calls)", host.checkpoints);
+        s += line("link per step", link.total(),
+                  "(weights up " + format_bytes(link.weights_up) + ", gradients down " + format_bytes(link.grads_down) +
+                      ", activations up " + format_bytes(link.activations_up) + ", down " + format_bytes(link.activations_down) + ")");
+        if (link.resident_once) s += line("link once per device", link.resident_once, "(the resident frozen weights, before the first job)");
+    } else {
+        s += line("  layer inputs", host.checkpoints);
+        std::string kept = "(the largest program; every layer recomputed in the backward)";
+        if (host.kept_layers > 0)
+            kept = std::string("(").append(std::to_string(host.kept_layers)).append(" layers keep their activations: ")
+                       .append(format_bytes(host.kept_activations)).append("; the others are recomputed in the backward)");
+        s += line("  graphs", host.graph, kept);
+    }
+    if (max_seq >= 0) s += "max seq: " + std::to_string(max_seq) + "\n";
+    return s;
+}
+
+} // namespace rp

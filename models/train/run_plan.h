@@ -1,0 +1,76 @@
+// A finetuning run's memory and traffic before it runs (rp-finetune --plan, rp-simulate --max-seq): the same
+// memory model the RoundPipe runtime carves its devices with (roundpipe/call_planner.h), over a Trainer that
+// holds shapes only (finetune.h TrainerData::ShapesOnly), so a plan of a 32B model takes milliseconds and
+// never reads a weight.
+//
+// Device: the plan of the largest step, its per-device peak region by region, the smallest plan's peak.
+// Host: the mapped GGUF, the trainable fp32 masters and their gradients, the optimizer state, and with
+// devices the pinned working copies, gradient slots and boundary checkpoints (two calls in flight: the next
+// call's forward overlaps the previous one's last backward stages); on the host path the per-layer inputs
+// and the graphs: the decoder layers that keep their activations (FinetuneConfig::activation_memory) beside the
+// largest program that runs while they are alive. Link: bytes each way per step.
+#pragma once
+
+#include "ggml_rp/optim/optimizer.h"
+#include "ggml_rp/roundpipe/call_planner.h"
+#include "models/train/finetune.h"
+#include "models/arch/model.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace rp {
+
+struct RunPlanOptions {
+    FinetuneConfig finetune;
+    OptimizerKind optimizer = OptimizerKind::AdamW;
+    bool momentum = false;        // SGD with momentum keeps one state tensor
+    int64_t seq_len = 64;
+    int64_t batch = 8;            // sequences per step
+    int64_t micro_batches = 1;
+    int devices = 0;              // 0: the host path
+    size_t device_memory = 0;     // per device (bytes; the arena's whole 256-byte units count)
+    std::string backend = "cpu";  // whose memory rules: "cpu" | "cuda"
+    ScheduleKind schedule = ScheduleKind::RoundPipe;
+    RecomputeGrain grain = RecomputeGrain::Stage;
+    std::optional<Plan> plan;
+    int64_t max_seq_limit = 0;    // > 0: also search the longest seq_len that fits, up to this
+    int64_t token_chunk = -1;     // PipelineOptions::token_chunk
+    bool resident_weights = true; // PipelineOptions::resident_weights
+    bool packed = false;          // packed sequences (their programs build per-token positions and key starts)
+};
+
+struct HostMemoryPlan {
+    size_t mapped_weights = 0;    // the GGUF's tensor data (file-backed pages) but the full finetune's mastered weights
+    size_t masters = 0;           // trainable fp32 tensors (LoRA factors, or the masters of a full finetune)
+    size_t gradients = 0;         // their fp32 gradients (+ a tied head's second slot)
+    size_t optimizer = 0;         // AdamW m and v, or SGD momentum
+    size_t working_copies = 0;    // pipeline: pinned f32 copies the devices upload
+    size_t grad_slots = 0;        // pipeline: pinned per-layer gradient slots
+    size_t checkpoints = 0;       // pipeline: pinned boundary activations of the calls in flight; host: layer inputs
+    size_t graph = 0;             // host path: the graphs at their peak (kept layers' + the largest other program's)
+    size_t kept_activations = 0;  // host path, of graph: the kept decoder layers' graphs (activation_memory)
+    int kept_layers = 0;          // host path: how many decoder layers keep their activations
+    size_t total() const {
+        return mapped_weights + masters + gradients + optimizer + working_copies + grad_slots + checkpoints + graph;
+    }
+};
+
+struct RunPlan {
+    std::vector<MicroBatchInfo> step;  // the largest step's micro-batches
+    std::optional<CallPlan> call;      // pipeline: the plan and its device memory
+    size_t min_device_peak = 0;        // pipeline: the one-layer-per-stage plan's peak
+    HostMemoryPlan host;
+    LinkBytes link;                    // pipeline: per step (and the resident weights once per device)
+    int64_t max_seq = -1;              // with max_seq_limit: the longest seq_len that fits (0: none)
+    // Lines a script can grep: "device peak: N bytes", "host peak: N bytes", "max seq: N", ...
+    std::string report() const;
+};
+
+// Throws MemoryError when the step does not fit the devices (what() says what would), rp::Error for bad
+// options (named by field: seq_len, batch_size, micro_batches, ...).
+RunPlan plan_run(const Model & model, const RunPlanOptions & options);
+
+} // namespace rp

@@ -1,0 +1,414 @@
+#include "models/train/session.h"
+
+#include "base/error.h"
+#include "ggml_rp/optim/clip.h"
+#include "gguf/gguf.h"
+#include "models/arch/inference.h"
+#include "models/arch/lora.h"
+#include "models/text/tokenizer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <span>
+#include <thread>
+
+namespace rp {
+
+namespace {
+
+SessionOptions checked(SessionOptions o, const Dataset & data) {
+    if (o.batch < 1) throw Error("batch_size " + std::to_string(o.batch) + " must be at least 1");
+    o.micro_batches = resolved_micro_batches(o);
+    if (o.micro_batches < 1 || o.micro_batches > o.batch)
+        throw Error("micro_batches " + std::to_string(o.micro_batches) + " must be in [1, batch_size = " + std::to_string(o.batch) + "]");
+    if (o.epochs < 1) throw Error("epochs " + std::to_string(o.epochs) + " must be at least 1");
+    if (o.steps < 0) throw Error("steps must be >= 0");
+    if (!(o.clip >= 0) || !std::isfinite(o.clip)) throw Error("clip must be a finite number >= 0");
+    if (o.threads < 0) throw Error("threads must be >= 0");
+    if (data.size() == 0) throw Error("the dataset has no sequences");
+    if (o.pipelined && o.devices.count < 1) throw Error("devices: a pipelined run needs at least one device");
+    if (o.max_bad_steps < 1) throw Error("max_bad_steps " + std::to_string(o.max_bad_steps) + " must be at least 1");
+    const int64_t ranks = o.comm ? o.comm->size() : 1;
+    if (o.accumulate_groups < 1 || o.accumulate_groups > o.micro_batches)
+        throw Error("accumulate_groups " + std::to_string(o.accumulate_groups) + " must be in [1, micro_batches = " +
+                    std::to_string(o.micro_batches) + "]");
+    if (o.accumulate_groups > 1 && ranks > 1)
+        throw Error("accumulate_groups is the single-process reference of a data-parallel run; this run has " +
+                    std::to_string(ranks) + " ranks");
+    if (o.accumulate_groups > 1 && o.pipelined)
+        throw Error("accumulate_groups runs on the host (the pipeline equals the host bit for bit)");
+    if (ranks > o.micro_batches)
+        throw Error("micro_batches " + std::to_string(o.micro_batches) + " must be at least the number of data-parallel ranks (" +
+                    std::to_string(ranks) + "): rank r computes micro-batches r, r + " + std::to_string(ranks) + ", ...");
+    if (o.replica_check_every < 0) throw Error("replica_check_every must be >= 0");
+    return o;
+}
+
+// Mean loss over the unmasked tokens of the given sequences, on the host (data parallel: each rank a share of
+// the batches, the sums added over the ranks).
+double eval_loss(Trainer & tr, const Dataset & data, const std::vector<uint32_t> & idx, int64_t batch, int threads, Communicator * comm) {
+    double sum = 0;
+    size_t n = 0;
+    for (size_t b = 0, k = 0; b < idx.size(); b += static_cast<size_t>(batch), ++k) {
+        if (comm && !in_group(k, comm->rank(), comm->size())) continue;  // data parallel: batches k = rank mod R
+        const size_t e = std::min(idx.size(), b + static_cast<size_t>(batch));
+        const Batch bt = make_batch(data, std::span<const uint32_t>(idx.data() + b, e - b));
+        sum += tr.loss(bt.inputs.data(), bt.labels.data(), bt.seq_len, bt.n_seq, 1.0f, threads, bt.positions_or_null());
+        n += bt.n_trained();
+    }
+    if (comm && comm->size() > 1) {
+        double total[2] = {sum, static_cast<double>(n)};
+        comm->allreduce_sum(total, 2, "validation loss");
+        sum = total[0];
+        n = static_cast<size_t>(total[1]);
+    }
+    return n ? sum / static_cast<double>(n) : std::nan("");
+}
+
+// The first step for a reference to check against (bench/gpu/peft_baseline.py): its gradients before
+// clipping, and what they came from — the batch (token ids, labels: -1 = masked), the loss scale, the loss,
+// and the logits of the batch's first sequence at the step's weights, so another engine loading the same
+// weights can compare logits, loss and gradients.
+void dump_step(Trainer & tr, const Batch & bt, float loss_scale, double loss, int64_t step, const std::string & path) {
+    gguf::Writer w;
+    w.set_string("general.type", "rp.gradients");
+    w.set_u32("rp.step", static_cast<uint32_t>(step + 1));
+    w.set_f32("rp.loss", static_cast<float>(loss));
+    w.set_f32("rp.loss_scale", loss_scale);
+    for (const Trainer::Param & p : tr.params()) {
+        const int64_t ne[3] = {p.t->ne[0], p.t->ne[1], p.t->ne[2]};
+        w.add_tensor(p.name, DType::F32, p.t->ne[2] != 1 ? 3 : 2, ne, p.t->grad->data);  // expert tensors are 3-D
+    }
+    const int64_t ne_batch[2] = {bt.seq_len, bt.n_seq};
+    w.add_tensor("batch.inputs", DType::I32, 2, ne_batch, bt.inputs.data());
+    w.add_tensor("batch.labels", DType::I32, 2, ne_batch, bt.labels.data());
+    if (!bt.positions.empty()) {  // packed: the positions the reference needs to reproduce the step
+        w.add_tensor("batch.positions", DType::I32, 2, ne_batch, bt.positions.data());
+    }
+    const std::vector<float> logits = tr.logits(bt.inputs.data(), bt.seq_len, 0, bt.positions_or_null());
+    const int64_t ne_logits[2] = {static_cast<int64_t>(logits.size()) / bt.seq_len, bt.seq_len};
+    w.add_tensor("batch.logits0", DType::F32, 2, ne_logits, logits.data());
+    w.write(path);
+}
+
+} // namespace
+
+int64_t resolved_micro_batches(const SessionOptions & o) {
+    return o.micro_batches != 0 ? o.micro_batches : o.comm ? o.comm->size() : 1;
+}
+
+std::vector<MicroBatchInfo> micro_batch_shapes(int64_t seq_len, int64_t n_seq, int64_t micro_batches, bool packed) {
+    std::vector<MicroBatchInfo> out;
+    for (int64_t mb = 0; mb < micro_batches; ++mb) {
+        const int64_t lo = n_seq * mb / micro_batches, hi = n_seq * (mb + 1) / micro_batches;
+        if (hi == lo) continue;
+        MicroBatchInfo info;
+        info.seq_len = seq_len;
+        info.n_seq = hi - lo;
+        info.seq_offset = lo;
+        info.packed = packed;
+        out.push_back(info);
+    }
+    return out;
+}
+
+TrainingSession::TrainingSession(const Model & model, const Dataset & data, SessionOptions options)
+    : model_(model), data_(data), opt_(checked(std::move(options), data)), trainer_(model, opt_.finetune),
+      split_(split_dataset(data.size(), opt_.val_split, opt_.seed)),
+      batcher_(data, split_.train, static_cast<int32_t>(opt_.batch), opt_.seed), optimizer_(opt_.optimizer) {
+    const int64_t steps_per_epoch = (static_cast<int64_t>(split_.train.size()) + opt_.batch - 1) / opt_.batch;
+    total_ = opt_.steps > 0 ? opt_.steps : opt_.epochs * steps_per_epoch;
+    opt_.lr.total_steps = total_;
+    opt_.lr.validate();
+    for (const Trainer::Param & p : trainer_.params()) slots_.push_back(optimizer_.add_param(p.name, static_cast<size_t>(p.t->nelements())));
+
+    groups_ = opt_.comm ? opt_.comm->size() : opt_.accumulate_groups;
+    if (opt_.comm && opt_.comm->size() > 1) {
+        // Every rank must run the same job: the same model, configuration and data, and the same initial
+        // weights (a mismatch would be a silent divergence, or a hang on mismatched messages).
+        std::vector<uint64_t> fp;
+        std::vector<std::string> names;
+        auto add = [&](const std::string & name, uint64_t v) { fp.push_back(v), names.push_back(name); };
+        add("base model", base_fingerprint(model_));
+        add("number of trainable tensors", trainer_.params().size());
+        add("dataset (its sequences and split)", batcher_.position().fingerprint);
+        add("sequence length", static_cast<uint64_t>(data.seq_len()));
+        add("batch_size", static_cast<uint64_t>(opt_.batch));
+        add("micro_batches", static_cast<uint64_t>(opt_.micro_batches));
+        add("steps", static_cast<uint64_t>(total_));
+        add("seed", opt_.seed);
+        add("pipelined", opt_.pipelined ? 1u : 0u);
+        add("async", opt_.pipelined && opt_.pipeline.async ? 1u : 0u);
+        const ReplicaHashes h = replica_hashes(trainer_, optimizer_);
+        fp.insert(fp.end(), h.hashes.begin(), h.hashes.end());
+        names.insert(names.end(), h.names.begin(), h.names.end());
+        opt_.comm->check_same(fp, names, "data parallel: the ranks' jobs differ");
+        grad_comm_ = opt_.comm->duplicate();
+        reducer_ = std::make_unique<GradientReducer>(*grad_comm_, trainer_);
+        if (opt_.pipelined)  // per layer on the optimizer thread, while the devices run earlier layers' backward
+            opt_.pipeline.grads_complete = [this](int, const std::vector<int> & params) {
+                for (int p : params) reducer_->add(p);
+            };
+    }
+
+    if (opt_.pipelined) {
+        program_ = std::make_unique<ModelProgram>(trainer_);
+        devices_ = make_devices(opt_.devices);
+        std::vector<Device *> ptrs;
+        for (const auto & d : devices_) ptrs.push_back(d.get());
+        const int hw = opt_.threads > 0 ? opt_.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+        opt_.pipeline.threads_per_device = std::max(1, hw / static_cast<int>(devices_.size()));
+        pipe_ = std::make_unique<Pipeline>(*program_, ptrs, opt_.pipeline);
+        // The largest step's plan and memory, now: a run that cannot fit is refused before it writes anything.
+        const int64_t n_seq = std::min<int64_t>(opt_.batch, static_cast<int64_t>(split_.train.size()));
+        std::vector<MicroBatchInfo> shapes;  // data parallel: this rank's share
+        const auto all = micro_batch_shapes(data.seq_len(), n_seq, opt_.micro_batches, data.packed());
+        for (size_t i = 0; i < all.size(); ++i)
+            if (!reducer_ || in_group(i, opt_.comm->rank(), opt_.comm->size())) shapes.push_back(all[i]);
+        planned_ = pipe_->plan_call(shapes);
+    }
+}
+
+TrainingSession::~TrainingSession() = default;
+
+std::string TrainingSession::resume(const std::string & path) {
+    if (st_.step > 0 || first_step_ > 0) throw Error(path + ": resume must come before the first step");
+    const auto file = gguf::Reader::open(path);
+    const std::string type = file->get_string_or("general.type", "");
+    if (type != "adapter") {
+        const int64_t g = file->get_u32_or("rp.ckpt.grad_groups", 1);
+        if (g != groups_)
+            throw Error(path + ": the checkpoint's gradients were summed over " + std::to_string(g) + " data-parallel rank(s) (or groups); this run has " +
+                        std::to_string(groups_) + ". Resume it with " + std::to_string(g) +
+                        " ranks: the summation order, and so every bit of the run, depends on it (it is not re-sharded)");
+    }
+    std::string what;
+    if (type == "adapter") {
+        if (opt_.finetune.full) throw Error(path + ": a LoRA adapter cannot start a full finetune");
+        auto init = LoraAdapter::load(path, model_);  // validates it against this base
+        for (const LoraTensor & t : trainer_.adapter()->tensors()) {
+            const LoraTensor * s = init->find(t.base);
+            if (!s || s->a->nelements() != t.a->nelements() || s->b->nelements() != t.b->nelements())
+                throw Error(path + ": has no pair of rank " + std::to_string(opt_.finetune.lora_rank) + " for '" + t.base +
+                            "' (the adapter must match lora_rank and lora_targets)");
+            tensor_set_f32(t.a, tensor_get_f32(s->a));
+            tensor_set_f32(t.b, tensor_get_f32(s->b));
+        }
+        what = "starting from the weights of adapter " + path;
+    } else {
+        st_ = load_checkpoint(path, trainer_, optimizer_);
+        batcher_.seek(st_.data);
+        first_step_ = st_.step;
+        {
+            std::lock_guard<std::mutex> lk(norm_m_);
+            last_norm_ = st_.last_norm;
+            last_norm_step_ = st_.last_norm_step;
+            last_skip_ = st_.last_skip;
+            bad_run_ = st_.bad_run;
+        }
+        what = "resumed " + path + " at step " + std::to_string(st_.step);
+    }
+    // The pipeline's working copies were taken from the masters at construction: refresh them; an async run
+    // continues from the weights its next step computes at (one update behind the masters).
+    if (pipe_) {
+        pipe_->synchronize();
+        if (opt_.pipeline.async && !st_.working.empty()) pipe_->set_working_weights(st_.working);
+    }
+    st_.working.clear();
+    return what;
+}
+
+void TrainingSession::update(int64_t step, const Batch & bt, float loss_scale, double loss) {
+    const size_t n_trained = bt.n_trained();
+    if (step == first_step_ && !opt_.dump_grads.empty() && (!opt_.comm || opt_.comm->rank() == 0)) dump_step(trainer_, bt, loss_scale, loss, step, opt_.dump_grads);
+    std::vector<std::span<float>> grads;
+    for (const Trainer::Param & p : trainer_.params()) grads.emplace_back(p.t->grad->data_as<float>(), static_cast<size_t>(p.t->nelements()));
+    std::vector<std::span<const float>> cgrads(grads.begin(), grads.end());
+    const double norm = opt_.clip > 0 ? clip_grad_norm(grads, opt_.clip) : grad_norm(cgrads);
+    const char * skip = n_trained == 0           ? "no trained tokens"
+                        : !std::isfinite(loss)   ? "non-finite loss"
+                        : !std::isfinite(norm)   ? "non-finite gradient norm"
+                                                 : "";
+    {
+        std::lock_guard<std::mutex> lk(norm_m_);
+        last_norm_ = norm;
+        last_norm_step_ = step + 1;
+        last_skip_ = skip;
+        if (!std::isfinite(loss) || !std::isfinite(norm)) ++bad_run_;
+        else if (!*skip) bad_run_ = 0;
+    }
+    if (*skip) return;  // not applied; step() reports it
+    const float lr = static_cast<float>(opt_.lr.lr(step));
+    for (size_t i = 0; i < trainer_.params().size(); ++i) {
+        const Trainer::Param & p = trainer_.params()[i];
+        optimizer_.update(slots_[i], std::span<float>(p.t->data_as<float>(), static_cast<size_t>(p.t->nelements())), cgrads[i], lr);
+    }
+    optimizer_.end_step();
+}
+
+StepReport TrainingSession::step() {
+    if (!stopped_.empty()) throw Error("the run has stopped: " + stopped_);
+    if (st_.step >= total_) throw Error("the run has done all its " + std::to_string(total_) + " steps");
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t step = st_.step;
+    const Batch bt = batcher_.next();
+    const size_t n_trained = bt.n_trained();
+    const float loss_scale = n_trained ? 1.0f / static_cast<float>(n_trained) : 0.0f;
+
+    // The micro-batches: sequences [lo, hi) of the batch each, the same split on the host and in the pipeline;
+    // data parallel: this rank's share (in_group), the others' on the other ranks.
+    std::vector<MicroBatch> mbs;
+    const auto shapes = micro_batch_shapes(bt.seq_len, bt.n_seq, opt_.micro_batches, data_.packed());
+    for (MicroBatchInfo info : shapes) {
+        const size_t off = static_cast<size_t>(info.seq_offset * bt.seq_len);
+        MicroBatch m;
+        m.ids = bt.inputs.data() + off;
+        m.labels = bt.labels.data() + off;
+        info.positions = bt.positions_or_null(off);
+        info.step = step;
+        info.loss_scale = loss_scale;
+        m.info = info;
+        mbs.push_back(m);
+    }
+    const bool dp = reducer_ != nullptr;
+    if (dp) {  // this rank's share
+        std::vector<MicroBatch> mine;
+        for (size_t i = 0; i < mbs.size(); ++i)
+            if (in_group(i, opt_.comm->rank(), opt_.comm->size())) mine.push_back(mbs[i]);
+        mbs = std::move(mine);
+    }
+    double loss = 0;
+    if (pipe_) {
+        if (!mbs.empty()) loss = pipe_->forward_backward(mbs);
+        if (dp) opt_.comm->allreduce_sum(&loss, 1, "loss of step " + std::to_string(step + 1));
+        // The update may run after step() returned (async): it owns a copy of the batch. Data parallel: the
+        // hand-off before it all-reduces the gradients layer by layer (grads_complete).
+        pipe_->step([this, step, bt, loss_scale, loss] { update(step, bt, loss_scale, loss); });
+    } else if (groups_ > 1 && !dp) {  // the reference of a data-parallel run: the same grouping, in one process
+        std::vector<std::vector<float>> sum;
+        for (int64_t g = 0; g < groups_; ++g) {
+            trainer_.zero_grads();
+            double group_loss = 0;
+            for (size_t i = 0; i < mbs.size(); ++i) {
+                if (!in_group(i, g, groups_)) continue;
+                const MicroBatch & m = mbs[i];
+                group_loss += trainer_.accumulate(m.ids, m.labels, m.info.seq_len, m.info.n_seq, m.info.loss_scale, opt_.threads, step,
+                                                  m.info.seq_offset, m.info.positions);
+            }
+            trainer_.collect_grads();
+            loss = g == 0 ? group_loss : loss + group_loss;
+            const auto & params = trainer_.params();
+            for (size_t p = 0; p < params.size(); ++p) {
+                const float * gr = params[p].t->grad->data_as<float>();
+                const size_t n = static_cast<size_t>(params[p].t->nelements());
+                if (g == 0) {
+                    sum.emplace_back(gr, gr + n);
+                } else {
+                    float * acc = sum[p].data();
+                    for (size_t e = 0; e < n; ++e) acc[e] = acc[e] + gr[e];  // rank order, as allreduce_sum
+                }
+            }
+        }
+        const auto & params = trainer_.params();
+        for (size_t p = 0; p < params.size(); ++p) std::copy(sum[p].begin(), sum[p].end(), params[p].t->grad->data_as<float>());
+        update(step, bt, loss_scale, loss);
+    } else {
+        trainer_.zero_grads();
+        for (const MicroBatch & m : mbs)
+            loss += trainer_.accumulate(m.ids, m.labels, m.info.seq_len, m.info.n_seq, m.info.loss_scale, opt_.threads, step,
+                                        m.info.seq_offset, m.info.positions);
+        trainer_.collect_grads();
+        if (dp) {
+            reducer_->reduce_all();
+            opt_.comm->allreduce_sum(&loss, 1, "loss of step " + std::to_string(step + 1));
+        }
+        update(step, bt, loss_scale, loss);
+    }
+    st_.step = step + 1;
+    st_.data = batcher_.position();
+    st_.curve.train_loss.push_back(static_cast<float>(loss));
+
+    StepReport r;
+    r.step = st_.step;
+    r.loss = loss;
+    r.lr = static_cast<float>(opt_.lr.lr(step));
+    r.tokens = static_cast<int64_t>(bt.n_seq) * bt.seq_len;
+    r.trained_tokens = static_cast<int64_t>(n_trained);
+    {
+        std::lock_guard<std::mutex> lk(norm_m_);
+        r.grad_norm = last_norm_step_ > 0 ? last_norm_ : std::nan("");
+        r.grad_norm_step = last_norm_step_;
+        r.skipped = !last_skip_.empty();
+        r.skip_reason = last_skip_;
+        if (bad_run_ >= opt_.max_bad_steps) {
+            const int64_t last = last_norm_step_, first = last - bad_run_ + 1;
+            stopped_ = "steps " + std::to_string(first) + ".." + std::to_string(last) + " had a non-finite loss or gradient norm (" +
+                       std::to_string(bad_run_) + " in a row, max_bad_steps " + std::to_string(opt_.max_bad_steps) +
+                       "); none of them was applied: step " + std::to_string(first - 1) + "'s weights are the last good ones";
+            r.stop = stopped_;
+        }
+    }
+    if (dp && opt_.replica_check_every > 0 && st_.step % opt_.replica_check_every == 0)
+        check_replicas("after step " + std::to_string(st_.step));
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return r;
+}
+
+double TrainingSession::evaluate() {
+    if (split_.val.empty()) return std::nan("");
+    if (pipe_) pipe_->drain();  // on the masters; the working weights (async: one update behind) stay
+    return eval_loss(trainer_, data_, split_.val, opt_.batch, opt_.threads, opt_.comm);
+}
+
+std::string TrainingSession::sample(const Tokenizer & tok, const std::string & prompt, int64_t max_tokens) {
+    if (pipe_) pipe_->drain();  // as evaluate(): the masters, without changing the run's trajectory
+    const std::vector<int32_t> ids = tok.encode(prompt, true, false);
+    const int64_t n_ctx = std::min<int64_t>(model_.hparams().n_ctx_train, static_cast<int64_t>(ids.size()) + max_tokens);
+    InferenceSession s(model_, n_ctx, opt_.threads, &trainer_.lora(), &trainer_.graph_weights());
+    std::string text;
+    for (const int32_t id : complete_greedy(s, tok, ids, max_tokens)) text += tok.token_to_piece(id, false);
+    return text;
+}
+
+void TrainingSession::record_eval(int64_t step, double loss) {
+    st_.curve.eval_step.push_back(static_cast<int32_t>(step));
+    st_.curve.eval_loss.push_back(static_cast<float>(loss));
+}
+
+void TrainingSession::synchronize() {
+    if (pipe_) pipe_->synchronize();
+}
+
+void TrainingSession::check_replicas(const std::string & when) {
+    if (!opt_.comm || opt_.comm->size() == 1) return;
+    if (pipe_) pipe_->drain();  // the masters hold every update; the working weights stay as they are
+    const ReplicaHashes h = replica_hashes(trainer_, optimizer_);
+    opt_.comm->check_same(h.hashes, h.names, "replica check " + when);
+}
+
+void TrainingSession::save_checkpoint(const std::string & path) {
+    CheckpointState st = st_;
+    st.grad_groups = groups_;
+    if (pipe_) {
+        pipe_->drain();  // not synchronize(): publishing the last update early would change an async run
+        if (opt_.pipeline.async) st.working = pipe_->working_weights();
+    }
+    {
+        std::lock_guard<std::mutex> lk(norm_m_);
+        st.last_norm = last_norm_;
+        st.last_norm_step = last_norm_step_;
+        st.last_skip = last_skip_;
+        st.bad_run = bad_run_;
+    }
+    trainer_.free_graph_memory();
+    rp::save_checkpoint(path, trainer_, optimizer_, st);
+}
+
+void TrainingSession::save_result(const std::string & path) {
+    synchronize();
+    trainer_.free_graph_memory();
+    trainer_.save(path);
+}
+
+} // namespace rp
