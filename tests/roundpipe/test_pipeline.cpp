@@ -350,3 +350,61 @@ TEST(Pipeline, ResidentFrozenWeightsGoUpOncePerDeviceWithTheSameBits) {
     for (const std::string & n : tight.plan.notes) noted = noted || n.find("every job uploads its weights") != std::string::npos;
     EXPECT_TRUE(noted) << tight.plan.describe();
 }
+
+// Once a call's plan cannot keep the frozen weights resident, no later call's does (Pipeline's rule): calls of
+// alternating shapes would otherwise re-carve the devices and upload the whole model again at each switch.
+TEST(Pipeline, ACallThatStreamsTheWeightsMakesTheLaterCallsStreamToo) {
+    const Models & m = Models::get();
+    rp::Trainer tr(*m.llama, lora_cfg());
+    rp::ModelProgram prog(tr);
+    auto shapes = [](int64_t T) {
+        rp::MicroBatchInfo i;
+        i.seq_len = T;
+        i.n_seq = 1;
+        return std::vector<rp::MicroBatchInfo>(3, i);
+    };
+    rp::PipelineOptions o;
+    uniform_times(o, 18);
+    o.token_chunk = 0;
+    // Capacity: what the short call takes with the weights resident; the long call's activations need more.
+    const auto rules = rp::footprint_rules("cpu");
+    rp::CallPlanner planner(prog, *rules);
+    rp::CallPlanRequest req;
+    req.devices = 2;
+    req.token_chunk = 0;
+    req.tf = o.layer_tf;
+    req.tb = o.layer_tb;
+    const rp::CallPlan short_free = planner.plan(req, shapes(12));
+    ASSERT_TRUE(short_free.shape.resident);
+    DeviceSetup ds;
+    ds.G = 2;
+    ds.memory = short_free.memory.peak();
+    req.device_memory = ds.memory;
+    // The long call: the shortest of these lengths that still trains there, but only streamed.
+    int64_t longer = 0;
+    for (int64_t T : {32, 64, 128, 192, 256, 320}) {
+        try {
+            if (!planner.plan(req, shapes(T)).shape.resident) {
+                longer = T;
+                break;
+            }
+        } catch (const rp::MemoryError &) {
+            break;
+        }
+    }
+    ASSERT_GT(longer, 0) << "the case needs a call that trains only with the weights streamed";
+    DeviceSet set = cpu_devices(ds);
+    std::vector<rp::Device *> ptrs;
+    for (const auto & d : set.devices) ptrs.push_back(d.get());
+    rp::Pipeline pipe(prog, ptrs, o);
+    EXPECT_TRUE(pipe.plan_call(shapes(12)).shape.resident);
+    EXPECT_FALSE(pipe.plan_call(shapes(longer)).shape.resident);
+    const rp::CallPlan again = pipe.plan_call(shapes(12));
+    EXPECT_FALSE(again.shape.resident);
+    bool noted = false;
+    for (const std::string & n : again.plan.notes) noted = noted || n.find("did not fit beside an earlier call's plan") != std::string::npos;
+    EXPECT_TRUE(noted) << again.plan.describe();
+    o.resident_weights = false;  // asked not to: never
+    rp::Pipeline off(prog, ptrs, o);
+    EXPECT_FALSE(off.plan_call(shapes(12)).shape.resident);
+}
