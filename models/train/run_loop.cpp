@@ -110,12 +110,9 @@ RunOutcome run_training(TrainingSession & run, const RunLoopOptions & o, RunObse
     if (o.sample_every > 0) sample(run.steps_done());
     run.synchronize();
     if (many) run.check_replicas("at the end");
-    if (o.writes) {
-        run.save_checkpoint(o.checkpoint_path());
-        run.save_result(o.out_path);
-        write_loss_svg(o.out_path + ".loss.svg", curve, &run.options().lr);
-    }
-    if (metrics) metrics->commit();
+    save_checkpoint();
+    if (o.writes) run.save_result(o.out_path);
+    keep_log();
     out.seconds = seconds();
     return out;
 }
