@@ -4,8 +4,8 @@
 set -euo pipefail
 need=()
 # Open MPI: data-parallel training between processes (mpirun; optional in CMake: RP_MPI). librsvg2-bin:
-# rsvg-convert, which a test renders the loss curve with.
-for pkg in cmake ninja-build g++ clang libgtest-dev libopenblas-dev libomp-dev libopenmpi-dev openmpi-bin git time bc python3 librsvg2-bin; do
+# rsvg-convert, which a test renders the loss curve with. libcli11-dev: the tools' option parser (header-only).
+for pkg in cmake ninja-build g++ clang libgtest-dev libopenblas-dev libomp-dev libopenmpi-dev openmpi-bin git time bc python3 librsvg2-bin libcli11-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 # npm (for the test-only llama.cpp oracle) may come with a nodejs package from another source: only install

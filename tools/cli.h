@@ -36,6 +36,12 @@ std::string omp_wait_setting();
     "                        measured best on idle and busy machines); OMP_WAIT_POLICY or GOMP_SPINCOUNT\n"  \
     "                        in the environment take precedence\n"
 
+// The same under each tool's --threads (tools/options.h indents it).
+inline const char * threads_wait_help() {
+    return "threads spin 10,000 times at a barrier, then sleep (GOMP_SPINCOUNT=10000: measured best on\n"
+           "idle and busy machines); OMP_WAIT_POLICY or GOMP_SPINCOUNT in the environment take precedence";
+}
+
 inline std::string read_file(const std::string & path) {
     std::error_code ec;
     if (std::filesystem::is_directory(path, ec)) throw rp::Error(path + ": is a directory");
@@ -62,6 +68,20 @@ inline float parse_float(const std::string & flag, const std::string & v) {
     errno = 0;
     const float x = std::strtof(v.c_str(), &end);
     if (v.empty() || *end != '\0' || errno != 0 || !std::isfinite(x)) throw rp::Error(flag + ": '" + v + "' is not a number");
+    return x;
+}
+
+// A finite double, in [lo, hi] (the same wording as the floats).
+inline double parse_double(const std::string & flag, const std::string & v, double lo, double hi) {
+    char * end = nullptr;
+    errno = 0;
+    const double x = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end != '\0' || errno != 0 || !std::isfinite(x)) throw rp::Error(flag + ": '" + v + "' is not a number");
+    if (!(x >= lo && x <= hi)) {
+        char range[64];
+        std::snprintf(range, sizeof range, "[%g, %g]", lo, hi);
+        throw rp::Error(flag + ": '" + v + "' is not a number in " + range);
+    }
     return x;
 }
 

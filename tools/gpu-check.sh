@@ -115,7 +115,8 @@ gen=()
 command -v ninja > /dev/null && gen=(-G Ninja)
 build_ok=false
 run_for "$(until_end build)" cmake -S "$ROOT" -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DRP_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$cap" \
-  -DRP_WERROR=OFF -DRP_SHARED_DIR="$RP_SHARED_DIR" -DRP_GTEST_SOURCE_DIR="$GTEST_SRC" >> "$LOG" 2>&1
+  -DRP_WERROR=OFF -DRP_SHARED_DIR="$RP_SHARED_DIR" -DRP_GTEST_SOURCE_DIR="$GTEST_SRC" \
+  -DRP_CLI11_INCLUDE_DIR="${RP_CLI11_INCLUDE_DIR:-$ROOT/.gpu-carry/cli11}" >> "$LOG" 2>&1
 if [ $? -eq 0 ]; then
   run_for "$(until_end build)" cmake --build "$BUILD" -j "$JOBS" --target test_cuda test_quant rp-cuda-bench \
     rp-finetune rp-trace rp-gguf ggml_rp_cuda >> "$LOG" 2>&1 && build_ok=true

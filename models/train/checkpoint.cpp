@@ -57,6 +57,7 @@ void save_checkpoint(const std::string & path, const Trainer & tr, const Optimiz
     w.set_string("rp.ckpt.last_skip", st.last_skip);
     w.set_u64("rp.ckpt.bad_run", static_cast<uint64_t>(st.bad_run));
     w.set_u32("rp.ckpt.grad_groups", static_cast<uint32_t>(st.grad_groups));
+    if (!st.run_config.empty()) w.set_string("rp.ckpt.run_config", st.run_config);
     if (!st.working.empty() && st.working.size() != tr.params().size()) throw Error(path + ": working weights for the wrong number of parameters");
     for (size_t i = 0; i < tr.params().size(); ++i) {
         const Trainer::Param & p = tr.params()[i];
@@ -156,6 +157,12 @@ EvalProgress eval_progress(const TrainCurve & c) {
         }
     }
     return p;
+}
+
+std::string checkpoint_run_config(const std::string & path) {
+    auto f = gguf::Reader::open(path);
+    if (f->get_string_or("general.type", "") != kType) return "";
+    return f->get_string_or("rp.ckpt.run_config", "");
 }
 
 } // namespace rp

@@ -9,6 +9,8 @@
 //   rp.ckpt.train_loss / rp.ckpt.eval_step / rp.ckpt.eval_loss (arrays): the curve so far (for the SVG)
 //   rp.ckpt.last_norm_bits (u64: the f64's bits), rp.ckpt.last_norm_step (i64), rp.ckpt.last_skip (string),
 //   rp.ckpt.bad_run (u64): what the next step reports
+//   rp.ckpt.run_config (string, when the run gave one): the tool's effective configuration (a TOML run file),
+//            which a resume reuses and compares with its own
 //   tensors: every trainable tensor under its own name (f32), the optimizer state arrays under
 //            "<param>.adam_m" / ".adam_v" / ".momentum", and for an async pipeline run "<param>.working".
 #pragma once
@@ -53,6 +55,7 @@ struct CheckpointState {
     // The gradient grouping of the run (data parallel: the world size; single process: its accumulate_groups,
     // 1 by default): the order the gradients were summed in, so a resume with another is refused.
     int64_t grad_groups = 1;
+    std::string run_config;  // SessionOptions::run_config of the run that wrote it
 };
 
 // Hash of the base model's tensor names, types and shapes.
@@ -64,5 +67,9 @@ void save_checkpoint(const std::string & path, const Trainer & tr, const Optimiz
 // when it is not a checkpoint, belongs to another base model or another configuration (full / LoRA rank,
 // alpha, targets), or lacks a tensor.
 CheckpointState load_checkpoint(const std::string & path, Trainer & tr, Optimizer & opt);
+
+// The run configuration a checkpoint records ("" when `path` is no checkpoint or records none); reads only
+// the metadata. Throws rp::Error naming the file when it cannot be read as GGUF.
+std::string checkpoint_run_config(const std::string & path);
 
 } // namespace rp

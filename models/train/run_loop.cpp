@@ -1,11 +1,33 @@
 #include "models/train/run_loop.h"
 
+#include "base/atomic_file.h"
 #include "base/error.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdio>
 
 #include <chrono>
 #include <optional>
 
 namespace rp {
+
+size_t process_rss_bytes() {
+    long pages = 0, resident = 0;
+    if (FILE * f = std::fopen("/proc/self/statm", "r")) {
+        if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+        std::fclose(f);
+    }
+    return static_cast<size_t>(resident) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+
+size_t process_peak_rss_bytes() {
+    struct rusage ru {};
+    getrusage(RUSAGE_SELF, &ru);
+    return static_cast<size_t>(ru.ru_maxrss) * 1024;
+}
+
 
 void RunLoopOptions::validate(const SessionOptions & session) const {
     if (out_path.empty()) throw Error("out_path: no output path");
@@ -112,6 +134,8 @@ RunOutcome run_training(TrainingSession & run, const RunLoopOptions & o, RunObse
     if (many) run.check_replicas("at the end");
     save_checkpoint();
     if (o.writes) run.save_result(o.out_path);
+    // The configuration that made the result, beside it (a run file the tool can read back).
+    if (o.writes && !run.options().run_config.empty()) write_file_atomically(o.config_path(), run.options().run_config);
     keep_log();
     out.seconds = seconds();
     return out;

@@ -18,7 +18,7 @@
 namespace rp {
 
 struct RunLoopOptions {
-    std::string out_path;           // the result; OUT.ckpt.gguf, OUT.best.gguf, OUT.metrics.jsonl, OUT.loss.svg
+    std::string out_path;           // the result; OUT.ckpt.gguf, OUT.best.gguf, OUT.metrics.jsonl, OUT.loss.svg, OUT.config.toml
     int64_t stop_at = 0;            // > 0: stop after this step (checkpoint written), keeping the schedule
     int64_t eval_every = 0;         // validation loss at step 0, every N steps and at the end (with a validation split)
     int64_t early_stop = 0;         // > 0: N evaluations in a row without a better validation loss end the run
@@ -38,10 +38,17 @@ struct RunLoopOptions {
 
     std::string checkpoint_path() const { return out_path + ".ckpt.gguf"; }
     std::string best_path() const { return out_path + ".best.gguf"; }
+    // Written with the result when SessionOptions::run_config is set.
+    std::string config_path() const { return out_path + ".config.toml"; }
     // Throws rp::Error naming the field (early_stop / save_best without evaluations, samples without prompts):
     // before the session is built, so that nothing is loaded for a run that cannot start.
     void validate(const SessionOptions & session) const;
 };
+
+// This process's resident memory now and at its peak (Linux /proc and getrusage; 0 where unknown), for the
+// metrics log and the run's summary.
+size_t process_rss_bytes();
+size_t process_peak_rss_bytes();
 
 struct RunProgress {
     int64_t first = 0;   // steps done before this run (a resume)

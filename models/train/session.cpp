@@ -390,6 +390,7 @@ void TrainingSession::check_replicas(const std::string & when) {
 void TrainingSession::save_checkpoint(const std::string & path) {
     CheckpointState st = st_;
     st.grad_groups = groups_;
+    st.run_config = opt_.run_config;
     if (pipe_) {
         pipe_->drain();  // not synchronize(): publishing the last update early would change an async run
         if (opt_.pipeline.async) st.working = pipe_->working_weights();

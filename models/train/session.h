@@ -52,6 +52,9 @@ struct SessionOptions {
     // A step whose loss or gradient norm is not finite is not applied (masters and optimizer state untouched);
     // this many in a row stop the run (StepReport::stop).
     int max_bad_steps = 3;
+    // Recorded in every checkpoint (rp.ckpt.run_config): the configuration the tool ran with (a TOML run
+    // file), so that a resume can reuse and check it. Opaque to the session.
+    std::string run_config;
 
     // Data parallelism (architecture.md §8, models/data_parallel.h): this process is rank comm->rank() of
     // comm->size(); it computes micro-batches rank, rank + size, ... of every step, the gradients are summed

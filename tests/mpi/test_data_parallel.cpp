@@ -143,7 +143,7 @@ TEST(DataParallel, OnlyRankZeroWritesAndTheCheckpointRecordsTheWorldSize) {
     std::vector<std::string> files;
     for (const auto & e : std::filesystem::directory_iterator(dir.path)) files.push_back(e.path().filename().string());
     std::sort(files.begin(), files.end());
-    EXPECT_EQ(files, (std::vector<std::string>{"a.gguf", "a.gguf.ckpt.gguf", "a.gguf.loss.svg", "a.gguf.metrics.jsonl"}));
+    EXPECT_EQ(files, (std::vector<std::string>{"a.gguf", "a.gguf.ckpt.gguf", "a.gguf.config.toml", "a.gguf.loss.svg", "a.gguf.metrics.jsonl"}));
     // one progress line per step, from rank 0 only
     size_t lines = 0;
     for (size_t at = log.find("step 1/4"); at != std::string::npos; at = log.find("step 1/4", at + 1)) ++lines;

@@ -1,0 +1,101 @@
+#include "models/train/finetune_job.h"
+
+#include "base/error.h"
+#include "ggml_rp/runtime/link_model.h"
+#include "models/arch/model.h"
+#include "models/text/chat_template.h"
+#include "models/text/tokenizer.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <csignal>
+
+namespace rp {
+
+FinetuneJob::FinetuneJob() { session.lr.lr_max = 1e-3; }
+
+void FinetuneJob::validate(bool data_parallel) const {
+    const SessionOptions & o = session;
+    if (model_path.empty()) throw Error("no model given (model_path)");
+    if (!data_parallel && (!dp.link.empty() || !rank_fault.kind.empty()))
+        throw Error("dp.link and rank_fault need a data-parallel run");
+    if (max_seq && !plan_only) throw Error("max_seq needs plan_only");
+    if (token_chunk == -1 && !o.pipelined) throw Error("token_chunk auto needs devices.count (the memory it must fit)");
+    if (!link.empty() && o.devices.backend == "cuda") throw Error("devices.link models the CPU devices' link; it does not apply to devices.backend cuda");
+    if (plan_only) {
+        if (max_seq && !o.pipelined) throw Error("max_seq needs devices.count (the device memory it must fit)");
+        return;
+    }
+    if (data_path.empty()) throw Error("no training data given (data_path)");
+    if (loop.out_path.empty()) throw Error("no output given (out_path)");
+    if (!o.pipelined && (!link.empty() || !trace_path.empty() || o.pipeline.async || o.pipeline.schedule != ScheduleKind::RoundPipe ||
+                         o.devices.backend != "cpu"))
+        throw Error("devices.link, trace_path, pipeline.async, pipeline.schedule and devices.backend need devices.count (the RoundPipe runtime)");
+    loop.validate(o);
+}
+
+SessionOptions FinetuneJob::session_options() const {
+    SessionOptions o = session;
+    if (token_chunk >= 0) o.finetune.token_chunk = token_chunk;
+    o.pipeline.token_chunk = token_chunk == -2 ? -1 : token_chunk;
+    if (!link.empty()) o.devices.link = LinkModel::parse(link);
+    return o;
+}
+
+bool FinetuneJob::packed_data() const { return pack && data_path.ends_with(".jsonl"); }
+
+DatasetOptions FinetuneJob::dataset_options(const Model & model, const Tokenizer & tok) const {
+    DatasetOptions d;
+    d.seq_len = static_cast<int32_t>(seq_len);
+    d.n_ctx = model.hparams().n_ctx_train;
+    d.allow_binary = allow_binary;
+    // "messages" lines are rendered with the model's own template (or the one named); a model without one
+    // leaves it unset, and the dataset refuses "messages" lines naming the line.
+    if (!chat_template.empty() || !tok.chat_template().empty()) d.chat = chat_template_for(tok, chat_template);
+    d.train_on_inputs = train_on_inputs;
+    d.pack = pack;
+    return d;
+}
+
+RunPlanOptions FinetuneJob::plan_options(const SessionOptions & o) const {
+    RunPlanOptions po;
+    po.finetune = o.finetune;
+    po.optimizer = o.optimizer.kind;
+    po.momentum = o.optimizer.sgd.momentum != 0;
+    po.seq_len = seq_len;
+    po.batch = o.batch;
+    po.micro_batches = resolved_micro_batches(o);
+    po.devices = o.pipelined ? o.devices.count : 0;
+    po.device_memory = o.devices.memory_each;
+    po.backend = o.devices.backend;
+    po.schedule = o.pipeline.schedule;
+    po.grain = o.pipeline.grain;
+    po.token_chunk = o.pipeline.token_chunk;
+    po.resident_weights = o.pipeline.resident_weights;
+    po.packed = packed_data();
+    if (max_seq) po.max_seq_limit = 1 << 22;
+    return po;
+}
+
+std::string rank_trace_path(const std::string & path, int rank, int ranks) {
+    if (ranks <= 1) return path;
+    const size_t dot = path.rfind('.');
+    const std::string ext = dot == std::string::npos || path.find('/', dot) != std::string::npos ? "" : path.substr(dot);
+    return path.substr(0, path.size() - ext.size()) + ".rank" + std::to_string(rank) + ext;
+}
+
+std::function<void(int64_t)> rank_fault_hook(const RankFault & fault, int rank, TrainingSession & run) {
+    if (fault.kind.empty() || (fault.rank >= 0 && fault.rank != rank)) return {};
+    return [fault, &run](int64_t step) {
+        if (step != fault.step) return;
+        if (fault.kind == "die") raise(SIGKILL);
+        if (fault.kind == "hang")
+            for (;;) pause();
+        run.synchronize();  // corrupt: one bit of the first master
+        auto * w = static_cast<unsigned char *>(run.trainer().params().front().t->data);
+        w[0] ^= 1;
+    };
+}
+
+} // namespace rp
