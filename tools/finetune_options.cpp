@@ -50,11 +50,10 @@ void declare_optimization(Options & p, FinetuneJob & j) {
     SessionOptions & o = j.session;
     p.group("Optimization");
     p.integer("--batch", o.batch, 1, 1 << 20, "sequences per optimizer step");
-    p.value("--micro-batches", "M",
-            "split each batch in M parts, gradients accumulated (default: one per data-parallel\n"
-            "rank, 1 in a single process)",
-            O::Int, [&o](const std::string & f, const std::string & v) { o.micro_batches = parse_int(f, v, 1, 1 << 20); },
-            [&o]() -> std::optional<std::string> { return o.micro_batches ? std::optional(std::to_string(o.micro_batches)) : std::nullopt; });
+    p.optional_integer("--micro-batches", o.micro_batches, 1, 1 << 20,
+                       "split each batch in M parts, gradients accumulated (default: one per data-parallel\n"
+                       "rank, 1 in a single process)",
+                       "M");
     p.value("--optimizer", "NAME", "adamw | sgd", O::String,
             [&o](const std::string &, const std::string & v) { o.optimizer.kind = optimizer_kind_from_name(v); },
             [&o] { return quoted(optimizer_kind_name(o.optimizer.kind)); });
@@ -74,12 +73,8 @@ void declare_optimization(Options & p, FinetuneJob & j) {
             });
     p.number("--momentum", o.optimizer.sgd.momentum, -1e300, 1e300, "SGD momentum");
     p.integer("--epochs", o.epochs, 1, 1 << 20, "passes over the training data");
-    p.value("--steps", "N", "optimizer steps (overrides --epochs)", O::Int,
-            [&o](const std::string & f, const std::string & v) { o.steps = parse_int(f, v, 1, 1LL << 40); },
-            [&o]() -> std::optional<std::string> { return o.steps ? std::optional(std::to_string(o.steps)) : std::nullopt; });
-    p.value("--stop-at", "N", "stop after step N (checkpoint written), keeping the schedule of --steps", O::Int,
-            [&j](const std::string & f, const std::string & v) { j.loop.stop_at = parse_int(f, v, 1, 1LL << 40); },
-            [&j]() -> std::optional<std::string> { return j.loop.stop_at ? std::optional(std::to_string(j.loop.stop_at)) : std::nullopt; });
+    p.optional_integer("--steps", o.steps, 1, 1LL << 40, "optimizer steps (overrides --epochs)");
+    p.optional_integer("--stop-at", j.loop.stop_at, 1, 1LL << 40, "stop after step N (checkpoint written), keeping the schedule of --steps");
     p.not_resumed();
     p.number("--clip", o.clip, 0.0f, 1e30f, "global gradient-norm clipping, 0 = off");
     p.value("-s,--seed", "N", "data order, split and LoRA init (default 42)", O::Int,
@@ -96,19 +91,15 @@ void declare_evaluation(Options & p, FinetuneJob & j) {
     p.group("Evaluation, samples and checkpoints");
     p.number("--val-split", j.session.val_split, -1e300, 1e300, "fraction of the sequences held out for validation", "F");
     p.integer("--eval-every", l.eval_every, 0, 1LL << 40, "validation loss every N steps (and at the end) when --val-split > 0");
-    p.value("--early-stop", "N", "stop after N evaluations in a row without a better validation loss", O::Int,
-            [&l](const std::string & f, const std::string & v) { l.early_stop = parse_int(f, v, 1, 1LL << 40); },
-            [&l]() -> std::optional<std::string> { return l.early_stop ? std::optional(std::to_string(l.early_stop)) : std::nullopt; });
+    p.optional_integer("--early-stop", l.early_stop, 1, 1LL << 40, "stop after N evaluations in a row without a better validation loss");
     p.flag("--save-best", l.save_best, "keep the result of the best evaluation in OUT.best.gguf (rewritten when beaten)");
     p.integer("--save-every", l.save_every, 0, 1LL << 40, "write the checkpoint OUT.ckpt.gguf every N steps (it is also written at the end)");
     p.text("--resume", j.resume_path, "continue from a checkpoint (its recorded options are the defaults), or start from an\n"
                                       "adapter's weights");
     p.local();
-    p.value("--sample-every", "N",
-            "every N steps (and at the end) print a greedy completion of each --sample-prompt\n"
-            "with the current weights (KV-cache generation), also logged to the metrics JSONL",
-            O::Int, [&l](const std::string & f, const std::string & v) { l.sample_every = parse_int(f, v, 1, 1LL << 40); },
-            [&l]() -> std::optional<std::string> { return l.sample_every ? std::optional(std::to_string(l.sample_every)) : std::nullopt; });
+    p.optional_integer("--sample-every", l.sample_every, 1, 1LL << 40,
+                       "every N steps (and at the end) print a greedy completion of each --sample-prompt\n"
+                       "with the current weights (KV-cache generation), also logged to the metrics JSONL");
     p.repeated("--sample-prompt", "P", "a prompt (repeatable), or a file of prompts, one per line",
                [&l](const std::string & f, const std::string & v) {
                    std::error_code ec;
@@ -120,12 +111,7 @@ void declare_evaluation(Options & p, FinetuneJob & j) {
                    if (l.sample_prompts.size() == before) throw rp::Error(f + " " + v + ": the file has no prompt");
                },
                [&l] { l.sample_prompts.clear(); },
-               [&l]() -> std::optional<std::string> {
-                   if (l.sample_prompts.empty()) return std::nullopt;
-                   std::string out = "[";
-                   for (const std::string & s : l.sample_prompts) out += (out.size() > 1 ? ", " : "") + toml_string(s);
-                   return out + "]";
-               });
+               [&l] { return l.sample_prompts.empty() ? std::nullopt : std::optional<std::string>(toml_array(l.sample_prompts)); });
     p.integer("--sample-tokens", l.sample_tokens, 1, 1 << 20, "tokens per completion");
     p.text("--dump-grads", j.session.dump_grads, "the accumulated gradients of the first step, before clipping (GGUF)");
     p.not_resumed();

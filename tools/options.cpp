@@ -308,12 +308,7 @@ Options & Options::choice(const std::string & names, std::string & target, const
 
 Options & Options::list(const std::string & names, std::vector<std::string> & target, const std::string & help, const std::string & value_name) {
     return value(names, value_name, help, String | Array, [&target](const std::string &, const std::string & v) { target = split_commas(v); },
-                 [&target]() -> std::optional<std::string> {
-                     if (target.empty()) return std::nullopt;
-                     std::string out = "[";
-                     for (const std::string & t : target) out += (out.size() > 1 ? ", " : "") + toml_string(t);
-                     return out + "]";
-                 });
+                 [&target] { return target.empty() ? std::nullopt : std::optional<std::string>(toml_array(target)); });
 }
 
 Options & Options::run_files() {

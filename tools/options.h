@@ -46,6 +46,14 @@ public:
                      [&target, lo, hi](const std::string & flag, const std::string & v) { target = static_cast<T>(parse_int(flag, v, lo, hi)); },
                      [&target] { return std::optional<std::string>(std::to_string(target)); });
     }
+    // An integer whose 0 means "not given" (the run file then leaves it out): --steps, --stop-at, ...
+    template <class T>
+    Options & optional_integer(const std::string & names, T & target, long long lo, long long hi, const std::string & help,
+                               const std::string & value_name = "N") {
+        return value(names, value_name, help, Int,
+                     [&target, lo, hi](const std::string & flag, const std::string & v) { target = static_cast<T>(parse_int(flag, v, lo, hi)); },
+                     [&target] { return target ? std::optional<std::string>(std::to_string(target)) : std::nullopt; });
+    }
     Options & number(const std::string & names, float & target, const std::string & help, const std::string & value_name = "X");
     Options & number(const std::string & names, float & target, float lo, float hi, const std::string & help,
                      const std::string & value_name = "X");

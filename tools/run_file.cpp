@@ -1,6 +1,7 @@
 #include "tools/run_file.h"
 
 #include "base/error.h"
+#include "models/text/unicode.h"
 
 #include <cctype>
 #include <cstdio>
@@ -94,17 +95,6 @@ private:
         return s_.substr(b, pos_ - b);
     }
 
-    static void put_utf8(std::string & out, unsigned long cp) {
-        if (cp < 0x80) out += static_cast<char>(cp);
-        else if (cp < 0x800) out += static_cast<char>(0xC0 | (cp >> 6)), out += static_cast<char>(0x80 | (cp & 0x3F));
-        else if (cp < 0x10000)
-            out += static_cast<char>(0xE0 | (cp >> 12)), out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F)),
-                out += static_cast<char>(0x80 | (cp & 0x3F));
-        else
-            out += static_cast<char>(0xF0 | (cp >> 18)), out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F)),
-                out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F)), out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-
     std::string quoted() {
         const char q = s_[pos_++];
         if (s_.compare(pos_, 2, std::string(2, q)) == 0) fail("multi-line strings are not used in a run file");
@@ -138,7 +128,7 @@ private:
                     }
                     pos_ += n;
                     if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) fail("the escape is not a Unicode scalar value");
-                    put_utf8(out, cp);
+                    append_utf8(out, static_cast<uint32_t>(cp));
                     break;
                 }
                 default: fail(std::string("unknown escape \\") + e + " in a string");
@@ -251,6 +241,12 @@ std::string toml_float(double x, int digits) {
     std::string s = buf;
     if (s.find_first_of(".e") == std::string::npos) s += ".0";
     return s;
+}
+
+std::string toml_array(const std::vector<std::string> & strings) {
+    std::string out = "[";
+    for (const std::string & s : strings) out += (out.size() > 1 ? ", " : "") + toml_string(s);
+    return out + "]";
 }
 
 } // namespace rp::cli

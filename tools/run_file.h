@@ -32,5 +32,6 @@ const char * toml_type_name(TomlType t);   // "a string", "an integer", ...
 // TOML literals, for writing: a quoted, escaped string; a float that reads back bit for bit (and as a float).
 std::string toml_string(const std::string & s);
 std::string toml_float(double x, int digits);
+std::string toml_array(const std::vector<std::string> & strings);   // ["a", "b"]
 
 } // namespace rp::cli
