@@ -14,7 +14,6 @@
 #include <fstream>
 #include <sstream>
 #include <algorithm>
-#include <initializer_list>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,17 +25,7 @@ namespace rp::cli {
 // set (OMP_WAIT_POLICY=..., GOMP_SPINCOUNT=...).
 std::string omp_wait_setting();
 
-// The same in a paragraph of running text (rp-gguf convert's help).
-#define RP_THREADS_WAIT_SENTENCE                                                                               \
-    "Threads spin 10,000 times at a barrier, then sleep (GOMP_SPINCOUNT=10000); OMP_WAIT_POLICY or\n"          \
-    "GOMP_SPINCOUNT in the environment take precedence.\n"
-// What each tool's --help says under --threads (a macro, to concatenate with the help literals).
-#define RP_THREADS_WAIT_HELP                                                                                   \
-    "                        threads spin 10,000 times at a barrier, then sleep (GOMP_SPINCOUNT=10000:\n"   \
-    "                        measured best on idle and busy machines); OMP_WAIT_POLICY or GOMP_SPINCOUNT\n"  \
-    "                        in the environment take precedence\n"
-
-// The same under each tool's --threads (tools/options.h indents it).
+// What each tool's --help says under --threads (Options::threads; tools/options.h indents it).
 inline const char * threads_wait_help() {
     return "threads spin 10,000 times at a barrier, then sleep (GOMP_SPINCOUNT=10000: measured best on\n"
            "idle and busy machines); OMP_WAIT_POLICY or GOMP_SPINCOUNT in the environment take precedence";
@@ -128,42 +117,6 @@ inline std::vector<std::string> split_commas(const std::string & s) {
     }
     return out;
 }
-
-// Walks the command line flag by flag: `while (a.next()) { if (a.flag() == "--x") v = a.integer(0, 9); ... }`.
-// Every accessor throws rp::Error naming the flag and the bad value.
-class Args {
-public:
-    Args(int argc, char ** argv) : argc_(argc), argv_(argv) {}
-    bool next() {
-        if (i_ + 1 >= argc_) return false;
-        flag_ = argv_[++i_];
-        return true;
-    }
-    const std::string & flag() const { return flag_; }
-    std::string value() {
-        if (i_ + 1 >= argc_) throw rp::Error("option " + flag_ + " needs a value");
-        return argv_[++i_];
-    }
-    long long integer(long long lo, long long hi) { return parse_int(flag_, value(), lo, hi); }
-    float number() { return parse_float(flag_, value()); }
-    float number(float lo, float hi) { return parse_float(flag_, value(), lo, hi); }
-    std::string choice(std::initializer_list<const char *> allowed) {
-        const std::string v = value();
-        std::string list;
-        for (const char * a : allowed) {
-            if (v == a) return v;
-            list += (list.empty() ? "" : ", ") + std::string(a);
-        }
-        throw rp::Error(flag_ + ": '" + v + "' is not one of " + list);
-    }
-    [[noreturn]] void unknown() const { throw rp::Error("unknown option '" + flag_ + "' (see --help)"); }
-
-private:
-    int argc_;
-    char ** argv_;
-    int i_ = 0;
-    std::string flag_;
-};
 
 // Library errors name the library's parameters ("lora_rank 0 must be >= 1"); a tool shows them as its flags.
 // Each parameter is replaced where it stands as a whole word (letters, digits and '_' do not continue it).

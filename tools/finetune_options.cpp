@@ -120,7 +120,7 @@ void declare_evaluation(Options & p, FinetuneJob & j) {
 void declare_compute(Options & p, FinetuneJob & j) {
     SessionOptions & o = j.session;
     p.group("Compute");
-    p.integer("-t,--threads", o.threads, 0, 4096, std::string("CPU threads (default: all)\n") + threads_wait_help());
+    p.threads(o.threads);
     p.size("--activation-memory", o.finetune.activation_memory,
            "host training (no --devices): keep the layers' activations from the forward to the\n"
            "backward while they take at most SIZE (no recompute: a third less forward work, the same\n"

@@ -28,6 +28,7 @@ struct Opt {
     std::function<void()> on;                // Action
     bool local = false;
     bool resumed = true;                     // carried from a checkpoint's recorded configuration
+    bool bytes = false;                      // a size: the help shows its default as 24G, 64M, ...
     int source = -1;                         // Repeated: the source that set it last
     std::string key() const { return longs[0].substr(2); }
 };
@@ -58,6 +59,17 @@ std::string plain(const std::string & literal) {
     return literal;
 }
 
+// A byte count the way a user writes it: 25769803776 -> "24G".
+std::string size_text(const std::string & literal) {
+    const unsigned long long v = std::strtoull(literal.c_str(), nullptr, 10);
+    static const char * const units[] = {"T", "G", "M", "K"};
+    for (int i = 0; i < 4; ++i) {
+        const unsigned long long unit = 1ull << (10 * (4 - i));
+        if (v && v % unit == 0) return std::to_string(v / unit) + units[i];
+    }
+    return literal;
+}
+
 std::string literal_of(const TomlValue & v) {
     if (v.type == TomlType::String) return toml_string(v.text);
     if (v.type != TomlType::Array) return v.text;
@@ -82,6 +94,11 @@ struct Options::Impl {
     std::string group;
     int source = 0;
     bool run_files = false;
+    struct Positionals {
+        std::string name, help;
+        std::vector<std::string> * target = nullptr;
+        int min = 0, max = 0;
+    } positionals;
 
     Impl(std::string t, std::string u) : tool(std::move(t)), usage(std::move(u)), app(tool, tool) {
         app.set_help_flag();
@@ -99,6 +116,21 @@ struct Options::Impl {
         opts.push_back(std::move(o));
         layout.push_back({group, false, "", opts.size() - 1});
         return opts.back();
+    }
+
+    void add_toggle(const std::string & on, const std::string & off, const std::string & help, std::function<void(bool)> set_flag,
+                    Options::Shower show) {
+        Opt o;
+        o.kind = Kind::Toggle;
+        o.help = help;
+        o.types = Options::Bool;
+        o.off = off;
+        o.set_flag = std::move(set_flag);
+        o.show = std::move(show);
+        add(std::move(o), on);
+        const size_t i = opts.size() - 1;
+        app.add_flag_callback(on, [this, i] { opts[i].set_flag(true); })->trigger_on_parse();
+        app.add_flag_callback(off, [this, i] { opts[i].set_flag(false); })->trigger_on_parse();
     }
 
     Opt * by_key(const std::string & key) {
@@ -185,19 +217,19 @@ Options & Options::flag(const std::string & names, bool & target, const std::str
 }
 
 Options & Options::toggle(const std::string & on, const std::string & off, bool & target, const std::string & help) {
-    Opt o;
-    o.kind = Kind::Toggle;
-    o.help = help;
-    o.types = Bool;
-    o.off = off;
-    o.set_flag = [&target](bool v) { target = v; };
-    o.show = [&target] { return std::optional<std::string>(target ? "true" : "false"); };
-    impl_->add(std::move(o), on);
-    Impl * impl = impl_.get();
-    const size_t i = impl->opts.size() - 1;
-    impl->app.add_flag_callback(on, [impl, i] { impl->opts[i].set_flag(true); })->trigger_on_parse();
-    impl->app.add_flag_callback(off, [impl, i] { impl->opts[i].set_flag(false); })->trigger_on_parse();
+    impl_->add_toggle(on, off, help, [&target](bool v) { target = v; },
+                      [&target] { return std::optional<std::string>(target ? "true" : "false"); });
     return *this;
+}
+
+Options & Options::toggle(const std::string & on, const std::string & off, std::optional<bool> & target, const std::string & help) {
+    impl_->add_toggle(on, off, help, [&target](bool v) { target = v; },
+                      [&target] { return target ? std::optional<std::string>(*target ? "true" : "false") : std::nullopt; });
+    return *this;
+}
+
+Options & Options::threads(int & target, int lo, const std::string & help) {
+    return integer("-t,--threads", target, lo, 4096, help + "\n" + threads_wait_help());
 }
 
 Options & Options::value(const std::string & names, const std::string & value_name, const std::string & help, unsigned types, Setter set,
@@ -212,9 +244,11 @@ Options & Options::value(const std::string & names, const std::string & value_na
     impl_->add(std::move(o), names);
     Impl * impl = impl_.get();
     const size_t i = impl->opts.size() - 1;
-    impl->app.add_option_function<std::string>(names, [impl, i](const std::string & v) { impl->apply(impl->opts[i], impl->opts[i].longs[0], v); })
-        ->trigger_on_parse()
-        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    // One CLI11 option per name, so that an error names the flag as it was typed ("-c: ..." or "--seq-len: ...").
+    for (const std::string & n : split_names(names))
+        impl->app.add_option_function<std::string>(n, [impl, i, n](const std::string & v) { impl->apply(impl->opts[i], n, v); })
+            ->trigger_on_parse()
+            ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     return *this;
 }
 
@@ -283,10 +317,24 @@ Options & Options::text(const std::string & names, std::string & target, const s
                  [&target] { return target.empty() ? std::nullopt : std::optional<std::string>(toml_string(target)); });
 }
 
+Options & Options::text(const std::string & names, std::optional<std::string> & target, const std::string & help,
+                        const std::string & value_name) {
+    return value(names, value_name, help, String, [&target](const std::string &, const std::string & v) { target = v; },
+                 [&target] { return target ? std::optional<std::string>(toml_string(*target)) : std::nullopt; });
+}
+
+Options & Options::positionals(const std::string & name, std::vector<std::string> & target, int min, int max, const std::string & help) {
+    impl_->positionals = {name, help, &target, min, max};
+    impl_->layout.push_back({impl_->group, true, "  " + name + std::string(name.size() + 2 < 28 ? 26 - name.size() : 2, ' ') + help, 0});
+    return *this;
+}
+
 Options & Options::size(const std::string & names, size_t & target, const std::string & help, bool zero_ok, const std::string & value_name) {
-    return value(names, value_name, help, Int | String,
+    value(names, value_name, help, Int | String,
                  [&target, zero_ok](const std::string & f, const std::string & v) { target = zero_ok && v == "0" ? 0 : parse_size(f, v); },
                  [&target] { return std::optional<std::string>(std::to_string(target)); });
+    impl_->opts.back().bytes = true;
+    return *this;
 }
 
 Options & Options::choice(const std::string & names, std::string & target, const std::vector<std::string> & allowed, const std::string & help,
@@ -313,9 +361,10 @@ Options & Options::list(const std::string & names, std::vector<std::string> & ta
 
 Options & Options::run_files() {
     impl_->run_files = true;
+    group("");
     value("--config", "FILE",
           "read the options from a run file (TOML: `key = value`, the keys being the long option names without\n"
-          "their dashes; the flags given on the command line override it; examples/runs/*.toml)",
+          "their dashes; the flags given on the command line override it)",
           String, [](const std::string &, const std::string &) {}, [] { return std::nullopt; });
     local();
     return action("--print-config", "print the effective configuration as a run file (for --config) and exit",
@@ -361,10 +410,23 @@ bool Options::parse(int argc, char ** argv) {
     } catch (const CLI::ParseError & e) {
         throw rp::Error(e.what());
     }
-    for (const std::string & r : impl_->app.remaining()) {
+    const std::vector<std::string> rest = impl_->app.remaining();
+    for (const std::string & r : rest)
         if (r.size() > 1 && r[0] == '-') throw rp::Error("unknown option '" + r + "' (see --help)");
-        throw rp::Error("unexpected argument '" + r + "' (options take the form --name VALUE; see --help)");
+    const Impl::Positionals & pos = impl_->positionals;
+    if (!pos.target) {
+        if (!rest.empty()) throw rp::Error("unexpected argument '" + rest[0] + "' (options take the form --name VALUE; see --help)");
+        return true;
     }
+    const int n = static_cast<int>(rest.size());
+    if (n < pos.min || (pos.max >= 0 && n > pos.max)) {
+        const std::string want = pos.min == pos.max ? std::to_string(pos.min)
+                                 : pos.max < 0      ? "at least " + std::to_string(pos.min)
+                                                    : std::to_string(pos.min) + " to " + std::to_string(pos.max);
+        throw rp::Error(impl_->tool + " takes " + want + " argument" + (pos.max == 1 ? "" : "s") + " (" + pos.name + "), got " +
+                        std::to_string(n) + " (see --help)");
+    }
+    *pos.target = rest;
     return true;
 }
 
@@ -394,13 +456,14 @@ std::string Options::help() const {
             std::string help = o.help;
             // The default, from the variable as declared (a help that states its own default keeps it).
             if (o.show && (o.kind == Kind::Value) && help.find("default") == std::string::npos)
-                if (const auto v = o.show()) help += " (default " + plain(*v) + ")";
+                if (const auto v = o.show()) help += " (default " + (o.bytes ? size_text(*v) : plain(*v)) + ")";
             std::string also;
             for (size_t k = 1; k < o.longs.size(); ++k) also += (also.empty() ? "" : ", ") + o.longs[k];
             for (size_t k = 1; k < o.shorts.size(); ++k) also += (also.empty() ? "" : ", ") + o.shorts[k];
             if (!also.empty()) help += " (also " + also + ")";
             out += names;
-            out += names.size() + 2 <= kColumn ? std::string(kColumn - names.size(), ' ') : "  ";
+            // Names too long for the column: the help starts on the next line, at the column.
+            out += names.size() + 2 <= kColumn ? std::string(kColumn - names.size(), ' ') : "\n" + indent;
             for (size_t p = 0, e; p < help.size(); p = e + 1) {
                 e = help.find('\n', p);
                 if (e == std::string::npos) e = help.size();

@@ -60,6 +60,9 @@ public:
     Options & number(const std::string & names, double & target, double lo, double hi, const std::string & help,
                      const std::string & value_name = "X");
     Options & text(const std::string & names, std::string & target, const std::string & help, const std::string & value_name = "FILE");
+    // A text that may be given empty (-p ""): nullopt until given.
+    Options & text(const std::string & names, std::optional<std::string> & target, const std::string & help,
+                   const std::string & value_name = "TEXT");
     // A byte count (parse_size: 4096, 64M, 1.5G); zero_ok: "0" is a value too.
     Options & size(const std::string & names, size_t & target, const std::string & help, bool zero_ok = false,
                    const std::string & value_name = "SIZE");
@@ -67,6 +70,12 @@ public:
                      const std::string & value_name = "NAME");
     // Comma-separated on the command line ("a,b,c"), an array of strings in a run file.
     Options & list(const std::string & names, std::vector<std::string> & target, const std::string & help, const std::string & value_name = "L");
+
+    // "-t, --threads N": CPU threads in [lo, 4096], 0 = all cores when lo is 0; the help says how they wait.
+    Options & threads(int & target, int lo = 0, const std::string & help = "CPU threads (default 0: all)");
+    // A pair of flags for a choice that may stay unmade (nullopt: neither given): "--show-thinking" sets
+    // true, "--hide-thinking" false.
+    Options & toggle(const std::string & on, const std::string & off, std::optional<bool> & target, const std::string & help);
 
     // The general form. `set(flag, text)` parses one value (throwing rp::Error that names `flag`); `show()` is
     // the current value as a TOML literal (nullopt: not set). `types`: the TOML types a run file may give,
@@ -82,6 +91,10 @@ public:
     // — calls reset() before it, so that the command line replaces a file's list instead of extending it).
     Options & repeated(const std::string & names, const std::string & value_name, const std::string & help, Setter set,
                        std::function<void()> reset, Shower show);
+    // The arguments that are not options ("rp-trace A.json B.json"), in order: at least `min`, at most `max`
+    // (-1: any number); listed in --help under `name`. Without it, an argument that is not an option is an error.
+    Options & positionals(const std::string & name, std::vector<std::string> & target, int min, int max, const std::string & help);
+
     // The option declared last is for this invocation only (--plan, --resume): not a run-file key.
     Options & local();
 

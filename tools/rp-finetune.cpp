@@ -35,7 +35,7 @@
 namespace {
 
 const char * const kUsage = "usage: rp-finetune -m BASE.gguf --data FILE -o OUT.gguf [options]\n"
-                            "       rp-finetune --config RUN.toml [options]     (the flags override the file)\n";
+                            "       rp-finetune --config RUN.toml [options]     (the flags override the file; examples/runs/*.toml)\n";
 
 // SIGINT / SIGTERM: the first asks the loop to stop after the step (SA_RESETHAND: a second one kills).
 volatile std::sig_atomic_t g_interrupted = 0;

@@ -14,12 +14,12 @@
 // --kl-divergence-base FILE saves the scored positions' log-probabilities (llama-perplexity's file format,
 // models/kl_divergence.h); adding --kl-divergence reads FILE instead (its tokens and context; no -f) and
 // reports the model's KL divergence from the saved one, the perplexity ratio and the top-token agreement.
-#include "tools/cli.h"
+#include "tools/perplexity_options.h"
+
 #include "base/error.h"
 #include "models/arch/hparams.h"
 #include "models/arch/inference.h"
 #include "models/check/kl_divergence.h"
-#include "tools/cli_lora.h"
 #include "models/arch/model.h"
 #include "models/text/tokenizer.h"
 
@@ -36,32 +36,6 @@
 #include <vector>
 
 namespace {
-
-void usage(FILE * f) {
-    std::fprintf(f,
-                 "usage: rp-perplexity -m MODEL.gguf -f FILE [options]\n"
-                 "  -m, --model FILE     GGUF model (%s)\n"
-                 "  -f, --file FILE      text to score\n"
-                 "  -c, --ctx-size N     tokens per chunk (default 512)\n"
-                 "      --stride S       sliding windows every S tokens, scoring their last S predictions\n"
-                 "  -b, --batch-size N   tokens per evaluation (default: the chunk size)\n"
-                 "  -t, --threads N      CPU threads (default: all)\n" RP_THREADS_WAIT_HELP
-                 "      --lora FILE      apply a LoRA adapter (repeatable)\n"
-                 "      --lora-scale S   user scale of the preceding --lora (default 1)\n"
-                 "      --kl-divergence-base FILE\n"
-                 "                       save this model's log-probabilities of the scored positions to FILE\n"
-                 "                       (llama-perplexity's format: 2 bytes per vocabulary entry)\n"
-                 "      --kl-divergence  instead compare this model (or base + --lora) with FILE: KL divergence\n"
-                 "                       (mean, median, percentiles), PPL ratio, top-token agreement, with errors;\n"
-                 "                       FILE gives the tokens and the context size (no -f)\n"
-                 "  -h, --help           this text\n",
-                 rp::supported_architectures().c_str());
-}
-
-using rp::cli::read_file;
-using rp::cli::parse_int;
-using rp::cli::parse_float;
-
 
 // log p(tok) from one row of logits, as llama.cpp's log_softmax: max in f32, sum of expf in double.
 double log_prob(const float * logits, int64_t n_vocab, int32_t tok) {
@@ -168,45 +142,18 @@ int kl_divergence(const std::string & model_path, const std::string & base_path,
 
 int main(int argc, char ** argv) {
     try {
-        std::string model_path, file, kl_base;
-        bool kl_mode = false;
-        long long n_ctx = 512, stride = 0, n_batch = 0, threads = 0;
-        bool n_ctx_given = false;
-        std::vector<LoraArg> loras;
-        for (int i = 1; i < argc; ++i) {
-            const std::string a = argv[i];
-            auto value = [&]() -> std::string {
-                if (i + 1 >= argc) throw rp::Error("option " + a + " needs a value");
-                return argv[++i];
-            };
-            if (a == "-m" || a == "--model") model_path = value();
-            else if (a == "-f" || a == "--file") file = value();
-            else if (a == "-c" || a == "--ctx-size") {
-                n_ctx = parse_int(a, value(), 4, 1 << 24);
-                n_ctx_given = true;
-            }
-            else if (a == "--stride" || a == "--ppl-stride") stride = parse_int(a, value(), 1, 1 << 24);
-            else if (a == "-b" || a == "--batch-size") n_batch = parse_int(a, value(), 1, 1 << 24);
-            else if (a == "-t" || a == "--threads") threads = parse_int(a, value(), 0, 4096);
-            else if (a == "--lora") loras.push_back({value(), 1.0f});
-            else if (a == "--lora-scale") {
-                if (loras.empty()) throw rp::Error("--lora-scale must follow a --lora ADAPTER");
-                loras.back().scale = parse_float(a, value());
-            }
-            else if (a == "--kl-divergence-base") kl_base = value();
-            else if (a == "--kl-divergence") kl_mode = true;
-            else if (a == "-h" || a == "--help") { usage(stdout); return 0; }
-            else throw rp::Error("unknown option '" + a + "' (see --help)");
-        }
-        if (model_path.empty()) throw rp::Error("no model given (-m MODEL.gguf)");
-        if (kl_mode && kl_base.empty()) throw rp::Error("--kl-divergence needs --kl-divergence-base FILE (the saved base)");
-        if (!kl_base.empty() && stride > 0) throw rp::Error("--kl-divergence-base works on chunks, not with --stride");
-        if (kl_mode) return kl_divergence(model_path, kl_base, loras, n_ctx_given ? n_ctx : 0, n_batch, threads);
-        if (file.empty()) throw rp::Error("no text given (-f FILE)");
-        if (stride >= n_ctx) throw rp::Error("--stride " + std::to_string(stride) + " must be smaller than the context " + std::to_string(n_ctx));
-        if (n_batch == 0 || n_batch > n_ctx) n_batch = n_ctx;
+        rp::cli::PerplexitySettings s;
+        rp::cli::Options opts("rp-perplexity", "usage: rp-perplexity -m MODEL.gguf -f FILE [options]");
+        rp::cli::declare_perplexity_options(opts, s);
+        if (!opts.parse(argc, argv)) return 0;
+        s.validate();
+        const std::string & model_path = s.model_path, & file = s.text_file, & kl_base = s.kl_base;
+        const std::vector<LoraArg> & loras = s.loras;
+        const long long n_ctx = s.context(), stride = s.stride, threads = s.threads;
+        if (s.kl_divergence) return kl_divergence(model_path, kl_base, loras, s.n_ctx.value_or(0), s.n_batch, threads);
+        const long long n_batch = s.n_batch == 0 || s.n_batch > n_ctx ? n_ctx : s.n_batch;
 
-        const std::string text = read_file(file);
+        const std::string text = rp::cli::read_file(file);
         Scorer scorer(model_path, loras, n_ctx, threads);
         const int64_t n_vocab = scorer.n_vocab();
 

@@ -12,7 +12,8 @@
 // renders each conversation of CONV.jsonl (one {"messages": [...]} per line) with the model's chat
 // template (or the one named) and prints the text, then a line holding only the byte 0x1D. --mask wraps
 // each assistant span (the tokens a finetune trains) in U+27EA / U+27EB brackets.
-#include "tools/cli.h"
+#include "tools/tokenize_options.h"
+
 #include "base/error.h"
 #include "ggml_rp/core/json.h"
 #include "models/text/chat_template.h"
@@ -28,27 +29,6 @@
 #include <string>
 
 namespace {
-
-void usage(FILE * f) {
-    std::fprintf(f,
-                 "usage: rp-tokenize -m MODEL.gguf [-p TEXT | -f FILE] [--no-bos] [--parse-special] [--ids]\n"
-                 "  -m, --model FILE     GGUF file whose tokenizer to use (a vocab-only file is fine)\n"
-                 "  -p, --prompt TEXT    text to tokenize\n"
-                 "  -f, --file FILE      read the text from FILE (bytes as they are)\n"
-                 "      --no-bos         do not add BOS / EOS tokens\n"
-                 "      --parse-special  match special-token texts (<|im_start|>, <s>, ...)\n"
-                 "      --ids            print only the ids, on one line\n"
-                 "usage: rp-tokenize -m MODEL.gguf --render-chat CONV.jsonl [--chat-template FILE.jinja|NAME]\n"
-                 "                   [--no-generation-prompt] [--no-thinking] [--date YYYY-MM-DD] [--mask]\n"
-                 "      --render-chat F  render each conversation of F (one {\"messages\": [...]} per line) with the\n"
-                 "                       model's chat template; each rendering is followed by a line holding only\n"
-                 "                       the byte 0x1D (a BOS the tokenizer adds itself is left out)\n"
-                 "      --chat-template T  the template: a FILE.jinja, or chatml / llama3 (default: the model's)\n"
-                 "      --no-generation-prompt  do not end with the assistant's header (default: add it)\n"
-                 "      --no-thinking    enable_thinking = false (Qwen3, QwQ, DeepSeek-R1)\n"
-                 "      --date D         the date templates print (YYYY-MM-DD; default: today)\n"
-                 "      --mask           mark each assistant span (the trained bytes) as \xe2\x9f\xaa...\xe2\x9f\xab (U+27EA, U+27EB)\n");
-}
 
 // --render-chat: one conversation per JSONL line.
 int render_chats(const rp::Tokenizer & tok, const std::string & path, const std::string & tmpl_name,
@@ -94,9 +74,6 @@ int render_chats(const rp::Tokenizer & tok, const std::string & path, const std:
     return 0;
 }
 
-using rp::cli::read_file;
-
-
 // Pieces may hold control characters or partial UTF-8; show those bytes escaped.
 std::string printable(const std::string & s) {
     std::string out;
@@ -121,81 +98,33 @@ std::string printable(const std::string & s) {
 } // namespace
 
 int main(int argc, char ** argv) {
-    std::string model, prompt, file;
-    bool have_prompt = false, no_bos = false, parse_special = false, ids_only = false, mask = false;
-    std::string chats, chat_template;
-    rp::ChatOptions chat_opt;
-    chat_opt.add_generation_prompt = true;
     try {
-        for (int i = 1; i < argc; ++i) {
-            const std::string a = argv[i];
-            auto value = [&]() -> std::string {
-                if (i + 1 >= argc) {
-                    throw rp::Error("option " + a + " needs a value");
-                }
-                return argv[++i];
-            };
-            if (a == "-m" || a == "--model") {
-                model = value();
-            } else if (a == "-p" || a == "--prompt") {
-                prompt = value();
-                have_prompt = true;
-            } else if (a == "-f" || a == "--file") {
-                file = value();
-            } else if (a == "--no-bos") {
-                no_bos = true;
-            } else if (a == "--parse-special") {
-                parse_special = true;
-            } else if (a == "--ids") {
-                ids_only = true;
-            } else if (a == "--render-chat") {
-                chats = value();
-            } else if (a == "--chat-template") {
-                chat_template = value();
-            } else if (a == "--no-generation-prompt") {
-                chat_opt.add_generation_prompt = false;
-            } else if (a == "--no-thinking") {
-                chat_opt.enable_thinking = false;
-            } else if (a == "--date") {
-                chat_opt.date = value();
-            } else if (a == "--mask") {
-                mask = true;
-            } else if (a == "-h" || a == "--help") {
-                usage(stdout);
-                return 0;
-            } else {
-                throw rp::Error("unknown option '" + a + "' (see --help)");
-            }
-        }
-        if (model.empty()) {
-            throw rp::Error("no model given (-m MODEL.gguf)");
-        }
-        if (!chats.empty()) {
-            if (have_prompt || !file.empty()) throw rp::Error("--render-chat takes no -p / -f");
-            const auto tok = rp::Tokenizer::load(model);
-            render_chats(*tok, chats, chat_template, chat_opt, mask);
+        rp::cli::TokenizeSettings s;
+        rp::cli::Options opts("rp-tokenize", "usage: rp-tokenize -m MODEL.gguf [-p TEXT | -f FILE] [--no-bos] [--parse-special] [--ids]\n"
+                                             "       rp-tokenize -m MODEL.gguf --render-chat CONV.jsonl [options]");
+        rp::cli::declare_tokenize_options(opts, s);
+        if (!opts.parse(argc, argv)) return 0;
+        s.validate();
+        if (!s.chats.empty()) {
+            rp::ChatOptions chat_opt;
+            chat_opt.add_generation_prompt = !s.no_generation_prompt;
+            chat_opt.enable_thinking = !s.no_thinking;
+            chat_opt.date = s.date;
+            const auto tok = rp::Tokenizer::load(s.model_path);
+            render_chats(*tok, s.chats, s.chat_template, chat_opt, s.mask);
             if (std::fflush(stdout) != 0) throw rp::Error("cannot write to standard output");
             return 0;
         }
-        if (have_prompt == !file.empty()) {
-            throw rp::Error("give exactly one of -p TEXT and -f FILE");
-        }
-        const std::string text = have_prompt ? prompt : read_file(file);
-        const auto tok = rp::Tokenizer::load(model);
-        const std::vector<int32_t> ids = tok->encode(text, !no_bos, parse_special);
-        if (ids_only) {
-            for (size_t i = 0; i < ids.size(); ++i) {
-                std::printf(i ? " %d" : "%d", ids[i]);
-            }
+        const std::string text = s.prompt ? *s.prompt : rp::cli::read_file(s.text_file);
+        const auto tok = rp::Tokenizer::load(s.model_path);
+        const std::vector<int32_t> ids = tok->encode(text, !s.no_bos, s.parse_special);
+        if (s.ids_only) {
+            for (size_t i = 0; i < ids.size(); ++i) std::printf(i ? " %d" : "%d", ids[i]);
             std::printf("\n");
         } else {
-            for (int32_t id : ids) {
-                std::printf("%6d -> '%s'\n", id, printable(tok->token_to_piece(id)).c_str());
-            }
+            for (int32_t id : ids) std::printf("%6d -> '%s'\n", id, printable(tok->token_to_piece(id)).c_str());
         }
-        if (std::fflush(stdout) != 0) {
-            throw rp::Error("cannot write to standard output");
-        }
+        if (std::fflush(stdout) != 0) throw rp::Error("cannot write to standard output");
     } catch (const std::exception & e) {
         std::fprintf(stderr, "error: %s\n", e.what());
         return 1;

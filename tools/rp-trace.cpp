@@ -8,20 +8,18 @@
 // the bubble ratio (idle fraction of the compute streams over that span) and the exposed-communication
 // fraction (time a device's compute stream is idle while one of its copy streams is busy, over the span),
 // each summed over devices; then the same per device.
+#include "tools/options.h"
+
 #include "base/atomic_file.h"
 #include "ggml_rp/roundpipe/timeline_svg.h"
 #include "ggml_rp/roundpipe/trace.h"
 #include "base/error.h"
 
-#include <cerrno>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <exception>
 #include <set>
 #include <string>
 
-#include <unistd.h>
 
 namespace {
 
@@ -37,11 +35,6 @@ const char * const kUsage =
     "writes T.rank0.json, T.rank1.json, ...), in rank order, merged on their common clock. Printed also: each\n"
     "rank's all-reduce time and the part of it exposed (none of the rank's devices computing meanwhile).\n";
 
-[[noreturn]] void die(const std::string & msg) {
-    std::fprintf(stderr, "error: %s\n", msg.c_str());
-    std::exit(1);
-}
-
 } // namespace
 
 int main(int argc, char ** argv) {
@@ -49,35 +42,12 @@ int main(int argc, char ** argv) {
         std::vector<std::string> inputs;
         std::string out;
         rp::TimelineOptions opt;
-        for (int i = 1; i < argc; ++i) {
-            const std::string a = argv[i];
-            auto next = [&]() -> std::string {
-                if (i + 1 >= argc) die(a + " needs a value");
-                return argv[++i];
-            };
-            if (a == "-h" || a == "--help") {
-                std::fputs(kUsage, stdout);
-                return 0;
-            } else if (a == "-o") {
-                out = next();
-            } else if (a == "--title") {
-                opt.title = next();
-            } else if (a == "--width") {
-                const std::string v = next();
-                char * end = nullptr;
-                const long w = std::strtol(v.c_str(), &end, 10);
-                if (end == v.c_str() || *end || w < 100 || w > 100000) die("--width: '" + v + "' is not 100..100000");
-                opt.width = static_cast<int>(w);
-            } else if (!a.empty() && a[0] == '-') {
-                die("unknown option '" + a + "' (see --help)");
-            } else {
-                inputs.push_back(a);
-            }
-        }
-        if (inputs.empty()) {
-            std::fputs(kUsage, stderr);
-            return 1;
-        }
+        rp::cli::Options opts("rp-trace", kUsage);
+        opts.positionals("TRACE.json ...", inputs, 1, -1, "the trace, or the traces of the ranks of one run in rank order");
+        opts.text("-o,--output", out, "draw the timeline as SVG into FILE", "TIMELINE.svg");
+        opts.text("--title", opt.title, "the timeline's title", "TEXT");
+        opts.integer("--width", opt.width, 100, 100000, "the timeline's width", "PIXELS");
+        if (!opts.parse(argc, argv)) return 0;
 
         rp::Trace trace;
         if (inputs.size() == 1) {

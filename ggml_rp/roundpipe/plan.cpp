@@ -2,6 +2,8 @@
 
 #include "base/error.h"
 
+#include <cstdlib>
+
 namespace rp {
 
 namespace {
@@ -95,6 +97,65 @@ Plan plan_from_sizes(const std::vector<int> & fwd_sizes, const std::vector<int> 
     }
     validate_plan(p, layers);
     return p;
+}
+
+namespace {
+
+// "3,3,2x4" -> {3, 3, 2, 2, 2, 2}; `what` names the list in errors.
+std::vector<int> parse_counts(const std::string & text, const std::string & what) {
+    std::vector<int> out;
+    for (size_t pos = 0; pos <= text.size();) {
+        const size_t comma = text.find(',', pos);
+        const size_t end_item = comma == std::string::npos ? text.size() : comma;
+        const std::string item = text.substr(pos, end_item - pos);
+        const size_t x = item.find('x');
+        char * end = nullptr;
+        const long n = std::strtol(item.c_str(), &end, 10);
+        long rep = 1;
+        if (x != std::string::npos) {
+            char * end2 = nullptr;
+            rep = std::strtol(item.c_str() + x + 1, &end2, 10);
+            if (x == 0 || end != item.c_str() + x || *end2 != '\0' || rep < 1) throw Error(what + ": bad item '" + item + "'");
+        } else if (item.empty() || *end != '\0') {
+            throw Error(what + ": bad item '" + item + "'");
+        }
+        if (n < 0 || n > 100000 || rep > 100000) throw Error(what + ": item '" + item + "' out of range");
+        out.insert(out.end(), static_cast<size_t>(rep), static_cast<int>(n));
+        pos = end_item + 1;
+    }
+    return out;
+}
+
+} // namespace
+
+Plan plan_from_decoder_counts(const std::string & text) {
+    const size_t bar = text.find('|');
+    if (bar == std::string::npos) throw Error("partition '" + text + "': expected \"forward|backward\"");
+    std::vector<int> f = parse_counts(text.substr(0, bar), "partition (forward)");
+    std::vector<int> b = parse_counts(text.substr(bar + 1), "partition (backward)");
+    if (f.empty() || b.size() < 2) throw Error("partition '" + text + "': need forward stages and FB plus backward stages");
+    f.front() += 1;  // the prefix rides in F0
+    b.front() += 1;  // the postfix is in FB
+    b.back() += 1;   // and the prefix in the last backward stage
+    try {
+        return plan_from_sizes(f, b);
+    } catch (const Error & e) {
+        throw Error("partition '" + text + "': " + e.what());
+    }
+}
+
+std::string decoder_counts(const Plan & p) {
+    std::string s;
+    for (size_t i = 0; i < p.fwd.size(); ++i) {
+        if (i) s += ',';
+        s += std::to_string(p.fwd[i].size() - (i == 0 ? 1 : 0));
+    }
+    s += '|';
+    for (size_t i = 0; i < p.bwd.size(); ++i) {
+        if (i) s += ',';
+        s += std::to_string(p.bwd[i].size() - (i == 0 ? 1 : 0) - (i + 1 == p.bwd.size() && i > 0 ? 1 : 0));
+    }
+    return s;
 }
 
 } // namespace rp

@@ -50,4 +50,12 @@ void validate_plan(const Plan & plan, int num_layers);
 Plan plan_from_sizes(const std::vector<int> & fwd_sizes, const std::vector<int> & bwd_sizes,
                      RecomputeGrain grain = RecomputeGrain::Stage);
 
+// The partitions of roundpipe.md §11.4 in decoder layers per stage: "F0,F1,...|FB,B1,B2,..." (backward
+// stages deep -> shallow; "2x4" is four stages of 2). The prefix (embedding) rides in F0 and in the last
+// backward stage, the postfix (norm, head, loss) in FB: a model of n decoder layers is planned over n + 2
+// layers. Throws rp::Error naming the bad item.
+Plan plan_from_decoder_counts(const std::string & text);
+// The inverse: "7,7,7,7|0,3,3,3,3,3,3,3,3,2,2".
+std::string decoder_counts(const Plan & plan);
+
 } // namespace rp

@@ -1,6 +1,8 @@
 // model_check.h: the reference checks, composed from the engine's pieces and llama.cpp through rp-oracle.
 #include "models/check/model_check.h"
 
+#include "base/temp_dir.h"
+
 #include "base/error.h"
 #include "ggml_rp/ggml_rp.h"
 #include "ggml_rp/roundpipe/call_planner.h"
@@ -56,20 +58,6 @@ std::string fmt(const char * f, double v) {
     std::snprintf(b, sizeof b, f, v);
     return b;
 }
-
-struct TempDir {
-    fs::path p;
-    TempDir() {
-        std::string t = (fs::temp_directory_path() / "rp-check-XXXXXX").string();
-        if (!mkdtemp(t.data())) throw Error("cannot create a temporary directory in " + fs::temp_directory_path().string());
-        p = t;
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(p, ec);
-    }
-    std::string file(const std::string & n) const { return (p / n).string(); }
-};
 
 std::string quote(const std::string & s) {
     std::string q = "'";
@@ -151,7 +139,7 @@ public:
 
 private:
     std::string bin_;
-    TempDir tmp_;
+    TempDir tmp_{"rp-check"};
 };
 
 // The loosest tolerance the model's matrices need: llama.cpp rounds the activations to the weight type's dot
@@ -417,7 +405,7 @@ void check_pipeline(Context_ & c) {
 
 void check_round_trip(Context_ & c) {
     const char * name = "round trip";
-    TempDir dir;
+    TempDir dir("rp-check");
     const gguf::Reader & f = c.model->file();
     {
         // The writer copies the metadata and (quick: the 16 smallest) tensors; every byte must come back.

@@ -170,4 +170,19 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
     w.write(path);  // `vocab` (whose keys were copied by value) may close after this
 }
 
+std::vector<double> synth_grad_bytes(const SynthSpec & sp, bool full, int r) {
+    const double d = sp.n_embd, q = double(sp.n_head) * sp.head_dim, kv = double(sp.n_head_kv) * sp.head_dim;
+    const double experts = sp.n_expert > 0 ? sp.n_expert : 1, ff = sp.n_expert > 0 ? sp.n_ff_exp : sp.n_ff;
+    auto pair = [&](double in, double out) { return full ? in * out : r * (in + out); };
+    double block = pair(d, q) + 2 * pair(d, kv) + pair(q, d) + experts * (2 * pair(d, ff) + pair(ff, d));
+    if (full) block += 2 * d + (sp.arch == "qwen3" || sp.arch == "qwen3moe" ? 2.0 * sp.head_dim : 0.0) + (sp.n_expert > 0 ? d * sp.n_expert : 0.0);
+    std::vector<double> g(static_cast<size_t>(sp.n_layer + 2), 0);
+    for (uint32_t l = 1; l <= sp.n_layer; ++l) g[l] = 4 * block;
+    if (full) {
+        g.front() = 4.0 * sp.n_vocab * d;
+        g.back() = 4.0 * (d + (sp.tied ? 0.0 : double(sp.n_vocab) * d));
+    }
+    return g;
+}
+
 } // namespace rp

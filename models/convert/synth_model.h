@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace rp {
 
@@ -39,5 +40,10 @@ SynthSpec synth_preset(const std::string & name);
 // Writes the model to `path` (temp file, then rename). Throws rp::Error on a bad spec or I/O failure.
 // Weights are generated tensor by tensor at write time: a 100M-parameter model never sits in memory.
 void write_synth_model(const SynthSpec & spec, const std::string & path);
+
+// Gradient bytes per layer of the sequential view (prefix, decoder layers, postfix) of a model of this
+// shape: fp32 gradients of every weight (full), or of LoRA pairs of rank `lora_rank` on every linear layer
+// (experts included; embedding and head frozen). What data parallel all-reduces (rp-simulate --nodes).
+std::vector<double> synth_grad_bytes(const SynthSpec & spec, bool full, int lora_rank);
 
 } // namespace rp

@@ -1,0 +1,40 @@
+// The longest sequence one device trains, planned by the runtime's memory model (models/train/run_plan.h,
+// roundpipe/call_planner.h) on the real shapes of a model (convert/synth_model.h presets): bf16 weights,
+// LoRA on every linear layer, one sequence per micro-batch — the setting of the RoundPipe paper's
+// max-sequence figures (qwen3-1.7b 73k, llama3.1-8b 49k, qwen3-32b 28k on an RTX 4090), which it reports
+// beside ours. The model is a shapes-only GGUF (every weight a hole: no disk, never read) in a temporary
+// directory. rp-simulate --max-seq is its command line.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace rp {
+
+struct MaxSeqOptions {
+    int lora_rank = 32;
+    int micro_batches = 16;  // at least 2 are planned
+    int devices = 8;
+    size_t device_memory = size_t(24) << 30;
+};
+
+struct MaxSeqResult {
+    std::string model;         // the preset
+    std::string error;         // non-empty: this model could not be planned (the other fields are unset)
+    size_t weight_bytes = 0;   // bf16 weights
+    int micro_batches = 0;     // planned
+    int64_t max_seq = 0;
+    int64_t paper_max_seq = 0; // the paper's figure (0: none for this model)
+    std::string report;        // the plan at max_seq (RunPlan::report), empty when nothing fits
+};
+
+// The models the paper gives a max-sequence figure for.
+std::vector<std::string> paper_max_seq_models();
+
+// One result per model, in order. Throws rp::Error when no temporary directory with sparse files can be made
+// (TMPDIR names where).
+std::vector<MaxSeqResult> plan_max_seq(const std::vector<std::string> & models, const MaxSeqOptions & options);
+
+} // namespace rp
