@@ -322,6 +322,24 @@ TEST(Plan, ValidationNamesTheBrokenStage) {
     EXPECT_NO_THROW(rp::validate_plan(rp::plan_from_sizes({}, {4}), 4));
 }
 
+// The §11.4 notation in decoder layers: the prefix rides in F0 and the last backward stage, the postfix in FB.
+TEST(Plan, DecoderCountsReadAndWriteThePublishedNotation) {
+    const Plan p = rp::plan_from_decoder_counts("5,5,5,5,6,6|0,2x16");  // Llama-3.1-8B's
+    EXPECT_EQ(p.num_layers(), 34);                                      // 32 decoder layers + prefix + postfix
+    EXPECT_EQ(p.fwd.front(), (LayerRange{0, 6}));
+    EXPECT_EQ(p.bwd.front(), (LayerRange{33, 34}));
+    EXPECT_EQ(p.bwd.back(), (LayerRange{0, 3}));
+    EXPECT_EQ(p.num_stages(), 6 + 17);
+    EXPECT_EQ(rp::decoder_counts(p), "5,5,5,5,6,6|0,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2");
+    EXPECT_EQ(rp::plan_from_decoder_counts(rp::decoder_counts(p)), p);
+    EXPECT_EQ(error_of([] { rp::plan_from_decoder_counts("7,7"); }), "partition '7,7': expected \"forward|backward\"");
+    EXPECT_EQ(error_of([] { rp::plan_from_decoder_counts("7,x|0,7"); }), "partition (forward): bad item 'x'");
+    EXPECT_EQ(error_of([] { rp::plan_from_decoder_counts("7|0,3x0"); }), "partition (backward): bad item '3x0'");
+    EXPECT_EQ(error_of([] { rp::plan_from_decoder_counts("7|0"); }), "partition '7|0': need forward stages and FB plus backward stages");
+    EXPECT_NE(error_of([] { rp::plan_from_decoder_counts("7,7|0,3"); }).find("partition '7,7|0,3': plan: backward stages stop at layer"),
+              std::string::npos);
+}
+
 // ---- measured times --------------------------------------------------------------------------------------
 
 TEST(LayerTimings, ColdStartThenBiasCorrectedEmaWithTheFirstSampleDropped) {
