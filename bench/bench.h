@@ -9,6 +9,8 @@
 // or std::exception escaping it is printed as "error: <message>" by main and gives exit status 1.
 #pragma once
 
+#include "tools/options.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -63,31 +65,5 @@ Timing time_it(F && f, int reps = 5, int warmup = 1) {
     r.reps = static_cast<int>(t.size());
     return r;
 }
-
-// ---- options ------------------------------------------------------------------------------------------
-
-// "--name value" / "--name=value" / "--flag" options of one family. Unknown or malformed options are errors
-// (rp::Error naming the option), reported when they are read or by finish().
-class Options {
-public:
-    Options(int argc, char ** argv);
-
-    bool help() const { return help_; }              // --help or -h was given
-    bool flag(const std::string & name);             // --name present (takes no value)
-    int64_t get_int(const std::string & name, int64_t dflt);
-    double get_double(const std::string & name, double dflt);
-    std::string get_string(const std::string & name, const std::string & dflt);
-    // Throws if an option was given that no get_*/flag call asked for.
-    void finish() const;
-
-private:
-    const std::string * value_of(const std::string & name);
-    struct Opt {
-        std::string name, value;
-        bool has_value = false, used = false;
-    };
-    std::vector<Opt> opts_;
-    bool help_ = false;
-};
 
 } // namespace rp::bench

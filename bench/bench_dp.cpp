@@ -32,21 +32,25 @@ namespace {
 using rp::bench::now_s;
 
 int run_dp(int argc, char ** argv) {
-    rp::bench::Options opt(argc, argv);
-    if (opt.help()) {
-        std::printf("mpirun -np R rp-bench dp --model FILE.gguf [--full] [--rank 8] [--seq-len 64] [--seqs 2] [--gpus 2]\n"
-                    "                         [--micro-batches 4] [--steps 4] [--link 25Gbit/s,10us] [--gpu-tokens 8192]\n"
-                    "  data-parallel scaling: step time, tokens/s per rank, exposed all-reduce (emulated compute)\n");
-        return 0;
-    }
-    const std::string path = opt.get_string("--model", "");
-    const bool full = opt.flag("--full");
-    const int64_t T = opt.get_int("--seq-len", 64), B = opt.get_int("--seqs", 2), lora_rank = opt.get_int("--rank", 8);
-    const int G = static_cast<int>(opt.get_int("--gpus", 2)), M = static_cast<int>(opt.get_int("--micro-batches", 4));
-    const int steps = static_cast<int>(opt.get_int("--steps", 4));
-    const std::string link_text = opt.get_string("--link", "25Gbit/s,10us");
-    const double gpu_tokens = opt.get_double("--gpu-tokens", 8192);
-    opt.finish();
+    std::string path, link_text = "25Gbit/s,10us";
+    bool full = false;
+    int64_t T = 64, B = 2, lora_rank = 8;
+    int G = 2, M = 4, steps = 4;
+    double gpu_tokens = 8192;
+    rp::cli::Options opt("rp-bench dp",
+                         "usage: mpirun -np R rp-bench dp --model FILE.gguf [options]\n"
+                         "  data-parallel scaling: step time, tokens/s per rank, exposed all-reduce (emulated compute)");
+    opt.text("--model", path, "the model (required)");
+    opt.flag("--full", full, "full finetune (default: LoRA)");
+    opt.integer("--rank", lora_rank, 1, 1 << 20, "LoRA rank");
+    opt.integer("--seq-len", T, 1, 1 << 24, "tokens per sequence");
+    opt.integer("--seqs", B, 1, 1 << 20, "sequences per micro-batch");
+    opt.integer("--gpus", G, 1, 4096, "devices per rank");
+    opt.integer("--micro-batches", M, 1, 1 << 20, "micro-batches per step");
+    opt.integer("--steps", steps, 1, 1 << 20, "steps timed");
+    opt.text("--link", link_text, "the emulated inter-node link", "L");
+    opt.number("--gpu-tokens", gpu_tokens, 1, 1e12, "tokens/s of the emulated GPU (scales the measured compute)", "X");
+    if (!opt.parse(argc, argv)) return 0;
     if (path.empty()) throw rp::Error("dp: --model FILE.gguf is required");
 
     rp::CommOptions co;

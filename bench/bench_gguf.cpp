@@ -93,28 +93,23 @@ void drop_cache(const std::string & path) {
     ::close(fd);
 }
 
-void usage() {
-    std::printf(
-        "usage: rp-bench gguf [--size MB] [--reps N] [--threads N] [--dir PATH] [--cold] [--keep]\n"
-        "  Writes a ~MB MiB GGUF file of random Q4_K and Q8_0 matrices (default 1024) in a temporary folder under\n"
-        "  PATH (default: the system temp dir), then times: writing it, opening it and touching every page, and\n"
-        "  dequantizing all tensors on 1 thread and on N OpenMP threads (default: all), each next to a memcpy of\n"
-        "  the same bytes. Best of N repetitions (default 3). --cold drops the page cache before each read;\n"
-        "  --keep leaves the file in place.\n");
-}
-
 int run_gguf(int argc, char ** argv) {
-    rp::bench::Options opt(argc, argv);
-    if (opt.help()) { usage(); return 0; }
-    const int64_t size_mb = opt.get_int("--size", 1024);
-    const int reps = static_cast<int>(opt.get_int("--reps", 3));
-    const int threads = static_cast<int>(opt.get_int("--threads", max_threads()));
-    const std::string base = opt.get_string("--dir", fs::temp_directory_path().string());
-    const bool cold = opt.flag("--cold");
-    const bool keep = opt.flag("--keep");
-    opt.finish();
-    if (size_mb < 1) throw rp::Error("--size must be at least 1 (MiB)");
-    if (reps < 1 || threads < 1) throw rp::Error("--reps and --threads must be at least 1");
+    int64_t size_mb = 1024;
+    int reps = 3, threads = max_threads();
+    std::string base = fs::temp_directory_path().string();
+    bool cold = false, keep = false;
+    rp::cli::Options opt("rp-bench gguf",
+                         "usage: rp-bench gguf [--size MB] [--reps N] [--threads N] [--dir PATH] [--cold] [--keep]\n"
+                         "  Writes a ~MB MiB GGUF file of random Q4_K and Q8_0 matrices in a temporary folder under PATH, then\n"
+                         "  times: writing it, opening it and touching every page, and dequantizing all tensors on 1 thread and\n"
+                         "  on N OpenMP threads, each next to a memcpy of the same bytes. Best of N repetitions.");
+    opt.integer("--size", size_mb, 1, 1 << 30, "the file's size in MiB", "MB");
+    opt.integer("--reps", reps, 1, 1 << 20, "repetitions (the best counts)");
+    opt.threads(threads, 1, "threads (default: all)");
+    opt.text("--dir", base, "where the temporary folder goes (default: the system temp dir)", "PATH");
+    opt.flag("--cold", cold, "drop the page cache before each read");
+    opt.flag("--keep", keep, "leave the file in place");
+    if (!opt.parse(argc, argv)) return 0;
 
     // ---- plan and write the file ----
     std::string tmpl = (fs::path(base) / "rp-bench-gguf-XXXXXX").string();

@@ -204,29 +204,26 @@ void bench_attention(int64_t T, int64_t D, int64_t Hq, int64_t Hkv, int reps) {
                 gflops(fwd_flops, tf), tb.best_s * 1e3, double(T) / tb.best_s, gflops(2.5 * fwd_flops, tb));
 }
 
-void usage() {
-    std::printf(
-        "usage: rp-bench ops [--quick] [--reps N] [--threads N] [--only peak|gemm|attention] [--shape K,N,T[:K,N,T...]]\n"
-        "  FMA peak (1 thread and N threads), then GEMM on LLM shapes (4096x4096x512, 2048x6144x1024 and the\n"
-        "  LM head 2048x151936x512; --quick: 1024x1024x256, 1024x1536x256, 1024x16384x256) for f32, bf16, q8_0\n"
-        "  and q4_0 weights next to OpenBLAS cblas_sgemm, then causal attention forward/backward at T = 512 ..\n"
-        "  8192 (--quick: 512 .. 2048), D = 64 and 128. Best of N repetitions (default 3; 1 for the LM head).\n"
-        "  N threads: default all (OMP_NUM_THREADS). --shape: GEMM on these shapes instead, ':'-separated\n"
-        "  (a training step's products: llama-20M is 512,512,256:512,1408,256:1408,512,256).\n");
-}
-
 int run_ops(int argc, char ** argv) {
-    rp::bench::Options opt(argc, argv);
-    if (opt.help()) {
-        usage();
-        return 0;
-    }
-    const bool quick = opt.flag("--quick");
-    const int reps = int(opt.get_int("--reps", 3));
-    const int threads = int(opt.get_int("--threads", max_threads()));
-    const std::string only = opt.get_string("--only", "");
+    bool quick = false;
+    int reps = 3, threads = max_threads();
+    std::string only, shapes;
+    rp::cli::Options opt("rp-bench ops",
+                         "usage: rp-bench ops [--quick] [--reps N] [--threads N] [--only peak|gemm|attention] [--shape K,N,T[:K,N,T...]]\n"
+                         "  FMA peak (1 thread and N threads), then GEMM on LLM shapes (4096x4096x512, 2048x6144x1024 and the\n"
+                         "  LM head 2048x151936x512; --quick: 1024x1024x256, 1024x1536x256, 1024x16384x256) for f32, bf16, q8_0\n"
+                         "  and q4_0 weights next to OpenBLAS cblas_sgemm, then causal attention forward/backward at T = 512 ..\n"
+                         "  8192 (--quick: 512 .. 2048), D = 64 and 128. Best of N repetitions (1 for the LM head).");
+    opt.flag("--quick", quick, "the smaller shapes");
+    opt.integer("--reps", reps, 1, 1 << 20, "repetitions (the best counts)");
+    opt.threads(threads, 1, "threads (default: all, OMP_NUM_THREADS)");
+    opt.choice("--only", only, {"peak", "gemm", "attention"}, "one section", "S");
+    opt.text("--shape", shapes,
+             "GEMM on these shapes instead, ':'-separated (a training step's products: llama-20M is\n"
+             "512,512,256:512,1408,256:1408,512,256)",
+             "K,N,T");
+    if (!opt.parse(argc, argv)) return 0;
     std::vector<GemmShape> custom;
-    const std::string shapes = opt.get_string("--shape", "");
     for (size_t at = 0; at < shapes.size();) {
         const size_t end = std::min(shapes.find(':', at), shapes.size());
         const std::string v = shapes.substr(at, end - at);
@@ -237,10 +234,6 @@ int run_ops(int argc, char ** argv) {
         custom.push_back({"--shape", k, n, t});
         at = end + 1;
     }
-    opt.finish();
-    if (reps < 1 || threads < 1) throw rp::Error("--reps and --threads must be at least 1");
-    if (!only.empty() && only != "peak" && only != "gemm" && only != "attention")
-        throw rp::Error("--only: unknown section '" + only + "' (peak, gemm or attention)");
 #if defined(_OPENMP)
     omp_set_num_threads(threads);
 #endif

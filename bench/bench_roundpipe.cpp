@@ -33,20 +33,21 @@ using rp::bench::TimedProgram;
 using rp::bench::measure;
 
 int run_roundpipe(int argc, char ** argv) {
-    rp::bench::Options opt(argc, argv);
-    if (opt.help()) {
-        std::printf("rp-bench roundpipe --model FILE.gguf [--seq-len 64] [--seqs 2] [--steps 3] [--rank 8] [--gpu-tokens 8192]\n"
-                    "                   [--trace-dir DIR]\n"
-                    "  bubble ratio / exposed communication / throughput of roundpipe vs gpipe vs 1f1b (LoRA)\n");
-        return 0;
-    }
-    const std::string path = opt.get_string("--model", "");
-    const int64_t T = opt.get_int("--seq-len", 64), B = opt.get_int("--seqs", 2);
-    const double gpu_tokens = opt.get_double("--gpu-tokens", 8192);
-    const int steps = static_cast<int>(opt.get_int("--steps", 3));
-    const int64_t rank = opt.get_int("--rank", 8);
-    const std::string trace_dir = opt.get_string("--trace-dir", "");
-    opt.finish();
+    std::string path, trace_dir;
+    int64_t T = 64, B = 2, rank = 8;
+    double gpu_tokens = 8192;
+    int steps = 3;
+    rp::cli::Options opt("rp-bench roundpipe",
+                         "usage: rp-bench roundpipe --model FILE.gguf [options]\n"
+                         "  bubble ratio / exposed communication / throughput of roundpipe vs gpipe vs 1f1b (LoRA)");
+    opt.text("--model", path, "the model (required)");
+    opt.integer("--seq-len", T, 1, 1 << 24, "tokens per sequence");
+    opt.integer("--seqs", B, 1, 1 << 20, "sequences per micro-batch");
+    opt.integer("--steps", steps, 1, 1 << 20, "steps timed");
+    opt.integer("--rank", rank, 1, 1 << 20, "LoRA rank");
+    opt.number("--gpu-tokens", gpu_tokens, 1, 1e12, "tokens/s of the emulated GPU (scales the measured compute)", "X");
+    opt.text("--trace-dir", trace_dir, "write each schedule's trace here", "DIR");
+    if (!opt.parse(argc, argv)) return 0;
     if (path.empty()) throw rp::Error("roundpipe: --model FILE.gguf is required");
 
     auto model = rp::Model::load(path);

@@ -351,7 +351,7 @@ Options & Options::choice(const std::string & names, std::string & target, const
                      }
                      throw rp::Error(f + ": '" + v + "' is not one of " + all);
                  },
-                 [&target] { return std::optional<std::string>(toml_string(target)); });
+                 [&target] { return target.empty() ? std::nullopt : std::optional<std::string>(toml_string(target)); });
 }
 
 Options & Options::list(const std::string & names, std::vector<std::string> & target, const std::string & help, const std::string & value_name) {

@@ -2,8 +2,8 @@
 // rp-check, rp-merge-lora and rp-simulate, every flag parses to the value the old hand-written parser gave on
 // the same input (a table per tool, checked to use every declared flag), bad values fail in the tools'
 // wording, the cross-option rules refuse what the old tools refused, and --help documents exactly the
-// declared flags. rp-gguf's commands and rp-trace declare theirs in the program: their --help is read from
-// the binaries (RP_BIN_DIR), with the flags each one took before.
+// declared flags. rp-gguf's commands, rp-trace and rp-bench's families declare theirs in the program: their
+// --help is read from the binaries (RP_BIN_DIR), with the flags each one took before.
 #include "tools/check_options.h"
 #include "tools/generate_options.h"
 #include "tools/perplexity_options.h"
@@ -393,8 +393,8 @@ TEST(ToolOptions, HelpDocumentsExactlyTheDeclaredFlags) {
                 "--nodes", "--node-link", "--full"});
 }
 
-// rp-gguf's commands and rp-trace: each --help names every flag the command took before.
-TEST(ToolOptions, GgufCommandsAndTraceHelpListTheirFlags) {
+// rp-gguf's commands, rp-trace and rp-bench's families: each --help names every flag it took before.
+TEST(ToolOptions, GgufCommandsTraceAndBenchFamiliesHelpListTheirFlags) {
     const std::vector<std::pair<std::string, std::set<std::string>>> tools = {
         {"rp-gguf info", {"--help"}},
         {"rp-gguf dump", {"--help", "--values"}},
@@ -404,6 +404,11 @@ TEST(ToolOptions, GgufCommandsAndTraceHelpListTheirFlags) {
                            "--n-embd", "--n-head", "--n-head-kv", "--head-dim", "--n-ff", "--n-layer", "--n-ctx", "--rope-base", "--tied",
                            "--type", "--seed"}},
         {"rp-trace", {"--help", "--output", "--title", "--width"}},
+        {"rp-bench ops", {"--help", "--quick", "--reps", "--threads", "--only", "--shape"}},
+        {"rp-bench gguf", {"--help", "--size", "--reps", "--threads", "--dir", "--cold", "--keep"}},
+        {"rp-bench dp", {"--help", "--model", "--full", "--rank", "--seq-len", "--seqs", "--gpus", "--micro-batches", "--steps", "--link",
+                         "--gpu-tokens"}},
+        {"rp-bench roundpipe", {"--help", "--model", "--seq-len", "--seqs", "--steps", "--rank", "--gpu-tokens", "--trace-dir"}},
     };
     for (const auto & [tool, flags] : tools) {
         const std::string help = run_help(tool);
