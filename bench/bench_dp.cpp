@@ -19,7 +19,7 @@
 #include "ggml_rp/runtime/clock.h"
 #include "ggml_rp/runtime/cpu_device.h"
 #include "models/train/data_parallel.h"
-#include "models/train/finetune.h"
+#include "models/train/trainer.h"
 #include "models/arch/model.h"
 #include "models/train/training_program.h"
 

@@ -16,7 +16,7 @@
 #include "ggml_rp/roundpipe/pipeline.h"
 #include "ggml_rp/roundpipe/trace.h"
 #include "ggml_rp/runtime/cpu_device.h"
-#include "models/train/finetune.h"
+#include "models/train/trainer.h"
 #include "models/arch/model.h"
 #include "models/train/training_program.h"
 

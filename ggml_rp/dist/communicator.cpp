@@ -13,20 +13,7 @@ namespace {
 // Elements [lo(c), lo(c + 1)) of n belong to rank c.
 size_t chunk_lo(size_t n, int c, int R) { return n * static_cast<size_t>(c) / static_cast<size_t>(R); }
 
-class SingleProcess final : public Communicator {
-public:
-    SingleProcess() : Communicator(CommOptions{}) {}
-    int rank() const override { return 0; }
-    int size() const override { return 1; }
-    std::unique_ptr<Communicator> duplicate() override { return std::make_unique<SingleProcess>(); }
-
-protected:
-    void exchange(std::span<const Message>, std::span<const Message>, const std::string &) override {}
-};
-
 } // namespace
-
-std::unique_ptr<Communicator> make_single_process_communicator() { return std::make_unique<SingleProcess>(); }
 
 void Communicator::timed_exchange(std::span<const Message> sends, std::span<const Message> recvs, const std::string & what) {
     const double t0 = clock_us();

@@ -92,7 +92,4 @@ private:
     double seconds_ = 0;
 };
 
-// The communicator of a process that is alone (rank 0 of 1): every collective returns its input.
-std::unique_ptr<Communicator> make_single_process_communicator();
-
 } // namespace rp

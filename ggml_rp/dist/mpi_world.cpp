@@ -124,7 +124,6 @@ private:
 } // namespace
 
 bool MpiWorld::available() { return true; }
-bool MpiWorld::initialized() { return g_initialized; }
 
 std::unique_ptr<Communicator> MpiWorld::init(int * argc, char *** argv, const CommOptions & options) {
     if (!g_initialized) {
@@ -155,7 +154,6 @@ void MpiWorld::abort(int code) {
 #else
 
 bool MpiWorld::available() { return false; }
-bool MpiWorld::initialized() { return false; }
 std::unique_ptr<Communicator> MpiWorld::init(int *, char ***, const CommOptions &) {
     throw Error("data parallelism needs a build with MPI: install Open MPI (apt-get install libopenmpi-dev openmpi-bin) "
                 "and configure with -DRP_MPI=ON (AUTO finds it)");

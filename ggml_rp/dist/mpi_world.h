@@ -25,7 +25,6 @@ public:
     static std::unique_ptr<Communicator> init(int * argc, char *** argv, const CommOptions & options);
     static void finalize();
     [[noreturn]] static void abort(int code);
-    static bool initialized();
 };
 
 } // namespace rp

@@ -63,11 +63,9 @@ std::unique_ptr<InferenceSession::EvalGraph> InferenceSession::build_graph(int64
     ctx.alloc_data(eg->ids);
     ctx.alloc_data(eg->pos);
     const LoraSet * lora = have_lora_ ? &lora_ : nullptr;
-    Tensor * x = build_embedding(ctx, weights_.tok_embd, eg->ids, lora);
-    for (uint32_t il = 0; il < hp.n_layer; ++il) {
-        const LayerKv kv{k_cache_[il], v_cache_[il], n_past_};
-        x = build_layer(ctx, hp, weights_.layers[il], static_cast<int>(il), x, eg->pos, lora, &kv);
-    }
+    std::vector<LayerKv> kv;
+    for (uint32_t il = 0; il < hp.n_layer; ++il) kv.push_back({k_cache_[il], v_cache_[il], n_past_});
+    Tensor * x = build_decoder(ctx, hp, weights_, eg->ids, eg->pos, lora, &kv);
     if (!all_logits && T > 1) {
         // Only the last position feeds the head (the other rows of the LM head would be wasted work).
         const int64_t ne[4] = {x->ne[0], 1, 1, 1};

@@ -190,6 +190,14 @@ Tensor * ffn_block(Context & ctx, const HParams & hp, const LayerWeights & w, in
     return residual ? set_name(add(ctx, h, f), lname(il, "out")) : f;
 }
 
+Tensor * build_decoder(Context & ctx, const HParams & hp, const ModelWeights & w, Tensor * ids, const TokenPositions & pos,
+                       const LoraSet * lora, const std::vector<LayerKv> * kv) {
+    Tensor * x = build_embedding(ctx, w.tok_embd, ids, lora);
+    for (uint32_t il = 0; il < hp.n_layer; ++il)
+        x = build_layer(ctx, hp, w.layers[il], static_cast<int>(il), x, pos, lora, kv ? &(*kv)[il] : nullptr);
+    return x;
+}
+
 Tensor * build_embedding(Context & ctx, Tensor * tok_embd, Tensor * ids, const LoraSet * lora) {
     Tensor * e = get_rows(ctx, tok_embd, ids);
     const std::vector<LoraDelta> * ds = lora ? lora->find(tok_embd) : nullptr;

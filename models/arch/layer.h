@@ -90,7 +90,7 @@ Tensor * build_layer(Context & ctx, const HParams & hp, const LayerWeights & w, 
                      const LoraSet * lora = nullptr, const LayerKv * kv = nullptr, DType attention_type = DType::F32);
 
 // The layer's two halves, build_layer = ffn_block(attention_block(x)). The feed-forward half is per token, so
-// a training program may run it over token ranges of x (models/finetune.cpp: the token-chunked MLP):
+// a training program may run it over token ranges of x (models/train/layer_programs.cpp: the token-chunked MLP):
 //   attention_block  x -> h = x + attn_output(attention(rope(q, k), v)) over every token of x;
 //   ffn_block        h [n_embd, ...] -> h + ffn_down(swiglu(ffn_gate(n), ffn_up(n))), n = rms_norm(h); without
 //                    `residual` only the ffn_down(...) term.
@@ -105,6 +105,11 @@ Tensor * build_embedding(Context & ctx, Tensor * tok_embd, Tensor * ids, const L
 inline Tensor * build_embedding(Context & ctx, const Model & model, Tensor * ids, const LoraSet * lora = nullptr) {
     return build_embedding(ctx, model.tok_embd, ids, lora);
 }
+
+// The whole decoder of a model before its head: embedding, then every layer. ids i32 [T] or [T, B] ->
+// [n_embd, T, B]. kv: one cache per layer (inference; nullptr in training graphs).
+Tensor * build_decoder(Context & ctx, const HParams & hp, const ModelWeights & w, Tensor * ids, const TokenPositions & pos,
+                       const LoraSet * lora = nullptr, const std::vector<LayerKv> * kv = nullptr);
 
 // Final RMSNorm and LM head: x [n_embd, T, B] -> logits [n_vocab, T, B]. For a tied head (output ==
 // token_embd) the token_embd LoRA pair is not applied (its roles are those of the embedding).

@@ -3,7 +3,7 @@
 
 #include "base/error.h"
 #include "ggml_rp/ggml_rp.h"
-#include "models/train/finetune.h"
+#include "models/train/trainer.h"
 
 #include <algorithm>
 #include <cmath>

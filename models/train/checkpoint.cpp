@@ -51,11 +51,11 @@ void save_checkpoint(const std::string & path, const Trainer & tr, const Optimiz
         w.set_f32_array("rp.ckpt.eval_loss", st.curve.eval_loss);
     }
     uint64_t bits = 0;
-    std::memcpy(&bits, &st.last_norm, sizeof bits);
+    std::memcpy(&bits, &st.health.last_norm, sizeof bits);
     w.set_u64("rp.ckpt.last_norm_bits", bits);
-    w.set_i64("rp.ckpt.last_norm_step", st.last_norm_step);
-    w.set_string("rp.ckpt.last_skip", st.last_skip);
-    w.set_u64("rp.ckpt.bad_run", static_cast<uint64_t>(st.bad_run));
+    w.set_i64("rp.ckpt.last_norm_step", st.health.last_norm_step);
+    w.set_string("rp.ckpt.last_skip", st.health.last_skip);
+    w.set_u64("rp.ckpt.bad_run", static_cast<uint64_t>(st.health.bad_run));
     w.set_u32("rp.ckpt.grad_groups", static_cast<uint32_t>(st.grad_groups));
     if (!st.run_config.empty()) w.set_string("rp.ckpt.run_config", st.run_config);
     if (!st.working.empty() && st.working.size() != tr.params().size()) throw Error(path + ": working weights for the wrong number of parameters");
@@ -128,10 +128,10 @@ CheckpointState load_checkpoint(const std::string & path, Trainer & tr, Optimize
     st.step = static_cast<int64_t>(f->get_u64("rp.ckpt.step"));
     if (f->has("rp.ckpt.last_norm_bits")) {
         const uint64_t bits = f->get_u64("rp.ckpt.last_norm_bits");
-        std::memcpy(&st.last_norm, &bits, sizeof bits);
-        st.last_norm_step = f->get_i64("rp.ckpt.last_norm_step");
-        st.last_skip = f->get_string("rp.ckpt.last_skip");
-        st.bad_run = static_cast<int64_t>(f->get_u64("rp.ckpt.bad_run"));
+        std::memcpy(&st.health.last_norm, &bits, sizeof bits);
+        st.health.last_norm_step = f->get_i64("rp.ckpt.last_norm_step");
+        st.health.last_skip = f->get_string("rp.ckpt.last_skip");
+        st.health.bad_run = static_cast<int64_t>(f->get_u64("rp.ckpt.bad_run"));
     }
     st.grad_groups = f->get_u32_or("rp.ckpt.grad_groups", 1);
     st.data.seed = f->get_u64("rp.ckpt.data_seed");

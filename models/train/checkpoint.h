@@ -17,7 +17,7 @@
 
 #include "ggml_rp/optim/optimizer.h"
 #include "models/data/dataset.h"
-#include "models/train/finetune.h"
+#include "models/train/trainer.h"
 
 #include <cstdint>
 #include <string>
@@ -40,18 +40,24 @@ struct EvalProgress {
 };
 EvalProgress eval_progress(const TrainCurve & c);
 
+// The last update a run computed, as the next step reports it: its gradient norm and step, why it was not
+// applied ("" = applied), and the run of non-finite steps up to it (TrainingSession stops at max_bad_steps).
+// Kept in the checkpoint, so that a resumed run reports and stops as an uninterrupted one.
+struct StepHealth {
+    double last_norm = 0;
+    int64_t last_norm_step = -1;
+    std::string last_skip;
+    int64_t bad_run = 0;
+};
+
 struct CheckpointState {
     int64_t step = 0;
     DataPosition data;
     TrainCurve curve;
     // An async pipeline run: the weights its next step computes at (the update before the last one; empty
-    // otherwise), and what the progress of the next step reports (the newest gradient norm, its step, why it
-    // was skipped, the run of non-finite steps so far), so that a resumed run equals an uninterrupted one.
+    // otherwise), so that a resumed run equals an uninterrupted one.
     std::vector<std::vector<float>> working;
-    double last_norm = 0;
-    int64_t last_norm_step = -1;
-    std::string last_skip;
-    int64_t bad_run = 0;
+    StepHealth health;
     // The gradient grouping of the run (data parallel: the world size; single process: its accumulate_groups,
     // 1 by default): the order the gradients were summed in, so a resume with another is refused.
     int64_t grad_groups = 1;

@@ -10,7 +10,7 @@
 #pragma once
 
 #include "ggml_rp/dist/communicator.h"
-#include "models/train/finetune.h"
+#include "models/train/trainer.h"
 #include "ggml_rp/optim/optimizer.h"
 
 #include <cstddef>

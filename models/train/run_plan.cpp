@@ -41,7 +41,7 @@ RunPlan plan_run(const Model & model, const RunPlanOptions & o) {
     r.step = micro_batch_shapes(o.seq_len, o.batch, o.micro_batches, o.packed);
 
     HostMemoryPlan & h = r.host;
-    // A weight with an fp32 master (full finetune) has its mapped pages released once copied (finetune.cpp).
+    // A weight with an fp32 master (full finetune) has its mapped pages released once copied (trainer.cpp).
     std::set<std::string> mastered;
     for (const auto & p : prog.params()) h.masters += p.n * sizeof(float), mastered.insert(p.name);
     for (const Tensor * t : model.weights())
@@ -65,7 +65,7 @@ RunPlan plan_run(const Model & model, const RunPlanOptions & o) {
         size_t kept = 0;
         int n_kept = 0;
         std::vector<Trainer::KeptBytes> kb(static_cast<size_t>(L));
-        if (o.finetune.activation_memory > 0 && o.finetune.token_chunk == 0) {
+        if (KeptLayerBudget(o.finetune).open()) {
             std::vector<size_t> layer_kept;
             for (int l = 1; l < L - 1; ++l) {
                 for (const MicroBatchInfo & mb : r.step) {

@@ -1,6 +1,6 @@
 // A finetuning run's memory and traffic before it runs (rp-finetune --plan, rp-simulate --max-seq): the same
 // memory model the RoundPipe runtime carves its devices with (roundpipe/call_planner.h), over a Trainer that
-// holds shapes only (finetune.h TrainerData::ShapesOnly), so a plan of a 32B model takes milliseconds and
+// holds shapes only (trainer.h TrainerData::ShapesOnly), so a plan of a 32B model takes milliseconds and
 // never reads a weight.
 //
 // Device: the plan of the largest step, its per-device peak region by region, the smallest plan's peak.
@@ -13,7 +13,7 @@
 
 #include "ggml_rp/optim/optimizer.h"
 #include "ggml_rp/roundpipe/call_planner.h"
-#include "models/train/finetune.h"
+#include "models/train/trainer.h"
 #include "models/arch/model.h"
 
 #include <cstdint>

@@ -197,16 +197,13 @@ std::string TrainingSession::resume(const std::string & path) {
         }
         what = "starting from the weights of adapter " + path;
     } else {
-        st_ = load_checkpoint(path, trainer_, optimizer_);
-        batcher_.seek(st_.data);
-        first_step_ = st_.step;
+        CheckpointState loaded = load_checkpoint(path, trainer_, optimizer_);
         {
             std::lock_guard<std::mutex> lk(norm_m_);
-            last_norm_ = st_.last_norm;
-            last_norm_step_ = st_.last_norm_step;
-            last_skip_ = st_.last_skip;
-            bad_run_ = st_.bad_run;
+            st_ = std::move(loaded);
         }
+        batcher_.seek(st_.data);
+        first_step_ = st_.step;
         what = "resumed " + path + " at step " + std::to_string(st_.step);
     }
     // The pipeline's working copies were taken from the masters at construction: refresh them; an async run
@@ -232,11 +229,12 @@ void TrainingSession::update(int64_t step, const Batch & bt, float loss_scale, d
                                                  : "";
     {
         std::lock_guard<std::mutex> lk(norm_m_);
-        last_norm_ = norm;
-        last_norm_step_ = step + 1;
-        last_skip_ = skip;
-        if (!std::isfinite(loss) || !std::isfinite(norm)) ++bad_run_;
-        else if (!*skip) bad_run_ = 0;
+        StepHealth & h = st_.health;
+        h.last_norm = norm;
+        h.last_norm_step = step + 1;
+        h.last_skip = skip;
+        if (!std::isfinite(loss) || !std::isfinite(norm)) ++h.bad_run;
+        else if (!*skip) h.bad_run = 0;
     }
     if (*skip) return;  // not applied; step() reports it
     const float lr = static_cast<float>(opt_.lr.lr(step));
@@ -337,14 +335,15 @@ StepReport TrainingSession::step() {
     r.trained_tokens = static_cast<int64_t>(n_trained);
     {
         std::lock_guard<std::mutex> lk(norm_m_);
-        r.grad_norm = last_norm_step_ > 0 ? last_norm_ : std::nan("");
-        r.grad_norm_step = last_norm_step_;
-        r.skipped = !last_skip_.empty();
-        r.skip_reason = last_skip_;
-        if (bad_run_ >= opt_.max_bad_steps) {
-            const int64_t last = last_norm_step_, first = last - bad_run_ + 1;
+        const StepHealth & h = st_.health;
+        r.grad_norm = h.last_norm_step > 0 ? h.last_norm : std::nan("");
+        r.grad_norm_step = h.last_norm_step;
+        r.skipped = !h.last_skip.empty();
+        r.skip_reason = h.last_skip;
+        if (h.bad_run >= opt_.max_bad_steps) {
+            const int64_t last = h.last_norm_step, first = last - h.bad_run + 1;
             stopped_ = "steps " + std::to_string(first) + ".." + std::to_string(last) + " had a non-finite loss or gradient norm (" +
-                       std::to_string(bad_run_) + " in a row, max_bad_steps " + std::to_string(opt_.max_bad_steps) +
+                       std::to_string(h.bad_run) + " in a row, max_bad_steps " + std::to_string(opt_.max_bad_steps) +
                        "); none of them was applied: step " + std::to_string(first - 1) + "'s weights are the last good ones";
             r.stop = stopped_;
         }
@@ -388,20 +387,15 @@ void TrainingSession::check_replicas(const std::string & when) {
 }
 
 void TrainingSession::save_checkpoint(const std::string & path) {
-    CheckpointState st = st_;
-    st.grad_groups = groups_;
-    st.run_config = opt_.run_config;
-    if (pipe_) {
-        pipe_->drain();  // not synchronize(): publishing the last update early would change an async run
-        if (opt_.pipeline.async) st.working = pipe_->working_weights();
-    }
+    if (pipe_) pipe_->drain();  // not synchronize(): publishing the last update early would change an async run
+    CheckpointState st;
     {
         std::lock_guard<std::mutex> lk(norm_m_);
-        st.last_norm = last_norm_;
-        st.last_norm_step = last_norm_step_;
-        st.last_skip = last_skip_;
-        st.bad_run = bad_run_;
+        st = st_;
     }
+    st.grad_groups = groups_;
+    st.run_config = opt_.run_config;
+    if (pipe_ && opt_.pipeline.async) st.working = pipe_->working_weights();
     trainer_.free_graph_memory();
     rp::save_checkpoint(path, trainer_, optimizer_, st);
 }

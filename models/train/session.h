@@ -21,7 +21,7 @@
 #include "models/train/checkpoint.h"
 #include "models/train/data_parallel.h"
 #include "models/data/dataset.h"
-#include "models/train/finetune.h"
+#include "models/train/trainer.h"
 #include "models/arch/model.h"
 #include "models/train/training_program.h"
 
@@ -160,7 +160,7 @@ private:
     Optimizer optimizer_;
     std::vector<size_t> slots_;  // optimizer slot per trainer param
     int64_t total_ = 0;
-    CheckpointState st_;
+    CheckpointState st_;       // the run's state; st_.health is the update's (under norm_m_)
     int64_t first_step_ = 0;
 
     int64_t groups_ = 1;                         // ranks, or accumulate_groups
@@ -172,11 +172,7 @@ private:
     std::unique_ptr<Pipeline> pipe_;  // destroyed before the devices (declared after them)
     CallPlan planned_;
 
-    std::mutex norm_m_;  // the update may run on the pipeline's optimizer thread
-    double last_norm_ = 0;
-    int64_t last_norm_step_ = -1;
-    std::string last_skip_;  // why update last_norm_step_ was not applied ("" = applied)
-    int64_t bad_run_ = 0;    // non-finite steps in a row, up to last_norm_step_
+    std::mutex norm_m_;      // guards st_.health: the update may run on the pipeline's optimizer thread
     std::string stopped_;    // the StepReport::stop that ended the run
 };
 

@@ -5,7 +5,7 @@
 #pragma once
 
 #include "ggml_rp/roundpipe/program.h"
-#include "models/train/finetune.h"
+#include "models/train/trainer.h"
 
 #include <string>
 #include <vector>

@@ -4,7 +4,7 @@
 #pragma once
 
 #include "ggml_rp/ggml_rp.h"
-#include "models/train/finetune.h"
+#include "models/train/trainer.h"
 #include "models/arch/lora.h"
 #include "models/convert/synth_model.h"
 #include "tests/common/shared_paths.h"

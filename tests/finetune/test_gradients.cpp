@@ -5,7 +5,7 @@
 #include "ref_model.h"
 
 #include "ggml_rp/ggml_rp.h"
-#include "models/train/finetune.h"
+#include "models/train/trainer.h"
 #include "models/convert/synth_model.h"
 #include "tests/common/temp_dir.h"
 

@@ -1,5 +1,5 @@
 // The per-layer training graphs are built once per shape and replayed (FinetuneConfig::replay_graphs,
-// models/finetune.cpp): a replay gives the bits of building the graphs anew, over a run of micro-batches whose
+// models/train/layer_programs.cpp): a replay gives the bits of building the graphs anew, over a run of micro-batches whose
 // data, loss scale, step, sequence offset and packing change between calls, for llama (LoRA with and without
 // dropout, full), a tied qwen3 and a qwen3moe with the load-balancing loss; with every layer's activations
 // kept, all recomputed, and token-chunked. Programs are built once per shape (the cache stops growing when shapes repeat), and the

@@ -1,5 +1,5 @@
 // Host training that keeps the decoder layers' activations from the forward to the backward
-// (FinetuneConfig::activation_memory, models/finetune.cpp): each kept layer runs the forward half of the graph
+// (FinetuneConfig::activation_memory, models/train/host_step.cpp): each kept layer runs the forward half of the graph
 // the recompute path builds in its backward, and the backward half later. Checked here:
 //   - the loss and every gradient are the recompute path's bits, for llama, a tied qwen3 and a qwen3moe, LoRA
 //     with dropout and full finetuning, several sequences per micro-batch, packed sequences, and budgets that

@@ -5,7 +5,7 @@
 //   - a different step draws different masks; p = 0 is exactly no dropout; a bad p is refused.
 #include "ft_test_util.h"
 #include "base/error.h"
-#include "models/train/finetune.h"
+#include "models/train/trainer.h"
 #include "models/arch/model.h"
 
 #include <gtest/gtest.h>

@@ -11,7 +11,7 @@
 #include "ggml_rp/cpu/matvec_dot.h"
 #include "ggml_rp/ggml_rp.h"
 #include "gguf/gguf.h"
-#include "models/train/finetune.h"
+#include "models/train/trainer.h"
 #include "models/arch/inference.h"
 #include "models/arch/lora.h"
 #include "models/convert/merge_lora.h"

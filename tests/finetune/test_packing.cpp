@@ -8,7 +8,7 @@
 #include "base/error.h"
 #include "ggml_rp/ggml_rp.h"
 #include "models/data/dataset.h"
-#include "models/train/finetune.h"
+#include "models/train/trainer.h"
 #include "models/arch/lora.h"
 #include "models/train/session.h"
 #include "models/convert/synth_model.h"

@@ -1,4 +1,4 @@
-// The token-chunked training programs (MicroBatchInfo::token_chunk, models/finetune.cpp): the feed-forward
+// The token-chunked training programs (MicroBatchInfo::token_chunk, models/train/layer_programs.cpp): the feed-forward
 // halves and the head over token ranges, one graph each, give the loss and every gradient of the one-graph
 // programs (<= 1e-6 relative: only the order of the weight-gradient sums over tokens changes), for llama and
 // a tied qwen3, LoRA with dropout and full finetuning, ranges that divide the tokens and ones that do not,

@@ -1,5 +1,8 @@
 // Finetuning on one device: the trainable tensors (LoRA factors, or fp32 masters of every float weight for a
-// full finetune) and the per-layer training graphs (architecture.md §6).
+// full finetune) and the per-layer training graphs (architecture.md §6). In three files by job:
+//   trainer.cpp         the trainable tensors and masters, gradients, whole-model loss / logits, save;
+//   layer_programs.cpp  the per-layer programs of the sequential view, built once per shape and replayed;
+//   host_step.cpp       host training's micro-batch (accumulate()): the sweep and its kept layers.
 //
 // One micro-batch (accumulate()):
 //   forward   embedding graph, then one graph per layer; only each layer's input (the checkpoint) is kept,
@@ -12,12 +15,12 @@
 //   embedding backward (token_embd or its LoRA pair) last.
 // A tied head is one parameter (token_embd) that gets two contributions (head and embedding), summed.
 // Each graph holds one layer's activations: this is the unit RoundPipe distributes as a stage. The graphs are
-// built once per shape and replayed with each call's memory (FinetuneConfig::replay_graphs): rebuilding them for
-// every micro-batch was 9% of a stories260K training step.
+// built once per shape and replayed with each call's memory (FinetuneConfig::replay_graphs), not rebuilt for
+// every micro-batch.
 //
 // The same per-layer programs (seq_forward / seq_head / seq_backward over the sequential view: layer 0 = the
 // embedding, 1..n_layer = the decoder blocks, n_layer + 1 = final norm + LM head + loss) run here on host
-// memory and, through models/training_program.h, on RoundPipe's devices: one code path, so the pipeline
+// memory and, through models/train/training_program.h, on RoundPipe's devices: one code path, so the pipeline
 // reproduces single-device training bit for bit.
 //
 // Gradient slots: a tied head (token_embd read by layer 0 and by the last layer) keeps one gradient slot per
@@ -85,8 +88,31 @@ struct FinetuneConfig {
     bool replay_graphs = true;
 };
 
-// The decoder layers host training keeps (FinetuneConfig::activation_memory): the longest prefix of the layers,
-// whose graph bytes are given in order, that sums to at most budget. *kept_bytes receives that sum.
+// Host training's kept-layer rule (FinetuneConfig::activation_memory), the one accumulate() follows and the
+// memory plan (plan_run) counts: the decoder layers, in order, keep their activations while the bytes they keep
+// fit the budget; the first that does not fit and every later one are recomputed. Never with token chunks.
+class KeptLayerBudget {
+public:
+    explicit KeptLayerBudget(const FinetuneConfig & cfg)
+        : budget_(cfg.activation_memory), open_(cfg.activation_memory > 0 && cfg.token_chunk == 0) {}
+    explicit KeptLayerBudget(size_t budget) : budget_(budget) {}
+    // Whether a next layer may still be kept.
+    bool open() const { return open_; }
+    // Whether the next layer, keeping `bytes`, is kept (once one is refused, every later one is).
+    bool admit(size_t bytes) {
+        if (!open_ || used_ + bytes > budget_) return open_ = false;
+        used_ += bytes;
+        return true;
+    }
+    size_t used() const { return used_; }
+
+private:
+    size_t budget_ = 0, used_ = 0;
+    bool open_ = true;
+};
+
+// The decoder layers host training keeps under `budget` (KeptLayerBudget), whose kept bytes are given in order.
+// *kept_bytes receives their sum.
 size_t kept_activation_layers(const std::vector<size_t> & layer_graph_bytes, size_t budget, size_t * kept_bytes = nullptr);
 
 // The base weight names a list of short target names selects ("attn_q" -> every "blk.N.attn_q.weight";

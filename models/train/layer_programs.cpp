@@ -1,0 +1,344 @@
+#include "models/train/layer_program.h"
+
+#include "ggml_rp/ggml_rp.h"
+#include "ggml_rp/runtime/graph_runner.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <random>
+#include <set>
+#include <tuple>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+namespace rp {
+
+namespace {
+
+void check_memory(const std::string & layer, const LayerMemory & mem, size_t n, bool with_grads) {
+    if (mem.data.size() != n || (with_grads && mem.grad.size() != n))
+        throw Error("layer " + layer + ": memory for " + std::to_string(mem.data.size()) + " tensors, the layer has " + std::to_string(n));
+}
+
+} // namespace
+
+Trainer::Bound Trainer::bind(Context & ctx, int layer, const LayerMemory & mem, bool with_grads, const MicroBatchInfo & mb) const {
+    const std::vector<SeqTensor> & list = seq_tensors(layer);
+    check_memory(seq_layer_name(layer), mem, list.size(), with_grads);
+    std::unordered_map<const Tensor *, Tensor *> map;
+    Bound b;
+    for (size_t i = 0; i < list.size(); ++i) {
+        const Tensor * src = list[i].t;
+        Tensor * d = ctx.new_tensor(src->type, src->ne);
+        d->name = src->name;
+        if (with_grads && list[i].param >= 0) {
+            set_param(ctx, d);
+            b.params.push_back(d);
+        }
+        map[src] = d;
+        b.by_seq.push_back(d);
+    }
+    auto m = [&](Tensor * t) -> Tensor * {
+        if (!t) return nullptr;
+        const auto it = map.find(t);
+        return it == map.end() ? nullptr : it->second;
+    };
+    b.w.tok_embd = m(w_.tok_embd);
+    b.w.output_norm = m(w_.output_norm);
+    b.w.output = m(w_.output);
+    if (layer >= 1 && layer <= static_cast<int>(w_.layers.size())) {
+        const LayerWeights & l = w_.layers[static_cast<size_t>(layer - 1)];
+        b.layer = l;
+        for (Tensor ** s : b.layer.slots()) *s = m(*s);
+    }
+    for (const SeqTensor & st : list)
+        if (const std::vector<LoraDelta> * ds = lora_.find(st.t))
+            for (const LoraDelta & d : *ds) b.lora.add(m(st.t), {m(d.a), m(d.b), d.scale});
+    b.lora.dropout = {cfg_.lora_dropout, cfg_.seed, mb.step, mb.seq_offset, mb.seq_len};
+    return b;
+}
+
+void position_values(const MicroBatchInfo & mb, std::vector<int32_t> & pos, std::vector<int32_t> & first) {
+    if (!mb.packed) {
+        pos.resize(static_cast<size_t>(mb.seq_len));
+        for (int64_t t = 0; t < mb.seq_len; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>(t);
+        first.clear();
+        return;
+    }
+    const size_t n = static_cast<size_t>(mb.tokens());
+    pos.assign(n, 0);  // a runner that only measures needs the shapes alone
+    first.assign(n, 0);
+    if (mb.positions) {
+        pos.assign(mb.positions, mb.positions + n);
+        packed_key_starts(pos.data(), mb.seq_len, mb.n_seq, first.data());
+    }
+}
+
+bool Trainer::ProgramKey::operator<(const ProgramKey & o) const {
+    return std::tie(kind, layer, seq_len, n_seq, token_chunk, packed, step, seq_offset, scale_bits) <
+           std::tie(o.kind, o.layer, o.seq_len, o.n_seq, o.token_chunk, o.packed, o.step, o.seq_offset, o.scale_bits);
+}
+
+Trainer::ProgramKey Trainer::program_key(ProgramKind kind, int layer, const MicroBatchInfo & mb, bool kept) const {
+    ProgramKey k;
+    k.kind = kept ? 3 : static_cast<int>(kind);
+    k.layer = layer;
+    k.seq_len = mb.seq_len;
+    k.n_seq = mb.n_seq;
+    k.token_chunk = mb.token_chunk;
+    k.packed = mb.packed;
+    // What else the graphs' op parameters hold: LoRA dropout's mask keys (step, sequence offset) and the MoE
+    // load-balancing scale of backward graphs (from the loss scale). The head's loss scale is set at each
+    // call instead (set_lm_head_ce_loss_scale).
+    if (cfg_.lora_dropout > 0.0f) {
+        k.step = mb.step;
+        k.seq_offset = mb.seq_offset;
+    }
+    if (cfg_.moe_aux_loss > 0.0f && (kept || kind == ProgramKind::Backward)) k.scale_bits = std::bit_cast<uint32_t>(mb.loss_scale);
+    return k;
+}
+
+std::unique_ptr<Trainer::Program> Trainer::take_program(const ProgramKey & key) const {
+    std::lock_guard<std::mutex> lk(programs_m_);
+    const auto it = programs_.find(key);
+    if (it == programs_.end()) return nullptr;
+    std::unique_ptr<Program> p = std::move(it->second);
+    programs_.erase(it);
+    return p;
+}
+
+void Trainer::give_back(const ProgramKey & key, std::unique_ptr<Program> p) const {
+    std::lock_guard<std::mutex> lk(programs_m_);
+    if (programs_.size() >= kMaxCachedPrograms) programs_.clear();  // shapes that keep changing: bound it
+    programs_.emplace(key, std::move(p));
+}
+
+bool Trainer::replays() const {
+    // With LoRA dropout every micro-batch's graphs hold their own masks' keys (step, sequence offset): none
+    // would ever be replayed.
+    return cfg_.replay_graphs && cfg_.lora_dropout == 0.0f;
+}
+
+size_t Trainer::cached_programs() const {
+    std::lock_guard<std::mutex> lk(programs_m_);
+    return programs_.size() + kept_cache_.size();
+}
+
+void Trainer::rebind(Program & p, const LayerMemory & mem, const CallArgs & a) const {
+    Bound & b = p.b;
+    check_memory(seq_layer_name(p.layer), mem, b.by_seq.size(), p.grads);
+    for (size_t i = 0; i < b.by_seq.size(); ++i) {
+        b.by_seq[i]->data = mem.data[i];
+        if (p.grads && b.by_seq[i]->grad) b.by_seq[i]->grad->data = mem.grad[i];
+    }
+    for (const Program::ArgLeaf & l : p.args) (l.grad ? l.t->grad->data : l.t->data) = a.at(l.arg, l.offset);
+}
+
+void Trainer::run_program(Program & p, const LayerMemory & mem, const CallArgs & a, const MicroBatchInfo & mb, ProgramContext & pc) const {
+    CpuGraphRunner host(nullptr, &host_graphs_);
+    GraphRunner & runner = pc.runner ? *pc.runner : host;
+    rebind(p, mem, a);
+    std::vector<int32_t> pos, first;
+    position_values(mb, pos, first);
+    for (Program::Step & s : p.steps) {
+        set_lm_head_ce_loss_scale(s.g, mb.loss_scale);
+        for (const Program::Zero & z : s.zeros) runner.zero(a.at(z.arg, z.offset), z.bytes);
+        for (const TokenPositions & tp : s.positions) {
+            tp.pos->data = runner.upload(pos.data(), pos.size() * sizeof(int32_t));
+            if (tp.key_start) tp.key_start->data = runner.upload(first.data(), first.size() * sizeof(int32_t));
+        }
+        // (the graph's plan is made at its first run and kept with it: runner.run_planned)
+        note_graph_bytes(runner.run_planned(s.g, s.plan, pc.n_threads, [&] {
+            for (const Program::Copy & c : s.copies) runner.copy_f32(a.at(c.arg, c.offset), c.node);
+        }));
+    }
+}
+
+template <class Build>
+void Trainer::call_program(ProgramKind kind, int layer, const LayerMemory & mem, bool grads, const CallArgs & args, const MicroBatchInfo & mb,
+                           ProgramContext & pc, Build build) const {
+    // A runner that only measures builds the graphs of distinct shapes only (token_ranges): never replayed.
+    // (A program may replay on another device than the one it was built on: the CPU runners share their plans'
+    // rules, and the CUDA runner plans every run itself.)
+    const bool replay = replays() && (!pc.runner || pc.runner->computes());
+    const ProgramKey key = program_key(kind, layer, mb, false);
+    std::unique_ptr<Program> p = replay ? take_program(key) : nullptr;
+    if (!p) {
+        p = std::make_unique<Program>(*this, layer, mem, grads, mb);
+        build(*p);
+    }
+    run_program(*p, mem, args, mb, pc);
+    if (replay) give_back(key, std::move(p));
+}
+
+namespace {
+
+// The token ranges of a chunked program: [t0, t1) over the micro-batch's tokens flattened (sequence-major, as
+// [n_embd, T, B] lies in memory); one range of every token when chunk is 0 or not smaller.
+// A runner that only measures gets the ranges whose graphs differ: the first two (a head's first range
+// writes the loss, the others add to it) and the last (it may be shorter).
+std::vector<std::pair<int64_t, int64_t>> token_ranges(const MicroBatchInfo & mb, const GraphRunner * runner) {
+    const int64_t n = mb.tokens(), c = mb.token_chunk > 0 && mb.token_chunk < n ? mb.token_chunk : n;
+    std::vector<std::pair<int64_t, int64_t>> r;
+    for (int64_t t0 = 0; t0 < n; t0 += c) {
+        if (runner && !runner->computes() && r.size() >= 2 && t0 + c < n) continue;
+        r.push_back({t0, std::min(n, t0 + c)});
+    }
+    return r;
+}
+
+} // namespace
+
+// Token-chunked programs: the attention half of decoder layer `layer` (its output, residual included) over
+// every token, copied into buffer dst.
+void Trainer::attention_half_into(Program & p, int layer, Arg dst, const MicroBatchInfo & mb) const {
+    const HParams & hp = model_.hparams();
+    const int64_t T = mb.seq_len, B = mb.n_seq, E = hp.n_embd;
+    Program::Step & s = p.new_step();
+    Tensor * h = attention_block(p.ctx, hp, p.b.layer, layer - 1, p.leaf(DType::F32, Arg::In, 0, E, T, B), p.positions(s, mb), &p.b.lora,
+                                 nullptr, cfg_.attention_type);
+    h->flags |= kFlagOutput;
+    build_forward(s.g, h);
+    s.copies.push_back({dst, 0, h});
+}
+
+void Trainer::seq_forward(int layer, const LayerMemory & mem, const void * in, void * out, const MicroBatchInfo & mb,
+                          ProgramContext & pc) const {
+    CallArgs a;
+    a.in = in;
+    a.out = out;
+    call_program(ProgramKind::Forward, layer, mem, false, a, mb, pc, [&](Program & p) {
+        const HParams & hp = model_.hparams();
+        const int64_t T = mb.seq_len, B = mb.n_seq, E = hp.n_embd;
+        const auto ranges = token_ranges(mb, pc.runner);
+        if (layer == 0 || ranges.size() == 1) {
+            Program::Step & s = p.new_step();
+            Tensor * y = nullptr;
+            if (layer == 0) {
+                y = build_embedding(p.ctx, p.b.w.tok_embd, p.leaf(DType::I32, Arg::In, 0, T, B), &p.b.lora);
+            } else {
+                y = build_layer(p.ctx, hp, p.b.layer, layer - 1, p.leaf(DType::F32, Arg::In, 0, E, T, B), p.positions(s, mb), &p.b.lora,
+                                nullptr, cfg_.attention_type);
+            }
+            y->flags |= kFlagOutput;
+            build_forward(s.g, y);
+            s.copies.push_back({Arg::Out, 0, y});
+            return;
+        }
+        // Token-chunked: the attention half over every token into `out`, then the feed-forward half range by
+        // range in place (each graph reads its range of `out` and its result is copied back over it).
+        attention_half_into(p, layer, Arg::Out, mb);
+        for (const auto & [t0, t1] : ranges) {
+            p.b.lora.dropout.token_offset = t0;
+            Program::Step & s = p.new_step();
+            Tensor * y = ffn_block(p.ctx, hp, p.b.layer, layer - 1, p.leaf(DType::F32, Arg::Out, token_bytes(t0, E), E, t1 - t0), &p.b.lora);
+            y->flags |= kFlagOutput;
+            build_forward(s.g, y);
+            s.copies.push_back({Arg::Out, token_bytes(t0, E), y});
+        }
+    });
+}
+
+void Trainer::seq_head(const LayerMemory & mem, const void * in, const int32_t * labels, float * loss, void * din,
+                       const MicroBatchInfo & mb, ProgramContext & pc) const {
+    CallArgs a;
+    a.in = in;
+    a.labels = labels;
+    a.loss = loss;
+    a.din = din;
+    call_program(ProgramKind::Head, num_seq_layers() - 1, mem, true, a, mb, pc, [&](Program & p) {
+        const int64_t E = model_.hparams().n_embd;
+        // One graph per token range (one range unless chunked): forward, loss and backward of its tokens, the
+        // parameter gradients accumulating across ranges, the loss summed range by range into *loss.
+        const auto ranges = token_ranges(mb, pc.runner);
+        for (const auto & [t0, t1] : ranges) {
+            const int64_t n = t1 - t0;
+            Program::Step & s = p.new_step();
+            Tensor * x = ranges.size() == 1 ? p.hidden_param(s, Arg::In, 0, Arg::Din, 0, E, mb.seq_len, mb.n_seq)
+                                            : p.hidden_param(s, Arg::In, token_bytes(t0, E), Arg::Din, token_bytes(t0, E), E, n, 1);
+            Tensor * l = build_loss(p.ctx, p.b.w, x, p.leaf(DType::I32, Arg::Labels, static_cast<size_t>(t0) * sizeof(int32_t), n), mb.loss_scale);
+            build_forward(s.g, l);
+            std::vector<Tensor *> ps = p.b.params;
+            ps.push_back(x);
+            build_backward(p.ctx, s.g, l, ps);
+            Tensor * total = t0 == 0 ? l : add(p.ctx, p.leaf(DType::F32, Arg::Loss, 0, 1), l);
+            total->flags |= kFlagOutput;
+            build_forward(s.g, total);
+            s.copies.push_back({Arg::Loss, 0, total});
+        }
+    });
+}
+
+HParams Trainer::backward_hparams(const MicroBatchInfo & mb) const {
+    HParams hp = model_.hparams();
+    hp.moe_aux = cfg_.moe_aux_loss * static_cast<float>(hp.n_expert) * mb.loss_scale;
+    return hp;
+}
+
+void Trainer::seq_backward(int layer, const LayerMemory & mem, const void * in, const void * dout, void * din,
+                           const MicroBatchInfo & mb, ProgramContext & pc) const {
+    if (layer == 0 && !std::any_of(seq_tensors(0).begin(), seq_tensors(0).end(), [](const SeqTensor & st) { return st.param >= 0; }))
+        return;  // nothing trainable in the embedding, and ids have no gradient
+    CallArgs a;
+    a.in = in;
+    a.dout = dout;
+    a.din = din;
+    call_program(ProgramKind::Backward, layer, mem, true, a, mb, pc, [&](Program & p) {
+        const HParams hp = backward_hparams(mb);
+        const int64_t T = mb.seq_len, B = mb.n_seq, E = hp.n_embd;
+        const auto ranges = token_ranges(mb, pc.runner);
+        if (layer == 0) {
+            Program::Step & s = p.new_step();
+            Tensor * e = build_embedding(p.ctx, p.b.w.tok_embd, p.leaf(DType::I32, Arg::In, 0, T, B), &p.b.lora);
+            build_forward(s.g, e);
+            build_backward(p.ctx, s.g, e, p.leaf(DType::F32, Arg::Dout, 0, E, T, B), p.b.params);
+            return;
+        }
+        auto attention_backward = [&](Tensor * (*whole_layer)(Context &, const HParams &, const LayerWeights &, int, Tensor *,
+                                                              const TokenPositions &, const LoraSet *, const LayerKv *, DType)) {
+            Program::Step & s = p.new_step();
+            Tensor * x = p.hidden_param(s, Arg::In, 0, Arg::Din, 0, E, T, B);
+            Tensor * y = whole_layer(p.ctx, hp, p.b.layer, layer - 1, x, p.positions(s, mb), &p.b.lora, nullptr, cfg_.attention_type);
+            build_forward(s.g, y);
+            std::vector<Tensor *> ps = p.b.params;
+            ps.push_back(x);
+            build_backward(p.ctx, s.g, y, p.leaf(DType::F32, Arg::Dout, 0, E, T, B), ps);
+        };
+        if (ranges.size() == 1) {
+            attention_backward(build_layer);
+            return;
+        }
+        // Token-chunked (dout is the program's scratch from here on: program.h):
+        //   1. the attention half's output h into din (din is written last, with the input gradient);
+        //   2. per token range: recompute the feed-forward term f(h) (without the residual) and backpropagate
+        //      dout through it into the gradient of h, which accumulates in place onto dout: dh = dout + J_f^T dout,
+        //      the residual's share being dout itself (each range's dout is read by the first backward nodes and
+        //      overwritten by the graph's last one);
+        //   3. the attention half again, backpropagating dh (now in dout) into the input gradient din.
+        // Graphs 1 and 3 each compute the attention forward: chunking costs one attention forward more.
+        attention_half_into(p, layer, Arg::Din, mb);
+        for (const auto & [t0, t1] : ranges) {
+            p.b.lora.dropout.token_offset = t0;
+            Program::Step & s = p.new_step();
+            const size_t off = token_bytes(t0, E);
+            // (the gradient of h is not zeroed: it holds the residual's share)
+            Tensor * h = p.hidden_param(s, Arg::Din, off, Arg::Dout, off, E, t1 - t0, 1, /*zero=*/false);
+            Tensor * f = ffn_block(p.ctx, hp, p.b.layer, layer - 1, h, &p.b.lora, /*residual=*/false);
+            build_forward(s.g, f);
+            std::vector<Tensor *> ps = p.b.params;
+            ps.push_back(h);
+            build_backward(p.ctx, s.g, f, p.leaf(DType::F32, Arg::Dout, off, E, t1 - t0), ps);
+        }
+        p.b.lora.dropout.token_offset = 0;
+        attention_backward(attention_block);
+    });
+}
+
+} // namespace rp
