@@ -5,14 +5,21 @@
 //   rp-gguf convert IN OUT --type T          quantize like llama-quantize (mixes q4_k_m ..., types q8_0 ...)
 //   rp-gguf diff A B                         per-tensor max |a - b| after dequantization
 //   rp-gguf synth OUT --vocab V [shape]      a random-weight llama/qwen2/qwen3/qwen3moe model of any shape
+//   rp-gguf export-peft A.gguf -m BASE -o DIR  a LoRA adapter in PEFT's layout (models/convert/peft.h)
+//   rp-gguf import-peft DIR -m BASE -o A.gguf  and back
+//   rp-gguf export-hf MODEL.gguf -o DIR         the model as Hugging Face safetensors (convert/hf_export.h)
 //
 // Every command builds its whole output before printing it (models/convert/gguf_inspect.h), so an error
 // leaves no partial output; files are written through gguf::Writer (temp file + rename).
 #include "gguf/gguf.h"
+#include "models/arch/lora.h"
+#include "models/arch/model.h"
 #include "models/convert/gguf_inspect.h"
+#include "models/convert/hf_export.h"
+#include "models/convert/peft.h"
 #include "models/convert/quantize_model.h"
 #include "models/convert/synth_model.h"
-#include "tools/options.h"
+#include "tools/gguf_options.h"
 
 #include <cinttypes>
 #include <cstdio>
@@ -33,6 +40,11 @@ const char * const kUsage =
     "  convert IN OUT --type T   quantize like llama-quantize: T = q4_k_m, q6_k, q8_0, ... (see convert --help)\n"
     "  diff A B                  per-tensor max |a - b| after dequantization; missing, extra and reshaped tensors\n"
     "  synth OUT --vocab V ...   write a random-weight model of a given shape (benchmarks, tests)\n"
+    "  export-peft A.gguf -m BASE.gguf -o DIR\n"
+    "                            a LoRA adapter as PEFT's adapter_config.json + adapter_model.safetensors\n"
+    "  import-peft DIR -m BASE.gguf -o A.gguf\n"
+    "                            a PEFT LoRA adapter as a GGUF adapter (llama.cpp's layout)\n"
+    "  export-hf MODEL.gguf -o DIR  the model as Hugging Face safetensors + config.json (transformers, vLLM)\n"
     "\n"
     "  rp-gguf COMMAND --help    details of one command\n";
 
@@ -133,19 +145,9 @@ int cmd_diff(int argc, char ** argv) {
     return 0;
 }
 
-// A 0 | 1 option into a bool.
-void bit(Options & p, const std::string & name, bool & target, const std::string & help) {
-    p.value(name, "0|1", help, Options::Int, [&target](const std::string & f, const std::string & v) { target = rp::cli::parse_int(f, v, 0, 1) != 0; },
-            [&target] { return std::optional<std::string>(target ? "1" : "0"); });
-}
-
 int cmd_synth(int argc, char ** argv) {
-    std::vector<std::string> out;
-    rp::SynthSpec s;
-    // A preset first, wherever it stands: the other options override it.
-    const std::optional<std::string> shape = Options::find(argc, argv, "--shape");
-    if (shape) s = rp::synth_preset(*shape);
-    bool head_dim_given = shape.has_value(), n_vocab_given = false;
+    rp::cli::SynthSettings s;
+    if (const std::optional<std::string> shape = Options::find(argc, argv, "--shape")) s.apply_preset(*shape);  // first, wherever it stands
     Options p("rp-gguf synth",
               "usage: rp-gguf synth OUT (--vocab VOCAB.gguf | --n-vocab N | --shape NAME) [options]\n"
               "\n"
@@ -153,50 +155,85 @@ int cmd_synth(int argc, char ** argv) {
               "copied from VOCAB.gguf (which sets n_vocab), e.g. ../shared/models/vocab/ggml-vocab-qwen2.gguf for the\n"
               "real 151,936-token Qwen vocabulary. Prints 'params N'. Weights are generated while writing: the model\n"
               "never sits in memory.\n");
-    p.positionals("OUT", out, 1, 1, "the model to write");
-    p.value("--shape", "NAME",
-            "a preset: qwen3-0.6b, qwen3-1.7b, qwen3-32b, llama3.1-8b, qwen3-30b-a3b, qwen3-235b-a22b,\n"
-            "gpt-oss-20b (its shapes as a qwen3moe) (the real shapes and vocabulary sizes), llama-98m,\n"
-            "llama-20m (the benchmark models); the other options override it",
-            Options::String, [](const std::string &, const std::string &) {}, [] { return std::nullopt; });
-    p.text("--vocab", s.vocab_from, "the GGUF whose tokenizer to copy (sets n_vocab)", "VOCAB.gguf");
-    p.value("--n-vocab", "N", "without --vocab: N token rows and no tokenizer (the file plans and trains; it cannot tokenize)", Options::Int,
-            [&](const std::string & f, const std::string & v) { s.n_vocab = static_cast<uint32_t>(rp::cli::parse_int(f, v, 1, 1 << 24)), n_vocab_given = true; },
-            [] { return std::nullopt; });
-    bit(p, "--weights", s.weights, "0: every weight a hole (zeros, a sparse file: no disk), the shapes for rp-finetune --plan");
-    p.choice("--arch", s.arch, {"llama", "qwen2", "qwen3", "qwen3moe"}, "llama | qwen2 | qwen3 | qwen3moe", "A");
-    p.integer("--experts", s.n_expert, 1, 1 << 24, "qwen3moe: experts per layer");
-    p.integer("--experts-used", s.n_expert_used, 1, 1 << 24, "qwen3moe: experts per token", "K");
-    p.integer("--expert-ff", s.n_ff_exp, 1, 1 << 24, "qwen3moe: each expert's n_ff", "F");
-    p.integer("--n-embd", s.n_embd, 1, 1 << 24, "hidden size");
-    p.integer("--n-head", s.n_head, 1, 1 << 24, "attention heads");
-    p.integer("--n-head-kv", s.n_head_kv, 1, 1 << 24, "key / value heads");
-    p.value("--head-dim", "N", "dimension of a head (default: n_embd / n_head)", Options::Int,
-            [&](const std::string & f, const std::string & v) { s.head_dim = static_cast<uint32_t>(rp::cli::parse_int(f, v, 1, 1 << 24)), head_dim_given = true; },
-            [] { return std::nullopt; });
-    p.integer("--n-ff", s.n_ff, 1, 1 << 24, "feed-forward width");
-    p.integer("--n-layer", s.n_layer, 1, 1 << 24, "decoder layers");
-    p.integer("--n-ctx", s.n_ctx_train, 1, 1 << 24, "training context");
-    p.number("--rope-base", s.rope_base, 1.0f, 1e9f, "RoPE frequency base");
-    bit(p, "--tied", s.tied, "1: no output.weight, the head reuses token_embd");
-    p.value("--type", "T", "the 2-D weights: f32 | f16 | bf16 | q8_0 | q4_0 (default f32; norms stay f32)", Options::String,
-            [&s](const std::string & f, const std::string & v) {
-                using gguf::TensorType;
-                if (!gguf::type_from_name(v.c_str(), s.wtype) || (s.wtype != TensorType::F32 && s.wtype != TensorType::F16 &&
-                                                                  s.wtype != TensorType::BF16 && s.wtype != TensorType::Q8_0 && s.wtype != TensorType::Q4_0))
-                    throw rp::Error(f + ": '" + v + "' is not one of f32, f16, bf16, q8_0, q4_0");
-            },
-            [] { return std::nullopt; });
-    p.integer("--seed", s.seed, 0, 1LL << 62, "random seed");
+    rp::cli::declare_synth_options(p, s);
     if (!p.parse(argc, argv)) return 0;
-    if (!head_dim_given) s.head_dim = s.n_embd / s.n_head;
-    if (s.vocab_from.empty() && !n_vocab_given && !shape)
-        throw rp::Error("'synth' needs --vocab VOCAB.gguf (the tokenizer to copy) or --n-vocab N (see rp-gguf synth --help)");
-    rp::write_synth_model(s, out[0]);
+    s.finish();
+    rp::write_synth_model(s.spec, s.out[0]);
     int64_t n_params = 0;  // read back from the file, so the figure is what the engines will train
-    const std::unique_ptr<gguf::Reader> written = gguf::Reader::open(out[0]);  // named: the loop must not outlive it
+    const std::unique_ptr<gguf::Reader> written = gguf::Reader::open(s.out[0]);  // named: the loop must not outlive it
     for (const gguf::TensorInfo & t : written->tensors()) n_params += t.nelements();
     std::printf("params %" PRId64 "\n", n_params);
+    return 0;
+}
+
+int cmd_export_peft(int argc, char ** argv) {
+    std::vector<std::string> in;
+    std::string base, out;
+    rp::PeftExportOptions opt;
+    Options p("rp-gguf export-peft",
+              "usage: rp-gguf export-peft ADAPTER.gguf -m BASE.gguf -o DIR [--dtype f32|f16|bf16] [--base-name NAME]\n"
+              "\n"
+              "Writes DIR/adapter_config.json and DIR/adapter_model.safetensors: the adapter in PEFT's layout (vLLM,\n"
+              "SGLang, PEFT load it), its tensors named and shaped as PEFT names them for the base's Hugging Face\n"
+              "model; a llama model's q/k rows back in Hugging Face's order.\n");
+    p.positionals("ADAPTER.gguf", in, 1, 1, "the LoRA adapter (GGUF)");
+    p.text("-m,--model", base, "the base model it adapts");
+    p.text("-o,--output", out, "the directory to write", "DIR");
+    p.value("--dtype", "T", "f32, f16 or bf16 (default f32)", Options::String,
+            [&opt](const std::string & flag, const std::string & v) {
+                if (v != "f32" && v != "f16" && v != "bf16") throw rp::Error(flag + ": '" + v + "' is not one of f32, f16, bf16");
+                opt.dtype = v == "f32" ? "F32" : v == "f16" ? "F16" : "BF16";
+            },
+            [] { return std::nullopt; });
+    p.text("--base-name", opt.base_model_name, "adapter_config.json's base_model_name_or_path (default: the base's general.name)", "NAME");
+    if (!p.parse(argc, argv)) return 0;
+    if (base.empty() || out.empty()) throw rp::Error("'export-peft' needs -m BASE.gguf and -o DIR (see rp-gguf export-peft --help)");
+    const auto model = rp::Model::load(base);
+    const auto adapter = rp::LoraAdapter::load(in[0], *model);
+    rp::export_peft(*adapter, *model, out, opt);
+    print("wrote " + out + "/adapter_config.json and " + out + "/adapter_model.safetensors (" + std::to_string(adapter->tensors().size()) +
+          " LoRA pairs)\n");
+    return 0;
+}
+
+int cmd_import_peft(int argc, char ** argv) {
+    std::vector<std::string> in;
+    std::string base, out;
+    Options p("rp-gguf import-peft",
+              "usage: rp-gguf import-peft DIR -m BASE.gguf -o ADAPTER.gguf\n"
+              "\n"
+              "Reads a PEFT LoRA adapter (DIR/adapter_config.json, DIR/adapter_model.safetensors) trained on the\n"
+              "base's Hugging Face model and writes it as a GGUF adapter in llama.cpp's layout. DoRA, modules_to_save,\n"
+              "trained biases and per-module ranks are refused, naming the key; rsLoRA's scale is kept.\n");
+    p.positionals("DIR", in, 1, 1, "the PEFT adapter's directory");
+    p.text("-m,--model", base, "the base model (GGUF) the adapter is for");
+    p.text("-o,--output", out, "the GGUF adapter to write", "ADAPTER.gguf");
+    if (!p.parse(argc, argv)) return 0;
+    if (base.empty() || out.empty()) throw rp::Error("'import-peft' needs -m BASE.gguf and -o ADAPTER.gguf (see rp-gguf import-peft --help)");
+    const auto model = rp::Model::load(base);
+    rp::import_peft(in[0], *model, out);
+    print("wrote " + out + "\n");
+    return 0;
+}
+
+int cmd_export_hf(int argc, char ** argv) {
+    std::vector<std::string> in;
+    std::string out;
+    rp::HfExportOptions opt;
+    Options p("rp-gguf export-hf", "usage: rp-gguf export-hf MODEL.gguf -o DIR [--dtype auto|f32|f16|bf16] [--shard-size SIZE]\n\n"
+                                   "Writes DIR/model-0000N-of-0000M.safetensors, model.safetensors.index.json, config.json and\n"
+                                   "generation_config.json: the model as transformers loads it (not the tokenizer files).\n");
+    p.positionals("MODEL.gguf", in, 1, 1, "the model (a merge, a full finetune, any GGUF of ours)");
+    p.text("-o,--output", out, "the directory to write", "DIR");
+    p.choice("--dtype", opt.dtype, {"auto", "f32", "f16", "bf16"}, "auto: f32 when every tensor is, bf16 when one is, else f16", "T");
+    p.size("--shard-size", opt.shard_bytes, "tensor bytes per file at most");
+    if (!p.parse(argc, argv)) return 0;
+    if (out.empty()) throw rp::Error("'export-hf' needs -o DIR (see rp-gguf export-hf --help)");
+    for (char & c : opt.dtype) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    if (opt.dtype == "AUTO") opt.dtype = "auto";
+    const rp::HfExportReport r = rp::export_hf(*rp::Model::load(in[0]), out, opt);
+    print("wrote " + std::to_string(r.tensors) + " " + r.dtype + " tensors (" + std::to_string(r.bytes) + " bytes) in " +
+          std::to_string(r.files.size() - 3) + " safetensors files and the configs to " + out + "\n");
     return 0;
 }
 
@@ -213,6 +250,9 @@ int run(int argc, char ** argv) {
     if (cmd == "convert") return cmd_convert(argc - 1, argv + 1);
     if (cmd == "diff") return cmd_diff(argc - 1, argv + 1);
     if (cmd == "synth") return cmd_synth(argc - 1, argv + 1);
+    if (cmd == "export-peft") return cmd_export_peft(argc - 1, argv + 1);
+    if (cmd == "import-peft") return cmd_import_peft(argc - 1, argv + 1);
+    if (cmd == "export-hf") return cmd_export_hf(argc - 1, argv + 1);
     throw rp::Error("unknown command '" + cmd + "' (see rp-gguf --help)");
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes the parsers of untrusted input for SECONDS each:
 #   tests/fuzz/run.sh BUILD_DIR SECONDS [TARGET ...]
-# TARGETs: gguf_reader json dataset chat_template tokenizer (default: all). BUILD_DIR is a clang build
+# TARGETs: gguf_reader json dataset chat_template tokenizer safetensors (default: all). BUILD_DIR is a clang build
 # configured with -DRP_FUZZ=ON with target fuzz_targets built. Each target keeps its corpus under
 # BUILD_DIR/fuzz/<target>/corpus (persisting between runs, seeded with small generated inputs and, for the
 # GGUF reader, the shared models under 2 MB); a crashing input is saved under BUILD_DIR/fuzz/<target>/artifacts/
@@ -11,7 +11,7 @@ BUILD=${1:?usage: tests/fuzz/run.sh BUILD_DIR SECONDS [TARGET ...]}
 SECONDS_TO_RUN=${2:?usage: tests/fuzz/run.sh BUILD_DIR SECONDS [TARGET ...]}
 shift 2
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(gguf_reader json dataset chat_template tokenizer)
+[ ${#targets[@]} -gt 0 ] || targets=(gguf_reader json dataset chat_template tokenizer safetensors)
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 SHARED=${RP_SHARED_DIR:-$REPO/../shared}
@@ -52,7 +52,11 @@ seeds_for() {  # TARGET DIR
         i=$((i + 1))
       done
       seed "$dir" plain 'Hello world! 123 \xc3\xa9t\xc3\xa9 \xe4\xbd\xa0\xe5\xa5\xbd' ;;
-    *) echo "run.sh: unknown target '$t' (gguf_reader json dataset chat_template tokenizer)" >&2; exit 2 ;;
+    safetensors)
+      # an 8-byte length, the JSON header, the tensors' bytes
+      seed "$dir" one '\x38\x00\x00\x00\x00\x00\x00\x00{"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}  \x00\x00\x80\x3f'
+      seed "$dir" two '\x58\x00\x00\x00\x00\x00\x00\x00{"__metadata__":{"format":"pt"},"a":{"dtype":"BF16","shape":[2,1],"data_offsets":[0,4]}}\x80\x3f\x00\x40' ;;
+    *) echo "run.sh: unknown target '$t' (gguf_reader json dataset chat_template tokenizer safetensors)" >&2; exit 2 ;;
   esac
 }
 

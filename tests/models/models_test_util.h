@@ -7,6 +7,7 @@
 #include "gguf/gguf.h"
 #include "models/arch/inference.h"
 #include "models/arch/model.h"
+#include "models/convert/synth_model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -122,6 +123,17 @@ inline ToolResult run_tool(const std::string & tool, const std::string & args) {
     r.out = slurp(out);
     r.err = slurp(err);
     return r;
+}
+
+// A small random qwen3moe model (4 experts, 2 per token, 2 layers, 96 token rows, no tokenizer) at path.
+inline std::unique_ptr<rp::Model> write_tiny_moe(const std::string & path) {
+    rp::SynthSpec s;
+    s.arch = "qwen3moe";
+    s.n_vocab = 96;
+    s.n_embd = 32, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 8, s.n_ff = 48, s.n_layer = 2;
+    s.n_expert = 4, s.n_expert_used = 2, s.n_ff_exp = 16;
+    rp::write_synth_model(s, path);
+    return rp::Model::load(path);
 }
 
 } // namespace models_test

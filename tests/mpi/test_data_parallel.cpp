@@ -31,8 +31,11 @@ using ft_test::run;
 using ft_test::stories;
 using ft_test::tool;
 
+// Each test process gives mpirun a session directory of its own (TMPDIR): two mpiruns that ctest starts at
+// once otherwise race to create /tmp/ompi.<host>.<uid> and one fails in orte_init ("File exists").
 std::string mpirun(int np) {
-    std::string cmd = std::string(RP_MPIEXEC) + " --oversubscribe -np " + std::to_string(np);
+    static const rp_test::TempDir session;
+    std::string cmd = "env TMPDIR=" + session.path.string() + " " + std::string(RP_MPIEXEC) + " --oversubscribe -np " + std::to_string(np);
     if (geteuid() == 0) cmd += " --allow-run-as-root";  // CI containers run as root
     return cmd + " ";
 }

@@ -1,0 +1,235 @@
+#include "models/convert/hf_export.h"
+
+#include "base/atomic_file.h"
+#include "base/error.h"
+#include "ggml_rp/core/fp16.h"
+#include "ggml_rp/core/json.h"
+#include "ggml_rp/core/quant.h"
+#include "gguf/gguf.h"
+#include "models/arch/hparams.h"
+#include "models/arch/model.h"
+#include "models/convert/hf_names.h"
+#include "models/convert/safetensors.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+
+namespace rp {
+
+namespace {
+
+std::string json_text(const std::string & s) {
+    std::string q;
+    json::append_string(q, s);
+    return q;
+}
+
+// The shortest decimal that reads back as the same float (1e-05, not 9.99999975e-06).
+std::string number(float v) {
+    char b[48];
+    if (v == std::floor(v) && std::fabs(v) < 1e15f) {
+        std::snprintf(b, sizeof b, "%.1f", static_cast<double>(v));
+        return b;
+    }
+    for (int p = 1; p <= 9; ++p) {
+        std::snprintf(b, sizeof b, "%.*g", p, static_cast<double>(v));
+        if (std::strtof(b, nullptr) == v) break;
+    }
+    return b;
+}
+
+// The tensor's values as f32, dequantized row by row.
+std::vector<float> values_of(const gguf::Reader & f, const gguf::TensorInfo & t) {
+    if (!can_dequantize(t.type))
+        throw Error(f.path() + ": tensor '" + t.name + "' has type " + gguf::type_name(static_cast<uint32_t>(t.type)) + ", which cannot be dequantized");
+    const int64_t ne0 = t.ne[0], rows = t.nelements() / ne0;
+    const size_t rb = gguf::row_bytes(t.type, ne0);
+    std::vector<float> out(static_cast<size_t>(t.nelements()));
+    const uint8_t * src = f.tensor_data(t);
+    for (int64_t r = 0; r < rows; ++r) dequantize_row(t.type, src + static_cast<size_t>(r) * rb, out.data() + r * ne0, ne0);
+    return out;
+}
+
+std::string encode(const float * v, size_t n, const std::string & dtype) {
+    if (dtype == "F32") return std::string(reinterpret_cast<const char *>(v), n * sizeof(float));
+    std::string out(n * 2, '\0');
+    for (size_t i = 0; i < n; ++i) {
+        const uint16_t h = dtype == "F16" ? fp32_to_fp16(v[i]) : fp32_to_bf16(v[i]);
+        std::memcpy(out.data() + 2 * i, &h, 2);
+    }
+    return out;
+}
+
+std::string choose_dtype(const gguf::Reader & f, const std::string & asked) {
+    if (asked != "auto") {
+        if (!safetensors_dtype_size(asked)) throw Error("HF export: dtype " + asked + " is not one of F32, F16, BF16, auto");
+        return asked;
+    }
+    bool all_f32 = true, any_bf16 = false;
+    for (const gguf::TensorInfo & t : f.tensors()) {
+        all_f32 &= t.type == gguf::TensorType::F32;
+        any_bf16 |= t.type == gguf::TensorType::BF16;
+    }
+    return all_f32 ? "F32" : any_bf16 ? "BF16" : "F16";
+}
+
+// transformers' config.json of the model.
+std::string config_json(const Model & model, const std::string & dtype) {
+    const HParams & hp = model.hparams();
+    const gguf::Reader & f = model.file();
+    const char * cls = nullptr, * type = nullptr;
+    switch (hp.arch->arch) {
+    case Arch::Llama: cls = "LlamaForCausalLM", type = "llama"; break;
+    case Arch::Qwen2: cls = "Qwen2ForCausalLM", type = "qwen2"; break;
+    case Arch::Qwen3: cls = "Qwen3ForCausalLM", type = "qwen3"; break;
+    case Arch::Qwen3Moe: cls = "Qwen3MoeForCausalLM", type = "qwen3_moe"; break;
+    }
+    auto token = [&](const char * key) {
+        return f.has(key) ? std::to_string(f.get_u32(key)) : std::string("null");
+    };
+    const std::string torch = dtype == "F32" ? "float32" : dtype == "F16" ? "float16" : "bfloat16";
+    std::string c = "{\n";
+    auto field = [&](const std::string & k, const std::string & v) {
+        c += "  ";
+        c += json_text(k);
+        c += ": ";
+        c += v;
+        c += ",\n";
+    };
+    std::string classes = "[";
+    classes += json_text(cls);
+    classes += "]";
+    field("architectures", classes);
+    field("model_type", json_text(type));
+    field("hidden_act", "\"silu\"");
+    field("hidden_size", std::to_string(hp.n_embd));
+    field("intermediate_size", std::to_string(hp.n_ff));
+    field("num_hidden_layers", std::to_string(hp.n_layer));
+    field("num_attention_heads", std::to_string(hp.n_head));
+    field("num_key_value_heads", std::to_string(hp.n_head_kv));
+    field("head_dim", std::to_string(hp.head_dim));
+    field("max_position_embeddings", std::to_string(hp.n_ctx_train));
+    field("rms_norm_eps", number(hp.rms_eps));
+    field("rope_theta", number(hp.rope_freq_base));
+    field("rope_scaling", "null");
+    field("vocab_size", std::to_string(hp.n_vocab));
+    field("tie_word_embeddings", model.tied_output() ? "true" : "false");
+    if (hp.arch->arch != Arch::Qwen2) field("attention_bias", "false");
+    if (hp.is_moe()) {
+        field("num_experts", std::to_string(hp.n_expert));
+        field("num_experts_per_tok", std::to_string(hp.n_expert_used));
+        field("moe_intermediate_size", std::to_string(hp.n_ff_exp));
+        field("norm_topk_prob", hp.expert_weights_norm ? "true" : "false");
+        field("decoder_sparse_step", "1");
+        field("mlp_only_layers", "[]");
+    }
+    field("bos_token_id", token("tokenizer.ggml.bos_token_id"));
+    field("eos_token_id", token("tokenizer.ggml.eos_token_id"));
+    c += "  \"torch_dtype\": " + json_text(torch) + "\n}\n";
+    return c;
+}
+
+} // namespace
+
+HfExportReport export_hf(const Model & model, const std::string & dir, const HfExportOptions & o) {
+    const HParams & hp = model.hparams();
+    const gguf::Reader & f = model.file();
+    if (hp.rope_freq_scale != 1.0f) throw Error(model.path() + ": rope scale " + number(hp.rope_freq_scale) + ": rope scaling is not exported");
+    if (hp.n_rot != hp.head_dim) throw Error(model.path() + ": rotary dimensions " + std::to_string(hp.n_rot) + " of a head of " + std::to_string(hp.head_dim) + " are not exported");
+    if (hp.expert_weights_scale != 0.0f && hp.expert_weights_scale != 1.0f)
+        throw Error(model.path() + ": expert_weights_scale " + number(hp.expert_weights_scale) + " has no place in " + "a Qwen3Moe config");
+    if (o.shard_bytes == 0) throw Error("HF export: shard size 0");
+    HfExportReport rep;
+    rep.dtype = choose_dtype(f, o.dtype);
+    const size_t esize = safetensors_dtype_size(rep.dtype);
+
+    // The HF tensors in file order, each a slice (an expert) of a GGUF tensor.
+    struct Out {
+        std::string name;
+        const gguf::TensorInfo * t;
+        int64_t expert;  // -1: the whole tensor
+        std::vector<int64_t> shape;
+        size_t bytes;
+    };
+    std::vector<Out> outs;
+    for (const gguf::TensorInfo & t : f.tensors()) {
+        const std::string hf = hf_tensor_of(t.name);
+        if (hf.empty()) throw Error(model.path() + ": tensor '" + t.name + "' has no Hugging Face name" +
+                                    (t.name == "rope_freqs.weight" ? " (llama 3's rope scaling is not exported)" : ""));
+        std::vector<int64_t> shape;
+        for (int d = std::min<int>(static_cast<int>(t.n_dims), 2) - 1; d >= 0; --d) shape.push_back(t.ne[d]);
+        const int64_t experts = t.n_dims >= 3 ? t.ne[2] : 1;
+        if (t.n_dims > 3 || (experts > 1 && hf.find("{E}") == std::string::npos))
+            throw Error(model.path() + ": tensor '" + t.name + "' has " + std::to_string(t.n_dims) + " dimensions, which no HF tensor of it has");
+        size_t n = 1;
+        for (int64_t d : shape) n *= static_cast<size_t>(d);
+        for (int64_t e = 0; e < experts; ++e)
+            outs.push_back({hf.find("{E}") != std::string::npos ? hf_expert_module(hf, e) : hf, &t, hf.find("{E}") != std::string::npos ? e : -1,
+                            shape, n * esize});
+    }
+    // Shards of at most shard_bytes (one tensor at least), in order.
+    std::vector<std::vector<const Out *>> shards(1);
+    size_t in_shard = 0;
+    for (const Out & x : outs) {
+        if (!shards.back().empty() && in_shard + x.bytes > o.shard_bytes) shards.emplace_back(), in_shard = 0;
+        shards.back().push_back(&x);
+        in_shard += x.bytes;
+        rep.bytes += x.bytes;
+    }
+    rep.tensors = outs.size();
+
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) throw Error(dir + ": cannot create the directory: " + ec.message());
+    std::vector<std::unique_ptr<AtomicFile>> files;  // renamed together once every one is complete
+    std::map<std::string, std::string> weight_map;
+    char total[16];
+    std::snprintf(total, sizeof total, "%05zu", shards.size());
+    for (size_t s = 0; s < shards.size(); ++s) {
+        char name[64];
+        std::snprintf(name, sizeof name, "model-%05zu-of-%s.safetensors", s + 1, total);
+        SafetensorsWriter w;
+        w.set_metadata("format", "pt");
+        for (const Out * x : shards[s]) {
+            weight_map[x->name] = name;
+            w.add_deferred(x->name, rep.dtype, x->shape, [&model, &f, x, dtype = rep.dtype]() {
+                std::vector<float> v = values_of(f, *x->t);
+                const size_t per = x->expert >= 0 ? v.size() / static_cast<size_t>(x->t->ne[2]) : v.size();
+                const float * p = v.data() + (x->expert >= 0 ? static_cast<size_t>(x->expert) * per : 0);
+                if (const int64_t heads = permuted_row_heads(model.hparams(), x->t->name)) {
+                    const int64_t rows = x->shape.front(), row_len = x->shape.size() > 1 ? x->shape[1] : 1;
+                    const std::vector<float> hf = reorder_qk_rows(p, rows, row_len, heads, true);
+                    return encode(hf.data(), hf.size(), dtype);
+                }
+                return encode(p, per, dtype);
+            });
+        }
+        files.push_back(std::make_unique<AtomicFile>(dir + "/" + name));
+        w.write_to(*files.back());  // the deferred tensors made one at a time
+        rep.files.push_back(name);
+    }
+    std::string index = "{\n  \"metadata\": {\"total_size\": " + std::to_string(rep.bytes) + "},\n  \"weight_map\": {\n";
+    size_t k = 0;
+    for (const auto & [t, file] : weight_map) index += "    " + json_text(t) + ": " + json_text(file) + (++k < weight_map.size() ? ",\n" : "\n");
+    index += "  }\n}\n";
+    const std::string generation = "{\n  \"bos_token_id\": " +
+                                   (f.has("tokenizer.ggml.bos_token_id") ? std::to_string(f.get_u32("tokenizer.ggml.bos_token_id")) : std::string("null")) +
+                                   ",\n  \"eos_token_id\": " +
+                                   (f.has("tokenizer.ggml.eos_token_id") ? std::to_string(f.get_u32("tokenizer.ggml.eos_token_id")) : std::string("null")) +
+                                   "\n}\n";
+    for (const auto & [name, text] : {std::pair<std::string, std::string>{"model.safetensors.index.json", index}, {"config.json", config_json(model, rep.dtype)},
+                                      {"generation_config.json", generation}}) {
+        files.push_back(std::make_unique<AtomicFile>(dir + "/" + name));
+        files.back()->write(text);
+        rep.files.push_back(name);
+    }
+    for (auto & file : files) file->commit();
+    return rep;
+}
+
+} // namespace rp

@@ -1,0 +1,38 @@
+// A model (merged, fully finetuned, or any GGUF of our architectures) as Hugging Face safetensors: what
+// transformers, vLLM and SGLang load. DIR gets
+//   model-0000N-of-0000M.safetensors   the tensors under HF's names (convert/hf_names.h), PyTorch shapes
+//                                      (GGUF's ne reversed), a llama's q/k rows in HF's order, each expert of a
+//                                      mixture its own tensors, quantized tensors dequantized;
+//   model.safetensors.index.json       {"metadata": {"total_size"}, "weight_map": {tensor: file}};
+//   config.json                        the transformers config of the architecture from the GGUF's
+//                                      hyper-parameters (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
+//                                      Qwen3MoeForCausalLM), and generation_config.json (BOS / EOS).
+// The tokenizer files are not written (copy them from the model's Hugging Face repository). A model with rope
+// scaling (a rope_freqs tensor, or a rope scale other than 1) is refused: its config cannot be written exactly.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace rp {
+
+class Model;
+
+struct HfExportOptions {
+    // F32 | F16 | BF16, or "auto": F32 when every tensor is F32, BF16 when one is BF16, else F16.
+    std::string dtype = "auto";
+    size_t shard_bytes = size_t(5) * 1000 * 1000 * 1000;  // at most this much tensor data per file (transformers' "5GB")
+};
+
+struct HfExportReport {
+    std::string dtype;               // what was written
+    std::vector<std::string> files;  // in DIR
+    size_t tensors = 0, bytes = 0;
+};
+
+// Throws rp::Error naming the tensor or setting at fault; files are written to temporary names and renamed
+// once all are complete.
+HfExportReport export_hf(const Model & model, const std::string & dir, const HfExportOptions & options = {});
+
+} // namespace rp

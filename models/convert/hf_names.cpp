@@ -1,0 +1,118 @@
+#include "models/convert/hf_names.h"
+
+#include "models/arch/hparams.h"
+
+#include <cctype>
+#include <cstring>
+
+namespace rp {
+
+namespace {
+
+// GGUF per-layer name <-> HF module below "model.layers.N."; "{E}" marks an expert's index.
+struct ModuleName {
+    const char * gguf;
+    const char * hf;
+};
+const ModuleName kMatrices[] = {
+    {"attn_q", "self_attn.q_proj"},      {"attn_k", "self_attn.k_proj"},     {"attn_v", "self_attn.v_proj"},
+    {"attn_output", "self_attn.o_proj"}, {"ffn_gate", "mlp.gate_proj"},      {"ffn_up", "mlp.up_proj"},
+    {"ffn_down", "mlp.down_proj"},       {"ffn_gate_inp", "mlp.gate"},       {"ffn_gate_exps", "mlp.experts.{E}.gate_proj"},
+    {"ffn_up_exps", "mlp.experts.{E}.up_proj"}, {"ffn_down_exps", "mlp.experts.{E}.down_proj"},
+};
+const ModuleName kNorms[] = {
+    {"attn_norm", "input_layernorm"}, {"ffn_norm", "post_attention_layernorm"}, {"attn_q_norm", "self_attn.q_norm"},
+    {"attn_k_norm", "self_attn.k_norm"},
+};
+
+// "blk.N.<name>.<suffix>" -> N, name, suffix.
+bool split_layer_tensor(const std::string & t, std::string & layer, std::string & name, std::string & suffix) {
+    if (t.compare(0, 4, "blk.") != 0) return false;
+    const size_t dot = t.find('.', 4), last = t.rfind('.');
+    if (dot == std::string::npos || last <= dot) return false;
+    layer = t.substr(4, dot - 4);
+    name = t.substr(dot + 1, last - dot - 1);
+    suffix = t.substr(last + 1);
+    return !layer.empty() && layer.find_first_not_of("0123456789") == std::string::npos;
+}
+
+} // namespace
+
+std::string hf_expert_module(std::string module, int64_t e) {
+    const size_t at = module.find("{E}");
+    if (at != std::string::npos) module.replace(at, 3, std::to_string(e));
+    return module;
+}
+
+std::string hf_module_of(const std::string & w) {
+    if (w == "token_embd.weight") return "model.embed_tokens";
+    if (w == "output.weight") return "lm_head";
+    std::string layer, name, suffix;
+    if (!split_layer_tensor(w, layer, name, suffix) || suffix != "weight") return "";
+    for (const ModuleName & m : kMatrices)
+        if (name == m.gguf) return "model.layers." + layer + "." + m.hf;
+    return "";
+}
+
+std::pair<std::string, int64_t> gguf_weight_of(const std::string & module) {
+    if (module == "model.embed_tokens") return {"token_embd.weight", -1};
+    if (module == "lm_head") return {"output.weight", -1};
+    const std::string layers = "model.layers.";
+    if (module.compare(0, layers.size(), layers) != 0) return {"", -1};
+    const size_t p = layers.size();
+    size_t q = p;
+    while (q < module.size() && std::isdigit(static_cast<unsigned char>(module[q]))) ++q;
+    if (q == p || q - p > 6 || q >= module.size() || module[q] != '.') return {"", -1};
+    const std::string layer = module.substr(p, q - p), rest = module.substr(q + 1);
+    for (const ModuleName & m : kMatrices) {
+        const std::string hf = m.hf;
+        const size_t e = hf.find("{E}");
+        if (e == std::string::npos) {
+            if (rest == hf) return {"blk." + layer + "." + m.gguf + ".weight", -1};
+            continue;
+        }
+        const std::string head = hf.substr(0, e), tail = hf.substr(e + 3);
+        if (rest.size() <= head.size() + tail.size() || rest.compare(0, head.size(), head) != 0 ||
+            rest.compare(rest.size() - tail.size(), tail.size(), tail) != 0)
+            continue;
+        const std::string idx = rest.substr(head.size(), rest.size() - head.size() - tail.size());
+        if (idx.empty() || idx.size() > 6 || idx.find_first_not_of("0123456789") != std::string::npos) continue;
+        return {"blk." + layer + "." + m.gguf + ".weight", std::stoll(idx)};
+    }
+    return {"", -1};
+}
+
+std::string hf_tensor_of(const std::string & t) {
+    if (t == "token_embd.weight") return "model.embed_tokens.weight";
+    if (t == "output.weight") return "lm_head.weight";
+    if (t == "output_norm.weight") return "model.norm.weight";
+    std::string layer, name, suffix;
+    if (!split_layer_tensor(t, layer, name, suffix) || (suffix != "weight" && suffix != "bias")) return "";
+    for (const ModuleName & m : kMatrices)
+        if (name == m.gguf) return "model.layers." + layer + "." + m.hf + "." + suffix;
+    for (const ModuleName & m : kNorms)
+        if (name == m.gguf && suffix == "weight") return "model.layers." + layer + "." + m.hf + ".weight";
+    return "";
+}
+
+int64_t permuted_row_heads(const HParams & hp, const std::string & t) {
+    if (hp.arch->arch != Arch::Llama) return 0;
+    std::string layer, name, suffix;
+    if (!split_layer_tensor(t, layer, name, suffix)) return 0;
+    return name == "attn_q" ? hp.n_head : name == "attn_k" ? hp.n_head_kv : 0;
+}
+
+std::vector<float> reorder_qk_rows(const float * m, int64_t rows, int64_t row_len, int64_t heads, bool to_hf) {
+    const int64_t D = rows / heads;
+    std::vector<float> out(static_cast<size_t>(rows * row_len));
+    for (int64_t h = 0; h < heads; ++h)
+        for (int64_t j = 0; j < D / 2; ++j)
+            for (int64_t s = 0; s < 2; ++s) {
+                const int64_t gguf_row = h * D + 2 * j + s, hf_row = h * D + s * (D / 2) + j;
+                const int64_t from = to_hf ? gguf_row : hf_row, to = to_hf ? hf_row : gguf_row;
+                std::memcpy(out.data() + to * row_len, m + from * row_len, static_cast<size_t>(row_len) * sizeof(float));
+            }
+    return out;
+}
+
+} // namespace rp

@@ -1,0 +1,35 @@
+// Hugging Face's names for the weights of our architectures (llama, qwen2, qwen3, qwen3moe: the
+// transformers classes LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM), and
+// llama.cpp's row order of a llama model's q/k projections (formats.md §3.6), for the conversions to and
+// from Hugging Face's layouts (convert/peft.h, convert/hf_export.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace rp {
+
+struct HParams;
+
+// The HF module of a GGUF weight matrix ("blk.3.attn_q.weight" -> "model.layers.3.self_attn.q_proj"; experts:
+// "model.layers.3.mlp.experts.{E}.gate_proj", {E} standing for the expert); "" when it has none.
+std::string hf_module_of(const std::string & gguf_weight);
+// The inverse: the GGUF weight of an HF module and the expert it is (-1: not an expert); "" when none.
+std::pair<std::string, int64_t> gguf_weight_of(const std::string & hf_module);
+// `module` with {E} replaced by expert e.
+std::string hf_expert_module(std::string module, int64_t e);
+
+// The HF tensor of any GGUF tensor of those models (weights, biases, norms: "blk.0.attn_norm.weight" ->
+// "model.layers.0.input_layernorm.weight", "output_norm.weight" -> "model.norm.weight"); "" when none.
+std::string hf_tensor_of(const std::string & gguf_tensor);
+
+// A llama model's q (n_head heads) and k (n_head_kv) rows: GGUF row h*D + 2j + s holds HF row h*D + s*D/2 + j.
+// The heads of `gguf_tensor`'s rows when they are in that order (attn_q / attn_k weights and biases of a
+// llama model), else 0.
+int64_t permuted_row_heads(const HParams & hp, const std::string & gguf_tensor);
+// A row-major [rows][row_len] matrix with its rows moved from GGUF's order to HF's (to_hf) or back.
+std::vector<float> reorder_qk_rows(const float * m, int64_t rows, int64_t row_len, int64_t heads, bool to_hf);
+
+} // namespace rp

@@ -1,0 +1,189 @@
+// Models as Hugging Face safetensors (models/convert/hf_export.h), read back with our reader:
+//   - stories260K (llama) in three shards: the index maps every tensor to the shard that holds it, every GGUF
+//     tensor comes back bit for bit under its HF name with its shape reversed, q/k rows in HF's order
+//     (formats.md §3.6, computed here), and config.json states the hyper-parameters;
+//   - qwen3 (tied head, q/k norms: no lm_head, no permutation), qwen2 (q/k/v biases), a quantized file
+//     (dequantized values) and a mixture of experts (each expert its own tensors, the router as mlp.gate);
+//   - a failed export leaves no file.
+#include "models_test_util.h"
+
+#include "ggml_rp/core/json.h"
+#include "ggml_rp/core/quant.h"
+#include "models/arch/hparams.h"
+#include "models/convert/hf_export.h"
+#include "models/convert/safetensors.h"
+#include "models/convert/synth_model.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <memory>
+
+using namespace models_test;
+namespace fs = std::filesystem;
+
+namespace {
+
+// The exported directory: its tensors by name, through the index.
+struct Exported {
+    rp::json::Value index, config;
+    std::map<std::string, std::unique_ptr<rp::SafetensorsReader>> shards;
+    explicit Exported(const std::string & dir) {
+        index = rp::json::parse(slurp(dir + "/model.safetensors.index.json"), "index");
+        config = rp::json::parse(slurp(dir + "/config.json"), "config.json");
+        for (const rp::json::Member & m : index.find("weight_map")->object)
+            if (!shards.count(m.second.string)) shards[m.second.string] = rp::SafetensorsReader::open(dir + "/" + m.second.string);
+    }
+    // The tensor `name` (checked to be in the shard the index names).
+    std::pair<const rp::SafetensorsReader *, const rp::SafetensorsTensor *> get(const std::string & name) const {
+        const rp::json::Value * file = index.find("weight_map")->find(name);
+        if (!file) return {nullptr, nullptr};
+        const rp::SafetensorsReader * r = shards.at(file->string).get();
+        return {r, r->find(name)};
+    }
+    std::vector<float> values(const std::string & name) const {
+        const auto [r, t] = get(name);
+        return r && t ? r->to_f32(*t) : std::vector<float>{};
+    }
+    size_t tensors() const {
+        size_t n = 0;
+        for (const auto & [f, r] : shards) n += r->tensors().size();
+        return n;
+    }
+};
+
+std::vector<float> gguf_values(const rp::Model & m, const std::string & name) {
+    const gguf::TensorInfo * t = m.file().find_tensor(name);
+    std::vector<float> v(static_cast<size_t>(t->nelements()));
+    const size_t rb = gguf::row_bytes(t->type, t->ne[0]);
+    for (int64_t r = 0; r < t->nelements() / t->ne[0]; ++r)
+        rp::dequantize_row(t->type, m.file().tensor_data(*t) + static_cast<size_t>(r) * rb, v.data() + r * t->ne[0], t->ne[0]);
+    return v;
+}
+
+} // namespace
+
+TEST(HfExport, LlamaShardsNamesShapesPermutationAndConfig) {
+    TempDir d;
+    const auto model = rp::Model::load(stories());
+    rp::HfExportOptions o;
+    o.shard_bytes = 400 * 1024;
+    const rp::HfExportReport rep = rp::export_hf(*model, d.file("hf"), o);
+    EXPECT_EQ(rep.dtype, "F32");
+    const Exported ex(d.file("hf"));
+    EXPECT_EQ(ex.shards.size(), 3u);
+    EXPECT_TRUE(ex.shards.count("model-00001-of-00003.safetensors"));
+    EXPECT_EQ(ex.tensors(), 48u);
+    EXPECT_EQ(ex.index.find("metadata")->find("total_size")->number, 1171200);
+    const rp::HParams & hp = model->hparams();
+    // Every tensor bit for bit, q/k rows in HF order.
+    const std::vector<std::pair<std::string, std::string>> names = {
+        {"token_embd.weight", "model.embed_tokens.weight"}, {"output.weight", "lm_head.weight"}, {"output_norm.weight", "model.norm.weight"},
+        {"blk.2.attn_norm.weight", "model.layers.2.input_layernorm.weight"}, {"blk.2.ffn_norm.weight", "model.layers.2.post_attention_layernorm.weight"},
+        {"blk.2.attn_q.weight", "model.layers.2.self_attn.q_proj.weight"}, {"blk.2.attn_k.weight", "model.layers.2.self_attn.k_proj.weight"},
+        {"blk.2.attn_v.weight", "model.layers.2.self_attn.v_proj.weight"}, {"blk.2.attn_output.weight", "model.layers.2.self_attn.o_proj.weight"},
+        {"blk.2.ffn_gate.weight", "model.layers.2.mlp.gate_proj.weight"}, {"blk.2.ffn_up.weight", "model.layers.2.mlp.up_proj.weight"},
+        {"blk.2.ffn_down.weight", "model.layers.2.mlp.down_proj.weight"}};
+    for (const auto & [g, h] : names) {
+        const gguf::TensorInfo * t = model->file().find_tensor(g);
+        const auto [r, st] = ex.get(h);
+        ASSERT_TRUE(r && st) << h;
+        std::vector<int64_t> shape;
+        for (int k = static_cast<int>(t->n_dims) - 1; k >= 0; --k) shape.push_back(t->ne[k]);
+        EXPECT_EQ(st->shape, shape) << h;
+        const std::vector<float> a = gguf_values(*model, g), b = r->to_f32(*st);
+        const int64_t heads = g.find("attn_q") != std::string::npos ? hp.n_head : g.find("attn_k") != std::string::npos ? hp.n_head_kv : 0;
+        if (!heads) {
+            EXPECT_EQ(a, b) << h;
+            continue;
+        }
+        const int64_t D = hp.head_dim, row = t->ne[0];
+        for (int64_t hd = 0; hd < heads; ++hd)
+            for (int64_t j = 0; j < D / 2; ++j)
+                for (int64_t s = 0; s < 2; ++s)
+                    for (int64_t c = 0; c < row; ++c)
+                        ASSERT_EQ(a[static_cast<size_t>((hd * D + 2 * j + s) * row + c)], b[static_cast<size_t>((hd * D + s * D / 2 + j) * row + c)]) << h;
+    }
+    const rp::json::Value & c = ex.config;
+    EXPECT_EQ(c.find("architectures")->array.at(0).string, "LlamaForCausalLM");
+    EXPECT_EQ(c.find("hidden_size")->number, 64);
+    EXPECT_EQ(c.find("intermediate_size")->number, 172);
+    EXPECT_EQ(c.find("num_hidden_layers")->number, 5);
+    EXPECT_EQ(c.find("num_attention_heads")->number, 8);
+    EXPECT_EQ(c.find("num_key_value_heads")->number, 4);
+    EXPECT_EQ(c.find("vocab_size")->number, 512);
+    EXPECT_EQ(c.find("rms_norm_eps")->number, 1e-5);
+    EXPECT_EQ(c.find("rope_theta")->number, 10000);
+    EXPECT_EQ(c.find("tie_word_embeddings")->boolean, false);
+    EXPECT_EQ(c.find("torch_dtype")->string, "float32");
+    const rp::json::Value gen = rp::json::parse(slurp(d.file("hf/generation_config.json")), "generation_config.json");
+    EXPECT_EQ(gen.find("bos_token_id")->number, 1);
+    EXPECT_EQ(gen.find("eos_token_id")->number, 2);
+}
+
+TEST(HfExport, QwenTiedHeadNormsBiasesAndQuantizedWeights) {
+    TempDir d;
+    const auto q3 = rp::Model::load(model_path("synthetic/tiny-random-qwen3.gguf"));
+    rp::export_hf(*q3, d.file("q3"));
+    const Exported e3(d.file("q3"));
+    EXPECT_FALSE(e3.get("lm_head.weight").first) << "a tied head has no lm_head";
+    EXPECT_EQ(e3.config.find("tie_word_embeddings")->boolean, true);
+    EXPECT_EQ(e3.config.find("head_dim")->number, 32);
+    EXPECT_EQ(e3.values("model.layers.1.self_attn.q_norm.weight"), gguf_values(*q3, "blk.1.attn_q_norm.weight"));
+    EXPECT_EQ(e3.values("model.layers.1.self_attn.q_proj.weight"), gguf_values(*q3, "blk.1.attn_q.weight")) << "qwen3 is not permuted";
+
+    const auto q2 = rp::Model::load(model_path("synthetic/tiny-random-qwen2.gguf"));
+    rp::export_hf(*q2, d.file("q2"));
+    const Exported e2(d.file("q2"));
+    EXPECT_EQ(e2.config.find("architectures")->array.at(0).string, "Qwen2ForCausalLM");
+    EXPECT_EQ(e2.values("model.layers.0.self_attn.k_proj.bias"), gguf_values(*q2, "blk.0.attn_k.bias"));
+
+    const auto q8 = rp::Model::load(model_path("derived/stories260K-Q8_0.gguf"));
+    rp::HfExportOptions f32;
+    f32.dtype = "F32";
+    EXPECT_EQ(rp::export_hf(*q8, d.file("q8"), f32).dtype, "F32");
+    const Exported e8(d.file("q8"));
+    EXPECT_EQ(e8.values("model.layers.0.mlp.up_proj.weight"), gguf_values(*q8, "blk.0.ffn_up.weight")) << "the dequantized values";
+    EXPECT_EQ(rp::export_hf(*q8, d.file("q8auto")).dtype, "F16") << "auto: a quantized file gives f16";
+}
+
+TEST(HfExport, MixtureOfExpertsSplitsTheExperts) {
+    TempDir d;
+    const auto model = write_tiny_moe(d.file("moe.gguf"));
+    rp::export_hf(*model, d.file("hf"));
+    const Exported ex(d.file("hf"));
+    EXPECT_EQ(ex.config.find("architectures")->array.at(0).string, "Qwen3MoeForCausalLM");
+    EXPECT_EQ(ex.config.find("num_experts")->number, 4);
+    EXPECT_EQ(ex.config.find("num_experts_per_tok")->number, 2);
+    EXPECT_EQ(ex.config.find("moe_intermediate_size")->number, 16);
+    const std::vector<float> stacked = gguf_values(*model, "blk.1.ffn_up_exps.weight");
+    for (int e = 0; e < 4; ++e) {
+        const auto [r, t] = ex.get("model.layers.1.mlp.experts." + std::to_string(e) + ".up_proj.weight");
+        ASSERT_TRUE(r && t) << e;
+        EXPECT_EQ(t->shape, (std::vector<int64_t>{16, 32}));
+        const std::vector<float> v = r->to_f32(*t);
+        EXPECT_EQ(v, std::vector<float>(stacked.begin() + e * 512, stacked.begin() + (e + 1) * 512)) << e;
+    }
+    const auto [rg, tg] = ex.get("model.layers.0.mlp.gate.weight");
+    ASSERT_TRUE(rg && tg);
+    EXPECT_EQ(tg->shape, (std::vector<int64_t>{4, 32}));
+}
+
+TEST(HfExport, AFailedExportWritesNothing) {
+    TempDir d;
+    const auto model = rp::Model::load(stories());
+    rp::HfExportOptions o;
+    o.dtype = "F8";
+    EXPECT_THROW(rp::export_hf(*model, d.file("hf"), o), rp::Error);
+    EXPECT_FALSE(fs::exists(d.file("hf/config.json")));
+    std::ofstream(d.file("file")) << "x";
+    EXPECT_THROW(rp::export_hf(*model, d.file("file/hf")), rp::Error);  // a file where the directory goes
+    ToolResult r = run_tool("rp-gguf", "export-hf " + stories() + " -o " + d.file("cli") + " --dtype bf16 --shard-size 1M");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("wrote 48 BF16 tensors"), std::string::npos) << r.out;
+    r = run_tool("rp-gguf", "export-hf " + stories() + " -o " + d.file("x") + " --dtype f8");
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.err.find("--dtype: 'f8' is not one of auto, f32, f16, bf16"), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(d.file("x")));
+}

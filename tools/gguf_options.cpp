@@ -1,0 +1,66 @@
+#include "tools/gguf_options.h"
+
+#include "base/error.h"
+
+namespace rp::cli {
+
+namespace {
+
+// A 0 | 1 option into a bool.
+void bit(Options & p, const std::string & name, bool & target, const std::string & help) {
+    p.value(name, "0|1", help, Options::Int, [&target](const std::string & f, const std::string & v) { target = parse_int(f, v, 0, 1) != 0; },
+            [&target] { return std::optional<std::string>(target ? "1" : "0"); });
+}
+
+} // namespace
+
+void SynthSettings::apply_preset(const std::string & name) {
+    spec = synth_preset(name);
+    preset = head_dim_given = true;
+}
+
+void SynthSettings::finish() {
+    if (!head_dim_given) spec.head_dim = spec.n_embd / spec.n_head;
+    if (spec.vocab_from.empty() && !n_vocab_given && !preset)
+        throw Error("'synth' needs --vocab VOCAB.gguf (the tokenizer to copy) or --n-vocab N (see rp-gguf synth --help)");
+}
+
+void declare_synth_options(Options & p, SynthSettings & s) {
+    p.positionals("OUT", s.out, 1, 1, "the model to write");
+    p.value("--shape", "NAME",
+            "a preset: qwen3-0.6b, qwen3-1.7b, qwen3-32b, llama3.1-8b, qwen3-30b-a3b, qwen3-235b-a22b,\n"
+            "gpt-oss-20b (its shapes as a qwen3moe) (the real shapes and vocabulary sizes), llama-98m,\n"
+            "llama-20m (the benchmark models); the other options override it",
+            Options::String, [](const std::string &, const std::string &) {}, [] { return std::nullopt; });
+    p.text("--vocab", s.spec.vocab_from, "the GGUF whose tokenizer to copy (sets n_vocab)", "VOCAB.gguf");
+    p.value("--n-vocab", "N", "without --vocab: N token rows and no tokenizer (the file plans and trains; it cannot tokenize)", Options::Int,
+            [&](const std::string & f, const std::string & v) { s.spec.n_vocab = static_cast<uint32_t>(parse_int(f, v, 1, 1 << 24)), s.n_vocab_given = true; },
+            [] { return std::nullopt; });
+    bit(p, "--weights", s.spec.weights, "0: every weight a hole (zeros, a sparse file: no disk), the shapes for rp-finetune --plan");
+    p.choice("--arch", s.spec.arch, {"llama", "qwen2", "qwen3", "qwen3moe"}, "llama | qwen2 | qwen3 | qwen3moe", "A");
+    p.integer("--experts", s.spec.n_expert, 1, 1 << 24, "qwen3moe: experts per layer");
+    p.integer("--experts-used", s.spec.n_expert_used, 1, 1 << 24, "qwen3moe: experts per token", "K");
+    p.integer("--expert-ff", s.spec.n_ff_exp, 1, 1 << 24, "qwen3moe: each expert's n_ff", "F");
+    p.integer("--n-embd", s.spec.n_embd, 1, 1 << 24, "hidden size");
+    p.integer("--n-head", s.spec.n_head, 1, 1 << 24, "attention heads");
+    p.integer("--n-head-kv", s.spec.n_head_kv, 1, 1 << 24, "key / value heads");
+    p.value("--head-dim", "N", "dimension of a head (default: n_embd / n_head)", Options::Int,
+            [&](const std::string & f, const std::string & v) { s.spec.head_dim = static_cast<uint32_t>(parse_int(f, v, 1, 1 << 24)), s.head_dim_given = true; },
+            [] { return std::nullopt; });
+    p.integer("--n-ff", s.spec.n_ff, 1, 1 << 24, "feed-forward width");
+    p.integer("--n-layer", s.spec.n_layer, 1, 1 << 24, "decoder layers");
+    p.integer("--n-ctx", s.spec.n_ctx_train, 1, 1 << 24, "training context");
+    p.number("--rope-base", s.spec.rope_base, 1.0f, 1e9f, "RoPE frequency base");
+    bit(p, "--tied", s.spec.tied, "1: no output.weight, the head reuses token_embd");
+    p.value("--type", "T", "the 2-D weights: f32 | f16 | bf16 | q8_0 | q4_0 (default f32; norms stay f32)", Options::String,
+            [&s](const std::string & f, const std::string & v) {
+                using gguf::TensorType;
+                if (!gguf::type_from_name(v.c_str(), s.spec.wtype) || (s.spec.wtype != TensorType::F32 && s.spec.wtype != TensorType::F16 &&
+                                                                  s.spec.wtype != TensorType::BF16 && s.spec.wtype != TensorType::Q8_0 && s.spec.wtype != TensorType::Q4_0))
+                    throw Error(f + ": '" + v + "' is not one of f32, f16, bf16, q8_0, q4_0");
+            },
+            [] { return std::nullopt; });
+    p.integer("--seed", s.spec.seed, 0, 1LL << 62, "random seed");
+}
+
+} // namespace rp::cli
