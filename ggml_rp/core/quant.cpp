@@ -47,7 +47,7 @@ bool can_dequantize(TensorType t) {
     case TensorType::F32: case TensorType::F16: case TensorType::BF16:
     case TensorType::Q4_0: case TensorType::Q4_1: case TensorType::Q5_0: case TensorType::Q5_1:
     case TensorType::Q8_0: case TensorType::Q2_K: case TensorType::Q3_K: case TensorType::Q4_K:
-    case TensorType::Q5_K: case TensorType::Q6_K:
+    case TensorType::Q5_K: case TensorType::Q6_K: case TensorType::MXFP4:
         return true;
     default:
         return false;
@@ -59,7 +59,7 @@ bool can_quantize(TensorType t) {
     case TensorType::F32: case TensorType::F16: case TensorType::BF16:
     case TensorType::Q4_0: case TensorType::Q4_1: case TensorType::Q5_0: case TensorType::Q5_1:
     case TensorType::Q8_0: case TensorType::Q2_K: case TensorType::Q3_K: case TensorType::Q4_K:
-    case TensorType::Q5_K: case TensorType::Q6_K:
+    case TensorType::Q5_K: case TensorType::Q6_K: case TensorType::MXFP4:
         return true;
     default:
         return false;
@@ -92,6 +92,7 @@ void dequantize_row(TensorType t, const void * src, float * dst, int64_t n) {
     case TensorType::Q4_K: return dequant_blocks<block_q4_K, dequantize_block_q4_K, QK_K>(src, dst, nb);
     case TensorType::Q5_K: return dequant_blocks<block_q5_K, dequantize_block_q5_K, QK_K>(src, dst, nb);
     case TensorType::Q6_K: return dequant_blocks<block_q6_K, dequantize_block_q6_K, QK_K>(src, dst, nb);
+    case TensorType::MXFP4: return dequant_blocks<block_mxfp4, dequantize_block_mxfp4, QK_MXFP4>(src, dst, nb);
     default: break;
     }
     assert(false && "can_dequantize and dequantize_row disagree");
@@ -123,6 +124,7 @@ void quantize_row(TensorType t, const float * src, void * dst, int64_t n) {
     case TensorType::Q4_K: return kquant::quantize_q4_K(src, static_cast<block_q4_K *>(dst), nb);
     case TensorType::Q5_K: return kquant::quantize_q5_K(src, static_cast<block_q5_K *>(dst), nb);
     case TensorType::Q6_K: return kquant::quantize_q6_K(src, static_cast<block_q6_K *>(dst), nb);
+    case TensorType::MXFP4: return quant_blocks<block_mxfp4, quantize_block_mxfp4, QK_MXFP4>(src, dst, nb);
     default: break;
     }
     assert(false && "can_quantize and quantize_row disagree");

@@ -10,9 +10,9 @@ namespace rp {
 
 using gguf::TensorType;
 
-// True when dequantize_row handles this type (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K).
+// True when dequantize_row handles this type (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, MXFP4).
 bool can_dequantize(TensorType t);
-// True when quantize_row handles this type (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K).
+// True when quantize_row handles this type (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, MXFP4).
 bool can_quantize(TensorType t);
 
 // n elements (a multiple of the type's block size) of type t at src -> n floats at dst.

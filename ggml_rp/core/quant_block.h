@@ -31,6 +31,7 @@ constexpr int QK5_0 = 32;
 constexpr int QK5_1 = 32;
 constexpr int QK8_0 = 32;
 constexpr int QK_K = 256;
+constexpr int QK_MXFP4 = 32;
 constexpr int K_SCALE_SIZE = 12;
 
 // f16 fields are raw IEEE binary16 bits.
@@ -90,6 +91,13 @@ struct block_q6_K {
     uint16_t d;
 };
 
+// MXFP4 (OCP microscaling: gpt-oss's expert weights): 4-bit E2M1 floats, one E8M0 power-of-two scale per 32.
+// ggml stores the E2M1 values doubled (the integers 0 1 2 3 4 6 8 12, sign in bit 3) and halves the scale.
+struct block_mxfp4 {
+    uint8_t e;                  // E8M0: the scale is 2^(e - 127); ggml's value is 2^(e - 128) x the doubled E2M1
+    uint8_t qs[QK_MXFP4 / 2];   // element j in the low nibble of qs[j], element j+16 in the high nibble
+};
+static_assert(sizeof(block_mxfp4) == 17, "mxfp4 block size");
 static_assert(sizeof(block_q4_0) == 18, "q4_0 block size");
 static_assert(sizeof(block_q4_1) == 20, "q4_1 block size");
 static_assert(sizeof(block_q5_0) == 22, "q5_0 block size");
@@ -494,6 +502,57 @@ RP_HD inline void quantize_block_q5_1(const float * x, block_q5_1 & y) {
         qh |= static_cast<uint32_t>(q1 >> 4) << (j + QK5_1 / 2);
     }
     for (int k = 0; k < 4; ++k) y.qh[k] = static_cast<uint8_t>(qh >> (8 * k));
+}
+
+// ---- MXFP4 -------------------------------------------------------------------------------------------
+
+// ggml's kvalues_mxfp4: twice the E2M1 value of a 4-bit code (0, 1, 2, 3, 4, 6, 8, 12; code 8 is +0).
+RP_HD inline int mxfp4_value(int q) {
+    const int m = q & 7;
+    const int v = m < 5 ? m : m == 5 ? 6 : m == 6 ? 8 : 12;
+    return q & 8 ? -v : v;
+}
+
+// ggml_e8m0_to_fp32_half: 2^(e - 128), e = 0 and 1 as the subnormals 2^-128 and 2^-127.
+RP_HD inline float e8m0_to_fp32_half(uint8_t e) {
+    return f32_from_bits(e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23);
+}
+
+RP_HD inline void dequantize_block_mxfp4(const block_mxfp4 & b, float * y) {
+    const float d = e8m0_to_fp32_half(b.e);
+    for (int j = 0; j < QK_MXFP4 / 2; ++j) {
+        y[j] = mul_rn(static_cast<float>(mxfp4_value(b.qs[j] & 0xF)), d);
+        y[j + QK_MXFP4 / 2] = mul_rn(static_cast<float>(mxfp4_value(b.qs[j] >> 4)), d);
+    }
+}
+
+RP_HD inline float dequant_elem_mxfp4(const block_mxfp4 & b, int e) {
+    const int byte = b.qs[e & 15];
+    return mul_rn(static_cast<float>(mxfp4_value(e < 16 ? byte & 0xF : byte >> 4)), e8m0_to_fp32_half(b.e));
+}
+
+// ggml's best_index_mxfp4: the first code of least |code x d - v|.
+RP_HD inline int mxfp4_nearest(float v, float d) {
+    int index = 0;
+    float err = fabsf(sub_rn(mul_rn(static_cast<float>(mxfp4_value(0)), d), v));
+    for (int q = 1; q < 16; ++q) {
+        const float e = fabsf(sub_rn(mul_rn(static_cast<float>(mxfp4_value(q)), d), v));
+        if (e < err) index = q, err = e;
+    }
+    return index;
+}
+
+// ggml's quantize_row_mxfp4_ref: e = floor(log2 amax) - 2 + 127 (0 for an all-zero block), each value its
+// nearest code. (A block whose amax is below 2^-125 gets e's low 8 bits, as ggml's float-to-uint8 cast does on
+// x86.)
+RP_HD inline void quantize_block_mxfp4(const float * x, block_mxfp4 & y) {
+    float amax = 0.0f;
+    for (int j = 0; j < QK_MXFP4; ++j) amax = fmaxf(amax, fabsf(x[j]));
+    const uint8_t e = amax > 0.0f ? static_cast<uint8_t>(static_cast<int>(floorf(log2f(amax)) - 2.0f + 127.0f)) : 0;
+    const float d = e8m0_to_fp32_half(e);
+    y.e = e;
+    for (int j = 0; j < QK_MXFP4 / 2; ++j)
+        y.qs[j] = static_cast<uint8_t>(mxfp4_nearest(x[j], d) | (mxfp4_nearest(x[j + QK_MXFP4 / 2], d) << 4));
 }
 
 } // namespace rp

@@ -43,7 +43,7 @@ bool can_dequantize(gguf::TensorType t) {
     using T = gguf::TensorType;
     switch (t) {
     case T::F32: case T::F16: case T::BF16: case T::Q4_0: case T::Q4_1: case T::Q5_0: case T::Q5_1:
-    case T::Q8_0: case T::Q2_K: case T::Q3_K: case T::Q4_K: case T::Q5_K: case T::Q6_K:
+    case T::Q8_0: case T::Q2_K: case T::Q3_K: case T::Q4_K: case T::Q5_K: case T::Q6_K: case T::MXFP4:
         return true;
     default:
         return false;
@@ -73,6 +73,7 @@ void dequantize(gguf::TensorType t, const void * dsrc, float * ddst, int64_t n, 
     case T::Q4_K: return launch<block_q4_K, dequant_elem_q4_K, QK_K>(dsrc, ddst, n, stream);
     case T::Q5_K: return launch<block_q5_K, dequant_elem_q5_K, QK_K>(dsrc, ddst, n, stream);
     case T::Q6_K: return launch<block_q6_K, dequant_elem_q6_K, QK_K>(dsrc, ddst, n, stream);
+    case T::MXFP4: return launch<block_mxfp4, dequant_elem_mxfp4, QK_MXFP4>(dsrc, ddst, n, stream);
     default: break;
     }
 }

@@ -8,6 +8,9 @@
 //   rp-oracle detok    MODEL [--remove-special] [--no-special] ID...
 //   rp-oracle quantize MODEL --out FILE --ftype NAME [--pure]   llama-quantize without an importance matrix;
 //                      NAME is llama-quantize's (q2_k, q3_k_m, q4_k_m, q6_k, q8_0, ...); --pure: one type for all
+//   rp-oracle quantize-rows IN.f32 --ftype TYPE --row N --out FILE
+//                      ggml_quantize_chunk on rows of N floats (TYPE: ggml's type name, e.g. mxfp4), then the
+//                      type's to_float of those bytes: FILE holds the quantized rows, then their f32 values
 // Common: --bins DIR (else $RP_ORACLE_BINS, else the directory configured at build time) holds the
 // libggml-cpu-*.so backends; --backend NAME|FILE|best (else $RP_ORACLE_BACKEND) picks the CPU build (default
 // zen4, see load_backends); --threads N (default 1, see Args); --verbose shows llama.cpp's log.
@@ -41,6 +44,7 @@ struct Args {
     bool add_special = false, parse_special = true, cases = false, ignore_eos = false;
     bool remove_special = false, render_special = true, verbose = false;
     std::string ftype;  // quantize
+    long long row = 0;  // quantize-rows
     bool pure = false;
     std::vector<llama_token> ids;  // detok
 };
@@ -73,7 +77,7 @@ std::vector<llama_token> parse_ids(const std::string & s) {
 }
 
 Args parse_args(int argc, char ** argv) {
-    if (argc < 3) fail("usage: rp-oracle logits|tokenize|generate|detok|quantize MODEL [options] (see oracle.cpp)");
+    if (argc < 3) fail("usage: rp-oracle logits|tokenize|generate|detok|quantize|quantize-rows MODEL [options] (see oracle.cpp)");
     Args a;
     a.mode = argv[1];
     a.model = argv[2];
@@ -103,6 +107,7 @@ Args parse_args(int argc, char ** argv) {
         else if (k == "--verbose") a.verbose = true;
         else if (k == "--ftype") a.ftype = val();
         else if (k == "--pure") a.pure = true;
+        else if (k == "--row") a.row = std::stoll(val());
         else if (a.mode == "detok" && !k.empty() && k[0] != '-') { auto v = parse_ids(k); a.ids.insert(a.ids.end(), v.begin(), v.end()); }
         else fail("unknown flag '" + k + "'");
     }
@@ -370,6 +375,33 @@ int run_quantize(const Args & a) {
     return 0;
 }
 
+// ggml's own quantizer and dequantizer of one type, on rows of floats.
+int run_quantize_rows(const Args & a) {
+    if (a.out.empty() || a.ftype.empty() || a.row <= 0) fail("quantize-rows needs --ftype TYPE, --row N and --out FILE");
+    int type = -1;
+    for (int t = 0; t < GGML_TYPE_COUNT; ++t) {
+        const char * name = ggml_type_name(static_cast<ggml_type>(t));
+        if (name && a.ftype == name) type = t;
+    }
+    if (type < 0) fail("quantize-rows: unknown ggml type '" + a.ftype + "'");
+    const std::string in = read_file(a.model);
+    if (in.size() % (sizeof(float) * static_cast<size_t>(a.row)) != 0) fail("quantize-rows: the input is not whole rows of floats");
+    const int64_t rows = static_cast<int64_t>(in.size() / sizeof(float)) / a.row;
+    const ggml_type t = static_cast<ggml_type>(type);
+    const size_t rb = ggml_row_size(t, a.row);
+    std::vector<uint8_t> q(rb * static_cast<size_t>(rows));
+    const size_t n = ggml_quantize_chunk(t, reinterpret_cast<const float *>(in.data()), q.data(), 0, rows, a.row, nullptr);
+    if (n != q.size()) fail("quantize-rows: ggml_quantize_chunk wrote " + std::to_string(n) + " bytes");
+    std::vector<float> back(static_cast<size_t>(rows * a.row));
+    const ggml_type_traits * tr = ggml_get_type_traits(t);
+    for (int64_t r = 0; r < rows; ++r) tr->to_float(q.data() + static_cast<size_t>(r) * rb, back.data() + r * a.row, a.row);
+    std::ofstream out(a.out, std::ios::binary);
+    out.write(reinterpret_cast<const char *>(q.data()), static_cast<std::streamsize>(q.size()));
+    out.write(reinterpret_cast<const char *>(back.data()), static_cast<std::streamsize>(back.size() * sizeof(float)));
+    if (!out) fail("cannot write " + a.out);
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char ** argv) {
@@ -384,7 +416,8 @@ int main(int argc, char ** argv) {
         else if (a.mode == "generate") rc = run_generate(a);
         else if (a.mode == "detok") rc = run_detok(a);
         else if (a.mode == "quantize") rc = run_quantize(a);
-        else fail("unknown mode '" + a.mode + "' (logits, tokenize, generate, detok, quantize)");
+        else if (a.mode == "quantize-rows") rc = run_quantize_rows(a);
+        else fail("unknown mode '" + a.mode + "' (logits, tokenize, generate, detok, quantize, quantize-rows)");
         llama_backend_free();
         return rc;
     } catch (const std::exception & e) {
