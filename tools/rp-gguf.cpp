@@ -95,6 +95,7 @@ int cmd_convert(int argc, char ** argv) {
               "  q2_k q2_k_s q3_k_s q3_k_m q3_k_l q4_k_s q4_k_m q5_k_s q5_k_m q6_k   K-quant mixes (q3_k, q4_k, q5_k:\n"
               "                                                                     the _m mix)\n"
               "  q4_0 q4_1 q5_0 q5_1 q8_0 f16 bf16 f32                               one type\n"
+              "  mxfp4_moe                            a mixture's experts MXFP4 (gpt-oss's format), the rest Q8_0\n"
               "Only weight matrices are re-typed (1-D tensors and norms keep their type). A mix gives the output head\n"
               "(the token embedding too when it is the head) Q6_K, and more bits to attn_v / ffn_down of some layers.\n"
               "A row length the chosen type's block does not divide falls back (Q4_K -> Q5_0, Q5_K -> Q5_1,\n"

@@ -19,6 +19,7 @@ namespace {
 enum FileType : uint32_t {
     kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 7, kQ5_0 = 8, kQ5_1 = 9, kQ2_K = 10, kQ3_K_S = 11,
     kQ3_K_M = 12, kQ3_K_L = 13, kQ4_K_S = 14, kQ4_K_M = 15, kQ5_K_S = 16, kQ5_K_M = 17, kQ6_K = 18, kBF16 = 32,
+    kMXFP4_MOE = 38,
 };
 
 struct MixName {
@@ -34,6 +35,8 @@ constexpr MixName kMixes[] = {
     {"q3_k_s", kQ3_K_S, TensorType::Q3_K}, {"q3_k_m", kQ3_K_M, TensorType::Q3_K},
     {"q3_k_l", kQ3_K_L, TensorType::Q3_K}, {"q4_k_s", kQ4_K_S, TensorType::Q4_K}, {"q4_k_m", kQ4_K_M, TensorType::Q4_K},
     {"q5_k_s", kQ5_K_S, TensorType::Q5_K}, {"q5_k_m", kQ5_K_M, TensorType::Q5_K}, {"q6_k", kQ6_K, TensorType::Q6_K},
+    // A mixture of experts' experts in MXFP4 (gpt-oss's own format), every other weight matrix Q8_0.
+    {"mxfp4_moe", kMXFP4_MOE, TensorType::Q8_0},
 };
 
 // llama-quantize's aliases: a K type without a size letter is its _M mix.
@@ -113,6 +116,7 @@ struct MixState {
 
 TensorType MixState::mix_rule(const QuantTensor & t, Category cat, TensorType type) {
     const uint32_t ft = mix.file_type;
+    if (ft == kMXFP4_MOE && contains(t.name, "_exps.")) return TensorType::MXFP4;
     if (cat == Category::Output || (tied && cat == Category::TokenEmbd)) {
         if (t.ne0 % block_of(type) != 0) return TensorType::Q8_0;
         return type == TensorType::Q8_0 ? type : TensorType::Q6_K;

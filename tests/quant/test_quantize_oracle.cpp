@@ -205,6 +205,24 @@ TEST(QuantizeParity, EveryMixEqualsLlamaCppOnAQwen2WhoseRowsFallBackToF16) {
 }
 
 // llama.cpp's 70B rule (80 layers, GQA): attn_v gets Q5_K where the mix says Q3_K or Q4_K.
+// MXFP4_MOE: the experts in MXFP4, the other matrices Q8_0, the router as it is.
+TEST(QuantizeParity, Mxfp4MoeEqualsLlamaCppOnAMixtureOfExperts) {
+    RP_REQUIRE_ORACLE();
+    rp_test::TempDir dir;
+    rp::SynthSpec s;
+    s.arch = "qwen3moe";
+    s.vocab_from = stories();
+    s.n_layer = 2, s.n_embd = 128, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 32, s.n_ff = 256;
+    s.n_expert = 4, s.n_expert_used = 2, s.n_ff_exp = 96;
+    const std::string in = dir.file("moe.gguf");
+    rp::write_synth_model(s, in);
+    const Compared c = compare_with_llama(in, "mxfp4_moe", false, dir);
+    EXPECT_EQ(c.identical, c.tensors);
+    EXPECT_EQ(c.by_type.count("mxfp4") ? c.by_type.at("mxfp4") : 0, 6) << "the three expert tensors of both layers";
+    EXPECT_EQ(c.by_type.count("q8_0") ? c.by_type.at("q8_0") : 0, 2 + 4 * 2) << "token_embd, output, q/k/v/o";
+    EXPECT_EQ(c.by_type.count("f32") ? c.by_type.at("f32") : 0, 1 + 5 * 2) << "the norms, q/k norms and routers";
+}
+
 TEST(QuantizeParity, The70BRuleMatchesLlamaCpp) {
     RP_REQUIRE_ORACLE();
     rp_test::TempDir dir;

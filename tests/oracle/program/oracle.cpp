@@ -359,6 +359,7 @@ llama_ftype ftype_from_name(const std::string & name) {
         {"q2_k_s", LLAMA_FTYPE_MOSTLY_Q2_K_S}, {"q3_k_s", LLAMA_FTYPE_MOSTLY_Q3_K_S}, {"q3_k_m", LLAMA_FTYPE_MOSTLY_Q3_K_M},
         {"q3_k_l", LLAMA_FTYPE_MOSTLY_Q3_K_L}, {"q4_k_s", LLAMA_FTYPE_MOSTLY_Q4_K_S}, {"q4_k_m", LLAMA_FTYPE_MOSTLY_Q4_K_M},
         {"q5_k_s", LLAMA_FTYPE_MOSTLY_Q5_K_S}, {"q5_k_m", LLAMA_FTYPE_MOSTLY_Q5_K_M}, {"q6_k", LLAMA_FTYPE_MOSTLY_Q6_K},
+        {"mxfp4_moe", LLAMA_FTYPE_MOSTLY_MXFP4_MOE},
     };
     for (const auto & [n, t] : kTypes)
         if (name == n) return t;
