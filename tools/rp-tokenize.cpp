@@ -30,48 +30,61 @@
 
 namespace {
 
-// --render-chat: one conversation per JSONL line.
+// One conversation of a --render-chat file: its text, with the assistant spans bracketed when `mask`.
+std::string render_conversation(const rp::ChatTemplate & t, const std::string & line, const std::string & where,
+                                const rp::ChatOptions & opt, bool mask) {
+    const rp::json::Value v = rp::json::parse(line, where);
+    const rp::json::Value * msgs = v.find("messages");
+    if (!msgs || !msgs->is_array()) throw rp::Error(where + ": expected {\"messages\": [...]}");
+    std::vector<rp::ChatMessage> chat;
+    for (const rp::json::Value & m : msgs->array) {
+        const rp::json::Value * role = m.find("role");
+        const rp::json::Value * content = m.find("content");
+        const rp::json::Value * reasoning = m.find("reasoning_content");
+        if (!role || !role->is_string() || !content || !content->is_string())
+            throw rp::Error(where + ": each message needs a string \"role\" and \"content\"");
+        chat.push_back({role->string, content->string, reasoning && reasoning->is_string() ? reasoning->string : ""});
+    }
+    try {
+        if (!mask) return t.apply(chat, opt);  // rendering never depends on finding the spans
+        const rp::RenderedChat r = t.render(chat, opt);
+        std::string out;
+        size_t at = 0;
+        for (const rp::AssistantSpan & s : r.assistant) {
+            out.append(r.text, at, s.begin - at);
+            out += "\xe2\x9f\xaa";
+            out.append(r.text, s.begin, s.end - s.begin);
+            out += "\xe2\x9f\xab";
+            at = s.end;
+        }
+        return out.append(r.text, at, std::string::npos);
+    } catch (const rp::Error & e) {
+        throw rp::Error(where + ": " + e.what());
+    }
+}
+
+// --render-chat: one conversation per JSONL line, each followed by a line holding only 0x1D. A conversation
+// that fails is named on stderr and its record left empty; the others still render (exit status 1 then).
 int render_chats(const rp::Tokenizer & tok, const std::string & path, const std::string & tmpl_name,
                  const rp::ChatOptions & opt, bool mask) {
     const rp::ChatTemplate t = rp::chat_template_for(tok, tmpl_name);
     std::istringstream in(rp::cli::read_file(path));
     std::string line;
+    int failed = 0;
     for (size_t n = 1; std::getline(in, line); ++n) {
         if (!line.empty() && line.back() == '\r') line.pop_back();
         if (line.find_first_not_of(" \t") == std::string::npos) continue;
-        const std::string where = path + " line " + std::to_string(n);
-        const rp::json::Value v = rp::json::parse(line, where);
-        const rp::json::Value * msgs = v.find("messages");
-        if (!msgs || !msgs->is_array()) throw rp::Error(where + ": expected {\"messages\": [...]}");
-        std::vector<rp::ChatMessage> chat;
-        for (const rp::json::Value & m : msgs->array) {
-            const rp::json::Value * role = m.find("role");
-            const rp::json::Value * content = m.find("content");
-            const rp::json::Value * reasoning = m.find("reasoning_content");
-            if (!role || !role->is_string() || !content || !content->is_string())
-                throw rp::Error(where + ": each message needs a string \"role\" and \"content\"");
-            chat.push_back({role->string, content->string, reasoning && reasoning->is_string() ? reasoning->string : ""});
-        }
-        rp::RenderedChat r;
-        try {
-            r = t.render(chat, opt);
-        } catch (const rp::Error & e) {
-            throw rp::Error(where + ": " + e.what());
-        }
         std::string out;
-        size_t at = 0;
-        for (const rp::AssistantSpan & s : r.assistant) {
-            out.append(r.text, at, s.begin - at);
-            out += mask ? "\xe2\x9f\xaa" : "";
-            out.append(r.text, s.begin, s.end - s.begin);
-            out += mask ? "\xe2\x9f\xab" : "";
-            at = s.end;
+        try {
+            out = render_conversation(t, line, path + " line " + std::to_string(n), opt, mask);
+        } catch (const rp::Error & e) {
+            std::fprintf(stderr, "error: %s\n", e.what());
+            ++failed;
         }
-        out.append(r.text, at, std::string::npos);
         out += "\n\x1d\n";
         std::fwrite(out.data(), 1, out.size(), stdout);
     }
-    return 0;
+    return failed ? 1 : 0;
 }
 
 // Pieces may hold control characters or partial UTF-8; show those bytes escaped.
@@ -111,9 +124,9 @@ int main(int argc, char ** argv) {
             chat_opt.enable_thinking = !s.no_thinking;
             chat_opt.date = s.date;
             const auto tok = rp::Tokenizer::load(s.model_path);
-            render_chats(*tok, s.chats, s.chat_template, chat_opt, s.mask);
+            const int rc = render_chats(*tok, s.chats, s.chat_template, chat_opt, s.mask);
             if (std::fflush(stdout) != 0) throw rp::Error("cannot write to standard output");
-            return 0;
+            return rc;
         }
         const std::string text = s.prompt ? *s.prompt : rp::cli::read_file(s.text_file);
         const auto tok = rp::Tokenizer::load(s.model_path);

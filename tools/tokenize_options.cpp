@@ -16,7 +16,8 @@ void declare_tokenize_options(Options & p, TokenizeSettings & s) {
     p.text("--render-chat", s.chats,
            "render each conversation of F (one {\"messages\": [...]} per line) with the\n"
            "model's chat template; each rendering is followed by a line holding only\n"
-           "the byte 0x1D (a BOS the tokenizer adds itself is left out)",
+           "the byte 0x1D (a BOS the tokenizer adds itself is left out); a conversation\n"
+           "that fails is named on stderr, its record left empty, the others rendered",
            "F");
     p.text("--chat-template", s.chat_template, "the template: a FILE.jinja, or chatml / llama3 (default: the model's)", "T");
     p.flag("--no-generation-prompt", s.no_generation_prompt, "do not end with the assistant's header (default: add it)");

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include <cstdio>
 #include <cstdlib>
 #include <sys/wait.h>
@@ -70,6 +72,44 @@ TEST(TokenizeTool, RenderChatWithMask) {
                                  " --chat-template /nonexistent.jinja");
     EXPECT_EQ(bad.code, 1);
     std::remove(conv.c_str());
+}
+
+// Rendering never depends on finding the assistant spans: a template with no end-of-turn marker renders, and
+// only --mask fails on it; a conversation that fails is named on stderr, its record left empty, and the
+// others still render (exit status 1).
+TEST(TokenizeTool, RenderChatWithoutMaskAndAConversationThatFails) {
+    const std::string base = ::testing::TempDir() + "/rp_chat_nomask." + std::to_string(getpid());
+    const std::string conv = base + ".jsonl", tmpl = base + ".jinja";
+    FILE * f = std::fopen(conv.c_str(), "wb");
+    ASSERT_TRUE(f);
+    std::fputs("{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"Yo\"}]}\n"
+               "{\"messages\": [oops\n"
+               "{\"messages\": [{\"role\": \"user\", \"content\": \"Bye\"}]}\n",
+               f);
+    std::fclose(f);
+    f = std::fopen(tmpl.c_str(), "wb");
+    ASSERT_TRUE(f);
+    std::fputs("{% for m in messages %}{{ m.content }} {% endfor %}", f);  // nothing marks the end of a turn
+    std::fclose(f);
+    const std::string args = "-m " + models_dir() + "/vocab/ggml-vocab-qwen2.gguf --render-chat " + conv + " --chat-template " + tmpl;
+    auto slurp = [](const std::string & path) {
+        std::ifstream in(path, std::ios::binary);
+        return std::string(std::istreambuf_iterator<char>(in), {});
+    };
+    const ToolRun plain = run_tool(args, base + ".err");
+    EXPECT_EQ(plain.code, 1) << "line 2 is not JSON";
+    EXPECT_EQ(plain.out, "Hi Yo \n\x1d\n\n\x1d\nBye \n\x1d\n");
+    std::string err = slurp(base + ".err");
+    EXPECT_NE(err.find(conv + " line 2"), std::string::npos) << err;
+    EXPECT_EQ(err.find("line 1"), std::string::npos) << err;
+    const ToolRun masked = run_tool(args + " --mask", base + ".err");
+    EXPECT_EQ(masked.code, 1);
+    EXPECT_EQ(masked.out, "\n\x1d\n\n\x1d\nBye \n\x1d\n") << "no assistant turn in line 3: nothing to find";
+    err = slurp(base + ".err");
+    EXPECT_NE(err.find(conv + " line 1: chat template " + tmpl + ": no end-of-turn marker"), std::string::npos) << err;
+    std::remove(conv.c_str());
+    std::remove((base + ".err").c_str());
+    std::remove(tmpl.c_str());
 }
 
 TEST(TokenizeTool, Errors) {
