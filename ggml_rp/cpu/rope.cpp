@@ -20,6 +20,7 @@ void rope(Tensor * n) {
     const int32_t n_rot = ra.n_rot;
     const bool neox = ra.neox;
     const float base = ra.freq_base, fscale = ra.freq_scale;
+    const RopeYarn yarn = rope_yarn(n_rot, base, fscale, ra.ext_factor, ra.attn_factor, ra.beta_fast, ra.beta_slow, ra.n_ctx_orig);
     const float sign = ra.backward ? -1.0f : 1.0f;
     const int64_t ne0 = n->ne[0], ne2 = n->ne[2], ne3 = n->ne[3], half = n_rot / 2;
     const int64_t npos = pos->ne[0];
@@ -30,10 +31,15 @@ void rope(Tensor * n) {
         std::vector<int32_t> pos;
         int32_t n_rot = 0;
         float base = 0.0f, fscale = 0.0f;
+        RopeYarn yarn;
         std::vector<float> cs;
     };
     thread_local Table table;
-    if (table.n_rot != n_rot || table.base != base || table.fscale != fscale || table.pos.size() != static_cast<size_t>(npos) ||
+    const auto same_yarn = [&] {
+        return table.yarn.ext_factor == yarn.ext_factor && table.yarn.mscale == yarn.mscale && table.yarn.corr_low == yarn.corr_low &&
+               table.yarn.corr_high == yarn.corr_high;
+    };
+    if (table.n_rot != n_rot || table.base != base || table.fscale != fscale || !same_yarn() || table.pos.size() != static_cast<size_t>(npos) ||
         !std::equal(p, p + npos, table.pos.begin())) {
         table.n_rot = 0;  // invalid until filled
         table.pos.assign(p, p + npos);
@@ -42,13 +48,15 @@ void rope(Tensor * n) {
 #pragma omp parallel for schedule(static) if (npos * half * 16 >= min_parallel_elements())
         for (int64_t t = 0; t < npos; ++t)
             for (int64_t i = 0; i < half; ++i) {
-                const double th = rope_theta(p[t], i, n_rot, base, fscale);
-                cs[(t * half + i) * 2] = static_cast<float>(std::cos(th));
-                cs[(t * half + i) * 2 + 1] = static_cast<float>(std::sin(th));
+                double c, sn;
+                rope_cos_sin(p[t], i, n_rot, base, fscale, yarn, c, sn);
+                cs[(t * half + i) * 2] = static_cast<float>(c);
+                cs[(t * half + i) * 2 + 1] = static_cast<float>(sn);
             }
         table.n_rot = n_rot;
         table.base = base;
         table.fscale = fscale;
+        table.yarn = yarn;
     }
     const std::vector<float> & cs = table.cs;
 

@@ -1,5 +1,5 @@
 // ROPE and ROPE_BACK: one thread per rotated pair or passed-through element of each row. The angle is
-// rope_theta (double), as on the CPU.
+// rope_cos_sin (double, YaRN included), as on the CPU.
 #include "ggml_rp/cuda/rope.cuh"
 
 #include "ggml_rp/cuda/common.cuh"
@@ -28,8 +28,9 @@ __global__ void __launch_bounds__(kElemThreads) rope_kernel(const float * x, con
         }
         const int64_t i2 = row / ne1 % ne2, i3 = row / ne1 / ne2;
         const int64_t t = npos == ne2 ? i2 : i2 + i3 * ne2;
-        const double th = rope_theta(pos[t], s, c.n_rot, c.freq_base, c.freq_scale);
-        const float co = static_cast<float>(cos(th)), si = sign * static_cast<float>(sin(th));
+        double cd, sd;
+        rope_cos_sin(pos[t], s, c.n_rot, c.freq_base, c.freq_scale, c.yarn, cd, sd);
+        const float co = static_cast<float>(cd), si = sign * static_cast<float>(sd);
         const int64_t a = c.neox ? s : 2 * s;
         const int64_t b = c.neox ? s + half : 2 * s + 1;
         const float x0 = xr[a], x1 = xr[b];
@@ -64,6 +65,7 @@ void run_rope(Tensor * n, const NodeRun & r) {
     c.neox = a.neox;
     c.freq_base = a.freq_base;
     c.freq_scale = a.freq_scale;
+    c.yarn = rope_yarn(a.n_rot, a.freq_base, a.freq_scale, a.ext_factor, a.attn_factor, a.beta_fast, a.beta_slow, a.n_ctx_orig);
     int64_t ne[4];
     shape4(n, ne);
     rope(in<float>(n->src[0]), in<int32_t>(n->src[1]), n->src[1]->ne[0], out<float>(n), ne, c, a.backward, r.stream);

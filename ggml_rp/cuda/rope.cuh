@@ -4,6 +4,8 @@
 // n_tokens * n_seqs entries (npos). backward = true rotates by -theta (the gradient).
 #pragma once
 
+#include "ggml_rp/ops/rope_math.h"
+
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -15,6 +17,7 @@ struct RopeConfig {
     bool neox = false;        // pairs (i, i + n_rot/2) instead of (2i, 2i+1)
     float freq_base = 10000.0f;
     float freq_scale = 1.0f;
+    RopeYarn yarn;            // rope_math.h (default: none)
 };
 
 void rope(const float * x, const int32_t * pos, int64_t npos, float * y, const int64_t ne[4], const RopeConfig & c,

@@ -118,10 +118,12 @@ struct RopeArgs {
     float freq_base;
     float freq_scale;
     bool backward;  // ROPE_BACK: rotate by -theta
+    float ext_factor, attn_factor, beta_fast, beta_slow;  // YaRN (rope_math.h)
+    int32_t n_ctx_orig;
 };
 inline RopeArgs rope_args(const Tensor * n) {
     return {n->param_i32(0), n->param_i32(1) == static_cast<int32_t>(RopeMode::Neox), n->param_f32(2), n->param_f32(3),
-            n->op == Op::ROPE_BACK};
+            n->op == Op::ROPE_BACK, n->param_f32(4), n->param_f32(5), n->param_f32(6), n->param_f32(7), n->param_i32(8)};
 }
 
 } // namespace rp::node

@@ -3,6 +3,8 @@
 #include "ggml_rp/ops/backward_rules.h"
 #include "ggml_rp/ops/op_util.h"
 
+#include <cmath>
+
 namespace rp {
 
 namespace {
@@ -17,11 +19,20 @@ Tensor * rope_impl(Context & ctx, Op op, const char * name, Tensor * x, Tensor *
                     "n_rot " + std::to_string(p.n_rot) + " must be even, > 0 and <= head_dim of " + describe(x));
     detail::require(p.mode == RopeMode::Normal || p.mode == RopeMode::Neox, name, "mode must be normal (0) or neox (2)");
     detail::require(p.freq_base > 0.0f && p.freq_scale > 0.0f, name, "freq_base and freq_scale must be > 0");
+    detail::require(std::isfinite(p.ext_factor) && p.ext_factor >= 0.0f && std::isfinite(p.attn_factor) && p.attn_factor > 0.0f, name,
+                    "ext_factor must be >= 0 and attn_factor > 0");
+    detail::require(p.ext_factor == 0.0f || (p.n_ctx_orig > 0 && p.beta_fast > 0.0f && p.beta_slow > 0.0f), name,
+                    "YaRN (ext_factor > 0) needs n_ctx_orig > 0 and beta_fast, beta_slow > 0");
     Tensor * t = detail::new_node(ctx, op, DType::F32, x->ne, {x, pos});
     t->set_param_i32(0, p.n_rot);
     t->set_param_i32(1, static_cast<int32_t>(p.mode));
     t->set_param_f32(2, p.freq_base);
     t->set_param_f32(3, p.freq_scale);
+    t->set_param_f32(4, p.ext_factor);
+    t->set_param_f32(5, p.attn_factor);
+    t->set_param_f32(6, p.beta_fast);
+    t->set_param_f32(7, p.beta_slow);
+    t->set_param_i32(8, p.n_ctx_orig);
     return t;
 }
 
@@ -31,6 +42,11 @@ RopeParams params_of(const Tensor * t) {
     p.mode = static_cast<RopeMode>(t->param_i32(1));
     p.freq_base = t->param_f32(2);
     p.freq_scale = t->param_f32(3);
+    p.ext_factor = t->param_f32(4);
+    p.attn_factor = t->param_f32(5);
+    p.beta_fast = t->param_f32(6);
+    p.beta_slow = t->param_f32(7);
+    p.n_ctx_orig = t->param_i32(8);
     return p;
 }
 
@@ -51,7 +67,7 @@ void backward_rope(Backward & b, Tensor * node) {
     if (!b.needs(x)) return;
     const RopeParams p = params_of(node);
     Tensor * dy = b.grad(node);
-    // A rotation's transpose is the rotation by -theta (and vice versa). Positions get no gradient.
+    // A rotation's transpose is the rotation by -theta (and vice versa), scaled alike. Positions get no gradient.
     b.add(x, node->op == Op::ROPE ? rope_back(b.ctx, dy, node->src[1], p) : rope(b.ctx, dy, node->src[1], p));
 }
 

@@ -5,7 +5,8 @@
 //   theta = pos * freq_base^(-2i / n_rot) * freq_scale
 //   (x0, x1) -> (x0 cos - x1 sin, x0 sin + x1 cos)
 // where the pair is (x[2i], x[2i+1]) in NORMAL mode (llama) and (x[i], x[i + n_rot/2]) in NEOX mode (qwen).
-// Elements from n_rot on pass through. The angle formula is in rope_math.h (shared with CUDA).
+// Elements from n_rot on pass through. The angle formula is in rope_math.h (shared with CUDA), with YaRN's
+// context extension (ggml's rope_ext) when ext_factor is set.
 #pragma once
 
 #include "ggml_rp/core/context.h"
@@ -19,6 +20,11 @@ struct RopeParams {
     RopeMode mode = RopeMode::Normal;
     float freq_base = 10000.0f;
     float freq_scale = 1.0f;    // linear position interpolation (1 = none)
+    // YaRN (rope_math.h): ext_factor 0 = none; with it, n_ctx_orig (the training context) must be > 0.
+    float ext_factor = 0.0f;
+    float attn_factor = 1.0f;   // the cos / sin scale (YaRN multiplies it by 1 + 0.1 ln(1 / freq_scale))
+    float beta_fast = 32.0f, beta_slow = 1.0f;
+    int32_t n_ctx_orig = 0;
 };
 
 Tensor * rope(Context & ctx, Tensor * x, Tensor * pos, const RopeParams & p);

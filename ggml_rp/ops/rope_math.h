@@ -1,5 +1,11 @@
-// The rope angle, one definition for the CPU and CUDA kernels. Computed in double: at position 100k a float
-// angle would already be off by ~0.01 rad.
+// The rope angle and its scale, one definition for the CPU and CUDA kernels. Computed in double: at position
+// 100k a float angle would already be off by ~0.01 rad.
+//
+// YaRN (ggml's rope_ext with ext_factor > 0, the context extension of gpt-oss, Qwen3 long context, ...): pair i's
+// angle mixes the interpolated angle (freq_scale x the extrapolated one) with the extrapolated angle by
+// ramp(i) x ext_factor, where the ramp falls from 1 to 0 across the pairs between the correction dimensions
+// of beta_fast and beta_slow for the training context n_ctx_orig; cos and sin are scaled by attn_factor x
+// (1 + 0.1 ln(1 / freq_scale)). Without ext_factor the angle is the interpolated one and the scale attn_factor.
 #pragma once
 
 #include <cmath>
@@ -9,10 +15,55 @@
 
 namespace rp {
 
-// theta for pair i (0 <= i < n_rot/2) at position pos.
+// theta for pair i (0 <= i < n_rot/2) at position pos, without YaRN.
 RP_HD inline double rope_theta(int32_t pos, int64_t i, int32_t n_rot, float freq_base, float freq_scale) {
     return static_cast<double>(pos) * pow(static_cast<double>(freq_base), -2.0 * static_cast<double>(i) / n_rot) *
            static_cast<double>(freq_scale);
+}
+
+// What the YaRN mix needs, decided once per op.
+struct RopeYarn {
+    double ext_factor = 0.0;
+    double mscale = 1.0;              // the cos / sin scale
+    double corr_low = 0.0, corr_high = 0.0;
+};
+
+// ggml_rope_yarn_corr_dim: the dimension (pair index x 2) whose wavelength rotates beta times in n_ctx_orig
+// tokens.
+RP_HD inline double rope_yarn_corr_dim(int32_t n_rot, int32_t n_ctx_orig, double beta, double freq_base) {
+    return n_rot * log(n_ctx_orig / (beta * 2.0 * 3.14159265358979323846)) / (2.0 * log(freq_base));
+}
+
+RP_HD inline RopeYarn rope_yarn(int32_t n_rot, float freq_base, float freq_scale, float ext_factor, float attn_factor, float beta_fast,
+                                float beta_slow, int32_t n_ctx_orig) {
+    RopeYarn y;
+    y.ext_factor = ext_factor;
+    y.mscale = attn_factor;
+    if (ext_factor != 0.0f) {
+        y.mscale *= 1.0 + 0.1 * log(1.0 / static_cast<double>(freq_scale));
+        const double lo = floor(rope_yarn_corr_dim(n_rot, n_ctx_orig, beta_fast, freq_base));
+        const double hi = ceil(rope_yarn_corr_dim(n_rot, n_ctx_orig, beta_slow, freq_base));
+        y.corr_low = lo > 0.0 ? lo : 0.0;
+        y.corr_high = hi < n_rot - 1 ? hi : n_rot - 1;
+    }
+    return y;
+}
+
+// cos and sin of pair i at position pos, both times the YaRN scale.
+RP_HD inline void rope_cos_sin(int32_t pos, int64_t i, int32_t n_rot, float freq_base, float freq_scale, const RopeYarn & y, double & c,
+                               double & s) {
+    const double extrap = rope_theta(pos, i, n_rot, freq_base, 1.0f);
+    const double interp = extrap * static_cast<double>(freq_scale);
+    double theta = interp;
+    if (y.ext_factor != 0.0) {
+        const double span = y.corr_high - y.corr_low > 0.001 ? y.corr_high - y.corr_low : 0.001;
+        double ramp = (static_cast<double>(i) - y.corr_low) / span;  // ggml: (i0 / 2 - low) / max(0.001, high - low)
+        ramp = 1.0 - (ramp < 0.0 ? 0.0 : ramp > 1.0 ? 1.0 : ramp);
+        const double mix = ramp * y.ext_factor;
+        theta = interp * (1.0 - mix) + extrap * mix;
+    }
+    c = cos(theta) * y.mscale;
+    s = sin(theta) * y.mscale;
 }
 
 } // namespace rp

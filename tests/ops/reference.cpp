@@ -134,6 +134,34 @@ DT rope(const DT & x, const std::vector<int32_t> & pos, int n_rot, int mode, dou
     return y;
 }
 
+DT rope_yarn(const DT & x, const std::vector<int32_t> & pos, int n_rot, int mode, double base, double fscale, double ext_factor,
+             double attn_factor, double beta_fast, double beta_slow, int n_ctx_orig) {
+    // The dimension (pair index x 2) whose wavelength rotates beta times in n_ctx_orig tokens.
+    auto corr_dim = [&](double beta) { return n_rot * std::log(n_ctx_orig / (beta * 2 * M_PI)) / (2 * std::log(base)); };
+    const double low = std::max(0.0, std::floor(corr_dim(beta_fast)));
+    const double high = std::min(n_rot - 1.0, std::ceil(corr_dim(beta_slow)));
+    const double mscale = attn_factor * (ext_factor != 0 ? 1 + 0.1 * std::log(1 / fscale) : 1.0);
+    DT y = x;
+    for (int64_t i3 = 0; i3 < x.ne[3]; ++i3)
+    for (int64_t i2 = 0; i2 < x.ne[2]; ++i2) {
+        const int64_t pi = static_cast<int64_t>(pos.size()) == x.ne[2] ? i2 : i2 + i3 * x.ne[2];
+        const double p = pos[static_cast<size_t>(pi)];
+        for (int64_t i1 = 0; i1 < x.ne[1]; ++i1)
+            for (int i = 0; i < n_rot / 2; ++i) {
+                const double extrap = p * std::pow(base, -2.0 * i / n_rot), interp = fscale * extrap;
+                const double ramp = 1 - std::min(1.0, std::max(0.0, (i - low) / std::max(0.001, high - low)));
+                const double mix = ramp * ext_factor;
+                const double theta = interp * (1 - mix) + extrap * mix;
+                const int64_t a = mode == 2 ? i : 2 * i;
+                const int64_t b = mode == 2 ? i + n_rot / 2 : 2 * i + 1;
+                const double x0 = x(a, i1, i2, i3), x1 = x(b, i1, i2, i3);
+                y(a, i1, i2, i3) = mscale * (x0 * std::cos(theta) - x1 * std::sin(theta));
+                y(b, i1, i2, i3) = mscale * (x0 * std::sin(theta) + x1 * std::cos(theta));
+            }
+    }
+    return y;
+}
+
 DT get_rows(const DT & table, const std::vector<int32_t> & ids, int64_t T, int64_t B) {
     DT y({table.ne[0], T, B, 1});
     for (int64_t b = 0; b < B; ++b)

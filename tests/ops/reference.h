@@ -41,6 +41,10 @@ DT sum_to(const DT & x, std::array<int64_t, 4> ne);
 DT rms_norm(const DT & x, const DT * w, double eps);
 // mode 0 normal (pairs 2i, 2i+1), 2 neox (pairs i, i + n_rot/2)
 DT rope(const DT & x, const std::vector<int32_t> & pos, int n_rot, int mode, double base, double fscale);
+// ggml's rope_ext with YaRN (ext_factor > 0): the angle mixed between interpolation and extrapolation by a
+// ramp over the correction dimensions, cos and sin scaled by attn_factor (1 + 0.1 ln(1 / fscale)).
+DT rope_yarn(const DT & x, const std::vector<int32_t> & pos, int n_rot, int mode, double base, double fscale, double ext_factor,
+             double attn_factor, double beta_fast, double beta_slow, int n_ctx_orig);
 DT get_rows(const DT & table, const std::vector<int32_t> & ids, int64_t T, int64_t B);
 DT mul_mat(const DT & W, const DT & X);
 // key_start (optional, [Tq * B]): query t of sequence b sees keys from key_start[t + b*Tq] (clamped into

@@ -1,6 +1,8 @@
 // rms_norm and rope: forward vs the double reference, backward vs finite differences, determinism.
 #include "harness.h"
 
+#include <tuple>
+
 #include <gtest/gtest.h>
 
 using namespace optest;
@@ -77,6 +79,32 @@ TEST(OpRope, LargePositionsForward) {
     // The angle is computed in double: still exact to float precision at position 100000.
     check_op(rope_case("rope normal large pos", {16, 1, 3, 1}, {4096, 65535, 100000}, 16, rp::RopeMode::Normal,
                        10000.0f, 1.0f));
+}
+
+// YaRN (ggml's rope_ext): gpt-oss's setting (NEOX, base 150000, 32x extension of a 4096 context) and a
+// partial-strength one (NORMAL, ext_factor 0.5, attn_factor 0.9); forward vs the double reference, backward
+// vs finite differences.
+TEST(OpRope, Yarn) {
+    for (const auto & [mode, base, fscale, ext, attn, n_ctx] : {std::tuple<rp::RopeMode, float, float, float, float, int>{
+                                                                    rp::RopeMode::Neox, 150000.0f, 1.0f / 32, 1.0f, 1.0f, 4096},
+                                                                {rp::RopeMode::Normal, 10000.0f, 0.25f, 0.5f, 0.9f, 2048}}) {
+        rp::RopeParams p;
+        p.n_rot = 16, p.mode = mode, p.freq_base = base, p.freq_scale = fscale;
+        p.ext_factor = ext, p.attn_factor = attn, p.beta_fast = 32.0f, p.beta_slow = 1.0f, p.n_ctx_orig = n_ctx;
+        check_op({"rope yarn " + std::to_string(static_cast<int>(mode)), {{"x", {16, 2, 5, 1}}, positions({0, 3, 100, 5000, 90000})},
+                  [p](Context & c, const TV & in) { return rp::rope(c, in[0], in[1], p); },
+                  [p](const R & v) {
+                      return ref::rope_yarn(v[0], ints_from(v[1]), p.n_rot, static_cast<int>(p.mode), p.freq_base, p.freq_scale, p.ext_factor,
+                                            p.attn_factor, p.beta_fast, p.beta_slow, p.n_ctx_orig);
+                  }});
+    }
+    rp::Context ctx;
+    rp::Tensor * x = ctx.new_tensor(rp::DType::F32, 8, 1, 2);
+    rp::Tensor * pos = ctx.new_tensor(rp::DType::I32, 2);
+    rp::RopeParams p;
+    p.n_rot = 8;
+    p.ext_factor = 1.0f;  // without the training context
+    EXPECT_THROW(rp::rope(ctx, x, pos, p), rp::Error);
 }
 
 TEST(OpRope, PermutedInput) {

@@ -11,9 +11,12 @@
 //   rp-oracle quantize-rows IN.f32 --ftype TYPE --row N --out FILE
 //                      ggml_quantize_chunk on rows of N floats (TYPE: ggml's type name, e.g. mxfp4), then the
 //                      type's to_float of those bytes: FILE holds the quantized rows, then their f32 values
+//   rp-oracle rope IN.f32 --row D --heads H --tokens "P0 P1 ..." --rope "n_rot,mode,base,scale,ext,attn,fast,slow,ctx"
+//                      --out FILE   ggml_rope_ext on the CPU backend: x [D, H, T] (T = the positions given) -> FILE
 // Common: --bins DIR (else $RP_ORACLE_BINS, else the directory configured at build time) holds the
 // libggml-cpu-*.so backends; --backend NAME|FILE|best (else $RP_ORACLE_BACKEND) picks the CPU build (default
 // zen4, see load_backends); --threads N (default 1, see Args); --verbose shows llama.cpp's log.
+#include "ggml-alloc.h"
 #include "ggml-backend.h"
 #include "llama.h"
 
@@ -44,7 +47,9 @@ struct Args {
     bool add_special = false, parse_special = true, cases = false, ignore_eos = false;
     bool remove_special = false, render_special = true, verbose = false;
     std::string ftype;  // quantize
-    long long row = 0;  // quantize-rows
+    long long row = 0;  // quantize-rows, rope (head_dim)
+    long long heads = 0;  // rope
+    std::string rope;     // rope: "n_rot,mode,freq_base,freq_scale,ext_factor,attn_factor,beta_fast,beta_slow,n_ctx_orig"
     bool pure = false;
     std::vector<llama_token> ids;  // detok
 };
@@ -108,6 +113,8 @@ Args parse_args(int argc, char ** argv) {
         else if (k == "--ftype") a.ftype = val();
         else if (k == "--pure") a.pure = true;
         else if (k == "--row") a.row = std::stoll(val());
+        else if (k == "--heads") a.heads = std::stoll(val());
+        else if (k == "--rope") a.rope = val();
         else if (a.mode == "detok" && !k.empty() && k[0] != '-') { auto v = parse_ids(k); a.ids.insert(a.ids.end(), v.begin(), v.end()); }
         else fail("unknown flag '" + k + "'");
     }
@@ -403,6 +410,44 @@ int run_quantize_rows(const Args & a) {
     return 0;
 }
 
+// ggml's rope (ggml_rope_ext, YaRN included) on the CPU backend.
+int run_rope(const Args & a) {
+    if (a.out.empty() || a.row <= 0 || a.heads <= 0 || a.rope.empty() || !a.has_tokens) fail("rope needs --row, --heads, --tokens, --rope and --out");
+    std::vector<double> r;
+    std::stringstream ss(a.rope);
+    for (std::string item; std::getline(ss, item, ',');) r.push_back(std::stod(item));
+    if (r.size() != 9) fail("--rope: 9 comma-separated values");
+    const std::vector<llama_token> pos = parse_ids(a.tokens);
+    const int64_t T = static_cast<int64_t>(pos.size());
+    const std::string in = read_file(a.model);
+    if (in.size() != static_cast<size_t>(a.row * a.heads * T) * sizeof(float)) fail("rope: the input is not D x H x T floats");
+    ggml_init_params ip = {ggml_tensor_overhead() * 8 + ggml_graph_overhead(), nullptr, true};
+    ggml_context * ctx = ggml_init(ip);
+    ggml_tensor * x = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, a.row, a.heads, T);
+    ggml_tensor * p = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T);
+    ggml_tensor * y = ggml_rope_ext(ctx, x, p, nullptr, static_cast<int>(r[0]), static_cast<int>(r[1]), static_cast<int>(r[8]),
+                                    static_cast<float>(r[2]), static_cast<float>(r[3]), static_cast<float>(r[4]), static_cast<float>(r[5]),
+                                    static_cast<float>(r[6]), static_cast<float>(r[7]));
+    ggml_cgraph * gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, y);
+    ggml_backend_t be = ggml_backend_init_by_type(GGML_BACKEND_DEVICE_TYPE_CPU, nullptr);
+    if (!be) fail("rope: no CPU backend");
+    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, be);
+    ggml_backend_tensor_set(x, in.data(), 0, in.size());
+    std::vector<int32_t> pv(pos.begin(), pos.end());
+    ggml_backend_tensor_set(p, pv.data(), 0, pv.size() * sizeof(int32_t));
+    if (ggml_backend_graph_compute(be, gf) != GGML_STATUS_SUCCESS) fail("rope: compute failed");
+    std::vector<float> out(static_cast<size_t>(a.row * a.heads * T));
+    ggml_backend_tensor_get(y, out.data(), 0, out.size() * sizeof(float));
+    std::ofstream f(a.out, std::ios::binary);
+    f.write(reinterpret_cast<const char *>(out.data()), static_cast<std::streamsize>(out.size() * sizeof(float)));
+    ggml_backend_buffer_free(buf);
+    ggml_backend_free(be);
+    ggml_free(ctx);
+    if (!f) fail("cannot write " + a.out);
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char ** argv) {
@@ -418,7 +463,8 @@ int main(int argc, char ** argv) {
         else if (a.mode == "detok") rc = run_detok(a);
         else if (a.mode == "quantize") rc = run_quantize(a);
         else if (a.mode == "quantize-rows") rc = run_quantize_rows(a);
-        else fail("unknown mode '" + a.mode + "' (logits, tokenize, generate, detok, quantize, quantize-rows)");
+        else if (a.mode == "rope") rc = run_rope(a);
+        else fail("unknown mode '" + a.mode + "' (logits, tokenize, generate, detok, quantize, quantize-rows, rope)");
         llama_backend_free();
         return rc;
     } catch (const std::exception & e) {

@@ -1,0 +1,88 @@
+// rope with YaRN against ggml's own (rp-oracle rope: ggml_rope_ext on llama.cpp's CPU backend), with
+// gpt-oss's setting (NEOX, base 150000, 32x extension of a 4096 context) and a llama-style NORMAL one at
+// partial strength. ggml computes each angle in float, multiplying by the frequency ratio pair after pair, so
+// its angle for pair i at position p is off by up to ~p x i x 2.4e-7 rad; the bound below allows that and
+// nothing more (a wrong ramp, scale or mix is off by 1e-2 or more at these positions).
+#include "ggml_rp/ggml_rp.h"
+#include "tests/common/temp_dir.h"
+#include "tests/oracle/oracle_run.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+void compare_with_ggml(const rp::RopeParams & p, const std::vector<int32_t> & pos) {
+    const int64_t D = 64, H = 2, T = static_cast<int64_t>(pos.size());
+    std::mt19937 rng(11);
+    std::normal_distribution<float> n(0.0f, 1.0f);
+    std::vector<float> x(static_cast<size_t>(D * H * T));
+    for (float & v : x) v = n(rng);
+    rp_test::TempDir d;
+    {
+        std::ofstream f(d.file("x.f32"), std::ios::binary);
+        f.write(reinterpret_cast<const char *>(x.data()), static_cast<std::streamsize>(x.size() * sizeof(float)));
+    }
+    std::string tokens, rope;
+    for (int32_t v : pos) tokens += (tokens.empty() ? "" : " ") + std::to_string(v);
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "%d,%d,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%d", p.n_rot, static_cast<int>(p.mode), p.freq_base, p.freq_scale,
+                  p.ext_factor, p.attn_factor, p.beta_fast, p.beta_slow, p.n_ctx_orig);
+    rope = buf;
+    const auto res = rp::oracle::run("rope " + rp::oracle::quote(d.file("x.f32")) + " --row 64 --heads 2 --tokens " + rp::oracle::quote(tokens) +
+                                     " --rope " + rope + " --out " + rp::oracle::quote(d.file("y.f32")));
+    ASSERT_EQ(res.status, 0);
+    std::vector<float> want(x.size());
+    std::ifstream f(d.file("y.f32"), std::ios::binary);
+    f.read(reinterpret_cast<char *>(want.data()), static_cast<std::streamsize>(want.size() * sizeof(float)));
+    ASSERT_TRUE(f) << "rp-oracle wrote fewer values";
+
+    rp::Context ctx;
+    rp::Tensor * xt = ctx.new_tensor(rp::DType::F32, D, H, T);
+    rp::Tensor * pt = ctx.new_tensor(rp::DType::I32, T);
+    ctx.alloc_data(xt);
+    ctx.alloc_data(pt);
+    rp::tensor_set_f32(xt, x);
+    for (int64_t t = 0; t < T; ++t) pt->data_as<int32_t>()[t] = pos[static_cast<size_t>(t)];
+    rp::Tensor * y = rp::rope(ctx, xt, pt, p);
+    y->flags |= rp::kFlagOutput;
+    rp::Graph g;
+    rp::build_forward(g, y);
+    rp::CpuBackend be;
+    be.allocate(g);
+    be.compute(g, 1);
+    const std::vector<float> got = rp::tensor_get_f32(y);
+    double worst = 0;
+    for (int64_t t = 0; t < T; ++t)
+        for (int64_t k = 0; k < D * H; ++k) {
+            const size_t i = static_cast<size_t>(t * D * H + k);
+            const double bound = 1e-5 + 4.0 * 1.35 * pos[static_cast<size_t>(t)] * (D / 2) * 2.4e-7;  // |x| < 4, the YaRN scale <= 1.35
+            const double e = std::fabs(static_cast<double>(got[i]) - want[i]);
+            worst = std::max(worst, e);
+            ASSERT_LE(e, bound) << "position " << pos[static_cast<size_t>(t)] << " element " << k << ": " << got[i] << " vs ggml's " << want[i];
+        }
+    std::printf("[rope vs ggml] mode %d ext %g: max |ours - ggml| %.3g\n", static_cast<int>(p.mode), p.ext_factor, worst);
+}
+
+} // namespace
+
+TEST(OpRopeOracle, YarnEqualsGgmlsRopeExt) {
+    RP_REQUIRE_ORACLE();
+    rp::RopeParams gpt_oss;
+    gpt_oss.n_rot = 64, gpt_oss.mode = rp::RopeMode::Neox, gpt_oss.freq_base = 150000.0f, gpt_oss.freq_scale = 1.0f / 32;
+    gpt_oss.ext_factor = 1.0f, gpt_oss.attn_factor = 1.0f, gpt_oss.beta_fast = 32.0f, gpt_oss.beta_slow = 1.0f, gpt_oss.n_ctx_orig = 4096;
+    compare_with_ggml(gpt_oss, {0, 1, 2, 5, 13, 31, 64, 200});
+    rp::RopeParams partial = gpt_oss;
+    partial.mode = rp::RopeMode::Normal, partial.freq_base = 10000.0f, partial.freq_scale = 0.25f, partial.ext_factor = 0.5f;
+    partial.attn_factor = 0.9f, partial.n_ctx_orig = 2048;
+    compare_with_ggml(partial, {0, 1, 3, 7, 50, 120});
+    rp::RopeParams plain = gpt_oss;  // and without YaRN: the angles alone
+    plain.ext_factor = 0.0f, plain.freq_scale = 1.0f;
+    compare_with_ggml(plain, {0, 1, 4, 100});
+}
