@@ -115,25 +115,6 @@ DT rms_norm(const DT & x, const DT * w, double eps) {
     return y;
 }
 
-DT rope(const DT & x, const std::vector<int32_t> & pos, int n_rot, int mode, double base, double fscale) {
-    DT y = x;
-    for (int64_t i3 = 0; i3 < x.ne[3]; ++i3)
-    for (int64_t i2 = 0; i2 < x.ne[2]; ++i2) {
-        const int64_t pi = static_cast<int64_t>(pos.size()) == x.ne[2] ? i2 : i2 + i3 * x.ne[2];
-        const double p = pos[static_cast<size_t>(pi)];
-        for (int64_t i1 = 0; i1 < x.ne[1]; ++i1)
-            for (int i = 0; i < n_rot / 2; ++i) {
-                const double theta = p * std::pow(base, -2.0 * i / n_rot) * fscale;
-                const int64_t a = mode == 2 ? i : 2 * i;
-                const int64_t b = mode == 2 ? i + n_rot / 2 : 2 * i + 1;
-                const double x0 = x(a, i1, i2, i3), x1 = x(b, i1, i2, i3);
-                y(a, i1, i2, i3) = x0 * std::cos(theta) - x1 * std::sin(theta);
-                y(b, i1, i2, i3) = x0 * std::sin(theta) + x1 * std::cos(theta);
-            }
-    }
-    return y;
-}
-
 DT rope_yarn(const DT & x, const std::vector<int32_t> & pos, int n_rot, int mode, double base, double fscale, double ext_factor,
              double attn_factor, double beta_fast, double beta_slow, int n_ctx_orig) {
     // The dimension (pair index x 2) whose wavelength rotates beta times in n_ctx_orig tokens.
@@ -160,6 +141,10 @@ DT rope_yarn(const DT & x, const std::vector<int32_t> & pos, int n_rot, int mode
             }
     }
     return y;
+}
+
+DT rope(const DT & x, const std::vector<int32_t> & pos, int n_rot, int mode, double base, double fscale) {
+    return rope_yarn(x, pos, n_rot, mode, base, fscale, 0.0, 1.0, 32.0, 1.0, 0);  // no YaRN: the interpolated angle, scale 1
 }
 
 DT get_rows(const DT & table, const std::vector<int32_t> & ids, int64_t T, int64_t B) {
