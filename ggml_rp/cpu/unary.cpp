@@ -1,4 +1,5 @@
-// SCALE, SILU, SILU_BACK, SWIGLU, SWIGLU_BACK: element-wise over same-shaped strided sources.
+// SCALE, SILU, SILU_BACK, SWIGLU, SWIGLU_BACK (plain and gpt-oss's clamped form): element-wise over same-shaped
+// strided sources.
 #include "ggml_rp/cpu/kernels.h"
 #include "ggml_rp/cpu/strided.h"
 #include "ggml_rp/cpu/vec_math.h"
@@ -68,9 +69,21 @@ void silu(Tensor * n) { elementwise<1, true>(n, [](float x, float, float, float 
 
 void silu_back(Tensor * n) { elementwise<2, true>(n, [](float x, float dy, float, float e) { return dy * silu_grad_of(x, e); }); }
 
-void swiglu(Tensor * n) { elementwise<2, true>(n, [](float g, float u, float, float e) { return silu_of(g, e) * u; }); }
+void swiglu(Tensor * n) {
+    if (n->param_i32(0) == 1) {  // gpt-oss's clamped form
+        const float alpha = n->param_f32(1), limit = n->param_f32(2);
+        return elementwise<2>(n, [alpha, limit](float g, float u, float, float) { return swiglu_oai_f(g, u, alpha, limit); });
+    }
+    elementwise<2, true>(n, [](float g, float u, float, float e) { return silu_of(g, e) * u; });
+}
 
 void swiglu_back(Tensor * n) {
+    if (n->param_i32(1) == 1) {
+        const float alpha = n->param_f32(2), limit = n->param_f32(3);
+        if (n->param_i32(0) == 0)
+            return elementwise<3>(n, [alpha, limit](float g, float u, float dy, float) { return swiglu_oai_dgate(g, u, dy, alpha, limit); });
+        return elementwise<3>(n, [alpha, limit](float g, float u, float dy, float) { return swiglu_oai_dup(g, u, dy, alpha, limit); });
+    }
     if (n->param_i32(0) == 0)
         elementwise<3, true>(n, [](float g, float u, float dy, float e) { return dy * u * silu_grad_of(g, e); });
     else

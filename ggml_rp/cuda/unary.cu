@@ -1,4 +1,4 @@
-// SCALE, SILU, SILU_BACK, SWIGLU, SWIGLU_BACK: grid-stride element-wise kernels.
+// SCALE, SILU, SILU_BACK, SWIGLU, SWIGLU_BACK (plain and clamped): grid-stride element-wise kernels.
 #include "ggml_rp/cuda/unary.cuh"
 
 #include "ggml_rp/cuda/common.cuh"
@@ -10,10 +10,12 @@ namespace rp::cuda {
 
 namespace {
 
-enum class UnaryOp { Scale, Silu, SiluBack, Swiglu, SwigluBackGate, SwigluBackUp };
+enum class UnaryOp { Scale, Silu, SiluBack, Swiglu, SwigluBackGate, SwigluBackUp, SwigluOai, SwigluOaiBackGate, SwigluOaiBackUp };
 
+// s: SCALE's factor, or the clamped SwiGLU's alpha (s2: its limit).
 template <UnaryOp Op>
-__global__ void __launch_bounds__(kElemThreads) unary_kernel(const float * a, const float * b, const float * c, float s, float * out, int64_t n) {
+__global__ void __launch_bounds__(kElemThreads) unary_kernel(const float * a, const float * b, const float * c, float s, float s2, float * out,
+                                                             int64_t n) {
     const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
         float r;
@@ -22,17 +24,20 @@ __global__ void __launch_bounds__(kElemThreads) unary_kernel(const float * a, co
         else if constexpr (Op == UnaryOp::SiluBack) r = b[i] * silu_grad_f(a[i]);
         else if constexpr (Op == UnaryOp::Swiglu) r = silu_f(a[i]) * b[i];
         else if constexpr (Op == UnaryOp::SwigluBackGate) r = c[i] * b[i] * silu_grad_f(a[i]);
-        else r = c[i] * silu_f(a[i]);
+        else if constexpr (Op == UnaryOp::SwigluBackUp) r = c[i] * silu_f(a[i]);
+        else if constexpr (Op == UnaryOp::SwigluOai) r = swiglu_oai_f(a[i], b[i], s, s2);
+        else if constexpr (Op == UnaryOp::SwigluOaiBackGate) r = swiglu_oai_dgate(a[i], b[i], c[i], s, s2);
+        else r = swiglu_oai_dup(a[i], b[i], c[i], s, s2);
         out[i] = r;
     }
 }
 
 template <UnaryOp Op>
 void launch(const char * name, const float * a, const float * b, const float * c, float s, float * out, int64_t n,
-            cudaStream_t stream) {
+            cudaStream_t stream, float s2 = 0.0f) {
     require(n >= 0, name, "negative element count " + std::to_string(n));
     if (n == 0) return;
-    unary_kernel<Op><<<static_cast<unsigned>(elementwise_grid(n)), kElemThreads, 0, stream>>>(a, b, c, s, out, n);
+    unary_kernel<Op><<<static_cast<unsigned>(elementwise_grid(n)), kElemThreads, 0, stream>>>(a, b, c, s, s2, out, n);
     check_launch(name);
 }
 
@@ -57,6 +62,16 @@ void swiglu_bwd(const float * g, const float * u, const float * dy, float * out,
     else launch<UnaryOp::SwigluBackUp>("swiglu_back", g, u, dy, 0.0f, out, n, st);
 }
 
+void swiglu_oai_fwd(const float * g, const float * u, float alpha, float limit, float * y, int64_t n, cudaStream_t st) {
+    launch<UnaryOp::SwigluOai>("swiglu_oai", g, u, nullptr, alpha, y, n, st, limit);
+}
+void swiglu_oai_bwd(const float * g, const float * u, const float * dy, float alpha, float limit, float * out, int which, int64_t n,
+                    cudaStream_t st) {
+    require(which == 0 || which == 1, "swiglu_oai_back", "which must be 0 (gate) or 1 (up), got " + std::to_string(which));
+    if (which == 0) launch<UnaryOp::SwigluOaiBackGate>("swiglu_oai_back", g, u, dy, alpha, out, n, st, limit);
+    else launch<UnaryOp::SwigluOaiBackUp>("swiglu_oai_back", g, u, dy, alpha, out, n, st, limit);
+}
+
 // ---- node entries ----
 namespace {
 void run_scale(Tensor * n, const NodeRun & r) { scale(in<float>(n->src[0]), n->param_f32(0), out<float>(n), n->nelements(), r.stream); }
@@ -65,9 +80,14 @@ void run_silu_back(Tensor * n, const NodeRun & r) {
     silu_bwd(in<float>(n->src[0]), in<float>(n->src[1]), out<float>(n), n->nelements(), r.stream);
 }
 void run_swiglu(Tensor * n, const NodeRun & r) {
+    if (n->param_i32(0) == 1)
+        return swiglu_oai_fwd(in<float>(n->src[0]), in<float>(n->src[1]), n->param_f32(1), n->param_f32(2), out<float>(n), n->nelements(), r.stream);
     swiglu_fwd(in<float>(n->src[0]), in<float>(n->src[1]), out<float>(n), n->nelements(), r.stream);
 }
 void run_swiglu_back(Tensor * n, const NodeRun & r) {
+    if (n->param_i32(1) == 1)
+        return swiglu_oai_bwd(in<float>(n->src[0]), in<float>(n->src[1]), in<float>(n->src[2]), n->param_f32(2), n->param_f32(3), out<float>(n),
+                              n->param_i32(0), n->nelements(), r.stream);
     swiglu_bwd(in<float>(n->src[0]), in<float>(n->src[1]), in<float>(n->src[2]), out<float>(n), n->param_i32(0),
                n->nelements(), r.stream);
 }

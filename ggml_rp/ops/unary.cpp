@@ -3,6 +3,8 @@
 #include "ggml_rp/ops/backward_rules.h"
 #include "ggml_rp/ops/op_util.h"
 
+#include <cmath>
+
 namespace rp {
 
 Tensor * scale(Context & ctx, Tensor * x, float s) {
@@ -31,13 +33,27 @@ Tensor * swiglu(Context & ctx, Tensor * gate, Tensor * up) {
     return detail::new_node(ctx, Op::SWIGLU, DType::F32, gate->ne, {gate, up});
 }
 
-Tensor * swiglu_back(Context & ctx, Tensor * gate, Tensor * up, Tensor * dy, int which) {
+Tensor * swiglu_oai(Context & ctx, Tensor * gate, Tensor * up, float alpha, float limit) {
+    detail::require(std::isfinite(alpha) && std::isfinite(limit) && limit > 0.0f, "swiglu_oai", "alpha must be finite and limit > 0");
+    Tensor * t = swiglu(ctx, gate, up);
+    t->set_param_i32(0, 1);
+    t->set_param_f32(1, alpha);
+    t->set_param_f32(2, limit);
+    return t;
+}
+
+Tensor * swiglu_back(Context & ctx, Tensor * gate, Tensor * up, Tensor * dy, int which, const Tensor * like) {
     detail::require_f32("swiglu_back", dy, "dy");
     detail::require_same_shape("swiglu_back", gate, up);
     detail::require_same_shape("swiglu_back", gate, dy);
     detail::require(which == 0 || which == 1, "swiglu_back", "which must be 0 (gate) or 1 (up)");
     Tensor * t = detail::new_node(ctx, Op::SWIGLU_BACK, DType::F32, gate->ne, {gate, up, dy});
     t->set_param_i32(0, which);
+    if (like && like->param_i32(0) == 1) {  // the clamped form: its alpha and limit
+        t->set_param_i32(1, 1);
+        t->set_param_f32(2, like->param_f32(1));
+        t->set_param_f32(3, like->param_f32(2));
+    }
     return t;
 }
 
@@ -56,8 +72,8 @@ void backward_unary(Backward & b, Tensor * node) {
         return;
     case Op::SWIGLU: {
         Tensor * up = node->src[1];
-        if (b.needs(x)) b.add(x, swiglu_back(ctx, x, up, dy, 0));
-        if (b.needs(up)) b.add(up, swiglu_back(ctx, x, up, dy, 1));
+        if (b.needs(x)) b.add(x, swiglu_back(ctx, x, up, dy, 0, node));
+        if (b.needs(up)) b.add(up, swiglu_back(ctx, x, up, dy, 1, node));
         return;
     }
     default:

@@ -19,4 +19,24 @@ RP_HD inline float silu_grad_of(float x, float e) {
 RP_HD inline float silu_f(float x) { return silu_of(x, expf(-x)); }
 RP_HD inline float silu_grad_f(float x) { return silu_grad_of(x, expf(-x)); }
 
+// gpt-oss's clamped SwiGLU (ggml_swiglu_oai): with x = min(g, limit) and y = clamp(u, -limit, limit),
+//   out = x sigmoid(alpha x) (y + 1).
+// Its gradients (zero where the clamp holds the value): d/dg = dy (y + 1) (s + alpha x s (1 - s)), s = sigmoid(alpha x),
+// for g <= limit; d/du = dy x sigmoid(alpha x) for -limit <= u <= limit.
+RP_HD inline float swiglu_oai_f(float g, float u, float alpha, float limit) {
+    const float x = fminf(g, limit), y = fminf(fmaxf(u, -limit), limit);
+    return x / (1.0f + expf(alpha * (-x))) * (y + 1.0f);
+}
+RP_HD inline float swiglu_oai_dgate(float g, float u, float dy, float alpha, float limit) {
+    if (g > limit) return 0.0f;
+    const float y = fminf(fmaxf(u, -limit), limit);
+    const float s = 1.0f / (1.0f + expf(alpha * (-g)));
+    return dy * (y + 1.0f) * (s + alpha * g * s * (1.0f - s));
+}
+RP_HD inline float swiglu_oai_dup(float g, float u, float dy, float alpha, float limit) {
+    if (u < -limit || u > limit) return 0.0f;
+    const float x = fminf(g, limit);
+    return dy * (x / (1.0f + expf(alpha * (-x))));
+}
+
 } // namespace rp

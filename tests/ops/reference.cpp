@@ -57,6 +57,15 @@ DT swiglu(const DT & g, const DT & u) {
     return y;
 }
 
+DT swiglu_oai(const DT & g, const DT & u, double alpha, double limit) {
+    DT y(g.ne);
+    for (size_t i = 0; i < g.v.size(); ++i) {
+        const double x = std::min(g.v[i], limit), up = std::clamp(u.v[i], -limit, limit);
+        y.v[i] = x / (1 + std::exp(-alpha * x)) * (up + 1);
+    }
+    return y;
+}
+
 DT softmax(const DT & x) {
     DT y(x.ne);
     const int64_t n0 = x.ne[0], rows = x.size() / n0;

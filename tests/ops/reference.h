@@ -33,6 +33,8 @@ DT mul(const DT & a, const DT & b);
 DT scale(const DT & x, double s);
 DT silu(const DT & x);
 DT swiglu(const DT & g, const DT & u);
+// gpt-oss's clamped SwiGLU: min(g, limit) sigmoid(alpha min(g, limit)) (clamp(u, -limit, limit) + 1).
+DT swiglu_oai(const DT & g, const DT & u, double alpha, double limit);
 DT softmax(const DT & x);  // rows over ne[0]
 DT sum(const DT & x);
 DT mean(const DT & x);

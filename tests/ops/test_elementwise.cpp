@@ -2,6 +2,8 @@
 // finite differences, determinism across thread counts (see harness.h).
 #include "harness.h"
 
+#include <tuple>
+
 #include "ggml_rp/core/fp16.h"
 
 #include <gtest/gtest.h>
@@ -86,6 +88,21 @@ TEST(OpElementwise, Swiglu) {
     check_op({"swiglu transposed gate", {gt, u},
               [](Context & c, const TV & in) { return rp::swiglu(c, rp::transpose(c, in[0]), in[1]); },
               [](const R & v) { return ref::swiglu(ref::permute(v[0], 1, 0, 2, 3), v[1]); }});
+}
+
+// gpt-oss's clamped form: alpha 1.702 and its limit 7, and a limit of 2 that clamps a third of the values.
+TEST(OpElementwise, SwigluOai) {
+    for (const auto & [alpha, limit, range] : {std::tuple<float, float, float>{1.702f, 7.0f, 10.0f}, {1.702f, 2.0f, 4.0f}, {0.5f, 1.0f, 3.0f}}) {
+        Input g{"gate", {33, 4, 1, 1}}, u{"up", {33, 4, 1, 1}};
+        g.lo = u.lo = -range;
+        g.hi = u.hi = range;
+        check_op({"swiglu_oai limit " + std::to_string(limit), {g, u},
+                  [alpha, limit](Context & c, const TV & in) { return rp::swiglu_oai(c, in[0], in[1], alpha, limit); },
+                  [alpha, limit](const R & v) { return ref::swiglu_oai(v[0], v[1], alpha, limit); }});
+    }
+    rp::Context ctx;
+    rp::Tensor * a = ctx.new_tensor(rp::DType::F32, 4);
+    EXPECT_THROW(rp::swiglu_oai(ctx, a, a, 1.0f, 0.0f), rp::Error);
 }
 
 TEST(OpElementwise, Softmax) {

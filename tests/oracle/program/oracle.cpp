@@ -13,6 +13,9 @@
 //                      type's to_float of those bytes: FILE holds the quantized rows, then their f32 values
 //   rp-oracle rope IN.f32 --row D --heads H --tokens "P0 P1 ..." --rope "n_rot,mode,base,scale,ext,attn,fast,slow,ctx"
 //                      --out FILE   ggml_rope_ext on the CPU backend: x [D, H, T] (T = the positions given) -> FILE
+//   rp-oracle swiglu-oai IN.f32 --row N --params "alpha,limit" --out FILE
+//                      ggml_swiglu_oai (gpt-oss's clamped SwiGLU) on the CPU backend: IN holds the gate rows, then
+//                      as many up rows, N floats each -> FILE
 // Common: --bins DIR (else $RP_ORACLE_BINS, else the directory configured at build time) holds the
 // libggml-cpu-*.so backends; --backend NAME|FILE|best (else $RP_ORACLE_BACKEND) picks the CPU build (default
 // zen4, see load_backends); --threads N (default 1, see Args); --verbose shows llama.cpp's log.
@@ -50,6 +53,7 @@ struct Args {
     long long row = 0;  // quantize-rows, rope (head_dim)
     long long heads = 0;  // rope
     std::string rope;     // rope: "n_rot,mode,freq_base,freq_scale,ext_factor,attn_factor,beta_fast,beta_slow,n_ctx_orig"
+    std::string params;   // swiglu-oai: "alpha,limit"
     bool pure = false;
     std::vector<llama_token> ids;  // detok
 };
@@ -115,6 +119,7 @@ Args parse_args(int argc, char ** argv) {
         else if (k == "--row") a.row = std::stoll(val());
         else if (k == "--heads") a.heads = std::stoll(val());
         else if (k == "--rope") a.rope = val();
+        else if (k == "--params") a.params = val();
         else if (a.mode == "detok" && !k.empty() && k[0] != '-') { auto v = parse_ids(k); a.ids.insert(a.ids.end(), v.begin(), v.end()); }
         else fail("unknown flag '" + k + "'");
     }
@@ -410,13 +415,62 @@ int run_quantize_rows(const Args & a) {
     return 0;
 }
 
+std::vector<double> numbers(const std::string & list, size_t n, const char * flag) {
+    std::vector<double> r;
+    std::stringstream ss(list);
+    for (std::string item; std::getline(ss, item, ',');) r.push_back(std::stod(item));
+    if (r.size() != n) fail(std::string(flag) + ": " + std::to_string(n) + " comma-separated values");
+    return r;
+}
+
+// Runs the graph ending in `out` on the CPU backend, after `fill` has set its inputs; returns out's floats.
+template <class Fill> std::vector<float> compute_on_cpu(ggml_context * ctx, ggml_tensor * out, Fill fill) {
+    ggml_cgraph * gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, out);
+    ggml_backend_t be = ggml_backend_init_by_type(GGML_BACKEND_DEVICE_TYPE_CPU, nullptr);
+    if (!be) fail("no CPU backend");
+    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, be);
+    fill();
+    if (ggml_backend_graph_compute(be, gf) != GGML_STATUS_SUCCESS) fail("ggml_backend_graph_compute failed");
+    std::vector<float> v(static_cast<size_t>(ggml_nelements(out)));
+    ggml_backend_tensor_get(out, v.data(), 0, v.size() * sizeof(float));
+    ggml_backend_buffer_free(buf);
+    ggml_backend_free(be);
+    return v;
+}
+
+void write_floats(const std::string & path, const std::vector<float> & v) {
+    std::ofstream f(path, std::ios::binary);
+    f.write(reinterpret_cast<const char *>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
+    if (!f) fail("cannot write " + path);
+}
+
+// ggml's clamped SwiGLU.
+int run_swiglu_oai(const Args & a) {
+    if (a.out.empty() || a.row <= 0 || a.params.empty()) fail("swiglu-oai needs --row, --params and --out");
+    const std::vector<double> p = numbers(a.params, 2, "--params");
+    const std::string in = read_file(a.model);
+    const size_t row_bytes = static_cast<size_t>(a.row) * sizeof(float);
+    if (in.size() % (2 * row_bytes) != 0) fail("swiglu-oai: the input is not gate and up rows of N floats");
+    const int64_t rows = static_cast<int64_t>(in.size() / (2 * row_bytes));
+    ggml_init_params ip = {ggml_tensor_overhead() * 8 + ggml_graph_overhead(), nullptr, true};
+    ggml_context * ctx = ggml_init(ip);
+    ggml_tensor * g = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, a.row, rows);
+    ggml_tensor * u = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, a.row, rows);
+    ggml_tensor * y = ggml_swiglu_oai(ctx, g, u, static_cast<float>(p[0]), static_cast<float>(p[1]));
+    const std::vector<float> out = compute_on_cpu(ctx, y, [&] {
+        ggml_backend_tensor_set(g, in.data(), 0, in.size() / 2);
+        ggml_backend_tensor_set(u, in.data() + in.size() / 2, 0, in.size() / 2);
+    });
+    write_floats(a.out, out);
+    ggml_free(ctx);
+    return 0;
+}
+
 // ggml's rope (ggml_rope_ext, YaRN included) on the CPU backend.
 int run_rope(const Args & a) {
     if (a.out.empty() || a.row <= 0 || a.heads <= 0 || a.rope.empty() || !a.has_tokens) fail("rope needs --row, --heads, --tokens, --rope and --out");
-    std::vector<double> r;
-    std::stringstream ss(a.rope);
-    for (std::string item; std::getline(ss, item, ',');) r.push_back(std::stod(item));
-    if (r.size() != 9) fail("--rope: 9 comma-separated values");
+    const std::vector<double> r = numbers(a.rope, 9, "--rope");
     const std::vector<llama_token> pos = parse_ids(a.tokens);
     const int64_t T = static_cast<int64_t>(pos.size());
     const std::string in = read_file(a.model);
@@ -428,23 +482,13 @@ int run_rope(const Args & a) {
     ggml_tensor * y = ggml_rope_ext(ctx, x, p, nullptr, static_cast<int>(r[0]), static_cast<int>(r[1]), static_cast<int>(r[8]),
                                     static_cast<float>(r[2]), static_cast<float>(r[3]), static_cast<float>(r[4]), static_cast<float>(r[5]),
                                     static_cast<float>(r[6]), static_cast<float>(r[7]));
-    ggml_cgraph * gf = ggml_new_graph(ctx);
-    ggml_build_forward_expand(gf, y);
-    ggml_backend_t be = ggml_backend_init_by_type(GGML_BACKEND_DEVICE_TYPE_CPU, nullptr);
-    if (!be) fail("rope: no CPU backend");
-    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, be);
-    ggml_backend_tensor_set(x, in.data(), 0, in.size());
-    std::vector<int32_t> pv(pos.begin(), pos.end());
-    ggml_backend_tensor_set(p, pv.data(), 0, pv.size() * sizeof(int32_t));
-    if (ggml_backend_graph_compute(be, gf) != GGML_STATUS_SUCCESS) fail("rope: compute failed");
-    std::vector<float> out(static_cast<size_t>(a.row * a.heads * T));
-    ggml_backend_tensor_get(y, out.data(), 0, out.size() * sizeof(float));
-    std::ofstream f(a.out, std::ios::binary);
-    f.write(reinterpret_cast<const char *>(out.data()), static_cast<std::streamsize>(out.size() * sizeof(float)));
-    ggml_backend_buffer_free(buf);
-    ggml_backend_free(be);
+    const std::vector<int32_t> pv(pos.begin(), pos.end());
+    const std::vector<float> out = compute_on_cpu(ctx, y, [&] {
+        ggml_backend_tensor_set(x, in.data(), 0, in.size());
+        ggml_backend_tensor_set(p, pv.data(), 0, pv.size() * sizeof(int32_t));
+    });
+    write_floats(a.out, out);
     ggml_free(ctx);
-    if (!f) fail("cannot write " + a.out);
     return 0;
 }
 
@@ -464,7 +508,8 @@ int main(int argc, char ** argv) {
         else if (a.mode == "quantize") rc = run_quantize(a);
         else if (a.mode == "quantize-rows") rc = run_quantize_rows(a);
         else if (a.mode == "rope") rc = run_rope(a);
-        else fail("unknown mode '" + a.mode + "' (logits, tokenize, generate, detok, quantize, quantize-rows, rope)");
+        else if (a.mode == "swiglu-oai") rc = run_swiglu_oai(a);
+        else fail("unknown mode '" + a.mode + "' (logits, tokenize, generate, detok, quantize, quantize-rows, rope, swiglu-oai)");
         llama_backend_free();
         return rc;
     } catch (const std::exception & e) {

@@ -1,4 +1,6 @@
-// rope with YaRN against ggml's own (rp-oracle rope: ggml_rope_ext on llama.cpp's CPU backend), with
+// Ops against ggml's own kernels on llama.cpp's CPU backend (rp-oracle rope / swiglu-oai).
+//
+// rope with YaRN against ggml_rope_ext, with
 // gpt-oss's setting (NEOX, base 150000, 32x extension of a 4096 context) and a llama-style NORMAL one at
 // partial strength. ggml computes each angle in float, multiplying by the frequency ratio pair after pair, so
 // its angle for pair i at position p is off by up to ~p x i x 2.4e-7 rad; the bound below allows that and
@@ -18,6 +20,17 @@
 
 namespace {
 
+// The values of `y`, computed on the CPU backend.
+std::vector<float> computed(rp::Tensor * y) {
+    y->flags |= rp::kFlagOutput;
+    rp::Graph g;
+    rp::build_forward(g, y);
+    rp::CpuBackend be;
+    be.allocate(g);
+    be.compute(g, 1);
+    return rp::tensor_get_f32(y);
+}
+
 void compare_with_ggml(const rp::RopeParams & p, const std::vector<int32_t> & pos) {
     const int64_t D = 64, H = 2, T = static_cast<int64_t>(pos.size());
     std::mt19937 rng(11);
@@ -30,7 +43,10 @@ void compare_with_ggml(const rp::RopeParams & p, const std::vector<int32_t> & po
         f.write(reinterpret_cast<const char *>(x.data()), static_cast<std::streamsize>(x.size() * sizeof(float)));
     }
     std::string tokens, rope;
-    for (int32_t v : pos) tokens += (tokens.empty() ? "" : " ") + std::to_string(v);
+    for (int32_t v : pos) {
+        if (!tokens.empty()) tokens += ' ';
+        tokens += std::to_string(v);
+    }
     char buf[256];
     std::snprintf(buf, sizeof buf, "%d,%d,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%d", p.n_rot, static_cast<int>(p.mode), p.freq_base, p.freq_scale,
                   p.ext_factor, p.attn_factor, p.beta_fast, p.beta_slow, p.n_ctx_orig);
@@ -50,14 +66,7 @@ void compare_with_ggml(const rp::RopeParams & p, const std::vector<int32_t> & po
     ctx.alloc_data(pt);
     rp::tensor_set_f32(xt, x);
     for (int64_t t = 0; t < T; ++t) pt->data_as<int32_t>()[t] = pos[static_cast<size_t>(t)];
-    rp::Tensor * y = rp::rope(ctx, xt, pt, p);
-    y->flags |= rp::kFlagOutput;
-    rp::Graph g;
-    rp::build_forward(g, y);
-    rp::CpuBackend be;
-    be.allocate(g);
-    be.compute(g, 1);
-    const std::vector<float> got = rp::tensor_get_f32(y);
+    const std::vector<float> got = computed(rp::rope(ctx, xt, pt, p));
     double worst = 0;
     for (int64_t t = 0; t < T; ++t)
         for (int64_t k = 0; k < D * H; ++k) {
@@ -72,7 +81,7 @@ void compare_with_ggml(const rp::RopeParams & p, const std::vector<int32_t> & po
 
 } // namespace
 
-TEST(OpRopeOracle, YarnEqualsGgmlsRopeExt) {
+TEST(OpGgmlOracle, YarnEqualsGgmlsRopeExt) {
     RP_REQUIRE_ORACLE();
     rp::RopeParams gpt_oss;
     gpt_oss.n_rot = 64, gpt_oss.mode = rp::RopeMode::Neox, gpt_oss.freq_base = 150000.0f, gpt_oss.freq_scale = 1.0f / 32;
@@ -85,4 +94,47 @@ TEST(OpRopeOracle, YarnEqualsGgmlsRopeExt) {
     rp::RopeParams plain = gpt_oss;  // and without YaRN: the angles alone
     plain.ext_factor = 0.0f, plain.freq_scale = 1.0f;
     compare_with_ggml(plain, {0, 1, 4, 100});
+}
+
+// gpt-oss's clamped SwiGLU against ggml_swiglu_oai, at its alpha 1.702 and limit 7 (and a limit of 2), on
+// values that cross both clamps.
+TEST(OpGgmlOracle, ClampedSwigluEqualsGgmlsSwigluOai) {
+    RP_REQUIRE_ORACLE();
+    const int64_t N = 96, rows = 3;
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> u(-12.0f, 12.0f);
+    std::vector<float> gu(static_cast<size_t>(2 * N * rows));
+    for (float & v : gu) v = u(rng);
+    for (const float limit : {7.0f, 2.0f}) {
+        rp_test::TempDir d;
+        {
+            std::ofstream f(d.file("in.f32"), std::ios::binary);
+            f.write(reinterpret_cast<const char *>(gu.data()), static_cast<std::streamsize>(gu.size() * sizeof(float)));
+        }
+        char params[64];
+        std::snprintf(params, sizeof params, "1.702,%g", static_cast<double>(limit));
+        const auto res = rp::oracle::run("swiglu-oai " + rp::oracle::quote(d.file("in.f32")) + " --row 96 --params " + params + " --out " +
+                                         rp::oracle::quote(d.file("out.f32")));
+        ASSERT_EQ(res.status, 0);
+        std::vector<float> want(static_cast<size_t>(N * rows));
+        std::ifstream f(d.file("out.f32"), std::ios::binary);
+        f.read(reinterpret_cast<char *>(want.data()), static_cast<std::streamsize>(want.size() * sizeof(float)));
+        ASSERT_TRUE(f);
+
+        rp::Context ctx;
+        rp::Tensor * g = ctx.new_tensor(rp::DType::F32, N, rows);
+        rp::Tensor * up = ctx.new_tensor(rp::DType::F32, N, rows);
+        ctx.alloc_data(g);
+        ctx.alloc_data(up);
+        rp::tensor_set_f32(g, std::vector<float>(gu.begin(), gu.begin() + N * rows));
+        rp::tensor_set_f32(up, std::vector<float>(gu.begin() + N * rows, gu.end()));
+        const std::vector<float> got = computed(rp::swiglu_oai(ctx, g, up, 1.702f, limit));
+        double worst = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+            const double e = std::fabs(static_cast<double>(got[i]) - want[i]);
+            worst = std::max(worst, e / std::max(1.0, std::fabs(static_cast<double>(want[i]))));
+            ASSERT_LE(e, 1e-6 * std::max(1.0, std::fabs(static_cast<double>(want[i])))) << i << ": " << got[i] << " vs ggml's " << want[i];
+        }
+        std::printf("[swiglu_oai vs ggml] limit %g: max relative difference %.3g\n", static_cast<double>(limit), worst);
+    }
 }
