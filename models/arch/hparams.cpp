@@ -57,6 +57,11 @@ RopeParams HParams::rope() const {
     p.mode = arch->rope_mode;
     p.freq_base = rope_freq_base;
     p.freq_scale = rope_freq_scale;
+    p.ext_factor = rope_ext_factor;
+    p.attn_factor = rope_attn_factor;
+    p.beta_fast = rope_beta_fast;
+    p.beta_slow = rope_beta_slow;
+    p.n_ctx_orig = static_cast<int32_t>(rope_n_ctx_orig);
     return p;
 }
 
@@ -116,13 +121,23 @@ HParams load_hparams(const gguf::Reader & f) {
         fail(f, "missing required key '" + key("attention.layer_norm_rms_epsilon") + "'");
     hp.rms_eps = f.get_f32(key("attention.layer_norm_rms_epsilon"));
     hp.rope_freq_base = f.get_f32_or(key("rope.freq_base"), 10000.0f);
-    // rope.scaling.type: none/linear are handled (factor -> freq_scale); yarn/longrope are not.
+    // rope.scaling.type: none, linear (factor -> freq_scale) and yarn (also the training context and, as llama.cpp
+    // reads them, ext_factor 1, attn_factor 1, beta_fast 32, beta_slow 1 unless the file gives them); longrope is not.
     const std::string scaling = f.get_string_or(key("rope.scaling.type"), "linear");
-    if (scaling != "none" && scaling != "linear")
+    if (scaling != "none" && scaling != "linear" && scaling != "yarn")
         fail(f, "rope scaling '" + scaling + "' (" + key("rope.scaling.type") + ") is not supported");
     float factor = f.get_f32_or(key("rope.scaling.factor"), 0.0f);
     if (factor == 0.0f) factor = f.get_f32_or(key("rope.scale_linear"), 0.0f);
     hp.rope_freq_scale = (scaling == "none" || factor == 0.0f) ? 1.0f : 1.0f / factor;
+    if (scaling == "yarn") {
+        hp.rope_n_ctx_orig = f.get_u32_or(key("rope.scaling.original_context_length"), hp.n_ctx_train);
+        hp.rope_ext_factor = f.get_f32_or(key("rope.scaling.yarn_ext_factor"), 1.0f);
+        hp.rope_attn_factor = f.get_f32_or(key("rope.scaling.yarn_attn_factor"), 1.0f);
+        hp.rope_beta_fast = f.get_f32_or(key("rope.scaling.yarn_beta_fast"), 32.0f);
+        hp.rope_beta_slow = f.get_f32_or(key("rope.scaling.yarn_beta_slow"), 1.0f);
+        if (hp.rope_n_ctx_orig == 0 || !(hp.rope_ext_factor >= 0) || !(hp.rope_attn_factor > 0) || !(hp.rope_beta_fast > 0) || !(hp.rope_beta_slow > 0))
+            fail(f, "yarn rope scaling needs a training context and positive factors (" + key("rope.scaling.*") + ")");
+    }
     if (!(hp.rope_freq_base > 0) || !std::isfinite(hp.rope_freq_base))
         fail(f, key("rope.freq_base") + " must be a positive number");
 

@@ -56,6 +56,9 @@ struct HParams {
     float rms_eps = 1e-5f;
     float rope_freq_base = 10000.0f;
     float rope_freq_scale = 1.0f;
+    // YaRN (rope.scaling.type = yarn: ops/rope_math.h): ext_factor 0 = none.
+    float rope_ext_factor = 0.0f, rope_attn_factor = 1.0f, rope_beta_fast = 32.0f, rope_beta_slow = 1.0f;
+    uint32_t rope_n_ctx_orig = 0;
 
     uint32_t n_q() const { return n_head * head_dim; }
     uint32_t n_kv() const { return n_head_kv * head_dim; }
