@@ -16,7 +16,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <string>
+#include <system_error>
 #include <string_view>
 
 namespace rp {
@@ -88,6 +90,29 @@ private:
     FILE * f_ = nullptr;
     bool committed_ = false;
     bool holes_ = false;
+};
+
+// The directory an output of several files goes to, made if missing; when the files are not committed
+// (commit() not called), a directory this made is removed again, so a failed write leaves nothing behind.
+class OutputDir {
+public:
+    explicit OutputDir(std::string path) : path_(std::move(path)) {
+        std::error_code ec;
+        made_ = std::filesystem::create_directories(path_, ec);
+        if (ec) throw Error(path_ + ": cannot create the directory: " + ec.message());
+    }
+    ~OutputDir() {
+        std::error_code ec;
+        if (made_ && !committed_) std::filesystem::remove(path_, ec);  // only if empty: the files' temporaries are gone by then
+    }
+    OutputDir(const OutputDir &) = delete;
+    OutputDir & operator=(const OutputDir &) = delete;
+    std::string file(const std::string & name) const { return path_ + "/" + name; }
+    void commit() { committed_ = true; }
+
+private:
+    std::string path_;
+    bool made_ = false, committed_ = false;
 };
 
 // The whole content at once.

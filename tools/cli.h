@@ -3,6 +3,7 @@
 #pragma once
 
 #include "base/error.h"
+#include "base/read_file.h"
 
 #include <cctype>
 #include <cerrno>
@@ -31,16 +32,7 @@ inline const char * threads_wait_help() {
            "idle and busy machines); OMP_WAIT_POLICY or GOMP_SPINCOUNT in the environment take precedence";
 }
 
-inline std::string read_file(const std::string & path) {
-    std::error_code ec;
-    if (std::filesystem::is_directory(path, ec)) throw rp::Error(path + ": is a directory");
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw rp::Error(path + ": cannot open file: " + std::strerror(errno));
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    if (in.bad()) throw rp::Error(path + ": read error");
-    return ss.str();
-}
+using ::rp::read_file;  // base/read_file.h
 
 inline long long parse_int(const std::string & flag, const std::string & v, long long lo, long long hi) {
     char * end = nullptr;

@@ -18,12 +18,6 @@
 
 namespace {
 
-std::string q(const std::string & s) {
-    std::string out;
-    rp::json::append_string(out, s);
-    return out;
-}
-
 struct Printer {
     bool json;
     bool header = false;
@@ -65,13 +59,13 @@ int main(int argc, char ** argv) {
         int passed = 0, failed = 0, skipped = 0;
         for (const rp::CheckRow & r : rows) (r.status == rp::CheckStatus::Pass ? passed : r.status == rp::CheckStatus::Fail ? failed : skipped)++;
         if (json) {
-            std::string s = "{\"model\": " + q(opt.model) + ", \"passed\": " + std::to_string(passed) +
+            std::string s = "{\"model\": " + rp::json::quoted(opt.model) + ", \"passed\": " + std::to_string(passed) +
                             ", \"failed\": " + std::to_string(failed) + ", \"skipped\": " + std::to_string(skipped) + ", \"checks\": [";
             for (size_t i = 0; i < rows.size(); ++i) {
                 const rp::CheckRow & r = rows[i];
-                s += std::string(i ? ", " : "") + "{\"check\": " + q(r.check) + ", \"what\": " + q(r.what) +
-                     ", \"figure\": " + q(r.figure) + ", \"tolerance\": " + q(r.tolerance) +
-                     ", \"result\": " + q(rp::check_status_name(r.status)) + ", \"detail\": " + q(r.note) +
+                s += std::string(i ? ", " : "") + "{\"check\": " + rp::json::quoted(r.check) + ", \"what\": " + rp::json::quoted(r.what) +
+                     ", \"figure\": " + rp::json::quoted(r.figure) + ", \"tolerance\": " + rp::json::quoted(r.tolerance) +
+                     ", \"result\": " + rp::json::quoted(rp::check_status_name(r.status)) + ", \"detail\": " + rp::json::quoted(r.note) +
                      ", \"seconds\": " + std::to_string(r.seconds) + "}";
             }
             std::printf("%s]}\n", s.c_str());

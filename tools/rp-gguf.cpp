@@ -17,6 +17,7 @@
 #include "models/convert/gguf_inspect.h"
 #include "models/convert/hf_export.h"
 #include "models/convert/peft.h"
+#include "models/convert/safetensors.h"
 #include "models/convert/quantize_model.h"
 #include "models/convert/synth_model.h"
 #include "tools/gguf_options.h"
@@ -180,15 +181,12 @@ int cmd_export_peft(int argc, char ** argv) {
     p.positionals("ADAPTER.gguf", in, 1, 1, "the LoRA adapter (GGUF)");
     p.text("-m,--model", base, "the base model it adapts");
     p.text("-o,--output", out, "the directory to write", "DIR");
-    p.value("--dtype", "T", "f32, f16 or bf16 (default f32)", Options::String,
-            [&opt](const std::string & flag, const std::string & v) {
-                if (v != "f32" && v != "f16" && v != "bf16") throw rp::Error(flag + ": '" + v + "' is not one of f32, f16, bf16");
-                opt.dtype = v == "f32" ? "F32" : v == "f16" ? "F16" : "BF16";
-            },
-            [] { return std::nullopt; });
+    std::string dtype = "f32";
+    p.choice("--dtype", dtype, {"f32", "f16", "bf16"}, "the tensors' type", "T");
     p.text("--base-name", opt.base_model_name, "adapter_config.json's base_model_name_or_path (default: the base's general.name)", "NAME");
     if (!p.parse(argc, argv)) return 0;
     if (base.empty() || out.empty()) throw rp::Error("'export-peft' needs -m BASE.gguf and -o DIR (see rp-gguf export-peft --help)");
+    opt.dtype = rp::safetensors_dtype_from_name(dtype);
     const auto model = rp::Model::load(base);
     const auto adapter = rp::LoraAdapter::load(in[0], *model);
     rp::export_peft(*adapter, *model, out, opt);
@@ -230,8 +228,7 @@ int cmd_export_hf(int argc, char ** argv) {
     p.size("--shard-size", opt.shard_bytes, "tensor bytes per file at most");
     if (!p.parse(argc, argv)) return 0;
     if (out.empty()) throw rp::Error("'export-hf' needs -o DIR (see rp-gguf export-hf --help)");
-    for (char & c : opt.dtype) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    if (opt.dtype == "AUTO") opt.dtype = "auto";
+    if (opt.dtype != "auto") opt.dtype = rp::safetensors_dtype_from_name(opt.dtype);
     const rp::HfExportReport r = rp::export_hf(*rp::Model::load(in[0]), out, opt);
     print("wrote " + std::to_string(r.tensors) + " " + r.dtype + " tensors (" + std::to_string(r.bytes) + " bytes) in " +
           std::to_string(r.files.size() - 3) + " safetensors files and the configs to " + out + "\n");

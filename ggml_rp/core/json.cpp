@@ -234,6 +234,12 @@ private:
 
 Value parse(const std::string & text, const std::string & source_name) { return Parser(text, source_name).run(); }
 
+std::string quoted(const std::string & s) {
+    std::string q;
+    append_string(q, s);
+    return q;
+}
+
 void append_string(std::string & out, const std::string & s) {
     out += '"';
     for (const char ch : s) {

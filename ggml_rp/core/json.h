@@ -40,5 +40,7 @@ Value parse(const std::string & text, const std::string & source_name);
 // Appends s as a JSON string literal to out: quotes, and the escapes Python's json.dumps writes (\" \\ \b \f \n \r
 // \t, other control bytes as \u00XX; UTF-8 as it is), so chat templates' tojson matches llama.cpp's.
 void append_string(std::string & out, const std::string & s);
+// s as a JSON string literal (append_string to an empty string).
+std::string quoted(const std::string & s);
 
 } // namespace rp::json

@@ -23,12 +23,6 @@ namespace rp {
 
 namespace {
 
-std::string json_text(const std::string & s) {
-    std::string q;
-    json::append_string(q, s);
-    return q;
-}
-
 // The shortest decimal that reads back as the same float (1e-05, not 9.99999975e-06).
 std::string number(float v) {
     char b[48];
@@ -78,6 +72,9 @@ std::string choose_dtype(const gguf::Reader & f, const std::string & asked) {
     return all_f32 ? "F32" : any_bf16 ? "BF16" : "F16";
 }
 
+// A token id key as a JSON value: the number, or null when the file has none.
+std::string token_id(const gguf::Reader & f, const char * key) { return f.has(key) ? std::to_string(f.get_u32(key)) : std::string("null"); }
+
 // transformers' config.json of the model.
 std::string config_json(const Model & model, const std::string & dtype) {
     const HParams & hp = model.hparams();
@@ -89,23 +86,20 @@ std::string config_json(const Model & model, const std::string & dtype) {
     case Arch::Qwen3: cls = "Qwen3ForCausalLM", type = "qwen3"; break;
     case Arch::Qwen3Moe: cls = "Qwen3MoeForCausalLM", type = "qwen3_moe"; break;
     }
-    auto token = [&](const char * key) {
-        return f.has(key) ? std::to_string(f.get_u32(key)) : std::string("null");
-    };
     const std::string torch = dtype == "F32" ? "float32" : dtype == "F16" ? "float16" : "bfloat16";
     std::string c = "{\n";
     auto field = [&](const std::string & k, const std::string & v) {
         c += "  ";
-        c += json_text(k);
+        c += json::quoted(k);
         c += ": ";
         c += v;
         c += ",\n";
     };
     std::string classes = "[";
-    classes += json_text(cls);
+    classes += json::quoted(cls);
     classes += "]";
     field("architectures", classes);
-    field("model_type", json_text(type));
+    field("model_type", json::quoted(type));
     field("hidden_act", "\"silu\"");
     field("hidden_size", std::to_string(hp.n_embd));
     field("intermediate_size", std::to_string(hp.n_ff));
@@ -128,9 +122,9 @@ std::string config_json(const Model & model, const std::string & dtype) {
         field("decoder_sparse_step", "1");
         field("mlp_only_layers", "[]");
     }
-    field("bos_token_id", token("tokenizer.ggml.bos_token_id"));
-    field("eos_token_id", token("tokenizer.ggml.eos_token_id"));
-    c += "  \"torch_dtype\": " + json_text(torch) + "\n}\n";
+    field("bos_token_id", token_id(f, "tokenizer.ggml.bos_token_id"));
+    field("eos_token_id", token_id(f, "tokenizer.ggml.eos_token_id"));
+    c += "  \"torch_dtype\": " + json::quoted(torch) + "\n}\n";
     return c;
 }
 
@@ -183,9 +177,7 @@ HfExportReport export_hf(const Model & model, const std::string & dir, const HfE
     }
     rep.tensors = outs.size();
 
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec) throw Error(dir + ": cannot create the directory: " + ec.message());
+    OutputDir out(dir);  // removed again if this made it and a file fails
     std::vector<std::unique_ptr<AtomicFile>> files;  // renamed together once every one is complete
     std::map<std::string, std::string> weight_map;
     char total[16];
@@ -209,26 +201,24 @@ HfExportReport export_hf(const Model & model, const std::string & dir, const HfE
                 return encode(p, per, dtype);
             });
         }
-        files.push_back(std::make_unique<AtomicFile>(dir + "/" + name));
+        files.push_back(std::make_unique<AtomicFile>(out.file(name)));
         w.write_to(*files.back());  // the deferred tensors made one at a time
         rep.files.push_back(name);
     }
     std::string index = "{\n  \"metadata\": {\"total_size\": " + std::to_string(rep.bytes) + "},\n  \"weight_map\": {\n";
     size_t k = 0;
-    for (const auto & [t, file] : weight_map) index += "    " + json_text(t) + ": " + json_text(file) + (++k < weight_map.size() ? ",\n" : "\n");
+    for (const auto & [t, file] : weight_map) index += "    " + json::quoted(t) + ": " + json::quoted(file) + (++k < weight_map.size() ? ",\n" : "\n");
     index += "  }\n}\n";
-    const std::string generation = "{\n  \"bos_token_id\": " +
-                                   (f.has("tokenizer.ggml.bos_token_id") ? std::to_string(f.get_u32("tokenizer.ggml.bos_token_id")) : std::string("null")) +
-                                   ",\n  \"eos_token_id\": " +
-                                   (f.has("tokenizer.ggml.eos_token_id") ? std::to_string(f.get_u32("tokenizer.ggml.eos_token_id")) : std::string("null")) +
-                                   "\n}\n";
+    const std::string generation = "{\n  \"bos_token_id\": " + token_id(f, "tokenizer.ggml.bos_token_id") + ",\n  \"eos_token_id\": " +
+                                   token_id(f, "tokenizer.ggml.eos_token_id") + "\n}\n";
     for (const auto & [name, text] : {std::pair<std::string, std::string>{"model.safetensors.index.json", index}, {"config.json", config_json(model, rep.dtype)},
                                       {"generation_config.json", generation}}) {
-        files.push_back(std::make_unique<AtomicFile>(dir + "/" + name));
+        files.push_back(std::make_unique<AtomicFile>(out.file(name)));
         files.back()->write(text);
         rep.files.push_back(name);
     }
     for (auto & file : files) file->commit();
+    out.commit();
     return rep;
 }
 

@@ -2,6 +2,7 @@
 
 #include "base/atomic_file.h"
 #include "base/error.h"
+#include "base/read_file.h"
 #include "ggml_rp/core/json.h"
 #include "models/arch/hparams.h"
 #include "models/arch/lora.h"
@@ -47,19 +48,6 @@ bool split_factor(std::string & name, bool & is_a, bool & embedding) {
     return false;
 }
 
-std::string read_text(const std::string & path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw Error(path + ": cannot open: " + std::strerror(errno));
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
-std::string json_text(const std::string & s) {
-    std::string q;
-    json::append_string(q, s);
-    return q;
-}
 
 } // namespace
 
@@ -106,10 +94,10 @@ void export_peft(const LoraAdapter & ad, const Model & model, const std::string 
     std::string target_list;
     for (const std::string & t : targets) {
         if (!target_list.empty()) target_list += ", ";
-        target_list += json_text(t);
+        target_list += json::quoted(t);
     }
     const std::string config = "{\n"
-                               "  \"base_model_name_or_path\": " + json_text(base_name) + ",\n"
+                               "  \"base_model_name_or_path\": " + json::quoted(base_name) + ",\n"
                                "  \"bias\": \"none\",\n"
                                "  \"fan_in_fan_out\": false,\n"
                                "  \"inference_mode\": true,\n"
@@ -123,20 +111,19 @@ void export_peft(const LoraAdapter & ad, const Model & model, const std::string 
                                "  \"use_dora\": false,\n"
                                "  \"use_rslora\": false\n"
                                "}\n";
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec) throw Error(dir + ": cannot create the directory: " + ec.message());
     // Both files complete under temporary names before either is renamed.
-    AtomicFile weights(dir + "/adapter_model.safetensors"), conf(dir + "/adapter_config.json");
+    OutputDir out(dir);
+    AtomicFile weights(out.file("adapter_model.safetensors")), conf(out.file("adapter_config.json"));
     weights.write(st.bytes());
     conf.write(config);
     weights.commit();
     conf.commit();
+    out.commit();
 }
 
 void import_peft(const std::string & dir, const Model & model, const std::string & out_path) {
     const std::string cfg_path = dir + "/adapter_config.json";
-    const json::Value cfg = json::parse(read_text(cfg_path), cfg_path);
+    const json::Value cfg = json::parse(read_file(cfg_path), cfg_path);
     if (!cfg.is_object()) throw Error(cfg_path + ": not a JSON object");
     auto refuse = [&](const std::string & key, const std::string & why) { throw Error(cfg_path + ": " + key + ": " + why); };
     const json::Value * type = cfg.find("peft_type");

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -22,6 +23,15 @@ size_t safetensors_dtype_size(const std::string & dtype) {
     if (dtype == "F32") return 4;
     if (dtype == "F16" || dtype == "BF16") return 2;
     return 0;
+}
+
+std::string safetensors_dtype_from_name(const std::string & name) {
+    for (const char * d : {"F32", "F16", "BF16"}) {
+        std::string lower = d;
+        for (char & c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        if (name == d || name == lower) return d;
+    }
+    return "";
 }
 
 int64_t SafetensorsTensor::elements() const {
@@ -197,19 +207,14 @@ void SafetensorsWriter::add_f32(const std::string & name, const std::string & dt
 
 std::string SafetensorsWriter::header() const {
     std::string header = "{";
-    auto quoted = [](const std::string & s) {
-        std::string q;
-        json::append_string(q, s);
-        return q;
-    };
     if (!metadata_.empty()) {
         header += "\"__metadata__\":{";
         bool first = true;
         for (const auto & [k, v] : metadata_) {
             if (!first) header += ',';
-            header += quoted(k);
+            header += json::quoted(k);
             header += ':';
-            header += quoted(v);
+            header += json::quoted(v);
             first = false;
         }
         header += "}";
@@ -217,7 +222,7 @@ std::string SafetensorsWriter::header() const {
     size_t at = 0;
     for (const Entry & e : entries_) {
         if (header.size() > 1) header += ",";
-        header += quoted(e.name) + ":{\"dtype\":\"" + e.dtype + "\",\"shape\":[";
+        header += json::quoted(e.name) + ":{\"dtype\":\"" + e.dtype + "\",\"shape\":[";
         for (size_t i = 0; i < e.shape.size(); ++i) {
             if (i) header += ',';
             header += std::to_string(e.shape[i]);

@@ -21,6 +21,8 @@ class AtomicFile;
 
 // The dtypes read and written: F32, F16, BF16 (the others of the specification are refused by name).
 size_t safetensors_dtype_size(const std::string & dtype);  // 0 when not one of them
+// The dtype a user names in lower case (f32, f16, bf16) or as the format does; "" when not one of them.
+std::string safetensors_dtype_from_name(const std::string & name);
 
 struct SafetensorsTensor {
     std::string name;

@@ -7,6 +7,7 @@
 //   - a failed export leaves no file.
 #include "models_test_util.h"
 
+#include "base/atomic_file.h"
 #include "ggml_rp/core/json.h"
 #include "ggml_rp/core/quant.h"
 #include "models/arch/hparams.h"
@@ -168,6 +169,28 @@ TEST(HfExport, MixtureOfExpertsSplitsTheExperts) {
     const auto [rg, tg] = ex.get("model.layers.0.mlp.gate.weight");
     ASSERT_TRUE(rg && tg);
     EXPECT_EQ(tg->shape, (std::vector<int64_t>{4, 32}));
+}
+
+// The directory of a multi-file output goes again when its files are not committed, unless it was there.
+TEST(HfExport, AnOutputDirectoryMadeForAFailedWriteIsRemoved) {
+    TempDir d;
+    try {
+        rp::OutputDir out(d.file("new/sub"));
+        rp::AtomicFile f(out.file("a.json"));
+        f.write("{}");
+        throw rp::Error("a later file failed");
+    } catch (const rp::Error &) {
+    }
+    EXPECT_FALSE(fs::exists(d.file("new/sub"))) << "made for the write, removed with it";
+    fs::create_directories(d.file("kept"));
+    { rp::OutputDir out(d.file("kept")); }
+    EXPECT_TRUE(fs::exists(d.file("kept"))) << "a directory that was there stays";
+    {
+        rp::OutputDir out(d.file("done"));
+        rp::write_file_atomically(out.file("x"), "1");
+        out.commit();
+    }
+    EXPECT_EQ(slurp(d.file("done/x")), "1");
 }
 
 TEST(HfExport, AFailedExportWritesNothing) {
