@@ -205,6 +205,19 @@ void declare_roundpipe(Options & p, FinetuneJob & j) {
                 o.pipeline.resident_weights = v == "on" || v == "true";
             },
             [&o] { return quoted(o.pipeline.resident_weights ? "on" : "off"); });
+    p.value("--pin", "MODE",
+            "alloc | register | off: how the frozen weights are pinned for their uploads: a pinned\n"
+            "copy (one more copy in RAM), pinned where they are mapped (no copy; slow to set up on\n"
+            "some systems), or not at all (models larger than RAM). Default: alloc on GPUs",
+            O::String,
+            [&o](const std::string & f, const std::string & v) {
+                const auto mode = parse_frozen_pinning(v);
+                if (!mode) throw rp::Error(f + ": '" + v + "' is not one of alloc, register, off");
+                o.pipeline.frozen_pinning = *mode;
+            },
+            [&o]() -> std::optional<std::string> {
+                return o.pipeline.frozen_pinning ? std::optional(quoted(frozen_pinning_name(*o.pipeline.frozen_pinning))) : std::nullopt;
+            });
     p.text("--trace", j.trace_path, "Chrome trace of every stream operation (draw it with rp-trace)");
     p.not_resumed();
 }

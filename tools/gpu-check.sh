@@ -10,8 +10,13 @@
 #   kernel_tests  the kernel suites of test_cuda (launch rules, ops, GEMM, attention, cross-entropy) and
 #                 test_quant's CudaDequant, each suite in its own process (a sticky CUDA error in one cannot fail
 #                 the others), with its exit code, counts, the last [ RUN ] line (where a crash happened) and the
-#                 first failure message; a suite that skips for want of a usable GPU counts as failed
+#                 first failure message; a suite that skips for want of a usable GPU counts as failed; a suite
+#                 that crashed has its last test run again under cuda-gdb for the host backtrace (the build
+#                 carries line tables, -g1)
 #   bench         rp-cuda-bench: GEMM TFLOP/s next to a bare cuBLAS bf16 GEMM on random data, attention fwd/bwd
+#   probe         setup of a small real-vocabulary qwen3 on one CUDA device with each way of pinning the frozen
+#                 weights (--pin alloc | register | off): whether it trains, how long pinning took (rp-finetune's
+#                 "host:" line); the first that trains is the one the finetune runs use
 #   finetune      LoRA (rank 32, alpha 16, all linear layers) steps of a Qwen3-1.7B-shaped bf16 model written by
 #                 rp-gguf synth, resident on one logical device (the frozen weights uploaded once) and streamed by
 #                 RoundPipe over four (--resident-weights off: every job uploads its layers); tokens/s, MFU,
@@ -57,7 +62,7 @@ elapsed() { echo $(( $(date +%s) - start )); }
 
 # The fixed shares, in seconds of a 540 s budget, of each step, in the order they run (the steps of a phase
 # are listed one by one). A step ends at the sum of the shares up to and including it.
-SHARES=(build:170 kernel_tests:50 bench:20 synth:20 resident:65 streamed:65 traced:10 peft_bench:45 peft_check:25
+SHARES=(build:130 kernel_tests:50 bench:20 synth:20 probe:40 resident:65 streamed:65 traced:10 peft_bench:45 peft_check:25
         tests:45 sanitizer:25)
 declare -A DEADLINE
 acc=0
@@ -71,7 +76,7 @@ until_end() { local l=$(( ${DEADLINE[$1]} - $(elapsed) )); [ "$l" -gt 0 ] && ech
 run_for() { local t="$1"; shift; [ "$t" -ge 1 ] || return 124; timeout -k 5 "$t" "$@"; }
 
 declare -A R
-PHASES=(machine build kernel_tests bench finetune peft tests sanitizer)
+PHASES=(machine build kernel_tests bench probe finetune peft tests sanitizer)
 ok=false
 write_json() {
   {
@@ -95,7 +100,7 @@ case "$kernel" in 4.4.0*) runtime=gvisor ;; esac
 if [ -z "$cap" ]; then
   log "gpu-check: no GPU ($($DRY && echo 'dry run' || echo 'nvidia-smi missing or silent')); every phase records \"no GPU\""
   R[machine]="{\"gpu\": null, \"kernel\": $(jstr "$kernel"), \"runtime\": \"$runtime\", \"skipped\": \"no GPU\"}"
-  no_gpu build kernel_tests bench finetune peft tests sanitizer
+  no_gpu build kernel_tests bench probe finetune peft tests sanitizer
   prev=0
   for sh in "${SHARES[@]}"; do
     n=${sh%%:*}
@@ -115,6 +120,7 @@ gen=()
 command -v ninja > /dev/null && gen=(-G Ninja)
 build_ok=false
 run_for "$(until_end build)" cmake -S "$ROOT" -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DRP_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$cap" \
+  -DCMAKE_CXX_FLAGS=-g1 -DCMAKE_CUDA_FLAGS=-lineinfo \
   -DRP_WERROR=OFF -DRP_SHARED_DIR="$RP_SHARED_DIR" -DRP_GTEST_SOURCE_DIR="$GTEST_SRC" \
   -DRP_CLI11_INCLUDE_DIR="${RP_CLI11_INCLUDE_DIR:-$ROOT/.gpu-carry/cli11}" >> "$LOG" 2>&1
 if [ $? -eq 0 ]; then
@@ -126,7 +132,7 @@ R[build]="{\"ok\": $build_ok, \"seconds\": $(( $(date +%s) - t0 )), \"arch\": \"
 log "build: $build_ok ($(( $(date +%s) - t0 )) s)"
 write_json
 if ! $build_ok; then
-  for p in kernel_tests bench finetune peft tests sanitizer; do R[$p]='{"skipped": "build failed"}'; done
+  for p in kernel_tests bench probe finetune peft tests sanitizer; do R[$p]='{"skipped": "build failed"}'; done
   write_json
   exit 1
 fi
@@ -143,7 +149,7 @@ first_failure() {
     tr '\n' ' ' | head -c 300
 }
 run_suite() {
-  local prog="$1" suite="$2" t="$3" out="$SCRATCH/suite.txt" rc passed failed skipped last first ok=false
+  local prog="$1" suite="$2" t="$3" out="$SCRATCH/suite.txt" rc passed failed skipped last first bt ok=false
   run_for "$t" "$BUILD/tests/$prog" --gtest_filter="$suite.*" > "$out" 2>&1
   rc=$?
   cat "$out" >> "$LOG"
@@ -154,9 +160,16 @@ run_suite() {
   first="$(first_failure "$out")"
   if [ "$rc" -eq 0 ] && [ "$failed" -eq 0 ] && ! grep -q 'skipped: no CUDA device' "$out"; then ok=true; fi
   { [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; } && first="timed out after $t s; $first"
+  # A crash (a signal other than the timeout's): the last test again under cuda-gdb, for the host backtrace.
+  bt=""
+  if [ "$rc" -gt 128 ] && [ "$rc" -ne 137 ] && [ -n "$last" ] && command -v cuda-gdb > /dev/null; then
+    bt="$(run_for 30 cuda-gdb -batch -ex run -ex bt --args "$BUILD/tests/$prog" --gtest_filter="$last" 2>&1 |
+          grep -E '^#[0-9]+ ' | head -12 | sed -e 's/ (.*) at / at /' | cut -c1-200)"
+    log "$prog $last crashed; cuda-gdb backtrace:"; log "$bt"
+  fi
   grep -q 'skipped: no CUDA device' "$out" && first="skipped without a usable GPU; $first"
   n_pass=$(( n_pass + passed )); n_fail=$(( n_fail + failed )); n_skip=$(( n_skip + skipped ))
-  suites="$suites${suites:+, }{\"program\": \"$prog\", \"suite\": $(jstr "$suite"), \"ok\": $ok, \"rc\": $rc, \"passed\": $passed, \"failed\": $failed, \"skipped\": $skipped, \"last_run\": $(jstr "$last"), \"first_failure\": $(jstr "$first")}"
+  suites="$suites${suites:+, }{\"program\": \"$prog\", \"suite\": $(jstr "$suite"), \"ok\": $ok, \"rc\": $rc, \"passed\": $passed, \"failed\": $failed, \"skipped\": $skipped, \"last_run\": $(jstr "$last"), \"first_failure\": $(jstr "$first")${bt:+, \"backtrace\": $(jstr "$bt")}}"
   log "tests $prog $suite: $($ok && echo ok || echo FAILED) (rc $rc, $passed passed, $failed failed, $skipped skipped)${first:+ - $first}"
   $ok
 }
@@ -223,7 +236,7 @@ ours() {
   if [ "$t" -lt 15 ]; then runs="$runs${runs:+, }\"$name\": {\"ok\": false, \"skipped\": \"no time left\"}"; return; fi
   run_for "$t" "$BUILD/bin/rp-finetune" -m "$model" --data "$ft/train.txt" -o "$ft/$name.gguf" --backend cuda --devices "$n" \
     --device-mem "$mem" --lora-rank "$FT_RANK" --lora-alpha "$FT_ALPHA" --seq-len "$FT_SEQ" --batch "$FT_BATCH" \
-    --micro-batches "$FT_MICRO" --steps "$FT_STEPS" --lr 1e-4 "$@" > "$ft/$name.txt" 2>&1
+    --micro-batches "$FT_MICRO" --steps "$FT_STEPS" --lr 1e-4 --pin "$PIN" "$@" > "$ft/$name.txt" 2>&1
   rc=$?
   cat "$ft/$name.txt" >> "$LOG"
   tps=$(sed -n 's/.*"tokens_per_s":\([0-9.]*\).*/\1/p' "$ft/$name.gguf.metrics.jsonl" 2>/dev/null | tail -n +2 | median)
@@ -236,8 +249,17 @@ ours() {
   resident=false; grep -q '^memory plan: .*resident frozen weights' "$ft/$name.txt" && resident=true
   sent=$(sed -n 's/^memory .*weights sent \([0-9]*\) bytes$/\1/p' "$ft/$name.txt" | awk '{s += $1} END {if (NR) print s}')
   log "finetune $name: rc $rc, $n x $mem, weights resident $resident, ${tps:-?} tok/s (median after step 1; step 1 ${first:-?}), MFU $mfu, $(( $(date +%s) - t1 )) s"
-  runs="$runs${runs:+, }\"$name\": {\"ok\": $okr, \"rc\": $rc, \"devices\": $n, \"device_mem\": \"$mem\", \"weights_resident\": $resident, \"weight_bytes_sent\": ${sent:-null}, \"tokens_per_s\": ${tps:-null}, \"first_step_tokens_per_s\": ${first:-null}, \"mfu\": $mfu, \"error\": $(jstr "$(grep -m1 '^error' "$ft/$name.txt")")}"
+  runs="$runs${runs:+, }\"$name\": {\"ok\": $okr, \"rc\": $rc, \"devices\": $n, \"device_mem\": \"$mem\", \"weights_resident\": $resident, \"weight_bytes_sent\": ${sent:-null}, \"tokens_per_s\": ${tps:-null}, \"first_step_tokens_per_s\": ${first:-null}, \"mfu\": $mfu, \"pin\": \"$PIN\", \"pinning\": $(jstr "$(sed -n 's/^host: //p' "$ft/$name.txt" | head -1)"), \"last_line\": $(jstr "$(tail -n 1 "$ft/$name.txt" | cut -c1-300)"), \"error\": $(jstr "$(grep -m1 '^error' "$ft/$name.txt")")}"
 }
+# A small qwen3 with the real vocabulary (f32, 2 layers): the pinning probe's model and the cross-check's base.
+synth_small() {
+  run_for "$1" "$BUILD/bin/rp-gguf" synth "$2" --vocab "$MODELS/vocab/ggml-vocab-qwen2.gguf" --arch qwen3 --n-embd 256 \
+    --n-head 4 --n-head-kv 2 --head-dim 64 --n-ff 512 --n-layer 2 --tied 1 --seed 3 >> "$LOG" 2>&1
+}
+# probe: each way of pinning the frozen weights on a small model; PIN becomes the first that trains (alloc if none).
+PIN=alloc
+probe_runs=""; probe_pin=""
+small="$ft/small.gguf"
 if [ "$(until_end synth)" -ge 5 ]; then
   t0=$(date +%s)
   params=$(run_for "$(until_end synth)" "$BUILD/bin/rp-gguf" synth "$model" --vocab "$MODELS/vocab/ggml-vocab-qwen2.gguf" \
@@ -245,6 +267,23 @@ if [ "$(until_end synth)" -ge 5 ]; then
   for i in $(seq 200); do cat "$MODELS/reference/train.txt"; done > "$ft/train.txt"
   if [ -n "$params" ]; then
     log "finetune: qwen3-1.7b-shaped bf16 model, $params parameters, written in $(( $(date +%s) - t0 )) s"
+    if synth_small "$(until_end probe)" "$small"; then
+      for mode in alloc register off; do
+        tl=$(until_end probe); [ "$tl" -gt 13 ] && tl=13
+        [ "$tl" -ge 5 ] || { probe_runs="$probe_runs${probe_runs:+, }\"$mode\": {\"skipped\": \"no time left\"}"; continue; }
+        t1=$(date +%s)
+        run_for "$tl" "$BUILD/bin/rp-finetune" -m "$small" --data "$MODELS/reference/train.txt" -o "$ft/probe-$mode.gguf" --seq-len 64 \
+          --batch 2 --lora-rank 8 --steps 2 --backend cuda --devices 1 --device-mem 2G --pin "$mode" > "$ft/probe-$mode.txt" 2>&1
+        rc=$?
+        cat "$ft/probe-$mode.txt" >> "$LOG"
+        log "probe --pin $mode: rc $rc in $(( $(date +%s) - t1 )) s; $(sed -n 's/^host: //p' "$ft/probe-$mode.txt" | head -1)"
+        probe_runs="$probe_runs${probe_runs:+, }\"$mode\": {\"rc\": $rc, \"seconds\": $(( $(date +%s) - t1 )), \"pinning\": $(jstr "$(sed -n 's/^host: //p' "$ft/probe-$mode.txt" | head -1)"), \"last_line\": $(jstr "$(tail -n 1 "$ft/probe-$mode.txt" | cut -c1-300)")}"
+        [ "$rc" -eq 0 ] && [ -z "$probe_pin" ] && probe_pin=$mode
+      done
+    fi
+    PIN=${probe_pin:-alloc}
+    R[probe]="{\"chosen\": \"$PIN\", \"runs\": {$probe_runs}}"
+    write_json
     ours resident 1 80G "$(until_end resident)"
     ours streamed 4 "$FT_STREAM_MEM" "$(until_end streamed)" --resident-weights off
     # The timeline from a short traced run (--trace adds a host callback per operation: never the timed run).
@@ -252,7 +291,7 @@ if [ "$(until_end synth)" -ge 5 ]; then
     if [ "$tt" -ge 8 ]; then
       run_for "$tt" "$BUILD/bin/rp-finetune" -m "$model" --data "$ft/train.txt" -o "$ft/traced.gguf" --backend cuda --devices 4 \
         --device-mem "$FT_STREAM_MEM" --lora-rank "$FT_RANK" --lora-alpha "$FT_ALPHA" --seq-len "$FT_SEQ" --batch "$FT_BATCH" \
-        --micro-batches "$FT_MICRO" --steps 1 --lr 1e-4 --resident-weights off --trace "$ft/streamed.trace.json" >> "$LOG" 2>&1
+        --micro-batches "$FT_MICRO" --steps 1 --lr 1e-4 --pin "$PIN" --resident-weights off --trace "$ft/streamed.trace.json" >> "$LOG" 2>&1
     fi
     if [ -s "$ft/streamed.trace.json" ]; then
       cp "$ft/streamed.trace.json" "$OUT_DIR/finetune-streamed.trace.json"
@@ -282,10 +321,9 @@ if [ "$tl" -ge 15 ]; then
   # The same weights through both engines: a small qwen3 with the real vocabulary, f32, LoRA made non-zero by two
   # steps, then one more step with lr 0 whose batch, logits, loss and gradients rp-finetune dumps.
   c="$SCRATCH/check"; mkdir -p "$c"
-  run_for "$(until_end peft_check)" "$BUILD/bin/rp-gguf" synth "$c/base.gguf" --vocab "$MODELS/vocab/ggml-vocab-qwen2.gguf" --arch qwen3 --n-embd 256 \
-    --n-head 4 --n-head-kv 2 --head-dim 64 --n-ff 512 --n-layer 2 --tied 1 --seed 3 >> "$LOG" 2>&1
+  if [ -s "$small" ]; then cp "$small" "$c/base.gguf"; else synth_small "$(until_end peft_check)" "$c/base.gguf"; fi
   common=(-m "$c/base.gguf" --data "$MODELS/reference/train.txt" --seq-len 64 --batch 2 --backend cuda --devices 1
-          --device-mem 2G --lora-rank 8 --lora-alpha 16 --attention-type f32 --f32-gemm f32 --clip 0)
+          --device-mem 2G --lora-rank 8 --lora-alpha 16 --attention-type f32 --f32-gemm f32 --clip 0 --pin "$PIN")
   run_for "$(until_end peft_check)" "$BUILD/bin/rp-finetune" "${common[@]}" --steps 2 --lr 1e-2 -o "$c/a1.gguf" >> "$LOG" 2>&1 &&
   run_for "$(until_end peft_check)" "$BUILD/bin/rp-finetune" "${common[@]}" --resume "$c/a1.gguf" --steps 1 --lr 0 --dump-grads "$c/step.gguf" -o "$c/a2.gguf" >> "$LOG" 2>&1 &&
   PYTHONUNBUFFERED=1 run_for "$(until_end peft_check)" python3 "$ROOT/bench/gpu/peft_baseline.py" check --base "$c/base.gguf" \
@@ -342,6 +380,7 @@ write_json
   printf '%-44s %s tok/s\n' "transformers + PEFT LoRA (same shape)" "${ptps:-?}"
   rtps=$(echo "${R[finetune]}" | sed -n 's/.*"resident": {[^}]*"tokens_per_s": \([0-9.]*\).*/\1/p')
   if [ -n "$ptps" ] && [ -n "$rtps" ]; then printf '%-44s %s\n' "ours (resident) / PEFT" "$(awk -v a="$rtps" -v b="$ptps" 'BEGIN {printf "%.2f", a / b}')"; fi
+  echo "pinning probe: ${R[probe]:-null}"
   echo "cross-check vs transformers: $check_json"
   echo "sanitizer: ${R[sanitizer]}"
 } 2>&1 | tee -a "$LOG" >&2

@@ -84,6 +84,7 @@ void print_setup(Progress & say, const rp::FinetuneJob & job, const rp::SessionO
                   o.pipeline.async ? "async" : "sync", o.pipeline.grain == rp::RecomputeGrain::Layer ? "layer" : "stage");
         say.print("memory plan: device peak %s = %s; plan %s\n", rp::format_bytes(run.planned().memory.peak()).c_str(),
                   run.planned().memory.describe().c_str(), run.planned().plan.describe().c_str());
+        say.print("host: %s\n", run.pipeline()->frozen_pinning().describe().c_str());
     }
     say.print("%s: %zu sequences of %lld tokens (%zu train, %zu validation), %zu trainable tensors, %lld steps\n", job.data_path.c_str(),
               data.size(), static_cast<long long>(job.seq_len), run.split().train.size(), run.split().val.size(),
@@ -198,6 +199,10 @@ int finetune(int argc, char ** argv, rp::Communicator * world) {
     auto model = rp::Model::load(job.model_path);
     const rp::Tokenizer tok(model->file());
     const rp::Dataset data = rp::Dataset::load(job.data_path, tok, job.dataset_options(*model, tok));
+    if (o.pipelined)  // the devices and the pinned host memory: seconds to minutes for a large model
+        say.print("starting %d %s devices x %s; pinning the frozen weights (%s)...\n", o.devices.count, o.devices.backend.c_str(),
+                  rp::format_bytes(o.devices.memory_each).c_str(),
+                  rp::frozen_pinning_name(o.pipeline.frozen_pinning.value_or(rp::default_frozen_pinning(o.devices.backend != "cpu"))));
     rp::TrainingSession run(*model, data, o);
     double trace_t0 = 0;
     if (world && ranks > 1) {  // every rank has built its session: the common origin of the traces

@@ -1,10 +1,15 @@
 #include "ggml_rp/roundpipe/host_store.h"
 
 #include "base/error.h"
+#include "ggml_rp/runtime/arena.h"
+#include "ggml_rp/runtime/clock.h"
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <map>
+#include <set>
 #include <utility>
 
 namespace rp {
@@ -28,9 +33,53 @@ std::vector<std::pair<uintptr_t, uintptr_t>> page_spans(std::vector<std::pair<ui
     return out;
 }
 
+// The frozen tensors' host byte ranges, each once (a tensor two layers share, a tied head, appears once).
+std::vector<std::pair<uintptr_t, uintptr_t>> frozen_ranges(const TrainingProgram & prog) {
+    std::set<std::pair<uintptr_t, uintptr_t>> seen;
+    for (int l = 0; l < prog.num_layers(); ++l)
+        for (const auto & ti : prog.layer_tensors(l))
+            if (ti.param < 0 && ti.bytes > 0) {
+                const auto b = reinterpret_cast<uintptr_t>(ti.host);
+                seen.insert({b, b + ti.bytes});
+            }
+    return {seen.begin(), seen.end()};
+}
+
 } // namespace
 
-HostStore::HostStore(const TrainingProgram & prog, Device & host) : prog_(prog), host_(host) {
+const char * frozen_pinning_name(FrozenPinning p) {
+    switch (p) {
+    case FrozenPinning::Copy: return "alloc";
+    case FrozenPinning::Register: return "register";
+    case FrozenPinning::Pageable: return "off";
+    }
+    return "?";
+}
+
+std::optional<FrozenPinning> parse_frozen_pinning(std::string_view name) {
+    for (FrozenPinning p : {FrozenPinning::Copy, FrozenPinning::Register, FrozenPinning::Pageable})
+        if (name == frozen_pinning_name(p)) return p;
+    return std::nullopt;
+}
+
+FrozenPinning default_frozen_pinning(bool accelerator) { return accelerator ? FrozenPinning::Copy : FrozenPinning::Register; }
+
+std::string FrozenPinningReport::describe() const {
+    std::string s = std::string("frozen weights pinned by ") + (mode == FrozenPinning::Copy ? "copy (alloc)" : mode == FrozenPinning::Register ? "registration" : "nothing (off)");
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%.2f s", seconds);
+    s += " in " + std::string(secs) + ": ";
+    std::string parts;
+    auto part = [&](size_t bytes, const char * what) {
+        if (bytes) parts += (parts.empty() ? "" : ", ") + format_bytes(bytes) + " " + what;
+    };
+    part(copied, "copied into pinned memory");
+    part(registered, "registered in place");
+    part(pageable, "pageable");
+    return s + (parts.empty() ? "none" : parts);
+}
+
+HostStore::HostStore(const TrainingProgram & prog, Device & host, FrozenPinning pinning) : prog_(prog), host_(host) {
     const auto & params = prog.params();
     for (const auto & pi : params) {
         working_.emplace_back(host, pi.n * sizeof(float));
@@ -55,24 +104,19 @@ HostStore::HostStore(const TrainingProgram & prog, Device & host) : prog_(prog),
         layer_bytes_.push_back(bytes);
         layer_train_bytes_.push_back(train);
     }
-    // The frozen tensors' pages, registered with the devices (pinned for DMA; read-only: an mmap'd file).
-    std::vector<std::pair<uintptr_t, uintptr_t>> frozen;
+    frozen_src_.resize(static_cast<size_t>(L));
     for (int l = 0; l < L; ++l)
-        for (const auto & ti : prog.layer_tensors(l))
-            if (ti.param < 0 && ti.bytes > 0) {
-                const auto b = reinterpret_cast<uintptr_t>(ti.host);
-                frozen.emplace_back(b, b + ti.bytes);
-            }
-    for (const auto & [b, e] : page_spans(std::move(frozen))) {
-        void * p = reinterpret_cast<void *>(b);
-        try {
-            host.register_host(p, e - b, /*read_only=*/true);
-            registered_.push_back(p);
-            frozen_registered_ += e - b;
-        } catch (const Error &) {
-            frozen_pageable_ += e - b;  // copied from pageable memory: slower, the same bytes
-        }
+        for (const auto & ti : prog.layer_tensors(l)) frozen_src_[static_cast<size_t>(l)].push_back(ti.param < 0 ? ti.host : nullptr);
+    pinning_.mode = pinning;
+    const double t0 = clock_us();
+    switch (pinning) {
+    case FrozenPinning::Copy: pin_by_copy(); break;
+    case FrozenPinning::Register: pin_by_registering(); break;
+    case FrozenPinning::Pageable:
+        for (const auto & [b, e] : frozen_ranges(prog)) pinning_.pageable += e - b;
+        break;
     }
+    pinning_.seconds = (clock_us() - t0) * 1e-6;
     completes_.resize(static_cast<size_t>(L));
     std::vector<char> seen(params.size(), 0);
     for (int l = 0; l < L; ++l)
@@ -81,6 +125,60 @@ HostStore::HostStore(const TrainingProgram & prog, Device & host) : prog_(prog),
                 seen[static_cast<size_t>(ti.param)] = 1;
                 completes_[static_cast<size_t>(l)].push_back(ti.param);
             }
+}
+
+void HostStore::pin_by_registering() {
+    for (const auto & [b, e] : page_spans(frozen_ranges(prog_))) {
+        void * p = reinterpret_cast<void *>(b);
+        try {
+            host_.register_host(p, e - b, /*read_only=*/true);
+            registered_.push_back(p);
+            pinning_.registered += e - b;
+        } catch (const Error &) {
+            pinning_.pageable += e - b;  // copied from pageable memory: slower, the same bytes
+        }
+    }
+}
+
+void HostStore::pin_by_copy() {
+    // One pinned buffer per layer for the frozen tensors it is the first to hold, each tensor 256-byte aligned
+    // (the alignment the device arenas use); a tensor seen in an earlier layer uploads from that copy.
+    constexpr size_t kAlign = 256;
+    std::map<const void *, const void *> copy_of;
+    for (int l = 0; l < num_layers(); ++l) {
+        const auto & ts = prog_.layer_tensors(l);
+        size_t bytes = 0;
+        for (const auto & ti : ts)
+            if (ti.param < 0 && ti.bytes > 0 && !copy_of.count(ti.host)) bytes += (ti.bytes + kAlign - 1) / kAlign * kAlign;
+        if (bytes == 0) continue;
+        PinnedBuffer buf;
+        try {
+            buf = PinnedBuffer(host_, bytes);
+        } catch (const Error &) {
+            buf = PinnedBuffer();  // no pinned memory left: this layer's tensors upload from pageable memory
+        }
+        size_t off = 0;
+        for (size_t i = 0; i < ts.size(); ++i) {
+            const auto & ti = ts[i];
+            if (ti.param >= 0 || ti.bytes == 0) continue;
+            if (const auto it = copy_of.find(ti.host); it != copy_of.end()) {
+                frozen_src_[static_cast<size_t>(l)][i] = it->second;
+                continue;
+            }
+            if (!buf.data()) {
+                pinning_.pageable += ti.bytes;
+                copy_of[ti.host] = ti.host;
+                continue;
+            }
+            char * dst = buf.as<char>() + off;
+            std::memcpy(dst, ti.host, ti.bytes);
+            off += (ti.bytes + kAlign - 1) / kAlign * kAlign;
+            pinning_.copied += ti.bytes;
+            copy_of[ti.host] = dst;
+            frozen_src_[static_cast<size_t>(l)][i] = dst;
+        }
+        if (buf.data()) frozen_copies_.push_back(std::move(buf));
+    }
 }
 
 HostStore::~HostStore() {
@@ -97,7 +195,7 @@ std::vector<bool> HostStore::trainable_layers() const {
 
 const void * HostStore::upload_source(int l, int i) const {
     const auto & ti = prog_.layer_tensors(l)[static_cast<size_t>(i)];
-    return ti.param >= 0 ? working_[static_cast<size_t>(ti.param)].data() : ti.host;
+    return ti.param >= 0 ? working_[static_cast<size_t>(ti.param)].data() : frozen_src_[static_cast<size_t>(l)][static_cast<size_t>(i)];
 }
 
 void * HostStore::grad_slot(int l, int i) const { return slots_[static_cast<size_t>(l)][static_cast<size_t>(i)].data(); }

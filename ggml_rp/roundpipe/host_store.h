@@ -13,12 +13,12 @@
 //                    owning layer): a data-parallel run all-reduces them there, behind the backward of
 //                    earlier layers;
 //   copy_back        masters -> working copies, once every upload so far has completed, layer by layer;
-//   frozen tensors   their host bytes (the mmap'd GGUF, or heap copies) registered with the devices (pinned,
-//                    read-only) as whole pages, overlapping and adjacent ranges merged: a copy from pageable
-//                    memory is staged by the driver through a bounce buffer and blocks the host; registered,
-//                    it is one DMA, asynchronous. A range the device cannot register (no read-only
-//                    registration on that GPU, or already registered by another user) stays pageable: the
-//                    copies are slower, the bytes the same.
+//   frozen tensors   their host bytes (the mmap'd GGUF, or heap copies) made pinned in one of the three ways
+//                    of FrozenPinning (roundpipe.md §6's pin modes): a copy from pageable memory is staged by
+//                    the driver through a bounce buffer and blocks the host; from pinned memory it is one DMA,
+//                    asynchronous. What cannot be pinned (no pinned memory left, no read-only registration on
+//                    that GPU, a range already registered by another user) stays pageable: the copies are
+//                    slower, the bytes the same.
 // The store owns the data; the layer protocol (layer_protocol.h) says when each actor may touch it.
 #pragma once
 
@@ -30,22 +30,52 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace rp {
 
+// How the frozen tensors' host bytes become pinned memory for their uploads.
+enum class FrozenPinning {
+    Copy,      // "alloc": copied into pinned buffers (one per layer) when the store is made: one more copy of
+               // the frozen weights in RAM, the fastest uploads, and the usual path (cudaHostAlloc)
+    Register,  // "register": pinned where they are (cudaHostRegister over whole pages, read-only for an mmap'd
+               // file): no second copy, but pinning a file mapping can take long (llama.cpp keeps it opt-in)
+    Pageable,  // "off": nothing pinned; every upload is staged by the driver (a model larger than RAM)
+};
+const char * frozen_pinning_name(FrozenPinning p);  // "alloc", "register", "off"
+// Parses those names; nullopt for anything else.
+std::optional<FrozenPinning> parse_frozen_pinning(std::string_view name);
+// The mode a run uses when none is asked for: a copy for accelerators (their uploads are DMA), registration
+// for CPU virtual devices (whose "pinned" memory is plain host memory: only the bookkeeping is exercised).
+FrozenPinning default_frozen_pinning(bool accelerator);
+
+// What the store did with the frozen tensors (every byte is in exactly one of the three).
+struct FrozenPinningReport {
+    FrozenPinning mode = FrozenPinning::Register;
+    size_t copied = 0;      // into pinned buffers
+    size_t registered = 0;  // pinned in place (whole pages, so at least the tensors' bytes)
+    size_t pageable = 0;    // left pageable: asked for, or pinning failed
+    double seconds = 0;     // the time pinning took
+    std::string describe() const;  // e.g. "3.21 GiB copied into pinned memory in 2.1 s"
+};
+
 class HostStore {
 public:
-    // Validates the program's tensors (trainable ones match their parameter, frozen ones have host data) and
-    // allocates pinned memory through `host` (a device of the run). Throws rp::Error naming the tensor.
-    HostStore(const TrainingProgram & prog, Device & host);
+    // Validates the program's tensors (trainable ones match their parameter, frozen ones have host data),
+    // allocates pinned memory through `host` (a device of the run) and pins the frozen tensors as `pinning`
+    // says. Throws rp::Error naming the tensor.
+    HostStore(const TrainingProgram & prog, Device & host, FrozenPinning pinning = FrozenPinning::Register);
     ~HostStore();  // unregisters the frozen tensors' pages
     HostStore(const HostStore &) = delete;
     HostStore & operator=(const HostStore &) = delete;
 
-    // The frozen tensors' pages: registered with the devices, and left pageable (registration refused).
-    size_t frozen_registered_bytes() const { return frozen_registered_; }
-    size_t frozen_pageable_bytes() const { return frozen_pageable_; }
+    const FrozenPinningReport & frozen_pinning() const { return pinning_; }
+    // The frozen tensors' pages: registered with the devices, and left pageable.
+    size_t frozen_registered_bytes() const { return pinning_.registered; }
+    size_t frozen_pageable_bytes() const { return pinning_.pageable; }
 
     int num_layers() const { return static_cast<int>(layer_bytes_.size()); }
     // Bytes a layer uploads (its tensors as the device holds them), and of those, the trainable ones.
@@ -53,7 +83,8 @@ public:
     const std::vector<size_t> & layer_train_bytes() const { return layer_train_bytes_; }
     std::vector<bool> trainable_layers() const;
 
-    // What tensor i of layer l uploads: the working copy of a trainable tensor, else the program's host bytes.
+    // What tensor i of layer l uploads: the working copy of a trainable tensor, else the frozen tensor's pinned
+    // copy or the program's host bytes.
     const void * upload_source(int l, int i) const;
     // The pinned gradient slot of trainable tensor i of layer l.
     void * grad_slot(int l, int i) const;
@@ -73,8 +104,13 @@ public:
 private:
     const TrainingProgram & prog_;
     Device & host_;
+    void pin_by_copy();
+    void pin_by_registering();
+
     std::vector<void *> registered_;  // page-aligned starts of the frozen ranges registered with host_
-    size_t frozen_registered_ = 0, frozen_pageable_ = 0;
+    FrozenPinningReport pinning_;
+    std::vector<PinnedBuffer> frozen_copies_;            // Copy: one per layer that has frozen tensors not seen before
+    std::vector<std::vector<const void *>> frozen_src_;  // [layer][tensor]: where a frozen tensor uploads from
     std::vector<PinnedBuffer> working_;               // per param
     std::vector<std::vector<PinnedBuffer>> slots_;    // [layer][tensor], empty for frozen tensors
     std::vector<size_t> layer_bytes_, layer_train_bytes_;

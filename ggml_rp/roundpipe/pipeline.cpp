@@ -55,7 +55,8 @@ struct Pipeline::Impl {
     std::vector<std::unique_ptr<DeviceWorker>> workers;
 
     Impl(TrainingProgram & p, std::vector<Device *> d, PipelineOptions o)
-        : prog(p), devs(std::move(d)), opt(std::move(o)), pinned(PinnedPool::make(first_device(devs))), store(p, first_device(devs)),
+        : prog(p), devs(std::move(d)), opt(std::move(o)), pinned(PinnedPool::make(first_device(devs))),
+          store(p, first_device(devs), opt.frozen_pinning.value_or(default_frozen_pinning(accelerators(devs)))),
           protocol(store.trainable_layers()) {
         L = prog.num_layers();
         G = static_cast<int>(devs.size());
@@ -95,6 +96,12 @@ struct Pipeline::Impl {
     static Device & first_device(const std::vector<Device *> & d) {
         if (d.empty() || !d.front()) throw Error("pipeline: no devices");
         return *d.front();
+    }
+    // True when the devices run their streams on an accelerator (a native stream handle), not on host threads.
+    static bool accelerators(const std::vector<Device *> & d) {
+        for (Device * dev : d)
+            if (dev && dev->stream(StreamKind::Compute).native_handle()) return true;
+        return false;
     }
 
     CallPlanRequest request() const;
@@ -302,6 +309,8 @@ void Pipeline::drain() {
 const Plan & Pipeline::last_plan() const { return impl_->last.plan; }
 
 const DeviceMemoryPlan & Pipeline::last_memory() const { return impl_->last.memory; }
+
+const FrozenPinningReport & Pipeline::frozen_pinning() const { return impl_->store.frozen_pinning(); }
 
 const CallPlan & Pipeline::last_call() const { return impl_->last; }
 

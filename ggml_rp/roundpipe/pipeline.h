@@ -57,6 +57,9 @@ struct PipelineOptions {
     // Keep the frozen weights (the base of a LoRA run) on every device for the whole run when the plan fits
     // them beside it (call_planner.h): each job then uploads only its trainable tensors.
     bool resident_weights = true;
+    // How the frozen weights' host bytes are pinned for their uploads (host_store.h); unset: a pinned copy
+    // when the devices are accelerators, registration on CPU virtual devices (default_frozen_pinning).
+    std::optional<FrozenPinning> frozen_pinning;
     // Called on the optimizer thread during each step's hand-off, in reverse layer order, with the parameters
     // whose fp32 gradients that layer completed (host_store.h): the data-parallel all-reduce hooks in here.
     // It may block (the devices keep computing the backward of earlier layers); it runs before the update.
@@ -102,6 +105,8 @@ public:
     // largest call: when its plan cannot keep the frozen weights resident, no later call's does either).
     CallPlan plan_call(const std::vector<MicroBatchInfo> & mbs);
     const Plan & last_plan() const;
+    // What pinning the frozen weights did (made when the pipeline was).
+    const FrozenPinningReport & frozen_pinning() const;
     const DeviceMemoryPlan & last_memory() const;  // the last call's regions, as planned
     const CallPlan & last_call() const;            // all of the last call's plan (token chunk, activation sets)
     // The regions device `device` has carved (the largest plan it has run; memory_plan.h).

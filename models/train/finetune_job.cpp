@@ -73,6 +73,7 @@ RunPlanOptions FinetuneJob::plan_options(const SessionOptions & o) const {
     po.grain = o.pipeline.grain;
     po.token_chunk = o.pipeline.token_chunk;
     po.resident_weights = o.pipeline.resident_weights;
+    po.frozen_pinning = o.pipeline.frozen_pinning;
     po.packed = packed_data();
     if (max_seq) po.max_seq_limit = 1 << 22;
     return po;

@@ -109,9 +109,13 @@ RunPlan plan_run(const Model & model, const RunPlanOptions & o) {
     }
     r.call = planner.plan(req, r.step);
     h.working_copies = h.masters;
+    const bool copies = o.frozen_pinning.value_or(default_frozen_pinning(o.backend != "cpu")) == FrozenPinning::Copy;
+    std::set<std::string> frozen_seen;  // a tensor two layers share (a tied head) is copied once
     for (int l = 0; l < prog.num_layers(); ++l)
-        for (const auto & ti : prog.layer_tensors(l))
+        for (const auto & ti : prog.layer_tensors(l)) {
             if (ti.param >= 0) h.grad_slots += ti.bytes;
+            else if (copies && frozen_seen.insert(ti.name).second) h.frozen_copies += ti.bytes;
+        }
     h.checkpoints = 2 * host_call_bytes(prog, r.call->plan, r.step).total();
     r.link = link_bytes(prog, r.call->plan, o.schedule, r.step, r.call->shape.resident);
     return r;
@@ -134,6 +138,7 @@ std::string RunPlan::report() const {
     s += line("  optimizer state", host.optimizer);
     if (call) {
         s += line("  working copies (pinned)", host.working_copies);
+        if (host.frozen_copies) s += line("  frozen weights (pinned copy)", host.frozen_copies);
         s += line("  gradient slots (pinned)", host.grad_slots);
         s += line("  boundary checkpoints (pinned, 2 calls)", host.checkpoints);
         s += line("link per step", link.total(),

@@ -13,6 +13,7 @@
 
 #include "ggml_rp/optim/optimizer.h"
 #include "ggml_rp/roundpipe/call_planner.h"
+#include "ggml_rp/roundpipe/host_store.h"
 #include "models/train/trainer.h"
 #include "models/arch/model.h"
 
@@ -39,6 +40,7 @@ struct RunPlanOptions {
     int64_t max_seq_limit = 0;    // > 0: also search the longest seq_len that fits, up to this
     int64_t token_chunk = -1;     // PipelineOptions::token_chunk
     bool resident_weights = true; // PipelineOptions::resident_weights
+    std::optional<FrozenPinning> frozen_pinning;  // PipelineOptions::frozen_pinning (unset: its default for the backend)
     bool packed = false;          // packed sequences (their programs build per-token positions and key starts)
 };
 
@@ -48,13 +50,14 @@ struct HostMemoryPlan {
     size_t gradients = 0;         // their fp32 gradients (+ a tied head's second slot)
     size_t optimizer = 0;         // AdamW m and v, or SGD momentum
     size_t working_copies = 0;    // pipeline: pinned f32 copies the devices upload
+    size_t frozen_copies = 0;     // pipeline, pinning by copy: the frozen weights once more, pinned
     size_t grad_slots = 0;        // pipeline: pinned per-layer gradient slots
     size_t checkpoints = 0;       // pipeline: pinned boundary activations of the calls in flight; host: layer inputs
     size_t graph = 0;             // host path: the graphs at their peak (kept layers' + the largest other program's)
     size_t kept_activations = 0;  // host path, of graph: the kept decoder layers' graphs (activation_memory)
     int kept_layers = 0;          // host path: how many decoder layers keep their activations
     size_t total() const {
-        return mapped_weights + masters + gradients + optimizer + working_copies + grad_slots + checkpoints + graph;
+        return mapped_weights + masters + gradients + optimizer + working_copies + frozen_copies + grad_slots + checkpoints + graph;
     }
 };
 

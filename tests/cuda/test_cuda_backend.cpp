@@ -75,6 +75,7 @@ struct Bench {
         // The leafs' initial bytes, so the GPU starts from what the CPU started from.
         std::map<rp::Tensor *, std::vector<uint8_t>> init;
         for (rp::Tensor * l : g.leafs) {
+            if (!l->data) throw rp::Error("Bench: leaf " + rp::describe(l) + " has no data to start both backends from");
             const auto * p = static_cast<const uint8_t *>(l->data);
             init[l].assign(p, p + l->nbytes());
         }
@@ -394,7 +395,7 @@ TEST(CudaBackend, AutodiffTrainingGraph) {
     rp::Tensor * labels = b.ids(lab);
     std::vector<rp::Tensor *> params = {wn, Wg, Wu, Wd, Wo};
     for (rp::Tensor * p : params) {
-        rp::Tensor * g = rp::set_param(c, p);
+        rp::Tensor * g = rp::set_param(c, p)->grad;  // set_param returns the param; its gradient leaf has no data yet
         c.alloc_data(g);
         rp::tensor_set_f32(g, std::vector<float>(size_t(g->nelements()), 0.0f));
         b.read_back(g);

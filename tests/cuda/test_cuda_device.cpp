@@ -141,13 +141,19 @@ TEST(CudaDevice, QueryingAPendingEventDoesNotFailTheNextLaunch) {
     RP_REQUIRE_GPU();
     CudaDevice dev(0, small());
     rp::Stream & s = dev.stream(StreamKind::Compute);
+    // Everything that may wait for the whole device comes before the callback holds the stream, or it would
+    // wait for a release that comes after it: the buffers (cudaMalloc, the synchronous cudaMemcpy / cudaMemset)
+    // and the kernel's first launch (CUDA 12 loads modules lazily, and loading one may synchronize the context;
+    // on the H200 this test hung at that launch).
+    cutest::Dev<float> x(std::vector<float>(256, 2.0f)), y(256);
+    rp::cuda::scale(x.p, 1.0f, y.p, 256, native(s));
+    ASSERT_EQ(cudaStreamSynchronize(native(s)), cudaSuccess);
     std::atomic<bool> release{false};
     enqueue_host(s, [&] { while (!release.load()) std::this_thread::sleep_for(std::chrono::microseconds(50)); });
     auto ev = dev.create_event();
     s.record(*ev);
     EXPECT_FALSE(ev->query());  // held by the callback
     EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess);
-    cutest::Dev<float> x(std::vector<float>(256, 2.0f)), y(256);
     s.launch("scale after a pending query", [&] { rp::cuda::scale(x.p, 3.0f, y.p, 256, native(s)); });
     release.store(true);
     EXPECT_NO_THROW(s.synchronize());

@@ -40,14 +40,14 @@ OUT="$tmp/out" RP_SHARED_DIR="$tmp/carry/shared" bash "$src/tools/gpu-check.sh" 
 j="$tmp/out/gpu-check.json"
 [ -s "$j" ] || fail "no $j"
 grep -q '"dry_run": true' "$j" || fail "not marked as a dry run: $(cat "$j")"
-for phase in machine build kernel_tests bench finetune peft tests sanitizer; do
+for phase in machine build kernel_tests bench probe finetune peft tests sanitizer; do
   grep -q "\"$phase\": {[^}]*\"skipped\": \"no GPU\"" "$j" || fail "phase $phase does not say \"no GPU\": $(cat "$j")"
 done
 [ -s "$tmp/out/gpu-check.log" ] || fail "no log"
 # The plan: the headline figures first (build, kernel tests, the finetunes, the peer), then the other suites and
 # the sanitizer; every share positive and the last one ending at the budget.
 order=$(sed -n 's/^plan: \([a-z_]*\) .*/\1/p' "$tmp/out/gpu-check.log" | tr '\n' ' ')
-[ "$order" = "build kernel_tests bench synth resident streamed traced peft_bench peft_check tests sanitizer " ] ||
+[ "$order" = "build kernel_tests bench synth probe resident streamed traced peft_bench peft_check tests sanitizer " ] ||
   fail "the phase order is '$order'"
 sed -n 's/^plan: [a-z_]* *\([0-9]*\) s.*/\1/p' "$tmp/out/gpu-check.log" | while read -r sec; do [ "$sec" -gt 0 ] || fail "a share of $sec s"; done
 grep -q '^plan: sanitizer .* to 540 s)$' "$tmp/out/gpu-check.log" || fail "the shares do not end at the budget: $(grep '^plan' "$tmp/out/gpu-check.log")"

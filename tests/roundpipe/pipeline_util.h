@@ -210,6 +210,7 @@ struct RunResult {
     std::vector<size_t> weights_uploaded;      // per device: weight bytes sent (measured by the workers)
     size_t planned_weights_up = 0;             // link_bytes over the calls: the jobs' weights
     size_t planned_resident_once = 0;          // and the resident region's, once per device (0: streamed)
+    rp::FrozenPinningReport pinning;           // what pinning the frozen weights did
 };
 
 struct DeviceSetup {
@@ -278,6 +279,7 @@ inline RunResult pipelined(const rp::Model & model, const rp::FinetuneConfig & c
         }
         r.timing_samples = pipe.timing_samples();
         r.pinned_reuses = pipe.pinned_stats().reuses;
+        r.pinning = pipe.frozen_pinning();
     }
     for (auto & d : set.devices) r.high_water.push_back(d->high_water());
     r.peak_graph = tr.peak_graph_bytes();

@@ -351,6 +351,39 @@ TEST(Pipeline, ResidentFrozenWeightsGoUpOncePerDeviceWithTheSameBits) {
     EXPECT_TRUE(noted) << tight.plan.describe();
 }
 
+// The three ways of pinning the frozen weights upload the same bytes: the same bits, resident or streamed,
+// with a tied head (one tensor in two layers) and its single copy.
+TEST(Pipeline, EveryFrozenPinningGivesTheSameBits) {
+    const Models & m = Models::get();
+    Workload w;
+    w.M = 3;
+    const auto ref = reference(*m.qwen3, lora_cfg(), w);
+    DeviceSetup ds;
+    ds.G = 2;
+    ds.memory = size_t(16) << 20;
+    for (const rp::FrozenPinning mode : {rp::FrozenPinning::Copy, rp::FrozenPinning::Register, rp::FrozenPinning::Pageable})
+        for (const bool resident : {true, false}) {
+            rp::PipelineOptions o;
+            o.instrument = true;
+            uniform_times(o, 18);
+            o.frozen_pinning = mode;
+            o.resident_weights = resident;
+            const RunResult r = pipelined(*m.qwen3, lora_cfg(), w, ds, o);
+            const std::string what = std::string(rp::frozen_pinning_name(mode)) + (resident ? " resident" : " streamed");
+            EXPECT_EQ(r.pinning.mode, mode) << what;
+            EXPECT_EQ(first_difference(r.masters, ref), -1) << what;
+            expect_checks_clean(r, what);
+        }
+    // Unset: CPU virtual devices register (an accelerator would copy).
+    rp::PipelineOptions o;
+    uniform_times(o, 18);
+    EXPECT_EQ(pipelined(*m.qwen3, lora_cfg(), w, ds, o).pinning.mode, rp::FrozenPinning::Register);
+    EXPECT_EQ(rp::default_frozen_pinning(true), rp::FrozenPinning::Copy);
+    for (const rp::FrozenPinning p : {rp::FrozenPinning::Copy, rp::FrozenPinning::Register, rp::FrozenPinning::Pageable})
+        EXPECT_EQ(rp::parse_frozen_pinning(rp::frozen_pinning_name(p)), p);
+    EXPECT_FALSE(rp::parse_frozen_pinning("pinned").has_value());
+}
+
 // Once a call's plan cannot keep the frozen weights resident, no later call's does (Pipeline's rule): calls of
 // alternating shapes would otherwise re-carve the devices and upload the whole model again at each switch.
 TEST(Pipeline, ACallThatStreamsTheWeightsMakesTheLaterCallsStreamToo) {

@@ -181,6 +181,9 @@ TEST(FinetuneOptions, EveryFlagParsesAsTheOldParserDid) {
              EXPECT_EQ(j.trace_path, "t.json");
          }},
         {"--async --sync", [](const FinetuneJob & j) { EXPECT_FALSE(j.session.pipeline.async); }},
+        {"--pin register", [](const FinetuneJob & j) { EXPECT_EQ(j.session.pipeline.frozen_pinning, rp::FrozenPinning::Register); }},
+        {"--pin off", [](const FinetuneJob & j) { EXPECT_EQ(j.session.pipeline.frozen_pinning, rp::FrozenPinning::Pageable); }},
+        {"--devices 2", [](const FinetuneJob & j) { EXPECT_FALSE(j.session.pipeline.frozen_pinning.has_value()); }},
         {"--dp --dp-timeout 2.5 --dp-check-every 7 --dp-link 25Gbit/s,10us --dp-groups 3", [](const FinetuneJob & j) {
              EXPECT_TRUE(j.dp.required);
              EXPECT_EQ(j.dp.timeout_s, 2.5);
@@ -230,6 +233,7 @@ TEST(FinetuneOptions, BadValuesFailInTheToolsWording) {
     EXPECT_EQ(parse_error("stray"), "unexpected argument 'stray' (options take the form --name VALUE; see --help)");
     EXPECT_EQ(parse_error("--device-mem 12Q"), "--device-mem: '12Q' is not a size (e.g. 4096, 64M, 1.5G)");
     EXPECT_EQ(parse_error("--backend tpu"), "--backend: 'tpu' is not one of cpu, cuda");
+    EXPECT_EQ(parse_error("--pin pinned"), "--pin: 'pinned' is not one of alloc, register, off");
     EXPECT_EQ(parse_error("--lr nan"), "--lr: 'nan' is not a number");
     EXPECT_EQ(parse_error("--inject-fault disk:3"), "--inject-fault: 'disk:3' is not KIND:N (KIND alloc, copy or launch; N >= 1)");
     EXPECT_NE(parse_error("--schedule cosine").find("the learning-rate schedule is --lr-schedule"), std::string::npos);
@@ -238,7 +242,7 @@ TEST(FinetuneOptions, BadValuesFailInTheToolsWording) {
 TEST(FinetuneOptions, ARunFileReadsBackToTheSameConfiguration) {
     Parsed a;
     ASSERT_TRUE(a.parse(words("-m m.gguf --data d.jsonl -o o.gguf --lora-rank 4 --lr 2e-4 --weight-decay 0.1 --sample-prompt x "
-                              "--sample-prompt \"y --no-pack --devices 3 --async --token-chunk auto --inject-fault launch:7")));
+                              "--sample-prompt \"y --no-pack --devices 3 --async --pin off --token-chunk auto --inject-fault launch:7")));
     const std::string text = a.opts.run_file();
     Parsed b;
     b.opts.read_run_text(text, "printed.toml");
@@ -247,6 +251,7 @@ TEST(FinetuneOptions, ARunFileReadsBackToTheSameConfiguration) {
     EXPECT_EQ(b.job.session.lr.lr_max, 2e-4);
     EXPECT_EQ(b.job.loop.sample_prompts, (std::vector<std::string>{"x", "\"y"}));
     EXPECT_EQ(b.job.token_chunk, -1);
+    EXPECT_EQ(b.job.session.pipeline.frozen_pinning, rp::FrozenPinning::Pageable);
     // The defaults that are not floats (AdamW's weight decay 0.01) read back to the same double.
     Parsed d, e;
     e.opts.read_run_text(d.opts.run_file(), "defaults.toml");
