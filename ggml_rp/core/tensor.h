@@ -22,7 +22,7 @@
 namespace rp {
 
 constexpr int kMaxDims = 4;
-constexpr int kMaxSrc = 7;  // ATTENTION_BACK: q, k, v, o, lse, dout and the optional key_start
+constexpr int kMaxSrc = 8;  // ATTENTION_BACK: q, k, v, o, lse, dout and the optional key_start and sinks
 constexpr int kMaxOpParams = 16;  // 32-bit words
 
 enum class Op : uint8_t {

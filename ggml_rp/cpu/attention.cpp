@@ -3,13 +3,15 @@
 // Forward, per (sequence, query head, block of BQ queries): walk the visible key blocks of BK keys in order
 // (from the block of the first key any of its queries sees: packed sequences skip the earlier documents),
 // S = Q K^T * scale, keep a running row max m and row sum l of exp(S - m), rescale the output accumulator
-// when m grows, add P V. At the end O = acc / l and lse = m + log(l).
+// when m grows, add P V. At the end the head's sink logit (if any) joins m and l, O = acc / l and
+// lse = m + log(l).
 //
 // Backward, recomputing P = exp(S*scale - lse) block by block, with D_i = rowsum(dO_i * O_i):
 //   pass 1, per (sequence, kv head, key block): over the group's query heads and the query blocks in order,
 //           dV += P^T dO,  dS = P * (dO V^T - D),  dK += dS^T Q * scale        (the task owns its dK/dV rows)
 //   pass 2, per (sequence, query head, query block): over the key blocks in order, dQ += dS K * scale, with the
 //           dS blocks pass 1 kept (up to 32 MiB of them), else recomputed
+// and the sinks' gradient dsink_h = -sum_i exp(sink_h - lse_i) D_i over the head's rows, in row order.
 // Each output row is owned by one task and reduced in a fixed order, so results do not depend on threads.
 //
 // The block products are attention_blocks.h's (small head dims: their own kernels; others: gemm_f32_serial).
@@ -46,10 +48,11 @@ void check_shape(const AttentionShape & s, const char * fn) {
         bad("Tq=" + std::to_string(s.Tq) + ", Tk=" + std::to_string(s.Tk) + ": need 0 <= Tq <= Tk");
     if (s.B < 0) bad("negative batch " + std::to_string(s.B));
     if (!std::isfinite(s.scale)) bad("scale is not finite");
+    if (s.window < 0) bad("negative window " + std::to_string(s.window));
 }
 
 // Strides and pointers of the [D, H, T, B] layouts (floats), and the mask: query t of sequence b sees keys
-// [first(b, t), t + offset].
+// [first(b, t), t + offset], first from key_start and the sliding window.
 struct Geometry {
     const AttentionShape & s;
     const int32_t * key_start;  // nullable: [Tq, B]
@@ -64,10 +67,12 @@ struct Geometry {
     int64_t visible(int64_t t, int64_t j0, int64_t bk) const {
         return std::clamp<int64_t>(t + offset() - j0 + 1, 0, bk);
     }
-    // The first key query t of sequence b sees (0 without key_start; clamped so the diagonal is visible).
+    // The first key query t of sequence b sees (0 without key_start or window; clamped so the diagonal is
+    // visible).
     int64_t first(int64_t b, int64_t t) const {
-        if (!key_start) return 0;
-        return std::clamp<int64_t>(key_start[b * s.Tq + t], 0, t + offset());
+        int64_t f = key_start ? key_start[b * s.Tq + t] : 0;
+        if (s.window > 0) f = std::max<int64_t>(f, t + offset() - s.window + 1);
+        return std::clamp<int64_t>(f, 0, t + offset());
     }
     // Keys of block [j0, j0+bk) before the first one query t sees (they are masked like the future ones).
     int64_t hidden(int64_t b, int64_t t, int64_t j0, int64_t bk) const {
@@ -75,7 +80,7 @@ struct Geometry {
     }
     // The first key any query of [t0, t0+bq) sees: blocks before it hold no visible key.
     int64_t first_of_block(int64_t b, int64_t t0, int64_t bq) const {
-        if (!key_start) return 0;
+        if (!key_start && s.window <= 0) return 0;
         int64_t lo = first(b, t0);
         for (int64_t i = 1; i < bq; ++i) lo = std::min(lo, first(b, t0 + i));
         return lo;
@@ -133,7 +138,7 @@ std::atomic<size_t> g_kept_ds_bytes{size_t(32) << 20};
 void set_attention_kept_ds_bytes(size_t bytes) { g_kept_ds_bytes.store(bytes); }
 
 void attention_fwd(const AttentionShape & s, const float * q, const float * k, const float * v, float * o,
-                   float * lse, const int32_t * key_start) {
+                   float * lse, const int32_t * key_start, const float * sinks) {
     check_shape(s, "attention_fwd");
     const Geometry g{s, key_start};
     const int64_t D = s.D, nqb = (s.Tq + BQ - 1) / BQ;
@@ -178,6 +183,15 @@ void attention_fwd(const AttentionShape & s, const float * q, const float * k, c
             }
             blocks.accumulate(bq, bk, S, false, v + g.kv_at(b, j0, hk), g.kv_row(), acc);
         }
+        if (sinks)  // the sink joins the softmax's max and sum; it carries no value
+            for (int64_t i = 0; i < bq; ++i) {
+                const float mx = std::max(m[i], sinks[h]);
+                const float alpha = vec_exp(m[i] - mx);
+                l[i] = l[i] * alpha + vec_exp(sinks[h] - mx);
+                m[i] = mx;
+                if (alpha != 1.0f)
+                    for (int64_t d = 0; d < D; ++d) acc[i * D + d] *= alpha;
+            }
         for (int64_t i = 0; i < bq; ++i) {
             float * orow = o + g.q_at(b, t0 + i, h);
             const float inv = 1.0f / l[i];
@@ -188,7 +202,8 @@ void attention_fwd(const AttentionShape & s, const float * q, const float * k, c
 }
 
 void attention_bwd(const AttentionShape & s, const float * q, const float * k, const float * v, const float * o,
-                   const float * lse, const float * dout, float * dq, float * dk, float * dv, const int32_t * key_start) {
+                   const float * lse, const float * dout, float * dq, float * dk, float * dv, const int32_t * key_start,
+                   const float * sinks, float * dsinks) {
     check_shape(s, "attention_bwd");
     const Geometry g{s, key_start};
     const int64_t D = s.D;
@@ -206,6 +221,16 @@ void attention_bwd(const AttentionShape & s, const float * q, const float * k, c
         for (int64_t d = 0; d < D; ++d) sum = std::fma(a[d], b[d], sum);
         Drow[size_t(r)] = sum;
     }
+    // The sinks' gradient: each row's sink probability exp(sink - lse) times (0 - D_i), the sink having no value.
+    if (sinks && dsinks)
+        for (int64_t h = 0; h < s.Hq; ++h) {
+            double sum = 0.0;
+            for (int64_t bt = 0; bt < s.B * s.Tq; ++bt) {
+                const int64_t r = bt * s.Hq + h;
+                sum -= static_cast<double>(vec_exp(sinks[h] - lse[r])) * Drow[size_t(r)];
+            }
+            dsinks[h] = static_cast<float>(sum);
+        }
 
     // dS = P * (dP - D) in place in dP, where dP = dO V^T was just computed into it.
     auto softmax_grad = [&](float * P, float * dP, int64_t bq, int64_t bk, int64_t b, int64_t t0, int64_t h) {

@@ -8,14 +8,16 @@ namespace rp::cpu {
 
 void attention(Tensor * n) {
     attention_fwd(node::attention_shape(n), n->src[0]->data_as<float>(), n->src[1]->data_as<float>(),
-                  n->src[2]->data_as<float>(), n->data_as<float>(), node::aux(n, 0), node::attention_key_start_data(n));
+                  n->src[2]->data_as<float>(), n->data_as<float>(), node::aux(n, 0), node::attention_key_start_data(n),
+                  node::attention_sinks_data(n));
 }
 
 void attention_back(Tensor * n) {
     const Tensor * k = n->src[1];
     attention_bwd(node::attention_shape(n), n->src[0]->data_as<float>(), k->data_as<float>(), n->src[2]->data_as<float>(),
                   n->src[3]->data_as<float>(), n->src[4]->data_as<float>(), n->src[5]->data_as<float>(),
-                  n->data_as<float>(), node::aux(n, 0), node::aux(n, k->nbytes()), node::attention_key_start_data(n));
+                  n->data_as<float>(), node::aux(n, 0), node::aux(n, k->nbytes()), node::attention_key_start_data(n),
+                  node::attention_sinks_data(n), node::attention_dsinks(n));
 }
 
 } // namespace rp::cpu

@@ -93,24 +93,25 @@ __device__ inline int visible(int64_t t, int64_t off, int64_t j0, int64_t bk) {
     return static_cast<int>(n < 0 ? 0 : (n > bk ? bk : n));
 }
 
-// The first key query t of sequence b sees: key_start[b * Tq + t] clamped into [0, t + off] (0 without
-// key_start), as the CPU reference (cpu/attention.cpp) clamps it.
-__device__ inline int64_t first_key(const int32_t * ks, int64_t b, int64_t Tq, int64_t t, int64_t off) {
-    if (!ks) return 0;
-    const int64_t f = ks[b * Tq + t];
+// The first key query t of sequence b sees: key_start[b * Tq + t] (0 without key_start) and, with a sliding
+// window w > 0, no earlier than t + off - w + 1; clamped into [0, t + off], as the CPU reference
+// (cpu/attention.cpp) clamps it.
+__device__ inline int64_t first_key(const int32_t * ks, int64_t w, int64_t b, int64_t Tq, int64_t t, int64_t off) {
+    int64_t f = ks ? ks[b * Tq + t] : 0;
+    if (w > 0 && t + off - w + 1 > f) f = t + off - w + 1;
     return f < 0 ? 0 : (f > t + off ? t + off : f);
 }
 // Keys of the tile starting at j0 (bk of them) before the first one query t sees: masked like the future.
-__device__ inline int hidden(const int32_t * ks, int64_t b, int64_t Tq, int64_t t, int64_t off, int64_t j0, int64_t bk) {
-    const int64_t n = first_key(ks, b, Tq, t, off) - j0;
+__device__ inline int hidden(const int32_t * ks, int64_t w, int64_t b, int64_t Tq, int64_t t, int64_t off, int64_t j0, int64_t bk) {
+    const int64_t n = first_key(ks, w, b, Tq, t, off) - j0;
     return static_cast<int>(n < 0 ? 0 : (n > bk ? bk : n));
 }
 // The first key any query of the tile [t0, t0 + bq) sees (every thread computes it: a uniform value).
-__device__ inline int64_t first_key_of_tile(const int32_t * ks, int64_t b, int64_t Tq, int64_t t0, int64_t bq, int64_t off) {
-    if (!ks) return 0;
-    int64_t lo = first_key(ks, b, Tq, t0, off);
+__device__ inline int64_t first_key_of_tile(const int32_t * ks, int64_t w, int64_t b, int64_t Tq, int64_t t0, int64_t bq, int64_t off) {
+    if (!ks && w <= 0) return 0;
+    int64_t lo = first_key(ks, w, b, Tq, t0, off);
     for (int64_t i = 1; i < bq; ++i) {
-        const int64_t f = first_key(ks, b, Tq, t0 + i, off);
+        const int64_t f = first_key(ks, w, b, Tq, t0 + i, off);
         lo = f < lo ? f : lo;
     }
     return lo;
@@ -130,8 +131,8 @@ __device__ void load_tile(T * dst, const T * src, int64_t b, int64_t r0, int64_t
 template <class T>
 __global__ void __launch_bounds__(kAttnThreads)
 attn_fwd_kernel(AttentionShape s, const T * __restrict__ q, const T * __restrict__ k, const T * __restrict__ v,
-                float * __restrict__ o, float * __restrict__ lse, const int32_t * __restrict__ ks, int BQ, int BK, int DP,
-                int KP) {
+                float * __restrict__ o, float * __restrict__ lse, const int32_t * __restrict__ ks,
+                const float * __restrict__ sinks, int BQ, int BK, int DP, int KP) {
     Carve cv{attn_smem};
     T * Qs = cv.take<T>(BQ * DP);
     T * Ks = cv.take<T>(BK * KP);
@@ -153,7 +154,7 @@ attn_fwd_kernel(AttentionShape s, const T * __restrict__ q, const T * __restrict
     for (int i = threadIdx.x; i < BQ; i += blockDim.x) { m[i] = -INFINITY; l[i] = 0.0f; }
     const int64_t kend = s.Tk < t0 + bq + off ? s.Tk : t0 + bq + off;   // keys past the last query's horizon
     // From the tile of the first key any query sees (packed sequences skip the earlier documents).
-    for (int64_t j0 = first_key_of_tile(ks, b, s.Tq, t0, bq, off) / BK * BK; j0 < kend; j0 += BK) {
+    for (int64_t j0 = first_key_of_tile(ks, s.window, b, s.Tq, t0, bq, off) / BK * BK; j0 < kend; j0 += BK) {
         const int64_t bk = kend - j0 < BK ? kend - j0 : BK;
         __syncthreads();   // the previous tile's K, V, P are consumed
         load_tile(Ks, k, b, j0, bk, hk, s.Hkv, s.Tk, s.D, BK, DP, KP);
@@ -163,7 +164,7 @@ attn_fwd_kernel(AttentionShape s, const T * __restrict__ q, const T * __restrict
         __syncthreads();
         for (int i = warp; i < BQ; i += nw) {   // online softmax, one warp per query row
             const int nv = i < bq ? visible(t0 + i, off, j0, bk) : 0;
-            const int lo = i < bq ? hidden(ks, b, s.Tq, t0 + i, off, j0, bk) : 0;
+            const int lo = i < bq ? hidden(ks, s.window, b, s.Tq, t0 + i, off, j0, bk) : 0;
             const float mold = m[i];
             float mx = mold;
             for (int j = lo + lane; j < nv; j += 32) mx = fmaxf(mx, S[i * BK + j] * s.scale);
@@ -188,9 +189,20 @@ attn_fwd_kernel(AttentionShape s, const T * __restrict__ q, const T * __restrict
         block_gemm<T, true, true>(BQ, DP, BK, P, BK, Vs, KP, O, DP, true);   // O += P V
     }
     __syncthreads();
+    // The head's sink logit joins each row's max and sum (no value): O is rescaled as by a key tile.
+    for (int i = threadIdx.x; i < BQ; i += blockDim.x) {
+        alpha[i] = 1.0f;
+        if (sinks && i < bq) {
+            const float mx = fmaxf(m[i], sinks[h]);
+            alpha[i] = expf(m[i] - mx);
+            l[i] = l[i] * alpha[i] + expf(sinks[h] - mx);
+            m[i] = mx;
+        }
+    }
+    __syncthreads();
     for (int64_t e = threadIdx.x; e < bq * s.D; e += blockDim.x) {
         const int64_t i = e / s.D, d = e % s.D;
-        o[((b * s.Tq + t0 + i) * s.Hq + h) * s.D + d] = O[i * DP + d] / l[i];
+        o[((b * s.Tq + t0 + i) * s.Hq + h) * s.D + d] = O[i * DP + d] * alpha[i] / l[i];
     }
     for (int64_t i = threadIdx.x; i < bq; i += blockDim.x) lse[(b * s.Tq + t0 + i) * s.Hq + h] = m[i] + logf(l[i]);
 }
@@ -208,15 +220,37 @@ __global__ void __launch_bounds__(kElemThreads) attn_rowdot_kernel(const T * __r
     if (lane == 0) Di[r] = sum;
 }
 
+// The sinks' gradient: dsink_h = -sum over the head's rows of exp(sink_h - lse) * D_i, one block per head,
+// summed in double in a fixed order (each thread its strided rows, then a tree over the threads).
+__global__ void __launch_bounds__(kElemThreads) attn_dsinks_kernel(const float * __restrict__ sinks, const float * __restrict__ lse,
+                                                                   const float * __restrict__ Di, float * __restrict__ dsinks,
+                                                                   int64_t rows_per_head, int64_t Hq,
+                                                                   const float * __restrict__ unscale) {
+    __shared__ double part[kElemThreads];
+    const int64_t h = blockIdx.x;
+    double sum = 0.0;
+    for (int64_t bt = threadIdx.x; bt < rows_per_head; bt += blockDim.x) {
+        const int64_t r = bt * Hq + h;
+        sum -= static_cast<double>(expf(sinks[h] - lse[r])) * Di[r];
+    }
+    part[threadIdx.x] = sum;
+    __syncthreads();
+    for (int w = kElemThreads / 2; w > 0; w >>= 1) {
+        if (static_cast<int>(threadIdx.x) < w) part[threadIdx.x] += part[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) dsinks[h] = static_cast<float>(part[0]) * (unscale ? *unscale : 1.0f);
+}
+
 // P = exp(S*scale - lse) on the visible part (0 elsewhere), dS = P * (dP - D_i); both rounded to T.
 template <class T>
 __device__ void probs_and_grads(const float * S, const float * dP, const float * ls, const float * ds, T * P, T * dS,
                                 int BQ, int BK, int64_t bq, int64_t t0, int64_t off, int64_t j0, int64_t bk,
-                                float scale, const int32_t * ks, int64_t b, int64_t Tq) {
+                                float scale, const int32_t * ks, int64_t w, int64_t b, int64_t Tq) {
     for (int e = threadIdx.x; e < BQ * BK; e += blockDim.x) {
         const int i = e / BK, j = e % BK;
         const int nv = i < bq ? visible(t0 + i, off, j0, bk) : 0;
-        const int lo = i < bq ? hidden(ks, b, Tq, t0 + i, off, j0, bk) : 0;
+        const int lo = i < bq ? hidden(ks, w, b, Tq, t0 + i, off, j0, bk) : 0;
         const float p = j >= lo && j < nv ? expf(S[e] * scale - ls[i]) : 0.0f;
         if (P) P[e] = from_f32<T>(p);
         dS[e] = from_f32<T>(p * (dP[e] - ds[i]));
@@ -254,7 +288,7 @@ attn_bwd_kv_kernel(AttentionShape s, const T * __restrict__ q, const T * __restr
         for (int64_t t0 = t_first / BQ * BQ; t0 < s.Tq; t0 += BQ) {
             const int64_t bq = s.Tq - t0 < BQ ? s.Tq - t0 : BQ;
             // Every query's document starts after this key tile: nothing to add (uniform over the block).
-            if (first_key_of_tile(ks, b, s.Tq, t0, bq, off) >= j0 + bk) continue;
+            if (first_key_of_tile(ks, s.window, b, s.Tq, t0, bq, off) >= j0 + bk) continue;
             __syncthreads();   // the previous tile's Q, dO, P, dS are consumed
             load_tile(Qs, q, b, t0, bq, h, s.Hq, s.Tq, s.D, BQ, DP, DP);
             load_tile(dOs, dout, b, t0, bq, h, s.Hq, s.Tq, s.D, BQ, DP, DP);
@@ -267,7 +301,7 @@ attn_bwd_kv_kernel(AttentionShape s, const T * __restrict__ q, const T * __restr
             block_gemm<T, true, false>(BQ, BK, DP, Qs, DP, Ks, KP, S, BK, false);    // S  = Q K^T
             block_gemm<T, true, false>(BQ, BK, DP, dOs, DP, Vs, KP, dP, BK, false);  // dP = dO V^T
             __syncthreads();
-            probs_and_grads(S, dP, ls, ds, P, dS, BQ, BK, bq, t0, off, j0, bk, s.scale, ks, b, s.Tq);
+            probs_and_grads(S, dP, ls, ds, P, dS, BQ, BK, bq, t0, off, j0, bk, s.scale, ks, s.window, b, s.Tq);
             __syncthreads();
             block_gemm<T, false, true>(BK, DP, BQ, P, BK, dOs, DP, dV, DP, true);    // dV += P^T dO
             block_gemm<T, false, true>(BK, DP, BQ, dS, BK, Qs, DP, dK, DP, true);    // dK += dS^T Q
@@ -313,7 +347,7 @@ attn_bwd_q_kernel(AttentionShape s, const T * __restrict__ q, const T * __restri
         ds[i] = i < bq ? Di[r] : 0.0f;
     }
     const int64_t kend = s.Tk < t0 + bq + off ? s.Tk : t0 + bq + off;
-    for (int64_t j0 = first_key_of_tile(ks, b, s.Tq, t0, bq, off) / BK * BK; j0 < kend; j0 += BK) {
+    for (int64_t j0 = first_key_of_tile(ks, s.window, b, s.Tq, t0, bq, off) / BK * BK; j0 < kend; j0 += BK) {
         const int64_t bk = kend - j0 < BK ? kend - j0 : BK;
         __syncthreads();
         load_tile(Ks, k, b, j0, bk, hk, s.Hkv, s.Tk, s.D, BK, DP, KP);
@@ -322,7 +356,7 @@ attn_bwd_q_kernel(AttentionShape s, const T * __restrict__ q, const T * __restri
         block_gemm<T, true, false>(BQ, BK, DP, Qs, DP, Ks, KP, S, BK, false);
         block_gemm<T, true, false>(BQ, BK, DP, dOs, DP, Vs, KP, dP, BK, false);
         __syncthreads();
-        probs_and_grads<T>(S, dP, ls, ds, nullptr, dS, BQ, BK, bq, t0, off, j0, bk, s.scale, ks, b, s.Tq);
+        probs_and_grads<T>(S, dP, ls, ds, nullptr, dS, BQ, BK, bq, t0, off, j0, bk, s.scale, ks, s.window, b, s.Tq);
         __syncthreads();
         block_gemm<T, true, true>(BQ, DP, BK, dS, BK, Ks, KP, dQ, DP, true);   // dQ += dS K
     }
@@ -345,6 +379,7 @@ void check_shape(const AttentionShape & s, gguf::TensorType type, const char * f
     require(s.B >= 0 && s.B <= 65535 && s.Hq <= 65535, fn,
             "B=" + std::to_string(s.B) + " or Hq=" + std::to_string(s.Hq) + " exceeds the grid limit 65535");
     require(s.Tk <= 0x7fffffff, fn, "Tk=" + std::to_string(s.Tk) + " exceeds int");
+    require(s.window >= 0, fn, "negative window " + std::to_string(s.window));
 }
 
 // Tiles for this device and the kernel's shared-memory opt-in; throws when nothing fits.
@@ -367,11 +402,11 @@ dim3 to_dim3(const Grid3 & g) {
 
 template <class T>
 void fwd(const AttentionShape & s, const void * q, const void * k, const void * v, float * o, float * lse,
-         const int32_t * ks, cudaStream_t stream) {
+         const int32_t * ks, const float * sinks, cudaStream_t stream) {
     const AttnTiles t = prepare(attn_fwd_kernel<T>, AttnKernel::Forward, s, sizeof(T), "attention");
     const Grid3 g = attention_grid(AttnKernel::Forward, s.Tq, s.Tk, s.Hq, s.Hkv, s.B, t);
     attn_fwd_kernel<T><<<to_dim3(g), kAttnThreads, t.smem, stream>>>(
-        s, static_cast<const T *>(q), static_cast<const T *>(k), static_cast<const T *>(v), o, lse, ks,
+        s, static_cast<const T *>(q), static_cast<const T *>(k), static_cast<const T *>(v), o, lse, ks, sinks,
         static_cast<int>(t.bq), static_cast<int>(t.bk), static_cast<int>(t.dp), static_cast<int>(t.kp));
     check_launch("attention");
 }
@@ -379,12 +414,16 @@ void fwd(const AttentionShape & s, const void * q, const void * k, const void * 
 template <class T>
 void bwd(const AttentionShape & s, const void * q, const void * k, const void * v, const float * o,
          const float * lse, const void * dout, float * dq, float * dk, float * dv, float * Di, const int32_t * ks,
-         cudaStream_t stream, const float * unscale) {
+         cudaStream_t stream, const float * unscale, const float * sinks, float * dsinks) {
     const int64_t rows = s.B * s.Tq * s.Hq;
     if (rows > 0)
         attn_rowdot_kernel<T><<<static_cast<unsigned>(ceil_div(rows * 32, kElemThreads)), kElemThreads, 0, stream>>>(
         static_cast<const T *>(dout), o, Di, rows, s.D);
     check_launch("attention_back (rowdot)");
+    if (sinks && dsinks && s.Hq > 0) {
+        attn_dsinks_kernel<<<static_cast<unsigned>(s.Hq), kElemThreads, 0, stream>>>(sinks, lse, Di, dsinks, s.B * s.Tq, s.Hq, unscale);
+        check_launch("attention_back (dsinks)");
+    }
     const T * qt = static_cast<const T *>(q);
     const T * kt = static_cast<const T *>(k);
     const T * vt = static_cast<const T *>(v);
@@ -407,31 +446,35 @@ void bwd(const AttentionShape & s, const void * q, const void * k, const void * 
 } // namespace
 
 void attention_fwd(const AttentionShape & s, gguf::TensorType type, const void * q, const void * k, const void * v,
-                   float * o, float * lse, cudaStream_t stream, const int32_t * key_start) {
+                   float * o, float * lse, cudaStream_t stream, const int32_t * key_start, const float * sinks) {
     check_shape(s, type, "attention");
     if (s.Tq == 0 || s.B == 0) return;
     switch (type) {
-    case gguf::TensorType::F16: return fwd<__half>(s, q, k, v, o, lse, key_start, stream);
-    case gguf::TensorType::BF16: return fwd<__nv_bfloat16>(s, q, k, v, o, lse, key_start, stream);
-    default: return fwd<float>(s, q, k, v, o, lse, key_start, stream);
+    case gguf::TensorType::F16: return fwd<__half>(s, q, k, v, o, lse, key_start, sinks, stream);
+    case gguf::TensorType::BF16: return fwd<__nv_bfloat16>(s, q, k, v, o, lse, key_start, sinks, stream);
+    default: return fwd<float>(s, q, k, v, o, lse, key_start, sinks, stream);
     }
 }
 
 void attention_bwd(const AttentionShape & s, gguf::TensorType type, const void * q, const void * k, const void * v,
                    const float * o, const float * lse, const void * dout, float * dq, float * dk, float * dv,
                    void * workspace, size_t workspace_bytes, cudaStream_t stream, const int32_t * key_start,
-                   const float * grad_unscale) {
+                   const float * grad_unscale, const float * sinks, float * dsinks) {
     check_shape(s, type, "attention_back");
     const size_t need = attention_bwd_workspace_bytes(s.Hq, s.Tq, s.B);
     require(workspace_bytes >= need, "attention_back", "workspace of " + std::to_string(workspace_bytes) +
                                                            " bytes is smaller than the " + std::to_string(need) + " needed");
-    if (s.B == 0 || s.Tk == 0) return;
+    if (s.B == 0 || s.Tk == 0) {
+        if (dsinks && s.Hq > 0) check(cudaMemsetAsync(dsinks, 0, size_t(s.Hq) * sizeof(float), stream), "cuda attention_back: dsinks");
+        return;
+    }
     float * Di = static_cast<float *>(workspace);
     switch (type) {
-    case gguf::TensorType::F16: return bwd<__half>(s, q, k, v, o, lse, dout, dq, dk, dv, Di, key_start, stream, grad_unscale);
+    case gguf::TensorType::F16:
+        return bwd<__half>(s, q, k, v, o, lse, dout, dq, dk, dv, Di, key_start, stream, grad_unscale, sinks, dsinks);
     case gguf::TensorType::BF16:
-        return bwd<__nv_bfloat16>(s, q, k, v, o, lse, dout, dq, dk, dv, Di, key_start, stream, grad_unscale);
-    default: return bwd<float>(s, q, k, v, o, lse, dout, dq, dk, dv, Di, key_start, stream, grad_unscale);
+        return bwd<__nv_bfloat16>(s, q, k, v, o, lse, dout, dq, dk, dv, Di, key_start, stream, grad_unscale, sinks, dsinks);
+    default: return bwd<float>(s, q, k, v, o, lse, dout, dq, dk, dv, Di, key_start, stream, grad_unscale, sinks, dsinks);
     }
 }
 
@@ -506,7 +549,7 @@ AttentionInputs attention_inputs(const Tensor * n, char * area, cudaStream_t str
 void run_attention(Tensor * n, const NodeRun & r) {
     const AttentionInputs x = attention_inputs(n, static_cast<char *>(r.scratch), r.stream);
     attention_fwd(node::attention_shape(n), x.type, x.p[0], x.p[1], x.p[2], out<float>(n), node::aux(n, 0), r.stream,
-                  node::attention_key_start_data(n));
+                  node::attention_key_start_data(n), node::attention_sinks_data(n));
 }
 
 void run_attention_back(Tensor * n, const NodeRun & r) {
@@ -516,7 +559,7 @@ void run_attention_back(Tensor * n, const NodeRun & r) {
     const AttentionInputs x = attention_inputs(n, static_cast<char *>(r.scratch) + own, r.stream);
     attention_bwd(node::attention_shape(n), x.type, x.p[0], x.p[1], x.p[2], in<float>(n->src[3]), in<float>(n->src[4]),
                   x.p[5], out<float>(n), node::aux(n, 0), node::aux(n, k->nbytes()), r.scratch, own, r.stream,
-                  node::attention_key_start_data(n), x.unscale);
+                  node::attention_key_start_data(n), x.unscale, node::attention_sinks_data(n), node::attention_dsinks(n));
 }
 
 const RegisterNodeKernels kRegister{{Op::ATTENTION, run_attention}, {Op::ATTENTION_BACK, run_attention_back}};

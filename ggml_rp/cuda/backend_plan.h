@@ -183,6 +183,10 @@ inline void check_cuda_node(const Tensor * n) {
             need_type(n, ks, DType::I32, "key_start");
             need_contiguous(n, ks, "key_start");
         }
+        if (const Tensor * sk = node::attention_sinks(n)) {
+            need_type(n, sk, DType::F32, "sinks");
+            need_contiguous(n, sk, "sinks");
+        }
         return;
     case Op::ROPE: case Op::ROPE_BACK:
         need_type(n, n->src[1], DType::I32, "positions");

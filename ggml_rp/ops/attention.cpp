@@ -7,7 +7,8 @@
 
 namespace rp {
 
-Tensor * attention(Context & ctx, Tensor * q, Tensor * k, Tensor * v, float scale, DType accelerated, Tensor * key_start) {
+Tensor * attention(Context & ctx, Tensor * q, Tensor * k, Tensor * v, float scale, DType accelerated, Tensor * key_start,
+                   Tensor * sinks, int64_t window) {
     const char * op = "attention";
     detail::require(accelerated == DType::F32 || accelerated == DType::F16 || accelerated == DType::BF16, op,
                     std::string("the accelerator input type must be f32, f16 or bf16, not ") + dtype_name(accelerated));
@@ -27,12 +28,19 @@ Tensor * attention(Context & ctx, Tensor * q, Tensor * k, Tensor * v, float scal
                         "key_start " + describe(key_start) + " must be contiguous with Tq * B = " + std::to_string(Tq * B) +
                             " elements");
     }
+    if (sinks) {
+        detail::require_f32(op, sinks, "sinks");
+        detail::require(sinks->nelements() == Hq && sinks->is_contiguous(), op,
+                        "sinks " + describe(sinks) + " must be contiguous with one logit per query head (" + std::to_string(Hq) + ")");
+    }
+    detail::require(window >= 0 && window <= 0x7fffffff, op, "window " + std::to_string(window) + " must be in [0, 2^31)");
     q = cont_if_needed(ctx, q);
     k = cont_if_needed(ctx, k);
     v = cont_if_needed(ctx, v);
-    Tensor * o = detail::new_node(ctx, Op::ATTENTION, DType::F32, q->ne, {q, k, v, key_start});
+    Tensor * o = detail::new_node(ctx, Op::ATTENTION, DType::F32, q->ne, {q, k, v, key_start, sinks});
     o->set_param_f32(0, scale);
     o->set_param_i32(1, static_cast<int32_t>(accelerated));
+    o->set_param_i32(2, static_cast<int32_t>(window));
     o->aux_bytes = static_cast<size_t>(Hq * Tq * B) * sizeof(float);
     return o;
 }
@@ -54,13 +62,16 @@ AttentionGrads attention_back(Context & ctx, Tensor * o, Tensor * dout) {
     Tensor * k = o->src[1];
     Tensor * v = o->src[2];
     Tensor * lse = attention_lse(ctx, o);
-    Tensor * dq = detail::new_node(ctx, Op::ATTENTION_BACK, DType::F32, q->ne, {q, k, v, o, lse, dout, o->src[3]});
+    Tensor * sinks = o->src[4];
+    Tensor * dq = detail::new_node(ctx, Op::ATTENTION_BACK, DType::F32, q->ne, {q, k, v, o, lse, dout, o->src[3], sinks});
     dq->set_param_f32(0, o->param_f32(0));
     dq->set_param_i32(1, o->param_i32(1));  // the same accelerator input type as the forward
-    dq->aux_bytes = 2 * k->nbytes();
+    dq->set_param_i32(2, o->param_i32(2));  // and window
+    dq->aux_bytes = 2 * k->nbytes() + (sinks ? sinks->nbytes() : 0);
     Tensor * dk = aux_view(ctx, dq, k->ne, 0);
     Tensor * dv = aux_view(ctx, dq, v->ne, k->nbytes());
-    return {dq, dk, dv};
+    Tensor * dsinks = sinks ? aux_view(ctx, dq, sinks->ne, 2 * k->nbytes()) : nullptr;
+    return {dq, dk, dv, dsinks};
 }
 
 namespace rules {
@@ -69,11 +80,14 @@ void backward_attention(Backward & b, Tensor * node) {
     Tensor * q = node->src[0];
     Tensor * k = node->src[1];
     Tensor * v = node->src[2];
-    if (!b.needs(q) && !b.needs(k) && !b.needs(v)) return;
+    Tensor * sinks = node->src[4];
+    const bool need_sinks = sinks && b.needs(sinks);
+    if (!b.needs(q) && !b.needs(k) && !b.needs(v) && !need_sinks) return;
     const AttentionGrads g = attention_back(b.ctx, node, b.grad(node));
     if (b.needs(q)) b.add(q, g.dq);
     if (b.needs(k)) b.add(k, g.dk);
     if (b.needs(v)) b.add(v, g.dv);
+    if (need_sinks) b.add(sinks, g.dsinks);
 }
 
 } // namespace rules

@@ -14,6 +14,9 @@ struct AttentionShape {
     int64_t Tk;    // keys per sequence (>= Tq); query t sees keys j <= t + (Tk - Tq) (causal, KV-cache aware)
     int64_t B;     // sequences
     float scale;   // usually 1 / sqrt(D)
+    // Sliding window: > 0 lets query t see only the `window` keys up to its own, j > t + (Tk - Tq) - window
+    // (llama.cpp's standard SWA: a key `window` or more positions back is masked). 0: no window.
+    int64_t window = 0;
 };
 
 } // namespace rp

@@ -17,7 +17,7 @@ namespace rp::node {
 inline AttentionShape attention_shape(const Tensor * n) {
     const Tensor * q = n->src[0];
     const Tensor * k = n->src[1];
-    return {q->ne[0], q->ne[1], k->ne[1], q->ne[2], k->ne[2], q->ne[3], n->param_f32(0)};
+    return {q->ne[0], q->ne[1], k->ne[1], q->ne[2], k->ne[2], q->ne[3], n->param_f32(0), n->param_i32(2)};
 }
 
 // ATTENTION / ATTENTION_BACK: the first visible key per query (i32 [Tq * B]), or nullptr (plain causal).
@@ -25,6 +25,17 @@ inline const Tensor * attention_key_start(const Tensor * n) { return n->src[n->o
 inline const int32_t * attention_key_start_data(const Tensor * n) {
     const Tensor * ks = attention_key_start(n);
     return ks ? static_cast<const int32_t *>(ks->data) : nullptr;
+}
+
+// ATTENTION / ATTENTION_BACK: the per-head sink logits (f32 [Hq]), or nullptr.
+inline const Tensor * attention_sinks(const Tensor * n) { return n->src[n->op == Op::ATTENTION ? 4 : 7]; }
+inline const float * attention_sinks_data(const Tensor * n) {
+    const Tensor * s = attention_sinks(n);
+    return s ? static_cast<const float *>(s->data) : nullptr;
+}
+// ATTENTION_BACK: where the sinks' gradient goes (after dk and dv in the aux bytes), or nullptr.
+inline float * attention_dsinks(const Tensor * n) {
+    return attention_sinks(n) ? reinterpret_cast<float *>(static_cast<char *>(n->data) + n->nbytes() + 2 * n->src[1]->nbytes()) : nullptr;
 }
 
 // ATTENTION / ATTENTION_BACK: the element type an accelerator may round the inputs to (op param 1).

@@ -41,12 +41,20 @@ for a in "${archs[@]}"; do gencode+=(-gencode "arch=compute_$a,code=sm_$a"); don
 log=${PTXAS_LOG:-$(mktemp)}
 [ -n "${PTXAS_LOG:-}" ] || trap 'rm -f "$log"' EXIT
 # PARSE_ONLY=1: check an existing PTXAS_LOG (the checker's own test feeds it bad kernels).
-[ "${PARSE_ONLY:-0}" = 1 ] || : >"$log"
-for cu in "$root"/ggml_rp/cuda/*.cu; do
-  [ "${PARSE_ONLY:-0}" = 1 ] && break
-  "$nvcc" -c -std=c++20 -O3 -I"$root" -Xptxas -v "${gencode[@]}" "$cu" -o /dev/null >>"$log" 2>&1 || {
-    echo "FAIL: $cu does not compile:" >&2; tail -20 "$log" >&2; exit 1; }
-done
+if [ "${PARSE_ONLY:-0}" != 1 ]; then
+  # Every file on its own core (nvcc is one thread per file), each into its own log, then the logs in file order.
+  parts=$(mktemp -d)
+  failed=$(ls "$root"/ggml_rp/cuda/*.cu | xargs -P "$(nproc)" -I{} sh -c \
+    '"$0" -c -std=c++20 -O3 -I"$1" -Xptxas -v $2 "{}" -o /dev/null > "$3/$(basename "{}").log" 2>&1 || echo "{}"' \
+    "$nvcc" "$root" "${gencode[*]}" "$parts")
+  cat "$parts"/*.log > "$log"
+  if [ -n "$failed" ]; then
+    for cu in $failed; do echo "FAIL: $cu does not compile:" >&2; tail -20 "$parts/$(basename "$cu").log" >&2; done
+    rm -rf "$parts"
+    exit 1
+  fi
+  rm -rf "$parts"
+fi
 
 # 2-3. One record per (kernel, arch): registers, static smem, spill bytes.
 awk -v maxreg=255 -v maxsmem=49152 '

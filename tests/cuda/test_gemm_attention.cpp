@@ -180,6 +180,8 @@ namespace {
 struct AttnCase {
     int64_t D, Hq, Hkv, Tq, Tk, B;
     std::vector<int> docs = {};  // packed: document lengths, repeated over each sequence (key_start)
+    int64_t window = 0;          // sliding window (0: none)
+    bool sinks = false;          // one sink logit per query head
 };
 
 // Runs forward and backward on CPU (inputs as the GPU sees them) and GPU; checks o, lse, dq, dk, dv, and
@@ -187,7 +189,8 @@ struct AttnCase {
 void check_attention(const AttnCase & c, TensorType type, std::mt19937 & rng) {
     SCOPED_TRACE(std::string(gguf::type_name(uint32_t(type))) + " D=" + std::to_string(c.D) + " Hq=" +
                  std::to_string(c.Hq) + " Hkv=" + std::to_string(c.Hkv) + " Tq=" + std::to_string(c.Tq) + " Tk=" +
-                 std::to_string(c.Tk) + " B=" + std::to_string(c.B));
+                 std::to_string(c.Tk) + " B=" + std::to_string(c.B) + " window=" + std::to_string(c.window) +
+                 (c.sinks ? " sinks" : ""));
     const size_t nq = size_t(c.D * c.Hq * c.Tq * c.B), nk = size_t(c.D * c.Hkv * c.Tk * c.B);
     std::vector<float> q = rand_vec(nq, rng), k = rand_vec(nk, rng), v = rand_vec(nk, rng), dout = rand_vec(nq, rng);
     std::vector<uint16_t> qb, kb, vb, db;
@@ -199,7 +202,10 @@ void check_attention(const AttnCase & c, TensorType type, std::mt19937 & rng) {
         dout = rounded(type, dout, &db);
     }
     const float scale = 1.0f / std::sqrt(float(c.D));
-    rp::cpu::AttentionShape cs{c.D, c.Hq, c.Hkv, c.Tq, c.Tk, c.B, scale};
+    rp::cpu::AttentionShape cs{c.D, c.Hq, c.Hkv, c.Tq, c.Tk, c.B, scale, c.window};
+    const std::vector<float> sinks = c.sinks ? rand_vec(size_t(c.Hq), rng, -2.0f, 4.0f) : std::vector<float>();
+    const float * csk = c.sinks ? sinks.data() : nullptr;
+    std::vector<float> dsinks(size_t(c.Hq));
     std::vector<int32_t> ks;  // the first key of each query: its document's start (cycling through c.docs)
     if (!c.docs.empty())
         for (int64_t b = 0; b < c.B; ++b)
@@ -213,9 +219,9 @@ void check_attention(const AttnCase & c, TensorType type, std::mt19937 & rng) {
             }
     const int32_t * cks = ks.empty() ? nullptr : ks.data();
     std::vector<float> o(nq), lse(size_t(c.Hq * c.Tq * c.B)), dq(nq), dk(nk), dv(nk);
-    rp::cpu::attention_fwd(cs, q.data(), k.data(), v.data(), o.data(), lse.data(), cks);
+    rp::cpu::attention_fwd(cs, q.data(), k.data(), v.data(), o.data(), lse.data(), cks, csk);
     rp::cpu::attention_bwd(cs, q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(), dq.data(), dk.data(),
-                           dv.data(), cks);
+                           dv.data(), cks, csk, dsinks.data());
 
     auto upload = [&](const std::vector<float> & f, const std::vector<uint16_t> & b) {
         auto d = std::make_unique<Dev<uint8_t>>(half ? b.size() * 2 : f.size() * 4);
@@ -233,17 +239,25 @@ void check_attention(const AttnCase & c, TensorType type, std::mt19937 & rng) {
         EXPECT_EQ(cudaMemcpy(gks->p, ks.data(), ks.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
     }
     const int32_t * dks = gks ? gks->p : nullptr;
-    rp::cuda::AttentionShape s{c.D, c.Hq, c.Hkv, c.Tq, c.Tk, c.B, scale};
-    rp::cuda::attention_fwd(s, type, gq->p, gk->p, gv->p, go.p, glse.p, nullptr, dks);
-    rp::cuda::attention_bwd(s, type, gq->p, gk->p, gv->p, go.p, glse.p, gdo->p, gdq.p, gdk.p, gdv.p, ws.p, ws.n, nullptr, dks);
+    Dev<float> gsinks(c.sinks ? sinks : std::vector<float>(1)), gdsinks(size_t(c.Hq));
+    const float * dsk = c.sinks ? gsinks.p : nullptr;
+    float * ddsk = c.sinks ? gdsinks.p : nullptr;
+    rp::cuda::AttentionShape s{c.D, c.Hq, c.Hkv, c.Tq, c.Tk, c.B, scale, c.window};
+    rp::cuda::attention_fwd(s, type, gq->p, gk->p, gv->p, go.p, glse.p, nullptr, dks, dsk);
+    rp::cuda::attention_bwd(s, type, gq->p, gk->p, gv->p, go.p, glse.p, gdo->p, gdq.p, gdk.p, gdv.p, ws.p, ws.n, nullptr, dks,
+                            nullptr, dsk, ddsk);
     const double tol = half ? kNmseHalf : kNmseF32;
     EXPECT_LT(nmse(go.get(), o), tol) << "o";
     EXPECT_LT(nmse(glse.get(), lse), tol) << "lse";
     EXPECT_LT(nmse(gdq.get(), dq), tol) << "dq";
     EXPECT_LT(nmse(gdk.get(), dk), tol) << "dk";
     EXPECT_LT(nmse(gdv.get(), dv), tol) << "dv";
+    if (c.sinks) {
+        EXPECT_LT(nmse(gdsinks.get(), dsinks), tol) << "dsinks";
+    }
     const auto dk1 = gdk.get(), dv1 = gdv.get(), dq1 = gdq.get();
-    rp::cuda::attention_bwd(s, type, gq->p, gk->p, gv->p, go.p, glse.p, gdo->p, gdq.p, gdk.p, gdv.p, ws.p, ws.n, nullptr, dks);
+    rp::cuda::attention_bwd(s, type, gq->p, gk->p, gv->p, go.p, glse.p, gdo->p, gdq.p, gdk.p, gdv.p, ws.p, ws.n, nullptr, dks,
+                            nullptr, dsk, ddsk);
     EXPECT_EQ(std::memcmp(dk1.data(), gdk.get().data(), nk * 4), 0) << "dk is not deterministic";
     EXPECT_EQ(std::memcmp(dv1.data(), gdv.get().data(), nk * 4), 0) << "dv is not deterministic";
     EXPECT_EQ(std::memcmp(dq1.data(), gdq.get().data(), nq * 4), 0) << "dq is not deterministic";
@@ -275,6 +289,22 @@ TEST(CudaAttention, PackedDocumentMasking) {
         {80, 6, 2, 129, 129, 1, {1}},
         {16, 2, 1, 40, 50, 1, {7, 33}},
         {128, 8, 8, 1024, 1024, 1, {37, 400, 3, 511, 73}},
+    };
+    for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16})
+        for (const AttnCase & c : cases) check_attention(c, t, rng);
+}
+
+// gpt-oss's attention (ops/attention.h): sliding windows smaller and larger than a tile, with a KV-cache
+// offset and with packed documents, and per-head sink logits with their gradient.
+TEST(CudaAttention, SlidingWindowAndSinks) {
+    RP_REQUIRE_GPU();
+    std::mt19937 rng(24);
+    const AttnCase cases[] = {
+        {64, 4, 2, 300, 300, 2, {}, 128, true},      // gpt-oss's head dim, a window over several tiles
+        {64, 8, 2, 77, 77, 1, {}, 5, false},         // a window inside one tile
+        {16, 2, 1, 40, 90, 1, {}, 17, true},         // a KV-cache offset
+        {80, 6, 2, 129, 129, 1, {7, 100, 22}, 30, true},  // with packed documents
+        {128, 8, 8, 1, 1, 1, {}, 0, true},           // sinks alone, one token
     };
     for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16})
         for (const AttnCase & c : cases) check_attention(c, t, rng);

@@ -5,7 +5,8 @@
 # configured with -DRP_FUZZ=ON with target fuzz_targets built. Each target keeps its corpus under
 # BUILD_DIR/fuzz/<target>/corpus (persisting between runs, seeded with small generated inputs and, for the
 # GGUF reader, the shared models under 2 MB); a crashing input is saved under BUILD_DIR/fuzz/<target>/artifacts/
-# and the script exits non-zero. Prints each target's executions, and a summary line per target.
+# and the script exits non-zero. The targets run side by side, one per core (FUZZ_JOBS overrides). Prints each
+# target's executions, and a summary line per target.
 set -euo pipefail
 BUILD=${1:?usage: tests/fuzz/run.sh BUILD_DIR SECONDS [TARGET ...]}
 SECONDS_TO_RUN=${2:?usage: tests/fuzz/run.sh BUILD_DIR SECONDS [TARGET ...]}
@@ -60,34 +61,51 @@ seeds_for() {  # TARGET DIR
   esac
 }
 
-status=0
-summary=()
-for t in "${targets[@]}"; do
-  FUZZER=$BUILD/bin/fuzz_$t
-  if [ ! -x "$FUZZER" ]; then
-    echo "run.sh: $FUZZER is missing: configure with clang and -DRP_FUZZ=ON, build target fuzz_targets" >&2
-    exit 2
-  fi
-  work=$BUILD/fuzz/$t
-  rm -rf "$work/seeds"
+# One target: its seeds, then the fuzzer for SECONDS_TO_RUN; what it printed in $work/out, its summary line in
+# $work/summary, 1 in $work/failed when it found a crash.
+fuzz_one() {
+  local t=$1 FUZZER=$BUILD/bin/fuzz_$1 work=$BUILD/fuzz/$1 rc=0 execs log
+  rm -rf "$work/seeds" "$work/failed"
   mkdir -p "$work/seeds" "$work/corpus" "$work/artifacts"
   seeds_for "$t" "$work/seeds"
   # Inputs that once broke a target's invariants stay in the repository as seeds (tests/fuzz/corpus/<target>/).
   if [ -d "$HERE/corpus/$t" ]; then cp "$HERE/corpus/$t"/* "$work/seeds/"; fi
-  echo "run.sh: fuzz_$t: $(ls "$work/seeds" | wc -l) seeds, $(ls "$work/corpus" | wc -l) corpus inputs, $SECONDS_TO_RUN s"
-  log=$work/last.log
-  rc=0
-  # New inputs go to the first directory (the corpus), which persists between runs.
-  "$FUZZER" "$work/corpus" "$work/seeds" -max_total_time="$SECONDS_TO_RUN" -max_len=65536 -rss_limit_mb=2048 \
-    -artifact_prefix="$work/artifacts/" -print_final_stats=1 >"$log" 2>&1 || rc=$?
-  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-  tail -3 "$log" | grep -v '^$' || true
-  if [ $rc -ne 0 ]; then
-    echo "run.sh: fuzz_$t FAILED (exit $rc); input saved under $work/artifacts/:" >&2
-    grep -E "ERROR|SUMMARY|Test unit written" "$log" >&2 || tail -30 "$log" >&2
-    status=1
+  {
+    echo "run.sh: fuzz_$t: $(ls "$work/seeds" | wc -l) seeds, $(ls "$work/corpus" | wc -l) corpus inputs, $SECONDS_TO_RUN s"
+    log=$work/last.log
+    # New inputs go to the first directory (the corpus), which persists between runs.
+    "$FUZZER" "$work/corpus" "$work/seeds" -max_total_time="$SECONDS_TO_RUN" -max_len=65536 -rss_limit_mb=2048 \
+      -artifact_prefix="$work/artifacts/" -print_final_stats=1 >"$log" 2>&1 || rc=$?
+    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+    tail -3 "$log" | grep -v '^$' || true
+    if [ $rc -ne 0 ]; then
+      echo "run.sh: fuzz_$t FAILED (exit $rc); input saved under $work/artifacts/:"
+      grep -E "ERROR|SUMMARY|Test unit written" "$log" || tail -30 "$log"
+      echo 1 > "$work/failed"
+    fi
+    echo "fuzz_$t: ${execs:-?} executions in $SECONDS_TO_RUN s, $( [ $rc -eq 0 ] && echo "0 crashes" || echo "a crash (exit $rc)" )" > "$work/summary"
+  } > "$work/out" 2>&1
+}
+
+for t in "${targets[@]}"; do
+  if [ ! -x "$BUILD/bin/fuzz_$t" ]; then
+    echo "run.sh: $BUILD/bin/fuzz_$t is missing: configure with clang and -DRP_FUZZ=ON, build target fuzz_targets" >&2
+    exit 2
   fi
-  summary+=("fuzz_$t: ${execs:-?} executions in $SECONDS_TO_RUN s, $( [ $rc -eq 0 ] && echo "0 crashes" || echo "a crash (exit $rc)" )")
+  case $t in
+    gguf_reader | json | dataset | chat_template | tokenizer | safetensors) ;;
+    *) echo "run.sh: unknown target '$t' (gguf_reader json dataset chat_template tokenizer safetensors)" >&2; exit 2 ;;
+  esac
 done
-printf '%s\n' "${summary[@]}"
+# The targets side by side, FUZZ_JOBS at a time (default: one per core; each fuzzer is one thread), so the
+# wall time is the per-target time times targets / cores.
+jobs=${FUZZ_JOBS:-$(nproc)}
+for t in "${targets[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+  fuzz_one "$t" &
+done
+wait
+status=0
+for t in "${targets[@]}"; do cat "$BUILD/fuzz/$t/out"; [ -f "$BUILD/fuzz/$t/failed" ] && status=1; done
+for t in "${targets[@]}"; do cat "$BUILD/fuzz/$t/summary" 2>/dev/null || { echo "fuzz_$t: did not finish"; status=1; }; done
 exit $status

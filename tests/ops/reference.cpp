@@ -179,7 +179,8 @@ DT mul_mat(const DT & W, const DT & X) {
     return y;
 }
 
-DT attention(const DT & q, const DT & k, const DT & v, double scale, const std::vector<int32_t> & key_start) {
+DT attention(const DT & q, const DT & k, const DT & v, double scale, const std::vector<int32_t> & key_start, const DT * sinks,
+             int64_t window) {
     const int64_t D = q.ne[0], Hq = q.ne[1], Tq = q.ne[2], B = q.ne[3], Hkv = k.ne[1], Tk = k.ne[2];
     DT o(q.ne);
     std::vector<double> p(static_cast<size_t>(Tk));
@@ -188,7 +189,9 @@ DT attention(const DT & q, const DT & k, const DT & v, double scale, const std::
     for (int64_t t = 0; t < Tq; ++t) {
         const int64_t hk = h / (Hq / Hkv);
         const int64_t last = t + (Tk - Tq);
-        const int64_t first = key_start.empty() ? 0 : std::clamp<int64_t>(key_start[static_cast<size_t>(b * Tq + t)], 0, last);
+        int64_t first = key_start.empty() ? 0 : key_start[static_cast<size_t>(b * Tq + t)];
+        if (window > 0) first = std::max<int64_t>(first, last - window + 1);
+        first = std::clamp<int64_t>(first, 0, last);
         double mx = -INFINITY;
         for (int64_t j = first; j <= last; ++j) {
             double s = 0.0;
@@ -196,7 +199,8 @@ DT attention(const DT & q, const DT & k, const DT & v, double scale, const std::
             p[static_cast<size_t>(j)] = s * scale;
             mx = std::fmax(mx, p[static_cast<size_t>(j)]);
         }
-        double z = 0.0;
+        if (sinks) mx = std::fmax(mx, (*sinks)(h, 0, 0, 0));
+        double z = sinks ? std::exp((*sinks)(h, 0, 0, 0) - mx) : 0.0;
         for (int64_t j = first; j <= last; ++j) { p[static_cast<size_t>(j)] = std::exp(p[static_cast<size_t>(j)] - mx); z += p[static_cast<size_t>(j)]; }
         for (int64_t d = 0; d < D; ++d) {
             double s = 0.0;

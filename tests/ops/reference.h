@@ -51,7 +51,9 @@ DT get_rows(const DT & table, const std::vector<int32_t> & ids, int64_t T, int64
 DT mul_mat(const DT & W, const DT & X);
 // key_start (optional, [Tq * B]): query t of sequence b sees keys from key_start[t + b*Tq] (clamped into
 // [0, t + Tk - Tq]) to t + Tk - Tq.
-DT attention(const DT & q, const DT & k, const DT & v, double scale, const std::vector<int32_t> & key_start = {});
+// sinks: [Hq] logits in every row's denominator (no value); window > 0: keys j > t + (Tk - Tq) - window only.
+DT attention(const DT & q, const DT & k, const DT & v, double scale, const std::vector<int32_t> & key_start = {},
+             const DT * sinks = nullptr, int64_t window = 0);
 // Fused LM head + CE: sum_t loss_scale * (logsumexp(logits_t) - logits_t[label]) over labels != -1.
 DT lm_head_ce(const DT & h, const DT & W, const std::vector<int32_t> & labels, double loss_scale);
 

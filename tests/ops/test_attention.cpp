@@ -124,6 +124,55 @@ TEST(OpAttention, PackedEqualsSeparateSequences) {
     EXPECT_LT(worst, 1e-6);
 }
 
+// gpt-oss's attention: per-head sink logits in the softmax denominator (with their gradient) and sliding
+// windows of several sizes, alone, together, over the 64-key blocks of the kernels, with a KV cache's earlier
+// keys and with packed documents. Sinks large enough to take most of the probability, and small ones.
+Case windowed(std::string name, int64_t D, int64_t Hq, int64_t Hkv, int64_t Tq, int64_t Tk, int64_t window, bool sinks,
+              float sink_lo = -3.0f, float sink_hi = 3.0f, std::vector<int32_t> ks = {}) {
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    Input q{"q", {D, Hq, Tq, 1}}, k{"k", {D, Hkv, Tk, 1}}, v{"v", {D, Hkv, Tk, 1}};
+    q.lo = k.lo = -2.0f;
+    q.hi = k.hi = 2.0f;
+    std::vector<Input> in = {q, k, v};
+    Input sk{"sinks", {Hq, 1, 1, 1}};
+    sk.lo = sink_lo;
+    sk.hi = sink_hi;
+    if (sinks) in.push_back(sk);
+    Input first{"key_start", {Tq, 1, 1, 1}, rp::DType::I32, false};
+    first.ints = ks;
+    if (!ks.empty()) in.push_back(first);
+    return {name, in,
+            [=](Context & c, const TV & x) {
+                return rp::attention(c, x[0], x[1], x[2], scale, rp::DType::F32, ks.empty() ? nullptr : x.back(), sinks ? x[3] : nullptr,
+                                     window);
+            },
+            [=](const R & x) { return ref::attention(x[0], x[1], x[2], scale, ks, sinks ? &x[3] : nullptr, window); }};
+}
+
+TEST(OpAttention, SinksAndSlidingWindow) {
+    check_op(windowed("attention sinks T9 G2", 4, 4, 2, 9, 9, 0, true));
+    check_op(windowed("attention large sinks T6", 3, 2, 1, 6, 6, 0, true, 4.0f, 8.0f));
+    check_op(windowed("attention window 1 (the diagonal) T5", 3, 2, 2, 5, 5, 1, false));
+    check_op(windowed("attention window 3 T11 G2", 4, 4, 2, 11, 11, 3, false));
+    check_op(windowed("attention window 3 + sinks T11", 4, 2, 1, 11, 11, 3, true));
+    check_op(windowed("attention window 70 over 64-key blocks T150", 4, 2, 1, 150, 150, 70, true));
+    check_op(windowed("attention window 5 + sinks, cache Tq4 Tk13", 4, 2, 2, 4, 13, 5, true));
+    // a window inside packed documents: each query sees max(its document's start, t - window + 1) on
+    check_op(windowed("attention window 4 + packed documents T12", 3, 2, 1, 12, 12, 4, true, -3.0f, 3.0f,
+                      {0, 0, 0, 0, 0, 0, 0, 7, 7, 7, 7, 7}));
+}
+
+TEST(OpAttention, SlidingWindowAndSinkErrors) {
+    Context ctx;
+    Tensor * q = ctx.new_tensor(rp::DType::F32, 8, 4, 5);
+    Tensor * k = ctx.new_tensor(rp::DType::F32, 8, 2, 5);
+    Tensor * wrong = ctx.new_tensor(rp::DType::F32, 2);
+    EXPECT_THROW(rp::attention(ctx, q, k, k, 1.0f, rp::DType::F32, nullptr, wrong), rp::Error);  // one sink per query head
+    Tensor * sinks = ctx.new_tensor(rp::DType::F32, 4);
+    EXPECT_NO_THROW(rp::attention(ctx, q, k, k, 1.0f, rp::DType::F32, nullptr, sinks, 3));
+    EXPECT_THROW(rp::attention(ctx, q, k, k, 1.0f, rp::DType::F32, nullptr, nullptr, -1), rp::Error);
+}
+
 TEST(OpAttention, PermutedInputs) {
     // q from a [D, T, H] leaf permuted to [D, H, T] (as after a reshape of a per-head projection).
     const float scale = 0.4f;
