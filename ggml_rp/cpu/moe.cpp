@@ -5,6 +5,7 @@
 // thread count.
 #include "ggml_rp/cpu/gemm.h"
 #include "ggml_rp/cpu/kernels.h"
+#include "ggml_rp/cpu/routing_tape.h"
 #include "ggml_rp/cpu/strided.h"
 #include "ggml_rp/ops/moe.h"
 #include "base/error.h"
@@ -63,6 +64,8 @@ void moe_topk(Tensor * n) {
             moe_select(p.data(), E, k, n->data_as<int32_t>() + t * k);
         }
     }
+    if (RoutingTape * tape = RoutingTape::active())  // a gradient check holding the routing fixed
+        tape->on_topk(n->data_as<int32_t>(), static_cast<size_t>(k * T), describe(n).c_str());
 }
 
 void moe_weights(Tensor * n) {

@@ -8,10 +8,13 @@ namespace rp {
 namespace {
 
 const ArchTraits kArchs[] = {
-    {Arch::Llama, "llama", RopeMode::Normal, false, false, false, 1e-5f},
-    {Arch::Qwen2, "qwen2", RopeMode::Neox, true, false, false, 1e-6f},
-    {Arch::Qwen3, "qwen3", RopeMode::Neox, false, true, false, 1e-6f},
-    {Arch::Qwen3Moe, "qwen3moe", RopeMode::Neox, false, true, true, 1e-6f},
+    {.arch = Arch::Llama, .name = "llama", .rope_mode = RopeMode::Normal, .default_rms_eps = 1e-5f},
+    {.arch = Arch::Qwen2, .name = "qwen2", .rope_mode = RopeMode::Neox, .qkv_bias = true},
+    {.arch = Arch::Qwen3, .name = "qwen3", .rope_mode = RopeMode::Neox, .qk_norm = true},
+    {.arch = Arch::Qwen3Moe, .name = "qwen3moe", .rope_mode = RopeMode::Neox, .qk_norm = true, .moe = true},
+    {.arch = Arch::GptOss, .name = "gpt-oss", .rope_mode = RopeMode::Neox, .qkv_bias = true, .moe = true, .default_rms_eps = 1e-5f,
+     .attn_out_bias = true, .attn_sinks = true, .moe_biases = true, .swiglu_oai = true, .sliding_window = true,
+     .ffn_norm = "post_attention_norm"},
 };
 
 [[noreturn]] void fail(const gguf::Reader & f, const std::string & what) {
@@ -51,11 +54,11 @@ std::string supported_architectures() {
     return s;
 }
 
-RopeParams HParams::rope() const {
+RopeParams HParams::rope(uint32_t il) const {
     RopeParams p;
     p.n_rot = static_cast<int32_t>(n_rot);
     p.mode = arch->rope_mode;
-    p.freq_base = rope_freq_base;
+    p.freq_base = is_swa(il) ? rope_freq_base_swa : rope_freq_base;
     p.freq_scale = rope_freq_scale;
     p.ext_factor = rope_ext_factor;
     p.attn_factor = rope_attn_factor;
@@ -97,6 +100,9 @@ HParams load_hparams(const gguf::Reader & f) {
         if (hp.n_ff_exp == 0) fail(f, "neither " + key("expert_feed_forward_length") + " nor feed_forward_length gives the experts' width");
         if (hp.n_ff == 0) hp.n_ff = hp.n_ff_exp * hp.n_expert_used;
         hp.expert_weights_norm = f.has(key("expert_weights_norm")) ? f.get_bool(key("expert_weights_norm")) : true;
+        // gpt-oss gates by a softmax over the selected experts' logits (llama.cpp's SOFTMAX_WEIGHT): the same
+        // weights as the softmax over all experts renormalised over the selection.
+        if (hp.arch->arch == Arch::GptOss) hp.expert_weights_norm = true;
         hp.expert_weights_scale = f.get_f32_or(key("expert_weights_scale"), 0.0f);
     }
     if (hp.n_layer == 0 || hp.n_embd == 0 || hp.n_head == 0 || hp.n_head_kv == 0 || hp.n_ff == 0)
@@ -140,6 +146,18 @@ HParams load_hparams(const gguf::Reader & f) {
     }
     if (!(hp.rope_freq_base > 0) || !std::isfinite(hp.rope_freq_base))
         fail(f, key("rope.freq_base") + " must be a positive number");
+    hp.rope_freq_base_swa = f.get_f32_or(key("rope.freq_base_swa"), hp.rope_freq_base);
+    if (hp.arch->sliding_window) {
+        if (!f.has(key("attention.sliding_window"))) fail(f, "missing required key '" + key("attention.sliding_window") + "'");
+        hp.n_swa = f.get_u32(key("attention.sliding_window"));
+        if (hp.n_swa == 0) fail(f, key("attention.sliding_window") + " must be > 0");
+        const gguf::KV * pattern = f.find(key("attention.sliding_window_pattern"));
+        if (pattern && pattern->type == gguf::ValueType::ARRAY)
+            fail(f, key("attention.sliding_window_pattern") + ": per-layer arrays are not supported (a period is)");
+        hp.swa_period = pattern ? f.get_u32(key("attention.sliding_window_pattern")) : 2;  // llama.cpp's default for gpt-oss
+        if (!(hp.rope_freq_base_swa > 0) || !std::isfinite(hp.rope_freq_base_swa))
+            fail(f, key("rope.freq_base_swa") + " must be a positive number");
+    }
 
     if (f.has("tokenizer.ggml.tokens"))
         hp.n_vocab = static_cast<uint32_t>(f.get_string_array("tokenizer.ggml.tokens").size());

@@ -1,5 +1,5 @@
 // Architecture registry and hyper-parameters read from GGUF metadata, with llama.cpp's defaults
-// (formats.md §3.1). One place states how llama, qwen2, qwen3 and qwen3moe differ.
+// (formats.md §3.1). One place states how llama, qwen2, qwen3, qwen3moe and gpt-oss differ.
 #pragma once
 
 #include "ggml_rp/ops/rope.h"
@@ -10,17 +10,24 @@
 
 namespace rp {
 
-enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe };
+enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe, GptOss };
 
 // What distinguishes one architecture's decoder layer from another's.
 struct ArchTraits {
     Arch arch;
-    const char * name;        // general.architecture value
-    RopeMode rope_mode;       // ggml_rp/ops/rope.h: Normal (adjacent pairs, llama) or Neox (half split, qwen)
-    bool qkv_bias;            // qwen2: q/k/v projections carry biases (required)
-    bool qk_norm;             // qwen3: per-head RMSNorm of q and k before RoPE
-    bool moe;                 // qwen3moe: the feed-forward is a routed mixture of experts
-    float default_rms_eps;    // used only if the key is absent (it is required by llama.cpp)
+    const char * name;              // general.architecture value
+    RopeMode rope_mode;             // ggml_rp/ops/rope.h: Normal (adjacent pairs, llama) or Neox (half split, qwen)
+    bool qkv_bias = false;          // qwen2, gpt-oss: q/k/v projections carry biases (required)
+    bool qk_norm = false;           // qwen3: per-head RMSNorm of q and k before RoPE
+    bool moe = false;               // qwen3moe, gpt-oss: the feed-forward is a routed mixture of experts
+    float default_rms_eps = 1e-6f;  // used only if the key is absent (it is required by llama.cpp)
+    // gpt-oss:
+    bool attn_out_bias = false;     // attn_output.bias
+    bool attn_sinks = false;        // attn_sinks: one softmax sink logit per query head (ops/attention.h)
+    bool moe_biases = false;        // the router's bias (ffn_gate_inp.bias) and each expert's (ffn_*_exps.bias)
+    bool swiglu_oai = false;        // the experts' clamped SwiGLU (ops/unary.h swiglu_oai: alpha 1.702, limit 7)
+    bool sliding_window = false;    // attention.sliding_window: windowed layers per attention.sliding_window_pattern
+    const char * ffn_norm = "ffn_norm";  // the feed-forward's input norm (gpt-oss: post_attention_norm)
 };
 
 // nullptr when the architecture is not supported.
@@ -49,6 +56,12 @@ struct HParams {
     bool expert_weights_norm = true;
     float expert_weights_scale = 0.0f;
     bool is_moe() const { return n_expert > 0; }
+    // Sliding-window attention (gpt-oss): the window in tokens and which layers use it (llama.cpp's
+    // set_swa_pattern: with period P, layer il is windowed when il % P < P - 1; P = 0: every layer); a windowed
+    // layer's RoPE base is rope_freq_base_swa (the key rope.freq_base_swa, else rope_freq_base).
+    uint32_t n_swa = 0;
+    uint32_t swa_period = 0;
+    bool is_swa(uint32_t il) const { return n_swa > 0 && (swa_period == 0 || il % swa_period < swa_period - 1); }
     // Training graphs only: the load-balancing loss's gradient scale of the MoE router (ops/moe_math.h aux;
     // 0 = none). Not read from a file: a trainer sets it on its copy for each micro-batch.
     float moe_aux = 0.0f;
@@ -59,12 +72,13 @@ struct HParams {
     // YaRN (rope.scaling.type = yarn: ops/rope_math.h): ext_factor 0 = none.
     float rope_ext_factor = 0.0f, rope_attn_factor = 1.0f, rope_beta_fast = 32.0f, rope_beta_slow = 1.0f;
     uint32_t rope_n_ctx_orig = 0;
+    float rope_freq_base_swa = 10000.0f;
 
     uint32_t n_q() const { return n_head * head_dim; }
     uint32_t n_kv() const { return n_head_kv * head_dim; }
     uint32_t n_gqa() const { return n_head / n_head_kv; }
-    // The rope op's parameters for this model (mode from the architecture).
-    RopeParams rope() const;
+    // The rope op's parameters for this model's layer il (mode from the architecture; a windowed layer's base).
+    RopeParams rope(uint32_t il = 0) const;
 };
 
 // Reads and validates the hyper-parameters of a model file. Throws rp::Error naming the file and key for a

@@ -94,6 +94,9 @@ Tensor * cache_read(Context & ctx, Tensor * cache, Tensor * write, int64_t n) {
 
 std::string lname(int il, const char * what) { return "blk." + std::to_string(il) + "." + what; }
 
+// gpt-oss's clamped SwiGLU (llama.cpp's LLM_FFN_SWIGLU_OAI_MOE).
+constexpr float kSwigluOaiAlpha = 1.702f, kSwigluOaiLimit = 7.0f;
+
 } // namespace
 
 void packed_key_starts(const int32_t * positions, int64_t T, int64_t B, int32_t * out) {
@@ -133,40 +136,54 @@ Tensor * attention_block(Context & ctx, const HParams & hp, const LayerWeights &
     if (w.q_norm) q = rms_norm(ctx, q, w.q_norm, hp.rms_eps);
     if (w.k_norm) k = rms_norm(ctx, k, w.k_norm, hp.rms_eps);
 
-    // 4: RoPE (normal for llama, neox for qwen; from the architecture traits).
-    const RopeParams rope_p = hp.rope();
+    // 4: RoPE (normal for llama, neox for qwen; from the architecture traits; a windowed layer's own base).
+    const RopeParams rope_p = hp.rope(static_cast<uint32_t>(il));
     q = set_name(rope(ctx, q, pos.pos, rope_p), lname(il, "q"));
     k = set_name(rope(ctx, k, pos.pos, rope_p), lname(il, "k"));
     set_name(v, lname(il, "v"));
 
-    // 5: causal GQA attention, scale 1/sqrt(head_dim); with a cache, over every position so far.
+    // 5: causal GQA attention, scale 1/sqrt(head_dim); with a cache, over every position so far (gpt-oss: a
+    // sliding window on every other layer, and per-head sink logits).
     if (kv) {
         const int64_t n = kv->n_past + T;
         k = cache_read(ctx, kv->k, cache_write(ctx, kv->k, k, kv->n_past), n);
         v = cache_read(ctx, kv->v, cache_write(ctx, kv->v, v, kv->n_past), n);
     }
     if (kv && pos.key_start) throw Error(lname(il, "kv") + ": a KV cache serves one unpacked sequence (no key_start)");
-    Tensor * o = attention(ctx, q, k, v, 1.0f / std::sqrt(static_cast<float>(D)), attention_type, pos.key_start);
+    const int64_t window = hp.is_swa(static_cast<uint32_t>(il)) ? hp.n_swa : 0;
+    Tensor * o = attention(ctx, q, k, v, 1.0f / std::sqrt(static_cast<float>(D)), attention_type, pos.key_start, w.attn_sinks, window);
     o = reshape(ctx, o, D * Hq, T, B);
 
-    // 6: output projection and residual.
-    return set_name(add(ctx, x, build_linear(ctx, w.wo, o, lora)), lname(il, "attn_out"));
+    // 6: output projection (+ gpt-oss's bias) and residual.
+    Tensor * proj = build_linear(ctx, w.wo, o, lora);
+    if (w.bo) proj = add(ctx, proj, w.bo);
+    return set_name(add(ctx, x, proj), lname(il, "attn_out"));
 }
 
 namespace {
 
-// qwen3moe's feed-forward (llama.cpp's build_moe_ffn with softmax gating): router probabilities over the
-// experts, each token's top k, their weights renormalised; each selected expert a SwiGLU on its slice of the
-// *_exps tensors; the outputs summed with those weights. n2 [n_embd, T...] -> [n_embd, T...].
+// The selected experts' biases (gpt-oss; llama.cpp's ggml_add_id): y[:, s, t] + b[:, ids[s, t]], b [n, n_expert].
+Tensor * add_expert_bias(Context & ctx, Tensor * y, Tensor * b, Tensor * ids) {
+    return b ? add(ctx, y, get_rows(ctx, b, ids)) : y;
+}
+
+// The mixture-of-experts feed-forward (llama.cpp's build_moe_ffn): router logits over the experts (+ gpt-oss's
+// bias), each token's top k, their softmax probabilities renormalised over the k (qwen3moe; for gpt-oss the
+// same as its softmax over the selected logits); each selected expert a SwiGLU (gpt-oss: clamped, with the
+// experts' biases) on its slice of the *_exps tensors; the outputs summed with those weights.
+// n2 [n_embd, T...] -> [n_embd, T...].
 Tensor * moe_ffn(Context & ctx, const HParams & hp, const LayerWeights & w, int il, Tensor * n2, const LoraSet * lora) {
     const int64_t E = n2->ne[0], T = n2->nelements() / n2->ne[0], k = hp.n_expert_used;
     Tensor * x = reshape(ctx, n2, E, 1, T);
-    Tensor * logits = set_name(build_linear(ctx, w.ffn_gate_inp, reshape(ctx, n2, E, T), lora), lname(il, "moe_logits"));
+    Tensor * logits = build_linear(ctx, w.ffn_gate_inp, reshape(ctx, n2, E, T), lora);
+    if (w.ffn_gate_inp_b) logits = add(ctx, logits, w.ffn_gate_inp_b);
+    set_name(logits, lname(il, "moe_logits"));
     Tensor * ids = set_name(moe_topk(ctx, logits, static_cast<int32_t>(k)), lname(il, "moe_experts"));
     Tensor * wts = moe_weights(ctx, logits, ids, hp.expert_weights_norm, hp.expert_weights_scale, hp.moe_aux);
-    Tensor * g = build_linear_id(ctx, w.ffn_gate_exps, x, ids, lora);          // [n_ff_exp, k, T]
-    Tensor * u = build_linear_id(ctx, w.ffn_up_exps, x, ids, lora);
-    Tensor * d = build_linear_id(ctx, w.ffn_down_exps, swiglu(ctx, g, u), ids, lora);  // [n_embd, k, T]
+    Tensor * g = add_expert_bias(ctx, build_linear_id(ctx, w.ffn_gate_exps, x, ids, lora), w.ffn_gate_exps_b, ids);  // [n_ff_exp, k, T]
+    Tensor * u = add_expert_bias(ctx, build_linear_id(ctx, w.ffn_up_exps, x, ids, lora), w.ffn_up_exps_b, ids);
+    Tensor * act = hp.arch->swiglu_oai ? swiglu_oai(ctx, g, u, kSwigluOaiAlpha, kSwigluOaiLimit) : swiglu(ctx, g, u);
+    Tensor * d = add_expert_bias(ctx, build_linear_id(ctx, w.ffn_down_exps, act, ids, lora), w.ffn_down_exps_b, ids);  // [n_embd, k, T]
     // sum_s w[s, t] * d[:, s, t]: the weights broadcast over n_embd, then summed over the k slots.
     Tensor * weighted = mul(ctx, d, reshape(ctx, wts, 1, k, T));
     Tensor * like = reshape(ctx, n2, E, 1, T);

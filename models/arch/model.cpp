@@ -108,13 +108,21 @@ std::unique_ptr<Model> Model::load(const std::string & path) {
             L.k_norm = ld.take(p + "attn_k_norm.weight", {D}, Role::Vector);
         }
         L.wo = ld.take(p + "attn_output.weight", {Q, E}, Role::Matrix);
-        L.ffn_norm = ld.take(p + "ffn_norm.weight", {E}, Role::Vector);
+        if (at.attn_out_bias) L.bo = ld.take(p + "attn_output.bias", {E}, Role::Vector);
+        if (at.attn_sinks) L.attn_sinks = ld.take(p + "attn_sinks.weight", {hp.n_head}, Role::Vector);
+        L.ffn_norm = ld.take(p + at.ffn_norm + ".weight", {E}, Role::Vector);
         if (at.moe) {
             const int64_t X = hp.n_expert, FX = hp.n_ff_exp;
             L.ffn_gate_inp = ld.take(p + "ffn_gate_inp.weight", {E, X}, Role::Matrix);
             L.ffn_gate_exps = ld.take(p + "ffn_gate_exps.weight", {E, FX, X}, Role::Matrix);
             L.ffn_up_exps = ld.take(p + "ffn_up_exps.weight", {E, FX, X}, Role::Matrix);
             L.ffn_down_exps = ld.take(p + "ffn_down_exps.weight", {FX, E, X}, Role::Matrix);
+            if (at.moe_biases) {
+                L.ffn_gate_inp_b = ld.take(p + "ffn_gate_inp.bias", {X}, Role::Vector);
+                L.ffn_gate_exps_b = ld.take(p + "ffn_gate_exps.bias", {FX, X}, Role::Vector);
+                L.ffn_up_exps_b = ld.take(p + "ffn_up_exps.bias", {FX, X}, Role::Vector);
+                L.ffn_down_exps_b = ld.take(p + "ffn_down_exps.bias", {E, X}, Role::Vector);
+            }
         } else {
             L.ffn_gate = ld.take(p + "ffn_gate.weight", {E, F}, Role::Matrix);
             L.ffn_up = ld.take(p + "ffn_up.weight", {E, F}, Role::Matrix);

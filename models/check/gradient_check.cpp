@@ -2,11 +2,13 @@
 #include "models/check/gradient_check.h"
 
 #include "base/error.h"
+#include "ggml_rp/cpu/routing_tape.h"
 #include "ggml_rp/ggml_rp.h"
 #include "models/train/trainer.h"
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <random>
 
 namespace rp {
@@ -33,13 +35,19 @@ Sequence sequence_of(const std::vector<int32_t> & tokens) {
     return s;
 }
 
-// Checks every parameter of `tr` whose name is selected (all when `only` is empty).
-std::vector<TensorGradientCheck> check_params(Trainer & tr, const Sequence & s, const GradientCheckOptions & opt) {
+// Checks every parameter of `tr` whose name is selected (all when `only` is empty). A mixture of experts is
+// checked with its routing held at the base weights' (cpu/routing_tape.h): the perturbed losses are those of
+// the same expert choices, the function the analytic gradient differentiates.
+std::vector<TensorGradientCheck> check_params(Trainer & tr, const Sequence & s, const GradientCheckOptions & opt, bool fix_routing) {
     const int64_t T = static_cast<int64_t>(s.ids.size());
     tr.zero_grads();
     tr.accumulate(s.ids.data(), s.labels.data(), T, 1, s.loss_scale, opt.threads);
     tr.collect_grads();
-    auto loss = [&] { return tr.loss(s.ids.data(), s.labels.data(), T, 1, s.loss_scale, opt.threads); };
+    std::unique_ptr<cpu::RoutingTape> tape(fix_routing ? new cpu::RoutingTape() : nullptr);
+    auto loss = [&] {
+        if (tape && tape->nodes() > 0) tape->replay();  // after the base evaluation recorded the routing
+        return tr.loss(s.ids.data(), s.labels.data(), T, 1, s.loss_scale, opt.threads);
+    };
     // f32 rounding of the loss grows with its size: the loss step scales with it.
     const double l0 = loss();
     const double loss_step = opt.loss_step * std::max(1.0, std::fabs(l0) / 2.0);
@@ -146,7 +154,7 @@ std::vector<TensorGradientCheck> check_base_gradients(const Model & model, const
     std::vector<TensorGradientCheck> out;
     if (!cfg.full_tensors.empty()) {
         Trainer tr(model, cfg);
-        out = check_params(tr, s, opt);
+        out = check_params(tr, s, opt, model.hparams().is_moe());
     }
     out.insert(out.end(), frozen.begin(), frozen.end());
     return out;
@@ -192,7 +200,7 @@ std::vector<TensorGradientCheck> check_lora_gradients(const Model & model, const
             for (float & x : v) x = static_cast<float>(u(rng));
         tensor_set_f32(p.t, v);
     }
-    return check_params(tr, s, opt);
+    return check_params(tr, s, opt, model.hparams().is_moe());
 }
 
 } // namespace rp

@@ -448,7 +448,10 @@ void check_round_trip(Context_ & c) {
         return c.skip(name, what, "needs an f32 model (a merge into f16/bf16/quantized weights rounds the delta; the test suite checks those bytes)");
     std::vector<std::string> targets;
     for (uint32_t il = 0; il < c.model->hparams().n_layer; ++il)
-        for (const char * k : {"attn_q", "attn_v", "ffn_down"}) targets.push_back("blk." + std::to_string(il) + "." + k + ".weight");
+        for (const char * k : {"attn_q", "attn_v", "ffn_down", "ffn_down_exps"}) {  // a dense model's down, or the experts'
+            const std::string t = "blk." + std::to_string(il) + "." + k + ".weight";
+            if (c.model->find(t)) targets.push_back(t);
+        }
     auto ad = LoraAdapter::create(*c.model, targets, 2, 4.0f);
     std::mt19937_64 rng(3);
     std::uniform_real_distribution<double> u(-0.05, 0.05);

@@ -78,6 +78,9 @@ void export_peft(const LoraAdapter & ad, const Model & model, const std::string 
             continue;
         }
         const int64_t n_in = t.a->ne[0], n_out = t.b->ne[1], experts = t.a->ne[2];
+        if (experts > 1 && model.hparams().arch->arch == Arch::GptOss)
+            throw Error(what + ": '" + t.base + "': gpt-oss's experts are fused parameters in transformers (no per-expert "
+                        "modules for PEFT to name); export an adapter without expert targets");
         const int64_t heads = permuted_row_heads(model.hparams(), t.base);
         const std::vector<float> bh = heads ? reorder_qk_rows(b.data(), n_out, rank, heads, true) : b;
         for (int64_t e = 0; e < experts; ++e) {

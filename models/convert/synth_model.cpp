@@ -57,10 +57,12 @@ SynthSpec synth_preset(const std::string & name) {
         const bool big = name != "qwen3-30b-a3b";
         qwen3(big ? 4096 : 2048, big ? 94 : 48, big ? 64 : 32, big ? 12288 : 6144, false);
         s.arch = "qwen3moe", s.n_head_kv = 4, s.n_expert = 128, s.n_expert_used = 8, s.n_ff_exp = big ? 1536 : 768;
-    } else if (name == "gpt-oss-20b") {
-        qwen3(2880, 24, 64, 2880, false);
-        s.arch = "qwen3moe", s.head_dim = 64, s.n_ctx_train = 131072, s.rope_base = 150000.0f, s.n_vocab = 201088;
-        s.n_expert = 32, s.n_expert_used = 4, s.n_ff_exp = 2880;
+    } else if (name == "gpt-oss-20b" || name == "gpt-oss-120b") {  // the o200k_harmony vocabulary, YaRN 32 x 4096
+        const bool big = name == "gpt-oss-120b";
+        qwen3(2880, big ? 36 : 24, 64, 2880, false);
+        s.arch = "gpt-oss", s.head_dim = 64, s.n_ctx_train = 131072, s.rope_base = 150000.0f, s.n_vocab = 201088;
+        s.n_expert = big ? 128 : 32, s.n_expert_used = 4, s.n_ff_exp = 2880, s.n_swa = 128;
+        s.yarn_factor = 32.0f, s.yarn_orig_ctx = 4096;
     }
     else if (name == "llama3.1-8b") {
         s.n_embd = 4096, s.n_layer = 32, s.n_head = 32, s.n_head_kv = 8, s.head_dim = 128, s.n_ff = 14336;
@@ -73,21 +75,26 @@ SynthSpec synth_preset(const std::string & name) {
         s.n_vocab = 32000;
     } else {
         throw Error("unknown model shape '" + name +
-                    "' (qwen3-0.6b, qwen3-1.7b, qwen3-32b, llama3.1-8b, qwen3-30b-a3b, qwen3-235b-a22b, gpt-oss-20b, llama-98m, llama-20m)");
+                    "' (qwen3-0.6b, qwen3-1.7b, qwen3-32b, llama3.1-8b, qwen3-30b-a3b, qwen3-235b-a22b, gpt-oss-20b, gpt-oss-120b, "
+                    "llama-98m, llama-20m)");
     }
     return s;
 }
 
 void write_synth_model(const SynthSpec & s, const std::string & path) {
-    const bool qwen2 = s.arch == "qwen2", moe = s.arch == "qwen3moe", qwen3 = s.arch == "qwen3" || moe;
-    if (s.arch != "llama" && !qwen2 && !qwen3) throw Error("synthetic model: unknown architecture '" + s.arch + "'");
+    const bool qwen2 = s.arch == "qwen2", gpt_oss = s.arch == "gpt-oss", moe = s.arch == "qwen3moe" || gpt_oss,
+               qwen3 = s.arch == "qwen3" || s.arch == "qwen3moe";
+    if (s.arch != "llama" && !qwen2 && !qwen3 && !gpt_oss) throw Error("synthetic model: unknown architecture '" + s.arch + "'");
     if (moe && (s.n_expert == 0 || s.n_expert_used == 0 || s.n_expert_used > s.n_expert || s.n_ff_exp == 0))
-        throw Error("synthetic model: qwen3moe needs n_expert >= n_expert_used >= 1 and n_ff_exp >= 1");
-    if (!moe && s.n_expert != 0) throw Error("synthetic model: experts need arch qwen3moe");
+        throw Error("synthetic model: " + s.arch + " needs n_expert >= n_expert_used >= 1 and n_ff_exp >= 1");
+    if (!moe && s.n_expert != 0) throw Error("synthetic model: experts need arch qwen3moe or gpt-oss");
+    if (gpt_oss && s.tied) throw Error("synthetic model: gpt-oss has an untied head (llama.cpp requires output.weight)");
+    if (gpt_oss && s.n_swa == 0) throw Error("synthetic model: gpt-oss needs a sliding window (n_swa >= 1)");
     if (s.n_head % s.n_head_kv != 0) throw Error("synthetic model: n_head must be a multiple of n_head_kv");
     const uint32_t n_q = s.n_head * s.head_dim, n_kv = s.n_head_kv * s.head_dim;
-    // llama and qwen2 derive head_dim from n_embd / n_head (llama.cpp's graphs assume it); qwen3 reads key_length.
-    if (!qwen3 && n_q != s.n_embd) throw Error("synthetic model: " + s.arch + " needs n_embd = n_head * head_dim");
+    // llama and qwen2 derive head_dim from n_embd / n_head (llama.cpp's graphs assume it); qwen3 and gpt-oss read
+    // key_length.
+    if (!qwen3 && !gpt_oss && n_q != s.n_embd) throw Error("synthetic model: " + s.arch + " needs n_embd = n_head * head_dim");
 
     std::unique_ptr<gguf::Reader> vocab;
     int64_t n_vocab = s.n_vocab;
@@ -107,10 +114,16 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
     w.set_u32(p + "feed_forward_length", s.n_ff);
     w.set_u32(p + "attention.head_count", s.n_head);
     w.set_u32(p + "attention.head_count_kv", s.n_head_kv);
-    w.set_f32(p + "attention.layer_norm_rms_epsilon", s.arch == "llama" ? 1e-5f : 1e-6f);
+    w.set_f32(p + "attention.layer_norm_rms_epsilon", s.arch == "llama" || gpt_oss ? 1e-5f : 1e-6f);
     w.set_f32(p + "rope.freq_base", s.rope_base);
     w.set_u32(p + "rope.dimension_count", s.head_dim);
-    if (qwen3) {
+    if (s.yarn_factor > 0.0f) {
+        w.set_string(p + "rope.scaling.type", "yarn");
+        w.set_f32(p + "rope.scaling.factor", s.yarn_factor);
+        w.set_u32(p + "rope.scaling.original_context_length", s.yarn_orig_ctx);
+    }
+    if (gpt_oss) w.set_u32(p + "attention.sliding_window", s.n_swa);
+    if (qwen3 || gpt_oss) {
         w.set_u32(p + "attention.key_length", s.head_dim);
         w.set_u32(p + "attention.value_length", s.head_dim);
     }
@@ -144,7 +157,7 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
         add(w, b + "attn_q.weight", wt, s.n_embd, n_q, {0.0f, fan(1.5, s.n_embd)}, ++seed, s.weights);
         add(w, b + "attn_k.weight", wt, s.n_embd, n_kv, {0.0f, fan(1.5, s.n_embd)}, ++seed, s.weights);
         add(w, b + "attn_v.weight", wt, s.n_embd, n_kv, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights);
-        if (qwen2) {
+        if (qwen2 || gpt_oss) {
             add(w, b + "attn_q.bias", f32, n_q, 1, {0.0f, 0.5f}, ++seed, s.weights);
             add(w, b + "attn_k.bias", f32, n_kv, 1, {0.0f, 0.5f}, ++seed, s.weights);
             add(w, b + "attn_v.bias", f32, n_kv, 1, {0.0f, 0.5f}, ++seed, s.weights);
@@ -154,13 +167,23 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
             add(w, b + "attn_k_norm.weight", f32, s.head_dim, 1, {1.0f, 0.2f}, ++seed, s.weights);
         }
         add(w, b + "attn_output.weight", wt, n_q, s.n_embd, {0.0f, fan(1.0, n_q)}, ++seed, s.weights);
-        add(w, b + "ffn_norm.weight", f32, s.n_embd, 1, {1.0f, 0.2f}, ++seed, s.weights);
+        if (gpt_oss) {  // the output bias, and sink logits that take a share of each row's probability
+            add(w, b + "attn_output.bias", f32, s.n_embd, 1, {0.0f, 0.5f}, ++seed, s.weights);
+            add(w, b + "attn_sinks.weight", f32, s.n_head, 1, {0.5f, 1.5f}, ++seed, s.weights);
+        }
+        add(w, b + (gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), f32, s.n_embd, 1, {1.0f, 0.2f}, ++seed, s.weights);
         if (moe) {  // the router (logits of a few units, so tokens pick different experts), then the experts
             add(w, b + "ffn_gate_inp.weight", wt, s.n_embd, s.n_expert, {0.0f, fan(2.0, s.n_embd)}, ++seed, s.weights);
             add(w, b + "ffn_gate_exps.weight", wt, s.n_embd, s.n_ff_exp, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights, s.n_expert);
             add(w, b + "ffn_up_exps.weight", wt, s.n_embd, s.n_ff_exp, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights, s.n_expert);
             add(w, b + "ffn_down_exps.weight", wt, s.n_ff_exp, s.n_embd, {0.0f, fan(1.0, s.n_ff_exp)}, ++seed, s.weights,
                 s.n_expert);
+            if (gpt_oss) {  // the router's and the experts' biases ([width, n_expert])
+                add(w, b + "ffn_gate_inp.bias", f32, s.n_expert, 1, {0.0f, 0.5f}, ++seed, s.weights);
+                add(w, b + "ffn_gate_exps.bias", f32, s.n_ff_exp, s.n_expert, {0.0f, 0.5f}, ++seed, s.weights);
+                add(w, b + "ffn_up_exps.bias", f32, s.n_ff_exp, s.n_expert, {0.0f, 0.5f}, ++seed, s.weights);
+                add(w, b + "ffn_down_exps.bias", f32, s.n_embd, s.n_expert, {0.0f, 0.2f}, ++seed, s.weights);
+            }
             continue;
         }
         add(w, b + "ffn_gate.weight", wt, s.n_embd, s.n_ff, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights);
@@ -176,6 +199,8 @@ std::vector<double> synth_grad_bytes(const SynthSpec & sp, bool full, int r) {
     auto pair = [&](double in, double out) { return full ? in * out : r * (in + out); };
     double block = pair(d, q) + 2 * pair(d, kv) + pair(q, d) + experts * (2 * pair(d, ff) + pair(ff, d));
     if (full) block += 2 * d + (sp.arch == "qwen3" || sp.arch == "qwen3moe" ? 2.0 * sp.head_dim : 0.0) + (sp.n_expert > 0 ? d * sp.n_expert : 0.0);
+    if (full && sp.arch == "gpt-oss")  // biases of q, k, v, o, the router and the experts; the sinks
+        block += q + 2 * kv + d + experts * (2 * ff + d + 1) + sp.n_head;
     std::vector<double> g(static_cast<size_t>(sp.n_layer + 2), 0);
     for (uint32_t l = 1; l <= sp.n_layer; ++l) g[l] = 4 * block;
     if (full) {

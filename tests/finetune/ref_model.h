@@ -1,4 +1,4 @@
-// A naive double-precision reference of the Llama / Qwen2 / Qwen3 / Qwen3-MoE forward pass and the mean cross-entropy
+// A naive double-precision reference of the Llama / Qwen2 / Qwen3 / Qwen3-MoE / gpt-oss forward pass and the mean cross-entropy
 // loss, written from the formulas (formats.md §3.4) with plain loops: the independent reference the
 // finetune gradients are checked against by central finite differences. Nothing here uses the engine's ops.
 #pragma once
@@ -95,25 +95,28 @@ inline void layer(const RefModel & m, int il, std::vector<double> & x, int64_t T
             rope(kh, t, hp, m.neox);
         }
     }
-    // Causal GQA attention: query head h reads kv head h / (Hq / Hkv).
+    // Causal GQA attention: query head h reads kv head h / (Hq / Hkv); gpt-oss: keys within the layer's window,
+    // and each head's sink logit in the denominator.
     std::vector<double> o(static_cast<size_t>(T * Hq * D), 0.0), p(static_cast<size_t>(T));
     const double sc = 1.0 / std::sqrt(static_cast<double>(D));
+    const W * sinks = m.find(blk(il, "attn_sinks.weight"));
     for (int64_t t = 0; t < T; ++t)
         for (int64_t h = 0; h < Hq; ++h) {
             const int64_t hk = h / (Hq / Hkv);
+            const int64_t first = hp.is_swa(static_cast<uint32_t>(il)) ? std::max<int64_t>(0, t - hp.n_swa + 1) : 0;
             const double * qh = &q[static_cast<size_t>((t * Hq + h) * D)];
-            double mx = -1e300;
-            for (int64_t s = 0; s <= t; ++s) {
+            double mx = sinks ? sinks->v[static_cast<size_t>(h)] : -1e300;
+            for (int64_t s = first; s <= t; ++s) {
                 const double * kh = &k[static_cast<size_t>((s * Hkv + hk) * D)];
                 double d = 0;
                 for (int64_t i = 0; i < D; ++i) d += qh[i] * kh[i];
                 p[static_cast<size_t>(s)] = d * sc;
                 mx = std::max(mx, p[static_cast<size_t>(s)]);
             }
-            double z = 0;
-            for (int64_t s = 0; s <= t; ++s) z += (p[static_cast<size_t>(s)] = std::exp(p[static_cast<size_t>(s)] - mx));
+            double z = sinks ? std::exp(sinks->v[static_cast<size_t>(h)] - mx) : 0.0;
+            for (int64_t s = first; s <= t; ++s) z += (p[static_cast<size_t>(s)] = std::exp(p[static_cast<size_t>(s)] - mx));
             double * oh = &o[static_cast<size_t>((t * Hq + h) * D)];
-            for (int64_t s = 0; s <= t; ++s) {
+            for (int64_t s = first; s <= t; ++s) {
                 const double * vh = &v[static_cast<size_t>((s * Hkv + hk) * D)];
                 for (int64_t i = 0; i < D; ++i) oh[i] += p[static_cast<size_t>(s)] / z * vh[i];
             }
@@ -122,15 +125,24 @@ inline void layer(const RefModel & m, int il, std::vector<double> & x, int64_t T
     std::vector<double> p_sum, routed;  // MoE: sum_t p[t, e] and the pairs routed to e
     for (int64_t t = 0; t < T; ++t) {
         double * xt = &x[static_cast<size_t>(t * C)];
-        linear(m.at(blk(il, "attn_output.weight")), &o[static_cast<size_t>(t * Hq * D)], a.data());
+        linear(m.at(blk(il, "attn_output.weight")), &o[static_cast<size_t>(t * Hq * D)], a.data(), m.find(blk(il, "attn_output.bias")));
         for (int64_t i = 0; i < C; ++i) xt[i] += a[static_cast<size_t>(i)];
-        rms_norm(xt, n2.data(), C, m.at(blk(il, "ffn_norm.weight")), eps);
-        if (const W * router = m.find(blk(il, "ffn_gate_inp.weight"))) {  // qwen3moe
+        const W * ffn_norm = m.find(blk(il, "ffn_norm.weight"));
+        rms_norm(xt, n2.data(), C, ffn_norm ? *ffn_norm : m.at(blk(il, "post_attention_norm.weight")), eps);
+        if (const W * router = m.find(blk(il, "ffn_gate_inp.weight"))) {  // qwen3moe, gpt-oss
             // softmax over the experts, the k most probable (ties: the lower index), renormalised, each a SwiGLU
+            // (gpt-oss: biased router and experts, the clamped SwiGLU)
             const int64_t E = router->ne1, n_used = hp.n_expert_used, FX = hp.n_ff_exp;
             std::vector<double> prob(static_cast<size_t>(E)), ge(static_cast<size_t>(FX)), ue(static_cast<size_t>(FX)),
                 de(static_cast<size_t>(C));
-            linear(*router, n2.data(), prob.data());
+            linear(*router, n2.data(), prob.data(), m.find(blk(il, "ffn_gate_inp.bias")));
+            const W * bg = m.find(blk(il, "ffn_gate_exps.bias"));
+            const W * bu = m.find(blk(il, "ffn_up_exps.bias"));
+            const W * bd = m.find(blk(il, "ffn_down_exps.bias"));
+            auto add_bias = [](std::vector<double> & y, const W * b, int64_t e) {  // b [n, E]: column e
+                if (b)
+                    for (size_t i = 0; i < y.size(); ++i) y[i] += b->v[static_cast<size_t>(e) * y.size() + i];
+            };
             double mx = -1e300, z = 0;
             for (double l : prob) mx = std::max(mx, l);
             for (double & l : prob) z += (l = std::exp(l - mx));
@@ -153,9 +165,20 @@ inline void layer(const RefModel & m, int il, std::vector<double> & x, int64_t T
             for (int64_t e : sel) {
                 linear(m.at(blk(il, "ffn_gate_exps.weight")), n2.data(), ge.data(), nullptr, e);
                 linear(m.at(blk(il, "ffn_up_exps.weight")), n2.data(), ue.data(), nullptr, e);
-                for (int64_t i = 0; i < FX; ++i)
-                    ge[static_cast<size_t>(i)] = ge[static_cast<size_t>(i)] / (1.0 + std::exp(-ge[static_cast<size_t>(i)])) * ue[static_cast<size_t>(i)];
+                add_bias(ge, bg, e);
+                add_bias(ue, bu, e);
+                for (int64_t i = 0; i < FX; ++i) {
+                    double & gi = ge[static_cast<size_t>(i)];
+                    const double ui = ue[static_cast<size_t>(i)];
+                    if (hp.arch->swiglu_oai) {  // x = min(g, 7), y = clamp(u, -7, 7): x sigmoid(1.702 x) (y + 1)
+                        const double xg = std::min(gi, 7.0), yu = std::clamp(ui, -7.0, 7.0);
+                        gi = xg / (1.0 + std::exp(-1.702 * xg)) * (yu + 1.0);
+                    } else {
+                        gi = gi / (1.0 + std::exp(-gi)) * ui;
+                    }
+                }
                 linear(m.at(blk(il, "ffn_down_exps.weight")), ge.data(), de.data(), nullptr, e);
+                add_bias(de, bd, e);
                 const double we = prob[static_cast<size_t>(e)] / div * wscale;
                 for (int64_t i = 0; i < C; ++i) xt[i] += we * de[static_cast<size_t>(i)];
             }

@@ -233,6 +233,30 @@ TEST(FinetuneGradients, Qwen3MoeFullWithLoadBalancingLoss) {
     rp_test::TempDir dir;
     check_gradients(moe_model(dir, false), true, true, {}, 0.5f);
 }
+// gpt-oss (8 experts, top 2; head_dim 12; windows of 5 on the even layers under 12 tokens): every tensor of a
+// full finetune (sinks, q/k/v/o biases, the router and its bias, each expert stack and its bias, norms), and
+// LoRA on attention, the experts and the router.
+std::string gpt_oss_model(rp_test::TempDir & dir) {
+    rp::SynthSpec s;
+    s.arch = "gpt-oss";
+    s.vocab_from = ft_test::model_path("synthetic/tiny-random-qwen2.gguf");
+    s.n_embd = 32, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 12, s.n_layer = 3, s.n_ff = 48;
+    s.n_expert = 8, s.n_expert_used = 2, s.n_ff_exp = 24, s.n_swa = 5, s.seed = 42;
+    const std::string path = dir.file("gpt-oss.gguf");
+    rp::write_synth_model(s, path);
+    return path;
+}
+TEST(FinetuneGradients, GptOssFull) {
+    rp_test::TempDir dir;
+    check_gradients(gpt_oss_model(dir), true, true);
+}
+TEST(FinetuneGradients, GptOssLoraAttentionExpertsAndRouter) {
+    rp_test::TempDir dir;
+    auto t = rp::default_lora_targets();
+    t.push_back("ffn_gate_inp");
+    check_gradients(gpt_oss_model(dir), false, false, t);
+}
+
 TEST(FinetuneGradients, Qwen3MoeLoraExpertsAndRouter) {
     rp_test::TempDir dir;
     auto t = rp::default_lora_targets();

@@ -3,6 +3,8 @@
 // thread counts; the top-k selection and its tie rule; bad expert ids.
 #include "harness.h"
 
+#include "ggml_rp/cpu/routing_tape.h"
+
 #include "ggml_rp/ops/moe.h"
 
 #include <gtest/gtest.h>
@@ -136,6 +138,46 @@ TEST(OpMoe, TopKSelectionAndTies) {
     EXPECT_FLOAT_EQ(wv[6], 1.0f / 3.0f);
     EXPECT_THROW(rp::moe_topk(ctx, logits, 6), rp::Error);  // k > n_expert
     EXPECT_THROW(rp::moe_topk(ctx, logits, 0), rp::Error);
+}
+
+// The routing tape (cpu/routing_tape.h): recorded choices replay over other logits, in node order; a replay
+// that meets another node shape is refused; without a tape the choices follow the logits.
+TEST(OpMoe, RoutingTapeRecordsAndReplaysTheChoices) {
+    Context ctx;
+    Tensor * logits = ctx.new_tensor(rp::DType::F32, 4, 2);
+    ctx.alloc_data(logits);
+    Tensor * ids = rp::moe_topk(ctx, logits, 2);
+    ids->flags |= rp::kFlagOutput;
+    rp::Graph g;
+    rp::build_forward(g, ids);
+    rp::CpuBackend be;
+    be.allocate(g);
+    auto choose = [&](const std::vector<float> & l) {
+        rp::tensor_set_f32(logits, l);
+        be.compute(g, 1);
+        return rp::tensor_get_i32(ids);
+    };
+    const std::vector<float> a = {3, 2, 1, 0, 0, 1, 2, 3}, b = {0, 1, 2, 3, 3, 2, 1, 0};
+    {
+        rp::cpu::RoutingTape tape;
+        EXPECT_THROW(rp::cpu::RoutingTape(), rp::Error);  // one at a time
+        EXPECT_EQ(choose(a), (std::vector<int32_t>{0, 1, 3, 2}));
+        EXPECT_EQ(tape.nodes(), 1u);
+        tape.replay();
+        EXPECT_EQ(choose(b), (std::vector<int32_t>{0, 1, 3, 2}));  // a's choices, not b's
+        EXPECT_THROW(choose(b), rp::Error);                        // past the recording
+        Context c2;
+        Tensor * l3 = c2.new_tensor(rp::DType::F32, 4, 3);
+        c2.alloc_data(l3);
+        Tensor * i3 = rp::moe_topk(c2, l3, 2);
+        rp::Graph g3;
+        rp::build_forward(g3, i3);
+        rp::CpuBackend be3;
+        be3.allocate(g3);
+        tape.replay();
+        EXPECT_THROW(be3.compute(g3, 1), rp::Error);  // 3 tokens where 2 were recorded
+    }
+    EXPECT_EQ(choose(b), (std::vector<int32_t>{3, 2, 0, 1}));
 }
 
 TEST(OpMoe, AnExpertIdOutsideTheTableIsAnError) {

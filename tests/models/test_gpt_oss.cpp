@@ -1,0 +1,214 @@
+// gpt-oss (#32): generated gpt-oss models (attention sinks, a sliding window on the even layers, q/k/v/o
+// biases, a biased router with softmax over the selected experts, biased experts with the clamped SwiGLU,
+// YaRN) run as llama.cpp runs them: every position's logits equal rp-oracle's within the F32 bound of the
+// other logit tests (1e-4 x the logit range), at 1, 37 and 300 tokens (windows smaller than the prompt), with
+// 8 experts top-2 and 32 top-4, head_dim 64 with n_embd not a multiple of the heads; the greedy continuation
+// is llama.cpp's; the KV cache gives the full-sequence logits; what is not gpt-oss is refused by name.
+#include "models_test_util.h"
+
+#include "models/arch/hparams.h"
+#include "models/arch/inference.h"
+#include "models/text/tokenizer.h"
+#include "tests/oracle/oracle_run.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <sstream>
+
+using namespace models_test;
+
+namespace {
+
+rp::SynthSpec gpt_oss(uint32_t embd, uint32_t heads, uint32_t heads_kv, uint32_t head_dim, uint32_t experts, uint32_t used,
+                      uint32_t window, uint32_t layers, uint64_t seed, float yarn = 0.0f) {
+    rp::SynthSpec s;
+    s.arch = "gpt-oss";
+    s.vocab_from = model_path("vocab/ggml-vocab-qwen2.gguf");
+    s.n_embd = embd, s.n_head = heads, s.n_head_kv = heads_kv, s.head_dim = head_dim, s.n_layer = layers;
+    s.n_expert = experts, s.n_expert_used = used, s.n_ff_exp = 64, s.n_ff = 64, s.n_swa = window;
+    s.n_ctx_train = 4096, s.rope_base = 150000.0f, s.seed = seed;
+    if (yarn > 0.0f) s.yarn_factor = yarn, s.yarn_orig_ctx = 256;
+    return s;
+}
+
+std::vector<int32_t> some_tokens(size_t n, int32_t salt) {
+    std::vector<int32_t> t;
+    for (size_t i = 0; i < n; ++i) t.push_back(static_cast<int32_t>(100 + (37 * i + 11 * salt) % 20000));
+    return t;
+}
+
+// Our logits of every position against llama.cpp's; returns max |diff| / range.
+double compare_logits(const std::string & file, const std::vector<int32_t> & tokens, const std::string & what) {
+    const auto model = rp::Model::load(file);
+    const std::vector<float> ours = forward_all(*model, tokens);
+    std::string ids;
+    for (int32_t t : tokens) ids += (ids.empty() ? "" : " ") + std::to_string(t);
+    TempDir d;
+    const auto res = rp::oracle::run("logits " + rp::oracle::quote(file) + " --tokens " + rp::oracle::quote(ids) + " --out " +
+                                     rp::oracle::quote(d.file("ref.f32")));
+    EXPECT_EQ(res.status, 0) << what;
+    const std::vector<float> ref = read_f32(d.file("ref.f32"), ours.size());
+    EXPECT_EQ(ref.size(), ours.size()) << what;
+    if (ref.size() != ours.size()) return 1.0;
+    const double diff = max_abs_diff(ours, ref), range = value_range(ref);
+    std::printf("[ gpt-oss ] %s, %zu tokens: max |ours - llama.cpp| = %.3g of a %.2f range (%.2g)\n", what.c_str(), tokens.size(),
+                diff, range, diff / range);
+    return diff / range;
+}
+
+} // namespace
+
+TEST(GptOss, LoadsItsTensorsAndHyperParameters) {
+    TempDir d;
+    rp::write_synth_model(gpt_oss(96, 4, 2, 32, 8, 2, 5, 3, 1, 32.0f), d.file("m.gguf"));
+    const auto model = rp::Model::load(d.file("m.gguf"));
+    const rp::HParams & hp = model->hparams();
+    EXPECT_EQ(hp.arch->arch, rp::Arch::GptOss);
+    EXPECT_EQ(hp.n_swa, 5u);
+    EXPECT_TRUE(hp.is_swa(0));
+    EXPECT_FALSE(hp.is_swa(1));
+    EXPECT_TRUE(hp.is_swa(2));
+    EXPECT_EQ(hp.rope_ext_factor, 1.0f);
+    EXPECT_EQ(hp.rope_freq_scale, 1.0f / 32.0f);
+    const rp::LayerWeights & L = model->layers[1];
+    for (const rp::Tensor * t : {L.bq, L.bk, L.bv, L.bo, L.attn_sinks, L.ffn_norm, L.ffn_gate_inp_b, L.ffn_gate_exps_b, L.ffn_up_exps_b,
+                                 L.ffn_down_exps_b})
+        ASSERT_NE(t, nullptr);
+    EXPECT_EQ(L.ffn_norm->name, "blk.1.post_attention_norm.weight");
+    EXPECT_EQ(L.attn_sinks->ne[0], 4);
+    EXPECT_EQ(L.ffn_down_exps_b->ne[0], 96);
+    EXPECT_EQ(L.ffn_down_exps_b->ne[1], 8);
+    EXPECT_FALSE(model->tied_output());
+}
+
+TEST(GptOss, MissingPiecesAreNamed) {
+    TempDir d;
+    rp::write_synth_model(gpt_oss(64, 4, 2, 16, 4, 2, 8, 2, 2), d.file("m.gguf"));
+    auto fails = [&](const Variant & v, const std::string & needle) {
+        write_variant(d.file("m.gguf"), d.file("bad.gguf"), v);
+        try {
+            rp::Model::load(d.file("bad.gguf"));
+            ADD_FAILURE() << "loaded without " << needle;
+        } catch (const rp::Error & e) {
+            EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+        }
+    };
+    Variant no_sinks;
+    no_sinks.keep = [](const gguf::TensorInfo & t) { return t.name != "blk.1.attn_sinks.weight"; };
+    fails(no_sinks, "blk.1.attn_sinks.weight");
+    Variant no_bias;
+    no_bias.keep = [](const gguf::TensorInfo & t) { return t.name != "blk.0.ffn_down_exps.bias"; };
+    fails(no_bias, "blk.0.ffn_down_exps.bias");
+    Variant no_window;
+    no_window.edit_kvs = [](gguf::Writer & w) { w.remove("gpt-oss.attention.sliding_window"); };
+    fails(no_window, "gpt-oss.attention.sliding_window");
+}
+
+TEST(GptOss, LogitsEqualLlamaCppsExperts8Top2) {
+    RP_REQUIRE_ORACLE();
+    TempDir d;
+    rp::write_synth_model(gpt_oss(96, 4, 2, 32, 8, 2, 8, 3, 11), d.file("m.gguf"));
+    for (size_t n : {1, 37}) EXPECT_LE(compare_logits(d.file("m.gguf"), some_tokens(n, 1), "E8 top2 window 8"), 1e-4);
+}
+
+// head_dim 64 with n_embd 80 (not a multiple of the 4 heads' 256), 32 experts top-4, a window of 16 under a
+// 300-token prompt, and YaRN over a 256-token training context.
+TEST(GptOss, LogitsEqualLlamaCppsExperts32Top4LongPrompt) {
+    RP_REQUIRE_ORACLE();
+    TempDir d;
+    rp::write_synth_model(gpt_oss(80, 4, 2, 64, 32, 4, 16, 2, 12, 8.0f), d.file("m.gguf"));
+    EXPECT_LE(compare_logits(d.file("m.gguf"), some_tokens(300, 2), "E32 top4 hd64 n_embd 80 window 16 yarn 8"), 1e-4);
+}
+
+// Each piece of the architecture moves the logits far beyond the tolerance above: without the window, with
+// sinks too small to take any probability, without the router's or the experts' or the output's biases, our
+// logits are more than 100x that tolerance away from llama.cpp's (so the tests above would see any of them
+// ignored).
+TEST(GptOss, EveryPieceChangesTheLogits) {
+    RP_REQUIRE_ORACLE();
+    TempDir d;
+    const std::string file = d.file("m.gguf");
+    rp::write_synth_model(gpt_oss(96, 4, 2, 32, 8, 2, 6, 2, 15), file);
+    const std::vector<int32_t> tokens = some_tokens(24, 4);
+    std::string ids;
+    for (int32_t t : tokens) ids += (ids.empty() ? "" : " ") + std::to_string(t);
+    const auto res = rp::oracle::run("logits " + rp::oracle::quote(file) + " --tokens " + rp::oracle::quote(ids) + " --out " +
+                                     rp::oracle::quote(d.file("ref.f32")));
+    ASSERT_EQ(res.status, 0);
+    const std::vector<float> ref = read_f32(d.file("ref.f32"), tokens.size() * rp::Model::load(file)->hparams().n_vocab);
+    const float tol = 1e-4f * value_range(ref);
+    auto zeroed = [](const char * part) {  // a variant whose tensors named *part* hold zeros (or `value`)
+        Variant v;
+        v.keep = [part](const gguf::TensorInfo & t) { return t.name.find(part) == std::string::npos; };
+        return v;
+    };
+    struct Piece {
+        const char * what;
+        Variant v;
+    };
+    std::vector<Piece> pieces;
+    Variant no_window;
+    no_window.edit_kvs = [](gguf::Writer & w) { w.set_u32("gpt-oss.attention.sliding_window", 4096); };
+    pieces.push_back({"the sliding window", no_window});
+    for (const char * b : {"attn_sinks", "ffn_gate_inp.bias", "ffn_up_exps.bias", "ffn_down_exps.bias", "attn_output.bias"}) {
+        Variant v = zeroed(b);
+        v.extra = [b, file](gguf::Writer & w) {  // the same tensors, zero (sinks: -30, no probability at all)
+            auto r = gguf::Reader::open(file);
+            for (const gguf::TensorInfo & t : r->tensors()) {
+                if (t.name.find(b) == std::string::npos) continue;
+                const float value = std::string(b) == "attn_sinks" ? -30.0f : 0.0f;
+                w.add_tensor(t.name, t.type, t.n_dims, t.ne, [value](uint8_t * out, size_t n) {
+                    for (size_t i = 0; i < n / 4; ++i) std::memcpy(out + 4 * i, &value, 4);
+                });
+            }
+        };
+        pieces.push_back({b, v});
+    }
+    for (const Piece & p : pieces) {
+        write_variant(file, d.file("variant.gguf"), p.v);
+        const float diff = max_abs_diff(forward_all(*rp::Model::load(d.file("variant.gguf")), tokens), ref);
+        std::printf("[ gpt-oss ] without %s: max |ours - llama.cpp's original| = %.3g (tolerance %.3g)\n", p.what, diff, tol);
+        EXPECT_GT(diff, 100 * tol) << p.what;
+    }
+}
+
+// Token by token through the KV cache (every windowed layer's mask over the cache) gives the logits of the
+// whole sequence at once, past the window.
+TEST(GptOss, KvCacheMatchesTheFullSequence) {
+    TempDir d;
+    rp::write_synth_model(gpt_oss(64, 4, 2, 16, 4, 2, 3, 2, 13), d.file("m.gguf"));
+    const auto model = rp::Model::load(d.file("m.gguf"));
+    const std::vector<int32_t> tokens = some_tokens(12, 3);
+    const std::vector<float> all = forward_all(*model, tokens);
+    rp::InferenceSession s(*model, static_cast<int64_t>(tokens.size()), 1);
+    const size_t V = model->hparams().n_vocab;
+    float worst = 0.0f;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+        const std::vector<float> step = s.eval({tokens[i]});
+        ASSERT_EQ(step.size(), V);
+        for (size_t v = 0; v < V; ++v) worst = std::max(worst, std::fabs(step[v] - all[i * V + v]));
+    }
+    EXPECT_LE(worst, 1e-4f * value_range(all));
+}
+
+TEST(GptOss, GreedyGenerationMatchesLlamaCpp) {
+    RP_REQUIRE_ORACLE();
+    TempDir d;
+    const std::string file = d.file("m.gguf");
+    rp::write_synth_model(gpt_oss(96, 4, 2, 32, 8, 2, 6, 3, 14), file);
+    const std::string prompt = "Once upon a time there was a little robot who";
+    const int n_new = 24;
+    const auto gen = rp::oracle::run("generate " + rp::oracle::quote(file) + " --prompt " + rp::oracle::quote(prompt) + " -n " +
+                                     std::to_string(n_new));
+    ASSERT_EQ(gen.status, 0) << gen.out;
+    std::vector<int32_t> ref;
+    std::istringstream in(gen.out);
+    for (int32_t id; in >> id;) ref.push_back(id);
+    ASSERT_FALSE(ref.empty());
+    auto model = rp::Model::load(file);
+    rp::Tokenizer tok(model->file());
+    const std::vector<int32_t> ids = tok.encode(prompt, true, false);
+    rp::InferenceSession s(*model, static_cast<int64_t>(ids.size()) + n_new, 1);
+    EXPECT_EQ(rp::complete_greedy(s, tok, ids, n_new), ref);
+}
