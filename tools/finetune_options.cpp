@@ -26,6 +26,9 @@ void declare_model_and_data(Options & p, FinetuneJob & j) {
            "(default: the model's tokenizer.chat_template)",
            "T");
     p.flag("--train-on-inputs", j.train_on_inputs, "\"messages\" lines: train on every token, not only the assistant replies");
+    p.flag("--train-analysis", j.train_analysis,
+           "\"messages\" lines, gpt-oss: train the replies' analysis channel (their \"reasoning_content\")\n"
+           "too, not only the final answers");
     p.toggle("--pack", "--no-pack", j.pack,
              "JSONL: several examples per sequence, each attending only to itself (positions restart\n"
              "per example; no padding between them) or one padded sequence each (default --pack; plain\n"

@@ -55,9 +55,11 @@ void declare_synth_options(Options & p, SynthSettings & s) {
     p.integer("--n-ctx", s.spec.n_ctx_train, 1, 1 << 24, "training context");
     p.number("--rope-base", s.spec.rope_base, 1.0f, 1e9f, "RoPE frequency base");
     bit(p, "--tied", s.spec.tied, "1: no output.weight, the head reuses token_embd");
-    p.value("--type", "T", "the 2-D weights: f32 | f16 | bf16 | q8_0 | q4_0 (default f32; norms stay f32)", Options::String,
+    p.value("--type", "T", "the 2-D weights: f32 | f16 | bf16 | q8_0 | q4_0 (default f32; norms stay f32; the gpt-oss\n"
+            "presets' experts are mxfp4 unless this is given)", Options::String,
             [&s](const std::string & f, const std::string & v) {
                 using gguf::TensorType;
+                s.spec.expert_wtype.reset();
                 if (!gguf::type_from_name(v.c_str(), s.spec.wtype) || (s.spec.wtype != TensorType::F32 && s.spec.wtype != TensorType::F16 &&
                                                                   s.spec.wtype != TensorType::BF16 && s.spec.wtype != TensorType::Q8_0 && s.spec.wtype != TensorType::Q4_0))
                     throw Error(f + ": '" + v + "' is not one of f32, f16, bf16, q8_0, q4_0");

@@ -36,8 +36,8 @@ int max_seq(const rp::cli::SimulateSettings & s) {
             rc = 1;
             continue;
         }
-        std::printf("model: %s (%s of bf16 weights, LoRA r=%d on every linear layer, %d micro-batches of 1 sequence, %d devices of %s)\n",
-                    r.model.c_str(), rp::format_bytes(r.weight_bytes).c_str(), o.lora_rank, r.micro_batches, o.devices,
+        std::printf("model: %s (%s of weights in %s, LoRA r=%d on every linear layer, %d micro-batches of 1 sequence, %d devices of %s)\n",
+                    r.model.c_str(), rp::format_bytes(r.weight_bytes).c_str(), r.weight_types.c_str(), o.lora_rank, r.micro_batches, o.devices,
                     rp::format_bytes(o.device_memory).c_str());
         std::printf("max seq: %lld\n", static_cast<long long>(r.max_seq));
         if (r.paper_max_seq)

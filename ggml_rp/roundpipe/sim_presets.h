@@ -25,7 +25,8 @@ struct SimPreset {
     std::string published;  // roundpipe.md §11.4 partition in decoder layers ("" if none)
 };
 
-// qwen3-1.7b, llama3.1-8b, gpt-oss-20b, qwen3-32b, qwen3-235b.
+// qwen3-1.7b, llama3.1-8b, gpt-oss-20b, gpt-oss-120b (the 20B's per-layer times: not in the paper),
+// qwen3-32b, qwen3-235b.
 const std::vector<SimPreset> & sim_presets();
 // nullptr when `key` is not one of them.
 const SimPreset * find_sim_preset(const std::string & key);

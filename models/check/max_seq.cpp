@@ -59,6 +59,9 @@ MaxSeqResult plan_one(const std::string & name, const MaxSeqOptions & o, const s
     po.max_seq_limit = 1 << 22;
     const RunPlan probe = plan_run(*model, po);
     r.weight_bytes = probe.host.mapped_weights;
+    r.weight_types = spec.expert_wtype && *spec.expert_wtype != spec.wtype
+                         ? std::string("bf16, experts ") + gguf::type_name(static_cast<uint32_t>(*spec.expert_wtype))
+                         : std::string("bf16");
     r.micro_batches = static_cast<int>(po.micro_batches);
     r.max_seq = probe.max_seq;
     if (probe.max_seq > 0) {

@@ -23,7 +23,8 @@ struct MaxSeqOptions {
 struct MaxSeqResult {
     std::string model;         // the preset
     std::string error;         // non-empty: this model could not be planned (the other fields are unset)
-    size_t weight_bytes = 0;   // bf16 weights
+    size_t weight_bytes = 0;   // the weights: bf16, the experts of gpt-oss MXFP4 (as released)
+    std::string weight_types;  // "bf16" or "bf16, experts mxfp4"
     int micro_batches = 0;     // planned
     int64_t max_seq = 0;
     int64_t paper_max_seq = 0; // the paper's figure (0: none for this model)

@@ -62,7 +62,7 @@ SynthSpec synth_preset(const std::string & name) {
         qwen3(2880, big ? 36 : 24, 64, 2880, false);
         s.arch = "gpt-oss", s.head_dim = 64, s.n_ctx_train = 131072, s.rope_base = 150000.0f, s.n_vocab = 201088;
         s.n_expert = big ? 128 : 32, s.n_expert_used = 4, s.n_ff_exp = 2880, s.n_swa = 128;
-        s.yarn_factor = 32.0f, s.yarn_orig_ctx = 4096;
+        s.yarn_factor = 32.0f, s.yarn_orig_ctx = 4096, s.expert_wtype = gguf::TensorType::MXFP4;
     }
     else if (name == "llama3.1-8b") {
         s.n_embd = 4096, s.n_layer = 32, s.n_head = 32, s.n_head_kv = 8, s.head_dim = 128, s.n_ff = 14336;
@@ -145,7 +145,7 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
     // provides the 3/√n_embd.
     const auto fan = [](double k, uint32_t fan_in) { return static_cast<float>(k * std::sqrt(3.0 / fan_in)); };
     const float sqrt3 = static_cast<float>(std::sqrt(3.0));
-    const gguf::TensorType f32 = gguf::TensorType::F32, wt = s.wtype;
+    const gguf::TensorType f32 = gguf::TensorType::F32, wt = s.wtype, xt = s.expert_wtype.value_or(s.wtype);
     uint64_t seed = s.seed * 1000003u;
     add(w, "token_embd.weight", wt, s.n_embd, n_vocab, {0.0f, sqrt3}, ++seed, s.weights);
     const float out_norm = s.tied ? static_cast<float>(3.0 / std::sqrt(s.n_embd)) : 1.0f;
@@ -174,9 +174,9 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
         add(w, b + (gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), f32, s.n_embd, 1, {1.0f, 0.2f}, ++seed, s.weights);
         if (moe) {  // the router (logits of a few units, so tokens pick different experts), then the experts
             add(w, b + "ffn_gate_inp.weight", wt, s.n_embd, s.n_expert, {0.0f, fan(2.0, s.n_embd)}, ++seed, s.weights);
-            add(w, b + "ffn_gate_exps.weight", wt, s.n_embd, s.n_ff_exp, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights, s.n_expert);
-            add(w, b + "ffn_up_exps.weight", wt, s.n_embd, s.n_ff_exp, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights, s.n_expert);
-            add(w, b + "ffn_down_exps.weight", wt, s.n_ff_exp, s.n_embd, {0.0f, fan(1.0, s.n_ff_exp)}, ++seed, s.weights,
+            add(w, b + "ffn_gate_exps.weight", xt, s.n_embd, s.n_ff_exp, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights, s.n_expert);
+            add(w, b + "ffn_up_exps.weight", xt, s.n_embd, s.n_ff_exp, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights, s.n_expert);
+            add(w, b + "ffn_down_exps.weight", xt, s.n_ff_exp, s.n_embd, {0.0f, fan(1.0, s.n_ff_exp)}, ++seed, s.weights,
                 s.n_expert);
             if (gpt_oss) {  // the router's and the experts' biases ([width, n_expert])
                 add(w, b + "ffn_gate_inp.bias", f32, s.n_expert, 1, {0.0f, 0.5f}, ++seed, s.weights);

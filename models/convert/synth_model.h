@@ -9,6 +9,7 @@
 #include "gguf/types.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,8 @@ struct SynthSpec {
     uint32_t yarn_orig_ctx = 0;
     bool tied = false;            // no output.weight: the head reuses token_embd
     gguf::TensorType wtype = gguf::TensorType::F32;  // the 2-D weights; norms and biases stay F32
+    std::optional<gguf::TensorType> expert_wtype;    // the experts' stacks (unset: wtype; the gpt-oss presets:
+                                                     // MXFP4, as the models are released)
     uint64_t seed = 1;
     bool weights = true;          // false: every weight a hole (all zeros, no disk): shapes for a memory plan
 };

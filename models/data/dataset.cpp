@@ -182,10 +182,14 @@ private:
             if (role->string != "system" && role->string != "user" && role->string != "assistant")
                 fail(where + ": role \"" + role->string + "\" is not one the chat template knows (system, user, assistant)");
             if (!content || !content->is_string()) fail(where + " needs a string \"content\"");
-            chat.push_back({role->string, content->string});
+            // A reply's reasoning: "reasoning_content" (llama.cpp's, OpenAI's API) or "thinking" (gpt-oss's template).
+            const json::Value * reasoning = m.find("reasoning_content");
+            if (!reasoning) reasoning = m.find("thinking");
+            if (reasoning && !reasoning->is_string()) fail(where + ": \"reasoning_content\" / \"thinking\" must be a string");
+            chat.push_back({role->string, content->string, reasoning ? reasoning->string : std::string()});
         }
         if (!opt_.chat) fail("\"messages\" needs a chat template: the model has none (name one: chatml, llama3 or FILE.jinja)");
-        const RenderedChat r = render_chat(*opt_.chat, chat, false);
+        const RenderedChat r = render_training_chat(*opt_.chat, chat, opt_.train_analysis);
         if (r.assistant.empty()) fail("\"messages\" has no assistant turn: nothing to train on");
         Tokens t;
         std::vector<size_t> offsets;

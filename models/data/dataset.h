@@ -60,6 +60,7 @@ struct DatasetOptions {
     std::string doc_separator;        // plain text: cut documents here ("" = one document)
     std::optional<ChatTemplate> chat; // for "messages" lines; required when such a line appears
     bool train_on_inputs = false;     // "messages" lines: train every token, not only the assistant spans
+    bool train_analysis = false;      // "messages" lines, gpt-oss: the assistant spans take in the analysis channel
     bool allow_binary = false;        // train on text with NUL bytes or invalid UTF-8 (refused otherwise)
     bool pack = false;                // JSONL: several examples per sequence (see above); text: no effect
 };

@@ -29,6 +29,11 @@ const char * const kLlama3 =
 
 const char * const kProbe = "rp_probe_reply_5f1c";
 
+// Harmony's (gpt-oss's) markers: a final answer's header, and the two ends of a message.
+const char * const kHarmonyFinal = "<|channel|>final<|message|>";
+const char * const kHarmonyEnd = "<|end|>";
+const char * const kHarmonyReturn = "<|return|>";
+
 std::tm date_of(const std::string & date) {
     std::time_t t = std::time(nullptr);
     std::tm tm{};
@@ -70,7 +75,8 @@ bool file_exists(const std::string & path) {
 
 } // namespace
 
-ChatTemplate::ChatTemplate(const std::string & source, std::string name) : name_(std::move(name)), source_(source) {
+ChatTemplate::ChatTemplate(const std::string & source, std::string name)
+    : name_(std::move(name)), source_(source), harmony_(source.find("<|channel|>") != std::string::npos) {
     try {
         tmpl_ = std::make_shared<const jinja::Template>(source);
     } catch (const Error & e) {
@@ -96,6 +102,7 @@ std::string ChatTemplate::apply(const std::vector<ChatMessage> & messages, const
         o.obj().set("content", Value::string(m.content));
         if (!m.reasoning_content.empty()) o.obj().set("reasoning_content", Value::string(m.reasoning_content));
         o.obj().set("role", Value::string(m.role));
+        if (harmony_ && !m.reasoning_content.empty()) o.obj().set("thinking", Value::string(m.reasoning_content));
         msgs.arr().push_back(o);
     }
     const std::tm now = date_of(opt.date);
@@ -112,6 +119,9 @@ std::string ChatTemplate::apply(const std::vector<ChatMessage> & messages, const
     } catch (const Error & e) {
         throw Error("chat template " + name_ + ": " + e.what());
     }
+    if (harmony_ && opt.inference && !opt.add_generation_prompt)
+        if (const size_t at = out.rfind(kHarmonyReturn); at != std::string::npos)
+            out.replace(at, std::string_view(kHarmonyReturn).size(), kHarmonyEnd);
     if (strip_bos_ && !bos_.empty() && out.compare(0, bos_.size(), bos_) == 0) out.erase(0, bos_.size());
     if (strip_eos_ && !eos_.empty() && out.size() >= eos_.size() &&
         out.compare(out.size() - eos_.size(), eos_.size(), eos_) == 0)
@@ -141,7 +151,7 @@ RenderedChat ChatTemplate::render(const std::vector<ChatMessage> & messages, con
     size_t floor = 0;  // spans are ordered and do not overlap
     for (size_t i = 0; i < messages.size(); ++i) {
         if (messages[i].role != "assistant") continue;
-        if (eot.empty()) eot = end_of_turn(opt);
+        if (!harmony_ && eot.empty()) eot = end_of_turn(opt);
         const std::string where = "chat template " + name_ + ": messages[" + std::to_string(i) + "] (assistant): ";
         const std::vector<ChatMessage> before(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(i));
         ChatOptions base_opt = opt;
@@ -159,6 +169,12 @@ RenderedChat ChatTemplate::render(const std::vector<ChatMessage> & messages, con
         size_t begin = base.size();
         for (size_t k = base.size(); k < prompt.size() && k < r.text.size() && prompt[k] == r.text[k]; ++k)
             if (prompt[k] == '\n' || prompt[k] == '>' || k + 1 == prompt.size()) begin = k + 1;
+        if (harmony_) {
+            const AssistantSpan s = harmony_span(r.text, begin, messages[i], where, opt);
+            floor = s.end;
+            r.assistant.push_back(s);
+            continue;
+        }
         if (messages[i].content.find(eot) != std::string::npos)
             throw Error(where + "the content contains the end-of-turn marker " + eot);
         const size_t m = r.text.find(eot, begin);
@@ -201,9 +217,33 @@ ChatTemplate chat_template_for(const Tokenizer & tok, std::string_view name) {
     return t;
 }
 
+AssistantSpan ChatTemplate::harmony_span(const std::string & text, size_t begin, const ChatMessage & m, const std::string & where,
+                                         const ChatOptions & opt) const {
+    for (const char * marker : {kHarmonyEnd, kHarmonyReturn, kHarmonyFinal})
+        if (m.content.find(marker) != std::string::npos || m.reasoning_content.find(marker) != std::string::npos)
+            throw Error(where + "the message contains the harmony marker " + marker);
+    const size_t final_at = text.find(kHarmonyFinal, begin);
+    if (final_at == std::string::npos) throw Error(where + "no final answer (" + kHarmonyFinal + ") after the generation prompt");
+    const size_t end_at = text.find(kHarmonyEnd, final_at), return_at = text.find(kHarmonyReturn, final_at);
+    const size_t m_at = std::min(end_at, return_at);
+    if (m_at == std::string::npos) throw Error(where + "the final answer has no " + kHarmonyEnd + " or " + kHarmonyReturn);
+    AssistantSpan s;
+    s.begin = opt.train_analysis ? begin : final_at;
+    s.content_end = m_at;
+    s.end = m_at + std::string_view(m_at == end_at ? kHarmonyEnd : kHarmonyReturn).size();
+    return s;
+}
+
 RenderedChat render_chat(const ChatTemplate & t, const std::vector<ChatMessage> & messages, bool add_generation_prompt) {
     ChatOptions o;
     o.add_generation_prompt = add_generation_prompt;
+    return t.render(messages, o);
+}
+
+RenderedChat render_training_chat(const ChatTemplate & t, const std::vector<ChatMessage> & messages, bool train_analysis) {
+    ChatOptions o;
+    o.inference = false;
+    o.train_analysis = train_analysis;
     return t.render(messages, o);
 }
 

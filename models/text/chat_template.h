@@ -11,8 +11,13 @@
 //                       `is defined`)
 //   date_string, datetime  the date as "%d %b %Y" and "%b %d %Y" (llama.cpp always sets both, so Llama 3.1+
 //                       print that date, not their "26 Jul 2024" fallback); strftime_now formats the same day.
-// No format-specific rewrite is applied: for these templates llama.cpp's `.prompt` is the plain rendering
-// (its autoparser only adds to `.prompt` when continuing a final message, which we never do). When the
+// No format-specific rewrite is applied but for gpt-oss's harmony format (a template with "<|channel|>",
+// llama.cpp's test for it): as llama.cpp does, a message's reasoning_content is also passed as `thinking`
+// (what that template reads), and an inference prompt without a generation prompt has its last <|return|>
+// (the token that ends a final answer) replaced by <|end|> (a message that the conversation goes on
+// after); a training text keeps it, so the model learns to stop. For the other templates llama.cpp's
+// `.prompt` is the plain rendering (its autoparser only adds to `.prompt` when continuing a final message,
+// which we never do). When the
 // tokenizer adds BOS itself (strip_bos), a leading bos_token is removed from the text, as llama.cpp does
 // with the vocabulary's add_bos, so a Llama 3 rendering does not get two <|begin_of_text|>.
 //
@@ -34,6 +39,11 @@
 // message; DeepSeek-R1 drops an earlier reply's <think> part) and the marker. A template for which the
 // prefix is not a prefix of the whole, or no marker follows, throws rp::Error naming the message; so does
 // a reply whose content contains the marker itself.
+// Harmony (gpt-oss): an assistant message may be several messages, an analysis (its reasoning) then the
+// final answer ("<|channel|>analysis<|message|>...<|end|><|start|>assistant<|channel|>final<|message|>...").
+// Its span is the final one, from its "<|channel|>final<|message|>" header to its marker, <|end|> or
+// <|return|>; with ChatOptions::train_analysis it starts after the generation prompt instead, taking in the
+// analysis too.
 #pragma once
 
 #include <cstddef>
@@ -57,7 +67,7 @@ class Template;
 struct ChatMessage {
     std::string role;  // "system", "user", "assistant", ...
     std::string content;
-    std::string reasoning_content = {};  // Qwen3: the reply's thinking; empty = none
+    std::string reasoning_content = {};  // Qwen3, gpt-oss: the reply's thinking; empty = none
 };
 
 // One assistant turn in the rendered text: [begin, content_end) is the reply as the template writes it,
@@ -77,6 +87,11 @@ struct ChatOptions {
     bool add_generation_prompt = false;
     bool enable_thinking = true;
     std::string date;  // "YYYY-MM-DD"; empty: today (local time)
+    // A prompt for inference (llama.cpp's is_inference), or a training text: only harmony renders them
+    // differently (the header's rule).
+    bool inference = true;
+    // Harmony: the assistant spans also hold the analysis (reasoning) messages, not only the final answers.
+    bool train_analysis = false;
 };
 
 class ChatTemplate {
@@ -99,8 +114,11 @@ public:
 
 private:
     std::string end_of_turn(const ChatOptions & opt) const;
+    AssistantSpan harmony_span(const std::string & text, size_t begin, const ChatMessage & m, const std::string & where,
+                               const ChatOptions & opt) const;
 
     std::string name_, source_;
+    bool harmony_ = false;  // gpt-oss's channels
     std::shared_ptr<const jinja::Template> tmpl_;
     std::string bos_, eos_;
     bool strip_bos_ = false, strip_eos_ = false;
@@ -119,5 +137,7 @@ ChatTemplate chat_template_for(const Tokenizer & tok, std::string_view name = {}
 
 // render() with default options and the given add_generation_prompt.
 RenderedChat render_chat(const ChatTemplate & t, const std::vector<ChatMessage> & messages, bool add_generation_prompt);
+// The rendering a finetune trains on: no generation prompt, a training text (ChatOptions::inference false).
+RenderedChat render_training_chat(const ChatTemplate & t, const std::vector<ChatMessage> & messages, bool train_analysis = false);
 
 } // namespace rp

@@ -207,6 +207,138 @@ void split_llama3(Chunk & ch, size_t max_digits, bool with_marks) {
     }
 }
 
+// What GPT-4o's regex sees of a code point. llama.cpp runs that regex through std::regex on "collapsed" text:
+// ASCII as it is, every other code point one byte for its class (whitespace, letter, number, or one of the
+// others: punctuation, mark, symbol, anything else). So \s is ASCII's " \t\n\v\f\r" or non-ASCII
+// whitespace, letters' case is ASCII's ([^a-z] / [^A-Z] among letters: a non-ASCII letter is both upper and
+// lower), and marks are not letters.
+struct Gpt4oClass {
+    bool any = false, letter = false, upper = false, lower = false, number = false, space = false;
+    bool other() const { return any && !space && !letter && !number; }
+};
+
+Gpt4oClass gpt4o_class(const Chunk & ch, size_t pos) {
+    Gpt4oClass k;
+    const uint32_t c = ch.cpt(pos);
+    if (c == kOutOfRange) {
+        return k;
+    }
+    k.any = true;
+    if (c < 128) {
+        const bool up = c >= 'A' && c <= 'Z', low = c >= 'a' && c <= 'z';
+        k.letter = up || low;
+        k.upper = up;
+        k.lower = low;
+        k.number = c >= '0' && c <= '9';
+        k.space = c == ' ' || (c >= '\t' && c <= '\r');
+        return k;
+    }
+    k.space = is_whitespace(c);
+    if (!k.space) {
+        const Ucat u = ucat(c);
+        k.letter = k.upper = k.lower = u == Ucat::letter;
+        k.number = u == Ucat::number;
+    }
+    return k;
+}
+
+// (?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])? after position e: where the word ends.
+size_t gpt4o_contraction_end(const Chunk & ch, size_t e) {
+    const size_t n = contraction(ch, e, true);
+    return e + n;
+}
+
+// The two letter alternatives from s (a letter): U*L+ (the engine's backtracking: the U run gives back
+// until a lower-case letter follows), else U+L*; then the contraction. 0 when neither matches.
+size_t gpt4o_letters(const Chunk & ch, size_t s) {
+    size_t u = 0;
+    while (gpt4o_class(ch, s + u).upper) {
+        ++u;
+    }
+    for (size_t j = u + 1; j-- > 0;) {
+        if (gpt4o_class(ch, s + j).lower) {
+            size_t e = s + j;
+            while (gpt4o_class(ch, e).lower) {
+                ++e;
+            }
+            return gpt4o_contraction_end(ch, e);
+        }
+    }
+    if (u > 0) {
+        size_t e = s + u;
+        while (gpt4o_class(ch, e).lower) {
+            ++e;
+        }
+        return gpt4o_contraction_end(ch, e);
+    }
+    return 0;
+}
+
+// GPT-4o's regex (PreTokenizer::Gpt4o), leftmost-first like std::regex; text no alternative matches stays
+// a word of its own between the matches (llama.cpp's unicode_regex_split_stl).
+void split_gpt4o(Chunk & ch) {
+    size_t pos = ch.ini;
+    auto match = [&](size_t start, size_t end) {
+        ch.cut(start);  // the unmatched text before it, if any
+        ch.cut(end);
+        pos = end;
+    };
+    while (pos < ch.end) {
+        const Gpt4oClass k = gpt4o_class(ch, pos);
+        const uint32_t c = ch.cpt(pos);
+        // [^\r\n\p{L}\p{N}]? then the letters (the prefix is never a letter: with or without it, never both)
+        const bool prefix = k.any && c != '\r' && c != '\n' && !k.letter && !k.number;
+        if (prefix || k.letter) {
+            if (const size_t e = gpt4o_letters(ch, prefix ? pos + 1 : pos)) {
+                match(pos, e);
+                continue;
+            }
+        }
+        if (k.number) {  // \p{N}{1,3}
+            size_t e = pos;
+            while (e - pos < 3 && gpt4o_class(ch, e).number) {
+                ++e;
+            }
+            match(pos, e);
+            continue;
+        }
+        // ' ?[^\s\p{L}\p{N}]+[\r\n/]*'
+        const size_t o = (c == ' ' && gpt4o_class(ch, pos + 1).other()) ? pos + 1 : pos;
+        if (gpt4o_class(ch, o).other()) {
+            size_t e = o;
+            while (gpt4o_class(ch, e).other()) {
+                ++e;
+            }
+            for (uint32_t c2 = ch.cpt(e); c2 == '\r' || c2 == '\n' || c2 == '/'; c2 = ch.cpt(++e)) {
+            }
+            match(pos, e);
+            continue;
+        }
+        size_t n_space = 0, last_newline_end = 0;
+        while (gpt4o_class(ch, pos + n_space).space) {
+            const uint32_t c2 = ch.cpt(pos + n_space);
+            if (c2 == '\r' || c2 == '\n') {
+                last_newline_end = pos + n_space + 1;
+            }
+            ++n_space;
+        }
+        if (last_newline_end > 0) {  // \s*[\r\n]+
+            match(pos, last_newline_end);
+            continue;
+        }
+        if (n_space > 1 && ch.cpt(pos + n_space) != kOutOfRange) {  // \s+(?!\S)
+            match(pos, pos + n_space - 1);
+            continue;
+        }
+        if (n_space > 0) {  // \s+
+            match(pos, pos + n_space);
+            continue;
+        }
+        ++pos;  // no alternative matches here: part of the text between matches
+    }
+    ch.cut(ch.end);
+}
+
 // A regex "[class]+" as llama.cpp applies it: every maximal run of class members becomes a word, and so
 // does every gap between runs.
 template <typename Pred>
@@ -276,6 +408,8 @@ std::vector<uint32_t> pretokenize(PreTokenizer kind, const uint32_t * cpts, size
             return refine(cpts, words, [](Chunk & ch) { split_llama3(ch, 1, false); });
         case PreTokenizer::Qwen35:
             return refine(cpts, words, [](Chunk & ch) { split_llama3(ch, 1, true); });
+        case PreTokenizer::Gpt4o:
+            return refine(cpts, words, [](Chunk & ch) { split_gpt4o(ch); });
         case PreTokenizer::Default:
             words = refine(cpts, words, [](Chunk & ch) { split_runs(ch, default_punct); });
             words = refine(cpts, words, [](Chunk & ch) { split_gpt2(ch); });

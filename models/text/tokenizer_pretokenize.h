@@ -22,6 +22,10 @@ enum class PreTokenizer : uint8_t {
     Qwen2,
     // as Qwen2 with [\p{L}\p{M}] for letters (and marks excluded from the punctuation branch)
     Qwen35,
+    // GPT-4o / o200k (gpt-oss, Llama 4), as llama.cpp rewrites it for std::regex:
+    // [^\r\n\p{L}\p{N}]?U*L+C?|[^\r\n\p{L}\p{N}]?U+L*C?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+    // with U a letter other than a-z, L a letter other than A-Z, C an ASCII-case-insensitive 's 't 're 've 'm 'll 'd
+    Gpt4o,
 };
 
 // Splits n code points into words. Returns the length of each word in code points, in order; the

@@ -54,6 +54,7 @@ DatasetOptions FinetuneJob::dataset_options(const Model & model, const Tokenizer
     // leaves it unset, and the dataset refuses "messages" lines naming the line.
     if (!chat_template.empty() || !tok.chat_template().empty()) d.chat = chat_template_for(tok, chat_template);
     d.train_on_inputs = train_on_inputs;
+    d.train_analysis = train_analysis;
     d.pack = pack;
     return d;
 }

@@ -38,6 +38,7 @@ struct FinetuneJob {
     int64_t seq_len = 64;
     bool allow_binary = false;      // DatasetOptions
     bool train_on_inputs = false;
+    bool train_analysis = false;
     bool pack = true;               // JSONL only
     std::string chat_template;      // "" = the model's own
     int64_t token_chunk = -2;       // -2: not given (host 0, pipeline the planner's); -1: the planner's (pipeline only)

@@ -24,10 +24,11 @@
 
 namespace rp_pipe_test {
 
-// A 16-layer llama (untied) and a 16-layer qwen3 with a tied head, written once per process.
+// A 16-layer llama (untied), a 16-layer qwen3 with a tied head, and 6-layer qwen3moe and gpt-oss, written
+// once per process.
 struct Models {
     rp_test::TempDir dir;
-    std::unique_ptr<rp::Model> llama, qwen3, moe;
+    std::unique_ptr<rp::Model> llama, qwen3, moe, gpt_oss;
     Models() {
         rp::SynthSpec s;
         s.vocab_from = rp_test::shared_dir() + "/models/stories260K.gguf";
@@ -58,6 +59,12 @@ struct Models {
         s.seed = 13;
         rp::write_synth_model(s, dir.file("qwen3moe-6.gguf"));
         moe = rp::Model::load(dir.file("qwen3moe-6.gguf"));
+        // A 6-layer gpt-oss: the same experts, sinks, biases and a window of 5 on the even layers (12 tokens).
+        s.arch = "gpt-oss";
+        s.n_swa = 5;
+        s.seed = 17;
+        rp::write_synth_model(s, dir.file("gpt-oss-6.gguf"));
+        gpt_oss = rp::Model::load(dir.file("gpt-oss-6.gguf"));
     }
     static Models & get() {
         static Models m;

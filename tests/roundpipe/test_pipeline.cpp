@@ -133,27 +133,29 @@ TEST(Pipeline, SyncEqualsSingleDeviceWithTiedHeadFullFinetune) {
     }
 }
 
-// qwen3moe: the routing is recomputed on whichever device runs the backward; sync mode still gives the
-// single-device bits for G = 1..4, LoRA (attention, experts, router) and full (router and experts trainable).
+// qwen3moe and gpt-oss: the routing is recomputed on whichever device runs the backward; sync mode still
+// gives the single-device bits for G = 1..4, LoRA (attention, experts, router) and full (router and experts
+// trainable; gpt-oss's sinks and biases too).
 TEST(Pipeline, SyncEqualsSingleDeviceForMixtureOfExperts) {
     const Models & m = Models::get();
     rp::FinetuneConfig lora = lora_cfg();
     lora.lora_targets.push_back("ffn_gate_inp");
+    for (const rp::Model * model : {m.moe.get(), m.gpt_oss.get()})
     for (const bool full : {false, true})
         for (int G = 1; G <= 4; ++G) {
             const rp::FinetuneConfig cfg = full ? full_cfg() : lora;
             Workload w;
             w.M = G + 1;
-            const auto ref = reference(*m.moe, cfg, w);
+            const auto ref = reference(*model, cfg, w);
             rp::PipelineOptions o;
             o.instrument = true;
             uniform_times(o, 8);
             DeviceSetup ds;
             ds.G = G;
             ds.memory = size_t(4) << 20;
-            const RunResult r = pipelined(*m.moe, cfg, w, ds, o);
-            const std::string what = std::string("qwen3moe ") + (full ? "full" : "lora") + " G=" + std::to_string(G) + " plan " +
-                                     r.plan.describe();
+            const RunResult r = pipelined(*model, cfg, w, ds, o);
+            const std::string what = std::string(model->hparams().arch->name) + (full ? " full" : " lora") + " G=" + std::to_string(G) +
+                                     " plan " + r.plan.describe();
             EXPECT_GE(r.plan.num_stages(), 2) << what;
             EXPECT_EQ(first_difference(r.masters, ref), -1) << what;
             expect_checks_clean(r, what);

@@ -5,9 +5,15 @@
 // renders them. The assistant spans are checked too: each starts right after the generation prompt that
 // precedes it, ends with the end-of-turn marker, and its text is the reply's content as the template writes
 // it (exactly the content, or for the Qwen3 / QwQ / DeepSeek-R1 rules the content with an earlier
-// <think>...</think> part removed, or with an empty "<think>\n\n</think>\n\n" block in front).
+// <think>...</think> part removed, or with an empty "<think>\n\n</think>\n\n" block in front; gpt-oss: after
+// its final channel's header). gpt-oss's template dates its system message from llama.cpp's clock: both sides
+// render today's.
 // Skips when the oracle is absent (fails with CI=true, like every oracle test).
 #include "models/text/chat_template.h"
+
+#include "gguf/gguf.h"
+#include "models/data/dataset.h"
+#include "models/text/tokenizer.h"
 
 #include "ggml_rp/core/json.h"
 
@@ -121,6 +127,7 @@ std::vector<std::string> run_oracle(const std::string & tmpl_path, const std::st
 struct Case {
     const char * file;
     bool thinking_switch;  // also run with enable_thinking = false
+    bool clock = false;    // llama.cpp takes the date from the clock whatever `now` says (gpt-oss): both sides "today"
 };
 
 const Case kCases[] = {
@@ -133,6 +140,7 @@ const Case kCases[] = {
     {"meta-llama-Llama-3.2-3B-Instruct", false},
     {"meta-llama-Llama-3.3-70B-Instruct", false},
     {"NousResearch-Hermes-3-Llama-3.1-8B-tool_use", false},
+    {"openai-gpt-oss-120b", false, true},
 };
 
 // The reply text a span may hold: the content, the content after its last </think> (with the newlines the
@@ -165,9 +173,10 @@ bool span_text_ok(const std::string & span, const std::string & content) {
         while (!after.empty() && after.front() == '\n') after.erase(0, 1);
         forms.push_back("<think>\n" + reasoning + "\n</think>\n\n" + after);
     }
-    // The span starts after the part of the generation prompt the turn has, which may be a think opener.
+    // The span starts after the part of the generation prompt the turn has, which may be a think opener;
+    // a harmony (gpt-oss) span starts at its final answer's channel header.
     for (const std::string & f : forms)
-        if (span == f || "<think>\n" + span == f || "<think>" + span == f) return true;
+        if (span == f || "<think>\n" + span == f || "<think>" + span == f || span == "<|channel|>final<|message|>" + f) return true;
     return false;
 }
 
@@ -187,7 +196,7 @@ TEST(ChatOracle, TemplatesRenderByteForByte) {
         t.set_special_tokens(bos, "</s>", false, false);
         for (int gen = 0; gen < 2; ++gen) {
             for (int think = 1; think >= (c.thinking_switch ? 0 : 1); --think) {
-                std::string flags = "--date " + date + " --bos '" + bos + "' --eos '</s>'";
+                std::string flags = (c.clock ? std::string() : "--date " + date) + " --bos '" + bos + "' --eos '</s>'";
                 if (!gen) flags += " --no-generation-prompt";
                 if (!think) flags += " --no-thinking";
                 const std::vector<std::string> want = run_oracle(path, jsonl, flags);
@@ -195,7 +204,7 @@ TEST(ChatOracle, TemplatesRenderByteForByte) {
                 rp::ChatOptions o;
                 o.add_generation_prompt = gen != 0;
                 o.enable_thinking = think != 0;
-                o.date = date;
+                if (!c.clock) o.date = date;
                 size_t matched = 0;
                 for (size_t i = 0; i < convs.size(); ++i) {
                     std::string got;
@@ -225,7 +234,7 @@ TEST(ChatOracle, TemplatesRenderByteForByte) {
                         ASSERT_LE(s.end, r.text.size());
                         const std::string reply = r.text.substr(s.begin, s.content_end - s.begin);
                         const std::string marker = r.text.substr(s.content_end, s.end - s.content_end);
-                        EXPECT_TRUE(marker == "<|im_end|>" || marker == "<|eot_id|>" ||
+                        EXPECT_TRUE(marker == "<|im_end|>" || marker == "<|eot_id|>" || marker == "<|end|>" || marker == "<|return|>" ||
                                     marker == "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>")
                             << c.file << " marker '" << marker << "'";
                         EXPECT_TRUE(span_text_ok(reply, m.content))
@@ -251,22 +260,72 @@ TEST(ChatOracle, ReasoningContentAndTodaysDate) {
         for (auto & m : c)
             if (m.role == "assistant" && rng() % 2) m.reasoning_content = rng() % 2 ? "step 1\nstep 2" : "\nthink \xf0\x9f\xa4\x94\n";
     const std::string jsonl = to_jsonl(convs);
-    for (const char * file : {"Qwen-Qwen3-0.6B", "meta-llama-Llama-3.2-3B-Instruct"}) {
-        const std::string path = std::string(kTemplates) + "/" + file + ".jinja";
-        const rp::ChatTemplate t(slurp(path), file);
-        const std::vector<std::string> want = run_oracle(path, jsonl, "");
-        ASSERT_EQ(want.size(), convs.size());
-        rp::ChatOptions o;
-        o.add_generation_prompt = true;
-        size_t matched = 0;
-        for (size_t i = 0; i < convs.size(); ++i) {
-            const std::string got = t.apply(convs[i], o);
-            if (got == want[i]) ++matched;
-            else ADD_FAILURE() << file << " conversation " << i << "\n--- ours:\n" << got << "\n--- llama.cpp:\n" << want[i];
-            EXPECT_NO_THROW(t.render(convs[i], o));
+    for (const char * file : {"Qwen-Qwen3-0.6B", "meta-llama-Llama-3.2-3B-Instruct", "openai-gpt-oss-120b"})
+        for (const bool gen : {true, false}) {
+            const std::string path = std::string(kTemplates) + "/" + file + ".jinja";
+            const rp::ChatTemplate t(slurp(path), file);
+            const std::vector<std::string> want = run_oracle(path, jsonl, gen ? "" : "--no-generation-prompt");
+            ASSERT_EQ(want.size(), convs.size());
+            rp::ChatOptions o;
+            o.add_generation_prompt = gen;
+            size_t matched = 0;
+            for (size_t i = 0; i < convs.size(); ++i) {
+                const std::string got = t.apply(convs[i], o);
+                if (got == want[i]) ++matched;
+                else ADD_FAILURE() << file << " conversation " << i << "\n--- ours:\n" << got << "\n--- llama.cpp:\n" << want[i];
+                EXPECT_NO_THROW(t.render(convs[i], o));
+            }
+            std::printf("[ parity  ] %-45s gen=%d reasoning_content, today: %zu/%zu byte-exact\n", file, gen, matched, convs.size());
         }
-        std::printf("[ parity  ] %-45s reasoning_content, today: %zu/%zu byte-exact\n", file, matched, convs.size());
-    }
+}
+
+// gpt-oss's harmony spans: the final answers, the last ending in <|return|> in a training text (<|end|> in an
+// inference prompt, as llama.cpp renders it); with train_analysis the reply's analysis message too.
+TEST(ChatOracle, HarmonyTrainingSpans) {
+    NEED_ORACLE();
+    const rp::ChatTemplate t(slurp(std::string(kTemplates) + "/openai-gpt-oss-120b.jinja"), "gpt-oss");
+    const std::vector<rp::ChatMessage> chat = {{"system", "Be brief."}, {"user", "2+2?"}, {"assistant", "4", "add them"},
+                                               {"user", "and 3+3?"}, {"assistant", "6", "add again"}};
+    const rp::RenderedChat r = rp::render_training_chat(t, chat);
+    ASSERT_EQ(r.assistant.size(), 2u);
+    auto span = [&](const rp::AssistantSpan & s) { return r.text.substr(s.begin, s.end - s.begin); };
+    EXPECT_EQ(span(r.assistant[0]), "<|channel|>final<|message|>4<|end|>");  // an earlier reply: its analysis is dropped
+    EXPECT_EQ(span(r.assistant[1]), "<|channel|>final<|message|>6<|return|>");
+    EXPECT_NE(r.text.find("<|channel|>analysis<|message|>add again<|end|>"), std::string::npos) << r.text;
+    const rp::RenderedChat a = rp::render_training_chat(t, chat, true);
+    EXPECT_EQ(a.text, r.text);
+    EXPECT_EQ(a.text.substr(a.assistant[1].begin, a.assistant[1].end - a.assistant[1].begin),
+              "<|channel|>analysis<|message|>add again<|end|><|start|>assistant<|channel|>final<|message|>6<|return|>");
+    rp::ChatOptions inference;
+    const std::string prompt = t.apply(chat, inference);
+    EXPECT_EQ(prompt.substr(prompt.size() - 7), "<|end|>");
+    EXPECT_EQ(r.text.substr(r.text.size() - 10), "<|return|>");
+    EXPECT_THROW(rp::render_training_chat(t, {{"user", "x"}, {"assistant", "a<|end|>b"}}), std::exception);
+}
+
+// A "messages" dataset under gpt-oss's template trains the final answers (with their header and the last
+// one's <|return|>); the "reasoning_content" (or "thinking") of a reply goes into its analysis channel, trained
+// only with train_analysis.
+TEST(ChatOracle, HarmonyDatasetMasks) {
+    NEED_ORACLE();
+    const auto vocab = gguf::Reader::open(std::string(RP_SHARED_DIR) + "/models/vocab/ggml-vocab-qwen2.gguf");
+    const rp::Tokenizer tok(*vocab);
+    const std::string line = R"({"messages": [{"role": "user", "content": "2+2?"}, )"
+                             R"({"role": "assistant", "content": "four", "thinking": "add them up"}]})";
+    auto trained_text = [&](bool analysis) {
+        rp::DatasetOptions o;
+        o.seq_len = 256;
+        o.n_ctx = 4096;
+        o.chat = rp::chat_template_from_name(std::string(kTemplates) + "/openai-gpt-oss-120b.jinja");
+        o.train_analysis = analysis;
+        const rp::Dataset d = rp::Dataset::from_jsonl(line, "chat.jsonl", tok, o);
+        std::vector<int32_t> targets;
+        for (const int32_t l : d.labels(0))
+            if (l >= 0) targets.push_back(l);
+        return tok.decode(targets, false, true);
+    };
+    EXPECT_EQ(trained_text(false), "<|channel|>final<|message|>four<|return|>");
+    EXPECT_EQ(trained_text(true), "<|channel|>analysis<|message|>add them up<|end|><|start|>assistant<|channel|>final<|message|>four<|return|>");
 }
 
 } // namespace

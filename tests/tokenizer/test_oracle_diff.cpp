@@ -20,7 +20,7 @@ using namespace tok_test;
 namespace {
 
 const char * const kPieces[] = {
-    "a", "b", "Hello", " world", "the", "I", "M", "s", "re", "ve", "ll", "d", "t", "x", "Z", "q",
+    "a", "b", "Hello", " world", "the", "I", "M", "s", "re", "ve", "ll", "d", "t", "x", "Z", "q", "ABC", "camelCase", "eS",
     "0", "1", "2", "3", "45", "678", "9999", " ", "  ", "   ", "\t", "\n", "\r", "\r\n", "\n\n", " \n", "\v", "\f",
     "'", "'s", "'S", "'re", "'RE", "'ll", "'Ll", "'d", "'t", "'m", "'ve", "'x", "''",
     "!", "?", ".", ",", ";", ":", "-", "_", "(", ")", "[", "]", "{", "}", "<", ">", "=", "+", "$", "^", "~", "|",
@@ -174,7 +174,8 @@ TEST_F(OracleDiff, OtherPreTokenizers) {
     const std::string v = models_dir() + "/vocab/ggml-vocab-";
     const std::string files[] = {with_pre(v + "gpt-2.gguf", "default", "gpt2_default"),
                                  with_pre(v + "llama-bpe.gguf", "", "llama_bpe_nopre"),
-                                 with_pre(v + "qwen2.gguf", "qwen35", "qwen35")};
+                                 with_pre(v + "qwen2.gguf", "qwen35", "qwen35"), with_pre(v + "qwen2.gguf", "gpt-4o", "gpt4o"),
+                                 with_pre(v + "llama-bpe.gguf", "llama4", "llama4")};
     unsigned seed = 100;
     for (const std::string & f : files) {
         compare_with_llama(f, 1500, seed++);

@@ -144,6 +144,20 @@ TEST(Pretokenize, Qwen) {
     EXPECT_EQ(split(PreTokenizer::Qwen35, "e\xcc\x81x"), (W{"e\xcc\x81x"}));     // ... unless qwen35
 }
 
+// GPT-4o's case-aware words (ASCII case: a non-ASCII letter is upper and lower at once, so it ends an upper
+// run's backtracking), contractions as suffixes, digits by three, '/' after punctuation and newlines.
+TEST(Pretokenize, Gpt4o) {
+    EXPECT_EQ(split(PreTokenizer::Gpt4o, "HelloWorld"), (W{"Hello", "World"}));
+    EXPECT_EQ(split(PreTokenizer::Gpt4o, "helloWORLD"), (W{"hello", "WORLD"}));
+    EXPECT_EQ(split(PreTokenizer::Gpt4o, "HELLOworld"), (W{"HELLOworld"}));
+    EXPECT_EQ(split(PreTokenizer::Gpt4o, "\xc3\x89" "COLE"), (W{"\xc3\x89", "COLE"}));  // U*L+ backtracks to the É alone
+    EXPECT_EQ(split(PreTokenizer::Gpt4o, "don't I'M"), (W{"don't", " I'M"}));
+    EXPECT_EQ(split(PreTokenizer::Gpt4o, "12345"), (W{"123", "45"}));
+    EXPECT_EQ(split(PreTokenizer::Gpt4o, "a+=/\n/b"), (W{"a", "+=/\n/", "b"}));
+    EXPECT_EQ(split(PreTokenizer::Gpt4o, "e\xcc\x81x"), (W{"e", "\xcc\x81x"}));  // marks are not letters
+    EXPECT_EQ(split(PreTokenizer::Gpt4o, "a \n\n  b"), (W{"a", " \n\n", " ", " b"}));
+}
+
 TEST(Pretokenize, Default) {
     EXPECT_EQ(split(PreTokenizer::Default, "Hello, world!! 12345 $x"),
               (W{"Hello", ",", " world", "!!", " ", "123", "45", " ", "$", "x"}));
@@ -206,6 +220,15 @@ std::string llama3_re(const std::string & digits) {
            "]" + digits + "| ?[^\\s" + L + N + "]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 }
 
+// GPT-4o's regex as llama.cpp rewrites it for std::regex (its tokenizer.json form needs \p{Lu} and friends).
+std::string gpt4o_re() {
+    const std::string up = "((?=[" + L + "])([^a-z]))", low = "((?=[" + L + "])([^A-Z]))";
+    const std::string c = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?";
+    const std::string pre = "[^\\r\\n" + L + N + "]?";
+    return pre + up + "*" + low + "+" + c + "|" + pre + up + "+" + low + "*" + c + "|[" + N + "]{1,3}| ?[^\\s" + L + N +
+           "]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+}
+
 std::vector<uint32_t> regex_pretokenize(PreTokenizer kind, const std::vector<uint32_t> & cpts) {
     const std::string text = collapse(cpts);
     std::vector<uint32_t> words;
@@ -217,6 +240,7 @@ std::vector<uint32_t> regex_pretokenize(PreTokenizer kind, const std::vector<uin
         case PreTokenizer::Gpt2: return regex_split(text, kGpt2, words);
         case PreTokenizer::Llama3: return regex_split(text, llama3_re("{1,3}"), words);
         case PreTokenizer::Qwen2: return regex_split(text, llama3_re(""), words);
+        case PreTokenizer::Gpt4o: return regex_split(text, gpt4o_re(), words);
         case PreTokenizer::Default:
             words = regex_split(text, "[" + P + "\\$\\+<=>\\^~\\|]+", words);
             words = regex_split(text, kGpt2, words);
@@ -236,8 +260,9 @@ TEST(Pretokenize, MatchesStdRegexOnFixtureInputs) {
     }
     inputs.push_back("a\r\n\r\n b\t\t c \xe3\x80\x80 d\xc2\xa0\xc2\xa0" "e 'S 'Ll 'x ''' ...\n\n");
     inputs.push_back("1\xc2\xbd\xc2\xb2 \xd9\xa3\xd9\xa4 x\xe2\x80\x8d" "y <|im_start|> $+<=>^~|` \xe2\x82\xac\xe2\x82\xac");
+    inputs.push_back("HelloWorld HELLOworld \xc3\x89" "COLE \xc3\x89" "cole McDONALD'S iPhone a/b\n/c\r\n//d");
     int n = 0;
-    for (PreTokenizer kind : {PreTokenizer::Gpt2, PreTokenizer::Llama3, PreTokenizer::Qwen2, PreTokenizer::Default}) {
+    for (PreTokenizer kind : {PreTokenizer::Gpt2, PreTokenizer::Llama3, PreTokenizer::Qwen2, PreTokenizer::Gpt4o, PreTokenizer::Default}) {
         for (const std::string & s : inputs) {
             const std::vector<uint32_t> cpts = rp::utf8_to_cpts(s);
             EXPECT_EQ(rp::pretokenize(kind, cpts.data(), cpts.size()), regex_pretokenize(kind, cpts))
@@ -245,7 +270,7 @@ TEST(Pretokenize, MatchesStdRegexOnFixtureInputs) {
             ++n;
         }
     }
-    EXPECT_EQ(n, 4 * (4 * 46 + 2));
+    EXPECT_EQ(n, 5 * (4 * 46 + 3));
 }
 
 } // namespace

@@ -80,6 +80,7 @@ TEST(FinetuneOptions, EveryFlagParsesAsTheOldParserDid) {
         {"--seq-len 16", [](const FinetuneJob & j) { EXPECT_EQ(j.seq_len, 16); }},
         {"--ctx-size 32", [](const FinetuneJob & j) { EXPECT_EQ(j.seq_len, 32); }},
         {"-c 48", [](const FinetuneJob & j) { EXPECT_EQ(j.seq_len, 48); }},
+        {"--train-analysis", [](const FinetuneJob & j) { EXPECT_TRUE(j.train_analysis); }},
         {"--allow-binary --train-on-inputs", [](const FinetuneJob & j) {
              EXPECT_TRUE(j.allow_binary);
              EXPECT_TRUE(j.train_on_inputs);
