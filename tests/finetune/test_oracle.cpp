@@ -45,14 +45,7 @@ struct TmpDir {
     std::string operator/(const std::string & f) const { return (p / f).string(); }
 };
 
-std::string tokens_arg(const std::vector<int32_t> & t) {
-    std::string s;
-    for (int32_t x : t) {
-        if (!s.empty()) s += ' ';
-        s += std::to_string(x);
-    }
-    return quote(s);
-}
+std::string tokens_arg(const std::vector<int32_t> & t) { return quote(rp::oracle::id_list(t)); }
 
 // The oracle's mean CE over n next-token labels of `tokens`.
 double oracle_ce(const std::string & model, const std::vector<int32_t> & tokens, int n) {

@@ -45,11 +45,7 @@ std::vector<int32_t> random_tokens(uint64_t seed, int n, int n_vocab, int32_t fi
 std::vector<float> oracle_logits(const std::string & model, const std::vector<int32_t> & tokens, int n_vocab) {
     TempDir dir;
     const std::string out = dir.file("logits.f32");
-    std::string ids;
-    for (int32_t id : tokens) {
-        if (!ids.empty()) ids += ' ';
-        ids += std::to_string(id);
-    }
+    const std::string ids = oracle::id_list(tokens);
     const oracle::Result r = oracle::run("logits " + oracle::quote(model) + " --tokens " + oracle::quote(ids) +
                                          " --out " + oracle::quote(out));
     EXPECT_EQ(r.status, 0) << "rp-oracle logits failed on " << model;

@@ -16,7 +16,6 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
-#include <sstream>
 
 using namespace rp::live;
 
@@ -24,22 +23,6 @@ namespace {
 
 constexpr int kNew = 48;
 const char * const kPrompt = "Once upon a time";
-
-std::vector<int32_t> parse_ids(const std::string & s) {
-    std::vector<int32_t> v;
-    std::istringstream in(s);
-    for (int32_t id; in >> id;) v.push_back(id);
-    return v;
-}
-
-std::string join(const std::vector<int32_t> & v) {
-    std::string s;
-    for (int32_t id : v) {
-        if (!s.empty()) s += ' ';
-        s += std::to_string(id);
-    }
-    return s;
-}
 
 std::string slurp(const std::string & path) {
     std::ifstream f(path, std::ios::binary);
@@ -59,19 +42,19 @@ TEST(LiveGenerate, GreedyStories260KMatchesLlamaCpp) {
     { std::ofstream(prompt_file, std::ios::binary) << kPrompt; }
     const auto ptok = rp::oracle::run("tokenize " + m + " --special", prompt_file);
     ASSERT_EQ(ptok.status, 0);
-    const std::vector<int32_t> prompt = parse_ids(ptok.out);
+    const std::vector<int32_t> prompt = rp::oracle::parse_ids(ptok.out);
     ASSERT_GE(prompt.size(), 2u);
     ASSERT_EQ(prompt[0], 1) << "stories260K adds BOS";
     const auto gen = rp::oracle::run("generate " + m + " --prompt " + rp::oracle::quote(kPrompt) + " -n " + std::to_string(kNew));
     ASSERT_EQ(gen.status, 0);
-    const std::vector<int32_t> ref = parse_ids(gen.out);
+    const std::vector<int32_t> ref = rp::oracle::parse_ids(gen.out);
     ASSERT_FALSE(ref.empty());
     std::vector<int32_t> text_ids(prompt.begin() + 1, prompt.end());  // no BOS: detok drops the first token's space
     text_ids.insert(text_ids.end(), ref.begin(), ref.end());
-    const auto detok = rp::oracle::run("detok " + m + " " + join(text_ids));
+    const auto detok = rp::oracle::run("detok " + m + " " + rp::oracle::id_list(text_ids));
     ASSERT_EQ(detok.status, 0);
     ASSERT_EQ(detok.out.rfind(kPrompt, 0), 0u) << "llama.cpp's text does not start with the prompt: " << detok.out;
-    std::printf("llama.cpp greedy (%zu tokens): %s\n  text: %s\n", ref.size(), join(ref).c_str(), detok.out.c_str());
+    std::printf("llama.cpp greedy (%zu tokens): %s\n  text: %s\n", ref.size(), rp::oracle::id_list(ref).c_str(), detok.out.c_str());
 
     // Ours, token ids: the same prompt ids, then the same greedy loop.
     auto mdl = rp::Model::load(model);
@@ -89,7 +72,7 @@ TEST(LiveGenerate, GreedyStories260KMatchesLlamaCpp) {
         ours.push_back(next);
         z = s.eval({next}, false);
     }
-    std::printf("ours     greedy (%zu tokens): %s\n", ours.size(), join(ours).c_str());
+    std::printf("ours     greedy (%zu tokens): %s\n", ours.size(), rp::oracle::id_list(ours).c_str());
     EXPECT_EQ(ours, ref);
 
     // Ours, the tool: the prompt, each generated piece, a newline.

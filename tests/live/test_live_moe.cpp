@@ -15,7 +15,6 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
-#include <sstream>
 
 using namespace rp::live;
 
@@ -78,12 +77,7 @@ TEST(LiveMoe, GreedyGenerationMatchesLlamaCpp) {
     rp::write_synth_model(moe_spec(8, 2, 48, 64, 4, 24, 3, F32, 35), file);
     const std::string prompt = "Once upon a time";
     const int n_new = 24;
-    const auto gen = rp::oracle::run("generate " + rp::oracle::quote(file) + " --prompt " + rp::oracle::quote(prompt) + " -n " +
-                                     std::to_string(n_new));
-    ASSERT_EQ(gen.status, 0) << gen.out;
-    std::vector<int32_t> ref;
-    std::istringstream in(gen.out);
-    for (int32_t id; in >> id;) ref.push_back(id);
+    const std::vector<int32_t> ref = rp::oracle::greedy_continuation(file, prompt, n_new);
     ASSERT_FALSE(ref.empty());
     auto model = rp::Model::load(file);
     rp::Tokenizer tok(model->file());

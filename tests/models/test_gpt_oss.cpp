@@ -19,7 +19,6 @@
 
 #include <cstring>
 #include <random>
-#include <sstream>
 
 using namespace models_test;
 
@@ -37,16 +36,6 @@ rp::SynthSpec gpt_oss(uint32_t embd, uint32_t heads, uint32_t heads_kv, uint32_t
     return s;
 }
 
-// "1 2 3": the oracle's --tokens.
-std::string joined(const std::vector<int32_t> & tokens) {
-    std::string ids;
-    for (int32_t t : tokens) {
-        if (!ids.empty()) ids += ' ';
-        ids += std::to_string(t);
-    }
-    return ids;
-}
-
 std::vector<int32_t> some_tokens(size_t n, int32_t salt) {
     std::vector<int32_t> t;
     for (size_t i = 0; i < n; ++i) t.push_back(static_cast<int32_t>(100 + (37 * i + 11 * salt) % 20000));
@@ -57,7 +46,7 @@ std::vector<int32_t> some_tokens(size_t n, int32_t salt) {
 double compare_logits(const std::string & file, const std::vector<int32_t> & tokens, const std::string & what) {
     const auto model = rp::Model::load(file);
     const std::vector<float> ours = forward_all(*model, tokens);
-    const std::string ids = joined(tokens);
+    const std::string ids = rp::oracle::id_list(tokens);
     TempDir d;
     const auto res = rp::oracle::run("logits " + rp::oracle::quote(file) + " --tokens " + rp::oracle::quote(ids) + " --out " +
                                      rp::oracle::quote(d.file("ref.f32")));
@@ -145,7 +134,7 @@ TEST(GptOss, EveryPieceChangesTheLogits) {
     const std::string file = d.file("m.gguf");
     rp::write_synth_model(gpt_oss(96, 4, 2, 32, 8, 2, 6, 2, 15), file);
     const std::vector<int32_t> tokens = some_tokens(24, 4);
-    const std::string ids = joined(tokens);
+    const std::string ids = rp::oracle::id_list(tokens);
     const auto res = rp::oracle::run("logits " + rp::oracle::quote(file) + " --tokens " + rp::oracle::quote(ids) + " --out " +
                                      rp::oracle::quote(d.file("ref.f32")));
     ASSERT_EQ(res.status, 0);
@@ -200,7 +189,7 @@ TEST(GptOss, Mxfp4ExpertsLogitsWithinTheQuantizedBound) {
     ASSERT_EQ(model->layers[0].ffn_up_exps->type, rp::DType::MXFP4);
     const std::vector<int32_t> tokens = some_tokens(37, 5);
     const std::vector<float> ours = forward_all(*model, tokens);
-    const std::string ids = joined(tokens);
+    const std::string ids = rp::oracle::id_list(tokens);
     const auto res = rp::oracle::run("logits " + rp::oracle::quote(d.file("mxfp4.gguf")) + " --tokens " + rp::oracle::quote(ids) + " --out " +
                                      rp::oracle::quote(d.file("ref.f32")));
     ASSERT_EQ(res.status, 0);
@@ -251,7 +240,7 @@ TEST(GptOss, AdaptersAndMergesAsLlamaCppAppliesThem) {
     lora.add(*loaded);
     const std::vector<int32_t> tokens = some_tokens(24, 6);
     const std::vector<float> ours = forward_all(*model, tokens, &lora);
-    const std::string ids = joined(tokens);
+    const std::string ids = rp::oracle::id_list(tokens);
     const auto res = rp::oracle::run("logits " + rp::oracle::quote(base) + " --tokens " + rp::oracle::quote(ids) + " --lora " +
                                      rp::oracle::quote(d.file("a.gguf")) + " --out " + rp::oracle::quote(d.file("ref.f32")));
     ASSERT_EQ(res.status, 0);
@@ -315,12 +304,7 @@ TEST(GptOss, GreedyGenerationMatchesLlamaCpp) {
     rp::write_synth_model(gpt_oss(96, 4, 2, 32, 8, 2, 6, 3, 14), file);
     const std::string prompt = "Once upon a time there was a little robot who";
     const int n_new = 24;
-    const auto gen = rp::oracle::run("generate " + rp::oracle::quote(file) + " --prompt " + rp::oracle::quote(prompt) + " -n " +
-                                     std::to_string(n_new));
-    ASSERT_EQ(gen.status, 0) << gen.out;
-    std::vector<int32_t> ref;
-    std::istringstream in(gen.out);
-    for (int32_t id; in >> id;) ref.push_back(id);
+    const std::vector<int32_t> ref = rp::oracle::greedy_continuation(file, prompt, n_new);
     ASSERT_FALSE(ref.empty());
     auto model = rp::Model::load(file);
     rp::Tokenizer tok(model->file());

@@ -152,11 +152,7 @@ TEST(KlDivergence, EqualsTheKlOfLlamaCppsLogits) {
     for (int32_t c = 0; c < f.n_chunk; ++c) {
         std::vector<int32_t> window(f.tokens.begin() + c * n_ctx, f.tokens.begin() + (c + 1) * n_ctx);
         window[0] = 1;  // BOS, as both programs substitute it
-        std::string ids;
-        for (int32_t t : window) {
-            if (!ids.empty()) ids += ' ';
-            ids += std::to_string(t);
-        }
+        const std::string ids = rp::oracle::id_list(window);
         auto logits = [&](const std::string & extra, const std::string & out) {
             const auto res = rp::oracle::run("logits " + rp::oracle::quote(stories()) + " --tokens " + rp::oracle::quote(ids) +
                                              extra + " --out " + rp::oracle::quote(out));

@@ -42,11 +42,8 @@ void compare_with_ggml(const rp::RopeParams & p, const std::vector<int32_t> & po
         std::ofstream f(d.file("x.f32"), std::ios::binary);
         f.write(reinterpret_cast<const char *>(x.data()), static_cast<std::streamsize>(x.size() * sizeof(float)));
     }
-    std::string tokens, rope;
-    for (int32_t v : pos) {
-        if (!tokens.empty()) tokens += ' ';
-        tokens += std::to_string(v);
-    }
+    const std::string tokens = rp::oracle::id_list(pos);
+    std::string rope;
     char buf[256];
     std::snprintf(buf, sizeof buf, "%d,%d,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%d", p.n_rot, static_cast<int>(p.mode), p.freq_base, p.freq_scale,
                   p.ext_factor, p.attn_factor, p.beta_fast, p.beta_slow, p.n_ctx_orig);

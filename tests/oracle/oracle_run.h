@@ -9,6 +9,7 @@
 
 #include <sys/wait.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -78,6 +79,35 @@ inline std::vector<float> read_f32(const std::string & path) {
     std::vector<float> v(s.size() / sizeof(float));
     if (!v.empty()) std::memcpy(v.data(), s.data(), v.size() * sizeof(float));
     return v;
+}
+
+// "1 2 3", the form of rp-oracle's --tokens lists (quote it for the shell).
+inline std::string id_list(const std::vector<int32_t> & ids) {
+    std::string s;
+    for (int32_t id : ids) {
+        if (!s.empty()) s += ' ';
+        s += std::to_string(id);
+    }
+    return s;
+}
+
+// The whitespace-separated integers of rp-oracle's output (its "generate" and "tokenize" ids).
+inline std::vector<int32_t> parse_ids(const std::string & out) {
+    std::vector<int32_t> ids;
+    std::istringstream in(out);
+    for (int32_t id; in >> id;) ids.push_back(id);
+    return ids;
+}
+
+// llama.cpp's greedy continuation of `prompt` (BOS by the vocab's rule): n_new ids, or fewer when it stops at an
+// end-of-generation token. An oracle failure is a test failure and gives an empty list.
+inline std::vector<int32_t> greedy_continuation(const std::string & model, const std::string & prompt, int n_new) {
+    const Result gen = run("generate " + quote(model) + " --prompt " + quote(prompt) + " -n " + std::to_string(n_new));
+    if (gen.status != 0) {
+        ADD_FAILURE() << "rp-oracle generate failed on " << model << ": " << gen.out;
+        return {};
+    }
+    return parse_ids(gen.out);
 }
 
 }  // namespace rp::oracle
