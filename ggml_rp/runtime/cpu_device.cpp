@@ -5,7 +5,10 @@
 #include "ggml_rp/runtime/clock.h"
 #include "base/error.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
@@ -21,6 +24,28 @@
 namespace rp {
 
 namespace {
+
+// Page-aligned host memory (like cudaHostAlloc); a request the host cannot meet is an rp::Error naming the
+// device, the size and what it was for, not std::bad_alloc.
+std::byte * host_alloc(size_t bytes, const std::string & device, const char * what) {
+    try {
+        return static_cast<std::byte *>(::operator new(bytes, std::align_val_t(4096)));
+    } catch (const std::bad_alloc &) {
+        throw Error(device + ": the host cannot allocate " + format_bytes(bytes) + " for " + what);
+    }
+}
+
+// The device's memory: anonymous pages, committed as they are touched (as the kernel's overcommit policy
+// allows: a size beyond what the host could ever provide is refused here, by name, not at first touch).
+// mmap rather than operator new so that the sanitizers' allocators, which abort on a request they cannot
+// meet, report it the same way.
+std::byte * map_device_memory(size_t bytes, const std::string & device) {
+    void * p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        throw Error(device + ": the host cannot provide " + format_bytes(bytes) + " for the device's memory (" +
+                    std::strerror(errno) + ")");
+    return static_cast<std::byte *>(p);
+}
 
 // A one-shot completion flag: one per record() call.
 struct Marker {
@@ -131,10 +156,10 @@ struct CpuDevice::Impl {
 
     Impl(int idx, std::string nm, CpuDeviceOptions o, MappedArena & m)
         : index(idx), name(std::move(nm)), opt(std::move(o)), mem(m) {
-        if (mem.capacity() > 0) mem.set_base(static_cast<std::byte *>(::operator new(mem.capacity(), std::align_val_t(4096))));
+        if (mem.capacity() > 0) mem.set_base(map_device_memory(mem.capacity(), name));
     }
     ~Impl() {
-        if (mem.base()) ::operator delete(mem.base(), std::align_val_t(4096));
+        if (mem.base()) munmap(mem.base(), mem.capacity());
     }
 
 };
@@ -361,7 +386,7 @@ std::unique_ptr<Event> CpuDevice::create_event() { return std::make_unique<CpuEv
 void * CpuDevice::alloc_pinned(size_t bytes) {
     // Plain host memory: on the CPU device every host range is "pinned". Page-aligned like cudaHostAlloc.
     const size_t n = bytes == 0 ? 1 : bytes;
-    void * p = ::operator new(n, std::align_val_t(4096));
+    void * p = host_alloc(n, name(), "pinned host memory");
     remember_pinned(p);
     return p;
 }

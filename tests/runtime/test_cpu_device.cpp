@@ -99,6 +99,21 @@ TEST(LinkModel, Parse) {
     }
 }
 
+// A device memory the host cannot provide (4 PiB: beyond any x86-64 address space, so refused under every
+// overcommit policy) is an rp::Error naming the device and the size, not std::bad_alloc.
+TEST(CpuDevice, MemoryTheHostCannotProvideIsANamedError) {
+    CpuDeviceOptions o = small(size_t(1) << 52);
+    o.name = "cpu:too-big";
+    try {
+        CpuDevice d(0, o);
+        FAIL() << "a 4 PiB device was created";
+    } catch (const rp::Error & e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find("cpu:too-big"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("4194304.00 GiB (4503599627370496 bytes)"), std::string::npos) << msg;
+    }
+}
+
 // latency + bytes / bandwidth, simulated by sleeping: lower bounds are exact, upper bounds generous.
 TEST(CpuDevice, CopiesFollowTheLinkModel) {
     CpuDeviceOptions o = small(16 << 20);
