@@ -8,6 +8,7 @@
 #include <array>
 #include <exception>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -218,11 +219,14 @@ void DeviceWorker::run_job(Job & job, std::vector<char> & released) {
                 copies.push_back({r.layer(l).data[i], sh_.store.upload_source(l, static_cast<int>(i)), ts[i].bytes});
     }
     if (job.shape.resident && !resident_loaded_) {
+        std::set<size_t> uploaded;  // offsets: a tensor layers share goes up once
         for (int l = 0; l < prog.num_layers(); ++l) {
             const auto & ts = prog.layer_tensors(l);
-            for (size_t i = 0; i < ts.size(); ++i)
-                if (resident_.data[static_cast<size_t>(l)][i] != kNoBuffer)
-                    copies.push_back({resident + resident_.data[static_cast<size_t>(l)][i], sh_.store.upload_source(l, static_cast<int>(i)), ts[i].bytes});
+            for (size_t i = 0; i < ts.size(); ++i) {
+                const size_t o = resident_.data[static_cast<size_t>(l)][i];
+                if (o != kNoBuffer && uploaded.insert(o).second)
+                    copies.push_back({resident + o, sh_.store.upload_source(l, static_cast<int>(i)), ts[i].bytes});
+            }
         }
         resident_loaded_ = true;
     }

@@ -72,9 +72,18 @@ std::string layers_of(const TrainingProgram & prog, LayerRange r) {
 ResidentLayout layout_resident(const TrainingProgram & prog) {
     ResidentLayout r;
     Bump m;
+    std::map<std::pair<const void *, size_t>, size_t> placed;  // host bytes -> offset: a tensor two layers share once
     for (int l = 0; l < prog.num_layers(); ++l) {
         std::vector<size_t> data;
-        for (const auto & ti : prog.layer_tensors(l)) data.push_back(ti.param < 0 ? m.take(ti.bytes) : kNoBuffer);
+        for (const auto & ti : prog.layer_tensors(l)) {
+            if (ti.param >= 0) {
+                data.push_back(kNoBuffer);
+                continue;
+            }
+            const auto [it, added] = placed.try_emplace({ti.host, ti.bytes}, m.at);
+            if (added) m.take(ti.bytes);
+            data.push_back(it->second);
+        }
         r.data.push_back(std::move(data));
     }
     r.bytes = m.at;

@@ -45,7 +45,8 @@ struct ActSetLayout {
 };
 
 // Where the frozen weights live in the resident region: [layer][tensor] offsets (kNoBuffer for a trainable
-// tensor), and the region's bytes.
+// tensor), and the region's bytes. A tensor several layers read (a tied embedding and head) is there once: the
+// layers' entries share its offset.
 struct ResidentLayout {
     std::vector<std::vector<size_t>> data;
     size_t bytes = 0;

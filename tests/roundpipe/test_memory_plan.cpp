@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cmath>
+#include <map>
 #include <random>
 
 using namespace rp_pipe_test;
@@ -223,19 +224,24 @@ TEST(MemoryPlan, PlannedEqualsMeasuredOnFiftyRandomConfigurations) {
 }
 
 // The resident region (memory_plan.h): every frozen tensor of every layer once, 256-byte aligned and disjoint,
-// no trainable one; a resident job's slot holds its trainable tensors and gradients only, and is smaller than
-// the streamed job's by exactly its frozen tensors. A full finetune has nothing frozen: no region.
+// no trainable one — a tensor two layers read (qwen3's tied embedding and head) once, both layers at its
+// offset; a resident job's slot holds its trainable tensors and gradients only, and is smaller than the
+// streamed job's by exactly its frozen tensors. A full finetune has nothing frozen: no region.
 TEST(MemoryPlan, TheResidentRegionHoldsEveryFrozenTensorOnce) {
     MemoryModels & mm = MemoryModels::get();
+    for (const rp::Model * model : {mm.bf16.get(), mm.qwen3.get()})
     for (const bool full : {false, true}) {
+        const bool tied = model == mm.qwen3.get();
         rp::FinetuneConfig cfg;
         cfg.full = full;
         cfg.lora_rank = 4;
-        rp::Trainer tr(*mm.bf16, cfg);
+        rp::Trainer tr(*model, cfg);
         rp::ModelProgram prog(tr);
         const rp::ResidentLayout res = rp::layout_resident(prog);
+        std::map<const void *, size_t> offset_of;  // host bytes -> their offset
         std::vector<std::pair<size_t, size_t>> spans;
         size_t frozen = 0;
+        int shared = 0;
         for (int l = 0; l < prog.num_layers(); ++l) {
             const auto & ts = prog.layer_tensors(l);
             ASSERT_EQ(res.data[static_cast<size_t>(l)].size(), ts.size());
@@ -244,11 +250,18 @@ TEST(MemoryPlan, TheResidentRegionHoldsEveryFrozenTensorOnce) {
                 EXPECT_EQ(o == rp::kNoBuffer, ts[t].param >= 0) << ts[t].name;
                 if (o == rp::kNoBuffer) continue;
                 EXPECT_EQ(o % rp::kBufferAlign, 0u) << ts[t].name;
+                const auto [it, first] = offset_of.try_emplace(ts[t].host, o);
+                if (!first) {
+                    EXPECT_EQ(it->second, o) << "layer " << l << " " << ts[t].name << ": a shared tensor at two offsets";
+                    ++shared;
+                    continue;
+                }
                 spans.push_back({o, o + ts[t].bytes});
                 frozen += rp::align_buffer(ts[t].bytes);
             }
         }
         EXPECT_EQ(res.bytes, frozen);
+        EXPECT_EQ(shared, tied && !full ? 1 : 0) << "the tied embedding and head";
         std::sort(spans.begin(), spans.end());
         for (size_t i = 1; i < spans.size(); ++i) EXPECT_LE(spans[i - 1].second, spans[i].first);
         if (full) {
