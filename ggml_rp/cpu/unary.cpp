@@ -1,11 +1,14 @@
-// SCALE, SILU, SILU_BACK, SWIGLU, SWIGLU_BACK (plain and gpt-oss's clamped form): element-wise over same-shaped
-// strided sources.
+// SCALE, SILU, SILU_BACK, SWIGLU, SWIGLU_BACK (SiLU, gpt-oss's clamped form, GELU-tanh and llama.cpp's fp16 GELU
+// table): element-wise over same-shaped strided sources.
+#include "ggml_rp/core/fp16.h"
 #include "ggml_rp/cpu/kernels.h"
 #include "ggml_rp/cpu/strided.h"
 #include "ggml_rp/cpu/vec_math.h"
 #include "ggml_rp/ops/unary_math.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <vector>
 
 namespace rp::cpu {
 
@@ -69,16 +72,44 @@ void silu(Tensor * n) { elementwise<1, true>(n, [](float x, float, float, float 
 
 void silu_back(Tensor * n) { elementwise<2, true>(n, [](float x, float dy, float, float e) { return dy * silu_grad_of(x, e); }); }
 
+namespace {
+
+// ggml's GELU table (GGML_GELU_FP16): entry h = fp16(gelu(fp16 value h)), gelu in f32 with the same formula.
+const uint16_t * gelu_fp16_table() {
+    static const std::vector<uint16_t> table = [] {
+        std::vector<uint16_t> t(1 << 16);
+        for (uint32_t h = 0; h < t.size(); ++h) t[h] = fp32_to_fp16(gelu_tanh_f(fp16_to_fp32(static_cast<uint16_t>(h))));
+        return t;
+    }();
+    return table.data();
+}
+
+} // namespace
+
 void swiglu(Tensor * n) {
-    if (n->param_i32(0) == 1) {  // gpt-oss's clamped form
+    if (n->param_i32(0) == static_cast<int32_t>(GluKind::SiluOai)) {  // gpt-oss's clamped form
         const float alpha = n->param_f32(1), limit = n->param_f32(2);
         return elementwise<2>(n, [alpha, limit](float g, float u, float, float) { return swiglu_oai_f(g, u, alpha, limit); });
+    }
+    if (n->param_i32(0) == static_cast<int32_t>(GluKind::GeluTanh))
+        return elementwise<2>(n, [](float g, float u, float, float) { return gelu_tanh_f(g) * u; });
+    if (n->param_i32(0) == static_cast<int32_t>(GluKind::GeluTanhFp16)) {
+        const uint16_t * table = gelu_fp16_table();
+        return elementwise<2>(n, [table](float g, float u, float, float) {
+            if (g <= -10.0f) return 0.0f;
+            if (g >= 10.0f) return g * u;
+            return fp16_to_fp32(table[fp32_to_fp16(g)]) * u;
+        });
     }
     elementwise<2, true>(n, [](float g, float u, float, float e) { return silu_of(g, e) * u; });
 }
 
 void swiglu_back(Tensor * n) {
-    if (n->param_i32(1) == 1) {
+    if (n->param_i32(1) == static_cast<int32_t>(GluKind::GeluTanh)) {
+        if (n->param_i32(0) == 0) return elementwise<3>(n, [](float g, float u, float dy, float) { return dy * u * gelu_tanh_grad_f(g); });
+        return elementwise<3>(n, [](float g, float, float dy, float) { return dy * gelu_tanh_f(g); });
+    }
+    if (n->param_i32(1) == static_cast<int32_t>(GluKind::SiluOai)) {
         const float alpha = n->param_f32(2), limit = n->param_f32(3);
         if (n->param_i32(0) == 0)
             return elementwise<3>(n, [alpha, limit](float g, float u, float dy, float) { return swiglu_oai_dgate(g, u, dy, alpha, limit); });

@@ -1,4 +1,4 @@
-// SCALE, SILU, SILU_BACK, SWIGLU, SWIGLU_BACK (plain and clamped): grid-stride element-wise kernels.
+// SCALE, SILU, SILU_BACK, SWIGLU, SWIGLU_BACK (SiLU, clamped SiLU, GELU-tanh): grid-stride element-wise kernels.
 #include "ggml_rp/cuda/unary.cuh"
 
 #include "ggml_rp/cuda/common.cuh"
@@ -10,7 +10,9 @@ namespace rp::cuda {
 
 namespace {
 
-enum class UnaryOp { Scale, Silu, SiluBack, Swiglu, SwigluBackGate, SwigluBackUp, SwigluOai, SwigluOaiBackGate, SwigluOaiBackUp };
+enum class UnaryOp {
+    Scale, Silu, SiluBack, Swiglu, SwigluBackGate, SwigluBackUp, SwigluOai, SwigluOaiBackGate, SwigluOaiBackUp, Geglu, GegluBackGate, GegluBackUp
+};
 
 // s: SCALE's factor, or the clamped SwiGLU's alpha (s2: its limit).
 template <UnaryOp Op>
@@ -27,7 +29,10 @@ __global__ void __launch_bounds__(kElemThreads) unary_kernel(const float * a, co
         else if constexpr (Op == UnaryOp::SwigluBackUp) r = c[i] * silu_f(a[i]);
         else if constexpr (Op == UnaryOp::SwigluOai) r = swiglu_oai_f(a[i], b[i], s, s2);
         else if constexpr (Op == UnaryOp::SwigluOaiBackGate) r = swiglu_oai_dgate(a[i], b[i], c[i], s, s2);
-        else r = swiglu_oai_dup(a[i], b[i], c[i], s, s2);
+        else if constexpr (Op == UnaryOp::SwigluOaiBackUp) r = swiglu_oai_dup(a[i], b[i], c[i], s, s2);
+        else if constexpr (Op == UnaryOp::Geglu) r = gelu_tanh_f(a[i]) * b[i];
+        else if constexpr (Op == UnaryOp::GegluBackGate) r = c[i] * b[i] * gelu_tanh_grad_f(a[i]);
+        else r = c[i] * gelu_tanh_f(a[i]);
         out[i] = r;
     }
 }
@@ -72,6 +77,15 @@ void swiglu_oai_bwd(const float * g, const float * u, const float * dy, float al
     else launch<UnaryOp::SwigluOaiBackUp>("swiglu_oai_back", g, u, dy, alpha, out, n, st, limit);
 }
 
+void geglu_fwd(const float * g, const float * u, float * y, int64_t n, cudaStream_t st) {
+    launch<UnaryOp::Geglu>("geglu", g, u, nullptr, 0.0f, y, n, st);
+}
+void geglu_bwd(const float * g, const float * u, const float * dy, float * out, int which, int64_t n, cudaStream_t st) {
+    require(which == 0 || which == 1, "geglu_back", "which must be 0 (gate) or 1 (up), got " + std::to_string(which));
+    if (which == 0) launch<UnaryOp::GegluBackGate>("geglu_back", g, u, dy, 0.0f, out, n, st);
+    else launch<UnaryOp::GegluBackUp>("geglu_back", g, u, dy, 0.0f, out, n, st);
+}
+
 // ---- node entries ----
 namespace {
 void run_scale(Tensor * n, const NodeRun & r) { scale(in<float>(n->src[0]), n->param_f32(0), out<float>(n), n->nelements(), r.stream); }
@@ -80,12 +94,19 @@ void run_silu_back(Tensor * n, const NodeRun & r) {
     silu_bwd(in<float>(n->src[0]), in<float>(n->src[1]), out<float>(n), n->nelements(), r.stream);
 }
 void run_swiglu(Tensor * n, const NodeRun & r) {
-    if (n->param_i32(0) == 1)
+    require(n->param_i32(0) != static_cast<int32_t>(GluKind::GeluTanhFp16), "geglu",
+            "llama.cpp's fp16 GELU table is a CPU inference form (no CUDA kernel)");
+    if (n->param_i32(0) == static_cast<int32_t>(GluKind::SiluOai))
         return swiglu_oai_fwd(in<float>(n->src[0]), in<float>(n->src[1]), n->param_f32(1), n->param_f32(2), out<float>(n), n->nelements(), r.stream);
+    if (n->param_i32(0) == static_cast<int32_t>(GluKind::GeluTanh))
+        return geglu_fwd(in<float>(n->src[0]), in<float>(n->src[1]), out<float>(n), n->nelements(), r.stream);
     swiglu_fwd(in<float>(n->src[0]), in<float>(n->src[1]), out<float>(n), n->nelements(), r.stream);
 }
 void run_swiglu_back(Tensor * n, const NodeRun & r) {
-    if (n->param_i32(1) == 1)
+    if (n->param_i32(1) == static_cast<int32_t>(GluKind::GeluTanh))
+        return geglu_bwd(in<float>(n->src[0]), in<float>(n->src[1]), in<float>(n->src[2]), out<float>(n), n->param_i32(0), n->nelements(),
+                         r.stream);
+    if (n->param_i32(1) == static_cast<int32_t>(GluKind::SiluOai))
         return swiglu_oai_bwd(in<float>(n->src[0]), in<float>(n->src[1]), in<float>(n->src[2]), n->param_f32(2), n->param_f32(3), out<float>(n),
                               n->param_i32(0), n->nelements(), r.stream);
     swiglu_bwd(in<float>(n->src[0]), in<float>(n->src[1]), in<float>(n->src[2]), out<float>(n), n->param_i32(0),

@@ -15,6 +15,9 @@ void swiglu_fwd(const float * g, const float * u, float * y, int64_t n, cudaStre
 // which = 0: d/dgate = dy u silu'(g);  which = 1: d/dup = dy silu(g).
 void swiglu_bwd(const float * g, const float * u, const float * dy, float * out, int which, int64_t n,
                 cudaStream_t stream);
+// Gemma's GeGLU (unary_math.h gelu_tanh_f) and its gradients (which: 0 gate, 1 up).
+void geglu_fwd(const float * g, const float * u, float * y, int64_t n, cudaStream_t stream);
+void geglu_bwd(const float * g, const float * u, const float * dy, float * out, int which, int64_t n, cudaStream_t stream);
 // gpt-oss's clamped SwiGLU (unary_math.h swiglu_oai_f) and its gradients.
 void swiglu_oai_fwd(const float * g, const float * u, float alpha, float limit, float * y, int64_t n, cudaStream_t stream);
 void swiglu_oai_bwd(const float * g, const float * u, const float * dy, float alpha, float limit, float * out, int which, int64_t n,

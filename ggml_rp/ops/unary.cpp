@@ -42,6 +42,12 @@ Tensor * swiglu_oai(Context & ctx, Tensor * gate, Tensor * up, float alpha, floa
     return t;
 }
 
+Tensor * geglu(Context & ctx, Tensor * gate, Tensor * up, bool fp16_table) {
+    Tensor * t = swiglu(ctx, gate, up);
+    t->set_param_i32(0, static_cast<int32_t>(fp16_table ? GluKind::GeluTanhFp16 : GluKind::GeluTanh));
+    return t;
+}
+
 Tensor * swiglu_back(Context & ctx, Tensor * gate, Tensor * up, Tensor * dy, int which, const Tensor * like) {
     detail::require_f32("swiglu_back", dy, "dy");
     detail::require_same_shape("swiglu_back", gate, up);
@@ -49,8 +55,8 @@ Tensor * swiglu_back(Context & ctx, Tensor * gate, Tensor * up, Tensor * dy, int
     detail::require(which == 0 || which == 1, "swiglu_back", "which must be 0 (gate) or 1 (up)");
     Tensor * t = detail::new_node(ctx, Op::SWIGLU_BACK, DType::F32, gate->ne, {gate, up, dy});
     t->set_param_i32(0, which);
-    if (like && like->param_i32(0) == 1) {  // the clamped form: its alpha and limit
-        t->set_param_i32(1, 1);
+    if (like) t->set_param_i32(1, like->param_i32(0));  // the kind
+    if (like && like->param_i32(0) == static_cast<int32_t>(GluKind::SiluOai)) {  // the clamped form: its alpha and limit
         t->set_param_f32(2, like->param_f32(1));
         t->set_param_f32(3, like->param_f32(2));
     }
@@ -71,6 +77,8 @@ void backward_unary(Backward & b, Tensor * node) {
         if (b.needs(x)) b.add(x, silu_back(ctx, x, dy));
         return;
     case Op::SWIGLU: {
+        if (node->param_i32(0) == static_cast<int32_t>(GluKind::GeluTanhFp16))
+            detail::op_error("geglu", "llama.cpp's fp16 GELU table is an inference form: it has no gradient (use the exact GELU)");
         Tensor * up = node->src[1];
         if (b.needs(x)) b.add(x, swiglu_back(ctx, x, up, dy, 0, node));
         if (b.needs(up)) b.add(up, swiglu_back(ctx, x, up, dy, 1, node));

@@ -3,11 +3,17 @@
 //   swiglu(g, u) = silu(g) * u          (the gated FFN of Llama/Qwen; g and u have the same shape)
 //   swiglu_oai(g, u, alpha, limit)      gpt-oss's clamped form (unary_math.h): min(g, limit) sigmoid(alpha min(g, limit))
 //                                       x (clamp(u, -limit, limit) + 1); the SWIGLU op with params 0..2 = 1, alpha, limit
+//   geglu(g, u) = gelu(g) * u           Gemma's gated FFN, GELU with the tanh approximation (unary_math.h gelu_tanh_f);
+//                                       the SWIGLU op with param 0 = 2; with fp16_table, GELU as llama.cpp's CPU
+//                                       backend reads it from a table: gelu(fp16(g)) rounded to fp16 (0 below -10,
+//                                       g above 10), param 0 = 3 (inference: no gradient, CPU only)
+// The gated forms are one op, SWIGLU, whose param 0 is the GluKind.
 // The formulas are in unary_math.h, shared with the CUDA kernels (each computes exp(-x) its own way: the CPU
 // with vec_exp, about 2e-7 relative to expf).
 #pragma once
 
 #include "ggml_rp/core/context.h"
+#include "ggml_rp/ops/unary_math.h"
 
 namespace rp {
 
@@ -17,8 +23,9 @@ Tensor * silu(Context & ctx, Tensor * x);
 Tensor * silu_back(Context & ctx, Tensor * x, Tensor * dy);
 Tensor * swiglu(Context & ctx, Tensor * gate, Tensor * up);
 Tensor * swiglu_oai(Context & ctx, Tensor * gate, Tensor * up, float alpha, float limit);
-// which = 0: d gate = dy * up * silu'(gate); which = 1: d up = dy * silu(gate). `like`: the SWIGLU node whose
-// gradient this is (its clamped form's alpha and limit are carried over), or nullptr for the plain form.
+Tensor * geglu(Context & ctx, Tensor * gate, Tensor * up, bool fp16_table = false);
+// which = 0: d gate = dy * up * act'(gate); which = 1: d up = dy * act(gate). `like`: the SWIGLU node whose
+// gradient this is (its kind, and the clamped form's alpha and limit, are carried over), or nullptr for SiLU.
 Tensor * swiglu_back(Context & ctx, Tensor * gate, Tensor * up, Tensor * dy, int which, const Tensor * like = nullptr);
 
 } // namespace rp

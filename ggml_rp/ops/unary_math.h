@@ -5,7 +5,14 @@
 
 #include "ggml_rp/core/host_device.h"
 
+#include <cstdint>
+
 namespace rp {
+
+// The activation of a gated feed-forward: the SWIGLU op's param 0 (its backward's param 1). GeluTanhFp16 is GELU
+// as llama.cpp's CPU backend computes it (from a table over fp16 inputs: cpu/unary.cpp), for inference that
+// reproduces llama.cpp; it has no gradient and no CUDA kernel.
+enum class GluKind : int32_t { Silu = 0, SiluOai = 1, GeluTanh = 2, GeluTanhFp16 = 3 };
 
 // The formulas from e = exp(-x), which each backend computes its own way (CUDA: expf; the CPU: vec_exp over
 // a row, in vectors).
@@ -37,6 +44,16 @@ RP_HD inline float swiglu_oai_dup(float g, float u, float dy, float alpha, float
     if (u < -limit || u > limit) return 0.0f;
     const float x = fminf(g, limit);
     return dy * (x / (1.0f + expf(alpha * (-x))));
+}
+
+// GELU with the tanh approximation (Gemma's gelu_pytorch_tanh; ggml_gelu's formula, in the same order):
+//   gelu(x) = 0.5 x (1 + tanh(c x (1 + a x^2))),  c = sqrt(2 / pi), a = 0.044715;
+//   gelu'(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2),  t = tanh(c x (1 + a x^2)).
+constexpr float kGeluC = 0.79788456080286535587989211986876f, kGeluA = 0.044715f;
+RP_HD inline float gelu_tanh_f(float x) { return 0.5f * x * (1.0f + tanhf(kGeluC * x * (1.0f + kGeluA * x * x))); }
+RP_HD inline float gelu_tanh_grad_f(float x) {
+    const float t = tanhf(kGeluC * x * (1.0f + kGeluA * x * x));
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluC * (1.0f + 3.0f * kGeluA * x * x);
 }
 
 } // namespace rp

@@ -66,6 +66,16 @@ DT swiglu_oai(const DT & g, const DT & u, double alpha, double limit) {
     return y;
 }
 
+DT geglu(const DT & g, const DT & u) {
+    const double c = std::sqrt(2.0 / M_PI);
+    DT y(g.ne);
+    for (size_t i = 0; i < g.v.size(); ++i) {
+        const double x = g.v[i];
+        y.v[i] = 0.5 * x * (1.0 + std::tanh(c * (x + 0.044715 * x * x * x))) * u.v[i];
+    }
+    return y;
+}
+
 DT softmax(const DT & x) {
     DT y(x.ne);
     const int64_t n0 = x.ne[0], rows = x.size() / n0;

@@ -35,6 +35,8 @@ DT silu(const DT & x);
 DT swiglu(const DT & g, const DT & u);
 // gpt-oss's clamped SwiGLU: min(g, limit) sigmoid(alpha min(g, limit)) (clamp(u, -limit, limit) + 1).
 DT swiglu_oai(const DT & g, const DT & u, double alpha, double limit);
+// Gemma's GeGLU: gelu(g) u with GELU's tanh approximation 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))).
+DT geglu(const DT & g, const DT & u);
 DT softmax(const DT & x);  // rows over ne[0]
 DT sum(const DT & x);
 DT mean(const DT & x);

@@ -105,6 +105,18 @@ TEST(OpElementwise, SwigluOai) {
     EXPECT_THROW(rp::swiglu_oai(ctx, a, a, 1.0f, 0.0f), rp::Error);
 }
 
+// Gemma's GeGLU: over the tanh's saturation on both sides (|x| up to 8), and a transposed gate.
+TEST(OpElementwise, Geglu) {
+    Input g{"gate", {33, 4, 1, 1}}, u{"up", {33, 4, 1, 1}};
+    g.lo = -8.0f;
+    g.hi = 8.0f;
+    check_op({"geglu [33,4]", {g, u}, [](Context & c, const TV & in) { return rp::geglu(c, in[0], in[1]); },
+              [](const R & v) { return ref::geglu(v[0], v[1]); }});
+    Input gt{"gate_t", {4, 33, 1, 1}};
+    check_op({"geglu transposed gate", {gt, u}, [](Context & c, const TV & in) { return rp::geglu(c, rp::transpose(c, in[0]), in[1]); },
+              [](const R & v) { return ref::geglu(ref::permute(v[0], 1, 0, 2, 3), v[1]); }});
+}
+
 TEST(OpElementwise, Softmax) {
     Input x{"x", {17, 3, 2, 1}};
     x.lo = -3.0f;

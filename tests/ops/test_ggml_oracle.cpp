@@ -5,6 +5,7 @@
 // partial strength. ggml computes each angle in float, multiplying by the frequency ratio pair after pair, so
 // its angle for pair i at position p is off by up to ~p x i x 2.4e-7 rad; the bound below allows that and
 // nothing more (a wrong ramp, scale or mix is off by 1e-2 or more at these positions).
+#include "ggml_rp/core/fp16.h"
 #include "ggml_rp/ggml_rp.h"
 #include "tests/common/temp_dir.h"
 #include "tests/oracle/oracle_run.h"
@@ -134,4 +135,53 @@ TEST(OpGgmlOracle, ClampedSwigluEqualsGgmlsSwigluOai) {
         }
         std::printf("[swiglu_oai vs ggml] limit %g: max relative difference %.3g\n", static_cast<double>(limit), worst);
     }
+}
+
+// Gemma's GeGLU against ggml_geglu_split, the op llama.cpp's build_ffn runs for it, on gates across the
+// tanh's saturation and past ggml's +-10 cut-offs.
+TEST(OpGgmlOracle, GegluAgainstGgmlsGegluSplit) {
+    RP_REQUIRE_ORACLE();
+    const int64_t N = 128, rows = 4;
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> u(-12.0f, 12.0f);
+    std::vector<float> gu(static_cast<size_t>(2 * N * rows));
+    for (float & v : gu) v = u(rng);
+    rp_test::TempDir d;
+    {
+        std::ofstream f(d.file("in.f32"), std::ios::binary);
+        f.write(reinterpret_cast<const char *>(gu.data()), static_cast<std::streamsize>(gu.size() * sizeof(float)));
+    }
+    const auto res = rp::oracle::run("geglu " + rp::oracle::quote(d.file("in.f32")) + " --row 128 --out " + rp::oracle::quote(d.file("out.f32")));
+    ASSERT_EQ(res.status, 0);
+    const std::vector<float> want = rp::oracle::read_f32(d.file("out.f32"));
+    ASSERT_EQ(want.size(), static_cast<size_t>(N * rows));
+
+    rp::Context ctx;
+    rp::Tensor * g = ctx.new_tensor(rp::DType::F32, N, rows);
+    rp::Tensor * up = ctx.new_tensor(rp::DType::F32, N, rows);
+    ctx.alloc_data(g);
+    ctx.alloc_data(up);
+    rp::tensor_set_f32(g, std::vector<float>(gu.begin(), gu.begin() + N * rows));
+    rp::tensor_set_f32(up, std::vector<float>(gu.begin() + N * rows, gu.end()));
+    const std::vector<float> got = computed(rp::geglu(ctx, g, up));
+    // ggml's CPU kernel reads GELU from a table over the fp16 values (GGML_GELU_FP16): gelu(fp16(x)) rounded to
+    // fp16, times up; 0 below -10, x above 10. Modelled here, it gives ggml's bits; our exact GELU is within the
+    // two fp16 roundings (2^-11 each, relative) of it.
+    double worst = 0;
+    int emulated_equal = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+        const float x = gu[i], y = gu[i + static_cast<size_t>(N * rows)];
+        const float table = x <= -10.0f ? 0.0f
+                          : x >= 10.0f  ? x * y
+                                        : rp::fp16_to_fp32(rp::fp32_to_fp16(rp::gelu_tanh_f(rp::fp16_to_fp32(rp::fp32_to_fp16(x))))) * y;
+        emulated_equal += table == want[i];
+        const double e = std::fabs(static_cast<double>(got[i]) - want[i]);
+        const double bound = 2.0 * 0x1p-11 * std::fabs(static_cast<double>(want[i])) +
+                             0x1p-11 * std::fabs(static_cast<double>(x)) * 1.13 * std::fabs(static_cast<double>(y)) + 1e-6;
+        EXPECT_LE(e, bound) << i << ": gate " << x << " up " << y << ": ours " << got[i] << " vs ggml's " << want[i];
+        worst = std::max(worst, e / std::max(1.0, std::fabs(static_cast<double>(want[i]))));
+    }
+    EXPECT_EQ(emulated_equal, static_cast<int>(got.size())) << "ggml's GeGLU is not the fp16 table this test models";
+    std::printf("[geglu vs ggml] max relative difference %.3g; the fp16-table model equals ggml on %d of %zu\n", worst, emulated_equal,
+                got.size());
 }

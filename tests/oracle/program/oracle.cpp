@@ -16,6 +16,8 @@
 //   rp-oracle swiglu-oai IN.f32 --row N --params "alpha,limit" --out FILE
 //                      ggml_swiglu_oai (gpt-oss's clamped SwiGLU) on the CPU backend: IN holds the gate rows, then
 //                      as many up rows, N floats each -> FILE
+//   rp-oracle geglu IN.f32 --row N --out FILE
+//                      ggml_geglu_split (Gemma's GELU-tanh gated FFN, as llama.cpp's build_ffn runs it) likewise
 // Common: --bins DIR (else $RP_ORACLE_BINS, else the directory configured at build time) holds the
 // libggml-cpu-*.so backends; --backend NAME|FILE|best (else $RP_ORACLE_BACKEND) picks the CPU build (default
 // zen4, see load_backends); --threads N (default 1, see Args); --verbose shows llama.cpp's log.
@@ -445,19 +447,20 @@ void write_floats(const std::string & path, const std::vector<float> & v) {
     if (!f) fail("cannot write " + path);
 }
 
-// ggml's clamped SwiGLU.
-int run_swiglu_oai(const Args & a) {
-    if (a.out.empty() || a.row <= 0 || a.params.empty()) fail("swiglu-oai needs --row, --params and --out");
-    const std::vector<double> p = numbers(a.params, 2, "--params");
+// ggml's gated activations: the clamped SwiGLU (swiglu-oai) and GeGLU (geglu).
+int run_glu(const Args & a) {
+    const bool oai = a.mode == "swiglu-oai";
+    if (a.out.empty() || a.row <= 0 || (oai && a.params.empty())) fail(a.mode + " needs --row" + (oai ? ", --params" : "") + " and --out");
+    const std::vector<double> p = oai ? numbers(a.params, 2, "--params") : std::vector<double>();
     const std::string in = read_file(a.model);
     const size_t row_bytes = static_cast<size_t>(a.row) * sizeof(float);
-    if (in.size() % (2 * row_bytes) != 0) fail("swiglu-oai: the input is not gate and up rows of N floats");
+    if (in.size() % (2 * row_bytes) != 0) fail(a.mode + ": the input is not gate and up rows of N floats");
     const int64_t rows = static_cast<int64_t>(in.size() / (2 * row_bytes));
     ggml_init_params ip = {ggml_tensor_overhead() * 8 + ggml_graph_overhead(), nullptr, true};
     ggml_context * ctx = ggml_init(ip);
     ggml_tensor * g = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, a.row, rows);
     ggml_tensor * u = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, a.row, rows);
-    ggml_tensor * y = ggml_swiglu_oai(ctx, g, u, static_cast<float>(p[0]), static_cast<float>(p[1]));
+    ggml_tensor * y = oai ? ggml_swiglu_oai(ctx, g, u, static_cast<float>(p[0]), static_cast<float>(p[1])) : ggml_geglu_split(ctx, g, u);
     const std::vector<float> out = compute_on_cpu(ctx, y, [&] {
         ggml_backend_tensor_set(g, in.data(), 0, in.size() / 2);
         ggml_backend_tensor_set(u, in.data() + in.size() / 2, 0, in.size() / 2);
@@ -508,8 +511,8 @@ int main(int argc, char ** argv) {
         else if (a.mode == "quantize") rc = run_quantize(a);
         else if (a.mode == "quantize-rows") rc = run_quantize_rows(a);
         else if (a.mode == "rope") rc = run_rope(a);
-        else if (a.mode == "swiglu-oai") rc = run_swiglu_oai(a);
-        else fail("unknown mode '" + a.mode + "' (logits, tokenize, generate, detok, quantize, quantize-rows, rope, swiglu-oai)");
+        else if (a.mode == "swiglu-oai" || a.mode == "geglu") rc = run_glu(a);
+        else fail("unknown mode '" + a.mode + "' (logits, tokenize, generate, detok, quantize, quantize-rows, rope, swiglu-oai, geglu)");
         llama_backend_free();
         return rc;
     } catch (const std::exception & e) {
