@@ -73,6 +73,32 @@ bool file_exists(const std::string & path) {
     return static_cast<bool>(f);
 }
 
+// Whether a template has a system role, probed as llama.cpp's capability check does: a system and a user
+// message rendered with a generation prompt. llama.cpp asks whether the system content was read; we ask
+// whether it was written out: the same answer where a template raises on a system message (Gemma 2) or
+// writes it (every other template ChatOracle renders).
+bool takes_system_message(const jinja::Template & t) {
+    using jinja::Value;
+    const char * const probe = "rp_probe_system_3a7e";
+    Value vars = Value::object();
+    Value msgs = Value::array();
+    for (const auto & [role, content] : {std::pair<const char *, const char *>{"system", probe}, {"user", "User message"}}) {
+        Value o = Value::object();
+        o.obj().set("content", Value::string(content));
+        o.obj().set("role", Value::string(role));
+        msgs.arr().push_back(o);
+    }
+    vars.obj().set("messages", msgs);
+    vars.obj().set("bos_token", Value::string(""));
+    vars.obj().set("eos_token", Value::string(""));
+    vars.obj().set("add_generation_prompt", Value::boolean(true));
+    try {
+        return t.render(vars, date_of("")).find(probe) != std::string::npos;
+    } catch (const Error &) {
+        return false;
+    }
+}
+
 } // namespace
 
 ChatTemplate::ChatTemplate(const std::string & source, std::string name)
@@ -82,6 +108,7 @@ ChatTemplate::ChatTemplate(const std::string & source, std::string name)
     } catch (const Error & e) {
         throw Error("chat template " + name_ + ": " + e.what());
     }
+    system_role_ = takes_system_message(*tmpl_);
 }
 
 void ChatTemplate::set_special_tokens(std::string bos, std::string eos, bool strip_bos, bool strip_eos) {
@@ -96,7 +123,13 @@ std::string ChatTemplate::apply(const std::vector<ChatMessage> & messages, const
     Value vars = Value::object();
     jinja::Object & g = vars.obj();
     Value msgs = Value::array();
-    for (const ChatMessage & m : messages) {
+    const bool fold = !system_role_ && !messages.empty() && messages.front().role == "system";
+    std::vector<ChatMessage> folded;
+    if (fold) {
+        folded.assign(messages.begin() + 1, messages.end());
+        if (!folded.empty()) folded.front().content = messages.front().content + "\n" + folded.front().content;
+    }
+    for (const ChatMessage & m : fold ? folded : messages) {
         // llama.cpp passes each message as nlohmann JSON, whose keys come out sorted.
         Value o = Value::object();
         o.obj().set("content", Value::string(m.content));

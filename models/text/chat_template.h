@@ -107,7 +107,9 @@ public:
     const std::string & name() const { return name_; }
     const std::string & source() const { return source_; }
 
-    // The rendering alone (what llama.cpp's common_chat_templates_apply returns as .prompt).
+    // The rendering alone (what llama.cpp's common_chat_templates_apply returns as .prompt). A template that
+    // has no system role (one that raises on it, or leaves it out: Gemma 2's) gets the system message as
+    // llama.cpp passes it: "system\nfirst message" in the message after it, or dropped when alone.
     std::string apply(const std::vector<ChatMessage> & messages, const ChatOptions & opt) const;
     // The rendering with its assistant spans (the rule above).
     RenderedChat render(const std::vector<ChatMessage> & messages, const ChatOptions & opt) const;
@@ -118,7 +120,8 @@ private:
                                const ChatOptions & opt) const;
 
     std::string name_, source_;
-    bool harmony_ = false;  // gpt-oss's channels
+    bool harmony_ = false;      // gpt-oss's channels
+    bool system_role_ = true;   // false: a system message is folded into the next one (llama.cpp's workaround)
     std::shared_ptr<const jinja::Template> tmpl_;
     std::string bos_, eos_;
     bool strip_bos_ = false, strip_eos_ = false;

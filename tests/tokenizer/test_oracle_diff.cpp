@@ -12,6 +12,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <sys/wait.h>
 
@@ -134,18 +135,25 @@ void compare_with_llama(const std::string & model, int n_cases, unsigned seed) {
 }
 
 // A copy of a vocabulary with another tokenizer.ggml.pre ("" removes the key).
-std::string with_pre(const std::string & src, const std::string & pre, const std::string & name) {
+// A copy of the vocabulary `src` with its keys edited by `edit` (in the test's temp dir, named after `name`).
+std::string with_kvs(const std::string & src, const std::string & name, const std::function<void(gguf::Writer &)> & edit) {
     const auto r = gguf::Reader::open(src);
     gguf::Writer w;
     gguf::copy_kvs(*r, w);
-    if (pre.empty()) {
-        w.remove("tokenizer.ggml.pre");
-    } else {
-        w.set_string("tokenizer.ggml.pre", pre);
-    }
+    edit(w);
     const std::string path = ::testing::TempDir() + "/rp_tok_" + name + "." + std::to_string(getpid()) + ".gguf";
     w.write(path);
     return path;
+}
+
+std::string with_pre(const std::string & src, const std::string & pre, const std::string & name) {
+    return with_kvs(src, name, [&](gguf::Writer & w) {
+        if (pre.empty()) {
+            w.remove("tokenizer.ggml.pre");
+        } else {
+            w.set_string("tokenizer.ggml.pre", pre);
+        }
+    });
 }
 
 class OracleDiff : public ::testing::Test {
@@ -181,6 +189,15 @@ TEST_F(OracleDiff, OtherPreTokenizers) {
         compare_with_llama(f, 1500, seed++);
         std::remove(f.c_str());
     }
+}
+
+// Gemma's SentencePiece (gemma3 files): no space prefix (tokenizer.ggml.add_space_prefix = false), byte fallback.
+TEST_F(OracleDiff, SentencePieceWithoutTheSpacePrefix) {
+    const std::string f = with_kvs(models_dir() + "/vocab/ggml-vocab-llama-spm.gguf", "spm_no_prefix", [](gguf::Writer & w) {
+        w.set_bool("tokenizer.ggml.add_space_prefix", false);
+    });
+    compare_with_llama(f, 1500, 200);
+    std::remove(f.c_str());
 }
 
 } // namespace
