@@ -15,6 +15,8 @@ const ArchTraits kArchs[] = {
     {.arch = Arch::GptOss, .name = "gpt-oss", .rope_mode = RopeMode::Neox, .qkv_bias = true, .moe = true, .default_rms_eps = 1e-5f,
      .attn_out_bias = true, .attn_sinks = true, .moe_biases = true, .swiglu_oai = true, .sliding_window = true,
      .ffn_norm = "post_attention_norm"},
+    {.arch = Arch::Gemma3, .name = "gemma3", .rope_mode = RopeMode::Neox, .qk_norm = true, .sliding_window = true, .embd_scale = true,
+     .post_norms = true, .glu = GluKind::GeluTanh, .swa_period = 6, .swa_rope_base = 10000.0f, .gemma_attn_scale = true},
 };
 
 [[noreturn]] void fail(const gguf::Reader & f, const std::string & what) {
@@ -59,7 +61,7 @@ RopeParams HParams::rope(uint32_t il) const {
     p.n_rot = static_cast<int32_t>(n_rot);
     p.mode = arch->rope_mode;
     p.freq_base = is_swa(il) ? rope_freq_base_swa : rope_freq_base;
-    p.freq_scale = rope_freq_scale;
+    p.freq_scale = is_swa(il) ? rope_freq_scale_swa : rope_freq_scale;
     p.ext_factor = rope_ext_factor;
     p.attn_factor = rope_attn_factor;
     p.beta_fast = rope_beta_fast;
@@ -147,17 +149,32 @@ HParams load_hparams(const gguf::Reader & f) {
     if (!(hp.rope_freq_base > 0) || !std::isfinite(hp.rope_freq_base))
         fail(f, key("rope.freq_base") + " must be a positive number");
     hp.rope_freq_base_swa = f.get_f32_or(key("rope.freq_base_swa"), hp.rope_freq_base);
+    hp.rope_freq_scale_swa = hp.rope_freq_scale;
     if (hp.arch->sliding_window) {
-        if (!f.has(key("attention.sliding_window"))) fail(f, "missing required key '" + key("attention.sliding_window") + "'");
+        if (!f.has(key("attention.sliding_window")))
+            fail(f, "missing required key '" + key("attention.sliding_window") + "'" +
+                        (hp.arch->arch == Arch::Gemma3 ? " (a gemma3 without sliding-window layers, with final-logit soft-capping, is not supported)" : ""));
         hp.n_swa = f.get_u32(key("attention.sliding_window"));
         if (hp.n_swa == 0) fail(f, key("attention.sliding_window") + " must be > 0");
-        const gguf::KV * pattern = f.find(key("attention.sliding_window_pattern"));
-        if (pattern && pattern->type == gguf::ValueType::ARRAY)
-            fail(f, key("attention.sliding_window_pattern") + ": per-layer arrays are not supported (a period is)");
-        hp.swa_period = pattern ? f.get_u32(key("attention.sliding_window_pattern")) : 2;  // llama.cpp's default for gpt-oss
+        if (hp.arch->swa_period > 0) {
+            hp.swa_period = hp.arch->swa_period;
+        } else {
+            const gguf::KV * pattern = f.find(key("attention.sliding_window_pattern"));
+            if (pattern && pattern->type == gguf::ValueType::ARRAY)
+                fail(f, key("attention.sliding_window_pattern") + ": per-layer arrays are not supported (a period is)");
+            hp.swa_period = pattern ? f.get_u32(key("attention.sliding_window_pattern")) : 2;  // llama.cpp's default for gpt-oss
+        }
+        if (hp.arch->swa_rope_base > 0.0f) {
+            hp.rope_freq_base_swa = hp.arch->swa_rope_base;
+            hp.rope_freq_scale_swa = 1.0f;
+        }
         if (!(hp.rope_freq_base_swa > 0) || !std::isfinite(hp.rope_freq_base_swa))
             fail(f, key("rope.freq_base_swa") + " must be a positive number");
     }
+    hp.embd_scale = hp.arch->embd_scale ? std::sqrt(static_cast<float>(hp.n_embd)) : 1.0f;
+    // gemma_pytorch's query_pre_attn_scalar: n_embd / n_head for the 27B model (62 layers), else head_dim.
+    const bool gemma_27b = hp.arch->gemma_attn_scale && hp.n_layer == 62;
+    hp.attn_scale = 1.0f / std::sqrt(static_cast<float>(gemma_27b ? hp.n_embd / hp.n_head : hp.head_dim));
 
     if (f.has("tokenizer.ggml.tokens"))
         hp.n_vocab = static_cast<uint32_t>(f.get_string_array("tokenizer.ggml.tokens").size());

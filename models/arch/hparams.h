@@ -1,8 +1,9 @@
 // Architecture registry and hyper-parameters read from GGUF metadata, with llama.cpp's defaults
-// (formats.md §3.1). One place states how llama, qwen2, qwen3, qwen3moe and gpt-oss differ.
+// (formats.md §3.1). One place states how llama, qwen2, qwen3, qwen3moe, gpt-oss and gemma3 differ.
 #pragma once
 
 #include "ggml_rp/ops/rope.h"
+#include "ggml_rp/ops/unary_math.h"
 #include "gguf/gguf.h"
 
 #include <cstdint>
@@ -10,7 +11,7 @@
 
 namespace rp {
 
-enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe, GptOss };
+enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe, GptOss, Gemma3 };
 
 // What distinguishes one architecture's decoder layer from another's.
 struct ArchTraits {
@@ -28,6 +29,17 @@ struct ArchTraits {
     bool swiglu_oai = false;        // the experts' clamped SwiGLU (ops/unary.h swiglu_oai: alpha 1.702, limit 7)
     bool sliding_window = false;    // attention.sliding_window: windowed layers per attention.sliding_window_pattern
     const char * ffn_norm = "ffn_norm";  // the feed-forward's input norm (gpt-oss: post_attention_norm)
+    // gemma3:
+    bool embd_scale = false;        // the embeddings times sqrt(n_embd)
+    bool post_norms = false;        // RMSNorms on the attention's and the feed-forward's outputs before each residual
+                                    // (post_attention_norm, post_ffw_norm)
+    GluKind glu = GluKind::Silu;    // the dense feed-forward's activation (gemma3: GELU-tanh)
+    uint32_t swa_period = 0;        // windowed layers fixed by the architecture (llama.cpp's set_swa_pattern), not
+                                    // read from the file; 0: attention.sliding_window_pattern (default 2)
+    float swa_rope_base = 0.0f;     // windowed layers' fixed RoPE base, unscaled (0: rope.freq_base_swa, scaled as
+                                    // the other layers)
+    bool gemma_attn_scale = false;  // the query scale 1/sqrt(head_dim), but 1/sqrt(n_embd / n_head) for the 62-layer
+                                    // (27B) model, as llama.cpp (from gemma_pytorch's config) has it
 };
 
 // nullptr when the architecture is not supported.
@@ -56,15 +68,19 @@ struct HParams {
     bool expert_weights_norm = true;
     float expert_weights_scale = 0.0f;
     bool is_moe() const { return n_expert > 0; }
-    // Sliding-window attention (gpt-oss): the window in tokens and which layers use it (llama.cpp's
+    // Sliding-window attention (gpt-oss, gemma3): the window in tokens and which layers use it (llama.cpp's
     // set_swa_pattern: with period P, layer il is windowed when il % P < P - 1; P = 0: every layer); a windowed
-    // layer's RoPE base is rope_freq_base_swa (the key rope.freq_base_swa, else rope_freq_base).
+    // layer's RoPE base and scale are rope_freq_base_swa / rope_freq_scale_swa (gpt-oss: the key
+    // rope.freq_base_swa, else rope_freq_base, and the file's scale; gemma3: 10000, unscaled).
     uint32_t n_swa = 0;
     uint32_t swa_period = 0;
     bool is_swa(uint32_t il) const { return n_swa > 0 && (swa_period == 0 || il % swa_period < swa_period - 1); }
     // Training graphs only: the load-balancing loss's gradient scale of the MoE router (ops/moe_math.h aux;
     // 0 = none). Not read from a file: a trainer sets it on its copy for each micro-batch.
     float moe_aux = 0.0f;
+    // Inference graphs only: gemma3's GELU as llama.cpp's CPU backend computes it, from an fp16 table (ops/unary.h
+    // geglu). Not read from a file: an InferenceSession sets it on its copy; training keeps the exact GELU.
+    bool gelu_fp16_table = false;
     uint32_t n_rot = 0;
     float rms_eps = 1e-5f;
     float rope_freq_base = 10000.0f;
@@ -73,6 +89,9 @@ struct HParams {
     float rope_ext_factor = 0.0f, rope_attn_factor = 1.0f, rope_beta_fast = 32.0f, rope_beta_slow = 1.0f;
     uint32_t rope_n_ctx_orig = 0;
     float rope_freq_base_swa = 10000.0f;
+    float rope_freq_scale_swa = 1.0f;
+    float embd_scale = 1.0f;  // the embeddings' factor (gemma3: sqrt(n_embd))
+    float attn_scale = 0.0f;  // the attention's query scale (1/sqrt(head_dim) unless the architecture says otherwise)
 
     uint32_t n_q() const { return n_head * head_dim; }
     uint32_t n_kv() const { return n_head_kv * head_dim; }

@@ -12,9 +12,10 @@ namespace rp {
 
 InferenceSession::InferenceSession(const Model & model, int64_t n_ctx, int n_threads, const LoraSet * lora,
                                    const ModelWeights * weights)
-    : model_(model), weights_(weights ? *weights : model.graph_weights()), lora_(lora ? *lora : LoraSet()),
+    : model_(model), hp_(model.hparams()), weights_(weights ? *weights : model.graph_weights()), lora_(lora ? *lora : LoraSet()),
       have_lora_(lora && !lora->empty()), n_threads_(n_threads) {
     lora_.dropout = LoraDropout{};
+    hp_.gelu_fp16_table = true;
     const HParams & hp = model.hparams();
     if (n_ctx < 0) throw Error("context size must be >= 0 (got " + std::to_string(n_ctx) + ")");
     if (n_ctx == 0) n_ctx = std::min<int64_t>(hp.n_ctx_train, 4096);
@@ -53,7 +54,7 @@ struct InferenceSession::EvalGraph {
 InferenceSession::~InferenceSession() = default;
 
 std::unique_ptr<InferenceSession::EvalGraph> InferenceSession::build_graph(int64_t T, bool all_logits) const {
-    const HParams & hp = model_.hparams();
+    const HParams & hp = hp_;
     auto eg = std::make_unique<EvalGraph>();
     eg->T = T;
     eg->all_logits = all_logits;

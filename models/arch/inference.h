@@ -6,6 +6,8 @@
 // keys and values are written, how many keys attention reads), with no building and no planning (the same
 // bits as building it again; with stories260K the building was a third of a generated token's time). The
 // cache is f32 (like the reference runs of llama.cpp), [head_dim, n_head_kv, n_ctx] per layer for K and V.
+// Where llama.cpp's CPU backend computes an activation its own way (gemma3's GELU, from an fp16 table) the
+// session does the same, so that its logits are llama.cpp's; training graphs keep the exact function.
 #pragma once
 
 #include "ggml_rp/core/context.h"
@@ -52,6 +54,7 @@ private:
     struct EvalGraph;  // the last eval's graph, with its inputs and plan
     std::unique_ptr<EvalGraph> build_graph(int64_t T, bool all_logits) const;
     const Model & model_;
+    HParams hp_;  // the model's, with llama.cpp's inference arithmetic where it differs (HParams::gelu_fp16_table)
     ModelWeights weights_;
     LoraSet lora_;
     bool have_lora_;

@@ -132,7 +132,7 @@ Tensor * attention_block(Context & ctx, const HParams & hp, const LayerWeights &
     k = reshape(ctx, k, D, Hkv, T, B);
     v = reshape(ctx, v, D, Hkv, T, B);
 
-    // 3: qwen3 normalises each head of q and k over head_dim, before RoPE.
+    // 3: qwen3 and gemma3 normalise each head of q and k over head_dim, before RoPE.
     if (w.q_norm) q = rms_norm(ctx, q, w.q_norm, hp.rms_eps);
     if (w.k_norm) k = rms_norm(ctx, k, w.k_norm, hp.rms_eps);
 
@@ -142,8 +142,8 @@ Tensor * attention_block(Context & ctx, const HParams & hp, const LayerWeights &
     k = set_name(rope(ctx, k, pos.pos, rope_p), lname(il, "k"));
     set_name(v, lname(il, "v"));
 
-    // 5: causal GQA attention, scale 1/sqrt(head_dim); with a cache, over every position so far (gpt-oss: a
-    // sliding window on every other layer, and per-head sink logits).
+    // 5: causal GQA attention, scale 1/sqrt(head_dim) (gemma3's 27B: 1/sqrt(n_embd / n_head)); with a cache, over
+    // every position so far (gpt-oss, gemma3: a sliding window on some layers; gpt-oss: per-head sink logits).
     if (kv) {
         const int64_t n = kv->n_past + T;
         k = cache_read(ctx, kv->k, cache_write(ctx, kv->k, k, kv->n_past), n);
@@ -151,12 +151,13 @@ Tensor * attention_block(Context & ctx, const HParams & hp, const LayerWeights &
     }
     if (kv && pos.key_start) throw Error(lname(il, "kv") + ": a KV cache serves one unpacked sequence (no key_start)");
     const int64_t window = hp.is_swa(static_cast<uint32_t>(il)) ? hp.n_swa : 0;
-    Tensor * o = attention(ctx, q, k, v, 1.0f / std::sqrt(static_cast<float>(D)), attention_type, pos.key_start, w.attn_sinks, window);
+    Tensor * o = attention(ctx, q, k, v, hp.attn_scale, attention_type, pos.key_start, w.attn_sinks, window);
     o = reshape(ctx, o, D * Hq, T, B);
 
-    // 6: output projection (+ gpt-oss's bias) and residual.
+    // 6: output projection (+ gpt-oss's bias; gemma3's post-attention norm) and residual.
     Tensor * proj = build_linear(ctx, w.wo, o, lora);
     if (w.bo) proj = add(ctx, proj, w.bo);
+    if (w.attn_post_norm) proj = rms_norm(ctx, proj, w.attn_post_norm, hp.rms_eps);
     return set_name(add(ctx, x, proj), lname(il, "attn_out"));
 }
 
@@ -195,27 +196,31 @@ Tensor * moe_ffn(Context & ctx, const HParams & hp, const LayerWeights & w, int 
 
 Tensor * ffn_block(Context & ctx, const HParams & hp, const LayerWeights & w, int il, Tensor * h, const LoraSet * lora,
                    bool residual) {
-    // 7-8: SwiGLU feed-forward (or the mixture of experts) and residual.
+    // 7-8: gated feed-forward (SwiGLU; gemma3: GeGLU) or the mixture of experts (+ gemma3's post-feed-forward
+    // norm), and residual.
     Tensor * n2 = rms_norm(ctx, h, w.ffn_norm, hp.rms_eps);
+    Tensor * f = nullptr;
     if (w.ffn_gate_inp) {
-        Tensor * f = moe_ffn(ctx, hp, w, il, n2, lora);
-        return residual ? set_name(add(ctx, h, f), lname(il, "out")) : f;
+        f = moe_ffn(ctx, hp, w, il, n2, lora);
+    } else {
+        Tensor * g = build_linear(ctx, w.ffn_gate, n2, lora);
+        Tensor * u = build_linear(ctx, w.ffn_up, n2, lora);
+        Tensor * act = hp.arch->glu == GluKind::GeluTanh ? geglu(ctx, g, u, hp.gelu_fp16_table) : swiglu(ctx, g, u);
+        f = build_linear(ctx, w.ffn_down, act, lora);
     }
-    Tensor * g = build_linear(ctx, w.ffn_gate, n2, lora);
-    Tensor * u = build_linear(ctx, w.ffn_up, n2, lora);
-    Tensor * f = build_linear(ctx, w.ffn_down, swiglu(ctx, g, u), lora);
+    if (w.ffn_post_norm) f = rms_norm(ctx, f, w.ffn_post_norm, hp.rms_eps);
     return residual ? set_name(add(ctx, h, f), lname(il, "out")) : f;
 }
 
 Tensor * build_decoder(Context & ctx, const HParams & hp, const ModelWeights & w, Tensor * ids, const TokenPositions & pos,
                        const LoraSet * lora, const std::vector<LayerKv> * kv) {
-    Tensor * x = build_embedding(ctx, w.tok_embd, ids, lora);
+    Tensor * x = build_embedding(ctx, hp, w.tok_embd, ids, lora);
     for (uint32_t il = 0; il < hp.n_layer; ++il)
         x = build_layer(ctx, hp, w.layers[il], static_cast<int>(il), x, pos, lora, kv ? &(*kv)[il] : nullptr);
     return x;
 }
 
-Tensor * build_embedding(Context & ctx, Tensor * tok_embd, Tensor * ids, const LoraSet * lora) {
+Tensor * build_embedding(Context & ctx, const HParams & hp, Tensor * tok_embd, Tensor * ids, const LoraSet * lora) {
     Tensor * e = get_rows(ctx, tok_embd, ids);
     const std::vector<LoraDelta> * ds = lora ? lora->find(tok_embd) : nullptr;
     if (ds)
@@ -224,6 +229,7 @@ Tensor * build_embedding(Context & ctx, Tensor * tok_embd, Tensor * ids, const L
             Tensor * low = mul_mat(ctx, d.b, get_rows(ctx, d.a, ids));
             e = add(ctx, e, d.scale == 1.0f ? low : scale(ctx, low, d.scale));
         }
+    if (hp.embd_scale != 1.0f) e = scale(ctx, e, hp.embd_scale);  // gemma3: after the adapter, as llama.cpp
     return set_name(e, "embd");
 }
 

@@ -1,4 +1,4 @@
-// Graph builders of the Llama / Qwen2 / Qwen3 forward pass (formats.md §3.4). They only record nodes; a
+// Graph builders of the decoder forward pass of every architecture in hparams.h (formats.md §3.4). They only record nodes; a
 // backend runs them. The same decoder-layer builder serves inference (with a KV cache), training stages and
 // recompute (without a cache: gradients then flow through k and v like through any other node).
 //
@@ -92,18 +92,18 @@ Tensor * build_layer(Context & ctx, const HParams & hp, const LayerWeights & w, 
 // The layer's two halves, build_layer = ffn_block(attention_block(x)). The feed-forward half is per token, so
 // a training program may run it over token ranges of x (models/train/layer_programs.cpp: the token-chunked MLP):
 //   attention_block  x -> h = x + attn_output(attention(rope(q, k), v)) over every token of x;
-//   ffn_block        h [n_embd, ...] -> h + ffn_down(swiglu(ffn_gate(n), ffn_up(n))), n = rms_norm(h); without
-//                    `residual` only the ffn_down(...) term.
+//   ffn_block        h [n_embd, ...] -> h + ffn_down(swiglu(ffn_gate(n), ffn_up(n))), n = rms_norm(h) (gemma3:
+//                    GeGLU, and the term's own RMSNorm); without `residual` only the ffn_down(...) term.
 Tensor * attention_block(Context & ctx, const HParams & hp, const LayerWeights & w, int il, Tensor * x, const TokenPositions & pos,
                          const LoraSet * lora = nullptr, const LayerKv * kv = nullptr, DType attention_type = DType::F32);
 Tensor * ffn_block(Context & ctx, const HParams & hp, const LayerWeights & w, int il, Tensor * h, const LoraSet * lora,
                    bool residual = true);
 
 // Token embeddings: ids i32 [T] or [T, B] -> [n_embd, T, B] (get_rows, plus token_embd LoRA with the role
-// swap of formats.md §5.3).
-Tensor * build_embedding(Context & ctx, Tensor * tok_embd, Tensor * ids, const LoraSet * lora = nullptr);
+// swap of formats.md §5.3; gemma3: then times sqrt(n_embd)).
+Tensor * build_embedding(Context & ctx, const HParams & hp, Tensor * tok_embd, Tensor * ids, const LoraSet * lora = nullptr);
 inline Tensor * build_embedding(Context & ctx, const Model & model, Tensor * ids, const LoraSet * lora = nullptr) {
-    return build_embedding(ctx, model.tok_embd, ids, lora);
+    return build_embedding(ctx, model.hparams(), model.tok_embd, ids, lora);
 }
 
 // The whole decoder of a model before its head: embedding, then every layer. ids i32 [T] or [T, B] ->

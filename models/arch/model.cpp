@@ -110,6 +110,7 @@ std::unique_ptr<Model> Model::load(const std::string & path) {
         L.wo = ld.take(p + "attn_output.weight", {Q, E}, Role::Matrix);
         if (at.attn_out_bias) L.bo = ld.take(p + "attn_output.bias", {E}, Role::Vector);
         if (at.attn_sinks) L.attn_sinks = ld.take(p + "attn_sinks.weight", {hp.n_head}, Role::Vector);
+        if (at.post_norms) L.attn_post_norm = ld.take(p + "post_attention_norm.weight", {E}, Role::Vector);
         L.ffn_norm = ld.take(p + at.ffn_norm + ".weight", {E}, Role::Vector);
         if (at.moe) {
             const int64_t X = hp.n_expert, FX = hp.n_ff_exp;
@@ -128,6 +129,7 @@ std::unique_ptr<Model> Model::load(const std::string & path) {
             L.ffn_up = ld.take(p + "ffn_up.weight", {E, F}, Role::Matrix);
             L.ffn_down = ld.take(p + "ffn_down.weight", {F, E}, Role::Matrix);
         }
+        if (at.post_norms) L.ffn_post_norm = ld.take(p + "post_ffw_norm.weight", {E}, Role::Vector);
     }
     ld.check_all_used(hp);
 

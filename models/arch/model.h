@@ -1,4 +1,4 @@
-// A Llama / Qwen2 / Qwen3 / Qwen3-MoE / gpt-oss model loaded from a GGUF file (formats.md §3).
+// A Llama / Qwen2 / Qwen3 / Qwen3-MoE / gpt-oss / Gemma 3 model loaded from a GGUF file (formats.md §3).
 //
 // The file stays memory-mapped for the model's lifetime and every weight is a leaf Tensor whose data points
 // straight into the mapping, in the file's own dtype (f32, f16, bf16 or a block type): nothing is copied or
@@ -28,7 +28,7 @@ struct LayerWeights {
     Tensor * bq = nullptr;          // qwen2, gpt-oss: attn_q.bias [n_q] f32
     Tensor * bk = nullptr;          //                 attn_k.bias [n_kv]
     Tensor * bv = nullptr;          //                 attn_v.bias [n_kv]
-    Tensor * q_norm = nullptr;      // qwen3 only: attn_q_norm [head_dim] f32
+    Tensor * q_norm = nullptr;      // qwen3, gemma3: attn_q_norm [head_dim] f32
     Tensor * k_norm = nullptr;      //             attn_k_norm [head_dim] f32
     Tensor * wo = nullptr;          // attn_output [n_q, n_embd]
     Tensor * ffn_norm = nullptr;    // [n_embd] f32 (gpt-oss: post_attention_norm, the same place)
@@ -47,18 +47,21 @@ struct LayerWeights {
     Tensor * ffn_gate_exps_b = nullptr; // ffn_gate_exps.bias [n_ff_exp, n_expert] f32
     Tensor * ffn_up_exps_b = nullptr;   // ffn_up_exps.bias [n_ff_exp, n_expert] f32
     Tensor * ffn_down_exps_b = nullptr; // ffn_down_exps.bias [n_embd, n_expert] f32
+    // gemma3:
+    Tensor * attn_post_norm = nullptr;  // post_attention_norm [n_embd] f32, on the attention's output
+    Tensor * ffn_post_norm = nullptr;   // post_ffw_norm [n_embd] f32, on the feed-forward's output
 
     // Every slot, in the order the layer's tensors are listed everywhere (uploads, checkpoints, dumps).
-    static constexpr size_t kSlots = 24;
+    static constexpr size_t kSlots = 26;
     std::array<Tensor **, kSlots> slots() {
         return {&attn_norm, &wq, &wk, &wv, &bq, &bk, &bv, &q_norm, &k_norm, &wo, &ffn_norm, &ffn_gate, &ffn_up, &ffn_down,
                 &ffn_gate_inp, &ffn_gate_exps, &ffn_up_exps, &ffn_down_exps, &bo, &attn_sinks, &ffn_gate_inp_b,
-                &ffn_gate_exps_b, &ffn_up_exps_b, &ffn_down_exps_b};
+                &ffn_gate_exps_b, &ffn_up_exps_b, &ffn_down_exps_b, &attn_post_norm, &ffn_post_norm};
     }
     std::array<Tensor *, kSlots> tensors() const {
         return {attn_norm, wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo, ffn_norm, ffn_gate, ffn_up, ffn_down,
                 ffn_gate_inp, ffn_gate_exps, ffn_up_exps, ffn_down_exps, bo, attn_sinks, ffn_gate_inp_b,
-                ffn_gate_exps_b, ffn_up_exps_b, ffn_down_exps_b};
+                ffn_gate_exps_b, ffn_up_exps_b, ffn_down_exps_b, attn_post_norm, ffn_post_norm};
     }
 };
 

@@ -153,6 +153,13 @@ struct Tolerance {
     std::string why;
 };
 
+// llama.cpp's CPU GeGLU (gemma3) reads GELU from an fp16 table indexed by the input rounded to fp16: a step
+// function, so one f32 rounding anywhere upstream can move an activation by a whole fp16 step (2^-11 relative).
+// An f32 gemma3 reaches 1.5e-4 of the logit range (tests/models/test_gemma3.cpp) instead of the ~1e-6 of float
+// summation order; at near-ties the argmax may flip.
+constexpr double kGeluTableLogits = 1e-3;
+bool reads_gelu_table(const Model & m) { return m.hparams().arch->glu == GluKind::GeluTanh; }
+
 Tolerance tolerance_for(const Model & m) {
     int worst = 0;  // 0 f32, 1 f16, 2 bf16, 3 q8_0, 4 q6_k/q5_k/q4_k/q5_x, 5 q4_0/q4_1/q3_k/q2_k
     std::string worst_name = "f32";
@@ -182,6 +189,9 @@ Tolerance tolerance_for(const Model & m) {
     };
     Tolerance t = table[worst];
     t.why = "the model's coarsest matrices are " + worst_name + t.why;
+    if (worst == 0 && reads_gelu_table(m)) {
+        t = {kGeluTableLogits, 0.98, 8, "the model's matrices are f32: float summation order, and llama.cpp's fp16 GELU table"};
+    }
     return t;
 }
 
@@ -471,8 +481,12 @@ void check_round_trip(Context_ & c) {
         d = std::max(d, std::fabs(x[i] - y[i]));
     }
     const double rel = x.size() == y.size() && !y.empty() ? d / std::max(1e-30f, hi - lo) : 1e30;
-    c.add({name, what, fmt("%.3g", rel), "<= 1e-4", rel <= 1e-4 ? CheckStatus::Pass : CheckStatus::Fail,
-           "max |diff| / logit range, " + std::to_string(ids.size()) + " tokens", 0});
+    // Both sides are llama.cpp's; the merged weights differ from base + B A by one rounding (and through a GELU
+    // table, by a step where that rounding crosses one).
+    const bool table = reads_gelu_table(*c.model);
+    const double bound = table ? kGeluTableLogits : 1e-4;
+    c.add({name, what, fmt("%.3g", rel), table ? "<= 1e-3" : "<= 1e-4", rel <= bound ? CheckStatus::Pass : CheckStatus::Fail,
+           "max |diff| / logit range, " + std::to_string(ids.size()) + " tokens" + (table ? " (fp16 GELU table)" : ""), 0});
 }
 
 } // namespace

@@ -87,6 +87,8 @@ std::string config_json(const Model & model, const std::string & dtype) {
     case Arch::Qwen3Moe: cls = "Qwen3MoeForCausalLM", type = "qwen3_moe"; break;
     case Arch::GptOss:  // transformers fuses its experts' gate and up (interleaved) and keeps them in MXFP4 blocks
         throw Error(model.path() + ": exporting gpt-oss to Hugging Face safetensors is not supported yet");
+    case Arch::Gemma3:  // transformers' Gemma norms hold w where the GGUF holds 1 + w, and its config has no place here yet
+        throw Error(model.path() + ": exporting gemma3 to Hugging Face safetensors is not supported yet");
     }
     const std::string torch = dtype == "F32" ? "float32" : dtype == "F16" ? "float16" : "bfloat16";
     std::string c = "{\n";
@@ -140,7 +142,8 @@ HfExportReport export_hf(const Model & model, const std::string & dir, const HfE
     if (hp.expert_weights_scale != 0.0f && hp.expert_weights_scale != 1.0f)
         throw Error(model.path() + ": expert_weights_scale " + number(hp.expert_weights_scale) + " has no place in " + "a Qwen3Moe config");
     if (o.shard_bytes == 0) throw Error("HF export: shard size 0");
-    if (hp.arch->arch == Arch::GptOss) throw Error(model.path() + ": exporting gpt-oss to Hugging Face safetensors is not supported yet");
+    if (hp.arch->arch == Arch::GptOss || hp.arch->arch == Arch::Gemma3)
+        throw Error(model.path() + ": exporting " + hp.arch->name + " to Hugging Face safetensors is not supported yet");
     HfExportReport rep;
     rep.dtype = choose_dtype(f, o.dtype);
     const size_t esize = safetensors_dtype_size(rep.dtype);

@@ -64,7 +64,17 @@ SynthSpec synth_preset(const std::string & name) {
         s.n_expert = big ? 128 : 32, s.n_expert_used = 4, s.n_ff_exp = 2880, s.n_swa = 128;
         s.yarn_factor = 32.0f, s.yarn_orig_ctx = 4096, s.expert_wtype = gguf::TensorType::MXFP4;
     }
-    else if (name == "llama3.1-8b") {
+    else if (name == "gemma-3-1b" || name == "gemma-3-4b" || name == "gemma-3-12b" || name == "gemma-3-27b") {
+        // Gemma 3: tied 262k vocabulary, head_dim 256 (27B: 128), a 512 / 1024-token window on five layers of six,
+        // the global layers' RoPE base 1e6 scaled linearly by 8 from 4B up.
+        struct G { uint32_t embd, layers, heads, kv, hd, ff, vocab, swa, ctx; float linear; };
+        const G g = name == "gemma-3-1b"  ? G{1152, 26, 4, 1, 256, 6912, 262144, 512, 32768, 0.0f}
+                  : name == "gemma-3-4b"  ? G{2560, 34, 8, 4, 256, 10240, 262208, 1024, 131072, 8.0f}
+                  : name == "gemma-3-12b" ? G{3840, 48, 16, 8, 256, 15360, 262208, 1024, 131072, 8.0f}
+                                          : G{5376, 62, 32, 16, 128, 21504, 262208, 1024, 131072, 8.0f};
+        s.arch = "gemma3", s.n_embd = g.embd, s.n_layer = g.layers, s.n_head = g.heads, s.n_head_kv = g.kv, s.head_dim = g.hd;
+        s.n_ff = g.ff, s.n_vocab = g.vocab, s.n_swa = g.swa, s.n_ctx_train = g.ctx, s.rope_base = 1e6f, s.rope_linear = g.linear, s.tied = true;
+    } else if (name == "llama3.1-8b") {
         s.n_embd = 4096, s.n_layer = 32, s.n_head = 32, s.n_head_kv = 8, s.head_dim = 128, s.n_ff = 14336;
         s.n_ctx_train = 131072, s.rope_base = 500000.0f, s.n_vocab = 128256;
     } else if (name == "llama-98m") {
@@ -76,25 +86,27 @@ SynthSpec synth_preset(const std::string & name) {
     } else {
         throw Error("unknown model shape '" + name +
                     "' (qwen3-0.6b, qwen3-1.7b, qwen3-32b, llama3.1-8b, qwen3-30b-a3b, qwen3-235b-a22b, gpt-oss-20b, gpt-oss-120b, "
-                    "llama-98m, llama-20m)");
+                    "gemma-3-1b, gemma-3-4b, gemma-3-12b, gemma-3-27b, llama-98m, llama-20m)");
     }
     return s;
 }
 
 void write_synth_model(const SynthSpec & s, const std::string & path) {
     const bool qwen2 = s.arch == "qwen2", gpt_oss = s.arch == "gpt-oss", moe = s.arch == "qwen3moe" || gpt_oss,
-               qwen3 = s.arch == "qwen3" || s.arch == "qwen3moe";
-    if (s.arch != "llama" && !qwen2 && !qwen3 && !gpt_oss) throw Error("synthetic model: unknown architecture '" + s.arch + "'");
+               qwen3 = s.arch == "qwen3" || s.arch == "qwen3moe", gemma3 = s.arch == "gemma3";
+    if (s.arch != "llama" && !qwen2 && !qwen3 && !gpt_oss && !gemma3) throw Error("synthetic model: unknown architecture '" + s.arch + "'");
     if (moe && (s.n_expert == 0 || s.n_expert_used == 0 || s.n_expert_used > s.n_expert || s.n_ff_exp == 0))
         throw Error("synthetic model: " + s.arch + " needs n_expert >= n_expert_used >= 1 and n_ff_exp >= 1");
     if (!moe && s.n_expert != 0) throw Error("synthetic model: experts need arch qwen3moe or gpt-oss");
     if (gpt_oss && s.tied) throw Error("synthetic model: gpt-oss has an untied head (llama.cpp requires output.weight)");
-    if (gpt_oss && s.n_swa == 0) throw Error("synthetic model: gpt-oss needs a sliding window (n_swa >= 1)");
+    if ((gpt_oss || gemma3) && s.n_swa == 0) throw Error("synthetic model: " + s.arch + " needs a sliding window (n_swa >= 1)");
+    if (s.yarn_factor > 0.0f && s.rope_linear > 0.0f) throw Error("synthetic model: YaRN and linear RoPE scaling exclude each other");
     if (s.n_head % s.n_head_kv != 0) throw Error("synthetic model: n_head must be a multiple of n_head_kv");
     const uint32_t n_q = s.n_head * s.head_dim, n_kv = s.n_head_kv * s.head_dim;
-    // llama and qwen2 derive head_dim from n_embd / n_head (llama.cpp's graphs assume it); qwen3 and gpt-oss read
-    // key_length.
-    if (!qwen3 && !gpt_oss && n_q != s.n_embd) throw Error("synthetic model: " + s.arch + " needs n_embd = n_head * head_dim");
+    // llama and qwen2 derive head_dim from n_embd / n_head (llama.cpp's graphs assume it); qwen3, gpt-oss and gemma3
+    // read key_length.
+    const bool key_length = qwen3 || gpt_oss || gemma3;
+    if (!key_length && n_q != s.n_embd) throw Error("synthetic model: " + s.arch + " needs n_embd = n_head * head_dim");
 
     std::unique_ptr<gguf::Reader> vocab;
     int64_t n_vocab = s.n_vocab;
@@ -122,8 +134,12 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
         w.set_f32(p + "rope.scaling.factor", s.yarn_factor);
         w.set_u32(p + "rope.scaling.original_context_length", s.yarn_orig_ctx);
     }
-    if (gpt_oss) w.set_u32(p + "attention.sliding_window", s.n_swa);
-    if (qwen3 || gpt_oss) {
+    if (s.rope_linear > 0.0f) {
+        w.set_string(p + "rope.scaling.type", "linear");
+        w.set_f32(p + "rope.scaling.factor", s.rope_linear);
+    }
+    if (gpt_oss || gemma3) w.set_u32(p + "attention.sliding_window", s.n_swa);
+    if (key_length) {
         w.set_u32(p + "attention.key_length", s.head_dim);
         w.set_u32(p + "attention.value_length", s.head_dim);
     }
@@ -147,8 +163,11 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
     const float sqrt3 = static_cast<float>(std::sqrt(3.0));
     const gguf::TensorType f32 = gguf::TensorType::F32, wt = s.wtype, xt = s.expert_wtype.value_or(s.wtype);
     uint64_t seed = s.seed * 1000003u;
-    add(w, "token_embd.weight", wt, s.n_embd, n_vocab, {0.0f, sqrt3}, ++seed, s.weights);
-    const float out_norm = s.tied ? static_cast<float>(3.0 / std::sqrt(s.n_embd)) : 1.0f;
+    // gemma3 multiplies the embeddings by sqrt(n_embd): rows of std 1/sqrt(n_embd) give the others' O(1) inputs,
+    // and a tied head over them needs output_norm ~3 for the same logits.
+    const float embd_b = gemma3 ? static_cast<float>(std::sqrt(3.0 / s.n_embd)) : sqrt3;
+    add(w, "token_embd.weight", wt, s.n_embd, n_vocab, {0.0f, embd_b}, ++seed, s.weights);
+    const float out_norm = !s.tied ? 1.0f : gemma3 ? 3.0f : static_cast<float>(3.0 / std::sqrt(s.n_embd));
     add(w, "output_norm.weight", f32, s.n_embd, 1, {out_norm, 0.1f * out_norm}, ++seed, s.weights);
     if (!s.tied) add(w, "output.weight", wt, s.n_embd, n_vocab, {0.0f, fan(3.0, s.n_embd)}, ++seed, s.weights);
     for (uint32_t l = 0; l < s.n_layer; ++l) {
@@ -162,7 +181,7 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
             add(w, b + "attn_k.bias", f32, n_kv, 1, {0.0f, 0.5f}, ++seed, s.weights);
             add(w, b + "attn_v.bias", f32, n_kv, 1, {0.0f, 0.5f}, ++seed, s.weights);
         }
-        if (qwen3) {
+        if (qwen3 || gemma3) {
             add(w, b + "attn_q_norm.weight", f32, s.head_dim, 1, {1.0f, 0.2f}, ++seed, s.weights);
             add(w, b + "attn_k_norm.weight", f32, s.head_dim, 1, {1.0f, 0.2f}, ++seed, s.weights);
         }
@@ -171,6 +190,7 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
             add(w, b + "attn_output.bias", f32, s.n_embd, 1, {0.0f, 0.5f}, ++seed, s.weights);
             add(w, b + "attn_sinks.weight", f32, s.n_head, 1, {0.5f, 1.5f}, ++seed, s.weights);
         }
+        if (gemma3) add(w, b + "post_attention_norm.weight", f32, s.n_embd, 1, {1.0f, 0.2f}, ++seed, s.weights);
         add(w, b + (gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), f32, s.n_embd, 1, {1.0f, 0.2f}, ++seed, s.weights);
         if (moe) {  // the router (logits of a few units, so tokens pick different experts), then the experts
             add(w, b + "ffn_gate_inp.weight", wt, s.n_embd, s.n_expert, {0.0f, fan(2.0, s.n_embd)}, ++seed, s.weights);
@@ -189,6 +209,7 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
         add(w, b + "ffn_gate.weight", wt, s.n_embd, s.n_ff, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights);
         add(w, b + "ffn_up.weight", wt, s.n_embd, s.n_ff, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights);
         add(w, b + "ffn_down.weight", wt, s.n_ff, s.n_embd, {0.0f, fan(1.0, s.n_ff)}, ++seed, s.weights);
+        if (gemma3) add(w, b + "post_ffw_norm.weight", f32, s.n_embd, 1, {1.0f, 0.2f}, ++seed, s.weights);
     }
     w.write(path);  // `vocab` (whose keys were copied by value) may close after this
 }
@@ -198,7 +219,9 @@ std::vector<double> synth_grad_bytes(const SynthSpec & sp, bool full, int r) {
     const double experts = sp.n_expert > 0 ? sp.n_expert : 1, ff = sp.n_expert > 0 ? sp.n_ff_exp : sp.n_ff;
     auto pair = [&](double in, double out) { return full ? in * out : r * (in + out); };
     double block = pair(d, q) + 2 * pair(d, kv) + pair(q, d) + experts * (2 * pair(d, ff) + pair(ff, d));
-    if (full) block += 2 * d + (sp.arch == "qwen3" || sp.arch == "qwen3moe" ? 2.0 * sp.head_dim : 0.0) + (sp.n_expert > 0 ? d * sp.n_expert : 0.0);
+    const bool qk_norm = sp.arch == "qwen3" || sp.arch == "qwen3moe" || sp.arch == "gemma3";
+    if (full) block += 2 * d + (qk_norm ? 2.0 * sp.head_dim : 0.0) + (sp.n_expert > 0 ? d * sp.n_expert : 0.0);
+    if (full && sp.arch == "gemma3") block += 2 * d;  // the post-attention and post-feed-forward norms
     if (full && sp.arch == "gpt-oss")  // biases of q, k, v, o, the router and the experts; the sinks
         block += q + 2 * kv + d + experts * (2 * ff + d + 1) + sp.n_head;
     std::vector<double> g(static_cast<size_t>(sp.n_layer + 2), 0);

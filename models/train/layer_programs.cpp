@@ -222,7 +222,7 @@ void Trainer::seq_forward(int layer, const LayerMemory & mem, const void * in, v
             Program::Step & s = p.new_step();
             Tensor * y = nullptr;
             if (layer == 0) {
-                y = build_embedding(p.ctx, p.b.w.tok_embd, p.leaf(DType::I32, Arg::In, 0, T, B), &p.b.lora);
+                y = build_embedding(p.ctx, hp, p.b.w.tok_embd, p.leaf(DType::I32, Arg::In, 0, T, B), &p.b.lora);
             } else {
                 y = build_layer(p.ctx, hp, p.b.layer, layer - 1, p.leaf(DType::F32, Arg::In, 0, E, T, B), p.positions(s, mb), &p.b.lora,
                                 nullptr, cfg_.attention_type);
@@ -296,7 +296,7 @@ void Trainer::seq_backward(int layer, const LayerMemory & mem, const void * in, 
         const auto ranges = token_ranges(mb, pc.runner);
         if (layer == 0) {
             Program::Step & s = p.new_step();
-            Tensor * e = build_embedding(p.ctx, p.b.w.tok_embd, p.leaf(DType::I32, Arg::In, 0, T, B), &p.b.lora);
+            Tensor * e = build_embedding(p.ctx, hp, p.b.w.tok_embd, p.leaf(DType::I32, Arg::In, 0, T, B), &p.b.lora);
             build_forward(s.g, e);
             build_backward(p.ctx, s.g, e, p.leaf(DType::F32, Arg::Dout, 0, E, T, B), p.b.params);
             return;

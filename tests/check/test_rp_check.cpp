@@ -124,6 +124,39 @@ TEST(RpCheck, PassesOnMixturesOfExperts) {
     }
 }
 
+// gemma3 (seven layers: windowed and global with linear RoPE scaling, post norms, GeGLU, a tied scaled
+// embedding), every check: its logits judged within llama.cpp's fp16 GELU table in f32, and within the
+// activation roundings' bounds in bf16, q8_0 and q4_k_m.
+TEST(RpCheck, PassesOnGemma3) {
+    RP_REQUIRE_ORACLE();
+    rp_test::TempDir d;
+    rp::SynthSpec s;
+    s.arch = "gemma3";
+    s.vocab_from = models() + "synthetic/tiny-random-qwen2.gguf";
+    s.n_layer = 7, s.n_embd = 128, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 32, s.n_ff = 128;
+    s.n_swa = 6, s.rope_linear = 8.0f, s.tied = true, s.seed = 6;
+    const std::string f32 = d.file("gemma3.gguf");
+    rp::write_synth_model(s, f32);
+    s.wtype = gguf::TensorType::BF16;
+    const std::string bf16 = d.file("gemma3-bf16.gguf");
+    rp::write_synth_model(s, bf16);
+    std::vector<std::string> files = {f32, bf16};
+    for (const char * mix : {"q8_0", "q4_k_m"}) {
+        rp::QuantizeOptions q;
+        ASSERT_TRUE(rp::quant_mix_from_name(mix, q.mix));
+        files.push_back(d.file(std::string("gemma3-") + mix + ".gguf"));
+        rp::quantize_model(f32, files.back(), q);
+    }
+    for (const std::string & m : files) {
+        const ToolRun r = rp_check("-m " + m);
+        EXPECT_EQ(r.code, 0) << m << "\n" << r.out << r.err;
+        EXPECT_TRUE(failed_rows(r.out).empty()) << m;
+        for (const char * check : {"tokenizer", "forward", "gradients", "pipeline"})
+            EXPECT_NE(r.out.find(std::string("\n") + check), std::string::npos) << m << ": no " << check << " row";
+    }
+    EXPECT_NE(rp_check("-m " + f32).out.find("fp16 GELU table"), std::string::npos);
+}
+
 TEST(RpCheck, CatchesABackwardOffByOnePercent) {
     const ToolRun clean = rp_check("-m " + models() + "stories260K.gguf --only gradients");
     ASSERT_EQ(clean.code, 0) << clean.out;

@@ -1,4 +1,4 @@
-// A naive double-precision reference of the Llama / Qwen2 / Qwen3 / Qwen3-MoE / gpt-oss forward pass and the mean cross-entropy
+// A naive double-precision reference of the Llama / Qwen2 / Qwen3 / Qwen3-MoE / gpt-oss / Gemma 3 forward pass and the mean cross-entropy
 // loss, written from the formulas (formats.md §3.4) with plain loops: the independent reference the
 // finetune gradients are checked against by central finite differences. Nothing here uses the engine's ops.
 #pragma once
@@ -48,13 +48,14 @@ inline void rms_norm(const double * x, double * y, int64_t n, const W & g, doubl
     for (int64_t i = 0; i < n; ++i) y[i] = x[i] * r * g.v[static_cast<size_t>(i)];
 }
 
-// In place on one head of D values at position pos.
-inline void rope(double * x, int64_t pos, const rp::HParams & hp, bool neox) {
+// In place on one head of D values at position pos, with layer il's base and scale (no YaRN).
+inline void rope(double * x, int64_t pos, const rp::HParams & hp, bool neox, int il) {
     const int64_t n_rot = hp.n_rot;
+    const rp::RopeParams rp_l = hp.rope(static_cast<uint32_t>(il));
     for (int64_t i = 0; i < n_rot / 2; ++i) {
-        const double theta = static_cast<double>(pos) * std::pow(static_cast<double>(hp.rope_freq_base),
+        const double theta = static_cast<double>(pos) * std::pow(static_cast<double>(rp_l.freq_base),
                                                                  -2.0 * static_cast<double>(i) / static_cast<double>(n_rot)) *
-                             static_cast<double>(hp.rope_freq_scale);
+                             static_cast<double>(rp_l.freq_scale);
         const int64_t a = neox ? i : 2 * i, b = neox ? i + n_rot / 2 : 2 * i + 1;
         const double x0 = x[a], x1 = x[b], c = std::cos(theta), s = std::sin(theta);
         x[a] = x0 * c - x1 * s;
@@ -84,7 +85,7 @@ inline void layer(const RefModel & m, int il, std::vector<double> & x, int64_t T
                 std::vector<double> tmp(qh, qh + D);
                 rms_norm(tmp.data(), qh, D, *g, eps);
             }
-            rope(qh, t, hp, m.neox);
+            rope(qh, t, hp, m.neox, il);
         }
         for (int64_t h = 0; h < Hkv; ++h) {
             double * kh = &k[static_cast<size_t>((t * Hkv + h) * D)];
@@ -92,13 +93,13 @@ inline void layer(const RefModel & m, int il, std::vector<double> & x, int64_t T
                 std::vector<double> tmp(kh, kh + D);
                 rms_norm(tmp.data(), kh, D, *g, eps);
             }
-            rope(kh, t, hp, m.neox);
+            rope(kh, t, hp, m.neox, il);
         }
     }
     // Causal GQA attention: query head h reads kv head h / (Hq / Hkv); gpt-oss: keys within the layer's window,
     // and each head's sink logit in the denominator.
     std::vector<double> o(static_cast<size_t>(T * Hq * D), 0.0), p(static_cast<size_t>(T));
-    const double sc = 1.0 / std::sqrt(static_cast<double>(D));
+    const double sc = hp.attn_scale;  // 1/sqrt(D), gemma3's 27B aside
     const W * sinks = m.find(blk(il, "attn_sinks.weight"));
     for (int64_t t = 0; t < T; ++t)
         for (int64_t h = 0; h < Hq; ++h) {
@@ -126,6 +127,10 @@ inline void layer(const RefModel & m, int il, std::vector<double> & x, int64_t T
     for (int64_t t = 0; t < T; ++t) {
         double * xt = &x[static_cast<size_t>(t * C)];
         linear(m.at(blk(il, "attn_output.weight")), &o[static_cast<size_t>(t * Hq * D)], a.data(), m.find(blk(il, "attn_output.bias")));
+        if (hp.arch->post_norms) {  // gemma3: the attention's output normalised before the residual
+            const std::vector<double> tmp = a;
+            rms_norm(tmp.data(), a.data(), C, m.at(blk(il, "post_attention_norm.weight")), eps);
+        }
         for (int64_t i = 0; i < C; ++i) xt[i] += a[static_cast<size_t>(i)];
         const W * ffn_norm = m.find(blk(il, "ffn_norm.weight"));
         rms_norm(xt, n2.data(), C, ffn_norm ? *ffn_norm : m.at(blk(il, "post_attention_norm.weight")), eps);
@@ -186,8 +191,18 @@ inline void layer(const RefModel & m, int il, std::vector<double> & x, int64_t T
         }
         linear(m.at(blk(il, "ffn_gate.weight")), n2.data(), g.data());
         linear(m.at(blk(il, "ffn_up.weight")), n2.data(), u.data());
-        for (int64_t i = 0; i < F; ++i) g[static_cast<size_t>(i)] = g[static_cast<size_t>(i)] / (1.0 + std::exp(-g[static_cast<size_t>(i)])) * u[static_cast<size_t>(i)];
+        for (int64_t i = 0; i < F; ++i) {
+            const double gi = g[static_cast<size_t>(i)];
+            const double act = hp.arch->glu == rp::GluKind::GeluTanh  // gemma3: GELU, tanh approximation
+                                   ? 0.5 * gi * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (gi + 0.044715 * gi * gi * gi)))
+                                   : gi / (1.0 + std::exp(-gi));
+            g[static_cast<size_t>(i)] = act * u[static_cast<size_t>(i)];
+        }
         linear(m.at(blk(il, "ffn_down.weight")), g.data(), a.data());
+        if (hp.arch->post_norms) {  // gemma3: the feed-forward's output normalised before the residual
+            const std::vector<double> tmp = a;
+            rms_norm(tmp.data(), a.data(), C, m.at(blk(il, "post_ffw_norm.weight")), eps);
+        }
         for (int64_t i = 0; i < C; ++i) xt[i] += a[static_cast<size_t>(i)];
     }
     if (aux && !p_sum.empty()) {  // T * sum_e (routed_e / (T k)) * (p_sum_e / T)
@@ -206,7 +221,8 @@ inline std::vector<std::vector<double>> forward_states(const RefModel & m, const
         const W & e = m.at("token_embd.weight");
         xs[0].assign(static_cast<size_t>(T * C), 0.0);
         for (int64_t t = 0; t < T; ++t)
-            for (int64_t i = 0; i < C; ++i) xs[0][static_cast<size_t>(t * C + i)] = e.v[static_cast<size_t>(ids[static_cast<size_t>(t)] * C + i)];
+            for (int64_t i = 0; i < C; ++i)
+                xs[0][static_cast<size_t>(t * C + i)] = e.v[static_cast<size_t>(ids[static_cast<size_t>(t)] * C + i)] * m.hp.embd_scale;
     }
     for (int64_t l = first; l < L; ++l) {
         xs[static_cast<size_t>(l + 1)] = xs[static_cast<size_t>(l)];

@@ -257,6 +257,28 @@ TEST(FinetuneGradients, GptOssLoraAttentionExpertsAndRouter) {
     check_gradients(gpt_oss_model(dir), false, false, t);
 }
 
+// gemma3 (six layers: five with a window of 5 under 12 tokens and their own RoPE base, the sixth global with
+// linear RoPE scaling; embeddings times sqrt(n_embd), q/k norms, post-attention and post-feed-forward norms, GeGLU
+// with GELU's tanh approximation, a tied head): every tensor of a full finetune, and LoRA on every target.
+std::string gemma3_model(rp_test::TempDir & dir) {
+    rp::SynthSpec s;
+    s.arch = "gemma3";
+    s.vocab_from = ft_test::model_path("synthetic/tiny-random-qwen2.gguf");
+    s.n_embd = 32, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 12, s.n_layer = 6, s.n_ff = 40;
+    s.n_swa = 5, s.rope_linear = 4.0f, s.tied = true, s.seed = 43;
+    const std::string path = dir.file("gemma3.gguf");
+    rp::write_synth_model(s, path);
+    return path;
+}
+TEST(FinetuneGradients, Gemma3Full) {
+    rp_test::TempDir dir;
+    check_gradients(gemma3_model(dir), true, true);
+}
+TEST(FinetuneGradients, Gemma3Lora) {
+    rp_test::TempDir dir;
+    check_gradients(gemma3_model(dir), false, true);
+}
+
 TEST(FinetuneGradients, Qwen3MoeLoraExpertsAndRouter) {
     rp_test::TempDir dir;
     auto t = rp::default_lora_targets();

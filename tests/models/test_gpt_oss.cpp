@@ -4,7 +4,7 @@
 // other logit tests (1e-4 x the logit range), at 1, 37 and 300 tokens (windows smaller than the prompt), with
 // 8 experts top-2 and 32 top-4, head_dim 64 with n_embd not a multiple of the heads; the greedy continuation
 // is llama.cpp's; the KV cache gives the full-sequence logits; what is not gpt-oss is refused by name.
-#include "models_test_util.h"
+#include "arch_test_util.h"
 
 #include "models/arch/hparams.h"
 #include "models/arch/inference.h"
@@ -36,28 +36,8 @@ rp::SynthSpec gpt_oss(uint32_t embd, uint32_t heads, uint32_t heads_kv, uint32_t
     return s;
 }
 
-std::vector<int32_t> some_tokens(size_t n, int32_t salt) {
-    std::vector<int32_t> t;
-    for (size_t i = 0; i < n; ++i) t.push_back(static_cast<int32_t>(100 + (37 * i + 11 * salt) % 20000));
-    return t;
-}
-
-// Our logits of every position against llama.cpp's; returns max |diff| / range.
-double compare_logits(const std::string & file, const std::vector<int32_t> & tokens, const std::string & what) {
-    const auto model = rp::Model::load(file);
-    const std::vector<float> ours = forward_all(*model, tokens);
-    const std::string ids = rp::oracle::id_list(tokens);
-    TempDir d;
-    const auto res = rp::oracle::run("logits " + rp::oracle::quote(file) + " --tokens " + rp::oracle::quote(ids) + " --out " +
-                                     rp::oracle::quote(d.file("ref.f32")));
-    EXPECT_EQ(res.status, 0) << what;
-    const std::vector<float> ref = read_f32(d.file("ref.f32"), ours.size());
-    EXPECT_EQ(ref.size(), ours.size()) << what;
-    if (ref.size() != ours.size()) return 1.0;
-    const double diff = max_abs_diff(ours, ref), range = value_range(ref);
-    std::printf("[ gpt-oss ] %s, %zu tokens: max |ours - llama.cpp| = %.3g of a %.2f range (%.2g)\n", what.c_str(), tokens.size(),
-                diff, range, diff / range);
-    return diff / range;
+double vs_llama_cpp(const std::string & file, const std::vector<int32_t> & tokens, const std::string & what) {
+    return models_test::compare_logits("gpt-oss", file, tokens, what);
 }
 
 } // namespace
@@ -88,31 +68,19 @@ TEST(GptOss, LoadsItsTensorsAndHyperParameters) {
 TEST(GptOss, MissingPiecesAreNamed) {
     TempDir d;
     rp::write_synth_model(gpt_oss(64, 4, 2, 16, 4, 2, 8, 2, 2), d.file("m.gguf"));
-    auto fails = [&](const Variant & v, const std::string & needle) {
-        write_variant(d.file("m.gguf"), d.file("bad.gguf"), v);
-        try {
-            rp::Model::load(d.file("bad.gguf"));
-            ADD_FAILURE() << "loaded without " << needle;
-        } catch (const rp::Error & e) {
-            EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-        }
-    };
-    Variant no_sinks;
-    no_sinks.keep = [](const gguf::TensorInfo & t) { return t.name != "blk.1.attn_sinks.weight"; };
-    fails(no_sinks, "blk.1.attn_sinks.weight");
-    Variant no_bias;
-    no_bias.keep = [](const gguf::TensorInfo & t) { return t.name != "blk.0.ffn_down_exps.bias"; };
-    fails(no_bias, "blk.0.ffn_down_exps.bias");
+    const std::string m = d.file("m.gguf"), bad = d.file("bad.gguf");
+    expect_load_fails(m, bad, without_tensor("blk.1.attn_sinks.weight"), "blk.1.attn_sinks.weight");
+    expect_load_fails(m, bad, without_tensor("blk.0.ffn_down_exps.bias"), "blk.0.ffn_down_exps.bias");
     Variant no_window;
     no_window.edit_kvs = [](gguf::Writer & w) { w.remove("gpt-oss.attention.sliding_window"); };
-    fails(no_window, "gpt-oss.attention.sliding_window");
+    expect_load_fails(m, bad, no_window, "gpt-oss.attention.sliding_window");
 }
 
 TEST(GptOss, LogitsEqualLlamaCppsExperts8Top2) {
     RP_REQUIRE_ORACLE();
     TempDir d;
     rp::write_synth_model(gpt_oss(96, 4, 2, 32, 8, 2, 8, 3, 11), d.file("m.gguf"));
-    for (size_t n : {1, 37}) EXPECT_LE(compare_logits(d.file("m.gguf"), some_tokens(n, 1), "E8 top2 window 8"), 1e-4);
+    for (size_t n : {1, 37}) EXPECT_LE(vs_llama_cpp(d.file("m.gguf"), some_tokens(n, 1), "E8 top2 window 8"), 1e-4);
 }
 
 // head_dim 64 with n_embd 80 (not a multiple of the 4 heads' 256), 32 experts top-4, a window of 16 under a
@@ -121,7 +89,7 @@ TEST(GptOss, LogitsEqualLlamaCppsExperts32Top4LongPrompt) {
     RP_REQUIRE_ORACLE();
     TempDir d;
     rp::write_synth_model(gpt_oss(80, 4, 2, 64, 32, 4, 16, 2, 12, 8.0f), d.file("m.gguf"));
-    EXPECT_LE(compare_logits(d.file("m.gguf"), some_tokens(300, 2), "E32 top4 hd64 n_embd 80 window 16 yarn 8"), 1e-4);
+    EXPECT_LE(vs_llama_cpp(d.file("m.gguf"), some_tokens(300, 2), "E32 top4 hd64 n_embd 80 window 16 yarn 8"), 1e-4);
 }
 
 // Each piece of the architecture moves the logits far beyond the tolerance above: without the window, with
@@ -134,11 +102,8 @@ TEST(GptOss, EveryPieceChangesTheLogits) {
     const std::string file = d.file("m.gguf");
     rp::write_synth_model(gpt_oss(96, 4, 2, 32, 8, 2, 6, 2, 15), file);
     const std::vector<int32_t> tokens = some_tokens(24, 4);
-    const std::string ids = rp::oracle::id_list(tokens);
-    const auto res = rp::oracle::run("logits " + rp::oracle::quote(file) + " --tokens " + rp::oracle::quote(ids) + " --out " +
-                                     rp::oracle::quote(d.file("ref.f32")));
-    ASSERT_EQ(res.status, 0);
-    const std::vector<float> ref = read_f32(d.file("ref.f32"), tokens.size() * rp::Model::load(file)->hparams().n_vocab);
+    const std::vector<float> ref = oracle_logits(file, tokens, tokens.size() * rp::Model::load(file)->hparams().n_vocab);
+    ASSERT_FALSE(ref.empty());
     const float tol = 1e-4f * value_range(ref);
     auto zeroed = [](const char * part) {  // a variant whose tensors named *part* hold zeros (or `value`)
         Variant v;
@@ -226,25 +191,15 @@ TEST(GptOss, AdaptersAndMergesAsLlamaCppAppliesThem) {
         for (const char * k : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"})
             targets.push_back("blk." + std::to_string(il) + "." + k + ".weight");
     auto ad = rp::LoraAdapter::create(*model, targets, 4, 8.0f);
-    std::mt19937_64 rng(3);
-    std::uniform_real_distribution<double> u(-0.1, 0.1);
-    for (const rp::LoraTensor & t : ad->tensors())
-        for (rp::Tensor * x : {t.a, t.b}) {
-            std::vector<float> v(static_cast<size_t>(x->nelements()));
-            for (float & e : v) e = static_cast<float>(u(rng));
-            rp::tensor_set_f32(x, v);
-        }
+    randomize_adapter(*ad, 3, 0.1);
     ad->save(d.file("a.gguf"));
     const auto loaded = rp::LoraAdapter::load(d.file("a.gguf"), *model);
     rp::LoraSet lora;
     lora.add(*loaded);
     const std::vector<int32_t> tokens = some_tokens(24, 6);
     const std::vector<float> ours = forward_all(*model, tokens, &lora);
-    const std::string ids = rp::oracle::id_list(tokens);
-    const auto res = rp::oracle::run("logits " + rp::oracle::quote(base) + " --tokens " + rp::oracle::quote(ids) + " --lora " +
-                                     rp::oracle::quote(d.file("a.gguf")) + " --out " + rp::oracle::quote(d.file("ref.f32")));
-    ASSERT_EQ(res.status, 0);
-    const std::vector<float> ref = read_f32(d.file("ref.f32"), ours.size());
+    const std::vector<float> ref = oracle_logits(base, tokens, ours.size(), d.file("a.gguf"));
+    ASSERT_FALSE(ref.empty());
     const float diff = max_abs_diff(ours, ref), range = value_range(ref);
     const float without = max_abs_diff(forward_all(*model, tokens), ref);
     std::printf("[ gpt-oss ] with the adapter: max |ours - llama.cpp| = %.3g of a %.2f range; without it %.3g\n", diff, range, without);
@@ -285,30 +240,12 @@ TEST(GptOss, KvCacheMatchesTheFullSequence) {
     rp::write_synth_model(gpt_oss(64, 4, 2, 16, 4, 2, 3, 2, 13), d.file("m.gguf"));
     const auto model = rp::Model::load(d.file("m.gguf"));
     const std::vector<int32_t> tokens = some_tokens(12, 3);
-    const std::vector<float> all = forward_all(*model, tokens);
-    rp::InferenceSession s(*model, static_cast<int64_t>(tokens.size()), 1);
-    const size_t V = model->hparams().n_vocab;
-    float worst = 0.0f;
-    for (size_t i = 0; i < tokens.size(); ++i) {
-        const std::vector<float> step = s.eval({tokens[i]});
-        ASSERT_EQ(step.size(), V);
-        for (size_t v = 0; v < V; ++v) worst = std::max(worst, std::fabs(step[v] - all[i * V + v]));
-    }
-    EXPECT_LE(worst, 1e-4f * value_range(all));
+    EXPECT_LE(kv_cache_vs_full_sequence(*model, tokens), 1e-4f * value_range(forward_all(*model, tokens)));
 }
 
 TEST(GptOss, GreedyGenerationMatchesLlamaCpp) {
     RP_REQUIRE_ORACLE();
     TempDir d;
-    const std::string file = d.file("m.gguf");
-    rp::write_synth_model(gpt_oss(96, 4, 2, 32, 8, 2, 6, 3, 14), file);
-    const std::string prompt = "Once upon a time there was a little robot who";
-    const int n_new = 24;
-    const std::vector<int32_t> ref = rp::oracle::greedy_continuation(file, prompt, n_new);
-    ASSERT_FALSE(ref.empty());
-    auto model = rp::Model::load(file);
-    rp::Tokenizer tok(model->file());
-    const std::vector<int32_t> ids = tok.encode(prompt, true, false);
-    rp::InferenceSession s(*model, static_cast<int64_t>(ids.size()) + n_new, 1);
-    EXPECT_EQ(rp::complete_greedy(s, tok, ids, n_new), ref);
+    rp::write_synth_model(gpt_oss(96, 4, 2, 32, 8, 2, 6, 3, 14), d.file("m.gguf"));
+    expect_greedy_equals_llama_cpp(d.file("m.gguf"), "Once upon a time there was a little robot who", 24);
 }

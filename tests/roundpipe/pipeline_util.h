@@ -28,7 +28,7 @@ namespace rp_pipe_test {
 // once per process.
 struct Models {
     rp_test::TempDir dir;
-    std::unique_ptr<rp::Model> llama, qwen3, moe, gpt_oss;
+    std::unique_ptr<rp::Model> llama, qwen3, moe, gpt_oss, gemma3;
     Models() {
         rp::SynthSpec s;
         s.vocab_from = rp_test::shared_dir() + "/models/stories260K.gguf";
@@ -65,6 +65,15 @@ struct Models {
         s.seed = 17;
         rp::write_synth_model(s, dir.file("gpt-oss-6.gguf"));
         gpt_oss = rp::Model::load(dir.file("gpt-oss-6.gguf"));
+        // A 7-layer gemma3, tied: five windowed layers (5 of 12 tokens), a global one with linear RoPE scaling, and
+        // a windowed one again; embedding scale, q/k and post norms, GeGLU.
+        rp::SynthSpec g;
+        g.arch = "gemma3";
+        g.vocab_from = s.vocab_from;
+        g.n_embd = 32, g.n_head = 4, g.n_head_kv = 2, g.head_dim = 12, g.n_ff = 48, g.n_layer = 7;
+        g.n_swa = 5, g.rope_linear = 4.0f, g.tied = true, g.seed = 19;
+        rp::write_synth_model(g, dir.file("gemma3-7.gguf"));
+        gemma3 = rp::Model::load(dir.file("gemma3-7.gguf"));
     }
     static Models & get() {
         static Models m;

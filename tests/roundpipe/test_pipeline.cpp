@@ -162,6 +162,30 @@ TEST(Pipeline, SyncEqualsSingleDeviceForMixtureOfExperts) {
         }
 }
 
+// gemma3 (windowed and global layers with their own RoPE, post norms, GeGLU, a scaled tied embedding): LoRA and
+// full give the single-device bits on 1..4 devices.
+TEST(Pipeline, SyncEqualsSingleDeviceForGemma3) {
+    const Models & m = Models::get();
+    for (const bool full : {false, true})
+        for (int G = 1; G <= 4; ++G) {
+            const rp::FinetuneConfig cfg = full ? full_cfg() : lora_cfg();
+            Workload w;
+            w.M = G + 1;
+            const auto ref = reference(*m.gemma3, cfg, w);
+            rp::PipelineOptions o;
+            o.instrument = true;
+            uniform_times(o, 9);
+            DeviceSetup ds;
+            ds.G = G;
+            ds.memory = size_t(2) << 20;
+            const RunResult r = pipelined(*m.gemma3, cfg, w, ds, o);
+            const std::string what = std::string(full ? "full" : "lora") + " G=" + std::to_string(G) + " plan " + r.plan.describe();
+            EXPECT_GE(r.plan.num_stages(), 3) << what;
+            EXPECT_EQ(first_difference(r.masters, ref), -1) << what;
+            expect_checks_clean(r, what);
+        }
+}
+
 TEST(Pipeline, BaselineSchedulesGiveTheSameBits) {
     const Models & m = Models::get();
     Workload w;
