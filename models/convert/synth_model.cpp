@@ -103,9 +103,9 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
     if (s.yarn_factor > 0.0f && s.rope_linear > 0.0f) throw Error("synthetic model: YaRN and linear RoPE scaling exclude each other");
     if (s.n_head % s.n_head_kv != 0) throw Error("synthetic model: n_head must be a multiple of n_head_kv");
     const uint32_t n_q = s.n_head * s.head_dim, n_kv = s.n_head_kv * s.head_dim;
-    // llama and qwen2 derive head_dim from n_embd / n_head (llama.cpp's graphs assume it); qwen3, gpt-oss and gemma3
-    // read key_length.
-    const bool key_length = qwen3 || gpt_oss || gemma3;
+    // qwen3, gpt-oss and gemma3 read key_length; a llama writes it when its head is not n_embd / n_head (Mistral
+    // Nemo's 128 over 5120 / 32); qwen2 derives head_dim from n_embd / n_head.
+    const bool key_length = qwen3 || gpt_oss || gemma3 || (s.arch == "llama" && n_q != s.n_embd);
     if (!key_length && n_q != s.n_embd) throw Error("synthetic model: " + s.arch + " needs n_embd = n_head * head_dim");
 
     std::unique_ptr<gguf::Reader> vocab;

@@ -102,7 +102,10 @@ bool takes_system_message(const jinja::Template & t) {
 } // namespace
 
 ChatTemplate::ChatTemplate(const std::string & source, std::string name)
-    : name_(std::move(name)), source_(source), harmony_(source.find("<|channel|>") != std::string::npos) {
+    : name_(std::move(name)), source_(source), harmony_(source.find("<|channel|>") != std::string::npos),
+      // llama.cpp's test for Ministral / Magistral 3 (Mistral Small 3.2 has [CALL_ID] too)
+      blocks_(source.find("[SYSTEM_PROMPT]") != std::string::npos && source.find("[TOOL_CALLS]") != std::string::npos &&
+              source.find("[ARGS]") != std::string::npos && source.find("[CALL_ID]") == std::string::npos) {
     try {
         tmpl_ = std::make_shared<const jinja::Template>(source);
     } catch (const Error & e) {
@@ -132,6 +135,22 @@ std::string ChatTemplate::apply(const std::vector<ChatMessage> & messages, const
     for (const ChatMessage & m : fold ? folded : messages) {
         // llama.cpp passes each message as nlohmann JSON, whose keys come out sorted.
         Value o = Value::object();
+        if (blocks_ && (m.role == "system" || m.role == "assistant")) {
+            // Ministral 3: llama.cpp hands system and assistant contents over as blocks, reasoning as a thinking block.
+            Value content = Value::array();
+            auto block = [&](const char * key, const std::string & text, const char * type) {
+                Value b = Value::object();
+                b.obj().set(key, Value::string(text));
+                b.obj().set("type", Value::string(type));
+                content.arr().push_back(b);
+            };
+            if (!m.reasoning_content.empty()) block("thinking", m.reasoning_content, "thinking");
+            block("text", m.content, "text");
+            o.obj().set("content", content);
+            o.obj().set("role", Value::string(m.role));
+            msgs.arr().push_back(o);
+            continue;
+        }
         o.obj().set("content", Value::string(m.content));
         if (!m.reasoning_content.empty()) o.obj().set("reasoning_content", Value::string(m.reasoning_content));
         o.obj().set("role", Value::string(m.role));
@@ -175,6 +194,41 @@ std::string ChatTemplate::end_of_turn(const ChatOptions & opt) const {
     return r.substr(b, e - b);
 }
 
+namespace {
+
+// Spans by substitution, for templates whose rendering of the first messages is not a prefix of the whole
+// (Mistral's put the system message into the last user turn): every assistant content replaced by a marker of
+// its own, rendered, and the contents put back where the markers are must give the real rendering byte for
+// byte; each span is then the content where its marker was, up to the end-of-turn marker after it. Empty when
+// the contents do not come back that way (a template that rewrites a reply).
+std::vector<AssistantSpan> spans_by_substitution(const ChatTemplate & t, const std::vector<ChatMessage> & messages, const ChatOptions & opt,
+                                                 const std::string & text, const std::string & eot) {
+    std::vector<ChatMessage> marked = messages;
+    std::vector<std::string> markers(messages.size());
+    for (size_t i = 0; i < marked.size(); ++i)
+        if (marked[i].role == "assistant") marked[i].content = markers[i] = "\x1frp-reply-" + std::to_string(i) + "\x1f";
+    std::string rebuilt = t.apply(marked, opt);
+    std::vector<AssistantSpan> spans;
+    size_t from = 0;
+    for (size_t i = 0; i < messages.size(); ++i) {
+        if (markers[i].empty()) continue;
+        const size_t at = rebuilt.find(markers[i], from);
+        if (at == std::string::npos || rebuilt.find(markers[i], at + 1) != std::string::npos) return {};
+        rebuilt.replace(at, markers[i].size(), messages[i].content);
+        AssistantSpan s;
+        s.begin = at;
+        s.content_end = at + messages[i].content.size();
+        if (rebuilt.compare(s.content_end, eot.size(), eot) != 0) return {};
+        s.end = s.content_end + eot.size();
+        from = s.end;
+        spans.push_back(s);
+    }
+    if (rebuilt != text) return {};
+    return spans;
+}
+
+} // namespace
+
 RenderedChat ChatTemplate::render(const std::vector<ChatMessage> & messages, const ChatOptions & opt) const {
     RenderedChat r;
     r.text = apply(messages, opt);
@@ -191,9 +245,19 @@ RenderedChat ChatTemplate::render(const std::vector<ChatMessage> & messages, con
         base_opt.add_generation_prompt = false;
         const std::string base = apply(before, base_opt);
         const std::string prompt = apply(before, prefix_opt);
-        if (base.size() < floor || r.text.compare(0, base.size(), base) != 0 || prompt.compare(0, base.size(), base) != 0)
+        if (base.size() < floor || r.text.compare(0, base.size(), base) != 0 || prompt.compare(0, base.size(), base) != 0) {
+            if (!harmony_)
+                if (std::vector<AssistantSpan> spans = spans_by_substitution(*this, messages, opt, r.text, eot); !spans.empty()) {
+                    for (size_t k = 0; k < messages.size(); ++k)
+                        if (messages[k].role == "assistant" && messages[k].content.find(eot) != std::string::npos)
+                            throw Error("chat template " + name_ + ": messages[" + std::to_string(k) +
+                                        "] (assistant): the content contains the end-of-turn marker " + eot);
+                    r.assistant = std::move(spans);
+                    return r;
+                }
             throw Error(where + "the rendering of the messages before it is not a prefix of the whole rendering, so "
                         "its span cannot be found");
+        }
         // The span starts after as much of the generation prompt as the turn really has: templates open
         // the prompt with a think block (<think>\n, an empty one when thinking is off) that an earlier
         // reply does not get.

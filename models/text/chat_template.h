@@ -121,6 +121,7 @@ private:
 
     std::string name_, source_;
     bool harmony_ = false;      // gpt-oss's channels
+    bool blocks_ = false;       // Ministral 3: system and assistant contents as a list of typed blocks
     bool system_role_ = true;   // false: a system message is folded into the next one (llama.cpp's workaround)
     std::shared_ptr<const jinja::Template> tmpl_;
     std::string bos_, eos_;

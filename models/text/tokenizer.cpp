@@ -26,6 +26,7 @@ const PreGroup kPreGroups[] = {
     {{"qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2"}, PreTokenizer::Qwen2},
     {{"qwen35"}, PreTokenizer::Qwen35},
     {{"gpt-4o", "llama4"}, PreTokenizer::Gpt4o},
+    {{"tekken"}, PreTokenizer::Tekken},
     {{"gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de", "a.x-4.0", "mellum",
       "modern-bert"},
      PreTokenizer::Gpt2},
@@ -122,13 +123,13 @@ Tokenizer::Tokenizer(const gguf::Reader & r) : path_(r.path()) {
             }
             if (!found) {
                 fail("tokenizer.ggml.pre", "has unknown pre-tokenizer type '" + pre_name_ +
-                                               "' (supported: llama-bpe/llama3, qwen2, qwen35, gpt-4o, gpt-2, default)");
+                                               "' (supported: llama-bpe/llama3, qwen2, qwen35, gpt-4o, tekken, gpt-2, default)");
             }
-            if (pre_ == PreTokenizer::Llama3) {
+            if (pre_ == PreTokenizer::Llama3 || pre_ == PreTokenizer::Tekken) {
                 ignore_merges_ = true;
                 add_bos_ = true;
             }
-            if (pre_ == PreTokenizer::Qwen2 || pre_ == PreTokenizer::Qwen35 || pre_ == PreTokenizer::Gpt4o) {
+            if (pre_ == PreTokenizer::Qwen2 || pre_ == PreTokenizer::Qwen35 || pre_ == PreTokenizer::Gpt4o || pre_ == PreTokenizer::Tekken) {
                 clean_spaces_ = false;
             }
         }

@@ -249,8 +249,10 @@ size_t gpt4o_contraction_end(const Chunk & ch, size_t e) {
 }
 
 // The two letter alternatives from s (a letter): U*L+ (the engine's backtracking: the U run gives back
-// until a lower-case letter follows), else U+L*; then the contraction. 0 when neither matches.
-size_t gpt4o_letters(const Chunk & ch, size_t s) {
+// until a lower-case letter follows), else U+L*; then the contraction (GPT-4o's; tekken has none). 0 when
+// neither matches.
+size_t gpt4o_letters(const Chunk & ch, size_t s, bool contractions) {
+    auto word_end = [&](size_t e) { return contractions ? gpt4o_contraction_end(ch, e) : e; };
     size_t u = 0;
     while (gpt4o_class(ch, s + u).upper) {
         ++u;
@@ -261,7 +263,7 @@ size_t gpt4o_letters(const Chunk & ch, size_t s) {
             while (gpt4o_class(ch, e).lower) {
                 ++e;
             }
-            return gpt4o_contraction_end(ch, e);
+            return word_end(e);
         }
     }
     if (u > 0) {
@@ -269,14 +271,15 @@ size_t gpt4o_letters(const Chunk & ch, size_t s) {
         while (gpt4o_class(ch, e).lower) {
             ++e;
         }
-        return gpt4o_contraction_end(ch, e);
+        return word_end(e);
     }
     return 0;
 }
 
-// GPT-4o's regex (PreTokenizer::Gpt4o), leftmost-first like std::regex; text no alternative matches stays
-// a word of its own between the matches (llama.cpp's unicode_regex_split_stl).
-void split_gpt4o(Chunk & ch) {
+// GPT-4o's regex (PreTokenizer::Gpt4o; tekken's without contractions and with single digits),
+// leftmost-first like std::regex; text no alternative matches stays a word of its own between the matches
+// (llama.cpp's unicode_regex_split_stl).
+void split_gpt4o(Chunk & ch, bool contractions, size_t max_digits) {
     size_t pos = ch.ini;
     auto match = [&](size_t start, size_t end) {
         ch.cut(start);  // the unmatched text before it, if any
@@ -289,14 +292,14 @@ void split_gpt4o(Chunk & ch) {
         // [^\r\n\p{L}\p{N}]? then the letters (the prefix is never a letter: with or without it, never both)
         const bool prefix = k.any && c != '\r' && c != '\n' && !k.letter && !k.number;
         if (prefix || k.letter) {
-            if (const size_t e = gpt4o_letters(ch, prefix ? pos + 1 : pos)) {
+            if (const size_t e = gpt4o_letters(ch, prefix ? pos + 1 : pos, contractions)) {
                 match(pos, e);
                 continue;
             }
         }
-        if (k.number) {  // \p{N}{1,3}
+        if (k.number) {  // \p{N}{1,3} (tekken: \p{N})
             size_t e = pos;
-            while (e - pos < 3 && gpt4o_class(ch, e).number) {
+            while (e - pos < max_digits && gpt4o_class(ch, e).number) {
                 ++e;
             }
             match(pos, e);
@@ -409,7 +412,9 @@ std::vector<uint32_t> pretokenize(PreTokenizer kind, const uint32_t * cpts, size
         case PreTokenizer::Qwen35:
             return refine(cpts, words, [](Chunk & ch) { split_llama3(ch, 1, true); });
         case PreTokenizer::Gpt4o:
-            return refine(cpts, words, [](Chunk & ch) { split_gpt4o(ch); });
+            return refine(cpts, words, [](Chunk & ch) { split_gpt4o(ch, true, 3); });
+        case PreTokenizer::Tekken:
+            return refine(cpts, words, [](Chunk & ch) { split_gpt4o(ch, false, 1); });
         case PreTokenizer::Default:
             words = refine(cpts, words, [](Chunk & ch) { split_runs(ch, default_punct); });
             words = refine(cpts, words, [](Chunk & ch) { split_gpt2(ch); });

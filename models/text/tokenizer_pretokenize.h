@@ -26,6 +26,9 @@ enum class PreTokenizer : uint8_t {
     // [^\r\n\p{L}\p{N}]?U*L+C?|[^\r\n\p{L}\p{N}]?U+L*C?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
     // with U a letter other than a-z, L a letter other than A-Z, C an ASCII-case-insensitive 's 't 're 've 'm 'll 'd
     Gpt4o,
+    // Mistral's tekken (Mistral Nemo, Mistral Small 3, Ministral 3): as Gpt4o without the contractions C and
+    // with \p{N} (single digits)
+    Tekken,
 };
 
 // Splits n code points into words. Returns the length of each word in code points, in order; the

@@ -147,6 +147,10 @@ const Case kCases[] = {
     {"openai-gpt-oss-120b", false, true},
     {"google-gemma-2-2b-it", false},            // raises on a system message
     {"google-gemma-3-it", false, false, true},  // folds the system message into the first user turn
+    {"mistralai-Mistral-Nemo-Instruct-2407", false},
+    {"Mistral-Small-3.2-24B-Instruct-2506", false, true},  // strftime_now: llama.cpp reads the clock
+    {"mistralai-Ministral-3-14B-Reasoning-2512", false},
+    {"microsoft-Phi-3.5-mini-instruct", false},
 };
 
 // The reply text a span may hold: the content, the content after its last </think> (with the newlines the
@@ -240,7 +244,7 @@ TEST(ChatOracle, TemplatesRenderByteForByte) {
                         ASSERT_LE(s.end, r.text.size());
                         const std::string reply = r.text.substr(s.begin, s.content_end - s.begin);
                         const std::string marker = r.text.substr(s.content_end, s.end - s.content_end);
-                        EXPECT_TRUE(marker == "<|im_end|>" || marker == "<|eot_id|>" || marker == "<end_of_turn>" || marker == "<|end|>" || marker == "<|return|>" ||
+                        EXPECT_TRUE(marker == "<|im_end|>" || marker == "<|eot_id|>" || marker == "<end_of_turn>" || marker == "</s>" || marker == "<|end|>" || marker == "<|return|>" ||
                                     marker == "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>")
                             << c.file << " marker '" << marker << "'";
                         EXPECT_TRUE(span_text_ok(reply, m.content))
@@ -257,7 +261,8 @@ TEST(ChatOracle, TemplatesRenderByteForByte) {
 }
 
 TEST(ChatOracle, ReasoningContentAndTodaysDate) {
-    // Qwen3's reasoning_content (the template puts it in the reply's think block), and the default date
+    // Qwen3's reasoning_content (the template puts it in the reply's think block; Ministral 3's in a thinking
+    // block of the reply's content), and the default date
     // (llama.cpp's clock against ours: both "today").
     NEED_ORACLE();
     auto convs = conversations(7u, 40);
@@ -266,11 +271,12 @@ TEST(ChatOracle, ReasoningContentAndTodaysDate) {
         for (auto & m : c)
             if (m.role == "assistant" && rng() % 2) m.reasoning_content = rng() % 2 ? "step 1\nstep 2" : "\nthink \xf0\x9f\xa4\x94\n";
     const std::string jsonl = to_jsonl(convs);
-    for (const char * file : {"Qwen-Qwen3-0.6B", "meta-llama-Llama-3.2-3B-Instruct", "openai-gpt-oss-120b"})
+    for (const char * file : {"Qwen-Qwen3-0.6B", "meta-llama-Llama-3.2-3B-Instruct", "openai-gpt-oss-120b", "mistralai-Ministral-3-14B-Reasoning-2512"})
         for (const bool gen : {true, false}) {
             const std::string path = std::string(kTemplates) + "/" + file + ".jinja";
-            const rp::ChatTemplate t(slurp(path), file);
-            const std::vector<std::string> want = run_oracle(path, jsonl, gen ? "" : "--no-generation-prompt");
+            rp::ChatTemplate t(slurp(path), file);
+            t.set_special_tokens("", "</s>", false, false);  // Ministral ends a reply with eos_token
+            const std::vector<std::string> want = run_oracle(path, jsonl, std::string("--eos '</s>'") + (gen ? "" : " --no-generation-prompt"));
             ASSERT_EQ(want.size(), convs.size());
             rp::ChatOptions o;
             o.add_generation_prompt = gen;

@@ -158,6 +158,13 @@ TEST(Pretokenize, Gpt4o) {
     EXPECT_EQ(split(PreTokenizer::Gpt4o, "a \n\n  b"), (W{"a", " \n\n", " ", " b"}));
 }
 
+// Mistral's tekken: GPT-4o's words without the contractions, digits one by one.
+TEST(Pretokenize, Tekken) {
+    EXPECT_EQ(split(PreTokenizer::Tekken, "HelloWorld"), (W{"Hello", "World"}));
+    EXPECT_EQ(split(PreTokenizer::Tekken, "don't I'M"), (W{"don", "'t", " I", "'M"}));
+    EXPECT_EQ(split(PreTokenizer::Tekken, "123"), (W{"1", "2", "3"}));
+}
+
 TEST(Pretokenize, Default) {
     EXPECT_EQ(split(PreTokenizer::Default, "Hello, world!! 12345 $x"),
               (W{"Hello", ",", " world", "!!", " ", "123", "45", " ", "$", "x"}));
@@ -220,12 +227,13 @@ std::string llama3_re(const std::string & digits) {
            "]" + digits + "| ?[^\\s" + L + N + "]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 }
 
-// GPT-4o's regex as llama.cpp rewrites it for std::regex (its tokenizer.json form needs \p{Lu} and friends).
-std::string gpt4o_re() {
+// GPT-4o's regex as llama.cpp rewrites it for std::regex (its tokenizer.json form needs \p{Lu} and friends);
+// tekken's is the same without the contractions and with single digits.
+std::string gpt4o_re(bool tekken = false) {
     const std::string up = "((?=[" + L + "])([^a-z]))", low = "((?=[" + L + "])([^A-Z]))";
-    const std::string c = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?";
+    const std::string c = tekken ? "" : "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?";
     const std::string pre = "[^\\r\\n" + L + N + "]?";
-    return pre + up + "*" + low + "+" + c + "|" + pre + up + "+" + low + "*" + c + "|[" + N + "]{1,3}| ?[^\\s" + L + N +
+    return pre + up + "*" + low + "+" + c + "|" + pre + up + "+" + low + "*" + c + "|[" + N + "]" + (tekken ? "" : "{1,3}") + "| ?[^\\s" + L + N +
            "]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 }
 
@@ -241,6 +249,7 @@ std::vector<uint32_t> regex_pretokenize(PreTokenizer kind, const std::vector<uin
         case PreTokenizer::Llama3: return regex_split(text, llama3_re("{1,3}"), words);
         case PreTokenizer::Qwen2: return regex_split(text, llama3_re(""), words);
         case PreTokenizer::Gpt4o: return regex_split(text, gpt4o_re(), words);
+        case PreTokenizer::Tekken: return regex_split(text, gpt4o_re(true), words);
         case PreTokenizer::Default:
             words = regex_split(text, "[" + P + "\\$\\+<=>\\^~\\|]+", words);
             words = regex_split(text, kGpt2, words);
@@ -262,7 +271,8 @@ TEST(Pretokenize, MatchesStdRegexOnFixtureInputs) {
     inputs.push_back("1\xc2\xbd\xc2\xb2 \xd9\xa3\xd9\xa4 x\xe2\x80\x8d" "y <|im_start|> $+<=>^~|` \xe2\x82\xac\xe2\x82\xac");
     inputs.push_back("HelloWorld HELLOworld \xc3\x89" "COLE \xc3\x89" "cole McDONALD'S iPhone a/b\n/c\r\n//d");
     int n = 0;
-    for (PreTokenizer kind : {PreTokenizer::Gpt2, PreTokenizer::Llama3, PreTokenizer::Qwen2, PreTokenizer::Gpt4o, PreTokenizer::Default}) {
+    for (PreTokenizer kind :
+         {PreTokenizer::Gpt2, PreTokenizer::Llama3, PreTokenizer::Qwen2, PreTokenizer::Gpt4o, PreTokenizer::Tekken, PreTokenizer::Default}) {
         for (const std::string & s : inputs) {
             const std::vector<uint32_t> cpts = rp::utf8_to_cpts(s);
             EXPECT_EQ(rp::pretokenize(kind, cpts.data(), cpts.size()), regex_pretokenize(kind, cpts))
@@ -270,7 +280,7 @@ TEST(Pretokenize, MatchesStdRegexOnFixtureInputs) {
             ++n;
         }
     }
-    EXPECT_EQ(n, 5 * (4 * 46 + 3));
+    EXPECT_EQ(n, 6 * (4 * 46 + 3));
 }
 
 } // namespace
