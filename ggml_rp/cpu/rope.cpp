@@ -32,6 +32,7 @@ void rope(Tensor * n) {
         int32_t n_rot = 0;
         float base = 0.0f, fscale = 0.0f;
         RopeYarn yarn;
+        RopeTemperature temp;
         std::vector<float> cs;
     };
     thread_local Table table;
@@ -39,7 +40,10 @@ void rope(Tensor * n) {
         return table.yarn.ext_factor == yarn.ext_factor && table.yarn.mscale == yarn.mscale && table.yarn.corr_low == yarn.corr_low &&
                table.yarn.corr_high == yarn.corr_high;
     };
-    if (table.n_rot != n_rot || table.base != base || table.fscale != fscale || !same_yarn() || table.pos.size() != static_cast<size_t>(npos) ||
+    const RopeTemperature temp = ra.temp;
+    const bool same_temp = table.temp.scale == temp.scale && table.temp.floor_scale == temp.floor_scale && table.temp.offset == temp.offset;
+    if (table.n_rot != n_rot || table.base != base || table.fscale != fscale || !same_yarn() || !same_temp ||
+        table.pos.size() != static_cast<size_t>(npos) ||
         !std::equal(p, p + npos, table.pos.begin())) {
         table.n_rot = 0;  // invalid until filled
         table.pos.assign(p, p + npos);
@@ -49,7 +53,7 @@ void rope(Tensor * n) {
         for (int64_t t = 0; t < npos; ++t)
             for (int64_t i = 0; i < half; ++i) {
                 double c, sn;
-                rope_cos_sin(p[t], i, n_rot, base, fscale, yarn, c, sn);
+                rope_cos_sin(p[t], i, n_rot, base, fscale, yarn, c, sn, rope_temperature(p[t], temp));
                 cs[(t * half + i) * 2] = static_cast<float>(c);
                 cs[(t * half + i) * 2 + 1] = static_cast<float>(sn);
             }
@@ -57,6 +61,7 @@ void rope(Tensor * n) {
         table.base = base;
         table.fscale = fscale;
         table.yarn = yarn;
+        table.temp = temp;
     }
     const std::vector<float> & cs = table.cs;
 

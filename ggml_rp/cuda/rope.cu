@@ -29,7 +29,7 @@ __global__ void __launch_bounds__(kElemThreads) rope_kernel(const float * x, con
         const int64_t i2 = row / ne1 % ne2, i3 = row / ne1 / ne2;
         const int64_t t = npos == ne2 ? i2 : i2 + i3 * ne2;
         double cd, sd;
-        rope_cos_sin(pos[t], s, c.n_rot, c.freq_base, c.freq_scale, c.yarn, cd, sd);
+        rope_cos_sin(pos[t], s, c.n_rot, c.freq_base, c.freq_scale, c.yarn, cd, sd, rope_temperature(pos[t], c.temp));
         const float co = static_cast<float>(cd), si = sign * static_cast<float>(sd);
         const int64_t a = c.neox ? s : 2 * s;
         const int64_t b = c.neox ? s + half : 2 * s + 1;
@@ -66,6 +66,7 @@ void run_rope(Tensor * n, const NodeRun & r) {
     c.freq_base = a.freq_base;
     c.freq_scale = a.freq_scale;
     c.yarn = rope_yarn(a.n_rot, a.freq_base, a.freq_scale, a.ext_factor, a.attn_factor, a.beta_fast, a.beta_slow, a.n_ctx_orig);
+    c.temp = a.temp;
     int64_t ne[4];
     shape4(n, ne);
     rope(in<float>(n->src[0]), in<int32_t>(n->src[1]), n->src[1]->ne[0], out<float>(n), ne, c, a.backward, r.stream);

@@ -18,6 +18,7 @@ struct RopeConfig {
     float freq_base = 10000.0f;
     float freq_scale = 1.0f;
     RopeYarn yarn;            // rope_math.h (default: none)
+    RopeTemperature temp;     // rope_math.h (default: none)
 };
 
 void rope(const float * x, const int32_t * pos, int64_t npos, float * y, const int64_t ne[4], const RopeConfig & c,

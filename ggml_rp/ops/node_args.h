@@ -7,6 +7,7 @@
 #include "ggml_rp/core/tensor.h"
 #include "ggml_rp/ops/attention_shape.h"
 #include "ggml_rp/ops/rope.h"
+#include "ggml_rp/ops/rope_math.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -131,10 +132,12 @@ struct RopeArgs {
     bool backward;  // ROPE_BACK: rotate by -theta
     float ext_factor, attn_factor, beta_fast, beta_slow;  // YaRN (rope_math.h)
     int32_t n_ctx_orig;
+    RopeTemperature temp;  // rope_math.h
 };
 inline RopeArgs rope_args(const Tensor * n) {
     return {n->param_i32(0), n->param_i32(1) == static_cast<int32_t>(RopeMode::Neox), n->param_f32(2), n->param_f32(3),
-            n->op == Op::ROPE_BACK, n->param_f32(4), n->param_f32(5), n->param_f32(6), n->param_f32(7), n->param_i32(8)};
+            n->op == Op::ROPE_BACK, n->param_f32(4), n->param_f32(5), n->param_f32(6), n->param_f32(7), n->param_i32(8),
+            {n->param_f32(9), n->param_i32(10), n->param_f32(11)}};
 }
 
 } // namespace rp::node

@@ -23,6 +23,8 @@ Tensor * rope_impl(Context & ctx, Op op, const char * name, Tensor * x, Tensor *
                     "ext_factor must be >= 0 and attn_factor > 0");
     detail::require(p.ext_factor == 0.0f || (p.n_ctx_orig > 0 && p.beta_fast > 0.0f && p.beta_slow > 0.0f), name,
                     "YaRN (ext_factor > 0) needs n_ctx_orig > 0 and beta_fast, beta_slow > 0");
+    detail::require(p.temp_scale == 0.0f || (std::isfinite(p.temp_scale) && p.temp_floor > 0 && std::isfinite(p.temp_offset)), name,
+                    "attention temperature (temp_scale != 0) needs temp_floor > 0");
     Tensor * t = detail::new_node(ctx, op, DType::F32, x->ne, {x, pos});
     t->set_param_i32(0, p.n_rot);
     t->set_param_i32(1, static_cast<int32_t>(p.mode));
@@ -33,6 +35,9 @@ Tensor * rope_impl(Context & ctx, Op op, const char * name, Tensor * x, Tensor *
     t->set_param_f32(6, p.beta_fast);
     t->set_param_f32(7, p.beta_slow);
     t->set_param_i32(8, p.n_ctx_orig);
+    t->set_param_f32(9, p.temp_scale);
+    t->set_param_i32(10, p.temp_floor);
+    t->set_param_f32(11, p.temp_offset);
     return t;
 }
 
@@ -47,6 +52,9 @@ RopeParams params_of(const Tensor * t) {
     p.beta_fast = t->param_f32(6);
     p.beta_slow = t->param_f32(7);
     p.n_ctx_orig = t->param_i32(8);
+    p.temp_scale = t->param_f32(9);
+    p.temp_floor = t->param_i32(10);
+    p.temp_offset = t->param_f32(11);
     return p;
 }
 

@@ -6,7 +6,8 @@
 //   (x0, x1) -> (x0 cos - x1 sin, x0 sin + x1 cos)
 // where the pair is (x[2i], x[2i+1]) in NORMAL mode (llama) and (x[i], x[i + n_rot/2]) in NEOX mode (qwen).
 // Elements from n_rot on pass through. The angle formula is in rope_math.h (shared with CUDA), with YaRN's
-// context extension (ggml's rope_ext) when ext_factor is set.
+// context extension (ggml's rope_ext) when ext_factor is set, and a per-position temperature factor when
+// temp_scale is.
 #pragma once
 
 #include "ggml_rp/core/context.h"
@@ -25,6 +26,11 @@ struct RopeParams {
     float attn_factor = 1.0f;   // the cos / sin scale (YaRN multiplies it by 1 + 0.1 ln(1 / freq_scale))
     float beta_fast = 32.0f, beta_slow = 1.0f;
     int32_t n_ctx_orig = 0;
+    // Attention temperature tuning (rope_math.h RopeTemperature; the queries of Mistral 3 / Llama 4): temp_scale
+    // 0 = none; with it, temp_floor > 0.
+    float temp_scale = 0.0f;
+    int32_t temp_floor = 0;
+    float temp_offset = 0.0f;
 };
 
 Tensor * rope(Context & ctx, Tensor * x, Tensor * pos, const RopeParams & p);

@@ -49,9 +49,24 @@ RP_HD inline RopeYarn rope_yarn(int32_t n_rot, float freq_base, float freq_scale
     return y;
 }
 
-// cos and sin of pair i at position pos, both times the YaRN scale.
+// Attention temperature tuning (Llama 4, Mistral 3): the rotated query times
+// log(floor((pos + offset) / floor_scale) + 1) * scale + 1, which grows with the position past floor_scale.
+// Rotation and scale commute, so it is a factor on cos and sin. scale 0: none. Computed as llama.cpp's input is.
+struct RopeTemperature {
+    float scale = 0.0f;
+    int32_t floor_scale = 0;
+    float offset = 0.0f;
+};
+
+RP_HD inline double rope_temperature(int32_t pos, const RopeTemperature & t) {
+    if (t.scale == 0.0f) return 1.0;
+    const float steps = floorf((static_cast<float>(pos) + t.offset) / static_cast<float>(t.floor_scale));
+    return static_cast<double>(static_cast<float>(log(static_cast<double>(steps) + 1.0) * t.scale + 1.0));
+}
+
+// cos and sin of pair i at position pos, both times the YaRN scale (and the temperature factor t).
 RP_HD inline void rope_cos_sin(int32_t pos, int64_t i, int32_t n_rot, float freq_base, float freq_scale, const RopeYarn & y, double & c,
-                               double & s) {
+                               double & s, double t = 1.0) {
     const double extrap = rope_theta(pos, i, n_rot, freq_base, 1.0f);
     const double interp = extrap * static_cast<double>(freq_scale);
     double theta = interp;
@@ -62,8 +77,8 @@ RP_HD inline void rope_cos_sin(int32_t pos, int64_t i, int32_t n_rot, float freq
         const double mix = ramp * y.ext_factor;
         theta = interp * (1.0 - mix) + extrap * mix;
     }
-    c = cos(theta) * y.mscale;
-    s = sin(theta) * y.mscale;
+    c = cos(theta) * y.mscale * t;
+    s = sin(theta) * y.mscale * t;
 }
 
 } // namespace rp

@@ -17,6 +17,8 @@ const ArchTraits kArchs[] = {
      .ffn_norm = "post_attention_norm"},
     {.arch = Arch::Gemma3, .name = "gemma3", .rope_mode = RopeMode::Neox, .qk_norm = true, .sliding_window = true, .embd_scale = true,
      .post_norms = true, .glu = GluKind::GeluTanh, .swa_period = 6, .swa_rope_base = 10000.0f, .gemma_attn_scale = true},
+    {.arch = Arch::Mistral3, .name = "mistral3", .rope_mode = RopeMode::Normal, .default_rms_eps = 1e-5f, .yarn_log_mul = true,
+     .attn_temperature = true},
 };
 
 [[noreturn]] void fail(const gguf::Reader & f, const std::string & what) {
@@ -67,6 +69,13 @@ RopeParams HParams::rope(uint32_t il) const {
     p.beta_fast = rope_beta_fast;
     p.beta_slow = rope_beta_slow;
     p.n_ctx_orig = static_cast<int32_t>(rope_n_ctx_orig);
+    return p;
+}
+
+RopeParams HParams::rope_query(uint32_t il) const {
+    RopeParams p = rope(il);
+    p.temp_scale = attn_temp_scale;
+    p.temp_floor = static_cast<int32_t>(attn_temp_floor);
     return p;
 }
 
@@ -123,8 +132,8 @@ HParams load_hparams(const gguf::Reader & f) {
     if (hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0)
         fail(f, "rope.dimension_count (" + std::to_string(hp.n_rot) + ") must be even and <= head_dim (" +
                     std::to_string(hp.head_dim) + ")");
-    if (hp.arch->arch == Arch::Llama && hp.n_rot != hp.head_dim)
-        fail(f, "llama requires rope.dimension_count == head_dim");
+    if ((hp.arch->arch == Arch::Llama || hp.arch->arch == Arch::Mistral3) && hp.n_rot != hp.head_dim)
+        fail(f, std::string(hp.arch->name) + " requires rope.dimension_count == head_dim");
     if (!f.has(key("attention.layer_norm_rms_epsilon")))
         fail(f, "missing required key '" + key("attention.layer_norm_rms_epsilon") + "'");
     hp.rms_eps = f.get_f32(key("attention.layer_norm_rms_epsilon"));
@@ -148,6 +157,27 @@ HParams load_hparams(const gguf::Reader & f) {
     }
     if (!(hp.rope_freq_base > 0) || !std::isfinite(hp.rope_freq_base))
         fail(f, key("rope.freq_base") + " must be a positive number");
+    if (hp.arch->yarn_log_mul) {
+        // As llama.cpp runs mistral3 with a log multiplier m (DeepSeek-style mscale / mscale_all_dim, mscale 1): the
+        // cos / sin scale is mscale(factor, 1) / mscale(factor, m) in place of YaRN's own 1 + 0.1 ln(factor), which
+        // the attn_factor divides out (measured against llama.cpp at m = 1 and 0.5: Mistral.Mistral3Logits...).
+        const float log_mul = f.get_f32_or(key("rope.scaling.yarn_log_multiplier"), 0.0f);
+        if (log_mul != 0.0f) {
+            const float yarn_factor = 1.0f / hp.rope_freq_scale;
+            auto mscale = [](float scale, float m) { return scale <= 1.0f ? 1.0f : 0.1f * m * std::log(scale) + 1.0f; };
+            hp.rope_attn_factor = mscale(yarn_factor, 1.0f) / mscale(yarn_factor, log_mul) / mscale(yarn_factor, 1.0f);
+        }
+        if (f.has(key("attention.scale")))
+            fail(f, key("attention.scale") + ": a query scale other than 1/sqrt(head_dim) is not supported");
+    }
+    if (hp.arch->attn_temperature) {
+        hp.attn_temp_scale = f.get_f32_or(key("attention.temperature_scale"), 0.0f);
+        if (hp.attn_temp_scale != 0.0f) {
+            hp.attn_temp_floor = hp.rope_n_ctx_orig > 0 ? hp.rope_n_ctx_orig : hp.n_ctx_train;
+            if (hp.attn_temp_floor == 0 || !std::isfinite(hp.attn_temp_scale))
+                fail(f, key("attention.temperature_scale") + " needs a training context (rope.scaling.original_context_length)");
+        }
+    }
     hp.rope_freq_base_swa = f.get_f32_or(key("rope.freq_base_swa"), hp.rope_freq_base);
     hp.rope_freq_scale_swa = hp.rope_freq_scale;
     if (hp.arch->sliding_window) {

@@ -11,7 +11,7 @@
 
 namespace rp {
 
-enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe, GptOss, Gemma3 };
+enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe, GptOss, Gemma3, Mistral3 };
 
 // What distinguishes one architecture's decoder layer from another's.
 struct ArchTraits {
@@ -40,6 +40,11 @@ struct ArchTraits {
                                     // the other layers)
     bool gemma_attn_scale = false;  // the query scale 1/sqrt(head_dim), but 1/sqrt(n_embd / n_head) for the 62-layer
                                     // (27B) model, as llama.cpp (from gemma_pytorch's config) has it
+    // mistral3:
+    bool yarn_log_mul = false;      // rope.scaling.yarn_log_multiplier m: YaRN's cos / sin scale is
+                                    // mscale(factor, 1) / mscale(factor, m), mscale(s, m) = 1 + 0.1 m ln s (s > 1)
+    bool attn_temperature = false;  // attention.temperature_scale: the queries scaled by position (ops/rope_math.h
+                                    // RopeTemperature, floor = the YaRN training context)
 };
 
 // nullptr when the architecture is not supported.
@@ -92,12 +97,17 @@ struct HParams {
     float rope_freq_scale_swa = 1.0f;
     float embd_scale = 1.0f;  // the embeddings' factor (gemma3: sqrt(n_embd))
     float attn_scale = 0.0f;  // the attention's query scale (1/sqrt(head_dim) unless the architecture says otherwise)
+    // Attention temperature tuning (mistral3): 0 = none; the queries' RoPE carries it (rope_query()).
+    float attn_temp_scale = 0.0f;
+    uint32_t attn_temp_floor = 0;
 
     uint32_t n_q() const { return n_head * head_dim; }
     uint32_t n_kv() const { return n_head_kv * head_dim; }
     uint32_t n_gqa() const { return n_head / n_head_kv; }
     // The rope op's parameters for this model's layer il (mode from the architecture; a windowed layer's base).
     RopeParams rope(uint32_t il = 0) const;
+    // The queries' RoPE: rope(il) with the attention temperature, where the architecture has one.
+    RopeParams rope_query(uint32_t il = 0) const;
 };
 
 // Reads and validates the hyper-parameters of a model file. Throws rp::Error naming the file and key for a

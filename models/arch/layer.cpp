@@ -138,7 +138,7 @@ Tensor * attention_block(Context & ctx, const HParams & hp, const LayerWeights &
 
     // 4: RoPE (normal for llama, neox for qwen; from the architecture traits; a windowed layer's own base).
     const RopeParams rope_p = hp.rope(static_cast<uint32_t>(il));
-    q = set_name(rope(ctx, q, pos.pos, rope_p), lname(il, "q"));
+    q = set_name(rope(ctx, q, pos.pos, hp.rope_query(static_cast<uint32_t>(il))), lname(il, "q"));
     k = set_name(rope(ctx, k, pos.pos, rope_p), lname(il, "k"));
     set_name(v, lname(il, "v"));
 

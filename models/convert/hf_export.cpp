@@ -89,6 +89,8 @@ std::string config_json(const Model & model, const std::string & dtype) {
         throw Error(model.path() + ": exporting gpt-oss to Hugging Face safetensors is not supported yet");
     case Arch::Gemma3:  // transformers' Gemma norms hold w where the GGUF holds 1 + w, and its config has no place here yet
         throw Error(model.path() + ": exporting gemma3 to Hugging Face safetensors is not supported yet");
+    case Arch::Mistral3:  // transformers' Mistral3ForConditionalGeneration wraps a vision tower this file does not have
+        throw Error(model.path() + ": exporting mistral3 to Hugging Face safetensors is not supported yet");
     }
     const std::string torch = dtype == "F32" ? "float32" : dtype == "F16" ? "float16" : "bfloat16";
     std::string c = "{\n";

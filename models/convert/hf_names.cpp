@@ -96,7 +96,7 @@ std::string hf_tensor_of(const std::string & t) {
 }
 
 int64_t permuted_row_heads(const HParams & hp, const std::string & t) {
-    if (hp.arch->arch != Arch::Llama) return 0;
+    if (hp.arch->arch != Arch::Llama && hp.arch->arch != Arch::Mistral3) return 0;  // the two NORM-rope archs llama.cpp permutes
     std::string layer, name, suffix;
     if (!split_layer_tensor(t, layer, name, suffix)) return 0;
     return name == "attn_q" ? hp.n_head : name == "attn_k" ? hp.n_head_kv : 0;

@@ -74,6 +74,15 @@ SynthSpec synth_preset(const std::string & name) {
                                           : G{5376, 62, 32, 16, 128, 21504, 262208, 1024, 131072, 8.0f};
         s.arch = "gemma3", s.n_embd = g.embd, s.n_layer = g.layers, s.n_head = g.heads, s.n_head_kv = g.kv, s.head_dim = g.hd;
         s.n_ff = g.ff, s.n_vocab = g.vocab, s.n_swa = g.swa, s.n_ctx_train = g.ctx, s.rope_base = 1e6f, s.rope_linear = g.linear, s.tied = true;
+    } else if (name == "ministral-3-3b" || name == "ministral-3-8b" || name == "ministral-3-14b") {
+        // Ministral 3 (text decoder): tekken's 131,072 tokens, head_dim 128, RoPE base 1e6 with YaRN 16 over 16,384
+        // tokens and Llama 4's attention temperature (0.1); the 3B ties its head.
+        struct M { uint32_t embd, layers, ff; bool tied; };
+        const M m = name == "ministral-3-3b" ? M{3072, 26, 9216, true} : name == "ministral-3-8b" ? M{4096, 34, 14336, false}
+                                                                       : M{5120, 40, 16384, false};
+        s.arch = "mistral3", s.n_embd = m.embd, s.n_layer = m.layers, s.n_head = 32, s.n_head_kv = 8, s.head_dim = 128, s.n_ff = m.ff;
+        s.n_ctx_train = 262144, s.rope_base = 1e6f, s.yarn_factor = 16.0f, s.yarn_orig_ctx = 16384, s.attn_temp_scale = 0.1f;
+        s.n_vocab = 131072, s.tied = m.tied;
     } else if (name == "llama3.1-8b") {
         s.n_embd = 4096, s.n_layer = 32, s.n_head = 32, s.n_head_kv = 8, s.head_dim = 128, s.n_ff = 14336;
         s.n_ctx_train = 131072, s.rope_base = 500000.0f, s.n_vocab = 128256;
@@ -86,15 +95,17 @@ SynthSpec synth_preset(const std::string & name) {
     } else {
         throw Error("unknown model shape '" + name +
                     "' (qwen3-0.6b, qwen3-1.7b, qwen3-32b, llama3.1-8b, qwen3-30b-a3b, qwen3-235b-a22b, gpt-oss-20b, gpt-oss-120b, "
-                    "gemma-3-1b, gemma-3-4b, gemma-3-12b, gemma-3-27b, llama-98m, llama-20m)");
+                    "gemma-3-1b, gemma-3-4b, gemma-3-12b, gemma-3-27b, ministral-3-3b, ministral-3-8b, ministral-3-14b, llama-98m, llama-20m)");
     }
     return s;
 }
 
 void write_synth_model(const SynthSpec & s, const std::string & path) {
     const bool qwen2 = s.arch == "qwen2", gpt_oss = s.arch == "gpt-oss", moe = s.arch == "qwen3moe" || gpt_oss,
-               qwen3 = s.arch == "qwen3" || s.arch == "qwen3moe", gemma3 = s.arch == "gemma3";
-    if (s.arch != "llama" && !qwen2 && !qwen3 && !gpt_oss && !gemma3) throw Error("synthetic model: unknown architecture '" + s.arch + "'");
+               qwen3 = s.arch == "qwen3" || s.arch == "qwen3moe", gemma3 = s.arch == "gemma3", mistral3 = s.arch == "mistral3";
+    if (s.arch != "llama" && !qwen2 && !qwen3 && !gpt_oss && !gemma3 && !mistral3)
+        throw Error("synthetic model: unknown architecture '" + s.arch + "'");
+    if (s.attn_temp_scale != 0.0f && !mistral3) throw Error("synthetic model: attention temperature needs arch mistral3");
     if (moe && (s.n_expert == 0 || s.n_expert_used == 0 || s.n_expert_used > s.n_expert || s.n_ff_exp == 0))
         throw Error("synthetic model: " + s.arch + " needs n_expert >= n_expert_used >= 1 and n_ff_exp >= 1");
     if (!moe && s.n_expert != 0) throw Error("synthetic model: experts need arch qwen3moe or gpt-oss");
@@ -105,7 +116,7 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
     const uint32_t n_q = s.n_head * s.head_dim, n_kv = s.n_head_kv * s.head_dim;
     // qwen3, gpt-oss and gemma3 read key_length; a llama writes it when its head is not n_embd / n_head (Mistral
     // Nemo's 128 over 5120 / 32); qwen2 derives head_dim from n_embd / n_head.
-    const bool key_length = qwen3 || gpt_oss || gemma3 || (s.arch == "llama" && n_q != s.n_embd);
+    const bool key_length = qwen3 || gpt_oss || gemma3 || mistral3 || (s.arch == "llama" && n_q != s.n_embd);
     if (!key_length && n_q != s.n_embd) throw Error("synthetic model: " + s.arch + " needs n_embd = n_head * head_dim");
 
     std::unique_ptr<gguf::Reader> vocab;
@@ -126,13 +137,15 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
     w.set_u32(p + "feed_forward_length", s.n_ff);
     w.set_u32(p + "attention.head_count", s.n_head);
     w.set_u32(p + "attention.head_count_kv", s.n_head_kv);
-    w.set_f32(p + "attention.layer_norm_rms_epsilon", s.arch == "llama" || gpt_oss ? 1e-5f : 1e-6f);
+    w.set_f32(p + "attention.layer_norm_rms_epsilon", s.arch == "llama" || gpt_oss || mistral3 ? 1e-5f : 1e-6f);
+    if (s.attn_temp_scale != 0.0f) w.set_f32(p + "attention.temperature_scale", s.attn_temp_scale);
     w.set_f32(p + "rope.freq_base", s.rope_base);
     w.set_u32(p + "rope.dimension_count", s.head_dim);
     if (s.yarn_factor > 0.0f) {
         w.set_string(p + "rope.scaling.type", "yarn");
         w.set_f32(p + "rope.scaling.factor", s.yarn_factor);
         w.set_u32(p + "rope.scaling.original_context_length", s.yarn_orig_ctx);
+        if (s.yarn_log_mul != 0.0f) w.set_f32(p + "rope.scaling.yarn_log_multiplier", s.yarn_log_mul);
     }
     if (s.rope_linear > 0.0f) {
         w.set_string(p + "rope.scaling.type", "linear");

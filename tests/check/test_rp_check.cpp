@@ -157,6 +157,29 @@ TEST(RpCheck, PassesOnGemma3) {
     EXPECT_NE(rp_check("-m " + f32).out.find("fp16 GELU table"), std::string::npos);
 }
 
+// mistral3 (YaRN 4 x 32 with a log multiplier, the attention temperature from position 32 on), every check,
+// f32 and q4_k_m.
+TEST(RpCheck, PassesOnMistral3) {
+    RP_REQUIRE_ORACLE();
+    rp_test::TempDir d;
+    rp::SynthSpec s;
+    s.arch = "mistral3";
+    s.vocab_from = models() + "synthetic/tiny-random-qwen2.gguf";
+    s.n_layer = 3, s.n_embd = 128, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 32, s.n_ff = 128, s.seed = 8;
+    s.n_ctx_train = 128, s.yarn_factor = 4.0f, s.yarn_orig_ctx = 32, s.yarn_log_mul = 1.0f, s.attn_temp_scale = 0.1f;
+    const std::string f32 = d.file("mistral3.gguf"), q4 = d.file("mistral3-q4km.gguf");
+    rp::write_synth_model(s, f32);
+    rp::QuantizeOptions q;
+    ASSERT_TRUE(rp::quant_mix_from_name("q4_k_m", q.mix));
+    rp::quantize_model(f32, q4, q);
+    for (const std::string & m : {f32, q4}) {
+        const ToolRun r = rp_check("-m " + m);
+        EXPECT_EQ(r.code, 0) << m << "\n" << r.out << r.err;
+        EXPECT_TRUE(failed_rows(r.out).empty()) << m;
+        EXPECT_NE(r.out.find("\npipeline"), std::string::npos) << m;
+    }
+}
+
 TEST(RpCheck, CatchesABackwardOffByOnePercent) {
     const ToolRun clean = rp_check("-m " + models() + "stories260K.gguf --only gradients");
     ASSERT_EQ(clean.code, 0) << clean.out;

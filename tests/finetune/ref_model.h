@@ -48,8 +48,12 @@ inline void rms_norm(const double * x, double * y, int64_t n, const W & g, doubl
     for (int64_t i = 0; i < n; ++i) y[i] = x[i] * r * g.v[static_cast<size_t>(i)];
 }
 
-// In place on one head of D values at position pos, with layer il's base and scale (no YaRN).
-inline void rope(double * x, int64_t pos, const rp::HParams & hp, bool neox, int il) {
+// In place on one head of D values at position pos, with layer il's base and scale (no YaRN); a query head
+// also times the attention temperature log(floor(pos / floor) + 1) * scale + 1 (mistral3).
+inline void rope(double * x, int64_t pos, const rp::HParams & hp, bool neox, int il, bool query = false) {
+    const double temp = query && hp.attn_temp_scale != 0.0f
+                            ? std::log(std::floor(static_cast<double>(pos) / hp.attn_temp_floor) + 1.0) * hp.attn_temp_scale + 1.0
+                            : 1.0;
     const int64_t n_rot = hp.n_rot;
     const rp::RopeParams rp_l = hp.rope(static_cast<uint32_t>(il));
     for (int64_t i = 0; i < n_rot / 2; ++i) {
@@ -57,7 +61,7 @@ inline void rope(double * x, int64_t pos, const rp::HParams & hp, bool neox, int
                                                                  -2.0 * static_cast<double>(i) / static_cast<double>(n_rot)) *
                              static_cast<double>(rp_l.freq_scale);
         const int64_t a = neox ? i : 2 * i, b = neox ? i + n_rot / 2 : 2 * i + 1;
-        const double x0 = x[a], x1 = x[b], c = std::cos(theta), s = std::sin(theta);
+        const double x0 = x[a], x1 = x[b], c = std::cos(theta) * temp, s = std::sin(theta) * temp;
         x[a] = x0 * c - x1 * s;
         x[b] = x0 * s + x1 * c;
     }
@@ -85,7 +89,7 @@ inline void layer(const RefModel & m, int il, std::vector<double> & x, int64_t T
                 std::vector<double> tmp(qh, qh + D);
                 rms_norm(tmp.data(), qh, D, *g, eps);
             }
-            rope(qh, t, hp, m.neox, il);
+            rope(qh, t, hp, m.neox, il, true);
         }
         for (int64_t h = 0; h < Hkv; ++h) {
             double * kh = &k[static_cast<size_t>((t * Hkv + h) * D)];

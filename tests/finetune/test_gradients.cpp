@@ -279,6 +279,27 @@ TEST(FinetuneGradients, Gemma3Lora) {
     check_gradients(gemma3_model(dir), false, true);
 }
 
+// mistral3 (a llama with the attention temperature of Llama 4: the queries of positions 4..11 scaled by
+// log(floor(pos / 4) + 1) * 0.1 + 1): every tensor of a full finetune, and LoRA on every target.
+std::string mistral3_model(rp_test::TempDir & dir) {
+    rp::SynthSpec s;
+    s.arch = "mistral3";
+    s.vocab_from = ft_test::model_path("synthetic/tiny-random-qwen2.gguf");
+    s.n_embd = 32, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 12, s.n_layer = 2, s.n_ff = 40;
+    s.n_ctx_train = 4, s.attn_temp_scale = 0.1f, s.seed = 44;
+    const std::string path = dir.file("mistral3.gguf");
+    rp::write_synth_model(s, path);
+    return path;
+}
+TEST(FinetuneGradients, Mistral3Full) {
+    rp_test::TempDir dir;
+    check_gradients(mistral3_model(dir), true, true);
+}
+TEST(FinetuneGradients, Mistral3Lora) {
+    rp_test::TempDir dir;
+    check_gradients(mistral3_model(dir), false, false);
+}
+
 TEST(FinetuneGradients, Qwen3MoeLoraExpertsAndRouter) {
     rp_test::TempDir dir;
     auto t = rp::default_lora_targets();

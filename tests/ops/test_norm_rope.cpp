@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 using namespace optest;
 using rp::Context;
 using rp::Tensor;
@@ -104,6 +106,39 @@ TEST(OpRope, Yarn) {
     rp::RopeParams p;
     p.n_rot = 8;
     p.ext_factor = 1.0f;  // without the training context
+    EXPECT_THROW(rp::rope(ctx, x, pos, p), rp::Error);
+}
+
+// Attention temperature tuning (Mistral 3, Llama 4): the rotation times log(floor((pos + offset) / floor) + 1) *
+// scale + 1 per token (a double reference of its own), with and without YaRN; backward vs finite differences.
+TEST(OpRope, AttentionTemperature) {
+    for (const float ext : {0.0f, 1.0f}) {
+        rp::RopeParams p;
+        p.n_rot = 8, p.mode = rp::RopeMode::Normal, p.freq_base = 1e6f, p.freq_scale = ext > 0 ? 1.0f / 16 : 1.0f;
+        p.ext_factor = ext, p.n_ctx_orig = 16, p.attn_factor = ext > 0 ? 1.0f / (1.0f + 0.1f * std::log(16.0f)) : 1.0f;
+        p.temp_scale = 0.1f, p.temp_floor = 16, p.temp_offset = ext > 0 ? 1.0f : 0.0f;
+        const std::vector<int32_t> pos = {0, 15, 16, 40, 1000};
+        check_op({"rope temperature ext " + std::to_string(ext), {{"x", {8, 2, 5, 1}}, positions(pos)},
+                  [p](Context & c, const TV & in) { return rp::rope(c, in[0], in[1], p); },
+                  [p](const R & v) {
+                      const std::vector<int32_t> ps = ints_from(v[1]);
+                      ref::DT y = ref::rope_yarn(v[0], ps, p.n_rot, static_cast<int>(p.mode), p.freq_base, p.freq_scale, p.ext_factor,
+                                                 p.attn_factor, p.beta_fast, p.beta_slow, p.n_ctx_orig);
+                      for (int64_t t = 0; t < y.ne[2]; ++t) {
+                          const double f = std::log(std::floor((ps[static_cast<size_t>(t)] + double(p.temp_offset)) / p.temp_floor) + 1.0) *
+                                               double(p.temp_scale) + 1.0;
+                          for (int64_t h = 0; h < y.ne[1]; ++h)
+                              for (int64_t d = 0; d < y.ne[0]; ++d) y.v[y.idx(d, h, t, 0)] *= f;
+                      }
+                      return y;
+                  }});
+    }
+    rp::Context ctx;
+    rp::Tensor * x = ctx.new_tensor(rp::DType::F32, 8, 1, 2);
+    rp::Tensor * pos = ctx.new_tensor(rp::DType::I32, 2);
+    rp::RopeParams p;
+    p.n_rot = 8;
+    p.temp_scale = 0.1f;  // without the floor
     EXPECT_THROW(rp::rope(ctx, x, pos, p), rp::Error);
 }
 

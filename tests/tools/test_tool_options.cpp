@@ -400,7 +400,7 @@ TEST(ToolOptions, GgufCommandsTraceAndBenchFamiliesHelpListTheirFlags) {
         {"rp-gguf dump", {"--help", "--values"}},
         {"rp-gguf convert", {"--help", "--type", "--pure", "--threads"}},
         {"rp-gguf diff", {"--help"}},
-        {"rp-gguf synth", {"--help", "--shape", "--vocab", "--n-vocab", "--weights", "--arch", "--experts", "--experts-used", "--expert-ff", "--window", "--rope-linear", "--yarn", "--yarn-ctx",
+        {"rp-gguf synth", {"--help", "--shape", "--vocab", "--n-vocab", "--weights", "--arch", "--experts", "--experts-used", "--expert-ff", "--window", "--rope-linear", "--yarn", "--yarn-ctx", "--attn-temp",
                            "--n-embd", "--n-head", "--n-head-kv", "--head-dim", "--n-ff", "--n-layer", "--n-ctx", "--rope-base", "--tied",
                            "--type", "--seed"}},
         {"rp-gguf export-peft", {"--help", "--model", "--output", "--dtype", "--base-name"}},
