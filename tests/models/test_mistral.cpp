@@ -136,6 +136,35 @@ TEST(Mistral, Mistral3GreedyAndKvCacheEqualLlamaCpp) {
     expect_greedy_equals_llama_cpp(d.file("m.gguf"), "Once upon a time there was a little robot who", 24);
 }
 
+// An adapter we write on every matrix of every layer, applied by llama.cpp (--lora), gives our logits with it.
+TEST(Mistral, Mistral3AdaptersAsLlamaCppAppliesThem) {
+    RP_REQUIRE_ORACLE();
+    TempDir d;
+    const std::string base = d.file("base.gguf");
+    rp::write_synth_model(ministral_like(tekken_vocab(d), 34, 4.0f, 0.1f, false, 1.0f), base);
+    const auto model = rp::Model::load(base);
+    std::vector<std::string> targets;
+    for (int il = 0; il < 3; ++il)
+        for (const char * k : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"})
+            targets.push_back("blk." + std::to_string(il) + "." + k + ".weight");
+    auto ad = rp::LoraAdapter::create(*model, targets, 4, 8.0f);
+    randomize_adapter(*ad, 5, 0.1);
+    ad->save(d.file("a.gguf"));
+    const auto loaded = rp::LoraAdapter::load(d.file("a.gguf"), *model);
+    rp::LoraSet lora;
+    lora.add(*loaded);
+    const std::vector<int32_t> tokens = some_tokens(40, 6, 100000);
+    const std::vector<float> ours = forward_all(*model, tokens, &lora);
+    const std::vector<float> ref = oracle_logits(base, tokens, ours.size(), d.file("a.gguf"));
+    ASSERT_FALSE(ref.empty());
+    const float diff = max_abs_diff(ours, ref), range = value_range(ref);
+    const float without = max_abs_diff(forward_all(*model, tokens), ref);
+    std::printf("[ mistral ] with the adapter: max |ours - llama.cpp| = %.3g of a %.2f range (%.2g); without it %.3g\n", diff, range,
+                diff / range, without);
+    EXPECT_LE(diff, 1e-4f * range);
+    EXPECT_GT(without, 100 * 1e-4f * range);
+}
+
 TEST(Mistral, NemoShapedLlamaEqualsLlamaCpp) {
     RP_REQUIRE_ORACLE();
     TempDir d;
