@@ -33,6 +33,7 @@ void rope(Tensor * n) {
         float base = 0.0f, fscale = 0.0f;
         RopeYarn yarn;
         RopeTemperature temp;
+        std::vector<float> ff;  // the freq factors' values (empty: none)
         std::vector<float> cs;
     };
     thread_local Table table;
@@ -41,8 +42,11 @@ void rope(Tensor * n) {
                table.yarn.corr_high == yarn.corr_high;
     };
     const RopeTemperature temp = ra.temp;
+    const Tensor * fft = n->src[2];
+    const float * ff = fft ? fft->data_as<float>() : nullptr;
+    const bool same_ff = ff ? table.ff.size() >= static_cast<size_t>(half) && std::equal(ff, ff + half, table.ff.begin()) : table.ff.empty();
     const bool same_temp = table.temp.scale == temp.scale && table.temp.floor_scale == temp.floor_scale && table.temp.offset == temp.offset;
-    if (table.n_rot != n_rot || table.base != base || table.fscale != fscale || !same_yarn() || !same_temp ||
+    if (table.n_rot != n_rot || table.base != base || table.fscale != fscale || !same_yarn() || !same_temp || !same_ff ||
         table.pos.size() != static_cast<size_t>(npos) ||
         !std::equal(p, p + npos, table.pos.begin())) {
         table.n_rot = 0;  // invalid until filled
@@ -53,7 +57,7 @@ void rope(Tensor * n) {
         for (int64_t t = 0; t < npos; ++t)
             for (int64_t i = 0; i < half; ++i) {
                 double c, sn;
-                rope_cos_sin(p[t], i, n_rot, base, fscale, yarn, c, sn, rope_temperature(p[t], temp));
+                rope_cos_sin(p[t], i, n_rot, base, fscale, yarn, c, sn, rope_temperature(p[t], temp), ff ? ff[i] : 1.0);
                 cs[(t * half + i) * 2] = static_cast<float>(c);
                 cs[(t * half + i) * 2 + 1] = static_cast<float>(sn);
             }
@@ -62,6 +66,7 @@ void rope(Tensor * n) {
         table.fscale = fscale;
         table.yarn = yarn;
         table.temp = temp;
+        table.ff.assign(ff, ff ? ff + half : ff);
     }
     const std::vector<float> & cs = table.cs;
 

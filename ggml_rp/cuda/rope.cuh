@@ -21,7 +21,8 @@ struct RopeConfig {
     RopeTemperature temp;     // rope_math.h (default: none)
 };
 
+// freq_factors (device, optional): at least n_rot / 2 divisors of the pairs' angles (ops/rope.h).
 void rope(const float * x, const int32_t * pos, int64_t npos, float * y, const int64_t ne[4], const RopeConfig & c,
-          bool backward, cudaStream_t stream);
+          bool backward, cudaStream_t stream, const float * freq_factors = nullptr);
 
 } // namespace rp::cuda

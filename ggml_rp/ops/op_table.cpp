@@ -47,7 +47,7 @@ constexpr OpDesc kOps[] = {
     {Op::SOFTMAX_BACK, "SOFTMAX_BACK", "y, dy (same shape) -> dx", nullptr, cpu::softmax_back, kElementwise},
     {Op::RMS_NORM, "RMS_NORM", "x [n, rows...], w [n] or none -> x's shape", backward_norm, cpu::rms_norm, kElementwise},
     {Op::RMS_NORM_BACK, "RMS_NORM_BACK", "x, w, dy -> dx", nullptr, cpu::rms_norm_back, kElementwise},
-    {Op::ROPE, "ROPE", "x [D, H, T, B], pos i32 [T] or [T*B] -> x's shape", backward_rope, cpu::rope, kRowsFirst},
+    {Op::ROPE, "ROPE", "x [D, H, T, B], pos i32 [T] or [T*B], freq factors f32 [>= n_rot/2] (optional) -> x's shape", backward_rope, cpu::rope, kRowsFirst},
     {Op::ROPE_BACK, "ROPE_BACK", "dy [D, H, T, B], pos -> dx", backward_rope, cpu::rope, kRowsFirst},
     {Op::GET_ROWS, "GET_ROWS", "table [C, V], ids i32 [T, B] -> f32 [C, T, B]", backward_get_rows, cpu::get_rows, kIndexed},
     {Op::GET_ROWS_BACK, "GET_ROWS_BACK", "dy [C, T, B], ids -> [C, V]", nullptr, cpu::get_rows_back, kIndexedFirst},

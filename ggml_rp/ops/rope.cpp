@@ -9,7 +9,7 @@ namespace rp {
 
 namespace {
 
-Tensor * rope_impl(Context & ctx, Op op, const char * name, Tensor * x, Tensor * pos, const RopeParams & p) {
+Tensor * rope_impl(Context & ctx, Op op, const char * name, Tensor * x, Tensor * pos, const RopeParams & p, Tensor * ff) {
     detail::require_f32(name, x, "x");
     detail::require(pos && pos->type == DType::I32 && pos->nelements() == pos->ne[0], name,
                     "positions " + describe(pos) + " must be a 1-D i32 tensor");
@@ -25,7 +25,11 @@ Tensor * rope_impl(Context & ctx, Op op, const char * name, Tensor * x, Tensor *
                     "YaRN (ext_factor > 0) needs n_ctx_orig > 0 and beta_fast, beta_slow > 0");
     detail::require(p.temp_scale == 0.0f || (std::isfinite(p.temp_scale) && p.temp_floor > 0 && std::isfinite(p.temp_offset)), name,
                     "attention temperature (temp_scale != 0) needs temp_floor > 0");
-    Tensor * t = detail::new_node(ctx, op, DType::F32, x->ne, {x, pos});
+    if (ff)
+        detail::require(ff->type == DType::F32 && ff->is_contiguous() && ff->nelements() == ff->ne[0] && ff->ne[0] >= p.n_rot / 2, name,
+                        "freq factors " + describe(ff) + " must be a contiguous 1-D f32 tensor of at least n_rot / 2 = " +
+                            std::to_string(p.n_rot / 2) + " values");
+    Tensor * t = ff ? detail::new_node(ctx, op, DType::F32, x->ne, {x, pos, ff}) : detail::new_node(ctx, op, DType::F32, x->ne, {x, pos});
     t->set_param_i32(0, p.n_rot);
     t->set_param_i32(1, static_cast<int32_t>(p.mode));
     t->set_param_f32(2, p.freq_base);
@@ -60,12 +64,12 @@ RopeParams params_of(const Tensor * t) {
 
 } // namespace
 
-Tensor * rope(Context & ctx, Tensor * x, Tensor * pos, const RopeParams & p) {
-    return rope_impl(ctx, Op::ROPE, "rope", x, pos, p);
+Tensor * rope(Context & ctx, Tensor * x, Tensor * pos, const RopeParams & p, Tensor * freq_factors) {
+    return rope_impl(ctx, Op::ROPE, "rope", x, pos, p, freq_factors);
 }
 
-Tensor * rope_back(Context & ctx, Tensor * dy, Tensor * pos, const RopeParams & p) {
-    return rope_impl(ctx, Op::ROPE_BACK, "rope_back", dy, pos, p);
+Tensor * rope_back(Context & ctx, Tensor * dy, Tensor * pos, const RopeParams & p, Tensor * freq_factors) {
+    return rope_impl(ctx, Op::ROPE_BACK, "rope_back", dy, pos, p, freq_factors);
 }
 
 namespace rules {
@@ -76,7 +80,7 @@ void backward_rope(Backward & b, Tensor * node) {
     const RopeParams p = params_of(node);
     Tensor * dy = b.grad(node);
     // A rotation's transpose is the rotation by -theta (and vice versa), scaled alike. Positions get no gradient.
-    b.add(x, node->op == Op::ROPE ? rope_back(b.ctx, dy, node->src[1], p) : rope(b.ctx, dy, node->src[1], p));
+    b.add(x, node->op == Op::ROPE ? rope_back(b.ctx, dy, node->src[1], p, node->src[2]) : rope(b.ctx, dy, node->src[1], p, node->src[2]));
 }
 
 } // namespace rules

@@ -33,8 +33,10 @@ struct RopeParams {
     float temp_offset = 0.0f;
 };
 
-Tensor * rope(Context & ctx, Tensor * x, Tensor * pos, const RopeParams & p);
+// freq_factors (optional): f32 with at least n_rot / 2 values; pair i's angle is divided by freq_factors[i] before
+// any interpolation (ggml_rope_ext's c: Llama 3's rope_freqs, Phi-3's LongRoPE factors). No gradient flows to it.
+Tensor * rope(Context & ctx, Tensor * x, Tensor * pos, const RopeParams & p, Tensor * freq_factors = nullptr);
 // The transpose rotation (by -theta): the gradient of rope.
-Tensor * rope_back(Context & ctx, Tensor * dy, Tensor * pos, const RopeParams & p);
+Tensor * rope_back(Context & ctx, Tensor * dy, Tensor * pos, const RopeParams & p, Tensor * freq_factors = nullptr);
 
 } // namespace rp

@@ -64,10 +64,11 @@ RP_HD inline double rope_temperature(int32_t pos, const RopeTemperature & t) {
     return static_cast<double>(static_cast<float>(log(static_cast<double>(steps) + 1.0) * t.scale + 1.0));
 }
 
-// cos and sin of pair i at position pos, both times the YaRN scale (and the temperature factor t).
+// cos and sin of pair i at position pos, both times the YaRN scale (and the temperature factor t); ff divides
+// the pair's angle before interpolation (ggml_rope_ext's freq factors: Llama 3's rope_freqs, LongRoPE).
 RP_HD inline void rope_cos_sin(int32_t pos, int64_t i, int32_t n_rot, float freq_base, float freq_scale, const RopeYarn & y, double & c,
-                               double & s, double t = 1.0) {
-    const double extrap = rope_theta(pos, i, n_rot, freq_base, 1.0f);
+                               double & s, double t = 1.0, double ff = 1.0) {
+    const double extrap = rope_theta(pos, i, n_rot, freq_base, 1.0f) / ff;
     const double interp = extrap * static_cast<double>(freq_scale);
     double theta = interp;
     if (y.ext_factor != 0.0) {

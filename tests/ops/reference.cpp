@@ -135,7 +135,7 @@ DT rms_norm(const DT & x, const DT * w, double eps) {
 }
 
 DT rope_yarn(const DT & x, const std::vector<int32_t> & pos, int n_rot, int mode, double base, double fscale, double ext_factor,
-             double attn_factor, double beta_fast, double beta_slow, int n_ctx_orig) {
+             double attn_factor, double beta_fast, double beta_slow, int n_ctx_orig, const std::vector<double> * ff) {
     // The dimension (pair index x 2) whose wavelength rotates beta times in n_ctx_orig tokens.
     auto corr_dim = [&](double beta) { return n_rot * std::log(n_ctx_orig / (beta * 2 * M_PI)) / (2 * std::log(base)); };
     const double low = std::max(0.0, std::floor(corr_dim(beta_fast)));
@@ -148,7 +148,8 @@ DT rope_yarn(const DT & x, const std::vector<int32_t> & pos, int n_rot, int mode
         const double p = pos[static_cast<size_t>(pi)];
         for (int64_t i1 = 0; i1 < x.ne[1]; ++i1)
             for (int i = 0; i < n_rot / 2; ++i) {
-                const double extrap = p * std::pow(base, -2.0 * i / n_rot), interp = fscale * extrap;
+                const double extrap = p * std::pow(base, -2.0 * i / n_rot) / (ff ? (*ff)[static_cast<size_t>(i)] : 1.0),
+                             interp = fscale * extrap;
                 const double ramp = 1 - std::min(1.0, std::max(0.0, (i - low) / std::max(0.001, high - low)));
                 const double mix = ramp * ext_factor;
                 const double theta = interp * (1 - mix) + extrap * mix;

@@ -47,8 +47,9 @@ DT rms_norm(const DT & x, const DT * w, double eps);
 DT rope(const DT & x, const std::vector<int32_t> & pos, int n_rot, int mode, double base, double fscale);
 // ggml's rope_ext with YaRN (ext_factor > 0): the angle mixed between interpolation and extrapolation by a
 // ramp over the correction dimensions, cos and sin scaled by attn_factor (1 + 0.1 ln(1 / fscale)).
+// ff (optional, n_rot / 2 values): each pair's angle divided by ff[i] before the mix (ggml's freq factors).
 DT rope_yarn(const DT & x, const std::vector<int32_t> & pos, int n_rot, int mode, double base, double fscale, double ext_factor,
-             double attn_factor, double beta_fast, double beta_slow, int n_ctx_orig);
+             double attn_factor, double beta_fast, double beta_slow, int n_ctx_orig, const std::vector<double> * ff = nullptr);
 DT get_rows(const DT & table, const std::vector<int32_t> & ids, int64_t T, int64_t B);
 DT mul_mat(const DT & W, const DT & X);
 // key_start (optional, [Tq * B]): query t of sequence b sees keys from key_start[t + b*Tq] (clamped into

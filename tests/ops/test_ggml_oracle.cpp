@@ -32,7 +32,7 @@ std::vector<float> computed(rp::Tensor * y) {
     return rp::tensor_get_f32(y);
 }
 
-void compare_with_ggml(const rp::RopeParams & p, const std::vector<int32_t> & pos) {
+void compare_with_ggml(const rp::RopeParams & p, const std::vector<int32_t> & pos, const std::vector<float> & freq_factors = {}) {
     const int64_t D = 64, H = 2, T = static_cast<int64_t>(pos.size());
     std::mt19937 rng(11);
     std::normal_distribution<float> n(0.0f, 1.0f);
@@ -49,8 +49,14 @@ void compare_with_ggml(const rp::RopeParams & p, const std::vector<int32_t> & po
     std::snprintf(buf, sizeof buf, "%d,%d,%.9g,%.9g,%.9g,%.9g,%.9g,%.9g,%d", p.n_rot, static_cast<int>(p.mode), p.freq_base, p.freq_scale,
                   p.ext_factor, p.attn_factor, p.beta_fast, p.beta_slow, p.n_ctx_orig);
     rope = buf;
+    std::string ff_list;
+    for (float v : freq_factors) {
+        std::snprintf(buf, sizeof buf, "%s%.9g", ff_list.empty() ? "" : ",", v);
+        ff_list += buf;
+    }
     const auto res = rp::oracle::run("rope " + rp::oracle::quote(d.file("x.f32")) + " --row 64 --heads 2 --tokens " + rp::oracle::quote(tokens) +
-                                     " --rope " + rope + " --out " + rp::oracle::quote(d.file("y.f32")));
+                                     " --rope " + rope + (ff_list.empty() ? "" : " --params " + ff_list) + " --out " +
+                                     rp::oracle::quote(d.file("y.f32")));
     ASSERT_EQ(res.status, 0);
     std::vector<float> want(x.size());
     std::ifstream f(d.file("y.f32"), std::ios::binary);
@@ -64,7 +70,13 @@ void compare_with_ggml(const rp::RopeParams & p, const std::vector<int32_t> & po
     ctx.alloc_data(pt);
     rp::tensor_set_f32(xt, x);
     for (int64_t t = 0; t < T; ++t) pt->data_as<int32_t>()[t] = pos[static_cast<size_t>(t)];
-    const std::vector<float> got = computed(rp::rope(ctx, xt, pt, p));
+    rp::Tensor * ff = nullptr;
+    if (!freq_factors.empty()) {
+        ff = ctx.new_tensor(rp::DType::F32, static_cast<int64_t>(freq_factors.size()));
+        ctx.alloc_data(ff);
+        rp::tensor_set_f32(ff, freq_factors);
+    }
+    const std::vector<float> got = computed(rp::rope(ctx, xt, pt, p, ff));
     double worst = 0;
     for (int64_t t = 0; t < T; ++t)
         for (int64_t k = 0; k < D * H; ++k) {
@@ -92,6 +104,29 @@ TEST(OpGgmlOracle, YarnEqualsGgmlsRopeExt) {
     rp::RopeParams plain = gpt_oss;  // and without YaRN: the angles alone
     plain.ext_factor = 0.0f, plain.freq_scale = 1.0f;
     compare_with_ggml(plain, {0, 1, 4, 100});
+}
+
+// Freq factors (ggml_rope_ext's c): Llama 3.1's rope_freqs (base 500000, factor 8, low / high frequency factors 1
+// and 4 over an 8192-token context, as llama.cpp's converter computes them), plain and under YaRN.
+TEST(OpGgmlOracle, FreqFactorsEqualGgmlsRopeExt) {
+    RP_REQUIRE_ORACLE();
+    rp::RopeParams llama31;
+    llama31.n_rot = 64, llama31.mode = rp::RopeMode::Normal, llama31.freq_base = 500000.0f;
+    std::vector<float> ff;
+    for (int i = 0; i < 32; ++i) {
+        const double freq = 1.0 / std::pow(500000.0, 2.0 * i / 64), wavelen = 2 * M_PI / freq;
+        const double low_wavelen = 8192 / 1.0, high_wavelen = 8192 / 4.0;
+        if (wavelen < high_wavelen) ff.push_back(1.0f);
+        else if (wavelen > low_wavelen) ff.push_back(8.0f);
+        else {
+            const double smooth = (8192 / wavelen - 1.0) / (4.0 - 1.0);
+            ff.push_back(static_cast<float>(1.0 / ((1 - smooth) / 8.0 + smooth)));
+        }
+    }
+    compare_with_ggml(llama31, {0, 1, 7, 300, 5000, 100000}, ff);
+    rp::RopeParams yarn = llama31;
+    yarn.mode = rp::RopeMode::Neox, yarn.freq_scale = 0.25f, yarn.ext_factor = 1.0f, yarn.n_ctx_orig = 4096;
+    compare_with_ggml(yarn, {0, 3, 90, 9000}, ff);
 }
 
 // gpt-oss's clamped SwiGLU against ggml_swiglu_oai, at its alpha 1.702 and limit 7 (and a limit of 2), on

@@ -142,6 +142,32 @@ TEST(OpRope, AttentionTemperature) {
     EXPECT_THROW(rp::rope(ctx, x, pos, p), rp::Error);
 }
 
+// Frequency factors (Llama 3's rope_freqs, LongRoPE): pair i's angle divided by ff[i], with and without YaRN;
+// the factors get no gradient. A table of too few factors is refused.
+TEST(OpRope, FreqFactors) {
+    for (const float ext : {0.0f, 1.0f}) {
+        rp::RopeParams p;
+        p.n_rot = 8, p.mode = ext > 0 ? rp::RopeMode::Neox : rp::RopeMode::Normal, p.freq_base = 5e5f;
+        p.freq_scale = ext > 0 ? 0.25f : 1.0f, p.ext_factor = ext, p.n_ctx_orig = 64;
+        Input ff{"ff", {4, 1, 1, 1}, rp::DType::F32, false};
+        ff.lo = 1.0f, ff.hi = 8.0f;  // Llama 3's run from 1 (high frequencies) to its factor 8 (low)
+        check_op({"rope freq factors ext " + std::to_string(ext), {{"x", {10, 2, 5, 1}}, positions({0, 3, 100, 5000, 90000}), ff},
+                  [p](Context & c, const TV & in) { return rp::rope(c, in[0], in[1], p, in[2]); },
+                  [p](const R & v) {
+                      const std::vector<double> f(v[2].v.begin(), v[2].v.end());
+                      return ref::rope_yarn(v[0], ints_from(v[1]), p.n_rot, static_cast<int>(p.mode), p.freq_base, p.freq_scale, p.ext_factor,
+                                            p.attn_factor, p.beta_fast, p.beta_slow, p.n_ctx_orig, &f);
+                  }});
+    }
+    rp::Context ctx;
+    rp::Tensor * x = ctx.new_tensor(rp::DType::F32, 8, 1, 2);
+    rp::Tensor * pos = ctx.new_tensor(rp::DType::I32, 2);
+    rp::Tensor * few = ctx.new_tensor(rp::DType::F32, 3);
+    rp::RopeParams p;
+    p.n_rot = 8;
+    EXPECT_THROW(rp::rope(ctx, x, pos, p, few), rp::Error);
+}
+
 TEST(OpRope, PermutedInput) {
     rp::RopeParams p;
     p.n_rot = 8;

@@ -482,13 +482,18 @@ int run_rope(const Args & a) {
     ggml_context * ctx = ggml_init(ip);
     ggml_tensor * x = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, a.row, a.heads, T);
     ggml_tensor * p = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T);
-    ggml_tensor * y = ggml_rope_ext(ctx, x, p, nullptr, static_cast<int>(r[0]), static_cast<int>(r[1]), static_cast<int>(r[8]),
+    // --params: the freq factors (n_rot / 2 of them), ggml_rope_ext's c
+    const std::vector<double> fd = a.params.empty() ? std::vector<double>() : numbers(a.params, static_cast<size_t>(r[0]) / 2, "--params");
+    const std::vector<float> fv(fd.begin(), fd.end());
+    ggml_tensor * c = fv.empty() ? nullptr : ggml_new_tensor_1d(ctx, GGML_TYPE_F32, static_cast<int64_t>(fv.size()));
+    ggml_tensor * y = ggml_rope_ext(ctx, x, p, c, static_cast<int>(r[0]), static_cast<int>(r[1]), static_cast<int>(r[8]),
                                     static_cast<float>(r[2]), static_cast<float>(r[3]), static_cast<float>(r[4]), static_cast<float>(r[5]),
                                     static_cast<float>(r[6]), static_cast<float>(r[7]));
     const std::vector<int32_t> pv(pos.begin(), pos.end());
     const std::vector<float> out = compute_on_cpu(ctx, y, [&] {
         ggml_backend_tensor_set(x, in.data(), 0, in.size());
         ggml_backend_tensor_set(p, pv.data(), 0, pv.size() * sizeof(int32_t));
+        if (c) ggml_backend_tensor_set(c, fv.data(), 0, fv.size() * sizeof(float));
     });
     write_floats(a.out, out);
     ggml_free(ctx);
