@@ -58,6 +58,22 @@ std::vector<std::string> failed_rows(const std::string & out) {
     return v;
 }
 
+// `f32` quantized to the llama-quantize mix `mix`, written to `out`.
+std::string quantized(const std::string & f32, const char * mix, const std::string & out) {
+    rp::QuantizeOptions q;
+    EXPECT_TRUE(rp::quant_mix_from_name(mix, q.mix)) << mix;
+    rp::quantize_model(f32, out, q);
+    return out;
+}
+
+// rp-check on `model`: exit 0, no failed row, and a row of each check in `checks`.
+void expect_every_check_passes(const std::string & model, std::initializer_list<const char *> checks) {
+    const ToolRun r = rp_check("-m " + model);
+    EXPECT_EQ(r.code, 0) << model << "\n" << r.out << r.err;
+    EXPECT_TRUE(failed_rows(r.out).empty()) << model;
+    for (const char * check : checks) EXPECT_NE(r.out.find(std::string("\n") + check), std::string::npos) << model << ": no " << check << " row";
+}
+
 } // namespace
 
 TEST(RpCheck, PassesOnEverySharedModel) {
@@ -118,9 +134,7 @@ TEST(RpCheck, PassesOnMixturesOfExperts) {
         s.n_expert = 8, s.n_expert_used = 2, s.n_ff_exp = 64, s.n_swa = 6, s.seed = 5;
         const std::string f = d.file(std::string(arch) + ".gguf");
         rp::write_synth_model(s, f);
-        const ToolRun r = rp_check("-m " + f);
-        EXPECT_EQ(r.code, 0) << f << "\n" << r.out << r.err;
-        EXPECT_TRUE(failed_rows(r.out).empty()) << f;
+        expect_every_check_passes(f, {"forward", "gradients", "pipeline"});
     }
 }
 
@@ -140,20 +154,8 @@ TEST(RpCheck, PassesOnGemma3) {
     s.wtype = gguf::TensorType::BF16;
     const std::string bf16 = d.file("gemma3-bf16.gguf");
     rp::write_synth_model(s, bf16);
-    std::vector<std::string> files = {f32, bf16};
-    for (const char * mix : {"q8_0", "q4_k_m"}) {
-        rp::QuantizeOptions q;
-        ASSERT_TRUE(rp::quant_mix_from_name(mix, q.mix));
-        files.push_back(d.file(std::string("gemma3-") + mix + ".gguf"));
-        rp::quantize_model(f32, files.back(), q);
-    }
-    for (const std::string & m : files) {
-        const ToolRun r = rp_check("-m " + m);
-        EXPECT_EQ(r.code, 0) << m << "\n" << r.out << r.err;
-        EXPECT_TRUE(failed_rows(r.out).empty()) << m;
-        for (const char * check : {"tokenizer", "forward", "gradients", "pipeline"})
-            EXPECT_NE(r.out.find(std::string("\n") + check), std::string::npos) << m << ": no " << check << " row";
-    }
+    for (const std::string & m : {f32, bf16, quantized(f32, "q8_0", d.file("gemma3-q8_0.gguf")), quantized(f32, "q4_k_m", d.file("gemma3-q4km.gguf"))})
+        expect_every_check_passes(m, {"tokenizer", "forward", "gradients", "pipeline"});
     EXPECT_NE(rp_check("-m " + f32).out.find("fp16 GELU table"), std::string::npos);
 }
 
@@ -167,17 +169,10 @@ TEST(RpCheck, PassesOnMistral3) {
     s.vocab_from = models() + "synthetic/tiny-random-qwen2.gguf";
     s.n_layer = 3, s.n_embd = 128, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 32, s.n_ff = 128, s.seed = 8;
     s.n_ctx_train = 128, s.yarn_factor = 4.0f, s.yarn_orig_ctx = 32, s.yarn_log_mul = 1.0f, s.attn_temp_scale = 0.1f;
-    const std::string f32 = d.file("mistral3.gguf"), q4 = d.file("mistral3-q4km.gguf");
+    const std::string f32 = d.file("mistral3.gguf");
     rp::write_synth_model(s, f32);
-    rp::QuantizeOptions q;
-    ASSERT_TRUE(rp::quant_mix_from_name("q4_k_m", q.mix));
-    rp::quantize_model(f32, q4, q);
-    for (const std::string & m : {f32, q4}) {
-        const ToolRun r = rp_check("-m " + m);
-        EXPECT_EQ(r.code, 0) << m << "\n" << r.out << r.err;
-        EXPECT_TRUE(failed_rows(r.out).empty()) << m;
-        EXPECT_NE(r.out.find("\npipeline"), std::string::npos) << m;
-    }
+    for (const std::string & m : {f32, quantized(f32, "q4_k_m", d.file("mistral3-q4km.gguf"))})
+        expect_every_check_passes(m, {"tokenizer", "forward", "gradients", "pipeline"});
 }
 
 TEST(RpCheck, CatchesABackwardOffByOnePercent) {

@@ -6,6 +6,8 @@
 #include "models_test_util.h"
 
 #include "base/error.h"
+#include "ggml_rp/cpu/backend.h"
+#include "models/arch/layer.h"
 #include "models/arch/lora.h"
 #include "models/text/tokenizer.h"
 #include "tests/oracle/oracle_run.h"
@@ -76,6 +78,60 @@ inline void randomize_adapter(rp::LoraAdapter & ad, uint64_t seed, double amplit
             for (float & e : v) e = static_cast<float>(u(rng));
             rp::tensor_set_f32(x, v);
         }
+}
+
+// Our logits of every position with the graph built from `hp` and `w` (the model's own, or with a piece taken
+// out: the tests that show each piece matters).
+inline std::vector<float> logits_with(const rp::HParams & hp, const rp::ModelWeights & w, const std::vector<int32_t> & tokens) {
+    const int64_t T = static_cast<int64_t>(tokens.size());
+    rp::Context ctx;
+    rp::Tensor * ids = ctx.new_tensor(rp::DType::I32, T);
+    rp::Tensor * pos = ctx.new_tensor(rp::DType::I32, T);
+    ctx.alloc_data(ids);
+    ctx.alloc_data(pos);
+    rp::tensor_set_i32(ids, tokens);
+    for (int64_t i = 0; i < T; ++i) pos->data_as<int32_t>()[i] = static_cast<int32_t>(i);
+    rp::Tensor * logits = rp::build_head_logits(ctx, hp, w, rp::build_decoder(ctx, hp, w, ids, pos));
+    rp::Graph g;
+    rp::build_forward(g, logits);
+    rp::CpuBackend be;
+    be.allocate(g);
+    be.compute(g);
+    return rp::tensor_get_f32(logits);
+}
+
+// Every "blk.<il>.<kind>.weight" for il < n_layer, in layer order.
+inline std::vector<std::string> layer_targets(uint32_t n_layer, std::initializer_list<const char *> kinds) {
+    std::vector<std::string> t;
+    for (uint32_t il = 0; il < n_layer; ++il)
+        for (const char * k : kinds) t.push_back("blk." + std::to_string(il) + "." + k + ".weight");
+    return t;
+}
+
+// A random adapter (rank 4, alpha 8, factors in [-0.1, 0.1]) on `targets`, saved to `adapter_path`, then read
+// back and applied by us and by llama.cpp (--lora) to every position of `tokens`. `without`: our logits without
+// it against llama.cpp's with it (the adapter's own effect).
+struct AdapterVsLlamaCpp {
+    float diff = INFINITY, range = 0, without = 0;
+};
+inline AdapterVsLlamaCpp adapter_vs_llama_cpp(const std::string & base, const std::vector<std::string> & targets,
+                                              const std::vector<int32_t> & tokens, const std::string & adapter_path, uint64_t seed) {
+    const auto model = rp::Model::load(base);
+    auto ad = rp::LoraAdapter::create(*model, targets, 4, 8.0f);
+    randomize_adapter(*ad, seed, 0.1);
+    ad->save(adapter_path);
+    const auto loaded = rp::LoraAdapter::load(adapter_path, *model);
+    rp::LoraSet lora;
+    lora.add(*loaded);
+    const std::vector<float> ours = forward_all(*model, tokens, &lora);
+    const std::vector<float> ref = oracle_logits(base, tokens, ours.size(), adapter_path);
+    AdapterVsLlamaCpp r;
+    if (ref.size() != ours.size()) return r;
+    r.diff = max_abs_diff(ours, ref), r.range = value_range(ref);
+    r.without = max_abs_diff(forward_all(*model, tokens), ref);
+    std::printf("[ adapter ] %s: max |ours - llama.cpp| = %.3g of a %.2f range (%.2g); without it %.3g\n", base.c_str(), r.diff, r.range,
+                r.diff / r.range, r.without);
+    return r;
 }
 
 // Token by token through the KV cache: the largest difference from the logits of the whole sequence at once.

@@ -35,25 +35,6 @@ rp::SynthSpec gemma3(uint32_t embd, uint32_t heads, uint32_t heads_kv, uint32_t 
 
 std::vector<int32_t> gemma_tokens(size_t n, int32_t salt) { return some_tokens(n, salt, 30000); }
 
-// Our logits of every position, the graph built with `hp` and `w` (the model's own, or with a piece taken out).
-std::vector<float> logits_with(const rp::HParams & hp, const rp::ModelWeights & w, const std::vector<int32_t> & tokens) {
-    const int64_t T = static_cast<int64_t>(tokens.size());
-    rp::Context ctx;
-    rp::Tensor * ids = ctx.new_tensor(rp::DType::I32, T);
-    rp::Tensor * pos = ctx.new_tensor(rp::DType::I32, T);
-    ctx.alloc_data(ids);
-    ctx.alloc_data(pos);
-    rp::tensor_set_i32(ids, tokens);
-    for (int64_t i = 0; i < T; ++i) pos->data_as<int32_t>()[i] = static_cast<int32_t>(i);
-    rp::Tensor * logits = rp::build_head_logits(ctx, hp, w, rp::build_decoder(ctx, hp, w, ids, pos));
-    rp::Graph g;
-    rp::build_forward(g, logits);
-    rp::CpuBackend be;
-    be.allocate(g);
-    be.compute(g);
-    return rp::tensor_get_f32(logits);
-}
-
 // llama.cpp's CPU GeGLU reads GELU from an fp16 table indexed by the input rounded to fp16; InferenceSession
 // reads the same table (OpGgmlOracle.GegluAgainstGgmlsGegluSplit: equal to ggml's op on every input). The table
 // is a step function: where our f32 input and llama.cpp's differ by one rounding and straddle an fp16 rounding
@@ -176,27 +157,11 @@ TEST(Gemma3, AdaptersAsLlamaCppAppliesThem) {
     TempDir d;
     const std::string base = d.file("base.gguf");
     rp::write_synth_model(gemma3(96, 4, 2, 32, 8, 7, 17, true, 8.0f), base);
-    const auto model = rp::Model::load(base);
-    std::vector<std::string> targets;
-    for (int il = 0; il < 7; ++il)
-        for (const char * k : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"})
-            targets.push_back("blk." + std::to_string(il) + "." + k + ".weight");
-    auto ad = rp::LoraAdapter::create(*model, targets, 4, 8.0f);
-    randomize_adapter(*ad, 3, 0.1);
-    ad->save(d.file("a.gguf"));
-    const auto loaded = rp::LoraAdapter::load(d.file("a.gguf"), *model);
-    rp::LoraSet lora;
-    lora.add(*loaded);
-    const std::vector<int32_t> tokens = gemma_tokens(24, 6);
-    const std::vector<float> ours = forward_all(*model, tokens, &lora);
-    const std::vector<float> ref = oracle_logits(base, tokens, ours.size(), d.file("a.gguf"));
-    ASSERT_FALSE(ref.empty());
-    const float diff = max_abs_diff(ours, ref), range = value_range(ref);
-    const float without = max_abs_diff(forward_all(*model, tokens), ref);
-    std::printf("[ gemma3 ] with the adapter: max |ours - llama.cpp| = %.3g of a %.2f range (%.2g); without it %.3g\n", diff, range,
-                diff / range, without);
-    EXPECT_LE(diff, kGeluTableBound * range);
-    EXPECT_GT(without, 20 * kGeluTableBound * range);
+    const AdapterVsLlamaCpp r = adapter_vs_llama_cpp(
+        base, layer_targets(7, {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}), gemma_tokens(24, 6),
+        d.file("a.gguf"), 3);
+    EXPECT_LE(r.diff, kGeluTableBound * r.range);
+    EXPECT_GT(r.without, 20 * kGeluTableBound * r.range);
 }
 
 // Token by token through the KV cache (the windowed layers' mask over the cache) gives the logits of the whole

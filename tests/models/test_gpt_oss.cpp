@@ -154,11 +154,8 @@ TEST(GptOss, Mxfp4ExpertsLogitsWithinTheQuantizedBound) {
     ASSERT_EQ(model->layers[0].ffn_up_exps->type, rp::DType::MXFP4);
     const std::vector<int32_t> tokens = some_tokens(37, 5);
     const std::vector<float> ours = forward_all(*model, tokens);
-    const std::string ids = rp::oracle::id_list(tokens);
-    const auto res = rp::oracle::run("logits " + rp::oracle::quote(d.file("mxfp4.gguf")) + " --tokens " + rp::oracle::quote(ids) + " --out " +
-                                     rp::oracle::quote(d.file("ref.f32")));
-    ASSERT_EQ(res.status, 0);
-    const std::vector<float> ref = read_f32(d.file("ref.f32"), ours.size());
+    const std::vector<float> ref = oracle_logits(d.file("mxfp4.gguf"), tokens, ours.size());
+    ASSERT_FALSE(ref.empty());
     // Per position: the Q8_0 bound of the live logit tests (0.3) where both engines route a token alike; where
     // llama.cpp's 8-bit activations tip a near-tie of the router to another expert the position moves more,
     // within the q4 bound (4).
@@ -185,26 +182,12 @@ TEST(GptOss, AdaptersAndMergesAsLlamaCppAppliesThem) {
     TempDir d;
     const std::string base = d.file("base.gguf");
     rp::write_synth_model(gpt_oss(96, 4, 2, 32, 8, 2, 6, 2, 17), base);
-    const auto model = rp::Model::load(base);
-    std::vector<std::string> targets;
-    for (int il = 0; il < 2; ++il)
-        for (const char * k : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"})
-            targets.push_back("blk." + std::to_string(il) + "." + k + ".weight");
-    auto ad = rp::LoraAdapter::create(*model, targets, 4, 8.0f);
-    randomize_adapter(*ad, 3, 0.1);
-    ad->save(d.file("a.gguf"));
-    const auto loaded = rp::LoraAdapter::load(d.file("a.gguf"), *model);
-    rp::LoraSet lora;
-    lora.add(*loaded);
     const std::vector<int32_t> tokens = some_tokens(24, 6);
-    const std::vector<float> ours = forward_all(*model, tokens, &lora);
-    const std::vector<float> ref = oracle_logits(base, tokens, ours.size(), d.file("a.gguf"));
-    ASSERT_FALSE(ref.empty());
-    const float diff = max_abs_diff(ours, ref), range = value_range(ref);
-    const float without = max_abs_diff(forward_all(*model, tokens), ref);
-    std::printf("[ gpt-oss ] with the adapter: max |ours - llama.cpp| = %.3g of a %.2f range; without it %.3g\n", diff, range, without);
-    EXPECT_LE(diff, 1e-4f * range);
-    EXPECT_GT(without, 100 * 1e-4f * range);
+    const AdapterVsLlamaCpp r = adapter_vs_llama_cpp(
+        base, layer_targets(2, {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"}),
+        tokens, d.file("a.gguf"), 3);
+    EXPECT_LE(r.diff, 1e-4f * r.range);
+    EXPECT_GT(r.without, 100 * 1e-4f * r.range);
 
     rp::QuantizeOptions q;
     ASSERT_TRUE(rp::quant_mix_from_name("mxfp4_moe", q.mix));

@@ -7,8 +7,6 @@
 // scale + 1; generated mistral3 models with a training context far below the prompt run as llama.cpp runs them.
 #include "arch_test_util.h"
 
-#include "ggml_rp/cpu/backend.h"
-#include "models/arch/layer.h"
 
 #include <gtest/gtest.h>
 
@@ -46,26 +44,6 @@ rp::SynthSpec ministral_like(const std::string & vocab, uint64_t seed, float yar
     return s;
 }
 
-// Our logits of every position with the graph built from `hp` (the model's, or with a piece taken out).
-std::vector<float> logits_with(const rp::Model & m, const rp::HParams & hp, const std::vector<int32_t> & tokens) {
-    const int64_t T = static_cast<int64_t>(tokens.size());
-    rp::Context ctx;
-    rp::Tensor * ids = ctx.new_tensor(rp::DType::I32, T);
-    rp::Tensor * pos = ctx.new_tensor(rp::DType::I32, T);
-    ctx.alloc_data(ids);
-    ctx.alloc_data(pos);
-    rp::tensor_set_i32(ids, tokens);
-    for (int64_t i = 0; i < T; ++i) pos->data_as<int32_t>()[i] = static_cast<int32_t>(i);
-    const rp::ModelWeights w = m.graph_weights();
-    rp::Tensor * logits = rp::build_head_logits(ctx, hp, w, rp::build_decoder(ctx, hp, w, ids, pos));
-    rp::Graph g;
-    rp::build_forward(g, logits);
-    rp::CpuBackend be;
-    be.allocate(g);
-    be.compute(g);
-    return rp::tensor_get_f32(logits);
-}
-
 } // namespace
 
 TEST(Mistral, Mistral3ReadsItsYarnAndTemperature) {
@@ -86,6 +64,21 @@ TEST(Mistral, Mistral3ReadsItsYarnAndTemperature) {
     rp::write_synth_model(big, d.file("14b.gguf"));
     const auto m14 = rp::Model::load(d.file("14b.gguf"));
     EXPECT_EQ(m14->hparams().attn_temp_floor, 16384u);
+}
+
+// A query scale of its own (attention.scale) is refused by name, and so is a temperature without a context to
+// count it from.
+TEST(Mistral, Mistral3KeysWeDoNotRunAreNamed) {
+    TempDir d;
+    rp::SynthSpec s = ministral_like(model_path("vocab/ggml-vocab-llama-bpe.gguf"), 1, 0.0f, 0.1f, false);
+    s.weights = false;
+    rp::write_synth_model(s, d.file("m.gguf"));
+    Variant scale;
+    scale.edit_kvs = [](gguf::Writer & w) { w.set_f32("mistral3.attention.scale", 0.1f); };
+    expect_load_fails(d.file("m.gguf"), d.file("bad.gguf"), scale, "mistral3.attention.scale");
+    Variant no_ctx;
+    no_ctx.edit_kvs = [](gguf::Writer & w) { w.set_u32("mistral3.context_length", 0); };
+    expect_load_fails(d.file("m.gguf"), d.file("bad.gguf"), no_ctx, "mistral3.attention.temperature_scale");
 }
 
 TEST(Mistral, Mistral3LogitsEqualLlamaCpps) {
@@ -113,14 +106,14 @@ TEST(Mistral, Mistral3EveryPieceChangesTheLogits) {
     const std::vector<float> ref = oracle_logits(file, tokens, tokens.size() * model->hparams().n_vocab);
     ASSERT_FALSE(ref.empty());
     const float tol = 1e-4f * value_range(ref);
-    EXPECT_LE(max_abs_diff(logits_with(*model, model->hparams(), tokens), ref), tol);
+    EXPECT_LE(max_abs_diff(logits_with(model->hparams(), model->graph_weights(), tokens), ref), tol);
     rp::HParams no_temp = model->hparams();
     no_temp.attn_temp_scale = 0.0f;
     rp::HParams scaled = model->hparams();
     scaled.rope_attn_factor = 1.0f;
     for (const auto & [what, hp] : {std::pair<const char *, rp::HParams>{"the attention temperature", no_temp},
                                     {"the log multiplier", scaled}}) {
-        const float diff = max_abs_diff(logits_with(*model, hp, tokens), ref);
+        const float diff = max_abs_diff(logits_with(hp, model->graph_weights(), tokens), ref);
         std::printf("[ mistral ] without %s: max |ours - llama.cpp| = %.3g (tolerance %.3g)\n", what, diff, tol);
         EXPECT_GT(diff, 20 * tol) << what;
     }
@@ -142,27 +135,11 @@ TEST(Mistral, Mistral3AdaptersAsLlamaCppAppliesThem) {
     TempDir d;
     const std::string base = d.file("base.gguf");
     rp::write_synth_model(ministral_like(tekken_vocab(d), 34, 4.0f, 0.1f, false, 1.0f), base);
-    const auto model = rp::Model::load(base);
-    std::vector<std::string> targets;
-    for (int il = 0; il < 3; ++il)
-        for (const char * k : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"})
-            targets.push_back("blk." + std::to_string(il) + "." + k + ".weight");
-    auto ad = rp::LoraAdapter::create(*model, targets, 4, 8.0f);
-    randomize_adapter(*ad, 5, 0.1);
-    ad->save(d.file("a.gguf"));
-    const auto loaded = rp::LoraAdapter::load(d.file("a.gguf"), *model);
-    rp::LoraSet lora;
-    lora.add(*loaded);
-    const std::vector<int32_t> tokens = some_tokens(40, 6, 100000);
-    const std::vector<float> ours = forward_all(*model, tokens, &lora);
-    const std::vector<float> ref = oracle_logits(base, tokens, ours.size(), d.file("a.gguf"));
-    ASSERT_FALSE(ref.empty());
-    const float diff = max_abs_diff(ours, ref), range = value_range(ref);
-    const float without = max_abs_diff(forward_all(*model, tokens), ref);
-    std::printf("[ mistral ] with the adapter: max |ours - llama.cpp| = %.3g of a %.2f range (%.2g); without it %.3g\n", diff, range,
-                diff / range, without);
-    EXPECT_LE(diff, 1e-4f * range);
-    EXPECT_GT(without, 100 * 1e-4f * range);
+    const AdapterVsLlamaCpp r = adapter_vs_llama_cpp(
+        base, layer_targets(3, {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}),
+        some_tokens(40, 6, 100000), d.file("a.gguf"), 5);
+    EXPECT_LE(r.diff, 1e-4f * r.range);
+    EXPECT_GT(r.without, 100 * 1e-4f * r.range);
 }
 
 TEST(Mistral, NemoShapedLlamaEqualsLlamaCpp) {

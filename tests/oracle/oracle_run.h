@@ -73,6 +73,12 @@ inline std::vector<std::string> lines_starting(const std::string & text, const s
     return v;
 }
 
+// Writes floats as rp-oracle reads its raw inputs (native f32, no header).
+inline void write_f32(const std::string & path, const std::vector<float> & v) {
+    std::ofstream f(path, std::ios::binary);
+    f.write(reinterpret_cast<const char *>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
+}
+
 inline std::vector<float> read_f32(const std::string & path) {
     std::ifstream f(path, std::ios::binary);
     std::string s((std::istreambuf_iterator<char>(f)), {});
