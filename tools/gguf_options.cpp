@@ -30,7 +30,8 @@ void declare_synth_options(Options & p, SynthSettings & s) {
     p.value("--shape", "NAME",
             "a preset: qwen3-0.6b, qwen3-1.7b, qwen3-32b, llama3.1-8b, qwen3-30b-a3b, qwen3-235b-a22b,\n"
             "gpt-oss-20b, gpt-oss-120b, gemma-3-1b, gemma-3-4b, gemma-3-12b, gemma-3-27b, ministral-3-3b,\n"
-            "ministral-3-8b, ministral-3-14b (the real shapes and vocabulary sizes), llama-98m, llama-20m\n"
+            "ministral-3-8b, ministral-3-14b, llama3.2-1b, llama3.2-3b, phi-3.5-mini, phi-4 (the real shapes\n"
+            "and vocabulary sizes), llama-98m, llama-20m"
             "(the benchmark models); the other options override it",
             Options::String, [](const std::string &, const std::string &) {}, [] { return std::nullopt; });
     p.text("--vocab", s.spec.vocab_from, "the GGUF whose tokenizer to copy (sets n_vocab)", "VOCAB.gguf");
@@ -38,8 +39,8 @@ void declare_synth_options(Options & p, SynthSettings & s) {
             [&](const std::string & f, const std::string & v) { s.spec.n_vocab = static_cast<uint32_t>(parse_int(f, v, 1, 1 << 24)), s.n_vocab_given = true; },
             [] { return std::nullopt; });
     bit(p, "--weights", s.spec.weights, "0: every weight a hole (zeros, a sparse file: no disk), the shapes for rp-finetune --plan");
-    p.choice("--arch", s.spec.arch, {"llama", "qwen2", "qwen3", "qwen3moe", "gpt-oss", "gemma3", "mistral3"},
-             "llama | qwen2 | qwen3 | qwen3moe | gpt-oss | gemma3 | mistral3",
+    p.choice("--arch", s.spec.arch, {"llama", "qwen2", "qwen3", "qwen3moe", "gpt-oss", "gemma3", "mistral3", "phi3"},
+             "llama | qwen2 | qwen3 | qwen3moe | gpt-oss | gemma3 | mistral3 | phi3",
              "A");
     p.integer("--experts", s.spec.n_expert, 1, 1 << 24, "qwen3moe, gpt-oss: experts per layer");
     p.integer("--experts-used", s.spec.n_expert_used, 1, 1 << 24, "qwen3moe, gpt-oss: experts per token", "K");
@@ -48,6 +49,11 @@ void declare_synth_options(Options & p, SynthSettings & s) {
     p.number("--rope-linear", s.spec.rope_linear, 0.0f, 1e6f, "linear RoPE scaling factor (0: none; gemma3 4B+: 8)");
     p.number("--yarn", s.spec.yarn_factor, 0.0f, 1e6f, "YaRN context extension factor (0: none; gpt-oss: 32)");
     p.integer("--yarn-ctx", s.spec.yarn_orig_ctx, 1, 1 << 24, "with --yarn: the original training context (gpt-oss: 4096)");
+    p.number("--llama3-rope", s.spec.llama3_rope, 0.0f, 1e6f,
+             "llama, mistral3: Llama 3's RoPE frequency factors (rope_freqs) for this factor (0: none; 3.1: 8, 3.2: 32)");
+    p.integer("--llama3-rope-ctx", s.spec.llama3_rope_ctx, 1, 1 << 24, "with --llama3-rope: the original context (Llama 3: 8192)");
+    p.integer("--long-rope", s.spec.long_rope_ctx, 0, 1 << 24,
+              "phi3: LongRoPE from this original context to --n-ctx (short and long factors; 0: none; Phi-3.5: 4096)", "N");
     p.number("--attn-temp", s.spec.attn_temp_scale, 0.0f, 1e3f,
              "mistral3: attention temperature scale (0: none; Ministral 3: 0.1), by the YaRN context");
     p.integer("--n-embd", s.spec.n_embd, 1, 1 << 24, "hidden size");

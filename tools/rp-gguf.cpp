@@ -4,7 +4,7 @@
 //   rp-gguf dump FILE TENSOR [-n N]          first N dequantized values (default 16, 0 = all)
 //   rp-gguf convert IN OUT --type T          quantize like llama-quantize (mixes q4_k_m ..., types q8_0 ...)
 //   rp-gguf diff A B                         per-tensor max |a - b| after dequantization
-//   rp-gguf synth OUT --vocab V [shape]      a random-weight llama/qwen2/qwen3/qwen3moe model of any shape
+//   rp-gguf synth OUT --vocab V [shape]      a random-weight model of any supported architecture and shape
 //   rp-gguf export-peft A.gguf -m BASE -o DIR  a LoRA adapter in PEFT's layout (models/convert/peft.h)
 //   rp-gguf import-peft DIR -m BASE -o A.gguf  and back
 //   rp-gguf export-hf MODEL.gguf -o DIR         the model as Hugging Face safetensors (convert/hf_export.h)
@@ -153,7 +153,7 @@ int cmd_synth(int argc, char ** argv) {
     Options p("rp-gguf synth",
               "usage: rp-gguf synth OUT (--vocab VOCAB.gguf | --n-vocab N | --shape NAME) [options]\n"
               "\n"
-              "Writes a llama / qwen2 / qwen3 / qwen3moe / gpt-oss / gemma3 / mistral3 model with random weights (seeded, O(1) activations)\n"
+              "Writes a llama / qwen2 / qwen3 / qwen3moe / gpt-oss / gemma3 / mistral3 / phi3 model with random weights (seeded, O(1) activations)\n"
               "whose tokenizer is copied from VOCAB.gguf (which sets n_vocab), e.g. ../shared/models/vocab/ggml-vocab-qwen2.gguf\n"
               "for the real 151,936-token Qwen vocabulary. Prints 'params N'. Weights are generated while writing: the\n"
               "model never sits in memory.\n");

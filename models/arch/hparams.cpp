@@ -8,7 +8,7 @@ namespace rp {
 namespace {
 
 const ArchTraits kArchs[] = {
-    {.arch = Arch::Llama, .name = "llama", .rope_mode = RopeMode::Normal, .default_rms_eps = 1e-5f},
+    {.arch = Arch::Llama, .name = "llama", .rope_mode = RopeMode::Normal, .default_rms_eps = 1e-5f, .rope_freqs = true},
     {.arch = Arch::Qwen2, .name = "qwen2", .rope_mode = RopeMode::Neox, .qkv_bias = true},
     {.arch = Arch::Qwen3, .name = "qwen3", .rope_mode = RopeMode::Neox, .qk_norm = true},
     {.arch = Arch::Qwen3Moe, .name = "qwen3moe", .rope_mode = RopeMode::Neox, .qk_norm = true, .moe = true},
@@ -18,7 +18,11 @@ const ArchTraits kArchs[] = {
     {.arch = Arch::Gemma3, .name = "gemma3", .rope_mode = RopeMode::Neox, .qk_norm = true, .sliding_window = true, .embd_scale = true,
      .post_norms = true, .glu = GluKind::GeluTanh, .swa_period = 6, .swa_rope_base = 10000.0f, .gemma_attn_scale = true},
     {.arch = Arch::Mistral3, .name = "mistral3", .rope_mode = RopeMode::Normal, .default_rms_eps = 1e-5f, .yarn_log_mul = true,
-     .attn_temperature = true},
+     .attn_temperature = true, .rope_freqs = true},
+    // phi3 (Phi-3, Phi-3.5, Phi-4): llama.cpp reads attention.sliding_window but runs every layer unwindowed (its
+    // "Phi SWA is currently disabled"); so do we, to give its logits.
+    {.arch = Arch::Phi3, .name = "phi3", .rope_mode = RopeMode::Neox, .default_rms_eps = 1e-5f, .long_rope = true, .fused_qkv = true,
+     .fused_gate_up = true},
 };
 
 [[noreturn]] void fail(const gguf::Reader & f, const std::string & what) {
@@ -139,15 +143,16 @@ HParams load_hparams(const gguf::Reader & f) {
     hp.rms_eps = f.get_f32(key("attention.layer_norm_rms_epsilon"));
     hp.rope_freq_base = f.get_f32_or(key("rope.freq_base"), 10000.0f);
     // rope.scaling.type: none, linear (factor -> freq_scale) and yarn (also the training context and, as llama.cpp
-    // reads them, ext_factor 1, attn_factor 1, beta_fast 32, beta_slow 1 unless the file gives them); longrope is not.
+    // reads them, ext_factor 1, attn_factor 1, beta_fast 32, beta_slow 1 unless the file gives them); phi3's files may
+    // say longrope (its factors are tensors: Model; the scale as linear's).
     const std::string scaling = f.get_string_or(key("rope.scaling.type"), "linear");
-    if (scaling != "none" && scaling != "linear" && scaling != "yarn")
+    if (scaling != "none" && scaling != "linear" && scaling != "yarn" && !(scaling == "longrope" && hp.arch->long_rope))
         fail(f, "rope scaling '" + scaling + "' (" + key("rope.scaling.type") + ") is not supported");
     float factor = f.get_f32_or(key("rope.scaling.factor"), 0.0f);
     if (factor == 0.0f) factor = f.get_f32_or(key("rope.scale_linear"), 0.0f);
     hp.rope_freq_scale = (scaling == "none" || factor == 0.0f) ? 1.0f : 1.0f / factor;
+    hp.rope_n_ctx_orig = f.get_u32_or(key("rope.scaling.original_context_length"), hp.n_ctx_train);
     if (scaling == "yarn") {
-        hp.rope_n_ctx_orig = f.get_u32_or(key("rope.scaling.original_context_length"), hp.n_ctx_train);
         hp.rope_ext_factor = f.get_f32_or(key("rope.scaling.yarn_ext_factor"), 1.0f);
         hp.rope_attn_factor = f.get_f32_or(key("rope.scaling.yarn_attn_factor"), 1.0f);
         hp.rope_beta_fast = f.get_f32_or(key("rope.scaling.yarn_beta_fast"), 32.0f);
@@ -173,11 +178,16 @@ HParams load_hparams(const gguf::Reader & f) {
     if (hp.arch->attn_temperature) {
         hp.attn_temp_scale = f.get_f32_or(key("attention.temperature_scale"), 0.0f);
         if (hp.attn_temp_scale != 0.0f) {
-            hp.attn_temp_floor = hp.rope_n_ctx_orig > 0 ? hp.rope_n_ctx_orig : hp.n_ctx_train;
+            hp.attn_temp_floor = hp.rope_n_ctx_orig;
             if (hp.attn_temp_floor == 0 || !std::isfinite(hp.attn_temp_scale))
                 fail(f, key("attention.temperature_scale") + " needs a training context (rope.scaling.original_context_length)");
         }
     }
+    // rope.scaling.attn_factor (phi3's LongRoPE: sqrt(1 + ln(s) / ln(n_ctx_orig)) for an extension s) scales every
+    // cos / sin on top of the above, as llama.cpp multiplies it in.
+    const float attn_factor = f.get_f32_or(key("rope.scaling.attn_factor"), 1.0f);
+    if (!(attn_factor > 0) || !std::isfinite(attn_factor)) fail(f, key("rope.scaling.attn_factor") + " must be a positive number");
+    hp.rope_attn_factor *= attn_factor;
     hp.rope_freq_base_swa = f.get_f32_or(key("rope.freq_base_swa"), hp.rope_freq_base);
     hp.rope_freq_scale_swa = hp.rope_freq_scale;
     if (hp.arch->sliding_window) {

@@ -1,5 +1,5 @@
 // Architecture registry and hyper-parameters read from GGUF metadata, with llama.cpp's defaults
-// (formats.md §3.1). One place states how llama, qwen2, qwen3, qwen3moe, gpt-oss and gemma3 differ.
+// (formats.md §3.1). One place states how llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3, mistral3 and phi3 differ.
 #pragma once
 
 #include "ggml_rp/ops/rope.h"
@@ -11,7 +11,7 @@
 
 namespace rp {
 
-enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe, GptOss, Gemma3, Mistral3 };
+enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe, GptOss, Gemma3, Mistral3, Phi3 };
 
 // What distinguishes one architecture's decoder layer from another's.
 struct ArchTraits {
@@ -45,6 +45,15 @@ struct ArchTraits {
                                     // mscale(factor, 1) / mscale(factor, m), mscale(s, m) = 1 + 0.1 m ln s (s > 1)
     bool attn_temperature = false;  // attention.temperature_scale: the queries scaled by position (ops/rope_math.h
                                     // RopeTemperature, floor = the YaRN training context)
+    // llama, mistral3: Llama 3's RoPE frequency factors, one rope_freqs.weight [n_rot / 2] shared by every layer
+    // (optional; ops/rope.h freq_factors).
+    bool rope_freqs = false;
+    // phi3:
+    bool long_rope = false;         // LongRoPE: rope_factors_short / rope_factors_long.weight [n_rot / 2] (optional),
+                                    // the long ones for a context beyond rope.scaling.original_context_length
+    bool fused_qkv = false;         // attn_qkv [n_embd, n_q + 2 n_kv] (q, k, v rows in that order) in place of
+                                    // attn_q / attn_k / attn_v (either is accepted, as llama.cpp does)
+    bool fused_gate_up = false;     // ffn_up [n_embd, 2 n_ff] holds the gate's rows then the up rows; no ffn_gate
 };
 
 // nullptr when the architecture is not supported.
@@ -92,7 +101,7 @@ struct HParams {
     float rope_freq_scale = 1.0f;
     // YaRN (rope.scaling.type = yarn: ops/rope_math.h): ext_factor 0 = none.
     float rope_ext_factor = 0.0f, rope_attn_factor = 1.0f, rope_beta_fast = 32.0f, rope_beta_slow = 1.0f;
-    uint32_t rope_n_ctx_orig = 0;
+    uint32_t rope_n_ctx_orig = 0;  // rope.scaling.original_context_length, else n_ctx_train
     float rope_freq_base_swa = 10000.0f;
     float rope_freq_scale_swa = 1.0f;
     float embd_scale = 1.0f;  // the embeddings' factor (gemma3: sqrt(n_embd))

@@ -12,7 +12,9 @@ namespace rp {
 
 InferenceSession::InferenceSession(const Model & model, int64_t n_ctx, int n_threads, const LoraSet * lora,
                                    const ModelWeights * weights)
-    : model_(model), hp_(model.hparams()), weights_(weights ? *weights : model.graph_weights()), lora_(lora ? *lora : LoraSet()),
+    : model_(model), hp_(model.hparams()),
+      weights_(weights ? *weights : model.graph_weights(n_ctx > 0 ? n_ctx : std::min<int64_t>(model.hparams().n_ctx_train, 4096))),
+      lora_(lora ? *lora : LoraSet()),
       have_lora_(lora && !lora->empty()), n_threads_(n_threads) {
     lora_.dropout = LoraDropout{};
     hp_.gelu_fp16_table = true;

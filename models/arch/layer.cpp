@@ -94,6 +94,13 @@ Tensor * cache_read(Context & ctx, Tensor * cache, Tensor * write, int64_t n) {
 
 std::string lname(int il, const char * what) { return "blk." + std::to_string(il) + "." + what; }
 
+// Rows [r0, r0 + n) of every column of a fused projection's output y [R, T, B] (phi3's attn_qkv and gate/up), as a
+// contiguous [n, T, B] (a window of y, whose backward writes the rows' gradient back into y's).
+Tensor * rows_of(Context & ctx, Tensor * y, int64_t r0, int64_t n) {
+    const int64_t ne[4] = {n, y->ne[1], y->ne[2], y->ne[3]};
+    return cont(ctx, view(ctx, y, ne, y->nb, static_cast<size_t>(r0) * y->nb[0]));
+}
+
 // gpt-oss's clamped SwiGLU (llama.cpp's LLM_FFN_SWIGLU_OAI_MOE).
 constexpr float kSwigluOaiAlpha = 1.702f, kSwigluOaiLimit = 7.0f;
 
@@ -122,9 +129,17 @@ Tensor * attention_block(Context & ctx, const HParams & hp, const LayerWeights &
 
     // 1-2: attention input norm and projections (+ qwen2 biases).
     Tensor * n1 = set_name(rms_norm(ctx, x, w.attn_norm, hp.rms_eps), lname(il, "attn_in"));
-    Tensor * q = build_linear(ctx, w.wq, n1, lora);
-    Tensor * k = build_linear(ctx, w.wk, n1, lora);
-    Tensor * v = build_linear(ctx, w.wv, n1, lora);
+    Tensor * q = nullptr, * k = nullptr, * v = nullptr;
+    if (w.wqkv) {  // phi3: one projection (and its LoRA, as llama.cpp applies it), its rows split into q, k, v
+        Tensor * qkv = build_linear(ctx, w.wqkv, n1, lora);
+        q = rows_of(ctx, qkv, 0, D * Hq);
+        k = rows_of(ctx, qkv, D * Hq, D * Hkv);
+        v = rows_of(ctx, qkv, D * (Hq + Hkv), D * Hkv);
+    } else {
+        q = build_linear(ctx, w.wq, n1, lora);
+        k = build_linear(ctx, w.wk, n1, lora);
+        v = build_linear(ctx, w.wv, n1, lora);
+    }
     if (w.bq) q = add(ctx, q, w.bq);
     if (w.bk) k = add(ctx, k, w.bk);
     if (w.bv) v = add(ctx, v, w.bv);
@@ -136,10 +151,11 @@ Tensor * attention_block(Context & ctx, const HParams & hp, const LayerWeights &
     if (w.q_norm) q = rms_norm(ctx, q, w.q_norm, hp.rms_eps);
     if (w.k_norm) k = rms_norm(ctx, k, w.k_norm, hp.rms_eps);
 
-    // 4: RoPE (normal for llama, neox for qwen; from the architecture traits; a windowed layer's own base).
+    // 4: RoPE (normal for llama, neox for qwen; from the architecture traits; a windowed layer's own base; Llama 3's
+    // and phi3's frequency factors).
     const RopeParams rope_p = hp.rope(static_cast<uint32_t>(il));
-    q = set_name(rope(ctx, q, pos.pos, hp.rope_query(static_cast<uint32_t>(il))), lname(il, "q"));
-    k = set_name(rope(ctx, k, pos.pos, rope_p), lname(il, "k"));
+    q = set_name(rope(ctx, q, pos.pos, hp.rope_query(static_cast<uint32_t>(il)), w.rope_freqs), lname(il, "q"));
+    k = set_name(rope(ctx, k, pos.pos, rope_p, w.rope_freqs), lname(il, "k"));
     set_name(v, lname(il, "v"));
 
     // 5: causal GQA attention, scale 1/sqrt(head_dim) (gemma3's 27B: 1/sqrt(n_embd / n_head)); with a cache, over
@@ -203,8 +219,16 @@ Tensor * ffn_block(Context & ctx, const HParams & hp, const LayerWeights & w, in
     if (w.ffn_gate_inp) {
         f = moe_ffn(ctx, hp, w, il, n2, lora);
     } else {
-        Tensor * g = build_linear(ctx, w.ffn_gate, n2, lora);
-        Tensor * u = build_linear(ctx, w.ffn_up, n2, lora);
+        Tensor * g = nullptr, * u = nullptr;
+        if (w.ffn_gate) {
+            g = build_linear(ctx, w.ffn_gate, n2, lora);
+            u = build_linear(ctx, w.ffn_up, n2, lora);
+        } else {  // phi3: one projection to [2 n_ff]: the gate's rows, then the up rows
+            Tensor * gu = build_linear(ctx, w.ffn_up, n2, lora);
+            const int64_t F = gu->ne[0] / 2;
+            g = rows_of(ctx, gu, 0, F);
+            u = rows_of(ctx, gu, F, F);
+        }
         Tensor * act = hp.arch->glu == GluKind::GeluTanh ? geglu(ctx, g, u, hp.gelu_fp16_table) : swiglu(ctx, g, u);
         f = build_linear(ctx, w.ffn_down, act, lora);
     }

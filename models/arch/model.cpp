@@ -51,14 +51,15 @@ public:
         return t;
     }
 
+    bool has(const std::string & name) const { return f_.find_tensor(name) != nullptr; }
+
     // Every tensor of the file must have been taken: an unused one means a graph variant we do not implement.
     void check_all_used(const HParams & hp) const {
         for (const gguf::TensorInfo & t : f_.tensors()) {
             if (used_.count(t.name)) continue;
             if (t.name.find("attn_qkv") != std::string::npos)
-                fail(t.name + ": fused attn_qkv tensors are not supported (separate attn_q/attn_k/attn_v expected)");
-            if (t.name.rfind("rope_freqs", 0) == 0)
-                fail(t.name + ": rope_freqs (Llama 3 rope scaling) is not supported yet");
+                fail(t.name + ": fused attn_qkv tensors are not used by the " + std::string(hp.arch->name) +
+                     " graph (separate attn_q/attn_k/attn_v expected)");
             fail(t.name + ": unexpected tensor, not used by the " + std::string(hp.arch->name) + " graph (not supported)");
         }
     }
@@ -90,14 +91,31 @@ std::unique_ptr<Model> Model::load(const std::string & path) {
     m->output = ld.take("output.weight", {E, V}, Role::Matrix, false);
     if (!m->output) m->output = m->tok_embd;  // tied embeddings (formats.md §3.3)
 
+    // RoPE frequency factors: one tensor for every layer (llama.cpp's TENSOR_DUPLICATED), optional.
+    Tensor * rope_freqs = nullptr;
+    const int64_t R = hp.n_rot / 2;
+    if (at.rope_freqs) rope_freqs = ld.take("rope_freqs.weight", {R}, Role::Vector, false);
+    if (at.long_rope) {
+        rope_freqs = ld.take("rope_factors_short.weight", {R}, Role::Vector, false);
+        m->rope_factors_long = ld.take("rope_factors_long.weight", {R}, Role::Vector, false);
+        if (!rope_freqs != !m->rope_factors_long)
+            ld.fail(std::string(rope_freqs ? "rope_factors_short" : "rope_factors_long") + ".weight without " +
+                    (rope_freqs ? "rope_factors_long" : "rope_factors_short") + ".weight (LongRoPE needs both)");
+    }
+
     m->layers.resize(hp.n_layer);
     for (uint32_t il = 0; il < hp.n_layer; ++il) {
         LayerWeights & L = m->layers[il];
         const std::string p = "blk." + std::to_string(il) + ".";
+        L.rope_freqs = rope_freqs;
         L.attn_norm = ld.take(p + "attn_norm.weight", {E}, Role::Vector);
-        L.wq = ld.take(p + "attn_q.weight", {E, Q}, Role::Matrix);
-        L.wk = ld.take(p + "attn_k.weight", {E, KV}, Role::Matrix);
-        L.wv = ld.take(p + "attn_v.weight", {E, KV}, Role::Matrix);
+        if (at.fused_qkv && ld.has(p + "attn_qkv.weight")) {  // phi3: fused, or separate as llama.cpp also accepts
+            L.wqkv = ld.take(p + "attn_qkv.weight", {E, Q + 2 * KV}, Role::Matrix);
+        } else {
+            L.wq = ld.take(p + "attn_q.weight", {E, Q}, Role::Matrix);
+            L.wk = ld.take(p + "attn_k.weight", {E, KV}, Role::Matrix);
+            L.wv = ld.take(p + "attn_v.weight", {E, KV}, Role::Matrix);
+        }
         if (at.qkv_bias) {
             L.bq = ld.take(p + "attn_q.bias", {Q}, Role::Vector);
             L.bk = ld.take(p + "attn_k.bias", {KV}, Role::Vector);
@@ -124,6 +142,9 @@ std::unique_ptr<Model> Model::load(const std::string & path) {
                 L.ffn_up_exps_b = ld.take(p + "ffn_up_exps.bias", {FX, X}, Role::Vector);
                 L.ffn_down_exps_b = ld.take(p + "ffn_down_exps.bias", {E, X}, Role::Vector);
             }
+        } else if (at.fused_gate_up) {
+            L.ffn_up = ld.take(p + "ffn_up.weight", {E, 2 * F}, Role::Matrix);
+            L.ffn_down = ld.take(p + "ffn_down.weight", {F, E}, Role::Matrix);
         } else {
             L.ffn_gate = ld.take(p + "ffn_gate.weight", {E, F}, Role::Matrix);
             L.ffn_up = ld.take(p + "ffn_up.weight", {E, F}, Role::Matrix);
@@ -137,6 +158,13 @@ std::unique_ptr<Model> Model::load(const std::string & path) {
     for (Tensor * t : taken) by_name[t->name] = t;
     for (const gguf::TensorInfo & t : m->file_->tensors()) m->weights_.push_back(by_name.at(t.name));
     return m;
+}
+
+ModelWeights Model::graph_weights(int64_t n_ctx) const {
+    ModelWeights w{tok_embd, output_norm, output, layers};
+    if (rope_factors_long && n_ctx > static_cast<int64_t>(hp_.rope_n_ctx_orig))
+        for (LayerWeights & l : w.layers) l.rope_freqs = rope_factors_long;
+    return w;
 }
 
 Tensor * Model::find(std::string_view name) const {

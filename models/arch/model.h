@@ -1,4 +1,5 @@
-// A Llama / Qwen2 / Qwen3 / Qwen3-MoE / gpt-oss / Gemma 3 model loaded from a GGUF file (formats.md §3).
+// A model of any architecture in hparams.h (llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3, mistral3, phi3) loaded from a
+// GGUF file (formats.md §3).
 //
 // The file stays memory-mapped for the model's lifetime and every weight is a leaf Tensor whose data points
 // straight into the mapping, in the file's own dtype (f32, f16, bf16 or a block type): nothing is copied or
@@ -50,19 +51,27 @@ struct LayerWeights {
     // gemma3:
     Tensor * attn_post_norm = nullptr;  // post_attention_norm [n_embd] f32, on the attention's output
     Tensor * ffn_post_norm = nullptr;   // post_ffw_norm [n_embd] f32, on the feed-forward's output
+    // phi3 (ffn_up then holds [n_embd, 2 n_ff]: the gate's rows, then the up projection's; ffn_gate is unset):
+    Tensor * wqkv = nullptr;            // attn_qkv [n_embd, n_q + 2 n_kv] in place of wq / wk / wv
+    // RoPE frequency factors [n_rot / 2] f32 (ops/rope.h freq_factors), one tensor shared by every layer: Llama 3's
+    // rope_freqs, or phi3's rope_factors_short / _long as the context chooses (Model::graph_weights). A constant:
+    // never trained (is_constant).
+    Tensor * rope_freqs = nullptr;
 
     // Every slot, in the order the layer's tensors are listed everywhere (uploads, checkpoints, dumps).
-    static constexpr size_t kSlots = 26;
+    static constexpr size_t kSlots = 28;
     std::array<Tensor **, kSlots> slots() {
         return {&attn_norm, &wq, &wk, &wv, &bq, &bk, &bv, &q_norm, &k_norm, &wo, &ffn_norm, &ffn_gate, &ffn_up, &ffn_down,
                 &ffn_gate_inp, &ffn_gate_exps, &ffn_up_exps, &ffn_down_exps, &bo, &attn_sinks, &ffn_gate_inp_b,
-                &ffn_gate_exps_b, &ffn_up_exps_b, &ffn_down_exps_b, &attn_post_norm, &ffn_post_norm};
+                &ffn_gate_exps_b, &ffn_up_exps_b, &ffn_down_exps_b, &attn_post_norm, &ffn_post_norm, &wqkv, &rope_freqs};
     }
     std::array<Tensor *, kSlots> tensors() const {
         return {attn_norm, wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo, ffn_norm, ffn_gate, ffn_up, ffn_down,
                 ffn_gate_inp, ffn_gate_exps, ffn_up_exps, ffn_down_exps, bo, attn_sinks, ffn_gate_inp_b,
-                ffn_gate_exps_b, ffn_up_exps_b, ffn_down_exps_b, attn_post_norm, ffn_post_norm};
+                ffn_gate_exps_b, ffn_up_exps_b, ffn_down_exps_b, attn_post_norm, ffn_post_norm, wqkv, rope_freqs};
     }
+    // Whether a slot holds a constant of the architecture rather than a weight (the RoPE factors).
+    bool is_constant(const Tensor * t) const { return t && t == rope_freqs; }
 };
 
 // The tensors the graph builders read: a model's own weights, or a trainer's fp32 masters standing in for them.
@@ -91,9 +100,13 @@ public:
     Tensor * output = nullptr;       // [n_embd, n_vocab]; == tok_embd when the file has no output.weight
     std::vector<LayerWeights> layers;
 
+    // phi3's LongRoPE factors for a context beyond rope_n_ctx_orig (layers[].rope_freqs holds the short ones).
+    Tensor * rope_factors_long = nullptr;
+
     bool tied_output() const { return output == tok_embd; }
-    // The weights as the graph builders take them.
-    ModelWeights graph_weights() const { return {tok_embd, output_norm, output, layers}; }
+    // The weights as the graph builders take them, for a context of n_ctx tokens: phi3's long RoPE factors when
+    // n_ctx exceeds the original context (llama.cpp's choice by n_ctx; HF's by the sequence), else the short ones.
+    ModelWeights graph_weights(int64_t n_ctx = 0) const;
     // The weight leaf of a GGUF tensor name ("blk.3.attn_q.weight"), or nullptr.
     Tensor * find(std::string_view name) const;
     // Every weight leaf, in file order.

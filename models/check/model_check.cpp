@@ -108,19 +108,22 @@ public:
         }
         return out;
     }
-    std::vector<float> logits(const std::string & model, const std::vector<int32_t> & ids, const std::string & lora) const {
+    // n_ctx: llama.cpp's context size, as ours (it chooses phi3's LongRoPE factors); 0: the oracle's default.
+    std::vector<float> logits(const std::string & model, const std::vector<int32_t> & ids, const std::string & lora, int64_t n_ctx = 0) const {
         const std::string out = tmp_.file("logits.f32");
         run("logits " + quote(model) + " --tokens " + quote(ids_text(ids)) + (lora.empty() ? "" : " --lora " + quote(lora)) +
-            " --out " + quote(out));
+            (n_ctx > 0 ? " --ctx " + std::to_string(n_ctx) : "") + " --out " + quote(out));
         std::ifstream f(out, std::ios::binary);
         const std::string s((std::istreambuf_iterator<char>(f)), {});
         std::vector<float> v(s.size() / sizeof(float));
         std::memcpy(v.data(), s.data(), v.size() * sizeof(float));
         return v;
     }
-    std::vector<int32_t> generate(const std::string & model, const std::vector<int32_t> & prompt, int n, const std::string & lora) const {
+    std::vector<int32_t> generate(const std::string & model, const std::vector<int32_t> & prompt, int n, const std::string & lora,
+                                  int64_t n_ctx = 0) const {
         const std::string out = run("generate " + quote(model) + " --tokens " + quote(ids_text(prompt)) + " -n " + std::to_string(n) +
-                                    " --ignore-eos" + (lora.empty() ? "" : " --lora " + quote(lora)));
+                                    " --ignore-eos" + (lora.empty() ? "" : " --lora " + quote(lora)) +
+                                    (n_ctx > 0 ? " --ctx " + std::to_string(n_ctx) : ""));
         return parse_ids(out);
     }
     // One line of ids per case.
@@ -241,9 +244,12 @@ void check_forward(Context_ & c) {
     const Tolerance tol = tolerance_for(*c.model);
     const std::vector<int32_t> ids = c.tokens(c.opt.quick ? 24 : 96);
     const int64_t nv = c.model->hparams().n_vocab, n = static_cast<int64_t>(ids.size());
-    InferenceSession ours(*c.model, n + 32, c.opt.threads, c.lora.empty() ? nullptr : &c.lora);
+    // Both engines in the same context: llama.cpp's is the asked one padded to 256 tokens, which e.g. chooses
+    // phi3's LongRoPE factors; ours, the same (within the model's).
+    const auto same_ctx = [&](int64_t want) { return std::min<int64_t>((want + 255) / 256 * 256, c.model->hparams().n_ctx_train); };
+    InferenceSession ours(*c.model, same_ctx(n + 32), c.opt.threads, c.lora.empty() ? nullptr : &c.lora);
     const std::vector<float> a = ours.eval(ids, true);
-    const std::vector<float> b = c.oracle.logits(c.opt.model, ids, c.opt.lora);
+    const std::vector<float> b = c.oracle.logits(c.opt.model, ids, c.opt.lora, ours.n_ctx());
     if (b.size() != a.size()) {
         c.add({name, "logits vs llama.cpp", "-", "-", CheckStatus::Fail,
                "llama.cpp returned " + std::to_string(b.size()) + " logits, we " + std::to_string(a.size()), 0});
@@ -270,7 +276,7 @@ void check_forward(Context_ & c) {
            std::to_string(same) + " of " + std::to_string(n) + " positions", 0});
     // Greedy continuation of the first 8 tokens, 16 new tokens.
     const std::vector<int32_t> prompt(ids.begin(), ids.begin() + std::min<int64_t>(8, n));
-    InferenceSession g(*c.model, static_cast<int64_t>(prompt.size()) + 17, c.opt.threads, c.lora.empty() ? nullptr : &c.lora);
+    InferenceSession g(*c.model, same_ctx(static_cast<int64_t>(prompt.size()) + 17), c.opt.threads, c.lora.empty() ? nullptr : &c.lora);
     std::vector<float> last = g.eval(prompt, false);
     std::vector<int32_t> mine;
     for (int i = 0; i < 16; ++i) {
@@ -278,7 +284,7 @@ void check_forward(Context_ & c) {
         mine.push_back(next);
         last = g.eval({next}, false);
     }
-    const std::vector<int32_t> theirs = c.oracle.generate(c.opt.model, prompt, 16, c.opt.lora);
+    const std::vector<int32_t> theirs = c.oracle.generate(c.opt.model, prompt, 16, c.opt.lora, g.n_ctx());
     int lead = 0;
     while (lead < 16 && lead < static_cast<int>(theirs.size()) && mine[static_cast<size_t>(lead)] == theirs[static_cast<size_t>(lead)]) ++lead;
     c.add({name, "greedy continuation (16 tokens)", std::to_string(lead) + " equal", ">= " + std::to_string(tol.greedy),
@@ -458,7 +464,7 @@ void check_round_trip(Context_ & c) {
         return c.skip(name, what, "needs an f32 model (a merge into f16/bf16/quantized weights rounds the delta; the test suite checks those bytes)");
     std::vector<std::string> targets;
     for (uint32_t il = 0; il < c.model->hparams().n_layer; ++il)
-        for (const char * k : {"attn_q", "attn_v", "ffn_down", "ffn_down_exps"}) {  // a dense model's down, or the experts'
+        for (const char * k : {"attn_q", "attn_v", "attn_qkv", "ffn_down", "ffn_down_exps"}) {  // a dense model's down, or the experts'; phi3's qkv
             const std::string t = "blk." + std::to_string(il) + "." + k + ".weight";
             if (c.model->find(t)) targets.push_back(t);
         }

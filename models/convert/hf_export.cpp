@@ -91,6 +91,8 @@ std::string config_json(const Model & model, const std::string & dtype) {
         throw Error(model.path() + ": exporting gemma3 to Hugging Face safetensors is not supported yet");
     case Arch::Mistral3:  // transformers' Mistral3ForConditionalGeneration wraps a vision tower this file does not have
         throw Error(model.path() + ": exporting mistral3 to Hugging Face safetensors is not supported yet");
+    case Arch::Phi3:  // transformers' Phi3 names its fused projections qkv_proj / gate_up_proj and its LongRoPE in the config
+        throw Error(model.path() + ": exporting phi3 to Hugging Face safetensors is not supported yet");
     }
     const std::string torch = dtype == "F32" ? "float32" : dtype == "F16" ? "float16" : "bfloat16";
     std::string c = "{\n";

@@ -19,6 +19,9 @@ const ModuleName kMatrices[] = {
     {"attn_output", "self_attn.o_proj"}, {"ffn_gate", "mlp.gate_proj"},      {"ffn_up", "mlp.up_proj"},
     {"ffn_down", "mlp.down_proj"},       {"ffn_gate_inp", "mlp.gate"},       {"ffn_gate_exps", "mlp.experts.{E}.gate_proj"},
     {"ffn_up_exps", "mlp.experts.{E}.up_proj"}, {"ffn_down_exps", "mlp.experts.{E}.down_proj"},
+    // phi3 (transformers' Phi3ForCausalLM): the fused projections, the same rows in the same order; its ffn_up is
+    // gate_up_proj (hf_module_of's fused_gate_up), found here by the inverse lookup
+    {"attn_qkv", "self_attn.qkv_proj"}, {"ffn_up", "mlp.gate_up_proj"},
 };
 const ModuleName kNorms[] = {
     {"attn_norm", "input_layernorm"}, {"ffn_norm", "post_attention_layernorm"}, {"attn_q_norm", "self_attn.q_norm"},
@@ -44,11 +47,12 @@ std::string hf_expert_module(std::string module, int64_t e) {
     return module;
 }
 
-std::string hf_module_of(const std::string & w) {
+std::string hf_module_of(const std::string & w, bool fused_gate_up) {
     if (w == "token_embd.weight") return "model.embed_tokens";
     if (w == "output.weight") return "lm_head";
     std::string layer, name, suffix;
     if (!split_layer_tensor(w, layer, name, suffix) || suffix != "weight") return "";
+    if (fused_gate_up && name == "ffn_up") return "model.layers." + layer + ".mlp.gate_up_proj";
     for (const ModuleName & m : kMatrices)
         if (name == m.gguf) return "model.layers." + layer + "." + m.hf;
     return "";

@@ -1,5 +1,5 @@
-// Hugging Face's names for the weights of our architectures (llama, qwen2, qwen3, qwen3moe: the
-// transformers classes LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM), and
+// Hugging Face's names for the weights of our architectures (llama, qwen2, qwen3, qwen3moe, phi3: the
+// transformers classes LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Phi3ForCausalLM), and
 // llama.cpp's row order of a llama model's q/k projections (formats.md §3.6), for the conversions to and
 // from Hugging Face's layouts (convert/peft.h, convert/hf_export.h).
 #pragma once
@@ -14,8 +14,9 @@ namespace rp {
 struct HParams;
 
 // The HF module of a GGUF weight matrix ("blk.3.attn_q.weight" -> "model.layers.3.self_attn.q_proj"; experts:
-// "model.layers.3.mlp.experts.{E}.gate_proj", {E} standing for the expert); "" when it has none.
-std::string hf_module_of(const std::string & gguf_weight);
+// "model.layers.3.mlp.experts.{E}.gate_proj", {E} standing for the expert; phi3's attn_qkv: "self_attn.qkv_proj",
+// and its ffn_up, the gate's and up rows (fused_gate_up): "mlp.gate_up_proj"); "" when it has none.
+std::string hf_module_of(const std::string & gguf_weight, bool fused_gate_up = false);
 // The inverse: the GGUF weight of an HF module and the expert it is (-1: not an expert); "" when none.
 std::pair<std::string, int64_t> gguf_weight_of(const std::string & hf_module);
 // `module` with {E} replaced by expert e.

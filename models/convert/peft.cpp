@@ -60,7 +60,7 @@ void export_peft(const LoraAdapter & ad, const Model & model, const std::string 
     const int64_t rank = ad.tensors().front().rank();
     std::set<std::string> targets;
     for (const LoraTensor & t : ad.tensors()) {
-        const std::string module = hf_module_of(t.base);
+        const std::string module = hf_module_of(t.base, model.hparams().arch->fused_gate_up);
         if (module.empty()) throw Error(what + ": tensor '" + t.base + "' has no module in PEFT's layout");
         if (t.rank() != rank)
             throw Error(what + ": tensor '" + t.base + "' has rank " + std::to_string(t.rank()) + ", the first " + std::to_string(rank) +

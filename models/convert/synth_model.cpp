@@ -41,6 +41,36 @@ void add(gguf::Writer & w, const std::string & name, gguf::TensorType type, int6
     });
 }
 
+// A 1-D f32 tensor of given values (RoPE factors).
+void add_values(gguf::Writer & w, const std::string & name, const std::vector<float> & v, bool weights) {
+    const int64_t ne[1] = {static_cast<int64_t>(v.size())};
+    if (!weights) return w.add_tensor(name, gguf::TensorType::F32, 1, ne, gguf::Writer::Fill{});
+    w.add_tensor(name, gguf::TensorType::F32, 1, ne, [v](uint8_t * dst, size_t nbytes) {
+        if (nbytes != v.size() * sizeof(float)) throw Error("RoPE factors: unexpected tensor size");
+        std::memcpy(dst, v.data(), nbytes);
+    });
+}
+
+// Llama 3's RoPE factors (Meta's apply_scaling, as llama.cpp's converter writes rope_freqs): pairs whose wavelength
+// 2 pi / theta_i is below ctx / 4 keep their frequency, those above ctx / 1 are slowed by `factor`, those between
+// by a smooth blend.
+std::vector<float> llama3_rope_factors(const SynthSpec & s) {
+    const double lo = 1.0, hi = 4.0, ctx = s.llama3_rope_ctx, factor = s.llama3_rope;
+    std::vector<float> out(s.head_dim / 2);
+    for (size_t i = 0; i < out.size(); ++i) {
+        const double freq = std::pow(static_cast<double>(s.rope_base), -2.0 * static_cast<double>(i) / s.head_dim);
+        const double wavelen = 2.0 * M_PI / freq;
+        double f = 1.0;
+        if (wavelen > ctx / lo) f = factor;
+        else if (wavelen >= ctx / hi) {
+            const double smooth = (ctx / wavelen - lo) / (hi - lo);
+            f = 1.0 / ((1.0 - smooth) / factor + smooth);
+        }
+        out[i] = static_cast<float>(f);
+    }
+    return out;
+}
+
 } // namespace
 
 SynthSpec synth_preset(const std::string & name) {
@@ -85,7 +115,17 @@ SynthSpec synth_preset(const std::string & name) {
         s.n_vocab = 131072, s.tied = m.tied;
     } else if (name == "llama3.1-8b") {
         s.n_embd = 4096, s.n_layer = 32, s.n_head = 32, s.n_head_kv = 8, s.head_dim = 128, s.n_ff = 14336;
-        s.n_ctx_train = 131072, s.rope_base = 500000.0f, s.n_vocab = 128256;
+        s.n_ctx_train = 131072, s.rope_base = 500000.0f, s.n_vocab = 128256, s.llama3_rope = 8.0f;
+    } else if (name == "llama3.2-1b" || name == "llama3.2-3b") {
+        const bool big = name == "llama3.2-3b";
+        s.n_embd = big ? 3072 : 2048, s.n_layer = big ? 28 : 16, s.n_head = big ? 24 : 32, s.n_head_kv = 8, s.head_dim = big ? 128 : 64;
+        s.n_ff = 8192, s.n_ctx_train = 131072, s.rope_base = 500000.0f, s.n_vocab = 128256, s.llama3_rope = 32.0f, s.tied = true;
+    } else if (name == "phi-3.5-mini") {  // 32k SentencePiece vocabulary, LongRoPE from 4k
+        s.arch = "phi3", s.n_embd = 3072, s.n_layer = 32, s.n_head = 32, s.n_head_kv = 32, s.head_dim = 96, s.n_ff = 8192;
+        s.n_ctx_train = 131072, s.long_rope_ctx = 4096, s.n_vocab = 32064;
+    } else if (name == "phi-4") {  // 14B, tiktoken-style 100k vocabulary
+        s.arch = "phi3", s.n_embd = 5120, s.n_layer = 40, s.n_head = 40, s.n_head_kv = 10, s.head_dim = 128, s.n_ff = 17920;
+        s.n_ctx_train = 16384, s.rope_base = 250000.0f, s.n_vocab = 100352;
     } else if (name == "llama-98m") {
         s.n_embd = 768, s.n_head = 12, s.n_head_kv = 4, s.head_dim = 64, s.n_ff = 2560, s.n_layer = 13, s.n_ctx_train = 2048;
         s.n_vocab = 32000;
@@ -95,16 +135,24 @@ SynthSpec synth_preset(const std::string & name) {
     } else {
         throw Error("unknown model shape '" + name +
                     "' (qwen3-0.6b, qwen3-1.7b, qwen3-32b, llama3.1-8b, qwen3-30b-a3b, qwen3-235b-a22b, gpt-oss-20b, gpt-oss-120b, "
-                    "gemma-3-1b, gemma-3-4b, gemma-3-12b, gemma-3-27b, ministral-3-3b, ministral-3-8b, ministral-3-14b, llama-98m, llama-20m)");
+                    "gemma-3-1b, gemma-3-4b, gemma-3-12b, gemma-3-27b, ministral-3-3b, ministral-3-8b, ministral-3-14b, llama3.2-1b, "
+                    "llama3.2-3b, phi-3.5-mini, phi-4, llama-98m, llama-20m)");
     }
     return s;
 }
 
 void write_synth_model(const SynthSpec & s, const std::string & path) {
     const bool qwen2 = s.arch == "qwen2", gpt_oss = s.arch == "gpt-oss", moe = s.arch == "qwen3moe" || gpt_oss,
-               qwen3 = s.arch == "qwen3" || s.arch == "qwen3moe", gemma3 = s.arch == "gemma3", mistral3 = s.arch == "mistral3";
-    if (s.arch != "llama" && !qwen2 && !qwen3 && !gpt_oss && !gemma3 && !mistral3)
+               qwen3 = s.arch == "qwen3" || s.arch == "qwen3moe", gemma3 = s.arch == "gemma3", mistral3 = s.arch == "mistral3",
+               phi3 = s.arch == "phi3";
+    if (s.arch != "llama" && !qwen2 && !qwen3 && !gpt_oss && !gemma3 && !mistral3 && !phi3)
         throw Error("synthetic model: unknown architecture '" + s.arch + "'");
+    if (s.llama3_rope != 0.0f && s.arch != "llama" && !mistral3)
+        throw Error("synthetic model: Llama 3's RoPE factors need arch llama or mistral3");
+    if (s.llama3_rope != 0.0f && (s.llama3_rope < 1.0f || s.llama3_rope_ctx == 0))
+        throw Error("synthetic model: Llama 3's RoPE factor must be >= 1, over an original context >= 1");
+    if (s.long_rope_ctx != 0 && (!phi3 || s.long_rope_ctx >= s.n_ctx_train))
+        throw Error("synthetic model: LongRoPE needs arch phi3 and an original context below n_ctx_train");
     if (s.attn_temp_scale != 0.0f && !mistral3) throw Error("synthetic model: attention temperature needs arch mistral3");
     if (moe && (s.n_expert == 0 || s.n_expert_used == 0 || s.n_expert_used > s.n_expert || s.n_ff_exp == 0))
         throw Error("synthetic model: " + s.arch + " needs n_expert >= n_expert_used >= 1 and n_ff_exp >= 1");
@@ -130,14 +178,15 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
     gguf::Writer w;
     const std::string p = s.arch + ".";
     w.set_string("general.architecture", s.arch);
-    w.set_string("general.name", "synthetic-" + s.arch);
+    // llama.cpp gives a model named like "phi-3" / "phi3" Phi-3's special-token attributes, which expect its vocabulary.
+    w.set_string("general.name", phi3 ? std::string("synthetic-phi") : "synthetic-" + s.arch);
     w.set_u32(p + "context_length", s.n_ctx_train);
     w.set_u32(p + "embedding_length", s.n_embd);
     w.set_u32(p + "block_count", s.n_layer);
     w.set_u32(p + "feed_forward_length", s.n_ff);
     w.set_u32(p + "attention.head_count", s.n_head);
     w.set_u32(p + "attention.head_count_kv", s.n_head_kv);
-    w.set_f32(p + "attention.layer_norm_rms_epsilon", s.arch == "llama" || gpt_oss || mistral3 ? 1e-5f : 1e-6f);
+    w.set_f32(p + "attention.layer_norm_rms_epsilon", s.arch == "llama" || gpt_oss || mistral3 || phi3 ? 1e-5f : 1e-6f);
     if (s.attn_temp_scale != 0.0f) w.set_f32(p + "attention.temperature_scale", s.attn_temp_scale);
     w.set_f32(p + "rope.freq_base", s.rope_base);
     w.set_u32(p + "rope.dimension_count", s.head_dim);
@@ -152,6 +201,11 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
         w.set_f32(p + "rope.scaling.factor", s.rope_linear);
     }
     if (gpt_oss || gemma3) w.set_u32(p + "attention.sliding_window", s.n_swa);
+    if (s.long_rope_ctx != 0) {  // as llama.cpp's converter writes Phi-3.5's: no scaling type, the context and the scale
+        w.set_u32(p + "rope.scaling.original_context_length", s.long_rope_ctx);
+        const double ext = static_cast<double>(s.n_ctx_train) / s.long_rope_ctx;
+        w.set_f32(p + "rope.scaling.attn_factor", static_cast<float>(std::sqrt(1.0 + std::log(ext) / std::log(double(s.long_rope_ctx)))));
+    }
     if (key_length) {
         w.set_u32(p + "attention.key_length", s.head_dim);
         w.set_u32(p + "attention.value_length", s.head_dim);
@@ -183,12 +237,30 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
     const float out_norm = !s.tied ? 1.0f : gemma3 ? 3.0f : static_cast<float>(3.0 / std::sqrt(s.n_embd));
     add(w, "output_norm.weight", f32, s.n_embd, 1, {out_norm, 0.1f * out_norm}, ++seed, s.weights);
     if (!s.tied) add(w, "output.weight", wt, s.n_embd, n_vocab, {0.0f, fan(3.0, s.n_embd)}, ++seed, s.weights);
+    if (s.llama3_rope != 0.0f) add_values(w, "rope_freqs.weight", llama3_rope_factors(s), s.weights);
+    if (s.long_rope_ctx != 0) {
+        // Ramps over the pairs, short ones gentle (1 to 1.5), long ones steep (1 to 1 + ext), as Phi-3.5's run.
+        const uint32_t R = s.head_dim / 2;
+        const double ext = static_cast<double>(s.n_ctx_train) / s.long_rope_ctx;
+        std::vector<float> shrt(R), lng(R);
+        for (uint32_t i = 0; i < R; ++i) {
+            const double x = R > 1 ? static_cast<double>(i) / (R - 1) : 0.0;
+            shrt[i] = static_cast<float>(1.0 + 0.5 * x);
+            lng[i] = static_cast<float>(1.0 + ext * x * x);
+        }
+        add_values(w, "rope_factors_long.weight", lng, s.weights);
+        add_values(w, "rope_factors_short.weight", shrt, s.weights);
+    }
     for (uint32_t l = 0; l < s.n_layer; ++l) {
         const std::string b = "blk." + std::to_string(l) + ".";
         add(w, b + "attn_norm.weight", f32, s.n_embd, 1, {1.0f, 0.2f}, ++seed, s.weights);
-        add(w, b + "attn_q.weight", wt, s.n_embd, n_q, {0.0f, fan(1.5, s.n_embd)}, ++seed, s.weights);
-        add(w, b + "attn_k.weight", wt, s.n_embd, n_kv, {0.0f, fan(1.5, s.n_embd)}, ++seed, s.weights);
-        add(w, b + "attn_v.weight", wt, s.n_embd, n_kv, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights);
+        if (phi3) {  // fused q, k, v rows (v's a smaller scale, as below, does not matter at these sizes)
+            add(w, b + "attn_qkv.weight", wt, s.n_embd, n_q + 2 * n_kv, {0.0f, fan(1.5, s.n_embd)}, ++seed, s.weights);
+        } else {
+            add(w, b + "attn_q.weight", wt, s.n_embd, n_q, {0.0f, fan(1.5, s.n_embd)}, ++seed, s.weights);
+            add(w, b + "attn_k.weight", wt, s.n_embd, n_kv, {0.0f, fan(1.5, s.n_embd)}, ++seed, s.weights);
+            add(w, b + "attn_v.weight", wt, s.n_embd, n_kv, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights);
+        }
         if (qwen2 || gpt_oss) {
             add(w, b + "attn_q.bias", f32, n_q, 1, {0.0f, 0.5f}, ++seed, s.weights);
             add(w, b + "attn_k.bias", f32, n_kv, 1, {0.0f, 0.5f}, ++seed, s.weights);
@@ -219,8 +291,12 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
             }
             continue;
         }
-        add(w, b + "ffn_gate.weight", wt, s.n_embd, s.n_ff, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights);
-        add(w, b + "ffn_up.weight", wt, s.n_embd, s.n_ff, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights);
+        if (phi3) {  // the gate's rows, then the up projection's
+            add(w, b + "ffn_up.weight", wt, s.n_embd, 2 * s.n_ff, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights);
+        } else {
+            add(w, b + "ffn_gate.weight", wt, s.n_embd, s.n_ff, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights);
+            add(w, b + "ffn_up.weight", wt, s.n_embd, s.n_ff, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights);
+        }
         add(w, b + "ffn_down.weight", wt, s.n_ff, s.n_embd, {0.0f, fan(1.0, s.n_ff)}, ++seed, s.weights);
         if (gemma3) add(w, b + "post_ffw_norm.weight", f32, s.n_embd, 1, {1.0f, 0.2f}, ++seed, s.weights);
     }
@@ -232,6 +308,7 @@ std::vector<double> synth_grad_bytes(const SynthSpec & sp, bool full, int r) {
     const double experts = sp.n_expert > 0 ? sp.n_expert : 1, ff = sp.n_expert > 0 ? sp.n_ff_exp : sp.n_ff;
     auto pair = [&](double in, double out) { return full ? in * out : r * (in + out); };
     double block = pair(d, q) + 2 * pair(d, kv) + pair(q, d) + experts * (2 * pair(d, ff) + pair(ff, d));
+    if (sp.arch == "phi3") block = pair(d, q + 2 * kv) + pair(q, d) + pair(d, 2 * ff) + pair(ff, d);  // fused qkv, gate/up
     const bool qk_norm = sp.arch == "qwen3" || sp.arch == "qwen3moe" || sp.arch == "gemma3";
     if (full) block += 2 * d + (qk_norm ? 2.0 * sp.head_dim : 0.0) + (sp.n_expert > 0 ? d * sp.n_expert : 0.0);
     if (full && sp.arch == "gemma3") block += 2 * d;  // the post-attention and post-feed-forward norms

@@ -8,6 +8,7 @@
 #include "models/text/unicode.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 
 namespace rp {
@@ -341,6 +342,28 @@ void Tokenizer::load_special_ids(const gguf::Reader & r) {
     std::sort(special_.begin(), special_.end(), [&](int32_t a, int32_t b) {
         return text_[static_cast<size_t>(a)].size() > text_[static_cast<size_t>(b)].size();
     });
+
+    // llama.cpp's attributes by model name (its vocabulary loader; GGUF has no place for them): a model named like
+    // Phi-3 absorbs the whitespace after its special tokens (HF's rstrip), "</s>" too, but not after <unk>, <s>
+    // and <|endoftext|>.
+    std::string name = r.get_string_or("general.name", "");
+    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (name.find("phi-3") != std::string::npos || name.find("phi3") != std::string::npos) {
+        for (int32_t id : special_) {
+            attrs_[static_cast<size_t>(id)] |= kAttrRstrip;
+        }
+        auto set = [&](const char * t, bool on) {
+            const int32_t id = text_to_token(t);
+            if (id == kTokenNull) {
+                return;
+            }
+            attrs_[static_cast<size_t>(id)] = on ? attrs_[static_cast<size_t>(id)] | kAttrRstrip : attrs_[static_cast<size_t>(id)] & ~kAttrRstrip;
+        };
+        set("</s>", true);
+        for (const char * t : {"<unk>", "<s>", "<|endoftext|>"}) {
+            set(t, false);
+        }
+    }
 }
 
 std::string_view Tokenizer::token_text(int32_t id) const {
@@ -407,6 +430,11 @@ std::vector<Tokenizer::Fragment> Tokenizer::partition(std::string_view text, boo
                 }
                 next.push_back({id, m, st.size()});
                 off = m + st.size();
+                if (a & kAttrRstrip) {  // the whitespace after it is absorbed (C isspace, as llama.cpp)
+                    while (off < end && std::isspace(static_cast<unsigned char>(text[off]))) {
+                        ++off;
+                    }
+                }
                 changed = true;
             }
             if (off < end) {

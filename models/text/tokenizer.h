@@ -39,6 +39,7 @@ enum TokenAttr : uint32_t {
     kAttrControl = 1u << 3,    // type 3
     kAttrUserDefined = 1u << 4,// type 4
     kAttrByte = 1u << 5,       // type 6
+    kAttrRstrip = 1u << 6,     // not a type: the whitespace after the token is absorbed (Phi-3's, by model name)
 };
 
 enum class TokenizerModel : uint8_t { Spm, Bpe };

@@ -35,7 +35,9 @@ RunPlan plan_run(const Model & model, const RunPlanOptions & o) {
     if (o.batch < 1) throw Error("batch_size " + std::to_string(o.batch) + " must be at least 1");
     if (o.micro_batches < 1 || o.micro_batches > o.batch)
         throw Error("micro_batches " + std::to_string(o.micro_batches) + " must be in [1, batch_size = " + std::to_string(o.batch) + "]");
-    Trainer tr(model, o.finetune, TrainerData::ShapesOnly);
+    FinetuneConfig fc = o.finetune;
+    if (fc.context == 0) fc.context = o.seq_len;
+    Trainer tr(model, fc, TrainerData::ShapesOnly);
     ModelProgram prog(tr);
     RunPlan r;
     r.step = micro_batch_shapes(o.seq_len, o.batch, o.micro_batches, o.packed);

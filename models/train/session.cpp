@@ -42,6 +42,7 @@ SessionOptions checked(SessionOptions o, const Dataset & data) {
         throw Error("micro_batches " + std::to_string(o.micro_batches) + " must be at least the number of data-parallel ranks (" +
                     std::to_string(ranks) + "): rank r computes micro-batches r, r + " + std::to_string(ranks) + ", ...");
     if (o.replica_check_every < 0) throw Error("replica_check_every must be >= 0");
+    if (o.finetune.context == 0) o.finetune.context = data.seq_len();  // the RoPE factors of the sequences trained on
     return o;
 }
 

@@ -27,11 +27,21 @@ std::vector<std::string> default_lora_targets() {
 }
 
 std::vector<std::string> expand_lora_targets(const Model & model, const std::vector<std::string> & targets) {
-    std::vector<std::string> out;
+    std::vector<std::string> out, fused;
     for (std::string t : targets) {
         // On a mixture of experts the feed-forward targets name the experts' tensors (the router,
         // ffn_gate_inp, is a target of its own).
         if (model.hparams().is_moe() && (t == "ffn_gate" || t == "ffn_up" || t == "ffn_down")) t += "_exps";
+        // phi3's fused projections: attn_q / attn_k / attn_v select attn_qkv, ffn_gate the fused ffn_up (llama.cpp's
+        // adapters, like PEFT's on qkv_proj / gate_up_proj, adapt the fused matrix as a whole).
+        const LayerWeights * l0 = model.layers.empty() ? nullptr : &model.layers[0];
+        if (l0 && l0->wqkv && (t == "attn_q" || t == "attn_k" || t == "attn_v")) t = "attn_qkv";
+        if (l0 && l0->ffn_up && !l0->ffn_gate && !l0->ffn_gate_inp && t == "ffn_gate") t = "ffn_up";
+        const bool fused_model = l0 && (l0->wqkv || (l0->ffn_up && !l0->ffn_gate && !l0->ffn_gate_inp));
+        if (fused_model && (t == "attn_qkv" || t == "ffn_up")) {  // several short names, one fused matrix
+            if (std::find(fused.begin(), fused.end(), t) != fused.end()) continue;
+            fused.push_back(t);
+        }
         size_t hits = 0;
         for (const Tensor * w : model.weights()) {
             const std::string & n = w->name;
@@ -113,7 +123,7 @@ Trainer::Trainer(const Model & model, const FinetuneConfig & cfg, TrainerData da
         throw Error("moe_aux_loss " + std::to_string(cfg.moe_aux_loss) + " must be a finite number >= 0");
     if (cfg.moe_aux_loss > 0.0f && !hp.is_moe())
         throw Error("moe_aux_loss: " + model.path() + " is not a mixture of experts (" + hp.arch->name + ")");
-    w_ = model.graph_weights();
+    w_ = model.graph_weights(cfg.context);
     const bool alloc = data == TrainerData::Allocate;
 
     auto add_param = [&](Tensor * t) {
@@ -126,8 +136,12 @@ Trainer::Trainer(const Model & model, const FinetuneConfig & cfg, TrainerData da
         throw Error("lora_dropout must be in [0, 1), got " + std::to_string(cfg.lora_dropout));
     if (cfg.full) {
         // Every float tensor becomes an fp32 master (quantized ones stay frozen in their dtype).
-        for (const std::string & n : cfg.full_tensors)
-            if (!model.find(n)) throw Error("full_tensors: the model has no tensor '" + n + "'");
+        for (const std::string & n : cfg.full_tensors) {
+            const Tensor * t = model.find(n);
+            if (!t) throw Error("full_tensors: the model has no tensor '" + n + "'");
+            if (!model.layers.empty() && (t == model.layers[0].rope_freqs || t == model.rope_factors_long))
+                throw Error("full_tensors: '" + n + "' holds the RoPE frequency factors, a constant of the model, not a weight");
+        }
         const std::set<std::string> only(cfg.full_tensors.begin(), cfg.full_tensors.end());
         auto master = [&](Tensor *& slot) {
             if (!slot || !dtype_is_float(slot->type)) return;
@@ -148,7 +162,9 @@ Trainer::Trainer(const Model & model, const FinetuneConfig & cfg, TrainerData da
         }
         master(w_.output_norm);
         for (uint32_t il = 0; il < hp.n_layer; ++il) {
-            for (Tensor ** s : w_.layers[il].slots()) master(*s);
+            LayerWeights & l = w_.layers[il];
+            for (Tensor ** s : l.slots())
+                if (!l.is_constant(*s)) master(*s);
         }
     } else {
         if (cfg.lora_rank < 1)

@@ -59,6 +59,9 @@ struct FinetuneConfig {
     // tensor. The others stay frozen in their dtype.
     std::vector<std::string> full_tensors;
     std::vector<std::string> lora_targets = default_lora_targets();  // short names: "attn_q", "ffn_up", ...
+    // The longest sequence the run trains on: phi3's LongRoPE factors are the long ones beyond the model's original
+    // context (Model::graph_weights); 0 = the short ones.
+    int64_t context = 0;
     int64_t lora_rank = 8;
     float lora_alpha = 16.0f;
     float lora_dropout = 0.0f;                      // PEFT's lora_dropout, in [0, 1)
@@ -117,7 +120,8 @@ size_t kept_activation_layers(const std::vector<size_t> & layer_graph_bytes, siz
 
 // The base weight names a list of short target names selects ("attn_q" -> every "blk.N.attn_q.weight";
 // "token_embd" / "output" -> that tensor). Throws rp::Error for a target that matches no tensor.
-// On a mixture of experts, ffn_gate / ffn_up / ffn_down select the experts' tensors (ffn_*_exps).
+// On a mixture of experts, ffn_gate / ffn_up / ffn_down select the experts' tensors (ffn_*_exps); on phi3's fused
+// projections attn_q / attn_k / attn_v select attn_qkv and ffn_gate / ffn_up the fused ffn_up (once).
 std::vector<std::string> expand_lora_targets(const Model & model, const std::vector<std::string> & targets);
 
 // What a Trainer allocates: everything (it trains), or only the tensors' shapes — for a memory plan

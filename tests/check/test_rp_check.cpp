@@ -175,6 +175,26 @@ TEST(RpCheck, PassesOnMistral3) {
         expect_every_check_passes(m, {"tokenizer", "forward", "gradients", "pipeline"});
 }
 
+// phi3 with LongRoPE (fused attn_qkv and gate/up; the long factors: our context and llama.cpp's, the same, exceed
+// the original 64 tokens) and a llama with Llama 3's RoPE factors, every check, f32 and q4_k_m.
+TEST(RpCheck, PassesOnPhi3AndLlama3RopeFactors) {
+    RP_REQUIRE_ORACLE();
+    rp_test::TempDir d;
+    rp::SynthSpec phi3;
+    phi3.arch = "phi3";
+    phi3.vocab_from = models() + "stories260K.gguf";
+    phi3.n_layer = 3, phi3.n_embd = 128, phi3.n_head = 4, phi3.n_head_kv = 2, phi3.head_dim = 32, phi3.n_ff = 128, phi3.seed = 9;
+    phi3.n_ctx_train = 4096, phi3.long_rope_ctx = 64;
+    rp::SynthSpec llama3 = phi3;
+    llama3.arch = "llama", llama3.long_rope_ctx = 0, llama3.llama3_rope = 8.0f, llama3.llama3_rope_ctx = 64;
+    for (const auto & [name, spec] : {std::pair<const char *, rp::SynthSpec>{"phi3", phi3}, {"llama3", llama3}}) {
+        const std::string f32 = d.file(std::string(name) + ".gguf");
+        rp::write_synth_model(spec, f32);
+        for (const std::string & m : {f32, quantized(f32, "q4_k_m", d.file(std::string(name) + "-q4km.gguf"))})
+            expect_every_check_passes(m, {"tokenizer", "forward", "gradients", "pipeline"});
+    }
+}
+
 TEST(RpCheck, CatchesABackwardOffByOnePercent) {
     const ToolRun clean = rp_check("-m " + models() + "stories260K.gguf --only gradients");
     ASSERT_EQ(clean.code, 0) << clean.out;

@@ -1,4 +1,5 @@
-// A naive double-precision reference of the Llama / Qwen2 / Qwen3 / Qwen3-MoE / gpt-oss / Gemma 3 forward pass and the mean cross-entropy
+// A naive double-precision reference of the Llama / Qwen2 / Qwen3 / Qwen3-MoE / gpt-oss / Gemma 3 / Mistral 3 / Phi-3 forward pass and the
+// mean cross-entropy
 // loss, written from the formulas (formats.md §3.4) with plain loops: the independent reference the
 // finetune gradients are checked against by central finite differences. Nothing here uses the engine's ops.
 #pragma once
@@ -23,6 +24,7 @@ struct RefModel {
     rp::HParams hp;
     bool neox = false;
     std::map<std::string, W> w;  // by GGUF name, effective weights (base + LoRA deltas already added)
+    std::string rope_factors;    // the RoPE frequency factors' tensor the run uses (rope_freqs, phi3's short or long); "" none
 
     const W * find(const std::string & n) const {
         auto it = w.find(n);
@@ -48,18 +50,20 @@ inline void rms_norm(const double * x, double * y, int64_t n, const W & g, doubl
     for (int64_t i = 0; i < n; ++i) y[i] = x[i] * r * g.v[static_cast<size_t>(i)];
 }
 
-// In place on one head of D values at position pos, with layer il's base and scale (no YaRN); a query head
-// also times the attention temperature log(floor(pos / floor) + 1) * scale + 1 (mistral3).
-inline void rope(double * x, int64_t pos, const rp::HParams & hp, bool neox, int il, bool query = false) {
-    const double temp = query && hp.attn_temp_scale != 0.0f
-                            ? std::log(std::floor(static_cast<double>(pos) / hp.attn_temp_floor) + 1.0) * hp.attn_temp_scale + 1.0
-                            : 1.0;
+// In place on one head of D values at position pos, with layer il's base and scale (no YaRN), each pair's angle
+// divided by its frequency factor (ff, optional), cos and sin times rope.scaling.attn_factor; a query head also
+// times the attention temperature log(floor(pos / floor) + 1) * scale + 1 (mistral3).
+inline void rope(double * x, int64_t pos, const rp::HParams & hp, bool neox, int il, bool query = false, const W * ff = nullptr) {
+    const double temp = (query && hp.attn_temp_scale != 0.0f
+                             ? std::log(std::floor(static_cast<double>(pos) / hp.attn_temp_floor) + 1.0) * hp.attn_temp_scale + 1.0
+                             : 1.0) *
+                        (hp.rope_ext_factor == 0.0f ? hp.rope_attn_factor : 1.0);
     const int64_t n_rot = hp.n_rot;
     const rp::RopeParams rp_l = hp.rope(static_cast<uint32_t>(il));
     for (int64_t i = 0; i < n_rot / 2; ++i) {
         const double theta = static_cast<double>(pos) * std::pow(static_cast<double>(rp_l.freq_base),
                                                                  -2.0 * static_cast<double>(i) / static_cast<double>(n_rot)) *
-                             static_cast<double>(rp_l.freq_scale);
+                             static_cast<double>(rp_l.freq_scale) / (ff ? ff->v[static_cast<size_t>(i)] : 1.0);
         const int64_t a = neox ? i : 2 * i, b = neox ? i + n_rot / 2 : 2 * i + 1;
         const double x0 = x[a], x1 = x[b], c = std::cos(theta) * temp, s = std::sin(theta) * temp;
         x[a] = x0 * c - x1 * s;
@@ -76,20 +80,29 @@ inline void layer(const RefModel & m, int il, std::vector<double> & x, int64_t T
     const rp::HParams & hp = m.hp;
     const int64_t C = hp.n_embd, D = hp.head_dim, Hq = hp.n_head, Hkv = hp.n_head_kv, F = hp.n_ff;
     const double eps = hp.rms_eps;
+    const W * ff = m.rope_factors.empty() ? nullptr : &m.at(m.rope_factors);
     std::vector<double> n1(static_cast<size_t>(C)), q(static_cast<size_t>(T * Hq * D)), k(static_cast<size_t>(T * Hkv * D)),
         v(static_cast<size_t>(T * Hkv * D));
     for (int64_t t = 0; t < T; ++t) {
         rms_norm(&x[static_cast<size_t>(t * C)], n1.data(), C, m.at(blk(il, "attn_norm.weight")), eps);
-        linear(m.at(blk(il, "attn_q.weight")), n1.data(), &q[static_cast<size_t>(t * Hq * D)], m.find(blk(il, "attn_q.bias")));
-        linear(m.at(blk(il, "attn_k.weight")), n1.data(), &k[static_cast<size_t>(t * Hkv * D)], m.find(blk(il, "attn_k.bias")));
-        linear(m.at(blk(il, "attn_v.weight")), n1.data(), &v[static_cast<size_t>(t * Hkv * D)], m.find(blk(il, "attn_v.bias")));
+        if (const W * qkv = m.find(blk(il, "attn_qkv.weight"))) {  // phi3: q, k, v rows of one matrix
+            std::vector<double> y(static_cast<size_t>(qkv->ne1));
+            linear(*qkv, n1.data(), y.data());
+            std::copy(y.begin(), y.begin() + Hq * D, &q[static_cast<size_t>(t * Hq * D)]);
+            std::copy(y.begin() + Hq * D, y.begin() + (Hq + Hkv) * D, &k[static_cast<size_t>(t * Hkv * D)]);
+            std::copy(y.begin() + (Hq + Hkv) * D, y.end(), &v[static_cast<size_t>(t * Hkv * D)]);
+        } else {
+            linear(m.at(blk(il, "attn_q.weight")), n1.data(), &q[static_cast<size_t>(t * Hq * D)], m.find(blk(il, "attn_q.bias")));
+            linear(m.at(blk(il, "attn_k.weight")), n1.data(), &k[static_cast<size_t>(t * Hkv * D)], m.find(blk(il, "attn_k.bias")));
+            linear(m.at(blk(il, "attn_v.weight")), n1.data(), &v[static_cast<size_t>(t * Hkv * D)], m.find(blk(il, "attn_v.bias")));
+        }
         for (int64_t h = 0; h < Hq; ++h) {
             double * qh = &q[static_cast<size_t>((t * Hq + h) * D)];
             if (const W * g = m.find(blk(il, "attn_q_norm.weight"))) {
                 std::vector<double> tmp(qh, qh + D);
                 rms_norm(tmp.data(), qh, D, *g, eps);
             }
-            rope(qh, t, hp, m.neox, il, true);
+            rope(qh, t, hp, m.neox, il, true, ff);
         }
         for (int64_t h = 0; h < Hkv; ++h) {
             double * kh = &k[static_cast<size_t>((t * Hkv + h) * D)];
@@ -97,7 +110,7 @@ inline void layer(const RefModel & m, int il, std::vector<double> & x, int64_t T
                 std::vector<double> tmp(kh, kh + D);
                 rms_norm(tmp.data(), kh, D, *g, eps);
             }
-            rope(kh, t, hp, m.neox, il);
+            rope(kh, t, hp, m.neox, il, false, ff);
         }
     }
     // Causal GQA attention: query head h reads kv head h / (Hq / Hkv); gpt-oss: keys within the layer's window,
@@ -193,8 +206,15 @@ inline void layer(const RefModel & m, int il, std::vector<double> & x, int64_t T
             }
             continue;
         }
-        linear(m.at(blk(il, "ffn_gate.weight")), n2.data(), g.data());
-        linear(m.at(blk(il, "ffn_up.weight")), n2.data(), u.data());
+        if (m.find(blk(il, "ffn_gate.weight"))) {
+            linear(m.at(blk(il, "ffn_gate.weight")), n2.data(), g.data());
+            linear(m.at(blk(il, "ffn_up.weight")), n2.data(), u.data());
+        } else {  // phi3: the gate's rows, then the up rows, of one matrix
+            std::vector<double> y(static_cast<size_t>(2 * F));
+            linear(m.at(blk(il, "ffn_up.weight")), n2.data(), y.data());
+            std::copy(y.begin(), y.begin() + F, g.begin());
+            std::copy(y.begin() + F, y.end(), u.begin());
+        }
         for (int64_t i = 0; i < F; ++i) {
             const double gi = g[static_cast<size_t>(i)];
             const double act = hp.arch->glu == rp::GluKind::GeluTanh  // gemma3: GELU, tanh approximation

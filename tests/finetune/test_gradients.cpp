@@ -64,7 +64,8 @@ int first_layer(const std::string & n, int n_layer) {
 
 // aux > 0: the MoE load-balancing loss (FinetuneConfig::moe_aux_loss) joins the reference objective (one graph
 // per sequence: needs micro_batches).
-void check_gradients(const std::string & path, bool full, bool micro_batches, std::vector<std::string> targets = {}, float aux = 0) {
+void check_gradients(const std::string & path, bool full, bool micro_batches, std::vector<std::string> targets = {}, float aux = 0,
+                     int64_t context = 0) {
     auto model = rp::Model::load(path);
     const rp::HParams & hp = model->hparams();
     rp::FinetuneConfig cfg;
@@ -74,6 +75,7 @@ void check_gradients(const std::string & path, bool full, bool micro_batches, st
     cfg.ce_chunk = 100;  // several chunks over the vocabulary
     if (!targets.empty()) cfg.lora_targets = targets;
     cfg.moe_aux_loss = aux;
+    cfg.context = context;
     rp::Trainer tr(*model, cfg);
 
     // LoRA: non-zero B (and A) so every factor has a gradient.
@@ -108,6 +110,7 @@ void check_gradients(const std::string & path, bool full, bool micro_batches, st
     m.hp = hp;
     m.neox = hp.arch->rope_mode == rp::RopeMode::Neox;
     for (const rp::Tensor * t : model->weights()) m.w[t->name] = to_w(t);
+    if (const rp::Tensor * ff = tr.graph_weights().layers[0].rope_freqs) m.rope_factors = ff->name;
     std::map<std::string, W> base = m.w, lora;  // lora: the factor values by param name
     for (const auto & p : tr.params()) (full ? m.w[p.name] : lora[p.name]) = to_w(p.t);
     auto refresh = [&](const std::string & base_name) {  // W_eff = W + s * B A (embedding: roles swapped)
@@ -298,6 +301,48 @@ TEST(FinetuneGradients, Mistral3Full) {
 TEST(FinetuneGradients, Mistral3Lora) {
     rp_test::TempDir dir;
     check_gradients(mistral3_model(dir), false, false);
+}
+
+// Llama 3's RoPE factors (a 4-token original context, factor 8: most pairs slowed) on a llama: every tensor of a
+// full finetune (the factors are not one) and LoRA on every target.
+std::string llama3_model(rp_test::TempDir & dir) {
+    rp::SynthSpec s;
+    s.vocab_from = ft_test::model_path("synthetic/tiny-random-qwen2.gguf");
+    s.n_embd = 32, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 8, s.n_layer = 2, s.n_ff = 40;
+    s.llama3_rope = 8.0f, s.llama3_rope_ctx = 4, s.seed = 45;
+    const std::string path = dir.file("llama3.gguf");
+    rp::write_synth_model(s, path);
+    return path;
+}
+TEST(FinetuneGradients, Llama3RopeFactorsFull) {
+    rp_test::TempDir dir;
+    check_gradients(llama3_model(dir), true, true);
+}
+TEST(FinetuneGradients, Llama3RopeFactorsLora) {
+    rp_test::TempDir dir;
+    check_gradients(llama3_model(dir), false, false);
+}
+
+// phi3: the fused attn_qkv and gate/up ffn_up (their rows' gradients gathered from the split), LongRoPE from an
+// original context of 8 tokens (its attn_factor 1.27): a full finetune with the short factors (context 12) and
+// LoRA on the fused matrices with the long ones (context 16).
+std::string phi3_model(rp_test::TempDir & dir) {
+    rp::SynthSpec s;
+    s.arch = "phi3";
+    s.vocab_from = ft_test::model_path("synthetic/tiny-random-qwen2.gguf");
+    s.n_embd = 32, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 8, s.n_layer = 2, s.n_ff = 40;
+    s.n_ctx_train = 128, s.long_rope_ctx = 8, s.seed = 46;
+    const std::string path = dir.file("phi3.gguf");
+    rp::write_synth_model(s, path);
+    return path;
+}
+TEST(FinetuneGradients, Phi3FullShortFactors) {
+    rp_test::TempDir dir;
+    check_gradients(phi3_model(dir), true, true, {}, 0, 8);
+}
+TEST(FinetuneGradients, Phi3LoraLongFactors) {
+    rp_test::TempDir dir;
+    check_gradients(phi3_model(dir), false, false, {}, 0, 16);
 }
 
 TEST(FinetuneGradients, Qwen3MoeLoraExpertsAndRouter) {

@@ -100,6 +100,32 @@ inline std::vector<float> logits_with(const rp::HParams & hp, const rp::ModelWei
     return rp::tensor_get_f32(logits);
 }
 
+// The tests that show each piece of an architecture matters: llama.cpp's logits of `tokens` on `file`, ours as
+// built (the weights of a context of n_ctx tokens) within `bound` of their range, and ours with a piece taken out (the
+// graph built from other hyper-parameters, traits or weights) more than `times` that tolerance away.
+struct PieceRemoval {
+    std::unique_ptr<rp::Model> model;
+    rp::ModelWeights as_built;
+    std::vector<int32_t> tokens;
+    std::vector<float> ref;
+    float tol = 0;
+    PieceRemoval(const std::string & file, std::vector<int32_t> toks, double bound, int64_t n_ctx = 0)
+        : model(rp::Model::load(file)), as_built(model->graph_weights(n_ctx)), tokens(std::move(toks)) {
+        ref = oracle_logits(file, tokens, tokens.size() * model->hparams().n_vocab);
+        EXPECT_FALSE(ref.empty()) << file;
+        tol = static_cast<float>(bound) * value_range(ref);
+        EXPECT_LE(diff(model->hparams(), as_built), tol) << "as built";
+    }
+    float diff(const rp::HParams & hp, const rp::ModelWeights & w) const {
+        return ref.empty() ? 0.0f : max_abs_diff(logits_with(hp, w, tokens), ref);
+    }
+    void expect_moves(const char * tag, const std::string & what, const rp::HParams & hp, const rp::ModelWeights & w, float times = 20) const {
+        const float d = diff(hp, w);
+        std::printf("[ %s ] without %s: max |ours - llama.cpp| = %.3g (tolerance %.3g)\n", tag, what.c_str(), d, tol);
+        EXPECT_GT(d, times * tol) << what;
+    }
+};
+
 // Every "blk.<il>.<kind>.weight" for il < n_layer, in layer order.
 inline std::vector<std::string> layer_targets(uint32_t n_layer, std::initializer_list<const char *> kinds) {
     std::vector<std::string> t;

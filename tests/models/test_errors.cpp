@@ -79,16 +79,18 @@ void add_zero_tensor(gguf::Writer & w, const std::string & name, std::vector<int
                  [](uint8_t * out, size_t n) { std::memset(out, 0, n); });
 }
 
-TEST(ModelErrors, FusedQkvIsRejectedExplicitly) {
+// A fused attn_qkv is phi3's (tests/models/test_phi3.cpp); on a llama it is named as unused.
+TEST(ModelErrors, FusedQkvOnALlamaIsRejectedExplicitly) {
     TempDir d;
     const std::string p = broken_model(d, "qkv.gguf", {{}, {}, {}, [](gguf::Writer & w) { add_zero_tensor(w, "blk.0.attn_qkv.weight", {64, 128}); }});
-    expect_error([&] { rp::Model::load(p); }, {p, "blk.0.attn_qkv.weight", "fused", "not supported"});
+    expect_error([&] { rp::Model::load(p); }, {p, "blk.0.attn_qkv.weight", "fused", "not used by the llama graph"});
 }
 
-TEST(ModelErrors, RopeFreqsIsRejectedExplicitly) {
+// Llama 3's rope_freqs must hold n_rot / 2 factors (tests/models/test_llama3_rope.cpp runs them).
+TEST(ModelErrors, RopeFreqsOfTheWrongLengthIsRejected) {
     TempDir d;
-    const std::string p = broken_model(d, "rf.gguf", {{}, {}, {}, [](gguf::Writer & w) { add_zero_tensor(w, "rope_freqs.weight", {4}); }});
-    expect_error([&] { rp::Model::load(p); }, {p, "rope_freqs.weight", "not supported yet"});
+    const std::string p = broken_model(d, "rf.gguf", {{}, {}, {}, [](gguf::Writer & w) { add_zero_tensor(w, "rope_freqs.weight", {6}); }});
+    expect_error([&] { rp::Model::load(p); }, {p, "rope_freqs.weight: expected [4], found [6]"});
 }
 
 TEST(ModelErrors, UnknownTensor) {

@@ -156,6 +156,30 @@ TEST(Peft, LlamaQueryAndKeyRowsAreInHuggingFacesOrder) {
               rp::tensor_get_f32(qa->find("blk.0.attn_q.weight")->b));
 }
 
+// phi3's fused projections are transformers' Phi3 modules qkv_proj and gate_up_proj, rows unchanged, and come back.
+TEST(Peft, Phi3FusedProjectionsAreQkvProjAndGateUpProj) {
+    TempDir d;
+    rp::SynthSpec s;
+    s.arch = "phi3";
+    s.vocab_from = model_path("synthetic/tiny-random-qwen2.gguf");
+    s.n_embd = 32, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 8, s.n_layer = 2, s.n_ff = 40;
+    rp::write_synth_model(s, d.file("phi3.gguf"));
+    const auto model = rp::Model::load(d.file("phi3.gguf"));
+    random_adapter(*model, {"blk.1.attn_qkv.weight", "blk.1.ffn_up.weight", "blk.0.ffn_down.weight"}, 2, 4.0f, d.file("a.gguf"));
+    const auto ad = rp::LoraAdapter::load(d.file("a.gguf"), *model);
+    rp::export_peft(*ad, *model, d.file("peft"));
+    const auto st = rp::SafetensorsReader::open(d.file("peft/adapter_model.safetensors"));
+    for (const auto & [module, base] : {std::pair<const char *, const char *>{"self_attn.qkv_proj", "blk.1.attn_qkv.weight"},
+                                        {"mlp.gate_up_proj", "blk.1.ffn_up.weight"}}) {
+        const rp::SafetensorsTensor * b = st->find(std::string("base_model.model.model.layers.1.") + module + ".lora_B.weight");
+        ASSERT_NE(b, nullptr) << module;
+        EXPECT_EQ(st->to_f32(*b), rp::tensor_get_f32(ad->find(base)->b)) << module;
+    }
+    EXPECT_EQ(st->find("base_model.model.model.layers.1.mlp.up_proj.lora_B.weight"), nullptr);
+    rp::import_peft(d.file("peft"), *model, d.file("back.gguf"));
+    expect_same_tensors(d.file("a.gguf"), d.file("back.gguf"));
+}
+
 TEST(Peft, ExpertsRouterAndEmbeddingPairs) {
     TempDir d;
     const auto model = write_tiny_moe(d.file("moe.gguf"));

@@ -223,6 +223,28 @@ TEST(QuantizeParity, Mxfp4MoeEqualsLlamaCppOnAMixtureOfExperts) {
     EXPECT_EQ(c.by_type.count("f32") ? c.by_type.at("f32") : 0, 1 + 5 * 2) << "the norms, q/k norms and routers";
 }
 
+// phi3 (fused attn_qkv: llama.cpp's attn_v rules apply to it; the fused ffn_up [n_embd, 2 n_ff]; LongRoPE's two
+// factor tensors, which stay f32) and a llama with Llama 3's rope_freqs.
+TEST(QuantizeParity, EveryMixEqualsLlamaCppOnPhi3AndLlama3RopeFactors) {
+    RP_REQUIRE_ORACLE();
+    rp_test::TempDir dir;
+    rp::SynthSpec phi3;
+    phi3.arch = "phi3";
+    phi3.vocab_from = stories();
+    phi3.n_layer = 4, phi3.n_embd = 256, phi3.n_head = 4, phi3.n_head_kv = 2, phi3.head_dim = 64, phi3.n_ff = 256;
+    phi3.n_ctx_train = 4096, phi3.long_rope_ctx = 512;
+    rp::SynthSpec llama3 = deep_llama();
+    llama3.n_layer = 4, llama3.llama3_rope = 8.0f;
+    for (const auto & [name, spec] : {std::pair<const char *, rp::SynthSpec>{"phi3", phi3}, {"llama3", llama3}}) {
+        const std::string in = dir.file(std::string(name) + ".gguf");
+        rp::write_synth_model(spec, in);
+        for (const std::string & m : mixes()) {
+            const Compared c = compare_with_llama(in, m, false, dir);
+            EXPECT_EQ(c.identical, c.tensors) << name << " " << m;
+        }
+    }
+}
+
 TEST(QuantizeParity, The70BRuleMatchesLlamaCpp) {
     RP_REQUIRE_ORACLE();
     rp_test::TempDir dir;

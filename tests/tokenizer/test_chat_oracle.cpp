@@ -57,7 +57,8 @@ std::string slurp(const std::string & path) {
     return ss.str();
 }
 
-// Templates of models whose template llama.cpp's collection lacks (Gemma 3's, as google/gemma-3-*-it publish it).
+// Templates of models whose template llama.cpp's collection lacks (Gemma 3's, as google/gemma-3-*-it publish it; Phi-4's,
+// as microsoft/phi-4 does).
 const std::string kOurTemplates = std::string(RP_SOURCE_DIR) + "/tests/tokenizer/templates";
 
 const char * const kTexts[] = {
@@ -151,6 +152,7 @@ const Case kCases[] = {
     {"Mistral-Small-3.2-24B-Instruct-2506", false, true},  // strftime_now: llama.cpp reads the clock
     {"mistralai-Ministral-3-14B-Reasoning-2512", false},
     {"microsoft-Phi-3.5-mini-instruct", false},
+    {"microsoft-phi-4", false, false, true},  // ChatML with <|im_sep|> (llama.cpp's built-in phi4 format)
 };
 
 // The reply text a span may hold: the content, the content after its last </think> (with the newlines the

@@ -32,7 +32,7 @@ const char * const kPieces[] = {
     "\xef\xb8\x8f", "\xe2\x82\xac", "\xe2\x96\x81",
     "\x80", "\xc3", "\xff", "\xe4\xb8", "\x01", "\x7f",
     "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<s>", "</s>", "<unk>", "[PAD151700]", "<|eot_id|>",
-    "<|begin_of_text|>", "<|start_header_id|>", "<|",
+    "<|begin_of_text|>", "<|start_header_id|>", "<|", "<|user|>", "<|end|>", "<|assistant|>",
 };
 
 std::string oracle_bin() {
@@ -198,6 +198,32 @@ TEST_F(OracleDiff, SentencePieceWithoutTheSpacePrefix) {
         w.set_bool("tokenizer.ggml.add_space_prefix", false);
     });
     compare_with_llama(f, 1500, 200);
+    std::remove(f.c_str());
+}
+
+// A vocabulary named like Phi-3 (general.name): llama.cpp absorbs the whitespace after its special tokens but
+// <unk>, <s> and <|endoftext|> (and after </s>); Phi-3's chat markers replace the SentencePiece vocabulary's last
+// five tokens, as control tokens.
+TEST_F(OracleDiff, Phi3SpecialTokensAbsorbTheWhitespaceAfterThem) {
+    const std::string src = models_dir() + "/vocab/ggml-vocab-llama-spm.gguf";
+    const auto r = gguf::Reader::open(src);
+    std::vector<std::string> tokens = r->get_string_array("tokenizer.ggml.tokens");
+    const std::vector<int64_t> types64 = r->get_int_array("tokenizer.ggml.token_type");
+    std::vector<int32_t> types(types64.begin(), types64.end());
+    const char * markers[] = {"<|endoftext|>", "<|user|>", "<|end|>", "<|assistant|>", "<|system|>"};
+    for (size_t i = 0; i < 5; ++i) {
+        tokens[tokens.size() - 5 + i] = markers[i];
+        types[types.size() - 5 + i] = 3;  // CONTROL
+    }
+    const std::string f = with_kvs(src, "phi3", [&](gguf::Writer & w) {
+        w.set_string("general.name", "Phi-3-mini-4k-instruct");
+        w.set_string_array("tokenizer.ggml.tokens", tokens);
+        w.set_i32_array("tokenizer.ggml.token_type", types);
+    });
+    const rp::Tokenizer & tok = *load_cached(f).tok;
+    EXPECT_EQ(tok.encode("<|user|>\n hi", false, true), tok.encode("<|user|>hi", false, true));
+    EXPECT_NE(tok.encode("<|endoftext|> hi", false, true), tok.encode("<|endoftext|>hi", false, true));
+    compare_with_llama(f, 1500, 300);
     std::remove(f.c_str());
 }
 

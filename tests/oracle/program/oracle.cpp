@@ -20,7 +20,8 @@
 //                      ggml_geglu_split (Gemma's GELU-tanh gated FFN, as llama.cpp's build_ffn runs it) likewise
 // Common: --bins DIR (else $RP_ORACLE_BINS, else the directory configured at build time) holds the
 // libggml-cpu-*.so backends; --backend NAME|FILE|best (else $RP_ORACLE_BACKEND) picks the CPU build (default
-// zen4, see load_backends); --threads N (default 1, see Args); --verbose shows llama.cpp's log.
+// zen4, see load_backends); --threads N (default 1, see Args); --verbose shows llama.cpp's log; --ctx N: the context
+// size of logits / generate (default max(512, tokens)), which chooses e.g. phi3's LongRoPE factors.
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
 #include "llama.h"
@@ -45,6 +46,7 @@ struct Args {
     std::string mode, model, prompt, tokens, lora, out, bins, backend;
     bool has_prompt = false, has_tokens = false;
     float lora_scale = 1.0f;
+    int n_ctx = 0;  // --ctx: 0 = max(512, tokens)
     // One thread by default: the logits are bit-identical for 1, 2 or 3 threads (each dot product is computed by
     // one thread), while the reference files' 2 threads stall for seconds at ggml's thread barrier when a
     // 2-core machine is busy with other tests.
@@ -103,6 +105,7 @@ Args parse_args(int argc, char ** argv) {
         else if (k == "--tokens") { a.tokens = val(); a.has_tokens = true; }
         else if (k == "--lora") a.lora = val();
         else if (k == "--lora-scale") a.lora_scale = std::stof(val());
+        else if (k == "--ctx") a.n_ctx = std::stoi(val());
         else if (k == "--out") a.out = val();
         else if (k == "--ce") a.ce = std::stoi(val());
         else if (k == "-n") a.n_gen = std::stoi(val());
@@ -211,7 +214,7 @@ std::string piece(const llama_vocab * v, llama_token id, bool special) {
 // Exact-comparison settings (§6): F32 K/V, no flash attention, every position in one ubatch.
 llama_context * make_context(const Args & a, llama_model * m, int n_tokens) {
     llama_context_params cp = llama_context_default_params();
-    cp.n_ctx = cp.n_batch = cp.n_ubatch = (uint32_t) std::max(512, n_tokens);
+    cp.n_ctx = cp.n_batch = cp.n_ubatch = (uint32_t) std::max(a.n_ctx > 0 ? a.n_ctx : 512, n_tokens);
     cp.n_threads = cp.n_threads_batch = a.threads;
     cp.type_k = cp.type_v = GGML_TYPE_F32;
     cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
