@@ -29,7 +29,7 @@ void declare_synth_options(Options & p, SynthSettings & s) {
     p.positionals("OUT", s.out, 1, 1, "the model to write");
     p.value("--shape", "NAME",
             "a preset: qwen3-0.6b, qwen3-1.7b, qwen3-32b, llama3.1-8b, qwen3-30b-a3b, qwen3-235b-a22b,\n"
-            "gpt-oss-20b, gpt-oss-120b, gemma-3-1b, gemma-3-4b, gemma-3-12b, gemma-3-27b, ministral-3-3b,\n"
+            "gpt-oss-20b, gpt-oss-120b, gemma-2-2b, gemma-2-9b, gemma-2-27b, gemma-3-1b, gemma-3-4b, gemma-3-12b, gemma-3-27b, ministral-3-3b,\n"
             "ministral-3-8b, ministral-3-14b, llama3.2-1b, llama3.2-3b, phi-3.5-mini, phi-4 (the real shapes\n"
             "and vocabulary sizes), llama-98m, llama-20m"
             "(the benchmark models); the other options override it",
@@ -39,13 +39,15 @@ void declare_synth_options(Options & p, SynthSettings & s) {
             [&](const std::string & f, const std::string & v) { s.spec.n_vocab = static_cast<uint32_t>(parse_int(f, v, 1, 1 << 24)), s.n_vocab_given = true; },
             [] { return std::nullopt; });
     bit(p, "--weights", s.spec.weights, "0: every weight a hole (zeros, a sparse file: no disk), the shapes for rp-finetune --plan");
-    p.choice("--arch", s.spec.arch, {"llama", "qwen2", "qwen3", "qwen3moe", "gpt-oss", "gemma3", "mistral3", "phi3"},
-             "llama | qwen2 | qwen3 | qwen3moe | gpt-oss | gemma3 | mistral3 | phi3",
+    p.choice("--arch", s.spec.arch, {"llama", "qwen2", "qwen3", "qwen3moe", "gpt-oss", "gemma2", "gemma3", "mistral3", "phi3"},
+             "llama | qwen2 | qwen3 | qwen3moe | gpt-oss | gemma2 | gemma3 | mistral3 | phi3",
              "A");
     p.integer("--experts", s.spec.n_expert, 1, 1 << 24, "qwen3moe, gpt-oss: experts per layer");
     p.integer("--experts-used", s.spec.n_expert_used, 1, 1 << 24, "qwen3moe, gpt-oss: experts per token", "K");
     p.integer("--expert-ff", s.spec.n_ff_exp, 1, 1 << 24, "qwen3moe, gpt-oss: each expert's n_ff", "F");
-    p.integer("--window", s.spec.n_swa, 1, 1 << 24, "gpt-oss, gemma3: the sliding window of the windowed layers", "N");
+    p.integer("--window", s.spec.n_swa, 1, 1 << 24, "gpt-oss, gemma2, gemma3: the sliding window of the windowed layers", "N");
+    p.number("--attn-softcap", s.spec.attn_softcap, 0.0f, 1e6f, "gemma2: the attention logits' soft-cap (0: llama.cpp's default, 50)");
+    p.number("--final-softcap", s.spec.final_softcap, 0.0f, 1e6f, "gemma2: the final logits' soft-cap (0: llama.cpp's default, 30)");
     p.number("--rope-linear", s.spec.rope_linear, 0.0f, 1e6f, "linear RoPE scaling factor (0: none; gemma3 4B+: 8)");
     p.number("--yarn", s.spec.yarn_factor, 0.0f, 1e6f, "YaRN context extension factor (0: none; gpt-oss: 32)");
     p.integer("--yarn-ctx", s.spec.yarn_orig_ctx, 1, 1 << 24, "with --yarn: the original training context (gpt-oss: 4096)");

@@ -2,7 +2,7 @@
 //
 // Forward, per (sequence, query head, block of BQ queries): walk the visible key blocks of BK keys in order
 // (from the block of the first key any of its queries sees: packed sequences skip the earlier documents),
-// S = Q K^T * scale, keep a running row max m and row sum l of exp(S - m), rescale the output accumulator
+// S = Q K^T * scale (Gemma 2: soft-capped, cap tanh(S / cap); the backward multiplies dS by 1 - tanh^2), keep a running row max m and row sum l of exp(S - m), rescale the output accumulator
 // when m grows, add P V. At the end the head's sink logit (if any) joins m and l, O = acc / l and
 // lse = m + log(l).
 //
@@ -48,6 +48,7 @@ void check_shape(const AttentionShape & s, const char * fn) {
         bad("Tq=" + std::to_string(s.Tq) + ", Tk=" + std::to_string(s.Tk) + ": need 0 <= Tq <= Tk");
     if (s.B < 0) bad("negative batch " + std::to_string(s.B));
     if (!std::isfinite(s.scale)) bad("scale is not finite");
+    if (!(s.softcap >= 0.0f) || !std::isfinite(s.softcap)) bad("softcap is not a finite number >= 0");
     if (s.window < 0) bad("negative window " + std::to_string(s.window));
 }
 
@@ -118,15 +119,24 @@ void parallel_tasks(int64_t n, size_t scratch_floats, F body) {
     if (failed) throw Error(err);
 }
 
-// P = exp(S*scale - lse) on the visible part of each row, 0 elsewhere (S is [bq x BK], rows t0..).
+// P = exp(S*scale - lse) on the visible part of each row, 0 elsewhere (S is [bq x BK], rows t0..). With a soft-cap,
+// P = exp(cap tanh(S*scale / cap) - lse), and the tanh values go to `tanh_tile` (0 where P is).
 void probabilities(const Geometry & g, float * S, int64_t b, int64_t bq, int64_t bk, int64_t t0, int64_t j0, float scale,
-                   const float * lse_rows) {
+                   const float * lse_rows, float * tanh_tile) {
+    const float cap = g.s.softcap;
     for (int64_t i = 0; i < bq; ++i) {
         float * row = S + i * BK;
         const int64_t nv = g.visible(t0 + i, j0, bk), lo = std::min(g.hidden(b, t0 + i, j0, bk), nv);
         const float l = lse_rows[i];
         for (int64_t j = 0; j < lo; ++j) row[j] = 0.0f;
-        exp_affine(row + lo, row + lo, nv - lo, scale, l);
+        if (cap > 0.0f) {
+            float * t = tanh_tile + i * BK;
+            std::fill(t, t + bk, 0.0f);
+            for (int64_t j = lo; j < nv; ++j) row[j] = attention_logit(row[j] * scale, cap, t[j]);
+            exp_affine(row + lo, row + lo, nv - lo, 1.0f, l);
+        } else {
+            exp_affine(row + lo, row + lo, nv - lo, scale, l);
+        }
         for (int64_t j = nv; j < bk; ++j) row[j] = 0.0f;
     }
 }
@@ -171,6 +181,10 @@ void attention_fwd(const AttentionShape & s, const float * q, const float * k, c
                 }
                 std::fill(row, row + lo, 0.0f);
                 for (int64_t j = lo; j < nv; ++j) row[j] *= s.scale;
+                if (s.softcap > 0.0f) {
+                    float t;
+                    for (int64_t j = lo; j < nv; ++j) row[j] = attention_logit(row[j], s.softcap, t);
+                }
                 // The first block a row sees anything in makes mx finite; m[i] is -inf only before it.
                 const float mx = max_of(row + lo, nv - lo, m[i]);
                 const float alpha = vec_exp(m[i] - mx);
@@ -232,13 +246,21 @@ void attention_bwd(const AttentionShape & s, const float * q, const float * k, c
             dsinks[h] = static_cast<float>(sum);
         }
 
-    // dS = P * (dP - D) in place in dP, where dP = dO V^T was just computed into it.
-    auto softmax_grad = [&](float * P, float * dP, int64_t bq, int64_t bk, int64_t b, int64_t t0, int64_t h) {
+    // dS = P * (dP - D) in place in dP, where dP = dO V^T was just computed into it; with a soft-cap, times the
+    // tanh's derivative 1 - t^2 (the gradient of the scaled logit before the cap).
+    const bool capped = s.softcap > 0.0f;
+    auto softmax_grad = [&](float * P, float * dP, const float * tanh_tile, int64_t bq, int64_t bk, int64_t b, int64_t t0, int64_t h) {
         for (int64_t i = 0; i < bq; ++i) {
             const float di = Drow[size_t(g.row_at(b, t0 + i, h))];
             for (int64_t j = 0; j < bk; ++j) dP[i * BK + j] = P[i * BK + j] * (dP[i * BK + j] - di);
+            if (capped)
+                for (int64_t j = 0; j < bk; ++j) {
+                    const float t = tanh_tile[i * BK + j];
+                    dP[i * BK + j] *= 1.0f - t * t;
+                }
         }
     };
+    const size_t tanh_floats = capped ? size_t(BQ * BK) : 0;
     auto lse_of = [&](float * dst, int64_t b, int64_t t0, int64_t bq, int64_t h) {
         for (int64_t i = 0; i < bq; ++i) dst[i] = lse[g.row_at(b, t0 + i, h)];
     };
@@ -259,7 +281,7 @@ void attention_bwd(const AttentionShape & s, const float * q, const float * k, c
     // Pass 1: dK, dV by key-block ownership.
     const AttentionBlocks blocks(D, BK);
     const size_t tr = size_t(blocks.transposed_floats());
-    parallel_tasks(s.B * s.Hkv * nkb, size_t(2 * BQ * BK + 2 * BK * D + BQ) + 2 * tr, [&](int64_t task, float * scratch) {
+    parallel_tasks(s.B * s.Hkv * nkb, size_t(2 * BQ * BK + 2 * BK * D + BQ) + 2 * tr + tanh_floats, [&](int64_t task, float * scratch) {
         const int64_t kb = task % nkb, hk = task / nkb % s.Hkv, b = task / nkb / s.Hkv;
         const int64_t j0 = kb * BK, bk = std::min(BK, s.Tk - j0);
         float * P = scratch;
@@ -271,6 +293,7 @@ void attention_bwd(const AttentionShape & s, const float * q, const float * k, c
         std::fill(dv_acc, dv_acc + bk * D, 0.0f);
         const float * kt = blocks.transposed(bk, k + g.kv_at(b, j0, hk), g.kv_row(), lrow + BQ);
         const float * vt = blocks.transposed(bk, v + g.kv_at(b, j0, hk), g.kv_row(), lrow + BQ + tr);
+        float * tanh_tile = lrow + BQ + 2 * tr;
         const int64_t t_first = std::max<int64_t>(0, j0 - g.offset());   // first query that sees key j0
         for (int64_t h = hk * g.group(); h < (hk + 1) * g.group(); ++h) {
             for (int64_t t0 = t_first / BQ * BQ; t0 < s.Tq; t0 += BQ) {
@@ -280,10 +303,10 @@ void attention_bwd(const AttentionShape & s, const float * q, const float * k, c
                 const float * doblk = dout + g.q_at(b, t0, h);
                 blocks.rows_dot(bq, bk, qblk, g.q_row(), kt, g.kv_row(), P);
                 lse_of(lrow, b, t0, bq, h);
-                probabilities(g, P, b, bq, bk, t0, j0, s.scale, lrow);
+                probabilities(g, P, b, bq, bk, t0, j0, s.scale, lrow, tanh_tile);
                 blocks.accumulate(bk, bq, P, true, doblk, g.q_row(), dv_acc);
                 blocks.rows_dot(bq, bk, doblk, g.q_row(), vt, g.kv_row(), dP);
-                softmax_grad(P, dP, bq, bk, b, t0, h);
+                softmax_grad(P, dP, tanh_tile, bq, bk, b, t0, h);
                 if (keep_ds) {
                     const size_t pair = pair_of(b, h, t0 / BQ, kb);
                     std::copy(dP, dP + bq * BK, ds_blocks.get() + pair * size_t(BQ * BK));
@@ -303,7 +326,7 @@ void attention_bwd(const AttentionShape & s, const float * q, const float * k, c
     });
 
     // Pass 2: dQ by query-block ownership.
-    parallel_tasks(s.B * s.Hq * nqb, size_t(2 * BQ * BK + BQ * D + BQ) + 2 * tr, [&](int64_t task, float * scratch) {
+    parallel_tasks(s.B * s.Hq * nqb, size_t(2 * BQ * BK + BQ * D + BQ) + 2 * tr + tanh_floats, [&](int64_t task, float * scratch) {
         const int64_t qb = task % nqb, h = task / nqb % s.Hq, b = task / nqb / s.Hq;
         const int64_t hk = h / g.group();
         const int64_t t0 = qb * BQ, bq = std::min(BQ, s.Tq - t0);
@@ -313,6 +336,7 @@ void attention_bwd(const AttentionShape & s, const float * q, const float * k, c
         float * lrow = dq_acc + BQ * D;
         float * kt = lrow + BQ;
         float * vt = kt + tr;
+        float * tanh_tile = vt + tr;
         std::fill(dq_acc, dq_acc + bq * D, 0.0f);
         lse_of(lrow, b, t0, bq, h);
         const float * qblk = q + g.q_at(b, t0, h);
@@ -326,9 +350,9 @@ void attention_bwd(const AttentionShape & s, const float * q, const float * k, c
                 continue;
             }
             blocks.rows_dot(bq, bk, qblk, g.q_row(), blocks.transposed(bk, kblk, g.kv_row(), kt), g.kv_row(), P);
-            probabilities(g, P, b, bq, bk, t0, j0, s.scale, lrow);
+            probabilities(g, P, b, bq, bk, t0, j0, s.scale, lrow, tanh_tile);
             blocks.rows_dot(bq, bk, doblk, g.q_row(), blocks.transposed(bk, v + g.kv_at(b, j0, hk), g.kv_row(), vt), g.kv_row(), dP);
-            softmax_grad(P, dP, bq, bk, b, t0, h);
+            softmax_grad(P, dP, tanh_tile, bq, bk, b, t0, h);
             blocks.accumulate(bq, bk, dP, false, kblk, g.kv_row(), dq_acc);
         }
         for (int64_t i = 0; i < bq; ++i) {

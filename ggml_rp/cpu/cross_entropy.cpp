@@ -1,6 +1,7 @@
 // Fused LM head + cross-entropy, chunked over the vocabulary.
 //
-// Pass 1, chunk by chunk: logits L = W_chunk^T h ([chunk x T], via matmul_fwd), per token an online max m
+// Pass 1, chunk by chunk: logits L = W_chunk^T h ([chunk x T], via matmul_fwd; Gemma 2: soft-capped, cap tanh(L / cap),
+// and G below times 1 - tanh^2), per token an online max m
 // and sum s of exp(L - m), and the logit of the label when it falls in the chunk. lse = m + log(s).
 // Pass 1 is skipped when the caller has the logsumexps of a forward call (lse_in: LM_HEAD_CE_BACK reads the
 // ones LM_HEAD_CE saved).
@@ -24,6 +25,15 @@ namespace rp::cpu {
 
 namespace {
 
+// Gemma 2's soft-capping of a chunk's logits in place (nothing without a cap).
+void cap_logits(std::vector<float> & L, int64_t n, float cap) {
+    if (cap <= 0.0f) return;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (n > 4096)
+#endif
+    for (int64_t i = 0; i < n; ++i) L[size_t(i)] = cap * std::tanh(L[size_t(i)] / cap);
+}
+
 // Pass 1: every token's logsumexp into lse (float, as pass 2 reads it); returns the loss. L: the chunk tile.
 double logsumexp_pass(const LmHeadCEShape & s, const float * h, const void * W, gguf::TensorType wtype,
                       size_t w_row_bytes, const int32_t * labels, float loss_scale, std::vector<float> & L,
@@ -37,6 +47,7 @@ double logsumexp_pass(const LmHeadCEShape & s, const float * h, const void * W, 
     for (int64_t v0 = 0; v0 < V; v0 += chunk) {
         const int64_t nv = std::min(chunk, V - v0);
         matmul_fwd(C, nv, T, wbytes + v0 * w_row_bytes, wtype, w_row_bytes, h, C, L.data(), nv, false);
+        cap_logits(L, nv * T, s.softcap);
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) if (T > 1 && nv * T > 4096)
 #endif
@@ -99,6 +110,7 @@ double lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf
         const int64_t nv = std::min(chunk, V - v0);
         const char * wchunk = wbytes + v0 * w_row_bytes;
         matmul_fwd(C, nv, T, wchunk, wtype, w_row_bytes, h, C, L.data(), nv, false);
+        cap_logits(L, nv * T, s.softcap);
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) if (T > 1 && nv * T > 4096)
 #endif
@@ -114,6 +126,11 @@ double lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf
             exp_affine(col, g, nv, 1.0f, l);
             if (y >= v0 && y < v0 + nv) g[y - v0] -= 1.0f;   // exact for p near 1 (Sterbenz)
             for (int64_t j = 0; j < nv; ++j) g[j] *= loss_scale;
+            if (s.softcap > 0.0f)  // through the cap: times 1 - tanh^2 of the capped logit
+                for (int64_t j = 0; j < nv; ++j) {
+                    const float th = col[j] / s.softcap;
+                    g[j] *= 1.0f - th * th;
+                }
         }
         if (dh) matmul_bwd_x(C, nv, T, wchunk, wtype, w_row_bytes, G.data(), nv, dh, C, v0 > 0);
         if (dW) matmul_bwd_w(C, nv, T, h, C, G.data(), nv, dW + v0 * dw_row, dw_row, true);

@@ -14,6 +14,7 @@ struct LmHeadCEShape {
     int64_t V;       // vocabulary (N of the head)
     int64_t T;       // tokens
     int64_t chunk;   // vocabulary rows per chunk (>= 1; >= V means one chunk)
+    float softcap = 0.0f;  // > 0: each logit l becomes softcap * tanh(l / softcap) (Gemma 2's final soft-capping)
 };
 
 // h: [C, T] floats (column t at h + t*C). W: head weight ne = [C, V] of type wtype (row stride w_row_bytes).

@@ -27,6 +27,7 @@ LmHeadCEShape shape_of(const Tensor * node, const Tensor * h, const Tensor * W) 
     s.V = W->ne[1];
     s.T = h->ne[1];
     s.chunk = node->param_i32(1);
+    s.softcap = node->param_f32(2);
     return s;
 }
 

@@ -1,4 +1,4 @@
-// SCALE, SILU, SILU_BACK, SWIGLU, SWIGLU_BACK (SiLU, gpt-oss's clamped form, GELU-tanh and llama.cpp's fp16 GELU
+// SCALE (and its soft-cap form), SILU, SILU_BACK, SWIGLU, SWIGLU_BACK (SiLU, gpt-oss's clamped form, GELU-tanh and llama.cpp's fp16 GELU
 // table): element-wise over same-shaped strided sources.
 #include "ggml_rp/core/fp16.h"
 #include "ggml_rp/cpu/kernels.h"
@@ -7,6 +7,7 @@
 #include "ggml_rp/ops/unary_math.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -64,7 +65,8 @@ void elementwise(Tensor * n, F f) {
 } // namespace
 
 void scale(Tensor * n) {
-    const float s = n->param_f32(0);
+    const float s = n->param_f32(0), cap = n->param_f32(1);
+    if (cap > 0.0f) return elementwise<1>(n, [s, cap](float x, float, float, float) { return cap * std::tanh(x * s / cap); });
     elementwise<1>(n, [s](float x, float, float, float) { return x * s; });
 }
 

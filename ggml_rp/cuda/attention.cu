@@ -167,11 +167,12 @@ attn_fwd_kernel(AttentionShape s, const T * __restrict__ q, const T * __restrict
             const int lo = i < bq ? hidden(ks, s.window, b, s.Tq, t0 + i, off, j0, bk) : 0;
             const float mold = m[i];
             float mx = mold;
-            for (int j = lo + lane; j < nv; j += 32) mx = fmaxf(mx, S[i * BK + j] * s.scale);
+            float t;  // the soft-cap's tanh (unused here)
+            for (int j = lo + lane; j < nv; j += 32) mx = fmaxf(mx, attention_logit(S[i * BK + j] * s.scale, s.softcap, t));
             mx = warp_max(mx);
             float rs = 0.0f;
             for (int j = lane; j < BK; j += 32) {
-                const float p = j >= lo && j < nv ? expf(S[i * BK + j] * s.scale - mx) : 0.0f;
+                const float p = j >= lo && j < nv ? expf(attention_logit(S[i * BK + j] * s.scale, s.softcap, t) - mx) : 0.0f;
                 P[i * BK + j] = from_f32<T>(p);
                 rs += p;
             }
@@ -242,18 +243,20 @@ __global__ void __launch_bounds__(kElemThreads) attn_dsinks_kernel(const float *
     if (threadIdx.x == 0) dsinks[h] = static_cast<float>(part[0]) * (unscale ? *unscale : 1.0f);
 }
 
-// P = exp(S*scale - lse) on the visible part (0 elsewhere), dS = P * (dP - D_i); both rounded to T.
+// P = exp(S*scale - lse) on the visible part (0 elsewhere), dS = P * (dP - D_i); both rounded to T. With a soft-cap
+// the logit is cap tanh(S*scale / cap) and dS carries the tanh's derivative 1 - t^2.
 template <class T>
 __device__ void probs_and_grads(const float * S, const float * dP, const float * ls, const float * ds, T * P, T * dS,
                                 int BQ, int BK, int64_t bq, int64_t t0, int64_t off, int64_t j0, int64_t bk,
-                                float scale, const int32_t * ks, int64_t w, int64_t b, int64_t Tq) {
+                                float scale, float softcap, const int32_t * ks, int64_t w, int64_t b, int64_t Tq) {
     for (int e = threadIdx.x; e < BQ * BK; e += blockDim.x) {
         const int i = e / BK, j = e % BK;
         const int nv = i < bq ? visible(t0 + i, off, j0, bk) : 0;
         const int lo = i < bq ? hidden(ks, w, b, Tq, t0 + i, off, j0, bk) : 0;
-        const float p = j >= lo && j < nv ? expf(S[e] * scale - ls[i]) : 0.0f;
+        float t = 0.0f;
+        const float p = j >= lo && j < nv ? expf(attention_logit(S[e] * scale, softcap, t) - ls[i]) : 0.0f;
         if (P) P[e] = from_f32<T>(p);
-        dS[e] = from_f32<T>(p * (dP[e] - ds[i]));
+        dS[e] = from_f32<T>(p * (dP[e] - ds[i]) * (1.0f - t * t));
     }
 }
 
@@ -301,7 +304,7 @@ attn_bwd_kv_kernel(AttentionShape s, const T * __restrict__ q, const T * __restr
             block_gemm<T, true, false>(BQ, BK, DP, Qs, DP, Ks, KP, S, BK, false);    // S  = Q K^T
             block_gemm<T, true, false>(BQ, BK, DP, dOs, DP, Vs, KP, dP, BK, false);  // dP = dO V^T
             __syncthreads();
-            probs_and_grads(S, dP, ls, ds, P, dS, BQ, BK, bq, t0, off, j0, bk, s.scale, ks, s.window, b, s.Tq);
+            probs_and_grads(S, dP, ls, ds, P, dS, BQ, BK, bq, t0, off, j0, bk, s.scale, s.softcap, ks, s.window, b, s.Tq);
             __syncthreads();
             block_gemm<T, false, true>(BK, DP, BQ, P, BK, dOs, DP, dV, DP, true);    // dV += P^T dO
             block_gemm<T, false, true>(BK, DP, BQ, dS, BK, Qs, DP, dK, DP, true);    // dK += dS^T Q
@@ -356,7 +359,7 @@ attn_bwd_q_kernel(AttentionShape s, const T * __restrict__ q, const T * __restri
         block_gemm<T, true, false>(BQ, BK, DP, Qs, DP, Ks, KP, S, BK, false);
         block_gemm<T, true, false>(BQ, BK, DP, dOs, DP, Vs, KP, dP, BK, false);
         __syncthreads();
-        probs_and_grads<T>(S, dP, ls, ds, nullptr, dS, BQ, BK, bq, t0, off, j0, bk, s.scale, ks, s.window, b, s.Tq);
+        probs_and_grads<T>(S, dP, ls, ds, nullptr, dS, BQ, BK, bq, t0, off, j0, bk, s.scale, s.softcap, ks, s.window, b, s.Tq);
         __syncthreads();
         block_gemm<T, true, true>(BQ, DP, BK, dS, BK, Ks, KP, dQ, DP, true);   // dQ += dS K
     }

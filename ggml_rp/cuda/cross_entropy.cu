@@ -5,6 +5,7 @@
 #include "ggml_rp/cuda/common.cuh"
 #include "ggml_rp/cuda/launch.h"
 #include "ggml_rp/cuda/mul_mat.cuh"
+#include "ggml_rp/cuda/unary.cuh"
 #include "ggml_rp/cuda/node_kernel.cuh"
 #include "ggml_rp/ops/node_args.h"
 
@@ -71,7 +72,7 @@ __global__ void __launch_bounds__(kElemThreads) ce_sum_kernel(const double * tok
 
 // In place: logits -> (softmax - onehot) * loss_scale for valid labels, 0 for ignored tokens.
 __global__ void __launch_bounds__(kElemThreads) ce_grad_kernel(float * L, int64_t nv, int64_t v0, int64_t T, const int32_t * __restrict__ labels,
-                               const float * __restrict__ lse, int64_t V, float loss_scale) {
+                               const float * __restrict__ lse, int64_t V, float loss_scale, float softcap) {
     const int64_t n = nv * T;
     const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
     for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += stride) {
@@ -80,7 +81,8 @@ __global__ void __launch_bounds__(kElemThreads) ce_grad_kernel(float * L, int64_
         if (y < 0 || y >= V) { L[e] = 0.0f; continue; }
         float g = expf(L[e] - lse[t]);
         if (v0 + j == y) g -= 1.0f;
-        L[e] = g * loss_scale;
+        const float tc = softcap > 0.0f ? L[e] / softcap : 0.0f;  // the capped logit's tanh: its derivative 1 - t^2
+        L[e] = g * loss_scale * (1.0f - tc * tc);
     }
 }
 
@@ -126,6 +128,7 @@ void lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::
         for (int64_t v0 = 0; v0 < V; v0 += chunk) {
             const int64_t nv = chunk < V - v0 ? chunk : V - v0;
             matmul_fwd(C, nv, T, wbytes + v0 * w_row_bytes, wtype, w_row_bytes, h, C, L, nv, false, gemm_ws, gemm_bytes, stream);
+            if (s.softcap > 0.0f) scale(L, 1.0f, L, nv * T, stream, s.softcap);   // Gemma 2: cap tanh(L / cap), in place
             ce_pass1_kernel<<<static_cast<unsigned>(T), row_threads(nv), 0, stream>>>(L, nv, v0, labels, m, sum, label_logit);
             check_launch("lm_head_ce (logsumexp)");
         }
@@ -142,8 +145,9 @@ void lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::
         const int64_t nv = chunk < V - v0 ? chunk : V - v0;
         const char * wchunk = wbytes + v0 * w_row_bytes;
         matmul_fwd(C, nv, T, wchunk, wtype, w_row_bytes, h, C, L, nv, false, gemm_ws, gemm_bytes, stream);
+        if (s.softcap > 0.0f) scale(L, 1.0f, L, nv * T, stream, s.softcap);
         ce_grad_kernel<<<static_cast<unsigned>(elementwise_grid(nv * T)), kElemThreads, 0, stream>>>(
-            L, nv, v0, T, labels, lse, V, loss_scale);
+            L, nv, v0, T, labels, lse, V, loss_scale, s.softcap);
         check_launch("lm_head_ce_back (gradient tile)");
         if (dh) matmul_bwd_x(C, nv, T, wchunk, wtype, w_row_bytes, L, nv, dh, C, v0 > 0, gemm_ws, gemm_bytes, stream);
         if (dW) matmul_bwd_w(C, nv, T, h, C, L, nv, dW + v0 * dw_row, dw_row, true, stream);
@@ -169,6 +173,7 @@ LmHeadCEShape shape_of(const Tensor * n) {
     sh.V = n->src[1]->ne[1];
     sh.T = n->src[0]->ne[1];
     sh.chunk = std::max<int64_t>(1, n->param_i32(1));
+    sh.softcap = n->param_f32(2);
     return sh;
 }
 

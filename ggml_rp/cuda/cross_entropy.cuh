@@ -30,6 +30,7 @@ struct LmHeadCEShape {
     int64_t V;       // vocabulary
     int64_t T;       // tokens
     int64_t chunk;   // vocabulary rows per chunk (>= 1)
+    float softcap = 0.0f;  // > 0: each logit l becomes softcap * tanh(l / softcap) (Gemma 2; the CPU's contract)
 };
 
 void lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::TensorType wtype, size_t w_row_bytes,

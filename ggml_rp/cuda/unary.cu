@@ -1,4 +1,4 @@
-// SCALE, SILU, SILU_BACK, SWIGLU, SWIGLU_BACK (SiLU, clamped SiLU, GELU-tanh): grid-stride element-wise kernels.
+// SCALE (and its soft-cap form), SILU, SILU_BACK, SWIGLU, SWIGLU_BACK (SiLU, clamped SiLU, GELU-tanh): grid-stride element-wise kernels.
 #include "ggml_rp/cuda/unary.cuh"
 
 #include "ggml_rp/cuda/common.cuh"
@@ -11,7 +11,7 @@ namespace rp::cuda {
 namespace {
 
 enum class UnaryOp {
-    Scale, Silu, SiluBack, Swiglu, SwigluBackGate, SwigluBackUp, SwigluOai, SwigluOaiBackGate, SwigluOaiBackUp, Geglu, GegluBackGate, GegluBackUp
+    Scale, Softcap, Silu, SiluBack, Swiglu, SwigluBackGate, SwigluBackUp, SwigluOai, SwigluOaiBackGate, SwigluOaiBackUp, Geglu, GegluBackGate, GegluBackUp
 };
 
 // s: SCALE's factor, or the clamped SwiGLU's alpha (s2: its limit).
@@ -22,6 +22,7 @@ __global__ void __launch_bounds__(kElemThreads) unary_kernel(const float * a, co
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
         float r;
         if constexpr (Op == UnaryOp::Scale) r = a[i] * s;
+        else if constexpr (Op == UnaryOp::Softcap) r = s2 * tanhf(a[i] * s / s2);
         else if constexpr (Op == UnaryOp::Silu) r = silu_f(a[i]);
         else if constexpr (Op == UnaryOp::SiluBack) r = b[i] * silu_grad_f(a[i]);
         else if constexpr (Op == UnaryOp::Swiglu) r = silu_f(a[i]) * b[i];
@@ -48,7 +49,8 @@ void launch(const char * name, const float * a, const float * b, const float * c
 
 } // namespace
 
-void scale(const float * x, float s, float * y, int64_t n, cudaStream_t st) {
+void scale(const float * x, float s, float * y, int64_t n, cudaStream_t st, float cap) {
+    if (cap > 0.0f) return launch<UnaryOp::Softcap>("softcap", x, nullptr, nullptr, s, y, n, st, cap);
     launch<UnaryOp::Scale>("scale", x, nullptr, nullptr, s, y, n, st);
 }
 void silu_fwd(const float * x, float * y, int64_t n, cudaStream_t st) {
@@ -88,7 +90,9 @@ void geglu_bwd(const float * g, const float * u, const float * dy, float * out, 
 
 // ---- node entries ----
 namespace {
-void run_scale(Tensor * n, const NodeRun & r) { scale(in<float>(n->src[0]), n->param_f32(0), out<float>(n), n->nelements(), r.stream); }
+void run_scale(Tensor * n, const NodeRun & r) {
+    scale(in<float>(n->src[0]), n->param_f32(0), out<float>(n), n->nelements(), r.stream, n->param_f32(1));
+}
 void run_silu(Tensor * n, const NodeRun & r) { silu_fwd(in<float>(n->src[0]), out<float>(n), n->nelements(), r.stream); }
 void run_silu_back(Tensor * n, const NodeRun & r) {
     silu_bwd(in<float>(n->src[0]), in<float>(n->src[1]), out<float>(n), n->nelements(), r.stream);

@@ -8,7 +8,7 @@
 
 namespace rp::cuda {
 
-void scale(const float * x, float s, float * y, int64_t n, cudaStream_t stream);                  // y = s x
+void scale(const float * x, float s, float * y, int64_t n, cudaStream_t stream, float cap = 0.0f);  // y = s x; cap > 0: cap tanh(s x / cap)
 void silu_fwd(const float * x, float * y, int64_t n, cudaStream_t stream);                         // y = silu(x)
 void silu_bwd(const float * x, const float * dy, float * dx, int64_t n, cudaStream_t stream);      // dy silu'(x)
 void swiglu_fwd(const float * g, const float * u, float * y, int64_t n, cudaStream_t stream);      // silu(g) u

@@ -5,10 +5,13 @@
 #include "ggml_rp/ops/op_util.h"
 #include "ggml_rp/ops/view.h"
 
+#include <cmath>
+#include <string>
+
 namespace rp {
 
 Tensor * attention(Context & ctx, Tensor * q, Tensor * k, Tensor * v, float scale, DType accelerated, Tensor * key_start,
-                   Tensor * sinks, int64_t window) {
+                   Tensor * sinks, int64_t window, float softcap) {
     const char * op = "attention";
     detail::require(accelerated == DType::F32 || accelerated == DType::F16 || accelerated == DType::BF16, op,
                     std::string("the accelerator input type must be f32, f16 or bf16, not ") + dtype_name(accelerated));
@@ -34,6 +37,7 @@ Tensor * attention(Context & ctx, Tensor * q, Tensor * k, Tensor * v, float scal
                         "sinks " + describe(sinks) + " must be contiguous with one logit per query head (" + std::to_string(Hq) + ")");
     }
     detail::require(window >= 0 && window <= 0x7fffffff, op, "window " + std::to_string(window) + " must be in [0, 2^31)");
+    detail::require(softcap >= 0.0f && std::isfinite(softcap), op, "softcap " + std::to_string(softcap) + " must be a finite number >= 0");
     q = cont_if_needed(ctx, q);
     k = cont_if_needed(ctx, k);
     v = cont_if_needed(ctx, v);
@@ -41,6 +45,7 @@ Tensor * attention(Context & ctx, Tensor * q, Tensor * k, Tensor * v, float scal
     o->set_param_f32(0, scale);
     o->set_param_i32(1, static_cast<int32_t>(accelerated));
     o->set_param_i32(2, static_cast<int32_t>(window));
+    o->set_param_f32(3, softcap);
     o->aux_bytes = static_cast<size_t>(Hq * Tq * B) * sizeof(float);
     return o;
 }
@@ -67,6 +72,7 @@ AttentionGrads attention_back(Context & ctx, Tensor * o, Tensor * dout) {
     dq->set_param_f32(0, o->param_f32(0));
     dq->set_param_i32(1, o->param_i32(1));  // the same accelerator input type as the forward
     dq->set_param_i32(2, o->param_i32(2));  // and window
+    dq->set_param_f32(3, o->param_f32(3));  // and soft-cap
     dq->aux_bytes = 2 * k->nbytes() + (sinks ? sinks->nbytes() : 0);
     Tensor * dk = aux_view(ctx, dq, k->ne, 0);
     Tensor * dv = aux_view(ctx, dq, v->ne, k->nbytes());

@@ -16,6 +16,9 @@
 // denominator without a value (gpt-oss's attention sinks, llama.cpp's ggml_soft_max_add_sinks): o = sum_j
 // p_j v_j with p_j = exp(s_j) / (sum_j exp(s_j) + exp(sink_h)); the sink is not scaled. It has a gradient.
 //
+// softcap (optional, > 0): Gemma 2's logit soft-capping, each scaled logit x becomes softcap * tanh(x / softcap)
+// before the softmax (llama.cpp's attn_soft_cap: tanh of q . k * scale / cap, times cap). Op param 3.
+//
 // Hq % Hkv == 0 (GQA); D <= 256. Non-contiguous inputs are copied first. The forward also stores the
 // per-row logsumexp lse [Hq, Tq, B] right after o (o's aux bytes; attention_lse() gives a view of it), and
 // the backward recomputes the probabilities from it. Kernels: rp::cpu::attention_fwd / attention_bwd.
@@ -28,10 +31,10 @@ namespace rp {
 // `accelerated`: the element type an accelerator's kernels may round q, k, v (and the backward's dout) to, for
 // its matrix units: BF16 / F16 run the CUDA kernels on tensor cores (f32 accumulation, probabilities rounded
 // like FlashAttention); F32 keeps the f32 kernels. The CPU kernels always compute in f32 (the reference).
-// Stored as op param 1 (the window is param 2); attention_back inherits both. key_start is src 3 and sinks
+// Stored as op param 1 (the window is param 2); attention_back inherits them and the soft-cap. key_start is src 3 and sinks
 // src 4 (attention_back: src 6 and 7).
 Tensor * attention(Context & ctx, Tensor * q, Tensor * k, Tensor * v, float scale, DType accelerated = DType::F32,
-                   Tensor * key_start = nullptr, Tensor * sinks = nullptr, int64_t window = 0);
+                   Tensor * key_start = nullptr, Tensor * sinks = nullptr, int64_t window = 0, float softcap = 0.0f);
 // The logsumexp saved by the attention node o: f32 [Hq, Tq, B].
 Tensor * attention_lse(Context & ctx, Tensor * o);
 

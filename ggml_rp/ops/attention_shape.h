@@ -2,6 +2,7 @@
 // (cuda/attention.cuh) and the node glue (ops/node_args.h). Plain data, no dependencies: nvcc includes it.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 namespace rp {
@@ -17,6 +18,23 @@ struct AttentionShape {
     // Sliding window: > 0 lets query t see only the `window` keys up to its own, j > t + (Tk - Tq) - window
     // (llama.cpp's standard SWA: a key `window` or more positions back is masked). 0: no window.
     int64_t window = 0;
+    // Logit soft-capping (Gemma 2): > 0 turns each scaled logit x into softcap * tanh(x / softcap) before the
+    // softmax (llama.cpp's attn_soft_cap); 0: none.
+    float softcap = 0.0f;
 };
+
+// The logit the softmax sees of a scaled q . k, and (t) the tanh it went through (0 without a cap): the backward
+// multiplies by its derivative 1 - t^2.
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+inline float attention_logit(float x, float softcap, float & t) {
+    if (softcap > 0.0f) {
+        t = tanhf(x / softcap);
+        return softcap * t;
+    }
+    t = 0.0f;
+    return x;
+}
 
 } // namespace rp

@@ -6,9 +6,12 @@
 #include "ggml_rp/ops/op_util.h"
 #include "ggml_rp/ops/view.h"
 
+#include <cmath>
+#include <string>
+
 namespace rp {
 
-Tensor * lm_head_ce(Context & ctx, Tensor * h, Tensor * W, Tensor * labels, float loss_scale, int64_t chunk) {
+Tensor * lm_head_ce(Context & ctx, Tensor * h, Tensor * W, Tensor * labels, float loss_scale, int64_t chunk, float softcap) {
     const char * op = "lm_head_ce";
     detail::require_f32(op, h, "h");
     detail::require(W && can_dequantize(W->type) && W->ne[2] == 1 && W->ne[3] == 1, op,
@@ -18,6 +21,7 @@ Tensor * lm_head_ce(Context & ctx, Tensor * h, Tensor * W, Tensor * labels, floa
     detail::require(labels && labels->type == DType::I32 && labels->nelements() == h->ne[1] && labels->ne[0] == h->ne[1], op,
                     "labels " + describe(labels) + " must be i32 [T] with T = " + std::to_string(h->ne[1]));
     detail::require(chunk >= 1, op, "chunk must be >= 1");
+    detail::require(softcap >= 0.0f && std::isfinite(softcap), op, "softcap " + std::to_string(softcap) + " must be a finite number >= 0");
     if (W->type == DType::F32 && !W->rows_contiguous()) W = cont(ctx, W);
     detail::require(W->rows_contiguous(), op, "head weight " + describe(W) + " must have contiguous rows");
     h = cont_if_needed(ctx, h);
@@ -26,6 +30,7 @@ Tensor * lm_head_ce(Context & ctx, Tensor * h, Tensor * W, Tensor * labels, floa
     t->aux_bytes = static_cast<size_t>(h->ne[1]) * sizeof(float);  // each token's logsumexp, for the backward
     t->set_param_f32(0, loss_scale);
     t->set_param_i32(1, static_cast<int32_t>(chunk > INT32_MAX ? INT32_MAX : chunk));
+    t->set_param_f32(2, softcap);
     return t;
 }
 
@@ -42,6 +47,7 @@ Tensor * lm_head_ce_back(Context & ctx, Tensor * ce, Tensor * dloss, Tensor * dW
     Tensor * dh = detail::new_node(ctx, Op::LM_HEAD_CE_BACK, DType::F32, h->ne, {h, W, ce->src[2], dloss, dW_into, ce});
     dh->set_param_f32(0, ce->param_f32(0));
     dh->set_param_i32(1, ce->param_i32(1));
+    dh->set_param_f32(2, ce->param_f32(2));
     return dh;
 }
 

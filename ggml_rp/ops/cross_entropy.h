@@ -5,6 +5,7 @@
 //   labels: i32 [T], each in [0, V) or -1 (masked: no loss, no gradient).
 //   loss = sum_t loss_scale * (logsumexp(W^T h_t) - (W^T h_t)[label_t])    -> f32 [1]
 //
+// softcap > 0 (Gemma 2's final logit soft-capping): every logit is softcap * tanh(logit / softcap) first.
 // Pass loss_scale = 1 / (unmasked tokens in the whole batch) for a mean that does not depend on how the
 // batch is split into micro-batches. chunk = vocabulary rows per chunk (memory O(chunk * T)).
 // The node also writes each token's logsumexp after the loss (aux, T floats).
@@ -17,7 +18,7 @@
 
 namespace rp {
 
-Tensor * lm_head_ce(Context & ctx, Tensor * h, Tensor * W, Tensor * labels, float loss_scale, int64_t chunk);
+Tensor * lm_head_ce(Context & ctx, Tensor * h, Tensor * W, Tensor * labels, float loss_scale, int64_t chunk, float softcap = 0.0f);
 
 // dh = dloss * d loss / dh (a node shaped like h). With dW_into != nullptr (f32 [C, V], contiguous), also
 // dW_into += dloss * d loss / dW, as a side effect of this node: read dW_into through after(dW_into, node).

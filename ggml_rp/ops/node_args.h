@@ -14,11 +14,11 @@
 
 namespace rp::node {
 
-// ATTENTION / ATTENTION_BACK: q = src0, k = src1, scale = op param 0.
+// ATTENTION / ATTENTION_BACK: q = src0, k = src1, scale = op param 0, window param 2, soft-cap param 3.
 inline AttentionShape attention_shape(const Tensor * n) {
     const Tensor * q = n->src[0];
     const Tensor * k = n->src[1];
-    return {q->ne[0], q->ne[1], k->ne[1], q->ne[2], k->ne[2], q->ne[3], n->param_f32(0), n->param_i32(2)};
+    return {q->ne[0], q->ne[1], k->ne[1], q->ne[2], k->ne[2], q->ne[3], n->param_f32(0), n->param_i32(2), n->param_f32(3)};
 }
 
 // ATTENTION / ATTENTION_BACK: the first visible key per query (i32 [Tq * B]), or nullptr (plain causal).

@@ -1,9 +1,11 @@
 #include "ggml_rp/ops/unary.h"
 
 #include "ggml_rp/ops/backward_rules.h"
+#include "ggml_rp/ops/binary.h"
 #include "ggml_rp/ops/op_util.h"
 
 #include <cmath>
+#include <string>
 
 namespace rp {
 
@@ -11,6 +13,13 @@ Tensor * scale(Context & ctx, Tensor * x, float s) {
     detail::require_f32("scale", x, "x");
     Tensor * t = detail::new_node(ctx, Op::SCALE, DType::F32, x->ne, {x});
     t->set_param_f32(0, s);
+    return t;
+}
+
+Tensor * softcap(Context & ctx, Tensor * x, float cap) {
+    detail::require(cap > 0.0f && std::isfinite(cap), "softcap", "the cap must be a finite number > 0, not " + std::to_string(cap));
+    Tensor * t = scale(ctx, x, 1.0f);
+    t->set_param_f32(1, cap);
     return t;
 }
 
@@ -70,9 +79,14 @@ void backward_unary(Backward & b, Tensor * node) {
     Tensor * dy = b.grad(node);
     Tensor * x = node->src[0];
     switch (node->op) {
-    case Op::SCALE:
-        if (b.needs(x)) b.add(x, scale(ctx, dy, node->param_f32(0)));
+    case Op::SCALE: {
+        if (!b.needs(x)) return;
+        const float s = node->param_f32(0), cap = node->param_f32(1);
+        if (cap <= 0.0f) return b.add(x, scale(ctx, dy, s));
+        // y = c tanh(s x / c): dx = s dy (1 - (y / c)^2) = s dy - (s / c^2) dy y y
+        b.add(x, add(ctx, scale(ctx, dy, s), scale(ctx, mul(ctx, mul(ctx, dy, node), node), -s / (cap * cap))));
         return;
+    }
     case Op::SILU:
         if (b.needs(x)) b.add(x, silu_back(ctx, x, dy));
         return;

@@ -1,4 +1,6 @@
 // Element-wise unary ops on f32 tensors (any strides; results contiguous).
+//   scale(x, s) = x s                   softcap(x, c) = c tanh(x / c) (Gemma 2's final logits): the SCALE op with
+//                                       param 1 = c (0: none); its gradient 1 - tanh^2 from the output, by MUL / SCALE / ADD
 //   silu(x) = x * sigmoid(x)            silu'(x) = sigmoid(x) * (1 + x * (1 - sigmoid(x)))
 //   swiglu(g, u) = silu(g) * u          (the gated FFN of Llama/Qwen; g and u have the same shape)
 //   swiglu_oai(g, u, alpha, limit)      gpt-oss's clamped form (unary_math.h): min(g, limit) sigmoid(alpha min(g, limit))
@@ -18,6 +20,7 @@
 namespace rp {
 
 Tensor * scale(Context & ctx, Tensor * x, float s);
+Tensor * softcap(Context & ctx, Tensor * x, float cap);
 Tensor * silu(Context & ctx, Tensor * x);
 // dx = dy * silu'(x)
 Tensor * silu_back(Context & ctx, Tensor * x, Tensor * dy);

@@ -15,8 +15,11 @@ const ArchTraits kArchs[] = {
     {.arch = Arch::GptOss, .name = "gpt-oss", .rope_mode = RopeMode::Neox, .qkv_bias = true, .moe = true, .default_rms_eps = 1e-5f,
      .attn_out_bias = true, .attn_sinks = true, .moe_biases = true, .swiglu_oai = true, .sliding_window = true,
      .ffn_norm = "post_attention_norm"},
+    {.arch = Arch::Gemma2, .name = "gemma2", .rope_mode = RopeMode::Neox, .sliding_window = true, .embd_scale = true, .post_norms = true,
+     .glu = GluKind::GeluTanh, .swa_period = 2, .big_attn_scale_layers = 46, .default_swa = 4096, .softcaps = true,
+     .tied_head = true},
     {.arch = Arch::Gemma3, .name = "gemma3", .rope_mode = RopeMode::Neox, .qk_norm = true, .sliding_window = true, .embd_scale = true,
-     .post_norms = true, .glu = GluKind::GeluTanh, .swa_period = 6, .swa_rope_base = 10000.0f, .gemma_attn_scale = true},
+     .post_norms = true, .glu = GluKind::GeluTanh, .swa_period = 6, .swa_rope_base = 10000.0f, .big_attn_scale_layers = 62},
     {.arch = Arch::Mistral3, .name = "mistral3", .rope_mode = RopeMode::Normal, .default_rms_eps = 1e-5f, .yarn_log_mul = true,
      .attn_temperature = true, .rope_freqs = true},
     // phi3 (Phi-3, Phi-3.5, Phi-4): llama.cpp reads attention.sliding_window but runs every layer unwindowed (its
@@ -191,10 +194,10 @@ HParams load_hparams(const gguf::Reader & f) {
     hp.rope_freq_base_swa = f.get_f32_or(key("rope.freq_base_swa"), hp.rope_freq_base);
     hp.rope_freq_scale_swa = hp.rope_freq_scale;
     if (hp.arch->sliding_window) {
-        if (!f.has(key("attention.sliding_window")))
+        if (!f.has(key("attention.sliding_window")) && hp.arch->default_swa == 0)
             fail(f, "missing required key '" + key("attention.sliding_window") + "'" +
                         (hp.arch->arch == Arch::Gemma3 ? " (a gemma3 without sliding-window layers, with final-logit soft-capping, is not supported)" : ""));
-        hp.n_swa = f.get_u32(key("attention.sliding_window"));
+        hp.n_swa = f.get_u32_or(key("attention.sliding_window"), hp.arch->default_swa);
         if (hp.n_swa == 0) fail(f, key("attention.sliding_window") + " must be > 0");
         if (hp.arch->swa_period > 0) {
             hp.swa_period = hp.arch->swa_period;
@@ -212,8 +215,15 @@ HParams load_hparams(const gguf::Reader & f) {
             fail(f, key("rope.freq_base_swa") + " must be a positive number");
     }
     hp.embd_scale = hp.arch->embd_scale ? std::sqrt(static_cast<float>(hp.n_embd)) : 1.0f;
-    // gemma_pytorch's query_pre_attn_scalar: n_embd / n_head for the 27B model (62 layers), else head_dim.
-    const bool gemma_27b = hp.arch->gemma_attn_scale && hp.n_layer == 62;
+    if (hp.arch->softcaps) {
+        hp.attn_softcap = f.get_f32_or(key("attn_logit_softcapping"), 50.0f);
+        hp.final_softcap = f.get_f32_or(key("final_logit_softcapping"), 30.0f);
+        if (!(hp.attn_softcap > 0) || !std::isfinite(hp.attn_softcap) || !(hp.final_softcap > 0) || !std::isfinite(hp.final_softcap))
+            fail(f, key("attn_logit_softcapping") + " and " + key("final_logit_softcapping") + " must be positive numbers");
+    }
+    // gemma_pytorch's query_pre_attn_scalar: n_embd / n_head for the 27B model (gemma3: 62 layers, gemma2: 46), else
+    // head_dim.
+    const bool gemma_27b = hp.arch->big_attn_scale_layers > 0 && hp.n_layer == hp.arch->big_attn_scale_layers;
     hp.attn_scale = 1.0f / std::sqrt(static_cast<float>(gemma_27b ? hp.n_embd / hp.n_head : hp.head_dim));
 
     if (f.has("tokenizer.ggml.tokens"))

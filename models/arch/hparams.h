@@ -1,5 +1,5 @@
 // Architecture registry and hyper-parameters read from GGUF metadata, with llama.cpp's defaults
-// (formats.md §3.1). One place states how llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3, mistral3 and phi3 differ.
+// (formats.md §3.1). One place states how llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, mistral3 and phi3 differ.
 #pragma once
 
 #include "ggml_rp/ops/rope.h"
@@ -11,7 +11,7 @@
 
 namespace rp {
 
-enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe, GptOss, Gemma3, Mistral3, Phi3 };
+enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe, GptOss, Gemma2, Gemma3, Mistral3, Phi3 };
 
 // What distinguishes one architecture's decoder layer from another's.
 struct ArchTraits {
@@ -29,7 +29,7 @@ struct ArchTraits {
     bool swiglu_oai = false;        // the experts' clamped SwiGLU (ops/unary.h swiglu_oai: alpha 1.702, limit 7)
     bool sliding_window = false;    // attention.sliding_window: windowed layers per attention.sliding_window_pattern
     const char * ffn_norm = "ffn_norm";  // the feed-forward's input norm (gpt-oss: post_attention_norm)
-    // gemma3:
+    // gemma2, gemma3:
     bool embd_scale = false;        // the embeddings times sqrt(n_embd)
     bool post_norms = false;        // RMSNorms on the attention's and the feed-forward's outputs before each residual
                                     // (post_attention_norm, post_ffw_norm)
@@ -38,8 +38,14 @@ struct ArchTraits {
                                     // read from the file; 0: attention.sliding_window_pattern (default 2)
     float swa_rope_base = 0.0f;     // windowed layers' fixed RoPE base, unscaled (0: rope.freq_base_swa, scaled as
                                     // the other layers)
-    bool gemma_attn_scale = false;  // the query scale 1/sqrt(head_dim), but 1/sqrt(n_embd / n_head) for the 62-layer
-                                    // (27B) model, as llama.cpp (from gemma_pytorch's config) has it
+    uint32_t big_attn_scale_layers = 0;  // the query scale 1/sqrt(head_dim), but 1/sqrt(n_embd / n_head) for the model
+                                         // of this many layers (the 27B: gemma3 62, gemma2 46), as llama.cpp (from
+                                         // gemma_pytorch's configs) has it; 0: no such model
+    uint32_t default_swa = 0;       // the window when attention.sliding_window is absent (gemma2: 4096); 0: required
+    // gemma2: logit soft-capping, cap tanh(x / cap): the attention's (attn_logit_softcapping, default 50) and the
+    // final logits' (final_logit_softcapping, default 30), as llama.cpp reads them
+    bool softcaps = false;
+    bool tied_head = false;         // gemma2: the head is always token_embd (llama.cpp reads no output.weight)
     // mistral3:
     bool yarn_log_mul = false;      // rope.scaling.yarn_log_multiplier m: YaRN's cos / sin scale is
                                     // mscale(factor, 1) / mscale(factor, m), mscale(s, m) = 1 + 0.1 m ln s (s > 1)
@@ -109,6 +115,9 @@ struct HParams {
     // Attention temperature tuning (mistral3): 0 = none; the queries' RoPE carries it (rope_query()).
     float attn_temp_scale = 0.0f;
     uint32_t attn_temp_floor = 0;
+    // Logit soft-capping (gemma2): 0 = none.
+    float attn_softcap = 0.0f;
+    float final_softcap = 0.0f;
 
     uint32_t n_q() const { return n_head * head_dim; }
     uint32_t n_kv() const { return n_head_kv * head_dim; }

@@ -158,8 +158,9 @@ Tensor * attention_block(Context & ctx, const HParams & hp, const LayerWeights &
     k = set_name(rope(ctx, k, pos.pos, rope_p, w.rope_freqs), lname(il, "k"));
     set_name(v, lname(il, "v"));
 
-    // 5: causal GQA attention, scale 1/sqrt(head_dim) (gemma3's 27B: 1/sqrt(n_embd / n_head)); with a cache, over
-    // every position so far (gpt-oss, gemma3: a sliding window on some layers; gpt-oss: per-head sink logits).
+    // 5: causal GQA attention, scale 1/sqrt(head_dim) (the Gemma 27Bs: 1/sqrt(n_embd / n_head)); with a cache, over
+    // every position so far (gpt-oss, gemma2, gemma3: a sliding window on some layers; gpt-oss: per-head sink logits;
+    // gemma2: soft-capped logits).
     if (kv) {
         const int64_t n = kv->n_past + T;
         k = cache_read(ctx, kv->k, cache_write(ctx, kv->k, k, kv->n_past), n);
@@ -167,7 +168,7 @@ Tensor * attention_block(Context & ctx, const HParams & hp, const LayerWeights &
     }
     if (kv && pos.key_start) throw Error(lname(il, "kv") + ": a KV cache serves one unpacked sequence (no key_start)");
     const int64_t window = hp.is_swa(static_cast<uint32_t>(il)) ? hp.n_swa : 0;
-    Tensor * o = attention(ctx, q, k, v, hp.attn_scale, attention_type, pos.key_start, w.attn_sinks, window);
+    Tensor * o = attention(ctx, q, k, v, hp.attn_scale, attention_type, pos.key_start, w.attn_sinks, window, hp.attn_softcap);
     o = reshape(ctx, o, D * Hq, T, B);
 
     // 6: output projection (+ gpt-oss's bias; gemma3's post-attention norm) and residual.
@@ -260,7 +261,9 @@ Tensor * build_embedding(Context & ctx, const HParams & hp, Tensor * tok_embd, T
 Tensor * build_head_logits(Context & ctx, const HParams & hp, const ModelWeights & w, Tensor * x, const LoraSet * lora) {
     Tensor * h = rms_norm(ctx, x, w.output_norm, hp.rms_eps);
     // A tied head shares token_embd, whose LoRA pair (if any) has the embedding's roles: not applicable here.
-    return set_name(build_linear(ctx, w.output, h, w.tied_output() ? nullptr : lora), "logits");
+    Tensor * logits = build_linear(ctx, w.output, h, w.tied_output() ? nullptr : lora);
+    if (hp.final_softcap > 0.0f) logits = softcap(ctx, logits, hp.final_softcap);  // gemma2
+    return set_name(logits, "logits");
 }
 
 Tensor * build_head_ce(Context & ctx, const HParams & hp, const ModelWeights & w, Tensor * x, Tensor * labels,
@@ -269,7 +272,7 @@ Tensor * build_head_ce(Context & ctx, const HParams & hp, const ModelWeights & w
         throw Error("LoRA on output.weight is not supported with the fused LM-head cross-entropy");
     Tensor * h = rms_norm(ctx, x, w.output_norm, hp.rms_eps);
     h = reshape(ctx, h, h->ne[0], h->ne[1] * h->ne[2] * h->ne[3]);
-    return set_name(lm_head_ce(ctx, h, w.output, labels, loss_scale, chunk), "loss");
+    return set_name(lm_head_ce(ctx, h, w.output, labels, loss_scale, chunk, hp.final_softcap), "loss");
 }
 
 } // namespace rp

@@ -88,7 +88,7 @@ std::unique_ptr<Model> Model::load(const std::string & path) {
     Loader ld(*m->file_, m->ctx_, taken);
     m->tok_embd = ld.take("token_embd.weight", {E, V}, Role::Matrix);
     m->output_norm = ld.take("output_norm.weight", {E}, Role::Vector);
-    m->output = ld.take("output.weight", {E, V}, Role::Matrix, false);
+    if (!at.tied_head) m->output = ld.take("output.weight", {E, V}, Role::Matrix, false);
     if (!m->output) m->output = m->tok_embd;  // tied embeddings (formats.md §3.3)
 
     // RoPE frequency factors: one tensor for every layer (llama.cpp's TENSOR_DUPLICATED), optional.

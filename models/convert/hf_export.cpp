@@ -87,8 +87,9 @@ std::string config_json(const Model & model, const std::string & dtype) {
     case Arch::Qwen3Moe: cls = "Qwen3MoeForCausalLM", type = "qwen3_moe"; break;
     case Arch::GptOss:  // transformers fuses its experts' gate and up (interleaved) and keeps them in MXFP4 blocks
         throw Error(model.path() + ": exporting gpt-oss to Hugging Face safetensors is not supported yet");
+    case Arch::Gemma2:
     case Arch::Gemma3:  // transformers' Gemma norms hold w where the GGUF holds 1 + w, and its config has no place here yet
-        throw Error(model.path() + ": exporting gemma3 to Hugging Face safetensors is not supported yet");
+        throw Error(model.path() + ": exporting " + hp.arch->name + " to Hugging Face safetensors is not supported yet");
     case Arch::Mistral3:  // transformers' Mistral3ForConditionalGeneration wraps a vision tower this file does not have
         throw Error(model.path() + ": exporting mistral3 to Hugging Face safetensors is not supported yet");
     case Arch::Phi3:  // transformers' Phi3 names its fused projections qkv_proj / gate_up_proj and its LongRoPE in the config
@@ -146,7 +147,7 @@ HfExportReport export_hf(const Model & model, const std::string & dir, const HfE
     if (hp.expert_weights_scale != 0.0f && hp.expert_weights_scale != 1.0f)
         throw Error(model.path() + ": expert_weights_scale " + number(hp.expert_weights_scale) + " has no place in " + "a Qwen3Moe config");
     if (o.shard_bytes == 0) throw Error("HF export: shard size 0");
-    if (hp.arch->arch == Arch::GptOss || hp.arch->arch == Arch::Gemma3)
+    if (hp.arch->arch == Arch::GptOss || hp.arch->arch == Arch::Gemma2 || hp.arch->arch == Arch::Gemma3)
         throw Error(model.path() + ": exporting " + hp.arch->name + " to Hugging Face safetensors is not supported yet");
     HfExportReport rep;
     rep.dtype = choose_dtype(f, o.dtype);

@@ -94,7 +94,14 @@ SynthSpec synth_preset(const std::string & name) {
         s.n_expert = big ? 128 : 32, s.n_expert_used = 4, s.n_ff_exp = 2880, s.n_swa = 128;
         s.yarn_factor = 32.0f, s.yarn_orig_ctx = 4096, s.expert_wtype = gguf::TensorType::MXFP4;
     }
-    else if (name == "gemma-3-1b" || name == "gemma-3-4b" || name == "gemma-3-12b" || name == "gemma-3-27b") {
+    else if (name == "gemma-2-2b" || name == "gemma-2-9b" || name == "gemma-2-27b") {
+        // Gemma 2: tied 256k vocabulary, a 4096-token window on every other layer, the soft-caps' defaults (50, 30).
+        struct G { uint32_t embd, layers, heads, kv, hd, ff; };
+        const G g = name == "gemma-2-2b" ? G{2304, 26, 8, 4, 256, 9216} : name == "gemma-2-9b" ? G{3584, 42, 16, 8, 256, 14336}
+                                                                        : G{4608, 46, 32, 16, 128, 36864};
+        s.arch = "gemma2", s.n_embd = g.embd, s.n_layer = g.layers, s.n_head = g.heads, s.n_head_kv = g.kv, s.head_dim = g.hd;
+        s.n_ff = g.ff, s.n_vocab = 256000, s.n_swa = 4096, s.n_ctx_train = 8192, s.tied = true;
+    } else if (name == "gemma-3-1b" || name == "gemma-3-4b" || name == "gemma-3-12b" || name == "gemma-3-27b") {
         // Gemma 3: tied 262k vocabulary, head_dim 256 (27B: 128), a 512 / 1024-token window on five layers of six,
         // the global layers' RoPE base 1e6 scaled linearly by 8 from 4B up.
         struct G { uint32_t embd, layers, heads, kv, hd, ff, vocab, swa, ctx; float linear; };
@@ -135,7 +142,7 @@ SynthSpec synth_preset(const std::string & name) {
     } else {
         throw Error("unknown model shape '" + name +
                     "' (qwen3-0.6b, qwen3-1.7b, qwen3-32b, llama3.1-8b, qwen3-30b-a3b, qwen3-235b-a22b, gpt-oss-20b, gpt-oss-120b, "
-                    "gemma-3-1b, gemma-3-4b, gemma-3-12b, gemma-3-27b, ministral-3-3b, ministral-3-8b, ministral-3-14b, llama3.2-1b, "
+                    "gemma-2-2b, gemma-2-9b, gemma-2-27b, gemma-3-1b, gemma-3-4b, gemma-3-12b, gemma-3-27b, ministral-3-3b, ministral-3-8b, ministral-3-14b, llama3.2-1b, "
                     "llama3.2-3b, phi-3.5-mini, phi-4, llama-98m, llama-20m)");
     }
     return s;
@@ -144,8 +151,8 @@ SynthSpec synth_preset(const std::string & name) {
 void write_synth_model(const SynthSpec & s, const std::string & path) {
     const bool qwen2 = s.arch == "qwen2", gpt_oss = s.arch == "gpt-oss", moe = s.arch == "qwen3moe" || gpt_oss,
                qwen3 = s.arch == "qwen3" || s.arch == "qwen3moe", gemma3 = s.arch == "gemma3", mistral3 = s.arch == "mistral3",
-               phi3 = s.arch == "phi3";
-    if (s.arch != "llama" && !qwen2 && !qwen3 && !gpt_oss && !gemma3 && !mistral3 && !phi3)
+               phi3 = s.arch == "phi3", gemma2 = s.arch == "gemma2", gemma = gemma2 || gemma3;
+    if (s.arch != "llama" && !qwen2 && !qwen3 && !gpt_oss && !gemma && !mistral3 && !phi3)
         throw Error("synthetic model: unknown architecture '" + s.arch + "'");
     if (s.llama3_rope != 0.0f && s.arch != "llama" && !mistral3)
         throw Error("synthetic model: Llama 3's RoPE factors need arch llama or mistral3");
@@ -158,13 +165,15 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
         throw Error("synthetic model: " + s.arch + " needs n_expert >= n_expert_used >= 1 and n_ff_exp >= 1");
     if (!moe && s.n_expert != 0) throw Error("synthetic model: experts need arch qwen3moe or gpt-oss");
     if (gpt_oss && s.tied) throw Error("synthetic model: gpt-oss has an untied head (llama.cpp requires output.weight)");
-    if ((gpt_oss || gemma3) && s.n_swa == 0) throw Error("synthetic model: " + s.arch + " needs a sliding window (n_swa >= 1)");
+    if ((s.attn_softcap != 0.0f || s.final_softcap != 0.0f) && !gemma2) throw Error("synthetic model: soft-caps need arch gemma2");
+    if (gemma2 && !s.tied) throw Error("synthetic model: gemma2 ties its head (llama.cpp reads no output.weight)");
+    if ((gpt_oss || gemma) && s.n_swa == 0) throw Error("synthetic model: " + s.arch + " needs a sliding window (n_swa >= 1)");
     if (s.yarn_factor > 0.0f && s.rope_linear > 0.0f) throw Error("synthetic model: YaRN and linear RoPE scaling exclude each other");
     if (s.n_head % s.n_head_kv != 0) throw Error("synthetic model: n_head must be a multiple of n_head_kv");
     const uint32_t n_q = s.n_head * s.head_dim, n_kv = s.n_head_kv * s.head_dim;
     // qwen3, gpt-oss and gemma3 read key_length; a llama writes it when its head is not n_embd / n_head (Mistral
     // Nemo's 128 over 5120 / 32); qwen2 derives head_dim from n_embd / n_head.
-    const bool key_length = qwen3 || gpt_oss || gemma3 || mistral3 || (s.arch == "llama" && n_q != s.n_embd);
+    const bool key_length = qwen3 || gpt_oss || gemma || mistral3 || (s.arch == "llama" && n_q != s.n_embd);
     if (!key_length && n_q != s.n_embd) throw Error("synthetic model: " + s.arch + " needs n_embd = n_head * head_dim");
 
     std::unique_ptr<gguf::Reader> vocab;
@@ -200,7 +209,9 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
         w.set_string(p + "rope.scaling.type", "linear");
         w.set_f32(p + "rope.scaling.factor", s.rope_linear);
     }
-    if (gpt_oss || gemma3) w.set_u32(p + "attention.sliding_window", s.n_swa);
+    if (gpt_oss || gemma) w.set_u32(p + "attention.sliding_window", s.n_swa);
+    if (s.attn_softcap != 0.0f) w.set_f32(p + "attn_logit_softcapping", s.attn_softcap);
+    if (s.final_softcap != 0.0f) w.set_f32(p + "final_logit_softcapping", s.final_softcap);
     if (s.long_rope_ctx != 0) {  // as llama.cpp's converter writes Phi-3.5's: no scaling type, the context and the scale
         w.set_u32(p + "rope.scaling.original_context_length", s.long_rope_ctx);
         const double ext = static_cast<double>(s.n_ctx_train) / s.long_rope_ctx;
@@ -230,11 +241,11 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
     const float sqrt3 = static_cast<float>(std::sqrt(3.0));
     const gguf::TensorType f32 = gguf::TensorType::F32, wt = s.wtype, xt = s.expert_wtype.value_or(s.wtype);
     uint64_t seed = s.seed * 1000003u;
-    // gemma3 multiplies the embeddings by sqrt(n_embd): rows of std 1/sqrt(n_embd) give the others' O(1) inputs,
+    // gemma2 and gemma3 multiply the embeddings by sqrt(n_embd): rows of std 1/sqrt(n_embd) give the others' O(1) inputs,
     // and a tied head over them needs output_norm ~3 for the same logits.
-    const float embd_b = gemma3 ? static_cast<float>(std::sqrt(3.0 / s.n_embd)) : sqrt3;
+    const float embd_b = gemma ? static_cast<float>(std::sqrt(3.0 / s.n_embd)) : sqrt3;
     add(w, "token_embd.weight", wt, s.n_embd, n_vocab, {0.0f, embd_b}, ++seed, s.weights);
-    const float out_norm = !s.tied ? 1.0f : gemma3 ? 3.0f : static_cast<float>(3.0 / std::sqrt(s.n_embd));
+    const float out_norm = !s.tied ? 1.0f : gemma ? 3.0f : static_cast<float>(3.0 / std::sqrt(s.n_embd));
     add(w, "output_norm.weight", f32, s.n_embd, 1, {out_norm, 0.1f * out_norm}, ++seed, s.weights);
     if (!s.tied) add(w, "output.weight", wt, s.n_embd, n_vocab, {0.0f, fan(3.0, s.n_embd)}, ++seed, s.weights);
     if (s.llama3_rope != 0.0f) add_values(w, "rope_freqs.weight", llama3_rope_factors(s), s.weights);
@@ -275,7 +286,7 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
             add(w, b + "attn_output.bias", f32, s.n_embd, 1, {0.0f, 0.5f}, ++seed, s.weights);
             add(w, b + "attn_sinks.weight", f32, s.n_head, 1, {0.5f, 1.5f}, ++seed, s.weights);
         }
-        if (gemma3) add(w, b + "post_attention_norm.weight", f32, s.n_embd, 1, {1.0f, 0.2f}, ++seed, s.weights);
+        if (gemma) add(w, b + "post_attention_norm.weight", f32, s.n_embd, 1, {1.0f, 0.2f}, ++seed, s.weights);
         add(w, b + (gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), f32, s.n_embd, 1, {1.0f, 0.2f}, ++seed, s.weights);
         if (moe) {  // the router (logits of a few units, so tokens pick different experts), then the experts
             add(w, b + "ffn_gate_inp.weight", wt, s.n_embd, s.n_expert, {0.0f, fan(2.0, s.n_embd)}, ++seed, s.weights);
@@ -298,7 +309,7 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
             add(w, b + "ffn_up.weight", wt, s.n_embd, s.n_ff, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights);
         }
         add(w, b + "ffn_down.weight", wt, s.n_ff, s.n_embd, {0.0f, fan(1.0, s.n_ff)}, ++seed, s.weights);
-        if (gemma3) add(w, b + "post_ffw_norm.weight", f32, s.n_embd, 1, {1.0f, 0.2f}, ++seed, s.weights);
+        if (gemma) add(w, b + "post_ffw_norm.weight", f32, s.n_embd, 1, {1.0f, 0.2f}, ++seed, s.weights);
     }
     w.write(path);  // `vocab` (whose keys were copied by value) may close after this
 }
@@ -311,7 +322,7 @@ std::vector<double> synth_grad_bytes(const SynthSpec & sp, bool full, int r) {
     if (sp.arch == "phi3") block = pair(d, q + 2 * kv) + pair(q, d) + pair(d, 2 * ff) + pair(ff, d);  // fused qkv, gate/up
     const bool qk_norm = sp.arch == "qwen3" || sp.arch == "qwen3moe" || sp.arch == "gemma3";
     if (full) block += 2 * d + (qk_norm ? 2.0 * sp.head_dim : 0.0) + (sp.n_expert > 0 ? d * sp.n_expert : 0.0);
-    if (full && sp.arch == "gemma3") block += 2 * d;  // the post-attention and post-feed-forward norms
+    if (full && (sp.arch == "gemma3" || sp.arch == "gemma2")) block += 2 * d;  // the post-attention and post-feed-forward norms
     if (full && sp.arch == "gpt-oss")  // biases of q, k, v, o, the router and the experts; the sinks
         block += q + 2 * kv + d + experts * (2 * ff + d + 1) + sp.n_head;
     std::vector<double> g(static_cast<size_t>(sp.n_layer + 2), 0);

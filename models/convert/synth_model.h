@@ -1,4 +1,4 @@
-// The synthetic-model writer: random-weight llama / qwen2 / qwen3 / qwen3moe / gpt-oss / gemma3 / mistral3 / phi3 models of any shape, written with our GGUF
+// The synthetic-model writer: random-weight llama / qwen2 / qwen3 / qwen3moe / gpt-oss / gemma2 / gemma3 / mistral3 / phi3 models of any shape, written with our GGUF
 // writer — for benchmarks (a Qwen3-1.7B or 0.6B shape without downloading it) and for tests of shapes the
 // shared files do not cover (GQA 3:1, head_dim 48 and 128, more layers, rope bases 1e4 / 1e6, quantized
 // weights). The tokenizer keys are copied from a real file (stories260K: SentencePiece, a qwen2 vocabulary:
@@ -16,7 +16,7 @@
 namespace rp {
 
 struct SynthSpec {
-    std::string arch = "llama";   // llama | qwen2 | qwen3 | qwen3moe | gpt-oss | gemma3 | mistral3 | phi3
+    std::string arch = "llama";   // llama | qwen2 | qwen3 | qwen3moe | gpt-oss | gemma2 | gemma3 | mistral3 | phi3
     std::string vocab_from;       // GGUF whose tokenizer.* keys are copied (sets n_vocab)
     uint32_t n_vocab = 0;         // without vocab_from: no tokenizer, this many token rows (shapes for plans)
     uint32_t n_embd = 64, n_head = 4, n_head_kv = 2, head_dim = 16, n_ff = 128, n_layer = 2;
@@ -42,6 +42,9 @@ struct SynthSpec {
     // phi3: LongRoPE from this original context to n_ctx_train (rope_factors_short / _long, smooth ramps over the
     // pairs, and rope.scaling.attn_factor sqrt(1 + ln(n_ctx_train / it) / ln(it))); 0 = none.
     uint32_t long_rope_ctx = 0;
+    // gemma2: the attention's and the final logits' soft-caps (attn_logit_softcapping, final_logit_softcapping);
+    // 0: not written (llama.cpp's defaults, 50 and 30).
+    float attn_softcap = 0.0f, final_softcap = 0.0f;
     bool tied = false;            // no output.weight: the head reuses token_embd
     gguf::TensorType wtype = gguf::TensorType::F32;  // the 2-D weights; norms and biases stay F32
     std::optional<gguf::TensorType> expert_wtype;    // the experts' stacks (unset: wtype; the gpt-oss presets:
@@ -54,7 +57,8 @@ struct SynthSpec {
 // head, rope base, context): qwen3-0.6b, qwen3-1.7b, qwen3-32b, llama3.1-8b, the mixtures of experts
 // qwen3-30b-a3b and qwen3-235b-a22b, gpt-oss-20b and gpt-oss-120b (their sliding window and YaRN), gemma-3-1b,
 // gemma-3-4b, gemma-3-12b and gemma-3-27b, ministral-3-3b, ministral-3-8b and ministral-3-14b (YaRN 16 x
-// 16384, attention temperature 0.1), llama3.2-1b and llama3.2-3b (tied, RoPE factors 32), phi-3.5-mini (LongRoPE 4096 to
+// 16384, attention temperature 0.1), gemma-2-2b, gemma-2-9b and gemma-2-27b (a 4096-token window on every other layer,
+// soft-caps 50 and 30), llama3.2-1b and llama3.2-3b (tied, RoPE factors 32), phi-3.5-mini (LongRoPE 4096 to
 // 131072) and phi-4; and the benchmark models llama-98m, llama-20m. n_vocab is the real model's (vocab_from unset). rp::Error naming the presets otherwise.
 SynthSpec synth_preset(const std::string & name);
 

@@ -159,6 +159,21 @@ TEST(RpCheck, PassesOnGemma3) {
     EXPECT_NE(rp_check("-m " + f32).out.find("fp16 GELU table"), std::string::npos);
 }
 
+// gemma2 (soft-capped attention and final logits, windows on every other layer), every check, f32 and q4_k_m.
+TEST(RpCheck, PassesOnGemma2) {
+    RP_REQUIRE_ORACLE();
+    rp_test::TempDir d;
+    rp::SynthSpec s;
+    s.arch = "gemma2";
+    s.vocab_from = models() + "synthetic/tiny-random-qwen2.gguf";
+    s.n_layer = 4, s.n_embd = 128, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 32, s.n_ff = 128;
+    s.n_swa = 6, s.attn_softcap = 2.0f, s.final_softcap = 5.0f, s.tied = true, s.seed = 7;
+    const std::string f32 = d.file("gemma2.gguf");
+    rp::write_synth_model(s, f32);
+    for (const std::string & m : {f32, quantized(f32, "q4_k_m", d.file("gemma2-q4km.gguf"))})
+        expect_every_check_passes(m, {"tokenizer", "forward", "gradients", "pipeline"});
+}
+
 // mistral3 (YaRN 4 x 32 with a log multiplier, the attention temperature from position 32 on), every check,
 // f32 and q4_k_m.
 TEST(RpCheck, PassesOnMistral3) {

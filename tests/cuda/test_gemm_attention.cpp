@@ -182,6 +182,7 @@ struct AttnCase {
     std::vector<int> docs = {};  // packed: document lengths, repeated over each sequence (key_start)
     int64_t window = 0;          // sliding window (0: none)
     bool sinks = false;          // one sink logit per query head
+    float softcap = 0.0f;        // Gemma 2's logit soft-capping (0: none)
 };
 
 // Runs forward and backward on CPU (inputs as the GPU sees them) and GPU; checks o, lse, dq, dk, dv, and
@@ -190,7 +191,7 @@ void check_attention(const AttnCase & c, TensorType type, std::mt19937 & rng) {
     SCOPED_TRACE(std::string(gguf::type_name(uint32_t(type))) + " D=" + std::to_string(c.D) + " Hq=" +
                  std::to_string(c.Hq) + " Hkv=" + std::to_string(c.Hkv) + " Tq=" + std::to_string(c.Tq) + " Tk=" +
                  std::to_string(c.Tk) + " B=" + std::to_string(c.B) + " window=" + std::to_string(c.window) +
-                 (c.sinks ? " sinks" : ""));
+                 (c.sinks ? " sinks" : "") + " softcap=" + std::to_string(c.softcap));
     const size_t nq = size_t(c.D * c.Hq * c.Tq * c.B), nk = size_t(c.D * c.Hkv * c.Tk * c.B);
     std::vector<float> q = rand_vec(nq, rng), k = rand_vec(nk, rng), v = rand_vec(nk, rng), dout = rand_vec(nq, rng);
     std::vector<uint16_t> qb, kb, vb, db;
@@ -202,7 +203,7 @@ void check_attention(const AttnCase & c, TensorType type, std::mt19937 & rng) {
         dout = rounded(type, dout, &db);
     }
     const float scale = 1.0f / std::sqrt(float(c.D));
-    rp::cpu::AttentionShape cs{c.D, c.Hq, c.Hkv, c.Tq, c.Tk, c.B, scale, c.window};
+    rp::cpu::AttentionShape cs{c.D, c.Hq, c.Hkv, c.Tq, c.Tk, c.B, scale, c.window, c.softcap};
     const std::vector<float> sinks = c.sinks ? rand_vec(size_t(c.Hq), rng, -2.0f, 4.0f) : std::vector<float>();
     const float * csk = c.sinks ? sinks.data() : nullptr;
     std::vector<float> dsinks(size_t(c.Hq));
@@ -242,7 +243,7 @@ void check_attention(const AttnCase & c, TensorType type, std::mt19937 & rng) {
     Dev<float> gsinks(c.sinks ? sinks : std::vector<float>(1)), gdsinks(size_t(c.Hq));
     const float * dsk = c.sinks ? gsinks.p : nullptr;
     float * ddsk = c.sinks ? gdsinks.p : nullptr;
-    rp::cuda::AttentionShape s{c.D, c.Hq, c.Hkv, c.Tq, c.Tk, c.B, scale, c.window};
+    rp::cuda::AttentionShape s{c.D, c.Hq, c.Hkv, c.Tq, c.Tk, c.B, scale, c.window, c.softcap};
     rp::cuda::attention_fwd(s, type, gq->p, gk->p, gv->p, go.p, glse.p, nullptr, dks, dsk);
     rp::cuda::attention_bwd(s, type, gq->p, gk->p, gv->p, go.p, glse.p, gdo->p, gdq.p, gdk.p, gdv.p, ws.p, ws.n, nullptr, dks,
                             nullptr, dsk, ddsk);
@@ -310,6 +311,21 @@ TEST(CudaAttention, SlidingWindowAndSinks) {
         for (const AttnCase & c : cases) check_attention(c, t, rng);
 }
 
+// Gemma 2's logit soft-capping (ops/attention.h): its own cap of 50, and a cap of 1 that bends most logits, with a
+// window over tiles (Gemma 2's local layers), a KV-cache offset and packed documents.
+TEST(CudaAttention, LogitSoftCapping) {
+    RP_REQUIRE_GPU();
+    std::mt19937 rng(25);
+    const AttnCase cases[] = {
+        {128, 8, 4, 300, 300, 2, {}, 0, false, 50.0f},     // Gemma 2's head dim and cap
+        {64, 4, 2, 200, 200, 1, {}, 96, false, 1.0f},      // a window over tiles
+        {16, 2, 1, 40, 90, 1, {}, 0, false, 1.0f},         // a KV-cache offset
+        {80, 6, 2, 129, 129, 1, {7, 100, 22}, 0, false, 2.0f},  // packed documents
+    };
+    for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16})
+        for (const AttnCase & c : cases) check_attention(c, t, rng);
+}
+
 TEST(CudaAttention, LongSequence8192) {
     RP_REQUIRE_GPU();
     std::mt19937 rng(22);
@@ -320,8 +336,8 @@ namespace {
 
 // loss_scale < 0: 1/T. zero_dw: dW starts at 0 (else random), so that tiny gradients are not lost in the sum.
 void check_ce(int64_t C, int64_t V, int64_t T, TensorType wt, double tol, std::mt19937 & rng, float scale = -1.0f,
-              bool zero_dw = false) {
-    SCOPED_TRACE(std::string(gguf::type_name(uint32_t(wt))) + " V=" + std::to_string(V));
+              bool zero_dw = false, float softcap = 0.0f) {
+    SCOPED_TRACE(std::string(gguf::type_name(uint32_t(wt))) + " V=" + std::to_string(V) + " softcap=" + std::to_string(softcap));
     const auto wf = rand_vec(size_t(C * V), rng, -0.2f, 0.2f);
     const auto w = quantized(wt, wf, C, V);
     const size_t rb = gguf::row_bytes(wt, C);
@@ -331,7 +347,7 @@ void check_ce(int64_t C, int64_t V, int64_t T, TensorType wt, double tol, std::m
     const float loss_scale = scale > 0 ? scale : 1.0f / float(T);
     std::vector<float> dh(size_t(C * T)), dW = zero_dw ? std::vector<float>(size_t(C * V), 0.0f) : rand_vec(size_t(C * V), rng);
     const std::vector<float> dW0 = dW;
-    const double loss = rp::cpu::lm_head_ce({C, V, T, 8192}, h.data(), w.data(), wt, rb, labels.data(), loss_scale,
+    const double loss = rp::cpu::lm_head_ce({C, V, T, 8192, softcap}, h.data(), w.data(), wt, rb, labels.data(), loss_scale,
                                             dh.data(), dW.data(), C);
     const int64_t chunk = rp::cuda::ce_chunk_rows(V, T, size_t(4) << 20);
     Dev<uint8_t> gw(w), ws(rp::cuda::lm_head_ce_workspace_bytes(C, V, T, chunk, wt));
@@ -339,7 +355,7 @@ void check_ce(int64_t C, int64_t V, int64_t T, TensorType wt, double tol, std::m
     Dev<int32_t> gl(labels);
     Dev<double> gloss(1);
     Dev<int> bad(1);
-    rp::cuda::lm_head_ce({C, V, T, chunk}, gh.p, gw.p, wt, rb, gl.p, loss_scale, gloss.p, gdh.p, gdW.p, C, ws.p, ws.n,
+    rp::cuda::lm_head_ce({C, V, T, chunk, softcap}, gh.p, gw.p, wt, rb, gl.p, loss_scale, gloss.p, gdh.p, gdW.p, C, ws.p, ws.n,
                          bad.p, nullptr);
     const double gpu_loss = gloss.get()[0];
     EXPECT_LT(std::fabs(gpu_loss - loss) / std::fabs(loss), std::sqrt(tol)) << gpu_loss << " vs " << loss;
@@ -375,6 +391,16 @@ TEST(CudaCrossEntropy, HalfAndQuantizedHeads) {
     check_ce(64, 1000, 23, TensorType::BF16, kNmseHalf, rng);
     check_ce(64, 1000, 23, TensorType::F16, kNmseHalf, rng);
     check_ce(64, 1003, 23, TensorType::Q8_0, kNmseF32, rng);
+}
+
+// Gemma 2's final-logit soft-capping inside the fused head (a cap of 30, Gemma 2's, and of 1, which bends most
+// logits), f32 and bf16 heads, over several chunks.
+TEST(CudaCrossEntropy, LogitSoftCapping) {
+    RP_REQUIRE_GPU();
+    std::mt19937 rng(34);
+    check_ce(64, 151936, 37, TensorType::F32, kNmseF32, rng, -1.0f, false, 30.0f);
+    check_ce(64, 1000, 23, TensorType::F32, kNmseF32, rng, -1.0f, false, 1.0f);
+    check_ce(64, 1000, 23, TensorType::BF16, kNmseHalf, rng, -1.0f, false, 30.0f);
 }
 
 #endif // RP_HAVE_CUDA

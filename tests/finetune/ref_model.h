@@ -128,7 +128,7 @@ inline void layer(const RefModel & m, int il, std::vector<double> & x, int64_t T
                 const double * kh = &k[static_cast<size_t>((s * Hkv + hk) * D)];
                 double d = 0;
                 for (int64_t i = 0; i < D; ++i) d += qh[i] * kh[i];
-                p[static_cast<size_t>(s)] = d * sc;
+                p[static_cast<size_t>(s)] = hp.attn_softcap > 0 ? hp.attn_softcap * std::tanh(d * sc / hp.attn_softcap) : d * sc;  // gemma2's cap
                 mx = std::max(mx, p[static_cast<size_t>(s)]);
             }
             double z = sinks ? std::exp(sinks->v[static_cast<size_t>(h)] - mx) : 0.0;
@@ -265,6 +265,8 @@ inline double ce_sum(const RefModel & m, const std::vector<double> & x, const st
         if (labels[static_cast<size_t>(t)] < 0) continue;
         rms_norm(&x[static_cast<size_t>(t * C)], h.data(), C, m.at("output_norm.weight"), m.hp.rms_eps);
         linear(head, h.data(), logits.data());
+        if (m.hp.final_softcap > 0)  // gemma2
+            for (double & l : logits) l = m.hp.final_softcap * std::tanh(l / m.hp.final_softcap);
         double mx = -1e300;
         for (double l : logits) mx = std::max(mx, l);
         double z = 0;

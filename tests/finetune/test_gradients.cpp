@@ -345,6 +345,27 @@ TEST(FinetuneGradients, Phi3LoraLongFactors) {
     check_gradients(phi3_model(dir), false, false, {}, 0, 16);
 }
 
+// gemma2: the attention's and the final logits' soft-caps (1.5 and 3: they bend these logits), windows on every
+// other layer: every tensor of a full finetune, and LoRA on every target.
+std::string gemma2_model(rp_test::TempDir & dir) {
+    rp::SynthSpec s;
+    s.arch = "gemma2";
+    s.vocab_from = ft_test::model_path("synthetic/tiny-random-qwen2.gguf");
+    s.n_embd = 32, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 8, s.n_layer = 3, s.n_ff = 40, s.n_swa = 5;
+    s.attn_softcap = 1.5f, s.final_softcap = 3.0f, s.tied = true, s.seed = 47;
+    const std::string path = dir.file("gemma2.gguf");
+    rp::write_synth_model(s, path);
+    return path;
+}
+TEST(FinetuneGradients, Gemma2Full) {
+    rp_test::TempDir dir;
+    check_gradients(gemma2_model(dir), true, true);
+}
+TEST(FinetuneGradients, Gemma2Lora) {
+    rp_test::TempDir dir;
+    check_gradients(gemma2_model(dir), false, false);
+}
+
 TEST(FinetuneGradients, Qwen3MoeLoraExpertsAndRouter) {
     rp_test::TempDir dir;
     auto t = rp::default_lora_targets();

@@ -191,7 +191,7 @@ DT mul_mat(const DT & W, const DT & X) {
 }
 
 DT attention(const DT & q, const DT & k, const DT & v, double scale, const std::vector<int32_t> & key_start, const DT * sinks,
-             int64_t window) {
+             int64_t window, double softcap) {
     const int64_t D = q.ne[0], Hq = q.ne[1], Tq = q.ne[2], B = q.ne[3], Hkv = k.ne[1], Tk = k.ne[2];
     DT o(q.ne);
     std::vector<double> p(static_cast<size_t>(Tk));
@@ -207,7 +207,7 @@ DT attention(const DT & q, const DT & k, const DT & v, double scale, const std::
         for (int64_t j = first; j <= last; ++j) {
             double s = 0.0;
             for (int64_t d = 0; d < D; ++d) s += q(d, h, t, b) * k(d, hk, j, b);
-            p[static_cast<size_t>(j)] = s * scale;
+            p[static_cast<size_t>(j)] = softcap > 0 ? softcap * std::tanh(s * scale / softcap) : s * scale;
             mx = std::fmax(mx, p[static_cast<size_t>(j)]);
         }
         if (sinks) mx = std::fmax(mx, (*sinks)(h, 0, 0, 0));
@@ -222,7 +222,7 @@ DT attention(const DT & q, const DT & k, const DT & v, double scale, const std::
     return o;
 }
 
-DT lm_head_ce(const DT & h, const DT & W, const std::vector<int32_t> & labels, double loss_scale) {
+DT lm_head_ce(const DT & h, const DT & W, const std::vector<int32_t> & labels, double loss_scale, double softcap) {
     const int64_t C = h.ne[0], T = h.ne[1], V = W.ne[1];
     DT y({1, 1, 1, 1});
     std::vector<double> logit(static_cast<size_t>(V));
@@ -233,6 +233,7 @@ DT lm_head_ce(const DT & h, const DT & W, const std::vector<int32_t> & labels, d
         for (int64_t n = 0; n < V; ++n) {
             double s = 0.0;
             for (int64_t c = 0; c < C; ++c) s += W(c, n) * h(c, t);
+            if (softcap > 0) s = softcap * std::tanh(s / softcap);
             logit[static_cast<size_t>(n)] = s;
             mx = std::fmax(mx, s);
         }

@@ -56,8 +56,8 @@ DT mul_mat(const DT & W, const DT & X);
 // [0, t + Tk - Tq]) to t + Tk - Tq.
 // sinks: [Hq] logits in every row's denominator (no value); window > 0: keys j > t + (Tk - Tq) - window only.
 DT attention(const DT & q, const DT & k, const DT & v, double scale, const std::vector<int32_t> & key_start = {},
-             const DT * sinks = nullptr, int64_t window = 0);
+             const DT * sinks = nullptr, int64_t window = 0, double softcap = 0);
 // Fused LM head + CE: sum_t loss_scale * (logsumexp(logits_t) - logits_t[label]) over labels != -1.
-DT lm_head_ce(const DT & h, const DT & W, const std::vector<int32_t> & labels, double loss_scale);
+DT lm_head_ce(const DT & h, const DT & W, const std::vector<int32_t> & labels, double loss_scale, double softcap = 0);
 
 } // namespace ref

@@ -162,6 +162,26 @@ TEST(OpAttention, SinksAndSlidingWindow) {
                       {0, 0, 0, 0, 0, 0, 0, 7, 7, 7, 7, 7}));
 }
 
+// Gemma 2's logit soft-capping: cap tanh(s / cap) of each scaled logit, with caps that bend most logits (1) and
+// few (50, Gemma 2's own), alone, with a window over the 64-key blocks, and with a KV cache's keys.
+Case softcapped(std::string name, int64_t D, int64_t Hq, int64_t Hkv, int64_t Tq, int64_t Tk, int64_t window, float cap, float qk = 2.0f) {
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    Input q{"q", {D, Hq, Tq, 1}}, k{"k", {D, Hkv, Tk, 1}}, v{"v", {D, Hkv, Tk, 1}};
+    q.lo = k.lo = -qk;
+    q.hi = k.hi = qk;
+    return {name, {q, k, v},
+            [=](Context & c, const TV & x) { return rp::attention(c, x[0], x[1], x[2], scale, rp::DType::F32, nullptr, nullptr, window, cap); },
+            [=](const R & x) { return ref::attention(x[0], x[1], x[2], scale, {}, nullptr, window, cap); }};
+}
+
+TEST(OpAttention, LogitSoftCapping) {
+    check_op(softcapped("attention softcap 1 T9 G2", 4, 4, 2, 9, 9, 0, 1.0f));
+    check_op(softcapped("attention softcap 0.5, large logits T7", 8, 2, 1, 7, 7, 0, 0.5f, 3.0f));
+    check_op(softcapped("attention softcap 50 T6", 4, 2, 2, 6, 6, 0, 50.0f, 4.0f));
+    check_op(softcapped("attention softcap 2 + window 70 over 64-key blocks T150", 4, 2, 1, 150, 150, 70, 2.0f));
+    check_op(softcapped("attention softcap 1, cache Tq4 Tk13", 4, 2, 2, 4, 13, 0, 1.0f));
+}
+
 TEST(OpAttention, SlidingWindowAndSinkErrors) {
     Context ctx;
     Tensor * q = ctx.new_tensor(rp::DType::F32, 8, 4, 5);
@@ -171,6 +191,7 @@ TEST(OpAttention, SlidingWindowAndSinkErrors) {
     Tensor * sinks = ctx.new_tensor(rp::DType::F32, 4);
     EXPECT_NO_THROW(rp::attention(ctx, q, k, k, 1.0f, rp::DType::F32, nullptr, sinks, 3));
     EXPECT_THROW(rp::attention(ctx, q, k, k, 1.0f, rp::DType::F32, nullptr, nullptr, -1), rp::Error);
+    EXPECT_THROW(rp::attention(ctx, q, k, k, 1.0f, rp::DType::F32, nullptr, nullptr, 0, -1.0f), rp::Error);  // a negative soft-cap
 }
 
 TEST(OpAttention, PermutedInputs) {

@@ -19,7 +19,8 @@ using R = RefInputs;
 
 namespace {
 
-Case ce(std::string name, int64_t C, int64_t V, std::vector<int32_t> labels, int64_t chunk, rp::DType wtype = rp::DType::F32) {
+Case ce(std::string name, int64_t C, int64_t V, std::vector<int32_t> labels, int64_t chunk, rp::DType wtype = rp::DType::F32,
+        float softcap = 0.0f) {
     int unmasked = 0;
     for (int32_t l : labels) unmasked += l >= 0;
     const float scale = unmasked ? 1.0f / static_cast<float>(unmasked) : 1.0f;
@@ -31,8 +32,8 @@ Case ce(std::string name, int64_t C, int64_t V, std::vector<int32_t> labels, int
     h.hi = 2.0f;
     Input W{"W", {C, V, 1, 1}, wtype, wtype == rp::DType::F32};
     return {name, {h, W, lab},
-            [scale, chunk](Context & c, const TV & in) { return rp::lm_head_ce(c, in[0], in[1], in[2], scale, chunk); },
-            [scale](const R & x) { return ref::lm_head_ce(x[0], x[1], ints_from(x[2]), scale); }};
+            [=](Context & c, const TV & in) { return rp::lm_head_ce(c, in[0], in[1], in[2], scale, chunk, softcap); },
+            [=](const R & x) { return ref::lm_head_ce(x[0], x[1], ints_from(x[2]), scale, softcap); }};
 }
 
 } // namespace
@@ -54,6 +55,16 @@ TEST(OpCrossEntropy, AllMasked) {
 
 TEST(OpCrossEntropy, FrozenQuantizedHead) {
     check_op(ce("lm_head_ce W q8_0 chunk 7", 32, 19, {1, 18, -1, 7}, 7, rp::DType::Q8_0));
+}
+
+// Gemma 2's final-logit soft-capping inside the fused head: caps that bend most logits (1) and few (30), over
+// chunks, with a frozen quantized head.
+TEST(OpCrossEntropy, LogitSoftCapping) {
+    const std::vector<int32_t> labels = {5, -1, 126, 0, 77, -1, 3};
+    for (float cap : {1.0f, 30.0f})
+        for (int64_t chunk : {int64_t{7}, int64_t{1000}})
+            check_op(ce("lm_head_ce softcap " + std::to_string(cap) + " chunk " + std::to_string(chunk), 17, 127, labels, chunk, rp::DType::F32, cap));
+    check_op(ce("lm_head_ce softcap 2, W q8_0 chunk 7", 32, 19, {1, 18, -1, 7}, 7, rp::DType::Q8_0, 2.0f));
 }
 
 TEST(OpCrossEntropy, BadLabelIsAnError) {

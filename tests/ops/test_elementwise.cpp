@@ -60,6 +60,24 @@ TEST(OpElementwise, Scale) {
               [](const R & x) { return ref::scale(x[0], static_cast<double>(-0.7f)); }});
 }
 
+// Gemma 2's final-logit soft-capping, c tanh(x / c): a cap that bends most inputs (1) and one that bends few (30,
+// Gemma 2's), on inputs up to 40; its gradient (1 - tanh^2, built from the output) vs finite differences.
+TEST(OpElementwise, Softcap) {
+    for (const float cap : {1.0f, 30.0f}) {
+        Input x{"x", {5, 13, 1, 1}};
+        x.lo = -40.0f;
+        x.hi = 40.0f;
+        check_op({"softcap " + std::to_string(cap) + " [5,13]", {x}, [cap](Context & c, const TV & in) { return rp::softcap(c, in[0], cap); },
+                  [cap](const R & in) {
+                      ref::DT y = in[0];
+                      for (double & v : y.v) v = cap * std::tanh(v / cap);
+                      return y;
+                  }});
+    }
+    Context ctx;
+    EXPECT_THROW(rp::softcap(ctx, ctx.new_tensor(rp::DType::F32, 4), 0.0f), rp::Error);
+}
+
 TEST(OpElementwise, Silu) {
     Input x{"x", {127, 3, 1, 1}};
     x.lo = -6.0f;
