@@ -1,5 +1,7 @@
 #include "models/text/chat_template.h"
 
+#include <cctype>
+
 #include "base/error.h"
 #include "gguf/gguf.h"
 #include "models/text/jinja/jinja.h"
@@ -105,7 +107,9 @@ ChatTemplate::ChatTemplate(const std::string & source, std::string name)
     : name_(std::move(name)), source_(source), harmony_(source.find("<|channel|>") != std::string::npos),
       // llama.cpp's test for Ministral / Magistral 3 (Mistral Small 3.2 has [CALL_ID] too)
       blocks_(source.find("[SYSTEM_PROMPT]") != std::string::npos && source.find("[TOOL_CALLS]") != std::string::npos &&
-              source.find("[ARGS]") != std::string::npos && source.find("[CALL_ID]") == std::string::npos) {
+              source.find("[ARGS]") != std::string::npos && source.find("[CALL_ID]") == std::string::npos),
+      // llama.cpp's test for StepFun-3.5's template, whose contents it trims (its "leftover whitespace" workaround)
+      trim_contents_(source.find("You have access to the following functions in JSONSchema format") != std::string::npos) {
     try {
         tmpl_ = std::make_shared<const jinja::Template>(source);
     } catch (const Error & e) {
@@ -132,7 +136,18 @@ std::string ChatTemplate::apply(const std::vector<ChatMessage> & messages, const
         folded.assign(messages.begin() + 1, messages.end());
         if (!folded.empty()) folded.front().content = messages.front().content + "\n" + folded.front().content;
     }
-    for (const ChatMessage & m : fold ? folded : messages) {
+    std::vector<ChatMessage> trimmed;
+    if (trim_contents_) {
+        auto trim = [](const std::string & s) {  // C isspace at both ends, as llama.cpp's trim_whitespace
+            size_t b = 0, e = s.size();
+            while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+            while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+            return s.substr(b, e - b);
+        };
+        trimmed = fold ? folded : messages;
+        for (ChatMessage & m : trimmed) m.content = trim(m.content), m.reasoning_content = trim(m.reasoning_content);
+    }
+    for (const ChatMessage & m : trim_contents_ ? trimmed : fold ? folded : messages) {
         // llama.cpp passes each message as nlohmann JSON, whose keys come out sorted.
         Value o = Value::object();
         if (blocks_ && (m.role == "system" || m.role == "assistant")) {
@@ -194,37 +209,147 @@ std::string ChatTemplate::end_of_turn(const ChatOptions & opt) const {
     return r.substr(b, e - b);
 }
 
+std::string ChatTemplate::turn_terminator(const ChatOptions & opt) const {
+    ChatOptions o = opt;
+    o.add_generation_prompt = false;
+    const std::string two = apply({{"user", "rp_probe_u1"}, {"assistant", kProbe}, {"user", "rp_probe_u2"}}, o);
+    const std::string lone = apply({{"user", "rp_probe_u2"}}, o);
+    const size_t a = two.find(kProbe), b = two.find("rp_probe_u2"), l = lone.find("rp_probe_u2");
+    if (a == std::string::npos || b == std::string::npos || b < a || l == std::string::npos)
+        throw Error("chat template " + name_ + ": it does not render a reply and the user turn after it");
+    const std::string between = two.substr(a + std::string_view(kProbe).size(), b - a - std::string_view(kProbe).size());
+    // The next turn's opening: the longest end of `between` that also ends the text before a lone user's content.
+    size_t k = 0;
+    while (k < between.size() && k < l && between[between.size() - 1 - k] == lone[l - 1 - k]) ++k;
+    return between.substr(0, between.size() - k);
+}
+
+std::string ChatTemplate::shared_terminator(const ChatOptions & opt) const {
+    ChatOptions o = opt, g = opt;
+    o.add_generation_prompt = false;
+    g.add_generation_prompt = true;
+    const std::string two = apply({{"user", "rp_probe_u1"}, {"assistant", kProbe}, {"user", "rp_probe_u2"}}, o);
+    const std::string one = apply({{"user", "rp_probe_u1"}, {"assistant", kProbe}}, o);
+    const std::string user = apply({{"user", "rp_probe_u1"}}, o), prompt = apply({{"user", "rp_probe_u1"}}, g);
+    const size_t a = two.find(kProbe), b = one.find(kProbe);
+    if (a == std::string::npos || b == std::string::npos) throw Error("chat template " + name_ + ": it does not render an assistant reply's content");
+    const std::string mid = two.substr(a + std::string_view(kProbe).size()), last = one.substr(b + std::string_view(kProbe).size());
+    size_t k = 0;
+    while (k < mid.size() && k < last.size() && mid[k] == last[k]) ++k;
+    if (k < mid.size() && k < last.size())  // they part inside a marker: keep whole markers
+        while (k > 0 && mid[k - 1] != '>' && mid[k - 1] != '\n') --k;
+    std::string t = mid.substr(0, k);
+    const std::string open = prompt.compare(0, user.size(), user) == 0 ? prompt.substr(user.size()) : std::string();
+    for (size_t n = std::min(t.size(), open.size()); n > 0; --n)
+        if (t.compare(t.size() - n, n, open, 0, n) == 0) {
+            t.erase(t.size() - n);
+            break;
+        }
+    return t;
+}
+
 namespace {
 
-// Spans by substitution, for templates whose rendering of the first messages is not a prefix of the whole
-// (Mistral's put the system message into the last user turn): every assistant content replaced by a marker of
-// its own, rendered, and the contents put back where the markers are must give the real rendering byte for
-// byte; each span is then the content where its marker was, up to the end-of-turn marker after it. Empty when
-// the contents do not come back that way (a template that rewrites a reply).
-std::vector<AssistantSpan> spans_by_substitution(const ChatTemplate & t, const std::vector<ChatMessage> & messages, const ChatOptions & opt,
-                                                 const std::string & text, const std::string & eot) {
-    std::vector<ChatMessage> marked = messages;
-    std::vector<std::string> markers(messages.size());
-    for (size_t i = 0; i < marked.size(); ++i)
-        if (marked[i].role == "assistant") marked[i].content = markers[i] = "\x1frp-reply-" + std::to_string(i) + "\x1f";
-    std::string rebuilt = t.apply(marked, opt);
-    std::vector<AssistantSpan> spans;
-    size_t from = 0;
-    for (size_t i = 0; i < messages.size(); ++i) {
-        if (markers[i].empty()) continue;
-        const size_t at = rebuilt.find(markers[i], from);
-        if (at == std::string::npos || rebuilt.find(markers[i], at + 1) != std::string::npos) return {};
-        rebuilt.replace(at, markers[i].size(), messages[i].content);
-        AssistantSpan s;
-        s.begin = at;
-        s.content_end = at + messages[i].content.size();
-        if (rebuilt.compare(s.content_end, eot.size(), eot) != 0) return {};
-        s.end = s.content_end + eot.size();
-        from = s.end;
-        spans.push_back(s);
+// The reply as a template may write it: as given, trimmed at either end, or (Qwen3-style templates) the part after
+// its last </think> without the newlines after that.
+std::vector<std::string> rendered_forms(const std::string & content) {
+    std::vector<std::string> forms = {content};
+    auto strip = [](std::string s, bool front, bool back) {
+        const char * ws = " \t\n\r\v\f";
+        if (back) s.erase(s.find_last_not_of(ws) + 1);
+        if (front) s.erase(0, std::min(s.size(), s.find_first_not_of(ws)));
+        return s;
+    };
+    for (const auto & [front, back] : {std::pair<bool, bool>{true, true}, {false, true}, {true, false}}) forms.push_back(strip(content, front, back));
+    if (const size_t t = content.rfind("</think>"); t != std::string::npos) {
+        std::string after = content.substr(t + 8);
+        forms.push_back(after);
+        forms.push_back(strip(after, true, false));
+        forms.push_back(strip(after, true, true));
     }
-    if (rebuilt != text) return {};
+    return forms;
+}
+
+// Spans by substitution, for templates whose rendering of the first messages is not a prefix of the whole
+// (Mistral's put the system message into the last user turn) and those without a marker right after a reply:
+// every assistant content replaced by a marker of its own and rendered; the rendering's fixed text between the
+// markers must then be found in the real rendering around each reply as the template writes it (rendered_forms:
+// a template may trim a reply) for the spans to be that reply, up to the end-of-turn marker after it (optional:
+// only where the rendering has it). Empty when the real rendering does not come apart that way.
+std::vector<AssistantSpan> substituted_spans(const ChatTemplate & t, const std::vector<ChatMessage> & messages, const ChatOptions & opt,
+                                             const std::string & text, const std::string & eot, bool eot_optional, bool mark_empty,
+                                             bool keep_thinking) {
+    // Without mark_empty an empty reply is left as it is (GLM writes "<think></think>" without the newline it puts
+    // before a reply): its span, empty but for a marker after it, starts where the text stops following the
+    // generation prompt.
+    // With keep_thinking a reply's "...</think>" part stays in front of its marker (a template that moves it into a
+    // reasoning block of its own: GLM's), and the span is the answer after it.
+    std::vector<ChatMessage> marked = messages;
+    std::vector<std::string> markers(messages.size()), answers(messages.size());
+    for (size_t i = 0; i < marked.size(); ++i) {
+        if (marked[i].role != "assistant" || (!mark_empty && marked[i].content.empty())) continue;
+        markers[i] = "\x1frp-reply-" + std::to_string(i) + "\x1f";
+        const size_t think = keep_thinking ? marked[i].content.rfind("</think>") : std::string::npos;
+        answers[i] = think == std::string::npos ? marked[i].content : marked[i].content.substr(think + 8);
+        marked[i].content = (think == std::string::npos ? std::string() : marked[i].content.substr(0, think + 8)) + markers[i];
+    }
+    const std::string skeleton = t.apply(marked, opt);
+    std::vector<AssistantSpan> spans;
+    size_t sk = 0, pos = 0;  // positions in the skeleton and the real text that correspond
+    for (size_t i = 0; i < messages.size(); ++i) {
+        if (messages[i].role == "assistant" && markers[i].empty()) {
+            ChatOptions gen = opt;
+            gen.add_generation_prompt = true;
+            const std::string prompt = t.apply(std::vector<ChatMessage>(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(i)), gen);
+            size_t b = 0;
+            while (b < prompt.size() && b < text.size() && prompt[b] == text[b]) ++b;
+            if (b < pos) return {};
+            AssistantSpan s;
+            s.begin = s.content_end = b;
+            s.end = b + (!eot.empty() && text.compare(b, eot.size(), eot) == 0 ? eot.size() : 0);
+            if (s.end == b && !eot.empty() && !eot_optional) return {};
+            spans.push_back(s);
+            continue;
+        }
+        if (markers[i].empty()) continue;
+        const size_t at = skeleton.find(markers[i], sk);
+        if (at == std::string::npos || skeleton.find(markers[i], at + 1) != std::string::npos) return {};
+        // The fixed text before this reply, and the one after it up to the next marker (or the end).
+        const std::string_view fixed(skeleton.data() + sk, at - sk);
+        if (text.compare(pos, fixed.size(), fixed) != 0) return {};
+        pos += fixed.size();
+        const size_t next = skeleton.find('\x1f', at + markers[i].size());
+        const std::string_view after(skeleton.data() + at + markers[i].size(), (next == std::string::npos ? skeleton.size() : next) - at - markers[i].size());
+        bool found = false;
+        for (const std::string & form : rendered_forms(answers[i])) {
+            if (text.compare(pos, form.size(), form) != 0 || text.compare(pos + form.size(), after.size(), after) != 0) continue;
+            AssistantSpan s;
+            s.begin = pos;
+            s.content_end = pos + form.size();
+            const bool has_eot = !eot.empty() && text.compare(s.content_end, eot.size(), eot) == 0;
+            if (!has_eot && !eot.empty() && !eot_optional) return {};
+            s.end = s.content_end + (has_eot ? eot.size() : 0);
+            spans.push_back(s);
+            pos = s.content_end;
+            found = true;
+            break;
+        }
+        if (!found) return {};
+        sk = at + markers[i].size();
+    }
+    if (text.compare(pos, std::string::npos, skeleton, sk, std::string::npos) != 0) return {};
+    for (size_t k = 1; k < spans.size(); ++k)
+        if (spans[k].begin < spans[k - 1].end) return {};
     return spans;
+}
+
+std::vector<AssistantSpan> spans_by_substitution(const ChatTemplate & t, const std::vector<ChatMessage> & messages, const ChatOptions & opt,
+                                                 const std::string & text, const std::string & eot, bool eot_optional) {
+    for (const bool keep_thinking : {false, true})
+        for (const bool mark_empty : {true, false})
+            if (std::vector<AssistantSpan> s = substituted_spans(t, messages, opt, text, eot, eot_optional, mark_empty, keep_thinking); !s.empty())
+                return s;
+    return {};
 }
 
 } // namespace
@@ -236,25 +361,49 @@ RenderedChat ChatTemplate::render(const std::vector<ChatMessage> & messages, con
     ChatOptions prefix_opt = opt;
     prefix_opt.add_generation_prompt = true;
     size_t floor = 0;  // spans are ordered and do not overlap
+    bool any = false;
+    for (const ChatMessage & m : messages) any = any || m.role == "assistant";
+    if (any && !harmony_) {
+        // A template that writes no marker right after a reply: spans by substitution with its turn terminator.
+        bool marked = true;
+        try {
+            eot = end_of_turn(opt);
+        } catch (const Error &) {
+            marked = false;
+        }
+        if (!marked) {
+            eot = turn_terminator(opt);  // the spans are where the replies were substituted: a reply may contain it
+            r.assistant = spans_by_substitution(*this, messages, opt, r.text, eot, true);
+            if (r.assistant.empty())
+                throw Error("chat template " + name_ + ": the assistant replies cannot be found in the rendering (the template "
+                            "rewrites them, and writes no end-of-turn marker right after a reply)");
+            return r;
+        }
+    }
     for (size_t i = 0; i < messages.size(); ++i) {
         if (messages[i].role != "assistant") continue;
-        if (!harmony_ && eot.empty()) eot = end_of_turn(opt);
         const std::string where = "chat template " + name_ + ": messages[" + std::to_string(i) + "] (assistant): ";
         const std::vector<ChatMessage> before(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(i));
         ChatOptions base_opt = opt;
         base_opt.add_generation_prompt = false;
         const std::string base = apply(before, base_opt);
         const std::string prompt = apply(before, prefix_opt);
+        // Where the turns do not come one after the other, spans by substitution: with the marker, then with the
+        // end a reply has wherever it stands (Cohere's last reply gets the next turn's opening too).
+        auto by_substitution = [&]() {
+            if (harmony_) return false;
+            for (size_t k = 0; k < messages.size(); ++k)
+                if (messages[k].role == "assistant" && messages[k].content.find(eot) != std::string::npos)
+                    throw Error("chat template " + name_ + ": messages[" + std::to_string(k) +
+                                "] (assistant): the content contains the end-of-turn marker " + eot);
+            r.assistant = spans_by_substitution(*this, messages, opt, r.text, eot, false);
+            if (r.assistant.empty())
+                if (const std::string shared = shared_terminator(opt); !shared.empty() && shared != eot)
+                    r.assistant = spans_by_substitution(*this, messages, opt, r.text, shared, false);
+            return !r.assistant.empty();
+        };
         if (base.size() < floor || r.text.compare(0, base.size(), base) != 0 || prompt.compare(0, base.size(), base) != 0) {
-            if (!harmony_)
-                if (std::vector<AssistantSpan> spans = spans_by_substitution(*this, messages, opt, r.text, eot); !spans.empty()) {
-                    for (size_t k = 0; k < messages.size(); ++k)
-                        if (messages[k].role == "assistant" && messages[k].content.find(eot) != std::string::npos)
-                            throw Error("chat template " + name_ + ": messages[" + std::to_string(k) +
-                                        "] (assistant): the content contains the end-of-turn marker " + eot);
-                    r.assistant = std::move(spans);
-                    return r;
-                }
+            if (by_substitution()) return r;
             throw Error(where + "the rendering of the messages before it is not a prefix of the whole rendering, so "
                         "its span cannot be found");
         }
@@ -274,8 +423,23 @@ RenderedChat ChatTemplate::render(const std::vector<ChatMessage> & messages, con
         }
         if (messages[i].content.find(eot) != std::string::npos)
             throw Error(where + "the content contains the end-of-turn marker " + eot);
+        // The marker must close this reply: it starts no later than the rendering up to and including the reply ends
+        // (firefunction's probe reply is followed by the assistant header it always appends, which the replies in
+        // the middle are not).
+        ChatOptions upto_opt = opt;
+        upto_opt.add_generation_prompt = false;
+        const size_t upto = apply(std::vector<ChatMessage>(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(i) + 1), upto_opt).size();
         const size_t m = r.text.find(eot, begin);
-        if (m == std::string::npos) throw Error(where + "no end-of-turn marker " + eot + " after the reply");
+        if (messages[i].content.empty() && (m == std::string::npos || m > upto)) {
+            // An empty reply the template leaves out (ByteDance-Seed-OSS's): an empty span where it would start.
+            r.assistant.push_back({begin, begin, begin});
+            floor = begin;
+            continue;
+        }
+        if (m == std::string::npos || m > upto) {
+            if (by_substitution()) return r;
+            throw Error(where + "no end-of-turn marker " + eot + " after the reply");
+        }
         AssistantSpan s;
         s.begin = begin;
         s.content_end = m;

@@ -72,6 +72,11 @@ struct ChatMessage {
 
 // One assistant turn in the rendered text: [begin, content_end) is the reply as the template writes it,
 // [content_end, end) the end-of-turn marker after it, which a finetune trains too so the model learns to stop.
+// A template that writes no marker right after a reply (GLM's "<|user|>" opens the next turn; rwkv-world's "\n\n",
+// Nemotron-Nano-v2's "\n<SPECIAL_12>" and Laguna's "\n</assistant>" start with whitespace) gets as its marker what
+// it writes between a reply and the next user turn's own opening (the text before a lone user message's content):
+// possibly nothing (GLM-4: the span is the reply alone), and only where the rendering has it (Apertus writes its
+// "<|assistant_end|>" after every reply but the last).
 struct AssistantSpan {
     size_t begin = 0;
     size_t content_end = 0;
@@ -116,6 +121,12 @@ public:
 
 private:
     std::string end_of_turn(const ChatOptions & opt) const;
+    // The marker of a template without one right after a reply (AssistantSpan's rule); "" when it writes none.
+    std::string turn_terminator(const ChatOptions & opt) const;
+    // For a template that writes more after a conversation's last reply than after the others (Cohere's open the
+    // next assistant turn, or a system instruction): what a reply's end has in common wherever it stands, without
+    // the next turn's opening (the start of the generation prompt).
+    std::string shared_terminator(const ChatOptions & opt) const;
     AssistantSpan harmony_span(const std::string & text, size_t begin, const ChatMessage & m, const std::string & where,
                                const ChatOptions & opt) const;
 
@@ -123,6 +134,7 @@ private:
     bool harmony_ = false;      // gpt-oss's channels
     bool blocks_ = false;       // Ministral 3: system and assistant contents as a list of typed blocks
     bool system_role_ = true;   // false: a system message is folded into the next one (llama.cpp's workaround)
+    bool trim_contents_ = false;  // StepFun-3.5's template: every content and reasoning trimmed first (llama.cpp's workaround)
     std::shared_ptr<const jinja::Template> tmpl_;
     std::string bos_, eos_;
     bool strip_bos_ = false, strip_eos_ = false;

@@ -19,9 +19,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -157,7 +160,7 @@ const Case kCases[] = {
 
 // The reply text a span may hold: the content, the content after its last </think> (with the newlines the
 // template strips), or any of those after an empty think block.
-bool span_text_ok(const std::string & span, const std::string & content) {
+std::vector<std::string> reply_forms(const std::string & content) {
     std::vector<std::string> forms = {content};
     const size_t t = content.rfind("</think>");
     if (t != std::string::npos) {
@@ -173,7 +176,20 @@ bool span_text_ok(const std::string & span, const std::string & content) {
         s.erase(s.find_last_not_of(ws) + 1);
         return s;
     };
-    for (size_t i = 0, n = forms.size(); i < n; ++i) forms.push_back(trim(forms[i]));
+    auto ltrim = [](std::string x) {
+        x.erase(0, std::min(x.size(), x.find_first_not_of(" \t\n\r\v\f")));
+        return x;
+    };
+    auto rtrim = [](std::string x) {
+        x.erase(x.find_last_not_of(" \t\n\r\v\f") + 1);
+        return x;
+    };
+    for (size_t i = 0, n = forms.size(); i < n; ++i) forms.push_back(trim(forms[i])), forms.push_back(ltrim(forms[i])), forms.push_back(rtrim(forms[i]));
+    if (t != std::string::npos) {  // Bielik's: the reasoning stripped in a think block of its own, the answer lstripped
+        std::string reasoning = content.substr(0, t);
+        if (const size_t o = reasoning.rfind("<think>"); o != std::string::npos) reasoning = reasoning.substr(o + 7);
+        forms.push_back("<think>\n" + trim(reasoning) + "\n</think>\n" + ltrim(content.substr(t + 8)));
+    }
     for (size_t i = 0, n = forms.size(); i < n; ++i) forms.push_back("<think>\n\n</think>\n\n" + forms[i]);
     if (t != std::string::npos) {  // Qwen3: the last reply's own reasoning goes back into a think block
         std::string reasoning = content.substr(0, t);
@@ -187,9 +203,23 @@ bool span_text_ok(const std::string & span, const std::string & content) {
     }
     // The span starts after the part of the generation prompt the turn has, which may be a think opener;
     // a harmony (gpt-oss) span starts at its final answer's channel header.
-    for (const std::string & f : forms)
+    return forms;
+}
+
+bool span_text_ok(const std::string & span, const std::string & content) {
+    for (const std::string & f : reply_forms(content))
         if (span == f || "<think>\n" + span == f || "<think>" + span == f || span == "<|channel|>final<|message|>" + f) return true;
     return false;
+}
+
+// The template's text in front of the reply in a span (a think block it closes, a response marker, a recipient):
+// the shortest L with span = L + a form of the content; nullopt when the span does not end with one.
+std::optional<std::string> lead_in(const std::string & span, const std::string & content) {
+    std::optional<std::string> best;
+    for (const std::string & f : reply_forms(content))
+        if (span.size() >= f.size() && span.compare(span.size() - f.size(), f.size(), f) == 0 && (!best || span.size() - f.size() < best->size()))
+            best = span.substr(0, span.size() - f.size());
+    return best;
 }
 
 TEST(ChatOracle, TemplatesRenderByteForByte) {
@@ -260,6 +290,110 @@ TEST(ChatOracle, TemplatesRenderByteForByte) {
         }
     }
     std::printf("[ parity  ] total %zu/%zu\n", total_matched, total);
+}
+
+// Every template of llama.cpp's bundle (and ours), whatever the bundle holds: 16 seeded conversations with and without
+// the generation prompt render byte for byte as llama.cpp's engine renders them (a template that reads the clock
+// through strftime_now, where llama.cpp does not take the given date, on today's date on both sides), and each
+// rendering's assistant spans are found: in order, each reply as the template writes it (span_text_ok), followed
+// by one marker the rendering's replies share (or, where the template writes none after a reply, nothing).
+TEST(ChatOracle, EveryTemplateOfTheBundleRendersAndMasks) {
+    NEED_ORACLE();
+    const auto convs = conversations(20261205u, 16);
+    const std::string jsonl = to_jsonl(convs);
+    std::vector<std::string> paths;
+    for (const char * dir : {kTemplates, kOurTemplates.c_str()})
+        for (const auto & e : std::filesystem::directory_iterator(dir))
+            if (e.path().extension() == ".jinja") paths.push_back(e.path().string());
+    std::sort(paths.begin(), paths.end());
+    ASSERT_GE(paths.size(), 68u);
+    size_t rendered = 0, masked = 0;
+    for (const std::string & path : paths) {
+        const std::string file = std::filesystem::path(path).stem().string();
+        const std::string src = slurp(path);
+        rp::ChatTemplate t(src, file);
+        t.set_special_tokens("", "</s>", false, false);
+        bool all_equal = true, all_masked = true;
+        for (int gen = 0; gen < 2; ++gen) {
+            auto run = [&](bool clock) {
+                std::string flags = std::string(clock ? "" : "--date 2024-02-29 ") + "--bos '' --eos '</s>'" + (gen ? "" : " --no-generation-prompt");
+                rp::ChatOptions o;
+                o.add_generation_prompt = gen != 0;
+                if (!clock) o.date = "2024-02-29";
+                return std::make_pair(run_oracle(path, jsonl, flags), o);
+            };
+            auto [want, o] = run(false);
+            bool clock = false;
+            auto equal_all = [&]() {
+                for (size_t i = 0; i < convs.size(); ++i)
+                    try {
+                        if (t.apply(convs[i], o) != want[i]) return false;
+                    } catch (const std::exception &) {
+                        return false;
+                    }
+                return true;
+            };
+            if (want.size() == convs.size() && !equal_all() && src.find("strftime_now") != std::string::npos) std::tie(want, o) = run(clock = true);
+            ASSERT_EQ(want.size(), convs.size()) << file;
+            for (size_t i = 0; i < convs.size(); ++i) {
+                std::string got;
+                try {
+                    got = t.apply(convs[i], o);
+                } catch (const std::exception & e) {
+                    got = std::string("ERROR: ") + e.what();
+                }
+                if (got != want[i]) {
+                    all_equal = false;
+                    ADD_FAILURE() << file << " gen " << gen << (clock ? " (today)" : "") << " conversation " << i << "\n--- ours:\n" << got
+                                  << "\n--- llama.cpp:\n" << want[i];
+                    continue;
+                }
+                rp::RenderedChat r;
+                try {
+                    r = t.render(convs[i], o);
+                } catch (const std::exception & e) {
+                    all_masked = false;
+                    ADD_FAILURE() << file << " conversation " << i << ": " << e.what();
+                    continue;
+                }
+                EXPECT_EQ(r.text, got) << file;
+                size_t a = 0, floor = 0;
+                std::string marker0;
+                std::optional<std::string> lead0;
+                for (const rp::ChatMessage & m : convs[i]) {
+                    if (m.role != "assistant") continue;
+                    ASSERT_LT(a, r.assistant.size()) << file << " conversation " << i;
+                    const rp::AssistantSpan & s = r.assistant[a++];
+                    ASSERT_TRUE(floor <= s.begin && s.begin <= s.content_end && s.content_end <= s.end && s.end <= r.text.size())
+                        << file << " conversation " << i;
+                    floor = s.end;
+                    const std::string reply = r.text.substr(s.begin, s.content_end - s.begin);
+                    const std::string marker = r.text.substr(s.content_end, s.end - s.content_end);
+                    if (marker0.empty()) marker0 = marker;
+                    EXPECT_TRUE(marker.empty() || marker == marker0) << file << " conversation " << i << " marker '" << marker << "' and '" << marker0 << "'";
+                    // The reply, after the markup the template writes in front of every reply (the same each time).
+                    const std::optional<std::string> lead = lead_in(reply, m.content);
+                    const bool plain = !m.content.empty() && m.content.find("think>") == std::string::npos;
+                    if (plain && lead && !lead0) lead0 = lead;
+                    // or an empty think block the template writes on some turns only (after the last user message)
+                    auto think_only = [](std::string x) {
+                        for (const char * tag : {"</think>", "<think>"})
+                            for (size_t p; (p = x.find(tag)) != std::string::npos;) x.erase(p, std::string_view(tag).size());
+                        return x.find_first_not_of(" \t\n\r") == std::string::npos;
+                    };
+                    const bool ok = span_text_ok(reply, m.content) || (lead && (!plain || *lead == *lead0 || think_only(*lead)));
+                    all_masked = all_masked && ok;
+                    EXPECT_TRUE(ok) << file << " conversation " << i << " reply '" << reply << "' content '" << m.content << "' lead-in '"
+                                    << (lead ? *lead : "(none)") << "' first lead-in '" << (lead0 ? *lead0 : "") << "'";
+                }
+                EXPECT_EQ(a, r.assistant.size()) << file;
+            }
+        }
+        rendered += all_equal;
+        masked += all_masked;
+    }
+    std::printf("[ parity  ] every template: %zu of %zu render byte for byte, %zu of %zu with every assistant span found\n", rendered,
+                paths.size(), masked, paths.size());
 }
 
 TEST(ChatOracle, ReasoningContentAndTodaysDate) {

@@ -61,6 +61,28 @@ TEST(ChatTemplate, SeveralAssistantTurns) {
     EXPECT_EQ(r.assistant[1].end, r.text.size() - 1);  // only the final "\n" follows
 }
 
+// Templates that write no marker right after a reply: the marker is what they write between a reply and the next
+// user turn's opening ("\n\n" here, as rwkv-world's), only where the rendering has it (not after the last reply);
+// one that writes nothing (GLM's next "<|user|>" opens a turn) gives the reply alone; a reply that contains the
+// terminator is still found where it was put (substitution, not a search for the marker).
+TEST(ChatTemplate, TemplatesWithoutAMarkerRightAfterAReply) {
+    const rp::ChatTemplate rwkv(R"J({% for m in messages %}{% if not loop.first %}{{ '\n\n' }}{% endif %}{{ m.role | capitalize }}: {{ m.content }}{% endfor %})J",
+                                "rwkv-like");
+    const rp::RenderedChat r = rwkv.render({{"user", "a"}, {"assistant", "b\n\nc"}, {"user", "d"}, {"assistant", "e"}}, {});
+    EXPECT_EQ(r.text, "User: a\n\nAssistant: b\n\nc\n\nUser: d\n\nAssistant: e");
+    ASSERT_EQ(r.assistant.size(), 2u);
+    EXPECT_EQ(r.text.substr(r.assistant[0].begin, r.assistant[0].end - r.assistant[0].begin), "b\n\nc\n\n");
+    EXPECT_EQ(r.assistant[0].content_end - r.assistant[0].begin, 4u);
+    EXPECT_EQ(r.text.substr(r.assistant[1].begin), "e");  // the last reply: nothing after it
+    EXPECT_EQ(r.assistant[1].end, r.text.size());
+    const rp::ChatTemplate glm("[gMASK]{% for m in messages %}<|{{ m.role }}|>\n{{ m.content }}{% endfor %}", "glm-like");
+    const rp::RenderedChat g = glm.render({{"user", "a"}, {"assistant", "b"}, {"user", "c"}, {"assistant", "d"}}, {});
+    ASSERT_EQ(g.assistant.size(), 2u);
+    for (const rp::AssistantSpan & s : g.assistant) EXPECT_EQ(s.end, s.content_end);
+    EXPECT_EQ(g.text.substr(g.assistant[0].begin, 1), "b");
+    EXPECT_EQ(g.text.substr(g.assistant[1].begin, 1), "d");
+}
+
 TEST(ChatTemplate, FromModelAndNames) {
     // The Qwen vocabulary's own template renders (it adds Qwen2.5's default system message); a name overrides it.
     const auto reader = gguf::Reader::open(models_dir() + "/vocab/ggml-vocab-qwen2.gguf");

@@ -113,6 +113,23 @@ TEST(Jinja, GlobalsAndDate) {
     EXPECT_EQ(render("{{ messages[0] }}{{ messages | length }}", vars), "m1");
 }
 
+// What llama.cpp's engine does where Jinja2 would raise or our engine used to refuse (the bundle's templates rely
+// on it): integer dict keys (ByteDance-Seed-OSS: iterated in order by dictsort, compared as integers, found only by
+// an integer subscript), the filters of an undefined value or of none (unsloth's Apriel: `tools | length` with tools
+// undefined; functionary: `none | selectattr(...)`), and str.format with {} placeholders (tencent-Hy3).
+TEST(Jinja, LlamaCppLenience) {
+    EXPECT_EQ(render("{% set d = {512: 'b', 0: 'a', 16384: 'c'} %}{% for k, v in d | dictsort %}{{ k + 1 }}{{ v }},{% endfor %}"
+                     "{{ d[512] }}|{{ d['512'] }}|{{ 0 in d }}{{ '0' in d }}|{% for k in d %}{{ k > 100 }}{% endfor %}"),
+              "1a,513b,16385c,b||TrueFalse|TrueFalseTrue");
+    EXPECT_EQ(error_of("{{ {1: 'a', 'b': 2} }}").find("both string and integer keys") != std::string::npos, true);
+    EXPECT_EQ(render("{{ undefined_name | length }}|{{ undefined_name | list | length }}|{{ undefined_name | join(',') }}|"
+                     "{{ undefined_name | selectattr('type', 'equalto', 'x') | list | length }}|{{ undefined_name | upper }}|"
+                     "{{ none | selectattr('type', 'equalto', 'x') | list | length }}|{{ none | string }}|{{ none | map(attribute='a') | list }}"),
+              "0|0||0||0|None|");
+    EXPECT_EQ(render("{{ '<{}|{}>'.format('a', 2) }}{{ 'plain'.format() }}"), "<a|2>plain");
+    EXPECT_NE(error_of("{{ '{0}'.format(1) }}").find("'{}' placeholders"), std::string::npos);
+}
+
 TEST(Jinja, Errors) {
     // the construct and the line / column are named; never a silent rendering
     EXPECT_NE(error_of("a\n{% include 'x' %}").find("line 2, column 4: unsupported statement '{% include %}'"), std::string::npos)

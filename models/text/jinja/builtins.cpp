@@ -108,7 +108,7 @@ Array items_of(const Value & v, const char * what) {
     if (v.is_array()) return v.arr();
     if (v.is_object()) {
         Array keys;
-        for (const auto & kv : v.obj().items) keys.push_back(Value::string(kv.first));
+        for (size_t k = 0; k < v.obj().items.size(); ++k) keys.push_back(v.obj().key(k));
         return keys;
     }
     if (v.is_string()) {
@@ -213,6 +213,21 @@ Value to_float(const Value & v, const Value & dflt) {
 } // namespace
 
 Value apply_filter(const std::string & name, const Value & in, CallArgs & args) {
+    // What llama.cpp's engine gives for a filter of an undefined value or of none (its value_undefined_t and
+    // value_none_t builtins): empty sequences, empty text, length 0, ... rather than an error.
+    if (in.is_undefined()) {
+        for (const char * f : {"items", "list", "map", "reject", "rejectattr", "reverse", "select", "selectattr", "sort", "unique"})
+            if (name == f) return Value::array();
+        for (const char * f : {"capitalize", "join", "lower", "replace", "safe", "string", "strip", "title", "truncate", "upper"})
+            if (name == f) return Value::string("");
+        if (name == "length" || name == "sum" || name == "wordcount") return Value::integer(0);
+        if (name == "first" || name == "last" || name == "max" || name == "min") return Value();
+    }
+    if (in.is_none()) {
+        for (const char * f : {"items", "map", "reject", "rejectattr", "select", "selectattr", "unique"})
+            if (name == f) return Value::array();
+        if (name == "string" || name == "safe") return Value::string("None");
+    }
     // Like llama.cpp, the string filters turn a non-string input into its text first.
     auto text = [&]() { return in.is_string() ? in.str() : in.to_str(); };
     if (name == "trim" || name == "strip") return Value::string(strip(text(), true, true, args.get(0, "chars")));
@@ -279,15 +294,14 @@ Value apply_filter(const std::string & name, const Value & in, CallArgs & args) 
         if (in.is_undefined() || in.is_none()) return Value::array();
         if (!in.is_object()) bad(std::string("items of ") + in.type_name());
         Array out;
-        for (const auto & kv : in.obj().items) out.push_back(Value::array({Value::string(kv.first), kv.second}));
+        for (size_t k = 0; k < in.obj().items.size(); ++k) out.push_back(Value::array({in.obj().key(k), in.obj().items[k].second}));
         return Value::array(std::move(out));
     }
     if (name == "dictsort") {
         if (!in.is_object()) bad(std::string("dictsort of ") + in.type_name());
-        auto kvs = in.obj().items;
-        std::stable_sort(kvs.begin(), kvs.end(), [](const auto & x, const auto & y) { return x.first < y.first; });
         Array out;
-        for (auto & kv : kvs) out.push_back(Value::array({Value::string(kv.first), kv.second}));
+        for (size_t k = 0; k < in.obj().items.size(); ++k) out.push_back(Value::array({in.obj().key(k), in.obj().items[k].second}));
+        std::stable_sort(out.begin(), out.end(), [](const Value & x, const Value & y) { return compare(x.arr()[0], y.arr()[0]) < 0; });
         return Value::array(std::move(out));
     }
     if (name == "select" || name == "reject") return select(in, args, name == "reject", false);
@@ -405,7 +419,7 @@ bool apply_test(const std::string & name, const Value & v, const CallArgs & args
     if (name == "ge") return compare(v, arg) >= 0;
     if (name == "in") {
         if (arg.is_string()) return v.is_string() && arg.str().find(v.str()) != std::string::npos;
-        if (arg.is_object()) return v.is_string() && arg.obj().find(v.str()) != nullptr;
+        if (arg.is_object()) return has_key(arg.obj(), v);
         if (arg.is_array()) {
             for (const Value & x : arg.arr())
                 if (equal(x, v)) return true;
@@ -437,6 +451,21 @@ Value bound_method(const Value & self, const std::string & name) {
                     return Value::boolean(false);
                 }
                 return Value::boolean(one(need_string(p, name.c_str())));
+            });
+        if (name == "format")  // Python's str.format with '{}' placeholders only, as llama.cpp's engine has it
+            return method([s](CallArgs & a) {
+                std::string out;
+                size_t arg = 0;
+                for (size_t i = 0; i < s.size(); ++i) {
+                    if (s[i] != '{') {
+                        out += s[i];
+                        continue;
+                    }
+                    if (i + 1 >= s.size() || s[i + 1] != '}') bad("format() supports only '{}' placeholders");
+                    ++i;
+                    out += a.get(arg++, "").to_str();
+                }
+                return Value::string(out);
             });
         if (name == "split" || name == "rsplit")
             return method([s, name](CallArgs & a) {
@@ -498,9 +527,9 @@ Value bound_method(const Value & self, const std::string & name) {
         if (name == "items" || name == "keys" || name == "values")
             return method([self, name](CallArgs &) {
                 Array out;
-                for (const auto & kv : self.obj().items)
-                    out.push_back(name == "items" ? Value::array({Value::string(kv.first), kv.second})
-                                  : name == "keys" ? Value::string(kv.first) : kv.second);
+                const Object & o = self.obj();
+                for (size_t k = 0; k < o.items.size(); ++k)
+                    out.push_back(name == "items" ? Value::array({o.key(k), o.items[k].second}) : name == "keys" ? o.key(k) : o.items[k].second);
                 return Value::array(std::move(out));
             });
         if (name == "get")

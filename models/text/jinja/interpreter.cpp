@@ -111,7 +111,7 @@ private:
         const Value it = eval(*n.a, s);
         Array items;
         if (it.is_array()) items = it.arr();
-        else if (it.is_object()) for (const auto & kv : it.obj().items) items.push_back(Value::string(kv.first));
+        else if (it.is_object()) for (size_t k = 0; k < it.obj().items.size(); ++k) items.push_back(it.obj().key(k));
         else if (it.is_string()) for (char c : it.str()) items.push_back(Value::string(std::string(1, c)));
         else if (!it.is_undefined() && !it.is_none()) fail(*n.a, std::string("cannot iterate over ") + it.type_name());
         auto scope = std::make_shared<Scope>();
@@ -296,8 +296,8 @@ private:
                 const Value obj = eval(*n.a, s);
                 const Value key = eval(*n.b, s);
                 if (obj.is_object()) {
-                    if (!key.is_string()) return Value();
-                    const Value * v = obj.obj().find(key.str());
+                    if (key.is_int() != obj.obj().int_keys || (!key.is_string() && !key.is_int())) return Value();
+                    const Value * v = obj.obj().find(key.is_int() ? std::to_string(key.as_int()) : key.str());
                     return v ? *v : Value();
                 }
                 if (obj.is_array() && key.is_int()) {
@@ -353,8 +353,10 @@ private:
                 Value o = Value::object();
                 for (size_t k = 0; k + 1 < n.items.size(); k += 2) {
                     const Value key = eval(*n.items[k], s);
-                    if (!key.is_string()) fail(*n.items[k], "unsupported: a dict key that is not a string");
-                    o.obj().set(key.str(), eval(*n.items[k + 1], s));
+                    if (!key.is_string() && !key.is_int()) fail(*n.items[k], "unsupported: a dict key that is neither a string nor an integer");
+                    if (k > 0 && key.is_int() != o.obj().int_keys) fail(*n.items[k], "unsupported: a dict with both string and integer keys");
+                    o.obj().int_keys = key.is_int();
+                    o.obj().set(key.is_int() ? std::to_string(key.as_int()) : key.str(), eval(*n.items[k + 1], s));
                 }
                 return o;
             }
@@ -415,7 +417,7 @@ private:
             else if (r.is_string()) {
                 if (!l.is_string()) fail(n, std::string("'in <string>' needs a string on the left, got ") + l.type_name());
                 found = r.str().find(l.str()) != std::string::npos;
-            } else if (r.is_object()) found = l.is_string() && r.obj().find(l.str());
+            } else if (r.is_object()) found = has_key(r.obj(), l);
             else fail(n, std::string("'in' needs a container on the right, got ") + r.type_name());
             return Value::boolean(found == (op == "in"));
         }

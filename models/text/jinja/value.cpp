@@ -1,5 +1,7 @@
 #include "models/text/jinja/value.h"
 
+#include <cstdlib>
+
 #include "ggml_rp/core/json.h"
 
 #include "base/error.h"
@@ -148,6 +150,15 @@ const Value * Object::find(std::string_view key) const {
     for (const auto & kv : items)
         if (kv.first == key) return &kv.second;
     return nullptr;
+}
+
+Value Object::key(size_t i) const {
+    return int_keys ? Value::integer(std::strtoll(items[i].first.c_str(), nullptr, 10)) : Value::string(items[i].first);
+}
+
+bool has_key(const Object & o, const Value & key) {
+    if (o.int_keys) return key.is_int() && o.find(std::to_string(key.as_int())) != nullptr;
+    return key.is_string() && o.find(key.str()) != nullptr;
 }
 
 void Object::set(const std::string & key, Value v) {

@@ -88,10 +88,19 @@ private:
 
 struct Object {
     std::vector<std::pair<std::string, Value>> items;
+    // Integer keys (a literal like {0: 0, 512: 128}, as llama.cpp's engine keeps them): each key's text is its
+    // decimal form; iteration, items() and dictsort give them back as integers and only an integer subscript
+    // finds them. A dict's keys are all strings or all integers.
+    bool int_keys = false;
 
     const Value * find(std::string_view key) const;
     void set(const std::string & key, Value v);  // replaces in place or appends
+    // Key i as a value: a string, or an integer for int_keys.
+    Value key(size_t i) const;
 };
+
+// Whether `key` (a string, or an integer for an integer-keyed object) is a key of `o`.
+bool has_key(const Object & o, const Value & key);
 
 // Whether container `inner` is `outer` or holds it (at any depth): storing such a value would make a
 // reference cycle, which we refuse rather than leak or recurse forever.
