@@ -8,6 +8,7 @@
 #include "gguf/gguf.h"
 #include "models/arch/hparams.h"
 #include "models/arch/model.h"
+#include "models/arch/rope_scaling.h"
 #include "models/convert/hf_names.h"
 #include "models/convert/safetensors.h"
 
@@ -72,6 +73,48 @@ std::string choose_dtype(const gguf::Reader & f, const std::string & asked) {
     return all_f32 ? "F32" : any_bf16 ? "BF16" : "F16";
 }
 
+// A JSON array of floats, each the shortest decimal that reads back as it.
+std::string float_array(const std::vector<float> & v) {
+    std::string s = "[";
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + number(v[i]);
+    return s + "]";
+}
+
+bool same_factors(const std::vector<float> & a, const std::vector<float> & b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i)
+        if (!(std::fabs(a[i] - b[i]) <= 1e-6f * std::fabs(b[i]))) return false;
+    return true;
+}
+
+// The config's rope_scaling: null; Llama 3's ({"rope_type": "llama3", ...}) recognised in rope_freqs.weight (Meta's
+// low / high frequency factors 1 and 4 over 8192 tokens, the released 3.1-3.3 models'; any factor); phi3's LongRoPE
+// ({"type": "longrope", long and short factors}). Throws when a model's factors are none of those.
+std::string rope_scaling_json(const Model & model) {
+    const HParams & hp = model.hparams();
+    const Tensor * freqs = model.layers.empty() ? nullptr : model.layers[0].rope_freqs;
+    if (!freqs) return "null";
+    const std::vector<float> f = tensor_get_f32(freqs);
+    if (model.rope_factors_long) {
+        // transformers recomputes the cos / sin scale from the two contexts: it must be the file's
+        const double ext = static_cast<double>(hp.n_ctx_train) / hp.rope_n_ctx_orig;
+        const double want = ext > 1.0 ? std::sqrt(1.0 + std::log(ext) / std::log(static_cast<double>(hp.rope_n_ctx_orig))) : 1.0;
+        if (std::fabs(hp.rope_attn_factor - want) > 1e-5 * want)
+            throw Error(model.path() + ": rope.scaling.attn_factor " + number(hp.rope_attn_factor) + " is not the " + number(static_cast<float>(want)) +
+                        " transformers computes from the contexts " + std::to_string(hp.n_ctx_train) + " and " + std::to_string(hp.rope_n_ctx_orig));
+        return "{\"type\": \"longrope\", \"long_factor\": " + float_array(tensor_get_f32(model.rope_factors_long)) + ", \"short_factor\": " +
+               float_array(f) + "}";
+    }
+    float factor = 1.0f;
+    for (float x : f) factor = std::max(factor, x);
+    const uint32_t orig = 8192;
+    if (!same_factors(f, llama3_rope_factors(factor, 1.0f, 4.0f, orig, hp.rope_freq_base, hp.n_rot)))
+        throw Error(model.path() + ": rope_freqs.weight holds factors that are not Llama 3's (factor " + number(factor) +
+                    ", low / high frequency factors 1 / 4 over 8192 tokens): no Hugging Face config states them");
+    return "{\"factor\": " + number(factor) + ", \"high_freq_factor\": 4.0, \"low_freq_factor\": 1.0, \"original_max_position_embeddings\": " +
+           std::to_string(orig) + ", \"rope_type\": \"llama3\"}";
+}
+
 // A token id key as a JSON value: the number, or null when the file has none.
 std::string token_id(const gguf::Reader & f, const char * key) { return f.has(key) ? std::to_string(f.get_u32(key)) : std::string("null"); }
 
@@ -92,8 +135,7 @@ std::string config_json(const Model & model, const std::string & dtype) {
         throw Error(model.path() + ": exporting " + hp.arch->name + " to Hugging Face safetensors is not supported yet");
     case Arch::Mistral3:  // transformers' Mistral3ForConditionalGeneration wraps a vision tower this file does not have
         throw Error(model.path() + ": exporting mistral3 to Hugging Face safetensors is not supported yet");
-    case Arch::Phi3:  // transformers' Phi3 names its fused projections qkv_proj / gate_up_proj and its LongRoPE in the config
-        throw Error(model.path() + ": exporting phi3 to Hugging Face safetensors is not supported yet");
+    case Arch::Phi3: cls = "Phi3ForCausalLM", type = "phi3"; break;
     }
     const std::string torch = dtype == "F32" ? "float32" : dtype == "F16" ? "float16" : "bfloat16";
     std::string c = "{\n";
@@ -119,10 +161,12 @@ std::string config_json(const Model & model, const std::string & dtype) {
     field("max_position_embeddings", std::to_string(hp.n_ctx_train));
     field("rms_norm_eps", number(hp.rms_eps));
     field("rope_theta", number(hp.rope_freq_base));
-    field("rope_scaling", "null");
+    field("rope_scaling", rope_scaling_json(model));
+    if (hp.arch->long_rope) field("original_max_position_embeddings", std::to_string(hp.rope_n_ctx_orig));
     field("vocab_size", std::to_string(hp.n_vocab));
     field("tie_word_embeddings", model.tied_output() ? "true" : "false");
     if (hp.arch->arch != Arch::Qwen2) field("attention_bias", "false");
+    if (hp.arch->arch == Arch::Phi3) field("sliding_window", "null");  // llama.cpp runs Phi-3 unwindowed: so do we
     if (hp.is_moe()) {
         field("num_experts", std::to_string(hp.n_expert));
         field("num_experts_per_tok", std::to_string(hp.n_expert_used));
@@ -143,6 +187,7 @@ HfExportReport export_hf(const Model & model, const std::string & dir, const HfE
     const HParams & hp = model.hparams();
     const gguf::Reader & f = model.file();
     if (hp.rope_freq_scale != 1.0f) throw Error(model.path() + ": rope scale " + number(hp.rope_freq_scale) + ": rope scaling is not exported");
+    rope_scaling_json(model);  // refused before anything is written
     if (hp.n_rot != hp.head_dim) throw Error(model.path() + ": rotary dimensions " + std::to_string(hp.n_rot) + " of a head of " + std::to_string(hp.head_dim) + " are not exported");
     if (hp.expert_weights_scale != 0.0f && hp.expert_weights_scale != 1.0f)
         throw Error(model.path() + ": expert_weights_scale " + number(hp.expert_weights_scale) + " has no place in " + "a Qwen3Moe config");
@@ -163,9 +208,10 @@ HfExportReport export_hf(const Model & model, const std::string & dir, const HfE
     };
     std::vector<Out> outs;
     for (const gguf::TensorInfo & t : f.tensors()) {
-        const std::string hf = hf_tensor_of(t.name);
-        if (hf.empty()) throw Error(model.path() + ": tensor '" + t.name + "' has no Hugging Face name" +
-                                    (t.name == "rope_freqs.weight" ? " (llama 3's rope scaling is not exported)" : ""));
+        if (t.name == "rope_freqs.weight" || t.name == "rope_factors_long.weight" || t.name == "rope_factors_short.weight")
+            continue;  // RoPE factors: config.json's rope_scaling states them
+        const std::string hf = hf_tensor_of(t.name, hp.arch->fused_gate_up);
+        if (hf.empty()) throw Error(model.path() + ": tensor '" + t.name + "' has no Hugging Face name");
         std::vector<int64_t> shape;
         for (int d = std::min<int>(static_cast<int>(t.n_dims), 2) - 1; d >= 0; --d) shape.push_back(t.ne[d]);
         const int64_t experts = t.n_dims >= 3 ? t.ne[2] : 1;

@@ -6,9 +6,12 @@
 //   model.safetensors.index.json       {"metadata": {"total_size"}, "weight_map": {tensor: file}};
 //   config.json                        the transformers config of the architecture from the GGUF's
 //                                      hyper-parameters (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
-//                                      Qwen3MoeForCausalLM), and generation_config.json (BOS / EOS).
-// The tokenizer files are not written (copy them from the model's Hugging Face repository). A model with rope
-// scaling (a rope_freqs tensor, or a rope scale other than 1) is refused: its config cannot be written exactly.
+//                                      Qwen3MoeForCausalLM, Phi3ForCausalLM: qkv_proj and gate_up_proj as the GGUF
+//                                      holds them), its rope_scaling from the factor tensors (Llama 3.1-3.3's
+//                                      rope_freqs as {"rope_type": "llama3", ...}, phi3's LongRoPE as {"type":
+//                                      "longrope", ...}), and generation_config.json (BOS / EOS).
+// The tokenizer files are not written (copy them from the model's Hugging Face repository). A model with other rope
+// scaling (a rope scale other than 1, factors that are not Llama 3's) is refused: its config cannot be written exactly.
 #pragma once
 
 #include <cstddef>

@@ -86,12 +86,13 @@ std::pair<std::string, int64_t> gguf_weight_of(const std::string & module) {
     return {"", -1};
 }
 
-std::string hf_tensor_of(const std::string & t) {
+std::string hf_tensor_of(const std::string & t, bool fused_gate_up) {
     if (t == "token_embd.weight") return "model.embed_tokens.weight";
     if (t == "output.weight") return "lm_head.weight";
     if (t == "output_norm.weight") return "model.norm.weight";
     std::string layer, name, suffix;
     if (!split_layer_tensor(t, layer, name, suffix) || (suffix != "weight" && suffix != "bias")) return "";
+    if (fused_gate_up && name == "ffn_up") return hf_module_of(t.substr(0, t.size() - suffix.size()) + "weight", true) + "." + suffix;
     for (const ModuleName & m : kMatrices)
         if (name == m.gguf) return "model.layers." + layer + "." + m.hf + "." + suffix;
     for (const ModuleName & m : kNorms)

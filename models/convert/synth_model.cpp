@@ -1,5 +1,7 @@
 #include "models/convert/synth_model.h"
 
+#include "models/arch/rope_scaling.h"
+
 #include "ggml_rp/core/quant.h"
 #include "base/error.h"
 #include "gguf/gguf.h"
@@ -49,26 +51,6 @@ void add_values(gguf::Writer & w, const std::string & name, const std::vector<fl
         if (nbytes != v.size() * sizeof(float)) throw Error("RoPE factors: unexpected tensor size");
         std::memcpy(dst, v.data(), nbytes);
     });
-}
-
-// Llama 3's RoPE factors (Meta's apply_scaling, as llama.cpp's converter writes rope_freqs): pairs whose wavelength
-// 2 pi / theta_i is below ctx / 4 keep their frequency, those above ctx / 1 are slowed by `factor`, those between
-// by a smooth blend.
-std::vector<float> llama3_rope_factors(const SynthSpec & s) {
-    const double lo = 1.0, hi = 4.0, ctx = s.llama3_rope_ctx, factor = s.llama3_rope;
-    std::vector<float> out(s.head_dim / 2);
-    for (size_t i = 0; i < out.size(); ++i) {
-        const double freq = std::pow(static_cast<double>(s.rope_base), -2.0 * static_cast<double>(i) / s.head_dim);
-        const double wavelen = 2.0 * M_PI / freq;
-        double f = 1.0;
-        if (wavelen > ctx / lo) f = factor;
-        else if (wavelen >= ctx / hi) {
-            const double smooth = (ctx / wavelen - lo) / (hi - lo);
-            f = 1.0 / ((1.0 - smooth) / factor + smooth);
-        }
-        out[i] = static_cast<float>(f);
-    }
-    return out;
 }
 
 } // namespace
@@ -248,7 +230,7 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
     const float out_norm = !s.tied ? 1.0f : gemma ? 3.0f : static_cast<float>(3.0 / std::sqrt(s.n_embd));
     add(w, "output_norm.weight", f32, s.n_embd, 1, {out_norm, 0.1f * out_norm}, ++seed, s.weights);
     if (!s.tied) add(w, "output.weight", wt, s.n_embd, n_vocab, {0.0f, fan(3.0, s.n_embd)}, ++seed, s.weights);
-    if (s.llama3_rope != 0.0f) add_values(w, "rope_freqs.weight", llama3_rope_factors(s), s.weights);
+    if (s.llama3_rope != 0.0f) add_values(w, "rope_freqs.weight", llama3_rope_factors(s.llama3_rope, 1.0f, 4.0f, s.llama3_rope_ctx, s.rope_base, s.head_dim), s.weights);
     if (s.long_rope_ctx != 0) {
         // Ramps over the pairs, short ones gentle (1 to 1.5), long ones steep (1 to 1 + ext), as Phi-3.5's run.
         const uint32_t R = s.head_dim / 2;

@@ -172,6 +172,68 @@ TEST(HfExport, MixtureOfExpertsSplitsTheExperts) {
 }
 
 // The directory of a multi-file output goes again when its files are not committed, unless it was there.
+// Llama 3.1-3.3's rope_freqs become config.json's rope_scaling ({"rope_type": "llama3", factor, 1, 4, 8192}); the
+// tensor itself has no HF name. Factors that are not Llama 3's are refused, nothing written.
+TEST(HfExport, Llama3RopeFactorsBecomeTheConfigsRopeScaling) {
+    TempDir d;
+    rp::SynthSpec s;
+    s.vocab_from = stories();
+    s.n_embd = 64, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 16, s.n_ff = 96, s.n_layer = 2, s.n_ctx_train = 131072;
+    s.rope_base = 500000.0f, s.llama3_rope = 32.0f;
+    rp::write_synth_model(s, d.file("l3.gguf"));
+    const auto model = rp::Model::load(d.file("l3.gguf"));
+    rp::export_hf(*model, d.file("hf"));
+    const Exported ex(d.file("hf"));
+    EXPECT_EQ(ex.tensors(), model->weights().size() - 1);  // all but rope_freqs
+    const rp::json::Value * rs = ex.config.find("rope_scaling");
+    ASSERT_TRUE(rs && rs->is_object());
+    EXPECT_EQ(rs->find("rope_type")->string, "llama3");
+    EXPECT_EQ(rs->find("factor")->number, 32);
+    EXPECT_EQ(rs->find("low_freq_factor")->number, 1);
+    EXPECT_EQ(rs->find("high_freq_factor")->number, 4);
+    EXPECT_EQ(rs->find("original_max_position_embeddings")->number, 8192);
+    EXPECT_EQ(ex.config.find("max_position_embeddings")->number, 131072);
+    s.llama3_rope_ctx = 64;  // not Meta's context: no config states these
+    rp::write_synth_model(s, d.file("odd.gguf"));
+    try {
+        rp::export_hf(*rp::Model::load(d.file("odd.gguf")), d.file("odd"));
+        ADD_FAILURE() << "exported";
+    } catch (const rp::Error & e) {
+        EXPECT_NE(std::string(e.what()).find("rope_freqs.weight holds factors that are not Llama 3's"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(d.file("odd")));
+}
+
+// phi3 as transformers' Phi3ForCausalLM: the fused qkv_proj and gate_up_proj as the GGUF holds them (no permutation:
+// NEOX RoPE), LongRoPE's factors in rope_scaling with the original context.
+TEST(HfExport, Phi3FusedProjectionsAndLongRope) {
+    TempDir d;
+    rp::SynthSpec s;
+    s.arch = "phi3";
+    s.vocab_from = stories();
+    s.n_embd = 64, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 16, s.n_ff = 96, s.n_layer = 2, s.n_ctx_train = 4096, s.long_rope_ctx = 256;
+    rp::write_synth_model(s, d.file("phi3.gguf"));
+    const auto model = rp::Model::load(d.file("phi3.gguf"));
+    rp::export_hf(*model, d.file("hf"));
+    const Exported ex(d.file("hf"));
+    EXPECT_EQ(ex.tensors(), model->weights().size() - 2);  // all but the two factor tensors
+    for (const auto & [g, h] : {std::pair<const char *, const char *>{"blk.1.attn_qkv.weight", "model.layers.1.self_attn.qkv_proj.weight"},
+                                {"blk.1.ffn_up.weight", "model.layers.1.mlp.gate_up_proj.weight"},
+                                {"blk.1.ffn_down.weight", "model.layers.1.mlp.down_proj.weight"}})
+        EXPECT_EQ(ex.values(h), gguf_values(*model, g)) << h;
+    EXPECT_EQ(ex.config.find("architectures")->array.at(0).string, "Phi3ForCausalLM");
+    EXPECT_EQ(ex.config.find("original_max_position_embeddings")->number, 256);
+    const rp::json::Value * rs = ex.config.find("rope_scaling");
+    ASSERT_TRUE(rs && rs->is_object());
+    EXPECT_EQ(rs->find("type")->string, "longrope");
+    for (const auto & [key, tensor] : {std::pair<const char *, const char *>{"long_factor", "rope_factors_long.weight"}, {"short_factor", "rope_factors_short.weight"}}) {
+        const std::vector<float> want = gguf_values(*model, tensor);
+        const rp::json::Value * got = rs->find(key);
+        ASSERT_TRUE(got && got->is_array() && got->array.size() == want.size()) << key;
+        for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(static_cast<float>(got->array[i].number), want[i]) << key << " " << i;
+    }
+}
+
 TEST(HfExport, AnOutputDirectoryMadeForAFailedWriteIsRemoved) {
     TempDir d;
     try {
