@@ -93,6 +93,8 @@ bool same_factors(const std::vector<float> & a, const std::vector<float> & b) {
 std::string rope_scaling_json(const Model & model) {
     const HParams & hp = model.hparams();
     const Tensor * freqs = model.layers.empty() ? nullptr : model.layers[0].rope_freqs;
+    if (!freqs && hp.rope_freq_scale != 1.0f)  // gemma3 4B+: its global layers' linear scaling
+        return "{\"factor\": " + number(1.0f / hp.rope_freq_scale) + ", \"rope_type\": \"linear\"}";
     if (!freqs) return "null";
     const std::vector<float> f = tensor_get_f32(freqs);
     if (model.rope_factors_long) {
@@ -130,9 +132,8 @@ std::string config_json(const Model & model, const std::string & dtype) {
     case Arch::Qwen3Moe: cls = "Qwen3MoeForCausalLM", type = "qwen3_moe"; break;
     case Arch::GptOss:  // transformers fuses its experts' gate and up (interleaved) and keeps them in MXFP4 blocks
         throw Error(model.path() + ": exporting gpt-oss to Hugging Face safetensors is not supported yet");
-    case Arch::Gemma2:
-    case Arch::Gemma3:  // transformers' Gemma norms hold w where the GGUF holds 1 + w, and its config has no place here yet
-        throw Error(model.path() + ": exporting " + hp.arch->name + " to Hugging Face safetensors is not supported yet");
+    case Arch::Gemma2: cls = "Gemma2ForCausalLM", type = "gemma2"; break;
+    case Arch::Gemma3: cls = "Gemma3ForCausalLM", type = "gemma3_text"; break;
     case Arch::Mistral3:  // transformers' Mistral3ForConditionalGeneration wraps a vision tower this file does not have
         throw Error(model.path() + ": exporting mistral3 to Hugging Face safetensors is not supported yet");
     case Arch::Phi3: cls = "Phi3ForCausalLM", type = "phi3"; break;
@@ -151,7 +152,8 @@ std::string config_json(const Model & model, const std::string & dtype) {
     classes += "]";
     field("architectures", classes);
     field("model_type", json::quoted(type));
-    field("hidden_act", "\"silu\"");
+    const bool gemma = hp.arch->arch == Arch::Gemma2 || hp.arch->arch == Arch::Gemma3;
+    field(gemma ? "hidden_activation" : "hidden_act", gemma ? "\"gelu_pytorch_tanh\"" : "\"silu\"");
     field("hidden_size", std::to_string(hp.n_embd));
     field("intermediate_size", std::to_string(hp.n_ff));
     field("num_hidden_layers", std::to_string(hp.n_layer));
@@ -167,6 +169,20 @@ std::string config_json(const Model & model, const std::string & dtype) {
     field("tie_word_embeddings", model.tied_output() ? "true" : "false");
     if (hp.arch->arch != Arch::Qwen2) field("attention_bias", "false");
     if (hp.arch->arch == Arch::Phi3) field("sliding_window", "null");  // llama.cpp runs Phi-3 unwindowed: so do we
+    if (gemma) {
+        // The query scale as query_pre_attn_scalar (head_dim, or n_embd / n_head for the 27Bs), the windowed layers as
+        // layer_types (and the older sliding_window_pattern), the local layers' RoPE base (gemma3), the soft-caps.
+        const bool big = hp.n_layer == hp.arch->big_attn_scale_layers;  // the 27Bs' scale, as load_hparams chooses it
+        field("query_pre_attn_scalar", std::to_string(big ? hp.n_embd / hp.n_head : hp.head_dim));
+        field("sliding_window", std::to_string(hp.n_swa));
+        field("sliding_window_pattern", std::to_string(hp.swa_period));
+        std::string types = "[";
+        for (uint32_t il = 0; il < hp.n_layer; ++il) types += std::string(il ? ", " : "") + (hp.is_swa(il) ? "\"sliding_attention\"" : "\"full_attention\"");
+        field("layer_types", types + "]");
+        if (hp.arch->arch == Arch::Gemma3) field("rope_local_base_freq", number(hp.rope_freq_base_swa));
+        field("attn_logit_softcapping", hp.attn_softcap > 0.0f ? number(hp.attn_softcap) : "null");
+        field("final_logit_softcapping", hp.final_softcap > 0.0f ? number(hp.final_softcap) : "null");
+    }
     if (hp.is_moe()) {
         field("num_experts", std::to_string(hp.n_expert));
         field("num_experts_per_tok", std::to_string(hp.n_expert_used));
@@ -186,13 +202,14 @@ std::string config_json(const Model & model, const std::string & dtype) {
 HfExportReport export_hf(const Model & model, const std::string & dir, const HfExportOptions & o) {
     const HParams & hp = model.hparams();
     const gguf::Reader & f = model.file();
-    if (hp.rope_freq_scale != 1.0f) throw Error(model.path() + ": rope scale " + number(hp.rope_freq_scale) + ": rope scaling is not exported");
+    if (hp.rope_freq_scale != 1.0f && hp.arch->arch != Arch::Gemma3)  // gemma3's linear scaling of its global layers is
+        throw Error(model.path() + ": rope scale " + number(hp.rope_freq_scale) + ": rope scaling is not exported");
     rope_scaling_json(model);  // refused before anything is written
     if (hp.n_rot != hp.head_dim) throw Error(model.path() + ": rotary dimensions " + std::to_string(hp.n_rot) + " of a head of " + std::to_string(hp.head_dim) + " are not exported");
     if (hp.expert_weights_scale != 0.0f && hp.expert_weights_scale != 1.0f)
         throw Error(model.path() + ": expert_weights_scale " + number(hp.expert_weights_scale) + " has no place in " + "a Qwen3Moe config");
     if (o.shard_bytes == 0) throw Error("HF export: shard size 0");
-    if (hp.arch->arch == Arch::GptOss || hp.arch->arch == Arch::Gemma2 || hp.arch->arch == Arch::Gemma3)
+    if (hp.arch->arch == Arch::GptOss)
         throw Error(model.path() + ": exporting " + hp.arch->name + " to Hugging Face safetensors is not supported yet");
     HfExportReport rep;
     rep.dtype = choose_dtype(f, o.dtype);
@@ -210,7 +227,7 @@ HfExportReport export_hf(const Model & model, const std::string & dir, const HfE
     for (const gguf::TensorInfo & t : f.tensors()) {
         if (t.name == "rope_freqs.weight" || t.name == "rope_factors_long.weight" || t.name == "rope_factors_short.weight")
             continue;  // RoPE factors: config.json's rope_scaling states them
-        const std::string hf = hf_tensor_of(t.name, hp.arch->fused_gate_up);
+        const std::string hf = hf_tensor_of(t.name, hp.arch->fused_gate_up, hp.arch->post_norms);
         if (hf.empty()) throw Error(model.path() + ": tensor '" + t.name + "' has no Hugging Face name");
         std::vector<int64_t> shape;
         for (int d = std::min<int>(static_cast<int>(t.n_dims), 2) - 1; d >= 0; --d) shape.push_back(t.ne[d]);
@@ -254,6 +271,11 @@ HfExportReport export_hf(const Model & model, const std::string & dir, const HfE
                     const int64_t rows = x->shape.front(), row_len = x->shape.size() > 1 ? x->shape[1] : 1;
                     const std::vector<float> hf = reorder_qk_rows(p, rows, row_len, heads, true);
                     return encode(hf.data(), hf.size(), dtype);
+                }
+                // Gemma's RMSNorm multiplies by 1 + w in transformers; llama.cpp's converter stores the 1 + w.
+                if (model.hparams().arch->post_norms && x->t->n_dims == 1 && x->name.size() > 11 &&
+                    x->name.compare(x->name.size() - 11, 11, "norm.weight") == 0) {
+                    for (size_t i = 0; i < per; ++i) v[i] -= 1.0f;
                 }
                 return encode(p, per, dtype);
             });

@@ -7,7 +7,9 @@
 //   config.json                        the transformers config of the architecture from the GGUF's
 //                                      hyper-parameters (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
 //                                      Qwen3MoeForCausalLM, Phi3ForCausalLM: qkv_proj and gate_up_proj as the GGUF
-//                                      holds them), its rope_scaling from the factor tensors (Llama 3.1-3.3's
+//                                      holds them; Gemma2ForCausalLM, Gemma3ForCausalLM: their four norms a layer
+//                                      as w where the GGUF holds 1 + w, layer_types, query_pre_attn_scalar, the
+//                                      soft-caps), its rope_scaling (gemma3's linear factor) from the factor tensors (Llama 3.1-3.3's
 //                                      rope_freqs as {"rope_type": "llama3", ...}, phi3's LongRoPE as {"type":
 //                                      "longrope", ...}), and generation_config.json (BOS / EOS).
 // The tokenizer files are not written (copy them from the model's Hugging Face repository). A model with other rope

@@ -27,6 +27,10 @@ const ModuleName kNorms[] = {
     {"attn_norm", "input_layernorm"}, {"ffn_norm", "post_attention_layernorm"}, {"attn_q_norm", "self_attn.q_norm"},
     {"attn_k_norm", "self_attn.k_norm"},
 };
+const ModuleName kGemmaNorms[] = {
+    {"attn_norm", "input_layernorm"}, {"post_attention_norm", "post_attention_layernorm"}, {"ffn_norm", "pre_feedforward_layernorm"},
+    {"post_ffw_norm", "post_feedforward_layernorm"}, {"attn_q_norm", "self_attn.q_norm"}, {"attn_k_norm", "self_attn.k_norm"},
+};
 
 // "blk.N.<name>.<suffix>" -> N, name, suffix.
 bool split_layer_tensor(const std::string & t, std::string & layer, std::string & name, std::string & suffix) {
@@ -86,7 +90,7 @@ std::pair<std::string, int64_t> gguf_weight_of(const std::string & module) {
     return {"", -1};
 }
 
-std::string hf_tensor_of(const std::string & t, bool fused_gate_up) {
+std::string hf_tensor_of(const std::string & t, bool fused_gate_up, bool gemma_norms) {
     if (t == "token_embd.weight") return "model.embed_tokens.weight";
     if (t == "output.weight") return "lm_head.weight";
     if (t == "output_norm.weight") return "model.norm.weight";
@@ -95,6 +99,11 @@ std::string hf_tensor_of(const std::string & t, bool fused_gate_up) {
     if (fused_gate_up && name == "ffn_up") return hf_module_of(t.substr(0, t.size() - suffix.size()) + "weight", true) + "." + suffix;
     for (const ModuleName & m : kMatrices)
         if (name == m.gguf) return "model.layers." + layer + "." + m.hf + "." + suffix;
+    if (gemma_norms) {
+        for (const ModuleName & m : kGemmaNorms)
+            if (name == m.gguf && suffix == "weight") return "model.layers." + layer + "." + m.hf + ".weight";
+        return "";
+    }
     for (const ModuleName & m : kNorms)
         if (name == m.gguf && suffix == "weight") return "model.layers." + layer + "." + m.hf + ".weight";
     return "";

@@ -24,7 +24,9 @@ std::string hf_expert_module(std::string module, int64_t e);
 
 // The HF tensor of any GGUF tensor of those models (weights, biases, norms: "blk.0.attn_norm.weight" ->
 // "model.layers.0.input_layernorm.weight", "output_norm.weight" -> "model.norm.weight"); "" when none.
-std::string hf_tensor_of(const std::string & gguf_tensor, bool fused_gate_up = false);
+// gemma_norms (gemma2, gemma3: four norms a layer): ffn_norm is pre_feedforward_layernorm, post_attention_norm and
+// post_ffw_norm post_attention_layernorm and post_feedforward_layernorm.
+std::string hf_tensor_of(const std::string & gguf_tensor, bool fused_gate_up = false, bool gemma_norms = false);
 
 // A llama model's q (n_head heads) and k (n_head_kv) rows: GGUF row h*D + 2j + s holds HF row h*D + s*D/2 + j.
 // The heads of `gguf_tensor`'s rows when they are in that order (attn_q / attn_k weights and biases of a

@@ -234,6 +234,66 @@ TEST(HfExport, Phi3FusedProjectionsAndLongRope) {
     }
 }
 
+// Gemma 3 and Gemma 2 as Gemma3ForCausalLM (text) and Gemma2ForCausalLM: the four norms of a layer under their HF
+// names holding w where the GGUF holds 1 + w, the tied head (no lm_head), and the config's Gemma fields.
+TEST(HfExport, GemmaNormsAndConfig) {
+    TempDir d;
+    for (const char * arch : {"gemma3", "gemma2"}) {
+        const bool g3 = std::string(arch) == "gemma3";
+        rp::SynthSpec s;
+        s.arch = arch;
+        s.vocab_from = stories();
+        s.n_embd = 64, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 32, s.n_ff = 96, s.n_layer = 7, s.n_swa = 16, s.tied = true;
+        if (g3) s.rope_linear = 8.0f, s.rope_base = 1e6f;
+        else s.attn_softcap = 50.0f, s.final_softcap = 30.0f;
+        const std::string file = d.file(std::string(arch) + ".gguf"), dir = d.file(std::string(arch) + "-hf");
+        rp::write_synth_model(s, file);
+        const auto model = rp::Model::load(file);
+        rp::export_hf(*model, dir);
+        const Exported ex(dir);
+        EXPECT_EQ(ex.tensors(), model->weights().size()) << arch;
+        EXPECT_TRUE(ex.values("lm_head.weight").empty()) << arch;
+        const std::vector<std::pair<std::string, std::string>> norms = {
+            {"blk.3.attn_norm.weight", "model.layers.3.input_layernorm.weight"},
+            {"blk.3.post_attention_norm.weight", "model.layers.3.post_attention_layernorm.weight"},
+            {"blk.3.ffn_norm.weight", "model.layers.3.pre_feedforward_layernorm.weight"},
+            {"blk.3.post_ffw_norm.weight", "model.layers.3.post_feedforward_layernorm.weight"},
+            {"output_norm.weight", "model.norm.weight"}};
+        for (const auto & [g, h] : norms) {
+            std::vector<float> want = gguf_values(*model, g);
+            for (float & x : want) x -= 1.0f;
+            EXPECT_EQ(ex.values(h), want) << h;
+        }
+        if (g3) {
+            std::vector<float> want = gguf_values(*model, "blk.3.attn_q_norm.weight");
+            for (float & x : want) x -= 1.0f;
+            EXPECT_EQ(ex.values("model.layers.3.self_attn.q_norm.weight"), want);
+        }
+        EXPECT_EQ(ex.values("model.layers.3.mlp.up_proj.weight"), gguf_values(*model, "blk.3.ffn_up.weight"));  // no permutation
+        const rp::json::Value & c = ex.config;
+        EXPECT_EQ(c.find("architectures")->array.at(0).string, g3 ? "Gemma3ForCausalLM" : "Gemma2ForCausalLM");
+        EXPECT_EQ(c.find("model_type")->string, g3 ? "gemma3_text" : "gemma2");
+        EXPECT_EQ(c.find("hidden_activation")->string, "gelu_pytorch_tanh");
+        EXPECT_EQ(c.find("query_pre_attn_scalar")->number, 32);
+        EXPECT_EQ(c.find("sliding_window")->number, 16);
+        const rp::json::Value * types = c.find("layer_types");
+        ASSERT_TRUE(types && types->array.size() == 7u);
+        for (uint32_t il = 0; il < 7; ++il)
+            EXPECT_EQ(types->array[il].string, model->hparams().is_swa(il) ? "sliding_attention" : "full_attention") << il;
+        EXPECT_EQ(types->array[g3 ? 5 : 1].string, "full_attention");
+        if (g3) {
+            EXPECT_EQ(c.find("rope_local_base_freq")->number, 10000);
+            EXPECT_EQ(c.find("rope_scaling")->find("rope_type")->string, "linear");
+            EXPECT_EQ(c.find("rope_scaling")->find("factor")->number, 8);
+            EXPECT_EQ(c.find("final_logit_softcapping")->type, rp::json::Value::Type::Null);
+        } else {
+            EXPECT_EQ(c.find("attn_logit_softcapping")->number, 50);
+            EXPECT_EQ(c.find("final_logit_softcapping")->number, 30);
+        }
+        EXPECT_EQ(c.find("tie_word_embeddings")->boolean, true);
+    }
+}
+
 TEST(HfExport, AnOutputDirectoryMadeForAFailedWriteIsRemoved) {
     TempDir d;
     try {
