@@ -20,14 +20,16 @@ namespace {
 struct PreGroup {
     const char * names[11];
     PreTokenizer kind;
+    bool llama3_flags = false;  // llama.cpp's llama3 / tekken settings: merges ignored for whole-word tokens, BOS added
 };
 const PreGroup kPreGroups[] = {
     {{"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "jina-v5-nano"},
-     PreTokenizer::Llama3},
+     PreTokenizer::Llama3, true},
+    {{"dbrx", "smaug-bpe"}, PreTokenizer::Llama3},  // Llama 3's regex without its settings (Phi-4's files say dbrx)
     {{"qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2"}, PreTokenizer::Qwen2},
     {{"qwen35"}, PreTokenizer::Qwen35},
     {{"gpt-4o", "llama4"}, PreTokenizer::Gpt4o},
-    {{"tekken"}, PreTokenizer::Tekken},
+    {{"tekken"}, PreTokenizer::Tekken, true},
     {{"gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de", "a.x-4.0", "mellum",
       "modern-bert"},
      PreTokenizer::Gpt2},
@@ -113,20 +115,21 @@ Tokenizer::Tokenizer(const gguf::Reader & r) : path_(r.path()) {
         if (pre_name_.empty()) {
             pre_ = PreTokenizer::Default;  // llama.cpp warns loudly: generation quality will suffer
         } else {
-            bool found = false;
+            bool found = false, llama3_flags = false;
             for (const PreGroup & g : kPreGroups) {
                 for (const char * name : g.names) {
                     if (name && pre_name_ == name) {
                         pre_ = g.kind;
+                        llama3_flags = g.llama3_flags;
                         found = true;
                     }
                 }
             }
             if (!found) {
                 fail("tokenizer.ggml.pre", "has unknown pre-tokenizer type '" + pre_name_ +
-                                               "' (supported: llama-bpe/llama3, qwen2, qwen35, gpt-4o, tekken, gpt-2, default)");
+                                               "' (supported: llama-bpe/llama3, dbrx, qwen2, qwen35, gpt-4o, tekken, gpt-2, default)");
             }
-            if (pre_ == PreTokenizer::Llama3 || pre_ == PreTokenizer::Tekken) {
+            if (llama3_flags) {
                 ignore_merges_ = true;
                 add_bos_ = true;
             }

@@ -184,7 +184,8 @@ TEST_F(OracleDiff, OtherPreTokenizers) {
                                  with_pre(v + "llama-bpe.gguf", "", "llama_bpe_nopre"),
                                  with_pre(v + "qwen2.gguf", "qwen35", "qwen35"), with_pre(v + "qwen2.gguf", "gpt-4o", "gpt4o"),
                                  with_pre(v + "llama-bpe.gguf", "llama4", "llama4"),
-                                 with_pre(v + "llama-bpe.gguf", "tekken", "tekken")};
+                                 with_pre(v + "llama-bpe.gguf", "tekken", "tekken"), with_pre(v + "llama-bpe.gguf", "dbrx", "dbrx"),
+                                 with_pre(v + "llama-bpe.gguf", "smaug-bpe", "smaug")};
     unsigned seed = 100;
     for (const std::string & f : files) {
         compare_with_llama(f, 1500, seed++);
