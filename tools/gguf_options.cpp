@@ -30,7 +30,7 @@ void declare_synth_options(Options & p, SynthSettings & s) {
     p.value("--shape", "NAME",
             "a preset: qwen3-0.6b, qwen3-1.7b, qwen3-32b, llama3.1-8b, qwen3-30b-a3b, qwen3-235b-a22b,\n"
             "gpt-oss-20b, gpt-oss-120b, gemma-2-2b, gemma-2-9b, gemma-2-27b, gemma-3-1b, gemma-3-4b, gemma-3-12b, gemma-3-27b, ministral-3-3b,\n"
-            "ministral-3-8b, ministral-3-14b, llama3.2-1b, llama3.2-3b, phi-3.5-mini, phi-4 (the real shapes\n"
+            "ministral-3-8b, ministral-3-14b, llama3.2-1b, llama3.2-3b, phi-3.5-mini, phi-4-mini, phi-4 (the real shapes\n"
             "and vocabulary sizes), llama-98m, llama-20m"
             "(the benchmark models); the other options override it",
             Options::String, [](const std::string &, const std::string &) {}, [] { return std::nullopt; });
@@ -65,6 +65,7 @@ void declare_synth_options(Options & p, SynthSettings & s) {
             [&](const std::string & f, const std::string & v) { s.spec.head_dim = static_cast<uint32_t>(parse_int(f, v, 1, 1 << 24)), s.head_dim_given = true; },
             [] { return std::nullopt; });
     p.integer("--n-ff", s.spec.n_ff, 1, 1 << 24, "feed-forward width");
+    p.integer("--n-rot", s.spec.n_rot, 0, 1 << 24, "rotary dimensions of a head (0: all of head_dim; Phi-4-mini: 96 of 128)");
     p.integer("--n-layer", s.spec.n_layer, 1, 1 << 24, "decoder layers");
     p.integer("--n-ctx", s.spec.n_ctx_train, 1, 1 << 24, "training context");
     p.number("--rope-base", s.spec.rope_base, 1.0f, 1e9f, "RoPE frequency base");

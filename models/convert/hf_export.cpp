@@ -169,6 +169,7 @@ std::string config_json(const Model & model, const std::string & dtype) {
     field("tie_word_embeddings", model.tied_output() ? "true" : "false");
     if (hp.arch->arch != Arch::Qwen2) field("attention_bias", "false");
     if (hp.arch->arch == Arch::Phi3) field("sliding_window", "null");  // llama.cpp runs Phi-3 unwindowed: so do we
+    if (hp.n_rot != hp.head_dim) field("partial_rotary_factor", number(static_cast<float>(hp.n_rot) / static_cast<float>(hp.head_dim)));
     if (gemma) {
         // The query scale as query_pre_attn_scalar (head_dim, or n_embd / n_head for the 27Bs), the windowed layers as
         // layer_types (and the older sliding_window_pattern), the local layers' RoPE base (gemma3), the soft-caps.
@@ -205,7 +206,8 @@ HfExportReport export_hf(const Model & model, const std::string & dir, const HfE
     if (hp.rope_freq_scale != 1.0f && hp.arch->arch != Arch::Gemma3)  // gemma3's linear scaling of its global layers is
         throw Error(model.path() + ": rope scale " + number(hp.rope_freq_scale) + ": rope scaling is not exported");
     rope_scaling_json(model);  // refused before anything is written
-    if (hp.n_rot != hp.head_dim) throw Error(model.path() + ": rotary dimensions " + std::to_string(hp.n_rot) + " of a head of " + std::to_string(hp.head_dim) + " are not exported");
+    if (hp.n_rot != hp.head_dim && hp.arch->arch != Arch::Phi3)  // phi3's partial RoPE is config.json's partial_rotary_factor
+        throw Error(model.path() + ": rotary dimensions " + std::to_string(hp.n_rot) + " of a head of " + std::to_string(hp.head_dim) + " are not exported");
     if (hp.expert_weights_scale != 0.0f && hp.expert_weights_scale != 1.0f)
         throw Error(model.path() + ": expert_weights_scale " + number(hp.expert_weights_scale) + " has no place in " + "a Qwen3Moe config");
     if (o.shard_bytes == 0) throw Error("HF export: shard size 0");

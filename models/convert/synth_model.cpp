@@ -112,6 +112,9 @@ SynthSpec synth_preset(const std::string & name) {
     } else if (name == "phi-3.5-mini") {  // 32k SentencePiece vocabulary, LongRoPE from 4k
         s.arch = "phi3", s.n_embd = 3072, s.n_layer = 32, s.n_head = 32, s.n_head_kv = 32, s.head_dim = 96, s.n_ff = 8192;
         s.n_ctx_train = 131072, s.long_rope_ctx = 4096, s.n_vocab = 32064;
+    } else if (name == "phi-4-mini") {  // 200k vocabulary, tied, 96 of 128 dimensions rotated, LongRoPE from 4k
+        s.arch = "phi3", s.n_embd = 3072, s.n_layer = 32, s.n_head = 24, s.n_head_kv = 8, s.head_dim = 128, s.n_rot = 96, s.n_ff = 8192;
+        s.n_ctx_train = 131072, s.long_rope_ctx = 4096, s.n_vocab = 200064, s.tied = true;
     } else if (name == "phi-4") {  // 14B, tiktoken-style 100k vocabulary
         s.arch = "phi3", s.n_embd = 5120, s.n_layer = 40, s.n_head = 40, s.n_head_kv = 10, s.head_dim = 128, s.n_ff = 17920;
         s.n_ctx_train = 16384, s.rope_base = 250000.0f, s.n_vocab = 100352;
@@ -125,7 +128,7 @@ SynthSpec synth_preset(const std::string & name) {
         throw Error("unknown model shape '" + name +
                     "' (qwen3-0.6b, qwen3-1.7b, qwen3-32b, llama3.1-8b, qwen3-30b-a3b, qwen3-235b-a22b, gpt-oss-20b, gpt-oss-120b, "
                     "gemma-2-2b, gemma-2-9b, gemma-2-27b, gemma-3-1b, gemma-3-4b, gemma-3-12b, gemma-3-27b, ministral-3-3b, ministral-3-8b, ministral-3-14b, llama3.2-1b, "
-                    "llama3.2-3b, phi-3.5-mini, phi-4, llama-98m, llama-20m)");
+                    "llama3.2-3b, phi-3.5-mini, phi-4-mini, phi-4, llama-98m, llama-20m)");
     }
     return s;
 }
@@ -152,7 +155,8 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
     if ((gpt_oss || gemma) && s.n_swa == 0) throw Error("synthetic model: " + s.arch + " needs a sliding window (n_swa >= 1)");
     if (s.yarn_factor > 0.0f && s.rope_linear > 0.0f) throw Error("synthetic model: YaRN and linear RoPE scaling exclude each other");
     if (s.n_head % s.n_head_kv != 0) throw Error("synthetic model: n_head must be a multiple of n_head_kv");
-    const uint32_t n_q = s.n_head * s.head_dim, n_kv = s.n_head_kv * s.head_dim;
+    const uint32_t n_q = s.n_head * s.head_dim, n_kv = s.n_head_kv * s.head_dim, n_rot = s.n_rot ? s.n_rot : s.head_dim;
+    if (n_rot > s.head_dim || n_rot % 2 != 0) throw Error("synthetic model: n_rot must be even and at most head_dim");
     // qwen3, gpt-oss and gemma3 read key_length; a llama writes it when its head is not n_embd / n_head (Mistral
     // Nemo's 128 over 5120 / 32); qwen2 derives head_dim from n_embd / n_head.
     const bool key_length = qwen3 || gpt_oss || gemma || mistral3 || (s.arch == "llama" && n_q != s.n_embd);
@@ -180,7 +184,7 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
     w.set_f32(p + "attention.layer_norm_rms_epsilon", s.arch == "llama" || gpt_oss || mistral3 || phi3 ? 1e-5f : 1e-6f);
     if (s.attn_temp_scale != 0.0f) w.set_f32(p + "attention.temperature_scale", s.attn_temp_scale);
     w.set_f32(p + "rope.freq_base", s.rope_base);
-    w.set_u32(p + "rope.dimension_count", s.head_dim);
+    w.set_u32(p + "rope.dimension_count", n_rot);
     if (s.yarn_factor > 0.0f) {
         w.set_string(p + "rope.scaling.type", "yarn");
         w.set_f32(p + "rope.scaling.factor", s.yarn_factor);
@@ -230,10 +234,10 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
     const float out_norm = !s.tied ? 1.0f : gemma ? 3.0f : static_cast<float>(3.0 / std::sqrt(s.n_embd));
     add(w, "output_norm.weight", f32, s.n_embd, 1, {out_norm, 0.1f * out_norm}, ++seed, s.weights);
     if (!s.tied) add(w, "output.weight", wt, s.n_embd, n_vocab, {0.0f, fan(3.0, s.n_embd)}, ++seed, s.weights);
-    if (s.llama3_rope != 0.0f) add_values(w, "rope_freqs.weight", llama3_rope_factors(s.llama3_rope, 1.0f, 4.0f, s.llama3_rope_ctx, s.rope_base, s.head_dim), s.weights);
+    if (s.llama3_rope != 0.0f) add_values(w, "rope_freqs.weight", llama3_rope_factors(s.llama3_rope, 1.0f, 4.0f, s.llama3_rope_ctx, s.rope_base, n_rot), s.weights);
     if (s.long_rope_ctx != 0) {
         // Ramps over the pairs, short ones gentle (1 to 1.5), long ones steep (1 to 1 + ext), as Phi-3.5's run.
-        const uint32_t R = s.head_dim / 2;
+        const uint32_t R = n_rot / 2;
         const double ext = static_cast<double>(s.n_ctx_train) / s.long_rope_ctx;
         std::vector<float> shrt(R), lng(R);
         for (uint32_t i = 0; i < R; ++i) {

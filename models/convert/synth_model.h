@@ -20,6 +20,7 @@ struct SynthSpec {
     std::string vocab_from;       // GGUF whose tokenizer.* keys are copied (sets n_vocab)
     uint32_t n_vocab = 0;         // without vocab_from: no tokenizer, this many token rows (shapes for plans)
     uint32_t n_embd = 64, n_head = 4, n_head_kv = 2, head_dim = 16, n_ff = 128, n_layer = 2;
+    uint32_t n_rot = 0;           // rotary dimensions of a head (rope.dimension_count); 0 = head_dim (Phi-4-mini: 96 of 128)
     uint32_t n_ctx_train = 1024;
     // qwen3moe, gpt-oss: experts per layer, experts per token, each expert's feed-forward width (n_ff stays the
     // informational dense width).
@@ -59,7 +60,7 @@ struct SynthSpec {
 // gemma-3-4b, gemma-3-12b and gemma-3-27b, ministral-3-3b, ministral-3-8b and ministral-3-14b (YaRN 16 x
 // 16384, attention temperature 0.1), gemma-2-2b, gemma-2-9b and gemma-2-27b (a 4096-token window on every other layer,
 // soft-caps 50 and 30), llama3.2-1b and llama3.2-3b (tied, RoPE factors 32), phi-3.5-mini (LongRoPE 4096 to
-// 131072) and phi-4; and the benchmark models llama-98m, llama-20m. n_vocab is the real model's (vocab_from unset). rp::Error naming the presets otherwise.
+// 131072), phi-4-mini (partial rotary, tied) and phi-4; and the benchmark models llama-98m, llama-20m. n_vocab is the real model's (vocab_from unset). rp::Error naming the presets otherwise.
 SynthSpec synth_preset(const std::string & name);
 
 // Writes the model to `path` (temp file, then rename). Throws rp::Error on a bad spec or I/O failure.

@@ -212,6 +212,7 @@ TEST(HfExport, Phi3FusedProjectionsAndLongRope) {
     s.arch = "phi3";
     s.vocab_from = stories();
     s.n_embd = 64, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 16, s.n_ff = 96, s.n_layer = 2, s.n_ctx_train = 4096, s.long_rope_ctx = 256;
+    s.n_rot = 12;  // Phi-4-mini's partial RoPE (its 0.75)
     rp::write_synth_model(s, d.file("phi3.gguf"));
     const auto model = rp::Model::load(d.file("phi3.gguf"));
     rp::export_hf(*model, d.file("hf"));
@@ -223,6 +224,7 @@ TEST(HfExport, Phi3FusedProjectionsAndLongRope) {
         EXPECT_EQ(ex.values(h), gguf_values(*model, g)) << h;
     EXPECT_EQ(ex.config.find("architectures")->array.at(0).string, "Phi3ForCausalLM");
     EXPECT_EQ(ex.config.find("original_max_position_embeddings")->number, 256);
+    EXPECT_EQ(ex.config.find("partial_rotary_factor")->number, 0.75);
     const rp::json::Value * rs = ex.config.find("rope_scaling");
     ASSERT_TRUE(rs && rs->is_object());
     EXPECT_EQ(rs->find("type")->string, "longrope");

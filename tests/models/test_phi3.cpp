@@ -19,12 +19,12 @@ namespace {
 
 // A phi3 with LongRoPE from `orig` tokens to 4096 (0: none). llama.cpp runs our tests' prompts in a 512-token
 // context: orig 1024 gives the short factors on both sides, orig 16 the long ones for prompts past 16 tokens.
-rp::SynthSpec phi3_like(uint64_t seed, uint32_t orig, bool tied = false) {
+rp::SynthSpec phi3_like(uint64_t seed, uint32_t orig, bool tied = false, uint32_t n_rot = 0) {
     rp::SynthSpec s;
     s.arch = "phi3";
     s.vocab_from = model_path("vocab/ggml-vocab-llama-spm.gguf");
     s.n_embd = 96, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 24, s.n_ff = 128, s.n_layer = 3, s.tied = tied;
-    s.n_ctx_train = 4096, s.long_rope_ctx = orig, s.seed = seed;
+    s.n_ctx_train = 4096, s.long_rope_ctx = orig, s.seed = seed, s.n_rot = n_rot;
     return s;
 }
 
@@ -97,11 +97,13 @@ TEST(Phi3, MissingPiecesAreNamed) {
 TEST(Phi3, LogitsEqualLlamaCpps) {
     RP_REQUIRE_ORACLE();
     TempDir d;
-    for (const auto & [orig, tied, what] : {std::tuple<uint32_t, bool, const char *>{0, false, "phi3 (no LongRoPE)"},
-                                            {1024, false, "phi3, LongRoPE, the short factors"},
-                                            {16, true, "phi3, LongRoPE, the long factors, tied"}}) {
-        const std::string file = d.file("m" + std::to_string(orig) + ".gguf");
-        rp::write_synth_model(phi3_like(51, orig, tied), file);
+    for (const auto & [orig, tied, n_rot, what] :
+         {std::tuple<uint32_t, bool, uint32_t, const char *>{0, false, 0, "phi3 (no LongRoPE)"},
+          {1024, false, 0, "phi3, LongRoPE, the short factors"},
+          {16, true, 0, "phi3, LongRoPE, the long factors, tied"},
+          {16, true, 16, "phi3, 16 of 24 dimensions rotated (Phi-4-mini's partial RoPE), LongRoPE, tied"}}) {
+        const std::string file = d.file("m" + std::to_string(orig) + "-" + std::to_string(n_rot) + ".gguf");
+        rp::write_synth_model(phi3_like(51, orig, tied, n_rot), file);
         // One token runs in a 1-token context here and a 512-token one in llama.cpp: only the 40-token prompt is
         // past the long factors' 16 tokens on both sides.
         for (size_t n : {1, 40}) {

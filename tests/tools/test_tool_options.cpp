@@ -402,7 +402,7 @@ TEST(ToolOptions, GgufCommandsTraceAndBenchFamiliesHelpListTheirFlags) {
         {"rp-gguf diff", {"--help"}},
         {"rp-gguf synth", {"--help", "--shape", "--vocab", "--n-vocab", "--weights", "--arch", "--experts", "--experts-used", "--expert-ff", "--window", "--rope-linear", "--yarn", "--yarn-ctx", "--llama3-rope",
                            "--llama3-rope-ctx", "--long-rope", "--attn-temp", "--attn-softcap", "--final-softcap",
-                           "--n-embd", "--n-head", "--n-head-kv", "--head-dim", "--n-ff", "--n-layer", "--n-ctx", "--rope-base", "--tied",
+                           "--n-embd", "--n-head", "--n-head-kv", "--head-dim", "--n-ff", "--n-rot", "--n-layer", "--n-ctx", "--rope-base", "--tied",
                            "--type", "--seed"}},
         {"rp-gguf export-peft", {"--help", "--model", "--output", "--dtype", "--base-name"}},
         {"rp-gguf import-peft", {"--help", "--model", "--output"}},
