@@ -15,6 +15,17 @@ Tensor * cont(Context & ctx, Tensor * x) { return cast(ctx, x, x->type); }
 
 Tensor * cont_if_needed(Context & ctx, Tensor * x) { return x->is_contiguous() ? x : cont(ctx, x); }
 
+Tensor * copy_into(Context & ctx, Tensor * window, Tensor * src) {
+    detail::require(window && window->is_view() && window->op == Op::VIEW, "copy_into", describe(window) + " is not a view of another tensor");
+    detail::require(same_shape(window, src), "copy_into", "src " + describe(src) + " and window " + describe(window) + " differ in shape");
+    detail::require(dtype_is_float(src->type) && dtype_is_float(window->type), "copy_into",
+                    "cannot convert " + describe(src) + " into " + describe(window) + " (f32, f16 and bf16 only)");
+    Tensor * w = ctx.new_view(window->view_src, window->type, window->ne, window->nb, window->view_offs);
+    w->op = Op::CPY;
+    w->src[0] = src;
+    return w;
+}
+
 Tensor * fill(Context & ctx, const int64_t ne[4], float value) {
     Tensor * t = detail::new_node(ctx, Op::FILL, DType::F32, ne, {});
     t->set_param_f32(0, value);

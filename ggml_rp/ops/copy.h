@@ -11,6 +11,10 @@ Tensor * cont(Context & ctx, Tensor * x);
 Tensor * cont_if_needed(Context & ctx, Tensor * x);
 // A contiguous copy of x converted to `type` (f32, f16 or bf16; round to nearest even).
 Tensor * cast(Context & ctx, Tensor * x, DType type);
+// src copied into `window`, a view of another tensor's memory (a KV cache's rows): the node is that window, so
+// the copy lands in the viewed tensor (converted to its type). Readers of the viewed tensor order themselves after
+// it with after(). No gradient flows into a window written this way.
+Tensor * copy_into(Context & ctx, Tensor * window, Tensor * src);
 // An f32 tensor shaped like `like`, every element `value`.
 Tensor * fill(Context & ctx, const Tensor * like, float value);
 Tensor * fill(Context & ctx, const int64_t ne[4], float value);

@@ -74,15 +74,11 @@ Tensor * build_linear_id(Context & ctx, Tensor * W, Tensor * x, Tensor * ids, co
 
 namespace {
 
-// Writes `src` (contiguous f32 [D, H, T, 1]) into rows [n_past, n_past + T) of `cache` (f32 [D, H, n_ctx]):
-// a CPY node that is a view of the cache, so its result lands in the cache's own memory.
+// Writes `src` (contiguous f32 [D, H, T, 1]) into rows [n_past, n_past + T) of `cache` (f32 [D, H, n_ctx]).
 Tensor * cache_write(Context & ctx, Tensor * cache, Tensor * src, int64_t n_past) {
     const int64_t ne[4] = {src->ne[0], src->ne[1], src->ne[2], 1};
     const size_t nb[4] = {cache->nb[0], cache->nb[1], cache->nb[2], cache->nb[2] * static_cast<size_t>(src->ne[2])};
-    Tensor * w = ctx.new_view(cache, DType::F32, ne, nb, static_cast<size_t>(n_past) * cache->nb[2]);
-    w->op = Op::CPY;
-    w->src[0] = src;
-    return w;
+    return copy_into(ctx, view(ctx, cache, ne, nb, static_cast<size_t>(n_past) * cache->nb[2]), src);
 }
 
 // Keys or values [0, n_past + T) of the cache, read after `write` has stored the new ones.

@@ -238,6 +238,31 @@ TEST(OpElementwise, CastRoundTrip) {
     for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(bv[i], rp::bf16_to_fp32(rp::fp32_to_bf16(v[i])));
 }
 
+// copy_into: src lands in a window of another tensor (a KV cache's rows), converted to its type, the rest untouched;
+// a shape that differs, or a destination that is not a view, is refused.
+TEST(OpElementwise, CopyIntoAWindow) {
+    Context ctx;
+    Tensor * cache = ctx.new_tensor(rp::DType::F16, 4, 5);
+    ctx.alloc_data(cache);
+    std::memset(cache->data, 0, cache->nbytes());
+    Tensor * src = ctx.new_tensor(rp::DType::F32, 4, 2);
+    ctx.alloc_data(src);
+    rp::tensor_set_f32(src, {1, 2, 3, 4, 5, 6, 7, 8.5f});
+    const int64_t ne[4] = {4, 2, 1, 1};
+    const size_t nb[4] = {2, 8, 16, 16};
+    Tensor * w = rp::copy_into(ctx, rp::view(ctx, cache, ne, nb, 2 * 8), src);  // rows 2 and 3
+    rp::Graph g;
+    rp::build_forward(g, w);
+    rp::CpuBackend be;
+    be.allocate(g);
+    be.compute(g, 1);
+    const std::vector<float> got = rp::tensor_get_f32(cache);
+    const std::vector<float> want = {0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8.5f, 0, 0, 0, 0};
+    EXPECT_EQ(got, want);
+    EXPECT_THROW(rp::copy_into(ctx, rp::view(ctx, cache, ne, nb, 0), ctx.new_tensor(rp::DType::F32, 4, 3)), rp::Error);
+    EXPECT_THROW(rp::copy_into(ctx, cache, src), rp::Error);  // not a view
+}
+
 TEST(OpElementwise, ShapeErrorsNameOpAndShapes) {
     Context ctx;
     Tensor * a = ctx.new_tensor(rp::DType::F32, 4, 3);
