@@ -117,7 +117,9 @@ std::vector<std::string> run_oracle(const std::string & tmpl_path, const std::st
     FILE * f = fdopen(fd, "wb");
     std::fwrite(jsonl.data(), 1, jsonl.size(), f);
     std::fclose(f);
-    const std::string cmd = std::string(kOracle) + " '" + tmpl_path + "' " + flags + " < " + in_path;
+    // "--builtin NAME": llama.cpp's built-in formatter rather than a template file
+    const std::string what = tmpl_path.rfind("--builtin ", 0) == 0 ? tmpl_path : "'" + tmpl_path + "'";
+    const std::string cmd = std::string(kOracle) + " " + what + " " + flags + " < " + in_path;
     FILE * p = popen(cmd.c_str(), "r");
     std::string out;
     char buf[65536];
@@ -394,6 +396,22 @@ TEST(ChatOracle, EveryTemplateOfTheBundleRendersAndMasks) {
     }
     std::printf("[ parity  ] every template: %zu of %zu render byte for byte, %zu of %zu with every assistant span found\n", rendered,
                 paths.size(), masked, paths.size());
+}
+
+// Our Phi-4 template (the bundle has none) renders what llama.cpp's built-in phi4 format writes (ChatML with
+// <|im_sep|>), with and without the generation prompt: the template text is Phi-4's format.
+TEST(ChatOracle, OurPhi4TemplateIsLlamaCppsBuiltinPhi4) {
+    NEED_ORACLE();
+    const auto convs = conversations(4u, 32);
+    const std::string jsonl = to_jsonl(convs);
+    rp::ChatTemplate t(slurp(kOurTemplates + "/microsoft-phi-4.jinja"), "phi-4");
+    for (const bool gen : {true, false}) {
+        const std::vector<std::string> want = run_oracle("--builtin phi4", jsonl, gen ? "" : "--no-generation-prompt");
+        ASSERT_EQ(want.size(), convs.size());
+        rp::ChatOptions o;
+        o.add_generation_prompt = gen;
+        for (size_t i = 0; i < convs.size(); ++i) EXPECT_EQ(t.apply(convs[i], o), want[i]) << "conversation " << i << " gen " << gen;
+    }
 }
 
 TEST(ChatOracle, ReasoningContentAndTodaysDate) {

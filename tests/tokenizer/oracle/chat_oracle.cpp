@@ -8,7 +8,13 @@
 // false and nothing is stripped. --date sets `now` and, as chat_template_kwargs, the date_string / datetime
 // that llama.cpp otherwise takes from the clock (same formats as its common_chat_extra_context). An error
 // is written as "ERROR: what" in place of the rendering (a template that raises is a test case too).
+//   rp-chat-oracle --builtin NAME [--no-generation-prompt] < CONVERSATIONS.jsonl
+// renders with llama.cpp's built-in formatter NAME instead (llama_chat_apply_template: "phi4", "chatml", ...), the
+// independent statement of a format that a template of ours must render.
 #include "chat.h"
+#include "llama.h"
+
+#include <vector>
 
 #include <cstdio>
 #include <ctime>
@@ -20,6 +26,37 @@
 static std::string quoted(const std::string & s) { return common_json(s).dump(); }
 
 int main(int argc, char ** argv) {
+    if (argc >= 3 && std::string(argv[1]) == "--builtin") {
+        const std::string name = argv[2];
+        const bool add_ass = !(argc >= 4 && std::string(argv[3]) == "--no-generation-prompt");
+        std::string line;
+        while (std::getline(std::cin, line)) {
+            if (line.empty()) continue;
+            std::string out;
+            try {
+                const common_json j = common_json::parse(line);
+                std::vector<std::string> roles, contents;
+                for (const common_json & m : j.at("messages")) {
+                    roles.push_back(m.at("role").get<std::string>());
+                    contents.push_back(m.at("content").get<std::string>());
+                }
+                std::vector<llama_chat_message> chat;
+                for (size_t k = 0; k < roles.size(); ++k) chat.push_back({roles[k].c_str(), contents[k].c_str()});
+                std::vector<char> buf(4096 + 2 * line.size());
+                int32_t n = llama_chat_apply_template(name.c_str(), chat.data(), chat.size(), add_ass, buf.data(), (int32_t) buf.size());
+                if (n > (int32_t) buf.size()) {
+                    buf.resize((size_t) n);
+                    n = llama_chat_apply_template(name.c_str(), chat.data(), chat.size(), add_ass, buf.data(), (int32_t) buf.size());
+                }
+                out = n < 0 ? std::string("ERROR: llama_chat_apply_template failed") : std::string(buf.data(), (size_t) n);
+            } catch (const std::exception & e) {
+                out = std::string("ERROR: ") + e.what();
+            }
+            std::fwrite(out.data(), 1, out.size(), stdout);
+            std::fputc(0x1D, stdout);
+        }
+        return 0;
+    }
     if (argc < 2) {
         std::fprintf(stderr, "usage: rp-chat-oracle TEMPLATE.jinja [--no-generation-prompt] [--no-thinking] "
                              "[--bos TEXT] [--eos TEXT] [--date YYYY-MM-DD] < conversations.jsonl\n");
