@@ -163,6 +163,8 @@ TEST(CudaOps, UnaryForwardBackward) {
     };
     rp::cuda::scale(da.p, -0.37f, out.p, n, nullptr);
     EXPECT_LT(nmse(out.get(), cpu([](Cpu & c, auto * x, auto *, auto *) { return rp::scale(c.ctx, x, -0.37f); })), kNmseF32);
+    rp::cuda::scale(da.p, 1.0f, out.p, n, nullptr, 2.0f);  // Gemma 2's soft-cap form: 2 tanh(x / 2)
+    EXPECT_LT(nmse(out.get(), cpu([](Cpu & c, auto * x, auto *, auto *) { return rp::softcap(c.ctx, x, 2.0f); })), kNmseF32);
     rp::cuda::silu_fwd(da.p, out.p, n, nullptr);
     EXPECT_LT(nmse(out.get(), cpu([](Cpu & c, auto * x, auto *, auto *) { return rp::silu(c.ctx, x); })), kNmseF32);
     rp::cuda::silu_bwd(da.p, db.p, out.p, n, nullptr);
