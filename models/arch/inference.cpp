@@ -12,9 +12,7 @@ namespace rp {
 
 InferenceSession::InferenceSession(const Model & model, int64_t n_ctx, int n_threads, const LoraSet * lora,
                                    const ModelWeights * weights)
-    : model_(model), hp_(model.hparams()),
-      weights_(weights ? *weights : model.graph_weights(n_ctx > 0 ? n_ctx : std::min<int64_t>(model.hparams().n_ctx_train, 4096))),
-      lora_(lora ? *lora : LoraSet()),
+    : model_(model), hp_(model.hparams()), lora_(lora ? *lora : LoraSet()),
       have_lora_(lora && !lora->empty()), n_threads_(n_threads) {
     lora_.dropout = LoraDropout{};
     hp_.gelu_fp16_table = true;
@@ -25,6 +23,7 @@ InferenceSession::InferenceSession(const Model & model, int64_t n_ctx, int n_thr
         throw Error("context " + std::to_string(n_ctx) + " is longer than the model's " + std::to_string(hp.n_ctx_train) +
                     " (" + arch_key(hp, "context_length") + " of " + model.path() + ")");
     n_ctx_ = n_ctx;
+    weights_ = weights ? *weights : model.graph_weights(n_ctx);  // the context chooses phi3's LongRoPE factors
     for (uint32_t il = 0; il < hp.n_layer; ++il) {
         for (auto * list : {&k_cache_, &v_cache_}) {
             Tensor * c = cache_ctx_.new_tensor(DType::F32, hp.head_dim, hp.n_head_kv, n_ctx_);

@@ -102,6 +102,10 @@ public:
 
     // phi3's LongRoPE factors for a context beyond rope_n_ctx_orig (layers[].rope_freqs holds the short ones).
     Tensor * rope_factors_long = nullptr;
+    // Whether t is a constant of the architecture rather than a weight: the RoPE factors, either set.
+    bool is_constant(const Tensor * t) const {
+        return t && ((!layers.empty() && layers[0].is_constant(t)) || t == rope_factors_long);
+    }
 
     bool tied_output() const { return output == tok_embd; }
     // The weights as the graph builders take them, for a context of n_ctx tokens: phi3's long RoPE factors when

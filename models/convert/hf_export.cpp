@@ -227,8 +227,7 @@ HfExportReport export_hf(const Model & model, const std::string & dir, const HfE
     };
     std::vector<Out> outs;
     for (const gguf::TensorInfo & t : f.tensors()) {
-        if (t.name == "rope_freqs.weight" || t.name == "rope_factors_long.weight" || t.name == "rope_factors_short.weight")
-            continue;  // RoPE factors: config.json's rope_scaling states them
+        if (model.is_constant(model.find(t.name))) continue;  // RoPE factors: config.json's rope_scaling states them
         const std::string hf = hf_tensor_of(t.name, hp.arch->fused_gate_up, hp.arch->post_norms);
         if (hf.empty()) throw Error(model.path() + ": tensor '" + t.name + "' has no Hugging Face name");
         std::vector<int64_t> shape;

@@ -358,8 +358,9 @@ RenderedChat ChatTemplate::render(const std::vector<ChatMessage> & messages, con
     RenderedChat r;
     r.text = apply(messages, opt);
     std::string eot;
-    ChatOptions prefix_opt = opt;
+    ChatOptions prefix_opt = opt, no_prompt = opt;
     prefix_opt.add_generation_prompt = true;
+    no_prompt.add_generation_prompt = false;
     size_t floor = 0;  // spans are ordered and do not overlap
     bool any = false;
     for (const ChatMessage & m : messages) any = any || m.role == "assistant";
@@ -380,28 +381,26 @@ RenderedChat ChatTemplate::render(const std::vector<ChatMessage> & messages, con
             return r;
         }
     }
+    // Where the turns do not come one after the other, spans by substitution: with the marker, then with the end a
+    // reply has wherever it stands (Cohere's last reply gets the next turn's opening too).
+    auto by_substitution = [&]() {
+        if (harmony_) return false;
+        for (size_t k = 0; k < messages.size(); ++k)
+            if (messages[k].role == "assistant" && messages[k].content.find(eot) != std::string::npos)
+                throw Error("chat template " + name_ + ": messages[" + std::to_string(k) +
+                            "] (assistant): the content contains the end-of-turn marker " + eot);
+        r.assistant = spans_by_substitution(*this, messages, opt, r.text, eot, false);
+        if (r.assistant.empty())
+            if (const std::string shared = shared_terminator(opt); !shared.empty() && shared != eot)
+                r.assistant = spans_by_substitution(*this, messages, opt, r.text, shared, false);
+        return !r.assistant.empty();
+    };
     for (size_t i = 0; i < messages.size(); ++i) {
         if (messages[i].role != "assistant") continue;
         const std::string where = "chat template " + name_ + ": messages[" + std::to_string(i) + "] (assistant): ";
         const std::vector<ChatMessage> before(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(i));
-        ChatOptions base_opt = opt;
-        base_opt.add_generation_prompt = false;
-        const std::string base = apply(before, base_opt);
+        const std::string base = apply(before, no_prompt);
         const std::string prompt = apply(before, prefix_opt);
-        // Where the turns do not come one after the other, spans by substitution: with the marker, then with the
-        // end a reply has wherever it stands (Cohere's last reply gets the next turn's opening too).
-        auto by_substitution = [&]() {
-            if (harmony_) return false;
-            for (size_t k = 0; k < messages.size(); ++k)
-                if (messages[k].role == "assistant" && messages[k].content.find(eot) != std::string::npos)
-                    throw Error("chat template " + name_ + ": messages[" + std::to_string(k) +
-                                "] (assistant): the content contains the end-of-turn marker " + eot);
-            r.assistant = spans_by_substitution(*this, messages, opt, r.text, eot, false);
-            if (r.assistant.empty())
-                if (const std::string shared = shared_terminator(opt); !shared.empty() && shared != eot)
-                    r.assistant = spans_by_substitution(*this, messages, opt, r.text, shared, false);
-            return !r.assistant.empty();
-        };
         if (base.size() < floor || r.text.compare(0, base.size(), base) != 0 || prompt.compare(0, base.size(), base) != 0) {
             if (by_substitution()) return r;
             throw Error(where + "the rendering of the messages before it is not a prefix of the whole rendering, so "
@@ -426,9 +425,7 @@ RenderedChat ChatTemplate::render(const std::vector<ChatMessage> & messages, con
         // The marker must close this reply: it starts no later than the rendering up to and including the reply ends
         // (firefunction's probe reply is followed by the assistant header it always appends, which the replies in
         // the middle are not).
-        ChatOptions upto_opt = opt;
-        upto_opt.add_generation_prompt = false;
-        const size_t upto = apply(std::vector<ChatMessage>(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(i) + 1), upto_opt).size();
+        const size_t upto = apply(std::vector<ChatMessage>(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(i) + 1), no_prompt).size();
         const size_t m = r.text.find(eot, begin);
         if (messages[i].content.empty() && (m == std::string::npos || m > upto)) {
             // An empty reply the template leaves out (ByteDance-Seed-OSS's): an empty span where it would start.

@@ -139,7 +139,7 @@ Trainer::Trainer(const Model & model, const FinetuneConfig & cfg, TrainerData da
         for (const std::string & n : cfg.full_tensors) {
             const Tensor * t = model.find(n);
             if (!t) throw Error("full_tensors: the model has no tensor '" + n + "'");
-            if (!model.layers.empty() && (t == model.layers[0].rope_freqs || t == model.rope_factors_long))
+            if (model.is_constant(t))
                 throw Error("full_tensors: '" + n + "' holds the RoPE frequency factors, a constant of the model, not a weight");
         }
         const std::set<std::string> only(cfg.full_tensors.begin(), cfg.full_tensors.end());

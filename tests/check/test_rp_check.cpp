@@ -74,6 +74,14 @@ void expect_every_check_passes(const std::string & model, std::initializer_list<
     for (const char * check : checks) EXPECT_NE(r.out.find(std::string("\n") + check), std::string::npos) << model << ": no " << check << " row";
 }
 
+// rp-check passes every check on `spec`, written to d/`name`.gguf, in f32 and quantized to q4_k_m.
+void expect_passes_in_f32_and_q4_k_m(const rp::SynthSpec & spec, const std::string & name, const rp_test::TempDir & d) {
+    const std::string f32 = d.file(name + ".gguf");
+    rp::write_synth_model(spec, f32);
+    for (const std::string & m : {f32, quantized(f32, "q4_k_m", d.file(name + "-q4km.gguf"))})
+        expect_every_check_passes(m, {"tokenizer", "forward", "gradients", "pipeline"});
+}
+
 } // namespace
 
 TEST(RpCheck, PassesOnEverySharedModel) {
@@ -168,10 +176,7 @@ TEST(RpCheck, PassesOnGemma2) {
     s.vocab_from = models() + "synthetic/tiny-random-qwen2.gguf";
     s.n_layer = 4, s.n_embd = 128, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 32, s.n_ff = 128;
     s.n_swa = 6, s.attn_softcap = 2.0f, s.final_softcap = 5.0f, s.tied = true, s.seed = 7;
-    const std::string f32 = d.file("gemma2.gguf");
-    rp::write_synth_model(s, f32);
-    for (const std::string & m : {f32, quantized(f32, "q4_k_m", d.file("gemma2-q4km.gguf"))})
-        expect_every_check_passes(m, {"tokenizer", "forward", "gradients", "pipeline"});
+    expect_passes_in_f32_and_q4_k_m(s, "gemma2", d);
 }
 
 // mistral3 (YaRN 4 x 32 with a log multiplier, the attention temperature from position 32 on), every check,
@@ -184,10 +189,7 @@ TEST(RpCheck, PassesOnMistral3) {
     s.vocab_from = models() + "synthetic/tiny-random-qwen2.gguf";
     s.n_layer = 3, s.n_embd = 128, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 32, s.n_ff = 128, s.seed = 8;
     s.n_ctx_train = 128, s.yarn_factor = 4.0f, s.yarn_orig_ctx = 32, s.yarn_log_mul = 1.0f, s.attn_temp_scale = 0.1f;
-    const std::string f32 = d.file("mistral3.gguf");
-    rp::write_synth_model(s, f32);
-    for (const std::string & m : {f32, quantized(f32, "q4_k_m", d.file("mistral3-q4km.gguf"))})
-        expect_every_check_passes(m, {"tokenizer", "forward", "gradients", "pipeline"});
+    expect_passes_in_f32_and_q4_k_m(s, "mistral3", d);
 }
 
 // phi3 with LongRoPE (fused attn_qkv and gate/up; the long factors: our context and llama.cpp's, the same, exceed
@@ -202,12 +204,8 @@ TEST(RpCheck, PassesOnPhi3AndLlama3RopeFactors) {
     phi3.n_ctx_train = 4096, phi3.long_rope_ctx = 64;
     rp::SynthSpec llama3 = phi3;
     llama3.arch = "llama", llama3.long_rope_ctx = 0, llama3.llama3_rope = 8.0f, llama3.llama3_rope_ctx = 64;
-    for (const auto & [name, spec] : {std::pair<const char *, rp::SynthSpec>{"phi3", phi3}, {"llama3", llama3}}) {
-        const std::string f32 = d.file(std::string(name) + ".gguf");
-        rp::write_synth_model(spec, f32);
-        for (const std::string & m : {f32, quantized(f32, "q4_k_m", d.file(std::string(name) + "-q4km.gguf"))})
-            expect_every_check_passes(m, {"tokenizer", "forward", "gradients", "pipeline"});
-    }
+    expect_passes_in_f32_and_q4_k_m(phi3, "phi3", d);
+    expect_passes_in_f32_and_q4_k_m(llama3, "llama3", d);
 }
 
 TEST(RpCheck, CatchesABackwardOffByOnePercent) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "ggml_rp/ggml_rp.h"
+#include "tests/common/cpu_forward.h"
 
 #include <gtest/gtest.h>
 
@@ -95,14 +96,7 @@ struct Cpu {
         std::memcpy(ctx.alloc_data(t), bytes.data(), bytes.size());
         return t;
     }
-    std::vector<float> run(rp::Tensor * out) {
-        rp::Graph g;
-        rp::build_forward(g, out);
-        rp::CpuBackend be;
-        be.allocate(g);
-        be.compute(g);
-        return rp::tensor_get_f32(out);
-    }
+    std::vector<float> run(rp::Tensor * out) { return rp_test::forward_on_cpu(out); }
 };
 
 } // namespace cutest

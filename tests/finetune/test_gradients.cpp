@@ -216,6 +216,13 @@ TEST(FinetuneGradients, Qwen2Lora) {
 TEST(FinetuneGradients, Qwen3FullTied) { check_gradients(ft_test::model_path("synthetic/tiny-random-qwen3.gguf"), true, true); }
 TEST(FinetuneGradients, Qwen3Lora) { check_gradients(ft_test::model_path("synthetic/tiny-random-qwen3.gguf"), false, true); }
 
+// `s` written to dir/`name`: the path of the model the gradient checks load.
+std::string written(rp_test::TempDir & dir, const rp::SynthSpec & s, const std::string & name) {
+    const std::string path = dir.file(name);
+    rp::write_synth_model(s, path);
+    return path;
+}
+
 // qwen3moe (8 experts, top 2; head_dim 12 != n_embd / n_head): every tensor of a full finetune (the router,
 // each expert stack, attention, norms) and LoRA on attention, the experts (one pair per expert) and the router.
 std::string moe_model(rp_test::TempDir & dir, bool tied) {
@@ -224,9 +231,7 @@ std::string moe_model(rp_test::TempDir & dir, bool tied) {
     s.vocab_from = ft_test::model_path("synthetic/tiny-random-qwen2.gguf");
     s.n_embd = 32, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 12, s.n_layer = 2, s.n_ff = 48;
     s.n_expert = 8, s.n_expert_used = 2, s.n_ff_exp = 24, s.tied = tied, s.seed = 41;
-    const std::string path = dir.file(tied ? "moe-tied.gguf" : "moe.gguf");
-    rp::write_synth_model(s, path);
-    return path;
+    return written(dir, s, tied ? "moe-tied.gguf" : "moe.gguf");
 }
 TEST(FinetuneGradients, Qwen3MoeFull) {
     rp_test::TempDir dir;
@@ -245,9 +250,7 @@ std::string gpt_oss_model(rp_test::TempDir & dir) {
     s.vocab_from = ft_test::model_path("synthetic/tiny-random-qwen2.gguf");
     s.n_embd = 32, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 12, s.n_layer = 3, s.n_ff = 48;
     s.n_expert = 8, s.n_expert_used = 2, s.n_ff_exp = 24, s.n_swa = 5, s.seed = 42;
-    const std::string path = dir.file("gpt-oss.gguf");
-    rp::write_synth_model(s, path);
-    return path;
+    return written(dir, s, "gpt-oss.gguf");
 }
 TEST(FinetuneGradients, GptOssFull) {
     rp_test::TempDir dir;
@@ -269,9 +272,7 @@ std::string gemma3_model(rp_test::TempDir & dir) {
     s.vocab_from = ft_test::model_path("synthetic/tiny-random-qwen2.gguf");
     s.n_embd = 32, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 12, s.n_layer = 6, s.n_ff = 40;
     s.n_swa = 5, s.rope_linear = 4.0f, s.tied = true, s.seed = 43;
-    const std::string path = dir.file("gemma3.gguf");
-    rp::write_synth_model(s, path);
-    return path;
+    return written(dir, s, "gemma3.gguf");
 }
 TEST(FinetuneGradients, Gemma3Full) {
     rp_test::TempDir dir;
@@ -290,9 +291,7 @@ std::string mistral3_model(rp_test::TempDir & dir) {
     s.vocab_from = ft_test::model_path("synthetic/tiny-random-qwen2.gguf");
     s.n_embd = 32, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 12, s.n_layer = 2, s.n_ff = 40;
     s.n_ctx_train = 4, s.attn_temp_scale = 0.1f, s.seed = 44;
-    const std::string path = dir.file("mistral3.gguf");
-    rp::write_synth_model(s, path);
-    return path;
+    return written(dir, s, "mistral3.gguf");
 }
 TEST(FinetuneGradients, Mistral3Full) {
     rp_test::TempDir dir;
@@ -310,9 +309,7 @@ std::string llama3_model(rp_test::TempDir & dir) {
     s.vocab_from = ft_test::model_path("synthetic/tiny-random-qwen2.gguf");
     s.n_embd = 32, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 8, s.n_layer = 2, s.n_ff = 40;
     s.llama3_rope = 8.0f, s.llama3_rope_ctx = 4, s.seed = 45;
-    const std::string path = dir.file("llama3.gguf");
-    rp::write_synth_model(s, path);
-    return path;
+    return written(dir, s, "llama3.gguf");
 }
 TEST(FinetuneGradients, Llama3RopeFactorsFull) {
     rp_test::TempDir dir;
@@ -332,9 +329,7 @@ std::string phi3_model(rp_test::TempDir & dir) {
     s.vocab_from = ft_test::model_path("synthetic/tiny-random-qwen2.gguf");
     s.n_embd = 32, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 8, s.n_layer = 2, s.n_ff = 40;
     s.n_ctx_train = 128, s.long_rope_ctx = 8, s.seed = 46;
-    const std::string path = dir.file("phi3.gguf");
-    rp::write_synth_model(s, path);
-    return path;
+    return written(dir, s, "phi3.gguf");
 }
 TEST(FinetuneGradients, Phi3FullShortFactors) {
     rp_test::TempDir dir;
@@ -353,9 +348,7 @@ std::string gemma2_model(rp_test::TempDir & dir) {
     s.vocab_from = ft_test::model_path("synthetic/tiny-random-qwen2.gguf");
     s.n_embd = 32, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 8, s.n_layer = 3, s.n_ff = 40, s.n_swa = 5;
     s.attn_softcap = 1.5f, s.final_softcap = 3.0f, s.tied = true, s.seed = 47;
-    const std::string path = dir.file("gemma2.gguf");
-    rp::write_synth_model(s, path);
-    return path;
+    return written(dir, s, "gemma2.gguf");
 }
 TEST(FinetuneGradients, Gemma2Full) {
     rp_test::TempDir dir;

@@ -10,6 +10,7 @@
 #include "models/arch/layer.h"
 #include "models/arch/lora.h"
 #include "models/text/tokenizer.h"
+#include "tests/common/cpu_forward.h"
 #include "tests/oracle/oracle_run.h"
 
 #include <gtest/gtest.h>
@@ -83,21 +84,9 @@ inline void randomize_adapter(rp::LoraAdapter & ad, uint64_t seed, double amplit
 // Our logits of every position with the graph built from `hp` and `w` (the model's own, or with a piece taken
 // out: the tests that show each piece matters).
 inline std::vector<float> logits_with(const rp::HParams & hp, const rp::ModelWeights & w, const std::vector<int32_t> & tokens) {
-    const int64_t T = static_cast<int64_t>(tokens.size());
     rp::Context ctx;
-    rp::Tensor * ids = ctx.new_tensor(rp::DType::I32, T);
-    rp::Tensor * pos = ctx.new_tensor(rp::DType::I32, T);
-    ctx.alloc_data(ids);
-    ctx.alloc_data(pos);
-    rp::tensor_set_i32(ids, tokens);
-    for (int64_t i = 0; i < T; ++i) pos->data_as<int32_t>()[i] = static_cast<int32_t>(i);
-    rp::Tensor * logits = rp::build_head_logits(ctx, hp, w, rp::build_decoder(ctx, hp, w, ids, pos));
-    rp::Graph g;
-    rp::build_forward(g, logits);
-    rp::CpuBackend be;
-    be.allocate(g);
-    be.compute(g);
-    return rp::tensor_get_f32(logits);
+    const TokenLeaves in = token_leaves(ctx, tokens);
+    return rp_test::forward_on_cpu(rp::build_head_logits(ctx, hp, w, rp::build_decoder(ctx, hp, w, in.ids, in.pos)));
 }
 
 // The tests that show each piece of an architecture matters: llama.cpp's logits of `tokens` on `file`, ours as
@@ -126,6 +115,13 @@ struct PieceRemoval {
     }
 };
 
+// The model `s` written to d/`name` (with weights = false every weight a hole: a sparse file of shapes) and loaded.
+inline std::unique_ptr<rp::Model> load_synth(const TempDir & d, rp::SynthSpec s, bool weights = true, const std::string & name = "m.gguf") {
+    s.weights = weights;
+    rp::write_synth_model(s, d.file(name));
+    return rp::Model::load(d.file(name));
+}
+
 // Every "blk.<il>.<kind>.weight" for il < n_layer, in layer order.
 inline std::vector<std::string> layer_targets(uint32_t n_layer, std::initializer_list<const char *> kinds) {
     std::vector<std::string> t;
@@ -135,13 +131,11 @@ inline std::vector<std::string> layer_targets(uint32_t n_layer, std::initializer
 }
 
 // A random adapter (rank 4, alpha 8, factors in [-0.1, 0.1]) on `targets`, saved to `adapter_path`, then read
-// back and applied by us and by llama.cpp (--lora) to every position of `tokens`. `without`: our logits without
-// it against llama.cpp's with it (the adapter's own effect).
-struct AdapterVsLlamaCpp {
-    float diff = INFINITY, range = 0, without = 0;
-};
-inline AdapterVsLlamaCpp adapter_vs_llama_cpp(const std::string & base, const std::vector<std::string> & targets,
-                                              const std::vector<int32_t> & tokens, const std::string & adapter_path, uint64_t seed) {
+// back and applied by us and by llama.cpp (--lora) to every position of `tokens`: our logits with it within `bound`
+// of llama.cpp's range, and without it (the adapter's own effect) more than `times` that away.
+inline void expect_adapter_as_llama_cpp(const std::string & base, const std::vector<std::string> & targets,
+                                        const std::vector<int32_t> & tokens, const std::string & adapter_path, uint64_t seed,
+                                        double bound = 1e-4, double times = 100) {
     const auto model = rp::Model::load(base);
     auto ad = rp::LoraAdapter::create(*model, targets, 4, 8.0f);
     randomize_adapter(*ad, seed, 0.1);
@@ -151,32 +145,32 @@ inline AdapterVsLlamaCpp adapter_vs_llama_cpp(const std::string & base, const st
     lora.add(*loaded);
     const std::vector<float> ours = forward_all(*model, tokens, &lora);
     const std::vector<float> ref = oracle_logits(base, tokens, ours.size(), adapter_path);
-    AdapterVsLlamaCpp r;
-    if (ref.size() != ours.size()) return r;
-    r.diff = max_abs_diff(ours, ref), r.range = value_range(ref);
-    r.without = max_abs_diff(forward_all(*model, tokens), ref);
-    std::printf("[ adapter ] %s: max |ours - llama.cpp| = %.3g of a %.2f range (%.2g); without it %.3g\n", base.c_str(), r.diff, r.range,
-                r.diff / r.range, r.without);
-    return r;
+    ASSERT_EQ(ref.size(), ours.size()) << base;
+    const float diff = max_abs_diff(ours, ref), range = value_range(ref), without = max_abs_diff(forward_all(*model, tokens), ref);
+    std::printf("[ adapter ] %s: max |ours - llama.cpp| = %.3g of a %.2f range (%.2g); without it %.3g\n", base.c_str(), diff, range,
+                diff / range, without);
+    EXPECT_LE(diff, bound * range) << base;
+    EXPECT_GT(without, times * bound * range) << base;
 }
 
-// Token by token through the KV cache: the largest difference from the logits of the whole sequence at once.
-inline float kv_cache_vs_full_sequence(const rp::Model & model, const std::vector<int32_t> & tokens) {
+// Token by token through the KV cache gives the logits of the whole sequence at once (checked against
+// llama.cpp's by each architecture's logits test) within 1e-4 of their range.
+inline void expect_kv_cache_matches_full_sequence(const rp::Model & model, const std::vector<int32_t> & tokens) {
     const std::vector<float> all = forward_all(model, tokens);
     rp::InferenceSession s(model, static_cast<int64_t>(tokens.size()), 1);
     const size_t V = model.hparams().n_vocab;
     float worst = 0.0f;
     for (size_t i = 0; i < tokens.size(); ++i) {
         const std::vector<float> step = s.eval({tokens[i]});
-        EXPECT_EQ(step.size(), V);
-        if (step.size() != V) return INFINITY;
+        ASSERT_EQ(step.size(), V) << "position " << i;
         for (size_t v = 0; v < V; ++v) worst = std::max(worst, std::fabs(step[v] - all[i * V + v]));
     }
-    return worst;
+    EXPECT_LE(worst, 1e-4f * value_range(all));
 }
 
 // Our greedy continuation of `prompt` (n_new tokens) equals llama.cpp's.
-inline void expect_greedy_equals_llama_cpp(const std::string & file, const std::string & prompt, int n_new) {
+inline void expect_greedy_equals_llama_cpp(const std::string & file, int n_new = 24,
+                                           const std::string & prompt = "Once upon a time there was a little robot who") {
     const std::vector<int32_t> ref = rp::oracle::greedy_continuation(file, prompt, n_new);
     ASSERT_FALSE(ref.empty());
     auto model = rp::Model::load(file);

@@ -62,6 +62,21 @@ inline float value_range(const std::vector<float> & v) {
     return *hi - *lo;
 }
 
+// The ids of `tokens` and their positions 0..T-1 as allocated leaves of ctx (inputs of a graph built by hand).
+struct TokenLeaves {
+    rp::Tensor * ids;
+    rp::Tensor * pos;
+};
+inline TokenLeaves token_leaves(rp::Context & ctx, const std::vector<int32_t> & tokens) {
+    const int64_t T = static_cast<int64_t>(tokens.size());
+    TokenLeaves l{ctx.new_tensor(rp::DType::I32, T), ctx.new_tensor(rp::DType::I32, T)};
+    ctx.alloc_data(l.ids);
+    ctx.alloc_data(l.pos);
+    rp::tensor_set_i32(l.ids, tokens);
+    for (int64_t i = 0; i < T; ++i) l.pos->data_as<int32_t>()[i] = static_cast<int32_t>(i);
+    return l;
+}
+
 // All-position logits of one batch through an InferenceSession.
 inline std::vector<float> forward_all(const rp::Model & m, const std::vector<int32_t> & tokens,
                                       const rp::LoraSet * lora = nullptr) {

@@ -32,10 +32,7 @@ std::vector<int32_t> gemma_tokens(size_t n, int32_t salt) { return some_tokens(n
 
 TEST(Gemma2, LoadsItsTensorsAndHyperParameters) {
     TempDir d;
-    rp::SynthSpec s = gemma2(8, 5, 1);
-    s.weights = false;
-    rp::write_synth_model(s, d.file("m.gguf"));
-    const auto model = rp::Model::load(d.file("m.gguf"));
+    const auto model = load_synth(d, gemma2(8, 5, 1), false);
     const rp::HParams & hp = model->hparams();
     EXPECT_EQ(hp.arch->arch, rp::Arch::Gemma2);
     EXPECT_EQ(hp.n_swa, 8u);
@@ -113,19 +110,15 @@ TEST(Gemma2, AdaptersAsLlamaCppAppliesThem) {
     TempDir d;
     const std::string base = d.file("base.gguf");
     rp::write_synth_model(gemma2(6, 5, 17), base);
-    const AdapterVsLlamaCpp r = adapter_vs_llama_cpp(
-        base, layer_targets(5, {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}), gemma_tokens(24, 6),
-        d.file("a.gguf"), 3);
-    EXPECT_LE(r.diff, kGeluTableBound * r.range);
-    EXPECT_GT(r.without, 20 * kGeluTableBound * r.range);
+    expect_adapter_as_llama_cpp(base, layer_targets(5, {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}),
+                                gemma_tokens(24, 6), d.file("a.gguf"), 3, kGeluTableBound, 20);
 }
 
 TEST(Gemma2, KvCacheAndGreedyEqualLlamaCpp) {
     RP_REQUIRE_ORACLE();
     TempDir d;
-    rp::write_synth_model(gemma2(3, 5, 13), d.file("m.gguf"));
-    const auto model = rp::Model::load(d.file("m.gguf"));
+    const auto model = load_synth(d, gemma2(3, 5, 13));
     const std::vector<int32_t> tokens = gemma_tokens(12, 3);
-    EXPECT_LE(kv_cache_vs_full_sequence(*model, tokens), 1e-4f * value_range(forward_all(*model, tokens)));
-    expect_greedy_equals_llama_cpp(d.file("m.gguf"), "Once upon a time there was a little robot who", 24);
+    expect_kv_cache_matches_full_sequence(*model, tokens);
+    expect_greedy_equals_llama_cpp(d.file("m.gguf"));
 }

@@ -1,5 +1,6 @@
 // KV-cached decoding, batched sequences, the training head, LoRA gradients and the sampler.
 #include "models_test_util.h"
+#include "tests/common/cpu_forward.h"
 
 #include "ggml_rp/ops/autodiff.h"
 #include "ggml_rp/core/graph.h"
@@ -101,12 +102,7 @@ TEST(Inference, BatchedSequencesEqualSeparateOnes) {
     ASSERT_EQ(logits->ne[0], V);
     ASSERT_EQ(logits->ne[1], T);
     ASSERT_EQ(logits->ne[2], 2);
-    rp::Graph g;
-    rp::build_forward(g, logits);
-    rp::CpuBackend be;
-    be.allocate(g);
-    be.compute(g);
-    const std::vector<float> got = rp::tensor_get_f32(logits);
+    const std::vector<float> got = rp_test::forward_on_cpu(logits);
     std::vector<float> want = forward_all(*m, a);
     const std::vector<float> wb = forward_all(*m, b);
     want.insert(want.end(), wb.begin(), wb.end());
@@ -139,12 +135,7 @@ TEST(TrainingHead, MeanCrossEntropyMatchesLlamaCpp) {
     rp::Tensor * x = rp::build_embedding(ctx, *m, ids);
     for (uint32_t il = 0; il < m->hparams().n_layer; ++il) x = rp::build_layer(ctx, m->hparams(), m->layers[il], (int) il, x, pos);
     rp::Tensor * loss = rp::build_head_ce(ctx, *m, x, labels, 1.0f / N, 128);
-    rp::Graph g;
-    rp::build_forward(g, loss);
-    rp::CpuBackend be;
-    be.allocate(g);
-    be.compute(g);
-    const double ce = rp::tensor_get_f32(loss)[0];
+    const double ce = rp_test::forward_on_cpu(loss)[0];
     const double ref = std::stod(slurp(ref_path("stories260K.train256.meanCE.txt")).substr(std::string("mean CE over 256 next-token labels = ").size()));
     std::printf("mean CE %.9f, llama.cpp %.9f, |d| %.3g\n", ce, ref, std::fabs(ce - ref));
     EXPECT_NEAR(ce, 0.937640041, 1e-6);

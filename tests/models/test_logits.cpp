@@ -90,15 +90,9 @@ void compute_emulating_llama(rp::CpuBackend & be, const rp::Graph & g) {
 
 std::vector<float> forward_emulated(const rp::Model & m, const std::vector<int32_t> & tokens) {
     rp::Context ctx;
-    const int64_t T = static_cast<int64_t>(tokens.size());
-    rp::Tensor * ids = ctx.new_tensor(rp::DType::I32, T);
-    rp::Tensor * pos = ctx.new_tensor(rp::DType::I32, T);
-    ctx.alloc_data(ids);
-    ctx.alloc_data(pos);
-    rp::tensor_set_i32(ids, tokens);
-    for (int64_t i = 0; i < T; ++i) pos->data_as<int32_t>()[i] = static_cast<int32_t>(i);
-    rp::Tensor * x = rp::build_embedding(ctx, m, ids);
-    for (uint32_t il = 0; il < m.hparams().n_layer; ++il) x = rp::build_layer(ctx, m.hparams(), m.layers[il], (int) il, x, pos);
+    const TokenLeaves in = token_leaves(ctx, tokens);
+    rp::Tensor * x = rp::build_embedding(ctx, m, in.ids);
+    for (uint32_t il = 0; il < m.hparams().n_layer; ++il) x = rp::build_layer(ctx, m.hparams(), m.layers[il], (int) il, x, in.pos);
     rp::Tensor * logits = rp::build_head_logits(ctx, m, x);
     rp::Graph g;
     rp::build_forward(g, logits);

@@ -7,6 +7,9 @@
 // moving the logits far beyond the bound; adapters on the fused matrices apply as llama.cpp applies them.
 #include "arch_test_util.h"
 
+#include "models/data/dataset.h"
+#include "models/text/tokenizer.h"
+#include "models/train/session.h"
 #include "models/train/trainer.h"
 
 #include <gtest/gtest.h>
@@ -32,10 +35,7 @@ rp::SynthSpec phi3_like(uint64_t seed, uint32_t orig, bool tied = false, uint32_
 
 TEST(Phi3, LoadsItsFusedTensorsAndLongRope) {
     TempDir d;
-    rp::SynthSpec s = phi3_like(1, 16);
-    s.weights = false;
-    rp::write_synth_model(s, d.file("m.gguf"));
-    const auto model = rp::Model::load(d.file("m.gguf"));
+    const auto model = load_synth(d, phi3_like(1, 16), false);
     const rp::HParams & hp = model->hparams();
     EXPECT_EQ(hp.arch->arch, rp::Arch::Phi3);
     EXPECT_EQ(hp.arch->rope_mode, rp::RopeMode::Neox);
@@ -64,10 +64,7 @@ TEST(Phi3, LoadsItsFusedTensorsAndLongRope) {
 // sequence length), and a full finetune trains neither set.
 TEST(Phi3, TheTrainerTakesTheFactorsOfItsContext) {
     TempDir d;
-    rp::SynthSpec s = phi3_like(1, 16);
-    s.weights = false;
-    rp::write_synth_model(s, d.file("m.gguf"));
-    const auto model = rp::Model::load(d.file("m.gguf"));
+    const auto model = load_synth(d, phi3_like(1, 16), false);
     rp::FinetuneConfig cfg;
     cfg.full = true;
     for (const auto & [context, factors] : {std::pair<int64_t, const char *>{0, "rope_factors_short.weight"}, {16, "rope_factors_short.weight"},
@@ -77,13 +74,40 @@ TEST(Phi3, TheTrainerTakesTheFactorsOfItsContext) {
         for (const rp::LayerWeights & l : tr.graph_weights().layers) EXPECT_EQ(l.rope_freqs->name, factors) << context;
         EXPECT_EQ(tr.params().size(), model->weights().size() - 2) << "the two sets of factors are not trained";
     }
+    for (const char * factors : {"rope_factors_short.weight", "rope_factors_long.weight"}) {
+        cfg.full_tensors = {"blk.0.attn_qkv.weight", factors};
+        try {
+            const rp::Trainer bad(*model, cfg, rp::TrainerData::ShapesOnly);
+            ADD_FAILURE() << "trained " << factors;
+        } catch (const rp::Error & e) {
+            EXPECT_NE(std::string(e.what()).find(std::string("'") + factors + "' holds the RoPE frequency factors"), std::string::npos) << e.what();
+        }
+    }
+}
+
+// A training session takes the factors of its data's sequences: up to the original 16 tokens the short ones,
+// beyond them the long ones.
+TEST(Phi3, ASessionTakesTheFactorsOfItsSequences) {
+    TempDir d;
+    const auto model = load_synth(d, phi3_like(1, 16), false);
+    const rp::Tokenizer tok(model->file());
+    std::string text;
+    for (int i = 0; i < 40; ++i) text += "Once upon a time there was a little robot who liked to count. ";
+    for (const auto & [seq_len, factors] : {std::pair<int32_t, const char *>{16, "rope_factors_short.weight"}, {24, "rope_factors_long.weight"}}) {
+        rp::DatasetOptions o;
+        o.seq_len = seq_len;
+        const rp::Dataset data = rp::Dataset::from_text(text, "text", tok, o);
+        rp::SessionOptions so;
+        so.batch = 1;
+        so.steps = 1;
+        const rp::TrainingSession s(*model, data, so);
+        EXPECT_EQ(s.trainer().graph_weights().layers[0].rope_freqs->name, factors) << "seq_len " << seq_len;
+    }
 }
 
 TEST(Phi3, MissingPiecesAreNamed) {
     TempDir d;
-    rp::SynthSpec s = phi3_like(1, 16);
-    s.weights = false;
-    rp::write_synth_model(s, d.file("m.gguf"));
+    load_synth(d, phi3_like(1, 16), false);
     expect_load_fails(d.file("m.gguf"), d.file("bad.gguf"), without_tensor("rope_factors_long.weight"),
                       "rope_factors_short.weight without rope_factors_long.weight");
     Variant half;
@@ -133,11 +157,10 @@ TEST(Phi3, EveryPieceChangesTheLogits) {
 TEST(Phi3, GreedyAndKvCacheEqualLlamaCpp) {
     RP_REQUIRE_ORACLE();
     TempDir d;
-    rp::write_synth_model(phi3_like(53, 1024), d.file("m.gguf"));
-    const auto model = rp::Model::load(d.file("m.gguf"));
+    const auto model = load_synth(d, phi3_like(53, 1024));
     const std::vector<int32_t> tokens = some_tokens(40, 5, 30000);
-    EXPECT_LE(kv_cache_vs_full_sequence(*model, tokens), 1e-4f * value_range(forward_all(*model, tokens)));
-    expect_greedy_equals_llama_cpp(d.file("m.gguf"), "Once upon a time there was a little robot who", 24);
+    expect_kv_cache_matches_full_sequence(*model, tokens);
+    expect_greedy_equals_llama_cpp(d.file("m.gguf"));
 }
 
 // An adapter on the fused matrices (and the others) of every layer, applied by llama.cpp, gives our logits.
@@ -146,8 +169,6 @@ TEST(Phi3, AdaptersAsLlamaCppAppliesThem) {
     TempDir d;
     const std::string base = d.file("base.gguf");
     rp::write_synth_model(phi3_like(54, 16), base);
-    const AdapterVsLlamaCpp r = adapter_vs_llama_cpp(base, layer_targets(3, {"attn_qkv", "attn_output", "ffn_up", "ffn_down"}),
-                                                     some_tokens(40, 6, 30000), d.file("a.gguf"), 5);
-    EXPECT_LE(r.diff, 1e-4f * r.range);
-    EXPECT_GT(r.without, 100 * 1e-4f * r.range);
+    expect_adapter_as_llama_cpp(base, layer_targets(3, {"attn_qkv", "attn_output", "ffn_up", "ffn_down"}), some_tokens(40, 6, 30000),
+                                d.file("a.gguf"), 5);
 }

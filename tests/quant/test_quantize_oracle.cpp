@@ -152,6 +152,16 @@ std::vector<std::string> mixes() {
 #endif
 }
 
+// `spec` written to dir/`name`.gguf, then quantized to every mix by us and by llama.cpp: every tensor equal.
+void expect_every_mix_equal(const rp::SynthSpec & spec, const std::string & name, rp_test::TempDir & dir) {
+    const std::string in = dir.file(name + ".gguf");
+    rp::write_synth_model(spec, in);
+    for (const std::string & m : mixes()) {
+        const Compared c = compare_with_llama(in, m, false, dir);
+        EXPECT_EQ(c.identical, c.tensors) << name << " " << m;
+    }
+}
+
 } // namespace
 
 TEST(QuantizeParity, EachKTypeAloneEqualsLlamaCppByteForByte) {
@@ -170,23 +180,13 @@ TEST(QuantizeParity, EachKTypeAloneEqualsLlamaCppByteForByte) {
 TEST(QuantizeParity, EveryMixEqualsLlamaCppOnADeepLlama) {
     RP_REQUIRE_ORACLE();
     rp_test::TempDir dir;
-    const std::string in = dir.file("deep.gguf");
-    rp::write_synth_model(deep_llama(), in);
-    for (const std::string & m : mixes()) {
-        const Compared c = compare_with_llama(in, m, false, dir);
-        EXPECT_EQ(c.identical, c.tensors) << m;
-    }
+    expect_every_mix_equal(deep_llama(), "deep", dir);
 }
 
 TEST(QuantizeParity, EveryMixEqualsLlamaCppOnATiedQwen3WithOddRows) {
     RP_REQUIRE_ORACLE();
     rp_test::TempDir dir;
-    const std::string in = dir.file("qwen3.gguf");
-    rp::write_synth_model(tied_qwen3(), in);
-    for (const std::string & m : mixes()) {
-        const Compared c = compare_with_llama(in, m, false, dir);
-        EXPECT_EQ(c.identical, c.tensors) << m;
-    }
+    expect_every_mix_equal(tied_qwen3(), "qwen3", dir);
 }
 
 TEST(QuantizeParity, EveryMixEqualsLlamaCppOnAQwen2WhoseRowsFallBackToF16) {
@@ -204,7 +204,6 @@ TEST(QuantizeParity, EveryMixEqualsLlamaCppOnAQwen2WhoseRowsFallBackToF16) {
     }
 }
 
-// llama.cpp's 70B rule (80 layers, GQA): attn_v gets Q5_K where the mix says Q3_K or Q4_K.
 // MXFP4_MOE: the experts in MXFP4, the other matrices Q8_0, the router as it is.
 TEST(QuantizeParity, Mxfp4MoeEqualsLlamaCppOnAMixtureOfExperts) {
     RP_REQUIRE_ORACLE();
@@ -235,16 +234,11 @@ TEST(QuantizeParity, EveryMixEqualsLlamaCppOnPhi3AndLlama3RopeFactors) {
     phi3.n_ctx_train = 4096, phi3.long_rope_ctx = 512;
     rp::SynthSpec llama3 = deep_llama();
     llama3.n_layer = 4, llama3.llama3_rope = 8.0f;
-    for (const auto & [name, spec] : {std::pair<const char *, rp::SynthSpec>{"phi3", phi3}, {"llama3", llama3}}) {
-        const std::string in = dir.file(std::string(name) + ".gguf");
-        rp::write_synth_model(spec, in);
-        for (const std::string & m : mixes()) {
-            const Compared c = compare_with_llama(in, m, false, dir);
-            EXPECT_EQ(c.identical, c.tensors) << name << " " << m;
-        }
-    }
+    expect_every_mix_equal(phi3, "phi3", dir);
+    expect_every_mix_equal(llama3, "llama3", dir);
 }
 
+// llama.cpp's 70B rule (80 layers, GQA): attn_v gets Q5_K where the mix says Q3_K or Q4_K.
 TEST(QuantizeParity, The70BRuleMatchesLlamaCpp) {
     RP_REQUIRE_ORACLE();
     rp_test::TempDir dir;

@@ -162,6 +162,15 @@ const Case kCases[] = {
 
 // The reply text a span may hold: the content, the content after its last </think> (with the newlines the
 // template strips), or any of those after an empty think block.
+// Our rendering, or "ERROR: what" as the oracle writes a template's refusal.
+std::string rendered(const rp::ChatTemplate & t, const std::vector<rp::ChatMessage> & conv, const rp::ChatOptions & o) {
+    try {
+        return t.apply(conv, o);
+    } catch (const std::exception & e) {
+        return std::string("ERROR: ") + e.what();
+    }
+}
+
 std::vector<std::string> reply_forms(const std::string & content) {
     std::vector<std::string> forms = {content};
     const size_t t = content.rfind("</think>");
@@ -251,12 +260,7 @@ TEST(ChatOracle, TemplatesRenderByteForByte) {
                 if (!c.clock) o.date = date;
                 size_t matched = 0;
                 for (size_t i = 0; i < convs.size(); ++i) {
-                    std::string got;
-                    try {
-                        got = t.apply(convs[i], o);
-                    } catch (const std::exception & e) {
-                        got = std::string("ERROR: ") + e.what();
-                    }
+                    const std::string got = rendered(t, convs[i], o);
                     ++total;
                     if (got == want[i]) {
                         ++matched;
@@ -309,7 +313,7 @@ TEST(ChatOracle, EveryTemplateOfTheBundleRendersAndMasks) {
             if (e.path().extension() == ".jinja") paths.push_back(e.path().string());
     std::sort(paths.begin(), paths.end());
     ASSERT_GE(paths.size(), 68u);
-    size_t rendered = 0, masked = 0;
+    size_t n_rendered = 0, n_masked = 0;
     for (const std::string & path : paths) {
         const std::string file = std::filesystem::path(path).stem().string();
         const std::string src = slurp(path);
@@ -328,22 +332,13 @@ TEST(ChatOracle, EveryTemplateOfTheBundleRendersAndMasks) {
             bool clock = false;
             auto equal_all = [&]() {
                 for (size_t i = 0; i < convs.size(); ++i)
-                    try {
-                        if (t.apply(convs[i], o) != want[i]) return false;
-                    } catch (const std::exception &) {
-                        return false;
-                    }
+                    if (rendered(t, convs[i], o) != want[i]) return false;
                 return true;
             };
             if (want.size() == convs.size() && !equal_all() && src.find("strftime_now") != std::string::npos) std::tie(want, o) = run(clock = true);
             ASSERT_EQ(want.size(), convs.size()) << file;
             for (size_t i = 0; i < convs.size(); ++i) {
-                std::string got;
-                try {
-                    got = t.apply(convs[i], o);
-                } catch (const std::exception & e) {
-                    got = std::string("ERROR: ") + e.what();
-                }
+                const std::string got = rendered(t, convs[i], o);
                 if (got != want[i]) {
                     all_equal = false;
                     ADD_FAILURE() << file << " gen " << gen << (clock ? " (today)" : "") << " conversation " << i << "\n--- ours:\n" << got
@@ -391,11 +386,11 @@ TEST(ChatOracle, EveryTemplateOfTheBundleRendersAndMasks) {
                 EXPECT_EQ(a, r.assistant.size()) << file;
             }
         }
-        rendered += all_equal;
-        masked += all_masked;
+        n_rendered += all_equal;
+        n_masked += all_masked;
     }
-    std::printf("[ parity  ] every template: %zu of %zu render byte for byte, %zu of %zu with every assistant span found\n", rendered,
-                paths.size(), masked, paths.size());
+    std::printf("[ parity  ] every template: %zu of %zu render byte for byte, %zu of %zu with every assistant span found\n", n_rendered,
+                paths.size(), n_masked, paths.size());
 }
 
 // Our Phi-4 template (the bundle has none) renders what llama.cpp's built-in phi4 format writes (ChatML with
