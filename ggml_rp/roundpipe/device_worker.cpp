@@ -148,7 +148,7 @@ void DeviceWorker::launch(Call & c, int layer, Call::Launch kind, OpLabel label,
         try {
             program(pc);
         } catch (const std::exception & e) {
-            sh_.faults.record(e.what());
+            sh_.faults.record(e.what(), FaultReport::Origin::Program);
             throw;  // poisons the stream
         }
     });

@@ -12,9 +12,15 @@ namespace rp {
 
 class FaultReport {
 public:
-    void record(const std::string & what) {
+    // A program's own error (a kernel that refused its data) may be a consequence of a fault upstream: a failed
+    // upload leaves the buffer the program reads unwritten, and the stream that waited on it still runs (a
+    // job's error poisons its own stream only, runtime/device.h). Such errors are reported only when nothing
+    // else failed; the controller syncs the devices before it rethrows, so a stream's fault is seen first.
+    enum class Origin { Actor, Program };
+    void record(const std::string & what, Origin origin = Origin::Actor) {
         std::lock_guard<std::mutex> lk(m_);
-        if (first_.empty()) first_ = what;
+        std::string & first = origin == Origin::Program ? first_program_ : first_;
+        if (first.empty()) first = what;
         failed_.store(true);
     }
     bool failed() const { return failed_.load(); }
@@ -22,12 +28,12 @@ public:
     void rethrow() const {
         if (!failed()) return;
         std::lock_guard<std::mutex> lk(m_);
-        throw Error("pipeline: " + first_);
+        throw Error("pipeline: " + (first_.empty() ? first_program_ : first_));
     }
 
 private:
     mutable std::mutex m_;
-    std::string first_;
+    std::string first_, first_program_;
     std::atomic<bool> failed_{false};
 };
 
