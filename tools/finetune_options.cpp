@@ -81,8 +81,8 @@ void declare_optimization(Options & p, FinetuneJob & j) {
     p.not_resumed();
     p.number("--clip", o.clip, 0.0f, 1e30f, "global gradient-norm clipping, 0 = off");
     p.value("-s,--seed", "N", "data order, split and LoRA init (default 42)", O::Int,
-            [&o](const std::string & f, const std::string & v) { o.seed = o.finetune.seed = static_cast<uint64_t>(parse_int(f, v, 0, 1LL << 62)); },
-            [&o] { return std::optional(std::to_string(o.seed)); });
+            [&o](const std::string & f, const std::string & v) { o.finetune.seed = static_cast<uint64_t>(parse_int(f, v, 0, 1LL << 62)); },
+            [&o] { return std::optional(std::to_string(o.finetune.seed)); });
     p.integer("--max-bad-steps", o.max_bad_steps, 1, 1 << 20,
               "a step with a non-finite loss or gradient norm is not applied; K in a row stop\n"
               "the run (exit 1, the last checkpoint kept, no output written)",

@@ -49,20 +49,22 @@ MaxSeqResult plan_one(const std::string & name, const MaxSeqOptions & o, const s
     write_synth_model(spec, path);
     auto model = Model::load(path);
     RunPlanOptions po;
-    po.finetune.lora_rank = o.lora_rank;
-    po.finetune.lora_alpha = 2.0f * static_cast<float>(o.lora_rank);
+    SessionOptions & so = po.session;
+    so.finetune.lora_rank = o.lora_rank;
+    so.finetune.lora_alpha = 2.0f * static_cast<float>(o.lora_rank);
+    so.batch = so.micro_batches = std::max(2, o.micro_batches);  // one sequence per micro-batch
+    so.pipelined = true;
+    so.devices.count = o.devices;
+    so.devices.memory_each = o.device_memory;
+    so.devices.backend = "cuda";
     po.seq_len = 1;
-    po.batch = po.micro_batches = std::max(2, o.micro_batches);  // one sequence per micro-batch
-    po.devices = o.devices;
-    po.device_memory = o.device_memory;
-    po.backend = "cuda";
     po.max_seq_limit = 1 << 22;
     const RunPlan probe = plan_run(*model, po);
     r.weight_bytes = probe.host.mapped_weights;
     r.weight_types = spec.expert_wtype && *spec.expert_wtype != spec.wtype
                          ? std::string("bf16, experts ") + gguf::type_name(static_cast<uint32_t>(*spec.expert_wtype))
                          : std::string("bf16");
-    r.micro_batches = static_cast<int>(po.micro_batches);
+    r.micro_batches = static_cast<int>(so.micro_batches);
     r.max_seq = probe.max_seq;
     if (probe.max_seq > 0) {
         po.seq_len = probe.max_seq;

@@ -59,22 +59,10 @@ DatasetOptions FinetuneJob::dataset_options(const Model & model, const Tokenizer
     return d;
 }
 
-RunPlanOptions FinetuneJob::plan_options(const SessionOptions & o) const {
+RunPlanOptions FinetuneJob::plan_options(const SessionOptions & session_resolved) const {
     RunPlanOptions po;
-    po.finetune = o.finetune;
-    po.optimizer = o.optimizer.kind;
-    po.momentum = o.optimizer.sgd.momentum != 0;
+    po.session = session_resolved;
     po.seq_len = seq_len;
-    po.batch = o.batch;
-    po.micro_batches = resolved_micro_batches(o);
-    po.devices = o.pipelined ? o.devices.count : 0;
-    po.device_memory = o.devices.memory_each;
-    po.backend = o.devices.backend;
-    po.schedule = o.pipeline.schedule;
-    po.grain = o.pipeline.grain;
-    po.token_chunk = o.pipeline.token_chunk;
-    po.resident_weights = o.pipeline.resident_weights;
-    po.frozen_pinning = o.pipeline.frozen_pinning;
     po.packed = packed_data();
     if (max_seq) po.max_seq_limit = 1 << 22;
     return po;

@@ -58,8 +58,9 @@ struct FinetuneJob {
     // The session's options as the job resolves them (token chunk, link).
     SessionOptions session_options() const;
     DatasetOptions dataset_options(const Model & model, const Tokenizer & tok) const;
-    // What plan_run() takes for this job (micro_batches resolved for `session`).
-    RunPlanOptions plan_options(const SessionOptions & session) const;
+    // What plan_run() takes for this job: the session's options as the run resolved them (session_options(),
+    // with its communicator: micro_batches 0 is one per rank), the sequence length and packing.
+    RunPlanOptions plan_options(const SessionOptions & session_resolved) const;
     bool packed_data() const;       // JSONL data with packing on
 };
 

@@ -1,6 +1,7 @@
 #include "models/train/run_plan.h"
 
 #include "ggml_rp/runtime/arena.h"
+#include "ggml_rp/roundpipe/footprint_rules.h"
 #include "ggml_rp/runtime/graph_runner.h"
 #include "models/train/session.h"
 #include "models/train/training_program.h"
@@ -30,17 +31,21 @@ std::string line(const char * key, size_t bytes, const std::string & more = "") 
 
 } // namespace
 
-RunPlan plan_run(const Model & model, const RunPlanOptions & o) {
-    if (o.seq_len < 1) throw Error("seq_len " + std::to_string(o.seq_len) + " must be at least 1");
+RunPlan plan_run(const Model & model, const RunPlanOptions & options) {
+    const SessionOptions & o = options.session;
+    const int64_t seq_len = options.seq_len, micro_batches = resolved_micro_batches(o);
+    const int devices = o.pipelined ? o.devices.count : 0;
+    const std::string & backend = o.devices.backend;
+    if (seq_len < 1) throw Error("seq_len " + std::to_string(seq_len) + " must be at least 1");
     if (o.batch < 1) throw Error("batch_size " + std::to_string(o.batch) + " must be at least 1");
-    if (o.micro_batches < 1 || o.micro_batches > o.batch)
-        throw Error("micro_batches " + std::to_string(o.micro_batches) + " must be in [1, batch_size = " + std::to_string(o.batch) + "]");
+    if (micro_batches < 1 || micro_batches > o.batch)
+        throw Error("micro_batches " + std::to_string(micro_batches) + " must be in [1, batch_size = " + std::to_string(o.batch) + "]");
     FinetuneConfig fc = o.finetune;
-    if (fc.context == 0) fc.context = o.seq_len;
+    if (fc.context == 0) fc.context = seq_len;
     Trainer tr(model, fc, TrainerData::ShapesOnly);
     ModelProgram prog(tr);
     RunPlan r;
-    r.step = micro_batch_shapes(o.seq_len, o.batch, o.micro_batches, o.packed);
+    r.step = micro_batch_shapes(seq_len, o.batch, micro_batches, options.packed);
 
     HostMemoryPlan & h = r.host;
     // A weight with an fp32 master (full finetune) has its mapped pages released once copied (trainer.cpp).
@@ -51,12 +56,12 @@ RunPlan plan_run(const Model & model, const RunPlanOptions & o) {
     h.gradients = h.masters;
     for (const auto & ti : prog.layer_tensors(prog.num_layers() - 1))  // a trainable tied head's second gradient slot
         if (ti.param >= 0 && model.tied_output() && ti.name == model.tok_embd->name) h.gradients += ti.bytes;
-    const size_t states = o.optimizer == OptimizerKind::AdamW ? 2 : o.momentum ? 1 : 0;
+    const size_t states = o.optimizer.kind == OptimizerKind::AdamW ? 2 : o.optimizer.sgd.momentum != 0 ? 1 : 0;
     h.optimizer = states * h.masters;
 
-    const auto rules = footprint_rules(o.backend);
+    const auto rules = footprint_rules(backend);
     CallPlanner planner(prog, *rules);
-    if (o.devices <= 0) {  // the host path: every layer's input kept, one program at a time
+    if (devices <= 0) {  // the host path: every layer's input kept, one program at a time
         for (MicroBatchInfo & mb : r.step) mb.token_chunk = o.finetune.token_chunk;
         const int L = prog.num_layers();
         for (const MicroBatchInfo & mb : r.step) h.checkpoints = std::max(h.checkpoints, static_cast<size_t>(L + 1) * prog.hidden_bytes(mb));
@@ -95,23 +100,23 @@ RunPlan plan_run(const Model & model, const RunPlanOptions & o) {
     }
 
     CallPlanRequest req;
-    req.schedule = o.schedule;
-    req.grain = o.grain;
-    req.plan = o.plan;
-    req.devices = o.devices;
-    req.device_memory = o.device_memory - o.device_memory % kBufferAlign;
-    req.device_name = o.backend + ":0";
-    req.token_chunk = o.token_chunk;
-    req.resident = o.resident_weights;
+    req.schedule = o.pipeline.schedule;
+    req.grain = o.pipeline.grain;
+    req.plan = o.pipeline.plan;
+    req.devices = devices;
+    req.device_memory = o.devices.memory_each - o.devices.memory_each % kBufferAlign;
+    req.device_name = backend + ":0";
+    req.token_chunk = o.pipeline.token_chunk;
+    req.resident = o.pipeline.resident_weights;
     r.min_device_peak = planner.least_memory(req, r.step).peak();
-    if (o.max_seq_limit > 0) {
+    if (options.max_seq_limit > 0) {
         int64_t widest = 0;
         for (const MicroBatchInfo & mb : r.step) widest = std::max(widest, mb.n_seq);
-        r.max_seq = planner.max_seq_len(req, widest, static_cast<int>(r.step.size()), o.max_seq_limit);
+        r.max_seq = planner.max_seq_len(req, widest, static_cast<int>(r.step.size()), options.max_seq_limit);
     }
     r.call = planner.plan(req, r.step);
     h.working_copies = h.masters;
-    const bool copies = o.frozen_pinning.value_or(default_frozen_pinning(o.backend != "cpu")) == FrozenPinning::Copy;
+    const bool copies = o.pipeline.frozen_pinning.value_or(default_frozen_pinning(backend != "cpu")) == FrozenPinning::Copy;
     std::set<std::string> frozen_seen;  // a tensor two layers share (a tied head) is copied once
     for (int l = 0; l < prog.num_layers(); ++l)
         for (const auto & ti : prog.layer_tensors(l)) {
@@ -119,7 +124,7 @@ RunPlan plan_run(const Model & model, const RunPlanOptions & o) {
             else if (copies && frozen_seen.insert(ti.name).second) h.frozen_copies += ti.bytes;
         }
     h.checkpoints = 2 * host_call_bytes(prog, r.call->plan, r.step).total();
-    r.link = link_bytes(prog, r.call->plan, o.schedule, r.step, r.call->shape.resident);
+    r.link = link_bytes(prog, r.call->plan, o.pipeline.schedule, r.step, r.call->shape.resident);
     return r;
 }
 

@@ -14,6 +14,7 @@
 #include "ggml_rp/optim/optimizer.h"
 #include "ggml_rp/roundpipe/call_planner.h"
 #include "ggml_rp/roundpipe/host_store.h"
+#include "models/train/session.h"
 #include "models/train/trainer.h"
 #include "models/arch/model.h"
 
@@ -25,23 +26,14 @@
 namespace rp {
 
 struct RunPlanOptions {
-    FinetuneConfig finetune;
-    OptimizerKind optimizer = OptimizerKind::AdamW;
-    bool momentum = false;        // SGD with momentum keeps one state tensor
+    // The run as a TrainingSession would run it: the trainer's configuration, optimizer, batch and micro-batches
+    // (resolved_micro_batches), and with session.pipelined the devices (count, memory_each: the arena's whole
+    // 256-byte units count; backend: whose memory rules) and the pipeline's schedule, grain, plan, token chunk,
+    // resident weights and frozen pinning.
+    SessionOptions session;
     int64_t seq_len = 64;
-    int64_t batch = 8;            // sequences per step
-    int64_t micro_batches = 1;
-    int devices = 0;              // 0: the host path
-    size_t device_memory = 0;     // per device (bytes; the arena's whole 256-byte units count)
-    std::string backend = "cpu";  // whose memory rules: "cpu" | "cuda"
-    ScheduleKind schedule = ScheduleKind::RoundPipe;
-    RecomputeGrain grain = RecomputeGrain::Stage;
-    std::optional<Plan> plan;
-    int64_t max_seq_limit = 0;    // > 0: also search the longest seq_len that fits, up to this
-    int64_t token_chunk = -1;     // PipelineOptions::token_chunk
-    bool resident_weights = true; // PipelineOptions::resident_weights
-    std::optional<FrozenPinning> frozen_pinning;  // PipelineOptions::frozen_pinning (unset: its default for the backend)
     bool packed = false;          // packed sequences (their programs build per-token positions and key starts)
+    int64_t max_seq_limit = 0;    // > 0: also search the longest seq_len that fits, up to this
 };
 
 struct HostMemoryPlan {

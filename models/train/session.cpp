@@ -116,8 +116,8 @@ std::vector<MicroBatchInfo> micro_batch_shapes(int64_t seq_len, int64_t n_seq, i
 
 TrainingSession::TrainingSession(const Model & model, const Dataset & data, SessionOptions options)
     : model_(model), data_(data), opt_(checked(std::move(options), data)), trainer_(model, opt_.finetune),
-      split_(split_dataset(data.size(), opt_.val_split, opt_.seed)),
-      batcher_(data, split_.train, static_cast<int32_t>(opt_.batch), opt_.seed), optimizer_(opt_.optimizer) {
+      split_(split_dataset(data.size(), opt_.val_split, opt_.finetune.seed)),
+      batcher_(data, split_.train, static_cast<int32_t>(opt_.batch), opt_.finetune.seed), optimizer_(opt_.optimizer) {
     const int64_t steps_per_epoch = (static_cast<int64_t>(split_.train.size()) + opt_.batch - 1) / opt_.batch;
     total_ = opt_.steps > 0 ? opt_.steps : opt_.epochs * steps_per_epoch;
     opt_.lr.total_steps = total_;
@@ -138,7 +138,7 @@ TrainingSession::TrainingSession(const Model & model, const Dataset & data, Sess
         add("batch_size", static_cast<uint64_t>(opt_.batch));
         add("micro_batches", static_cast<uint64_t>(opt_.micro_batches));
         add("steps", static_cast<uint64_t>(total_));
-        add("seed", opt_.seed);
+        add("seed", opt_.finetune.seed);
         add("pipelined", opt_.pipelined ? 1u : 0u);
         add("async", opt_.pipelined && opt_.pipeline.async ? 1u : 0u);
         const ReplicaHashes h = replica_hashes(trainer_, optimizer_);

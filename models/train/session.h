@@ -45,7 +45,6 @@ struct SessionOptions {
     int64_t micro_batches = 0;
     int64_t epochs = 1;
     int64_t steps = 0;             // > 0: overrides epochs
-    uint64_t seed = 42;            // data order and split (the LoRA init seed is finetune.seed)
     int threads = 0;               // CPU threads (0 = all)
     double val_split = 0.0;        // fraction of the sequences held out for validation
     std::string dump_grads;        // path: the first step's gradients (before clipping), batch, loss and logits

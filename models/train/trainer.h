@@ -65,7 +65,7 @@ struct FinetuneConfig {
     int64_t lora_rank = 8;
     float lora_alpha = 16.0f;
     float lora_dropout = 0.0f;                      // PEFT's lora_dropout, in [0, 1)
-    uint64_t seed = 42;                             // LoRA init
+    uint64_t seed = 42;                             // the run's: LoRA init and dropout; a session's data order and split
     int64_t ce_chunk = 4096;                        // vocabulary rows per LM-head chunk
     // Host training (accumulate()): tokens per feed-forward and head graph (MicroBatchInfo::token_chunk;
     // 0 = every token in one graph). The RoundPipe runtime chooses its own (PipelineOptions::token_chunk).

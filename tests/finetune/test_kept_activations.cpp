@@ -50,10 +50,10 @@ Result run(const rp::Model & model, rp::FinetuneConfig cfg, size_t activation_me
 rp::RunPlan plan(const rp::Model & model, rp::FinetuneConfig cfg, size_t activation_memory, int64_t T, int64_t B, bool packed) {
     cfg.activation_memory = activation_memory;
     rp::RunPlanOptions o;
-    o.finetune = cfg;
+    o.session.finetune = cfg;
     o.seq_len = T;
-    o.batch = B;
-    o.micro_batches = 1;
+    o.session.batch = B;
+    o.session.micro_batches = 1;
     o.packed = packed;
     return rp::plan_run(model, o);
 }

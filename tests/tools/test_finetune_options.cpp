@@ -129,11 +129,10 @@ TEST(FinetuneOptions, EveryFlagParsesAsTheOldParserDid) {
              EXPECT_EQ(j.session.max_bad_steps, 5);
          }},
         {"--seed 5", [](const FinetuneJob & j) {
-             EXPECT_EQ(j.session.seed, 5u);
              EXPECT_EQ(j.session.finetune.seed, 5u);
          }},
         {"-s 6 -t 3", [](const FinetuneJob & j) {
-             EXPECT_EQ(j.session.seed, 6u);
+             EXPECT_EQ(j.session.finetune.seed, 6u);
              EXPECT_EQ(j.session.threads, 3);
          }},
         {"-t2", [](const FinetuneJob & j) { EXPECT_EQ(j.session.threads, 2); }},
