@@ -22,8 +22,8 @@ struct TypeTraits {
     const char * name;     // "f32", "q4_0", ... (nullptr for a retired id)
     int64_t block_size;    // elements per block (1 for plain types)
     size_t type_size;      // bytes per block
-    bool known;            // a valid id in the reference snapshot (we can size it)
-    bool dequantizable;    // we have a reference dequantizer for it (ggml_rp/core/quant.h)
+    bool known;            // a valid id in the reference snapshot (we can size it); what the engine can
+                           // dequantize is its own business (ggml_rp/core/quant.h, can_dequantize)
 };
 
 // Traits of a type id; nullptr for ids >= kTensorTypeCount or retired ids.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fetches the llama.cpp reference oracle's prebuilt CPU libraries and headers (docs: shared/docs/reference-oracle.md
+# Fetches the llama.cpp reference oracle's prebuilt CPU libraries and headers (docs: docs/reference-oracle.md
 # §1-§2). Usage: scripts/fetch-oracle.sh [DEST]   (default DEST = .oracle in the repository root).
 # Idempotent: tarballs already in DEST/npm are not downloaded again, DEST/bins and DEST/llama.cpp are made only
 # when missing (an older DEST/llama.cpp without common/ or models/templates/ gets them). Nothing is built: the

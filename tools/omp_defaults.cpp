@@ -19,8 +19,7 @@
 //
 // The same exec gives OpenBLAS (linked for the Blas GEMM backend and the benchmarks) OPENBLAS_NUM_THREADS=1
 // unless the user set it: its library constructor otherwise starts a thread per core that spins and yields,
-// fighting our OpenMP threads for the cores; the first training step of stories260K took 73 ms instead of
-// 23 (later steps 17 ms). Nothing here uses its threads implicitly: the Blas backend runs it single-threaded,
+// fighting our OpenMP threads for the cores (bench/design-measurements.md). Nothing here uses its threads implicitly: the Blas backend runs it single-threaded,
 // and the benchmarks' openblas_set_num_threads(n) still starts n.
 #include "tools/cli.h"
 

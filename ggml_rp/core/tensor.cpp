@@ -50,6 +50,17 @@ std::string shape_str(const Tensor * t) {
     return s;
 }
 
+const char * op_name(Op op) {
+    static constexpr const char * kNames[] = {
+#define RP_OP(op, shape, backward, cuda) #op,
+#include "ggml_rp/core/ops.def"
+#undef RP_OP
+    };
+    static_assert(sizeof kNames / sizeof kNames[0] == static_cast<size_t>(Op::COUNT));
+    const size_t i = static_cast<size_t>(op);
+    return i < static_cast<size_t>(Op::COUNT) ? kNames[i] : "?";
+}
+
 std::string display_name(const Tensor * t) {
     if (!t->name.empty()) return t->name;
     std::string s = op_name(t->op);

@@ -25,48 +25,15 @@ constexpr int kMaxDims = 4;
 constexpr int kMaxSrc = 8;  // ATTENTION_BACK: q, k, v, o, lse, dout and the optional key_start and sinks
 constexpr int kMaxOpParams = 16;  // 32-bit words
 
+// Every op, from the op list (core/ops.def: its rows say what each op computes and its shape rule).
 enum class Op : uint8_t {
-    NONE,            // leaf
-    VIEW,            // reshape / view / permute / transpose / after: no computation
-    FILL,            // every element = value
-    CPY,             // strided copy into a contiguous tensor, with f32/f16/bf16 conversion (cont, cast)
-    ADD,             // a + b, b broadcast (repeated) over a
-    MUL,             // a * b, b broadcast
-    SCALE,           // x * s
-    SUM,             // sum of all elements -> [1]
-    MEAN,            // mean of all elements -> [1]
-    REPEAT,          // broadcast x to a larger shape
-    SUM_TO,          // sum repeated blocks down to a smaller shape (backward of broadcast)
-    SILU,
-    SILU_BACK,
-    SWIGLU,          // silu(gate) * up
-    SWIGLU_BACK,
-    SOFTMAX,         // over ne[0]
-    SOFTMAX_BACK,
-    RMS_NORM,        // x / sqrt(mean(x^2) + eps) [* weight], over ne[0]
-    RMS_NORM_BACK,
-    ROPE,
-    ROPE_BACK,
-    GET_ROWS,        // embedding lookup
-    GET_ROWS_BACK,   // scatter-add
-    MUL_MAT,         // W[in, out] x X[in, tokens] -> Y[out, tokens]
-    MUL_MAT_BACK_X,  // dX = W^T dY
-    OUT_PROD,        // dW (+)= X dY^T
-    ATTENTION,       // fused causal GQA; logsumexp saved after the output (aux bytes)
-    ATTENTION_BACK,  // dq; dk and dv after it (aux bytes)
-    LM_HEAD_CE,      // fused LM head + cross-entropy -> [1]
-    LM_HEAD_CE_BACK, // dh; dW accumulated into a source
-    DROPOUT,         // x * keep / (1 - p), keep from a counter-based RNG; backward: DROPOUT of dy, same mask
-    MOE_TOPK,        // router logits -> each token's k experts (i32)
-    MOE_WEIGHTS,     // router logits, expert ids -> the selected experts' weights
-    MOE_WEIGHTS_BACK,
-    MUL_MAT_ID,      // expert weights [in, out, E] x X per (token, slot) -> [out, k, T]
-    MUL_MAT_ID_BACK_X,
-    OUT_PROD_ID,     // dW of the experts (+)= X dY^T per expert
+#define RP_OP(op, shape, backward, cuda) op,
+#include "ggml_rp/core/ops.def"
+#undef RP_OP
     COUNT,
 };
 
-// The op's name ("MUL_MAT"), from the op table (defined in ggml_rp/ops/op_table.cpp); "?" out of range.
+// The op's name ("MUL_MAT"); "?" out of range.
 const char * op_name(Op op);
 
 enum TensorFlag : uint32_t {

@@ -2,11 +2,11 @@
 // accumulations C += W X of probability (or dS) blocks into output rows, for one (query block, key block) pair.
 //
 // Small heads (head_dim 8 or 16) run their own kernels: the GEMM engine's micro-kernel packs both operands on
-// every call and, with 8 output columns, fills a quarter of its 12x32 tile; for stories260K (head_dim 8) its
-// packing and tiles were 63% of the attention's time (forward + backward 2.8 -> 1.7 ms at T = 256 on one
-// core of a Xeon with AVX-512). Every other head_dim goes through gemm_f32_serial: at 24 and 32 these kernels
-// measured 5-80% slower than it (their loads outweigh the packing), at 64 2.3x slower. Either way each output element is a fixed sequence of IEEE operations, so the results do
-// not depend on threads; the small kernels' vector lanes and their scalar form (GemmBackend::Portable, and
+// every call and, with 8 output columns, fills a quarter of its 12x32 tile, so for tiny heads its packing and
+// tiles dominate the attention's time. Every other head_dim goes through gemm_f32_serial, which is faster there
+// (these kernels' loads outweigh the packing). The measurements behind both: bench/design-measurements.md.
+// Either way each output element is a fixed sequence of IEEE operations, so the results do not depend on
+// threads; the small kernels' vector lanes and their scalar form (GemmBackend::Portable, and
 // builds without AVX2) give the same bits.
 #pragma once
 

@@ -1,7 +1,7 @@
 // ATTENTION and ATTENTION_BACK nodes -> the fused kernels of attention.h (the node glue is ops/node_args.h;
 // the kernels themselves are in attention.cpp). Inputs are contiguous (the op builder copies them).
 #include "ggml_rp/cpu/attention.h"
-#include "ggml_rp/cpu/kernels.h"
+#include "ggml_rp/cpu/kernel_registry.h"
 #include "ggml_rp/ops/node_args.h"
 
 namespace rp::cpu {
@@ -19,5 +19,7 @@ void attention_back(Tensor * n) {
                   n->data_as<float>(), node::aux(n, 0), node::aux(n, k->nbytes()), node::attention_key_start_data(n),
                   node::attention_sinks_data(n), node::attention_dsinks(n));
 }
+
+const RegisterKernels kRegister{{Op::ATTENTION, attention}, {Op::ATTENTION_BACK, attention_back}};
 
 } // namespace rp::cpu

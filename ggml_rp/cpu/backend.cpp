@@ -1,6 +1,6 @@
 #include "ggml_rp/cpu/backend.h"
 
-#include "ggml_rp/cpu/kernels.h"
+#include "ggml_rp/cpu/kernel_registry.h"
 #include "ggml_rp/cpu/op_profile.h"
 #include "ggml_rp/ops/op_table.h"
 #include "ggml_rp/cpu/strided.h"
@@ -79,15 +79,15 @@ void set_min_parallel_elements(int64_t n) { g_min_parallel.store(n < 0 ? 0 : n);
 int64_t min_parallel_elements() { return g_min_parallel.load(std::memory_order_relaxed); }
 
 void compute_node(Tensor * n) {
-    const OpDesc & d = op_desc(n->op);
     if (n->op == Op::NONE || n->op == Op::VIEW) return;
-    if (!d.cpu) throw Error(std::string("compute: no CPU kernel for op ") + d.name + " (" + describe(n) + ")");
+    const Kernel kernel = kernel_for(n->op);
+    if (!kernel) throw Error(std::string("compute: no CPU kernel for op ") + op_name(n->op) + " (" + describe(n) + ")");
     if (!op_profiling()) {
-        d.cpu(n);
+        kernel(n);
         return;
     }
     const auto t0 = std::chrono::steady_clock::now();
-    d.cpu(n);
+    kernel(n);
     add_op_time(n->op, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 

@@ -1,5 +1,5 @@
 // ADD and MUL with broadcast of src[1] over src[0]. The node may be an in-place view of src[0].
-#include "ggml_rp/cpu/kernels.h"
+#include "ggml_rp/cpu/kernel_registry.h"
 #include "ggml_rp/cpu/strided.h"
 
 namespace rp::cpu {
@@ -34,5 +34,7 @@ void binary(Tensor * n, F f) {
 
 void add(Tensor * n) { binary(n, [](float x, float y) { return x + y; }); }
 void mul(Tensor * n) { binary(n, [](float x, float y) { return x * y; }); }
+
+const RegisterKernels kRegister{{Op::ADD, add}, {Op::MUL, mul}};
 
 } // namespace rp::cpu

@@ -1,6 +1,6 @@
 // FILL and CPY (strided copy with f32/f16/bf16 conversion).
 #include "ggml_rp/core/fp16.h"
-#include "ggml_rp/cpu/kernels.h"
+#include "ggml_rp/cpu/kernel_registry.h"
 #include "ggml_rp/cpu/strided.h"
 
 #include <cstring>
@@ -54,5 +54,7 @@ void cpy(Tensor * n) {
         for (int64_t i = 0; i < ne0; ++i) store(dt, dr + i * dnb0, load(st, sr + i * snb0));
     }
 }
+
+const RegisterKernels kRegister{{Op::FILL, fill}, {Op::CPY, cpy}};
 
 } // namespace rp::cpu

@@ -1,7 +1,7 @@
 // LM_HEAD_CE and LM_HEAD_CE_BACK nodes -> the fused kernel of cross_entropy.h (the node glue; the kernel is
 // in cross_entropy.cpp). Labels are checked here so that a bad label is an rp::Error, not a crash.
 #include "ggml_rp/cpu/cross_entropy.h"
-#include "ggml_rp/cpu/kernels.h"
+#include "ggml_rp/cpu/kernel_registry.h"
 #include "ggml_rp/ops/node_args.h"
 #include "base/error.h"
 
@@ -54,5 +54,7 @@ void lm_head_ce_back(Tensor * n) {
                         n->data_as<float>(), dW ? dW->data_as<float>() : nullptr,
                         dW ? static_cast<int64_t>(dW->nb[1] / sizeof(float)) : 0, nullptr, ce ? node::aux(ce, 0) : nullptr);
 }
+
+const RegisterKernels kRegister{{Op::LM_HEAD_CE, lm_head_ce}, {Op::LM_HEAD_CE_BACK, lm_head_ce_back}};
 
 } // namespace rp::cpu

@@ -8,7 +8,7 @@
 // AVX-512 alike): ~3 ns per element. (With 16 blocks GCC 12 leaves it scalar.)
 // Short rests use one block at a time. Same arithmetic as rp::philox4x32_10, so the same bits
 // (tests/ops/test_dropout.cpp compares both paths with rng_uniform).
-#include "ggml_rp/cpu/kernels.h"
+#include "ggml_rp/cpu/kernel_registry.h"
 #include "ggml_rp/cpu/strided.h"
 #include "ggml_rp/ops/dropout.h"
 #include "ggml_rp/ops/dropout_math.h"
@@ -91,5 +91,7 @@ void dropout(Tensor * n) {
         }
     }
 }
+
+const RegisterKernels kRegister{{Op::DROPOUT, dropout}};
 
 } // namespace rp::cpu

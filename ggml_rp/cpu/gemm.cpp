@@ -579,14 +579,9 @@ void for_tasks(int64_t n, bool parallel, F && body) {
 #if defined(RP_ONE_ROW)
 // One token as row dots (matvec_dot.h): the column prepared once, each weight row dotted where it lies. A
 // task's rows are one contiguous stream. Whether software should also fetch ahead depends on the CPU's own
-// stream prefetcher, so it is chosen by vendor from measurements (Qwen3-0.6B-shaped models, 2 threads, tok/s):
-//   Intel Xeon (AVX-512): the hardware prefetcher alone left the loads waiting on memory (7 GB/s on Q4_K_M);
-//     each row asking for the bytes 2 KiB further on: Q8_0 / Q4_K_M 1 KiB 27.8 / 31.3, 2 KiB 27.9 / 31.5,
-//     4 KiB 23.0 / 29.0, 16 KiB 25.3 / 28.8, none 19.8 / 18.1; bf16 19.4 vs 18.6 without; llama-98M f32 59.3
-//     vs 60.6 (L3-resident).
-//   AMD EPYC (Zen 1, AVX2): the stream prefetcher keeps up alone and the prefetches only cost issue slots
-//     (none vs 2 KiB: llama-98M f32 48.6-50.3 vs 40.9, bf16 12.8-13.6 vs 11.1-13.1, Q8_0 21.0-21.3 vs
-//     20.1-20.9, Q4_K_M 20.1-20.6 vs 19.7-21.4, Q2_K 14.7-15.4 vs 14.5-15.2).
+// stream prefetcher, so it is chosen by vendor: on Intel Xeons the hardware prefetcher alone leaves the loads
+// waiting on memory and each row asks for the bytes 2 KiB further on; on AMD EPYCs the stream prefetcher keeps
+// up alone and software prefetches only cost issue slots (the measurements: bench/design-measurements.md).
 int64_t row_prefetch_bytes() {
     static const int64_t bytes = __builtin_cpu_is("amd") ? 0 : 2048;
     return bytes;
@@ -651,8 +646,8 @@ void run_problem(const Problem & P, bool parallel) {
     const int64_t Mpad = padded_rows<Kn>(P.M);
     const size_t apack_n = size_t(Mpad * ((P.K + KC - 1) / KC) * KC);
     // A serial call (inside another kernel's parallel loop) and a parallel one of up to kKeptApackBytes reuse
-    // the calling thread's buffer (a fresh allocation of that size is a fresh mmap whose page faults measured
-    // 7% of a 256-token training product); a larger one allocates, so no thread keeps a buffer the size of a
+    // the calling thread's buffer (a fresh allocation of that size is a fresh mmap to fault in: see
+    // bench/design-measurements.md); a larger one allocates, so no thread keeps a buffer the size of a
     // whole long-sequence activation alive.
     std::unique_ptr<float, decltype(&std::free)> owned(nullptr, &std::free);
     float * apack;

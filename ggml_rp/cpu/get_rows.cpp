@@ -1,7 +1,7 @@
 // GET_ROWS (dequantizing lookup) and GET_ROWS_BACK (deterministic scatter-add: tokens are grouped by id
 // with a counting sort, then each touched table row is summed by one thread in token order).
 #include "ggml_rp/core/quant.h"
-#include "ggml_rp/cpu/kernels.h"
+#include "ggml_rp/cpu/kernel_registry.h"
 #include "ggml_rp/cpu/strided.h"
 #include "base/error.h"
 
@@ -76,5 +76,7 @@ void get_rows_back(Tensor * n) {
         }
     }
 }
+
+const RegisterKernels kRegister{{Op::GET_ROWS, get_rows}, {Op::GET_ROWS_BACK, get_rows_back}};
 
 } // namespace rp::cpu

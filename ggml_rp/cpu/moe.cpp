@@ -4,7 +4,7 @@
 // results are scattered back; the slot sum of MUL_MAT_ID_BACK_X runs in slot order. Nothing depends on the
 // thread count.
 #include "ggml_rp/cpu/gemm.h"
-#include "ggml_rp/cpu/kernels.h"
+#include "ggml_rp/cpu/kernel_registry.h"
 #include "ggml_rp/cpu/routing_tape.h"
 #include "ggml_rp/cpu/strided.h"
 #include "ggml_rp/ops/moe.h"
@@ -192,5 +192,9 @@ void out_prod_id(Tensor * n) {
         matmul_bwd_w(K, N, m, xs.data(), K, dys.data(), N, dw, K, accumulate);
     }
 }
+
+const RegisterKernels kRegister{{Op::MOE_TOPK, moe_topk},     {Op::MOE_WEIGHTS, moe_weights},
+                                {Op::MOE_WEIGHTS_BACK, moe_weights_back}, {Op::MUL_MAT_ID, mul_mat_id},
+                                {Op::MUL_MAT_ID_BACK_X, mul_mat_id_back_x}, {Op::OUT_PROD_ID, out_prod_id}};
 
 } // namespace rp::cpu

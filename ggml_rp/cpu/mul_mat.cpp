@@ -1,7 +1,7 @@
 // MUL_MAT, MUL_MAT_BACK_X and OUT_PROD: the batch and broadcast loops of ops/node_args.h around the GEMM
 // kernels of gemm.h (which are parallel and deterministic inside). Orientation: see ggml_rp/ops/mul_mat.h.
 #include "ggml_rp/cpu/gemm.h"
-#include "ggml_rp/cpu/kernels.h"
+#include "ggml_rp/cpu/kernel_registry.h"
 #include "ggml_rp/ops/node_args.h"
 
 namespace rp::cpu {
@@ -23,5 +23,7 @@ void out_prod(Tensor * n) {
         matmul_bwd_w(a.K, a.N, a.T, a.x, a.ldx, a.y_in, a.ldy_in, a.out, a.ld_out, a.accumulate);
     });
 }
+
+const RegisterKernels kRegister{{Op::MUL_MAT, mul_mat}, {Op::MUL_MAT_BACK_X, mul_mat_back_x}, {Op::OUT_PROD, out_prod}};
 
 } // namespace rp::cpu

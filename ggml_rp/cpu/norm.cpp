@@ -1,5 +1,5 @@
 // RMS_NORM and RMS_NORM_BACK over ne[0]; row statistics in double.
-#include "ggml_rp/cpu/kernels.h"
+#include "ggml_rp/cpu/kernel_registry.h"
 #include "ggml_rp/cpu/strided.h"
 
 #include <cmath>
@@ -10,7 +10,7 @@ namespace {
 
 // A row's sums in double over 8 lanes (element i into lane i % 8 while 8 remain), combined
 // ((0+4)+(2+6))+((1+5)+(3+7)), then the rest in order: 8 independent chains that vectorize, where one running
-// sum was a chain of dependent adds (2 ns an element: 4% of a stories260K training step). term(i) gives
+// sum was a chain of dependent adds. term(i) gives
 // element i's addend; contiguous and strided rows use the same order, so they give the same bits.
 template <class Term>
 double row_sum(int64_t n, Term term) {
@@ -89,5 +89,7 @@ void rms_norm_back(Tensor * n) {
         }
     }
 }
+
+const RegisterKernels kRegister{{Op::RMS_NORM, rms_norm}, {Op::RMS_NORM_BACK, rms_norm_back}};
 
 } // namespace rp::cpu

@@ -1,6 +1,6 @@
 // SUM, MEAN (to a scalar), REPEAT and SUM_TO. Sums run in double in a fixed order: per-row partial sums
 // (each by one thread), then the partials in row order.
-#include "ggml_rp/cpu/kernels.h"
+#include "ggml_rp/cpu/kernel_registry.h"
 #include "ggml_rp/cpu/strided.h"
 
 #include <algorithm>
@@ -71,5 +71,7 @@ void sum_to(Tensor * n) {
         for (int64_t j = j0; j < j1; ++j) at(d, n->nb[0], j) = static_cast<float>(acc[j - j0]);
     }
 }
+
+const RegisterKernels kRegister{{Op::SUM, sum}, {Op::MEAN, mean}, {Op::REPEAT, repeat}, {Op::SUM_TO, sum_to}};
 
 } // namespace rp::cpu

@@ -1,8 +1,7 @@
 // ROPE and ROPE_BACK (the rotation by -theta). cos/sin are computed once per (token, pair) in a table and
 // shared by all heads; the table of the last positions seen is kept (per thread) for the next call with the
-// same positions and frequencies: every layer's q and k, forward and backward, read the same table (computing
-// it was 5% of a stories260K training step).
-#include "ggml_rp/cpu/kernels.h"
+// same positions and frequencies: every layer's q and k, forward and backward, read the same table.
+#include "ggml_rp/cpu/kernel_registry.h"
 #include "ggml_rp/cpu/strided.h"
 #include "ggml_rp/ops/node_args.h"
 #include "ggml_rp/ops/rope_math.h"
@@ -91,5 +90,7 @@ void rope(Tensor * n) {
         for (int64_t i = n_rot; i < ne0; ++i) at(d, dnb, i) = at(xr, xnb, i);
     }
 }
+
+const RegisterKernels kRegister{{Op::ROPE, rope}, {Op::ROPE_BACK, rope}};
 
 } // namespace rp::cpu

@@ -1,5 +1,5 @@
 // SOFTMAX and SOFTMAX_BACK over ne[0]. Row sums in double.
-#include "ggml_rp/cpu/kernels.h"
+#include "ggml_rp/cpu/kernel_registry.h"
 #include "ggml_rp/cpu/strided.h"
 
 #include <cmath>
@@ -44,5 +44,7 @@ void softmax_back(Tensor * n) {
         for (int64_t i = 0; i < ne0; ++i) at(d, n->nb[0], i) = at(yr, y->nb[0], i) * (at(gr, dy->nb[0], i) - fdot);
     }
 }
+
+const RegisterKernels kRegister{{Op::SOFTMAX, softmax}, {Op::SOFTMAX_BACK, softmax_back}};
 
 } // namespace rp::cpu

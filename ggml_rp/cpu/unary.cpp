@@ -1,7 +1,7 @@
 // SCALE (and its soft-cap form), SILU, SILU_BACK, SWIGLU, SWIGLU_BACK (SiLU, gpt-oss's clamped form, GELU-tanh and llama.cpp's fp16 GELU
 // table): element-wise over same-shaped strided sources.
 #include "ggml_rp/core/fp16.h"
-#include "ggml_rp/cpu/kernels.h"
+#include "ggml_rp/cpu/kernel_registry.h"
 #include "ggml_rp/cpu/strided.h"
 #include "ggml_rp/cpu/vec_math.h"
 #include "ggml_rp/ops/unary_math.h"
@@ -17,8 +17,8 @@ namespace {
 
 // out[i] = f(src0[i], src1[i], src2[i], e[i]) for the first NSrc sources (all with the node's shape), where
 // e[i] = vec_exp(-src0[i]) when NegExp (the SiLU family), else 0. On contiguous rows e is computed a piece
-// of the row at a time in vectors (exp_affine: GCC leaves exp scalar in a loop, 8% of a llama-20M training
-// step) and f runs in a plain loop that vectorizes; strided rows compute the same values one at a time.
+// of the row at a time in vectors (exp_affine: GCC leaves exp scalar in a loop) and f runs in a plain loop
+// that vectorizes; strided rows compute the same values one at a time.
 template <int NSrc, bool NegExp = false, typename F>
 void elementwise(Tensor * n, F f) {
     const int64_t ne0 = n->ne[0], nr = n->nrows();
@@ -122,5 +122,8 @@ void swiglu_back(Tensor * n) {
     else
         elementwise<3, true>(n, [](float g, float, float dy, float e) { return dy * silu_of(g, e); });
 }
+
+const RegisterKernels kRegister{{Op::SCALE, scale},   {Op::SILU, silu},     {Op::SILU_BACK, silu_back},
+                                {Op::SWIGLU, swiglu}, {Op::SWIGLU_BACK, swiglu_back}};
 
 } // namespace rp::cpu

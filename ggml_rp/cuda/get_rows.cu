@@ -3,6 +3,7 @@
 // with the same id; each owner sums its chain in token order).
 #include "ggml_rp/cuda/get_rows.cuh"
 
+#include "ggml_rp/core/quant.h"
 #include "ggml_rp/core/quant_block.h"
 #include "ggml_rp/cuda/common.cuh"
 #include "ggml_rp/cuda/launch.h"
@@ -79,7 +80,7 @@ void get_rows(const void * table, gguf::TensorType type, size_t row_bytes, int64
               const int32_t * ids, int64_t n_ids, float * out, int * bad_id, cudaStream_t stream) {
     using T = gguf::TensorType;
     const gguf::TypeTraits * tt = gguf::type_traits(static_cast<uint32_t>(type));
-    require(tt && tt->dequantizable, "get_rows", std::string("unsupported table type ") +
+    require(tt && can_dequantize(type), "get_rows", std::string("unsupported table type ") +
                                                      gguf::type_name(static_cast<uint32_t>(type)));
     require(C >= 1 && C % tt->block_size == 0, "get_rows",
             "row length " + std::to_string(C) + " is not a multiple of the block size of " + tt->name);

@@ -1,7 +1,7 @@
 // How the CUDA backend runs one node: each op family's file (cuda/<family>.cu) defines, next to its
 // launchers, the node entry of every op it implements and registers it here by op; the backend (backend.cu)
 // looks the entry up. So the backend has no switch over ops, and adding an op means its own files plus its row
-// in the op table (ops/op_table.cpp), whose CUDA traits say that the kernel exists (tests/cuda checks that the
+// in the op list (core/ops.def), whose CUDA traits say that the kernel exists (tests/cuda checks that the
 // registrations and the table agree).
 //
 // Registrations are static objects of the family files; the plugin and the CUDA tests link the family files

@@ -1,6 +1,6 @@
 #include "ggml_rp/ops/attention.h"
 
-#include "ggml_rp/ops/backward_rules.h"
+#include "ggml_rp/ops/autodiff.h"
 #include "ggml_rp/ops/copy.h"
 #include "ggml_rp/ops/op_util.h"
 #include "ggml_rp/ops/view.h"

@@ -48,4 +48,10 @@ struct AttentionGrads {
 // the node; dk, dv and dsinks are views of its aux bytes.
 AttentionGrads attention_back(Context & ctx, Tensor * o, Tensor * dout);
 
+class Backward;
+namespace rules {
+// The backward rule of ATTENTION (the op table's, core/ops.def).
+void backward_attention(Backward & b, Tensor * node);
+} // namespace rules
+
 } // namespace rp

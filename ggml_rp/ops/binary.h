@@ -13,4 +13,10 @@ Tensor * mul(Context & ctx, Tensor * a, Tensor * b);
 // accumulation into buffers nobody else reads.
 Tensor * add_inplace(Context & ctx, Tensor * a, Tensor * b);
 
+class Backward;
+namespace rules {
+// The backward rule of ADD, MUL (the op table's, core/ops.def).
+void backward_binary(Backward & b, Tensor * node);
+} // namespace rules
+
 } // namespace rp

@@ -19,4 +19,10 @@ Tensor * copy_into(Context & ctx, Tensor * window, Tensor * src);
 Tensor * fill(Context & ctx, const Tensor * like, float value);
 Tensor * fill(Context & ctx, const int64_t ne[4], float value);
 
+class Backward;
+namespace rules {
+// The backward rule of CPY (the op table's, core/ops.def).
+void backward_copy(Backward & b, Tensor * node);
+} // namespace rules
+
 } // namespace rp

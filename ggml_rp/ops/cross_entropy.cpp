@@ -1,7 +1,7 @@
 #include "ggml_rp/ops/cross_entropy.h"
 
 #include "ggml_rp/core/quant.h"
-#include "ggml_rp/ops/backward_rules.h"
+#include "ggml_rp/ops/autodiff.h"
 #include "ggml_rp/ops/copy.h"
 #include "ggml_rp/ops/op_util.h"
 #include "ggml_rp/ops/view.h"

@@ -28,4 +28,10 @@ Tensor * lm_head_ce_back(Context & ctx, Tensor * ce, Tensor * dloss, Tensor * dW
 // another batch, whose scale (1 / its unmasked tokens) is the only thing about it that changes.
 void set_lm_head_ce_loss_scale(const Graph & g, float loss_scale);
 
+class Backward;
+namespace rules {
+// The backward rule of LM_HEAD_CE (the op table's, core/ops.def).
+void backward_cross_entropy(Backward & b, Tensor * node);
+} // namespace rules
+
 } // namespace rp

@@ -1,6 +1,6 @@
 #include "ggml_rp/ops/dropout.h"
 
-#include "ggml_rp/ops/backward_rules.h"
+#include "ggml_rp/ops/autodiff.h"
 #include "ggml_rp/ops/dropout_math.h"
 #include "ggml_rp/ops/op_util.h"
 

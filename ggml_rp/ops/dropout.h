@@ -30,4 +30,10 @@ struct DropoutParams {
 };
 DropoutParams dropout_params(const Tensor * node);
 
+class Backward;
+namespace rules {
+// The backward rule of DROPOUT (the op table's, core/ops.def).
+void backward_dropout(Backward & b, Tensor * node);
+} // namespace rules
+
 } // namespace rp

@@ -15,4 +15,10 @@ Tensor * get_rows(Context & ctx, Tensor * table, Tensor * ids);
 // shaped like `table` (zero where no token points).
 Tensor * get_rows_back(Context & ctx, Tensor * into, Tensor * dy, Tensor * ids, const Tensor * table);
 
+class Backward;
+namespace rules {
+// The backward rule of GET_ROWS (the op table's, core/ops.def).
+void backward_get_rows(Backward & b, Tensor * node);
+} // namespace rules
+
 } // namespace rp

@@ -35,4 +35,11 @@ Tensor * mul_mat_id_back_x(Context & ctx, Tensor * W, Tensor * dY, Tensor * ids,
 // dW [in, out, E] (f32, shaped like w_like); with into != nullptr added in place into `into`.
 Tensor * out_prod_id(Context & ctx, Tensor * into, Tensor * X, Tensor * dY, Tensor * ids, const Tensor * w_like);
 
+class Backward;
+namespace rules {
+// The backward rules of these ops (the op table's, core/ops.def).
+void backward_moe_weights(Backward & b, Tensor * node);  // MOE_WEIGHTS
+void backward_mul_mat_id(Backward & b, Tensor * node);  // MUL_MAT_ID
+} // namespace rules
+
 } // namespace rp

@@ -29,4 +29,10 @@ Tensor * mul_mat_back_x(Context & ctx, Tensor * W, Tensor * dY, const Tensor * x
 // With into != nullptr the sum is added in place into `into` (the node is a view of it).
 Tensor * out_prod(Context & ctx, Tensor * into, Tensor * X, Tensor * dY, const Tensor * w_like);
 
+class Backward;
+namespace rules {
+// The backward rule of MUL_MAT (the op table's, core/ops.def).
+void backward_mul_mat(Backward & b, Tensor * node);
+} // namespace rules
+
 } // namespace rp

@@ -11,4 +11,10 @@ Tensor * rms_norm(Context & ctx, Tensor * x, Tensor * weight, float eps);
 //   dx = r * g - r^3 * x * mean(g * x)
 Tensor * rms_norm_back(Context & ctx, Tensor * x, Tensor * weight, Tensor * dy, float eps);
 
+class Backward;
+namespace rules {
+// The backward rule of RMS_NORM (the op table's, core/ops.def).
+void backward_norm(Backward & b, Tensor * node);
+} // namespace rules
+
 } // namespace rp

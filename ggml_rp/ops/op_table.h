@@ -1,14 +1,13 @@
-// The op table: one descriptor per op, the only place that lists every op. Autodiff, the CPU backend, the
-// CUDA backend's host-side rules and the dumps read it; adding an op means writing its files (ops/<family>,
-// cpu/<family>, cuda/<family>) and one row in op_table.cpp.
+// The op table: one descriptor per op, made from the op list (core/ops.def, the only place that lists every
+// op). Autodiff, the CUDA backend's host-side rules and the dumps read it; the kernels are not in it: they
+// register by op from their own folders (cpu/kernel_registry.h, cuda/node_kernel.cuh).
 //
 //   name      what dumps, traces and error messages print ("MUL_MAT")
 //   shape     the shape rule its builder enforces, in the notation of the family header
-//   backward  the vector-Jacobian rule (ops/<family>.cpp): appends the gradient nodes of the node's sources;
-//             no_gradient for ops whose result does not depend on differentiable inputs (FILL); nullptr for
-//             the backward ops themselves (differentiating them is an error: no double backward)
-//   cpu       the CPU kernel (cpu/<family>.cpp): computes the node from its sources' data; nullptr for ops
-//             that compute nothing (NONE, VIEW)
+//   backward  the vector-Jacobian rule (declared in ops/<family>.h, defined beside the forward): appends the
+//             gradient nodes of the node's sources; no_gradient for ops whose result does not depend on
+//             differentiable inputs (FILL); nullptr for the backward ops themselves (differentiating them is
+//             an error: no double backward)
 //   cuda      what the CUDA backend (a plugin, loaded at run time) needs to know before it launches: whether
 //             it has a kernel, which operands its kernels read packed (a strided one is packed into scratch
 //             first), whether a strided output is computed packed and copied into place, and whether the
@@ -32,14 +31,12 @@ struct CudaTraits {
 };
 
 using BackwardRule = void (*)(Backward & b, Tensor * node);
-using CpuKernel = void (*)(Tensor * node);
 
 struct OpDesc {
     Op op;
     const char * name;
     const char * shape;
     BackwardRule backward;
-    CpuKernel cpu;
     CudaTraits cuda;
 };
 

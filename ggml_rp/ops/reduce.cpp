@@ -1,6 +1,6 @@
 #include "ggml_rp/ops/reduce.h"
 
-#include "ggml_rp/ops/backward_rules.h"
+#include "ggml_rp/ops/autodiff.h"
 #include "ggml_rp/ops/op_util.h"
 #include "ggml_rp/ops/unary.h"
 

@@ -14,4 +14,10 @@ Tensor * repeat(Context & ctx, Tensor * x, const Tensor * like);
 // out[j] = sum of x[i] over all i with i_d % like.ne[d] == j_d. Bias gradients, broadcast backward.
 Tensor * sum_to(Context & ctx, Tensor * x, const Tensor * like);
 
+class Backward;
+namespace rules {
+// The backward rule of SUM, MEAN, REPEAT, SUM_TO (the op table's, core/ops.def).
+void backward_reduce(Backward & b, Tensor * node);
+} // namespace rules
+
 } // namespace rp

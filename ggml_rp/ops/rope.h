@@ -39,4 +39,10 @@ Tensor * rope(Context & ctx, Tensor * x, Tensor * pos, const RopeParams & p, Ten
 // The transpose rotation (by -theta): the gradient of rope.
 Tensor * rope_back(Context & ctx, Tensor * dy, Tensor * pos, const RopeParams & p, Tensor * freq_factors = nullptr);
 
+class Backward;
+namespace rules {
+// The backward rule of ROPE, ROPE_BACK (the op table's, core/ops.def).
+void backward_rope(Backward & b, Tensor * node);
+} // namespace rules
+
 } // namespace rp

@@ -31,4 +31,10 @@ Tensor * geglu(Context & ctx, Tensor * gate, Tensor * up, bool fp16_table = fals
 // gradient this is (its kind, and the clamped form's alpha and limit, are carried over), or nullptr for SiLU.
 Tensor * swiglu_back(Context & ctx, Tensor * gate, Tensor * up, Tensor * dy, int which, const Tensor * like = nullptr);
 
+class Backward;
+namespace rules {
+// The backward rule of SCALE, SILU, SWIGLU (the op table's, core/ops.def).
+void backward_unary(Backward & b, Tensor * node);
+} // namespace rules
+
 } // namespace rp

@@ -1,6 +1,6 @@
 #include "ggml_rp/ops/view.h"
 
-#include "ggml_rp/ops/backward_rules.h"
+#include "ggml_rp/ops/autodiff.h"
 #include "ggml_rp/ops/copy.h"
 #include "ggml_rp/ops/binary.h"
 #include "ggml_rp/ops/op_util.h"
@@ -58,6 +58,24 @@ Tensor * permute(Context & ctx, Tensor * x, int a0, int a1, int a2, int a3) {
 }
 
 Tensor * transpose(Context & ctx, Tensor * x) { return permute(ctx, x, 1, 0, 2, 3); }
+
+void move_window(Tensor * v, size_t offset, int64_t rows) {
+    detail::require(v->view_src != nullptr, "move_window", describe(v) + " is not a view");
+    Tensor moved = *v;
+    moved.view_offs = offset;
+    if (rows >= 0) {
+        detail::require(rows >= 1, "move_window", describe(v) + ": " + std::to_string(rows) + " rows");
+        moved.ne[2] = rows;
+        moved.nb[3] = moved.nb[2] * static_cast<size_t>(rows);
+    }
+    const Tensor * root = v->view_src;
+    const size_t avail = root->nbytes() + root->aux_bytes;
+    detail::require(offset + moved.nbytes() <= avail, "move_window",
+                    describe(v) + " moved to offset " + std::to_string(offset) + " with " + shape_str(&moved) +
+                        " reaches outside " + describe(root) + " (" + std::to_string(avail) + " bytes)");
+    v->view_offs = moved.view_offs;
+    for (int i = 0; i < kMaxDims; ++i) v->ne[i] = moved.ne[i], v->nb[i] = moved.nb[i];
+}
 
 Tensor * after(Context & ctx, Tensor * x, Tensor * dep) {
     Tensor * v = make_view(ctx, x, x->ne, x->nb, 0, kAfter);

@@ -27,4 +27,17 @@ Tensor * after(Context & ctx, Tensor * x, Tensor * dep);
 // flow through it.
 Tensor * aux_view(Context & ctx, Tensor * x, const int64_t ne[4], size_t aux_offset);
 
+// Moves window v (a view, or a node computed into one: copy_into) of a built graph along its root, for a
+// graph replayed at another position: v starts `offset` bytes into the root and, when rows >= 0, its axis 2
+// has `rows` rows (nb[3] follows, as for a window of rows). Checked to stay inside the root; data is set by the
+// next allocate (CpuBackend points views at their roots). The KV cache's write at row n_past and its read over
+// rows [0, n_past + T) move this way between the tokens of a generation (models/arch/inference.cpp).
+void move_window(Tensor * v, size_t offset, int64_t rows = -1);
+
+class Backward;
+namespace rules {
+// The backward rule of VIEW (reshape, permute, view, after) (the op table's, core/ops.def).
+void backward_view(Backward & b, Tensor * node);
+} // namespace rules
+
 } // namespace rp

@@ -1,9 +1,7 @@
-// footprint_rules (graph_runner.h): the memory rules of each backend's runner without a device of it. The
-// CUDA rules are the host-side ones of cuda/backend_plan.h (header-only, no CUDA library), so a plan for CUDA
-// devices is made, and checked, on any machine.
+#include "ggml_rp/roundpipe/footprint_rules.h"
+
 #include "base/error.h"
 #include "ggml_rp/cuda/backend_plan.h"
-#include "ggml_rp/runtime/graph_runner.h"
 
 namespace rp {
 

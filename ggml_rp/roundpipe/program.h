@@ -13,6 +13,7 @@
 #pragma once
 
 #include "ggml_rp/runtime/device.h"
+#include "ggml_rp/roundpipe/footprint_rules.h"
 #include "ggml_rp/runtime/graph_runner.h"
 
 #include <cstddef>

@@ -77,8 +77,8 @@ public:
 class CpuGraphRunner final : public GraphRunner {
 public:
     // Without a device, graphs take their memory from `host` when given (a CpuBackend whose buffer only
-    // grows, kept by the caller across graphs and steps: a fresh buffer per graph is fresh pages, whose
-    // faults and zeroing measured 2-3% of a small model's training step), else from a buffer of their own.
+    // grows, kept by the caller across graphs and steps: a fresh buffer per graph is fresh pages to fault in
+    // and zero, bench/design-measurements.md), else from a buffer of their own.
     explicit CpuGraphRunner(Device * device = nullptr, CpuBackend * host = nullptr) : device_(device), host_(host) {}
     size_t run(Graph & g, int n_threads, const std::function<void()> & results = {}) override;
     size_t run_planned(Graph & g, AllocPlan & plan, int n_threads, const std::function<void()> & results = {}) override;
@@ -100,7 +100,7 @@ private:
 };
 
 // A runner that runs nothing: it measures the device memory a program's graphs and uploads would take under
-// another runner's rules (`rules`: a device's runner, or footprint_rules()), so the memory model gets the
+// another runner's rules (`rules`: a device's runner, or roundpipe/footprint_rules.h's), so the memory model gets the
 // exact bytes of every program by running the program's own code (roundpipe/memory_plan.h). run() returns 0
 // (nothing ran); peak() is the largest graph + uploads of one run. Uploads return a dummy non-null pointer.
 class FootprintRunner final : public GraphRunner {
@@ -122,9 +122,5 @@ private:
     size_t pending_uploads_ = 0;
     size_t peak_ = 0;
 };
-
-// The footprint rules of a backend without a device of it: "cpu" (CpuGraphRunner's) or "cuda" (the CUDA
-// runner's, from the host-side rules of cuda/backend_plan.h: no CUDA library needed). rp::Error otherwise.
-std::unique_ptr<GraphRunner> footprint_rules(const std::string & backend);
 
 } // namespace rp

@@ -104,12 +104,8 @@ std::vector<float> InferenceSession::eval(const std::vector<int32_t> & tokens, b
     // The cache views at this position: the writes (CPY views) at row n_past, the reads (views, and the
     // views that order them after the writes) over rows [0, n_past + T).
     for (Tensor * n : eg.cache_views) {
-        if (n->op == Op::CPY) {
-            n->view_offs = static_cast<size_t>(n_past_) * n->view_src->nb[2];
-        } else {
-            n->ne[2] = n_past_ + T;
-            n->nb[3] = n->nb[2] * static_cast<size_t>(n->ne[2]);
-        }
+        if (n->op == Op::CPY) move_window(n, static_cast<size_t>(n_past_) * n->view_src->nb[2]);
+        else move_window(n, n->view_offs, n_past_ + T);
     }
     backend_.allocate(eg.g, eg.plan);  // (points the views at their new places)
     backend_.compute(eg.g, n_threads_);

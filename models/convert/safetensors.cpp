@@ -190,12 +190,6 @@ void SafetensorsWriter::add_deferred(const std::string & name, const std::string
     new_entry(name, dtype, shape).make = std::move(make);
 }
 
-size_t SafetensorsWriter::data_bytes() const {
-    size_t n = 0;
-    for (const Entry & e : entries_) n += e.bytes;
-    return n;
-}
-
 void SafetensorsWriter::add_f32(const std::string & name, const std::string & dtype, const std::vector<int64_t> & shape, const float * values) {
     size_t n = 1;
     for (int64_t d : shape) n *= static_cast<size_t>(d);

@@ -74,7 +74,6 @@ public:
     void add_deferred(const std::string & name, const std::string & dtype, const std::vector<int64_t> & shape,
                       std::function<std::string()> make);
     void set_metadata(const std::string & key, const std::string & value) { metadata_[key] = value; }
-    size_t data_bytes() const;
     // The file's bytes (header + data).
     std::string bytes() const;
     void write(const std::string & path) const;

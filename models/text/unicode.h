@@ -25,7 +25,6 @@ enum class Ucat : uint8_t {
 };
 
 Ucat ucat(uint32_t cp);
-inline bool is_letter(uint32_t cp) { return ucat(cp) == Ucat::letter; }
 inline bool is_number(uint32_t cp) { return ucat(cp) == Ucat::number; }
 // Unicode White_Space (what regex \s means for the tokenizers).
 bool is_whitespace(uint32_t cp);

@@ -263,6 +263,50 @@ TEST(OpElementwise, CopyIntoAWindow) {
     EXPECT_THROW(rp::copy_into(ctx, cache, src), rp::Error);  // not a view
 }
 
+// move_window: a built graph replayed at another place of its cache: the write moved to rows 0 and 1, a read
+// over axis 2 grown to more rows; a window moved past its root's end is refused by name.
+TEST(OpElementwise, MoveWindowReplaysAGraphElsewhereInItsRoot) {
+    Context ctx;
+    Tensor * cache = ctx.new_tensor(rp::DType::F32, 2, 2, 4);  // [D, H, n_ctx]
+    ctx.alloc_data(cache);
+    std::memset(cache->data, 0, cache->nbytes());
+    Tensor * src = ctx.new_tensor(rp::DType::F32, 2, 2, 1);
+    ctx.alloc_data(src);
+    const int64_t wne[4] = {2, 2, 1, 1};
+    const size_t wnb[4] = {4, 8, 16, 16};
+    Tensor * w = rp::copy_into(ctx, rp::view(ctx, cache, wne, wnb, 2 * 16), src);  // row 2
+    const int64_t rne[4] = {2, 2, 3, 1};
+    const size_t rnb[4] = {4, 8, 16, 48};
+    Tensor * total = rp::sum(ctx, rp::after(ctx, rp::view(ctx, cache, rne, rnb, 0), w));  // rows [0, 3)
+    rp::Graph g;
+    rp::build_forward(g, total);
+    rp::CpuBackend be;
+    auto run = [&](float value) {
+        rp::tensor_set_f32(src, {value, value, value, value});
+        be.allocate(g);
+        be.compute(g, 1);
+        return rp::tensor_get_f32(total)[0];
+    };
+    EXPECT_EQ(run(1), 4.0f);  // row 2 written, rows 0..2 read
+    std::vector<Tensor *> reads;
+    for (Tensor * n : g.nodes)
+        if (n->view_src == cache && n->op != rp::Op::CPY) reads.push_back(n);
+    ASSERT_EQ(reads.size(), 2u);  // the window and the after() that orders it
+    rp::move_window(w, 3 * 16);  // row 3
+    for (Tensor * r : reads) rp::move_window(r, 0, 4);  // rows [0, 4)
+    EXPECT_EQ(run(2), 12.0f);  // 4 x 1 in row 2 + 4 x 2 in row 3
+    const std::vector<float> c = rp::tensor_get_f32(cache);
+    EXPECT_EQ(c[12], 2.0f);
+    EXPECT_EQ(c[0], 0.0f);
+    try {
+        rp::move_window(w, 4 * 16);  // past the last row
+        FAIL() << "a window outside its root was moved";
+    } catch (const rp::Error & e) {
+        EXPECT_NE(std::string(e.what()).find("move_window"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(rp::move_window(cache, 0), rp::Error);  // not a view
+}
+
 TEST(OpElementwise, ShapeErrorsNameOpAndShapes) {
     Context ctx;
     Tensor * a = ctx.new_tensor(rp::DType::F32, 4, 3);

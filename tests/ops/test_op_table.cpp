@@ -1,8 +1,9 @@
 // The op table (ggml_rp/ops/op_table.h) is complete and consistent: one row per op in enum order, unique
-// names that op_name() returns, a CPU kernel for every op that computes, a backward rule for every forward
+// names that op_name() returns, a CPU kernel registered (cpu/kernel_registry.h) for every op that computes, a backward rule for every forward
 // op and none for the backward ops (differentiating those is refused by name), CUDA traits that only name
 // sources an op has.
 #include "base/error.h"
+#include "ggml_rp/cpu/kernel_registry.h"
 #include "ggml_rp/ggml_rp.h"
 
 #include <gtest/gtest.h>
@@ -37,7 +38,7 @@ TEST(OpTable, OneConsistentRowPerOp) {
         ASSERT_NE(d.shape, nullptr);
         EXPECT_GT(std::string(d.shape).size(), 2u);
         const bool computes = op != rp::Op::NONE && op != rp::Op::VIEW;
-        EXPECT_EQ(d.cpu != nullptr, computes) << "a CPU kernel exactly for the ops that compute";
+        EXPECT_EQ(rp::cpu::kernel_for(op) != nullptr, computes) << "a CPU kernel exactly for the ops that compute";
         if (op != rp::Op::NONE) {
             EXPECT_EQ(d.backward == nullptr, is_backward_op(op)) << "backward rule";
         }

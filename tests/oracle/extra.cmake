@@ -1,4 +1,4 @@
-# The llama.cpp reference oracle (docs: shared/docs/reference-oracle.md). rp-oracle is built only when
+# The llama.cpp reference oracle (docs: docs/reference-oracle.md). rp-oracle is built only when
 # scripts/fetch-oracle.sh has put the prebuilt npm libraries and the headers into RP_ORACLE_DIR; test_oracle
 # (and any test that needs the oracle) gets RP_ORACLE_BIN / RP_ORACLE_BINS only then, and otherwise skips
 # locally and fails in CI (CI=true).

@@ -1,4 +1,4 @@
-// Self-checks of the oracle setup (shared/docs/reference-oracle.md): rp-oracle, linked against the prebuilt npm
+// Self-checks of the oracle setup (docs/reference-oracle.md): rp-oracle, linked against the prebuilt npm
 // libraries, must reproduce the reference outputs in shared/models/reference — made with the same libraries and
 // the zen4 CPU build — bit for bit, the reference mean cross-entropy, and the tokenizer fixtures exactly. Only
 // then can later tests use the oracle on new inputs. Where the host cannot run the zen4 build (no AVX-512), the

@@ -1,6 +1,6 @@
 // rp-oracle: llama.cpp as an independent reference for the forward pass, tokenizer and runtime LoRA.
 // Linked against the prebuilt CPU libraries from npm (scripts/fetch-oracle.sh); how and why:
-// shared/docs/reference-oracle.md. Usage:
+// docs/reference-oracle.md. Usage:
 //   rp-oracle logits   MODEL (--prompt TEXT | --prompt-file F | --tokens "1 2 3") [--lora A [--lora-scale S]]
 //                      [--out FILE.f32] [--ce N]
 //   rp-oracle tokenize MODEL [--special] [--no-parse-special] [--cases] < text

@@ -1,4 +1,4 @@
-// rp-tokenize-oracle: llama.cpp's own tokenizer (prebuilt libllama, see shared/docs/reference-oracle.md) on a
+// rp-tokenize-oracle: llama.cpp's own tokenizer (prebuilt libllama, see docs/reference-oracle.md) on a
 // batch of strings, for the differential test in tests/tokenizer/test_oracle_diff.cpp. Built only when the
 // oracle libraries are present (tests/tokenizer/extra.cmake).
 //
