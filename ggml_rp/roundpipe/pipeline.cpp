@@ -213,7 +213,7 @@ Pipeline::~Pipeline() {
 
 double Pipeline::forward_backward(const std::vector<MicroBatch> & mbs) {
     Impl & d = *impl_;
-    d.faults.rethrow();
+    rethrow_faults();
     if (mbs.empty()) throw Error("forward_backward: no micro-batches");
     d.harvest_timings();
     std::vector<MicroBatchInfo> info;
@@ -241,13 +241,13 @@ double Pipeline::forward_backward(const std::vector<MicroBatch> & mbs) {
         if (auto & ev = c->loss_ready[static_cast<size_t>(i)]) ev->synchronize();
         loss += c->loss.as<float>()[i];
     }
-    if (d.faults.failed()) drain();  // every device synced first: its stream's fault, not a consequence of it
+    rethrow_faults();
     return loss;
 }
 
 void Pipeline::step(std::function<void()> update) {
     Impl & d = *impl_;
-    d.faults.rethrow();
+    rethrow_faults();
     d.optim_updated.wait_and_clear();
     d.protocol.begin_step();
     const int64_t n = std::exchange(d.calls_in_step, 0);
@@ -267,7 +267,7 @@ void Pipeline::step(std::function<void()> update) {
         d.optimizer->enqueue(copy_back);
         d.optimizer->enqueue([&d] { d.optim_updated.set(); });
         d.optim_updated.wait();
-        if (d.faults.failed()) drain();
+        rethrow_faults();
     }
 }
 
@@ -278,18 +278,24 @@ void Pipeline::synchronize() {
 
 std::vector<std::vector<float>> Pipeline::working_weights() const {
     std::vector<std::vector<float>> w;
-    const auto & params = impl_->prog.params();
+    const auto & params = impl_->prog.param_infos();
     for (size_t p = 0; p < params.size(); ++p) w.emplace_back(impl_->store.working(p), impl_->store.working(p) + params[p].n);
     return w;
 }
 
 void Pipeline::set_working_weights(const std::vector<std::vector<float>> & w) {
-    const auto & params = impl_->prog.params();
+    const auto & params = impl_->prog.param_infos();
     if (w.size() != params.size()) throw Error("set_working_weights: " + std::to_string(w.size()) + " tensors for " + std::to_string(params.size()) + " parameters");
     for (size_t p = 0; p < params.size(); ++p) {
         if (w[p].size() != params[p].n) throw Error("set_working_weights: '" + params[p].name + "' has the wrong size");
         std::copy(w[p].begin(), w[p].end(), impl_->store.working(p));
     }
+}
+
+// Once anything failed, every device is synced before the first error is rethrown (FaultReport): a stream's
+// fault is then on record, rather than only a program's error that was a consequence of it.
+void Pipeline::rethrow_faults() {
+    if (impl_->faults.failed()) drain();
 }
 
 void Pipeline::drain() {

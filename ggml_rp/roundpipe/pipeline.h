@@ -73,7 +73,7 @@ struct PipelineOptions {
 
 class Pipeline {
 public:
-    // The devices must outlive the pipeline; the program's params() are updated in place by step()'s callback.
+    // The devices must outlive the pipeline; the program's param_infos() are updated in place by step()'s callback.
     Pipeline(TrainingProgram & program, std::vector<Device *> devices, PipelineOptions options);
     ~Pipeline();
     Pipeline(const Pipeline &) = delete;
@@ -95,7 +95,7 @@ public:
     // the working weights stay what the next call computes at (async: the update before the last). Call
     // before evaluating on the masters or checkpointing, so that neither changes the run's trajectory.
     void drain();
-    // After drain(): the working weights of every parameter (the params() order), and setting them (a resumed
+    // After drain(): the working weights of every parameter (the param_infos() order), and setting them (a resumed
     // async run restores the weights its next call computes at).
     std::vector<std::vector<float>> working_weights() const;
     void set_working_weights(const std::vector<std::vector<float>> & w);
@@ -127,6 +127,7 @@ public:
     struct Impl;
 
 private:
+    void rethrow_faults();
     std::unique_ptr<Impl> impl_;
 };
 
