@@ -21,7 +21,7 @@
 #include "models/train/data_parallel.h"
 #include "models/train/trainer.h"
 #include "models/arch/model.h"
-#include "models/train/training_program.h"
+#include "models/train/trainer.h"
 
 #include <cstdio>
 #include <cstring>
@@ -63,7 +63,7 @@ int run_dp(int argc, char ** argv) {
     cfg.full = full;
     cfg.lora_rank = lora_rank;
     rp::Trainer tr(*model, cfg);
-    rp::ModelProgram real(tr);
+    rp::TrainingProgram & real = tr;
     rp::MicroBatchInfo mb;
     mb.seq_len = T;
     mb.n_seq = B;

@@ -18,7 +18,7 @@
 #include "ggml_rp/runtime/cpu_device.h"
 #include "models/train/trainer.h"
 #include "models/arch/model.h"
-#include "models/train/training_program.h"
+#include "models/train/trainer.h"
 
 #include <cstdio>
 #include <memory>
@@ -54,7 +54,7 @@ int run_roundpipe(int argc, char ** argv) {
     rp::FinetuneConfig cfg;
     cfg.lora_rank = rank;
     rp::Trainer tr(*model, cfg);
-    rp::ModelProgram real(tr);
+    rp::TrainingProgram & real = tr;
     rp::MicroBatchInfo mb;
     mb.seq_len = T;
     mb.n_seq = B;

@@ -26,7 +26,7 @@ public:
         : real_(real), fwd_(std::move(fwd_s)), bwd_(std::move(bwd_s)), head_(head_s) {}
     int num_layers() const override { return real_.num_layers(); }
     const std::vector<TensorInfo> & layer_tensors(int l) const override { return real_.layer_tensors(l); }
-    const std::vector<ParamInfo> & params() const override { return real_.params(); }
+    const std::vector<ParamInfo> & param_infos() const override { return real_.param_infos(); }
     std::string layer_name(int l) const override { return real_.layer_name(l); }
     size_t hidden_bytes(const rp::MicroBatchInfo & mb) const override { return real_.hidden_bytes(mb); }
     void forward(int l, const rp::LayerMemory &, const void *, void *, const rp::MicroBatchInfo &, rp::ProgramContext &) override {
@@ -78,7 +78,7 @@ inline Measured measure(rp::TrainingProgram & p, const rp::MicroBatchInfo & mb, 
         rp::LayerMemory m;
         for (const auto & ti : p.layer_tensors(l)) {
             if (ti.param >= 0) {
-                m.data.push_back(p.params()[static_cast<size_t>(ti.param)].master);
+                m.data.push_back(p.param_infos()[static_cast<size_t>(ti.param)].master);
                 grads.emplace_back(ti.bytes / sizeof(float));
                 m.grad.push_back(grads.back().data());
             } else {

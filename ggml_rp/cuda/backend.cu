@@ -9,6 +9,7 @@
 #include "ggml_rp/cuda/copy.cuh"
 #include "ggml_rp/cuda/cuda_device.h"
 #include "ggml_rp/cuda/node_kernel.cuh"
+#include "ggml_rp/ops/op_registry.h"
 #include "ggml_rp/ops/op_table.h"
 #include "ggml_rp/runtime/arena.h"
 
@@ -20,20 +21,10 @@ namespace rp {
 
 namespace cuda {
 
-namespace {
-std::array<NodeKernel, static_cast<size_t>(Op::COUNT)> & kernel_table() {
-    static std::array<NodeKernel, static_cast<size_t>(Op::COUNT)> table{};
-    return table;
-}
-} // namespace
-
-NodeKernel node_kernel(Op op) {
-    const size_t i = static_cast<size_t>(op);
-    return i < kernel_table().size() ? kernel_table()[i] : nullptr;
-}
+NodeKernel node_kernel(Op op) { return OpRegistry<NodeKernel>::get().find(op); }
 
 RegisterNodeKernels::RegisterNodeKernels(std::initializer_list<std::pair<Op, NodeKernel>> entries) {
-    for (const auto & [op, fn] : entries) kernel_table()[static_cast<size_t>(op)] = fn;
+    OpRegistry<NodeKernel>::get().add(entries, "CUDA");
 }
 
 } // namespace cuda

@@ -80,7 +80,7 @@ std::string FrozenPinningReport::describe() const {
 }
 
 HostStore::HostStore(const TrainingProgram & prog, Device & host, FrozenPinning pinning) : prog_(prog), host_(host) {
-    const auto & params = prog.params();
+    const auto & params = prog.param_infos();
     for (const auto & pi : params) {
         working_.emplace_back(host, pi.n * sizeof(float));
         std::memcpy(working_.back().data(), pi.master, pi.n * sizeof(float));
@@ -204,7 +204,7 @@ void HostStore::copy_back(LayerProtocol & protocol, const std::function<void()> 
     // Every weight upload enqueued so far has completed (no torn weights, §9.1 edge 1) — all layers, since a
     // shared tensor may have been uploaded by another layer.
     protocol.wait_uploads_complete();
-    const auto & params = prog_.params();
+    const auto & params = prog_.param_infos();
     std::vector<char> copied(params.size(), 0);
     for (int l = 0; l < num_layers(); ++l) {
         for (const auto & ti : prog_.layer_tensors(l)) {
@@ -220,7 +220,7 @@ void HostStore::copy_back(LayerProtocol & protocol, const std::function<void()> 
 
 void HostStore::hand_off(LayerProtocol & protocol, PipelineObserver & observer, int64_t calls,
                          const std::function<void()> & between_layers, const GradsComplete & grads_complete) {
-    const auto & params = prog_.params();
+    const auto & params = prog_.param_infos();
     std::vector<char> touched(params.size(), 0);
     if (calls == 0) {  // no micro-batch this step: zero gradients (the slots hold an earlier step's)
         for (size_t p = 0; p < params.size(); ++p) std::memset(params[p].grad, 0, params[p].n * sizeof(float));
@@ -256,7 +256,7 @@ void HostStore::hand_off(LayerProtocol & protocol, PipelineObserver & observer, 
 }
 
 void HostStore::refresh_working() {
-    const auto & params = prog_.params();
+    const auto & params = prog_.param_infos();
     for (size_t p = 0; p < params.size(); ++p) std::memcpy(working_[p].data(), params[p].master, params[p].n * sizeof(float));
 }
 

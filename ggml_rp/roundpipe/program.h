@@ -66,7 +66,7 @@ public:
     struct TensorInfo {
         std::string name;          // e.g. "blk.3.attn_q.weight" or "blk.3.attn_q.weight.lora_a"
         size_t bytes = 0;          // bytes on the device (the working copy: f32 for trainable tensors)
-        int param = -1;            // index into params(), or -1 for a frozen tensor
+        int param = -1;            // index into param_infos(), or -1 for a frozen tensor
         const void * host = nullptr;  // frozen tensors: the host bytes to upload (trainable: the host store's copy)
     };
     struct ParamInfo {
@@ -81,7 +81,7 @@ public:
     // L: layer 0 takes token ids, layer L-1 ends in the loss (L >= 2).
     virtual int num_layers() const = 0;
     virtual const std::vector<TensorInfo> & layer_tensors(int layer) const = 0;
-    virtual const std::vector<ParamInfo> & params() const = 0;
+    virtual const std::vector<ParamInfo> & param_infos() const = 0;
     virtual std::string layer_name(int layer) const = 0;
 
     // Bytes of the hidden state at a layer boundary, and of the token ids / labels, for one micro-batch.

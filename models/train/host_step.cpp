@@ -20,15 +20,15 @@
 
 namespace rp {
 
-CpuBackend & Trainer::kept_backend(int layer) const {
-    if (kept_graphs_.size() < static_cast<size_t>(num_seq_layers())) kept_graphs_.resize(static_cast<size_t>(num_seq_layers()));
+CpuBackend & Trainer::kept_backend(int layer) {
+    if (kept_graphs_.size() < static_cast<size_t>(num_layers())) kept_graphs_.resize(static_cast<size_t>(num_layers()));
     std::unique_ptr<CpuBackend> & b = kept_graphs_[static_cast<size_t>(layer)];
     if (!b) b = std::make_unique<CpuBackend>();
     return *b;
 }
 
 std::unique_ptr<Trainer::KeptLayer> Trainer::keep_layer(int layer, const void * in, const void * dout, void * din,
-                                                        const MicroBatchInfo & mb) const {
+                                                        const MicroBatchInfo & mb) {
     const ProgramKey key = program_key(ProgramKind::Backward, layer, mb, true);
     std::unique_ptr<KeptLayer> k;
     if (replays()) {
@@ -95,18 +95,18 @@ void Trainer::split_kept_memory(KeptLayer & k) {
     k.scratch_plan = plan_graph(k.whole, kAlign, &placed);
 }
 
-void Trainer::bind_kept(int layer, KeptLayer & k) const {
+void Trainer::bind_kept(int layer, KeptLayer & k) {
     char * base = static_cast<char *>(kept_backend(layer).reserve(k.kept_bytes));
     for (const auto & [t, offset] : k.kept) t->data = base + offset;
     host_graphs_.allocate(k.whole, k.scratch_plan);
 }
 
-Trainer::KeptBytes Trainer::kept_layer_bytes(int layer, const MicroBatchInfo & mb) const {
+Trainer::KeptBytes Trainer::kept_layer_bytes(int layer, const MicroBatchInfo & mb) {
     const std::unique_ptr<KeptLayer> k = keep_layer(layer, nullptr, nullptr, nullptr, mb);
     return {k->kept_bytes, k->scratch_plan.size};
 }
 
-void Trainer::release_kept(int layer, const MicroBatchInfo & mb, std::unique_ptr<KeptLayer> k) const {
+void Trainer::release_kept(int layer, const MicroBatchInfo & mb, std::unique_ptr<KeptLayer> k) {
     if (!replays()) return;
     if (kept_cache_.size() >= kMaxCachedPrograms) kept_cache_.clear();  // shapes that keep changing: bound it
     kept_cache_.emplace(program_key(ProgramKind::Backward, layer, mb, true), std::move(k));
@@ -136,7 +136,7 @@ double Trainer::accumulate(const int32_t * ids, const int32_t * labels, int64_t 
     mb.token_chunk = cfg_.token_chunk;
     ProgramContext pc;
     pc.n_threads = n_threads;
-    const int L = num_seq_layers();
+    const int L = num_layers();
     const size_t H = hidden_bytes(mb) / sizeof(float);
 
     // Forward: the input of every layer (the checkpoints) is kept, and the first decoder layers' whole graphs
@@ -166,10 +166,10 @@ double Trainer::accumulate(const int32_t * ids, const int32_t * labels, int64_t 
             }
             release_kept(l, mb, std::move(k));  // this layer and the later ones recompute
         }
-        seq_forward(l, host_memory(l), in, act[static_cast<size_t>(l + 1)].data(), mb, pc);
+        forward(l, host_memory(l), in, act[static_cast<size_t>(l + 1)].data(), mb, pc);
     }
     float loss = 0.0f;
-    seq_head(host_memory(L - 1), act[static_cast<size_t>(L - 1)].data(), labels, &loss, dout_of(L - 2), mb, pc);
+    head(host_memory(L - 1), act[static_cast<size_t>(L - 1)].data(), labels, &loss, dout_of(L - 2), mb, pc);
     // Backward, last layer to first: the kept ones run their backward half, the others are recomputed from
     // their checkpoint.
     for (int l = L - 2; l >= 0; --l) {
@@ -182,7 +182,7 @@ double Trainer::accumulate(const int32_t * ids, const int32_t * labels, int64_t 
             release_kept(l, mb, std::move(k));
             continue;
         }
-        seq_backward(l, host_memory(l), l == 0 ? static_cast<const void *>(ids) : act[static_cast<size_t>(l)].data(), dout_of(l),
+        backward(l, host_memory(l), l == 0 ? static_cast<const void *>(ids) : act[static_cast<size_t>(l)].data(), dout_of(l),
                      l == 0 ? nullptr : din_of(l), mb, pc);
     }
     return loss;

@@ -113,7 +113,7 @@ struct Trainer::Program {
     }
 };
 
-// A decoder layer's forward + backward graph kept between the sweeps of one micro-batch: the graph seq_backward
+// A decoder layer's forward + backward graph kept between the sweeps of one micro-batch: the graph backward
 // would rebuild from the layer's input, planned once into its own buffer. Its forward nodes run in the forward
 // sweep (the layer output is copied out as the next layer's input), the others in the backward sweep, so the
 // kept activations replace the recompute and the gradients are the recompute path's bits. Built and planned
@@ -138,6 +138,6 @@ struct Trainer::KeptLayer {
 // The values of positions leafs (Program::positions) for micro-batch mb: pos, and key starts when packed.
 void position_values(const MicroBatchInfo & mb, std::vector<int32_t> & pos, std::vector<int32_t> & first);
 
-inline size_t token_bytes(int64_t token, int64_t n_embd) { return static_cast<size_t>(token * n_embd) * sizeof(float); }
+inline size_t token_offset_bytes(int64_t token, int64_t n_embd) { return static_cast<size_t>(token * n_embd) * sizeof(float); }
 
 } // namespace rp

@@ -31,7 +31,7 @@ void check_memory(const std::string & layer, const LayerMemory & mem, size_t n, 
 
 Trainer::Bound Trainer::bind(Context & ctx, int layer, const LayerMemory & mem, bool with_grads, const MicroBatchInfo & mb) const {
     const std::vector<SeqTensor> & list = seq_tensors(layer);
-    check_memory(seq_layer_name(layer), mem, list.size(), with_grads);
+    check_memory(layer_name(layer), mem, list.size(), with_grads);
     std::unordered_map<const Tensor *, Tensor *> map;
     Bound b;
     for (size_t i = 0; i < list.size(); ++i) {
@@ -105,7 +105,7 @@ Trainer::ProgramKey Trainer::program_key(ProgramKind kind, int layer, const Micr
     return k;
 }
 
-std::unique_ptr<Trainer::Program> Trainer::take_program(const ProgramKey & key) const {
+std::unique_ptr<Trainer::Program> Trainer::take_program(const ProgramKey & key) {
     std::lock_guard<std::mutex> lk(programs_m_);
     const auto it = programs_.find(key);
     if (it == programs_.end()) return nullptr;
@@ -114,7 +114,7 @@ std::unique_ptr<Trainer::Program> Trainer::take_program(const ProgramKey & key) 
     return p;
 }
 
-void Trainer::give_back(const ProgramKey & key, std::unique_ptr<Program> p) const {
+void Trainer::give_back(const ProgramKey & key, std::unique_ptr<Program> p) {
     std::lock_guard<std::mutex> lk(programs_m_);
     if (programs_.size() >= kMaxCachedPrograms) programs_.clear();  // shapes that keep changing: bound it
     programs_.emplace(key, std::move(p));
@@ -131,9 +131,9 @@ size_t Trainer::cached_programs() const {
     return programs_.size() + kept_cache_.size();
 }
 
-void Trainer::rebind(Program & p, const LayerMemory & mem, const CallArgs & a) const {
+void Trainer::rebind(Program & p, const LayerMemory & mem, const CallArgs & a) {
     Bound & b = p.b;
-    check_memory(seq_layer_name(p.layer), mem, b.by_seq.size(), p.grads);
+    check_memory(layer_name(p.layer), mem, b.by_seq.size(), p.grads);
     for (size_t i = 0; i < b.by_seq.size(); ++i) {
         b.by_seq[i]->data = mem.data[i];
         if (p.grads && b.by_seq[i]->grad) b.by_seq[i]->grad->data = mem.grad[i];
@@ -141,7 +141,7 @@ void Trainer::rebind(Program & p, const LayerMemory & mem, const CallArgs & a) c
     for (const Program::ArgLeaf & l : p.args) (l.grad ? l.t->grad->data : l.t->data) = a.at(l.arg, l.offset);
 }
 
-void Trainer::run_program(Program & p, const LayerMemory & mem, const CallArgs & a, const MicroBatchInfo & mb, ProgramContext & pc) const {
+void Trainer::run_program(Program & p, const LayerMemory & mem, const CallArgs & a, const MicroBatchInfo & mb, ProgramContext & pc) {
     CpuGraphRunner host(nullptr, &host_graphs_);
     GraphRunner & runner = pc.runner ? *pc.runner : host;
     rebind(p, mem, a);
@@ -163,7 +163,7 @@ void Trainer::run_program(Program & p, const LayerMemory & mem, const CallArgs &
 
 template <class Build>
 void Trainer::call_program(ProgramKind kind, int layer, const LayerMemory & mem, bool grads, const CallArgs & args, const MicroBatchInfo & mb,
-                           ProgramContext & pc, Build build) const {
+                           ProgramContext & pc, Build build) {
     // A runner that only measures builds the graphs of distinct shapes only (token_ranges): never replayed.
     // (A program may replay on another device than the one it was built on: the CPU runners share their plans'
     // rules, and the CUDA runner plans every run itself.)
@@ -198,7 +198,7 @@ std::vector<std::pair<int64_t, int64_t>> token_ranges(const MicroBatchInfo & mb,
 
 // Token-chunked programs: the attention half of decoder layer `layer` (its output, residual included) over
 // every token, copied into buffer dst.
-void Trainer::attention_half_into(Program & p, int layer, Arg dst, const MicroBatchInfo & mb) const {
+void Trainer::attention_half_into(Program & p, int layer, Arg dst, const MicroBatchInfo & mb) {
     const HParams & hp = model_.hparams();
     const int64_t T = mb.seq_len, B = mb.n_seq, E = hp.n_embd;
     Program::Step & s = p.new_step();
@@ -209,8 +209,8 @@ void Trainer::attention_half_into(Program & p, int layer, Arg dst, const MicroBa
     s.copies.push_back({dst, 0, h});
 }
 
-void Trainer::seq_forward(int layer, const LayerMemory & mem, const void * in, void * out, const MicroBatchInfo & mb,
-                          ProgramContext & pc) const {
+void Trainer::forward(int layer, const LayerMemory & mem, const void * in, void * out, const MicroBatchInfo & mb,
+                      ProgramContext & pc) {
     CallArgs a;
     a.in = in;
     a.out = out;
@@ -238,22 +238,22 @@ void Trainer::seq_forward(int layer, const LayerMemory & mem, const void * in, v
         for (const auto & [t0, t1] : ranges) {
             p.b.lora.dropout.token_offset = t0;
             Program::Step & s = p.new_step();
-            Tensor * y = ffn_block(p.ctx, hp, p.b.layer, layer - 1, p.leaf(DType::F32, Arg::Out, token_bytes(t0, E), E, t1 - t0), &p.b.lora);
+            Tensor * y = ffn_block(p.ctx, hp, p.b.layer, layer - 1, p.leaf(DType::F32, Arg::Out, token_offset_bytes(t0, E), E, t1 - t0), &p.b.lora);
             y->flags |= kFlagOutput;
             build_forward(s.g, y);
-            s.copies.push_back({Arg::Out, token_bytes(t0, E), y});
+            s.copies.push_back({Arg::Out, token_offset_bytes(t0, E), y});
         }
     });
 }
 
-void Trainer::seq_head(const LayerMemory & mem, const void * in, const int32_t * labels, float * loss, void * din,
-                       const MicroBatchInfo & mb, ProgramContext & pc) const {
+void Trainer::head(const LayerMemory & mem, const void * in, const int32_t * labels, float * loss, void * din,
+                   const MicroBatchInfo & mb, ProgramContext & pc) {
     CallArgs a;
     a.in = in;
     a.labels = labels;
     a.loss = loss;
     a.din = din;
-    call_program(ProgramKind::Head, num_seq_layers() - 1, mem, true, a, mb, pc, [&](Program & p) {
+    call_program(ProgramKind::Head, num_layers() - 1, mem, true, a, mb, pc, [&](Program & p) {
         const int64_t E = model_.hparams().n_embd;
         // One graph per token range (one range unless chunked): forward, loss and backward of its tokens, the
         // parameter gradients accumulating across ranges, the loss summed range by range into *loss.
@@ -262,7 +262,7 @@ void Trainer::seq_head(const LayerMemory & mem, const void * in, const int32_t *
             const int64_t n = t1 - t0;
             Program::Step & s = p.new_step();
             Tensor * x = ranges.size() == 1 ? p.hidden_param(s, Arg::In, 0, Arg::Din, 0, E, mb.seq_len, mb.n_seq)
-                                            : p.hidden_param(s, Arg::In, token_bytes(t0, E), Arg::Din, token_bytes(t0, E), E, n, 1);
+                                            : p.hidden_param(s, Arg::In, token_offset_bytes(t0, E), Arg::Din, token_offset_bytes(t0, E), E, n, 1);
             Tensor * l = build_loss(p.ctx, p.b.w, x, p.leaf(DType::I32, Arg::Labels, static_cast<size_t>(t0) * sizeof(int32_t), n), mb.loss_scale);
             build_forward(s.g, l);
             std::vector<Tensor *> ps = p.b.params;
@@ -282,8 +282,8 @@ HParams Trainer::backward_hparams(const MicroBatchInfo & mb) const {
     return hp;
 }
 
-void Trainer::seq_backward(int layer, const LayerMemory & mem, const void * in, const void * dout, void * din,
-                           const MicroBatchInfo & mb, ProgramContext & pc) const {
+void Trainer::backward(int layer, const LayerMemory & mem, const void * in, const void * dout, void * din,
+                       const MicroBatchInfo & mb, ProgramContext & pc) {
     if (layer == 0 && !std::any_of(seq_tensors(0).begin(), seq_tensors(0).end(), [](const SeqTensor & st) { return st.param >= 0; }))
         return;  // nothing trainable in the embedding, and ids have no gradient
     CallArgs a;
@@ -327,7 +327,7 @@ void Trainer::seq_backward(int layer, const LayerMemory & mem, const void * in, 
         for (const auto & [t0, t1] : ranges) {
             p.b.lora.dropout.token_offset = t0;
             Program::Step & s = p.new_step();
-            const size_t off = token_bytes(t0, E);
+            const size_t off = token_offset_bytes(t0, E);
             // (the gradient of h is not zeroed: it holds the residual's share)
             Tensor * h = p.hidden_param(s, Arg::Din, off, Arg::Dout, off, E, t1 - t0, 1, /*zero=*/false);
             Tensor * f = ffn_block(p.ctx, hp, p.b.layer, layer - 1, h, &p.b.lora, /*residual=*/false);
@@ -339,6 +339,22 @@ void Trainer::seq_backward(int layer, const LayerMemory & mem, const void * in, 
         p.b.lora.dropout.token_offset = 0;
         attention_backward(attention_block);
     });
+}
+
+size_t Trainer::program_footprint(ProgramKind kind, int layer, const MicroBatchInfo & mb, const GraphRunner & rules) {
+    // The program itself, over memory that is never touched: its graphs are built and measured, not run.
+    FootprintRunner fr(rules);
+    ProgramContext pc;
+    pc.runner = &fr;
+    LayerMemory mem;
+    mem.data.assign(layer_infos_[static_cast<size_t>(layer)].size(), nullptr);
+    mem.grad.assign(layer_infos_[static_cast<size_t>(layer)].size(), nullptr);
+    switch (kind) {
+    case ProgramKind::Forward: forward(layer, mem, nullptr, nullptr, mb, pc); break;
+    case ProgramKind::Head: head(mem, nullptr, nullptr, nullptr, nullptr, mb, pc); break;
+    case ProgramKind::Backward: backward(layer, mem, nullptr, nullptr, nullptr, mb, pc); break;
+    }
+    return fr.peak();
 }
 
 } // namespace rp

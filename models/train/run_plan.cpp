@@ -4,7 +4,7 @@
 #include "ggml_rp/roundpipe/footprint_rules.h"
 #include "ggml_rp/runtime/graph_runner.h"
 #include "models/train/session.h"
-#include "models/train/training_program.h"
+#include "models/train/trainer.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -43,14 +43,14 @@ RunPlan plan_run(const Model & model, const RunPlanOptions & options) {
     FinetuneConfig fc = o.finetune;
     if (fc.context == 0) fc.context = seq_len;
     Trainer tr(model, fc, TrainerData::ShapesOnly);
-    ModelProgram prog(tr);
+    TrainingProgram & prog = tr;
     RunPlan r;
     r.step = micro_batch_shapes(seq_len, o.batch, micro_batches, options.packed);
 
     HostMemoryPlan & h = r.host;
     // A weight with an fp32 master (full finetune) has its mapped pages released once copied (trainer.cpp).
     std::set<std::string> mastered;
-    for (const auto & p : prog.params()) h.masters += p.n * sizeof(float), mastered.insert(p.name);
+    for (const auto & p : prog.param_infos()) h.masters += p.n * sizeof(float), mastered.insert(p.name);
     for (const Tensor * t : model.weights())
         if (!mastered.count(t->name)) h.mapped_weights += t->nbytes();
     h.gradients = h.masters;

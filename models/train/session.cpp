@@ -154,13 +154,12 @@ TrainingSession::TrainingSession(const Model & model, const Dataset & data, Sess
     }
 
     if (opt_.pipelined) {
-        program_ = std::make_unique<ModelProgram>(trainer_);
         devices_ = make_devices(opt_.devices);
         std::vector<Device *> ptrs;
         for (const auto & d : devices_) ptrs.push_back(d.get());
         const int hw = opt_.threads > 0 ? opt_.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
         opt_.pipeline.threads_per_device = std::max(1, hw / static_cast<int>(devices_.size()));
-        pipe_ = std::make_unique<Pipeline>(*program_, ptrs, opt_.pipeline);
+        pipe_ = std::make_unique<Pipeline>(trainer_, ptrs, opt_.pipeline);
         // The largest step's plan and memory, now: a run that cannot fit is refused before it writes anything.
         const int64_t n_seq = std::min<int64_t>(opt_.batch, static_cast<int64_t>(split_.train.size()));
         std::vector<MicroBatchInfo> shapes;  // data parallel: this rank's share

@@ -23,7 +23,7 @@
 #include "models/data/dataset.h"
 #include "models/train/trainer.h"
 #include "models/arch/model.h"
-#include "models/train/training_program.h"
+#include "models/train/trainer.h"
 
 #include <cstdint>
 #include <memory>
@@ -166,7 +166,6 @@ private:
     std::unique_ptr<Communicator> grad_comm_;    // the optimizer thread's duplicate of opt_.comm
     std::unique_ptr<GradientReducer> reducer_;   // over grad_comm_
 
-    std::unique_ptr<ModelProgram> program_;
     std::vector<std::unique_ptr<Device>> devices_;
     std::unique_ptr<Pipeline> pipe_;  // destroyed before the devices (declared after them)
     CallPlan planned_;

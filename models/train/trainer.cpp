@@ -229,6 +229,22 @@ Trainer::Trainer(const Model & model, const FinetuneConfig & cfg, TrainerData da
     }
     push(seq_.back(), w_.output_norm);
     push(seq_.back(), w_.output);
+
+    // The same, as the runtime sees it: a trainable tensor goes up as its f32 working copy (the host store's),
+    // a frozen one as its own bytes.
+    for (const Param & p : params_)
+        param_infos_.push_back({p.name, p.t->data_as<float>(), p.t->grad ? p.t->grad->data_as<float>() : nullptr,
+                                static_cast<size_t>(p.t->nelements())});
+    layer_infos_.resize(seq_.size());
+    for (size_t l = 0; l < seq_.size(); ++l)
+        for (const SeqTensor & st : seq_[l]) {
+            TensorInfo ti;
+            ti.name = st.t->name;
+            ti.param = st.param;
+            ti.bytes = st.param >= 0 ? static_cast<size_t>(st.t->nelements()) * sizeof(float) : st.t->nbytes();
+            ti.host = st.param >= 0 ? nullptr : st.t->data;
+            layer_infos_[l].push_back(ti);
+        }
 }
 
 void Trainer::free_graph_memory() {
@@ -259,9 +275,9 @@ void Trainer::collect_grads() {
     std::memset(head_slot_->data, 0, head_slot_->nbytes());
 }
 
-std::string Trainer::seq_layer_name(int layer) const {
+std::string Trainer::layer_name(int layer) const {
     if (layer == 0) return "embedding";
-    if (layer == num_seq_layers() - 1) return "head";
+    if (layer == num_layers() - 1) return "head";
     return "blk." + std::to_string(layer - 1);
 }
 
@@ -275,7 +291,7 @@ Tensor * Trainer::build_loss(Context & ctx, const ModelWeights & w, Tensor * x, 
 
 LayerMemory Trainer::host_memory(int layer) const {
     LayerMemory mem;
-    const bool head = layer == num_seq_layers() - 1;
+    const bool head = layer == num_layers() - 1;
     for (const SeqTensor & st : seq_tensors(layer)) {
         mem.data.push_back(st.t->data);
         float * g = nullptr;
@@ -285,7 +301,7 @@ LayerMemory Trainer::host_memory(int layer) const {
     return mem;
 }
 
-void Trainer::note_graph_bytes(size_t graph) const {
+void Trainer::note_graph_bytes(size_t graph) {
     const size_t bytes = graph + kept_live_.load();
     size_t prev = peak_graph_bytes_.load();
     while (bytes > prev && !peak_graph_bytes_.compare_exchange_weak(prev, bytes)) {}

@@ -18,9 +18,9 @@
 // built once per shape and replayed with each call's memory (FinetuneConfig::replay_graphs), not rebuilt for
 // every micro-batch.
 //
-// The same per-layer programs (seq_forward / seq_head / seq_backward over the sequential view: layer 0 = the
+// The same per-layer programs (forward / head / backward over the sequential view: layer 0 = the
 // embedding, 1..n_layer = the decoder blocks, n_layer + 1 = final norm + LM head + loss) run here on host
-// memory and, through models/train/training_program.h, on RoundPipe's devices: one code path, so the pipeline
+// memory and, the Trainer being a TrainingProgram (roundpipe/program.h), on RoundPipe's devices: one code path, so the pipeline
 // reproduces single-device training bit for bit.
 //
 // Gradient slots: a tied head (token_embd read by layer 0 and by the last layer) keeps one gradient slot per
@@ -129,7 +129,7 @@ std::vector<std::string> expand_lora_targets(const Model & model, const std::vec
 // read; its programs may only be measured (TrainingProgram::program_footprint), never run.
 enum class TrainerData { Allocate, ShapesOnly };
 
-class Trainer {
+class Trainer final : public TrainingProgram {
 public:
     // Throws rp::Error for rank < 1, an unknown target, or a LoRA target on the LM head (the fused head + CE
     // path trains the head only in a full finetune).
@@ -190,26 +190,31 @@ public:
         size_t kept = 0;
         size_t scratch = 0;
     };
-    KeptBytes kept_layer_bytes(int layer, const MicroBatchInfo & mb) const;
+    KeptBytes kept_layer_bytes(int layer, const MicroBatchInfo & mb);
     // The per-layer programs built and kept for replay (FinetuneConfig::replay_graphs): one per shape and
     // layer program, more only while devices ran the same one at once.
     size_t cached_programs() const;
 
-    // ---- the sequential view and its per-layer programs (program.h documents the contract) ----
+    // ---- the sequential view and its per-layer programs: the TrainingProgram (roundpipe/program.h documents
+    // the contract) that RoundPipe runs on its devices and accumulate() on the host ----
     struct SeqTensor {
         Tensor * t;      // what the graphs read: a model weight (frozen) or an fp32 master / LoRA factor
         int param;       // index into params(), or -1
     };
-    int num_seq_layers() const { return static_cast<int>(seq_.size()); }
     const std::vector<SeqTensor> & seq_tensors(int layer) const { return seq_[static_cast<size_t>(layer)]; }
-    std::string seq_layer_name(int layer) const;
-    size_t hidden_bytes(const MicroBatchInfo & mb) const;
-    void seq_forward(int layer, const LayerMemory & w, const void * in, void * out, const MicroBatchInfo & mb,
-                     ProgramContext & pc) const;
-    void seq_head(const LayerMemory & w, const void * in, const int32_t * labels, float * loss, void * din,
-                  const MicroBatchInfo & mb, ProgramContext & pc) const;
-    void seq_backward(int layer, const LayerMemory & w, const void * in, const void * dout, void * din,
-                      const MicroBatchInfo & mb, ProgramContext & pc) const;
+    int num_layers() const override { return static_cast<int>(seq_.size()); }
+    const std::vector<TensorInfo> & layer_tensors(int layer) const override { return layer_infos_[static_cast<size_t>(layer)]; }
+    // params() as the runtime sees them: the masters and their gradients by pointer, in params()' order.
+    const std::vector<ParamInfo> & param_infos() const override { return param_infos_; }
+    std::string layer_name(int layer) const override;
+    size_t hidden_bytes(const MicroBatchInfo & mb) const override;
+    void forward(int layer, const LayerMemory & w, const void * in, void * out, const MicroBatchInfo & mb,
+                 ProgramContext & pc) override;
+    void head(const LayerMemory & w, const void * in, const int32_t * labels, float * loss, void * din,
+              const MicroBatchInfo & mb, ProgramContext & pc) override;
+    void backward(int layer, const LayerMemory & w, const void * in, const void * dout, void * din,
+                  const MicroBatchInfo & mb, ProgramContext & pc) override;
+    size_t program_footprint(ProgramKind kind, int layer, const MicroBatchInfo & mb, const GraphRunner & rules) override;
     // The hyper-parameters a backward graph of micro-batch mb is built with: the model's, plus the MoE
     // load-balancing scale (cfg.moe_aux_loss x n_expert x mb.loss_scale).
     HParams backward_hparams(const MicroBatchInfo & mb) const;
@@ -234,26 +239,26 @@ private:
     // Kept programs of each pool at most (cleared when full: shapes that keep changing, as the loss scales of a
     // MoE load-balancing loss over masked data, must not grow them without end).
     static constexpr size_t kMaxCachedPrograms = 512;
-    std::unique_ptr<Program> take_program(const ProgramKey & key) const;
-    void give_back(const ProgramKey & key, std::unique_ptr<Program> p) const;
+    std::unique_ptr<Program> take_program(const ProgramKey & key);
+    void give_back(const ProgramKey & key, std::unique_ptr<Program> p);
     // Points the program's layer tensors at mem and its argument leafs at a's buffers.
-    void rebind(Program & p, const LayerMemory & mem, const CallArgs & a) const;
+    void rebind(Program & p, const LayerMemory & mem, const CallArgs & a);
     // Runs the program's graphs in order on pc's runner (or the host's) with this call's memory.
-    void run_program(Program & p, const LayerMemory & mem, const CallArgs & a, const MicroBatchInfo & mb, ProgramContext & pc) const;
+    void run_program(Program & p, const LayerMemory & mem, const CallArgs & a, const MicroBatchInfo & mb, ProgramContext & pc);
     // Runs the program of (kind, layer) for mb: a replay of one built for its shape, or build(program) first.
     template <class Build>
     void call_program(ProgramKind kind, int layer, const LayerMemory & mem, bool grads, const CallArgs & a, const MicroBatchInfo & mb,
-                      ProgramContext & pc, Build build) const;
-    void attention_half_into(Program & p, int layer, Arg dst, const MicroBatchInfo & mb) const;
+                      ProgramContext & pc, Build build);
+    void attention_half_into(Program & p, int layer, Arg dst, const MicroBatchInfo & mb);
     struct KeptLayer;  // a decoder layer's forward + backward graph with its activations, between the sweeps
-    std::unique_ptr<KeptLayer> keep_layer(int layer, const void * in, const void * dout, void * din, const MicroBatchInfo & mb) const;
-    void release_kept(int layer, const MicroBatchInfo & mb, std::unique_ptr<KeptLayer> k) const;
+    std::unique_ptr<KeptLayer> keep_layer(int layer, const void * in, const void * dout, void * din, const MicroBatchInfo & mb);
+    void release_kept(int layer, const MicroBatchInfo & mb, std::unique_ptr<KeptLayer> k);
     static void split_kept_memory(KeptLayer & k);
     // Points the kept nodes into the layer's own buffer and the others into the shared host buffer.
-    void bind_kept(int layer, KeptLayer & k) const;
+    void bind_kept(int layer, KeptLayer & k);
     Tensor * build_loss(Context & ctx, const ModelWeights & w, Tensor * x, Tensor * labels, float loss_scale) const;
     // peak_graph_bytes() = max over time of (a graph's bytes + the kept layers' buffers alive with it).
-    void note_graph_bytes(size_t graph) const;
+    void note_graph_bytes(size_t graph);
 
     const Model & model_;
     FinetuneConfig cfg_;
@@ -263,19 +268,21 @@ private:
     ModelWeights w_;                       // what the graphs read: the model's leafs or the fp32 masters
     std::vector<Param> params_;
     std::vector<std::vector<SeqTensor>> seq_;  // per sequential layer
+    std::vector<std::vector<TensorInfo>> layer_infos_;  // seq_ as the runtime sees it
+    std::vector<ParamInfo> param_infos_;
     Tensor * head_slot_ = nullptr;              // tied head: the head's own gradient slot of token_embd
-    mutable std::atomic<size_t> peak_graph_bytes_{0};
-    mutable std::atomic<size_t> kept_live_{0};  // accumulate(): bytes the kept layers now hold
+    std::atomic<size_t> peak_graph_bytes_{0};
+    std::atomic<size_t> kept_live_{0};  // accumulate(): bytes the kept layers now hold
     // Host training's graph memory, reused across graphs and steps (one thread: accumulate()'s): the
     // transient programs' buffer, and each kept layer's own.
-    mutable CpuBackend host_graphs_;
-    mutable std::vector<std::unique_ptr<CpuBackend>> kept_graphs_;
-    CpuBackend & kept_backend(int layer) const;
+    CpuBackend host_graphs_;
+    std::vector<std::unique_ptr<CpuBackend>> kept_graphs_;
+    CpuBackend & kept_backend(int layer);
     // The programs built so far, idle between calls (a call takes one out, so devices running the same layer's
     // program at once each get their own); host training's kept layers apart (accumulate()'s thread only).
     mutable std::mutex programs_m_;
-    mutable std::multimap<ProgramKey, std::unique_ptr<Program>> programs_;
-    mutable std::multimap<ProgramKey, std::unique_ptr<KeptLayer>> kept_cache_;
+    std::multimap<ProgramKey, std::unique_ptr<Program>> programs_;
+    std::multimap<ProgramKey, std::unique_ptr<KeptLayer>> kept_cache_;
 };
 
 } // namespace rp

@@ -109,7 +109,7 @@ StepResult cpu_step(const rp::Model & model, const Workload & w, float lr) {
 // The same step pipelined on G logical CUDA devices; the update callback reads the handed-off gradients.
 StepResult cuda_step(const rp::Model & model, const Workload & w, float lr, int G, rp::DType attention = rp::DType::F32) {
     rp::Trainer tr(model, lora_cfg(attention));
-    rp::ModelProgram prog(tr);
+    rp::TrainingProgram & prog = tr;
     DeviceSet set = cuda_devices(setup(G));
     std::vector<rp::Device *> ptrs;
     for (const auto & d : set.devices) ptrs.push_back(d.get());
@@ -238,7 +238,7 @@ TEST(CudaPipeline, InstrumentIsRefusedOnGpus) {
     RP_REQUIRE_GPU();
     const rp::Model & model = *SharedModels::get().llama;
     rp::Trainer tr(model, lora_cfg());
-    rp::ModelProgram prog(tr);
+    rp::TrainingProgram & prog = tr;
     DeviceSet set = cuda_devices(setup(2));
     std::vector<rp::Device *> ptrs;
     for (const auto & d : set.devices) ptrs.push_back(d.get());

@@ -5,7 +5,7 @@
 // and several sequences per micro-batch; and they take less graph memory.
 #include "small_models.h"
 
-#include "models/train/training_program.h"
+#include "models/train/trainer.h"
 
 #include <gtest/gtest.h>
 
@@ -82,7 +82,7 @@ TEST(TokenChunk, ChunkedGraphsAreSmaller) {
     rp::FinetuneConfig lora;
     lora.lora_rank = 4;
     rp::Trainer tr(*m.llama, lora);
-    rp::ModelProgram prog(tr);
+    rp::TrainingProgram & prog = tr;
     const auto rules = rp::footprint_rules("cpu");
     rp::MicroBatchInfo mb;
     mb.seq_len = 2048;

@@ -10,7 +10,7 @@
 #include "ggml_rp/runtime/cpu_device.h"
 #include "models/train/trainer.h"
 #include "models/arch/model.h"
-#include "models/train/training_program.h"
+#include "models/train/trainer.h"
 #include "tests/common/shared_paths.h"
 #include "tests/common/temp_dir.h"
 #include "models/convert/synth_model.h"
@@ -259,7 +259,7 @@ inline RunResult pipelined(const rp::Model & model, const rp::FinetuneConfig & c
                            rp::PipelineOptions opt, const DeviceFactory & make_devices = cpu_devices) {
     rp::Trainer tr(model, cfg);
     Updater up(tr);
-    rp::ModelProgram prog(tr);
+    rp::TrainingProgram & prog = tr;
     DeviceSet set = make_devices(ds);
     std::vector<rp::Device *> ptrs;
     for (const auto & d : set.devices) ptrs.push_back(d.get());

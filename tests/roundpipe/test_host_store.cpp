@@ -18,7 +18,7 @@ using namespace rp_pipe_test;
 namespace {
 
 // The frozen tensors' bytes of prog, a tensor two layers share (a tied head) counted once.
-size_t frozen_bytes(const rp::ModelProgram & prog) {
+size_t frozen_bytes(const rp::TrainingProgram & prog) {
     size_t frozen = 0;
     std::set<const void *> seen;
     for (int l = 0; l < prog.num_layers(); ++l)
@@ -34,7 +34,7 @@ TEST(HostStore, RegistersTheFrozenTensorsPagesAndUnregistersThem) {
     rp::FinetuneConfig cfg;
     cfg.lora_rank = 4;
     rp::Trainer tr(*m.llama, cfg);
-    rp::ModelProgram prog(tr);
+    rp::TrainingProgram & prog = tr;
     const size_t frozen = frozen_bytes(prog);
     ASSERT_GT(frozen, 0u);
     rp::CpuDevice dev(0, rp::CpuDeviceOptions{});
@@ -62,7 +62,7 @@ TEST(HostStore, CopiesTheFrozenTensorsIntoPinnedBuffersOrLeavesThemPageable) {
     rp::FinetuneConfig cfg;
     cfg.lora_rank = 4;
     rp::Trainer tr(*m.qwen3, cfg);
-    rp::ModelProgram prog(tr);
+    rp::TrainingProgram & prog = tr;
     const size_t frozen = frozen_bytes(prog);
     ASSERT_GT(frozen, 0u);
     rp::CpuDevice dev(0, rp::CpuDeviceOptions{});

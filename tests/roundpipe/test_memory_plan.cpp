@@ -118,7 +118,7 @@ Config draw(std::mt19937 & rng) {
 // The peak of the smallest plan and of the plan without a memory limit, for the devices' rules.
 std::pair<size_t, size_t> peak_range(const Config & c) {
     rp::Trainer tr(*c.model, c.cfg);
-    rp::ModelProgram prog(tr);
+    rp::TrainingProgram & prog = tr;
     const auto rules = rp::footprint_rules("cpu");
     rp::CallPlanner planner(prog, *rules);
     const auto shapes = shapes_of(c.w);
@@ -202,7 +202,7 @@ TEST(MemoryPlan, PlannedEqualsMeasuredOnFiftyRandomConfigurations) {
         // 5% less: refused before anything runs or takes device memory.
         ds.memory = smallest - smallest / 20;
         rp::Trainer tr(*c.model, c.cfg);
-        rp::ModelProgram prog(tr);
+        rp::TrainingProgram & prog = tr;
         DeviceSet set = cpu_devices(ds);
         std::vector<rp::Device *> ptrs;
         for (const auto & d : set.devices) ptrs.push_back(d.get());
@@ -236,7 +236,7 @@ TEST(MemoryPlan, TheResidentRegionHoldsEveryFrozenTensorOnce) {
         cfg.full = full;
         cfg.lora_rank = 4;
         rp::Trainer tr(*model, cfg);
-        rp::ModelProgram prog(tr);
+        rp::TrainingProgram & prog = tr;
         const rp::ResidentLayout res = rp::layout_resident(prog);
         std::map<const void *, size_t> offset_of;  // host bytes -> their offset
         std::vector<std::pair<size_t, size_t>> spans;
@@ -314,7 +314,7 @@ TEST(MemoryPlan, ThePlannerKeepsFrozenWeightsResidentOnlyWhenTheyFit) {
     rp::FinetuneConfig cfg;
     cfg.lora_rank = 4;
     rp::Trainer tr(*mm.f32, cfg);
-    rp::ModelProgram prog(tr);
+    rp::TrainingProgram & prog = tr;
     const auto rules = rp::footprint_rules("cpu");
     rp::CallPlanner planner(prog, *rules);
     Workload w;
@@ -350,7 +350,7 @@ TEST(MemoryPlan, ThePlannerKeepsFrozenWeightsResidentOnlyWhenTheyFit) {
     rp::FinetuneConfig full;
     full.full = true;
     rp::Trainer ft(*mm.f32, full);
-    rp::ModelProgram fprog(ft);
+    rp::TrainingProgram & fprog = ft;
     rp::CallPlanner fplanner(fprog, *rules);
     req.resident = true;
     EXPECT_EQ(fplanner.resident_bytes(), 0u);
@@ -396,7 +396,7 @@ TEST(MemoryPlan, EveryBufferLiesInsideItsRegionAndApartFromTheOthers) {
         rp::FinetuneConfig cfg;
         cfg.full = full;
         rp::Trainer tr(*mm.f32, cfg);
-        rp::ModelProgram prog(tr);
+        rp::TrainingProgram & prog = tr;
         rp::MicroBatchInfo mb;
         mb.seq_len = 40;
         mb.n_seq = 2;
@@ -478,7 +478,7 @@ TEST(MemoryPlan, LongContextTrainsWhereTheUnchunkedProgramsCannot) {
     w.T = T;
 
     rp::Trainer tr(*model, cfg);
-    rp::ModelProgram prog(tr);
+    rp::TrainingProgram & prog = tr;
     const auto rules = rp::footprint_rules("cpu");
     rp::CallPlanner planner(prog, *rules);
     rp::CallPlanRequest req;
@@ -537,7 +537,7 @@ TEST(MemoryPlan, PlansThatFitApartNeverFailTogether) {
     cfg.lora_rank = 4;
     rp::Trainer tr(*mm.f32, cfg);
     Updater up(tr);
-    rp::ModelProgram prog(tr);
+    rp::TrainingProgram & prog = tr;
     rp::PipelineOptions o;
     o.token_chunk = 0;
     o.layer_tf.assign(8, 1.0);

@@ -415,7 +415,7 @@ TEST(Pipeline, EveryFrozenPinningGivesTheSameBits) {
 TEST(Pipeline, ACallThatStreamsTheWeightsMakesTheLaterCallsStreamToo) {
     const Models & m = Models::get();
     rp::Trainer tr(*m.llama, lora_cfg());
-    rp::ModelProgram prog(tr);
+    rp::TrainingProgram & prog = tr;
     auto shapes = [](int64_t T) {
         rp::MicroBatchInfo i;
         i.seq_len = T;
