@@ -42,6 +42,8 @@ void declare_adapter(Options & p, FinetuneJob & j) {
     p.integer("--lora-rank", f.lora_rank, 1, 1 << 20, "LoRA rank");
     p.number("--lora-alpha", f.lora_alpha, "LoRA alpha (the branch is scaled by alpha / rank)", "A");
     p.list("--lora-targets", f.lora_targets, "the weights that get a LoRA, comma-separated");
+    p.text("--adapter", f.start_adapter, "start from this LoRA adapter (ours, or any llama.cpp loads): its rank, alpha and\n"
+                                         "tensors replace --lora-rank, --lora-alpha and --lora-targets");
     p.number("--lora-dropout", f.lora_dropout, 0.0f, 0.999999f, "dropout on the LoRA branch input, in [0, 1)", "P");
     p.number("--moe-aux-loss", f.moe_aux_loss, 0.0f, 1e6f,
              "mixture of experts: add C x the load-balancing loss of every MoE layer (Switch\n"
@@ -309,6 +311,7 @@ void declare_finetune_options(Options & p, FinetuneJob & j) {
 const FlagNames & finetune_flag_names() {
     static const FlagNames names = {
         {"lora_rank", "--lora-rank"}, {"lora_alpha", "--lora-alpha"}, {"lora_targets", "--lora-targets"}, {"lora_dropout", "--lora-dropout"},
+        {"start_adapter", "--adapter"},
         {"moe_aux_loss", "--moe-aux-loss"}, {"seq_len", "--seq-len"}, {"micro_batches", "--micro-batches"}, {"batch_size", "--batch"},
         {"val_split", "--val-split"}, {"lr_max", "--lr"}, {"lr_min", "--lr-min"}, {"warmup_steps", "--warmup"},
         {"weight_decay", "--weight-decay"}, {"pipeline schedule", "--schedule"}, {"allow_binary", "--allow-binary"},

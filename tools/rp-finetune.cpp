@@ -89,6 +89,9 @@ void print_setup(Progress & say, const rp::FinetuneJob & job, const rp::SessionO
     say.print("%s: %zu sequences of %lld tokens (%zu train, %zu validation), %zu trainable tensors, %lld steps\n", job.data_path.c_str(),
               data.size(), static_cast<long long>(job.seq_len), run.split().train.size(), run.split().val.size(),
               run.trainer().params().size(), static_cast<long long>(run.total_steps()));
+    if (const rp::FinetuneConfig & fc = run.trainer().config(); !fc.start_adapter.empty())
+        say.print("starting from adapter %s: rank %lld, alpha %g, %zu LoRA pairs\n", fc.start_adapter.c_str(),
+                  static_cast<long long>(fc.lora_rank), static_cast<double>(fc.lora_alpha), fc.lora_targets.size());
     say.print("CPU threads: %d (%s)\n", o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())),
               rp::cli::omp_wait_setting().c_str());
     const rp::DatasetStats & ds = data.stats();

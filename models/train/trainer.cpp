@@ -134,6 +134,8 @@ Trainer::Trainer(const Model & model, const FinetuneConfig & cfg, TrainerData da
 
     if (!(cfg.lora_dropout >= 0.0f && cfg.lora_dropout < 1.0f))
         throw Error("lora_dropout must be in [0, 1), got " + std::to_string(cfg.lora_dropout));
+    if (cfg.full && !cfg.start_adapter.empty())
+        throw Error(cfg.start_adapter + ": a LoRA adapter cannot start a full finetune (start_adapter with full)");
     if (cfg.full) {
         // Every float tensor becomes an fp32 master (quantized ones stay frozen in their dtype).
         for (const std::string & n : cfg.full_tensors) {
@@ -167,14 +169,17 @@ Trainer::Trainer(const Model & model, const FinetuneConfig & cfg, TrainerData da
                 if (!l.is_constant(*s)) master(*s);
         }
     } else {
-        if (cfg.lora_rank < 1)
-            throw Error("lora_rank must be >= 1, got " + std::to_string(cfg.lora_rank));
-        const std::vector<std::string> names = expand_lora_targets(model, cfg.lora_targets);
+        std::unique_ptr<LoraAdapter> start;  // cfg.start_adapter: validated against this base as llama.cpp would
+        if (!cfg.start_adapter.empty()) adopt_start_adapter(start);
+        if (cfg_.lora_rank < 1)
+            throw Error("lora_rank must be >= 1, got " + std::to_string(cfg_.lora_rank));
+        const std::vector<std::string> names = start ? cfg_.lora_targets : expand_lora_targets(model, cfg_.lora_targets);
         for (const std::string & n : names)
             if (n == "output.weight")
-                throw Error("lora_targets: 'output' (the LM head) cannot carry LoRA on the fused LM-head cross-entropy "
+                throw Error((start ? cfg.start_adapter + ": " : std::string()) +
+                            "lora_targets: 'output' (the LM head) cannot carry LoRA on the fused LM-head cross-entropy "
                             "path; train it with a full finetune");
-        adapter_ = LoraAdapter::create(model, names, cfg.lora_rank, cfg.lora_alpha, alloc);
+        adapter_ = LoraAdapter::create(model, names, cfg_.lora_rank, cfg_.lora_alpha, alloc);
         lora_.add(*adapter_);
 
         // PEFT init: A ~ Kaiming-uniform(a = sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in)), B = 0. For token_embd PEFT's
@@ -182,7 +187,12 @@ Trainer::Trainer(const Model & model, const FinetuneConfig & cfg, TrainerData da
         // B normal. One seeded stream in adapter order.
         std::mt19937_64 rng(cfg.seed);
         for (const LoraTensor & t : adapter_->tensors()) {
-            if (!alloc) {  // shapes only: no init
+            if (!alloc || start) {  // shapes only: no init; a start adapter: its factors, in f32
+                if (alloc) {
+                    const LoraTensor * s = start->find(t.base);
+                    tensor_set_f32(t.a, tensor_get_f32(s->a));
+                    tensor_set_f32(t.b, tensor_get_f32(s->b));
+                }
                 add_param(t.a);
                 add_param(t.b);
                 continue;
@@ -245,6 +255,23 @@ Trainer::Trainer(const Model & model, const FinetuneConfig & cfg, TrainerData da
             ti.host = st.param >= 0 ? nullptr : st.t->data;
             layer_infos_[l].push_back(ti);
         }
+}
+
+void Trainer::adopt_start_adapter(std::unique_ptr<LoraAdapter> & start) {
+    const std::string & path = cfg_.start_adapter;
+    start = LoraAdapter::load(path, model_);
+    if (start->tensors().empty()) throw Error(path + ": the adapter has no LoRA pairs to start from");
+    const LoraTensor & first = start->tensors().front();
+    std::vector<std::string> bases;
+    for (const LoraTensor & t : start->tensors()) {
+        if (t.rank() != first.rank())
+            throw Error(path + ": '" + t.base + "' has rank " + std::to_string(t.rank()) + " and '" + first.base + "' rank " +
+                        std::to_string(first.rank()) + ": an adapter to start from must have one rank");
+        bases.push_back(t.base);
+    }
+    cfg_.lora_rank = first.rank();
+    cfg_.lora_alpha = start->alpha();
+    cfg_.lora_targets = std::move(bases);
 }
 
 void Trainer::free_graph_memory() {

@@ -64,6 +64,10 @@ struct FinetuneConfig {
     int64_t context = 0;
     int64_t lora_rank = 8;
     float lora_alpha = 16.0f;
+    // A LoRA adapter training starts from (ours, or any llama.cpp loads: f32, f16, bf16 or q8_0 factors, one rank):
+    // its rank, alpha and base tensors replace lora_rank, lora_alpha and lora_targets (Trainer::config() holds
+    // them, the targets as the adapted tensors' names), its factors the PEFT initialisation. "" = a new adapter.
+    std::string start_adapter;
     float lora_dropout = 0.0f;                      // PEFT's lora_dropout, in [0, 1)
     uint64_t seed = 42;                             // the run's: LoRA init and dropout; a session's data order and split
     int64_t ce_chunk = 4096;                        // vocabulary rows per LM-head chunk
@@ -257,6 +261,8 @@ private:
     // Points the kept nodes into the layer's own buffer and the others into the shared host buffer.
     void bind_kept(int layer, KeptLayer & k);
     Tensor * build_loss(Context & ctx, const ModelWeights & w, Tensor * x, Tensor * labels, float loss_scale) const;
+    // Loads cfg_.start_adapter into `start` and makes its rank, alpha and adapted tensors cfg_'s.
+    void adopt_start_adapter(std::unique_ptr<LoraAdapter> & start);
     // peak_graph_bytes() = max over time of (a graph's bytes + the kept layers' buffers alive with it).
     void note_graph_bytes(size_t graph);
 
