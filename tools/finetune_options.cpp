@@ -132,6 +132,12 @@ void declare_compute(Options & p, FinetuneJob & j) {
            "gradients); the other layers are recomputed. 0 = always recompute (default 2G; --plan\n"
            "shows what it keeps)",
            true);
+    p.size("--host-mem", j.host_memory,
+           "host memory the run may take: its planned host peak (--plan) must fit beside what the\n"
+           "process already holds, or it is refused before anything is allocated (default: what the\n"
+           "system lets this process take, MemAvailable and its cgroup's limit, less 5%)",
+           true);
+    p.local();  // a property of the machine, not of the run
     p.value("--token-chunk", "N|auto",
             "tokens per feed-forward / LM-head graph, so no [tokens x n_ff] or [tokens x vocab]\n"
             "tensor is whole (the backward then recomputes attention once more); 0 = off; auto (with\n"
@@ -311,7 +317,7 @@ void declare_finetune_options(Options & p, FinetuneJob & j) {
 const FlagNames & finetune_flag_names() {
     static const FlagNames names = {
         {"lora_rank", "--lora-rank"}, {"lora_alpha", "--lora-alpha"}, {"lora_targets", "--lora-targets"}, {"lora_dropout", "--lora-dropout"},
-        {"start_adapter", "--adapter"},
+        {"start_adapter", "--adapter"}, {"host_memory", "--host-mem"},
         {"moe_aux_loss", "--moe-aux-loss"}, {"seq_len", "--seq-len"}, {"micro_batches", "--micro-batches"}, {"batch_size", "--batch"},
         {"val_split", "--val-split"}, {"lr_max", "--lr"}, {"lr_min", "--lr-min"}, {"warmup_steps", "--warmup"},
         {"weight_decay", "--weight-decay"}, {"pipeline schedule", "--schedule"}, {"allow_binary", "--allow-binary"},

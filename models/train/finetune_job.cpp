@@ -1,6 +1,7 @@
 #include "models/train/finetune_job.h"
 
 #include "base/error.h"
+#include "ggml_rp/runtime/host_memory.h"
 #include "ggml_rp/runtime/link_model.h"
 #include "models/arch/model.h"
 #include "models/text/chat_template.h"
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdint>
 
 namespace rp {
 
@@ -41,6 +43,13 @@ SessionOptions FinetuneJob::session_options() const {
     o.pipeline.token_chunk = token_chunk == -2 ? -1 : token_chunk;
     if (!link.empty()) o.devices.link = LinkModel::parse(link);
     return o;
+}
+
+std::pair<size_t, std::string> FinetuneJob::host_memory_limit() const {
+    if (host_memory > 0) return {host_memory, "host_memory"};
+    const HostMemoryAvailable a = host_memory_available();
+    if (a.source.empty()) return {SIZE_MAX, "no memory figure readable on this system"};
+    return {static_cast<size_t>(static_cast<double>(a.bytes) * (1.0 - kHostMemoryMargin)), "95% of " + a.source};
 }
 
 bool FinetuneJob::packed_data() const { return pack && data_path.ends_with(".jsonl"); }

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 
 namespace rp {
 
@@ -45,6 +46,9 @@ struct FinetuneJob {
     bool plan_only = false;         // print the memory plan and stop
     bool max_seq = false;           // with plan_only: the longest sequence that fits
     bool profile_ops = false;
+    // Host memory the run may take (bytes); 0: what the system lets this process take (host_memory_available)
+    // less kHostMemoryMargin of it. Checked against the plan's host peak before anything is allocated.
+    size_t host_memory = 0;
     SessionOptions session;
     RunLoopOptions loop;            // loop.out_path is the result
     DataParallelOptions dp;
@@ -62,7 +66,13 @@ struct FinetuneJob {
     // with its communicator: micro_batches 0 is one per rank), the sequence length and packing.
     RunPlanOptions plan_options(const SessionOptions & session_resolved) const;
     bool packed_data() const;       // JSONL data with packing on
+    // host_memory resolved: the bytes and where they come from ("host_memory" when given).
+    std::pair<size_t, std::string> host_memory_limit() const;
 };
+
+// The share of the available host memory a run leaves to everything else by default (page cache the run reads
+// through, other processes' growth): a plan must fit 95% of it.
+constexpr double kHostMemoryMargin = 0.05;
 
 // The trace file of rank `rank` of a `ranks`-process run: TRACE.rankR.json (one process: `path` itself).
 std::string rank_trace_path(const std::string & path, int rank, int ranks);

@@ -7,6 +7,7 @@
 #include "models/train/trainer.h"
 
 #include <algorithm>
+#include <optional>
 #include <cstdio>
 #include <set>
 #include <string>
@@ -15,10 +16,15 @@ namespace rp {
 
 namespace {
 
+// "1.50 MiB": format_bytes without the byte count.
+std::string human_bytes(size_t bytes) {
+    const std::string s = format_bytes(bytes);
+    return s.substr(0, s.find(" ("));
+}
+
 // "key: N bytes (1.50 MiB) more": the byte count first, for scripts.
 std::string line(const char * key, size_t bytes, const std::string & more = "") {
-    std::string human = format_bytes(bytes);
-    human = human.substr(0, human.find(" ("));
+    const std::string human = human_bytes(bytes);
     char buf[96];
     std::snprintf(buf, sizeof buf, "%s: %zu bytes (", key, bytes);
     std::string r = buf;
@@ -124,8 +130,60 @@ RunPlan plan_run(const Model & model, const RunPlanOptions & options) {
             else if (copies && frozen_seen.insert(ti.name).second) h.frozen_copies += ti.bytes;
         }
     h.checkpoints = 2 * host_call_bytes(prog, r.call->plan, r.step).total();
+    if (backend == "cpu") h.cpu_devices = static_cast<size_t>(devices) * r.call->memory.peak();
     r.link = link_bytes(prog, r.call->plan, o.pipeline.schedule, r.step, r.call->shape.resident);
     return r;
+}
+
+std::string HostMemoryPlan::describe() const {
+    const std::pair<const char *, size_t> regions[] = {
+        {"mapped weights", mapped_weights},  {"trainable fp32", masters},     {"gradients", gradients},
+        {"optimizer state", optimizer},      {"working copies", working_copies}, {"frozen weights copy", frozen_copies},
+        {"gradient slots", grad_slots},      {"checkpoints", checkpoints},    {"CPU devices", cpu_devices},
+        {"graphs", graph}};
+    std::string s;
+    for (const auto & [name, bytes] : regions) {
+        if (!bytes) continue;
+        if (!s.empty()) s += " + ";
+        s += std::string(name) + " " + human_bytes(bytes);
+    }
+    return s;
+}
+
+size_t require_host_memory(const Model & model, const RunPlanOptions & options, size_t in_use, size_t limit,
+                           const std::string & limit_source) {
+    // The host bytes of the plan at seq_len n, or nullopt when its devices cannot hold it.
+    auto host_bytes = [&](int64_t n) -> std::optional<HostMemoryPlan> {
+        RunPlanOptions o = options;
+        o.seq_len = n;
+        o.max_seq_limit = 0;
+        try {
+            return plan_run(model, o).host;
+        } catch (const MemoryError &) {
+            return std::nullopt;
+        }
+    };
+    const std::optional<HostMemoryPlan> h = host_bytes(options.seq_len);
+    if (!h) return 0;
+    if (in_use + h->total() <= limit) return h->total();
+    int64_t lo = 0, hi = options.seq_len - 1;  // the largest seq_len that fits is in [lo, hi] (0: none)
+    while (lo < hi) {
+        const int64_t mid = hi - (hi - lo) / 2;
+        const std::optional<HostMemoryPlan> m = host_bytes(mid);
+        if (m && in_use + m->total() <= limit) lo = mid;
+        else hi = mid - 1;
+    }
+    std::string msg = "host memory: the run needs " + human_bytes(h->total()) + " (" + h->describe() + ")";
+    if (in_use) msg += " beside the " + human_bytes(in_use) + " this process holds";
+    msg += ", more than the " + human_bytes(limit) + " it may take (" + limit_source + "). ";
+    if (lo > 0) {
+        msg += "The largest seq_len that fits is " + std::to_string(lo) + " (same batch_size)";
+    } else {
+        const std::optional<HostMemoryPlan> one = host_bytes(1);
+        msg += "No seq_len fits at this batch_size";
+        if (one) msg += ": even seq_len 1 needs " + human_bytes(one->total()) + " (" + one->describe() + ")";
+    }
+    throw MemoryError(msg, in_use + h->total(), limit, lo);
 }
 
 std::string RunPlan::report() const {
@@ -148,6 +206,7 @@ std::string RunPlan::report() const {
         if (host.frozen_copies) s += line("  frozen weights (pinned copy)", host.frozen_copies);
         s += line("  gradient slots (pinned)", host.grad_slots);
         s += line("  boundary checkpoints (pinned, 2 calls)", host.checkpoints);
+        if (host.cpu_devices) s += line("  CPU devices (host RAM, each its planned peak)", host.cpu_devices);
         s += line("link per step", link.total(),
                   "(weights up " + format_bytes(link.weights_up) + ", gradients down " + format_bytes(link.grads_down) +
                       ", activations up " + format_bytes(link.activations_up) + ", down " + format_bytes(link.activations_down) + ")");

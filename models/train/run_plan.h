@@ -45,12 +45,16 @@ struct HostMemoryPlan {
     size_t frozen_copies = 0;     // pipeline, pinning by copy: the frozen weights once more, pinned
     size_t grad_slots = 0;        // pipeline: pinned per-layer gradient slots
     size_t checkpoints = 0;       // pipeline: pinned boundary activations of the calls in flight; host: layer inputs
+    size_t cpu_devices = 0;       // pipeline on CPU virtual devices: their memory is host RAM (each its planned peak)
     size_t graph = 0;             // host path: the graphs at their peak (kept layers' + the largest other program's)
     size_t kept_activations = 0;  // host path, of graph: the kept decoder layers' graphs (activation_memory)
     int kept_layers = 0;          // host path: how many decoder layers keep their activations
     size_t total() const {
-        return mapped_weights + masters + gradients + optimizer + working_copies + frozen_copies + grad_slots + checkpoints + graph;
+        return mapped_weights + masters + gradients + optimizer + working_copies + frozen_copies + grad_slots + checkpoints +
+               cpu_devices + graph;
     }
+    // "mapped weights 75.53 MiB + gradients 1.80 MiB + ...": the regions that take memory.
+    std::string describe() const;
 };
 
 struct RunPlan {
@@ -67,5 +71,13 @@ struct RunPlan {
 // Throws MemoryError when the step does not fit the devices (what() says what would), rp::Error for bad
 // options (named by field: seq_len, batch_size, micro_batches, ...).
 RunPlan plan_run(const Model & model, const RunPlanOptions & options);
+
+// The host side of a run checked before it allocates anything: throws MemoryError when the plan's host peak,
+// on top of the `in_use` bytes the process already holds (the model's header, tokenizer, dataset, code), exceeds
+// `limit` (bytes the process may take; `limit_source` says where the figure comes from, for the message). The
+// message names the regions and the largest seq_len (same batch) whose plan fits. Returns the plan's host peak;
+// 0 for a plan whose devices do not fit, left to the session, which reports that.
+size_t require_host_memory(const Model & model, const RunPlanOptions & options, size_t in_use, size_t limit,
+                           const std::string & limit_source);
 
 } // namespace rp

@@ -3,7 +3,10 @@
 //   never reads the weights (its peak RSS stays far below the file), with the lines a script greps;
 //   the deep-model case of issue 12 (16 layers, 4 devices of 4M) gives the same outcome and the same bytes
 //   on every one of 20 runs;
-//   the smallest peak --plan predicts trains, and 5% less is refused before anything is written.
+//   the smallest peak --plan predicts trains, and 5% less is refused before anything is written;
+//   the host side (#38): a run whose host plan does not fit --host-mem is refused up front naming the regions and
+//   the largest --seq-len that fits, and the measured peak RSS of host and pipeline runs is the plan plus what the
+//   process held before it, within 16 MiB + 5%.
 #include "ft_test_util.h"
 
 #include "tests/common/temp_dir.h"
@@ -11,6 +14,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -180,4 +185,67 @@ TEST(ToolPlan, SimulateNodesReportsTheDataParallelEfficiency) {
     EXPECT_NE(log.find("131048.5 MB of gradients per iteration"), std::string::npos) << log;  // 32.76e9 fp32 weights
     EXPECT_NE(ft_test::run(ft_test::tool("rp-simulate") + " --layers 4 --fwd-ms 1 --bwd-ms 1 --head-fwd-ms 1 --head-bwd-ms 1 --nodes 2", &log), 0);
     EXPECT_NE(log.find("--nodes needs a named model"), std::string::npos) << log;
+}
+
+namespace {
+
+// The host plan a run printed ("host memory: plan N bytes ... beside M held") and its peak RSS ("peak RSS X MiB").
+struct HostFigures {
+    double plan = -1, held = -1, rss = -1;  // bytes
+};
+HostFigures host_figures(const std::string & log) {
+    HostFigures f;
+    const size_t at = log.find("host memory: plan ");
+    if (at != std::string::npos) {
+        const size_t p = log.find(" (", at), h = log.find(" (", log.find("beside ", at));
+        f.plan = std::stod(log.substr(p + 2));
+        f.held = std::stod(log.substr(h + 2));
+    }
+    const size_t r = log.find("peak RSS ");
+    if (r != std::string::npos) f.rss = std::stod(log.substr(r + 9)) * 1048576.0;
+    return f;
+}
+
+} // namespace
+
+TEST(FinetunePlanTool, AHostPlanOverHostMemIsRefusedAndTheMeasuredPeakIsThePlan) {
+    rp_test::TempDir d;
+    const std::string model = d.file("l20.gguf");
+    std::string log;
+    ASSERT_EQ(ft_test::run(ft_test::tool("rp-gguf") + " synth " + model + " --shape llama-20m --vocab " + ft_test::stories(), &log), 0) << log;
+    const std::string base = ft_test::tool("rp-finetune") + " -m " + model + " --data " + ft_test::shared_dir() +
+                             "/models/reference/train.txt --seq-len 64 --batch 4 --steps 2 -t 2 -o " + d.file("o.gguf");
+    // Over --host-mem: refused before anything is allocated or written, naming the regions and what fits.
+    rp_test::TempDir e;
+    const std::string refused = ft_test::tool("rp-finetune") + " -m " + model + " --data " + ft_test::shared_dir() +
+                                "/models/reference/train.txt --seq-len 64 --batch 4 --steps 2 -t 2 -o " + e.file("o.gguf");
+    EXPECT_EQ(ft_test::run(refused + " --host-mem 130M", &log), 1) << log;
+    EXPECT_NE(log.find("error: host memory: the run needs"), std::string::npos) << log;
+    EXPECT_NE(log.find("mapped weights"), std::string::npos) << log;
+    EXPECT_NE(log.find("(--host-mem)"), std::string::npos) << log;
+    EXPECT_NE(log.find("The largest --seq-len that fits is"), std::string::npos) << log;
+    EXPECT_EQ(ft_test::run(refused + " --full --host-mem 100M", &log), 1) << log;
+    EXPECT_NE(log.find("No --seq-len fits at this --batch: even --seq-len 1 needs"), std::string::npos) << log;
+    EXPECT_TRUE(std::filesystem::is_empty(e.path)) << "a refused run left files";
+    // The largest --seq-len it names trains under the same --host-mem.
+    ASSERT_EQ(ft_test::run(refused + " --host-mem 130M", &log), 1);
+    const size_t at = log.find("The largest --seq-len that fits is ");
+    ASSERT_NE(at, std::string::npos) << log;
+    const long long fits = std::stoll(log.substr(at + 35));
+    ASSERT_EQ(ft_test::run(base + " --host-mem 130M --seq-len " + std::to_string(fits), &log), 0) << log;
+
+    // Host (LoRA with kept activations, full, recompute only) and pipeline (CPU devices: their memory is host RAM).
+    for (const std::string & mode : {std::string(""), std::string(" --full"), std::string(" --activation-memory 0"),
+                                     std::string(" --devices 2 --device-mem 64M"), std::string(" --full --devices 2 --device-mem 256M")}) {
+        ASSERT_EQ(ft_test::run(base + mode, &log), 0) << mode << "\n" << log;
+        const HostFigures f = host_figures(log);
+        ASSERT_GT(f.plan, 0) << log;
+        ASSERT_GT(f.held, 0) << log;
+        ASSERT_GT(f.rss, 0) << log;
+        std::printf("host plan%s: %.2f MiB + %.2f MiB held, peak RSS %.2f MiB (%+.2f MiB)\n", mode.c_str(), f.plan / 1048576.0,
+                    f.held / 1048576.0, f.rss / 1048576.0, (f.rss - f.plan - f.held) / 1048576.0);
+#ifndef RP_SANITIZED  // a sanitizer's shadow memory is RSS the plan does not count
+        EXPECT_LE(std::fabs(f.rss - (f.plan + f.held)), 16.0 * 1048576.0 + 0.05 * f.plan) << mode << "\n" << log;
+#endif
+    }
 }

@@ -154,6 +154,8 @@ TEST(FinetuneOptions, EveryFlagParsesAsTheOldParserDid) {
              EXPECT_EQ(j.loop.sample_tokens, 5);
          }},
         {"--activation-memory 0", [](const FinetuneJob & j) { EXPECT_EQ(j.session.finetune.activation_memory, 0u); }},
+        {"--host-mem 12G", [](const FinetuneJob & j) { EXPECT_EQ(j.host_memory, size_t(12) << 30); }},
+        {"--adapter a.gguf", [](const FinetuneJob & j) { EXPECT_EQ(j.session.finetune.start_adapter, "a.gguf"); }},
         {"--activation-memory 1.5G", [](const FinetuneJob & j) { EXPECT_EQ(j.session.finetune.activation_memory, size_t(3) << 29); }},
         {"--token-chunk auto", [](const FinetuneJob & j) { EXPECT_EQ(j.token_chunk, -1); }},
         {"--token-chunk 0", [](const FinetuneJob & j) { EXPECT_EQ(j.token_chunk, 0); }},
