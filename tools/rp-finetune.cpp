@@ -202,13 +202,11 @@ int finetune(int argc, char ** argv, rp::Communicator * world) {
     auto model = rp::Model::load(job.model_path);
     const rp::Tokenizer tok(model->file());
     const rp::Dataset data = rp::Dataset::load(job.data_path, tok, job.dataset_options(*model, tok));
-    {  // the host side of the plan, before anything is allocated (the devices' side: the session)
-        const auto [limit, source] = job.host_memory_limit();
-        const size_t held = rp::process_rss_bytes();
-        const size_t planned = rp::require_host_memory(*model, job.plan_options(o), held, limit, source);
-        say.print("host memory: plan %s beside %s held, of %s (%s)\n", rp::format_bytes(planned).c_str(), rp::format_bytes(held).c_str(),
-                  limit == SIZE_MAX ? "no limit" : rp::format_bytes(limit).c_str(), source.c_str());
-    }
+    // The host side of the plan, before anything is allocated (the devices' side: the session); said once the
+    // session is up, so that a bad input's error is the first line.
+    const auto [host_limit, host_source] = job.host_memory_limit();
+    const size_t held = rp::process_rss_bytes();
+    const size_t host_planned = rp::require_host_memory(*model, job.plan_options(o), held, host_limit, host_source);
     if (o.pipelined)  // the devices and the pinned host memory: seconds to minutes for a large model
         say.print("starting %d %s devices x %s; pinning the frozen weights (%s)...\n", o.devices.count, o.devices.backend.c_str(),
                   rp::format_bytes(o.devices.memory_each).c_str(),
@@ -235,6 +233,8 @@ int finetune(int argc, char ** argv, rp::Communicator * world) {
                 changed += (changed.empty() ? "" : ", ") + key + " = " + value + " (was " + recorded[key] + ")";
         if (!changed.empty()) say.print("resume: options changed since the checkpoint: %s\n", changed.c_str());
     }
+    say.print("host memory: plan %s beside %s held, of %s (%s)\n", rp::format_bytes(host_planned).c_str(), rp::format_bytes(held).c_str(),
+              host_limit == SIZE_MAX ? "no limit" : rp::format_bytes(host_limit).c_str(), host_source.c_str());
     print_setup(say, job, o, run, data);
     rp::RunLoopOptions loop = job.loop;
     loop.writes = rank == 0;
