@@ -18,9 +18,9 @@
 // built once per shape and replayed with each call's memory (FinetuneConfig::replay_graphs), not rebuilt for
 // every micro-batch.
 //
-// The same per-layer programs (forward / head / backward over the sequential view: layer 0 = the
-// embedding, 1..n_layer = the decoder blocks, n_layer + 1 = final norm + LM head + loss) run here on host
-// memory and, the Trainer being a TrainingProgram (roundpipe/program.h), on RoundPipe's devices: one code path, so the pipeline
+// The same per-layer programs (forward / head / backward over the sequential view: layer 0 = the embedding,
+// 1..n_layer = the decoder blocks, n_layer + 1 = final norm + LM head + loss) run here on host memory and, the
+// Trainer being a TrainingProgram (roundpipe/program.h), on RoundPipe's devices: one code path, so the pipeline
 // reproduces single-device training bit for bit.
 //
 // Gradient slots: a tied head (token_embd read by layer 0 and by the last layer) keeps one gradient slot per
