@@ -3,6 +3,7 @@
 // rp-oracle's on seeded token sequences (F32: max |Δ| <= 1e-4 · logit range; Q8_0: 0.3 absolute, as the dense
 // live tests), and greedy generation token for token.
 #include "live_util.h"
+#include "tests/models/arch_test_util.h"
 
 #include "models/arch/inference.h"
 #include "models/arch/model.h"
@@ -75,17 +76,7 @@ TEST(LiveMoe, GreedyGenerationMatchesLlamaCpp) {
     TempDir dir;
     const std::string file = dir.file("moe.gguf");
     rp::write_synth_model(moe_spec(8, 2, 48, 64, 4, 24, 3, F32, 35), file);
-    const std::string prompt = "Once upon a time";
-    const int n_new = 24;
-    const std::vector<int32_t> ref = rp::oracle::greedy_continuation(file, prompt, n_new);
-    ASSERT_FALSE(ref.empty());
-    auto model = rp::Model::load(file);
-    rp::Tokenizer tok(model->file());
-    const std::vector<int32_t> ids = tok.encode(prompt, true, false);
-    rp::InferenceSession s(*model, static_cast<int64_t>(ids.size()) + n_new, 1);
-    const std::vector<int32_t> ours = rp::complete_greedy(s, tok, ids, n_new);
-    std::printf("[ moe ] greedy: llama.cpp %zu tokens, ours %zu\n", ref.size(), ours.size());
-    EXPECT_EQ(ours, ref);
+    models_test::expect_greedy_equals_llama_cpp(file, 24, "Once upon a time");
 }
 
 // Router ties: expert 2's router row copies expert 1's and experts 0 and 3 get its negation, so every token's
