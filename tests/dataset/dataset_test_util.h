@@ -1,6 +1,7 @@
 // Shared helpers of the dataset tests: paths into shared/models and one loaded tokenizer per vocabulary.
 #pragma once
 
+#include "tests/common/reference_prompts.h"
 #include "tests/common/shared_paths.h"
 #include "base/error.h"
 #include "models/data/dataset.h"
@@ -54,9 +55,7 @@ std::string error_of(F && f) {
     return "";
 }
 
-// "Once upon a time, there was a little girl named Lily." with BOS, from llama.cpp (reference/*.oracle.txt):
-// pieces [<s>] [ Once] [ upon] [ a] [ time] [,] [ there] [ was] [ a] [ little] [ g] [ir] [l] [ named] [ Lily] [.]
-inline const std::vector<int32_t> kPrompt1 = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426};
+using rp_test::kPrompt1;  // tests/common/reference_prompts.h
 constexpr int32_t kBos = 1, kEos = 2;
 constexpr int32_t X = rp::kIgnoreLabel;
 

@@ -6,6 +6,7 @@
 //   - rp-merge-lora's output gives the base+adapter logits in both engines;
 //   - our merge of the shared test adapter equals llama-export-lora's, tensor by tensor.
 #include "ft_test_util.h"
+#include "tests/common/reference_prompts.h"
 #include "tests/oracle/oracle_run.h"
 
 #include "ggml_rp/cpu/matvec_dot.h"
@@ -33,7 +34,7 @@ namespace {
 namespace fs = std::filesystem;
 using rp::oracle::quote;
 
-const std::vector<int32_t> kPrompt1 = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426};
+using rp_test::kPrompt1;
 
 struct TmpDir {
     fs::path p;

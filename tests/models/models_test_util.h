@@ -2,6 +2,7 @@
 // reference logits, comparing, temp dirs, writing variants of a GGUF file, and running the tools.
 #pragma once
 
+#include "tests/common/reference_prompts.h"
 #include "tests/common/temp_dir.h"
 #include "tests/common/shared_paths.h"
 #include "gguf/gguf.h"
@@ -33,9 +34,8 @@ inline std::string model_path(const std::string & rel) { return shared_dir() + "
 inline std::string ref_path(const std::string & rel) { return shared_dir() + "/models/reference/" + rel; }
 inline std::string stories() { return model_path("stories260K.gguf"); }
 
-// Token ids from MANIFEST.md (so these tests do not depend on the tokenizer).
-inline const std::vector<int32_t> kPrompt1 = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426};
-inline const std::vector<int32_t> kPrompt2 = {267, 117, 115, 261, 258, 265, 101, 97, 116, 257, 114, 268};
+using rp_test::kPrompt1;  // tests/common/reference_prompts.h
+using rp_test::kPrompt2;
 
 // A little-endian f32 file of exactly n values.
 inline std::vector<float> read_f32(const std::string & path, size_t n) {
