@@ -169,8 +169,8 @@ Trainer::Trainer(const Model & model, const FinetuneConfig & cfg, TrainerData da
                 if (!l.is_constant(*s)) master(*s);
         }
     } else {
-        std::unique_ptr<LoraAdapter> start;  // cfg.start_adapter: validated against this base as llama.cpp would
-        if (!cfg.start_adapter.empty()) adopt_start_adapter(start);
+        // cfg.start_adapter: validated against this base as llama.cpp would
+        const std::unique_ptr<LoraAdapter> start = cfg.start_adapter.empty() ? nullptr : adopt_start_adapter();
         if (cfg_.lora_rank < 1)
             throw Error("lora_rank must be >= 1, got " + std::to_string(cfg_.lora_rank));
         const std::vector<std::string> names = start ? cfg_.lora_targets : expand_lora_targets(model, cfg_.lora_targets);
@@ -257,9 +257,9 @@ Trainer::Trainer(const Model & model, const FinetuneConfig & cfg, TrainerData da
         }
 }
 
-void Trainer::adopt_start_adapter(std::unique_ptr<LoraAdapter> & start) {
+std::unique_ptr<LoraAdapter> Trainer::adopt_start_adapter() {
     const std::string & path = cfg_.start_adapter;
-    start = LoraAdapter::load(path, model_);
+    std::unique_ptr<LoraAdapter> start = LoraAdapter::load(path, model_);
     if (start->tensors().empty()) throw Error(path + ": the adapter has no LoRA pairs to start from");
     const LoraTensor & first = start->tensors().front();
     std::vector<std::string> bases;
@@ -272,6 +272,7 @@ void Trainer::adopt_start_adapter(std::unique_ptr<LoraAdapter> & start) {
     cfg_.lora_rank = first.rank();
     cfg_.lora_alpha = start->alpha();
     cfg_.lora_targets = std::move(bases);
+    return start;
 }
 
 void Trainer::free_graph_memory() {

@@ -261,8 +261,8 @@ private:
     // Points the kept nodes into the layer's own buffer and the others into the shared host buffer.
     void bind_kept(int layer, KeptLayer & k);
     Tensor * build_loss(Context & ctx, const ModelWeights & w, Tensor * x, Tensor * labels, float loss_scale) const;
-    // Loads cfg_.start_adapter into `start` and makes its rank, alpha and adapted tensors cfg_'s.
-    void adopt_start_adapter(std::unique_ptr<LoraAdapter> & start);
+    // Loads cfg_.start_adapter and makes its rank, alpha and adapted tensors cfg_'s.
+    std::unique_ptr<LoraAdapter> adopt_start_adapter();
     // peak_graph_bytes() = max over time of (a graph's bytes + the kept layers' buffers alive with it).
     void note_graph_bytes(size_t graph);
 

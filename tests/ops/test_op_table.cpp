@@ -5,6 +5,7 @@
 #include "base/error.h"
 #include "ggml_rp/cpu/kernel_registry.h"
 #include "ggml_rp/ggml_rp.h"
+#include "ggml_rp/ops/op_registry.h"
 
 #include <gtest/gtest.h>
 
@@ -66,4 +67,28 @@ TEST(OpTable, DifferentiatingABackwardOpIsRefusedByName) {
         EXPECT_NE(std::string(e.what()).find("SILU_BACK"), std::string::npos) << e.what();
         EXPECT_NE(std::string(e.what()).find("no backward rule"), std::string::npos) << e.what();
     }
+}
+
+// A backend's registry refuses, before main runs, a second kernel for one op (two families claiming it) and an
+// op outside the enum: programming errors that would otherwise pick a kernel by link order.
+TEST(OpTableDeathTest, ARegistryAbortsOnASecondKernelForAnOp) {
+    auto kernel = [](rp::Tensor *) {};
+    using Kernel = void (*)(rp::Tensor *);
+    EXPECT_DEATH(
+        {
+            rp::OpRegistry<Kernel> r;
+            r.add({{rp::Op::ADD, kernel}, {rp::Op::ADD, kernel}}, "test");
+        },
+        "test kernel registered twice or for no op \\(ADD\\)");
+    EXPECT_DEATH(
+        {
+            rp::OpRegistry<Kernel> r;
+            r.add({{rp::Op::COUNT, kernel}}, "test");
+        },
+        "registered twice or for no op");
+    rp::OpRegistry<Kernel> ok;
+    ok.add({{rp::Op::MUL, kernel}}, "test");
+    EXPECT_EQ(ok.find(rp::Op::MUL), static_cast<Kernel>(kernel));
+    EXPECT_EQ(ok.find(rp::Op::ADD), nullptr);
+    EXPECT_EQ(ok.find(rp::Op::COUNT), nullptr);
 }
