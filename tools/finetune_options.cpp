@@ -17,7 +17,8 @@ std::optional<std::string> quoted(const char * s) { return toml_string(s); }
 void declare_model_and_data(Options & p, FinetuneJob & j) {
     p.group("Model, data and output");
     p.text("-m,--model", j.model_path, "base model (" + supported_architectures() + "; any weight dtype, frozen for LoRA)");
-    p.text("--data,--file", j.data_path, "training text (.txt: one token stream) or .jsonl (text / prompt+completion / messages)");
+    p.text("--data,--file", j.data_path, "training text (.txt: one token stream) or .jsonl (text / prompt+completion / messages;\n"
+                                         "prompt+chosen+rejected pairs for the preference methods)");
     p.text("-o,--output", j.loop.out_path, "the adapter (or with --full the finetuned model)");
     p.integer("--seq-len,--ctx-size,-c", j.seq_len, 1, 1 << 30, "tokens per sequence");
     p.flag("--allow-binary", j.allow_binary, "train on data with NUL bytes or invalid UTF-8 (refused otherwise)");
@@ -29,6 +30,10 @@ void declare_model_and_data(Options & p, FinetuneJob & j) {
     p.flag("--train-analysis", j.train_analysis,
            "\"messages\" lines, gpt-oss: train the replies' analysis channel (their \"reasoning_content\")\n"
            "too, not only the final answers");
+    p.integer("--max-prompt-len", j.max_prompt_len, 0, 1 << 30,
+              "preference pairs: each prompt keeps at most its last N tokens (then answers are cut to\n"
+              "what --seq-len leaves); 0 = whole prompts",
+              "N");
     p.toggle("--pack", "--no-pack", j.pack,
              "JSONL: several examples per sequence, each attending only to itself (positions restart\n"
              "per example; no padding between them) or one padded sequence each (default --pack; plain\n"
@@ -51,10 +56,23 @@ void declare_adapter(Options & p, FinetuneJob & j) {
              "C");
 }
 
+void declare_objective(Options & p, FinetuneJob & j) {
+    p.group("Objective");
+    p.value("--method", "NAME",
+            "sft (next-token cross-entropy) | dpo | ipo | simpo | orpo (preference pairs, as TRL defines\n"
+            "them; dpo and ipo compare with the model as it starts: the reference)",
+            O::String, [&j](const std::string &, const std::string & v) { j.method = v; }, [&j] { return quoted(j.method.c_str()); });
+    p.number("--beta", j.preference.beta, -1e300, 1e300, "dpo / ipo / simpo: the preference loss's beta (TRL's default 0.1)");
+    p.number("--label-smoothing", j.preference.label_smoothing, -1e300, 1e300,
+             "dpo / simpo: the share of pairs assumed mislabelled, in [0, 0.5) (cDPO / robust DPO)");
+    p.number("--gamma", j.preference.gamma, -1e300, 1e300, "simpo: the target reward margin (TRL's simpo_gamma, default 0.5)");
+    p.number("--orpo-lambda", j.orpo_lambda, -1e300, 1e300, "orpo: the odds-ratio term's weight beside the chosen answers' NLL (default 0.1)");
+}
+
 void declare_optimization(Options & p, FinetuneJob & j) {
     SessionOptions & o = j.session;
     p.group("Optimization");
-    p.integer("--batch", o.batch, 1, 1 << 20, "sequences per optimizer step");
+    p.integer("--batch", o.batch, 1, 1 << 20, "sequences (preference pairs) per optimizer step");
     p.optional_integer("--micro-batches", o.micro_batches, 1, 1 << 20,
                        "split each batch in M parts, gradients accumulated (default: one per data-parallel\n"
                        "rank, 1 in a single process)",
@@ -304,6 +322,7 @@ void declare_fault_injection(Options & p, FinetuneJob & j) {
 void declare_finetune_options(Options & p, FinetuneJob & j) {
     declare_model_and_data(p, j);
     declare_adapter(p, j);
+    declare_objective(p, j);
     declare_optimization(p, j);
     declare_evaluation(p, j);
     declare_compute(p, j);
@@ -324,6 +343,8 @@ const FlagNames & finetune_flag_names() {
         {"max_bad_steps", "--max-bad-steps"}, {"timeout_s", "--dp-timeout"}, {"accumulate_groups", "--dp-groups"},
         {"replica_check_every", "--dp-check-every"}, {"sample_every", "--sample-every"}, {"sample_prompt", "--sample-prompt"},
         {"early_stop", "--early-stop"}, {"save_best", "--save-best"}, {"eval_every", "--eval-every"},
+        {"method", "--method"}, {"beta", "--beta"}, {"label_smoothing", "--label-smoothing"}, {"gamma", "--gamma"},
+        {"orpo_lambda", "--orpo-lambda"}, {"max_prompt_len", "--max-prompt-len"},
         // FinetuneJob::validate
         {"model_path", "-m BASE.gguf"}, {"data_path", "--data FILE"}, {"out_path", "-o OUT.gguf"}, {"devices.count", "--devices N"},
         {"devices.link", "--link"}, {"devices.backend", "--backend"}, {"pipeline.async", "--async"}, {"pipeline.schedule", "--schedule"},

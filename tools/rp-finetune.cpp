@@ -27,6 +27,7 @@
 #include <signal.h>
 
 #include <csignal>
+#include <chrono>
 #include <cstdio>
 #include <span>
 #include <string>
@@ -52,6 +53,7 @@ void catch_interrupts() {
 // What the loop reports, as progress lines (rank 0 prints).
 struct Progress : rp::RunObserver {
     FILE * out = nullptr;
+    bool perplexity = true;  // the loss is a token cross-entropy (not a preference loss)
     void print(const char * fmt, auto... xs) {
         if (out) std::fprintf(out, fmt, xs...);
     }
@@ -60,6 +62,10 @@ struct Progress : rp::RunObserver {
         print("step %lld/%lld | loss %.4f | lr %.3e | grad norm %.3f%s | %.0f tok/s | ETA %.1fs\n", static_cast<long long>(r.step),
               static_cast<long long>(p.total), r.loss, r.lr, r.grad_norm, norm_of.c_str(), static_cast<double>(r.tokens) / r.seconds,
               p.elapsed / static_cast<double>(r.step - p.first) * static_cast<double>(p.end - r.step));
+        if (r.preference)
+            print("  rewards chosen %.4f rejected %.4f margin %.4f accuracy %.3f | logps chosen %.2f rejected %.2f\n", r.preference->reward_chosen,
+                  r.preference->reward_rejected, r.preference->margin, r.preference->accuracy, r.preference->logp_chosen,
+                  r.preference->logp_rejected);
         if (r.skipped)
             print("warning: step %lld skipped (%s, gradient norm %g, %lld trained tokens)\n", static_cast<long long>(r.grad_norm_step),
                   r.skip_reason.c_str(), r.grad_norm, static_cast<long long>(r.trained_tokens));
@@ -67,7 +73,12 @@ struct Progress : rp::RunObserver {
     void eval(int64_t step, double loss, const rp::EvalProgress & ep, bool best) override {
         char best_text[96] = " (best)";
         if (!best) std::snprintf(best_text, sizeof best_text, "; best %.4f at step %lld", ep.best_loss, static_cast<long long>(ep.best_step));
-        print("eval step %lld: val loss %.4f, ppl %s%s\n", static_cast<long long>(step), loss, rp::format_perplexity(loss).c_str(), best_text);
+        const std::string ppl = perplexity ? ", ppl " + rp::format_perplexity(loss) : "";
+        print("eval step %lld: val loss %.4f%s%s\n", static_cast<long long>(step), loss, ppl.c_str(), best_text);
+    }
+    void eval_preference(int64_t step, const rp::PreferenceStats & p) override {
+        print("eval step %lld: %lld pairs: rewards chosen %.4f rejected %.4f margin %.4f accuracy %.3f\n", static_cast<long long>(step),
+              static_cast<long long>(p.pairs), p.reward_chosen, p.reward_rejected, p.margin, p.accuracy);
     }
     void sample(int64_t step, const std::string & prompt, const std::string & completion) override {
         print("%s", ("sample step " + std::to_string(step) + ": " + prompt + " -> " + completion + "\n").c_str());
@@ -86,8 +97,8 @@ void print_setup(Progress & say, const rp::FinetuneJob & job, const rp::SessionO
                   run.planned().memory.describe().c_str(), run.planned().plan.describe().c_str());
         say.print("host: %s\n", run.pipeline()->frozen_pinning().describe().c_str());
     }
-    say.print("%s: %zu sequences of %lld tokens (%zu train, %zu validation), %zu trainable tensors, %lld steps\n", job.data_path.c_str(),
-              data.size(), static_cast<long long>(job.seq_len), run.split().train.size(), run.split().val.size(),
+    say.print("%s: %zu sequences of %lld tokens (%zu train%s, %zu validation), %zu trainable tensors, %lld steps\n", job.data_path.c_str(),
+              data.size(), static_cast<long long>(job.seq_len), run.split().train.size(), data.pairs() ? " pairs" : "", run.split().val.size(),
               run.trainer().params().size(), static_cast<long long>(run.total_steps()));
     if (const rp::FinetuneConfig & fc = run.trainer().config(); !fc.start_adapter.empty())
         say.print("starting from adapter %s: rank %lld, alpha %g, %zu LoRA pairs\n", fc.start_adapter.c_str(),
@@ -95,6 +106,15 @@ void print_setup(Progress & say, const rp::FinetuneJob & job, const rp::SessionO
     say.print("CPU threads: %d (%s)\n", o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())),
               rp::cli::omp_wait_setting().c_str());
     const rp::DatasetStats & ds = data.stats();
+    if (const auto & pp = o.finetune.preference) {
+        say.print("%s: %zu preference pairs (prompt + chosen, prompt + rejected: %zu sequences, padding %.1f%%), %zu truncated "
+                  "(--max-prompt-len %lld, then --seq-len %lld); method %s, %s %g%s\n",
+                  job.data_path.c_str(), ds.n_examples, data.size(), 100.0 * ds.padding_fraction(), ds.n_truncated,
+                  static_cast<long long>(job.max_prompt_len), static_cast<long long>(job.seq_len), job.method.c_str(),
+                  pp->method == rp::PreferenceMethod::Orpo ? "lambda" : "beta", pp->beta,
+                  pp->method == rp::PreferenceMethod::Simpo ? (", gamma " + std::to_string(pp->gamma)).c_str() : "");
+        return;
+    }
     char padding[160];
     if (ds.n_unpacked == 0) return;  // JSONL: what packing saved
     if (data.packed())
@@ -124,8 +144,9 @@ void print_summary(Progress & say, const rp::FinetuneJob & job, const rp::Traini
               secs, secs > 0 ? outcome.tokens / secs : 0.0, secs > 0 ? outcome.trained_tokens / secs : 0.0, tl.empty() ? 0.0 : tl.front(),
               tl.empty() ? 0.0 : tl.back());
     if (!curve.eval_loss.empty()) {
-        say.print("; val loss %.4f -> %.4f (ppl %s -> %s)", curve.eval_loss.front(), curve.eval_loss.back(),
-                  rp::format_perplexity(curve.eval_loss.front()).c_str(), rp::format_perplexity(curve.eval_loss.back()).c_str());
+        say.print("; val loss %.4f -> %.4f", curve.eval_loss.front(), curve.eval_loss.back());
+        if (say.perplexity)
+            say.print(" (ppl %s -> %s)", rp::format_perplexity(curve.eval_loss.front()).c_str(), rp::format_perplexity(curve.eval_loss.back()).c_str());
         const rp::EvalProgress ep = rp::eval_progress(curve);
         if (ep.best_step == curve.eval_step.front())
             say.print(" -- validation never improved on its first value: the run overfits or the lr is too high");
@@ -236,6 +257,10 @@ int finetune(int argc, char ** argv, rp::Communicator * world) {
     say.print("host memory: plan %s beside %s held, of %s (%s)\n", rp::format_bytes(host_planned).c_str(), rp::format_bytes(held).c_str(),
               host_limit == SIZE_MAX ? "no limit" : rp::format_bytes(host_limit).c_str(), host_source.c_str());
     print_setup(say, job, o, run, data);
+    say.perplexity = !o.finetune.preference;
+    if (const auto t0 = std::chrono::steady_clock::now(); run.reference_pass())
+        say.print("reference pass: the log-probabilities of %zu answers under the starting model, %.1f s (kept in the checkpoint)\n",
+                  data.size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     rp::RunLoopOptions loop = job.loop;
     loop.writes = rank == 0;
     loop.tokenizer = &tok;

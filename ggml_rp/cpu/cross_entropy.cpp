@@ -6,7 +6,7 @@
 // Pass 1 is skipped when the caller has the logsumexps of a forward call (lse_in: LM_HEAD_CE_BACK reads the
 // ones LM_HEAD_CE saved).
 // Pass 2 (only when a gradient is asked for), chunk by chunk again: recompute L, G = (softmax - onehot) *
-// loss_scale for unmasked tokens (0 for ignored ones), then dh (+)= W_chunk G (matmul_bwd_x) and
+// loss_scale (times token_scale[t] when given) for unmasked tokens (0 for ignored ones), then dh (+)= W_chunk G (matmul_bwd_x) and
 // dW_chunk += h G^T (matmul_bwd_w). Chunks run in order and every GEMM is deterministic, so the result is
 // bit-identical for any number of threads. Peak extra memory: two chunk x T float tiles.
 #include "ggml_rp/cpu/cross_entropy.h"
@@ -37,7 +37,7 @@ void cap_logits(std::vector<float> & L, int64_t n, float cap) {
 // Pass 1: every token's logsumexp into lse (float, as pass 2 reads it); returns the loss. L: the chunk tile.
 double logsumexp_pass(const LmHeadCEShape & s, const float * h, const void * W, gguf::TensorType wtype,
                       size_t w_row_bytes, const int32_t * labels, float loss_scale, std::vector<float> & L,
-                      std::vector<float> & lse) {
+                      std::vector<float> & lse, float * token_loss) {
     const int64_t C = s.C, V = s.V, T = s.T;
     const int64_t chunk = std::min(s.chunk, V);
     const char * wbytes = static_cast<const char *>(W);
@@ -69,7 +69,9 @@ double logsumexp_pass(const LmHeadCEShape & s, const float * h, const void * W, 
     for (int64_t t = 0; t < T; ++t) {
         const double l = double(m[size_t(t)]) + std::log(sum[size_t(t)]);
         lse[size_t(t)] = float(l);
-        if (labels[t] >= 0) loss += double(loss_scale) * (l - double(label_logit[size_t(t)]));
+        const double tl = labels[t] >= 0 ? double(loss_scale) * (l - double(label_logit[size_t(t)])) : 0.0;
+        if (token_loss) token_loss[t] = float(tl);
+        loss += tl;
     }
     return loss;
 }
@@ -78,7 +80,7 @@ double logsumexp_pass(const LmHeadCEShape & s, const float * h, const void * W, 
 
 double lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::TensorType wtype, size_t w_row_bytes,
                   const int32_t * labels, float loss_scale, float * dh, float * dW, int64_t dw_row, float * lse_out,
-                  const float * lse_in) {
+                  const float * lse_in, float * token_loss, const float * token_scale) {
     if (s.C < 1 || s.V < 1 || s.T < 0 || s.chunk < 1)
         throw Error("lm_head_ce: bad shape C=" + std::to_string(s.C) + " V=" + std::to_string(s.V) + " T=" +
                     std::to_string(s.T) + " chunk=" + std::to_string(s.chunk));
@@ -99,7 +101,7 @@ double lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf
     if (lse_in) {
         std::copy(lse_in, lse_in + T, lse.begin());
     } else {
-        loss = logsumexp_pass(s, h, W, wtype, w_row_bytes, labels, loss_scale, L, lse);
+        loss = logsumexp_pass(s, h, W, wtype, w_row_bytes, labels, loss_scale, L, lse, token_loss);
     }
     if (lse_out) std::copy(lse.begin(), lse.end(), lse_out);
     if (!dh && !dW) return loss;
@@ -125,7 +127,8 @@ double lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf
             const float l = lse[size_t(t)];
             exp_affine(col, g, nv, 1.0f, l);
             if (y >= v0 && y < v0 + nv) g[y - v0] -= 1.0f;   // exact for p near 1 (Sterbenz)
-            for (int64_t j = 0; j < nv; ++j) g[j] *= loss_scale;
+            const float sc = token_scale ? loss_scale * token_scale[t] : loss_scale;
+            for (int64_t j = 0; j < nv; ++j) g[j] *= sc;
             if (s.softcap > 0.0f)  // through the cap: times 1 - tanh^2 of the capped logit
                 for (int64_t j = 0; j < nv; ++j) {
                     const float th = col[j] / s.softcap;

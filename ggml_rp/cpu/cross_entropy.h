@@ -26,8 +26,11 @@ struct LmHeadCEShape {
 // lse_out (nullable, T floats) receives each token's logsumexp. lse_in (nullable): the logsumexps a forward
 // call wrote for the same h, W and labels: the first pass over the vocabulary is skipped (the gradients are
 // the same bits, since pass 1 computes the same floats) and the result is 0 (the loss is the forward's).
+// token_loss (nullable, T floats) receives each token's loss_scale * (logsumexp - label logit), 0 when masked.
+// token_scale (nullable, T floats): token t's gradient is also multiplied by token_scale[t] (a per-token dloss).
 double lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::TensorType wtype,
                   size_t w_row_bytes, const int32_t * labels, float loss_scale,
-                  float * dh, float * dW, int64_t dw_row, float * lse_out = nullptr, const float * lse_in = nullptr);
+                  float * dh, float * dW, int64_t dw_row, float * lse_out = nullptr, const float * lse_in = nullptr,
+                  float * token_loss = nullptr, const float * token_scale = nullptr);
 
 } // namespace rp::cpu

@@ -2,6 +2,7 @@
 // in cross_entropy.cpp). Labels are checked here so that a bad label is an rp::Error, not a crash.
 #include "ggml_rp/cpu/cross_entropy.h"
 #include "ggml_rp/cpu/kernel_registry.h"
+#include "ggml_rp/ops/cross_entropy.h"
 #include "ggml_rp/ops/node_args.h"
 #include "base/error.h"
 
@@ -37,9 +38,11 @@ void lm_head_ce(Tensor * n) {
     const Tensor * h = n->src[0];
     const Tensor * W = n->src[1];
     const std::vector<int32_t> labels = read_labels(n, n->src[2], W->ne[1]);
+    const bool per_token = lm_head_per_token(n);
     const double loss = rp::cpu::lm_head_ce(shape_of(n, h, W), h->data_as<float>(), W->data, W->type, W->nb[1],
-                                            labels.data(), n->param_f32(0), nullptr, nullptr, 0, node::aux(n, 0));
-    *n->data_as<float>() = static_cast<float>(loss);
+                                            labels.data(), n->param_f32(0), nullptr, nullptr, 0, node::aux(n, 0), nullptr,
+                                            per_token ? n->data_as<float>() : nullptr);
+    if (!per_token) *n->data_as<float>() = static_cast<float>(loss);
 }
 
 void lm_head_ce_back(Tensor * n) {
@@ -49,10 +52,13 @@ void lm_head_ce_back(Tensor * n) {
     const Tensor * dW = n->src[4];
     const Tensor * ce = n->src[5];  // the forward node: its logsumexps (aux)
     const std::vector<int32_t> labels = read_labels(n, n->src[2], W->ne[1]);
-    const float scale = n->param_f32(0) * *dloss->data_as<float>();
+    // The per-token form weights token t by dloss[t]; the sum by the scalar dloss.
+    const bool per_token = lm_head_per_token(n);
+    const float scale = per_token ? n->param_f32(0) : n->param_f32(0) * *dloss->data_as<float>();
     rp::cpu::lm_head_ce(shape_of(n, h, W), h->data_as<float>(), W->data, W->type, W->nb[1], labels.data(), scale,
                         n->data_as<float>(), dW ? dW->data_as<float>() : nullptr,
-                        dW ? static_cast<int64_t>(dW->nb[1] / sizeof(float)) : 0, nullptr, ce ? node::aux(ce, 0) : nullptr);
+                        dW ? static_cast<int64_t>(dW->nb[1] / sizeof(float)) : 0, nullptr, ce ? node::aux(ce, 0) : nullptr,
+                        nullptr, per_token ? dloss->data_as<float>() : nullptr);
 }
 
 const RegisterKernels kRegister{{Op::LM_HEAD_CE, lm_head_ce}, {Op::LM_HEAD_CE_BACK, lm_head_ce_back}};

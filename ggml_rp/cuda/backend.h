@@ -9,7 +9,8 @@
 //   the kernels do not take throws rp::Error naming the op and the tensor;
 // - ids and labels live on the device, so an id out of range cannot throw at once as on the CPU: the kernels
 //   skip it and raise a flag per node; check() (after the stream has synchronized) throws rp::Error naming the
-//   node. One exception to "only enqueues": LM_HEAD_CE_BACK needs its dloss scalar on the host; when dloss is
+//   node. One exception to "only enqueues": LM_HEAD_CE_BACK of the sum needs its dloss scalar on the host (the
+//   per-token form reads its dloss vector on the device); when dloss is
 //   not a FILL node (the usual seed of build_backward), compute() reads it with a stream synchronization.
 // - the buffers serve one graph at a time and allocate() may move them: call it only when no earlier
 //   compute() is still running (synchronize the stream first), as the destructor also requires.

@@ -151,6 +151,7 @@ inline void check_cuda_node(const Tensor * n) {
         need_type(n, n->src[2], DType::I32, "labels");
         need_contiguous(n, n->src[2], "labels");
         if (n->op == Op::LM_HEAD_CE_BACK) {
+            if (n->param_i32(3) != 0) need_contiguous(n, n->src[3], "per-token dloss");
             need_contiguous(n, n->src[4], "dW");
             need_contiguous(n, n, "dh");
         }

@@ -7,6 +7,7 @@
 #include "ggml_rp/cuda/mul_mat.cuh"
 #include "ggml_rp/cuda/unary.cuh"
 #include "ggml_rp/cuda/node_kernel.cuh"
+#include "ggml_rp/ops/cross_entropy.h"
 #include "ggml_rp/ops/node_args.h"
 
 namespace rp::cuda {
@@ -70,9 +71,16 @@ __global__ void __launch_bounds__(kElemThreads) ce_sum_kernel(const double * tok
     if (threadIdx.x == 0) *loss = part[0];
 }
 
-// In place: logits -> (softmax - onehot) * loss_scale for valid labels, 0 for ignored tokens.
+// The per-token losses as floats (the per-token form's output).
+__global__ void __launch_bounds__(kElemThreads) ce_token_loss_kernel(const double * tokloss, int64_t T, float * out_) {
+    const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (t < T) out_[t] = static_cast<float>(tokloss[t]);
+}
+
+// In place: logits -> (softmax - onehot) * loss_scale (* token_scale[t]) for valid labels, 0 for ignored tokens.
 __global__ void __launch_bounds__(kElemThreads) ce_grad_kernel(float * L, int64_t nv, int64_t v0, int64_t T, const int32_t * __restrict__ labels,
-                               const float * __restrict__ lse, int64_t V, float loss_scale, float softcap) {
+                               const float * __restrict__ lse, int64_t V, float loss_scale, float softcap,
+                               const float * __restrict__ token_scale) {
     const int64_t n = nv * T;
     const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
     for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += stride) {
@@ -82,7 +90,8 @@ __global__ void __launch_bounds__(kElemThreads) ce_grad_kernel(float * L, int64_
         float g = expf(L[e] - lse[t]);
         if (v0 + j == y) g -= 1.0f;
         const float tc = softcap > 0.0f ? L[e] / softcap : 0.0f;  // the capped logit's tanh: its derivative 1 - t^2
-        L[e] = g * loss_scale * (1.0f - tc * tc);
+        const float sc = token_scale ? loss_scale * token_scale[t] : loss_scale;
+        L[e] = g * sc * (1.0f - tc * tc);
     }
 }
 
@@ -93,7 +102,7 @@ unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>(ceil_
 void lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::TensorType wtype, size_t w_row_bytes,
                 const int32_t * labels, float loss_scale, double * loss, float * dh, float * dW, int64_t dw_row,
                 void * workspace, size_t workspace_bytes, int * bad_label, cudaStream_t stream, float * lse_out,
-                const float * lse_in) {
+                const float * lse_in, float * token_loss, const float * token_scale) {
     const char * op = "lm_head_ce";
     require(s.C >= 1 && s.V >= 1 && s.T >= 0 && s.T <= 0x7fffffff && s.chunk >= 1, op,
             "bad shape C=" + std::to_string(s.C) + " V=" + std::to_string(s.V) + " T=" + std::to_string(s.T) +
@@ -137,6 +146,10 @@ void lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::
         check_launch("lm_head_ce (finish)");
         ce_sum_kernel<<<1, kElemThreads, 0, stream>>>(tokloss, T, loss);
         check_launch("lm_head_ce (sum)");
+        if (token_loss) {
+            ce_token_loss_kernel<<<blocks_for(T, kElemThreads), kElemThreads, 0, stream>>>(tokloss, T, token_loss);
+            check_launch("lm_head_ce (token losses)");
+        }
         if (lse_out) check(cudaMemcpyAsync(lse_out, lse, size_t(T) * 4, cudaMemcpyDeviceToDevice, stream), "cuda lm_head_ce: lse");
     }
     if (!dh && !dW) return;
@@ -147,7 +160,7 @@ void lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::
         matmul_fwd(C, nv, T, wchunk, wtype, w_row_bytes, h, C, L, nv, false, gemm_ws, gemm_bytes, stream);
         if (s.softcap > 0.0f) scale(L, 1.0f, L, nv * T, stream, s.softcap);
         ce_grad_kernel<<<static_cast<unsigned>(elementwise_grid(nv * T)), kElemThreads, 0, stream>>>(
-            L, nv, v0, T, labels, lse, V, loss_scale, s.softcap);
+            L, nv, v0, T, labels, lse, V, loss_scale, s.softcap, token_scale);
         check_launch("lm_head_ce_back (gradient tile)");
         if (dh) matmul_bwd_x(C, nv, T, wchunk, wtype, w_row_bytes, L, nv, dh, C, v0 > 0, gemm_ws, gemm_bytes, stream);
         if (dW) matmul_bwd_w(C, nv, T, h, C, L, nv, dW + v0 * dw_row, dw_row, true, stream);
@@ -179,8 +192,11 @@ LmHeadCEShape shape_of(const Tensor * n) {
 
 void run_lm_head_ce(Tensor * n, const NodeRun & r) {
     const Tensor * W = n->src[1];
+    const bool per_token = lm_head_per_token(n);
     lm_head_ce(shape_of(n), in<float>(n->src[0]), W->data, W->type, W->nb[1], in<int32_t>(n->src[2]), n->param_f32(0),
-               r.loss, nullptr, nullptr, 0, r.scratch, r.scratch_bytes, r.flag, r.stream, node::aux(n, 0));
+               r.loss, nullptr, nullptr, 0, r.scratch, r.scratch_bytes, r.flag, r.stream, node::aux(n, 0), nullptr,
+               per_token ? out<float>(n) : nullptr);
+    if (per_token) return;
     store_loss_kernel<<<1, 1, 0, r.stream>>>(r.loss, out<float>(n));
     check_launch("lm_head_ce (store loss)");
 }
@@ -188,10 +204,13 @@ void run_lm_head_ce(Tensor * n, const NodeRun & r) {
 void run_lm_head_ce_back(Tensor * n, const NodeRun & r) {
     const Tensor * W = n->src[1];
     const Tensor * dW = n->src[4];
-    const float scale = n->param_f32(0) * host_dloss(n->src[3], r);
+    // The per-token form reads its dloss vector on the device; the sum its scalar on the host.
+    const bool per_token = lm_head_per_token(n);
+    const float scale = per_token ? n->param_f32(0) : n->param_f32(0) * host_dloss(n->src[3], r);
     lm_head_ce(shape_of(n), in<float>(n->src[0]), W->data, W->type, W->nb[1], in<int32_t>(n->src[2]), scale, r.loss,
                out<float>(n), dW ? out<float>(dW) : nullptr, dW ? static_cast<int64_t>(dW->nb[1] / sizeof(float)) : 0,
-               r.scratch, r.scratch_bytes, r.flag, r.stream, nullptr, n->src[5] ? node::aux(n->src[5], 0) : nullptr);
+               r.scratch, r.scratch_bytes, r.flag, r.stream, nullptr, n->src[5] ? node::aux(n->src[5], 0) : nullptr,
+               nullptr, per_token ? in<float>(n->src[3]) : nullptr);
 }
 
 const RegisterNodeKernels kRegister{{Op::LM_HEAD_CE, run_lm_head_ce}, {Op::LM_HEAD_CE_BACK, run_lm_head_ce_back}};

@@ -13,6 +13,8 @@
 // lse_out (device, nullable, T floats) receives each token's logsumexp; with lse_in (device, nullable: what a
 // forward call wrote for the same h, W, labels) pass 1 is skipped -- one logits GEMM per chunk instead of two
 // in the backward, the same gradient bits -- and *loss is not written.
+// token_loss (device, nullable, T floats): each token's loss_scale * (logsumexp - label logit), 0 when masked.
+// token_scale (device, nullable, T floats): token t's gradient is also multiplied by token_scale[t].
 // workspace: lm_head_ce_workspace_bytes(C, V, T, chunk, wtype) bytes (launch.h); ce_chunk_rows picks a chunk.
 #pragma once
 
@@ -36,6 +38,7 @@ struct LmHeadCEShape {
 void lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::TensorType wtype, size_t w_row_bytes,
                 const int32_t * labels, float loss_scale, double * loss, float * dh, float * dW, int64_t dw_row,
                 void * workspace, size_t workspace_bytes, int * bad_label, cudaStream_t stream,
-                float * lse_out = nullptr, const float * lse_in = nullptr);
+                float * lse_out = nullptr, const float * lse_in = nullptr, float * token_loss = nullptr,
+                const float * token_scale = nullptr);
 
 } // namespace rp::cuda

@@ -11,8 +11,10 @@
 
 namespace rp {
 
-Tensor * lm_head_ce(Context & ctx, Tensor * h, Tensor * W, Tensor * labels, float loss_scale, int64_t chunk, float softcap) {
-    const char * op = "lm_head_ce";
+namespace {
+
+Tensor * lm_head_node(const char * op, Context & ctx, Tensor * h, Tensor * W, Tensor * labels, float loss_scale, int64_t chunk,
+                      float softcap, bool per_token) {
     detail::require_f32(op, h, "h");
     detail::require(W && can_dequantize(W->type) && W->ne[2] == 1 && W->ne[3] == 1, op,
                     "head weight " + describe(W) + " must be 2-D [C, V] of a dequantizable type");
@@ -25,19 +27,34 @@ Tensor * lm_head_ce(Context & ctx, Tensor * h, Tensor * W, Tensor * labels, floa
     if (W->type == DType::F32 && !W->rows_contiguous()) W = cont(ctx, W);
     detail::require(W->rows_contiguous(), op, "head weight " + describe(W) + " must have contiguous rows");
     h = cont_if_needed(ctx, h);
-    const int64_t ne[4] = {1, 1, 1, 1};
+    const int64_t ne[4] = {per_token ? h->ne[1] : 1, 1, 1, 1};
     Tensor * t = detail::new_node(ctx, Op::LM_HEAD_CE, DType::F32, ne, {h, W, labels});
     t->aux_bytes = static_cast<size_t>(h->ne[1]) * sizeof(float);  // each token's logsumexp, for the backward
     t->set_param_f32(0, loss_scale);
     t->set_param_i32(1, static_cast<int32_t>(chunk > INT32_MAX ? INT32_MAX : chunk));
     t->set_param_f32(2, softcap);
+    t->set_param_i32(3, per_token ? 1 : 0);
     return t;
+}
+
+} // namespace
+
+Tensor * lm_head_ce(Context & ctx, Tensor * h, Tensor * W, Tensor * labels, float loss_scale, int64_t chunk, float softcap) {
+    return lm_head_node("lm_head_ce", ctx, h, W, labels, loss_scale, chunk, softcap, false);
+}
+
+Tensor * lm_head_token_nll(Context & ctx, Tensor * h, Tensor * W, Tensor * labels, int64_t chunk, float softcap) {
+    return lm_head_node("lm_head_token_nll", ctx, h, W, labels, 1.0f, chunk, softcap, true);
 }
 
 Tensor * lm_head_ce_back(Context & ctx, Tensor * ce, Tensor * dloss, Tensor * dW_into) {
     detail::require(ce && ce->op == Op::LM_HEAD_CE, "lm_head_ce_back", describe(ce) + " is not an lm_head_ce node");
-    detail::require(dloss && dloss->type == DType::F32 && dloss->nelements() == 1, "lm_head_ce_back",
-                    "dloss " + describe(dloss) + " must be an f32 scalar");
+    const bool per_token = lm_head_per_token(ce);
+    const int64_t n_dloss = per_token ? ce->src[0]->ne[1] : 1;
+    detail::require(dloss && dloss->type == DType::F32 && dloss->nelements() == n_dloss, "lm_head_ce_back",
+                    "dloss " + describe(dloss) + (per_token ? " must be f32 [" + std::to_string(n_dloss) + "] (one per token)"
+                                                            : std::string(" must be an f32 scalar")));
+    if (!dloss->is_contiguous()) dloss = cont(ctx, dloss);
     Tensor * h = ce->src[0];
     Tensor * W = ce->src[1];
     if (dW_into)
@@ -48,12 +65,13 @@ Tensor * lm_head_ce_back(Context & ctx, Tensor * ce, Tensor * dloss, Tensor * dW
     dh->set_param_f32(0, ce->param_f32(0));
     dh->set_param_i32(1, ce->param_i32(1));
     dh->set_param_f32(2, ce->param_f32(2));
+    dh->set_param_i32(3, ce->param_i32(3));
     return dh;
 }
 
 void set_lm_head_ce_loss_scale(const Graph & g, float loss_scale) {
     for (Tensor * n : g.nodes)
-        if (n->op == Op::LM_HEAD_CE || n->op == Op::LM_HEAD_CE_BACK) n->set_param_f32(0, loss_scale);
+        if ((n->op == Op::LM_HEAD_CE || n->op == Op::LM_HEAD_CE_BACK) && !lm_head_per_token(n)) n->set_param_f32(0, loss_scale);
 }
 
 namespace rules {
@@ -63,7 +81,7 @@ void backward_cross_entropy(Backward & b, Tensor * node) {
     Tensor * h = node->src[0];
     Tensor * W = node->src[1];
     Tensor * dloss = b.grad(node);
-    if (dloss->nelements() == 1 && !dloss->is_contiguous()) dloss = cont(ctx, dloss);
+    if (!dloss->is_contiguous()) dloss = cont(ctx, dloss);
     if (!b.needs(W)) {
         if (b.needs(h)) b.add(h, lm_head_ce_back(ctx, node, dloss, nullptr));
         return;

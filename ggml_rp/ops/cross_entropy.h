@@ -20,11 +20,19 @@ namespace rp {
 
 Tensor * lm_head_ce(Context & ctx, Tensor * h, Tensor * W, Tensor * labels, float loss_scale, int64_t chunk, float softcap = 0.0f);
 
-// dh = dloss * d loss / dh (a node shaped like h). With dW_into != nullptr (f32 [C, V], contiguous), also
+// The same head, per token: f32 [T], element t = logsumexp(W^T h_t) - (W^T h_t)[label_t], the token's negative
+// log-likelihood (0 for a masked label). For sequence-level objectives (preference_loss): its backward takes a
+// gradient per token. One LM_HEAD_CE node (op param 3 = 1), loss_scale 1.
+Tensor * lm_head_token_nll(Context & ctx, Tensor * h, Tensor * W, Tensor * labels, int64_t chunk, float softcap = 0.0f);
+// Whether an LM_HEAD_CE or LM_HEAD_CE_BACK node is the per-token form.
+inline bool lm_head_per_token(const Tensor * node) { return node->param_i32(3) != 0; }
+
+// dh = dloss * d loss / dh (a node shaped like h); dloss is an f32 scalar, or for the per-token form f32 [T]
+// (token t's loss weighted by dloss[t]). With dW_into != nullptr (f32 [C, V], contiguous), also
 // dW_into += dloss * d loss / dW, as a side effect of this node: read dW_into through after(dW_into, node).
 Tensor * lm_head_ce_back(Context & ctx, Tensor * ce, Tensor * dloss, Tensor * dW_into);
 
-// Sets loss_scale on every lm_head_ce and lm_head_ce_back node of g: a graph built once and replayed for
+// Sets loss_scale on every lm_head_ce and lm_head_ce_back node of g (not the per-token form's): a graph built once and replayed for
 // another batch, whose scale (1 / its unmasked tokens) is the only thing about it that changes.
 void set_lm_head_ce_loss_scale(const Graph & g, float loss_scale);
 

@@ -11,6 +11,7 @@
 #include "ggml_rp/ops/moe.h"
 #include "ggml_rp/ops/mul_mat.h"
 #include "ggml_rp/ops/norm.h"
+#include "ggml_rp/ops/preference_loss.h"
 #include "ggml_rp/ops/reduce.h"
 #include "ggml_rp/ops/rope.h"
 #include "ggml_rp/ops/softmax.h"

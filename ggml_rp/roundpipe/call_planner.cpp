@@ -54,6 +54,7 @@ CallShape CallPlanner::shape_of(const std::vector<MicroBatchInfo> & mbs, Recompu
     for (const MicroBatchInfo & mb : mbs) {
         s.hidden = std::max(s.hidden, prog_.hidden_bytes(mb));
         s.tokens = std::max(s.tokens, prog_.token_bytes(mb));
+        s.head_results = std::max(s.head_results, prog_.head_results(mb));
     }
     return s;
 }

@@ -23,6 +23,12 @@ Call::Call(int64_t id_, const TrainingProgram & prog, PinnedPool & host, const s
             std::memcpy(positions.back().data(), mb.info.positions, tb);
             info.back().positions = static_cast<const int32_t *>(positions.back().data());
         }
+        if (const size_t nv = prog.sequence_values() * static_cast<size_t>(mb.info.n_seq); nv > 0) {
+            if (!mb.info.sequence_values) throw Error("forward_backward: the program reads sequence values the micro-batch has not");
+            sequence_values.push_back(host.take(nv * sizeof(float)));
+            std::memcpy(sequence_values.back().data(), mb.info.sequence_values, nv * sizeof(float));
+            info.back().sequence_values = static_cast<const float *>(sequence_values.back().data());
+        }
         ids.push_back(host.take(tb));
         std::memcpy(ids.back().data(), mb.ids, tb);
         labels.push_back(host.take(tb));
@@ -53,7 +59,12 @@ Call::Call(int64_t id_, const TrainingProgram & prog, PinnedPool & host, const s
             if (need_dact[li]) dact[li].push_back(host.take(hb));
         }
     }
-    loss = host.take(sizeof(float) * static_cast<size_t>(M));
+    size_t results = 0;
+    for (const MicroBatchInfo & mb : info) {
+        loss_at.push_back(results);
+        results += prog.head_results(mb);
+    }
+    loss = host.take(sizeof(float) * results);
     loss_ready.resize(static_cast<size_t>(M));
 }
 

@@ -42,6 +42,7 @@ struct Call {
     std::vector<MicroBatchInfo> info;
     std::vector<PinnedBuffer> ids, labels;  // pinned copies of the caller's tokens
     std::vector<PinnedBuffer> positions;    // and of packed micro-batches' positions (info[i].positions points here)
+    std::vector<PinnedBuffer> sequence_values;  // and of their sequence values (info[i].sequence_values points here)
     size_t max_hidden = 0, max_tokens = 0;
     Plan plan;
     std::vector<StageDesc> stages;
@@ -51,7 +52,8 @@ struct Call {
     std::vector<char> need_act;              // per layer: its input is kept on the host
     std::vector<std::vector<PinnedBuffer>> act, dact;  // [layer][mb]: input of the layer / its gradient
     std::vector<std::vector<std::shared_ptr<Event>>> act_ready, dact_ready;  // recorded after the D2H
-    PinnedBuffer loss;
+    PinnedBuffer loss;                       // each micro-batch's head results (its loss first) from loss_at[i]
+    std::vector<size_t> loss_at;             // floats
     std::vector<std::shared_ptr<Event>> loss_ready;
 
     // Event pairs around every program launch, harvested for the planner once they have all completed (§11.2).

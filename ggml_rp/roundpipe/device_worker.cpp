@@ -368,7 +368,8 @@ void DeviceWorker::run_task(Running & r, const Task & t, ActSet & s) {
             prog.head(w, in, static_cast<const int32_t *>(lab), loss, d0, info, pc);
         });
         void * din = backward_down(L - 2, s.d[0], 1, x);  // the head wrote d[0]
-        c.loss_ready[mi] = transfer_.download(c.loss.as<float>() + mi, s.loss, sizeof(float), OpLabel("D loss " + tag, sd.cat));
+        c.loss_ready[mi] = transfer_.download(c.loss.as<float>() + c.loss_at[mi], s.loss, sizeof(float) * prog.head_results(info),
+                                              OpLabel("D loss " + tag, sd.cat));
         if (a > 0) c.dact_ready[static_cast<size_t>(a)][mi] = transfer_.download(c.dact[static_cast<size_t>(a)][mi].data(), din, H, down);
         break;
     }

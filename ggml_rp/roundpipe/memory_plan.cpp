@@ -41,7 +41,7 @@ ActSetLayout layout_set(const StageDesc & sd, const CallShape & sh, int L, Bump 
         // input gradient (all but layer 0).
         s.d[0] = m.take(H);
         if (L - 2 >= std::max(a, 1)) s.d[1] = m.take(H);
-        s.loss = m.take(sizeof(float));
+        s.loss = m.take(sizeof(float) * sh.head_results);
         break;
     case Pass::Bwd:
         if (sh.grain == RecomputeGrain::Layer) {
@@ -217,7 +217,8 @@ HostCallBytes host_call_bytes(const TrainingProgram & prog, const Plan & plan, c
             if (bb.dact[l]) h.gradients += prog.hidden_bytes(mb);
         }
     }
-    h.losses = sizeof(float) * mbs.size();
+    for (const MicroBatchInfo & mb : mbs)  // the heads' results, and the sequence values they read
+        h.losses += sizeof(float) * (prog.head_results(mb) + prog.sequence_values() * static_cast<size_t>(mb.n_seq));
     return h;
 }
 

@@ -74,6 +74,7 @@ struct CallShape {
     // The frozen weights stay on the device for the whole run (the resident region) instead of going up with
     // every job. Only when the program has frozen tensors.
     bool resident = false;
+    size_t head_results = 1;  // floats the head writes for the largest micro-batch (TrainingProgram::head_results)
 };
 
 JobLayout layout_job(const TrainingProgram & prog, const std::vector<StageDesc> & stages, const CallShape & shape,

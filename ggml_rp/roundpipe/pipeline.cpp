@@ -211,7 +211,7 @@ Pipeline::~Pipeline() {
     }
 }
 
-double Pipeline::forward_backward(const std::vector<MicroBatch> & mbs) {
+double Pipeline::forward_backward(const std::vector<MicroBatch> & mbs, std::vector<std::vector<float>> * head_results) {
     Impl & d = *impl_;
     rethrow_faults();
     if (mbs.empty()) throw Error("forward_backward: no micro-batches");
@@ -237,9 +237,13 @@ double Pipeline::forward_backward(const std::vector<MicroBatch> & mbs) {
     ++d.calls_in_step;
     for (int i = 0; i < c->M; ++i) c->fused_done.acquire();
     double loss = 0;
+    if (head_results) head_results->clear();
     for (int i = 0; i < c->M; ++i) {
-        if (auto & ev = c->loss_ready[static_cast<size_t>(i)]) ev->synchronize();
-        loss += c->loss.as<float>()[i];
+        const size_t mi = static_cast<size_t>(i);
+        if (auto & ev = c->loss_ready[mi]) ev->synchronize();
+        const float * r = c->loss.as<float>() + c->loss_at[mi];
+        loss += r[0];
+        if (head_results) head_results->emplace_back(r, r + d.prog.head_results(c->info[mi]));
     }
     rethrow_faults();
     return loss;

@@ -81,7 +81,8 @@ public:
 
     // One forward_backward call: returns the sum of the micro-batches' losses (pass loss_scale = 1 / the step's
     // unmasked tokens so it is the mean). Gradients accumulate across calls until step().
-    double forward_backward(const std::vector<MicroBatch> & mbs);
+    // head_results (nullable): each micro-batch's head results (TrainingProgram::head_results; the loss first).
+    double forward_backward(const std::vector<MicroBatch> & mbs, std::vector<std::vector<float>> * head_results = nullptr);
 
     // The optimizer step. `update` runs on the optimizer thread once every parameter's fp32 grad is complete;
     // it updates the masters in place (clipping, AdamW, ...). Sync: returns after the update and copy-back.

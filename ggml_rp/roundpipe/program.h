@@ -40,6 +40,9 @@ struct MicroBatchInfo {
     // shapes whether or not they compute: a plan sets `packed` without data). Not packed: positions 0..T-1.
     bool packed = false;
     const int32_t * positions = nullptr;  // host memory outliving the programs (RoundPipe: the call's copy)
+    // A sequence-level objective's inputs for the head program, opaque to the runtime: floats per sequence
+    // ([n_seq][TrainingProgram::sequence_values()]), host memory outliving the call; nullptr for token losses.
+    const float * sequence_values = nullptr;
     int64_t tokens() const { return seq_len * n_seq; }
 };
 
@@ -93,12 +96,19 @@ public:
                          ProgramContext & pc) = 0;
     // Layer L-1: forward, loss, backward in one program (never recomputed). Writes the loss to *loss (device
     // memory), the gradient of its input to din (overwritten) and ADDS the parameter gradients into w.grad.
+    // A sequence-level objective writes head_results(mb) floats from `loss` on: the loss, then what it reports
+    // per sequence.
     virtual void head(const LayerMemory & w, const void * in, const int32_t * labels, float * loss, void * din,
                       const MicroBatchInfo & mb, ProgramContext & pc) = 0;
     // Recompute + backward of layer l < L-1 from its input: ADDS parameter gradients into w.grad; writes the
     // gradient of the input to din (overwritten; not written for l == 0, whose input is token ids).
     virtual void backward(int layer, const LayerMemory & w, const void * in, const void * dout, void * din,
                           const MicroBatchInfo & mb, ProgramContext & pc) = 0;
+
+    // Floats the head writes from its `loss` pointer (1: the loss), and floats per sequence it reads from
+    // MicroBatchInfo::sequence_values (0: none).
+    virtual size_t head_results(const MicroBatchInfo &) const { return 1; }
+    virtual size_t sequence_values() const { return 0; }
 
     // The device memory (graphs and uploads: the device's graph region) the program of (kind, layer) takes for
     // micro-batch mb when its graphs run under `rules` (a device's runner, or footprint_rules(backend)); found

@@ -271,4 +271,15 @@ Tensor * build_head_ce(Context & ctx, const HParams & hp, const ModelWeights & w
     return set_name(lm_head_ce(ctx, h, w.output, labels, loss_scale, chunk, hp.final_softcap), "loss");
 }
 
+Tensor * build_head_token_nll(Context & ctx, const HParams & hp, const ModelWeights & w, Tensor * x, Tensor * labels, int64_t chunk) {
+    Tensor * h = rms_norm(ctx, x, w.output_norm, hp.rms_eps);
+    h = reshape(ctx, h, h->ne[0], h->ne[1] * h->ne[2] * h->ne[3]);
+    return set_name(lm_head_token_nll(ctx, h, w.output, labels, chunk, hp.final_softcap), "token_nll");
+}
+
+Tensor * build_sequence_logps(Context & ctx, Tensor * token_nll, int64_t T, int64_t B) {
+    Tensor * per_seq = sum_to(ctx, reshape(ctx, token_nll, T, B), ctx.new_tensor(DType::F32, 1, B));
+    return set_name(scale(ctx, reshape(ctx, per_seq, B), -1.0f), "sequence_logps");
+}
+
 } // namespace rp

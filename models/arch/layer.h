@@ -128,4 +128,10 @@ inline Tensor * build_head_ce(Context & ctx, const Model & model, Tensor * x, Te
     return build_head_ce(ctx, model.hparams(), model.graph_weights(), x, labels, loss_scale, chunk, lora);
 }
 
+// Final norm + the fused head per token: each token's negative log-likelihood of its label (0 when masked),
+// f32 [T * B] (ops/cross_entropy.h lm_head_token_nll). For sequence-level objectives.
+Tensor * build_head_token_nll(Context & ctx, const HParams & hp, const ModelWeights & w, Tensor * x, Tensor * labels, int64_t chunk);
+// The summed log-probability of each sequence's labelled tokens, f32 [B], from build_head_token_nll's [T * B].
+Tensor * build_sequence_logps(Context & ctx, Tensor * token_nll, int64_t T, int64_t B);
+
 } // namespace rp

@@ -120,6 +120,54 @@ public:
     JsonlReader(const std::string & source, const Tokenizer & tok, const DatasetOptions & opt)
         : source_(source), tok_(tok), opt_(opt) {}
 
+    // Whether a line is a preference pair (it has "chosen" or "rejected").
+    static bool is_pair(const json::Value & v) { return v.is_object() && (v.find("chosen") || v.find("rejected")); }
+
+    // A preference pair: the prompt's tokens and each answer's (all trained), tokenized separately (TRL's rule).
+    struct PairTokens {
+        std::vector<int32_t> prompt, chosen, rejected;
+    };
+    PairTokens pair(const json::Value & v, size_t line) {
+        line_ = line;
+        const json::Value * prompt = v.find("prompt");
+        const json::Value * chosen = v.find("chosen");
+        const json::Value * rejected = v.find("rejected");
+        if (!prompt || !chosen || !rejected || v.find("text") || v.find("completion") || v.find("messages"))
+            fail("a preference pair has the keys {\"prompt\", \"chosen\", \"rejected\"} and no \"text\", \"completion\" or \"messages\"");
+        PairTokens t;
+        if (prompt->is_string()) {
+            const std::string & c = string_field(*chosen, "chosen");
+            const std::string & r = string_field(*rejected, "rejected");
+            if (c.empty() || r.empty()) fail(std::string("the ") + (c.empty() ? "chosen" : "rejected") + " answer is empty");
+            if (c == r) fail("the chosen and the rejected answer are the same text: the pair prefers nothing");
+            t.prompt = tok_.encode(prompt->string, true, false);
+            t.chosen = answer_tokens(c, false);
+            t.rejected = answer_tokens(r, false);
+        } else {
+            if (!opt_.chat) fail("a conversational pair needs a chat template: the model has none (name one: chatml, llama3 or FILE.jinja)");
+            const std::vector<ChatMessage> p = chat_messages(*prompt, "prompt");
+            std::vector<ChatMessage> c = chat_messages(*chosen, "chosen"), r = chat_messages(*rejected, "rejected");
+            for (const auto * list : {&c, &r})
+                for (const ChatMessage & m : *list)
+                    if (m.role != "assistant") fail("the answers hold assistant messages only, got a \"" + m.role + "\" message");
+            std::string prompt_c, prompt_r, answer_c, answer_r;
+            render_answer(p, c, prompt_c, answer_c);
+            render_answer(p, r, prompt_r, answer_r);
+            if (prompt_c != prompt_r) fail("the chat template renders the prompt differently before the two answers");
+            if (answer_c == answer_r) fail("the chosen and the rejected answer render to the same text: the pair prefers nothing");
+            t.prompt = tok_.encode(prompt_c, true, true);
+            t.chosen = answer_tokens(answer_c, true);
+            t.rejected = answer_tokens(answer_r, true);
+        }
+        if (t.chosen.empty() || t.rejected.empty()) fail(std::string("the ") + (t.chosen.empty() ? "chosen" : "rejected") + " answer has no tokens");
+        return t;
+    }
+
+    [[noreturn]] void fail_at(size_t line, const std::string & what) {
+        line_ = line;
+        fail(what);
+    }
+
     // One line's example. `line` is 1-based.
     Tokens example(const json::Value & v, size_t line) {
         line_ = line;
@@ -169,12 +217,32 @@ private:
         return t;
     }
 
-    Tokens from_messages(const json::Value & messages) const {
-        if (!messages.is_array() || messages.array.empty()) fail("\"messages\" must be a non-empty array");
+    // A string answer: no BOS, EOS appended (the template's end of turn ends a rendered one).
+    std::vector<int32_t> answer_tokens(const std::string & text, bool rendered) const {
+        std::vector<int32_t> ids = tok_.encode(text, false, rendered);
+        if (!rendered && tok_.eos() != kTokenNull) ids.push_back(tok_.eos());
+        return ids;
+    }
+
+    // The prompt's messages and the answer's rendered together (the training chat); the answer's text starts at
+    // its first assistant span (the assistant header before it is the prompt's, as a generation prompt).
+    void render_answer(const std::vector<ChatMessage> & prompt, const std::vector<ChatMessage> & answer, std::string & prompt_text,
+                       std::string & answer_text) const {
+        std::vector<ChatMessage> chat = prompt;
+        chat.insert(chat.end(), answer.begin(), answer.end());
+        const RenderedChat r = render_training_chat(*opt_.chat, chat, opt_.train_analysis);
+        const size_t first = static_cast<size_t>(std::count_if(prompt.begin(), prompt.end(), [](const ChatMessage & m) { return m.role == "assistant"; }));
+        if (r.assistant.size() <= first) fail("the chat template rendered no assistant turn for the answer");
+        prompt_text = r.text.substr(0, r.assistant[first].begin);
+        answer_text = r.text.substr(r.assistant[first].begin);
+    }
+
+    std::vector<ChatMessage> chat_messages(const json::Value & messages, const std::string & key) const {
+        if (!messages.is_array() || messages.array.empty()) fail("\"" + key + "\" must be a string or a non-empty array of messages");
         std::vector<ChatMessage> chat;
         for (size_t i = 0; i < messages.array.size(); ++i) {
             const json::Value & m = messages.array[i];
-            const std::string where = "messages[" + std::to_string(i) + "]";
+            const std::string where = key + "[" + std::to_string(i) + "]";
             if (!m.is_object()) fail(where + " must be an object with \"role\" and \"content\"");
             const json::Value * role = m.find("role");
             const json::Value * content = m.find("content");
@@ -188,6 +256,12 @@ private:
             if (reasoning && !reasoning->is_string()) fail(where + ": \"reasoning_content\" / \"thinking\" must be a string");
             chat.push_back({role->string, content->string, reasoning ? reasoning->string : std::string()});
         }
+        return chat;
+    }
+
+    Tokens from_messages(const json::Value & messages) const {
+        if (!messages.is_array() || messages.array.empty()) fail("\"messages\" must be a non-empty array");
+        const std::vector<ChatMessage> chat = chat_messages(messages, "messages");
         if (!opt_.chat) fail("\"messages\" needs a chat template: the model has none (name one: chatml, llama3 or FILE.jinja)");
         const RenderedChat r = render_training_chat(*opt_.chat, chat, opt_.train_analysis);
         if (r.assistant.empty()) fail("\"messages\" has no assistant turn: nothing to train on");
@@ -258,6 +332,7 @@ void Dataset::finish(const std::string & source) {
 
 uint64_t Dataset::fingerprint() const {
     uint64_t h = fnv1a(kFnvBasis, &seq_len_, sizeof seq_len_);
+    if (group_ != 1) h = fnv1a(h, &group_, sizeof group_);  // (SFT data keeps the fingerprints it had)
     h = fnv1a(h, inputs_.data(), inputs_.size() * sizeof(int32_t));
     h = fnv1a(h, labels_.data(), labels_.size() * sizeof(int32_t));
     return positions_.empty() ? h : fnv1a(h, positions_.data(), positions_.size() * sizeof(int32_t));
@@ -309,8 +384,40 @@ Dataset Dataset::from_jsonl(std::string_view text, const std::string & source, c
     std::vector<int32_t> in(L), lab(L);
     // Packed: the examples' (input, label) runs, placed into sequences once all are read.
     std::vector<std::vector<int32_t>> ex_in, ex_lab;
+    // A preference pair: two sequences, prompt + chosen and prompt + rejected, labels on the answers only.
+    auto add_pair = [&](const JsonlReader::PairTokens & pt, size_t line) {
+        ++d.stats_.n_examples;
+        std::vector<int32_t> prompt = pt.prompt;
+        bool truncated = false;
+        if (opt.max_prompt_len > 0 && prompt.size() > static_cast<size_t>(opt.max_prompt_len)) {
+            prompt.erase(prompt.begin(), prompt.end() - opt.max_prompt_len);  // keeps the prompt's end
+            truncated = true;
+        }
+        if (prompt.size() > L)
+            reader.fail_at(line, "the prompt takes " + std::to_string(prompt.size()) + " tokens, more than the sequence's " + std::to_string(L) +
+                                     ": no answer token fits (a longer seq_len, or cut prompts with max_prompt_len)");
+        for (const std::vector<int32_t> * answer : {&pt.chosen, &pt.rejected}) {
+            const size_t room = L + 1 - prompt.size();
+            const size_t na = std::min(answer->size(), room);
+            truncated |= answer->size() > room;
+            const size_t n = prompt.size() + na;
+            auto id = [&](size_t i) { return i < prompt.size() ? prompt[i] : (*answer)[i - prompt.size()]; };
+            size_t trained = 0;
+            for (size_t i = 0; i < L; ++i) {
+                in[i] = i < n ? id(i) : pad;
+                lab[i] = i + 1 < n && i + 1 >= prompt.size() ? id(i + 1) : kIgnoreLabel;
+                trained += lab[i] != kIgnoreLabel;
+            }
+            if (trained == 0) reader.fail_at(line, std::string("the ") + (answer == &pt.chosen ? "chosen" : "rejected") + " answer has no token to train on");
+            d.stats_.n_tokens += std::min(n, L);
+            ++d.stats_.n_unpacked;
+            d.push(in, lab);
+        }
+        d.stats_.n_truncated += truncated;
+    };
     text = strip_bom(text);
     size_t line_no = 0, pos = 0;
+    bool first = true;
     while (pos < text.size()) {
         size_t eol = text.find('\n', pos);
         if (eol == std::string_view::npos) eol = text.size();
@@ -319,6 +426,18 @@ Dataset Dataset::from_jsonl(std::string_view text, const std::string & source, c
         ++line_no;
         if (trim(line).empty()) continue;
         const json::Value v = json::parse(std::string(line), source + " line " + std::to_string(line_no));
+        const bool is_pair = JsonlReader::is_pair(v);
+        if (first) {
+            first = false;
+            if (is_pair) d.group_ = 2;  // (never packed: DatasetOptions::pack is for SFT examples)
+        } else if (is_pair != d.pairs()) {
+            reader.fail_at(line_no, is_pair ? "a preference pair in a file of SFT examples (one kind per file)"
+                                            : "not a preference pair, in a file of pairs (one kind per file)");
+        }
+        if (is_pair) {
+            add_pair(reader.pair(v, line_no), line_no);
+            continue;
+        }
         const Tokens t = reader.example(v, line_no);
         ++d.stats_.n_examples;
         const size_t n = std::min(t.ids.size(), L + 1);  // truncation keeps the first seq_len + 1 tokens
@@ -464,16 +583,20 @@ Batch make_batch(const Dataset & data, std::span<const uint32_t> idx) {
     Batch b;
     b.n_seq = static_cast<int32_t>(idx.size());
     b.seq_len = data.seq_len();
-    b.inputs.reserve(idx.size() * static_cast<size_t>(b.seq_len));
+    b.inputs.reserve(idx.size() * static_cast<size_t>(data.group()) * static_cast<size_t>(b.seq_len));
     b.labels.reserve(b.inputs.capacity());
-    for (const uint32_t i : idx) {
-        const auto in = data.inputs(i);
-        const auto lab = data.labels(i);
-        const auto pos = data.positions(i);
-        b.inputs.insert(b.inputs.end(), in.begin(), in.end());
-        b.labels.insert(b.labels.end(), lab.begin(), lab.end());
-        b.positions.insert(b.positions.end(), pos.begin(), pos.end());
-    }
+    const size_t g = static_cast<size_t>(data.group());
+    b.n_seq = static_cast<int32_t>(idx.size() * g);
+    b.units.assign(idx.begin(), idx.end());
+    for (const uint32_t u : idx)
+        for (size_t i = u * g; i < (u + 1) * g; ++i) {
+            const auto in = data.inputs(i);
+            const auto lab = data.labels(i);
+            const auto pos = data.positions(i);
+            b.inputs.insert(b.inputs.end(), in.begin(), in.end());
+            b.labels.insert(b.labels.end(), lab.begin(), lab.end());
+            b.positions.insert(b.positions.end(), pos.begin(), pos.end());
+        }
     return b;
 }
 
@@ -482,9 +605,9 @@ Batcher::Batcher(const Dataset & data, std::vector<uint32_t> indices, int32_t ba
     if (indices_.empty()) throw Error("batches: no training sequences");
     if (batch_size_ < 1) throw Error("batch_size " + std::to_string(batch_size_) + " must be at least 1");
     for (const uint32_t i : indices_) {
-        if (i >= data_.size()) {
-            throw Error("batches: sequence index " + std::to_string(i) + " outside the dataset of " +
-                        std::to_string(data_.size()));
+        if (i >= data_.units()) {
+            throw Error("batches: " + std::string(data_.pairs() ? "pair" : "sequence") + " index " + std::to_string(i) +
+                        " outside the dataset of " + std::to_string(data_.units()));
         }
     }
     uint64_t h = data_.fingerprint();

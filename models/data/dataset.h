@@ -21,6 +21,19 @@
 //                                        tokens that start inside C, and on the appended EOS
 //   {"messages": [{"role", "content"}, ...]}  rendered with the chat template (special tokens parsed), loss
 //                                        only on the assistant replies and their end-of-turn marker
+//   {"prompt": P, "chosen": A, "rejected": B}   a preference pair (DPO, IPO, SimPO, ORPO): strings, or TRL's
+//                                        conversational form (P a list of messages, A and B lists of assistant
+//                                        messages) rendered with the chat template. Every line of the file must
+//                                        then be a pair. As TRL does, the prompt and each answer are tokenized
+//                                        separately and concatenated: the prompt with BOS, the answer without,
+//                                        EOS appended (strings; a rendered answer carries its own end of turn).
+//                                        The pair becomes two sequences, prompt + chosen then prompt + rejected
+//                                        (a unit of the split and the batches: Dataset::group() is 2), trained on
+//                                        the answer tokens only. Too long: the prompt keeps its last
+//                                        DatasetOptions::max_prompt_len tokens (when > 0), then each answer is cut
+//                                        to what seq_len + 1 leaves (counted in n_truncated); a prompt that leaves
+//                                        no answer token, an empty answer or chosen == rejected is an error
+//                                        naming the line. Never packed (DatasetOptions::pack is ignored).
 //   Other keys (ids, metadata) are ignored; any other combination of these keys is an error.
 //   An example is truncated to its first seq_len + 1 tokens when longer (the rest is dropped; counted in
 //   DatasetStats::n_truncated); it then fills min(tokens, seq_len) positions. An example left with no trained
@@ -63,10 +76,11 @@ struct DatasetOptions {
     bool train_analysis = false;      // "messages" lines, gpt-oss: the assistant spans take in the analysis channel
     bool allow_binary = false;        // train on text with NUL bytes or invalid UTF-8 (refused otherwise)
     bool pack = false;                // JSONL: several examples per sequence (see above); text: no effect
+    int32_t max_prompt_len = 0;       // preference pairs: the prompt keeps at most its last this many tokens (0: all)
 };
 
 struct DatasetStats {
-    size_t n_examples = 0;       // documents (text) or lines (JSONL) read
+    size_t n_examples = 0;       // documents (text) or lines (JSONL; preference pairs) read
     size_t n_truncated = 0;      // JSONL examples longer than seq_len + 1 tokens
     size_t n_skipped = 0;        // JSONL examples without a trained token after truncation
     size_t n_tokens = 0;         // input tokens that are not padding
@@ -92,13 +106,19 @@ public:
 
     int32_t seq_len() const { return seq_len_; }
     size_t size() const { return size_; }  // number of sequences
+    // Sequences per example unit: 1, or 2 for preference pairs (sequences 2k and 2k + 1: the chosen and the
+    // rejected answer of pair k). The split and the batches deal in units, never splitting a pair.
+    int32_t group() const { return group_; }
+    size_t units() const { return size_ / static_cast<size_t>(group_); }
+    bool pairs() const { return group_ == 2; }
     std::span<const int32_t> inputs(size_t i) const;
     std::span<const int32_t> labels(size_t i) const;
     // Packed datasets: the RoPE positions of sequence i (restarting at 0 at each example); empty otherwise.
     bool packed() const { return !positions_.empty(); }
     std::span<const int32_t> positions(size_t i) const;
     const DatasetStats & stats() const { return stats_; }
-    // FNV-1a over seq_len and every input, label (and position): tells a resumed run that the data did not change.
+    // FNV-1a over seq_len, the group and every input, label (and position): tells a resumed run that the data
+    // did not change.
     uint64_t fingerprint() const;
 
 private:
@@ -111,6 +131,7 @@ private:
     void pack(const std::vector<std::vector<int32_t>> & inputs, const std::vector<std::vector<int32_t>> & labels, int32_t pad);
 
     int32_t seq_len_ = 0;
+    int32_t group_ = 1;
     size_t size_ = 0;
     std::vector<int32_t> inputs_, labels_;  // [size][seq_len]
     std::vector<int32_t> positions_;        // [size][seq_len] when packed, else empty
@@ -125,7 +146,7 @@ void shuffle_indices(std::vector<uint32_t> & idx, uint64_t seed);
 // Mixes a stream id into a seed (splitmix64), so the split and every epoch draw independent streams.
 uint64_t mix_seed(uint64_t seed, uint64_t stream);
 
-// Sequence indices of the training and validation parts, each sorted ascending. round(fraction * n)
+// Unit (sequence, or pair: Dataset::units()) indices of the training and validation parts, each sorted ascending. round(fraction * n)
 // sequences (at least one when fraction > 0) chosen by a seeded shuffle go to validation. Throws rp::Error
 // when fraction is outside [0, 1) or nothing would be left to train on.
 struct DatasetSplit {
@@ -139,11 +160,12 @@ struct Batch {
     int32_t seq_len = 0;
     std::vector<int32_t> inputs, labels;
     std::vector<int32_t> positions;  // packed data only ([n_seq][seq_len]); empty: 0..seq_len-1 in every sequence
+    std::vector<uint32_t> units;     // the dataset units it holds, in order (Dataset::group() sequences each)
     const int32_t * positions_or_null(size_t offset = 0) const { return positions.empty() ? nullptr : positions.data() + offset; }
     size_t n_trained() const;  // labels that are not kIgnoreLabel (for the loss scale)
 };
 
-// The sequences `idx` of `data`, in that order.
+// The units `idx` of `data` (Dataset::group() sequences each), in that order.
 Batch make_batch(const Dataset & data, std::span<const uint32_t> idx);
 
 // Where a Batcher stands: enough to resume the same sequence stream bit for bit.
@@ -153,7 +175,7 @@ struct DataPosition {
     uint64_t consumed = 0;     // sequences handed out so far, over all epochs
 };
 
-// Training batches: epoch e visits the given indices in the order of a permutation drawn from
+// Training batches of units (sequences, or preference pairs: Dataset::group()): epoch e visits the given indices in the order of a permutation drawn from
 // mix_seed(seed, e) (or in the given order when shuffle is false); batches of batch_size sequences follow
 // each other across epoch bounds, so no sequence is dropped or repeated within an epoch and any batch size
 // works, even one larger than an epoch. `data` must outlive the Batcher.

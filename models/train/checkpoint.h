@@ -9,6 +9,8 @@
 //   rp.ckpt.train_loss / rp.ckpt.eval_step / rp.ckpt.eval_loss (arrays): the curve so far (for the SVG)
 //   rp.ckpt.last_norm_bits (u64: the f64's bits), rp.ckpt.last_norm_step (i64), rp.ckpt.last_skip (string),
 //   rp.ckpt.bad_run (u64): what the next step reports
+//   rp.ckpt.reference_logps (f32 array, preference training with a reference): every sequence's reference
+//            log-probability, so a resume does not run the reference pass again
 //   rp.ckpt.run_config (string, when the run gave one): the tool's effective configuration (a TOML run file),
 //            which a resume reuses and compares with its own
 //   tensors: every trainable tensor under its own name (f32), the optimizer state arrays under
@@ -62,6 +64,7 @@ struct CheckpointState {
     // 1 by default): the order the gradients were summed in, so a resume with another is refused.
     int64_t grad_groups = 1;
     std::string run_config;  // SessionOptions::run_config of the run that wrote it
+    std::vector<float> reference_logps;  // preference training: per dataset sequence (empty: none computed)
 };
 
 // Hash of the base model's tensor names, types and shapes.

@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <csignal>
 #include <cstdint>
 
@@ -25,6 +26,17 @@ void FinetuneJob::validate(bool data_parallel) const {
     if (max_seq && !plan_only) throw Error("max_seq needs plan_only");
     if (token_chunk == -1 && !o.pipelined) throw Error("token_chunk auto needs devices.count (the memory it must fit)");
     if (!link.empty() && o.devices.backend == "cuda") throw Error("devices.link models the CPU devices' link; it does not apply to devices.backend cuda");
+    const std::optional<PreferenceParams> pref = preference_objective();
+    if (pref) {
+        if (!(pref->beta > 0 && std::isfinite(pref->beta)))
+            throw Error(pref->method == PreferenceMethod::Orpo ? "orpo_lambda must be a finite number > 0" : "beta must be a finite number > 0");
+        if (!(preference.label_smoothing >= 0 && preference.label_smoothing < 0.5)) throw Error("label_smoothing must be in [0, 0.5)");
+        if (preference.label_smoothing > 0 && pref->method != PreferenceMethod::Dpo && pref->method != PreferenceMethod::Simpo)
+            throw Error("label_smoothing applies to dpo and simpo (the logistic losses), not " + method);
+        if (!std::isfinite(preference.gamma)) throw Error("gamma must be finite");
+    }
+    if (max_prompt_len < 0) throw Error("max_prompt_len must be >= 0");
+    if (max_prompt_len > 0 && !pref) throw Error("max_prompt_len truncates the prompts of preference pairs (method dpo, ipo, simpo or orpo)");
     if (plan_only) {
         if (max_seq && !o.pipelined) throw Error("max_seq needs devices.count (the device memory it must fit)");
         return;
@@ -37,8 +49,20 @@ void FinetuneJob::validate(bool data_parallel) const {
     loop.validate(o);
 }
 
+std::optional<PreferenceParams> FinetuneJob::preference_objective() const {
+    if (method == "sft") return std::nullopt;
+    PreferenceParams p = preference;
+    if (method == "dpo") p.method = PreferenceMethod::Dpo;
+    else if (method == "ipo") p.method = PreferenceMethod::Ipo;
+    else if (method == "simpo") p.method = PreferenceMethod::Simpo;
+    else if (method == "orpo") p.method = PreferenceMethod::Orpo, p.beta = orpo_lambda;
+    else throw Error("method \"" + method + "\" is not one of sft, dpo, ipo, simpo, orpo");
+    return p;
+}
+
 SessionOptions FinetuneJob::session_options() const {
     SessionOptions o = session;
+    o.finetune.preference = preference_objective();
     if (token_chunk >= 0) o.finetune.token_chunk = token_chunk;
     o.pipeline.token_chunk = token_chunk == -2 ? -1 : token_chunk;
     if (!link.empty()) o.devices.link = LinkModel::parse(link);
@@ -52,7 +76,7 @@ std::pair<size_t, std::string> FinetuneJob::host_memory_limit() const {
     return {static_cast<size_t>(static_cast<double>(a.bytes) * (1.0 - kHostMemoryMargin)), "95% of " + a.source};
 }
 
-bool FinetuneJob::packed_data() const { return pack && data_path.ends_with(".jsonl"); }
+bool FinetuneJob::packed_data() const { return pack && method == "sft" && data_path.ends_with(".jsonl"); }
 
 DatasetOptions FinetuneJob::dataset_options(const Model & model, const Tokenizer & tok) const {
     DatasetOptions d;
@@ -65,6 +89,7 @@ DatasetOptions FinetuneJob::dataset_options(const Model & model, const Tokenizer
     d.train_on_inputs = train_on_inputs;
     d.train_analysis = train_analysis;
     d.pack = pack;
+    d.max_prompt_len = static_cast<int32_t>(max_prompt_len);
     return d;
 }
 

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -40,7 +41,13 @@ struct FinetuneJob {
     bool allow_binary = false;      // DatasetOptions
     bool train_on_inputs = false;
     bool train_analysis = false;
-    bool pack = true;               // JSONL only
+    bool pack = true;               // JSONL only (SFT examples; preference pairs are never packed)
+    // The objective: "sft", or a preference method ("dpo", "ipo", "simpo", "orpo": FinetuneConfig::preference,
+    // with preference's beta, label smoothing and gamma; ORPO's lambda is orpo_lambda).
+    std::string method = "sft";
+    PreferenceParams preference;
+    double orpo_lambda = 0.1;
+    int64_t max_prompt_len = 0;     // DatasetOptions::max_prompt_len
     std::string chat_template;      // "" = the model's own
     int64_t token_chunk = -2;       // -2: not given (host 0, pipeline the planner's); -1: the planner's (pipeline only)
     bool plan_only = false;         // print the memory plan and stop
@@ -65,7 +72,9 @@ struct FinetuneJob {
     // What plan_run() takes for this job: the session's options as the run resolved them (session_options(),
     // with its communicator: micro_batches 0 is one per rank), the sequence length and packing.
     RunPlanOptions plan_options(const SessionOptions & session_resolved) const;
-    bool packed_data() const;       // JSONL data with packing on
+    bool packed_data() const;       // JSONL SFT data with packing on
+    // The preference objective method names (nullopt: SFT); throws rp::Error naming `method` otherwise.
+    std::optional<PreferenceParams> preference_objective() const;
     // host_memory resolved: the bytes and where they come from ("host_memory" when given).
     std::pair<size_t, std::string> host_memory_limit() const;
 };

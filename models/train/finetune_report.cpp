@@ -195,11 +195,29 @@ void MetricsLog::save_copy() {
     copy.commit();
 }
 
+namespace {
+
+// ,"<prefix>rewards/chosen":x, ... (TRL's metric names)
+std::string preference_json(const PreferenceStats & p, const char * prefix) {
+    std::string s;
+    auto add = [&](const char * name, double v) { s += std::string(",\"") + prefix + name + "\":" + json_number(v); };
+    add("rewards/chosen", p.reward_chosen);
+    add("rewards/rejected", p.reward_rejected);
+    add("rewards/margins", p.margin);
+    add("rewards/accuracies", p.accuracy);
+    add("logps/chosen", p.logp_chosen);
+    add("logps/rejected", p.logp_rejected);
+    return s;
+}
+
+} // namespace
+
 void MetricsLog::step(const StepReport & r, size_t rss_bytes) {
     std::string line = "{\"step\":" + std::to_string(r.step) + ",\"loss\":" + json_number(r.loss) +
                        ",\"lr\":" + json_number(r.lr, "%.6e") + ",\"grad_norm\":" + json_number(r.grad_norm) +
                        ",\"grad_norm_step\":" + (r.grad_norm_step > 0 ? std::to_string(r.grad_norm_step) : "null") +
                        ",\"tokens_per_s\":" + json_number(r.seconds > 0 ? static_cast<double>(r.tokens) / r.seconds : 0.0, "%.1f");
+    if (r.preference) line += preference_json(*r.preference, "");
     if (r.skipped) line += ",\"skipped\":\"" + r.skip_reason + "\"";
     if (rss_bytes > 0) line += ",\"rss_bytes\":" + std::to_string(rss_bytes);
     f_.write(line + "}\n");
@@ -215,9 +233,9 @@ void MetricsLog::sample(int64_t step, const std::string & prompt, const std::str
     f_.flush();
 }
 
-void MetricsLog::eval(int64_t step, double loss) {
-    f_.write("{\"step\":" + std::to_string(step) + ",\"val_loss\":" + json_number(loss) + ",\"val_ppl\":" +
-             json_number(std::exp(loss), "%.4f") + "}\n");
+void MetricsLog::eval(int64_t step, double loss, const std::optional<PreferenceStats> & preference) {
+    f_.write("{\"step\":" + std::to_string(step) + ",\"val_loss\":" + json_number(loss) +
+             (preference ? preference_json(*preference, "eval_") : ",\"val_ppl\":" + json_number(std::exp(loss), "%.4f")) + "}\n");
     f_.flush();
 }
 

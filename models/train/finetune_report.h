@@ -8,6 +8,7 @@
 #include "models/train/session.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace rp {
@@ -34,7 +35,8 @@ public:
     MetricsLog(const std::string & path, bool append);
     // rss_bytes > 0: the process's resident memory after the step (soak runs watch it).
     void step(const StepReport & r, size_t rss_bytes = 0);
-    void eval(int64_t step, double loss);
+    // Preference training adds its metrics under TRL's names ("rewards/chosen", ...; "eval_" before them in eval).
+    void eval(int64_t step, double loss, const std::optional<PreferenceStats> & preference = std::nullopt);
     // A completion sampled during training (rp-finetune --sample-every).
     void sample(int64_t step, const std::string & prompt, const std::string & completion);
     void commit() { f_.commit(); }

@@ -133,6 +133,13 @@ double Trainer::accumulate(const int32_t * ids, const int32_t * labels, int64_t 
     mb.loss_scale = loss_scale;
     mb.step = step;
     mb.seq_offset = seq_offset;
+    return accumulate(ids, labels, mb, n_threads);
+}
+
+double Trainer::accumulate(const int32_t * ids, const int32_t * labels, const MicroBatchInfo & mb_in, int n_threads, float * results) {
+    if (cfg_.preference && !mb_in.sequence_values)
+        throw Error("accumulate: a preference objective needs each sequence's reference, tokens and NLL weight (sequence_values)");
+    MicroBatchInfo mb = mb_in;
     mb.token_chunk = cfg_.token_chunk;
     ProgramContext pc;
     pc.n_threads = n_threads;
@@ -168,8 +175,9 @@ double Trainer::accumulate(const int32_t * ids, const int32_t * labels, int64_t 
         }
         forward(l, host_memory(l), in, act[static_cast<size_t>(l + 1)].data(), mb, pc);
     }
-    float loss = 0.0f;
-    head(host_memory(L - 1), act[static_cast<size_t>(L - 1)].data(), labels, &loss, dout_of(L - 2), mb, pc);
+    std::vector<float> out(head_results(mb));
+    head(host_memory(L - 1), act[static_cast<size_t>(L - 1)].data(), labels, out.data(), dout_of(L - 2), mb, pc);
+    if (results) std::copy(out.begin(), out.end(), results);
     // Backward, last layer to first: the kept ones run their backward half, the others are recomputed from
     // their checkpoint.
     for (int l = L - 2; l >= 0; --l) {
@@ -185,7 +193,7 @@ double Trainer::accumulate(const int32_t * ids, const int32_t * labels, int64_t 
         backward(l, host_memory(l), l == 0 ? static_cast<const void *>(ids) : act[static_cast<size_t>(l)].data(), dout_of(l),
                      l == 0 ? nullptr : din_of(l), mb, pc);
     }
-    return loss;
+    return out[0];
 }
 
 } // namespace rp

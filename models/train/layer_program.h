@@ -68,6 +68,7 @@ struct Trainer::Program {
         std::vector<Zero> zeros;
         std::vector<TokenPositions> positions;
         std::vector<Copy> copies;
+        Tensor * sequence_values = nullptr;  // uploaded from MicroBatchInfo::sequence_values (preference heads)
         AllocPlan plan;  // made at the first run (GraphRunner::run_planned)
     };
 

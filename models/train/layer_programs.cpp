@@ -149,7 +149,15 @@ void Trainer::run_program(Program & p, const LayerMemory & mem, const CallArgs &
     position_values(mb, pos, first);
     for (Program::Step & s : p.steps) {
         set_lm_head_ce_loss_scale(s.g, mb.loss_scale);
+        set_preference_loss_scale(s.g, mb.loss_scale);
         for (const Program::Zero & z : s.zeros) runner.zero(a.at(z.arg, z.offset), z.bytes);
+        if (Tensor * v = s.sequence_values) {
+            // (a runner that only measures gets no values: the shape alone)
+            const size_t n = static_cast<size_t>(v->nelements());
+            std::vector<float> none;
+            if (!mb.sequence_values) none.assign(n, 0.0f);
+            v->data = runner.upload(mb.sequence_values ? mb.sequence_values : none.data(), n * sizeof(float));
+        }
         for (const TokenPositions & tp : s.positions) {
             tp.pos->data = runner.upload(pos.data(), pos.size() * sizeof(int32_t));
             if (tp.key_start) tp.key_start->data = runner.upload(first.data(), first.size() * sizeof(int32_t));
@@ -253,6 +261,10 @@ void Trainer::head(const LayerMemory & mem, const void * in, const int32_t * lab
     a.labels = labels;
     a.loss = loss;
     a.din = din;
+    if (cfg_.preference) {
+        call_program(ProgramKind::Head, num_layers() - 1, mem, true, a, mb, pc, [&](Program & p) { build_preference_head(p, mb); });
+        return;
+    }
     call_program(ProgramKind::Head, num_layers() - 1, mem, true, a, mb, pc, [&](Program & p) {
         const int64_t E = model_.hparams().n_embd;
         // One graph per token range (one range unless chunked): forward, loss and backward of its tokens, the
@@ -274,6 +286,27 @@ void Trainer::head(const LayerMemory & mem, const void * in, const int32_t * lab
             s.copies.push_back({Arg::Loss, 0, total});
         }
     });
+}
+
+void Trainer::build_preference_head(Program & p, const MicroBatchInfo & mb) {
+    // Per-token NLL -> each sequence's log-probability -> the pairs' loss, and back: every token of an answer gets
+    // the gradient of its sequence's log-probability (the head's per-token backward).
+    const int64_t E = model_.hparams().n_embd, T = mb.seq_len, B = mb.n_seq;
+    Program::Step & s = p.new_step();
+    Tensor * x = p.hidden_param(s, Arg::In, 0, Arg::Din, 0, E, T, B);
+    Tensor * nll = build_head_token_nll(p.ctx, model_.hparams(), p.b.w, x, p.leaf(DType::I32, Arg::Labels, 0, T * B), cfg_.ce_chunk);
+    Tensor * logps = build_sequence_logps(p.ctx, nll, T, B);
+    s.sequence_values = p.ctx.new_tensor(DType::F32, 3, B);
+    s.sequence_values->flags |= kFlagInput;
+    Tensor * loss = preference_loss(p.ctx, logps, s.sequence_values, *cfg_.preference, mb.loss_scale);
+    loss->flags |= kFlagOutput;
+    logps->flags |= kFlagOutput;
+    build_forward(s.g, loss);
+    std::vector<Tensor *> ps = p.b.params;
+    ps.push_back(x);
+    build_backward(p.ctx, s.g, loss, ps);
+    s.copies.push_back({Arg::Loss, 0, loss});
+    s.copies.push_back({Arg::Loss, sizeof(float), logps});
 }
 
 HParams Trainer::backward_hparams(const MicroBatchInfo & mb) const {

@@ -64,10 +64,11 @@ RunOutcome run_training(TrainingSession & run, const RunLoopOptions & o, RunObse
         if (!run.has_validation()) return;
         run.record_eval(step, run.evaluate());
         const double kept = run.curve().eval_loss.back();
-        if (metrics) metrics->eval(step, kept);
+        if (metrics) metrics->eval(step, kept, run.eval_preference());
         const EvalProgress ep = eval_progress(run.curve());
         const bool best = ep.best_step == step && ep.since_best == 0;
         obs.eval(step, kept, ep, best);
+        if (run.eval_preference()) obs.eval_preference(step, *run.eval_preference());
         if (best && o.save_best && o.writes) run.save_result(o.best_path());
     };
     auto sample = [&](int64_t step) {

@@ -63,6 +63,8 @@ public:
     virtual void step(const StepReport &, const RunProgress &) {}
     // `loss` is the value the curve keeps; `best`: this evaluation is the best so far.
     virtual void eval(int64_t step, double loss, const EvalProgress & progress, bool best) {}
+    // Preference training: the evaluated pairs' metrics, right after eval().
+    virtual void eval_preference(int64_t step, const PreferenceStats & stats) {}
     virtual void sample(int64_t step, const std::string & prompt, const std::string & completion) {}
 };
 

@@ -51,7 +51,8 @@ RunPlan plan_run(const Model & model, const RunPlanOptions & options) {
     Trainer tr(model, fc, TrainerData::ShapesOnly);
     TrainingProgram & prog = tr;
     RunPlan r;
-    r.step = micro_batch_shapes(seq_len, o.batch, micro_batches, options.packed);
+    const int64_t group = fc.preference ? 2 : 1;  // preference pairs: batch_size pairs, two sequences each
+    r.step = micro_batch_shapes(seq_len, o.batch * group, micro_batches, options.packed, group);
 
     HostMemoryPlan & h = r.host;
     // A weight with an fp32 master (full finetune) has its mapped pages released once copied (trainer.cpp).

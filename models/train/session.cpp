@@ -43,7 +43,55 @@ SessionOptions checked(SessionOptions o, const Dataset & data) {
                     std::to_string(ranks) + "): rank r computes micro-batches r, r + " + std::to_string(ranks) + ", ...");
     if (o.replica_check_every < 0) throw Error("replica_check_every must be >= 0");
     if (o.finetune.context == 0) o.finetune.context = data.seq_len();  // the RoPE factors of the sequences trained on
+    if (o.finetune.preference.has_value() != data.pairs())
+        throw Error(data.pairs() ? "the dataset holds preference pairs: choose a preference method (dpo, ipo, simpo, orpo)"
+                                 : "a preference method trains on pairs ({\"prompt\", \"chosen\", \"rejected\"} lines); the dataset holds SFT examples");
     return o;
+}
+
+bool needs_reference(const SessionOptions & o) { return o.finetune.preference && preference_needs_reference(o.finetune.preference->method); }
+
+// Preference training: each sequence of batch bt's [reference log-probability (0 without a reference), answer
+// tokens, NLL weight] (ORPO: the chosen answers' NLL averaged over the batch's chosen tokens, as TRL).
+std::vector<float> pair_values(const Dataset & data, const Batch & bt, const PreferenceParams & p, const std::vector<float> & reference) {
+    std::vector<float> v(static_cast<size_t>(3 * bt.n_seq), 0.0f);
+    double chosen_tokens = 0;
+    for (int64_t i = 0; i < bt.n_seq; ++i) {
+        const size_t gi = static_cast<size_t>(bt.units[static_cast<size_t>(i / 2)]) * 2 + static_cast<size_t>(i % 2);
+        const auto lab = data.labels(gi);
+        const float n = static_cast<float>(std::count_if(lab.begin(), lab.end(), [](int32_t l) { return l != kIgnoreLabel; }));
+        v[size_t(3 * i)] = reference.empty() ? 0.0f : reference[gi];
+        v[size_t(3 * i + 1)] = n;
+        if (i % 2 == 0) chosen_tokens += n;
+    }
+    if (p.method == PreferenceMethod::Orpo)
+        for (int64_t i = 0; i < bt.n_seq; i += 2) v[size_t(3 * i + 2)] = static_cast<float>(1.0 / chosen_tokens);
+    return v;
+}
+
+// Preference training's validation: the mean pair loss at the current weights and the pairs' metrics, from each
+// sequence's log-probability (forward only) and [reference, tokens, NLL weight] (the ORPO weight over the split).
+double eval_preference_loss(Trainer & tr, const Dataset & data, const std::vector<uint32_t> & idx, int64_t batch, int threads,
+                            const PreferenceParams & p, const std::vector<float> & reference, PreferenceStats & stats) {
+    double pair_sum = 0, nll_sum = 0, chosen_tokens = 0;
+    stats = {};
+    for (size_t b = 0; b < idx.size(); b += static_cast<size_t>(batch)) {
+        const size_t e = std::min(idx.size(), b + static_cast<size_t>(batch));
+        const Batch bt = make_batch(data, std::span<const uint32_t>(idx.data() + b, e - b));
+        const std::vector<float> lp = tr.sequence_logps(bt.inputs.data(), bt.labels.data(), bt.seq_len, bt.n_seq, threads);
+        const std::vector<float> sv = pair_values(data, bt, p, reference);  // (its ORPO weights are the batch's; the split's below)
+        for (int64_t c = 0; c < bt.n_seq; c += 2) {
+            const size_t r = size_t(c + 1);
+            pair_sum += pair_loss(p, lp[size_t(c)], lp[r], sv[size_t(3 * c)], sv[3 * r], sv[size_t(3 * c + 1)], sv[3 * r + 1]).loss;
+            nll_sum -= lp[size_t(c)];
+            chosen_tokens += sv[size_t(3 * c + 1)];
+        }
+        stats.add(p, lp.data(), sv.data(), bt.n_seq);
+    }
+    stats = stats.mean();
+    const double pairs = static_cast<double>(stats.pairs);
+    // ORPO's NLL term: the chosen answers' cross-entropy, averaged over their tokens (as in training).
+    return pair_sum / pairs + (p.method == PreferenceMethod::Orpo ? nll_sum / chosen_tokens : 0.0);
 }
 
 // Mean loss over the unmasked tokens of the given sequences, on the host (data parallel: each rank a share of
@@ -99,10 +147,33 @@ int64_t resolved_micro_batches(const SessionOptions & o) {
     return o.micro_batches != 0 ? o.micro_batches : o.comm ? o.comm->size() : 1;
 }
 
-std::vector<MicroBatchInfo> micro_batch_shapes(int64_t seq_len, int64_t n_seq, int64_t micro_batches, bool packed) {
+void PreferenceStats::add(const PreferenceParams & p, const float * logps, const float * sv, int64_t n_seq) {
+    for (int64_t c = 0; c + 1 < n_seq; c += 2) {
+        const int64_t r = c + 1;
+        const double rc = preference_reward(p, logps[c], sv[3 * c], sv[3 * c + 1]);
+        const double rr = preference_reward(p, logps[r], sv[3 * r], sv[3 * r + 1]);
+        reward_chosen += rc;
+        reward_rejected += rr;
+        margin += rc - rr;
+        accuracy += rc > rr ? 1.0 : 0.0;
+        logp_chosen += logps[c];
+        logp_rejected += logps[r];
+        ++pairs;
+    }
+}
+
+PreferenceStats PreferenceStats::mean() const {
+    PreferenceStats m = *this;
+    const double n = pairs > 0 ? static_cast<double>(pairs) : std::nan("");
+    for (double * v : {&m.reward_chosen, &m.reward_rejected, &m.margin, &m.accuracy, &m.logp_chosen, &m.logp_rejected}) *v /= n;
+    return m;
+}
+
+std::vector<MicroBatchInfo> micro_batch_shapes(int64_t seq_len, int64_t n_seq, int64_t micro_batches, bool packed, int64_t group) {
     std::vector<MicroBatchInfo> out;
+    const int64_t units = n_seq / group;
     for (int64_t mb = 0; mb < micro_batches; ++mb) {
-        const int64_t lo = n_seq * mb / micro_batches, hi = n_seq * (mb + 1) / micro_batches;
+        const int64_t lo = units * mb / micro_batches * group, hi = units * (mb + 1) / micro_batches * group;
         if (hi == lo) continue;
         MicroBatchInfo info;
         info.seq_len = seq_len;
@@ -116,7 +187,7 @@ std::vector<MicroBatchInfo> micro_batch_shapes(int64_t seq_len, int64_t n_seq, i
 
 TrainingSession::TrainingSession(const Model & model, const Dataset & data, SessionOptions options)
     : model_(model), data_(data), opt_(checked(std::move(options), data)), trainer_(model, opt_.finetune),
-      split_(split_dataset(data.size(), opt_.val_split, opt_.finetune.seed)),
+      split_(split_dataset(data.units(), opt_.val_split, opt_.finetune.seed)),
       batcher_(data, split_.train, static_cast<int32_t>(opt_.batch), opt_.finetune.seed), optimizer_(opt_.optimizer) {
     const int64_t steps_per_epoch = (static_cast<int64_t>(split_.train.size()) + opt_.batch - 1) / opt_.batch;
     total_ = opt_.steps > 0 ? opt_.steps : opt_.epochs * steps_per_epoch;
@@ -161,9 +232,9 @@ TrainingSession::TrainingSession(const Model & model, const Dataset & data, Sess
         opt_.pipeline.threads_per_device = std::max(1, hw / static_cast<int>(devices_.size()));
         pipe_ = std::make_unique<Pipeline>(trainer_, ptrs, opt_.pipeline);
         // The largest step's plan and memory, now: a run that cannot fit is refused before it writes anything.
-        const int64_t n_seq = std::min<int64_t>(opt_.batch, static_cast<int64_t>(split_.train.size()));
+        const int64_t n_seq = std::min<int64_t>(opt_.batch, static_cast<int64_t>(split_.train.size())) * data.group();
         std::vector<MicroBatchInfo> shapes;  // data parallel: this rank's share
-        const auto all = micro_batch_shapes(data.seq_len(), n_seq, opt_.micro_batches, data.packed());
+        const auto all = micro_batch_shapes(data.seq_len(), n_seq, opt_.micro_batches, data.packed(), data.group());
         for (size_t i = 0; i < all.size(); ++i)
             if (!reducer_ || in_group(i, opt_.comm->rank(), opt_.comm->size())) shapes.push_back(all[i]);
         planned_ = pipe_->plan_call(shapes);
@@ -204,6 +275,9 @@ std::string TrainingSession::resume(const std::string & path) {
         }
         batcher_.seek(st_.data);
         first_step_ = st_.step;
+        if (needs_reference(opt_) && st_.step > 0 && st_.reference_logps.size() != data_.size())
+            throw Error(path + ": the checkpoint holds no reference log-probabilities for this dataset's " + std::to_string(data_.size()) +
+                        " sequences (the policy has moved since step 0: they cannot be computed again)");
         what = "resumed " + path + " at step " + std::to_string(st_.step);
     }
     // The pipeline's working copies were taken from the masters at construction: refresh them; an async run
@@ -245,19 +319,40 @@ void TrainingSession::update(int64_t step, const Batch & bt, float loss_scale, d
     optimizer_.end_step();
 }
 
+bool TrainingSession::reference_pass() {
+    if (!needs_reference(opt_) || st_.reference_logps.size() == data_.size()) return false;
+    if (st_.step > 0) throw Error("the reference pass must run before the first step (the reference is the step-0 policy)");
+    std::vector<float> ref(data_.size());
+    std::vector<uint32_t> all(data_.units());
+    for (size_t u = 0; u < all.size(); ++u) all[u] = static_cast<uint32_t>(u);
+    for (size_t b = 0; b < all.size(); b += static_cast<size_t>(opt_.batch)) {
+        const size_t e = std::min(all.size(), b + static_cast<size_t>(opt_.batch));
+        const Batch bt = make_batch(data_, std::span<const uint32_t>(all.data() + b, e - b));
+        const std::vector<float> lp = trainer_.sequence_logps(bt.inputs.data(), bt.labels.data(), bt.seq_len, bt.n_seq, opt_.threads);
+        std::copy(lp.begin(), lp.end(), ref.begin() + static_cast<std::ptrdiff_t>(b * 2));
+    }
+    st_.reference_logps = std::move(ref);
+    return true;
+}
+
 StepReport TrainingSession::step() {
     if (!stopped_.empty()) throw Error("the run has stopped: " + stopped_);
     if (st_.step >= total_) throw Error("the run has done all its " + std::to_string(total_) + " steps");
     const auto t0 = std::chrono::steady_clock::now();
+    const bool pref = opt_.finetune.preference.has_value();
+    if (pref) reference_pass();
     const int64_t step = st_.step;
     const Batch bt = batcher_.next();
     const size_t n_trained = bt.n_trained();
-    const float loss_scale = n_trained ? 1.0f / static_cast<float>(n_trained) : 0.0f;
+    // SFT: the mean over the batch's trained tokens; preference: over its pairs.
+    const float loss_scale = pref ? 2.0f / static_cast<float>(bt.n_seq) : n_trained ? 1.0f / static_cast<float>(n_trained) : 0.0f;
+    const std::vector<float> seq_values = pref ? pair_values(data_, bt, *opt_.finetune.preference, st_.reference_logps) : std::vector<float>();
+    std::vector<float> seq_logps(pref ? static_cast<size_t>(bt.n_seq) : 0, 0.0f);  // preference: what the heads report
 
     // The micro-batches: sequences [lo, hi) of the batch each, the same split on the host and in the pipeline;
     // data parallel: this rank's share (in_group), the others' on the other ranks.
     std::vector<MicroBatch> mbs;
-    const auto shapes = micro_batch_shapes(bt.seq_len, bt.n_seq, opt_.micro_batches, data_.packed());
+    const auto shapes = micro_batch_shapes(bt.seq_len, bt.n_seq, opt_.micro_batches, data_.packed(), data_.group());
     for (MicroBatchInfo info : shapes) {
         const size_t off = static_cast<size_t>(info.seq_offset * bt.seq_len);
         MicroBatch m;
@@ -266,9 +361,18 @@ StepReport TrainingSession::step() {
         info.positions = bt.positions_or_null(off);
         info.step = step;
         info.loss_scale = loss_scale;
+        if (pref) info.sequence_values = seq_values.data() + 3 * info.seq_offset;
         m.info = info;
         mbs.push_back(m);
     }
+    // A micro-batch on the host: its loss; preference training keeps its sequences' log-probabilities.
+    std::vector<float> results;
+    auto accumulate = [&](const MicroBatch & m) {
+        results.resize(trainer_.head_results(m.info));
+        const double l = trainer_.accumulate(m.ids, m.labels, m.info, opt_.threads, results.data());
+        if (pref) std::copy(results.begin() + 1, results.end(), seq_logps.begin() + m.info.seq_offset);
+        return l;
+    };
     const bool dp = reducer_ != nullptr;
     if (dp) {  // this rank's share
         std::vector<MicroBatch> mine;
@@ -277,9 +381,19 @@ StepReport TrainingSession::step() {
         mbs = std::move(mine);
     }
     double loss = 0;
+    // Data parallel, preference training: each rank has its micro-batches' log-probabilities, zeros elsewhere.
+    auto gather_logps = [&] {
+        if (!dp || !pref) return;
+        std::vector<double> all(seq_logps.begin(), seq_logps.end());
+        opt_.comm->allreduce_sum(all.data(), all.size(), "sequence log-probabilities of step " + std::to_string(step + 1));
+        std::copy(all.begin(), all.end(), seq_logps.begin());
+    };
     if (pipe_) {
-        if (!mbs.empty()) loss = pipe_->forward_backward(mbs);
+        std::vector<std::vector<float>> res;
+        if (!mbs.empty()) loss = pipe_->forward_backward(mbs, pref ? &res : nullptr);
+        for (size_t i = 0; i < res.size(); ++i) std::copy(res[i].begin() + 1, res[i].end(), seq_logps.begin() + mbs[i].info.seq_offset);
         if (dp) opt_.comm->allreduce_sum(&loss, 1, "loss of step " + std::to_string(step + 1));
+        gather_logps();
         // The update may run after step() returned (async): it owns a copy of the batch. Data parallel: the
         // hand-off before it all-reduces the gradients layer by layer (grads_complete).
         pipe_->step([this, step, bt, loss_scale, loss] { update(step, bt, loss_scale, loss); });
@@ -290,9 +404,7 @@ StepReport TrainingSession::step() {
             double group_loss = 0;
             for (size_t i = 0; i < mbs.size(); ++i) {
                 if (!in_group(i, g, groups_)) continue;
-                const MicroBatch & m = mbs[i];
-                group_loss += trainer_.accumulate(m.ids, m.labels, m.info.seq_len, m.info.n_seq, m.info.loss_scale, opt_.threads, step,
-                                                  m.info.seq_offset, m.info.positions);
+                group_loss += accumulate(mbs[i]);
             }
             trainer_.collect_grads();
             loss = g == 0 ? group_loss : loss + group_loss;
@@ -313,13 +425,12 @@ StepReport TrainingSession::step() {
         update(step, bt, loss_scale, loss);
     } else {
         trainer_.zero_grads();
-        for (const MicroBatch & m : mbs)
-            loss += trainer_.accumulate(m.ids, m.labels, m.info.seq_len, m.info.n_seq, m.info.loss_scale, opt_.threads, step,
-                                        m.info.seq_offset, m.info.positions);
+        for (const MicroBatch & m : mbs) loss += accumulate(m);
         trainer_.collect_grads();
         if (dp) {
             reducer_->reduce_all();
             opt_.comm->allreduce_sum(&loss, 1, "loss of step " + std::to_string(step + 1));
+            gather_logps();
         }
         update(step, bt, loss_scale, loss);
     }
@@ -333,6 +444,11 @@ StepReport TrainingSession::step() {
     r.lr = static_cast<float>(opt_.lr.lr(step));
     r.tokens = static_cast<int64_t>(bt.n_seq) * bt.seq_len;
     r.trained_tokens = static_cast<int64_t>(n_trained);
+    if (pref) {
+        PreferenceStats ps;
+        ps.add(*opt_.finetune.preference, seq_logps.data(), seq_values.data(), bt.n_seq);
+        r.preference = ps.mean();
+    }
     {
         std::lock_guard<std::mutex> lk(norm_m_);
         const StepHealth & h = st_.health;
@@ -357,6 +473,14 @@ StepReport TrainingSession::step() {
 double TrainingSession::evaluate() {
     if (split_.val.empty()) return std::nan("");
     if (pipe_) pipe_->drain();  // on the masters; the working weights (async: one update behind) stay
+    if (opt_.finetune.preference) {
+        reference_pass();
+        PreferenceStats st;
+        const double l = eval_preference_loss(trainer_, data_, split_.val, opt_.batch, opt_.threads, *opt_.finetune.preference,
+                                              st_.reference_logps, st);
+        eval_preference_ = st;
+        return l;
+    }
     return eval_loss(trainer_, data_, split_.val, opt_.batch, opt_.threads, opt_.comm);
 }
 

@@ -73,6 +73,22 @@ struct SessionOptions {
     PipelineOptions pipeline;
 };
 
+// Preference training's metrics, under TRL's names: means over the pairs of a step or of the validation split.
+// The rewards are ops/preference_math.h's preference_reward (DPO: beta (policy - reference) log-probability).
+struct PreferenceStats {
+    double reward_chosen = 0;    // rewards/chosen
+    double reward_rejected = 0;  // rewards/rejected
+    double margin = 0;           // rewards/margins: chosen - rejected
+    double accuracy = 0;         // rewards/accuracies: the share of pairs whose chosen reward is the larger
+    double logp_chosen = 0;      // logps/chosen: the policy's summed log-probability of the chosen answers
+    double logp_rejected = 0;    // logps/rejected
+    int64_t pairs = 0;
+    // Adds the pairs of n_seq sequences: their policy log-probabilities and [reference, tokens, NLL weight] each
+    // (sums; mean() divides).
+    void add(const PreferenceParams & p, const float * logps, const float * sequence_values, int64_t n_seq);
+    PreferenceStats mean() const;
+};
+
 // What one step did.
 struct StepReport {
     int64_t step = 0;            // 1-based number of this step
@@ -91,13 +107,16 @@ struct StepReport {
     // Non-empty: max_bad_steps non-finite steps in a row; the run must stop (step() refuses to go on). Says
     // which steps; nothing of them reached the masters, so the last checkpoint is the last good state.
     std::string stop;
+    std::optional<PreferenceStats> preference;  // preference training: the step's pairs (loss: their mean loss)
 };
 
 // The micro-batches a batch of n_seq sequences is split into: sequences [lo, hi) each (seq_offset = lo),
-// sizes differing by one at most; the same split on the host and in the pipeline.
+// sizes differing by one unit at most (a unit: `group` sequences, 2 for preference pairs, never split); the
+// same split on the host and in the pipeline.
 // micro_batches as a session resolves it (0: the number of data-parallel ranks of options.comm, or 1).
 int64_t resolved_micro_batches(const SessionOptions & options);
-std::vector<MicroBatchInfo> micro_batch_shapes(int64_t seq_len, int64_t n_seq, int64_t micro_batches, bool packed = false);
+std::vector<MicroBatchInfo> micro_batch_shapes(int64_t seq_len, int64_t n_seq, int64_t micro_batches, bool packed = false,
+                                               int64_t group = 1);
 
 class TrainingSession {
 public:
@@ -114,8 +133,15 @@ public:
     std::string resume(const std::string & path);
 
     StepReport step();
-    // Mean loss over the unmasked tokens of the validation split (NaN without one).
+    // Mean loss over the unmasked tokens of the validation split (NaN without one); preference training: the
+    // mean loss of its pairs (eval_preference() then holds their metrics).
     double evaluate();
+    std::optional<PreferenceStats> eval_preference() const { return eval_preference_; }
+    // Preference training with a reference (DPO, IPO): every sequence's log-probability under the model as it
+    // starts (the base, with the starting adapter when one was given: the reference is the step-0 policy), one
+    // forward pass over the data on the host, once; a resumed run takes them from its checkpoint. The first
+    // step runs it when it has not run. Returns false when there was nothing to compute.
+    bool reference_pass();
     bool has_validation() const { return !split_.val.empty(); }
     // The greedy completion of `prompt` (tokenized with BOS, special tokens not parsed) with the current
     // weights, as evaluate() sees them (pipeline: the masters), through the KV-cache inference path: up to
@@ -169,6 +195,8 @@ private:
     std::vector<std::unique_ptr<Device>> devices_;
     std::unique_ptr<Pipeline> pipe_;  // destroyed before the devices (declared after them)
     CallPlan planned_;
+
+    std::optional<PreferenceStats> eval_preference_;
 
     std::mutex norm_m_;      // guards st_.health: the update may run on the pipeline's optimizer thread
     std::string stopped_;    // the StepReport::stop that ended the run

@@ -361,6 +361,16 @@ double Trainer::loss(const int32_t * ids, const int32_t * labels, int64_t T, int
     return compute_on_host(build_loss(ctx, w_, cont_if_needed(ctx, x), in.labels, loss_scale), n_threads)[0];
 }
 
+std::vector<float> Trainer::sequence_logps(const int32_t * ids, const int32_t * labels, int64_t T, int64_t B, int n_threads,
+                                           const int32_t * positions) {
+    const HParams & hp = model_.hparams();
+    Context ctx;
+    const Inputs in = make_inputs(ctx, ids, labels, T, B, positions);
+    Tensor * x = build_decoder(ctx, hp, w_, in.ids, {in.pos, in.key_start}, &lora_);
+    Tensor * nll = build_head_token_nll(ctx, hp, w_, cont_if_needed(ctx, x), in.labels, cfg_.ce_chunk);
+    return compute_on_host(build_sequence_logps(ctx, nll, T, B), n_threads);
+}
+
 std::vector<float> Trainer::logits(const int32_t * ids, int64_t T, int n_threads, const int32_t * positions) {
     const HParams & hp = model_.hparams();
     Context ctx;

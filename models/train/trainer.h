@@ -34,6 +34,7 @@
 #include "ggml_rp/core/context.h"
 #include "ggml_rp/core/graph.h"
 #include "ggml_rp/cpu/backend.h"
+#include "ggml_rp/ops/preference_math.h"
 #include "ggml_rp/roundpipe/program.h"
 #include "models/arch/layer.h"
 #include "models/arch/lora.h"
@@ -45,6 +46,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -93,6 +95,11 @@ struct FinetuneConfig {
     // load-balancing loss also the loss scale of backward graphs. With LoRA dropout nothing is replayed (the
     // masks' keys, step and sequence offset, are op parameters of every micro-batch's own graphs).
     bool replay_graphs = true;
+    // Preference training (DPO, IPO, SimPO, ORPO; ops/preference_loss.h) instead of the token cross-entropy:
+    // micro-batches hold pairs (sequences 2k, 2k + 1: the chosen and the rejected answer) and the head reads each
+    // sequence's reference log-probability, answer tokens and NLL weight (MicroBatchInfo::sequence_values,
+    // [n_seq][3]) and reports each sequence's policy log-probability after the loss (head_results). Unset: SFT.
+    std::optional<PreferenceParams> preference;
 };
 
 // Host training's kept-layer rule (FinetuneConfig::activation_memory), the one accumulate() follows and the
@@ -172,6 +179,15 @@ public:
     double accumulate(const int32_t * ids, const int32_t * labels, int64_t seq_len, int64_t n_seq, float loss_scale,
                       int n_threads = 0, int64_t step = 0, int64_t seq_offset = 0, const int32_t * positions = nullptr);
 
+    // The same for a micro-batch described by mb (its sequence_values for a preference objective), writing
+    // head_results(mb) floats to results (the loss, then each sequence's log-probability; nullptr: not kept).
+    double accumulate(const int32_t * ids, const int32_t * labels, const MicroBatchInfo & mb, int n_threads, float * results = nullptr);
+
+    // Forward only, the current weights: the summed log-probability of each sequence's labelled tokens
+    // (f32 [n_seq]; the reference pass of preference training, and its evaluation).
+    std::vector<float> sequence_logps(const int32_t * ids, const int32_t * labels, int64_t seq_len, int64_t n_seq, int n_threads = 0,
+                                      const int32_t * positions = nullptr);
+
     // Forward only: loss_scale * sum of the unmasked token losses.
     double loss(const int32_t * ids, const int32_t * labels, int64_t seq_len, int64_t n_seq, float loss_scale,
                 int n_threads = 0, const int32_t * positions = nullptr);
@@ -219,6 +235,10 @@ public:
     void backward(int layer, const LayerMemory & w, const void * in, const void * dout, void * din,
                   const MicroBatchInfo & mb, ProgramContext & pc) override;
     size_t program_footprint(ProgramKind kind, int layer, const MicroBatchInfo & mb, const GraphRunner & rules) override;
+    // Preference training: the loss and each sequence's policy log-probability; [reference, tokens, NLL weight]
+    // per sequence in.
+    size_t head_results(const MicroBatchInfo & mb) const override { return cfg_.preference ? 1 + static_cast<size_t>(mb.n_seq) : 1; }
+    size_t sequence_values() const override { return cfg_.preference ? 3 : 0; }
     // The hyper-parameters a backward graph of micro-batch mb is built with: the model's, plus the MoE
     // load-balancing scale (cfg.moe_aux_loss x n_expert x mb.loss_scale).
     HParams backward_hparams(const MicroBatchInfo & mb) const;
@@ -261,6 +281,8 @@ private:
     // Points the kept nodes into the layer's own buffer and the others into the shared host buffer.
     void bind_kept(int layer, KeptLayer & k);
     Tensor * build_loss(Context & ctx, const ModelWeights & w, Tensor * x, Tensor * labels, float loss_scale) const;
+    // The head program of a preference objective (one graph: a sequence's loss needs all its tokens).
+    void build_preference_head(Program & p, const MicroBatchInfo & mb);
     // Loads cfg_.start_adapter and makes its rank, alpha and adapted tensors cfg_'s.
     std::unique_ptr<LoraAdapter> adopt_start_adapter();
     // peak_graph_bytes() = max over time of (a graph's bytes + the kept layers' buffers alive with it).

@@ -376,6 +376,37 @@ TEST(CudaBackend, LmHeadCrossEntropy) {
     }
 }
 
+// The sequence-level head of preference training: per-token NLL (forward, and its backward with a per-token
+// dloss read on the device), per-answer sums and every preference loss with its backward.
+TEST(CudaBackend, PerTokenHeadAndPreferenceLoss) {
+    RP_REQUIRE_GPU();
+    for (rp::PreferenceMethod m : {rp::PreferenceMethod::Dpo, rp::PreferenceMethod::Ipo, rp::PreferenceMethod::Simpo, rp::PreferenceMethod::Orpo}) {
+        SCOPED_TRACE("method " + std::to_string(static_cast<int>(m)));
+        Bench b;
+        auto & c = b.ctx;
+        const int64_t T = 5, B = 4;
+        rp::Tensor * h = b.f32(32, T * B);
+        rp::Tensor * W = b.f32(32, 50);
+        rp::Tensor * labels = b.ids({-1, 4, 49, 0, 17,  -1, -1, 3, 30, 30,  1, 2, 3, 4, 5,  -1, 9, -1, 8, 7});
+        rp::Tensor * nll = rp::lm_head_token_nll(c, h, W, labels, 16);
+        b.out(nll);
+        rp::Tensor * per_seq = rp::sum_to(c, rp::reshape(c, nll, T, B), c.new_tensor(rp::DType::F32, 1, B));
+        rp::Tensor * lp = rp::scale(c, rp::reshape(c, per_seq, B), -1.0f);
+        rp::Tensor * seq = b.f32(3, B, 1, 1, 1.0f, 4.0f);
+        rp::PreferenceParams p;
+        p.method = m;
+        p.beta = m == rp::PreferenceMethod::Simpo ? 2.0 : 0.5;
+        rp::Tensor * loss = rp::preference_loss(c, lp, seq, p, 0.5f);
+        b.out(loss);
+        rp::Tensor * dlp = rp::preference_loss_back(c, loss, rp::fill(c, loss, 1.0f));
+        b.out(dlp);
+        rp::Tensor * dW = b.f32(32, 50);
+        b.out(rp::lm_head_ce_back(c, nll, rp::repeat(c, rp::reshape(c, rp::scale(c, dlp, -1.0f), 1, B), c.new_tensor(rp::DType::F32, T, B)), dW));
+        b.read_back(dW);
+        b.run_and_compare();
+    }
+}
+
 // A small training step built by autodiff (rms_norm, GEMMs, swiglu, LM head + CE): the loss and every
 // accumulated gradient, as the finetuning graphs use the backend.
 TEST(CudaBackend, AutodiffTrainingGraph) {

@@ -274,4 +274,31 @@ TEST(DataParallel, ValidationLossIsSharedAcrossRanksAndEqualsOneProcess) {
     EXPECT_EQ(bytes_of(dir.file("a.gguf")), bytes_of(dir.file("b.gguf")));
 }
 
+// Preference training over ranks: each rank computes its micro-batches' pairs, the answers' log-probabilities are
+// summed over the ranks for the metrics; the result, the losses and the rewards equal the grouped single process.
+TEST(DataParallel, DpoOnTwoRanksEqualsTheGroupedSingleProcessBitForBit) {
+    rp_test::TempDir dir;
+    {
+        std::ofstream f(dir.file("pairs.jsonl"));
+        const char * names[] = {"Tom", "Lily", "Ben", "Sue", "Max", "Anna"};
+        for (int i = 0; i < 24; ++i)
+            f << "{\"prompt\": \"Once upon a time, " << names[i % 6] << " went out. There " << names[i % 6] << "\", \"chosen\": \" played with a big dog"
+              << std::string(static_cast<size_t>(i % 3), '!') << ".\", \"rejected\": \" sat with a small cat.\"}\n";
+    }
+    const std::string base = tool("rp-finetune") + " -m " + stories() + " --data " + dir.file("pairs.jsonl") +
+                             " --method dpo --seq-len 40 --batch 4 --micro-batches 4 --lr 1e-3 -t 1 --steps 3";
+    std::string log, one;
+    ASSERT_EQ(run(mpirun(2) + base + " -o " + dir.file("dp.gguf"), &log), 0) << log;
+    ASSERT_EQ(run(base + " --dp-groups 2 -o " + dir.file("one.gguf"), &one), 0) << one;
+    EXPECT_EQ(bytes_of(dir.file("dp.gguf")), bytes_of(dir.file("one.gguf")));
+    const size_t a = log.find("step 3/3 | loss "), b = one.find("step 3/3 | loss ");
+    ASSERT_NE(a, std::string::npos) << log;
+    ASSERT_NE(b, std::string::npos) << one;
+    EXPECT_EQ(log.substr(a, 24), one.substr(b, 24));
+    const size_t ra = log.find("rewards chosen", a), rb = one.find("rewards chosen", b);
+    ASSERT_NE(ra, std::string::npos) << log;
+    ASSERT_NE(rb, std::string::npos) << one;
+    EXPECT_EQ(log.substr(ra, 90), one.substr(rb, 90));
+}
+
 } // namespace

@@ -156,6 +156,22 @@ TEST(FinetuneOptions, EveryFlagParsesAsTheOldParserDid) {
         {"--activation-memory 0", [](const FinetuneJob & j) { EXPECT_EQ(j.session.finetune.activation_memory, 0u); }},
         {"--host-mem 12G", [](const FinetuneJob & j) { EXPECT_EQ(j.host_memory, size_t(12) << 30); }},
         {"--adapter a.gguf", [](const FinetuneJob & j) { EXPECT_EQ(j.session.finetune.start_adapter, "a.gguf"); }},
+        {"--method simpo --beta 2.5 --label-smoothing 0.1 --gamma 0.3 --max-prompt-len 128", [](const FinetuneJob & j) {
+             const auto p = j.session_options().finetune.preference;
+             ASSERT_TRUE(p.has_value());
+             EXPECT_EQ(p->method, rp::PreferenceMethod::Simpo);
+             EXPECT_EQ(p->beta, 2.5);
+             EXPECT_EQ(p->label_smoothing, 0.1);
+             EXPECT_EQ(p->gamma, 0.3);
+             EXPECT_EQ(j.max_prompt_len, 128);
+         }},
+        {"--method orpo --orpo-lambda 0.25", [](const FinetuneJob & j) {
+             const auto p = j.session_options().finetune.preference;
+             ASSERT_TRUE(p.has_value());
+             EXPECT_EQ(p->method, rp::PreferenceMethod::Orpo);
+             EXPECT_EQ(p->beta, 0.25);  // ORPO's lambda is the op's beta
+         }},
+        {"--method sft", [](const FinetuneJob & j) { EXPECT_FALSE(j.session_options().finetune.preference.has_value()); }},
         {"--activation-memory 1.5G", [](const FinetuneJob & j) { EXPECT_EQ(j.session.finetune.activation_memory, size_t(3) << 29); }},
         {"--token-chunk auto", [](const FinetuneJob & j) { EXPECT_EQ(j.token_chunk, -1); }},
         {"--token-chunk 0", [](const FinetuneJob & j) { EXPECT_EQ(j.token_chunk, 0); }},

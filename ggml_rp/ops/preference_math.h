@@ -1,0 +1,106 @@
+// The preference losses of one (chosen, rejected) pair, as TRL defines them, shared by the CPU kernel
+// (ggml_rp/cpu/preference_loss.cpp), the CUDA kernel (ggml_rp/cuda/preference_loss.cu) and the trainer's
+// metrics. Everything in double: the inputs are summed log-probabilities of whole answers (hundreds of tokens)
+// whose differences are what matters.
+//
+// For a pair, p_c, p_r are the policy's summed log-probabilities of the chosen and rejected answer, r_c, r_r
+// the reference model's, n_c, n_r the answers' token counts; s = sigmoid, eps = label smoothing:
+//   DPO    z = beta ((p_c - r_c) - (p_r - r_r))           loss = -(1 - eps) log s(z) - eps log s(-z)
+//   IPO    h = (p_c - r_c) / n_c - (p_r - r_r) / n_r       loss = (h - 1 / (2 beta))^2
+//   SimPO  z = beta (p_c / n_c - p_r / n_r) - gamma        loss = -(1 - eps) log s(z) - eps log s(-z)
+//   ORPO   a = p / n (the mean log-probability per token), log_odds = (a_c - a_r) - (log(1 - e^a_c) - log(1 - e^a_r)),
+//          loss = -beta log s(log_odds)   (ORPO's lambda is beta here; its NLL term is the op's per-answer weight)
+// eps = 0 is DPO/SimPO as published; eps > 0 is cDPO (conservative DPO) / robust label smoothing as in TRL's
+// "sigmoid" loss. IPO and SimPO use the length-normalised log-probabilities their papers use (TRL: "ipo" divides
+// the log-probabilities by the answer length; CPO's "simpo" too). SimPO here is the paper's (TRL's CPO with
+// cpo_alpha = 0: no NLL term). The rewards TRL logs: DPO beta (p - r), IPO beta (p - r) / n, SimPO and ORPO
+// beta p / n.
+#pragma once
+
+#include "ggml_rp/core/host_device.h"
+
+#include <cmath>
+#include <cstdint>
+
+namespace rp {
+
+enum class PreferenceMethod : int32_t { Dpo = 0, Ipo = 1, Simpo = 2, Orpo = 3 };
+
+struct PreferenceParams {
+    PreferenceMethod method = PreferenceMethod::Dpo;
+    double beta = 0.1;
+    double label_smoothing = 0.0;  // DPO, SimPO
+    double gamma = 0.5;            // SimPO's target reward margin
+};
+
+// One pair's loss and its derivatives by the policy's summed log-probabilities of the two answers.
+struct PairLoss {
+    double loss = 0, d_chosen = 0, d_rejected = 0;
+};
+
+// log(sigmoid(x)) and sigmoid(x) without overflow for any finite x.
+RP_HD inline double log_sigmoid(double x) { return x >= 0 ? -log1p(exp(-x)) : x - log1p(exp(x)); }
+RP_HD inline double sigmoid(double x) {
+    if (x >= 0) return 1.0 / (1.0 + exp(-x));
+    const double e = exp(x);
+    return e / (1.0 + e);
+}
+
+// loss = -(1 - eps) log s(z) - eps log s(-z); returns it, *dz its derivative.
+RP_HD inline double smoothed_logistic(double z, double eps, double * dz) {
+    *dz = -(1.0 - eps) * sigmoid(-z) + eps * sigmoid(z);
+    return -(1.0 - eps) * log_sigmoid(z) - eps * log_sigmoid(-z);
+}
+
+RP_HD inline PairLoss pair_loss(const PreferenceParams & p, double p_c, double p_r, double r_c, double r_r, double n_c, double n_r) {
+    PairLoss o;
+    double g = 0;
+    switch (p.method) {
+    case PreferenceMethod::Dpo:
+        o.loss = smoothed_logistic(p.beta * ((p_c - r_c) - (p_r - r_r)), p.label_smoothing, &g);
+        o.d_chosen = g * p.beta;
+        o.d_rejected = -g * p.beta;
+        break;
+    case PreferenceMethod::Ipo: {
+        const double d = (p_c - r_c) / n_c - (p_r - r_r) / n_r - 1.0 / (2.0 * p.beta);
+        o.loss = d * d;
+        o.d_chosen = 2.0 * d / n_c;
+        o.d_rejected = -2.0 * d / n_r;
+        break;
+    }
+    case PreferenceMethod::Simpo:
+        o.loss = smoothed_logistic(p.beta * (p_c / n_c - p_r / n_r) - p.gamma, p.label_smoothing, &g);
+        o.d_chosen = g * p.beta / n_c;
+        o.d_rejected = -g * p.beta / n_r;
+        break;
+    case PreferenceMethod::Orpo: {
+        const double a_c = p_c / n_c, a_r = p_r / n_r;
+        // log(1 - e^a) = log(-expm1(a)): exact for a near 0 (a sure answer), where 1 - e^a cancels.
+        const double one_c = -expm1(a_c), one_r = -expm1(a_r);
+        const double log_odds = (a_c - a_r) - (log(one_c) - log(one_r));
+        o.loss = -p.beta * log_sigmoid(log_odds);
+        const double dl = -p.beta * sigmoid(-log_odds);  // d loss / d log_odds
+        // d log_odds / d a = 1 + e^a / (1 - e^a) = 1 / (1 - e^a)
+        o.d_chosen = dl / one_c / n_c;
+        o.d_rejected = -dl / one_r / n_r;
+        break;
+    }
+    }
+    return o;
+}
+
+// The implicit reward TRL logs for an answer (rewards/chosen, rewards/rejected; accuracy: chosen > rejected).
+RP_HD inline double preference_reward(const PreferenceParams & p, double policy, double reference, double n) {
+    switch (p.method) {
+    case PreferenceMethod::Dpo: return p.beta * (policy - reference);
+    case PreferenceMethod::Ipo: return p.beta * (policy - reference) / n;
+    case PreferenceMethod::Simpo:
+    case PreferenceMethod::Orpo: return p.beta * policy / n;
+    }
+    return 0;
+}
+
+// Whether the method compares against a reference model (DPO, IPO); SimPO and ORPO need none.
+RP_HD inline bool preference_needs_reference(PreferenceMethod m) { return m == PreferenceMethod::Dpo || m == PreferenceMethod::Ipo; }
+
+} // namespace rp

@@ -1,0 +1,500 @@
+// Preference training (DPO, IPO, SimPO, ORPO; FinetuneConfig::preference): pairs from JSONL (strings and TRL's
+// conversational form) laid out as two sequences trained on the answers only, truncation and bad pairs; the
+// split and the batches never separate a pair; the step-0 closed forms through the model (the reference pass
+// gives the policy's own bits); every trainable tensor's gradient against finite differences of an independent
+// loss (whole-model forward + the losses in long double); a toy task that learns; a bit-exact resume that keeps
+// the reference; the tool's flags, metrics and refusals.
+#include "base/error.h"
+#include "ggml_rp/ops/preference_math.h"
+#include "models/train/session.h"
+#include "models/text/chat_template.h"
+#include "models/text/tokenizer.h"
+#include "tests/common/temp_dir.h"
+#include "tests/finetune/ft_test_util.h"
+#include "tests/finetune/stories_fixture.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <numbers>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+ft_test::StoriesFixture & fx() { return ft_test::StoriesFixture::get(); }
+
+std::string json_string(const std::string & s) { return "\"" + s + "\""; }  // (the texts here need no escapes)
+
+std::string pair_line(const std::string & prompt, const std::string & chosen, const std::string & rejected) {
+    return "{\"prompt\": " + json_string(prompt) + ", \"chosen\": " + json_string(chosen) + ", \"rejected\": " + json_string(rejected) + "}\n";
+}
+
+// The toy task: the chosen answer has a dog where the rejected one has a cat.
+std::string toy_pairs(int n, uint32_t seed = 1) {
+    const char * names[] = {"Tom", "Lily", "Ben", "Sue", "Max", "Anna", "Tim", "Mia"};
+    const char * places[] = {"park", "house", "garden", "forest", "school", "beach"};
+    const char * verbs[] = {"played", "ran", "walked", "sat", "slept", "danced"};
+    std::mt19937 rng(seed);
+    std::string out;
+    for (int i = 0; i < n; ++i) {
+        const std::string who = names[rng() % 8], where = places[rng() % 6], verb = verbs[rng() % 6];
+        out += pair_line("Once upon a time, " + who + " went to the " + where + ". There " + who, " " + verb + " with a big dog. The dog was happy.",
+                         " " + verb + " with a big cat. The cat was happy.");
+    }
+    return out;
+}
+
+rp::Dataset pairs(const std::string & jsonl, int32_t seq_len = 48, int32_t max_prompt = 0, bool chat = false) {
+    rp::DatasetOptions o;
+    o.seq_len = seq_len;
+    o.n_ctx = fx().model->hparams().n_ctx_train;
+    o.max_prompt_len = max_prompt;
+    o.pack = true;  // ignored for pairs
+    if (chat) o.chat = rp::chat_template_for(fx().tok, "chatml");
+    return rp::Dataset::from_jsonl(jsonl, "pairs.jsonl", fx().tok, o);
+}
+
+rp::PreferenceParams method(rp::PreferenceMethod m, double beta, double eps = 0.0) {
+    rp::PreferenceParams p;
+    p.method = m;
+    p.beta = beta;
+    p.label_smoothing = eps;
+    return p;
+}
+
+rp::SessionOptions pref_options(const rp::PreferenceParams & p, int64_t steps = 3) {
+    rp::SessionOptions o;
+    o.finetune.lora_rank = 4;
+    o.finetune.preference = p;
+    o.batch = 4;  // pairs
+    o.micro_batches = 2;
+    o.steps = steps;
+    o.threads = 1;
+    o.lr.lr_max = 5e-4;
+    o.lr.warmup_steps = 0;
+    return o;
+}
+
+std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t> & b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+}
+
+} // namespace
+
+TEST(PreferenceData, APairIsTwoSequencesTrainedOnTheAnswersOnly) {
+    const rp::Dataset d = pairs(pair_line("Once upon a time", " a dog ran.", " a cat sat down."), 32);
+    ASSERT_TRUE(d.pairs());
+    EXPECT_EQ(d.group(), 2);
+    EXPECT_EQ(d.size(), 2u);
+    EXPECT_EQ(d.units(), 1u);
+    EXPECT_FALSE(d.packed());
+    const rp::Tokenizer & tok = fx().tok;
+    // TRL's rule: prompt and answer tokenized apart (the prompt with BOS, the answer without), EOS after it.
+    const std::vector<int32_t> prompt = tok.encode("Once upon a time", true, false);
+    for (int s = 0; s < 2; ++s) {
+        const std::vector<int32_t> answer = concat(tok.encode(s == 0 ? " a dog ran." : " a cat sat down.", false, false), {tok.eos()});
+        const std::vector<int32_t> ids = concat(prompt, answer);
+        const auto in = d.inputs(static_cast<size_t>(s));
+        const auto lab = d.labels(static_cast<size_t>(s));
+        for (size_t i = 0; i < 32; ++i) {
+            if (i < ids.size()) {
+                EXPECT_EQ(in[i], ids[i]) << "sequence " << s << " token " << i;
+            }
+            const int32_t want = i + 1 < ids.size() && i + 1 >= prompt.size() ? ids[i + 1] : rp::kIgnoreLabel;
+            EXPECT_EQ(lab[i], want) << "sequence " << s << " label " << i;
+        }
+    }
+    EXPECT_EQ(d.stats().n_examples, 1u);
+    EXPECT_EQ(d.stats().n_truncated, 0u);
+}
+
+// TRL's conversational form: the prompt's messages and each answer's rendered together with the chat template;
+// the answer is what follows the assistant header, its end of turn included, and it alone is trained.
+TEST(PreferenceData, ConversationalPairsAreRenderedWithTheChatTemplate) {
+    const std::string line = R"({"prompt": [{"role": "user", "content": "Tell me a story"}], )"
+                             R"("chosen": [{"role": "assistant", "content": "A dog ran."}], )"
+                             R"("rejected": [{"role": "assistant", "content": "No."}]})"
+                             "\n";
+    const rp::Dataset d = pairs(line, 96, 0, true);
+    ASSERT_EQ(d.size(), 2u);
+    const rp::Tokenizer & tok = fx().tok;
+    const std::string prompt = "<|im_start|>user\nTell me a story<|im_end|>\n<|im_start|>assistant\n";
+    for (int s = 0; s < 2; ++s) {
+        const std::vector<int32_t> p = tok.encode(prompt, true, true);
+        const std::vector<int32_t> a = tok.encode(std::string(s == 0 ? "A dog ran." : "No.") + "<|im_end|>\n", false, true);
+        const std::vector<int32_t> ids = concat(p, a);
+        const auto in = d.inputs(static_cast<size_t>(s));
+        const auto lab = d.labels(static_cast<size_t>(s));
+        ASSERT_LT(ids.size(), 96u);
+        for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(in[i], ids[i]) << "sequence " << s << " token " << i;
+        size_t trained = 0;
+        for (size_t i = 0; i < 96; ++i) trained += lab[i] != rp::kIgnoreLabel;
+        EXPECT_EQ(trained, a.size()) << "sequence " << s;
+        EXPECT_EQ(lab[p.size() - 1], a[0]);
+        EXPECT_EQ(lab[p.size() - 2], rp::kIgnoreLabel);
+    }
+    // Without a template a conversational pair names what it needs.
+    rp::DatasetOptions o;
+    o.seq_len = 96;
+    try {
+        rp::Dataset::from_jsonl(line, "chat.jsonl", tok, o);
+        FAIL() << "no error";
+    } catch (const rp::Error & e) {
+        EXPECT_NE(std::string(e.what()).find("chat.jsonl line 1: a conversational pair needs a chat template"), std::string::npos) << e.what();
+    }
+}
+
+// Too long: the prompt keeps its last max_prompt_len tokens, then the answers are cut to what the sequence leaves.
+TEST(PreferenceData, TruncationCutsThePromptFirstThenTheAnswers) {
+    const rp::Tokenizer & tok = fx().tok;
+    const std::string prompt = "Once upon a time there was a little girl who loved to play in the big green park";
+    const std::vector<int32_t> p = tok.encode(prompt, true, false);
+    ASSERT_GT(p.size(), 12u);
+    const std::string line = pair_line(prompt, " with her dog and her friends every day.", " alone.");
+    const rp::Dataset d = pairs(line, 16, 8);
+    EXPECT_EQ(d.stats().n_truncated, 1u);
+    const std::vector<int32_t> kept(p.end() - 8, p.end());
+    const std::vector<int32_t> chosen = concat(tok.encode(" with her dog and her friends every day.", false, false), {tok.eos()});
+    const auto in = d.inputs(0);
+    for (size_t i = 0; i < 8; ++i) EXPECT_EQ(in[i], kept[i]) << i;
+    for (size_t i = 8; i < 16; ++i) EXPECT_EQ(in[i], chosen[i - 8]) << i;
+    EXPECT_EQ(d.labels(0)[15], chosen[8]);  // seq_len + 1 tokens: the last label is the ninth answer token
+    // Without max_prompt_len the whole prompt stays; a prompt longer than the sequence leaves no answer token.
+    try {
+        pairs(line, 12);
+        FAIL() << "no error";
+    } catch (const rp::Error & e) {
+        EXPECT_NE(std::string(e.what()).find("pairs.jsonl line 1: the prompt takes " + std::to_string(p.size()) + " tokens"), std::string::npos)
+            << e.what();
+    }
+}
+
+TEST(PreferenceData, BadPairsAreErrorsNamingTheLine) {
+    auto expect_error = [](const std::string & jsonl, const std::string & what) {
+        try {
+            pairs(jsonl);
+            ADD_FAILURE() << "no error for: " << jsonl;
+        } catch (const rp::Error & e) {
+            EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+        }
+    };
+    const std::string good = pair_line("Once upon a time", " a dog.", " a cat.");
+    expect_error(good + pair_line("Once", "", " a cat."), "pairs.jsonl line 2: the chosen answer is empty");
+    expect_error(good + good + pair_line("Once", " same.", " same."), "line 3: the chosen and the rejected answer are the same text");
+    expect_error(good + "{\"prompt\": \"a\", \"chosen\": \" b\"}\n", "line 2: a preference pair has the keys");
+    expect_error(good + "{\"text\": \"a story\"}\n", "line 2: not a preference pair, in a file of pairs");
+    expect_error("{\"text\": \"a story\"}\n" + good, "line 2: a preference pair in a file of SFT examples");
+    expect_error(pair_line("Once", " a dog.", " a cat.").replace(0, 1, "{\"messages\": [], "), "line 1: a preference pair has the keys");
+}
+
+TEST(PreferenceData, TheSplitAndTheBatchesNeverSeparateAPair) {
+    const rp::Dataset d = pairs(toy_pairs(10));
+    ASSERT_EQ(d.units(), 10u);
+    const rp::DatasetSplit split = rp::split_dataset(d.units(), 0.2, 42);
+    EXPECT_EQ(split.val.size(), 2u);
+    EXPECT_EQ(split.train.size(), 8u);
+    rp::Batcher b(d, split.train, 3, 7);
+    for (int k = 0; k < 4; ++k) {
+        const rp::Batch bt = b.next();
+        ASSERT_EQ(bt.n_seq, 6);
+        ASSERT_EQ(bt.units.size(), 3u);
+        for (int i = 0; i < bt.n_seq; ++i) {
+            const auto want = d.inputs(bt.units[static_cast<size_t>(i / 2)] * 2 + static_cast<size_t>(i % 2));
+            EXPECT_TRUE(std::equal(want.begin(), want.end(), bt.inputs.begin() + i * bt.seq_len)) << "batch " << k << " sequence " << i;
+        }
+    }
+    // Micro-batches split pairs, never a pair: 3 pairs in 2 micro-batches are 1 + 2 pairs.
+    const auto shapes = rp::micro_batch_shapes(48, 6, 2, false, 2);
+    ASSERT_EQ(shapes.size(), 2u);
+    EXPECT_EQ(shapes[0].n_seq, 2);
+    EXPECT_EQ(shapes[1].seq_offset, 2);
+    EXPECT_EQ(shapes[1].n_seq, 4);
+}
+
+// At step 0 the policy is the reference, bit for bit (the reference pass's whole-model forward and the training
+// programs compute the same floats): DPO's loss is ln 2 whatever beta and the smoothing, every reward 0; IPO's
+// 1 / (4 beta^2).
+TEST(PreferenceTraining, StepZeroIsTheClosedFormThroughTheModel) {
+    const rp::Dataset d = pairs(toy_pairs(8));
+    for (double eps : {0.0, 0.2}) {
+        rp::TrainingSession s(*fx().model, d, pref_options(method(rp::PreferenceMethod::Dpo, 0.1, eps)));
+        EXPECT_TRUE(s.reference_pass());
+        EXPECT_FALSE(s.reference_pass());  // once
+        const rp::StepReport r = s.step();
+        EXPECT_EQ(static_cast<float>(r.loss), static_cast<float>(std::numbers::ln2)) << "eps " << eps;
+        ASSERT_TRUE(r.preference.has_value());
+        EXPECT_EQ(r.preference->reward_chosen, 0.0);
+        EXPECT_EQ(r.preference->reward_rejected, 0.0);
+        EXPECT_EQ(r.preference->accuracy, 0.0);
+        EXPECT_EQ(r.preference->pairs, 4);
+        EXPECT_LT(r.preference->logp_chosen, r.preference->logp_rejected + 50.0);  // finite, log-probabilities of answers
+        EXPECT_LT(r.preference->logp_chosen, 0.0);
+    }
+    rp::TrainingSession ipo(*fx().model, d, pref_options(method(rp::PreferenceMethod::Ipo, 0.5)));
+    EXPECT_EQ(static_cast<float>(ipo.step().loss), 1.0f);
+}
+
+// d loss / d every trainable tensor (the training programs: per-token head backward weighted by each answer's
+// d loss / d log-probability) against central differences of an independent loss: the whole-model forward's
+// answer log-probabilities and the method's loss written out in long double here, for every method.
+TEST(PreferenceTraining, GradientsMatchFiniteDifferencesForEveryMethod) {
+    const rp::Dataset d = pairs(toy_pairs(2), 32);
+    std::vector<uint32_t> units = {0, 1};
+    const rp::Batch bt = rp::make_batch(d, units);
+    const int64_t B = bt.n_seq, T = bt.seq_len;
+    struct M {
+        rp::PreferenceParams p;
+        const char * name;
+    };
+    rp::PreferenceParams simpo = method(rp::PreferenceMethod::Simpo, 2.0, 0.1);
+    simpo.gamma = 0.3;
+    for (const M & m : {M{method(rp::PreferenceMethod::Dpo, 0.5, 0.1), "dpo"}, M{method(rp::PreferenceMethod::Ipo, 0.5), "ipo"}, M{simpo, "simpo"},
+                        M{method(rp::PreferenceMethod::Orpo, 0.5), "orpo"}}) {
+        SCOPED_TRACE(m.name);
+        rp::FinetuneConfig cfg;
+        cfg.lora_rank = 2;
+        cfg.lora_targets = {"attn_q", "ffn_down"};
+        cfg.preference = m.p;
+        rp::Trainer tr(*fx().model, cfg);
+        std::mt19937 rng(3);
+        std::uniform_real_distribution<float> u(-0.2f, 0.2f);
+        for (const auto & p : tr.params())  // B != 0, so that A has a gradient too
+            for (int64_t i = 0; i < p.t->nelements(); ++i) p.t->data_as<float>()[i] = u(rng);
+        // The pairs' values: references off the policy by up to 2 nats, the answers' token counts, ORPO's NLL weights.
+        const std::vector<float> lp0 = tr.sequence_logps(bt.inputs.data(), bt.labels.data(), T, B, 1);
+        std::vector<float> sv(static_cast<size_t>(3 * B));
+        double chosen_tokens = 0;
+        for (int64_t i = 0; i < B; ++i) {
+            sv[size_t(3 * i)] = lp0[size_t(i)] + (i % 2 ? 1.5f : -2.0f);
+            int n = 0;
+            for (int64_t t = 0; t < T; ++t) n += bt.labels[size_t(i * T + t)] != rp::kIgnoreLabel;
+            sv[size_t(3 * i + 1)] = static_cast<float>(n);
+            if (i % 2 == 0) chosen_tokens += n;
+        }
+        if (m.p.method == rp::PreferenceMethod::Orpo)
+            for (int64_t i = 0; i < B; i += 2) sv[size_t(3 * i + 2)] = static_cast<float>(1.0 / chosen_tokens);
+        const float scale = 0.5f;  // two pairs
+        auto loss_at = [&]() {     // independent: forward logps + the losses in long double
+            const std::vector<float> lp = tr.sequence_logps(bt.inputs.data(), bt.labels.data(), T, B, 1);
+            long double L = 0;
+            for (int64_t c = 0; c < B; c += 2) {
+                const size_t r = size_t(c + 1), cc = size_t(c);
+                const long double pc = lp[cc], pr = lp[r], rc = sv[3 * cc], rr = sv[3 * r], nc = sv[3 * cc + 1], nr = sv[3 * r + 1];
+                const long double beta = m.p.beta, eps = m.p.label_smoothing;
+                auto logsig = [](long double x) { return -std::log1p(std::exp(-x)); };
+                long double l = 0;
+                if (m.p.method == rp::PreferenceMethod::Dpo) {
+                    const long double z = beta * ((pc - rc) - (pr - rr));
+                    l = -(1 - eps) * logsig(z) - eps * logsig(-z);
+                } else if (m.p.method == rp::PreferenceMethod::Ipo) {
+                    const long double h = (pc - rc) / nc - (pr - rr) / nr - 1 / (2 * beta);
+                    l = h * h;
+                } else if (m.p.method == rp::PreferenceMethod::Simpo) {
+                    const long double z = beta * (pc / nc - pr / nr) - m.p.gamma;
+                    l = -(1 - eps) * logsig(z) - eps * logsig(-z);
+                } else {
+                    const long double ac = pc / nc, ar = pr / nr;
+                    l = -beta * logsig((ac - ar) - (std::log(1 - std::exp(ac)) - std::log(1 - std::exp(ar))));
+                }
+                L += scale * l - sv[3 * cc + 2] * pc - sv[3 * r + 2] * pr;
+            }
+            return static_cast<double>(L);
+        };
+        rp::MicroBatchInfo mb;
+        mb.seq_len = T;
+        mb.n_seq = B;
+        mb.loss_scale = scale;
+        mb.sequence_values = sv.data();
+        tr.zero_grads();
+        std::vector<float> results(tr.head_results(mb));
+        const double loss = tr.accumulate(bt.inputs.data(), bt.labels.data(), mb, 1, results.data());
+        tr.collect_grads();
+        EXPECT_NEAR(loss, loss_at(), 1e-6 * std::max(1.0, std::fabs(loss)));
+        for (int64_t i = 0; i < B; ++i) EXPECT_EQ(results[size_t(1 + i)], lp0[size_t(i)]) << "sequence " << i << ": the head's log-probability";
+        double worst = 0;
+        for (const auto & p : tr.params()) {
+            const int64_t n = p.t->nelements();
+            float * w = p.t->data_as<float>();
+            const float * g = p.t->grad->data_as<float>();
+            double gn = 0, wr = 0;
+            for (int64_t i = 0; i < n; ++i) gn += double(g[i]) * g[i], wr += double(w[i]) * w[i];
+            gn = std::sqrt(gn);
+            ASSERT_GT(gn, 0.0) << p.name;
+            // Along the gradient's own direction D = g / |g|: d L / d h = |g|. Richardson over h and h / 2.
+            const std::vector<float> w0(w, w + n);
+            auto fd = [&](double h) {
+                for (int64_t i = 0; i < n; ++i) w[i] = static_cast<float>(w0[size_t(i)] + h * g[i] / gn);
+                const double lp = loss_at();
+                for (int64_t i = 0; i < n; ++i) w[i] = static_cast<float>(w0[size_t(i)] - h * g[i] / gn);
+                const double lm = loss_at();
+                std::copy(w0.begin(), w0.end(), w);
+                return (lp - lm) / (2 * h);
+            };
+            const double h = 0.05 * std::sqrt(wr / static_cast<double>(n));
+            const double est = (4 * fd(h / 2) - fd(h)) / 3;
+            const double err = std::fabs(est - gn) / gn;
+            worst = std::max(worst, err);
+            EXPECT_LT(err, 2e-3) << p.name << ": finite differences " << est << ", backward " << gn;
+        }
+        std::printf("[ preference ] %s: loss %.6f, worst relative gradient error %.2e over %zu tensors\n", m.name, loss, worst, tr.params().size());
+    }
+}
+
+// The toy task: pairs whose chosen answer has a dog where the rejected one has a cat. Held-out reward accuracy
+// starts at 0 (every reward is 0) and rises above 0.9 within 30 steps; the policy's own greedy completion then
+// says "dog".
+TEST(PreferenceTraining, AToyTaskLearnsToPreferTheChosenWord) {
+    const rp::Dataset d = pairs(toy_pairs(96));
+    rp::SessionOptions o = pref_options(method(rp::PreferenceMethod::Dpo, 0.1), 30);
+    o.finetune.lora_rank = 8;  // rp-finetune's defaults: rank 8, alpha 16
+    o.batch = 8;
+    o.micro_batches = 1;
+    o.val_split = 0.2;
+    o.threads = 0;
+    rp::TrainingSession s(*fx().model, d, o);
+    EXPECT_NEAR(s.evaluate(), std::numbers::ln2, 1e-6);
+    ASSERT_TRUE(s.eval_preference().has_value());
+    EXPECT_EQ(s.eval_preference()->accuracy, 0.0);
+    EXPECT_EQ(s.eval_preference()->pairs, 19);
+    std::string curve;
+    for (int i = 0; i < 30; ++i) {
+        const rp::StepReport r = s.step();
+        if (i % 5 == 4) {
+            const double l = s.evaluate();
+            char buf[128];
+            std::snprintf(buf, sizeof buf, " step %d: val loss %.4f accuracy %.3f margin %.3f;", i + 1, l, s.eval_preference()->accuracy,
+                          s.eval_preference()->margin);
+            curve += buf;
+        }
+        ASSERT_TRUE(std::isfinite(r.loss));
+    }
+    std::printf("[ preference ] toy DPO:%s\n", curve.c_str());
+    EXPECT_GT(s.eval_preference()->accuracy, 0.9);
+    EXPECT_GT(s.eval_preference()->margin, 1.0);
+    const std::string sample = s.sample(fx().tok, "Once upon a time, Tom went to the park. There Tom played with a big", 4);
+    EXPECT_NE(sample.find("dog"), std::string::npos) << sample;
+}
+
+// A checkpoint keeps the reference log-probabilities: the resumed run does not compute them again (the policy
+// has moved) and ends with the uninterrupted run's bytes.
+TEST(PreferenceTraining, ResumeKeepsTheReferenceAndIsBitExact) {
+    rp_test::TempDir dir;
+    const rp::Dataset d = pairs(toy_pairs(12));
+    const rp::SessionOptions o = pref_options(method(rp::PreferenceMethod::Dpo, 0.1), 4);
+    rp::TrainingSession whole(*fx().model, d, o);
+    for (int i = 0; i < 4; ++i) whole.step();
+    rp::TrainingSession first(*fx().model, d, o);
+    first.step();
+    first.step();
+    first.save_checkpoint(dir.file("ckpt.gguf"));
+    rp::TrainingSession second(*fx().model, d, o);
+    second.resume(dir.file("ckpt.gguf"));
+    EXPECT_FALSE(second.reference_pass());  // from the checkpoint
+    second.step();
+    second.step();
+    ASSERT_EQ(whole.trainer().params().size(), second.trainer().params().size());
+    for (size_t i = 0; i < whole.trainer().params().size(); ++i) {
+        const auto * a = whole.trainer().params()[i].t;
+        const auto * b = second.trainer().params()[i].t;
+        EXPECT_EQ(std::memcmp(a->data, b->data, static_cast<size_t>(a->nelements()) * sizeof(float)), 0) << whole.trainer().params()[i].name;
+    }
+    EXPECT_EQ(whole.curve().train_loss, second.curve().train_loss);
+}
+
+TEST(PreferenceTraining, TheObjectiveMustMatchTheData) {
+    const rp::Dataset d = pairs(toy_pairs(4));
+    rp::SessionOptions sft = pref_options(method(rp::PreferenceMethod::Dpo, 0.1));
+    sft.finetune.preference.reset();
+    EXPECT_THROW(rp::TrainingSession(*fx().model, d, sft), rp::Error);
+    EXPECT_THROW(rp::TrainingSession(*fx().model, fx().data, pref_options(method(rp::PreferenceMethod::Dpo, 0.1))), rp::Error);
+}
+
+// Through RoundPipe (2 and 3 CPU devices, sync): the heads read the pairs' values and report the answers'
+// log-probabilities as on the host; masters, losses and metrics are the host run's bits.
+TEST(PreferenceTraining, ThePipelineEqualsTheHostBitForBit) {
+    const rp::Dataset d = pairs(toy_pairs(12));
+    for (rp::PreferenceMethod m : {rp::PreferenceMethod::Dpo, rp::PreferenceMethod::Orpo}) {
+        const rp::SessionOptions o = pref_options(method(m, 0.1), 3);
+        rp::TrainingSession host(*fx().model, d, o);
+        std::vector<rp::StepReport> want;
+        for (int i = 0; i < 3; ++i) want.push_back(host.step());
+        for (int devices : {2, 3}) {
+            SCOPED_TRACE(std::to_string(devices) + " devices, method " + std::to_string(static_cast<int>(m)));
+            rp::SessionOptions po = o;
+            po.pipelined = true;
+            po.devices.count = devices;
+            po.devices.memory_each = size_t(64) << 20;
+            rp::TrainingSession pipe(*fx().model, d, po);
+            for (int i = 0; i < 3; ++i) {
+                const rp::StepReport r = pipe.step();
+                EXPECT_EQ(r.loss, want[size_t(i)].loss) << "step " << i + 1;
+                ASSERT_TRUE(r.preference.has_value());
+                EXPECT_EQ(r.preference->logp_chosen, want[size_t(i)].preference->logp_chosen);
+                EXPECT_EQ(r.preference->logp_rejected, want[size_t(i)].preference->logp_rejected);
+                EXPECT_EQ(r.preference->margin, want[size_t(i)].preference->margin);
+            }
+            pipe.synchronize();
+            for (size_t k = 0; k < host.trainer().params().size(); ++k) {
+                const auto * a = host.trainer().params()[k].t;
+                const auto * b = pipe.trainer().params()[k].t;
+                EXPECT_EQ(std::memcmp(a->data, b->data, static_cast<size_t>(a->nelements()) * sizeof(float)), 0) << host.trainer().params()[k].name;
+            }
+        }
+    }
+}
+
+// rp-finetune: --method and its parameters, TRL's metric names in the JSONL, and bad data refused before
+// anything is written.
+TEST(PreferenceTool, TrainsFromTheCommandLineAndRefusesBadPairs) {
+    rp_test::TempDir dir;
+    {
+        std::ofstream(dir.file("pairs.jsonl")) << toy_pairs(24);
+    }
+    const std::string base = ft_test::tool("rp-finetune") + " -m " + ft_test::stories() + " --data " + dir.file("pairs.jsonl") +
+                             " --seq-len 48 --batch 4 --steps 3 -t 1 --lr 5e-4";
+    std::string out;
+    ASSERT_EQ(ft_test::run(base + " --method simpo --beta 2 --gamma 0.5 -o " + dir.file("a.gguf"), &out), 0)
+        << out;
+    EXPECT_NE(out.find("24 preference pairs"), std::string::npos) << out;
+    EXPECT_NE(out.find("method simpo, beta 2"), std::string::npos) << out;
+    EXPECT_TRUE(std::filesystem::exists(dir.file("a.gguf")));
+    std::ifstream m(dir.file("a.gguf.metrics.jsonl"));
+    std::stringstream ms;
+    ms << m.rdbuf();
+    EXPECT_NE(ms.str().find("\"rewards/chosen\":"), std::string::npos) << ms.str();
+    EXPECT_NE(ms.str().find("\"rewards/accuracies\":"), std::string::npos) << ms.str();
+    // DPO needs the reference pass; ORPO none.
+    ASSERT_EQ(ft_test::run(base + " --method dpo -o " + dir.file("b.gguf"), &out), 0) << out;
+    EXPECT_NE(out.find("reference pass: the log-probabilities of 48 answers"), std::string::npos) << out;
+    ASSERT_EQ(ft_test::run(base + " --method orpo --orpo-lambda 0.2 -o " + dir.file("c.gguf"), &out), 0) << out;
+    EXPECT_EQ(out.find("reference pass"), std::string::npos) << out;
+    // Refusals: pairs without a method, a method on SFT data, an unknown method, label smoothing on IPO, a bad pair.
+    EXPECT_NE(ft_test::run(base + " -o " + dir.file("x.gguf"), &out), 0);
+    EXPECT_NE(out.find("the dataset holds preference pairs"), std::string::npos) << out;
+    EXPECT_NE(ft_test::run(base + " --method kto -o " + dir.file("x.gguf"), &out), 0);
+    EXPECT_NE(out.find("method \"kto\" is not one of sft, dpo, ipo, simpo, orpo"), std::string::npos) << out;
+    EXPECT_NE(ft_test::run(base + " --method ipo --label-smoothing 0.1 -o " + dir.file("x.gguf"), &out), 0);
+    EXPECT_NE(out.find("--label-smoothing applies to dpo and simpo"), std::string::npos) << out;
+    {
+        std::ofstream(dir.file("bad.jsonl")) << toy_pairs(3) << pair_line("Once", " same.", " same.");
+    }
+    EXPECT_NE(ft_test::run(ft_test::tool("rp-finetune") + " -m " + ft_test::stories() + " --data " + dir.file("bad.jsonl") +
+                               " --method dpo --seq-len 48 --steps 1 -o " + dir.file("x.gguf"),
+                           &out),
+              0);
+    EXPECT_NE(out.find("bad.jsonl line 4: the chosen and the rejected answer are the same text"), std::string::npos) << out;
+    EXPECT_FALSE(std::filesystem::exists(dir.file("x.gguf")));
+    EXPECT_NE(ft_test::run(ft_test::tool("rp-finetune") + " -m " + ft_test::stories() + " --data " + ft_test::model_path("reference/train.txt") +
+                               " --method dpo --seq-len 48 --steps 1 -o " + dir.file("x.gguf"),
+                           &out),
+              0);
+    EXPECT_NE(out.find("a preference --method trains on pairs"), std::string::npos) << out;
+    EXPECT_FALSE(std::filesystem::exists(dir.file("x.gguf")));
+}

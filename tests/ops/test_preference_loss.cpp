@@ -1,0 +1,254 @@
+// Sequence-level losses: the per-token form of the fused LM head (lm_head_token_nll) and the preference losses
+// (preference_loss: DPO, IPO, SimPO, ORPO) against naive double references written here from TRL's formulas
+// (independent of ops/preference_math.h), their backward against finite differences of those references
+// (the harness), and the closed forms at step 0 (reference = policy).
+#include "harness.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numbers>
+
+using namespace optest;
+using rp::Context;
+using rp::PreferenceMethod;
+using rp::PreferenceParams;
+using rp::Tensor;
+using TV = std::vector<Tensor *>;
+using R = RefInputs;
+
+namespace {
+
+// Each token's negative log-likelihood (0 when masked): ref::lm_head_ce of the token alone.
+ref::DT token_nll(const ref::DT & h, const ref::DT & W, const std::vector<int32_t> & labels, double softcap = 0) {
+    const int64_t C = h.ne[0], T = h.ne[1];
+    ref::DT y({T, 1, 1, 1});
+    for (int64_t t = 0; t < T; ++t) {
+        ref::DT col({C, 1, 1, 1});
+        for (int64_t c = 0; c < C; ++c) col(c) = h(c, t);
+        y(t) = ref::lm_head_ce(col, W, {labels[size_t(t)]}, 1.0, softcap).v[0];
+    }
+    return y;
+}
+
+long double logsig(long double x) { return -std::log1p(std::exp(-x)); }
+
+// TRL's losses from the answers' summed log-probabilities (logps), written out per method in long double.
+double pair_loss_ref(const PreferenceParams & p, double pc, double pr, double rc, double rr, double nc, double nr) {
+    const long double beta = p.beta, eps = p.label_smoothing;
+    switch (p.method) {
+    case PreferenceMethod::Dpo: {
+        const long double z = beta * ((static_cast<long double>(pc) - rc) - (static_cast<long double>(pr) - rr));
+        return static_cast<double>(-(1 - eps) * logsig(z) - eps * logsig(-z));
+    }
+    case PreferenceMethod::Ipo: {
+        const long double h = (static_cast<long double>(pc) - rc) / nc - (static_cast<long double>(pr) - rr) / nr;
+        return static_cast<double>((h - 1 / (2 * beta)) * (h - 1 / (2 * beta)));
+    }
+    case PreferenceMethod::Simpo: {
+        const long double z = beta * (static_cast<long double>(pc) / nc - static_cast<long double>(pr) / nr) - p.gamma;
+        return static_cast<double>(-(1 - eps) * logsig(z) - eps * logsig(-z));
+    }
+    case PreferenceMethod::Orpo: {
+        const long double ac = static_cast<long double>(pc) / nc, ar = static_cast<long double>(pr) / nr;
+        const long double lo = (ac - ar) - (std::log(1 - std::exp(ac)) - std::log(1 - std::exp(ar)));
+        return static_cast<double>(-beta * logsig(lo));
+    }
+    }
+    return 0;
+}
+
+// loss = scale * sum_k pair_loss(k) - sum_b w_b logps_b
+ref::DT preference_ref(const ref::DT & lp, const ref::DT & seq, const PreferenceParams & p, double scale) {
+    ref::DT y({1, 1, 1, 1});
+    for (int64_t c = 0; c < lp.size(); c += 2) {
+        const int64_t r = c + 1;
+        y.v[0] += scale * pair_loss_ref(p, lp(c), lp(r), seq(0, c), seq(0, r), seq(1, c), seq(1, r));
+        y.v[0] -= seq(2, c) * lp(c) + seq(2, r) * lp(r);
+    }
+    return y;
+}
+
+PreferenceParams params(PreferenceMethod m, double beta, double eps = 0, double gamma = 0.5) {
+    PreferenceParams p;
+    p.method = m;
+    p.beta = beta;
+    p.label_smoothing = eps;
+    p.gamma = gamma;
+    return p;
+}
+
+// seq [3, B]: reference log-probabilities, token counts (integers >= 1), NLL weights, as an i32-free float input
+// whose values the test sets (the harness draws floats in [lo, hi]: counts and weights are set by `fix`).
+Case preference_case(std::string name, int64_t B, const PreferenceParams & p, float scale) {
+    Input lp{"logps", {B, 1, 1, 1}};
+    lp.lo = -3.0f;  // answers' log-probabilities are negative (ORPO needs them below 0)
+    lp.hi = -0.2f;
+    Input seq{"seq", {3, B, 1, 1}, rp::DType::F32, false};
+    seq.lo = 1.0f;  // references in [1, 4], counts in [1, 4] (not integers: the math does not care), weights in [1, 4]
+    seq.hi = 4.0f;
+    return {name, {lp, seq},
+            [=](Context & c, const TV & in) { return rp::preference_loss(c, in[0], in[1], p, scale); },
+            [=](const R & x) { return preference_ref(x[0], x[1], p, scale); }};
+}
+
+} // namespace
+
+TEST(OpTokenNll, PerTokenValuesAndTheirGradients) {
+    const int64_t C = 17, V = 127;
+    const std::vector<int32_t> labels = {5, -1, 126, 0, 77, -1, 3};
+    const int64_t T = static_cast<int64_t>(labels.size());
+    for (int64_t chunk : {int64_t{7}, int64_t{1000}})
+        for (float cap : {0.0f, 2.0f}) {
+            Input lab{"labels", {T, 1, 1, 1}, rp::DType::I32, false};
+            lab.ints = labels;
+            Input h{"h", {C, T, 1, 1}};
+            h.lo = -2.0f;
+            h.hi = 2.0f;
+            Input W{"W", {C, V, 1, 1}};
+            check_op({"lm_head_token_nll chunk " + std::to_string(chunk) + " softcap " + std::to_string(cap), {h, W, lab},
+                      [=](Context & c, const TV & in) { return rp::lm_head_token_nll(c, in[0], in[1], in[2], chunk, cap); },
+                      [=](const R & x) { return token_nll(x[0], x[1], ints_from(x[2]), cap); }});
+        }
+}
+
+// The sum of the per-token form is the summed form's loss (loss_scale 1), to the float.
+TEST(OpTokenNll, SumsToTheFusedLoss) {
+    Context ctx;
+    const int64_t C = 9, V = 31, T = 6;
+    Tensor * h = ctx.new_tensor(rp::DType::F32, C, T);
+    Tensor * W = ctx.new_tensor(rp::DType::F32, C, V);
+    Tensor * lab = ctx.new_tensor(rp::DType::I32, T);
+    for (Tensor * t : {h, W, lab}) ctx.alloc_data(t);
+    for (int64_t i = 0; i < C * T; ++i) h->data_as<float>()[i] = std::sin(0.3f * float(i));
+    for (int64_t i = 0; i < C * V; ++i) W->data_as<float>()[i] = std::cos(0.7f * float(i));
+    rp::tensor_set_i32(lab, {1, -1, 30, 0, 7, 7});
+    Tensor * per = rp::lm_head_token_nll(ctx, h, W, lab, 8);
+    Tensor * sum = rp::lm_head_ce(ctx, h, W, lab, 1.0f, 8);
+    per->flags |= rp::kFlagOutput;
+    sum->flags |= rp::kFlagOutput;
+    rp::Graph g;
+    rp::build_forward(g, per);
+    rp::build_forward(g, sum);
+    rp::CpuBackend be;
+    be.allocate(g);
+    be.compute(g, 1);
+    double s = 0;
+    for (int64_t t = 0; t < T; ++t) s += per->data_as<float>()[t];
+    EXPECT_EQ(per->data_as<float>()[1], 0.0f);  // masked
+    EXPECT_NEAR(s, *sum->data_as<float>(), 1e-6 * std::fabs(s));
+    EXPECT_EQ(per->ne[0], T);
+    // A per-token backward needs one dloss per token.
+    EXPECT_THROW(rp::lm_head_ce_back(ctx, per, rp::fill(ctx, sum, 1.0f), nullptr), rp::Error);
+}
+
+TEST(OpPreferenceLoss, EveryMethodAgainstTheDoubleReference) {
+    for (float scale : {1.0f, 0.25f}) {
+        check_op(preference_case("dpo beta 0.1", 6, params(PreferenceMethod::Dpo, 0.1), scale));
+        check_op(preference_case("dpo beta 2, cDPO eps 0.1", 4, params(PreferenceMethod::Dpo, 2.0, 0.1), scale));
+        check_op(preference_case("ipo beta 0.5", 6, params(PreferenceMethod::Ipo, 0.5), scale));
+        check_op(preference_case("simpo beta 2 gamma 1", 6, params(PreferenceMethod::Simpo, 2.0, 0.0, 1.0), scale));
+        check_op(preference_case("simpo beta 2.5 eps 0.2", 2, params(PreferenceMethod::Simpo, 2.5, 0.2, 0.5), scale));
+        check_op(preference_case("orpo lambda 0.1", 6, params(PreferenceMethod::Orpo, 0.1), scale));
+        check_op(preference_case("orpo lambda 1", 4, params(PreferenceMethod::Orpo, 1.0), scale));
+    }
+}
+
+// Per-token NLL -> per-sequence sums -> the loss: the gradient reaches every answer token through the head.
+TEST(OpPreferenceLoss, ThroughTheHead) {
+    const int64_t C = 11, V = 37, T = 5, B = 4;
+    std::vector<int32_t> labels = {-1, -1, 4, 9, 36,   -1, 2, 2, 0, -1,   -1, -1, -1, 5, 6,   1, 2, 3, 4, 5};
+    Input lab{"labels", {T * B, 1, 1, 1}, rp::DType::I32, false};
+    lab.ints = labels;
+    Input h{"h", {C, T * B, 1, 1}};
+    h.lo = -1.5f;
+    h.hi = 1.5f;
+    Input W{"W", {C, V, 1, 1}};
+    for (PreferenceMethod m : {PreferenceMethod::Dpo, PreferenceMethod::Ipo, PreferenceMethod::Simpo, PreferenceMethod::Orpo}) {
+        const PreferenceParams p = params(m, m == PreferenceMethod::Simpo ? 2.0 : 0.5);
+        check_op({"preference loss through lm_head_token_nll, method " + std::to_string(int(m)), {h, W, lab},
+                  [=](Context & c, const TV & in) {
+                      Tensor * nll = rp::lm_head_token_nll(c, in[0], in[1], in[2], 16);
+                      Tensor * per_seq = rp::sum_to(c, rp::reshape(c, nll, T, B), c.new_tensor(rp::DType::F32, 1, B));
+                      Tensor * lp = rp::scale(c, rp::reshape(c, per_seq, B), -1.0f);
+                      // counts: the answers' trained tokens (3, 3, 2, 5); reference 0, no NLL term
+                      std::vector<float> sv = {0, 3, 0, 0, 3, 0, 0, 2, 0, 0, 5, 0};
+                      Tensor * s = c.new_tensor(rp::DType::F32, 3, B);
+                      c.alloc_data(s);
+                      std::copy(sv.begin(), sv.end(), s->data_as<float>());
+                      return rp::preference_loss(c, lp, s, p, 0.5f);
+                  },
+                  [=](const R & x) {
+                      const ref::DT nll = token_nll(x[0], x[1], ints_from(x[2]));
+                      ref::DT lp({B, 1, 1, 1});
+                      for (int64_t b = 0; b < B; ++b)
+                          for (int64_t t = 0; t < T; ++t) lp(b) -= nll(b * T + t);
+                      ref::DT s({3, B, 1, 1}, {0, 3, 0, 0, 3, 0, 0, 2, 0, 0, 5, 0});
+                      return preference_ref(lp, s, p, 0.5);
+                  }});
+    }
+}
+
+// At step 0 the policy is the reference: DPO's loss is ln 2 per pair whatever beta and the smoothing are, and
+// every reward 0; IPO's 1 / (4 beta^2). The op's float is the closed form's rounding.
+TEST(OpPreferenceLoss, StepZeroClosedForms) {
+    const std::vector<float> lp = {-12.5f, -30.25f, -7.0f, -7.0f, -55.0f, -1.5f};
+    const std::vector<float> counts = {5, 12, 3, 3, 20, 1};
+    auto run = [&](const PreferenceParams & p, float scale) {
+        Context ctx;
+        Tensor * l = ctx.new_tensor(rp::DType::F32, 6);
+        Tensor * s = ctx.new_tensor(rp::DType::F32, 3, 6);
+        ctx.alloc_data(l);
+        ctx.alloc_data(s);
+        for (int b = 0; b < 6; ++b) {
+            l->data_as<float>()[b] = lp[size_t(b)];
+            s->data_as<float>()[3 * b] = lp[size_t(b)];  // reference = policy
+            s->data_as<float>()[3 * b + 1] = counts[size_t(b)];
+            s->data_as<float>()[3 * b + 2] = 0.0f;
+        }
+        Tensor * loss = rp::preference_loss(ctx, l, s, p, scale);
+        rp::Graph g;
+        rp::build_forward(g, loss);
+        rp::CpuBackend be;
+        be.allocate(g);
+        be.compute(g, 1);
+        return *loss->data_as<float>();
+    };
+    for (double beta : {0.01, 0.1, 1.0, 5.0})
+        for (double eps : {0.0, 0.1, 0.3}) {
+            EXPECT_EQ(run(params(PreferenceMethod::Dpo, beta, eps), 1.0f / 3.0f), static_cast<float>(std::numbers::ln2))
+                << "beta " << beta << " eps " << eps;
+            for (int b = 0; b < 6; ++b) EXPECT_EQ(rp::preference_reward(params(PreferenceMethod::Dpo, beta), lp[size_t(b)], lp[size_t(b)], counts[size_t(b)]), 0.0);
+        }
+    for (double beta : {0.1, 0.5, 2.0})
+        EXPECT_EQ(run(params(PreferenceMethod::Ipo, beta), 1.0f / 3.0f), static_cast<float>(1.0 / (4.0 * beta * beta))) << beta;
+}
+
+TEST(OpPreferenceLoss, BadShapesAndParametersAreErrors) {
+    Context ctx;
+    Tensor * odd = ctx.new_tensor(rp::DType::F32, 3);
+    Tensor * l = ctx.new_tensor(rp::DType::F32, 4);
+    Tensor * s = ctx.new_tensor(rp::DType::F32, 3, 4);
+    Tensor * s2 = ctx.new_tensor(rp::DType::F32, 2, 4);
+    EXPECT_THROW(rp::preference_loss(ctx, odd, ctx.new_tensor(rp::DType::F32, 3, 3), params(PreferenceMethod::Dpo, 0.1), 1.0f), rp::Error);
+    EXPECT_THROW(rp::preference_loss(ctx, l, s2, params(PreferenceMethod::Dpo, 0.1), 1.0f), rp::Error);
+    EXPECT_THROW(rp::preference_loss(ctx, l, s, params(PreferenceMethod::Dpo, 0.0), 1.0f), rp::Error);
+    EXPECT_THROW(rp::preference_loss(ctx, l, s, params(PreferenceMethod::Dpo, 0.1, 0.5), 1.0f), rp::Error);
+    // An answer without tokens: the kernel names it.
+    ctx.alloc_data(l);
+    ctx.alloc_data(s);
+    for (int i = 0; i < 4; ++i) l->data_as<float>()[i] = -1.0f;
+    for (int i = 0; i < 12; ++i) s->data_as<float>()[i] = 1.0f;
+    s->data_as<float>()[3 * 3 + 1] = 0.0f;
+    Tensor * loss = rp::preference_loss(ctx, l, s, params(PreferenceMethod::Simpo, 2.0), 1.0f);
+    rp::Graph g;
+    rp::build_forward(g, loss);
+    rp::CpuBackend be;
+    be.allocate(g);
+    try {
+        be.compute(g, 1);
+        FAIL() << "no error";
+    } catch (const rp::Error & e) {
+        EXPECT_NE(std::string(e.what()).find("answer 3 (pair 1)"), std::string::npos) << e.what();
+    }
+}
