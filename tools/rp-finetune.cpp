@@ -259,8 +259,9 @@ int finetune(int argc, char ** argv, rp::Communicator * world) {
     print_setup(say, job, o, run, data);
     say.perplexity = !o.finetune.preference;
     if (const auto t0 = std::chrono::steady_clock::now(); run.reference_pass())
-        say.print("reference pass: the log-probabilities of %zu answers under the starting model, %.1f s (kept in the checkpoint)\n",
-                  data.size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        say.print("reference pass: the log-probabilities of %zu answers under the starting model, %s, %.1f s (kept in the checkpoint)\n",
+                  data.size(), o.pipelined ? "through the devices" : "on the host",
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     rp::RunLoopOptions loop = job.loop;
     loop.writes = rank == 0;
     loop.tokenizer = &tok;

@@ -40,6 +40,7 @@ struct Call {
     int64_t id = 0;
     int M = 0;
     std::vector<MicroBatchInfo> info;
+    bool forward_only = false;               // Pipeline::forward: the head's forward alone, no backward stage
     std::vector<PinnedBuffer> ids, labels;  // pinned copies of the caller's tokens
     std::vector<PinnedBuffer> positions;    // and of packed micro-batches' positions (info[i].positions points here)
     std::vector<PinnedBuffer> sequence_values;  // and of their sequence values (info[i].sequence_values points here)

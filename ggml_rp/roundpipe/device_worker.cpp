@@ -364,6 +364,14 @@ void DeviceWorker::run_task(Running & r, const Task & t, ActSet & s) {
     }
     case Pass::Fused: {
         for (int l = a; l < L - 1; ++l) forward(l, x(l), x(l + 1));
+        if (c.forward_only) {  // Pipeline::forward: the head's results, no backward
+            launch(c, L - 1, Call::Launch::Head, run, [&prog, w = r.layer(L - 1), in = x(L - 1), lab = s.labels, res = s.loss, info](ProgramContext & pc) {
+                prog.head_forward(w, in, static_cast<const int32_t *>(lab), res, info, pc);
+            });
+            c.loss_ready[mi] = transfer_.download(c.loss.as<float>() + c.loss_at[mi], s.loss, sizeof(float) * prog.head_results(info),
+                                                  OpLabel("D results " + tag, sd.cat));
+            break;
+        }
         launch(c, L - 1, Call::Launch::Head, run, [&prog, w = r.layer(L - 1), in = x(L - 1), lab = s.labels, loss = s.loss, d0 = s.d[0], info](ProgramContext & pc) {
             prog.head(w, in, static_cast<const int32_t *>(lab), loss, d0, info, pc);
         });

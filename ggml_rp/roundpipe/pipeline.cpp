@@ -249,6 +249,38 @@ double Pipeline::forward_backward(const std::vector<MicroBatch> & mbs, std::vect
     return loss;
 }
 
+std::vector<std::vector<float>> Pipeline::forward(const std::vector<MicroBatch> & mbs) {
+    Impl & d = *impl_;
+    rethrow_faults();
+    if (mbs.empty()) throw Error("forward: no micro-batches");
+    std::vector<MicroBatchInfo> info;
+    for (const MicroBatch & m : mbs) info.push_back(m.info);
+    const CallPlan cp = d.plan(info);  // a training call's plan: the forward-only call takes no more
+    std::vector<MicroBatch> chunked = mbs;
+    for (MicroBatch & m : chunked) m.info.token_chunk = cp.token_chunk;
+    auto c = std::make_shared<Call>(d.calls++, d.prog, *d.pinned, chunked, cp.plan);
+    c->forward_only = true;  // (its launches are not timed for the planner: the head runs a third of its work)
+    for (const JobSpec & spec : forward_only_jobs(schedule_jobs(d.opt.schedule, c->plan, c->stages, c->M), c->stages)) {
+        auto job = std::make_shared<Job>();
+        job->call = c;
+        job->spec = spec;
+        job->shape = cp.shape;
+        job->memory = cp.memory;
+        const int dev = spec.device >= 0 ? spec.device : static_cast<int>(d.rr++ % static_cast<uint64_t>(d.G));
+        d.dispatch(job, dev);
+    }
+    for (int i = 0; i < c->M; ++i) c->fused_done.acquire();
+    std::vector<std::vector<float>> results;
+    for (int i = 0; i < c->M; ++i) {
+        const size_t mi = static_cast<size_t>(i);
+        if (auto & ev = c->loss_ready[mi]) ev->synchronize();
+        const float * r = c->loss.as<float>() + c->loss_at[mi];
+        results.emplace_back(r, r + d.prog.head_results(c->info[mi]));
+    }
+    rethrow_faults();
+    return results;
+}
+
 void Pipeline::step(std::function<void()> update) {
     Impl & d = *impl_;
     rethrow_faults();

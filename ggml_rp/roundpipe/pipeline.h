@@ -84,6 +84,11 @@ public:
     // head_results (nullable): each micro-batch's head results (TrainingProgram::head_results; the loss first).
     double forward_backward(const std::vector<MicroBatch> & mbs, std::vector<std::vector<float>> * head_results = nullptr);
 
+    // A forward-only call (evaluation, a reference pass): the micro-batches through the forward stages and the
+    // head's forward (TrainingProgram::head_forward); returns each micro-batch's head results. No gradient is
+    // computed and nothing changes for the next step(); the working weights are those the next call would use.
+    std::vector<std::vector<float>> forward(const std::vector<MicroBatch> & mbs);
+
     // The optimizer step. `update` runs on the optimizer thread once every parameter's fp32 grad is complete;
     // it updates the masters in place (clipping, AdamW, ...). Sync: returns after the update and copy-back.
     // Async: returns at once; the next call runs on the weights of the update before.

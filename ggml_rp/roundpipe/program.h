@@ -61,8 +61,9 @@ struct LayerMemory {
     std::vector<float *> grad;
 };
 
-// The three kinds of program a layer has.
-enum class ProgramKind { Forward, Head, Backward };
+// The kinds of program a layer has: forward, the head (forward + loss + backward), backward (recompute +
+// backward); and the head's forward alone (HeadForward: evaluation, a reference pass; no gradient).
+enum class ProgramKind { Forward, Head, Backward, HeadForward };
 
 class TrainingProgram {
 public:
@@ -100,6 +101,11 @@ public:
     // per sequence.
     virtual void head(const LayerMemory & w, const void * in, const int32_t * labels, float * loss, void * din,
                       const MicroBatchInfo & mb, ProgramContext & pc) = 0;
+    // Layer L-1 without gradients (Pipeline::forward): writes head_results(mb) floats to results (device
+    // memory): what the head reports per sequence after the forward loss (a sequence-level objective, whose
+    // loss needs values the caller may not have yet, writes 0 there).
+    virtual void head_forward(const LayerMemory & w, const void * in, const int32_t * labels, float * results, const MicroBatchInfo & mb,
+                              ProgramContext & pc) = 0;
     // Recompute + backward of layer l < L-1 from its input: ADDS parameter gradients into w.grad; writes the
     // gradient of the input to din (overwritten; not written for l == 0, whose input is token ids).
     virtual void backward(int layer, const LayerMemory & w, const void * in, const void * dout, void * din,

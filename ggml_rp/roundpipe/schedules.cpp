@@ -91,4 +91,15 @@ std::vector<JobSpec> schedule_jobs(ScheduleKind kind, const Plan & plan, const s
     return jobs;
 }
 
+std::vector<JobSpec> forward_only_jobs(std::vector<JobSpec> jobs, const std::vector<StageDesc> & stages) {
+    std::vector<JobSpec> out;
+    for (JobSpec & j : jobs) {
+        std::erase_if(j.tasks, [&](const Task & t) { return stages[static_cast<size_t>(t.stage)].pass == Pass::Bwd; });
+        if (j.tasks.empty()) continue;
+        j.has_grads = false;
+        out.push_back(std::move(j));
+    }
+    return out;
+}
+
 } // namespace rp

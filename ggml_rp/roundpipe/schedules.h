@@ -60,5 +60,8 @@ struct JobSpec {
 
 // The jobs of one call of M micro-batches under `kind`, in dispatch order.
 std::vector<JobSpec> schedule_jobs(ScheduleKind kind, const Plan & plan, const std::vector<StageDesc> & stages, int M);
+// The same jobs for a forward-only call (Pipeline::forward): without their backward tasks (a job left with none
+// is dropped) and without gradients.
+std::vector<JobSpec> forward_only_jobs(std::vector<JobSpec> jobs, const std::vector<StageDesc> & stages);
 
 } // namespace rp

@@ -88,7 +88,7 @@ bool Trainer::ProgramKey::operator<(const ProgramKey & o) const {
 
 Trainer::ProgramKey Trainer::program_key(ProgramKind kind, int layer, const MicroBatchInfo & mb, bool kept) const {
     ProgramKey k;
-    k.kind = kept ? 3 : static_cast<int>(kind);
+    k.kind = kept ? -1 : static_cast<int>(kind);
     k.layer = layer;
     k.seq_len = mb.seq_len;
     k.n_seq = mb.n_seq;
@@ -262,6 +262,8 @@ void Trainer::head(const LayerMemory & mem, const void * in, const int32_t * lab
     a.loss = loss;
     a.din = din;
     if (cfg_.preference) {
+        if (!mb.sequence_values && (!pc.runner || pc.runner->computes()))
+            throw Error("head: a preference objective needs each sequence's reference, tokens and NLL weight (sequence_values)");
         call_program(ProgramKind::Head, num_layers() - 1, mem, true, a, mb, pc, [&](Program & p) { build_preference_head(p, mb); });
         return;
     }
@@ -285,6 +287,33 @@ void Trainer::head(const LayerMemory & mem, const void * in, const int32_t * lab
             build_forward(s.g, total);
             s.copies.push_back({Arg::Loss, 0, total});
         }
+    });
+}
+
+void Trainer::head_forward(const LayerMemory & mem, const void * in, const int32_t * labels, float * results, const MicroBatchInfo & mb,
+                           ProgramContext & pc) {
+    CallArgs a;
+    a.in = in;
+    a.labels = labels;
+    a.loss = results;
+    call_program(ProgramKind::HeadForward, num_layers() - 1, mem, false, a, mb, pc, [&](Program & p) {
+        const int64_t E = model_.hparams().n_embd, T = mb.seq_len, B = mb.n_seq;
+        Program::Step & s = p.new_step();
+        Tensor * x = p.leaf(DType::F32, Arg::In, 0, E, T, B);
+        Tensor * labels_leaf = p.leaf(DType::I32, Arg::Labels, 0, T * B);
+        if (!cfg_.preference) {  // the summed token loss, as the head's
+            Tensor * l = build_loss(p.ctx, p.b.w, x, labels_leaf, mb.loss_scale);
+            l->flags |= kFlagOutput;
+            build_forward(s.g, l);
+            s.copies.push_back({Arg::Loss, 0, l});
+            return;
+        }
+        // Each sequence's log-probability after a 0 where the loss goes (it needs the reference).
+        Tensor * logps = build_sequence_logps(p.ctx, build_head_token_nll(p.ctx, model_.hparams(), p.b.w, x, labels_leaf, cfg_.ce_chunk), T, B);
+        logps->flags |= kFlagOutput;
+        build_forward(s.g, logps);
+        s.zeros.push_back({Arg::Loss, 0, sizeof(float)});
+        s.copies.push_back({Arg::Loss, sizeof(float), logps});
     });
 }
 
@@ -385,6 +414,7 @@ size_t Trainer::program_footprint(ProgramKind kind, int layer, const MicroBatchI
     switch (kind) {
     case ProgramKind::Forward: forward(layer, mem, nullptr, nullptr, mb, pc); break;
     case ProgramKind::Head: head(mem, nullptr, nullptr, nullptr, nullptr, mb, pc); break;
+    case ProgramKind::HeadForward: head_forward(mem, nullptr, nullptr, nullptr, mb, pc); break;
     case ProgramKind::Backward: backward(layer, mem, nullptr, nullptr, nullptr, mb, pc); break;
     }
     return fr.peak();

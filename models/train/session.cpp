@@ -328,8 +328,23 @@ bool TrainingSession::reference_pass() {
     for (size_t b = 0; b < all.size(); b += static_cast<size_t>(opt_.batch)) {
         const size_t e = std::min(all.size(), b + static_cast<size_t>(opt_.batch));
         const Batch bt = make_batch(data_, std::span<const uint32_t>(all.data() + b, e - b));
-        const std::vector<float> lp = trainer_.sequence_logps(bt.inputs.data(), bt.labels.data(), bt.seq_len, bt.n_seq, opt_.threads);
-        std::copy(lp.begin(), lp.end(), ref.begin() + static_cast<std::ptrdiff_t>(b * 2));
+        float * out = ref.data() + b * 2;
+        if (!pipe_) {
+            const std::vector<float> lp = trainer_.sequence_logps(bt.inputs.data(), bt.labels.data(), bt.seq_len, bt.n_seq, opt_.threads);
+            std::copy(lp.begin(), lp.end(), out);
+            continue;
+        }
+        // Through the devices: the step's micro-batch split, the heads' forward alone (each sequence's log-probability).
+        std::vector<MicroBatch> mbs;
+        for (const MicroBatchInfo & info : micro_batch_shapes(bt.seq_len, bt.n_seq, opt_.micro_batches, false, data_.group())) {
+            MicroBatch m;
+            m.ids = bt.inputs.data() + info.seq_offset * bt.seq_len;
+            m.labels = bt.labels.data() + info.seq_offset * bt.seq_len;
+            m.info = info;
+            mbs.push_back(m);
+        }
+        const std::vector<std::vector<float>> res = pipe_->forward(mbs);
+        for (size_t i = 0; i < res.size(); ++i) std::copy(res[i].begin() + 1, res[i].end(), out + mbs[i].info.seq_offset);
     }
     st_.reference_logps = std::move(ref);
     return true;

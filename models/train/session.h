@@ -139,9 +139,11 @@ public:
     std::optional<PreferenceStats> eval_preference() const { return eval_preference_; }
     // Preference training with a reference (DPO, IPO): every sequence's log-probability under the model as it
     // starts (the base, with the starting adapter when one was given: the reference is the step-0 policy), one
-    // forward pass over the data on the host, once; a resumed run takes them from its checkpoint. The first
-    // step runs it when it has not run. Returns false when there was nothing to compute.
+    // forward pass over the data (through the devices when pipelined: Pipeline::forward; else on the host),
+    // once; a resumed run takes them from its checkpoint. The first step runs it when it has not run. Returns
+    // false when there was nothing to compute.
     bool reference_pass();
+    const std::vector<float> & reference_logps() const { return st_.reference_logps; }  // per dataset sequence
     bool has_validation() const { return !split_.val.empty(); }
     // The greedy completion of `prompt` (tokenized with BOS, special tokens not parsed) with the current
     // weights, as evaluate() sees them (pipeline: the masters), through the KV-cache inference path: up to

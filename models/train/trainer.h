@@ -232,6 +232,8 @@ public:
                  ProgramContext & pc) override;
     void head(const LayerMemory & w, const void * in, const int32_t * labels, float * loss, void * din,
               const MicroBatchInfo & mb, ProgramContext & pc) override;
+    void head_forward(const LayerMemory & w, const void * in, const int32_t * labels, float * results, const MicroBatchInfo & mb,
+                      ProgramContext & pc) override;
     void backward(int layer, const LayerMemory & w, const void * in, const void * dout, void * din,
                   const MicroBatchInfo & mb, ProgramContext & pc) override;
     size_t program_footprint(ProgramKind kind, int layer, const MicroBatchInfo & mb, const GraphRunner & rules) override;

@@ -416,22 +416,34 @@ TEST(PreferenceTraining, TheObjectiveMustMatchTheData) {
     EXPECT_THROW(rp::TrainingSession(*fx().model, fx().data, pref_options(method(rp::PreferenceMethod::Dpo, 0.1))), rp::Error);
 }
 
-// Through RoundPipe (2 and 3 CPU devices, sync): the heads read the pairs' values and report the answers'
-// log-probabilities as on the host; masters, losses and metrics are the host run's bits.
+// Through RoundPipe (2 and 3 CPU devices, sync; the RoundPipe and GPipe schedules): the reference pass runs on
+// the devices (Pipeline::forward: the heads' forward alone) and gives the host's bits; the heads read the
+// pairs' values and report the answers' log-probabilities as on the host; masters, losses and metrics are the
+// host run's bits (so the forward-only call left nothing behind for the steps).
 TEST(PreferenceTraining, ThePipelineEqualsTheHostBitForBit) {
     const rp::Dataset d = pairs(toy_pairs(12));
     for (rp::PreferenceMethod m : {rp::PreferenceMethod::Dpo, rp::PreferenceMethod::Orpo}) {
         const rp::SessionOptions o = pref_options(method(m, 0.1), 3);
         rp::TrainingSession host(*fx().model, d, o);
+        EXPECT_EQ(host.reference_pass(), m == rp::PreferenceMethod::Dpo);
         std::vector<rp::StepReport> want;
         for (int i = 0; i < 3; ++i) want.push_back(host.step());
-        for (int devices : {2, 3}) {
-            SCOPED_TRACE(std::to_string(devices) + " devices, method " + std::to_string(static_cast<int>(m)));
+        for (const auto & [devices, schedule] : {std::pair{2, rp::ScheduleKind::RoundPipe}, std::pair{3, rp::ScheduleKind::RoundPipe},
+                                                 std::pair{2, rp::ScheduleKind::GPipe}}) {
+            SCOPED_TRACE(std::to_string(devices) + " devices, schedule " + std::to_string(static_cast<int>(schedule)) + ", method " +
+                         std::to_string(static_cast<int>(m)));
             rp::SessionOptions po = o;
             po.pipelined = true;
             po.devices.count = devices;
             po.devices.memory_each = size_t(64) << 20;
+            po.pipeline.schedule = schedule;
             rp::TrainingSession pipe(*fx().model, d, po);
+            EXPECT_EQ(pipe.reference_pass(), m == rp::PreferenceMethod::Dpo);
+            ASSERT_EQ(pipe.reference_logps().size(), host.reference_logps().size());
+            if (!host.reference_logps().empty()) {
+                EXPECT_EQ(std::memcmp(pipe.reference_logps().data(), host.reference_logps().data(), host.reference_logps().size() * sizeof(float)), 0)
+                    << "the reference pass through the devices";
+            }
             for (int i = 0; i < 3; ++i) {
                 const rp::StepReport r = pipe.step();
                 EXPECT_EQ(r.loss, want[size_t(i)].loss) << "step " << i + 1;

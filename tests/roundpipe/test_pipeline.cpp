@@ -207,6 +207,57 @@ TEST(Pipeline, BaselineSchedulesGiveTheSameBits) {
         }
 }
 
+// Pipeline::forward (evaluation, a reference pass: the forward stages and the heads' forward alone): its loss is
+// the training call's on the same micro-batches bit for bit, on every schedule, and forward calls before each
+// training call change no bit of the training (the single device's masters) and trip no instrumentation check.
+TEST(Pipeline, ForwardOnlyCallsGiveTheTrainingLossAndChangeNothing) {
+    const Models & m = Models::get();
+    Workload w;
+    w.M = 3;
+    const auto ref = reference(*m.llama, lora_cfg(), w);
+    for (const auto kind : {rp::ScheduleKind::RoundPipe, rp::ScheduleKind::GPipe, rp::ScheduleKind::OneFOneB}) {
+        const std::string what = rp::schedule_name(kind);
+        rp::Trainer tr(*m.llama, lora_cfg());
+        Updater up(tr);
+        DeviceSetup ds;
+        ds.G = 2;
+        ds.memory = size_t(16) << 20;
+        DeviceSet set = cpu_devices(ds);
+        std::vector<rp::Device *> ptrs;
+        for (const auto & d : set.devices) ptrs.push_back(d.get());
+        rp::PipelineOptions o;
+        o.schedule = kind;
+        o.instrument = true;
+        uniform_times(o, 18);
+        rp::PipelineChecks checks;
+        {
+            rp::Pipeline pipe(tr, ptrs, o);
+            for (int s = 0; s < w.steps; ++s) {
+                for (int c = 0; c < w.calls; ++c) {
+                    std::vector<MbData> data;
+                    for (int mb = 0; mb < w.M; ++mb) data.push_back(w.data(s, c, mb));
+                    const std::vector<rp::MicroBatch> mbs = micro_batches(data, s, w.loss_scale(s));
+                    const std::vector<std::vector<float>> fwd = pipe.forward(mbs);
+                    ASSERT_EQ(fwd.size(), mbs.size()) << what;
+                    double forward_loss = 0;
+                    for (const auto & r : fwd) {
+                        ASSERT_EQ(r.size(), 1u) << what;
+                        forward_loss += r[0];
+                    }
+                    EXPECT_EQ(forward_loss, pipe.forward_backward(mbs)) << what << " step " << s << " call " << c;
+                }
+                pipe.step([&] { up.update(tr); });
+            }
+            pipe.synchronize();
+            checks = pipe.checks();
+        }
+        EXPECT_EQ(first_difference(masters_of(tr), ref), -1) << what;
+        EXPECT_EQ(checks.weight_version_mismatches, 0) << what;
+        EXPECT_EQ(checks.grad_slot_errors, 0) << what;
+        EXPECT_EQ(checks.flag_violations, 0) << what;
+    }
+}
+
 TEST(Pipeline, AsyncEqualsDelayedGradientReference) {
     const Models & m = Models::get();
     Workload w;
