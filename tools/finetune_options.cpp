@@ -59,14 +59,17 @@ void declare_adapter(Options & p, FinetuneJob & j) {
 void declare_objective(Options & p, FinetuneJob & j) {
     p.group("Objective");
     p.value("--method", "NAME",
-            "sft (next-token cross-entropy) | dpo | ipo | simpo | orpo (preference pairs, as TRL defines\n"
-            "them; dpo and ipo compare with the model as it starts: the reference)",
+            "sft (next-token cross-entropy) | dpo | ipo | simpo | orpo (preference pairs) | kto (unpaired\n"
+            "examples with a label), as TRL defines them; dpo, ipo and kto compare with the model as it\n"
+            "starts: the reference",
             O::String, [&j](const std::string &, const std::string & v) { j.method = v; }, [&j] { return quoted(j.method.c_str()); });
     p.number("--beta", j.preference.beta, -1e300, 1e300, "dpo / ipo / simpo: the preference loss's beta (TRL's default 0.1)");
     p.number("--label-smoothing", j.preference.label_smoothing, -1e300, 1e300,
              "dpo / simpo: the share of pairs assumed mislabelled, in [0, 0.5) (cDPO / robust DPO)");
     p.number("--gamma", j.preference.gamma, -1e300, 1e300, "simpo: the target reward margin (TRL's simpo_gamma, default 0.5)");
     p.number("--orpo-lambda", j.orpo_lambda, -1e300, 1e300, "orpo: the odds-ratio term's weight beside the chosen answers' NLL (default 0.1)");
+    p.number("--desirable-weight", j.preference.desirable_weight, -1e300, 1e300, "kto: the weight of the desirable examples' losses (default 1)");
+    p.number("--undesirable-weight", j.preference.undesirable_weight, -1e300, 1e300, "kto: the weight of the undesirable examples' losses (default 1)");
 }
 
 void declare_optimization(Options & p, FinetuneJob & j) {
@@ -344,7 +347,8 @@ const FlagNames & finetune_flag_names() {
         {"replica_check_every", "--dp-check-every"}, {"sample_every", "--sample-every"}, {"sample_prompt", "--sample-prompt"},
         {"early_stop", "--early-stop"}, {"save_best", "--save-best"}, {"eval_every", "--eval-every"},
         {"method", "--method"}, {"beta", "--beta"}, {"label_smoothing", "--label-smoothing"}, {"gamma", "--gamma"},
-        {"orpo_lambda", "--orpo-lambda"}, {"max_prompt_len", "--max-prompt-len"},
+        {"orpo_lambda", "--orpo-lambda"}, {"max_prompt_len", "--max-prompt-len"}, {"desirable_weight", "--desirable-weight"},
+        {"undesirable_weight", "--undesirable-weight"},
         // FinetuneJob::validate
         {"model_path", "-m BASE.gguf"}, {"data_path", "--data FILE"}, {"out_path", "-o OUT.gguf"}, {"devices.count", "--devices N"},
         {"devices.link", "--link"}, {"devices.backend", "--backend"}, {"pipeline.async", "--async"}, {"pipeline.schedule", "--schedule"},

@@ -62,10 +62,12 @@ struct Progress : rp::RunObserver {
         print("step %lld/%lld | loss %.4f | lr %.3e | grad norm %.3f%s | %.0f tok/s | ETA %.1fs\n", static_cast<long long>(r.step),
               static_cast<long long>(p.total), r.loss, r.lr, r.grad_norm, norm_of.c_str(), static_cast<double>(r.tokens) / r.seconds,
               p.elapsed / static_cast<double>(r.step - p.first) * static_cast<double>(p.end - r.step));
-        if (r.preference)
-            print("  rewards chosen %.4f rejected %.4f margin %.4f accuracy %.3f | logps chosen %.2f rejected %.2f\n", r.preference->reward_chosen,
-                  r.preference->reward_rejected, r.preference->margin, r.preference->accuracy, r.preference->logp_chosen,
-                  r.preference->logp_rejected);
+        if (const auto & pr = r.preference; pr && pr->unpaired)
+            print("  rewards desirable %.4f undesirable %.4f margin %.4f kl %.4f | logps desirable %.2f undesirable %.2f\n", pr->reward_chosen,
+                  pr->reward_rejected, pr->margin, pr->kl, pr->logp_chosen, pr->logp_rejected);
+        else if (pr)
+            print("  rewards chosen %.4f rejected %.4f margin %.4f accuracy %.3f | logps chosen %.2f rejected %.2f\n", pr->reward_chosen,
+                  pr->reward_rejected, pr->margin, pr->accuracy, pr->logp_chosen, pr->logp_rejected);
         if (r.skipped)
             print("warning: step %lld skipped (%s, gradient norm %g, %lld trained tokens)\n", static_cast<long long>(r.grad_norm_step),
                   r.skip_reason.c_str(), r.grad_norm, static_cast<long long>(r.trained_tokens));
@@ -77,8 +79,12 @@ struct Progress : rp::RunObserver {
         print("eval step %lld: val loss %.4f%s%s\n", static_cast<long long>(step), loss, ppl.c_str(), best_text);
     }
     void eval_preference(int64_t step, const rp::PreferenceStats & p) override {
-        print("eval step %lld: %lld pairs: rewards chosen %.4f rejected %.4f margin %.4f accuracy %.3f\n", static_cast<long long>(step),
-              static_cast<long long>(p.pairs), p.reward_chosen, p.reward_rejected, p.margin, p.accuracy);
+        if (p.unpaired)
+            print("eval step %lld: %lld KTO examples: rewards desirable %.4f undesirable %.4f margin %.4f kl %.4f\n", static_cast<long long>(step),
+                  static_cast<long long>(p.pairs), p.reward_chosen, p.reward_rejected, p.margin, p.kl);
+        else
+            print("eval step %lld: %lld pairs: rewards chosen %.4f rejected %.4f margin %.4f accuracy %.3f\n", static_cast<long long>(step),
+                  static_cast<long long>(p.pairs), p.reward_chosen, p.reward_rejected, p.margin, p.accuracy);
     }
     void sample(int64_t step, const std::string & prompt, const std::string & completion) override {
         print("%s", ("sample step " + std::to_string(step) + ": " + prompt + " -> " + completion + "\n").c_str());
@@ -98,7 +104,7 @@ void print_setup(Progress & say, const rp::FinetuneJob & job, const rp::SessionO
         say.print("host: %s\n", run.pipeline()->frozen_pinning().describe().c_str());
     }
     say.print("%s: %zu sequences of %lld tokens (%zu train%s, %zu validation), %zu trainable tensors, %lld steps\n", job.data_path.c_str(),
-              data.size(), static_cast<long long>(job.seq_len), run.split().train.size(), data.pairs() ? " pairs" : "", run.split().val.size(),
+              data.size(), static_cast<long long>(job.seq_len), run.split().train.size(), data.pairs() ? " pairs" : data.kto() ? " KTO examples" : "", run.split().val.size(),
               run.trainer().params().size(), static_cast<long long>(run.total_steps()));
     if (const rp::FinetuneConfig & fc = run.trainer().config(); !fc.start_adapter.empty())
         say.print("starting from adapter %s: rank %lld, alpha %g, %zu LoRA pairs\n", fc.start_adapter.c_str(),
@@ -107,9 +113,12 @@ void print_setup(Progress & say, const rp::FinetuneJob & job, const rp::SessionO
               rp::cli::omp_wait_setting().c_str());
     const rp::DatasetStats & ds = data.stats();
     if (const auto & pp = o.finetune.preference) {
-        say.print("%s: %zu preference pairs (prompt + chosen, prompt + rejected: %zu sequences, padding %.1f%%), %zu truncated "
+        say.print("%s: %zu %s, %zu sequences, padding %.1f%%), %zu truncated "
                   "(--max-prompt-len %lld, then --seq-len %lld); method %s, %s %g%s\n",
-                  job.data_path.c_str(), ds.n_examples, data.size(), 100.0 * ds.padding_fraction(), ds.n_truncated,
+                  job.data_path.c_str(), ds.n_examples,
+                  data.kto() ? "KTO examples (prompt + completion, and the prompt with the next example's completion for the KL term:"
+                             : "preference pairs (prompt + chosen, prompt + rejected:",
+                  data.size(), 100.0 * ds.padding_fraction(), ds.n_truncated,
                   static_cast<long long>(job.max_prompt_len), static_cast<long long>(job.seq_len), job.method.c_str(),
                   pp->method == rp::PreferenceMethod::Orpo ? "lambda" : "beta", pp->beta,
                   pp->method == rp::PreferenceMethod::Simpo ? (", gamma " + std::to_string(pp->gamma)).c_str() : "");

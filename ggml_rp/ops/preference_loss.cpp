@@ -12,13 +12,15 @@ namespace rp {
 
 namespace {
 
-// op_params: method (i32), beta, label smoothing, gamma, loss scale (f32)
+// op_params: method (i32), beta, label smoothing, gamma, loss scale, desirable and undesirable weights (f32)
 void set_params(Tensor * t, const PreferenceParams & p, float loss_scale) {
     t->set_param_i32(0, static_cast<int32_t>(p.method));
     t->set_param_f32(1, static_cast<float>(p.beta));
     t->set_param_f32(2, static_cast<float>(p.label_smoothing));
     t->set_param_f32(3, static_cast<float>(p.gamma));
     t->set_param_f32(4, loss_scale);
+    t->set_param_f32(5, static_cast<float>(p.desirable_weight));
+    t->set_param_f32(6, static_cast<float>(p.undesirable_weight));
 }
 
 } // namespace
@@ -29,6 +31,8 @@ PreferenceParams preference_params(const Tensor * node) {
     p.beta = node->param_f32(1);
     p.label_smoothing = node->param_f32(2);
     p.gamma = node->param_f32(3);
+    p.desirable_weight = node->param_f32(5);
+    p.undesirable_weight = node->param_f32(6);
     return p;
 }
 
@@ -41,10 +45,13 @@ Tensor * preference_loss(Context & ctx, Tensor * logps, Tensor * seq, const Pref
     const int64_t B = logps->nelements();
     detail::require(B >= 2 && B % 2 == 0 && logps->ne[0] == B, op,
                     "logps " + describe(logps) + " must be [B] with B even (answers 2k, 2k + 1 are pair k)");
-    detail::require(seq->ne[0] == 3 && seq->ne[1] == B && seq->nelements() == 3 * B, op,
-                    "seq " + describe(seq) + " must be [3, " + std::to_string(B) + "] (reference, tokens, NLL weight per answer)");
+    detail::require(seq->ne[0] == kSequenceValues && seq->ne[1] == B && seq->nelements() == kSequenceValues * B, op,
+                    "seq " + describe(seq) + " must be [" + std::to_string(kSequenceValues) + ", " + std::to_string(B) +
+                        "] (reference, tokens, NLL weight, kind per answer)");
     const int32_t m = static_cast<int32_t>(p.method);
-    detail::require(m >= 0 && m <= static_cast<int32_t>(PreferenceMethod::Orpo), op, "unknown method " + std::to_string(m));
+    detail::require(m >= 0 && m <= static_cast<int32_t>(PreferenceMethod::Kto), op, "unknown method " + std::to_string(m));
+    detail::require(p.desirable_weight > 0 && p.undesirable_weight > 0 && std::isfinite(p.desirable_weight) && std::isfinite(p.undesirable_weight),
+                    op, "the desirable and undesirable weights must be finite and > 0");
     detail::require(p.beta > 0 && std::isfinite(p.beta), op, "beta " + std::to_string(p.beta) + " must be finite and > 0");
     detail::require(p.label_smoothing >= 0 && p.label_smoothing < 0.5, op,
                     "label smoothing " + std::to_string(p.label_smoothing) + " must be in [0, 0.5)");

@@ -120,8 +120,43 @@ public:
     JsonlReader(const std::string & source, const Tokenizer & tok, const DatasetOptions & opt)
         : source_(source), tok_(tok), opt_(opt) {}
 
-    // Whether a line is a preference pair (it has "chosen" or "rejected").
+    // Whether a line is a preference pair (it has "chosen" or "rejected"), or a KTO example (it has "label").
     static bool is_pair(const json::Value & v) { return v.is_object() && (v.find("chosen") || v.find("rejected")); }
+    static bool is_kto(const json::Value & v) { return v.is_object() && v.find("label") && !is_pair(v); }
+
+    // A KTO example: the prompt's tokens, the completion's (trained) and whether it is desirable.
+    struct KtoTokens {
+        std::vector<int32_t> prompt, completion;
+        bool desirable = false;
+    };
+    KtoTokens kto(const json::Value & v, size_t line) {
+        line_ = line;
+        const json::Value * prompt = v.find("prompt");
+        const json::Value * completion = v.find("completion");
+        const json::Value * label = v.find("label");
+        if (!prompt || !completion || v.find("text") || v.find("messages"))
+            fail("a KTO example has the keys {\"prompt\", \"completion\", \"label\"} and no \"text\" or \"messages\"");
+        if (label->type != json::Value::Type::Bool) fail("\"label\" must be true (desirable) or false (undesirable)");
+        KtoTokens t;
+        t.desirable = label->boolean;
+        if (prompt->is_string()) {
+            const std::string & c = string_field(*completion, "completion");
+            if (c.empty()) fail("the completion is empty");
+            t.prompt = tok_.encode(prompt->string, true, false);
+            t.completion = answer_tokens(c, false);
+        } else {
+            if (!opt_.chat) fail("a conversational KTO example needs a chat template: the model has none (name one: chatml, llama3 or FILE.jinja)");
+            const std::vector<ChatMessage> c = chat_messages(*completion, "completion");
+            for (const ChatMessage & m : c)
+                if (m.role != "assistant") fail("the completion holds assistant messages only, got a \"" + m.role + "\" message");
+            std::string prompt_text, answer_text;
+            render_answer(chat_messages(*prompt, "prompt"), c, prompt_text, answer_text);
+            t.prompt = tok_.encode(prompt_text, true, true);
+            t.completion = answer_tokens(answer_text, true);
+        }
+        if (t.completion.empty()) fail("the completion has no tokens");
+        return t;
+    }
 
     // A preference pair: the prompt's tokens and each answer's (all trained), tokenized separately (TRL's rule).
     struct PairTokens {
@@ -333,6 +368,7 @@ void Dataset::finish(const std::string & source) {
 uint64_t Dataset::fingerprint() const {
     uint64_t h = fnv1a(kFnvBasis, &seq_len_, sizeof seq_len_);
     if (group_ != 1) h = fnv1a(h, &group_, sizeof group_);  // (SFT data keeps the fingerprints it had)
+    if (kto_) h = fnv1a(h, desirable_.data(), desirable_.size());
     h = fnv1a(h, inputs_.data(), inputs_.size() * sizeof(int32_t));
     h = fnv1a(h, labels_.data(), labels_.size() * sizeof(int32_t));
     return positions_.empty() ? h : fnv1a(h, positions_.data(), positions_.size() * sizeof(int32_t));
@@ -384,10 +420,12 @@ Dataset Dataset::from_jsonl(std::string_view text, const std::string & source, c
     std::vector<int32_t> in(L), lab(L);
     // Packed: the examples' (input, label) runs, placed into sequences once all are read.
     std::vector<std::vector<int32_t>> ex_in, ex_lab;
-    // A preference pair: two sequences, prompt + chosen and prompt + rejected, labels on the answers only.
-    auto add_pair = [&](const JsonlReader::PairTokens & pt, size_t line) {
+    // A prompt with two answers (a pair's chosen and rejected; a KTO example's completion and its KL sequence's):
+    // two sequences, labels on the answers only. Too long: the prompt keeps its last max_prompt_len tokens, then
+    // each answer is cut to what the sequence leaves.
+    auto add_answers = [&](std::vector<int32_t> prompt, const std::vector<int32_t> * const (&answers)[2], const char * const (&names)[2],
+                           size_t line) {
         ++d.stats_.n_examples;
-        std::vector<int32_t> prompt = pt.prompt;
         bool truncated = false;
         if (opt.max_prompt_len > 0 && prompt.size() > static_cast<size_t>(opt.max_prompt_len)) {
             prompt.erase(prompt.begin(), prompt.end() - opt.max_prompt_len);  // keeps the prompt's end
@@ -396,25 +434,28 @@ Dataset Dataset::from_jsonl(std::string_view text, const std::string & source, c
         if (prompt.size() > L)
             reader.fail_at(line, "the prompt takes " + std::to_string(prompt.size()) + " tokens, more than the sequence's " + std::to_string(L) +
                                      ": no answer token fits (a longer seq_len, or cut prompts with max_prompt_len)");
-        for (const std::vector<int32_t> * answer : {&pt.chosen, &pt.rejected}) {
+        for (int a = 0; a < 2; ++a) {
+            const std::vector<int32_t> & answer = *answers[a];
             const size_t room = L + 1 - prompt.size();
-            const size_t na = std::min(answer->size(), room);
-            truncated |= answer->size() > room;
+            const size_t na = std::min(answer.size(), room);
+            truncated |= answer.size() > room;
             const size_t n = prompt.size() + na;
-            auto id = [&](size_t i) { return i < prompt.size() ? prompt[i] : (*answer)[i - prompt.size()]; };
+            auto id = [&](size_t i) { return i < prompt.size() ? prompt[i] : answer[i - prompt.size()]; };
             size_t trained = 0;
             for (size_t i = 0; i < L; ++i) {
                 in[i] = i < n ? id(i) : pad;
                 lab[i] = i + 1 < n && i + 1 >= prompt.size() ? id(i + 1) : kIgnoreLabel;
                 trained += lab[i] != kIgnoreLabel;
             }
-            if (trained == 0) reader.fail_at(line, std::string("the ") + (answer == &pt.chosen ? "chosen" : "rejected") + " answer has no token to train on");
+            if (trained == 0) reader.fail_at(line, std::string("the ") + names[a] + " has no token to train on");
             d.stats_.n_tokens += std::min(n, L);
             ++d.stats_.n_unpacked;
             d.push(in, lab);
         }
         d.stats_.n_truncated += truncated;
     };
+    std::vector<JsonlReader::KtoTokens> kto;  // KTO: the examples, laid out once all are read
+    std::vector<size_t> kto_lines;
     text = strip_bom(text);
     size_t line_no = 0, pos = 0;
     bool first = true;
@@ -426,16 +467,24 @@ Dataset Dataset::from_jsonl(std::string_view text, const std::string & source, c
         ++line_no;
         if (trim(line).empty()) continue;
         const json::Value v = json::parse(std::string(line), source + " line " + std::to_string(line_no));
-        const bool is_pair = JsonlReader::is_pair(v);
+        const int kind = JsonlReader::is_pair(v) ? 1 : JsonlReader::is_kto(v) ? 2 : 0;  // SFT, pair, KTO
+        static const char * const kKinds[] = {"an SFT example", "a preference pair", "a KTO example"};
         if (first) {
             first = false;
-            if (is_pair) d.group_ = 2;  // (never packed: DatasetOptions::pack is for SFT examples)
-        } else if (is_pair != d.pairs()) {
-            reader.fail_at(line_no, is_pair ? "a preference pair in a file of SFT examples (one kind per file)"
-                                            : "not a preference pair, in a file of pairs (one kind per file)");
+            if (kind != 0) d.group_ = 2;  // (never packed: DatasetOptions::pack is for SFT examples)
+            d.kto_ = kind == 2;
+        } else if (const int file_kind = d.kto_ ? 2 : d.group_ == 2 ? 1 : 0; kind != file_kind) {
+            reader.fail_at(line_no, std::string(kKinds[kind]) + " in a file of " + (file_kind == 0 ? "SFT examples" : file_kind == 1 ? "preference pairs" : "KTO examples") +
+                                        " (one kind per file)");
         }
-        if (is_pair) {
-            add_pair(reader.pair(v, line_no), line_no);
+        if (kind == 1) {
+            const JsonlReader::PairTokens pt = reader.pair(v, line_no);
+            add_answers(pt.prompt, {&pt.chosen, &pt.rejected}, {"chosen answer", "rejected answer"}, line_no);
+            continue;
+        }
+        if (kind == 2) {
+            kto.push_back(reader.kto(v, line_no));
+            kto_lines.push_back(line_no);
             continue;
         }
         const Tokens t = reader.example(v, line_no);
@@ -460,6 +509,21 @@ Dataset Dataset::from_jsonl(std::string_view text, const std::string & source, c
             ex_lab.emplace_back(lab.begin(), lab.begin() + static_cast<std::ptrdiff_t>(m));
         } else {
             d.push(in, lab);
+        }
+    }
+    if (d.kto_) {
+        // Each example, then its KL sequence: its prompt with the next example's completion (TRL's mismatched
+        // pairs, here over the file's order).
+        size_t desirable = 0;
+        for (const auto & e : kto) desirable += e.desirable;
+        if (desirable == 0 || desirable == kto.size())
+            throw Error("dataset " + source + ": every KTO example is " + (desirable ? "desirable (label true)" : "undesirable (label false)") +
+                        ": KTO needs examples of both kinds");
+        if (kto.size() < 2) throw Error("dataset " + source + ": KTO needs at least two examples (the KL sequences pair each prompt with another's completion)");
+        for (size_t i = 0; i < kto.size(); ++i) {
+            add_answers(kto[i].prompt, {&kto[i].completion, &kto[(i + 1) % kto.size()].completion}, {"completion", "KL sequence's completion"},
+                        kto_lines[i]);
+            d.desirable_.push_back(kto[i].desirable ? 1 : 0);
         }
     }
     if (opt.pack) d.pack(ex_in, ex_lab, pad);
@@ -606,7 +670,7 @@ Batcher::Batcher(const Dataset & data, std::vector<uint32_t> indices, int32_t ba
     if (batch_size_ < 1) throw Error("batch_size " + std::to_string(batch_size_) + " must be at least 1");
     for (const uint32_t i : indices_) {
         if (i >= data_.units()) {
-            throw Error("batches: " + std::string(data_.pairs() ? "pair" : "sequence") + " index " + std::to_string(i) +
+            throw Error("batches: " + std::string(data_.pairs() ? "pair" : data_.kto() ? "KTO example" : "sequence") + " index " + std::to_string(i) +
                         " outside the dataset of " + std::to_string(data_.units()));
         }
     }

@@ -34,6 +34,11 @@
 //                                        to what seq_len + 1 leaves (counted in n_truncated); a prompt that leaves
 //                                        no answer token, an empty answer or chosen == rejected is an error
 //                                        naming the line. Never packed (DatasetOptions::pack is ignored).
+//   {"prompt": P, "completion": C, "label": true|false}   a KTO example (TRL's unpaired preference form; strings or
+//                                        conversational, tokenized as pairs are). Every line must then be one,
+//                                        with both labels present. Unit k is two sequences: prompt_k +
+//                                        completion_k, then its KL sequence prompt_k + completion_(k+1 mod n)
+//                                        (TRL's mismatched pairs, over the file's order); Dataset::desirable(k).
 //   Other keys (ids, metadata) are ignored; any other combination of these keys is an error.
 //   An example is truncated to its first seq_len + 1 tokens when longer (the rest is dropped; counted in
 //   DatasetStats::n_truncated); it then fills min(tokens, seq_len) positions. An example left with no trained
@@ -110,7 +115,10 @@ public:
     // rejected answer of pair k). The split and the batches deal in units, never splitting a pair.
     int32_t group() const { return group_; }
     size_t units() const { return size_ / static_cast<size_t>(group_); }
-    bool pairs() const { return group_ == 2; }
+    bool pairs() const { return group_ == 2 && !kto_; }  // preference pairs
+    // KTO examples (units of an example and its KL sequence), and whether unit k is desirable.
+    bool kto() const { return kto_; }
+    bool desirable(size_t unit) const { return desirable_[unit] != 0; }
     std::span<const int32_t> inputs(size_t i) const;
     std::span<const int32_t> labels(size_t i) const;
     // Packed datasets: the RoPE positions of sequence i (restarting at 0 at each example); empty otherwise.
@@ -132,6 +140,8 @@ private:
 
     int32_t seq_len_ = 0;
     int32_t group_ = 1;
+    bool kto_ = false;
+    std::vector<uint8_t> desirable_;  // KTO: per unit
     size_t size_ = 0;
     std::vector<int32_t> inputs_, labels_;  // [size][seq_len]
     std::vector<int32_t> positions_;        // [size][seq_len] when packed, else empty

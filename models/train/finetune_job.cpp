@@ -34,6 +34,9 @@ void FinetuneJob::validate(bool data_parallel) const {
         if (preference.label_smoothing > 0 && pref->method != PreferenceMethod::Dpo && pref->method != PreferenceMethod::Simpo)
             throw Error("label_smoothing applies to dpo and simpo (the logistic losses), not " + method);
         if (!std::isfinite(preference.gamma)) throw Error("gamma must be finite");
+        if (!(preference.desirable_weight > 0 && std::isfinite(preference.desirable_weight) && preference.undesirable_weight > 0 &&
+              std::isfinite(preference.undesirable_weight)))
+            throw Error("desirable_weight and undesirable_weight must be finite numbers > 0");
     }
     if (max_prompt_len < 0) throw Error("max_prompt_len must be >= 0");
     if (max_prompt_len > 0 && !pref) throw Error("max_prompt_len truncates the prompts of preference pairs (method dpo, ipo, simpo or orpo)");
@@ -56,7 +59,8 @@ std::optional<PreferenceParams> FinetuneJob::preference_objective() const {
     else if (method == "ipo") p.method = PreferenceMethod::Ipo;
     else if (method == "simpo") p.method = PreferenceMethod::Simpo;
     else if (method == "orpo") p.method = PreferenceMethod::Orpo, p.beta = orpo_lambda;
-    else throw Error("method \"" + method + "\" is not one of sft, dpo, ipo, simpo, orpo");
+    else if (method == "kto") p.method = PreferenceMethod::Kto;
+    else throw Error("method \"" + method + "\" is not one of sft, dpo, ipo, simpo, orpo, kto");
     return p;
 }
 

@@ -42,8 +42,8 @@ struct FinetuneJob {
     bool train_on_inputs = false;
     bool train_analysis = false;
     bool pack = true;               // JSONL only (SFT examples; preference pairs are never packed)
-    // The objective: "sft", or a preference method ("dpo", "ipo", "simpo", "orpo": FinetuneConfig::preference,
-    // with preference's beta, label smoothing and gamma; ORPO's lambda is orpo_lambda).
+    // The objective: "sft", or a preference method ("dpo", "ipo", "simpo", "orpo", "kto": FinetuneConfig::preference,
+    // with preference's beta, label smoothing, gamma and KTO's weights; ORPO's lambda is orpo_lambda).
     std::string method = "sft";
     PreferenceParams preference;
     double orpo_lambda = 0.1;

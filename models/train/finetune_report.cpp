@@ -207,6 +207,7 @@ std::string preference_json(const PreferenceStats & p, const char * prefix) {
     add("rewards/accuracies", p.accuracy);
     add("logps/chosen", p.logp_chosen);
     add("logps/rejected", p.logp_rejected);
+    if (p.unpaired) add("kl", p.kl);
     return s;
 }
 

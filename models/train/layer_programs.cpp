@@ -325,7 +325,7 @@ void Trainer::build_preference_head(Program & p, const MicroBatchInfo & mb) {
     Tensor * x = p.hidden_param(s, Arg::In, 0, Arg::Din, 0, E, T, B);
     Tensor * nll = build_head_token_nll(p.ctx, model_.hparams(), p.b.w, x, p.leaf(DType::I32, Arg::Labels, 0, T * B), cfg_.ce_chunk);
     Tensor * logps = build_sequence_logps(p.ctx, nll, T, B);
-    s.sequence_values = p.ctx.new_tensor(DType::F32, 3, B);
+    s.sequence_values = p.ctx.new_tensor(DType::F32, kSequenceValues, B);
     s.sequence_values->flags |= kFlagInput;
     Tensor * loss = preference_loss(p.ctx, logps, s.sequence_values, *cfg_.preference, mb.loss_scale);
     loss->flags |= kFlagOutput;

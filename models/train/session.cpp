@@ -43,29 +43,41 @@ SessionOptions checked(SessionOptions o, const Dataset & data) {
                     std::to_string(ranks) + "): rank r computes micro-batches r, r + " + std::to_string(ranks) + ", ...");
     if (o.replica_check_every < 0) throw Error("replica_check_every must be >= 0");
     if (o.finetune.context == 0) o.finetune.context = data.seq_len();  // the RoPE factors of the sequences trained on
-    if (o.finetune.preference.has_value() != data.pairs())
-        throw Error(data.pairs() ? "the dataset holds preference pairs: choose a preference method (dpo, ipo, simpo, orpo)"
-                                 : "a preference method trains on pairs ({\"prompt\", \"chosen\", \"rejected\"} lines); the dataset holds SFT examples");
+    const bool kto = o.finetune.preference && o.finetune.preference->method == PreferenceMethod::Kto;
+    if (o.finetune.preference.has_value() != (data.pairs() || data.kto()))
+        throw Error(data.kto()     ? "the dataset holds KTO examples: choose method kto"
+                    : data.pairs() ? "the dataset holds preference pairs: choose a preference method (dpo, ipo, simpo, orpo)"
+                                   : "a preference method trains on pairs ({\"prompt\", \"chosen\", \"rejected\"} lines) or KTO examples "
+                                     "({\"prompt\", \"completion\", \"label\"}); the dataset holds SFT examples");
+    if (o.finetune.preference && kto != data.kto())
+        throw Error(kto ? "method kto trains on unpaired examples ({\"prompt\", \"completion\", \"label\"} lines); the dataset holds pairs"
+                        : "the dataset holds KTO examples ({\"prompt\", \"completion\", \"label\"}): choose method kto");
     return o;
 }
 
 bool needs_reference(const SessionOptions & o) { return o.finetune.preference && preference_needs_reference(o.finetune.preference->method); }
 
-// Preference training: each sequence of batch bt's [reference log-probability (0 without a reference), answer
-// tokens, NLL weight] (ORPO: the chosen answers' NLL averaged over the batch's chosen tokens, as TRL).
+// Preference training: each sequence of batch bt's values (ops/preference_math.h SequenceValue): reference
+// log-probability (0 without a reference), answer tokens, NLL weight (ORPO: the chosen answers' NLL averaged over
+// the batch's chosen tokens, as TRL) and kind (KTO: the example's +1 desirable / -1 undesirable, its KL sequence 0).
 std::vector<float> pair_values(const Dataset & data, const Batch & bt, const PreferenceParams & p, const std::vector<float> & reference) {
-    std::vector<float> v(static_cast<size_t>(3 * bt.n_seq), 0.0f);
+    constexpr int S = kSequenceValues;
+    std::vector<float> v(static_cast<size_t>(S * bt.n_seq), 0.0f);
     double chosen_tokens = 0;
     for (int64_t i = 0; i < bt.n_seq; ++i) {
-        const size_t gi = static_cast<size_t>(bt.units[static_cast<size_t>(i / 2)]) * 2 + static_cast<size_t>(i % 2);
+        const size_t unit = bt.units[static_cast<size_t>(i / 2)], gi = unit * 2 + static_cast<size_t>(i % 2);
         const auto lab = data.labels(gi);
         const float n = static_cast<float>(std::count_if(lab.begin(), lab.end(), [](int32_t l) { return l != kIgnoreLabel; }));
-        v[size_t(3 * i)] = reference.empty() ? 0.0f : reference[gi];
-        v[size_t(3 * i + 1)] = n;
-        if (i % 2 == 0) chosen_tokens += n;
+        float * vi = v.data() + S * i;
+        vi[kReference] = reference.empty() ? 0.0f : reference[gi];
+        vi[kAnswerTokens] = n;
+        if (i % 2 == 0) {
+            chosen_tokens += n;
+            if (data.kto()) vi[kKind] = data.desirable(unit) ? 1.0f : -1.0f;
+        }
     }
     if (p.method == PreferenceMethod::Orpo)
-        for (int64_t i = 0; i < bt.n_seq; i += 2) v[size_t(3 * i + 2)] = static_cast<float>(1.0 / chosen_tokens);
+        for (int64_t i = 0; i < bt.n_seq; i += 2) v[size_t(S * i + kNllWeight)] = static_cast<float>(1.0 / chosen_tokens);
     return v;
 }
 
@@ -79,13 +91,13 @@ double eval_preference_loss(Trainer & tr, const Dataset & data, const std::vecto
         const size_t e = std::min(idx.size(), b + static_cast<size_t>(batch));
         const Batch bt = make_batch(data, std::span<const uint32_t>(idx.data() + b, e - b));
         const std::vector<float> lp = tr.sequence_logps(bt.inputs.data(), bt.labels.data(), bt.seq_len, bt.n_seq, threads);
-        const std::vector<float> sv = pair_values(data, bt, p, reference);  // (its ORPO weights are the batch's; the split's below)
+        std::vector<float> sv = pair_values(data, bt, p, reference);
         for (int64_t c = 0; c < bt.n_seq; c += 2) {
-            const size_t r = size_t(c + 1);
-            pair_sum += pair_loss(p, lp[size_t(c)], lp[r], sv[size_t(3 * c)], sv[3 * r], sv[size_t(3 * c + 1)], sv[3 * r + 1]).loss;
             nll_sum -= lp[size_t(c)];
-            chosen_tokens += sv[size_t(3 * c + 1)];
+            chosen_tokens += sv[size_t(kSequenceValues * c + kAnswerTokens)];
+            sv[size_t(kSequenceValues * c + kNllWeight)] = 0.0f;  // (ORPO's NLL term over the split, below)
         }
+        pair_sum += preference_batch_loss(p, lp.data(), sv.data(), bt.n_seq, 1.0, 0.0, nullptr);  // (KTO: each batch's KL)
         stats.add(p, lp.data(), sv.data(), bt.n_seq);
     }
     stats = stats.mean();
@@ -148,24 +160,41 @@ int64_t resolved_micro_batches(const SessionOptions & o) {
 }
 
 void PreferenceStats::add(const PreferenceParams & p, const float * logps, const float * sv, int64_t n_seq) {
+    constexpr int S = kSequenceValues;
+    auto reward = [&](int64_t b) { return preference_reward(p, logps[b], sv[S * b + kReference], sv[S * b + kAnswerTokens]); };
+    if (p.method == PreferenceMethod::Kto) {
+        unpaired = true;
+        kl += kto_kl(logps, sv, n_seq) * static_cast<double>(n_seq / 2);  // (weighted by examples: mean() divides)
+        for (int64_t c = 0; c + 1 < n_seq; c += 2) {
+            const bool desirable = sv[S * c + kKind] > 0;
+            (desirable ? reward_chosen : reward_rejected) += reward(c);
+            (desirable ? logp_chosen : logp_rejected) += logps[c];
+            ++(desirable ? chosen : rejected);
+            ++pairs;
+        }
+        return;
+    }
     for (int64_t c = 0; c + 1 < n_seq; c += 2) {
-        const int64_t r = c + 1;
-        const double rc = preference_reward(p, logps[c], sv[3 * c], sv[3 * c + 1]);
-        const double rr = preference_reward(p, logps[r], sv[3 * r], sv[3 * r + 1]);
+        const double rc = reward(c), rr = reward(c + 1);
         reward_chosen += rc;
         reward_rejected += rr;
-        margin += rc - rr;
         accuracy += rc > rr ? 1.0 : 0.0;
         logp_chosen += logps[c];
-        logp_rejected += logps[r];
-        ++pairs;
+        logp_rejected += logps[c + 1];
+        ++chosen, ++rejected, ++pairs;
     }
 }
 
 PreferenceStats PreferenceStats::mean() const {
     PreferenceStats m = *this;
-    const double n = pairs > 0 ? static_cast<double>(pairs) : std::nan("");
-    for (double * v : {&m.reward_chosen, &m.reward_rejected, &m.margin, &m.accuracy, &m.logp_chosen, &m.logp_rejected}) *v /= n;
+    auto per = [](int64_t n) { return n > 0 ? static_cast<double>(n) : std::nan(""); };
+    m.reward_chosen /= per(chosen);
+    m.logp_chosen /= per(chosen);
+    m.reward_rejected /= per(rejected);
+    m.logp_rejected /= per(rejected);
+    m.margin = m.reward_chosen - m.reward_rejected;
+    m.accuracy = unpaired ? std::nan("") : accuracy / per(pairs);
+    m.kl = unpaired ? kl / per(pairs) : 0.0;
     return m;
 }
 
@@ -376,7 +405,7 @@ StepReport TrainingSession::step() {
         info.positions = bt.positions_or_null(off);
         info.step = step;
         info.loss_scale = loss_scale;
-        if (pref) info.sequence_values = seq_values.data() + 3 * info.seq_offset;
+        if (pref) info.sequence_values = seq_values.data() + kSequenceValues * info.seq_offset;
         m.info = info;
         mbs.push_back(m);
     }

@@ -95,10 +95,11 @@ struct FinetuneConfig {
     // load-balancing loss also the loss scale of backward graphs. With LoRA dropout nothing is replayed (the
     // masks' keys, step and sequence offset, are op parameters of every micro-batch's own graphs).
     bool replay_graphs = true;
-    // Preference training (DPO, IPO, SimPO, ORPO; ops/preference_loss.h) instead of the token cross-entropy:
-    // micro-batches hold pairs (sequences 2k, 2k + 1: the chosen and the rejected answer) and the head reads each
-    // sequence's reference log-probability, answer tokens and NLL weight (MicroBatchInfo::sequence_values,
-    // [n_seq][3]) and reports each sequence's policy log-probability after the loss (head_results). Unset: SFT.
+    // Preference training (DPO, IPO, SimPO, ORPO, KTO; ops/preference_loss.h) instead of the token cross-entropy:
+    // micro-batches hold pairs (sequences 2k, 2k + 1: the chosen and the rejected answer; KTO: an example and its
+    // KL sequence) and the head reads each sequence's values (MicroBatchInfo::sequence_values, [n_seq]
+    // [kSequenceValues]) and reports each sequence's policy log-probability after the loss (head_results).
+    // Unset: SFT.
     std::optional<PreferenceParams> preference;
 };
 
@@ -237,10 +238,10 @@ public:
     void backward(int layer, const LayerMemory & w, const void * in, const void * dout, void * din,
                   const MicroBatchInfo & mb, ProgramContext & pc) override;
     size_t program_footprint(ProgramKind kind, int layer, const MicroBatchInfo & mb, const GraphRunner & rules) override;
-    // Preference training: the loss and each sequence's policy log-probability; [reference, tokens, NLL weight]
-    // per sequence in.
+    // Preference training: the loss and each sequence's policy log-probability; [reference, tokens, NLL weight,
+    // kind] per sequence in (ops/preference_math.h SequenceValue).
     size_t head_results(const MicroBatchInfo & mb) const override { return cfg_.preference ? 1 + static_cast<size_t>(mb.n_seq) : 1; }
-    size_t sequence_values() const override { return cfg_.preference ? 3 : 0; }
+    size_t sequence_values() const override { return cfg_.preference ? kSequenceValues : 0; }
     // The hyper-parameters a backward graph of micro-batch mb is built with: the model's, plus the MoE
     // load-balancing scale (cfg.moe_aux_loss x n_expert x mb.loss_scale).
     HParams backward_hparams(const MicroBatchInfo & mb) const;

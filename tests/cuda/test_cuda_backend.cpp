@@ -380,7 +380,8 @@ TEST(CudaBackend, LmHeadCrossEntropy) {
 // dloss read on the device), per-answer sums and every preference loss with its backward.
 TEST(CudaBackend, PerTokenHeadAndPreferenceLoss) {
     RP_REQUIRE_GPU();
-    for (rp::PreferenceMethod m : {rp::PreferenceMethod::Dpo, rp::PreferenceMethod::Ipo, rp::PreferenceMethod::Simpo, rp::PreferenceMethod::Orpo}) {
+    for (rp::PreferenceMethod m : {rp::PreferenceMethod::Dpo, rp::PreferenceMethod::Ipo, rp::PreferenceMethod::Simpo, rp::PreferenceMethod::Orpo,
+                                   rp::PreferenceMethod::Kto}) {
         SCOPED_TRACE("method " + std::to_string(static_cast<int>(m)));
         Bench b;
         auto & c = b.ctx;
@@ -392,7 +393,7 @@ TEST(CudaBackend, PerTokenHeadAndPreferenceLoss) {
         b.out(nll);
         rp::Tensor * per_seq = rp::sum_to(c, rp::reshape(c, nll, T, B), c.new_tensor(rp::DType::F32, 1, B));
         rp::Tensor * lp = rp::scale(c, rp::reshape(c, per_seq, B), -1.0f);
-        rp::Tensor * seq = b.f32(3, B, 1, 1, 1.0f, 4.0f);
+        rp::Tensor * seq = b.f32(4, B, 1, 1, 1.0f, 4.0f);
         rp::PreferenceParams p;
         p.method = m;
         p.beta = m == rp::PreferenceMethod::Simpo ? 2.0 : 0.5;

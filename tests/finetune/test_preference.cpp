@@ -1,5 +1,6 @@
-// Preference training (DPO, IPO, SimPO, ORPO; FinetuneConfig::preference): pairs from JSONL (strings and TRL's
-// conversational form) laid out as two sequences trained on the answers only, truncation and bad pairs; the
+// Preference training (DPO, IPO, SimPO, ORPO, KTO; FinetuneConfig::preference): pairs from JSONL (strings and TRL's
+// conversational form) laid out as two sequences trained on the answers only, KTO's unpaired examples with their KL
+// sequences, truncation and bad pairs; the
 // split and the batches never separate a pair; the step-0 closed forms through the model (the reference pass
 // gives the policy's own bits); every trainable tensor's gradient against finite differences of an independent
 // loss (whole-model forward + the losses in long double); a toy task that learns; a bit-exact resume that keeps
@@ -46,6 +47,21 @@ std::string toy_pairs(int n, uint32_t seed = 1) {
         const std::string who = names[rng() % 8], where = places[rng() % 6], verb = verbs[rng() % 6];
         out += pair_line("Once upon a time, " + who + " went to the " + where + ". There " + who, " " + verb + " with a big dog. The dog was happy.",
                          " " + verb + " with a big cat. The cat was happy.");
+    }
+    return out;
+}
+
+// The toy task unpaired for KTO: a desirable example with the dog, an undesirable one with the cat.
+std::string toy_kto(int n, uint32_t seed = 1) {
+    const char * names[] = {"Tom", "Lily", "Ben", "Sue", "Max", "Anna", "Tim", "Mia"};
+    const char * verbs[] = {"played", "ran", "walked", "sat", "slept", "danced"};
+    std::mt19937 rng(seed);
+    std::string out;
+    for (int i = 0; i < n; ++i) {
+        const std::string who = names[rng() % 8], verb = verbs[rng() % 6];
+        const bool good = i % 2 == 0;
+        out += "{\"prompt\": \"Once upon a time, " + who + " went out. There " + who + "\", \"completion\": \" " + verb + " with a big " +
+               (good ? "dog" : "cat") + ".\", \"label\": " + (good ? "true" : "false") + "}\n";
     }
     return out;
 }
@@ -189,8 +205,9 @@ TEST(PreferenceData, BadPairsAreErrorsNamingTheLine) {
     expect_error(good + pair_line("Once", "", " a cat."), "pairs.jsonl line 2: the chosen answer is empty");
     expect_error(good + good + pair_line("Once", " same.", " same."), "line 3: the chosen and the rejected answer are the same text");
     expect_error(good + "{\"prompt\": \"a\", \"chosen\": \" b\"}\n", "line 2: a preference pair has the keys");
-    expect_error(good + "{\"text\": \"a story\"}\n", "line 2: not a preference pair, in a file of pairs");
+    expect_error(good + "{\"text\": \"a story\"}\n", "line 2: an SFT example in a file of preference pairs");
     expect_error("{\"text\": \"a story\"}\n" + good, "line 2: a preference pair in a file of SFT examples");
+    expect_error(good + "{\"prompt\": \"a\", \"completion\": \" b\", \"label\": true}\n", "line 2: a KTO example in a file of preference pairs");
     expect_error(pair_line("Once", " a dog.", " a cat.").replace(0, 1, "{\"messages\": [], "), "line 1: a preference pair has the keys");
 }
 
@@ -218,6 +235,48 @@ TEST(PreferenceData, TheSplitAndTheBatchesNeverSeparateAPair) {
     EXPECT_EQ(shapes[1].n_seq, 4);
 }
 
+// KTO's unpaired form: unit k is the example (trained on its completion) and its KL sequence, the same prompt with
+// the next example's completion; desirability per unit; a set with one label only, or a label that is not a
+// boolean, is refused naming the file or the line.
+TEST(PreferenceData, KtoExamplesCarryTheirKlSequences) {
+    const std::string a = "{\"prompt\": \"Once upon a time\", \"completion\": \" a dog ran.\", \"label\": true}\n";
+    const std::string b = "{\"prompt\": \"One day\", \"completion\": \" a cat sat.\", \"label\": false}\n";
+    const rp::Dataset d = pairs(a + b, 32);
+    ASSERT_TRUE(d.kto());
+    EXPECT_FALSE(d.pairs());
+    ASSERT_EQ(d.units(), 2u);
+    EXPECT_TRUE(d.desirable(0));
+    EXPECT_FALSE(d.desirable(1));
+    const rp::Tokenizer & tok = fx().tok;
+    const std::vector<int32_t> p0 = tok.encode("Once upon a time", true, false), p1 = tok.encode("One day", true, false);
+    const std::vector<int32_t> c0 = concat(tok.encode(" a dog ran.", false, false), {tok.eos()});
+    const std::vector<int32_t> c1 = concat(tok.encode(" a cat sat.", false, false), {tok.eos()});
+    const std::vector<std::vector<int32_t>> want = {concat(p0, c0), concat(p0, c1), concat(p1, c1), concat(p1, c0)};
+    const size_t prompt_len[] = {p0.size(), p0.size(), p1.size(), p1.size()};
+    for (size_t s = 0; s < 4; ++s) {
+        const auto in = d.inputs(s);
+        const auto lab = d.labels(s);
+        for (size_t i = 0; i < want[s].size(); ++i) EXPECT_EQ(in[i], want[s][i]) << "sequence " << s << " token " << i;
+        for (size_t i = 0; i < 32; ++i) {
+            const int32_t l = i + 1 < want[s].size() && i + 1 >= prompt_len[s] ? want[s][i + 1] : rp::kIgnoreLabel;
+            EXPECT_EQ(lab[i], l) << "sequence " << s << " label " << i;
+        }
+    }
+    auto expect_error = [](const std::string & jsonl, const std::string & what) {
+        try {
+            pairs(jsonl);
+            ADD_FAILURE() << "no error for: " << jsonl;
+        } catch (const rp::Error & e) {
+            EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+        }
+    };
+    expect_error(a + a, "pairs.jsonl: every KTO example is desirable (label true): KTO needs examples of both kinds");
+    expect_error(b + b + b, "every KTO example is undesirable (label false)");
+    expect_error(a + "{\"prompt\": \"x\", \"completion\": \" y\", \"label\": 1}\n", "line 2: \"label\" must be true (desirable) or false");
+    expect_error(a + "{\"prompt\": \"x\", \"completion\": \"\", \"label\": false}\n", "line 2: the completion is empty");
+    expect_error(a + "{\"text\": \"x\"}\n", "line 2: an SFT example in a file of KTO examples");
+}
+
 // At step 0 the policy is the reference, bit for bit (the reference pass's whole-model forward and the training
 // programs compute the same floats): DPO's loss is ln 2 whatever beta and the smoothing, every reward 0; IPO's
 // 1 / (4 beta^2).
@@ -239,6 +298,40 @@ TEST(PreferenceTraining, StepZeroIsTheClosedFormThroughTheModel) {
     }
     rp::TrainingSession ipo(*fx().model, d, pref_options(method(rp::PreferenceMethod::Ipo, 0.5)));
     EXPECT_EQ(static_cast<float>(ipo.step().loss), 1.0f);
+    // KTO: every logratio and the KL 0: each example's loss is its weight times 1 - s(0) = 1/2.
+    const rp::Dataset k = pairs(toy_kto(8));
+    rp::TrainingSession kto(*fx().model, k, pref_options(method(rp::PreferenceMethod::Kto, 0.1)));
+    const rp::StepReport r = kto.step();
+    EXPECT_EQ(r.loss, 0.5);
+    ASSERT_TRUE(r.preference.has_value());
+    EXPECT_TRUE(r.preference->unpaired);
+    EXPECT_EQ(r.preference->kl, 0.0);
+    EXPECT_EQ(r.preference->reward_chosen, 0.0);
+    EXPECT_TRUE(std::isnan(r.preference->accuracy));
+    EXPECT_EQ(r.preference->chosen + r.preference->rejected, 4);
+}
+
+// KTO learns the toy task from unpaired examples: the desirable completions' reward rises above the undesirable
+// ones' on held-out examples, and the greedy completion says "dog".
+TEST(PreferenceTraining, KtoLearnsFromUnpairedExamples) {
+    const rp::Dataset d = pairs(toy_kto(96));
+    rp::SessionOptions o = pref_options(method(rp::PreferenceMethod::Kto, 0.1), 30);
+    o.finetune.lora_rank = 8;
+    o.batch = 8;
+    o.micro_batches = 1;
+    o.val_split = 0.2;
+    o.threads = 0;
+    o.lr.lr_max = 1e-3;
+    rp::TrainingSession s(*fx().model, d, o);
+    EXPECT_NEAR(s.evaluate(), 0.5, 1e-6);
+    for (int i = 0; i < 30; ++i) ASSERT_TRUE(std::isfinite(s.step().loss));
+    const double l = s.evaluate();
+    std::printf("[ preference ] toy KTO: val loss 0.5 -> %.4f, rewards desirable %.3f undesirable %.3f, kl %.3f\n", l,
+                s.eval_preference()->reward_chosen, s.eval_preference()->reward_rejected, s.eval_preference()->kl);
+    EXPECT_LT(l, 0.35);
+    EXPECT_GT(s.eval_preference()->margin, 1.0);
+    const std::string sample = s.sample(fx().tok, "Once upon a time, Tom went out. There Tom played with a big", 3);
+    EXPECT_NE(sample.find("dog"), std::string::npos) << sample;
 }
 
 // d loss / d every trainable tensor (the training programs: per-token head backward weighted by each answer's
@@ -255,8 +348,10 @@ TEST(PreferenceTraining, GradientsMatchFiniteDifferencesForEveryMethod) {
     };
     rp::PreferenceParams simpo = method(rp::PreferenceMethod::Simpo, 2.0, 0.1);
     simpo.gamma = 0.3;
+    rp::PreferenceParams kto = method(rp::PreferenceMethod::Kto, 0.5);
+    kto.undesirable_weight = 1.3;
     for (const M & m : {M{method(rp::PreferenceMethod::Dpo, 0.5, 0.1), "dpo"}, M{method(rp::PreferenceMethod::Ipo, 0.5), "ipo"}, M{simpo, "simpo"},
-                        M{method(rp::PreferenceMethod::Orpo, 0.5), "orpo"}}) {
+                        M{method(rp::PreferenceMethod::Orpo, 0.5), "orpo"}, M{kto, "kto"}}) {
         SCOPED_TRACE(m.name);
         rp::FinetuneConfig cfg;
         cfg.lora_rank = 2;
@@ -267,26 +362,38 @@ TEST(PreferenceTraining, GradientsMatchFiniteDifferencesForEveryMethod) {
         std::uniform_real_distribution<float> u(-0.2f, 0.2f);
         for (const auto & p : tr.params())  // B != 0, so that A has a gradient too
             for (int64_t i = 0; i < p.t->nelements(); ++i) p.t->data_as<float>()[i] = u(rng);
-        // The pairs' values: references off the policy by up to 2 nats, the answers' token counts, ORPO's NLL weights.
+        // The pairs' values: references off the policy by up to 2 nats (KTO: the KL sequences' below it, a KL
+        // > 0), the answers' token counts, ORPO's NLL weights, KTO's kinds (a desirable and an undesirable example).
+        const bool is_kto = m.p.method == rp::PreferenceMethod::Kto;
+        constexpr int S = rp::kSequenceValues;
         const std::vector<float> lp0 = tr.sequence_logps(bt.inputs.data(), bt.labels.data(), T, B, 1);
-        std::vector<float> sv(static_cast<size_t>(3 * B));
+        std::vector<float> sv(static_cast<size_t>(S * B));
         double chosen_tokens = 0;
         for (int64_t i = 0; i < B; ++i) {
-            sv[size_t(3 * i)] = lp0[size_t(i)] + (i % 2 ? 1.5f : -2.0f);
+            float * v = sv.data() + S * i;
+            v[rp::kReference] = lp0[size_t(i)] + (i % 2 ? (is_kto ? -0.7f : 1.5f) : -2.0f);
             int n = 0;
             for (int64_t t = 0; t < T; ++t) n += bt.labels[size_t(i * T + t)] != rp::kIgnoreLabel;
-            sv[size_t(3 * i + 1)] = static_cast<float>(n);
+            v[rp::kAnswerTokens] = static_cast<float>(n);
             if (i % 2 == 0) chosen_tokens += n;
+            if (is_kto && i % 2 == 0) v[rp::kKind] = i == 0 ? 1.0f : -1.0f;
         }
         if (m.p.method == rp::PreferenceMethod::Orpo)
-            for (int64_t i = 0; i < B; i += 2) sv[size_t(3 * i + 2)] = static_cast<float>(1.0 / chosen_tokens);
+            for (int64_t i = 0; i < B; i += 2) sv[size_t(S * i + rp::kNllWeight)] = static_cast<float>(1.0 / chosen_tokens);
         const float scale = 0.5f;  // two pairs
+        // KTO's KL at the starting weights, held there (TRL detaches it: no gradient reaches the KL sequences).
+        double kl0 = 0;
+        for (int64_t k = 1; k < B; k += 2) kl0 += double(lp0[size_t(k)]) - sv[size_t(S * k)];
+        kl0 = std::max(0.0, kl0 / double(B / 2));
+        if (is_kto) {
+            ASSERT_GT(kl0, 0.5);
+        }
         auto loss_at = [&]() {     // independent: forward logps + the losses in long double
             const std::vector<float> lp = tr.sequence_logps(bt.inputs.data(), bt.labels.data(), T, B, 1);
             long double L = 0;
             for (int64_t c = 0; c < B; c += 2) {
                 const size_t r = size_t(c + 1), cc = size_t(c);
-                const long double pc = lp[cc], pr = lp[r], rc = sv[3 * cc], rr = sv[3 * r], nc = sv[3 * cc + 1], nr = sv[3 * r + 1];
+                const long double pc = lp[cc], pr = lp[r], rc = sv[S * cc], rr = sv[S * r], nc = sv[S * cc + 1], nr = sv[S * r + 1];
                 const long double beta = m.p.beta, eps = m.p.label_smoothing;
                 auto logsig = [](long double x) { return -std::log1p(std::exp(-x)); };
                 long double l = 0;
@@ -299,11 +406,15 @@ TEST(PreferenceTraining, GradientsMatchFiniteDifferencesForEveryMethod) {
                 } else if (m.p.method == rp::PreferenceMethod::Simpo) {
                     const long double z = beta * (pc / nc - pr / nr) - m.p.gamma;
                     l = -(1 - eps) * logsig(z) - eps * logsig(-z);
+                } else if (is_kto) {
+                    const bool desirable = sv[S * cc + rp::kKind] > 0;
+                    const long double z = desirable ? beta * (pc - rc - kl0) : beta * (kl0 - (pc - rc));
+                    l = (desirable ? m.p.desirable_weight : m.p.undesirable_weight) * (1 - 1 / (1 + std::exp(-z)));
                 } else {
                     const long double ac = pc / nc, ar = pr / nr;
                     l = -beta * logsig((ac - ar) - (std::log(1 - std::exp(ac)) - std::log(1 - std::exp(ar))));
                 }
-                L += scale * l - sv[3 * cc + 2] * pc - sv[3 * r + 2] * pr;
+                L += scale * l - sv[S * cc + 2] * pc - sv[S * r + 2] * pr;
             }
             return static_cast<double>(L);
         };
@@ -337,7 +448,8 @@ TEST(PreferenceTraining, GradientsMatchFiniteDifferencesForEveryMethod) {
                 std::copy(w0.begin(), w0.end(), w);
                 return (lp - lm) / (2 * h);
             };
-            const double h = 0.05 * std::sqrt(wr / static_cast<double>(n));
+            // h: 5% of the tensor's RMS, at most what moves the loss by 2% of max(1, L) (the rest is curvature)
+            const double h = std::min(0.05 * std::sqrt(wr / static_cast<double>(n)), 0.02 * std::max(1.0, std::fabs(loss)) / gn);
             const double est = (4 * fd(h / 2) - fd(h)) / 3;
             const double err = std::fabs(est - gn) / gn;
             worst = std::max(worst, err);
@@ -487,11 +599,28 @@ TEST(PreferenceTool, TrainsFromTheCommandLineAndRefusesBadPairs) {
     EXPECT_NE(out.find("reference pass: the log-probabilities of 48 answers"), std::string::npos) << out;
     ASSERT_EQ(ft_test::run(base + " --method orpo --orpo-lambda 0.2 -o " + dir.file("c.gguf"), &out), 0) << out;
     EXPECT_EQ(out.find("reference pass"), std::string::npos) << out;
+    // KTO on unpaired examples: its KL in the log and the metrics.
+    {
+        std::ofstream(dir.file("kto.jsonl")) << toy_kto(24);
+    }
+    ASSERT_EQ(ft_test::run(ft_test::tool("rp-finetune") + " -m " + ft_test::stories() + " --data " + dir.file("kto.jsonl") +
+                               " --seq-len 48 --batch 4 --steps 3 -t 1 --method kto --undesirable-weight 1.33 -o " + dir.file("k.gguf"),
+                           &out),
+              0)
+        << out;
+    EXPECT_NE(out.find("24 KTO examples"), std::string::npos) << out;
+    EXPECT_NE(out.find("rewards desirable"), std::string::npos) << out;
+    std::ifstream km(dir.file("k.gguf.metrics.jsonl"));
+    std::stringstream kms;
+    kms << km.rdbuf();
+    EXPECT_NE(kms.str().find("\"kl\":"), std::string::npos) << kms.str();
     // Refusals: pairs without a method, a method on SFT data, an unknown method, label smoothing on IPO, a bad pair.
     EXPECT_NE(ft_test::run(base + " -o " + dir.file("x.gguf"), &out), 0);
     EXPECT_NE(out.find("the dataset holds preference pairs"), std::string::npos) << out;
+    EXPECT_NE(ft_test::run(base + " --method rlhf -o " + dir.file("x.gguf"), &out), 0);
+    EXPECT_NE(out.find("--method \"rlhf\" is not one of sft, dpo, ipo, simpo, orpo, kto"), std::string::npos) << out;
     EXPECT_NE(ft_test::run(base + " --method kto -o " + dir.file("x.gguf"), &out), 0);
-    EXPECT_NE(out.find("method \"kto\" is not one of sft, dpo, ipo, simpo, orpo"), std::string::npos) << out;
+    EXPECT_NE(out.find("--method kto trains on unpaired examples"), std::string::npos) << out;
     EXPECT_NE(ft_test::run(base + " --method ipo --label-smoothing 0.1 -o " + dir.file("x.gguf"), &out), 0);
     EXPECT_NE(out.find("--label-smoothing applies to dpo and simpo"), std::string::npos) << out;
     {

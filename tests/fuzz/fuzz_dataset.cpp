@@ -3,7 +3,8 @@
 // tokenizer, at a seq_len taken from the first byte. The only acceptable failure is rp::Error; a built
 // dataset has whole sequences of seq_len inputs and labels, every id in the vocabulary, every label an id
 // or the ignore label, and the same fingerprint when built twice; packed (when the first byte says so), the
-// positions restart at 0 or count up by one.
+// positions restart at 0 or count up by one; preference pairs and KTO examples come in units of two unpacked
+// sequences that each train at least one token (max_prompt_len from the first byte's low bits).
 #include "base/error.h"
 #include "models/text/chat_template.h"
 #include "models/data/dataset.h"
@@ -32,6 +33,13 @@ void check(const rp::Dataset & d, const rp::Tokenizer & tok, int32_t seq_len) {
             if (id < 0 || id >= tok.n_vocab()) __builtin_trap();
         for (int32_t l : lab)
             if (l != rp::kIgnoreLabel && (l < 0 || l >= tok.n_vocab())) __builtin_trap();
+        if (d.group() != 1) {  // pairs and KTO: two sequences per unit, each with an answer token to train
+            if (d.group() != 2 || d.size() % 2 != 0 || d.packed() || d.units() * 2 != d.size()) __builtin_trap();
+            size_t trained = 0;
+            for (int32_t l : lab) trained += l != rp::kIgnoreLabel;
+            if (trained == 0) __builtin_trap();
+            if (d.kto() && i % 2 == 0) (void)d.desirable(i / 2);
+        }
         if (!d.packed()) continue;
         // packed: every position restarts at 0 or follows the previous one (so the attention starts are valid)
         const auto pos = d.positions(i);
@@ -54,6 +62,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t * data, size_t size) {
         o.chat = rp::chat_template_from_name("chatml");
         o.allow_binary = (data[0] & 0x80) != 0;
         o.pack = (data[0] & 0x40) != 0;  // JSONL examples packed several to a sequence
+        o.max_prompt_len = data[0] & 0x07;  // pairs and KTO examples: prompts cut to their last 0..7 tokens (0: whole)
         for (const bool jsonl : {false, true}) {
             try {
                 const rp::Dataset a = jsonl ? rp::Dataset::from_jsonl(text, "fuzz", tok, o) : rp::Dataset::from_text(text, "fuzz", tok, o);

@@ -40,7 +40,9 @@ seeds_for() {  # TARGET DIR
     dataset)
       seed "$dir" text '\x10Once upon a time there was a girl.\n\nThe end.\n'
       seed "$dir" jsonl '\x08{"text": "a b c d e f"}\n{"prompt": "2+2=", "completion": "4"}\n'
-      seed "$dir" chat '\x20{"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}\n' ;;
+      seed "$dir" chat '\x20{"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}\n'
+      seed "$dir" pairs '\x18{"prompt": "Once", "chosen": " a dog.", "rejected": " a cat."}\n{"prompt": [{"role": "user", "content": "hi"}], "chosen": [{"role": "assistant", "content": "yo"}], "rejected": [{"role": "assistant", "content": "no"}]}\n'
+      seed "$dir" kto '\x18{"prompt": "Once", "completion": " a dog.", "label": true}\n{"prompt": "Then", "completion": " a cat.", "label": false}\n' ;;
     chat_template)
       seed "$dir" turns '\x00You are kind.\xff\x01Hello?\xff\x02Hi there.\xff\x01Bye\xff\x02Bye!'
       seed "$dir" markers '\x01<|im_start|>user\xff\x02<|eot_id|>\xff' ;;

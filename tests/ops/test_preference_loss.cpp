@@ -49,6 +49,7 @@ double pair_loss_ref(const PreferenceParams & p, double pc, double pr, double rc
         const long double z = beta * (static_cast<long double>(pc) / nc - static_cast<long double>(pr) / nr) - p.gamma;
         return static_cast<double>(-(1 - eps) * logsig(z) - eps * logsig(-z));
     }
+    case PreferenceMethod::Kto: break;  // not pairs: preference_ref
     case PreferenceMethod::Orpo: {
         const long double ac = static_cast<long double>(pc) / nc, ar = static_cast<long double>(pr) / nr;
         const long double lo = (ac - ar) - (std::log(1 - std::exp(ac)) - std::log(1 - std::exp(ar)));
@@ -58,9 +59,31 @@ double pair_loss_ref(const PreferenceParams & p, double pc, double pr, double rc
     return 0;
 }
 
-// loss = scale * sum_k pair_loss(k) - sum_b w_b logps_b
+// TRL's KTO: kl = max(0, mean of the KL sequences' policy - reference), each example's 1 - s(beta (logratio - kl))
+// (desirable) or 1 - s(beta (kl - logratio)), weighted. kl_fixed >= 0: that kl instead (the detached one).
+double kto_ref(const PreferenceParams & p, const ref::DT & lp, const ref::DT & seq, double scale, double kl_fixed = -1) {
+    long double kl = 0;
+    for (int64_t k = 1; k < lp.size(); k += 2) kl += static_cast<long double>(lp(k)) - seq(0, k);
+    kl = std::max(0.0L, kl / static_cast<long double>(lp.size() / 2));
+    if (kl_fixed >= 0) kl = kl_fixed;
+    long double L = 0;
+    for (int64_t c = 0; c < lp.size(); c += 2) {
+        const long double lr = static_cast<long double>(lp(c)) - seq(0, c);
+        const bool desirable = seq(3, c) > 0;
+        const long double z = desirable ? p.beta * (lr - kl) : p.beta * (kl - lr);
+        L += scale * (desirable ? p.desirable_weight : p.undesirable_weight) * (1 - 1 / (1 + std::exp(-z)));
+        L -= seq(2, c) * lp(c) + seq(2, c + 1) * lp(c + 1);
+    }
+    return static_cast<double>(L);
+}
+
+// loss = scale * sum_k pair_loss(k) - sum_b w_b logps_b  (seq [4, B]: reference, tokens, NLL weight, kind)
 ref::DT preference_ref(const ref::DT & lp, const ref::DT & seq, const PreferenceParams & p, double scale) {
     ref::DT y({1, 1, 1, 1});
+    if (p.method == PreferenceMethod::Kto) {
+        y.v[0] = kto_ref(p, lp, seq, scale);
+        return y;
+    }
     for (int64_t c = 0; c < lp.size(); c += 2) {
         const int64_t r = c + 1;
         y.v[0] += scale * pair_loss_ref(p, lp(c), lp(r), seq(0, c), seq(0, r), seq(1, c), seq(1, r));
@@ -78,13 +101,13 @@ PreferenceParams params(PreferenceMethod m, double beta, double eps = 0, double 
     return p;
 }
 
-// seq [3, B]: reference log-probabilities, token counts (integers >= 1), NLL weights, as an i32-free float input
+// seq [4, B]: reference log-probabilities, token counts (integers >= 1), NLL weights, kinds, as an i32-free float input
 // whose values the test sets (the harness draws floats in [lo, hi]: counts and weights are set by `fix`).
 Case preference_case(std::string name, int64_t B, const PreferenceParams & p, float scale) {
     Input lp{"logps", {B, 1, 1, 1}};
     lp.lo = -3.0f;  // answers' log-probabilities are negative (ORPO needs them below 0)
     lp.hi = -0.2f;
-    Input seq{"seq", {3, B, 1, 1}, rp::DType::F32, false};
+    Input seq{"seq", {4, B, 1, 1}, rp::DType::F32, false};
     seq.lo = 1.0f;  // references in [1, 4], counts in [1, 4] (not integers: the math does not care), weights in [1, 4]
     seq.hi = 4.0f;
     return {name, {lp, seq},
@@ -172,8 +195,8 @@ TEST(OpPreferenceLoss, ThroughTheHead) {
                       Tensor * per_seq = rp::sum_to(c, rp::reshape(c, nll, T, B), c.new_tensor(rp::DType::F32, 1, B));
                       Tensor * lp = rp::scale(c, rp::reshape(c, per_seq, B), -1.0f);
                       // counts: the answers' trained tokens (3, 3, 2, 5); reference 0, no NLL term
-                      std::vector<float> sv = {0, 3, 0, 0, 3, 0, 0, 2, 0, 0, 5, 0};
-                      Tensor * s = c.new_tensor(rp::DType::F32, 3, B);
+                      std::vector<float> sv = {0, 3, 0, 0, 0, 3, 0, 0, 0, 2, 0, 0, 0, 5, 0, 0};
+                      Tensor * s = c.new_tensor(rp::DType::F32, 4, B);
                       c.alloc_data(s);
                       std::copy(sv.begin(), sv.end(), s->data_as<float>());
                       return rp::preference_loss(c, lp, s, p, 0.5f);
@@ -183,7 +206,7 @@ TEST(OpPreferenceLoss, ThroughTheHead) {
                       ref::DT lp({B, 1, 1, 1});
                       for (int64_t b = 0; b < B; ++b)
                           for (int64_t t = 0; t < T; ++t) lp(b) -= nll(b * T + t);
-                      ref::DT s({3, B, 1, 1}, {0, 3, 0, 0, 3, 0, 0, 2, 0, 0, 5, 0});
+                      ref::DT s({4, B, 1, 1}, {0, 3, 0, 0, 0, 3, 0, 0, 0, 2, 0, 0, 0, 5, 0, 0});
                       return preference_ref(lp, s, p, 0.5);
                   }});
     }
@@ -197,14 +220,16 @@ TEST(OpPreferenceLoss, StepZeroClosedForms) {
     auto run = [&](const PreferenceParams & p, float scale) {
         Context ctx;
         Tensor * l = ctx.new_tensor(rp::DType::F32, 6);
-        Tensor * s = ctx.new_tensor(rp::DType::F32, 3, 6);
+        Tensor * s = ctx.new_tensor(rp::DType::F32, 4, 6);
         ctx.alloc_data(l);
         ctx.alloc_data(s);
         for (int b = 0; b < 6; ++b) {
             l->data_as<float>()[b] = lp[size_t(b)];
-            s->data_as<float>()[3 * b] = lp[size_t(b)];  // reference = policy
-            s->data_as<float>()[3 * b + 1] = counts[size_t(b)];
-            s->data_as<float>()[3 * b + 2] = 0.0f;
+            float * v = s->data_as<float>() + 4 * b;
+            v[rp::kReference] = lp[size_t(b)];  // reference = policy
+            v[rp::kAnswerTokens] = counts[size_t(b)];
+            v[rp::kNllWeight] = 0.0f;
+            v[rp::kKind] = b % 2 ? 0.0f : b % 4 ? -1.0f : 1.0f;  // KTO: examples 0, 2, 4 desirable, undesirable, desirable
         }
         Tensor * loss = rp::preference_loss(ctx, l, s, p, scale);
         rp::Graph g;
@@ -222,15 +247,20 @@ TEST(OpPreferenceLoss, StepZeroClosedForms) {
         }
     for (double beta : {0.1, 0.5, 2.0})
         EXPECT_EQ(run(params(PreferenceMethod::Ipo, beta), 1.0f / 3.0f), static_cast<float>(1.0 / (4.0 * beta * beta))) << beta;
+    // KTO: every logratio and the KL 0, each example's loss w (1 - s(0)) = w / 2: (2 w_d + w_u) / 6 over 3 examples.
+    PreferenceParams kto = params(PreferenceMethod::Kto, 0.1);
+    kto.desirable_weight = 1.0;
+    kto.undesirable_weight = 1.5;
+    EXPECT_EQ(run(kto, 1.0f / 3.0f), static_cast<float>(double(1.0f / 3.0f) * 0.5 + double(1.0f / 3.0f) * 0.75 + double(1.0f / 3.0f) * 0.5));
 }
 
 TEST(OpPreferenceLoss, BadShapesAndParametersAreErrors) {
     Context ctx;
     Tensor * odd = ctx.new_tensor(rp::DType::F32, 3);
     Tensor * l = ctx.new_tensor(rp::DType::F32, 4);
-    Tensor * s = ctx.new_tensor(rp::DType::F32, 3, 4);
-    Tensor * s2 = ctx.new_tensor(rp::DType::F32, 2, 4);
-    EXPECT_THROW(rp::preference_loss(ctx, odd, ctx.new_tensor(rp::DType::F32, 3, 3), params(PreferenceMethod::Dpo, 0.1), 1.0f), rp::Error);
+    Tensor * s = ctx.new_tensor(rp::DType::F32, 4, 4);
+    Tensor * s2 = ctx.new_tensor(rp::DType::F32, 3, 4);
+    EXPECT_THROW(rp::preference_loss(ctx, odd, ctx.new_tensor(rp::DType::F32, 4, 3), params(PreferenceMethod::Dpo, 0.1), 1.0f), rp::Error);
     EXPECT_THROW(rp::preference_loss(ctx, l, s2, params(PreferenceMethod::Dpo, 0.1), 1.0f), rp::Error);
     EXPECT_THROW(rp::preference_loss(ctx, l, s, params(PreferenceMethod::Dpo, 0.0), 1.0f), rp::Error);
     EXPECT_THROW(rp::preference_loss(ctx, l, s, params(PreferenceMethod::Dpo, 0.1, 0.5), 1.0f), rp::Error);
@@ -238,8 +268,8 @@ TEST(OpPreferenceLoss, BadShapesAndParametersAreErrors) {
     ctx.alloc_data(l);
     ctx.alloc_data(s);
     for (int i = 0; i < 4; ++i) l->data_as<float>()[i] = -1.0f;
-    for (int i = 0; i < 12; ++i) s->data_as<float>()[i] = 1.0f;
-    s->data_as<float>()[3 * 3 + 1] = 0.0f;
+    for (int i = 0; i < 16; ++i) s->data_as<float>()[i] = 1.0f;
+    s->data_as<float>()[4 * 3 + rp::kAnswerTokens] = 0.0f;
     Tensor * loss = rp::preference_loss(ctx, l, s, params(PreferenceMethod::Simpo, 2.0), 1.0f);
     rp::Graph g;
     rp::build_forward(g, loss);
@@ -250,5 +280,78 @@ TEST(OpPreferenceLoss, BadShapesAndParametersAreErrors) {
         FAIL() << "no error";
     } catch (const rp::Error & e) {
         EXPECT_NE(std::string(e.what()).find("answer 3 (pair 1)"), std::string::npos) << e.what();
+    }
+}
+
+// KTO in the harness: the KL sequences' references are above their policy log-probabilities, so the KL is clamped
+// at 0 and locally constant (the harness differentiates the reference in every input).
+TEST(OpPreferenceLoss, KtoAgainstTheDoubleReference) {
+    const int64_t B = 6;
+    // per sequence: reference, tokens, NLL weight, kind; examples desirable, undesirable, desirable
+    const std::vector<float> sv = {-1.0f, 4, 0, 1,  5.0f, 3, 0, 0,  -2.5f, 2, 0, -1,  5.0f, 6, 0, 0,  -0.5f, 3, 0.1f, 1,  5.0f, 2, 0, 0};
+    for (double wu : {1.0, 1.7}) {
+        PreferenceParams p = params(PreferenceMethod::Kto, 0.5);
+        p.undesirable_weight = wu;
+        Input lp{"logps", {B, 1, 1, 1}};
+        lp.lo = -3.0f;
+        lp.hi = -0.2f;
+        check_op({"kto undesirable weight " + std::to_string(wu), {lp},
+                  [=](Context & c, const TV & in) {
+                      Tensor * s = c.new_tensor(rp::DType::F32, 4, B);
+                      c.alloc_data(s);
+                      std::copy(sv.begin(), sv.end(), s->data_as<float>());
+                      return rp::preference_loss(c, in[0], s, p, 1.0f / 3.0f);
+                  },
+                  [=](const R & x) {
+                      ref::DT s({4, B, 1, 1});
+                      for (size_t i = 0; i < sv.size(); ++i) s.v[i] = sv[i];
+                      ref::DT y({1, 1, 1, 1});
+                      y.v[0] = kto_ref(p, x[0], s, 1.0 / 3.0);
+                      return y;
+                  }});
+    }
+}
+
+// A positive KL is held constant (TRL detaches it): the KL sequences get no gradient, the examples' gradients are
+// the derivatives of the loss at that fixed KL (central differences in long double), and the loss is the reference's.
+TEST(OpPreferenceLoss, KtoHoldsItsPositiveKlConstant) {
+    const int64_t B = 4;
+    const std::vector<float> lp = {-3.0f, -2.0f, -4.5f, -1.0f};
+    const std::vector<float> sv = {-3.5f, 4, 0, 1, -3.0f, 3, 0, 0, -4.0f, 2, 0, -1, -2.4f, 6, 0, 0};  // KL: mean(1.0, 1.4) = 1.2
+    const PreferenceParams p = params(PreferenceMethod::Kto, 0.8);
+    Context ctx;
+    Tensor * l = ctx.new_tensor(rp::DType::F32, B);
+    Tensor * s = ctx.new_tensor(rp::DType::F32, 4, B);
+    ctx.alloc_data(l);
+    ctx.alloc_data(s);
+    std::copy(lp.begin(), lp.end(), l->data_as<float>());
+    std::copy(sv.begin(), sv.end(), s->data_as<float>());
+    ctx.alloc_data(rp::set_param(ctx, l)->grad);
+    std::fill(l->grad->data_as<float>(), l->grad->data_as<float>() + B, 0.0f);
+    Tensor * loss = rp::preference_loss(ctx, l, s, p, 0.5f);
+    rp::Graph g;
+    rp::build_forward(g, loss);
+    rp::build_backward(ctx, g, loss, {l});
+    rp::CpuBackend be;
+    be.allocate(g);
+    be.compute(g, 1);
+    ref::DT x({B, 1, 1, 1}), sd({4, B, 1, 1});
+    for (int64_t i = 0; i < B; ++i) x.v[size_t(i)] = lp[size_t(i)];
+    for (size_t i = 0; i < sv.size(); ++i) sd.v[i] = sv[i];
+    EXPECT_NEAR(*loss->data_as<float>(), kto_ref(p, x, sd, 0.5), 1e-7);
+    const double kl = 1.2;
+    for (int64_t i = 0; i < B; ++i) {
+        const float gi = l->grad->data_as<float>()[i];
+        if (i % 2) {
+            EXPECT_EQ(gi, 0.0f) << "KL sequence " << i;
+            continue;
+        }
+        const double h = 1e-4;
+        ref::DT xp = x, xm = x;
+        xp.v[size_t(i)] += h;
+        xm.v[size_t(i)] -= h;
+        const double fd = (kto_ref(p, xp, sd, 0.5, kl) - kto_ref(p, xm, sd, 0.5, kl)) / (2 * h);
+        EXPECT_NEAR(gi, fd, 1e-6 * std::max(1.0, std::fabs(fd))) << "example " << i;
+        EXPECT_NE(gi, 0.0f);
     }
 }

@@ -172,6 +172,13 @@ TEST(FinetuneOptions, EveryFlagParsesAsTheOldParserDid) {
              EXPECT_EQ(p->beta, 0.25);  // ORPO's lambda is the op's beta
          }},
         {"--method sft", [](const FinetuneJob & j) { EXPECT_FALSE(j.session_options().finetune.preference.has_value()); }},
+        {"--method kto --desirable-weight 1.5 --undesirable-weight 0.75", [](const FinetuneJob & j) {
+             const auto p = j.session_options().finetune.preference;
+             ASSERT_TRUE(p.has_value());
+             EXPECT_EQ(p->method, rp::PreferenceMethod::Kto);
+             EXPECT_EQ(p->desirable_weight, 1.5);
+             EXPECT_EQ(p->undesirable_weight, 0.75);
+         }},
         {"--activation-memory 1.5G", [](const FinetuneJob & j) { EXPECT_EQ(j.session.finetune.activation_memory, size_t(3) << 29); }},
         {"--token-chunk auto", [](const FinetuneJob & j) { EXPECT_EQ(j.token_chunk, -1); }},
         {"--token-chunk 0", [](const FinetuneJob & j) { EXPECT_EQ(j.token_chunk, 0); }},
