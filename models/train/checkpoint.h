@@ -6,7 +6,8 @@
 //   rp.ckpt.full (bool), rp.ckpt.lora_rank (u32), rp.ckpt.lora_alpha (f32), rp.ckpt.lora_targets (strings)
 //   rp.ckpt.step (u64)              completed optimizer steps
 //   rp.ckpt.data_seed, rp.ckpt.data_fingerprint, rp.ckpt.data_consumed (u64): the batcher position
-//   rp.ckpt.train_loss / rp.ckpt.eval_step / rp.ckpt.eval_loss (arrays): the curve so far (for the SVG)
+//   rp.ckpt.train_loss / rp.ckpt.eval_step / rp.ckpt.eval_loss (arrays): the curve so far (for the SVG), and
+//            rp.ckpt.reward_chosen / rp.ckpt.reward_rejected for preference training
 //   rp.ckpt.last_norm_bits (u64: the f64's bits), rp.ckpt.last_norm_step (i64), rp.ckpt.last_skip (string),
 //   rp.ckpt.bad_run (u64): what the next step reports
 //   rp.ckpt.reference_logps (f32 array, preference training with a reference): every sequence's reference
@@ -31,6 +32,8 @@ struct TrainCurve {
     std::vector<float> train_loss;   // one per completed step
     std::vector<int32_t> eval_step;  // steps at which the validation loss was measured
     std::vector<float> eval_loss;
+    // Preference training: each step's mean rewards of the chosen and the rejected answers (empty otherwise).
+    std::vector<float> reward_chosen, reward_rejected;
 };
 
 // The best validation loss of a curve and how many evaluations came after it without beating it (early

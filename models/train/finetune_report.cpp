@@ -48,7 +48,9 @@ std::string tick_label(double v, int decimals) {
 } // namespace
 
 void write_loss_svg(const std::string & path, const TrainCurve & c, const LrSchedule * lr) {
-    const double W = 720, H = 400, L = 60, R = lr ? 70 : 20, T = 30, B = 45;  // size and margins
+    const double W = 720, H = 400, L = 60, R = lr ? 70 : 20, T = 30, B = 45;  // size and margins (of the loss panel)
+    const bool rewards = !c.reward_chosen.empty();  // preference training: a rewards panel below (PH high)
+    const double PH = rewards ? 230 : 0;
     const size_t n = c.train_loss.size();
     double lo = 1e300, hi = -1e300;
     for (float v : c.train_loss)
@@ -64,7 +66,7 @@ void write_loss_svg(const std::string & path, const TrainCurve & c, const LrSche
 
     std::string s;
     char buf[512];
-    std::snprintf(buf, sizeof buf, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" font-size=\"12\">\n", W, H);
+    std::snprintf(buf, sizeof buf, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" font-size=\"12\">\n", W, H + PH);
     s += buf;
     s += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
     // The learning rate first, faint, on its own axis at the right (0 .. its largest value).
@@ -93,43 +95,48 @@ void write_loss_svg(const std::string & path, const TrainCurve & c, const LrSche
             s += "\"/>\n</g>\n";
         }
     }
-    std::snprintf(buf, sizeof buf, "<path d=\"M%.1f %.1f V%.1f H%.1f\" stroke=\"black\" fill=\"none\"/>\n", L, T, H - B, W - R);
-    s += buf;
-    for (int k = 0; k < yt.count; ++k) {  // y ticks at round values, with faint grid lines
-        const double v = yt.first + yt.step * k;
-        std::snprintf(buf, sizeof buf,
-                      "<path d=\"M%.1f %.1f H%.1f\" stroke=\"#eeeeee\"/><text class=\"y-tick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
-                      L + 1, Y(v), W - R, L - 4, Y(v) + 4, tick_label(v, yt.decimals).c_str());
-        s += buf;
-    }
-    // x ticks: a round step (1, 2 or 5 times a power of ten) giving at most 8 intervals over [0, steps].
+    // The axes of a panel from `top` to `bottom`: y ticks at round values (class y_class) with faint grid lines,
+    // x ticks at a round step (1, 2 or 5 times a power of ten) giving at most 8 intervals over [0, steps].
     double tick = 1;
     while (max_step / tick > 8) {
         const double d = std::pow(10.0, std::floor(std::log10(tick)));
         tick = tick / d < 2 ? 2 * d : tick / d < 5 ? 5 * d : 10 * d;
     }
-    for (double st = 0; st <= max_step + 1e-9; st += tick) {
-        std::snprintf(buf, sizeof buf,
-                      "<path d=\"M%.1f %.1f v5\" stroke=\"black\"/><text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.0f</text>\n",
-                      X(st), H - B, X(st), H - B + 18, st);
+    auto axes = [&](double top, double bottom, const Ticks & t, auto y_of, const char * y_class) {
+        std::snprintf(buf, sizeof buf, "<path d=\"M%.1f %.1f V%.1f H%.1f\" stroke=\"black\" fill=\"none\"/>\n", L, top, bottom, W - R);
         s += buf;
-    }
-    std::snprintf(buf, sizeof buf, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">step</text>\n", (L + W - R) / 2, H - 6);
-    s += buf;
+        for (int k = 0; k < t.count; ++k) {
+            const double v = t.first + t.step * k;
+            std::snprintf(buf, sizeof buf,
+                          "<path d=\"M%.1f %.1f H%.1f\" stroke=\"#eeeeee\"/><text class=\"%s\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
+                          L + 1, y_of(v), W - R, y_class, L - 4, y_of(v) + 4, tick_label(v, t.decimals).c_str());
+            s += buf;
+        }
+        for (double st = 0; st <= max_step + 1e-9; st += tick) {
+            std::snprintf(buf, sizeof buf,
+                          "<path d=\"M%.1f %.1f v5\" stroke=\"black\"/><text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.0f</text>\n",
+                          X(st), bottom, X(st), bottom + 18, st);
+            s += buf;
+        }
+        std::snprintf(buf, sizeof buf, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">step</text>\n", (L + W - R) / 2, bottom + 39);
+        s += buf;
+    };
+    axes(T, H - B, yt, Y, "y-tick");
     s += "<text x=\"70\" y=\"20\" fill=\"#1f77b4\">train loss</text><text x=\"160\" y=\"20\" fill=\"#ff7f0e\">validation loss</text>\n";
     if (lr) s += "<text x=\"280\" y=\"20\" fill=\"#999999\">learning rate (right axis)</text>\n";
-    auto polyline = [&](const char * color, auto step_of, auto value_of, size_t count) {
+    auto polyline_on = [&](auto y_of, const char * color, auto step_of, auto value_of, size_t count) {
         if (count == 0) return;
         s += "<polyline fill=\"none\" stroke=\"";
         s += color;
         s += "\" stroke-width=\"1.5\" points=\"";
         for (size_t i = 0; i < count; ++i) {
             if (!std::isfinite(value_of(i))) continue;  // a skipped step's non-finite loss: a gap, not a NaN coordinate
-            std::snprintf(buf, sizeof buf, "%.1f,%.1f ", X(step_of(i)), Y(value_of(i)));
+            std::snprintf(buf, sizeof buf, "%.1f,%.1f ", X(step_of(i)), y_of(value_of(i)));
             s += buf;
         }
         s += "\"/>\n";
     };
+    auto polyline = [&](const char * color, auto step_of, auto value_of, size_t count) { polyline_on(Y, color, step_of, value_of, count); };
     polyline("#1f77b4", [](size_t i) { return static_cast<double>(i + 1); }, [&](size_t i) { return c.train_loss[i]; }, n);
     polyline("#ff7f0e", [&](size_t i) { return static_cast<double>(c.eval_step[i]); }, [&](size_t i) { return c.eval_loss[i]; },
              c.eval_loss.size());
@@ -138,8 +145,9 @@ void write_loss_svg(const std::string & path, const TrainCurve & c, const LrSche
     for (size_t i = 0; i < c.eval_loss.size(); ++i) {
         if (!std::isfinite(c.eval_loss[i])) continue;
         std::snprintf(buf, sizeof buf,
-                      "<circle class=\"eval\" cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"#ff7f0e\"><title>step %d: validation loss %.4f, ppl %s</title></circle>\n",
-                      X(c.eval_step[i]), Y(c.eval_loss[i]), c.eval_step[i], c.eval_loss[i], format_perplexity(c.eval_loss[i]).c_str());
+                      "<circle class=\"eval\" cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"#ff7f0e\"><title>step %d: validation loss %.4f%s</title></circle>\n",
+                      X(c.eval_step[i]), Y(c.eval_loss[i]), c.eval_step[i], c.eval_loss[i],
+                      rewards ? "" : (", ppl " + format_perplexity(c.eval_loss[i])).c_str());
         s += buf;
     }
     if (best.best_step >= 0 && std::isfinite(best.best_loss)) {
@@ -150,6 +158,26 @@ void write_loss_svg(const std::string & path, const TrainCurve & c, const LrSche
                       bx, by, bx + (bx > W / 2 ? -10 : 10), by - 10, bx > W / 2 ? "end" : "start", best.best_loss,
                       static_cast<long long>(best.best_step));
         s += buf;
+    }
+    if (rewards) {  // preference training: each step's mean rewards of the chosen and rejected answers, and their margin
+        const size_t m = std::min(c.reward_chosen.size(), c.reward_rejected.size());
+        double rlo = 0, rhi = 0;
+        for (size_t i = 0; i < m; ++i)
+            for (double v : {double(c.reward_chosen[i]), double(c.reward_rejected[i]), double(c.reward_chosen[i]) - c.reward_rejected[i]})
+                if (std::isfinite(v)) rlo = std::min(rlo, v), rhi = std::max(rhi, v);
+        const Ticks rt = round_ticks(rlo, rhi, 4);
+        const double r0 = rt.first, r1 = rt.first + rt.step * (rt.count - 1), top = H + 25, bottom = H + PH - 45;
+        auto YR = [&](double v) { return top + (bottom - top) * (1.0 - (v - r0) / (r1 - r0)); };
+        axes(top, bottom, rt, YR, "reward-tick");
+        std::snprintf(buf, sizeof buf,
+                      "<text x=\"70\" y=\"%.1f\" fill=\"#2ca02c\">rewards/chosen</text><text x=\"190\" y=\"%.1f\" fill=\"#d62728\">"
+                      "rewards/rejected</text><text x=\"320\" y=\"%.1f\" fill=\"#9467bd\">rewards/margins</text>\n",
+                      top - 8, top - 8, top - 8);
+        s += buf;
+        auto step_of = [](size_t i) { return static_cast<double>(i + 1); };
+        polyline_on(YR, "#2ca02c", step_of, [&](size_t i) { return c.reward_chosen[i]; }, m);
+        polyline_on(YR, "#d62728", step_of, [&](size_t i) { return c.reward_rejected[i]; }, m);
+        polyline_on(YR, "#9467bd", step_of, [&](size_t i) { return c.reward_chosen[i] - c.reward_rejected[i]; }, m);
     }
     s += "</svg>\n";
 

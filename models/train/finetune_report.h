@@ -15,7 +15,8 @@ namespace rp {
 
 // The loss curve: train loss per step, validation loss at its evaluation steps (each point's value on hover,
 // the best one ringed: what --save-best keeps), y ticks at round values; with `lr`, the learning rate of
-// every step as a faint dashed line on a second axis at the right.
+// every step as a faint dashed line on a second axis at the right; for preference training (the curve's rewards),
+// a panel below with each step's rewards/chosen, rewards/rejected and their margin.
 void write_loss_svg(const std::string & path, const TrainCurve & curve, const LrSchedule * lr = nullptr);
 
 // The perplexity exp(loss) of a mean token loss, as every report prints it: 3 decimals up to 10^6, then

@@ -492,6 +492,8 @@ StepReport TrainingSession::step() {
         PreferenceStats ps;
         ps.add(*opt_.finetune.preference, seq_logps.data(), seq_values.data(), bt.n_seq);
         r.preference = ps.mean();
+        st_.curve.reward_chosen.push_back(static_cast<float>(r.preference->reward_chosen));
+        st_.curve.reward_rejected.push_back(static_cast<float>(r.preference->reward_rejected));
     }
     {
         std::lock_guard<std::mutex> lk(norm_m_);

@@ -129,6 +129,33 @@ TEST(LossSvg, FlatAndEmptyCurves) {
     EXPECT_EQ(std::system(("rsvg-convert -o " + d.file("flat.png") + " " + d.file("flat.svg")).c_str()), 0);
 }
 
+// Preference training adds a panel of each step's rewards (chosen, rejected, their margin) on its own round
+// ticks, and the evaluations' hover text drops the perplexity (a preference loss has none).
+TEST(LossSvg, PreferenceRewardsPanel) {
+    rp_test::TempDir d;
+    rp::TrainCurve c = sample_curve();
+    for (int i = 1; i <= 50; ++i) {
+        c.reward_chosen.push_back(static_cast<float>(0.02 * i));
+        c.reward_rejected.push_back(static_cast<float>(-0.05 * i));
+    }
+    c.reward_chosen[7] = NAN;  // a KTO batch without a desirable example: a gap
+    rp::write_loss_svg(d.file("pref.svg"), c);
+    const std::string svg = slurp(d.file("pref.svg"));
+    EXPECT_EQ(svg.find("nan"), std::string::npos) << svg;
+    for (const char * name : {"rewards/chosen", "rewards/rejected", "rewards/margins"}) EXPECT_NE(svg.find(name), std::string::npos) << name;
+    const std::vector<std::string> ticks = after(svg, "class=\"reward-tick\"");
+    ASSERT_GE(ticks.size(), 3u) << svg;
+    EXPECT_LE(std::stod(ticks.front()), -2.5) << ticks.front();  // rejected's lowest
+    EXPECT_GE(std::stod(ticks.back()), 3.5) << ticks.back();     // the margin's highest
+    for (const std::string color : {"#2ca02c", "#d62728", "#9467bd"}) {  // one point per step (chosen and the margin: one gap)
+        const std::vector<std::string> pts = after(svg, "stroke=\"" + color + "\" stroke-width=\"1.5\" points=", '"', '"');
+        ASSERT_EQ(pts.size(), 1u) << color;
+        EXPECT_EQ(count(pts[0], ","), color == "#d62728" ? 50u : 49u) << color;
+    }
+    EXPECT_EQ(svg.find("ppl"), std::string::npos) << "no perplexity on a preference run's evaluations";
+    EXPECT_EQ(std::system(("rsvg-convert -o " + d.file("pref.png") + " " + d.file("pref.svg")).c_str()), 0);
+}
+
 // Perplexity as every report prints it: three decimals, scientific past 10^6 (the huge value of an untrained
 // model's first evaluation), inf past a double's range.
 TEST(LossSvg, PerplexityFormatting) {

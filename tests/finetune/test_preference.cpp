@@ -518,6 +518,9 @@ TEST(PreferenceTraining, ResumeKeepsTheReferenceAndIsBitExact) {
         EXPECT_EQ(std::memcmp(a->data, b->data, static_cast<size_t>(a->nelements()) * sizeof(float)), 0) << whole.trainer().params()[i].name;
     }
     EXPECT_EQ(whole.curve().train_loss, second.curve().train_loss);
+    EXPECT_EQ(whole.curve().reward_chosen, second.curve().reward_chosen);
+    EXPECT_EQ(whole.curve().reward_rejected, second.curve().reward_rejected);
+    EXPECT_EQ(second.curve().reward_chosen.size(), 4u);
 }
 
 TEST(PreferenceTraining, TheObjectiveMustMatchTheData) {
