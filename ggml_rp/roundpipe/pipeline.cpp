@@ -108,6 +108,10 @@ struct Pipeline::Impl {
     CallPlan plan(const std::vector<MicroBatchInfo> & mbs);
     void harvest_timings();
     void dispatch(const std::shared_ptr<Job> & job, int device);
+    // A call of these micro-batches planned, laid out and its jobs dispatched (forward_only: without the backward
+    // stages, in evaluation mode, not timed); then, once its fused parts are done, each micro-batch's head results.
+    std::shared_ptr<Call> start_call(const std::vector<MicroBatch> & mbs, bool forward_only);
+    std::vector<std::vector<float>> head_results_of(Call & c);
 };
 
 // ---------------------------------------------------------------------------------------------------------
@@ -211,41 +215,60 @@ Pipeline::~Pipeline() {
     }
 }
 
-double Pipeline::forward_backward(const std::vector<MicroBatch> & mbs, std::vector<std::vector<float>> * head_results) {
-    Impl & d = *impl_;
-    rethrow_faults();
-    if (mbs.empty()) throw Error("forward_backward: no micro-batches");
-    d.harvest_timings();
+std::shared_ptr<Call> Pipeline::Impl::start_call(const std::vector<MicroBatch> & mbs, bool forward_only) {
     std::vector<MicroBatchInfo> info;
     for (const MicroBatch & m : mbs) info.push_back(m.info);
-    CallPlan cp = d.plan(info);
+    const CallPlan cp = plan(info);  // (a forward-only call takes a training call's plan: it needs no more)
     std::vector<MicroBatch> chunked = mbs;
-    for (MicroBatch & m : chunked) m.info.token_chunk = cp.token_chunk;
-    auto c = std::make_shared<Call>(d.calls++, d.prog, *d.pinned, chunked, cp.plan);
-    d.unharvested.push_back(c);
-    while (d.unharvested.size() > 4) d.unharvested.pop_front();  // never hold more than a few calls' buffers
-    d.last = cp;
-    for (const JobSpec & spec : schedule_jobs(d.opt.schedule, c->plan, c->stages, c->M)) {
+    for (MicroBatch & m : chunked) {
+        m.info.token_chunk = cp.token_chunk;
+        if (forward_only) m.info.training = false;  // evaluation mode: no dropout
+    }
+    auto c = std::make_shared<Call>(calls++, prog, *pinned, chunked, cp.plan);
+    c->forward_only = forward_only;
+    if (!forward_only) {  // (a forward-only call's launches are not timed for the planner: its head runs a third of the work)
+        unharvested.push_back(c);
+        while (unharvested.size() > 4) unharvested.pop_front();  // never hold more than a few calls' buffers
+        last = cp;
+    }
+    std::vector<JobSpec> jobs = schedule_jobs(opt.schedule, c->plan, c->stages, c->M);
+    if (forward_only) jobs = forward_only_jobs(std::move(jobs), c->stages);
+    for (const JobSpec & spec : jobs) {
         auto job = std::make_shared<Job>();
         job->call = c;
         job->spec = spec;
         job->shape = cp.shape;
         job->memory = cp.memory;
-        const int dev = spec.device >= 0 ? spec.device : static_cast<int>(d.rr++ % static_cast<uint64_t>(d.G));
-        d.dispatch(job, dev);
+        const int dev = spec.device >= 0 ? spec.device : static_cast<int>(rr++ % static_cast<uint64_t>(G));
+        dispatch(job, dev);
     }
-    ++d.calls_in_step;
-    for (int i = 0; i < c->M; ++i) c->fused_done.acquire();
-    double loss = 0;
-    if (head_results) head_results->clear();
-    for (int i = 0; i < c->M; ++i) {
+    return c;
+}
+
+std::vector<std::vector<float>> Pipeline::Impl::head_results_of(Call & c) {
+    for (int i = 0; i < c.M; ++i) c.fused_done.acquire();
+    std::vector<std::vector<float>> results;
+    for (int i = 0; i < c.M; ++i) {
         const size_t mi = static_cast<size_t>(i);
-        if (auto & ev = c->loss_ready[mi]) ev->synchronize();
-        const float * r = c->loss.as<float>() + c->loss_at[mi];
-        loss += r[0];
-        if (head_results) head_results->emplace_back(r, r + d.prog.head_results(c->info[mi]));
+        if (auto & ev = c.loss_ready[mi]) ev->synchronize();
+        const float * r = c.loss.as<float>() + c.loss_at[mi];
+        results.emplace_back(r, r + prog.head_results(c.info[mi]));
     }
+    return results;
+}
+
+double Pipeline::forward_backward(const std::vector<MicroBatch> & mbs, std::vector<std::vector<float>> * head_results) {
+    Impl & d = *impl_;
     rethrow_faults();
+    if (mbs.empty()) throw Error("forward_backward: no micro-batches");
+    d.harvest_timings();
+    const std::shared_ptr<Call> c = d.start_call(mbs, false);
+    ++d.calls_in_step;
+    std::vector<std::vector<float>> results = d.head_results_of(*c);
+    double loss = 0;
+    for (const std::vector<float> & r : results) loss += r[0];
+    rethrow_faults();
+    if (head_results) *head_results = std::move(results);
     return loss;
 }
 
@@ -253,30 +276,8 @@ std::vector<std::vector<float>> Pipeline::forward(const std::vector<MicroBatch> 
     Impl & d = *impl_;
     rethrow_faults();
     if (mbs.empty()) throw Error("forward: no micro-batches");
-    std::vector<MicroBatchInfo> info;
-    for (const MicroBatch & m : mbs) info.push_back(m.info);
-    const CallPlan cp = d.plan(info);  // a training call's plan: the forward-only call takes no more
-    std::vector<MicroBatch> chunked = mbs;
-    for (MicroBatch & m : chunked) m.info.token_chunk = cp.token_chunk;
-    auto c = std::make_shared<Call>(d.calls++, d.prog, *d.pinned, chunked, cp.plan);
-    c->forward_only = true;  // (its launches are not timed for the planner: the head runs a third of its work)
-    for (const JobSpec & spec : forward_only_jobs(schedule_jobs(d.opt.schedule, c->plan, c->stages, c->M), c->stages)) {
-        auto job = std::make_shared<Job>();
-        job->call = c;
-        job->spec = spec;
-        job->shape = cp.shape;
-        job->memory = cp.memory;
-        const int dev = spec.device >= 0 ? spec.device : static_cast<int>(d.rr++ % static_cast<uint64_t>(d.G));
-        d.dispatch(job, dev);
-    }
-    for (int i = 0; i < c->M; ++i) c->fused_done.acquire();
-    std::vector<std::vector<float>> results;
-    for (int i = 0; i < c->M; ++i) {
-        const size_t mi = static_cast<size_t>(i);
-        if (auto & ev = c->loss_ready[mi]) ev->synchronize();
-        const float * r = c->loss.as<float>() + c->loss_at[mi];
-        results.emplace_back(r, r + d.prog.head_results(c->info[mi]));
-    }
+    const std::shared_ptr<Call> c = d.start_call(mbs, true);
+    std::vector<std::vector<float>> results = d.head_results_of(*c);
     rethrow_faults();
     return results;
 }

@@ -85,7 +85,8 @@ public:
     double forward_backward(const std::vector<MicroBatch> & mbs, std::vector<std::vector<float>> * head_results = nullptr);
 
     // A forward-only call (evaluation, a reference pass): the micro-batches through the forward stages and the
-    // head's forward (TrainingProgram::head_forward); returns each micro-batch's head results. No gradient is
+    // head's forward (TrainingProgram::head_forward), in evaluation mode (MicroBatchInfo::training false: no
+    // dropout); returns each micro-batch's head results. No gradient is
     // computed and nothing changes for the next step(); the working weights are those the next call would use.
     std::vector<std::vector<float>> forward(const std::vector<MicroBatch> & mbs);
 

@@ -43,6 +43,8 @@ struct MicroBatchInfo {
     // A sequence-level objective's inputs for the head program, opaque to the runtime: floats per sequence
     // ([n_seq][TrainingProgram::sequence_values()]), host memory outliving the call; nullptr for token losses.
     const float * sequence_values = nullptr;
+    // The programs' mode: training (LoRA dropout and the like active), or evaluation (Pipeline::forward).
+    bool training = true;
     int64_t tokens() const { return seq_len * n_seq; }
 };
 

@@ -61,7 +61,9 @@ Trainer::Bound Trainer::bind(Context & ctx, int layer, const LayerMemory & mem, 
     for (const SeqTensor & st : list)
         if (const std::vector<LoraDelta> * ds = lora_.find(st.t))
             for (const LoraDelta & d : *ds) b.lora.add(m(st.t), {m(d.a), m(d.b), d.scale});
-    b.lora.dropout = {cfg_.lora_dropout, cfg_.seed, mb.step, mb.seq_offset, mb.seq_len};
+    // LoRA dropout in training mode only (an evaluation or a reference pass sees the whole adapter, as the
+    // whole-model graphs of loss() and sequence_logps() do)
+    b.lora.dropout = {mb.training ? cfg_.lora_dropout : 0.0f, cfg_.seed, mb.step, mb.seq_offset, mb.seq_len};
     return b;
 }
 

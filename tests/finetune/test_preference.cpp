@@ -523,6 +523,30 @@ TEST(PreferenceTraining, ResumeKeepsTheReferenceAndIsBitExact) {
     EXPECT_EQ(second.curve().reward_chosen.size(), 4u);
 }
 
+// With LoRA dropout (on a starting adapter, whose B is not 0) the reference pass runs in evaluation mode on the
+// devices as on the host (no dropout: the whole adapter), so both give the same bits, while the steps train with
+// dropout (at step 1 the policy is not the reference).
+TEST(PreferenceTraining, TheReferencePassThroughTheDevicesHasNoDropout) {
+    const rp::Dataset d = pairs(toy_pairs(8));
+    rp::SessionOptions o = pref_options(method(rp::PreferenceMethod::Dpo, 0.1), 1);
+    o.finetune.lora_dropout = 0.3f;
+    o.finetune.start_adapter = ft_test::model_path("reference/lora/stories260K-lora-r4-a8.gguf");  // B != 0: dropout shows
+    rp::TrainingSession host(*fx().model, d, o);
+    ASSERT_TRUE(host.reference_pass());
+    rp::SessionOptions po = o;
+    po.pipelined = true;
+    po.devices.count = 2;
+    po.devices.memory_each = size_t(64) << 20;
+    rp::TrainingSession pipe(*fx().model, d, po);
+    ASSERT_TRUE(pipe.reference_pass());
+    ASSERT_EQ(pipe.reference_logps().size(), host.reference_logps().size());
+    EXPECT_EQ(std::memcmp(pipe.reference_logps().data(), host.reference_logps().data(), host.reference_logps().size() * sizeof(float)), 0);
+    // The training step does drop: at step 0 the policy's log-probabilities differ from the reference's.
+    const rp::StepReport r = pipe.step();
+    EXPECT_NE(static_cast<float>(r.loss), static_cast<float>(std::numbers::ln2));
+    EXPECT_EQ(r.loss, host.step().loss);
+}
+
 TEST(PreferenceTraining, TheObjectiveMustMatchTheData) {
     const rp::Dataset d = pairs(toy_pairs(4));
     rp::SessionOptions sft = pref_options(method(rp::PreferenceMethod::Dpo, 0.1));
