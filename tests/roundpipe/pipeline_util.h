@@ -91,6 +91,9 @@ struct Workload {
     int steps = 2;
     int calls = 2;  // forward_backward calls accumulated per step
     int M = 3;      // micro-batches per call
+    // pipelined(): each call preceded by a forward-only call of the same micro-batches (Pipeline::forward), whose
+    // loss must be the training call's without LoRA dropout (RunResult::forward_mismatches); the references ignore it.
+    bool forward_first = false;
     int64_t T = 12;
     uint32_t vocab = 256;
 
@@ -220,6 +223,7 @@ struct RunResult {
     std::vector<rp::DeviceMemoryPlan> used;  // per device: the most each region held
     std::vector<rp::DeviceMemoryPlan> carved;  // per device: the regions as carved (the largest of the calls' plans)
     std::vector<double> losses;
+    int forward_mismatches = 0;                // Workload::forward_first: forward-only losses that differed
     int timing_samples = 0;
     std::vector<uint64_t> pinned_allocations;  // the pool's count after each call (blocks pinned so far)
     uint64_t pinned_reuses = 0;                // takes the pool served from blocks of earlier calls
@@ -272,7 +276,12 @@ inline RunResult pipelined(const rp::Model & model, const rp::FinetuneConfig & c
                 std::vector<MbData> data;
                 for (int mb = 0; mb < w.M; ++mb) data.push_back(w.data(s, c, mb));
                 const std::vector<rp::MicroBatch> mbs = micro_batches(data, s, ls);
+                double forward_loss = 0;
+                if (w.forward_first)
+                    for (const std::vector<float> & res : pipe.forward(mbs)) forward_loss += res[0];
                 r.losses.push_back(pipe.forward_backward(mbs));
+                // (with LoRA dropout the forward-only call, in evaluation mode, drops nothing: another loss)
+                if (w.forward_first && cfg.lora_dropout == 0.0f && forward_loss != r.losses.back()) ++r.forward_mismatches;
                 r.pinned_allocations.push_back(pipe.pinned_stats().allocations);
                 std::vector<rp::MicroBatchInfo> info;
                 for (const rp::MicroBatch & mb : mbs) info.push_back(mb.info);

@@ -1,6 +1,7 @@
 // Race fuzzing of the RoundPipe runtime (roundpipe.md §16): every stream of every CPU virtual device sleeps a
 // random time before each operation, and the device and optimizer threads sleep between their steps; each
-// seed must still end bit-identical to the single-device reference, with no protocol violation. CI also runs
+// seed must still end bit-identical to the single-device reference, with no protocol violation; every third seed
+// runs a forward-only call (Pipeline::forward) before each training call, whose loss must be the training call's. CI also runs
 // this program under ThreadSanitizer (RP_OPENMP=OFF). RP_FUZZ_SEEDS overrides the number of seeds (>= 200).
 #include "tests/roundpipe/pipeline_util.h"
 
@@ -73,12 +74,15 @@ TEST(PipelineFuzz, RandomDelaysNeverChangeTheBits) {
         ds.memory = size_t(o.schedule == rp::ScheduleKind::RoundPipe ? 1 : 2) << 20;
         ds.delay_seed = static_cast<uint64_t>(seed) * 1000;
         ds.max_delay_us = 40;
-        const RunResult r = pipelined(model, use_full ? full : lora, w, ds, o);
+        Workload wf = w;
+        wf.forward_first = seed % 3 == 1;  // forward-only calls (a reference pass, an evaluation) between the training calls
+        const RunResult r = pipelined(model, use_full ? full : lora, wf, ds, o);
         const auto & ref = o.async ? ref_async : (use_full ? ref_full : ref_lora);
         const int diff = first_difference(r.masters, ref);
         EXPECT_EQ(diff, -1) << "seed " << seed << " G=" << ds.G << " " << rp::schedule_name(o.schedule)
                             << (o.async ? " async" : " sync") << (use_full ? " full" : " lora") << " plan " << r.plan.describe();
         EXPECT_EQ(r.checks.flag_violations, 0) << "seed " << seed;
+        EXPECT_EQ(r.forward_mismatches, 0) << "seed " << seed << ": a forward-only call's loss differs from its training call's";
         if (o.instrument) {
             EXPECT_EQ(r.checks.weight_version_mismatches, 0) << "seed " << seed;
             EXPECT_EQ(r.checks.grad_slot_errors, 0) << "seed " << seed;
