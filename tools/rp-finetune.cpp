@@ -113,7 +113,7 @@ void print_setup(Progress & say, const rp::FinetuneJob & job, const rp::SessionO
               rp::cli::omp_wait_setting().c_str());
     const rp::DatasetStats & ds = data.stats();
     if (const auto & pp = o.finetune.preference) {
-        say.print("%s: %zu %s, %zu sequences, padding %.1f%%), %zu truncated "
+        say.print("%s: %zu %s %zu sequences, padding %.1f%%), %zu truncated "
                   "(--max-prompt-len %lld, then --seq-len %lld); method %s, %s %g%s\n",
                   job.data_path.c_str(), ds.n_examples,
                   data.kto() ? "KTO examples (prompt + completion, and the prompt with the next example's completion for the KL term:"

@@ -7,6 +7,7 @@
 // the reference; the tool's flags, metrics and refusals.
 #include "base/error.h"
 #include "ggml_rp/ops/preference_math.h"
+#include "models/train/run_plan.h"
 #include "models/train/session.h"
 #include "models/text/chat_template.h"
 #include "models/text/tokenizer.h"
@@ -545,6 +546,22 @@ TEST(PreferenceTraining, TheReferencePassThroughTheDevicesHasNoDropout) {
     const rp::StepReport r = pipe.step();
     EXPECT_NE(static_cast<float>(r.loss), static_cast<float>(std::numbers::ln2));
     EXPECT_EQ(r.loss, host.step().loss);
+}
+
+// The memory plan (rp-finetune --plan) counts a step's pairs as two sequences each, in micro-batches of whole pairs.
+TEST(PreferenceTraining, ThePlanCountsTwoSequencesPerPair) {
+    rp::RunPlanOptions po;
+    po.session = pref_options(method(rp::PreferenceMethod::Dpo, 0.1));  // batch 4 pairs, 2 micro-batches
+    po.seq_len = 48;
+    const rp::RunPlan pref = rp::plan_run(*fx().model, po);
+    ASSERT_EQ(pref.step.size(), 2u);
+    EXPECT_EQ(pref.step[0].n_seq, 4);
+    EXPECT_EQ(pref.step[1].n_seq, 4);
+    EXPECT_EQ(pref.step[1].seq_offset, 4);
+    po.session.finetune.preference.reset();
+    const rp::RunPlan sft = rp::plan_run(*fx().model, po);
+    EXPECT_EQ(sft.step[0].n_seq, 2);
+    EXPECT_EQ(pref.host.checkpoints, 2 * sft.host.checkpoints);
 }
 
 TEST(PreferenceTraining, TheObjectiveMustMatchTheData) {
