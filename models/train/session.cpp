@@ -81,8 +81,9 @@ std::vector<float> pair_values(const Dataset & data, const Batch & bt, const Pre
     return v;
 }
 
-// Preference training's validation: the mean pair loss at the current weights and the pairs' metrics, from each
-// sequence's log-probability (forward only) and [reference, tokens, NLL weight] (the ORPO weight over the split).
+// Preference training's validation: the mean loss of the split's pairs (KTO: examples, each evaluation batch its
+// own KL) at the current weights and their metrics, from each sequence's log-probability (forward only) and values
+// (pair_values; ORPO's NLL term averaged over the whole split's chosen tokens). Every rank evaluates every pair.
 double eval_preference_loss(Trainer & tr, const Dataset & data, const std::vector<uint32_t> & idx, int64_t batch, int threads,
                             const PreferenceParams & p, const std::vector<float> & reference, PreferenceStats & stats) {
     double pair_sum = 0, nll_sum = 0, chosen_tokens = 0;
