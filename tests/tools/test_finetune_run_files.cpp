@@ -78,7 +78,7 @@ TEST(FinetuneRunFiles, ABadRunFileExitsOneNamingTheLineAndLeavesNothing) {
 
 // The example run files read cleanly (every key an option, every value in range), and the main job's trains.
 TEST(FinetuneRunFiles, TheExamplesAreValidRunFiles) {
-    for (const char * name : {"stories260K-lora.toml", "chat-lora.toml"}) {
+    for (const char * name : {"stories260K-lora.toml", "chat-lora.toml", "stories260K-dpo.toml"}) {
         std::string log;
         EXPECT_EQ(ft_test::run(finetune() + " --config " + std::string(RP_SOURCE_DIR) + "/examples/runs/" + name + " --print-config", &log), 0)
             << name << "\n" << log;
@@ -92,4 +92,14 @@ TEST(FinetuneRunFiles, TheExamplesAreValidRunFiles) {
               0)
         << log;
     EXPECT_TRUE(fs::exists(d.file("a.gguf")));
+    // The preference example: DPO from an SFT adapter (here llama.cpp's reference adapter of stories260K).
+    ASSERT_EQ(ft_test::run(finetune() + " --config " + std::string(RP_SOURCE_DIR) + "/examples/runs/stories260K-dpo.toml -m " + ft_test::stories() +
+                               " --data " + std::string(RP_SOURCE_DIR) + "/examples/data/stories-pairs.jsonl --adapter " +
+                               ft_test::model_path("reference/lora/stories260K-lora-r4-a8.gguf") + " --steps 2 --eval-every 1 --sample-every 2 -t 1 -o " +
+                               d.file("dpo.gguf"),
+                           &log),
+              0)
+        << log;
+    EXPECT_NE(log.find("step 1/2 | loss 0.6931"), std::string::npos) << log;
+    EXPECT_TRUE(fs::exists(d.file("dpo.gguf")));
 }
