@@ -40,6 +40,9 @@ int max_seq(const rp::cli::SimulateSettings & s) {
                     r.model.c_str(), rp::format_bytes(r.weight_bytes).c_str(), r.weight_types.c_str(), o.lora_rank, r.micro_batches, o.devices,
                     rp::format_bytes(o.device_memory).c_str());
         std::printf("max seq: %lld\n", static_cast<long long>(r.max_seq));
+        if (o.host_memory > 0)
+            std::printf("host RAM %s: %s; the devices alone train %lld tokens\n", rp::format_bytes(o.host_memory).c_str(),
+                        r.max_seq < r.device_max_seq ? "it caps the sequence" : "not the limit", static_cast<long long>(r.device_max_seq));
         if (r.paper_max_seq)
             std::printf("paper: %lld (RoundPipe on an RTX 4090); ours / paper = %.2f\n", static_cast<long long>(r.paper_max_seq),
                         static_cast<double>(r.max_seq) / static_cast<double>(r.paper_max_seq));

@@ -39,6 +39,10 @@ void declare_simulate_options(Options & p, SimulateSettings & s) {
            "breakdown at that length and the paper's figure (qwen3-1.7b 73k, llama3.1-8b 49k,\n"
            "qwen3-32b 28k on an RTX 4090); --all: those three");
     p.size("--device-mem", s.mem.device_memory, "memory of one device");
+    p.size("--host-mem", s.mem.host_memory,
+           "--max-seq: the host RAM the plan must fit too (its host peak: the pinned boundary\n"
+           "checkpoints grow with the sequence); 0 = the devices alone decide (default)",
+           true);
     p.integer("--lora-rank", s.mem.lora_rank, 1, 1000000, "LoRA rank (--max-seq and the --nodes gradients)");
     p.group("Data parallel (architecture.md 8)");
     p.note("R servers, each this many GPUs, gradients all-reduced between them as each layer is handed off\n"

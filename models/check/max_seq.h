@@ -18,6 +18,9 @@ struct MaxSeqOptions {
     int micro_batches = 16;  // at least 2 are planned
     int devices = 8;
     size_t device_memory = size_t(24) << 30;
+    // > 0: the sequence must also fit this much host RAM (the plan's host peak: pinned boundary checkpoints grow
+    // with it); 0: the devices alone decide.
+    size_t host_memory = 0;
 };
 
 struct MaxSeqResult {
@@ -27,6 +30,8 @@ struct MaxSeqResult {
     std::string weight_types;  // "bf16" or "bf16, experts mxfp4"
     int micro_batches = 0;     // planned
     int64_t max_seq = 0;
+    int64_t device_max_seq = 0; // what the devices alone allow (max_seq is less when host_memory caps it)
+    size_t host_peak = 0;       // the plan's host peak at max_seq
     int64_t paper_max_seq = 0; // the paper's figure (0: none for this model)
     std::string report;        // the plan at max_seq (RunPlan::report), empty when nothing fits
 };

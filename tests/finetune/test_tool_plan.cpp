@@ -163,6 +163,25 @@ TEST(FinetunePlanTool, MaxSeqOfThePaperModelsIsAtLeastTwiceThePapers) {
     EXPECT_NE(log.find("at seq "), std::string::npos) << log;  // the breakdown at the maximum
 }
 
+// rp-simulate --max-seq --host-mem: the host RAM caps the sequence where the plan's host peak (the pinned boundary
+// checkpoints grow with it) would exceed it: Qwen3-1.7B's 24 GiB devices train ~199k tokens, whose host peak is
+// 2.8 TB; with 256 GiB of host RAM the longest sequence is shorter and its host peak fits.
+TEST(FinetunePlanTool, MaxSeqWithHostMemoryFitsTheHost) {
+    std::string all, capped, next;
+    ASSERT_EQ(ft_test::run(ft_test::tool("rp-simulate") + " --max-seq --model qwen3-1.7b --device-mem 24G", &all), 0) << all;
+    ASSERT_EQ(ft_test::run(ft_test::tool("rp-simulate") + " --max-seq --model qwen3-1.7b --device-mem 24G --host-mem 256G", &capped), 0) << capped;
+    const long long device_max = field(all, "max seq"), host_max = field(capped, "max seq");
+    EXPECT_GT(field(all, "host peak"), 256LL << 30) << all;
+    EXPECT_GT(host_max, 1000) << capped;
+    EXPECT_LT(host_max, device_max) << capped;
+    EXPECT_LE(field(capped, "host peak"), 256LL << 30) << capped;
+    EXPECT_NE(capped.find("it caps the sequence; the devices alone train " + std::to_string(device_max) + " tokens"), std::string::npos) << capped;
+    // Enough host RAM: the devices decide.
+    ASSERT_EQ(ft_test::run(ft_test::tool("rp-simulate") + " --max-seq --model qwen3-1.7b --device-mem 24G --host-mem 4T", &next), 0) << next;
+    EXPECT_EQ(field(next, "max seq"), device_max) << next;
+    EXPECT_NE(next.find("not the limit"), std::string::npos) << next;
+}
+
 // rp-simulate --nodes: the data-parallel timing model on the real shapes. LoRA gradients of Qwen3-32B
 // (r = 32: about 1 GB per iteration) hide behind a 22 s iteration even at 25 Gbit/s; a full finetune's
 // 131 GB of fp32 gradients cannot, and 100 Gbit/s recovers part of it.

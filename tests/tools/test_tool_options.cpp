@@ -359,9 +359,10 @@ TEST(SimulateOptions, EveryFlagParsesAsTheOldParserDid) {
              EXPECT_EQ(s.custom.head_fwd_ms, 20);
              EXPECT_EQ(s.custom.head_bwd_ms, 40);
          }},
-        {"--max-seq --device-mem 16G --lora-rank 8 --nodes 4 --node-link 100Gbit/s,5us --full", [](const S & s) {
+        {"--max-seq --device-mem 16G --host-mem 512G --lora-rank 8 --nodes 4 --node-link 100Gbit/s,5us --full", [](const S & s) {
              EXPECT_TRUE(s.max_seq && s.full);
              EXPECT_EQ(s.mem.device_memory, size_t(16) << 30);
+             EXPECT_EQ(s.mem.host_memory, size_t(512) << 30);
              EXPECT_EQ(s.mem.lora_rank, 8);
              EXPECT_EQ(s.sim.config.nodes, 4);
              EXPECT_EQ(s.node_link, "100Gbit/s,5us");
@@ -389,8 +390,8 @@ TEST(ToolOptions, HelpDocumentsExactlyTheDeclaredFlags) {
     check_help(rp::cli::declare_simulate_options,
                {"--help", "--model", "--all", "--layers", "--fwd-ms", "--bwd-ms", "--head-fwd-ms", "--head-bwd-ms", "--gpus", "--micro-batches",
                 "--iterations", "--async", "--sync", "--hop-ms", "--partition", "--published", "--balance", "--no-balance", "--weight-mb",
-                "--link", "--optimizer-ms", "--copy-back-ms", "--tokens-per-mb", "--trace", "--max-seq", "--device-mem", "--lora-rank",
-                "--nodes", "--node-link", "--full"});
+                "--link", "--optimizer-ms", "--copy-back-ms", "--tokens-per-mb", "--trace", "--max-seq", "--device-mem", "--host-mem",
+                "--lora-rank", "--nodes", "--node-link", "--full"});
 }
 
 // rp-gguf's commands, rp-trace and rp-bench's families: each --help names every flag it took before.
