@@ -145,12 +145,9 @@ public:
             t.prompt = tok_.encode(prompt->string, true, false);
             t.completion = answer_tokens(c, false);
         } else {
-            if (!opt_.chat) fail("a conversational KTO example needs a chat template: the model has none (name one: chatml, llama3 or FILE.jinja)");
-            const std::vector<ChatMessage> c = chat_messages(*completion, "completion");
-            for (const ChatMessage & m : c)
-                if (m.role != "assistant") fail("the completion holds assistant messages only, got a \"" + m.role + "\" message");
+            require_chat("a conversational KTO example");
             std::string prompt_text, answer_text;
-            render_answer(chat_messages(*prompt, "prompt"), c, prompt_text, answer_text);
+            render_answer(chat_messages(*prompt, "prompt"), answer_messages(*completion, "completion"), prompt_text, answer_text);
             t.prompt = tok_.encode(prompt_text, true, true);
             t.completion = answer_tokens(answer_text, true);
         }
@@ -179,15 +176,11 @@ public:
             t.chosen = answer_tokens(c, false);
             t.rejected = answer_tokens(r, false);
         } else {
-            if (!opt_.chat) fail("a conversational pair needs a chat template: the model has none (name one: chatml, llama3 or FILE.jinja)");
+            require_chat("a conversational pair");
             const std::vector<ChatMessage> p = chat_messages(*prompt, "prompt");
-            std::vector<ChatMessage> c = chat_messages(*chosen, "chosen"), r = chat_messages(*rejected, "rejected");
-            for (const auto * list : {&c, &r})
-                for (const ChatMessage & m : *list)
-                    if (m.role != "assistant") fail("the answers hold assistant messages only, got a \"" + m.role + "\" message");
             std::string prompt_c, prompt_r, answer_c, answer_r;
-            render_answer(p, c, prompt_c, answer_c);
-            render_answer(p, r, prompt_r, answer_r);
+            render_answer(p, answer_messages(*chosen, "chosen"), prompt_c, answer_c);
+            render_answer(p, answer_messages(*rejected, "rejected"), prompt_r, answer_r);
             if (prompt_c != prompt_r) fail("the chat template renders the prompt differently before the two answers");
             if (answer_c == answer_r) fail("the chosen and the rejected answer render to the same text: the pair prefers nothing");
             t.prompt = tok_.encode(prompt_c, true, true);
@@ -272,6 +265,18 @@ private:
         answer_text = r.text.substr(r.assistant[first].begin);
     }
 
+    void require_chat(const char * what) const {
+        if (!opt_.chat) fail(std::string(what) + " needs a chat template: the model has none (name one: chatml, llama3 or FILE.jinja)");
+    }
+
+    // An answer's messages (a pair's chosen or rejected, a KTO completion): assistant messages only.
+    std::vector<ChatMessage> answer_messages(const json::Value & messages, const std::string & key) const {
+        std::vector<ChatMessage> chat = chat_messages(messages, key);
+        for (const ChatMessage & m : chat)
+            if (m.role != "assistant") fail("\"" + key + "\" holds assistant messages only, got a \"" + m.role + "\" message");
+        return chat;
+    }
+
     std::vector<ChatMessage> chat_messages(const json::Value & messages, const std::string & key) const {
         if (!messages.is_array() || messages.array.empty()) fail("\"" + key + "\" must be a string or a non-empty array of messages");
         std::vector<ChatMessage> chat;
@@ -297,7 +302,7 @@ private:
     Tokens from_messages(const json::Value & messages) const {
         if (!messages.is_array() || messages.array.empty()) fail("\"messages\" must be a non-empty array");
         const std::vector<ChatMessage> chat = chat_messages(messages, "messages");
-        if (!opt_.chat) fail("\"messages\" needs a chat template: the model has none (name one: chatml, llama3 or FILE.jinja)");
+        require_chat("\"messages\"");
         const RenderedChat r = render_training_chat(*opt_.chat, chat, opt_.train_analysis);
         if (r.assistant.empty()) fail("\"messages\" has no assistant turn: nothing to train on");
         Tokens t;

@@ -57,56 +57,6 @@ SessionOptions checked(SessionOptions o, const Dataset & data) {
 
 bool needs_reference(const SessionOptions & o) { return o.finetune.preference && preference_needs_reference(o.finetune.preference->method); }
 
-// Preference training: each sequence of batch bt's values (ops/preference_math.h SequenceValue): reference
-// log-probability (0 without a reference), answer tokens, NLL weight (ORPO: the chosen answers' NLL averaged over
-// the batch's chosen tokens, as TRL) and kind (KTO: the example's +1 desirable / -1 undesirable, its KL sequence 0).
-std::vector<float> pair_values(const Dataset & data, const Batch & bt, const PreferenceParams & p, const std::vector<float> & reference) {
-    constexpr int S = kSequenceValues;
-    std::vector<float> v(static_cast<size_t>(S * bt.n_seq), 0.0f);
-    double chosen_tokens = 0;
-    for (int64_t i = 0; i < bt.n_seq; ++i) {
-        const size_t unit = bt.units[static_cast<size_t>(i / 2)], gi = unit * 2 + static_cast<size_t>(i % 2);
-        const auto lab = data.labels(gi);
-        const float n = static_cast<float>(std::count_if(lab.begin(), lab.end(), [](int32_t l) { return l != kIgnoreLabel; }));
-        float * vi = v.data() + S * i;
-        vi[kReference] = reference.empty() ? 0.0f : reference[gi];
-        vi[kAnswerTokens] = n;
-        if (i % 2 == 0) {
-            chosen_tokens += n;
-            if (data.kto()) vi[kKind] = data.desirable(unit) ? 1.0f : -1.0f;
-        }
-    }
-    if (p.method == PreferenceMethod::Orpo)
-        for (int64_t i = 0; i < bt.n_seq; i += 2) v[size_t(S * i + kNllWeight)] = static_cast<float>(1.0 / chosen_tokens);
-    return v;
-}
-
-// Preference training's validation: the mean loss of the split's pairs (KTO: examples, each evaluation batch its
-// own KL) at the current weights and their metrics, from each sequence's log-probability (forward only) and values
-// (pair_values; ORPO's NLL term averaged over the whole split's chosen tokens). Every rank evaluates every pair.
-double eval_preference_loss(Trainer & tr, const Dataset & data, const std::vector<uint32_t> & idx, int64_t batch, int threads,
-                            const PreferenceParams & p, const std::vector<float> & reference, PreferenceStats & stats) {
-    double pair_sum = 0, nll_sum = 0, chosen_tokens = 0;
-    stats = {};
-    for (size_t b = 0; b < idx.size(); b += static_cast<size_t>(batch)) {
-        const size_t e = std::min(idx.size(), b + static_cast<size_t>(batch));
-        const Batch bt = make_batch(data, std::span<const uint32_t>(idx.data() + b, e - b));
-        const std::vector<float> lp = tr.sequence_logps(bt.inputs.data(), bt.labels.data(), bt.seq_len, bt.n_seq, threads);
-        std::vector<float> sv = pair_values(data, bt, p, reference);
-        for (int64_t c = 0; c < bt.n_seq; c += 2) {
-            nll_sum -= lp[size_t(c)];
-            chosen_tokens += sv[size_t(kSequenceValues * c + kAnswerTokens)];
-            sv[size_t(kSequenceValues * c + kNllWeight)] = 0.0f;  // (ORPO's NLL term over the split, below)
-        }
-        pair_sum += preference_batch_loss(p, lp.data(), sv.data(), bt.n_seq, 1.0, 0.0, nullptr);  // (KTO: each batch's KL)
-        stats.add(p, lp.data(), sv.data(), bt.n_seq);
-    }
-    stats = stats.mean();
-    const double pairs = static_cast<double>(stats.pairs);
-    // ORPO's NLL term: the chosen answers' cross-entropy, averaged over their tokens (as in training).
-    return pair_sum / pairs + (p.method == PreferenceMethod::Orpo ? nll_sum / chosen_tokens : 0.0);
-}
-
 // Mean loss over the unmasked tokens of the given sequences, on the host (data parallel: each rank a share of
 // the batches, the sums added over the ranks).
 double eval_loss(Trainer & tr, const Dataset & data, const std::vector<uint32_t> & idx, int64_t batch, int threads, Communicator * comm) {
@@ -158,45 +108,6 @@ void dump_step(Trainer & tr, const Batch & bt, float loss_scale, double loss, in
 
 int64_t resolved_micro_batches(const SessionOptions & o) {
     return o.micro_batches != 0 ? o.micro_batches : o.comm ? o.comm->size() : 1;
-}
-
-void PreferenceStats::add(const PreferenceParams & p, const float * logps, const float * sv, int64_t n_seq) {
-    constexpr int S = kSequenceValues;
-    auto reward = [&](int64_t b) { return preference_reward(p, logps[b], sv[S * b + kReference], sv[S * b + kAnswerTokens]); };
-    if (p.method == PreferenceMethod::Kto) {
-        unpaired = true;
-        kl += kto_kl(logps, sv, n_seq) * static_cast<double>(n_seq / 2);  // (weighted by examples: mean() divides)
-        for (int64_t c = 0; c + 1 < n_seq; c += 2) {
-            const bool desirable = sv[S * c + kKind] > 0;
-            (desirable ? reward_chosen : reward_rejected) += reward(c);
-            (desirable ? logp_chosen : logp_rejected) += logps[c];
-            ++(desirable ? chosen : rejected);
-            ++pairs;
-        }
-        return;
-    }
-    for (int64_t c = 0; c + 1 < n_seq; c += 2) {
-        const double rc = reward(c), rr = reward(c + 1);
-        reward_chosen += rc;
-        reward_rejected += rr;
-        accuracy += rc > rr ? 1.0 : 0.0;
-        logp_chosen += logps[c];
-        logp_rejected += logps[c + 1];
-        ++chosen, ++rejected, ++pairs;
-    }
-}
-
-PreferenceStats PreferenceStats::mean() const {
-    PreferenceStats m = *this;
-    auto per = [](int64_t n) { return n > 0 ? static_cast<double>(n) : std::nan(""); };
-    m.reward_chosen /= per(chosen);
-    m.logp_chosen /= per(chosen);
-    m.reward_rejected /= per(rejected);
-    m.logp_rejected /= per(rejected);
-    m.margin = m.reward_chosen - m.reward_rejected;
-    m.accuracy = unpaired ? std::nan("") : accuracy / per(pairs);
-    m.kl = unpaired ? kl / per(pairs) : 0.0;
-    return m;
 }
 
 std::vector<MicroBatchInfo> micro_batch_shapes(int64_t seq_len, int64_t n_seq, int64_t micro_batches, bool packed, int64_t group) {
@@ -391,7 +302,7 @@ StepReport TrainingSession::step() {
     const size_t n_trained = bt.n_trained();
     // SFT: the mean over the batch's trained tokens; preference: over its pairs.
     const float loss_scale = pref ? 2.0f / static_cast<float>(bt.n_seq) : n_trained ? 1.0f / static_cast<float>(n_trained) : 0.0f;
-    const std::vector<float> seq_values = pref ? pair_values(data_, bt, *opt_.finetune.preference, st_.reference_logps) : std::vector<float>();
+    const std::vector<float> seq_values = pref ? preference_values(data_, bt, *opt_.finetune.preference, st_.reference_logps) : std::vector<float>();
     std::vector<float> seq_logps(pref ? static_cast<size_t>(bt.n_seq) : 0, 0.0f);  // preference: what the heads report
 
     // The micro-batches: sequences [lo, hi) of the batch each, the same split on the host and in the pipeline;
@@ -523,7 +434,7 @@ double TrainingSession::evaluate() {
     if (opt_.finetune.preference) {
         reference_pass();
         PreferenceStats st;
-        const double l = eval_preference_loss(trainer_, data_, split_.val, opt_.batch, opt_.threads, *opt_.finetune.preference,
+        const double l = preference_eval_loss(trainer_, data_, split_.val, opt_.batch, opt_.threads, *opt_.finetune.preference,
                                               st_.reference_logps, st);
         eval_preference_ = st;
         return l;

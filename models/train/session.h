@@ -20,6 +20,7 @@
 #include "ggml_rp/dist/communicator.h"
 #include "models/train/checkpoint.h"
 #include "models/train/data_parallel.h"
+#include "models/train/preference.h"
 #include "models/data/dataset.h"
 #include "models/train/trainer.h"
 #include "models/arch/model.h"
@@ -71,25 +72,6 @@ struct SessionOptions {
     bool pipelined = false;
     DeviceSetOptions devices;
     PipelineOptions pipeline;
-};
-
-// Preference training's metrics, under TRL's names: means over the pairs (KTO: examples) of a step or of the
-// validation split. The rewards are ops/preference_math.h's preference_reward (DPO: beta (policy - reference)).
-struct PreferenceStats {
-    double reward_chosen = 0;    // rewards/chosen (KTO: of the desirable examples)
-    double reward_rejected = 0;  // rewards/rejected (KTO: of the undesirable ones)
-    double margin = 0;           // rewards/margins: chosen - rejected
-    double accuracy = 0;         // rewards/accuracies: the share of pairs whose chosen reward is the larger (NaN for KTO)
-    double logp_chosen = 0;      // logps/chosen: the policy's summed log-probability of the chosen answers
-    double logp_rejected = 0;    // logps/rejected
-    double kl = 0;               // KTO: the KL reference point (over the whole batch; the losses use each micro-batch's)
-    int64_t pairs = 0;           // pairs, or KTO examples
-    int64_t chosen = 0, rejected = 0;  // answers in the chosen and rejected means
-    bool unpaired = false;       // KTO
-    // Adds the pairs (examples) of n_seq sequences: their policy log-probabilities and values (kSequenceValues
-    // each; sums: mean() divides).
-    void add(const PreferenceParams & p, const float * logps, const float * sequence_values, int64_t n_seq);
-    PreferenceStats mean() const;
 };
 
 // What one step did.

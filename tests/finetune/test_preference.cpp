@@ -11,6 +11,7 @@
 #include "models/train/session.h"
 #include "models/text/chat_template.h"
 #include "models/text/tokenizer.h"
+#include "tests/common/preference_reference.h"
 #include "tests/common/temp_dir.h"
 #include "tests/finetune/ft_test_util.h"
 #include "tests/finetune/stories_fixture.h"
@@ -75,6 +76,16 @@ rp::Dataset pairs(const std::string & jsonl, int32_t seq_len = 48, int32_t max_p
     o.pack = true;  // ignored for pairs
     if (chat) o.chat = rp::chat_template_for(fx().tok, "chatml");
     return rp::Dataset::from_jsonl(jsonl, "pairs.jsonl", fx().tok, o);
+}
+
+// Loading `jsonl` fails with an rp::Error whose message contains `what`.
+void expect_data_error(const std::string & jsonl, const std::string & what, bool chat = false) {
+    try {
+        pairs(jsonl, 48, 0, chat);
+        ADD_FAILURE() << "no error for: " << jsonl;
+    } catch (const rp::Error & e) {
+        EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
 }
 
 rp::PreferenceParams method(rp::PreferenceMethod m, double beta, double eps = 0.0) {
@@ -157,6 +168,10 @@ TEST(PreferenceData, ConversationalPairsAreRenderedWithTheChatTemplate) {
         EXPECT_EQ(lab[p.size() - 1], a[0]);
         EXPECT_EQ(lab[p.size() - 2], rp::kIgnoreLabel);
     }
+    // An answer holds assistant messages only.
+    expect_data_error(R"({"prompt": [{"role": "user", "content": "Hi"}], "chosen": [{"role": "user", "content": "A"}], )"
+                      R"("rejected": [{"role": "assistant", "content": "B"}]})",
+                      "line 1: \"chosen\" holds assistant messages only, got a \"user\" message", true);
     // Without a template a conversational pair names what it needs.
     rp::DatasetOptions o;
     o.seq_len = 96;
@@ -194,22 +209,14 @@ TEST(PreferenceData, TruncationCutsThePromptFirstThenTheAnswers) {
 }
 
 TEST(PreferenceData, BadPairsAreErrorsNamingTheLine) {
-    auto expect_error = [](const std::string & jsonl, const std::string & what) {
-        try {
-            pairs(jsonl);
-            ADD_FAILURE() << "no error for: " << jsonl;
-        } catch (const rp::Error & e) {
-            EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-        }
-    };
     const std::string good = pair_line("Once upon a time", " a dog.", " a cat.");
-    expect_error(good + pair_line("Once", "", " a cat."), "pairs.jsonl line 2: the chosen answer is empty");
-    expect_error(good + good + pair_line("Once", " same.", " same."), "line 3: the chosen and the rejected answer are the same text");
-    expect_error(good + "{\"prompt\": \"a\", \"chosen\": \" b\"}\n", "line 2: a preference pair has the keys");
-    expect_error(good + "{\"text\": \"a story\"}\n", "line 2: an SFT example in a file of preference pairs");
-    expect_error("{\"text\": \"a story\"}\n" + good, "line 2: a preference pair in a file of SFT examples");
-    expect_error(good + "{\"prompt\": \"a\", \"completion\": \" b\", \"label\": true}\n", "line 2: a KTO example in a file of preference pairs");
-    expect_error(pair_line("Once", " a dog.", " a cat.").replace(0, 1, "{\"messages\": [], "), "line 1: a preference pair has the keys");
+    expect_data_error(good + pair_line("Once", "", " a cat."), "pairs.jsonl line 2: the chosen answer is empty");
+    expect_data_error(good + good + pair_line("Once", " same.", " same."), "line 3: the chosen and the rejected answer are the same text");
+    expect_data_error(good + "{\"prompt\": \"a\", \"chosen\": \" b\"}\n", "line 2: a preference pair has the keys");
+    expect_data_error(good + "{\"text\": \"a story\"}\n", "line 2: an SFT example in a file of preference pairs");
+    expect_data_error("{\"text\": \"a story\"}\n" + good, "line 2: a preference pair in a file of SFT examples");
+    expect_data_error(good + "{\"prompt\": \"a\", \"completion\": \" b\", \"label\": true}\n", "line 2: a KTO example in a file of preference pairs");
+    expect_data_error(pair_line("Once", " a dog.", " a cat.").replace(0, 1, "{\"messages\": [], "), "line 1: a preference pair has the keys");
 }
 
 TEST(PreferenceData, TheSplitAndTheBatchesNeverSeparateAPair) {
@@ -263,19 +270,11 @@ TEST(PreferenceData, KtoExamplesCarryTheirKlSequences) {
             EXPECT_EQ(lab[i], l) << "sequence " << s << " label " << i;
         }
     }
-    auto expect_error = [](const std::string & jsonl, const std::string & what) {
-        try {
-            pairs(jsonl);
-            ADD_FAILURE() << "no error for: " << jsonl;
-        } catch (const rp::Error & e) {
-            EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-        }
-    };
-    expect_error(a + a, "pairs.jsonl: every KTO example is desirable (label true): KTO needs examples of both kinds");
-    expect_error(b + b + b, "every KTO example is undesirable (label false)");
-    expect_error(a + "{\"prompt\": \"x\", \"completion\": \" y\", \"label\": 1}\n", "line 2: \"label\" must be true (desirable) or false");
-    expect_error(a + "{\"prompt\": \"x\", \"completion\": \"\", \"label\": false}\n", "line 2: the completion is empty");
-    expect_error(a + "{\"text\": \"x\"}\n", "line 2: an SFT example in a file of KTO examples");
+    expect_data_error(a + a, "pairs.jsonl: every KTO example is desirable (label true): KTO needs examples of both kinds");
+    expect_data_error(b + b + b, "every KTO example is undesirable (label false)");
+    expect_data_error(a + "{\"prompt\": \"x\", \"completion\": \" y\", \"label\": 1}\n", "line 2: \"label\" must be true (desirable) or false");
+    expect_data_error(a + "{\"prompt\": \"x\", \"completion\": \"\", \"label\": false}\n", "line 2: the completion is empty");
+    expect_data_error(a + "{\"text\": \"x\"}\n", "line 2: an SFT example in a file of KTO examples");
 }
 
 // At step 0 the policy is the reference, bit for bit (the reference pass's whole-model forward and the training
@@ -389,35 +388,9 @@ TEST(PreferenceTraining, GradientsMatchFiniteDifferencesForEveryMethod) {
         if (is_kto) {
             ASSERT_GT(kl0, 0.5);
         }
-        auto loss_at = [&]() {     // independent: forward logps + the losses in long double
+        auto loss_at = [&]() {  // independent: the whole-model forward's log-probabilities + the losses in long double
             const std::vector<float> lp = tr.sequence_logps(bt.inputs.data(), bt.labels.data(), T, B, 1);
-            long double L = 0;
-            for (int64_t c = 0; c < B; c += 2) {
-                const size_t r = size_t(c + 1), cc = size_t(c);
-                const long double pc = lp[cc], pr = lp[r], rc = sv[S * cc], rr = sv[S * r], nc = sv[S * cc + 1], nr = sv[S * r + 1];
-                const long double beta = m.p.beta, eps = m.p.label_smoothing;
-                auto logsig = [](long double x) { return -std::log1p(std::exp(-x)); };
-                long double l = 0;
-                if (m.p.method == rp::PreferenceMethod::Dpo) {
-                    const long double z = beta * ((pc - rc) - (pr - rr));
-                    l = -(1 - eps) * logsig(z) - eps * logsig(-z);
-                } else if (m.p.method == rp::PreferenceMethod::Ipo) {
-                    const long double h = (pc - rc) / nc - (pr - rr) / nr - 1 / (2 * beta);
-                    l = h * h;
-                } else if (m.p.method == rp::PreferenceMethod::Simpo) {
-                    const long double z = beta * (pc / nc - pr / nr) - m.p.gamma;
-                    l = -(1 - eps) * logsig(z) - eps * logsig(-z);
-                } else if (is_kto) {
-                    const bool desirable = sv[S * cc + rp::kKind] > 0;
-                    const long double z = desirable ? beta * (pc - rc - kl0) : beta * (kl0 - (pc - rc));
-                    l = (desirable ? m.p.desirable_weight : m.p.undesirable_weight) * (1 - 1 / (1 + std::exp(-z)));
-                } else {
-                    const long double ac = pc / nc, ar = pr / nr;
-                    l = -beta * logsig((ac - ar) - (std::log(1 - std::exp(ac)) - std::log(1 - std::exp(ar))));
-                }
-                L += scale * l - sv[S * cc + 2] * pc - sv[S * r + 2] * pr;
-            }
-            return static_cast<double>(L);
+            return static_cast<double>(pref_ref::batch_loss(m.p, lp.data(), sv.data(), B, scale, is_kto ? kl0 : -1.0L));
         };
         rp::MicroBatchInfo mb;
         mb.seq_len = T;
@@ -665,6 +638,13 @@ TEST(PreferenceTool, TrainsFromTheCommandLineAndRefusesBadPairs) {
     EXPECT_NE(out.find("--method \"rlhf\" is not one of sft, dpo, ipo, simpo, orpo, kto"), std::string::npos) << out;
     EXPECT_NE(ft_test::run(base + " --method kto -o " + dir.file("x.gguf"), &out), 0);
     EXPECT_NE(out.find("--method kto trains on unpaired examples"), std::string::npos) << out;
+    EXPECT_NE(ft_test::run(base + " --method kto --undesirable-weight 0 -o " + dir.file("x.gguf"), &out), 0);
+    EXPECT_NE(out.find("--desirable-weight and --undesirable-weight must be finite numbers > 0"), std::string::npos) << out;
+    EXPECT_NE(ft_test::run(ft_test::tool("rp-finetune") + " -m " + ft_test::stories() + " --data " + ft_test::model_path("reference/train.txt") +
+                               " --max-prompt-len 8 --steps 1 -o " + dir.file("x.gguf"),
+                           &out),
+              0);
+    EXPECT_NE(out.find("--max-prompt-len truncates the prompts of preference pairs"), std::string::npos) << out;
     EXPECT_NE(ft_test::run(base + " --method ipo --label-smoothing 0.1 -o " + dir.file("x.gguf"), &out), 0);
     EXPECT_NE(out.find("--label-smoothing applies to dpo and simpo"), std::string::npos) << out;
     {

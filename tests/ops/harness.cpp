@@ -23,6 +23,25 @@ double rel_err(const std::vector<float> & a, const std::vector<double> & b, doub
     return num / den;
 }
 
+std::vector<float> compute(rp::Tensor * out) {
+    out->flags |= rp::kFlagOutput;
+    rp::Graph g;
+    rp::build_forward(g, out);
+    rp::CpuBackend be;
+    be.allocate(g);
+    be.compute(g, 1);
+    return rp::tensor_get_f32(out);
+}
+
+std::string compute_error(rp::Tensor * out) {
+    try {
+        compute(out);
+    } catch (const rp::Error & e) {
+        return e.what();
+    }
+    return "";
+}
+
 std::vector<int32_t> ints_from(const ref::DT & d) {
     std::vector<int32_t> v;
     for (double x : d.v) v.push_back(static_cast<int32_t>(x));

@@ -57,4 +57,9 @@ double rel_err(const std::vector<float> & a, const std::vector<double> & b, doub
 
 std::vector<int32_t> ints_from(const ref::DT & d);
 
+// The forward graph that ends in `out` (leafs with data), computed by the CPU backend on one thread: the values
+// of `out`; and the rp::Error message computing it throws ("" when it throws none).
+std::vector<float> compute(rp::Tensor * out);
+std::string compute_error(rp::Tensor * out);
+
 } // namespace optest

@@ -7,6 +7,7 @@
 // nothing more (a wrong ramp, scale or mix is off by 1e-2 or more at these positions).
 #include "ggml_rp/core/fp16.h"
 #include "ggml_rp/ggml_rp.h"
+#include "tests/ops/harness.h"
 #include "tests/common/temp_dir.h"
 #include "tests/oracle/oracle_run.h"
 
@@ -19,17 +20,6 @@
 #include <vector>
 
 namespace {
-
-// The values of `y`, computed on the CPU backend.
-std::vector<float> computed(rp::Tensor * y) {
-    y->flags |= rp::kFlagOutput;
-    rp::Graph g;
-    rp::build_forward(g, y);
-    rp::CpuBackend be;
-    be.allocate(g);
-    be.compute(g, 1);
-    return rp::tensor_get_f32(y);
-}
 
 void compare_with_ggml(const rp::RopeParams & p, const std::vector<int32_t> & pos, const std::vector<float> & freq_factors = {}) {
     const int64_t D = 64, H = 2, T = static_cast<int64_t>(pos.size());
@@ -70,7 +60,7 @@ void compare_with_ggml(const rp::RopeParams & p, const std::vector<int32_t> & po
         ctx.alloc_data(ff);
         rp::tensor_set_f32(ff, freq_factors);
     }
-    const std::vector<float> got = computed(rp::rope(ctx, xt, pt, p, ff));
+    const std::vector<float> got = optest::compute(rp::rope(ctx, xt, pt, p, ff));
     double worst = 0;
     for (int64_t t = 0; t < T; ++t)
         for (int64_t k = 0; k < D * H; ++k) {
@@ -150,7 +140,7 @@ TEST(OpGgmlOracle, ClampedSwigluEqualsGgmlsSwigluOai) {
         ctx.alloc_data(up);
         rp::tensor_set_f32(g, std::vector<float>(gu.begin(), gu.begin() + N * rows));
         rp::tensor_set_f32(up, std::vector<float>(gu.begin() + N * rows, gu.end()));
-        const std::vector<float> got = computed(rp::swiglu_oai(ctx, g, up, 1.702f, limit));
+        const std::vector<float> got = optest::compute(rp::swiglu_oai(ctx, g, up, 1.702f, limit));
         double worst = 0;
         for (size_t i = 0; i < got.size(); ++i) {
             const double e = std::fabs(static_cast<double>(got[i]) - want[i]);
@@ -184,9 +174,9 @@ TEST(OpGgmlOracle, GegluAgainstGgmlsGegluSplit) {
     ctx.alloc_data(up);
     rp::tensor_set_f32(g, std::vector<float>(gu.begin(), gu.begin() + N * rows));
     rp::tensor_set_f32(up, std::vector<float>(gu.begin() + N * rows, gu.end()));
-    const std::vector<float> got = computed(rp::geglu(ctx, g, up));
+    const std::vector<float> got = optest::compute(rp::geglu(ctx, g, up));
     // Our fp16-table kernel (what InferenceSession runs, ops/unary.h) gives ggml's bits on every input.
-    const std::vector<float> got_table = computed(rp::geglu(ctx, g, up, true));
+    const std::vector<float> got_table = optest::compute(rp::geglu(ctx, g, up, true));
     size_t table_equal = 0;
     for (size_t i = 0; i < got_table.size(); ++i) table_equal += got_table[i] == want[i];
     EXPECT_EQ(table_equal, got_table.size()) << "our fp16-table GeGLU differs from ggml's";

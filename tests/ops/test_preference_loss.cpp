@@ -3,6 +3,7 @@
 // (independent of ops/preference_math.h), their backward against finite differences of those references
 // (the harness), and the closed forms at step 0 (reference = policy).
 #include "harness.h"
+#include "tests/common/preference_reference.h"
 
 #include <gtest/gtest.h>
 
@@ -31,64 +32,14 @@ ref::DT token_nll(const ref::DT & h, const ref::DT & W, const std::vector<int32_
     return y;
 }
 
-long double logsig(long double x) { return -std::log1p(std::exp(-x)); }
-
-// TRL's losses from the answers' summed log-probabilities (logps), written out per method in long double.
-double pair_loss_ref(const PreferenceParams & p, double pc, double pr, double rc, double rr, double nc, double nr) {
-    const long double beta = p.beta, eps = p.label_smoothing;
-    switch (p.method) {
-    case PreferenceMethod::Dpo: {
-        const long double z = beta * ((static_cast<long double>(pc) - rc) - (static_cast<long double>(pr) - rr));
-        return static_cast<double>(-(1 - eps) * logsig(z) - eps * logsig(-z));
-    }
-    case PreferenceMethod::Ipo: {
-        const long double h = (static_cast<long double>(pc) - rc) / nc - (static_cast<long double>(pr) - rr) / nr;
-        return static_cast<double>((h - 1 / (2 * beta)) * (h - 1 / (2 * beta)));
-    }
-    case PreferenceMethod::Simpo: {
-        const long double z = beta * (static_cast<long double>(pc) / nc - static_cast<long double>(pr) / nr) - p.gamma;
-        return static_cast<double>(-(1 - eps) * logsig(z) - eps * logsig(-z));
-    }
-    case PreferenceMethod::Kto: break;  // not pairs: preference_ref
-    case PreferenceMethod::Orpo: {
-        const long double ac = static_cast<long double>(pc) / nc, ar = static_cast<long double>(pr) / nr;
-        const long double lo = (ac - ar) - (std::log(1 - std::exp(ac)) - std::log(1 - std::exp(ar)));
-        return static_cast<double>(-beta * logsig(lo));
-    }
-    }
-    return 0;
+// The loss of a micro-batch (tests/common/preference_reference.h) over ref::DT inputs: lp [B], seq [4, B].
+double loss_ref(const PreferenceParams & p, const ref::DT & lp, const ref::DT & seq, double scale, double kl_fixed = -1) {
+    return static_cast<double>(pref_ref::batch_loss(p, lp.v.data(), seq.v.data(), lp.size(), scale, kl_fixed));
 }
 
-// TRL's KTO: kl = max(0, mean of the KL sequences' policy - reference), each example's 1 - s(beta (logratio - kl))
-// (desirable) or 1 - s(beta (kl - logratio)), weighted. kl_fixed >= 0: that kl instead (the detached one).
-double kto_ref(const PreferenceParams & p, const ref::DT & lp, const ref::DT & seq, double scale, double kl_fixed = -1) {
-    long double kl = 0;
-    for (int64_t k = 1; k < lp.size(); k += 2) kl += static_cast<long double>(lp(k)) - seq(0, k);
-    kl = std::max(0.0L, kl / static_cast<long double>(lp.size() / 2));
-    if (kl_fixed >= 0) kl = kl_fixed;
-    long double L = 0;
-    for (int64_t c = 0; c < lp.size(); c += 2) {
-        const long double lr = static_cast<long double>(lp(c)) - seq(0, c);
-        const bool desirable = seq(3, c) > 0;
-        const long double z = desirable ? p.beta * (lr - kl) : p.beta * (kl - lr);
-        L += scale * (desirable ? p.desirable_weight : p.undesirable_weight) * (1 - 1 / (1 + std::exp(-z)));
-        L -= seq(2, c) * lp(c) + seq(2, c + 1) * lp(c + 1);
-    }
-    return static_cast<double>(L);
-}
-
-// loss = scale * sum_k pair_loss(k) - sum_b w_b logps_b  (seq [4, B]: reference, tokens, NLL weight, kind)
 ref::DT preference_ref(const ref::DT & lp, const ref::DT & seq, const PreferenceParams & p, double scale) {
     ref::DT y({1, 1, 1, 1});
-    if (p.method == PreferenceMethod::Kto) {
-        y.v[0] = kto_ref(p, lp, seq, scale);
-        return y;
-    }
-    for (int64_t c = 0; c < lp.size(); c += 2) {
-        const int64_t r = c + 1;
-        y.v[0] += scale * pair_loss_ref(p, lp(c), lp(r), seq(0, c), seq(0, r), seq(1, c), seq(1, r));
-        y.v[0] -= seq(2, c) * lp(c) + seq(2, r) * lp(r);
-    }
+    y.v[0] = static_cast<double>(pref_ref::batch_loss(p, lp.v.data(), seq.v.data(), lp.size(), scale));
     return y;
 }
 
@@ -148,19 +99,12 @@ TEST(OpTokenNll, SumsToTheFusedLoss) {
     rp::tensor_set_i32(lab, {1, -1, 30, 0, 7, 7});
     Tensor * per = rp::lm_head_token_nll(ctx, h, W, lab, 8);
     Tensor * sum = rp::lm_head_ce(ctx, h, W, lab, 1.0f, 8);
-    per->flags |= rp::kFlagOutput;
-    sum->flags |= rp::kFlagOutput;
-    rp::Graph g;
-    rp::build_forward(g, per);
-    rp::build_forward(g, sum);
-    rp::CpuBackend be;
-    be.allocate(g);
-    be.compute(g, 1);
+    const std::vector<float> tokens = compute(per);
+    ASSERT_EQ(tokens.size(), size_t(T));
     double s = 0;
-    for (int64_t t = 0; t < T; ++t) s += per->data_as<float>()[t];
-    EXPECT_EQ(per->data_as<float>()[1], 0.0f);  // masked
-    EXPECT_NEAR(s, *sum->data_as<float>(), 1e-6 * std::fabs(s));
-    EXPECT_EQ(per->ne[0], T);
+    for (float v : tokens) s += v;
+    EXPECT_EQ(tokens[1], 0.0f);  // masked
+    EXPECT_NEAR(s, compute(sum)[0], 1e-6 * std::fabs(s));
     // A per-token backward needs one dloss per token.
     EXPECT_THROW(rp::lm_head_ce_back(ctx, per, rp::fill(ctx, sum, 1.0f), nullptr), rp::Error);
 }
@@ -231,13 +175,7 @@ TEST(OpPreferenceLoss, StepZeroClosedForms) {
             v[rp::kNllWeight] = 0.0f;
             v[rp::kKind] = b % 2 ? 0.0f : b % 4 ? -1.0f : 1.0f;  // KTO: examples 0, 2, 4 desirable, undesirable, desirable
         }
-        Tensor * loss = rp::preference_loss(ctx, l, s, p, scale);
-        rp::Graph g;
-        rp::build_forward(g, loss);
-        rp::CpuBackend be;
-        be.allocate(g);
-        be.compute(g, 1);
-        return *loss->data_as<float>();
+        return compute(rp::preference_loss(ctx, l, s, p, scale))[0];
     };
     for (double beta : {0.01, 0.1, 1.0, 5.0})
         for (double eps : {0.0, 0.1, 0.3}) {
@@ -270,17 +208,8 @@ TEST(OpPreferenceLoss, BadShapesAndParametersAreErrors) {
     for (int i = 0; i < 4; ++i) l->data_as<float>()[i] = -1.0f;
     for (int i = 0; i < 16; ++i) s->data_as<float>()[i] = 1.0f;
     s->data_as<float>()[4 * 3 + rp::kAnswerTokens] = 0.0f;
-    Tensor * loss = rp::preference_loss(ctx, l, s, params(PreferenceMethod::Simpo, 2.0), 1.0f);
-    rp::Graph g;
-    rp::build_forward(g, loss);
-    rp::CpuBackend be;
-    be.allocate(g);
-    try {
-        be.compute(g, 1);
-        FAIL() << "no error";
-    } catch (const rp::Error & e) {
-        EXPECT_NE(std::string(e.what()).find("answer 3 (pair 1)"), std::string::npos) << e.what();
-    }
+    const std::string error = compute_error(rp::preference_loss(ctx, l, s, params(PreferenceMethod::Simpo, 2.0), 1.0f));
+    EXPECT_NE(error.find("answer 3 (pair 1) has 0.000000 tokens"), std::string::npos) << error;
 }
 
 // KTO in the harness: the KL sequences' references are above their policy log-probabilities, so the KL is clamped
@@ -306,7 +235,7 @@ TEST(OpPreferenceLoss, KtoAgainstTheDoubleReference) {
                       ref::DT s({4, B, 1, 1});
                       for (size_t i = 0; i < sv.size(); ++i) s.v[i] = sv[i];
                       ref::DT y({1, 1, 1, 1});
-                      y.v[0] = kto_ref(p, x[0], s, 1.0 / 3.0);
+                      y.v[0] = loss_ref(p, x[0], s, 1.0 / 3.0);
                       return y;
                   }});
     }
@@ -338,7 +267,7 @@ TEST(OpPreferenceLoss, KtoHoldsItsPositiveKlConstant) {
     ref::DT x({B, 1, 1, 1}), sd({4, B, 1, 1});
     for (int64_t i = 0; i < B; ++i) x.v[size_t(i)] = lp[size_t(i)];
     for (size_t i = 0; i < sv.size(); ++i) sd.v[i] = sv[i];
-    EXPECT_NEAR(*loss->data_as<float>(), kto_ref(p, x, sd, 0.5), 1e-7);
+    EXPECT_NEAR(*loss->data_as<float>(), loss_ref(p, x, sd, 0.5), 1e-7);
     const double kl = 1.2;
     for (int64_t i = 0; i < B; ++i) {
         const float gi = l->grad->data_as<float>()[i];
@@ -350,7 +279,7 @@ TEST(OpPreferenceLoss, KtoHoldsItsPositiveKlConstant) {
         ref::DT xp = x, xm = x;
         xp.v[size_t(i)] += h;
         xm.v[size_t(i)] -= h;
-        const double fd = (kto_ref(p, xp, sd, 0.5, kl) - kto_ref(p, xm, sd, 0.5, kl)) / (2 * h);
+        const double fd = (loss_ref(p, xp, sd, 0.5, kl) - loss_ref(p, xm, sd, 0.5, kl)) / (2 * h);
         EXPECT_NEAR(gi, fd, 1e-6 * std::max(1.0, std::fabs(fd))) << "example " << i;
         EXPECT_NE(gi, 0.0f);
     }
