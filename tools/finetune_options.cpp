@@ -36,8 +36,9 @@ void declare_model_and_data(Options & p, FinetuneJob & j) {
               "N");
     p.toggle("--pack", "--no-pack", j.pack,
              "JSONL: several examples per sequence, each attending only to itself (positions restart\n"
-             "per example; no padding between them) or one padded sequence each (default --pack; plain\n"
-             "text is one token stream either way)");
+             "per example; no padding between them) or one padded sequence each (default: SFT --pack,\n"
+             "preference pairs --no-pack; packed, a pair's two answers share one sequence; plain text is\n"
+             "one token stream either way)");
 }
 
 void declare_adapter(Options & p, FinetuneJob & j) {

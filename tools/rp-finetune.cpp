@@ -104,7 +104,7 @@ void print_setup(Progress & say, const rp::FinetuneJob & job, const rp::SessionO
         say.print("host: %s\n", run.pipeline()->frozen_pinning().describe().c_str());
     }
     say.print("%s: %zu sequences of %lld tokens (%zu train%s, %zu validation), %zu trainable tensors, %lld steps\n", job.data_path.c_str(),
-              data.size(), static_cast<long long>(job.seq_len), run.split().train.size(), data.pairs() ? " pairs" : data.kto() ? " KTO examples" : "", run.split().val.size(),
+              data.size(), static_cast<long long>(job.seq_len), run.split().train.size(), data.group() == 1 ? "" : data.pairs() ? " pairs" : " KTO examples", run.split().val.size(),
               run.trainer().params().size(), static_cast<long long>(run.total_steps()));
     if (const rp::FinetuneConfig & fc = run.trainer().config(); !fc.start_adapter.empty())
         say.print("starting from adapter %s: rank %lld, alpha %g, %zu LoRA pairs\n", fc.start_adapter.c_str(),
@@ -113,12 +113,18 @@ void print_setup(Progress & say, const rp::FinetuneJob & job, const rp::SessionO
               rp::cli::omp_wait_setting().c_str());
     const rp::DatasetStats & ds = data.stats();
     if (const auto & pp = o.finetune.preference) {
-        say.print("%s: %zu %s %zu sequences, padding %.1f%%), %zu truncated "
+        char layout[160];
+        if (data.packed())
+            std::snprintf(layout, sizeof layout, "packed, up to %d pairs a sequence, into %zu sequences: padding %.1f%% -> %.1f%%",
+                          data.answer_slots() / 2, data.size(), 100.0 * ds.unpacked_padding_fraction(), 100.0 * ds.padding_fraction());
+        else
+            std::snprintf(layout, sizeof layout, "%zu sequences, padding %.1f%%", data.size(), 100.0 * ds.padding_fraction());
+        say.print("%s: %zu %s %s), %zu truncated "
                   "(--max-prompt-len %lld, then --seq-len %lld); method %s, %s %g%s\n",
                   job.data_path.c_str(), ds.n_examples,
                   data.kto() ? "KTO examples (prompt + completion, and the prompt with the next example's completion for the KL term:"
                              : "preference pairs (prompt + chosen, prompt + rejected:",
-                  data.size(), 100.0 * ds.padding_fraction(), ds.n_truncated,
+                  layout, ds.n_truncated,
                   static_cast<long long>(job.max_prompt_len), static_cast<long long>(job.seq_len), job.method.c_str(),
                   pp->method == rp::PreferenceMethod::Orpo ? "lambda" : "beta", pp->beta,
                   pp->method == rp::PreferenceMethod::Simpo ? (", gamma " + std::to_string(pp->gamma)).c_str() : "");
@@ -269,7 +275,7 @@ int finetune(int argc, char ** argv, rp::Communicator * world) {
     say.perplexity = !o.finetune.preference;
     if (const auto t0 = std::chrono::steady_clock::now(); run.reference_pass())
         say.print("reference pass: the log-probabilities of %zu answers under the starting model, %s, %.1f s (kept in the checkpoint)\n",
-                  data.size(), o.pipelined ? "through the devices" : "on the host",
+                  data.n_answers(), o.pipelined ? "through the devices" : "on the host",
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     rp::RunLoopOptions loop = job.loop;
     loop.writes = rank == 0;

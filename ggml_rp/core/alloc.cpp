@@ -87,11 +87,15 @@ AllocPlan plan_graph(const Graph & g, size_t alignment, const std::unordered_set
         for (const Tensor * s : n->src)
             if (s) touch(s, i);
     }
+    // Outputs keep their memory; an output that is a view keeps its root's.
+    std::unordered_set<const Tensor *> kept;
+    for (const Tensor * n : g.nodes)
+        if (n->has_flag(kFlagOutput)) kept.insert(root_of(n));
     // Nodes whose memory is released right after node i.
     std::vector<std::vector<size_t>> release_after(g.nodes.size());
     for (size_t i = 0; i < g.nodes.size(); ++i) {
         const Tensor * n = g.nodes[i];
-        if (n->is_view() || n->has_flag(kFlagOutput) || (placed && placed->count(n))) continue;
+        if (n->is_view() || kept.count(n) || (placed && placed->count(n))) continue;
         release_after[last_use[i]].push_back(i);
     }
 

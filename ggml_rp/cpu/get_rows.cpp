@@ -1,10 +1,12 @@
-// GET_ROWS (dequantizing lookup) and GET_ROWS_BACK (deterministic scatter-add: tokens are grouped by id
-// with a counting sort, then each touched table row is summed by one thread in token order).
+// GET_ROWS (dequantizing lookup), GET_ROWS_BACK (deterministic scatter-add: tokens are grouped by id
+// with a counting sort, then each touched table row is summed by one thread in token order) and SEGMENT_SUM
+// (the one-column scatter-add as a forward op).
 #include "ggml_rp/core/quant.h"
 #include "ggml_rp/cpu/kernel_registry.h"
 #include "ggml_rp/cpu/strided.h"
 #include "base/error.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -77,6 +79,19 @@ void get_rows_back(Tensor * n) {
     }
 }
 
-const RegisterKernels kRegister{{Op::GET_ROWS, get_rows}, {Op::GET_ROWS_BACK, get_rows_back}};
+// SEGMENT_SUM: every segment summed in token order by one thread (a float per token: a pass over the ids).
+void segment_sum(Tensor * n) {
+    const Tensor * x = n->src[0];
+    const int64_t S = n->ne[0], T = x->ne[0], B = x->ne[1];
+    const std::vector<int32_t> id = read_ids(n, n->src[1], S);
+    float * out = n->data_as<float>();
+    std::fill(out, out + S, 0.0f);
+    for (int64_t b = 0; b < B; ++b) {
+        const char * row = row_ptr(x, b, 0, 0);
+        for (int64_t t = 0; t < T; ++t) out[id[static_cast<size_t>(b * T + t)]] += at(row, x->nb[0], t);
+    }
+}
+
+const RegisterKernels kRegister{{Op::GET_ROWS, get_rows}, {Op::GET_ROWS_BACK, get_rows_back}, {Op::SEGMENT_SUM, segment_sum}};
 
 } // namespace rp::cpu

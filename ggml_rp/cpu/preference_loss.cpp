@@ -10,12 +10,16 @@ namespace rp::cpu {
 
 namespace {
 
-// Every answer needs a token: the length-normalised methods divide by the count.
+// Every answer of a pair needs a token (the length-normalised methods divide by the count); an empty answer slot
+// (0 tokens) has an empty partner.
 void check_counts(const Tensor * n, const float * seq, int64_t B) {
-    for (int64_t b = 0; b < B; ++b)
-        if (!(seq[kSequenceValues * b + kAnswerTokens] >= 1.0f))
+    for (int64_t b = 0; b < B; ++b) {
+        const float tokens = seq[kSequenceValues * b + kAnswerTokens];
+        const bool empty_pair = !preference_pair_present(seq, b - b % 2);
+        if (!(empty_pair ? tokens == 0.0f : tokens >= 1.0f))
             throw Error(std::string(op_name(n->op)) + ": answer " + std::to_string(b) + " (pair " + std::to_string(b / 2) + ") has " +
-                        std::to_string(seq[kSequenceValues * b + kAnswerTokens]) + " tokens; every answer needs at least one");
+                        std::to_string(tokens) + " tokens; every answer of a pair needs at least one (0 in both: an empty slot)");
+    }
 }
 
 void preference_loss(Tensor * n) {

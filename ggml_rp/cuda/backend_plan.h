@@ -146,6 +146,11 @@ inline void check_cuda_node(const Tensor * n) {
         need_contiguous(n, n->src[1], "ids");
         need_contiguous(n, n, "output");
         return;
+    case Op::SEGMENT_SUM:
+        need_contiguous(n, n->src[0], "x");
+        need_contiguous(n, n->src[1], "ids");
+        need_contiguous(n, n, "output");
+        return;
     case Op::LM_HEAD_CE: case Op::LM_HEAD_CE_BACK:
         if (!n->src[1]->rows_contiguous()) detail::node_error(n, "head weight " + describe(n->src[1]) + " needs contiguous rows");
         need_type(n, n->src[2], DType::I32, "labels");
@@ -243,7 +248,7 @@ inline size_t node_workspace_bytes(const Tensor * n) {
         const size_t own = attention_bwd_workspace_bytes(q->ne[1], q->ne[2], q->ne[3]);
         return attention_casts_inputs(n) ? align256(own) + attention_cast_bytes(n) : own;
     }
-    case Op::GET_ROWS_BACK: return get_rows_back_workspace_bytes(n->src[1]->nelements());
+    case Op::GET_ROWS_BACK: case Op::SEGMENT_SUM: return get_rows_back_workspace_bytes(n->src[1]->nelements());
     case Op::MOE_TOPK: case Op::MOE_WEIGHTS: case Op::MOE_WEIGHTS_BACK:
         return moe_router_scratch(n->src[0]->ne[0], n->src[0]->ne[1], n->op == Op::MOE_WEIGHTS_BACK);
     case Op::MUL_MAT_ID: case Op::MUL_MAT_ID_BACK_X: {

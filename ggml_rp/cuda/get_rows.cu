@@ -1,5 +1,5 @@
 // GET_ROWS (one block per id, any dequantizable table type through quant_block.h's per-element math) and
-// GET_ROWS_BACK (sort-free deterministic scatter-add: per token, the owner flag and the link to the next token
+// GET_ROWS_BACK and SEGMENT_SUM (sort-free deterministic scatter-add: per token, the owner flag and the link to the next token
 // with the same id; each owner sums its chain in token order).
 #include "ggml_rp/cuda/get_rows.cuh"
 
@@ -140,7 +140,13 @@ void run_get_rows_back(Tensor * n, const NodeRun & r) {
     get_rows_back(in<float>(n->src[0]), in<int32_t>(ids), ids->nelements(), out<float>(n), n->ne[0], n->ne[1],
                   n->param_i32(0) != 0, r.scratch, r.scratch_bytes, r.flag, r.stream);
 }
-const RegisterNodeKernels kRegister{{Op::GET_ROWS, run_get_rows}, {Op::GET_ROWS_BACK, run_get_rows_back}};
+// SEGMENT_SUM: the scatter-add of one column into n_segments rows (x contiguous: backend_plan.h)
+void run_segment_sum(Tensor * n, const NodeRun & r) {
+    const Tensor * ids = n->src[1];
+    get_rows_back(in<float>(n->src[0]), in<int32_t>(ids), ids->nelements(), out<float>(n), 1, n->ne[0], false, r.scratch, r.scratch_bytes,
+                  r.flag, r.stream);
+}
+const RegisterNodeKernels kRegister{{Op::GET_ROWS, run_get_rows}, {Op::GET_ROWS_BACK, run_get_rows_back}, {Op::SEGMENT_SUM, run_segment_sum}};
 } // namespace
 
 } // namespace rp::cuda

@@ -1,7 +1,7 @@
 // PREFERENCE_LOSS and PREFERENCE_LOSS_BACK: one thread runs ops/preference_math.h's preference_batch_loss, as the
 // CPU kernel does (the pairs in order, in double): a handful of numbers per sequence, deterministic. An answer
-// without tokens is the data's to refuse (the CPU kernel throws); here it makes the loss non-finite, which the
-// trainer's step check reports.
+// without tokens beside one with tokens is the data's to refuse (the CPU kernel throws); here it makes the loss
+// non-finite, which the trainer's step check reports. (Two empty answers are an empty slot: skipped.)
 #include "ggml_rp/cuda/common.cuh"
 #include "ggml_rp/cuda/launch.h"
 #include "ggml_rp/cuda/node_kernel.cuh"

@@ -15,10 +15,18 @@ Tensor * get_rows(Context & ctx, Tensor * table, Tensor * ids);
 // shaped like `table` (zero where no token points).
 Tensor * get_rows_back(Context & ctx, Tensor * into, Tensor * dy, Tensor * ids, const Tensor * table);
 
+// Sums by segment (SEGMENT_SUM): out[s] = the sum of x[t] over the t with ids[t] == s, in t order (zero where no
+// id points); x f32 [N] or [T, B], ids i32 of the same shape, every id in [0, n_segments) (checked when the graph
+// runs) -> f32 [n_segments]. The scatter-add above with one column, as a forward op (deterministic), whose
+// gradient is the gather dx[t] = dout[ids[t]]. (Preference training sums each packed answer's token log-probabilities.)
+Tensor * segment_sum(Context & ctx, Tensor * x, Tensor * ids, int64_t n_segments);
+
 class Backward;
 namespace rules {
 // The backward rule of GET_ROWS (the op table's, core/ops.def).
 void backward_get_rows(Backward & b, Tensor * node);
+// The backward rule of SEGMENT_SUM: the gather of its gradient.
+void backward_segment_sum(Backward & b, Tensor * node);
 } // namespace rules
 
 } // namespace rp

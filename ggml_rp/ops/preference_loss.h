@@ -4,8 +4,9 @@
 //   logps f32 [B], B even: the policy's summed log-probability of each answer's tokens; answers 2k (chosen)
 //         and 2k + 1 (rejected) are pair k. (From lm_head_token_nll: minus the per-sequence sums.)
 //   seq   f32 [kSequenceValues = 4, B]: per answer b, its reference log-probability (ignored by SimPO and ORPO),
-//         its token count (>= 1; SimPO, IPO and ORPO normalise by it), the weight w_b of its own NLL term and its
-//         kind (KTO: +1 a desirable example, -1 an undesirable one, 0 a KL sequence; see preference_math.h).
+//         its token count (>= 1; SimPO, IPO and ORPO normalise by it; 0 in both answers of an empty slot of a
+//         packed micro-batch: skipped), the weight w_b of its own NLL term and its kind (KTO: +1 a desirable
+//         example, -1 an undesirable one, 0 a KL sequence; see preference_math.h).
 //   loss = loss_scale * sum_k pair_loss(k) - sum_b w_b logps_b                              -> f32 [1]
 // (KTO: k runs over the examples, each with its KL sequence after it; the loss is per example.)
 // Pass loss_scale = 1 / (pairs in the whole batch) for a mean that does not depend on the micro-batch split;

@@ -43,6 +43,7 @@ struct PreferenceParams {
 // What the loss reads per sequence (ops/preference_loss.h's seq [kSequenceValues, B]).
 enum SequenceValue : int { kReference = 0, kAnswerTokens = 1, kNllWeight = 2, kKind = 3, kSequenceValues = 4 };
 // kKind: KTO's example sequences are +1 (desirable) or -1 (undesirable), its KL sequences 0; pairs 0.
+// kAnswerTokens 0: an empty answer slot of a packed sequence (and its partner): no pair, no loss, no gradient.
 
 // One pair's loss and its derivatives by the policy's summed log-probabilities of the two answers.
 struct PairLoss {
@@ -118,11 +119,19 @@ RP_HD inline bool preference_needs_reference(PreferenceMethod m) {
     return m == PreferenceMethod::Dpo || m == PreferenceMethod::Ipo || m == PreferenceMethod::Kto;
 }
 
+// Whether entries c, c + 1 hold a pair (or a KTO example and its KL sequence), not empty answer slots.
+RP_HD inline bool preference_pair_present(const float * seq, int64_t c) { return seq[kSequenceValues * c + kAnswerTokens] > 0; }
+
 // KTO's reference point: max(0, mean over the KL sequences (2k + 1) of policy - reference).
 RP_HD inline double kto_kl(const float * logps, const float * seq, int64_t B) {
     double s = 0;
-    for (int64_t k = 1; k < B; k += 2) s += static_cast<double>(logps[k]) - seq[kSequenceValues * k + kReference];
-    const double kl = s / static_cast<double>(B / 2);
+    int64_t n = 0;
+    for (int64_t k = 1; k < B; k += 2) {
+        if (!preference_pair_present(seq, k - 1)) continue;
+        s += static_cast<double>(logps[k]) - seq[kSequenceValues * k + kReference];
+        ++n;
+    }
+    const double kl = n > 0 ? s / static_cast<double>(n) : 0.0;
     return kl > 0 ? kl : 0.0;
 }
 
@@ -135,8 +144,9 @@ RP_HD inline double kto_loss(const PreferenceParams & p, double logratio, double
     return w * sm;
 }
 
-// The loss of a micro-batch of B sequences (B / 2 pairs, or KTO examples with their KL sequences) from each
-// sequence's policy log-probability and its values (seq: kSequenceValues floats per sequence):
+// The loss of a micro-batch of B sequences (B / 2 pairs, or KTO examples with their KL sequences; packed: answer
+// slots, the empty ones skipped) from each sequence's policy log-probability and its values (seq: kSequenceValues
+// floats per sequence):
 //   loss = scale * sum_k loss_k - sum_b nll_weight_b logps_b,
 // summed in double in this order. With d != nullptr, also d[b] = dloss * d loss / d logps_b (rounded to float).
 // The CPU and the CUDA kernels both run this.
@@ -149,6 +159,10 @@ RP_HD inline double preference_batch_loss(const PreferenceParams & p, const floa
         const int64_t r = c + 1;
         const float * vc = seq + S * c;
         const float * vr = seq + S * r;
+        if (!preference_pair_present(seq, c)) {
+            if (d) d[c] = d[r] = 0.0f;
+            continue;
+        }
         PairLoss pl;
         if (p.method == PreferenceMethod::Kto) {
             pl.loss = kto_loss(p, static_cast<double>(lp[c]) - vc[kReference], kl, vc[kKind] > 0, &pl.d_chosen);

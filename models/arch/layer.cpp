@@ -3,6 +3,7 @@
 #include "ggml_rp/ops/ops.h"
 #include "models/arch/lora.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace rp {
@@ -280,6 +281,20 @@ Tensor * build_head_token_nll(Context & ctx, const HParams & hp, const ModelWeig
 Tensor * build_sequence_logps(Context & ctx, Tensor * token_nll, int64_t T, int64_t B) {
     Tensor * per_seq = sum_to(ctx, reshape(ctx, token_nll, T, B), ctx.new_tensor(DType::F32, 1, B));
     return set_name(scale(ctx, reshape(ctx, per_seq, B), -1.0f), "sequence_logps");
+}
+
+Tensor * build_answer_logps(Context & ctx, Tensor * token_nll, Tensor * slot_ids, int64_t B, int64_t slots) {
+    return set_name(scale(ctx, segment_sum(ctx, token_nll, slot_ids, B * slots), -1.0f), "answer_logps");
+}
+
+void answer_slot_ids(const int32_t * positions, int64_t T, int64_t B, int64_t slots, int32_t * out) {
+    for (int64_t b = 0; b < B; ++b) {
+        int64_t doc = -1;
+        for (int64_t t = 0; t < T; ++t) {
+            if (positions[b * T + t] == 0 || doc < 0) ++doc;
+            out[b * T + t] = static_cast<int32_t>(b * slots + std::min(doc, slots - 1));
+        }
+    }
 }
 
 } // namespace rp

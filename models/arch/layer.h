@@ -133,5 +133,12 @@ inline Tensor * build_head_ce(Context & ctx, const Model & model, Tensor * x, Te
 Tensor * build_head_token_nll(Context & ctx, const HParams & hp, const ModelWeights & w, Tensor * x, Tensor * labels, int64_t chunk);
 // The summed log-probability of each sequence's labelled tokens, f32 [B], from build_head_token_nll's [T * B].
 Tensor * build_sequence_logps(Context & ctx, Tensor * token_nll, int64_t T, int64_t B);
+// The same per answer slot of packed sequences (models/data/dataset.h AnswerSlot): f32 [B * slots], slot j of
+// sequence b at b * slots + j, from the tokens' slot ids (answer_slot_ids; i32 [T * B]); zero in empty slots.
+Tensor * build_answer_logps(Context & ctx, Tensor * token_nll, Tensor * slot_ids, int64_t B, int64_t slots);
+// Each token's answer slot in packed sequences (positions [B][T], restarting at 0 at each document): b * slots +
+// its document's index in sequence b, the padding run after the last document in the last slot (its labels are
+// masked: it adds nothing).
+void answer_slot_ids(const int32_t * positions, int64_t T, int64_t B, int64_t slots, int32_t * out);
 
 } // namespace rp

@@ -373,7 +373,12 @@ void Dataset::finish(const std::string & source) {
 uint64_t Dataset::fingerprint() const {
     uint64_t h = fnv1a(kFnvBasis, &seq_len_, sizeof seq_len_);
     if (group_ != 1) h = fnv1a(h, &group_, sizeof group_);  // (SFT data keeps the fingerprints it had)
-    if (kto_) h = fnv1a(h, desirable_.data(), desirable_.size());
+    if (kto_ && group_ == 2) {  // unpacked KTO: whether each example is desirable
+        std::vector<uint8_t> desirable(units());
+        for (size_t u = 0; u < desirable.size(); ++u) desirable[u] = slots_[2 * u].kind > 0;
+        h = fnv1a(h, desirable.data(), desirable.size());
+    }
+    if (answer_slots_ > 1) h = fnv1a(h, slots_.data(), slots_.size() * sizeof(AnswerSlot));  // packed preference data
     h = fnv1a(h, inputs_.data(), inputs_.size() * sizeof(int32_t));
     h = fnv1a(h, labels_.data(), labels_.size() * sizeof(int32_t));
     return positions_.empty() ? h : fnv1a(h, positions_.data(), positions_.size() * sizeof(int32_t));
@@ -425,37 +430,67 @@ Dataset Dataset::from_jsonl(std::string_view text, const std::string & source, c
     std::vector<int32_t> in(L), lab(L);
     // Packed: the examples' (input, label) runs, placed into sequences once all are read.
     std::vector<std::vector<int32_t>> ex_in, ex_lab;
+    // Preference data: each answer document's AnswerSlot::kind (packed: its run's; unpacked: its sequence's).
+    std::vector<int32_t> kinds;
     // A prompt with two answers (a pair's chosen and rejected; a KTO example's completion and its KL sequence's):
-    // two sequences, labels on the answers only. Too long: the prompt keeps its last max_prompt_len tokens, then
-    // each answer is cut to what the sequence leaves.
+    // two documents, labels on the answers only, each a sequence of its own or (packed) the two one item. Too
+    // long: the prompt keeps its last max_prompt_len tokens, then the answers are cut to what the sequence leaves
+    // (packed: the two share it; see dataset.h).
     auto add_answers = [&](std::vector<int32_t> prompt, const std::vector<int32_t> * const (&answers)[2], const char * const (&names)[2],
-                           size_t line) {
+                           const int32_t (&answer_kinds)[2], size_t line) {
         ++d.stats_.n_examples;
         bool truncated = false;
         if (opt.max_prompt_len > 0 && prompt.size() > static_cast<size_t>(opt.max_prompt_len)) {
             prompt.erase(prompt.begin(), prompt.end() - opt.max_prompt_len);  // keeps the prompt's end
             truncated = true;
         }
-        if (prompt.size() > L)
-            reader.fail_at(line, "the prompt takes " + std::to_string(prompt.size()) + " tokens, more than the sequence's " + std::to_string(L) +
-                                     ": no answer token fits (a longer seq_len, or cut prompts with max_prompt_len)");
+        const size_t P = prompt.size();
+        size_t keep[2];
+        if (!opt.pack_preference) {
+            if (P > L)
+                reader.fail_at(line, "the prompt takes " + std::to_string(P) + " tokens, more than the sequence's " + std::to_string(L) +
+                                         ": no answer token fits (a longer seq_len, or cut prompts with max_prompt_len)");
+            for (int a = 0; a < 2; ++a) keep[a] = std::min(answers[a]->size(), L + 1 - P);
+        } else {
+            // Both documents in one sequence: (P + a_c - 1) + (P + a_r - 1) <= L positions.
+            if (2 * P > L)
+                reader.fail_at(line, "the prompt takes " + std::to_string(P) + " tokens: a packed pair's two documents (the prompt before each answer) " +
+                                         "leave no answer token in a sequence of " + std::to_string(L) +
+                                         " (a longer seq_len, or cut prompts with max_prompt_len)");
+            const size_t budget = L + 2 - 2 * P, ac = answers[0]->size(), ar = answers[1]->size();
+            keep[0] = ac, keep[1] = ar;
+            if (ac + ar > budget) {
+                const size_t shorter = std::min(ac, ar);
+                if (shorter <= budget / 2) {
+                    (ac <= ar ? keep[1] : keep[0]) = budget - shorter;
+                } else {
+                    keep[0] = budget - budget / 2;
+                    keep[1] = budget / 2;
+                }
+            }
+        }
         for (int a = 0; a < 2; ++a) {
             const std::vector<int32_t> & answer = *answers[a];
-            const size_t room = L + 1 - prompt.size();
-            const size_t na = std::min(answer.size(), room);
-            truncated |= answer.size() > room;
-            const size_t n = prompt.size() + na;
-            auto id = [&](size_t i) { return i < prompt.size() ? prompt[i] : answer[i - prompt.size()]; };
+            truncated |= answer.size() > keep[a];
+            const size_t n = P + keep[a];
+            auto id = [&](size_t i) { return i < P ? prompt[i] : answer[i - P]; };
             size_t trained = 0;
             for (size_t i = 0; i < L; ++i) {
                 in[i] = i < n ? id(i) : pad;
-                lab[i] = i + 1 < n && i + 1 >= prompt.size() ? id(i + 1) : kIgnoreLabel;
+                lab[i] = i + 1 < n && i + 1 >= P ? id(i + 1) : kIgnoreLabel;
                 trained += lab[i] != kIgnoreLabel;
             }
             if (trained == 0) reader.fail_at(line, std::string("the ") + names[a] + " has no token to train on");
-            d.stats_.n_tokens += std::min(n, L);
             ++d.stats_.n_unpacked;
-            d.push(in, lab);
+            kinds.push_back(answer_kinds[a]);
+            if (opt.pack_preference) {  // n - 1 positions: the last token is only a label
+                d.stats_.n_tokens += n - 1;
+                ex_in.emplace_back(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(n - 1));
+                ex_lab.emplace_back(lab.begin(), lab.begin() + static_cast<std::ptrdiff_t>(n - 1));
+            } else {
+                d.stats_.n_tokens += std::min(n, L);
+                d.push(in, lab);
+            }
         }
         d.stats_.n_truncated += truncated;
     };
@@ -476,15 +511,16 @@ Dataset Dataset::from_jsonl(std::string_view text, const std::string & source, c
         static const char * const kKinds[] = {"an SFT example", "a preference pair", "a KTO example"};
         if (first) {
             first = false;
-            if (kind != 0) d.group_ = 2;  // (never packed: DatasetOptions::pack is for SFT examples)
+            d.pairs_ = kind == 1;
             d.kto_ = kind == 2;
-        } else if (const int file_kind = d.kto_ ? 2 : d.group_ == 2 ? 1 : 0; kind != file_kind) {
+            if (kind != 0 && !opt.pack_preference) d.group_ = 2;  // (packed: a unit is a sequence of whole pairs)
+        } else if (const int file_kind = d.kto_ ? 2 : d.pairs_ ? 1 : 0; kind != file_kind) {
             reader.fail_at(line_no, std::string(kKinds[kind]) + " in a file of " + (file_kind == 0 ? "SFT examples" : file_kind == 1 ? "preference pairs" : "KTO examples") +
                                         " (one kind per file)");
         }
         if (kind == 1) {
             const JsonlReader::PairTokens pt = reader.pair(v, line_no);
-            add_answers(pt.prompt, {&pt.chosen, &pt.rejected}, {"chosen answer", "rejected answer"}, line_no);
+            add_answers(pt.prompt, {&pt.chosen, &pt.rejected}, {"chosen answer", "rejected answer"}, {0, 0}, line_no);
             continue;
         }
         if (kind == 2) {
@@ -527,27 +563,51 @@ Dataset Dataset::from_jsonl(std::string_view text, const std::string & source, c
         if (kto.size() < 2) throw Error("dataset " + source + ": KTO needs at least two examples (the KL sequences pair each prompt with another's completion)");
         for (size_t i = 0; i < kto.size(); ++i) {
             add_answers(kto[i].prompt, {&kto[i].completion, &kto[(i + 1) % kto.size()].completion}, {"completion", "KL sequence's completion"},
-                        kto_lines[i]);
-            d.desirable_.push_back(kto[i].desirable ? 1 : 0);
+                        {kto[i].desirable ? 1 : -1, 0}, kto_lines[i]);
         }
     }
-    if (opt.pack) d.pack(ex_in, ex_lab, pad);
+    const bool preference = d.pairs_ || d.kto_;
+    if (preference ? opt.pack_preference : opt.pack) {
+        d.pack(ex_in, ex_lab, pad, preference ? 2 : 1, kinds);
+    } else if (preference) {  // one answer per sequence
+        for (size_t i = 0; i < d.size_; ++i) {
+            const auto seq_labels = d.labels(i);
+            const auto trained = std::count_if(seq_labels.begin(), seq_labels.end(), [](int32_t l) { return l != kIgnoreLabel; });
+            d.slots_.push_back({static_cast<int32_t>(trained), kinds[i]});
+        }
+    }
     d.finish(source);
     return d;
 }
 
+size_t Dataset::n_answers() const {
+    return static_cast<size_t>(std::count_if(slots_.begin(), slots_.end(), [](const AnswerSlot & a) { return a.tokens > 0; }));
+}
+
+std::span<const AnswerSlot> Dataset::answers(size_t i) const {
+    assert(i < size_ && !slots_.empty());
+    return {slots_.data() + i * static_cast<size_t>(answer_slots_), static_cast<size_t>(answer_slots_)};
+}
+
 void Dataset::pack(const std::vector<std::vector<int32_t>> & ex_in, const std::vector<std::vector<int32_t>> & ex_lab,
-                   int32_t pad) {
-    const size_t L = static_cast<size_t>(seq_len_), n = ex_in.size();
-    // Best-fit decreasing: the longest examples first (ties in file order), each into the open sequence with
+                   int32_t pad, size_t per_item, const std::vector<int32_t> & kinds) {
+    const size_t L = static_cast<size_t>(seq_len_), n = ex_in.size() / per_item;
+    assert(ex_in.size() == n * per_item && (kinds.empty() || kinds.size() == ex_in.size()));
+    auto length = [&](size_t item) {
+        size_t len = 0;
+        for (size_t r = item * per_item; r < (item + 1) * per_item; ++r) len += ex_in[r].size();
+        return len;
+    };
+    // Best-fit decreasing: the longest items first (ties in file order), each into the open sequence with
     // the least room that still holds it (ties: the one opened first), else a new one. Deterministic.
     std::vector<size_t> order(n);
     for (size_t i = 0; i < n; ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ex_in[a].size() > ex_in[b].size(); });
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return length(a) > length(b); });
     std::vector<std::vector<size_t>> bins;
     std::multimap<size_t, size_t> room;  // free positions -> bin; equal keys keep insertion order
     for (const size_t e : order) {
-        const size_t len = ex_in[e].size();
+        const size_t len = length(e);
+        assert(len <= L);
         auto it = room.lower_bound(len);
         size_t bin;
         if (it == room.end()) {
@@ -562,19 +622,28 @@ void Dataset::pack(const std::vector<std::vector<int32_t>> & ex_in, const std::v
         }
         bins[bin].push_back(e);
     }
-    // Bins take examples in file order (deterministic and readable); the tail is padding, its positions a
-    // run of their own (masked labels: it trains nothing and no example attends to it).
+    // Answer slots: the most documents a sequence holds.
+    if (!kinds.empty())
+        for (const std::vector<size_t> & bin : bins) answer_slots_ = std::max(answer_slots_, static_cast<int32_t>(bin.size() * per_item));
+    // Bins take items in file order (deterministic and readable); the tail is padding, its positions a run of
+    // their own (masked labels: it trains nothing and no example attends to it).
     std::vector<int32_t> in(L), lab(L), pos(L);
     for (std::vector<size_t> & bin : bins) {
         std::sort(bin.begin(), bin.end());
-        size_t at = 0;
-        for (const size_t e : bin) {
-            for (size_t i = 0; i < ex_in[e].size(); ++i, ++at) {
-                in[at] = ex_in[e][i];
-                lab[at] = ex_lab[e][i];
-                pos[at] = static_cast<int32_t>(i);
+        size_t at = 0, slot = 0;
+        for (const size_t item : bin) {
+            for (size_t e = item * per_item; e < (item + 1) * per_item; ++e, ++slot) {
+                int32_t trained = 0;
+                for (size_t i = 0; i < ex_in[e].size(); ++i, ++at) {
+                    in[at] = ex_in[e][i];
+                    lab[at] = ex_lab[e][i];
+                    pos[at] = static_cast<int32_t>(i);
+                    trained += lab[at] != kIgnoreLabel;
+                }
+                if (!kinds.empty()) slots_.push_back({trained, kinds[e]});
             }
         }
+        if (!kinds.empty()) slots_.resize(slots_.size() + static_cast<size_t>(answer_slots_) - slot);  // empty slots
         for (size_t i = 0; at < L; ++i, ++at) {
             in[at] = pad;
             lab[at] = kIgnoreLabel;

@@ -33,7 +33,7 @@
 //                                        DatasetOptions::max_prompt_len tokens (when > 0), then each answer is cut
 //                                        to what seq_len + 1 leaves (counted in n_truncated); a prompt that leaves
 //                                        no answer token, an empty answer or chosen == rejected is an error
-//                                        naming the line. Never packed (DatasetOptions::pack is ignored).
+//                                        naming the line. Packed (DatasetOptions::pack_preference): see below.
 //   {"prompt": P, "completion": C, "label": true|false}   a KTO example (TRL's unpaired preference form; strings or
 //                                        conversational, tokenized as pairs are). Every line must then be one,
 //                                        with both labels present. Unit k is two sequences: prompt_k +
@@ -49,6 +49,14 @@
 //   (Dataset::positions) and the attention of its tokens starts at its first token (block-diagonal causal,
 //   models/layer.h TokenPositions). The loss and gradients of a packed sequence are those of its examples
 //   run one by one (up to float summation order). The tail of a sequence is padding (masked labels).
+//   Packed preference data (pairs, KTO examples; DatasetOptions::pack_preference): a pair's two documents (prompt + chosen, prompt + rejected; a
+//   KTO example and its KL sequence) are one item, packed whole and in that order into one sequence, as separate
+//   documents sharing nothing; a sequence then holds several pairs and is itself the unit of the split and the
+//   batches (group() 1). A document of n tokens fills n - 1 positions (its last token is only a label), so a pair
+//   must fit seq_len together: the prompt keeps its last max_prompt_len tokens (when > 0), a prompt longer than
+//   seq_len / 2 is an error naming the line, and over-long answers are cut (counted in n_truncated): the longer
+//   one first, down to what the shorter leaves, then both evenly (the chosen keeps the odd token).
+//   Dataset::answers() tells where each answer's log-probability goes (its slot) and what it is.
 //
 // Errors throw rp::Error naming the file, and for JSONL the line number and what is wrong.
 #pragma once
@@ -80,7 +88,8 @@ struct DatasetOptions {
     bool train_on_inputs = false;     // "messages" lines: train every token, not only the assistant spans
     bool train_analysis = false;      // "messages" lines, gpt-oss: the assistant spans take in the analysis channel
     bool allow_binary = false;        // train on text with NUL bytes or invalid UTF-8 (refused otherwise)
-    bool pack = false;                // JSONL: several examples per sequence (see above); text: no effect
+    bool pack = false;                // JSONL SFT examples: several per sequence (see above); text: no effect
+    bool pack_preference = false;     // JSONL preference pairs and KTO examples: several pairs per sequence
     int32_t max_prompt_len = 0;       // preference pairs: the prompt keeps at most its last this many tokens (0: all)
 };
 
@@ -98,6 +107,14 @@ struct DatasetStats {
     double unpacked_padding_fraction() const;
 };
 
+// A preference sequence's answer documents, in slots: slot j of sequence i is global slot i * answer_slots() + j,
+// and global slots 2k and 2k + 1 are a pair (chosen, rejected) or a KTO example and its KL sequence. Unpacked:
+// one slot per sequence (the sequence itself); packed: answer_slots() per sequence, the unused ones empty.
+struct AnswerSlot {
+    int32_t tokens = 0;  // the answer's trained tokens; 0: an empty slot
+    int32_t kind = 0;    // KTO: +1 a desirable example, -1 an undesirable one, 0 its KL sequence; pairs: 0
+};
+
 class Dataset {
 public:
     // Reads and tokenizes `path`. Throws rp::Error for an unreadable file, a bad line, an empty result, or a
@@ -111,14 +128,19 @@ public:
 
     int32_t seq_len() const { return seq_len_; }
     size_t size() const { return size_; }  // number of sequences
-    // Sequences per example unit: 1, or 2 for preference pairs (sequences 2k and 2k + 1: the chosen and the
-    // rejected answer of pair k). The split and the batches deal in units, never splitting a pair.
+    // Sequences per example unit: 1, or 2 for unpacked preference pairs (sequences 2k and 2k + 1: the chosen and
+    // the rejected answer of pair k). The split and the batches deal in units, never splitting a pair (packed
+    // preference data: a unit is a sequence of whole pairs).
     int32_t group() const { return group_; }
     size_t units() const { return size_ / static_cast<size_t>(group_); }
-    bool pairs() const { return group_ == 2 && !kto_; }  // preference pairs
-    // KTO examples (units of an example and its KL sequence), and whether unit k is desirable.
-    bool kto() const { return kto_; }
-    bool desirable(size_t unit) const { return desirable_[unit] != 0; }
+    bool pairs() const { return pairs_; }  // preference pairs
+    bool kto() const { return kto_; }      // KTO examples (each with its KL sequence)
+    // Preference data: answer slots per sequence (1 unpacked; packed: the most answers a sequence holds, even),
+    // sequence i's slots, and the slots of the whole dataset (size() * answer_slots()).
+    int32_t answer_slots() const { return answer_slots_; }
+    std::span<const AnswerSlot> answers(size_t i) const;
+    size_t n_answer_slots() const { return slots_.size(); }
+    size_t n_answers() const;  // the slots that hold an answer (two per pair or KTO example)
     std::span<const int32_t> inputs(size_t i) const;
     std::span<const int32_t> labels(size_t i) const;
     // Packed datasets: the RoPE positions of sequence i (restarting at 0 at each example); empty otherwise.
@@ -135,13 +157,17 @@ private:
     void push(const std::vector<int32_t> & inputs, const std::vector<int32_t> & labels);
     void push_positions(const std::vector<int32_t> & positions) { positions_.insert(positions_.end(), positions.begin(), positions.end()); }
     void finish(const std::string & source);
-    // Packs examples' (input, label) runs (each at most seq_len long) into sequences with positions.
-    void pack(const std::vector<std::vector<int32_t>> & inputs, const std::vector<std::vector<int32_t>> & labels, int32_t pad);
+    // Packs examples' (input, label) runs into sequences with positions: items of `per_item` consecutive runs
+    // (a preference pair's two documents), each item at most seq_len long, placed whole. `kinds` (preference data:
+    // each run's AnswerSlot::kind) lays out the answer slots.
+    void pack(const std::vector<std::vector<int32_t>> & inputs, const std::vector<std::vector<int32_t>> & labels, int32_t pad,
+              size_t per_item = 1, const std::vector<int32_t> & kinds = {});
 
     int32_t seq_len_ = 0;
     int32_t group_ = 1;
-    bool kto_ = false;
-    std::vector<uint8_t> desirable_;  // KTO: per unit
+    bool pairs_ = false, kto_ = false;
+    int32_t answer_slots_ = 1;
+    std::vector<AnswerSlot> slots_;  // preference data: [size][answer_slots]
     size_t size_ = 0;
     std::vector<int32_t> inputs_, labels_;  // [size][seq_len]
     std::vector<int32_t> positions_;        // [size][seq_len] when packed, else empty

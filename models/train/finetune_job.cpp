@@ -80,7 +80,7 @@ std::pair<size_t, std::string> FinetuneJob::host_memory_limit() const {
     return {static_cast<size_t>(static_cast<double>(a.bytes) * (1.0 - kHostMemoryMargin)), "95% of " + a.source};
 }
 
-bool FinetuneJob::packed_data() const { return pack && method == "sft" && data_path.ends_with(".jsonl"); }
+bool FinetuneJob::packed_data() const { return packs() && data_path.ends_with(".jsonl"); }
 
 DatasetOptions FinetuneJob::dataset_options(const Model & model, const Tokenizer & tok) const {
     DatasetOptions d;
@@ -92,7 +92,8 @@ DatasetOptions FinetuneJob::dataset_options(const Model & model, const Tokenizer
     if (!chat_template.empty() || !tok.chat_template().empty()) d.chat = chat_template_for(tok, chat_template);
     d.train_on_inputs = train_on_inputs;
     d.train_analysis = train_analysis;
-    d.pack = pack;
+    d.pack = pack.value_or(true);  // (the data decides which applies: the method may not match it, which the session reports)
+    d.pack_preference = pack.value_or(false);
     d.max_prompt_len = static_cast<int32_t>(max_prompt_len);
     return d;
 }

@@ -41,7 +41,10 @@ struct FinetuneJob {
     bool allow_binary = false;      // DatasetOptions
     bool train_on_inputs = false;
     bool train_analysis = false;
-    bool pack = true;               // JSONL only (SFT examples; preference pairs are never packed)
+    // JSONL only: several examples (preference pairs) per sequence; unset: SFT examples packed, pairs not (packed,
+    // a pair's two answers share one sequence: models/data/dataset.h).
+    std::optional<bool> pack;
+    bool packs() const { return pack.value_or(method == "sft"); }
     // The objective: "sft", or a preference method ("dpo", "ipo", "simpo", "orpo", "kto": FinetuneConfig::preference,
     // with preference's beta, label smoothing, gamma and KTO's weights; ORPO's lambda is orpo_lambda).
     std::string method = "sft";
@@ -72,7 +75,7 @@ struct FinetuneJob {
     // What plan_run() takes for this job: the session's options as the run resolved them (session_options(),
     // with its communicator: micro_batches 0 is one per rank), the sequence length and packing.
     RunPlanOptions plan_options(const SessionOptions & session_resolved) const;
-    bool packed_data() const;       // JSONL SFT data with packing on
+    bool packed_data() const;       // JSONL data with packing on (packs())
     // The preference objective method names (nullopt: SFT); throws rp::Error naming `method` otherwise.
     std::optional<PreferenceParams> preference_objective() const;
     // host_memory resolved: the bytes and where they come from ("host_memory" when given).

@@ -69,6 +69,7 @@ struct Trainer::Program {
         std::vector<TokenPositions> positions;
         std::vector<Copy> copies;
         Tensor * sequence_values = nullptr;  // uploaded from MicroBatchInfo::sequence_values (preference heads)
+        Tensor * answer_slots = nullptr;     // each token's answer slot (packed preference heads; answer_slot_ids)
         AllocPlan plan;  // made at the first run (GraphRunner::run_planned)
     };
 

@@ -160,6 +160,11 @@ void Trainer::run_program(Program & p, const LayerMemory & mem, const CallArgs &
             if (!mb.sequence_values) none.assign(n, 0.0f);
             v->data = runner.upload(mb.sequence_values ? mb.sequence_values : none.data(), n * sizeof(float));
         }
+        if (Tensor * ids = s.answer_slots) {
+            std::vector<int32_t> slot_ids(static_cast<size_t>(mb.tokens()), 0);  // (a runner that only measures: zeros)
+            if (mb.positions) answer_slot_ids(mb.positions, mb.seq_len, mb.n_seq, cfg_.answer_slots, slot_ids.data());
+            ids->data = runner.upload(slot_ids.data(), slot_ids.size() * sizeof(int32_t));
+        }
         for (const TokenPositions & tp : s.positions) {
             tp.pos->data = runner.upload(pos.data(), pos.size() * sizeof(int32_t));
             if (tp.key_start) tp.key_start->data = runner.upload(first.data(), first.size() * sizeof(int32_t));
@@ -310,8 +315,8 @@ void Trainer::head_forward(const LayerMemory & mem, const void * in, const int32
             s.copies.push_back({Arg::Loss, 0, l});
             return;
         }
-        // Each sequence's log-probability after a 0 where the loss goes (it needs the reference).
-        Tensor * logps = build_sequence_logps(p.ctx, build_head_token_nll(p.ctx, model_.hparams(), p.b.w, x, labels_leaf, cfg_.ce_chunk), T, B);
+        // Each sequence's (answer slot's) log-probability after a 0 where the loss goes (it needs the reference).
+        Tensor * logps = build_answer_logps(p, s.answer_slots, mb, build_head_token_nll(p.ctx, model_.hparams(), p.b.w, x, labels_leaf, cfg_.ce_chunk));
         logps->flags |= kFlagOutput;
         build_forward(s.g, logps);
         s.zeros.push_back({Arg::Loss, 0, sizeof(float)});
@@ -320,14 +325,14 @@ void Trainer::head_forward(const LayerMemory & mem, const void * in, const int32
 }
 
 void Trainer::build_preference_head(Program & p, const MicroBatchInfo & mb) {
-    // Per-token NLL -> each sequence's log-probability -> the pairs' loss, and back: every token of an answer gets
-    // the gradient of its sequence's log-probability (the head's per-token backward).
+    // Per-token NLL -> each answer's log-probability -> the pairs' loss, and back: every token of an answer gets
+    // the gradient of its answer's log-probability (the head's per-token backward).
     const int64_t E = model_.hparams().n_embd, T = mb.seq_len, B = mb.n_seq;
     Program::Step & s = p.new_step();
     Tensor * x = p.hidden_param(s, Arg::In, 0, Arg::Din, 0, E, T, B);
     Tensor * nll = build_head_token_nll(p.ctx, model_.hparams(), p.b.w, x, p.leaf(DType::I32, Arg::Labels, 0, T * B), cfg_.ce_chunk);
-    Tensor * logps = build_sequence_logps(p.ctx, nll, T, B);
-    s.sequence_values = p.ctx.new_tensor(DType::F32, kSequenceValues, B);
+    Tensor * logps = build_answer_logps(p, s.answer_slots, mb, nll);
+    s.sequence_values = p.ctx.new_tensor(DType::F32, kSequenceValues, B * cfg_.answer_slots);
     s.sequence_values->flags |= kFlagInput;
     Tensor * loss = preference_loss(p.ctx, logps, s.sequence_values, *cfg_.preference, mb.loss_scale);
     loss->flags |= kFlagOutput;
@@ -338,6 +343,14 @@ void Trainer::build_preference_head(Program & p, const MicroBatchInfo & mb) {
     build_backward(p.ctx, s.g, loss, ps);
     s.copies.push_back({Arg::Loss, 0, loss});
     s.copies.push_back({Arg::Loss, sizeof(float), logps});
+}
+
+Tensor * Trainer::build_answer_logps(Program & p, Tensor *& slot_input, const MicroBatchInfo & mb, Tensor * token_nll) const {
+    if (cfg_.answer_slots == 1) return build_sequence_logps(p.ctx, token_nll, mb.seq_len, mb.n_seq);
+    if (!mb.packed) throw Error("head: answer slots (" + std::to_string(cfg_.answer_slots) + " per sequence) need packed sequences");
+    slot_input = p.ctx.new_tensor(DType::I32, mb.tokens());
+    slot_input->flags |= kFlagInput;
+    return rp::build_answer_logps(p.ctx, token_nll, slot_input, mb.n_seq, cfg_.answer_slots);
 }
 
 HParams Trainer::backward_hparams(const MicroBatchInfo & mb) const {

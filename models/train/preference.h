@@ -25,17 +25,20 @@ struct PreferenceStats {
     int64_t pairs = 0;           // pairs, or KTO examples
     int64_t chosen = 0, rejected = 0;  // answers in the chosen and rejected means
     bool unpaired = false;       // KTO
-    // Adds the pairs (examples) of n_seq sequences: their policy log-probabilities and values (kSequenceValues
-    // each; sums: mean() divides).
+    // Adds the pairs (examples) of n_seq sequences (packed: answer slots, the empty ones skipped): their policy
+    // log-probabilities and values (kSequenceValues each; sums: mean() divides).
     void add(const PreferenceParams & p, const float * logps, const float * sequence_values, int64_t n_seq);
     PreferenceStats mean() const;
 };
 
-// Each sequence of batch bt's values (ops/preference_math.h SequenceValue, kSequenceValues floats each): its
-// reference log-probability (reference: per dataset sequence; empty: 0), answer tokens, NLL weight (ORPO: the
-// chosen answers' NLL averaged over the batch's chosen tokens, as TRL) and kind (KTO: the example's +1 desirable /
-// -1 undesirable, its KL sequence 0).
+// Each answer of batch bt's values (ops/preference_math.h SequenceValue, kSequenceValues floats each), per
+// sequence, or per answer slot of packed data (Dataset::answer_slots() per sequence; an empty slot's are 0): its
+// reference log-probability (reference: per dataset slot, Dataset::n_answer_slots(); empty: 0), answer tokens, NLL
+// weight (ORPO: the chosen answers' NLL averaged over the batch's chosen tokens, as TRL) and kind (KTO: the
+// example's +1 desirable / -1 undesirable, its KL sequence 0).
 std::vector<float> preference_values(const Dataset & data, const Batch & bt, const PreferenceParams & p, const std::vector<float> & reference);
+// The pairs (KTO: examples) among such values: the non-empty slot pairs.
+int64_t preference_pairs(const std::vector<float> & values);
 
 // The mean loss of the pairs (KTO: examples, each evaluation batch its own KL) of units idx at the trainer's
 // current weights, in batches of `batch` units (forward only, on the host), and their metrics in *stats; ORPO's

@@ -48,10 +48,13 @@ RunPlan plan_run(const Model & model, const RunPlanOptions & options) {
         throw Error("micro_batches " + std::to_string(micro_batches) + " must be in [1, batch_size = " + std::to_string(o.batch) + "]");
     FinetuneConfig fc = o.finetune;
     if (fc.context == 0) fc.context = seq_len;
+    // Packed preference pairs: the head sums answers by slot (how many a sequence holds changes a few floats)
+    if (fc.preference && options.packed) fc.answer_slots = std::max<int32_t>(fc.answer_slots, 2);
     Trainer tr(model, fc, TrainerData::ShapesOnly);
     TrainingProgram & prog = tr;
     RunPlan r;
-    const int64_t group = fc.preference ? 2 : 1;  // preference pairs: batch_size pairs, two sequences each
+    // Unpacked preference pairs: batch_size pairs, two sequences each (packed: batch_size sequences of pairs)
+    const int64_t group = fc.preference && !options.packed ? 2 : 1;
     r.step = micro_batch_shapes(seq_len, o.batch * group, micro_batches, options.packed, group);
 
     HostMemoryPlan & h = r.host;

@@ -43,6 +43,7 @@ SessionOptions checked(SessionOptions o, const Dataset & data) {
                     std::to_string(ranks) + "): rank r computes micro-batches r, r + " + std::to_string(ranks) + ", ...");
     if (o.replica_check_every < 0) throw Error("replica_check_every must be >= 0");
     if (o.finetune.context == 0) o.finetune.context = data.seq_len();  // the RoPE factors of the sequences trained on
+    o.finetune.answer_slots = data.pairs() || data.kto() ? data.answer_slots() : 1;  // (packed pairs: several per sequence)
     const bool kto = o.finetune.preference && o.finetune.preference->method == PreferenceMethod::Kto;
     if (o.finetune.preference.has_value() != (data.pairs() || data.kto()))
         throw Error(data.kto()     ? "the dataset holds KTO examples: choose method kto"
@@ -216,9 +217,9 @@ std::string TrainingSession::resume(const std::string & path) {
         }
         batcher_.seek(st_.data);
         first_step_ = st_.step;
-        if (needs_reference(opt_) && st_.step > 0 && st_.reference_logps.size() != data_.size())
-            throw Error(path + ": the checkpoint holds no reference log-probabilities for this dataset's " + std::to_string(data_.size()) +
-                        " sequences (the policy has moved since step 0: they cannot be computed again)");
+        if (needs_reference(opt_) && st_.step > 0 && st_.reference_logps.size() != data_.n_answer_slots())
+            throw Error(path + ": the checkpoint holds no reference log-probabilities for this dataset's " + std::to_string(data_.n_answer_slots()) +
+                        " answers (the policy has moved since step 0: they cannot be computed again)");
         what = "resumed " + path + " at step " + std::to_string(st_.step);
     }
     // The pipeline's working copies were taken from the masters at construction: refresh them; an async run
@@ -261,31 +262,35 @@ void TrainingSession::update(int64_t step, const Batch & bt, float loss_scale, d
 }
 
 bool TrainingSession::reference_pass() {
-    if (!needs_reference(opt_) || st_.reference_logps.size() == data_.size()) return false;
+    if (!needs_reference(opt_) || st_.reference_logps.size() == data_.n_answer_slots()) return false;
     if (st_.step > 0) throw Error("the reference pass must run before the first step (the reference is the step-0 policy)");
-    std::vector<float> ref(data_.size());
+    std::vector<float> ref(data_.n_answer_slots());
+    const size_t D = static_cast<size_t>(data_.answer_slots());  // answers per sequence
     std::vector<uint32_t> all(data_.units());
     for (size_t u = 0; u < all.size(); ++u) all[u] = static_cast<uint32_t>(u);
     for (size_t b = 0; b < all.size(); b += static_cast<size_t>(opt_.batch)) {
         const size_t e = std::min(all.size(), b + static_cast<size_t>(opt_.batch));
         const Batch bt = make_batch(data_, std::span<const uint32_t>(all.data() + b, e - b));
-        float * out = ref.data() + b * 2;
+        float * out = ref.data() + b * static_cast<size_t>(data_.group()) * D;
         if (!pipe_) {
-            const std::vector<float> lp = trainer_.sequence_logps(bt.inputs.data(), bt.labels.data(), bt.seq_len, bt.n_seq, opt_.threads);
+            const std::vector<float> lp =
+                trainer_.sequence_logps(bt.inputs.data(), bt.labels.data(), bt.seq_len, bt.n_seq, opt_.threads, bt.positions_or_null());
             std::copy(lp.begin(), lp.end(), out);
             continue;
         }
-        // Through the devices: the step's micro-batch split, the heads' forward alone (each sequence's log-probability).
+        // Through the devices: the step's micro-batch split, the heads' forward alone (each answer's log-probability).
         std::vector<MicroBatch> mbs;
-        for (const MicroBatchInfo & info : micro_batch_shapes(bt.seq_len, bt.n_seq, opt_.micro_batches, false, data_.group())) {
+        for (MicroBatchInfo info : micro_batch_shapes(bt.seq_len, bt.n_seq, opt_.micro_batches, data_.packed(), data_.group())) {
+            const size_t off = static_cast<size_t>(info.seq_offset * bt.seq_len);
             MicroBatch m;
-            m.ids = bt.inputs.data() + info.seq_offset * bt.seq_len;
-            m.labels = bt.labels.data() + info.seq_offset * bt.seq_len;
+            m.ids = bt.inputs.data() + off;
+            m.labels = bt.labels.data() + off;
+            info.positions = bt.positions_or_null(off);
             m.info = info;
             mbs.push_back(m);
         }
         const std::vector<std::vector<float>> res = pipe_->forward(mbs);
-        for (size_t i = 0; i < res.size(); ++i) std::copy(res[i].begin() + 1, res[i].end(), out + mbs[i].info.seq_offset);
+        for (size_t i = 0; i < res.size(); ++i) std::copy(res[i].begin() + 1, res[i].end(), out + static_cast<size_t>(mbs[i].info.seq_offset) * D);
     }
     st_.reference_logps = std::move(ref);
     return true;
@@ -301,9 +306,10 @@ StepReport TrainingSession::step() {
     const Batch bt = batcher_.next();
     const size_t n_trained = bt.n_trained();
     // SFT: the mean over the batch's trained tokens; preference: over its pairs.
-    const float loss_scale = pref ? 2.0f / static_cast<float>(bt.n_seq) : n_trained ? 1.0f / static_cast<float>(n_trained) : 0.0f;
     const std::vector<float> seq_values = pref ? preference_values(data_, bt, *opt_.finetune.preference, st_.reference_logps) : std::vector<float>();
-    std::vector<float> seq_logps(pref ? static_cast<size_t>(bt.n_seq) : 0, 0.0f);  // preference: what the heads report
+    const float loss_scale = pref ? 1.0f / static_cast<float>(preference_pairs(seq_values)) : n_trained ? 1.0f / static_cast<float>(n_trained) : 0.0f;
+    const size_t D = static_cast<size_t>(data_.answer_slots());  // preference: answers per sequence
+    std::vector<float> seq_logps(pref ? static_cast<size_t>(bt.n_seq) * D : 0, 0.0f);  // preference: what the heads report
 
     // The micro-batches: sequences [lo, hi) of the batch each, the same split on the host and in the pipeline;
     // data parallel: this rank's share (in_group), the others' on the other ranks.
@@ -317,7 +323,7 @@ StepReport TrainingSession::step() {
         info.positions = bt.positions_or_null(off);
         info.step = step;
         info.loss_scale = loss_scale;
-        if (pref) info.sequence_values = seq_values.data() + kSequenceValues * info.seq_offset;
+        if (pref) info.sequence_values = seq_values.data() + kSequenceValues * D * static_cast<size_t>(info.seq_offset);
         m.info = info;
         mbs.push_back(m);
     }
@@ -326,7 +332,7 @@ StepReport TrainingSession::step() {
     auto accumulate = [&](const MicroBatch & m) {
         results.resize(trainer_.head_results(m.info));
         const double l = trainer_.accumulate(m.ids, m.labels, m.info, opt_.threads, results.data());
-        if (pref) std::copy(results.begin() + 1, results.end(), seq_logps.begin() + m.info.seq_offset);
+        if (pref) std::copy(results.begin() + 1, results.end(), seq_logps.begin() + static_cast<std::ptrdiff_t>(m.info.seq_offset * D));
         return l;
     };
     const bool dp = reducer_ != nullptr;
@@ -347,7 +353,8 @@ StepReport TrainingSession::step() {
     if (pipe_) {
         std::vector<std::vector<float>> res;
         if (!mbs.empty()) loss = pipe_->forward_backward(mbs, pref ? &res : nullptr);
-        for (size_t i = 0; i < res.size(); ++i) std::copy(res[i].begin() + 1, res[i].end(), seq_logps.begin() + mbs[i].info.seq_offset);
+        for (size_t i = 0; i < res.size(); ++i)
+            std::copy(res[i].begin() + 1, res[i].end(), seq_logps.begin() + static_cast<std::ptrdiff_t>(mbs[i].info.seq_offset * D));
         if (dp) opt_.comm->allreduce_sum(&loss, 1, "loss of step " + std::to_string(step + 1));
         gather_logps();
         // The update may run after step() returned (async): it owns a copy of the batch. Data parallel: the
@@ -402,7 +409,7 @@ StepReport TrainingSession::step() {
     r.trained_tokens = static_cast<int64_t>(n_trained);
     if (pref) {
         PreferenceStats ps;
-        ps.add(*opt_.finetune.preference, seq_logps.data(), seq_values.data(), bt.n_seq);
+        ps.add(*opt_.finetune.preference, seq_logps.data(), seq_values.data(), static_cast<int64_t>(seq_logps.size()));
         r.preference = ps.mean();
         st_.curve.reward_chosen.push_back(static_cast<float>(r.preference->reward_chosen));
         st_.curve.reward_rejected.push_back(static_cast<float>(r.preference->reward_rejected));

@@ -101,6 +101,10 @@ struct FinetuneConfig {
     // [kSequenceValues]) and reports each sequence's policy log-probability after the loss (head_results).
     // Unset: SFT.
     std::optional<PreferenceParams> preference;
+    // Preference training on packed sequences (models/data/dataset.h AnswerSlot): answer slots per sequence, each
+    // with its values and its log-probability (the head's per-sequence values and results are per slot); 1: one
+    // answer per sequence, unpacked.
+    int32_t answer_slots = 1;
 };
 
 // Host training's kept-layer rule (FinetuneConfig::activation_memory), the one accumulate() follows and the
@@ -185,7 +189,8 @@ public:
     double accumulate(const int32_t * ids, const int32_t * labels, const MicroBatchInfo & mb, int n_threads, float * results = nullptr);
 
     // Forward only, the current weights: the summed log-probability of each sequence's labelled tokens
-    // (f32 [n_seq]; the reference pass of preference training, and its evaluation).
+    // (f32 [n_seq]; the reference pass of preference training, and its evaluation). Packed preference data
+    // (FinetuneConfig::answer_slots > 1, positions given): of each answer slot, f32 [n_seq * answer_slots].
     std::vector<float> sequence_logps(const int32_t * ids, const int32_t * labels, int64_t seq_len, int64_t n_seq, int n_threads = 0,
                                       const int32_t * positions = nullptr);
 
@@ -240,8 +245,11 @@ public:
     size_t program_footprint(ProgramKind kind, int layer, const MicroBatchInfo & mb, const GraphRunner & rules) override;
     // Preference training: the loss and each sequence's policy log-probability; [reference, tokens, NLL weight,
     // kind] per sequence in (ops/preference_math.h SequenceValue).
-    size_t head_results(const MicroBatchInfo & mb) const override { return cfg_.preference ? 1 + static_cast<size_t>(mb.n_seq) : 1; }
-    size_t sequence_values() const override { return cfg_.preference ? kSequenceValues : 0; }
+    // (Packed: per answer slot, FinetuneConfig::answer_slots per sequence.)
+    size_t head_results(const MicroBatchInfo & mb) const override {
+        return cfg_.preference ? 1 + static_cast<size_t>(mb.n_seq * cfg_.answer_slots) : 1;
+    }
+    size_t sequence_values() const override { return cfg_.preference ? static_cast<size_t>(kSequenceValues * cfg_.answer_slots) : 0; }
     // The hyper-parameters a backward graph of micro-batch mb is built with: the model's, plus the MoE
     // load-balancing scale (cfg.moe_aux_loss x n_expert x mb.loss_scale).
     HParams backward_hparams(const MicroBatchInfo & mb) const;
@@ -286,6 +294,9 @@ private:
     Tensor * build_loss(Context & ctx, const ModelWeights & w, Tensor * x, Tensor * labels, float loss_scale) const;
     // The head program of a preference objective (one graph: a sequence's loss needs all its tokens).
     void build_preference_head(Program & p, const MicroBatchInfo & mb);
+    // Each answer's log-probability from the head's per-token NLL: per sequence, or per answer slot (packed;
+    // slot_input is then set to the input its step uploads each token's slot into: Program::Step::answer_slots).
+    Tensor * build_answer_logps(Program & p, Tensor *& slot_input, const MicroBatchInfo & mb, Tensor * token_nll) const;
     // Loads cfg_.start_adapter and makes its rank, alpha and adapted tensors cfg_'s.
     std::unique_ptr<LoraAdapter> adopt_start_adapter();
     // peak_graph_bytes() = max over time of (a graph's bytes + the kept layers' buffers alive with it).

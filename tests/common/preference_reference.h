@@ -41,20 +41,25 @@ inline long double pair_loss(const rp::PreferenceParams & p, long double pc, lon
 }
 
 // A micro-batch's loss, scale * sum_k loss_k - sum_b w_b logps_b, from B sequences' log-probabilities lp and their
-// values seq (4 per sequence: reference, tokens, NLL weight, kind; ops/preference_loss.h). KTO: kl = max(0, mean of
+// values seq (4 per sequence: reference, tokens, NLL weight, kind; ops/preference_loss.h; 0 tokens in both answers
+// of a pair: an empty slot, skipped). KTO: kl = max(0, mean of
 // the KL sequences' lp - reference), or kl_fixed when >= 0 (the KL held where TRL detaches it); each example's
 // w (1 - s(beta (logratio - kl))) when desirable, w (1 - s(beta (kl - logratio))) when not.
 template <class T, class S>
 long double batch_loss(const rp::PreferenceParams & p, const T * lp, const S * seq, int64_t B, long double scale, long double kl_fixed = -1) {
     auto v = [&](int64_t b, int k) { return static_cast<long double>(seq[4 * b + k]); };
+    auto empty = [&](int64_t c) { return v(c, 1) == 0; };  // an empty answer slot pair of a packed micro-batch
     long double kl = 0;
     if (p.method == rp::PreferenceMethod::Kto) {
-        for (int64_t k = 1; k < B; k += 2) kl += static_cast<long double>(lp[k]) - v(k, 0);
-        kl = kl_fixed >= 0 ? kl_fixed : std::max(0.0L, kl / static_cast<long double>(B / 2));
+        int64_t n = 0;
+        for (int64_t k = 1; k < B; k += 2)
+            if (!empty(k - 1)) kl += static_cast<long double>(lp[k]) - v(k, 0), ++n;
+        kl = kl_fixed >= 0 ? kl_fixed : std::max(0.0L, n ? kl / static_cast<long double>(n) : 0.0L);
     }
     long double L = 0;
     for (int64_t c = 0; c + 1 < B; c += 2) {
         const int64_t r = c + 1;
+        if (empty(c)) continue;
         const long double pc = lp[c], pr = lp[r];
         if (p.method == rp::PreferenceMethod::Kto) {
             const bool desirable = v(c, 3) > 0;

@@ -79,6 +79,32 @@ TEST(CoreAlloc, OutputsAreNeverReused) {
     for (Tensor * t : {s.a, s.b, s.d, s.e}) EXPECT_NE(t->data, s.c->data);
 }
 
+// An output that is a view keeps its root's memory: the root is not released after its last use, so nothing
+// computed later lands on the view's values (segment_sum's output is a reshape of its scatter-add).
+TEST(CoreAlloc, AnOutputViewKeepsItsRoot) {
+    Context ctx;
+    Tensor * x = ctx.new_tensor(DType::F32, 64);
+    ctx.alloc_data(x);
+    Tensor * a = rp::scale(ctx, x, 2.0f);
+    Tensor * v = rp::reshape(ctx, a, 8, 8);
+    v->flags |= rp::kFlagOutput;
+    Tensor * b = rp::silu(ctx, rp::scale(ctx, x, 3.0f));  // would take a's block were it released
+    Tensor * e = rp::add(ctx, rp::sum(ctx, v), rp::sum(ctx, b));
+    e->flags |= rp::kFlagOutput;
+    rp::Graph g;
+    rp::build_forward(g, e);
+    rp::build_forward(g, v);
+    rp::CpuBackend be;
+    be.allocate(g);
+    std::vector<float> xv(64);
+    for (int i = 0; i < 64; ++i) xv[size_t(i)] = 0.25f * float(i);
+    rp::tensor_set_f32(x, xv);
+    be.compute(g, 1);
+    for (Tensor * t : {b, b->src[0]}) EXPECT_NE(t->data, a->data);
+    const std::vector<float> got = rp::tensor_get_f32(v);
+    for (int i = 0; i < 64; ++i) EXPECT_EQ(got[size_t(i)], 2.0f * xv[size_t(i)]) << i;
+}
+
 // A placed node (memory its caller provides: host training's kept activations) takes no buffer space, keeps
 // the data it was given, and what it reads still lives until it runs: here c (placed) reads a and b, so
 // neither is freed before c; d then reuses their blocks.

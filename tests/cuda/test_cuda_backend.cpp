@@ -408,6 +408,47 @@ TEST(CudaBackend, PerTokenHeadAndPreferenceLoss) {
     }
 }
 
+// Packed preference micro-batches: the per-token NLL summed by answer slot (segment_sum: the one-column scatter-add)
+// into 8 slots, two of them empty, the loss over the slots and the gather of its gradient back to the tokens.
+TEST(CudaBackend, PackedAnswerSlotsAndTheirGradients) {
+    RP_REQUIRE_GPU();
+    for (rp::PreferenceMethod m : {rp::PreferenceMethod::Dpo, rp::PreferenceMethod::Kto}) {
+        SCOPED_TRACE("method " + std::to_string(static_cast<int>(m)));
+        Bench b;
+        auto & c = b.ctx;
+        const int64_t T = 10, B = 2, D = 4;
+        rp::Tensor * h = b.f32(32, T * B);
+        rp::Tensor * W = b.f32(32, 50);
+        rp::Tensor * labels = b.ids({-1, 4, 49, -1, 17, 3, -1, 3, 30, -1,  -1, 2, 3, 4, -1, 8, 7, -1, -1, -1});
+        rp::Tensor * slots = b.ids({0, 0, 0, 1, 1, 1, 2, 2, 3, 3,  4, 4, 4, 4, 5, 5, 5, 7, 7, 7});
+        rp::Tensor * nll = rp::lm_head_token_nll(c, h, W, labels, 16);
+        rp::Tensor * lp = rp::scale(c, rp::segment_sum(c, nll, slots, B * D), -1.0f);
+        b.out(lp);
+        // per slot: reference, tokens, NLL weight, kind (slots 6 and 7 empty: 0 tokens)
+        rp::Tensor * seq = b.f32(4, B * D, 1, 1, 1.0f, 4.0f);
+        std::vector<float> sv = rp::tensor_get_f32(seq);
+        const float kinds[] = {1, 0, -1, 0, 1, 0, 0, 0};
+        for (int64_t k = 0; k < B * D; ++k) {
+            sv[size_t(4 * k + rp::kKind)] = m == rp::PreferenceMethod::Kto ? kinds[k] : 0.0f;
+            if (k >= 6) sv[size_t(4 * k + rp::kAnswerTokens)] = 0.0f;
+        }
+        rp::tensor_set_f32(seq, sv);
+        rp::PreferenceParams p;
+        p.method = m;
+        p.beta = 0.5;
+        rp::Tensor * loss = rp::preference_loss(c, lp, seq, p, 1.0f / 3.0f);
+        b.out(loss);
+        rp::Tensor * dlp = rp::preference_loss_back(c, loss, rp::fill(c, loss, 1.0f));
+        b.out(dlp);
+        rp::Tensor * dtok = rp::get_rows(c, rp::reshape(c, rp::scale(c, dlp, -1.0f), 1, B * D), slots);
+        b.out(dtok);
+        rp::Tensor * dW = b.f32(32, 50);
+        b.out(rp::lm_head_ce_back(c, nll, rp::reshape(c, dtok, T * B), dW));
+        b.read_back(dW);
+        b.run_and_compare();
+    }
+}
+
 // A small training step built by autodiff (rms_norm, GEMMs, swiglu, LM head + CE): the loss and every
 // accumulated gradient, as the finetuning graphs use the backend.
 TEST(CudaBackend, AutodiffTrainingGraph) {

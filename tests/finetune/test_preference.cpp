@@ -14,6 +14,7 @@
 #include "tests/common/preference_reference.h"
 #include "tests/common/temp_dir.h"
 #include "tests/finetune/ft_test_util.h"
+#include "tests/finetune/preference_data.h"
 #include "tests/finetune/stories_fixture.h"
 
 #include <gtest/gtest.h>
@@ -30,84 +31,7 @@
 
 namespace {
 
-ft_test::StoriesFixture & fx() { return ft_test::StoriesFixture::get(); }
-
-std::string json_string(const std::string & s) { return "\"" + s + "\""; }  // (the texts here need no escapes)
-
-std::string pair_line(const std::string & prompt, const std::string & chosen, const std::string & rejected) {
-    return "{\"prompt\": " + json_string(prompt) + ", \"chosen\": " + json_string(chosen) + ", \"rejected\": " + json_string(rejected) + "}\n";
-}
-
-// The toy task: the chosen answer has a dog where the rejected one has a cat.
-std::string toy_pairs(int n, uint32_t seed = 1) {
-    const char * names[] = {"Tom", "Lily", "Ben", "Sue", "Max", "Anna", "Tim", "Mia"};
-    const char * places[] = {"park", "house", "garden", "forest", "school", "beach"};
-    const char * verbs[] = {"played", "ran", "walked", "sat", "slept", "danced"};
-    std::mt19937 rng(seed);
-    std::string out;
-    for (int i = 0; i < n; ++i) {
-        const std::string who = names[rng() % 8], where = places[rng() % 6], verb = verbs[rng() % 6];
-        out += pair_line("Once upon a time, " + who + " went to the " + where + ". There " + who, " " + verb + " with a big dog. The dog was happy.",
-                         " " + verb + " with a big cat. The cat was happy.");
-    }
-    return out;
-}
-
-// The toy task unpaired for KTO: a desirable example with the dog, an undesirable one with the cat.
-std::string toy_kto(int n, uint32_t seed = 1) {
-    const char * names[] = {"Tom", "Lily", "Ben", "Sue", "Max", "Anna", "Tim", "Mia"};
-    const char * verbs[] = {"played", "ran", "walked", "sat", "slept", "danced"};
-    std::mt19937 rng(seed);
-    std::string out;
-    for (int i = 0; i < n; ++i) {
-        const std::string who = names[rng() % 8], verb = verbs[rng() % 6];
-        const bool good = i % 2 == 0;
-        out += "{\"prompt\": \"Once upon a time, " + who + " went out. There " + who + "\", \"completion\": \" " + verb + " with a big " +
-               (good ? "dog" : "cat") + ".\", \"label\": " + (good ? "true" : "false") + "}\n";
-    }
-    return out;
-}
-
-rp::Dataset pairs(const std::string & jsonl, int32_t seq_len = 48, int32_t max_prompt = 0, bool chat = false) {
-    rp::DatasetOptions o;
-    o.seq_len = seq_len;
-    o.n_ctx = fx().model->hparams().n_ctx_train;
-    o.max_prompt_len = max_prompt;
-    o.pack = true;  // ignored for pairs
-    if (chat) o.chat = rp::chat_template_for(fx().tok, "chatml");
-    return rp::Dataset::from_jsonl(jsonl, "pairs.jsonl", fx().tok, o);
-}
-
-// Loading `jsonl` fails with an rp::Error whose message contains `what`.
-void expect_data_error(const std::string & jsonl, const std::string & what, bool chat = false) {
-    try {
-        pairs(jsonl, 48, 0, chat);
-        ADD_FAILURE() << "no error for: " << jsonl;
-    } catch (const rp::Error & e) {
-        EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-    }
-}
-
-rp::PreferenceParams method(rp::PreferenceMethod m, double beta, double eps = 0.0) {
-    rp::PreferenceParams p;
-    p.method = m;
-    p.beta = beta;
-    p.label_smoothing = eps;
-    return p;
-}
-
-rp::SessionOptions pref_options(const rp::PreferenceParams & p, int64_t steps = 3) {
-    rp::SessionOptions o;
-    o.finetune.lora_rank = 4;
-    o.finetune.preference = p;
-    o.batch = 4;  // pairs
-    o.micro_batches = 2;
-    o.steps = steps;
-    o.threads = 1;
-    o.lr.lr_max = 5e-4;
-    o.lr.warmup_steps = 0;
-    return o;
-}
+using namespace pref_test;
 
 std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t> & b) {
     a.insert(a.end(), b.begin(), b.end());
@@ -253,8 +177,11 @@ TEST(PreferenceData, KtoExamplesCarryTheirKlSequences) {
     ASSERT_TRUE(d.kto());
     EXPECT_FALSE(d.pairs());
     ASSERT_EQ(d.units(), 2u);
-    EXPECT_TRUE(d.desirable(0));
-    EXPECT_FALSE(d.desirable(1));
+    ASSERT_EQ(d.answer_slots(), 1);
+    EXPECT_EQ(d.answers(0)[0].kind, 1);   // desirable
+    EXPECT_EQ(d.answers(1)[0].kind, 0);   // its KL sequence
+    EXPECT_EQ(d.answers(2)[0].kind, -1);  // undesirable
+    EXPECT_EQ(d.answers(3)[0].kind, 0);
     const rp::Tokenizer & tok = fx().tok;
     const std::vector<int32_t> p0 = tok.encode("Once upon a time", true, false), p1 = tok.encode("One day", true, false);
     const std::vector<int32_t> c0 = concat(tok.encode(" a dog ran.", false, false), {tok.eos()});
@@ -614,6 +541,17 @@ TEST(PreferenceTool, TrainsFromTheCommandLineAndRefusesBadPairs) {
     // DPO needs the reference pass; ORPO none.
     ASSERT_EQ(ft_test::run(base + " --method dpo -o " + dir.file("b.gguf"), &out), 0) << out;
     EXPECT_NE(out.find("reference pass: the log-probabilities of 48 answers"), std::string::npos) << out;
+    EXPECT_NE(out.find("24 preference pairs (prompt + chosen, prompt + rejected: 48 sequences"), std::string::npos) << out;
+    // --pack: several pairs a sequence; the same answers, fewer sequences, step 1 at ln 2.
+    ASSERT_EQ(ft_test::run(ft_test::tool("rp-finetune") + " -m " + ft_test::stories() + " --data " + dir.file("pairs.jsonl") +
+                               " --seq-len 256 --batch 2 --steps 2 -t 1 --method dpo --pack -o " + dir.file("p.gguf"),
+                           &out),
+              0)
+        << out;
+    EXPECT_NE(out.find("reference pass: the log-probabilities of 48 answers"), std::string::npos) << out;
+    EXPECT_NE(out.find("24 preference pairs (prompt + chosen, prompt + rejected: packed, up to 3 pairs a sequence, into"), std::string::npos)
+        << out;
+    EXPECT_NE(out.find("step 1/2 | loss 0.6931 |"), std::string::npos) << out;
     ASSERT_EQ(ft_test::run(base + " --method orpo --orpo-lambda 0.2 -o " + dir.file("c.gguf"), &out), 0) << out;
     EXPECT_EQ(out.find("reference pass"), std::string::npos) << out;
     // KTO on unpaired examples: its KL in the log and the metrics.

@@ -13,7 +13,6 @@
 
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -54,7 +53,7 @@ std::string deep_cmd(const std::string & model, const std::string & out) {
 
 } // namespace
 
-TEST(FinetunePlanTool, PlanOfAQwen3ShapeIsFastAndReadsNoWeights) {
+TEST(FinetunePlanTool, PlanOfAQwen3ShapeReadsNoWeights) {
     rp_test::TempDir d;
     std::string log;
     const std::string model = d.file("qwen3-0.6b.gguf");
@@ -64,18 +63,12 @@ TEST(FinetunePlanTool, PlanOfAQwen3ShapeIsFastAndReadsNoWeights) {
               0)
         << log;
     const auto bytes = static_cast<long long>(std::filesystem::file_size(model));
-    const auto t0 = std::chrono::steady_clock::now();
     ASSERT_EQ(ft_test::run(ft_test::tool("rp-finetune") + " -m " + model +
                                " --plan --devices 4 --device-mem 1G --seq-len 256 --batch 2 --lora-rank 8",
                            &log),
               0)
         << log;
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-#ifdef RP_SANITIZED
-    EXPECT_LT(s, 20.0) << log;  // the tools run instrumented here
-#else
-    EXPECT_LT(s, 1.0) << log;
-#endif
+    // (how fast the plan is belongs to the benchmarks; what it reads is its RSS, below)
     const long long peak = field(log, "device peak"), host = field(log, "host peak"), rss = field(log, "plan rss");
     EXPECT_GT(peak, 0) << log;
     EXPECT_LE(peak, 1LL << 30) << log;

@@ -4,7 +4,8 @@
 // dataset has whole sequences of seq_len inputs and labels, every id in the vocabulary, every label an id
 // or the ignore label, and the same fingerprint when built twice; packed (when the first byte says so), the
 // positions restart at 0 or count up by one; preference pairs and KTO examples come in units of two unpacked
-// sequences that each train at least one token (max_prompt_len from the first byte's low bits).
+// sequences that each train at least one token, or packed, in answer slots that pair up and count the trained
+// labels (max_prompt_len from the first byte's low bits).
 #include "base/error.h"
 #include "models/text/chat_template.h"
 #include "models/data/dataset.h"
@@ -33,12 +34,24 @@ void check(const rp::Dataset & d, const rp::Tokenizer & tok, int32_t seq_len) {
             if (id < 0 || id >= tok.n_vocab()) __builtin_trap();
         for (int32_t l : lab)
             if (l != rp::kIgnoreLabel && (l < 0 || l >= tok.n_vocab())) __builtin_trap();
-        if (d.group() != 1) {  // pairs and KTO: two sequences per unit, each with an answer token to train
-            if (d.group() != 2 || d.size() % 2 != 0 || d.packed() || d.units() * 2 != d.size()) __builtin_trap();
-            size_t trained = 0;
-            for (int32_t l : lab) trained += l != rp::kIgnoreLabel;
-            if (trained == 0) __builtin_trap();
-            if (d.kto() && i % 2 == 0) (void)d.desirable(i / 2);
+        size_t trained = 0;
+        for (int32_t l : lab) trained += l != rp::kIgnoreLabel;
+        if (d.group() != 1) {  // unpacked pairs and KTO: two sequences per unit, each with an answer token to train
+            if (d.group() != 2 || d.size() % 2 != 0 || d.packed() || d.units() * 2 != d.size() || d.answer_slots() != 1) __builtin_trap();
+            if (trained == 0 || d.answers(i)[0].tokens != static_cast<int32_t>(trained)) __builtin_trap();
+        } else if (d.pairs() || d.kto()) {  // packed: answer slots in pairs, the present ones first, their tokens the labels
+            const int32_t D = d.answer_slots();
+            if (!d.packed() || D < 2 || D % 2 != 0 || d.n_answer_slots() != d.size() * static_cast<size_t>(D)) __builtin_trap();
+            const auto slots = d.answers(i);
+            size_t sum = 0;
+            bool ended = false;
+            for (int32_t j = 0; j < D; j += 2) {
+                const bool present = slots[size_t(j)].tokens > 0;
+                if (present != (slots[size_t(j) + 1].tokens > 0) || (present && ended)) __builtin_trap();
+                ended |= !present;
+                sum += static_cast<size_t>(slots[size_t(j)].tokens + slots[size_t(j) + 1].tokens);
+            }
+            if (sum != trained || slots[0].tokens == 0) __builtin_trap();
         }
         if (!d.packed()) continue;
         // packed: every position restarts at 0 or follows the previous one (so the attention starts are valid)
@@ -62,6 +75,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t * data, size_t size) {
         o.chat = rp::chat_template_from_name("chatml");
         o.allow_binary = (data[0] & 0x80) != 0;
         o.pack = (data[0] & 0x40) != 0;  // JSONL examples packed several to a sequence
+        o.pack_preference = (data[0] & 0x20) != 0;  // and pairs
         o.max_prompt_len = data[0] & 0x07;  // pairs and KTO examples: prompts cut to their last 0..7 tokens (0: whole)
         for (const bool jsonl : {false, true}) {
             try {

@@ -81,3 +81,24 @@ TEST(OpGetRows, IdOutOfRangeIsAnError) {
     const std::string error = compute_error(rp::get_rows(ctx, table, ids));
     EXPECT_NE(error.find("id 4"), std::string::npos) << error;
 }
+
+// segment_sum: the scatter-add of one column as a forward op, its gradient the gather (GET_ROWS_BACK's backward
+// rule), against sums written here and finite differences. Segment 3 has no token (0, gradient-free); ids in
+// [T, B] as the packed preference head passes them.
+TEST(OpSegmentSum, SumsByIdAndItsGradientIsTheGather) {
+    const std::vector<int32_t> ids = {0, 0, 1, 1, 1, 2, 4, 4, 4, 4, 5, 5};
+    auto sums = [=](const R & v, int64_t n) {
+        ref::DT y({n, 1, 1, 1});
+        for (size_t t = 0; t < ids.size(); ++t) y(ids[t]) += v[0].v[t];
+        return y;
+    };
+    check_op({"segment_sum [6, 2] -> 6", {{"x", {6, 2, 1, 1}}, ids_input(ids, 6, 2)},
+              [](Context & c, const TV & in) { return rp::segment_sum(c, in[0], in[1], 6); },
+              [=](const R & v) { return sums(v, 6); }});
+    check_op({"segment_sum [12] -> 7", {{"x", {12, 1, 1, 1}}, ids_input(ids, 12, 1)},
+              [](Context & c, const TV & in) { return rp::segment_sum(c, in[0], in[1], 7); },
+              [=](const R & v) { return sums(v, 7); }});
+    Context ctx;
+    EXPECT_THROW(rp::segment_sum(ctx, ctx.new_tensor(rp::DType::F32, 5), ctx.new_tensor(rp::DType::I32, 4), 2), rp::Error);
+    EXPECT_THROW(rp::segment_sum(ctx, ctx.new_tensor(rp::DType::F32, 4), ctx.new_tensor(rp::DType::I32, 4), 0), rp::Error);
+}

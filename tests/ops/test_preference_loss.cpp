@@ -284,3 +284,53 @@ TEST(OpPreferenceLoss, KtoHoldsItsPositiveKlConstant) {
         EXPECT_NE(gi, 0.0f);
     }
 }
+
+// Packed micro-batches hold answer slots, the unused ones empty (0 tokens in both answers of a pair): they add no
+// loss and get no gradient, and KTO's KL averages over the present KL sequences only (the reference skips them too;
+// here the empty pair sits between two real ones, with values that would move the loss if they counted).
+TEST(OpPreferenceLoss, EmptyAnswerSlotsAreSkipped) {
+    const int64_t B = 6;
+    for (PreferenceMethod m : {PreferenceMethod::Dpo, PreferenceMethod::Orpo, PreferenceMethod::Kto}) {
+        const bool kto = m == PreferenceMethod::Kto;
+        // per answer: reference, tokens, NLL weight, kind
+        // (KTO: the KL sequences' references above their log-probabilities: the KL clamps at 0, constant for the harness)
+        const float kl_ref = kto ? 5.0f : -3.0f;
+        const std::vector<float> sv = {-1.0f, 4, m == PreferenceMethod::Orpo ? 0.1f : 0.0f, kto ? 1.0f : 0.0f,  kl_ref, 3, 0, 0,
+                                       9.0f, 0, 0, 0,  9.0f, 0, 0, 0,
+                                       -2.5f, 2, 0, kto ? -1.0f : 0.0f,  kl_ref, 6, 0, 0};
+        const PreferenceParams p = params(m, 0.5);
+        Input lp{"logps", {B, 1, 1, 1}};
+        lp.lo = -3.0f;
+        lp.hi = -0.2f;
+        check_op({std::string("empty slot, method ") + std::to_string(static_cast<int>(m)), {lp},
+                  [=](Context & c, const TV & in) {
+                      Tensor * s = c.new_tensor(rp::DType::F32, 4, B);
+                      c.alloc_data(s);
+                      std::copy(sv.begin(), sv.end(), s->data_as<float>());
+                      return rp::preference_loss(c, in[0], s, p, 0.5f);
+                  },
+                  [=](const R & x) {
+                      ref::DT s({4, B, 1, 1});
+                      for (size_t i = 0; i < sv.size(); ++i) s.v[i] = sv[i];
+                      ref::DT y({1, 1, 1, 1});
+                      y.v[0] = loss_ref(p, x[0], s, 0.5);
+                      return y;
+                  }});
+    }
+    // KTO's KL is the mean over the present KL sequences: an empty slot's value does not count.
+    const std::vector<float> lp_with = {-1.0f, -2.0f, 7.0f, 7.0f, -1.5f, -1.0f}, lp_without = {-1.0f, -2.0f, -1.5f, -1.0f};
+    const std::vector<float> sv_with = {0, 3, 0, 1, -3.0f, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, -1, -3.5f, 2, 0, 0};
+    const std::vector<float> sv_without = {0, 3, 0, 1, -3.0f, 3, 0, 0, 0, 2, 0, -1, -3.5f, 2, 0, 0};
+    EXPECT_EQ(rp::kto_kl(lp_with.data(), sv_with.data(), 6), rp::kto_kl(lp_without.data(), sv_without.data(), 4));
+    EXPECT_DOUBLE_EQ(rp::kto_kl(lp_without.data(), sv_without.data(), 4), 1.75);  // mean(1.0, 2.5)
+    // Half a pair empty is the data's error.
+    Context ctx;
+    Tensor * l = ctx.new_tensor(rp::DType::F32, 2);
+    Tensor * s = ctx.new_tensor(rp::DType::F32, 4, 2);
+    ctx.alloc_data(l);
+    ctx.alloc_data(s);
+    rp::tensor_set_f32(l, {-1.0f, -2.0f});
+    rp::tensor_set_f32(s, {0, 0, 0, 0, 0, 3, 0, 0});
+    const std::string error = compute_error(rp::preference_loss(ctx, l, s, params(PreferenceMethod::Dpo, 0.1), 1.0f));
+    EXPECT_NE(error.find("answer 1 (pair 0) has 3.000000 tokens"), std::string::npos) << error;
+}

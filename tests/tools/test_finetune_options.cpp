@@ -87,8 +87,8 @@ TEST(FinetuneOptions, EveryFlagParsesAsTheOldParserDid) {
          }},
         {"--chat-template chatml", [](const FinetuneJob & j) { EXPECT_EQ(j.chat_template, "chatml"); }},
         {"--chat-template-file t.jinja", [](const FinetuneJob & j) { EXPECT_EQ(j.chat_template, "t.jinja"); }},
-        {"--no-pack", [](const FinetuneJob & j) { EXPECT_FALSE(j.pack); }},
-        {"--no-pack --pack", [](const FinetuneJob & j) { EXPECT_TRUE(j.pack); }},  // the last one wins
+        {"--no-pack", [](const FinetuneJob & j) { EXPECT_EQ(j.pack, false); }},
+        {"--no-pack --pack", [](const FinetuneJob & j) { EXPECT_EQ(j.pack, true); }},  // the last one wins
         {"--full", [](const FinetuneJob & j) { EXPECT_TRUE(j.session.finetune.full); }},
         {"--lora-rank 4 --lora-alpha 8 --lora-dropout 0.1", [](const FinetuneJob & j) {
              EXPECT_EQ(j.session.finetune.lora_rank, 4);
