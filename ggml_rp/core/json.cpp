@@ -240,6 +240,37 @@ std::string quoted(const std::string & s) {
     return q;
 }
 
+std::string dump(const Value & v) {
+    switch (v.type) {
+    case Value::Type::Null: return "null";
+    case Value::Type::Bool: return v.boolean ? "true" : "false";
+    case Value::Type::Number: {
+        char buf[32];
+        for (int prec = 1; prec <= 17; ++prec) {  // the shortest that round-trips
+            std::snprintf(buf, sizeof buf, "%.*g", prec, v.number);
+            if (std::strtod(buf, nullptr) == v.number) break;
+        }
+        return buf;
+    }
+    case Value::Type::String: return quoted(v.string);
+    case Value::Type::Array: {
+        std::string s = "[";
+        for (size_t i = 0; i < v.array.size(); ++i) s += (i ? ", " : "") + dump(v.array[i]);
+        return s + "]";
+    }
+    case Value::Type::Object: {
+        std::string s = "{";
+        for (size_t i = 0; i < v.object.size(); ++i) {
+            if (i) s += ", ";
+            append_string(s, v.object[i].first);
+            s += ": " + dump(v.object[i].second);
+        }
+        return s + "}";
+    }
+    }
+    return "null";
+}
+
 void append_string(std::string & out, const std::string & s) {
     out += '"';
     for (const char ch : s) {

@@ -42,5 +42,8 @@ Value parse(const std::string & text, const std::string & source_name);
 void append_string(std::string & out, const std::string & s);
 // s as a JSON string literal (append_string to an empty string).
 std::string quoted(const std::string & s);
+// v as JSON text on one line: objects in their order with ": " and ", " between, strings as append_string writes
+// them, numbers as the shortest text that reads back to the same double (integers without a fraction).
+std::string dump(const Value & v);
 
 } // namespace rp::json

@@ -7,6 +7,7 @@
 #include "ggml_rp/ops/cross_entropy.h"
 #include "ggml_rp/ops/dropout.h"
 #include "ggml_rp/ops/get_rows.h"
+#include "ggml_rp/ops/grpo_loss.h"
 #include "ggml_rp/ops/lora.h"
 #include "ggml_rp/ops/moe.h"
 #include "ggml_rp/ops/mul_mat.h"

@@ -449,6 +449,45 @@ TEST(CudaBackend, PackedAnswerSlotsAndTheirGradients) {
     }
 }
 
+// GRPO's policy loss on the per-token head: the loss (a tree sum on the device, token order on the CPU), each token's
+// derivative and the head's weight gradient, off-policy with clipping and the KL term, and on-policy.
+TEST(CudaBackend, GrpoLossOnThePerTokenHead) {
+    RP_REQUIRE_GPU();
+    for (const bool on_policy : {false, true}) {
+        SCOPED_TRACE(on_policy ? "on-policy" : "off-policy");
+        Bench b;
+        auto & c = b.ctx;
+        const int64_t N = 600;  // more tokens than the sum's block has threads
+        rp::Tensor * h = b.f32(32, N);
+        rp::Tensor * W = b.f32(32, 50);
+        std::vector<int32_t> lab(static_cast<size_t>(N));
+        for (size_t i = 0; i < lab.size(); ++i) lab[i] = i % 9 == 0 ? -1 : static_cast<int32_t>((i * 13) % 50);
+        rp::Tensor * labels = b.ids(lab);
+        rp::Tensor * nll = rp::lm_head_token_nll(c, h, W, labels, 64);
+        rp::Tensor * logp = rp::scale(c, nll, -1.0f);
+        rp::Tensor * values = b.f32(rp::kTokenValues, N, 1, 1, -1.0f, 1.0f);
+        std::vector<float> v = rp::tensor_get_f32(values);
+        for (int64_t t = 0; t < N; ++t) {
+            v[size_t(rp::kTokenValues * t + rp::kOldLogp)] -= 4.0f;  // log-probabilities near those of a 50-token vocabulary
+            v[size_t(rp::kTokenValues * t + rp::kRefLogp)] -= 4.0f;
+            v[size_t(rp::kTokenValues * t + rp::kTokenWeight)] = lab[size_t(t)] < 0 ? 0.0f : 1.0f / 500.0f;
+        }
+        rp::tensor_set_f32(values, v);
+        rp::GrpoParams p;
+        p.epsilon_high = 0.28;
+        p.beta = 0.04;
+        p.on_policy = on_policy;
+        rp::Tensor * loss = rp::grpo_loss(c, logp, values, p);
+        b.out(loss);
+        rp::Tensor * d = rp::grpo_loss_back(c, loss, rp::fill(c, loss, 1.0f));
+        b.out(d);
+        rp::Tensor * dW = b.f32(32, 50);
+        b.out(rp::lm_head_ce_back(c, nll, rp::scale(c, d, -1.0f), dW));
+        b.read_back(dW);
+        b.run_and_compare();
+    }
+}
+
 // A small training step built by autodiff (rms_norm, GEMMs, swiglu, LM head + CE): the loss and every
 // accumulated gradient, as the finetuning graphs use the backend.
 TEST(CudaBackend, AutodiffTrainingGraph) {

@@ -65,3 +65,13 @@ TEST(Json, ErrorsGiveTheOffset) {
 }
 
 } // namespace
+
+// dump writes what parse reads back to the same value, on one line, numbers in their shortest exact form.
+TEST(Json, DumpRoundTrips) {
+    const std::string text = R"({"a": [1, 2.5, -0.1, 1e+300, true, null], "b": {"c": "q\"\n\u0001"}, "d": 123456789012})";
+    const Value v = rp::json::parse(text, "t");
+    const std::string d = rp::json::dump(v);
+    EXPECT_EQ(d, R"({"a": [1, 2.5, -0.1, 1e+300, true, null], "b": {"c": "q\"\n\u0001"}, "d": 123456789012})");
+    EXPECT_EQ(rp::json::dump(rp::json::parse(d, "t")), d);
+    EXPECT_EQ(rp::json::dump(rp::json::parse("0.30000000000000004", "t")), "0.30000000000000004");
+}
