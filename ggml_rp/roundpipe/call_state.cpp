@@ -23,7 +23,7 @@ Call::Call(int64_t id_, const TrainingProgram & prog, PinnedPool & host, const s
             std::memcpy(positions.back().data(), mb.info.positions, tb);
             info.back().positions = static_cast<const int32_t *>(positions.back().data());
         }
-        if (const size_t nv = prog.sequence_values() * static_cast<size_t>(mb.info.n_seq); nv > 0 && mb.info.sequence_values) {
+        if (const size_t nv = prog.sequence_values(mb.info) * static_cast<size_t>(mb.info.n_seq); nv > 0 && mb.info.sequence_values) {
             sequence_values.push_back(host.take(nv * sizeof(float)));
             std::memcpy(sequence_values.back().data(), mb.info.sequence_values, nv * sizeof(float));
             info.back().sequence_values = static_cast<const float *>(sequence_values.back().data());

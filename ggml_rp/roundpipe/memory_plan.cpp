@@ -218,7 +218,7 @@ HostCallBytes host_call_bytes(const TrainingProgram & prog, const Plan & plan, c
         }
     }
     for (const MicroBatchInfo & mb : mbs)  // the heads' results, and the sequence values they read
-        h.losses += sizeof(float) * (prog.head_results(mb) + prog.sequence_values() * static_cast<size_t>(mb.n_seq));
+        h.losses += sizeof(float) * (prog.head_results(mb) + prog.sequence_values(mb) * static_cast<size_t>(mb.n_seq));
     return h;
 }
 

@@ -41,7 +41,7 @@ struct MicroBatchInfo {
     bool packed = false;
     const int32_t * positions = nullptr;  // host memory outliving the programs (RoundPipe: the call's copy)
     // A sequence-level objective's inputs for the head program, opaque to the runtime: floats per sequence
-    // ([n_seq][TrainingProgram::sequence_values()]), host memory outliving the call; nullptr for token losses.
+    // ([n_seq][TrainingProgram::sequence_values(mb)]), host memory outliving the call; nullptr for token losses.
     const float * sequence_values = nullptr;
     // The programs' mode: training (LoRA dropout and the like active), or evaluation (Pipeline::forward).
     bool training = true;
@@ -114,9 +114,9 @@ public:
                           const MicroBatchInfo & mb, ProgramContext & pc) = 0;
 
     // Floats the head writes from its `loss` pointer (1: the loss), and floats per sequence it reads from
-    // MicroBatchInfo::sequence_values (0: none).
+    // MicroBatchInfo::sequence_values (0: none; a per-token objective's depend on the sequence length).
     virtual size_t head_results(const MicroBatchInfo &) const { return 1; }
-    virtual size_t sequence_values() const { return 0; }
+    virtual size_t sequence_values(const MicroBatchInfo &) const { return 0; }
 
     // The device memory (graphs and uploads: the device's graph region) the program of (kind, layer) takes for
     // micro-batch mb when its graphs run under `rules` (a device's runner, or footprint_rules(backend)); found

@@ -137,8 +137,10 @@ double Trainer::accumulate(const int32_t * ids, const int32_t * labels, int64_t 
 }
 
 double Trainer::accumulate(const int32_t * ids, const int32_t * labels, const MicroBatchInfo & mb_in, int n_threads, float * results) {
-    if (cfg_.preference && !mb_in.sequence_values)
-        throw Error("accumulate: a preference objective needs each sequence's reference, tokens and NLL weight (sequence_values)");
+    if ((cfg_.preference || cfg_.grpo) && !mb_in.sequence_values)
+        throw Error(std::string("accumulate: ") + (cfg_.grpo ? "GRPO needs each token's advantage, log-probabilities and weight"
+                                                              : "a preference objective needs each sequence's reference, tokens and NLL weight") +
+                    " (sequence_values)");
     MicroBatchInfo mb = mb_in;
     mb.token_chunk = cfg_.token_chunk;
     ProgramContext pc;

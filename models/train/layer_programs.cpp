@@ -274,6 +274,12 @@ void Trainer::head(const LayerMemory & mem, const void * in, const int32_t * lab
         call_program(ProgramKind::Head, num_layers() - 1, mem, true, a, mb, pc, [&](Program & p) { build_preference_head(p, mb); });
         return;
     }
+    if (cfg_.grpo) {
+        if (!mb.sequence_values && (!pc.runner || pc.runner->computes()))
+            throw Error("head: GRPO needs each token's advantage, log-probabilities and weight (sequence_values)");
+        call_program(ProgramKind::Head, num_layers() - 1, mem, true, a, mb, pc, [&](Program & p) { build_grpo_head(p, mb); });
+        return;
+    }
     call_program(ProgramKind::Head, num_layers() - 1, mem, true, a, mb, pc, [&](Program & p) {
         const int64_t E = model_.hparams().n_embd;
         // One graph per token range (one range unless chunked): forward, loss and backward of its tokens, the
@@ -308,11 +314,19 @@ void Trainer::head_forward(const LayerMemory & mem, const void * in, const int32
         Program::Step & s = p.new_step();
         Tensor * x = p.leaf(DType::F32, Arg::In, 0, E, T, B);
         Tensor * labels_leaf = p.leaf(DType::I32, Arg::Labels, 0, T * B);
-        if (!cfg_.preference) {  // the summed token loss, as the head's
+        if (!cfg_.preference && !cfg_.grpo) {  // the summed token loss, as the head's
             Tensor * l = build_loss(p.ctx, p.b.w, x, labels_leaf, mb.loss_scale);
             l->flags |= kFlagOutput;
             build_forward(s.g, l);
             s.copies.push_back({Arg::Loss, 0, l});
+            return;
+        }
+        if (cfg_.grpo) {  // each token's log-probability after a 0 where the loss goes
+            Tensor * logp = scale(p.ctx, build_head_token_nll(p.ctx, model_.hparams(), p.b.w, x, labels_leaf, cfg_.ce_chunk), -1.0f);
+            logp->flags |= kFlagOutput;
+            build_forward(s.g, logp);
+            s.zeros.push_back({Arg::Loss, 0, sizeof(float)});
+            s.copies.push_back({Arg::Loss, sizeof(float), logp});
             return;
         }
         // Each sequence's (answer slot's) log-probability after a 0 where the loss goes (it needs the reference).
@@ -343,6 +357,27 @@ void Trainer::build_preference_head(Program & p, const MicroBatchInfo & mb) {
     build_backward(p.ctx, s.g, loss, ps);
     s.copies.push_back({Arg::Loss, 0, loss});
     s.copies.push_back({Arg::Loss, sizeof(float), logps});
+}
+
+void Trainer::build_grpo_head(Program & p, const MicroBatchInfo & mb) {
+    // Per-token NLL -> log-probabilities -> GRPO's loss, and back: each completion token gets its own derivative
+    // (the head's per-token backward).
+    const int64_t E = model_.hparams().n_embd, T = mb.seq_len, B = mb.n_seq;
+    Program::Step & s = p.new_step();
+    Tensor * x = p.hidden_param(s, Arg::In, 0, Arg::Din, 0, E, T, B);
+    Tensor * nll = build_head_token_nll(p.ctx, model_.hparams(), p.b.w, x, p.leaf(DType::I32, Arg::Labels, 0, T * B), cfg_.ce_chunk);
+    Tensor * logp = scale(p.ctx, nll, -1.0f);
+    s.sequence_values = p.ctx.new_tensor(DType::F32, kTokenValues, T * B);
+    s.sequence_values->flags |= kFlagInput;
+    Tensor * loss = grpo_loss(p.ctx, logp, s.sequence_values, *cfg_.grpo);
+    loss->flags |= kFlagOutput;
+    logp->flags |= kFlagOutput;
+    build_forward(s.g, loss);
+    std::vector<Tensor *> ps = p.b.params;
+    ps.push_back(x);
+    build_backward(p.ctx, s.g, loss, ps);
+    s.copies.push_back({Arg::Loss, 0, loss});
+    s.copies.push_back({Arg::Loss, sizeof(float), logp});
 }
 
 Tensor * Trainer::build_answer_logps(Program & p, Tensor *& slot_input, const MicroBatchInfo & mb, Tensor * token_nll) const {

@@ -134,6 +134,7 @@ Trainer::Trainer(const Model & model, const FinetuneConfig & cfg, TrainerData da
 
     if (!(cfg.lora_dropout >= 0.0f && cfg.lora_dropout < 1.0f))
         throw Error("lora_dropout must be in [0, 1), got " + std::to_string(cfg.lora_dropout));
+    if (cfg.grpo && cfg.preference) throw Error("grpo and preference: one objective at a time");
     if (cfg.answer_slots < 1 || (cfg.answer_slots > 1 && (cfg.answer_slots % 2 != 0 || !cfg.preference)))
         throw Error("answer_slots " + std::to_string(cfg.answer_slots) + ": 1, or an even number of a preference objective's answers per packed sequence");
     if (cfg.full && !cfg.start_adapter.empty())
@@ -377,6 +378,15 @@ std::vector<float> Trainer::sequence_logps(const int32_t * ids, const int32_t * 
     slots->flags |= kFlagInput;
     answer_slot_ids(positions, T, B, cfg_.answer_slots, slots->data_as<int32_t>());
     return compute_on_host(rp::build_answer_logps(ctx, nll, slots, B, cfg_.answer_slots), n_threads);
+}
+
+std::vector<float> Trainer::token_logps(const int32_t * ids, const int32_t * labels, int64_t T, int64_t B, int n_threads,
+                                        const int32_t * positions) {
+    const HParams & hp = model_.hparams();
+    Context ctx;
+    const Inputs in = make_inputs(ctx, ids, labels, T, B, positions);
+    Tensor * x = build_decoder(ctx, hp, w_, in.ids, {in.pos, in.key_start}, &lora_);
+    return compute_on_host(scale(ctx, build_head_token_nll(ctx, hp, w_, cont_if_needed(ctx, x), in.labels, cfg_.ce_chunk), -1.0f), n_threads);
 }
 
 std::vector<float> Trainer::logits(const int32_t * ids, int64_t T, int n_threads, const int32_t * positions) {

@@ -34,6 +34,7 @@
 #include "ggml_rp/core/context.h"
 #include "ggml_rp/core/graph.h"
 #include "ggml_rp/cpu/backend.h"
+#include "ggml_rp/ops/grpo_math.h"
 #include "ggml_rp/ops/preference_math.h"
 #include "ggml_rp/roundpipe/program.h"
 #include "models/arch/layer.h"
@@ -101,6 +102,11 @@ struct FinetuneConfig {
     // [kSequenceValues]) and reports each sequence's policy log-probability after the loss (head_results).
     // Unset: SFT.
     std::optional<PreferenceParams> preference;
+    // GRPO (ops/grpo_loss.h) instead of the token cross-entropy: the head reads each token's values
+    // (MicroBatchInfo::sequence_values, [n_seq][seq_len][kTokenValues]: its sequence's advantage, the rollout
+    // policy's and the reference's log-probabilities, its weight, 0 on prompt and padding tokens) and reports
+    // each token's log-probability after the loss (head_results). Unset: not GRPO (never with preference).
+    std::optional<GrpoParams> grpo;
     // Preference training on packed sequences (models/data/dataset.h AnswerSlot): answer slots per sequence, each
     // with its values and its log-probability (the head's per-sequence values and results are per slot); 1: one
     // answer per sequence, unpacked.
@@ -194,6 +200,11 @@ public:
     std::vector<float> sequence_logps(const int32_t * ids, const int32_t * labels, int64_t seq_len, int64_t n_seq, int n_threads = 0,
                                       const int32_t * positions = nullptr);
 
+    // Forward only, the current weights: each token's log-probability of its label (f32 [n_seq * seq_len], 0 where
+    // the label is masked): GRPO's rollout-policy and reference passes.
+    std::vector<float> token_logps(const int32_t * ids, const int32_t * labels, int64_t seq_len, int64_t n_seq, int n_threads = 0,
+                                   const int32_t * positions = nullptr);
+
     // Forward only: loss_scale * sum of the unmasked token losses.
     double loss(const int32_t * ids, const int32_t * labels, int64_t seq_len, int64_t n_seq, float loss_scale,
                 int n_threads = 0, const int32_t * positions = nullptr);
@@ -245,11 +256,16 @@ public:
     size_t program_footprint(ProgramKind kind, int layer, const MicroBatchInfo & mb, const GraphRunner & rules) override;
     // Preference training: the loss and each sequence's policy log-probability; [reference, tokens, NLL weight,
     // kind] per sequence in (ops/preference_math.h SequenceValue).
-    // (Packed: per answer slot, FinetuneConfig::answer_slots per sequence.)
+    // (Packed: per answer slot, FinetuneConfig::answer_slots per sequence.) GRPO: the loss and each token's
+    // log-probability; kTokenValues per token in (ops/grpo_math.h TokenValue).
     size_t head_results(const MicroBatchInfo & mb) const override {
-        return cfg_.preference ? 1 + static_cast<size_t>(mb.n_seq * cfg_.answer_slots) : 1;
+        return cfg_.preference ? 1 + static_cast<size_t>(mb.n_seq * cfg_.answer_slots) : cfg_.grpo ? 1 + static_cast<size_t>(mb.tokens()) : 1;
     }
-    size_t sequence_values() const override { return cfg_.preference ? static_cast<size_t>(kSequenceValues * cfg_.answer_slots) : 0; }
+    size_t sequence_values(const MicroBatchInfo & mb) const override {
+        return cfg_.preference ? static_cast<size_t>(kSequenceValues * cfg_.answer_slots)
+               : cfg_.grpo     ? static_cast<size_t>(kTokenValues * mb.seq_len)
+                               : 0;
+    }
     // The hyper-parameters a backward graph of micro-batch mb is built with: the model's, plus the MoE
     // load-balancing scale (cfg.moe_aux_loss x n_expert x mb.loss_scale).
     HParams backward_hparams(const MicroBatchInfo & mb) const;
@@ -294,6 +310,8 @@ private:
     Tensor * build_loss(Context & ctx, const ModelWeights & w, Tensor * x, Tensor * labels, float loss_scale) const;
     // The head program of a preference objective (one graph: a sequence's loss needs all its tokens).
     void build_preference_head(Program & p, const MicroBatchInfo & mb);
+    // The head program of GRPO (one graph): per-token NLL -> log-probabilities -> grpo_loss, and back.
+    void build_grpo_head(Program & p, const MicroBatchInfo & mb);
     // Each answer's log-probability from the head's per-token NLL: per sequence, or per answer slot (packed;
     // slot_input is then set to the input its step uploads each token's slot into: Program::Step::answer_slots).
     Tensor * build_answer_logps(Program & p, Tensor *& slot_input, const MicroBatchInfo & mb, Tensor * token_nll) const;
