@@ -196,6 +196,25 @@ public:
         fail(what);
     }
 
+    // A GRPO prompt line: its tokens and rendered text (messages: with the generation prompt).
+    void prompt(const json::Value & v, size_t line, Prompt & out) {
+        line_ = line;
+        const json::Value * p = v.is_object() ? v.find("prompt") : nullptr;
+        if (!p) fail("a prompt line is an object with a \"prompt\" (a string or a list of messages)");
+        if (p->is_string()) {
+            if (p->string.empty()) fail("the prompt is empty");
+            out.text = p->string;
+            out.tokens = tok_.encode(out.text, true, false);
+        } else {
+            require_chat("a conversational prompt");
+            ChatOptions co;
+            co.add_generation_prompt = true;
+            out.text = opt_.chat->apply(chat_messages(*p, "prompt"), co);
+            out.tokens = tok_.encode(out.text, true, true);
+        }
+        if (out.tokens.empty()) fail("the prompt has no tokens");
+    }
+
     // One line's example. `line` is 1-based.
     Tokens example(const json::Value & v, size_t line) {
         line_ = line;
@@ -379,6 +398,7 @@ uint64_t Dataset::fingerprint() const {
         h = fnv1a(h, desirable.data(), desirable.size());
     }
     if (answer_slots_ > 1) h = fnv1a(h, slots_.data(), slots_.size() * sizeof(AnswerSlot));  // packed preference data
+    if (rollouts_) h = fnv1a(h, "rollouts", 8);
     h = fnv1a(h, inputs_.data(), inputs_.size() * sizeof(int32_t));
     h = fnv1a(h, labels_.data(), labels_.size() * sizeof(int32_t));
     return positions_.empty() ? h : fnv1a(h, positions_.data(), positions_.size() * sizeof(int32_t));
@@ -587,6 +607,70 @@ size_t Dataset::n_answers() const {
 std::span<const AnswerSlot> Dataset::answers(size_t i) const {
     assert(i < size_ && !slots_.empty());
     return {slots_.data() + i * static_cast<size_t>(answer_slots_), static_cast<size_t>(answer_slots_)};
+}
+
+PromptSet PromptSet::load(const std::string & path, const Tokenizer & tok, const DatasetOptions & opt) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) throw Error("cannot open prompt file '" + path + "': " + std::strerror(errno));
+    std::ostringstream ss;
+    ss << f.rdbuf();
+    if (f.bad()) throw Error("cannot read prompt file '" + path + "'");
+    return from_jsonl(ss.str(), path, tok, opt);
+}
+
+PromptSet PromptSet::from_jsonl(std::string_view text, const std::string & source, const Tokenizer & tok, const DatasetOptions & opt) {
+    check_text(text, source, opt);
+    PromptSet s;
+    s.source_ = source;
+    JsonlReader reader(source, tok, opt);
+    text = strip_bom(text);
+    size_t line_no = 0, pos = 0;
+    while (pos < text.size()) {
+        size_t eol = text.find('\n', pos);
+        if (eol == std::string_view::npos) eol = text.size();
+        const std::string_view line = text.substr(pos, eol - pos);
+        pos = eol + 1;
+        ++line_no;
+        if (trim(line).empty()) continue;
+        Prompt p;
+        p.example = json::parse(std::string(line), source + " line " + std::to_string(line_no));
+        p.line = line_no;
+        reader.prompt(p.example, line_no, p);
+        if (opt.max_prompt_len > 0 && p.tokens.size() > static_cast<size_t>(opt.max_prompt_len)) {
+            p.tokens.erase(p.tokens.begin(), p.tokens.end() - opt.max_prompt_len);  // keeps the prompt's end
+            ++s.n_truncated_;
+        }
+        s.prompts_.push_back(std::move(p));
+    }
+    if (s.prompts_.empty()) throw Error("prompts " + source + ": no prompt lines");
+    return s;
+}
+
+size_t PromptSet::max_tokens() const {
+    size_t m = 0;
+    for (const Prompt & p : prompts_) m = std::max(m, p.tokens.size());
+    return m;
+}
+
+Dataset PromptSet::frame(int32_t seq_len, int32_t group) const {
+    if (group < 1) throw Error("group " + std::to_string(group) + " must be at least 1");
+    if (seq_len < 2 || static_cast<size_t>(seq_len) <= max_tokens())
+        throw Error("prompts " + source_ + ": a sequence of " + std::to_string(seq_len) + " tokens leaves no room for a completion after the longest prompt's " +
+                    std::to_string(max_tokens()));
+    Dataset d;
+    d.seq_len_ = seq_len;
+    d.group_ = group;
+    d.rollouts_ = true;
+    std::vector<int32_t> in(static_cast<size_t>(seq_len)), lab(static_cast<size_t>(seq_len), kIgnoreLabel);
+    for (const Prompt & p : prompts_) {
+        std::fill(in.begin(), in.end(), 0);
+        std::copy(p.tokens.begin(), p.tokens.end(), in.begin());
+        for (int32_t k = 0; k < group; ++k) d.push(in, lab);
+    }
+    d.stats_.n_examples = prompts_.size();
+    d.stats_.n_sequences = d.size_;
+    d.stats_.seq_len = seq_len;
+    return d;
 }
 
 void Dataset::pack(const std::vector<std::vector<int32_t>> & ex_in, const std::vector<std::vector<int32_t>> & ex_lab,

@@ -61,6 +61,7 @@
 // Errors throw rp::Error naming the file, and for JSONL the line number and what is wrong.
 #pragma once
 
+#include "ggml_rp/core/json.h"
 #include "models/text/chat_template.h"
 
 #include <cstdint>
@@ -134,6 +135,7 @@ public:
     int32_t group() const { return group_; }
     size_t units() const { return size_ / static_cast<size_t>(group_); }
     bool pairs() const { return pairs_; }  // preference pairs
+    bool rollouts() const { return rollouts_; }  // GRPO's prompts (PromptSet::frame): each step samples the sequences
     bool kto() const { return kto_; }      // KTO examples (each with its KL sequence)
     // Preference data: answer slots per sequence (1 unpacked; packed: the most answers a sequence holds, even),
     // sequence i's slots, and the slots of the whole dataset (size() * answer_slots()).
@@ -165,13 +167,44 @@ private:
 
     int32_t seq_len_ = 0;
     int32_t group_ = 1;
-    bool pairs_ = false, kto_ = false;
+    bool pairs_ = false, kto_ = false, rollouts_ = false;
+    friend class PromptSet;
     int32_t answer_slots_ = 1;
     std::vector<AnswerSlot> slots_;  // preference data: [size][answer_slots]
     size_t size_ = 0;
     std::vector<int32_t> inputs_, labels_;  // [size][seq_len]
     std::vector<int32_t> positions_;        // [size][seq_len] when packed, else empty
     DatasetStats stats_;
+};
+
+// GRPO's prompts: JSONL, one object a line with "prompt" (a string, tokenized with BOS and special texts not
+// parsed, as pairs' prompts are; or a list of messages rendered with the chat template and its generation prompt,
+// special texts parsed) and any other keys, kept for the rewards. A prompt keeps its last max_prompt_len tokens
+// when longer (0: all; counted in n_truncated). Errors name the file and line.
+struct Prompt {
+    std::vector<int32_t> tokens;
+    std::string text;     // as rendered (what the reward program is sent)
+    json::Value example;  // the line's object
+    size_t line = 0;      // 1-based
+};
+
+class PromptSet {
+public:
+    static PromptSet load(const std::string & path, const Tokenizer & tok, const DatasetOptions & opt);
+    static PromptSet from_jsonl(std::string_view text, const std::string & source, const Tokenizer & tok, const DatasetOptions & opt);
+    size_t size() const { return prompts_.size(); }
+    const Prompt & operator[](size_t i) const { return prompts_[i]; }
+    const std::string & source() const { return source_; }
+    size_t n_truncated() const { return n_truncated_; }
+    size_t max_tokens() const;  // the longest prompt's tokens
+    // The frame a TrainingSession batches: unit k is prompt k as `group` sequences of seq_len (the prompt's tokens,
+    // labels masked; the rollouts fill them in each step: Dataset::rollouts()).
+    Dataset frame(int32_t seq_len, int32_t group) const;
+
+private:
+    std::vector<Prompt> prompts_;
+    std::string source_;
+    size_t n_truncated_ = 0;
 };
 
 // A uniform integer in [0, n) from a 64-bit generator by rejection (the same on every standard library,

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <regex>
+#include <regex.h>
 #include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -56,9 +56,21 @@ bool last_boxed(const std::string & text, std::string & out) {
 // text's last number: digits with optional thousands separators and decimals, a sign before it (the separators
 // dropped); "" when it has none.
 std::string last_number(const std::string & text) {
-    static const std::regex number(R"(-?\d[\d,]*(\.\d+)?)");
+    auto digit = [&](size_t i) { return i < text.size() && text[i] >= '0' && text[i] <= '9'; };
     std::string last;
-    for (auto it = std::sregex_iterator(text.begin(), text.end(), number); it != std::sregex_iterator(); ++it) last = it->str();
+    for (size_t i = 0; i < text.size();) {
+        if (!digit(i)) {
+            ++i;
+            continue;
+        }
+        const size_t start = i > 0 && text[i - 1] == '-' ? i - 1 : i;
+        size_t j = i;
+        while (digit(j) || (j < text.size() && text[j] == ',')) ++j;
+        if (j < text.size() && text[j] == '.' && digit(j + 1))
+            for (++j; digit(j);) ++j;
+        last = text.substr(start, j - start);
+        i = j;
+    }
     last.erase(std::remove(last.begin(), last.end(), ','), last.end());
     return last;
 }
@@ -94,25 +106,29 @@ private:
     std::string field_, name_;
 };
 
+// POSIX extended regular expressions (regcomp): no recursion to overflow on a long completion, unlike std::regex.
 class RegexMatch : public RewardFunction {
 public:
     explicit RegexMatch(const std::string & pattern) : name_("regex:" + pattern) {
-        try {
-            re_ = std::regex(pattern, std::regex::ECMAScript);
-        } catch (const std::regex_error & e) {
-            throw Error(name_ + ": the pattern does not compile (" + e.what() + ")");
+        if (const int rc = ::regcomp(&re_, pattern.c_str(), REG_EXTENDED | REG_NOSUB); rc != 0) {
+            char buf[256];
+            ::regerror(rc, &re_, buf, sizeof buf);
+            throw Error(name_ + ": the pattern does not compile (" + buf + ")");
         }
     }
+    ~RegexMatch() override { ::regfree(&re_); }
+    RegexMatch(const RegexMatch &) = delete;
+    RegexMatch & operator=(const RegexMatch &) = delete;
     const std::string & name() const override { return name_; }
     std::vector<double> score(const std::vector<RewardInput> & batch) override {
         std::vector<double> out;
-        for (const RewardInput & in : batch) out.push_back(std::regex_search(in.completion, re_) ? 1.0 : 0.0);
+        for (const RewardInput & in : batch) out.push_back(::regexec(&re_, in.completion.c_str(), 0, nullptr, 0) == 0 ? 1.0 : 0.0);
         return out;
     }
 
 private:
     std::string name_;
-    std::regex re_;
+    regex_t re_;
 };
 
 class StopsWithin : public RewardFunction {

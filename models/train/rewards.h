@@ -7,7 +7,7 @@
 //                  of the completion's last \boxed{...}; else, when FIELD is a number (or a string that is one),
 //                  the completion's last number (thousands separators dropped); else the whole completion. Two
 //                  numbers compare as numbers (|a - b| <= 1e-9 max(1, |b|)), anything else as trimmed text.
-//   regex:PATTERN  1 when PATTERN (ECMAScript) matches somewhere in the completion, else 0.
+//   regex:PATTERN  1 when PATTERN (a POSIX extended regular expression) matches somewhere in the completion.
 //   length:N       1 when the completion ended by itself (end of generation or a stop string) within N tokens.
 // A program (RewardProgram; rp-finetune --reward-cmd): started once with /bin/sh -c COMMAND and kept running; for
 // every completion it reads one JSON line on its stdin, {"prompt": P, "completion": C, ...the example's other

@@ -44,6 +44,10 @@ SessionOptions checked(SessionOptions o, const Dataset & data) {
     if (o.replica_check_every < 0) throw Error("replica_check_every must be >= 0");
     if (o.finetune.context == 0) o.finetune.context = data.seq_len();  // the RoPE factors of the sequences trained on
     o.finetune.answer_slots = data.pairs() || data.kto() ? data.answer_slots() : 1;  // (packed pairs: several per sequence)
+    if (data.rollouts() != (o.objective != nullptr) || data.rollouts() != o.finetune.grpo.has_value())
+        throw Error(data.rollouts() ? "a frame of prompts (GRPO) needs the GRPO objective and its step objective"
+                                    : "the GRPO objective samples its sequences from prompts (a PromptSet's frame), not a dataset");
+    if (data.rollouts() && o.val_split > 0) throw Error("val_split: GRPO has no validation split (its steps report the rewards)");
     const bool kto = o.finetune.preference && o.finetune.preference->method == PreferenceMethod::Kto;
     if (o.finetune.preference.has_value() != (data.pairs() || data.kto()))
         throw Error(data.kto()     ? "the dataset holds KTO examples: choose method kto"
@@ -301,15 +305,25 @@ StepReport TrainingSession::step() {
     if (st_.step >= total_) throw Error("the run has done all its " + std::to_string(total_) + " steps");
     const auto t0 = std::chrono::steady_clock::now();
     const bool pref = opt_.finetune.preference.has_value();
+    StepObjective * objective = opt_.objective;
     if (pref) reference_pass();
     const int64_t step = st_.step;
-    const Batch bt = batcher_.next();
+    Batch bt = batcher_.next();
+    if (objective && pipe_) pipe_->drain();  // the rollouts read the masters
+    // SFT: the mean over the batch's trained tokens; preference: over its pairs; GRPO: its tokens' weights.
+    const std::vector<float> seq_values = objective ? objective->prepare(trainer_, step, bt)
+                                          : pref    ? preference_values(data_, bt, *opt_.finetune.preference, st_.reference_logps)
+                                                    : std::vector<float>();
     const size_t n_trained = bt.n_trained();
-    // SFT: the mean over the batch's trained tokens; preference: over its pairs.
-    const std::vector<float> seq_values = pref ? preference_values(data_, bt, *opt_.finetune.preference, st_.reference_logps) : std::vector<float>();
-    const float loss_scale = pref ? 1.0f / static_cast<float>(preference_pairs(seq_values)) : n_trained ? 1.0f / static_cast<float>(n_trained) : 0.0f;
-    const size_t D = static_cast<size_t>(data_.answer_slots());  // preference: answers per sequence
-    std::vector<float> seq_logps(pref ? static_cast<size_t>(bt.n_seq) * D : 0, 0.0f);  // preference: what the heads report
+    const float loss_scale = objective ? 1.0f
+                             : pref    ? 1.0f / static_cast<float>(preference_pairs(seq_values))
+                             : n_trained ? 1.0f / static_cast<float>(n_trained)
+                                         : 0.0f;
+    // What the heads read and report per sequence (preference: per answer slot; GRPO: per token).
+    const bool values = pref || objective;
+    const MicroBatchInfo whole{bt.seq_len, 1};
+    const size_t per_seq_values = values ? trainer_.sequence_values(whole) : 0, per_seq_results = values ? trainer_.head_results(whole) - 1 : 0;
+    std::vector<float> seq_logps(static_cast<size_t>(bt.n_seq) * per_seq_results, 0.0f);
 
     // The micro-batches: sequences [lo, hi) of the batch each, the same split on the host and in the pipeline;
     // data parallel: this rank's share (in_group), the others' on the other ranks.
@@ -323,7 +337,7 @@ StepReport TrainingSession::step() {
         info.positions = bt.positions_or_null(off);
         info.step = step;
         info.loss_scale = loss_scale;
-        if (pref) info.sequence_values = seq_values.data() + kSequenceValues * D * static_cast<size_t>(info.seq_offset);
+        if (values) info.sequence_values = seq_values.data() + per_seq_values * static_cast<size_t>(info.seq_offset);
         m.info = info;
         mbs.push_back(m);
     }
@@ -332,7 +346,7 @@ StepReport TrainingSession::step() {
     auto accumulate = [&](const MicroBatch & m) {
         results.resize(trainer_.head_results(m.info));
         const double l = trainer_.accumulate(m.ids, m.labels, m.info, opt_.threads, results.data());
-        if (pref) std::copy(results.begin() + 1, results.end(), seq_logps.begin() + static_cast<std::ptrdiff_t>(m.info.seq_offset * D));
+        if (values) std::copy(results.begin() + 1, results.end(), seq_logps.begin() + static_cast<std::ptrdiff_t>(m.info.seq_offset * per_seq_results));
         return l;
     };
     const bool dp = reducer_ != nullptr;
@@ -345,16 +359,16 @@ StepReport TrainingSession::step() {
     double loss = 0;
     // Data parallel, preference training: each rank has its micro-batches' log-probabilities, zeros elsewhere.
     auto gather_logps = [&] {
-        if (!dp || !pref) return;
+        if (!dp || !values) return;
         std::vector<double> all(seq_logps.begin(), seq_logps.end());
         opt_.comm->allreduce_sum(all.data(), all.size(), "sequence log-probabilities of step " + std::to_string(step + 1));
         std::copy(all.begin(), all.end(), seq_logps.begin());
     };
     if (pipe_) {
         std::vector<std::vector<float>> res;
-        if (!mbs.empty()) loss = pipe_->forward_backward(mbs, pref ? &res : nullptr);
+        if (!mbs.empty()) loss = pipe_->forward_backward(mbs, values ? &res : nullptr);
         for (size_t i = 0; i < res.size(); ++i)
-            std::copy(res[i].begin() + 1, res[i].end(), seq_logps.begin() + static_cast<std::ptrdiff_t>(mbs[i].info.seq_offset * D));
+            std::copy(res[i].begin() + 1, res[i].end(), seq_logps.begin() + static_cast<std::ptrdiff_t>(mbs[i].info.seq_offset * per_seq_results));
         if (dp) opt_.comm->allreduce_sum(&loss, 1, "loss of step " + std::to_string(step + 1));
         gather_logps();
         // The update may run after step() returned (async): it owns a copy of the batch. Data parallel: the
@@ -413,6 +427,10 @@ StepReport TrainingSession::step() {
         r.preference = ps.mean();
         st_.curve.reward_chosen.push_back(static_cast<float>(r.preference->reward_chosen));
         st_.curve.reward_rejected.push_back(static_cast<float>(r.preference->reward_rejected));
+    }
+    if (objective) {
+        objective->report(seq_logps, seq_values, r);
+        if (r.grpo) st_.curve.reward_chosen.push_back(static_cast<float>(r.grpo->reward));  // (the rewards panel's one curve)
     }
     {
         std::lock_guard<std::mutex> lk(norm_m_);

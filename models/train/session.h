@@ -20,6 +20,7 @@
 #include "ggml_rp/dist/communicator.h"
 #include "models/train/checkpoint.h"
 #include "models/train/data_parallel.h"
+#include "models/train/grpo_stats.h"
 #include "models/train/preference.h"
 #include "models/data/dataset.h"
 #include "models/train/trainer.h"
@@ -34,6 +35,8 @@
 #include <vector>
 
 namespace rp {
+
+class StepObjective;
 
 struct SessionOptions {
     FinetuneConfig finetune;
@@ -68,6 +71,10 @@ struct SessionOptions {
     // check_replicas() is called).
     int64_t replica_check_every = 0;
 
+    // The step objective of data that is a frame (Dataset::rollouts(): GRPO), not owned; it must outlive the
+    // session. nullptr otherwise.
+    StepObjective * objective = nullptr;
+
     // The RoundPipe runtime: devices.count > 0 runs every step through it.
     bool pipelined = false;
     DeviceSetOptions devices;
@@ -93,6 +100,19 @@ struct StepReport {
     // which steps; nothing of them reached the masters, so the last checkpoint is the last good state.
     std::string stop;
     std::optional<PreferenceStats> preference;  // preference training: the step's pairs (loss: their mean loss)
+    std::optional<GrpoStats> grpo;              // GRPO: the step's rollouts (loss: the policy loss)
+};
+
+// An objective whose sequences are made at each step (GRPO's rollouts: models/train/grpo.h). The session's data is
+// then a frame of units (PromptSet::frame: a prompt and the group of sequences its completions fill); before each
+// step, on the host with the masters current, prepare() rewrites the batch's sequences (inputs, labels) and
+// returns each sequence's values (TrainingProgram::sequence_values per sequence); after it, report() reads what
+// the heads reported (head_results after the loss, per sequence) into the step's report.
+class StepObjective {
+public:
+    virtual ~StepObjective() = default;
+    virtual std::vector<float> prepare(Trainer & trainer, int64_t step, Batch & bt) = 0;
+    virtual void report(const std::vector<float> & results, const std::vector<float> & values, StepReport & r) = 0;
 };
 
 // The micro-batches a batch of n_seq sequences is split into: sequences [lo, hi) each (seq_offset = lo),

@@ -381,12 +381,14 @@ std::vector<float> Trainer::sequence_logps(const int32_t * ids, const int32_t * 
 }
 
 std::vector<float> Trainer::token_logps(const int32_t * ids, const int32_t * labels, int64_t T, int64_t B, int n_threads,
-                                        const int32_t * positions) {
+                                        const int32_t * positions, bool reference) {
     const HParams & hp = model_.hparams();
     Context ctx;
     const Inputs in = make_inputs(ctx, ids, labels, T, B, positions);
-    Tensor * x = build_decoder(ctx, hp, w_, in.ids, {in.pos, in.key_start}, &lora_);
-    return compute_on_host(scale(ctx, build_head_token_nll(ctx, hp, w_, cont_if_needed(ctx, x), in.labels, cfg_.ce_chunk), -1.0f), n_threads);
+    const ModelWeights base = reference ? model_.graph_weights(cfg_.context) : ModelWeights{};
+    const ModelWeights & w = reference ? base : w_;
+    Tensor * x = build_decoder(ctx, hp, w, in.ids, {in.pos, in.key_start}, reference ? nullptr : &lora_);
+    return compute_on_host(scale(ctx, build_head_token_nll(ctx, hp, w, cont_if_needed(ctx, x), in.labels, cfg_.ce_chunk), -1.0f), n_threads);
 }
 
 std::vector<float> Trainer::logits(const int32_t * ids, int64_t T, int n_threads, const int32_t * positions) {

@@ -201,9 +201,10 @@ public:
                                       const int32_t * positions = nullptr);
 
     // Forward only, the current weights: each token's log-probability of its label (f32 [n_seq * seq_len], 0 where
-    // the label is masked): GRPO's rollout-policy and reference passes.
+    // the label is masked): GRPO's rollout-policy and reference passes. reference: the base model's instead (without
+    // the adapter; a full finetune's: the model file's weights).
     std::vector<float> token_logps(const int32_t * ids, const int32_t * labels, int64_t seq_len, int64_t n_seq, int n_threads = 0,
-                                   const int32_t * positions = nullptr);
+                                   const int32_t * positions = nullptr, bool reference = false);
 
     // Forward only: loss_scale * sum of the unmasked token losses.
     double loss(const int32_t * ids, const int32_t * labels, int64_t seq_len, int64_t n_seq, float loss_scale,

@@ -68,7 +68,7 @@ TEST(RewardBuiltins, ExactRegexAndLength) {
     auto exact = rp::make_builtin_reward("exact:answer");
     EXPECT_EQ(exact->name(), "exact:answer");
     EXPECT_EQ(exact->score(ex.batch), (std::vector<double>{1, 1, 0, 1, 0}));
-    auto re = rp::make_builtin_reward("regex:^\\s*[Pp]aris$");
+    auto re = rp::make_builtin_reward("regex:^[[:space:]]*[Pp]aris$");
     EXPECT_EQ(re->score(ex.batch), (std::vector<double>{0, 0, 0, 1, 1}));
     auto len = rp::make_builtin_reward("length:5");  // finished (even indices) within 5 tokens (here: characters)
     EXPECT_EQ(len->score(ex.batch), (std::vector<double>{0, 0, 1, 0, 0}));
@@ -76,6 +76,9 @@ TEST(RewardBuiltins, ExactRegexAndLength) {
     Examples missing({"4"}, {R"({"prompt": "2+2", "solution": 4})"});
     EXPECT_NE(error_of(*exact, missing.batch).find("exact:answer: prompts.jsonl line 1 has no string or number field \"answer\""),
               std::string::npos);
+    // A long completion: no recursion to overflow (std::regex's matcher would).
+    Examples long_text({std::string(200000, 'a') + "b"}, {R"({"prompt": "p"})"});
+    EXPECT_EQ(rp::make_builtin_reward("regex:a(a|c)*b$")->score(long_text.batch), (std::vector<double>{1}));
     for (const char * bad : {"exact:", "regex:(", "length:0", "length:2.5", "bleu:x", "exact"}) EXPECT_THROW(rp::make_builtin_reward(bad), rp::Error) << bad;
     // Weighted sums, and each function's scores.
     rp::RewardSet set;

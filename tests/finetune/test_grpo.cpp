@@ -1,0 +1,266 @@
+// GRPO through a TrainingSession (models/train/grpo.h): prompts from JSONL, rollouts sampled with the current
+// weights, rewards (built-ins and a reward program), group-normalised advantages and the clipped policy loss. A toy
+// task learns (stories260K rewarded for completions that say "dog"); the same seed gives the same rollouts and
+// bytes; a resumed run ends with the uninterrupted run's bytes; the pipeline (2 CPU devices) equals the host bit
+// for bit; the advantages and token weights are TRL's; bad setups are refused.
+#include "base/error.h"
+#include "models/train/grpo.h"
+#include "tests/common/temp_dir.h"
+#include "tests/finetune/stories_fixture.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <numeric>
+#include <string>
+#include <vector>
+
+namespace {
+
+ft_test::StoriesFixture & fx() { return ft_test::StoriesFixture::get(); }
+
+std::string toy_prompts() {
+    const char * names[] = {"Tom", "Lily", "Ben", "Sue", "Max", "Anna", "Tim", "Mia"};
+    std::string out;
+    for (int i = 0; i < 8; ++i)
+        out += "{\"prompt\": \"Once upon a time, " + std::string(names[i]) + " had a pet. It was a big\", \"id\": " + std::to_string(i) + "}\n";
+    return out;
+}
+
+rp::PromptSet prompts(const std::string & jsonl) {
+    rp::DatasetOptions o;
+    o.seq_len = 1;  // (prompts have no sequence length of their own)
+    return rp::PromptSet::from_jsonl(jsonl, "prompts.jsonl", fx().tok, o);
+}
+
+rp::GrpoOptions grpo_options() {
+    rp::GrpoOptions g;
+    g.group = 6;
+    g.max_completion_len = 8;
+    g.seed = 5;
+    g.threads = 1;
+    return g;
+}
+
+rp::SessionOptions session_options(rp::StepObjective * objective, const rp::GrpoOptions & g, int64_t steps) {
+    rp::SessionOptions o;
+    o.finetune.lora_rank = 8;
+    o.finetune.grpo = g.loss;
+    o.objective = objective;
+    o.batch = 2;  // prompts
+    o.micro_batches = 2;
+    o.steps = steps;
+    o.threads = 1;
+    o.lr.lr_max = 5e-3;
+    o.lr.warmup_steps = 0;
+    return o;
+}
+
+// A GRPO run: its session, objective and rewards, over prompts p.
+struct GrpoRun {
+    rp::RewardSet rewards;
+    rp::GrpoOptions g;
+    rp::Dataset frame;
+    rp::GrpoObjective objective;
+    rp::TrainingSession session;
+    GrpoRun(const rp::PromptSet & p, const rp::GrpoOptions & opt, int64_t steps, std::unique_ptr<rp::RewardFunction> reward,
+        const std::function<void(rp::SessionOptions &)> & edit = {})
+        : g(opt), frame(p.frame(rp::grpo_seq_len(p, opt), opt.group)), objective(*fx().model, fx().tok, p, add(std::move(reward)), g),
+          session(*fx().model, frame, options(edit, steps)) {}
+    rp::RewardSet & add(std::unique_ptr<rp::RewardFunction> f) {
+        rewards.add(std::move(f), 1.0);
+        return rewards;
+    }
+    rp::SessionOptions options(const std::function<void(rp::SessionOptions &)> & edit, int64_t steps) {
+        rp::SessionOptions o = session_options(&objective, g, steps);
+        if (edit) edit(o);
+        return o;
+    }
+};
+
+bool same_masters(const rp::Trainer & a, const rp::Trainer & b) {
+    for (size_t i = 0; i < a.params().size(); ++i)
+        if (std::memcmp(a.params()[i].t->data, b.params()[i].t->data, static_cast<size_t>(a.params()[i].t->nelements()) * sizeof(float)) != 0)
+            return false;
+    return true;
+}
+
+} // namespace
+
+// The toy task: the reward is 1 when the completion says "dog". The mean reward of the last steps is well above
+// the first steps'.
+TEST(Grpo, AToyTaskLearnsToSayTheRewardedWord) {
+    const rp::PromptSet p = prompts(toy_prompts());
+    rp::GrpoOptions g = grpo_options();
+    g.group = 8;
+    const int64_t steps = 20;
+    GrpoRun run(p, g, steps, rp::make_builtin_reward("regex:dog"));
+    std::vector<double> reward;
+    for (int64_t s = 0; s < steps; ++s) {
+        const rp::StepReport r = run.session.step();
+        ASSERT_TRUE(r.grpo.has_value());
+        ASSERT_TRUE(std::isfinite(r.loss));
+        reward.push_back(r.grpo->reward);
+    }
+    auto mean = [&](size_t a, size_t b) { return std::accumulate(reward.begin() + a, reward.begin() + b, 0.0) / static_cast<double>(b - a); };
+    std::string curve;
+    for (size_t s = 0; s < reward.size(); s += 5) {
+        char buf[400];
+        std::snprintf(buf, sizeof buf, " %zu-%zu: %.3f;", s + 1, s + 5, mean(s, s + 5));
+        curve += buf;
+    }
+    std::printf("[ grpo ] toy reward (mean per 5 steps):%s\n", curve.c_str());
+    EXPECT_GT(mean(15, 20), mean(0, 5) + 0.3);
+}
+
+// The same seed samples the same completions and ends with the same bytes; another seed samples others. A resumed
+// run (checkpoint at step 2 of 4) ends with the uninterrupted run's bytes and rewards (the sampler is stateless: it
+// is keyed by the step).
+TEST(Grpo, ReproducibleAndResumesBitExact) {
+    rp_test::TempDir dir;
+    const rp::PromptSet p = prompts(toy_prompts());
+    const rp::GrpoOptions g = grpo_options();
+    GrpoRun a(p, g, 4, rp::make_builtin_reward("regex:dog")), b(p, g, 4, rp::make_builtin_reward("regex:dog"));
+    std::vector<double> ra;
+    for (int i = 0; i < 4; ++i) {
+        ra.push_back(a.session.step().grpo->reward);
+        b.session.step();
+        EXPECT_EQ(a.objective.completions(), b.objective.completions()) << "step " << i + 1;
+    }
+    EXPECT_TRUE(same_masters(a.session.trainer(), b.session.trainer()));
+    rp::GrpoOptions other = g;
+    other.seed = 6;
+    GrpoRun c(p, other, 1, rp::make_builtin_reward("regex:dog"));
+    c.session.step();
+    GrpoRun first(p, g, 4, rp::make_builtin_reward("regex:dog"));
+    first.session.step();
+    EXPECT_NE(c.objective.completions(), first.objective.completions());
+    first.session.step();
+    first.session.save_checkpoint(dir.file("ckpt.gguf"));
+    GrpoRun second(p, g, 4, rp::make_builtin_reward("regex:dog"));
+    second.session.resume(dir.file("ckpt.gguf"));
+    std::vector<double> rs;
+    for (int i = 0; i < 2; ++i) rs.push_back(second.session.step().grpo->reward);
+    EXPECT_EQ(rs, (std::vector<double>{ra[2], ra[3]}));
+    EXPECT_EQ(second.objective.completions(), a.objective.completions());
+    EXPECT_TRUE(same_masters(a.session.trainer(), second.session.trainer()));
+}
+
+// Through RoundPipe (2 CPU devices, sync; RoundPipe and GPipe schedules): the rollouts read the masters, the heads
+// read each token's values, and the steps are the host's bits.
+TEST(Grpo, ThePipelineEqualsTheHostBitForBit) {
+    const rp::PromptSet p = prompts(toy_prompts());
+    rp::GrpoOptions g = grpo_options();
+    g.loss.beta = 0.04;  // the reference's log-probabilities too
+    g.loss.epsilon_high = 0.28;
+    GrpoRun host(p, g, 3, rp::make_builtin_reward("regex:a"));  // (rewards that differ within groups: the policy moves)
+    std::vector<rp::StepReport> want;
+    for (int i = 0; i < 3; ++i) want.push_back(host.session.step());
+    for (const rp::ScheduleKind schedule : {rp::ScheduleKind::RoundPipe, rp::ScheduleKind::GPipe}) {
+        SCOPED_TRACE(static_cast<int>(schedule));
+        GrpoRun pipe(p, g, 3, rp::make_builtin_reward("regex:a"), [&](rp::SessionOptions & o) {
+            o.pipelined = true;
+            o.devices.count = 2;
+            o.devices.memory_each = size_t(64) << 20;
+            o.pipeline.schedule = schedule;
+        });
+        for (int i = 0; i < 3; ++i) {
+            const rp::StepReport r = pipe.session.step();
+            EXPECT_EQ(r.loss, want[size_t(i)].loss) << "step " << i + 1;
+            ASSERT_TRUE(r.grpo.has_value());
+            EXPECT_EQ(r.grpo->reward, want[size_t(i)].grpo->reward);
+            EXPECT_EQ(r.grpo->kl, want[size_t(i)].grpo->kl);
+        }
+        pipe.session.synchronize();
+        EXPECT_TRUE(same_masters(host.session.trainer(), pipe.session.trainer()));
+    }
+    EXPECT_GT(want[2].grpo->kl, 0.0);  // the policy has moved from the reference
+}
+
+// A reward program in the loop (a shell script: 1 for a completion with an "a", else 0), its scores in the step's
+// rewards; and the step's advantages are TRL's: per group (r - mean) / (std + 1e-4), every token of a completion
+// weighted 1 / (the batch's completion tokens) (bnpo).
+TEST(Grpo, RewardProgramAdvantagesAndWeights) {
+    rp_test::TempDir dir;
+    std::ofstream(dir.file("a.sh")) << "while IFS= read -r line; do case \"$line\" in *'\"completion\": \"'*a*) echo 1 ;; *) echo 0 ;; esac; done\n";
+    const rp::PromptSet p = prompts(toy_prompts());
+    const rp::GrpoOptions g = grpo_options();
+    GrpoRun run(p, g, 1, rp::make_reward_program("sh " + dir.file("a.sh"), 30));
+    rp::Trainer & tr = const_cast<rp::Trainer &>(run.session.trainer());
+    rp::Batch bt = rp::make_batch(run.frame, std::vector<uint32_t>{0, 3});
+    const std::vector<float> v = run.objective.prepare(tr, 0, bt);
+    const int64_t T = bt.seq_len, G = g.group;
+    int64_t tokens = 0;
+    for (int32_t l : bt.labels) tokens += l != rp::kIgnoreLabel;
+    ASSERT_EQ(v.size(), size_t(rp::kTokenValues * T * bt.n_seq));
+    // the rewards the program gave, recomputed from the completions' texts
+    std::vector<double> r(static_cast<size_t>(bt.n_seq));
+    for (size_t i = 0; i < r.size(); ++i) {
+        std::string text;
+        for (int32_t id : run.objective.completions()[i])
+            if (!fx().tok.is_eog(id)) text += fx().tok.token_to_piece(id, false);
+        r[i] = text.find('a') != std::string::npos ? 1.0 : 0.0;
+    }
+    for (int64_t b = 0; b < 2; ++b) {
+        double mean = 0, var = 0;
+        for (int64_t j = 0; j < G; ++j) mean += r[size_t(b * G + j)];
+        mean /= double(G);
+        for (int64_t j = 0; j < G; ++j) var += (r[size_t(b * G + j)] - mean) * (r[size_t(b * G + j)] - mean) / double(G - 1);
+        for (int64_t j = 0; j < G; ++j) {
+            const int64_t i = b * G + j;
+            const double want = (r[size_t(i)] - mean) / (std::sqrt(var) + 1e-4);
+            int64_t n = 0;
+            for (int64_t t = 0; t < T; ++t) {
+                const float * vt = v.data() + rp::kTokenValues * (i * T + t);
+                if (bt.labels[size_t(i * T + t)] == rp::kIgnoreLabel) {
+                    EXPECT_EQ(vt[rp::kTokenWeight], 0.0f);
+                    continue;
+                }
+                ++n;
+                EXPECT_FLOAT_EQ(vt[rp::kAdvantage], static_cast<float>(want)) << "completion " << i;
+                EXPECT_FLOAT_EQ(vt[rp::kTokenWeight], 1.0f / static_cast<float>(tokens));
+            }
+            EXPECT_EQ(n, static_cast<int64_t>(run.objective.completions()[size_t(i)].size()));
+        }
+    }
+    const rp::StepReport s = run.session.step();
+    ASSERT_TRUE(s.grpo.has_value());
+    ASSERT_EQ(s.grpo->rewards.size(), 1u);
+    EXPECT_EQ(s.grpo->rewards[0].first, "cmd:sh " + dir.file("a.sh"));
+}
+
+TEST(Grpo, RefusesWhatItCannotRun) {
+    const rp::PromptSet p = prompts(toy_prompts());
+    rp::GrpoOptions g = grpo_options();
+    rp::RewardSet none;
+    EXPECT_THROW(rp::GrpoObjective(*fx().model, fx().tok, p, none, g), rp::Error);  // no reward
+    rp::RewardSet one;
+    one.add(rp::make_builtin_reward("regex:dog"), 1.0);
+    g.group = 1;
+    EXPECT_THROW(rp::GrpoObjective(*fx().model, fx().tok, p, one, g), rp::Error);  // nothing to compare
+    g = grpo_options();
+    g.temperature = 0;
+    EXPECT_THROW(rp::GrpoObjective(*fx().model, fx().tok, p, one, g), rp::Error);  // greedy: a group of equal completions
+    // The objective must match the data: a frame needs the objective; the objective a frame.
+    g = grpo_options();
+    rp::GrpoObjective obj(*fx().model, fx().tok, p, one, g);
+    const rp::Dataset frame = p.frame(rp::grpo_seq_len(p, g), g.group);
+    rp::SessionOptions o = session_options(&obj, g, 1);
+    o.objective = nullptr;
+    EXPECT_THROW(rp::TrainingSession(*fx().model, frame, o), rp::Error);
+    o = session_options(&obj, g, 1);
+    EXPECT_THROW(rp::TrainingSession(*fx().model, fx().data, o), rp::Error);
+    o.val_split = 0.25;
+    EXPECT_THROW(rp::TrainingSession(*fx().model, frame, o), rp::Error);
+    // Prompt lines: errors name the line; a sequence that leaves no room for a completion is refused.
+    EXPECT_THROW(prompts("{\"prompt\": \"a\"}\n{\"question\": \"b\"}\n"), rp::Error);
+    try {
+        prompts("{\"prompt\": \"a\"}\n{\"prompt\": \"\"}\n");
+        ADD_FAILURE() << "no error";
+    } catch (const rp::Error & e) {
+        EXPECT_NE(std::string(e.what()).find("prompts.jsonl line 2: the prompt is empty"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(p.frame(static_cast<int32_t>(p.max_tokens()), 4), rp::Error);
+}
