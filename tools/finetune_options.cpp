@@ -61,10 +61,15 @@ void declare_objective(Options & p, FinetuneJob & j) {
     p.group("Objective");
     p.value("--method", "NAME",
             "sft (next-token cross-entropy) | dpo | ipo | simpo | orpo (preference pairs) | kto (unpaired\n"
-            "examples with a label), as TRL defines them; dpo, ipo and kto compare with the model as it\n"
-            "starts: the reference",
+            "examples with a label) | grpo (completions sampled from prompts, scored by --reward /\n"
+            "--reward-cmd), as TRL defines them; dpo, ipo and kto compare with the model as it starts:\n"
+            "the reference",
             O::String, [&j](const std::string &, const std::string & v) { j.method = v; }, [&j] { return quoted(j.method.c_str()); });
-    p.number("--beta", j.preference.beta, -1e300, 1e300, "dpo / ipo / simpo: the preference loss's beta (TRL's default 0.1)");
+    p.value("--beta", "X",
+            "dpo / ipo / simpo: the preference loss's beta (TRL's default 0.1); grpo: the weight of the\n"
+            "KL term to the base model without the adapter (default 0: none, as TRL)",
+            O::Float | O::Int, [&j](const std::string & flag, const std::string & v) { j.beta = parse_double(flag, v, -1e300, 1e300); },
+            [&j] { return j.beta ? std::optional<std::string>(toml_float(*j.beta, 17)) : std::nullopt; });
     p.number("--label-smoothing", j.preference.label_smoothing, -1e300, 1e300,
              "dpo / simpo: the share of pairs assumed mislabelled, in [0, 0.5) (cDPO / robust DPO)");
     p.number("--gamma", j.preference.gamma, -1e300, 1e300, "simpo: the target reward margin (TRL's simpo_gamma, default 0.5)");
@@ -73,10 +78,39 @@ void declare_objective(Options & p, FinetuneJob & j) {
     p.number("--undesirable-weight", j.preference.undesirable_weight, -1e300, 1e300, "kto: the weight of the undesirable examples' losses (default 1)");
 }
 
+void declare_grpo(Options & p, FinetuneJob & j) {
+    GrpoOptions & g = j.grpo;
+    p.group("GRPO (--method grpo; --data: JSONL prompts {\"prompt\": text or messages, other fields for the rewards})");
+    p.repeated("--reward", "SPEC",
+               "a built-in reward, summed with the others (repeatable): exact:FIELD (the completion's\n"
+               "last \\boxed{} or number equals the prompt line's FIELD), regex:PATTERN (POSIX extended),\n"
+               "length:N (the completion ends by itself within N tokens)",
+               [&j](const std::string &, const std::string & v) { j.rewards.push_back(v); }, [&j] { j.rewards.clear(); },
+               [&j] { return j.rewards.empty() ? std::nullopt : std::optional<std::string>(toml_array(j.rewards)); });
+    p.text("--reward-cmd", j.reward_cmd,
+           "a reward program (run with /bin/sh -c, kept running): one JSON line a completion on its\n"
+           "stdin ({\"prompt\", \"completion\", the line's other fields}), one number a line back",
+           "CMD");
+    p.number("--reward-timeout", j.reward_timeout, 0.0, 1e9, "seconds the reward program may take to score a batch (default 60)", "S");
+    p.list("--reward-weights", j.reward_weights, "the rewards' weights, the --reward ones first, then --reward-cmd's (default 1 each)", "W,...");
+    p.integer("--group", g.group, 2, 1 << 16, "completions sampled per prompt (TRL's num_generations; default 8)");
+    p.integer("--max-completion-len", g.max_completion_len, 1, 1 << 20, "tokens a completion may take, its end token included (default 64)");
+    p.number("--temp", g.temperature, 0.0f, 100.0f, "the sampler's temperature (default 1)");
+    p.number("--top-p", g.top_p, 0.0f, 1.0f, "the sampler's nucleus (default 1: all)");
+    p.integer("--top-k", g.top_k, 0, 1 << 30, "the sampler's top-k (default 0: all)");
+    p.number("--epsilon", g.loss.epsilon_low, -1e300, 1e300, "the policy ratio's clip: [1 - epsilon, 1 + epsilon-high] (default 0.2)");
+    p.number("--epsilon-high", g.loss.epsilon_high, -1e300, 1e300, "the clip's upper side (DAPO's clip-higher; default 0.2)");
+    p.choice("--loss-type", j.grpo_loss_type, {"grpo", "bnpo", "dr_grpo"},
+             "the tokens' normalisation: grpo (per completion, then per batch), bnpo (per batch's tokens;\n"
+             "the default), dr_grpo (per batch x --max-completion-len)");
+    p.toggle("--scale-rewards", "--no-scale-rewards", g.scale_rewards,
+             "advantages divided by their group's standard deviation (GRPO; the default) or not (Dr. GRPO)");
+}
+
 void declare_optimization(Options & p, FinetuneJob & j) {
     SessionOptions & o = j.session;
     p.group("Optimization");
-    p.integer("--batch", o.batch, 1, 1 << 20, "sequences (preference pairs) per optimizer step");
+    p.integer("--batch", o.batch, 1, 1 << 20, "sequences (preference pairs; grpo: prompts) per optimizer step");
     p.optional_integer("--micro-batches", o.micro_batches, 1, 1 << 20,
                        "split each batch in M parts, gradients accumulated (default: one per data-parallel\n"
                        "rank, 1 in a single process)",
@@ -327,6 +361,7 @@ void declare_finetune_options(Options & p, FinetuneJob & j) {
     declare_model_and_data(p, j);
     declare_adapter(p, j);
     declare_objective(p, j);
+    declare_grpo(p, j);
     declare_optimization(p, j);
     declare_evaluation(p, j);
     declare_compute(p, j);
@@ -349,7 +384,10 @@ const FlagNames & finetune_flag_names() {
         {"early_stop", "--early-stop"}, {"save_best", "--save-best"}, {"eval_every", "--eval-every"},
         {"method", "--method"}, {"beta", "--beta"}, {"label_smoothing", "--label-smoothing"}, {"gamma", "--gamma"},
         {"orpo_lambda", "--orpo-lambda"}, {"max_prompt_len", "--max-prompt-len"}, {"desirable_weight", "--desirable-weight"},
-        {"undesirable_weight", "--undesirable-weight"},
+        {"undesirable_weight", "--undesirable-weight"}, {"rewards", "--reward"}, {"reward_cmd", "--reward-cmd"},
+        {"reward_weights", "--reward-weights"}, {"reward_timeout", "--reward-timeout"}, {"group", "--group"},
+        {"max_completion_len", "--max-completion-len"}, {"temperature", "--temp"}, {"top_p", "--top-p"}, {"top_k", "--top-k"},
+        {"epsilon_high", "--epsilon-high"}, {"epsilon", "--epsilon"}, {"pack", "--pack"},
         // FinetuneJob::validate
         {"model_path", "-m BASE.gguf"}, {"data_path", "--data FILE"}, {"out_path", "-o OUT.gguf"}, {"devices.count", "--devices N"},
         {"devices.link", "--link"}, {"devices.backend", "--backend"}, {"pipeline.async", "--async"}, {"pipeline.schedule", "--schedule"},

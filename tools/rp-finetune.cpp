@@ -68,6 +68,14 @@ struct Progress : rp::RunObserver {
         else if (pr)
             print("  rewards chosen %.4f rejected %.4f margin %.4f accuracy %.3f | logps chosen %.2f rejected %.2f\n", pr->reward_chosen,
                   pr->reward_rejected, pr->margin, pr->accuracy, pr->logp_chosen, pr->logp_rejected);
+        if (const auto & g = r.grpo) {
+            std::string each;
+            for (const auto & [name, mean] : g->rewards) each += "; " + name + " " + std::to_string(mean).substr(0, 6);
+            print("  reward %.4f (std %.4f%s) | zero-std groups %.2f | completions %.1f tokens [%lld, %lld], %.0f%% at the limit | kl %.4f clip %.3f\n",
+                  g->reward, g->reward_std, each.c_str(), g->frac_reward_zero_std, g->completion_mean, static_cast<long long>(g->completion_min),
+                  static_cast<long long>(g->completion_max), 100.0 * g->clipped_ratio, g->kl, g->clip_ratio);
+            print("%s", ("  completion: " + g->sample.substr(0, 160) + "\n").c_str());
+        }
         if (r.skipped)
             print("warning: step %lld skipped (%s, gradient norm %g, %lld trained tokens)\n", static_cast<long long>(r.grad_norm_step),
                   r.skip_reason.c_str(), r.grad_norm, static_cast<long long>(r.trained_tokens));
@@ -91,6 +99,21 @@ struct Progress : rp::RunObserver {
     }
 };
 
+// GRPO's setup line: the prompts, the rollouts, the rewards and the loss.
+void grpo_setup(Progress & say, const rp::FinetuneJob & job, const rp::PromptSet & prompts, const rp::RewardSet & rewards, const rp::GrpoOptions & g) {
+    std::string names;
+    for (size_t i = 0; i < rewards.size(); ++i) {
+        char w[32];
+        std::snprintf(w, sizeof w, " x %g", rewards.weight(i));
+        names += (i ? ", " : "") + rewards.function(i).name() + w;
+    }
+    say.print("%s: %zu prompts (%zu cut to --max-prompt-len), %d completions each of up to %d tokens (sequences of %lld); rewards: %s; loss %s, "
+              "epsilon %g / %g, beta %g, %s advantages; temperature %g, top-p %g, top-k %d\n",
+              job.data_path.c_str(), prompts.size(), prompts.n_truncated(), g.group, g.max_completion_len, static_cast<long long>(job.seq_len),
+              names.c_str(), rp::grpo_loss_type_name(g.loss_type), g.loss.epsilon_low, g.loss.epsilon_high, g.loss.beta,
+              g.scale_rewards ? "group-scaled" : "unscaled (Dr. GRPO)", static_cast<double>(g.temperature), static_cast<double>(g.top_p), g.top_k);
+}
+
 // The setup lines: what trains on what, and how.
 void print_setup(Progress & say, const rp::FinetuneJob & job, const rp::SessionOptions & o, const rp::TrainingSession & run,
                  const rp::Dataset & data) {
@@ -112,6 +135,7 @@ void print_setup(Progress & say, const rp::FinetuneJob & job, const rp::SessionO
     say.print("CPU threads: %d (%s)\n", o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())),
               rp::cli::omp_wait_setting().c_str());
     const rp::DatasetStats & ds = data.stats();
+    if (data.rollouts()) return;  // (GRPO: its own line, grpo_setup)
     if (const auto & pp = o.finetune.preference) {
         char layout[160];
         if (data.packed())
@@ -237,7 +261,27 @@ int finetune(int argc, char ** argv, rp::Communicator * world) {
     // Setup: everything that can fail on bad input happens before any file is written.
     auto model = rp::Model::load(job.model_path);
     const rp::Tokenizer tok(model->file());
-    const rp::Dataset data = rp::Dataset::load(job.data_path, tok, job.dataset_options(*model, tok));
+    // GRPO: the prompts, their frame (a prompt and its group of completions a unit), the rewards and the objective.
+    const bool grpo = job.method == "grpo";
+    std::unique_ptr<rp::PromptSet> prompts;
+    rp::RewardSet rewards;
+    const rp::GrpoOptions grpo_opt = grpo ? job.grpo_options() : rp::GrpoOptions{};
+    if (grpo) {
+        prompts = std::make_unique<rp::PromptSet>(rp::PromptSet::load(job.data_path, tok, job.dataset_options(*model, tok)));
+        job.seq_len = rp::grpo_seq_len(*prompts, grpo_opt);
+        if (job.seq_len > static_cast<int64_t>(model->hparams().n_ctx_train))
+            throw rp::Error(job.data_path + ": the longest prompt (" + std::to_string(prompts->max_tokens()) + " tokens) and --max-completion-len " +
+                            std::to_string(grpo_opt.max_completion_len) + " exceed the model's context of " +
+                            std::to_string(model->hparams().n_ctx_train));
+        rewards = job.make_rewards();
+    }
+    const rp::Dataset data =
+        grpo ? prompts->frame(static_cast<int32_t>(job.seq_len), grpo_opt.group) : rp::Dataset::load(job.data_path, tok, job.dataset_options(*model, tok));
+    std::unique_ptr<rp::GrpoObjective> objective;
+    if (grpo) {
+        objective = std::make_unique<rp::GrpoObjective>(*model, tok, *prompts, rewards, grpo_opt);
+        o.objective = objective.get();
+    }
     // The host side of the plan, before anything is allocated (the devices' side: the session); said once the
     // session is up, so that a bad input's error is the first line.
     const auto [host_limit, host_source] = job.host_memory_limit();
@@ -272,7 +316,8 @@ int finetune(int argc, char ** argv, rp::Communicator * world) {
     say.print("host memory: plan %s beside %s held, of %s (%s)\n", rp::format_bytes(host_planned).c_str(), rp::format_bytes(held).c_str(),
               host_limit == SIZE_MAX ? "no limit" : rp::format_bytes(host_limit).c_str(), host_source.c_str());
     print_setup(say, job, o, run, data);
-    say.perplexity = !o.finetune.preference;
+    if (grpo) grpo_setup(say, job, *prompts, rewards, grpo_opt);
+    say.perplexity = !o.finetune.preference && !o.finetune.grpo;
     if (const auto t0 = std::chrono::steady_clock::now(); run.reference_pass())
         say.print("reference pass: the log-probabilities of %zu answers under the starting model, %s, %.1f s (kept in the checkpoint)\n",
                   data.n_answers(), o.pipelined ? "through the devices" : "on the host",

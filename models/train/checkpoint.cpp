@@ -59,6 +59,7 @@ void save_checkpoint(const std::string & path, const Trainer & tr, const Optimiz
     w.set_u32("rp.ckpt.grad_groups", static_cast<uint32_t>(st.grad_groups));
     if (!st.run_config.empty()) w.set_string("rp.ckpt.run_config", st.run_config);
     if (!st.reference_logps.empty()) w.set_f32_array("rp.ckpt.reference_logps", st.reference_logps);
+    if (!st.curve.reward.empty()) w.set_f32_array("rp.ckpt.reward", st.curve.reward);
     if (!st.curve.reward_chosen.empty()) {
         w.set_f32_array("rp.ckpt.reward_chosen", st.curve.reward_chosen);
         w.set_f32_array("rp.ckpt.reward_rejected", st.curve.reward_rejected);
@@ -144,6 +145,7 @@ CheckpointState load_checkpoint(const std::string & path, Trainer & tr, Optimize
     st.data.consumed = f->get_u64("rp.ckpt.data_consumed");
     if (f->has("rp.ckpt.train_loss")) st.curve.train_loss = f->get_f32_array("rp.ckpt.train_loss");
     if (f->has("rp.ckpt.reference_logps")) st.reference_logps = f->get_f32_array("rp.ckpt.reference_logps");
+    if (f->has("rp.ckpt.reward")) st.curve.reward = f->get_f32_array("rp.ckpt.reward");
     if (f->has("rp.ckpt.reward_chosen")) {
         st.curve.reward_chosen = f->get_f32_array("rp.ckpt.reward_chosen");
         st.curve.reward_rejected = f->get_f32_array("rp.ckpt.reward_rejected");

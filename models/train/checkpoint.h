@@ -34,6 +34,8 @@ struct TrainCurve {
     std::vector<float> eval_loss;
     // Preference training: each step's mean rewards of the chosen and the rejected answers (empty otherwise).
     std::vector<float> reward_chosen, reward_rejected;
+    // GRPO: each step's mean reward of its completions (empty otherwise).
+    std::vector<float> reward;
 };
 
 // The best validation loss of a curve and how many evaluations came after it without beating it (early

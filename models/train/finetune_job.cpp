@@ -13,6 +13,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdint>
+#include <cstdlib>
 
 namespace rp {
 
@@ -39,7 +40,19 @@ void FinetuneJob::validate(bool data_parallel) const {
             throw Error("desirable_weight and undesirable_weight must be finite numbers > 0");
     }
     if (max_prompt_len < 0) throw Error("max_prompt_len must be >= 0");
-    if (max_prompt_len > 0 && !pref) throw Error("max_prompt_len truncates the prompts of preference pairs (method dpo, ipo, simpo or orpo)");
+    if (max_prompt_len > 0 && !pref && method != "grpo")
+        throw Error("max_prompt_len truncates the prompts of preference pairs (method dpo, ipo, simpo or orpo) and of grpo");
+    const bool grpo_given = !rewards.empty() || !reward_cmd.empty() || !reward_weights.empty();
+    if (method != "grpo" && grpo_given) throw Error("rewards, reward_cmd and reward_weights are for method grpo");
+    if (method == "grpo") {
+        if (!(beta.value_or(0.0) >= 0 && std::isfinite(beta.value_or(0.0)))) throw Error("beta must be a finite number >= 0 (grpo: the KL term's weight)");
+        if (!(grpo.loss.epsilon_low >= 0 && grpo.loss.epsilon_low < 1)) throw Error("epsilon must be in [0, 1)");
+        if (!(grpo.loss.epsilon_high >= 0 && std::isfinite(grpo.loss.epsilon_high))) throw Error("epsilon_high must be a finite number >= 0");
+        if (!(reward_timeout > 0)) throw Error("reward_timeout must be > 0 seconds");
+        parse_grpo_loss_type(grpo_loss_type);
+        if (session.val_split > 0) throw Error("val_split: grpo has no validation split (its steps report the rewards)");
+        if (pack.value_or(false)) throw Error("pack: grpo trains one completion a sequence");
+    }
     if (plan_only) {
         if (max_seq && !o.pipelined) throw Error("max_seq needs devices.count (the device memory it must fit)");
         return;
@@ -53,20 +66,49 @@ void FinetuneJob::validate(bool data_parallel) const {
 }
 
 std::optional<PreferenceParams> FinetuneJob::preference_objective() const {
-    if (method == "sft") return std::nullopt;
+    if (method == "sft" || method == "grpo") return std::nullopt;
     PreferenceParams p = preference;
+    p.beta = beta.value_or(0.1);
     if (method == "dpo") p.method = PreferenceMethod::Dpo;
     else if (method == "ipo") p.method = PreferenceMethod::Ipo;
     else if (method == "simpo") p.method = PreferenceMethod::Simpo;
     else if (method == "orpo") p.method = PreferenceMethod::Orpo, p.beta = orpo_lambda;
     else if (method == "kto") p.method = PreferenceMethod::Kto;
-    else throw Error("method \"" + method + "\" is not one of sft, dpo, ipo, simpo, orpo, kto");
+    else throw Error("method \"" + method + "\" is not one of sft, dpo, ipo, simpo, orpo, kto, grpo");
     return p;
+}
+
+GrpoOptions FinetuneJob::grpo_options() const {
+    GrpoOptions g = grpo;
+    g.loss.beta = beta.value_or(0.0);
+    g.loss.on_policy = true;
+    g.loss_type = parse_grpo_loss_type(grpo_loss_type);
+    g.seed = session.finetune.seed;
+    g.threads = session.threads;
+    return g;
+}
+
+RewardSet FinetuneJob::make_rewards() const {
+    const size_t n = rewards.size() + (reward_cmd.empty() ? 0 : 1);
+    if (n == 0) throw Error("grpo needs a reward: rewards (exact:FIELD, regex:PATTERN, length:N) or reward_cmd");
+    if (!reward_weights.empty() && reward_weights.size() != n)
+        throw Error("reward_weights: " + std::to_string(reward_weights.size()) + " weights for " + std::to_string(n) + " reward function(s)");
+    std::vector<double> w(n, 1.0);
+    for (size_t i = 0; i < reward_weights.size(); ++i) {
+        char * end = nullptr;
+        w[i] = std::strtod(reward_weights[i].c_str(), &end);
+        if (reward_weights[i].empty() || *end != '\0' || !std::isfinite(w[i])) throw Error("reward_weights: \"" + reward_weights[i] + "\" is not a number");
+    }
+    RewardSet set;
+    for (size_t i = 0; i < rewards.size(); ++i) set.add(make_builtin_reward(rewards[i]), w[i]);
+    if (!reward_cmd.empty()) set.add(make_reward_program(reward_cmd, reward_timeout), w.back());
+    return set;
 }
 
 SessionOptions FinetuneJob::session_options() const {
     SessionOptions o = session;
     o.finetune.preference = preference_objective();
+    if (method == "grpo") o.finetune.grpo = grpo_options().loss;
     if (token_chunk >= 0) o.finetune.token_chunk = token_chunk;
     o.pipeline.token_chunk = token_chunk == -2 ? -1 : token_chunk;
     if (!link.empty()) o.devices.link = LinkModel::parse(link);
@@ -103,6 +145,7 @@ RunPlanOptions FinetuneJob::plan_options(const SessionOptions & session_resolved
     po.session = session_resolved;
     po.seq_len = seq_len;
     po.packed = packed_data();
+    if (method == "grpo") po.group = grpo.group;
     if (max_seq) po.max_seq_limit = 1 << 22;
     return po;
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "models/data/dataset.h"
+#include "models/train/grpo.h"
 #include "models/train/run_loop.h"
 #include "models/train/run_plan.h"
 #include "models/train/session.h"
@@ -48,7 +49,17 @@ struct FinetuneJob {
     // The objective: "sft", or a preference method ("dpo", "ipo", "simpo", "orpo", "kto": FinetuneConfig::preference,
     // with preference's beta, label smoothing, gamma and KTO's weights; ORPO's lambda is orpo_lambda).
     std::string method = "sft";
-    PreferenceParams preference;
+    PreferenceParams preference;    // (its beta: `beta`)
+    std::optional<double> beta;     // preference: their beta (default 0.1); grpo: the KL term's weight (default 0)
+    // GRPO ("grpo": FinetuneConfig::grpo; data_path holds prompts): its rollouts and loss (grpo.loss's beta: `beta`),
+    // the built-in rewards (RewardSet specs), the reward program and its timeout, and the rewards' weights
+    // (empty: 1 each; else one per reward, the built-ins first, then the program).
+    GrpoOptions grpo;
+    std::vector<std::string> rewards;
+    std::string reward_cmd;
+    double reward_timeout = 60;
+    std::vector<std::string> reward_weights;
+    std::string grpo_loss_type = "bnpo";
     double orpo_lambda = 0.1;
     int64_t max_prompt_len = 0;     // DatasetOptions::max_prompt_len
     std::string chat_template;      // "" = the model's own
@@ -76,8 +87,11 @@ struct FinetuneJob {
     // with its communicator: micro_batches 0 is one per rank), the sequence length and packing.
     RunPlanOptions plan_options(const SessionOptions & session_resolved) const;
     bool packed_data() const;       // JSONL data with packing on (packs())
-    // The preference objective method names (nullopt: SFT); throws rp::Error naming `method` otherwise.
+    // The preference objective method names (nullopt: SFT or GRPO); throws rp::Error naming `method` otherwise.
     std::optional<PreferenceParams> preference_objective() const;
+    // GRPO's options as the job resolves them (beta, loss type, seed, threads); the rewards it names, made.
+    GrpoOptions grpo_options() const;
+    RewardSet make_rewards() const;
     // host_memory resolved: the bytes and where they come from ("host_memory" when given).
     std::pair<size_t, std::string> host_memory_limit() const;
 };

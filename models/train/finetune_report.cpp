@@ -49,7 +49,8 @@ std::string tick_label(double v, int decimals) {
 
 void write_loss_svg(const std::string & path, const TrainCurve & c, const LrSchedule * lr) {
     const double W = 720, H = 400, L = 60, R = lr ? 70 : 20, T = 30, B = 45;  // size and margins (of the loss panel)
-    const bool rewards = !c.reward_chosen.empty();  // preference training: a rewards panel below (PH high)
+    // Preference training and GRPO: a rewards panel below (PH high)
+    const bool rewards = !c.reward_chosen.empty() || !c.reward.empty();
     const double PH = rewards ? 230 : 0;
     const size_t n = c.train_loss.size();
     double lo = 1e300, hi = -1e300;
@@ -159,7 +160,18 @@ void write_loss_svg(const std::string & path, const TrainCurve & c, const LrSche
                       static_cast<long long>(best.best_step));
         s += buf;
     }
-    if (rewards) {  // preference training: each step's mean rewards of the chosen and rejected answers, and their margin
+    if (rewards && !c.reward.empty()) {  // GRPO: each step's mean reward
+        double rlo = 0, rhi = 0;
+        for (float v : c.reward)
+            if (std::isfinite(v)) rlo = std::min(rlo, double(v)), rhi = std::max(rhi, double(v));
+        const Ticks rt = round_ticks(rlo, rhi, 4);
+        const double r0 = rt.first, r1 = rt.first + rt.step * (rt.count - 1), top = H + 25, bottom = H + PH - 45;
+        auto YR = [&](double v) { return top + (bottom - top) * (1.0 - (v - r0) / (r1 - r0)); };
+        axes(top, bottom, rt, YR, "reward-tick");
+        std::snprintf(buf, sizeof buf, "<text x=\"70\" y=\"%.1f\" fill=\"#2ca02c\">reward (mean of the step's completions)</text>\n", top - 8);
+        s += buf;
+        polyline_on(YR, "#2ca02c", [](size_t i) { return static_cast<double>(i + 1); }, [&](size_t i) { return c.reward[i]; }, c.reward.size());
+    } else if (rewards) {  // preference training: each step's mean rewards of the chosen and rejected answers, and their margin
         const size_t m = std::min(c.reward_chosen.size(), c.reward_rejected.size());
         double rlo = 0, rhi = 0;
         for (size_t i = 0; i < m; ++i)
@@ -239,6 +251,32 @@ std::string preference_json(const PreferenceStats & p, const char * prefix) {
     return s;
 }
 
+// ,"reward":x, ... (TRL's GRPO metric names) and the step's first completion
+std::string grpo_json(const GrpoStats & g) {
+    std::string s;
+    auto add = [&](const std::string & name, double v) {
+        s += ',';
+        json::append_string(s, name);
+        s += ':';
+        s += json_number(v);
+    };
+    add("reward", g.reward);
+    add("reward_std", g.reward_std);
+    for (const auto & [name, mean] : g.rewards) {
+        add("rewards/" + name + "/mean", mean);
+    }
+    add("frac_reward_zero_std", g.frac_reward_zero_std);
+    add("completions/mean_length", g.completion_mean);
+    add("completions/min_length", static_cast<double>(g.completion_min));
+    add("completions/max_length", static_cast<double>(g.completion_max));
+    add("completions/clipped_ratio", g.clipped_ratio);
+    add("kl", g.kl);
+    add("clip_ratio/region_mean", g.clip_ratio);
+    s += ",\"completion\":";
+    json::append_string(s, g.sample);
+    return s;
+}
+
 } // namespace
 
 void MetricsLog::step(const StepReport & r, size_t rss_bytes) {
@@ -247,6 +285,7 @@ void MetricsLog::step(const StepReport & r, size_t rss_bytes) {
                        ",\"grad_norm_step\":" + (r.grad_norm_step > 0 ? std::to_string(r.grad_norm_step) : "null") +
                        ",\"tokens_per_s\":" + json_number(r.seconds > 0 ? static_cast<double>(r.tokens) / r.seconds : 0.0, "%.1f");
     if (r.preference) line += preference_json(*r.preference, "");
+    if (r.grpo) line += grpo_json(*r.grpo);
     if (r.skipped) line += ",\"skipped\":\"" + r.skip_reason + "\"";
     if (rss_bytes > 0) line += ",\"rss_bytes\":" + std::to_string(rss_bytes);
     f_.write(line + "}\n");

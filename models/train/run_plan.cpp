@@ -54,7 +54,7 @@ RunPlan plan_run(const Model & model, const RunPlanOptions & options) {
     TrainingProgram & prog = tr;
     RunPlan r;
     // Unpacked preference pairs: batch_size pairs, two sequences each (packed: batch_size sequences of pairs)
-    const int64_t group = fc.preference && !options.packed ? 2 : 1;
+    const int64_t group = options.group > 0 ? options.group : fc.preference && !options.packed ? 2 : 1;
     r.step = micro_batch_shapes(seq_len, o.batch * group, micro_batches, options.packed, group);
 
     HostMemoryPlan & h = r.host;

@@ -33,6 +33,7 @@ struct RunPlanOptions {
     SessionOptions session;
     int64_t seq_len = 64;
     bool packed = false;          // packed sequences (their programs build per-token positions and key starts)
+    int64_t group = 0;            // sequences per batch unit (GRPO: completions per prompt); 0: the objective's (pairs 2, else 1)
     int64_t max_seq_limit = 0;    // > 0: also search the longest seq_len that fits, up to this
 };
 

@@ -430,7 +430,7 @@ StepReport TrainingSession::step() {
     }
     if (objective) {
         objective->report(seq_logps, seq_values, r);
-        if (r.grpo) st_.curve.reward_chosen.push_back(static_cast<float>(r.grpo->reward));  // (the rewards panel's one curve)
+        if (r.grpo) st_.curve.reward.push_back(static_cast<float>(r.grpo->reward));
     }
     {
         std::lock_guard<std::mutex> lk(norm_m_);

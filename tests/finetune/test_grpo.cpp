@@ -6,13 +6,16 @@
 #include "base/error.h"
 #include "models/train/grpo.h"
 #include "tests/common/temp_dir.h"
+#include "tests/finetune/ft_test_util.h"
 #include "tests/finetune/stories_fixture.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -144,6 +147,7 @@ TEST(Grpo, ReproducibleAndResumesBitExact) {
     std::vector<double> rs;
     for (int i = 0; i < 2; ++i) rs.push_back(second.session.step().grpo->reward);
     EXPECT_EQ(rs, (std::vector<double>{ra[2], ra[3]}));
+    EXPECT_EQ(second.session.curve().reward, a.session.curve().reward);  // (the checkpoint keeps the reward curve)
     EXPECT_EQ(second.objective.completions(), a.objective.completions());
     EXPECT_TRUE(same_masters(a.session.trainer(), second.session.trainer()));
 }
@@ -263,4 +267,53 @@ TEST(Grpo, RefusesWhatItCannotRun) {
         EXPECT_NE(std::string(e.what()).find("prompts.jsonl line 2: the prompt is empty"), std::string::npos) << e.what();
     }
     EXPECT_THROW(p.frame(static_cast<int32_t>(p.max_tokens()), 4), rp::Error);
+}
+
+// rp-finetune --method grpo: the setup line, each step's rewards in the log and TRL's names in the metrics, a reward
+// program through --reward-cmd; a program that fails mid-run stops it (exit 1) naming the program, with the last
+// checkpoint intact and no result written; a GRPO flag on another method, and a missing reward, are refused.
+TEST(GrpoTool, TrainsFromTheCommandLineAndStopsOnAFailingRewardProgram) {
+    rp_test::TempDir dir;
+    {
+        std::ofstream(dir.file("prompts.jsonl")) << toy_prompts();
+        std::ofstream(dir.file("dog.sh")) << "while IFS= read -r l; do case \"$l\" in *'\"completion\": \"'*dog*) echo 1 ;; *) echo 0 ;; esac; done\n";
+        // answers two batches (2 prompts x 4 completions each), then exits
+        std::ofstream(dir.file("two.sh")) << "n=0; while IFS= read -r l; do n=$((n + 1)); echo 0.5; if [ $n -ge 16 ]; then exit 7; fi; done\n";
+    }
+    const std::string base = ft_test::tool("rp-finetune") + " -m " + ft_test::stories() + " --data " + dir.file("prompts.jsonl") +
+                             " --method grpo --group 4 --max-completion-len 6 --batch 2 -t 1 --lr 5e-3";
+    std::string out;
+    ASSERT_EQ(ft_test::run(base + " --steps 3 --reward regex:dog --reward-cmd 'sh " + dir.file("dog.sh") + "' --reward-weights 1,0.5 -o " +
+                               dir.file("a.gguf"),
+                           &out),
+              0)
+        << out;
+    EXPECT_NE(out.find("8 prompts (0 cut to --max-prompt-len), 4 completions each of up to 6 tokens"), std::string::npos) << out;
+    EXPECT_NE(out.find("rewards: regex:dog x 1, cmd:sh " + dir.file("dog.sh") + " x 0.5; loss bnpo"), std::string::npos) << out;
+    EXPECT_NE(out.find("step 3/3 | loss"), std::string::npos) << out;
+    EXPECT_NE(out.find("  reward "), std::string::npos) << out;
+    EXPECT_TRUE(std::filesystem::exists(dir.file("a.gguf")));
+    std::ifstream m(dir.file("a.gguf.metrics.jsonl"));
+    std::stringstream ms;
+    ms << m.rdbuf();
+    for (const char * key : {"\"reward\":", "\"reward_std\":", "\"rewards/regex:dog/mean\":", "\"frac_reward_zero_std\":", "\"completions/mean_length\":",
+                             "\"kl\":", "\"clip_ratio/region_mean\":", "\"completion\":"})
+        EXPECT_NE(ms.str().find(key), std::string::npos) << key << "\n" << ms.str();
+    // The program exits during step 3: exit 1 naming it; step 2's checkpoint stays, no result.
+    EXPECT_NE(ft_test::run(base + " --steps 4 --save-every 1 --reward-cmd 'sh " + dir.file("two.sh") + "' -o " + dir.file("b.gguf"), &out), 0);
+    EXPECT_NE(out.find("reward program 'sh " + dir.file("two.sh") + "'"), std::string::npos) << out;
+    EXPECT_NE(out.find("exited with status 7"), std::string::npos) << out;
+    EXPECT_FALSE(std::filesystem::exists(dir.file("b.gguf")));
+    EXPECT_TRUE(std::filesystem::exists(dir.file("b.gguf.ckpt.gguf"))) << out;
+    // Refusals.
+    EXPECT_NE(ft_test::run(base + " --steps 1 -o " + dir.file("x.gguf"), &out), 0);
+    EXPECT_NE(out.find("grpo needs a reward: --reward"), std::string::npos) << out;
+    EXPECT_NE(ft_test::run(base + " --steps 1 --reward regex:a --reward-weights 1,2 -o " + dir.file("x.gguf"), &out), 0);
+    EXPECT_NE(out.find("--reward-weights: 2 weights for 1 reward function(s)"), std::string::npos) << out;
+    EXPECT_NE(ft_test::run(ft_test::tool("rp-finetune") + " -m " + ft_test::stories() + " --data " + ft_test::model_path("reference/train.txt") +
+                               " --reward regex:a --steps 1 -o " + dir.file("x.gguf"),
+                           &out),
+              0);
+    EXPECT_NE(out.find("--reward, --reward-cmd and --reward-weights are for --method grpo"), std::string::npos) << out;
+    EXPECT_FALSE(std::filesystem::exists(dir.file("x.gguf")));
 }

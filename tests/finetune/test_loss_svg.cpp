@@ -156,6 +156,24 @@ TEST(LossSvg, PreferenceRewardsPanel) {
     EXPECT_EQ(std::system(("rsvg-convert -o " + d.file("pref.png") + " " + d.file("pref.svg")).c_str()), 0);
 }
 
+// GRPO adds a panel of each step's mean reward on its own ticks.
+TEST(LossSvg, GrpoRewardPanel) {
+    rp_test::TempDir d;
+    rp::TrainCurve c = sample_curve();
+    for (int i = 1; i <= 50; ++i) c.reward.push_back(static_cast<float>(0.02 * i));
+    rp::write_loss_svg(d.file("grpo.svg"), c);
+    const std::string svg = slurp(d.file("grpo.svg"));
+    EXPECT_NE(svg.find("reward (mean of the step's completions)"), std::string::npos) << svg;
+    EXPECT_EQ(svg.find("rewards/chosen"), std::string::npos);
+    const std::vector<std::string> ticks = after(svg, "class=\"reward-tick\"");
+    ASSERT_GE(ticks.size(), 3u) << svg;
+    EXPECT_GE(std::stod(ticks.back()), 1.0) << ticks.back();
+    const std::vector<std::string> pts = after(svg, "stroke=\"#2ca02c\" stroke-width=\"1.5\" points=", '"', '"');
+    ASSERT_EQ(pts.size(), 1u);
+    EXPECT_EQ(count(pts[0], ","), 50u);
+    EXPECT_EQ(std::system(("rsvg-convert -o " + d.file("grpo.png") + " " + d.file("grpo.svg")).c_str()), 0);
+}
+
 // Perplexity as every report prints it: three decimals, scientific past 10^6 (the huge value of an untrained
 // model's first evaluation), inf past a double's range.
 TEST(LossSvg, PerplexityFormatting) {

@@ -179,6 +179,38 @@ TEST(FinetuneOptions, EveryFlagParsesAsTheOldParserDid) {
              EXPECT_EQ(p->desirable_weight, 1.5);
              EXPECT_EQ(p->undesirable_weight, 0.75);
          }},
+        {"--method grpo --reward exact:answer --reward regex:x --reward-cmd ./score --reward-timeout 5 --reward-weights 1,0.5,2 --group 4 "
+         "--max-completion-len 32 --temp 0.7 --top-p 0.9 --top-k 20 --epsilon 0.1 --epsilon-high 0.28 --loss-type dr_grpo --no-scale-rewards "
+         "--beta 0.04",
+         [](const FinetuneJob & j) {
+             EXPECT_FALSE(j.session_options().finetune.preference.has_value());
+             const auto g = j.grpo_options();
+             EXPECT_EQ(j.rewards, (std::vector<std::string>{"exact:answer", "regex:x"}));
+             EXPECT_EQ(j.reward_cmd, "./score");
+             EXPECT_EQ(j.reward_timeout, 5.0);
+             EXPECT_EQ(j.reward_weights, (std::vector<std::string>{"1", "0.5", "2"}));
+             EXPECT_EQ(g.group, 4);
+             EXPECT_EQ(g.max_completion_len, 32);
+             EXPECT_EQ(g.temperature, 0.7f);
+             EXPECT_EQ(g.top_p, 0.9f);
+             EXPECT_EQ(g.top_k, 20);
+             EXPECT_EQ(g.loss.epsilon_low, 0.1);
+             EXPECT_EQ(g.loss.epsilon_high, 0.28);
+             EXPECT_EQ(g.loss.beta, 0.04);
+             EXPECT_EQ(g.loss_type, rp::GrpoLossType::DrGrpo);
+             EXPECT_FALSE(g.scale_rewards);
+             ASSERT_TRUE(j.session_options().finetune.grpo.has_value());
+             EXPECT_EQ(j.session_options().finetune.grpo->beta, 0.04);
+         }},
+        {"--method grpo", [](const FinetuneJob & j) {  // TRL's defaults: no KL term, clip 0.2, bnpo
+             const auto g = j.grpo_options();
+             EXPECT_EQ(g.loss.beta, 0.0);
+             EXPECT_EQ(g.loss.epsilon_high, 0.2);
+             EXPECT_EQ(g.loss_type, rp::GrpoLossType::Bnpo);
+             EXPECT_TRUE(g.scale_rewards);
+         }},
+        {"--method dpo", [](const FinetuneJob & j) { EXPECT_EQ(j.session_options().finetune.preference->beta, 0.1); }},
+        {"--no-scale-rewards --scale-rewards", [](const FinetuneJob & j) { EXPECT_TRUE(j.grpo.scale_rewards); }},
         {"--activation-memory 1.5G", [](const FinetuneJob & j) { EXPECT_EQ(j.session.finetune.activation_memory, size_t(3) << 29); }},
         {"--token-chunk auto", [](const FinetuneJob & j) { EXPECT_EQ(j.token_chunk, -1); }},
         {"--token-chunk 0", [](const FinetuneJob & j) { EXPECT_EQ(j.token_chunk, 0); }},

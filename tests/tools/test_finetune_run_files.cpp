@@ -78,7 +78,7 @@ TEST(FinetuneRunFiles, ABadRunFileExitsOneNamingTheLineAndLeavesNothing) {
 
 // The example run files read cleanly (every key an option, every value in range), and the main job's trains.
 TEST(FinetuneRunFiles, TheExamplesAreValidRunFiles) {
-    for (const char * name : {"stories260K-lora.toml", "chat-lora.toml", "stories260K-dpo.toml"}) {
+    for (const char * name : {"stories260K-lora.toml", "chat-lora.toml", "stories260K-dpo.toml", "stories260K-grpo.toml"}) {
         std::string log;
         EXPECT_EQ(ft_test::run(finetune() + " --config " + std::string(RP_SOURCE_DIR) + "/examples/runs/" + name + " --print-config", &log), 0)
             << name << "\n" << log;
@@ -102,4 +102,13 @@ TEST(FinetuneRunFiles, TheExamplesAreValidRunFiles) {
         << log;
     EXPECT_NE(log.find("step 1/2 | loss 0.6931"), std::string::npos) << log;
     EXPECT_TRUE(fs::exists(d.file("dpo.gguf")));
+    // The GRPO example: two steps of its rollouts and rewards.
+    ASSERT_EQ(ft_test::run(finetune() + " --config " + std::string(RP_SOURCE_DIR) + "/examples/runs/stories260K-grpo.toml -m " + ft_test::stories() +
+                               " --data " + std::string(RP_SOURCE_DIR) + "/examples/data/stories-prompts.jsonl --steps 2 -t 1 -o " + d.file("grpo.gguf"),
+                           &log),
+              0)
+        << log;
+    EXPECT_NE(log.find("24 prompts (0 cut to --max-prompt-len), 8 completions each of up to 12 tokens"), std::string::npos) << log;
+    EXPECT_NE(log.find("  reward "), std::string::npos) << log;
+    EXPECT_TRUE(fs::exists(d.file("grpo.gguf")));
 }
