@@ -74,7 +74,9 @@ struct Progress : rp::RunObserver {
             print("  reward %.4f (std %.4f%s) | zero-std groups %.2f | completions %.1f tokens [%lld, %lld], %.0f%% at the limit | kl %.4f clip %.3f\n",
                   g->reward, g->reward_std, each.c_str(), g->frac_reward_zero_std, g->completion_mean, static_cast<long long>(g->completion_min),
                   static_cast<long long>(g->completion_max), 100.0 * g->clipped_ratio, g->kl, g->clip_ratio);
-            print("%s", ("  completion: " + g->sample.substr(0, 160) + "\n").c_str());
+            print("  rollouts %.2f s (%.0f tok/s, %.0f%% of the step) | completion: %s\n", g->rollout_seconds,
+                  g->rollout_seconds > 0 ? static_cast<double>(g->rollout_tokens) / g->rollout_seconds : 0.0,
+                  r.seconds > 0 ? 100.0 * g->rollout_seconds / r.seconds : 0.0, g->sample.substr(0, 160).c_str());
         }
         if (r.skipped)
             print("warning: step %lld skipped (%s, gradient norm %g, %lld trained tokens)\n", static_cast<long long>(r.grad_norm_step),

@@ -4,6 +4,7 @@
 #include "models/text/tokenizer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <climits>
 #include <numeric>
@@ -47,6 +48,7 @@ std::vector<float> GrpoObjective::prepare(Trainer & tr, int64_t step, Batch & bt
     completions_.assign(static_cast<size_t>(bt.n_seq), {});
     finished_.assign(static_cast<size_t>(bt.n_seq), 0);
     std::vector<RewardInput> inputs;
+    const auto t0 = std::chrono::steady_clock::now();
     // Rollouts: each prompt once through the cache, each completion from there.
     for (int64_t b = 0; b < n_prompts; ++b) {
         const Prompt & p = prompts_[bt.units[static_cast<size_t>(b)]];
@@ -92,6 +94,7 @@ std::vector<float> GrpoObjective::prepare(Trainer & tr, int64_t step, Batch & bt
             inputs.push_back(std::move(r));
         }
     }
+    const double rollout_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::vector<std::vector<double>> each;
     const std::vector<double> reward = rewards_.score(inputs, &each);
     // Advantages, group by group; the step's reward statistics.
@@ -127,6 +130,8 @@ std::vector<float> GrpoObjective::prepare(Trainer & tr, int64_t step, Batch & bt
     stats_.completion_mean = static_cast<double>(total) / n;
     stats_.clipped_ratio = static_cast<double>(unfinished) / n;
     stats_.sample = inputs.empty() ? "" : inputs[0].completion;
+    stats_.rollout_seconds = rollout_seconds;
+    stats_.rollout_tokens = total;
 
     // Each token's values: its sequence's advantage, the reference's log-probability (beta > 0) and its weight.
     std::vector<float> ref;

@@ -19,6 +19,8 @@ struct GrpoStats {
     double kl = 0;              // kl: the mean k3 estimate over completion tokens (beta > 0; else 0)
     double clip_ratio = 0;      // clip_ratio/region_mean: the share of completion tokens whose ratio the clip held
     std::string sample;         // the step's first completion, as text
+    double rollout_seconds = 0; // sampling the completions (the rewards and the reference pass not included)
+    int64_t rollout_tokens = 0; // tokens sampled (the prompts' evaluations not counted)
 };
 
 } // namespace rp
