@@ -86,6 +86,33 @@ void check_text(std::string_view text, const std::string & source, const Dataset
                 ": this does not look like training text (a binary file, another encoding?); allow_binary trains on it anyway");
 }
 
+// The text of a data file ("dataset", "prompt" file), whole; errors name it.
+std::string read_data_file(const std::string & path, const char * what) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) throw Error(std::string("cannot open ") + what + " file '" + path + "': " + std::strerror(errno));
+    std::ostringstream ss;
+    ss << f.rdbuf();
+    if (f.bad()) throw Error(std::string("cannot read ") + what + " file '" + path + "'");
+    return ss.str();
+}
+
+// Calls fn(value, line number) for each non-blank line of JSONL text (a byte-order mark skipped), in order; a line
+// that is not JSON is an error naming `source` and the line.
+template <class Fn>
+void for_each_json_line(std::string_view text, const std::string & source, Fn fn) {
+    text = strip_bom(text);
+    size_t line_no = 0, pos = 0;
+    while (pos < text.size()) {
+        size_t eol = text.find('\n', pos);
+        if (eol == std::string_view::npos) eol = text.size();
+        const std::string_view line = text.substr(pos, eol - pos);
+        pos = eol + 1;
+        ++line_no;
+        if (trim(line).empty()) continue;
+        fn(json::parse(std::string(line), source + " line " + std::to_string(line_no)), line_no);
+    }
+}
+
 void check_options(const DatasetOptions & opt) {
     if (opt.seq_len < 1) throw Error("seq_len " + std::to_string(opt.seq_len) + " must be at least 1");
     if (opt.n_ctx != 0 && static_cast<uint32_t>(opt.seq_len) > opt.n_ctx) {
@@ -516,17 +543,8 @@ Dataset Dataset::from_jsonl(std::string_view text, const std::string & source, c
     };
     std::vector<JsonlReader::KtoTokens> kto;  // KTO: the examples, laid out once all are read
     std::vector<size_t> kto_lines;
-    text = strip_bom(text);
-    size_t line_no = 0, pos = 0;
     bool first = true;
-    while (pos < text.size()) {
-        size_t eol = text.find('\n', pos);
-        if (eol == std::string_view::npos) eol = text.size();
-        const std::string_view line = text.substr(pos, eol - pos);
-        pos = eol + 1;
-        ++line_no;
-        if (trim(line).empty()) continue;
-        const json::Value v = json::parse(std::string(line), source + " line " + std::to_string(line_no));
+    for_each_json_line(text, source, [&](json::Value && v, size_t line_no) {
         const int kind = JsonlReader::is_pair(v) ? 1 : JsonlReader::is_kto(v) ? 2 : 0;  // SFT, pair, KTO
         static const char * const kKinds[] = {"an SFT example", "a preference pair", "a KTO example"};
         if (first) {
@@ -541,12 +559,12 @@ Dataset Dataset::from_jsonl(std::string_view text, const std::string & source, c
         if (kind == 1) {
             const JsonlReader::PairTokens pt = reader.pair(v, line_no);
             add_answers(pt.prompt, {&pt.chosen, &pt.rejected}, {"chosen answer", "rejected answer"}, {0, 0}, line_no);
-            continue;
+            return;
         }
         if (kind == 2) {
             kto.push_back(reader.kto(v, line_no));
             kto_lines.push_back(line_no);
-            continue;
+            return;
         }
         const Tokens t = reader.example(v, line_no);
         ++d.stats_.n_examples;
@@ -560,7 +578,7 @@ Dataset Dataset::from_jsonl(std::string_view text, const std::string & source, c
         }
         if (!any) {
             ++d.stats_.n_skipped;
-            continue;
+            return;
         }
         const size_t m = std::min(n, L);  // positions the example fills
         d.stats_.n_tokens += m;
@@ -571,7 +589,7 @@ Dataset Dataset::from_jsonl(std::string_view text, const std::string & source, c
         } else {
             d.push(in, lab);
         }
-    }
+    });
     if (d.kto_) {
         // Each example, then its KL sequence: its prompt with the next example's completion (TRL's mismatched
         // pairs, here over the file's order).
@@ -610,12 +628,7 @@ std::span<const AnswerSlot> Dataset::answers(size_t i) const {
 }
 
 PromptSet PromptSet::load(const std::string & path, const Tokenizer & tok, const DatasetOptions & opt) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) throw Error("cannot open prompt file '" + path + "': " + std::strerror(errno));
-    std::ostringstream ss;
-    ss << f.rdbuf();
-    if (f.bad()) throw Error("cannot read prompt file '" + path + "'");
-    return from_jsonl(ss.str(), path, tok, opt);
+    return from_jsonl(read_data_file(path, "prompt"), path, tok, opt);
 }
 
 PromptSet PromptSet::from_jsonl(std::string_view text, const std::string & source, const Tokenizer & tok, const DatasetOptions & opt) {
@@ -623,17 +636,9 @@ PromptSet PromptSet::from_jsonl(std::string_view text, const std::string & sourc
     PromptSet s;
     s.source_ = source;
     JsonlReader reader(source, tok, opt);
-    text = strip_bom(text);
-    size_t line_no = 0, pos = 0;
-    while (pos < text.size()) {
-        size_t eol = text.find('\n', pos);
-        if (eol == std::string_view::npos) eol = text.size();
-        const std::string_view line = text.substr(pos, eol - pos);
-        pos = eol + 1;
-        ++line_no;
-        if (trim(line).empty()) continue;
+    for_each_json_line(text, source, [&](json::Value && v, size_t line_no) {
         Prompt p;
-        p.example = json::parse(std::string(line), source + " line " + std::to_string(line_no));
+        p.example = std::move(v);
         p.line = line_no;
         reader.prompt(p.example, line_no, p);
         if (opt.max_prompt_len > 0 && p.tokens.size() > static_cast<size_t>(opt.max_prompt_len)) {
@@ -641,7 +646,7 @@ PromptSet PromptSet::from_jsonl(std::string_view text, const std::string & sourc
             ++s.n_truncated_;
         }
         s.prompts_.push_back(std::move(p));
-    }
+    });
     if (s.prompts_.empty()) throw Error("prompts " + source + ": no prompt lines");
     return s;
 }
@@ -740,12 +745,7 @@ void Dataset::pack(const std::vector<std::vector<int32_t>> & ex_in, const std::v
 
 Dataset Dataset::load(const std::string & path, const Tokenizer & tok, const DatasetOptions & opt) {
     check_options(opt);
-    std::ifstream f(path, std::ios::binary);
-    if (!f) throw Error("cannot open dataset file '" + path + "': " + std::strerror(errno));
-    std::ostringstream ss;
-    ss << f.rdbuf();
-    if (f.bad()) throw Error("cannot read dataset file '" + path + "'");
-    const std::string text = ss.str();
+    const std::string text = read_data_file(path, "dataset");
     if (trim(strip_bom(text)).empty()) throw Error("dataset " + path + ": the file is empty");
     DatasetFormat fmt = opt.format;
     if (fmt == DatasetFormat::Auto) {

@@ -338,46 +338,41 @@ void Trainer::head_forward(const LayerMemory & mem, const void * in, const int32
     });
 }
 
-void Trainer::build_preference_head(Program & p, const MicroBatchInfo & mb) {
-    // Per-token NLL -> each answer's log-probability -> the pairs' loss, and back: every token of an answer gets
-    // the gradient of its answer's log-probability (the head's per-token backward).
+template <class Reported, class LossOf>
+void Trainer::build_valued_head(Program & p, const MicroBatchInfo & mb, int64_t values_per, int64_t n_values, Reported reported, LossOf loss_of) {
     const int64_t E = model_.hparams().n_embd, T = mb.seq_len, B = mb.n_seq;
     Program::Step & s = p.new_step();
     Tensor * x = p.hidden_param(s, Arg::In, 0, Arg::Din, 0, E, T, B);
     Tensor * nll = build_head_token_nll(p.ctx, model_.hparams(), p.b.w, x, p.leaf(DType::I32, Arg::Labels, 0, T * B), cfg_.ce_chunk);
-    Tensor * logps = build_answer_logps(p, s.answer_slots, mb, nll);
-    s.sequence_values = p.ctx.new_tensor(DType::F32, kSequenceValues, B * cfg_.answer_slots);
+    Tensor * rep = reported(s, nll);
+    s.sequence_values = p.ctx.new_tensor(DType::F32, values_per, n_values);
     s.sequence_values->flags |= kFlagInput;
-    Tensor * loss = preference_loss(p.ctx, logps, s.sequence_values, *cfg_.preference, mb.loss_scale);
+    Tensor * loss = loss_of(rep, s.sequence_values);
     loss->flags |= kFlagOutput;
-    logps->flags |= kFlagOutput;
+    rep->flags |= kFlagOutput;
     build_forward(s.g, loss);
     std::vector<Tensor *> ps = p.b.params;
     ps.push_back(x);
     build_backward(p.ctx, s.g, loss, ps);
     s.copies.push_back({Arg::Loss, 0, loss});
-    s.copies.push_back({Arg::Loss, sizeof(float), logps});
+    s.copies.push_back({Arg::Loss, sizeof(float), rep});
+}
+
+void Trainer::build_preference_head(Program & p, const MicroBatchInfo & mb) {
+    // Per-token NLL -> each answer's log-probability -> the pairs' loss, and back: every token of an answer gets
+    // the gradient of its answer's log-probability (the head's per-token backward).
+    build_valued_head(
+        p, mb, kSequenceValues, mb.n_seq * cfg_.answer_slots,
+        [&](Program::Step & s, Tensor * nll) { return build_answer_logps(p, s.answer_slots, mb, nll); },
+        [&](Tensor * logps, Tensor * values) { return preference_loss(p.ctx, logps, values, *cfg_.preference, mb.loss_scale); });
 }
 
 void Trainer::build_grpo_head(Program & p, const MicroBatchInfo & mb) {
     // Per-token NLL -> log-probabilities -> GRPO's loss, and back: each completion token gets its own derivative
     // (the head's per-token backward).
-    const int64_t E = model_.hparams().n_embd, T = mb.seq_len, B = mb.n_seq;
-    Program::Step & s = p.new_step();
-    Tensor * x = p.hidden_param(s, Arg::In, 0, Arg::Din, 0, E, T, B);
-    Tensor * nll = build_head_token_nll(p.ctx, model_.hparams(), p.b.w, x, p.leaf(DType::I32, Arg::Labels, 0, T * B), cfg_.ce_chunk);
-    Tensor * logp = scale(p.ctx, nll, -1.0f);
-    s.sequence_values = p.ctx.new_tensor(DType::F32, kTokenValues, T * B);
-    s.sequence_values->flags |= kFlagInput;
-    Tensor * loss = grpo_loss(p.ctx, logp, s.sequence_values, *cfg_.grpo);
-    loss->flags |= kFlagOutput;
-    logp->flags |= kFlagOutput;
-    build_forward(s.g, loss);
-    std::vector<Tensor *> ps = p.b.params;
-    ps.push_back(x);
-    build_backward(p.ctx, s.g, loss, ps);
-    s.copies.push_back({Arg::Loss, 0, loss});
-    s.copies.push_back({Arg::Loss, sizeof(float), logp});
+    build_valued_head(
+        p, mb, kTokenValues, mb.tokens(), [&](Program::Step &, Tensor * nll) { return scale(p.ctx, nll, -1.0f); },
+        [&](Tensor * logp, Tensor * values) { return grpo_loss(p.ctx, logp, values, *cfg_.grpo); });
 }
 
 Tensor * Trainer::build_answer_logps(Program & p, Tensor *& slot_input, const MicroBatchInfo & mb, Tensor * token_nll) const {

@@ -311,6 +311,11 @@ private:
     Tensor * build_loss(Context & ctx, const ModelWeights & w, Tensor * x, Tensor * labels, float loss_scale) const;
     // The head program of a preference objective (one graph: a sequence's loss needs all its tokens).
     void build_preference_head(Program & p, const MicroBatchInfo & mb);
+    // A head whose loss reads values (MicroBatchInfo::sequence_values: n_values of values_per floats) and which
+    // reports what the loss is computed from after it: reported(step, per-token NLL) makes that, loss_of(it,
+    // values) the loss; one graph with its backward (preference and GRPO heads).
+    template <class Reported, class LossOf>
+    void build_valued_head(Program & p, const MicroBatchInfo & mb, int64_t values_per, int64_t n_values, Reported reported, LossOf loss_of);
     // The head program of GRPO (one graph): per-token NLL -> log-probabilities -> grpo_loss, and back.
     void build_grpo_head(Program & p, const MicroBatchInfo & mb);
     // Each answer's log-probability from the head's per-token NLL: per sequence, or per answer slot (packed;

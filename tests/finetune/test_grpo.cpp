@@ -8,6 +8,7 @@
 #include "tests/common/temp_dir.h"
 #include "tests/finetune/ft_test_util.h"
 #include "tests/finetune/stories_fixture.h"
+#include "tests/finetune/trainer_checks.h"
 
 #include <gtest/gtest.h>
 
@@ -83,12 +84,6 @@ struct GrpoRun {
     }
 };
 
-bool same_masters(const rp::Trainer & a, const rp::Trainer & b) {
-    for (size_t i = 0; i < a.params().size(); ++i)
-        if (std::memcmp(a.params()[i].t->data, b.params()[i].t->data, static_cast<size_t>(a.params()[i].t->nelements()) * sizeof(float)) != 0)
-            return false;
-    return true;
-}
 
 } // namespace
 
@@ -132,7 +127,7 @@ TEST(Grpo, ReproducibleAndResumesBitExact) {
         b.session.step();
         EXPECT_EQ(a.objective.completions(), b.objective.completions()) << "step " << i + 1;
     }
-    EXPECT_TRUE(same_masters(a.session.trainer(), b.session.trainer()));
+    EXPECT_EQ(ft_test::first_different_master(a.session.trainer(), b.session.trainer()), "");
     rp::GrpoOptions other = g;
     other.seed = 6;
     GrpoRun c(p, other, 1, rp::make_builtin_reward("regex:dog"));
@@ -149,7 +144,7 @@ TEST(Grpo, ReproducibleAndResumesBitExact) {
     EXPECT_EQ(rs, (std::vector<double>{ra[2], ra[3]}));
     EXPECT_EQ(second.session.curve().reward, a.session.curve().reward);  // (the checkpoint keeps the reward curve)
     EXPECT_EQ(second.objective.completions(), a.objective.completions());
-    EXPECT_TRUE(same_masters(a.session.trainer(), second.session.trainer()));
+    EXPECT_EQ(ft_test::first_different_master(a.session.trainer(), second.session.trainer()), "");
 }
 
 // Through RoundPipe (2 CPU devices, sync; RoundPipe and GPipe schedules): the rollouts read the masters, the heads
@@ -178,7 +173,7 @@ TEST(Grpo, ThePipelineEqualsTheHostBitForBit) {
             EXPECT_EQ(r.grpo->kl, want[size_t(i)].grpo->kl);
         }
         pipe.session.synchronize();
-        EXPECT_TRUE(same_masters(host.session.trainer(), pipe.session.trainer()));
+        EXPECT_EQ(ft_test::first_different_master(host.session.trainer(), pipe.session.trainer()), "");
     }
     EXPECT_GT(want[2].grpo->kl, 0.0);  // the policy has moved from the reference
 }

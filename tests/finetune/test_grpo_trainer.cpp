@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "tests/common/grpo_reference.h"
 #include "tests/finetune/preference_data.h"
+#include "tests/finetune/trainer_checks.h"
 
 #include <gtest/gtest.h>
 
@@ -94,32 +95,9 @@ TEST(GrpoTraining, GradientsMatchFiniteDifferences) {
         if (!m.p.on_policy) {
             EXPECT_GT(clipped, 4);
         }
-        double worst = 0;
-        for (const auto & p : tr.params()) {
-            const int64_t n = p.t->nelements();
-            float * w = p.t->data_as<float>();
-            const float * g = p.t->grad->data_as<float>();
-            double gn = 0, wr = 0;
-            for (int64_t i = 0; i < n; ++i) gn += double(g[i]) * g[i], wr += double(w[i]) * w[i];
-            gn = std::sqrt(gn);
-            ASSERT_GT(gn, 0.0) << p.name;
-            const std::vector<float> w0(w, w + n);
-            auto fd = [&](double h) {  // along the gradient's own direction: d L / d h = |g|
-                for (int64_t i = 0; i < n; ++i) w[i] = static_cast<float>(w0[size_t(i)] + h * g[i] / gn);
-                const double lp = loss_at();
-                for (int64_t i = 0; i < n; ++i) w[i] = static_cast<float>(w0[size_t(i)] - h * g[i] / gn);
-                const double lm = loss_at();
-                std::copy(w0.begin(), w0.end(), w);
-                return (lp - lm) / (2 * h);
-            };
-            // h: 1.25% of the tensor's RMS, at most what moves the loss by 0.5% of max(1, L): a larger step takes some
-            // tokens' ratios across the clip range's ends (measured: 5% does here), where the loss has kinks
-            const double h = std::min(0.0125 * std::sqrt(wr / static_cast<double>(n)), 0.005 * std::max(1.0, std::fabs(loss)) / gn);
-            const double est = (4 * fd(h / 2) - fd(h)) / 3;
-            const double err = std::fabs(est - gn) / gn;
-            worst = std::max(worst, err);
-            EXPECT_LT(err, 2e-3) << p.name << ": finite differences " << est << ", backward " << gn;
-        }
+        // h: 1.25% of the tensor's RMS, at most what moves the loss by 0.5% of max(1, L): a larger step takes some
+        // tokens' ratios across the clip range's ends (measured: 5% does here), where the loss has kinks
+        const double worst = ft_test::check_gradients_by_differences(tr, loss_at, loss, 0.0125, 0.005, 2e-3);
         std::printf("[ grpo ] %s: loss %.6f, %d clipped tokens, worst relative gradient error %.2e over %zu tensors\n", m.name, loss, clipped, worst,
                     tr.params().size());
     }

@@ -16,6 +16,7 @@
 #include "tests/finetune/ft_test_util.h"
 #include "tests/finetune/preference_data.h"
 #include "tests/finetune/stories_fixture.h"
+#include "tests/finetune/trainer_checks.h"
 
 #include <gtest/gtest.h>
 
@@ -330,32 +331,8 @@ TEST(PreferenceTraining, GradientsMatchFiniteDifferencesForEveryMethod) {
         tr.collect_grads();
         EXPECT_NEAR(loss, loss_at(), 1e-6 * std::max(1.0, std::fabs(loss)));
         for (int64_t i = 0; i < B; ++i) EXPECT_EQ(results[size_t(1 + i)], lp0[size_t(i)]) << "sequence " << i << ": the head's log-probability";
-        double worst = 0;
-        for (const auto & p : tr.params()) {
-            const int64_t n = p.t->nelements();
-            float * w = p.t->data_as<float>();
-            const float * g = p.t->grad->data_as<float>();
-            double gn = 0, wr = 0;
-            for (int64_t i = 0; i < n; ++i) gn += double(g[i]) * g[i], wr += double(w[i]) * w[i];
-            gn = std::sqrt(gn);
-            ASSERT_GT(gn, 0.0) << p.name;
-            // Along the gradient's own direction D = g / |g|: d L / d h = |g|. Richardson over h and h / 2.
-            const std::vector<float> w0(w, w + n);
-            auto fd = [&](double h) {
-                for (int64_t i = 0; i < n; ++i) w[i] = static_cast<float>(w0[size_t(i)] + h * g[i] / gn);
-                const double lp = loss_at();
-                for (int64_t i = 0; i < n; ++i) w[i] = static_cast<float>(w0[size_t(i)] - h * g[i] / gn);
-                const double lm = loss_at();
-                std::copy(w0.begin(), w0.end(), w);
-                return (lp - lm) / (2 * h);
-            };
-            // h: 5% of the tensor's RMS, at most what moves the loss by 2% of max(1, L) (the rest is curvature)
-            const double h = std::min(0.05 * std::sqrt(wr / static_cast<double>(n)), 0.02 * std::max(1.0, std::fabs(loss)) / gn);
-            const double est = (4 * fd(h / 2) - fd(h)) / 3;
-            const double err = std::fabs(est - gn) / gn;
-            worst = std::max(worst, err);
-            EXPECT_LT(err, 2e-3) << p.name << ": finite differences " << est << ", backward " << gn;
-        }
+        // h: 5% of the tensor's RMS, at most what moves the loss by 2% of max(1, L) (the rest is curvature)
+        const double worst = ft_test::check_gradients_by_differences(tr, loss_at, loss, 0.05, 0.02, 2e-3);
         std::printf("[ preference ] %s: loss %.6f, worst relative gradient error %.2e over %zu tensors\n", m.name, loss, worst, tr.params().size());
     }
 }
@@ -412,12 +389,7 @@ TEST(PreferenceTraining, ResumeKeepsTheReferenceAndIsBitExact) {
     EXPECT_FALSE(second.reference_pass());  // from the checkpoint
     second.step();
     second.step();
-    ASSERT_EQ(whole.trainer().params().size(), second.trainer().params().size());
-    for (size_t i = 0; i < whole.trainer().params().size(); ++i) {
-        const auto * a = whole.trainer().params()[i].t;
-        const auto * b = second.trainer().params()[i].t;
-        EXPECT_EQ(std::memcmp(a->data, b->data, static_cast<size_t>(a->nelements()) * sizeof(float)), 0) << whole.trainer().params()[i].name;
-    }
+    EXPECT_EQ(ft_test::first_different_master(whole.trainer(), second.trainer()), "");
     EXPECT_EQ(whole.curve().train_loss, second.curve().train_loss);
     EXPECT_EQ(whole.curve().reward_chosen, second.curve().reward_chosen);
     EXPECT_EQ(whole.curve().reward_rejected, second.curve().reward_rejected);
@@ -509,11 +481,7 @@ TEST(PreferenceTraining, ThePipelineEqualsTheHostBitForBit) {
                 EXPECT_EQ(r.preference->margin, want[size_t(i)].preference->margin);
             }
             pipe.synchronize();
-            for (size_t k = 0; k < host.trainer().params().size(); ++k) {
-                const auto * a = host.trainer().params()[k].t;
-                const auto * b = pipe.trainer().params()[k].t;
-                EXPECT_EQ(std::memcmp(a->data, b->data, static_cast<size_t>(a->nelements()) * sizeof(float)), 0) << host.trainer().params()[k].name;
-            }
+            EXPECT_EQ(ft_test::first_different_master(host.trainer(), pipe.trainer()), "");
         }
     }
 }

@@ -61,17 +61,18 @@ Case grpo_case(const std::string & name, int64_t N, const GrpoParams & p) {
             }};
 }
 
-// The loss and d loss / d logp of one token.
-std::pair<float, float> one_token(const GrpoParams & p, float logp, std::vector<float> v) {
+// The loss and d loss / d logp of every token (the loss last).
+std::vector<float> loss_and_gradient(const GrpoParams & p, const std::vector<float> & lp, const std::vector<float> & v) {
+    const int64_t N = static_cast<int64_t>(lp.size());
     Context ctx;
-    Tensor * l = ctx.new_tensor(rp::DType::F32, 1);
-    Tensor * vt = ctx.new_tensor(rp::DType::F32, rp::kTokenValues, 1);
+    Tensor * l = ctx.new_tensor(rp::DType::F32, N);
+    Tensor * vt = ctx.new_tensor(rp::DType::F32, rp::kTokenValues, N);
     ctx.alloc_data(l);
     ctx.alloc_data(vt);
-    rp::tensor_set_f32(l, {logp});
+    rp::tensor_set_f32(l, lp);
     rp::tensor_set_f32(vt, v);
     ctx.alloc_data(rp::set_param(ctx, l)->grad);
-    rp::tensor_set_f32(l->grad, {0.0f});
+    rp::tensor_set_f32(l->grad, std::vector<float>(size_t(N), 0.0f));
     Tensor * loss = rp::grpo_loss(ctx, l, vt, p);
     rp::Graph g;
     rp::build_forward(g, loss);
@@ -79,7 +80,15 @@ std::pair<float, float> one_token(const GrpoParams & p, float logp, std::vector<
     rp::CpuBackend be;
     be.allocate(g);
     be.compute(g, 1);
-    return {rp::tensor_get_f32(loss)[0], rp::tensor_get_f32(l->grad)[0]};
+    std::vector<float> out = rp::tensor_get_f32(l->grad);
+    out.push_back(rp::tensor_get_f32(loss)[0]);
+    return out;
+}
+
+// The loss and d loss / d logp of one token.
+std::pair<float, float> one_token(const GrpoParams & p, float logp, std::vector<float> v) {
+    const std::vector<float> r = loss_and_gradient(p, {logp}, v);
+    return {r[1], r[0]};
 }
 
 } // namespace
@@ -100,28 +109,7 @@ TEST(OpGrpoLoss, OnPolicyIsTheRatioAtOne) {
         lp[size_t(t)] = -2.0f + 0.01f * static_cast<float>(t);
         v[size_t(rp::kTokenValues * t + rp::kOldLogp)] = lp[size_t(t)];
     }
-    auto run = [&](bool on_policy) {
-        Context ctx;
-        Tensor * l = ctx.new_tensor(rp::DType::F32, N);
-        Tensor * vt = ctx.new_tensor(rp::DType::F32, rp::kTokenValues, N);
-        ctx.alloc_data(l);
-        ctx.alloc_data(vt);
-        rp::tensor_set_f32(l, lp);
-        rp::tensor_set_f32(vt, v);
-        ctx.alloc_data(rp::set_param(ctx, l)->grad);
-        rp::tensor_set_f32(l->grad, std::vector<float>(size_t(N), 0.0f));
-        Tensor * loss = rp::grpo_loss(ctx, l, vt, params(0.2, 0.2, 0.1, on_policy));
-        rp::Graph g;
-        rp::build_forward(g, loss);
-        rp::build_backward(ctx, g, loss, {l});
-        rp::CpuBackend be;
-        be.allocate(g);
-        be.compute(g, 1);
-        std::vector<float> out = rp::tensor_get_f32(l->grad);
-        out.push_back(rp::tensor_get_f32(loss)[0]);
-        return out;
-    };
-    const std::vector<float> on = run(true), off = run(false);
+    const std::vector<float> on = loss_and_gradient(params(0.2, 0.2, 0.1, true), lp, v), off = loss_and_gradient(params(0.2, 0.2, 0.1, false), lp, v);
     EXPECT_EQ(on, off);
     EXPECT_NE(on.back(), 0.0f);
 }
