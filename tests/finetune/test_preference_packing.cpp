@@ -2,10 +2,13 @@
 // sequence as separate documents, several pairs per sequence; the head sums each answer by its slot. The layout
 // against the unpacked dataset's sequences, the packed truncation rule, the loss, every gradient and every answer's
 // log-probability against the unpacked run of the same pairs (every method), the pipeline (reference pass and
-// steps) against the host bit for bit, and a bit-exact resume.
+// steps) against the host bit for bit, and a bit-exact resume; a mixture of experts and a full finetune.
+#include "models/convert/synth_model.h"
+#include "models/text/tokenizer.h"
 #include "models/train/preference.h"
 #include "models/train/run_plan.h"
 #include "tests/common/preference_reference.h"
+#include "tests/common/shared_paths.h"
 #include "tests/common/temp_dir.h"
 #include "tests/finetune/ft_test_util.h"
 #include "tests/finetune/preference_data.h"
@@ -300,4 +303,52 @@ TEST(PreferencePacking, ResumeIsBitExact) {
     second.step();
     EXPECT_EQ(ft_test::first_different_master(whole.trainer(), second.trainer()), "");
     EXPECT_EQ(whole.curve().train_loss, second.curve().train_loss);
+}
+
+// Every architecture trains on preference pairs the same way: a mixture of experts (qwen3moe, LoRA, with the
+// load-balancing loss) and a full finetune (stories260K): step 1 is ln 2 (the reference pass gives the policy's own
+// bits), the steps are finite and through RoundPipe (2 CPU devices) the steps and masters are the host's bits.
+TEST(PreferencePacking, OnAMixtureOfExpertsAndInAFullFinetune) {
+    rp_test::TempDir dir;
+    rp::SynthSpec s;
+    s.arch = "qwen3moe";
+    s.vocab_from = rp_test::shared_dir() + "/models/stories260K.gguf";
+    s.n_embd = 32, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 8, s.n_ff = 48, s.n_layer = 3;
+    s.n_expert = 4, s.n_expert_used = 2, s.n_ff_exp = 24;
+    s.seed = 13;
+    rp::write_synth_model(s, dir.file("moe.gguf"));
+    const auto moe = rp::Model::load(dir.file("moe.gguf"));
+    const rp::Tokenizer moe_tok(moe->file());
+    rp::DatasetOptions o;
+    o.seq_len = 128;
+    o.pack_preference = true;
+    const rp::Dataset moe_pairs = rp::Dataset::from_jsonl(toy_pairs(12), "pairs.jsonl", moe_tok, o);
+    struct Case {
+        const char * name;
+        const rp::Model * model;
+        const rp::Dataset * data;
+        bool full;
+    };
+    for (const Case & c : {Case{"qwen3moe, LoRA", moe.get(), &moe_pairs, false}, Case{"stories260K, full", fx().model.get(), nullptr, true}}) {
+        SCOPED_TRACE(c.name);
+        const rp::Dataset stories_pairs = pairs(toy_pairs(12), 256, 0, false, true);
+        const rp::Dataset & d = c.data ? *c.data : stories_pairs;
+        rp::SessionOptions so = pref_options(method(rp::PreferenceMethod::Dpo, 0.1), 3);
+        so.batch = 2;
+        so.finetune.full = c.full;
+        if (!c.full) so.finetune.moe_aux_loss = 0.01f;
+        rp::TrainingSession host(*c.model, d, so);
+        std::vector<double> want;
+        for (int i = 0; i < 3; ++i) want.push_back(host.step().loss);
+        EXPECT_EQ(static_cast<float>(want[0]), static_cast<float>(std::numbers::ln2));
+        for (double l : want) EXPECT_TRUE(std::isfinite(l));
+        rp::SessionOptions po = so;
+        po.pipelined = true;
+        po.devices.count = 2;
+        po.devices.memory_each = size_t(256) << 20;
+        rp::TrainingSession pipe(*c.model, d, po);
+        for (int i = 0; i < 3; ++i) EXPECT_EQ(pipe.step().loss, want[size_t(i)]) << "step " << i + 1;
+        pipe.synchronize();
+        EXPECT_EQ(ft_test::first_different_master(host.trainer(), pipe.trainer()), "");
+    }
 }
