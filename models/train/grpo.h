@@ -14,6 +14,9 @@
 // max_completion_len). One update per rollout batch (on-policy: the old log-probabilities are the policy's own);
 // with beta > 0 the reference is the base model without the adapter (full finetuning: the model file's weights),
 // its token log-probabilities computed on the host before the step.
+// Data parallel: every rank samples and scores the whole batch (the same seeds and masters: the same completions;
+// a reward program runs on every rank) and trains its micro-batches; the rollouts are not split by prompt yet.
+// Through RoundPipe the rollouts run on the host from the masters; the training steps run on the devices.
 #pragma once
 
 #include "models/arch/inference.h"

@@ -301,4 +301,28 @@ TEST(DataParallel, DpoOnTwoRanksEqualsTheGroupedSingleProcessBitForBit) {
     EXPECT_EQ(log.substr(ra, 90), one.substr(rb, 90));
 }
 
+// GRPO over ranks: every rank samples the step's rollouts (the same seeds and masters: the same completions) and
+// trains its micro-batches; the result, the losses and the rewards equal the grouped single process.
+TEST(DataParallel, GrpoOnTwoRanksEqualsTheGroupedSingleProcessBitForBit) {
+    rp_test::TempDir dir;
+    {
+        std::ofstream f(dir.file("prompts.jsonl"));
+        for (int i = 0; i < 8; ++i) f << "{\"prompt\": \"Once upon a time, there was a little\", \"id\": " << i << "}\n";
+    }
+    const std::string base = tool("rp-finetune") + " -m " + stories() + " --data " + dir.file("prompts.jsonl") +
+                             " --method grpo --reward regex:a --group 4 --max-completion-len 6 --batch 2 --micro-batches 2 --lr 5e-3 -t 1 --steps 3";
+    std::string log, one;
+    ASSERT_EQ(run(mpirun(2) + base + " -o " + dir.file("dp.gguf"), &log), 0) << log;
+    ASSERT_EQ(run(base + " --dp-groups 2 -o " + dir.file("one.gguf"), &one), 0) << one;
+    EXPECT_EQ(bytes_of(dir.file("dp.gguf")), bytes_of(dir.file("one.gguf")));
+    const size_t a = log.find("step 3/3 | loss "), b = one.find("step 3/3 | loss ");
+    ASSERT_NE(a, std::string::npos) << log;
+    ASSERT_NE(b, std::string::npos) << one;
+    EXPECT_EQ(log.substr(a, 24), one.substr(b, 24));
+    const size_t ra = log.find("  reward ", a), rb = one.find("  reward ", b);
+    ASSERT_NE(ra, std::string::npos) << log;
+    ASSERT_NE(rb, std::string::npos) << one;
+    EXPECT_EQ(log.substr(ra, 120), one.substr(rb, 120));
+}
+
 } // namespace
