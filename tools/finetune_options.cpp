@@ -98,6 +98,9 @@ void declare_grpo(Options & p, FinetuneJob & j) {
     p.number("--temp", g.temperature, 0.0f, 100.0f, "the sampler's temperature (default 1)");
     p.number("--top-p", g.top_p, 0.0f, 1.0f, "the sampler's nucleus (default 1: all)");
     p.integer("--top-k", g.top_k, 0, 1 << 30, "the sampler's top-k (default 0: all)");
+    p.repeated("--stop", "TEXT", "a stop string (repeatable): a completion ends at the token that completes it in its text",
+               [&g](const std::string &, const std::string & v) { g.stop.push_back(v); }, [&g] { g.stop.clear(); },
+               [&g] { return g.stop.empty() ? std::nullopt : std::optional<std::string>(toml_array(g.stop)); });
     p.number("--epsilon", g.loss.epsilon_low, -1e300, 1e300, "the policy ratio's clip: [1 - epsilon, 1 + epsilon-high] (default 0.2)");
     p.number("--epsilon-high", g.loss.epsilon_high, -1e300, 1e300, "the clip's upper side (DAPO's clip-higher; default 0.2)");
     p.choice("--loss-type", j.grpo_loss_type, {"grpo", "bnpo", "dr_grpo"},
@@ -387,7 +390,7 @@ const FlagNames & finetune_flag_names() {
         {"undesirable_weight", "--undesirable-weight"}, {"rewards", "--reward"}, {"reward_cmd", "--reward-cmd"},
         {"reward_weights", "--reward-weights"}, {"reward_timeout", "--reward-timeout"}, {"group", "--group"},
         {"max_completion_len", "--max-completion-len"}, {"temperature", "--temp"}, {"top_p", "--top-p"}, {"top_k", "--top-k"},
-        {"epsilon_high", "--epsilon-high"}, {"epsilon", "--epsilon"}, {"pack", "--pack"},
+        {"epsilon_high", "--epsilon-high"}, {"stop", "--stop"}, {"epsilon", "--epsilon"}, {"pack", "--pack"},
         // FinetuneJob::validate
         {"model_path", "-m BASE.gguf"}, {"data_path", "--data FILE"}, {"out_path", "-o OUT.gguf"}, {"devices.count", "--devices N"},
         {"devices.link", "--link"}, {"devices.backend", "--backend"}, {"pipeline.async", "--async"}, {"pipeline.schedule", "--schedule"},

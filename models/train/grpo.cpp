@@ -39,6 +39,8 @@ GrpoObjective::GrpoObjective(const Model & model, const Tokenizer & tok, const P
     if (!(opt_.temperature > 0)) throw Error("temperature must be > 0: GRPO samples its completions");
     if (!(opt_.top_p > 0 && opt_.top_p <= 1)) throw Error("top_p must be in (0, 1]");
     if (opt_.top_k < 0) throw Error("top_k must be >= 0");
+    for (const std::string & st : opt_.stop)
+        if (st.empty()) throw Error("stop: a stop string is empty");
 }
 
 std::vector<float> GrpoObjective::prepare(Trainer & tr, int64_t step, Batch & bt) {
@@ -63,12 +65,24 @@ std::vector<float> GrpoObjective::prepare(Trainer & tr, int64_t step, Batch & bt
                                           mix_seed(mix_seed(mix_seed(opt_.seed, static_cast<uint64_t>(step)), static_cast<uint64_t>(b)), static_cast<uint64_t>(j))});
             std::vector<int32_t> & c = completions_[i];
             std::vector<float> logits = prompt_logits;
+            std::string text;  // (only kept with stop strings)
             for (;;) {
                 const int32_t next = sampler.sample(logits.data(), s.n_vocab());
                 c.push_back(next);
                 if (tok_.is_eog(next)) {
                     finished_[i] = 1;
                     break;
+                }
+                if (!opt_.stop.empty()) {
+                    const size_t before = text.size();
+                    text += tok_.token_to_piece(next, false);
+                    if (std::any_of(opt_.stop.begin(), opt_.stop.end(), [&](const std::string & st) {
+                            // a match that ends in the new piece (one that ended earlier would have stopped it)
+                            return text.find(st, before >= st.size() ? before - st.size() + 1 : 0) != std::string::npos;
+                        })) {
+                        finished_[i] = 1;
+                        break;
+                    }
                 }
                 if (static_cast<int64_t>(c.size()) == opt_.max_completion_len) break;
                 logits = s.eval({next}, false);

@@ -7,7 +7,8 @@
 // from it), one completion at a time; token k of completion j of prompt b at step s is drawn with a Sampler seeded
 // by mix_seed(seed, s, b, j) alone, so a run is reproducible bit for bit and a resumed one samples what the
 // uninterrupted one did. A completion ends at an end-of-generation token (kept: it is trained, the model learns to
-// stop) or at max_completion_len tokens.
+// stop), at the token that completes one of the stop strings in its text (kept, the string in the reward's text),
+// or at max_completion_len tokens.
 // Advantages, as TRL's GRPOTrainer: A = r - mean(group), divided by (std(group) + 1e-4) when scale_rewards (std
 // unbiased; Dr. GRPO: not divided). Token weights by loss type over the completion tokens (1 + prompt-free
 // labels): grpo 1 / (the sequence's tokens x sequences), bnpo 1 / (the batch's tokens), dr_grpo 1 / (sequences x
@@ -43,6 +44,7 @@ struct GrpoOptions {
     int32_t top_k = 0;
     GrpoLossType loss_type = GrpoLossType::Bnpo;
     bool scale_rewards = true;        // false: Dr. GRPO's unscaled advantages
+    std::vector<std::string> stop;    // stop strings (none: the end-of-generation tokens and the length limit alone)
     uint64_t seed = 0;
     int threads = 0;
 };

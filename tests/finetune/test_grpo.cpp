@@ -230,6 +230,36 @@ TEST(Grpo, RewardProgramAdvantagesAndWeights) {
     EXPECT_EQ(s.grpo->rewards[0].first, "cmd:sh " + dir.file("a.sh"));
 }
 
+// Stop strings: a completion ends at the token that completes one (the string in its text), finished; the others
+// run to the limit or an end token; length:N then rewards the short ones.
+TEST(Grpo, StopStringsEndCompletions) {
+    const rp::PromptSet p = prompts(toy_prompts());
+    rp::GrpoOptions g = grpo_options();
+    g.max_completion_len = 24;
+    g.stop = {"."};
+    GrpoRun run(p, g, 1, rp::make_builtin_reward("length:24"));
+    rp::Trainer & tr = const_cast<rp::Trainer &>(run.session.trainer());
+    rp::Batch bt = rp::make_batch(run.frame, std::vector<uint32_t>{0, 1});
+    run.objective.prepare(tr, 0, bt);
+    int stopped = 0;
+    for (const std::vector<int32_t> & c : run.objective.completions()) {
+        std::string text, before_last;
+        for (size_t k = 0; k < c.size(); ++k) {
+            if (k + 1 == c.size()) before_last = text;
+            if (!fx().tok.is_eog(c[k])) text += fx().tok.token_to_piece(c[k], false);
+        }
+        EXPECT_EQ(before_last.find('.'), std::string::npos) << text;  // nothing ran past a stop
+        if (text.find('.') != std::string::npos) ++stopped;
+        else EXPECT_TRUE(c.size() == 24 || fx().tok.is_eog(c.back())) << text;
+    }
+    EXPECT_GT(stopped, 0);
+    rp::GrpoOptions bad = g;
+    bad.stop = {""};
+    rp::RewardSet one;
+    one.add(rp::make_builtin_reward("regex:dog"), 1.0);
+    EXPECT_THROW(rp::GrpoObjective(*fx().model, fx().tok, p, one, bad), rp::Error);
+}
+
 TEST(Grpo, RefusesWhatItCannotRun) {
     const rp::PromptSet p = prompts(toy_prompts());
     rp::GrpoOptions g = grpo_options();

@@ -181,7 +181,7 @@ TEST(FinetuneOptions, EveryFlagParsesAsTheOldParserDid) {
          }},
         {"--method grpo --reward exact:answer --reward regex:x --reward-cmd ./score --reward-timeout 5 --reward-weights 1,0.5,2 --group 4 "
          "--max-completion-len 32 --temp 0.7 --top-p 0.9 --top-k 20 --epsilon 0.1 --epsilon-high 0.28 --loss-type dr_grpo --no-scale-rewards "
-         "--beta 0.04",
+         "--beta 0.04 --stop . --stop END",
          [](const FinetuneJob & j) {
              EXPECT_FALSE(j.session_options().finetune.preference.has_value());
              const auto g = j.grpo_options();
@@ -199,6 +199,7 @@ TEST(FinetuneOptions, EveryFlagParsesAsTheOldParserDid) {
              EXPECT_EQ(g.loss.beta, 0.04);
              EXPECT_EQ(g.loss_type, rp::GrpoLossType::DrGrpo);
              EXPECT_FALSE(g.scale_rewards);
+             EXPECT_EQ(g.stop, (std::vector<std::string>{".", "END"}));
              ASSERT_TRUE(j.session_options().finetune.grpo.has_value());
              EXPECT_EQ(j.session_options().finetune.grpo->beta, 0.04);
          }},
