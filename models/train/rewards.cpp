@@ -233,9 +233,16 @@ private:
         posix_spawn_file_actions_init(&fa);
         posix_spawn_file_actions_adddup2(&fa, to_child[1], 0);  // (dup2 clears close-on-exec on 0 and 1)
         posix_spawn_file_actions_adddup2(&fa, from_child[1], 1);
+        // Its own process group: stopping it stops what it started too (a hung `sleep` would keep its stderr,
+        // our stderr, open).
+        posix_spawnattr_t attr;
+        posix_spawnattr_init(&attr);
+        posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+        posix_spawnattr_setpgroup(&attr, 0);
         const char * argv[] = {"sh", "-c", command_.c_str(), nullptr};
         pid_t pid = -1;
-        const int rc = posix_spawn(&pid, "/bin/sh", &fa, nullptr, const_cast<char * const *>(argv), environ);
+        const int rc = posix_spawn(&pid, "/bin/sh", &fa, &attr, const_cast<char * const *>(argv), environ);
+        posix_spawnattr_destroy(&attr);
         posix_spawn_file_actions_destroy(&fa);
         ::close(to_child[1]);
         ::close(from_child[1]);
@@ -243,7 +250,7 @@ private:
             ::close(to_child[0]), ::close(from_child[0]);
             throw Error("reward program '" + command_ + "': cannot start /bin/sh: " + std::strerror(rc));
         }
-        pid_ = pid;
+        pid_ = group_ = pid;
         in_fd_ = to_child[0];
         out_fd_ = from_child[0];
     }
@@ -287,27 +294,26 @@ private:
         fail(std::string("gave no answer within the timeout of ") + buf + " s and was killed", got, want);
     }
 
-    // Closes its input (a program that reads to the end exits), then kills it if it has not exited in a second.
+    // Closes its input (a program that reads to the end exits), then kills its process group if it has not exited
+    // in a second; what it started is killed either way.
     void stop() {
         if (in_fd_ >= 0) ::close(in_fd_), in_fd_ = -1;
         if (out_fd_ >= 0) ::close(out_fd_), out_fd_ = -1;
-        if (pid_ < 0) return;
         int status = 0;
-        for (int i = 0; i < 100; ++i) {
-            if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-                pid_ = -1;
-                return;
-            }
-            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        bool exited = pid_ < 0;
+        for (int i = 0; i < 100 && !exited; ++i) {
+            exited = ::waitpid(pid_, &status, WNOHANG) == pid_;
+            if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(10));
         }
-        ::kill(pid_, SIGKILL);
-        ::waitpid(pid_, &status, 0);
-        pid_ = -1;
+        if (group_ > 0) ::kill(-group_, SIGKILL);  // (its group: the program, and what it left running)
+        if (!exited) ::waitpid(pid_, &status, 0);
+        pid_ = group_ = -1;
     }
 
     std::string command_, name_;
     double timeout_s_;
-    pid_t pid_ = -1;
+    pid_t pid_ = -1;    // the program (-1 once reaped)
+    pid_t group_ = -1;  // its process group (killed when it stops)
     int in_fd_ = -1, out_fd_ = -1;
     std::string pending_;  // output read but not yet a whole line
 };

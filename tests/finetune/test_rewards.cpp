@@ -8,7 +8,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
+#include <csignal>
 #include <fstream>
+#include <unistd.h>
 #include <string>
 #include <vector>
 
@@ -138,6 +141,27 @@ TEST(RewardProgram, EveryFailureIsAnErrorNamingIt) {
         const std::string e = error_of(*prog, ex.batch);
         EXPECT_NE(e.find("reward program '" + cmd + "'"), std::string::npos) << e;
         EXPECT_NE(e.find(c.want), std::string::npos) << e;
+    }
+    // A hung program is killed with what it started (here a `sleep` it waits for, which would keep our stderr open).
+    {
+        const std::string cmd = script(dir, "bg.sh", "read -r l; echo 1; sleep 60 & echo $! > " + dir.file("sleep.pid") + "; wait\n");
+        auto prog = rp::make_reward_program(cmd, 0.5);
+        EXPECT_NE(error_of(*prog, ex.batch).find("gave no answer within the timeout"), std::string::npos);
+        std::ifstream f(dir.file("sleep.pid"));
+        pid_t pid = 0;
+        ASSERT_TRUE(f >> pid);
+        auto gone = [&] {  // no such process, or a zombie (killed, not yet reaped by whoever adopted it)
+            if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
+            std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+            std::string pid_text, comm, state;
+            return stat >> pid_text >> comm >> state && state == "Z";
+        };
+        bool dead = gone();
+        for (int i = 0; i < 1000 && !dead; ++i) {  // (SIGKILL's delivery is asynchronous: wait for it, up to 10 s)
+            ::usleep(10000);
+            dead = gone();
+        }
+        EXPECT_TRUE(dead) << "the program's sleep " << pid << " is still running";
     }
     // One that exits after a batch fails the next one.
     const std::string once = script(dir, "once.sh", "read -r l; echo 1\n");
