@@ -453,13 +453,13 @@ TEST(MemoryPlan, EveryBufferLiesInsideItsRegionAndApartFromTheOthers) {
     }
 }
 
-// Long context: a 4-layer model trains one step of one 16,384-token sequence (8,192 under the sanitizers) on 2 CPU devices whose memory
+// Long context: a 4-layer model trains one step of one 16,384-token sequence (4,096 under the sanitizers) on 2 CPU devices whose memory
 // is the least any plan takes (chunked feed-forward and head, one activation set) — less than half of what
 // the one-graph programs' smallest plan needs. The masters equal the single-device Trainer's with the same
 // token chunk bit for bit, and that gradient equals the one-graph programs' within 1e-6.
 TEST(MemoryPlan, LongContextTrainsWhereTheUnchunkedProgramsCannot) {
 #ifdef RP_SANITIZED
-    const int64_t T = 8192;  // attention is quadratic: a quarter of the work keeps the sanitizer builds in budget
+    const int64_t T = 4096;  // attention is quadratic: a sixteenth of the work keeps the sanitizer builds in budget
 #else
     const int64_t T = 16384;
 #endif
