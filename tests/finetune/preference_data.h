@@ -7,7 +7,9 @@
 #include "models/data/dataset.h"
 #include "models/text/chat_template.h"
 #include "models/train/session.h"
+#include "tests/common/temp_dir.h"
 #include "tests/finetune/stories_fixture.h"
+#include "tests/finetune/trainer_checks.h"
 
 #include <gtest/gtest.h>
 
@@ -94,6 +96,29 @@ inline rp::SessionOptions pref_options(const rp::PreferenceParams & p, int64_t s
     o.lr.lr_max = 5e-4;
     o.lr.warmup_steps = 0;
     return o;
+}
+
+// A run of 4 steps against one checkpointed after 2 and resumed: the resumed run takes the reference from the
+// checkpoint (it does not compute it again: the policy has moved) and ends with the uninterrupted run's bytes,
+// losses and rewards.
+inline void expect_resume_is_bit_exact(const rp::Dataset & d, const rp::SessionOptions & o) {
+    rp_test::TempDir dir;
+    rp::TrainingSession whole(*fx().model, d, o);
+    for (int i = 0; i < 4; ++i) whole.step();
+    rp::TrainingSession first(*fx().model, d, o);
+    first.step();
+    first.step();
+    first.save_checkpoint(dir.file("ckpt.gguf"));
+    rp::TrainingSession second(*fx().model, d, o);
+    second.resume(dir.file("ckpt.gguf"));
+    EXPECT_FALSE(second.reference_pass());  // from the checkpoint
+    second.step();
+    second.step();
+    EXPECT_EQ(ft_test::first_different_master(whole.trainer(), second.trainer()), "");
+    EXPECT_EQ(whole.curve().train_loss, second.curve().train_loss);
+    EXPECT_EQ(whole.curve().reward_chosen, second.curve().reward_chosen);
+    EXPECT_EQ(whole.curve().reward_rejected, second.curve().reward_rejected);
+    EXPECT_EQ(second.curve().reward_chosen.size(), 4u);
 }
 
 } // namespace pref_test

@@ -13,7 +13,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -65,10 +64,7 @@ TEST(GrpoTraining, GradientsMatchFiniteDifferences) {
         cfg.lora_targets = {"attn_q", "ffn_down"};
         cfg.grpo = m.p;
         rp::Trainer tr(*fx().model, cfg);
-        std::mt19937 rng(3);
-        std::uniform_real_distribution<float> u(-0.2f, 0.2f);
-        for (const auto & p : tr.params())  // B != 0, so that A has a gradient too
-            for (int64_t i = 0; i < p.t->nelements(); ++i) p.t->data_as<float>()[i] = u(rng);
+        ft_test::randomize_trainables(tr, 3);
         const std::vector<float> lp0 = tr.token_logps(bt.inputs.data(), bt.labels.data(), T, B, 1);
         const std::vector<float> v = token_values(bt, lp0, m.p.on_policy);
         // Independent: TRL's loss in long double over the whole-model forward's token log-probabilities; on-policy,

@@ -25,7 +25,6 @@
 #include <filesystem>
 #include <fstream>
 #include <numbers>
-#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -286,10 +285,7 @@ TEST(PreferenceTraining, GradientsMatchFiniteDifferencesForEveryMethod) {
         cfg.lora_targets = {"attn_q", "ffn_down"};
         cfg.preference = m.p;
         rp::Trainer tr(*fx().model, cfg);
-        std::mt19937 rng(3);
-        std::uniform_real_distribution<float> u(-0.2f, 0.2f);
-        for (const auto & p : tr.params())  // B != 0, so that A has a gradient too
-            for (int64_t i = 0; i < p.t->nelements(); ++i) p.t->data_as<float>()[i] = u(rng);
+        ft_test::randomize_trainables(tr, 3);
         // The pairs' values: references off the policy by up to 2 nats (KTO: the KL sequences' below it, a KL
         // > 0), the answers' token counts, ORPO's NLL weights, KTO's kinds (a desirable and an undesirable example).
         const bool is_kto = m.p.method == rp::PreferenceMethod::Kto;
@@ -375,25 +371,7 @@ TEST(PreferenceTraining, AToyTaskLearnsToPreferTheChosenWord) {
 // A checkpoint keeps the reference log-probabilities: the resumed run does not compute them again (the policy
 // has moved) and ends with the uninterrupted run's bytes.
 TEST(PreferenceTraining, ResumeKeepsTheReferenceAndIsBitExact) {
-    rp_test::TempDir dir;
-    const rp::Dataset d = pairs(toy_pairs(12));
-    const rp::SessionOptions o = pref_options(method(rp::PreferenceMethod::Dpo, 0.1), 4);
-    rp::TrainingSession whole(*fx().model, d, o);
-    for (int i = 0; i < 4; ++i) whole.step();
-    rp::TrainingSession first(*fx().model, d, o);
-    first.step();
-    first.step();
-    first.save_checkpoint(dir.file("ckpt.gguf"));
-    rp::TrainingSession second(*fx().model, d, o);
-    second.resume(dir.file("ckpt.gguf"));
-    EXPECT_FALSE(second.reference_pass());  // from the checkpoint
-    second.step();
-    second.step();
-    EXPECT_EQ(ft_test::first_different_master(whole.trainer(), second.trainer()), "");
-    EXPECT_EQ(whole.curve().train_loss, second.curve().train_loss);
-    EXPECT_EQ(whole.curve().reward_chosen, second.curve().reward_chosen);
-    EXPECT_EQ(whole.curve().reward_rejected, second.curve().reward_rejected);
-    EXPECT_EQ(second.curve().reward_chosen.size(), 4u);
+    expect_resume_is_bit_exact(pairs(toy_pairs(12)), pref_options(method(rp::PreferenceMethod::Dpo, 0.1), 4));
 }
 
 // With LoRA dropout (on a starting adapter, whose B is not 0) the reference pass runs in evaluation mode on the

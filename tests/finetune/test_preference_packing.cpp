@@ -286,23 +286,9 @@ TEST(PreferencePacking, ThePipelineEqualsTheHostAndStepOneIsTheClosedForm) {
 
 // A packed run's checkpoint keeps the slots' references; resuming gives the uninterrupted run's bytes.
 TEST(PreferencePacking, ResumeIsBitExact) {
-    rp_test::TempDir dir;
-    const rp::Dataset d = pairs(toy_kto(24), 256, 0, false, true);
     rp::SessionOptions o = pref_options(method(rp::PreferenceMethod::Kto, 0.1), 4);
     o.batch = 2;
-    rp::TrainingSession whole(*fx().model, d, o);
-    for (int i = 0; i < 4; ++i) whole.step();
-    rp::TrainingSession first(*fx().model, d, o);
-    first.step();
-    first.step();
-    first.save_checkpoint(dir.file("ckpt.gguf"));
-    rp::TrainingSession second(*fx().model, d, o);
-    second.resume(dir.file("ckpt.gguf"));
-    EXPECT_FALSE(second.reference_pass());
-    second.step();
-    second.step();
-    EXPECT_EQ(ft_test::first_different_master(whole.trainer(), second.trainer()), "");
-    EXPECT_EQ(whole.curve().train_loss, second.curve().train_loss);
+    expect_resume_is_bit_exact(pairs(toy_kto(24), 256, 0, false, true), o);
 }
 
 // Every architecture trains on preference pairs the same way: a mixture of experts (qwen3moe, LoRA, with the

@@ -125,28 +125,33 @@ TEST(RewardProgram, ScoresThroughStdinAndStdoutAndKeepsRunning) {
 TEST(RewardProgram, EveryFailureIsAnErrorNamingIt) {
     rp_test::TempDir dir;
     Examples ex({"a", "b", "c"}, {R"({"prompt": "p"})"});
+    // The timeout: 0.5 s for the program that hangs; 60 s for the others, whose failures must not depend on how
+    // soon a loaded machine runs them.
     struct Case {
         const char * body;
         const char * want;
+        double timeout = 60;
     };
     for (const Case & c : {Case{"read -r l; echo 1; exit 3\n", "exited with status 3 before it scored every completion (1 of 3 scores"},
                            Case{"read -r l; echo 1\n", "exited with status 0 before it scored every completion (1 of 3 scores"},
                            Case{"while read -r l; do echo banana; done\n", "its answer for completion 1 (prompts.jsonl line 1), \"banana\", is not a finite number"},
                            Case{"while read -r l; do echo nan; done\n", "\"nan\", is not a finite number"},
-                           Case{"read -r l; echo 1; sleep 30\n", "gave no answer within the timeout of 0.5 s and was killed"},
+                           Case{"read -r l; echo 1; sleep 30\n", "gave no answer within the timeout of 0.5 s and was killed", 0.5},
                            Case{"exit 2\n", "exited with status 2"}}) {
         SCOPED_TRACE(c.body);
         const std::string cmd = script(dir, "fail.sh", c.body);
-        auto prog = rp::make_reward_program(cmd, 0.5);
+        auto prog = rp::make_reward_program(cmd, c.timeout);
         const std::string e = error_of(*prog, ex.batch);
         EXPECT_NE(e.find("reward program '" + cmd + "'"), std::string::npos) << e;
         EXPECT_NE(e.find(c.want), std::string::npos) << e;
     }
     // A hung program is killed with what it started (here a `sleep` it waits for, which would keep our stderr open).
     {
-        const std::string cmd = script(dir, "bg.sh", "read -r l; echo 1; sleep 60 & echo $! > " + dir.file("sleep.pid") + "; wait\n");
-        auto prog = rp::make_reward_program(cmd, 0.5);
-        EXPECT_NE(error_of(*prog, ex.batch).find("gave no answer within the timeout"), std::string::npos);
+        // (its `sleep` is started and named before it answers the first line: "1 of 3" says it ran that far; 3 s for
+        // a loaded machine to get it there)
+        const std::string cmd = script(dir, "bg.sh", "sleep 60 & echo $! > " + dir.file("sleep.pid") + "; read -r l; echo 1; wait\n");
+        auto prog = rp::make_reward_program(cmd, 3);
+        EXPECT_NE(error_of(*prog, ex.batch).find("gave no answer within the timeout of 3 s and was killed (1 of 3 scores"), std::string::npos);
         std::ifstream f(dir.file("sleep.pid"));
         pid_t pid = 0;
         ASSERT_TRUE(f >> pid);
@@ -165,7 +170,7 @@ TEST(RewardProgram, EveryFailureIsAnErrorNamingIt) {
     }
     // One that exits after a batch fails the next one.
     const std::string once = script(dir, "once.sh", "read -r l; echo 1\n");
-    auto prog = rp::make_reward_program(once, 5);
+    auto prog = rp::make_reward_program(once, 60);
     Examples one({"a"}, {R"({"prompt": "p"})"});
     EXPECT_EQ(prog->score(one.batch), (std::vector<double>{1}));
     const std::string e = error_of(*prog, one.batch);

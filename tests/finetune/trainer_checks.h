@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,15 @@ inline std::string first_different_master(const rp::Trainer & a, const rp::Train
         if (std::memcmp(a.params()[i].t->data, b.params()[i].t->data, static_cast<size_t>(a.params()[i].t->nelements()) * sizeof(float)) != 0)
             return a.params()[i].name;
     return "";
+}
+
+// Every trainable value drawn uniformly from [-amplitude, amplitude] (seeded): LoRA's B is then not 0, so that A has a
+// gradient too.
+inline void randomize_trainables(rp::Trainer & tr, uint32_t seed, float amplitude = 0.2f) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-amplitude, amplitude);
+    for (const auto & p : tr.params())
+        for (int64_t i = 0; i < p.t->nelements(); ++i) p.t->data_as<float>()[i] = u(rng);
 }
 
 // Every trainable tensor's accumulated gradient g against central differences of loss_at() (the independent loss

@@ -274,6 +274,23 @@ TEST(DataParallel, ValidationLossIsSharedAcrossRanksAndEqualsOneProcess) {
     EXPECT_EQ(bytes_of(dir.file("a.gguf")), bytes_of(dir.file("b.gguf")));
 }
 
+// `base` (3 steps, no output) on two ranks and as one process grouping its micro-batches in two: the same result
+// file, the same step-3 loss line and the same `metrics` line after it (its first `len` characters).
+void expect_two_ranks_equal_the_grouped_process(const rp_test::TempDir & dir, const std::string & base, const std::string & metrics, size_t len) {
+    std::string log, one;
+    ASSERT_EQ(run(mpirun(2) + base + " -o " + dir.file("dp.gguf"), &log), 0) << log;
+    ASSERT_EQ(run(base + " --dp-groups 2 -o " + dir.file("one.gguf"), &one), 0) << one;
+    EXPECT_EQ(bytes_of(dir.file("dp.gguf")), bytes_of(dir.file("one.gguf")));
+    const size_t a = log.find("step 3/3 | loss "), b = one.find("step 3/3 | loss ");
+    ASSERT_NE(a, std::string::npos) << log;
+    ASSERT_NE(b, std::string::npos) << one;
+    EXPECT_EQ(log.substr(a, 24), one.substr(b, 24));
+    const size_t ra = log.find(metrics, a), rb = one.find(metrics, b);
+    ASSERT_NE(ra, std::string::npos) << log;
+    ASSERT_NE(rb, std::string::npos) << one;
+    EXPECT_EQ(log.substr(ra, len), one.substr(rb, len));
+}
+
 // Preference training over ranks: each rank computes its micro-batches' pairs, the answers' log-probabilities are
 // summed over the ranks for the metrics; the result, the losses and the rewards equal the grouped single process.
 TEST(DataParallel, DpoOnTwoRanksEqualsTheGroupedSingleProcessBitForBit) {
@@ -287,18 +304,7 @@ TEST(DataParallel, DpoOnTwoRanksEqualsTheGroupedSingleProcessBitForBit) {
     }
     const std::string base = tool("rp-finetune") + " -m " + stories() + " --data " + dir.file("pairs.jsonl") +
                              " --method dpo --seq-len 40 --batch 4 --micro-batches 4 --lr 1e-3 -t 1 --steps 3";
-    std::string log, one;
-    ASSERT_EQ(run(mpirun(2) + base + " -o " + dir.file("dp.gguf"), &log), 0) << log;
-    ASSERT_EQ(run(base + " --dp-groups 2 -o " + dir.file("one.gguf"), &one), 0) << one;
-    EXPECT_EQ(bytes_of(dir.file("dp.gguf")), bytes_of(dir.file("one.gguf")));
-    const size_t a = log.find("step 3/3 | loss "), b = one.find("step 3/3 | loss ");
-    ASSERT_NE(a, std::string::npos) << log;
-    ASSERT_NE(b, std::string::npos) << one;
-    EXPECT_EQ(log.substr(a, 24), one.substr(b, 24));
-    const size_t ra = log.find("rewards chosen", a), rb = one.find("rewards chosen", b);
-    ASSERT_NE(ra, std::string::npos) << log;
-    ASSERT_NE(rb, std::string::npos) << one;
-    EXPECT_EQ(log.substr(ra, 90), one.substr(rb, 90));
+    expect_two_ranks_equal_the_grouped_process(dir, base, "rewards chosen", 90);
 }
 
 // GRPO over ranks: every rank samples the step's rollouts (the same seeds and masters: the same completions) and
@@ -311,18 +317,7 @@ TEST(DataParallel, GrpoOnTwoRanksEqualsTheGroupedSingleProcessBitForBit) {
     }
     const std::string base = tool("rp-finetune") + " -m " + stories() + " --data " + dir.file("prompts.jsonl") +
                              " --method grpo --reward regex:a --group 4 --max-completion-len 6 --batch 2 --micro-batches 2 --lr 5e-3 -t 1 --steps 3";
-    std::string log, one;
-    ASSERT_EQ(run(mpirun(2) + base + " -o " + dir.file("dp.gguf"), &log), 0) << log;
-    ASSERT_EQ(run(base + " --dp-groups 2 -o " + dir.file("one.gguf"), &one), 0) << one;
-    EXPECT_EQ(bytes_of(dir.file("dp.gguf")), bytes_of(dir.file("one.gguf")));
-    const size_t a = log.find("step 3/3 | loss "), b = one.find("step 3/3 | loss ");
-    ASSERT_NE(a, std::string::npos) << log;
-    ASSERT_NE(b, std::string::npos) << one;
-    EXPECT_EQ(log.substr(a, 24), one.substr(b, 24));
-    const size_t ra = log.find("  reward ", a), rb = one.find("  reward ", b);
-    ASSERT_NE(ra, std::string::npos) << log;
-    ASSERT_NE(rb, std::string::npos) << one;
-    EXPECT_EQ(log.substr(ra, 120), one.substr(rb, 120));
+    expect_two_ranks_equal_the_grouped_process(dir, base, "  reward ", 120);
 }
 
 } // namespace
