@@ -95,6 +95,9 @@ void declare_grpo(Options & p, FinetuneJob & j) {
     p.list("--reward-weights", j.reward_weights, "the rewards' weights, the --reward ones first, then --reward-cmd's (default 1 each)", "W,...");
     p.integer("--group", g.group, 2, 1 << 16, "completions sampled per prompt (TRL's num_generations; default 8)");
     p.integer("--max-completion-len", g.max_completion_len, 1, 1 << 20, "tokens a completion may take, its end token included (default 64)");
+    p.integer("--rollout-batch", g.rollout_batch, 0, 1 << 16,
+              "completions of a prompt decoded together (default 0: the whole group; their KV caches\n"
+              "take layers x 2 x kv-dim x seq-len x N floats; the same completions whatever N)", "N");
     p.number("--temp", g.temperature, 0.0f, 100.0f, "the sampler's temperature (default 1)");
     p.number("--top-p", g.top_p, 0.0f, 1.0f, "the sampler's nucleus (default 1: all)");
     p.integer("--top-k", g.top_k, 0, 1 << 30, "the sampler's top-k (default 0: all)");
@@ -106,6 +109,9 @@ void declare_grpo(Options & p, FinetuneJob & j) {
     p.choice("--loss-type", j.grpo_loss_type, {"grpo", "bnpo", "dr_grpo"},
              "the tokens' normalisation: grpo (per completion, then per batch), bnpo (per batch's tokens;\n"
              "the default), dr_grpo (per batch x --max-completion-len)");
+    p.integer("--iterations", g.iterations, 1, 1 << 16,
+              "updates per rollout batch (TRL's num_iterations; default 1): > 1 trains that many steps on\n"
+              "one batch of rollouts, the ratio against the sampling policy's log-probabilities");
     p.toggle("--scale-rewards", "--no-scale-rewards", g.scale_rewards,
              "advantages divided by their group's standard deviation (GRPO; the default) or not (Dr. GRPO)");
 }
@@ -389,7 +395,7 @@ const FlagNames & finetune_flag_names() {
         {"orpo_lambda", "--orpo-lambda"}, {"max_prompt_len", "--max-prompt-len"}, {"desirable_weight", "--desirable-weight"},
         {"undesirable_weight", "--undesirable-weight"}, {"rewards", "--reward"}, {"reward_cmd", "--reward-cmd"},
         {"reward_weights", "--reward-weights"}, {"reward_timeout", "--reward-timeout"}, {"group", "--group"},
-        {"max_completion_len", "--max-completion-len"}, {"temperature", "--temp"}, {"top_p", "--top-p"}, {"top_k", "--top-k"},
+        {"max_completion_len", "--max-completion-len"}, {"rollout_batch", "--rollout-batch"}, {"iterations", "--iterations"}, {"temperature", "--temp"}, {"top_p", "--top-p"}, {"top_k", "--top-k"},
         {"epsilon_high", "--epsilon-high"}, {"stop", "--stop"}, {"epsilon", "--epsilon"}, {"pack", "--pack"},
         // FinetuneJob::validate
         {"model_path", "-m BASE.gguf"}, {"data_path", "--data FILE"}, {"out_path", "-o OUT.gguf"}, {"devices.count", "--devices N"},

@@ -74,9 +74,13 @@ struct Progress : rp::RunObserver {
             print("  reward %.4f (std %.4f%s) | zero-std groups %.2f | completions %.1f tokens [%lld, %lld], %.0f%% at the limit | kl %.4f clip %.3f\n",
                   g->reward, g->reward_std, each.c_str(), g->frac_reward_zero_std, g->completion_mean, static_cast<long long>(g->completion_min),
                   static_cast<long long>(g->completion_max), 100.0 * g->clipped_ratio, g->kl, g->clip_ratio);
-            print("  rollouts %.2f s (%.0f tok/s, %.0f%% of the step) | completion: %s\n", g->rollout_seconds,
-                  g->rollout_seconds > 0 ? static_cast<double>(g->rollout_tokens) / g->rollout_seconds : 0.0,
-                  r.seconds > 0 ? 100.0 * g->rollout_seconds / r.seconds : 0.0, g->sample.substr(0, 160).c_str());
+            if (g->iteration > 0)
+                print("  update %d on the rollouts of step %lld | completion: %s\n", g->iteration + 1,
+                      static_cast<long long>(r.step - g->iteration), g->sample.substr(0, 160).c_str());
+            else
+                print("  rollouts %.2f s (%.0f tok/s, %.0f%% of the step) | completion: %s\n", g->rollout_seconds,
+                      g->rollout_seconds > 0 ? static_cast<double>(g->rollout_tokens) / g->rollout_seconds : 0.0,
+                      r.seconds > 0 ? 100.0 * g->rollout_seconds / r.seconds : 0.0, g->sample.substr(0, 160).c_str());
         }
         if (r.skipped)
             print("warning: step %lld skipped (%s, gradient norm %g, %lld trained tokens)\n", static_cast<long long>(r.grad_norm_step),
@@ -109,9 +113,11 @@ void grpo_setup(Progress & say, const rp::FinetuneJob & job, const rp::PromptSet
         std::snprintf(w, sizeof w, " x %g", rewards.weight(i));
         names += (i ? ", " : "") + rewards.function(i).name() + w;
     }
-    say.print("%s: %zu prompts (%zu cut to --max-prompt-len), %d completions each of up to %d tokens (sequences of %lld); rewards: %s; loss %s, "
-              "epsilon %g / %g, beta %g, %s advantages; temperature %g, top-p %g, top-k %d\n",
+    const int64_t together = g.rollout_batch > 0 ? std::min(g.rollout_batch, g.group) : g.group;
+    say.print("%s: %zu prompts (%zu cut to --max-prompt-len), %d completions each of up to %d tokens (sequences of %lld), decoded %lld at a time; "
+              "rewards: %s; loss %s, epsilon %g / %g, beta %g, %s advantages; temperature %g, top-p %g, top-k %d\n",
               job.data_path.c_str(), prompts.size(), prompts.n_truncated(), g.group, g.max_completion_len, static_cast<long long>(job.seq_len),
+              static_cast<long long>(together),
               names.c_str(), rp::grpo_loss_type_name(g.loss_type), g.loss.epsilon_low, g.loss.epsilon_high, g.loss.beta,
               g.scale_rewards ? "group-scaled" : "unscaled (Dr. GRPO)", static_cast<double>(g.temperature), static_cast<double>(g.top_p), g.top_k);
 }
@@ -129,7 +135,7 @@ void print_setup(Progress & say, const rp::FinetuneJob & job, const rp::SessionO
         say.print("host: %s\n", run.pipeline()->frozen_pinning().describe().c_str());
     }
     say.print("%s: %zu sequences of %lld tokens (%zu train%s, %zu validation), %zu trainable tensors, %lld steps\n", job.data_path.c_str(),
-              data.size(), static_cast<long long>(job.seq_len), run.split().train.size(), data.group() == 1 ? "" : data.pairs() ? " pairs" : " KTO examples", run.split().val.size(),
+              data.size(), static_cast<long long>(job.seq_len), run.split().train.size(), data.group() == 1 ? "" : data.rollouts() ? " prompts" : data.pairs() ? " pairs" : " KTO examples", run.split().val.size(),
               run.trainer().params().size(), static_cast<long long>(run.total_steps()));
     if (const rp::FinetuneConfig & fc = run.trainer().config(); !fc.start_adapter.empty())
         say.print("starting from adapter %s: rank %lld, alpha %g, %zu LoRA pairs\n", fc.start_adapter.c_str(),

@@ -50,6 +50,8 @@ void check_shape(const AttentionShape & s, const char * fn) {
     if (!std::isfinite(s.scale)) bad("scale is not finite");
     if (!(s.softcap >= 0.0f) || !std::isfinite(s.softcap)) bad("softcap is not a finite number >= 0");
     if (s.window < 0) bad("negative window " + std::to_string(s.window));
+    if (s.kv_rows != 0 && s.kv_rows < s.Tk)
+        bad("kv_rows=" + std::to_string(s.kv_rows) + " is below Tk=" + std::to_string(s.Tk) + ": the sequences' keys would overlap");
 }
 
 // Strides and pointers of the [D, H, T, B] layouts (floats), and the mask: query t of sequence b sees keys
@@ -62,7 +64,7 @@ struct Geometry {
     int64_t kv_row() const { return s.Hkv * s.D; }  // between consecutive keys of one head
     int64_t offset() const { return s.Tk - s.Tq; }  // query t sees keys j <= t + offset
     int64_t q_at(int64_t b, int64_t t, int64_t h) const { return ((b * s.Tq + t) * s.Hq + h) * s.D; }
-    int64_t kv_at(int64_t b, int64_t j, int64_t h) const { return ((b * s.Tk + j) * s.Hkv + h) * s.D; }
+    int64_t kv_at(int64_t b, int64_t j, int64_t h) const { return ((b * s.kv_seq_rows() + j) * s.Hkv + h) * s.D; }
     int64_t row_at(int64_t b, int64_t t, int64_t h) const { return (b * s.Tq + t) * s.Hq + h; }
     // Keys of block [j0, j0+bk) that query t sees: the first `visible` of them (before the causal horizon).
     int64_t visible(int64_t t, int64_t j0, int64_t bk) const {
@@ -219,6 +221,7 @@ void attention_bwd(const AttentionShape & s, const float * q, const float * k, c
                    const float * lse, const float * dout, float * dq, float * dk, float * dv, const int32_t * key_start,
                    const float * sinks, float * dsinks) {
     check_shape(s, "attention_bwd");
+    if (s.kv_seq_rows() != s.Tk) throw Error("attention_bwd: kv_rows=" + std::to_string(s.kv_rows) + ": the backward needs contiguous keys");
     const Geometry g{s, key_start};
     const int64_t D = s.D;
     const int64_t nrows = s.B * s.Tq * s.Hq;

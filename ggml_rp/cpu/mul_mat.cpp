@@ -1,5 +1,6 @@
 // MUL_MAT, MUL_MAT_BACK_X and OUT_PROD: the batch and broadcast loops of ops/node_args.h around the GEMM
-// kernels of gemm.h (which are parallel and deterministic inside). Orientation: see ggml_rp/ops/mul_mat.h.
+// kernels of gemm.h (which are parallel and deterministic inside); batches that are columns after each other run as
+// one product (node_args.h for_each_gemm_batch). Orientation: see ggml_rp/ops/mul_mat.h.
 #include "ggml_rp/cpu/gemm.h"
 #include "ggml_rp/cpu/kernel_registry.h"
 #include "ggml_rp/ops/node_args.h"
@@ -9,13 +10,13 @@ namespace rp::cpu {
 void mul_mat(Tensor * n) {
     node::for_each_gemm_batch(n, [&](const node::MatmulArgs & a) {
         matmul_fwd(a.K, a.N, a.T, a.w, n->src[0]->type, a.w_row, a.x, a.ldx, a.out, a.ld_out, false);
-    });
+    }, true);
 }
 
 void mul_mat_back_x(Tensor * n) {
     node::for_each_gemm_batch(n, [&](const node::MatmulArgs & a) {
         matmul_bwd_x(a.K, a.N, a.T, a.w, n->src[0]->type, a.w_row, a.x, a.ldx, a.out, a.ld_out, false);
-    });
+    }, true);
 }
 
 void out_prod(Tensor * n) {

@@ -14,7 +14,6 @@
 #include "ggml_rp/ops/node_args.h"
 
 #include <mma.h>
-
 #include <type_traits>
 
 namespace rp::cuda {
@@ -153,12 +152,15 @@ attn_fwd_kernel(AttentionShape s, const T * __restrict__ q, const T * __restrict
     for (int e = threadIdx.x; e < BQ * DP; e += blockDim.x) O[e] = 0.0f;
     for (int i = threadIdx.x; i < BQ; i += blockDim.x) { m[i] = -INFINITY; l[i] = 0.0f; }
     const int64_t kend = s.Tk < t0 + bq + off ? s.Tk : t0 + bq + off;   // keys past the last query's horizon
+    // Keys between sequences: a KV cache of several sequences is read in place by the f32 kernel; the rounded inputs
+    // are contiguous casts (and their kernels keep their registers).
+    const int64_t kv_rows = std::is_same_v<T, float> ? s.kv_seq_rows() : s.Tk;
     // From the tile of the first key any query sees (packed sequences skip the earlier documents).
     for (int64_t j0 = first_key_of_tile(ks, s.window, b, s.Tq, t0, bq, off) / BK * BK; j0 < kend; j0 += BK) {
         const int64_t bk = kend - j0 < BK ? kend - j0 : BK;
         __syncthreads();   // the previous tile's K, V, P are consumed
-        load_tile(Ks, k, b, j0, bk, hk, s.Hkv, s.Tk, s.D, BK, DP, KP);
-        load_tile(Vs, v, b, j0, bk, hk, s.Hkv, s.Tk, s.D, BK, DP, KP);
+        load_tile(Ks, k, b, j0, bk, hk, s.Hkv, kv_rows, s.D, BK, DP, KP);
+        load_tile(Vs, v, b, j0, bk, hk, s.Hkv, kv_rows, s.D, BK, DP, KP);
         __syncthreads();
         block_gemm<T, true, false>(BQ, BK, DP, Qs, DP, Ks, KP, S, BK, false);   // S = Q K^T
         __syncthreads();
@@ -383,6 +385,8 @@ void check_shape(const AttentionShape & s, gguf::TensorType type, const char * f
             "B=" + std::to_string(s.B) + " or Hq=" + std::to_string(s.Hq) + " exceeds the grid limit 65535");
     require(s.Tk <= 0x7fffffff, fn, "Tk=" + std::to_string(s.Tk) + " exceeds int");
     require(s.window >= 0, fn, "negative window " + std::to_string(s.window));
+    require(s.kv_rows == 0 || s.kv_rows >= s.Tk, fn,
+            "kv_rows=" + std::to_string(s.kv_rows) + " is below Tk=" + std::to_string(s.Tk) + ": the sequences' keys would overlap");
 }
 
 // Tiles for this device and the kernel's shared-memory opt-in; throws when nothing fits.
@@ -464,6 +468,7 @@ void attention_bwd(const AttentionShape & s, gguf::TensorType type, const void *
                    void * workspace, size_t workspace_bytes, cudaStream_t stream, const int32_t * key_start,
                    const float * grad_unscale, const float * sinks, float * dsinks) {
     check_shape(s, type, "attention_back");
+    require(s.kv_seq_rows() == s.Tk, "attention_back", "kv_rows=" + std::to_string(s.kv_rows) + ": the backward needs contiguous keys");
     const size_t need = attention_bwd_workspace_bytes(s.Hq, s.Tq, s.B);
     require(workspace_bytes >= need, "attention_back", "workspace of " + std::to_string(workspace_bytes) +
                                                            " bytes is smaller than the " + std::to_string(need) + " needed");
@@ -551,7 +556,9 @@ AttentionInputs attention_inputs(const Tensor * n, char * area, cudaStream_t str
 
 void run_attention(Tensor * n, const NodeRun & r) {
     const AttentionInputs x = attention_inputs(n, static_cast<char *>(r.scratch), r.stream);
-    attention_fwd(node::attention_shape(n), x.type, x.p[0], x.p[1], x.p[2], out<float>(n), node::aux(n, 0), r.stream,
+    AttentionShape s = node::attention_shape(n);
+    if (attention_casts_inputs(n)) s.kv_rows = 0;  // (the casts are contiguous)
+    attention_fwd(s, x.type, x.p[0], x.p[1], x.p[2], out<float>(n), node::aux(n, 0), r.stream,
                   node::attention_key_start_data(n), node::attention_sinks_data(n));
 }
 

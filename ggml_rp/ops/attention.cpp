@@ -39,8 +39,20 @@ Tensor * attention(Context & ctx, Tensor * q, Tensor * k, Tensor * v, float scal
     detail::require(window >= 0 && window <= 0x7fffffff, op, "window " + std::to_string(window) + " must be in [0, 2^31)");
     detail::require(softcap >= 0.0f && std::isfinite(softcap), op, "softcap " + std::to_string(softcap) + " must be a finite number >= 0");
     q = cont_if_needed(ctx, q);
-    k = cont_if_needed(ctx, k);
-    v = cont_if_needed(ctx, v);
+    // k and v: read in place when contiguous, or, for the f32 kernels, when each sequence's keys are contiguous and
+    // the sequences rows of one cache apart (a KV cache of several sequences); otherwise copied.
+    auto cache_window = [&](const Tensor * x) {
+        const size_t row = x->nb[2];
+        return accelerated == DType::F32 && B > 1 && x->nb[0] == sizeof(float) && x->nb[1] == x->nb[0] * static_cast<size_t>(D) &&
+               row == x->nb[1] * static_cast<size_t>(Hkv) && x->nb[3] % row == 0 && x->nb[3] >= row * static_cast<size_t>(Tk) &&
+               x->nb[3] == k->nb[3] && x->nb[3] == v->nb[3];
+    };
+    if (!k->is_contiguous() || !v->is_contiguous()) {
+        if (!cache_window(k) || !cache_window(v)) {
+            k = cont_if_needed(ctx, k);
+            v = cont_if_needed(ctx, v);
+        }
+    }
     Tensor * o = detail::new_node(ctx, Op::ATTENTION, DType::F32, q->ne, {q, k, v, key_start, sinks});
     o->set_param_f32(0, scale);
     o->set_param_i32(1, static_cast<int32_t>(accelerated));
@@ -66,6 +78,8 @@ AttentionGrads attention_back(Context & ctx, Tensor * o, Tensor * dout) {
     Tensor * q = o->src[0];
     Tensor * k = o->src[1];
     Tensor * v = o->src[2];
+    detail::require(k->is_contiguous() && v->is_contiguous(), "attention_back",
+                    "keys " + describe(k) + " are windows of a longer cache: the backward needs them contiguous");
     Tensor * lse = attention_lse(ctx, o);
     Tensor * sinks = o->src[4];
     Tensor * dq = detail::new_node(ctx, Op::ATTENTION_BACK, DType::F32, q->ne, {q, k, v, o, lse, dout, o->src[3], sinks});

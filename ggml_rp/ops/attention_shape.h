@@ -21,6 +21,15 @@ struct AttentionShape {
     // Logit soft-capping (Gemma 2): > 0 turns each scaled logit x into softcap * tanh(x / softcap) before the
     // softmax (llama.cpp's attn_soft_cap); 0: none.
     float softcap = 0.0f;
+    // Keys between the starts of two sequences' keys (and values) in memory: > Tk when k and v are windows of a
+    // KV cache of several sequences ([D, Hkv, n_ctx, B], each sequence's first Tk rows); 0: Tk (contiguous). The
+    // forward kernels read such windows in place; the backward needs contiguous keys (0).
+    int64_t kv_rows = 0;
+
+#if defined(__CUDACC__)
+    __host__ __device__
+#endif
+    int64_t kv_seq_rows() const { return kv_rows > 0 ? kv_rows : Tk; }
 };
 
 // The logit the softmax sees of a scaled q . k, and (t) the tanh it went through (0 without a cap): the backward

@@ -18,7 +18,11 @@ namespace rp::node {
 inline AttentionShape attention_shape(const Tensor * n) {
     const Tensor * q = n->src[0];
     const Tensor * k = n->src[1];
-    return {q->ne[0], q->ne[1], k->ne[1], q->ne[2], k->ne[2], q->ne[3], n->param_f32(0), n->param_i32(2), n->param_f32(3)};
+    // (k and v: contiguous within each sequence, the op builder sees to it; several sequences may be rows of a
+    // longer cache apart)
+    const int64_t kv_rows = k->ne[3] > 1 ? static_cast<int64_t>(k->nb[3] / k->nb[2]) : 0;
+    return {q->ne[0], q->ne[1], k->ne[1], q->ne[2], k->ne[2], q->ne[3], n->param_f32(0), n->param_i32(2), n->param_f32(3),
+            kv_rows == k->ne[2] ? 0 : kv_rows};
 }
 
 // ATTENTION / ATTENTION_BACK: the first visible key per query (i32 [Tq * B]), or nullptr (plain causal).
@@ -74,8 +78,19 @@ struct MatmulArgs {
     bool accumulate;         // OUT_PROD: add into out (the node's flag, then every later batch of the sum)
 };
 
-// MUL_MAT (W = src0, X = src1 -> Y) and MUL_MAT_BACK_X (W = src0, dY = src1 -> dX): fn(args) per batch.
-template <class F> void for_each_gemm_batch(const Tensor * n, F && fn) {
+// Whether the batches of t [rows, T, B2, B3] follow each other column after column (one [rows, T * B2 * B3] matrix
+// with t's column stride).
+inline bool batches_are_columns(const Tensor * t) {
+    return (t->ne[2] == 1 || t->nb[2] == t->nb[1] * static_cast<size_t>(t->ne[1])) &&
+           (t->ne[3] == 1 || t->nb[3] == t->nb[2] * static_cast<size_t>(t->ne[2]));
+}
+
+// MUL_MAT (W = src0, X = src1 -> Y) and MUL_MAT_BACK_X (W = src0, dY = src1 -> dX): fn(args) per batch. With
+// fold_batches, one product of every batch's columns when W is one matrix and the batches of the activation and the
+// result are columns after each other (batched decoding, [K, 1, B]: each weight read once for all B, not B times).
+// The same bits either way: every element is the same sum over K whatever the column count (the CPU kernels' rule;
+// CUDA plans its workspace per batch and does not fold).
+template <class F> void for_each_gemm_batch(const Tensor * n, F && fn, bool fold_batches = false) {
     const Tensor * W = n->src[0];
     const Tensor * A = n->src[1];
     const bool fwd = n->op == Op::MUL_MAT;
@@ -87,6 +102,15 @@ template <class F> void for_each_gemm_batch(const Tensor * n, F && fn) {
     a.w_row = W->nb[1];
     a.ldx = col_floats(A);
     a.ld_out = col_floats(n);
+    if (fold_batches && W->ne[2] == 1 && W->ne[3] == 1 && outer->ne[2] * outer->ne[3] > 1 && batches_are_columns(A) &&
+        batches_are_columns(n)) {
+        a.T *= outer->ne[2] * outer->ne[3];
+        a.w = static_cast<const char *>(W->data);
+        a.x = batch<const float>(A, 0, 0);
+        a.out = batch<float>(n, 0, 0);
+        fn(a);
+        return;
+    }
     for (int64_t i3 = 0; i3 < outer->ne[3]; ++i3)
         for (int64_t i2 = 0; i2 < outer->ne[2]; ++i2) {
             a.w = weight_batch(W, i2, i3, outer);

@@ -66,7 +66,7 @@ void move_window(Tensor * v, size_t offset, int64_t rows) {
     if (rows >= 0) {
         detail::require(rows >= 1, "move_window", describe(v) + ": " + std::to_string(rows) + " rows");
         moved.ne[2] = rows;
-        moved.nb[3] = moved.nb[2] * static_cast<size_t>(rows);
+        if (moved.ne[3] == 1) moved.nb[3] = moved.nb[2] * static_cast<size_t>(rows);
     }
     const Tensor * root = v->view_src;
     const size_t avail = root->nbytes() + root->aux_bytes;

@@ -29,7 +29,8 @@ Tensor * aux_view(Context & ctx, Tensor * x, const int64_t ne[4], size_t aux_off
 
 // Moves window v (a view, or a node computed into one: copy_into) of a built graph along its root, for a
 // graph replayed at another position: v starts `offset` bytes into the root and, when rows >= 0, its axis 2
-// has `rows` rows (nb[3] follows, as for a window of rows). Checked to stay inside the root; data is set by the
+// has `rows` rows (nb[3] follows, as for a window of rows, unless axis 3 has several entries: the windows of
+// several sequences of one cache stay the cache's sequence stride apart). Checked to stay inside the root; data is set by the
 // next allocate (CpuBackend points views at their roots). The KV cache's write at row n_past and its read over
 // rows [0, n_past + T) move this way between the tokens of a generation (models/arch/inference.cpp).
 void move_window(Tensor * v, size_t offset, int64_t rows = -1);

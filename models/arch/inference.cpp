@@ -11,9 +11,9 @@
 namespace rp {
 
 InferenceSession::InferenceSession(const Model & model, int64_t n_ctx, int n_threads, const LoraSet * lora,
-                                   const ModelWeights * weights)
+                                   const ModelWeights * weights, int64_t n_seq)
     : model_(model), hp_(model.hparams()), lora_(lora ? *lora : LoraSet()),
-      have_lora_(lora && !lora->empty()), n_threads_(n_threads) {
+      have_lora_(lora && !lora->empty()), n_seq_(n_seq), n_threads_(n_threads) {
     lora_.dropout = LoraDropout{};
     hp_.gelu_fp16_table = true;
     const HParams & hp = model.hparams();
@@ -23,10 +23,11 @@ InferenceSession::InferenceSession(const Model & model, int64_t n_ctx, int n_thr
         throw Error("context " + std::to_string(n_ctx) + " is longer than the model's " + std::to_string(hp.n_ctx_train) +
                     " (" + arch_key(hp, "context_length") + " of " + model.path() + ")");
     n_ctx_ = n_ctx;
+    if (n_seq < 1) throw Error("sequences must be >= 1 (got " + std::to_string(n_seq) + ")");
     weights_ = weights ? *weights : model.graph_weights(n_ctx);  // the context chooses phi3's LongRoPE factors
     for (uint32_t il = 0; il < hp.n_layer; ++il) {
         for (auto * list : {&k_cache_, &v_cache_}) {
-            Tensor * c = cache_ctx_.new_tensor(DType::F32, hp.head_dim, hp.n_head_kv, n_ctx_);
+            Tensor * c = cache_ctx_.new_tensor(DType::F32, hp.head_dim, hp.n_head_kv, n_ctx_, n_seq_);
             c->name = "cache_" + std::string(list == &k_cache_ ? "k" : "v") + std::to_string(il);
             cache_ctx_.alloc_data(c);
             list->push_back(c);
@@ -43,6 +44,7 @@ void InferenceSession::reset(int64_t n_past) {
 struct InferenceSession::EvalGraph {
     int64_t T = 0;
     bool all_logits = false;
+    int64_t B = 1;
     Context ctx;
     Tensor * ids = nullptr;
     Tensor * pos = nullptr;
@@ -54,13 +56,14 @@ struct InferenceSession::EvalGraph {
 
 InferenceSession::~InferenceSession() = default;
 
-std::unique_ptr<InferenceSession::EvalGraph> InferenceSession::build_graph(int64_t T, bool all_logits) const {
+std::unique_ptr<InferenceSession::EvalGraph> InferenceSession::build_graph(int64_t T, bool all_logits, int64_t B) const {
     const HParams & hp = hp_;
     auto eg = std::make_unique<EvalGraph>();
     eg->T = T;
     eg->all_logits = all_logits;
+    eg->B = B;
     Context & ctx = eg->ctx;
-    eg->ids = set_name(ctx.new_tensor(DType::I32, T), "tokens");
+    eg->ids = set_name(ctx.new_tensor(DType::I32, T, B), "tokens");
     eg->pos = set_name(ctx.new_tensor(DType::I32, T), "positions");
     ctx.alloc_data(eg->ids);
     ctx.alloc_data(eg->pos);
@@ -70,8 +73,8 @@ std::unique_ptr<InferenceSession::EvalGraph> InferenceSession::build_graph(int64
     Tensor * x = build_decoder(ctx, hp, weights_, eg->ids, eg->pos, lora, &kv);
     if (!all_logits && T > 1) {
         // Only the last position feeds the head (the other rows of the LM head would be wasted work).
-        const int64_t ne[4] = {x->ne[0], 1, 1, 1};
-        const size_t nb[4] = {x->nb[0], x->nb[1], x->nb[1], x->nb[1]};
+        const int64_t ne[4] = {x->ne[0], 1, B, 1};
+        const size_t nb[4] = {x->nb[0], x->nb[1], x->nb[2], x->nb[3]};
         x = view(ctx, x, ne, nb, static_cast<size_t>(T - 1) * x->nb[1]);
     }
     eg->logits = build_head_logits(ctx, hp, weights_, x, lora);
@@ -85,32 +88,63 @@ std::unique_ptr<InferenceSession::EvalGraph> InferenceSession::build_graph(int64
     return eg;
 }
 
-std::vector<float> InferenceSession::eval(const std::vector<int32_t> & tokens, bool all_logits) {
+std::vector<float> InferenceSession::run(const std::vector<int32_t> & tokens, bool all_logits, int64_t B) {
     const HParams & hp = model_.hparams();
-    const int64_t T = static_cast<int64_t>(tokens.size());
-    if (T == 0) throw Error("eval: no tokens");
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    if (n == 0) throw Error("eval: no tokens");
+    if (n % B != 0)
+        throw Error("eval: " + std::to_string(n) + " tokens do not divide among " + std::to_string(B) + " sequences");
+    const int64_t T = n / B;
     if (n_past_ + T > n_ctx_)
         throw Error("eval: " + std::to_string(n_past_) + " past + " + std::to_string(T) + " new tokens exceed the context size " +
                     std::to_string(n_ctx_));
-    for (int64_t i = 0; i < T; ++i)
+    for (int64_t i = 0; i < n; ++i)
         if (tokens[i] < 0 || tokens[i] >= static_cast<int64_t>(hp.n_vocab))
-            throw Error("eval: token id " + std::to_string(tokens[i]) + " at position " + std::to_string(n_past_ + i) +
-                        " is outside the vocabulary [0, " + std::to_string(hp.n_vocab) + ")");
+            throw Error("eval: token id " + std::to_string(tokens[i]) + " at position " + std::to_string(n_past_ + i % T) +
+                        (B > 1 ? " of sequence " + std::to_string(i / T) : std::string()) + " is outside the vocabulary [0, " +
+                        std::to_string(hp.n_vocab) + ")");
 
-    if (!replay_ || !graph_ || graph_->T != T || graph_->all_logits != all_logits) graph_ = build_graph(T, all_logits);
-    EvalGraph & eg = *graph_;
+    std::unique_ptr<EvalGraph> & slot = graphs_[B == n_seq_ ? 0 : 1];
+    if (!replay_ || !slot || slot->T != T || slot->all_logits != all_logits || slot->B != B) slot = build_graph(T, all_logits, B);
+    EvalGraph & eg = *slot;
     tensor_set_i32(eg.ids, tokens);
     for (int64_t i = 0; i < T; ++i) eg.pos->data_as<int32_t>()[i] = static_cast<int32_t>(n_past_ + i);
     // The cache views at this position: the writes (CPY views) at row n_past, the reads (views, and the
     // views that order them after the writes) over rows [0, n_past + T).
-    for (Tensor * n : eg.cache_views) {
-        if (n->op == Op::CPY) move_window(n, static_cast<size_t>(n_past_) * n->view_src->nb[2]);
-        else move_window(n, n->view_offs, n_past_ + T);
+    for (Tensor * v : eg.cache_views) {
+        if (v->op == Op::CPY) move_window(v, static_cast<size_t>(n_past_) * v->view_src->nb[2]);
+        else move_window(v, v->view_offs, n_past_ + T);
     }
     backend_.allocate(eg.g, eg.plan);  // (points the views at their new places)
     backend_.compute(eg.g, n_threads_);
-    n_past_ += T;
     return tensor_get_f32(eg.logits);
+}
+
+std::vector<float> InferenceSession::eval(const std::vector<int32_t> & tokens, bool all_logits) {
+    std::vector<float> logits = run(tokens, all_logits, n_seq_);
+    n_past_ += static_cast<int64_t>(tokens.size()) / n_seq_;
+    return logits;
+}
+
+std::vector<float> InferenceSession::eval_shared(const std::vector<int32_t> & tokens, bool all_logits) {
+    std::vector<float> logits = run(tokens, all_logits, 1);
+    copy_rows(n_past_, static_cast<int64_t>(tokens.size()));
+    n_past_ += static_cast<int64_t>(tokens.size());
+    return logits;
+}
+
+void InferenceSession::share_first(int64_t n) {
+    if (n < 0 || n > n_past_) throw Error("share_first: " + std::to_string(n) + " positions, " + std::to_string(n_past_) + " evaluated");
+    copy_rows(0, n);
+}
+
+void InferenceSession::copy_rows(int64_t from, int64_t n) {
+    for (auto * caches : {&k_cache_, &v_cache_})
+        for (Tensor * c : *caches) {
+            const size_t at = static_cast<size_t>(from) * c->nb[2], bytes = static_cast<size_t>(n) * c->nb[2];
+            char * base = static_cast<char *>(c->data);
+            for (int64_t s = 1; s < n_seq_; ++s) std::memcpy(base + static_cast<size_t>(s) * c->nb[3] + at, base + at, bytes);
+        }
 }
 
 std::vector<int32_t> complete_greedy(InferenceSession & session, const Tokenizer & tok, const std::vector<int32_t> & prompt,
@@ -141,6 +175,28 @@ int32_t Sampler::sample(const float * logits, int64_t n_vocab) {
         for (int64_t i = 1; i < n_vocab; ++i)
             if (logits[i] > logits[best]) best = i;
         return static_cast<int32_t>(best);
+    }
+    if ((p_.top_k <= 0 || p_.top_k >= n_vocab) && p_.top_p >= 1.0f) {
+        // Nothing cut: no order needed, the draw walks the vocabulary by id (a sort of 152k candidates was a quarter
+        // of a batched rollout's time).
+        prob_.resize(static_cast<size_t>(n_vocab));
+        float mx = logits[0];
+        for (int64_t i = 1; i < n_vocab; ++i) mx = std::max(mx, logits[i]);
+        double sum = 0.0;
+        for (int64_t i = 0; i < n_vocab; ++i) {
+            prob_[i] = std::exp((static_cast<double>(logits[i]) - mx) / p_.temperature);
+            sum += prob_[i];
+        }
+        const double u = uniform() * sum;
+        double cum = 0.0;
+        int64_t last = 0;
+        for (int64_t i = 0; i < n_vocab; ++i) {
+            if (prob_[i] == 0.0) continue;
+            cum += prob_[i];
+            last = i;
+            if (u < cum) return static_cast<int32_t>(i);
+        }
+        return static_cast<int32_t>(last);  // u within rounding of the sum
     }
     // Candidates sorted by logit, descending; ties by id so the order is fully determined.
     idx_.resize(static_cast<size_t>(n_vocab));

@@ -29,16 +29,26 @@ public:
     // without its dropout (inference never drops); the adapters it points to must outlive the session.
     // `weights` (nullptr: the model's): other tensors of the same shapes to read, e.g. the fp32 masters of a
     // full finetune in progress (Trainer::graph_weights()); they must outlive the session.
+    // n_seq: sequences decoded together (batched decoding: each weight read once for all of them), each with its
+    // own cache of n_ctx tokens, all at the same position.
     InferenceSession(const Model & model, int64_t n_ctx = 0, int n_threads = 0, const LoraSet * lora = nullptr,
-                     const ModelWeights * weights = nullptr);
+                     const ModelWeights * weights = nullptr, int64_t n_seq = 1);
 
-    // Evaluates `tokens` at positions [n_past, n_past + n) and advances n_past. Returns logits row-major
-    // [position][n_vocab] for all n positions (all_logits) or for the last one only. Throws when the tokens do
-    // not fit in the cache or an id is outside the vocabulary (nothing is changed then).
+    // Evaluates `tokens` at positions [n_past, n_past + n) of every sequence and advances n_past: n tokens of each
+    // sequence, sequence after sequence ([n_seq][n]). Returns logits row-major [sequence][position][n_vocab] for
+    // all n positions (all_logits) or for the last one only. Throws when the tokens do not fit in the cache, do
+    // not divide among the sequences or an id is outside the vocabulary (nothing is changed then).
     std::vector<float> eval(const std::vector<int32_t> & tokens, bool all_logits = false);
+    // The same `tokens` in every sequence (a common prompt): computed once, in the first sequence, whose new keys
+    // and values are then copied to the others. Returns the logits of one sequence ([position][n_vocab]).
+    std::vector<float> eval_shared(const std::vector<int32_t> & tokens, bool all_logits = false);
+    // Copies positions [0, n) of the first sequence's cache to the others (n <= n_past): after a reset(n), every
+    // sequence continues from the first one's prefix.
+    void share_first(int64_t n);
 
     int64_t n_past() const { return n_past_; }
     int64_t n_ctx() const { return n_ctx_; }
+    int64_t n_seq() const { return n_seq_; }
     int64_t n_vocab() const { return model_.hparams().n_vocab; }
     // Forgets the positions from `n_past` on (0: start over).
     void reset(int64_t n_past = 0);
@@ -51,21 +61,26 @@ public:
     ~InferenceSession();
 
 private:
-    struct EvalGraph;  // the last eval's graph, with its inputs and plan
-    std::unique_ptr<EvalGraph> build_graph(int64_t T, bool all_logits) const;
+    struct EvalGraph;  // an eval's graph, with its inputs and plan
+    std::unique_ptr<EvalGraph> build_graph(int64_t T, bool all_logits, int64_t B) const;
+    // Checks the tokens, evaluates them in sequences [0, B) ([B][T]) and returns the logits; does not advance.
+    std::vector<float> run(const std::vector<int32_t> & tokens, bool all_logits, int64_t B);
+    // Copies positions [from, from + n) of the first sequence's cache to the others.
+    void copy_rows(int64_t from, int64_t n);
     const Model & model_;
     HParams hp_;  // the model's, with llama.cpp's inference arithmetic where it differs (HParams::gelu_fp16_table)
     ModelWeights weights_;
     LoraSet lora_;
     bool have_lora_;
     int64_t n_ctx_;
+    int64_t n_seq_;
     int n_threads_;
     int64_t n_past_ = 0;
     Context cache_ctx_;
     std::vector<Tensor *> k_cache_, v_cache_;
     CpuBackend backend_;
     bool replay_ = true;
-    std::unique_ptr<EvalGraph> graph_;
+    std::unique_ptr<EvalGraph> graphs_[2];  // the last graph of all the sequences, and of the first alone (eval_shared)
 };
 
 class Tokenizer;
@@ -77,7 +92,8 @@ std::vector<int32_t> complete_greedy(InferenceSession & session, const Tokenizer
 
 // Token sampling: temperature <= 0 is greedy (argmax, lowest id on ties). Otherwise, in this order: keep the
 // top_k largest logits (0: all), softmax at `temperature`, keep the smallest prefix of the sorted
-// candidates whose probability reaches top_p (1: all), renormalise and draw. The random stream is
+// candidates whose probability reaches top_p (1: all), renormalise and draw. With nothing cut (top_k all, top_p 1)
+// the candidates are not sorted: the draw walks the vocabulary by id (the same distribution). The random stream is
 // std::mt19937_64 (fully specified by the standard) with our own mapping to [0, 1), so the same seed gives
 // the same tokens on every platform.
 struct SamplerParams {

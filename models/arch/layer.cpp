@@ -75,17 +75,19 @@ Tensor * build_linear_id(Context & ctx, Tensor * W, Tensor * x, Tensor * ids, co
 
 namespace {
 
-// Writes `src` (contiguous f32 [D, H, T, 1]) into rows [n_past, n_past + T) of `cache` (f32 [D, H, n_ctx]).
+// Writes `src` (contiguous f32 [D, H, T, B]) into rows [n_past, n_past + T) of sequences [0, B) of `cache` (f32
+// [D, H, n_ctx, n_seq]).
 Tensor * cache_write(Context & ctx, Tensor * cache, Tensor * src, int64_t n_past) {
-    const int64_t ne[4] = {src->ne[0], src->ne[1], src->ne[2], 1};
-    const size_t nb[4] = {cache->nb[0], cache->nb[1], cache->nb[2], cache->nb[2] * static_cast<size_t>(src->ne[2])};
+    const int64_t B = src->ne[3];
+    const int64_t ne[4] = {src->ne[0], src->ne[1], src->ne[2], B};
+    const size_t nb[4] = {cache->nb[0], cache->nb[1], cache->nb[2], B > 1 ? cache->nb[3] : cache->nb[2] * static_cast<size_t>(src->ne[2])};
     return copy_into(ctx, view(ctx, cache, ne, nb, static_cast<size_t>(n_past) * cache->nb[2]), src);
 }
 
-// Keys or values [0, n_past + T) of the cache, read after `write` has stored the new ones.
-Tensor * cache_read(Context & ctx, Tensor * cache, Tensor * write, int64_t n) {
-    const int64_t ne[4] = {cache->ne[0], cache->ne[1], n, 1};
-    const size_t nb[4] = {cache->nb[0], cache->nb[1], cache->nb[2], cache->nb[2] * static_cast<size_t>(n)};
+// Keys or values [0, n_past + T) of sequences [0, B) of the cache, read after `write` has stored the new ones.
+Tensor * cache_read(Context & ctx, Tensor * cache, Tensor * write, int64_t n, int64_t B) {
+    const int64_t ne[4] = {cache->ne[0], cache->ne[1], n, B};
+    const size_t nb[4] = {cache->nb[0], cache->nb[1], cache->nb[2], B > 1 ? cache->nb[3] : cache->nb[2] * static_cast<size_t>(n)};
     return after(ctx, view(ctx, cache, ne, nb, 0), write);
 }
 
@@ -122,7 +124,8 @@ Tensor * attention_block(Context & ctx, const HParams & hp, const LayerWeights &
     if (x->ne[0] != hp.n_embd || x->ne[3] != 1)
         throw Error(lname(il, "input") + ": hidden states " + describe(x) + " must be [n_embd=" +
                     std::to_string(hp.n_embd) + ", T, B]");
-    if (kv && B != 1) throw Error(lname(il, "kv") + ": the KV cache serves one sequence (B = 1), got B = " + std::to_string(B));
+    if (kv && (B > kv->k->ne[3] || kv->k->type != DType::F32))
+        throw Error(lname(il, "kv") + ": a cache " + describe(kv->k) + " (f32 [head_dim, n_head_kv, n_ctx, n_seq]) for " + std::to_string(B) + " sequences");
 
     // 1-2: attention input norm and projections (+ qwen2 biases).
     Tensor * n1 = set_name(rms_norm(ctx, x, w.attn_norm, hp.rms_eps), lname(il, "attn_in"));
@@ -160,8 +163,8 @@ Tensor * attention_block(Context & ctx, const HParams & hp, const LayerWeights &
     // gemma2: soft-capped logits).
     if (kv) {
         const int64_t n = kv->n_past + T;
-        k = cache_read(ctx, kv->k, cache_write(ctx, kv->k, k, kv->n_past), n);
-        v = cache_read(ctx, kv->v, cache_write(ctx, kv->v, v, kv->n_past), n);
+        k = cache_read(ctx, kv->k, cache_write(ctx, kv->k, k, kv->n_past), n, B);
+        v = cache_read(ctx, kv->v, cache_write(ctx, kv->v, v, kv->n_past), n, B);
     }
     if (kv && pos.key_start) throw Error(lname(il, "kv") + ": a KV cache serves one unpacked sequence (no key_start)");
     const int64_t window = hp.is_swa(static_cast<uint32_t>(il)) ? hp.n_swa : 0;

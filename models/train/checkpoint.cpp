@@ -60,6 +60,9 @@ void save_checkpoint(const std::string & path, const Trainer & tr, const Optimiz
     if (!st.run_config.empty()) w.set_string("rp.ckpt.run_config", st.run_config);
     if (!st.reference_logps.empty()) w.set_f32_array("rp.ckpt.reference_logps", st.reference_logps);
     if (!st.curve.reward.empty()) w.set_f32_array("rp.ckpt.reward", st.curve.reward);
+    if (!st.objective.ints.empty()) w.set_i32_array("rp.ckpt.objective.ints", st.objective.ints);
+    if (!st.objective.floats.empty()) w.set_f32_array("rp.ckpt.objective.floats", st.objective.floats);
+    if (!st.objective.text.empty()) w.set_string("rp.ckpt.objective.text", st.objective.text);
     if (!st.curve.reward_chosen.empty()) {
         w.set_f32_array("rp.ckpt.reward_chosen", st.curve.reward_chosen);
         w.set_f32_array("rp.ckpt.reward_rejected", st.curve.reward_rejected);
@@ -146,6 +149,10 @@ CheckpointState load_checkpoint(const std::string & path, Trainer & tr, Optimize
     if (f->has("rp.ckpt.train_loss")) st.curve.train_loss = f->get_f32_array("rp.ckpt.train_loss");
     if (f->has("rp.ckpt.reference_logps")) st.reference_logps = f->get_f32_array("rp.ckpt.reference_logps");
     if (f->has("rp.ckpt.reward")) st.curve.reward = f->get_f32_array("rp.ckpt.reward");
+    if (f->has("rp.ckpt.objective.ints"))
+        for (int64_t x : f->get_int_array("rp.ckpt.objective.ints")) st.objective.ints.push_back(static_cast<int32_t>(x));
+    if (f->has("rp.ckpt.objective.floats")) st.objective.floats = f->get_f32_array("rp.ckpt.objective.floats");
+    st.objective.text = f->get_string_or("rp.ckpt.objective.text", "");
     if (f->has("rp.ckpt.reward_chosen")) {
         st.curve.reward_chosen = f->get_f32_array("rp.ckpt.reward_chosen");
         st.curve.reward_rejected = f->get_f32_array("rp.ckpt.reward_rejected");

@@ -12,6 +12,8 @@
 //   rp.ckpt.bad_run (u64): what the next step reports
 //   rp.ckpt.reference_logps (f32 array, preference training with a reference): every sequence's reference
 //            log-probability, so a resume does not run the reference pass again
+//   rp.ckpt.objective.ints / .floats / .text (i32 array, f32 array, string; when non-empty): the step objective's
+//            state (GRPO: the rollout batch its next steps train on again)
 //   rp.ckpt.run_config (string, when the run gave one): the tool's effective configuration (a TOML run file),
 //            which a resume reuses and compares with its own
 //   tensors: every trainable tensor under its own name (f32), the optimizer state arrays under
@@ -57,6 +59,15 @@ struct StepHealth {
     int64_t bad_run = 0;
 };
 
+// What a step objective (session.h StepObjective) keeps between steps, opaque to the checkpoint: GRPO's rollout
+// batch while it trains several steps on it.
+struct ObjectiveState {
+    std::vector<int32_t> ints;
+    std::vector<float> floats;
+    std::string text;
+    bool empty() const { return ints.empty() && floats.empty() && text.empty(); }
+};
+
 struct CheckpointState {
     int64_t step = 0;
     DataPosition data;
@@ -70,6 +81,7 @@ struct CheckpointState {
     int64_t grad_groups = 1;
     std::string run_config;  // SessionOptions::run_config of the run that wrote it
     std::vector<float> reference_logps;  // preference training: per dataset sequence (empty: none computed)
+    ObjectiveState objective;            // the step objective's (empty: none, or nothing kept)
 };
 
 // Hash of the base model's tensor names, types and shapes.

@@ -81,7 +81,7 @@ std::optional<PreferenceParams> FinetuneJob::preference_objective() const {
 GrpoOptions FinetuneJob::grpo_options() const {
     GrpoOptions g = grpo;
     g.loss.beta = beta.value_or(0.0);
-    g.loss.on_policy = true;
+    g.loss.on_policy = g.iterations == 1;
     g.loss_type = parse_grpo_loss_type(grpo_loss_type);
     g.seed = session.finetune.seed;
     g.threads = session.threads;

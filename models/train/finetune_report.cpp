@@ -272,6 +272,7 @@ std::string grpo_json(const GrpoStats & g) {
     add("completions/clipped_ratio", g.clipped_ratio);
     add("kl", g.kl);
     add("clip_ratio/region_mean", g.clip_ratio);
+    s += ",\"iteration\":" + std::to_string(g.iteration);
     add("rollout_seconds", g.rollout_seconds);
     add("rollout_tokens_per_s", g.rollout_seconds > 0 ? static_cast<double>(g.rollout_tokens) / g.rollout_seconds : 0.0);
     s += ",\"completion\":";

@@ -21,6 +21,7 @@ struct GrpoStats {
     std::string sample;         // the step's first completion, as text
     double rollout_seconds = 0; // sampling the completions (the rewards and the reference pass not included)
     int64_t rollout_tokens = 0; // tokens sampled (the prompts' evaluations not counted)
+    int32_t iteration = 0;      // which update on the rollout batch (0: the step sampled it; iterations > 1)
 };
 
 } // namespace rp

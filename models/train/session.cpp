@@ -136,7 +136,7 @@ TrainingSession::TrainingSession(const Model & model, const Dataset & data, Sess
       split_(split_dataset(data.units(), opt_.val_split, opt_.finetune.seed)),
       batcher_(data, split_.train, static_cast<int32_t>(opt_.batch), opt_.finetune.seed), optimizer_(opt_.optimizer) {
     const int64_t steps_per_epoch = (static_cast<int64_t>(split_.train.size()) + opt_.batch - 1) / opt_.batch;
-    total_ = opt_.steps > 0 ? opt_.steps : opt_.epochs * steps_per_epoch;
+    total_ = opt_.steps > 0 ? opt_.steps : opt_.epochs * steps_per_epoch * (opt_.objective ? opt_.objective->steps_per_batch() : 1);
     opt_.lr.total_steps = total_;
     opt_.lr.validate();
     for (const Trainer::Param & p : trainer_.params()) slots_.push_back(optimizer_.add_param(p.name, static_cast<size_t>(p.t->nelements())));
@@ -221,6 +221,8 @@ std::string TrainingSession::resume(const std::string & path) {
         }
         batcher_.seek(st_.data);
         first_step_ = st_.step;
+        if (opt_.objective) opt_.objective->restore(st_.objective);
+        st_.objective = {};
         if (needs_reference(opt_) && st_.step > 0 && st_.reference_logps.size() != data_.n_answer_slots())
             throw Error(path + ": the checkpoint holds no reference log-probabilities for this dataset's " + std::to_string(data_.n_answer_slots()) +
                         " answers (the policy has moved since step 0: they cannot be computed again)");
@@ -308,10 +310,19 @@ StepReport TrainingSession::step() {
     StepObjective * objective = opt_.objective;
     if (pref) reference_pass();
     const int64_t step = st_.step;
-    Batch bt = batcher_.next();
+    Batch bt = !objective || step % objective->steps_per_batch() == 0 ? batcher_.next() : Batch{};
     if (objective && pipe_) pipe_->drain();  // the rollouts read the masters
     // SFT: the mean over the batch's trained tokens; preference: over its pairs; GRPO: its tokens' weights.
-    const std::vector<float> seq_values = objective ? objective->prepare(trainer_, step, bt)
+    BatchShare share;
+    if (objective && reducer_ && bt.n_seq > 0) {  // data parallel: the sequences of this rank's micro-batches
+        share.comm = opt_.comm;
+        share.mine.assign(static_cast<size_t>(bt.n_seq), 0);
+        const auto all = micro_batch_shapes(bt.seq_len, bt.n_seq, opt_.micro_batches, data_.packed(), data_.group());
+        for (size_t i = 0; i < all.size(); ++i)
+            if (in_group(i, opt_.comm->rank(), opt_.comm->size()))
+                std::fill_n(share.mine.begin() + all[i].seq_offset, all[i].n_seq, uint8_t{1});
+    }
+    const std::vector<float> seq_values = objective ? objective->prepare(trainer_, step, bt, share)
                                           : pref    ? preference_values(data_, bt, *opt_.finetune.preference, st_.reference_logps)
                                                     : std::vector<float>();
     const size_t n_trained = bt.n_trained();
@@ -502,6 +513,7 @@ void TrainingSession::save_checkpoint(const std::string & path) {
     }
     st.grad_groups = groups_;
     st.run_config = opt_.run_config;
+    if (opt_.objective) st.objective = opt_.objective->state();
     if (pipe_ && opt_.pipeline.async) st.working = pipe_->working_weights();
     trainer_.free_graph_memory();
     rp::save_checkpoint(path, trainer_, optimizer_, st);

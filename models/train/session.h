@@ -108,11 +108,26 @@ struct StepReport {
 // step, on the host with the masters current, prepare() rewrites the batch's sequences (inputs, labels) and
 // returns each sequence's values (TrainingProgram::sequence_values per sequence); after it, report() reads what
 // the heads reported (head_results after the loss, per sequence) into the step's report.
+// An objective may train several steps on one batch (GRPO's iterations): steps_per_batch() > 1 takes a batch of the
+// data at steps 0, k, 2k, ... only; at the others prepare() gets an empty batch and fills it with its own (the epochs
+// count k steps a batch). What it keeps between steps goes into checkpoints (state(), restore()).
+// Data parallel, prepare() makes only the sequences this rank trains (its micro-batches: `share`) and shares them
+// with the other ranks over share.comm, so that every rank ends with the whole batch and its values.
+struct BatchShare {
+    std::vector<uint8_t> mine;      // per sequence of the batch: 1 where this rank trains it (one process: all 1)
+    Communicator * comm = nullptr;  // nullptr: one process
+    bool owns(int64_t seq) const { return mine.empty() || mine[static_cast<size_t>(seq)] != 0; }
+};
+
 class StepObjective {
 public:
     virtual ~StepObjective() = default;
-    virtual std::vector<float> prepare(Trainer & trainer, int64_t step, Batch & bt) = 0;
+    virtual std::vector<float> prepare(Trainer & trainer, int64_t step, Batch & bt, const BatchShare & share = {}) = 0;
     virtual void report(const std::vector<float> & results, const std::vector<float> & values, StepReport & r) = 0;
+    virtual int64_t steps_per_batch() const { return 1; }
+    virtual ObjectiveState state() const { return {}; }
+    // Throws rp::Error when the state is not one this objective wrote.
+    virtual void restore(const ObjectiveState &) {}
 };
 
 // The micro-batches a batch of n_seq sequences is split into: sequences [lo, hi) each (seq_offset = lo),

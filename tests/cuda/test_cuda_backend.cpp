@@ -285,6 +285,26 @@ TEST(CudaBackend, AttentionForwardBackward) {
     b.run_and_compare();
 }
 
+// Batched decoding's keys: windows of a KV cache of 3 sequences ([D, Hkv, 57, 3], each sequence's first 41 rows) read
+// in place by the f32 kernel (and copied for the rounded one).
+TEST(CudaBackend, AttentionReadsKvCacheWindowsInPlace) {
+    RP_REQUIRE_GPU();
+    Bench b;
+    auto & c = b.ctx;
+    rp::Tensor * q = b.f32(64, 4, 2, 3);
+    rp::Tensor * kc = b.f32(64, 2, 57, 3);
+    rp::Tensor * vc = b.f32(64, 2, 57, 3);
+    const int64_t ne[4] = {64, 2, 41, 3};
+    const size_t nb[4] = {kc->nb[0], kc->nb[1], kc->nb[2], kc->nb[3]};
+    rp::Tensor * kw = rp::view(c, kc, ne, nb, 0);
+    rp::Tensor * vw = rp::view(c, vc, ne, nb, 0);
+    rp::Tensor * o = rp::attention(c, q, kw, vw, 0.125f);
+    ASSERT_EQ(o->src[1], kw);
+    b.out(o);
+    b.out(rp::attention(c, q, kw, vw, 0.125f, rp::DType::BF16), kNmseHalf);
+    b.run_and_compare();
+}
+
 // f16 attention (the accelerated type of f32 inputs) with gradients at real loss scales: dout of ~1e-7 (a
 // mean over thousands of tokens), most of it below f16's normal range and much of it below its smallest
 // subnormal. The backward scales dout by a power of two before rounding (half_scale.h): dq, dk, dv keep

@@ -18,6 +18,7 @@
 #include <fstream>
 #include <sstream>
 #include <numeric>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -145,6 +146,124 @@ TEST(Grpo, ReproducibleAndResumesBitExact) {
     EXPECT_EQ(second.session.curve().reward, a.session.curve().reward);  // (the checkpoint keeps the reward curve)
     EXPECT_EQ(second.objective.completions(), a.objective.completions());
     EXPECT_EQ(ft_test::first_different_master(a.session.trainer(), second.session.trainer()), "");
+}
+
+// The completions of a prompt decoded together (the whole group of 6, or 4 then 2) are those decoded one at a time,
+// and the runs end with the same bytes: batched decoding changes no logit, the samplers are keyed by completion.
+TEST(Grpo, BatchedRolloutsEqualOneAtATime) {
+    const rp::PromptSet p = prompts(toy_prompts());
+    rp::GrpoOptions g = grpo_options();
+    g.max_completion_len = 16;
+    g.stop = {"."};  // (completions of several lengths)
+    g.rollout_batch = 1;
+    GrpoRun one(p, g, 2, rp::make_builtin_reward("regex:a"));
+    g.rollout_batch = 0;
+    GrpoRun all(p, g, 2, rp::make_builtin_reward("regex:a"));
+    g.rollout_batch = 4;
+    GrpoRun four(p, g, 2, rp::make_builtin_reward("regex:a"));
+    for (int i = 0; i < 2; ++i) {
+        const rp::StepReport r = one.session.step(), ra = all.session.step(), r4 = four.session.step();
+        EXPECT_EQ(all.objective.completions(), one.objective.completions()) << "step " << i + 1;
+        EXPECT_EQ(four.objective.completions(), one.objective.completions()) << "step " << i + 1;
+        EXPECT_EQ(ra.loss, r.loss);
+        EXPECT_EQ(r4.loss, r.loss);
+        std::set<size_t> lengths;
+        for (const auto & c : one.objective.completions()) lengths.insert(c.size());
+        EXPECT_GT(lengths.size(), 1u) << "completions of one length: nothing idled while the others decoded";
+    }
+    EXPECT_EQ(ft_test::first_different_master(one.session.trainer(), all.session.trainer()), "");
+    EXPECT_EQ(ft_test::first_different_master(one.session.trainer(), four.session.trainer()), "");
+}
+
+// iterations 2 (TRL's num_iterations): step 1 samples a rollout batch, its old log-probabilities those of the
+// sampling policy (the initial weights, bit for bit); step 2 trains on the same batch, its loss the clipped ratio
+// against them at the weights after step 1 (summed here from the per-token closed form); step 3 samples the data's
+// next batch; an epoch counts 2 steps a batch. On-policy at step 1 (ratio 1 up to rounding): the loss of a run that
+// updates once per batch.
+TEST(Grpo, IterationsTrainAgainOnTheHeldRollouts) {
+    const rp::PromptSet p = prompts(toy_prompts());
+    rp::GrpoOptions g = grpo_options();
+    g.iterations = 2;
+    g.loss.on_policy = false;
+    g.loss.beta = 0.04;
+    g.loss.epsilon_low = g.loss.epsilon_high = 0.02;  // (a tight clip: step 2's ratios reach it)
+    GrpoRun a(p, g, 4, rp::make_builtin_reward("regex:a"));
+    GrpoRun initial(p, g, 4, rp::make_builtin_reward("regex:a"));  // (never steps: the sampling policy of step 1)
+    rp::GrpoOptions once = grpo_options();
+    once.loss.beta = g.loss.beta;
+    once.loss.epsilon_low = once.loss.epsilon_high = 0.02;
+    GrpoRun on_policy(p, once, 4, rp::make_builtin_reward("regex:a"));
+
+    const rp::StepReport r1 = a.session.step(), o1 = on_policy.session.step();
+    ASSERT_TRUE(r1.grpo.has_value());
+    EXPECT_EQ(r1.grpo->iteration, 0);
+    EXPECT_GT(r1.grpo->rollout_tokens, 0);
+    EXPECT_EQ(a.objective.completions(), on_policy.objective.completions());
+    EXPECT_NEAR(r1.loss, o1.loss, 1e-6 * std::max(1.0, std::fabs(o1.loss)));
+    ASSERT_NE(a.objective.held_batch(), nullptr);
+    const rp::Batch held = *a.objective.held_batch();
+    const std::vector<float> values = a.objective.held_values();
+    const std::vector<std::vector<int32_t>> c1 = a.objective.completions();
+    auto logps = [&](const GrpoRun & run) {
+        return const_cast<rp::Trainer &>(run.session.trainer()).token_logps(held.inputs.data(), held.labels.data(), held.seq_len, held.n_seq, 1);
+    };
+    const std::vector<float> old = logps(initial), now = logps(a);
+    double want = 0;
+    int64_t tokens = 0;
+    for (size_t k = 0; k < old.size(); ++k) {
+        const float * v = values.data() + rp::kTokenValues * k;
+        if (v[rp::kTokenWeight] == 0) continue;
+        ++tokens;
+        EXPECT_EQ(v[rp::kOldLogp], old[k]) << "token " << k;
+        want += rp::grpo_token_loss(g.loss, now[k], v).loss;
+    }
+    ASSERT_GT(tokens, 0);
+
+    const rp::StepReport r2 = a.session.step();
+    EXPECT_EQ(r2.grpo->iteration, 1);
+    EXPECT_EQ(r2.grpo->rollout_tokens, 0);
+    EXPECT_EQ(a.objective.completions(), c1);
+    EXPECT_EQ(r2.grpo->reward, r1.grpo->reward);
+    EXPECT_NEAR(r2.loss, want, 1e-5 * std::max(1.0, std::fabs(want)));
+    std::printf("[ grpo ] iterations 2: step 1 loss %.9g (on-policy run %.9g), step 2 loss %.9g (closed form %.9g), clipped %.3f\n", r1.loss,
+                o1.loss, r2.loss, want, r2.grpo->clip_ratio);
+    EXPECT_GT(r2.grpo->clip_ratio, 0.0);  // the ratio moved off 1 (on-policy it stays 1: nothing clips)
+
+    const rp::StepReport r3 = a.session.step();
+    EXPECT_EQ(r3.grpo->iteration, 0);
+    EXPECT_NE(a.objective.held_batch()->units, held.units);
+    GrpoRun epoch(p, g, 0, rp::make_builtin_reward("regex:a"));
+    EXPECT_EQ(epoch.session.total_steps(), 8);  // 8 prompts in batches of 2, 2 steps each
+}
+
+// A run of iterations 2 resumed between the two updates of a rollout batch (the checkpoint holds the batch, its
+// values and statistics) ends with the uninterrupted run's bytes; a run that updates once per batch refuses that
+// checkpoint.
+TEST(Grpo, IterationsResumeMidBatchBitExact) {
+    rp_test::TempDir dir;
+    const rp::PromptSet p = prompts(toy_prompts());
+    rp::GrpoOptions g = grpo_options();
+    g.iterations = 2;
+    g.loss.on_policy = false;
+    GrpoRun a(p, g, 4, rp::make_builtin_reward("regex:a"));
+    std::vector<rp::StepReport> want;
+    for (int i = 0; i < 4; ++i) want.push_back(a.session.step());
+    GrpoRun first(p, g, 4, rp::make_builtin_reward("regex:a"));
+    first.session.step();
+    first.session.save_checkpoint(dir.file("ckpt.gguf"));
+    GrpoRun second(p, g, 4, rp::make_builtin_reward("regex:a"));
+    second.session.resume(dir.file("ckpt.gguf"));
+    for (int i = 1; i < 4; ++i) {
+        const rp::StepReport r = second.session.step();
+        EXPECT_EQ(r.loss, want[size_t(i)].loss) << "step " << i + 1;
+        EXPECT_EQ(r.grpo->reward, want[size_t(i)].grpo->reward);
+        EXPECT_EQ(r.grpo->completion_mean, want[size_t(i)].grpo->completion_mean);
+        EXPECT_EQ(r.grpo->sample, want[size_t(i)].grpo->sample);
+        EXPECT_EQ(r.grpo->iteration, want[size_t(i)].grpo->iteration);
+    }
+    EXPECT_EQ(ft_test::first_different_master(a.session.trainer(), second.session.trainer()), "");
+    GrpoRun once(p, grpo_options(), 4, rp::make_builtin_reward("regex:a"));
+    EXPECT_THROW(once.session.resume(dir.file("ckpt.gguf")), rp::Error);
 }
 
 // Through RoundPipe (2 CPU devices, sync; RoundPipe and GPipe schedules): the rollouts read the masters, the heads
@@ -324,6 +443,15 @@ TEST(GrpoTool, TrainsFromTheCommandLineAndStopsOnAFailingRewardProgram) {
     for (const char * key : {"\"reward\":", "\"reward_std\":", "\"rewards/regex:dog/mean\":", "\"frac_reward_zero_std\":", "\"completions/mean_length\":",
                              "\"kl\":", "\"clip_ratio/region_mean\":", "\"completion\":"})
         EXPECT_NE(ms.str().find(key), std::string::npos) << key << "\n" << ms.str();
+    // Two updates per rollout batch, 3 completions decoded together: steps 2 and 4 train again on steps 1 and 3's.
+    ASSERT_EQ(ft_test::run(base + " --steps 4 --reward regex:dog --iterations 2 --rollout-batch 3 -o " + dir.file("c.gguf"), &out), 0) << out;
+    EXPECT_NE(out.find("4 completions each of up to 6 tokens (sequences of 27), decoded 3 at a time"), std::string::npos) << out;
+    EXPECT_NE(out.find("  update 2 on the rollouts of step 1 |"), std::string::npos) << out;
+    EXPECT_NE(out.find("  update 2 on the rollouts of step 3 |"), std::string::npos) << out;
+    std::ifstream mc(dir.file("c.gguf.metrics.jsonl"));
+    std::stringstream mcs;
+    mcs << mc.rdbuf();
+    EXPECT_NE(mcs.str().find("\"iteration\":1,"), std::string::npos) << mcs.str();
     // The program exits during step 3: exit 1 naming it; step 2's checkpoint stays, no result.
     EXPECT_NE(ft_test::run(base + " --steps 4 --save-every 1 --reward-cmd 'sh " + dir.file("two.sh") + "' -o " + dir.file("b.gguf"), &out), 0);
     EXPECT_NE(out.find("reward program 'sh " + dir.file("two.sh") + "'"), std::string::npos) << out;

@@ -81,6 +81,64 @@ TEST(Inference, ReplayedGraphsGiveTheRebuiltLogits) {
     }
 }
 
+// Batched decoding: a session of 3 sequences (a shared prompt, then each its own tokens, one and two at a time, all
+// logits or the last, a rewind) gives each sequence the logits of a session of its own, bit for bit (the prompt is
+// computed once and its cache rows copied; the kernels' summation order depends on neither the token count nor the
+// sequences); replayed graphs equal rebuilt ones bit for bit.
+TEST(Inference, SequencesDecodedTogetherEqualEachAlone) {
+    for (const char * path : {"stories260K.gguf", "derived/stories260K-BF16.gguf", "derived/stories260K-F16.gguf", "derived/stories260K-Q8_0.gguf",
+                              "derived/stories260K-Q4_0.gguf", "synthetic/tiny-random-qwen3.gguf"}) {
+        SCOPED_TRACE(path);
+        auto m = rp::Model::load(model_path(path));
+        const std::vector<int32_t> & toks = m->hparams().arch->arch == rp::Arch::Llama ? kPrompt1 : kPrompt2;
+        const int64_t V = m->hparams().n_vocab, S = 3;
+        ASSERT_GE(toks.size(), 12u);
+        rp::InferenceSession together(*m, 32, 0, nullptr, nullptr, S), rebuilt(*m, 32, 0, nullptr, nullptr, S);
+        rebuilt.set_graph_replay(false);
+        EXPECT_EQ(together.n_seq(), S);
+        std::vector<std::unique_ptr<rp::InferenceSession>> alone;
+        for (int64_t s = 0; s < S; ++s) alone.push_back(std::make_unique<rp::InferenceSession>(*m, 32));
+        const std::vector<int32_t> prompt(toks.begin(), toks.begin() + 5);
+        const std::vector<float> shared = together.eval_shared(prompt);
+        EXPECT_EQ(rebuilt.eval_shared(prompt), shared);
+        for (auto & a : alone) EXPECT_EQ(a->eval(prompt), shared);
+        float worst = 0.0f, range = 0.0f;
+        // per sequence s, step i: tokens toks[(5 + i + 2 s + j) % size]
+        auto step = [&](int64_t n, bool all) {
+            std::vector<int32_t> batch;
+            std::vector<std::vector<int32_t>> each(S);
+            for (int64_t s = 0; s < S; ++s)
+                for (int64_t j = 0; j < n; ++j) {
+                    each[size_t(s)].push_back(toks[size_t(together.n_past() + 2 * s + j) % toks.size()]);
+                    batch.push_back(each[size_t(s)].back());
+                }
+            const std::vector<float> got = together.eval(batch, all), again = rebuilt.eval(batch, all);
+            EXPECT_EQ(got, again) << "replayed vs rebuilt at n_past " << rebuilt.n_past();
+            const int64_t rows = all ? n : 1;
+            ASSERT_EQ(static_cast<int64_t>(got.size()), S * rows * V);
+            for (int64_t s = 0; s < S; ++s) {
+                const std::vector<float> want = alone[size_t(s)]->eval(each[size_t(s)], all);
+                for (int64_t i = 0; i < rows * V; ++i) {
+                    worst = std::max(worst, std::fabs(got[size_t(s * rows * V + i)] - want[size_t(i)]));
+                    range = std::max(range, std::fabs(want[size_t(i)]));
+                }
+            }
+        };
+        for (int i = 0; i < 3; ++i) step(1, false);
+        step(2, true);
+        step(2, false);
+        together.reset(6);
+        rebuilt.reset(6);
+        for (auto & a : alone) a->reset(6);
+        step(1, false);
+        step(1, true);
+        EXPECT_EQ(together.n_past(), 8);
+        std::printf("[ %s ] 3 sequences decoded together vs alone: max |d| = %.3g (logits up to %.3g)\n", path, worst, range);
+        EXPECT_EQ(worst, 0.0f);
+        EXPECT_THROW(together.eval({1, 2}), rp::Error);  // 2 tokens among 3 sequences
+    }
+}
+
 // The layer builder with B = 2 sequences (the training shape) equals two separate evaluations.
 TEST(Inference, BatchedSequencesEqualSeparateOnes) {
     auto m = rp::Model::load(stories());
@@ -247,6 +305,14 @@ TEST(Sampler, GreedyTopKAndDistribution) {
     // top-p 0.5 keeps only the 0.75 token.
     rp::Sampler nucleus(rp::SamplerParams{1.0f, 0, 0.5f, 5});
     for (int i = 0; i < 50; ++i) EXPECT_EQ(nucleus.sample(pair.data(), 2), 1);
+
+    // Nothing cut (every candidate, by id): each of the five at its softmax probability.
+    rp::Sampler all(rp::SamplerParams{0.7f, 0, 1.0f, 77});
+    std::vector<int> seen(5, 0);
+    for (int i = 0; i < 50000; ++i) ++seen[size_t(all.sample(logits.data(), 5))];
+    double z = 0;
+    for (float l : logits) z += std::exp(l / 0.7);
+    for (size_t i = 0; i < 5; ++i) EXPECT_NEAR(seen[i] / 50000.0, std::exp(logits[i] / 0.7) / z, 0.01) << "id " << i;
 
     // Same seed, same tokens.
     rp::Sampler s1(rp::SamplerParams{0.9f, 3, 0.9f, 42}), s2(rp::SamplerParams{0.9f, 3, 0.9f, 42});

@@ -22,6 +22,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 
@@ -307,17 +308,29 @@ TEST(DataParallel, DpoOnTwoRanksEqualsTheGroupedSingleProcessBitForBit) {
     expect_two_ranks_equal_the_grouped_process(dir, base, "rewards chosen", 90);
 }
 
-// GRPO over ranks: every rank samples the step's rollouts (the same seeds and masters: the same completions) and
-// trains its micro-batches; the result, the losses and the rewards equal the grouped single process.
+// GRPO over ranks: each rank samples, scores and passes through the reference and the sampling policy only the
+// prompts of its micro-batches (a reward program that counts what it scores, per rank), and the ranks share them;
+// with two updates per rollout batch and a KL term, the result, the losses and the rewards equal the grouped single
+// process.
 TEST(DataParallel, GrpoOnTwoRanksEqualsTheGroupedSingleProcessBitForBit) {
     rp_test::TempDir dir;
     {
         std::ofstream f(dir.file("prompts.jsonl"));
         for (int i = 0; i < 8; ++i) f << "{\"prompt\": \"Once upon a time, there was a little\", \"id\": " << i << "}\n";
+        std::ofstream(dir.file("count.sh")) << "while IFS= read -r line; do echo x >> " << dir.file("scored.") << "${OMPI_COMM_WORLD_RANK:-one}; echo 0; done\n";
     }
     const std::string base = tool("rp-finetune") + " -m " + stories() + " --data " + dir.file("prompts.jsonl") +
-                             " --method grpo --reward regex:a --group 4 --max-completion-len 6 --batch 2 --micro-batches 2 --lr 5e-3 -t 1 --steps 3";
+                             " --method grpo --reward regex:a --reward-cmd 'sh " + dir.file("count.sh") +
+                             "' --group 4 --max-completion-len 6 --batch 2 --micro-batches 2 --beta 0.04 --iterations 2 --lr 5e-3 -t 1 --steps 3";
     expect_two_ranks_equal_the_grouped_process(dir, base, "  reward ", 120);
+    auto lines = [&](const std::string & who) {
+        std::ifstream f(dir.file("scored." + who));
+        return std::count(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>(), '\n');
+    };
+    // steps 1 and 3 sample (2 updates a batch): 2 x 2 prompts x 4 completions, the ranks a prompt each a step
+    EXPECT_EQ(lines("one"), 16);
+    EXPECT_EQ(lines("0"), 8);
+    EXPECT_EQ(lines("1"), 8);
 }
 
 } // namespace

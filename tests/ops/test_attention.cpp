@@ -3,12 +3,14 @@
 #include "harness.h"
 
 #include "ggml_rp/cpu/attention.h"
+#include "tests/common/cpu_forward.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <random>
 
 using namespace optest;
@@ -202,6 +204,49 @@ TEST(OpAttention, PermutedInputs) {
                   return rp::attention(c, rp::permute(c, in[0], 0, 2, 1, 3), in[1], in[2], scale);
               },
               [scale](const R & x) { return ref::attention(ref::permute(x[0], 0, 2, 1, 3), x[1], x[2], scale); }});
+}
+
+// Windows of a KV cache of several sequences ([D, Hkv, N, B], each sequence's first Tk rows: batched decoding) are
+// read in place by the f32 kernels, with the bits of contiguous copies; the backward refuses them.
+TEST(OpAttention, CacheWindowsOfSeveralSequencesReadInPlace) {
+    const int64_t D = 8, Hq = 4, Hkv = 2, N = 11, Tk = 6, Tq = 2, B = 3;
+    Context ctx;
+    Tensor * q = ctx.new_tensor(rp::DType::F32, D, Hq, Tq, B);
+    Tensor * kc = ctx.new_tensor(rp::DType::F32, D, Hkv, N, B);
+    Tensor * vc = ctx.new_tensor(rp::DType::F32, D, Hkv, N, B);
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+    for (Tensor * t : {q, kc, vc}) {
+        ctx.alloc_data(t);
+        for (int64_t i = 0; i < t->nelements(); ++i) t->data_as<float>()[i] = u(rng);
+    }
+    const int64_t ne[4] = {D, Hkv, Tk, B};
+    const size_t nb[4] = {kc->nb[0], kc->nb[1], kc->nb[2], kc->nb[3]};
+    Tensor * kw = rp::view(ctx, kc, ne, nb, 0);
+    Tensor * vw = rp::view(ctx, vc, ne, nb, 0);
+    Tensor * o = rp::attention(ctx, q, kw, vw, 0.3f);
+    EXPECT_EQ(o->src[1], kw);  // no copy
+    EXPECT_EQ(o->src[2], vw);
+    Tensor * o_copied = rp::attention(ctx, q, rp::cont(ctx, kw), rp::cont(ctx, vw), 0.3f);
+    const std::vector<float> got = rp_test::forward_on_cpu(o), want = rp_test::forward_on_cpu(o_copied);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+    // against the double reference, sequence by sequence
+    for (int64_t b = 0; b < B; ++b) {
+        ref::DT rq({D, Hq, Tq, 1}), rk({D, Hkv, Tk, 1}), rv({D, Hkv, Tk, 1});
+        for (int64_t i = 0; i < D * Hq * Tq; ++i) rq.v[size_t(i)] = q->data_as<float>()[b * D * Hq * Tq + i];
+        for (int64_t i = 0; i < D * Hkv * Tk; ++i) {
+            rk.v[size_t(i)] = kc->data_as<float>()[b * D * Hkv * N + i];
+            rv.v[size_t(i)] = vc->data_as<float>()[b * D * Hkv * N + i];
+        }
+        const ref::DT r = ref::attention(rq, rk, rv, 0.3);
+        for (int64_t i = 0; i < D * Hq * Tq; ++i) EXPECT_NEAR(got[size_t(b * D * Hq * Tq + i)], r.v[size_t(i)], 1e-5) << "sequence " << b;
+    }
+    // The accelerated (rounded) inputs are contiguous copies; the backward needs contiguous keys.
+    Tensor * o_bf16 = rp::attention(ctx, q, kw, vw, 0.3f, rp::DType::BF16);
+    EXPECT_NE(o_bf16->src[1], kw);
+    EXPECT_TRUE(o_bf16->src[1]->is_contiguous());
+    EXPECT_THROW(rp::attention_back(ctx, o, o), rp::Error);
 }
 
 TEST(OpAttention, ShapeErrors) {

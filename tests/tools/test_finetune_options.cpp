@@ -181,7 +181,7 @@ TEST(FinetuneOptions, EveryFlagParsesAsTheOldParserDid) {
          }},
         {"--method grpo --reward exact:answer --reward regex:x --reward-cmd ./score --reward-timeout 5 --reward-weights 1,0.5,2 --group 4 "
          "--max-completion-len 32 --temp 0.7 --top-p 0.9 --top-k 20 --epsilon 0.1 --epsilon-high 0.28 --loss-type dr_grpo --no-scale-rewards "
-         "--beta 0.04 --stop . --stop END",
+         "--beta 0.04 --stop . --stop END --rollout-batch 2 --iterations 3",
          [](const FinetuneJob & j) {
              EXPECT_FALSE(j.session_options().finetune.preference.has_value());
              const auto g = j.grpo_options();
@@ -198,6 +198,9 @@ TEST(FinetuneOptions, EveryFlagParsesAsTheOldParserDid) {
              EXPECT_EQ(g.loss.epsilon_high, 0.28);
              EXPECT_EQ(g.loss.beta, 0.04);
              EXPECT_EQ(g.loss_type, rp::GrpoLossType::DrGrpo);
+             EXPECT_EQ(g.rollout_batch, 2);
+             EXPECT_EQ(g.iterations, 3);
+             EXPECT_FALSE(g.loss.on_policy);  // (the later updates: a ratio against the sampling policy)
              EXPECT_FALSE(g.scale_rewards);
              EXPECT_EQ(g.stop, (std::vector<std::string>{".", "END"}));
              ASSERT_TRUE(j.session_options().finetune.grpo.has_value());
