@@ -39,23 +39,23 @@ for shape in $shapes; do
     "$build/bin/rp-gguf" synth "$model" --shape "$shape" --type bf16 --vocab "$shared/models/vocab/ggml-vocab-qwen2.gguf" > /dev/null
   fi
   for rb in $rollout_batches; do
-  "$build/bin/rp-finetune" -m "$model" --data "$tmp/prompts.jsonl" --method grpo --reward regex:dog --group "$group" \
-    --max-completion-len "$len" --batch "$prompts" --steps "$steps" -t "$threads" --lr 1e-4 --rollout-batch "$rb" -o "$tmp/out.gguf" > "$tmp/$shape.log" 2>&1 ||
-    { cat "$tmp/$shape.log" >&2; exit 1; }
-  # per step: tokens_per_s (the whole step's sequence tokens / s), rollout_seconds, rollout_tokens_per_s; the step's
-  # seconds from its sequence tokens (n_seq x seq_len, from the setup line) / tokens_per_s
-  seqtok=$(sed -n 's/.*(sequences of \([0-9]*\)).*/\1/p' "$tmp/$shape.log")
-  together=$rb; [ "$rb" = 0 ] && together=$group
-  awk -v n="$((prompts * group))" -v T="$seqtok" -v name="$shape" -v together="$together" '
-    /"rollout_seconds"/ {
-      match($0, /"step":[0-9]+/); step = substr($0, RSTART + 7, RLENGTH - 7) + 0
-      if (step < 2) next
-      match($0, /"tokens_per_s":[0-9.]+/); tps = substr($0, RSTART + 15, RLENGTH - 15) + 0
-      match($0, /"rollout_seconds":[0-9.]+/); rs = substr($0, RSTART + 18, RLENGTH - 18) + 0
-      match($0, /"rollout_tokens_per_s":[0-9.]+/); rtps = substr($0, RSTART + 23, RLENGTH - 23) + 0
-      secs = n * T / tps
-      r += rtps; t += n * T / (secs - rs); share += rs / secs; k++
-    }
-    END { if (k) printf "%-14s %8s %14.0f %14.0f %9.0f%%\n", name, together, r / k, t / k, 100 * share / k }' "$tmp/out.gguf.metrics.jsonl"
+    "$build/bin/rp-finetune" -m "$model" --data "$tmp/prompts.jsonl" --method grpo --reward regex:dog --group "$group" \
+      --max-completion-len "$len" --batch "$prompts" --steps "$steps" -t "$threads" --lr 1e-4 --rollout-batch "$rb" -o "$tmp/out.gguf" > "$tmp/$shape.log" 2>&1 ||
+      { cat "$tmp/$shape.log" >&2; exit 1; }
+    # per step: tokens_per_s (the whole step's sequence tokens / s), rollout_seconds, rollout_tokens_per_s; the step's
+    # seconds from its sequence tokens (n_seq x seq_len, from the setup line) / tokens_per_s
+    seqtok=$(sed -n 's/.*(sequences of \([0-9]*\)).*/\1/p' "$tmp/$shape.log")
+    together=$rb; [ "$rb" = 0 ] && together=$group
+    awk -v n="$((prompts * group))" -v T="$seqtok" -v name="$shape" -v together="$together" '
+      /"rollout_seconds"/ {
+        match($0, /"step":[0-9]+/); step = substr($0, RSTART + 7, RLENGTH - 7) + 0
+        if (step < 2) next
+        match($0, /"tokens_per_s":[0-9.]+/); tps = substr($0, RSTART + 15, RLENGTH - 15) + 0
+        match($0, /"rollout_seconds":[0-9.]+/); rs = substr($0, RSTART + 18, RLENGTH - 18) + 0
+        match($0, /"rollout_tokens_per_s":[0-9.]+/); rtps = substr($0, RSTART + 23, RLENGTH - 23) + 0
+        secs = n * T / tps
+        r += rtps; t += n * T / (secs - rs); share += rs / secs; k++
+      }
+      END { if (k) printf "%-14s %8s %14.0f %14.0f %9.0f%%\n", name, together, r / k, t / k, 100 * share / k }' "$tmp/out.gguf.metrics.jsonl"
   done
 done
