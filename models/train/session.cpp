@@ -8,6 +8,7 @@
 #include "models/text/tokenizer.h"
 
 #include <algorithm>
+#include <functional>
 #include <chrono>
 #include <cmath>
 #include <span>
@@ -62,16 +63,17 @@ SessionOptions checked(SessionOptions o, const Dataset & data) {
 
 bool needs_reference(const SessionOptions & o) { return o.finetune.preference && preference_needs_reference(o.finetune.preference->method); }
 
-// Mean loss over the unmasked tokens of the given sequences, on the host (data parallel: each rank a share of
-// the batches, the sums added over the ranks).
-double eval_loss(Trainer & tr, const Dataset & data, const std::vector<uint32_t> & idx, int64_t batch, int threads, Communicator * comm) {
+// Mean loss over the unmasked tokens of the given sequences, each batch's summed loss from batch_loss (data parallel:
+// each rank a share of the batches, the sums added over the ranks).
+double eval_loss(const Dataset & data, const std::vector<uint32_t> & idx, int64_t batch, Communicator * comm,
+                 const std::function<double(const Batch &)> & batch_loss) {
     double sum = 0;
     size_t n = 0;
     for (size_t b = 0, k = 0; b < idx.size(); b += static_cast<size_t>(batch), ++k) {
         if (comm && !in_group(k, comm->rank(), comm->size())) continue;  // data parallel: batches k = rank mod R
         const size_t e = std::min(idx.size(), b + static_cast<size_t>(batch));
         const Batch bt = make_batch(data, std::span<const uint32_t>(idx.data() + b, e - b));
-        sum += tr.loss(bt.inputs.data(), bt.labels.data(), bt.seq_len, bt.n_seq, 1.0f, threads, bt.positions_or_null());
+        sum += batch_loss(bt);
         n += bt.n_trained();
     }
     if (comm && comm->size() > 1) {
@@ -285,16 +287,7 @@ bool TrainingSession::reference_pass() {
             continue;
         }
         // Through the devices: the step's micro-batch split, the heads' forward alone (each answer's log-probability).
-        std::vector<MicroBatch> mbs;
-        for (MicroBatchInfo info : micro_batch_shapes(bt.seq_len, bt.n_seq, opt_.micro_batches, data_.packed(), data_.group())) {
-            const size_t off = static_cast<size_t>(info.seq_offset * bt.seq_len);
-            MicroBatch m;
-            m.ids = bt.inputs.data() + off;
-            m.labels = bt.labels.data() + off;
-            info.positions = bt.positions_or_null(off);
-            m.info = info;
-            mbs.push_back(m);
-        }
+        const std::vector<MicroBatch> mbs = micro_batches(bt, 0);
         const std::vector<std::vector<float>> res = pipe_->forward(mbs);
         for (size_t i = 0; i < res.size(); ++i) std::copy(res[i].begin() + 1, res[i].end(), out + static_cast<size_t>(mbs[i].info.seq_offset) * D);
     }
@@ -338,20 +331,9 @@ StepReport TrainingSession::step() {
 
     // The micro-batches: sequences [lo, hi) of the batch each, the same split on the host and in the pipeline;
     // data parallel: this rank's share (in_group), the others' on the other ranks.
-    std::vector<MicroBatch> mbs;
-    const auto shapes = micro_batch_shapes(bt.seq_len, bt.n_seq, opt_.micro_batches, data_.packed(), data_.group());
-    for (MicroBatchInfo info : shapes) {
-        const size_t off = static_cast<size_t>(info.seq_offset * bt.seq_len);
-        MicroBatch m;
-        m.ids = bt.inputs.data() + off;
-        m.labels = bt.labels.data() + off;
-        info.positions = bt.positions_or_null(off);
-        info.step = step;
-        info.loss_scale = loss_scale;
-        if (values) info.sequence_values = seq_values.data() + per_seq_values * static_cast<size_t>(info.seq_offset);
-        m.info = info;
-        mbs.push_back(m);
-    }
+    std::vector<MicroBatch> mbs = micro_batches(bt, step, loss_scale);
+    if (values)
+        for (MicroBatch & m : mbs) m.info.sequence_values = seq_values.data() + per_seq_values * static_cast<size_t>(m.info.seq_offset);
     // A micro-batch on the host: its loss; preference training keeps its sequences' log-probabilities.
     std::vector<float> results;
     auto accumulate = [&](const MicroBatch & m) {
@@ -475,7 +457,31 @@ double TrainingSession::evaluate() {
         eval_preference_ = st;
         return l;
     }
-    return eval_loss(trainer_, data_, split_.val, opt_.batch, opt_.threads, opt_.comm);
+    // SFT: on the devices when the run has them in sync mode (the step's micro-batches, the heads' forward alone: each
+    // micro-batch's summed loss), else on the host (async: the devices' working weights are one update behind the
+    // masters, which an evaluation reads).
+    return eval_loss(data_, split_.val, opt_.batch, opt_.comm, [&](const Batch & bt) {
+        if (!pipe_ || opt_.pipeline.async) return trainer_.loss(bt.inputs.data(), bt.labels.data(), bt.seq_len, bt.n_seq, 1.0f, opt_.threads, bt.positions_or_null());
+        double sum = 0;
+        for (const std::vector<float> & r : pipe_->forward(micro_batches(bt, st_.step))) sum += r[0];
+        return sum;
+    });
+}
+
+std::vector<MicroBatch> TrainingSession::micro_batches(const Batch & bt, int64_t step, float loss_scale) const {
+    std::vector<MicroBatch> mbs;
+    for (MicroBatchInfo info : micro_batch_shapes(bt.seq_len, bt.n_seq, opt_.micro_batches, data_.packed(), data_.group())) {
+        const size_t off = static_cast<size_t>(info.seq_offset * bt.seq_len);
+        MicroBatch m;
+        m.ids = bt.inputs.data() + off;
+        m.labels = bt.labels.data() + off;
+        info.positions = bt.positions_or_null(off);
+        info.step = step;
+        info.loss_scale = loss_scale;
+        m.info = info;
+        mbs.push_back(m);
+    }
+    return mbs;
 }
 
 std::string TrainingSession::sample(const Tokenizer & tok, const std::string & prompt, int64_t max_tokens) {
