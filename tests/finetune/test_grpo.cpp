@@ -4,6 +4,7 @@
 // bytes; a resumed run ends with the uninterrupted run's bytes; the pipeline (2 CPU devices) equals the host bit
 // for bit; the advantages and token weights are TRL's; bad setups are refused.
 #include "base/error.h"
+#include "base/read_file.h"
 #include "models/train/grpo.h"
 #include "tests/common/temp_dir.h"
 #include "tests/finetune/ft_test_util.h"
@@ -16,7 +17,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <numeric>
 #include <set>
 #include <string>
@@ -437,21 +437,17 @@ TEST(GrpoTool, TrainsFromTheCommandLineAndStopsOnAFailingRewardProgram) {
     EXPECT_NE(out.find("step 3/3 | loss"), std::string::npos) << out;
     EXPECT_NE(out.find("  reward "), std::string::npos) << out;
     EXPECT_TRUE(std::filesystem::exists(dir.file("a.gguf")));
-    std::ifstream m(dir.file("a.gguf.metrics.jsonl"));
-    std::stringstream ms;
-    ms << m.rdbuf();
+    const std::string metrics = rp::read_file(dir.file("a.gguf.metrics.jsonl"));
     for (const char * key : {"\"reward\":", "\"reward_std\":", "\"rewards/regex:dog/mean\":", "\"frac_reward_zero_std\":", "\"completions/mean_length\":",
                              "\"kl\":", "\"clip_ratio/region_mean\":", "\"completion\":"})
-        EXPECT_NE(ms.str().find(key), std::string::npos) << key << "\n" << ms.str();
+        EXPECT_NE(metrics.find(key), std::string::npos) << key << "\n" << metrics;
     // Two updates per rollout batch, 3 completions decoded together: steps 2 and 4 train again on steps 1 and 3's.
     ASSERT_EQ(ft_test::run(base + " --steps 4 --reward regex:dog --iterations 2 --rollout-batch 3 -o " + dir.file("c.gguf"), &out), 0) << out;
     EXPECT_NE(out.find("4 completions each of up to 6 tokens (sequences of 27), decoded 3 at a time"), std::string::npos) << out;
     EXPECT_NE(out.find("  update 2 on the rollouts of step 1 |"), std::string::npos) << out;
     EXPECT_NE(out.find("  update 2 on the rollouts of step 3 |"), std::string::npos) << out;
-    std::ifstream mc(dir.file("c.gguf.metrics.jsonl"));
-    std::stringstream mcs;
-    mcs << mc.rdbuf();
-    EXPECT_NE(mcs.str().find("\"iteration\":1,"), std::string::npos) << mcs.str();
+    const std::string iterated = rp::read_file(dir.file("c.gguf.metrics.jsonl"));
+    EXPECT_NE(iterated.find("\"iteration\":1,"), std::string::npos) << iterated;
     // The program exits during step 3: exit 1 naming it; step 2's checkpoint stays, no result.
     EXPECT_NE(ft_test::run(base + " --steps 4 --save-every 1 --reward-cmd 'sh " + dir.file("two.sh") + "' -o " + dir.file("b.gguf"), &out), 0);
     EXPECT_NE(out.find("reward program 'sh " + dir.file("two.sh") + "'"), std::string::npos) << out;
