@@ -86,10 +86,12 @@ inline bool batches_are_columns(const Tensor * t) {
 }
 
 // MUL_MAT (W = src0, X = src1 -> Y) and MUL_MAT_BACK_X (W = src0, dY = src1 -> dX): fn(args) per batch. With
-// fold_batches, one product of every batch's columns when W is one matrix and the batches of the activation and the
-// result are columns after each other (batched decoding, [K, 1, B]: each weight read once for all B, not B times).
-// The same bits either way: every element is the same sum over K whatever the column count (the CPU kernels' rule;
-// CUDA plans its workspace per batch and does not fold).
+// fold_batches, one product of every batch's columns when a batch has fewer than kFoldColumns columns, W is one
+// matrix and the batches of the activation and the result are columns after each other (batched decoding, [K, 1,
+// B]: each weight read once for all B, not B times; longer batches already reuse each weight row, and one product
+// of them all would only pack a larger operand). The same bits either way: every element is the same sum over K
+// whatever the column count (the CPU kernels' rule; CUDA plans its workspace per batch and does not fold).
+inline constexpr int64_t kFoldColumns = 16;
 template <class F> void for_each_gemm_batch(const Tensor * n, F && fn, bool fold_batches = false) {
     const Tensor * W = n->src[0];
     const Tensor * A = n->src[1];
@@ -102,7 +104,7 @@ template <class F> void for_each_gemm_batch(const Tensor * n, F && fn, bool fold
     a.w_row = W->nb[1];
     a.ldx = col_floats(A);
     a.ld_out = col_floats(n);
-    if (fold_batches && W->ne[2] == 1 && W->ne[3] == 1 && outer->ne[2] * outer->ne[3] > 1 && batches_are_columns(A) &&
+    if (fold_batches && a.T < kFoldColumns && W->ne[2] == 1 && W->ne[3] == 1 && outer->ne[2] * outer->ne[3] > 1 && batches_are_columns(A) &&
         batches_are_columns(n)) {
         a.T *= outer->ne[2] * outer->ne[3];
         a.w = static_cast<const char *>(W->data);
