@@ -15,9 +15,12 @@
 #include "ggml_rp/runtime/arena.h"
 #include "models/convert/synth_model.h"
 
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -75,6 +78,15 @@ void print_outcome(const rp::cli::SimulateSettings & s, const rp::SimPreset & m,
     std::printf("%-16s %7d %-44s %10.1f %7.2f%% %10.1f %7.2f%% %10.0f %7.2f%%\n", m.name.c_str(), r.stages, part.c_str(), r.alone.makespan_ms,
                 100 * r.alone.bubble_ratio, r.steady.steady_iteration_ms, 100 * r.steady.steady_bubble_ratio, tput,
                 100 * r.steady.exposed_comm_fraction);
+    if (!c.device_speed.empty() || s.dispatch != "round-robin") {
+        std::string jobs;
+        for (size_t d = 0; d < r.steady.jobs_per_device.size(); ++d) {
+            if (d) jobs += ',';
+            jobs += std::to_string(r.steady.jobs_per_device[d]);
+        }
+        std::printf("  jobs per GPU %s; ideal (no bubble at the GPUs' speeds) %.1f ms: steady / ideal = %.2f\n", jobs.c_str(),
+                    r.steady.ideal_iteration_ms, r.steady.steady_iteration_ms / r.steady.ideal_iteration_ms);
+    }
     if (s.sim.partition.empty() && !s.sim.published) {
         const bool same = !m.published.empty() && rp::plan_from_decoder_counts(m.published) == rp::plan_from_decoder_counts(r.plan_counts);
         std::printf("  planner T = %.2f ms; full partition %s%s\n", r.stage_bound, r.plan_counts.c_str(),
@@ -118,6 +130,14 @@ int main(int argc, char ** argv) {
         }
         if (!s.trace.empty() && models.size() != 1) throw rp::Error("--trace needs exactly one model");
         rp::SimConfig & c = s.sim.config;
+        if (!s.device_speed.empty() && static_cast<int>(s.device_speed.size()) != c.devices)
+            throw rp::Error("--device-speed: " + std::to_string(s.device_speed.size()) + " speeds for --gpus " + std::to_string(c.devices));
+        for (const std::string & v : s.device_speed) {
+            char * end = nullptr;
+            const double x = std::strtod(v.c_str(), &end);
+            if (v.empty() || *end != '\0' || !(x > 0) || !std::isfinite(x)) throw rp::Error("--device-speed: \"" + v + "\" is not a number > 0");
+            c.device_speed.push_back(x);
+        }
         c.link = rp::LinkModel::parse(s.link);
         c.node_link = rp::LinkModel::parse(s.node_link);
 
@@ -136,7 +156,17 @@ int main(int argc, char ** argv) {
                                     std::to_string(m.layers));
                 o.grad_bytes = rp::synth_grad_bytes(shape, s.full, s.mem.lora_rank);
             }
-            print_outcome(s, m, rp::simulate_preset(m, o));
+            if (s.dispatch == "both") {
+                rp::SimPreset named = m;
+                for (const auto & [mode, tag] : {std::pair{rp::SimDispatch::RoundRobin, " rr"}, std::pair{rp::SimDispatch::Ready, " ready"}}) {
+                    o.config.dispatch = mode;
+                    named.name = m.name + tag;
+                    print_outcome(s, named, rp::simulate_preset(m, o));
+                }
+            } else {
+                o.config.dispatch = s.dispatch == "ready" ? rp::SimDispatch::Ready : rp::SimDispatch::RoundRobin;
+                print_outcome(s, m, rp::simulate_preset(m, o));
+            }
         }
         std::printf("alone = one iteration by itself (fill and drain exposed); steady = async iterations overlapping,\n"
                     "mean period between iteration ends (second half of the run); bubble = idle compute time / (GPUs x time);\n"

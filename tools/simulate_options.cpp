@@ -18,6 +18,12 @@ void declare_simulate_options(Options & p, SimulateSettings & s) {
     p.group("Schedule");
     p.integer("--gpus", c.devices, 1, 1000000, "devices", "G");
     p.integer("--micro-batches", c.micro_batches, 1, 1000000, "micro-batches per iteration (16 as in roundpipe.md 13.8)", "M");
+    p.list("--device-speed", s.device_speed,
+           "each GPU's speed, its compute time divided by it (e.g. 1,1,1,1,0.6,0.6,0.6,0.6 for four\n"
+           "4090s beside four slower cards, or a straggler at 0.25; default: all 1)", "S,...");
+    p.choice("--dispatch", s.dispatch, {"round-robin", "ready", "both"},
+             "a job's GPU: the paper's round-robin pointer, the GPU that can start it first (a slower GPU\n"
+             "gets fewer jobs), or both side by side (default round-robin)");
     p.integer("--iterations", s.sim.iterations, 0, 1000000,
               "iterations to simulate (default 0: 2 + 8 x the cycle after which the stage -> GPU\n"
               "mapping repeats; the steady period is the mean over the second half)");

@@ -17,6 +17,8 @@ struct SimulateSettings {
     double tokens_per_mb = 8192;
     SimPreset custom{"custom", "custom", 0, -1, -1, -1, -1, 0, ""};
     bool max_seq = false, full = false;
+    std::vector<std::string> device_speed;  // --device-speed, one per GPU (empty: all 1)
+    std::string dispatch = "round-robin";   // round-robin | ready | both
     MaxSeqOptions mem;
 };
 

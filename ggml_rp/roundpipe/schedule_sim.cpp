@@ -43,6 +43,7 @@ public:
         compute_ends_.resize(static_cast<size_t>(G_));
         job_ends_.resize(static_cast<size_t>(G_));
         enq_done_.assign(static_cast<size_t>(G_), 0);
+        res_.jobs_per_device.assign(static_cast<size_t>(G_), 0);
         act_ms_ = cfg.act_bytes > 0 ? cfg.link.seconds(static_cast<size_t>(cfg.act_bytes)) * 1e3 : cfg.hop_ms / 2;
 
         // checkpoint layers: inputs of the backward stages' first layers (stage grain) or of every layer
@@ -110,7 +111,9 @@ public:
 
         res_.makespan_ms = last_compute_ - first_compute_;
         res_.work_per_iteration_ms = work_ / cfg_.iterations;
-        res_.bubble_ratio = res_.makespan_ms > 0 ? 1 - work_ / (G_ * res_.makespan_ms) : 0;
+        res_.bubble_ratio = res_.makespan_ms > 0 ? 1 - busy_ / (G_ * res_.makespan_ms) : 0;
+        const double speeds = cfg_.device_speed.empty() ? G_ : std::accumulate(cfg_.device_speed.begin(), cfg_.device_speed.end(), 0.0);
+        res_.ideal_iteration_ms = res_.work_per_iteration_ms / speeds;
         const auto & ends = res_.iteration_end_ms;
         const int n = cfg_.iterations;
         // The stage -> device mapping repeats every K iterations (the pointer advances J jobs per iteration),
@@ -125,7 +128,7 @@ public:
         else if (n == 2) res_.steady_iteration_ms = ends[1] - ends[0];
         else res_.steady_iteration_ms = res_.makespan_ms;
         res_.steady_bubble_ratio =
-            res_.steady_iteration_ms > 0 ? 1 - res_.work_per_iteration_ms / (G_ * res_.steady_iteration_ms) : 0;
+            res_.steady_iteration_ms > 0 ? 1 - busy_ / cfg_.iterations / (G_ * res_.steady_iteration_ms) : 0;
         for (int d = 0; d < G_; ++d) res_.trace.process_names[d] = "gpu " + std::to_string(d);
         if (cfg_.nodes > 1) res_.trace.process_names[G_] = "all-reduce";
         res_.trace.name_defaults();
@@ -138,6 +141,21 @@ public:
 private:
     double weight(int l) const { return m_.weight_bytes.empty() ? 0 : m_.weight_bytes[static_cast<size_t>(l)]; }
     double grad(int l) const { return m_.grad_bytes.empty() ? 0 : m_.grad_bytes[static_cast<size_t>(l)]; }
+
+    // The job's device: the pointer's, or (Ready) the one that can start it first (its compute stream and thread
+    // free, the first micro-batch's inputs on the host at inputs_at), ties in the pointer's order.
+    int pick_device(double inputs_at) {
+        if (cfg_.dispatch == SimDispatch::RoundRobin) return static_cast<int>(ptr_++ % G_);
+        int best = -1;
+        double best_t = 0;
+        for (int k = 0; k < G_; ++k) {
+            const int c = static_cast<int>((ptr_ + k) % G_);
+            const double t = std::max({free_[static_cast<size_t>(c)][kC], enq_done_[static_cast<size_t>(c)], inputs_at});
+            if (best < 0 || t < best_t) best = c, best_t = t;
+        }
+        ptr_ = best + 1;
+        return best;
+    }
 
     double op(int d, int stream, double start, double dur, const std::string & name, const std::string & cat) {
         const double end = start + dur;
@@ -160,8 +178,19 @@ private:
         const std::string stage = pass == Pass::Fwd ? "F" + std::to_string(s) : pass == Pass::Fused ? "FB" : "B" + std::to_string(s);
         const std::string cat = (pass == Pass::Fwd ? "fwd/" : pass == Pass::Fused ? "fused/" : "bwd/") + stage;
         const std::string tag = " it" + std::to_string(iter);
-        const int d = static_cast<int>(ptr_++ % G_);
+        // When its first micro-batch's inputs are on the host (the same for every device: hand-offs go through it).
+        double inputs_at = 0;
+        if (pass == Pass::Fwd && s > 0) inputs_at = st.fwd_out[static_cast<size_t>(s - 1)][0];
+        else if (pass == Pass::Fused && !plan_.fwd.empty()) inputs_at = st.fwd_out.back()[0];
+        else if (pass == Pass::Bwd) {
+            inputs_at = st.bwd_out[static_cast<size_t>(s - 1)][0];
+            for (int l = r.begin; l < r.end; ++l)
+                if (l > 0 && needs_ckpt_[static_cast<size_t>(l)]) inputs_at = std::max(inputs_at, st.ckpt[static_cast<size_t>(l)][0]);
+        }
+        const int d = pick_device(inputs_at);
         const size_t ud = static_cast<size_t>(d);
+        ++res_.jobs_per_device[ud];
+        const double speed = cfg_.device_speed.empty() ? 1.0 : cfg_.device_speed[ud];
 
         // controller: host flags of the job's layers, then the device's idle semaphore
         double dispatch = std::max(ctl_, enq_done_[ud]);
@@ -180,6 +209,9 @@ private:
             t_fwd += m_.tf_ms[static_cast<size_t>(l)];
             t_all += pass == Pass::Fwd ? m_.tf_ms[static_cast<size_t>(l)] : m_.tb_ms[static_cast<size_t>(l)];
         }
+        const double work = t_all;  // (at speed 1)
+        t_fwd /= speed;
+        t_all /= speed;
         const double t_bwd_part = std::max(0.0, t_all - t_fwd);
 
         // weights: prefetch depth 1 -- wait for the compute of the job before the previous one here
@@ -248,7 +280,8 @@ private:
             free_[ud][kC] = c_end;
             ends.push_back(c_end);
             last_end = c_end;
-            work_ += t_all;
+            work_ += work;
+            busy_ += t_all;
             first_compute_ = std::min(first_compute_, c_start);
             last_compute_ = std::max(last_compute_, c_end);
             st.last_compute = std::max(st.last_compute, c_end);
@@ -298,7 +331,8 @@ private:
     std::vector<double> enq_done_;
     long long ptr_ = 0;
     double ctl_ = 0;
-    double work_ = 0;
+    double work_ = 0;  // compute time at speed 1
+    double busy_ = 0;  // compute time at the devices' speeds
     double first_compute_ = std::numeric_limits<double>::infinity();
     double last_compute_ = 0;
     double node_link_free_ = 0;
@@ -352,6 +386,10 @@ SimResult simulate_roundpipe(const Plan & plan, const SimModel & model, const Si
         }
     }
     if (cfg.devices < 1) throw Error("simulate: devices must be at least 1");
+    if (!cfg.device_speed.empty() && static_cast<int>(cfg.device_speed.size()) != cfg.devices)
+        throw Error("simulate: " + std::to_string(cfg.device_speed.size()) + " device speeds for " + std::to_string(cfg.devices) + " devices");
+    for (double v : cfg.device_speed)
+        if (!(v > 0) || !std::isfinite(v)) throw Error("simulate: a device speed must be a finite number > 0");
     if (cfg.micro_batches < 1) throw Error("simulate: micro_batches must be at least 1");
     if (cfg.iterations < 1) throw Error("simulate: iterations must be at least 1");
     if (cfg.hop_ms < 0 || cfg.optimizer_ms < 0 || cfg.copy_back_ms < 0 || cfg.act_bytes < 0) {

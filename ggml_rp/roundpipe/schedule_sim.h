@@ -3,8 +3,9 @@
 // (§3.5 lists how the paper's own simulator differs):
 //
 // - jobs = (stage, all M micro-batches) in plan order F0..F(f-1), FB, B1..; device = a global round-robin
-//   pointer that persists across iterations; the controller hands a job to a device only after that
-//   device's thread has finished enqueuing its previous job (idle semaphore);
+//   pointer that persists across iterations (or, SimDispatch::Ready, the device that can start the job first);
+//   the controller hands a job to a device only after that device's thread has finished enqueuing its previous
+//   job (idle semaphore); a device of speed s computes in 1/s of the modelled time (SimConfig::device_speed);
 // - per device four in-order streams: weight upload, activation upload, compute, download;
 // - prefetch depth 1: a job's weight upload waits for the compute of the job before the previous one on the
 //   device; an activation upload waits for the compute two micro-batches back (§8.4);
@@ -41,8 +42,17 @@ struct SimModel {
     std::vector<double> grad_bytes;    // per layer trainable grad bytes downloaded by its backward job
 };
 
+// How a job picks its device: the paper's round-robin pointer, or the device that can start computing it first (its
+// compute stream and its thread free soonest; ties in the pointer's order, which then moves past the chosen device),
+// so that a slower device gets fewer jobs (issue #37; the runtime still dispatches round-robin).
+enum class SimDispatch { RoundRobin, Ready };
+
 struct SimConfig {
     int devices = 8;
+    // Each device's speed: its compute takes the modelled time divided by it (a 3090 beside a 4090, a throttled
+    // GPU); empty: all 1. Copies are not scaled (the link is the host's).
+    std::vector<double> device_speed;
+    SimDispatch dispatch = SimDispatch::RoundRobin;
     int micro_batches = 9;
     int iterations = 6;         // for a settled period use 2 + 8 * steady_window (see there)
     bool async_optimizer = true;
@@ -63,13 +73,16 @@ struct SimConfig {
 struct SimResult {
     Trace trace;                          // every modelled stream operation (ts, dur in us)
     std::vector<double> iteration_end_ms; // end of each iteration's last compute operation
-    double work_per_iteration_ms = 0;     // compute time of one iteration summed over devices
+    double work_per_iteration_ms = 0;     // compute time of one iteration summed over devices (at speed 1)
     double makespan_ms = 0;               // first compute start to last compute end, whole run
-    double bubble_ratio = 0;              // whole run: 1 - work / (devices * makespan)
+    double bubble_ratio = 0;              // whole run: 1 - busy / (devices * makespan), busy = compute time on the
+                                          // devices at their speeds (= work with every speed 1)
     double steady_iteration_ms = 0;       // mean period between iteration ends over the second half of the
                                           // run in whole mapping cycles (all but the first iteration when
                                           // the run is shorter than a cycle + 2)
-    double steady_bubble_ratio = 0;       // 1 - work per iteration / (devices * period)
+    double steady_bubble_ratio = 0;       // 1 - busy per iteration / (devices * period)
+    std::vector<int> jobs_per_device;     // jobs each device ran, whole run
+    double ideal_iteration_ms = 0;        // work per iteration / the devices' summed speed: no bubble at all
     double exposed_comm_fraction = 0;     // from the trace (analyse_trace), whole run
     double allreduce_ms_per_iteration = 0;      // nodes > 1: link busy time per iteration
     double exposed_allreduce_ms_per_iteration = 0;  // of it, while no device computed (analyse_trace)

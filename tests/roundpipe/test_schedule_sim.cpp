@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <map>
 #include <string>
 
@@ -236,4 +238,51 @@ TEST(ScheduleSim, DataParallelAllReduceOverlapsAndThenDelaysTheUpdate) {
     // nodes without gradient sizes are refused
     u.model.grad_bytes.clear();
     EXPECT_THROW(rp::simulate_roundpipe(u.plan, u.model, c), rp::Error);
+}
+
+// Dispatch by readiness (issue #37, in the timing model): on identical devices and jobs of one length it is the
+// round-robin assignment; with a straggler (one device at speed 0.25) it gives that device fewer jobs and the
+// iteration comes much closer to the ideal (the work over the devices' summed speed) than the fixed pointer, which
+// waits for the straggler on every round.
+TEST(ScheduleSim, DispatchByReadinessAroundAStraggler) {
+    Uniform u(10);
+    SimConfig c;
+    c.devices = 4;
+    c.micro_batches = 8;
+    c.iterations = 2 + 8 * rp::steady_window(u.plan.num_stages(), 4);
+    const rp::SimResult rr = rp::simulate_roundpipe(u.plan, u.model, c);
+    c.dispatch = rp::SimDispatch::Ready;
+    const rp::SimResult ready = rp::simulate_roundpipe(u.plan, u.model, c);
+    EXPECT_EQ(ready.jobs_per_device, rr.jobs_per_device);
+    EXPECT_NEAR(ready.steady_iteration_ms, rr.steady_iteration_ms, 1e-9);
+    ASSERT_EQ(ready.trace.events.size(), rr.trace.events.size());
+    for (size_t i = 0; i < rr.trace.events.size(); ++i) EXPECT_EQ(ready.trace.events[i].pid, rr.trace.events[i].pid) << rr.trace.events[i].name;
+    EXPECT_NEAR(rr.ideal_iteration_ms, rr.work_per_iteration_ms / 4, 1e-9);
+
+    c.device_speed = {1, 1, 1, 0.25};
+    const rp::SimResult straggled = rp::simulate_roundpipe(u.plan, u.model, c);
+    c.dispatch = rp::SimDispatch::RoundRobin;
+    const rp::SimResult fixed = rp::simulate_roundpipe(u.plan, u.model, c);
+    EXPECT_NEAR(straggled.work_per_iteration_ms, rr.work_per_iteration_ms, 1e-9);  // (work counts at speed 1)
+    EXPECT_NEAR(straggled.ideal_iteration_ms, rr.work_per_iteration_ms / 3.25, 1e-9);
+    const std::vector<int> & jobs = straggled.jobs_per_device;
+    EXPECT_LT(jobs[3], (jobs[0] + jobs[1] + jobs[2] + jobs[3]) / 4) << "the straggler kept its round-robin share";
+    EXPECT_EQ(fixed.jobs_per_device, rr.jobs_per_device);
+    std::printf("[ sim ] straggler at 0.25 of 4 devices: round-robin %.1f ms, by readiness %.1f ms, ideal %.1f ms; jobs %d,%d,%d,%d\n",
+                fixed.steady_iteration_ms, straggled.steady_iteration_ms, straggled.ideal_iteration_ms, jobs[0], jobs[1], jobs[2], jobs[3]);
+    EXPECT_LT(straggled.steady_iteration_ms, 0.75 * fixed.steady_iteration_ms);
+    EXPECT_GE(straggled.steady_iteration_ms, straggled.ideal_iteration_ms);
+
+    // One device at half speed alone: every compute takes twice as long.
+    SimConfig one;
+    one.devices = 1;
+    one.micro_batches = 2;
+    one.iterations = 1;
+    const double t1 = rp::simulate_roundpipe(u.plan, u.model, one).makespan_ms;
+    one.device_speed = {0.5};
+    EXPECT_NEAR(rp::simulate_roundpipe(u.plan, u.model, one).makespan_ms, 2 * t1, 1e-9);
+    one.device_speed = {0.5, 1};
+    EXPECT_THROW(rp::simulate_roundpipe(u.plan, u.model, one), rp::Error);
+    one.device_speed = {0};
+    EXPECT_THROW(rp::simulate_roundpipe(u.plan, u.model, one), rp::Error);
 }
