@@ -209,6 +209,9 @@ void GrpoObjective::restore(const ObjectiveState & st) {
         st.ints.size() != static_cast<size_t>(3 + 2 * n_seq * T + n_seq / opt_.group) ||
         st.floats.size() != static_cast<size_t>(kTokenValues * n_seq * T))
         throw Error(std::string(what) + " does not hold whole groups of " + std::to_string(opt_.group) + " completions");
+    if (T != grpo_seq_len(prompts_, opt_))
+        throw Error(std::string(what) + " has sequences of " + std::to_string(T) + " tokens; this run's are " + std::to_string(grpo_seq_len(prompts_, opt_)) +
+                    " (the longest prompt and max_completion_len)");
     Held h;
     h.step = st.ints[0];
     Batch & b = h.batch;

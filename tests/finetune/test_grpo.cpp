@@ -264,6 +264,17 @@ TEST(Grpo, IterationsResumeMidBatchBitExact) {
     EXPECT_EQ(ft_test::first_different_master(a.session.trainer(), second.session.trainer()), "");
     GrpoRun once(p, grpo_options(), 4, rp::make_builtin_reward("regex:a"));
     EXPECT_THROW(once.session.resume(dir.file("ckpt.gguf")), rp::Error);
+    // Another sequence length: the session refuses the checkpoint's data position first; the objective its batch.
+    rp::GrpoOptions longer = g;
+    longer.max_completion_len += 1;
+    GrpoRun other(p, longer, 4, rp::make_builtin_reward("regex:a"));
+    EXPECT_THROW(other.session.resume(dir.file("ckpt.gguf")), rp::Error);
+    try {
+        other.objective.restore(first.objective.state());
+        ADD_FAILURE() << "a held batch of other sequences was taken";
+    } catch (const rp::Error & e) {
+        EXPECT_NE(std::string(e.what()).find("has sequences of"), std::string::npos) << e.what();
+    }
 }
 
 // Through RoundPipe (2 CPU devices, sync; RoundPipe and GPipe schedules): the rollouts read the masters, the heads
