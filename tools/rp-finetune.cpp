@@ -113,11 +113,10 @@ void grpo_setup(Progress & say, const rp::FinetuneJob & job, const rp::PromptSet
         std::snprintf(w, sizeof w, " x %g", rewards.weight(i));
         names += (i ? ", " : "") + rewards.function(i).name() + w;
     }
-    const int64_t together = g.rollout_batch > 0 ? std::min(g.rollout_batch, g.group) : g.group;
     say.print("%s: %zu prompts (%zu cut to --max-prompt-len), %d completions each of up to %d tokens (sequences of %lld), decoded %lld at a time; "
               "rewards: %s; loss %s, epsilon %g / %g, beta %g, %s advantages; temperature %g, top-p %g, top-k %d\n",
               job.data_path.c_str(), prompts.size(), prompts.n_truncated(), g.group, g.max_completion_len, static_cast<long long>(job.seq_len),
-              static_cast<long long>(together),
+              static_cast<long long>(g.decoded_together()),
               names.c_str(), rp::grpo_loss_type_name(g.loss_type), g.loss.epsilon_low, g.loss.epsilon_high, g.loss.beta,
               g.scale_rewards ? "group-scaled" : "unscaled (Dr. GRPO)", static_cast<double>(g.temperature), static_cast<double>(g.top_p), g.top_k);
 }

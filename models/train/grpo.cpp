@@ -50,14 +50,15 @@ GrpoObjective::GrpoObjective(const Model & model, const Tokenizer & tok, const P
 
 namespace {
 
-// The completion tokens of sequence i of a batch: its labels, in order (the prompt's are masked).
-std::vector<int32_t> labelled(const Batch & bt, int64_t i) {
-    std::vector<int32_t> c;
-    for (int64_t t = 0; t < bt.seq_len; ++t) {
-        const int32_t l = bt.labels[static_cast<size_t>(i * bt.seq_len + t)];
-        if (l != kIgnoreLabel) c.push_back(l);
-    }
-    return c;
+// The completions of a batch: each sequence's labels, in order (the prompt's are masked).
+std::vector<std::vector<int32_t>> labelled(const Batch & bt) {
+    std::vector<std::vector<int32_t>> out(static_cast<size_t>(bt.n_seq));
+    for (int64_t i = 0; i < bt.n_seq; ++i)
+        for (int64_t t = 0; t < bt.seq_len; ++t) {
+            const int32_t l = bt.labels[static_cast<size_t>(i * bt.seq_len + t)];
+            if (l != kIgnoreLabel) out[static_cast<size_t>(i)].push_back(l);
+        }
+    return out;
 }
 
 json::Value number(double x) {
@@ -146,8 +147,8 @@ void GrpoObjective::share_rollouts(const BatchShare & share, int64_t step, Batch
         reward[i] = rew[i];
         finished_[i] = static_cast<uint8_t>(fin[i]);
         for (size_t f = 0; f < F; ++f) each[f][i] = fn[f * n + i];
-        completions_[i] = labelled(bt, static_cast<int64_t>(i));
     }
+    completions_ = labelled(bt);
 }
 
 std::vector<float> GrpoObjective::token_logps(Trainer & tr, int64_t step, const Batch & bt, const BatchShare & share, bool reference) {
@@ -176,8 +177,7 @@ std::vector<float> GrpoObjective::again(int64_t step, Batch & bt) {
         throw Error("GRPO: step " + std::to_string(step + 1) + " trains again on the rollouts of step " + std::to_string(sampled + 1) +
                     ", which this run does not hold (resumed from a checkpoint without them?)");
     bt = held_.batch;
-    completions_.assign(static_cast<size_t>(bt.n_seq), {});
-    for (int64_t i = 0; i < bt.n_seq; ++i) completions_[static_cast<size_t>(i)] = labelled(bt, i);
+    completions_ = labelled(bt);
     stats_ = held_.stats;
     stats_.iteration = static_cast<int32_t>(step - sampled);
     stats_.rollout_seconds = 0;
@@ -241,7 +241,7 @@ std::vector<float> GrpoObjective::prepare(Trainer & tr, int64_t step, Batch & bt
     // Rollouts: the completions of a prompt decoded together, `chunk` at a time (each weight read once per token for
     // all of them), from the prompt evaluated once; a chunk's sequences advance in step, the finished ones idle along
     // (their tokens computed, not used) until the last ends.
-    const int64_t chunk = opt_.rollout_batch > 0 ? std::min<int64_t>(opt_.rollout_batch, G) : G;
+    const int64_t chunk = opt_.decoded_together();
     const int64_t V = model_.hparams().n_vocab;
     InferenceSession s(model_, T, opt_.threads, &tr.lora(), &tr.graph_weights(), chunk);
     std::vector<float> logits(static_cast<size_t>(chunk * V));

@@ -54,6 +54,9 @@ struct GrpoOptions {
     // Updates per rollout batch (TRL's num_iterations): > 1 trains that many steps on one batch of rollouts, against
     // the log-probabilities of the policy that sampled them (loss.on_policy false).
     int32_t iterations = 1;
+
+    // Completions decoded together (rollout_batch, at most the group).
+    int32_t decoded_together() const { return rollout_batch > 0 && rollout_batch < group ? rollout_batch : group; }
     uint64_t seed = 0;
     int threads = 0;
 };

@@ -184,7 +184,7 @@ TrainingSession::TrainingSession(const Model & model, const Dataset & data, Sess
         std::vector<MicroBatchInfo> shapes;  // data parallel: this rank's share
         const auto all = micro_batch_shapes(data.seq_len(), n_seq, opt_.micro_batches, data.packed(), data.group());
         for (size_t i = 0; i < all.size(); ++i)
-            if (!reducer_ || in_group(i, opt_.comm->rank(), opt_.comm->size())) shapes.push_back(all[i]);
+            if (trains(i)) shapes.push_back(all[i]);
         planned_ = pipe_->plan_call(shapes);
     }
 }
@@ -223,7 +223,13 @@ std::string TrainingSession::resume(const std::string & path) {
         }
         batcher_.seek(st_.data);
         first_step_ = st_.step;
-        if (opt_.objective) opt_.objective->restore(st_.objective);
+        if (opt_.objective) {
+            try {
+                opt_.objective->restore(st_.objective);
+            } catch (const Error & e) {
+                throw Error(path + ": " + e.what());
+            }
+        }
         st_.objective = {};
         if (needs_reference(opt_) && st_.step > 0 && st_.reference_logps.size() != data_.n_answer_slots())
             throw Error(path + ": the checkpoint holds no reference log-probabilities for this dataset's " + std::to_string(data_.n_answer_slots()) +
@@ -312,8 +318,7 @@ StepReport TrainingSession::step() {
         share.mine.assign(static_cast<size_t>(bt.n_seq), 0);
         const auto all = micro_batch_shapes(bt.seq_len, bt.n_seq, opt_.micro_batches, data_.packed(), data_.group());
         for (size_t i = 0; i < all.size(); ++i)
-            if (in_group(i, opt_.comm->rank(), opt_.comm->size()))
-                std::fill_n(share.mine.begin() + all[i].seq_offset, all[i].n_seq, uint8_t{1});
+            if (trains(i)) std::fill_n(share.mine.begin() + all[i].seq_offset, all[i].n_seq, uint8_t{1});
     }
     const std::vector<float> seq_values = objective ? objective->prepare(trainer_, step, bt, share)
                                           : pref    ? preference_values(data_, bt, *opt_.finetune.preference, st_.reference_logps)
@@ -346,7 +351,7 @@ StepReport TrainingSession::step() {
     if (dp) {  // this rank's share
         std::vector<MicroBatch> mine;
         for (size_t i = 0; i < mbs.size(); ++i)
-            if (in_group(i, opt_.comm->rank(), opt_.comm->size())) mine.push_back(mbs[i]);
+            if (trains(i)) mine.push_back(mbs[i]);
         mbs = std::move(mine);
     }
     double loss = 0;
@@ -466,6 +471,10 @@ double TrainingSession::evaluate() {
         for (const std::vector<float> & r : pipe_->forward(micro_batches(bt, st_.step))) sum += r[0];
         return sum;
     });
+}
+
+bool TrainingSession::trains(size_t micro_batch) const {
+    return !reducer_ || in_group(micro_batch, opt_.comm->rank(), opt_.comm->size());
 }
 
 std::vector<MicroBatch> TrainingSession::micro_batches(const Batch & bt, int64_t step, float loss_scale) const {

@@ -154,8 +154,9 @@ public:
 
     StepReport step();
     // Mean loss over the unmasked tokens of the validation split (NaN without one; SFT through the devices when the
-    // run has them in sync mode, the masters' weights, each micro-batch's loss summed in its own graph: equal to the host's within
-    // rounding); preference training: the mean loss of its pairs (eval_preference() then holds their metrics).
+    // run has them in sync mode, the masters' weights, each micro-batch's loss summed in its own graph: equal to the
+    // host's within rounding); preference training: the mean loss of its pairs (eval_preference() then holds their
+    // metrics).
     double evaluate();
     std::optional<PreferenceStats> eval_preference() const { return eval_preference_; }
     // Preference training with a reference (DPO, IPO): every sequence's log-probability under the model as it
@@ -198,6 +199,8 @@ public:
 private:
     // The micro-batches of bt as a step splits it (sequences [lo, hi) each, pointing into bt).
     std::vector<MicroBatch> micro_batches(const Batch & bt, int64_t step, float loss_scale = 1.0f) const;
+    // Whether this process trains micro-batch i of a step (data parallel: i = rank mod R; else every one).
+    bool trains(size_t micro_batch) const;
     // Clipping + the optimizer on the masters (pipeline: on its optimizer thread); the first step's dump.
     void update(int64_t step, const Batch & bt, float loss_scale, double loss);
 

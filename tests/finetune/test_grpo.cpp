@@ -263,7 +263,21 @@ TEST(Grpo, IterationsResumeMidBatchBitExact) {
     }
     EXPECT_EQ(ft_test::first_different_master(a.session.trainer(), second.session.trainer()), "");
     GrpoRun once(p, grpo_options(), 4, rp::make_builtin_reward("regex:a"));
-    EXPECT_THROW(once.session.resume(dir.file("ckpt.gguf")), rp::Error);
+    try {
+        once.session.resume(dir.file("ckpt.gguf"));
+        ADD_FAILURE() << "a run of one update per batch took a held rollout batch";
+    } catch (const rp::Error & e) {
+        EXPECT_NE(std::string(e.what()).find(dir.file("ckpt.gguf") + ": the checkpoint's GRPO rollout batch is for iterations > 1"),
+                  std::string::npos) << e.what();
+    }
+    // A state cut short or naming a prompt the run lacks is refused, and nothing of it is kept.
+    rp::ObjectiveState cut = first.objective.state();
+    cut.ints.pop_back();
+    EXPECT_THROW(second.objective.restore(cut), rp::Error);
+    rp::ObjectiveState stranger = first.objective.state();
+    stranger.ints.back() = 99;
+    EXPECT_THROW(second.objective.restore(stranger), rp::Error);
+    EXPECT_EQ(second.objective.held_batch(), nullptr);
     // Another sequence length: the session refuses the checkpoint's data position first; the objective its batch.
     rp::GrpoOptions longer = g;
     longer.max_completion_len += 1;

@@ -317,7 +317,7 @@ TEST(DataParallel, GrpoOnTwoRanksEqualsTheGroupedSingleProcessBitForBit) {
     {
         std::ofstream f(dir.file("prompts.jsonl"));
         for (int i = 0; i < 8; ++i) f << "{\"prompt\": \"Once upon a time, there was a little\", \"id\": " << i << "}\n";
-        std::ofstream(dir.file("count.sh")) << "while IFS= read -r line; do echo x >> " << dir.file("scored.") << "${OMPI_COMM_WORLD_RANK:-one}; echo 0; done\n";
+        std::ofstream(dir.file("count.sh")) << "while IFS= read -r line; do echo x >> " << dir.file("scored.") << "${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-one}}; echo 0; done\n";
     }
     const std::string base = tool("rp-finetune") + " -m " + stories() + " --data " + dir.file("prompts.jsonl") +
                              " --method grpo --reward regex:a --reward-cmd 'sh " + dir.file("count.sh") +
