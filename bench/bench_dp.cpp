@@ -64,10 +64,7 @@ int run_dp(int argc, char ** argv) {
     cfg.lora_rank = lora_rank;
     rp::Trainer tr(*model, cfg);
     rp::TrainingProgram & real = tr;
-    rp::MicroBatchInfo mb;
-    mb.seq_len = T;
-    mb.n_seq = B;
-    mb.loss_scale = 1.0f / static_cast<float>(T * B);
+    const rp::MicroBatchInfo mb = rp::bench::micro_batch(T, B);
 
     // Rank 0 measures (alone: the others wait), every rank emulates those times.
     const int L = real.num_layers();
@@ -90,12 +87,8 @@ int run_dp(int argc, char ** argv) {
     }
     std::memcpy(&ms.head, &all[static_cast<size_t>(2 * L)], 8);
 
-    size_t wbytes = 0, gbytes = 0;
-    double tfwd = 0;
-    for (int l = 1; l + 1 < L; ++l) {
-        for (const auto & ti : real.layer_tensors(l)) wbytes += ti.bytes;
-        tfwd += ms.fwd[static_cast<size_t>(l)];
-    }
+    const auto [wbytes, tfwd] = rp::bench::block_totals(real, ms);
+    size_t gbytes = 0;
     for (const auto & p : tr.params()) gbytes += static_cast<size_t>(p.t->nelements()) * sizeof(float);
     const rp::LinkModel pcie = rp::bench::pcie_4090_link(wbytes, tfwd, gpu_tokens);  // as rp-bench roundpipe
 

@@ -55,18 +55,9 @@ int run_roundpipe(int argc, char ** argv) {
     cfg.lora_rank = rank;
     rp::Trainer tr(*model, cfg);
     rp::TrainingProgram & real = tr;
-    rp::MicroBatchInfo mb;
-    mb.seq_len = T;
-    mb.n_seq = B;
-    mb.loss_scale = 1.0f / static_cast<float>(T * B);
+    const rp::MicroBatchInfo mb = rp::bench::micro_batch(T, B);
     const Measured ms = measure(real, mb, model->hparams().n_vocab);
-
-    size_t wbytes = 0;
-    double tfwd = 0;
-    for (int l = 1; l + 1 < real.num_layers(); ++l) {
-        for (const auto & ti : real.layer_tensors(l)) wbytes += ti.bytes;
-        tfwd += ms.fwd[static_cast<size_t>(l)];
-    }
+    const auto [wbytes, tfwd] = rp::bench::block_totals(real, ms);
     const double ratio = rp::bench::pcie_4090_ratio(gpu_tokens);
     const rp::LinkModel link = rp::bench::pcie_4090_link(wbytes, tfwd, gpu_tokens);
     std::printf("model %s: %d layers, %.1f MiB of block weights; micro-batch %lld x %lld tokens\n", path.c_str(),

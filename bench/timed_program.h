@@ -117,13 +117,15 @@ struct BenchDevices {
     std::vector<std::unique_ptr<rp::CpuDevice>> owned;
     std::vector<rp::Device *> ptrs;
 };
-inline BenchDevices make_devices(int G, const rp::LinkModel & link, const rp::OpHook & hook) {
+// speeds: each device's compute speed (cpu_device.h); empty: all 1.
+inline BenchDevices make_devices(int G, const rp::LinkModel & link, const rp::OpHook & hook, const std::vector<double> & speeds = {}) {
     BenchDevices d;
     for (int i = 0; i < G; ++i) {
         rp::CpuDeviceOptions o;
         o.memory_bytes = size_t(1) << 30;
         o.link = link;
         o.hook = hook;
+        if (!speeds.empty()) o.speed = speeds.at(static_cast<size_t>(i));
         d.owned.push_back(std::make_unique<rp::CpuDevice>(i, o));
         d.ptrs.push_back(d.owned.back().get());
     }
@@ -139,6 +141,30 @@ inline rp::LinkModel pcie_4090_link(size_t wbytes, double block_fwd_s, double gp
     link.bytes_per_s = static_cast<double>(wbytes) / (block_fwd_s * pcie_4090_ratio(gpu_tokens));
     link.latency_s = 10e-6;
     return link;
+}
+
+// One micro-batch of B sequences of T tokens, its loss the mean over them.
+inline rp::MicroBatchInfo micro_batch(int64_t T, int64_t B) {
+    rp::MicroBatchInfo mb;
+    mb.seq_len = T;
+    mb.n_seq = B;
+    mb.loss_scale = 1.0f / static_cast<float>(T * B);
+    return mb;
+}
+
+// The block layers (every layer but the first and the last): their weight bytes and measured forward time,
+// what pcie_4090_link scales the link by.
+struct BlockTotals {
+    size_t weight_bytes = 0;
+    double forward_s = 0;
+};
+inline BlockTotals block_totals(const rp::TrainingProgram & p, const Measured & ms) {
+    BlockTotals t;
+    for (int l = 1; l + 1 < p.num_layers(); ++l) {
+        for (const auto & ti : p.layer_tensors(l)) t.weight_bytes += ti.bytes;
+        t.forward_s += ms.fwd[static_cast<size_t>(l)];
+    }
+    return t;
 }
 
 // M micro-batches of the same token ids (the emulated programs never read them).

@@ -3,6 +3,7 @@
 #include "base/error.h"
 #include "models/arch/model.h"
 
+#include <cstdio>
 #include <filesystem>
 #include <sstream>
 
@@ -264,6 +265,40 @@ void declare_roundpipe(Options & p, FinetuneJob & j) {
                 o.pipeline.schedule = schedule_from_name(v);
             },
             [&o] { return quoted(schedule_name(o.pipeline.schedule)); });
+    p.value("--dispatch", "NAME",
+            "ready | round-robin: a job's device: the one that finishes it first by the devices' speeds\n"
+            "(identical devices: the round-robin pointer), or always the pointer (the paper's). Default ready",
+            O::String,
+            [&o](const std::string & f, const std::string & v) {
+                if (v != "ready" && v != "round-robin") throw rp::Error(f + ": '" + v + "' is not one of ready, round-robin");
+                o.pipeline.dispatch = dispatch_from_name(v);
+            },
+            [&o] { return quoted(dispatch_name(o.pipeline.dispatch)); });
+    p.value("--device-speed", "S,...",
+            "each device's relative speed, e.g. 1,1,0.5,0.5: CPU devices then really compute that much\n"
+            "slower (a mixed machine emulated); on GPUs the dispatcher takes them instead of measuring.\n"
+            "Default: measured from each device's kernels, updated every call",
+            O::String,
+            [&o](const std::string & f, const std::string & v) {
+                o.pipeline.device_speed.clear();
+                size_t at = 0;
+                for (;;) {
+                    const size_t comma = v.find(',', at);
+                    o.pipeline.device_speed.push_back(parse_double(f, v.substr(at, comma == std::string::npos ? std::string::npos : comma - at), 1e-6, 1e6));
+                    if (comma == std::string::npos) break;
+                    at = comma + 1;
+                }
+            },
+            [&o]() -> std::optional<std::string> {
+                if (o.pipeline.device_speed.empty()) return std::nullopt;
+                std::string s;
+                for (double x : o.pipeline.device_speed) {
+                    char b[32];
+                    std::snprintf(b, sizeof b, "%s%.17g", s.empty() ? "" : ",", x);
+                    s += b;
+                }
+                return toml_string(s);
+            });
     p.toggle("--async", "--sync", o.pipeline.async,
              "optimizer step overlapped with the next step (staleness 1), or synchronous (default --sync)");
     p.value("--recompute", "GRAIN", "stage | layer: what a backward job recomputes from", O::String,
@@ -400,6 +435,7 @@ const FlagNames & finetune_flag_names() {
         // FinetuneJob::validate
         {"model_path", "-m BASE.gguf"}, {"data_path", "--data FILE"}, {"out_path", "-o OUT.gguf"}, {"devices.count", "--devices N"},
         {"devices.link", "--link"}, {"devices.backend", "--backend"}, {"pipeline.async", "--async"}, {"pipeline.schedule", "--schedule"},
+        {"pipeline.dispatch", "--dispatch"}, {"pipeline.device_speed", "--device-speed"},
         {"trace_path", "--trace"}, {"token_chunk", "--token-chunk"}, {"max_seq", "--max-seq"}, {"plan_only", "--plan"},
         {"dp.required", "--dp"}, {"dp.link", "--dp-link"}, {"rank_fault", "--inject-dp-fault"}};
     return names;

@@ -175,14 +175,18 @@ void print_setup(Progress & say, const rp::FinetuneJob & job, const rp::SessionO
 // The summary of a finished run: devices' memory, throughput and loss, the op profile.
 void print_summary(Progress & say, const rp::FinetuneJob & job, const rp::TrainingSession & run, const rp::RunOutcome & outcome) {
     const rp::SessionOptions & o = run.options();
-    if (o.pipelined)  // planned vs measured, per device
+    if (o.pipelined) {  // planned vs measured, per device; the jobs each ran and its speed as the dispatcher saw it
+        const std::vector<int64_t> jobs = run.pipeline()->jobs_per_device();
+        const std::vector<double> speeds = run.pipeline()->device_speeds();
         for (size_t i = 0; i < run.devices().size(); ++i) {
             const rp::DeviceMemoryPlan u = run.pipeline()->device_regions_used(static_cast<int>(i));
             say.print("memory %s: high-water %zu bytes, planned %zu (used: resident %zu, weights %zu, activations %zu, graph %zu); "
-                      "weights sent %zu bytes\n",
+                      "weights sent %zu bytes; %lld jobs, speed %.2f (%s)\n",
                       run.devices()[i]->name().c_str(), run.devices()[i]->high_water(), run.planned().memory.peak(), u.resident, u.weight_slot,
-                      u.activations, u.graph, run.pipeline()->device_weight_bytes_uploaded(static_cast<int>(i)));
+                      u.activations, u.graph, run.pipeline()->device_weight_bytes_uploaded(static_cast<int>(i)),
+                      static_cast<long long>(jobs[i]), speeds[i], o.pipeline.device_speed.empty() ? "measured" : "given");
         }
+    }
     const rp::TrainCurve & curve = run.curve();
     const double secs = outcome.seconds;
     const auto & tl = curve.train_loss;

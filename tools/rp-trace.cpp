@@ -3,11 +3,12 @@
 //
 //   rp-trace trace.json                    print the schedule's numbers
 //   rp-trace trace.json -o timeline.svg    also draw devices x streams, coloured by stage and pass
+//   rp-trace trace.json --assignment       also each call's jobs and the device each ran on
 //
 // Printed: devices, operations, the compute span (first compute operation's start to the last one's end),
 // the bubble ratio (idle fraction of the compute streams over that span) and the exposed-communication
 // fraction (time a device's compute stream is idle while one of its copy streams is busy, over the span),
-// each summed over devices; then the same per device.
+// each summed over devices; then the same per device, with the jobs it ran.
 #include "tools/options.h"
 
 #include "base/atomic_file.h"
@@ -15,6 +16,7 @@
 #include "ggml_rp/roundpipe/trace.h"
 #include "base/error.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <set>
@@ -24,12 +26,14 @@
 namespace {
 
 const char * const kUsage =
-    "usage: rp-trace TRACE.json [MORE.json ...] [-o TIMELINE.svg] [--title TEXT] [--width PIXELS]\n"
+    "usage: rp-trace TRACE.json [MORE.json ...] [-o TIMELINE.svg] [--title TEXT] [--width PIXELS] [--assignment]\n"
     "\n"
     "Prints the bubble ratio (idle fraction of the compute streams between the first and the last compute\n"
     "operation) and the exposed-communication fraction (compute idle while a copy stream of the same device\n"
-    "is busy), over all devices and per device. With -o, draws the timeline as SVG: one row per device and\n"
-    "stream, boxes coloured by pass (hue) and stage (shade), copies lighter.\n"
+    "is busy), over all devices and per device, with the jobs each device ran. With -o, draws the timeline as\n"
+    "SVG: one row per device and stream, boxes coloured by pass (hue) and stage (shade), copies lighter. With\n"
+    "--assignment, prints each call's jobs in dispatch order as STAGE:DEVICE (where dispatch by readiness\n"
+    "moved jobs off a slow device, rp-finetune --dispatch).\n"
     "\n"
     "Several files: the traces of the ranks of one data-parallel run (rp-finetune --trace T.json under mpirun\n"
     "writes T.rank0.json, T.rank1.json, ...), in rank order, merged on their common clock. Printed also: each\n"
@@ -47,6 +51,8 @@ int main(int argc, char ** argv) {
         opts.text("-o,--output", out, "draw the timeline as SVG into FILE", "TIMELINE.svg");
         opts.text("--title", opt.title, "the timeline's title", "TEXT");
         opts.integer("--width", opt.width, 100, 100000, "the timeline's width", "PIXELS");
+        bool assignment = false;
+        opts.flag("--assignment", assignment, "print each call's jobs and their devices");
         if (!opts.parse(argc, argv)) return 0;
 
         rp::Trace trace;
@@ -60,6 +66,7 @@ int main(int argc, char ** argv) {
         trace.name_defaults();
         const std::string in = inputs.size() == 1 ? inputs[0] : std::to_string(inputs.size()) + " rank traces";
         const rp::TraceStats st = rp::analyse_trace(trace);
+        const std::vector<rp::TraceJob> jobs = rp::trace_jobs(trace);
         std::printf("%s: %zu operations on %d devices\n", in.c_str(), trace.events.size(), st.devices);
         if (st.compute_ops == 0) {
             std::printf("no compute operations: no bubble ratio\n");
@@ -82,8 +89,18 @@ int main(int argc, char ** argv) {
                 one.events.push_back({d, static_cast<int>(rp::StreamKind::Compute), "", "", st.span_start_us, 0});
                 one.events.push_back({d, static_cast<int>(rp::StreamKind::Compute), "", "", st.span_end_us, 0});
                 const rp::TraceStats ds = rp::analyse_trace(one);
-                std::printf("  %-20s busy %6.2f%%  exposed comm %6.2f%%\n", trace.process_names[d].c_str(),
-                            100 * (1 - ds.bubble_ratio), 100 * ds.exposed_comm_fraction);
+                const long n_jobs = std::count_if(jobs.begin(), jobs.end(), [d](const rp::TraceJob & j) { return j.device == d; });
+                std::printf("  %-20s busy %6.2f%%  exposed comm %6.2f%%  jobs %ld\n", trace.process_names[d].c_str(),
+                            100 * (1 - ds.bubble_ratio), 100 * ds.exposed_comm_fraction, n_jobs);
+            }
+            if (assignment && !jobs.empty()) {  // a call starts where its first stage comes round again
+                std::printf("assignment (STAGE:DEVICE in start order, one call per line)\n");
+                int call = 0;
+                for (size_t k = 0; k < jobs.size(); ++k) {
+                    if (k == 0 || jobs[k].stage == jobs[0].stage) std::printf("%s  call %d:", k ? "\n" : "", call++);
+                    std::printf(" %s:%d", jobs[k].stage.c_str(), jobs[k].device);
+                }
+                std::printf("\n");
             }
             if (st.ranks > 0) {
                 std::printf("all-reduce         %zu exchanges on %d ranks, busy %.3f ms, exposed %.3f ms (%.2f%% of the span per rank)\n",

@@ -62,6 +62,7 @@ struct Call {
     struct Timed {
         int layer;
         Launch kind;
+        int device;  // the pipeline's index of the device that ran it
         std::shared_ptr<Event> start, end;
     };
     void add_timed(Timed t);

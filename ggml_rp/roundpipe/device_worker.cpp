@@ -40,8 +40,8 @@ struct DeviceWorker::Running {
     LayerMemory & layer(int l) { return mem[static_cast<size_t>(l - job.spec.layers.begin)]; }
 };
 
-DeviceWorker::DeviceWorker(Device & device, WorkerShared shared, FuzzDelay fuzz)
-    : dev_(device), sh_(shared), fuzz_(fuzz), transfer_(device, shared.observer), resident_(layout_resident(shared.program)) {
+DeviceWorker::DeviceWorker(int position, Device & device, WorkerShared shared, FuzzDelay fuzz)
+    : position_(position), dev_(device), sh_(shared), fuzz_(fuzz), transfer_(device, shared.observer), resident_(layout_resident(shared.program)) {
     thread_ = std::make_unique<WorkQueue>([this](const std::string & e) { sh_.faults.record(dev_.name() + ": " + e); });
 }
 
@@ -152,7 +152,7 @@ void DeviceWorker::launch(Call & c, int layer, Call::Launch kind, OpLabel label,
             throw;  // poisons the stream
         }
     });
-    c.add_timed({layer, kind, std::move(start), transfer_.record(StreamKind::Compute)});
+    c.add_timed({layer, kind, position_, std::move(start), transfer_.record(StreamKind::Compute)});
 }
 
 void DeviceWorker::run_job(Job & job, std::vector<char> & released) {

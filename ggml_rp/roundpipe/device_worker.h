@@ -62,7 +62,8 @@ struct WorkerShared {
 
 class DeviceWorker {
 public:
-    DeviceWorker(Device & device, WorkerShared shared, FuzzDelay fuzz);
+    // position: the device's index in the pipeline's list (what its timed launches are tagged with).
+    DeviceWorker(int position, Device & device, WorkerShared shared, FuzzDelay fuzz);
     ~DeviceWorker();  // finishes the queued jobs, waits for the device, frees every job's memory
     DeviceWorker(const DeviceWorker &) = delete;
     DeviceWorker & operator=(const DeviceWorker &) = delete;
@@ -91,6 +92,7 @@ private:
     void ensure_regions(const DeviceMemoryPlan & need);
     void launch(Call & c, int layer, Call::Launch kind, OpLabel label, std::function<void(ProgramContext &)> program);
 
+    int position_;
     Device & dev_;
     WorkerShared sh_;
     FuzzDelay fuzz_;

@@ -39,7 +39,14 @@ struct Pipeline::Impl {
     std::deque<std::shared_ptr<Call>> unharvested;
 
     // Controller state.
-    uint64_t rr = 0;  // the global round-robin pointer
+    Dispatcher dispatcher;  // which device runs each RoundPipe job
+    // Per layer: its class of equal work for the dispatcher's speed fit (layers of equal weight bytes: a
+    // model's blocks), so that devices compare even when each stage always lands on the same device.
+    std::vector<int> work_class;
+    bool devices_idle = true;  // every device finished its jobs since the last call began (sync step, drain)
+    std::deque<Assignment> assigned;   // the last kKeptAssignments jobs' devices
+    std::vector<int64_t> jobs_run;     // per device, every job
+    static constexpr size_t kKeptAssignments = 4096;
     int64_t calls = 0;
     int64_t calls_in_step = 0;
     CallPlan last;
@@ -57,9 +64,10 @@ struct Pipeline::Impl {
     Impl(TrainingProgram & p, std::vector<Device *> d, PipelineOptions o)
         : prog(p), devs(std::move(d)), opt(std::move(o)), pinned(PinnedPool::make(first_device(devs))),
           store(p, first_device(devs), opt.frozen_pinning.value_or(default_frozen_pinning(accelerators(devs)))),
-          protocol(store.trainable_layers()) {
+          protocol(store.trainable_layers()), dispatcher(static_cast<int>(devs.size()), opt.dispatch, opt.device_speed) {
         L = prog.num_layers();
         G = static_cast<int>(devs.size());
+        jobs_run.assign(static_cast<size_t>(G), 0);
         if (L < 2) throw Error("pipeline: the program needs at least 2 layers");
         if (opt.threads_per_device < 1) opt.threads_per_device = 1;
         if (opt.observer) observer = opt.observer;
@@ -75,6 +83,10 @@ struct Pipeline::Impl {
         flag_violations_at_start = HostFlag::violations();
         if (opt.plan) validate_plan(*opt.plan, L);
         timings = std::make_unique<LayerTimings>(store.layer_bytes());
+        for (size_t bytes : store.layer_bytes()) {
+            const auto & lb = store.layer_bytes();
+            work_class.push_back(static_cast<int>(std::find(lb.begin(), lb.end(), bytes) - lb.begin()));
+        }
         planner = std::make_unique<CallPlanner>(prog, devs.front()->runner());
 
         if (opt.fuzz_seed) optimizer_fuzz = FuzzDelay(opt.fuzz_seed ^ 0x5bd1e995u, opt.fuzz_max_delay_us);
@@ -85,7 +97,7 @@ struct Pipeline::Impl {
             FuzzDelay fuzz;
             if (opt.fuzz_seed)
                 fuzz = FuzzDelay(opt.fuzz_seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(i) + 1, opt.fuzz_max_delay_us);
-            workers.push_back(std::make_unique<DeviceWorker>(*devs[static_cast<size_t>(i)], shared, fuzz));
+            workers.push_back(std::make_unique<DeviceWorker>(i, *devs[static_cast<size_t>(i)], shared, fuzz));
         }
     }
     ~Impl() {
@@ -108,6 +120,7 @@ struct Pipeline::Impl {
     CallPlan plan(const std::vector<MicroBatchInfo> & mbs);
     void harvest_timings();
     void dispatch(const std::shared_ptr<Job> & job, int device);
+    std::vector<double> task_times(const Call & c, const JobSpec & spec, const CallPlanRequest & r) const;
     // A call of these micro-batches planned, laid out and its jobs dispatched (forward_only: without the backward
     // stages, in evaluation mode, not timed); then, once its fused parts are done, each micro-batch's head results.
     std::shared_ptr<Call> start_call(const std::vector<MicroBatch> & mbs, bool forward_only);
@@ -150,7 +163,8 @@ CallPlan Pipeline::Impl::plan(const std::vector<MicroBatchInfo> & mbs) {
     return cp;
 }
 
-// Without blocking: the oldest calls whose timed launches have all completed feed the EMA, in call order.
+// Without blocking: the oldest calls whose timed launches have all completed feed the EMA, in call order, at
+// speed 1 (each launch's time times its device's speed), and the dispatcher's measured speeds.
 void Pipeline::Impl::harvest_timings() {
     while (!unharvested.empty()) {
         std::vector<Call::Timed> timed;
@@ -158,9 +172,12 @@ void Pipeline::Impl::harvest_timings() {
         unharvested.pop_front();
         std::vector<double> fsum(static_cast<size_t>(L), 0), bsum(static_cast<size_t>(L), 0);
         std::vector<int> fn(static_cast<size_t>(L), 0), bn(static_cast<size_t>(L), 0);
+        std::vector<Dispatcher::Launch> launches;
         try {
             for (const auto & t : timed) {
-                const double ms = t.end->elapsed_ms(*t.start);
+                const double measured = t.end->elapsed_ms(*t.start);
+                launches.push_back({t.device, work_class[static_cast<size_t>(t.layer)] * 3 + static_cast<int>(t.kind), measured});
+                const double ms = measured * dispatcher.speeds()[static_cast<size_t>(t.device)];
                 const size_t l = static_cast<size_t>(t.layer);
                 if (t.kind == Call::Launch::Forward) {
                     fsum[l] += ms;
@@ -187,6 +204,7 @@ void Pipeline::Impl::harvest_timings() {
             }
         }
         timings->add_iteration(fwd, bwd);
+        dispatcher.add_call(launches);
     }
 }
 
@@ -233,16 +251,40 @@ std::shared_ptr<Call> Pipeline::Impl::start_call(const std::vector<MicroBatch> &
     }
     std::vector<JobSpec> jobs = schedule_jobs(opt.schedule, c->plan, c->stages, c->M);
     if (forward_only) jobs = forward_only_jobs(std::move(jobs), c->stages);
+    dispatcher.begin_call(std::exchange(devices_idle, false));
+    const CallPlanRequest times = request();
     for (const JobSpec & spec : jobs) {
         auto job = std::make_shared<Job>();
         job->call = c;
         job->spec = spec;
         job->shape = cp.shape;
         job->memory = cp.memory;
-        const int dev = spec.device >= 0 ? spec.device : static_cast<int>(rr++ % static_cast<uint64_t>(G));
+        const bool fused = c->stages[static_cast<size_t>(spec.tasks.front().stage)].pass == Pass::Fused;
+        const int dev = spec.device >= 0 ? spec.device : dispatcher.pick(task_times(*c, spec, times), fused);
+        assigned.push_back({c->id, spec.label, dev});
+        if (assigned.size() > kKeptAssignments) assigned.pop_front();
+        ++jobs_run[static_cast<size_t>(dev)];
         dispatch(job, dev);
     }
     return c;
+}
+
+// A job's micro-batch times at speed 1 for the dispatcher's model: the planner's per-layer estimates summed over
+// the stage (a backward or fused stage: recompute + backward; forward-only: forwards), by the micro-batch's tokens
+// relative to the call's mean.
+std::vector<double> Pipeline::Impl::task_times(const Call & c, const JobSpec & spec, const CallPlanRequest & r) const {
+    double mean_tokens = 0;
+    for (const MicroBatchInfo & m : c.info) mean_tokens += static_cast<double>(m.tokens());
+    mean_tokens /= static_cast<double>(std::max(c.M, 1));
+    std::vector<double> ms;
+    for (const Task & t : spec.tasks) {
+        const StageDesc & sd = c.stages[static_cast<size_t>(t.stage)];
+        const std::vector<double> & per_layer = sd.pass == Pass::Fwd || c.forward_only ? r.tf : r.tb;
+        double sum = 0;
+        for (int l = sd.layers.begin; l < sd.layers.end; ++l) sum += per_layer[static_cast<size_t>(l)];
+        ms.push_back(mean_tokens > 0 ? sum * static_cast<double>(c.info[static_cast<size_t>(t.mb)].tokens()) / mean_tokens : sum);
+    }
+    return ms;
 }
 
 std::vector<std::vector<float>> Pipeline::Impl::head_results_of(Call & c) {
@@ -304,6 +346,7 @@ void Pipeline::step(std::function<void()> update) {
         d.optimizer->enqueue(copy_back);
         d.optimizer->enqueue([&d] { d.optim_updated.set(); });
         d.optim_updated.wait();
+        d.devices_idle = true;  // the update waited for every gradient download: the devices are done
         rethrow_faults();
     }
 }
@@ -337,6 +380,7 @@ void Pipeline::rethrow_faults() {
 
 void Pipeline::drain() {
     Impl & d = *impl_;
+    d.devices_idle = true;
     d.optimizer->wait_idle();
     for (auto & w : d.workers) {
         w->wait_idle();
@@ -372,6 +416,12 @@ size_t Pipeline::device_weight_bytes_uploaded(int device) const {
 }
 
 int Pipeline::num_devices() const { return impl_->G; }
+
+std::vector<Pipeline::Assignment> Pipeline::assignments() const { return {impl_->assigned.begin(), impl_->assigned.end()}; }
+
+std::vector<double> Pipeline::device_speeds() const { return impl_->dispatcher.speeds(); }
+
+std::vector<int64_t> Pipeline::jobs_per_device() const { return impl_->jobs_run; }
 
 int Pipeline::timing_samples() const { return impl_->timings->samples(); }
 

@@ -1,10 +1,12 @@
 // The RoundPipe runtime (roundpipe.md §3, §5, §8, §9, §12): the whole model lives in host memory, devices are
-// stateless workers, and jobs (one stage x all micro-batches) go to the devices round-robin. This is the
-// controller; each actor owns its state in its own file:
+// stateless workers, and jobs (one stage x all micro-batches) go to the devices round-robin, or to the device
+// that finishes them first when the devices' speeds differ. This is the controller; each actor owns its state
+// in its own file:
 //
 //   controller     (pipeline.cpp) the caller's thread: forward_backward() obtains a plan, dispatches the jobs
-//                  in plan order — RoundPipe to device (pointer++ mod G), one global pointer that persists
-//                  across stages, calls and steps; the baselines to their bound device — after claiming the
+//                  in plan order — RoundPipe to the dispatcher's device (dispatcher.h: the global round-robin
+//                  pointer, which persists across stages, calls and steps, or by readiness on devices of
+//                  different speeds); the baselines to their bound device — after claiming the
 //                  per-layer flags the job needs; it returns once the fused parts are done and the losses are
 //                  on the host, without waiting for the remaining backward stages. step() hands the update
 //                  to the optimizer thread (sync: and waits; async: staleness 1, returns at once);
@@ -25,6 +27,7 @@
 
 #include "ggml_rp/roundpipe/call_planner.h"
 #include "ggml_rp/roundpipe/call_state.h"
+#include "ggml_rp/roundpipe/dispatcher.h"
 #include "ggml_rp/roundpipe/host_store.h"
 #include "ggml_rp/roundpipe/observer.h"
 #include "ggml_rp/roundpipe/plan.h"
@@ -46,6 +49,11 @@ struct PipelineOptions {
     ScheduleKind schedule = ScheduleKind::RoundPipe;
     bool async = false;                    // staleness-1 optimizer step
     RecomputeGrain grain = RecomputeGrain::Stage;
+    // Which device runs a RoundPipe job (dispatcher.h): by readiness (identical devices: the round-robin
+    // pointer) or always the pointer. device_speed: each device's relative speed, fixed for the run; empty:
+    // measured from the devices' launches.
+    DispatchKind dispatch = DispatchKind::Ready;
+    std::vector<double> device_speed;
     std::optional<Plan> plan;              // pinned plan (validated); default: the planner (RoundPipe) or an even split
     // Per-layer time estimates for the planner (§11.1: tf = forward / recompute, tb = recompute + backward);
     // empty = the cold-start byte proxy.
@@ -130,6 +138,17 @@ public:
     // The pool of the calls' pinned host buffers (runtime/pinned_pool.h): blocks pinned, takes reused.
     PinnedPool::Stats pinned_stats() const;
     int num_devices() const;
+    // One job's device: call, job label ("F2", "FB", "B1"; bound schedules "dev1"), device; in dispatch order, the
+    // last 4096 jobs.
+    struct Assignment {
+        int64_t call;
+        std::string job;
+        int device;
+    };
+    std::vector<Assignment> assignments() const;
+    // The dispatcher's current device speeds (the fastest 1; given or measured) and every device's jobs so far.
+    std::vector<double> device_speeds() const;
+    std::vector<int64_t> jobs_per_device() const;
 
     struct Impl;
 

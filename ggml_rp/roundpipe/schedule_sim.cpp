@@ -38,7 +38,8 @@ class Simulator {
 public:
     Simulator(const Plan & plan, const SimModel & model, const SimConfig & cfg)
         : plan_(plan), m_(model), cfg_(cfg), G_(cfg.devices), M_(cfg.micro_batches),
-          L_(static_cast<int>(model.tf_ms.size())) {
+          L_(static_cast<int>(model.tf_ms.size())),
+          dispatcher_(cfg.devices, cfg.dispatch == SimDispatch::Ready ? DispatchKind::Ready : DispatchKind::RoundRobin, cfg.device_speed) {
         free_.assign(static_cast<size_t>(G_), {0, 0, 0, 0});
         compute_ends_.resize(static_cast<size_t>(G_));
         job_ends_.resize(static_cast<size_t>(G_));
@@ -78,6 +79,7 @@ public:
             st.ckpt.assign(static_cast<size_t>(L_), std::vector<double>(static_cast<size_t>(M_), 0));
             st.grad_done.assign(static_cast<size_t>(L_), 0);
 
+            dispatcher_.begin_call(!cfg_.async_optimizer);  // a sync step ends when every device is done
             for (size_t s = 0; s < f; ++s) run_job(Pass::Fwd, static_cast<int>(s), k, st, param_copied, grad_copied);
             for (size_t s = 0; s < b; ++s) {
                 run_job(s == 0 ? Pass::Fused : Pass::Bwd, static_cast<int>(s), k, st, param_copied, grad_copied);
@@ -142,21 +144,6 @@ private:
     double weight(int l) const { return m_.weight_bytes.empty() ? 0 : m_.weight_bytes[static_cast<size_t>(l)]; }
     double grad(int l) const { return m_.grad_bytes.empty() ? 0 : m_.grad_bytes[static_cast<size_t>(l)]; }
 
-    // The job's device: the pointer's, or (Ready) the one that can start it first (its compute stream and thread
-    // free, the first micro-batch's inputs on the host at inputs_at), ties in the pointer's order.
-    int pick_device(double inputs_at) {
-        if (cfg_.dispatch == SimDispatch::RoundRobin) return static_cast<int>(ptr_++ % G_);
-        int best = -1;
-        double best_t = 0;
-        for (int k = 0; k < G_; ++k) {
-            const int c = static_cast<int>((ptr_ + k) % G_);
-            const double t = std::max({free_[static_cast<size_t>(c)][kC], enq_done_[static_cast<size_t>(c)], inputs_at});
-            if (best < 0 || t < best_t) best = c, best_t = t;
-        }
-        ptr_ = best + 1;
-        return best;
-    }
-
     double op(int d, int stream, double start, double dur, const std::string & name, const std::string & cat) {
         const double end = start + dur;
         if (dur > 0) {
@@ -178,16 +165,9 @@ private:
         const std::string stage = pass == Pass::Fwd ? "F" + std::to_string(s) : pass == Pass::Fused ? "FB" : "B" + std::to_string(s);
         const std::string cat = (pass == Pass::Fwd ? "fwd/" : pass == Pass::Fused ? "fused/" : "bwd/") + stage;
         const std::string tag = " it" + std::to_string(iter);
-        // When its first micro-batch's inputs are on the host (the same for every device: hand-offs go through it).
-        double inputs_at = 0;
-        if (pass == Pass::Fwd && s > 0) inputs_at = st.fwd_out[static_cast<size_t>(s - 1)][0];
-        else if (pass == Pass::Fused && !plan_.fwd.empty()) inputs_at = st.fwd_out.back()[0];
-        else if (pass == Pass::Bwd) {
-            inputs_at = st.bwd_out[static_cast<size_t>(s - 1)][0];
-            for (int l = r.begin; l < r.end; ++l)
-                if (l > 0 && needs_ckpt_[static_cast<size_t>(l)]) inputs_at = std::max(inputs_at, st.ckpt[static_cast<size_t>(l)][0]);
-        }
-        const int d = pick_device(inputs_at);
+        double job_ms = 0;  // per micro-batch at speed 1: the dispatcher's estimate
+        for (int l = r.begin; l < r.end; ++l) job_ms += pass == Pass::Fwd ? m_.tf_ms[static_cast<size_t>(l)] : m_.tb_ms[static_cast<size_t>(l)];
+        const int d = dispatcher_.pick(std::vector<double>(static_cast<size_t>(M_), job_ms), pass == Pass::Fused);
         const size_t ud = static_cast<size_t>(d);
         ++res_.jobs_per_device[ud];
         const double speed = cfg_.device_speed.empty() ? 1.0 : cfg_.device_speed[ud];
@@ -329,7 +309,7 @@ private:
     std::vector<std::array<double, 4>> free_;
     std::vector<std::vector<double>> compute_ends_, job_ends_;
     std::vector<double> enq_done_;
-    long long ptr_ = 0;
+    Dispatcher dispatcher_;  // the runtime's rule (dispatcher.h): the round-robin pointer or by readiness
     double ctl_ = 0;
     double work_ = 0;  // compute time at speed 1
     double busy_ = 0;  // compute time at the devices' speeds

@@ -3,7 +3,7 @@
 // (§3.5 lists how the paper's own simulator differs):
 //
 // - jobs = (stage, all M micro-batches) in plan order F0..F(f-1), FB, B1..; device = a global round-robin
-//   pointer that persists across iterations (or, SimDispatch::Ready, the device that can start the job first);
+//   pointer that persists across iterations (or, SimDispatch::Ready, the runtime's dispatch by readiness);
 //   the controller hands a job to a device only after that device's thread has finished enqueuing its previous
 //   job (idle semaphore); a device of speed s computes in 1/s of the modelled time (SimConfig::device_speed);
 // - per device four in-order streams: weight upload, activation upload, compute, download;
@@ -26,6 +26,7 @@
 // sharing a link direction (each stream is its own queue); the host memory bandwidth all devices share.
 #pragma once
 
+#include "ggml_rp/roundpipe/dispatcher.h"
 #include "ggml_rp/roundpipe/plan.h"
 #include "ggml_rp/roundpipe/trace.h"
 #include "ggml_rp/runtime/link_model.h"
@@ -42,9 +43,9 @@ struct SimModel {
     std::vector<double> grad_bytes;    // per layer trainable grad bytes downloaded by its backward job
 };
 
-// How a job picks its device: the paper's round-robin pointer, or the device that can start computing it first (its
-// compute stream and its thread free soonest; ties in the pointer's order, which then moves past the chosen device),
-// so that a slower device gets fewer jobs (issue #37; the runtime still dispatches round-robin).
+// How a job picks its device: the paper's round-robin pointer, or by readiness: the runtime's own rule
+// (dispatcher.h: the device on which the job would finish first by the devices' speeds, ties in the pointer's
+// order; identical devices keep the pointer), so rp-simulate predicts the assignment the runtime makes.
 enum class SimDispatch { RoundRobin, Ready };
 
 struct SimConfig {

@@ -334,4 +334,32 @@ TraceStats analyse_trace(const Trace & trace, int compute_stream) {
     return st;
 }
 
+std::vector<TraceJob> trace_jobs(const Trace & trace, int compute_stream) {
+    // (stage, whether it is micro-batch 0) of an operation's name
+    auto parse = [](const std::string & name) {
+        std::istringstream in(name);
+        std::string stage, w;
+        in >> stage;
+        bool mb0 = false;
+        while (in >> w)
+            if (w.rfind("mb", 0) == 0) mb0 = w == "mb0";
+        return std::pair{stage, mb0};
+    };
+    std::map<int, std::vector<const TraceEvent *>> by_device;
+    for (const TraceEvent & e : trace.events)
+        if (e.tid == compute_stream && e.dur_us > 0) by_device[e.pid].push_back(&e);
+    std::vector<TraceJob> jobs;
+    for (auto & [device, ops] : by_device) {
+        std::stable_sort(ops.begin(), ops.end(), [](const TraceEvent * a, const TraceEvent * b) { return a->ts_us < b->ts_us; });
+        std::pair<std::string, bool> prev{"", false};
+        for (const TraceEvent * e : ops) {
+            const auto cur = parse(e->name);
+            if (cur.second && !(prev.second && prev.first == cur.first)) jobs.push_back({cur.first, device, e->ts_us});
+            prev = cur;
+        }
+    }
+    std::stable_sort(jobs.begin(), jobs.end(), [](const TraceJob & a, const TraceJob & b) { return a.start_us < b.start_us; });
+    return jobs;
+}
+
 } // namespace rp

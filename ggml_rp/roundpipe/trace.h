@@ -99,4 +99,15 @@ struct TraceStats {
 };
 TraceStats analyse_trace(const Trace & trace, int compute_stream = static_cast<int>(StreamKind::Compute));
 
+// The jobs a trace shows and where they ran (the dispatch, issue #37): a job begins where a device's compute
+// stream starts micro-batch 0 of a stage (an operation named "<stage> ... mb0 ..."; the runtime's "F2 mb0", the
+// simulator's "B1 recompute mb0 it3"), unless the operation before it on that stream was of that stage's
+// micro-batch 0 too. In start order.
+struct TraceJob {
+    std::string stage;
+    int device = 0;
+    double start_us = 0;
+};
+std::vector<TraceJob> trace_jobs(const Trace & trace, int compute_stream = static_cast<int>(StreamKind::Compute));
+
 } // namespace rp

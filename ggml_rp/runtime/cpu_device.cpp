@@ -146,6 +146,7 @@ struct CpuDevice::Impl {
     std::map<const void *, size_t> registered;
 
     std::atomic<int64_t> allocs{0}, copies{0}, launches{0};  // for FaultPlan
+    std::atomic<double> speed{1.0};
     // The fault of the nth operation of a kind, or nullptr.
     std::exception_ptr fault(std::atomic<int64_t> & count, int64_t at, const char * kind, int stream, const std::string & what) {
         const int64_t n = ++count;
@@ -156,6 +157,7 @@ struct CpuDevice::Impl {
 
     Impl(int idx, std::string nm, CpuDeviceOptions o, MappedArena & m)
         : index(idx), name(std::move(nm)), opt(std::move(o)), mem(m) {
+        speed = opt.speed;
         if (mem.capacity() > 0) mem.set_base(map_device_memory(mem.capacity(), name));
     }
     ~Impl() {
@@ -295,6 +297,10 @@ private:
                 std::lock_guard<std::mutex> lk(m_);
                 if (!error_) error_ = std::current_exception();
             }
+            if (const double s = dev_.speed.load(); s < 1) {
+                const double t1 = clock_us();
+                std::this_thread::sleep_until(clock_time_point(t1 + (t1 - t0) * (1 / s - 1)));
+            }
             report(it, t0, clock_us());
             return;
         }
@@ -358,6 +364,8 @@ std::string checked_name(int index, const CpuDeviceOptions & options) {
                     " streams requested, at least " + std::to_string(kNumStreamKinds) + " are needed");
     }
     if (options.max_delay_us < 0) throw Error("CPU device " + std::to_string(index) + ": negative max_delay_us");
+    if (!(options.speed > 0 && options.speed <= 1))
+        throw Error("CPU device " + std::to_string(index) + ": speed " + std::to_string(options.speed) + " is not in (0, 1]");
     return options.name.empty() ? "cpu:" + std::to_string(index) : options.name;
 }
 
@@ -380,6 +388,13 @@ void * CpuDevice::allocate(size_t bytes, const std::string & what) {
         std::rethrow_exception(f);
     return ArenaDevice::allocate(bytes, what);
 }
+
+void CpuDevice::set_speed(double speed) {
+    if (!(speed > 0 && speed <= 1)) throw Error(name() + ": speed " + std::to_string(speed) + " is not in (0, 1]");
+    impl_->speed = speed;
+}
+
+double CpuDevice::speed() const { return impl_->speed.load(); }
 
 std::unique_ptr<Event> CpuDevice::create_event() { return std::make_unique<CpuEvent>(); }
 

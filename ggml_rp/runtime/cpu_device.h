@@ -7,6 +7,9 @@
 // - copies: H2D and D2H each go through their own link (PCIe is full duplex) with bandwidth and latency;
 //   a copy reserves the link from max(now, link free) for latency + n / bandwidth, does the memcpy and then
 //   sleeps out the remainder, so two streams uploading at once share the link one after the other;
+// - speed (mixed-GPU emulation, issue #37): a device of speed s < 1 sleeps out (1/s - 1) of each launch's own
+//   time after it, so its compute takes 1/s as long (copies are the link's, not scaled); set_speed changes it
+//   mid-run (a straggler);
 // - delay injection (delay_seed != 0): before every queued item the worker sleeps a random
 //   [0, max_delay_us] drawn from a per-stream generator seeded by (seed, device, stream), to shake out
 //   missing events in race fuzzing;
@@ -42,6 +45,7 @@ struct CpuDeviceOptions {
     OpHook hook;                        // may be empty
     std::string name;                   // default "cpu:<index>"
     FaultPlan faults;
+    double speed = 1.0;                 // (0, 1]: the fraction of the host's compute speed (see above)
 };
 
 class CpuDevice final : public ArenaDevice {
@@ -58,6 +62,10 @@ public:
     void free_pinned(void * ptr) override;
     void register_host(void * ptr, size_t bytes, bool read_only = false) override;
     void unregister_host(void * ptr) override;
+
+    // The compute speed from the next launch on, (0, 1] (rp::Error otherwise): a device that slows mid-run.
+    void set_speed(double speed);
+    double speed() const;
 
     struct Impl;
 

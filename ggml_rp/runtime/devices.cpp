@@ -9,6 +9,8 @@ namespace rp {
 std::vector<std::unique_ptr<Device>> make_devices(const DeviceSetOptions & o) {
     if (o.count < 1) throw Error("devices: count " + std::to_string(o.count) + " must be at least 1");
     std::vector<std::unique_ptr<Device>> out;
+    if (!o.speeds.empty() && static_cast<int>(o.speeds.size()) != o.count)
+        throw Error("devices: " + std::to_string(o.speeds.size()) + " speeds for " + std::to_string(o.count) + " devices");
     if (o.backend == "cpu") {
         for (int i = 0; i < o.count; ++i) {
             CpuDeviceOptions c;
@@ -18,12 +20,14 @@ std::vector<std::unique_ptr<Device>> make_devices(const DeviceSetOptions & o) {
             c.delay_seed = o.delay_seed ? o.delay_seed + static_cast<uint64_t>(i) : 0;
             c.max_delay_us = o.max_delay_us;
             if (i == 0) c.faults = o.faults;
+            if (!o.speeds.empty()) c.speed = o.speeds[static_cast<size_t>(i)];
             out.push_back(std::make_unique<CpuDevice>(i, c));
         }
         return out;
     }
     if (o.backend == "cuda") {
         if (o.link) throw Error("devices: a link model applies to CPU virtual devices, not to CUDA devices");
+        if (!o.speeds.empty()) throw Error("devices: emulated device speeds apply to CPU virtual devices, not to CUDA devices");
         if (o.delay_seed || o.faults.any()) throw Error("devices: delay and fault injection apply to CPU virtual devices, not to CUDA devices");
         DevicePlugin & p = cuda_plugin();
         if (p.device_count() == 0) throw Error("devices: backend cuda: " + p.describe());

@@ -28,6 +28,8 @@ struct DeviceSetOptions {
     uint64_t delay_seed = 0;
     double max_delay_us = 0;
     FaultPlan faults;
+    // CPU devices only: each device's compute speed in (0, 1] (cpu_device.h: a mixed machine emulated); empty: 1.
+    std::vector<double> speeds;
 };
 
 // Throws rp::Error naming the backend and why (an unknown backend, no CUDA plugin, no GPU, a link model for

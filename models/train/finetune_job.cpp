@@ -60,8 +60,9 @@ void FinetuneJob::validate(bool data_parallel) const {
     if (data_path.empty()) throw Error("no training data given (data_path)");
     if (loop.out_path.empty()) throw Error("no output given (out_path)");
     if (!o.pipelined && (!link.empty() || !trace_path.empty() || o.pipeline.async || o.pipeline.schedule != ScheduleKind::RoundPipe ||
-                         o.devices.backend != "cpu"))
-        throw Error("devices.link, trace_path, pipeline.async, pipeline.schedule and devices.backend need devices.count (the RoundPipe runtime)");
+                         o.devices.backend != "cpu" || !o.pipeline.device_speed.empty() || o.pipeline.dispatch != DispatchKind::Ready))
+        throw Error("devices.link, trace_path, pipeline.async, pipeline.schedule, pipeline.dispatch, pipeline.device_speed and "
+                    "devices.backend need devices.count (the RoundPipe runtime)");
     loop.validate(o);
 }
 

@@ -29,6 +29,21 @@ SessionOptions checked(SessionOptions o, const Dataset & data) {
     if (o.threads < 0) throw Error("threads must be >= 0");
     if (data.size() == 0) throw Error("the dataset has no sequences");
     if (o.pipelined && o.devices.count < 1) throw Error("devices: a pipelined run needs at least one device");
+    if (o.pipelined && !o.pipeline.device_speed.empty()) {
+        const std::vector<double> & s = o.pipeline.device_speed;
+        if (static_cast<int>(s.size()) != o.devices.count)
+            throw Error("pipeline.device_speed: " + std::to_string(s.size()) + " speeds for " + std::to_string(o.devices.count) +
+                        " devices (devices.count)");
+        for (double v : s)
+            if (!(v > 0) || !std::isfinite(v)) throw Error("pipeline.device_speed: " + std::to_string(v) + " is not a positive speed");
+        // CPU virtual devices really run that much slower (the fastest at the host's speed); on GPUs the speeds
+        // only tell the dispatcher what to expect instead of measuring.
+        if (o.devices.backend == "cpu") {
+            const double top = *std::max_element(s.begin(), s.end());
+            o.devices.speeds.clear();
+            for (double v : s) o.devices.speeds.push_back(v / top);
+        }
+    }
     if (o.max_bad_steps < 1) throw Error("max_bad_steps " + std::to_string(o.max_bad_steps) + " must be at least 1");
     const int64_t ranks = o.comm ? o.comm->size() : 1;
     if (o.accumulate_groups < 1 || o.accumulate_groups > o.micro_batches)

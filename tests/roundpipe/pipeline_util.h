@@ -231,6 +231,9 @@ struct RunResult {
     size_t planned_weights_up = 0;             // link_bytes over the calls: the jobs' weights
     size_t planned_resident_once = 0;          // and the resident region's, once per device (0: streamed)
     rp::FrozenPinningReport pinning;           // what pinning the frozen weights did
+    std::vector<rp::Pipeline::Assignment> assignments;  // every job's device, in dispatch order
+    std::vector<std::vector<int64_t>> jobs_per_step;    // [step][device]: jobs dispatched in the step
+    std::vector<double> device_speeds;                  // the dispatcher's speeds at the end
 };
 
 struct DeviceSetup {
@@ -238,6 +241,11 @@ struct DeviceSetup {
     size_t memory = size_t(4) << 20;
     uint64_t delay_seed = 0;
     double max_delay_us = 0;
+    std::vector<double> speeds;  // CPU devices' compute speeds (cpu_device.h); empty: all 1
+    // A straggler: from step straggle_from on, CPU device `straggler` runs at straggler_speed.
+    int straggler = -1;
+    int straggle_from = 0;
+    double straggler_speed = 1;
 };
 
 // The devices of one pipelined run (each owns its graph runner).
@@ -254,6 +262,7 @@ inline DeviceSet cpu_devices(const DeviceSetup & ds) {
         o.memory_bytes = ds.memory;
         o.delay_seed = ds.delay_seed ? ds.delay_seed + static_cast<uint64_t>(i) : 0;
         o.max_delay_us = ds.max_delay_us;
+        if (!ds.speeds.empty()) o.speed = ds.speeds[static_cast<size_t>(i)];
         set.devices.push_back(std::make_unique<rp::CpuDevice>(i, o));
     }
     return set;
@@ -271,6 +280,9 @@ inline RunResult pipelined(const rp::Model & model, const rp::FinetuneConfig & c
     {
         rp::Pipeline pipe(prog, ptrs, opt);
         for (int s = 0; s < w.steps; ++s) {
+            if (ds.straggler >= 0 && s == ds.straggle_from)
+                dynamic_cast<rp::CpuDevice &>(*ptrs.at(static_cast<size_t>(ds.straggler))).set_speed(ds.straggler_speed);
+            const std::vector<int64_t> jobs_before = pipe.jobs_per_device();
             const float ls = w.loss_scale(s);
             for (int c = 0; c < w.calls; ++c) {
                 std::vector<MbData> data;
@@ -291,6 +303,9 @@ inline RunResult pipelined(const rp::Model & model, const rp::FinetuneConfig & c
                 r.planned_resident_once = link.resident_once;
             }
             pipe.step([&] { up.update(tr); });
+            std::vector<int64_t> jobs = pipe.jobs_per_device();
+            for (size_t d = 0; d < jobs.size(); ++d) jobs[d] -= jobs_before[d];
+            r.jobs_per_step.push_back(jobs);
         }
         pipe.synchronize();
         r.checks = pipe.checks();
@@ -305,6 +320,8 @@ inline RunResult pipelined(const rp::Model & model, const rp::FinetuneConfig & c
         r.timing_samples = pipe.timing_samples();
         r.pinned_reuses = pipe.pinned_stats().reuses;
         r.pinning = pipe.frozen_pinning();
+        r.assignments = pipe.assignments();
+        r.device_speeds = pipe.device_speeds();
     }
     for (auto & d : set.devices) r.high_water.push_back(d->high_water());
     r.peak_graph = tr.peak_graph_bytes();

@@ -317,6 +317,92 @@ TEST(Pipeline, LossesEqualTheTrainersLosses) {
     EXPECT_GT(expect, 1.0);
 }
 
+// Issue #37: devices of different speeds (CPU devices that really compute at 1, 1, 0.5, 0.5 of the host's speed, with
+// random stalls in every stream) give the single-device bits for LoRA and full, dense and MoE, while dispatch by
+// readiness moves jobs off the slow devices (the assignment is not the pointer's); round-robin on the same machine,
+// and readiness on identical devices, keep the pointer's assignment exactly.
+TEST(Pipeline, MixedSpeedsGiveTheSameBitsWithJobsMovedOffTheSlowDevices) {
+    const Models & m = Models::get();
+    const std::vector<double> speeds = {1, 1, 0.5, 0.5};
+    auto pointer_order = [](const RunResult & r, int G) {
+        for (size_t k = 0; k < r.assignments.size(); ++k)
+            if (r.assignments[k].device != static_cast<int>(k % static_cast<size_t>(G))) return false;
+        return !r.assignments.empty();
+    };
+    rp::FinetuneConfig moe_lora = lora_cfg();
+    moe_lora.lora_targets.push_back("ffn_gate_inp");
+    struct Case {
+        const rp::Model * model;
+        rp::FinetuneConfig cfg;
+        std::string what;
+    };
+    for (const Case & c : {Case{m.llama.get(), lora_cfg(), "llama lora"}, Case{m.llama.get(), full_cfg(), "llama full"},
+                           Case{m.moe.get(), moe_lora, "qwen3moe lora"}, Case{m.moe.get(), full_cfg(), "qwen3moe full"}}) {
+        Workload w;
+        w.M = 5;
+        w.steps = 3;
+        const auto ref = reference(*c.model, c.cfg, w);
+        rp::PipelineOptions o;
+        o.instrument = true;
+        uniform_times(o, static_cast<int>(c.model->hparams().n_layer) + 2);
+        o.device_speed = speeds;
+        DeviceSetup ds;
+        ds.G = 4;
+        ds.memory = size_t(4) << 20;
+        ds.speeds = speeds;
+        ds.delay_seed = 37;
+        ds.max_delay_us = 30;
+        const RunResult r = pipelined(*c.model, c.cfg, w, ds, o);
+        EXPECT_EQ(first_difference(r.masters, ref), -1) << c.what << " plan " << r.plan.describe();
+        expect_checks_clean(r, c.what);
+        EXPECT_FALSE(pointer_order(r, 4)) << c.what << ": the assignment is round-robin's";
+        std::vector<int64_t> jobs(4, 0);
+        for (const auto & a : r.assignments) ++jobs[static_cast<size_t>(a.device)];
+        EXPECT_LT(jobs[2] + jobs[3], jobs[0] + jobs[1]) << c.what;
+        EXPECT_EQ(r.device_speeds, speeds);
+
+        o.dispatch = rp::DispatchKind::RoundRobin;  // the pointer, whatever the speeds
+        const RunResult rr = pipelined(*c.model, c.cfg, w, ds, o);
+        EXPECT_EQ(first_difference(rr.masters, ref), -1) << c.what << " round-robin";
+        EXPECT_TRUE(pointer_order(rr, 4)) << c.what << " round-robin";
+        if (c.what != "llama lora") continue;
+        o.dispatch = rp::DispatchKind::Ready;  // identical devices: the pointer
+        o.device_speed = {1, 1, 1, 1};
+        ds.speeds.clear();
+        const RunResult same = pipelined(*c.model, c.cfg, w, ds, o);
+        EXPECT_EQ(first_difference(same.masters, ref), -1) << c.what << " identical devices";
+        EXPECT_TRUE(pointer_order(same, 4)) << c.what << " identical devices";
+    }
+}
+
+// A device that slows down mid-run (a straggler at a quarter of the speed from step 2 on) shows in its measured
+// speed and gets fewer jobs from then on; the bits stay the host's.
+TEST(Pipeline, AStragglerIsMeasuredAndGetsFewerJobs) {
+    const Models & m = Models::get();
+    Workload w;
+    w.M = 4;
+    w.steps = 6;
+    const auto ref = reference(*m.llama, lora_cfg(), w);
+    rp::PipelineOptions o;
+    uniform_times(o, 18);  // the plan fixed; the dispatcher measures the devices itself
+    DeviceSetup ds;
+    ds.G = 4;
+    ds.memory = size_t(3) << 20;
+    ds.straggler = 3;
+    ds.straggle_from = 2;
+    ds.straggler_speed = 0.25;
+    const RunResult r = pipelined(*m.llama, lora_cfg(), w, ds, o);
+    EXPECT_EQ(first_difference(r.masters, ref), -1) << r.plan.describe();
+    ASSERT_EQ(r.device_speeds.size(), 4u);
+    // (the others' speeds are only near 1: four CPU devices share the machine's cores, and the noise of a loaded
+    // machine can exceed the band that counts as equal)
+    EXPECT_LT(r.device_speeds[3], 0.6) << "measured straggler speed";
+    const std::vector<int64_t> & last = r.jobs_per_step.back();
+    const int64_t total = last[0] + last[1] + last[2] + last[3];
+    EXPECT_LT(last[3] * 4, total) << "the straggler kept its round-robin share: " << last[0] << "," << last[1] << ","
+                                  << last[2] << "," << last[3];
+}
+
 TEST(Pipeline, DeviceTooSmallForALayerNamesIt) {
     const Models & m = Models::get();
     Workload w;

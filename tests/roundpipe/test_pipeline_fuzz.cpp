@@ -1,7 +1,8 @@
 // Race fuzzing of the RoundPipe runtime (roundpipe.md §16): every stream of every CPU virtual device sleeps a
 // random time before each operation, and the device and optimizer threads sleep between their steps; each
 // seed must still end bit-identical to the single-device reference, with no protocol violation; every third seed
-// runs a forward-only call (Pipeline::forward) before each training call, whose loss must be the training call's. CI also runs
+// runs a forward-only call (Pipeline::forward) before each training call, whose loss must be the training call's;
+// every sixth runs a mixed machine (every other device at half speed, jobs dispatched by readiness). CI also runs
 // this program under ThreadSanitizer (RP_OPENMP=OFF). RP_FUZZ_SEEDS overrides the number of seeds (>= 200).
 #include "tests/roundpipe/pipeline_util.h"
 
@@ -74,6 +75,10 @@ TEST(PipelineFuzz, RandomDelaysNeverChangeTheBits) {
         ds.memory = size_t(o.schedule == rp::ScheduleKind::RoundPipe ? 1 : 2) << 20;
         ds.delay_seed = static_cast<uint64_t>(seed) * 1000;
         ds.max_delay_us = 40;
+        if (seed % 6 == 5 && ds.G > 1) {  // a mixed machine: every other device at half speed, dispatch by readiness
+            for (int d = 0; d < ds.G; ++d) ds.speeds.push_back(d % 2 ? 0.5 : 1.0);
+            o.device_speed = ds.speeds;
+        }
         Workload wf = w;
         wf.forward_first = seed % 3 == 1;  // forward-only calls (a reference pass, an evaluation) between the training calls
         const RunResult r = pipelined(model, use_full ? full : lora, wf, ds, o);

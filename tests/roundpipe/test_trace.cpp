@@ -184,6 +184,30 @@ TEST(Trace, RecorderCollectsFromVirtualDevices) {
     EXPECT_LT(st.bubble_ratio, 0.95);
 }
 
+// The jobs of a trace: a job starts at a stage's micro-batch 0 on a device's compute stream (the runtime's names
+// and the simulator's), and the launches of one task, or a backward job's recompute, do not start another.
+TEST(Trace, JobsAreFoundWhereAStageStartsItsFirstMicroBatch) {
+    rp::Trace t;
+    const int C = static_cast<int>(rp::StreamKind::Compute);
+    auto op = [&](int dev, double ts, const std::string & name, int tid = -1) {
+        t.events.push_back({dev, tid < 0 ? C : tid, name, "", ts, 1});
+    };
+    op(0, 0, "F0 mb0"), op(0, 1, "F0 mb0"), op(0, 2, "F0 mb1");            // one job: two launches of mb0, then mb1
+    op(1, 3, "F1 mb0"), op(1, 4, "F1 mb1");
+    op(0, 5, "FB mb0"), op(0, 6, "FB mb1");
+    op(1, 7, "B1 recompute mb0 it0"), op(1, 8, "B1 mb0 it0"), op(1, 9, "B1 mb1 it0");  // the simulator's names
+    op(1, 10, "F0 mb0");                                                    // the next call
+    op(0, 10, "W F1", static_cast<int>(rp::StreamKind::WeightUpload));     // not compute
+    op(2, 11, "F1 mb1");                                                    // no micro-batch 0: no job start
+    const std::vector<rp::TraceJob> jobs = rp::trace_jobs(t);
+    ASSERT_EQ(jobs.size(), 5u);
+    const std::vector<std::pair<std::string, int>> want = {{"F0", 0}, {"F1", 1}, {"FB", 0}, {"B1", 1}, {"F0", 1}};
+    for (size_t i = 0; i < jobs.size(); ++i) {
+        EXPECT_EQ(jobs[i].stage, want[i].first) << i;
+        EXPECT_EQ(jobs[i].device, want[i].second) << i;
+    }
+}
+
 TEST(Trace, SvgTimelineHasOneBoxPerOperation) {
     rp::Trace t = sample_trace();
     t.events.push_back({0, 2, "a<b&c", "fused/FB", 12, 3});

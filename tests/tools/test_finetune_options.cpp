@@ -242,6 +242,14 @@ TEST(FinetuneOptions, EveryFlagParsesAsTheOldParserDid) {
              EXPECT_EQ(j.trace_path, "t.json");
          }},
         {"--async --sync", [](const FinetuneJob & j) { EXPECT_FALSE(j.session.pipeline.async); }},
+        {"--devices 3 --dispatch round-robin --device-speed 1,0.5,2", [](const FinetuneJob & j) {
+             EXPECT_EQ(j.session.pipeline.dispatch, rp::DispatchKind::RoundRobin);
+             EXPECT_EQ(j.session.pipeline.device_speed, (std::vector<double>{1, 0.5, 2}));
+         }},
+        {"--devices 2", [](const FinetuneJob & j) {
+             EXPECT_EQ(j.session.pipeline.dispatch, rp::DispatchKind::Ready);
+             EXPECT_TRUE(j.session.pipeline.device_speed.empty());
+         }},
         {"--pin register", [](const FinetuneJob & j) { EXPECT_EQ(j.session.pipeline.frozen_pinning, rp::FrozenPinning::Register); }},
         {"--pin off", [](const FinetuneJob & j) { EXPECT_EQ(j.session.pipeline.frozen_pinning, rp::FrozenPinning::Pageable); }},
         {"--devices 2", [](const FinetuneJob & j) { EXPECT_FALSE(j.session.pipeline.frozen_pinning.has_value()); }},

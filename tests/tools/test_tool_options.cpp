@@ -413,12 +413,14 @@ TEST(ToolOptions, GgufCommandsTraceAndBenchFamiliesHelpListTheirFlags) {
         {"rp-gguf export-peft", {"--help", "--model", "--output", "--dtype", "--base-name"}},
         {"rp-gguf import-peft", {"--help", "--model", "--output"}},
         {"rp-gguf export-hf", {"--help", "--output", "--dtype", "--shard-size"}},
-        {"rp-trace", {"--help", "--output", "--title", "--width"}},
+        {"rp-trace", {"--help", "--output", "--title", "--width", "--assignment"}},
         {"rp-bench ops", {"--help", "--quick", "--reps", "--threads", "--only", "--shape"}},
         {"rp-bench gguf", {"--help", "--size", "--reps", "--threads", "--dir", "--cold", "--keep"}},
         {"rp-bench dp", {"--help", "--model", "--full", "--rank", "--seq-len", "--seqs", "--gpus", "--micro-batches", "--steps", "--link",
                          "--gpu-tokens"}},
         {"rp-bench roundpipe", {"--help", "--model", "--seq-len", "--seqs", "--steps", "--rank", "--gpu-tokens", "--trace-dir"}},
+        {"rp-bench mixed", {"--help", "--model", "--seq-len", "--seqs", "--steps", "--warmup", "--micro-batches", "--devices", "--rank",
+                            "--gpu-tokens", "--trace-dir", "--steps-mode"}},
     };
     for (const auto & [tool, flags] : tools) {
         const std::string help = run_help(tool);

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# RoundPipe on mixed-speed devices (issue #37): the paper's round-robin dispatch against dispatch by readiness
+# (speeds given, and measured by the runtime), and against the ideal (the step's compute at speed 1 over the
+# devices' summed speed), on 4 and 8 devices with the mixes 1:1, 1:0.5 (half the devices at half speed) and one
+# straggler at 0.25 (rp-bench mixed: the real runtime, emulated compute at the measured per-layer times, a link
+# scaled like PCIe 4.0 on an RTX 4090), on a generated 20-layer llama (stories260K vocabulary); then the
+# timelines and job assignments of the 4-device 1:0.5 async runs drawn by rp-trace.
+#   bench/roundpipe/mixed.sh BUILD_DIR [OUT_DIR]
+# Takes about 4 minutes (the emulated compute runs in real time), sync and async steps.
+set -euo pipefail
+build=${1:?usage: mixed.sh BUILD_DIR [OUT_DIR]}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+shared=${RP_SHARED_DIR:-$root/../shared}
+out=${2:-$(mktemp -d)}
+mkdir -p "$out"
+"$build/bin/rp-gguf" synth "$out/llama20.gguf" --vocab "$shared/models/stories260K.gguf" --n-embd 256 --n-head 4 \
+  --n-head-kv 2 --n-ff 704 --n-layer 20 --n-ctx 2048 --seed 42
+"$build/bin/rp-bench" mixed --model "$out/llama20.gguf" --trace-dir "$out" | tee "$out/mixed.txt"
+for d in round-robin ready__given_; do
+  "$build/bin/rp-trace" "$out/mixed-G4-async-1_0.5-$d.json" -o "$out/mixed-G4-async-1_0.5-$d.svg" --assignment | tail -3
+done
+echo "results and timelines in $out"
