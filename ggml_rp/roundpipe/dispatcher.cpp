@@ -52,46 +52,51 @@ void Dispatcher::begin_call(bool devices_idle) {
     }
 }
 
-int Dispatcher::pick(const std::vector<double> & task_ms, bool fused) {
-    // The model. The controller hands the job over once the device's thread has enqueued its previous job, which
-    // waited for the job before that to complete: at handoff, the device's third-last job has completed. Micro-
-    // batch m then starts after the device's micro-batch m-1 (or its last job) and after the call's previous job
-    // finished micro-batch m; it takes task_ms[m] / speed.
-    struct Option {
-        int device = -1;
-        double handoff = 0;
-        std::vector<double> ends;
-    };
-    auto option = [&](int c) {
-        const size_t uc = static_cast<size_t>(c);
-        Option o{c, std::max(ctl_, recent_[uc][0]), std::vector<double>(task_ms.size())};
-        double t = std::max(free_[uc], o.handoff);
-        for (size_t m = 0; m < task_ms.size(); ++m) {
-            const double ready = m < prev_end_.size() ? prev_end_[m] : (prev_end_.empty() ? 0.0 : prev_end_.back());
-            t = std::max(t, ready) + task_ms[m] / speeds_[uc];
-            o.ends[m] = t;
-        }
-        return o;
-    };
-    auto finish = [](const Option & o) { return o.ends.empty() ? o.handoff : o.ends.back(); };
-    Option best = option(static_cast<int>(ptr_ % static_cast<uint64_t>(G_)));
-    if (kind_ == DispatchKind::Ready && !uniform())
-        for (int k = 1; k < G_; ++k) {  // the pointer's order breaks ties
-            Option o = option(static_cast<int>((ptr_ + static_cast<uint64_t>(k)) % static_cast<uint64_t>(G_)));
-            if (finish(o) < finish(best) * (1 - 1e-12))
-                best = std::move(o);
-        }
-    const size_t ub = static_cast<size_t>(best.device);
-    ptr_ = static_cast<uint64_t>(best.device) + 1;
-    ctl_ = best.handoff;
-    const double end = finish(best);
+// The model. The controller hands the job over once the device's thread has enqueued its previous job, which
+// waited for the job before that to complete: at handoff, the device's third-last job has completed. Micro-batch
+// m then starts after the device's micro-batch m-1 (or its last job) and after the call's previous job finished
+// micro-batch m; it takes task_ms[m] / speed.
+Dispatcher::Option Dispatcher::option(int device, const std::vector<double> & task_ms) const {
+    const size_t uc = static_cast<size_t>(device);
+    Option o{device, std::max(ctl_, recent_[uc][0]), std::vector<double>(task_ms.size())};
+    double t = std::max(free_[uc], o.handoff);
+    for (size_t m = 0; m < task_ms.size(); ++m) {
+        const double ready = m < prev_end_.size() ? prev_end_[m] : (prev_end_.empty() ? 0.0 : prev_end_.back());
+        t = std::max(t, ready) + task_ms[m] / speeds_[uc];
+        o.ends[m] = t;
+    }
+    return o;
+}
+
+int Dispatcher::commit(Option o, bool fused) {
+    const size_t ub = static_cast<size_t>(o.device);
+    ptr_ = static_cast<uint64_t>(o.device) + 1;
+    ctl_ = o.handoff;
+    const double end = o.finish();
     free_[ub] = std::max(free_[ub], end);
     recent_[ub] = {recent_[ub][1], recent_[ub][2], end};
     if (fused) fused_end_ = end;
-    prev_end_ = std::move(best.ends);
+    prev_end_ = std::move(o.ends);
     ++jobs_[ub];
-    return best.device;
+    return o.device;
 }
+
+int Dispatcher::pick(const std::vector<double> & task_ms, bool fused) {
+    Option best = option(static_cast<int>(ptr_ % static_cast<uint64_t>(G_)), task_ms);
+    if (kind_ == DispatchKind::Ready && !uniform())
+        for (int k = 1; k < G_; ++k) {  // the pointer's order breaks ties
+            Option o = option(static_cast<int>((ptr_ + static_cast<uint64_t>(k)) % static_cast<uint64_t>(G_)), task_ms);
+            if (o.finish() < best.finish() * (1 - 1e-12)) best = std::move(o);
+        }
+    return commit(std::move(best), fused);
+}
+
+void Dispatcher::assign(int device, const std::vector<double> & task_ms, bool fused) {
+    if (device < 0 || device >= G_) throw Error("dispatch: no device " + std::to_string(device) + " of " + std::to_string(G_));
+    commit(option(device, task_ms), fused);
+}
+
+double Dispatcher::predicted_end() const { return *std::max_element(free_.begin(), free_.end()); }
 
 void Dispatcher::add_call(const std::vector<Launch> & launches) {
     if (given_ || launches.empty()) return;

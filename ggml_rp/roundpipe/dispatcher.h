@@ -57,6 +57,14 @@ public:
     // order anything) each; the model's clock advances by the job on that device. fused: the job the call
     // returns after (FB).
     int pick(const std::vector<double> & task_ms, bool fused = false);
+    // The same for a job whose device was decided elsewhere (stages sized for the pointer's devices).
+    void assign(int device, const std::vector<double> & task_ms, bool fused = false);
+    // When the model's last job ends (compare two ways of running a call on copies of the dispatcher).
+    double predicted_end() const;
+    // The device the round-robin pointer names next.
+    int pointer() const { return static_cast<int>(ptr_ % static_cast<uint64_t>(G_)); }
+    // Every speed the same (within kSameSpeed): the pointer decides.
+    bool uniform() const;
 
     // One call's timed launches: per launch, the device, a key naming what ran (layer and kind: launches of one
     // key do the same work) and the measured time. Ignored when the speeds were given.
@@ -75,9 +83,16 @@ public:
     const std::vector<int64_t> & jobs_per_device() const { return jobs_; }
 
 private:
+    struct Option {
+        int device = -1;
+        double handoff = 0;
+        std::vector<double> ends;  // each micro-batch's end
+        double finish() const { return ends.empty() ? handoff : ends.back(); }
+    };
+    Option option(int device, const std::vector<double> & task_ms) const;
+    int commit(Option o, bool fused);
     void set_speeds(std::vector<double> raw);
     void fit_speeds();
-    bool uniform() const;
 
     int G_;
     DispatchKind kind_;

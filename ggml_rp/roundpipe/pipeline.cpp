@@ -120,7 +120,9 @@ struct Pipeline::Impl {
     CallPlan plan(const std::vector<MicroBatchInfo> & mbs);
     void harvest_timings();
     void dispatch(const std::shared_ptr<Job> & job, int device);
-    std::vector<double> task_times(const Call & c, const JobSpec & spec, const CallPlanRequest & r) const;
+    std::vector<double> task_times(const std::vector<StageDesc> & stages, const std::vector<MicroBatchInfo> & info, bool forward_only,
+                                   const JobSpec & spec, const CallPlanRequest & r) const;
+    std::vector<int> size_stages_by_speed(const std::vector<MicroBatchInfo> & info, bool idle, const CallPlanRequest & times, CallPlan & cp);
     // A call of these micro-batches planned, laid out and its jobs dispatched (forward_only: without the backward
     // stages, in evaluation mode, not timed); then, once its fused parts are done, each micro-batch's head results.
     std::shared_ptr<Call> start_call(const std::vector<MicroBatch> & mbs, bool forward_only);
@@ -236,7 +238,10 @@ Pipeline::~Pipeline() {
 std::shared_ptr<Call> Pipeline::Impl::start_call(const std::vector<MicroBatch> & mbs, bool forward_only) {
     std::vector<MicroBatchInfo> info;
     for (const MicroBatch & m : mbs) info.push_back(m.info);
-    const CallPlan cp = plan(info);  // (a forward-only call takes a training call's plan: it needs no more)
+    CallPlan cp = plan(info);  // (a forward-only call takes a training call's plan: it needs no more)
+    const bool idle = std::exchange(devices_idle, false);
+    const CallPlanRequest times = request();
+    const std::vector<int> bound = forward_only ? std::vector<int>{} : size_stages_by_speed(info, idle, times, cp);
     std::vector<MicroBatch> chunked = mbs;
     for (MicroBatch & m : chunked) {
         m.info.token_chunk = cp.token_chunk;
@@ -251,17 +256,20 @@ std::shared_ptr<Call> Pipeline::Impl::start_call(const std::vector<MicroBatch> &
     }
     std::vector<JobSpec> jobs = schedule_jobs(opt.schedule, c->plan, c->stages, c->M);
     if (forward_only) jobs = forward_only_jobs(std::move(jobs), c->stages);
-    dispatcher.begin_call(std::exchange(devices_idle, false));
-    const CallPlanRequest times = request();
-    for (const JobSpec & spec : jobs) {
+    dispatcher.begin_call(idle);
+    for (size_t k = 0; k < jobs.size(); ++k) {
+        const JobSpec & spec = jobs[k];
         auto job = std::make_shared<Job>();
         job->call = c;
         job->spec = spec;
         job->shape = cp.shape;
         job->memory = cp.memory;
         const bool fused = c->stages[static_cast<size_t>(spec.tasks.front().stage)].pass == Pass::Fused;
-        const int dev = spec.device >= 0 ? spec.device : dispatcher.pick(task_times(*c, spec, times), fused);
-        assigned.push_back({c->id, spec.label, dev});
+        const std::vector<double> ms = task_times(c->stages, c->info, forward_only, spec, times);
+        int dev = spec.device;
+        if (dev < 0 && !bound.empty()) dispatcher.assign(dev = bound[k], ms, fused);
+        else if (dev < 0) dev = dispatcher.pick(ms, fused);
+        assigned.push_back({c->id, spec.label, dev, spec.layers.size()});
         if (assigned.size() > kKeptAssignments) assigned.pop_front();
         ++jobs_run[static_cast<size_t>(dev)];
         dispatch(job, dev);
@@ -269,20 +277,88 @@ std::shared_ptr<Call> Pipeline::Impl::start_call(const std::vector<MicroBatch> &
     return c;
 }
 
+// Stage boundaries by speed (dispatch by readiness on devices of different speeds, a RoundPipe training call of
+// the planner's plan): stages sized so that each takes about the same time on the device the pointer gives it
+// (planner.h split_by_speed), with the planner's stage counts or 1/2, 1/3, 1/4 of them (a one-layer stage cannot
+// shrink for a slow device: coarser stages can). The candidate the dispatcher's model finishes soonest is taken
+// when it beats the planner's plan dispatched by readiness and its memory plan fits (else the next); then cp is
+// its call plan and the result each job's device, else nothing changes and the result is empty.
+std::vector<int> Pipeline::Impl::size_stages_by_speed(const std::vector<MicroBatchInfo> & info, bool idle,
+                                                      const CallPlanRequest & times, CallPlan & cp) {
+    if (opt.schedule != ScheduleKind::RoundPipe || opt.plan || dispatcher.kind() != DispatchKind::Ready || dispatcher.uniform()) return {};
+    auto devices_of = [&](const Plan & p) {
+        std::vector<int> d(static_cast<size_t>(p.num_stages()));
+        for (size_t k = 0; k < d.size(); ++k) d[k] = static_cast<int>((static_cast<size_t>(dispatcher.pointer()) + k) % static_cast<size_t>(G));
+        return d;
+    };
+    // The model's end of the call, on a copy of the dispatcher: by readiness, or on `bound` devices.
+    auto predicted = [&](const Plan & p, const std::vector<int> * bound) {
+        Dispatcher trial = dispatcher;
+        trial.begin_call(idle);
+        const std::vector<StageDesc> stages = plan_stages(p);
+        const std::vector<JobSpec> jobs = schedule_jobs(opt.schedule, p, stages, static_cast<int>(info.size()));
+        for (size_t k = 0; k < jobs.size(); ++k) {
+            const bool fused = stages[static_cast<size_t>(jobs[k].tasks.front().stage)].pass == Pass::Fused;
+            const std::vector<double> ms = task_times(stages, info, false, jobs[k], times);
+            if (bound) trial.assign((*bound)[k], ms, fused);
+            else trial.pick(ms, fused);
+        }
+        return trial.predicted_end();
+    };
+    const int e = cp.plan.fb_begin();
+    const int f = static_cast<int>(cp.plan.fwd.size()), b = static_cast<int>(cp.plan.bwd.size()) - 1;
+    auto even = [](int layers, int n) {
+        std::vector<int> sizes;
+        for (int k = 0; k < n; ++k) sizes.push_back(layers * (k + 1) / n - layers * k / n);
+        return sizes;
+    };
+    std::vector<std::pair<double, Plan>> candidates;
+    std::vector<std::pair<int, int>> counts;  // (forward, backward) stage counts tried
+    for (int div = 1; div <= 4; ++div) {
+        const int f2 = f == 0 ? 0 : std::max(1, f / div), b2 = b == 0 ? 0 : std::max(1, b / div);
+        if (std::find(counts.begin(), counts.end(), std::pair{f2, b2}) != counts.end()) continue;
+        counts.emplace_back(f2, b2);
+        std::vector<int> bwd_sizes{cp.plan.bwd.front().size()};
+        for (int x : even(e, b2)) bwd_sizes.push_back(x);
+        const Plan skeleton = plan_from_sizes(even(e, f2), bwd_sizes, cp.plan.grain);
+        std::vector<double> speed;
+        for (int d : devices_of(skeleton)) speed.push_back(dispatcher.speeds()[static_cast<size_t>(d)]);
+        Plan sized = split_by_speed(skeleton, times.tf, times.tb, speed);
+        const std::vector<int> bound = devices_of(sized);
+        candidates.emplace_back(predicted(sized, &bound), std::move(sized));
+    }
+    std::stable_sort(candidates.begin(), candidates.end(), [](const auto & x, const auto & y) { return x.first < y.first; });
+    const double by_readiness = predicted(cp.plan, nullptr);
+    for (auto & [t, sized] : candidates) {
+        if (t >= by_readiness) break;
+        CallPlanRequest r = request();
+        r.plan = sized;
+        try {
+            CallPlan resized = planner->plan(r, info);
+            if (resized.shape.resident != cp.shape.resident) continue;  // (never trade the residency for it)
+            cp = std::move(resized);
+            return devices_of(cp.plan);
+        } catch (const MemoryError &) {  // larger stages that do not fit
+        }
+    }
+    return {};
+}
+
 // A job's micro-batch times at speed 1 for the dispatcher's model: the planner's per-layer estimates summed over
 // the stage (a backward or fused stage: recompute + backward; forward-only: forwards), by the micro-batch's tokens
 // relative to the call's mean.
-std::vector<double> Pipeline::Impl::task_times(const Call & c, const JobSpec & spec, const CallPlanRequest & r) const {
+std::vector<double> Pipeline::Impl::task_times(const std::vector<StageDesc> & stages, const std::vector<MicroBatchInfo> & info,
+                                               bool forward_only, const JobSpec & spec, const CallPlanRequest & r) const {
     double mean_tokens = 0;
-    for (const MicroBatchInfo & m : c.info) mean_tokens += static_cast<double>(m.tokens());
-    mean_tokens /= static_cast<double>(std::max(c.M, 1));
+    for (const MicroBatchInfo & m : info) mean_tokens += static_cast<double>(m.tokens());
+    mean_tokens /= static_cast<double>(std::max<size_t>(info.size(), 1));
     std::vector<double> ms;
     for (const Task & t : spec.tasks) {
-        const StageDesc & sd = c.stages[static_cast<size_t>(t.stage)];
-        const std::vector<double> & per_layer = sd.pass == Pass::Fwd || c.forward_only ? r.tf : r.tb;
+        const StageDesc & sd = stages[static_cast<size_t>(t.stage)];
+        const std::vector<double> & per_layer = sd.pass == Pass::Fwd || forward_only ? r.tf : r.tb;
         double sum = 0;
         for (int l = sd.layers.begin; l < sd.layers.end; ++l) sum += per_layer[static_cast<size_t>(l)];
-        ms.push_back(mean_tokens > 0 ? sum * static_cast<double>(c.info[static_cast<size_t>(t.mb)].tokens()) / mean_tokens : sum);
+        ms.push_back(mean_tokens > 0 ? sum * static_cast<double>(info[static_cast<size_t>(t.mb)].tokens()) / mean_tokens : sum);
     }
     return ms;
 }

@@ -6,8 +6,9 @@
 //   controller     (pipeline.cpp) the caller's thread: forward_backward() obtains a plan, dispatches the jobs
 //                  in plan order — RoundPipe to the dispatcher's device (dispatcher.h: the global round-robin
 //                  pointer, which persists across stages, calls and steps, or by readiness on devices of
-//                  different speeds); the baselines to their bound device — after claiming the
-//                  per-layer flags the job needs; it returns once the fused parts are done and the losses are
+//                  different speeds, where a training call's stages may instead be sized by speed for the
+//                  pointer's devices: planner.h split_by_speed); the baselines to their bound device — after
+//                  claiming the per-layer flags the job needs; it returns once the fused parts are done and the losses are
 //                  on the host, without waiting for the remaining backward stages. step() hands the update
 //                  to the optimizer thread (sync: and waits; async: staleness 1, returns at once);
 //   device_worker  one thread per device: enqueues a job's uploads, kernels and downloads on the device's
@@ -144,6 +145,7 @@ public:
         int64_t call;
         std::string job;
         int device;
+        int layers;  // the job's stage's layers
     };
     std::vector<Assignment> assignments() const;
     // The dispatcher's current device speeds (the fastest 1; given or measured) and every device's jobs so far.

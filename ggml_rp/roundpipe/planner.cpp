@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <numeric>
 
 namespace rp {
 
@@ -249,6 +250,65 @@ Plan make_plan(const PlannerInput & in) {
     plan.cost = best_cost;
     validate_plan(plan, static_cast<int>(L));
     return plan;
+}
+
+namespace {
+
+// n stage sizes (>= 1 layer each) over `cost` (the pass's layers in its order) with times in proportion to
+// `share`: cut k where the cumulative cost comes nearest to the cumulative share of stages 0..k.
+std::vector<int> proportional_sizes(const std::vector<double> & cost, const std::vector<double> & share) {
+    const int L = static_cast<int>(cost.size()), n = static_cast<int>(share.size());
+    std::vector<double> prefix(static_cast<size_t>(L) + 1, 0.0);
+    for (int l = 0; l < L; ++l) prefix[static_cast<size_t>(l) + 1] = prefix[static_cast<size_t>(l)] + cost[static_cast<size_t>(l)];
+    const double total_share = std::accumulate(share.begin(), share.end(), 0.0);
+    std::vector<int> sizes;
+    double cum_share = 0;
+    int at = 0;
+    for (int k = 0; k + 1 < n; ++k) {
+        cum_share += share[static_cast<size_t>(k)];
+        const double target = prefix.back() * cum_share / total_share;
+        const int lo = at + 1, hi = L - (n - k - 1);  // every later stage keeps a layer
+        int cut = lo;
+        for (int c = lo; c <= hi; ++c)
+            if (std::abs(prefix[static_cast<size_t>(c)] - target) < std::abs(prefix[static_cast<size_t>(cut)] - target)) cut = c;
+        sizes.push_back(cut - at);
+        at = cut;
+    }
+    sizes.push_back(L - at);
+    return sizes;
+}
+
+} // namespace
+
+Plan split_by_speed(const Plan & plan, const std::vector<double> & tf, const std::vector<double> & tb,
+                    const std::vector<double> & stage_speed) {
+    const int L = plan.num_layers(), e = plan.fb_begin();
+    if (static_cast<int>(tf.size()) != L || static_cast<int>(tb.size()) != L)
+        throw Error("split_by_speed: per-layer times tf of " + std::to_string(tf.size()) + " and tb of " + std::to_string(tb.size()) +
+                    " layers for a plan of " + std::to_string(L));
+    if (static_cast<int>(stage_speed.size()) != plan.num_stages())
+        throw Error("split_by_speed: " + std::to_string(stage_speed.size()) + " speeds for " + std::to_string(plan.num_stages()) + " stages");
+    for (double s : stage_speed)
+        if (!(s > 0) || !std::isfinite(s)) throw Error("split_by_speed: a stage's speed " + std::to_string(s) + " is not positive");
+    const size_t f = plan.fwd.size();
+    if (static_cast<int>(f) > e || static_cast<int>(plan.bwd.size()) - 1 > e)
+        throw Error("split_by_speed: more stages than layers before the fused tail");
+    std::vector<int> fwd_sizes, bwd_sizes{plan.bwd.front().size()};
+    if (f > 0) {
+        const std::vector<double> cost(tf.begin(), tf.begin() + e);
+        fwd_sizes = proportional_sizes(cost, std::vector<double>(stage_speed.begin(), stage_speed.begin() + static_cast<long>(f)));
+    }
+    if (plan.bwd.size() > 1) {  // deep -> shallow
+        const std::vector<double> cost(tb.rbegin() + (L - e), tb.rend());
+        const std::vector<int> b = proportional_sizes(cost, std::vector<double>(stage_speed.begin() + static_cast<long>(f) + 1, stage_speed.end()));
+        bwd_sizes.insert(bwd_sizes.end(), b.begin(), b.end());
+    }
+    Plan out = plan_from_sizes(fwd_sizes, bwd_sizes, plan.grain);
+    out.stage_bound = plan.stage_bound;
+    out.cost = plan.cost;
+    out.notes = plan.notes;
+    out.notes.push_back("stages sized by device speed");
+    return out;
 }
 
 } // namespace rp

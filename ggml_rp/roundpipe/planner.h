@@ -49,6 +49,15 @@ struct PlannerInput {
 
 Plan make_plan(const PlannerInput & in);
 
+// Stage boundaries by device speed (issue #37): the stage counts and the fused tail of `plan`, each other
+// stage's layers chosen so that its time (tf forward, tb backward) is in proportion to stage_speed[k], the speed
+// of the device that will run stage k (dispatch order: F0 .. F(f-1), FB, B1 .. B(b-1)); a job then takes about
+// the same time on whichever device it lands, and a slow device never holds up the chain. Each pass's cut
+// points are where its cumulative time comes nearest to the cumulative share, every stage keeping at least one
+// layer. Throws rp::Error on a size mismatch or a speed that is not positive.
+Plan split_by_speed(const Plan & plan, const std::vector<double> & tf, const std::vector<double> & tb,
+                    const std::vector<double> & stage_speed);
+
 // Cold-start costs (§11.2, before any measurement): bytes as the time proxy, forward = recompute = bytes,
 // backward = 2 * bytes, so tb = recompute + backward = 3 * bytes.
 void cold_start_times(const std::vector<size_t> & layer_bytes, std::vector<double> & tf, std::vector<double> & tb);

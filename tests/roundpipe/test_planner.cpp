@@ -394,3 +394,48 @@ TEST(LayerTimings, RejectsStagesThatDoNotCoverEveryLayerOnce) {
     EXPECT_THROW(t.add_iteration({1, -1, 1}, {{{0, 3}, 1}}), rp::Error);
     EXPECT_EQ(t.iterations_seen(), 0);
 }
+
+// Stage boundaries by device speed (issue #37): the stage counts and the fused tail stay; each pass's stages take
+// time in proportion to their devices' speeds (each cut where the cumulative time is nearest the cumulative share,
+// worked by hand below); equal speeds give stages within a layer's time of each other; bad input is refused.
+TEST(Planner, StagesSizedByDeviceSpeed) {
+    // 1 + 12 + 1 layers: tf 1 per block (the prefix 0), tb 3; FB = the last block and the head.
+    std::vector<double> tf(14, 1.0), tb(14, 3.0);
+    tf[0] = tb[0] = 0;
+    const Plan plan = rp::plan_from_sizes({4, 4, 4}, {2, 3, 3, 3, 3});  // F: [0,4) [4,8) [8,12); FB [12,14); B: 4 of 12
+    // Devices by the pointer: F0 F1 F2 FB B1 B2 B3 B4 on speeds 1, 0.5, 1, 0.5, 1, 0.5, 1, 0.5
+    const std::vector<double> speed = {1, 0.5, 1, 0.5, 1, 0.5, 1, 0.5};
+    const Plan s = rp::split_by_speed(plan, tf, tb, speed);
+    EXPECT_EQ(s.bwd.front(), plan.bwd.front());
+    ASSERT_EQ(s.fwd.size(), 3u);
+    ASSERT_EQ(s.bwd.size(), 5u);
+    // forward: layer 0 costs nothing, 11 blocks of 1 over shares 1 : 0.5 : 1 -> cuts nearest 4.4 and 6.6 blocks
+    EXPECT_EQ(s.fwd[0], (LayerRange{0, 5}));   // layer 0 + 4 blocks (4 of 4.4)
+    EXPECT_EQ(s.fwd[1], (LayerRange{5, 8}));   // cumulative 7 (of 6.6; 6 is further)
+    EXPECT_EQ(s.fwd[2], (LayerRange{8, 12}));
+    // backward, deep -> shallow over 11 blocks of 3 and the prefix (0), shares 1 : 0.5 : 1 : 0.5 -> cuts nearest
+    // 11, 16.5 and 27.5 of 33: 12 (4 blocks), 15 (16.5 is as near 15 as 18: the first is kept), 27
+    EXPECT_EQ(s.bwd[1], (LayerRange{8, 12}));
+    EXPECT_EQ(s.bwd[2], (LayerRange{7, 8}));
+    EXPECT_EQ(s.bwd[3], (LayerRange{3, 7}));
+    EXPECT_EQ(s.bwd[4], (LayerRange{0, 3}));
+    EXPECT_NO_THROW(rp::validate_plan(s, 14));
+    bool noted = false;
+    for (const std::string & n : s.notes) noted = noted || n == "stages sized by device speed";
+    EXPECT_TRUE(noted);
+
+    // Equal speeds: every stage within one layer's time of its pass's mean.
+    const Plan eq = rp::split_by_speed(rp::plan_from_sizes({1, 1, 10}, {2, 1, 11}), tf, tb, std::vector<double>(6, 1.0));
+    auto time = [](const LayerRange & r, const std::vector<double> & t) {
+        double x = 0;
+        for (int l = r.begin; l < r.end; ++l) x += t[static_cast<size_t>(l)];
+        return x;
+    };
+    for (const LayerRange & r : eq.fwd) EXPECT_LE(std::abs(time(r, tf) - 11.0 / 3), 1.0) << eq.describe();
+    for (size_t k = 1; k < eq.bwd.size(); ++k) EXPECT_LE(std::abs(time(eq.bwd[k], tb) - 33.0 / 2), 3.0) << eq.describe();
+    EXPECT_NE(error_of([&] { rp::split_by_speed(plan, tf, tb, {1, 1}); }).find("speeds for 8 stages"), std::string::npos);
+    EXPECT_NE(error_of([&] { rp::split_by_speed(plan, tf, std::vector<double>(3, 1.0), speed); }).find("tb of 3 layers for a plan of 14"), std::string::npos);
+    std::vector<double> zero = speed;
+    zero[2] = 0;
+    EXPECT_NE(error_of([&] { rp::split_by_speed(plan, tf, tb, zero); }).find("not positive"), std::string::npos);
+}
