@@ -267,7 +267,8 @@ void declare_roundpipe(Options & p, FinetuneJob & j) {
             [&o] { return quoted(schedule_name(o.pipeline.schedule)); });
     p.value("--dispatch", "NAME",
             "ready | round-robin: a job's device: the one that finishes it first by the devices' speeds\n"
-            "(identical devices: the round-robin pointer), or always the pointer (the paper's). Default ready",
+            "(identical devices: the round-robin pointer; on mixed ones a call's stages may instead be\n"
+            "sized by speed for the pointer's devices), or always the pointer and the planner's stages",
             O::String,
             [&o](const std::string & f, const std::string & v) {
                 if (v != "ready" && v != "round-robin") throw rp::Error(f + ": '" + v + "' is not one of ready, round-robin");

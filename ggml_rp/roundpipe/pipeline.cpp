@@ -120,8 +120,8 @@ struct Pipeline::Impl {
     CallPlan plan(const std::vector<MicroBatchInfo> & mbs);
     void harvest_timings();
     void dispatch(const std::shared_ptr<Job> & job, int device);
-    std::vector<double> task_times(const std::vector<StageDesc> & stages, const std::vector<MicroBatchInfo> & info, bool forward_only,
-                                   const JobSpec & spec, const CallPlanRequest & r) const;
+    std::vector<double> task_times(const std::vector<StageDesc> & stages, RecomputeGrain grain, const std::vector<MicroBatchInfo> & info,
+                                   bool forward_only, const JobSpec & spec, const CallPlanRequest & r) const;
     std::vector<int> size_stages_by_speed(const std::vector<MicroBatchInfo> & info, bool idle, const CallPlanRequest & times, CallPlan & cp);
     // A call of these micro-batches planned, laid out and its jobs dispatched (forward_only: without the backward
     // stages, in evaluation mode, not timed); then, once its fused parts are done, each micro-batch's head results.
@@ -265,7 +265,7 @@ std::shared_ptr<Call> Pipeline::Impl::start_call(const std::vector<MicroBatch> &
         job->shape = cp.shape;
         job->memory = cp.memory;
         const bool fused = c->stages[static_cast<size_t>(spec.tasks.front().stage)].pass == Pass::Fused;
-        const std::vector<double> ms = task_times(c->stages, c->info, forward_only, spec, times);
+        const std::vector<double> ms = task_times(c->stages, c->plan.grain, c->info, forward_only, spec, times);
         int dev = spec.device;
         if (dev < 0 && !bound.empty()) dispatcher.assign(dev = bound[k], ms, fused);
         else if (dev < 0) dev = dispatcher.pick(ms, fused);
@@ -299,7 +299,7 @@ std::vector<int> Pipeline::Impl::size_stages_by_speed(const std::vector<MicroBat
         const std::vector<JobSpec> jobs = schedule_jobs(opt.schedule, p, stages, static_cast<int>(info.size()));
         for (size_t k = 0; k < jobs.size(); ++k) {
             const bool fused = stages[static_cast<size_t>(jobs[k].tasks.front().stage)].pass == Pass::Fused;
-            const std::vector<double> ms = task_times(stages, info, false, jobs[k], times);
+            const std::vector<double> ms = task_times(stages, p.grain, info, false, jobs[k], times);
             if (bound) trial.assign((*bound)[k], ms, fused);
             else trial.pick(ms, fused);
         }
@@ -345,9 +345,10 @@ std::vector<int> Pipeline::Impl::size_stages_by_speed(const std::vector<MicroBat
 }
 
 // A job's micro-batch times at speed 1 for the dispatcher's model: the planner's per-layer estimates summed over
-// the stage (a backward or fused stage: recompute + backward; forward-only: forwards), by the micro-batch's tokens
+// the stage (forward: tf; fused: tb; backward: tb, and at stage grain the forwards that recompute the inputs of
+// all but the first layer, which the per-layer tb leaves out; forward-only: tf), by the micro-batch's tokens
 // relative to the call's mean.
-std::vector<double> Pipeline::Impl::task_times(const std::vector<StageDesc> & stages, const std::vector<MicroBatchInfo> & info,
+std::vector<double> Pipeline::Impl::task_times(const std::vector<StageDesc> & stages, RecomputeGrain grain, const std::vector<MicroBatchInfo> & info,
                                                bool forward_only, const JobSpec & spec, const CallPlanRequest & r) const {
     double mean_tokens = 0;
     for (const MicroBatchInfo & m : info) mean_tokens += static_cast<double>(m.tokens());
@@ -358,6 +359,8 @@ std::vector<double> Pipeline::Impl::task_times(const std::vector<StageDesc> & st
         const std::vector<double> & per_layer = sd.pass == Pass::Fwd || forward_only ? r.tf : r.tb;
         double sum = 0;
         for (int l = sd.layers.begin; l < sd.layers.end; ++l) sum += per_layer[static_cast<size_t>(l)];
+        if (sd.pass == Pass::Bwd && !forward_only && grain == RecomputeGrain::Stage)
+            for (int l = sd.layers.begin; l + 1 < sd.layers.end; ++l) sum += r.tf[static_cast<size_t>(l)];
         ms.push_back(mean_tokens > 0 ? sum * static_cast<double>(info[static_cast<size_t>(t.mb)].tokens()) / mean_tokens : sum);
     }
     return ms;
