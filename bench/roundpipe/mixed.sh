@@ -9,12 +9,10 @@
 # Takes about 4 minutes (the emulated compute runs in real time), sync and async steps.
 set -euo pipefail
 build=${1:?usage: mixed.sh BUILD_DIR [OUT_DIR]}
-root=$(cd "$(dirname "$0")/../.." && pwd)
-shared=${RP_SHARED_DIR:-$root/../shared}
 out=${2:-$(mktemp -d)}
 mkdir -p "$out"
-"$build/bin/rp-gguf" synth "$out/llama20.gguf" --vocab "$shared/models/stories260K.gguf" --n-embd 256 --n-head 4 \
-  --n-head-kv 2 --n-ff 704 --n-layer 20 --n-ctx 2048 --seed 42
+source "$(dirname "$0")/llama20.sh"
+synth_llama20
 "$build/bin/rp-bench" mixed --model "$out/llama20.gguf" --trace-dir "$out" | tee "$out/mixed.txt"
 for d in round-robin ready__given_; do
   "$build/bin/rp-trace" "$out/mixed-G4-async-1_0.5-$d.json" -o "$out/mixed-G4-async-1_0.5-$d.svg" --assignment | tail -3

@@ -6,12 +6,10 @@
 # Takes about 3 minutes (the emulated compute runs in real time).
 set -euo pipefail
 build=${1:?usage: schedules.sh BUILD_DIR [OUT_DIR]}
-root=$(cd "$(dirname "$0")/../.." && pwd)
-shared=${RP_SHARED_DIR:-$root/../shared}
 out=${2:-$(mktemp -d)}
 mkdir -p "$out"
-"$build/bin/rp-gguf" synth "$out/llama20.gguf" --vocab "$shared/models/stories260K.gguf" --n-embd 256 --n-head 4 \
-  --n-head-kv 2 --n-ff 704 --n-layer 20 --n-ctx 2048 --seed 42
+source "$(dirname "$0")/llama20.sh"
+synth_llama20
 "$build/bin/rp-bench" roundpipe --model "$out/llama20.gguf" --trace-dir "$out" | tee "$out/schedules.txt"
 for s in gpipe 1f1b roundpipe-async; do
   "$build/bin/rp-trace" "$out/$s-G4.json" -o "$out/$s-G4.svg" | tail -1
