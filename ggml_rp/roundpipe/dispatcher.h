@@ -6,23 +6,24 @@
 // small list-scheduling model of the chain of jobs — the controller hands a job over once the device's thread is
 // idle (its third-last job complete: prefetch depth 1, §3.2), and a job's micro-batch m starts once the device
 // finished its micro-batch m-1 (or its previous job) and the previous job of the call finished micro-batch m
-// (§9.2). A job goes to a device that takes it at once (the controller waiting on one device holds up every
-// later job) on which it would finish first; when none can, to the one free soonest. So the
-// assignment is a pure function of the speeds and estimates: reproducible, testable, and the controller still
-// waits for the chosen device's idle slot exactly as before (prefetch depth 1 is the worker's). A device that
-// slows down mid-run shows in its measured speed and gets fewer jobs from the next call on.
+// (§9.2). A job goes to the device on which it would finish first, ties in the pointer's order (choosing by the
+// earliest start instead gives a slow device jobs it then holds the chain up with; preferring a device the
+// controller need not wait for sends jobs to idle slow devices). So the assignment is a pure function of the
+// speeds and estimates: reproducible, testable, and the controller still waits for the chosen device's idle
+// slot exactly as before (prefetch depth 1 is the worker's). A device that slows down mid-run shows in its
+// measured speed and gets fewer jobs from the next call on.
 //
 // Identical devices (every speed within kSameSpeed of the fastest) keep the round-robin pointer exactly: what
 // the paper and today's runs do. Results never depend on the assignment (sync runs are bit-identical to the
 // host for any assignment: tests/roundpipe/test_pipeline.cpp).
 //
 // Measured speeds: launches of one key do the same work (the pipeline's key: the kind of launch and the layer's
-// class of equal weight bytes, so a model's blocks share keys across stages and devices). Each (key, device) pair keeps an EMA of its launches' times, and the model
-// time = work(key) / speed(device) is fitted to the pairs seen in the last kWindowCalls calls in log space,
-// each pair weighted by its time (alternating weighted least squares: a key's work is the weighted geometric
-// mean of time x speed over its devices, a device's speed that of work / time over its keys; a long launch
-// measures a device, a microsecond one the host's noise), relative to the fastest device. The first call is
-// not used (start-up noise, as the planner's timings).
+// class of equal weight bytes, so a model's blocks share keys across stages and devices). Each (key, device)
+// pair keeps an EMA of its launches' times, and the model time = work(key) / speed(device) is fitted to the
+// pairs seen in the last kWindowCalls calls in log space, each pair weighted by its time (alternating weighted
+// least squares: a key's work is the weighted geometric mean of time x speed over its devices, a device's speed
+// that of work / time over its keys; a long launch measures a device, a microsecond one the host's noise),
+// relative to the fastest device. The first call is not used (start-up noise, as the planner's timings).
 #pragma once
 
 #include <array>
