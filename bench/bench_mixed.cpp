@@ -100,6 +100,7 @@ int run_mixed(int argc, char ** argv) {
                                       Mode{"ready (measured)", rp::DispatchKind::Ready, false}}) {
                 rp::TraceRecorder rec;
                 const rp::bench::BenchDevices devs = rp::bench::make_devices(G, link, rec.hook(), mix.speeds);
+                for (int d = 0; d < G; ++d) rec.name_device(d, "device " + std::to_string(d));  // idle ones too
                 rp::PipelineOptions po;
                 po.layer_tf = ms.fwd;
                 po.layer_tb = ms.bwd;

@@ -261,6 +261,8 @@ int finetune(int argc, char ** argv, rp::Communicator * world) {
     rp::TraceRecorder recorder(ranks > 1);
     if (!job.trace_path.empty()) {
         o.devices.hook = recorder.hook();
+        // every device by name, so that one the dispatch left idle still counts (busy 0%, 0 jobs, in the bubble)
+        for (int d = 0; d < o.devices.count; ++d) recorder.name_device(d, "device " + std::to_string(d));
         if (world) {
             rp::CommOptions co = world->options();
             co.trace = recorder.hook();

@@ -67,9 +67,10 @@ TEST(FinetunePipelineTool, MixedDeviceSpeedsGiveTheHostBytesWithFewerJobsOnTheSl
         // rp-trace prints the jobs per device and, with --assignment, each call's jobs with their devices
         ASSERT_EQ(ft_test::run(ft_test::tool("rp-trace") + " " + trace + " --assignment", &log), 0) << log;
         EXPECT_NE(log.find("call 0: " + jobs[0].stage + ":" + std::to_string(jobs[0].device) + " "), std::string::npos) << log;
-        const int first = jobs[0].device;  // (a device that ran no job has no operation in the trace)
+        const int first = jobs[0].device;
         const long n = std::count_if(jobs.begin(), jobs.end(), [first](const rp::TraceJob & j) { return j.device == first; });
         EXPECT_NE(log.find("device " + std::to_string(first)), std::string::npos) << log;
+        EXPECT_NE(log.find("on 4 devices"), std::string::npos) << log;  // a device the dispatch left idle is listed too
         EXPECT_NE(log.find("jobs " + std::to_string(n) + "\n"), std::string::npos) << log;
     }
     EXPECT_LT(slow_jobs[0], slow_jobs[1]) << "dispatch by readiness kept the slow devices' round-robin share";
