@@ -67,13 +67,10 @@ int run_mixed(int argc, char ** argv) {
     if (!opt.parse(argc, argv)) return 0;
     if (path.empty()) throw rp::Error("mixed: --model FILE.gguf is required");
 
-    auto model = rp::Model::load(path);
-    rp::FinetuneConfig cfg;
-    cfg.lora_rank = rank;
-    rp::Trainer tr(*model, cfg);
-    rp::TrainingProgram & real = tr;
-    const rp::MicroBatchInfo mb = rp::bench::micro_batch(T, B);
-    const Measured ms = rp::bench::measure(real, mb, model->hparams().n_vocab);
+    rp::bench::MeasuredLora lora = rp::bench::measured_lora(path, rank, T, B);
+    rp::TrainingProgram & real = lora.program();
+    const rp::MicroBatchInfo & mb = lora.mb;
+    const Measured & ms = lora.ms;
     const rp::bench::BlockTotals blocks = rp::bench::block_totals(real, ms);
     const rp::LinkModel link = rp::bench::pcie_4090_link(blocks.weight_bytes, blocks.forward_s, gpu_tokens);
     TimedProgram timed(real, ms.fwd, ms.bwd, ms.head);

@@ -30,7 +30,6 @@ namespace {
 using rp::bench::now_s;
 using rp::bench::Measured;
 using rp::bench::TimedProgram;
-using rp::bench::measure;
 
 int run_roundpipe(int argc, char ** argv) {
     std::string path, trace_dir;
@@ -50,13 +49,10 @@ int run_roundpipe(int argc, char ** argv) {
     if (!opt.parse(argc, argv)) return 0;
     if (path.empty()) throw rp::Error("roundpipe: --model FILE.gguf is required");
 
-    auto model = rp::Model::load(path);
-    rp::FinetuneConfig cfg;
-    cfg.lora_rank = rank;
-    rp::Trainer tr(*model, cfg);
-    rp::TrainingProgram & real = tr;
-    const rp::MicroBatchInfo mb = rp::bench::micro_batch(T, B);
-    const Measured ms = measure(real, mb, model->hparams().n_vocab);
+    rp::bench::MeasuredLora lora = rp::bench::measured_lora(path, rank, T, B);
+    rp::TrainingProgram & real = lora.program();
+    const rp::MicroBatchInfo & mb = lora.mb;
+    const Measured & ms = lora.ms;
     const auto [wbytes, tfwd] = rp::bench::block_totals(real, ms);
     const double ratio = rp::bench::pcie_4090_ratio(gpu_tokens);
     const rp::LinkModel link = rp::bench::pcie_4090_link(wbytes, tfwd, gpu_tokens);

@@ -9,6 +9,8 @@
 #include "ggml_rp/roundpipe/program.h"
 #include "ggml_rp/runtime/cpu_device.h"
 #include "ggml_rp/runtime/link_model.h"
+#include "models/arch/model.h"
+#include "models/train/trainer.h"
 
 #include <memory>
 
@@ -165,6 +167,26 @@ inline BlockTotals block_totals(const rp::TrainingProgram & p, const Measured & 
         t.forward_s += ms.fwd[static_cast<size_t>(l)];
     }
     return t;
+}
+
+// A LoRA trainer of rank `rank` on the model at `path`, its layers' programs measured on micro-batches of
+// B sequences of T tokens (what rp-bench roundpipe and mixed emulate).
+struct MeasuredLora {
+    std::unique_ptr<rp::Model> model;
+    std::unique_ptr<rp::Trainer> trainer;
+    rp::MicroBatchInfo mb;
+    Measured ms;
+    rp::TrainingProgram & program() { return *trainer; }
+};
+inline MeasuredLora measured_lora(const std::string & path, int64_t rank, int64_t T, int64_t B) {
+    MeasuredLora m;
+    m.model = rp::Model::load(path);
+    rp::FinetuneConfig cfg;
+    cfg.lora_rank = rank;
+    m.trainer = std::make_unique<rp::Trainer>(*m.model, cfg);
+    m.mb = micro_batch(T, B);
+    m.ms = measure(*m.trainer, m.mb, m.model->hparams().n_vocab);
+    return m;
 }
 
 // M micro-batches of the same token ids (the emulated programs never read them).

@@ -122,6 +122,8 @@ struct Pipeline::Impl {
     void dispatch(const std::shared_ptr<Job> & job, int device);
     std::vector<double> task_times(const std::vector<StageDesc> & stages, RecomputeGrain grain, const std::vector<MicroBatchInfo> & info,
                                    bool forward_only, const JobSpec & spec, const CallPlanRequest & r) const;
+    int model_job(Dispatcher & d, const std::vector<StageDesc> & stages, RecomputeGrain grain, const std::vector<MicroBatchInfo> & info,
+                  bool forward_only, const JobSpec & spec, const CallPlanRequest & r, int bound) const;
     std::vector<int> size_stages_by_speed(const std::vector<MicroBatchInfo> & info, bool idle, const CallPlanRequest & times, CallPlan & cp);
     // A call of these micro-batches planned, laid out and its jobs dispatched (forward_only: without the backward
     // stages, in evaluation mode, not timed); then, once its fused parts are done, each micro-batch's head results.
@@ -264,11 +266,9 @@ std::shared_ptr<Call> Pipeline::Impl::start_call(const std::vector<MicroBatch> &
         job->spec = spec;
         job->shape = cp.shape;
         job->memory = cp.memory;
-        const bool fused = c->stages[static_cast<size_t>(spec.tasks.front().stage)].pass == Pass::Fused;
-        const std::vector<double> ms = task_times(c->stages, c->plan.grain, c->info, forward_only, spec, times);
-        int dev = spec.device;
-        if (dev < 0 && !bound.empty()) dispatcher.assign(dev = bound[k], ms, fused);
-        else if (dev < 0) dev = dispatcher.pick(ms, fused);
+        const int dev = spec.device >= 0 ? spec.device
+                                         : model_job(dispatcher, c->stages, c->plan.grain, c->info, forward_only, spec, times,
+                                                     bound.empty() ? -1 : bound[k]);
         assigned.push_back({c->id, spec.label, dev, spec.layers.size()});
         if (assigned.size() > kKeptAssignments) assigned.pop_front();
         ++jobs_run[static_cast<size_t>(dev)];
@@ -297,12 +297,7 @@ std::vector<int> Pipeline::Impl::size_stages_by_speed(const std::vector<MicroBat
         trial.begin_call(idle);
         const std::vector<StageDesc> stages = plan_stages(p);
         const std::vector<JobSpec> jobs = schedule_jobs(opt.schedule, p, stages, static_cast<int>(info.size()));
-        for (size_t k = 0; k < jobs.size(); ++k) {
-            const bool fused = stages[static_cast<size_t>(jobs[k].tasks.front().stage)].pass == Pass::Fused;
-            const std::vector<double> ms = task_times(stages, p.grain, info, false, jobs[k], times);
-            if (bound) trial.assign((*bound)[k], ms, fused);
-            else trial.pick(ms, fused);
-        }
+        for (size_t k = 0; k < jobs.size(); ++k) model_job(trial, stages, p.grain, info, false, jobs[k], times, bound ? (*bound)[k] : -1);
         return trial.predicted_end();
     };
     const int e = cp.plan.fb_begin();
@@ -342,6 +337,17 @@ std::vector<int> Pipeline::Impl::size_stages_by_speed(const std::vector<MicroBat
         }
     }
     return {};
+}
+
+// The device of a job by dispatcher `d`, whose model it advances: `bound` (>= 0), or d's choice.
+int Pipeline::Impl::model_job(Dispatcher & d, const std::vector<StageDesc> & stages, RecomputeGrain grain,
+                              const std::vector<MicroBatchInfo> & info, bool forward_only, const JobSpec & spec,
+                              const CallPlanRequest & r, int bound) const {
+    const bool fused = stages[static_cast<size_t>(spec.tasks.front().stage)].pass == Pass::Fused;
+    const std::vector<double> ms = task_times(stages, grain, info, forward_only, spec, r);
+    if (bound < 0) return d.pick(ms, fused);
+    d.assign(bound, ms, fused);
+    return bound;
 }
 
 // A job's micro-batch times at speed 1 for the dispatcher's model: the planner's per-layer estimates summed over

@@ -1,7 +1,7 @@
 // rp-bench mixed (issue #37's benchmark) runs end to end on a tiny model: every mix and dispatch row is printed,
 // round-robin keeps its share of jobs on every device, and dispatch by readiness reports the straggler's speed it
 // was given. Nothing here is timed: the step times it prints are not checked.
-#include "tests/common/shared_paths.h"
+#include "tests/finetune/ft_test_util.h"
 
 #include <gtest/gtest.h>
 
@@ -9,27 +9,13 @@
 #include <cstdlib>
 #include <string>
 
-namespace {
-
-std::string run(const std::string & args, int & status) {
-    const std::string cmd = std::string(RP_BIN_DIR) + "/rp-bench " + args + " 2>&1";
-    std::string out;
-    FILE * f = popen(cmd.c_str(), "r");
-    if (!f) return out;
-    char buf[4096];
-    for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) out.append(buf, n);
-    status = pclose(f);
-    return out;
-}
-
-} // namespace
-
 TEST(BenchMixed, PrintsEveryMixAndDispatchOnATinyModel) {
-    int status = -1;
-    const std::string out = run("mixed --model " + rp_test::shared_dir() + "/models/stories260K.gguf --devices 2 --steps 1 --warmup 1 "
-                                "--seq-len 8 --seqs 1 --rank 2 --steps-mode sync",
-                                status);
-    ASSERT_EQ(status, 0) << out;
+    std::string out;
+    ASSERT_EQ(ft_test::run(ft_test::tool("rp-bench") + " mixed --model " + ft_test::stories() +
+                               " --devices 2 --steps 1 --warmup 1 --seq-len 8 --seqs 1 --rank 2 --steps-mode sync",
+                           &out),
+              0)
+        << out;
     for (const std::string mix : {"1:1", "1:0.5", "straggler 0.25"})
         for (const std::string dispatch : {"round-robin", "ready (given)", "ready (measured)"}) {
             const std::string row = "sync  2   " + mix;
