@@ -55,6 +55,7 @@ DeviceWorker::~DeviceWorker() {
     try {
         dev_.runner().set_region(nullptr, 0);
         dev_.free(block_);
+        dev_.free(resident_block_);
     } catch (...) {  // a destructor must not throw
     }
 }
@@ -113,9 +114,11 @@ void DeviceWorker::retire(size_t keep) {
 }
 
 // The regions must hold `need`: when they do not, the device drains (every job retired, every stream idle)
-// and the block is carved again, large enough for both the old and the new need when that fits (so a plan
-// that changes from call to call settles at once), else for the new one. One allocation: the arena never
-// fragments.
+// and the working block is carved again, large enough for both the old and the new need when that fits (so a
+// plan that changes from call to call settles at once), else for the new one. The resident region is its own
+// block, allocated first: a carve that keeps its size keeps it, and the frozen weights in it, so they go up once
+// per device however often the call plans change (longer micro-batches, stages sized by speed). Two blocks, the
+// resident one never moving below the working one: the arena does not fragment.
 void DeviceWorker::ensure_regions(const DeviceMemoryPlan & need) {
     DeviceMemoryPlan want;
     {
@@ -130,12 +133,19 @@ void DeviceWorker::ensure_regions(const DeviceMemoryPlan & need) {
     dev_.runner().set_region(nullptr, 0);
     dev_.free(block_);
     block_ = nullptr;
-    block_ = dev_.allocate(std::max<size_t>(want.peak(), 1), "memory plan: " + want.describe());
-    dev_.runner().set_region(static_cast<char *>(block_) + want.resident + 2 * want.weight_slot + want.activations, want.graph);
+    const bool keep_resident = resident_block_ && want.resident == regions_.resident;
+    if (!keep_resident) {
+        dev_.free(resident_block_);
+        resident_block_ = nullptr;
+        resident_loaded_ = false;
+        if (want.resident > 0) resident_block_ = dev_.allocate(want.resident, "memory plan: " + format_bytes(want.resident) + " resident frozen weights");
+    }
+    const size_t working = want.peak() - want.resident;
+    block_ = dev_.allocate(std::max<size_t>(working, 1), "memory plan: " + want.describe());
+    dev_.runner().set_region(static_cast<char *>(block_) + 2 * want.weight_slot + want.activations, want.graph);
     std::lock_guard<std::mutex> lk(regions_m_);
     regions_ = want;
     activations_free_.reset();
-    resident_loaded_ = false;
 }
 
 void DeviceWorker::launch(Call & c, int layer, Call::Launch kind, OpLabel label, std::function<void(ProgramContext &)> program) {
@@ -162,10 +172,10 @@ void DeviceWorker::run_job(Job & job, std::vector<char> & released) {
     const JobSpec & spec = job.spec;
     TrainingProgram & prog = sh_.program;
     const JobLayout lay = layout_job(prog, c.stages, job.shape, spec);
-    // The block: [resident][weight slot 0][weight slot 1][activations][graph].
-    char * resident = static_cast<char *>(block_);
-    char * slot = resident + regions_.resident + static_cast<size_t>(next_slot_) * regions_.weight_slot;
-    char * acts = resident + regions_.resident + 2 * regions_.weight_slot;
+    // The resident block, and the working block: [weight slot 0][weight slot 1][activations][graph].
+    char * resident = static_cast<char *>(resident_block_);
+    char * slot = static_cast<char *>(block_) + static_cast<size_t>(next_slot_) * regions_.weight_slot;
+    char * acts = static_cast<char *>(block_) + 2 * regions_.weight_slot;
     next_slot_ ^= 1;
     if (job.shape.resident && regions_.resident < resident_.bytes)
         throw Error("job " + spec.label + " keeps the frozen weights resident (" + format_bytes(resident_.bytes) +

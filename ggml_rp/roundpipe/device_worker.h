@@ -4,8 +4,9 @@
 // A job (one upload of a stage's weights, then its tasks: one stage x one micro-batch each):
 //   memory     the regions of the memory plan (memory_plan.h), carved once from the device's arena (again
 //              only when a call's plan needs more, after the device has drained): the frozen weights in the
-//              resident region when the call keeps them there (uploaded with the first job after the carve,
-//              read by every job after it), the job's other weights and
+//              resident region when the call keeps them there (its own block, uploaded with the first job
+//              after it was allocated and kept through later carves, read by every job after it), the job's
+//              other weights and
 //              gradient buffers in weight slot (n mod 2) — so the slot of job n-2 is retired first (its
 //              download-stream event synchronized) — and its activation sets in the activation region, which
 //              the job's first upload takes over once the previous job's last download is done; every buffer
@@ -99,14 +100,16 @@ private:
     TransferEngine transfer_;
     Semaphore idle_{1};
     std::deque<Retired> retired_;
-    // The regions (memory_plan.h), one block of the device's arena.
+    // The regions (memory_plan.h) in two blocks of the device's arena: the resident region (null when it is
+    // empty), kept across carves of the same size, and the working regions.
+    void * resident_block_ = nullptr;
     void * block_ = nullptr;
     mutable std::mutex regions_m_;  // regions_ is read by regions() from other threads
     DeviceMemoryPlan regions_;
     DeviceMemoryPlan used_;
     size_t weight_bytes_up_ = 0;     // under regions_m_
     const ResidentLayout resident_;  // where the frozen weights go in the resident region
-    bool resident_loaded_ = false;   // the resident region holds them (since the last carve)
+    bool resident_loaded_ = false;   // the resident region holds them (since it was allocated)
     int next_slot_ = 0;
     std::shared_ptr<Event> activations_free_;  // the last job's final download: its activations are free after it
     std::unique_ptr<WorkQueue> thread_;  // last: starts once everything above exists

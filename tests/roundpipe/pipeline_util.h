@@ -95,12 +95,16 @@ struct Workload {
     // loss must be the training call's without LoRA dropout (RunResult::forward_mismatches); the references ignore it.
     bool forward_first = false;
     int64_t T = 12;
+    // From step longer_from on, micro-batches of longer_T tokens (0: T throughout): a call whose memory plan
+    // needs larger regions than the earlier calls', so the devices carve again.
+    int64_t longer_T = 0;
+    int longer_from = 0;
     uint32_t vocab = 256;
 
     // Micro-batch mb of call c of step s; n_seq alternates 1 and 2 so micro-batches differ in size.
     MbData data(int s, int c, int mb) const {
         MbData d;
-        d.T = T;
+        d.T = longer_T > 0 && s >= longer_from ? longer_T : T;
         d.B = 1 + (mb % 2);
         d.offset = 0;
         for (int k = 0; k < mb; ++k) d.offset += 1 + (k % 2);
@@ -219,6 +223,7 @@ struct RunResult {
     size_t peak_graph = 0;
     rp::Plan plan;
     rp::DeviceMemoryPlan memory;             // the last call's planned regions
+    std::vector<rp::DeviceMemoryPlan> call_memory;  // every training call's planned regions, in call order
     int64_t token_chunk = 0;                 // and the token chunk its programs ran with
     std::vector<rp::DeviceMemoryPlan> used;  // per device: the most each region held
     std::vector<rp::DeviceMemoryPlan> carved;  // per device: the regions as carved (the largest of the calls' plans)
@@ -246,6 +251,10 @@ struct DeviceSetup {
     int straggler = -1;
     int straggle_from = 0;
     double straggler_speed = 1;
+    // The dispatcher measures the devices' speeds. Otherwise pipelined() gives them (PipelineOptions::device_speed
+    // unset: `speeds`, else identical), so that a loaded machine's timings never decide which device runs a job or
+    // where the stages end, and what a test counts per device is fixed.
+    bool measure_speeds = false;
 };
 
 // The devices of one pipelined run (each owns its graph runner).
@@ -273,6 +282,8 @@ inline RunResult pipelined(const rp::Model & model, const rp::FinetuneConfig & c
     rp::Trainer tr(model, cfg);
     Updater up(tr);
     rp::TrainingProgram & prog = tr;
+    if (!ds.measure_speeds && opt.device_speed.empty())
+        opt.device_speed = ds.speeds.empty() ? std::vector<double>(static_cast<size_t>(ds.G), 1.0) : ds.speeds;
     DeviceSet set = make_devices(ds);
     std::vector<rp::Device *> ptrs;
     for (const auto & d : set.devices) ptrs.push_back(d.get());
@@ -301,6 +312,7 @@ inline RunResult pipelined(const rp::Model & model, const rp::FinetuneConfig & c
                 const rp::LinkBytes link = rp::link_bytes(prog, lc.plan, opt.schedule, info, lc.shape.resident);
                 r.planned_weights_up += link.weights_up;
                 r.planned_resident_once = link.resident_once;
+                r.call_memory.push_back(pipe.last_memory());
             }
             pipe.step([&] { up.update(tr); });
             std::vector<int64_t> jobs = pipe.jobs_per_device();

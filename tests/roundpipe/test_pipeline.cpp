@@ -407,6 +407,7 @@ TEST(Pipeline, AStragglerIsMeasuredAndGetsFewerJobs) {
     ds.straggler = 3;
     ds.straggle_from = 2;
     ds.straggler_speed = 0.25;
+    ds.measure_speeds = true;
     const RunResult r = pipelined(*m.llama, lora_cfg(), w, ds, o);
     EXPECT_EQ(first_difference(r.masters, ref), -1) << r.plan.describe();
     ASSERT_EQ(r.device_speeds.size(), 4u);
@@ -478,7 +479,9 @@ TEST(Pipeline, CallsReuseEarlierCallsPinnedBuffers) {
 // device keeps the LoRA run's base weights from the first job on, and each job uploads only its trainable
 // tensors. The bits are the single-device run's either way; the weight bytes each device was sent equal the
 // link model's (the resident region once per device + the jobs' trainable tensors), a fraction of streaming's.
-// With too little memory for them beside any plan the run streams, saying so in the plan's notes.
+// With too little memory for them beside any plan the run streams, saying so in the plan's notes. The speeds are
+// given (identical devices keep the round-robin pointer): measured ones would let a loaded machine's timings
+// decide which device runs what.
 TEST(Pipeline, ResidentFrozenWeightsGoUpOncePerDeviceWithTheSameBits) {
     const Models & m = Models::get();
     Workload w;
@@ -494,6 +497,7 @@ TEST(Pipeline, ResidentFrozenWeightsGoUpOncePerDeviceWithTheSameBits) {
     };
     rp::PipelineOptions o;
     o.instrument = true;
+    o.device_speed = {1.0, 1.0};
     uniform_times(o, 18);
     const RunResult res = pipelined(*m.llama, lora_cfg(), w, ds, o);
     o.resident_weights = false;
@@ -528,6 +532,48 @@ TEST(Pipeline, ResidentFrozenWeightsGoUpOncePerDeviceWithTheSameBits) {
     noted = false;
     for (const std::string & n : tight.plan.notes) noted = noted || n.find("every job uploads its weights") != std::string::npos;
     EXPECT_TRUE(noted) << tight.plan.describe();
+}
+
+// The resident region outlives the carves: a later call that needs larger regions (longer micro-batches; stages
+// sized for devices of different speeds, whose largest stage holds more layers) carves the working regions again
+// and keeps the frozen weights where they are, so they still go up once per device.
+TEST(Pipeline, ResidentFrozenWeightsStayThroughACarveForALargerCall) {
+    const Models & m = Models::get();
+    Workload w;
+    w.M = 3;
+    w.steps = 3;
+    w.longer_T = 30;
+    w.longer_from = 2;
+    const auto ref = reference(*m.llama, lora_cfg(), w);
+    auto sum = [](const std::vector<size_t> & v) {
+        size_t t = 0;
+        for (size_t x : v) t += x;
+        return t;
+    };
+    for (const std::vector<double> & speeds : {std::vector<double>{1.0, 1.0}, std::vector<double>{1.0, 0.5}}) {
+        const std::string what = "speeds " + std::to_string(speeds[0]) + ", " + std::to_string(speeds[1]);
+        DeviceSetup ds;
+        ds.G = 2;
+        ds.memory = size_t(16) << 20;
+        ds.speeds = speeds;
+        rp::PipelineOptions o;
+        o.instrument = true;
+        o.device_speed = speeds;
+        uniform_times(o, 18);
+        const RunResult r = pipelined(*m.llama, lora_cfg(), w, ds, o);
+        EXPECT_EQ(first_difference(r.masters, ref), -1) << what;
+        expect_checks_clean(r, what);
+        ASSERT_EQ(r.call_memory.size(), 6u) << what;
+        // The longer calls need more activation memory than any earlier call's regions hold: a second carve.
+        EXPECT_GT(r.call_memory.back().activations, r.call_memory.front().activations) << what;
+        ASSERT_GT(r.call_memory.back().resident, 0u) << what;
+        EXPECT_EQ(r.call_memory.back().resident, r.call_memory.front().resident) << what;
+        for (size_t d = 0; d < r.carved.size(); ++d) {
+            EXPECT_GE(r.carved[d].activations, r.call_memory.back().activations) << what << " device " << d;
+            EXPECT_GT(r.weights_uploaded[d], r.planned_resident_once) << what << " device " << d << " ran no job";
+        }
+        EXPECT_EQ(sum(r.weights_uploaded), r.planned_weights_up + 2 * r.planned_resident_once) << what;
+    }
 }
 
 // The three ways of pinning the frozen weights upload the same bytes: the same bits, resident or streamed,
