@@ -255,7 +255,9 @@ void declare_roundpipe(Options & p, FinetuneJob & j) {
             [&o]() -> std::optional<std::string> { return o.pipelined ? std::optional(std::to_string(o.devices.count)) : std::nullopt; });
     p.choice("--backend", o.devices.backend, {"cpu", "cuda"},
              "cpu | cuda: CPU virtual devices, or logical CUDA devices over the visible GPUs");
-    p.size("--device-mem", o.devices.memory_each, "memory of each device, e.g. 64M (default 256M)");
+    p.sizes("--device-mem", o.devices.memory_each, o.devices.memories,
+            "memory of each device, e.g. 64M (default 256M), or one per device, e.g. 24G,16G,16G,24G:\n"
+            "the planner restricts the stages that fit only the larger devices to them");
     p.text("--link", j.link, "host<->device link model of the CPU devices, e.g. 32GB/s,10us (default: memcpy speed)", "BW,LAT");
     p.value("--schedule", "NAME", "roundpipe | gpipe | 1f1b (the baselines bind stages to devices)", O::String,
             [&o](const std::string & f, const std::string & v) {
@@ -436,7 +438,7 @@ const FlagNames & finetune_flag_names() {
         // FinetuneJob::validate
         {"model_path", "-m BASE.gguf"}, {"data_path", "--data FILE"}, {"out_path", "-o OUT.gguf"}, {"devices.count", "--devices N"},
         {"devices.link", "--link"}, {"devices.backend", "--backend"}, {"pipeline.async", "--async"}, {"pipeline.schedule", "--schedule"},
-        {"pipeline.dispatch", "--dispatch"}, {"pipeline.device_speed", "--device-speed"},
+        {"pipeline.dispatch", "--dispatch"}, {"pipeline.device_speed", "--device-speed"}, {"devices.memories", "--device-mem"},
         {"trace_path", "--trace"}, {"token_chunk", "--token-chunk"}, {"max_seq", "--max-seq"}, {"plan_only", "--plan"},
         {"dp.required", "--dp"}, {"dp.link", "--dp-link"}, {"rank_fault", "--inject-dp-fault"}};
     return names;

@@ -337,6 +337,34 @@ Options & Options::size(const std::string & names, size_t & target, const std::s
     return *this;
 }
 
+Options & Options::sizes(const std::string & names, size_t & each, std::vector<size_t> & list, const std::string & help,
+                         const std::string & value_name) {
+    value(names, value_name, help, Int | String,
+          [&each, &list](const std::string & f, const std::string & v) {
+              std::vector<size_t> got;
+              for (size_t at = 0;;) {
+                  const size_t comma = v.find(',', at);
+                  got.push_back(parse_size(f, v.substr(at, comma == std::string::npos ? std::string::npos : comma - at)));
+                  if (comma == std::string::npos) break;
+                  at = comma + 1;
+              }
+              if (got.size() == 1) {
+                  each = got[0];
+                  list.clear();
+              } else {
+                  list = std::move(got);
+              }
+          },
+          [&each, &list]() -> std::optional<std::string> {
+              if (list.empty()) return std::to_string(each);
+              std::string s;
+              for (size_t b : list) s += (s.empty() ? "" : ",") + size_text(std::to_string(b));
+              return toml_string(s);
+          });
+    impl_->opts.back().bytes = true;
+    return *this;
+}
+
 Options & Options::choice(const std::string & names, std::string & target, const std::vector<std::string> & allowed, const std::string & help,
                           const std::string & value_name) {
     return value(names, value_name, help, String,

@@ -66,6 +66,10 @@ public:
     // A byte count (parse_size: 4096, 64M, 1.5G); zero_ok: "0" is a value too.
     Options & size(const std::string & names, size_t & target, const std::string & help, bool zero_ok = false,
                    const std::string & value_name = "SIZE");
+    // Byte counts, one for every item or one per item ("64M", "24G,16G"): one value sets `each` and clears `list`,
+    // several set `list` (in a run file: an integer, or the same text).
+    Options & sizes(const std::string & names, size_t & each, std::vector<size_t> & list, const std::string & help,
+                    const std::string & value_name = "SIZE[,...]");
     Options & choice(const std::string & names, std::string & target, const std::vector<std::string> & allowed, const std::string & help,
                      const std::string & value_name = "NAME");
     // Comma-separated on the command line ("a,b,c"), an array of strings in a run file.

@@ -121,12 +121,20 @@ void grpo_setup(Progress & say, const rp::FinetuneJob & job, const rp::PromptSet
               g.scale_rewards ? "group-scaled" : "unscaled (Dr. GRPO)", static_cast<double>(g.temperature), static_cast<double>(g.top_p), g.top_k);
 }
 
+// "x 64 MiB", or each device's size: "of 64 MiB, 8 MiB, 64 MiB, 8 MiB".
+std::string device_sizes(const rp::DeviceSetOptions & d) {
+    if (d.memories.empty()) return "x " + rp::format_bytes(d.memory_each);
+    std::string s = "of ";
+    for (size_t i = 0; i < d.memories.size(); ++i) s += (i ? ", " : "") + rp::format_bytes(d.memories[i]);
+    return s;
+}
+
 // The setup lines: what trains on what, and how.
 void print_setup(Progress & say, const rp::FinetuneJob & job, const rp::SessionOptions & o, const rp::TrainingSession & run,
                  const rp::Dataset & data) {
     if (o.pipelined) {
-        say.print("RoundPipe: %d %s devices x %s%s, schedule %s, %s steps, recompute %s\n", o.devices.count,
-                  o.devices.backend == "cuda" ? "CUDA" : "CPU", rp::format_bytes(o.devices.memory_each).c_str(),
+        say.print("RoundPipe: %d %s devices %s%s, schedule %s, %s steps, recompute %s\n", o.devices.count,
+                  o.devices.backend == "cuda" ? "CUDA" : "CPU", device_sizes(o.devices).c_str(),
                   o.devices.link ? (", link " + o.devices.link->to_string()).c_str() : "", rp::schedule_name(o.pipeline.schedule),
                   o.pipeline.async ? "async" : "sync", o.pipeline.grain == rp::RecomputeGrain::Layer ? "layer" : "stage");
         say.print("memory plan: device peak %s = %s; plan %s\n", rp::format_bytes(run.planned().memory.peak()).c_str(),
@@ -182,7 +190,8 @@ void print_summary(Progress & say, const rp::FinetuneJob & job, const rp::Traini
             const rp::DeviceMemoryPlan u = run.pipeline()->device_regions_used(static_cast<int>(i));
             say.print("memory %s: high-water %zu bytes, planned %zu (used: resident %zu, weights %zu, activations %zu, graph %zu); "
                       "weights sent %zu bytes; %lld jobs, speed %.2f (%s)\n",
-                      run.devices()[i]->name().c_str(), run.devices()[i]->high_water(), run.planned().memory.peak(), u.resident, u.weight_slot,
+                      run.devices()[i]->name().c_str(), run.devices()[i]->high_water(), run.planned().regions_of(static_cast<int>(i)).peak(),
+                      u.resident, u.weight_slot,
                       u.activations, u.graph, run.pipeline()->device_weight_bytes_uploaded(static_cast<int>(i)),
                       static_cast<long long>(jobs[i]), speeds[i], o.pipeline.device_speed.empty() ? "measured" : "given");
         }
@@ -301,8 +310,8 @@ int finetune(int argc, char ** argv, rp::Communicator * world) {
     const size_t held = rp::process_rss_bytes();
     const size_t host_planned = rp::require_host_memory(*model, job.plan_options(o), held, host_limit, host_source);
     if (o.pipelined)  // the devices and the pinned host memory: seconds to minutes for a large model
-        say.print("starting %d %s devices x %s; pinning the frozen weights (%s)...\n", o.devices.count, o.devices.backend.c_str(),
-                  rp::format_bytes(o.devices.memory_each).c_str(),
+        say.print("starting %d %s devices %s; pinning the frozen weights (%s)...\n", o.devices.count, o.devices.backend.c_str(),
+                  device_sizes(o.devices).c_str(),
                   rp::frozen_pinning_name(o.pipeline.frozen_pinning.value_or(rp::default_frozen_pinning(o.devices.backend != "cpu"))));
     rp::TrainingSession run(*model, data, o);
     double trace_t0 = 0;

@@ -410,7 +410,8 @@ std::string describe_cuda_gpus() {
     return n ? out : "no GPU visible";
 }
 
-std::vector<std::unique_ptr<CudaDevice>> make_cuda_devices(int n_logical, size_t mem_each, OpHook hook, bool tf32_gemm) {
+std::vector<std::unique_ptr<CudaDevice>> make_cuda_devices(const std::vector<size_t> & caps, OpHook hook, bool tf32_gemm) {
+    const int n_logical = static_cast<int>(caps.size());
     const int count = cuda_device_count();
     const std::vector<int> ordinals = cuda::logical_device_ordinals(n_logical, count);
     std::vector<cuda::GpuInfo> gpus(static_cast<size_t>(count));
@@ -425,12 +426,13 @@ std::vector<std::unique_ptr<CudaDevice>> make_cuda_devices(int n_logical, size_t
         check(cudaMemGetInfo(&free_b, &total_b), who, "cudaMemGetInfo");
         gpus[static_cast<size_t>(o)].free_bytes = free_b;
     }
-    cuda::check_logical_memory(ordinals, mem_each, gpus);
+    const std::vector<size_t> mem = cuda::resolve_logical_memory(ordinals, caps, gpus);
+    cuda::check_logical_memory(ordinals, mem, gpus);
     std::vector<std::unique_ptr<CudaDevice>> devs;
     for (int i = 0; i < n_logical; ++i) {
         CudaDeviceOptions o;
         o.ordinal = ordinals[static_cast<size_t>(i)];
-        o.memory_bytes = mem_each;
+        o.memory_bytes = mem[static_cast<size_t>(i)];
         o.hook = hook;
         o.tf32_gemm = tf32_gemm;
         devs.push_back(std::make_unique<CudaDevice>(i, std::move(o)));

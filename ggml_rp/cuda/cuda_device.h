@@ -24,6 +24,7 @@
 
 #include "ggml_rp/runtime/arena_device.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -63,11 +64,14 @@ private:
     std::unique_ptr<Impl> impl_;
 };
 
-// n_logical devices of mem_each bytes, logical i on GPU i % cuda_device_count() (logical_devices.h), indices
-// 0 .. n_logical - 1, names "cuda:<i>", all with the same hook. Throws rp::Error when no GPU is visible or the
-// caps placed on one GPU exceed its free memory.
-std::vector<std::unique_ptr<CudaDevice>> make_cuda_devices(int n_logical, size_t mem_each, OpHook hook = {},
-                                                           bool tf32_gemm = false);
+// One logical device per cap (caps[i] bytes; 0: its share of its GPU's free memory, resolve_logical_memory),
+// logical i on GPU i % cuda_device_count() (logical_devices.h), names "cuda:<i>", all with the same hook. Throws
+// rp::Error when no GPU is visible or the caps placed on one GPU exceed its free memory.
+std::vector<std::unique_ptr<CudaDevice>> make_cuda_devices(const std::vector<size_t> & caps, OpHook hook = {}, bool tf32_gemm = false);
+// n_logical devices of mem_each bytes.
+inline std::vector<std::unique_ptr<CudaDevice>> make_cuda_devices(int n_logical, size_t mem_each, OpHook hook = {}, bool tf32_gemm = false) {
+    return make_cuda_devices(std::vector<size_t>(static_cast<size_t>(std::max(n_logical, 0)), mem_each), std::move(hook), tf32_gemm);
+}
 
 // Visible GPUs; 0 without a driver or a GPU. Never throws.
 int cuda_device_count();

@@ -13,6 +13,7 @@
 #include "ggml_rp/runtime/arena.h"
 #include "base/error.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -51,30 +52,85 @@ struct GpuInfo {
     size_t overhead_bytes = 0;  // what each logical device takes besides its cap (its cuBLAS workspace, blas.cuh)
 };
 
-// Throws rp::Error when mem_each is 0 or when the logical devices placed on one GPU (ordinals from
+// Throws rp::Error when a cap is 0 or when the logical devices placed on one GPU (ordinals from
 // logical_device_ordinals) together ask for more than its free memory (each its cap plus the GPU's per-device
-// overhead); the message names the GPU, how many logical devices and the bytes. gpus[o] describes ordinal o.
-inline void check_logical_memory(const std::vector<int> & ordinals, size_t mem_each, const std::vector<GpuInfo> & gpus) {
-    if (mem_each == 0) throw Error("CUDA: a logical device needs a memory cap above 0 bytes");
-    std::map<int, size_t> count;
-    for (int o : ordinals) {
+// overhead); the message names the GPU, how many logical devices and the bytes. gpus[o] describes ordinal o;
+// caps[i] is logical device i's.
+inline void check_logical_memory(const std::vector<int> & ordinals, const std::vector<size_t> & caps, const std::vector<GpuInfo> & gpus) {
+    if (caps.size() != ordinals.size())
+        throw Error("CUDA: " + std::to_string(caps.size()) + " memory caps for " + std::to_string(ordinals.size()) + " logical devices");
+    std::map<int, size_t> count, asked;
+    for (size_t i = 0; i < ordinals.size(); ++i) {
+        const int o = ordinals[i];
+        if (caps[i] == 0) throw Error("CUDA: a logical device needs a memory cap above 0 bytes");
         if (o < 0 || static_cast<size_t>(o) >= gpus.size()) {
             throw Error("CUDA: logical device placed on GPU " + std::to_string(o) + ", but only " +
                         std::to_string(gpus.size()) + " GPUs are visible");
         }
+        const size_t each = caps[i] + gpus[static_cast<size_t>(o)].overhead_bytes;
+        const size_t before = asked[o];
         ++count[o];
+        asked[o] = each < caps[i] || before + each < before ? SIZE_MAX : before + each;  // saturating: never wraps
     }
     for (const auto & [o, k] : count) {
         const GpuInfo & g = gpus[static_cast<size_t>(o)];
-        const size_t each = mem_each + g.overhead_bytes;
-        if (each < mem_each || each > g.free_bytes / k) {  // k * each > free, without overflow
-            std::string msg = std::string("CUDA GPU ").append(std::to_string(o)).append(" (").append(g.name)
-                                  .append("): ").append(std::to_string(k)).append(" logical devices of ")
-                                  .append(format_bytes(mem_each));
-            if (g.overhead_bytes) msg.append(" (+ ").append(format_bytes(g.overhead_bytes)).append(" cuBLAS workspace)");
-            throw Error(msg.append(" each do not fit in its ").append(format_bytes(g.free_bytes)).append(" of free memory"));
-        }
+        if (asked[o] <= g.free_bytes) continue;
+        std::string caps_of;
+        size_t first = SIZE_MAX;
+        bool same = true;
+        for (size_t i = 0; i < ordinals.size(); ++i)
+            if (ordinals[i] == o) {
+                if (first == SIZE_MAX) first = caps[i];
+                same = same && caps[i] == first;
+                caps_of += (caps_of.empty() ? "" : ", ") + format_bytes(caps[i]);
+            }
+        std::string msg = std::string("CUDA GPU ").append(std::to_string(o)).append(" (").append(g.name).append("): ")
+                              .append(std::to_string(k)).append(" logical devices of ")
+                              .append(same ? format_bytes(first) : caps_of);
+        if (g.overhead_bytes) msg.append(" (+ ").append(format_bytes(g.overhead_bytes)).append(" cuBLAS workspace)");
+        throw Error(msg.append(same ? " each" : "").append(" do not fit in its ").append(format_bytes(g.free_bytes)).append(" of free memory"));
     }
+}
+inline void check_logical_memory(const std::vector<int> & ordinals, size_t mem_each, const std::vector<GpuInfo> & gpus) {
+    check_logical_memory(ordinals, std::vector<size_t>(ordinals.size(), mem_each), gpus);
+}
+
+// Held back on each GPU whose free memory the caps take ("auto"): what the CUDA context, the streams and the
+// driver allocate after the arenas (at least 256 MiB, or 2% of the free memory).
+inline size_t auto_reserve(size_t free_bytes) { return std::max<size_t>(size_t(256) << 20, free_bytes / 50); }
+
+// Each logical device's cap: caps[i], or where it is 0 ("auto") an equal share of what its GPU's free memory
+// leaves after the given caps, every device's overhead and auto_reserve, rounded down to whole MiB. Throws
+// rp::Error naming the GPU when nothing is left for an auto device; the result still goes through
+// check_logical_memory.
+inline std::vector<size_t> resolve_logical_memory(const std::vector<int> & ordinals, const std::vector<size_t> & caps,
+                                                  const std::vector<GpuInfo> & gpus) {
+    if (caps.size() != ordinals.size())
+        throw Error("CUDA: " + std::to_string(caps.size()) + " memory caps for " + std::to_string(ordinals.size()) + " logical devices");
+    std::vector<size_t> out = caps;
+    std::map<int, std::pair<size_t, size_t>> autos;  // ordinal -> (auto devices, bytes the others and overheads take)
+    for (size_t i = 0; i < ordinals.size(); ++i) {
+        const int o = ordinals[i];
+        if (o < 0 || static_cast<size_t>(o) >= gpus.size()) continue;  // (check_logical_memory names it)
+        auto & a = autos[o];
+        a.second += gpus[static_cast<size_t>(o)].overhead_bytes + caps[i];
+        if (caps[i] == 0) ++a.first;
+    }
+    for (size_t i = 0; i < ordinals.size(); ++i) {
+        if (caps[i] != 0) continue;
+        const int o = ordinals[i];
+        if (o < 0 || static_cast<size_t>(o) >= gpus.size()) continue;
+        const GpuInfo & g = gpus[static_cast<size_t>(o)];
+        const auto & [n, taken] = autos[o];
+        const size_t held = taken + auto_reserve(g.free_bytes);
+        const size_t share = g.free_bytes > held ? (g.free_bytes - held) / n / (size_t(1) << 20) * (size_t(1) << 20) : 0;
+        if (share == 0)
+            throw Error("CUDA GPU " + std::to_string(o) + " (" + g.name + "): " + format_bytes(g.free_bytes) + " free leaves nothing for " +
+                        std::to_string(n) + " logical device" + (n == 1 ? "" : "s") + " of its free memory (\"auto\") beside " +
+                        format_bytes(held) + " of other caps, cuBLAS workspaces and the reserve");
+        out[i] = share;
+    }
+    return out;
 }
 
 // Registered host ranges of the process: which devices hold each range (see the header comment).

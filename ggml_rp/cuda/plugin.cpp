@@ -12,9 +12,9 @@ public:
     const char * build_id() const override { return RP_DEVICE_INTERFACE_ID; }
     int device_count() override { return cuda_device_count(); }
     std::string describe() override { return describe_cuda_gpus(); }
-    std::vector<std::unique_ptr<Device>> make_devices(int n, size_t mem_each, OpHook hook, bool tf32_gemm) override {
+    std::vector<std::unique_ptr<Device>> make_devices(const std::vector<size_t> & caps, OpHook hook, bool tf32_gemm) override {
         std::vector<std::unique_ptr<Device>> out;
-        for (auto & d : make_cuda_devices(n, mem_each, std::move(hook), tf32_gemm)) out.push_back(std::move(d));
+        for (auto & d : make_cuda_devices(caps, std::move(hook), tf32_gemm)) out.push_back(std::move(d));
         return out;
     }
 };

@@ -115,6 +115,112 @@ std::vector<int64_t> CallPlanner::chunk_candidates(const CallPlanRequest & req, 
 
 CallPlan CallPlanner::plan(const CallPlanRequest & req, const std::vector<MicroBatchInfo> & mbs) {
     if (mbs.empty()) throw Error("call planner: no micro-batches");
+    if (req.device_memories.empty()) return plan_uniform(req, mbs);
+    if (req.device_memories.size() != static_cast<size_t>(req.devices) || req.device_names.size() != req.device_memories.size())
+        throw Error("call planner: " + std::to_string(req.device_memories.size()) + " device sizes and " +
+                    std::to_string(req.device_names.size()) + " names for " + std::to_string(req.devices) + " devices");
+    std::vector<size_t> sizes = req.device_memories;
+    for (size_t d = 0; d < sizes.size(); ++d)
+        if (sizes[d] == 0) throw Error("call planner: " + req.device_names[d] + " has no memory");
+    std::sort(sizes.begin(), sizes.end());
+    sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+    if (req.schedule != ScheduleKind::RoundPipe) sizes.resize(1);
+    auto request_for = [&](size_t bytes) {
+        CallPlanRequest r = req;
+        r.device_memories.clear();
+        r.device_names.clear();
+        r.device_memory = bytes;
+        const size_t d = static_cast<size_t>(std::find(req.device_memories.begin(), req.device_memories.end(), bytes) - req.device_memories.begin());
+        r.device_name = req.device_names[d];
+        return r;
+    };
+    for (size_t i = 0; i < sizes.size(); ++i) {
+        try {
+            CallPlan cp = plan_uniform(request_for(sizes[i]), mbs);
+            if (i > 0) restrict_to_devices(cp, req, mbs);
+            return cp;
+        } catch (const MemoryError & e) {
+            if (i + 1 < sizes.size()) continue;
+            std::string devices;
+            for (size_t d = 0; d < req.device_memories.size(); ++d)
+                devices += (d ? ", " : "") + req.device_names[d] + " " + format_bytes(req.device_memories[d]);
+            throw MemoryError("no device holds a plan (" + devices + "): the largest, " + e.what(), e.needed(), e.available(),
+                              e.max_seq_len());
+        }
+    }
+    throw Error("call planner: no device sizes");  // (unreachable: sizes is not empty)
+}
+
+void CallPlanner::restrict_to_devices(CallPlan & cp, const CallPlanRequest & req, const std::vector<MicroBatchInfo> & mbs) {
+    const std::vector<StageDesc> stages = plan_stages(cp.plan);
+    const std::vector<JobSpec> jobs = schedule_jobs(req.schedule, cp.plan, stages, static_cast<int>(mbs.size()));
+    const ProgramFootprints & fp = footprints(with_chunk(mbs, cp.token_chunk));
+    // Each stage's own regions (its jobs'): with the call's residency, and for a resident call also streamed — a
+    // device too small for the resident region beside a stage may run the stage with its weights streamed.
+    std::vector<std::vector<JobSpec>> of_stage(stages.size());
+    for (const JobSpec & j : jobs) of_stage[static_cast<size_t>(j.tasks.front().stage)].push_back(j);
+    auto own_regions = [&](bool resident) {
+        CallShape shape = cp.shape;
+        shape.resident = resident;
+        std::vector<DeviceMemoryPlan> own;
+        for (size_t s = 0; s < stages.size(); ++s) own.push_back(plan_device_memory(prog_, stages, of_stage[s], shape, fp));
+        return own;
+    };
+    const std::vector<DeviceMemoryPlan> own = own_regions(cp.shape.resident);
+    const std::vector<DeviceMemoryPlan> streamed = cp.shape.resident ? own_regions(false) : std::vector<DeviceMemoryPlan>{};
+    // The stages a device of `cap` bytes takes, the smallest first while their regions together fit.
+    struct Taken {
+        std::vector<char> stage;
+        DeviceMemoryPlan regions;
+        int n = 0;
+    };
+    auto take = [&](const std::vector<DeviceMemoryPlan> & regions, size_t cap) {
+        std::vector<size_t> order(stages.size());
+        for (size_t s = 0; s < order.size(); ++s) order[s] = s;
+        std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return regions[a].peak() < regions[b].peak(); });
+        Taken t;
+        t.stage.assign(stages.size(), 0);
+        for (size_t s : order) {
+            const DeviceMemoryPlan m = t.n == 0 ? regions[s] : t.regions.max(regions[s]);
+            if (m.peak() > cap) continue;
+            t.regions = m;
+            t.stage[s] = 1;
+            ++t.n;
+        }
+        return t;
+    };
+    const size_t G = req.device_memories.size();
+    cp.stage_devices.assign(stages.size(), std::vector<char>(G, 0));
+    cp.device_regions.assign(G, DeviceMemoryPlan{});
+    for (size_t d = 0; d < G; ++d) {
+        const size_t cap = req.device_memories[d];
+        if (cp.memory.peak() <= cap) {
+            for (auto & s : cp.stage_devices) s[d] = 1;
+            cp.device_regions[d] = cp.memory;
+            continue;
+        }
+        Taken t = take(own, cap);
+        bool streams = false;
+        if (!streamed.empty()) {
+            Taken u = take(streamed, cap);
+            if (u.n > t.n) t = std::move(u), streams = true;
+        }
+        for (size_t s = 0; s < stages.size(); ++s) cp.stage_devices[s][d] = t.stage[s];
+        cp.device_regions[d] = t.regions;
+        std::string which;
+        for (size_t s = 0; s < stages.size(); ++s)
+            if (t.stage[s]) which += (which.empty() ? "" : " ") + stages[s].name;
+        cp.plan.notes.push_back("memory: " + req.device_names[d] + ", " + format_bytes(cap) + ", " +
+                                (t.n == 0 ? std::string("holds no stage of the plan: it runs no job")
+                                          : "runs " + std::to_string(t.n) + " of the " + std::to_string(stages.size()) + " stages (" +
+                                                which + ")" +
+                                                (streams ? ", their weights streamed with each job (the resident frozen weights do not fit beside them)"
+                                                         : "") +
+                                                ", peak " + format_bytes(t.regions.peak())));
+    }
+}
+
+CallPlan CallPlanner::plan_uniform(const CallPlanRequest & req, const std::vector<MicroBatchInfo> & mbs) {
     // Fastest first: the frozen weights resident (no weight traffic but the trainable tensors'), every chunk
     // candidate with two activation sets per stage; then streamed the same way; then the smallest chunk with one.
     const std::vector<int64_t> chunks = chunk_candidates(req, mbs);

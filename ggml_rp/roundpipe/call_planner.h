@@ -11,6 +11,13 @@
 // the device (memory_plan.h: the resident region; the partitioner gets what is left beside it): a plan that
 // fits so uploads only the trainable tensors with each job. Only when none does, the streamed plans above.
 // A pinned plan and the bound schedules' plans are checked the same way (step 1 only).
+// Mixed memory (devices of different sizes, RoundPipe): every device runs every job when a plan fits the
+// smallest; else the plan of the next larger size that has one, each smaller device restricted to the stages
+// whose jobs fit it beside each other (the smallest stages first) and carving only what they need, so a large
+// stage (the fused tail with the LM head) runs only on the devices that hold it; a device too small for the
+// resident region beside its stages streams their weights when it so runs more of them. When even the largest device
+// holds no plan: MemoryError naming every device and its bytes. (A bound schedule's devices run fixed jobs:
+// the smallest device decides its plan.)
 // Program footprints are measured once per set of micro-batch shapes (cached): planning costs graph builds,
 // never a kernel.
 #pragma once
@@ -40,6 +47,10 @@ struct CallPlanRequest {
     int devices = 1;             // G: the partitioner's minimum stage count
     size_t device_memory = 0;    // bytes of the smallest device; 0 = unlimited (nothing is checked)
     std::string device_name;     // for messages: "cpu:0", "cuda:1"
+    // Mixed memory: every device's bytes (> 0) and name, in device order, when they differ (device_memory is then
+    // the smallest); empty: every device has device_memory.
+    std::vector<size_t> device_memories;
+    std::vector<std::string> device_names;
     std::vector<double> tf, tb;  // per-layer times for the partitioner; empty = the cold-start byte proxy
     // MicroBatchInfo::token_chunk: -1 = the planner's choice (every token in one graph when that fits, else
     // the largest of 8192, 4096, ..., 256 tokens that does), 0 = never chunk, N = chunks of N tokens.
@@ -52,6 +63,26 @@ struct CallPlan {
     CallShape shape;
     DeviceMemoryPlan memory;  // what every device carves (the max over the call's jobs)
     int64_t token_chunk = 0;  // what the call's micro-batches run with (MicroBatchInfo::token_chunk)
+    // Mixed memory, when no plan fits the smallest device: [device] the regions it carves (the max over the jobs
+    // it may run; nothing when it runs none; no resident region when it streams the weights of a resident call,
+    // shape_on) and [stage][device] whether it may run the stage (plan_stages order). Empty: every device carves
+    // `memory` and may run every stage.
+    std::vector<DeviceMemoryPlan> device_regions;
+    std::vector<std::vector<char>> stage_devices;
+
+    const DeviceMemoryPlan & regions_of(int device) const {
+        return device_regions.empty() ? memory : device_regions.at(static_cast<size_t>(device));
+    }
+    // The shape of the jobs on `device`: a resident call's device without a resident region streams the weights.
+    CallShape shape_on(int device) const {
+        CallShape s = shape;
+        s.resident = s.resident && regions_of(device).resident > 0;
+        return s;
+    }
+    // Null when every device may run the stage.
+    const std::vector<char> * devices_of_stage(int stage) const {
+        return stage_devices.empty() ? nullptr : &stage_devices.at(static_cast<size_t>(stage));
+    }
 };
 
 // Thrown when no plan fits; what() says why, the fields say by how much.
@@ -94,6 +125,10 @@ public:
     static std::vector<int64_t> chunk_candidates(const CallPlanRequest & req, const std::vector<MicroBatchInfo> & mbs);
 
 private:
+    // The plan for devices of req.device_memory each (the body of plan() for identical devices).
+    CallPlan plan_uniform(const CallPlanRequest & req, const std::vector<MicroBatchInfo> & mbs);
+    // Mixed memory: which stages each device of req.device_memories may run, and its regions (CallPlan).
+    void restrict_to_devices(CallPlan & cp, const CallPlanRequest & req, const std::vector<MicroBatchInfo> & mbs);
     using ShapeKey = std::vector<std::array<int64_t, 3>>;  // (seq_len, n_seq, token_chunk), sorted, unique
     static ShapeKey shape_key(const std::vector<MicroBatchInfo> & mbs);
     // The plan with the micro-batches' own token_chunk; nullopt when it does not fit, unless `last` (then

@@ -3,6 +3,7 @@
 #include "base/error.h"
 
 #include <algorithm>
+#include <optional>
 #include <cmath>
 #include <string>
 
@@ -81,14 +82,20 @@ int Dispatcher::commit(Option o, bool fused) {
     return o.device;
 }
 
-int Dispatcher::pick(const std::vector<double> & task_ms, bool fused) {
-    Option best = option(static_cast<int>(ptr_ % static_cast<uint64_t>(G_)), task_ms);
-    if (kind_ == DispatchKind::Ready && !uniform())
-        for (int k = 1; k < G_; ++k) {  // the pointer's order breaks ties
-            Option o = option(static_cast<int>((ptr_ + static_cast<uint64_t>(k)) % static_cast<uint64_t>(G_)), task_ms);
-            if (o.finish() < best.finish() * (1 - 1e-12)) best = std::move(o);
-        }
-    return commit(std::move(best), fused);
+int Dispatcher::pick(const std::vector<double> & task_ms, bool fused, const std::vector<char> * allowed) {
+    if (allowed && allowed->size() != free_.size())
+        throw Error("dispatch: " + std::to_string(allowed->size()) + " allowed flags for " + std::to_string(G_) + " devices");
+    const bool by_finish = kind_ == DispatchKind::Ready && !uniform();
+    std::optional<Option> best;
+    for (int k = 0; k < G_; ++k) {  // the pointer's order breaks ties
+        const int d = static_cast<int>((ptr_ + static_cast<uint64_t>(k)) % static_cast<uint64_t>(G_));
+        if (allowed && !(*allowed)[static_cast<size_t>(d)]) continue;
+        Option o = option(d, task_ms);
+        if (!best || o.finish() < best->finish() * (1 - 1e-12)) best = std::move(o);
+        if (!by_finish) break;
+    }
+    if (!best) throw Error("dispatch: no device may run the job");
+    return commit(std::move(*best), fused);
 }
 
 void Dispatcher::assign(int device, const std::vector<double> & task_ms, bool fused) {

@@ -56,8 +56,9 @@ public:
     void begin_call(bool devices_idle);
     // The device of the next job of the call, whose micro-batches take task_ms (speed 1, > 0 for the model to
     // order anything) each; the model's clock advances by the job on that device. fused: the job the call
-    // returns after (FB).
-    int pick(const std::vector<double> & task_ms, bool fused = false);
+    // returns after (FB). allowed[d]: device d may run the job (mixed memory: the devices that hold its stage;
+    // the pointer then names the next allowed device); null: every device.
+    int pick(const std::vector<double> & task_ms, bool fused = false, const std::vector<char> * allowed = nullptr);
     // The same for a job whose device was decided elsewhere (stages sized for the pointer's devices).
     void assign(int device, const std::vector<double> & task_ms, bool fused = false);
     // When the model's last job ends (compare two ways of running a call on copies of the dispatcher).

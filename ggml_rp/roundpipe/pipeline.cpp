@@ -123,7 +123,8 @@ struct Pipeline::Impl {
     std::vector<double> task_times(const std::vector<StageDesc> & stages, RecomputeGrain grain, const std::vector<MicroBatchInfo> & info,
                                    bool forward_only, const JobSpec & spec, const CallPlanRequest & r) const;
     int model_job(Dispatcher & d, const std::vector<StageDesc> & stages, RecomputeGrain grain, const std::vector<MicroBatchInfo> & info,
-                  bool forward_only, const JobSpec & spec, const CallPlanRequest & r, int bound) const;
+                  bool forward_only, const JobSpec & spec, const CallPlanRequest & r, int bound,
+                  const std::vector<char> * allowed = nullptr) const;
     std::vector<int> size_stages_by_speed(const std::vector<MicroBatchInfo> & info, bool idle, const CallPlanRequest & times, CallPlan & cp);
     // A call of these micro-batches planned, laid out and its jobs dispatched (forward_only: without the backward
     // stages, in evaluation mode, not timed); then, once its fused parts are done, each micro-batch's head results.
@@ -143,10 +144,18 @@ CallPlanRequest Pipeline::Impl::request() const {
     r.token_chunk = opt.token_chunk;
     r.resident = opt.resident_weights && !stream_weights;
     r.device_memory = SIZE_MAX;
-    for (Device * d : devs)
+    bool mixed = false;
+    for (Device * d : devs) {
+        mixed = mixed || d->capacity() != devs.front()->capacity();
         if (d->capacity() < r.device_memory) {
             r.device_memory = d->capacity();
             r.device_name = d->name();
+        }
+    }
+    if (mixed)
+        for (Device * d : devs) {
+            r.device_memories.push_back(d->capacity());
+            r.device_names.push_back(d->name());
         }
     if (opt.layer_tf.size() == static_cast<size_t>(L) && opt.layer_tb.size() == static_cast<size_t>(L)) {
         r.tf = opt.layer_tf;
@@ -264,11 +273,11 @@ std::shared_ptr<Call> Pipeline::Impl::start_call(const std::vector<MicroBatch> &
         auto job = std::make_shared<Job>();
         job->call = c;
         job->spec = spec;
-        job->shape = cp.shape;
-        job->memory = cp.memory;
         const int dev = spec.device >= 0 ? spec.device
                                          : model_job(dispatcher, c->stages, c->plan.grain, c->info, forward_only, spec, times,
-                                                     bound.empty() ? -1 : bound[k]);
+                                                     bound.empty() ? -1 : bound[k], cp.devices_of_stage(spec.tasks.front().stage));
+        job->shape = cp.shape_on(dev);
+        job->memory = cp.regions_of(dev);
         assigned.push_back({c->id, spec.label, dev, spec.layers.size()});
         if (assigned.size() > kKeptAssignments) assigned.pop_front();
         ++jobs_run[static_cast<size_t>(dev)];
@@ -285,7 +294,9 @@ std::shared_ptr<Call> Pipeline::Impl::start_call(const std::vector<MicroBatch> &
 // its call plan and the result each job's device, else nothing changes and the result is empty.
 std::vector<int> Pipeline::Impl::size_stages_by_speed(const std::vector<MicroBatchInfo> & info, bool idle,
                                                       const CallPlanRequest & times, CallPlan & cp) {
-    if (opt.schedule != ScheduleKind::RoundPipe || opt.plan || dispatcher.kind() != DispatchKind::Ready || dispatcher.uniform()) return {};
+    if (opt.schedule != ScheduleKind::RoundPipe || opt.plan || dispatcher.kind() != DispatchKind::Ready || dispatcher.uniform() ||
+        !cp.stage_devices.empty())  // (mixed memory that restricts stages: the planner's devices decide)
+        return {};
     auto devices_of = [&](const Plan & p) {
         std::vector<int> d(static_cast<size_t>(p.num_stages()));
         for (size_t k = 0; k < d.size(); ++k) d[k] = static_cast<int>((static_cast<size_t>(dispatcher.pointer()) + k) % static_cast<size_t>(G));
@@ -330,7 +341,8 @@ std::vector<int> Pipeline::Impl::size_stages_by_speed(const std::vector<MicroBat
         r.plan = sized;
         try {
             CallPlan resized = planner->plan(r, info);
-            if (resized.shape.resident != cp.shape.resident) continue;  // (never trade the residency for it)
+            // (never trade the residency for it, nor restrict stages to the larger devices)
+            if (resized.shape.resident != cp.shape.resident || !resized.stage_devices.empty()) continue;
             cp = std::move(resized);
             return devices_of(cp.plan);
         } catch (const MemoryError &) {  // larger stages that do not fit
@@ -339,13 +351,13 @@ std::vector<int> Pipeline::Impl::size_stages_by_speed(const std::vector<MicroBat
     return {};
 }
 
-// The device of a job by dispatcher `d`, whose model it advances: `bound` (>= 0), or d's choice.
+// The device of a job by dispatcher `d`, whose model it advances: `bound` (>= 0), or d's choice among `allowed`.
 int Pipeline::Impl::model_job(Dispatcher & d, const std::vector<StageDesc> & stages, RecomputeGrain grain,
                               const std::vector<MicroBatchInfo> & info, bool forward_only, const JobSpec & spec,
-                              const CallPlanRequest & r, int bound) const {
+                              const CallPlanRequest & r, int bound, const std::vector<char> * allowed) const {
     const bool fused = stages[static_cast<size_t>(spec.tasks.front().stage)].pass == Pass::Fused;
     const std::vector<double> ms = task_times(stages, grain, info, forward_only, spec, r);
-    if (bound < 0) return d.pick(ms, fused);
+    if (bound < 0) return d.pick(ms, fused, allowed);
     d.assign(bound, ms, fused);
     return bound;
 }

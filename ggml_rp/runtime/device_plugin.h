@@ -23,10 +23,10 @@ public:
     virtual int device_count() = 0;
     // One line per accelerator, e.g. "GPU 0: NVIDIA H200, sm_90, 139.8 GiB".
     virtual std::string describe() = 0;
-    // n logical devices of mem_each bytes over the visible accelerators (logical i on accelerator i % count),
-    // named "<backend>:<i>", every stream operation reported to hook when it is set; tf32_gemm: f32 GEMMs on
-    // TF32 tensor cores (DeviceSetOptions).
-    virtual std::vector<std::unique_ptr<Device>> make_devices(int n, size_t mem_each, OpHook hook, bool tf32_gemm) = 0;
+    // One logical device per cap (bytes; 0: its share of its accelerator's free memory) over the visible
+    // accelerators (logical i on accelerator i % count), named "<backend>:<i>", every stream operation reported
+    // to hook when it is set; tf32_gemm: f32 GEMMs on TF32 tensor cores (DeviceSetOptions).
+    virtual std::vector<std::unique_ptr<Device>> make_devices(const std::vector<size_t> & caps, OpHook hook, bool tf32_gemm) = 0;
 };
 
 // The interface fingerprint of this build (a hash of the device and runner headers, set at configure time).

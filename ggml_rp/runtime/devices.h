@@ -18,6 +18,9 @@ struct DeviceSetOptions {
     std::string backend = "cpu";     // "cpu" | "cuda"
     int count = 1;
     size_t memory_each = size_t(256) << 20;
+    // Mixed memory: each device's bytes, overriding memory_each (one per device; 0 on CUDA: the device's share
+    // of its GPU's free memory). Empty: memory_each each.
+    std::vector<size_t> memories;
     std::optional<LinkModel> link;   // CPU devices only: the modelled host <-> device link
     OpHook hook;                     // every stream operation (tracing); may be empty
     // CUDA devices only: f32 GEMMs (LoRA products, weight gradients, dequantized block-type weights) on TF32

@@ -23,12 +23,8 @@ std::string human_bytes(size_t bytes) {
 }
 
 // "key: N bytes (1.50 MiB) more": the byte count first, for scripts.
-std::string line(const char * key, size_t bytes, const std::string & more = "") {
-    const std::string human = human_bytes(bytes);
-    char buf[96];
-    std::snprintf(buf, sizeof buf, "%s: %zu bytes (", key, bytes);
-    std::string r = buf;
-    r += human;
+std::string line(const std::string & key, size_t bytes, const std::string & more = "") {
+    std::string r = key + ": " + std::to_string(bytes) + " bytes (" + human_bytes(bytes);
     r += ')';
     if (!more.empty()) r.append(" ").append(more);
     r += '\n';
@@ -114,8 +110,26 @@ RunPlan plan_run(const Model & model, const RunPlanOptions & options) {
     req.grain = o.pipeline.grain;
     req.plan = o.pipeline.plan;
     req.devices = devices;
-    req.device_memory = o.devices.memory_each - o.devices.memory_each % kBufferAlign;
-    req.device_name = backend + ":0";
+    // Each device's arena in whole 256-byte units; mixed sizes: the planner restricts stages to the devices that
+    // hold them (call_planner.h).
+    const std::vector<size_t> sizes =
+        o.devices.memories.empty() ? std::vector<size_t>(static_cast<size_t>(devices), o.devices.memory_each) : o.devices.memories;
+    if (sizes.size() != static_cast<size_t>(devices))
+        throw Error("devices.memories: " + std::to_string(sizes.size()) + " memory sizes for " + std::to_string(devices) + " devices (devices.count)");
+    req.device_memory = SIZE_MAX;
+    for (size_t d = 0; d < sizes.size(); ++d) {
+        const size_t bytes = sizes[d] - sizes[d] % kBufferAlign;
+        if (bytes == 0)
+            throw Error("devices.memories: " + backend + ":" + std::to_string(d) + " has no memory size (a plan needs every device's; a GPU's free memory is known only when the run opens it)");
+        if (bytes < req.device_memory) req.device_memory = bytes, req.device_name = backend + ":" + std::to_string(d);
+        req.device_memories.push_back(bytes);
+        req.device_names.push_back(backend + ":" + std::to_string(d));
+    }
+    if (std::all_of(req.device_memories.begin(), req.device_memories.end(), [&](size_t b) { return b == req.device_memory; })) {
+        req.device_memories.clear();
+        req.device_names.clear();
+    }
+    r.device_names = req.device_names;
     req.token_chunk = o.pipeline.token_chunk;
     req.resident = o.pipeline.resident_weights;
     r.min_device_peak = planner.least_memory(req, r.step).peak();
@@ -134,7 +148,8 @@ RunPlan plan_run(const Model & model, const RunPlanOptions & options) {
             else if (copies && frozen_seen.insert(ti.name).second) h.frozen_copies += ti.bytes;
         }
     h.checkpoints = 2 * host_call_bytes(prog, r.call->plan, r.step).total();
-    if (backend == "cpu") h.cpu_devices = static_cast<size_t>(devices) * r.call->memory.peak();
+    if (backend == "cpu")
+        for (int d = 0; d < devices; ++d) h.cpu_devices += r.call->regions_of(d).peak();
     r.link = link_bytes(prog, r.call->plan, o.pipeline.schedule, r.step, r.call->shape.resident);
     return r;
 }
@@ -198,6 +213,16 @@ std::string RunPlan::report() const {
              ", activation sets per stage: " + std::to_string(call->shape.sets) + "\n";
         for (const std::string & n : call->plan.notes) s += "note: " + n + "\n";
         s += line("device peak", call->memory.peak(), "= " + call->memory.describe());
+        // Mixed memory: each device's own peak and the stages it may run.
+        const std::vector<StageDesc> stages = plan_stages(call->plan);
+        for (size_t d = 0; d < device_names.size(); ++d) {
+            const DeviceMemoryPlan & m = call->regions_of(static_cast<int>(d));
+            std::string runs;
+            for (size_t k = 0; k < stages.size(); ++k)
+                if (!call->devices_of_stage(static_cast<int>(k)) || (*call->devices_of_stage(static_cast<int>(k)))[d])
+                    runs += (runs.empty() ? "" : " ") + stages[k].name;
+            s += line("device " + device_names[d] + " peak", m.peak(), "(runs " + (runs.empty() ? std::string("no stage") : runs) + ")");
+        }
         s += line("device min peak", min_device_peak, "(the least any plan takes: one layer per stage, the smallest token chunk, one activation set)");
     }
     s += line("host peak", host.total());

@@ -61,6 +61,7 @@ struct HostMemoryPlan {
 struct RunPlan {
     std::vector<MicroBatchInfo> step;  // the largest step's micro-batches
     std::optional<CallPlan> call;      // pipeline: the plan and its device memory
+    std::vector<std::string> device_names;  // pipeline, devices of different sizes: each device (else empty)
     size_t min_device_peak = 0;        // pipeline: the one-layer-per-stage plan's peak
     HostMemoryPlan host;
     LinkBytes link;                    // pipeline: per step (and the resident weights once per device)

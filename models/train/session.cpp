@@ -29,6 +29,9 @@ SessionOptions checked(SessionOptions o, const Dataset & data) {
     if (o.threads < 0) throw Error("threads must be >= 0");
     if (data.size() == 0) throw Error("the dataset has no sequences");
     if (o.pipelined && o.devices.count < 1) throw Error("devices: a pipelined run needs at least one device");
+    if (o.pipelined && !o.devices.memories.empty() && static_cast<int>(o.devices.memories.size()) != o.devices.count)
+        throw Error("devices.memories: " + std::to_string(o.devices.memories.size()) + " memory sizes for " +
+                    std::to_string(o.devices.count) + " devices (devices.count)");
     if (o.pipelined && !o.pipeline.device_speed.empty()) {
         const std::vector<double> & s = o.pipeline.device_speed;
         if (static_cast<int>(s.size()) != o.devices.count)

@@ -69,6 +69,37 @@ TEST(CudaLogicalDevices, CapsPlacedOnOneGpuMustFitItsFreeMemory) {
     EXPECT_TRUE(has(error_of([&] { check_logical_memory({1}, 1, one); }), "only 1 GPUs"));
 }
 
+// Mixed memory (issue #37): each logical device its own cap; 0 takes an equal share of what its GPU's free memory
+// leaves after the given caps, the cuBLAS workspaces and the reserve (max(256 MiB, 2% of the free memory)), in
+// whole MiB; the caps then go through the same check.
+TEST(CudaLogicalDevices, EachDeviceItsOwnCapOrItsShareOfTheFreeMemory) {
+    const size_t GiB = size_t(1) << 30, MiB = size_t(1) << 20;
+    const std::vector<GpuInfo> one = {{"NVIDIA H200", 100 * GiB}};
+    EXPECT_NO_THROW(check_logical_memory({0, 0}, std::vector<size_t>{60 * GiB, 40 * GiB}, one));
+    const std::string msg = error_of([&] { check_logical_memory({0, 0}, std::vector<size_t>{61 * GiB, 40 * GiB}, one); });
+    EXPECT_TRUE(has(msg, "2 logical devices of 61.00 GiB (65498251264 bytes), 40.00 GiB (42949672960 bytes) do not fit")) << msg;
+    EXPECT_TRUE(has(error_of([&] { check_logical_memory({0, 0}, std::vector<size_t>{GiB}, one); }), "1 memory caps for 2")) << msg;
+    EXPECT_TRUE(has(error_of([&] { check_logical_memory({0, 0}, std::vector<size_t>{GiB, 0}, one); }), "above 0 bytes"));
+
+    // Free 100 GiB: the reserve is 2 GiB. Two shares: 49 GiB each; beside a 30 GiB cap: 68 GiB.
+    EXPECT_EQ(resolve_logical_memory({0, 0}, {0, 0}, one), (std::vector<size_t>{49 * GiB, 49 * GiB}));
+    EXPECT_EQ(resolve_logical_memory({0, 0}, {30 * GiB, 0}, one), (std::vector<size_t>{30 * GiB, 68 * GiB}));
+    // With a 32 MiB workspace per device and an odd share: rounded down to whole MiB.
+    const std::vector<GpuInfo> ws = {{"A", 100 * GiB, 32 * MiB}};
+    EXPECT_EQ(resolve_logical_memory({0, 0, 0}, {0, 0, 0}, ws),
+              (std::vector<size_t>(3, (100 * GiB - 3 * 32 * MiB - 2 * GiB) / 3 / MiB * MiB)));
+    // Two GPUs, four logical devices (0 and 2 on GPU 0, 1 and 3 on GPU 1); 4 GiB free: a 256 MiB reserve.
+    const std::vector<GpuInfo> two = {{"A", 100 * GiB}, {"B", 4 * GiB}};
+    EXPECT_EQ(resolve_logical_memory({0, 1, 0, 1}, {0, 0, 24 * GiB, 0}, two),
+              (std::vector<size_t>{74 * GiB, 1920 * MiB, 24 * GiB, 1920 * MiB}));
+    const std::vector<size_t> caps = resolve_logical_memory({0, 1, 0, 1}, {0, 0, 24 * GiB, 0}, two);
+    EXPECT_NO_THROW(check_logical_memory({0, 1, 0, 1}, caps, two));
+    // Nothing left beside the given caps: the GPU named.
+    const std::string none = error_of([&] { resolve_logical_memory({1, 1}, {4 * GiB, 0}, two); });
+    EXPECT_TRUE(has(none, "GPU 1 (B)")) << none;
+    EXPECT_TRUE(has(none, "leaves nothing for 1 logical device")) << none;
+}
+
 TEST(CudaLogicalDevices, HostRegistryPinsOnceAndUnpinsWithTheLastHolder) {
     HostRegistry reg;
     int pins = 0, unpins = 0;

@@ -280,3 +280,61 @@ TEST(FinetunePlanTool, AHostPlanOverHostMemIsRefusedAndTheMeasuredPeakIsThePlan)
     ASSERT_EQ(ft_test::run(base + " --host-mem " + roomy + " --seq-len " + std::to_string(fits), &log), 0) << log;
     EXPECT_EQ(ft_test::run(cmd(e) + " --host-mem " + tight + " --seq-len " + std::to_string(fits + 2), &log), 1) << log;
 }
+
+// Mixed memory from the command line (issue #37): --device-mem gives each device its size. Two devices below the
+// least memory a call takes: --plan prints each device's peak and the stages it runs (the small ones a few, within
+// their size), the run writes the bytes of identical devices' run, and its summary plans each device on its own.
+// With the frozen weights resident on the large devices (more than a small one holds) the small ones stream theirs.
+// A count that is not --devices', and devices none of which holds a plan, are refused naming the flag / devices.
+TEST(FinetunePlanTool, MixedDeviceMemoryKeepsLargeStagesOnLargeDevicesWithTheSameBytes) {
+    rp_test::TempDir d;
+    const std::string model = deep_model(d);
+    std::string log;
+    ASSERT_EQ(ft_test::run(deep_cmd(model, d.file("a.gguf")) + " --device-mem 64M --plan", &log), 0) << log;
+    const long long least = field(log, "device min peak");
+    ASSERT_GT(least, 0) << log;
+    const long long small = least * 7 / 8 / 256 * 256;
+    const std::string mixed = " --device-mem 64M," + std::to_string(small) + ",64M," + std::to_string(small);
+    ASSERT_EQ(ft_test::run(deep_cmd(model, d.file("a.gguf")) + mixed + " --resident-weights off --plan", &log), 0) << log;
+    EXPECT_EQ(field(log, "device cpu:0 peak"), field(log, "device peak")) << log;
+    const long long small_peak = field(log, "device cpu:1 peak");
+    EXPECT_GT(small_peak, 0) << log;
+    EXPECT_LE(small_peak, small) << log;
+    EXPECT_EQ(field(log, "device cpu:3 peak"), small_peak) << log;
+    EXPECT_NE(log.find("cpu:1, "), std::string::npos) << log;  // the note: its size, the stages it runs
+    EXPECT_NE(log.find(std::to_string(small) + " bytes), runs "), std::string::npos) << log;
+    EXPECT_NE(log.find("runs FB"), std::string::npos) << log;
+
+    ASSERT_EQ(ft_test::run(deep_cmd(model, d.file("same.gguf")) + " --device-mem 64M --resident-weights off", &log), 0) << log;
+    // (speeds given: measured ones would let the machine's load decide which device runs what)
+    ASSERT_EQ(ft_test::run(deep_cmd(model, d.file("mixed.gguf")) + mixed + " --resident-weights off --device-speed 1,1,1,1", &log), 0)
+        << log;
+    EXPECT_EQ(slurp(d.file("same.gguf")), slurp(d.file("mixed.gguf")));
+    EXPECT_NE(log.find("memory cpu:1: high-water 0 bytes, planned " + std::to_string(small_peak) + " ("), std::string::npos)
+        << log;  // (the pointer's order gives cpu:1 none of the two stages it may run here; cpu:3 runs them)
+    EXPECT_NE(log.find("memory cpu:3: high-water " + std::to_string(small_peak) + " bytes, planned " + std::to_string(small_peak)),
+              std::string::npos)
+        << log;
+
+    // The frozen weights resident on the large devices (9.5 MiB): the small ones stream the weights of theirs.
+    ASSERT_EQ(ft_test::run(deep_cmd(model, d.file("a.gguf")) + mixed + " --plan", &log), 0) << log;
+    EXPECT_NE(log.find("stay on every device"), std::string::npos) << log;
+    EXPECT_EQ(field(log, "device cpu:1 peak"), small_peak) << log;
+    EXPECT_NE(log.find("their weights streamed with each job"), std::string::npos) << log;
+    ASSERT_EQ(ft_test::run(deep_cmd(model, d.file("mixed.gguf")) + mixed + " --device-speed 1,1,1,1", &log), 0) << log;
+    EXPECT_EQ(slurp(d.file("same.gguf")), slurp(d.file("mixed.gguf")));
+    EXPECT_NE(log.find("memory cpu:3: high-water " + std::to_string(small_peak) + " bytes, planned " + std::to_string(small_peak) +
+                       " (used: resident 0,"),
+              std::string::npos)
+        << log;
+
+    rp_test::TempDir e;
+    EXPECT_EQ(ft_test::run(deep_cmd(model, e.file("b.gguf")) + " --device-mem 64M,32M", &log), 1) << log;
+    EXPECT_NE(log.find("--device-mem: 2 memory sizes for 4 devices"), std::string::npos) << log;
+    const std::string none = " --device-mem " + std::to_string(small / 2 / 256 * 256) + "," + std::to_string(small / 3 / 256 * 256) +
+                             "," + std::to_string(small / 2 / 256 * 256) + "," + std::to_string(small / 3 / 256 * 256);
+    EXPECT_EQ(ft_test::run(deep_cmd(model, e.file("b.gguf")) + none, &log), 1) << log;
+    EXPECT_NE(log.find("no device holds a plan (cpu:0 "), std::string::npos) << log;
+    EXPECT_NE(log.find("cpu:3 "), std::string::npos) << log;
+    EXPECT_TRUE(std::filesystem::is_empty(e.path)) << "a refused run left files";
+}

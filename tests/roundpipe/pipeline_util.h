@@ -125,6 +125,19 @@ struct Workload {
     }
 };
 
+// The micro-batch shapes of a workload's first call (what a planner plans for).
+inline std::vector<rp::MicroBatchInfo> shapes_of(const Workload & w) {
+    std::vector<rp::MicroBatchInfo> out;
+    for (int mb = 0; mb < w.M; ++mb) {
+        const MbData d = w.data(0, 0, mb);
+        rp::MicroBatchInfo i;
+        i.seq_len = d.T;
+        i.n_seq = d.B;
+        out.push_back(i);
+    }
+    return out;
+}
+
 // One optimizer step on the Trainer's params: global-norm clipping then AdamW (what rp-finetune does).
 struct Updater {
     rp::Optimizer opt;
@@ -244,6 +257,7 @@ struct RunResult {
 struct DeviceSetup {
     int G = 2;
     size_t memory = size_t(4) << 20;
+    std::vector<size_t> memories;  // mixed memory: each CPU device's bytes (empty: `memory` each)
     uint64_t delay_seed = 0;
     double max_delay_us = 0;
     std::vector<double> speeds;  // CPU devices' compute speeds (cpu_device.h); empty: all 1
@@ -268,7 +282,7 @@ inline DeviceSet cpu_devices(const DeviceSetup & ds) {
     DeviceSet set;
     for (int i = 0; i < ds.G; ++i) {
         rp::CpuDeviceOptions o;
-        o.memory_bytes = ds.memory;
+        o.memory_bytes = ds.memories.empty() ? ds.memory : ds.memories.at(static_cast<size_t>(i));
         o.delay_seed = ds.delay_seed ? ds.delay_seed + static_cast<uint64_t>(i) : 0;
         o.max_delay_us = ds.max_delay_us;
         if (!ds.speeds.empty()) o.speed = ds.speeds[static_cast<size_t>(i)];

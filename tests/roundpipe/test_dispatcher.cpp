@@ -86,6 +86,36 @@ TEST(Dispatcher, IdenticalDevicesKeepTheRoundRobinPointer) {
     }
 }
 
+// Mixed memory: a job whose stage only some devices hold goes to one of them — by the pointer (the next allowed
+// device in its order; the pointer then moves past it) or by readiness among them; no device allowed is a
+// programming error the dispatcher names.
+TEST(Dispatcher, AJobGoesOnlyToTheDevicesAllowedToRunIt) {
+    const std::vector<double> ms(3, 1.0);
+    const std::vector<char> big{1, 0, 1, 0}, all{1, 1, 1, 1};
+    for (DispatchKind kind : {DispatchKind::RoundRobin, DispatchKind::Ready}) {
+        Dispatcher d(4, kind);
+        d.begin_call(true);
+        EXPECT_EQ(d.pick(ms, false, &all), 0);
+        EXPECT_EQ(d.pick(ms, false, &big), 2);  // the pointer names 1: the next allowed is 2
+        EXPECT_EQ(d.pick(ms, false, &big), 0);  // 3 is not allowed
+        EXPECT_EQ(d.pick(ms, false, nullptr), 1);
+        EXPECT_EQ(d.pointer(), 2);
+        const std::vector<char> wrong(3, 1), none(4, 0);
+        EXPECT_THROW(d.pick(ms, false, &wrong), rp::Error);
+        EXPECT_THROW(d.pick(ms, false, &none), rp::Error);
+    }
+    // By readiness on mixed speeds: of the two allowed devices the one that finishes first (the fast one, even
+    // when the pointer names the other); every job lands on an allowed device.
+    Dispatcher d(4, DispatchKind::Ready, {0.25, 1, 1, 1});
+    d.begin_call(true);
+    const std::vector<char> slow_or_fast{1, 0, 1, 0};
+    EXPECT_EQ(d.pick(ms, false, &slow_or_fast), 2);
+    for (int k = 0; k < 20; ++k) {
+        const int dev = d.pick(ms, false, &slow_or_fast);
+        EXPECT_TRUE(dev == 0 || dev == 2) << dev;
+    }
+}
+
 TEST(Dispatcher, SlowerDevicesGetFewerJobsByReadinessAndTheChainEndsSooner) {
     for (const std::vector<double> & speed : {std::vector<double>{1, 1, 0.5, 0.5}, std::vector<double>{1, 1, 1, 0.25}}) {
         const int calls = 8, M = 6;

@@ -65,18 +65,6 @@ struct MemoryModels {
     }
 };
 
-std::vector<rp::MicroBatchInfo> shapes_of(const Workload & w) {
-    std::vector<rp::MicroBatchInfo> out;
-    for (int mb = 0; mb < w.M; ++mb) {
-        const MbData d = w.data(0, 0, mb);
-        rp::MicroBatchInfo i;
-        i.seq_len = d.T;
-        i.n_seq = d.B;
-        out.push_back(i);
-    }
-    return out;
-}
-
 struct Config {
     const rp::Model * model = nullptr;
     std::string model_name;

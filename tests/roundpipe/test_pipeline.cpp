@@ -576,6 +576,127 @@ TEST(Pipeline, ResidentFrozenWeightsStayThroughACarveForALargerCall) {
     }
 }
 
+// Mixed memory (issue #37): two devices of 64 MiB and two too small for any plan (7/8 of the least memory a call
+// takes: one layer per stage, the smallest chunk). The planner plans for the large devices and keeps the stages
+// the small ones cannot hold (here the three-layer forward stages and most backward ones) on the large ones; the
+// small ones run the others, each carving only what its stages need. The bits are the host's, by the pointer and by readiness on mixed speeds; no job
+// ran on a device that may not hold its stage; every device stayed within its own memory. Devices of which
+// none holds a plan are refused up front, the message naming each with its bytes.
+TEST(Pipeline, MixedMemoryKeepsTheLargeStagesOnTheLargeDevices) {
+    const Models & m = Models::get();
+    Workload w;
+    w.M = 3;
+    rp::FinetuneConfig cfg = lora_cfg();
+    rp::Trainer tr(*m.qwen3, cfg);
+    rp::TrainingProgram & prog = tr;
+    const auto rules = rp::footprint_rules("cpu");
+    rp::CallPlanner planner(prog, *rules);
+    rp::PipelineOptions o;
+    uniform_times(o, 18);
+    o.resident_weights = false;  // (a resident region is every device's: a small one then holds no stage)
+    rp::CallPlanRequest req;
+    req.devices = 4;
+    req.tf = o.layer_tf;
+    req.tb = o.layer_tb;
+    req.resident = false;
+    const size_t least = planner.least_memory(req, shapes_of(w)).peak();
+    const size_t big = size_t(64) << 20, small = least - least / 8 - (least - least / 8) % rp::kBufferAlign;
+    req.device_memories = {big, small, big, small};
+    req.device_names = {"cpu:0", "cpu:1", "cpu:2", "cpu:3"};
+    req.device_memory = small;
+    const rp::CallPlan cp = planner.plan(req, shapes_of(w));
+    ASSERT_FALSE(cp.stage_devices.empty()) << "the small devices hold every stage: " << cp.plan.describe();
+    const std::vector<rp::StageDesc> stages = rp::plan_stages(cp.plan);
+    int small_stages = 0;
+    for (size_t s = 0; s < stages.size(); ++s) {
+        EXPECT_TRUE(cp.stage_devices[s][0] && cp.stage_devices[s][2]) << stages[s].name << ": the large devices hold every stage";
+        EXPECT_EQ(cp.stage_devices[s][1], cp.stage_devices[s][3]) << stages[s].name;
+        small_stages += cp.stage_devices[s][1];
+    }
+    ASSERT_GT(small_stages, 0) << "the small devices hold no stage: " << cp.plan.describe();
+    EXPECT_LT(small_stages, static_cast<int>(stages.size()));
+    EXPECT_EQ(cp.regions_of(0).peak(), cp.memory.peak());
+    EXPECT_LE(cp.regions_of(1).peak(), small);
+    EXPECT_LT(cp.regions_of(1).peak(), cp.memory.peak());
+    bool noted = false;
+    for (const std::string & n : cp.plan.notes) noted = noted || n.find("cpu:1, " + rp::format_bytes(small) + ", runs ") != std::string::npos;
+    EXPECT_TRUE(noted) << cp.plan.describe();
+
+    const auto ref = reference(*m.qwen3, cfg, w);
+    for (const std::vector<double> & speeds : {std::vector<double>{1, 1, 1, 1}, std::vector<double>{1, 0.5, 0.5, 1}}) {
+        const std::string what = speeds[1] == 1 ? "identical speeds" : "speeds 1,0.5,0.5,1";
+        DeviceSetup ds;
+        ds.G = 4;
+        ds.memories = req.device_memories;
+        ds.speeds = speeds;
+        o.instrument = true;
+        const RunResult r = pipelined(*m.qwen3, cfg, w, ds, o);
+        EXPECT_EQ(first_difference(r.masters, ref), -1) << what << " plan " << r.plan.describe();
+        expect_checks_clean(r, what);
+        const std::vector<rp::StageDesc> ran = rp::plan_stages(r.plan);
+        std::vector<int> jobs(4, 0);
+        for (const rp::Pipeline::Assignment & a : r.assignments) {
+            ++jobs[static_cast<size_t>(a.device)];
+            for (size_t s = 0; s < ran.size(); ++s)
+                if (ran[s].name == a.job) {
+                    EXPECT_TRUE(cp.stage_devices[s][static_cast<size_t>(a.device)]) << what << ": " << a.job << " ran on cpu:" << a.device;
+                }
+        }
+        EXPECT_GT(jobs[1] + jobs[3], 0) << what << ": the small devices ran no job";
+        for (size_t d = 0; d < 4; ++d) {
+            EXPECT_LE(r.high_water[d], ds.memories[d]) << what << " device " << d;
+            EXPECT_TRUE(r.carved[d].covers(r.used[d])) << what << " device " << d;
+            EXPECT_LE(r.carved[d].peak(), ds.memories[d]) << what << " device " << d;
+        }
+    }
+
+    // The frozen weights resident where they fit: the small devices, too small for the region, stream the weights
+    // of the stages they run (their regions have no resident region); the same bits.
+    {
+        rp::CallPlanRequest rreq = req;
+        rreq.resident = true;
+        const rp::CallPlan rcp = planner.plan(rreq, shapes_of(w));
+        ASSERT_TRUE(rcp.shape.resident) << rcp.plan.describe();
+        ASSERT_FALSE(rcp.stage_devices.empty()) << rcp.plan.describe();
+        EXPECT_GT(rcp.regions_of(0).resident, small) << "the case needs a resident region larger than the small devices";
+        EXPECT_EQ(rcp.regions_of(1).resident, 0u);
+        EXPECT_FALSE(rcp.shape_on(1).resident);
+        EXPECT_TRUE(rcp.shape_on(0).resident);
+        EXPECT_GT(rcp.regions_of(1).peak(), 0u) << "the small devices run no stage";
+        rp::PipelineOptions ro = o;
+        ro.resident_weights = true;
+        DeviceSetup ds;
+        ds.G = 4;
+        ds.memories = req.device_memories;
+        const RunResult r = pipelined(*m.qwen3, cfg, w, ds, ro);
+        EXPECT_EQ(first_difference(r.masters, ref), -1) << "resident plan " << r.plan.describe();
+        expect_checks_clean(r, "resident");
+        EXPECT_GT(r.memory.resident, 0u);
+        EXPECT_EQ(r.used[1].resident + r.used[3].resident, 0u);
+        EXPECT_GT(r.weights_uploaded[1] + r.weights_uploaded[3], 0u) << "the small devices ran no job";
+        for (size_t d = 0; d < 4; ++d) EXPECT_LE(r.high_water[d], ds.memories[d]) << "resident, device " << d;
+    }
+
+    // No device holds a plan: refused before anything runs, every device named.
+    DeviceSetup tiny;
+    tiny.G = 2;
+    tiny.memories = {least / 2 - (least / 2) % rp::kBufferAlign, least / 3 - (least / 3) % rp::kBufferAlign};
+    DeviceSet set = cpu_devices(tiny);
+    std::vector<rp::Device *> ptrs;
+    for (const auto & d : set.devices) ptrs.push_back(d.get());
+    rp::Pipeline pipe(prog, ptrs, o);
+    try {
+        pipe.plan_call(shapes_of(w));
+        ADD_FAILURE() << "devices below the least memory were accepted";
+    } catch (const rp::MemoryError & e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find("cpu:0 " + rp::format_bytes(tiny.memories[0])), std::string::npos) << msg;
+        EXPECT_NE(msg.find("cpu:1 " + rp::format_bytes(tiny.memories[1])), std::string::npos) << msg;
+        EXPECT_EQ(e.available(), tiny.memories[0]) << msg;
+    }
+    for (const auto & d : set.devices) EXPECT_EQ(d->high_water(), 0u);
+}
+
 // The three ways of pinning the frozen weights upload the same bytes: the same bits, resident or streamed,
 // with a tied head (one tensor in two layers) and its single copy.
 TEST(Pipeline, EveryFrozenPinningGivesTheSameBits) {

@@ -246,6 +246,14 @@ TEST(FinetuneOptions, EveryFlagParsesAsTheOldParserDid) {
              EXPECT_EQ(j.session.pipeline.dispatch, rp::DispatchKind::RoundRobin);
              EXPECT_EQ(j.session.pipeline.device_speed, (std::vector<double>{1, 0.5, 2}));
          }},
+        {"--devices 4 --device-mem 24G,16G,16G,1.5G", [](const FinetuneJob & j) {
+             const size_t G = size_t(1) << 30;
+             EXPECT_EQ(j.session.devices.memories, (std::vector<size_t>{24 * G, 16 * G, 16 * G, 3 * G / 2}));
+         }},
+        {"--devices 2 --device-mem 8M,4M --device-mem 64M", [](const FinetuneJob & j) {  // one size again: every device's
+             EXPECT_TRUE(j.session.devices.memories.empty());
+             EXPECT_EQ(j.session.devices.memory_each, size_t(64) << 20);
+         }},
         {"--devices 2", [](const FinetuneJob & j) {
              EXPECT_EQ(j.session.pipeline.dispatch, rp::DispatchKind::Ready);
              EXPECT_TRUE(j.session.pipeline.device_speed.empty());
@@ -301,6 +309,7 @@ TEST(FinetuneOptions, BadValuesFailInTheToolsWording) {
     EXPECT_EQ(parse_error("--lora-rank"), "option --lora-rank needs a value");
     EXPECT_EQ(parse_error("stray"), "unexpected argument 'stray' (options take the form --name VALUE; see --help)");
     EXPECT_EQ(parse_error("--device-mem 12Q"), "--device-mem: '12Q' is not a size (e.g. 4096, 64M, 1.5G)");
+    EXPECT_EQ(parse_error("--device-mem 8M,,4M"), "--device-mem: '' is not a size (e.g. 4096, 64M, 1.5G)");
     EXPECT_EQ(parse_error("--backend tpu"), "--backend: 'tpu' is not one of cpu, cuda");
     EXPECT_EQ(parse_error("--pin pinned"), "--pin: 'pinned' is not one of alloc, register, off");
     EXPECT_EQ(parse_error("--lr nan"), "--lr: 'nan' is not a number");
