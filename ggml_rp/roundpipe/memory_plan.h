@@ -1,10 +1,10 @@
 // The device memory of the RoundPipe runtime, planned to the byte before anything runs (architecture.md §7).
 //
-// A device's memory is one block carved into regions, each sized from the model, the plan and the
-// micro-batch shapes:
+// A device's memory is carved into regions, each sized from the model, the plan and the micro-batch shapes:
 //   resident           when the plan fits them (CallShape::resident): every layer's frozen weights (the base
-//                      weights of a LoRA run), uploaded once when the region is carved and read by every job
-//                      after it; the weight slots then hold only the trainable tensors and their gradients;
+//                      weights of a LoRA run) in a block of their own, uploaded once when it is allocated and
+//                      read by every job after it, kept when the other regions are carved again; the weight
+//                      slots then hold only the trainable tensors and their gradients;
 //   weight slots (2)   a job's weights (in the dtype the device holds them) and its trainable gradients (f32):
 //                      the job computing and the one prefetched behind it (prefetch depth 1) hold one each;
 //   activations        the computing job's activation sets — stage inputs, the hidden buffers between its

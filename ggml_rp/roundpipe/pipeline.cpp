@@ -15,6 +15,7 @@
 #include "ggml_rp/runtime/work_queue.h"
 
 #include <algorithm>
+#include <set>
 #include <deque>
 #include <utility>
 
@@ -288,8 +289,9 @@ std::shared_ptr<Call> Pipeline::Impl::start_call(const std::vector<MicroBatch> &
 
 // Stage boundaries by speed (dispatch by readiness on devices of different speeds, a RoundPipe training call of
 // the planner's plan): stages sized so that each takes about the same time on the device the pointer gives it
-// (planner.h split_by_speed), with the planner's stage counts or 1/2, 1/3, 1/4 of them (a one-layer stage cannot
-// shrink for a slow device: coarser stages can). The candidate the dispatcher's model finishes soonest is taken
+// (planner.h split_by_speed), with the planner's stage counts, 3/2 or 2 times them (a slow device then takes fewer
+// layers than a fast one where stages hold one or two), or 1/2, 1/3, 1/4 of them (a one-layer stage cannot shrink
+// for a slow device: coarser stages can). The candidate the dispatcher's model finishes soonest is taken
 // when it beats the planner's plan dispatched by readiness and its memory plan fits (else the next); then cp is
 // its call plan and the result each job's device, else nothing changes and the result is empty.
 std::vector<int> Pipeline::Impl::size_stages_by_speed(const std::vector<MicroBatchInfo> & info, bool idle,
@@ -297,9 +299,11 @@ std::vector<int> Pipeline::Impl::size_stages_by_speed(const std::vector<MicroBat
     if (opt.schedule != ScheduleKind::RoundPipe || opt.plan || dispatcher.kind() != DispatchKind::Ready || dispatcher.uniform() ||
         !cp.stage_devices.empty())  // (mixed memory that restricts stages: the planner's devices decide)
         return {};
-    auto devices_of = [&](const Plan & p) {
+    // The pointer's devices from `rotation` on: stage k on device (pointer + rotation + k) mod G.
+    auto devices_of = [&](const Plan & p, int rotation) {
         std::vector<int> d(static_cast<size_t>(p.num_stages()));
-        for (size_t k = 0; k < d.size(); ++k) d[k] = static_cast<int>((static_cast<size_t>(dispatcher.pointer()) + k) % static_cast<size_t>(G));
+        for (size_t k = 0; k < d.size(); ++k)
+            d[k] = static_cast<int>((static_cast<size_t>(dispatcher.pointer() + rotation) + k) % static_cast<size_t>(G));
         return d;
     };
     // The model's end of the call, on a copy of the dispatcher: by readiness, or on `bound` devices.
@@ -318,33 +322,46 @@ std::vector<int> Pipeline::Impl::size_stages_by_speed(const std::vector<MicroBat
         for (int k = 0; k < n; ++k) sizes.push_back(layers * (k + 1) / n - layers * k / n);
         return sizes;
     };
-    std::vector<std::pair<double, Plan>> candidates;
-    std::vector<std::pair<int, int>> counts;  // (forward, backward) stage counts tried
-    for (int div = 1; div <= 4; ++div) {
-        const int f2 = f == 0 ? 0 : std::max(1, f / div), b2 = b == 0 ? 0 : std::max(1, b / div);
-        if (std::find(counts.begin(), counts.end(), std::pair{f2, b2}) != counts.end()) continue;
-        counts.emplace_back(f2, b2);
-        std::vector<int> bwd_sizes{cp.plan.bwd.front().size()};
-        for (int x : even(e, b2)) bwd_sizes.push_back(x);
-        const Plan skeleton = plan_from_sizes(even(e, f2), bwd_sizes, cp.plan.grain);
-        std::vector<double> speed;
-        for (int d : devices_of(skeleton)) speed.push_back(dispatcher.speeds()[static_cast<size_t>(d)]);
-        Plan sized = split_by_speed(skeleton, times.tf, times.tb, speed);
-        const std::vector<int> bound = devices_of(sized);
-        candidates.emplace_back(predicted(sized, &bound), std::move(sized));
-    }
-    std::stable_sort(candidates.begin(), candidates.end(), [](const auto & x, const auto & y) { return x.first < y.first; });
+    struct Candidate {
+        double end;
+        Plan plan;
+        int rotation;
+    };
+    std::vector<Candidate> candidates;
+    // Stage counts: the planner's, finer (a slow device then takes fewer layers than a fast one where stages hold
+    // one or two) or coarser (a one-layer stage cannot shrink for a slow device: a coarser one can), forward and
+    // backward apart (the backward stages are the planner's finest); and every rotation of the devices, which
+    // decides where the fused tail, whose size is fixed, lands.
+    const std::pair<int, int> ratios[] = {{1, 1}, {3, 2}, {2, 1}, {1, 2}, {1, 3}, {1, 4}};
+    auto scaled = [&](int n, std::pair<int, int> r) { return n == 0 ? 0 : std::clamp((n * r.first + r.second / 2) / r.second, 1, std::max(e, 1)); };
+    std::set<std::pair<int, int>> counts;  // (forward, backward) stage counts tried
+    for (const auto & fr : ratios)
+        for (const auto & br : ratios) {
+            const int f2 = scaled(f, fr), b2 = scaled(b, br);
+            if (!counts.insert({f2, b2}).second) continue;
+            std::vector<int> bwd_sizes{cp.plan.bwd.front().size()};
+            for (int x : even(e, b2)) bwd_sizes.push_back(x);
+            const Plan skeleton = plan_from_sizes(even(e, f2), bwd_sizes, cp.plan.grain);
+            for (int rotation = 0; rotation < G; ++rotation) {
+                std::vector<double> speed;
+                for (int d : devices_of(skeleton, rotation)) speed.push_back(dispatcher.speeds()[static_cast<size_t>(d)]);
+                Plan sized = split_by_speed(skeleton, times.tf, times.tb, speed);
+                const std::vector<int> bound = devices_of(sized, rotation);
+                candidates.push_back({predicted(sized, &bound), std::move(sized), rotation});
+            }
+        }
+    std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate & x, const Candidate & y) { return x.end < y.end; });
     const double by_readiness = predicted(cp.plan, nullptr);
-    for (auto & [t, sized] : candidates) {
-        if (t >= by_readiness) break;
+    for (Candidate & c : candidates) {
+        if (c.end >= by_readiness) break;
         CallPlanRequest r = request();
-        r.plan = sized;
+        r.plan = c.plan;
         try {
             CallPlan resized = planner->plan(r, info);
             // (never trade the residency for it, nor restrict stages to the larger devices)
             if (resized.shape.resident != cp.shape.resident || !resized.stage_devices.empty()) continue;
             cp = std::move(resized);
-            return devices_of(cp.plan);
+            return devices_of(cp.plan, c.rotation);
         } catch (const MemoryError &) {  // larger stages that do not fit
         }
     }
