@@ -130,6 +130,15 @@ int main(int argc, char ** argv) {
         }
         if (!s.trace.empty() && models.size() != 1) throw rp::Error("--trace needs exactly one model");
         rp::SimConfig & c = s.sim.config;
+        if (!s.devices.empty()) {
+            if (!s.device_speed.empty()) throw rp::Error("--devices and --device-speed both give the GPUs' speeds: give one");
+            try {
+                c.device_speed = rp::parse_device_mix(s.devices);
+            } catch (const rp::Error & e) {
+                throw rp::Error(std::string("--devices: ") + e.what());
+            }
+            c.devices = static_cast<int>(c.device_speed.size());
+        }
         if (!s.device_speed.empty() && static_cast<int>(s.device_speed.size()) != c.devices)
             throw rp::Error("--device-speed: " + std::to_string(s.device_speed.size()) + " speeds for --gpus " + std::to_string(c.devices));
         for (const std::string & v : s.device_speed) {
@@ -144,6 +153,11 @@ int main(int argc, char ** argv) {
         std::printf("RoundPipe timing model: %d GPUs, %d micro-batches, %s optimizer%s\n", c.devices, c.micro_batches,
                     c.async_optimizer ? "async" : "sync",
                     s.sim.weight_mb > 0 ? (", weights " + std::to_string(s.sim.weight_mb) + " MB/layer over " + s.link).c_str() : "");
+        if (!c.device_speed.empty()) {
+            std::printf("GPU speeds (x an RTX 4090's):");
+            for (double v : c.device_speed) std::printf(" %.2f", v);
+            std::printf("\n");
+        }
         std::printf("%-16s %7s %-44s %10s %8s %10s %8s %10s %8s\n", "model", "stages", "partition (decoder layers)", "alone ms", "bubble",
                     "steady ms", "bubble", "tokens/s", "exposed");
         for (const rp::SimPreset & m : models) {

@@ -1,5 +1,7 @@
 #include "tools/simulate_options.h"
 
+#include <cstdio>
+
 namespace rp::cli {
 
 void declare_simulate_options(Options & p, SimulateSettings & s) {
@@ -21,6 +23,16 @@ void declare_simulate_options(Options & p, SimulateSettings & s) {
     p.list("--device-speed", s.device_speed,
            "each GPU's speed, its compute time divided by it (e.g. 1,1,1,1,0.6,0.6,0.6,0.6 for four\n"
            "4090s beside four slower cards, or a straggler at 0.25; default: all 1)", "S,...");
+    std::string gpus;
+    for (const GpuSpeed & g : gpu_speeds()) {
+        char line[160];
+        std::snprintf(line, sizeof line, "\n  %-6s %-12s %.2f  %s", g.key.c_str(), g.name.c_str(), g.speed, g.source.c_str());
+        gpus += line;
+    }
+    p.text("--devices", s.devices,
+           "a mixed machine: named GPUs with counts, e.g. 4090x4,3090x4 (or speeds: 1x4,0.5x4); sets\n"
+           "--gpus and the speeds, relative to the RTX 4090 of the presets' times:" + gpus,
+           "MIX");
     p.choice("--dispatch", s.dispatch, {"round-robin", "ready", "both"},
              "a job's GPU: the paper's round-robin pointer, the GPU that can start it first (a slower GPU\n"
              "gets fewer jobs), or both side by side (default round-robin)");

@@ -18,6 +18,7 @@ struct SimulateSettings {
     SimPreset custom{"custom", "custom", 0, -1, -1, -1, -1, 0, ""};
     bool max_seq = false, full = false;
     std::vector<std::string> device_speed;  // --device-speed, one per GPU (empty: all 1)
+    std::string devices;                    // --devices: a mix of named GPUs, "4090x4,3090x4" (sets the count)
     std::string dispatch = "round-robin";   // round-robin | ready | both
     MaxSeqOptions mem;
 };

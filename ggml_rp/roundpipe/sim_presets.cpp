@@ -3,6 +3,8 @@
 #include "base/error.h"
 #include "ggml_rp/roundpipe/planner.h"
 
+#include <cstdlib>
+
 namespace rp {
 
 const std::vector<SimPreset> & sim_presets() {
@@ -18,6 +20,54 @@ const std::vector<SimPreset> & sim_presets() {
         {"qwen3-235b", "Qwen3-235B-A22B", 94, 43.02, 58.38, 42.44, 43.29, 3.2, "2x47|0,1x94"},
     };
     return presets;
+}
+
+const std::vector<GpuSpeed> & gpu_speeds() {
+    // Paper: RoundPipe tokens/s on 8 devices / on 8 x RTX 4090, mean over Qwen3-1.7B, Llama-3.1-8B, Qwen3-32B.
+    static const std::vector<GpuSpeed> g = {
+        {"4090", "RTX 4090", 1.0, "the presets' device"},
+        {"a800", "A800", (84692.0 / 65417 + 28427.0 / 24275 + 6301.0 / 5516) / 3, "paper 13.3 vs 13.2 (RoundPipe, dense models)"},
+        {"910b", "Ascend 910B", (50599.0 / 65417 + 23253.0 / 24275 + 5028.0 / 5516) / 3, "paper 13.9"},
+        {"w7800", "AMD W7800", (17852.0 / 65417 + 5915.0 / 24275 + 1450.0 / 5516) / 3, "paper 13.9"},
+        {"3090", "RTX 3090", 71.0 / 165.2, "peak dense FP16 tensor TFLOPS, FP32 accumulate: 71 vs 165.2 (compute-bound work)"},
+    };
+    return g;
+}
+
+std::vector<double> parse_device_mix(const std::string & mix) {
+    std::vector<double> speeds;
+    size_t at = 0;
+    for (;;) {
+        const size_t comma = mix.find(',', at);
+        const std::string entry = mix.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+        const size_t x = entry.rfind('x');
+        const std::string what = x == std::string::npos ? entry : entry.substr(0, x);
+        long count = 1;
+        if (x != std::string::npos) {
+            char * end = nullptr;
+            count = std::strtol(entry.c_str() + x + 1, &end, 10);
+            if (x + 1 == entry.size() || *end != '\0' || count < 1 || count > 100000)
+                throw Error("device mix '" + mix + "': '" + entry + "': the count after x must be a whole number >= 1");
+        }
+        double speed = 0;
+        bool known = false;
+        for (const GpuSpeed & g : gpu_speeds())
+            if (what == g.key) speed = g.speed, known = true;
+        if (!known) {
+            char * end = nullptr;
+            speed = std::strtod(what.c_str(), &end);
+            // (a speed above 100 is a GPU name mistyped, "5090", not a device a hundred times a 4090)
+            if (what.empty() || *end != '\0' || !(speed > 0) || !(speed <= 100)) {
+                std::string keys;
+                for (const GpuSpeed & g : gpu_speeds()) keys += (keys.empty() ? "" : ", ") + g.key;
+                throw Error("device mix '" + mix + "': '" + what + "' is neither a GPU (" + keys + ") nor a speed in (0, 100]");
+            }
+        }
+        speeds.insert(speeds.end(), static_cast<size_t>(count), speed);
+        if (comma == std::string::npos) break;
+        at = comma + 1;
+    }
+    return speeds;
 }
 
 const SimPreset * find_sim_preset(const std::string & key) {

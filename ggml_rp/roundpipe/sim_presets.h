@@ -33,6 +33,22 @@ const SimPreset * find_sim_preset(const std::string & key);
 // "qwen3-1.7b  llama3.1-8b  ..." for help texts and errors.
 std::string sim_preset_keys();
 
+// A GPU's compute speed relative to the RTX 4090 the presets' times are measured on, for mixed machines
+// (rp-simulate --devices 4090x4,3090x4). Where the paper measured RoundPipe on the device, its throughput ratio
+// to 8 x RTX 4090 over the dense models it gives (roundpipe.md 13.3, 13.9); else the ratio of NVIDIA's peak dense
+// FP16 tensor throughput with FP32 accumulation, the compute-bound ratio (memory-bound work runs closer to the
+// 4090). `source` says which.
+struct GpuSpeed {
+    std::string key;   // "4090"
+    std::string name;  // "RTX 4090"
+    double speed = 1;
+    std::string source;
+};
+const std::vector<GpuSpeed> & gpu_speeds();
+// "4090x4,3090x4" (or relative speeds: "1x4,0.5x4", and a count of 1 may be left out: "4090,3090"): one speed per
+// device, in order. rp::Error naming the entry that is not a known GPU or a speed in (0, 100] with a count >= 1.
+std::vector<double> parse_device_mix(const std::string & mix);
+
 struct PresetSimOptions {
     SimConfig config;           // devices, micro-batches, async, link, optimizer and copy-back times; nodes and
                                 // node_link for data parallel; hop_ms < 0: the preset's

@@ -338,3 +338,27 @@ TEST(FinetunePlanTool, MixedDeviceMemoryKeepsLargeStagesOnLargeDevicesWithTheSam
     EXPECT_NE(log.find("cpu:3 "), std::string::npos) << log;
     EXPECT_TRUE(std::filesystem::is_empty(e.path)) << "a refused run left files";
 }
+
+// rp-simulate --devices (issue #37): four RTX 4090s beside four RTX 3090s (0.43 of a 4090's tensor throughput).
+// Both dispatches side by side: the paper's round-robin waits for the 3090s every round, dispatch by readiness gives
+// them fewer jobs and ends each iteration sooner; neither beats the ideal. A mix that is not one, or given twice, is
+// refused naming the flag.
+TEST(ToolPlan, SimulateNamedGpuMixComparesTheDispatches) {
+    std::string log;
+    ASSERT_EQ(ft_test::run(ft_test::tool("rp-simulate") + " --model qwen3-1.7b --devices 4090x4,3090x4 --dispatch both", &log), 0) << log;
+    EXPECT_NE(log.find("8 GPUs"), std::string::npos) << log;
+    EXPECT_NE(log.find("GPU speeds (x an RTX 4090's): 1.00 1.00 1.00 1.00 0.43 0.43 0.43 0.43"), std::string::npos) << log;
+    auto over_ideal = [&](const std::string & dispatch) {
+        const size_t row = log.find("Qwen3-1.7B " + dispatch + " ");
+        const size_t at = row == std::string::npos ? row : log.find("steady / ideal = ", row);
+        EXPECT_NE(at, std::string::npos) << dispatch << "\n" << log;
+        return at == std::string::npos ? -1.0 : std::stod(log.substr(at + 17));
+    };
+    const double rr = over_ideal("rr"), ready = over_ideal("ready");
+    EXPECT_GE(ready, 1.0) << log;
+    EXPECT_LT(ready * 1.2, rr) << log;
+    EXPECT_EQ(ft_test::run(ft_test::tool("rp-simulate") + " --model qwen3-1.7b --devices 4090x4,h200x4", &log), 1) << log;
+    EXPECT_NE(log.find("--devices: device mix '4090x4,h200x4': 'h200' is neither a GPU"), std::string::npos) << log;
+    EXPECT_EQ(ft_test::run(ft_test::tool("rp-simulate") + " --model qwen3-1.7b --devices 4090x2 --device-speed 1,1", &log), 1) << log;
+    EXPECT_NE(log.find("give one"), std::string::npos) << log;
+}

@@ -3,6 +3,7 @@
 // hand-off latency up to t / G, roundpipe.md §3.4, §16), sync mode as back-to-back isolated iterations,
 // prefetch depth 1 for weight uploads (§8.4), and the trace agreeing with the model's own bubble figure.
 #include "ggml_rp/roundpipe/schedule_sim.h"
+#include "ggml_rp/roundpipe/sim_presets.h"
 #include "base/error.h"
 
 #include <gtest/gtest.h>
@@ -285,4 +286,30 @@ TEST(ScheduleSim, DispatchByReadinessAroundAStraggler) {
     EXPECT_THROW(rp::simulate_roundpipe(u.plan, u.model, one), rp::Error);
     one.device_speed = {0};
     EXPECT_THROW(rp::simulate_roundpipe(u.plan, u.model, one), rp::Error);
+}
+
+// rp-simulate --devices: a mixed machine as named GPUs with counts (or speeds), one speed per device in order,
+// relative to the RTX 4090 the presets' times are an RTX 4090's. The A800's is the paper's measured RoundPipe
+// throughput ratio over the dense models (roundpipe.md 13.3 / 13.2): 84692/65417, 28427/24275, 6301/5516.
+TEST(ScheduleSim, NamedGpuMixesGiveOneSpeedPerDevice) {
+    const double a800 = (84692.0 / 65417 + 28427.0 / 24275 + 6301.0 / 5516) / 3;
+    EXPECT_NEAR(a800, 1.20, 0.005);
+    EXPECT_EQ(rp::parse_device_mix("4090x2,a800"), (std::vector<double>{1.0, 1.0, a800}));
+    EXPECT_EQ(rp::parse_device_mix("1x2,0.5x3"), (std::vector<double>{1, 1, 0.5, 0.5, 0.5}));
+    const std::vector<double> mixed = rp::parse_device_mix("4090x4,3090x4");
+    ASSERT_EQ(mixed.size(), 8u);
+    EXPECT_EQ(mixed[3], 1.0);
+    EXPECT_DOUBLE_EQ(mixed[4], 71.0 / 165.2);
+    for (const rp::GpuSpeed & g : rp::gpu_speeds()) {
+        EXPECT_GT(g.speed, 0) << g.key;
+        EXPECT_FALSE(g.source.empty()) << g.key;
+    }
+    for (const std::string bad : {"4090x0", "4090x", "x4", "5090x2", "0x3", "4090x2,", "-1", "4090x2.5"}) {
+        try {
+            rp::parse_device_mix(bad);
+            ADD_FAILURE() << bad << " was accepted";
+        } catch (const rp::Error & e) {
+            EXPECT_NE(std::string(e.what()).find("device mix '" + bad + "'"), std::string::npos) << e.what();
+        }
+    }
 }

@@ -359,6 +359,7 @@ TEST(SimulateOptions, EveryFlagParsesAsTheOldParserDid) {
              EXPECT_EQ(s.custom.head_fwd_ms, 20);
              EXPECT_EQ(s.custom.head_bwd_ms, 40);
          }},
+        {"--devices 4090x4,3090x4", [](const S & s) { EXPECT_EQ(s.devices, "4090x4,3090x4"); }},
         {"--device-speed 1,1,0.5,0.25 --dispatch both", [](const S & s) {
              EXPECT_EQ(s.device_speed, (std::vector<std::string>{"1", "1", "0.5", "0.25"}));
              EXPECT_EQ(s.dispatch, "both");
@@ -396,7 +397,7 @@ TEST(ToolOptions, HelpDocumentsExactlyTheDeclaredFlags) {
                {"--help", "--model", "--all", "--layers", "--fwd-ms", "--bwd-ms", "--head-fwd-ms", "--head-bwd-ms", "--gpus", "--micro-batches",
                 "--iterations", "--async", "--sync", "--hop-ms", "--partition", "--published", "--balance", "--no-balance", "--weight-mb",
                 "--link", "--optimizer-ms", "--copy-back-ms", "--tokens-per-mb", "--trace", "--max-seq", "--device-mem", "--host-mem",
-                "--lora-rank", "--nodes", "--node-link", "--full", "--device-speed", "--dispatch"});
+                "--lora-rank", "--nodes", "--node-link", "--full", "--device-speed", "--devices", "--dispatch"});
 }
 
 // rp-gguf's commands, rp-trace and rp-bench's families: each --help names every flag it took before.
