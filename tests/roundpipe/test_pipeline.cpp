@@ -15,6 +15,8 @@
 
 #include <gtest/gtest.h>
 
+#include <numeric>
+
 using namespace rp_pipe_test;
 
 namespace {
@@ -34,6 +36,8 @@ rp::FinetuneConfig full_cfg() {
 // Deterministic planner input (every layer costs the same; forward 1, backward stage 3) for the tests that
 // assert a stage count: measured times vary with the machine's load (PlansFromMeasuredTimesKeepTheBits covers
 // the measured path).
+size_t sum(const std::vector<size_t> & v) { return std::accumulate(v.begin(), v.end(), size_t(0)); }
+
 void uniform_times(rp::PipelineOptions & o, int L) {
     o.layer_tf.assign(static_cast<size_t>(L), 1.0);
     o.layer_tb.assign(static_cast<size_t>(L), 3.0);
@@ -490,11 +494,6 @@ TEST(Pipeline, ResidentFrozenWeightsGoUpOncePerDeviceWithTheSameBits) {
     DeviceSetup ds;
     ds.G = 2;
     ds.memory = size_t(16) << 20;
-    auto sum = [](const std::vector<size_t> & v) {
-        size_t t = 0;
-        for (size_t x : v) t += x;
-        return t;
-    };
     rp::PipelineOptions o;
     o.instrument = true;
     o.device_speed = {1.0, 1.0};
@@ -545,11 +544,6 @@ TEST(Pipeline, ResidentFrozenWeightsStayThroughACarveForALargerCall) {
     w.longer_T = 30;
     w.longer_from = 2;
     const auto ref = reference(*m.llama, lora_cfg(), w);
-    auto sum = [](const std::vector<size_t> & v) {
-        size_t t = 0;
-        for (size_t x : v) t += x;
-        return t;
-    };
     for (const std::vector<double> & speeds : {std::vector<double>{1.0, 1.0}, std::vector<double>{1.0, 0.5}}) {
         const std::string what = "speeds " + std::to_string(speeds[0]) + ", " + std::to_string(speeds[1]);
         DeviceSetup ds;
