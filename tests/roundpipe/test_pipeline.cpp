@@ -624,8 +624,13 @@ TEST(Pipeline, MixedMemoryKeepsTheLargeStagesOnTheLargeDevices) {
         ds.memories = req.device_memories;
         ds.speeds = speeds;
         o.instrument = true;
-        const RunResult r = pipelined(*m.qwen3, cfg, w, ds, o);
+        // On mixed speeds each training call is preceded by a forward-only one (evaluation): its jobs too go only
+        // to the devices that hold their stages, and its loss is the training call's.
+        Workload wf = w;
+        wf.forward_first = speeds[1] != 1;
+        const RunResult r = pipelined(*m.qwen3, cfg, wf, ds, o);
         EXPECT_EQ(first_difference(r.masters, ref), -1) << what << " plan " << r.plan.describe();
+        EXPECT_EQ(r.forward_mismatches, 0) << what;
         expect_checks_clean(r, what);
         const std::vector<rp::StageDesc> ran = rp::plan_stages(r.plan);
         std::vector<int> jobs(4, 0);
