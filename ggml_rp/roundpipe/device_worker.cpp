@@ -87,6 +87,19 @@ void DeviceWorker::submit(std::shared_ptr<Job> job) {
 
 void DeviceWorker::wait_idle() { thread_->wait_idle(); }
 
+void DeviceWorker::release_calls() {
+    idle_.acquire();
+    thread_->enqueue([this] {
+        try {
+            retire(0);
+        } catch (const std::exception & e) {  // a failed stream: on record, rethrown by the controller
+            sh_.faults.record(dev_.name() + ": " + e.what());
+        }
+        idle_.release();
+    });
+    thread_->wait_idle();
+}
+
 void DeviceWorker::run(const std::shared_ptr<Job> & job) {
     std::vector<char> released(job->spec.tasks.size(), 0);
     try {

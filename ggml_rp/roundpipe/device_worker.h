@@ -74,6 +74,10 @@ public:
     void submit(std::shared_ptr<Job> job);
     // Blocks until every submitted job has been enqueued on the streams.
     void wait_idle();
+    // Blocks until every submitted job has been enqueued, then retires them all (their last downloads waited
+    // for) and drops the calls they held, so that those calls' pinned host buffers go back to the pool before the
+    // next call takes its own (a sync step: one call's buffers at a time).
+    void release_calls();
     // The regions as carved (the largest plan this device has run), and the most each has held: a job's
     // weights and gradients, its activation sets, one program's graph (read it once the device is idle).
     DeviceMemoryPlan regions() const;

@@ -432,8 +432,16 @@ std::vector<std::vector<float>> Pipeline::forward(const std::vector<MicroBatch> 
     Impl & d = *impl_;
     rethrow_faults();
     if (mbs.empty()) throw Error("forward: no micro-batches");
-    const std::shared_ptr<Call> c = d.start_call(mbs, true);
-    std::vector<std::vector<float>> results = d.head_results_of(*c);
+    d.harvest_timings();  // (finished training calls' buffers back to the pool first)
+    std::vector<std::vector<float>> results;
+    {
+        const std::shared_ptr<Call> c = d.start_call(mbs, true);
+        results = d.head_results_of(*c);
+    }
+    // Sync steps: the forward-only call's buffers back to the pool before the next call (its jobs are done once
+    // they are retired; async steps overlap calls and count two).
+    if (!d.opt.async)
+        for (auto & w : d.workers) w->release_calls();
     rethrow_faults();
     return results;
 }
@@ -461,6 +469,9 @@ void Pipeline::step(std::function<void()> update) {
         d.optimizer->enqueue([&d] { d.optim_updated.set(); });
         d.optim_updated.wait();
         d.devices_idle = true;  // the update waited for every gradient download: the devices are done
+        // The finished calls' host buffers back to the pool before the next call takes its own: a sync run holds
+        // one call's (run_plan.h counts it so).
+        for (auto & w : d.workers) w->release_calls();
         rethrow_faults();
     }
 }

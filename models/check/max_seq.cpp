@@ -54,6 +54,7 @@ MaxSeqResult plan_one(const std::string & name, const MaxSeqOptions & o, const s
     so.finetune.lora_alpha = 2.0f * static_cast<float>(o.lora_rank);
     so.batch = so.micro_batches = std::max(2, o.micro_batches);  // one sequence per micro-batch
     so.pipelined = true;
+    so.pipeline.async = true;  // the paper's setting: the next step's forward overlaps, two calls' checkpoints
     so.devices.count = o.devices;
     so.devices.memory_each = o.device_memory;
     so.devices.backend = "cuda";

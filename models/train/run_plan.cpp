@@ -147,7 +147,10 @@ RunPlan plan_run(const Model & model, const RunPlanOptions & options) {
             if (ti.param >= 0) h.grad_slots += ti.bytes;
             else if (copies && frozen_seen.insert(ti.name).second) h.frozen_copies += ti.bytes;
         }
-    h.checkpoints = 2 * host_call_bytes(prog, r.call->plan, r.step).total();
+    // The calls in flight: async steps overlap the next step's forward with this one's backward (two calls'
+    // buffers); a sync step returns them to the pool before the next call (pipeline.cpp step()).
+    h.calls_in_flight = o.pipeline.async ? 2 : 1;
+    h.checkpoints = static_cast<size_t>(h.calls_in_flight) * host_call_bytes(prog, r.call->plan, r.step).total();
     if (backend == "cpu")
         for (int d = 0; d < devices; ++d) h.cpu_devices += r.call->regions_of(d).peak();
     r.link = link_bytes(prog, r.call->plan, o.pipeline.schedule, r.step, r.call->shape.resident);
@@ -234,7 +237,9 @@ std::string RunPlan::report() const {
         s += line("  working copies (pinned)", host.working_copies);
         if (host.frozen_copies) s += line("  frozen weights (pinned copy)", host.frozen_copies);
         s += line("  gradient slots (pinned)", host.grad_slots);
-        s += line("  boundary checkpoints (pinned, 2 calls)", host.checkpoints);
+        s += line("  boundary checkpoints (pinned, " + std::to_string(host.calls_in_flight) + (host.calls_in_flight == 1 ? " call" : " calls") +
+                      " in flight)",
+                  host.checkpoints);
         if (host.cpu_devices) s += line("  CPU devices (host RAM, each its planned peak)", host.cpu_devices);
         s += line("link per step", link.total(),
                   "(weights up " + format_bytes(link.weights_up) + ", gradients down " + format_bytes(link.grads_down) +

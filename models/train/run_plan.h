@@ -5,8 +5,8 @@
 //
 // Device: the plan of the largest step, its per-device peak region by region, the smallest plan's peak.
 // Host: the mapped GGUF, the trainable fp32 masters and their gradients, the optimizer state, and with
-// devices the pinned working copies, gradient slots and boundary checkpoints (two calls in flight: the next
-// call's forward overlaps the previous one's last backward stages); on the host path the per-layer inputs
+// devices the pinned working copies, gradient slots and boundary checkpoints (of the calls in flight: two with
+// async steps, whose next forward overlaps the previous backward, one with sync steps); on the host path the per-layer inputs
 // and the graphs: the decoder layers that keep their activations (FinetuneConfig::activation_memory) beside the
 // largest program that runs while they are alive. Link: bytes each way per step.
 #pragma once
@@ -46,6 +46,7 @@ struct HostMemoryPlan {
     size_t frozen_copies = 0;     // pipeline, pinning by copy: the frozen weights once more, pinned
     size_t grad_slots = 0;        // pipeline: pinned per-layer gradient slots
     size_t checkpoints = 0;       // pipeline: pinned boundary activations of the calls in flight; host: layer inputs
+    int calls_in_flight = 0;      // pipeline: 2 with async steps, 1 with sync ones
     size_t cpu_devices = 0;       // pipeline on CPU virtual devices: their memory is host RAM (each its planned peak)
     size_t graph = 0;             // host path: the graphs at their peak (kept layers' + the largest other program's)
     size_t kept_activations = 0;  // host path, of graph: the kept decoder layers' graphs (activation_memory)

@@ -244,6 +244,7 @@ struct RunResult {
     int forward_mismatches = 0;                // Workload::forward_first: forward-only losses that differed
     int timing_samples = 0;
     std::vector<uint64_t> pinned_allocations;  // the pool's count after each call (blocks pinned so far)
+    std::vector<size_t> pinned_in_use_peak;    // the pool's most bytes handed out at once, after each call
     uint64_t pinned_reuses = 0;                // takes the pool served from blocks of earlier calls
     std::vector<size_t> weights_uploaded;      // per device: weight bytes sent (measured by the workers)
     size_t planned_weights_up = 0;             // link_bytes over the calls: the jobs' weights
@@ -320,6 +321,7 @@ inline RunResult pipelined(const rp::Model & model, const rp::FinetuneConfig & c
                 // (with LoRA dropout the forward-only call, in evaluation mode, drops nothing: another loss)
                 if (w.forward_first && cfg.lora_dropout == 0.0f && forward_loss != r.losses.back()) ++r.forward_mismatches;
                 r.pinned_allocations.push_back(pipe.pinned_stats().allocations);
+                r.pinned_in_use_peak.push_back(pipe.pinned_stats().in_use_peak);
                 std::vector<rp::MicroBatchInfo> info;
                 for (const rp::MicroBatch & mb : mbs) info.push_back(mb.info);
                 const rp::CallPlan & lc = pipe.last_call();

@@ -456,6 +456,42 @@ TEST(Pipeline, BoundPlanSplitsEvenly) {
     EXPECT_EQ(rp::schedule_from_name("1f1b"), rp::ScheduleKind::OneFOneB);
 }
 
+// The calls in flight, as the host plan counts them (run_plan.h): with one call per step, a sync step returns the
+// finished call's pinned buffers to the pool before the next call takes its own, and so does a forward-only call
+// (evaluation) in a sync run: the pool never hands out more than one call's bytes at once. Async steps overlap the
+// next step's forward with this one's backward: two calls' bytes. The bits are the host's either way.
+TEST(Pipeline, SyncStepsHoldOneCallsPinnedBuffersAsyncTwo) {
+    const Models & m = Models::get();
+    Workload w;
+    w.calls = 1;
+    w.steps = 4;
+    w.forward_first = true;
+    const auto ref = reference(*m.llama, lora_cfg(), w);
+    DeviceSetup ds;
+    ds.G = 2;
+    rp::PipelineOptions o;
+    uniform_times(o, 18);
+    Workload single = w;  // one call alone: its bytes
+    single.steps = 1;
+    single.forward_first = false;
+    const size_t one = pipelined(*m.llama, lora_cfg(), single, ds, o).pinned_in_use_peak.front();
+    EXPECT_GT(one, 0u);
+    for (const bool async : {false, true}) {
+        o.async = async;
+        const RunResult r = pipelined(*m.llama, lora_cfg(), w, ds, o);
+        if (!async) {
+            EXPECT_EQ(first_difference(r.masters, ref), -1);
+        }
+        EXPECT_EQ(r.forward_mismatches, 0);
+        ASSERT_EQ(r.pinned_in_use_peak.size(), 4u);
+        if (async) {
+            EXPECT_GE(r.pinned_in_use_peak.back(), 2 * one) << "async steps: two calls in flight";
+        } else {
+            EXPECT_EQ(r.pinned_in_use_peak.back(), one) << "sync steps: one call's buffers at a time";
+        }
+    }
+}
+
 // The calls' pinned buffers (tokens, boundary activations, losses) come from the run's pool: a block is pinned
 // when no earlier call's block is free, and otherwise reused -- no cudaHostAlloc / cudaFreeHost per call, whose
 // free synchronises the whole GPU -- with the bits of the single-device run. A call keeps its buffers while its
