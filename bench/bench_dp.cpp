@@ -32,36 +32,33 @@ namespace {
 using rp::bench::now_s;
 
 int run_dp(int argc, char ** argv) {
-    std::string path, link_text = "25Gbit/s,10us";
+    std::string link_text = "25Gbit/s,10us";
     bool full = false;
-    int64_t T = 64, B = 2, lora_rank = 8;
+    rp::bench::EmulatedWorkload w;
     int G = 2, M = 4, steps = 4;
-    double gpu_tokens = 8192;
     rp::cli::Options opt("rp-bench dp",
                          "usage: mpirun -np R rp-bench dp --model FILE.gguf [options]\n"
                          "  data-parallel scaling: step time, tokens/s per rank, exposed all-reduce (emulated compute)");
-    opt.text("--model", path, "the model (required)");
+    w.declare(opt);
     opt.flag("--full", full, "full finetune (default: LoRA)");
-    opt.integer("--rank", lora_rank, 1, 1 << 20, "LoRA rank");
-    opt.integer("--seq-len", T, 1, 1 << 24, "tokens per sequence");
-    opt.integer("--seqs", B, 1, 1 << 20, "sequences per micro-batch");
     opt.integer("--gpus", G, 1, 4096, "devices per rank");
     opt.integer("--micro-batches", M, 1, 1 << 20, "micro-batches per step");
     opt.integer("--steps", steps, 1, 1 << 20, "steps timed");
     opt.text("--link", link_text, "the emulated inter-node link", "L");
-    opt.number("--gpu-tokens", gpu_tokens, 1, 1e12, "tokens/s of the emulated GPU (scales the measured compute)", "X");
     if (!opt.parse(argc, argv)) return 0;
-    if (path.empty()) throw rp::Error("dp: --model FILE.gguf is required");
+    w.require_model("dp");
+    const int64_t T = w.T, B = w.B;
+    const double gpu_tokens = w.gpu_tokens;
 
     rp::CommOptions co;
     co.timeout_s = 600;  // rank 0 measures the layers while the others wait
     auto world = rp::MpiWorld::init(nullptr, nullptr, co);
     const int R = world->size(), me = world->rank();
 
-    auto model = rp::Model::load(path);
+    auto model = rp::Model::load(w.path);
     rp::FinetuneConfig cfg;
     cfg.full = full;
-    cfg.lora_rank = lora_rank;
+    cfg.lora_rank = w.rank;
     rp::Trainer tr(*model, cfg);
     rp::TrainingProgram & real = tr;
     const rp::MicroBatchInfo mb = rp::bench::micro_batch(T, B);

@@ -45,29 +45,28 @@ std::vector<Mix> mixes(int G) {
 }
 
 int run_mixed(int argc, char ** argv) {
-    std::string path, trace_dir;
-    int64_t T = 64, B = 2, rank = 8, devices = 0;
-    double gpu_tokens = 8192;
+    std::string trace_dir;
+    rp::bench::EmulatedWorkload w;
+    int64_t devices = 0;
     int steps = 4, warmup = 3, micro = 0;
     std::string modes = "sync,async";
     rp::cli::Options opt("rp-bench mixed",
                          "usage: rp-bench mixed --model FILE.gguf [options]\n"
                          "  RoundPipe step time on mixed-speed devices: round-robin vs dispatch by readiness vs the ideal (LoRA)");
-    opt.text("--model", path, "the model (required)");
-    opt.integer("--seq-len", T, 1, 1 << 24, "tokens per sequence");
-    opt.integer("--seqs", B, 1, 1 << 20, "sequences per micro-batch");
+    w.declare(opt);
     opt.integer("--steps", steps, 1, 1 << 20, "steps timed");
     opt.integer("--warmup", warmup, 0, 1 << 20, "steps before the timed ones (the measured speeds settle)");
     opt.integer("--micro-batches", micro, 0, 1 << 20, "micro-batches per step (default 0: 2 x devices)");
     opt.integer("--devices", devices, 0, 64, "one device count (default 0: 4 and 8)");
-    opt.integer("--rank", rank, 1, 1 << 20, "LoRA rank");
-    opt.number("--gpu-tokens", gpu_tokens, 1, 1e12, "tokens/s of the emulated GPU (scales the link against the compute)", "X");
     opt.text("--trace-dir", trace_dir, "write each run's trace here", "DIR");
     opt.choice("--steps-mode", modes, {"sync", "async", "sync,async"}, "which optimizer steps to run (default both)", "MODE");
     if (!opt.parse(argc, argv)) return 0;
-    if (path.empty()) throw rp::Error("mixed: --model FILE.gguf is required");
+    w.require_model("mixed");
+    const std::string & path = w.path;
+    const int64_t T = w.T, B = w.B;
+    const double gpu_tokens = w.gpu_tokens;
 
-    rp::bench::MeasuredLora lora = rp::bench::measured_lora(path, rank, T, B);
+    rp::bench::MeasuredLora lora = rp::bench::measured_lora(path, w.rank, T, B);
     rp::TrainingProgram & real = lora.program();
     const rp::MicroBatchInfo & mb = lora.mb;
     const Measured & ms = lora.ms;

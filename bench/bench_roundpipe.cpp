@@ -32,24 +32,22 @@ using rp::bench::Measured;
 using rp::bench::TimedProgram;
 
 int run_roundpipe(int argc, char ** argv) {
-    std::string path, trace_dir;
-    int64_t T = 64, B = 2, rank = 8;
-    double gpu_tokens = 8192;
+    std::string trace_dir;
+    rp::bench::EmulatedWorkload w;
     int steps = 3;
     rp::cli::Options opt("rp-bench roundpipe",
                          "usage: rp-bench roundpipe --model FILE.gguf [options]\n"
                          "  bubble ratio / exposed communication / throughput of roundpipe vs gpipe vs 1f1b (LoRA)");
-    opt.text("--model", path, "the model (required)");
-    opt.integer("--seq-len", T, 1, 1 << 24, "tokens per sequence");
-    opt.integer("--seqs", B, 1, 1 << 20, "sequences per micro-batch");
+    w.declare(opt);
     opt.integer("--steps", steps, 1, 1 << 20, "steps timed");
-    opt.integer("--rank", rank, 1, 1 << 20, "LoRA rank");
-    opt.number("--gpu-tokens", gpu_tokens, 1, 1e12, "tokens/s of the emulated GPU (scales the measured compute)", "X");
     opt.text("--trace-dir", trace_dir, "write each schedule's trace here", "DIR");
     if (!opt.parse(argc, argv)) return 0;
-    if (path.empty()) throw rp::Error("roundpipe: --model FILE.gguf is required");
+    w.require_model("roundpipe");
+    const std::string & path = w.path;
+    const int64_t T = w.T, B = w.B;
+    const double gpu_tokens = w.gpu_tokens;
 
-    rp::bench::MeasuredLora lora = rp::bench::measured_lora(path, rank, T, B);
+    rp::bench::MeasuredLora lora = rp::bench::measured_lora(path, w.rank, T, B);
     rp::TrainingProgram & real = lora.program();
     const rp::MicroBatchInfo & mb = lora.mb;
     const Measured & ms = lora.ms;

@@ -11,6 +11,7 @@
 #include "ggml_rp/runtime/link_model.h"
 #include "models/arch/model.h"
 #include "models/train/trainer.h"
+#include "tools/options.h"
 
 #include <memory>
 
@@ -168,6 +169,25 @@ inline BlockTotals block_totals(const rp::TrainingProgram & p, const Measured & 
     }
     return t;
 }
+
+// What the emulated-compute benches (rp-bench roundpipe, mixed, dp) train: the model, the micro-batch shape, the
+// LoRA rank and the emulated GPU's speed, their flags declared once.
+struct EmulatedWorkload {
+    std::string path;
+    int64_t T = 64, B = 2, rank = 8;
+    double gpu_tokens = 8192;
+    void declare(rp::cli::Options & opt) {
+        opt.text("--model", path, "the model (required)");
+        opt.integer("--seq-len", T, 1, 1 << 24, "tokens per sequence");
+        opt.integer("--seqs", B, 1, 1 << 20, "sequences per micro-batch");
+        opt.integer("--rank", rank, 1, 1 << 20, "LoRA rank");
+        opt.number("--gpu-tokens", gpu_tokens, 1, 1e12, "tokens/s of the emulated GPU (scales the measured compute and the link)", "X");
+    }
+    // rp::Error naming the bench family when no --model was given.
+    void require_model(const std::string & family) const {
+        if (path.empty()) throw rp::Error(family + ": --model FILE.gguf is required");
+    }
+};
 
 // A LoRA trainer of rank `rank` on the model at `path`, its layers' programs measured on micro-batches of
 // B sequences of T tokens (what rp-bench roundpipe and mixed emulate).

@@ -99,12 +99,14 @@ inline size_t parse_size(const std::string & flag, const std::string & v) {
     return static_cast<size_t>(bytes);
 }
 
-inline std::vector<std::string> split_commas(const std::string & s) {
+// "a,b,c" -> {"a", "b", "c"}; empty fields are dropped, or with keep_empty kept (for values that must each
+// parse: "8M,,4M" names the empty one).
+inline std::vector<std::string> split_commas(const std::string & s, bool keep_empty = false) {
     std::vector<std::string> out;
     size_t b = 0;
     while (b <= s.size()) {
         const size_t e = std::min(s.find(',', b), s.size());
-        if (e > b) out.push_back(s.substr(b, e - b));
+        if (e > b || keep_empty) out.push_back(s.substr(b, e - b));
         b = e + 1;
     }
     return out;

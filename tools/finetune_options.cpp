@@ -284,13 +284,7 @@ void declare_roundpipe(Options & p, FinetuneJob & j) {
             O::String,
             [&o](const std::string & f, const std::string & v) {
                 o.pipeline.device_speed.clear();
-                size_t at = 0;
-                for (;;) {
-                    const size_t comma = v.find(',', at);
-                    o.pipeline.device_speed.push_back(parse_double(f, v.substr(at, comma == std::string::npos ? std::string::npos : comma - at), 1e-6, 1e6));
-                    if (comma == std::string::npos) break;
-                    at = comma + 1;
-                }
+                for (const std::string & field : split_commas(v, true)) o.pipeline.device_speed.push_back(parse_double(f, field, 1e-6, 1e6));
             },
             [&o]() -> std::optional<std::string> {
                 if (o.pipeline.device_speed.empty()) return std::nullopt;

@@ -342,12 +342,7 @@ Options & Options::sizes(const std::string & names, size_t & each, std::vector<s
     value(names, value_name, help, Int | String,
           [&each, &list](const std::string & f, const std::string & v) {
               std::vector<size_t> got;
-              for (size_t at = 0;;) {
-                  const size_t comma = v.find(',', at);
-                  got.push_back(parse_size(f, v.substr(at, comma == std::string::npos ? std::string::npos : comma - at)));
-                  if (comma == std::string::npos) break;
-                  at = comma + 1;
-              }
+              for (const std::string & field : split_commas(v, true)) got.push_back(parse_size(f, field));
               if (got.size() == 1) {
                   each = got[0];
                   list.clear();

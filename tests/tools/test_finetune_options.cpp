@@ -310,6 +310,7 @@ TEST(FinetuneOptions, BadValuesFailInTheToolsWording) {
     EXPECT_EQ(parse_error("stray"), "unexpected argument 'stray' (options take the form --name VALUE; see --help)");
     EXPECT_EQ(parse_error("--device-mem 12Q"), "--device-mem: '12Q' is not a size (e.g. 4096, 64M, 1.5G)");
     EXPECT_EQ(parse_error("--device-mem 8M,,4M"), "--device-mem: '' is not a size (e.g. 4096, 64M, 1.5G)");
+    EXPECT_EQ(parse_error("--device-speed 1,2,"), "--device-speed: '' is not a number");
     EXPECT_EQ(parse_error("--backend tpu"), "--backend: 'tpu' is not one of cpu, cuda");
     EXPECT_EQ(parse_error("--pin pinned"), "--pin: 'pinned' is not one of alloc, register, off");
     EXPECT_EQ(parse_error("--lr nan"), "--lr: 'nan' is not a number");
