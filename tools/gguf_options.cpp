@@ -39,8 +39,8 @@ void declare_synth_options(Options & p, SynthSettings & s) {
             [&](const std::string & f, const std::string & v) { s.spec.n_vocab = static_cast<uint32_t>(parse_int(f, v, 1, 1 << 24)), s.n_vocab_given = true; },
             [] { return std::nullopt; });
     bit(p, "--weights", s.spec.weights, "0: every weight a hole (zeros, a sparse file: no disk), the shapes for rp-finetune --plan");
-    p.choice("--arch", s.spec.arch, {"llama", "qwen2", "qwen3", "qwen3moe", "gpt-oss", "gemma2", "gemma3", "mistral3", "phi3"},
-             "llama | qwen2 | qwen3 | qwen3moe | gpt-oss | gemma2 | gemma3 | mistral3 | phi3",
+    p.choice("--arch", s.spec.arch, {"llama", "qwen2", "qwen3", "qwen3moe", "gpt-oss", "gemma2", "gemma3", "mistral3", "phi3", "qwen35"},
+             "llama | qwen2 | qwen3 | qwen3moe | gpt-oss | gemma2 | gemma3 | mistral3 | phi3 | qwen35",
              "A");
     p.integer("--experts", s.spec.n_expert, 1, 1 << 24, "qwen3moe, gpt-oss: experts per layer");
     p.integer("--experts-used", s.spec.n_expert_used, 1, 1 << 24, "qwen3moe, gpt-oss: experts per token", "K");
@@ -56,6 +56,12 @@ void declare_synth_options(Options & p, SynthSettings & s) {
     p.integer("--llama3-rope-ctx", s.spec.llama3_rope_ctx, 1, 1 << 24, "with --llama3-rope: the original context (Llama 3: 8192)");
     p.integer("--long-rope", s.spec.long_rope_ctx, 0, 1 << 24,
               "phi3: LongRoPE from this original context to --n-ctx (short and long factors; 0: none; Phi-3.5: 4096)", "N");
+    p.integer("--ssm-k-heads", s.spec.ssm_k_heads, 1, 1 << 16, "qwen35: the Gated DeltaNet layers' key heads", "N");
+    p.integer("--ssm-v-heads", s.spec.ssm_v_heads, 1, 1 << 16, "qwen35: their value heads (a multiple of the key heads)", "N");
+    p.integer("--ssm-head-dim", s.spec.ssm_head_dim, 1, 1 << 16, "qwen35: the width of a key and of a value head", "N");
+    p.integer("--ssm-conv", s.spec.ssm_d_conv, 2, 64, "qwen35: the short convolution's kernel (4)", "K");
+    p.integer("--full-attn-interval", s.spec.full_attn_interval, 1, 1 << 16,
+              "qwen35: every N-th layer is full attention, the others Gated DeltaNet (4)", "N");
     p.number("--attn-temp", s.spec.attn_temp_scale, 0.0f, 1e3f,
              "mistral3: attention temperature scale (0: none; Ministral 3: 0.1), by the YaRN context");
     p.integer("--n-embd", s.spec.n_embd, 1, 1 << 24, "hidden size");

@@ -1,7 +1,8 @@
-// RMS_NORM and RMS_NORM_BACK over ne[0]; row statistics in double.
+// RMS_NORM and RMS_NORM_BACK over ne[0] (and their L2 form); row statistics in double.
 #include "ggml_rp/cpu/kernel_registry.h"
 #include "ggml_rp/cpu/strided.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace rp::cpu {
@@ -29,6 +30,7 @@ void rms_norm(Tensor * n) {
     const Tensor * x = n->src[0];
     const Tensor * w = n->src[1];
     const float eps = n->param_f32(0);
+    const bool l2 = n->param_i32(1) != 0;
     const int64_t ne0 = n->ne[0], nr = n->nrows();
     const float * wd = w ? w->data_as<float>() : nullptr;
     const size_t wnb = w ? w->nb[0] : 0;
@@ -44,7 +46,8 @@ void rms_norm(Tensor * n) {
         } else {
             ss = row_sum(ne0, [&](int64_t i) { const double v = at(xr, x->nb[0], i); return v * v; });
         }
-        const float rs = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(ne0) + eps));
+        const float rs = l2 ? static_cast<float>(1.0 / std::max(std::sqrt(ss), static_cast<double>(eps)))
+                            : static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(ne0) + eps));
         for (int64_t i = 0; i < ne0; ++i) {
             const float y = at(xr, x->nb[0], i) * rs;
             at(d, n->nb[0], i) = wd ? y * at(reinterpret_cast<const char *>(wd), wnb, i) : y;
@@ -57,6 +60,7 @@ void rms_norm_back(Tensor * n) {
     const Tensor * dy = n->src[1];
     const Tensor * w = n->src[2];
     const float eps = n->param_f32(0);
+    const bool l2 = n->param_i32(1) != 0;
     const int64_t ne0 = n->ne[0], nr = n->nrows();
     const char * wd = w ? static_cast<const char *>(w->data) : nullptr;
     const size_t wnb = w ? w->nb[0] : 0;
@@ -80,9 +84,11 @@ void rms_norm_back(Tensor * n) {
                 return static_cast<double>(at(gr, dy->nb[0], i)) * (wd ? at(wd, wnb, i) : 1.0f) * static_cast<double>(at(xr, x->nb[0], i));
             });
         }
-        const double rs = 1.0 / std::sqrt(ss / static_cast<double>(ne0) + eps);
+        // L2: the norm clamped at eps is a constant there (dx = dy / eps); else the RMS formula with n = 1.
+        const bool clamped = l2 && !(std::sqrt(ss) > eps);
+        const double rs = l2 ? (clamped ? 1.0 / eps : 1.0 / std::sqrt(ss)) : 1.0 / std::sqrt(ss / static_cast<double>(ne0) + eps);
         const float a = static_cast<float>(rs);
-        const float c = static_cast<float>(rs * rs * rs * gx / static_cast<double>(ne0));
+        const float c = clamped ? 0.0f : static_cast<float>(rs * rs * rs * gx / (l2 ? 1.0 : static_cast<double>(ne0)));
         for (int64_t i = 0; i < ne0; ++i) {
             const float g = at(gr, dy->nb[0], i) * (wd ? at(wd, wnb, i) : 1.0f);
             at(d, n->nb[0], i) = a * g - c * at(xr, x->nb[0], i);

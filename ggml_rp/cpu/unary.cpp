@@ -1,4 +1,4 @@
-// SCALE (and its soft-cap form), SILU, SILU_BACK, SWIGLU, SWIGLU_BACK (SiLU, gpt-oss's clamped form, GELU-tanh and llama.cpp's fp16 GELU
+// SCALE (and its soft-cap form), SILU, SILU_BACK, SIGMOID, SOFTPLUS, SWIGLU, SWIGLU_BACK (SiLU, gpt-oss's clamped form, GELU-tanh and llama.cpp's fp16 GELU
 // table): element-wise over same-shaped strided sources.
 #include "ggml_rp/core/fp16.h"
 #include "ggml_rp/cpu/kernel_registry.h"
@@ -72,6 +72,10 @@ void scale(Tensor * n) {
 
 void silu(Tensor * n) { elementwise<1, true>(n, [](float x, float, float, float e) { return silu_of(x, e); }); }
 
+void sigmoid(Tensor * n) { elementwise<1, true>(n, [](float, float, float, float e) { return sigmoid_of(e); }); }
+
+void softplus(Tensor * n) { elementwise<1>(n, [](float x, float, float, float) { return softplus_f(x); }); }
+
 void silu_back(Tensor * n) { elementwise<2, true>(n, [](float x, float dy, float, float e) { return dy * silu_grad_of(x, e); }); }
 
 namespace {
@@ -124,6 +128,7 @@ void swiglu_back(Tensor * n) {
 }
 
 const RegisterKernels kRegister{{Op::SCALE, scale},   {Op::SILU, silu},     {Op::SILU_BACK, silu_back},
-                                {Op::SWIGLU, swiglu}, {Op::SWIGLU_BACK, swiglu_back}};
+                                {Op::SWIGLU, swiglu}, {Op::SWIGLU_BACK, swiglu_back}, {Op::SIGMOID, sigmoid},
+                                {Op::SOFTPLUS, softplus}};
 
 } // namespace rp::cpu

@@ -198,6 +198,20 @@ inline void check_cuda_node(const Tensor * n) {
         need_type(n, n->src[1], DType::I32, "positions");
         need_contiguous(n, n->src[1], "positions");
         return;
+    case Op::SSM_CONV: case Op::SSM_CONV_BACK: case Op::DELTA_NET: case Op::DELTA_NET_BACK: {
+        // f32 operands packed by the builders, and the packed sequences' example starts (i32)
+        const int seg = n->op == Op::SSM_CONV ? 3 : n->op == Op::SSM_CONV_BACK ? 4 : 6;
+        for (int i = 0; i < kMaxSrc; ++i) {
+            if (!n->src[i]) continue;
+            if (i == seg) need_type(n, n->src[i], DType::I32, "seg_start");
+            else need_type(n, n->src[i], DType::F32, "source");
+            need_contiguous(n, n->src[i], i == seg ? "seg_start" : "source");
+        }
+        need_contiguous(n, n, "output");
+        if ((n->op == Op::DELTA_NET || n->op == Op::DELTA_NET_BACK) && n->src[0]->ne[0] > kDeltaMaxDk)
+            detail::node_error(n, "a key head of " + std::to_string(n->src[0]->ne[0]) + " > " + std::to_string(kDeltaMaxDk));
+        return;
+    }
     default:  // element-wise and row-wise: f32 operands (packed by the backend when strided)
         for (int i = 0; i < kMaxSrc; ++i) need_type(n, n->src[i], DType::F32, "source");
         need_type(n, n, DType::F32, "output");
@@ -249,6 +263,11 @@ inline size_t node_workspace_bytes(const Tensor * n) {
         return attention_casts_inputs(n) ? align256(own) + attention_cast_bytes(n) : own;
     }
     case Op::GET_ROWS_BACK: case Op::SEGMENT_SUM: return get_rows_back_workspace_bytes(n->src[1]->nelements());
+    case Op::DELTA_NET_BACK: {
+        const Tensor * q = n->src[0];
+        const Tensor * v = n->src[2];
+        return delta_net_bwd_workspace_bytes(q->ne[0], v->ne[0], v->ne[1], q->ne[2], q->ne[3], n->param_i32(1));
+    }
     case Op::MOE_TOPK: case Op::MOE_WEIGHTS: case Op::MOE_WEIGHTS_BACK:
         return moe_router_scratch(n->src[0]->ne[0], n->src[0]->ne[1], n->op == Op::MOE_WEIGHTS_BACK);
     case Op::MUL_MAT_ID: case Op::MUL_MAT_ID_BACK_X: {

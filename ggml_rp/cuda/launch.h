@@ -208,4 +208,21 @@ inline constexpr size_t attention_bwd_workspace_bytes(int64_t Hq, int64_t Tq, in
     return size_t(Hq * Tq * B > 0 ? Hq * Tq * B : 1) * 4;
 }
 
+// The delta rule (cuda/delta_net.cu): a state column's Dk elements spread over a warp's lanes, at most
+// kDeltaMaxPerLane each.
+inline constexpr int64_t kDeltaMaxPerLane = 8;
+inline constexpr int64_t kDeltaMaxDk = 32 * kDeltaMaxPerLane;
+// Its backward: one block of kDeltaWarps warps per (sequence, value head); each warp walks its columns back through
+// a chunk of c = min(chunk, T) tokens with the column's recomputed states ((c + 1) Dk floats) and its partial
+// gradients of q and k (c Dk each), beta and the decay (c each); the block keeps the head's state gradient (Dk Dv).
+// dq and dk come per value head first (Dk Hv T B each), then summed over the heads that share a key head.
+inline constexpr int kDeltaWarps = 4;
+inline constexpr size_t delta_net_bwd_block_floats(int64_t Dk, int64_t Dv, int64_t c) {
+    return size_t(kDeltaWarps) * size_t((c + 1) * Dk + 2 * c * Dk + 2 * c) + size_t(Dk * Dv);
+}
+inline constexpr size_t delta_net_bwd_workspace_bytes(int64_t Dk, int64_t Dv, int64_t Hv, int64_t T, int64_t B, int64_t chunk) {
+    const int64_t c = chunk < T ? chunk : T;
+    return (size_t(B * Hv) * delta_net_bwd_block_floats(Dk, Dv, c) + 2 * size_t(Dk * Hv * T * B)) * 4;
+}
+
 } // namespace rp::cuda

@@ -1,4 +1,4 @@
-// RMS_NORM and RMS_NORM_BACK: one block per row, fixed-order block reductions.
+// RMS_NORM and RMS_NORM_BACK (and their L2 form): one block per row, fixed-order block reductions.
 #include "ggml_rp/cuda/norm.cuh"
 
 #include "ggml_rp/cuda/common.cuh"
@@ -10,14 +10,14 @@ namespace rp::cuda {
 namespace {
 
 __global__ void __launch_bounds__(kRowMaxThreads) rms_norm_fwd_kernel(const float * __restrict__ x, const float * __restrict__ w, float * __restrict__ y,
-                                    int64_t ne0, float eps) {
+                                    int64_t ne0, float eps, bool l2) {
     __shared__ float red[32];
     const float * xr = x + blockIdx.x * ne0;
     float * yr = y + blockIdx.x * ne0;
     float ss = 0.0f;
     for (int64_t i = threadIdx.x; i < ne0; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
     ss = block_sum(ss, red);
-    const float rs = 1.0f / sqrtf(ss / static_cast<float>(ne0) + eps);
+    const float rs = l2 ? 1.0f / fmaxf(sqrtf(ss), eps) : 1.0f / sqrtf(ss / static_cast<float>(ne0) + eps);
     for (int64_t i = threadIdx.x; i < ne0; i += blockDim.x) {
         const float v = xr[i] * rs;
         yr[i] = w ? v * w[i] : v;
@@ -25,7 +25,7 @@ __global__ void __launch_bounds__(kRowMaxThreads) rms_norm_fwd_kernel(const floa
 }
 
 __global__ void __launch_bounds__(kRowMaxThreads) rms_norm_bwd_kernel(const float * __restrict__ x, const float * __restrict__ w,
-                                    const float * __restrict__ dy, float * __restrict__ dx, int64_t ne0, float eps) {
+                                    const float * __restrict__ dy, float * __restrict__ dx, int64_t ne0, float eps, bool l2) {
     __shared__ float red[32];
     const int64_t off = static_cast<int64_t>(blockIdx.x) * ne0;
     float ss = 0.0f, gx = 0.0f;
@@ -37,8 +37,10 @@ __global__ void __launch_bounds__(kRowMaxThreads) rms_norm_bwd_kernel(const floa
     }
     ss = block_sum(ss, red);
     gx = block_sum(gx, red);
-    const float rs = 1.0f / sqrtf(ss / static_cast<float>(ne0) + eps);
-    const float c = rs * rs * rs * gx / static_cast<float>(ne0);
+    // L2: the norm clamped at eps is a constant there (dx = dy / eps); else the RMS formula with n = 1.
+    const bool clamped = l2 && !(sqrtf(ss) > eps);
+    const float rs = l2 ? (clamped ? 1.0f / eps : 1.0f / sqrtf(ss)) : 1.0f / sqrtf(ss / static_cast<float>(ne0) + eps);
+    const float c = clamped ? 0.0f : rs * rs * rs * gx / (l2 ? 1.0f : static_cast<float>(ne0));
     for (int64_t i = threadIdx.x; i < ne0; i += blockDim.x) {
         const float g = dy[off + i] * (w ? w[i] : 1.0f);
         dx[off + i] = rs * g - c * x[off + i];
@@ -53,29 +55,30 @@ void check_rows(const char * op, int64_t ne0, int64_t nrows) {
 } // namespace
 
 void rms_norm_fwd(const float * x, const float * w, float * y, int64_t ne0, int64_t nrows, float eps,
-                  cudaStream_t stream) {
+                  cudaStream_t stream, bool l2) {
     check_rows("rms_norm", ne0, nrows);
     if (nrows == 0) return;
-    rms_norm_fwd_kernel<<<static_cast<unsigned>(nrows), row_threads(ne0), 0, stream>>>(x, w, y, ne0, eps);
+    rms_norm_fwd_kernel<<<static_cast<unsigned>(nrows), row_threads(ne0), 0, stream>>>(x, w, y, ne0, eps, l2);
     check_launch("rms_norm");
 }
 
 void rms_norm_bwd(const float * x, const float * w, const float * dy, float * dx, int64_t ne0, int64_t nrows,
-                  float eps, cudaStream_t stream) {
+                  float eps, cudaStream_t stream, bool l2) {
     check_rows("rms_norm_back", ne0, nrows);
     if (nrows == 0) return;
-    rms_norm_bwd_kernel<<<static_cast<unsigned>(nrows), row_threads(ne0), 0, stream>>>(x, w, dy, dx, ne0, eps);
+    rms_norm_bwd_kernel<<<static_cast<unsigned>(nrows), row_threads(ne0), 0, stream>>>(x, w, dy, dx, ne0, eps, l2);
     check_launch("rms_norm_back");
 }
 
 // ---- node entries ----
 namespace {
 void run_rms_norm(Tensor * n, const NodeRun & r) {
-    rms_norm_fwd(in<float>(n->src[0]), in<float>(n->src[1]), out<float>(n), n->ne[0], n->nrows(), n->param_f32(0), r.stream);
+    rms_norm_fwd(in<float>(n->src[0]), in<float>(n->src[1]), out<float>(n), n->ne[0], n->nrows(), n->param_f32(0), r.stream,
+                 n->param_i32(1) != 0);
 }
 void run_rms_norm_back(Tensor * n, const NodeRun & r) {
     rms_norm_bwd(in<float>(n->src[0]), in<float>(n->src[2]), in<float>(n->src[1]), out<float>(n), n->ne[0], n->nrows(),
-                 n->param_f32(0), r.stream);
+                 n->param_f32(0), r.stream, n->param_i32(1) != 0);
 }
 const RegisterNodeKernels kRegister{{Op::RMS_NORM, run_rms_norm}, {Op::RMS_NORM_BACK, run_rms_norm_back}};
 } // namespace

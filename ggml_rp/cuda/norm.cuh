@@ -1,6 +1,7 @@
 // RMS norm over the contiguous axis on the GPU (CPU reference: ggml_rp/cpu/norm.cpp).
 //   y[i] = x[i] / sqrt(mean(x^2) + eps) * w[i]        (w nullable: no weight)
 //   dx[i] = rs * g[i] - rs^3 * (sum_j g[j] x[j]) / ne0 * x[i],   g = dy * w
+// l2: y = x / max(|x|, eps) (no mean; the L2 norm of Gated DeltaNet's q and k), dx = dy / eps where the norm is clamped.
 // All pointers are device pointers to contiguous f32 rows of ne0 elements; nrows rows. Enqueued on `stream`.
 #pragma once
 
@@ -11,8 +12,8 @@
 namespace rp::cuda {
 
 void rms_norm_fwd(const float * x, const float * w, float * y, int64_t ne0, int64_t nrows, float eps,
-                  cudaStream_t stream);
+                  cudaStream_t stream, bool l2 = false);
 void rms_norm_bwd(const float * x, const float * w, const float * dy, float * dx, int64_t ne0, int64_t nrows,
-                  float eps, cudaStream_t stream);
+                  float eps, cudaStream_t stream, bool l2 = false);
 
 } // namespace rp::cuda

@@ -1,4 +1,4 @@
-// SCALE (and its soft-cap form), SILU, SILU_BACK, SWIGLU, SWIGLU_BACK (SiLU, clamped SiLU, GELU-tanh): grid-stride element-wise kernels.
+// SCALE (and its soft-cap form), SILU, SILU_BACK, SIGMOID, SOFTPLUS, SWIGLU, SWIGLU_BACK (SiLU, clamped SiLU, GELU-tanh): grid-stride element-wise kernels.
 #include "ggml_rp/cuda/unary.cuh"
 
 #include "ggml_rp/cuda/common.cuh"
@@ -11,7 +11,7 @@ namespace rp::cuda {
 namespace {
 
 enum class UnaryOp {
-    Scale, Softcap, Silu, SiluBack, Swiglu, SwigluBackGate, SwigluBackUp, SwigluOai, SwigluOaiBackGate, SwigluOaiBackUp, Geglu, GegluBackGate, GegluBackUp
+    Scale, Softcap, Silu, SiluBack, Sigmoid, Softplus, Swiglu, SwigluBackGate, SwigluBackUp, SwigluOai, SwigluOaiBackGate, SwigluOaiBackUp, Geglu, GegluBackGate, GegluBackUp
 };
 
 // s: SCALE's factor, or the clamped SwiGLU's alpha (s2: its limit).
@@ -25,6 +25,8 @@ __global__ void __launch_bounds__(kElemThreads) unary_kernel(const float * a, co
         else if constexpr (Op == UnaryOp::Softcap) r = s2 * tanhf(a[i] * s / s2);
         else if constexpr (Op == UnaryOp::Silu) r = silu_f(a[i]);
         else if constexpr (Op == UnaryOp::SiluBack) r = b[i] * silu_grad_f(a[i]);
+        else if constexpr (Op == UnaryOp::Sigmoid) r = sigmoid_f(a[i]);
+        else if constexpr (Op == UnaryOp::Softplus) r = softplus_f(a[i]);
         else if constexpr (Op == UnaryOp::Swiglu) r = silu_f(a[i]) * b[i];
         else if constexpr (Op == UnaryOp::SwigluBackGate) r = c[i] * b[i] * silu_grad_f(a[i]);
         else if constexpr (Op == UnaryOp::SwigluBackUp) r = c[i] * silu_f(a[i]);
@@ -55,6 +57,12 @@ void scale(const float * x, float s, float * y, int64_t n, cudaStream_t st, floa
 }
 void silu_fwd(const float * x, float * y, int64_t n, cudaStream_t st) {
     launch<UnaryOp::Silu>("silu", x, nullptr, nullptr, 0.0f, y, n, st);
+}
+void sigmoid_fwd(const float * x, float * y, int64_t n, cudaStream_t st) {
+    launch<UnaryOp::Sigmoid>("sigmoid", x, nullptr, nullptr, 0.0f, y, n, st);
+}
+void softplus_fwd(const float * x, float * y, int64_t n, cudaStream_t st) {
+    launch<UnaryOp::Softplus>("softplus", x, nullptr, nullptr, 0.0f, y, n, st);
 }
 void silu_bwd(const float * x, const float * dy, float * dx, int64_t n, cudaStream_t st) {
     launch<UnaryOp::SiluBack>("silu_back", x, dy, nullptr, 0.0f, dx, n, st);
@@ -94,6 +102,8 @@ void run_scale(Tensor * n, const NodeRun & r) {
     scale(in<float>(n->src[0]), n->param_f32(0), out<float>(n), n->nelements(), r.stream, n->param_f32(1));
 }
 void run_silu(Tensor * n, const NodeRun & r) { silu_fwd(in<float>(n->src[0]), out<float>(n), n->nelements(), r.stream); }
+void run_sigmoid(Tensor * n, const NodeRun & r) { sigmoid_fwd(in<float>(n->src[0]), out<float>(n), n->nelements(), r.stream); }
+void run_softplus(Tensor * n, const NodeRun & r) { softplus_fwd(in<float>(n->src[0]), out<float>(n), n->nelements(), r.stream); }
 void run_silu_back(Tensor * n, const NodeRun & r) {
     silu_bwd(in<float>(n->src[0]), in<float>(n->src[1]), out<float>(n), n->nelements(), r.stream);
 }
@@ -117,7 +127,8 @@ void run_swiglu_back(Tensor * n, const NodeRun & r) {
                n->nelements(), r.stream);
 }
 const RegisterNodeKernels kRegister{{Op::SCALE, run_scale}, {Op::SILU, run_silu}, {Op::SILU_BACK, run_silu_back},
-                                    {Op::SWIGLU, run_swiglu}, {Op::SWIGLU_BACK, run_swiglu_back}};
+                                    {Op::SWIGLU, run_swiglu}, {Op::SWIGLU_BACK, run_swiglu_back}, {Op::SIGMOID, run_sigmoid},
+                                    {Op::SOFTPLUS, run_softplus}};
 } // namespace
 
 } // namespace rp::cuda

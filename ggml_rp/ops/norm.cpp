@@ -29,7 +29,14 @@ Tensor * rms_norm(Context & ctx, Tensor * x, Tensor * weight, float eps) {
     return t;
 }
 
-Tensor * rms_norm_back(Context & ctx, Tensor * x, Tensor * weight, Tensor * dy, float eps) {
+Tensor * l2_norm(Context & ctx, Tensor * x, float eps) {
+    detail::require(eps > 0.0f, "l2_norm", "eps must be > 0");
+    Tensor * t = rms_norm(ctx, x, nullptr, eps);
+    t->set_param_i32(1, 1);
+    return t;
+}
+
+Tensor * rms_norm_back(Context & ctx, Tensor * x, Tensor * weight, Tensor * dy, float eps, bool l2) {
     detail::require_f32("rms_norm_back", x, "x");
     detail::require_f32("rms_norm_back", dy, "dy");
     detail::require_same_shape("rms_norm_back", x, dy);
@@ -37,6 +44,7 @@ Tensor * rms_norm_back(Context & ctx, Tensor * x, Tensor * weight, Tensor * dy, 
     // Sources: x, dy, weight (nullable last, so the slots of present tensors are fixed).
     Tensor * t = detail::new_node(ctx, Op::RMS_NORM_BACK, DType::F32, x->ne, {x, dy, weight});
     t->set_param_f32(0, eps);
+    t->set_param_i32(1, l2 ? 1 : 0);
     return t;
 }
 
@@ -48,7 +56,8 @@ void backward_norm(Backward & b, Tensor * node) {
     Tensor * w = node->src[1];
     Tensor * dy = b.grad(node);
     const float eps = node->param_f32(0);
-    if (b.needs(x)) b.add(x, rms_norm_back(ctx, x, w, dy, eps));
+    const bool l2 = node->param_i32(1) != 0;
+    if (b.needs(x)) b.add(x, rms_norm_back(ctx, x, w, dy, eps, l2));
     // dw = sum over rows of dy * (x normalized without the weight).
     if (w && b.needs(w)) {
         Tensor * dw = sum_to(ctx, mul(ctx, dy, rms_norm(ctx, x, nullptr, eps)), w);

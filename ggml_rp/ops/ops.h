@@ -5,6 +5,7 @@
 #include "ggml_rp/ops/binary.h"
 #include "ggml_rp/ops/copy.h"
 #include "ggml_rp/ops/cross_entropy.h"
+#include "ggml_rp/ops/delta_net.h"
 #include "ggml_rp/ops/dropout.h"
 #include "ggml_rp/ops/get_rows.h"
 #include "ggml_rp/ops/grpo_loss.h"

@@ -28,6 +28,16 @@ Tensor * silu(Context & ctx, Tensor * x) {
     return detail::new_node(ctx, Op::SILU, DType::F32, x->ne, {x});
 }
 
+Tensor * sigmoid(Context & ctx, Tensor * x) {
+    detail::require_f32("sigmoid", x, "x");
+    return detail::new_node(ctx, Op::SIGMOID, DType::F32, x->ne, {x});
+}
+
+Tensor * softplus(Context & ctx, Tensor * x) {
+    detail::require_f32("softplus", x, "x");
+    return detail::new_node(ctx, Op::SOFTPLUS, DType::F32, x->ne, {x});
+}
+
 Tensor * silu_back(Context & ctx, Tensor * x, Tensor * dy) {
     detail::require_f32("silu_back", x, "x");
     detail::require_f32("silu_back", dy, "dy");
@@ -89,6 +99,15 @@ void backward_unary(Backward & b, Tensor * node) {
     }
     case Op::SILU:
         if (b.needs(x)) b.add(x, silu_back(ctx, x, dy));
+        return;
+    case Op::SIGMOID: {  // dx = dy y (1 - y) = t - t y, t = dy y
+        if (!b.needs(x)) return;
+        Tensor * t = mul(ctx, dy, node);
+        b.add(x, add(ctx, t, scale(ctx, mul(ctx, t, node), -1.0f)));
+        return;
+    }
+    case Op::SOFTPLUS:
+        if (b.needs(x)) b.add(x, mul(ctx, dy, sigmoid(ctx, x)));
         return;
     case Op::SWIGLU: {
         if (node->param_i32(0) == static_cast<int32_t>(GluKind::GeluTanhFp16))

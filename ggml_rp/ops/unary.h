@@ -2,6 +2,8 @@
 //   scale(x, s) = x s                   softcap(x, c) = c tanh(x / c) (Gemma 2's final logits): the SCALE op with
 //                                       param 1 = c (0: none); its gradient 1 - tanh^2 from the output, by MUL / SCALE / ADD
 //   silu(x) = x * sigmoid(x)            silu'(x) = sigmoid(x) * (1 + x * (1 - sigmoid(x)))
+//   sigmoid(x) = 1 / (1 + exp(-x))      sigmoid' = y (1 - y), from the output by MUL / ADD
+//   softplus(x) = log(1 + exp(x))       (x above 20: x); softplus' = sigmoid(x)
 //   swiglu(g, u) = silu(g) * u          (the gated FFN of Llama/Qwen; g and u have the same shape)
 //   swiglu_oai(g, u, alpha, limit)      gpt-oss's clamped form (unary_math.h): min(g, limit) sigmoid(alpha min(g, limit))
 //                                       x (clamp(u, -limit, limit) + 1); the SWIGLU op with params 0..2 = 1, alpha, limit
@@ -22,6 +24,8 @@ namespace rp {
 Tensor * scale(Context & ctx, Tensor * x, float s);
 Tensor * softcap(Context & ctx, Tensor * x, float cap);
 Tensor * silu(Context & ctx, Tensor * x);
+Tensor * sigmoid(Context & ctx, Tensor * x);
+Tensor * softplus(Context & ctx, Tensor * x);
 // dx = dy * silu'(x)
 Tensor * silu_back(Context & ctx, Tensor * x, Tensor * dy);
 Tensor * swiglu(Context & ctx, Tensor * gate, Tensor * up);
@@ -33,7 +37,7 @@ Tensor * swiglu_back(Context & ctx, Tensor * gate, Tensor * up, Tensor * dy, int
 
 class Backward;
 namespace rules {
-// The backward rule of SCALE, SILU, SWIGLU (the op table's, core/ops.def).
+// The backward rule of SCALE, SILU, SWIGLU, SIGMOID, SOFTPLUS (the op table's, core/ops.def).
 void backward_unary(Backward & b, Tensor * node);
 } // namespace rules
 

@@ -24,6 +24,9 @@ RP_HD inline float silu_grad_of(float x, float e) {
 }
 
 RP_HD inline float silu_f(float x) { return silu_of(x, expf(-x)); }
+RP_HD inline float sigmoid_f(float x) { return sigmoid_of(expf(-x)); }
+// log(1 + exp(x)), x itself above 20 (where they agree in f32), as ggml_softplus.
+RP_HD inline float softplus_f(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 RP_HD inline float silu_grad_f(float x) { return silu_grad_of(x, expf(-x)); }
 
 // gpt-oss's clamped SwiGLU (ggml_swiglu_oai): with x = min(g, limit) and y = clamp(u, -limit, limit),

@@ -26,6 +26,10 @@ const ArchTraits kArchs[] = {
     // "Phi SWA is currently disabled"); so do we, to give its logits.
     {.arch = Arch::Phi3, .name = "phi3", .rope_mode = RopeMode::Neox, .default_rms_eps = 1e-5f, .long_rope = true, .fused_qkv = true,
      .fused_gate_up = true},
+    // qwen35: llama.cpp runs its full attention layers with M-RoPE's interleaved sections (IMROPE); a text token has
+    // the same position in every section, which makes that NEOX RoPE over rope.dimension_count dimensions.
+    {.arch = Arch::Qwen35, .name = "qwen35", .rope_mode = RopeMode::Neox, .qk_norm = true, .ffn_norm = "post_attention_norm",
+     .delta_net = true, .attn_output_gate = true},
 };
 
 [[noreturn]] void fail(const gguf::Reader & f, const std::string & what) {
@@ -225,6 +229,38 @@ HParams load_hparams(const gguf::Reader & f) {
     // head_dim.
     const bool gemma_27b = hp.arch->big_attn_scale_layers > 0 && hp.n_layer == hp.arch->big_attn_scale_layers;
     hp.attn_scale = 1.0f / std::sqrt(static_cast<float>(gemma_27b ? hp.n_embd / hp.n_head : hp.head_dim));
+
+    if (hp.arch->delta_net) {
+        hp.ssm_d_conv = f.get_u32(key("ssm.conv_kernel"));
+        hp.ssm_d_inner = f.get_u32(key("ssm.inner_size"));
+        hp.ssm_d_state = f.get_u32(key("ssm.state_size"));
+        hp.ssm_dt_rank = f.get_u32(key("ssm.time_step_rank"));
+        hp.ssm_n_group = f.get_u32(key("ssm.group_count"));
+        if (hp.ssm_d_conv < 2 || hp.ssm_d_state == 0 || hp.ssm_n_group == 0 || hp.ssm_dt_rank == 0 || hp.ssm_d_inner % hp.ssm_dt_rank != 0 ||
+            hp.ssm_dt_rank % hp.ssm_n_group != 0)
+            fail(f, key("ssm.*") + ": conv_kernel must be >= 2, state_size, group_count and time_step_rank > 0, inner_size a multiple of "
+                    "time_step_rank (the value heads) and time_step_rank a multiple of group_count (the key heads)");
+        hp.recurrent.assign(hp.n_layer, 0);
+        if (const gguf::KV * kv = f.find(key("attention.recurrent_layers"))) {  // one bool (or integer) per layer
+            std::vector<int64_t> r;
+            if (kv->type == gguf::ValueType::ARRAY && kv->arr_type == gguf::ValueType::BOOL) r.assign(kv->data.begin(), kv->data.end());
+            else r = f.get_int_array(key("attention.recurrent_layers"));
+            if (r.size() != hp.n_layer)
+                fail(f, key("attention.recurrent_layers") + " has " + std::to_string(r.size()) + " entries, expected " + std::to_string(hp.n_layer));
+            for (uint32_t il = 0; il < hp.n_layer; ++il) hp.recurrent[il] = r[il] != 0;
+        } else {
+            const uint32_t interval = f.get_u32_or(key("full_attention_interval"), 4);
+            if (interval == 0) fail(f, key("full_attention_interval") + " must be > 0");
+            for (uint32_t il = 0; il < hp.n_layer; ++il) hp.recurrent[il] = (il + 1) % interval != 0;
+        }
+        if (f.has(key("rope.dimension_sections"))) {  // M-RoPE sections: a text token's position is the same in each
+            const std::vector<int64_t> sec = f.get_int_array(key("rope.dimension_sections"));
+            int64_t sum = 0;
+            for (int64_t x : sec) sum += x;
+            if (sec.size() != 4 || sum * 2 > hp.n_rot)
+                fail(f, key("rope.dimension_sections") + " must be 4 sections of at most rope.dimension_count / 2 pairs in all");
+        }
+    }
 
     if (f.has("tokenizer.ggml.tokens"))
         hp.n_vocab = static_cast<uint32_t>(f.get_string_array("tokenizer.ggml.tokens").size());

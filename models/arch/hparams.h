@@ -1,5 +1,6 @@
 // Architecture registry and hyper-parameters read from GGUF metadata, with llama.cpp's defaults
-// (formats.md §3.1). One place states how llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, mistral3 and phi3 differ.
+// (formats.md §3.1). One place states how llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, mistral3, phi3 and qwen35
+// differ.
 #pragma once
 
 #include "ggml_rp/ops/rope.h"
@@ -8,10 +9,11 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace rp {
 
-enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe, GptOss, Gemma2, Gemma3, Mistral3, Phi3 };
+enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe, GptOss, Gemma2, Gemma3, Mistral3, Phi3, Qwen35 };
 
 // What distinguishes one architecture's decoder layer from another's.
 struct ArchTraits {
@@ -60,6 +62,10 @@ struct ArchTraits {
     bool fused_qkv = false;         // attn_qkv [n_embd, n_q + 2 n_kv] (q, k, v rows in that order) in place of
                                     // attn_q / attn_k / attn_v (either is accepted, as llama.cpp does)
     bool fused_gate_up = false;     // ffn_up [n_embd, 2 n_ff] holds the gate's rows then the up rows; no ffn_gate
+    // qwen35 (Qwen3.5): a hybrid of Gated DeltaNet layers (models/arch/delta_net_block.cpp) and full attention layers
+    // whose attn_q also holds a sigmoid output gate: per head, head_dim query rows then head_dim gate rows.
+    bool delta_net = false;
+    bool attn_output_gate = false;
 };
 
 // nullptr when the architecture is not supported.
@@ -118,6 +124,16 @@ struct HParams {
     // Logit soft-capping (gemma2): 0 = none.
     float attn_softcap = 0.0f;
     float final_softcap = 0.0f;
+
+    // Gated DeltaNet (qwen35): the conv kernel (ssm.conv_kernel), the key head dim (ssm.state_size), key heads
+    // (ssm.group_count), value heads (ssm.time_step_rank), all value heads' width (ssm.inner_size); and which layers
+    // are DeltaNet layers (attention.recurrent_layers, else every layer but each full_attention_interval-th).
+    uint32_t ssm_d_conv = 0, ssm_d_state = 0, ssm_n_group = 0, ssm_dt_rank = 0, ssm_d_inner = 0;
+    std::vector<uint8_t> recurrent;
+    bool is_recurrent(uint32_t il) const { return il < recurrent.size() && recurrent[il] != 0; }
+    uint32_t ssm_head_v() const { return ssm_dt_rank ? ssm_d_inner / ssm_dt_rank : 0; }
+    // The convolution's channels: q and k (ssm_d_state x ssm_n_group each) and v (ssm_d_inner).
+    uint32_t ssm_conv_dim() const { return 2 * ssm_d_state * ssm_n_group + ssm_d_inner; }
 
     uint32_t n_q() const { return n_head * head_dim; }
     uint32_t n_kv() const { return n_head_kv * head_dim; }

@@ -25,19 +25,61 @@ InferenceSession::InferenceSession(const Model & model, int64_t n_ctx, int n_thr
     n_ctx_ = n_ctx;
     if (n_seq < 1) throw Error("sequences must be >= 1 (got " + std::to_string(n_seq) + ")");
     weights_ = weights ? *weights : model.graph_weights(n_ctx);  // the context chooses phi3's LongRoPE factors
+    const bool any_recurrent = std::any_of(hp.recurrent.begin(), hp.recurrent.end(), [](uint8_t r) { return r != 0; });
     for (uint32_t il = 0; il < hp.n_layer; ++il) {
+        const bool rec = hp.is_recurrent(il);
         for (auto * list : {&k_cache_, &v_cache_}) {
-            Tensor * c = cache_ctx_.new_tensor(DType::F32, hp.head_dim, hp.n_head_kv, n_ctx_, n_seq_);
-            c->name = "cache_" + std::string(list == &k_cache_ ? "k" : "v") + std::to_string(il);
-            cache_ctx_.alloc_data(c);
+            Tensor * c = nullptr;
+            if (!rec) {
+                c = cache_ctx_.new_tensor(DType::F32, hp.head_dim, hp.n_head_kv, n_ctx_, n_seq_);
+                c->name = "cache_" + std::string(list == &k_cache_ ? "k" : "v") + std::to_string(il);
+                cache_ctx_.alloc_data(c);
+            }
             list->push_back(c);
         }
+        if (!any_recurrent) continue;
+        Tensor * conv = nullptr, * ssm = nullptr;
+        if (rec) {
+            conv = cache_ctx_.new_tensor(DType::F32, hp.ssm_conv_dim(), hp.ssm_d_conv - 1, n_seq_);
+            ssm = cache_ctx_.new_tensor(DType::F32, hp.ssm_d_state, hp.ssm_head_v(), hp.ssm_dt_rank, n_seq_);
+            conv->name = "conv_state" + std::to_string(il);
+            ssm->name = "ssm_state" + std::to_string(il);
+            cache_ctx_.alloc_data(conv);
+            cache_ctx_.alloc_data(ssm);
+        }
+        conv_state_.push_back(conv);
+        ssm_state_.push_back(ssm);
     }
+    history_.resize(static_cast<size_t>(n_seq_));
+    zero_states();
+}
+
+void InferenceSession::zero_states() {
+    for (auto * list : {&conv_state_, &ssm_state_})
+        for (Tensor * t : *list)
+            if (t) std::memset(t->data, 0, t->nbytes());
 }
 
 void InferenceSession::reset(int64_t n_past) {
     if (n_past < 0 || n_past > n_past_)
         throw Error("reset: position " + std::to_string(n_past) + " is outside [0, " + std::to_string(n_past_) + "]");
+    if (recurrent() && n_past != n_past_) {
+        const int64_t target = n_past;
+        zero_states();
+        n_past_ = 0;
+        if (target > 0 && target == saved_at_) {  // the states saved after the shared prompt
+            size_t i = 0;
+            for (auto * list : {&conv_state_, &ssm_state_})
+                for (Tensor * t : *list)
+                    if (t) std::memcpy(t->data, saved_[i++].data(), t->nbytes());
+        } else if (target > 0) {  // evaluate every sequence's first `target` tokens again
+            std::vector<int32_t> tokens;
+            for (const std::vector<int32_t> & h : history_) tokens.insert(tokens.end(), h.begin(), h.begin() + target);
+            run(tokens, false, n_seq_);
+        }
+        for (std::vector<int32_t> & h : history_) h.resize(static_cast<size_t>(target));
+        if (target < saved_at_) saved_at_ = -1;  // the saved states belong to a history being rewritten
+    }
     n_past_ = n_past;
 }
 
@@ -69,8 +111,28 @@ std::unique_ptr<InferenceSession::EvalGraph> InferenceSession::build_graph(int64
     ctx.alloc_data(eg->pos);
     const LoraSet * lora = have_lora_ ? &lora_ : nullptr;
     std::vector<LayerKv> kv;
-    for (uint32_t il = 0; il < hp.n_layer; ++il) kv.push_back({k_cache_[il], v_cache_[il], n_past_});
+    // Recurrent layers read the first B sequences' states and write the new ones back (after the layer's nodes).
+    std::vector<LayerState> states(hp.n_layer);
+    auto first_b = [&](Tensor * t, int axis) {  // the sequences' axis: 2 of a conv state, 3 of a delta rule's
+        int64_t ne[4] = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]};
+        ne[axis] = B;
+        return view(ctx, t, ne, t->nb, 0);
+    };
+    for (uint32_t il = 0; il < hp.n_layer; ++il) {
+        kv.push_back({k_cache_[il], v_cache_[il], n_past_});
+        if (hp.is_recurrent(il)) {
+            states[il].conv = first_b(conv_state_[il], 2);
+            states[il].ssm = first_b(ssm_state_[il], 3);
+            kv.back().state = &states[il];
+        }
+    }
     Tensor * x = build_decoder(ctx, hp, weights_, eg->ids, eg->pos, lora, &kv);
+    std::vector<Tensor *> state_writes;
+    for (uint32_t il = 0; il < hp.n_layer; ++il)
+        if (hp.is_recurrent(il)) {
+            state_writes.push_back(copy_into(ctx, first_b(conv_state_[il], 2), states[il].conv_out));
+            state_writes.push_back(copy_into(ctx, first_b(ssm_state_[il], 3), states[il].ssm_out));
+        }
     if (!all_logits && T > 1) {
         // Only the last position feeds the head (the other rows of the LM head would be wasted work).
         const int64_t ne[4] = {x->ne[0], 1, B, 1};
@@ -80,6 +142,7 @@ std::unique_ptr<InferenceSession::EvalGraph> InferenceSession::build_graph(int64
     eg->logits = build_head_logits(ctx, hp, weights_, x, lora);
     eg->logits->flags |= kFlagOutput;
     build_forward(eg->g, eg->logits);
+    for (Tensor * w : state_writes) build_forward(eg->g, w);
     for (Tensor * n : eg->g.nodes)
         if (n->view_src && (std::find(k_cache_.begin(), k_cache_.end(), n->view_src) != k_cache_.end() ||
                             std::find(v_cache_.begin(), v_cache_.end(), n->view_src) != v_cache_.end()))
@@ -122,14 +185,26 @@ std::vector<float> InferenceSession::run(const std::vector<int32_t> & tokens, bo
 
 std::vector<float> InferenceSession::eval(const std::vector<int32_t> & tokens, bool all_logits) {
     std::vector<float> logits = run(tokens, all_logits, n_seq_);
-    n_past_ += static_cast<int64_t>(tokens.size()) / n_seq_;
+    const int64_t T = static_cast<int64_t>(tokens.size()) / n_seq_;
+    if (recurrent())
+        for (int64_t b = 0; b < n_seq_; ++b)
+            history_[static_cast<size_t>(b)].insert(history_[static_cast<size_t>(b)].end(), tokens.begin() + b * T, tokens.begin() + (b + 1) * T);
+    n_past_ += T;
     return logits;
 }
 
 std::vector<float> InferenceSession::eval_shared(const std::vector<int32_t> & tokens, bool all_logits) {
     std::vector<float> logits = run(tokens, all_logits, 1);
-    copy_rows(n_past_, static_cast<int64_t>(tokens.size()));
     n_past_ += static_cast<int64_t>(tokens.size());
+    if (recurrent()) history_[0].insert(history_[0].end(), tokens.begin(), tokens.end());
+    copy_rows(n_past_ - static_cast<int64_t>(tokens.size()), static_cast<int64_t>(tokens.size()));  // (and the history)
+    if (recurrent()) {
+        saved_.clear();
+        for (auto * list : {&conv_state_, &ssm_state_})
+            for (Tensor * t : *list)
+                if (t) saved_.emplace_back(static_cast<const uint8_t *>(t->data), static_cast<const uint8_t *>(t->data) + t->nbytes());
+        saved_at_ = n_past_;
+    }
     return logits;
 }
 
@@ -139,8 +214,22 @@ void InferenceSession::share_first(int64_t n) {
 }
 
 void InferenceSession::copy_rows(int64_t from, int64_t n) {
+    if (recurrent()) {
+        if (from + n != n_past_)
+            throw Error("share_first: a model with recurrent layers shares the first sequence's state at its last position (" +
+                        std::to_string(n_past_) + "), not at " + std::to_string(from + n));
+        for (auto * list : {&conv_state_, &ssm_state_})
+            for (Tensor * t : *list) {
+                if (!t) continue;
+                char * base = static_cast<char *>(t->data);
+                const size_t per_seq = t->nbytes() / static_cast<size_t>(n_seq_);
+                for (int64_t s = 1; s < n_seq_; ++s) std::memcpy(base + static_cast<size_t>(s) * per_seq, base, per_seq);
+            }
+        for (int64_t s = 1; s < n_seq_; ++s) history_[static_cast<size_t>(s)] = history_[0];
+    }
     for (auto * caches : {&k_cache_, &v_cache_})
         for (Tensor * c : *caches) {
+            if (!c) continue;
             const size_t at = static_cast<size_t>(from) * c->nb[2], bytes = static_cast<size_t>(n) * c->nb[2];
             char * base = static_cast<char *>(c->data);
             for (int64_t s = 1; s < n_seq_; ++s) std::memcpy(base + static_cast<size_t>(s) * c->nb[3] + at, base + at, bytes);

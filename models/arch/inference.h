@@ -50,7 +50,9 @@ public:
     int64_t n_ctx() const { return n_ctx_; }
     int64_t n_seq() const { return n_seq_; }
     int64_t n_vocab() const { return model_.hparams().n_vocab; }
-    // Forgets the positions from `n_past` on (0: start over).
+    // Forgets the positions from `n_past` on (0: start over). A model with recurrent layers (qwen35's Gated DeltaNet)
+    // keeps one state per layer and sequence, not one per position: its state at n_past is the one saved after the
+    // last eval_shared when that ended there, else the tokens [0, n_past) of each sequence are evaluated again.
     void reset(int64_t n_past = 0);
     void set_threads(int n_threads) { n_threads_ = n_threads; }
     // false: every eval() builds and plans its graph anew (tests compare that with the replays).
@@ -65,8 +67,11 @@ private:
     std::unique_ptr<EvalGraph> build_graph(int64_t T, bool all_logits, int64_t B) const;
     // Checks the tokens, evaluates them in sequences [0, B) ([B][T]) and returns the logits; does not advance.
     std::vector<float> run(const std::vector<int32_t> & tokens, bool all_logits, int64_t B);
-    // Copies positions [from, from + n) of the first sequence's cache to the others.
+    // Copies positions [from, from + n) of the first sequence's cache to the others (and, with recurrent layers, the
+    // first sequence's states, which must be at from + n = n_past).
     void copy_rows(int64_t from, int64_t n);
+    bool recurrent() const { return !conv_state_.empty(); }
+    void zero_states();
     const Model & model_;
     HParams hp_;  // the model's, with llama.cpp's inference arithmetic where it differs (HParams::gelu_fp16_table)
     ModelWeights weights_;
@@ -77,7 +82,14 @@ private:
     int n_threads_;
     int64_t n_past_ = 0;
     Context cache_ctx_;
-    std::vector<Tensor *> k_cache_, v_cache_;
+    std::vector<Tensor *> k_cache_, v_cache_;  // nullptr for a recurrent layer
+    // Recurrent layers' states (nullptr for an attention layer): conv [channels, d_conv - 1, n_seq] and the delta
+    // rule's [Dk, Dv, Hv, n_seq]; the tokens of each sequence so far (to evaluate again on a rewind), and the states
+    // saved after the last eval_shared (at position saved_at_, -1: none).
+    std::vector<Tensor *> conv_state_, ssm_state_;
+    std::vector<std::vector<int32_t>> history_;
+    std::vector<std::vector<uint8_t>> saved_;
+    int64_t saved_at_ = -1;
     CpuBackend backend_;
     bool replay_ = true;
     std::unique_ptr<EvalGraph> graphs_[2];  // the last graph of all the sequences, and of the first alone (eval_shared)

@@ -120,6 +120,10 @@ Tensor * build_layer(Context & ctx, const HParams & hp, const LayerWeights & w, 
 
 Tensor * attention_block(Context & ctx, const HParams & hp, const LayerWeights & w, int il, Tensor * x, const TokenPositions & pos,
                          const LoraSet * lora, const LayerKv * kv, DType attention_type) {
+    if (hp.is_recurrent(static_cast<uint32_t>(il))) {
+        if (kv && !kv->state) throw Error(lname(il, "kv") + ": a Gated DeltaNet layer keeps a recurrent state, not a KV cache");
+        return delta_net_block(ctx, hp, w, il, x, pos, lora, kv ? kv->state : nullptr);
+    }
     const int64_t D = hp.head_dim, Hq = hp.n_head, Hkv = hp.n_head_kv, T = x->ne[1], B = x->ne[2];
     if (x->ne[0] != hp.n_embd || x->ne[3] != 1)
         throw Error(lname(il, "input") + ": hidden states " + describe(x) + " must be [n_embd=" +
@@ -139,6 +143,13 @@ Tensor * attention_block(Context & ctx, const HParams & hp, const LayerWeights &
         q = build_linear(ctx, w.wq, n1, lora);
         k = build_linear(ctx, w.wk, n1, lora);
         v = build_linear(ctx, w.wv, n1, lora);
+    }
+    Tensor * gate = nullptr;
+    if (hp.arch->attn_output_gate) {  // qwen35: per head, head_dim query rows then head_dim rows of the output gate
+        Tensor * qg = reshape(ctx, q, 2 * D, Hq, T, B);
+        const int64_t ne[4] = {D, Hq, T, B};
+        q = cont(ctx, view(ctx, qg, ne, qg->nb, 0));
+        gate = reshape(ctx, cont(ctx, view(ctx, qg, ne, qg->nb, static_cast<size_t>(D) * qg->nb[0])), D * Hq, T, B);
     }
     if (w.bq) q = add(ctx, q, w.bq);
     if (w.bk) k = add(ctx, k, w.bk);
@@ -170,6 +181,7 @@ Tensor * attention_block(Context & ctx, const HParams & hp, const LayerWeights &
     const int64_t window = hp.is_swa(static_cast<uint32_t>(il)) ? hp.n_swa : 0;
     Tensor * o = attention(ctx, q, k, v, hp.attn_scale, attention_type, pos.key_start, w.attn_sinks, window, hp.attn_softcap);
     o = reshape(ctx, o, D * Hq, T, B);
+    if (gate) o = mul(ctx, o, sigmoid(ctx, gate));  // qwen35's gated attention
 
     // 6: output projection (+ gpt-oss's bias; gemma3's post-attention norm) and residual.
     Tensor * proj = build_linear(ctx, w.wo, o, lora);

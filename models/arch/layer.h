@@ -65,10 +65,23 @@ Tensor * build_linear_id(Context & ctx, Tensor * W, Tensor * x, Tensor * ids, co
 // sequences are the cache's first B, all at the same position: each writes its new keys and values at positions
 // [n_past, n_past + T) and attends over its own [0, n_past + T) (the sequences' keys are read in place, a cache
 // length apart).
+struct LayerState;
 struct LayerKv {
     Tensor * k;
     Tensor * v;
     int64_t n_past;
+    LayerState * state = nullptr;  // a recurrent layer's (then k and v are unused)
+};
+
+// Inference only: a recurrent (Gated DeltaNet) layer's state before the graph's tokens, the conv state f32
+// [conv channels, d_conv - 1, B] and the delta rule's f32 [Dk, Dv, Hv, B] (nullptr: a fresh sequence, zeros). The
+// builder sets conv_out and ssm_out to the states after the tokens (views of the nodes' aux bytes), for the caller
+// to copy back.
+struct LayerState {
+    Tensor * conv = nullptr;
+    Tensor * ssm = nullptr;
+    Tensor * conv_out = nullptr;
+    Tensor * ssm_out = nullptr;
 };
 
 // Where the tokens of a graph sit: their RoPE positions (i32 [T] shared by the B sequences, or [T * B]) and,
@@ -100,6 +113,11 @@ Tensor * attention_block(Context & ctx, const HParams & hp, const LayerWeights &
                          const LoraSet * lora = nullptr, const LayerKv * kv = nullptr, DType attention_type = DType::F32);
 Tensor * ffn_block(Context & ctx, const HParams & hp, const LayerWeights & w, int il, Tensor * h, const LoraSet * lora,
                    bool residual = true);
+// qwen35's Gated DeltaNet layers in place of attention_block (models/arch/delta_net_block.cpp): x -> x + ssm_out(
+// gated_norm(delta_rule(conv(...)))); packed sequences (pos.key_start) restart the convolution and the state at each
+// example. attention_block calls it for the layers hp.is_recurrent names (its kv then carries `state`).
+Tensor * delta_net_block(Context & ctx, const HParams & hp, const LayerWeights & w, int il, Tensor * x, const TokenPositions & pos,
+                         const LoraSet * lora = nullptr, LayerState * state = nullptr);
 
 // Token embeddings: ids i32 [T] or [T, B] -> [n_embd, T, B] (get_rows, plus token_embd LoRA with the role
 // swap of formats.md §5.3; gemma3: then times sqrt(n_embd)).

@@ -109,25 +109,38 @@ std::unique_ptr<Model> Model::load(const std::string & path) {
         const std::string p = "blk." + std::to_string(il) + ".";
         L.rope_freqs = rope_freqs;
         L.attn_norm = ld.take(p + "attn_norm.weight", {E}, Role::Vector);
-        if (at.fused_qkv && ld.has(p + "attn_qkv.weight")) {  // phi3: fused, or separate as llama.cpp also accepts
+        if (hp.is_recurrent(il)) {  // qwen35's Gated DeltaNet layer
+            const int64_t Hv = hp.ssm_dt_rank, VD = hp.ssm_d_inner, C = hp.ssm_conv_dim();
+            L.wqkv = ld.take(p + "attn_qkv.weight", {E, C}, Role::Matrix);
+            L.ssm_gate = ld.take(p + "attn_gate.weight", {E, VD}, Role::Matrix);
+            L.ssm_conv1d = ld.take(p + "ssm_conv1d.weight", {hp.ssm_d_conv, C}, Role::Vector);
+            L.ssm_dt = ld.take(p + "ssm_dt.bias", {Hv}, Role::Vector);
+            L.ssm_a = ld.take(p + "ssm_a", {Hv}, Role::Vector);
+            L.ssm_beta = ld.take(p + "ssm_beta.weight", {E, Hv}, Role::Matrix);
+            L.ssm_alpha = ld.take(p + "ssm_alpha.weight", {E, Hv}, Role::Matrix);
+            L.ssm_norm = ld.take(p + "ssm_norm.weight", {hp.ssm_head_v()}, Role::Vector);
+            L.ssm_out = ld.take(p + "ssm_out.weight", {VD, E}, Role::Matrix);
+        } else if (at.fused_qkv && ld.has(p + "attn_qkv.weight")) {  // phi3: fused, or separate as llama.cpp also accepts
             L.wqkv = ld.take(p + "attn_qkv.weight", {E, Q + 2 * KV}, Role::Matrix);
         } else {
-            L.wq = ld.take(p + "attn_q.weight", {E, Q}, Role::Matrix);
+            L.wq = ld.take(p + "attn_q.weight", {E, at.attn_output_gate ? 2 * Q : Q}, Role::Matrix);  // qwen35: q and its gate
             L.wk = ld.take(p + "attn_k.weight", {E, KV}, Role::Matrix);
             L.wv = ld.take(p + "attn_v.weight", {E, KV}, Role::Matrix);
         }
-        if (at.qkv_bias) {
-            L.bq = ld.take(p + "attn_q.bias", {Q}, Role::Vector);
-            L.bk = ld.take(p + "attn_k.bias", {KV}, Role::Vector);
-            L.bv = ld.take(p + "attn_v.bias", {KV}, Role::Vector);
+        if (!hp.is_recurrent(il)) {  // attention tensors (a DeltaNet layer has none)
+            if (at.qkv_bias) {
+                L.bq = ld.take(p + "attn_q.bias", {Q}, Role::Vector);
+                L.bk = ld.take(p + "attn_k.bias", {KV}, Role::Vector);
+                L.bv = ld.take(p + "attn_v.bias", {KV}, Role::Vector);
+            }
+            if (at.qk_norm) {
+                L.q_norm = ld.take(p + "attn_q_norm.weight", {D}, Role::Vector);
+                L.k_norm = ld.take(p + "attn_k_norm.weight", {D}, Role::Vector);
+            }
+            L.wo = ld.take(p + "attn_output.weight", {Q, E}, Role::Matrix);
+            if (at.attn_out_bias) L.bo = ld.take(p + "attn_output.bias", {E}, Role::Vector);
+            if (at.attn_sinks) L.attn_sinks = ld.take(p + "attn_sinks.weight", {hp.n_head}, Role::Vector);
         }
-        if (at.qk_norm) {
-            L.q_norm = ld.take(p + "attn_q_norm.weight", {D}, Role::Vector);
-            L.k_norm = ld.take(p + "attn_k_norm.weight", {D}, Role::Vector);
-        }
-        L.wo = ld.take(p + "attn_output.weight", {Q, E}, Role::Matrix);
-        if (at.attn_out_bias) L.bo = ld.take(p + "attn_output.bias", {E}, Role::Vector);
-        if (at.attn_sinks) L.attn_sinks = ld.take(p + "attn_sinks.weight", {hp.n_head}, Role::Vector);
         if (at.post_norms) L.attn_post_norm = ld.take(p + "post_attention_norm.weight", {E}, Role::Vector);
         L.ffn_norm = ld.take(p + at.ffn_norm + ".weight", {E}, Role::Vector);
         if (at.moe) {

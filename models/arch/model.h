@@ -1,4 +1,4 @@
-// A model of any architecture in hparams.h (llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3, mistral3, phi3) loaded from a
+// A model of any architecture in hparams.h (llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3, mistral3, phi3, qwen35) loaded from a
 // GGUF file (formats.md §3).
 //
 // The file stays memory-mapped for the model's lifetime and every weight is a leaf Tensor whose data points
@@ -57,18 +57,30 @@ struct LayerWeights {
     // rope_freqs, or phi3's rope_factors_short / _long as the context chooses (Model::graph_weights). A constant:
     // never trained (is_constant).
     Tensor * rope_freqs = nullptr;
+    // qwen35's Gated DeltaNet layers (models/arch/delta_net_block.cpp), wqkv then holding the convolution's channels
+    // [n_embd, 2 Dk Hk + Dv Hv] (q, k, v rows):
+    Tensor * ssm_gate = nullptr;    // attn_gate [n_embd, Dv Hv]: z, the gate of the output norm
+    Tensor * ssm_beta = nullptr;    // ssm_beta [n_embd, Hv]
+    Tensor * ssm_alpha = nullptr;   // ssm_alpha [n_embd, Hv]
+    Tensor * ssm_dt = nullptr;      // ssm_dt.bias [Hv] f32
+    Tensor * ssm_a = nullptr;       // ssm_a [Hv] f32: A = -exp(A_log)
+    Tensor * ssm_conv1d = nullptr;  // ssm_conv1d [d_conv, conv channels] f32
+    Tensor * ssm_norm = nullptr;    // ssm_norm [Dv] f32
+    Tensor * ssm_out = nullptr;     // ssm_out [Dv Hv, n_embd]
 
     // Every slot, in the order the layer's tensors are listed everywhere (uploads, checkpoints, dumps).
-    static constexpr size_t kSlots = 28;
+    static constexpr size_t kSlots = 36;
     std::array<Tensor **, kSlots> slots() {
         return {&attn_norm, &wq, &wk, &wv, &bq, &bk, &bv, &q_norm, &k_norm, &wo, &ffn_norm, &ffn_gate, &ffn_up, &ffn_down,
                 &ffn_gate_inp, &ffn_gate_exps, &ffn_up_exps, &ffn_down_exps, &bo, &attn_sinks, &ffn_gate_inp_b,
-                &ffn_gate_exps_b, &ffn_up_exps_b, &ffn_down_exps_b, &attn_post_norm, &ffn_post_norm, &wqkv, &rope_freqs};
+                &ffn_gate_exps_b, &ffn_up_exps_b, &ffn_down_exps_b, &attn_post_norm, &ffn_post_norm, &wqkv, &rope_freqs,
+                &ssm_gate, &ssm_beta, &ssm_alpha, &ssm_dt, &ssm_a, &ssm_conv1d, &ssm_norm, &ssm_out};
     }
     std::array<Tensor *, kSlots> tensors() const {
         return {attn_norm, wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo, ffn_norm, ffn_gate, ffn_up, ffn_down,
                 ffn_gate_inp, ffn_gate_exps, ffn_up_exps, ffn_down_exps, bo, attn_sinks, ffn_gate_inp_b,
-                ffn_gate_exps_b, ffn_up_exps_b, ffn_down_exps_b, attn_post_norm, ffn_post_norm, wqkv, rope_freqs};
+                ffn_gate_exps_b, ffn_up_exps_b, ffn_down_exps_b, attn_post_norm, ffn_post_norm, wqkv, rope_freqs,
+                ssm_gate, ssm_beta, ssm_alpha, ssm_dt, ssm_a, ssm_conv1d, ssm_norm, ssm_out};
     }
     // Whether a slot holds a constant of the architecture rather than a weight (the RoPE factors).
     bool is_constant(const Tensor * t) const { return t && t == rope_freqs; }

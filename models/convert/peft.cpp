@@ -55,6 +55,8 @@ void export_peft(const LoraAdapter & ad, const Model & model, const std::string 
     if (!safetensors_dtype_size(o.dtype)) throw Error("PEFT export: dtype " + o.dtype + " is not one of F32, F16, BF16");
     const std::string what = ad.path().empty() ? std::string("the adapter") : ad.path();
     if (ad.tensors().empty()) throw Error(what + ": holds no LoRA pair");
+    if (model.hparams().arch->delta_net)  // Qwen3.5's linear-attention modules (in_proj_qkv, in_proj_z, ...) have no names here yet
+        throw Error(what + ": PEFT export of a " + std::string(model.hparams().arch->name) + " adapter is not supported yet");
     SafetensorsWriter st;
     st.set_metadata("format", "pt");
     const int64_t rank = ad.tensors().front().rank();
@@ -125,6 +127,8 @@ void export_peft(const LoraAdapter & ad, const Model & model, const std::string 
 }
 
 void import_peft(const std::string & dir, const Model & model, const std::string & out_path) {
+    if (model.hparams().arch->delta_net)
+        throw Error(model.path() + ": PEFT import onto a " + std::string(model.hparams().arch->name) + " model is not supported yet");
     const std::string cfg_path = dir + "/adapter_config.json";
     const json::Value cfg = json::parse(read_file(cfg_path), cfg_path);
     if (!cfg.is_object()) throw Error(cfg_path + ": not a JSON object");

@@ -136,8 +136,8 @@ SynthSpec synth_preset(const std::string & name) {
 void write_synth_model(const SynthSpec & s, const std::string & path) {
     const bool qwen2 = s.arch == "qwen2", gpt_oss = s.arch == "gpt-oss", moe = s.arch == "qwen3moe" || gpt_oss,
                qwen3 = s.arch == "qwen3" || s.arch == "qwen3moe", gemma3 = s.arch == "gemma3", mistral3 = s.arch == "mistral3",
-               phi3 = s.arch == "phi3", gemma2 = s.arch == "gemma2", gemma = gemma2 || gemma3;
-    if (s.arch != "llama" && !qwen2 && !qwen3 && !gpt_oss && !gemma && !mistral3 && !phi3)
+               phi3 = s.arch == "phi3", gemma2 = s.arch == "gemma2", gemma = gemma2 || gemma3, qwen35 = s.arch == "qwen35";
+    if (s.arch != "llama" && !qwen2 && !qwen3 && !gpt_oss && !gemma && !mistral3 && !phi3 && !qwen35)
         throw Error("synthetic model: unknown architecture '" + s.arch + "'");
     if (s.llama3_rope != 0.0f && s.arch != "llama" && !mistral3)
         throw Error("synthetic model: Llama 3's RoPE factors need arch llama or mistral3");
@@ -155,11 +155,15 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
     if ((gpt_oss || gemma) && s.n_swa == 0) throw Error("synthetic model: " + s.arch + " needs a sliding window (n_swa >= 1)");
     if (s.yarn_factor > 0.0f && s.rope_linear > 0.0f) throw Error("synthetic model: YaRN and linear RoPE scaling exclude each other");
     if (s.n_head % s.n_head_kv != 0) throw Error("synthetic model: n_head must be a multiple of n_head_kv");
+    if (qwen35 && (s.ssm_k_heads == 0 || s.ssm_v_heads % s.ssm_k_heads != 0 || s.ssm_head_dim == 0 || s.ssm_d_conv < 2 ||
+                   s.full_attn_interval == 0))
+        throw Error("synthetic model: qwen35 needs key heads >= 1, value heads a multiple of them, a head width, a conv kernel >= 2 and "
+                    "a full attention interval >= 1");
     const uint32_t n_q = s.n_head * s.head_dim, n_kv = s.n_head_kv * s.head_dim, n_rot = s.n_rot ? s.n_rot : s.head_dim;
     if (n_rot > s.head_dim || n_rot % 2 != 0) throw Error("synthetic model: n_rot must be even and at most head_dim");
     // qwen3, gpt-oss and gemma3 read key_length; a llama writes it when its head is not n_embd / n_head (Mistral
     // Nemo's 128 over 5120 / 32); qwen2 derives head_dim from n_embd / n_head.
-    const bool key_length = qwen3 || gpt_oss || gemma || mistral3 || (s.arch == "llama" && n_q != s.n_embd);
+    const bool key_length = qwen3 || gpt_oss || gemma || mistral3 || qwen35 || (s.arch == "llama" && n_q != s.n_embd);
     if (!key_length && n_q != s.n_embd) throw Error("synthetic model: " + s.arch + " needs n_embd = n_head * head_dim");
 
     std::unique_ptr<gguf::Reader> vocab;
@@ -207,6 +211,17 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
         w.set_u32(p + "attention.key_length", s.head_dim);
         w.set_u32(p + "attention.value_length", s.head_dim);
     }
+    const uint32_t key_dim = s.ssm_k_heads * s.ssm_head_dim, value_dim = s.ssm_v_heads * s.ssm_head_dim, conv_dim = 2 * key_dim + value_dim;
+    if (qwen35) {  // llama.cpp's converter's keys; M-RoPE sections over the rotary pairs (a text token's the same in each)
+        w.set_u32(p + "ssm.conv_kernel", s.ssm_d_conv);
+        w.set_u32(p + "ssm.state_size", s.ssm_head_dim);
+        w.set_u32(p + "ssm.group_count", s.ssm_k_heads);
+        w.set_u32(p + "ssm.time_step_rank", s.ssm_v_heads);
+        w.set_u32(p + "ssm.inner_size", value_dim);
+        w.set_u32(p + "full_attention_interval", s.full_attn_interval);
+        const int32_t pairs = static_cast<int32_t>(n_rot / 2), third = pairs / 3;
+        w.set_i32_array(p + "rope.dimension_sections", {pairs - 2 * third, third, third, 0});
+    }
     if (moe) {
         w.set_u32(p + "expert_count", s.n_expert);
         w.set_u32(p + "expert_used_count", s.n_expert_used);
@@ -251,6 +266,35 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
     for (uint32_t l = 0; l < s.n_layer; ++l) {
         const std::string b = "blk." + std::to_string(l) + ".";
         add(w, b + "attn_norm.weight", f32, s.n_embd, 1, {1.0f, 0.2f}, ++seed, s.weights);
+        if (qwen35 && (l + 1) % s.full_attn_interval != 0) {
+            // A Gated DeltaNet layer: the convolution's q, k, v channels, the output gate z, beta's and the decay's
+            // projections, the decay's bias and A = -exp(A_log) in [-1.5, -0.1] (a state that remembers over tens
+            // of tokens), the conv kernel, the gated norm and the output.
+            const uint32_t hv = s.ssm_v_heads;
+            add(w, b + "attn_qkv.weight", wt, s.n_embd, conv_dim, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights);
+            add(w, b + "attn_gate.weight", wt, s.n_embd, value_dim, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights);
+            add(w, b + "ssm_conv1d.weight", f32, s.ssm_d_conv, conv_dim, {0.0f, fan(1.5, s.ssm_d_conv)}, ++seed, s.weights);
+            add(w, b + "ssm_dt.bias", f32, hv, 1, {0.0f, 1.0f}, ++seed, s.weights);
+            add(w, b + "ssm_a", f32, hv, 1, {-0.8f, 0.7f}, ++seed, s.weights);
+            add(w, b + "ssm_beta.weight", wt, s.n_embd, hv, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights);
+            add(w, b + "ssm_alpha.weight", wt, s.n_embd, hv, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights);
+            add(w, b + "ssm_norm.weight", f32, s.ssm_head_dim, 1, {1.0f, 0.2f}, ++seed, s.weights);
+            add(w, b + "ssm_out.weight", wt, value_dim, s.n_embd, {0.0f, fan(1.0, value_dim)}, ++seed, s.weights);
+        } else if (qwen35) {  // gated full attention: per head, the query's rows then its output gate's
+            add(w, b + "attn_q.weight", wt, s.n_embd, 2 * n_q, {0.0f, fan(1.5, s.n_embd)}, ++seed, s.weights);
+            add(w, b + "attn_k.weight", wt, s.n_embd, n_kv, {0.0f, fan(1.5, s.n_embd)}, ++seed, s.weights);
+            add(w, b + "attn_v.weight", wt, s.n_embd, n_kv, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights);
+            add(w, b + "attn_q_norm.weight", f32, s.head_dim, 1, {1.0f, 0.2f}, ++seed, s.weights);
+            add(w, b + "attn_k_norm.weight", f32, s.head_dim, 1, {1.0f, 0.2f}, ++seed, s.weights);
+            add(w, b + "attn_output.weight", wt, n_q, s.n_embd, {0.0f, fan(1.0, n_q)}, ++seed, s.weights);
+        }
+        if (qwen35) {  // the feed-forward's norm, named as gpt-oss's, and a SwiGLU feed-forward
+            add(w, b + "post_attention_norm.weight", f32, s.n_embd, 1, {1.0f, 0.2f}, ++seed, s.weights);
+            add(w, b + "ffn_gate.weight", wt, s.n_embd, s.n_ff, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights);
+            add(w, b + "ffn_up.weight", wt, s.n_embd, s.n_ff, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights);
+            add(w, b + "ffn_down.weight", wt, s.n_ff, s.n_embd, {0.0f, fan(1.0, s.n_ff)}, ++seed, s.weights);
+            continue;
+        }
         if (phi3) {  // fused q, k, v rows (v's a smaller scale, as below, does not matter at these sizes)
             add(w, b + "attn_qkv.weight", wt, s.n_embd, n_q + 2 * n_kv, {0.0f, fan(1.5, s.n_embd)}, ++seed, s.weights);
         } else {

@@ -1,4 +1,5 @@
-// The synthetic-model writer: random-weight llama / qwen2 / qwen3 / qwen3moe / gpt-oss / gemma2 / gemma3 / mistral3 / phi3 models of any shape, written with our GGUF
+// The synthetic-model writer: random-weight llama / qwen2 / qwen3 / qwen3moe / gpt-oss / gemma2 / gemma3 / mistral3 / phi3 /
+// qwen35 models of any shape, written with our GGUF
 // writer — for benchmarks (a Qwen3-1.7B or 0.6B shape without downloading it) and for tests of shapes the
 // shared files do not cover (GQA 3:1, head_dim 48 and 128, more layers, rope bases 1e4 / 1e6, quantized
 // weights). The tokenizer keys are copied from a real file (stories260K: SentencePiece, a qwen2 vocabulary:
@@ -16,7 +17,7 @@
 namespace rp {
 
 struct SynthSpec {
-    std::string arch = "llama";   // llama | qwen2 | qwen3 | qwen3moe | gpt-oss | gemma2 | gemma3 | mistral3 | phi3
+    std::string arch = "llama";   // llama | qwen2 | qwen3 | qwen3moe | gpt-oss | gemma2 | gemma3 | mistral3 | phi3 | qwen35
     std::string vocab_from;       // GGUF whose tokenizer.* keys are copied (sets n_vocab)
     uint32_t n_vocab = 0;         // without vocab_from: no tokenizer, this many token rows (shapes for plans)
     uint32_t n_embd = 64, n_head = 4, n_head_kv = 2, head_dim = 16, n_ff = 128, n_layer = 2;
@@ -46,6 +47,10 @@ struct SynthSpec {
     // gemma2: the attention's and the final logits' soft-caps (attn_logit_softcapping, final_logit_softcapping);
     // 0: not written (llama.cpp's defaults, 50 and 30).
     float attn_softcap = 0.0f, final_softcap = 0.0f;
+    // qwen35: Gated DeltaNet layers (all but every full_attn_interval-th): the delta rule's key heads and value heads
+    // (a multiple of them), each head's key and value width (llama.cpp runs equal ones), and the conv kernel. The
+    // full attention layers' rotary dimensions are n_rot (M-RoPE sections written over them).
+    uint32_t ssm_k_heads = 2, ssm_v_heads = 4, ssm_head_dim = 16, ssm_d_conv = 4, full_attn_interval = 4;
     bool tied = false;            // no output.weight: the head reuses token_embd
     gguf::TensorType wtype = gguf::TensorType::F32;  // the 2-D weights; norms and biases stay F32
     std::optional<gguf::TensorType> expert_wtype;    // the experts' stacks (unset: wtype; the gpt-oss presets:

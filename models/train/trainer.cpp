@@ -26,8 +26,12 @@ std::vector<std::string> default_lora_targets() {
     return {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
 }
 
-std::vector<std::string> expand_lora_targets(const Model & model, const std::vector<std::string> & targets) {
-    std::vector<std::string> out, fused;
+std::vector<std::string> expand_lora_targets(const Model & model, const std::vector<std::string> & requested) {
+    std::vector<std::string> out, fused, targets = requested;
+    // qwen35: the defaults adapt every projection of both layer kinds, the Gated DeltaNet layers' too (the convolution's
+    // q | k | v, the output gate z, beta's and the decay's, the output): PEFT's all-linear. A list given is taken as is.
+    if (model.hparams().arch->delta_net && requested == default_lora_targets())
+        for (const char * t : {"attn_qkv", "attn_gate", "ssm_beta", "ssm_alpha", "ssm_out"}) targets.emplace_back(t);
     for (std::string t : targets) {
         // On a mixture of experts the feed-forward targets name the experts' tensors (the router,
         // ffn_gate_inp, is a target of its own).
@@ -35,9 +39,10 @@ std::vector<std::string> expand_lora_targets(const Model & model, const std::vec
         // phi3's fused projections: attn_q / attn_k / attn_v select attn_qkv, ffn_gate the fused ffn_up (llama.cpp's
         // adapters, like PEFT's on qkv_proj / gate_up_proj, adapt the fused matrix as a whole).
         const LayerWeights * l0 = model.layers.empty() ? nullptr : &model.layers[0];
-        if (l0 && l0->wqkv && (t == "attn_q" || t == "attn_k" || t == "attn_v")) t = "attn_qkv";
+        const bool fused_qkv = model.hparams().arch->fused_qkv && l0 && l0->wqkv;  // (qwen35's attn_qkv is its DeltaNet's)
+        if (fused_qkv && (t == "attn_q" || t == "attn_k" || t == "attn_v")) t = "attn_qkv";
         if (l0 && l0->ffn_up && !l0->ffn_gate && !l0->ffn_gate_inp && t == "ffn_gate") t = "ffn_up";
-        const bool fused_model = l0 && (l0->wqkv || (l0->ffn_up && !l0->ffn_gate && !l0->ffn_gate_inp));
+        const bool fused_model = l0 && (fused_qkv || (l0->ffn_up && !l0->ffn_gate && !l0->ffn_gate_inp));
         if (fused_model && (t == "attn_qkv" || t == "ffn_up")) {  // several short names, one fused matrix
             if (std::find(fused.begin(), fused.end(), t) != fused.end()) continue;
             fused.push_back(t);

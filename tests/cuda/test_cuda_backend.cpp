@@ -348,6 +348,51 @@ TEST(CudaBackend, PackedAttentionDocumentMasking) {
     b.run_and_compare();
 }
 
+// Gated DeltaNet (qwen35): the short convolution (with a conv state, and over packed examples) and its gradients,
+// the delta rule over 150 tokens in chunks of 64 (two value heads per key head, a 128-wide key head: four elements
+// a lane) with an initial state, its final state and every gradient; the packed form; the L2 norm, sigmoid and
+// softplus of the layer.
+TEST(CudaBackend, GatedDeltaNetOps) {
+    RP_REQUIRE_GPU();
+    Bench b;
+    auto & c = b.ctx;
+    const int64_t T = 150, B = 2, C = 96, K = 4;
+    std::vector<int32_t> seg;
+    for (int64_t s = 0; s < B; ++s)
+        for (int64_t t = 0; t < T; ++t) seg.push_back(static_cast<int32_t>(t < 70 ? 0 : t < 71 ? 70 : 71));
+    rp::Tensor * x = b.f32(C, T, B);
+    rp::Tensor * w = b.f32(K, C);
+    rp::Tensor * y = rp::ssm_conv(c, x, w, b.f32(C, K - 1, B));
+    b.out(y);
+    b.out(rp::ssm_conv_state(c, y));
+    rp::Tensor * yp = rp::ssm_conv(c, x, w, nullptr, b.ids(seg));
+    b.out(yp);
+    rp::Tensor * dy = b.f32(C, T, B);
+    for (int which : {0, 1}) {
+        b.out(rp::ssm_conv_back(c, y, dy, which));
+        b.out(rp::ssm_conv_back(c, yp, dy, which));
+    }
+    const int64_t Dk = 128, Hk = 2, Dv = 64, Hv = 4;
+    rp::Tensor * q = rp::l2_norm(c, b.f32(Dk, Hk, T, B), 1e-6f);
+    rp::Tensor * k = rp::l2_norm(c, b.f32(Dk, Hk, T, B), 1e-6f);
+    rp::Tensor * v = b.f32(Dv, Hv, T, B);
+    rp::Tensor * g = rp::scale(c, rp::softplus(c, b.f32(Hv, T, B)), -0.5f);
+    rp::Tensor * beta = rp::sigmoid(c, b.f32(Hv, T, B));
+    rp::Tensor * o = rp::delta_net(c, q, k, v, g, beta, 0.088f, b.f32(Dk, Dv, Hv, B));
+    b.out(q);
+    b.out(g);
+    b.out(beta);
+    b.out(o);
+    b.out(rp::delta_net_state(c, o));
+    const rp::DeltaNetGrads gr = rp::delta_net_back(c, o, b.f32(Dv, Hv, T, B));
+    for (rp::Tensor * t : {gr.dq, gr.dk, gr.dv, gr.dg, gr.dbeta, gr.dstate0}) b.out(t);
+    rp::Tensor * op = rp::delta_net(c, q, k, v, g, beta, 0.088f, nullptr, b.ids(seg), 32);
+    b.out(op);
+    const rp::DeltaNetGrads gp = rp::delta_net_back(c, op, b.f32(Dv, Hv, T, B));
+    for (rp::Tensor * t : {gp.dq, gp.dk, gp.dv, gp.dg, gp.dbeta}) b.out(t);
+    b.run_and_compare();
+}
+
 // Mixture of experts: routing on the device (top-k, weights and their backward), the grouped expert matmul
 // with f32 and Q8_0 experts, its input and weight gradients (shared and per-slot inputs).
 TEST(CudaBackend, MixtureOfExpertsOps) {

@@ -1,4 +1,5 @@
-// A naive double-precision reference of the Llama / Qwen2 / Qwen3 / Qwen3-MoE / gpt-oss / Gemma 3 / Mistral 3 / Phi-3 forward pass and the
+// A naive double-precision reference of the Llama / Qwen2 / Qwen3 / Qwen3-MoE / gpt-oss / Gemma 3 / Mistral 3 / Phi-3 / Qwen3.5
+// forward pass and the
 // mean cross-entropy
 // loss, written from the formulas (formats.md §3.4) with plain loops: the independent reference the
 // finetune gradients are checked against by central finite differences. Nothing here uses the engine's ops.
@@ -73,6 +74,88 @@ inline void rope(double * x, int64_t pos, const rp::HParams & hp, bool neox, int
 
 inline std::string blk(int il, const char * n) { return "blk." + std::to_string(il) + "." + n; }
 
+inline double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+// qwen35's Gated DeltaNet mixer of layer il over the T positions of x [T][n_embd] (the layer's input): its output
+// before the residual, [T][n_embd]. The convolution's channels q | k | v and the gate z projected from the normed
+// input, a causal depthwise convolution (kernel K, zeros before the sequence) and SiLU, q and k L2-normalised per
+// head, beta = sigmoid, the decay g = A softplus(alpha + dt_bias); per value head h (key head h % Hk) the state
+// S [Dk][Dv]: S = exp(g) S, S += k (beta (v - S^T k))^T, o = S^T q / sqrt(Dk); then RMSNorm(o) * w * silu(z) per
+// head and the output projection.
+inline std::vector<double> delta_net_mixer(const RefModel & m, int il, const std::vector<double> & x, int64_t T) {
+    const rp::HParams & hp = m.hp;
+    const int64_t C = hp.n_embd, Dk = hp.ssm_d_state, Hk = hp.ssm_n_group, Hv = hp.ssm_dt_rank, Dv = hp.ssm_head_v(), K = hp.ssm_d_conv;
+    const int64_t KD = Dk * Hk, VD = Dv * Hv, CD = 2 * KD + VD;
+    const double eps = hp.rms_eps;
+    auto at = [](std::vector<double> & v, int64_t i) -> double & { return v[static_cast<size_t>(i)]; };
+    std::vector<double> n1(static_cast<size_t>(C)), qkv(static_cast<size_t>(T * CD)), z(static_cast<size_t>(T * VD)),
+        beta(static_cast<size_t>(T * Hv)), g(static_cast<size_t>(T * Hv)), tmp(static_cast<size_t>(Hv));
+    const W & A = m.at(blk(il, "ssm_a"));
+    const W & dt = m.at(blk(il, "ssm_dt.bias"));
+    for (int64_t t = 0; t < T; ++t) {
+        rms_norm(&x[static_cast<size_t>(t * C)], n1.data(), C, m.at(blk(il, "attn_norm.weight")), eps);
+        linear(m.at(blk(il, "attn_qkv.weight")), n1.data(), &at(qkv, t * CD));
+        linear(m.at(blk(il, "attn_gate.weight")), n1.data(), &at(z, t * VD));
+        linear(m.at(blk(il, "ssm_beta.weight")), n1.data(), tmp.data());
+        for (int64_t h = 0; h < Hv; ++h) at(beta, t * Hv + h) = sigmoid(at(tmp, h));
+        linear(m.at(blk(il, "ssm_alpha.weight")), n1.data(), tmp.data());
+        for (int64_t h = 0; h < Hv; ++h) at(g, t * Hv + h) = A.v[static_cast<size_t>(h)] * std::log1p(std::exp(at(tmp, h) + dt.v[static_cast<size_t>(h)]));
+    }
+    const W & cw = m.at(blk(il, "ssm_conv1d.weight"));  // [K, CD]: tap j of channel c at j + K c
+    std::vector<double> conv(static_cast<size_t>(T * CD));
+    for (int64_t t = 0; t < T; ++t)
+        for (int64_t c = 0; c < CD; ++c) {
+            double s = 0;
+            for (int64_t j = 0; j < K; ++j)
+                if (t + j - (K - 1) >= 0) s += cw.v[static_cast<size_t>(j + K * c)] * at(qkv, (t + j - (K - 1)) * CD + c);
+            at(conv, t * CD + c) = s * sigmoid(s);
+        }
+    for (int64_t t = 0; t < T; ++t)
+        for (int64_t h = 0; h < 2 * Hk; ++h) {  // q heads, then k heads
+            double * r = &at(conv, t * CD + h * Dk);
+            double ss = 0;
+            for (int64_t i = 0; i < Dk; ++i) ss += r[i] * r[i];
+            const double inv = 1.0 / std::max(std::sqrt(ss), eps);
+            for (int64_t i = 0; i < Dk; ++i) r[i] *= inv;
+        }
+    std::vector<double> o(static_cast<size_t>(T * VD)), S(static_cast<size_t>(Dk * Dv));
+    for (int64_t h = 0; h < Hv; ++h) {
+        const int64_t hk = h % Hk;
+        std::fill(S.begin(), S.end(), 0.0);
+        for (int64_t t = 0; t < T; ++t) {
+            const double * q = &at(conv, t * CD + hk * Dk);
+            const double * k = &at(conv, t * CD + KD + hk * Dk);
+            const double * v = &at(conv, t * CD + 2 * KD + h * Dv);
+            const double a = std::exp(at(g, t * Hv + h)), b = at(beta, t * Hv + h);
+            for (double & e : S) e *= a;
+            for (int64_t j = 0; j < Dv; ++j) {
+                double u = 0;
+                for (int64_t i = 0; i < Dk; ++i) u += S[static_cast<size_t>(i * Dv + j)] * k[i];
+                const double d = b * (v[j] - u);
+                for (int64_t i = 0; i < Dk; ++i) S[static_cast<size_t>(i * Dv + j)] += k[i] * d;
+            }
+            for (int64_t j = 0; j < Dv; ++j) {
+                double s = 0;
+                for (int64_t i = 0; i < Dk; ++i) s += S[static_cast<size_t>(i * Dv + j)] * q[i];
+                at(o, t * VD + h * Dv + j) = s / std::sqrt(static_cast<double>(Dk));
+            }
+        }
+    }
+    std::vector<double> out(static_cast<size_t>(T * C)), gated(static_cast<size_t>(VD));
+    const W & nw = m.at(blk(il, "ssm_norm.weight"));
+    for (int64_t t = 0; t < T; ++t) {
+        for (int64_t h = 0; h < Hv; ++h) {
+            rms_norm(&at(o, t * VD + h * Dv), &gated[static_cast<size_t>(h * Dv)], Dv, nw, eps);
+            for (int64_t j = 0; j < Dv; ++j) {
+                const double zz = at(z, t * VD + h * Dv + j);
+                gated[static_cast<size_t>(h * Dv + j)] *= zz * sigmoid(zz);
+            }
+        }
+        linear(m.at(blk(il, "ssm_out.weight")), gated.data(), &at(out, t * C));
+    }
+    return out;
+}
+
 // One decoder layer over T positions: x [T][n_embd] in place. aux (optional, MoE): adds the layer's
 // load-balancing sum T * sum_e f_e P_e over these T tokens (ops/moe_math.h; f_e the share of the (token,
 // slot) pairs routed to e, P_e the mean router probability).
@@ -81,9 +164,11 @@ inline void layer(const RefModel & m, int il, std::vector<double> & x, int64_t T
     const int64_t C = hp.n_embd, D = hp.head_dim, Hq = hp.n_head, Hkv = hp.n_head_kv, F = hp.n_ff;
     const double eps = hp.rms_eps;
     const W * ff = m.rope_factors.empty() ? nullptr : &m.at(m.rope_factors);
+    const bool recurrent = hp.is_recurrent(static_cast<uint32_t>(il));
+    const std::vector<double> mixer = recurrent ? delta_net_mixer(m, il, x, T) : std::vector<double>{};
     std::vector<double> n1(static_cast<size_t>(C)), q(static_cast<size_t>(T * Hq * D)), k(static_cast<size_t>(T * Hkv * D)),
-        v(static_cast<size_t>(T * Hkv * D));
-    for (int64_t t = 0; t < T; ++t) {
+        v(static_cast<size_t>(T * Hkv * D)), gate(hp.arch->attn_output_gate ? static_cast<size_t>(T * Hq * D) : 0);
+    for (int64_t t = 0; t < T && !recurrent; ++t) {
         rms_norm(&x[static_cast<size_t>(t * C)], n1.data(), C, m.at(blk(il, "attn_norm.weight")), eps);
         if (const W * qkv = m.find(blk(il, "attn_qkv.weight"))) {  // phi3: q, k, v rows of one matrix
             std::vector<double> y(static_cast<size_t>(qkv->ne1));
@@ -91,6 +176,16 @@ inline void layer(const RefModel & m, int il, std::vector<double> & x, int64_t T
             std::copy(y.begin(), y.begin() + Hq * D, &q[static_cast<size_t>(t * Hq * D)]);
             std::copy(y.begin() + Hq * D, y.begin() + (Hq + Hkv) * D, &k[static_cast<size_t>(t * Hkv * D)]);
             std::copy(y.begin() + (Hq + Hkv) * D, y.end(), &v[static_cast<size_t>(t * Hkv * D)]);
+        } else if (hp.arch->attn_output_gate) {  // qwen35: per head, the query's rows then its output gate's
+            std::vector<double> y(static_cast<size_t>(2 * Hq * D));
+            linear(m.at(blk(il, "attn_q.weight")), n1.data(), y.data());
+            for (int64_t h = 0; h < Hq; ++h)
+                for (int64_t i = 0; i < D; ++i) {
+                    q[static_cast<size_t>((t * Hq + h) * D + i)] = y[static_cast<size_t>(h * 2 * D + i)];
+                    gate[static_cast<size_t>((t * Hq + h) * D + i)] = y[static_cast<size_t>(h * 2 * D + D + i)];
+                }
+            linear(m.at(blk(il, "attn_k.weight")), n1.data(), &k[static_cast<size_t>(t * Hkv * D)]);
+            linear(m.at(blk(il, "attn_v.weight")), n1.data(), &v[static_cast<size_t>(t * Hkv * D)]);
         } else {
             linear(m.at(blk(il, "attn_q.weight")), n1.data(), &q[static_cast<size_t>(t * Hq * D)], m.find(blk(il, "attn_q.bias")));
             linear(m.at(blk(il, "attn_k.weight")), n1.data(), &k[static_cast<size_t>(t * Hkv * D)], m.find(blk(il, "attn_k.bias")));
@@ -118,7 +213,7 @@ inline void layer(const RefModel & m, int il, std::vector<double> & x, int64_t T
     std::vector<double> o(static_cast<size_t>(T * Hq * D), 0.0), p(static_cast<size_t>(T));
     const double sc = hp.attn_scale;  // 1/sqrt(D), gemma3's 27B aside
     const W * sinks = m.find(blk(il, "attn_sinks.weight"));
-    for (int64_t t = 0; t < T; ++t)
+    for (int64_t t = 0; t < T && !recurrent; ++t)
         for (int64_t h = 0; h < Hq; ++h) {
             const int64_t hk = h / (Hq / Hkv);
             const int64_t first = hp.is_swa(static_cast<uint32_t>(il)) ? std::max<int64_t>(0, t - hp.n_swa + 1) : 0;
@@ -138,12 +233,15 @@ inline void layer(const RefModel & m, int il, std::vector<double> & x, int64_t T
                 const double * vh = &v[static_cast<size_t>((s * Hkv + hk) * D)];
                 for (int64_t i = 0; i < D; ++i) oh[i] += p[static_cast<size_t>(s)] / z * vh[i];
             }
+            if (!gate.empty())  // qwen35: times sigmoid(gate)
+                for (int64_t i = 0; i < D; ++i) oh[i] *= sigmoid(gate[static_cast<size_t>((t * Hq + h) * D + i)]);
         }
     std::vector<double> a(static_cast<size_t>(C)), n2(static_cast<size_t>(C)), g(static_cast<size_t>(F)), u(static_cast<size_t>(F));
     std::vector<double> p_sum, routed;  // MoE: sum_t p[t, e] and the pairs routed to e
     for (int64_t t = 0; t < T; ++t) {
         double * xt = &x[static_cast<size_t>(t * C)];
-        linear(m.at(blk(il, "attn_output.weight")), &o[static_cast<size_t>(t * Hq * D)], a.data(), m.find(blk(il, "attn_output.bias")));
+        if (recurrent) std::copy(mixer.begin() + t * C, mixer.begin() + (t + 1) * C, a.begin());
+        else linear(m.at(blk(il, "attn_output.weight")), &o[static_cast<size_t>(t * Hq * D)], a.data(), m.find(blk(il, "attn_output.bias")));
         if (hp.arch->post_norms) {  // gemma3: the attention's output normalised before the residual
             const std::vector<double> tmp = a;
             rms_norm(tmp.data(), a.data(), C, m.at(blk(il, "post_attention_norm.weight")), eps);

@@ -359,6 +359,26 @@ TEST(FinetuneGradients, Gemma2Lora) {
     check_gradients(gemma2_model(dir), false, false);
 }
 
+// qwen35: two Gated DeltaNet layers (2 key heads, 4 value heads of 8, conv kernel 4) around a gated full attention
+// layer (4 heads over 2, 8 of 12 dimensions rotated): every tensor of a full finetune (the decay's A and bias, the
+// conv kernel, the gated norm), and LoRA on every projection of both kinds (the defaults).
+std::string qwen35_model(rp_test::TempDir & dir) {
+    rp::SynthSpec s;
+    s.arch = "qwen35";
+    s.vocab_from = ft_test::model_path("synthetic/tiny-random-qwen2.gguf");
+    s.n_embd = 32, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 12, s.n_rot = 8, s.n_layer = 3, s.n_ff = 40;
+    s.ssm_k_heads = 2, s.ssm_v_heads = 4, s.ssm_head_dim = 8, s.full_attn_interval = 2, s.seed = 48;
+    return written(dir, s, "qwen35.gguf");
+}
+TEST(FinetuneGradients, Qwen35Full) {
+    rp_test::TempDir dir;
+    check_gradients(qwen35_model(dir), true, true);
+}
+TEST(FinetuneGradients, Qwen35Lora) {
+    rp_test::TempDir dir;
+    check_gradients(qwen35_model(dir), false, false);
+}
+
 TEST(FinetuneGradients, Qwen3MoeLoraExpertsAndRouter) {
     rp_test::TempDir dir;
     auto t = rp::default_lora_targets();

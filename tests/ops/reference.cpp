@@ -245,4 +245,77 @@ DT lm_head_ce(const DT & h, const DT & W, const std::vector<int32_t> & labels, d
     return y;
 }
 
+DT sigmoid(const DT & x) { return map(x, [](double v) { return sig(v); }); }
+
+DT softplus(const DT & x) { return map(x, [](double v) { return std::log1p(std::exp(v)); }); }
+
+DT l2_norm(const DT & x, double eps) {
+    DT y(x.ne);
+    const int64_t n0 = x.ne[0], rows = x.size() / n0;
+    for (int64_t r = 0; r < rows; ++r) {
+        double ss = 0.0;
+        for (int64_t i = 0; i < n0; ++i) ss += x.v[static_cast<size_t>(r * n0 + i)] * x.v[static_cast<size_t>(r * n0 + i)];
+        const double inv = 1.0 / std::max(std::sqrt(ss), eps);
+        for (int64_t i = 0; i < n0; ++i) y.v[static_cast<size_t>(r * n0 + i)] = x.v[static_cast<size_t>(r * n0 + i)] * inv;
+    }
+    return y;
+}
+
+DT ssm_conv(const DT & x, const DT & w, const DT * prefix, const std::vector<int32_t> & seg_start) {
+    const int64_t C = x.ne[0], T = x.ne[1], B = x.ne[2], K = w.ne[0];
+    DT y(x.ne);
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < T; ++t) {
+            const int64_t start = seg_start.empty() ? 0 : seg_start[static_cast<size_t>(t + T * b)];
+            for (int64_t c = 0; c < C; ++c) {
+                double acc = 0.0;
+                for (int64_t j = 0; j < K; ++j) {
+                    const int64_t tau = t + j - (K - 1);
+                    double xv = 0.0;
+                    if (tau >= 0) xv = tau >= start ? x(c, tau, b) : 0.0;
+                    else if (prefix) xv = (*prefix)(c, tau + K - 1, b);
+                    acc += w(j, c) * xv;
+                }
+                y(c, t, b) = acc;
+            }
+        }
+    return y;
+}
+
+DT delta_net(const DT & q, const DT & k, const DT & v, const DT & g, const DT & beta, double scale, const DT * state0,
+             const std::vector<int32_t> & seg_start, DT * out_state) {
+    const int64_t Dk = q.ne[0], Hk = q.ne[1], T = q.ne[2], B = q.ne[3], Dv = v.ne[0], Hv = v.ne[1];
+    DT o(v.ne);
+    if (out_state) *out_state = DT({Dk, Dv, Hv, B});
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < Hv; ++h) {
+            const int64_t hk = h % Hk;
+            std::vector<double> S(static_cast<size_t>(Dk * Dv), 0.0);  // S[i + Dk * j]
+            if (state0)
+                for (int64_t j = 0; j < Dv; ++j)
+                    for (int64_t i = 0; i < Dk; ++i) S[static_cast<size_t>(i + Dk * j)] = (*state0)(i, j, h, b);
+            for (int64_t t = 0; t < T; ++t) {
+                if (!seg_start.empty() && t > 0 && seg_start[static_cast<size_t>(t + T * b)] == t) std::fill(S.begin(), S.end(), 0.0);
+                const double a = std::exp(g.v[static_cast<size_t>(h + Hv * (t + T * b))]);
+                const double bt = beta.v[static_cast<size_t>(h + Hv * (t + T * b))];
+                for (double & e : S) e *= a;
+                for (int64_t j = 0; j < Dv; ++j) {
+                    double u = 0.0;
+                    for (int64_t i = 0; i < Dk; ++i) u += S[static_cast<size_t>(i + Dk * j)] * k(i, hk, t, b);
+                    const double d = bt * (v(j, h, t, b) - u);
+                    for (int64_t i = 0; i < Dk; ++i) S[static_cast<size_t>(i + Dk * j)] += k(i, hk, t, b) * d;
+                }
+                for (int64_t j = 0; j < Dv; ++j) {
+                    double acc = 0.0;
+                    for (int64_t i = 0; i < Dk; ++i) acc += S[static_cast<size_t>(i + Dk * j)] * q(i, hk, t, b);
+                    o(j, h, t, b) = scale * acc;
+                }
+            }
+            if (out_state)
+                for (int64_t j = 0; j < Dv; ++j)
+                    for (int64_t i = 0; i < Dk; ++i) (*out_state)(i, j, h, b) = S[static_cast<size_t>(i + Dk * j)];
+        }
+    return o;
+}
+
 } // namespace ref

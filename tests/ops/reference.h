@@ -60,4 +60,16 @@ DT attention(const DT & q, const DT & k, const DT & v, double scale, const std::
 // Fused LM head + CE: sum_t loss_scale * (logsumexp(logits_t) - logits_t[label]) over labels != -1.
 DT lm_head_ce(const DT & h, const DT & W, const std::vector<int32_t> & labels, double loss_scale, double softcap = 0);
 
+DT sigmoid(const DT & x);
+DT softplus(const DT & x);  // log(1 + exp(x))
+DT l2_norm(const DT & x, double eps);  // rows over ne[0]: x / max(|x|, eps)
+// Causal depthwise convolution: x [C, T, B], w [K, C] -> y[c, t, b] = sum_j w[j, c] x[c, t + j - (K-1), b], x before
+// the sequence from prefix [C, K-1, B] (nullptr: 0) and before the token's example (seg_start [T*B], optional) 0.
+DT ssm_conv(const DT & x, const DT & w, const DT * prefix = nullptr, const std::vector<int32_t> & seg_start = {});
+// The gated delta rule as a matrix recurrence per sequence and value head h (key head h % Hk), S [Dk, Dv]:
+// S = exp(g_t) S; S += k_t (beta_t (v_t - S^T k_t))^T; o_t = scale S^T q_t. S starts at state0 (nullptr: 0) and
+// at 0 on each example's first token (seg_start). out_state (optional) gets the final S [Dk, Dv, Hv, B].
+DT delta_net(const DT & q, const DT & k, const DT & v, const DT & g, const DT & beta, double scale, const DT * state0 = nullptr,
+             const std::vector<int32_t> & seg_start = {}, DT * out_state = nullptr);
+
 } // namespace ref

@@ -1,0 +1,194 @@
+// qwen35 (Qwen3.5, #33): generated hybrid models, Gated DeltaNet layers (the short convolution, L2-normalised q and k,
+// the decay and beta, two value heads per key head, the gated RMSNorm) between gated full attention layers (the
+// sigmoid output gate, q/k norm, partial RoPE under M-RoPE sections), run as llama.cpp runs them: every position's
+// logits within 1e-4 of the range of rp-oracle's at 1, 37 and 300 tokens (llama.cpp chunks its delta rule by 64
+// tokens; ours runs the recurrence), each piece moving them far beyond that when taken out; the greedy continuation
+// is llama.cpp's; the recurrent state and the KV cache give the whole sequence's logits token by token, and after a
+// rewind (the saved state of a shared prompt, or the tokens evaluated again).
+#include "arch_test_util.h"
+
+#include "models/arch/hparams.h"
+#include "models/arch/inference.h"
+#include "models/text/tokenizer.h"
+#include "tests/oracle/oracle_run.h"
+
+#include <gtest/gtest.h>
+
+using namespace models_test;
+
+namespace {
+
+rp::SynthSpec qwen35(uint32_t embd, uint32_t heads, uint32_t heads_kv, uint32_t head_dim, uint32_t n_rot, uint32_t layers, uint32_t k_heads,
+                     uint32_t v_heads, uint32_t ssm_dim, uint64_t seed) {
+    rp::SynthSpec s;
+    s.arch = "qwen35";
+    s.vocab_from = model_path("vocab/ggml-vocab-qwen2.gguf");
+    s.n_embd = embd, s.n_head = heads, s.n_head_kv = heads_kv, s.head_dim = head_dim, s.n_rot = n_rot, s.n_layer = layers;
+    s.n_ff = 96, s.n_ctx_train = 4096, s.rope_base = 1e7f, s.seed = seed;
+    s.ssm_k_heads = k_heads, s.ssm_v_heads = v_heads, s.ssm_head_dim = ssm_dim, s.full_attn_interval = 4;
+    return s;
+}
+
+} // namespace
+
+TEST(Qwen35, LoadsItsTensorsAndHyperParameters) {
+    TempDir d;
+    rp::write_synth_model(qwen35(64, 4, 2, 32, 8, 8, 2, 4, 16, 1), d.file("m.gguf"));
+    const auto model = rp::Model::load(d.file("m.gguf"));
+    const rp::HParams & hp = model->hparams();
+    EXPECT_EQ(hp.arch->arch, rp::Arch::Qwen35);
+    for (uint32_t il = 0; il < 8; ++il) EXPECT_EQ(hp.is_recurrent(il), il != 3 && il != 7) << il;
+    EXPECT_EQ(hp.ssm_d_conv, 4u);
+    EXPECT_EQ(hp.ssm_n_group, 2u);
+    EXPECT_EQ(hp.ssm_dt_rank, 4u);
+    EXPECT_EQ(hp.ssm_head_v(), 16u);
+    EXPECT_EQ(hp.ssm_conv_dim(), 2u * 2 * 16 + 4 * 16);
+    EXPECT_EQ(hp.n_rot, 8u);
+    const rp::LayerWeights & lin = model->layers[0];
+    for (const rp::Tensor * t : {lin.wqkv, lin.ssm_gate, lin.ssm_beta, lin.ssm_alpha, lin.ssm_dt, lin.ssm_a, lin.ssm_conv1d, lin.ssm_norm, lin.ssm_out})
+        ASSERT_NE(t, nullptr);
+    EXPECT_EQ(lin.wq, nullptr);
+    EXPECT_EQ(lin.ffn_norm->name, "blk.0.post_attention_norm.weight");
+    const rp::LayerWeights & att = model->layers[3];
+    EXPECT_EQ(att.wqkv, nullptr);
+    EXPECT_EQ(att.wq->ne[1], 2 * 4 * 32);  // the queries and their gates
+    ASSERT_NE(att.q_norm, nullptr);
+}
+
+TEST(Qwen35, MissingPiecesAreNamed) {
+    TempDir d;
+    rp::write_synth_model(qwen35(64, 4, 2, 16, 16, 4, 2, 2, 16, 2), d.file("m.gguf"));
+    const std::string m = d.file("m.gguf"), bad = d.file("bad.gguf");
+    expect_load_fails(m, bad, without_tensor("blk.1.ssm_a"), "blk.1.ssm_a");
+    expect_load_fails(m, bad, without_tensor("blk.2.ssm_conv1d.weight"), "blk.2.ssm_conv1d.weight");
+    expect_load_fails(m, bad, without_tensor("blk.3.attn_q_norm.weight"), "blk.3.attn_q_norm.weight");
+    Variant no_conv;
+    no_conv.edit_kvs = [](gguf::Writer & w) { w.remove("qwen35.ssm.conv_kernel"); };
+    expect_load_fails(m, bad, no_conv, "qwen35.ssm.conv_kernel");
+    Variant uneven;  // value heads that do not share the key heads evenly
+    uneven.edit_kvs = [](gguf::Writer & w) { w.set_u32("qwen35.ssm.time_step_rank", 3); };
+    expect_load_fails(m, bad, uneven, "time_step_rank");
+}
+
+// Two value heads per key head (llama.cpp's order: value head h reads key head h % key heads), 4 attention heads
+// over 2 kv heads with 8 of 32 dimensions rotated, one full attention layer among three DeltaNet layers.
+TEST(Qwen35, LogitsEqualLlamaCpps) {
+    RP_REQUIRE_ORACLE();
+    TempDir d;
+    rp::write_synth_model(qwen35(64, 4, 2, 32, 8, 4, 2, 4, 16, 11), d.file("m.gguf"));
+    for (size_t n : {1, 37}) EXPECT_LE(models_test::compare_logits("qwen35", d.file("m.gguf"), some_tokens(n, 1), "Hk 2 Hv 4"), 1e-4);
+}
+
+// 300 tokens: llama.cpp's chunks of 64 (and a partial one) against our recurrence; odd head counts (3 attention
+// heads over 1 kv head, 3 key heads, 3 value heads), wider state (32), 8 layers (two full attention).
+TEST(Qwen35, LogitsEqualLlamaCppsLongPromptOddHeads) {
+    RP_REQUIRE_ORACLE();
+    TempDir d;
+    rp::write_synth_model(qwen35(96, 3, 1, 32, 16, 8, 3, 3, 32, 12), d.file("m.gguf"));
+    EXPECT_LE(models_test::compare_logits("qwen35", d.file("m.gguf"), some_tokens(300, 2), "odd heads, 300 tokens"), 1e-4);
+}
+
+TEST(Qwen35, GreedyContinuationEqualsLlamaCpps) {
+    RP_REQUIRE_ORACLE();
+    TempDir d;
+    rp::write_synth_model(qwen35(64, 4, 2, 16, 16, 4, 2, 4, 16, 21), d.file("m.gguf"));
+    expect_greedy_equals_llama_cpp(d.file("m.gguf"));
+}
+
+// Each piece of the DeltaNet and of the gated attention moves the logits far from llama.cpp's: without the short
+// convolution (its kernel a pass-through), the decay (A = 0), the gated norm's gate (z = 0) or the attention's output
+// gate (its rows 0: every head's output halved).
+TEST(Qwen35, EveryPieceChangesTheLogits) {
+    RP_REQUIRE_ORACLE();
+    TempDir d;
+    const std::string file = d.file("m.gguf");
+    rp::write_synth_model(qwen35(64, 4, 2, 16, 16, 4, 2, 4, 16, 15), file);
+    PieceRemoval pr(file, some_tokens(24, 4), 1e-4);
+    const rp::HParams & hp = pr.model->hparams();
+    rp::Context ctx;
+    auto constant = [&](const rp::Tensor * like, float value) {
+        rp::Tensor * t = ctx.new_tensor(rp::DType::F32, like->ne);
+        ctx.alloc_data(t);
+        rp::tensor_set_f32(t, std::vector<float>(static_cast<size_t>(like->nelements()), value));
+        return t;
+    };
+    {
+        rp::ModelWeights w = pr.as_built;
+        for (uint32_t il = 0; il < hp.n_layer; ++il)
+            if (hp.is_recurrent(il)) {  // a kernel that passes the current input through: weight 1 at tap K-1
+                rp::Tensor * k = constant(w.layers[il].ssm_conv1d, 0.0f);
+                float * v = k->data_as<float>();
+                for (int64_t c = 0; c < k->ne[1]; ++c) v[c * k->ne[0] + k->ne[0] - 1] = 1.0f;
+                w.layers[il].ssm_conv1d = k;
+            }
+        pr.expect_moves("qwen35", "the short convolution", hp, w);
+    }
+    {
+        rp::ModelWeights w = pr.as_built;
+        for (uint32_t il = 0; il < hp.n_layer; ++il)
+            if (hp.is_recurrent(il)) w.layers[il].ssm_a = constant(w.layers[il].ssm_a, 0.0f);
+        pr.expect_moves("qwen35", "the decay", hp, w);
+    }
+    {
+        rp::ModelWeights w = pr.as_built;
+        for (uint32_t il = 0; il < hp.n_layer; ++il)
+            if (hp.is_recurrent(il)) w.layers[il].ssm_gate = constant(w.layers[il].ssm_gate, 0.0f);
+        pr.expect_moves("qwen35", "the gated norm's gate", hp, w);
+    }
+    {
+        // The attention's gate rows at +30: sigmoid 1, every head's output passes whole.
+        rp::ModelWeights w = pr.as_built;
+        for (uint32_t il = 0; il < hp.n_layer; ++il) {
+            if (hp.is_recurrent(il)) continue;
+            rp::Tensor * q = constant(w.layers[il].wq, 0.0f);
+            const std::vector<float> orig = rp::tensor_get_f32(w.layers[il].wq);
+            std::vector<float> v(orig);
+            const int64_t E = q->ne[0], D = hp.head_dim;
+            for (int64_t h = 0; h < hp.n_head; ++h)
+                for (int64_t r = 0; r < D; ++r)
+                    for (int64_t e = 0; e < E; ++e) v[static_cast<size_t>((h * 2 * D + D + r) * E + e)] = 0.0f;
+            rp::tensor_set_f32(q, v);
+            w.layers[il].wq = q;
+        }
+        pr.expect_moves("qwen35", "the attention's output gate (sigmoid 0.5)", hp, w);
+    }
+}
+
+// The recurrent states and the KV cache: token by token, and with a prompt then one token at a time, the logits of
+// the whole sequence; a rewind to a shared prompt (its saved states) and to another position (evaluated again)
+// continues as a fresh run does.
+TEST(Qwen35, StatesGiveTheWholeSequence) {
+    TempDir d;
+    const auto model = load_synth(d, qwen35(64, 4, 2, 16, 16, 4, 2, 4, 16, 31));
+    const std::vector<int32_t> tokens = some_tokens(20, 3);
+    expect_kv_cache_matches_full_sequence(*model, tokens);
+
+    const size_t V = model->hparams().n_vocab;
+    const std::vector<float> all = forward_all(*model, tokens);
+    auto expect_rows = [&](const std::vector<float> & got, size_t first, const char * what) {
+        ASSERT_EQ(got.size() % V, 0u) << what;
+        float worst = 0.0f;
+        for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(got[i] - all[first * V + i]));
+        EXPECT_LE(worst, 1e-4f * value_range(all)) << what;
+    };
+    // Two sequences sharing a 12-token prompt, then each a token; a rewind to the prompt (saved states) and to
+    // position 5 (the tokens evaluated again) continue alike.
+    rp::InferenceSession s(*model, 20, 1, nullptr, nullptr, 2);
+    const std::vector<int32_t> prompt(tokens.begin(), tokens.begin() + 12);
+    expect_rows(s.eval_shared(prompt, true), 0, "shared prompt");
+    std::vector<float> next = s.eval({tokens[12], tokens[12]});
+    expect_rows(std::vector<float>(next.begin(), next.begin() + V), 12, "after the prompt, sequence 0");
+    expect_rows(std::vector<float>(next.begin() + V, next.end()), 12, "after the prompt, sequence 1");
+    s.reset(12);
+    s.share_first(12);
+    next = s.eval({tokens[12], tokens[12]});
+    expect_rows(std::vector<float>(next.begin() + V, next.end()), 12, "rewound to the shared prompt");
+    s.reset(5);
+    std::vector<int32_t> rest;
+    for (int b = 0; b < 2; ++b)
+        for (size_t i = 5; i < 9; ++i) rest.push_back(tokens[i]);
+    next = s.eval(rest, true);
+    expect_rows(std::vector<float>(next.begin(), next.begin() + 4 * V), 5, "rewound to 5, sequence 0");
+    expect_rows(std::vector<float>(next.begin() + 4 * V, next.end()), 5, "rewound to 5, sequence 1");
+    EXPECT_THROW(s.share_first(4), rp::Error);  // a state exists at the last position only
+}

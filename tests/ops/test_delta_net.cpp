@@ -1,0 +1,332 @@
+// Gated DeltaNet's ops (ops/delta_net.h) and the small ones its layer needs (sigmoid, softplus, L2 norm): forward vs
+// the double reference (the delta rule as a plain matrix recurrence), backward vs finite differences, determinism;
+// the chunked checkpoints give the same bits whatever the chunk; a sequence run in two calls (the state and the
+// conv state carried over, as generation does) equals one call bit for bit.
+#include "harness.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+using namespace optest;
+using rp::Context;
+using rp::Tensor;
+using TV = std::vector<Tensor *>;
+using R = RefInputs;
+
+namespace {
+
+Input ranged(std::string name, std::array<int64_t, 4> ne, float lo, float hi, bool diff = true) {
+    Input in{std::move(name), ne, rp::DType::F32, diff};
+    in.lo = lo;
+    in.hi = hi;
+    return in;
+}
+
+Input ints(std::string name, std::vector<int32_t> v) {
+    Input in{std::move(name), {static_cast<int64_t>(v.size()), 1, 1, 1}, rp::DType::I32, false};
+    in.ints = std::move(v);
+    return in;
+}
+
+// Packed examples: each token's first token of its example, from the examples' lengths per sequence.
+std::vector<int32_t> seg_starts(const std::vector<std::vector<int>> & lengths) {
+    std::vector<int32_t> s;
+    for (const auto & seq : lengths) {
+        int t = 0;
+        for (int len : seq) {
+            for (int i = 0; i < len; ++i) s.push_back(t);
+            t += len;
+        }
+    }
+    return s;
+}
+
+} // namespace
+
+TEST(OpGates, SigmoidSoftplus) {
+    check_op({"sigmoid [37,3]", {ranged("x", {37, 3, 1, 1}, -6.0f, 6.0f)}, [](Context & c, const TV & in) { return rp::sigmoid(c, in[0]); },
+              [](const R & v) { return ref::sigmoid(v[0]); }});
+    check_op({"softplus [37,3]", {ranged("x", {37, 3, 1, 1}, -6.0f, 6.0f)}, [](Context & c, const TV & in) { return rp::softplus(c, in[0]); },
+              [](const R & v) { return ref::softplus(v[0]); }});
+    // Above 20, softplus is x itself (ggml's cut-off; log1p(exp(x)) - x < 2.1e-9 there).
+    check_op({"softplus large", {ranged("x", {9, 1, 1, 1}, 18.0f, 30.0f)}, [](Context & c, const TV & in) { return rp::softplus(c, in[0]); },
+              [](const R & v) { return ref::softplus(v[0]); }});
+}
+
+TEST(OpNorm, L2Norm) {
+    check_op({"l2_norm [17,3,2]", {{"x", {17, 3, 2, 1}}}, [](Context & c, const TV & in) { return rp::l2_norm(c, in[0], 1e-6f); },
+              [](const R & v) { return ref::l2_norm(v[0], 1e-6); }});
+    check_op({"l2_norm [128,2] transposed", {{"x", {2, 128, 1, 1}}},
+              [](Context & c, const TV & in) { return rp::l2_norm(c, rp::transpose(c, in[0]), 1e-6f); },
+              [](const R & v) { return ref::l2_norm(ref::permute(v[0], 1, 0, 2, 3), 1e-6); }});
+    // Rows whose norm is below eps are divided by eps (a constant there: dx = dy / eps).
+    check_op({"l2_norm clamped", {ranged("x", {4, 3, 1, 1}, -0.01f, 0.01f)}, [](Context & c, const TV & in) { return rp::l2_norm(c, in[0], 0.5f); },
+              [](const R & v) { return ref::l2_norm(v[0], 0.5); }});
+    Context ctx;
+    EXPECT_THROW(rp::l2_norm(ctx, ctx.new_tensor(rp::DType::F32, 4), 0.0f), rp::Error);
+}
+
+TEST(OpSsmConv, ForwardBackward) {
+    check_op({"ssm_conv [5,7,2] K 4", {{"x", {5, 7, 2, 1}}, {"w", {4, 5, 1, 1}}},
+              [](Context & c, const TV & in) { return rp::ssm_conv(c, in[0], in[1]); },
+              [](const R & v) { return ref::ssm_conv(v[0], v[1]); }});
+    // The conv state of earlier tokens (generation): read, not differentiated.
+    check_op({"ssm_conv [6,3,2] K 4 with prefix", {{"x", {6, 3, 2, 1}}, {"w", {4, 6, 1, 1}}, ranged("prefix", {6, 3, 2, 1}, -1.0f, 1.0f, false)},
+              [](Context & c, const TV & in) { return rp::ssm_conv(c, in[0], in[1], in[2]); },
+              [](const R & v) { return ref::ssm_conv(v[0], v[1], &v[2]); }});
+    // Packed examples: no token reads the inputs of an earlier example.
+    const std::vector<int32_t> seg = seg_starts({{2, 5}, {1, 1, 5}});
+    check_op({"ssm_conv packed", {{"x", {5, 7, 2, 1}}, {"w", {4, 5, 1, 1}}, ints("seg", seg)},
+              [](Context & c, const TV & in) { return rp::ssm_conv(c, in[0], in[1], nullptr, in[2]); },
+              [seg](const R & v) { return ref::ssm_conv(v[0], v[1], nullptr, seg); }});
+    // K = 1: no state at all.
+    check_op({"ssm_conv K 1", {{"x", {3, 4, 1, 1}}, {"w", {1, 3, 1, 1}}}, [](Context & c, const TV & in) { return rp::ssm_conv(c, in[0], in[1]); },
+              [](const R & v) { return ref::ssm_conv(v[0], v[1]); }});
+}
+
+namespace {
+
+// q, k [Dk, Hk, T, B], v [Dv, Hv, T, B], g in [-1.5, -0.02] (decays), beta in [0.05, 0.95] (sigmoids).
+std::vector<Input> net_inputs(int64_t Dk, int64_t Hk, int64_t Dv, int64_t Hv, int64_t T, int64_t B) {
+    return {{"q", {Dk, Hk, T, B}},
+            {"k", {Dk, Hk, T, B}},
+            {"v", {Dv, Hv, T, B}},
+            ranged("g", {Hv, T, B, 1}, -1.5f, -0.02f),
+            ranged("beta", {Hv, T, B, 1}, 0.05f, 0.95f)};
+}
+
+} // namespace
+
+TEST(OpDeltaNet, ForwardBackward) {
+    // Dk 9 (one 8-lane block and a tail), two value heads per key head, 11 tokens in chunks of 4 (the last partial).
+    check_op({"delta_net Dk 9 Hk 2 Dv 5 Hv 4 T 11 B 2 chunk 4", net_inputs(9, 2, 5, 4, 11, 2),
+              [](Context & c, const TV & in) { return rp::delta_net(c, in[0], in[1], in[2], in[3], in[4], 0.3f, nullptr, nullptr, 4); },
+              [](const R & v) { return ref::delta_net(v[0], v[1], v[2], v[3], v[4], 0.3); }});
+    // With an initial state (its gradient too), one chunk larger than the sequence.
+    std::vector<Input> in = net_inputs(4, 1, 3, 2, 5, 1);
+    in.push_back({"state0", {4, 3, 2, 1}});
+    check_op({"delta_net with state0", in,
+              [](Context & c, const TV & x) { return rp::delta_net(c, x[0], x[1], x[2], x[3], x[4], 0.5f, x[5]); },
+              [](const R & v) { return ref::delta_net(v[0], v[1], v[2], v[3], v[4], 0.5, &v[5]); }});
+    // One token (generation's step) from a state.
+    std::vector<Input> one = net_inputs(8, 2, 8, 2, 1, 2);
+    one.push_back({"state0", {8, 8, 2, 2}});
+    check_op({"delta_net one token", one,
+              [](Context & c, const TV & x) { return rp::delta_net(c, x[0], x[1], x[2], x[3], x[4], 0.25f, x[5]); },
+              [](const R & v) { return ref::delta_net(v[0], v[1], v[2], v[3], v[4], 0.25, &v[5]); }});
+    // Packed examples: the state starts over at each example's first token, also in the middle of a chunk.
+    const std::vector<int32_t> seg = seg_starts({{3, 6, 4}, {7, 6}});
+    std::vector<Input> packed = net_inputs(6, 1, 4, 3, 13, 2);
+    packed.push_back(ints("seg", seg));
+    check_op({"delta_net packed", packed,
+              [](Context & c, const TV & x) { return rp::delta_net(c, x[0], x[1], x[2], x[3], x[4], 0.4f, nullptr, x[5], 4); },
+              [seg](const R & v) { return ref::delta_net(v[0], v[1], v[2], v[3], v[4], 0.4, nullptr, seg); }});
+}
+
+namespace {
+
+struct NetRun {
+    std::vector<float> o, state;
+    std::vector<std::vector<float>> grads;  // q, k, v, g, beta, state0
+};
+
+std::vector<float> random_values(int64_t n, float lo, float hi, std::mt19937 & rng) {
+    std::uniform_real_distribution<float> u(lo, hi);
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float & x : v) x = u(rng);
+    return v;
+}
+
+struct NetData {
+    int64_t Dk, Hk, Dv, Hv, T, B;
+    std::vector<float> q, k, v, g, beta, state0, r;
+    NetData(int64_t dk, int64_t hk, int64_t dv, int64_t hv, int64_t t, int64_t b) : Dk(dk), Hk(hk), Dv(dv), Hv(hv), T(t), B(b) {
+        std::mt19937 rng(7);
+        q = random_values(Dk * Hk * T * B, -1, 1, rng);
+        k = random_values(Dk * Hk * T * B, -1, 1, rng);
+        v = random_values(Dv * Hv * T * B, -1, 1, rng);
+        g = random_values(Hv * T * B, -1.5f, -0.02f, rng);
+        beta = random_values(Hv * T * B, 0.05f, 0.95f, rng);
+        state0 = random_values(Dk * Dv * Hv * B, -1, 1, rng);
+        r = random_values(Dv * Hv * T * B, -1, 1, rng);
+    }
+};
+
+// Tokens [t0, t0 + n) of the data, from `state` (the state before t0); forward, and with grads the backward of
+// sum(r * o) to every input.
+NetRun run_net(const NetData & d, int64_t t0, int64_t n, const std::vector<float> & state, int64_t chunk, bool grads, int threads) {
+    Context ctx;
+    auto leaf = [&](const std::vector<float> & all, int64_t per_token, int64_t heads_ne0, int64_t heads_ne1, bool param = true) {
+        // [heads_ne0, heads_ne1, n, B] cut from the token range of [.., T, B]
+        Tensor * t = ctx.new_tensor(rp::DType::F32, heads_ne0, heads_ne1, n, d.B);
+        ctx.alloc_data(t);
+        std::vector<float> part;
+        for (int64_t b = 0; b < d.B; ++b)
+            part.insert(part.end(), all.begin() + (b * d.T + t0) * per_token, all.begin() + (b * d.T + t0 + n) * per_token);
+        rp::tensor_set_f32(t, part);
+        if (grads && param) {
+            rp::set_param(ctx, t);
+            ctx.alloc_data(t->grad);
+        }
+        return t;
+    };
+    Tensor * q = leaf(d.q, d.Dk * d.Hk, d.Dk, d.Hk);
+    Tensor * k = leaf(d.k, d.Dk * d.Hk, d.Dk, d.Hk);
+    Tensor * v = leaf(d.v, d.Dv * d.Hv, d.Dv, d.Hv);
+    Tensor * g = leaf(d.g, d.Hv, d.Hv, 1);
+    Tensor * beta = leaf(d.beta, d.Hv, d.Hv, 1);
+    Tensor * r = leaf(d.r, d.Dv * d.Hv, d.Dv, d.Hv, false);
+    Tensor * s0 = ctx.new_tensor(rp::DType::F32, d.Dk, d.Dv, d.Hv, d.B);
+    ctx.alloc_data(s0);
+    rp::tensor_set_f32(s0, state);
+    if (grads) {
+        rp::set_param(ctx, s0);
+        ctx.alloc_data(s0->grad);
+    }
+    Tensor * o = rp::delta_net(ctx, q, k, v, g, beta, 0.35f, s0, nullptr, chunk);
+    o->flags |= rp::kFlagOutput;
+    Tensor * st = rp::delta_net_state(ctx, o);
+    st->flags |= rp::kFlagOutput;
+    Tensor * loss = rp::sum(ctx, rp::mul(ctx, o, r));
+    rp::Graph gr;
+    rp::build_forward(gr, loss);
+    rp::build_forward(gr, st);
+    if (grads) rp::build_backward(ctx, gr, loss, {q, k, v, g, beta, s0});
+    rp::CpuBackend be;
+    be.allocate(gr);
+    be.compute(gr, threads);
+    NetRun out{rp::tensor_get_f32(o), rp::tensor_get_f32(st), {}};
+    if (grads)
+        for (Tensor * t : {q, k, v, g, beta, s0}) out.grads.push_back(rp::tensor_get_f32(t->grad));
+    return out;
+}
+
+bool same_bits(const std::vector<float> & a, const std::vector<float> & b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+} // namespace
+
+// The saved states only serve the backward's recompute: the output, the final state and every gradient have the
+// same bits for any chunk (1, a divisor, a non-divisor, longer than the sequence) and thread count.
+TEST(OpDeltaNet, ChunkSizeChangesNoBits) {
+    const NetData d(16, 2, 8, 4, 23, 2);
+    const NetRun base = run_net(d, 0, d.T, d.state0, 64, true, 1);
+    ASSERT_EQ(base.grads.size(), 6u);
+    for (const int64_t chunk : {1, 4, 5, 23}) {
+        for (const int threads : {1, 2}) {
+            const NetRun r = run_net(d, 0, d.T, d.state0, chunk, true, threads);
+            EXPECT_TRUE(same_bits(r.o, base.o)) << "chunk " << chunk;
+            EXPECT_TRUE(same_bits(r.state, base.state)) << "chunk " << chunk;
+            for (size_t i = 0; i < r.grads.size(); ++i) EXPECT_TRUE(same_bits(r.grads[i], base.grads[i])) << "chunk " << chunk << " grad " << i;
+        }
+    }
+}
+
+// Generation: a sequence run as a prompt and then one token at a time, each call starting from the last one's final
+// state, gives the outputs and final state of one call over the whole sequence, bit for bit.
+TEST(OpDeltaNet, SplitRunsEqualOneRun) {
+    const NetData d(8, 1, 8, 2, 9, 2);
+    const NetRun whole = run_net(d, 0, d.T, d.state0, 4, false, 1);
+    std::vector<float> state = d.state0, o;
+    std::vector<std::vector<float>> parts;
+    int64_t t = 0;
+    for (const int64_t n : {5, 1, 1, 2}) {
+        const NetRun r = run_net(d, t, n, state, 64, false, 1);
+        state = r.state;
+        parts.push_back(r.o);
+        t += n;
+    }
+    ASSERT_EQ(t, d.T);
+    // Reassemble [Dv, Hv, T, B] from the parts (each [Dv, Hv, n, B]).
+    const int64_t row = d.Dv * d.Hv;
+    std::vector<float> joined(whole.o.size());
+    int64_t t0 = 0;
+    for (size_t p = 0; p < parts.size(); ++p) {
+        const int64_t n = static_cast<int64_t>(parts[p].size()) / (row * d.B);
+        for (int64_t b = 0; b < d.B; ++b)
+            std::memcpy(&joined[static_cast<size_t>((b * d.T + t0) * row)], &parts[p][static_cast<size_t>(b * n * row)],
+                        sizeof(float) * static_cast<size_t>(n * row));
+        t0 += n;
+    }
+    EXPECT_TRUE(same_bits(joined, whole.o));
+    EXPECT_TRUE(same_bits(state, whole.state));
+    // And the final state is the reference's.
+    ref::DT q({d.Dk, d.Hk, d.T, d.B}), k({d.Dk, d.Hk, d.T, d.B}), v({d.Dv, d.Hv, d.T, d.B}), g({d.Hv, d.T, d.B, 1}), beta({d.Hv, d.T, d.B, 1}),
+        s0({d.Dk, d.Dv, d.Hv, d.B}), want_state;
+    auto fill = [](ref::DT & dst, const std::vector<float> & x) { dst.v.assign(x.begin(), x.end()); };
+    fill(q, d.q), fill(k, d.k), fill(v, d.v), fill(g, d.g), fill(beta, d.beta), fill(s0, d.state0);
+    ref::delta_net(q, k, v, g, beta, 0.35, &s0, {}, &want_state);
+    EXPECT_LT(rel_err(state, want_state.v), 1e-5);
+}
+
+// The conv state an ssm_conv leaves (the last K-1 inputs) continues a sequence as if it had run in one call.
+TEST(OpSsmConv, StateCarriesOver) {
+    std::mt19937 rng(3);
+    const int64_t C = 5, T = 6, B = 2, K = 4;
+    const std::vector<float> x = random_values(C * T * B, -1, 1, rng), w = random_values(K * C, -1, 1, rng);
+    auto run = [&](int64_t t0, int64_t n, const std::vector<float> * prefix, std::vector<float> * state) {
+        Context ctx;
+        Tensor * xt = ctx.new_tensor(rp::DType::F32, C, n, B);
+        Tensor * wt = ctx.new_tensor(rp::DType::F32, K, C);
+        ctx.alloc_data(xt);
+        ctx.alloc_data(wt);
+        std::vector<float> part;
+        for (int64_t b = 0; b < B; ++b) part.insert(part.end(), x.begin() + (b * T + t0) * C, x.begin() + (b * T + t0 + n) * C);
+        rp::tensor_set_f32(xt, part);
+        rp::tensor_set_f32(wt, w);
+        Tensor * pt = nullptr;
+        if (prefix) {
+            pt = ctx.new_tensor(rp::DType::F32, C, K - 1, B);
+            ctx.alloc_data(pt);
+            rp::tensor_set_f32(pt, *prefix);
+        }
+        Tensor * y = rp::ssm_conv(ctx, xt, wt, pt);
+        Tensor * st = rp::ssm_conv_state(ctx, y);
+        y->flags |= rp::kFlagOutput;
+        st->flags |= rp::kFlagOutput;
+        rp::Graph g;
+        rp::build_forward(g, y);
+        rp::build_forward(g, st);
+        rp::CpuBackend be;
+        be.allocate(g);
+        be.compute(g, 1);
+        *state = rp::tensor_get_f32(st);
+        return rp::tensor_get_f32(y);
+    };
+    std::vector<float> s_whole, s1, s2, s3;
+    const std::vector<float> whole = run(0, T, nullptr, &s_whole);
+    const std::vector<float> a = run(0, 4, nullptr, &s1);  // then 1 token (fewer than K-1), then 1 more
+    const std::vector<float> b = run(4, 1, &s1, &s2);
+    const std::vector<float> c = run(5, 1, &s2, &s3);
+    EXPECT_TRUE(same_bits(s3, s_whole));
+    for (int64_t bb = 0; bb < B; ++bb)
+        for (int64_t ch = 0; ch < C; ++ch) {
+            EXPECT_EQ(a[static_cast<size_t>(ch + C * (3 + 4 * bb))], whole[static_cast<size_t>(ch + C * (3 + T * bb))]);
+            EXPECT_EQ(b[static_cast<size_t>(ch + C * bb)], whole[static_cast<size_t>(ch + C * (4 + T * bb))]);
+            EXPECT_EQ(c[static_cast<size_t>(ch + C * bb)], whole[static_cast<size_t>(ch + C * (5 + T * bb))]);
+        }
+}
+
+TEST(OpDeltaNet, Errors) {
+    Context ctx;
+    Tensor * q = ctx.new_tensor(rp::DType::F32, 4, 2, 3, 1);
+    Tensor * v = ctx.new_tensor(rp::DType::F32, 4, 3, 3, 1);  // 3 value heads over 2 key heads
+    Tensor * g = ctx.new_tensor(rp::DType::F32, 3, 3);
+    EXPECT_THROW(rp::delta_net(ctx, q, q, v, g, g, 1.0f), rp::Error);
+    Tensor * v4 = ctx.new_tensor(rp::DType::F32, 4, 4, 3, 1);
+    Tensor * g4 = ctx.new_tensor(rp::DType::F32, 4, 3);
+    EXPECT_THROW(rp::delta_net(ctx, q, q, v4, g, g4, 1.0f), rp::Error);  // g for 3 heads
+    Tensor * seg = ctx.new_tensor(rp::DType::I32, 3);
+    Tensor * s0 = ctx.new_tensor(rp::DType::F32, 4, 4, 4, 1);
+    EXPECT_THROW(rp::delta_net(ctx, q, q, v4, g4, g4, 1.0f, s0, seg), rp::Error);  // a state for packed sequences
+    EXPECT_THROW(rp::delta_net(ctx, q, q, v4, g4, g4, 1.0f, ctx.new_tensor(rp::DType::F32, 4, 4, 2, 1)), rp::Error);
+    EXPECT_NO_THROW(rp::delta_net(ctx, q, q, v4, g4, g4, 1.0f, s0));
+    Tensor * x = ctx.new_tensor(rp::DType::F32, 6, 5, 1);
+    EXPECT_THROW(rp::ssm_conv(ctx, x, ctx.new_tensor(rp::DType::F32, 4, 5)), rp::Error);  // 5 channels of w, 6 of x
+    EXPECT_THROW(rp::ssm_conv(ctx, x, ctx.new_tensor(rp::DType::F32, 4, 6), ctx.new_tensor(rp::DType::F32, 6, 2, 1)), rp::Error);
+    EXPECT_THROW(rp::ssm_conv_state(ctx, x), rp::Error);
+    EXPECT_THROW(rp::delta_net_state(ctx, x), rp::Error);
+}
