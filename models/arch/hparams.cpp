@@ -253,12 +253,22 @@ HParams load_hparams(const gguf::Reader & f) {
             if (interval == 0) fail(f, key("full_attention_interval") + " must be > 0");
             for (uint32_t il = 0; il < hp.n_layer; ++il) hp.recurrent[il] = (il + 1) % interval != 0;
         }
-        if (f.has(key("rope.dimension_sections"))) {  // M-RoPE sections: a text token's position is the same in each
+        if (f.has(key("rope.dimension_sections"))) {
+            // llama.cpp's interleaved M-RoPE (IMROPE) gives rotated pair i the position of section i % 3 (time, height,
+            // width) while i / 3 is within that section's count, else of the fourth (a vision-only position, 0 for
+            // text). A text token has one position in the first three, so RoPE over them is NEOX RoPE; a pair left
+            // to the fourth would not rotate, which we do not model: such sections are refused.
             const std::vector<int64_t> sec = f.get_int_array(key("rope.dimension_sections"));
             int64_t sum = 0;
             for (int64_t x : sec) sum += x;
-            if (sec.size() != 4 || sum * 2 > hp.n_rot)
+            if (sec.size() != 4 || sum < 1 || sum * 2 > hp.n_rot)
                 fail(f, key("rope.dimension_sections") + " must be 4 sections of at most rope.dimension_count / 2 pairs in all");
+            for (int64_t i = 0; i < hp.n_rot / 2; ++i) {
+                const int64_t sector = i % sum, cls = sector % 3;
+                if (sector >= 3 * sec[static_cast<size_t>(cls)])
+                    fail(f, key("rope.dimension_sections") + ": rotated pair " + std::to_string(i) +
+                                " falls to the fourth section (a vision position), which is not supported for text");
+            }
         }
     }
 

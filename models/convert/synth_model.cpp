@@ -219,8 +219,9 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
         w.set_u32(p + "ssm.time_step_rank", s.ssm_v_heads);
         w.set_u32(p + "ssm.inner_size", value_dim);
         w.set_u32(p + "full_attention_interval", s.full_attn_interval);
-        const int32_t pairs = static_cast<int32_t>(n_rot / 2), third = pairs / 3;
-        w.set_i32_array(p + "rope.dimension_sections", {pairs - 2 * third, third, third, 0});
+        // Interleaved: pair i in section i % 3, as many of each as cover the pairs (Qwen3.5's 32 pairs: 11, 11, 10).
+        const int32_t pairs = static_cast<int32_t>(n_rot / 2);
+        w.set_i32_array(p + "rope.dimension_sections", {(pairs + 2) / 3, (pairs + 1) / 3, pairs / 3, 0});
     }
     if (moe) {
         w.set_u32(p + "expert_count", s.n_expert);

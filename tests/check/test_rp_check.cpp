@@ -146,6 +146,21 @@ TEST(RpCheck, PassesOnMixturesOfExperts) {
     }
 }
 
+// qwen35 (Gated DeltaNet layers around a gated attention layer), every check, f32 and q4_k_m.
+TEST(RpCheck, PassesOnQwen35) {
+    RP_REQUIRE_ORACLE();
+    rp_test::TempDir d;
+    rp::SynthSpec s;
+    s.arch = "qwen35";
+    s.vocab_from = models() + "synthetic/tiny-random-qwen2.gguf";
+    s.n_layer = 4, s.n_embd = 128, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 32, s.n_rot = 16, s.n_ff = 128;
+    s.ssm_k_heads = 2, s.ssm_v_heads = 4, s.ssm_head_dim = 32, s.seed = 8;
+    const std::string f32 = d.file("qwen35.gguf");
+    rp::write_synth_model(s, f32);
+    for (const std::string & m : {f32, quantized(f32, "q4_k_m", d.file("qwen35-q4km.gguf"))})
+        expect_every_check_passes(m, {"tokenizer", "forward", "gradients", "pipeline"});
+}
+
 // gemma3 (seven layers: windowed and global with linear RoPE scaling, post norms, GeGLU, a tied scaled
 // embedding), every check: its logits judged within llama.cpp's fp16 GELU table in f32, and within the
 // activation roundings' bounds in bf16, q8_0 and q4_k_m.

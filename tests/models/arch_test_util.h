@@ -27,11 +27,13 @@ inline std::vector<int32_t> some_tokens(size_t n, int32_t salt, int32_t span = 2
 }
 
 // llama.cpp's logits of every position (n values), with `lora` applied when given; empty if it failed.
+// step > 0: llama.cpp decodes `step` tokens at a time (1: recurrent layers in their one-token form).
 inline std::vector<float> oracle_logits(const std::string & file, const std::vector<int32_t> & tokens, size_t n,
-                                        const std::string & lora = "") {
+                                        const std::string & lora = "", int step = 0) {
     TempDir d;
     const auto res = rp::oracle::run("logits " + rp::oracle::quote(file) + " --tokens " + rp::oracle::quote(rp::oracle::id_list(tokens)) +
-                                     (lora.empty() ? "" : " --lora " + rp::oracle::quote(lora)) + " --out " +
+                                     (lora.empty() ? "" : " --lora " + rp::oracle::quote(lora)) +
+                                     (step > 0 ? " --step " + std::to_string(step) : "") + " --out " +
                                      rp::oracle::quote(d.file("ref.f32")));
     EXPECT_EQ(res.status, 0) << file;
     if (res.status != 0) return {};
@@ -39,10 +41,11 @@ inline std::vector<float> oracle_logits(const std::string & file, const std::vec
 }
 
 // Our logits of every position against llama.cpp's, printed under `tag`; returns max |diff| / range.
-inline double compare_logits(const char * tag, const std::string & file, const std::vector<int32_t> & tokens, const std::string & what) {
+inline double compare_logits(const char * tag, const std::string & file, const std::vector<int32_t> & tokens, const std::string & what,
+                             int step = 0) {
     const auto model = rp::Model::load(file);
     const std::vector<float> ours = forward_all(*model, tokens);
-    const std::vector<float> ref = oracle_logits(file, tokens, ours.size());
+    const std::vector<float> ref = oracle_logits(file, tokens, ours.size(), "", step);
     EXPECT_EQ(ref.size(), ours.size()) << what;
     if (ref.size() != ours.size()) return 1.0;
     const double diff = max_abs_diff(ours, ref), range = value_range(ref);

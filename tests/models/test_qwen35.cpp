@@ -6,6 +6,7 @@
 // is llama.cpp's; the recurrent state and the KV cache give the whole sequence's logits token by token, and after a
 // rewind (the saved state of a shared prompt, or the tokens evaluated again).
 #include "arch_test_util.h"
+#include "../finetune/ref_model.h"
 
 #include "models/arch/hparams.h"
 #include "models/arch/inference.h"
@@ -65,6 +66,9 @@ TEST(Qwen35, MissingPiecesAreNamed) {
     Variant no_conv;
     no_conv.edit_kvs = [](gguf::Writer & w) { w.remove("qwen35.ssm.conv_kernel"); };
     expect_load_fails(m, bad, no_conv, "qwen35.ssm.conv_kernel");
+    Variant vision;  // M-RoPE sections that leave a rotated pair to the fourth (vision) position
+    vision.edit_kvs = [](gguf::Writer & w) { w.set_i32_array("qwen35.rope.dimension_sections", {4, 2, 2, 0}); };
+    expect_load_fails(m, bad, vision, "falls to the fourth section");
     Variant uneven;  // value heads that do not share the key heads evenly
     uneven.edit_kvs = [](gguf::Writer & w) { w.set_u32("qwen35.ssm.time_step_rank", 3); };
     expect_load_fails(m, bad, uneven, "time_step_rank");
@@ -86,6 +90,24 @@ TEST(Qwen35, LogitsEqualLlamaCppsLongPromptOddHeads) {
     TempDir d;
     rp::write_synth_model(qwen35(96, 3, 1, 32, 16, 8, 3, 3, 32, 12), d.file("m.gguf"));
     EXPECT_LE(models_test::compare_logits("qwen35", d.file("m.gguf"), some_tokens(300, 2), "odd heads, 300 tokens"), 1e-4);
+}
+
+// An adapter on every projection of both layer kinds (the DeltaNet's attn_qkv, attn_gate, ssm_beta, ssm_alpha,
+// ssm_out; the attention's q with its gate, k, v, output; the feed-forward), as llama.cpp applies it.
+TEST(Qwen35, AdapterAsLlamaCppAppliesIt) {
+    RP_REQUIRE_ORACLE();
+    TempDir d;
+    rp::write_synth_model(qwen35(64, 4, 2, 16, 16, 4, 2, 4, 16, 25), d.file("m.gguf"));
+    const auto model = rp::Model::load(d.file("m.gguf"));
+    std::vector<std::string> targets;
+    for (uint32_t il = 0; il < 4; ++il) {
+        const bool rec = model->hparams().is_recurrent(il);
+        std::vector<const char *> kinds = {"ffn_gate", "ffn_up", "ffn_down"};
+        if (rec) kinds.insert(kinds.end(), {"attn_qkv", "attn_gate", "ssm_beta", "ssm_alpha", "ssm_out"});
+        else kinds.insert(kinds.end(), {"attn_q", "attn_k", "attn_v", "attn_output"});
+        for (const char * k : kinds) targets.push_back("blk." + std::to_string(il) + "." + k + ".weight");
+    }
+    expect_adapter_as_llama_cpp(d.file("m.gguf"), targets, some_tokens(20, 5), d.file("a.gguf"), 3);
 }
 
 TEST(Qwen35, GreedyContinuationEqualsLlamaCpps) {
@@ -192,3 +214,53 @@ TEST(Qwen35, StatesGiveTheWholeSequence) {
     expect_rows(std::vector<float>(next.begin() + 4 * V, next.end()), 5, "rewound to 5, sequence 1");
     EXPECT_THROW(s.share_first(4), rp::Error);  // a state exists at the last position only
 }
+
+// Three computations of one model agree: ours (the delta rule's recurrence), llama.cpp's prompt form (its delta rule
+// over 64-token chunks) and its one-token form (--step 1: generation's path, through the recurrent state), all within
+// 1e-4 of the logit range, and ours within 1e-5 of it from a double-precision reference (tests/finetune/ref_model.h).
+// The M-RoPE sections are written as Qwen3.5 sets them (every rotated pair in one of the three text sections).
+TEST(Qwen35, OursLlamaCppsPromptAndOneTokenFormsAndTheDoubleReferenceAgree) {
+    RP_REQUIRE_ORACLE();
+    TempDir d;
+    rp::SynthSpec s;
+    s.arch = "qwen35";
+    s.vocab_from = model_path("synthetic/tiny-random-qwen2.gguf");
+    s.n_layer = 4, s.n_embd = 128, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 32, s.n_rot = 16, s.n_ff = 128;
+    s.ssm_k_heads = 2, s.ssm_v_heads = 4, s.ssm_head_dim = 32, s.seed = 8;
+    rp::write_synth_model(s, d.file("m.gguf"));
+    const auto model = rp::Model::load(d.file("m.gguf"));
+    const std::vector<int32_t> toks = some_tokens(96, 1, 160);
+    // The double-precision reference's logits.
+    ft_ref::RefModel m;
+    m.hp = model->hparams();
+    m.neox = true;
+    for (const rp::Tensor * t : model->weights()) {
+        ft_ref::W w;
+        w.ne0 = t->ne[0], w.ne1 = t->ne[1], w.ne2 = t->ne[2];
+        const std::vector<float> f = rp::tensor_get_f32(t);
+        w.v.assign(f.begin(), f.end());
+        m.w[t->name] = w;
+    }
+    const std::vector<std::vector<double>> states = ft_ref::forward_states(m, toks);
+    const std::vector<double> & x = states.back();
+    const int64_t C = m.hp.n_embd, V = m.hp.n_vocab, T = static_cast<int64_t>(toks.size());
+    std::vector<double> exact(static_cast<size_t>(T * V)), h(static_cast<size_t>(C));
+    for (int64_t t = 0; t < T; ++t) {
+        ft_ref::rms_norm(&x[static_cast<size_t>(t * C)], h.data(), C, m.at("output_norm.weight"), m.hp.rms_eps);
+        ft_ref::linear(m.at("output.weight"), h.data(), &exact[static_cast<size_t>(t * V)]);
+    }
+    const std::vector<float> ours = forward_all(*model, toks);
+    const std::vector<float> prompt = oracle_logits(d.file("m.gguf"), toks, ours.size());
+    const std::vector<float> one_by_one = oracle_logits(d.file("m.gguf"), toks, ours.size(), "", 1);
+    ASSERT_EQ(prompt.size(), ours.size());
+    ASSERT_EQ(one_by_one.size(), ours.size());
+    double ours_exact = 0;
+    for (size_t i = 0; i < ours.size(); ++i) ours_exact = std::max(ours_exact, std::fabs(ours[i] - exact[i]));
+    const double range = value_range(prompt);
+    std::printf("[ qwen35 ] of a %.2f range: ours - llama.cpp's prompt form %.3g, - its one-token form %.3g, - double reference %.3g\n", range,
+                max_abs_diff(ours, prompt), max_abs_diff(ours, one_by_one), ours_exact);
+    EXPECT_LE(max_abs_diff(ours, prompt), 1e-4 * range);
+    EXPECT_LE(max_abs_diff(ours, one_by_one), 1e-4 * range);
+    EXPECT_LE(ours_exact, 1e-5 * range);
+}
+

@@ -24,11 +24,11 @@
 
 namespace rp_pipe_test {
 
-// A 16-layer llama (untied), a 16-layer qwen3 with a tied head, and 6-layer qwen3moe and gpt-oss, written
-// once per process.
+// A 16-layer llama (untied), a 16-layer qwen3 with a tied head, 6-layer qwen3moe and gpt-oss, a 7-layer gemma3 and a
+// 6-layer qwen35, written once per process.
 struct Models {
     rp_test::TempDir dir;
-    std::unique_ptr<rp::Model> llama, qwen3, moe, gpt_oss, gemma3;
+    std::unique_ptr<rp::Model> llama, qwen3, moe, gpt_oss, gemma3, qwen35;
     Models() {
         rp::SynthSpec s;
         s.vocab_from = rp_test::shared_dir() + "/models/stories260K.gguf";
@@ -74,6 +74,15 @@ struct Models {
         g.n_swa = 5, g.rope_linear = 4.0f, g.tied = true, g.seed = 19;
         rp::write_synth_model(g, dir.file("gemma3-7.gguf"));
         gemma3 = rp::Model::load(dir.file("gemma3-7.gguf"));
+        // A 6-layer qwen35: Gated DeltaNet layers (2 key heads, 4 value heads of 8) with a gated full attention layer
+        // every third.
+        rp::SynthSpec h;
+        h.arch = "qwen35";
+        h.vocab_from = s.vocab_from;
+        h.n_embd = 32, h.n_head = 4, h.n_head_kv = 2, h.head_dim = 12, h.n_rot = 8, h.n_ff = 48, h.n_layer = 6;
+        h.ssm_k_heads = 2, h.ssm_v_heads = 4, h.ssm_head_dim = 8, h.full_attn_interval = 3, h.seed = 23;
+        rp::write_synth_model(h, dir.file("qwen35-6.gguf"));
+        qwen35 = rp::Model::load(dir.file("qwen35-6.gguf"));
     }
     static Models & get() {
         static Models m;

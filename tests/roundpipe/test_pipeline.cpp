@@ -190,6 +190,30 @@ TEST(Pipeline, SyncEqualsSingleDeviceForGemma3) {
         }
 }
 
+// qwen35 (Gated DeltaNet layers, whose backward recomputes the chunks' states, between gated attention layers): LoRA
+// and full give the single-device bits on 1..4 devices, no device using more than its plan carved.
+TEST(Pipeline, SyncEqualsSingleDeviceForQwen35) {
+    const Models & m = Models::get();
+    for (const bool full : {false, true})
+        for (int G = 1; G <= 4; ++G) {
+            const rp::FinetuneConfig cfg = full ? full_cfg() : lora_cfg();
+            Workload w;
+            w.M = G + 1;
+            const auto ref = reference(*m.qwen35, cfg, w);
+            rp::PipelineOptions o;
+            o.instrument = true;
+            uniform_times(o, 8);
+            DeviceSetup ds;
+            ds.G = G;
+            ds.memory = size_t(2) << 20;
+            const RunResult r = pipelined(*m.qwen35, cfg, w, ds, o);
+            const std::string what = std::string(full ? "full" : "lora") + " G=" + std::to_string(G) + " plan " + r.plan.describe();
+            EXPECT_GE(r.plan.num_stages(), 3) << what;
+            EXPECT_EQ(first_difference(r.masters, ref), -1) << what;
+            expect_checks_clean(r, what);
+        }
+}
+
 TEST(Pipeline, BaselineSchedulesGiveTheSameBits) {
     const Models & m = Models::get();
     Workload w;

@@ -2,7 +2,8 @@
 // Linked against the prebuilt CPU libraries from npm (scripts/fetch-oracle.sh); how and why:
 // docs/reference-oracle.md. Usage:
 //   rp-oracle logits   MODEL (--prompt TEXT | --prompt-file F | --tokens "1 2 3") [--lora A [--lora-scale S]]
-//                      [--out FILE.f32] [--ce N]
+//                      [--out FILE.f32] [--ce N] [--step N]   (--step: decode N tokens at a time, e.g. 1: a recurrent
+//                      layer's one-token form instead of its chunked prompt form)
 //   rp-oracle tokenize MODEL [--special] [--no-parse-special] [--cases] < text
 //   rp-oracle generate MODEL (--prompt TEXT | --prompt-file F | --tokens "...") -n N [--lora A] [--ignore-eos]
 //   rp-oracle detok    MODEL [--remove-special] [--no-special] ID...
@@ -47,6 +48,7 @@ struct Args {
     bool has_prompt = false, has_tokens = false;
     float lora_scale = 1.0f;
     int n_ctx = 0;  // --ctx: 0 = max(512, tokens)
+    int step = 0;   // --step: tokens per llama_decode of logits (0: all at once)
     // One thread by default: the logits are bit-identical for 1, 2 or 3 threads (each dot product is computed by
     // one thread), while the reference files' 2 threads stall for seconds at ggml's thread barrier when a
     // 2-core machine is busy with other tests.
@@ -106,6 +108,7 @@ Args parse_args(int argc, char ** argv) {
         else if (k == "--lora") a.lora = val();
         else if (k == "--lora-scale") a.lora_scale = std::stof(val());
         else if (k == "--ctx") a.n_ctx = std::stoi(val());
+        else if (k == "--step") a.step = std::stoi(val());
         else if (k == "--out") a.out = val();
         else if (k == "--ce") a.ce = std::stoi(val());
         else if (k == "-n") a.n_gen = std::stoi(val());
@@ -274,14 +277,18 @@ int run_logits(const Args & a) {
         std::printf("applied lora %s scale %.3f\n", base.c_str(), a.lora_scale);
     }
     t0 = std::chrono::steady_clock::now();
-    decode(ctx, tok.data(), n, 0, true);
-    double t_dec = ms_since(t0);
     std::vector<float> logits((size_t) n * nv);
-    for (int i = 0; i < n; ++i) {
-        const float * row = llama_get_logits_ith(ctx, i);
-        if (!row) fail("no logits for position " + std::to_string(i));
-        std::copy(row, row + nv, logits.begin() + (size_t) i * nv);
+    const int step = a.step > 0 ? a.step : n;
+    for (int i0 = 0; i0 < n; i0 += step) {
+        const int piece_n = std::min(step, n - i0);
+        decode(ctx, tok.data() + i0, piece_n, i0, true);
+        for (int i = 0; i < piece_n; ++i) {
+            const float * row = llama_get_logits_ith(ctx, i);
+            if (!row) fail("no logits for position " + std::to_string(i0 + i));
+            std::copy(row, row + nv, logits.begin() + (size_t) (i0 + i) * nv);
+        }
     }
+    double t_dec = ms_since(t0);
     const float * last = &logits[(size_t) (n - 1) * nv];
     std::printf("last-position logits[0..15]:");
     for (int j = 0; j < std::min(16, nv); ++j) std::printf(" %.6f", last[j]);
