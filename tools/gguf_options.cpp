@@ -39,12 +39,12 @@ void declare_synth_options(Options & p, SynthSettings & s) {
             [&](const std::string & f, const std::string & v) { s.spec.n_vocab = static_cast<uint32_t>(parse_int(f, v, 1, 1 << 24)), s.n_vocab_given = true; },
             [] { return std::nullopt; });
     bit(p, "--weights", s.spec.weights, "0: every weight a hole (zeros, a sparse file: no disk), the shapes for rp-finetune --plan");
-    p.choice("--arch", s.spec.arch, {"llama", "qwen2", "qwen3", "qwen3moe", "gpt-oss", "gemma2", "gemma3", "mistral3", "phi3", "qwen35"},
-             "llama | qwen2 | qwen3 | qwen3moe | gpt-oss | gemma2 | gemma3 | mistral3 | phi3 | qwen35",
+    p.choice("--arch", s.spec.arch, {"llama", "qwen2", "qwen3", "qwen3moe", "gpt-oss", "gemma2", "gemma3", "mistral3", "phi3", "qwen35", "qwen35moe"},
+             "llama | qwen2 | qwen3 | qwen3moe | gpt-oss | gemma2 | gemma3 | mistral3 | phi3 | qwen35 | qwen35moe",
              "A");
-    p.integer("--experts", s.spec.n_expert, 1, 1 << 24, "qwen3moe, gpt-oss: experts per layer");
-    p.integer("--experts-used", s.spec.n_expert_used, 1, 1 << 24, "qwen3moe, gpt-oss: experts per token", "K");
-    p.integer("--expert-ff", s.spec.n_ff_exp, 1, 1 << 24, "qwen3moe, gpt-oss: each expert's n_ff", "F");
+    p.integer("--experts", s.spec.n_expert, 1, 1 << 24, "qwen3moe, gpt-oss, qwen35moe: experts per layer");
+    p.integer("--experts-used", s.spec.n_expert_used, 1, 1 << 24, "qwen3moe, gpt-oss, qwen35moe: experts per token", "K");
+    p.integer("--expert-ff", s.spec.n_ff_exp, 1, 1 << 24, "qwen3moe, gpt-oss, qwen35moe: each expert's n_ff (qwen35moe's shared expert: --n-ff)", "F");
     p.integer("--window", s.spec.n_swa, 1, 1 << 24, "gpt-oss, gemma2, gemma3: the sliding window of the windowed layers", "N");
     p.number("--attn-softcap", s.spec.attn_softcap, 0.0f, 1e6f, "gemma2: the attention logits' soft-cap (0: llama.cpp's default, 50)");
     p.number("--final-softcap", s.spec.final_softcap, 0.0f, 1e6f, "gemma2: the final logits' soft-cap (0: llama.cpp's default, 30)");
@@ -56,7 +56,7 @@ void declare_synth_options(Options & p, SynthSettings & s) {
     p.integer("--llama3-rope-ctx", s.spec.llama3_rope_ctx, 1, 1 << 24, "with --llama3-rope: the original context (Llama 3: 8192)");
     p.integer("--long-rope", s.spec.long_rope_ctx, 0, 1 << 24,
               "phi3: LongRoPE from this original context to --n-ctx (short and long factors; 0: none; Phi-3.5: 4096)", "N");
-    p.integer("--ssm-k-heads", s.spec.ssm_k_heads, 1, 1 << 16, "qwen35: the Gated DeltaNet layers' key heads", "N");
+    p.integer("--ssm-k-heads", s.spec.ssm_k_heads, 1, 1 << 16, "qwen35, qwen35moe: the Gated DeltaNet layers' key heads", "N");
     p.integer("--ssm-v-heads", s.spec.ssm_v_heads, 1, 1 << 16, "qwen35: their value heads (a multiple of the key heads)", "N");
     p.integer("--ssm-head-dim", s.spec.ssm_head_dim, 1, 1 << 16, "qwen35: the width of a key and of a value head", "N");
     p.integer("--ssm-conv", s.spec.ssm_d_conv, 2, 64, "qwen35: the short convolution's kernel (4)", "K");

@@ -30,6 +30,8 @@ const ArchTraits kArchs[] = {
     // the same position in every section, which makes that NEOX RoPE over rope.dimension_count dimensions.
     {.arch = Arch::Qwen35, .name = "qwen35", .rope_mode = RopeMode::Neox, .qk_norm = true, .ffn_norm = "post_attention_norm",
      .delta_net = true, .attn_output_gate = true},
+    {.arch = Arch::Qwen35Moe, .name = "qwen35moe", .rope_mode = RopeMode::Neox, .qk_norm = true, .moe = true, .ffn_norm = "post_attention_norm",
+     .delta_net = true, .attn_output_gate = true, .shared_expert = true},
 };
 
 [[noreturn]] void fail(const gguf::Reader & f, const std::string & what) {
@@ -121,6 +123,7 @@ HParams load_hparams(const gguf::Reader & f) {
         hp.n_ff_exp = uniform_count(f, key("expert_feed_forward_length"), hp.n_layer, false, hp.n_ff / hp.n_expert_used);
         if (hp.n_ff_exp == 0) fail(f, "neither " + key("expert_feed_forward_length") + " nor feed_forward_length gives the experts' width");
         if (hp.n_ff == 0) hp.n_ff = hp.n_ff_exp * hp.n_expert_used;
+        if (hp.arch->shared_expert) hp.n_ff_shexp = f.get_u32_or(key("expert_shared_feed_forward_length"), hp.n_ff);
         hp.expert_weights_norm = f.has(key("expert_weights_norm")) ? f.get_bool(key("expert_weights_norm")) : true;
         // gpt-oss gates by a softmax over the selected experts' logits (llama.cpp's SOFTMAX_WEIGHT): the same
         // weights as the softmax over all experts renormalised over the selection.

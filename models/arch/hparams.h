@@ -1,6 +1,6 @@
 // Architecture registry and hyper-parameters read from GGUF metadata, with llama.cpp's defaults
-// (formats.md §3.1). One place states how llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, mistral3, phi3 and qwen35
-// differ.
+// (formats.md §3.1). One place states how llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, mistral3, phi3, qwen35 and
+// qwen35moe differ.
 #pragma once
 
 #include "ggml_rp/ops/rope.h"
@@ -13,7 +13,7 @@
 
 namespace rp {
 
-enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe, GptOss, Gemma2, Gemma3, Mistral3, Phi3, Qwen35 };
+enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe, GptOss, Gemma2, Gemma3, Mistral3, Phi3, Qwen35, Qwen35Moe };
 
 // What distinguishes one architecture's decoder layer from another's.
 struct ArchTraits {
@@ -66,6 +66,9 @@ struct ArchTraits {
     // whose attn_q also holds a sigmoid output gate: per head, head_dim query rows then head_dim gate rows.
     bool delta_net = false;
     bool attn_output_gate = false;
+    // qwen35moe: beside the routed experts a shared expert (a SwiGLU of expert_shared_feed_forward_length) whose output
+    // is scaled by sigmoid(ffn_gate_inp_shexp . x) per token.
+    bool shared_expert = false;
 };
 
 // nullptr when the architecture is not supported.
@@ -91,6 +94,7 @@ struct HParams {
     uint32_t n_expert = 0;
     uint32_t n_expert_used = 0;
     uint32_t n_ff_exp = 0;
+    uint32_t n_ff_shexp = 0;  // qwen35moe: the shared expert's width (expert_shared_feed_forward_length, else n_ff)
     bool expert_weights_norm = true;
     float expert_weights_scale = 0.0f;
     bool is_moe() const { return n_expert > 0; }

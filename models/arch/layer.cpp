@@ -231,6 +231,13 @@ Tensor * ffn_block(Context & ctx, const HParams & hp, const LayerWeights & w, in
     Tensor * f = nullptr;
     if (w.ffn_gate_inp) {
         f = moe_ffn(ctx, hp, w, il, n2, lora);
+        if (w.ffn_up_shexp) {  // qwen35moe's shared expert, scaled by sigmoid of its gate's logit (one per token)
+            Tensor * shared = build_linear(ctx, w.ffn_down_shexp,
+                                           swiglu(ctx, build_linear(ctx, w.ffn_gate_shexp, n2, lora), build_linear(ctx, w.ffn_up_shexp, n2, lora)),
+                                           lora);
+            Tensor * gate = sigmoid(ctx, mul_mat(ctx, reshape(ctx, w.ffn_gate_inp_shexp, n2->ne[0], 1), n2));  // [1, T, B]
+            f = add(ctx, f, mul(ctx, shared, gate));
+        }
     } else {
         Tensor * g = nullptr, * u = nullptr;
         if (w.ffn_gate) {

@@ -149,6 +149,13 @@ std::unique_ptr<Model> Model::load(const std::string & path) {
             L.ffn_gate_exps = ld.take(p + "ffn_gate_exps.weight", {E, FX, X}, Role::Matrix);
             L.ffn_up_exps = ld.take(p + "ffn_up_exps.weight", {E, FX, X}, Role::Matrix);
             L.ffn_down_exps = ld.take(p + "ffn_down_exps.weight", {FX, E, X}, Role::Matrix);
+            if (at.shared_expert) {
+                const int64_t FS = hp.n_ff_shexp;
+                L.ffn_gate_inp_shexp = ld.take(p + "ffn_gate_inp_shexp.weight", {E}, Role::Vector);
+                L.ffn_gate_shexp = ld.take(p + "ffn_gate_shexp.weight", {E, FS}, Role::Matrix);
+                L.ffn_up_shexp = ld.take(p + "ffn_up_shexp.weight", {E, FS}, Role::Matrix);
+                L.ffn_down_shexp = ld.take(p + "ffn_down_shexp.weight", {FS, E}, Role::Matrix);
+            }
             if (at.moe_biases) {
                 L.ffn_gate_inp_b = ld.take(p + "ffn_gate_inp.bias", {X}, Role::Vector);
                 L.ffn_gate_exps_b = ld.take(p + "ffn_gate_exps.bias", {FX, X}, Role::Vector);

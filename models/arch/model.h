@@ -1,4 +1,5 @@
-// A model of any architecture in hparams.h (llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3, mistral3, phi3, qwen35) loaded from a
+// A model of any architecture in hparams.h (llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3, mistral3, phi3, qwen35, qwen35moe)
+// loaded from a
 // GGUF file (formats.md §3).
 //
 // The file stays memory-mapped for the model's lifetime and every weight is a leaf Tensor whose data points
@@ -67,20 +68,27 @@ struct LayerWeights {
     Tensor * ssm_conv1d = nullptr;  // ssm_conv1d [d_conv, conv channels] f32
     Tensor * ssm_norm = nullptr;    // ssm_norm [Dv] f32
     Tensor * ssm_out = nullptr;     // ssm_out [Dv Hv, n_embd]
+    // qwen35moe's shared expert, beside the routed ones:
+    Tensor * ffn_gate_inp_shexp = nullptr;  // [n_embd] f32: its gate's logit per token
+    Tensor * ffn_gate_shexp = nullptr;      // [n_embd, n_ff_shexp]
+    Tensor * ffn_up_shexp = nullptr;        // [n_embd, n_ff_shexp]
+    Tensor * ffn_down_shexp = nullptr;      // [n_ff_shexp, n_embd]
 
     // Every slot, in the order the layer's tensors are listed everywhere (uploads, checkpoints, dumps).
-    static constexpr size_t kSlots = 36;
+    static constexpr size_t kSlots = 40;
     std::array<Tensor **, kSlots> slots() {
         return {&attn_norm, &wq, &wk, &wv, &bq, &bk, &bv, &q_norm, &k_norm, &wo, &ffn_norm, &ffn_gate, &ffn_up, &ffn_down,
                 &ffn_gate_inp, &ffn_gate_exps, &ffn_up_exps, &ffn_down_exps, &bo, &attn_sinks, &ffn_gate_inp_b,
                 &ffn_gate_exps_b, &ffn_up_exps_b, &ffn_down_exps_b, &attn_post_norm, &ffn_post_norm, &wqkv, &rope_freqs,
-                &ssm_gate, &ssm_beta, &ssm_alpha, &ssm_dt, &ssm_a, &ssm_conv1d, &ssm_norm, &ssm_out};
+                &ssm_gate, &ssm_beta, &ssm_alpha, &ssm_dt, &ssm_a, &ssm_conv1d, &ssm_norm, &ssm_out,
+                &ffn_gate_inp_shexp, &ffn_gate_shexp, &ffn_up_shexp, &ffn_down_shexp};
     }
     std::array<Tensor *, kSlots> tensors() const {
         return {attn_norm, wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo, ffn_norm, ffn_gate, ffn_up, ffn_down,
                 ffn_gate_inp, ffn_gate_exps, ffn_up_exps, ffn_down_exps, bo, attn_sinks, ffn_gate_inp_b,
                 ffn_gate_exps_b, ffn_up_exps_b, ffn_down_exps_b, attn_post_norm, ffn_post_norm, wqkv, rope_freqs,
-                ssm_gate, ssm_beta, ssm_alpha, ssm_dt, ssm_a, ssm_conv1d, ssm_norm, ssm_out};
+                ssm_gate, ssm_beta, ssm_alpha, ssm_dt, ssm_a, ssm_conv1d, ssm_norm, ssm_out,
+                ffn_gate_inp_shexp, ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp};
     }
     // Whether a slot holds a constant of the architecture rather than a weight (the RoPE factors).
     bool is_constant(const Tensor * t) const { return t && t == rope_freqs; }

@@ -137,8 +137,8 @@ std::string config_json(const Model & model, const std::string & dtype) {
     case Arch::Mistral3:  // transformers' Mistral3ForConditionalGeneration wraps a vision tower this file does not have
         throw Error(model.path() + ": exporting mistral3 to Hugging Face safetensors is not supported yet");
     case Arch::Phi3: cls = "Phi3ForCausalLM", type = "phi3"; break;
-    case Arch::Qwen35:  // transformers' Qwen3.5 holds its norms as w where the GGUF holds 1 + w, and A_log for ssm_a
-        throw Error(model.path() + ": exporting qwen35 to Hugging Face safetensors is not supported yet");
+    case Arch::Qwen35: case Arch::Qwen35Moe:  // transformers' Qwen3.5 holds its norms as w where the GGUF holds 1 + w, A_log for ssm_a
+        throw Error(model.path() + ": exporting " + hp.arch->name + " to Hugging Face safetensors is not supported yet");
     }
     const std::string torch = dtype == "F32" ? "float32" : dtype == "F16" ? "float16" : "bfloat16";
     std::string c = "{\n";

@@ -134,9 +134,10 @@ SynthSpec synth_preset(const std::string & name) {
 }
 
 void write_synth_model(const SynthSpec & s, const std::string & path) {
-    const bool qwen2 = s.arch == "qwen2", gpt_oss = s.arch == "gpt-oss", moe = s.arch == "qwen3moe" || gpt_oss,
+    const bool qwen35moe = s.arch == "qwen35moe";
+    const bool qwen2 = s.arch == "qwen2", gpt_oss = s.arch == "gpt-oss", moe = s.arch == "qwen3moe" || gpt_oss || qwen35moe,
                qwen3 = s.arch == "qwen3" || s.arch == "qwen3moe", gemma3 = s.arch == "gemma3", mistral3 = s.arch == "mistral3",
-               phi3 = s.arch == "phi3", gemma2 = s.arch == "gemma2", gemma = gemma2 || gemma3, qwen35 = s.arch == "qwen35";
+               phi3 = s.arch == "phi3", gemma2 = s.arch == "gemma2", gemma = gemma2 || gemma3, qwen35 = s.arch == "qwen35" || qwen35moe;
     if (s.arch != "llama" && !qwen2 && !qwen3 && !gpt_oss && !gemma && !mistral3 && !phi3 && !qwen35)
         throw Error("synthetic model: unknown architecture '" + s.arch + "'");
     if (s.llama3_rope != 0.0f && s.arch != "llama" && !mistral3)
@@ -148,7 +149,7 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
     if (s.attn_temp_scale != 0.0f && !mistral3) throw Error("synthetic model: attention temperature needs arch mistral3");
     if (moe && (s.n_expert == 0 || s.n_expert_used == 0 || s.n_expert_used > s.n_expert || s.n_ff_exp == 0))
         throw Error("synthetic model: " + s.arch + " needs n_expert >= n_expert_used >= 1 and n_ff_exp >= 1");
-    if (!moe && s.n_expert != 0) throw Error("synthetic model: experts need arch qwen3moe or gpt-oss");
+    if (!moe && s.n_expert != 0) throw Error("synthetic model: experts need arch qwen3moe, gpt-oss or qwen35moe");
     if (gpt_oss && s.tied) throw Error("synthetic model: gpt-oss has an untied head (llama.cpp requires output.weight)");
     if ((s.attn_softcap != 0.0f || s.final_softcap != 0.0f) && !gemma2) throw Error("synthetic model: soft-caps need arch gemma2");
     if (gemma2 && !s.tied) throw Error("synthetic model: gemma2 ties its head (llama.cpp reads no output.weight)");
@@ -227,6 +228,7 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
         w.set_u32(p + "expert_count", s.n_expert);
         w.set_u32(p + "expert_used_count", s.n_expert_used);
         w.set_u32(p + "expert_feed_forward_length", s.n_ff_exp);
+        if (qwen35moe) w.set_u32(p + "expert_shared_feed_forward_length", s.n_ff);  // the shared expert's width: n_ff
     }
     if (vocab) {
         for (const gguf::KV & kv : vocab->kvs())
@@ -288,6 +290,18 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
             add(w, b + "attn_q_norm.weight", f32, s.head_dim, 1, {1.0f, 0.2f}, ++seed, s.weights);
             add(w, b + "attn_k_norm.weight", f32, s.head_dim, 1, {1.0f, 0.2f}, ++seed, s.weights);
             add(w, b + "attn_output.weight", wt, n_q, s.n_embd, {0.0f, fan(1.0, n_q)}, ++seed, s.weights);
+        }
+        if (qwen35moe) {  // the routed experts (as qwen3moe's), then the shared expert and its gate's logit vector
+            add(w, b + "post_attention_norm.weight", f32, s.n_embd, 1, {1.0f, 0.2f}, ++seed, s.weights);
+            add(w, b + "ffn_gate_inp.weight", wt, s.n_embd, s.n_expert, {0.0f, fan(2.0, s.n_embd)}, ++seed, s.weights);
+            add(w, b + "ffn_gate_exps.weight", xt, s.n_embd, s.n_ff_exp, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights, s.n_expert);
+            add(w, b + "ffn_up_exps.weight", xt, s.n_embd, s.n_ff_exp, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights, s.n_expert);
+            add(w, b + "ffn_down_exps.weight", xt, s.n_ff_exp, s.n_embd, {0.0f, fan(1.0, s.n_ff_exp)}, ++seed, s.weights, s.n_expert);
+            add(w, b + "ffn_gate_inp_shexp.weight", f32, s.n_embd, 1, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights);
+            add(w, b + "ffn_gate_shexp.weight", wt, s.n_embd, s.n_ff, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights);
+            add(w, b + "ffn_up_shexp.weight", wt, s.n_embd, s.n_ff, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights);
+            add(w, b + "ffn_down_shexp.weight", wt, s.n_ff, s.n_embd, {0.0f, fan(1.0, s.n_ff)}, ++seed, s.weights);
+            continue;
         }
         if (qwen35) {  // the feed-forward's norm, named as gpt-oss's, and a SwiGLU feed-forward
             add(w, b + "post_attention_norm.weight", f32, s.n_embd, 1, {1.0f, 0.2f}, ++seed, s.weights);

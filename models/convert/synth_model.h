@@ -1,5 +1,5 @@
 // The synthetic-model writer: random-weight llama / qwen2 / qwen3 / qwen3moe / gpt-oss / gemma2 / gemma3 / mistral3 / phi3 /
-// qwen35 models of any shape, written with our GGUF
+// qwen35 / qwen35moe models of any shape, written with our GGUF
 // writer — for benchmarks (a Qwen3-1.7B or 0.6B shape without downloading it) and for tests of shapes the
 // shared files do not cover (GQA 3:1, head_dim 48 and 128, more layers, rope bases 1e4 / 1e6, quantized
 // weights). The tokenizer keys are copied from a real file (stories260K: SentencePiece, a qwen2 vocabulary:
@@ -17,7 +17,8 @@
 namespace rp {
 
 struct SynthSpec {
-    std::string arch = "llama";   // llama | qwen2 | qwen3 | qwen3moe | gpt-oss | gemma2 | gemma3 | mistral3 | phi3 | qwen35
+    std::string arch = "llama";   // llama | qwen2 | qwen3 | qwen3moe | gpt-oss | gemma2 | gemma3 | mistral3 | phi3 | qwen35 |
+                                  // qwen35moe (its shared expert n_ff wide)
     std::string vocab_from;       // GGUF whose tokenizer.* keys are copied (sets n_vocab)
     uint32_t n_vocab = 0;         // without vocab_from: no tokenizer, this many token rows (shapes for plans)
     uint32_t n_embd = 64, n_head = 4, n_head_kv = 2, head_dim = 16, n_ff = 128, n_layer = 2;

@@ -28,10 +28,13 @@ std::vector<std::string> default_lora_targets() {
 
 std::vector<std::string> expand_lora_targets(const Model & model, const std::vector<std::string> & requested) {
     std::vector<std::string> out, fused, targets = requested;
-    // qwen35: the defaults adapt every projection of both layer kinds, the Gated DeltaNet layers' too (the convolution's
+    // qwen35, qwen35moe: the defaults adapt every projection of both layer kinds, the Gated DeltaNet layers' too (the convolution's
     // q | k | v, the output gate z, beta's and the decay's, the output): PEFT's all-linear. A list given is taken as is.
     if (model.hparams().arch->delta_net && requested == default_lora_targets())
         for (const char * t : {"attn_qkv", "attn_gate", "ssm_beta", "ssm_alpha", "ssm_out"}) targets.emplace_back(t);
+    // And a shared expert's projections (qwen35moe), with the routed experts' the defaults name.
+    if (model.hparams().arch->shared_expert && requested == default_lora_targets())
+        for (const char * t : {"ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp"}) targets.emplace_back(t);
     for (std::string t : targets) {
         // On a mixture of experts the feed-forward targets name the experts' tensors (the router,
         // ffn_gate_inp, is a target of its own).

@@ -129,17 +129,20 @@ TEST(RpCheck, PassesOnGeneratedModelsOfEachArchitectureAndType) {
     }
 }
 
-// Mixtures of experts: qwen3moe and gpt-oss (sinks, a window, biases). The gradient check holds the routing
-// fixed (cpu/routing_tape.h); without it a whole-tensor step flips expert choices and token_embd's error was 5.6.
+// Mixtures of experts: qwen3moe, gpt-oss (sinks, a window, biases) and qwen35moe (a shared expert, DeltaNet layers). The
+// gradient check holds the routing fixed (cpu/routing_tape.h); without it a whole-tensor step flips expert choices and
+// token_embd's error was 5.6.
 TEST(RpCheck, PassesOnMixturesOfExperts) {
     RP_REQUIRE_ORACLE();
     rp_test::TempDir d;
-    for (const char * arch : {"qwen3moe", "gpt-oss"}) {
+    for (const char * arch : {"qwen3moe", "gpt-oss", "qwen35moe"}) {
         rp::SynthSpec s;
         s.arch = arch;
         s.vocab_from = models() + "synthetic/tiny-random-qwen2.gguf";
         s.n_layer = 3, s.n_embd = 128, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 32, s.n_ff = 128;
         s.n_expert = 8, s.n_expert_used = 2, s.n_ff_exp = 64, s.n_swa = 6, s.seed = 5;
+        s.n_rot = 16, s.full_attn_interval = 3;  // (qwen35moe: two DeltaNet layers and an attention layer)
+        if (std::string(arch) != "qwen35moe") s.n_rot = 0;
         const std::string f = d.file(std::string(arch) + ".gguf");
         rp::write_synth_model(s, f);
         expect_every_check_passes(f, {"forward", "gradients", "pipeline"});

@@ -1,5 +1,5 @@
 // A naive double-precision reference of the Llama / Qwen2 / Qwen3 / Qwen3-MoE / gpt-oss / Gemma 3 / Mistral 3 / Phi-3 / Qwen3.5
-// forward pass and the
+// (dense and MoE) forward pass and the
 // mean cross-entropy
 // loss, written from the formulas (formats.md §3.4) with plain loops: the independent reference the
 // finetune gradients are checked against by central finite differences. Nothing here uses the engine's ops.
@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace ft_ref {
@@ -26,6 +27,13 @@ struct RefModel {
     bool neox = false;
     std::map<std::string, W> w;  // by GGUF name, effective weights (base + LoRA deltas already added)
     std::string rope_factors;    // the RoPE frequency factors' tensor the run uses (rope_freqs, phi3's short or long); "" none
+    // Mixtures of experts: the experts each (sequence, layer, token) selected, recorded by every forward; with
+    // replay_routing a forward reuses them, so finite differences see the function with the routing held fixed, the one
+    // the analytic gradient differentiates (a step that flips a near-tie would otherwise jump the loss). `seq` names
+    // the sequence the next forward runs.
+    mutable std::map<std::tuple<int, int, int64_t>, std::vector<int64_t>> routing;
+    mutable bool replay_routing = false;
+    mutable int seq = 0;
 
     const W * find(const std::string & n) const {
         auto it = w.find(n);
@@ -268,12 +276,18 @@ inline void layer(const RefModel & m, int il, std::vector<double> & x, int64_t T
             for (double & l : prob) z += (l = std::exp(l - mx));
             for (double & l : prob) l /= z;
             std::vector<int64_t> sel;
-            for (int64_t s = 0; s < n_used; ++s) {
-                int64_t best = -1;
-                for (int64_t e = 0; e < E; ++e)
-                    if (std::find(sel.begin(), sel.end(), e) == sel.end() && (best < 0 || prob[static_cast<size_t>(e)] > prob[static_cast<size_t>(best)]))
-                        best = e;
-                sel.push_back(best);
+            const auto key = std::make_tuple(m.seq, il, t);
+            if (m.replay_routing && m.routing.count(key)) {
+                sel = m.routing.at(key);
+            } else {
+                for (int64_t s = 0; s < n_used; ++s) {
+                    int64_t best = -1;
+                    for (int64_t e = 0; e < E; ++e)
+                        if (std::find(sel.begin(), sel.end(), e) == sel.end() && (best < 0 || prob[static_cast<size_t>(e)] > prob[static_cast<size_t>(best)]))
+                            best = e;
+                    sel.push_back(best);
+                }
+                m.routing[key] = sel;
             }
             if (p_sum.empty()) p_sum.assign(static_cast<size_t>(E), 0.0), routed.assign(static_cast<size_t>(E), 0.0);
             for (int64_t e = 0; e < E; ++e) p_sum[static_cast<size_t>(e)] += prob[static_cast<size_t>(e)];
@@ -301,6 +315,18 @@ inline void layer(const RefModel & m, int il, std::vector<double> & x, int64_t T
                 add_bias(de, bd, e);
                 const double we = prob[static_cast<size_t>(e)] / div * wscale;
                 for (int64_t i = 0; i < C; ++i) xt[i] += we * de[static_cast<size_t>(i)];
+            }
+            if (const W * sg = m.find(blk(il, "ffn_gate_shexp.weight"))) {  // qwen35moe: the shared expert, gated per token
+                const int64_t FS = sg->ne1;
+                std::vector<double> gs(static_cast<size_t>(FS)), us(static_cast<size_t>(FS)), ds(static_cast<size_t>(C));
+                linear(*sg, n2.data(), gs.data());
+                linear(m.at(blk(il, "ffn_up_shexp.weight")), n2.data(), us.data());
+                for (int64_t i = 0; i < FS; ++i) gs[static_cast<size_t>(i)] = gs[static_cast<size_t>(i)] * sigmoid(gs[static_cast<size_t>(i)]) * us[static_cast<size_t>(i)];
+                linear(m.at(blk(il, "ffn_down_shexp.weight")), gs.data(), ds.data());
+                const W & sgate = m.at(blk(il, "ffn_gate_inp_shexp.weight"));
+                double logit = 0;
+                for (int64_t i = 0; i < C; ++i) logit += sgate.v[static_cast<size_t>(i)] * n2[static_cast<size_t>(i)];
+                for (int64_t i = 0; i < C; ++i) xt[i] += sigmoid(logit) * ds[static_cast<size_t>(i)];
             }
             continue;
         }

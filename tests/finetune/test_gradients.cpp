@@ -144,12 +144,17 @@ void check_gradients(const std::string & path, bool full, bool micro_batches, st
         for (const rp::LoraTensor & lt : tr.adapter()->tensors()) refresh(lt.base);
 
     std::vector<std::vector<std::vector<double>>> states;
-    for (size_t b = 0; b < 2; ++b) states.push_back(ft_ref::forward_states(m, s.ids[b]));
+    for (size_t b = 0; b < 2; ++b) {
+        m.seq = static_cast<int>(b);
+        states.push_back(ft_ref::forward_states(m, s.ids[b]));  // (records the routing at the base point)
+    }
+    m.replay_routing = true;
     // with_aux: plus the load-balancing sum of the layers from `first` on (the earlier ones do not move when
     // layer `first` is perturbed), scaled like the trainer's: coefficient x n_expert x loss_scale.
     auto ref_loss = [&](int first, bool with_aux = true) {
         double sum = 0, aux_sum = 0;
         for (size_t b = 0; b < 2; ++b) {
+            m.seq = static_cast<int>(b);
             const auto xs = first == 0 ? ft_ref::forward_states(m, s.ids[b], 0, {}, &aux_sum)
                                        : ft_ref::forward_states(m, s.ids[b], first, states[b], &aux_sum);
             sum += ft_ref::ce_sum(m, xs.back(), s.labels[b]);
@@ -377,6 +382,26 @@ TEST(FinetuneGradients, Qwen35Full) {
 TEST(FinetuneGradients, Qwen35Lora) {
     rp_test::TempDir dir;
     check_gradients(qwen35_model(dir), false, false);
+}
+
+// qwen35moe: the same hybrid with 6 experts, top 2, and a shared expert gated per token: every tensor of a full
+// finetune (the router, the shared expert's gate vector) and LoRA on the defaults (the routed and the shared experts).
+std::string qwen35moe_model(rp_test::TempDir & dir) {
+    rp::SynthSpec s;
+    s.arch = "qwen35moe";
+    s.vocab_from = ft_test::model_path("synthetic/tiny-random-qwen2.gguf");
+    s.n_embd = 32, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 12, s.n_rot = 8, s.n_layer = 3, s.n_ff = 24;
+    s.n_expert = 6, s.n_expert_used = 2, s.n_ff_exp = 16;
+    s.ssm_k_heads = 2, s.ssm_v_heads = 4, s.ssm_head_dim = 8, s.full_attn_interval = 2, s.seed = 49;
+    return written(dir, s, "qwen35moe.gguf");
+}
+TEST(FinetuneGradients, Qwen35MoeFull) {
+    rp_test::TempDir dir;
+    check_gradients(qwen35moe_model(dir), true, true);
+}
+TEST(FinetuneGradients, Qwen35MoeLora) {
+    rp_test::TempDir dir;
+    check_gradients(qwen35moe_model(dir), false, false);
 }
 
 TEST(FinetuneGradients, Qwen3MoeLoraExpertsAndRouter) {

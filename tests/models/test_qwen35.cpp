@@ -264,3 +264,66 @@ TEST(Qwen35, OursLlamaCppsPromptAndOneTokenFormsAndTheDoubleReferenceAgree) {
     EXPECT_LE(ours_exact, 1e-5 * range);
 }
 
+
+namespace {
+
+rp::SynthSpec qwen35moe(uint32_t experts, uint32_t used, uint64_t seed) {
+    rp::SynthSpec s = qwen35(64, 4, 2, 16, 16, 4, 2, 4, 16, seed);
+    s.arch = "qwen35moe";
+    s.n_expert = experts, s.n_expert_used = used, s.n_ff_exp = 32, s.n_ff = 48;
+    return s;
+}
+
+} // namespace
+
+// qwen35moe: the routed experts (softmax, top k, renormalised) and the shared expert gated by sigmoid of its logit,
+// under the DeltaNet and gated attention layers; 8 experts top 2 and 16 top 4 at 1, 37 and 300 tokens.
+TEST(Qwen35Moe, LogitsEqualLlamaCpps) {
+    RP_REQUIRE_ORACLE();
+    TempDir d;
+    rp::write_synth_model(qwen35moe(8, 2, 41), d.file("a.gguf"));
+    for (size_t n : {1, 37}) EXPECT_LE(models_test::compare_logits("qwen35moe", d.file("a.gguf"), some_tokens(n, 1), "E8 top2"), 1e-4);
+    rp::write_synth_model(qwen35moe(16, 4, 42), d.file("b.gguf"));
+    EXPECT_LE(models_test::compare_logits("qwen35moe", d.file("b.gguf"), some_tokens(300, 2), "E16 top4"), 1e-4);
+}
+
+TEST(Qwen35Moe, SharedExpertAndItsGateMatter) {
+    RP_REQUIRE_ORACLE();
+    TempDir d;
+    const std::string file = d.file("m.gguf");
+    rp::write_synth_model(qwen35moe(8, 2, 43), file);
+    PieceRemoval pr(file, some_tokens(24, 4), 1e-4);
+    const rp::HParams & hp = pr.model->hparams();
+    rp::Context ctx;
+    {
+        rp::ModelWeights w = pr.as_built;
+        for (rp::LayerWeights & l : w.layers) l.ffn_up_shexp = nullptr;  // no shared expert
+        pr.expect_moves("qwen35moe", "the shared expert", hp, w);
+    }
+    {
+        rp::ModelWeights w = pr.as_built;  // its gate's logit 0: the shared expert at half weight
+        for (rp::LayerWeights & l : w.layers) {
+            rp::Tensor * z = ctx.new_tensor(rp::DType::F32, l.ffn_gate_inp_shexp->ne);
+            ctx.alloc_data(z);
+            rp::tensor_set_f32(z, std::vector<float>(static_cast<size_t>(z->nelements()), 0.0f));
+            l.ffn_gate_inp_shexp = z;
+        }
+        pr.expect_moves("qwen35moe", "the shared expert's gate", hp, w);
+    }
+}
+
+TEST(Qwen35Moe, LoadsItsExpertsAndSharedExpert) {
+    TempDir d;
+    rp::write_synth_model(qwen35moe(8, 2, 44), d.file("m.gguf"));
+    const auto model = rp::Model::load(d.file("m.gguf"));
+    const rp::HParams & hp = model->hparams();
+    EXPECT_EQ(hp.arch->arch, rp::Arch::Qwen35Moe);
+    EXPECT_EQ(hp.n_expert, 8u);
+    EXPECT_EQ(hp.n_ff_shexp, 48u);
+    for (const rp::LayerWeights & l : model->layers)
+        for (const rp::Tensor * t : {l.ffn_gate_inp, l.ffn_gate_exps, l.ffn_up_exps, l.ffn_down_exps, l.ffn_gate_inp_shexp, l.ffn_gate_shexp,
+                                     l.ffn_up_shexp, l.ffn_down_shexp})
+            ASSERT_NE(t, nullptr);
+    const std::string m = d.file("m.gguf"), bad = d.file("bad.gguf");
+    expect_load_fails(m, bad, without_tensor("blk.2.ffn_gate_inp_shexp.weight"), "blk.2.ffn_gate_inp_shexp.weight");
+}

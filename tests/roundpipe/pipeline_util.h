@@ -24,11 +24,11 @@
 
 namespace rp_pipe_test {
 
-// A 16-layer llama (untied), a 16-layer qwen3 with a tied head, 6-layer qwen3moe and gpt-oss, a 7-layer gemma3 and a
-// 6-layer qwen35, written once per process.
+// A 16-layer llama (untied), a 16-layer qwen3 with a tied head, 6-layer qwen3moe and gpt-oss, a 7-layer gemma3 and
+// 6-layer qwen35 and qwen35moe, written once per process.
 struct Models {
     rp_test::TempDir dir;
-    std::unique_ptr<rp::Model> llama, qwen3, moe, gpt_oss, gemma3, qwen35;
+    std::unique_ptr<rp::Model> llama, qwen3, moe, gpt_oss, gemma3, qwen35, qwen35moe;
     Models() {
         rp::SynthSpec s;
         s.vocab_from = rp_test::shared_dir() + "/models/stories260K.gguf";
@@ -83,6 +83,11 @@ struct Models {
         h.ssm_k_heads = 2, h.ssm_v_heads = 4, h.ssm_head_dim = 8, h.full_attn_interval = 3, h.seed = 23;
         rp::write_synth_model(h, dir.file("qwen35-6.gguf"));
         qwen35 = rp::Model::load(dir.file("qwen35-6.gguf"));
+        // And its mixture of experts: 8 experts, top 2, with the shared expert.
+        h.arch = "qwen35moe";
+        h.n_expert = 8, h.n_expert_used = 2, h.n_ff_exp = 24, h.seed = 29;
+        rp::write_synth_model(h, dir.file("qwen35moe-6.gguf"));
+        qwen35moe = rp::Model::load(dir.file("qwen35moe-6.gguf"));
     }
     static Models & get() {
         static Models m;

@@ -137,14 +137,14 @@ TEST(Pipeline, SyncEqualsSingleDeviceWithTiedHeadFullFinetune) {
     }
 }
 
-// qwen3moe and gpt-oss: the routing is recomputed on whichever device runs the backward; sync mode still
+// qwen3moe, gpt-oss and qwen35moe: the routing is recomputed on whichever device runs the backward; sync mode still
 // gives the single-device bits for G = 1..4, LoRA (attention, experts, router) and full (router and experts
-// trainable; gpt-oss's sinks and biases too).
+// trainable; gpt-oss's sinks and biases too; qwen35moe's shared expert and its gate).
 TEST(Pipeline, SyncEqualsSingleDeviceForMixtureOfExperts) {
     const Models & m = Models::get();
     rp::FinetuneConfig lora = lora_cfg();
     lora.lora_targets.push_back("ffn_gate_inp");
-    for (const rp::Model * model : {m.moe.get(), m.gpt_oss.get()})
+    for (const rp::Model * model : {m.moe.get(), m.gpt_oss.get(), m.qwen35moe.get()})
     for (const bool full : {false, true})
         for (int G = 1; G <= 4; ++G) {
             const rp::FinetuneConfig cfg = full ? full_cfg() : lora;
