@@ -143,6 +143,34 @@ TEST(FinetunePlanTool, ThePredictedPeakTrainsAndFivePercentLessIsRefused) {
     EXPECT_TRUE(std::filesystem::is_empty(e.path)) << "a refused run left files";
 }
 
+// qwen35 (#33): Gated DeltaNet layers (their chunk states and the conv state in the plan as the graphs allocate them)
+// between gated attention layers, 80-token sequences (two chunks of the delta rule): the smallest peak --plan predicts
+// trains on 4 devices, and 5% less is refused before anything is written.
+TEST(FinetunePlanTool, ThePredictedPeakTrainsAHybridModel) {
+    rp_test::TempDir d;
+    const std::string model = d.file("qwen35.gguf");
+    std::string log;
+    ASSERT_EQ(ft_test::run(ft_test::tool("rp-gguf") + " synth " + model + " --arch qwen35 --vocab " + ft_test::stories() +
+                               " --n-layer 8 --n-embd 128 --n-ff 256 --n-head 4 --n-head-kv 2 --head-dim 32 --n-rot 16"
+                               " --ssm-k-heads 2 --ssm-v-heads 4 --ssm-head-dim 32",
+                           &log),
+              0)
+        << log;
+    auto cmd = [&](const std::string & out) {
+        return ft_test::tool("rp-finetune") + " -m " + model + " --data " + ft_test::shared_dir() + "/models/reference/train.txt -o " + out +
+               " --seq-len 80 --batch 4 --micro-batches 4 --steps 2 -t 2 --lora-rank 4 --devices 4";
+    };
+    ASSERT_EQ(ft_test::run(cmd(d.file("a.gguf")) + " --device-mem 64M --plan", &log), 0) << log;
+    const long long least = field(log, "device min peak");
+    ASSERT_GT(least, 0) << log;
+    ASSERT_EQ(ft_test::run(cmd(d.file("a.gguf")) + " --device-mem " + std::to_string(least), &log), 0) << log;
+    EXPECT_TRUE(std::filesystem::exists(d.file("a.gguf")));
+    rp_test::TempDir e;
+    EXPECT_EQ(ft_test::run(cmd(e.file("b.gguf")) + " --device-mem " + std::to_string(least - least / 20), &log), 1) << log;
+    EXPECT_NE(log.find("error: cpu:0 has"), std::string::npos) << log;
+    EXPECT_TRUE(std::filesystem::is_empty(e.path)) << "a refused run left files";
+}
+
 // The max-sequence table of issue 12: one 24 GiB device (CUDA memory rules), bf16 weights, LoRA r=32 on
 // every linear layer, one sequence per micro-batch; at least twice the paper's 73k / 49k / 28k.
 TEST(FinetunePlanTool, MaxSeqOfThePaperModelsIsAtLeastTwiceThePapers) {

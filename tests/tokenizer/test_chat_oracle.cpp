@@ -143,6 +143,7 @@ struct Case {
 const Case kCases[] = {
     {"Qwen-Qwen2.5-7B-Instruct", false},
     {"Qwen-Qwen3-0.6B", true},
+    {"Qwen3.5-4B", true},
     {"Qwen-QwQ-32B", true},
     {"deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", true},
     {"deepseek-ai-DeepSeek-R1-Distill-Llama-8B", false},
