@@ -32,8 +32,8 @@ namespace {
 
 struct Models {
     rp_test::TempDir dir;
-    std::unique_ptr<rp::Model> llama, qwen3;
-    std::unique_ptr<rp::Tokenizer> llama_tok, qwen3_tok;
+    std::unique_ptr<rp::Model> llama, qwen3, qwen35;
+    std::unique_ptr<rp::Tokenizer> llama_tok, qwen3_tok, qwen35_tok;
     Models() {
         rp::SynthSpec s;
         s.vocab_from = rp_test::shared_dir() + "/models/stories260K.gguf";
@@ -45,8 +45,15 @@ struct Models {
         s.tied = true, s.n_embd = 32, s.head_dim = 8, s.n_ff = 96;
         rp::write_synth_model(s, dir.file("qwen3.gguf"));
         qwen3 = rp::Model::load(dir.file("qwen3.gguf"));
+        // qwen35: the convolution and the delta rule's state restart at each packed example (and the attention layer's
+        // keys stay within it).
+        s.arch = "qwen35";
+        s.tied = false, s.n_rot = 8, s.ssm_k_heads = 2, s.ssm_v_heads = 4, s.ssm_head_dim = 8, s.full_attn_interval = 2;
+        rp::write_synth_model(s, dir.file("qwen35.gguf"));
+        qwen35 = rp::Model::load(dir.file("qwen35.gguf"));
         llama_tok = std::make_unique<rp::Tokenizer>(llama->file());
         qwen3_tok = std::make_unique<rp::Tokenizer>(qwen3->file());
+        qwen35_tok = std::make_unique<rp::Tokenizer>(qwen35->file());
     }
     static Models & get() {
         static Models m;
@@ -269,6 +276,11 @@ TEST(Packing, LossAndGradientsEqualExamplesOneByOneLlama) {
 TEST(Packing, LossAndGradientsEqualExamplesOneByOneQwen3Tied) {
     check_exact(*Models::get().qwen3, *Models::get().qwen3_tok, false);
     check_exact(*Models::get().qwen3, *Models::get().qwen3_tok, true);
+}
+
+TEST(Packing, LossAndGradientsEqualExamplesOneByOneQwen35) {
+    check_exact(*Models::get().qwen35, *Models::get().qwen35_tok, false);
+    check_exact(*Models::get().qwen35, *Models::get().qwen35_tok, true);
 }
 
 TEST(Packing, PipelineTrainsPackedDataToTheHostBytes) {

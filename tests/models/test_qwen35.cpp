@@ -110,11 +110,26 @@ TEST(Qwen35, AdapterAsLlamaCppAppliesIt) {
     expect_adapter_as_llama_cpp(d.file("m.gguf"), targets, some_tokens(20, 5), d.file("a.gguf"), 3);
 }
 
-TEST(Qwen35, GreedyContinuationEqualsLlamaCpps) {
+// The greedy continuation is llama.cpp's, and again after a rewind: to a position inside the prompt (its tokens
+// evaluated again, the rest of the prompt then fed) and to the start.
+TEST(Qwen35, GreedyContinuationEqualsLlamaCppsAlsoAfterARewind) {
     RP_REQUIRE_ORACLE();
     TempDir d;
     rp::write_synth_model(qwen35(64, 4, 2, 16, 16, 4, 2, 4, 16, 21), d.file("m.gguf"));
     expect_greedy_equals_llama_cpp(d.file("m.gguf"));
+    const std::string prompt = "Once upon a time there was a little robot who";
+    const std::vector<int32_t> ref = rp::oracle::greedy_continuation(d.file("m.gguf"), prompt, 24);
+    ASSERT_FALSE(ref.empty());
+    const auto model = rp::Model::load(d.file("m.gguf"));
+    rp::Tokenizer tok(model->file());
+    const std::vector<int32_t> ids = tok.encode(prompt, true, false);
+    ASSERT_GT(ids.size(), 4u);
+    rp::InferenceSession s(*model, static_cast<int64_t>(ids.size()) + 24, 1);
+    EXPECT_EQ(rp::complete_greedy(s, tok, ids, 24), ref);
+    s.reset(4);  // inside the prompt: the first 4 tokens evaluated again
+    EXPECT_EQ(rp::complete_greedy(s, tok, std::vector<int32_t>(ids.begin() + 4, ids.end()), 24), ref);
+    s.reset(0);
+    EXPECT_EQ(rp::complete_greedy(s, tok, ids, 24), ref);
 }
 
 // Each piece of the DeltaNet and of the gated attention moves the logits far from llama.cpp's: without the short

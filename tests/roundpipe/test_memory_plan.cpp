@@ -29,7 +29,7 @@ namespace {
 // 6-block models (L = 8) in three weight types, and a tied qwen3.
 struct MemoryModels {
     rp_test::TempDir dir;
-    std::unique_ptr<rp::Model> f32, bf16, q8, qwen3;
+    std::unique_ptr<rp::Model> f32, bf16, q8, qwen3, qwen35;
     MemoryModels() {
         rp::SynthSpec s;
         s.vocab_from = rp_test::shared_dir() + "/models/stories260K.gguf";
@@ -58,6 +58,11 @@ struct MemoryModels {
         bf16 = rp::Model::load(dir.file("bf16.gguf"));
         q8 = rp::Model::load(dir.file("q8.gguf"));
         qwen3 = rp::Model::load(dir.file("qwen3.gguf"));
+        // qwen35: Gated DeltaNet layers (2 key heads, 4 value heads of 8) and a gated attention layer every third.
+        s.arch = "qwen35";
+        s.tied = false, s.n_rot = 8, s.ssm_k_heads = 2, s.ssm_v_heads = 4, s.ssm_head_dim = 8, s.full_attn_interval = 3;
+        rp::write_synth_model(s, dir.file("qwen35.gguf"));
+        qwen35 = rp::Model::load(dir.file("qwen35.gguf"));
     }
     static MemoryModels & get() {
         static MemoryModels m;
@@ -209,6 +214,44 @@ TEST(MemoryPlan, PlannedEqualsMeasuredOnFiftyRandomConfigurations) {
     std::printf("LoRA configurations: %d with resident frozen weights, %d streamed\n", resident_cases, streamed_cases);
     EXPECT_GE(resident_cases, kConfigs / 10);
     EXPECT_GE(streamed_cases, kConfigs / 10);
+}
+
+// qwen35 (#33): the DeltaNet layers' saved chunk states, conv state and their backward's gradients planned as they are
+// allocated: at the smallest plan's peak and at 1.1 times it, LoRA and full, 2..4 devices, sequences of 40 tokens (one
+// delta-rule chunk), 100 and 200 (partial chunks), the measured high-water within the plan and its regions the
+// plan's; the single-device bits.
+TEST(MemoryPlan, PlannedEqualsMeasuredForAHybridModel) {
+    MemoryModels & mm = MemoryModels::get();
+    int n = 0;
+    for (const bool full : {false, true})
+        for (const int64_t T : {40, 100, 200}) {
+            Config c;
+            c.model = mm.qwen35.get();
+            c.model_name = "qwen35";
+            c.cfg.full = full;
+            c.cfg.lora_rank = 4;
+            c.G = 2 + (n++ % 3);
+            c.w.steps = 1, c.w.calls = 1, c.w.T = T, c.w.M = 2;
+            c.opt.schedule = rp::ScheduleKind::RoundPipe;
+            c.opt.layer_tf.assign(8, 1.0);
+            c.opt.layer_tb.assign(8, 3.0);
+            const auto [smallest, unlimited] = peak_range(c);
+            ASSERT_GT(smallest, 0u) << c.describe();
+            for (const double f : {1.0, 1.1}) {
+                DeviceSetup ds;
+                ds.G = c.G;
+                ds.memory = static_cast<size_t>(f * static_cast<double>(smallest));
+                const RunResult r = pipelined(*c.model, c.cfg, c.w, ds, c.opt);
+                const std::string what = c.describe() + " at " + std::to_string(f) + " x the smallest peak, plan " + r.plan.describe();
+                rp::FinetuneConfig host = c.cfg;
+                host.token_chunk = r.token_chunk;
+                EXPECT_EQ(first_difference(r.masters, reference(*c.model, host, c.w)), -1) << what;
+                expect_measured_equals_planned(r, what);
+                if (f == 1.0) {
+                    EXPECT_EQ(r.memory.peak(), smallest) << what;
+                }
+            }
+        }
 }
 
 // The resident region (memory_plan.h): every frozen tensor of every layer once, 256-byte aligned and disjoint,
