@@ -158,7 +158,8 @@ void delta_net(Tensor * n) {
 #pragma omp parallel for schedule(static) if (s.B * s.Hv > 1 && n->nelements() * s.Dk >= min_parallel_elements())
     for (int64_t bh = 0; bh < s.B * s.Hv; ++bh) {
         const int64_t h = bh % s.Hv, b = bh / s.Hv, hk = h % s.Hk;
-        std::vector<float> col(static_cast<size_t>(s.Dk));
+        std::vector<float> col(static_cast<size_t>(s.Dk)), decay(static_cast<size_t>(s.T));
+        for (int64_t t = 0; t < s.T; ++t) decay[static_cast<size_t>(t)] = std::exp(g[s.gb(h, t, b)]);  // once, not per column
         for (int64_t j = 0; j < s.Dv; ++j) {
             float * c = col.data();
             if (state0) std::memcpy(c, state0 + s.col(j, h, b), sizeof(float) * static_cast<size_t>(s.Dk));
@@ -167,7 +168,7 @@ void delta_net(Tensor * n) {
                 if (t % s.chunk == 0) std::memcpy(states + sf * static_cast<size_t>(t / s.chunk) + s.col(j, h, b), c, sizeof(float) * static_cast<size_t>(s.Dk));
                 if (resets(seg, t, s.T, b)) std::fill(col.begin(), col.end(), 0.0f);
                 const float * kt = k + s.qk(hk, t, b);
-                column_step(c, kt, std::exp(g[s.gb(h, t, b)]), beta[s.gb(h, t, b)], v[s.vo(j, h, t, b)], s.Dk);
+                column_step(c, kt, decay[static_cast<size_t>(t)], beta[s.gb(h, t, b)], v[s.vo(j, h, t, b)], s.Dk);
                 o[s.vo(j, h, t, b)] = scale * dot(c, q + s.qk(hk, t, b), s.Dk);
             }
             std::memcpy(states + sf * static_cast<size_t>(s.n_chunks) + s.col(j, h, b), c, sizeof(float) * static_cast<size_t>(s.Dk));
@@ -209,7 +210,9 @@ void delta_net_back(Tensor * n) {
         std::vector<float> hist((static_cast<size_t>(s.chunk) + 1) * Dk), stilde(Dk), dsv(Dk), zero(Dk, 0.0f);
         std::vector<float> ds(Dk * static_cast<size_t>(s.Dv));  // the state's gradient, column by column
         std::vector<float> da(static_cast<size_t>(s.chunk));
+        std::vector<float> decay(static_cast<size_t>(s.T));
         for (int64_t h = hk; h < s.Hv; h += s.Hk) {
+            for (int64_t t = 0; t < s.T; ++t) decay[static_cast<size_t>(t)] = std::exp(g[s.gb(h, t, b)]);  // the forward's values
             std::fill(ds.begin(), ds.end(), 0.0f);
             for (int64_t t = 0; t < s.T; ++t) dbeta[s.gb(h, t, b)] = 0.0f;
             for (int64_t c = s.n_chunks - 1; c >= 0; --c) {
@@ -222,7 +225,7 @@ void delta_net_back(Tensor * n) {
                         float * next = hist.data() + Dk * static_cast<size_t>(t - t0 + 1);
                         if (resets(seg, t, s.T, b)) std::fill(next, next + Dk, 0.0f);
                         else std::memcpy(next, next - Dk, sizeof(float) * Dk);
-                        column_step(next, k + s.qk(hk, t, b), std::exp(g[s.gb(h, t, b)]), beta[s.gb(h, t, b)], v[s.vo(j, h, t, b)], s.Dk);
+                        column_step(next, k + s.qk(hk, t, b), decay[static_cast<size_t>(t)], beta[s.gb(h, t, b)], v[s.vo(j, h, t, b)], s.Dk);
                     }
                     float * dsj = ds.data() + Dk * static_cast<size_t>(j);
                     for (int64_t t = t1 - 1; t >= t0; --t) {
@@ -230,7 +233,7 @@ void delta_net_back(Tensor * n) {
                         const float * qt = q + s.qk(hk, t, b);
                         const float * snew = hist.data() + Dk * static_cast<size_t>(t - t0 + 1);
                         const float * sprev = resets(seg, t, s.T, b) ? zero.data() : snew - Dk;
-                        const float a = std::exp(g[s.gb(h, t, b)]), bt = beta[s.gb(h, t, b)], vt = v[s.vo(j, h, t, b)];
+                        const float a = decay[static_cast<size_t>(t)], bt = beta[s.gb(h, t, b)], vt = v[s.vo(j, h, t, b)];
                         for (size_t i = 0; i < Dk; ++i) stilde[i] = sprev[i] * a;
                         const float u = dot(stilde.data(), kt, s.Dk);
                         const float d = bt * (vt - u);
@@ -260,7 +263,7 @@ void delta_net_back(Tensor * n) {
                             for (size_t i = 0; i < Dk; ++i) dsj[i] = a * dsv[i];
                     }
                 }
-                for (int64_t t = t0; t < t1; ++t) dg[s.gb(h, t, b)] = std::exp(g[s.gb(h, t, b)]) * da[static_cast<size_t>(t - t0)];
+                for (int64_t t = t0; t < t1; ++t) dg[s.gb(h, t, b)] = decay[static_cast<size_t>(t)] * da[static_cast<size_t>(t - t0)];
             }
             if (dstate0)
                 for (int64_t j = 0; j < s.Dv; ++j) std::memcpy(dstate0 + s.col(j, h, b), ds.data() + Dk * static_cast<size_t>(j), sizeof(float) * Dk);

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Qwen3.5's hybrid (Gated DeltaNet layers, a gated full attention layer every fourth) vs a dense qwen3 of about the
+# same parameters, side by side in one run: CPU training tokens/s and peak RSS of rp-finetune (LoRA on the default
+# targets, one sequence per step) at growing sequence lengths; then the longest sequence one 24 GB device trains
+# (rp-simulate --max-seq, 8 devices, LoRA r32) for the hybrid MoE shape qwen3-next-80b-a3b beside qwen3-30b-a3b (the
+# same 3B active parameters).
+#
+#   bench/finetune/qwen35.sh BUILD_DIR [THREADS]
+#   env: EMBD (256), LAYERS (8), SEQS ("256 2048 8192"), STEPS (2)
+#
+# Attention's cost grows with the square of the sequence, the delta rule's linearly (a fixed state per head):
+# the hybrid, with one attention layer in four, should pull ahead at long sequences.
+set -euo pipefail
+build=${1:?usage: qwen35.sh BUILD_DIR [THREADS]}
+threads=${2:-2}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+shared=${RP_SHARED_DIR:-$root/../shared}
+embd=${EMBD:-256} layers=${LAYERS:-8} seqs=${SEQS:-"256 2048 8192"} steps=${STEPS:-2}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+common=(--vocab "$shared/models/stories260K.gguf" --n-embd "$embd" --n-head 4 --n-head-kv 2 --head-dim 64 --n-layer "$layers"
+        --n-ff $((embd * 3)) --n-ctx 16384)
+"$build/bin/rp-gguf" synth "$tmp/qwen35.gguf" "${common[@]}" --arch qwen35 --n-rot 16 --ssm-k-heads 2 --ssm-v-heads 4 \
+  --ssm-head-dim 64 > "$tmp/qwen35.params"
+"$build/bin/rp-gguf" synth "$tmp/qwen3.gguf" "${common[@]}" --arch qwen3 > "$tmp/qwen3.params"
+echo "== qwen35 ($(cat "$tmp/qwen35.params")) vs qwen3 ($(cat "$tmp/qwen3.params")): n_embd $embd, $layers layers, LoRA defaults," \
+     "1 sequence a step, $steps steps, $threads threads ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'))"
+# A text long enough for the longest sequence: the reference text, repeated.
+for _ in $(seq 1 40); do cat "$shared/models/reference/train.txt"; done > "$tmp/long.txt"
+printf '| seq | qwen35 tok/s | qwen3 tok/s | qwen35 / qwen3 | qwen35 peak RSS | qwen3 peak RSS |\n|---:|---:|---:|---:|---:|---:|\n'
+run() {  # MODEL SEQ: "tok/s peak_rss_MiB"
+  "$build/bin/rp-finetune" -m "$1" --data "$tmp/long.txt" -o "$tmp/out.gguf" --seq-len "$2" --batch 1 --steps "$steps" --lr 1e-3 \
+    -t "$threads" 2>&1 | sed -n 's/^done: .* s, \([0-9]*\) tok\/s.*peak RSS \([0-9.]*\) MiB.*/\1 \2/p'
+}
+for s in $seqs; do
+  read -r a ra < <(run "$tmp/qwen35.gguf" "$s")
+  read -r b rb < <(run "$tmp/qwen3.gguf" "$s")
+  awk -v s="$s" -v a="$a" -v b="$b" -v ra="$ra" -v rb="$rb" \
+    'BEGIN { printf "| %d | %d | %d | %.2f | %.1f MiB | %.1f MiB |\n", s, a, b, a / b, ra, rb }'
+done
+echo
+echo "== the longest sequence one 24 GB device trains (8 devices, bf16 weights, LoRA r32)"
+for m in qwen3-next-80b-a3b qwen3-30b-a3b; do
+  "$build/bin/rp-simulate" --max-seq --model "$m" --device-mem 24G | grep -E '^(model|max seq):' | sed 's/ (.*//'
+done
