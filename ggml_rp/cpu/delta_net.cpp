@@ -142,6 +142,11 @@ inline float dot(const float * a, const float * b, int64_t n) {
 
 inline bool resets(const int32_t * seg, int64_t t, int64_t T, int64_t b) { return seg && t > 0 && seg[t + T * b] == t; }
 
+// Columns a kernel advances token by token side by side: their steps are independent, so the core overlaps one
+// column's dot-product chain with the next's (one column alone waits on its chain), and each token's k and q are read
+// once per 8 columns. Every column's arithmetic is the same in any grouping.
+constexpr int64_t kColumns = 8;
+
 void delta_net(Tensor * n) {
     const NetShape s = net_shape(n);
     const float * q = n->src[0]->data_as<float>();
@@ -158,20 +163,33 @@ void delta_net(Tensor * n) {
 #pragma omp parallel for schedule(static) if (s.B * s.Hv > 1 && n->nelements() * s.Dk >= min_parallel_elements())
     for (int64_t bh = 0; bh < s.B * s.Hv; ++bh) {
         const int64_t h = bh % s.Hv, b = bh / s.Hv, hk = h % s.Hk;
-        std::vector<float> col(static_cast<size_t>(s.Dk)), decay(static_cast<size_t>(s.T));
+        const size_t Dk = static_cast<size_t>(s.Dk);
+        std::vector<float> cols(static_cast<size_t>(kColumns) * Dk), decay(static_cast<size_t>(s.T));
         for (int64_t t = 0; t < s.T; ++t) decay[static_cast<size_t>(t)] = std::exp(g[s.gb(h, t, b)]);  // once, not per column
-        for (int64_t j = 0; j < s.Dv; ++j) {
-            float * c = col.data();
-            if (state0) std::memcpy(c, state0 + s.col(j, h, b), sizeof(float) * static_cast<size_t>(s.Dk));
-            else std::fill(col.begin(), col.end(), 0.0f);
-            for (int64_t t = 0; t < s.T; ++t) {
-                if (t % s.chunk == 0) std::memcpy(states + sf * static_cast<size_t>(t / s.chunk) + s.col(j, h, b), c, sizeof(float) * static_cast<size_t>(s.Dk));
-                if (resets(seg, t, s.T, b)) std::fill(col.begin(), col.end(), 0.0f);
-                const float * kt = k + s.qk(hk, t, b);
-                column_step(c, kt, decay[static_cast<size_t>(t)], beta[s.gb(h, t, b)], v[s.vo(j, h, t, b)], s.Dk);
-                o[s.vo(j, h, t, b)] = scale * dot(c, q + s.qk(hk, t, b), s.Dk);
+        for (int64_t j0 = 0; j0 < s.Dv; j0 += kColumns) {
+            const int64_t nj = std::min(kColumns, s.Dv - j0);
+            for (int64_t jj = 0; jj < nj; ++jj) {
+                float * c = cols.data() + Dk * static_cast<size_t>(jj);
+                if (state0) std::memcpy(c, state0 + s.col(j0 + jj, h, b), sizeof(float) * Dk);
+                else std::fill(c, c + Dk, 0.0f);
             }
-            std::memcpy(states + sf * static_cast<size_t>(s.n_chunks) + s.col(j, h, b), c, sizeof(float) * static_cast<size_t>(s.Dk));
+            for (int64_t t = 0; t < s.T; ++t) {
+                const float * kt = k + s.qk(hk, t, b);
+                const float * qt = q + s.qk(hk, t, b);
+                const float a = decay[static_cast<size_t>(t)], bt = beta[s.gb(h, t, b)];
+                const bool reset = resets(seg, t, s.T, b);
+                for (int64_t jj = 0; jj < nj; ++jj) {
+                    float * c = cols.data() + Dk * static_cast<size_t>(jj);
+                    const int64_t j = j0 + jj;
+                    if (t % s.chunk == 0) std::memcpy(states + sf * static_cast<size_t>(t / s.chunk) + s.col(j, h, b), c, sizeof(float) * Dk);
+                    if (reset) std::fill(c, c + Dk, 0.0f);
+                    column_step(c, kt, a, bt, v[s.vo(j, h, t, b)], s.Dk);
+                    o[s.vo(j, h, t, b)] = scale * dot(c, qt, s.Dk);
+                }
+            }
+            for (int64_t jj = 0; jj < nj; ++jj)
+                std::memcpy(states + sf * static_cast<size_t>(s.n_chunks) + s.col(j0 + jj, h, b), cols.data() + Dk * static_cast<size_t>(jj),
+                            sizeof(float) * Dk);
         }
     }
 }
@@ -207,7 +225,8 @@ void delta_net_back(Tensor * n) {
             std::fill(dq + s.qk(hk, t, b), dq + s.qk(hk, t, b) + Dk, 0.0f);
             std::fill(dk + s.qk(hk, t, b), dk + s.qk(hk, t, b) + Dk, 0.0f);
         }
-        std::vector<float> hist((static_cast<size_t>(s.chunk) + 1) * Dk), stilde(Dk), dsv(Dk), zero(Dk, 0.0f);
+        const size_t hist_len = (static_cast<size_t>(std::min(s.chunk, s.T)) + 1) * Dk;  // one column's states over a chunk
+        std::vector<float> hist(hist_len * static_cast<size_t>(kColumns)), stilde(Dk), dsv(Dk), zero(Dk, 0.0f);
         std::vector<float> ds(Dk * static_cast<size_t>(s.Dv));  // the state's gradient, column by column
         std::vector<float> da(static_cast<size_t>(s.chunk));
         std::vector<float> decay(static_cast<size_t>(s.T));
@@ -218,20 +237,30 @@ void delta_net_back(Tensor * n) {
             for (int64_t c = s.n_chunks - 1; c >= 0; --c) {
                 const int64_t t0 = c * s.chunk, t1 = std::min(s.T, t0 + s.chunk);
                 std::fill(da.begin(), da.end(), 0.0f);
-                for (int64_t j = 0; j < s.Dv; ++j) {
-                    // hist[i] = the column's state after token t0 + i - 1 (hist[0]: the saved state before t0).
-                    std::memcpy(hist.data(), states + sf * static_cast<size_t>(c) + s.col(j, h, b), sizeof(float) * Dk);
+                for (int64_t j0 = 0; j0 < s.Dv; j0 += kColumns) {
+                    const int64_t nj = std::min(kColumns, s.Dv - j0);
+                    // hist of column jj: its state after token t0 + i - 1 at i (i = 0: the saved state before t0).
+                    for (int64_t jj = 0; jj < nj; ++jj)
+                        std::memcpy(hist.data() + hist_len * static_cast<size_t>(jj), states + sf * static_cast<size_t>(c) + s.col(j0 + jj, h, b),
+                                    sizeof(float) * Dk);
                     for (int64_t t = t0; t < t1; ++t) {
-                        float * next = hist.data() + Dk * static_cast<size_t>(t - t0 + 1);
-                        if (resets(seg, t, s.T, b)) std::fill(next, next + Dk, 0.0f);
-                        else std::memcpy(next, next - Dk, sizeof(float) * Dk);
-                        column_step(next, k + s.qk(hk, t, b), decay[static_cast<size_t>(t)], beta[s.gb(h, t, b)], v[s.vo(j, h, t, b)], s.Dk);
+                        const float * kt = k + s.qk(hk, t, b);
+                        const float a = decay[static_cast<size_t>(t)], bt = beta[s.gb(h, t, b)];
+                        const bool reset = resets(seg, t, s.T, b);
+                        for (int64_t jj = 0; jj < nj; ++jj) {
+                            float * next = hist.data() + hist_len * static_cast<size_t>(jj) + Dk * static_cast<size_t>(t - t0 + 1);
+                            if (reset) std::fill(next, next + Dk, 0.0f);
+                            else std::memcpy(next, next - Dk, sizeof(float) * Dk);
+                            column_step(next, kt, a, bt, v[s.vo(j0 + jj, h, t, b)], s.Dk);
+                        }
                     }
-                    float * dsj = ds.data() + Dk * static_cast<size_t>(j);
-                    for (int64_t t = t1 - 1; t >= t0; --t) {
+                    for (int64_t t = t1 - 1; t >= t0; --t)
+                    for (int64_t jj = 0; jj < nj; ++jj) {
+                        const int64_t j = j0 + jj;
+                        float * dsj = ds.data() + Dk * static_cast<size_t>(j);
                         const float * kt = k + s.qk(hk, t, b);
                         const float * qt = q + s.qk(hk, t, b);
-                        const float * snew = hist.data() + Dk * static_cast<size_t>(t - t0 + 1);
+                        const float * snew = hist.data() + hist_len * static_cast<size_t>(jj) + Dk * static_cast<size_t>(t - t0 + 1);
                         const float * sprev = resets(seg, t, s.T, b) ? zero.data() : snew - Dk;
                         const float a = decay[static_cast<size_t>(t)], bt = beta[s.gb(h, t, b)], vt = v[s.vo(j, h, t, b)];
                         for (size_t i = 0; i < Dk; ++i) stilde[i] = sprev[i] * a;

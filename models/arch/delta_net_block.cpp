@@ -3,23 +3,15 @@
 #include "models/arch/layer.h"
 
 #include "ggml_rp/ops/ops.h"
+#include "models/arch/layer_util.h"
 
 #include <cmath>
 #include <string>
 
 namespace rp {
 
-namespace {
-
-std::string lname(int il, const char * what) { return "blk." + std::to_string(il) + "." + what; }
-
-// Rows [r0, r0 + n) of every column of y [R, T, B], contiguous [n, T, B].
-Tensor * rows_of(Context & ctx, Tensor * y, int64_t r0, int64_t n) {
-    const int64_t ne[4] = {n, y->ne[1], y->ne[2], y->ne[3]};
-    return cont(ctx, view(ctx, y, ne, y->nb, static_cast<size_t>(r0) * y->nb[0]));
-}
-
-} // namespace
+using layer_detail::lname;
+using layer_detail::rows_of;
 
 Tensor * delta_net_block(Context & ctx, const HParams & hp, const LayerWeights & w, int il, Tensor * x, const TokenPositions & pos,
                          const LoraSet * lora, LayerState * state) {

@@ -1,6 +1,7 @@
 #include "models/arch/layer.h"
 
 #include "ggml_rp/ops/ops.h"
+#include "models/arch/layer_util.h"
 #include "models/arch/lora.h"
 
 #include <algorithm>
@@ -91,14 +92,8 @@ Tensor * cache_read(Context & ctx, Tensor * cache, Tensor * write, int64_t n, in
     return after(ctx, view(ctx, cache, ne, nb, 0), write);
 }
 
-std::string lname(int il, const char * what) { return "blk." + std::to_string(il) + "." + what; }
-
-// Rows [r0, r0 + n) of every column of a fused projection's output y [R, T, B] (phi3's attn_qkv and gate/up), as a
-// contiguous [n, T, B] (a window of y, whose backward writes the rows' gradient back into y's).
-Tensor * rows_of(Context & ctx, Tensor * y, int64_t r0, int64_t n) {
-    const int64_t ne[4] = {n, y->ne[1], y->ne[2], y->ne[3]};
-    return cont(ctx, view(ctx, y, ne, y->nb, static_cast<size_t>(r0) * y->nb[0]));
-}
+using layer_detail::lname;
+using layer_detail::rows_of;
 
 // gpt-oss's clamped SwiGLU (llama.cpp's LLM_FFN_SWIGLU_OAI_MOE).
 constexpr float kSwigluOaiAlpha = 1.702f, kSwigluOaiLimit = 7.0f;

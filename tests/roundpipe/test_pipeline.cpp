@@ -166,53 +166,38 @@ TEST(Pipeline, SyncEqualsSingleDeviceForMixtureOfExperts) {
         }
 }
 
-// gemma3 (windowed and global layers with their own RoPE, post norms, GeGLU, a scaled tied embedding): LoRA and
-// full give the single-device bits on 1..4 devices.
-TEST(Pipeline, SyncEqualsSingleDeviceForGemma3) {
-    const Models & m = Models::get();
+namespace {
+
+// LoRA and full on 1..4 devices give the single-device bits, with at least 3 stages and the runtime's checks clean.
+void expect_sync_equals_single_device(const rp::Model & model) {
     for (const bool full : {false, true})
         for (int G = 1; G <= 4; ++G) {
             const rp::FinetuneConfig cfg = full ? full_cfg() : lora_cfg();
             Workload w;
             w.M = G + 1;
-            const auto ref = reference(*m.gemma3, cfg, w);
+            const auto ref = reference(model, cfg, w);
             rp::PipelineOptions o;
             o.instrument = true;
-            uniform_times(o, 9);
+            uniform_times(o, static_cast<int>(model.hparams().n_layer) + 2);
             DeviceSetup ds;
             ds.G = G;
             ds.memory = size_t(2) << 20;
-            const RunResult r = pipelined(*m.gemma3, cfg, w, ds, o);
-            const std::string what = std::string(full ? "full" : "lora") + " G=" + std::to_string(G) + " plan " + r.plan.describe();
+            const RunResult r = pipelined(model, cfg, w, ds, o);
+            const std::string what = std::string(model.hparams().arch->name) + (full ? " full" : " lora") + " G=" + std::to_string(G) +
+                                     " plan " + r.plan.describe();
             EXPECT_GE(r.plan.num_stages(), 3) << what;
             EXPECT_EQ(first_difference(r.masters, ref), -1) << what;
             expect_checks_clean(r, what);
         }
 }
 
-// qwen35 (Gated DeltaNet layers, whose backward recomputes the chunks' states, between gated attention layers): LoRA
-// and full give the single-device bits on 1..4 devices, no device using more than its plan carved.
-TEST(Pipeline, SyncEqualsSingleDeviceForQwen35) {
-    const Models & m = Models::get();
-    for (const bool full : {false, true})
-        for (int G = 1; G <= 4; ++G) {
-            const rp::FinetuneConfig cfg = full ? full_cfg() : lora_cfg();
-            Workload w;
-            w.M = G + 1;
-            const auto ref = reference(*m.qwen35, cfg, w);
-            rp::PipelineOptions o;
-            o.instrument = true;
-            uniform_times(o, 8);
-            DeviceSetup ds;
-            ds.G = G;
-            ds.memory = size_t(2) << 20;
-            const RunResult r = pipelined(*m.qwen35, cfg, w, ds, o);
-            const std::string what = std::string(full ? "full" : "lora") + " G=" + std::to_string(G) + " plan " + r.plan.describe();
-            EXPECT_GE(r.plan.num_stages(), 3) << what;
-            EXPECT_EQ(first_difference(r.masters, ref), -1) << what;
-            expect_checks_clean(r, what);
-        }
-}
+} // namespace
+
+// gemma3: windowed and global layers with their own RoPE, post norms, GeGLU, a scaled tied embedding.
+TEST(Pipeline, SyncEqualsSingleDeviceForGemma3) { expect_sync_equals_single_device(*Models::get().gemma3); }
+
+// qwen35: Gated DeltaNet layers (whose backward recomputes the chunks' states) between gated attention layers.
+TEST(Pipeline, SyncEqualsSingleDeviceForQwen35) { expect_sync_equals_single_device(*Models::get().qwen35); }
 
 TEST(Pipeline, BaselineSchedulesGiveTheSameBits) {
     const Models & m = Models::get();
