@@ -223,6 +223,32 @@ TEST(CudaBackendPlan, WorkspaceOfEachNode) {
     EXPECT_EQ(node_workspace_bytes(rp::silu(ctx, x)), 0u);
 }
 
+// Gated DeltaNet's nodes (ops/delta_net.h): the backward's scratch by launch.h's rule, worked out by hand; the node
+// checks accept the builders' layouts and refuse a key head wider than a warp's 8 elements a lane, naming it.
+TEST(CudaBackendPlan, DeltaNetScratchAndChecks) {
+    rp::Context ctx;
+    // Dk = 16, Hk = 1, Dv = 8, Hv = 2, T = 10, B = 1, chunk 4: per block kDeltaWarps (4) x ((4 + 1) 16 + 2 x 4 x 16 + 2 x 4)
+    // = 4 x 216 = 864, plus the head's state gradient 16 x 8 = 128: 992 floats; 2 blocks; dq and dk per value head
+    // 2 x 16 x 2 x 10 = 640 floats. (2 x 992 + 640) x 4 = 10496 bytes.
+    rp::Tensor * q = ctx.new_tensor(rp::DType::F32, 16, 1, 10, 1);
+    rp::Tensor * v = ctx.new_tensor(rp::DType::F32, 8, 2, 10, 1);
+    rp::Tensor * g = ctx.new_tensor(rp::DType::F32, 2, 10);
+    rp::Tensor * o = rp::delta_net(ctx, q, q, v, g, g, 0.25f, nullptr, nullptr, 4);
+    EXPECT_EQ(node_workspace_bytes(o), 0u);
+    const rp::DeltaNetGrads gr = rp::delta_net_back(ctx, o, ctx.new_tensor(rp::DType::F32, 8, 2, 10, 1));
+    EXPECT_EQ(node_workspace_bytes(gr.dq), 10496u);
+    EXPECT_EQ(error_of([&] { check_cuda_node(o); }), "");
+    EXPECT_EQ(error_of([&] { check_cuda_node(gr.dq); }), "");
+    rp::Tensor * x = ctx.new_tensor(rp::DType::F32, 6, 10, 1);
+    rp::Tensor * y = rp::ssm_conv(ctx, x, ctx.new_tensor(rp::DType::F32, 4, 6), nullptr, ctx.new_tensor(rp::DType::I32, 10));
+    EXPECT_EQ(error_of([&] { check_cuda_node(y); }), "");
+    EXPECT_EQ(error_of([&] { check_cuda_node(rp::ssm_conv_back(ctx, y, ctx.new_tensor(rp::DType::F32, 6, 10, 1), 1)); }), "");
+    rp::Tensor * wide = ctx.new_tensor(rp::DType::F32, 257, 1, 10, 1);
+    rp::Tensor * vw = ctx.new_tensor(rp::DType::F32, 8, 1, 10, 1);
+    rp::Tensor * gw = ctx.new_tensor(rp::DType::F32, 1, 10);
+    EXPECT_TRUE(has(error_of([&] { check_cuda_node(rp::delta_net(ctx, wide, wide, vw, gw, gw, 1.0f)); }), "a key head of 257 > 256"));
+}
+
 #if defined(RP_HAVE_CUDA)
 #include "ggml_rp/cuda/node_kernel.cuh"
 
