@@ -7,6 +7,7 @@
 #include "ggml_rp/ops/ops.h"
 #include "models/arch/layer.h"
 #include "models/arch/lora.h"
+#include "models/convert/synth_model.h"
 #include "models/text/tokenizer.h"
 
 #include <gtest/gtest.h>
@@ -19,11 +20,29 @@ using namespace models_test;
 
 namespace {
 
+// A generated qwen35 (Gated DeltaNet layers with their recurrent states, a gated attention layer with its KV cache),
+// written once per process; model files are named relative to the shared models, this one absolutely.
+std::string qwen35_file() {
+    static TempDir dir;
+    static const std::string path = [] {
+        rp::SynthSpec s;
+        s.arch = "qwen35";
+        s.vocab_from = model_path("synthetic/tiny-random-qwen2.gguf");
+        s.n_embd = 64, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 16, s.n_ff = 96, s.n_layer = 4, s.seed = 33;
+        s.ssm_k_heads = 2, s.ssm_v_heads = 4, s.ssm_head_dim = 16, s.full_attn_interval = 2;
+        rp::write_synth_model(s, dir.file("qwen35.gguf"));
+        return dir.file("qwen35.gguf");
+    }();
+    return path;
+}
+std::string resolve(const std::string & p) { return p[0] == '/' ? p : model_path(p); }
+
 // Decoding one token at a time through the cache gives the logits of the one-batch evaluation.
 TEST(Inference, IncrementalDecodingEqualsOneBatch) {
-    for (const char * path : {"stories260K.gguf", "synthetic/tiny-random-qwen2.gguf", "synthetic/tiny-random-qwen3.gguf"}) {
+    for (const std::string & path : {std::string("stories260K.gguf"), std::string("synthetic/tiny-random-qwen2.gguf"),
+                                     std::string("synthetic/tiny-random-qwen3.gguf"), qwen35_file()}) {
         SCOPED_TRACE(path);
-        auto m = rp::Model::load(model_path(path));
+        auto m = rp::Model::load(resolve(path));
         const std::vector<int32_t> & toks = m->hparams().arch->arch == rp::Arch::Llama ? kPrompt1 : kPrompt2;
         const int64_t V = m->hparams().n_vocab, T = static_cast<int64_t>(toks.size());
         const std::vector<float> batch = forward_all(*m, toks);
@@ -36,7 +55,7 @@ TEST(Inference, IncrementalDecodingEqualsOneBatch) {
             for (int64_t v = 0; v < V; ++v) worst = std::max(worst, std::fabs(row[v] - batch[t * V + v]));
         }
         EXPECT_EQ(s.n_past(), T);
-        std::printf("[ %s ] one token at a time vs one batch: max |d| = %.3g\n", path, worst);
+        std::printf("[ %s ] one token at a time vs one batch: max |d| = %.3g\n", path.c_str(), worst);
         EXPECT_EQ(worst, 0.0f);  // the kernels' summation order does not depend on T: bit-identical
 
         // Uneven chunks, all positions returned; then rewinding and re-evaluating the tail.
@@ -57,9 +76,9 @@ TEST(Inference, IncrementalDecodingEqualsOneBatch) {
 // are those of a session that builds every graph anew, through prompts, single tokens, two-token chunks,
 // all-logits calls and rewinds; generation costs no graph building.
 TEST(Inference, ReplayedGraphsGiveTheRebuiltLogits) {
-    for (const char * path : {"stories260K.gguf", "synthetic/tiny-random-qwen3.gguf"}) {
+    for (const std::string & path : {std::string("stories260K.gguf"), std::string("synthetic/tiny-random-qwen3.gguf"), qwen35_file()}) {
         SCOPED_TRACE(path);
-        auto m = rp::Model::load(model_path(path));
+        auto m = rp::Model::load(resolve(path));
         const std::vector<int32_t> & toks = m->hparams().arch->arch == rp::Arch::Llama ? kPrompt1 : kPrompt2;
         const int64_t T = static_cast<int64_t>(toks.size());
         ASSERT_GE(T, 10);
@@ -86,10 +105,11 @@ TEST(Inference, ReplayedGraphsGiveTheRebuiltLogits) {
 // computed once and its cache rows copied; the kernels' summation order depends on neither the token count nor the
 // sequences); replayed graphs equal rebuilt ones bit for bit.
 TEST(Inference, SequencesDecodedTogetherEqualEachAlone) {
-    for (const char * path : {"stories260K.gguf", "derived/stories260K-BF16.gguf", "derived/stories260K-F16.gguf", "derived/stories260K-Q8_0.gguf",
-                              "derived/stories260K-Q4_0.gguf", "synthetic/tiny-random-qwen3.gguf"}) {
+    for (const std::string & path : {std::string("stories260K.gguf"), std::string("derived/stories260K-BF16.gguf"), std::string("derived/stories260K-F16.gguf"),
+                                     std::string("derived/stories260K-Q8_0.gguf"), std::string("derived/stories260K-Q4_0.gguf"),
+                                     std::string("synthetic/tiny-random-qwen3.gguf"), qwen35_file()}) {
         SCOPED_TRACE(path);
-        auto m = rp::Model::load(model_path(path));
+        auto m = rp::Model::load(resolve(path));
         const std::vector<int32_t> & toks = m->hparams().arch->arch == rp::Arch::Llama ? kPrompt1 : kPrompt2;
         const int64_t V = m->hparams().n_vocab, S = 3;
         ASSERT_GE(toks.size(), 12u);
@@ -133,7 +153,7 @@ TEST(Inference, SequencesDecodedTogetherEqualEachAlone) {
         step(1, false);
         step(1, true);
         EXPECT_EQ(together.n_past(), 8);
-        std::printf("[ %s ] 3 sequences decoded together vs alone: max |d| = %.3g (logits up to %.3g)\n", path, worst, range);
+        std::printf("[ %s ] 3 sequences decoded together vs alone: max |d| = %.3g (logits up to %.3g)\n", path.c_str(), worst, range);
         EXPECT_EQ(worst, 0.0f);
         EXPECT_THROW(together.eval({1, 2}), rp::Error);  // 2 tokens among 3 sequences
     }
