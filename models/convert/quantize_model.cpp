@@ -25,6 +25,7 @@ std::vector<QuantChoice> plan_quant_mix(const gguf::Reader & file, const QuantMi
     m.n_layer = hp.n_layer;
     m.n_head = hp.n_head;
     m.n_head_kv = hp.n_head_kv;
+    m.n_expert = hp.n_expert;  // (the rules of llama.cpp's 8-expert models, and the layer of an expert tensor by its name)
     std::vector<QuantTensor> ts;
     for (const gguf::TensorInfo & t : file.tensors()) ts.push_back({t.name, static_cast<int>(t.n_dims), t.ne[0], t.type});
     return plan_quant_mix(mix, m, ts, pure);

@@ -238,6 +238,28 @@ TEST(QuantizeParity, EveryMixEqualsLlamaCppOnPhi3AndLlama3RopeFactors) {
     expect_every_mix_equal(llama3, "llama3", dir);
 }
 
+// qwen35 and qwen35moe (#33): the DeltaNet layers' attn_qkv (llama.cpp's attn_v rules apply to it, as to phi3's),
+// attn_gate, ssm_beta / ssm_alpha (rows of 256), ssm_out; ssm_conv1d, ssm_dt, ssm_a and the norms stay f32; the
+// attention layers' doubled attn_q; the routed and shared experts and the shared expert's gate vector. Two ffn_down
+// tensors a layer (the experts' and the shared expert's) take the layer of their name, not a count (q4_k_m gave
+// blk.1's Q6_K before the mix knew the model's experts); and a qwen3moe of 8 experts, llama.cpp's Mixtral rules.
+TEST(QuantizeParity, EveryMixEqualsLlamaCppOnQwen35AndQwen35Moe) {
+    RP_REQUIRE_ORACLE();
+    rp_test::TempDir dir;
+    rp::SynthSpec s;
+    s.arch = "qwen35";
+    s.vocab_from = stories();
+    s.n_layer = 4, s.n_embd = 256, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 64, s.n_rot = 16, s.n_ff = 256;
+    s.ssm_k_heads = 2, s.ssm_v_heads = 4, s.ssm_head_dim = 64;
+    expect_every_mix_equal(s, "qwen35", dir);
+    s.arch = "qwen35moe";
+    s.n_expert = 4, s.n_expert_used = 2, s.n_ff_exp = 256;
+    expect_every_mix_equal(s, "qwen35moe", dir);
+    s.arch = "qwen3moe";
+    s.n_expert = 8, s.n_rot = 0;
+    expect_every_mix_equal(s, "qwen3moe-8", dir);
+}
+
 // llama.cpp's 70B rule (80 layers, GQA): attn_v gets Q5_K where the mix says Q3_K or Q4_K.
 TEST(QuantizeParity, The70BRuleMatchesLlamaCpp) {
     RP_REQUIRE_ORACLE();
