@@ -60,6 +60,7 @@ void declare_synth_options(Options & p, SynthSettings & s) {
     p.integer("--ssm-v-heads", s.spec.ssm_v_heads, 1, 1 << 16, "qwen35: their value heads (a multiple of the key heads)", "N");
     p.integer("--ssm-head-dim", s.spec.ssm_head_dim, 1, 1 << 16, "qwen35: the width of a key and of a value head", "N");
     p.integer("--ssm-conv", s.spec.ssm_d_conv, 2, 64, "qwen35: the short convolution's kernel (4)", "K");
+    p.integer("--mtp-layers", s.spec.mtp_layers, 0, 16, "qwen35, qwen35moe: multi-token prediction blocks after the decoder (kept, not run)", "N");
     p.integer("--full-attn-interval", s.spec.full_attn_interval, 1, 1 << 16,
               "qwen35: every N-th layer is full attention, the others Gated DeltaNet (4)", "N");
     p.number("--attn-temp", s.spec.attn_temp_scale, 0.0f, 1e3f,

@@ -243,13 +243,21 @@ HParams load_hparams(const gguf::Reader & f) {
             hp.ssm_dt_rank % hp.ssm_n_group != 0)
             fail(f, key("ssm.*") + ": conv_kernel must be >= 2, state_size, group_count and time_step_rank > 0, inner_size a multiple of "
                     "time_step_rank (the value heads) and time_step_rank a multiple of group_count (the key heads)");
+        // Multi-token prediction (Qwen3.5's MTP): nextn_predict_layers more blocks after the decoder, which generation
+        // and training here do not run (llama.cpp's main pass does not either); block_count counts them.
+        hp.n_layer_nextn = f.get_u32_or(key("nextn_predict_layers"), 0);
+        if (hp.n_layer_nextn >= hp.n_layer)
+            fail(f, key("nextn_predict_layers") + " (" + std::to_string(hp.n_layer_nextn) + ") must be below block_count (" +
+                        std::to_string(hp.n_layer) + ")");
+        const uint32_t n_all = hp.n_layer;
+        hp.n_layer -= hp.n_layer_nextn;
         hp.recurrent.assign(hp.n_layer, 0);
-        if (const gguf::KV * kv = f.find(key("attention.recurrent_layers"))) {  // one bool (or integer) per layer
+        if (const gguf::KV * kv = f.find(key("attention.recurrent_layers"))) {  // one bool (or integer) per block
             std::vector<int64_t> r;
             if (kv->type == gguf::ValueType::ARRAY && kv->arr_type == gguf::ValueType::BOOL) r.assign(kv->data.begin(), kv->data.end());
             else r = f.get_int_array(key("attention.recurrent_layers"));
-            if (r.size() != hp.n_layer)
-                fail(f, key("attention.recurrent_layers") + " has " + std::to_string(r.size()) + " entries, expected " + std::to_string(hp.n_layer));
+            if (r.size() != n_all)
+                fail(f, key("attention.recurrent_layers") + " has " + std::to_string(r.size()) + " entries, expected " + std::to_string(n_all));
             for (uint32_t il = 0; il < hp.n_layer; ++il) hp.recurrent[il] = r[il] != 0;
         } else {
             const uint32_t interval = f.get_u32_or(key("full_attention_interval"), 4);

@@ -134,6 +134,9 @@ struct HParams {
     // are DeltaNet layers (attention.recurrent_layers, else every layer but each full_attention_interval-th).
     uint32_t ssm_d_conv = 0, ssm_d_state = 0, ssm_n_group = 0, ssm_dt_rank = 0, ssm_d_inner = 0;
     std::vector<uint8_t> recurrent;
+    // Multi-token prediction blocks after the decoder (nextn_predict_layers): in the file, not run. n_layer counts the
+    // decoder's layers only (block_count - n_layer_nextn).
+    uint32_t n_layer_nextn = 0;
     bool is_recurrent(uint32_t il) const { return il < recurrent.size() && recurrent[il] != 0; }
     uint32_t ssm_head_v() const { return ssm_dt_rank ? ssm_d_inner / ssm_dt_rank : 0; }
     // The convolution's channels: q and k (ssm_d_state x ssm_n_group each) and v (ssm_d_inner).

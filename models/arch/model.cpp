@@ -53,6 +53,17 @@ public:
 
     bool has(const std::string & name) const { return f_.find_tensor(name) != nullptr; }
 
+    // A tensor the graphs never read, in whatever type and shape the file has it.
+    Tensor * take_as_is(const std::string & name) {
+        const gguf::TensorInfo * info = f_.find_tensor(name);
+        Tensor * t = ctx_.new_tensor(info->type, info->ne);
+        t->data = const_cast<uint8_t *>(f_.tensor_data(*info));
+        t->name = name;
+        used_.insert(name);
+        out_.push_back(t);
+        return t;
+    }
+
     // Every tensor of the file must have been taken: an unused one means a graph variant we do not implement.
     void check_all_used(const HParams & hp) const {
         for (const gguf::TensorInfo & t : f_.tensors()) {
@@ -171,6 +182,13 @@ std::unique_ptr<Model> Model::load(const std::string & path) {
             L.ffn_down = ld.take(p + "ffn_down.weight", {F, E}, Role::Matrix);
         }
         if (at.post_norms) L.ffn_post_norm = ld.take(p + "post_ffw_norm.weight", {E}, Role::Vector);
+    }
+    // Multi-token prediction blocks (qwen35's nextn_predict_layers): kept as the file holds them (merges and conversions
+    // write them back) but never built into a graph.
+    for (uint32_t il = hp.n_layer; il < hp.n_layer + hp.n_layer_nextn; ++il) {
+        const std::string p = "blk." + std::to_string(il) + ".";
+        for (const gguf::TensorInfo & t : m->file_->tensors())
+            if (t.name.rfind(p, 0) == 0) m->mtp.push_back(ld.take_as_is(t.name));
     }
     ld.check_all_used(hp);
 

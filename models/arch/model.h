@@ -122,6 +122,8 @@ public:
 
     // phi3's LongRoPE factors for a context beyond rope_n_ctx_orig (layers[].rope_freqs holds the short ones).
     Tensor * rope_factors_long = nullptr;
+    // qwen35's multi-token prediction blocks (blk.N.* from N = n_layer on): in weights(), never in a graph.
+    std::vector<Tensor *> mtp;
     // Whether t is a constant of the architecture rather than a weight: the RoPE factors, either set.
     bool is_constant(const Tensor * t) const {
         return t && ((!layers.empty() && layers[0].is_constant(t)) || t == rope_factors_long);

@@ -22,7 +22,7 @@ std::vector<QuantChoice> plan_quant_mix(const gguf::Reader & file, const QuantMi
     const HParams hp = load_hparams(file);
     QuantMixModel m;
     m.arch = hp.arch->name;
-    m.n_layer = hp.n_layer;
+    m.n_layer = hp.n_layer + hp.n_layer_nextn;  // llama-quantize's layer rules count the file's blocks, MTP ones too
     m.n_head = hp.n_head;
     m.n_head_kv = hp.n_head_kv;
     m.n_expert = hp.n_expert;  // (the rules of llama.cpp's 8-expert models, and the layer of an expert tensor by its name)

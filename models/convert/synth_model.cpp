@@ -191,7 +191,9 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
     w.set_string("general.name", phi3 ? std::string("synthetic-phi") : "synthetic-" + s.arch);
     w.set_u32(p + "context_length", s.n_ctx_train);
     w.set_u32(p + "embedding_length", s.n_embd);
-    w.set_u32(p + "block_count", s.n_layer);
+    if (s.mtp_layers > 0 && !qwen35) throw Error("synthetic model: multi-token prediction blocks need arch qwen35 or qwen35moe");
+    w.set_u32(p + "block_count", s.n_layer + s.mtp_layers);
+    if (s.mtp_layers > 0) w.set_u32(p + "nextn_predict_layers", s.mtp_layers);
     w.set_u32(p + "feed_forward_length", s.n_ff);
     w.set_u32(p + "attention.head_count", s.n_head);
     w.set_u32(p + "attention.head_count_kv", s.n_head_kv);
@@ -275,10 +277,15 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
         add_values(w, "rope_factors_long.weight", lng, s.weights);
         add_values(w, "rope_factors_short.weight", shrt, s.weights);
     }
-    for (uint32_t l = 0; l < s.n_layer; ++l) {
+    for (uint32_t l = 0; l < s.n_layer + s.mtp_layers; ++l) {
         const std::string b = "blk." + std::to_string(l) + ".";
         add(w, b + "attn_norm.weight", f32, s.n_embd, 1, {1.0f, 0.2f}, ++seed, s.weights);
-        if (qwen35 && (l + 1) % s.full_attn_interval != 0) {
+        if (l >= s.n_layer) {  // an MTP block: a full attention block and its own projection of [embedding | hidden]
+            add(w, b + "nextn.eh_proj.weight", wt, 2 * s.n_embd, s.n_embd, {0.0f, fan(1.0, 2 * s.n_embd)}, ++seed, s.weights);
+            add(w, b + "nextn.enorm.weight", f32, s.n_embd, 1, {1.0f, 0.2f}, ++seed, s.weights);
+            add(w, b + "nextn.hnorm.weight", f32, s.n_embd, 1, {1.0f, 0.2f}, ++seed, s.weights);
+        }
+        if (qwen35 && l < s.n_layer && (l + 1) % s.full_attn_interval != 0) {
             // A Gated DeltaNet layer: the convolution's q, k, v channels, the output gate z, beta's and the decay's
             // projections, the decay's bias and A = -exp(A_log) in [-1.5, -0.1] (a state that remembers over tens
             // of tokens), the conv kernel, the gated norm and the output.

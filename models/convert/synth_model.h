@@ -52,6 +52,9 @@ struct SynthSpec {
     // (a multiple of them), each head's key and value width (llama.cpp runs equal ones), and the conv kernel. The
     // full attention layers' rotary dimensions are n_rot (M-RoPE sections written over them).
     uint32_t ssm_k_heads = 2, ssm_v_heads = 4, ssm_head_dim = 16, ssm_d_conv = 4, full_attn_interval = 4;
+    // qwen35, qwen35moe: multi-token prediction blocks after the decoder (nextn_predict_layers; Qwen3.5's checkpoints
+    // carry one): block_count counts them, nothing here runs them.
+    uint32_t mtp_layers = 0;
     bool tied = false;            // no output.weight: the head reuses token_embd
     gguf::TensorType wtype = gguf::TensorType::F32;  // the 2-D weights; norms and biases stay F32
     std::optional<gguf::TensorType> expert_wtype;    // the experts' stacks (unset: wtype; the gpt-oss presets:

@@ -52,6 +52,7 @@ std::vector<std::string> expand_lora_targets(const Model & model, const std::vec
         }
         size_t hits = 0;
         for (const Tensor * w : model.weights()) {
+            if (std::find(model.mtp.begin(), model.mtp.end(), w) != model.mtp.end()) continue;  // never run: nothing to adapt
             const std::string & n = w->name;
             const std::string suffix = "." + t + ".weight";
             const bool layer_hit = n.rfind("blk.", 0) == 0 && n.size() > suffix.size() &&

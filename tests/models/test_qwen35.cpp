@@ -10,6 +10,7 @@
 
 #include "models/arch/hparams.h"
 #include "models/arch/inference.h"
+#include "models/train/trainer.h"
 #include "models/text/tokenizer.h"
 #include "tests/oracle/oracle_run.h"
 
@@ -349,4 +350,29 @@ TEST(Qwen35Moe, LoadsItsExpertsAndSharedExpert) {
             ASSERT_NE(t, nullptr);
     const std::string m = d.file("m.gguf"), bad = d.file("bad.gguf");
     expect_load_fails(m, bad, without_tensor("blk.2.ffn_gate_inp_shexp.weight"), "blk.2.ffn_gate_inp_shexp.weight");
+}
+
+// Multi-token prediction blocks (Qwen3.5's checkpoints carry one): counted by block_count, named by
+// nextn_predict_layers, kept in the model's weights as the file holds them, never run: the logits are llama.cpp's
+// main pass, and the LoRA defaults do not reach them.
+TEST(Qwen35, MtpBlocksAreKeptNotRun) {
+    RP_REQUIRE_ORACLE();
+    TempDir d;
+    for (const char * arch : {"qwen35", "qwen35moe"}) {
+        rp::SynthSpec s = qwen35(64, 4, 2, 16, 16, 4, 2, 4, 16, 51);
+        s.arch = arch, s.mtp_layers = 1;
+        if (std::string(arch) == "qwen35moe") s.n_expert = 4, s.n_expert_used = 2, s.n_ff_exp = 32;
+        const std::string file = d.file(std::string(arch) + ".gguf");
+        rp::write_synth_model(s, file);
+        const auto model = rp::Model::load(file);
+        EXPECT_EQ(model->hparams().n_layer, 4u) << arch;
+        EXPECT_EQ(model->hparams().n_layer_nextn, 1u) << arch;
+        EXPECT_EQ(model->layers.size(), 4u) << arch;
+        ASSERT_FALSE(model->mtp.empty()) << arch;
+        for (const rp::Tensor * t : model->mtp) EXPECT_EQ(t->name.rfind("blk.4.", 0), 0u) << t->name;
+        EXPECT_NE(model->find("blk.4.nextn.eh_proj.weight"), nullptr) << arch;
+        for (const std::string & n : rp::expand_lora_targets(*model, rp::default_lora_targets()))
+            EXPECT_NE(n.rfind("blk.4.", 0), 0u) << arch << ": " << n;
+        EXPECT_LE(models_test::compare_logits("qwen35", file, some_tokens(37, 3), std::string(arch) + " with an MTP block"), 1e-4);
+    }
 }

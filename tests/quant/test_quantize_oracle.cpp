@@ -252,6 +252,9 @@ TEST(QuantizeParity, EveryMixEqualsLlamaCppOnQwen35AndQwen35Moe) {
     s.n_layer = 4, s.n_embd = 256, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 64, s.n_rot = 16, s.n_ff = 256;
     s.ssm_k_heads = 2, s.ssm_v_heads = 4, s.ssm_head_dim = 64;
     expect_every_mix_equal(s, "qwen35", dir);
+    s.mtp_layers = 1;  // an MTP block after the 4 layers: llama-quantize's layer rules count all 5 blocks
+    expect_every_mix_equal(s, "qwen35-mtp", dir);
+    s.mtp_layers = 0;
     s.arch = "qwen35moe";
     s.n_expert = 4, s.n_expert_used = 2, s.n_ff_exp = 256;
     expect_every_mix_equal(s, "qwen35moe", dir);

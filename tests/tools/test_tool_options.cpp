@@ -408,7 +408,7 @@ TEST(ToolOptions, GgufCommandsTraceAndBenchFamiliesHelpListTheirFlags) {
         {"rp-gguf convert", {"--help", "--type", "--pure", "--threads"}},
         {"rp-gguf diff", {"--help"}},
         {"rp-gguf synth", {"--help", "--shape", "--vocab", "--n-vocab", "--weights", "--arch", "--experts", "--experts-used", "--expert-ff", "--window", "--rope-linear", "--yarn", "--yarn-ctx", "--llama3-rope",
-                           "--llama3-rope-ctx", "--long-rope", "--ssm-k-heads", "--ssm-v-heads", "--ssm-head-dim", "--ssm-conv", "--full-attn-interval",
+                           "--llama3-rope-ctx", "--long-rope", "--ssm-k-heads", "--ssm-v-heads", "--ssm-head-dim", "--ssm-conv", "--mtp-layers", "--full-attn-interval",
                            "--attn-temp", "--attn-softcap", "--final-softcap",
                            "--n-embd", "--n-head", "--n-head-kv", "--head-dim", "--n-ff", "--n-rot", "--n-layer", "--n-ctx", "--rope-base", "--tied",
                            "--type", "--seed"}},
