@@ -20,7 +20,8 @@
 // recomputes the states within a chunk from these checkpoints, so training keeps O(T / chunk) states per
 // layer, not O(T).
 //
-// Kernels: rp::cpu (cpu/delta_net.cpp). No CUDA kernel yet: the CUDA backend refuses both ops by name.
+// Kernels: cpu/delta_net.cpp (the reference) and cuda/delta_net.cu (one warp per state column; not yet run on a GPU:
+// tests/cuda checks it against the CPU where one is present).
 #pragma once
 
 #include "ggml_rp/core/context.h"

@@ -61,11 +61,12 @@ Tensor * build_linear(Context & ctx, Tensor * W, Tensor * x, const LoraSet * lor
 // adapters on *_exps tensors).
 Tensor * build_linear_id(Context & ctx, Tensor * W, Tensor * x, Tensor * ids, const LoraSet * lora);
 
+struct LayerState;
+
 // Inference only: the layer's K/V cache (f32 [head_dim, n_head_kv, n_ctx, n_seq] each). The layer's B <= n_seq
 // sequences are the cache's first B, all at the same position: each writes its new keys and values at positions
 // [n_past, n_past + T) and attends over its own [0, n_past + T) (the sequences' keys are read in place, a cache
 // length apart).
-struct LayerState;
 struct LayerKv {
     Tensor * k;
     Tensor * v;
