@@ -111,6 +111,15 @@ SynthSpec synth_preset(const std::string & name) {
         s.arch = "qwen35moe", s.n_head_kv = 2, s.head_dim = 256, s.n_rot = 64, s.n_ctx_train = 262144, s.rope_base = 1e7f;
         s.n_expert = 512, s.n_expert_used = 10, s.n_ff_exp = 512;
         s.ssm_k_heads = 16, s.ssm_v_heads = 32, s.ssm_head_dim = 128, s.ssm_d_conv = 4, s.full_attn_interval = 4;
+    } else if (name == "qwen3.5-35b-a3b") {
+        // Qwen3.5-35B-A3B (its public training recipe's model arguments): 40 layers of 2048, every fourth gated full
+        // attention (16 heads over 2, head_dim 256, 64 dimensions rotated, RoPE base 1e7), the others Gated DeltaNet
+        // (16 key heads, 32 value heads, 128 wide, conv 4); 256 experts, 8 per token, 512 wide, and a 512-wide shared
+        // expert; the 248,320-token vocabulary, untied. (Its checkpoint's MTP block is not part of the shape.)
+        qwen3(2048, 40, 16, 512, false);
+        s.arch = "qwen35moe", s.n_head_kv = 2, s.head_dim = 256, s.n_rot = 64, s.n_ctx_train = 262144, s.rope_base = 1e7f;
+        s.n_vocab = 248320, s.n_expert = 256, s.n_expert_used = 8, s.n_ff_exp = 512;
+        s.ssm_k_heads = 16, s.ssm_v_heads = 32, s.ssm_head_dim = 128, s.ssm_d_conv = 4, s.full_attn_interval = 4;
     } else if (name == "llama3.1-8b") {
         s.n_embd = 4096, s.n_layer = 32, s.n_head = 32, s.n_head_kv = 8, s.head_dim = 128, s.n_ff = 14336;
         s.n_ctx_train = 131072, s.rope_base = 500000.0f, s.n_vocab = 128256, s.llama3_rope = 8.0f;
@@ -135,7 +144,7 @@ SynthSpec synth_preset(const std::string & name) {
         s.n_vocab = 32000;
     } else {
         throw Error("unknown model shape '" + name +
-                    "' (qwen3-0.6b, qwen3-1.7b, qwen3-32b, llama3.1-8b, qwen3-30b-a3b, qwen3-235b-a22b, qwen3-next-80b-a3b, gpt-oss-20b, gpt-oss-120b, "
+                    "' (qwen3-0.6b, qwen3-1.7b, qwen3-32b, llama3.1-8b, qwen3-30b-a3b, qwen3-235b-a22b, qwen3-next-80b-a3b, qwen3.5-35b-a3b, gpt-oss-20b, gpt-oss-120b, "
                     "gemma-2-2b, gemma-2-9b, gemma-2-27b, gemma-3-1b, gemma-3-4b, gemma-3-12b, gemma-3-27b, ministral-3-3b, ministral-3-8b, ministral-3-14b, llama3.2-1b, "
                     "llama3.2-3b, phi-3.5-mini, phi-4-mini, phi-4, llama-98m, llama-20m)");
     }

@@ -65,7 +65,8 @@ struct SynthSpec {
 
 // The real shapes of models people finetune (hidden size, layers, heads, head_dim, n_ff, vocabulary, tied
 // head, rope base, context): qwen3-0.6b, qwen3-1.7b, qwen3-32b, llama3.1-8b, the mixtures of experts
-// qwen3-30b-a3b and qwen3-235b-a22b, the hybrid qwen3-next-80b-a3b (Gated DeltaNet and gated attention, qwen35moe's layout),
+// qwen3-30b-a3b and qwen3-235b-a22b, the hybrids qwen3-next-80b-a3b (Gated DeltaNet and gated attention, qwen35moe's layout)
+// and qwen3.5-35b-a3b,
 // gpt-oss-20b and gpt-oss-120b (their sliding window and YaRN), gemma-3-1b,
 // gemma-3-4b, gemma-3-12b and gemma-3-27b, ministral-3-3b, ministral-3-8b and ministral-3-14b (YaRN 16 x
 // 16384, attention temperature 0.1), gemma-2-2b, gemma-2-9b and gemma-2-27b (a 4096-token window on every other layer,
