@@ -26,10 +26,20 @@ using namespace rp_pipe_test;
 namespace {
 
 struct SharedModels {
-    std::unique_ptr<rp::Model> llama, qwen3;
+    rp_test::TempDir dir;
+    std::unique_ptr<rp::Model> llama, qwen3, qwen35;
     SharedModels() {
         llama = rp::Model::load(rp_test::models_dir() + "/stories260K.gguf");
         qwen3 = rp::Model::load(rp_test::models_dir() + "/synthetic/tiny-random-qwen3.gguf");
+        // qwen35: Gated DeltaNet layers (cuda/delta_net.cu: the convolution and the delta rule, forward and backward)
+        // around a gated attention layer; LoRA's defaults adapt the DeltaNet's projections too.
+        rp::SynthSpec h;
+        h.arch = "qwen35";
+        h.vocab_from = rp_test::models_dir() + "/synthetic/tiny-random-qwen2.gguf";
+        h.n_embd = 64, h.n_head = 4, h.n_head_kv = 2, h.head_dim = 16, h.n_rot = 8, h.n_ff = 96, h.n_layer = 3;
+        h.ssm_k_heads = 2, h.ssm_v_heads = 4, h.ssm_head_dim = 32, h.full_attn_interval = 3, h.seed = 37;
+        rp::write_synth_model(h, dir.file("qwen35.gguf"));
+        qwen35 = rp::Model::load(dir.file("qwen35.gguf"));
     }
     static SharedModels & get() {
         static SharedModels m;
@@ -190,7 +200,7 @@ TEST(CudaPipeline, HandMadePlansGiveTheSameBits) {
 // gradient and every update within grad_tol (relative L2).
 void expect_close_to_cpu(rp::DType attention, double loss_tol, double grad_tol) {
     const SharedModels & m = SharedModels::get();
-    for (const rp::Model * model : {m.llama.get(), m.qwen3.get()}) {
+    for (const rp::Model * model : {m.llama.get(), m.qwen3.get(), m.qwen35.get()}) {
         Workload w;
         w.M = 3;
         const float lr = 1e-2f;
