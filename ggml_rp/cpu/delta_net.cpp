@@ -6,6 +6,7 @@
 // bits), then walks the chunk backwards. Every sum has a fixed order; the threads split (sequence, head) pairs.
 #include "ggml_rp/cpu/kernel_registry.h"
 #include "ggml_rp/cpu/strided.h"
+#include "ggml_rp/ops/delta_net_math.h"
 
 #include <algorithm>
 #include <cmath>
@@ -18,27 +19,13 @@ namespace {
 
 // ---- ssm_conv ----
 
-struct ConvShape {
-    int64_t C, T, B, K;
-};
-
-ConvShape conv_shape(const Tensor * n) {
+ConvDims conv_shape(const Tensor * n) {
     const Tensor * x = n->src[0];
     return {x->ne[0], x->ne[1], x->ne[2], n->src[1]->ne[0]};
 }
 
-// x at time tau (may be negative: the prefix) of channel c, sequence b, as seen by a token whose example starts
-// at `start` (0 when unpacked).
-inline float conv_input(const float * x, const float * prefix, const ConvShape & s, int64_t c, int64_t tau, int64_t b, int64_t start) {
-    if (tau >= 0) return tau >= start ? x[c + s.C * (tau + s.T * b)] : 0.0f;
-    if (!prefix) return 0.0f;
-    return prefix[c + s.C * (tau + (s.K - 1) + (s.K - 1) * b)];
-}
-
-inline int64_t seg_of(const int32_t * seg, int64_t t, int64_t T, int64_t b) { return seg ? seg[t + T * b] : 0; }
-
 void ssm_conv(Tensor * n) {
-    const ConvShape s = conv_shape(n);
+    const ConvDims s = conv_shape(n);
     const float * x = n->src[0]->data_as<float>();
     const float * w = n->src[1]->data_as<float>();
     const float * prefix = n->src[2] ? n->src[2]->data_as<float>() : nullptr;
@@ -46,7 +33,7 @@ void ssm_conv(Tensor * n) {
     float * y = n->data_as<float>();
 #pragma omp parallel for schedule(static) if (n->nelements() >= min_parallel_elements())
     for (int64_t r = 0; r < s.T * s.B; ++r) {
-        const int64_t t = r % s.T, b = r / s.T, start = seg_of(seg, t, s.T, b);
+        const int64_t t = r % s.T, b = r / s.T, start = example_start(seg, t, s.T, b);
         for (int64_t c = 0; c < s.C; ++c) {
             float acc = 0.0f;
             for (int64_t j = 0; j < s.K; ++j) acc += w[j + s.K * c] * conv_input(x, prefix, s, c, t + j - (s.K - 1), b, start);
@@ -62,7 +49,7 @@ void ssm_conv(Tensor * n) {
 }
 
 void ssm_conv_back(Tensor * n) {
-    const ConvShape s = conv_shape(n);
+    const ConvDims s = conv_shape(n);
     const float * x = n->src[0]->data_as<float>();
     const float * w = n->src[1]->data_as<float>();
     const float * dy = n->src[2]->data_as<float>();
@@ -78,7 +65,7 @@ void ssm_conv_back(Tensor * n) {
                 float acc = 0.0f;
                 for (int64_t j = 0; j < s.K; ++j) {
                     const int64_t t = tau + (s.K - 1) - j;
-                    if (t >= s.T || tau < seg_of(seg, t, s.T, b)) continue;
+                    if (t >= s.T || tau < example_start(seg, t, s.T, b)) continue;
                     acc += w[j + s.K * c] * dy[c + s.C * (t + s.T * b)];
                 }
                 out[c + s.C * r] = acc;
@@ -93,7 +80,7 @@ void ssm_conv_back(Tensor * n) {
             float acc = 0.0f;
             for (int64_t b = 0; b < s.B; ++b)
                 for (int64_t t = 0; t < s.T; ++t)
-                    acc += dy[c + s.C * (t + s.T * b)] * conv_input(x, prefix, s, c, t + j - (s.K - 1), b, seg_of(seg, t, s.T, b));
+                    acc += dy[c + s.C * (t + s.T * b)] * conv_input(x, prefix, s, c, t + j - (s.K - 1), b, example_start(seg, t, s.T, b));
             out[j + s.K * c] = acc;
         }
 }
@@ -140,7 +127,6 @@ inline float dot(const float * a, const float * b, int64_t n) {
     return u;
 }
 
-inline bool resets(const int32_t * seg, int64_t t, int64_t T, int64_t b) { return seg && t > 0 && seg[t + T * b] == t; }
 
 // Columns a kernel advances token by token side by side: their steps are independent, so the core overlaps one
 // column's dot-product chain with the next's (one column alone waits on its chain), and each token's k and q are read
@@ -177,7 +163,7 @@ void delta_net(Tensor * n) {
                 const float * kt = k + s.qk(hk, t, b);
                 const float * qt = q + s.qk(hk, t, b);
                 const float a = decay[static_cast<size_t>(t)], bt = beta[s.gb(h, t, b)];
-                const bool reset = resets(seg, t, s.T, b);
+                const bool reset = state_restarts(seg, t, s.T, b);
                 for (int64_t jj = 0; jj < nj; ++jj) {
                     float * c = cols.data() + Dk * static_cast<size_t>(jj);
                     const int64_t j = j0 + jj;
@@ -246,7 +232,7 @@ void delta_net_back(Tensor * n) {
                     for (int64_t t = t0; t < t1; ++t) {
                         const float * kt = k + s.qk(hk, t, b);
                         const float a = decay[static_cast<size_t>(t)], bt = beta[s.gb(h, t, b)];
-                        const bool reset = resets(seg, t, s.T, b);
+                        const bool reset = state_restarts(seg, t, s.T, b);
                         for (int64_t jj = 0; jj < nj; ++jj) {
                             float * next = hist.data() + hist_len * static_cast<size_t>(jj) + Dk * static_cast<size_t>(t - t0 + 1);
                             if (reset) std::fill(next, next + Dk, 0.0f);
@@ -261,7 +247,7 @@ void delta_net_back(Tensor * n) {
                         const float * kt = k + s.qk(hk, t, b);
                         const float * qt = q + s.qk(hk, t, b);
                         const float * snew = hist.data() + hist_len * static_cast<size_t>(jj) + Dk * static_cast<size_t>(t - t0 + 1);
-                        const float * sprev = resets(seg, t, s.T, b) ? zero.data() : snew - Dk;
+                        const float * sprev = state_restarts(seg, t, s.T, b) ? zero.data() : snew - Dk;
                         const float a = decay[static_cast<size_t>(t)], bt = beta[s.gb(h, t, b)], vt = v[s.vo(j, h, t, b)];
                         for (size_t i = 0; i < Dk; ++i) stilde[i] = sprev[i] * a;
                         const float u = dot(stilde.data(), kt, s.Dk);
@@ -287,7 +273,7 @@ void delta_net_back(Tensor * n) {
                             dkt[i] += du * stilde[i];
                         }
                         da[static_cast<size_t>(t - t0)] += dot(dsv.data(), sprev, s.Dk);
-                        if (resets(seg, t, s.T, b)) std::fill(dsj, dsj + Dk, 0.0f);
+                        if (state_restarts(seg, t, s.T, b)) std::fill(dsj, dsj + Dk, 0.0f);
                         else
                             for (size_t i = 0; i < Dk; ++i) dsj[i] = a * dsv[i];
                     }

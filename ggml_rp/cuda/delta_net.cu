@@ -15,19 +15,11 @@ namespace {
 
 // ---- ssm_conv ----
 
-__device__ inline float conv_input(const float * x, const float * prefix, const ConvDims & d, int64_t c, int64_t tau, int64_t b, int64_t start) {
-    if (tau >= 0) return tau >= start ? x[c + d.C * (tau + d.T * b)] : 0.0f;
-    if (!prefix) return 0.0f;
-    return prefix[c + d.C * (tau + (d.K - 1) + (d.K - 1) * b)];
-}
-
-__device__ inline int64_t seg_of(const int32_t * seg, int64_t t, int64_t T, int64_t b) { return seg ? seg[t + T * b] : 0; }
-
 __global__ void __launch_bounds__(kElemThreads) ssm_conv_kernel(const float * x, const float * w, const float * prefix, const int32_t * seg,
                                                                float * y, ConvDims d) {
     const int64_t n = d.C * d.T * d.B, stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
     for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += stride) {
-        const int64_t c = e % d.C, t = (e / d.C) % d.T, b = e / (d.C * d.T), start = seg_of(seg, t, d.T, b);
+        const int64_t c = e % d.C, t = (e / d.C) % d.T, b = e / (d.C * d.T), start = example_start(seg, t, d.T, b);
         float acc = 0.0f;
         for (int64_t j = 0; j < d.K; ++j) acc += w[j + d.K * c] * conv_input(x, prefix, d, c, t + j - (d.K - 1), b, start);
         y[e] = acc;
@@ -49,7 +41,7 @@ __global__ void __launch_bounds__(kElemThreads) ssm_conv_dx_kernel(const float *
         float acc = 0.0f;
         for (int64_t j = 0; j < d.K; ++j) {
             const int64_t t = tau + (d.K - 1) - j;
-            if (t >= d.T || tau < seg_of(seg, t, d.T, b)) continue;
+            if (t >= d.T || tau < example_start(seg, t, d.T, b)) continue;
             acc += w[j + d.K * c] * dy[c + d.C * (t + d.T * b)];
         }
         dx[e] = acc;
@@ -64,7 +56,7 @@ __global__ void __launch_bounds__(kElemThreads) ssm_conv_dw_kernel(const float *
         float acc = 0.0f;
         for (int64_t b = 0; b < d.B; ++b)
             for (int64_t t = 0; t < d.T; ++t)
-                acc += dy[c + d.C * (t + d.T * b)] * conv_input(x, prefix, d, c, t + j - (d.K - 1), b, seg_of(seg, t, d.T, b));
+                acc += dy[c + d.C * (t + d.T * b)] * conv_input(x, prefix, d, c, t + j - (d.K - 1), b, example_start(seg, t, d.T, b));
         dw[e] = acc;
     }
 }
@@ -83,7 +75,6 @@ struct Idx {
     __device__ int64_t state_floats() const { return d.Dk * d.Dv * d.Hv * d.B; }
 };
 
-__device__ inline bool resets(const int32_t * seg, int64_t t, int64_t T, int64_t b) { return seg && t > 0 && seg[t + T * b] == t; }
 
 // The warp's dot of its lanes' elements (element i = lane + 32 m) with a vector in memory.
 __device__ inline float warp_dot(const float (&s)[kM], const float * x, int64_t Dk, int lane) {
@@ -140,7 +131,7 @@ __global__ void __launch_bounds__(128) delta_net_fwd_kernel(const float * q, con
     load_col(s, state0 ? state0 + ix.col(j, h, b) : nullptr, d.Dk, lane);
     for (int64_t t = 0; t < d.T; ++t) {
         if (t % d.chunk == 0) store_col(s, states + ix.state_floats() * (t / d.chunk) + ix.col(j, h, b), d.Dk, lane);
-        if (resets(seg, t, d.T, b)) load_col(s, nullptr, d.Dk, lane);
+        if (state_restarts(seg, t, d.T, b)) load_col(s, nullptr, d.Dk, lane);
         column_step(s, k + ix.qk(hk, t, b), expf(g[ix.gb(h, t, b)]), beta[ix.gb(h, t, b)], v[ix.vo(j, h, t, b)], d.Dk, lane);
         const float out = warp_dot(s, q + ix.qk(hk, t, b), d.Dk, lane);
         if (lane == 0) o[ix.vo(j, h, t, b)] = scale * out;
@@ -178,7 +169,7 @@ __global__ void __launch_bounds__(32 * kDeltaWarps) delta_net_bwd_kernel(const f
             load_col(s, states + ix.state_floats() * ch + ix.col(j, h, b), Dk, lane);
             store_col(s, hist, Dk, lane);
             for (int64_t t = t0; t < t1; ++t) {
-                if (resets(seg, t, d.T, b)) load_col(s, nullptr, Dk, lane);
+                if (state_restarts(seg, t, d.T, b)) load_col(s, nullptr, Dk, lane);
                 column_step(s, k + ix.qk(hk, t, b), expf(g[ix.gb(h, t, b)]), beta[ix.gb(h, t, b)], v[ix.vo(j, h, t, b)], Dk, lane);
                 store_col(s, hist + (t - t0 + 1) * Dk, Dk, lane);
             }
@@ -188,7 +179,7 @@ __global__ void __launch_bounds__(32 * kDeltaWarps) delta_net_bwd_kernel(const f
             for (int64_t t = t1 - 1; t >= t0; --t) {
                 const float * kt = k + ix.qk(hk, t, b);
                 const float * qt = q + ix.qk(hk, t, b);
-                const bool rs = resets(seg, t, d.T, b);
+                const bool rs = state_restarts(seg, t, d.T, b);
                 load_col(sprev, rs ? nullptr : hist + (t - t0) * Dk, Dk, lane);
                 const float a = expf(g[ix.gb(h, t, b)]), bt = beta[ix.gb(h, t, b)], vt = v[ix.vo(j, h, t, b)];
 #pragma unroll
@@ -331,18 +322,16 @@ void delta_net_bwd(const float * q, const float * k, const float * v, const floa
 // ---- node entries ----
 namespace {
 
-const int32_t * seg_of(const Tensor * t) { return t ? in<int32_t>(t) : nullptr; }
-
 ConvDims conv_dims(const Tensor * x, const Tensor * w) { return {x->ne[0], x->ne[1], x->ne[2], w->ne[0]}; }
 
 void run_ssm_conv(Tensor * n, const NodeRun & r) {
     float * state = reinterpret_cast<float *>(static_cast<char *>(n->data) + n->nbytes());
-    ssm_conv_fwd(in<float>(n->src[0]), in<float>(n->src[1]), in<float>(n->src[2]), seg_of(n->src[3]), out<float>(n), state,
+    ssm_conv_fwd(in<float>(n->src[0]), in<float>(n->src[1]), in<float>(n->src[2]), in<int32_t>(n->src[3]), out<float>(n), state,
                  conv_dims(n->src[0], n->src[1]), r.stream);
 }
 
 void run_ssm_conv_back(Tensor * n, const NodeRun & r) {
-    ssm_conv_bwd(in<float>(n->src[0]), in<float>(n->src[1]), in<float>(n->src[2]), in<float>(n->src[3]), seg_of(n->src[4]), out<float>(n),
+    ssm_conv_bwd(in<float>(n->src[0]), in<float>(n->src[1]), in<float>(n->src[2]), in<float>(n->src[3]), in<int32_t>(n->src[4]), out<float>(n),
                  n->param_i32(0), conv_dims(n->src[0], n->src[1]), r.stream);
 }
 
@@ -353,7 +342,7 @@ DeltaDims delta_dims(const Tensor * q, const Tensor * v, const Tensor * node) {
 void run_delta_net(Tensor * n, const NodeRun & r) {
     float * states = reinterpret_cast<float *>(static_cast<char *>(n->data) + n->nbytes());
     delta_net_fwd(in<float>(n->src[0]), in<float>(n->src[1]), in<float>(n->src[2]), in<float>(n->src[3]), in<float>(n->src[4]),
-                  in<float>(n->src[5]), seg_of(n->src[6]), n->param_f32(0), out<float>(n), states, delta_dims(n->src[0], n->src[2], n), r.stream);
+                  in<float>(n->src[5]), in<int32_t>(n->src[6]), n->param_f32(0), out<float>(n), states, delta_dims(n->src[0], n->src[2], n), r.stream);
 }
 
 void run_delta_net_back(Tensor * n, const NodeRun & r) {
@@ -365,7 +354,7 @@ void run_delta_net_back(Tensor * n, const NodeRun & r) {
     float * dg = dv + d.Dv * d.Hv * d.T * d.B;
     float * dbeta = dg + d.Hv * d.T * d.B;
     float * dstate0 = n->src[5] ? dbeta + d.Hv * d.T * d.B : nullptr;
-    delta_net_bwd(in<float>(n->src[0]), in<float>(n->src[1]), in<float>(n->src[2]), in<float>(n->src[3]), in<float>(n->src[4]), seg_of(n->src[6]),
+    delta_net_bwd(in<float>(n->src[0]), in<float>(n->src[1]), in<float>(n->src[2]), in<float>(n->src[3]), in<float>(n->src[4]), in<int32_t>(n->src[6]),
                   states, in<float>(n->src[8]), n->param_f32(0), out<float>(n), dk, dv, dg, dbeta, dstate0, r.scratch, d, r.stream);
 }
 

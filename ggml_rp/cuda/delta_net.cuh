@@ -2,16 +2,15 @@
 // contiguous f32 (seg_start: i32, nullptr when the sequences are not packed; prefix, state0: nullptr for zeros).
 #pragma once
 
+#include "ggml_rp/ops/delta_net_math.h"
+
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 namespace rp::cuda {
 
-struct ConvDims {
-    int64_t C, T, B, K;
-};
-// y [C, T, B] and the new conv state [C, K-1, B] (state: K > 1).
+// y [C, T, B] and the new conv state [C, K-1, B] (state: K > 1); ConvDims: ops/delta_net_math.h.
 void ssm_conv_fwd(const float * x, const float * w, const float * prefix, const int32_t * seg_start, float * y, float * state,
                   const ConvDims & d, cudaStream_t stream);
 // which 0: dx [C, T, B]; 1: dw [K, C] (each weight a sum over the tokens in a fixed order).

@@ -153,11 +153,11 @@ namespace rules {
 void backward_ssm_conv(Backward & b, Tensor * node) {
     Tensor * x = node->src[0];
     Tensor * w = node->src[1];
+    detail::require(!node->src[2] || !b.needs(node->src[2]), "ssm_conv",
+                    "no gradient reaches the conv state (prefix): it is generation's input, not a parameter");
     Tensor * dy = b.grad(node);
     if (b.needs(x)) b.add(x, ssm_conv_back(b.ctx, node, dy, 0));
     if (b.needs(w)) b.add(w, ssm_conv_back(b.ctx, node, dy, 1));
-    detail::require(!node->src[2] || !b.needs(node->src[2]), "ssm_conv",
-                    "no gradient reaches the conv state (prefix): it is generation's input, not a parameter");
 }
 
 void backward_delta_net(Backward & b, Tensor * node) {

@@ -205,6 +205,8 @@ std::string config_json(const Model & model, const std::string & dtype) {
 HfExportReport export_hf(const Model & model, const std::string & dir, const HfExportOptions & o) {
     const HParams & hp = model.hparams();
     const gguf::Reader & f = model.file();
+    if (hp.arch->arch == Arch::GptOss || hp.arch->delta_net)  // (config_json says why) before any check of the details
+        throw Error(model.path() + ": exporting " + hp.arch->name + " to Hugging Face safetensors is not supported yet");
     if (hp.rope_freq_scale != 1.0f && hp.arch->arch != Arch::Gemma3)  // gemma3's linear scaling of its global layers is
         throw Error(model.path() + ": rope scale " + number(hp.rope_freq_scale) + ": rope scaling is not exported");
     rope_scaling_json(model);  // refused before anything is written
@@ -213,8 +215,6 @@ HfExportReport export_hf(const Model & model, const std::string & dir, const HfE
     if (hp.expert_weights_scale != 0.0f && hp.expert_weights_scale != 1.0f)
         throw Error(model.path() + ": expert_weights_scale " + number(hp.expert_weights_scale) + " has no place in " + "a Qwen3Moe config");
     if (o.shard_bytes == 0) throw Error("HF export: shard size 0");
-    if (hp.arch->arch == Arch::GptOss)
-        throw Error(model.path() + ": exporting " + hp.arch->name + " to Hugging Face safetensors is not supported yet");
     HfExportReport rep;
     rep.dtype = choose_dtype(f, o.dtype);
     const size_t esize = safetensors_dtype_size(rep.dtype);

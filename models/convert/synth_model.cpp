@@ -316,48 +316,31 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
             add(w, b + "attn_k_norm.weight", f32, s.head_dim, 1, {1.0f, 0.2f}, ++seed, s.weights);
             add(w, b + "attn_output.weight", wt, n_q, s.n_embd, {0.0f, fan(1.0, n_q)}, ++seed, s.weights);
         }
-        if (qwen35moe) {  // the routed experts (as qwen3moe's), then the shared expert and its gate's logit vector
-            add(w, b + "post_attention_norm.weight", f32, s.n_embd, 1, {1.0f, 0.2f}, ++seed, s.weights);
-            add(w, b + "ffn_gate_inp.weight", wt, s.n_embd, s.n_expert, {0.0f, fan(2.0, s.n_embd)}, ++seed, s.weights);
-            add(w, b + "ffn_gate_exps.weight", xt, s.n_embd, s.n_ff_exp, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights, s.n_expert);
-            add(w, b + "ffn_up_exps.weight", xt, s.n_embd, s.n_ff_exp, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights, s.n_expert);
-            add(w, b + "ffn_down_exps.weight", xt, s.n_ff_exp, s.n_embd, {0.0f, fan(1.0, s.n_ff_exp)}, ++seed, s.weights, s.n_expert);
-            add(w, b + "ffn_gate_inp_shexp.weight", f32, s.n_embd, 1, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights);
-            add(w, b + "ffn_gate_shexp.weight", wt, s.n_embd, s.n_ff, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights);
-            add(w, b + "ffn_up_shexp.weight", wt, s.n_embd, s.n_ff, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights);
-            add(w, b + "ffn_down_shexp.weight", wt, s.n_ff, s.n_embd, {0.0f, fan(1.0, s.n_ff)}, ++seed, s.weights);
-            continue;
+        if (!qwen35) {  // (qwen35's mixers are written above)
+            if (phi3) {  // fused q, k, v rows (v's a smaller scale, as below, does not matter at these sizes)
+                add(w, b + "attn_qkv.weight", wt, s.n_embd, n_q + 2 * n_kv, {0.0f, fan(1.5, s.n_embd)}, ++seed, s.weights);
+            } else {
+                add(w, b + "attn_q.weight", wt, s.n_embd, n_q, {0.0f, fan(1.5, s.n_embd)}, ++seed, s.weights);
+                add(w, b + "attn_k.weight", wt, s.n_embd, n_kv, {0.0f, fan(1.5, s.n_embd)}, ++seed, s.weights);
+                add(w, b + "attn_v.weight", wt, s.n_embd, n_kv, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights);
+            }
+            if (qwen2 || gpt_oss) {
+                add(w, b + "attn_q.bias", f32, n_q, 1, {0.0f, 0.5f}, ++seed, s.weights);
+                add(w, b + "attn_k.bias", f32, n_kv, 1, {0.0f, 0.5f}, ++seed, s.weights);
+                add(w, b + "attn_v.bias", f32, n_kv, 1, {0.0f, 0.5f}, ++seed, s.weights);
+            }
+            if (qwen3 || gemma3) {
+                add(w, b + "attn_q_norm.weight", f32, s.head_dim, 1, {1.0f, 0.2f}, ++seed, s.weights);
+                add(w, b + "attn_k_norm.weight", f32, s.head_dim, 1, {1.0f, 0.2f}, ++seed, s.weights);
+            }
+            add(w, b + "attn_output.weight", wt, n_q, s.n_embd, {0.0f, fan(1.0, n_q)}, ++seed, s.weights);
+            if (gpt_oss) {  // the output bias, and sink logits that take a share of each row's probability
+                add(w, b + "attn_output.bias", f32, s.n_embd, 1, {0.0f, 0.5f}, ++seed, s.weights);
+                add(w, b + "attn_sinks.weight", f32, s.n_head, 1, {0.5f, 1.5f}, ++seed, s.weights);
+            }
+            if (gemma) add(w, b + "post_attention_norm.weight", f32, s.n_embd, 1, {1.0f, 0.2f}, ++seed, s.weights);
         }
-        if (qwen35) {  // the feed-forward's norm, named as gpt-oss's, and a SwiGLU feed-forward
-            add(w, b + "post_attention_norm.weight", f32, s.n_embd, 1, {1.0f, 0.2f}, ++seed, s.weights);
-            add(w, b + "ffn_gate.weight", wt, s.n_embd, s.n_ff, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights);
-            add(w, b + "ffn_up.weight", wt, s.n_embd, s.n_ff, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights);
-            add(w, b + "ffn_down.weight", wt, s.n_ff, s.n_embd, {0.0f, fan(1.0, s.n_ff)}, ++seed, s.weights);
-            continue;
-        }
-        if (phi3) {  // fused q, k, v rows (v's a smaller scale, as below, does not matter at these sizes)
-            add(w, b + "attn_qkv.weight", wt, s.n_embd, n_q + 2 * n_kv, {0.0f, fan(1.5, s.n_embd)}, ++seed, s.weights);
-        } else {
-            add(w, b + "attn_q.weight", wt, s.n_embd, n_q, {0.0f, fan(1.5, s.n_embd)}, ++seed, s.weights);
-            add(w, b + "attn_k.weight", wt, s.n_embd, n_kv, {0.0f, fan(1.5, s.n_embd)}, ++seed, s.weights);
-            add(w, b + "attn_v.weight", wt, s.n_embd, n_kv, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights);
-        }
-        if (qwen2 || gpt_oss) {
-            add(w, b + "attn_q.bias", f32, n_q, 1, {0.0f, 0.5f}, ++seed, s.weights);
-            add(w, b + "attn_k.bias", f32, n_kv, 1, {0.0f, 0.5f}, ++seed, s.weights);
-            add(w, b + "attn_v.bias", f32, n_kv, 1, {0.0f, 0.5f}, ++seed, s.weights);
-        }
-        if (qwen3 || gemma3) {
-            add(w, b + "attn_q_norm.weight", f32, s.head_dim, 1, {1.0f, 0.2f}, ++seed, s.weights);
-            add(w, b + "attn_k_norm.weight", f32, s.head_dim, 1, {1.0f, 0.2f}, ++seed, s.weights);
-        }
-        add(w, b + "attn_output.weight", wt, n_q, s.n_embd, {0.0f, fan(1.0, n_q)}, ++seed, s.weights);
-        if (gpt_oss) {  // the output bias, and sink logits that take a share of each row's probability
-            add(w, b + "attn_output.bias", f32, s.n_embd, 1, {0.0f, 0.5f}, ++seed, s.weights);
-            add(w, b + "attn_sinks.weight", f32, s.n_head, 1, {0.5f, 1.5f}, ++seed, s.weights);
-        }
-        if (gemma) add(w, b + "post_attention_norm.weight", f32, s.n_embd, 1, {1.0f, 0.2f}, ++seed, s.weights);
-        add(w, b + (gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), f32, s.n_embd, 1, {1.0f, 0.2f}, ++seed, s.weights);
+        add(w, b + (gpt_oss || qwen35 ? "post_attention_norm.weight" : "ffn_norm.weight"), f32, s.n_embd, 1, {1.0f, 0.2f}, ++seed, s.weights);
         if (moe) {  // the router (logits of a few units, so tokens pick different experts), then the experts
             add(w, b + "ffn_gate_inp.weight", wt, s.n_embd, s.n_expert, {0.0f, fan(2.0, s.n_embd)}, ++seed, s.weights);
             add(w, b + "ffn_gate_exps.weight", xt, s.n_embd, s.n_ff_exp, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights, s.n_expert);
@@ -369,6 +352,12 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
                 add(w, b + "ffn_gate_exps.bias", f32, s.n_ff_exp, s.n_expert, {0.0f, 0.5f}, ++seed, s.weights);
                 add(w, b + "ffn_up_exps.bias", f32, s.n_ff_exp, s.n_expert, {0.0f, 0.5f}, ++seed, s.weights);
                 add(w, b + "ffn_down_exps.bias", f32, s.n_embd, s.n_expert, {0.0f, 0.2f}, ++seed, s.weights);
+            }
+            if (qwen35moe) {  // the shared expert (n_ff wide) and its gate's logit vector
+                add(w, b + "ffn_gate_inp_shexp.weight", f32, s.n_embd, 1, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights);
+                add(w, b + "ffn_gate_shexp.weight", wt, s.n_embd, s.n_ff, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights);
+                add(w, b + "ffn_up_shexp.weight", wt, s.n_embd, s.n_ff, {0.0f, fan(1.0, s.n_embd)}, ++seed, s.weights);
+                add(w, b + "ffn_down_shexp.weight", wt, s.n_ff, s.n_embd, {0.0f, fan(1.0, s.n_ff)}, ++seed, s.weights);
             }
             continue;
         }
@@ -385,6 +374,8 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
 }
 
 std::vector<double> synth_grad_bytes(const SynthSpec & sp, bool full, int r) {
+    if (sp.arch == "qwen35" || sp.arch == "qwen35moe")  // two layer kinds: the uniform per-layer sum below would be wrong
+        throw Error("synthetic model: the per-layer gradient bytes of " + sp.arch + " (DeltaNet and attention layers) are not modelled");
     const double d = sp.n_embd, q = double(sp.n_head) * sp.head_dim, kv = double(sp.n_head_kv) * sp.head_dim;
     const double experts = sp.n_expert > 0 ? sp.n_expert : 1, ff = sp.n_expert > 0 ? sp.n_ff_exp : sp.n_ff;
     auto pair = [&](double in, double out) { return full ? in * out : r * (in + out); };

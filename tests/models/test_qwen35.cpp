@@ -10,11 +10,16 @@
 
 #include "models/arch/hparams.h"
 #include "models/arch/inference.h"
+#include "models/convert/hf_export.h"
+#include "models/convert/peft.h"
 #include "models/train/trainer.h"
 #include "models/text/tokenizer.h"
 #include "tests/oracle/oracle_run.h"
 
 #include <gtest/gtest.h>
+
+#include <filesystem>
+#include <functional>
 
 using namespace models_test;
 
@@ -59,6 +64,8 @@ TEST(Qwen35, LoadsItsTensorsAndHyperParameters) {
         ASSERT_NE(t, nullptr);
     EXPECT_EQ(lin.wq, nullptr);
     EXPECT_EQ(lin.ffn_norm->name, "blk.0.post_attention_norm.weight");
+    // Two layer kinds: rp-simulate's uniform per-layer gradient bytes would be wrong, and are refused.
+    EXPECT_THROW(rp::synth_grad_bytes(qwen35(64, 4, 2, 32, 8, 8, 2, 4, 16, 1), false, 8), rp::Error);
     const rp::LayerWeights & att = model->layers[3];
     EXPECT_EQ(att.wqkv, nullptr);
     EXPECT_EQ(att.wq->ne[1], 2 * 4 * 32);  // the queries and their gates
@@ -78,6 +85,28 @@ TEST(Qwen35, MissingPiecesAreNamed) {
     Variant vision;  // M-RoPE sections that leave a rotated pair to the fourth (vision) position
     vision.edit_kvs = [](gguf::Writer & w) { w.set_i32_array("qwen35.rope.dimension_sections", {4, 2, 2, 0}); };
     expect_load_fails(m, bad, vision, "falls to the fourth section");
+    // attention.recurrent_layers (one bool per block) is read in place of the interval: marking layer 2 a full attention
+    // layer asks for its attention tensors; a wrong count is refused by name.
+    auto recurrent_layers = [](std::vector<uint8_t> flags) {
+        Variant v;
+        v.edit_kvs = [flags](gguf::Writer & w) {
+            gguf::KV kv;
+            kv.key = "qwen35.attention.recurrent_layers";
+            kv.type = gguf::ValueType::ARRAY;
+            kv.arr_type = gguf::ValueType::BOOL;
+            kv.count = flags.size();
+            kv.data = flags;
+            w.set_kv(kv);
+        };
+        return v;
+    };
+    write_variant(m, bad, recurrent_layers({1, 1, 1, 0}));
+    EXPECT_NO_THROW(rp::Model::load(bad));
+    expect_load_fails(m, bad, recurrent_layers({1, 1, 0, 1}), "blk.2.attn_q.weight");
+    expect_load_fails(m, bad, recurrent_layers({1, 1, 1}), "qwen35.attention.recurrent_layers");
+    Variant all_mtp;  // more multi-token prediction blocks than blocks
+    all_mtp.edit_kvs = [](gguf::Writer & w) { w.set_u32("qwen35.nextn_predict_layers", 4); };
+    expect_load_fails(m, bad, all_mtp, "qwen35.nextn_predict_layers");
     Variant uneven;  // value heads that do not share the key heads evenly
     uneven.edit_kvs = [](gguf::Writer & w) { w.set_u32("qwen35.ssm.time_step_rank", 3); };
     expect_load_fails(m, bad, uneven, "time_step_rank");
@@ -375,4 +404,28 @@ TEST(Qwen35, MtpBlocksAreKeptNotRun) {
             EXPECT_NE(n.rfind("blk.4.", 0), 0u) << arch << ": " << n;
         EXPECT_LE(models_test::compare_logits("qwen35", file, some_tokens(37, 3), std::string(arch) + " with an MTP block"), 1e-4);
     }
+}
+
+// What the exports cannot write yet is refused by name, with nothing written: transformers' Qwen3.5 holds its norms as
+// w where the GGUF holds 1 + w and A_log for ssm_a, and its linear-attention modules have no PEFT names here.
+TEST(Qwen35, ExportsRefuseItByNameAndWriteNothing) {
+    TempDir d;
+    rp::write_synth_model(qwen35(64, 4, 2, 16, 16, 4, 2, 4, 16, 61), d.file("m.gguf"));
+    const auto model = rp::Model::load(d.file("m.gguf"));
+    auto error_of = [](const std::function<void()> & f) {
+        try {
+            f();
+        } catch (const rp::Error & e) {
+            return std::string(e.what());
+        }
+        return std::string();
+    };
+    EXPECT_NE(error_of([&] { rp::export_hf(*model, d.file("hf")); }).find("exporting qwen35"), std::string::npos);
+    EXPECT_FALSE(std::filesystem::exists(d.file("hf")));
+    auto ad = rp::LoraAdapter::create(*model, {"blk.0.attn_qkv.weight"}, 4, 8.0f);
+    EXPECT_NE(error_of([&] { rp::export_peft(*ad, *model, d.file("peft")); }).find("PEFT export of a qwen35 adapter"), std::string::npos);
+    EXPECT_FALSE(std::filesystem::exists(d.file("peft")));
+    EXPECT_NE(error_of([&] { rp::import_peft(d.file("peft"), *model, d.file("a.gguf")); }).find("PEFT import onto a qwen35 model"),
+              std::string::npos);
+    EXPECT_FALSE(std::filesystem::exists(d.file("a.gguf")));
 }
