@@ -43,9 +43,8 @@ Call::Call(int64_t id_, const TrainingProgram & prog, PinnedPool & host, const s
     // Host activations: every forward stage's output, plus the checkpoints the backward stages start from.
     BoundaryBuffers bb = boundary_buffers(plan, L);
     need_act = std::move(bb.act);
-    const std::vector<char> need_dact = std::move(bb.dact);
+    dact_buffer = std::move(bb.dact_buffer);
     act.resize(static_cast<size_t>(L));
-    dact.resize(static_cast<size_t>(L));
     act_ready.resize(static_cast<size_t>(L));
     dact_ready.resize(static_cast<size_t>(L));
     for (int l = 0; l < L; ++l) {
@@ -55,9 +54,11 @@ Call::Call(int64_t id_, const TrainingProgram & prog, PinnedPool & host, const s
         for (int i = 0; i < M; ++i) {
             const size_t hb = prog.hidden_bytes(info[static_cast<size_t>(i)]);
             if (need_act[li]) act[li].push_back(host.take(hb));
-            if (need_dact[li]) dact[li].push_back(host.take(hb));
         }
     }
+    dact_bufs.resize(static_cast<size_t>(M));
+    for (int i = 0; i < M; ++i)
+        for (int k = 0; k < bb.dact_buffers; ++k) dact_bufs[static_cast<size_t>(i)].push_back(host.take(prog.hidden_bytes(info[static_cast<size_t>(i)])));
     size_t results = 0;
     for (const MicroBatchInfo & mb : info) {
         loss_at.push_back(results);

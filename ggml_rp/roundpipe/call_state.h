@@ -51,7 +51,13 @@ struct Call {
     std::vector<std::unique_ptr<Semaphore>> sem;  // per stage, released once per micro-batch
     Semaphore fused_done;                    // the controller's count of finished fused parts
     std::vector<char> need_act;              // per layer: its input is kept on the host
-    std::vector<std::vector<PinnedBuffer>> act, dact;  // [layer][mb]: input of the layer / its gradient
+    std::vector<std::vector<PinnedBuffer>> act;        // [layer][mb]: input of the layer
+    std::vector<std::vector<PinnedBuffer>> dact_bufs;  // [mb][0 or 1]: the input gradients (memory_plan.h BoundaryBuffers)
+    std::vector<int> dact_buffer;                      // [layer]: which of its micro-batch's gradient buffers (-1: none)
+    // The input gradient of layer l for micro-batch mi: one of the micro-batch's two buffers, taken in turn.
+    void * dact(int l, int mi) const {
+        return dact_bufs[static_cast<size_t>(mi)][static_cast<size_t>(dact_buffer[static_cast<size_t>(l)])].data();
+    }
     std::vector<std::vector<std::shared_ptr<Event>>> act_ready, dact_ready;  // recorded after the D2H
     PinnedBuffer loss;                       // each micro-batch's head results (its loss first) from loss_at[i]
     std::vector<size_t> loss_at;             // floats

@@ -336,7 +336,7 @@ void DeviceWorker::run_task(Running & r, const Task & t, ActSet & s) {
         else transfer_.upload_activation(dst, c.act[static_cast<size_t>(l)][mi].data(), H, c.act_ready[static_cast<size_t>(l)][mi].get(), up);
     };
     if (sd.pass == Pass::Bwd)
-        transfer_.upload_activation(s.dout, c.dact[static_cast<size_t>(b)][mi].data(), H, c.dact_ready[static_cast<size_t>(b)][mi].get(), up);
+        transfer_.upload_activation(s.dout, c.dact(b, t.mb), H, c.dact_ready[static_cast<size_t>(b)][mi].get(), up);
     if (!layer_grain) input(a, s.in[0]);
     if (sd.pass == Pass::Fused) transfer_.upload_activation(s.labels, c.labels[mi].data(), I, nullptr, up);
     if (!layer_grain) transfer_.activations_uploaded();
@@ -401,7 +401,7 @@ void DeviceWorker::run_task(Running & r, const Task & t, ActSet & s) {
         void * din = backward_down(L - 2, s.d[0], 1, x);  // the head wrote d[0]
         c.loss_ready[mi] = transfer_.download(c.loss.as<float>() + c.loss_at[mi], s.loss, sizeof(float) * prog.head_results(info),
                                               OpLabel("D loss " + tag, sd.cat));
-        if (a > 0) c.dact_ready[static_cast<size_t>(a)][mi] = transfer_.download(c.dact[static_cast<size_t>(a)][mi].data(), din, H, down);
+        if (a > 0) c.dact_ready[static_cast<size_t>(a)][mi] = transfer_.download(c.dact(a, t.mb), din, H, down);
         break;
     }
     case Pass::Bwd: {
@@ -434,7 +434,9 @@ void DeviceWorker::run_task(Running & r, const Task & t, ActSet & s) {
             for (int l = a; l < b - 1; ++l) forward(l, x(l), x(l + 1));  // recompute the stage's layer inputs
             din = backward_down(b - 1, s.dout, 0, x);
         }
-        if (a > 0) c.dact_ready[static_cast<size_t>(a)][mi] = transfer_.download(c.dact[static_cast<size_t>(a)][mi].data(), din, H, down);
+        // The buffer this download overwrites was last read by the upload of the stage above this one (the same
+        // micro-batch) before that stage computed the gradient this stage starts from (so it is complete).
+        if (a > 0) c.dact_ready[static_cast<size_t>(a)][mi] = transfer_.download(c.dact(a, t.mb), din, H, down);
         else transfer_.downloads_after_compute();
         break;
     }

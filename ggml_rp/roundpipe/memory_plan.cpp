@@ -204,6 +204,11 @@ BoundaryBuffers boundary_buffers(const Plan & plan, int L) {
     for (const LayerRange & r : plan.bwd) b.dact[static_cast<size_t>(r.begin)] = 1;
     b.act[0] = 0;
     b.dact[0] = 0;
+    b.dact_buffer.assign(static_cast<size_t>(L), -1);
+    int n = 0;
+    for (int l = L - 1; l > 0; --l)
+        if (b.dact[static_cast<size_t>(l)]) b.dact_buffer[static_cast<size_t>(l)] = n++ % 2;
+    b.dact_buffers = std::min(n, 2);
     return b;
 }
 
@@ -212,10 +217,9 @@ HostCallBytes host_call_bytes(const TrainingProgram & prog, const Plan & plan, c
     HostCallBytes h;
     for (const MicroBatchInfo & mb : mbs) {
         h.tokens += 2 * prog.token_bytes(mb);
-        for (size_t l = 0; l < bb.act.size(); ++l) {
+        for (size_t l = 0; l < bb.act.size(); ++l)
             if (bb.act[l]) h.checkpoints += prog.hidden_bytes(mb);
-            if (bb.dact[l]) h.gradients += prog.hidden_bytes(mb);
-        }
+        h.gradients += static_cast<size_t>(bb.dact_buffers) * prog.hidden_bytes(mb);
     }
     for (const MicroBatchInfo & mb : mbs)  // the heads' results, and the sequence values they read
         h.losses += sizeof(float) * (prog.head_results(mb) + prog.sequence_values(mb) * static_cast<size_t>(mb.n_seq));

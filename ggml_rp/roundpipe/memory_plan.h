@@ -112,8 +112,13 @@ DeviceMemoryPlan plan_device_memory(const TrainingProgram & prog, const std::vec
 // The host activations of a call (call_state.h), per layer: its input is kept (a forward stage's output, or a
 // checkpoint a backward stage starts from: stage inputs, every layer's input at layer grain), its input
 // gradient is kept (a backward stage's incoming gradient). Layer 0 has neither (its input is token ids).
+// A micro-batch's backward stages run one after another, each reading the gradient the one above wrote, so the
+// input gradients of a micro-batch take two buffers in turn (dact_buffer: 0 and 1 down the layers): the stage that
+// overwrites a buffer runs after the stage that uploaded it, through their data dependence (device_worker.cpp).
 struct BoundaryBuffers {
     std::vector<char> act, dact;
+    std::vector<int> dact_buffer;  // per layer with dact: which of the micro-batch's gradient buffers (else -1)
+    int dact_buffers = 0;          // per micro-batch: 0, 1 (one backward boundary) or 2
 };
 BoundaryBuffers boundary_buffers(const Plan & plan, int num_layers);
 

@@ -12,9 +12,11 @@
 #include "tests/roundpipe/pipeline_util.h"
 
 #include "base/error.h"
+#include "ggml_rp/roundpipe/memory_plan.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 
 using namespace rp_pipe_test;
@@ -499,6 +501,40 @@ TEST(Pipeline, SyncStepsHoldOneCallsPinnedBuffersAsyncTwo) {
             EXPECT_EQ(r.pinned_in_use_peak.back(), one) << "sync steps: one call's buffers at a time";
         }
     }
+}
+
+// A micro-batch's backward stages take its two input-gradient buffers in turn (memory_plan.h BoundaryBuffers), so
+// a call holds the same pinned bytes with 2 backward stages as with 17: with one-layer forward stages every layer's
+// input is a checkpoint either way, and only the count of backward boundaries differs. The bits are the host's, and
+// the fuzz (test_pipeline_fuzz.cpp) runs such plans with random delays in every stream.
+TEST(Pipeline, ACallsInputGradientsTakeTwoBuffersPerMicroBatchWhateverItsBackwardStages) {
+    const Models & m = Models::get();
+    Workload w;
+    w.calls = 1;
+    w.steps = 1;
+    w.M = 3;
+    const auto ref = reference(*m.llama, lora_cfg(), w);
+    const std::vector<int> fwd(17, 1);  // 16 blocks + the embedding; FB is the head
+    size_t peak[2] = {0, 0};
+    for (int k = 0; k < 2; ++k) {
+        rp::PipelineOptions o;
+        o.plan = k == 0 ? rp::plan_from_sizes(fwd, {1, 9, 8}, rp::RecomputeGrain::Stage)
+                        : rp::plan_from_sizes(fwd, std::vector<int>(18, 1), rp::RecomputeGrain::Stage);
+        o.instrument = true;
+        DeviceSetup ds;
+        ds.G = 3;
+        ds.memory = size_t(16) << 20;
+        const RunResult r = pipelined(*m.llama, lora_cfg(), w, ds, o);
+        EXPECT_EQ(first_difference(r.masters, ref), -1) << o.plan->describe();
+        expect_checks_clean(r, o.plan->describe());
+        ASSERT_EQ(r.pinned_in_use_peak.size(), 1u);
+        peak[k] = r.pinned_in_use_peak[0];
+        const rp::BoundaryBuffers bb = rp::boundary_buffers(*o.plan, 18);
+        EXPECT_EQ(bb.dact_buffers, 2);
+        EXPECT_EQ(std::count(bb.dact.begin(), bb.dact.end(), 1), k == 0 ? 2 : 17);
+    }
+    EXPECT_GT(peak[0], 0u);
+    EXPECT_EQ(peak[1], peak[0]) << "17 backward boundaries hold what 2 do";
 }
 
 // The calls' pinned buffers (tokens, boundary activations, losses) come from the run's pool: a block is pinned
