@@ -18,17 +18,31 @@ namespace {
 
 constexpr uintptr_t kPage = 4096;
 
+// A whole-page span to register, writable when any range in it is.
+struct PageSpan {
+    uintptr_t begin, end;
+    bool writable;
+};
+
 // [begin, end) ranges rounded out to whole pages, sorted, overlapping and touching ones merged.
-std::vector<std::pair<uintptr_t, uintptr_t>> page_spans(std::vector<std::pair<uintptr_t, uintptr_t>> r) {
-    for (auto & [b, e] : r) {
-        b = b / kPage * kPage;
-        e = (e + kPage - 1) / kPage * kPage;
+std::vector<PageSpan> page_spans(const std::vector<std::pair<uintptr_t, uintptr_t>> & read_only,
+                                 const std::vector<std::pair<uintptr_t, uintptr_t>> & writable) {
+    std::vector<PageSpan> r;
+    for (const auto & [b, e] : read_only) r.push_back({b, e, false});
+    for (const auto & [b, e] : writable) r.push_back({b, e, true});
+    for (PageSpan & s : r) {
+        s.begin = s.begin / kPage * kPage;
+        s.end = (s.end + kPage - 1) / kPage * kPage;
     }
-    std::sort(r.begin(), r.end());
-    std::vector<std::pair<uintptr_t, uintptr_t>> out;
-    for (const auto & s : r) {
-        if (!out.empty() && s.first <= out.back().second) out.back().second = std::max(out.back().second, s.second);
-        else out.push_back(s);
+    std::sort(r.begin(), r.end(), [](const PageSpan & a, const PageSpan & b) { return a.begin < b.begin; });
+    std::vector<PageSpan> out;
+    for (const PageSpan & s : r) {
+        if (!out.empty() && s.begin <= out.back().end) {
+            out.back().end = std::max(out.back().end, s.end);
+            out.back().writable = out.back().writable || s.writable;
+        } else {
+            out.push_back(s);
+        }
     }
     return out;
 }
@@ -76,30 +90,63 @@ std::string FrozenPinningReport::describe() const {
     part(copied, "copied into pinned memory");
     part(registered, "registered in place");
     part(pageable, "pageable");
-    return s + (parts.empty() ? "none" : parts);
+    s += parts.empty() ? "none" : parts;
+    if (masters_registered || masters_pageable) {
+        s += "; masters and gradients shared in place (sync steps): ";
+        parts.clear();
+        part(masters_registered, "registered");
+        part(masters_pageable, "pageable");
+        s += parts;
+    }
+    return s;
 }
 
-HostStore::HostStore(const TrainingProgram & prog, Device & host, FrozenPinning pinning) : prog_(prog), host_(host) {
+HostStore::HostStore(const TrainingProgram & prog, Device & host, FrozenPinning pinning, bool share_masters)
+    : prog_(prog), host_(host), share_masters_(share_masters) {
     const auto & params = prog.param_infos();
-    for (const auto & pi : params) {
-        working_.emplace_back(host, pi.n * sizeof(float));
-        std::memcpy(working_.back().data(), pi.master, pi.n * sizeof(float));
-    }
+    if (!share_masters_)
+        for (const auto & pi : params) {
+            working_.emplace_back(host, pi.n * sizeof(float));
+            std::memcpy(working_.back().data(), pi.master, pi.n * sizeof(float));
+        }
     const int L = prog.num_layers();
+    // Sync steps: each parameter's slot in its highest layer (the first hand_off reaches) is its gradient.
+    std::vector<int> top(params.size(), -1);
+    if (share_masters_)
+        for (int l = 0; l < L; ++l)
+            for (const auto & ti : prog.layer_tensors(l))
+                if (ti.param >= 0 && ti.param < static_cast<int>(params.size())) top[static_cast<size_t>(ti.param)] = l;
+    std::vector<char> shared_slot(params.size(), 0);
     slots_.resize(static_cast<size_t>(L));
+    slot_at_.resize(static_cast<size_t>(L));
+    for (int l = L - 1; l >= 0; --l) {
+        auto & slots = slots_[static_cast<size_t>(l)];
+        auto & at = slot_at_[static_cast<size_t>(l)];
+        for (const auto & ti : prog.layer_tensors(l)) {
+            if (ti.param >= 0) {
+                if (ti.param >= static_cast<int>(params.size()) || params[static_cast<size_t>(ti.param)].n * sizeof(float) != ti.bytes)
+                    throw Error("pipeline: tensor '" + ti.name + "' of layer " + prog.layer_name(l) + " does not match its parameter");
+                const size_t p = static_cast<size_t>(ti.param);
+                if (top[p] == l && !shared_slot[p] && params[p].grad) {
+                    shared_slot[p] = 1;
+                    slots.emplace_back();
+                    at.push_back(params[p].grad);
+                } else {
+                    slots.emplace_back(host, ti.bytes);
+                    at.push_back(slots.back().as<float>());
+                }
+            } else {
+                if (!ti.host) throw Error("pipeline: frozen tensor '" + ti.name + "' has no host data");
+                slots.emplace_back();
+                at.push_back(nullptr);
+            }
+        }
+    }
     for (int l = 0; l < L; ++l) {
         size_t bytes = 0, train = 0;
         for (const auto & ti : prog.layer_tensors(l)) {
             bytes += ti.bytes;
-            if (ti.param >= 0) {
-                if (ti.param >= static_cast<int>(params.size()) || params[static_cast<size_t>(ti.param)].n * sizeof(float) != ti.bytes)
-                    throw Error("pipeline: tensor '" + ti.name + "' of layer " + prog.layer_name(l) + " does not match its parameter");
-                train += ti.bytes;
-                slots_[static_cast<size_t>(l)].emplace_back(host, ti.bytes);
-            } else {
-                if (!ti.host) throw Error("pipeline: frozen tensor '" + ti.name + "' has no host data");
-                slots_[static_cast<size_t>(l)].emplace_back();
-            }
+            if (ti.param >= 0) train += ti.bytes;
         }
         layer_bytes_.push_back(bytes);
         layer_train_bytes_.push_back(train);
@@ -107,13 +154,28 @@ HostStore::HostStore(const TrainingProgram & prog, Device & host, FrozenPinning 
     frozen_src_.resize(static_cast<size_t>(L));
     for (int l = 0; l < L; ++l)
         for (const auto & ti : prog.layer_tensors(l)) frozen_src_[static_cast<size_t>(l)].push_back(ti.param < 0 ? ti.host : nullptr);
+    // Sync steps: the masters and gradients the devices read and write in place.
+    std::vector<std::pair<uintptr_t, uintptr_t>> writable;
+    if (share_masters_)
+        for (size_t p = 0; p < params.size(); ++p) {
+            const auto m = reinterpret_cast<uintptr_t>(params[p].master);
+            writable.push_back({m, m + params[p].n * sizeof(float)});
+            if (shared_slot[p]) {
+                const auto g = reinterpret_cast<uintptr_t>(params[p].grad);
+                writable.push_back({g, g + params[p].n * sizeof(float)});
+            }
+        }
     pinning_.mode = pinning;
     const double t0 = clock_us();
     switch (pinning) {
-    case FrozenPinning::Copy: pin_by_copy(); break;
-    case FrozenPinning::Register: pin_by_registering(); break;
+    case FrozenPinning::Copy:
+        pin_by_copy();
+        pin_by_registering(false, writable);
+        break;
+    case FrozenPinning::Register: pin_by_registering(true, writable); break;
     case FrozenPinning::Pageable:
         for (const auto & [b, e] : frozen_ranges(prog)) pinning_.pageable += e - b;
+        pin_by_registering(false, writable);
         break;
     }
     pinning_.seconds = (clock_us() - t0) * 1e-6;
@@ -127,15 +189,17 @@ HostStore::HostStore(const TrainingProgram & prog, Device & host, FrozenPinning 
             }
 }
 
-void HostStore::pin_by_registering() {
-    for (const auto & [b, e] : page_spans(frozen_ranges(prog_))) {
-        void * p = reinterpret_cast<void *>(b);
+void HostStore::pin_by_registering(bool frozen, const std::vector<std::pair<uintptr_t, uintptr_t>> & writable) {
+    for (const PageSpan & s : page_spans(frozen ? frozen_ranges(prog_) : std::vector<std::pair<uintptr_t, uintptr_t>>{}, writable)) {
+        void * p = reinterpret_cast<void *>(s.begin);
+        const size_t bytes = s.end - s.begin;
         try {
-            host_.register_host(p, e - b, /*read_only=*/true);
+            host_.register_host(p, bytes, /*read_only=*/!s.writable);
             registered_.push_back(p);
-            pinning_.registered += e - b;
+            (s.writable ? pinning_.masters_registered : pinning_.registered) += bytes;
         } catch (const Error &) {
-            pinning_.pageable += e - b;  // copied from pageable memory: slower, the same bytes
+            // copied from pageable memory: slower, the same bytes
+            (s.writable ? pinning_.masters_pageable : pinning_.pageable) += bytes;
         }
     }
 }
@@ -195,10 +259,31 @@ std::vector<bool> HostStore::trainable_layers() const {
 
 const void * HostStore::upload_source(int l, int i) const {
     const auto & ti = prog_.layer_tensors(l)[static_cast<size_t>(i)];
-    return ti.param >= 0 ? working_[static_cast<size_t>(ti.param)].data() : frozen_src_[static_cast<size_t>(l)][static_cast<size_t>(i)];
+    return ti.param >= 0 ? working(static_cast<size_t>(ti.param)) : frozen_src_[static_cast<size_t>(l)][static_cast<size_t>(i)];
 }
 
-void * HostStore::grad_slot(int l, int i) const { return slots_[static_cast<size_t>(l)][static_cast<size_t>(i)].data(); }
+void * HostStore::grad_slot(int l, int i) const { return slot_at_[static_cast<size_t>(l)][static_cast<size_t>(i)]; }
+
+const float * HostStore::working(size_t p) const {
+    return share_masters_ ? prog_.param_infos()[p].master : static_cast<const float *>(working_[p].data());
+}
+
+float * HostStore::working(size_t p) {
+    return share_masters_ ? prog_.param_infos()[p].master : static_cast<float *>(working_[p].data());
+}
+
+size_t HostStore::working_bytes() const {
+    size_t b = 0;
+    for (const PinnedBuffer & w : working_) b += w.size();
+    return b;
+}
+
+size_t HostStore::slot_bytes() const {
+    size_t b = 0;
+    for (const auto & layer : slots_)
+        for (const PinnedBuffer & s : layer) b += s.size();
+    return b;
+}
 
 void HostStore::copy_back(LayerProtocol & protocol, const std::function<void()> & between_layers) {
     // Every weight upload enqueued so far has completed (no torn weights, §9.1 edge 1) — all layers, since a
@@ -210,7 +295,7 @@ void HostStore::copy_back(LayerProtocol & protocol, const std::function<void()> 
         for (const auto & ti : prog_.layer_tensors(l)) {
             if (ti.param < 0 || copied[static_cast<size_t>(ti.param)]) continue;
             const auto & pi = params[static_cast<size_t>(ti.param)];
-            std::memcpy(working_[static_cast<size_t>(ti.param)].data(), pi.master, pi.n * sizeof(float));
+            if (!share_masters_) std::memcpy(working_[static_cast<size_t>(ti.param)].data(), pi.master, pi.n * sizeof(float));
             copied[static_cast<size_t>(ti.param)] = 1;
         }
         protocol.param_copied(l);
@@ -237,9 +322,9 @@ void HostStore::hand_off(LayerProtocol & protocol, PipelineObserver & observer, 
             for (size_t i = 0; i < ts.size(); ++i) {
                 if (ts[i].param < 0) continue;
                 const auto & pi = params[static_cast<size_t>(ts[i].param)];
-                const float * src = slots_[static_cast<size_t>(l)][i].as<float>();
+                const float * src = slot_at_[static_cast<size_t>(l)][i];
                 if (!touched[static_cast<size_t>(ts[i].param)]) {
-                    std::memcpy(pi.grad, src, pi.n * sizeof(float));
+                    if (src != pi.grad) std::memcpy(pi.grad, src, pi.n * sizeof(float));
                     touched[static_cast<size_t>(ts[i].param)] = 1;
                 } else {
                     for (size_t e = 0; e < pi.n; ++e) pi.grad[e] = pi.grad[e] + src[e];
@@ -256,6 +341,7 @@ void HostStore::hand_off(LayerProtocol & protocol, PipelineObserver & observer, 
 }
 
 void HostStore::refresh_working() {
+    if (share_masters_) return;
     const auto & params = prog_.param_infos();
     for (size_t p = 0; p < params.size(); ++p) std::memcpy(working_[p].data(), params[p].master, params[p].n * sizeof(float));
 }

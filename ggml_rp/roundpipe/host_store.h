@@ -1,18 +1,25 @@
 // The host store of the RoundPipe runtime (roundpipe.md §5, §6): the model state that lives in host memory
 // between jobs, and the two optimizer-thread operations on it.
 //
-//   working copies   an f32 copy of every trainable parameter, pinned: what the devices upload (frozen
-//                    tensors upload straight from the program's host bytes, e.g. the mmap'd GGUF);
-//   gradient slots   one pinned f32 slot per (layer, trainable tensor), reused across steps: a backward job's
+//   working copies   what the devices upload of every trainable parameter. Async steps: an f32 pinned copy,
+//                    the weights before the last update (the update runs while the next step's jobs read
+//                    them). Sync steps (share_masters): the masters themselves, registered in place: no job
+//                    runs during an update, so a copy would only hold the same bytes again. Frozen tensors
+//                    upload straight from the program's host bytes, e.g. the mmap'd GGUF;
+//   gradient slots   one f32 slot per (layer, trainable tensor), reused across steps: a backward job's
 //                    gradients land there, and go back up with the weights when a later call of the same step
-//                    continues the sum (§5);
+//                    continues the sum (§5). Async steps: pinned buffers (this step's backward fills them while
+//                    the optimizer reads the last step's gradients). Sync steps: the slot of a parameter's
+//                    highest layer is its gradient itself (registered in place); only a tied parameter's other
+//                    slots are buffers;
 //   hand_off         slots -> the fp32 gradients the optimizer reads (layers in reverse order, a tied
-//                    parameter's slots summed in that order), once each layer's last D2H is complete; a
-//                    step without calls (a data-parallel rank without micro-batches) hands off zeros. After
-//                    each layer it tells grads_complete which parameters that layer completed (their lowest
-//                    owning layer): a data-parallel run all-reduces them there, behind the backward of
-//                    earlier layers;
-//   copy_back        masters -> working copies, once every upload so far has completed, layer by layer;
+//                    parameter's slots summed in that order; a slot that is the gradient needs no copy), once
+//                    each layer's last D2H is complete; a step without calls (a data-parallel rank without
+//                    micro-batches) hands off zeros. After each layer it tells grads_complete which parameters
+//                    that layer completed (their lowest owning layer): a data-parallel run all-reduces them
+//                    there, behind the backward of earlier layers;
+//   copy_back        masters -> working copies, once every upload so far has completed, layer by layer (sync
+//                    steps: nothing to copy);
 //   frozen tensors   their host bytes (the mmap'd GGUF, or heap copies) made pinned in one of the three ways
 //                    of FrozenPinning (roundpipe.md §6's pin modes): a copy from pageable memory is staged by
 //                    the driver through a bounce buffer and blocks the host; from pinned memory it is one DMA,
@@ -33,6 +40,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace rp {
@@ -58,6 +66,9 @@ struct FrozenPinningReport {
     size_t copied = 0;      // into pinned buffers
     size_t registered = 0;  // pinned in place (whole pages, so at least the tensors' bytes)
     size_t pageable = 0;    // left pageable: asked for, or pinning failed
+    // Sync steps: the masters and gradients the devices read and write in place (registered, or left pageable
+    // when registration failed).
+    size_t masters_registered = 0, masters_pageable = 0;
     double seconds = 0;     // the time pinning took
     std::string describe() const;  // e.g. "3.21 GiB copied into pinned memory in 2.1 s"
 };
@@ -66,8 +77,10 @@ class HostStore {
 public:
     // Validates the program's tensors (trainable ones match their parameter, frozen ones have host data),
     // allocates pinned memory through `host` (a device of the run) and pins the frozen tensors as `pinning`
-    // says. Throws rp::Error naming the tensor.
-    HostStore(const TrainingProgram & prog, Device & host, FrozenPinning pinning = FrozenPinning::Register);
+    // says. share_masters (sync steps only): the devices upload the masters and write the gradients in place
+    // (see above). Throws rp::Error naming the tensor.
+    HostStore(const TrainingProgram & prog, Device & host, FrozenPinning pinning = FrozenPinning::Register,
+              bool share_masters = false);
     ~HostStore();  // unregisters the frozen tensors' pages
     HostStore(const HostStore &) = delete;
     HostStore & operator=(const HostStore &) = delete;
@@ -97,22 +110,30 @@ public:
 
     // Working copies = masters (after everything has stopped: synchronize()).
     void refresh_working();
-    // The working copy of param p: the weights the devices upload (async: the update before the last one).
-    const float * working(size_t p) const { return static_cast<const float *>(working_[p].data()); }
-    float * working(size_t p) { return static_cast<float *>(working_[p].data()); }
+    // The working copy of param p: the weights the devices upload (async: the update before the last one; sync:
+    // the master).
+    const float * working(size_t p) const;
+    float * working(size_t p);
+    // Pinned bytes the store holds for the trainable parameters: working copies and gradient slots.
+    size_t working_bytes() const;
+    size_t slot_bytes() const;
 
 private:
     const TrainingProgram & prog_;
     Device & host_;
     void pin_by_copy();
-    void pin_by_registering();
+    // Registers the frozen tensors (when `frozen`) and the shared masters and gradients (`writable`) in place,
+    // their ranges merged into whole-page spans (a span with a writable range is registered writable).
+    void pin_by_registering(bool frozen, const std::vector<std::pair<uintptr_t, uintptr_t>> & writable);
+    bool share_masters_ = false;
 
     std::vector<void *> registered_;  // page-aligned starts of the frozen ranges registered with host_
     FrozenPinningReport pinning_;
     std::vector<PinnedBuffer> frozen_copies_;            // Copy: one per layer that has frozen tensors not seen before
     std::vector<std::vector<const void *>> frozen_src_;  // [layer][tensor]: where a frozen tensor uploads from
-    std::vector<PinnedBuffer> working_;               // per param
-    std::vector<std::vector<PinnedBuffer>> slots_;    // [layer][tensor], empty for frozen tensors
+    std::vector<PinnedBuffer> working_;               // per param (async steps only)
+    std::vector<std::vector<PinnedBuffer>> slots_;    // [layer][tensor], empty for frozen tensors and shared slots
+    std::vector<std::vector<float *>> slot_at_;       // [layer][tensor]: where the slot is (nullptr: frozen)
     std::vector<size_t> layer_bytes_, layer_train_bytes_;
     std::vector<std::vector<int>> completes_;         // [layer]: the params whose lowest owning layer it is
 };

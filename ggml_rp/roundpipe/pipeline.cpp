@@ -64,7 +64,7 @@ struct Pipeline::Impl {
 
     Impl(TrainingProgram & p, std::vector<Device *> d, PipelineOptions o)
         : prog(p), devs(std::move(d)), opt(std::move(o)), pinned(PinnedPool::make(first_device(devs))),
-          store(p, first_device(devs), opt.frozen_pinning.value_or(default_frozen_pinning(accelerators(devs)))),
+          store(p, first_device(devs), opt.frozen_pinning.value_or(default_frozen_pinning(accelerators(devs))), /*share_masters=*/!opt.async),
           protocol(store.trainable_layers()), dispatcher(static_cast<int>(devs.size()), opt.dispatch, opt.device_speed) {
         L = prog.num_layers();
         G = static_cast<int>(devs.size());
@@ -488,6 +488,8 @@ std::vector<std::vector<float>> Pipeline::working_weights() const {
     return w;
 }
 
+const float * Pipeline::working_weight(size_t p) const { return impl_->store.working(p); }
+
 void Pipeline::set_working_weights(const std::vector<std::vector<float>> & w) {
     const auto & params = impl_->prog.param_infos();
     if (w.size() != params.size()) throw Error("set_working_weights: " + std::to_string(w.size()) + " tensors for " + std::to_string(params.size()) + " parameters");
@@ -523,6 +525,10 @@ const Plan & Pipeline::last_plan() const { return impl_->last.plan; }
 const DeviceMemoryPlan & Pipeline::last_memory() const { return impl_->last.memory; }
 
 const FrozenPinningReport & Pipeline::frozen_pinning() const { return impl_->store.frozen_pinning(); }
+
+size_t Pipeline::host_working_bytes() const { return impl_->store.working_bytes(); }
+
+size_t Pipeline::host_slot_bytes() const { return impl_->store.slot_bytes(); }
 
 const CallPlan & Pipeline::last_call() const { return impl_->last; }
 

@@ -114,6 +114,8 @@ public:
     // After drain(): the working weights of every parameter (the param_infos() order), and setting them (a resumed
     // async run restores the weights its next call computes at).
     std::vector<std::vector<float>> working_weights() const;
+    // Parameter p's working weights where they are (valid while the pipeline lives and is drained).
+    const float * working_weight(size_t p) const;
     void set_working_weights(const std::vector<std::vector<float>> & w);
 
     // The plan of a call of these micro-batch shapes, and the device memory it takes: what forward_backward
@@ -123,6 +125,10 @@ public:
     const Plan & last_plan() const;
     // What pinning the frozen weights did (made when the pipeline was).
     const FrozenPinningReport & frozen_pinning() const;
+    // Pinned bytes the host store holds for the trainable parameters (host_store.h): working copies and gradient
+    // slots (async steps: both whole; sync steps: a tied parameter's second slot).
+    size_t host_working_bytes() const;
+    size_t host_slot_bytes() const;
     const DeviceMemoryPlan & last_memory() const;  // the last call's regions, as planned
     const CallPlan & last_call() const;            // all of the last call's plan (token chunk, activation sets)
     // The regions device `device` has carved (the largest plan it has run; memory_plan.h).

@@ -67,13 +67,16 @@ void save_checkpoint(const std::string & path, const Trainer & tr, const Optimiz
         w.set_f32_array("rp.ckpt.reward_chosen", st.curve.reward_chosen);
         w.set_f32_array("rp.ckpt.reward_rejected", st.curve.reward_rejected);
     }
-    if (!st.working.empty() && st.working.size() != tr.params().size()) throw Error(path + ": working weights for the wrong number of parameters");
+    std::vector<const float *> working = st.working_at;
+    if (working.empty())
+        for (const std::vector<float> & w8 : st.working) working.push_back(w8.data());
+    if (!working.empty() && working.size() != tr.params().size()) throw Error(path + ": working weights for the wrong number of parameters");
     for (size_t i = 0; i < tr.params().size(); ++i) {
         const Trainer::Param & p = tr.params()[i];
         const int64_t ne[4] = {p.t->ne[0], p.t->ne[1], p.t->ne[2], p.t->ne[3]};
         const uint32_t dims = p.t->ne[3] != 1 ? 4 : p.t->ne[2] != 1 ? 3 : 2;  // expert tensors are 3-D
         w.add_tensor(p.name, DType::F32, dims, ne, p.t->data);
-        if (!st.working.empty()) w.add_tensor(p.name + ".working", DType::F32, dims, ne, st.working[i].data());
+        if (!working.empty()) w.add_tensor(p.name + ".working", DType::F32, dims, ne, working[i]);
     }
     const std::vector<StateArray> arrays = opt.state_arrays();
     for (const StateArray & a : arrays) {

@@ -75,6 +75,9 @@ struct CheckpointState {
     // An async pipeline run: the weights its next step computes at (the update before the last one; empty
     // otherwise), so that a resumed run equals an uninterrupted one.
     std::vector<std::vector<float>> working;
+    // Saving: the same weights where they are (the pipeline's working copies), so that a save holds no copy of
+    // them; used instead of `working` when set.
+    std::vector<const float *> working_at;
     StepHealth health;
     // The gradient grouping of the run (data parallel: the world size; single process: its accumulate_groups,
     // 1 by default): the order the gradients were summed in, so a resume with another is refused.

@@ -139,13 +139,20 @@ RunPlan plan_run(const Model & model, const RunPlanOptions & options) {
         r.max_seq = planner.max_seq_len(req, widest, static_cast<int>(r.step.size()), options.max_seq_limit);
     }
     r.call = planner.plan(req, r.step);
-    h.working_copies = h.masters;
+    // Sync steps upload the masters and sum each parameter's gradient in place in its highest layer's slot;
+    // async steps keep pinned copies of both (host_store.h).
+    const bool shared = !o.pipeline.async;
+    h.working_copies = shared ? 0 : h.masters;
     const bool copies = o.pipeline.frozen_pinning.value_or(default_frozen_pinning(backend != "cpu")) == FrozenPinning::Copy;
     std::set<std::string> frozen_seen;  // a tensor two layers share (a tied head) is copied once
-    for (int l = 0; l < prog.num_layers(); ++l)
+    std::set<int> slot_shared;          // parameters whose highest layer's slot is their gradient
+    for (int l = prog.num_layers() - 1; l >= 0; --l)
         for (const auto & ti : prog.layer_tensors(l)) {
-            if (ti.param >= 0) h.grad_slots += ti.bytes;
-            else if (copies && frozen_seen.insert(ti.name).second) h.frozen_copies += ti.bytes;
+            if (ti.param >= 0) {
+                if (!shared || !slot_shared.insert(ti.param).second) h.grad_slots += ti.bytes;
+            } else if (copies && frozen_seen.insert(ti.name).second) {
+                h.frozen_copies += ti.bytes;
+            }
         }
     // The calls in flight: async steps overlap the next step's forward with this one's backward (two calls'
     // buffers); a sync step returns them to the pool before the next call (pipeline.cpp step()).

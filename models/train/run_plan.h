@@ -5,8 +5,10 @@
 //
 // Device: the plan of the largest step, its per-device peak region by region, the smallest plan's peak.
 // Host: the mapped GGUF, the trainable fp32 masters and their gradients, the optimizer state, and with
-// devices the pinned working copies, gradient slots and boundary checkpoints (of the calls in flight: two with
-// async steps, whose next forward overlaps the previous backward, one with sync steps); on the host path the per-layer inputs
+// devices the pinned working copies and gradient slots (async steps; sync steps upload the masters and sum the
+// gradients in place, so only a tied parameter's second slot remains) and the boundary checkpoints (of the calls
+// in flight: two with async steps, whose next forward overlaps the previous backward, one with sync steps); on the
+// host path the per-layer inputs
 // and the graphs: the decoder layers that keep their activations (FinetuneConfig::activation_memory) beside the
 // largest program that runs while they are alive. Link: bytes each way per step.
 #pragma once
@@ -42,9 +44,9 @@ struct HostMemoryPlan {
     size_t masters = 0;           // trainable fp32 tensors (LoRA factors, or the masters of a full finetune)
     size_t gradients = 0;         // their fp32 gradients (+ a tied head's second slot)
     size_t optimizer = 0;         // AdamW m and v, or SGD momentum
-    size_t working_copies = 0;    // pipeline: pinned f32 copies the devices upload
+    size_t working_copies = 0;    // pipeline, async steps: pinned f32 copies the devices upload
     size_t frozen_copies = 0;     // pipeline, pinning by copy: the frozen weights once more, pinned
-    size_t grad_slots = 0;        // pipeline: pinned per-layer gradient slots
+    size_t grad_slots = 0;        // pipeline: pinned per-layer gradient slots (sync steps: a tied parameter's second)
     size_t checkpoints = 0;       // pipeline: pinned boundary activations of the calls in flight; host: layer inputs
     int calls_in_flight = 0;      // pipeline: 2 with async steps, 1 with sync ones
     size_t cpu_devices = 0;       // pipeline on CPU virtual devices: their memory is host RAM (each its planned peak)

@@ -547,7 +547,8 @@ void TrainingSession::save_checkpoint(const std::string & path) {
     st.grad_groups = groups_;
     st.run_config = opt_.run_config;
     if (opt_.objective) st.objective = opt_.objective->state();
-    if (pipe_ && opt_.pipeline.async) st.working = pipe_->working_weights();
+    if (pipe_ && opt_.pipeline.async)
+        for (size_t p = 0; p < trainer_.params().size(); ++p) st.working_at.push_back(pipe_->working_weight(p));
     trainer_.free_graph_memory();
     rp::save_checkpoint(path, trainer_, optimizer_, st);
 }

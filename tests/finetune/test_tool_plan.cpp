@@ -267,7 +267,7 @@ TEST(FinetunePlanTool, AHostPlanOverHostMemIsRefusedAndTheMeasuredPeakIsThePlan)
     const std::vector<std::string> modes = {"", " --full"};
 #else
     const std::vector<std::string> modes = {"", " --full", " --activation-memory 0", " --devices 2 --device-mem 64M",
-                                            " --full --devices 2 --device-mem 256M"};
+                                            " --full --devices 2 --device-mem 256M", " --full --devices 2 --device-mem 256M --async"};
 #endif
     for (const std::string & mode : modes) {
         ASSERT_EQ(ft_test::run(base + mode, &log), 0) << mode << "\n" << log;

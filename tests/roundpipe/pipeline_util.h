@@ -264,6 +264,7 @@ struct RunResult {
     size_t planned_weights_up = 0;             // link_bytes over the calls: the jobs' weights
     size_t planned_resident_once = 0;          // and the resident region's, once per device (0: streamed)
     rp::FrozenPinningReport pinning;           // what pinning the frozen weights did
+    size_t host_working = 0, host_slots = 0;   // the host store's pinned working copies and gradient slots
     std::vector<rp::Pipeline::Assignment> assignments;  // every job's device, in dispatch order
     std::vector<std::vector<int64_t>> jobs_per_step;    // [step][device]: jobs dispatched in the step
     std::vector<double> device_speeds;                  // the dispatcher's speeds at the end
@@ -362,6 +363,8 @@ inline RunResult pipelined(const rp::Model & model, const rp::FinetuneConfig & c
         r.timing_samples = pipe.timing_samples();
         r.pinned_reuses = pipe.pinned_stats().reuses;
         r.pinning = pipe.frozen_pinning();
+        r.host_working = pipe.host_working_bytes();
+        r.host_slots = pipe.host_slot_bytes();
         r.assignments = pipe.assignments();
         r.device_speeds = pipe.device_speeds();
     }

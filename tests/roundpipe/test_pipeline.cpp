@@ -139,6 +139,47 @@ TEST(Pipeline, SyncEqualsSingleDeviceWithTiedHeadFullFinetune) {
     }
 }
 
+// Sync steps keep no copy of the trainable state (host_store.h): the devices upload the masters and sum each
+// gradient in place in its highest layer's slot, so of the pinned store only the tied embedding's second slot is
+// left; async steps keep the working copies and every slot. Both give their reference's bits (sync: the host's;
+// async: the delayed-gradient reference, test I5), so here only the bytes are counted, with the masters and
+// gradients registered in place.
+TEST(Pipeline, SyncStepsShareTheMastersAndGradientsAsyncStepsCopyThem) {
+    const Models & m = Models::get();
+    rp::Trainer tr(*m.qwen3, full_cfg());
+    size_t masters = 0, slots = 0, embd = 0;
+    for (const auto & p : tr.param_infos()) masters += p.n * sizeof(float);
+    for (int l = 0; l < tr.num_layers(); ++l)
+        for (const auto & ti : tr.layer_tensors(l))
+            if (ti.param >= 0) slots += ti.bytes;
+    for (const auto & ti : tr.layer_tensors(0))
+        if (ti.param >= 0) embd += ti.bytes;
+    ASSERT_GT(embd, 0u);
+    ASSERT_GT(slots, masters) << "the tied embedding has two slots";
+    Workload w;
+    const auto ref = reference(*m.qwen3, full_cfg(), w);
+    for (const bool async : {false, true}) {
+        rp::PipelineOptions o;
+        o.async = async;
+        uniform_times(o, 18);
+        DeviceSetup ds;
+        ds.G = 2;
+        ds.memory = size_t(2) << 20;
+        const RunResult r = pipelined(*m.qwen3, full_cfg(), w, ds, o);
+        if (async) {
+            EXPECT_EQ(r.host_working, masters);
+            EXPECT_EQ(r.host_slots, slots);
+            EXPECT_EQ(r.pinning.masters_registered, 0u);
+        } else {
+            EXPECT_EQ(first_difference(r.masters, ref), -1);
+            EXPECT_EQ(r.host_working, 0u);
+            EXPECT_EQ(r.host_slots, embd) << "the tied embedding's second slot";
+            EXPECT_GE(r.pinning.masters_registered, masters) << "masters and gradients registered in place";
+            EXPECT_EQ(r.pinning.masters_pageable, 0u);
+        }
+    }
+}
+
 // qwen3moe, gpt-oss and qwen35moe: the routing is recomputed on whichever device runs the backward; sync mode still
 // gives the single-device bits for G = 1..4, LoRA (attention, experts, router) and full (router and experts
 // trainable; gpt-oss's sinks and biases too; qwen35moe's shared expert and its gate).
