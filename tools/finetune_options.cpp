@@ -316,7 +316,8 @@ void declare_roundpipe(Options & p, FinetuneJob & j) {
     p.value("--pin", "MODE",
             "alloc | register | off: how the frozen weights are pinned for their uploads: a pinned\n"
             "copy (one more copy in RAM), pinned where they are mapped (no copy; slow to set up on\n"
-            "some systems), or not at all (models larger than RAM). Default: alloc on GPUs",
+            "some systems), or not at all (models larger than RAM). Default on GPUs: alloc when the\n"
+            "plan with the copy fits the host memory (--host-mem), else register",
             O::String,
             [&o](const std::string & f, const std::string & v) {
                 const auto mode = parse_frozen_pinning(v);

@@ -257,9 +257,18 @@ int finetune(int argc, char ** argv, rp::Communicator * world) {
         o.comm = world;
         o.replica_check_every = job.dp.check_every;
     }
+    // The frozen weights' pinning, unless asked for: a pinned copy when the plan with it fits the host memory.
+    auto choose_pinning = [&](const rp::Model & m, size_t limit) {
+        const bool asked = o.pipeline.frozen_pinning.has_value();
+        o.pipeline.frozen_pinning = rp::choose_frozen_pinning(m, job.plan_options(o), rp::process_rss_bytes(), limit);
+        return !asked && o.pipelined && *o.pipeline.frozen_pinning != rp::default_frozen_pinning(o.devices.backend != "cpu");
+    };
     if (job.plan_only) {  // a dry run: metadata and tensor infos only
         auto model = rp::Model::load(job.model_path);
+        const bool registered = choose_pinning(*model, job.host_memory_limit().first);
         if (rank == 0) {
+            if (registered)
+                std::printf("note: the frozen weights are registered in place (--pin register): a pinned copy would not fit the host memory\n");
             std::fputs(rp::plan_run(*model, job.plan_options(o)).report().c_str(), stdout);
             std::printf("plan rss: %zu bytes (this process: the weights were mapped, not read)\n", rp::process_peak_rss_bytes());
         }
@@ -307,12 +316,14 @@ int finetune(int argc, char ** argv, rp::Communicator * world) {
     // The host side of the plan, before anything is allocated (the devices' side: the session); said once the
     // session is up, so that a bad input's error is the first line.
     const auto [host_limit, host_source] = job.host_memory_limit();
+    if (choose_pinning(*model, host_limit))
+        say.print("the frozen weights are registered in place (--pin register): a pinned copy of them would not fit the host memory\n");
     const size_t held = rp::process_rss_bytes();
     const size_t host_planned = rp::require_host_memory(*model, job.plan_options(o), held, host_limit, host_source);
     if (o.pipelined)  // the devices and the pinned host memory: seconds to minutes for a large model
         say.print("starting %d %s devices %s; pinning the frozen weights (%s)...\n", o.devices.count, o.devices.backend.c_str(),
                   device_sizes(o.devices).c_str(),
-                  rp::frozen_pinning_name(o.pipeline.frozen_pinning.value_or(rp::default_frozen_pinning(o.devices.backend != "cpu"))));
+                  rp::frozen_pinning_name(*o.pipeline.frozen_pinning));
     rp::TrainingSession run(*model, data, o);
     double trace_t0 = 0;
     if (world && ranks > 1) {  // every rank has built its session: the common origin of the traces

@@ -179,6 +179,22 @@ std::string HostMemoryPlan::describe() const {
     return s;
 }
 
+FrozenPinning choose_frozen_pinning(const Model & model, const RunPlanOptions & options, size_t in_use, size_t limit) {
+    const SessionOptions & o = options.session;
+    if (o.pipeline.frozen_pinning) return *o.pipeline.frozen_pinning;
+    const FrozenPinning def = default_frozen_pinning(o.devices.backend != "cpu");
+    if (!o.pipelined || def != FrozenPinning::Copy) return def;
+    RunPlanOptions copy = options;
+    copy.session.pipeline.frozen_pinning = FrozenPinning::Copy;
+    copy.max_seq_limit = 0;
+    try {
+        const HostMemoryPlan h = plan_run(model, copy).host;
+        return in_use + h.total() <= limit ? FrozenPinning::Copy : FrozenPinning::Register;
+    } catch (const MemoryError &) {
+        return FrozenPinning::Copy;  // the devices cannot hold the plan: the session says so
+    }
+}
+
 size_t require_host_memory(const Model & model, const RunPlanOptions & options, size_t in_use, size_t limit,
                            const std::string & limit_source) {
     // The host bytes of the plan at seq_len n, or nullopt when its devices cannot hold it.

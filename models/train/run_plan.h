@@ -85,4 +85,10 @@ RunPlan plan_run(const Model & model, const RunPlanOptions & options);
 size_t require_host_memory(const Model & model, const RunPlanOptions & options, size_t in_use, size_t limit,
                            const std::string & limit_source);
 
+// How the run pins its frozen weights when options.session.pipeline.frozen_pinning is unset: on accelerators a
+// pinned copy (the fastest uploads) when the plan with it fits `limit` beside `in_use`, else registration in place
+// (no second copy of the weights: a model whose weights and copy would not fit the host); on CPU virtual devices
+// registration (default_frozen_pinning). A set mode is returned as it is.
+FrozenPinning choose_frozen_pinning(const Model & model, const RunPlanOptions & options, size_t in_use, size_t limit);
+
 } // namespace rp

@@ -390,3 +390,27 @@ TEST(ToolPlan, SimulateNamedGpuMixComparesTheDispatches) {
     EXPECT_EQ(ft_test::run(ft_test::tool("rp-simulate") + " --model qwen3-1.7b --devices 4090x2 --device-speed 1,1", &log), 1) << log;
     EXPECT_NE(log.find("give one"), std::string::npos) << log;
 }
+
+// On GPUs the frozen weights are pinned by a copy (the fastest uploads) when the plan with the copy fits the host
+// memory, else registered in place: a model whose weights and their copy would not fit RAM still trains. --plan
+// says which, and counts the copy only when it is made; an asked-for --pin is kept.
+TEST(FinetunePlanTool, TheFrozenWeightsAreRegisteredInPlaceWhenTheirCopyWouldNotFitTheHost) {
+    rp_test::TempDir d;
+    std::string log;
+    const std::string model = d.file("qwen3-0.6b.gguf");  // every weight a hole: 1.2 GB planned, nothing read
+    ASSERT_EQ(ft_test::run(ft_test::tool("rp-gguf") + " synth " + model + " --shape qwen3-0.6b --weights 0 --type bf16", &log), 0) << log;
+    const std::string plan = ft_test::tool("rp-finetune") + " -m " + model +
+                             " --plan --backend cuda --devices 2 --device-mem 4G --seq-len 64 --batch 2 --lora-rank 8";
+    ASSERT_EQ(ft_test::run(plan + " --host-mem 64G", &log), 0) << log;
+    const long long with_copy = field(log, "host peak"), copy = field(log, "  frozen weights (pinned copy)");
+    ASSERT_GT(copy, 0) << log;
+    EXPECT_EQ(log.find("registered in place"), std::string::npos) << log;
+    // A host that holds the plan without the copy (and the process, far less than half the copy), not with it.
+    const long long limit = with_copy - copy / 2;
+    ASSERT_EQ(ft_test::run(plan + " --host-mem " + std::to_string(limit), &log), 0) << log;
+    EXPECT_NE(log.find("note: the frozen weights are registered in place (--pin register)"), std::string::npos) << log;
+    EXPECT_EQ(log.find("frozen weights (pinned copy)"), std::string::npos) << log;
+    EXPECT_EQ(field(log, "host peak"), with_copy - copy) << log;
+    ASSERT_EQ(ft_test::run(plan + " --host-mem " + std::to_string(limit) + " --pin alloc", &log), 0) << log;
+    EXPECT_EQ(field(log, "  frozen weights (pinned copy)"), copy) << log;
+}
