@@ -143,6 +143,15 @@ void declare_optimization(Options & p, FinetuneJob & j) {
                 return std::optional(toml_float(sgd ? o.optimizer.sgd.weight_decay : o.optimizer.adamw.weight_decay, 17));
             });
     p.number("--momentum", o.optimizer.sgd.momentum, -1e300, 1e300, "SGD momentum");
+    p.value("--optimizer-state", "TYPE",
+            "f32 | bf16: the optimizer's state (AdamW m and v, SGD momentum) in fp32, or in bfloat16 for\n"
+            "half its host memory (updates computed in fp32 and rounded to nearest even; not f32's bits)",
+            O::String,
+            [&o](const std::string & f, const std::string & v) {
+                if (v != "f32" && v != "bf16") throw rp::Error(f + ": '" + v + "' is not one of f32, bf16");
+                o.optimizer.bf16_state = v == "bf16";
+            },
+            [&o] { return quoted(o.optimizer.bf16_state ? "bf16" : "f32"); });
     p.integer("--epochs", o.epochs, 1, 1 << 20, "passes over the training data");
     p.optional_integer("--steps", o.steps, 1, 1LL << 40, "optimizer steps (overrides --epochs)");
     p.optional_integer("--stop-at", j.loop.stop_at, 1, 1LL << 40, "stop after step N (checkpoint written), keeping the schedule of --steps");

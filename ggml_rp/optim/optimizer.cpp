@@ -1,6 +1,7 @@
 #include "ggml_rp/optim/optimizer.h"
 
 #include "base/error.h"
+#include "ggml_rp/core/fp16.h"
 
 #include <algorithm>
 #include <cstring>
@@ -39,8 +40,8 @@ size_t Optimizer::add_param(const std::string & name, size_t n) {
     s.name = name;
     s.n = n;
     const size_t n_arrays = state_suffixes().size();
-    if (n_arrays >= 1) s.a.assign(n, 0.0f);
-    if (n_arrays >= 2) s.b.assign(n, 0.0f);
+    if (n_arrays >= 1) (cfg_.bf16_state ? s.a16.assign(n, 0) : s.a.assign(n, 0.0f));
+    if (n_arrays >= 2) (cfg_.bf16_state ? s.b16.assign(n, 0) : s.b.assign(n, 0.0f));
     s.updated_at = step_;
     slots_.push_back(std::move(s));
     return slots_.size() - 1;
@@ -56,10 +57,25 @@ void Optimizer::update(size_t i, std::span<float> param, std::span<const float> 
     if (s.updated_at == t) {
         throw Error("optimizer: parameter '" + s.name + "' updated twice in step " + std::to_string(t));
     }
-    if (cfg_.kind == OptimizerKind::AdamW) {
-        adamw_update(cfg_.adamw, t, lr, param, grad, s.a, s.b);
+    if (!cfg_.bf16_state) {
+        if (cfg_.kind == OptimizerKind::AdamW) adamw_update(cfg_.adamw, t, lr, param, grad, s.a, s.b);
+        else sgd_update(cfg_.sgd, t, lr, param, grad, s.a);
     } else {
-        sgd_update(cfg_.sgd, t, lr, param, grad, s.a);
+        // bf16 state: a block at a time read as fp32, updated as the fp32 state is, rounded back (element-wise,
+        // so the blocks change nothing).
+        constexpr size_t kBlock = 1024;
+        float a[kBlock], b[kBlock];
+        for (size_t i0 = 0; i0 < s.n; i0 += kBlock) {
+            const size_t k = std::min(kBlock, s.n - i0);
+            const std::span<float> sa = s.a16.empty() ? std::span<float>() : std::span<float>(a, k);
+            const std::span<float> sb = s.b16.empty() ? std::span<float>() : std::span<float>(b, k);
+            for (size_t j = 0; j < sa.size(); ++j) sa[j] = bf16_to_fp32(s.a16[i0 + j]);
+            for (size_t j = 0; j < sb.size(); ++j) sb[j] = bf16_to_fp32(s.b16[i0 + j]);
+            if (cfg_.kind == OptimizerKind::AdamW) adamw_update(cfg_.adamw, t, lr, param.subspan(i0, k), grad.subspan(i0, k), sa, sb);
+            else sgd_update(cfg_.sgd, t, lr, param.subspan(i0, k), grad.subspan(i0, k), sa);
+            for (size_t j = 0; j < sa.size(); ++j) s.a16[i0 + j] = fp32_to_bf16(sa[j]);
+            for (size_t j = 0; j < sb.size(); ++j) s.b16[i0 + j] = fp32_to_bf16(sb[j]);
+        }
     }
     s.updated_at = t;
 }
@@ -80,7 +96,10 @@ std::vector<StateArray> Optimizer::state_arrays() const {
     out.reserve(slots_.size() * suffixes.size());
     for (const Slot & s : slots_) {
         for (size_t k = 0; k < suffixes.size(); ++k) {
-            out.push_back({s.name + suffixes[k], k == 0 ? std::span<const float>(s.a) : std::span<const float>(s.b)});
+            StateArray a{s.name + suffixes[k], {}, {}};
+            if (cfg_.bf16_state) a.bf16 = k == 0 ? std::span<const uint16_t>(s.a16) : std::span<const uint16_t>(s.b16);
+            else a.data = k == 0 ? std::span<const float>(s.a) : std::span<const float>(s.b);
+            out.push_back(std::move(a));
         }
     }
     return out;
@@ -97,10 +116,13 @@ void Optimizer::load_state(int64_t step, std::span<const StateArray> arrays) {
     for (const StateArray & want : mine) {
         const auto it = by_name.find(want.name);
         if (it == by_name.end()) throw Error("optimizer state: array '" + want.name + "' is missing");
-        if (it->second->data.size() != want.data.size()) {
-            throw Error("optimizer state: array '" + want.name + "' has " + std::to_string(it->second->data.size()) +
-                        " elements, expected " + std::to_string(want.data.size()));
+        if (it->second->size() != want.size()) {
+            throw Error("optimizer state: array '" + want.name + "' has " + std::to_string(it->second->size()) +
+                        " elements, expected " + std::to_string(want.size()));
         }
+        if (it->second->bf16.empty() != want.bf16.empty() && want.size() > 0)
+            throw Error("optimizer state: array '" + want.name + "' is " + (want.bf16.empty() ? "bf16" : "fp32") + ", this run keeps it in " +
+                        (want.bf16.empty() ? "fp32" : "bf16") + " (the optimizer's state type)");
     }
     if (by_name.size() != mine.size()) {
         for (const StateArray & a : arrays) {
@@ -115,7 +137,9 @@ void Optimizer::load_state(int64_t step, std::span<const StateArray> arrays) {
         for (size_t k = 0; k < suffixes.size(); ++k) {
             const StateArray & src = *by_name.at(s.name + suffixes[k]);
             std::vector<float> & dst = k == 0 ? s.a : s.b;
+            std::vector<uint16_t> & dst16 = k == 0 ? s.a16 : s.b16;
             if (!dst.empty()) std::memcpy(dst.data(), src.data.data(), dst.size() * sizeof(float));
+            if (!dst16.empty()) std::memcpy(dst16.data(), src.bf16.data(), dst16.size() * sizeof(uint16_t));
         }
         s.updated_at = step;
     }

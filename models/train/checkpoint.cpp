@@ -80,8 +80,8 @@ void save_checkpoint(const std::string & path, const Trainer & tr, const Optimiz
     }
     const std::vector<StateArray> arrays = opt.state_arrays();
     for (const StateArray & a : arrays) {
-        const int64_t ne[1] = {static_cast<int64_t>(a.data.size())};
-        w.add_tensor(a.name, DType::F32, 1, ne, a.data.data());
+        const int64_t ne[1] = {static_cast<int64_t>(a.size())};
+        w.add_tensor(a.name, a.bf16.empty() ? DType::F32 : DType::BF16, 1, ne, a.bytes());
     }
     w.write(path);
 }
@@ -131,9 +131,11 @@ CheckpointState load_checkpoint(const std::string & path, Trainer & tr, Optimize
         bool is_param = false;
         for (const Trainer::Param & p : tr.params()) is_param |= p.name == ti.name || p.name + ".working" == ti.name;
         if (is_param) continue;
-        if (ti.type != DType::F32) fail("tensor '" + ti.name + "' is not f32");
-        arrays.push_back({ti.name, std::span<const float>(reinterpret_cast<const float *>(f->tensor_data(ti)),
-                                                          static_cast<size_t>(ti.nelements()))});
+        if (ti.type != DType::F32 && ti.type != DType::BF16) fail("tensor '" + ti.name + "' is neither f32 nor bf16");
+        StateArray a{ti.name, {}, {}};
+        if (ti.type == DType::F32) a.data = {reinterpret_cast<const float *>(f->tensor_data(ti)), static_cast<size_t>(ti.nelements())};
+        else a.bf16 = {reinterpret_cast<const uint16_t *>(f->tensor_data(ti)), static_cast<size_t>(ti.nelements())};
+        arrays.push_back(std::move(a));
     }
     opt.load_state(static_cast<int64_t>(f->get_u64("rp.ckpt.opt_step")), arrays);
 

@@ -77,7 +77,7 @@ ReplicaHashes replica_hashes(const Trainer & trainer, const Optimizer & optimize
         r.names.push_back("'" + p.name + "'");
     }
     for (const StateArray & a : optimizer.state_arrays()) {
-        r.hashes.push_back(fnv1a64(a.data.data(), a.data.size_bytes()));
+        r.hashes.push_back(fnv1a64(a.bytes(), a.size_bytes()));
         r.names.push_back("optimizer state '" + a.name + "'");
     }
     const int64_t step = optimizer.step();

@@ -63,7 +63,7 @@ RunPlan plan_run(const Model & model, const RunPlanOptions & options) {
     for (const auto & ti : prog.layer_tensors(prog.num_layers() - 1))  // a trainable tied head's second gradient slot
         if (ti.param >= 0 && model.tied_output() && ti.name == model.tok_embd->name) h.gradients += ti.bytes;
     const size_t states = o.optimizer.kind == OptimizerKind::AdamW ? 2 : o.optimizer.sgd.momentum != 0 ? 1 : 0;
-    h.optimizer = states * h.masters;
+    h.optimizer = states * (o.optimizer.bf16_state ? h.masters / 2 : h.masters);
 
     const auto rules = footprint_rules(backend);
     CallPlanner planner(prog, *rules);

@@ -114,13 +114,28 @@ TEST(FinetuneTool, ResumeIsBitExact) {
     TmpDir d;
     const std::string args = " --data " + train_txt() + kCommon + " --steps 6 --lr 2e-3 --warmup 1 --lr-schedule cosine";
     std::string log;
-    for (const char * mode : {"", " --full"}) {
+    std::string f32_result;
+    for (const char * mode : {"", " --full", " --optimizer-state bf16"}) {
         ASSERT_EQ(ft_test::run(finetune("-o " + (d / "full.gguf") + args + mode), &log), 0) << log;
         ASSERT_EQ(ft_test::run(finetune("-o " + (d / "part.gguf") + args + mode + " --stop-at 3"), &log), 0) << log;
         ASSERT_EQ(ft_test::run(finetune("-o " + (d / "part.gguf") + args + mode + " --resume " + (d / "part.gguf.ckpt.gguf")), &log), 0) << log;
         EXPECT_NE(log.find("resumed"), std::string::npos) << log;
         EXPECT_EQ(slurp(d / "full.gguf"), slurp(d / "part.gguf")) << "mode" << mode;
         EXPECT_EQ(metric(d / "full.gguf.metrics.jsonl", "loss"), metric(d / "part.gguf.metrics.jsonl", "loss"));
+        if (std::string(mode).empty()) f32_result = slurp(d / "full.gguf");
+        if (std::string(mode) == " --optimizer-state bf16") {
+            // The checkpoint keeps the state as bf16; the result is not the fp32 state's; a resume takes the
+            // state type from the checkpoint's run (the flag need not be repeated).
+            const auto ck = gguf::Reader::open(d / "part.gguf.ckpt.gguf");
+            const gguf::TensorInfo * m = nullptr;
+            for (const gguf::TensorInfo & t : ck->tensors())
+                if (t.name.ends_with(".adam_m")) m = &t;
+            ASSERT_NE(m, nullptr);
+            EXPECT_EQ(m->type, gguf::TensorType::BF16) << m->name;
+            EXPECT_NE(slurp(d / "full.gguf"), f32_result);
+            ASSERT_EQ(ft_test::run(finetune("-o " + (d / "again.gguf") + args + " --resume " + (d / "part.gguf.ckpt.gguf")), &log), 0) << log;
+            EXPECT_EQ(slurp(d / "again.gguf"), slurp(d / "full.gguf"));
+        }
     }
     // The form: a shorter --steps first, then --resume to the full count (constant schedule, which
     // does not depend on the total).

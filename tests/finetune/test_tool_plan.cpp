@@ -414,3 +414,18 @@ TEST(FinetunePlanTool, TheFrozenWeightsAreRegisteredInPlaceWhenTheirCopyWouldNot
     ASSERT_EQ(ft_test::run(plan + " --host-mem " + std::to_string(limit) + " --pin alloc", &log), 0) << log;
     EXPECT_EQ(field(log, "  frozen weights (pinned copy)"), copy) << log;
 }
+
+// --optimizer-state bf16 halves the optimizer's host bytes in the plan, and only them.
+TEST(FinetunePlanTool, ABf16OptimizerStateHalvesItsHostBytes) {
+    rp_test::TempDir d;
+    std::string log;
+    const std::string model = d.file("qwen3-0.6b.gguf");
+    ASSERT_EQ(ft_test::run(ft_test::tool("rp-gguf") + " synth " + model + " --shape qwen3-0.6b --weights 0 --type bf16", &log), 0) << log;
+    const std::string plan = ft_test::tool("rp-finetune") + " -m " + model + " --plan --devices 2 --device-mem 4G --seq-len 64 --batch 2 --lora-rank 8";
+    ASSERT_EQ(ft_test::run(plan, &log), 0) << log;
+    const long long host = field(log, "host peak"), opt = field(log, "  optimizer state"), masters = field(log, "  trainable fp32");
+    EXPECT_EQ(opt, 2 * masters) << log;
+    ASSERT_EQ(ft_test::run(plan + " --optimizer-state bf16", &log), 0) << log;
+    EXPECT_EQ(field(log, "  optimizer state"), masters) << log;
+    EXPECT_EQ(field(log, "host peak"), host - masters) << log;
+}

@@ -110,6 +110,7 @@ TEST(FinetuneOptions, EveryFlagParsesAsTheOldParserDid) {
              EXPECT_EQ(j.session.optimizer.sgd.weight_decay, 0.1);
              EXPECT_EQ(j.session.optimizer.adamw.weight_decay, 0.1);
          }},
+        {"--optimizer-state bf16", [](const FinetuneJob & j) { EXPECT_TRUE(j.session.optimizer.bf16_state); }},
         // Rates are doubles, read as doubles (the old parser rounded them to floats first).
         {"--lr 2e-3 --lr-min 1e-5 --lr-schedule linear --warmup 2", [](const FinetuneJob & j) {
              EXPECT_EQ(j.session.lr.lr_max, 2e-3);
