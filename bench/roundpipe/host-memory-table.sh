@@ -2,8 +2,12 @@
 # The least host RAM and device memory of a LoRA run on the paper's models (RoundPipe on 8 x 24 GB CUDA devices,
 # LoRA r32 on every linear layer, seq 4096, batch 8), planned by rp-finetune --plan on shapes-only files
 # (rp-gguf synth --weights 0: every weight a hole, nothing read, no disk). bf16 and q4_0 bases (the synthetic
-# writer has no K-quants; Q4_K_M is ~4.8 bits per weight against q4_0's 4.5), with the default sync steps (the
-# boundary checkpoints of one call in flight) and with --async (two). Prints a Markdown table.
+# writer has no K-quants; Q4_K_M is ~4.8 bits per weight against q4_0's 4.5). Columns:
+#   least: sync steps, the frozen weights registered in place (--pin register), the optimizer state in bf16;
+#   pinned copy: sync steps with a pinned copy of the frozen weights (what a GPU run takes when the host holds it)
+#     and the fp32 optimizer state;
+#   async: --async with the pinned copy (two calls' boundary checkpoints, the working copies and gradient slots).
+# Prints a Markdown table.
 # Usage: bench/roundpipe/host-memory-table.sh [BUILD_DIR]   (default build)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -11,19 +15,21 @@ bin=${1:-build}/bin
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 gib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1073741824 }'; }
-echo "| model | base | host peak (GiB), sync steps | async steps | of which mapped weights | device peak (GiB, each of 8) |"
-echo "|---|---|---|---|---|---|"
+echo "| model | base | least host RAM (GiB): sync, --pin register, --optimizer-state bf16 | sync, pinned copy | async, pinned copy | of which mapped weights | device peak (GiB, each of 8) |"
+echo "|---|---|---|---|---|---|---|"
 for shape in qwen3-1.7b llama3.1-8b qwen3-32b qwen3-235b-a22b; do
   for type in bf16 q4_0; do
     "$bin/rp-gguf" synth "$tmp/m.gguf" --shape "$shape" --weights 0 --type "$type" > /dev/null
-    out=$("$bin/rp-finetune" -m "$tmp/m.gguf" --plan --devices 8 --device-mem 24G --backend cuda --seq-len 4096 --batch 8 \
-            --lora-rank 32 -o "$tmp/x.gguf" 2>&1) || { echo "| $shape | $type | does not fit: ${out##*error: } | | | |"; continue; }
-    host=$(sed -n 's/^host peak: \([0-9]*\) bytes.*/\1/p' <<< "$out")
-    async=$("$bin/rp-finetune" -m "$tmp/m.gguf" --plan --devices 8 --device-mem 24G --backend cuda --seq-len 4096 --batch 8 \
-            --lora-rank 32 --async -o "$tmp/x.gguf" 2>&1 | sed -n 's/^host peak: \([0-9]*\) bytes.*/\1/p')
+    plan() { "$bin/rp-finetune" -m "$tmp/m.gguf" --plan --devices 8 --device-mem 24G --backend cuda --seq-len 4096 --batch 8 \
+               --lora-rank 32 -o "$tmp/x.gguf" "$@" 2>&1; }
+    out=$(plan --pin register --optimizer-state bf16) || { echo "| $shape | $type | does not fit: ${out##*error: } | | | | |"; continue; }
+    peak() { sed -n 's/^host peak: \([0-9]*\) bytes.*/\1/p'; }
+    least=$(peak <<< "$out")
+    copy=$(plan --pin alloc | peak)
+    async=$(plan --pin alloc --async | peak)
     mapped=$(sed -n 's/^  mapped weights: \([0-9]*\) bytes.*/\1/p' <<< "$out")
     device=$(sed -n 's/^device peak: \([0-9]*\) bytes.*/\1/p' <<< "$out")
-    echo "| $shape | $type | $(gib "$host") | $(gib "$async") | $(gib "$mapped") | $(gib "$device") |"
+    echo "| $shape | $type | $(gib "$least") | $(gib "$copy") | $(gib "$async") | $(gib "$mapped") | $(gib "$device") |"
     rm -f "$tmp/m.gguf"
   done
 done
