@@ -8,10 +8,16 @@
 //   attention  causal flash attention forward and backward, tokens/s and GFLOP/s. FLOPs count the causal
 //           half of the two T x T x D products per head (2 T^2 D); the backward counts 2.5x the forward, the
 //           usual FlashAttention accounting (ours recomputes, so it does more work than it is credited).
+//   matvec  one token's product as generation runs it (cpu/matvec_dot.h: the column prepared once, then every
+//           weight row dotted where it lies, rows split over the threads), for every weight type, on a matrix of
+//           --matvec-mb MiB (far past the last-level cache), in GB/s of weight bytes next to the read-only
+//           stream of the same bytes (each 8-byte word loaded once and XORed, nothing stored) measured in the
+//           same run: the stream is the limit of a product that reads every weight once.
 #include "bench/bench.h"
 #include "ggml_rp/core/quant.h"
 #include "ggml_rp/cpu/attention.h"
 #include "ggml_rp/cpu/gemm.h"
+#include "ggml_rp/cpu/matvec_dot.h"
 #include "base/error.h"
 
 #include <algorithm>
@@ -204,20 +210,81 @@ void bench_attention(int64_t T, int64_t D, int64_t Hq, int64_t Hkv, int reps) {
                 gflops(fwd_flops, tf), tb.best_s * 1e3, double(T) / tb.best_s, gflops(2.5 * fwd_flops, tb));
 }
 
+// ---- matvec (one token) --------------------------------------------------------------------------------------
+
+volatile uint64_t g_read_sink;
+
+// The read-only stream of `bytes` bytes at p on `threads` threads (each 8-byte word XORed in).
+void read_stream(const uint8_t * p, size_t bytes, int threads) {
+    const int64_t chunks = 4L * threads;
+    uint64_t x = 0;
+#if defined(_OPENMP)
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(^ : x)
+#endif
+    for (int64_t c = 0; c < chunks; ++c) {
+        const size_t lo = bytes * size_t(c) / size_t(chunks) / 64 * 64;
+        const size_t hi = c + 1 == chunks ? bytes / 8 * 8 : bytes * size_t(c + 1) / size_t(chunks) / 64 * 64;
+        uint64_t a = 0;
+        for (size_t i = lo; i < hi; i += 8) {
+            uint64_t w;
+            std::memcpy(&w, p + i, 8);
+            a ^= w;
+        }
+        x ^= a;
+    }
+    g_read_sink = g_read_sink + x;
+}
+
+void bench_matvec(int64_t K, size_t mib, int threads, int reps) {
+    std::printf("\none token (matvec_dot row dots, rows over %d threads): K = %lld, about %zu MiB of weights per type\n", threads,
+                (long long)K, mib);
+    std::printf("  %-8s %8s %10s %10s %10s %9s\n", "type", "rows", "ms", "GB/s", "read GB/s", "of read");
+    // A pool of real rows (random values quantized as the type's quantizer does), tiled to the matrix.
+    constexpr int64_t kPool = 64;
+    std::vector<float> pool(static_cast<size_t>(K * kPool)), x(static_cast<size_t>(K));
+    for (size_t i = 0; i < pool.size(); ++i) pool[i] = float(int(i * 2654435761u % 2001) - 1000) * 1e-3f;
+    for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i * 40503u % 2001) - 1000) * 1e-3f;
+    for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0, TensorType::Q6_K, TensorType::Q5_K,
+                         TensorType::Q4_K, TensorType::Q4_0, TensorType::Q3_K, TensorType::Q2_K}) {
+        if (!rp::cpu::row_dot_supports(t, K)) continue;
+        const size_t rb = gguf::row_bytes(t, K);
+        const int64_t N = int64_t((mib << 20) / rb);
+        std::vector<uint8_t> pq(rb * kPool), W(rb * size_t(N));
+        for (int64_t r = 0; r < kPool; ++r) rp::quantize_row(t, pool.data() + r * K, pq.data() + size_t(r) * rb, K);
+        for (int64_t n = 0; n < N; ++n) std::memcpy(W.data() + size_t(n) * rb, pq.data() + size_t(n % kPool) * rb, rb);
+        std::vector<float> y(static_cast<size_t>(N));
+        rp::cpu::DotColumn col;
+        const Timing tm = time_it([&] {
+            rp::cpu::prepare_column(t, x.data(), K, col);
+#if defined(_OPENMP)
+#pragma omp parallel for num_threads(threads) schedule(static)
+#endif
+            for (int64_t n = 0; n < N; ++n) y[size_t(n)] = rp::cpu::row_dot(t, W.data() + size_t(n) * rb, col);
+        }, reps);
+        const Timing tr = time_it([&] { read_stream(W.data(), W.size(), threads); }, reps);
+        const double bytes = double(W.size()), g = bytes / tm.best_s / 1e9, gr = bytes / tr.best_s / 1e9;
+        std::printf("  %-8s %8lld %10.2f %10.2f %10.2f %8.0f%%%s\n", gguf::type_name(uint32_t(t)), (long long)N, tm.best_s * 1e3, g, gr,
+                    100.0 * g / gr, rp::cpu::row_dot_is_simd(t) ? "" : "  (portable loop)");
+    }
+}
+
 int run_ops(int argc, char ** argv) {
     bool quick = false;
     int reps = 3, threads = max_threads();
     std::string only, shapes;
+    int64_t matvec_mb = 512;
     rp::cli::Options opt("rp-bench ops",
-                         "usage: rp-bench ops [--quick] [--reps N] [--threads N] [--only peak|gemm|attention] [--shape K,N,T[:K,N,T...]]\n"
+                         "usage: rp-bench ops [--quick] [--reps N] [--threads N] [--only peak|gemm|attention|matvec] [--shape K,N,T[:K,N,T...]]\n"
                          "  FMA peak (1 thread and N threads), then GEMM on LLM shapes (4096x4096x512, 2048x6144x1024 and the\n"
                          "  LM head 2048x151936x512; --quick: 1024x1024x256, 1024x1536x256, 1024x16384x256) for f32, bf16, q8_0\n"
                          "  and q4_0 weights next to OpenBLAS cblas_sgemm, then causal attention forward/backward at T = 512 ..\n"
-                         "  8192 (--quick: 512 .. 2048), D = 64 and 128. Best of N repetitions (1 for the LM head).");
+                         "  8192 (--quick: 512 .. 2048), D = 64 and 128, then one token's product (generation's row dots) for every\n"
+                         "  weight type against the read-only stream of its bytes. Best of N repetitions (1 for the LM head).");
     opt.flag("--quick", quick, "the smaller shapes");
     opt.integer("--reps", reps, 1, 1 << 20, "repetitions (the best counts)");
     opt.threads(threads, 1, "threads (default: all, OMP_NUM_THREADS)");
-    opt.choice("--only", only, {"peak", "gemm", "attention"}, "one section", "S");
+    opt.choice("--only", only, {"peak", "gemm", "attention", "matvec"}, "one section", "S");
+    opt.integer("--matvec-mb", matvec_mb, 1, 1 << 16, "matvec: MiB of weights per type (past the last-level cache)");
     opt.text("--shape", shapes,
              "GEMM on these shapes instead, ':'-separated (a training step's products: llama-20M is\n"
              "512,512,256:512,1408,256:1408,512,256)",
@@ -269,6 +336,9 @@ int run_ops(int argc, char ** argv) {
         std::printf("\ncausal attention, one sequence (FLOPs: fwd 2 T^2 D Hq, bwd 2.5x fwd)\n");
         for (int64_t D : {64, 128})
             for (int64_t T = 512; T <= (quick ? 2048 : 8192); T *= 2) bench_attention(T, D, 8, 2, T >= 4096 ? 1 : reps);
+    }
+    if (only.empty() || only == "matvec") {
+        bench_matvec(quick ? 1024 : 4096, quick ? std::min<size_t>(size_t(matvec_mb), 128) : size_t(matvec_mb), threads, reps);
     }
     return 0;
 }

@@ -112,7 +112,8 @@ public:
     // before evaluating on the masters or checkpointing, so that neither changes the run's trajectory.
     void drain();
     // After drain(): the working weights of every parameter (the param_infos() order), and setting them (a resumed
-    // async run restores the weights its next call computes at).
+    // async run restores the weights its next call computes at). Sync steps upload the masters themselves: their
+    // working weights are the masters, and setting them sets the masters.
     std::vector<std::vector<float>> working_weights() const;
     // Parameter p's working weights where they are (valid while the pipeline lives and is drained).
     const float * working_weight(size_t p) const;
