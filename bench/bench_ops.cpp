@@ -22,7 +22,11 @@
 //             q4_k   15.5 (45%)    15.3 (42%)
 //             q4_0   12.7 (36%)    12.3 (34%)
 //             q2_k   12.1 (35%)    12.5 (34%)
-//           The int8 types other than Q8_0 are bound by their decoding and per-sub-block float work, not memory.
+//           Then every kernel prefetching its weight stream 8 KiB ahead (cpu/matvec_dot.cpp kPrefetchAhead), the
+//           same machine, two runs: f32 32.9-36.2 GB/s (101-104%: the read stream has no prefetch), f16 31.2 (90-92%),
+//           bf16 30.0-32.4 (92-95%), q8_0 28.9-29.5 (84-85%), q6_k 28.1-28.3 (81-82%), q5_k 28.1-28.8 (83-89%),
+//           q4_k 28.2-28.4 (83-84%), q4_0 22.0-22.3 (64-67%), q3_k 20.9-21.2 (60-63%), q2_k 21.4-22.1 (63-64%):
+//           the rows had been arriving late, not decoding slowly; the 2- and 3-bit types are now decode-bound.
 #include "bench/bench.h"
 #include "ggml_rp/core/quant.h"
 #include "ggml_rp/cpu/attention.h"

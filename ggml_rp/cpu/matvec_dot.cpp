@@ -57,6 +57,16 @@ inline float half_to_float(uint16_t h) {
 #endif
 }
 
+// The weight stream is read once and decoded slower than memory delivers it, so the hardware prefetchers (which
+// stop at 4 KiB pages and run a short distance ahead) leave each row's lines arriving late: every kernel asks for
+// the lines kPrefetchAhead bytes past the block it decodes (rp-bench ops --only matvec, 2 Xeon threads: Q4_K
+// 15.3 -> 25.3 GB/s, 43% -> 73% of the read stream). A prefetch past the matrix's end is a harmless hint.
+constexpr size_t kPrefetchAhead = 8192;
+inline void prefetch_ahead(const void * p, size_t bytes) {
+    const char * c = static_cast<const char *>(p) + kPrefetchAhead;
+    for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, 3);
+}
+
 #if defined(__AVX__)
 // The 8 lanes added in a fixed order.
 inline float hsum(__m256 v) {
@@ -119,6 +129,7 @@ float dot_q45_small(const Block * w, const DotColumn & x) {
 #endif
     for (int64_t b = 0; b < nb; ++b) {
         const Block & blk = w[b];
+        if (b % 4 == 0) prefetch_ahead(w + b, 4 * sizeof(Block));
         const float d = half_to_float(blk.d), dx = x.d[size_t(b)];
         const float xsum = x.dsum16[size_t(2 * b)] + x.dsum16[size_t(2 * b + 1)];
         if constexpr (HAS_MIN) extra += half_to_float(blk.m) * xsum;
@@ -167,6 +178,7 @@ float dot_q8_0(const block_q8_0 * w, const DotColumn & x) {
 #if defined(__F16C__)
     // 8 blocks at a time: their 8 scales d_w d_x in one conversion and one product (the same bits as one by one).
     for (; b + 8 <= nb; b += 8) {
+        prefetch_ahead(w + b, 8 * sizeof(block_q8_0));
         const __m128i dh = _mm_setr_epi16(short(w[b].d), short(w[b + 1].d), short(w[b + 2].d), short(w[b + 3].d), short(w[b + 4].d),
                                           short(w[b + 5].d), short(w[b + 6].d), short(w[b + 7].d));
         const __m256 sc = _mm256_mul_ps(_mm256_cvtph_ps(dh), _mm256_loadu_ps(x.d.data() + b));
@@ -196,6 +208,7 @@ float dot_q45_K(const Block * w, const DotColumn & x) {
     __m256 acc = _mm256_setzero_ps(), mins = _mm256_setzero_ps();
     for (int64_t s = 0; s < nsb; ++s) {
         const Block & b = w[s];
+        prefetch_ahead(&b, sizeof(Block));
         const int8_t * xq = x.q.data() + QK_K * s;
         // The 8 6-bit scales and mins (k4_scale_min's values), 4 bytes to a word.
         uint32_t sc[2], m[2];
@@ -224,6 +237,7 @@ float dot_q45_K(const Block * w, const DotColumn & x) {
     float acc = 0.0f, mins = 0.0f;
     for (int64_t s = 0; s < nsb; ++s) {
         const Block & b = w[s];
+        prefetch_ahead(&b, sizeof(Block));
         const float d = half_to_float(b.d), dmin = half_to_float(b.dmin);
         const int8_t * xq = x.q.data() + QK_K * s;
         const float * xd = x.d.data() + 8 * s;
@@ -261,6 +275,8 @@ float dot_q23_K(const void * row, const DotColumn & x) {
 #if defined(RP_INT8_SIMD)
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), offs = _mm256_setzero_ps();
     for (int64_t sb = 0; sb < nsb; ++sb) {
+        prefetch_ahead(static_cast<const uint8_t *>(row) + sb * int64_t(Q3 ? sizeof(block_q3_K) : sizeof(block_q2_K)),
+                       Q3 ? sizeof(block_q3_K) : sizeof(block_q2_K));
         const uint8_t * qs;
         const uint8_t * hmask = nullptr;
         float d;
@@ -313,6 +329,8 @@ float dot_q23_K(const void * row, const DotColumn & x) {
 #else
     float acc = 0.0f, offset = 0.0f;
     for (int64_t sb = 0; sb < nsb; ++sb) {
+        prefetch_ahead(static_cast<const uint8_t *>(row) + sb * int64_t(Q3 ? sizeof(block_q3_K) : sizeof(block_q2_K)),
+                       Q3 ? sizeof(block_q3_K) : sizeof(block_q2_K));
         const uint8_t * qs;
         const uint8_t * hmask = nullptr;
         float d, dmin = 0.0f;
@@ -358,6 +376,7 @@ float dot_q6_K(const block_q6_K * w, const DotColumn & x) {
 #endif
     for (int64_t s = 0; s < nsb; ++s) {
         const block_q6_K & b = w[s];
+        prefetch_ahead(&b, sizeof(block_q6_K));
         const float d = half_to_float(b.d);
         const int8_t * xq = x.q.data() + QK_K * s;
         const float * xd = x.d.data() + 8 * s;
@@ -449,7 +468,9 @@ float dot_float(const void * row, const float * x, int64_t K) {
     // 4 chains: 2 FMA ports x 4 cycles of latency would want 8, but the loads, not the FMAs, are the limit.
     __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
     int64_t k = 0;
+    constexpr size_t kElem = WT == TensorType::F32 ? 4 : 2;
     for (; k + 64 <= K; k += 64) {
+        prefetch_ahead(static_cast<const char *>(row) + k * int64_t(kElem), 64 * kElem);
         a0 = _mm512_fmadd_ps(load16<WT>(row, k, 0xFFFF), _mm512_loadu_ps(x + k), a0);
         a1 = _mm512_fmadd_ps(load16<WT>(row, k + 16, 0xFFFF), _mm512_loadu_ps(x + k + 16), a1);
         a2 = _mm512_fmadd_ps(load16<WT>(row, k + 32, 0xFFFF), _mm512_loadu_ps(x + k + 32), a2);
@@ -463,7 +484,9 @@ float dot_float(const void * row, const float * x, int64_t K) {
 #elif RP_FLOAT_SIMD == 256
     Lanes16 a0, a1, a2, a3;
     int64_t k = 0;
+    constexpr size_t kElem = WT == TensorType::F32 ? 4 : 2;
     for (; k + 64 <= K; k += 64) {
+        prefetch_ahead(static_cast<const char *>(row) + k * int64_t(kElem), 64 * kElem);
         a0 = fma16<WT>(row, x, k, a0);
         a1 = fma16<WT>(row, x, k + 16, a1);
         a2 = fma16<WT>(row, x, k + 32, a2);
@@ -513,6 +536,7 @@ float dot_bf16(const uint16_t * w, const uint16_t * x, int64_t K) {
     __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
     int64_t k = 0;
     for (; k + 64 <= K; k += 64) {
+        prefetch_ahead(w + k, 128);
         a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(w + k), (__m512bh)_mm512_loadu_si512(x + k));
         a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(w + k + 32), (__m512bh)_mm512_loadu_si512(x + k + 32));
     }
@@ -525,6 +549,7 @@ float dot_bf16(const uint16_t * w, const uint16_t * x, int64_t K) {
     Lanes16 a0, a1;
     int64_t k = 0;
     for (; k + 64 <= K; k += 64) {
+        prefetch_ahead(w + k, 128);
         a0 = dot_pairs32(a0, w + k, x + k);
         a1 = dot_pairs32(a1, w + k + 32, x + k + 32);
     }
