@@ -8,25 +8,14 @@
 //   attention  causal flash attention forward and backward, tokens/s and GFLOP/s. FLOPs count the causal
 //           half of the two T x T x D products per head (2 T^2 D); the backward counts 2.5x the forward, the
 //           usual FlashAttention accounting (ours recomputes, so it does more work than it is credited).
-//   matvec  one token's product as generation runs it (cpu/matvec_dot.h: the column prepared once, then every
-//           weight row dotted where it lies, rows split over the threads), for every weight type, on a matrix of
-//           --matvec-mb MiB (far past the last-level cache), in GB/s of weight bytes next to the read-only
-//           stream of the same bytes (each 8-byte word loaded once and XORed, nothing stored) measured in the
-//           same run: the stream is the limit of a product that reads every weight once.
-//           Measured 2026-12-06 on a 2-core Intel Xeon (AVX-512 VNNI/BF16), 2 threads, 512 MiB per type, two runs
-//           alternating with main before the Q8_0 change (a70f025), GB/s (% of the read stream):
-//             type   before        after
-//             f32    27.9 (86%)    29.1 (88%)
-//             bf16   24.0 (70%)    23.9 (67%)
-//             q8_0   14.2 (41%)    19.5 (53%)    second run 13.7 -> 18.5 (1.36x)
-//             q4_k   15.5 (45%)    15.3 (42%)
-//             q4_0   12.7 (36%)    12.3 (34%)
-//             q2_k   12.1 (35%)    12.5 (34%)
-//           Then every kernel prefetching its weight stream 8 KiB ahead (cpu/matvec_dot.cpp kPrefetchAhead), the
-//           same machine, two runs: f32 32.9-36.2 GB/s (101-104%: the read stream has no prefetch), f16 31.2 (90-92%),
-//           bf16 30.0-32.4 (92-95%), q8_0 28.9-29.5 (84-85%), q6_k 28.1-28.3 (81-82%), q5_k 28.1-28.8 (83-89%),
-//           q4_k 28.2-28.4 (83-84%), q4_0 22.0-22.3 (64-67%), q3_k 20.9-21.2 (60-63%), q2_k 21.4-22.1 (63-64%):
-//           the rows had been arriving late, not decoding slowly; the 2- and 3-bit types are now decode-bound.
+//   matvec  one token's product as generation runs it (matmul_fwd with row dots on: cpu/matvec_dot.h, the
+//           column prepared once, every weight row dotted where it lies, rows split over the threads), for every
+//           weight type, on a matrix of --matvec-mb MiB, in GB/s of weight bytes next to the read-only stream of
+//           the same bytes (each 8-byte word loaded once and XORed, nothing stored) measured in the same run: the
+//           stream is the limit of a product that reads every weight once. Then the software prefetch distance
+//           swept for four types (the default is chosen per CPU vendor from such sweeps).
+//           Measured 2026-12-06 on a 2-core Intel Xeon (AVX-512 VNNI/BF16, 300 MiB L3), 2 threads, 512 MiB per
+//           type: see bench/design-measurements.md (matvec_dot.cpp's prefetch) for the sweep.
 #include "bench/bench.h"
 #include "ggml_rp/core/quant.h"
 #include "ggml_rp/cpu/attention.h"
@@ -249,37 +238,62 @@ void read_stream(const uint8_t * p, size_t bytes, int threads) {
     g_read_sink = g_read_sink + x;
 }
 
-void bench_matvec(int64_t K, size_t mib, int threads, int reps) {
-    std::printf("\none token (matvec_dot row dots, rows over %d threads): K = %lld, about %zu MiB of weights per type\n", threads,
-                (long long)K, mib);
-    std::printf("  %-8s %8s %10s %10s %10s %9s\n", "type", "rows", "ms", "GB/s", "read GB/s", "of read");
-    // A pool of real rows (random values quantized as the type's quantizer does), tiled to the matrix.
+// A K x N matrix of type t, about `mib` MiB: a pool of real rows (values quantized as the type's quantizer does)
+// tiled to the matrix.
+std::vector<uint8_t> matvec_weights(TensorType t, int64_t K, size_t mib, int64_t & N) {
     constexpr int64_t kPool = 64;
-    std::vector<float> pool(static_cast<size_t>(K * kPool)), x(static_cast<size_t>(K));
+    std::vector<float> pool(static_cast<size_t>(K * kPool));
     for (size_t i = 0; i < pool.size(); ++i) pool[i] = float(int(i * 2654435761u % 2001) - 1000) * 1e-3f;
+    const size_t rb = gguf::row_bytes(t, K);
+    N = int64_t((mib << 20) / rb);
+    std::vector<uint8_t> pq(rb * kPool), W(rb * size_t(N));
+    for (int64_t r = 0; r < kPool; ++r) rp::quantize_row(t, pool.data() + r * K, pq.data() + size_t(r) * rb, K);
+    for (int64_t n = 0; n < N; ++n) std::memcpy(W.data() + size_t(n) * rb, pq.data() + size_t(n % kPool) * rb, rb);
+    return W;
+}
+
+void bench_matvec(int64_t K, size_t mib, int threads, int reps) {
+    std::printf("\none token through matmul_fwd's row dots (matvec_dot.h, rows over %d threads, software prefetch %lld bytes ahead): K = %lld,\n"
+                "about %zu MiB of weights per type\n",
+                threads, (long long)rp::cpu::row_prefetch_bytes(), (long long)K, mib);
+    std::printf("  %-8s %8s %10s %10s %10s %9s\n", "type", "rows", "ms", "GB/s", "read GB/s", "of read");
+    std::vector<float> x(static_cast<size_t>(K));
     for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i * 40503u % 2001) - 1000) * 1e-3f;
+    const bool was = rp::cpu::row_dots();
+    rp::cpu::set_row_dots(true);
+    auto product = [&](TensorType t, const std::vector<uint8_t> & W, int64_t N, std::vector<float> & y) {
+        rp::cpu::matmul_fwd(K, N, 1, W.data(), t, gguf::row_bytes(t, K), x.data(), K, y.data(), N, false);
+    };
     for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0, TensorType::Q6_K, TensorType::Q5_K,
                          TensorType::Q4_K, TensorType::Q4_0, TensorType::Q3_K, TensorType::Q2_K}) {
         if (!rp::cpu::row_dot_supports(t, K)) continue;
-        const size_t rb = gguf::row_bytes(t, K);
-        const int64_t N = int64_t((mib << 20) / rb);
-        std::vector<uint8_t> pq(rb * kPool), W(rb * size_t(N));
-        for (int64_t r = 0; r < kPool; ++r) rp::quantize_row(t, pool.data() + r * K, pq.data() + size_t(r) * rb, K);
-        for (int64_t n = 0; n < N; ++n) std::memcpy(W.data() + size_t(n) * rb, pq.data() + size_t(n % kPool) * rb, rb);
+        int64_t N = 0;
+        const std::vector<uint8_t> W = matvec_weights(t, K, mib, N);
         std::vector<float> y(static_cast<size_t>(N));
-        rp::cpu::DotColumn col;
-        const Timing tm = time_it([&] {
-            rp::cpu::prepare_column(t, x.data(), K, col);
-#if defined(_OPENMP)
-#pragma omp parallel for num_threads(threads) schedule(static)
-#endif
-            for (int64_t n = 0; n < N; ++n) y[size_t(n)] = rp::cpu::row_dot(t, W.data() + size_t(n) * rb, col);
-        }, reps);
+        const Timing tm = time_it([&] { product(t, W, N, y); }, reps);
         const Timing tr = time_it([&] { read_stream(W.data(), W.size(), threads); }, reps);
         const double bytes = double(W.size()), g = bytes / tm.best_s / 1e9, gr = bytes / tr.best_s / 1e9;
         std::printf("  %-8s %8lld %10.2f %10.2f %10.2f %8.0f%%%s\n", gguf::type_name(uint32_t(t)), (long long)N, tm.best_s * 1e3, g, gr,
                     100.0 * g / gr, rp::cpu::row_dot_is_simd(t) ? "" : "  (portable loop)");
     }
+    // The prefetch distance, swept (GB/s), for the default's choice on this CPU.
+    std::printf("  prefetch distance (bytes ahead), GB/s:\n  %-8s", "type");
+    const int64_t distances[] = {0, 1024, 2048, 4096, 8192, 16384};
+    for (int64_t d : distances) std::printf(" %8lld", (long long)d);
+    std::printf("\n");
+    for (TensorType t : {TensorType::BF16, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q2_K}) {
+        int64_t N = 0;
+        const std::vector<uint8_t> W = matvec_weights(t, K, mib, N);
+        std::vector<float> y(static_cast<size_t>(N));
+        std::printf("  %-8s", gguf::type_name(uint32_t(t)));
+        for (int64_t d : distances) {
+            rp::cpu::set_row_prefetch_bytes(d);
+            std::printf(" %8.2f", double(W.size()) / time_it([&] { product(t, W, N, y); }, reps).best_s / 1e9);
+        }
+        std::printf("\n");
+    }
+    rp::cpu::set_row_prefetch_bytes(-1);
+    rp::cpu::set_row_dots(was);
 }
 
 int run_ops(int argc, char ** argv) {

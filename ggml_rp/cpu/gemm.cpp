@@ -578,22 +578,10 @@ void for_tasks(int64_t n, bool parallel, F && body) {
 
 #if defined(RP_ONE_ROW)
 // One token as row dots (matvec_dot.h): the column prepared once, each weight row dotted where it lies. A
-// task's rows are one contiguous stream. Whether software should also fetch ahead depends on the CPU's own
-// stream prefetcher, so it is chosen by vendor: on Intel Xeons the hardware prefetcher alone leaves the loads
-// waiting on memory and each row asks for the bytes 2 KiB further on; on AMD EPYCs the stream prefetcher keeps
-// up alone and software prefetches only cost issue slots (the measurements: bench/design-measurements.md).
-int64_t row_prefetch_bytes() {
-    static const int64_t bytes = __builtin_cpu_is("amd") ? 0 : 2048;
-    return bytes;
-}
+// task's rows are one contiguous stream (the kernels fetch it ahead where the CPU needs that: matvec_dot.h).
 void dot_rows(const Problem & P, int64_t j0, int64_t j1, const DotColumn & x) {
-    const char * end = P.B.base + j1 * P.B.row_bytes;
-    const int64_t ahead = row_prefetch_bytes();
     for (int64_t j = j0; j < j1; ++j) {
-        const char * row = P.B.base + j * P.B.row_bytes;
-        if (ahead > 0)
-            for (const char * p = row + ahead; p < row + ahead + P.B.row_bytes && p < end; p += 64) _mm_prefetch(p, _MM_HINT_T0);
-        const float v = row_dot(P.B.type, row, x);
+        const float v = row_dot(P.B.type, P.B.base + j * P.B.row_bytes, x);
         P.C[j] = P.accumulate ? P.C[j] + v : v;
     }
 }

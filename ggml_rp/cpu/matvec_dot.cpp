@@ -57,13 +57,30 @@ inline float half_to_float(uint16_t h) {
 #endif
 }
 
-// The weight stream is read once and decoded slower than memory delivers it, so the hardware prefetchers (which
-// stop at 4 KiB pages and run a short distance ahead) leave each row's lines arriving late: every kernel asks for
-// the lines kPrefetchAhead bytes past the block it decodes (rp-bench ops --only matvec, 2 Xeon threads: Q4_K
-// 15.3 -> 25.3 GB/s, 43% -> 73% of the read stream). A prefetch past the matrix's end is a harmless hint.
-constexpr size_t kPrefetchAhead = 8192;
-inline void prefetch_ahead(const void * p, size_t bytes) {
-    const char * c = static_cast<const char *>(p) + kPrefetchAhead;
+// The weight stream is read once and decoded slower than memory delivers it. Where the hardware prefetchers
+// (which stop at 4 KiB pages and run a short distance ahead) leave the lines arriving late, every kernel asks for
+// the lines row_prefetch_bytes() past the block it decodes, one request per line as the decoding proceeds; a
+// prefetch past the matrix's end is a harmless hint. The distance is chosen by vendor (set_row_prefetch_bytes
+// overrides it; the measurements: bench/design-measurements.md).
+std::atomic<int64_t> g_prefetch{-1};  // -1: the vendor's default
+
+int64_t default_prefetch_bytes() {
+#if defined(__x86_64__) || defined(__i386__)
+    static const int64_t bytes = __builtin_cpu_is("amd") ? 0 : 8192;
+    return bytes;
+#else
+    return 0;
+#endif
+}
+
+inline int64_t prefetch_distance() {
+    const int64_t b = g_prefetch.load(std::memory_order_relaxed);
+    return b >= 0 ? b : default_prefetch_bytes();
+}
+
+inline void prefetch_ahead(const void * p, size_t bytes, int64_t ahead) {
+    if (ahead <= 0) return;
+    const char * c = static_cast<const char *>(p) + ahead;
     for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, 3);
 }
 
@@ -119,6 +136,7 @@ inline __m256i bits(__m256i v, int s, int mask, int up) {
 // y = d d_b (sum q q') - offset d (d_b sum q')  or  d d_b (sum q q') + m (d_b sum q').
 template <class Block, bool FIVE_BITS, bool HAS_MIN>
 float dot_q45_small(const Block * w, const DotColumn & x) {
+    const int64_t ahead = prefetch_distance();
     const int64_t nb = x.K / 32;
     constexpr float offset = HAS_MIN ? 0.0f : (FIVE_BITS ? 16.0f : 8.0f);
     float extra = 0.0f;   // the offset or min terms
@@ -129,7 +147,7 @@ float dot_q45_small(const Block * w, const DotColumn & x) {
 #endif
     for (int64_t b = 0; b < nb; ++b) {
         const Block & blk = w[b];
-        if (b % 4 == 0) prefetch_ahead(w + b, 4 * sizeof(Block));
+        if (b % 4 == 0) prefetch_ahead(w + b, 4 * sizeof(Block), ahead);
         const float d = half_to_float(blk.d), dx = x.d[size_t(b)];
         const float xsum = x.dsum16[size_t(2 * b)] + x.dsum16[size_t(2 * b + 1)];
         if constexpr (HAS_MIN) extra += half_to_float(blk.m) * xsum;
@@ -163,6 +181,7 @@ float dot_q45_small(const Block * w, const DotColumn & x) {
 }
 
 float dot_q8_0(const block_q8_0 * w, const DotColumn & x) {
+    const int64_t ahead = prefetch_distance();
     const int64_t nb = x.K / QK8_0;
 #if defined(RP_INT8_SIMD)
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
@@ -178,7 +197,7 @@ float dot_q8_0(const block_q8_0 * w, const DotColumn & x) {
 #if defined(__F16C__)
     // 8 blocks at a time: their 8 scales d_w d_x in one conversion and one product (the same bits as one by one).
     for (; b + 8 <= nb; b += 8) {
-        prefetch_ahead(w + b, 8 * sizeof(block_q8_0));
+        prefetch_ahead(w + b, 8 * sizeof(block_q8_0), ahead);
         const __m128i dh = _mm_setr_epi16(short(w[b].d), short(w[b + 1].d), short(w[b + 2].d), short(w[b + 3].d), short(w[b + 4].d),
                                           short(w[b + 5].d), short(w[b + 6].d), short(w[b + 7].d));
         const __m256 sc = _mm256_mul_ps(_mm256_cvtph_ps(dh), _mm256_loadu_ps(x.d.data() + b));
@@ -203,12 +222,13 @@ float dot_q8_0(const block_q8_0 * w, const DotColumn & x) {
 // one 8-lane accumulator; the mins likewise, 8 lanes of (dmin m_j) (d_b sum q').
 template <bool FIVE_BITS, class Block>
 float dot_q45_K(const Block * w, const DotColumn & x) {
+    const int64_t ahead = prefetch_distance();
     const int64_t nsb = x.K / QK_K;
 #if defined(RP_INT8_SIMD)
     __m256 acc = _mm256_setzero_ps(), mins = _mm256_setzero_ps();
     for (int64_t s = 0; s < nsb; ++s) {
         const Block & b = w[s];
-        prefetch_ahead(&b, sizeof(Block));
+        prefetch_ahead(&b, sizeof(Block), ahead);
         const int8_t * xq = x.q.data() + QK_K * s;
         // The 8 6-bit scales and mins (k4_scale_min's values), 4 bytes to a word.
         uint32_t sc[2], m[2];
@@ -237,7 +257,7 @@ float dot_q45_K(const Block * w, const DotColumn & x) {
     float acc = 0.0f, mins = 0.0f;
     for (int64_t s = 0; s < nsb; ++s) {
         const Block & b = w[s];
-        prefetch_ahead(&b, sizeof(Block));
+        prefetch_ahead(&b, sizeof(Block), ahead);
         const float d = half_to_float(b.d), dmin = half_to_float(b.dmin);
         const int8_t * xq = x.q.data() + QK_K * s;
         const float * xd = x.d.data() + 8 * s;
@@ -271,12 +291,13 @@ float dot_q45_K(const Block * w, const DotColumn & x) {
 // dsum16, accumulated apart and subtracted last (as Q4_K's mins and Q6_K's offset).
 template <bool Q3>
 float dot_q23_K(const void * row, const DotColumn & x) {
+    const int64_t ahead = prefetch_distance();
     const int64_t nsb = x.K / QK_K;
 #if defined(RP_INT8_SIMD)
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), offs = _mm256_setzero_ps();
     for (int64_t sb = 0; sb < nsb; ++sb) {
         prefetch_ahead(static_cast<const uint8_t *>(row) + sb * int64_t(Q3 ? sizeof(block_q3_K) : sizeof(block_q2_K)),
-                       Q3 ? sizeof(block_q3_K) : sizeof(block_q2_K));
+                       Q3 ? sizeof(block_q3_K) : sizeof(block_q2_K), ahead);
         const uint8_t * qs;
         const uint8_t * hmask = nullptr;
         float d;
@@ -330,7 +351,7 @@ float dot_q23_K(const void * row, const DotColumn & x) {
     float acc = 0.0f, offset = 0.0f;
     for (int64_t sb = 0; sb < nsb; ++sb) {
         prefetch_ahead(static_cast<const uint8_t *>(row) + sb * int64_t(Q3 ? sizeof(block_q3_K) : sizeof(block_q2_K)),
-                       Q3 ? sizeof(block_q3_K) : sizeof(block_q2_K));
+                       Q3 ? sizeof(block_q3_K) : sizeof(block_q2_K), ahead);
         const uint8_t * qs;
         const uint8_t * hmask = nullptr;
         float d, dmin = 0.0f;
@@ -367,6 +388,7 @@ float dot_q23_K(const void * row, const DotColumn & x) {
 
 // Q6_K: sub-blocks of 16 with w = (d*sc) (q - 32), q in [0, 63].
 float dot_q6_K(const block_q6_K * w, const DotColumn & x) {
+    const int64_t ahead = prefetch_distance();
     const int64_t nsb = x.K / QK_K;
 #if defined(RP_INT8_SIMD)
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
@@ -376,7 +398,7 @@ float dot_q6_K(const block_q6_K * w, const DotColumn & x) {
 #endif
     for (int64_t s = 0; s < nsb; ++s) {
         const block_q6_K & b = w[s];
-        prefetch_ahead(&b, sizeof(block_q6_K));
+        prefetch_ahead(&b, sizeof(block_q6_K), ahead);
         const float d = half_to_float(b.d);
         const int8_t * xq = x.q.data() + QK_K * s;
         const float * xd = x.d.data() + 8 * s;
@@ -464,13 +486,14 @@ inline Lanes16 fma16(const void * row, const float * x, int64_t k, Lanes16 acc) 
 // F32 and F16 rows: one FMA chain per lane over 64 elements at a time (4 accumulators of 16 lanes), then the lanes.
 template <TensorType WT>
 float dot_float(const void * row, const float * x, int64_t K) {
+    const int64_t ahead = prefetch_distance();
 #if RP_FLOAT_SIMD == 512
     // 4 chains: 2 FMA ports x 4 cycles of latency would want 8, but the loads, not the FMAs, are the limit.
     __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
     int64_t k = 0;
     constexpr size_t kElem = WT == TensorType::F32 ? 4 : 2;
     for (; k + 64 <= K; k += 64) {
-        prefetch_ahead(static_cast<const char *>(row) + k * int64_t(kElem), 64 * kElem);
+        prefetch_ahead(static_cast<const char *>(row) + k * int64_t(kElem), 64 * kElem, ahead);
         a0 = _mm512_fmadd_ps(load16<WT>(row, k, 0xFFFF), _mm512_loadu_ps(x + k), a0);
         a1 = _mm512_fmadd_ps(load16<WT>(row, k + 16, 0xFFFF), _mm512_loadu_ps(x + k + 16), a1);
         a2 = _mm512_fmadd_ps(load16<WT>(row, k + 32, 0xFFFF), _mm512_loadu_ps(x + k + 32), a2);
@@ -486,7 +509,7 @@ float dot_float(const void * row, const float * x, int64_t K) {
     int64_t k = 0;
     constexpr size_t kElem = WT == TensorType::F32 ? 4 : 2;
     for (; k + 64 <= K; k += 64) {
-        prefetch_ahead(static_cast<const char *>(row) + k * int64_t(kElem), 64 * kElem);
+        prefetch_ahead(static_cast<const char *>(row) + k * int64_t(kElem), 64 * kElem, ahead);
         a0 = fma16<WT>(row, x, k, a0);
         a1 = fma16<WT>(row, x, k + 16, a1);
         a2 = fma16<WT>(row, x, k + 32, a2);
@@ -532,11 +555,12 @@ inline Lanes16 dot_pairs32(Lanes16 acc, const uint16_t * w, const uint16_t * x) 
 
 // BF16 rows with a bf16 column: each product exact in f32, summed in f32.
 float dot_bf16(const uint16_t * w, const uint16_t * x, int64_t K) {
+    const int64_t ahead = prefetch_distance();
 #if RP_BF16_SIMD == 512
     __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
     int64_t k = 0;
     for (; k + 64 <= K; k += 64) {
-        prefetch_ahead(w + k, 128);
+        prefetch_ahead(w + k, 128, ahead);
         a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(w + k), (__m512bh)_mm512_loadu_si512(x + k));
         a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(w + k + 32), (__m512bh)_mm512_loadu_si512(x + k + 32));
     }
@@ -549,7 +573,7 @@ float dot_bf16(const uint16_t * w, const uint16_t * x, int64_t K) {
     Lanes16 a0, a1;
     int64_t k = 0;
     for (; k + 64 <= K; k += 64) {
-        prefetch_ahead(w + k, 128);
+        prefetch_ahead(w + k, 128, ahead);
         a0 = dot_pairs32(a0, w + k, x + k);
         a1 = dot_pairs32(a1, w + k + 32, x + k + 32);
     }
@@ -663,5 +687,8 @@ bool row_dot_is_simd(TensorType t) {
 
 void set_row_dots(bool on) { g_row_dots.store(on, std::memory_order_relaxed); }
 bool row_dots() { return g_row_dots.load(std::memory_order_relaxed); }
+
+void set_row_prefetch_bytes(int64_t bytes) { g_prefetch.store(bytes < 0 ? -1 : bytes, std::memory_order_relaxed); }
+int64_t row_prefetch_bytes() { return prefetch_distance(); }
 
 } // namespace rp::cpu
