@@ -3,7 +3,7 @@
 // Every row's sum is formed in one fixed order: per sub-block an exact int32 sum (int8 types) or per pair of
 // elements a product pair (bf16) or an FMA (f32), accumulated into per-lane f32 accumulators in element order,
 // the lanes added at the end in a fixed order; the int8 types' min / offset terms are accumulated separately
-// and subtracted last. The portable loops (CPUs without AVX2) have the same numerics in another float order.
+// (Q4_0 .. Q5_1: in 8 lanes, block b in lane b % 8) and subtracted last. The portable loops (CPUs without AVX2) have the same numerics in another float order.
 //
 // Two instruction sets, one order: the int8 products are summed exactly in int32 either by AVX-512 VNNI
 // (vpdpbusd, 4 products a lane) or by AVX2 (vpmaddubsw pairs into int16, then vpmaddwd into int32: exact too,
@@ -145,6 +145,51 @@ float dot_q45_small(const Block * w, const DotColumn & x) {
 #else
     float acc = 0.0f;
 #endif
+#if defined(RP_INT8_SIMD)
+    // Block b's exact sum times its scale d d_b, even blocks into acc0, odd ones into acc1.
+    auto block = [&](int64_t b, __m256 scale) {
+        const Block & blk = w[b];
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(blk.qs));
+        const __m128i m4 = _mm_set1_epi8(0x0F);
+        __m256i v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
+        if constexpr (FIVE_BITS) v = _mm256_or_si256(v, bit_bytes(load_le32(blk.qh), 0x10));
+        const __m256i s = dot_u8s8(v, load256(x.q.data() + 32 * b));
+        if (b % 2 == 0) acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc0);
+        else acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc1);
+    };
+    int64_t b0 = 0;
+#if defined(__F16C__)
+    // 8 blocks at a time: their 8 scales in one conversion and one product, their offset (or min) terms summed in
+    // 8 lanes (block b in lane b % 8; one running scalar sum would chain every block behind the last).
+    __m256 extra8 = _mm256_setzero_ps();
+    for (; b0 + 8 <= nb; b0 += 8) {
+        const Block * k = w + b0;
+        prefetch_ahead(k, 8 * sizeof(Block), ahead);
+        const __m256 d8 = _mm256_cvtph_ps(_mm_setr_epi16(short(k[0].d), short(k[1].d), short(k[2].d), short(k[3].d), short(k[4].d),
+                                                         short(k[5].d), short(k[6].d), short(k[7].d)));
+        const __m256 xsum8 = _mm256_loadu_ps(x.dsum32.data() + b0);
+        if constexpr (HAS_MIN) {
+            const __m256 m8 = _mm256_cvtph_ps(_mm_setr_epi16(short(k[0].m), short(k[1].m), short(k[2].m), short(k[3].m), short(k[4].m),
+                                                             short(k[5].m), short(k[6].m), short(k[7].m)));
+            extra8 = _mm256_add_ps(extra8, _mm256_mul_ps(m8, xsum8));
+        } else {
+            extra8 = _mm256_sub_ps(extra8, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(offset), d8), xsum8));
+        }
+        const __m256 sc = _mm256_mul_ps(d8, _mm256_loadu_ps(x.d.data() + b0));
+        for (int j = 0; j < 8; ++j) block(b0 + j, _mm256_permutevar8x32_ps(sc, _mm256_set1_epi32(j)));
+    }
+    extra = hsum(extra8);
+#endif
+    for (int64_t b = b0; b < nb; ++b) {
+        const Block & blk = w[b];
+        const float d = half_to_float(blk.d), dx = x.d[size_t(b)];
+        const float xsum = x.dsum16[size_t(2 * b)] + x.dsum16[size_t(2 * b + 1)];
+        if constexpr (HAS_MIN) extra += half_to_float(blk.m) * xsum;
+        else extra -= offset * d * xsum;
+        block(b, _mm256_set1_ps(d * dx));
+    }
+    return hsum(_mm256_add_ps(acc0, acc1)) + extra;
+#else
     for (int64_t b = 0; b < nb; ++b) {
         const Block & blk = w[b];
         if (b % 4 == 0) prefetch_ahead(w + b, 4 * sizeof(Block), ahead);
@@ -152,16 +197,6 @@ float dot_q45_small(const Block * w, const DotColumn & x) {
         const float xsum = x.dsum16[size_t(2 * b)] + x.dsum16[size_t(2 * b + 1)];
         if constexpr (HAS_MIN) extra += half_to_float(blk.m) * xsum;
         else extra -= offset * d * xsum;
-#if defined(RP_INT8_SIMD)
-        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(blk.qs));
-        const __m128i m4 = _mm_set1_epi8(0x0F);
-        __m256i v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
-        if constexpr (FIVE_BITS) v = _mm256_or_si256(v, bit_bytes(load_le32(blk.qh), 0x10));
-        const __m256i s = dot_u8s8(v, load256(x.q.data() + 32 * b));
-        const __m256 scale = _mm256_set1_ps(d * dx);
-        if (b % 2 == 0) acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc0);
-        else acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc1);
-#else
         uint32_t qh = 0;
         if constexpr (FIVE_BITS) qh = load_le32(blk.qh);
         int32_t s = 0;
@@ -171,11 +206,7 @@ float dot_q45_small(const Block * w, const DotColumn & x) {
             s += q * x.q[size_t(32 * b + j)];
         }
         acc += float(s) * (d * dx);
-#endif
     }
-#if defined(RP_INT8_SIMD)
-    return hsum(_mm256_add_ps(acc0, acc1)) + extra;
-#else
     return acc + extra;
 #endif
 }
