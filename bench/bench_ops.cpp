@@ -293,6 +293,28 @@ void bench_matvec(int64_t K, size_t mib, int threads, int reps) {
         std::printf("\n");
     }
     rp::cpu::set_row_prefetch_bytes(-1);
+    // A few tokens at once (batched decoding): row dots up to matmul_fwd's limit, the packed GEMM beyond (and with
+    // the row dots off, the exact path at every count). GB/s of weight bytes.
+    std::printf("  tokens at once, GB/s of weights (row dots on | off):\n  %-8s", "type");
+    const int64_t counts[] = {1, 2, 4, 8, 16};
+    for (int64_t T : counts) std::printf("   T=%-2lld on    off", (long long)T);
+    std::printf("\n");
+    for (TensorType t : {TensorType::BF16, TensorType::Q8_0, TensorType::Q4_K}) {
+        int64_t N = 0;
+        const std::vector<uint8_t> W = matvec_weights(t, K, mib, N);
+        std::printf("  %-8s", gguf::type_name(uint32_t(t)));
+        for (int64_t T : counts) {
+            std::vector<float> xs(static_cast<size_t>(K * T)), y(static_cast<size_t>(N * T));
+            for (int64_t i = 0; i < T; ++i) std::copy(x.begin(), x.end(), xs.begin() + i * K);
+            auto run = [&] { rp::cpu::matmul_fwd(K, N, T, W.data(), t, gguf::row_bytes(t, K), xs.data(), K, y.data(), N, false); };
+            rp::cpu::set_row_dots(true);
+            const double on = double(W.size()) / time_it(run, reps).best_s / 1e9;
+            rp::cpu::set_row_dots(false);
+            const double off = double(W.size()) / time_it(run, reps).best_s / 1e9;
+            std::printf(" %7.2f %7.2f", on, off);
+        }
+        std::printf("\n");
+    }
     rp::cpu::set_row_dots(was);
 }
 

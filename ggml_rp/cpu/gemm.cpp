@@ -577,22 +577,39 @@ void for_tasks(int64_t n, bool parallel, F && body) {
 }
 
 #if defined(RP_ONE_ROW)
-// One token as row dots (matvec_dot.h): the column prepared once, each weight row dotted where it lies. A
-// task's rows are one contiguous stream (the kernels fetch it ahead where the CPU needs that: matvec_dot.h).
-void dot_rows(const Problem & P, int64_t j0, int64_t j1, const DotColumn & x) {
+// A few tokens as row dots (matvec_dot.h): each column prepared once, each weight row dotted where it lies with
+// every column in turn (the row stays in L1 after the first), so the weights stream in once for all of them and
+// every column gets the bits it gets alone. A task's rows are one contiguous stream (the kernels fetch it ahead
+// where the CPU needs that). Up to dot_columns(type) tokens: beyond, the packed GEMM's one pass over the weights
+// for all columns wins (2-core Xeon, GB/s of weights at 2 / 4 / 8 tokens, row dots vs the GEMM: q4_k 21.9 / 11.4
+// / 5.6 vs 4.1 / 4.0 / 3.7, q8_0 33.1 / 18.6 / 8.9 vs 7.4 / 7.6 / 6.9, bf16 33.8 / 20.8 / 11.3 vs 13.7 / 13.8 /
+// 12.4: the float types' GEMM decodes nothing, so it wins sooner).
+int64_t dot_columns(TensorType t) {
+    return t == TensorType::F32 || t == TensorType::F16 || t == TensorType::BF16 ? 4 : 8;
+}
+
+void dot_rows(const Problem & P, int64_t j0, int64_t j1, const std::vector<DotColumn> & x) {
     for (int64_t j = j0; j < j1; ++j) {
-        const float v = row_dot(P.B.type, P.B.base + j * P.B.row_bytes, x);
-        P.C[j] = P.accumulate ? P.C[j] + v : v;
+        const char * row = P.B.base + j * P.B.row_bytes;
+        for (int64_t i = 0; i < P.M; ++i) {
+            const float v = row_dot(P.B.type, row, x[size_t(i)]);
+            float & c = P.C[i * P.ldc + j];
+            c = P.accumulate ? c + v : v;
+        }
     }
 }
 
 bool run_one_row(const Problem & P, bool parallel) {
-    if (P.M != 1 || !P.B.t || P.A.t) return false;
+    if (!P.B.t || P.A.t || P.M < 1) return false;
     // (Only where the dot has its instructions: the portable loops are slower than the path below.)
     const bool dots = row_dots() && row_dot_supports(P.B.type, P.K) && row_dot_is_simd(P.B.type);
-    static thread_local DotColumn scratch;
-    DotColumn & column = scratch;   // (a name the lambda captures: inside it `scratch` is each thread's own)
-    if (dots) prepare_column(P.B.type, P.A.a, P.K, column);
+    if (P.M != 1 && !(dots && P.M <= dot_columns(P.B.type))) return false;
+    static thread_local std::vector<DotColumn> scratch;
+    std::vector<DotColumn> & columns = scratch;   // (a name the lambda captures: inside it `scratch` is each thread's own)
+    if (dots) {
+        if (columns.size() < size_t(P.M)) columns.resize(size_t(P.M));
+        for (int64_t i = 0; i < P.M; ++i) prepare_column(P.B.type, P.A.a + i * P.A.ld, P.K, columns[size_t(i)]);
+    }
     void (*block)(const Problem &, int64_t, int64_t) = nullptr;
     switch (P.B.type) {
     case TensorType::F32: block = &one_row_block<TensorType::F32>; break;
@@ -608,7 +625,7 @@ bool run_one_row(const Problem & P, bool parallel) {
     const int64_t ntasks = (P.N + rows_per_task - 1) / rows_per_task;
     for_tasks(ntasks, parallel && double(P.N) * double(P.K) > double(1 << 16), [&](int64_t task) {
         const int64_t j0 = task * rows_per_task;
-        if (dots) dot_rows(P, j0, std::min(P.N, j0 + rows_per_task), column);
+        if (dots) dot_rows(P, j0, std::min(P.N, j0 + rows_per_task), columns);
         else block(P, j0, std::min(P.N, j0 + rows_per_task));
     });
     return true;

@@ -14,6 +14,8 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
+
 #include <cmath>
 #include <algorithm>
 #include <cstring>
@@ -163,6 +165,54 @@ TEST(MatvecDot, MatmulOneTokenIsTheDotOnAnyThreadCount) {
             EXPECT_TRUE(bit_equal(y1, off)) << name;
         }
         EXPECT_TRUE(bit_equal(y1, y2)) << name << ": 1 vs 2 threads";
+    }
+}
+
+// A few tokens at once (batched decoding): with row dots on, each of up to 4 (float types) or 8 (int8 types)
+// columns gets exactly the bits it gets alone, written at its row of the output (ldc), with and without
+// accumulation; more columns go through the packed GEMM (the exact path's bits, as with the switch off).
+TEST(MatvecDot, MatmulFewTokensAreEachTheirOwnDot) {
+    Rng rng(29);
+    const int64_t K = 512, N = 131;
+    for (TensorType t : kDotTypes) {
+        const char * name = gguf::type_name(uint32_t(t));
+        if (!(rp::cpu::gemm_one_row_lanes() > 0 && rp::cpu::row_dot_is_simd(t))) continue;  // (no row dots in this build)
+        const bool float_type = t == TensorType::F32 || t == TensorType::F16 || t == TensorType::BF16;
+        const int64_t limit = float_type ? 4 : 8;
+        const Weight w = make_weight(t, K, N, rng, 12);
+        for (const int64_t T : {int64_t(2), limit, limit + 1}) {
+            std::vector<float> x;
+            for (int64_t i = 0; i < T; ++i) {
+                const std::vector<float> c = test_column(K, rng);
+                x.insert(x.end(), c.begin(), c.end());
+            }
+            const int64_t ldc = N + 3;
+            std::vector<float> y(static_cast<size_t>(ldc * T), -7.0f), acc(y.size(), 0.25f), exact(y.size(), 0.0f);
+            {
+                RowDotSwitch on(true);
+                ScopedThreads th(2);
+                rp::cpu::matmul_fwd(K, N, T, w.data(), t, w.row_bytes, x.data(), K, y.data(), ldc, false);
+                rp::cpu::matmul_fwd(K, N, T, w.data(), t, w.row_bytes, x.data(), K, acc.data(), ldc, true);
+            }
+            rp::cpu::matmul_fwd(K, N, T, w.data(), t, w.row_bytes, x.data(), K, exact.data(), ldc, false);
+            for (int64_t i = 0; i < T; ++i) {
+                std::vector<float> alone(static_cast<size_t>(N));
+                {
+                    RowDotSwitch on(true);
+                    rp::cpu::matmul_fwd(K, N, 1, w.data(), t, w.row_bytes, x.data() + i * K, K, alone.data(), N, false);
+                }
+                for (int64_t n = 0; n < N; ++n) {
+                    const float got = y[size_t(i * ldc + n)];
+                    if (T <= limit) {
+                        ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(alone[size_t(n)])) << name << " T=" << T << " column " << i << " row " << n;
+                        ASSERT_EQ(acc[size_t(i * ldc + n)], 0.25f + alone[size_t(n)]) << name << " T=" << T;
+                    } else {
+                        ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(exact[size_t(i * ldc + n)])) << name << " T=" << T << ": the GEMM";
+                    }
+                }
+                for (int64_t n = N; n < ldc; ++n) ASSERT_EQ(y[size_t(i * ldc + n)], -7.0f) << name << ": past the row";
+            }
+        }
     }
 }
 
