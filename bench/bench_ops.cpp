@@ -15,7 +15,11 @@
 //           stream is the limit of a product that reads every weight once. Then the software prefetch distance
 //           swept for four types (the default is chosen per CPU vendor from such sweeps).
 //           Measured 2026-12-06 on a 2-core Intel Xeon (AVX-512 VNNI/BF16, 300 MiB L3), 2 threads, 512 MiB per
-//           type: see bench/design-measurements.md (matvec_dot.cpp's prefetch) for the sweep.
+//           type, GB/s of weights, the native build next to an AVX2 one (-DRP_NATIVE=OFF -march=haswell) run
+//           right after it: f32 32.3 / 30.2, bf16 31.5 / 27.1, q8_0 28.6 / 27.3, q6_k 27.1 / 26.8, q5_k 27.6 / 25.6,
+//           q4_k 27.2 / 27.0, q4_0 25.9 / 25.5, q3_k 21.0 / 17.5, q2_k 21.1 / 18.9 (the read stream 31-34 GB/s; the
+//           2- and 3-bit types are decode-bound, the others within 80-100% of it). The prefetch sweep: see
+//           bench/design-measurements.md (matvec_dot.cpp's prefetch).
 #include "bench/bench.h"
 #include "ggml_rp/core/quant.h"
 #include "ggml_rp/cpu/attention.h"
