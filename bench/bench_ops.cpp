@@ -328,7 +328,7 @@ int run_ops(int argc, char ** argv) {
     std::string only, shapes;
     int64_t matvec_mb = 512;
     rp::cli::Options opt("rp-bench ops",
-                         "usage: rp-bench ops [--quick] [--reps N] [--threads N] [--only peak|gemm|attention|matvec] [--shape K,N,T[:K,N,T...]]\n"
+                         "usage: rp-bench ops [--quick] [--reps N] [--threads N] [--only peak|gemm|attention|matvec] [--shape K,N,T[:K,N,T...]] [--matvec-mb MB]\n"
                          "  FMA peak (1 thread and N threads), then GEMM on LLM shapes (4096x4096x512, 2048x6144x1024 and the\n"
                          "  LM head 2048x151936x512; --quick: 1024x1024x256, 1024x1536x256, 1024x16384x256) for f32, bf16, q8_0\n"
                          "  and q4_0 weights next to OpenBLAS cblas_sgemm, then causal attention forward/backward at T = 512 ..\n"

@@ -416,7 +416,7 @@ TEST(ToolOptions, GgufCommandsTraceAndBenchFamiliesHelpListTheirFlags) {
         {"rp-gguf import-peft", {"--help", "--model", "--output"}},
         {"rp-gguf export-hf", {"--help", "--output", "--dtype", "--shard-size"}},
         {"rp-trace", {"--help", "--output", "--title", "--width", "--assignment"}},
-        {"rp-bench ops", {"--help", "--quick", "--reps", "--threads", "--only", "--shape"}},
+        {"rp-bench ops", {"--help", "--quick", "--reps", "--threads", "--only", "--shape", "--matvec-mb"}},
         {"rp-bench gguf", {"--help", "--size", "--reps", "--threads", "--dir", "--cold", "--keep"}},
         {"rp-bench dp", {"--help", "--model", "--full", "--rank", "--seq-len", "--seqs", "--gpus", "--micro-batches", "--steps", "--link",
                          "--gpu-tokens"}},
