@@ -26,19 +26,23 @@
 # beat both.)
 #
 # Last measured on 2026-12-06 on a 2-core Intel Xeon (AVX-512 VNNI, BF16; 300 MiB L3), THREADS=2, REPS=3, TG=64,
-# BEFORE= main before the row dots prefetched their weights (e48ad32), in the same run:
+# QUANTS="q8_0 q6_k q4_k_m q3_k_m q2_k q4_0", BEFORE= main before the row dots fetched their weights ahead (e48ad32:
+# a per-row 2 KiB burst), in the same run:
 #   model              measure                    ours tok/s llama.cpp tok/s    ratio   before  GB/s ours / llama.cpp / memcpy / read stream
-#   stories260K        generate (64 tokens)          11498.7         6640.6     1.73   11685.8  (1.0 MB: cache-resident)
-#   llama-98M          generate (64 tokens)            115.8           99.6     1.16     108.9  45.2 / 38.9 / 14.5 / 37.1 (122% of the read stream)
-#   qwen3-0.6B-bf16    prompt (468 tokens)             353.3          110.1     3.21     355.0
-#   qwen3-0.6B-bf16    generate (64 tokens)             25.0           17.0     1.47      24.6  29.8 / 20.3 / 23.1 / 33.0 (90%)
-#   qwen3-0.6B-q8_0    generate (64 tokens)             42.0           23.0     1.83      36.8  26.6 / 14.6 / 14.3 / 30.9 (86%)
-#   qwen3-0.6B-q4_k_m  prompt (468 tokens)             343.3          113.3     3.03     350.0
-#   qwen3-0.6B-q4_k_m  generate (64 tokens)             64.6           33.0     1.96      53.7  25.2 / 12.9 / 14.5 / 33.0 (76%)
-#   qwen3-0.6B-q3_k_m  generate (64 tokens)             63.0           35.9     1.75      61.6  21.5 / 12.3 / 15.7 / 41.1 (52%)
-#   qwen3-0.6B-q2_k    generate (64 tokens)             78.3           47.7     1.64      73.9  22.7 / 13.9 / 18.1 / 57.0 (40%)
-# (The 2- and 3-bit models, 290-340 MB, sit partly in the 300 MiB L3, so their read stream is faster than memory;
-# their row dots are decode-bound. Prompts: 3.0-4.3x llama.cpp on the 0.6B shape, unchanged.)
+#   stories260K        generate (64 tokens)          11905.1         7134.4     1.67   11158.4  (1.0 MB: cache-resident)
+#   llama-98M          generate (64 tokens)            119.7           99.2     1.21     110.2  46.7 / 38.7 / 15.1 / 38.4 (122% of the read stream)
+#   qwen3-0.6B-bf16    prompt (468 tokens)             349.5          110.0     3.18     359.0
+#   qwen3-0.6B-bf16    generate (64 tokens)             25.5           17.0     1.50      24.7  30.4 / 20.3 / 23.8 / 34.2 (89%)
+#   qwen3-0.6B-q8_0    generate (64 tokens)             41.0           22.3     1.84      36.0  26.0 / 14.1 / 14.1 / 33.9 (77%)
+#   qwen3-0.6B-q6_k    generate (64 tokens)             50.3           26.5     1.90      42.2  24.6 / 13.0 / 13.9 / 34.3 (72%)
+#   qwen3-0.6B-q4_k_m  prompt (468 tokens)             356.4          119.1     2.99     364.5
+#   qwen3-0.6B-q4_k_m  generate (64 tokens)             70.9           34.8     2.04      57.7  27.7 / 13.6 / 14.2 / 41.6 (67%)
+#   qwen3-0.6B-q3_k_m  generate (64 tokens)             71.4           38.4     1.86      62.4  24.4 / 13.1 / 16.9 / 47.0 (52%)
+#   qwen3-0.6B-q2_k    generate (64 tokens)             72.4           45.3     1.60      67.9  21.0 / 13.2 / 16.5 / 55.1 (38%)
+#   qwen3-0.6B-q4_0    generate (64 tokens)             78.8           43.5     1.81      59.3  29.6 / 16.3 / 16.0 / 50.0 (59%)
+# (Models under ~400 MB sit partly in the 300 MiB L3, so their "read stream" is faster than memory: the percentages
+# of the smaller quants understate them; rp-bench ops --only matvec measures 512 MiB matrices. Prompts: 3.0-4.5x
+# llama.cpp, 0.94-1.04x of before, within the run's noise.)
 #
 # Measured on 2026-12-02 on a 2-core Intel Xeon (AVX-512 VNNI and BF16), THREADS=2, REPS=3, TG=64; the
 # small models with BEFORE= main at the start of the day's second session (36d5d35), the 0.6B models in a run
