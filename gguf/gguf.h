@@ -149,6 +149,12 @@ public:
     // Convenience: copies from memory that stays valid until write().
     void add_tensor(const std::string & name, TensorType type, uint32_t n_dims, const int64_t * ne, const void * data);
 
+    // The tensors added so far, in order.
+    std::vector<TensorInfo> tensor_infos() const;
+    // Gives a hole (a tensor added with an empty Fill) another type: its bytes follow. Throws for a tensor that
+    // is not there or has data, or when ne[0] is not a multiple of the type's block size.
+    void set_hole_type(const std::string & name, TensorType type);
+
     // Writes `path + ".tmp"`, then renames it to `path`. On any error the temporary file is removed and
     // nothing is left at `path`.
     void write(const std::string & path) const;
@@ -158,6 +164,8 @@ private:
         TensorInfo info;
         Fill fill;
     };
+    // A tensor's info, validated (name length, dims, block size, overflow), its byte size computed.
+    static TensorInfo tensor_info(const std::string & name, TensorType type, uint32_t n_dims, const int64_t * ne);
     uint32_t alignment_;
     std::vector<KV> kvs_;
     std::vector<Tensor> tensors_;

@@ -160,11 +160,9 @@ const KV * Writer::find(std::string_view key) const {
     return nullptr;
 }
 
-void Writer::add_tensor(const std::string & name, TensorType type, uint32_t n_dims, const int64_t * ne, Fill fill) {
+TensorInfo Writer::tensor_info(const std::string & name, TensorType type, uint32_t n_dims, const int64_t * ne) {
     auto bad = [&](const std::string & why) { throw rp::Error("gguf writer: tensor '" + name + "': " + why); };
     if (name.size() >= 64) bad("name is " + std::to_string(name.size()) + " bytes, the limit is 63");
-    for (const Tensor & t : tensors_)
-        if (t.info.name == name) bad("duplicate tensor name");
     if (n_dims < 1 || n_dims > 4) bad("n_dims " + std::to_string(n_dims) + " is out of range (1..4)");
     const TypeTraits * tt = type_traits(static_cast<uint32_t>(type));
     if (!tt) bad("unsupported tensor type " + std::to_string(static_cast<uint32_t>(type)));
@@ -187,7 +185,29 @@ void Writer::add_tensor(const std::string & name, TensorType type, uint32_t n_di
     for (int d = 1; d < 4 && !ovf; ++d) ovf = __builtin_mul_overflow(nbytes, static_cast<uint64_t>(ti.ne[d]), &nbytes);
     if (ovf || nbytes > (uint64_t(1) << 62)) bad("byte size overflows");
     ti.nbytes = nbytes;
-    tensors_.push_back(Tensor{std::move(ti), std::move(fill)});
+    return ti;
+}
+
+void Writer::add_tensor(const std::string & name, TensorType type, uint32_t n_dims, const int64_t * ne, Fill fill) {
+    for (const Tensor & t : tensors_)
+        if (t.info.name == name) throw rp::Error("gguf writer: tensor '" + name + "': duplicate tensor name");
+    tensors_.push_back(Tensor{tensor_info(name, type, n_dims, ne), std::move(fill)});
+}
+
+std::vector<TensorInfo> Writer::tensor_infos() const {
+    std::vector<TensorInfo> out;
+    for (const Tensor & t : tensors_) out.push_back(t.info);
+    return out;
+}
+
+void Writer::set_hole_type(const std::string & name, TensorType type) {
+    for (Tensor & t : tensors_) {
+        if (t.info.name != name) continue;
+        if (t.fill) throw rp::Error("gguf writer: tensor '" + name + "' has data: only a hole takes another type");
+        t.info = tensor_info(name, type, t.info.n_dims, t.info.ne);
+        return;
+    }
+    throw rp::Error("gguf writer: no tensor '" + name + "' to retype");
 }
 
 void Writer::add_tensor(const std::string & name, TensorType type, uint32_t n_dims, const int64_t * ne, const void * data) {

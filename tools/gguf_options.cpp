@@ -78,13 +78,23 @@ void declare_synth_options(Options & p, SynthSettings & s) {
     p.number("--rope-base", s.spec.rope_base, 1.0f, 1e9f, "RoPE frequency base");
     bit(p, "--tied", s.spec.tied, "1: no output.weight, the head reuses token_embd");
     p.value("--type", "T", "the 2-D weights: f32 | f16 | bf16 | q8_0 | q4_0 (default f32; norms stay f32; the gpt-oss\n"
-            "presets' experts are mxfp4 unless this is given)", Options::String,
+            "presets' experts are mxfp4 unless this is given); with --weights 0 also a llama-quantize mix\n"
+            "(q4_k_m, q3_k_m, q2_k, q6_k, ...: each tensor the type that mix gives it)", Options::String,
             [&s](const std::string & f, const std::string & v) {
                 using gguf::TensorType;
                 s.spec.expert_wtype.reset();
-                if (!gguf::type_from_name(v.c_str(), s.spec.wtype) || (s.spec.wtype != TensorType::F32 && s.spec.wtype != TensorType::F16 &&
-                                                                  s.spec.wtype != TensorType::BF16 && s.spec.wtype != TensorType::Q8_0 && s.spec.wtype != TensorType::Q4_0))
-                    throw Error(f + ": '" + v + "' is not one of f32, f16, bf16, q8_0, q4_0");
+                s.spec.mix.reset();
+                s.spec.wtype = TensorType::F32;
+                TensorType t = TensorType::F32;
+                if (gguf::type_from_name(v.c_str(), t) && (t == TensorType::F32 || t == TensorType::F16 || t == TensorType::BF16 ||
+                                                           t == TensorType::Q8_0 || t == TensorType::Q4_0)) {
+                    s.spec.wtype = t;
+                    return;
+                }
+                QuantMix m;
+                if (!quant_mix_from_name(v, m) || v.rfind("iq", 0) == 0 || v == "q2_k_s")
+                    throw Error(f + ": '" + v + "' is not one of f32, f16, bf16, q8_0, q4_0, or (with --weights 0) a mix: " + quant_mix_names());
+                s.spec.mix = m;
             },
             [] { return std::nullopt; });
     p.integer("--seed", s.spec.seed, 0, 1LL << 62, "random seed");

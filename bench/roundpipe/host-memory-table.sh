@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The least host RAM and device memory of a LoRA run on the paper's models (RoundPipe on 8 x 24 GB CUDA devices,
 # LoRA r32 on every linear layer, seq 4096, batch 8), planned by rp-finetune --plan on shapes-only files
-# (rp-gguf synth --weights 0: every weight a hole, nothing read, no disk). bf16 and q4_0 bases (the synthetic
-# writer has no K-quants; Q4_K_M is ~4.8 bits per weight against q4_0's 4.5). Columns:
+# (rp-gguf synth --weights 0: every weight a hole, nothing read, no disk). bf16 and Q4_K_M bases (each tensor the type
+# llama-quantize's Q4_K_M mix gives it: synth --type q4_k_m). Columns:
 #   least: sync steps, the frozen weights registered in place (--pin register), the optimizer state in bf16;
 #   pinned copy: sync steps with a pinned copy of the frozen weights (what a GPU run takes when the host holds it)
 #     and the fp32 optimizer state;
@@ -18,7 +18,7 @@ gib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1073741824 }'; }
 echo "| model | base | least host RAM (GiB): sync, --pin register, --optimizer-state bf16 | sync, pinned copy | async, pinned copy | of which mapped weights | device peak (GiB, each of 8) |"
 echo "|---|---|---|---|---|---|---|"
 for shape in qwen3-1.7b llama3.1-8b qwen3-32b qwen3-235b-a22b; do
-  for type in bf16 q4_0; do
+  for type in bf16 q4_k_m; do
     "$bin/rp-gguf" synth "$tmp/m.gguf" --shape "$shape" --weights 0 --type "$type" > /dev/null
     plan() { "$bin/rp-finetune" -m "$tmp/m.gguf" --plan --devices 8 --device-mem 24G --backend cuda --seq-len 4096 --batch 8 \
                --lora-rank 32 -o "$tmp/x.gguf" "$@" 2>&1; }

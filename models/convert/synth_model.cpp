@@ -174,6 +174,9 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
     if ((gpt_oss || gemma) && s.n_swa == 0) throw Error("synthetic model: " + s.arch + " needs a sliding window (n_swa >= 1)");
     if (s.yarn_factor > 0.0f && s.rope_linear > 0.0f) throw Error("synthetic model: YaRN and linear RoPE scaling exclude each other");
     if (s.n_head % s.n_head_kv != 0) throw Error("synthetic model: n_head must be a multiple of n_head_kv");
+    if (s.mix && s.weights)
+        throw Error("synthetic model: the mix " + s.mix->name + " gives types to a shapes-only file (weights 0); for random data, write f32 or "
+                    "bf16 and quantize it with rp-gguf convert --type " + s.mix->name);
     if (qwen35 && (s.ssm_k_heads == 0 || s.ssm_v_heads % s.ssm_k_heads != 0 || s.ssm_head_dim == 0 || s.ssm_d_conv < 2 ||
                    s.full_attn_interval == 0))
         throw Error("synthetic model: qwen35 needs key heads >= 1, value heads a multiple of them, a head width, a conv kernel >= 2 and "
@@ -369,6 +372,21 @@ void write_synth_model(const SynthSpec & s, const std::string & path) {
         }
         add(w, b + "ffn_down.weight", wt, s.n_ff, s.n_embd, {0.0f, fan(1.0, s.n_ff)}, ++seed, s.weights);
         if (gemma) add(w, b + "post_ffw_norm.weight", f32, s.n_embd, 1, {1.0f, 0.2f}, ++seed, s.weights);
+    }
+    if (s.mix) {  // the mix's types, as llama-quantize gives them to a file of these tensors
+        QuantMixModel m;
+        m.arch = s.arch;
+        m.n_layer = s.n_layer + s.mtp_layers;
+        m.n_head = s.n_head;
+        m.n_head_kv = s.n_head_kv;
+        m.n_expert = s.n_expert;
+        std::vector<QuantTensor> ts;
+        const std::vector<gguf::TensorInfo> infos = w.tensor_infos();
+        for (const gguf::TensorInfo & ti : infos) ts.push_back({ti.name, static_cast<int>(ti.n_dims), ti.ne[0], ti.type});
+        const std::vector<QuantChoice> plan = plan_quant_mix(*s.mix, m, ts);
+        for (size_t i = 0; i < infos.size(); ++i)
+            if (plan[i].type != infos[i].type) w.set_hole_type(infos[i].name, plan[i].type);
+        w.set_u32("general.file_type", s.mix->file_type);
     }
     w.write(path);  // `vocab` (whose keys were copied by value) may close after this
 }

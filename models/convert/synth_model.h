@@ -7,6 +7,8 @@
 // logits are O(1..10). `rp-gguf synth` is its command line.
 #pragma once
 
+#include "models/convert/quant_mix.h"
+
 #include "gguf/types.h"
 
 #include <cstdint>
@@ -59,6 +61,10 @@ struct SynthSpec {
     gguf::TensorType wtype = gguf::TensorType::F32;  // the 2-D weights; norms and biases stay F32
     std::optional<gguf::TensorType> expert_wtype;    // the experts' stacks (unset: wtype; the gpt-oss presets:
                                                      // MXFP4, as the models are released)
+    // A llama-quantize mix (q4_k_m, q3_k_m, ...; quant_mix.h): each weight gets the type its rules give it, as
+    // a file quantized to it has (general.file_type too). Shapes only: it needs weights = false (for data,
+    // write f32 or bf16 and quantize with rp-gguf convert).
+    std::optional<QuantMix> mix;
     uint64_t seed = 1;
     bool weights = true;          // false: every weight a hole (all zeros, no disk): shapes for a memory plan
 };

@@ -373,3 +373,41 @@ TEST(GgufAccessors, FloatsBoolsStringsArrays) {
     EXPECT_ERROR_HAS(r->get_string_array("fa"), "has type array[f32], expected array[string]");
     EXPECT_ERROR_HAS(r->get_string_array("nope"), "is missing");
 }
+
+// A hole (a tensor without data) takes another type in place: its byte size follows, the order stays, the file
+// reads back with it; a tensor with data, an unknown name or a row length the type's blocks do not divide are
+// refused naming the tensor.
+TEST(GgufWriter, AHoleTakesAnotherTypeInPlace) {
+    TempDir dir;
+    gguf::Writer w;
+    const int64_t ne[2] = {256, 3}, odd[2] = {96, 2};
+    const float data[96 * 2] = {};
+    w.add_tensor("a.weight", gguf::TensorType::F32, 2, ne, gguf::Writer::Fill{});
+    w.add_tensor("b.weight", gguf::TensorType::F32, 2, odd, data);
+    w.add_tensor("c.weight", gguf::TensorType::F32, 2, odd, gguf::Writer::Fill{});
+    w.set_hole_type("a.weight", gguf::TensorType::Q4_K);
+    const std::vector<gguf::TensorInfo> infos = w.tensor_infos();
+    ASSERT_EQ(infos.size(), 3u);
+    EXPECT_EQ(infos[0].name, "a.weight");
+    EXPECT_EQ(infos[0].type, gguf::TensorType::Q4_K);
+    EXPECT_EQ(infos[0].nbytes, 3u * 144u);
+    auto refused = [&](const std::string & name, gguf::TensorType t, const std::string & why) {
+        try {
+            w.set_hole_type(name, t);
+            ADD_FAILURE() << name << " retyped";
+        } catch (const rp::Error & e) {
+            EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+            EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+        }
+    };
+    refused("b.weight", gguf::TensorType::Q8_0, "has data");
+    refused("d.weight", gguf::TensorType::Q8_0, "no tensor");
+    refused("c.weight", gguf::TensorType::Q4_K, "block size");
+    EXPECT_EQ(w.tensor_infos()[2].type, gguf::TensorType::F32) << "a refused retype changes nothing";
+    const std::string path = dir.file("holes.gguf");
+    w.write(path);
+    const auto r = gguf::Reader::open(path);
+    ASSERT_EQ(r->tensors().size(), 3u);
+    EXPECT_EQ(r->tensors()[0].type, gguf::TensorType::Q4_K);
+    EXPECT_EQ(r->tensors()[0].nbytes, 3u * 144u);
+}

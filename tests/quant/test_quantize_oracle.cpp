@@ -323,3 +323,55 @@ TEST(QuantizeModel, NonFiniteRowsAreRefusedNamingTheTensorAndLeaveNoFile) {
     rp::quantize_model(base, out, opt);  // the clean model quantizes
     EXPECT_TRUE(std::filesystem::exists(out));
 }
+
+// rp-gguf synth --weights 0 --type MIX (memory plans of the paper's models on their K-quant files): every tensor
+// gets the type, and so the bytes, that quantizing the same model to the mix gives (which the tests above hold
+// equal to llama-quantize's), and general.file_type; a mix with data is refused (rp-gguf convert quantizes data).
+TEST(QuantizeModel, AShapesOnlySynthGetsTheMixsTypes) {
+    rp_test::TempDir dir;
+    rp::SynthSpec moe;
+    moe.arch = "qwen3moe";
+    moe.vocab_from = stories();
+    moe.n_layer = 4, moe.n_embd = 256, moe.n_head = 4, moe.n_head_kv = 2, moe.head_dim = 64, moe.n_ff = 256;
+    moe.n_expert = 8, moe.n_expert_used = 2, moe.n_ff_exp = 256;
+    const std::pair<std::string, rp::SynthSpec> specs[] = {{"deep", deep_llama()}, {"qwen3", tied_qwen3()}, {"moe", moe}};
+    for (const auto & [name, spec] : specs) {
+        const std::string data = dir.file(name + ".gguf");
+        rp::write_synth_model(spec, data);
+        for (const char * mix : {"q2_k", "q3_k_m", "q4_k_m", "q5_k_s", "q6_k"}) {
+            rp::QuantizeOptions opt;
+            ASSERT_TRUE(rp::quant_mix_from_name(mix, opt.mix));
+            opt.threads = 2;
+            const std::string quantized = dir.file(name + "-" + mix + ".gguf"), shapes = dir.file(name + "-" + mix + "-shapes.gguf");
+            rp::quantize_model(data, quantized, opt);
+            rp::SynthSpec holes = spec;
+            holes.weights = false;
+            holes.mix = opt.mix;
+            rp::write_synth_model(holes, shapes);
+            const auto a = gguf::Reader::open(quantized), b = gguf::Reader::open(shapes);
+            EXPECT_EQ(b->get_u32("general.file_type"), a->get_u32("general.file_type")) << name << " " << mix;
+            ASSERT_EQ(a->tensors().size(), b->tensors().size()) << name << " " << mix;
+            int quantized_types = 0;
+            for (size_t i = 0; i < a->tensors().size(); ++i) {
+                const gguf::TensorInfo & x = a->tensors()[i];
+                const gguf::TensorInfo & y = b->tensors()[i];
+                EXPECT_EQ(y.name, x.name);
+                EXPECT_EQ(y.type, x.type) << name << " " << mix << ": " << x.name;
+                EXPECT_EQ(y.nbytes, x.nbytes) << name << " " << mix << ": " << x.name;
+                quantized_types += x.type != gguf::TensorType::F32;
+            }
+            EXPECT_GT(quantized_types, 0);
+            std::filesystem::remove(quantized);
+            std::filesystem::remove(shapes);
+        }
+    }
+    rp::SynthSpec with_data = deep_llama();
+    ASSERT_TRUE(rp::quant_mix_from_name("q4_k_m", with_data.mix.emplace()));
+    try {
+        rp::write_synth_model(with_data, dir.file("refused.gguf"));
+        ADD_FAILURE() << "a mix with data was written";
+    } catch (const rp::Error & e) {
+        EXPECT_NE(std::string(e.what()).find("rp-gguf convert --type q4_k_m"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(std::filesystem::exists(dir.file("refused.gguf")));
+}
