@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,29 @@ Timing time_it(F && f, int reps = 5, int warmup = 1) {
     r.median_s = t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
     r.reps = static_cast<int>(t.size());
     return r;
+}
+
+// The read-only stream, the limit of work that reads each byte once (generation): `bytes` bytes at p on `threads`
+// threads, each 8-byte word loaded and XORed into a sum (integer: it vectorizes; nothing is stored). Returns the
+// sum, for the caller to keep somewhere volatile so that the loads stay.
+inline uint64_t read_stream(const uint8_t * p, size_t bytes, int threads) {
+    const int64_t chunks = 4L * threads;
+    uint64_t x = 0;
+#if defined(_OPENMP)
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(^ : x)
+#endif
+    for (int64_t c = 0; c < chunks; ++c) {
+        const size_t lo = bytes * size_t(c) / size_t(chunks) / 64 * 64;
+        const size_t hi = c + 1 == chunks ? bytes / 8 * 8 : bytes * size_t(c + 1) / size_t(chunks) / 64 * 64;
+        uint64_t a = 0;
+        for (size_t i = lo; i < hi; i += 8) {
+            uint64_t w;
+            std::memcpy(&w, p + i, 8);
+            a ^= w;
+        }
+        x ^= a;
+    }
+    return x;
 }
 
 } // namespace rp::bench

@@ -194,19 +194,7 @@ int run_gguf(int argc, char ** argv) {
     const rp::bench::Timing mc1 = rp::bench::time_it(memcpy_1, reps);
     const rp::bench::Timing mcn = rp::bench::time_it(memcpy_n, reps);
     // ---- read only: the same bytes streamed in, 8 at a time, XORed (integer: vectorizes, nothing stored) ----
-    auto read_n = [&] {
-        const int64_t chunks = 4L * threads;
-        uint64_t x = 0;
-        RP_OMP(omp parallel for num_threads(threads) schedule(static) reduction(^ : x))
-        for (int64_t c = 0; c < chunks; ++c) {
-            const size_t lo = n_copy * c / chunks / 64 * 64, hi = c + 1 == chunks ? n_copy / 8 * 8 : n_copy * (c + 1) / chunks / 64 * 64;
-            const uint64_t * words = reinterpret_cast<const uint64_t *>(first + lo);   // tensor data: 32-byte aligned
-            uint64_t a = 0;
-            for (size_t i = 0; i < (hi - lo) / 8; ++i) a ^= words[i];
-            x ^= a;
-        }
-        sink = sink + x;
-    };
+    auto read_n = [&] { sink = sink + rp::bench::read_stream(first, n_copy, threads); };
     const rp::bench::Timing rdn = rp::bench::time_it(read_n, reps);
 
     // ---- dequantize, row by row into a per-thread buffer ----

@@ -221,27 +221,6 @@ void bench_attention(int64_t T, int64_t D, int64_t Hq, int64_t Hkv, int reps) {
 
 volatile uint64_t g_read_sink;
 
-// The read-only stream of `bytes` bytes at p on `threads` threads (each 8-byte word XORed in).
-void read_stream(const uint8_t * p, size_t bytes, int threads) {
-    const int64_t chunks = 4L * threads;
-    uint64_t x = 0;
-#if defined(_OPENMP)
-#pragma omp parallel for num_threads(threads) schedule(static) reduction(^ : x)
-#endif
-    for (int64_t c = 0; c < chunks; ++c) {
-        const size_t lo = bytes * size_t(c) / size_t(chunks) / 64 * 64;
-        const size_t hi = c + 1 == chunks ? bytes / 8 * 8 : bytes * size_t(c + 1) / size_t(chunks) / 64 * 64;
-        uint64_t a = 0;
-        for (size_t i = lo; i < hi; i += 8) {
-            uint64_t w;
-            std::memcpy(&w, p + i, 8);
-            a ^= w;
-        }
-        x ^= a;
-    }
-    g_read_sink = g_read_sink + x;
-}
-
 // A K x N matrix of type t, about `mib` MiB: a pool of real rows (values quantized as the type's quantizer does)
 // tiled to the matrix.
 std::vector<uint8_t> matvec_weights(TensorType t, int64_t K, size_t mib, int64_t & N) {
@@ -275,7 +254,7 @@ void bench_matvec(int64_t K, size_t mib, int threads, int reps) {
         const std::vector<uint8_t> W = matvec_weights(t, K, mib, N);
         std::vector<float> y(static_cast<size_t>(N));
         const Timing tm = time_it([&] { product(t, W, N, y); }, reps);
-        const Timing tr = time_it([&] { read_stream(W.data(), W.size(), threads); }, reps);
+        const Timing tr = time_it([&] { g_read_sink = g_read_sink + rp::bench::read_stream(W.data(), W.size(), threads); }, reps);
         const double bytes = double(W.size()), g = bytes / tm.best_s / 1e9, gr = bytes / tr.best_s / 1e9;
         std::printf("  %-8s %8lld %10.2f %10.2f %10.2f %8.0f%%%s\n", gguf::type_name(uint32_t(t)), (long long)N, tm.best_s * 1e3, g, gr,
                     100.0 * g / gr, rp::cpu::row_dot_is_simd(t) ? "" : "  (portable loop)");

@@ -3,7 +3,8 @@
 // Every row's sum is formed in one fixed order: per sub-block an exact int32 sum (int8 types) or per pair of
 // elements a product pair (bf16) or an FMA (f32), accumulated into per-lane f32 accumulators in element order,
 // the lanes added at the end in a fixed order; the int8 types' min / offset terms are accumulated separately
-// (Q4_0 .. Q5_1: in 8 lanes, block b in lane b % 8) and subtracted last. The portable loops (CPUs without AVX2) have the same numerics in another float order.
+// (Q4_0 .. Q5_1: in 8 lanes, block b in lane b % 8) and subtracted last. The portable loops (CPUs without AVX2)
+// have the same numerics in another float order.
 //
 // Two instruction sets, one order: the int8 products are summed exactly in int32 either by AVX-512 VNNI
 // (vpdpbusd, 4 products a lane) or by AVX2 (vpmaddubsw pairs into int16, then vpmaddwd into int32: exact too,
@@ -84,6 +85,15 @@ inline void prefetch_ahead(const void * p, size_t bytes, int64_t ahead) {
     for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, 3);
 }
 
+#if defined(__F16C__)
+// The fp16 field F (a scale d, a min m) of 8 consecutive blocks as 8 floats: one conversion for all.
+template <class Block, uint16_t Block::*F>
+inline __m256 halves8(const Block * k) {
+    return _mm256_cvtph_ps(_mm_setr_epi16(short(k[0].*F), short(k[1].*F), short(k[2].*F), short(k[3].*F), short(k[4].*F),
+                                          short(k[5].*F), short(k[6].*F), short(k[7].*F)));
+}
+#endif
+
 #if defined(__AVX__)
 // The 8 lanes added in a fixed order.
 inline float hsum(__m256 v) {
@@ -136,7 +146,7 @@ inline __m256i bits(__m256i v, int s, int mask, int up) {
 // y = d d_b (sum q q') - offset d (d_b sum q')  or  d d_b (sum q q') + m (d_b sum q').
 template <class Block, bool FIVE_BITS, bool HAS_MIN>
 float dot_q45_small(const Block * w, const DotColumn & x) {
-    const int64_t ahead = prefetch_distance();
+    [[maybe_unused]] const int64_t ahead = prefetch_distance();
     const int64_t nb = x.K / 32;
     constexpr float offset = HAS_MIN ? 0.0f : (FIVE_BITS ? 16.0f : 8.0f);
     float extra = 0.0f;   // the offset or min terms
@@ -165,12 +175,10 @@ float dot_q45_small(const Block * w, const DotColumn & x) {
     for (; b0 + 8 <= nb; b0 += 8) {
         const Block * k = w + b0;
         prefetch_ahead(k, 8 * sizeof(Block), ahead);
-        const __m256 d8 = _mm256_cvtph_ps(_mm_setr_epi16(short(k[0].d), short(k[1].d), short(k[2].d), short(k[3].d), short(k[4].d),
-                                                         short(k[5].d), short(k[6].d), short(k[7].d)));
+        const __m256 d8 = halves8<Block, &Block::d>(k);
         const __m256 xsum8 = _mm256_loadu_ps(x.dsum32.data() + b0);
         if constexpr (HAS_MIN) {
-            const __m256 m8 = _mm256_cvtph_ps(_mm_setr_epi16(short(k[0].m), short(k[1].m), short(k[2].m), short(k[3].m), short(k[4].m),
-                                                             short(k[5].m), short(k[6].m), short(k[7].m)));
+            const __m256 m8 = halves8<Block, &Block::m>(k);
             extra8 = _mm256_add_ps(extra8, _mm256_mul_ps(m8, xsum8));
         } else {
             extra8 = _mm256_sub_ps(extra8, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(offset), d8), xsum8));
@@ -212,7 +220,7 @@ float dot_q45_small(const Block * w, const DotColumn & x) {
 }
 
 float dot_q8_0(const block_q8_0 * w, const DotColumn & x) {
-    const int64_t ahead = prefetch_distance();
+    [[maybe_unused]] const int64_t ahead = prefetch_distance();
     const int64_t nb = x.K / QK8_0;
 #if defined(RP_INT8_SIMD)
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
@@ -229,9 +237,7 @@ float dot_q8_0(const block_q8_0 * w, const DotColumn & x) {
     // 8 blocks at a time: their 8 scales d_w d_x in one conversion and one product (the same bits as one by one).
     for (; b + 8 <= nb; b += 8) {
         prefetch_ahead(w + b, 8 * sizeof(block_q8_0), ahead);
-        const __m128i dh = _mm_setr_epi16(short(w[b].d), short(w[b + 1].d), short(w[b + 2].d), short(w[b + 3].d), short(w[b + 4].d),
-                                          short(w[b + 5].d), short(w[b + 6].d), short(w[b + 7].d));
-        const __m256 sc = _mm256_mul_ps(_mm256_cvtph_ps(dh), _mm256_loadu_ps(x.d.data() + b));
+        const __m256 sc = _mm256_mul_ps(halves8<block_q8_0, &block_q8_0::d>(w + b), _mm256_loadu_ps(x.d.data() + b));
         for (int j = 0; j < 8; ++j) block(b + j, _mm256_permutevar8x32_ps(sc, _mm256_set1_epi32(j)));
     }
 #endif
@@ -253,7 +259,7 @@ float dot_q8_0(const block_q8_0 * w, const DotColumn & x) {
 // one 8-lane accumulator; the mins likewise, 8 lanes of (dmin m_j) (d_b sum q').
 template <bool FIVE_BITS, class Block>
 float dot_q45_K(const Block * w, const DotColumn & x) {
-    const int64_t ahead = prefetch_distance();
+    [[maybe_unused]] const int64_t ahead = prefetch_distance();
     const int64_t nsb = x.K / QK_K;
 #if defined(RP_INT8_SIMD)
     __m256 acc = _mm256_setzero_ps(), mins = _mm256_setzero_ps();
@@ -322,13 +328,13 @@ float dot_q45_K(const Block * w, const DotColumn & x) {
 // dsum16, accumulated apart and subtracted last (as Q4_K's mins and Q6_K's offset).
 template <bool Q3>
 float dot_q23_K(const void * row, const DotColumn & x) {
-    const int64_t ahead = prefetch_distance();
+    [[maybe_unused]] const int64_t ahead = prefetch_distance();
+    constexpr size_t kBlockBytes = Q3 ? sizeof(block_q3_K) : sizeof(block_q2_K);
     const int64_t nsb = x.K / QK_K;
 #if defined(RP_INT8_SIMD)
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), offs = _mm256_setzero_ps();
     for (int64_t sb = 0; sb < nsb; ++sb) {
-        prefetch_ahead(static_cast<const uint8_t *>(row) + sb * int64_t(Q3 ? sizeof(block_q3_K) : sizeof(block_q2_K)),
-                       Q3 ? sizeof(block_q3_K) : sizeof(block_q2_K), ahead);
+        prefetch_ahead(static_cast<const uint8_t *>(row) + sb * int64_t(kBlockBytes), kBlockBytes, ahead);
         const uint8_t * qs;
         const uint8_t * hmask = nullptr;
         float d;
@@ -381,8 +387,7 @@ float dot_q23_K(const void * row, const DotColumn & x) {
 #else
     float acc = 0.0f, offset = 0.0f;
     for (int64_t sb = 0; sb < nsb; ++sb) {
-        prefetch_ahead(static_cast<const uint8_t *>(row) + sb * int64_t(Q3 ? sizeof(block_q3_K) : sizeof(block_q2_K)),
-                       Q3 ? sizeof(block_q3_K) : sizeof(block_q2_K), ahead);
+        prefetch_ahead(static_cast<const uint8_t *>(row) + sb * int64_t(kBlockBytes), kBlockBytes, ahead);
         const uint8_t * qs;
         const uint8_t * hmask = nullptr;
         float d, dmin = 0.0f;
@@ -419,7 +424,7 @@ float dot_q23_K(const void * row, const DotColumn & x) {
 
 // Q6_K: sub-blocks of 16 with w = (d*sc) (q - 32), q in [0, 63].
 float dot_q6_K(const block_q6_K * w, const DotColumn & x) {
-    const int64_t ahead = prefetch_distance();
+    [[maybe_unused]] const int64_t ahead = prefetch_distance();
     const int64_t nsb = x.K / QK_K;
 #if defined(RP_INT8_SIMD)
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
@@ -517,12 +522,12 @@ inline Lanes16 fma16(const void * row, const float * x, int64_t k, Lanes16 acc) 
 // F32 and F16 rows: one FMA chain per lane over 64 elements at a time (4 accumulators of 16 lanes), then the lanes.
 template <TensorType WT>
 float dot_float(const void * row, const float * x, int64_t K) {
-    const int64_t ahead = prefetch_distance();
+    [[maybe_unused]] const int64_t ahead = prefetch_distance();
+    [[maybe_unused]] constexpr size_t kElem = WT == TensorType::F32 ? 4 : 2;
 #if RP_FLOAT_SIMD == 512
     // 4 chains: 2 FMA ports x 4 cycles of latency would want 8, but the loads, not the FMAs, are the limit.
     __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
     int64_t k = 0;
-    constexpr size_t kElem = WT == TensorType::F32 ? 4 : 2;
     for (; k + 64 <= K; k += 64) {
         prefetch_ahead(static_cast<const char *>(row) + k * int64_t(kElem), 64 * kElem, ahead);
         a0 = _mm512_fmadd_ps(load16<WT>(row, k, 0xFFFF), _mm512_loadu_ps(x + k), a0);
@@ -538,7 +543,6 @@ float dot_float(const void * row, const float * x, int64_t K) {
 #elif RP_FLOAT_SIMD == 256
     Lanes16 a0, a1, a2, a3;
     int64_t k = 0;
-    constexpr size_t kElem = WT == TensorType::F32 ? 4 : 2;
     for (; k + 64 <= K; k += 64) {
         prefetch_ahead(static_cast<const char *>(row) + k * int64_t(kElem), 64 * kElem, ahead);
         a0 = fma16<WT>(row, x, k, a0);
@@ -586,7 +590,7 @@ inline Lanes16 dot_pairs32(Lanes16 acc, const uint16_t * w, const uint16_t * x) 
 
 // BF16 rows with a bf16 column: each product exact in f32, summed in f32.
 float dot_bf16(const uint16_t * w, const uint16_t * x, int64_t K) {
-    const int64_t ahead = prefetch_distance();
+    [[maybe_unused]] const int64_t ahead = prefetch_distance();
 #if RP_BF16_SIMD == 512
     __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
     int64_t k = 0;

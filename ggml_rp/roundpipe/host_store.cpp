@@ -101,6 +101,34 @@ std::string FrozenPinningReport::describe() const {
     return s;
 }
 
+std::vector<std::vector<char>> gradient_slots_in_place(const TrainingProgram & prog, bool share_masters) {
+    const int L = prog.num_layers();
+    const size_t P = prog.param_infos().size();
+    std::vector<std::vector<char>> in_place(static_cast<size_t>(L));
+    std::vector<char> seen(P, 0);
+    for (int l = L - 1; l >= 0; --l) {  // hand_off's order: the highest layer first
+        for (const auto & ti : prog.layer_tensors(l)) {
+            const bool first = share_masters && ti.param >= 0 && static_cast<size_t>(ti.param) < P && !seen[static_cast<size_t>(ti.param)];
+            if (first) seen[static_cast<size_t>(ti.param)] = 1;
+            in_place[static_cast<size_t>(l)].push_back(first ? 1 : 0);
+        }
+    }
+    return in_place;
+}
+
+HostStoreBytes host_store_bytes(const TrainingProgram & prog, bool share_masters) {
+    HostStoreBytes b;
+    if (!share_masters)
+        for (const auto & pi : prog.param_infos()) b.working += pi.n * sizeof(float);
+    const std::vector<std::vector<char>> in_place = gradient_slots_in_place(prog, share_masters);
+    for (int l = 0; l < prog.num_layers(); ++l) {
+        const auto & ts = prog.layer_tensors(l);
+        for (size_t i = 0; i < ts.size(); ++i)
+            if (ts[i].param >= 0 && !in_place[static_cast<size_t>(l)][i]) b.slots += ts[i].bytes;
+    }
+    return b;
+}
+
 HostStore::HostStore(const TrainingProgram & prog, Device & host, FrozenPinning pinning, bool share_masters)
     : prog_(prog), host_(host), share_masters_(share_masters) {
     const auto & params = prog.param_infos();
@@ -110,24 +138,22 @@ HostStore::HostStore(const TrainingProgram & prog, Device & host, FrozenPinning 
             std::memcpy(working_.back().data(), pi.master, pi.n * sizeof(float));
         }
     const int L = prog.num_layers();
-    // Sync steps: each parameter's slot in its highest layer (the first hand_off reaches) is its gradient.
-    std::vector<int> top(params.size(), -1);
-    if (share_masters_)
-        for (int l = 0; l < L; ++l)
-            for (const auto & ti : prog.layer_tensors(l))
-                if (ti.param >= 0 && ti.param < static_cast<int>(params.size())) top[static_cast<size_t>(ti.param)] = l;
+    const std::vector<std::vector<char>> in_place = gradient_slots_in_place(prog, share_masters_);
     std::vector<char> shared_slot(params.size(), 0);
     slots_.resize(static_cast<size_t>(L));
     slot_at_.resize(static_cast<size_t>(L));
     for (int l = L - 1; l >= 0; --l) {
         auto & slots = slots_[static_cast<size_t>(l)];
         auto & at = slot_at_[static_cast<size_t>(l)];
-        for (const auto & ti : prog.layer_tensors(l)) {
+        const auto & ts = prog.layer_tensors(l);
+        for (size_t i = 0; i < ts.size(); ++i) {
+            const auto & ti = ts[i];
             if (ti.param >= 0) {
                 if (ti.param >= static_cast<int>(params.size()) || params[static_cast<size_t>(ti.param)].n * sizeof(float) != ti.bytes)
                     throw Error("pipeline: tensor '" + ti.name + "' of layer " + prog.layer_name(l) + " does not match its parameter");
                 const size_t p = static_cast<size_t>(ti.param);
-                if (top[p] == l && !shared_slot[p] && params[p].grad) {
+                if (in_place[static_cast<size_t>(l)][i]) {
+                    if (!params[p].grad) throw Error("pipeline: parameter '" + params[p].name + "' has no gradient buffer");
                     shared_slot[p] = 1;
                     slots.emplace_back();
                     at.push_back(params[p].grad);

@@ -73,6 +73,17 @@ struct FrozenPinningReport {
     std::string describe() const;  // e.g. "3.21 GiB copied into pinned memory in 2.1 s"
 };
 
+// Which gradient slots are the parameter's fp32 gradient itself, [layer][tensor]: with share_masters (sync steps),
+// each parameter's first slot in hand_off's order (its highest layer's); none otherwise.
+std::vector<std::vector<char>> gradient_slots_in_place(const TrainingProgram & prog, bool share_masters);
+
+// The pinned bytes a HostStore holds for the trainable parameters (what the memory plan counts): the working
+// copies (async steps) and the gradient slots that are not the gradient itself.
+struct HostStoreBytes {
+    size_t working = 0, slots = 0;
+};
+HostStoreBytes host_store_bytes(const TrainingProgram & prog, bool share_masters);
+
 class HostStore {
 public:
     // Validates the program's tensors (trainable ones match their parameter, frozen ones have host data),

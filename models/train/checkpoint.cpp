@@ -69,7 +69,7 @@ void save_checkpoint(const std::string & path, const Trainer & tr, const Optimiz
     }
     std::vector<const float *> working = st.working_at;
     if (working.empty())
-        for (const std::vector<float> & w8 : st.working) working.push_back(w8.data());
+        for (const std::vector<float> & v : st.working) working.push_back(v.data());
     if (!working.empty() && working.size() != tr.params().size()) throw Error(path + ": working weights for the wrong number of parameters");
     for (size_t i = 0; i < tr.params().size(); ++i) {
         const Trainer::Param & p = tr.params()[i];

@@ -141,19 +141,14 @@ RunPlan plan_run(const Model & model, const RunPlanOptions & options) {
     r.call = planner.plan(req, r.step);
     // Sync steps upload the masters and sum each parameter's gradient in place in its highest layer's slot;
     // async steps keep pinned copies of both (host_store.h).
-    const bool shared = !o.pipeline.async;
-    h.working_copies = shared ? 0 : h.masters;
+    const HostStoreBytes store = host_store_bytes(prog, !o.pipeline.async);
+    h.working_copies = store.working;
+    h.grad_slots = store.slots;
     const bool copies = o.pipeline.frozen_pinning.value_or(default_frozen_pinning(backend != "cpu")) == FrozenPinning::Copy;
     std::set<std::string> frozen_seen;  // a tensor two layers share (a tied head) is copied once
-    std::set<int> slot_shared;          // parameters whose highest layer's slot is their gradient
-    for (int l = prog.num_layers() - 1; l >= 0; --l)
-        for (const auto & ti : prog.layer_tensors(l)) {
-            if (ti.param >= 0) {
-                if (!shared || !slot_shared.insert(ti.param).second) h.grad_slots += ti.bytes;
-            } else if (copies && frozen_seen.insert(ti.name).second) {
-                h.frozen_copies += ti.bytes;
-            }
-        }
+    for (int l = 0; l < prog.num_layers(); ++l)
+        for (const auto & ti : prog.layer_tensors(l))
+            if (ti.param < 0 && copies && frozen_seen.insert(ti.name).second) h.frozen_copies += ti.bytes;
     // The calls in flight: async steps overlap the next step's forward with this one's backward (two calls'
     // buffers); a sync step returns them to the pool before the next call (pipeline.cpp step()).
     h.calls_in_flight = o.pipeline.async ? 2 : 1;

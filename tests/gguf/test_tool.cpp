@@ -97,6 +97,15 @@ TEST(GgufTool, FailuresExitOneWithTheFileName) {
     EXPECT_EQ(r.code, 1);
     EXPECT_NE(r.err.find(cut), std::string::npos) << r.err;
     EXPECT_FALSE(fs::exists(dir.file("o.gguf")));
+    // synth: an unknown type names the flag and lists the mixes; a mix with data is refused (convert quantizes data)
+    r = run_tool("synth " + q(dir.file("o.gguf")) + " --shape llama-20m --weights 0 --type q7_k", dir);
+    EXPECT_EQ(r.code, 1);
+    EXPECT_NE(r.err.find("--type: 'q7_k'"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("q4_k_m"), std::string::npos) << r.err;
+    r = run_tool("synth " + q(dir.file("o.gguf")) + " --shape llama-20m --type q4_k_m", dir);
+    EXPECT_EQ(r.code, 1);
+    EXPECT_NE(r.err.find("rp-gguf convert --type q4_k_m"), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(dir.file("o.gguf")));
     r = run_tool("info " + q(stories()) + " --frobnicate", dir);
     EXPECT_EQ(r.code, 1);
     EXPECT_NE(r.err.find("--frobnicate"), std::string::npos) << r.err;

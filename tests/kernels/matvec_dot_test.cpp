@@ -168,6 +168,28 @@ TEST(MatvecDot, MatmulOneTokenIsTheDotOnAnyThreadCount) {
     }
 }
 
+// The software prefetch distance (matvec_dot.h set_row_prefetch_bytes) is a hint: every type's dots are the
+// same bits with none, a short one, the default and a long one.
+TEST(MatvecDot, ThePrefetchDistanceChangesNoBit) {
+    Rng rng(31);
+    const int64_t K = 1024, N = 40;
+    for (TensorType t : kDotTypes) {
+        const Weight w = make_weight(t, K, N, rng);
+        const std::vector<float> x = test_column(K, rng);
+        rp::cpu::DotColumn c;
+        rp::cpu::prepare_column(t, x.data(), K, c);
+        std::vector<float> first;
+        for (const int64_t ahead : {int64_t(0), int64_t(64), int64_t(-1), int64_t(65536)}) {
+            rp::cpu::set_row_prefetch_bytes(ahead);
+            std::vector<float> y;
+            for (int64_t n = 0; n < N; ++n) y.push_back(rp::cpu::row_dot(t, w.bytes.data() + size_t(n) * w.row_bytes, c));
+            if (first.empty()) first = y;
+            EXPECT_TRUE(bit_equal(y, first)) << gguf::type_name(uint32_t(t)) << " prefetching " << ahead << " bytes ahead";
+        }
+        rp::cpu::set_row_prefetch_bytes(-1);
+    }
+}
+
 // A few tokens at once (batched decoding): with row dots on, each of up to 4 (float types) or 8 (int8 types)
 // columns gets exactly the bits it gets alone, written at its row of the output (ldc), with and without
 // accumulation; more columns go through the packed GEMM (the exact path's bits, as with the switch off).

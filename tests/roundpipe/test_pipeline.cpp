@@ -143,7 +143,7 @@ TEST(Pipeline, SyncEqualsSingleDeviceWithTiedHeadFullFinetune) {
 // gradient in place in its highest layer's slot, so of the pinned store only the tied embedding's second slot is
 // left; async steps keep the working copies and every slot. Both give their reference's bits (sync: the host's;
 // async: the delayed-gradient reference, test I5), so here only the bytes are counted, with the masters and
-// gradients registered in place.
+// gradients registered in place, and the memory plan's count of them (host_store_bytes) is checked against them.
 TEST(Pipeline, SyncStepsShareTheMastersAndGradientsAsyncStepsCopyThem) {
     const Models & m = Models::get();
     rp::Trainer tr(*m.qwen3, full_cfg());
@@ -166,6 +166,10 @@ TEST(Pipeline, SyncStepsShareTheMastersAndGradientsAsyncStepsCopyThem) {
         ds.G = 2;
         ds.memory = size_t(2) << 20;
         const RunResult r = pipelined(*m.qwen3, full_cfg(), w, ds, o);
+        // What the memory plan counts (run_plan.cpp) is what the store holds.
+        const rp::HostStoreBytes planned = rp::host_store_bytes(tr, !async);
+        EXPECT_EQ(r.host_working, planned.working);
+        EXPECT_EQ(r.host_slots, planned.slots);
         if (async) {
             EXPECT_EQ(r.host_working, masters);
             EXPECT_EQ(r.host_slots, slots);

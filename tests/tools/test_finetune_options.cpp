@@ -314,6 +314,7 @@ TEST(FinetuneOptions, BadValuesFailInTheToolsWording) {
     EXPECT_EQ(parse_error("--device-speed 1,2,"), "--device-speed: '' is not a number");
     EXPECT_EQ(parse_error("--backend tpu"), "--backend: 'tpu' is not one of cpu, cuda");
     EXPECT_EQ(parse_error("--pin pinned"), "--pin: 'pinned' is not one of alloc, register, off");
+    EXPECT_EQ(parse_error("--optimizer-state fp8"), "--optimizer-state: 'fp8' is not one of f32, bf16");
     EXPECT_EQ(parse_error("--lr nan"), "--lr: 'nan' is not a number");
     EXPECT_EQ(parse_error("--inject-fault disk:3"), "--inject-fault: 'disk:3' is not KIND:N (KIND alloc, copy or launch; N >= 1)");
     EXPECT_NE(parse_error("--schedule cosine").find("the learning-rate schedule is --lr-schedule"), std::string::npos);
