@@ -4,13 +4,15 @@
 // and G below times 1 - tanh^2), per token an online max m
 // and sum s of exp(L - m), and the logit of the label when it falls in the chunk. lse = m + log(s).
 // Pass 1 is skipped when the caller has the logsumexps of a forward call (lse_in: LM_HEAD_CE_BACK reads the
-// ones LM_HEAD_CE saved).
+// ones LM_HEAD_CE saved). With unit_dh_out, pass 1 also forms the unit gradients online (logsumexp_pass), and a
+// backward given them (unit_dh_in) scales them instead of running pass 2 for dh.
 // Pass 2 (only when a gradient is asked for), chunk by chunk again: recompute L, G = (softmax - onehot) *
 // loss_scale (times token_scale[t] when given) for unmasked tokens (0 for ignored ones), then dh (+)= W_chunk G (matmul_bwd_x) and
 // dW_chunk += h G^T (matmul_bwd_w). Chunks run in order and every GEMM is deterministic, so the result is
 // bit-identical for any number of threads. Peak extra memory: two chunk x T float tiles.
 #include "ggml_rp/cpu/cross_entropy.h"
 
+#include "ggml_rp/core/quant.h"
 #include "ggml_rp/cpu/gemm.h"
 #include "ggml_rp/cpu/vec_math.h"
 #include "base/error.h"
@@ -35,18 +37,33 @@ void cap_logits(std::vector<float> & L, int64_t n, float cap) {
 }
 
 // Pass 1: every token's logsumexp into lse (float, as pass 2 reads it); returns the loss. L: the chunk tile.
+// With unit_dh ([C, T]) the same pass also forms each token's unit gradient d(lse - label logit)/dh:
+//   unit_dh = (sum_{v != y} E_v d_v W_v - S_other d_y W_y) / S,   E_v = exp(l_v - m), S = sum_v E_v,
+//   S_other = sum_{v != y} E_v (= (1 - p_y) S), d = 1 - tanh^2 of the capped logit (1 without a cap).
+// Per chunk the tile G = E * d with the label's entry 0 goes through one matmul_bwd_x into unit_dh, after each
+// token's running sum is brought to the chunk's new maximum (times exp(m_old - m_new), as S is). The label's
+// row is added at the end with S_other, summed in double apart from the label: no 1 - p cancellation.
 double logsumexp_pass(const LmHeadCEShape & s, const float * h, const void * W, gguf::TensorType wtype,
                       size_t w_row_bytes, const int32_t * labels, float loss_scale, std::vector<float> & L,
-                      std::vector<float> & lse, float * token_loss) {
+                      std::vector<float> & lse, float * token_loss, float * unit_dh) {
     const int64_t C = s.C, V = s.V, T = s.T;
     const int64_t chunk = std::min(s.chunk, V);
     const char * wbytes = static_cast<const char *>(W);
+    const bool grad = unit_dh != nullptr;
+    const bool capped = s.softcap > 0.0f;
     std::vector<float> m(size_t(T), -std::numeric_limits<float>::infinity());
     std::vector<double> sum(size_t(T), 0.0);
     std::vector<float> label_logit(size_t(T), 0.0f);
+    // The gradient's state: S_other, each token's rescale of this chunk, the label logit's d, and with a cap the
+    // tile G apart from L (d is read from the capped logits before they become E; without a cap G is L).
+    std::vector<double> other(grad ? size_t(T) : 0, 0.0);
+    std::vector<float> rescale(grad ? size_t(T) : 0, 1.0f);
+    std::vector<float> label_d(grad ? size_t(T) : 0, 1.0f);
+    std::vector<float> G(grad && capped ? L.size() : 0);
     for (int64_t v0 = 0; v0 < V; v0 += chunk) {
         const int64_t nv = std::min(chunk, V - v0);
-        matmul_fwd(C, nv, T, wbytes + v0 * w_row_bytes, wtype, w_row_bytes, h, C, L.data(), nv, false);
+        const char * wchunk = wbytes + v0 * w_row_bytes;
+        matmul_fwd(C, nv, T, wchunk, wtype, w_row_bytes, h, C, L.data(), nv, false);
         cap_logits(L, nv * T, s.softcap);
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) if (T > 1 && nv * T > 4096)
@@ -55,7 +72,16 @@ double logsumexp_pass(const LmHeadCEShape & s, const float * h, const void * W, 
             float * col = L.data() + t * nv;
             const float mx = max_of(col, nv, m[size_t(t)]);
             const int32_t y = labels[t];
-            if (y >= v0 && y < v0 + nv) label_logit[size_t(t)] = col[y - v0];
+            const bool has_label = y >= v0 && y < v0 + nv;
+            if (has_label) label_logit[size_t(t)] = col[y - v0];
+            float * g = grad ? (capped ? G.data() + t * nv : col) : nullptr;
+            if (grad && capped) {
+                for (int64_t j = 0; j < nv; ++j) {
+                    const float th = col[j] / s.softcap;
+                    g[j] = 1.0f - th * th;
+                }
+                if (has_label) label_d[size_t(t)] = g[y - v0];
+            }
             // exp in place (the column is not needed again in this pass), then an ordered sum in double.
             exp_affine(col, col, nv, 1.0f, mx);
             double cs = 0.0;
@@ -63,7 +89,31 @@ double logsumexp_pass(const LmHeadCEShape & s, const float * h, const void * W, 
             const float mold = m[size_t(t)];
             sum[size_t(t)] = (mold == mx ? sum[size_t(t)] : sum[size_t(t)] * std::exp(double(mold) - double(mx))) + cs;
             m[size_t(t)] = mx;
+            if (!grad) continue;
+            if (y < 0) {  // masked: no gradient
+                std::fill(g, g + nv, 0.0f);
+                continue;
+            }
+            const double r = mold == mx ? 1.0 : std::exp(double(mold) - double(mx));
+            other[size_t(t)] = other[size_t(t)] * r + (has_label ? cs - double(col[y - v0]) : cs);
+            rescale[size_t(t)] = float(r);
+            if (capped)
+                for (int64_t j = 0; j < nv; ++j) g[j] *= col[j];
+            if (has_label) g[y - v0] = 0.0f;
         }
+        if (!grad) continue;
+        if (v0 > 0) {
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (T > 1 && C * T > 4096)
+#endif
+            for (int64_t t = 0; t < T; ++t) {
+                const float r = rescale[size_t(t)];
+                if (labels[t] < 0 || r == 1.0f) continue;
+                float * u = unit_dh + t * C;
+                for (int64_t c = 0; c < C; ++c) u[c] *= r;
+            }
+        }
+        matmul_bwd_x(C, nv, T, wchunk, wtype, w_row_bytes, capped ? G.data() : L.data(), nv, unit_dh, C, v0 > 0);
     }
     double loss = 0.0;
     for (int64_t t = 0; t < T; ++t) {
@@ -73,14 +123,30 @@ double logsumexp_pass(const LmHeadCEShape & s, const float * h, const void * W, 
         if (token_loss) token_loss[t] = float(tl);
         loss += tl;
     }
+    if (!grad) return loss;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (T > 1 && C * T > 4096)
+#endif
+    for (int64_t t = 0; t < T; ++t) {
+        float * u = unit_dh + t * C;
+        const int32_t y = labels[t];
+        if (y < 0) {
+            std::fill(u, u + C, 0.0f);
+            continue;
+        }
+        const float inv = float(1.0 / sum[size_t(t)]);
+        const float label_coef = float(other[size_t(t)] / sum[size_t(t)]) * label_d[size_t(t)];
+        std::vector<float> wy(static_cast<size_t>(C));
+        dequantize_row(wtype, wbytes + y * w_row_bytes, wy.data(), C);
+        for (int64_t c = 0; c < C; ++c) u[c] = u[c] * inv - label_coef * wy[size_t(c)];
+    }
     return loss;
 }
 
 } // namespace
 
 double lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::TensorType wtype, size_t w_row_bytes,
-                  const int32_t * labels, float loss_scale, float * dh, float * dW, int64_t dw_row, float * lse_out,
-                  const float * lse_in, float * token_loss, const float * token_scale) {
+                  const int32_t * labels, float loss_scale, float * dh, float * dW, int64_t dw_row, const LmHeadCEAux & aux) {
     if (s.C < 1 || s.V < 1 || s.T < 0 || s.chunk < 1)
         throw Error("lm_head_ce: bad shape C=" + std::to_string(s.C) + " V=" + std::to_string(s.V) + " T=" +
                     std::to_string(s.T) + " chunk=" + std::to_string(s.chunk));
@@ -98,12 +164,24 @@ double lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf
 
     std::vector<float> lse(static_cast<size_t>(T));
     double loss = 0.0;
-    if (lse_in) {
-        std::copy(lse_in, lse_in + T, lse.begin());
+    if (aux.lse_in) {
+        std::copy(aux.lse_in, aux.lse_in + T, lse.begin());
     } else {
-        loss = logsumexp_pass(s, h, W, wtype, w_row_bytes, labels, loss_scale, L, lse, token_loss);
+        loss = logsumexp_pass(s, h, W, wtype, w_row_bytes, labels, loss_scale, L, lse, aux.token_loss, aux.unit_dh_out);
     }
-    if (lse_out) std::copy(lse.begin(), lse.end(), lse_out);
+    if (aux.lse_out) std::copy(lse.begin(), lse.end(), aux.lse_out);
+    if (dh && aux.unit_dh_in) {  // the forward formed dh: scale it
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (T > 1 && C * T > 4096)
+#endif
+        for (int64_t t = 0; t < T; ++t) {
+            const float sc = aux.token_scale ? loss_scale * aux.token_scale[t] : loss_scale;
+            const float * u = aux.unit_dh_in + t * C;
+            float * d = dh + t * C;
+            for (int64_t c = 0; c < C; ++c) d[c] = u[c] * sc;
+        }
+        dh = nullptr;  // pass 2, if any, is for dW only
+    }
     if (!dh && !dW) return loss;
 
     // ---- pass 2: gradients ------------------------------------------------------------------------------------
@@ -127,7 +205,7 @@ double lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf
             const float l = lse[size_t(t)];
             exp_affine(col, g, nv, 1.0f, l);
             if (y >= v0 && y < v0 + nv) g[y - v0] -= 1.0f;   // exact for p near 1 (Sterbenz)
-            const float sc = token_scale ? loss_scale * token_scale[t] : loss_scale;
+            const float sc = aux.token_scale ? loss_scale * aux.token_scale[t] : loss_scale;
             for (int64_t j = 0; j < nv; ++j) g[j] *= sc;
             if (s.softcap > 0.0f)  // through the cap: times 1 - tanh^2 of the capped logit
                 for (int64_t j = 0; j < nv; ++j) {

@@ -17,20 +17,34 @@ struct LmHeadCEShape {
     float softcap = 0.0f;  // > 0: each logit l becomes softcap * tanh(l / softcap) (Gemma 2's final soft-capping)
 };
 
+// The optional inputs and outputs of lm_head_ce (each nullable; T floats unless said).
+struct LmHeadCEAux {
+    float * lse_out = nullptr;            // each token's logsumexp
+    const float * lse_in = nullptr;       // the logsumexps a forward call wrote for the same h, W and labels
+    float * token_loss = nullptr;         // each token's loss_scale * (logsumexp - label logit), 0 when masked
+    const float * token_scale = nullptr;  // token t's gradient is also multiplied by token_scale[t]
+    // Forward: [C, T], each token's unit gradient d(logsumexp - label logit)/dh_t (0 when masked), formed in the
+    // same pass over the vocabulary as the logsumexp (the backward then needs no pass of its own for dh).
+    float * unit_dh_out = nullptr;
+    // Backward: the unit gradients a forward call wrote for the same h, W and labels: dh = unit * loss_scale
+    // (* token_scale[t]), with no pass over the vocabulary unless dW is asked for too.
+    const float * unit_dh_in = nullptr;
+};
+
 // h: [C, T] floats (column t at h + t*C). W: head weight ne = [C, V] of type wtype (row stride w_row_bytes).
 // labels[t] in [0, V) or -1 (ignored). loss_scale multiplies every token's loss and gradient (pass
 // 1 / (number of unmasked tokens in the whole batch) for a mean that does not depend on how the batch is split).
 // Returns sum_t loss_scale * (logsumexp(logits_t) - logits_t[label_t]) in double.
 // dh (nullable) is overwritten with d(result)/dh; dW (nullable, f32 [C, V], row stride dw_row floats) is
 // accumulated with d(result)/dW. Deterministic for any thread count.
-// lse_out (nullable, T floats) receives each token's logsumexp. lse_in (nullable): the logsumexps a forward
-// call wrote for the same h, W and labels: the first pass over the vocabulary is skipped (the gradients are
-// the same bits, since pass 1 computes the same floats) and the result is 0 (the loss is the forward's).
-// token_loss (nullable, T floats) receives each token's loss_scale * (logsumexp - label logit), 0 when masked.
-// token_scale (nullable, T floats): token t's gradient is also multiplied by token_scale[t] (a per-token dloss).
+// With aux.lse_in the first pass over the vocabulary is skipped (the gradients are the same bits, since pass 1
+// computes the same floats) and the result is 0 (the loss is the forward's).
+// With aux.unit_dh_out the one pass also forms the unit gradients (online: the running sums are rescaled when a
+// token's maximum grows); the loss and logsumexps are the same bits as without. Their rounding differs from
+// pass 2's (a few ulps, in another order); the label's term is kept apart (1 - p_label = the other
+// probabilities' sum), so a token the model is sure of keeps its small gradient's relative accuracy.
 double lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::TensorType wtype,
                   size_t w_row_bytes, const int32_t * labels, float loss_scale,
-                  float * dh, float * dW, int64_t dw_row, float * lse_out = nullptr, const float * lse_in = nullptr,
-                  float * token_loss = nullptr, const float * token_scale = nullptr);
+                  float * dh, float * dW, int64_t dw_row, const LmHeadCEAux & aux = {});
 
 } // namespace rp::cpu

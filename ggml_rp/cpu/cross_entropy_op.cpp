@@ -39,9 +39,12 @@ void lm_head_ce(Tensor * n) {
     const Tensor * W = n->src[1];
     const std::vector<int32_t> labels = read_labels(n, n->src[2], W->ne[1]);
     const bool per_token = lm_head_per_token(n);
+    LmHeadCEAux aux;
+    aux.lse_out = node::aux(n, 0);
+    aux.token_loss = per_token ? n->data_as<float>() : nullptr;
+    aux.unit_dh_out = lm_head_forms_grad(n) ? node::aux(n, lm_head_unit_dh_offset(n)) : nullptr;
     const double loss = rp::cpu::lm_head_ce(shape_of(n, h, W), h->data_as<float>(), W->data, W->type, W->nb[1],
-                                            labels.data(), n->param_f32(0), nullptr, nullptr, 0, node::aux(n, 0), nullptr,
-                                            per_token ? n->data_as<float>() : nullptr);
+                                            labels.data(), n->param_f32(0), nullptr, nullptr, 0, aux);
     if (!per_token) *n->data_as<float>() = static_cast<float>(loss);
 }
 
@@ -55,10 +58,13 @@ void lm_head_ce_back(Tensor * n) {
     // The per-token form weights token t by dloss[t]; the sum by the scalar dloss.
     const bool per_token = lm_head_per_token(n);
     const float scale = per_token ? n->param_f32(0) : n->param_f32(0) * *dloss->data_as<float>();
+    LmHeadCEAux aux;
+    aux.lse_in = node::aux(ce, 0);
+    aux.token_scale = per_token ? dloss->data_as<float>() : nullptr;
+    aux.unit_dh_in = lm_head_forms_grad(ce) ? node::aux(ce, lm_head_unit_dh_offset(ce)) : nullptr;
     rp::cpu::lm_head_ce(shape_of(n, h, W), h->data_as<float>(), W->data, W->type, W->nb[1], labels.data(), scale,
                         n->data_as<float>(), dW ? dW->data_as<float>() : nullptr,
-                        dW ? static_cast<int64_t>(dW->nb[1] / sizeof(float)) : 0, nullptr, ce ? node::aux(ce, 0) : nullptr,
-                        nullptr, per_token ? dloss->data_as<float>() : nullptr);
+                        dW ? static_cast<int64_t>(dW->nb[1] / sizeof(float)) : 0, aux);
 }
 
 const RegisterKernels kRegister{{Op::LM_HEAD_CE, lm_head_ce}, {Op::LM_HEAD_CE_BACK, lm_head_ce_back}};

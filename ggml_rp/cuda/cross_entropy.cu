@@ -1,8 +1,10 @@
 // LM_HEAD_CE and LM_HEAD_CE_BACK: chunked logits through cuBLAS, online logsumexp per token (one block per
-// token per chunk), gradient tile in place, then the two backward GEMMs per chunk. See cross_entropy.cuh.
+// token per chunk), gradient tile in place, then the two backward GEMMs per chunk; or the gradient formed in
+// the forward (one GEMM more per chunk there, none in the backward). See cross_entropy.cuh.
 #include "ggml_rp/cuda/cross_entropy.cuh"
 
 #include "ggml_rp/cuda/common.cuh"
+#include "ggml_rp/cuda/get_rows.cuh"
 #include "ggml_rp/cuda/launch.h"
 #include "ggml_rp/cuda/mul_mat.cuh"
 #include "ggml_rp/cuda/unary.cuh"
@@ -22,12 +24,17 @@ __global__ void __launch_bounds__(kElemThreads) ce_init_kernel(float * m, double
     label_logit[t] = 0.0f;
 }
 
-// One block per token: fold the chunk's logits (column t at L + t*nv) into the running max and sum.
-__global__ void __launch_bounds__(kRowMaxThreads) ce_pass1_kernel(const float * __restrict__ L, int64_t nv, int64_t v0, const int32_t * __restrict__ labels,
-                                float * m, double * sum, float * label_logit) {
+// One block per token: fold the chunk's logits (column t at L + t*nv) into the running max and sum. With
+// `grad` (the gradient formed in the forward) the column then becomes the gradient tile exp(l - m) * d
+// (d = 1 - tanh^2 of the capped logit, 1 without a cap; the label's entry 0; all 0 for a masked token), the
+// sum without the label goes into `other`, the factor that brings the token's running gradient to the new
+// maximum into rescale, and the label logit's d into label_d. The max and the sum are the same floats either way.
+__global__ void __launch_bounds__(kRowMaxThreads) ce_pass1_kernel(float * __restrict__ L, int64_t nv, int64_t v0, int64_t V,
+                                const int32_t * __restrict__ labels, float * m, double * sum, float * label_logit,
+                                bool grad, float softcap, double * other, float * rescale, float * label_d) {
     __shared__ float red[32];
     const int64_t t = blockIdx.x;
-    const float * col = L + t * nv;
+    float * col = L + t * nv;
     const float mold = m[t];
     float mx = mold;
     for (int64_t j = threadIdx.x; j < nv; j += blockDim.x) mx = fmaxf(mx, col[j]);
@@ -35,12 +42,82 @@ __global__ void __launch_bounds__(kRowMaxThreads) ce_pass1_kernel(const float * 
     float cs = 0.0f;
     for (int64_t j = threadIdx.x; j < nv; j += blockDim.x) cs += expf(col[j] - mx);
     cs = block_sum(cs, red);
+    const int32_t y = labels[t];
+    const bool has_label = y >= v0 && y < v0 + nv;
+    const float ly = has_label ? col[y - v0] : 0.0f;   // read by every thread before the tile is written
+    if (grad) {
+        __syncthreads();
+        const bool masked = y < 0 || y >= V;
+        float co = 0.0f;
+        for (int64_t j = threadIdx.x; j < nv; j += blockDim.x) {
+            const float e = expf(col[j] - mx);
+            const float tc = softcap > 0.0f ? col[j] / softcap : 0.0f;
+            const bool is_label = v0 + j == y;
+            if (!is_label) co += e;
+            col[j] = masked || is_label ? 0.0f : e * (1.0f - tc * tc);
+        }
+        co = block_sum(co, red);
+        if (threadIdx.x == 0 && !masked) {
+            const double r = mold == mx ? 1.0 : exp(static_cast<double>(mold) - static_cast<double>(mx));
+            other[t] = other[t] * r + co;
+            rescale[t] = static_cast<float>(r);
+            if (has_label && softcap > 0.0f) label_d[t] = 1.0f - (ly / softcap) * (ly / softcap);
+        }
+    }
     if (threadIdx.x == 0) {
-        const int32_t y = labels[t];
-        if (y >= v0 && y < v0 + nv) label_logit[t] = col[y - v0];
+        if (has_label) label_logit[t] = ly;
         sum[t] = (mold == mx ? sum[t] : sum[t] * exp(static_cast<double>(mold) - static_cast<double>(mx))) + cs;
         m[t] = mx;
     }
+}
+
+// The gradient state's start: nothing summed, d = 1 (no cap, or no label yet).
+__global__ void __launch_bounds__(kElemThreads) ce_grad_init_kernel(double * other, float * rescale, float * label_d, int64_t T) {
+    const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (t >= T) return;
+    other[t] = 0.0;
+    rescale[t] = 1.0f;
+    label_d[t] = 1.0f;
+}
+
+// Column t of u ([C, T]) times rescale[t]: the running gradients brought to the chunk's new maxima.
+__global__ void __launch_bounds__(kElemThreads) ce_rescale_kernel(float * u, const float * __restrict__ rescale, int64_t C, int64_t T) {
+    const int64_t n = C * T;
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += stride) u[e] *= rescale[e / C];
+}
+
+// Per token: the ids to gather (the label, 0 for a masked token: its row is not used), 1 / sum into inv and
+// (1 - p_label) * d_label into coef (over rescale and label_d).
+__global__ void __launch_bounds__(kElemThreads) ce_grad_coef_kernel(const int32_t * labels, int64_t V, int64_t T, const double * sum,
+                                    const double * other, int32_t * ids, float * inv, float * coef) {
+    const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (t >= T) return;
+    const int32_t y = labels[t];
+    const bool masked = y < 0 || y >= V;
+    ids[t] = masked ? 0 : y;
+    inv[t] = masked ? 0.0f : static_cast<float>(1.0 / sum[t]);
+    coef[t] = masked ? 0.0f : static_cast<float>(other[t] / sum[t]) * coef[t];
+}
+
+// u = u / sum - coef * (the label's row); 0 for masked tokens (inv = coef = 0).
+__global__ void __launch_bounds__(kElemThreads) ce_grad_finish_kernel(float * u, const float * __restrict__ wy, const float * __restrict__ inv,
+                                      const float * __restrict__ coef, int64_t C, int64_t T) {
+    const int64_t n = C * T;
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += stride) {
+        const int64_t t = e / C;
+        u[e] = inv[t] == 0.0f ? 0.0f : u[e] * inv[t] - coef[t] * wy[e];
+    }
+}
+
+// dh = unit * loss_scale (* token_scale[t]).
+__global__ void __launch_bounds__(kElemThreads) ce_scale_unit_kernel(float * dh, const float * __restrict__ unit, int64_t C, int64_t T,
+                                     float loss_scale, const float * __restrict__ token_scale) {
+    const int64_t n = C * T;
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += stride)
+        dh[e] = unit[e] * (token_scale ? loss_scale * token_scale[e / C] : loss_scale);
 }
 
 __global__ void __launch_bounds__(kElemThreads) ce_finish_kernel(const float * m, const double * sum, const float * label_logit,
@@ -101,8 +178,7 @@ unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>(ceil_
 
 void lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::TensorType wtype, size_t w_row_bytes,
                 const int32_t * labels, float loss_scale, double * loss, float * dh, float * dW, int64_t dw_row,
-                void * workspace, size_t workspace_bytes, int * bad_label, cudaStream_t stream, float * lse_out,
-                const float * lse_in, float * token_loss, const float * token_scale) {
+                void * workspace, size_t workspace_bytes, int * bad_label, cudaStream_t stream, const LmHeadCEAux & aux) {
     const char * op = "lm_head_ce";
     require(s.C >= 1 && s.V >= 1 && s.T >= 0 && s.T <= 0x7fffffff && s.chunk >= 1, op,
             "bad shape C=" + std::to_string(s.C) + " V=" + std::to_string(s.V) + " T=" + std::to_string(s.T) +
@@ -119,38 +195,69 @@ void lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::
     // Carve the workspace in lm_head_ce_workspace_bytes' order.
     auto al = [](size_t b) { return (b + 255) / 256 * 256; };
     char * p = static_cast<char *>(workspace);
-    float * L = reinterpret_cast<float *>(p);            p += al(size_t(chunk * T) * 4);
+    float * L = reinterpret_cast<float *>(p);            p += al(size_t((chunk > C ? chunk : C) * T) * 4);
     void * gemm_ws = p;
     const size_t gemm_bytes = matmul_workspace_bytes(C, chunk, T, wtype);
     p += gemm_bytes;
     float * m = reinterpret_cast<float *>(p);            p += al(size_t(T) * 4);
     float * label_logit = reinterpret_cast<float *>(p);  p += al(size_t(T) * 4);
-    float * lse = lse_in ? const_cast<float *>(lse_in) : reinterpret_cast<float *>(p);  // read-only when given
+    float * lse = aux.lse_in ? const_cast<float *>(aux.lse_in) : reinterpret_cast<float *>(p);  // read-only when given
     p += al(size_t(T) * 4) * 2;
+    float * rescale = reinterpret_cast<float *>(p);      p += al(size_t(T) * 4);
+    float * label_d = reinterpret_cast<float *>(p);      p += al(size_t(T) * 4);
+    int32_t * ids = reinterpret_cast<int32_t *>(p);      p += al(size_t(T) * 4);
     double * sum = reinterpret_cast<double *>(p);        p += al(size_t(T) * 8);
-    double * tokloss = reinterpret_cast<double *>(p);
+    double * tokloss = reinterpret_cast<double *>(p);    p += al(size_t(T) * 8);
+    double * other = reinterpret_cast<double *>(p);
 
     const char * wbytes = static_cast<const char *>(W);
-    if (!lse_in) {
-        ce_init_kernel<<<blocks_for(T, kElemThreads), kElemThreads, 0, stream>>>(m, sum, label_logit, T);
+    const unsigned tok_blocks = blocks_for(T, kElemThreads);
+    const unsigned unit_blocks = static_cast<unsigned>(elementwise_grid(C * T));
+    if (!aux.lse_in) {
+        float * unit = aux.unit_dh_out;
+        ce_init_kernel<<<tok_blocks, kElemThreads, 0, stream>>>(m, sum, label_logit, T);
         check_launch("lm_head_ce (init)");
+        if (unit) {
+            ce_grad_init_kernel<<<tok_blocks, kElemThreads, 0, stream>>>(other, rescale, label_d, T);
+            check_launch("lm_head_ce (gradient init)");
+        }
         for (int64_t v0 = 0; v0 < V; v0 += chunk) {
             const int64_t nv = chunk < V - v0 ? chunk : V - v0;
-            matmul_fwd(C, nv, T, wbytes + v0 * w_row_bytes, wtype, w_row_bytes, h, C, L, nv, false, gemm_ws, gemm_bytes, stream);
+            const char * wchunk = wbytes + v0 * w_row_bytes;
+            matmul_fwd(C, nv, T, wchunk, wtype, w_row_bytes, h, C, L, nv, false, gemm_ws, gemm_bytes, stream);
             if (s.softcap > 0.0f) scale(L, 1.0f, L, nv * T, stream, s.softcap);   // Gemma 2: cap tanh(L / cap), in place
-            ce_pass1_kernel<<<static_cast<unsigned>(T), row_threads(nv), 0, stream>>>(L, nv, v0, labels, m, sum, label_logit);
+            ce_pass1_kernel<<<static_cast<unsigned>(T), row_threads(nv), 0, stream>>>(
+                L, nv, v0, V, labels, m, sum, label_logit, unit != nullptr, s.softcap, other, rescale, label_d);
             check_launch("lm_head_ce (logsumexp)");
+            if (!unit) continue;
+            if (v0 > 0) {
+                ce_rescale_kernel<<<unit_blocks, kElemThreads, 0, stream>>>(unit, rescale, C, T);
+                check_launch("lm_head_ce (gradient rescale)");
+            }
+            matmul_bwd_x(C, nv, T, wchunk, wtype, w_row_bytes, L, nv, unit, C, v0 > 0, gemm_ws, gemm_bytes, stream);
         }
-        ce_finish_kernel<<<blocks_for(T, kElemThreads), kElemThreads, 0, stream>>>(m, sum, label_logit, labels, V, T, loss_scale, lse,
+        ce_finish_kernel<<<tok_blocks, kElemThreads, 0, stream>>>(m, sum, label_logit, labels, V, T, loss_scale, lse,
                                                                  tokloss, bad_label);
         check_launch("lm_head_ce (finish)");
         ce_sum_kernel<<<1, kElemThreads, 0, stream>>>(tokloss, T, loss);
         check_launch("lm_head_ce (sum)");
-        if (token_loss) {
-            ce_token_loss_kernel<<<blocks_for(T, kElemThreads), kElemThreads, 0, stream>>>(tokloss, T, token_loss);
+        if (aux.token_loss) {
+            ce_token_loss_kernel<<<tok_blocks, kElemThreads, 0, stream>>>(tokloss, T, aux.token_loss);
             check_launch("lm_head_ce (token losses)");
         }
-        if (lse_out) check(cudaMemcpyAsync(lse_out, lse, size_t(T) * 4, cudaMemcpyDeviceToDevice, stream), "cuda lm_head_ce: lse");
+        if (aux.lse_out) check(cudaMemcpyAsync(aux.lse_out, lse, size_t(T) * 4, cudaMemcpyDeviceToDevice, stream), "cuda lm_head_ce: lse");
+        if (unit) {  // divide by the sum, less (1 - p_label) d_label times the label's row (gathered into the tile)
+            ce_grad_coef_kernel<<<tok_blocks, kElemThreads, 0, stream>>>(labels, V, T, sum, other, ids, rescale, label_d);
+            check_launch("lm_head_ce (gradient coefficients)");
+            get_rows(W, wtype, w_row_bytes, V, C, ids, T, L, nullptr, stream);
+            ce_grad_finish_kernel<<<unit_blocks, kElemThreads, 0, stream>>>(unit, L, rescale, label_d, C, T);
+            check_launch("lm_head_ce (gradient finish)");
+        }
+    }
+    if (dh && aux.unit_dh_in) {  // the forward formed dh: scale it; pass 2 only for dW
+        ce_scale_unit_kernel<<<unit_blocks, kElemThreads, 0, stream>>>(dh, aux.unit_dh_in, C, T, loss_scale, aux.token_scale);
+        check_launch("lm_head_ce_back (scale the forward's gradient)");
+        dh = nullptr;
     }
     if (!dh && !dW) return;
 
@@ -160,7 +267,7 @@ void lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::
         matmul_fwd(C, nv, T, wchunk, wtype, w_row_bytes, h, C, L, nv, false, gemm_ws, gemm_bytes, stream);
         if (s.softcap > 0.0f) scale(L, 1.0f, L, nv * T, stream, s.softcap);
         ce_grad_kernel<<<static_cast<unsigned>(elementwise_grid(nv * T)), kElemThreads, 0, stream>>>(
-            L, nv, v0, T, labels, lse, V, loss_scale, s.softcap, token_scale);
+            L, nv, v0, T, labels, lse, V, loss_scale, s.softcap, aux.token_scale);
         check_launch("lm_head_ce_back (gradient tile)");
         if (dh) matmul_bwd_x(C, nv, T, wchunk, wtype, w_row_bytes, L, nv, dh, C, v0 > 0, gemm_ws, gemm_bytes, stream);
         if (dW) matmul_bwd_w(C, nv, T, h, C, L, nv, dW + v0 * dw_row, dw_row, true, stream);
@@ -193,9 +300,12 @@ LmHeadCEShape shape_of(const Tensor * n) {
 void run_lm_head_ce(Tensor * n, const NodeRun & r) {
     const Tensor * W = n->src[1];
     const bool per_token = lm_head_per_token(n);
+    LmHeadCEAux aux;
+    aux.lse_out = node::aux(n, 0);
+    aux.token_loss = per_token ? out<float>(n) : nullptr;
+    aux.unit_dh_out = lm_head_forms_grad(n) ? node::aux(n, lm_head_unit_dh_offset(n)) : nullptr;
     lm_head_ce(shape_of(n), in<float>(n->src[0]), W->data, W->type, W->nb[1], in<int32_t>(n->src[2]), n->param_f32(0),
-               r.loss, nullptr, nullptr, 0, r.scratch, r.scratch_bytes, r.flag, r.stream, node::aux(n, 0), nullptr,
-               per_token ? out<float>(n) : nullptr);
+               r.loss, nullptr, nullptr, 0, r.scratch, r.scratch_bytes, r.flag, r.stream, aux);
     if (per_token) return;
     store_loss_kernel<<<1, 1, 0, r.stream>>>(r.loss, out<float>(n));
     check_launch("lm_head_ce (store loss)");
@@ -207,10 +317,14 @@ void run_lm_head_ce_back(Tensor * n, const NodeRun & r) {
     // The per-token form reads its dloss vector on the device; the sum its scalar on the host.
     const bool per_token = lm_head_per_token(n);
     const float scale = per_token ? n->param_f32(0) : n->param_f32(0) * host_dloss(n->src[3], r);
+    const Tensor * ce = n->src[5];  // the forward node: its logsumexps (and unit gradients) in its aux bytes
+    LmHeadCEAux aux;
+    aux.lse_in = node::aux(ce, 0);
+    aux.token_scale = per_token ? in<float>(n->src[3]) : nullptr;
+    aux.unit_dh_in = lm_head_forms_grad(ce) ? node::aux(ce, lm_head_unit_dh_offset(ce)) : nullptr;
     lm_head_ce(shape_of(n), in<float>(n->src[0]), W->data, W->type, W->nb[1], in<int32_t>(n->src[2]), scale, r.loss,
                out<float>(n), dW ? out<float>(dW) : nullptr, dW ? static_cast<int64_t>(dW->nb[1] / sizeof(float)) : 0,
-               r.scratch, r.scratch_bytes, r.flag, r.stream, nullptr, n->src[5] ? node::aux(n->src[5], 0) : nullptr,
-               nullptr, per_token ? in<float>(n->src[3]) : nullptr);
+               r.scratch, r.scratch_bytes, r.flag, r.stream, aux);
 }
 
 const RegisterNodeKernels kRegister{{Op::LM_HEAD_CE, run_lm_head_ce}, {Op::LM_HEAD_CE_BACK, run_lm_head_ce_back}};

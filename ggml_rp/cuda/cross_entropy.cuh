@@ -15,6 +15,7 @@
 // in the backward, the same gradient bits -- and *loss is not written.
 // token_loss (device, nullable, T floats): each token's loss_scale * (logsumexp - label logit), 0 when masked.
 // token_scale (device, nullable, T floats): token t's gradient is also multiplied by token_scale[t].
+// (These four and the unit gradients are the fields of LmHeadCEAux.)
 // workspace: lm_head_ce_workspace_bytes(C, V, T, chunk, wtype) bytes (launch.h); ce_chunk_rows picks a chunk.
 #pragma once
 
@@ -35,10 +36,25 @@ struct LmHeadCEShape {
     float softcap = 0.0f;  // > 0: each logit l becomes softcap * tanh(l / softcap) (Gemma 2; the CPU's contract)
 };
 
+// The optional inputs and outputs (device pointers, each nullable; the CPU's LmHeadCEAux).
+struct LmHeadCEAux {
+    float * lse_out = nullptr;
+    const float * lse_in = nullptr;
+    float * token_loss = nullptr;
+    const float * token_scale = nullptr;
+    // Forward: [C, T], each token's unit gradient d(lse - label logit)/dh (0 when masked), formed in pass 1:
+    // the chunk's tile becomes exp(l - m) (times the cap's derivative, the label's entry 0), the running sums
+    // are rescaled to each new maximum and dh_unit (+)= W_chunk tile; at the end, divided by the sum, less
+    // (1 - p_label) times the label's row (gathered), the other probabilities summed apart from the label.
+    float * unit_dh_out = nullptr;
+    // Backward: the unit gradients of a forward call: dh = unit * loss_scale (* token_scale[t]); pass 2 then
+    // runs only for dW.
+    const float * unit_dh_in = nullptr;
+};
+
 void lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::TensorType wtype, size_t w_row_bytes,
                 const int32_t * labels, float loss_scale, double * loss, float * dh, float * dW, int64_t dw_row,
                 void * workspace, size_t workspace_bytes, int * bad_label, cudaStream_t stream,
-                float * lse_out = nullptr, const float * lse_in = nullptr, float * token_loss = nullptr,
-                const float * token_scale = nullptr);
+                const LmHeadCEAux & aux = {});
 
 } // namespace rp::cuda

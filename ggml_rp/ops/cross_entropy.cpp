@@ -69,6 +69,24 @@ Tensor * lm_head_ce_back(Context & ctx, Tensor * ce, Tensor * dloss, Tensor * dW
     return dh;
 }
 
+size_t lm_head_unit_dh_offset(const Tensor * ce) {
+    const size_t lse_end = ce->nbytes() + static_cast<size_t>(ce->src[0]->ne[1]) * sizeof(float);
+    return (lse_end + 255) / 256 * 256 - ce->nbytes();
+}
+
+namespace {
+
+// Asks the forward node for its unit gradients (lm_head_forms_grad). A node that already has memory (an eager
+// context computed it) keeps the two passes: its aux bytes cannot grow.
+void form_gradient_in_forward(Tensor * ce) {
+    if (ce->data || lm_head_forms_grad(ce)) return;
+    const Tensor * h = ce->src[0];
+    ce->set_param_i32(4, 1);
+    ce->aux_bytes = lm_head_unit_dh_offset(ce) + static_cast<size_t>(h->ne[0] * h->ne[1]) * sizeof(float);
+}
+
+} // namespace
+
 void set_lm_head_ce_loss_scale(const Graph & g, float loss_scale) {
     for (Tensor * n : g.nodes)
         if ((n->op == Op::LM_HEAD_CE || n->op == Op::LM_HEAD_CE_BACK) && !lm_head_per_token(n)) n->set_param_f32(0, loss_scale);
@@ -83,7 +101,10 @@ void backward_cross_entropy(Backward & b, Tensor * node) {
     Tensor * dloss = b.grad(node);
     if (!dloss->is_contiguous()) dloss = cont(ctx, dloss);
     if (!b.needs(W)) {
-        if (b.needs(h)) b.add(h, lm_head_ce_back(ctx, node, dloss, nullptr));
+        if (b.needs(h)) {
+            form_gradient_in_forward(node);
+            b.add(h, lm_head_ce_back(ctx, node, dloss, nullptr));
+        }
         return;
     }
     detail::require(W->type == DType::F32, "lm_head_ce backward",

@@ -10,7 +10,8 @@
 // batch is split into micro-batches. chunk = vocabulary rows per chunk (memory O(chunk * T)).
 // The node also writes each token's logsumexp after the loss (aux, T floats).
 // Backward: lm_head_ce_back gives dh (and accumulates dW when W is trained): it reads the forward node's
-// logsumexps (the forward is its source) and recomputes the logits once, chunk by chunk.
+// logsumexps (the forward is its source) and recomputes the logits once, chunk by chunk, or, when the forward
+// formed the gradient (lm_head_forms_grad), scales the forward's.
 #pragma once
 
 #include "ggml_rp/core/context.h"
@@ -26,6 +27,16 @@ Tensor * lm_head_ce(Context & ctx, Tensor * h, Tensor * W, Tensor * labels, floa
 Tensor * lm_head_token_nll(Context & ctx, Tensor * h, Tensor * W, Tensor * labels, int64_t chunk, float softcap = 0.0f);
 // Whether an LM_HEAD_CE or LM_HEAD_CE_BACK node is the per-token form.
 inline bool lm_head_per_token(const Tensor * node) { return node->param_i32(3) != 0; }
+
+// The gradient formed in the forward (op param 4 of LM_HEAD_CE): the backward rule asks for it when the head's
+// weight needs no gradient (LoRA, QLoRA: the head frozen). The forward's one pass over the vocabulary then also
+// writes each token's unit gradient d(token loss)/dh ([C, T] in the aux bytes, after the logsumexps, 256-byte
+// aligned), and lm_head_ce_back only scales it: one logits GEMM fewer per step (the paper's "gradient formed
+// inside the forward", roundpipe.md section 7). A trained head keeps the two passes (its dW needs the final
+// logsumexps: the second pass is needed anyway).
+inline bool lm_head_forms_grad(const Tensor * ce) { return ce->param_i32(4) != 0; }
+// Byte offset, for node::aux, of the unit gradients of an LM_HEAD_CE node that forms them.
+size_t lm_head_unit_dh_offset(const Tensor * ce);
 
 // dh = dloss * d loss / dh (a node shaped like h); dloss is an f32 scalar, or for the per-token form f32 [T]
 // (token t's loss weighted by dloss[t]). With dW_into != nullptr (f32 [C, V], contiguous), also

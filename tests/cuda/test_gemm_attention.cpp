@@ -366,7 +366,55 @@ void check_ce(int64_t C, int64_t V, int64_t T, TensorType wt, double tol, std::m
     EXPECT_EQ(bad.get()[0], 0);
 }
 
+// The gradient formed in the forward (LmHeadCEAux::unit_dh_out, a frozen head's path), then scaled by the
+// backward (unit_dh_in, with per-token scales): dh against the CPU's two passes; the loss is the same bits as
+// the forward's without it.
+void check_ce_unit(int64_t C, int64_t V, int64_t T, TensorType wt, double tol, std::mt19937 & rng, float softcap = 0.0f,
+                   int64_t chunk_rows = 0) {
+    SCOPED_TRACE(std::string("unit gradient, ") + gguf::type_name(uint32_t(wt)) + " V=" + std::to_string(V) +
+                 " softcap=" + std::to_string(softcap));
+    const auto wf = rand_vec(size_t(C * V), rng, -0.2f, 0.2f);
+    const auto w = quantized(wt, wf, C, V);
+    const size_t rb = gguf::row_bytes(wt, C);
+    const auto h = rand_vec(size_t(C * T), rng);
+    const auto token_scale = rand_vec(size_t(T), rng, 0.5f, 2.0f);
+    std::vector<int32_t> labels(static_cast<size_t>(T));
+    for (size_t t = 0; t < labels.size(); ++t) labels[t] = t % 5 == 3 ? -1 : int32_t(rng() % V);
+    const float loss_scale = 1.0f / float(T);
+    std::vector<float> dh(size_t(C * T));
+    rp::cpu::lm_head_ce({C, V, T, 8192, softcap}, h.data(), w.data(), wt, rb, labels.data(), loss_scale, dh.data(), nullptr,
+                        0, {.token_scale = token_scale.data()});
+    const int64_t chunk = chunk_rows > 0 ? chunk_rows : rp::cuda::ce_chunk_rows(V, T, size_t(4) << 20);
+    Dev<uint8_t> gw(w), ws(rp::cuda::lm_head_ce_workspace_bytes(C, V, T, chunk, wt));
+    Dev<float> gh(h), gdh(dh.size()), gunit(dh.size()), glse(static_cast<size_t>(T)), gts(token_scale);
+    Dev<int32_t> gl(labels);
+    Dev<double> gloss(1), gloss_plain(1);
+    Dev<int> bad(1);
+    rp::cuda::lm_head_ce({C, V, T, chunk, softcap}, gh.p, gw.p, wt, rb, gl.p, loss_scale, gloss_plain.p, nullptr, nullptr, 0,
+                         ws.p, ws.n, bad.p, nullptr);
+    rp::cuda::lm_head_ce({C, V, T, chunk, softcap}, gh.p, gw.p, wt, rb, gl.p, loss_scale, gloss.p, nullptr, nullptr, 0, ws.p,
+                         ws.n, bad.p, nullptr, {.lse_out = glse.p, .unit_dh_out = gunit.p});
+    rp::cuda::lm_head_ce({C, V, T, chunk, softcap}, gh.p, gw.p, wt, rb, gl.p, loss_scale, gloss_plain.p, gdh.p, nullptr, 0,
+                         ws.p, ws.n, bad.p, nullptr, {.lse_in = glse.p, .token_scale = gts.p, .unit_dh_in = gunit.p});
+    EXPECT_EQ(gloss.get()[0], gloss_plain.get()[0]);
+    EXPECT_LT(nmse(gdh.get(), dh), tol);
+    const std::vector<float> got = gdh.get();
+    for (int64_t t = 3; t < T; t += 5)
+        for (int64_t k = 0; k < C; ++k) ASSERT_EQ(got[size_t(t * C + k)], 0.0f) << "masked token " << t;
+    EXPECT_EQ(bad.get()[0], 0);
+}
+
 } // namespace
+
+TEST(CudaCrossEntropy, GradientFormedInTheForward) {
+    RP_REQUIRE_GPU();
+    std::mt19937 rng(35);
+    check_ce_unit(64, 151936, 37, TensorType::F32, kNmseF32, rng);
+    check_ce_unit(64, 1000, 23, TensorType::BF16, kNmseHalf, rng);
+    check_ce_unit(64, 1003, 23, TensorType::Q8_0, kNmseF32, rng);
+    check_ce_unit(256, 1000, 23, TensorType::Q4_K, kNmseF32, rng, 0.0f, 100);  // C > the chunk: the tile grows for the label rows
+    check_ce_unit(64, 1000, 23, TensorType::F32, kNmseF32, rng, 1.0f);
+}
 
 TEST(CudaCrossEntropy, Vocab151936) {
     RP_REQUIRE_GPU();

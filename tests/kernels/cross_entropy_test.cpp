@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -206,6 +207,122 @@ TEST(LmHeadCE, GradientsMatchClosedFormLarge) {
     }
 }
 
+// The gradient formed in the forward (aux.unit_dh_out), then scaled by the backward (aux.unit_dh_in), as
+// LM_HEAD_CE / LM_HEAD_CE_BACK run it for a frozen head. dW (nullable) is asked of the backward too.
+struct UnitResult {
+    double loss;
+    std::vector<float> lse, unit, dh, dW;
+};
+UnitResult run_unit(const Case & c, int64_t chunk, bool with_dw = false, float softcap = 0.0f) {
+    const Problem & p = c.p;
+    const LmHeadCEShape s{p.C, p.V, p.T, chunk, softcap};
+    UnitResult r{0.0, std::vector<float>(size_t(p.T), NAN), std::vector<float>(size_t(p.C * p.T), NAN),
+                 std::vector<float>(size_t(p.C * p.T), NAN), std::vector<float>(with_dw ? size_t(p.C * p.V) : 0, 0.0f)};
+    r.loss = rp::cpu::lm_head_ce(s, c.h.data(), c.w.data(), c.w.type, c.w.row_bytes, p.labels.data(), float(p.scale),
+                                 nullptr, nullptr, 0, {.lse_out = r.lse.data(), .unit_dh_out = r.unit.data()});
+    EXPECT_EQ(rp::cpu::lm_head_ce(s, c.h.data(), c.w.data(), c.w.type, c.w.row_bytes, p.labels.data(), float(p.scale),
+                                  r.dh.data(), with_dw ? r.dW.data() : nullptr, p.C,
+                                  {.lse_in = r.lse.data(), .unit_dh_in = r.unit.data()}),
+              0.0);
+    return r;
+}
+
+double max_rel_error(const std::vector<float> & got, const std::vector<double> & want) {
+    double e = 0.0, m = 0.0;
+    for (size_t i = 0; i < want.size(); ++i) {
+        e = std::max(e, std::fabs(double(got[i]) - want[i]));
+        m = std::max(m, std::fabs(want[i]));
+    }
+    return e / m;
+}
+
+// Formed in the forward: the loss and logsumexps are the same bits as the forward alone; dh against the
+// closed form as tightly as the two passes; masked tokens exactly 0; a dW asked of the backward too is the
+// two-pass dW, bit for bit (its pass is unchanged).
+TEST(LmHeadCE, GradientFormedInTheForward) {
+    for (TensorType type : {TensorType::F32, TensorType::BF16, TensorType::Q4_0, TensorType::Q6_K}) {
+        const int64_t C = type == TensorType::Q6_K ? 256 : 96;
+        const Case c = make_case(type, C, 1000, 33, 300 + uint64_t(type), 1.5f);
+        std::vector<double> rdh, rdW;
+        reference_grads(c.p, rdh, rdW);
+        for (int64_t chunk : {int64_t(1), int64_t(7), int64_t(256), c.p.V}) {
+            SCOPED_TRACE(std::string(gguf::type_name(uint32_t(type))) + " chunk " + std::to_string(chunk));
+            const UnitResult u = run_unit(c, chunk, true);
+            const Result plain = run(c, chunk, false);
+            std::vector<float> lse(size_t(c.p.T));
+            rp::cpu::lm_head_ce({C, c.p.V, c.p.T, chunk}, c.h.data(), c.w.data(), c.w.type, c.w.row_bytes, c.p.labels.data(),
+                                float(c.p.scale), nullptr, nullptr, 0, {.lse_out = lse.data()});
+            EXPECT_EQ(u.loss, plain.loss);
+            EXPECT_TRUE(bit_equal(u.lse, lse));
+            const double e = max_rel_error(u.dh, rdh);
+            std::printf("  lm_head_ce %s chunk %lld, dh formed in the forward vs closed form: rel max error %.2e\n",
+                        gguf::type_name(uint32_t(type)), (long long)chunk, e);
+            EXPECT_LT(e, 1e-4);
+            for (int64_t t = 0; t < c.p.T; ++t) {
+                if (c.p.labels[size_t(t)] >= 0) continue;
+                for (int64_t k = 0; k < C; ++k) ASSERT_EQ(u.dh[size_t(t * C + k)], 0.0f);
+            }
+            const Result two = run(c, chunk, true, 0.0f);
+            for (int64_t v = 0; v < c.p.V; ++v)
+                for (int64_t k = 0; k < C; ++k) ASSERT_EQ(u.dW[size_t(v * C + k)], two.dW[size_t(v * (C + 3) + k)]);
+        }
+    }
+}
+
+// Gemma 2's soft-cap through the gradient formed in the forward: dh against the two-pass dh (which the op
+// tests hold to the double reference through the cap).
+TEST(LmHeadCE, GradientFormedInTheForwardThroughTheSoftCap) {
+    const Case c = make_case(TensorType::F32, 64, 500, 19, 320, 2.0f);
+    for (float cap : {1.0f, 30.0f})
+        for (int64_t chunk : {int64_t(7), c.p.V}) {
+            const UnitResult u = run_unit(c, chunk, false, cap);
+            std::vector<float> dh(size_t(c.p.C * c.p.T));
+            rp::cpu::lm_head_ce({c.p.C, c.p.V, c.p.T, chunk, cap}, c.h.data(), c.w.data(), c.w.type, c.w.row_bytes,
+                                c.p.labels.data(), float(c.p.scale), dh.data(), nullptr, 0);
+            const std::vector<double> want(dh.begin(), dh.end());
+            const double e = max_rel_error(u.dh, want);
+            std::printf("  lm_head_ce softcap %g chunk %lld, dh formed in the forward vs two passes: rel max error %.2e\n",
+                        double(cap), (long long)chunk, e);
+            EXPECT_LT(e, 1e-5);
+        }
+}
+
+// A token the model is sure of (p_label = 1 - 5e-8): its gradient is the other tokens' small probabilities
+// times their rows less (1 - p_label) times the label's row. Formed as p_label W_label - W_label in float it
+// would have about 100% error; the forward keeps the label apart and gets it to the closed form's accuracy.
+TEST(LmHeadCE, GradientFormedInTheForwardKeepsASureTokensGradient) {
+    const int64_t C = 16, V = 50, T = 3;
+    Rng rng(330);
+    Case c{{C, V, T, {}, {}, {7, 31, 0}, 1.0}, make_weight(TensorType::F32, C, V, rng, 8), random_floats(size_t(C * T), rng, 1.0f)};
+    std::vector<float> W(size_t(C * V));
+    for (float & x : W) x = 0.05f * (2.0f * float(rng.below(1u << 20)) / float(1u << 20) - 1.0f);
+    for (int64_t t = 0; t < T; ++t) {  // raise the label's logit by 20 along h_t
+        double n2 = 0.0;
+        for (int64_t k = 0; k < C; ++k) n2 += double(c.h[size_t(t * C + k)]) * c.h[size_t(t * C + k)];
+        const int32_t y = c.p.labels[size_t(t)];
+        for (int64_t k = 0; k < C; ++k) W[size_t(y * C + k)] += float(20.0 * c.h[size_t(t * C + k)] / n2);
+    }
+    for (int64_t v = 0; v < V; ++v) std::memcpy(c.w.bytes.data() + size_t(v) * c.w.row_bytes, W.data() + v * C, size_t(C) * 4);
+    c.p.W.assign(W.begin(), W.end());
+    c.p.h.assign(c.h.begin(), c.h.end());
+    std::vector<double> rdh, rdW;
+    reference_grads(c.p, rdh, rdW);
+    const UnitResult u = run_unit(c, 16);
+    const Result two = run(c, 16, true);  // the two passes' p - 1, for the record
+    for (int64_t t = 0; t < T; ++t) {
+        double e = 0.0, e2 = 0.0, n = 0.0;
+        for (int64_t k = 0; k < C; ++k) {
+            e += std::pow(double(u.dh[size_t(t * C + k)]) - rdh[size_t(t * C + k)], 2);
+            e2 += std::pow(double(two.dh[size_t(t * C + k)]) - rdh[size_t(t * C + k)], 2);
+            n += std::pow(rdh[size_t(t * C + k)], 2);
+        }
+        std::printf("  sure token %lld: |dh| %.2e, relative error %.2e (two passes: %.2e)\n", (long long)t, std::sqrt(n),
+                    std::sqrt(e / n), std::sqrt(e2 / n));
+        EXPECT_LT(std::sqrt(n), 1e-5);  // it is sure
+        EXPECT_LT(std::sqrt(e / n), 1e-4);
+    }
+}
+
 TEST(LmHeadCE, DeterministicAcrossThreadCounts) {
     const Case c = make_case(TensorType::Q8_0, 128, 3000, 70, 110);
     auto go = [&](int threads) {
@@ -216,6 +333,14 @@ TEST(LmHeadCE, DeterministicAcrossThreadCounts) {
     EXPECT_EQ(a.loss, b.loss);
     EXPECT_TRUE(bit_equal(a.dh, b.dh));
     EXPECT_TRUE(bit_equal(a.dW, b.dW));
+    auto unit = [&](int threads) {
+        ScopedThreads th(threads);
+        return run_unit(c, 512);
+    };
+    const UnitResult ua = unit(1), ub = unit(2);
+    EXPECT_EQ(ua.loss, ub.loss);
+    EXPECT_TRUE(bit_equal(ua.unit, ub.unit));
+    EXPECT_TRUE(bit_equal(ua.dh, ub.dh));
 }
 
 TEST(LmHeadCE, BadInputsThrow) {

@@ -3,6 +3,8 @@
 #include "harness.h"
 
 #include "ggml_rp/cpu/cross_entropy.h"
+#include "ggml_rp/ops/autodiff.h"
+#include "ggml_rp/ops/cross_entropy.h"
 
 #include <gtest/gtest.h>
 
@@ -20,7 +22,7 @@ using R = RefInputs;
 namespace {
 
 Case ce(std::string name, int64_t C, int64_t V, std::vector<int32_t> labels, int64_t chunk, rp::DType wtype = rp::DType::F32,
-        float softcap = 0.0f) {
+        float softcap = 0.0f, bool train_head = true) {
     int unmasked = 0;
     for (int32_t l : labels) unmasked += l >= 0;
     const float scale = unmasked ? 1.0f / static_cast<float>(unmasked) : 1.0f;
@@ -30,7 +32,7 @@ Case ce(std::string name, int64_t C, int64_t V, std::vector<int32_t> labels, int
     Input h{"h", {C, T, 1, 1}};
     h.lo = -2.0f;
     h.hi = 2.0f;
-    Input W{"W", {C, V, 1, 1}, wtype, wtype == rp::DType::F32};
+    Input W{"W", {C, V, 1, 1}, wtype, train_head && wtype == rp::DType::F32};
     return {name, {h, W, lab},
             [=](Context & c, const TV & in) { return rp::lm_head_ce(c, in[0], in[1], in[2], scale, chunk, softcap); },
             [=](const R & x) { return ref::lm_head_ce(x[0], x[1], ints_from(x[2]), scale, softcap); }};
@@ -67,6 +69,39 @@ TEST(OpCrossEntropy, LogitSoftCapping) {
     check_op(ce("lm_head_ce softcap 2, W q8_0 chunk 7", 32, 19, {1, 18, -1, 7}, 7, rp::DType::Q8_0, 2.0f));
 }
 
+// A frozen head (LoRA's): the backward rule has the forward form dh in its one pass over the vocabulary
+// (lm_head_forms_grad); dh against the double reference through every chunking, with and without a cap.
+TEST(OpCrossEntropy, FrozenHeadFormsItsGradientInTheForward) {
+    const std::vector<int32_t> labels = {5, -1, 126, 0, 77, -1, 3};
+    for (float cap : {0.0f, 1.0f})
+        for (int64_t chunk : {int64_t{1}, int64_t{7}, int64_t{127}, int64_t{1000}})
+            check_op(ce("lm_head_ce frozen f32 head, softcap " + std::to_string(cap) + " chunk " + std::to_string(chunk), 17,
+                        127, labels, chunk, rp::DType::F32, cap, false));
+    check_op(ce("lm_head_ce frozen head, all labels -1", 5, 9, {-1, -1, -1}, 4, rp::DType::F32, 0.0f, false));
+}
+
+// Which path the rule takes: a frozen head's forward forms the gradient (its aux grows by [C, T] floats,
+// 256-byte aligned after the logsumexps); a trained head's keeps the two passes (its dW needs them anyway).
+TEST(OpCrossEntropy, OnlyAFrozenHeadFormsItsGradientInTheForward) {
+    for (bool train_head : {false, true}) {
+        Context ctx;
+        Tensor * h = ctx.new_tensor(rp::DType::F32, 6, 5);
+        Tensor * W = ctx.new_tensor(rp::DType::F32, 6, 11);
+        Tensor * lab = ctx.new_tensor(rp::DType::I32, 5);
+        rp::set_param(ctx, h);
+        if (train_head) rp::set_param(ctx, W);
+        Tensor * loss = rp::lm_head_ce(ctx, h, W, lab, 0.2f, 4);
+        rp::Graph g;
+        rp::build_forward(g, loss);
+        rp::build_backward(ctx, g, loss, train_head ? TV{h, W} : TV{h});
+        EXPECT_EQ(rp::lm_head_forms_grad(loss), !train_head);
+        const size_t lse = 5 * sizeof(float);
+        EXPECT_EQ(loss->aux_bytes, train_head ? lse : rp::lm_head_unit_dh_offset(loss) + 6 * 5 * sizeof(float));
+        EXPECT_EQ((loss->nbytes() + rp::lm_head_unit_dh_offset(loss)) % 256, 0u);
+        EXPECT_GE(rp::lm_head_unit_dh_offset(loss), lse);
+    }
+}
+
 TEST(OpCrossEntropy, BadLabelIsAnError) {
     Context ctx;
     Tensor * h = ctx.new_tensor(rp::DType::F32, 4, 2);
@@ -95,13 +130,13 @@ TEST(OpCrossEntropy, BackwardFromTheForwardsLogsumexpIsTheSameBits) {
         const rp::cpu::LmHeadCEShape s{C, V, T, chunk};
         std::vector<float> lse(size_t(T), -1.0f);
         const double loss = rp::cpu::lm_head_ce(s, h.data(), W.data(), rp::DType::F32, size_t(C) * 4, labels.data(), 0.25f,
-                                                nullptr, nullptr, 0, lse.data());
+                                                nullptr, nullptr, 0, {.lse_out = lse.data()});
         std::vector<float> dh_two(size_t(C * T)), dW_two(size_t(C * V), 0.5f), dh_one(dh_two.size()), dW_one(dW_two);
         const double loss_two = rp::cpu::lm_head_ce(s, h.data(), W.data(), rp::DType::F32, size_t(C) * 4, labels.data(), 0.25f,
                                                     dh_two.data(), dW_two.data(), C);
         EXPECT_EQ(loss, loss_two);
         EXPECT_EQ(rp::cpu::lm_head_ce(s, h.data(), W.data(), rp::DType::F32, size_t(C) * 4, labels.data(), 0.25f, dh_one.data(),
-                                      dW_one.data(), C, nullptr, lse.data()),
+                                      dW_one.data(), C, {.lse_in = lse.data()}),
                   0.0);  // the loss is the forward's
         EXPECT_EQ(std::memcmp(dh_one.data(), dh_two.data(), dh_two.size() * 4), 0) << "chunk " << chunk;
         EXPECT_EQ(std::memcmp(dW_one.data(), dW_two.data(), dW_two.size() * 4), 0) << "chunk " << chunk;
