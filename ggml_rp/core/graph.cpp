@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 namespace rp {
@@ -26,6 +27,28 @@ void build_forward(Graph & g, Tensor * root) {
         else g.nodes.push_back(t);
         stack.pop_back();
     }
+}
+
+void prune_unused(Graph & g) {
+    std::unordered_set<const Tensor *> need;
+    std::vector<const Tensor *> stack;
+    for (const Tensor * n : g.nodes)
+        if (n->has_flag(kFlagOutput) || (n->is_view() && n->op != Op::VIEW)) stack.push_back(n);
+    while (!stack.empty()) {
+        const Tensor * t = stack.back();
+        stack.pop_back();
+        if (t->op == Op::NONE || !need.insert(t).second) continue;
+        for (const Tensor * s : t->src)
+            if (s) stack.push_back(s);
+        if (t->view_src) stack.push_back(t->view_src);
+    }
+    std::vector<Tensor *> kept;
+    kept.reserve(g.nodes.size());
+    for (Tensor * n : g.nodes) {
+        if (need.count(n)) kept.push_back(n);
+        else g.visited.erase(n);
+    }
+    g.nodes = std::move(kept);
 }
 
 namespace {

@@ -23,6 +23,13 @@ struct Graph {
 // extends the same graph (several outputs, or the gradient nodes of build_backward).
 void build_forward(Graph & g, Tensor * t);
 
+// Drops the nodes whose results nothing reads: keeps the outputs (kFlagOutput), every node that writes in place
+// into memory it does not own (a view that computes: a gradient accumulating into its parameter's buffer) and
+// everything those read. For a backward program that recomputes its layer's forward: the layer's output and
+// what feeds only it (the last projections and the residual sum, whose gradients need no forward value) are
+// not computed. The remaining nodes keep their order; no result changes.
+void prune_unused(Graph & g);
+
 // One line per leaf and node: index, op, type, shape, name, sources, view/alloc info.
 std::string graph_dump_text(const Graph & g);
 // Graphviz DOT: leafs as ellipses, nodes as boxes, edges from source to consumer.

@@ -406,6 +406,7 @@ void Trainer::backward(int layer, const LayerMemory & mem, const void * in, cons
             Tensor * e = build_embedding(p.ctx, hp, p.b.w.tok_embd, p.leaf(DType::I32, Arg::In, 0, T, B), &p.b.lora);
             build_forward(s.g, e);
             build_backward(p.ctx, s.g, e, p.leaf(DType::F32, Arg::Dout, 0, E, T, B), p.b.params);
+            prune_unused(s.g);  // (the lookup itself: its gradient reads the ids only)
             return;
         }
         auto attention_backward = [&](Tensor * (*whole_layer)(Context &, const HParams &, const LayerWeights &, int, Tensor *,
@@ -417,6 +418,7 @@ void Trainer::backward(int layer, const LayerMemory & mem, const void * in, cons
             std::vector<Tensor *> ps = p.b.params;
             ps.push_back(x);
             build_backward(p.ctx, s.g, y, p.leaf(DType::F32, Arg::Dout, 0, E, T, B), ps);
+            prune_unused(s.g);  // the recompute stops where the backward stops reading: no y, no last projections
         };
         if (ranges.size() == 1) {
             attention_backward(build_layer);
@@ -442,6 +444,7 @@ void Trainer::backward(int layer, const LayerMemory & mem, const void * in, cons
             std::vector<Tensor *> ps = p.b.params;
             ps.push_back(h);
             build_backward(p.ctx, s.g, f, p.leaf(DType::F32, Arg::Dout, off, E, t1 - t0), ps);
+            prune_unused(s.g);
         }
         p.b.lora.dropout.token_offset = 0;
         attention_backward(attention_block);

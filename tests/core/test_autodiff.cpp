@@ -161,6 +161,46 @@ TEST(CoreAutodiff, SeededStageBackward) {
         }
 }
 
+// A stage backward that recomputes its forward: y = x + W2 silu(W1 x). Nothing the backward reads comes from
+// the last product or the residual sum, so prune_unused drops them (an output-flagged node stays, with what it
+// reads); the gradients are the same bits as the whole graph's.
+TEST(CoreAutodiff, PruningTheUnreadForwardKeepsTheGradients) {
+    for (bool flag_output : {false, true}) {
+        std::vector<std::vector<float>> grads[2];
+        size_t nodes[2] = {0, 0};
+        for (int pruned = 0; pruned < 2; ++pruned) {
+            std::mt19937 rng(7);
+            Context ctx;
+            Tensor * W1 = random_leaf(ctx, rng, "W1", 6, 4);
+            Tensor * W2 = random_leaf(ctx, rng, "W2", 4, 6);
+            Tensor * x = random_leaf(ctx, rng, "x", 6, 3);
+            Tensor * dy = random_leaf(ctx, rng, "dy", 6, 3);
+            Tensor * h = rp::silu(ctx, rp::mul_mat(ctx, W1, x));
+            Tensor * top = rp::mul_mat(ctx, W2, h);
+            Tensor * y = rp::add(ctx, x, top);
+            if (flag_output) top->flags |= rp::kFlagOutput;
+            rp::Graph g;
+            rp::build_forward(g, y);
+            for (Tensor * p : {W1, W2, x}) {
+                rp::set_param(ctx, p);
+                ctx.alloc_data(p->grad);
+            }
+            rp::build_backward(ctx, g, y, dy, {W1, W2, x});
+            if (pruned) rp::prune_unused(g);
+            nodes[pruned] = g.nodes.size();
+            EXPECT_EQ(g.contains(y), !pruned);
+            EXPECT_EQ(g.contains(top), !pruned || flag_output);
+            EXPECT_TRUE(g.contains(h));  // W2's gradient reads it
+            rp::CpuBackend be;
+            be.allocate(g);
+            be.compute(g, 1);
+            for (Tensor * p : {W1, W2, x}) grads[pruned].push_back(rp::tensor_get_f32(p->grad));
+        }
+        EXPECT_EQ(nodes[1], nodes[0] - (flag_output ? 1 : 2));
+        EXPECT_EQ(grads[0], grads[1]);
+    }
+}
+
 TEST(CoreAutodiff, Errors) {
     Context ctx;
     Tensor * W = ctx.new_tensor(DType::F32, 4, 4);

@@ -4,7 +4,8 @@
 //   - the loss and every gradient are the recompute path's bits, for llama, a tied qwen3 and a qwen3moe, LoRA
 //     with dropout and full finetuning, several sequences per micro-batch, packed sequences, and budgets that
 //     keep every layer, some of them or none;
-//   - the kept layers' forward really is not recomputed (MUL_MAT nodes counted by the op profile);
+//   - the kept layers' forward really is not recomputed (MUL_MAT and MUL_MAT_ID nodes counted by the op profile), and a
+//     recomputed layer skips the products its backward does not read;
 //   - plan_run's host graph bytes equal the trainer's measured peak, with the number of layers it keeps.
 #include "small_models.h"
 
@@ -24,7 +25,7 @@ struct Result {
     double loss = 0;
     std::vector<std::vector<float>> grads;
     size_t peak_graph = 0;
-    int64_t mul_mats = 0;  // MUL_MAT nodes run
+    int64_t mul_mats = 0;  // MUL_MAT and MUL_MAT_ID nodes run
 };
 
 Result run(const rp::Model & model, rp::FinetuneConfig cfg, size_t activation_memory, int64_t T, int64_t B, bool packed) {
@@ -40,7 +41,7 @@ Result run(const rp::Model & model, rp::FinetuneConfig cfg, size_t activation_me
     r.loss = tr.accumulate(data.ids.data(), data.labels.data(), T, B, 1.0f / static_cast<float>(T * B), 2, 3, 2, packed ? pos.data() : nullptr);
     rp::cpu::set_op_profiling(false);
     for (const rp::cpu::OpTime & o : rp::cpu::op_profile())
-        if (o.op == rp::Op::MUL_MAT) r.mul_mats = o.calls;
+        if (o.op == rp::Op::MUL_MAT || o.op == rp::Op::MUL_MAT_ID) r.mul_mats += o.calls;
     tr.collect_grads();
     r.grads = ft_test::gradients_of(tr);
     r.peak_graph = tr.peak_graph_bytes();
@@ -103,6 +104,13 @@ TEST(KeptActivations, GradientsAreTheRecomputedOnesBitForBitAndThePlanIsMeasured
                 // Each kept layer skips its forward's recompute: fewer products, by the same count per layer.
                 EXPECT_LT(kept.mul_mats, recomputed.mul_mats) << w;
                 EXPECT_EQ((recomputed.mul_mats - kept.mul_mats) % layers, 0) << w;
+                // With every layer kept, the products are the forward's alone: a dense layer's recompute does
+                // fewer, since its backward program stops where the backward stops reading (the last projection's
+                // output feeds only the residual sum: prune_unused). (A MoE layer's expert outputs are read by
+                // the routing weights' gradient.)
+                if (layers == L && c.model != m.moe.get()) {
+                    EXPECT_LT(recomputed.mul_mats - kept.mul_mats, kept.mul_mats) << w;
+                }
             }
         }
 }
