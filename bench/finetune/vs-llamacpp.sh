@@ -4,7 +4,7 @@
 # `rp-finetune --full` and `rp-finetune` LoRA (default targets, rank 8), on stories260K and on a random-weight
 # 19.8M-parameter llama written by rp-gguf synth (--shape llama-20m).
 #
-#   bench/finetune/vs-llamacpp.sh BUILD_DIR [THREADS]     (BUILD_DIR needs bin/rp-finetune and the static libs)
+#   bench/finetune/vs-llamacpp.sh BUILD_DIR [THREADS]     (BUILD_DIR needs bin/rp-finetune and bin/rp-gguf)
 #   env: SEQ (tokens per sequence = llama.cpp's context, 256), EPOCHS (llama.cpp epochs, 1),
 #        DATA (training text, examples/data/stories.txt), LR (1e-4), REPS (best of, 3),
 #        WORK (scratch dir, a fresh temp dir), BEFORE (another build's folder, e.g. main before a change: its
@@ -93,7 +93,7 @@ LLAMA_COMMIT="80fb11ac73e66d89eae2c6a91d8a77428fa733ed"   # the commit scripts/f
 
 die() { echo "error: $*" >&2; exit 1; }
 [[ -x "$FINETUNE" ]] || die "$FINETUNE not found (cmake --build $BUILD --target rp-finetune)"
-[[ -f "$BUILD/ggml_rp/libggml_rp.a" && -f "$BUILD/gguf/libgguf.a" ]] || die "$BUILD lacks libggml_rp.a / libgguf.a"
+[[ -x "$BUILD/bin/rp-gguf" ]] || die "$BUILD/bin/rp-gguf not found (cmake --build $BUILD --target rp-gguf)"
 [[ -f "$STORIES" ]] || die "$STORIES not found (set RP_SHARED_DIR)"
 [[ -f "$DATA" ]] || die "training text $DATA not found"
 [[ -x /usr/bin/time ]] || die "/usr/bin/time not found (apt-get install time)"

@@ -12,9 +12,11 @@ Tensor * lora_linear(Context & ctx, Tensor * W, Tensor * A, Tensor * B, Tensor *
     detail::require(A->ne[0] == W->ne[0] && B->ne[1] == W->ne[1] && A->ne[1] == B->ne[0], "lora_linear",
                     "adapter A " + describe(A) + " and B " + describe(B) + " do not fit W " + describe(W) +
                         " (need A [in, r], B [r, out] for W [in, out])");
-    Tensor * y = mul_mat(ctx, W, x);
-    Tensor * low = mul_mat(ctx, B, mul_mat(ctx, A, x));
-    return add(ctx, y, s == 1.0f ? low : scale(ctx, low, s));
+    return add(ctx, mul_mat(ctx, W, x), lora_up(ctx, B, mul_mat(ctx, A, x), s));
+}
+
+Tensor * lora_up(Context & ctx, Tensor * B, Tensor * u, float s) {
+    return mul_mat(ctx, B, s == 1.0f ? u : scale(ctx, u, s));
 }
 
 } // namespace rp

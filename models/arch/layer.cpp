@@ -39,16 +39,14 @@ Tensor * build_linear(Context & ctx, Tensor * W, Tensor * x, const LoraSet * lor
             const uint64_t key = rng_key(dp.seed, static_cast<uint64_t>(dp.step), name_hash(W->name), i);
             const uint64_t offset = (static_cast<uint64_t>(dp.seq_offset) * static_cast<uint64_t>(dp.seq_len) +
                                      static_cast<uint64_t>(dp.token_offset)) * static_cast<uint64_t>(x->ne[0]);
-            Tensor * low = mul_mat(ctx, d.b, mul_mat(ctx, d.a, dropout(ctx, x, dp.p, key, offset)));
-            y = add(ctx, y, d.scale == 1.0f ? low : scale(ctx, low, d.scale));
+            y = add(ctx, y, lora_up(ctx, d.b, mul_mat(ctx, d.a, dropout(ctx, x, dp.p, key, offset)), d.scale));
         }
         return y;
     }
     Tensor * y = lora_linear(ctx, W, (*ds)[0].a, (*ds)[0].b, x, (*ds)[0].scale);
     for (size_t i = 1; i < ds->size(); ++i) {  // further adapters on the same weight add up
         const LoraDelta & d = (*ds)[i];
-        Tensor * low = mul_mat(ctx, d.b, mul_mat(ctx, d.a, x));
-        y = add(ctx, y, d.scale == 1.0f ? low : scale(ctx, low, d.scale));
+        y = add(ctx, y, lora_up(ctx, d.b, mul_mat(ctx, d.a, x), d.scale));
     }
     return y;
 }
@@ -68,8 +66,8 @@ Tensor * build_linear_id(Context & ctx, Tensor * W, Tensor * x, Tensor * ids, co
             xin = dropout(ctx, x, dp.p, key, offset);
         }
         // Each expert's own pair: A [in, r, n_expert] then B [r, out, n_expert], both indexed by the token's experts.
-        Tensor * low = mul_mat_id(ctx, d.b, mul_mat_id(ctx, d.a, xin, ids), ids);
-        y = add(ctx, y, d.scale == 1.0f ? low : scale(ctx, low, d.scale));
+        Tensor * u = mul_mat_id(ctx, d.a, xin, ids);
+        y = add(ctx, y, mul_mat_id(ctx, d.b, d.scale == 1.0f ? u : scale(ctx, u, d.scale), ids));
     }
     return y;
 }
@@ -265,8 +263,7 @@ Tensor * build_embedding(Context & ctx, const HParams & hp, Tensor * tok_embd, T
     if (ds)
         for (const LoraDelta & d : *ds) {
             // Roles swapped (formats.md §5.3): gather token t's r-vector from A [r, n_vocab], then B [r, n_embd].
-            Tensor * low = mul_mat(ctx, d.b, get_rows(ctx, d.a, ids));
-            e = add(ctx, e, d.scale == 1.0f ? low : scale(ctx, low, d.scale));
+            e = add(ctx, e, lora_up(ctx, d.b, get_rows(ctx, d.a, ids), d.scale));
         }
     if (hp.embd_scale != 1.0f) e = scale(ctx, e, hp.embd_scale);  // gemma3: after the adapter, as llama.cpp
     return set_name(e, "embd");
