@@ -181,7 +181,7 @@ void print_setup(Progress & say, const rp::FinetuneJob & job, const rp::SessionO
 }
 
 // The summary of a finished run: devices' memory, throughput and loss, the op profile.
-void print_summary(Progress & say, const rp::FinetuneJob & job, const rp::TrainingSession & run, const rp::RunOutcome & outcome) {
+void print_summary(Progress & say, const rp::FinetuneJob & job, rp::TrainingSession & run, const rp::RunOutcome & outcome) {
     const rp::SessionOptions & o = run.options();
     if (o.pipelined) {  // planned vs measured, per device; the jobs each ran and its speed as the dispatcher saw it
         const std::vector<int64_t> jobs = run.pipeline()->jobs_per_device();
@@ -215,6 +215,18 @@ void print_summary(Progress & say, const rp::FinetuneJob & job, const rp::Traini
     }
     say.print("; peak graph %.1f KiB, peak RSS %.1f MiB\nwrote %s\n", static_cast<double>(run.trainer().peak_graph_bytes()) / 1024.0,
               static_cast<double>(rp::process_peak_rss_bytes()) / 1048576.0, job.loop.out_path.c_str());
+    if (job.method != "grpo" && outcome.step_seconds > 0 && job.seq_len > 0) {
+        // Model FLOPs (ggml_rp/ops/flops.h: forward and backward once, no recompute) of two --seq-len sequences
+        // (a preference pair's answers), per token, times the tokens the steps ran: what an MFU divides by the
+        // machine's peak. (GRPO: its rollouts' generation is not counted, so no figure.)
+        rp::MicroBatchInfo mb;
+        mb.seq_len = job.seq_len;
+        mb.n_seq = 2;
+        mb.packed = job.packed_data();  // (the shapes alone: no positions)
+        const double per_token = run.trainer().model_flops(mb) / static_cast<double>(mb.tokens());
+        say.print("model FLOPs: %.3f GFLOP per token (forward + backward at seq %lld), %.1f GFLOP/s over the steps\n", per_token / 1e9,
+                  static_cast<long long>(job.seq_len), per_token * outcome.tokens / outcome.step_seconds / 1e9);
+    }
     if (!job.profile_ops) return;  // the op profile
     rp::cpu::set_op_profiling(false);
     const std::vector<rp::cpu::OpTime> rows = rp::cpu::op_profile();

@@ -1,6 +1,8 @@
 // The CPU graph runner (graph_runner.h).
 #include "ggml_rp/runtime/graph_runner.h"
 
+#include "ggml_rp/ops/flops.h"
+
 #include "base/error.h"
 #include "ggml_rp/core/alloc.h"
 #include "ggml_rp/cpu/backend.h"
@@ -76,6 +78,20 @@ void * FootprintRunner::upload(const void *, size_t bytes) {
     pending_uploads_ += rules_.upload_bytes(bytes);
     alignas(64) static char dummy[64];
     return dummy;  // a leaf's data: planning never reads it
+}
+
+size_t FlopRunner::run(Graph & g, int, const std::function<void()> & results) {
+    for (const Tensor * n : g.nodes) {
+        const bool backward = is_backward_op(n->op);
+        if (count == Count::All || backward == (count == Count::Backward)) flops_ += node_model_flops(n);
+    }
+    if (results) results();
+    return 0;
+}
+
+void * FlopRunner::upload(const void *, size_t) {
+    alignas(64) static char dummy[64];
+    return dummy;  // a leaf's data: nothing reads it
 }
 
 void CpuGraphRunner::copy_f32(void * dst, const Tensor * node) {

@@ -123,4 +123,25 @@ private:
     size_t peak_ = 0;
 };
 
+// A runner that runs nothing and sums the model FLOPs (ops/flops.h) of the nodes of the graphs given to it:
+// the forward's, the backward's (ops a backward rule emits) or all. Like FootprintRunner it only measures.
+class FlopRunner final : public GraphRunner {
+public:
+    enum class Count { Forward, Backward, All };
+    Count count = Count::All;
+    size_t run(Graph & g, int n_threads, const std::function<void()> & results = {}) override;
+    void copy_f32(void *, const Tensor *) override {}
+    void zero(void *, size_t) override {}
+    void * upload(const void * host, size_t bytes) override;
+    size_t graph_bytes(const Graph &) const override { return 0; }
+    size_t upload_bytes(size_t) const override { return 0; }
+    void set_region(void *, size_t) override {}
+    size_t region_high_water() const override { return 0; }
+    bool computes() const override { return false; }
+    double flops() const { return flops_; }
+
+private:
+    double flops_ = 0.0;
+};
+
 } // namespace rp

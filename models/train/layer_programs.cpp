@@ -451,14 +451,43 @@ void Trainer::backward(int layer, const LayerMemory & mem, const void * in, cons
     });
 }
 
+namespace {
+
+// Memory for a program that is built and measured, never run: a null pointer for every tensor of the layer.
+LayerMemory untouched_memory(size_t tensors) {
+    LayerMemory mem;
+    mem.data.assign(tensors, nullptr);
+    mem.grad.assign(tensors, nullptr);
+    return mem;
+}
+
+} // namespace
+
+double Trainer::model_flops(const MicroBatchInfo & mb_in) {
+    MicroBatchInfo mb = mb_in;
+    mb.token_chunk = 0;
+    FlopRunner fr;
+    ProgramContext pc;
+    pc.runner = &fr;
+    const int L = num_layers();
+    for (int l = 0; l < L - 1; ++l) {
+        const LayerMemory mem = untouched_memory(layer_infos_[static_cast<size_t>(l)].size());
+        fr.count = FlopRunner::Count::Forward;
+        forward(l, mem, nullptr, nullptr, mb, pc);
+        fr.count = FlopRunner::Count::Backward;  // (its graphs recompute the forward: not counted)
+        backward(l, mem, nullptr, nullptr, nullptr, mb, pc);
+    }
+    fr.count = FlopRunner::Count::All;
+    head(untouched_memory(layer_infos_[static_cast<size_t>(L - 1)].size()), nullptr, nullptr, nullptr, nullptr, mb, pc);
+    return fr.flops();
+}
+
 size_t Trainer::program_footprint(ProgramKind kind, int layer, const MicroBatchInfo & mb, const GraphRunner & rules) {
     // The program itself, over memory that is never touched: its graphs are built and measured, not run.
     FootprintRunner fr(rules);
     ProgramContext pc;
     pc.runner = &fr;
-    LayerMemory mem;
-    mem.data.assign(layer_infos_[static_cast<size_t>(layer)].size(), nullptr);
-    mem.grad.assign(layer_infos_[static_cast<size_t>(layer)].size(), nullptr);
+    const LayerMemory mem = untouched_memory(layer_infos_[static_cast<size_t>(layer)].size());
     switch (kind) {
     case ProgramKind::Forward: forward(layer, mem, nullptr, nullptr, mb, pc); break;
     case ProgramKind::Head: head(mem, nullptr, nullptr, nullptr, nullptr, mb, pc); break;

@@ -189,6 +189,7 @@ public:
     void record_eval(int64_t step, double loss);
     const DatasetSplit & split() const { return split_; }
     const Trainer & trainer() const { return trainer_; }
+    Trainer & trainer() { return trainer_; }  // (measuring builds programs: Trainer::model_flops)
     const Pipeline * pipeline() const { return pipe_.get(); }
     // Pipelined: the plan of the largest step and the device memory it takes (checked at construction).
     const CallPlan & planned() const { return planned_; }

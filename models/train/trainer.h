@@ -255,6 +255,10 @@ public:
     void backward(int layer, const LayerMemory & w, const void * in, const void * dout, void * din,
                   const MicroBatchInfo & mb, ProgramContext & pc) override;
     size_t program_footprint(ProgramKind kind, int layer, const MicroBatchInfo & mb, const GraphRunner & rules) override;
+    // The model FLOPs (ggml_rp/ops/flops.h) of one training micro-batch of this shape: every layer's forward
+    // and backward once and the head's, a recompute not counted (nor the token chunk's: it only recomputes).
+    // Built and measured, not run. For MFU: divided by a step's time and the machine's peak.
+    double model_flops(const MicroBatchInfo & mb);
     // Preference training: the loss and each sequence's policy log-probability; [reference, tokens, NLL weight,
     // kind] per sequence in (ops/preference_math.h SequenceValue).
     // (Packed: per answer slot, FinetuneConfig::answer_slots per sequence.) GRPO: the loss and each token's

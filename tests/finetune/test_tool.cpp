@@ -70,6 +70,9 @@ TEST(FinetuneTool, LossFallsValidationImprovesAndSeedReproduces) {
     EXPECT_LT(val[2], val[0]);
     EXPECT_TRUE(fs::exists(d / "a.gguf.loss.svg"));
     EXPECT_NE(slurp(d / "a.gguf.loss.svg").find("<polyline"), std::string::npos);
+    // The summary's model FLOPs (Trainer::model_flops, which ModelFlops checks against the closed form).
+    EXPECT_NE(log.find("model FLOPs: "), std::string::npos) << log;
+    EXPECT_NE(log.find(" GFLOP/s over the steps"), std::string::npos) << log;
 
     // The same seed: the same losses and the same adapter bytes (with another thread count, too).
     ASSERT_EQ(ft_test::run(finetune("-o " + (d / "b.gguf") + args + " -t 2 --dump-grads " + (d / "g.gguf")), &log), 0) << log;

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Training MFU on the Qwen3-0.6B shape (issue 42's training goal: >= 60% of the FMA peak): rp-finetune's model
+# FLOP/s (its "model FLOPs" line: ggml_rp/ops/flops.h, the forward and the backward once, weight gradients for
+# full finetuning, a recompute not counted) over the FMA peak `rp-bench ops --only peak` measures on the same
+# threads, in the same run. LoRA (rank 8, default targets) and full finetuning of a bf16 file with Qwen3-0.6B's
+# shape and vocabulary (rp-gguf synth), BATCH sequences of SEQ tokens a step, with the default activation
+# memory (the layers past 2 GiB recomputed in the backward) and with every layer kept (--activation-memory 64G).
+#
+#   bench/finetune/mfu.sh BUILD_DIR [THREADS]      env: SEQ (256), BATCH (8), STEPS (3)
+#
+# Needs about 14 GiB of RAM (full finetuning: fp32 masters, gradients and AdamW state of 0.6B parameters).
+# Each row is one run: the host is shared, compare rows of the same run.
+set -euo pipefail
+build=${1:?usage: mfu.sh BUILD_DIR [THREADS]}
+threads=${2:-$(nproc)}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+shared=${RP_SHARED_DIR:-$root/../shared}
+seq=${SEQ:-256} batch=${BATCH:-8} steps=${STEPS:-3}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$build/bin/rp-gguf" synth "$tmp/q06.gguf" --shape qwen3-0.6b --vocab "$shared/models/vocab/ggml-vocab-qwen2.gguf" --type bf16 > /dev/null
+for _ in $(seq 1 $((seq * batch * steps / 8))); do cat "$root/examples/data/stories.txt"; done > "$tmp/data.txt"
+peak=$(OMP_NUM_THREADS=$threads "$build/bin/rp-bench" ops --only peak -t "$threads" | sed -n 's/.* \([0-9.]*\) GFLOP\/s on [0-9]* threads.*/\1/p')
+[[ -n "$peak" ]] || peak=$(OMP_NUM_THREADS=$threads "$build/bin/rp-bench" ops --only peak -t "$threads" | sed -n 's/.*: \([0-9.]*\) GFLOP\/s on 1 thread.*/\1/p')
+echo "== Qwen3-0.6B shape, bf16, $batch x $seq tokens a step, $steps steps, $threads threads" \
+     "($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')); FMA peak $peak GFLOP/s"
+printf '| mode | activations | tok/s | GFLOP/token | model GFLOP/s | MFU | peak RSS |\n|---|---|---:|---:|---:|---:|---:|\n'
+run() {  # MODE_ARGS LABEL ACT_ARGS ACT_LABEL
+  local out
+  out=$(OMP_WAIT_POLICY=PASSIVE "$build/bin/rp-finetune" -m "$tmp/q06.gguf" --data "$tmp/data.txt" -o "$tmp/out.gguf" \
+        --seq-len "$seq" --batch "$batch" --steps "$steps" -t "$threads" $1 $3 2>&1)
+  local toks rss gpt gfs
+  toks=$(sed -n 's/^done: .* s, \([0-9]*\) tok\/s.*/\1/p' <<< "$out")
+  rss=$(sed -n 's/.*peak RSS \([0-9.]*\) MiB.*/\1/p' <<< "$out")
+  gpt=$(sed -n 's/^model FLOPs: \([0-9.]*\) GFLOP per token.*/\1/p' <<< "$out")
+  gfs=$(sed -n 's/^model FLOPs: .*, \([0-9.]*\) GFLOP\/s over the steps.*/\1/p' <<< "$out")
+  [[ -n "$gfs" ]] || { echo "rp-finetune $1 $3 failed:" >&2; tail -5 <<< "$out" >&2; exit 1; }
+  awk -v m="$2" -v a="$4" -v t="$toks" -v g="$gpt" -v f="$gfs" -v p="$peak" -v r="$rss" \
+    'BEGIN { printf "| %s | %s | %d | %.3f | %.1f | %.1f%% | %.0f MiB |\n", m, a, t, g, f, 100 * f / p, r }'
+}
+run "--lora-rank 8" LoRA "" "default (2 GiB kept)"
+run "--lora-rank 8" LoRA "--activation-memory 64G" "all kept"
+run "--full" full "" "default (2 GiB kept)"
+run "--full" full "--activation-memory 64G" "all kept"
