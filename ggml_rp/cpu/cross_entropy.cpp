@@ -1,15 +1,16 @@
 // Fused LM head + cross-entropy, chunked over the vocabulary.
 //
-// Pass 1, chunk by chunk: logits L = W_chunk^T h ([chunk x T], via matmul_fwd; Gemma 2: soft-capped, cap tanh(L / cap),
-// and G below times 1 - tanh^2), per token an online max m
-// and sum s of exp(L - m), and the logit of the label when it falls in the chunk. lse = m + log(s).
-// Pass 1 is skipped when the caller has the logsumexps of a forward call (lse_in: LM_HEAD_CE_BACK reads the
-// ones LM_HEAD_CE saved). With unit_dh_out, pass 1 also forms the unit gradients online (logsumexp_pass), and a
-// backward given them (unit_dh_in) scales them instead of running pass 2 for dh.
-// Pass 2 (only when a gradient is asked for), chunk by chunk again: recompute L, G = (softmax - onehot) *
-// loss_scale (times token_scale[t] when given) for unmasked tokens (0 for ignored ones), then dh (+)= W_chunk G (matmul_bwd_x) and
-// dW_chunk += h G^T (matmul_bwd_w). Chunks run in order and every GEMM is deterministic, so the result is
-// bit-identical for any number of threads. Peak extra memory: two chunk x T float tiles.
+// Pass 1, chunk by chunk: logits L = W_chunk^T h ([chunk x T], via matmul_fwd; Gemma 2: soft-capped, cap tanh(L /
+// cap), and G below times 1 - tanh^2), per token an online max m, sum s of exp(L - m) and the same sum without the
+// label (1 - p_label = that / s), and the logit of the label when it falls in the chunk. lse = m + log(s).
+// Pass 1 is skipped when the caller has what a forward call saved (lse_in, rest_in: LM_HEAD_CE_BACK reads
+// LM_HEAD_CE's). With unit_dh_out, pass 1 also forms the unit gradients online (logsumexp_pass), and a backward
+// given them (unit_dh_in) scales them instead of running pass 2 for dh.
+// Pass 2 (only when a gradient is asked for), chunk by chunk again: recompute L, G = (softmax - onehot) * loss_scale
+// (times token_scale[t] when given; at the label -(1 - p_label) from pass 1, not 1 - a rounded p) for unmasked
+// tokens (0 for ignored ones), then dh (+)= W_chunk G (matmul_bwd_x) and dW_chunk += h G^T (matmul_bwd_w). Chunks
+// run in order and every GEMM is deterministic, so the result is bit-identical for any number of threads. Peak
+// extra memory: two chunk x T float tiles.
 #include "ggml_rp/cpu/cross_entropy.h"
 
 #include "ggml_rp/core/quant.h"
@@ -45,7 +46,7 @@ void cap_logits(std::vector<float> & L, int64_t n, float cap) {
 // row is added at the end with S_other, summed in double apart from the label: no 1 - p cancellation.
 double logsumexp_pass(const LmHeadCEShape & s, const float * h, const void * W, gguf::TensorType wtype,
                       size_t w_row_bytes, const int32_t * labels, float loss_scale, std::vector<float> & L,
-                      std::vector<float> & lse, float * token_loss, float * unit_dh) {
+                      std::vector<float> & lse, std::vector<float> & rest, float * token_loss, float * unit_dh) {
     const int64_t C = s.C, V = s.V, T = s.T;
     const int64_t chunk = std::min(s.chunk, V);
     const char * wbytes = static_cast<const char *>(W);
@@ -54,9 +55,10 @@ double logsumexp_pass(const LmHeadCEShape & s, const float * h, const void * W, 
     std::vector<float> m(size_t(T), -std::numeric_limits<float>::infinity());
     std::vector<double> sum(size_t(T), 0.0);
     std::vector<float> label_logit(size_t(T), 0.0f);
-    // The gradient's state: S_other, each token's rescale of this chunk, the label logit's d, and with a cap the
-    // tile G apart from L (d is read from the capped logits before they become E; without a cap G is L).
-    std::vector<double> other(grad ? size_t(T) : 0, 0.0);
+    // S_other (every token: 1 - p_label = S_other / S, what the gradient's label entry is); the gradient's state:
+    // each token's rescale of this chunk, the label logit's d, and with a cap the tile G apart from L (d is read
+    // from the capped logits before they become E; without a cap G is L).
+    std::vector<double> other(size_t(T), 0.0);
     std::vector<float> rescale(grad ? size_t(T) : 0, 1.0f);
     std::vector<float> label_d(grad ? size_t(T) : 0, 1.0f);
     std::vector<float> G(grad && capped ? L.size() : 0);
@@ -89,13 +91,13 @@ double logsumexp_pass(const LmHeadCEShape & s, const float * h, const void * W, 
             const float mold = m[size_t(t)];
             sum[size_t(t)] = (mold == mx ? sum[size_t(t)] : sum[size_t(t)] * std::exp(double(mold) - double(mx))) + cs;
             m[size_t(t)] = mx;
+            const double r = mold == mx ? 1.0 : std::exp(double(mold) - double(mx));
+            other[size_t(t)] = other[size_t(t)] * r + (has_label ? cs - double(col[y - v0]) : cs);
             if (!grad) continue;
             if (y < 0) {  // masked: no gradient
                 std::fill(g, g + nv, 0.0f);
                 continue;
             }
-            const double r = mold == mx ? 1.0 : std::exp(double(mold) - double(mx));
-            other[size_t(t)] = other[size_t(t)] * r + (has_label ? cs - double(col[y - v0]) : cs);
             rescale[size_t(t)] = float(r);
             if (capped)
                 for (int64_t j = 0; j < nv; ++j) g[j] *= col[j];
@@ -121,6 +123,7 @@ double logsumexp_pass(const LmHeadCEShape & s, const float * h, const void * W, 
         lse[size_t(t)] = float(l);
         const double tl = labels[t] >= 0 ? double(loss_scale) * (l - double(label_logit[size_t(t)])) : 0.0;
         if (token_loss) token_loss[t] = float(tl);
+        rest[size_t(t)] = labels[t] >= 0 ? float(other[size_t(t)] / sum[size_t(t)]) : 0.0f;
         loss += tl;
     }
     if (!grad) return loss;
@@ -135,7 +138,7 @@ double logsumexp_pass(const LmHeadCEShape & s, const float * h, const void * W, 
             continue;
         }
         const float inv = float(1.0 / sum[size_t(t)]);
-        const float label_coef = float(other[size_t(t)] / sum[size_t(t)]) * label_d[size_t(t)];
+        const float label_coef = rest[size_t(t)] * label_d[size_t(t)];
         std::vector<float> wy(static_cast<size_t>(C));
         dequantize_row(wtype, wbytes + y * w_row_bytes, wy.data(), C);
         for (int64_t c = 0; c < C; ++c) u[c] = u[c] * inv - label_coef * wy[size_t(c)];
@@ -162,14 +165,17 @@ double lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf
     const char * wbytes = static_cast<const char *>(W);
     std::vector<float> L(size_t(chunk * std::max<int64_t>(T, 1)));   // column t at L + t*nv
 
-    std::vector<float> lse(static_cast<size_t>(T));
+    if (!aux.lse_in != !aux.rest_in) throw Error("lm_head_ce: lse_in and rest_in come together (both a forward call's)");
+    std::vector<float> lse(static_cast<size_t>(T)), rest(static_cast<size_t>(T));
     double loss = 0.0;
     if (aux.lse_in) {
         std::copy(aux.lse_in, aux.lse_in + T, lse.begin());
+        std::copy(aux.rest_in, aux.rest_in + T, rest.begin());
     } else {
-        loss = logsumexp_pass(s, h, W, wtype, w_row_bytes, labels, loss_scale, L, lse, aux.token_loss, aux.unit_dh_out);
+        loss = logsumexp_pass(s, h, W, wtype, w_row_bytes, labels, loss_scale, L, lse, rest, aux.token_loss, aux.unit_dh_out);
     }
     if (aux.lse_out) std::copy(lse.begin(), lse.end(), aux.lse_out);
+    if (aux.rest_out) std::copy(rest.begin(), rest.end(), aux.rest_out);
     if (dh && aux.unit_dh_in) {  // the forward formed dh: scale it
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) if (T > 1 && C * T > 4096)
@@ -204,7 +210,9 @@ double lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf
             }
             const float l = lse[size_t(t)];
             exp_affine(col, g, nv, 1.0f, l);
-            if (y >= v0 && y < v0 + nv) g[y - v0] -= 1.0f;   // exact for p near 1 (Sterbenz)
+            // p - 1 at the label: minus the other tokens' probabilities, summed apart (pass 1), not 1 - a rounded
+            // p: a token the model is sure of keeps its small gradient's relative accuracy
+            if (y >= v0 && y < v0 + nv) g[y - v0] = -rest[size_t(t)];
             const float sc = aux.token_scale ? loss_scale * aux.token_scale[t] : loss_scale;
             for (int64_t j = 0; j < nv; ++j) g[j] *= sc;
             if (s.softcap > 0.0f)  // through the cap: times 1 - tanh^2 of the capped logit

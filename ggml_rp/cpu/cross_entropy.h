@@ -20,7 +20,12 @@ struct LmHeadCEShape {
 // The optional inputs and outputs of lm_head_ce (each nullable; T floats unless said).
 struct LmHeadCEAux {
     float * lse_out = nullptr;            // each token's logsumexp
-    const float * lse_in = nullptr;       // the logsumexps a forward call wrote for the same h, W and labels
+    // each token's 1 - p_label, the other tokens' probabilities summed apart from the label (0 when masked):
+    // the gradient's label entry, exact where p_label is near 1 (1 - a rounded p_label is not)
+    float * rest_out = nullptr;
+    // the logsumexps and 1 - p_label a forward call wrote for the same h, W and labels (both or neither)
+    const float * lse_in = nullptr;
+    const float * rest_in = nullptr;
     float * token_loss = nullptr;         // each token's loss_scale * (logsumexp - label logit), 0 when masked
     const float * token_scale = nullptr;  // token t's gradient is also multiplied by token_scale[t]
     // Forward: [C, T], each token's unit gradient d(logsumexp - label logit)/dh_t (0 when masked), formed in the
@@ -37,7 +42,7 @@ struct LmHeadCEAux {
 // Returns sum_t loss_scale * (logsumexp(logits_t) - logits_t[label_t]) in double.
 // dh (nullable) is overwritten with d(result)/dh; dW (nullable, f32 [C, V], row stride dw_row floats) is
 // accumulated with d(result)/dW. Deterministic for any thread count.
-// With aux.lse_in the first pass over the vocabulary is skipped (the gradients are the same bits, since pass 1
+// With aux.lse_in (and rest_in) the first pass over the vocabulary is skipped (the gradients are the same bits, since pass 1
 // computes the same floats) and the result is 0 (the loss is the forward's).
 // With aux.unit_dh_out the one pass also forms the unit gradients (online: the running sums are rescaled when a
 // token's maximum grows); the loss and logsumexps are the same bits as without. Their rounding differs from

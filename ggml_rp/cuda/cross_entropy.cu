@@ -16,19 +16,21 @@ namespace rp::cuda {
 
 namespace {
 
-__global__ void __launch_bounds__(kElemThreads) ce_init_kernel(float * m, double * sum, float * label_logit, int64_t T) {
+__global__ void __launch_bounds__(kElemThreads) ce_init_kernel(float * m, double * sum, double * other, float * label_logit, int64_t T) {
     const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (t >= T) return;
     m[t] = -INFINITY;
     sum[t] = 0.0;
+    other[t] = 0.0;
     label_logit[t] = 0.0f;
 }
 
-// One block per token: fold the chunk's logits (column t at L + t*nv) into the running max and sum. With
-// `grad` (the gradient formed in the forward) the column then becomes the gradient tile exp(l - m) * d
-// (d = 1 - tanh^2 of the capped logit, 1 without a cap; the label's entry 0; all 0 for a masked token), the
-// sum without the label goes into `other`, the factor that brings the token's running gradient to the new
-// maximum into rescale, and the label logit's d into label_d. The max and the sum are the same floats either way.
+// One block per token: fold the chunk's logits (column t at L + t*nv) into the running max, the sum and the sum
+// without the label (`other`: 1 - p_label = other / sum, the gradient's exact label entry). With `grad` (the
+// gradient formed in the forward) the column then becomes the gradient tile exp(l - m) * d (d = 1 - tanh^2 of
+// the capped logit, 1 without a cap; the label's entry 0; all 0 for a masked token), the factor that brings the
+// token's running gradient to the new maximum goes into rescale, and the label logit's d into label_d. The max and
+// the sums are the same floats either way.
 __global__ void __launch_bounds__(kRowMaxThreads) ce_pass1_kernel(float * __restrict__ L, int64_t nv, int64_t v0, int64_t V,
                                 const int32_t * __restrict__ labels, float * m, double * sum, float * label_logit,
                                 bool grad, float softcap, double * other, float * rescale, float * label_d) {
@@ -39,27 +41,27 @@ __global__ void __launch_bounds__(kRowMaxThreads) ce_pass1_kernel(float * __rest
     float mx = mold;
     for (int64_t j = threadIdx.x; j < nv; j += blockDim.x) mx = fmaxf(mx, col[j]);
     mx = block_max(mx, red);
-    float cs = 0.0f;
-    for (int64_t j = threadIdx.x; j < nv; j += blockDim.x) cs += expf(col[j] - mx);
-    cs = block_sum(cs, red);
     const int32_t y = labels[t];
     const bool has_label = y >= v0 && y < v0 + nv;
+    const bool masked = y < 0 || y >= V;
+    float cs = 0.0f, co = 0.0f;
+    for (int64_t j = threadIdx.x; j < nv; j += blockDim.x) {
+        const float e = expf(col[j] - mx);
+        cs += e;
+        if (v0 + j != y) co += e;
+    }
+    cs = block_sum(cs, red);
+    co = block_sum(co, red);
     const float ly = has_label ? col[y - v0] : 0.0f;   // read by every thread before the tile is written
+    const double r = mold == mx ? 1.0 : exp(static_cast<double>(mold) - static_cast<double>(mx));
     if (grad) {
         __syncthreads();
-        const bool masked = y < 0 || y >= V;
-        float co = 0.0f;
         for (int64_t j = threadIdx.x; j < nv; j += blockDim.x) {
             const float e = expf(col[j] - mx);
             const float tc = softcap > 0.0f ? col[j] / softcap : 0.0f;
-            const bool is_label = v0 + j == y;
-            if (!is_label) co += e;
-            col[j] = masked || is_label ? 0.0f : e * (1.0f - tc * tc);
+            col[j] = masked || v0 + j == y ? 0.0f : e * (1.0f - tc * tc);
         }
-        co = block_sum(co, red);
         if (threadIdx.x == 0 && !masked) {
-            const double r = mold == mx ? 1.0 : exp(static_cast<double>(mold) - static_cast<double>(mx));
-            other[t] = other[t] * r + co;
             rescale[t] = static_cast<float>(r);
             if (has_label && softcap > 0.0f) label_d[t] = 1.0f - (ly / softcap) * (ly / softcap);
         }
@@ -67,15 +69,15 @@ __global__ void __launch_bounds__(kRowMaxThreads) ce_pass1_kernel(float * __rest
     if (threadIdx.x == 0) {
         if (has_label) label_logit[t] = ly;
         sum[t] = (mold == mx ? sum[t] : sum[t] * exp(static_cast<double>(mold) - static_cast<double>(mx))) + cs;
+        other[t] = other[t] * r + co;
         m[t] = mx;
     }
 }
 
-// The gradient state's start: nothing summed, d = 1 (no cap, or no label yet).
-__global__ void __launch_bounds__(kElemThreads) ce_grad_init_kernel(double * other, float * rescale, float * label_d, int64_t T) {
+// The gradient state's start: no rescale, d = 1 (no cap, or no label yet).
+__global__ void __launch_bounds__(kElemThreads) ce_grad_init_kernel(float * rescale, float * label_d, int64_t T) {
     const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (t >= T) return;
-    other[t] = 0.0;
     rescale[t] = 1.0f;
     label_d[t] = 1.0f;
 }
@@ -90,14 +92,14 @@ __global__ void __launch_bounds__(kElemThreads) ce_rescale_kernel(float * u, con
 // Per token: the ids to gather (the label, 0 for a masked token: its row is not used), 1 / sum into inv and
 // (1 - p_label) * d_label into coef (over rescale and label_d).
 __global__ void __launch_bounds__(kElemThreads) ce_grad_coef_kernel(const int32_t * labels, int64_t V, int64_t T, const double * sum,
-                                    const double * other, int32_t * ids, float * inv, float * coef) {
+                                    const float * rest, int32_t * ids, float * inv, float * coef) {
     const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (t >= T) return;
     const int32_t y = labels[t];
     const bool masked = y < 0 || y >= V;
     ids[t] = masked ? 0 : y;
     inv[t] = masked ? 0.0f : static_cast<float>(1.0 / sum[t]);
-    coef[t] = masked ? 0.0f : static_cast<float>(other[t] / sum[t]) * coef[t];
+    coef[t] = masked ? 0.0f : rest[t] * coef[t];
 }
 
 // u = u / sum - coef * (the label's row); 0 for masked tokens (inv = coef = 0).
@@ -120,9 +122,9 @@ __global__ void __launch_bounds__(kElemThreads) ce_scale_unit_kernel(float * dh,
         dh[e] = unit[e] * (token_scale ? loss_scale * token_scale[e / C] : loss_scale);
 }
 
-__global__ void __launch_bounds__(kElemThreads) ce_finish_kernel(const float * m, const double * sum, const float * label_logit,
-                                 const int32_t * labels, int64_t V, int64_t T, float loss_scale, float * lse,
-                                 double * tokloss, int * bad_label) {
+__global__ void __launch_bounds__(kElemThreads) ce_finish_kernel(const float * m, const double * sum, const double * other,
+                                 const float * label_logit, const int32_t * labels, int64_t V, int64_t T, float loss_scale,
+                                 float * lse, float * rest, double * tokloss, int * bad_label) {
     const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (t >= T) return;
     const double l = static_cast<double>(m[t]) + log(sum[t]);
@@ -131,7 +133,9 @@ __global__ void __launch_bounds__(kElemThreads) ce_finish_kernel(const float * m
     if (y < -1 || y >= V) {
         if (bad_label) *bad_label = 1;
     }
-    tokloss[t] = y >= 0 && y < V ? static_cast<double>(loss_scale) * (l - static_cast<double>(label_logit[t])) : 0.0;
+    const bool valid = y >= 0 && y < V;
+    rest[t] = valid ? static_cast<float>(other[t] / sum[t]) : 0.0f;
+    tokloss[t] = valid ? static_cast<double>(loss_scale) * (l - static_cast<double>(label_logit[t])) : 0.0;
 }
 
 // One block of 256 threads: loss = sum of tokloss, strided per thread then a fixed tree.
@@ -154,18 +158,18 @@ __global__ void __launch_bounds__(kElemThreads) ce_token_loss_kernel(const doubl
     if (t < T) out_[t] = static_cast<float>(tokloss[t]);
 }
 
-// In place: logits -> (softmax - onehot) * loss_scale (* token_scale[t]) for valid labels, 0 for ignored tokens.
+// In place: logits -> (softmax - onehot) * loss_scale (* token_scale[t]) for valid labels, 0 for ignored tokens;
+// the label's p - 1 is -rest[t] (the other probabilities summed apart: exact where p is near 1).
 __global__ void __launch_bounds__(kElemThreads) ce_grad_kernel(float * L, int64_t nv, int64_t v0, int64_t T, const int32_t * __restrict__ labels,
-                               const float * __restrict__ lse, int64_t V, float loss_scale, float softcap,
-                               const float * __restrict__ token_scale) {
+                               const float * __restrict__ lse, const float * __restrict__ rest, int64_t V, float loss_scale,
+                               float softcap, const float * __restrict__ token_scale) {
     const int64_t n = nv * T;
     const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
     for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += stride) {
         const int64_t t = e / nv, j = e % nv;
         const int32_t y = labels[t];
         if (y < 0 || y >= V) { L[e] = 0.0f; continue; }
-        float g = expf(L[e] - lse[t]);
-        if (v0 + j == y) g -= 1.0f;
+        const float g = v0 + j == y ? -rest[t] : expf(L[e] - lse[t]);
         const float tc = softcap > 0.0f ? L[e] / softcap : 0.0f;  // the capped logit's tanh: its derivative 1 - t^2
         const float sc = token_scale ? loss_scale * token_scale[t] : loss_scale;
         L[e] = g * sc * (1.0f - tc * tc);
@@ -187,6 +191,7 @@ void lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::
     const size_t need = lm_head_ce_workspace_bytes(s.C, s.V, s.T, s.chunk, wtype);
     require(workspace_bytes >= need, op, "workspace of " + std::to_string(workspace_bytes) +
                                              " bytes is smaller than the " + std::to_string(need) + " needed");
+    require(!aux.lse_in == !aux.rest_in, op, "lse_in and rest_in come together (both a forward call's)");
     const int64_t C = s.C, V = s.V, T = s.T, chunk = s.chunk < V ? s.chunk : V;
     if (T == 0) {
         check(cudaMemsetAsync(loss, 0, sizeof(double), stream), "cuda lm_head_ce");
@@ -203,6 +208,8 @@ void lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::
     float * label_logit = reinterpret_cast<float *>(p);  p += al(size_t(T) * 4);
     float * lse = aux.lse_in ? const_cast<float *>(aux.lse_in) : reinterpret_cast<float *>(p);  // read-only when given
     p += al(size_t(T) * 4) * 2;
+    float * rest = aux.rest_in ? const_cast<float *>(aux.rest_in) : reinterpret_cast<float *>(p);  // likewise
+    p += al(size_t(T) * 4);
     float * rescale = reinterpret_cast<float *>(p);      p += al(size_t(T) * 4);
     float * label_d = reinterpret_cast<float *>(p);      p += al(size_t(T) * 4);
     int32_t * ids = reinterpret_cast<int32_t *>(p);      p += al(size_t(T) * 4);
@@ -215,10 +222,10 @@ void lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::
     const unsigned unit_blocks = static_cast<unsigned>(elementwise_grid(C * T));
     if (!aux.lse_in) {
         float * unit = aux.unit_dh_out;
-        ce_init_kernel<<<tok_blocks, kElemThreads, 0, stream>>>(m, sum, label_logit, T);
+        ce_init_kernel<<<tok_blocks, kElemThreads, 0, stream>>>(m, sum, other, label_logit, T);
         check_launch("lm_head_ce (init)");
         if (unit) {
-            ce_grad_init_kernel<<<tok_blocks, kElemThreads, 0, stream>>>(other, rescale, label_d, T);
+            ce_grad_init_kernel<<<tok_blocks, kElemThreads, 0, stream>>>(rescale, label_d, T);
             check_launch("lm_head_ce (gradient init)");
         }
         for (int64_t v0 = 0; v0 < V; v0 += chunk) {
@@ -236,8 +243,8 @@ void lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::
             }
             matmul_bwd_x(C, nv, T, wchunk, wtype, w_row_bytes, L, nv, unit, C, v0 > 0, gemm_ws, gemm_bytes, stream);
         }
-        ce_finish_kernel<<<tok_blocks, kElemThreads, 0, stream>>>(m, sum, label_logit, labels, V, T, loss_scale, lse,
-                                                                 tokloss, bad_label);
+        ce_finish_kernel<<<tok_blocks, kElemThreads, 0, stream>>>(m, sum, other, label_logit, labels, V, T, loss_scale, lse,
+                                                                 rest, tokloss, bad_label);
         check_launch("lm_head_ce (finish)");
         ce_sum_kernel<<<1, kElemThreads, 0, stream>>>(tokloss, T, loss);
         check_launch("lm_head_ce (sum)");
@@ -246,8 +253,9 @@ void lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::
             check_launch("lm_head_ce (token losses)");
         }
         if (aux.lse_out) check(cudaMemcpyAsync(aux.lse_out, lse, size_t(T) * 4, cudaMemcpyDeviceToDevice, stream), "cuda lm_head_ce: lse");
+        if (aux.rest_out) check(cudaMemcpyAsync(aux.rest_out, rest, size_t(T) * 4, cudaMemcpyDeviceToDevice, stream), "cuda lm_head_ce: 1 - p");
         if (unit) {  // divide by the sum, less (1 - p_label) d_label times the label's row (gathered into the tile)
-            ce_grad_coef_kernel<<<tok_blocks, kElemThreads, 0, stream>>>(labels, V, T, sum, other, ids, rescale, label_d);
+            ce_grad_coef_kernel<<<tok_blocks, kElemThreads, 0, stream>>>(labels, V, T, sum, rest, ids, rescale, label_d);
             check_launch("lm_head_ce (gradient coefficients)");
             get_rows(W, wtype, w_row_bytes, V, C, ids, T, L, nullptr, stream);
             ce_grad_finish_kernel<<<unit_blocks, kElemThreads, 0, stream>>>(unit, L, rescale, label_d, C, T);
@@ -267,7 +275,7 @@ void lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::
         matmul_fwd(C, nv, T, wchunk, wtype, w_row_bytes, h, C, L, nv, false, gemm_ws, gemm_bytes, stream);
         if (s.softcap > 0.0f) scale(L, 1.0f, L, nv * T, stream, s.softcap);
         ce_grad_kernel<<<static_cast<unsigned>(elementwise_grid(nv * T)), kElemThreads, 0, stream>>>(
-            L, nv, v0, T, labels, lse, V, loss_scale, s.softcap, aux.token_scale);
+            L, nv, v0, T, labels, lse, rest, V, loss_scale, s.softcap, aux.token_scale);
         check_launch("lm_head_ce_back (gradient tile)");
         if (dh) matmul_bwd_x(C, nv, T, wchunk, wtype, w_row_bytes, L, nv, dh, C, v0 > 0, gemm_ws, gemm_bytes, stream);
         if (dW) matmul_bwd_w(C, nv, T, h, C, L, nv, dW + v0 * dw_row, dw_row, true, stream);
@@ -302,6 +310,7 @@ void run_lm_head_ce(Tensor * n, const NodeRun & r) {
     const bool per_token = lm_head_per_token(n);
     LmHeadCEAux aux;
     aux.lse_out = node::aux(n, 0);
+    aux.rest_out = node::aux(n, static_cast<size_t>(n->src[0]->ne[1]) * sizeof(float));
     aux.token_loss = per_token ? out<float>(n) : nullptr;
     aux.unit_dh_out = lm_head_forms_grad(n) ? node::aux(n, lm_head_unit_dh_offset(n)) : nullptr;
     lm_head_ce(shape_of(n), in<float>(n->src[0]), W->data, W->type, W->nb[1], in<int32_t>(n->src[2]), n->param_f32(0),
@@ -320,6 +329,7 @@ void run_lm_head_ce_back(Tensor * n, const NodeRun & r) {
     const Tensor * ce = n->src[5];  // the forward node: its logsumexps (and unit gradients) in its aux bytes
     LmHeadCEAux aux;
     aux.lse_in = node::aux(ce, 0);
+    aux.rest_in = node::aux(ce, static_cast<size_t>(n->src[0]->ne[1]) * sizeof(float));
     aux.token_scale = per_token ? in<float>(n->src[3]) : nullptr;
     aux.unit_dh_in = lm_head_forms_grad(ce) ? node::aux(ce, lm_head_unit_dh_offset(ce)) : nullptr;
     lm_head_ce(shape_of(n), in<float>(n->src[0]), W->data, W->type, W->nb[1], in<int32_t>(n->src[2]), scale, r.loss,

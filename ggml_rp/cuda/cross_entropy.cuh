@@ -3,7 +3,8 @@
 // `chunk` vocabulary rows, a cuBLAS GEMM (ggml_rp/cuda/mul_mat.cuh, so any weight type) gives the chunk's
 // logits, and a fused kernel folds them into a per-token online logsumexp (pass 1). With gradients asked
 // for, pass 2 recomputes each chunk's logits, turns them in place into G = (softmax - onehot) * loss_scale
-// and runs dh (+)= W_chunk G and dW_chunk += h G^T. Chunks run in order, every reduction has a fixed order:
+// (the label's p - 1 from pass 1's sum of the other probabilities, not 1 - a rounded p) and runs dh (+)= W_chunk G
+// and dW_chunk += h G^T. Chunks run in order, every reduction has a fixed order:
 // the same bits on every run.
 //
 // h: f32 [C, T] (column t at h + t*C); W: [C, V] of type wtype, row stride w_row_bytes; labels: i32 [T] in
@@ -39,7 +40,9 @@ struct LmHeadCEShape {
 // The optional inputs and outputs (device pointers, each nullable; the CPU's LmHeadCEAux).
 struct LmHeadCEAux {
     float * lse_out = nullptr;
+    float * rest_out = nullptr;  // each token's 1 - p_label (the other probabilities summed apart; 0 when masked)
     const float * lse_in = nullptr;
+    const float * rest_in = nullptr;  // with lse_in (both a forward call's)
     float * token_loss = nullptr;
     const float * token_scale = nullptr;
     // Forward: [C, T], each token's unit gradient d(lse - label logit)/dh (0 when masked), formed in pass 1:

@@ -149,15 +149,15 @@ inline constexpr int64_t ce_chunk_rows(int64_t V, int64_t T, size_t budget_bytes
 
 // Scratch of rp::cuda::lm_head_ce: the chunk's logits/gradient tile (at least C x T: the label rows the
 // gradient formed in the forward gathers at its end), the GEMM scratch of one chunk, and the per-token running
-// max, label logit, logsumexp (2), rescale, label derivative, gathered ids, sum, loss and the sum without the
-// label (double). Every section 256-byte aligned.
+// max, label logit, logsumexp (2), 1 - p_label, rescale, label derivative, gathered ids, sum, loss and the sum
+// without the label (double). Every section 256-byte aligned.
 inline constexpr size_t lm_head_ce_workspace_bytes(int64_t C, int64_t V, int64_t T, int64_t chunk,
                                                    gguf::TensorType wtype) {
     const int64_t nv = chunk < V ? chunk : V;
     auto al = [](size_t b) { return (b + 255) / 256 * 256; };
     const size_t tile = al(size_t((nv > C ? nv : C) * T) * 4);
     const size_t gemm = matmul_workspace_bytes(C, nv, T, wtype);
-    const size_t tok = al(size_t(T) * 4) * 7 + al(size_t(T) * 8) * 3;
+    const size_t tok = al(size_t(T) * 4) * 8 + al(size_t(T) * 8) * 3;
     return tile + gemm + tok;
 }
 

@@ -29,7 +29,7 @@ Tensor * lm_head_node(const char * op, Context & ctx, Tensor * h, Tensor * W, Te
     h = cont_if_needed(ctx, h);
     const int64_t ne[4] = {per_token ? h->ne[1] : 1, 1, 1, 1};
     Tensor * t = detail::new_node(ctx, Op::LM_HEAD_CE, DType::F32, ne, {h, W, labels});
-    t->aux_bytes = static_cast<size_t>(h->ne[1]) * sizeof(float);  // each token's logsumexp, for the backward
+    t->aux_bytes = lm_head_aux_floats(h->ne[1]) * sizeof(float);  // each token's logsumexp and 1 - p_label, for the backward
     t->set_param_f32(0, loss_scale);
     t->set_param_i32(1, static_cast<int32_t>(chunk > INT32_MAX ? INT32_MAX : chunk));
     t->set_param_f32(2, softcap);
@@ -60,7 +60,7 @@ Tensor * lm_head_ce_back(Context & ctx, Tensor * ce, Tensor * dloss, Tensor * dW
     if (dW_into)
         detail::require(dW_into->type == DType::F32 && same_shape(dW_into, W) && dW_into->is_contiguous(), "lm_head_ce_back",
                         "dW " + describe(dW_into) + " must be contiguous f32 shaped like " + describe(W));
-    // ce is a source: its logsumexps (aux) spare the backward a second pass over the vocabulary.
+    // ce is a source: its logsumexps and 1 - p_label (aux) spare the backward a second pass over the vocabulary.
     Tensor * dh = detail::new_node(ctx, Op::LM_HEAD_CE_BACK, DType::F32, h->ne, {h, W, ce->src[2], dloss, dW_into, ce});
     dh->set_param_f32(0, ce->param_f32(0));
     dh->set_param_i32(1, ce->param_i32(1));
@@ -70,8 +70,8 @@ Tensor * lm_head_ce_back(Context & ctx, Tensor * ce, Tensor * dloss, Tensor * dW
 }
 
 size_t lm_head_unit_dh_offset(const Tensor * ce) {
-    const size_t lse_end = ce->nbytes() + static_cast<size_t>(ce->src[0]->ne[1]) * sizeof(float);
-    return (lse_end + 255) / 256 * 256 - ce->nbytes();
+    const size_t end = ce->nbytes() + lm_head_aux_floats(ce->src[0]->ne[1]) * sizeof(float);
+    return (end + 255) / 256 * 256 - ce->nbytes();
 }
 
 namespace {

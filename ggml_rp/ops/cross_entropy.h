@@ -8,7 +8,8 @@
 // softcap > 0 (Gemma 2's final logit soft-capping): every logit is softcap * tanh(logit / softcap) first.
 // Pass loss_scale = 1 / (unmasked tokens in the whole batch) for a mean that does not depend on how the
 // batch is split into micro-batches. chunk = vocabulary rows per chunk (memory O(chunk * T)).
-// The node also writes each token's logsumexp after the loss (aux, T floats).
+// The node also writes, after the loss (aux), each token's logsumexp (T floats) then its 1 - p_label (T floats:
+// the other tokens' probabilities summed apart from the label, the gradient's exact label entry).
 // Backward: lm_head_ce_back gives dh (and accumulates dW when W is trained): it reads the forward node's
 // logsumexps (the forward is its source) and recomputes the logits once, chunk by chunk, or, when the forward
 // formed the gradient (lm_head_forms_grad), scales the forward's.
@@ -35,6 +36,8 @@ inline bool lm_head_per_token(const Tensor * node) { return node->param_i32(3) !
 // inside the forward", roundpipe.md section 7). A trained head keeps the two passes (its dW needs the final
 // logsumexps: the second pass is needed anyway).
 inline bool lm_head_forms_grad(const Tensor * ce) { return ce->param_i32(4) != 0; }
+// Floats of an LM_HEAD_CE node's aux before the unit gradients, T tokens: the logsumexps, then 1 - p_label.
+inline size_t lm_head_aux_floats(int64_t T) { return 2 * static_cast<size_t>(T); }
 // Byte offset, for node::aux, of the unit gradients of an LM_HEAD_CE node that forms them.
 size_t lm_head_unit_dh_offset(const Tensor * ce);
 

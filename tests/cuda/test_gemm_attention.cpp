@@ -386,16 +386,16 @@ void check_ce_unit(int64_t C, int64_t V, int64_t T, TensorType wt, double tol, s
                         0, {.token_scale = token_scale.data()});
     const int64_t chunk = chunk_rows > 0 ? chunk_rows : rp::cuda::ce_chunk_rows(V, T, size_t(4) << 20);
     Dev<uint8_t> gw(w), ws(rp::cuda::lm_head_ce_workspace_bytes(C, V, T, chunk, wt));
-    Dev<float> gh(h), gdh(dh.size()), gunit(dh.size()), glse(static_cast<size_t>(T)), gts(token_scale);
+    Dev<float> gh(h), gdh(dh.size()), gunit(dh.size()), glse(static_cast<size_t>(T)), grest(static_cast<size_t>(T)), gts(token_scale);
     Dev<int32_t> gl(labels);
     Dev<double> gloss(1), gloss_plain(1);
     Dev<int> bad(1);
     rp::cuda::lm_head_ce({C, V, T, chunk, softcap}, gh.p, gw.p, wt, rb, gl.p, loss_scale, gloss_plain.p, nullptr, nullptr, 0,
                          ws.p, ws.n, bad.p, nullptr);
     rp::cuda::lm_head_ce({C, V, T, chunk, softcap}, gh.p, gw.p, wt, rb, gl.p, loss_scale, gloss.p, nullptr, nullptr, 0, ws.p,
-                         ws.n, bad.p, nullptr, {.lse_out = glse.p, .unit_dh_out = gunit.p});
+                         ws.n, bad.p, nullptr, {.lse_out = glse.p, .rest_out = grest.p, .unit_dh_out = gunit.p});
     rp::cuda::lm_head_ce({C, V, T, chunk, softcap}, gh.p, gw.p, wt, rb, gl.p, loss_scale, gloss_plain.p, gdh.p, nullptr, 0,
-                         ws.p, ws.n, bad.p, nullptr, {.lse_in = glse.p, .token_scale = gts.p, .unit_dh_in = gunit.p});
+                         ws.p, ws.n, bad.p, nullptr, {.lse_in = glse.p, .rest_in = grest.p, .token_scale = gts.p, .unit_dh_in = gunit.p});
     EXPECT_EQ(gloss.get()[0], gloss_plain.get()[0]);
     EXPECT_LT(nmse(gdh.get(), dh), tol);
     const std::vector<float> got = gdh.get();

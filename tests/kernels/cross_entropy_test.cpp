@@ -218,11 +218,12 @@ UnitResult run_unit(const Case & c, int64_t chunk, bool with_dw = false, float s
     const LmHeadCEShape s{p.C, p.V, p.T, chunk, softcap};
     UnitResult r{0.0, std::vector<float>(size_t(p.T), NAN), std::vector<float>(size_t(p.C * p.T), NAN),
                  std::vector<float>(size_t(p.C * p.T), NAN), std::vector<float>(with_dw ? size_t(p.C * p.V) : 0, 0.0f)};
-    r.loss = rp::cpu::lm_head_ce(s, c.h.data(), c.w.data(), c.w.type, c.w.row_bytes, p.labels.data(), float(p.scale),
-                                 nullptr, nullptr, 0, {.lse_out = r.lse.data(), .unit_dh_out = r.unit.data()});
+    std::vector<float> rest(size_t(p.T), NAN);
+    r.loss = rp::cpu::lm_head_ce(s, c.h.data(), c.w.data(), c.w.type, c.w.row_bytes, p.labels.data(), float(p.scale), nullptr,
+                                 nullptr, 0, {.lse_out = r.lse.data(), .rest_out = rest.data(), .unit_dh_out = r.unit.data()});
     EXPECT_EQ(rp::cpu::lm_head_ce(s, c.h.data(), c.w.data(), c.w.type, c.w.row_bytes, p.labels.data(), float(p.scale),
                                   r.dh.data(), with_dw ? r.dW.data() : nullptr, p.C,
-                                  {.lse_in = r.lse.data(), .unit_dh_in = r.unit.data()}),
+                                  {.lse_in = r.lse.data(), .rest_in = rest.data(), .unit_dh_in = r.unit.data()}),
               0.0);
     return r;
 }
@@ -288,9 +289,10 @@ TEST(LmHeadCE, GradientFormedInTheForwardThroughTheSoftCap) {
 }
 
 // A token the model is sure of (p_label = 1 - 5e-8): its gradient is the other tokens' small probabilities
-// times their rows less (1 - p_label) times the label's row. Formed as p_label W_label - W_label in float it
-// would have about 100% error; the forward keeps the label apart and gets it to the closed form's accuracy.
-TEST(LmHeadCE, GradientFormedInTheForwardKeepsASureTokensGradient) {
+// times their rows less (1 - p_label) times the label's row. Formed as p_label W_label - W_label in float, or
+// with p_label - 1 from a float exp(l - lse), it would have about 100% error; both paths (the gradient formed in
+// the forward, and the two passes with dW) keep the label apart and get it to the closed form's accuracy.
+TEST(LmHeadCE, ASureTokenKeepsItsGradient) {
     const int64_t C = 16, V = 50, T = 3;
     Rng rng(330);
     Case c{{C, V, T, {}, {}, {7, 31, 0}, 1.0}, make_weight(TensorType::F32, C, V, rng, 8), random_floats(size_t(C * T), rng, 1.0f)};
@@ -308,7 +310,7 @@ TEST(LmHeadCE, GradientFormedInTheForwardKeepsASureTokensGradient) {
     std::vector<double> rdh, rdW;
     reference_grads(c.p, rdh, rdW);
     const UnitResult u = run_unit(c, 16);
-    const Result two = run(c, 16, true);  // the two passes' p - 1, for the record
+    const Result two = run(c, 16, true);
     for (int64_t t = 0; t < T; ++t) {
         double e = 0.0, e2 = 0.0, n = 0.0;
         for (int64_t k = 0; k < C; ++k) {
@@ -320,6 +322,16 @@ TEST(LmHeadCE, GradientFormedInTheForwardKeepsASureTokensGradient) {
                     std::sqrt(e / n), std::sqrt(e2 / n));
         EXPECT_LT(std::sqrt(n), 1e-5);  // it is sure
         EXPECT_LT(std::sqrt(e / n), 1e-4);
+        EXPECT_LT(std::sqrt(e2 / n), 1e-4);
+        // The label's row of dW: -(1 - p_label) h_t, plus the other tokens' tiny p of it
+        const int32_t y = c.p.labels[size_t(t)];
+        double ew = 0.0, nw = 0.0;
+        for (int64_t k = 0; k < C; ++k) {
+            ew += std::pow(double(two.dW[size_t(y * (C + 3) + k)]) - rdW[size_t(y * C + k)], 2);
+            nw += std::pow(rdW[size_t(y * C + k)], 2);
+        }
+        std::printf("  sure token %lld: the label's dW row |%.2e|, relative error %.2e\n", (long long)t, std::sqrt(nw), std::sqrt(ew / nw));
+        EXPECT_LT(std::sqrt(ew / nw), 1e-4);
     }
 }
 

@@ -95,7 +95,7 @@ TEST(OpCrossEntropy, OnlyAFrozenHeadFormsItsGradientInTheForward) {
         rp::build_forward(g, loss);
         rp::build_backward(ctx, g, loss, train_head ? TV{h, W} : TV{h});
         EXPECT_EQ(rp::lm_head_forms_grad(loss), !train_head);
-        const size_t lse = 5 * sizeof(float);
+        const size_t lse = 2 * 5 * sizeof(float);  // the logsumexps and 1 - p_label
         EXPECT_EQ(loss->aux_bytes, train_head ? lse : rp::lm_head_unit_dh_offset(loss) + 6 * 5 * sizeof(float));
         EXPECT_EQ((loss->nbytes() + rp::lm_head_unit_dh_offset(loss)) % 256, 0u);
         EXPECT_GE(rp::lm_head_unit_dh_offset(loss), lse);
@@ -128,15 +128,15 @@ TEST(OpCrossEntropy, BackwardFromTheForwardsLogsumexpIsTheSameBits) {
     const std::vector<int32_t> labels = {3, -1, 60, 0, 17};
     for (int64_t chunk : {int64_t{1}, int64_t{8}, int64_t{61}}) {
         const rp::cpu::LmHeadCEShape s{C, V, T, chunk};
-        std::vector<float> lse(size_t(T), -1.0f);
+        std::vector<float> lse(size_t(T), -1.0f), rest(size_t(T), -1.0f);
         const double loss = rp::cpu::lm_head_ce(s, h.data(), W.data(), rp::DType::F32, size_t(C) * 4, labels.data(), 0.25f,
-                                                nullptr, nullptr, 0, {.lse_out = lse.data()});
+                                                nullptr, nullptr, 0, {.lse_out = lse.data(), .rest_out = rest.data()});
         std::vector<float> dh_two(size_t(C * T)), dW_two(size_t(C * V), 0.5f), dh_one(dh_two.size()), dW_one(dW_two);
         const double loss_two = rp::cpu::lm_head_ce(s, h.data(), W.data(), rp::DType::F32, size_t(C) * 4, labels.data(), 0.25f,
                                                     dh_two.data(), dW_two.data(), C);
         EXPECT_EQ(loss, loss_two);
         EXPECT_EQ(rp::cpu::lm_head_ce(s, h.data(), W.data(), rp::DType::F32, size_t(C) * 4, labels.data(), 0.25f, dh_one.data(),
-                                      dW_one.data(), C, {.lse_in = lse.data()}),
+                                      dW_one.data(), C, {.lse_in = lse.data(), .rest_in = rest.data()}),
                   0.0);  // the loss is the forward's
         EXPECT_EQ(std::memcmp(dh_one.data(), dh_two.data(), dh_two.size() * 4), 0) << "chunk " << chunk;
         EXPECT_EQ(std::memcmp(dW_one.data(), dW_two.data(), dW_two.size() * 4), 0) << "chunk " << chunk;
@@ -165,7 +165,7 @@ TEST(OpCrossEntropy, BackwardNodeReadsTheForwardNode) {
     Tensor * W = ctx.new_tensor(rp::DType::F32, 4, 3);
     Tensor * lab = ctx.new_tensor(rp::DType::I32, 2);
     Tensor * loss = rp::lm_head_ce(ctx, h, W, lab, 1.0f, 2);
-    EXPECT_EQ(loss->aux_bytes, 2 * sizeof(float));
+    EXPECT_EQ(loss->aux_bytes, 4 * sizeof(float));  // 2 logsumexps, 2 x (1 - p_label)
     Tensor * dloss = ctx.new_tensor(rp::DType::F32, 1);
     Tensor * dh = rp::lm_head_ce_back(ctx, loss, dloss, nullptr);
     EXPECT_EQ(dh->src[5], loss);
