@@ -72,6 +72,8 @@ TEST(OpTokenNll, PerTokenValuesAndTheirGradients) {
     const int64_t C = 17, V = 127;
     const std::vector<int32_t> labels = {5, -1, 126, 0, 77, -1, 3};
     const int64_t T = static_cast<int64_t>(labels.size());
+    // (A frozen head forms each token's gradient in its forward: the per-token dloss scales it in the backward.)
+    for (bool train_head : {true, false})
     for (int64_t chunk : {int64_t{7}, int64_t{1000}})
         for (float cap : {0.0f, 2.0f}) {
             Input lab{"labels", {T, 1, 1, 1}, rp::DType::I32, false};
@@ -79,8 +81,9 @@ TEST(OpTokenNll, PerTokenValuesAndTheirGradients) {
             Input h{"h", {C, T, 1, 1}};
             h.lo = -2.0f;
             h.hi = 2.0f;
-            Input W{"W", {C, V, 1, 1}};
-            check_op({"lm_head_token_nll chunk " + std::to_string(chunk) + " softcap " + std::to_string(cap), {h, W, lab},
+            Input W{"W", {C, V, 1, 1}, rp::DType::F32, train_head};
+            check_op({std::string(train_head ? "" : "frozen head, ") + "lm_head_token_nll chunk " + std::to_string(chunk) +
+                          " softcap " + std::to_string(cap), {h, W, lab},
                       [=](Context & c, const TV & in) { return rp::lm_head_token_nll(c, in[0], in[1], in[2], chunk, cap); },
                       [=](const R & x) { return token_nll(x[0], x[1], ints_from(x[2]), cap); }});
         }
