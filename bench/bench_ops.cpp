@@ -183,6 +183,12 @@ void bench_gemm(const GemmShape & sh, int threads, int reps) {
         rp::cpu::set_gemm_backend(rp::cpu::GemmBackend::Simd);
     }
     for (TensorType t : {TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0}) {
+        const int64_t block = gguf::type_traits(uint32_t(t))->block_size;
+        if (K % block != 0) {  // (a row of K values is no whole number of blocks: the type cannot hold it)
+            std::printf("  ours fwd %-38s (K = %lld is not a multiple of its block of %lld)\n", gguf::type_name(uint32_t(t)),
+                        (long long)K, (long long)block);
+            continue;
+        }
         const size_t rb = gguf::row_bytes(t, K);
         std::vector<uint8_t> Wq(rb * size_t(N));
 #ifdef _OPENMP

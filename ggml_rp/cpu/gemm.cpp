@@ -632,6 +632,71 @@ bool run_one_row(const Problem & P, bool parallel) {
 }
 #endif
 
+#if defined(RP_ONE_ROW)
+// ---- few output columns (LoRA's rank-r sides: A x, the gradient of A x, B's gradient) ----------------------------
+// C[i, j] (+)= sum_p A(i, p) B(p, j) with N <= 8 and f32 B. The packed kernel pads such a product to its NR-wide
+// panels (16 or 32 columns: most of its work thrown away) and packs both operands for it. Here B's columns are
+// transposed once into [p][8], and 8 values of C share one vector: a row's 8 columns (A stored by rows: p
+// contiguous, each A value broadcast), or a column's 8 rows (A stored transposed: i contiguous, each B value
+// broadcast). The arithmetic is the packed kernel's exactly: per reduction block of KC steps an FMA chain from +0
+// in step order, then C = (add ? C + s : s), so the bits are the same.
+constexpr int64_t kFewColumns = 8;
+
+bool run_few_columns(const Problem & P, bool parallel) {
+    if (P.N > kFewColumns || P.M < 8 || P.B.type != TensorType::F32) return false;
+    const int64_t M = P.M, N = P.N, K = P.K;
+    const float * b = reinterpret_cast<const float *>(P.B.base);
+    const int64_t ldb = int64_t(P.B.row_bytes / sizeof(float));
+    std::vector<float> bt(static_cast<size_t>(K * kFewColumns), 0.0f);  // bt[p * 8 + j] = B(p, j), 0 for j >= N
+    for (int64_t p = 0; p < K; ++p)
+        for (int64_t j = 0; j < N; ++j) bt[size_t(p * kFewColumns + j)] = P.B.t ? b[j * ldb + p] : b[p * ldb + j];
+    const int64_t blocks = (M + 7) / 8, per_task = 16;  // 8 rows a block, 128 rows a task
+    const int64_t ntasks = (blocks + per_task - 1) / per_task;
+    const bool worth = parallel && double(M) * double(N) * double(K) > double(1 << 18);
+    const float * a = P.A.a;
+    const int64_t lda = P.A.ld;
+    for_tasks(ntasks, worth, [&](int64_t task) {
+        for (int64_t blk = task * per_task; blk < std::min(blocks, (task + 1) * per_task); ++blk) {
+            const int64_t i0 = blk * 8;
+            const int rows = int(std::min<int64_t>(8, M - i0));
+            for (int64_t p0 = 0; p0 < K; p0 += KC) {
+                const int64_t p1 = std::min(K, p0 + KC);
+                const bool add = p0 > 0 || P.accumulate;
+                __m256 acc[8];
+                for (int v = 0; v < 8; ++v) acc[v] = _mm256_setzero_ps();
+                alignas(32) float out[8][8];
+                if (!P.A.t) {  // acc[r]: row i0 + r's 8 columns (a short block repeats its last row, not stored)
+                    const float * ar[8];
+                    for (int r = 0; r < 8; ++r) ar[r] = a + (i0 + std::min(r, rows - 1)) * lda;
+                    for (int64_t p = p0; p < p1; ++p) {
+                        const __m256 bv = _mm256_loadu_ps(bt.data() + p * kFewColumns);
+                        for (int r = 0; r < 8; ++r) acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(ar[r] + p), bv, acc[r]);
+                    }
+                    for (int r = 0; r < 8; ++r) _mm256_store_ps(out[r], acc[r]);
+                } else {  // acc[j]: column j's 8 rows i0 .. i0 + 7 (masked past M)
+                    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+                    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(rows), lanes);
+                    for (int64_t p = p0; p < p1; ++p) {
+                        const __m256 av = rows == 8 ? _mm256_loadu_ps(a + p * lda + i0) : _mm256_maskload_ps(a + p * lda + i0, mask);
+                        const float * bp = bt.data() + p * kFewColumns;
+                        for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(av, _mm256_broadcast_ss(bp + j), acc[j]);
+                    }
+                    alignas(32) float col[8][8];
+                    for (int j = 0; j < 8; ++j) _mm256_store_ps(col[j], acc[j]);
+                    for (int r = 0; r < 8; ++r)
+                        for (int j = 0; j < 8; ++j) out[r][j] = col[j][r];
+                }
+                for (int r = 0; r < rows; ++r) {
+                    float * c = P.C + (i0 + r) * P.ldc;
+                    for (int64_t j = 0; j < N; ++j) c[j] = add ? c[j] + out[r][j] : out[r][j];
+                }
+            }
+        }
+    });
+    return true;
+}
+#endif
+
 template <class Kn>
 void pack_all_a(const Problem & P, float * apack, bool parallel) {
     const int64_t Mpad = padded_rows<Kn>(P.M);
@@ -741,6 +806,7 @@ void run(const Problem & P, bool parallel) {
     case GemmBackend::Auto:
     case GemmBackend::Simd:
         if (run_one_row(P, parallel)) return;
+        if (run_few_columns(P, parallel)) return;
         run_problem<SimdKernel>(P, parallel);
         return;
 #endif

@@ -237,6 +237,68 @@ TEST(Gemm, SerialAllTranspositions) {
             }
 }
 
+// Products with at most 8 output columns (LoRA's rank-r sides) take their own loop (gemm.cpp run_few_columns):
+// the packed kernel's arithmetic exactly, per reduction block of kGemmKC steps an FMA chain from +0 in step order,
+// then C = (add ? C + s : s). Checked against that arithmetic written out with std::fma, bit for bit, for every
+// storage order, short row blocks and several blocks of reduction; a 9-column product (the packed kernel) meets
+// the same reference, so the two paths give the same bits. Through matmul_fwd / bwd_x / bwd_w too, on 1 and 2
+// threads.
+TEST(Gemm, FewColumnsAreThePackedKernelsArithmetic) {
+    // (A build without AVX2 runs the plain C++ micro-kernel, whose multiply-adds are not fused: so is the reference.)
+    const bool fused = std::string(rp::cpu::gemm_simd_name()).rfind("portable", 0) != 0;
+    Rng rng(17);
+    auto reference = [fused](int64_t M, int64_t N, int64_t K, const std::vector<float> & A, int64_t lda, bool at,
+                        const std::vector<float> & B, int64_t ldb, bool bt, std::vector<float> & C, int64_t ldc, bool accumulate) {
+        for (int64_t i = 0; i < M; ++i)
+            for (int64_t j = 0; j < N; ++j) {
+                float c = C[size_t(i * ldc + j)];
+                for (int64_t p0 = 0; p0 < K; p0 += rp::cpu::kGemmKC) {
+                    float s = 0.0f;
+                    for (int64_t p = p0; p < std::min(K, p0 + rp::cpu::kGemmKC); ++p) {
+                        const float a = at ? A[size_t(p * lda + i)] : A[size_t(i * lda + p)];
+                        const float b = bt ? B[size_t(j * ldb + p)] : B[size_t(p * ldb + j)];
+                        s = fused ? std::fma(a, b, s) : a * b + s;
+                    }
+                    c = (p0 > 0 || accumulate) ? c + s : s;
+                }
+                C[size_t(i * ldc + j)] = c;
+            }
+    };
+    struct Shape { int64_t M, N, K; };
+    for (const Shape sh : {Shape{37, 3, 300}, Shape{16, 8, 513}, Shape{9, 1, 1000}, Shape{200, 8, 700}, Shape{45, 9, 300}})
+        for (int at = 0; at < 2; ++at)
+            for (int bt = 0; bt < 2; ++bt)
+                for (int accumulate = 0; accumulate < 2; ++accumulate) {
+                    const int64_t M = sh.M, N = sh.N, K = sh.K;
+                    const int64_t lda = (at ? M : K) + 3, ldb = (bt ? K : N) + 2, ldc = N + 5;
+                    const std::vector<float> A = random_floats(size_t(lda * (at ? K : M)), rng);
+                    const std::vector<float> B = random_floats(size_t(ldb * (bt ? N : K)), rng);
+                    std::vector<float> C = random_floats(size_t(ldc * M), rng), want = C;
+                    rp::cpu::gemm_f32_serial(M, N, K, A.data(), lda, at, B.data(), ldb, bt, C.data(), ldc, accumulate);
+                    reference(M, N, K, A, lda, at, B, ldb, bt, want, ldc, accumulate);
+                    EXPECT_TRUE(bit_equal(C, want)) << "M=" << M << " N=" << N << " K=" << K << " at=" << at << " bt=" << bt
+                                                    << " acc=" << accumulate;
+                }
+    // LoRA's three narrow products through the public kernels (in = 96, r = 8, T = 300 tokens), 1 and 2 threads.
+    const int64_t in = 96, r = 8, T = 300;
+    const std::vector<float> Aw = random_floats(size_t(in * r), rng), X = random_floats(size_t(in * T), rng);
+    const std::vector<float> Bw = random_floats(size_t(r * in), rng), dY = random_floats(size_t(in * T), rng);
+    for (int threads : {1, 2}) {
+        ScopedThreads th(threads);
+        std::vector<float> u(size_t(r * T)), du(size_t(r * T)), dB(size_t(r * in), 0.0f);
+        rp::cpu::matmul_fwd(in, r, T, Aw.data(), TensorType::F32, size_t(in) * 4, X.data(), in, u.data(), r, false);
+        rp::cpu::matmul_bwd_x(r, in, T, Bw.data(), TensorType::F32, size_t(r) * 4, dY.data(), in, du.data(), r, false);
+        rp::cpu::matmul_bwd_w(r, in, T, u.data(), r, dY.data(), in, dB.data(), r, false);
+        std::vector<float> u_ref(u.size()), du_ref(du.size()), dB_ref(dB.size(), 0.0f);
+        reference(T, r, in, X, in, false, Aw, in, true, u_ref, r, false);       // u^T[t, j] = sum_k X^T[t, k] A[j, k]
+        reference(T, r, in, dY, in, false, Bw, r, false, du_ref, r, false);     // du^T[t, k] = sum_n dY^T[t, n] B[n, k]
+        reference(in, r, T, dY, in, true, u_ref, r, false, dB_ref, r, false);  // dB[n, k] = sum_t dY[t, n] u[t, k]
+        EXPECT_TRUE(bit_equal(u, u_ref)) << threads << " threads";
+        EXPECT_TRUE(bit_equal(du, du_ref)) << threads << " threads";
+        EXPECT_TRUE(bit_equal(dB, dB_ref)) << threads << " threads";
+    }
+}
+
 // The plain C++ micro-kernel (what a build without AVX2 runs) and the OpenBLAS path on a smaller sweep.
 TEST(Gemm, PortableAndBlasBackends) {
     for (GemmBackend b : {GemmBackend::Portable, GemmBackend::Blas}) {
