@@ -181,7 +181,21 @@ void print_setup(Progress & say, const rp::FinetuneJob & job, const rp::SessionO
 }
 
 // The summary of a finished run: devices' memory, throughput and loss, the op profile.
-void print_summary(Progress & say, const rp::FinetuneJob & job, rp::TrainingSession & run, const rp::RunOutcome & outcome) {
+// Model FLOPs per token (ggml_rp/ops/flops.h: the forward and the backward once, no recompute) of two --seq-len
+// sequences (a preference pair's answers), for the summary's GFLOP/s: what an MFU divides by the machine's peak.
+// Counted before the run, so that a failure to count stops it with nothing written. 0 for GRPO, whose rollouts'
+// generation it would not count.
+double model_flops_per_token(const rp::FinetuneJob & job, rp::TrainingSession & run) {
+    if (job.method == "grpo" || job.seq_len <= 0) return 0.0;
+    rp::MicroBatchInfo mb;
+    mb.seq_len = job.seq_len;
+    mb.n_seq = 2;
+    mb.packed = job.packed_data();  // (the shapes alone: no positions)
+    return run.trainer().model_flops(mb) / static_cast<double>(mb.tokens());
+}
+
+void print_summary(Progress & say, const rp::FinetuneJob & job, const rp::TrainingSession & run, const rp::RunOutcome & outcome,
+                   double flops_per_token) {
     const rp::SessionOptions & o = run.options();
     if (o.pipelined) {  // planned vs measured, per device; the jobs each ran and its speed as the dispatcher saw it
         const std::vector<int64_t> jobs = run.pipeline()->jobs_per_device();
@@ -215,18 +229,9 @@ void print_summary(Progress & say, const rp::FinetuneJob & job, rp::TrainingSess
     }
     say.print("; peak graph %.1f KiB, peak RSS %.1f MiB\nwrote %s\n", static_cast<double>(run.trainer().peak_graph_bytes()) / 1024.0,
               static_cast<double>(rp::process_peak_rss_bytes()) / 1048576.0, job.loop.out_path.c_str());
-    if (job.method != "grpo" && outcome.step_seconds > 0 && job.seq_len > 0) {
-        // Model FLOPs (ggml_rp/ops/flops.h: forward and backward once, no recompute) of two --seq-len sequences
-        // (a preference pair's answers), per token, times the tokens the steps ran: what an MFU divides by the
-        // machine's peak. (GRPO: its rollouts' generation is not counted, so no figure.)
-        rp::MicroBatchInfo mb;
-        mb.seq_len = job.seq_len;
-        mb.n_seq = 2;
-        mb.packed = job.packed_data();  // (the shapes alone: no positions)
-        const double per_token = run.trainer().model_flops(mb) / static_cast<double>(mb.tokens());
-        say.print("model FLOPs: %.3f GFLOP per token (forward + backward at seq %lld), %.1f GFLOP/s over the steps\n", per_token / 1e9,
-                  static_cast<long long>(job.seq_len), per_token * outcome.tokens / outcome.step_seconds / 1e9);
-    }
+    if (flops_per_token > 0 && outcome.step_seconds > 0)
+        say.print("model FLOPs: %.3f GFLOP per token (forward + backward at seq %lld), %.1f GFLOP/s over the steps\n", flops_per_token / 1e9,
+                  static_cast<long long>(job.seq_len), flops_per_token * outcome.tokens / outcome.step_seconds / 1e9);
     if (!job.profile_ops) return;  // the op profile
     rp::cpu::set_op_profiling(false);
     const std::vector<rp::cpu::OpTime> rows = rp::cpu::op_profile();
@@ -374,6 +379,7 @@ int finetune(int argc, char ** argv, rp::Communicator * world) {
     loop.rss_bytes = rp::process_rss_bytes;
     loop.before_step = rp::rank_fault_hook(job.rank_fault, rank, run);
     if (job.profile_ops) rp::cpu::reset_op_profile(), rp::cpu::set_op_profiling(true);
+    const double flops_per_token = model_flops_per_token(job, run);
     catch_interrupts();
     const rp::RunOutcome outcome = rp::run_training(run, loop, say);
     if (outcome.end == rp::RunEnd::Interrupted) {
@@ -401,7 +407,7 @@ int finetune(int argc, char ** argv, rp::Communicator * world) {
         say.print("trace %s: %zu operations on %d devices, bubble ratio %.1f%%, exposed communication %.1f%%\n", path.c_str(),
                   trace.events.size(), ts.devices, 100.0 * ts.bubble_ratio, 100.0 * ts.exposed_comm_fraction);
     }
-    print_summary(say, job, run, outcome);
+    print_summary(say, job, run, outcome, flops_per_token);
     return 0;
 }
 

@@ -41,7 +41,7 @@ void lm_head_ce(Tensor * n) {
     const bool per_token = lm_head_per_token(n);
     LmHeadCEAux aux;
     aux.lse_out = node::aux(n, 0);
-    aux.rest_out = node::aux(n, static_cast<size_t>(h->ne[1]) * sizeof(float));
+    aux.rest_out = node::aux(n, lm_head_rest_offset(n));
     aux.token_loss = per_token ? n->data_as<float>() : nullptr;
     aux.unit_dh_out = lm_head_forms_grad(n) ? node::aux(n, lm_head_unit_dh_offset(n)) : nullptr;
     const double loss = rp::cpu::lm_head_ce(shape_of(n, h, W), h->data_as<float>(), W->data, W->type, W->nb[1],
@@ -61,7 +61,7 @@ void lm_head_ce_back(Tensor * n) {
     const float scale = per_token ? n->param_f32(0) : n->param_f32(0) * *dloss->data_as<float>();
     LmHeadCEAux aux;
     aux.lse_in = node::aux(ce, 0);
-    aux.rest_in = node::aux(ce, static_cast<size_t>(h->ne[1]) * sizeof(float));
+    aux.rest_in = node::aux(ce, lm_head_rest_offset(ce));
     aux.token_scale = per_token ? dloss->data_as<float>() : nullptr;
     aux.unit_dh_in = lm_head_forms_grad(ce) ? node::aux(ce, lm_head_unit_dh_offset(ce)) : nullptr;
     rp::cpu::lm_head_ce(shape_of(n, h, W), h->data_as<float>(), W->data, W->type, W->nb[1], labels.data(), scale,

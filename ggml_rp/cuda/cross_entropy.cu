@@ -310,7 +310,7 @@ void run_lm_head_ce(Tensor * n, const NodeRun & r) {
     const bool per_token = lm_head_per_token(n);
     LmHeadCEAux aux;
     aux.lse_out = node::aux(n, 0);
-    aux.rest_out = node::aux(n, static_cast<size_t>(n->src[0]->ne[1]) * sizeof(float));
+    aux.rest_out = node::aux(n, lm_head_rest_offset(n));
     aux.token_loss = per_token ? out<float>(n) : nullptr;
     aux.unit_dh_out = lm_head_forms_grad(n) ? node::aux(n, lm_head_unit_dh_offset(n)) : nullptr;
     lm_head_ce(shape_of(n), in<float>(n->src[0]), W->data, W->type, W->nb[1], in<int32_t>(n->src[2]), n->param_f32(0),
@@ -329,7 +329,7 @@ void run_lm_head_ce_back(Tensor * n, const NodeRun & r) {
     const Tensor * ce = n->src[5];  // the forward node: its logsumexps (and unit gradients) in its aux bytes
     LmHeadCEAux aux;
     aux.lse_in = node::aux(ce, 0);
-    aux.rest_in = node::aux(ce, static_cast<size_t>(n->src[0]->ne[1]) * sizeof(float));
+    aux.rest_in = node::aux(ce, lm_head_rest_offset(ce));
     aux.token_scale = per_token ? in<float>(n->src[3]) : nullptr;
     aux.unit_dh_in = lm_head_forms_grad(ce) ? node::aux(ce, lm_head_unit_dh_offset(ce)) : nullptr;
     lm_head_ce(shape_of(n), in<float>(n->src[0]), W->data, W->type, W->nb[1], in<int32_t>(n->src[2]), scale, r.loss,

@@ -38,6 +38,8 @@ inline bool lm_head_per_token(const Tensor * node) { return node->param_i32(3) !
 inline bool lm_head_forms_grad(const Tensor * ce) { return ce->param_i32(4) != 0; }
 // Floats of an LM_HEAD_CE node's aux before the unit gradients, T tokens: the logsumexps, then 1 - p_label.
 inline size_t lm_head_aux_floats(int64_t T) { return 2 * static_cast<size_t>(T); }
+// Byte offset, for node::aux, of an LM_HEAD_CE node's 1 - p_label (after its T logsumexps at offset 0).
+inline size_t lm_head_rest_offset(const Tensor * ce) { return static_cast<size_t>(ce->src[0]->ne[1]) * sizeof(float); }
 // Byte offset, for node::aux, of the unit gradients of an LM_HEAD_CE node that forms them.
 size_t lm_head_unit_dh_offset(const Tensor * ce);
 

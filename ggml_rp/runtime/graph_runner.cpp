@@ -74,10 +74,19 @@ size_t FootprintRunner::run(Graph & g, int, const std::function<void()> & result
     return 0;
 }
 
+namespace {
+
+// Where a runner that only measures puts an upload: a leaf's data that nothing reads.
+void * unread_upload() {
+    alignas(64) static char dummy[64];
+    return dummy;
+}
+
+} // namespace
+
 void * FootprintRunner::upload(const void *, size_t bytes) {
     pending_uploads_ += rules_.upload_bytes(bytes);
-    alignas(64) static char dummy[64];
-    return dummy;  // a leaf's data: planning never reads it
+    return unread_upload();
 }
 
 size_t FlopRunner::run(Graph & g, int, const std::function<void()> & results) {
@@ -89,10 +98,7 @@ size_t FlopRunner::run(Graph & g, int, const std::function<void()> & results) {
     return 0;
 }
 
-void * FlopRunner::upload(const void *, size_t) {
-    alignas(64) static char dummy[64];
-    return dummy;  // a leaf's data: nothing reads it
-}
+void * FlopRunner::upload(const void *, size_t) { return unread_upload(); }
 
 void CpuGraphRunner::copy_f32(void * dst, const Tensor * node) {
     // tensor_get_f32 reads any layout; for the f32 contiguous nodes the programs copy it is a plain copy.

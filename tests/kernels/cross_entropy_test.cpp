@@ -177,13 +177,23 @@ TEST(LmHeadCE, GradientsMatchFiniteDifferences) {
     }
 }
 
-// Larger vocabulary, quantized and half weights: gradients against the closed form; dW accumulates.
-TEST(LmHeadCE, GradientsMatchClosedFormLarge) {
+// The larger cases: V = 1000, 33 tokens, f32 / bf16 / q4_0 / q6_k heads (C = 256 for q6_k's blocks of 256), each
+// with its closed-form gradients: f(type, C, case, dh, dW).
+template <class F>
+void for_each_large_case(uint64_t seed, F && f) {
     for (TensorType type : {TensorType::F32, TensorType::BF16, TensorType::Q4_0, TensorType::Q6_K}) {
         const int64_t C = type == TensorType::Q6_K ? 256 : 96;
-        const Case c = make_case(type, C, 1000, 33, 100 + uint64_t(type), 1.5f);
+        const Case c = make_case(type, C, 1000, 33, seed + uint64_t(type), 1.5f);
         std::vector<double> rdh, rdW;
         reference_grads(c.p, rdh, rdW);
+        f(type, C, c, rdh, rdW);
+    }
+}
+
+// Larger vocabulary, quantized and half weights: gradients against the closed form; dW accumulates.
+TEST(LmHeadCE, GradientsMatchClosedFormLarge) {
+    for_each_large_case(100, [](TensorType type, int64_t C, const Case & c, const std::vector<double> & rdh,
+                                const std::vector<double> & rdW) {
         for (int64_t chunk : {int64_t(7), int64_t(256), c.p.V}) {
             const Result r = run(c, chunk, true, 0.5f);
             double eh = 0.0, mh = 0.0, ew = 0.0, mw = 0.0;
@@ -204,7 +214,7 @@ TEST(LmHeadCE, GradientsMatchClosedFormLarge) {
             EXPECT_LT(eh / mh, 1e-4);
             EXPECT_LT(ew / mw, 1e-4);
         }
-    }
+    });
 }
 
 // The gradient formed in the forward (aux.unit_dh_out), then scaled by the backward (aux.unit_dh_in), as
@@ -241,11 +251,8 @@ double max_rel_error(const std::vector<float> & got, const std::vector<double> &
 // closed form as tightly as the two passes; masked tokens exactly 0; a dW asked of the backward too is the
 // two-pass dW, bit for bit (its pass is unchanged).
 TEST(LmHeadCE, GradientFormedInTheForward) {
-    for (TensorType type : {TensorType::F32, TensorType::BF16, TensorType::Q4_0, TensorType::Q6_K}) {
-        const int64_t C = type == TensorType::Q6_K ? 256 : 96;
-        const Case c = make_case(type, C, 1000, 33, 300 + uint64_t(type), 1.5f);
-        std::vector<double> rdh, rdW;
-        reference_grads(c.p, rdh, rdW);
+    for_each_large_case(300, [](TensorType type, int64_t C, const Case & c, const std::vector<double> & rdh,
+                                const std::vector<double> & rdW) {
         for (int64_t chunk : {int64_t(1), int64_t(7), int64_t(256), c.p.V}) {
             SCOPED_TRACE(std::string(gguf::type_name(uint32_t(type))) + " chunk " + std::to_string(chunk));
             const UnitResult u = run_unit(c, chunk, true);
@@ -267,7 +274,7 @@ TEST(LmHeadCE, GradientFormedInTheForward) {
             for (int64_t v = 0; v < c.p.V; ++v)
                 for (int64_t k = 0; k < C; ++k) ASSERT_EQ(u.dW[size_t(v * C + k)], two.dW[size_t(v * (C + 3) + k)]);
         }
-    }
+    });
 }
 
 // Gemma 2's soft-cap through the gradient formed in the forward: dh against the two-pass dh (which the op
