@@ -32,6 +32,7 @@ public:
     const std::vector<ParamInfo> & param_infos() const override { return real_.param_infos(); }
     std::string layer_name(int l) const override { return real_.layer_name(l); }
     size_t hidden_bytes(const rp::MicroBatchInfo & mb) const override { return real_.hidden_bytes(mb); }
+    size_t boundary_bytes(const rp::MicroBatchInfo & mb) const override { return real_.boundary_bytes(mb); }
     void forward(int l, const rp::LayerMemory &, const void *, void *, const rp::MicroBatchInfo &, rp::ProgramContext &) override {
         sleep(fwd_[static_cast<size_t>(l)]);
     }

@@ -235,6 +235,16 @@ void declare_compute(Options & p, FinetuneJob & j) {
                 const DType t = o.finetune.attention_type;
                 return quoted(t == DType::BF16 ? "bf16" : t == DType::F16 ? "f16" : "f32");
             });
+    p.value("--boundary-dtype", "T",
+            "f32 | bf16: the hidden state between layers as the host keeps it (RoundPipe's checkpoints\n"
+            "in pinned RAM) and the link moves it; bf16 halves both, every layer's output then rounded\n"
+            "to bf16 on every path (results differ from f32's, not between runs; default f32)",
+            O::String,
+            [&o](const std::string & f, const std::string & v) {
+                if (v != "f32" && v != "bf16") throw rp::Error(f + ": '" + v + "' is not one of f32, bf16");
+                o.finetune.boundary_type = v == "bf16" ? DType::BF16 : DType::F32;
+            },
+            [&o] { return quoted(o.finetune.boundary_type == DType::BF16 ? "bf16" : "f32"); });
     p.value("--f32-gemm", "M",
             "tf32 | f32: how CUDA devices run f32 GEMMs (LoRA products, weight gradients,\n"
             "dequantized K-quant weights; default tf32: tensor cores, ~1e-3 relative error)",
@@ -426,7 +436,7 @@ void declare_finetune_options(Options & p, FinetuneJob & j) {
 const FlagNames & finetune_flag_names() {
     static const FlagNames names = {
         {"lora_rank", "--lora-rank"}, {"lora_alpha", "--lora-alpha"}, {"lora_targets", "--lora-targets"}, {"lora_dropout", "--lora-dropout"},
-        {"start_adapter", "--adapter"}, {"host_memory", "--host-mem"},
+        {"start_adapter", "--adapter"}, {"host_memory", "--host-mem"}, {"boundary_type", "--boundary-dtype"},
         {"moe_aux_loss", "--moe-aux-loss"}, {"seq_len", "--seq-len"}, {"micro_batches", "--micro-batches"}, {"batch_size", "--batch"},
         {"val_split", "--val-split"}, {"lr_max", "--lr"}, {"lr_min", "--lr-min"}, {"warmup_steps", "--warmup"},
         {"weight_decay", "--weight-decay"}, {"pipeline schedule", "--schedule"}, {"allow_binary", "--allow-binary"},

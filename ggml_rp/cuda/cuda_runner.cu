@@ -84,11 +84,11 @@ public:
         return bytes;
     }
 
-    void copy_f32(void * dst, const Tensor * node) override {
-        if (node->type != DType::F32 || !node->is_contiguous())
-            throw Error("cuda graph runner: copy_f32 of " + describe(node) + ": the node is not f32 and contiguous");
+    void copy_out(void * dst, const Tensor * node) override {
+        if (!dtype_is_float(node->type) || !node->is_contiguous())
+            throw Error("cuda graph runner: copy_out of " + describe(node) + ": the node is not contiguous f32, f16 or bf16");
         select();
-        cuda::check(cudaMemcpyAsync(dst, node->data, static_cast<size_t>(node->nelements()) * sizeof(float),
+        cuda::check(cudaMemcpyAsync(dst, node->data, node->nbytes(),
                                     cudaMemcpyDeviceToDevice, native()),
                     (dev_.name() + ": graph runner: cudaMemcpyAsync of " + node->name).c_str());
     }

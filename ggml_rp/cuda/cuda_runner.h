@@ -10,7 +10,7 @@
 //     freed once a CUDA event recorded after the next graph has completed (checked on later calls, and all
 //     at destruction). When the arena cannot serve a graph or an upload, the runner waits for the compute
 //     stream, frees every finished upload and tries once more;
-//   - copy_f32 / zero: cudaMemcpyAsync device-to-device / cudaMemsetAsync on the compute stream.
+//   - copy_out / zero: cudaMemcpyAsync device-to-device / cudaMemsetAsync on the compute stream.
 // The bad-index flags of CudaBackend (ids or labels out of range) are not read: the host checks ids and
 // labels against the vocabulary before training (the dataset), and reading them would cost a synchronization.
 // No CUDA header here: plain C++ (tools, tests) includes it.

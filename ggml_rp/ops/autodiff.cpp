@@ -7,11 +7,9 @@
 
 namespace rp {
 
-Tensor * set_param(Context & ctx, Tensor * t) {
-    if (!t->is_leaf()) throw Error("set_param: " + describe(t) + " is not a leaf (only weights and inputs can be params)");
-    if (t->type != DType::F32)
-        throw Error("set_param: " + describe(t) + " is not f32; only f32 tensors can be trained (quantized and "
-                    "half-precision weights stay frozen; train LoRA factors or an f32 copy)");
+namespace {
+
+Tensor * mark_param(Context & ctx, Tensor * t) {
     t->flags |= kFlagParam;
     if (!t->grad) {
         t->grad = ctx.new_tensor_like(DType::F32, t);
@@ -20,6 +18,22 @@ Tensor * set_param(Context & ctx, Tensor * t) {
     if (t->grad->type != DType::F32 || !same_shape(t->grad, t) || !t->grad->is_contiguous())
         throw Error("set_param: gradient " + describe(t->grad) + " of " + describe(t) + " must be contiguous f32 of the same shape");
     return t;
+}
+
+} // namespace
+
+Tensor * set_param(Context & ctx, Tensor * t) {
+    if (!t->is_leaf()) throw Error("set_param: " + describe(t) + " is not a leaf (only weights and inputs can be params)");
+    if (t->type != DType::F32)
+        throw Error("set_param: " + describe(t) + " is not f32; only f32 tensors can be trained (quantized and "
+                    "half-precision weights stay frozen; train LoRA factors or an f32 copy)");
+    return mark_param(ctx, t);
+}
+
+Tensor * set_input_param(Context & ctx, Tensor * t) {
+    if (!t->is_leaf()) throw Error("set_input_param: " + describe(t) + " is not a leaf");
+    if (!dtype_is_float(t->type)) throw Error("set_input_param: " + describe(t) + " is not f32, f16 or bf16");
+    return mark_param(ctx, t);
 }
 
 Tensor * Backward::grad(const Tensor * node) const {
@@ -67,7 +81,7 @@ void build_backward(Context & ctx, Graph & g, Tensor * output, Tensor * output_g
     Backward b(ctx);
     for (Tensor * p : params) {
         if (!p) throw Error("build_backward: null param");
-        set_param(ctx, p);
+        if (!(p->flags & kFlagParam)) set_param(ctx, p);  // (set_input_param's half-precision activations are marked)
         b.params_.insert(p);
         b.needs_.insert(p);
     }

@@ -26,6 +26,10 @@ namespace rp {
 // "grad.<name>", no data). Throws for a non-leaf or a non-f32 tensor (quantized weights are frozen).
 Tensor * set_param(Context & ctx, Tensor * t);
 
+// The same for an input activation whose gradient is wanted but which is not trained: it may be stored as f16 or
+// bf16 (a layer's input kept in half precision); its gradient is f32 like every other.
+Tensor * set_input_param(Context & ctx, Tensor * t);
+
 // Differentiates the scalar f32 `loss` (1 element, flagged kFlagLoss | kFlagOutput here).
 void build_backward(Context & ctx, Graph & g, Tensor * loss, const std::vector<Tensor *> & params);
 

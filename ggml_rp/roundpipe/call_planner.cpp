@@ -53,6 +53,8 @@ CallShape CallPlanner::shape_of(const std::vector<MicroBatchInfo> & mbs, Recompu
     s.grain = grain;
     for (const MicroBatchInfo & mb : mbs) {
         s.hidden = std::max(s.hidden, prog_.hidden_bytes(mb));
+        const bool chunked = mb.token_chunk > 0 && mb.token_chunk < mb.tokens();
+        s.state = std::max(s.state, chunked ? prog_.hidden_bytes(mb) : prog_.boundary_bytes(mb));
         s.tokens = std::max(s.tokens, prog_.token_bytes(mb));
         s.head_results = std::max(s.head_results, prog_.head_results(mb));
     }

@@ -52,8 +52,7 @@ Call::Call(int64_t id_, const TrainingProgram & prog, PinnedPool & host, const s
         act_ready[li].resize(static_cast<size_t>(M));
         dact_ready[li].resize(static_cast<size_t>(M));
         for (int i = 0; i < M; ++i) {
-            const size_t hb = prog.hidden_bytes(info[static_cast<size_t>(i)]);
-            if (need_act[li]) act[li].push_back(host.take(hb));
+            if (need_act[li]) act[li].push_back(host.take(prog.boundary_bytes(info[static_cast<size_t>(i)])));
         }
     }
     dact_bufs.resize(static_cast<size_t>(M));

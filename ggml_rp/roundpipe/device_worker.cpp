@@ -317,7 +317,8 @@ void DeviceWorker::run_task(Running & r, const Task & t, ActSet & s) {
     const int a = sd.layers.begin, b = sd.layers.end, L = prog.num_layers();
     const size_t mi = static_cast<size_t>(t.mb);
     const MicroBatchInfo info = c.info[mi];
-    const size_t H = prog.hidden_bytes(info), I = prog.token_bytes(info);
+    // (hidden states: S bytes at the start of their H-byte buffers; their gradients: H)
+    const size_t H = prog.hidden_bytes(info), S = prog.boundary_bytes(info), I = prog.token_bytes(info);
     const std::string tag = sd.name + " mb" + std::to_string(t.mb);
     const OpLabel up("A " + tag, sd.cat), down("D " + tag, sd.cat), run(tag, sd.cat);
     Stream & cs = dev_.stream(StreamKind::Compute);
@@ -333,7 +334,7 @@ void DeviceWorker::run_task(Running & r, const Task & t, ActSet & s) {
     //    each layer's checkpoint just before its backward (step 3).
     auto input = [&](int l, void * dst) {
         if (l == 0) transfer_.upload_activation(dst, c.ids[mi].data(), I, nullptr, up);
-        else transfer_.upload_activation(dst, c.act[static_cast<size_t>(l)][mi].data(), H, c.act_ready[static_cast<size_t>(l)][mi].get(), up);
+        else transfer_.upload_activation(dst, c.act[static_cast<size_t>(l)][mi].data(), S, c.act_ready[static_cast<size_t>(l)][mi].get(), up);
     };
     if (sd.pass == Pass::Bwd)
         transfer_.upload_activation(s.dout, c.dact(b, t.mb), H, c.dact_ready[static_cast<size_t>(b)][mi].get(), up);
@@ -378,7 +379,7 @@ void DeviceWorker::run_task(Running & r, const Task & t, ActSet & s) {
             forward(l, l == a ? s.in[0] : s.work[static_cast<size_t>(l - a - 1) % s.work.size()], out);
             downloaded[k].reset();
             if (c.need_act[static_cast<size_t>(l + 1)]) {  // the next stage's input or a backward checkpoint
-                downloaded[k] = transfer_.download(c.act[static_cast<size_t>(l + 1)][mi].data(), out, H, down);
+                downloaded[k] = transfer_.download(c.act[static_cast<size_t>(l + 1)][mi].data(), out, S, down);
                 c.act_ready[static_cast<size_t>(l + 1)][mi] = downloaded[k];
             }
         }

@@ -10,7 +10,7 @@ namespace {
 class CudaFootprintRules final : public GraphRunner {
 public:
     size_t run(Graph &, int, const std::function<void()> &) override { throw Error("footprint rules cannot run a graph"); }
-    void copy_f32(void *, const Tensor *) override { throw Error("footprint rules cannot copy"); }
+    void copy_out(void *, const Tensor *) override { throw Error("footprint rules cannot copy"); }
     void zero(void *, size_t) override { throw Error("footprint rules cannot write memory"); }
     void * upload(const void *, size_t) override { throw Error("footprint rules cannot upload"); }
     size_t graph_bytes(const Graph & g) const override { return cuda::cuda_graph_bytes(g).total(); }

@@ -26,16 +26,16 @@ int grad_buffers(int a, int b) { return std::min(2, b - std::max(a, 1)); }
 
 ActSetLayout layout_set(const StageDesc & sd, const CallShape & sh, int L, Bump & m) {
     const int a = sd.layers.begin, b = sd.layers.end, k = sd.layers.size();
-    const size_t H = sh.hidden, I = sh.tokens;
+    const size_t H = sh.hidden, S = sh.state_bytes(), I = sh.tokens;  // (gradients H, states S)
     ActSetLayout s;
     switch (sd.pass) {
     case Pass::Fwd:
-        s.in.push_back(m.take(a == 0 ? I : H));
-        for (int i = 0; i < std::min(k, 2); ++i) s.work.push_back(m.take(H));  // outputs, ping-pong
+        s.in.push_back(m.take(a == 0 ? I : S));
+        for (int i = 0; i < std::min(k, 2); ++i) s.work.push_back(m.take(S));  // outputs, ping-pong
         break;
     case Pass::Fused:
-        s.in.push_back(m.take(a == 0 ? I : H));
-        for (int i = 1; i < k; ++i) s.work.push_back(m.take(H));  // inputs of layers a+1 .. L-1, kept for the backward
+        s.in.push_back(m.take(a == 0 ? I : S));
+        for (int i = 1; i < k; ++i) s.work.push_back(m.take(S));  // inputs of layers a+1 .. L-1, kept for the backward
         s.labels = m.take(I);
         // The head writes d[0]; the walk from L-2 down to a alternates d[1], d[0], ... for the layers with an
         // input gradient (all but layer 0).
@@ -48,12 +48,12 @@ ActSetLayout layout_set(const StageDesc & sd, const CallShape & sh, int L, Bump 
             // One checkpoint per layer, uploaded just before its backward into two alternating buffers.
             for (int j = 0; j < std::min(k, 2); ++j) {
                 size_t bytes = 0;
-                for (int l = b - 1 - j; l >= a; l -= 2) bytes = std::max(bytes, l == 0 ? I : H);
+                for (int l = b - 1 - j; l >= a; l -= 2) bytes = std::max(bytes, l == 0 ? I : S);
                 s.in.push_back(m.take(bytes));
             }
         } else {
-            s.in.push_back(m.take(a == 0 ? I : H));
-            for (int i = 1; i < k; ++i) s.work.push_back(m.take(H));  // the recomputed inputs of layers a+1 .. b-1
+            s.in.push_back(m.take(a == 0 ? I : S));
+            for (int i = 1; i < k; ++i) s.work.push_back(m.take(S));  // the recomputed inputs of layers a+1 .. b-1
         }
         s.dout = m.take(H);
         for (int i = 0; i < grad_buffers(a, b); ++i) s.d[i] = m.take(H);
@@ -218,7 +218,7 @@ HostCallBytes host_call_bytes(const TrainingProgram & prog, const Plan & plan, c
     for (const MicroBatchInfo & mb : mbs) {
         h.tokens += 2 * prog.token_bytes(mb);
         for (size_t l = 0; l < bb.act.size(); ++l)
-            if (bb.act[l]) h.checkpoints += prog.hidden_bytes(mb);
+            if (bb.act[l]) h.checkpoints += prog.boundary_bytes(mb);
         h.gradients += static_cast<size_t>(bb.dact_buffers) * prog.hidden_bytes(mb);
     }
     for (const MicroBatchInfo & mb : mbs)  // the heads' results, and the sequence values they read
@@ -245,13 +245,14 @@ LinkBytes link_bytes(const TrainingProgram & prog, const Plan & plan, ScheduleKi
         for (const Task & t : spec.tasks) {
             const StageDesc & sd = stages[static_cast<size_t>(t.stage)];
             const MicroBatchInfo & mb = mbs[static_cast<size_t>(t.mb)];
-            const size_t H = prog.hidden_bytes(mb), I = prog.token_bytes(mb);
+            // (hidden states: S bytes; their gradients: H)
+            const size_t H = prog.hidden_bytes(mb), S = prog.boundary_bytes(mb), I = prog.token_bytes(mb);
             const int a = sd.layers.begin, b = sd.layers.end;
-            auto input = [&](int l) { return l == 0 ? I : H; };
+            auto input = [&](int l) { return l == 0 ? I : S; };
             switch (sd.pass) {
             case Pass::Fwd:
                 x.activations_up += input(a);
-                for (int l = a; l < b; ++l) x.activations_down += bb.act[static_cast<size_t>(l + 1)] ? H : 0;
+                for (int l = a; l < b; ++l) x.activations_down += bb.act[static_cast<size_t>(l + 1)] ? S : 0;
                 break;
             case Pass::Fused:
                 x.activations_up += input(a) + I;

@@ -75,6 +75,11 @@ struct CallShape {
     // every job. Only when the program has frozen tensors.
     bool resident = false;
     size_t head_results = 1;  // floats the head writes for the largest micro-batch (TrainingProgram::head_results)
+    // Bytes of a buffer that holds a layer's input or output (a stage input, a forward output, a recomputed
+    // input): the boundary bytes (TrainingProgram::boundary_bytes) when no program chunks its tokens, else hidden
+    // (a token-chunked forward writes its attention half into its output in f32). 0: hidden. Gradients: hidden.
+    size_t state = 0;
+    size_t state_bytes() const { return state ? state : hidden; }
 };
 
 JobLayout layout_job(const TrainingProgram & prog, const std::vector<StageDesc> & stages, const CallShape & shape,

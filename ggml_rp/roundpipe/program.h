@@ -90,8 +90,13 @@ public:
     virtual const std::vector<ParamInfo> & param_infos() const = 0;
     virtual std::string layer_name(int layer) const = 0;
 
-    // Bytes of the hidden state at a layer boundary, and of the token ids / labels, for one micro-batch.
+    // Bytes of the hidden state at a layer boundary (f32: the device buffers that hold it, and its gradient),
+    // and of the token ids / labels, for one micro-batch.
     virtual size_t hidden_bytes(const MicroBatchInfo & mb) const = 0;
+    // Bytes of the hidden state as the programs write and read it at a boundary: what the host keeps (forward
+    // outputs, backward checkpoints) and the link moves. hidden_bytes, or fewer when the programs store the state
+    // narrower (bf16: FinetuneConfig::boundary_type), at the start of a hidden_bytes buffer; gradients stay f32.
+    virtual size_t boundary_bytes(const MicroBatchInfo & mb) const { return hidden_bytes(mb); }
     size_t token_bytes(const MicroBatchInfo & mb) const { return static_cast<size_t>(mb.tokens()) * sizeof(int32_t); }
 
     // Forward of layer l < L-1 (no gradient state): in = ids for l == 0, else the hidden state; out = hidden.

@@ -100,10 +100,10 @@ size_t FlopRunner::run(Graph & g, int, const std::function<void()> & results) {
 
 void * FlopRunner::upload(const void *, size_t) { return unread_upload(); }
 
-void CpuGraphRunner::copy_f32(void * dst, const Tensor * node) {
-    // tensor_get_f32 reads any layout; for the f32 contiguous nodes the programs copy it is a plain copy.
-    const std::vector<float> v = tensor_get_f32(node);
-    std::memcpy(dst, v.data(), v.size() * sizeof(float));
+void CpuGraphRunner::copy_out(void * dst, const Tensor * node) {
+    if (!dtype_is_float(node->type) || !node->is_contiguous())
+        throw Error("graph runner: copy_out of " + describe(node) + ": the node is not contiguous f32, f16 or bf16");
+    std::memcpy(dst, node->data, node->nbytes());
 }
 
 void CpuGraphRunner::zero(void * dst, size_t bytes) { std::memset(dst, 0, bytes); }

@@ -6,7 +6,8 @@
 //                       `results`) need it. CPU: planned into the device's arena (or a host buffer without a
 //                       device), computed at once with n threads, freed. CUDA: enqueued on the compute stream
 //                       (cuda_runner.h), memory reused only in stream order;
-//   copy_f32            a contiguous f32 node's data into a device buffer (inside run's `results` only);
+//   copy_out            a contiguous node's bytes (f32, f16 or bf16, as they are) into a device buffer (inside
+//                       run's `results` only);
 //   zero                zeroes device memory, ordered before the graphs run after it;
 //   upload              small host data (positions) into device memory that stays valid until the graph of
 //                       the next run() has used it;
@@ -53,8 +54,8 @@ public:
         (void) plan;
         return run(g, n_threads, results);
     }
-    // dst (device memory, node->nelements() floats) = node's data; node is f32 and contiguous.
-    virtual void copy_f32(void * dst, const Tensor * node) = 0;
+    // dst (device memory, node->nbytes() bytes) = node's data; node is contiguous f32, f16 or bf16.
+    virtual void copy_out(void * dst, const Tensor * node) = 0;
     virtual void zero(void * dst, size_t bytes) = 0;
     virtual void * upload(const void * host, size_t bytes) = 0;
 
@@ -82,7 +83,7 @@ public:
     explicit CpuGraphRunner(Device * device = nullptr, CpuBackend * host = nullptr) : device_(device), host_(host) {}
     size_t run(Graph & g, int n_threads, const std::function<void()> & results = {}) override;
     size_t run_planned(Graph & g, AllocPlan & plan, int n_threads, const std::function<void()> & results = {}) override;
-    void copy_f32(void * dst, const Tensor * node) override;
+    void copy_out(void * dst, const Tensor * node) override;
     void zero(void * dst, size_t bytes) override;
     void * upload(const void * host, size_t bytes) override;
     size_t graph_bytes(const Graph & g) const override;   // plan_graph's peak, 64-byte alignment
@@ -107,7 +108,7 @@ class FootprintRunner final : public GraphRunner {
 public:
     explicit FootprintRunner(const GraphRunner & rules) : rules_(rules) {}
     size_t run(Graph & g, int n_threads, const std::function<void()> & results = {}) override;
-    void copy_f32(void *, const Tensor *) override {}
+    void copy_out(void *, const Tensor *) override {}
     void zero(void *, size_t) override {}
     void * upload(const void * host, size_t bytes) override;
     size_t graph_bytes(const Graph & g) const override { return rules_.graph_bytes(g); }
@@ -130,7 +131,7 @@ public:
     enum class Count { Forward, Backward, All };
     Count count = Count::All;
     size_t run(Graph & g, int n_threads, const std::function<void()> & results = {}) override;
-    void copy_f32(void *, const Tensor *) override {}
+    void copy_out(void *, const Tensor *) override {}
     void zero(void *, size_t) override {}
     void * upload(const void * host, size_t bytes) override;
     size_t graph_bytes(const Graph &) const override { return 0; }

@@ -45,17 +45,19 @@ std::unique_ptr<Trainer::KeptLayer> Trainer::keep_layer(int layer, const void * 
         Program & p = k->p;
         Program::Step & s = p.new_step();  // (its positions and zeros are handled here, not by run_program)
         // x's gradient (din) is zeroed right before the backward half runs (the buffer serves other layers before)
-        Tensor * x = p.hidden_param(s, Arg::In, 0, Arg::Din, 0, E, T, B, /*zero=*/false);
+        Tensor * x = p.boundary_param(s, Arg::In, 0, Arg::Din, E, T, B, /*zero=*/false);
         k->din_bytes = hidden_bytes(mb);
         k->pos = p.positions(s, mb);
-        // (y is not flagged as an output: it is the last forward node and is copied out before any backward
-        // node runs.)
-        k->y = build_layer(p.ctx, hp, p.b.layer, layer - 1, x, k->pos, &p.b.lora, nullptr, cfg_.attention_type);
+        // (k->y, the layer's output as the boundary holds it, is not flagged as an output: it is the last forward
+        // node and is copied out before any backward node runs. The backward starts from y: the rounding to the
+        // boundary type passes gradients through.)
+        Tensor * y = build_layer(p.ctx, hp, p.b.layer, layer - 1, p.as_f32(x), k->pos, &p.b.lora, nullptr, cfg_.attention_type);
+        k->y = p.boundary_out(y);
         build_forward(k->whole, k->y);
         const size_t n_forward = k->whole.nodes.size();
         std::vector<Tensor *> ps = p.b.params;
         ps.push_back(x);
-        build_backward(p.ctx, k->whole, k->y, p.leaf(DType::F32, Arg::Dout, 0, E, T, B), ps);
+        build_backward(p.ctx, k->whole, y, p.leaf(DType::F32, Arg::Dout, 0, E, T, B), ps);
         k->forward.leafs = k->backward.leafs = k->whole.leafs;
         k->forward.nodes.assign(k->whole.nodes.begin(), k->whole.nodes.begin() + static_cast<std::ptrdiff_t>(n_forward));
         k->backward.nodes.assign(k->whole.nodes.begin() + static_cast<std::ptrdiff_t>(n_forward), k->whole.nodes.end());
@@ -167,7 +169,7 @@ double Trainer::accumulate(const int32_t * ids, const int32_t * labels, const Mi
             if (policy.admit(k->kept_bytes)) {
                 bind_kept(l, *k);
                 host_graphs_.compute(k->forward, pc.n_threads);
-                CpuGraphRunner(nullptr, &host_graphs_).copy_f32(act[static_cast<size_t>(l + 1)].data(), k->y);
+                CpuGraphRunner(nullptr, &host_graphs_).copy_out(act[static_cast<size_t>(l + 1)].data(), k->y);
                 kept[static_cast<size_t>(l)] = std::move(k);
                 kept_live_.store(policy.used());
                 note_graph_bytes(kept[static_cast<size_t>(l)]->scratch_plan.size);

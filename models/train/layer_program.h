@@ -77,11 +77,12 @@ struct Trainer::Program {
     int layer;
     Bound b;
     bool grads;
+    DType boundary;  // the hidden state's type in In / Out (FinetuneConfig::boundary_type)
     std::vector<ArgLeaf> args;
     std::deque<Step> steps;  // (references to a step stay valid while later ones are added)
 
     Program(const Trainer & tr, int layer_index, const LayerMemory & mem, bool with_grads, const MicroBatchInfo & mb)
-        : layer(layer_index), b(tr.bind(ctx, layer_index, mem, with_grads, mb)), grads(with_grads) {}
+        : layer(layer_index), b(tr.bind(ctx, layer_index, mem, with_grads, mb)), grads(with_grads), boundary(tr.cfg_.boundary_type) {}
 
     Step & new_step() { return steps.emplace_back(); }
     // A leaf over buffer a from byte offset.
@@ -92,14 +93,32 @@ struct Trainer::Program {
         return t;
     }
     // A hidden-state leaf that is a parameter of the graph: its gradient goes to buffer g from byte goffset,
-    // zeroed before step s runs when `zero` (else it holds what the gradient adds to).
-    Tensor * hidden_param(Step & s, Arg a, size_t offset, Arg g, size_t goffset, int64_t ne0, int64_t ne1, int64_t ne2, bool zero = true) {
-        Tensor * x = leaf(DType::F32, a, offset, ne0, ne1, ne2);
-        set_param(ctx, x);
+    // zeroed before step s runs when `zero` (else it holds what the gradient adds to). Of type `type` (a layer
+    // boundary's: `boundary`); the graph reads it through as_f32, the gradient is f32 whatever the type.
+    Tensor * hidden_param(Step & s, Arg a, size_t offset, Arg g, size_t goffset, int64_t ne0, int64_t ne1, int64_t ne2, bool zero = true,
+                          DType type = DType::F32) {
+        Tensor * x = leaf(type, a, offset, ne0, ne1, ne2);
+        set_input_param(ctx, x);
         args.push_back({x, g, goffset, true});
         if (zero) s.zeros.push_back({g, goffset, static_cast<size_t>(ne0 * ne1 * ne2) * sizeof(float)});
         return x;
     }
+    // A layer boundary's buffer (In, Out) holds the hidden state in the boundary type, token t0 at
+    // boundary_offset(t0); its gradient buffers hold f32:
+    //   boundary_in     the state from token t0 on as a leaf, read as f32;
+    //   boundary_param  the same as a hidden_param leaf (of the boundary type: read it through as_f32), its
+    //                   gradient into g from token t0 on;
+    //   boundary_out    a layer's output y as the boundary holds it: rounded to the type (to nearest even), a
+    //                   rounding whose gradient is the identity.
+    Tensor * boundary_in(Arg a, int64_t t0, int64_t ne0, int64_t ne1, int64_t ne2 = 1) {
+        return as_f32(leaf(boundary, a, boundary_offset(t0, ne0), ne0, ne1, ne2));
+    }
+    Tensor * boundary_param(Step & s, Arg a, int64_t t0, Arg g, int64_t ne0, int64_t ne1, int64_t ne2, bool zero = true) {
+        return hidden_param(s, a, boundary_offset(t0, ne0), g, static_cast<size_t>(t0 * ne0) * sizeof(float), ne0, ne1, ne2, zero, boundary);
+    }
+    Tensor * boundary_out(Tensor * y) { return boundary == DType::F32 ? y : cast(ctx, y, boundary); }
+    Tensor * as_f32(Tensor * x) { return x->type == DType::F32 ? x : cast(ctx, x, DType::F32); }
+    size_t boundary_offset(int64_t token, int64_t n_embd) const { return static_cast<size_t>(token * n_embd) * dtype_type_size(boundary); }
     // The micro-batch's token positions as step s reads them (their values: upload_positions). Unpacked:
     // 0 .. T-1, shared by the sequences. Packed: the micro-batch's own positions and each token's first
     // visible key (the start of its example).

@@ -171,7 +171,7 @@ void Trainer::run_program(Program & p, const LayerMemory & mem, const CallArgs &
         }
         // (the graph's plan is made at its first run and kept with it: runner.run_planned)
         note_graph_bytes(runner.run_planned(s.g, s.plan, pc.n_threads, [&] {
-            for (const Program::Copy & c : s.copies) runner.copy_f32(a.at(c.arg, c.offset), c.node);
+            for (const Program::Copy & c : s.copies) runner.copy_out(a.at(c.arg, c.offset), c.node);
         }));
     }
 }
@@ -217,7 +217,7 @@ void Trainer::attention_half_into(Program & p, int layer, Arg dst, const MicroBa
     const HParams & hp = model_.hparams();
     const int64_t T = mb.seq_len, B = mb.n_seq, E = hp.n_embd;
     Program::Step & s = p.new_step();
-    Tensor * h = attention_block(p.ctx, hp, p.b.layer, layer - 1, p.leaf(DType::F32, Arg::In, 0, E, T, B), p.positions(s, mb), &p.b.lora,
+    Tensor * h = attention_block(p.ctx, hp, p.b.layer, layer - 1, p.boundary_in(Arg::In, 0, E, T, B), p.positions(s, mb), &p.b.lora,
                                  nullptr, cfg_.attention_type);
     h->flags |= kFlagOutput;
     build_forward(s.g, h);
@@ -239,24 +239,28 @@ void Trainer::forward(int layer, const LayerMemory & mem, const void * in, void 
             if (layer == 0) {
                 y = build_embedding(p.ctx, hp, p.b.w.tok_embd, p.leaf(DType::I32, Arg::In, 0, T, B), &p.b.lora);
             } else {
-                y = build_layer(p.ctx, hp, p.b.layer, layer - 1, p.leaf(DType::F32, Arg::In, 0, E, T, B), p.positions(s, mb), &p.b.lora,
+                y = build_layer(p.ctx, hp, p.b.layer, layer - 1, p.boundary_in(Arg::In, 0, E, T, B), p.positions(s, mb), &p.b.lora,
                                 nullptr, cfg_.attention_type);
             }
+            y = p.boundary_out(y);
             y->flags |= kFlagOutput;
             build_forward(s.g, y);
             s.copies.push_back({Arg::Out, 0, y});
             return;
         }
-        // Token-chunked: the attention half over every token into `out`, then the feed-forward half range by
-        // range in place (each graph reads its range of `out` and its result is copied back over it).
+        // Token-chunked: the attention half over every token into `out` (f32), then the feed-forward half range by
+        // range in place (each graph reads its range of `out` and its result is copied back over it). A narrower
+        // boundary type packs the results from the start of `out`: range [t0, t1)'s lands on bytes that held f32
+        // tokens before t1, which this and the earlier graphs have read.
         attention_half_into(p, layer, Arg::Out, mb);
         for (const auto & [t0, t1] : ranges) {
             p.b.lora.dropout.token_offset = t0;
             Program::Step & s = p.new_step();
             Tensor * y = ffn_block(p.ctx, hp, p.b.layer, layer - 1, p.leaf(DType::F32, Arg::Out, token_offset_bytes(t0, E), E, t1 - t0), &p.b.lora);
+            y = p.boundary_out(y);
             y->flags |= kFlagOutput;
             build_forward(s.g, y);
-            s.copies.push_back({Arg::Out, token_offset_bytes(t0, E), y});
+            s.copies.push_back({Arg::Out, p.boundary_offset(t0, E), y});
         }
     });
 }
@@ -288,9 +292,9 @@ void Trainer::head(const LayerMemory & mem, const void * in, const int32_t * lab
         for (const auto & [t0, t1] : ranges) {
             const int64_t n = t1 - t0;
             Program::Step & s = p.new_step();
-            Tensor * x = ranges.size() == 1 ? p.hidden_param(s, Arg::In, 0, Arg::Din, 0, E, mb.seq_len, mb.n_seq)
-                                            : p.hidden_param(s, Arg::In, token_offset_bytes(t0, E), Arg::Din, token_offset_bytes(t0, E), E, n, 1);
-            Tensor * l = build_loss(p.ctx, p.b.w, x, p.leaf(DType::I32, Arg::Labels, static_cast<size_t>(t0) * sizeof(int32_t), n), mb.loss_scale);
+            Tensor * x = ranges.size() == 1 ? p.boundary_param(s, Arg::In, 0, Arg::Din, E, mb.seq_len, mb.n_seq)
+                                            : p.boundary_param(s, Arg::In, t0, Arg::Din, E, n, 1);
+            Tensor * l = build_loss(p.ctx, p.b.w, p.as_f32(x), p.leaf(DType::I32, Arg::Labels, static_cast<size_t>(t0) * sizeof(int32_t), n), mb.loss_scale);
             build_forward(s.g, l);
             std::vector<Tensor *> ps = p.b.params;
             ps.push_back(x);
@@ -312,7 +316,7 @@ void Trainer::head_forward(const LayerMemory & mem, const void * in, const int32
     call_program(ProgramKind::HeadForward, num_layers() - 1, mem, false, a, mb, pc, [&](Program & p) {
         const int64_t E = model_.hparams().n_embd, T = mb.seq_len, B = mb.n_seq;
         Program::Step & s = p.new_step();
-        Tensor * x = p.leaf(DType::F32, Arg::In, 0, E, T, B);
+        Tensor * x = p.boundary_in(Arg::In, 0, E, T, B);
         Tensor * labels_leaf = p.leaf(DType::I32, Arg::Labels, 0, T * B);
         if (!cfg_.preference && !cfg_.grpo) {  // the summed token loss, as the head's
             Tensor * l = build_loss(p.ctx, p.b.w, x, labels_leaf, mb.loss_scale);
@@ -342,8 +346,8 @@ template <class Reported, class LossOf>
 void Trainer::build_valued_head(Program & p, const MicroBatchInfo & mb, int64_t values_per, int64_t n_values, Reported reported, LossOf loss_of) {
     const int64_t E = model_.hparams().n_embd, T = mb.seq_len, B = mb.n_seq;
     Program::Step & s = p.new_step();
-    Tensor * x = p.hidden_param(s, Arg::In, 0, Arg::Din, 0, E, T, B);
-    Tensor * nll = build_head_token_nll(p.ctx, model_.hparams(), p.b.w, x, p.leaf(DType::I32, Arg::Labels, 0, T * B), cfg_.ce_chunk);
+    Tensor * x = p.boundary_param(s, Arg::In, 0, Arg::Din, E, T, B);
+    Tensor * nll = build_head_token_nll(p.ctx, model_.hparams(), p.b.w, p.as_f32(x), p.leaf(DType::I32, Arg::Labels, 0, T * B), cfg_.ce_chunk);
     Tensor * rep = reported(s, nll);
     s.sequence_values = p.ctx.new_tensor(DType::F32, values_per, n_values);
     s.sequence_values->flags |= kFlagInput;
@@ -412,8 +416,9 @@ void Trainer::backward(int layer, const LayerMemory & mem, const void * in, cons
         auto attention_backward = [&](Tensor * (*whole_layer)(Context &, const HParams &, const LayerWeights &, int, Tensor *,
                                                               const TokenPositions &, const LoraSet *, const LayerKv *, DType)) {
             Program::Step & s = p.new_step();
-            Tensor * x = p.hidden_param(s, Arg::In, 0, Arg::Din, 0, E, T, B);
-            Tensor * y = whole_layer(p.ctx, hp, p.b.layer, layer - 1, x, p.positions(s, mb), &p.b.lora, nullptr, cfg_.attention_type);
+            Tensor * x = p.boundary_param(s, Arg::In, 0, Arg::Din, E, T, B);
+            // (y, not its rounding to the boundary type: that rounding's gradient is the identity)
+            Tensor * y = whole_layer(p.ctx, hp, p.b.layer, layer - 1, p.as_f32(x), p.positions(s, mb), &p.b.lora, nullptr, cfg_.attention_type);
             build_forward(s.g, y);
             std::vector<Tensor *> ps = p.b.params;
             ps.push_back(x);

@@ -152,6 +152,7 @@ RunPlan plan_run(const Model & model, const RunPlanOptions & options) {
     // The calls in flight: async steps overlap the next step's forward with this one's backward (two calls'
     // buffers); a sync step returns them to the pool before the next call (pipeline.cpp step()).
     h.calls_in_flight = o.pipeline.async ? 2 : 1;
+    h.boundary = o.finetune.boundary_type;
     h.checkpoints = static_cast<size_t>(h.calls_in_flight) * host_call_bytes(prog, r.call->plan, r.step).total();
     if (backend == "cpu")
         for (int d = 0; d < devices; ++d) h.cpu_devices += r.call->regions_of(d).peak();
@@ -223,6 +224,17 @@ size_t require_host_memory(const Model & model, const RunPlanOptions & options, 
         msg += "No seq_len fits at this batch_size";
         if (one) msg += ": even seq_len 1 needs " + human_bytes(one->total()) + " (" + one->describe() + ")";
     }
+    // A pipeline's checkpoints in bf16 (half their bytes; other results: FinetuneConfig::boundary_type).
+    if (h->calls_in_flight > 0 && options.session.finetune.boundary_type == DType::F32) {
+        RunPlanOptions o = options;
+        o.session.finetune.boundary_type = DType::BF16;
+        o.max_seq_limit = 0;
+        try {
+            if (const HostMemoryPlan b = plan_run(model, o).host; in_use + b.total() <= limit)
+                msg += "; with boundary_type bf16 (the checkpoints in half the bytes) it needs " + human_bytes(b.total()) + " and fits";
+        } catch (const MemoryError &) {
+        }
+    }
     throw MemoryError(msg, in_use + h->total(), limit, lo);
 }
 
@@ -255,7 +267,8 @@ std::string RunPlan::report() const {
         s += line("  working copies (pinned)", host.working_copies);
         if (host.frozen_copies) s += line("  frozen weights (pinned copy)", host.frozen_copies);
         s += line("  gradient slots (pinned)", host.grad_slots);
-        s += line("  boundary checkpoints (pinned, " + std::to_string(host.calls_in_flight) + (host.calls_in_flight == 1 ? " call" : " calls") +
+        s += line("  boundary checkpoints (pinned, " + std::string(dtype_name(host.boundary)) + ", " + std::to_string(host.calls_in_flight) +
+                      (host.calls_in_flight == 1 ? " call" : " calls") +
                       " in flight)",
                   host.checkpoints);
         if (host.cpu_devices) s += line("  CPU devices (host RAM, each its planned peak)", host.cpu_devices);

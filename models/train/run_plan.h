@@ -49,6 +49,7 @@ struct HostMemoryPlan {
     size_t grad_slots = 0;        // pipeline: pinned per-layer gradient slots (sync steps: a tied parameter's second)
     size_t checkpoints = 0;       // pipeline: pinned boundary activations of the calls in flight; host: layer inputs
     int calls_in_flight = 0;      // pipeline: 2 with async steps, 1 with sync ones
+    DType boundary = DType::F32;  // pipeline: the checkpoints' type (FinetuneConfig::boundary_type)
     size_t cpu_devices = 0;       // pipeline on CPU virtual devices: their memory is host RAM (each its planned peak)
     size_t graph = 0;             // host path: the graphs at their peak (kept layers' + the largest other program's)
     size_t kept_activations = 0;  // host path, of graph: the kept decoder layers' graphs (activation_memory)

@@ -143,6 +143,8 @@ Trainer::Trainer(const Model & model, const FinetuneConfig & cfg, TrainerData da
 
     if (!(cfg.lora_dropout >= 0.0f && cfg.lora_dropout < 1.0f))
         throw Error("lora_dropout must be in [0, 1), got " + std::to_string(cfg.lora_dropout));
+    if (cfg.boundary_type != DType::F32 && cfg.boundary_type != DType::BF16)
+        throw Error(std::string("boundary_type ") + dtype_name(cfg.boundary_type) + ": the hidden state at layer boundaries is f32 or bf16");
     if (cfg.grpo && cfg.preference) throw Error("grpo and preference: one objective at a time");
     if (cfg.answer_slots < 1 || (cfg.answer_slots > 1 && (cfg.answer_slots % 2 != 0 || !cfg.preference)))
         throw Error("answer_slots " + std::to_string(cfg.answer_slots) + ": 1, or an even number of a preference objective's answers per packed sequence");
@@ -323,6 +325,10 @@ std::string Trainer::layer_name(int layer) const {
 
 size_t Trainer::hidden_bytes(const MicroBatchInfo & mb) const {
     return static_cast<size_t>(model_.hparams().n_embd) * static_cast<size_t>(mb.tokens()) * sizeof(float);
+}
+
+size_t Trainer::boundary_bytes(const MicroBatchInfo & mb) const {
+    return static_cast<size_t>(model_.hparams().n_embd) * static_cast<size_t>(mb.tokens()) * dtype_type_size(cfg_.boundary_type);
 }
 
 Tensor * Trainer::build_loss(Context & ctx, const ModelWeights & w, Tensor * x, Tensor * labels, float loss_scale) const {

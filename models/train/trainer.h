@@ -86,6 +86,12 @@ struct FinetuneConfig {
     // What an accelerator may round the attention inputs to in training graphs (ops/attention.h): BF16 runs
     // the CUDA attention on tensor cores; F32 keeps it in f32. The CPU computes in f32 either way.
     DType attention_type = DType::BF16;
+    // The hidden state at every layer boundary as the per-layer programs write it (TrainingProgram::boundary_bytes):
+    // F32, or BF16 (every layer's output rounded to nearest even, the gradient passed through unchanged), which
+    // halves the host's checkpoints and the link's activation bytes of RoundPipe runs. Every path rounds the same
+    // outputs (host or devices, kept or recomputed layers, any plan or token chunk), so they keep one another's
+    // bits; the results are not F32's. Gradients stay f32.
+    DType boundary_type = DType::F32;
     // Mixture of experts: the coefficient of the Switch-style load-balancing loss added per MoE layer
     // (ops/moe_math.h; per graph, scaled like the main loss); 0 = none. Only shapes gradients: the reported
     // loss is the cross-entropy alone.
@@ -246,6 +252,7 @@ public:
     const std::vector<ParamInfo> & param_infos() const override { return param_infos_; }
     std::string layer_name(int layer) const override;
     size_t hidden_bytes(const MicroBatchInfo & mb) const override;
+    size_t boundary_bytes(const MicroBatchInfo & mb) const override;
     void forward(int layer, const LayerMemory & w, const void * in, void * out, const MicroBatchInfo & mb,
                  ProgramContext & pc) override;
     void head(const LayerMemory & w, const void * in, const int32_t * labels, float * loss, void * din,
@@ -255,6 +262,9 @@ public:
     void backward(int layer, const LayerMemory & w, const void * in, const void * dout, void * din,
                   const MicroBatchInfo & mb, ProgramContext & pc) override;
     size_t program_footprint(ProgramKind kind, int layer, const MicroBatchInfo & mb, const GraphRunner & rules) override;
+    // Layer `layer`'s tensors where the host holds them, for its programs run on the host: the tensors' own data,
+    // the gradients into their slots (what accumulate() passes).
+    LayerMemory host_memory(int layer) const;
     // The model FLOPs (ggml_rp/ops/flops.h) of one training micro-batch of this shape: every layer's forward
     // and backward once and the head's, a recompute not counted (nor the token chunk's: it only recomputes).
     // Built and measured, not run. For MFU: divided by a step's time and the machine's peak.
@@ -289,7 +299,6 @@ private:
         bool operator<(const ProgramKey & o) const;
     };
     Bound bind(Context & ctx, int layer, const LayerMemory & mem, bool with_grads, const MicroBatchInfo & mb) const;
-    LayerMemory host_memory(int layer) const;  // the tensors' own data, grads into their slots
     ProgramKey program_key(ProgramKind kind, int layer, const MicroBatchInfo & mb, bool kept) const;
     bool replays() const;  // programs are kept for replay (FinetuneConfig::replay_graphs)
     // Kept programs of each pool at most (cleared when full: shapes that keep changing, as the loss scales of a

@@ -397,7 +397,7 @@ TYPED_TEST_P(DeviceContract, OwnsAGraphRunner) {
     size_t graph_bytes = 0;
     cs.launch("graph", [&] {
         rp::GraphRunner & r = dev->runner();
-        graph_bytes = r.run(g, 1, [&] { r.copy_f32(dy, ty); });
+        graph_bytes = r.run(g, 1, [&] { r.copy_out(dy, ty); });
     });
     cs.copy(out.data(), dy, bytes, CopyKind::DeviceToHost, "y");
     cs.launch("zero", [&] { dev->runner().zero(dy, bytes); });

@@ -196,6 +196,34 @@ TEST(CudaPipeline, HandMadePlansGiveTheSameBits) {
         }
 }
 
+// bf16 boundaries (FinetuneConfig::boundary_type): the layer outputs are rounded on the device by the CPY kernel
+// and the hidden states move as bf16; any device count, grain or plan gives the one-device bits, and the loss stays
+// within the rounding of the f32 boundaries' run.
+TEST(CudaPipeline, Bf16BoundariesGiveTheSameBitsOnEveryPlan) {
+    RP_REQUIRE_GPU();
+    const rp::Model & model = *SharedModels::get().llama;
+    rp::FinetuneConfig bf16 = lora_cfg();
+    bf16.boundary_type = rp::DType::BF16;
+    Workload w;
+    w.M = 3;
+    const RunResult ref = pipelined(model, bf16, w, setup(1), rp::PipelineOptions{}, cuda_devices);
+    const RunResult f32 = pipelined(model, lora_cfg(), w, setup(1), rp::PipelineOptions{}, cuda_devices);
+    ASSERT_EQ(ref.losses.size(), f32.losses.size());
+    for (size_t i = 0; i < ref.losses.size(); ++i) EXPECT_NEAR(ref.losses[i], f32.losses[i], 1e-2 * std::fabs(f32.losses[i]));
+    EXPECT_NE(ref.losses, f32.losses) << "the rounding changed nothing";
+    const int L = static_cast<int>(model.hparams().n_layer) + 2;
+    for (int G = 2; G <= 3; ++G)
+        for (const auto grain : {rp::RecomputeGrain::Stage, rp::RecomputeGrain::Layer}) {
+            rp::PipelineOptions o;
+            o.grain = grain;
+            if (G == 3) o.plan = rp::plan_from_sizes(std::vector<int>(static_cast<size_t>(L - 1), 1), std::vector<int>(static_cast<size_t>(L), 1), grain);
+            const RunResult r = pipelined(model, bf16, w, setup(G), o, cuda_devices);
+            const std::string what = "G=" + std::to_string(G) + (grain == rp::RecomputeGrain::Layer ? " layer" : " stage") + " grain, plan " + r.plan.describe();
+            EXPECT_EQ(first_difference(r.masters, ref.masters), -1) << what;
+            EXPECT_EQ(r.losses, ref.losses) << what;
+        }
+}
+
 // One SGD step on the CPU Trainer and on 2 logical CUDA devices: the loss within loss_tol (relative), every
 // gradient and every update within grad_tol (relative L2).
 void expect_close_to_cpu(rp::DType attention, double loss_tol, double grad_tol) {

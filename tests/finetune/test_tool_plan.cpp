@@ -429,3 +429,45 @@ TEST(FinetunePlanTool, ABf16OptimizerStateHalvesItsHostBytes) {
     EXPECT_EQ(field(log, "  optimizer state"), masters) << log;
     EXPECT_EQ(field(log, "host peak"), host - masters) << log;
 }
+
+// --boundary-dtype bf16 halves the pipeline's pinned boundary checkpoints, and only them on the host (GPU devices:
+// their memory is not host RAM); a run whose f32 checkpoints do not fit --host-mem is refused saying that bf16 ones
+// would fit, and trains with them.
+TEST(FinetunePlanTool, Bf16BoundariesHalveTheCheckpointsAndARefusalSaysSo) {
+    rp_test::TempDir d;
+    std::string log;
+    const std::string model = d.file("qwen3-0.6b.gguf");
+    ASSERT_EQ(ft_test::run(ft_test::tool("rp-gguf") + " synth " + model + " --shape qwen3-0.6b --weights 0 --type bf16", &log), 0) << log;
+    const std::string plan = ft_test::tool("rp-finetune") + " -m " + model +
+                             " --plan --backend cuda --devices 2 --device-mem 4G --seq-len 1024 --batch 8 --lora-rank 8 --pin register";
+    ASSERT_EQ(ft_test::run(plan, &log), 0) << log;
+    const long long host32 = field(log, "host peak"), c32 = field(log, "  boundary checkpoints (pinned, f32, 1 call in flight)");
+    ASSERT_GT(c32, 0) << log;
+    ASSERT_EQ(ft_test::run(plan + " --boundary-dtype bf16", &log), 0) << log;
+    const long long host16 = field(log, "host peak"), c16 = field(log, "  boundary checkpoints (pinned, bf16, 1 call in flight)");
+    ASSERT_GT(c16, 0) << log;
+    const long long per_sequence = 1024 * 1024 * 2;  // what bf16 saves per checkpoint and sequence: n_embd x seq-len x 2
+    EXPECT_LT(c16, c32);
+    EXPECT_EQ((c32 - c16) % per_sequence, 0) << c32 << " vs " << c16;
+    EXPECT_EQ(host32 - host16, c32 - c16) << "only the checkpoints change on the host";
+
+    // A run on 2 CPU devices (their memory is host RAM too): the limit between the two plans, beside what the
+    // process held (measured by the runs themselves, so it holds in any build).
+    const std::string deep = deep_model(d);
+    auto run = [&](const rp_test::TempDir & out, const std::string & more) {
+        return ft_test::tool("rp-finetune") + " -m " + deep + " --data " + ft_test::shared_dir() +
+               "/models/reference/train.txt --seq-len 256 --batch 8 --steps 1 -t 2 --devices 2 --device-mem 64M -o " + out.file("o.gguf") + more;
+    };
+    ASSERT_EQ(ft_test::run(run(d, ""), &log), 0) << log;
+    const HostFigures f32 = host_figures(log);
+    ASSERT_EQ(ft_test::run(run(d, " --boundary-dtype bf16"), &log), 0) << log;
+    const HostFigures bf16 = host_figures(log);
+    ASSERT_GT(f32.plan - bf16.plan, 4.0 * 1048576.0) << log;
+    const std::string limit = std::to_string(static_cast<long long>(std::max(f32.held, bf16.held) + (f32.plan + bf16.plan) / 2));
+    rp_test::TempDir e;
+    EXPECT_EQ(ft_test::run(run(e, " --host-mem " + limit), &log), 1) << log;
+    EXPECT_NE(log.find("error: host memory: the run needs"), std::string::npos) << log;
+    EXPECT_NE(log.find("; with --boundary-dtype bf16 (the checkpoints in half the bytes) it needs"), std::string::npos) << log;
+    EXPECT_TRUE(std::filesystem::is_empty(e.path)) << "a refused run left files";
+    ASSERT_EQ(ft_test::run(run(d, " --host-mem " + limit + " --boundary-dtype bf16"), &log), 0) << log;
+}

@@ -80,7 +80,8 @@ struct Config {
     std::string describe() const {
         return model_name + (cfg.full ? " full" : " lora") + " G=" + std::to_string(G) + " M=" + std::to_string(w.M) +
                " T=" + std::to_string(w.T) + " " + rp::schedule_name(opt.schedule) +
-               (opt.grain == rp::RecomputeGrain::Layer ? " layer grain" : " stage grain");
+               (opt.grain == rp::RecomputeGrain::Layer ? " layer grain" : " stage grain") +
+               (cfg.boundary_type == rp::DType::BF16 ? " bf16 boundaries" : "");
     }
 };
 
@@ -158,7 +159,8 @@ TEST(MemoryPlan, PlannedEqualsMeasuredOnFiftyRandomConfigurations) {
     constexpr int kConfigs = 50;
 #endif
     for (int i = 0; i < kConfigs; ++i) {
-        const Config c = draw(rng);
+        Config c = draw(rng);
+        if (i % 3 == 1) c.cfg.boundary_type = rp::DType::BF16;  // (not from rng: the configurations stay the earlier ones)
         const std::string what = "config " + std::to_string(i) + ": " + c.describe();
         const auto [smallest, unlimited] = peak_range(c);
         ASSERT_GT(smallest, 0u) << what;
@@ -230,6 +232,7 @@ TEST(MemoryPlan, PlannedEqualsMeasuredForAHybridModel) {
             c.model_name = "qwen35";
             c.cfg.full = full;
             c.cfg.lora_rank = 4;
+            if (T == 100) c.cfg.boundary_type = rp::DType::BF16;
             c.G = 2 + (n++ % 3);
             c.w.steps = 1, c.w.calls = 1, c.w.T = T, c.w.M = 2;
             c.opt.schedule = rp::ScheduleKind::RoundPipe;
@@ -423,16 +426,19 @@ TEST(MemoryPlan, TheLargestSeqLenItNamesFits) {
 
 TEST(MemoryPlan, EveryBufferLiesInsideItsRegionAndApartFromTheOthers) {
     MemoryModels & mm = MemoryModels::get();
-    for (const bool full : {false, true}) {
+    for (const bool full : {false, true})
+    for (const rp::DType boundary : {rp::DType::F32, rp::DType::BF16}) {
         rp::FinetuneConfig cfg;
         cfg.full = full;
+        cfg.boundary_type = boundary;
         rp::Trainer tr(*mm.f32, cfg);
         rp::TrainingProgram & prog = tr;
         rp::MicroBatchInfo mb;
         mb.seq_len = 40;
         mb.n_seq = 2;
         for (const auto grain : {rp::RecomputeGrain::Stage, rp::RecomputeGrain::Layer}) {
-            const rp::CallShape shape{prog.hidden_bytes(mb), prog.token_bytes(mb), grain};
+            rp::CallShape shape{prog.hidden_bytes(mb), prog.token_bytes(mb), grain};
+            shape.state = prog.boundary_bytes(mb);  // (unchunked: the layer inputs and outputs as the boundary holds them)
             for (const rp::Plan & p : {rp::plan_from_sizes({3, 4}, {1, 3, 4}, grain), rp::plan_from_sizes({}, {8}, grain),
                                        rp::plan_from_sizes({2, 2, 2}, {2, 2, 2, 2}, grain)}) {
                 const auto stages = rp::plan_stages(p);
@@ -456,7 +462,7 @@ TEST(MemoryPlan, EveryBufferLiesInsideItsRegionAndApartFromTheOthers) {
                                 if (o != rp::kNoBuffer) a.push_back({o, o + bytes});
                             };
                             for (size_t o : s.in) add(o, shape.tokens);  // the smaller of the two sizes
-                            for (size_t o : s.work) add(o, shape.hidden);
+                            for (size_t o : s.work) add(o, shape.state);
                             add(s.labels, shape.tokens);
                             add(s.dout, shape.hidden);
                             add(s.d[0], shape.hidden);

@@ -60,6 +60,24 @@ void expect_checks_clean(const RunResult & r, const std::string & what) {
     }
 }
 
+// A hand-made plan's options (instrumented) on 3 CPU devices of 16 MiB, and the run's label.
+rp::PipelineOptions hand_made(const std::vector<int> & fwd, const std::vector<int> & bwd, rp::RecomputeGrain grain) {
+    rp::PipelineOptions o;
+    o.plan = rp::plan_from_sizes(fwd, bwd, grain);
+    o.grain = grain;
+    o.instrument = true;
+    return o;
+}
+DeviceSetup three_devices() {
+    DeviceSetup ds;
+    ds.G = 3;
+    ds.memory = size_t(16) << 20;
+    return ds;
+}
+std::string hand_made_label(bool full, const rp::PipelineOptions & o) {
+    return std::string(full ? "full " : "lora ") + o.plan->describe() + (o.grain == rp::RecomputeGrain::Layer ? " layer grain" : " stage grain");
+}
+
 } // namespace
 
 TEST(Pipeline, SyncEqualsSingleDeviceForEveryGAndM) {
@@ -103,19 +121,63 @@ TEST(Pipeline, SyncEqualsSingleDeviceForHandMadePlansAndBothGrains) {
         const auto ref = reference(*m.llama, cfg, w);
         for (const auto & [f, b] : plans)
             for (const auto grain : {rp::RecomputeGrain::Stage, rp::RecomputeGrain::Layer}) {
-                rp::PipelineOptions o;
-                o.plan = rp::plan_from_sizes(f, b, grain);
-                o.grain = grain;
-                o.instrument = true;
-                DeviceSetup ds;
-                ds.G = 3;
-                ds.memory = size_t(16) << 20;
-                const RunResult r = pipelined(*m.llama, cfg, w, ds, o);
-                const std::string what = std::string(full ? "full " : "lora ") + o.plan->describe() +
-                                         (grain == rp::RecomputeGrain::Layer ? " layer grain" : " stage grain");
+                const rp::PipelineOptions o = hand_made(f, b, grain);
+                const RunResult r = pipelined(*m.llama, cfg, w, three_devices(), o);
+                const std::string what = hand_made_label(full, o);
                 EXPECT_EQ(first_difference(r.masters, ref), -1) << what;
                 expect_checks_clean(r, what);
             }
+    }
+}
+
+// Bf16 boundaries (FinetuneConfig::boundary_type): every program writes its layer's output rounded to bf16, so
+// the devices keep the host's bits whatever the plan (fused stages, one-layer stages, stage and layer grain, a token
+// chunk), and a call's host checkpoints take half the bytes (its gradients, tokens and losses the same); its pinned
+// buffers fewer.
+TEST(Pipeline, Bf16BoundariesKeepTheHostsBitsWithHalfTheCheckpoints) {
+    const Models & m = Models::get();
+    Workload w;
+    w.M = 3;
+    w.steps = 1;
+    w.calls = 1;
+    const std::vector<std::pair<std::vector<int>, std::vector<int>>> plans = {
+        {{3, 4, 4}, {7, 5, 6}},  // FB with decoder layers
+        {std::vector<int>(17, 1), std::vector<int>(18, 1)},  // every layer its own stage
+    };
+    for (const bool full : {false, true}) {
+        rp::FinetuneConfig f32 = full ? full_cfg() : lora_cfg(), bf16 = f32;
+        bf16.boundary_type = rp::DType::BF16;
+        const auto ref = reference(*m.llama, bf16, w);
+        ASSERT_NE(first_difference(ref, reference(*m.llama, f32, w)), -1) << "the rounding changed nothing";
+        rp::Trainer t16(*m.llama, bf16), t32(*m.llama, f32);
+        for (const auto & [f, b] : plans)
+            for (const auto grain : {rp::RecomputeGrain::Stage, rp::RecomputeGrain::Layer}) {
+                const rp::PipelineOptions o = hand_made(f, b, grain);
+                const RunResult r16 = pipelined(*m.llama, bf16, w, three_devices(), o), r32 = pipelined(*m.llama, f32, w, three_devices(), o);
+                const std::string what = hand_made_label(full, o);
+                EXPECT_EQ(first_difference(r16.masters, ref), -1) << what;
+                expect_checks_clean(r16, what);
+                const rp::HostCallBytes h16 = rp::host_call_bytes(t16, *o.plan, shapes_of(w)), h32 = rp::host_call_bytes(t32, *o.plan, shapes_of(w));
+                EXPECT_GT(h16.checkpoints, 0u) << what;
+                EXPECT_EQ(2 * h16.checkpoints, h32.checkpoints) << what;
+                EXPECT_EQ(h16.gradients, h32.gradients) << what;
+                EXPECT_EQ(h16.tokens, h32.tokens) << what;
+                EXPECT_LT(r16.pinned_in_use_peak.at(0), r32.pinned_in_use_peak.at(0)) << what;
+            }
+        // A token chunk: the host Trainer with the same chunk.
+        rp::FinetuneConfig chunked = bf16;
+        chunked.token_chunk = 5;
+        rp::PipelineOptions o;
+        o.token_chunk = 5;
+        o.instrument = true;
+        uniform_times(o, 18);
+        DeviceSetup ds;
+        ds.G = 2;
+        ds.memory = size_t(16) << 20;
+        const RunResult r = pipelined(*m.llama, bf16, w, ds, o);
+        EXPECT_EQ(r.token_chunk, 5);
+        EXPECT_EQ(first_difference(r.masters, reference(*m.llama, chunked, w)), -1) << (full ? "full" : "lora") << " token chunk 5";
+        expect_checks_clean(r, "token chunk 5");
     }
 }
 
