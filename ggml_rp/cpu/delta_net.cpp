@@ -19,8 +19,9 @@ namespace {
 
 // ---- ssm_conv ----
 
+// Of SSM_CONV (its output is x's shape) and SSM_CONV_BACK (dx: its output; dw: x, its source).
 ConvDims conv_shape(const Tensor * n) {
-    const Tensor * x = n->src[0];
+    const Tensor * x = n->src[0] ? n->src[0] : n;
     return {x->ne[0], x->ne[1], x->ne[2], n->src[1]->ne[0]};
 }
 
@@ -50,10 +51,8 @@ void ssm_conv(Tensor * n) {
 
 void ssm_conv_back(Tensor * n) {
     const ConvDims s = conv_shape(n);
-    const float * x = n->src[0]->data_as<float>();
     const float * w = n->src[1]->data_as<float>();
     const float * dy = n->src[2]->data_as<float>();
-    const float * prefix = n->src[3] ? n->src[3]->data_as<float>() : nullptr;
     const int32_t * seg = n->src[4] ? n->src[4]->data_as<int32_t>() : nullptr;
     float * out = n->data_as<float>();
     if (n->param_i32(0) == 0) {
@@ -74,6 +73,8 @@ void ssm_conv_back(Tensor * n) {
         return;
     }
     // dw[j, c] = sum over (b, t) of dy[c, t, b] x[c, t + j - (K-1), b], in the order b, t.
+    const float * x = n->src[0]->data_as<float>();
+    const float * prefix = n->src[3] ? n->src[3]->data_as<float>() : nullptr;
 #pragma omp parallel for schedule(static) if (s.C * s.K * s.T * s.B >= min_parallel_elements())
     for (int64_t c = 0; c < s.C; ++c)
         for (int64_t j = 0; j < s.K; ++j) {

@@ -331,8 +331,9 @@ void run_ssm_conv(Tensor * n, const NodeRun & r) {
 }
 
 void run_ssm_conv_back(Tensor * n, const NodeRun & r) {
+    // (dx has no x source: its dims are the node's)
     ssm_conv_bwd(in<float>(n->src[0]), in<float>(n->src[1]), in<float>(n->src[2]), in<float>(n->src[3]), in<int32_t>(n->src[4]), out<float>(n),
-                 n->param_i32(0), conv_dims(n->src[0], n->src[1]), r.stream);
+                 n->param_i32(0), conv_dims(n->src[0] ? n->src[0] : n, n->src[1]), r.stream);
 }
 
 DeltaDims delta_dims(const Tensor * q, const Tensor * v, const Tensor * node) {

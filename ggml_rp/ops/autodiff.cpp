@@ -5,6 +5,8 @@
 #include "ggml_rp/ops/copy.h"
 #include "base/error.h"
 
+#include <cassert>
+
 namespace rp {
 
 namespace {
@@ -53,6 +55,25 @@ void Backward::accumulate(Tensor * t, const AccumulateFn & fn) {
         // Activation gradients are never updated in place: a contribution may alias another tensor's gradient.
         cur = rp::add(ctx, cur, fn(nullptr));
     }
+}
+
+Tensor * Backward::own_grad(const Tensor * t) const {
+    if (params_.count(t)) return nullptr;
+    Tensor * g = grad(t);
+    return g && owned_.count(g) ? g : nullptr;
+}
+
+void Backward::set_own(Tensor * t, Tensor * g) {
+    if (!needs(t)) return;
+    const Tensor * before = grad(t);
+    add(t, g);
+    if (!before && !params_.count(t)) owned_.insert(grad(t));  // g itself is t's gradient now
+}
+
+void Backward::replace_own(Tensor * t, Tensor * g) {
+    assert(own_grad(t) && same_shape(t, g) && g->type == DType::F32);
+    grads_[t] = g;
+    owned_.insert(g);
 }
 
 void Backward::add(Tensor * t, Tensor * contribution) {

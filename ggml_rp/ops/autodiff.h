@@ -56,12 +56,24 @@ public:
     using AccumulateFn = std::function<Tensor *(Tensor * into)>;
     void accumulate(Tensor * t, const AccumulateFn & fn);
 
+    // For rules whose contribution is zero outside a part of t (a window's): t's gradient so far when it is a
+    // buffer such a rule made and nothing else reads (set_own), which the rule may add its part into in place and
+    // hand back with replace_own; else nullptr. So the windows of one tensor (a split's parts) fill one buffer
+    // instead of each a zero-filled one of the tensor's size.
+    Tensor * own_grad(const Tensor * t) const;
+    // Adds g, a fresh buffer (t's shape, contiguous f32) that nothing else reads, to t's gradient as add does;
+    // when it becomes t's gradient as it is (t had none), t owns it.
+    void set_own(Tensor * t, Tensor * g);
+    // t's gradient is own_grad(t) with a part added in place: g (a node ordered after that addition).
+    void replace_own(Tensor * t, Tensor * g);
+
 private:
     friend void build_backward(Context &, Graph &, Tensor *, Tensor *, const std::vector<Tensor *> &);
     explicit Backward(Context & c) : ctx(c) {}
     std::unordered_set<const Tensor *> needs_;
     std::unordered_set<const Tensor *> params_;
     std::unordered_map<const Tensor *, Tensor *> grads_;
+    std::unordered_set<const Tensor *> owned_;  // gradients in grads_ that this backward made fresh (own_grad)
 };
 
 } // namespace rp

@@ -34,6 +34,12 @@ Tensor * fill(Context & ctx, const int64_t ne[4], float value) {
 
 Tensor * fill(Context & ctx, const Tensor * like, float value) { return fill(ctx, like->ne, value); }
 
+Tensor * fill_after(Context & ctx, const Tensor * like, float value, Tensor * dep) {
+    Tensor * t = fill(ctx, like, value);
+    t->src[0] = dep;
+    return t;
+}
+
 namespace rules {
 
 void backward_copy(Backward & b, Tensor * node) {

@@ -18,6 +18,9 @@ Tensor * copy_into(Context & ctx, Tensor * window, Tensor * src);
 // An f32 tensor shaped like `like`, every element `value`.
 Tensor * fill(Context & ctx, const Tensor * like, float value);
 Tensor * fill(Context & ctx, const int64_t ne[4], float value);
+// The same, ordered after `dep` (its only source, which the fill does not read): a graph schedules it once dep's
+// subgraph has run, so a zero buffer a later node adds into takes no memory across that subgraph's peak.
+Tensor * fill_after(Context & ctx, const Tensor * like, float value, Tensor * dep);
 
 class Backward;
 namespace rules {

@@ -68,7 +68,7 @@ Tensor * ssm_conv_back(Context & ctx, Tensor * y, Tensor * dy, int which) {
     Tensor * x = y->src[0];
     Tensor * w = y->src[1];
     Tensor * t = detail::new_node(ctx, Op::SSM_CONV_BACK, DType::F32, which == 0 ? x->ne : w->ne,
-                                  {x, w, cont_if_needed(ctx, dy), y->src[2], y->src[3]});
+                                  {which == 0 ? nullptr : x, w, cont_if_needed(ctx, dy), which == 0 ? nullptr : y->src[2], y->src[3]});
     t->set_param_i32(0, which);
     return t;
 }

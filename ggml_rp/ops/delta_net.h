@@ -31,7 +31,8 @@ namespace rp {
 Tensor * ssm_conv(Context & ctx, Tensor * x, Tensor * w, Tensor * prefix = nullptr, Tensor * seg_start = nullptr);
 // The new conv state of an ssm_conv node: f32 [C, K-1, B].
 Tensor * ssm_conv_state(Context & ctx, Tensor * y);
-// which 0: dx [C, T, B]; 1: dw [K, C]. No gradient reaches the prefix.
+// which 0: dx [C, T, B]; 1: dw [K, C]. No gradient reaches the prefix. Sources: x, w, dy, prefix, seg_start; dx
+// needs neither x nor the prefix (null there, so a graph need not keep x for it: it is the node's shape).
 Tensor * ssm_conv_back(Context & ctx, Tensor * y, Tensor * dy, int which);
 
 // chunk: tokens between two saved states (llama.cpp's chunk size, 64, by default).

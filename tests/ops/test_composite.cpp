@@ -1,8 +1,12 @@
 // Whole subgraphs through build_backward: a pre-norm decoder layer (rms_norm, projections, rope, GQA
-// attention, residuals, SwiGLU FFN) and a tied embedding / LM head whose gradient is the sum of both uses.
+// attention, residuals, SwiGLU FFN), a tied embedding / LM head whose gradient is the sum of both uses, and a tensor
+// split in windows (a fused projection's parts) whose gradient the windows fill.
 #include "harness.h"
 
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
 
 using namespace optest;
 using rp::Context;
@@ -73,4 +77,97 @@ TEST(OpComposite, TiedEmbeddingAndHead) {
                   const ref::DT h = ref::rms_norm(ref::get_rows(x[0], ints_from(x[2]), T, 1), &x[1], 1e-5f);
                   return ref::lm_head_ce(h, x[0], ints_from(x[3]), scale);
               }});
+}
+
+namespace {
+
+// Rows [r0, r0 + n) of a [12, 5] tensor as a contiguous copy (models/arch/layer_util.h rows_of: a fused projection
+// split in parts).
+Tensor * rows_of(Context & c, Tensor * y, int64_t r0, int64_t n) {
+    const int64_t ne[4] = {n, y->ne[1], y->ne[2], y->ne[3]};
+    return rp::cont(c, rp::view(c, y, ne, y->nb, static_cast<size_t>(r0) * y->nb[0]));
+}
+
+// A split's three parts, each through its own function, summed: silu(x[0:4]) + 2 x[4:8] + x[8:12]^2.
+Tensor * split_three(Context & c, Tensor * x) {
+    Tensor * a = rp::silu(c, rows_of(c, x, 0, 4));
+    Tensor * b = rp::scale(c, rows_of(c, x, 4, 4), 2.0f);
+    Tensor * d = rows_of(c, x, 8, 4);
+    return rp::add(c, rp::add(c, a, b), rp::mul(c, d, d));
+}
+
+ref::DT rows(const ref::DT & x, int64_t r0, int64_t n) {
+    ref::DT w({n, x.ne[1], 1, 1});
+    for (int64_t i1 = 0; i1 < x.ne[1]; ++i1)
+        for (int64_t i0 = 0; i0 < n; ++i0) w(i0, i1) = x(r0 + i0, i1);
+    return w;
+}
+
+} // namespace
+
+// The gradient of a tensor split in windows (each window's gradient zero outside it) against the double
+// reference and finite differences, the windows apart and overlapping.
+TEST(OpComposite, WindowsOfOneTensor) {
+    check_op({"three windows of x",
+              {{"x", {12, 5, 1, 1}}},
+              [](Context & c, const TV & in) { return split_three(c, in[0]); },
+              [](const R & v) {
+                  const ref::DT d = rows(v[0], 8, 4);
+                  return ref::add(ref::add(ref::silu(rows(v[0], 0, 4)), ref::scale(rows(v[0], 4, 4), 2.0)), ref::mul(d, d));
+              }});
+    check_op({"overlapping windows of x",
+              {{"x", {12, 5, 1, 1}}},
+              [](Context & c, const TV & in) { return rp::add(c, rp::silu(c, rows_of(c, in[0], 0, 8)), rows_of(c, in[0], 4, 8)); },
+              [](const R & v) { return ref::add(ref::silu(rows(v[0], 0, 8)), rows(v[0], 4, 8)); }});
+}
+
+// The windows of one tensor add their gradients into one zero-filled buffer (Backward::own_grad), not one each:
+// one FILL where there were three, less graph memory, and the bits of the buffers summed (the split built over
+// three copies of x, whose gradients come back one buffer per window, as before).
+TEST(OpComposite, WindowsOfOneTensorShareOneGradientBuffer) {
+    struct Built {
+        std::vector<float> grad;
+        int fills = 0;
+        size_t bytes = 0;
+    };
+    auto build = [](bool copies) {
+        Context ctx;
+        Tensor * x = ctx.new_tensor(rp::DType::F32, 12, 5);
+        ctx.alloc_data(x);
+        std::vector<float> v(60);
+        for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(std::sin(0.7 * static_cast<double>(i) + 0.3));
+        rp::tensor_set_f32(x, v);
+        rp::set_param(ctx, x);
+        ctx.alloc_data(x->grad);
+        std::memset(x->grad->data, 0, x->grad->nbytes());
+        Tensor * y = nullptr;
+        if (copies) {  // each window of its own copy of x
+            Tensor * a = rp::silu(ctx, rows_of(ctx, rp::cont(ctx, rp::scale(ctx, x, 1.0f)), 0, 4));
+            Tensor * b = rp::scale(ctx, rows_of(ctx, rp::cont(ctx, rp::scale(ctx, x, 1.0f)), 4, 4), 2.0f);
+            Tensor * d = rows_of(ctx, rp::cont(ctx, rp::scale(ctx, x, 1.0f)), 8, 4);
+            y = rp::add(ctx, rp::add(ctx, a, b), rp::mul(ctx, d, d));
+        } else {
+            y = split_three(ctx, rp::scale(ctx, x, 1.0f));
+        }
+        Tensor * loss = rp::sum(ctx, rp::mul(ctx, y, y));
+        rp::Graph g;
+        rp::build_forward(g, loss);
+        const size_t n_forward = g.nodes.size();
+        rp::build_backward(ctx, g, loss, {x});
+        Built r;
+        for (size_t i = n_forward; i < g.nodes.size(); ++i)  // (the zero buffers shaped like x; not the loss's seed)
+            r.fills += g.nodes[i]->op == rp::Op::FILL && rp::same_shape(g.nodes[i], x);
+        r.bytes = rp::plan_graph(g).size;
+        rp::CpuBackend be;
+        be.allocate(g);
+        be.compute(g, 1);
+        r.grad = rp::tensor_get_f32(x->grad);
+        return r;
+    };
+    const Built shared = build(false), apart = build(true);
+    EXPECT_EQ(shared.fills, 1);
+    EXPECT_EQ(apart.fills, 3);
+    EXPECT_LT(shared.bytes, apart.bytes);
+    ASSERT_EQ(shared.grad.size(), apart.grad.size());
+    EXPECT_EQ(std::memcmp(shared.grad.data(), apart.grad.data(), shared.grad.size() * sizeof(float)), 0);
 }

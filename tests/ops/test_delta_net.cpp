@@ -86,6 +86,22 @@ TEST(OpSsmConv, ForwardBackward) {
               [](const R & v) { return ref::ssm_conv(v[0], v[1]); }});
 }
 
+// The input gradient reads neither the input nor the conv state (only w and dy): its node holds neither, so a
+// backward graph frees the convolution's input (a [channels, T] tensor) once the weight's gradient, if any, is made.
+TEST(OpSsmConv, InputGradientHoldsNoInput) {
+    Context ctx;
+    Tensor * x = ctx.new_tensor(rp::DType::F32, 5, 7, 2);
+    Tensor * w = ctx.new_tensor(rp::DType::F32, 4, 5);
+    Tensor * y = rp::ssm_conv(ctx, x, w);
+    Tensor * dy = ctx.new_tensor(rp::DType::F32, 5, 7, 2);
+    Tensor * dx = rp::ssm_conv_back(ctx, y, dy, 0);
+    Tensor * dw = rp::ssm_conv_back(ctx, y, dy, 1);
+    EXPECT_EQ(dx->src[0], nullptr);
+    EXPECT_EQ(dx->src[3], nullptr);
+    EXPECT_EQ(dw->src[0], x);
+    EXPECT_TRUE(rp::same_shape(dx, x));
+}
+
 namespace {
 
 // q, k [Dk, Hk, T, B], v [Dv, Hv, T, B], g in [-1.5, -0.02] (decays), beta in [0.05, 0.95] (sigmoids).
