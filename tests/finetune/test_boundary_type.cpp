@@ -122,7 +122,8 @@ TEST(BoundaryType, Bf16ProgramsRoundTheOutputsAndPassTheGradientsThrough) {
 }
 
 // Host training with bf16 boundaries: the kept layers' graphs and the recomputed ones give the same loss and
-// gradients, bit for bit; the loss is f32's within the rounding, not equal to it (the outputs were rounded).
+// gradients, bit for bit, and the whole-model graph the same loss; the loss is f32's within the rounding, not equal
+// to it (the outputs were rounded).
 TEST(BoundaryType, HostTrainingKeepsItsBitsKeptOrRecomputed) {
     ft_test::SmallModels & m = ft_test::SmallModels::get();
     for (const rp::Model * model : {m.llama.get(), m.moe.get()})
@@ -135,6 +136,9 @@ TEST(BoundaryType, HostTrainingKeepsItsBitsKeptOrRecomputed) {
                 const ft_test::TokenData data(kT * kB);
                 tr.zero_grads();
                 loss = tr.accumulate(data.ids.data(), data.labels.data(), kT, kB, 1.0f / static_cast<float>(kT * kB), 2, 0, 0);
+                // The whole-model graph (evaluation, a DPO reference, GRPO's log-probabilities) rounds the same outputs.
+                EXPECT_EQ(tr.loss(data.ids.data(), data.labels.data(), kT, kB, 1.0f / static_cast<float>(kT * kB), 2), loss)
+                    << model->path() << " whole-model loss, boundaries " << rp::dtype_name(boundary);
                 return gradients(tr);
             };
             const std::string what = model->path() + (full ? " full" : " lora");

@@ -292,34 +292,40 @@ TEST(Grpo, IterationsResumeMidBatchBitExact) {
 }
 
 // Through RoundPipe (2 CPU devices, sync; RoundPipe and GPipe schedules): the rollouts read the masters, the heads
-// read each token's values, and the steps are the host's bits.
+// read each token's values, and the steps are the host's bits; also with bf16 boundaries (FinetuneConfig::
+// boundary_type) on both paths.
 TEST(Grpo, ThePipelineEqualsTheHostBitForBit) {
     const rp::PromptSet p = prompts(toy_prompts());
     rp::GrpoOptions g = grpo_options();
     g.loss.beta = 0.04;  // the reference's log-probabilities too
     g.loss.epsilon_high = 0.28;
-    GrpoRun host(p, g, 3, rp::make_builtin_reward("regex:a"));  // (rewards that differ within groups: the policy moves)
-    std::vector<rp::StepReport> want;
-    for (int i = 0; i < 3; ++i) want.push_back(host.session.step());
-    for (const rp::ScheduleKind schedule : {rp::ScheduleKind::RoundPipe, rp::ScheduleKind::GPipe}) {
-        SCOPED_TRACE(static_cast<int>(schedule));
-        GrpoRun pipe(p, g, 3, rp::make_builtin_reward("regex:a"), [&](rp::SessionOptions & o) {
-            o.pipelined = true;
-            o.devices.count = 2;
-            o.devices.memory_each = size_t(64) << 20;
-            o.pipeline.schedule = schedule;
-        });
-        for (int i = 0; i < 3; ++i) {
-            const rp::StepReport r = pipe.session.step();
-            EXPECT_EQ(r.loss, want[size_t(i)].loss) << "step " << i + 1;
-            ASSERT_TRUE(r.grpo.has_value());
-            EXPECT_EQ(r.grpo->reward, want[size_t(i)].grpo->reward);
-            EXPECT_EQ(r.grpo->kl, want[size_t(i)].grpo->kl);
+    for (const rp::DType boundary : {rp::DType::F32, rp::DType::BF16}) {
+        auto boundaries = [boundary](rp::SessionOptions & o) { o.finetune.boundary_type = boundary; };
+        GrpoRun host(p, g, 3, rp::make_builtin_reward("regex:a"), boundaries);  // (rewards that differ within groups: the policy moves)
+        std::vector<rp::StepReport> want;
+        for (int i = 0; i < 3; ++i) want.push_back(host.session.step());
+        for (const rp::ScheduleKind schedule : {rp::ScheduleKind::RoundPipe, rp::ScheduleKind::GPipe}) {
+            if (boundary == rp::DType::BF16 && schedule != rp::ScheduleKind::RoundPipe) continue;
+            SCOPED_TRACE(std::to_string(static_cast<int>(schedule)) + " " + rp::dtype_name(boundary));
+            GrpoRun pipe(p, g, 3, rp::make_builtin_reward("regex:a"), [&](rp::SessionOptions & o) {
+                boundaries(o);
+                o.pipelined = true;
+                o.devices.count = 2;
+                o.devices.memory_each = size_t(64) << 20;
+                o.pipeline.schedule = schedule;
+            });
+            for (int i = 0; i < 3; ++i) {
+                const rp::StepReport r = pipe.session.step();
+                EXPECT_EQ(r.loss, want[size_t(i)].loss) << "step " << i + 1;
+                ASSERT_TRUE(r.grpo.has_value());
+                EXPECT_EQ(r.grpo->reward, want[size_t(i)].grpo->reward);
+                EXPECT_EQ(r.grpo->kl, want[size_t(i)].grpo->kl);
+            }
+            pipe.session.synchronize();
+            EXPECT_EQ(ft_test::first_different_master(host.session.trainer(), pipe.session.trainer()), "");
         }
-        pipe.session.synchronize();
-        EXPECT_EQ(ft_test::first_different_master(host.session.trainer(), pipe.session.trainer()), "");
+        EXPECT_GT(want[2].grpo->kl, 0.0);  // the policy has moved from the reference
     }
-    EXPECT_GT(want[2].grpo->kl, 0.0);  // the policy has moved from the reference
 }
 
 // A reward program in the loop (a shell script: 1 for a completion with an "a", else 0), its scores in the step's

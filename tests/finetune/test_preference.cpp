@@ -425,11 +425,14 @@ TEST(PreferenceTraining, TheObjectiveMustMatchTheData) {
 // Through RoundPipe (2 and 3 CPU devices, sync; the RoundPipe and GPipe schedules): the reference pass runs on
 // the devices (Pipeline::forward: the heads' forward alone) and gives the host's bits; the heads read the
 // pairs' values and report the answers' log-probabilities as on the host; masters, losses and metrics are the
-// host run's bits (so the forward-only call left nothing behind for the steps).
+// host run's bits (so the forward-only call left nothing behind for the steps). DPO also with bf16 boundaries
+// (FinetuneConfig::boundary_type: the heads read rounded hidden states on both paths).
 TEST(PreferenceTraining, ThePipelineEqualsTheHostBitForBit) {
     const rp::Dataset d = pairs(toy_pairs(12));
-    for (rp::PreferenceMethod m : {rp::PreferenceMethod::Dpo, rp::PreferenceMethod::Orpo}) {
-        const rp::SessionOptions o = pref_options(method(m, 0.1), 3);
+    for (const auto & [m, boundary] : {std::pair{rp::PreferenceMethod::Dpo, rp::DType::F32}, std::pair{rp::PreferenceMethod::Orpo, rp::DType::F32},
+                                       std::pair{rp::PreferenceMethod::Dpo, rp::DType::BF16}}) {
+        rp::SessionOptions o = pref_options(method(m, 0.1), 3);
+        o.finetune.boundary_type = boundary;
         rp::TrainingSession host(*fx().model, d, o);
         EXPECT_EQ(host.reference_pass(), m == rp::PreferenceMethod::Dpo);
         std::vector<rp::StepReport> want;
@@ -437,7 +440,7 @@ TEST(PreferenceTraining, ThePipelineEqualsTheHostBitForBit) {
         for (const auto & [devices, schedule] : {std::pair{2, rp::ScheduleKind::RoundPipe}, std::pair{3, rp::ScheduleKind::RoundPipe},
                                                  std::pair{2, rp::ScheduleKind::GPipe}}) {
             SCOPED_TRACE(std::to_string(devices) + " devices, schedule " + std::to_string(static_cast<int>(schedule)) + ", method " +
-                         std::to_string(static_cast<int>(m)));
+                         std::to_string(static_cast<int>(m)) + ", boundaries " + rp::dtype_name(boundary));
             rp::SessionOptions po = o;
             po.pipelined = true;
             po.devices.count = devices;
