@@ -148,7 +148,7 @@ double Trainer::accumulate(const int32_t * ids, const int32_t * labels, const Mi
     ProgramContext pc;
     pc.n_threads = n_threads;
     const int L = num_layers();
-    const size_t H = hidden_bytes(mb) / sizeof(float);
+    const size_t H = hidden_bytes(mb) / sizeof(float), X = (host_input_bytes(mb) + sizeof(float) - 1) / sizeof(float);
 
     // Forward: the input of every layer (the checkpoints) is kept, and the first decoder layers' whole graphs
     // while they fit cfg_.activation_memory (never with token chunks); the head runs forward + backward at once.
@@ -162,7 +162,7 @@ double Trainer::accumulate(const int32_t * ids, const int32_t * labels, const Mi
     KeptLayerBudget policy(cfg_);
     kept_live_.store(0);
     for (int l = 0; l < L - 1; ++l) {
-        act[static_cast<size_t>(l + 1)].resize(H);
+        act[static_cast<size_t>(l + 1)].resize(X);
         const void * in = l == 0 ? static_cast<const void *>(ids) : act[static_cast<size_t>(l)].data();
         if (policy.open() && l > 0) {
             std::unique_ptr<KeptLayer> k = keep_layer(l, in, dout_of(l), din_of(l), mb);

@@ -70,7 +70,9 @@ RunPlan plan_run(const Model & model, const RunPlanOptions & options) {
     if (devices <= 0) {  // the host path: every layer's input kept, one program at a time
         for (MicroBatchInfo & mb : r.step) mb.token_chunk = o.finetune.token_chunk;
         const int L = prog.num_layers();
-        for (const MicroBatchInfo & mb : r.step) h.checkpoints = std::max(h.checkpoints, static_cast<size_t>(L + 1) * prog.hidden_bytes(mb));
+        // (the layer inputs, and the backward's two gradient buffers)
+        for (const MicroBatchInfo & mb : r.step)
+            h.checkpoints = std::max(h.checkpoints, static_cast<size_t>(L - 1) * tr.host_input_bytes(mb) + 2 * prog.hidden_bytes(mb));
         const ProgramFootprints & fp = planner.footprints(r.step);
         // accumulate(): decoder layers 1.. keep what their backward reads of their forward while it fits (each
         // half's other nodes run in the shared buffer, beside the layers kept so far); the embedding's programs

@@ -253,6 +253,11 @@ public:
     std::string layer_name(int layer) const override;
     size_t hidden_bytes(const MicroBatchInfo & mb) const override;
     size_t boundary_bytes(const MicroBatchInfo & mb) const override;
+    // Bytes of a layer input host training (accumulate) keeps: boundary_bytes, or hidden_bytes when a token-chunked
+    // forward (mb.token_chunk) writes its f32 attention half there first. The plan (run_plan) counts the same.
+    size_t host_input_bytes(const MicroBatchInfo & mb) const {
+        return mb.token_chunk > 0 && mb.token_chunk < mb.tokens() ? hidden_bytes(mb) : boundary_bytes(mb);
+    }
     void forward(int layer, const LayerMemory & w, const void * in, void * out, const MicroBatchInfo & mb,
                  ProgramContext & pc) override;
     void head(const LayerMemory & w, const void * in, const int32_t * labels, float * loss, void * din,
