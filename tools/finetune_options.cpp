@@ -99,6 +99,17 @@ void declare_grpo(Options & p, FinetuneJob & j) {
     p.integer("--rollout-batch", g.rollout_batch, 0, 1 << 16,
               "completions of a prompt decoded together (default 0: the whole group; their KV caches\n"
               "take layers x 2 x kv-dim x seq-len x N floats; the same completions whatever N)", "N");
+    p.value("--rollout-matvec", "M",
+            "fast | exact: the rollouts' decode steps as per-row dot products with the activations in\n"
+            "the weights' format (fast, the default: llama.cpp's arithmetic, as rp-generate's fast one)\n"
+            "or the training graphs' arithmetic; either is reproducible, the loss reads the training\n"
+            "graphs' log-probabilities",
+            O::String,
+            [&g](const std::string & f, const std::string & v) {
+                if (v != "fast" && v != "exact") throw rp::Error(f + ": '" + v + "' is not one of fast, exact");
+                g.fast_rollouts = v == "fast";
+            },
+            [&g] { return quoted(g.fast_rollouts ? "fast" : "exact"); });
     p.number("--temp", g.temperature, 0.0f, 100.0f, "the sampler's temperature (default 1)");
     p.number("--top-p", g.top_p, 0.0f, 1.0f, "the sampler's nucleus (default 1: all)");
     p.integer("--top-k", g.top_k, 0, 1 << 30, "the sampler's top-k (default 0: all)");

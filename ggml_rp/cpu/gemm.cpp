@@ -603,7 +603,8 @@ bool run_one_row(const Problem & P, bool parallel) {
     if (!P.B.t || P.A.t || P.M < 1) return false;
     // (Only where the dot has its instructions: the portable loops are slower than the path below.)
     const bool dots = row_dots() && row_dot_supports(P.B.type, P.K) && row_dot_is_simd(P.B.type);
-    if (P.M != 1 && !(dots && P.M <= dot_columns(P.B.type))) return false;
+    const int64_t max_columns = row_dot_max_columns() > 0 ? row_dot_max_columns() : dot_columns(P.B.type);
+    if (P.M != 1 && !(dots && P.M <= max_columns)) return false;
     static thread_local std::vector<DotColumn> scratch;
     std::vector<DotColumn> & columns = scratch;   // (a name the lambda captures: inside it `scratch` is each thread's own)
     if (dots) {

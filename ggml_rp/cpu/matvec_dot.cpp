@@ -720,8 +720,23 @@ bool row_dot_is_simd(TensorType t) {
     }
 }
 
+namespace {
+thread_local int t_row_dots = -1;  // -1: the process-wide switch
+thread_local int64_t t_row_dot_columns = 0;
+} // namespace
+
 void set_row_dots(bool on) { g_row_dots.store(on, std::memory_order_relaxed); }
-bool row_dots() { return g_row_dots.load(std::memory_order_relaxed); }
+bool row_dots() { return t_row_dots >= 0 ? t_row_dots != 0 : g_row_dots.load(std::memory_order_relaxed); }
+int64_t row_dot_max_columns() { return t_row_dot_columns; }
+
+RowDotScope::RowDotScope(bool on, int64_t max_columns) : saved_(t_row_dots), saved_columns_(t_row_dot_columns) {
+    t_row_dots = on ? 1 : 0;
+    t_row_dot_columns = max_columns;
+}
+RowDotScope::~RowDotScope() {
+    t_row_dots = saved_;
+    t_row_dot_columns = saved_columns_;
+}
 
 void set_row_prefetch_bytes(int64_t bytes) { g_prefetch.store(bytes < 0 ? -1 : bytes, std::memory_order_relaxed); }
 int64_t row_prefetch_bytes() { return prefetch_distance(); }

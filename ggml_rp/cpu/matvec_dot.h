@@ -63,7 +63,27 @@ bool row_dot_is_simd(gguf::TensorType t);
 // Process-wide switch: one-token matmul_fwd products of supported weight types become row dots, where
 // row_dot_is_simd (the portable loops are slower than the exact path, which then stays). Off by default.
 void set_row_dots(bool on);
+// This thread's switch: its RowDotScope's while one lives, else the process-wide one.
 bool row_dots();
+
+// Overrides the switch for the calling thread while it lives (the products are dispatched on the thread that runs
+// the graph): a session that decodes with row dots (GRPO's rollouts) while other threads run training graphs,
+// which keep the exact arithmetic. max_columns > 0: products of up to that many tokens take the row dots (each
+// column's bits are its own, so a decode step's sequences get the same bits however many decode together); 0: the
+// process-wide rule (a few tokens, by weight type: gemm.cpp).
+class RowDotScope {
+public:
+    explicit RowDotScope(bool on, int64_t max_columns = 0);
+    ~RowDotScope();
+    RowDotScope(const RowDotScope &) = delete;
+    RowDotScope & operator=(const RowDotScope &) = delete;
+
+private:
+    int saved_;
+    int64_t saved_columns_;
+};
+// The calling thread's RowDotScope max_columns (0: none, or the process-wide rule).
+int64_t row_dot_max_columns();
 
 // How far ahead of the block it decodes each row dot asks for its weight bytes (software prefetch): by default
 // 8 KiB on Intel CPUs, whose prefetchers alone leave the stream's loads waiting, and none on AMD ones, whose

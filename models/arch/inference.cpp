@@ -1,12 +1,14 @@
 #include "models/arch/inference.h"
 
 #include "ggml_rp/core/graph.h"
+#include "ggml_rp/cpu/matvec_dot.h"
 #include "ggml_rp/ops/ops.h"
 #include "models/text/tokenizer.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 namespace rp {
 
@@ -179,6 +181,9 @@ std::vector<float> InferenceSession::run(const std::vector<int32_t> & tokens, bo
         else move_window(v, v->view_offs, n_past_ + T);
     }
     backend_.allocate(eg.g, eg.plan);  // (points the views at their new places)
+    // (a decode step's sequences, however many: each gets its bits alone; a prompt keeps the exact arithmetic)
+    std::optional<cpu::RowDotScope> dots;
+    if (row_dots_ >= 0) dots.emplace(row_dots_ != 0 && T == 1, B);
     backend_.compute(eg.g, n_threads_);
     return tensor_get_f32(eg.logits);
 }

@@ -57,6 +57,11 @@ public:
     void set_threads(int n_threads) { n_threads_ = n_threads; }
     // false: every eval() builds and plans its graph anew (tests compare that with the replays).
     void set_graph_replay(bool on) { replay_ = on; }
+    // A decode step's products (one token of each sequence) as per-row dot products with the activations in the
+    // weights' format (ggml_rp/cpu/matvec_dot.h: llama.cpp's arithmetic, deterministic; every sequence gets the bits
+    // it gets alone, however many decode together), or the prompt batch's exact arithmetic (prompts always), in this
+    // session's evals whatever the process-wide switch (cpu::set_row_dots, which it follows until this is called).
+    void set_row_dots(bool on) { row_dots_ = on ? 1 : 0; }
 
     InferenceSession(const InferenceSession &) = delete;
     InferenceSession & operator=(const InferenceSession &) = delete;
@@ -92,6 +97,7 @@ private:
     int64_t saved_at_ = -1;
     CpuBackend backend_;
     bool replay_ = true;
+    int row_dots_ = -1;  // -1: the process-wide switch
     std::unique_ptr<EvalGraph> graphs_[2];  // the last graph of all the sequences, and of the first alone (eval_shared)
 };
 

@@ -244,6 +244,7 @@ std::vector<float> GrpoObjective::prepare(Trainer & tr, int64_t step, Batch & bt
     const int64_t chunk = opt_.decoded_together();
     const int64_t V = model_.hparams().n_vocab;
     InferenceSession s(model_, T, opt_.threads, &tr.lora(), &tr.graph_weights(), chunk);
+    s.set_row_dots(opt_.fast_rollouts);
     std::vector<float> logits(static_cast<size_t>(chunk * V));
     std::vector<int32_t> next(static_cast<size_t>(chunk));
     for (int64_t b = 0; b < n_prompts; ++b) {

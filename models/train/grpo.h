@@ -51,6 +51,10 @@ struct GrpoOptions {
     bool scale_rewards = true;        // false: Dr. GRPO's unscaled advantages
     std::vector<std::string> stop;    // stop strings (none: the end-of-generation tokens and the length limit alone)
     int32_t rollout_batch = 0;        // completions of a prompt decoded together (0: the whole group; 1: one at a time)
+    // The rollouts' decode steps as per-row dot products (InferenceSession::set_row_dots: llama.cpp's arithmetic, the
+    // weights read once for the step's sequences), or the training graphs' exact arithmetic. Either is deterministic;
+    // only which tokens are sampled can differ: every log-probability the loss reads comes from the training graphs.
+    bool fast_rollouts = true;
     // Updates per rollout batch (TRL's num_iterations): > 1 trains that many steps on one batch of rollouts, against
     // the log-probabilities of the policy that sampled them (loss.on_policy false).
     int32_t iterations = 1;

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -277,3 +278,31 @@ TEST(MatvecDot, OffByDefaultOneTokenIsItsBatchColumn) {
 }
 
 }  // namespace
+
+// RowDotScope switches the row dots for its own thread only (a decode session beside training threads), with the
+// column limit it names, and restores the thread's earlier state when it ends.
+TEST(MatvecDot, AScopeSwitchesItsOwnThreadOnly) {
+    rp::cpu::set_row_dots(false);
+    {
+        rp::cpu::RowDotScope on(true, 16);
+        EXPECT_TRUE(rp::cpu::row_dots());
+        EXPECT_EQ(rp::cpu::row_dot_max_columns(), 16);
+        bool other = true;
+        int64_t other_columns = -1;
+        std::thread t([&] {
+            other = rp::cpu::row_dots();
+            other_columns = rp::cpu::row_dot_max_columns();
+        });
+        t.join();
+        EXPECT_FALSE(other);
+        EXPECT_EQ(other_columns, 0);
+        {
+            rp::cpu::RowDotScope off(false);
+            EXPECT_FALSE(rp::cpu::row_dots());
+        }
+        EXPECT_TRUE(rp::cpu::row_dots());
+        EXPECT_EQ(rp::cpu::row_dot_max_columns(), 16);
+    }
+    EXPECT_FALSE(rp::cpu::row_dots());
+    EXPECT_EQ(rp::cpu::row_dot_max_columns(), 0);
+}

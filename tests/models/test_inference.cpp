@@ -2,6 +2,7 @@
 #include "models_test_util.h"
 #include "tests/common/cpu_forward.h"
 
+#include "ggml_rp/cpu/matvec_dot.h"
 #include "ggml_rp/ops/autodiff.h"
 #include "ggml_rp/core/graph.h"
 #include "ggml_rp/ops/ops.h"
@@ -156,6 +157,53 @@ TEST(Inference, SequencesDecodedTogetherEqualEachAlone) {
         std::printf("[ %s ] 3 sequences decoded together vs alone: max |d| = %.3g (logits up to %.3g)\n", path.c_str(), worst, range);
         EXPECT_EQ(worst, 0.0f);
         EXPECT_THROW(together.eval({1, 2}), rp::Error);  // 2 tokens among 3 sequences
+    }
+}
+
+// A session's decode steps as row dots (set_row_dots: GRPO's rollouts): every sequence gets the bits it gets
+// decoded alone, however many decode together (6 here: more than the process-wide rule gives float weights); prompts
+// keep the exact arithmetic; the decode logits are the exact ones within the row dots' rounding (matvec_dot.h).
+TEST(Inference, RowDotDecodeStepsGiveEachSequenceItsOwnBits) {
+    for (const std::string & path : {std::string("stories260K.gguf"), std::string("derived/stories260K-BF16.gguf"),
+                                     std::string("derived/stories260K-Q8_0.gguf"), std::string("derived/stories260K-Q4_0.gguf"), qwen35_file()}) {
+        SCOPED_TRACE(path);
+        auto m = rp::Model::load(resolve(path));
+        const std::vector<int32_t> & toks = m->hparams().arch->arch == rp::Arch::Llama ? kPrompt1 : kPrompt2;
+        const int64_t V = m->hparams().n_vocab, S = 6;
+        rp::InferenceSession dots(*m, 32, 0, nullptr, nullptr, S), exact(*m, 32, 0, nullptr, nullptr, S);
+        dots.set_row_dots(true);
+        exact.set_row_dots(false);
+        std::vector<std::unique_ptr<rp::InferenceSession>> alone;
+        for (int64_t s = 0; s < S; ++s) {
+            alone.push_back(std::make_unique<rp::InferenceSession>(*m, 32));
+            alone.back()->set_row_dots(true);
+        }
+        const std::vector<int32_t> prompt(toks.begin(), toks.begin() + 5);
+        const std::vector<float> shared = dots.eval_shared(prompt);
+        EXPECT_EQ(exact.eval_shared(prompt), shared) << "a prompt keeps the exact arithmetic";
+        for (auto & a : alone) a->eval(prompt);
+        float worst = 0.0f, range = 0.0f;
+        bool differs = false;
+        for (int i = 0; i < 3; ++i) {
+            std::vector<int32_t> batch;
+            for (int64_t s = 0; s < S; ++s) batch.push_back(toks[size_t(5 + i + s) % toks.size()]);
+            const std::vector<float> got = dots.eval(batch), ref = exact.eval(batch);
+            ASSERT_EQ(static_cast<int64_t>(got.size()), S * V);
+            for (int64_t s = 0; s < S; ++s) {
+                const std::vector<float> want = alone[size_t(s)]->eval({batch[size_t(s)]});
+                EXPECT_EQ(std::memcmp(got.data() + s * V, want.data(), size_t(V) * sizeof(float)), 0) << "sequence " << s << " step " << i;
+            }
+            for (size_t k = 0; k < got.size(); ++k) {
+                worst = std::max(worst, std::fabs(got[k] - ref[k]));
+                range = std::max(range, std::fabs(ref[k]));
+                differs |= got[k] != ref[k];
+            }
+        }
+        std::printf("[ %s ] row-dot decode steps vs exact: max |d| = %.3g (logits up to %.3g)\n", path.c_str(), worst, range);
+        EXPECT_LE(worst, 2e-2f * range);
+        if (rp::cpu::row_dot_is_simd(gguf::TensorType::F32)) {  // (an AVX2 CPU: every type's row dots have their instructions)
+            EXPECT_TRUE(differs) << "the row dots were not used";
+        }
     }
 }
 
