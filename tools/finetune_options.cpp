@@ -100,16 +100,18 @@ void declare_grpo(Options & p, FinetuneJob & j) {
               "completions of a prompt decoded together (default 0: the whole group; their KV caches\n"
               "take layers x 2 x kv-dim x seq-len x N floats; the same completions whatever N)", "N");
     p.value("--rollout-matvec", "M",
-            "fast | exact: the rollouts' decode steps as per-row dot products with the activations in\n"
-            "the weights' format (fast, the default: llama.cpp's arithmetic, as rp-generate's fast one)\n"
-            "or the training graphs' arithmetic; either is reproducible, the loss reads the training\n"
-            "graphs' log-probabilities",
+            "auto | fast | exact: the rollouts' decode steps as per-row dot products with the activations\n"
+            "in the weights' format (fast: llama.cpp's arithmetic, as rp-generate's fast one) or the\n"
+            "training graphs' arithmetic (exact); auto (the default): fast for a quantized base, exact\n"
+            "for float weights. Each is reproducible; the loss reads the training graphs' log-probabilities",
             O::String,
             [&g](const std::string & f, const std::string & v) {
-                if (v != "fast" && v != "exact") throw rp::Error(f + ": '" + v + "' is not one of fast, exact");
-                g.fast_rollouts = v == "fast";
+                if (v != "auto" && v != "fast" && v != "exact") throw rp::Error(f + ": '" + v + "' is not one of auto, fast, exact");
+                g.rollout_matvec = v == "fast" ? RolloutMatvec::Fast : v == "exact" ? RolloutMatvec::Exact : RolloutMatvec::Auto;
             },
-            [&g] { return quoted(g.fast_rollouts ? "fast" : "exact"); });
+            [&g] {
+                return quoted(g.rollout_matvec == RolloutMatvec::Fast ? "fast" : g.rollout_matvec == RolloutMatvec::Exact ? "exact" : "auto");
+            });
     p.number("--temp", g.temperature, 0.0f, 100.0f, "the sampler's temperature (default 1)");
     p.number("--top-p", g.top_p, 0.0f, 1.0f, "the sampler's nucleus (default 1: all)");
     p.integer("--top-k", g.top_k, 0, 1 << 30, "the sampler's top-k (default 0: all)");

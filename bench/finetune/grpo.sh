@@ -7,7 +7,8 @@
 #
 #   bench/finetune/grpo.sh BUILD_DIR [THREADS]
 #   env: SHAPES ("stories260K qwen3-0.6b"), GROUP (8), PROMPTS (per step, 2), LEN (max completion, 32), STEPS (6),
-#        ROLLOUT_BATCHES ("1 0": --rollout-batch values), MATVECS ("fast exact": --rollout-matvec values)
+#        ROLLOUT_BATCHES ("1 0": --rollout-batch values), MATVECS ("fast exact": --rollout-matvec values),
+#        TYPE (the generated model's weights: bf16, or e.g. q4_k_m / q8_0 for a QLoRA base)
 #
 # Prints per model and rollout batch: the mean over steps 2..STEPS of the rollout tokens/s, the training tokens/s
 # and the rollout share, from the run's metrics JSONL.
@@ -23,6 +24,7 @@ len=${LEN:-32}
 steps=${STEPS:-6}
 rollout_batches=${ROLLOUT_BATCHES:-"1 0"}
 matvecs=${MATVECS:-"fast exact"}
+type=${TYPE:-bf16}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -37,7 +39,13 @@ for shape in $shapes; do
     model=$shared/models/stories260K.gguf
   else
     model=$tmp/$shape.gguf
-    "$build/bin/rp-gguf" synth "$model" --shape "$shape" --type bf16 --vocab "$shared/models/vocab/ggml-vocab-qwen2.gguf" > /dev/null
+    if [ "$type" = bf16 ] || [ "$type" = f32 ]; then
+      "$build/bin/rp-gguf" synth "$model" --shape "$shape" --type "$type" --vocab "$shared/models/vocab/ggml-vocab-qwen2.gguf" > /dev/null
+    else  # random bf16 weights quantized as llama-quantize would
+      "$build/bin/rp-gguf" synth "$tmp/base.gguf" --shape "$shape" --type bf16 --vocab "$shared/models/vocab/ggml-vocab-qwen2.gguf" > /dev/null
+      "$build/bin/rp-gguf" convert "$tmp/base.gguf" "$model" --type "$type" > /dev/null
+      rm -f "$tmp/base.gguf"
+    fi
   fi
   for rb in $rollout_batches; do
   for mv in $matvecs; do

@@ -50,6 +50,18 @@ GrpoObjective::GrpoObjective(const Model & model, const Tokenizer & tok, const P
 
 namespace {
 
+// RolloutMatvec::Auto's test: the rollouts read a quantized base (most weight bytes in block types), not the f32
+// masters of a full finetune.
+bool quantized_base(const Model & model, const Trainer & tr) {
+    if (tr.config().full) return false;
+    size_t quantized = 0, all = 0;
+    for (const Tensor * t : model.weights()) {
+        all += t->nbytes();
+        if (dtype_is_quantized(t->type)) quantized += t->nbytes();
+    }
+    return 2 * quantized > all;
+}
+
 // The completions of a batch: each sequence's labels, in order (the prompt's are masked).
 std::vector<std::vector<int32_t>> labelled(const Batch & bt) {
     std::vector<std::vector<int32_t>> out(static_cast<size_t>(bt.n_seq));
@@ -229,6 +241,10 @@ void GrpoObjective::restore(const ObjectiveState & st) {
     held_ = std::move(h);
 }
 
+bool GrpoObjective::rollouts_use_row_dots(const Trainer & trainer) const {
+    return opt_.rollout_matvec == RolloutMatvec::Fast || (opt_.rollout_matvec == RolloutMatvec::Auto && quantized_base(model_, trainer));
+}
+
 std::vector<float> GrpoObjective::prepare(Trainer & tr, int64_t step, Batch & bt, const BatchShare & share) {
     if (step % opt_.iterations != 0) return again(step, bt);
     const int64_t T = bt.seq_len, G = opt_.group, n_prompts = static_cast<int64_t>(bt.units.size());
@@ -244,7 +260,7 @@ std::vector<float> GrpoObjective::prepare(Trainer & tr, int64_t step, Batch & bt
     const int64_t chunk = opt_.decoded_together();
     const int64_t V = model_.hparams().n_vocab;
     InferenceSession s(model_, T, opt_.threads, &tr.lora(), &tr.graph_weights(), chunk);
-    s.set_row_dots(opt_.fast_rollouts);
+    s.set_row_dots(rollouts_use_row_dots(tr));
     std::vector<float> logits(static_cast<size_t>(chunk * V));
     std::vector<int32_t> next(static_cast<size_t>(chunk));
     for (int64_t b = 0; b < n_prompts; ++b) {

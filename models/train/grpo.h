@@ -40,6 +40,14 @@ class Tokenizer;
 
 enum class GrpoLossType { Grpo, Bnpo, DrGrpo };
 
+// How the rollouts' decode steps compute their products (InferenceSession::set_row_dots): Fast, per-row dot products
+// with the activations in the weights' format (llama.cpp's arithmetic); Exact, the training graphs' arithmetic; Auto,
+// Fast for a quantized base (QLoRA: its blocks decoded once per row and token, not per GEMM panel) and Exact for
+// float weights, which the GEMM reads as fast once more than a few sequences decode together
+// (bench/finetune/grpo.sh). Each is deterministic and every sequence gets its bits whatever --rollout-batch; only
+// which tokens are sampled can differ: the loss reads the training graphs' log-probabilities.
+enum class RolloutMatvec { Auto, Fast, Exact };
+
 struct GrpoOptions {
     GrpoParams loss;                  // clip range and beta (on_policy: one update per rollout batch)
     int32_t group = 8;                // completions per prompt (TRL's num_generations), >= 2
@@ -51,10 +59,7 @@ struct GrpoOptions {
     bool scale_rewards = true;        // false: Dr. GRPO's unscaled advantages
     std::vector<std::string> stop;    // stop strings (none: the end-of-generation tokens and the length limit alone)
     int32_t rollout_batch = 0;        // completions of a prompt decoded together (0: the whole group; 1: one at a time)
-    // The rollouts' decode steps as per-row dot products (InferenceSession::set_row_dots: llama.cpp's arithmetic, the
-    // weights read once for the step's sequences), or the training graphs' exact arithmetic. Either is deterministic;
-    // only which tokens are sampled can differ: every log-probability the loss reads comes from the training graphs.
-    bool fast_rollouts = true;
+    RolloutMatvec rollout_matvec = RolloutMatvec::Auto;
     // Updates per rollout batch (TRL's num_iterations): > 1 trains that many steps on one batch of rollouts, against
     // the log-probabilities of the policy that sampled them (loss.on_policy false).
     int32_t iterations = 1;
@@ -82,6 +87,8 @@ public:
     ObjectiveState state() const override;
     void restore(const ObjectiveState & st) override;
 
+    // Whether the rollouts of a run training `trainer` decode with row dots (GrpoOptions::rollout_matvec resolved).
+    bool rollouts_use_row_dots(const Trainer & trainer) const;
     // The completions of the last prepare(), in batch order (tests, samples).
     const std::vector<std::vector<int32_t>> & completions() const { return completions_; }
     // iterations > 1: the rollout batch the current steps train on and its token values (nullptr before the first).

@@ -150,29 +150,58 @@ TEST(Grpo, ReproducibleAndResumesBitExact) {
 
 // The completions of a prompt decoded together (the whole group of 6, or 4 then 2) are those decoded one at a time,
 // and the runs end with the same bytes: batched decoding changes no logit, the samplers are keyed by completion.
+// With the training graphs' arithmetic (auto on this f32 model) and with row dots (fast: each sequence its own bits).
 TEST(Grpo, BatchedRolloutsEqualOneAtATime) {
-    const rp::PromptSet p = prompts(toy_prompts());
-    rp::GrpoOptions g = grpo_options();
-    g.max_completion_len = 16;
-    g.stop = {"."};  // (completions of several lengths)
-    g.rollout_batch = 1;
-    GrpoRun one(p, g, 2, rp::make_builtin_reward("regex:a"));
-    g.rollout_batch = 0;
-    GrpoRun all(p, g, 2, rp::make_builtin_reward("regex:a"));
-    g.rollout_batch = 4;
-    GrpoRun four(p, g, 2, rp::make_builtin_reward("regex:a"));
-    for (int i = 0; i < 2; ++i) {
-        const rp::StepReport r = one.session.step(), ra = all.session.step(), r4 = four.session.step();
-        EXPECT_EQ(all.objective.completions(), one.objective.completions()) << "step " << i + 1;
-        EXPECT_EQ(four.objective.completions(), one.objective.completions()) << "step " << i + 1;
-        EXPECT_EQ(ra.loss, r.loss);
-        EXPECT_EQ(r4.loss, r.loss);
-        std::set<size_t> lengths;
-        for (const auto & c : one.objective.completions()) lengths.insert(c.size());
-        EXPECT_GT(lengths.size(), 1u) << "completions of one length: nothing idled while the others decoded";
+    for (const rp::RolloutMatvec mv : {rp::RolloutMatvec::Auto, rp::RolloutMatvec::Fast}) {
+        SCOPED_TRACE(mv == rp::RolloutMatvec::Fast ? "fast" : "auto");
+        const rp::PromptSet p = prompts(toy_prompts());
+        rp::GrpoOptions g = grpo_options();
+        g.rollout_matvec = mv;
+        g.max_completion_len = 16;
+        g.stop = {"."};  // (completions of several lengths)
+        g.rollout_batch = 1;
+        GrpoRun one(p, g, 2, rp::make_builtin_reward("regex:a"));
+        g.rollout_batch = 0;
+        GrpoRun all(p, g, 2, rp::make_builtin_reward("regex:a"));
+        g.rollout_batch = 4;
+        GrpoRun four(p, g, 2, rp::make_builtin_reward("regex:a"));
+        for (int i = 0; i < 2; ++i) {
+            const rp::StepReport r = one.session.step(), ra = all.session.step(), r4 = four.session.step();
+            EXPECT_EQ(all.objective.completions(), one.objective.completions()) << "step " << i + 1;
+            EXPECT_EQ(four.objective.completions(), one.objective.completions()) << "step " << i + 1;
+            EXPECT_EQ(ra.loss, r.loss);
+            EXPECT_EQ(r4.loss, r.loss);
+            std::set<size_t> lengths;
+            for (const auto & c : one.objective.completions()) lengths.insert(c.size());
+            EXPECT_GT(lengths.size(), 1u) << "completions of one length: nothing idled while the others decoded";
+        }
+        EXPECT_EQ(ft_test::first_different_master(one.session.trainer(), all.session.trainer()), "");
+        EXPECT_EQ(ft_test::first_different_master(one.session.trainer(), four.session.trainer()), "");
     }
-    EXPECT_EQ(ft_test::first_different_master(one.session.trainer(), all.session.trainer()), "");
-    EXPECT_EQ(ft_test::first_different_master(one.session.trainer(), four.session.trainer()), "");
+}
+
+// --rollout-matvec auto: row dots for a quantized base (a LoRA run on stories260K's Q8_0), the training graphs'
+// arithmetic for float weights and for a full finetune (its rollouts read the f32 masters); fast and exact as named.
+TEST(Grpo, AutoRolloutsUseRowDotsForAQuantizedBase) {
+    const auto q8 = rp::Model::load(ft_test::shared_dir() + "/models/derived/stories260K-Q8_0.gguf");
+    const rp::PromptSet p = prompts(toy_prompts());
+    rp::RewardSet rewards;
+    rewards.add(rp::make_builtin_reward("regex:a"), 1.0);
+    auto decides = [&](const rp::Model & m, rp::RolloutMatvec mv, bool full) {
+        rp::GrpoOptions g = grpo_options();
+        g.rollout_matvec = mv;
+        rp::GrpoObjective o(m, fx().tok, p, rewards, g);
+        rp::FinetuneConfig c;
+        c.full = full;
+        c.grpo = rp::GrpoParams{};
+        rp::Trainer tr(m, c);
+        return o.rollouts_use_row_dots(tr);
+    };
+    EXPECT_TRUE(decides(*q8, rp::RolloutMatvec::Auto, false));
+    EXPECT_FALSE(decides(*fx().model, rp::RolloutMatvec::Auto, false));
+    EXPECT_FALSE(decides(*fx().model, rp::RolloutMatvec::Auto, true));
+    EXPECT_TRUE(decides(*fx().model, rp::RolloutMatvec::Fast, false));
+    EXPECT_FALSE(decides(*q8, rp::RolloutMatvec::Exact, false));
 }
 
 // iterations 2 (TRL's num_iterations): step 1 samples a rollout batch, its old log-probabilities those of the

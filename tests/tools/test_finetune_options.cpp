@@ -220,8 +220,8 @@ TEST(FinetuneOptions, EveryFlagParsesAsTheOldParserDid) {
         {"--token-chunk auto", [](const FinetuneJob & j) { EXPECT_EQ(j.token_chunk, -1); }},
         {"--token-chunk 0", [](const FinetuneJob & j) { EXPECT_EQ(j.token_chunk, 0); }},
         {"--boundary-dtype bf16", [](const FinetuneJob & j) { EXPECT_EQ(j.session.finetune.boundary_type, rp::DType::BF16); }},
-        {"--rollout-matvec exact", [](const FinetuneJob & j) { EXPECT_FALSE(j.grpo.fast_rollouts); }},
-        {"--rollout-matvec fast", [](const FinetuneJob & j) { EXPECT_TRUE(j.grpo.fast_rollouts); }},
+        {"--rollout-matvec exact", [](const FinetuneJob & j) { EXPECT_EQ(j.grpo.rollout_matvec, rp::RolloutMatvec::Exact); }},
+        {"--rollout-matvec fast", [](const FinetuneJob & j) { EXPECT_EQ(j.grpo.rollout_matvec, rp::RolloutMatvec::Fast); }},
         {"--attention-type f16 --f32-gemm f32", [](const FinetuneJob & j) {
              EXPECT_EQ(j.session.finetune.attention_type, rp::DType::F16);
              EXPECT_FALSE(j.session.devices.tf32_gemm);
@@ -319,7 +319,7 @@ TEST(FinetuneOptions, BadValuesFailInTheToolsWording) {
     EXPECT_EQ(parse_error("--pin pinned"), "--pin: 'pinned' is not one of alloc, register, off");
     EXPECT_EQ(parse_error("--optimizer-state fp8"), "--optimizer-state: 'fp8' is not one of f32, bf16");
     EXPECT_EQ(parse_error("--boundary-dtype f16"), "--boundary-dtype: 'f16' is not one of f32, bf16");
-    EXPECT_EQ(parse_error("--rollout-matvec quick"), "--rollout-matvec: 'quick' is not one of fast, exact");
+    EXPECT_EQ(parse_error("--rollout-matvec quick"), "--rollout-matvec: 'quick' is not one of auto, fast, exact");
     EXPECT_EQ(parse_error("--lr nan"), "--lr: 'nan' is not a number");
     EXPECT_EQ(parse_error("--inject-fault disk:3"), "--inject-fault: 'disk:3' is not KIND:N (KIND alloc, copy or launch; N >= 1)");
     EXPECT_NE(parse_error("--schedule cosine").find("the learning-rate schedule is --lr-schedule"), std::string::npos);
