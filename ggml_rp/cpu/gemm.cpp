@@ -589,12 +589,18 @@ int64_t dot_columns(TensorType t) {
 }
 
 void dot_rows(const Problem & P, int64_t j0, int64_t j1, const std::vector<DotColumn> & x) {
+    const DotColumn * cols[kRowDotColumns];
+    float v[kRowDotColumns];
     for (int64_t j = j0; j < j1; ++j) {
         const char * row = P.B.base + j * P.B.row_bytes;
-        for (int64_t i = 0; i < P.M; ++i) {
-            const float v = row_dot(P.B.type, row, x[size_t(i)]);
-            float & c = P.C[i * P.ldc + j];
-            c = P.accumulate ? c + v : v;
+        for (int64_t i0 = 0; i0 < P.M; i0 += kRowDotColumns) {  // (up to 8 columns per pass over the row)
+            const int n = static_cast<int>(std::min<int64_t>(kRowDotColumns, P.M - i0));
+            for (int c = 0; c < n; ++c) cols[c] = &x[size_t(i0 + c)];
+            row_dot_columns(P.B.type, row, cols, n, v);
+            for (int c = 0; c < n; ++c) {
+                float & out = P.C[(i0 + c) * P.ldc + j];
+                out = P.accumulate ? out + v[c] : v[c];
+            }
         }
     }
 }

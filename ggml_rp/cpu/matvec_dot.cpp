@@ -321,6 +321,53 @@ float dot_q45_K(const Block * w, const DotColumn & x) {
 #endif
 }
 
+// The same for n columns at once (a decode step of several sequences): each super-block's quants and scales decoded
+// once, then every column's sums as dot_q45_K forms them (its own accumulators, the same operations in the same
+// order), so each column gets dot_q45_K's bits.
+template <bool FIVE_BITS, class Block>
+void dot_q45_K_columns(const Block * w, const DotColumn * const * xs, int n, float * out) {
+#if defined(RP_INT8_SIMD)
+    [[maybe_unused]] const int64_t ahead = prefetch_distance();
+    const int64_t nsb = xs[0]->K / QK_K;
+    constexpr int kMax = 8;
+    __m256 acc[kMax], mins[kMax];
+    for (int c = 0; c < n; ++c) acc[c] = mins[c] = _mm256_setzero_ps();
+    for (int64_t s = 0; s < nsb; ++s) {
+        const Block & b = w[s];
+        prefetch_ahead(&b, sizeof(Block), ahead);
+        uint32_t sc[2], m[2];
+        k4_scales_mins_packed(b.scales, sc, m);
+        const __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(uint64_t(sc[1]) << 32 | sc[0]))));
+        const __m256 mf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(uint64_t(m[1]) << 32 | m[0]))));
+        const __m256 dsc = _mm256_mul_ps(_mm256_set1_ps(half_to_float(b.d)), scf);
+        const __m256 dmf = _mm256_mul_ps(_mm256_set1_ps(half_to_float(b.dmin)), mf);
+        __m256i qh = _mm256_setzero_si256();
+        if constexpr (FIVE_BITS) qh = load256(b.qh);
+        __m256i u[8];  // the 8 sub-blocks' unsigned quants
+        for (int c = 0; c < 4; ++c) {
+            const __m256i q = load256(b.qs + 32 * c);
+            u[2 * c] = low4(q);
+            u[2 * c + 1] = high4(q);
+            if constexpr (FIVE_BITS) {
+                u[2 * c] = _mm256_or_si256(u[2 * c], bits(qh, 2 * c, 1, 4));
+                u[2 * c + 1] = _mm256_or_si256(u[2 * c + 1], bits(qh, 2 * c + 1, 1, 4));
+            }
+        }
+        for (int col = 0; col < n; ++col) {
+            const DotColumn & x = *xs[col];
+            const int8_t * xq = x.q.data() + QK_K * s;
+            __m256i p[8];
+            for (int j = 0; j < 8; ++j) p[j] = dot_u8s8(u[j], load256(xq + 32 * j));
+            acc[col] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums_of_8(p)), _mm256_mul_ps(dsc, _mm256_loadu_ps(x.d.data() + 8 * s)), acc[col]);
+            mins[col] = _mm256_fmadd_ps(dmf, _mm256_loadu_ps(x.dsum32.data() + 8 * s), mins[col]);
+        }
+    }
+    for (int c = 0; c < n; ++c) out[c] = hsum(acc[c]) - hsum(mins[c]);
+#else
+    for (int c = 0; c < n; ++c) out[c] = dot_q45_K<FIVE_BITS>(w, *xs[c]);
+#endif
+}
+
 // Q2_K and Q3_K: per super-block of 256, groups g = 4n + j of 32 elements 128n + 32j + l (l < 32) whose 2-bit
 // quants are bits 2j of qs[32n + l]; sub-block s = 2g + l / 16 has its own scale. Q2_K: w = (d*sc_s) q -
 // (dmin*m_s), q in [0, 3]. Q3_K: w = (d*sc_s) (u - 4), u = q + 4 * (bit 4n + j of hmask[l]) in [0, 7], sc_s
@@ -477,6 +524,55 @@ float dot_q6_K(const block_q6_K * w, const DotColumn & x) {
     return hsum(_mm256_add_ps(acc0, acc1)) - 32.0f * hsum(_mm256_add_ps(offs0, offs1));
 #else
     return acc - 32.0f * off;
+#endif
+}
+
+// The same for n columns at once: each super-block's 6-bit quants and scale factors formed once, then every column's
+// sums as dot_q6_K forms them (its own accumulators, the same operations in the same order): dot_q6_K's bits.
+void dot_q6_K_columns(const block_q6_K * w, const DotColumn * const * xs, int n, float * out) {
+#if defined(RP_INT8_SIMD)
+    [[maybe_unused]] const int64_t ahead = prefetch_distance();
+    const int64_t nsb = xs[0]->K / QK_K;
+    constexpr int kMax = 8;
+    __m256 acc0[kMax], acc1[kMax], offs0[kMax], offs1[kMax];
+    for (int c = 0; c < n; ++c) acc0[c] = acc1[c] = offs0[c] = offs1[c] = _mm256_setzero_ps();
+    for (int64_t s = 0; s < nsb; ++s) {
+        const block_q6_K & b = w[s];
+        prefetch_ahead(&b, sizeof(block_q6_K), ahead);
+        const __m256 dv = _mm256_set1_ps(half_to_float(b.d));
+        const __m128i sc16 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b.scales));
+        const __m256 off_lo = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc16)), dv);
+        const __m256 off_hi = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc16, 8))), dv);
+        __m256i q[2][4];
+        __m256 dscf[2];
+        for (int h2 = 0; h2 < 2; ++h2) {
+            const __m256i a = load256(b.ql + 64 * h2), c = load256(b.ql + 64 * h2 + 32), h = load256(b.qh + 32 * h2);
+            q[h2][0] = _mm256_or_si256(low4(a), bits(h, 0, 3, 4));
+            q[h2][1] = _mm256_or_si256(low4(c), bits(h, 2, 3, 4));
+            q[h2][2] = _mm256_or_si256(high4(a), bits(h, 4, 3, 4));
+            q[h2][3] = _mm256_or_si256(high4(c), bits(h, 6, 3, 4));
+            const __m256 scf = _mm256_cvtepi32_ps(evens_then_odds(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(b.scales + 8 * h2)))));
+            dscf[h2] = _mm256_mul_ps(dv, scf);
+        }
+        for (int col = 0; col < n; ++col) {
+            const DotColumn & x = *xs[col];
+            const int8_t * xq = x.q.data() + QK_K * s;
+            const float * xd = x.d.data() + 8 * s;
+            const float * xs16 = x.dsum16.data() + 16 * s;
+            offs0[col] = _mm256_fmadd_ps(off_lo, _mm256_loadu_ps(xs16), offs0[col]);
+            offs1[col] = _mm256_fmadd_ps(off_hi, _mm256_loadu_ps(xs16 + 8), offs1[col]);
+            for (int h2 = 0; h2 < 2; ++h2) {
+                __m256i p[4];
+                for (int k = 0; k < 4; ++k) p[k] = dot_u8s8(q[h2][k], load256(xq + 128 * h2 + 32 * k));
+                const __m256 scale = _mm256_mul_ps(dscf[h2], _mm256_broadcast_ps(reinterpret_cast<const __m128 *>(xd + 4 * h2)));
+                __m256 & acc = h2 == 0 ? acc0[col] : acc1[col];
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums_of_halves(p[0], p[1], p[2], p[3])), scale, acc);
+            }
+        }
+    }
+    for (int c = 0; c < n; ++c) out[c] = hsum(_mm256_add_ps(acc0[c], acc1[c])) - 32.0f * hsum(_mm256_add_ps(offs0[c], offs1[c]));
+#else
+    for (int c = 0; c < n; ++c) out[c] = dot_q6_K(w, *xs[c]);
 #endif
 }
 
@@ -701,6 +797,17 @@ float row_dot(TensorType t, const void * row, const DotColumn & x) {
     }
     assert(false && "row_dot: a type row_dot_supports refuses");
     return 0.0f;
+}
+
+void row_dot_columns(TensorType t, const void * row, const DotColumn * const * xs, int n, float * out) {
+    assert(n >= 1 && n <= kRowDotColumns);
+    switch (t) {
+    case TensorType::Q4_K: return dot_q45_K_columns<false>(static_cast<const block_q4_K *>(row), xs, n, out);
+    case TensorType::Q5_K: return dot_q45_K_columns<true>(static_cast<const block_q5_K *>(row), xs, n, out);
+    case TensorType::Q6_K: return dot_q6_K_columns(static_cast<const block_q6_K *>(row), xs, n, out);
+    default:
+        for (int c = 0; c < n; ++c) out[c] = row_dot(t, row, *xs[c]);
+    }
 }
 
 bool row_dot_is_simd(TensorType t) {

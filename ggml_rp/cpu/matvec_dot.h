@@ -56,6 +56,11 @@ bool row_dot_supports(gguf::TensorType t, int64_t K);
 // One weight row (K elements of type t) times the column prepare_column(t, ...) made.
 float row_dot(gguf::TensorType t, const void * row, const DotColumn & x);
 
+// One weight row times n <= kRowDotColumns columns (a decode step of several sequences): out[c] = row_dot(t, row,
+// *xs[c]), bit for bit; Q4_K, Q5_K and Q6_K decode each block once for all of them.
+constexpr int kRowDotColumns = 8;
+void row_dot_columns(gguf::TensorType t, const void * row, const DotColumn * const * xs, int n, float * out);
+
 // True when row_dot uses the instructions named above for t (AVX2 at least; false: a portable loop, same
 // numerics).
 bool row_dot_is_simd(gguf::TensorType t);

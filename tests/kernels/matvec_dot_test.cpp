@@ -306,3 +306,32 @@ TEST(MatvecDot, AScopeSwitchesItsOwnThreadOnly) {
     EXPECT_FALSE(rp::cpu::row_dots());
     EXPECT_EQ(rp::cpu::row_dot_max_columns(), 0);
 }
+
+// row_dot_columns (a decode step's sequences at once; Q4_K and Q5_K decode each block once for all) gives every
+// column row_dot's bits, for 1 to 8 columns of every type.
+TEST(MatvecDot, ColumnsAtOnceAreEachTheirOwnDot) {
+    Rng rng(31);
+    const int64_t K = 512, N = 7;
+    for (TensorType t : kDotTypes) {
+        const char * name = gguf::type_name(uint32_t(t));
+        const Weight w = make_weight(t, K, N, rng, 12);
+        std::vector<rp::cpu::DotColumn> cols(rp::cpu::kRowDotColumns);
+        std::vector<std::vector<float>> xs;
+        for (auto & c : cols) {
+            xs.push_back(test_column(K, rng));
+            rp::cpu::prepare_column(t, xs.back().data(), K, c);
+        }
+        for (int n = 1; n <= rp::cpu::kRowDotColumns; ++n) {
+            std::vector<const rp::cpu::DotColumn *> ptrs;
+            for (int c = 0; c < n; ++c) ptrs.push_back(&cols[size_t(c)]);
+            for (int64_t r = 0; r < N; ++r) {
+                const void * row = static_cast<const uint8_t *>(w.data()) + r * int64_t(w.row_bytes);
+                float out[rp::cpu::kRowDotColumns];
+                rp::cpu::row_dot_columns(t, row, ptrs.data(), n, out);
+                for (int c = 0; c < n; ++c)
+                    ASSERT_EQ(std::bit_cast<uint32_t>(out[c]), std::bit_cast<uint32_t>(rp::cpu::row_dot(t, row, cols[size_t(c)])))
+                        << name << " n=" << n << " column " << c << " row " << r;
+            }
+        }
+    }
+}
