@@ -254,43 +254,12 @@ float dot_q8_0(const block_q8_0 * w, const DotColumn & x) {
 #endif
 }
 
-// Q4_K and Q5_K: per super-block of 256, sub-blocks j = 0..7 of 32 with w = (d*sc_j) q - (dmin*m_j).
-// SIMD: the 8 sub-blocks' exact int32 sums side by side in one vector, times their 8 scales (d sc_j) d_b, into
-// one 8-lane accumulator; the mins likewise, 8 lanes of (dmin m_j) (d_b sum q').
+// Q4_K and Q5_K: per super-block of 256, sub-blocks j = 0..7 of 32 with w = (d*sc_j) q - (dmin*m_j). The portable
+// loop (CPUs without AVX2):
 template <bool FIVE_BITS, class Block>
-float dot_q45_K(const Block * w, const DotColumn & x) {
+float dot_q45_K_portable(const Block * w, const DotColumn & x) {
     [[maybe_unused]] const int64_t ahead = prefetch_distance();
     const int64_t nsb = x.K / QK_K;
-#if defined(RP_INT8_SIMD)
-    __m256 acc = _mm256_setzero_ps(), mins = _mm256_setzero_ps();
-    for (int64_t s = 0; s < nsb; ++s) {
-        const Block & b = w[s];
-        prefetch_ahead(&b, sizeof(Block), ahead);
-        const int8_t * xq = x.q.data() + QK_K * s;
-        // The 8 6-bit scales and mins (k4_scale_min's values), 4 bytes to a word.
-        uint32_t sc[2], m[2];
-        k4_scales_mins_packed(b.scales, sc, m);
-        const __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(uint64_t(sc[1]) << 32 | sc[0]))));
-        const __m256 mf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(uint64_t(m[1]) << 32 | m[0]))));
-        __m256i qh = _mm256_setzero_si256();
-        if constexpr (FIVE_BITS) qh = load256(b.qh);
-        __m256i p[8];
-        for (int c = 0; c < 4; ++c) {
-            const __m256i q = load256(b.qs + 32 * c);
-            __m256i lo = low4(q), hi = high4(q);
-            if constexpr (FIVE_BITS) {
-                lo = _mm256_or_si256(lo, bits(qh, 2 * c, 1, 4));
-                hi = _mm256_or_si256(hi, bits(qh, 2 * c + 1, 1, 4));
-            }
-            p[2 * c] = dot_u8s8(lo, load256(xq + 64 * c));
-            p[2 * c + 1] = dot_u8s8(hi, load256(xq + 64 * c + 32));
-        }
-        const __m256 scale = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(half_to_float(b.d)), scf), _mm256_loadu_ps(x.d.data() + 8 * s));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums_of_8(p)), scale, acc);
-        mins = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(half_to_float(b.dmin)), mf), _mm256_loadu_ps(x.dsum32.data() + 8 * s), mins);
-    }
-    return hsum(acc) - hsum(mins);
-#else
     float acc = 0.0f, mins = 0.0f;
     for (int64_t s = 0; s < nsb; ++s) {
         const Block & b = w[s];
@@ -318,19 +287,20 @@ float dot_q45_K(const Block * w, const DotColumn & x) {
         }
     }
     return acc - mins;
-#endif
 }
 
-// The same for n columns at once (a decode step of several sequences): each super-block's quants and scales decoded
-// once, then every column's sums as dot_q45_K forms them (its own accumulators, the same operations in the same
-// order), so each column gets dot_q45_K's bits.
-template <bool FIVE_BITS, class Block>
-void dot_q45_K_columns(const Block * w, const DotColumn * const * xs, int n, float * out) {
+// SIMD, for n columns at once (one, or a decode step's sequences): each super-block's quants and scales decoded once;
+// per column the 8 sub-blocks' exact int32 sums side by side in one vector, times their 8 scales (d sc_j) d_b, into
+// one 8-lane accumulator, the mins likewise (8 lanes of (dmin m_j) (d_b sum q')). Every column has its own
+// accumulators and the same operations in the same order, so its bits are the same whatever n.
+// (N a compile-time count: one column compiles to the single-column loop, registers and all.)
+template <int N, bool FIVE_BITS, class Block>
+void dot_q45_K_n(const Block * w, const DotColumn * const * xs, float * out) {
 #if defined(RP_INT8_SIMD)
     [[maybe_unused]] const int64_t ahead = prefetch_distance();
     const int64_t nsb = xs[0]->K / QK_K;
-    constexpr int kMax = 8;
-    __m256 acc[kMax], mins[kMax];
+    constexpr int n = N;
+    __m256 acc[N], mins[N];
     for (int c = 0; c < n; ++c) acc[c] = mins[c] = _mm256_setzero_ps();
     for (int64_t s = 0; s < nsb; ++s) {
         const Block & b = w[s];
@@ -364,8 +334,44 @@ void dot_q45_K_columns(const Block * w, const DotColumn * const * xs, int n, flo
     }
     for (int c = 0; c < n; ++c) out[c] = hsum(acc[c]) - hsum(mins[c]);
 #else
-    for (int c = 0; c < n; ++c) out[c] = dot_q45_K<FIVE_BITS>(w, *xs[c]);
+    for (int c = 0; c < N; ++c) out[c] = dot_q45_K_portable<FIVE_BITS>(w, *xs[c]);
 #endif
+}
+
+// The columns n (1 .. 8) as a compile-time count.
+template <template <int> class Kernel, class... A>
+void with_columns(int n, A... a) {
+    switch (n) {
+    case 1: return Kernel<1>::run(a...);
+    case 2: return Kernel<2>::run(a...);
+    case 3: return Kernel<3>::run(a...);
+    case 4: return Kernel<4>::run(a...);
+    case 5: return Kernel<5>::run(a...);
+    case 6: return Kernel<6>::run(a...);
+    case 7: return Kernel<7>::run(a...);
+    default: return Kernel<8>::run(a...);
+    }
+}
+
+template <bool FIVE_BITS, class Block>
+struct Q45K {
+    template <int N>
+    struct Cols {
+        static void run(const Block * w, const DotColumn * const * xs, float * out) { dot_q45_K_n<N, FIVE_BITS>(w, xs, out); }
+    };
+};
+
+template <bool FIVE_BITS, class Block>
+void dot_q45_K_columns(const Block * w, const DotColumn * const * xs, int n, float * out) {
+    with_columns<Q45K<FIVE_BITS, Block>::template Cols>(n, w, xs, out);
+}
+
+template <bool FIVE_BITS, class Block>
+float dot_q45_K(const Block * w, const DotColumn & x) {
+    const DotColumn * xs[1] = {&x};
+    float out;
+    dot_q45_K_n<1, FIVE_BITS>(w, xs, &out);
+    return out;
 }
 
 // Q2_K and Q3_K: per super-block of 256, groups g = 4n + j of 32 elements 128n + 32j + l (l < 32) whose 2-bit
@@ -470,15 +476,10 @@ float dot_q23_K(const void * row, const DotColumn & x) {
 }
 
 // Q6_K: sub-blocks of 16 with w = (d*sc) (q - 32), q in [0, 63].
-float dot_q6_K(const block_q6_K * w, const DotColumn & x) {
+[[maybe_unused]] float dot_q6_K_portable(const block_q6_K * w, const DotColumn & x) {
     [[maybe_unused]] const int64_t ahead = prefetch_distance();
     const int64_t nsb = x.K / QK_K;
-#if defined(RP_INT8_SIMD)
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    __m256 offs0 = _mm256_setzero_ps(), offs1 = _mm256_setzero_ps();
-#else
     float acc = 0.0f, off = 0.0f;
-#endif
     for (int64_t s = 0; s < nsb; ++s) {
         const block_q6_K & b = w[s];
         prefetch_ahead(&b, sizeof(block_q6_K), ahead);
@@ -486,27 +487,6 @@ float dot_q6_K(const block_q6_K * w, const DotColumn & x) {
         const int8_t * xq = x.q.data() + QK_K * s;
         const float * xd = x.d.data() + 8 * s;
         const float * xs = x.dsum16.data() + 16 * s;
-#if defined(RP_INT8_SIMD)
-        // The -32 of every element: d * sum over sub-blocks of sc * (d_b * sum q'), 16 sub-blocks at once.
-        const __m128i sc16 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b.scales));
-        const __m256 dv = _mm256_set1_ps(d);
-        offs0 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc16)), dv), _mm256_loadu_ps(xs), offs0);
-        offs1 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc16, 8))), dv),
-                                _mm256_loadu_ps(xs + 8), offs1);
-        for (int n = 0; n < 2; ++n) {
-            // Elements 128n + 32k + l: sub-blocks 8n + 2k, 8n + 2k + 1 of column block 4n + k. Their 8 exact sums
-            // in one vector (sums_of_halves' order), times the matching scales (d sc) d_b.
-            const __m256i a = load256(b.ql + 64 * n), c = load256(b.ql + 64 * n + 32), h = load256(b.qh + 32 * n);
-            const __m256i q[4] = {_mm256_or_si256(low4(a), bits(h, 0, 3, 4)), _mm256_or_si256(low4(c), bits(h, 2, 3, 4)),
-                                  _mm256_or_si256(high4(a), bits(h, 4, 3, 4)), _mm256_or_si256(high4(c), bits(h, 6, 3, 4))};
-            __m256i p[4];
-            for (int k = 0; k < 4; ++k) p[k] = dot_u8s8(q[k], load256(xq + 128 * n + 32 * k));
-            const __m256 scf = _mm256_cvtepi32_ps(evens_then_odds(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(b.scales + 8 * n)))));
-            const __m256 scale = _mm256_mul_ps(_mm256_mul_ps(dv, scf), _mm256_broadcast_ps(reinterpret_cast<const __m128 *>(xd + 4 * n)));
-            if (n == 0) acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums_of_halves(p[0], p[1], p[2], p[3])), scale, acc0);
-            else acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums_of_halves(p[0], p[1], p[2], p[3])), scale, acc1);
-        }
-#else
         for (int n = 0; n < 2; ++n)
             for (int l = 0; l < 32; ++l) {
                 const uint8_t lo = b.ql[64 * n + l], hi = b.ql[64 * n + 32 + l], hb = b.qh[32 * n + l];
@@ -518,23 +498,22 @@ float dot_q6_K(const block_q6_K * w, const DotColumn & x) {
                 }
             }
         for (int sub = 0; sub < 16; ++sub) off += float(b.scales[sub]) * d * xs[sub];
-#endif
     }
-#if defined(RP_INT8_SIMD)
-    return hsum(_mm256_add_ps(acc0, acc1)) - 32.0f * hsum(_mm256_add_ps(offs0, offs1));
-#else
     return acc - 32.0f * off;
-#endif
 }
 
-// The same for n columns at once: each super-block's 6-bit quants and scale factors formed once, then every column's
-// sums as dot_q6_K forms them (its own accumulators, the same operations in the same order): dot_q6_K's bits.
-void dot_q6_K_columns(const block_q6_K * w, const DotColumn * const * xs, int n, float * out) {
+// SIMD, for n columns at once (one, or a decode step's sequences): each super-block's 6-bit quants and scale factors
+// formed once. Per column, elements 128h + 32k + l (sub-blocks 8h + 2k, 8h + 2k + 1 of column block 4h + k): their
+// 8 exact sums in one vector (sums_of_halves' order), times the matching scales (d sc) d_b; the -32 of every element:
+// d * sum over sub-blocks of sc * (d_b * sum q'), 16 sub-blocks at once. Every column has its own accumulators and
+// the same operations in the same order, so its bits are the same whatever n.
+template <int N>
+void dot_q6_K_n(const block_q6_K * w, const DotColumn * const * xs, float * out) {
 #if defined(RP_INT8_SIMD)
     [[maybe_unused]] const int64_t ahead = prefetch_distance();
     const int64_t nsb = xs[0]->K / QK_K;
-    constexpr int kMax = 8;
-    __m256 acc0[kMax], acc1[kMax], offs0[kMax], offs1[kMax];
+    constexpr int n = N;
+    __m256 acc0[N], acc1[N], offs0[N], offs1[N];
     for (int c = 0; c < n; ++c) acc0[c] = acc1[c] = offs0[c] = offs1[c] = _mm256_setzero_ps();
     for (int64_t s = 0; s < nsb; ++s) {
         const block_q6_K & b = w[s];
@@ -572,8 +551,22 @@ void dot_q6_K_columns(const block_q6_K * w, const DotColumn * const * xs, int n,
     }
     for (int c = 0; c < n; ++c) out[c] = hsum(_mm256_add_ps(acc0[c], acc1[c])) - 32.0f * hsum(_mm256_add_ps(offs0[c], offs1[c]));
 #else
-    for (int c = 0; c < n; ++c) out[c] = dot_q6_K(w, *xs[c]);
+    for (int c = 0; c < N; ++c) out[c] = dot_q6_K_portable(w, *xs[c]);
 #endif
+}
+
+template <int N>
+struct Q6KCols {
+    static void run(const block_q6_K * w, const DotColumn * const * xs, float * out) { dot_q6_K_n<N>(w, xs, out); }
+};
+
+void dot_q6_K_columns(const block_q6_K * w, const DotColumn * const * xs, int n, float * out) { with_columns<Q6KCols>(n, w, xs, out); }
+
+float dot_q6_K(const block_q6_K * w, const DotColumn & x) {
+    const DotColumn * xs[1] = {&x};
+    float out;
+    dot_q6_K_n<1>(w, xs, &out);
+    return out;
 }
 
 #if RP_FLOAT_SIMD == 512 || RP_BF16_SIMD == 512
