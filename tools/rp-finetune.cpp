@@ -106,17 +106,19 @@ struct Progress : rp::RunObserver {
 };
 
 // GRPO's setup line: the prompts, the rollouts, the rewards and the loss.
-void grpo_setup(Progress & say, const rp::FinetuneJob & job, const rp::PromptSet & prompts, const rp::RewardSet & rewards, const rp::GrpoOptions & g) {
+void grpo_setup(Progress & say, const rp::FinetuneJob & job, const rp::PromptSet & prompts, const rp::RewardSet & rewards, const rp::GrpoOptions & g,
+                bool row_dots) {
     std::string names;
     for (size_t i = 0; i < rewards.size(); ++i) {
         char w[32];
         std::snprintf(w, sizeof w, " x %g", rewards.weight(i));
         names += (i ? ", " : "") + rewards.function(i).name() + w;
     }
-    say.print("%s: %zu prompts (%zu cut to --max-prompt-len), %d completions each of up to %d tokens (sequences of %lld), decoded %lld at a time; "
-              "rewards: %s; loss %s, epsilon %g / %g, beta %g, %s advantages; temperature %g, top-p %g, top-k %d\n",
+    const char * products = row_dots ? "with row dots" : "with the training graphs' arithmetic";
+    say.print("%s: %zu prompts (%zu cut to --max-prompt-len), %d completions each of up to %d tokens (sequences of %lld), decoded %lld at a time "
+              "(%s); rewards: %s; loss %s, epsilon %g / %g, beta %g, %s advantages; temperature %g, top-p %g, top-k %d\n",
               job.data_path.c_str(), prompts.size(), prompts.n_truncated(), g.group, g.max_completion_len, static_cast<long long>(job.seq_len),
-              static_cast<long long>(g.decoded_together()),
+              static_cast<long long>(g.decoded_together()), products,
               names.c_str(), rp::grpo_loss_type_name(g.loss_type), g.loss.epsilon_low, g.loss.epsilon_high, g.loss.beta,
               g.scale_rewards ? "group-scaled" : "unscaled (Dr. GRPO)", static_cast<double>(g.temperature), static_cast<double>(g.top_p), g.top_k);
 }
@@ -366,7 +368,7 @@ int finetune(int argc, char ** argv, rp::Communicator * world) {
     say.print("host memory: plan %s beside %s held, of %s (%s)\n", rp::format_bytes(host_planned).c_str(), rp::format_bytes(held).c_str(),
               host_limit == SIZE_MAX ? "no limit" : rp::format_bytes(host_limit).c_str(), host_source.c_str());
     print_setup(say, job, o, run, data);
-    if (grpo) grpo_setup(say, job, *prompts, rewards, grpo_opt);
+    if (grpo) grpo_setup(say, job, *prompts, rewards, grpo_opt, objective->rollouts_use_row_dots(run.trainer()));
     say.perplexity = !o.finetune.preference && !o.finetune.grpo;
     if (const auto t0 = std::chrono::steady_clock::now(); run.reference_pass())
         say.print("reference pass: the log-probabilities of %zu answers under the starting model, %s, %.1f s (kept in the checkpoint)\n",
