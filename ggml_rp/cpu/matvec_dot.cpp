@@ -219,31 +219,9 @@ float dot_q45_small(const Block * w, const DotColumn & x) {
 #endif
 }
 
-float dot_q8_0(const block_q8_0 * w, const DotColumn & x) {
-    [[maybe_unused]] const int64_t ahead = prefetch_distance();
+// The portable loop (CPUs without AVX2).
+[[maybe_unused]] float dot_q8_0_portable(const block_q8_0 * w, const DotColumn & x) {
     const int64_t nb = x.K / QK8_0;
-#if defined(RP_INT8_SIMD)
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    // One block's product: |w| (unsigned) times x with w's sign (the exact products, in the u8 x s8 form VNNI
-    // multiplies), scaled; even blocks into acc0, odd ones into acc1.
-    auto block = [&](int64_t b, __m256 scale) {
-        const __m256i wq = load256(w[b].qs), xq = load256(x.q.data() + 32 * b);
-        const __m256i s = dot_u8s8(_mm256_abs_epi8(wq), _mm256_sign_epi8(xq, wq));
-        if (b % 2 == 0) acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc0);
-        else acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc1);
-    };
-    int64_t b = 0;
-#if defined(__F16C__)
-    // 8 blocks at a time: their 8 scales d_w d_x in one conversion and one product (the same bits as one by one).
-    for (; b + 8 <= nb; b += 8) {
-        prefetch_ahead(w + b, 8 * sizeof(block_q8_0), ahead);
-        const __m256 sc = _mm256_mul_ps(halves8<block_q8_0, &block_q8_0::d>(w + b), _mm256_loadu_ps(x.d.data() + b));
-        for (int j = 0; j < 8; ++j) block(b + j, _mm256_permutevar8x32_ps(sc, _mm256_set1_epi32(j)));
-    }
-#endif
-    for (; b < nb; ++b) block(b, _mm256_set1_ps(half_to_float(w[b].d) * x.d[size_t(b)]));
-    return hsum(_mm256_add_ps(acc0, acc1));
-#else
     float acc = 0.0f;
     for (int64_t b = 0; b < nb; ++b) {
         int32_t s = 0;
@@ -251,7 +229,54 @@ float dot_q8_0(const block_q8_0 * w, const DotColumn & x) {
         acc += float(s) * (half_to_float(w[b].d) * x.d[size_t(b)]);
     }
     return acc;
+}
+
+// SIMD, for N columns at once (one, or a decode step's sequences; N a compile-time count): a block's product is |w|
+// (unsigned, formed once) times each column's x with w's sign (the exact products, in the u8 x s8 form VNNI
+// multiplies), scaled; even blocks into acc0, odd ones into acc1, per column. Every column has its own accumulators
+// and the same operations in the same order, so its bits are the same whatever N.
+template <int N>
+void dot_q8_0_n(const block_q8_0 * w, const DotColumn * const * xs, float * out) {
+#if defined(RP_INT8_SIMD)
+    [[maybe_unused]] const int64_t ahead = prefetch_distance();
+    const int64_t nb = xs[0]->K / QK8_0;
+    __m256 acc0[N], acc1[N];
+    for (int c = 0; c < N; ++c) acc0[c] = acc1[c] = _mm256_setzero_ps();
+    // scale(c) gives block b's d_w d_x of column c
+    auto block = [&](int64_t b, auto scale) {
+        const __m256i wq = load256(w[b].qs), wa = _mm256_abs_epi8(wq);
+        for (int c = 0; c < N; ++c) {
+            const __m256i s = dot_u8s8(wa, _mm256_sign_epi8(load256(xs[c]->q.data() + 32 * b), wq));
+            if (b % 2 == 0) acc0[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale(c), acc0[c]);
+            else acc1[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale(c), acc1[c]);
+        }
+    };
+    int64_t b = 0;
+#if defined(__F16C__)
+    // 8 blocks at a time: their 8 scales d_w d_x in one conversion and one product (the same bits as one by one).
+    for (; b + 8 <= nb; b += 8) {
+        prefetch_ahead(w + b, 8 * sizeof(block_q8_0), ahead);
+        const __m256 dw = halves8<block_q8_0, &block_q8_0::d>(w + b);
+        __m256 sc[N];
+        for (int c = 0; c < N; ++c) sc[c] = _mm256_mul_ps(dw, _mm256_loadu_ps(xs[c]->d.data() + b));
+        for (int j = 0; j < 8; ++j) block(b + j, [&](int c) { return _mm256_permutevar8x32_ps(sc[c], _mm256_set1_epi32(j)); });
+    }
 #endif
+    for (; b < nb; ++b) {
+        const float dw = half_to_float(w[b].d);
+        block(b, [&](int c) { return _mm256_set1_ps(dw * xs[c]->d[size_t(b)]); });
+    }
+    for (int c = 0; c < N; ++c) out[c] = hsum(_mm256_add_ps(acc0[c], acc1[c]));
+#else
+    for (int c = 0; c < N; ++c) out[c] = dot_q8_0_portable(w, *xs[c]);
+#endif
+}
+
+float dot_q8_0(const block_q8_0 * w, const DotColumn & x) {
+    const DotColumn * xs[1] = {&x};
+    float out;
+    dot_q8_0_n<1>(w, xs, &out);
+    return out;
 }
 
 // Q4_K and Q5_K: per super-block of 256, sub-blocks j = 0..7 of 32 with w = (d*sc_j) q - (dmin*m_j). The portable
@@ -352,6 +377,11 @@ void with_columns(int n, A... a) {
     default: return Kernel<8>::run(a...);
     }
 }
+
+template <int N>
+struct Q80Cols {
+    static void run(const block_q8_0 * w, const DotColumn * const * xs, float * out) { dot_q8_0_n<N>(w, xs, out); }
+};
 
 template <bool FIVE_BITS, class Block>
 struct Q45K {
@@ -795,6 +825,7 @@ float row_dot(TensorType t, const void * row, const DotColumn & x) {
 void row_dot_columns(TensorType t, const void * row, const DotColumn * const * xs, int n, float * out) {
     assert(n >= 1 && n <= kRowDotColumns);
     switch (t) {
+    case TensorType::Q8_0: return with_columns<Q80Cols>(n, static_cast<const block_q8_0 *>(row), xs, out);
     case TensorType::Q4_K: return dot_q45_K_columns<false>(static_cast<const block_q4_K *>(row), xs, n, out);
     case TensorType::Q5_K: return dot_q45_K_columns<true>(static_cast<const block_q5_K *>(row), xs, n, out);
     case TensorType::Q6_K: return dot_q6_K_columns(static_cast<const block_q6_K *>(row), xs, n, out);
