@@ -122,10 +122,10 @@ void backward_view(Backward & b, Tensor * node) {
         const uint64_t offs = static_cast<uint32_t>(node->param_i32(1)) | (static_cast<uint64_t>(static_cast<uint32_t>(node->param_i32(2))) << 32);
         // When another window of x (a split's other part) made x's gradient buffer, add into its place: the bits of
         // a zero-filled buffer per window summed (their elements are 0 + dy, never -0, so adding a 0 changes none).
-        Tensor * z = b.own_grad(x);
-        if (!z) z = fill_after(ctx, x, 0.0f, dy);  // (taken once dy is computed, not before its subgraph)
+        Tensor * owned = b.own_grad(x);
+        Tensor * z = owned ? owned : fill_after(ctx, x, 0.0f, dy);  // (taken once dy is computed, not before its subgraph)
         Tensor * acc = add_inplace(ctx, view(ctx, z, node->ne, node->nb, offs), dy);
-        if (z == b.grad(x)) b.replace_own(x, after(ctx, z, acc));
+        if (owned) b.replace_own(x, after(ctx, z, acc));
         else b.set_own(x, after(ctx, z, acc));
         return;
     }

@@ -250,10 +250,11 @@ Tensor * ffn_block(Context & ctx, const HParams & hp, const LayerWeights & w, in
 }
 
 Tensor * build_decoder(Context & ctx, const HParams & hp, const ModelWeights & w, Tensor * ids, const TokenPositions & pos,
-                       const LoraSet * lora, const std::vector<LayerKv> * kv) {
-    Tensor * x = build_embedding(ctx, hp, w.tok_embd, ids, lora);
+                       const LoraSet * lora, const std::vector<LayerKv> * kv, DType boundary) {
+    auto at_boundary = [&](Tensor * y) { return boundary == DType::F32 ? y : cast(ctx, cast(ctx, y, boundary), DType::F32); };
+    Tensor * x = at_boundary(build_embedding(ctx, hp, w.tok_embd, ids, lora));
     for (uint32_t il = 0; il < hp.n_layer; ++il)
-        x = build_layer(ctx, hp, w.layers[il], static_cast<int>(il), x, pos, lora, kv ? &(*kv)[il] : nullptr);
+        x = at_boundary(build_layer(ctx, hp, w.layers[il], static_cast<int>(il), x, pos, lora, kv ? &(*kv)[il] : nullptr));
     return x;
 }
 

@@ -128,9 +128,11 @@ inline Tensor * build_embedding(Context & ctx, const Model & model, Tensor * ids
 }
 
 // The whole decoder of a model before its head: embedding, then every layer. ids i32 [T] or [T, B] ->
-// [n_embd, T, B]. kv: one cache per layer (inference; nullptr in training graphs).
+// [n_embd, T, B]. kv: one cache per layer (inference; nullptr in training graphs). boundary: the embedding's and
+// every layer's output rounded to this type (BF16) and back, as training's per-layer programs keep it between layers
+// (FinetuneConfig::boundary_type); F32: as computed.
 Tensor * build_decoder(Context & ctx, const HParams & hp, const ModelWeights & w, Tensor * ids, const TokenPositions & pos,
-                       const LoraSet * lora = nullptr, const std::vector<LayerKv> * kv = nullptr);
+                       const LoraSet * lora = nullptr, const std::vector<LayerKv> * kv = nullptr, DType boundary = DType::F32);
 
 // Final RMSNorm and LM head: x [n_embd, T, B] -> logits [n_vocab, T, B]. For a tied head (output ==
 // token_embd) the token_embd LoRA pair is not applied (its roles are those of the embedding).

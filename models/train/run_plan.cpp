@@ -235,6 +235,7 @@ size_t require_host_memory(const Model & model, const RunPlanOptions & options, 
             if (const HostMemoryPlan b = plan_run(model, o).host; in_use + b.total() <= limit)
                 msg += "; with boundary_type bf16 (the checkpoints in half the bytes) it needs " + human_bytes(b.total()) + " and fits";
         } catch (const MemoryError &) {
+            // (the devices cannot hold the bf16 plan either: no hint)
         }
     }
     throw MemoryError(msg, in_use + h->total(), limit, lo);

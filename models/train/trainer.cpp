@@ -124,17 +124,6 @@ Inputs make_inputs(Context & ctx, const int32_t * ids, const int32_t * labels, i
     return in;
 }
 
-// The decoder in one graph as the per-layer programs compute it: the embedding's and every layer's output rounded to
-// the boundary type (FinetuneConfig::boundary_type), so whole-model losses and log-probabilities are the training
-// steps' (a DPO reference, GRPO's log-probabilities, the evaluation loss).
-Tensor * trained_decoder(Context & ctx, const HParams & hp, const ModelWeights & w, const Inputs & in, const LoraSet * lora, DType boundary) {
-    auto at_boundary = [&](Tensor * y) { return boundary == DType::F32 ? y : cast(ctx, cast(ctx, y, boundary), DType::F32); };
-    Tensor * x = at_boundary(build_embedding(ctx, hp, w.tok_embd, in.ids, lora));
-    for (uint32_t il = 0; il < hp.n_layer; ++il)
-        x = at_boundary(build_layer(ctx, hp, w.layers[il], static_cast<int>(il), x, {in.pos, in.key_start}, lora));
-    return x;
-}
-
 } // namespace
 
 Trainer::Trainer(const Model & model, const FinetuneConfig & cfg, TrainerData data) : model_(model), cfg_(cfg) {
@@ -386,7 +375,7 @@ double Trainer::loss(const int32_t * ids, const int32_t * labels, int64_t T, int
     const HParams & hp = model_.hparams();
     Context ctx;
     const Inputs in = make_inputs(ctx, ids, labels, T, B, positions);
-    Tensor * x = trained_decoder(ctx, hp, w_, in, &lora_, cfg_.boundary_type);
+    Tensor * x = build_decoder(ctx, hp, w_, in.ids, {in.pos, in.key_start}, &lora_, nullptr, cfg_.boundary_type);
     return compute_on_host(build_loss(ctx, w_, cont_if_needed(ctx, x), in.labels, loss_scale), n_threads)[0];
 }
 
@@ -395,7 +384,7 @@ std::vector<float> Trainer::sequence_logps(const int32_t * ids, const int32_t * 
     const HParams & hp = model_.hparams();
     Context ctx;
     const Inputs in = make_inputs(ctx, ids, labels, T, B, positions);
-    Tensor * x = trained_decoder(ctx, hp, w_, in, &lora_, cfg_.boundary_type);
+    Tensor * x = build_decoder(ctx, hp, w_, in.ids, {in.pos, in.key_start}, &lora_, nullptr, cfg_.boundary_type);
     Tensor * nll = build_head_token_nll(ctx, hp, w_, cont_if_needed(ctx, x), in.labels, cfg_.ce_chunk);
     if (cfg_.answer_slots == 1) return compute_on_host(build_sequence_logps(ctx, nll, T, B), n_threads);
     if (!positions) throw Error("sequence_logps: answer slots (" + std::to_string(cfg_.answer_slots) + " per sequence) need packed positions");
@@ -413,7 +402,7 @@ std::vector<float> Trainer::token_logps(const int32_t * ids, const int32_t * lab
     const Inputs in = make_inputs(ctx, ids, labels, T, B, positions);
     const ModelWeights base = reference ? model_.graph_weights(cfg_.context) : ModelWeights{};
     const ModelWeights & w = reference ? base : w_;
-    Tensor * x = trained_decoder(ctx, hp, w, in, reference ? nullptr : &lora_, cfg_.boundary_type);
+    Tensor * x = build_decoder(ctx, hp, w, in.ids, {in.pos, in.key_start}, reference ? nullptr : &lora_, nullptr, cfg_.boundary_type);
     return compute_on_host(scale(ctx, build_head_token_nll(ctx, hp, w, cont_if_needed(ctx, x), in.labels, cfg_.ce_chunk), -1.0f), n_threads);
 }
 
@@ -421,7 +410,7 @@ std::vector<float> Trainer::logits(const int32_t * ids, int64_t T, int n_threads
     const HParams & hp = model_.hparams();
     Context ctx;
     const Inputs in = make_inputs(ctx, ids, nullptr, T, 1, positions);
-    Tensor * x = trained_decoder(ctx, hp, w_, in, &lora_, cfg_.boundary_type);
+    Tensor * x = build_decoder(ctx, hp, w_, in.ids, {in.pos, in.key_start}, &lora_, nullptr, cfg_.boundary_type);
     return compute_on_host(build_head_logits(ctx, hp, w_, x, &lora_), n_threads);
 }
 

@@ -487,12 +487,13 @@ TEST(GrpoTool, TrainsFromTheCommandLineAndStopsOnAFailingRewardProgram) {
     const std::string base = ft_test::tool("rp-finetune") + " -m " + ft_test::stories() + " --data " + dir.file("prompts.jsonl") +
                              " --method grpo --group 4 --max-completion-len 6 --batch 2 -t 1 --lr 5e-3";
     std::string out;
-    ASSERT_EQ(ft_test::run(base + " --steps 3 --reward regex:dog --reward-cmd 'sh " + dir.file("dog.sh") + "' --reward-weights 1,0.5 -o " +
+    ASSERT_EQ(ft_test::run(base + " --steps 3 --reward regex:dog --reward-cmd 'sh " + dir.file("dog.sh") + "' --reward-weights 1,0.5 --rollout-matvec fast -o " +
                                dir.file("a.gguf"),
                            &out),
               0)
         << out;
     EXPECT_NE(out.find("8 prompts (0 cut to --max-prompt-len), 4 completions each of up to 6 tokens"), std::string::npos) << out;
+    EXPECT_NE(out.find("decoded 4 at a time (with row dots)"), std::string::npos) << out;
     EXPECT_NE(out.find("rewards: regex:dog x 1, cmd:sh " + dir.file("dog.sh") + " x 0.5; loss bnpo"), std::string::npos) << out;
     EXPECT_NE(out.find("step 3/3 | loss"), std::string::npos) << out;
     EXPECT_NE(out.find("  reward "), std::string::npos) << out;
@@ -503,7 +504,8 @@ TEST(GrpoTool, TrainsFromTheCommandLineAndStopsOnAFailingRewardProgram) {
         EXPECT_NE(metrics.find(key), std::string::npos) << key << "\n" << metrics;
     // Two updates per rollout batch, 3 completions decoded together: steps 2 and 4 train again on steps 1 and 3's.
     ASSERT_EQ(ft_test::run(base + " --steps 4 --reward regex:dog --iterations 2 --rollout-batch 3 -o " + dir.file("c.gguf"), &out), 0) << out;
-    EXPECT_NE(out.find("4 completions each of up to 6 tokens (sequences of 27), decoded 3 at a time"), std::string::npos) << out;
+    EXPECT_NE(out.find("4 completions each of up to 6 tokens (sequences of 27), decoded 3 at a time (with the training graphs' arithmetic)"),
+              std::string::npos) << out;  // (auto on an f32 model)
     EXPECT_NE(out.find("  update 2 on the rollouts of step 1 |"), std::string::npos) << out;
     EXPECT_NE(out.find("  update 2 on the rollouts of step 3 |"), std::string::npos) << out;
     const std::string iterated = rp::read_file(dir.file("c.gguf.metrics.jsonl"));
