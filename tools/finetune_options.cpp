@@ -345,6 +345,16 @@ void declare_roundpipe(Options & p, FinetuneJob & j) {
                 o.pipeline.resident_weights = v == "on" || v == "true";
             },
             [&o] { return quoted(o.pipeline.resident_weights ? "on" : "off"); });
+    p.value("--vocab-on-host", "auto|on|off",
+            "keep the frozen embedding and LM-head matrices in host memory: the embedding uploads the\n"
+            "rows of each batch's tokens, the head its rows range by range for every micro-batch (no\n"
+            "job holds either whole); auto (default): only when no plan fits the devices without it",
+            O::String,
+            [&o](const std::string & f, const std::string & v) {
+                if (v != "auto" && v != "on" && v != "off") throw rp::Error(f + ": '" + v + "' is not one of auto, on, off");
+                o.pipeline.vocab_on_host = v == "auto" ? -1 : v == "on" ? 1 : 0;
+            },
+            [&o] { return quoted(o.pipeline.vocab_on_host < 0 ? "auto" : o.pipeline.vocab_on_host > 0 ? "on" : "off"); });
     p.value("--pin", "MODE",
             "alloc | register | off: how the frozen weights are pinned for their uploads: a pinned\n"
             "copy (one more copy in RAM), pinned where they are mapped (no copy; slow to set up on\n"

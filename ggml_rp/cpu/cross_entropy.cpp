@@ -37,113 +37,143 @@ void cap_logits(std::vector<float> & L, int64_t n, float cap) {
     for (int64_t i = 0; i < n; ++i) L[size_t(i)] = cap * std::tanh(L[size_t(i)] / cap);
 }
 
-// Pass 1: every token's logsumexp into lse (float, as pass 2 reads it); returns the loss. L: the chunk tile.
-// With unit_dh ([C, T]) the same pass also forms each token's unit gradient d(lse - label logit)/dh:
+// Pass 1, one chunk [v0, v0 + nv) of the vocabulary (wchunk: its rows) folded into the running state st; L the
+// chunk tile, G and rescale scratch. With st.unit ([C, T]) the same pass also forms each token's unit gradient
+// d(lse - label logit)/dh:
 //   unit_dh = (sum_{v != y} E_v d_v W_v - S_other d_y W_y) / S,   E_v = exp(l_v - m), S = sum_v E_v,
 //   S_other = sum_{v != y} E_v (= (1 - p_y) S), d = 1 - tanh^2 of the capped logit (1 without a cap).
-// Per chunk the tile G = E * d with the label's entry 0 goes through one matmul_bwd_x into unit_dh, after each
+// Per chunk the tile G = E * d with the label's entry 0 goes through one matmul_bwd_x into st.unit, after each
 // token's running sum is brought to the chunk's new maximum (times exp(m_old - m_new), as S is). The label's
-// row is added at the end with S_other, summed in double apart from the label: no 1 - p cancellation.
-double logsumexp_pass(const LmHeadCEShape & s, const float * h, const void * W, gguf::TensorType wtype,
-                      size_t w_row_bytes, const int32_t * labels, float loss_scale, std::vector<float> & L,
-                      std::vector<float> & lse, std::vector<float> & rest, float * token_loss, float * unit_dh) {
-    const int64_t C = s.C, V = s.V, T = s.T;
-    const int64_t chunk = std::min(s.chunk, V);
-    const char * wbytes = static_cast<const char *>(W);
-    const bool grad = unit_dh != nullptr;
+// row is added at the end (finish) with S_other, summed in double apart from the label: no 1 - p cancellation;
+// a streamed head keeps that row (st.label_rows) while its range is there.
+void fold_chunk(const LmHeadCEShape & s, int64_t v0, int64_t nv, const float * h, const char * wchunk, gguf::TensorType wtype,
+                size_t w_row_bytes, const int32_t * labels, const LmHeadCEState & st, std::vector<float> & L, std::vector<float> & G,
+                std::vector<float> & rescale) {
+    const int64_t C = s.C, T = s.T;
+    const bool grad = st.unit != nullptr;
     const bool capped = s.softcap > 0.0f;
-    std::vector<float> m(size_t(T), -std::numeric_limits<float>::infinity());
-    std::vector<double> sum(size_t(T), 0.0);
-    std::vector<float> label_logit(size_t(T), 0.0f);
-    // S_other (every token: 1 - p_label = S_other / S, what the gradient's label entry is); the gradient's state:
-    // each token's rescale of this chunk, the label logit's d, and with a cap the tile G apart from L (d is read
-    // from the capped logits before they become E; without a cap G is L).
-    std::vector<double> other(size_t(T), 0.0);
-    std::vector<float> rescale(grad ? size_t(T) : 0, 1.0f);
-    std::vector<float> label_d(grad ? size_t(T) : 0, 1.0f);
-    std::vector<float> G(grad && capped ? L.size() : 0);
-    for (int64_t v0 = 0; v0 < V; v0 += chunk) {
-        const int64_t nv = std::min(chunk, V - v0);
-        const char * wchunk = wbytes + v0 * w_row_bytes;
-        matmul_fwd(C, nv, T, wchunk, wtype, w_row_bytes, h, C, L.data(), nv, false);
-        cap_logits(L, nv * T, s.softcap);
+    if (grad && capped && G.size() < L.size()) G.resize(L.size());
+    if (grad && rescale.size() < size_t(T)) rescale.assign(size_t(T), 1.0f);
+    matmul_fwd(C, nv, T, wchunk, wtype, w_row_bytes, h, C, L.data(), nv, false);
+    cap_logits(L, nv * T, s.softcap);
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) if (T > 1 && nv * T > 4096)
 #endif
-        for (int64_t t = 0; t < T; ++t) {
-            float * col = L.data() + t * nv;
-            const float mx = max_of(col, nv, m[size_t(t)]);
-            const int32_t y = labels[t];
-            const bool has_label = y >= v0 && y < v0 + nv;
-            if (has_label) label_logit[size_t(t)] = col[y - v0];
-            float * g = grad ? (capped ? G.data() + t * nv : col) : nullptr;
-            if (grad && capped) {
-                for (int64_t j = 0; j < nv; ++j) {
-                    const float th = col[j] / s.softcap;
-                    g[j] = 1.0f - th * th;
-                }
-                if (has_label) label_d[size_t(t)] = g[y - v0];
+    for (int64_t t = 0; t < T; ++t) {
+        float * col = L.data() + t * nv;
+        const float mx = max_of(col, nv, st.max[t]);
+        const int32_t y = labels[t];
+        const bool has_label = y >= v0 && y < v0 + nv;
+        if (has_label) st.label_logit[t] = col[y - v0];
+        if (has_label && st.label_rows) dequantize_row(wtype, wchunk + (y - v0) * w_row_bytes, st.label_rows + t * C, C);
+        float * g = grad ? (capped ? G.data() + t * nv : col) : nullptr;
+        if (grad && capped) {
+            for (int64_t j = 0; j < nv; ++j) {
+                const float th = col[j] / s.softcap;
+                g[j] = 1.0f - th * th;
             }
-            // exp in place (the column is not needed again in this pass), then an ordered sum in double.
-            exp_affine(col, col, nv, 1.0f, mx);
-            double cs = 0.0;
-            for (int64_t j = 0; j < nv; ++j) cs += col[j];
-            const float mold = m[size_t(t)];
-            sum[size_t(t)] = (mold == mx ? sum[size_t(t)] : sum[size_t(t)] * std::exp(double(mold) - double(mx))) + cs;
-            m[size_t(t)] = mx;
-            const double r = mold == mx ? 1.0 : std::exp(double(mold) - double(mx));
-            other[size_t(t)] = other[size_t(t)] * r + (has_label ? cs - double(col[y - v0]) : cs);
-            if (!grad) continue;
-            if (y < 0) {  // masked: no gradient
-                std::fill(g, g + nv, 0.0f);
-                continue;
-            }
-            rescale[size_t(t)] = float(r);
-            if (capped)
-                for (int64_t j = 0; j < nv; ++j) g[j] *= col[j];
-            if (has_label) g[y - v0] = 0.0f;
+            if (has_label) st.label_d[t] = g[y - v0];
         }
+        // exp in place (the column is not needed again in this pass), then an ordered sum in double.
+        exp_affine(col, col, nv, 1.0f, mx);
+        double cs = 0.0;
+        for (int64_t j = 0; j < nv; ++j) cs += col[j];
+        const float mold = st.max[t];
+        st.sum[t] = (mold == mx ? st.sum[t] : st.sum[t] * std::exp(double(mold) - double(mx))) + cs;
+        st.max[t] = mx;
+        const double r = mold == mx ? 1.0 : std::exp(double(mold) - double(mx));
+        st.other[t] = st.other[t] * r + (has_label ? cs - double(col[y - v0]) : cs);
         if (!grad) continue;
-        if (v0 > 0) {
+        if (y < 0) {  // masked: no gradient
+            std::fill(g, g + nv, 0.0f);
+            continue;
+        }
+        rescale[size_t(t)] = float(r);
+        if (capped)
+            for (int64_t j = 0; j < nv; ++j) g[j] *= col[j];
+        if (has_label) g[y - v0] = 0.0f;
+    }
+    if (!grad) return;
+    if (v0 > 0) {
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) if (T > 1 && C * T > 4096)
 #endif
-            for (int64_t t = 0; t < T; ++t) {
-                const float r = rescale[size_t(t)];
-                if (labels[t] < 0 || r == 1.0f) continue;
-                float * u = unit_dh + t * C;
-                for (int64_t c = 0; c < C; ++c) u[c] *= r;
-            }
+        for (int64_t t = 0; t < T; ++t) {
+            const float r = rescale[size_t(t)];
+            if (labels[t] < 0 || r == 1.0f) continue;
+            float * u = st.unit + t * C;
+            for (int64_t c = 0; c < C; ++c) u[c] *= r;
         }
-        matmul_bwd_x(C, nv, T, wchunk, wtype, w_row_bytes, capped ? G.data() : L.data(), nv, unit_dh, C, v0 > 0);
     }
+    matmul_bwd_x(C, nv, T, wchunk, wtype, w_row_bytes, capped ? G.data() : L.data(), nv, st.unit, C, v0 > 0);
+}
+
+// Pass 1's end: every token's logsumexp and 1 - p_label, its loss (returned: the sum), and with st.unit the unit
+// gradients into unit_dh (which may be st.unit), the label rows read from st.label_rows or else from W.
+double finish_state(const LmHeadCEShape & s, const int32_t * labels, float loss_scale, const LmHeadCEState & st, float * lse,
+                    float * rest, float * token_loss, float * unit_dh, const char * W, gguf::TensorType wtype, size_t w_row_bytes) {
+    const int64_t C = s.C, T = s.T;
     double loss = 0.0;
     for (int64_t t = 0; t < T; ++t) {
-        const double l = double(m[size_t(t)]) + std::log(sum[size_t(t)]);
-        lse[size_t(t)] = float(l);
-        const double tl = labels[t] >= 0 ? double(loss_scale) * (l - double(label_logit[size_t(t)])) : 0.0;
+        const double l = double(st.max[t]) + std::log(st.sum[t]);
+        const float r = labels[t] >= 0 ? float(st.other[t] / st.sum[t]) : 0.0f;
+        if (lse) lse[t] = float(l);
+        if (rest) rest[t] = r;
+        const double tl = labels[t] >= 0 ? double(loss_scale) * (l - double(st.label_logit[t])) : 0.0;
         if (token_loss) token_loss[t] = float(tl);
-        rest[size_t(t)] = labels[t] >= 0 ? float(other[size_t(t)] / sum[size_t(t)]) : 0.0f;
         loss += tl;
     }
-    if (!grad) return loss;
+    if (!unit_dh) return loss;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) if (T > 1 && C * T > 4096)
 #endif
     for (int64_t t = 0; t < T; ++t) {
         float * u = unit_dh + t * C;
+        const float * acc = st.unit + t * C;
         const int32_t y = labels[t];
         if (y < 0) {
             std::fill(u, u + C, 0.0f);
             continue;
         }
-        const float inv = float(1.0 / sum[size_t(t)]);
-        const float label_coef = rest[size_t(t)] * label_d[size_t(t)];
-        std::vector<float> wy(static_cast<size_t>(C));
-        dequantize_row(wtype, wbytes + y * w_row_bytes, wy.data(), C);
-        for (int64_t c = 0; c < C; ++c) u[c] = u[c] * inv - label_coef * wy[size_t(c)];
+        const float inv = float(1.0 / st.sum[t]);
+        const float label_coef = float(st.other[t] / st.sum[t]) * st.label_d[t];
+        std::vector<float> row;
+        const float * wy = st.label_rows ? st.label_rows + t * C : nullptr;
+        if (!wy) {
+            row.resize(static_cast<size_t>(C));
+            dequantize_row(wtype, W + y * w_row_bytes, row.data(), C);
+            wy = row.data();
+        }
+        for (int64_t c = 0; c < C; ++c) u[c] = acc[c] * inv - label_coef * wy[c];
     }
     return loss;
+}
+
+void start_state(const LmHeadCEState & st, int64_t T) {
+    std::fill(st.max, st.max + T, -std::numeric_limits<float>::infinity());
+    std::fill(st.sum, st.sum + T, 0.0);
+    std::fill(st.other, st.other + T, 0.0);
+    std::fill(st.label_logit, st.label_logit + T, 0.0f);
+    std::fill(st.label_d, st.label_d + T, 1.0f);
+}
+
+// Pass 1 over the whole vocabulary: every token's logsumexp into lse (float, as pass 2 reads it) and 1 - p_label
+// into rest; returns the loss. With unit_dh ([C, T]) also the unit gradients (fold_chunk).
+double logsumexp_pass(const LmHeadCEShape & s, const float * h, const void * W, gguf::TensorType wtype,
+                      size_t w_row_bytes, const int32_t * labels, float loss_scale, std::vector<float> & L,
+                      std::vector<float> & lse, std::vector<float> & rest, float * token_loss, float * unit_dh) {
+    const int64_t V = s.V, T = s.T;
+    const int64_t chunk = std::min(s.chunk, V);
+    const char * wbytes = static_cast<const char *>(W);
+    const size_t n = static_cast<size_t>(T);
+    std::vector<double> sum(n), other(n);
+    std::vector<float> m(n), label_logit(n), label_d(n);
+    const LmHeadCEState st{sum.data(), other.data(), m.data(), label_logit.data(), label_d.data(), unit_dh, nullptr};
+    start_state(st, T);
+    std::vector<float> G, rescale;
+    for (int64_t v0 = 0; v0 < V; v0 += chunk)
+        fold_chunk(s, v0, std::min(chunk, V - v0), h, wbytes + v0 * w_row_bytes, wtype, w_row_bytes, labels, st, L, G, rescale);
+    return finish_state(s, labels, loss_scale, st, lse.data(), rest.data(), token_loss, unit_dh, wbytes, wtype, w_row_bytes);
 }
 
 } // namespace
@@ -163,7 +193,9 @@ double lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf
     const int64_t C = s.C, V = s.V, T = s.T;
     const int64_t chunk = std::min(s.chunk, V);
     const char * wbytes = static_cast<const char *>(W);
-    std::vector<float> L(size_t(chunk * std::max<int64_t>(T, 1)));   // column t at L + t*nv
+    // the chunk tile, column t at L + t*nv (not taken when only the forward's unit gradients are scaled)
+    std::vector<float> L;
+    auto take_tile = [&] { L.resize(size_t(chunk * std::max<int64_t>(T, 1))); };
 
     if (!aux.lse_in != !aux.rest_in) throw Error("lm_head_ce: lse_in and rest_in come together (both a forward call's)");
     std::vector<float> lse(static_cast<size_t>(T)), rest(static_cast<size_t>(T));
@@ -172,6 +204,7 @@ double lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf
         std::copy(aux.lse_in, aux.lse_in + T, lse.begin());
         std::copy(aux.rest_in, aux.rest_in + T, rest.begin());
     } else {
+        take_tile();
         loss = logsumexp_pass(s, h, W, wtype, w_row_bytes, labels, loss_scale, L, lse, rest, aux.token_loss, aux.unit_dh_out);
     }
     if (aux.lse_out) std::copy(lse.begin(), lse.end(), aux.lse_out);
@@ -191,6 +224,7 @@ double lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf
     if (!dh && !dW) return loss;
 
     // ---- pass 2: gradients ------------------------------------------------------------------------------------
+    take_tile();
     std::vector<float> G(L.size());
     for (int64_t v0 = 0; v0 < V; v0 += chunk) {
         const int64_t nv = std::min(chunk, V - v0);
@@ -225,6 +259,28 @@ double lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf
         if (dW) matmul_bwd_w(C, nv, T, h, C, G.data(), nv, dW + v0 * dw_row, dw_row, true);
     }
     return loss;
+}
+
+void lm_head_ce_range(const LmHeadCEShape & s, int64_t v0, int64_t nv, const float * h, const void * W_range, gguf::TensorType wtype,
+                      size_t w_row_bytes, const int32_t * labels, const LmHeadCEState & st) {
+    if (s.C < 1 || s.V < 1 || s.T < 0 || s.chunk < 1 || v0 < 0 || nv < 1 || v0 + nv > s.V || v0 % s.chunk != 0)
+        throw Error("lm_head_ce_range: bad range [" + std::to_string(v0) + ", " + std::to_string(v0 + nv) + ") of V=" +
+                    std::to_string(s.V) + " (chunk " + std::to_string(s.chunk) + ", C=" + std::to_string(s.C) + ", T=" + std::to_string(s.T) + ")");
+    if (!st.unit != !st.label_rows) throw Error("lm_head_ce_range: the unit gradients and the label rows come together");
+    const int64_t chunk = std::min(s.chunk, s.V);
+    if (v0 == 0) start_state(st, s.T);
+    std::vector<float> L(size_t(std::min(chunk, nv) * std::max<int64_t>(s.T, 1))), G, rescale;
+    const char * wbytes = static_cast<const char *>(W_range);
+    for (int64_t j = 0; j < nv; j += chunk)
+        fold_chunk(s, v0 + j, std::min(chunk, nv - j), h, wbytes + j * w_row_bytes, wtype, w_row_bytes, labels, st, L, G, rescale);
+}
+
+double lm_head_ce_finish(const LmHeadCEShape & s, const int32_t * labels, float loss_scale, const LmHeadCEState & st,
+                         const LmHeadCEAux & aux) {
+    if (aux.unit_dh_out && (!st.unit || !st.label_rows))
+        throw Error("lm_head_ce_finish: unit gradients asked of a state that did not form them");
+    return finish_state(s, labels, loss_scale, st, aux.lse_out, aux.rest_out, aux.token_loss, aux.unit_dh_out, nullptr,
+                        gguf::TensorType::F32, 0);
 }
 
 } // namespace rp::cpu

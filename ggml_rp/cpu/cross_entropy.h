@@ -52,4 +52,27 @@ double lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf
                   size_t w_row_bytes, const int32_t * labels, float loss_scale,
                   float * dh, float * dW, int64_t dw_row, const LmHeadCEAux & aux = {});
 
+// A streamed head's carried state (ops/cross_entropy.h lm_head_state_layout: pointers into the caller's buffer),
+// T tokens: the running sum and the sum without the label (double), the running max, the label logit and its cap
+// derivative; with the gradient (unit non-null), the running unit gradients and each token's label row of W [C, T].
+struct LmHeadCEState {
+    double * sum = nullptr;
+    double * other = nullptr;
+    float * max = nullptr;
+    float * label_logit = nullptr;
+    float * label_d = nullptr;
+    float * unit = nullptr;
+    float * label_rows = nullptr;
+};
+
+// Folds vocabulary rows [v0, v0 + nv) (W_range: those rows, row stride w_row_bytes; v0 a multiple of s.chunk,
+// s.V the whole vocabulary) into st, s.chunk rows at a time, as lm_head_ce's pass 1 does: called for the ranges
+// of [0, V) in order (v0 == 0 starts the state), then lm_head_ce_finish gives lm_head_ce's bits.
+void lm_head_ce_range(const LmHeadCEShape & s, int64_t v0, int64_t nv, const float * h, const void * W_range, gguf::TensorType wtype,
+                      size_t w_row_bytes, const int32_t * labels, const LmHeadCEState & st);
+// The loss (returned), logsumexps, 1 - p_label, token losses and unit gradients (aux's lse_out, rest_out,
+// token_loss, unit_dh_out; unit_dh_out needs st.unit) from the state of every range.
+double lm_head_ce_finish(const LmHeadCEShape & s, const int32_t * labels, float loss_scale, const LmHeadCEState & st,
+                         const LmHeadCEAux & aux);
+
 } // namespace rp::cpu

@@ -1,4 +1,4 @@
-// LM_HEAD_CE and LM_HEAD_CE_BACK nodes -> the fused kernel of cross_entropy.h (the node glue; the kernel is
+// LM_HEAD_CE, LM_HEAD_CE_BACK and LM_HEAD_CE_RANGE nodes -> the fused kernel of cross_entropy.h (the node glue; the kernel is
 // in cross_entropy.cpp). Labels are checked here so that a bad label is an rp::Error, not a crash.
 #include "ggml_rp/cpu/cross_entropy.h"
 #include "ggml_rp/cpu/kernel_registry.h"
@@ -22,31 +22,63 @@ std::vector<int32_t> read_labels(const Tensor * node, const Tensor * labels, int
     return v;
 }
 
-LmHeadCEShape shape_of(const Tensor * node, const Tensor * h, const Tensor * W) {
+// (V: the whole vocabulary, which a streamed head's node and a range node hold as a parameter)
+LmHeadCEShape shape_of(const Tensor * node, const Tensor * h, int64_t V) {
     LmHeadCEShape s;
     s.C = h->ne[0];
-    s.V = W->ne[1];
+    s.V = V;
     s.T = h->ne[1];
     s.chunk = node->param_i32(1);
     s.softcap = node->param_f32(2);
     return s;
 }
 
+// A streamed head's state tensor as lm_head_state_layout lays it out.
+LmHeadCEState state_of(const Tensor * state, int64_t C, int64_t T, bool forms_grad) {
+    const LmHeadStateLayout l = lm_head_state_layout(C, T, forms_grad);
+    char * base = static_cast<char *>(state->data);
+    LmHeadCEState st;
+    st.sum = reinterpret_cast<double *>(base + l.sum);
+    st.other = reinterpret_cast<double *>(base + l.other);
+    st.max = reinterpret_cast<float *>(base + l.max);
+    st.label_logit = reinterpret_cast<float *>(base + l.label_logit);
+    st.label_d = reinterpret_cast<float *>(base + l.label_d);
+    if (forms_grad) {
+        st.unit = reinterpret_cast<float *>(base + l.unit);
+        st.label_rows = reinterpret_cast<float *>(base + l.label_rows);
+    }
+    return st;
+}
+
 } // namespace
 
 void lm_head_ce(Tensor * n) {
     const Tensor * h = n->src[0];
-    const Tensor * W = n->src[1];
-    const std::vector<int32_t> labels = read_labels(n, n->src[2], W->ne[1]);
+    const Tensor * W = n->src[1];  // a streamed head's: its state
+    const int64_t V = lm_head_vocab(n);
+    const std::vector<int32_t> labels = read_labels(n, n->src[2], V);
     const bool per_token = lm_head_per_token(n);
     LmHeadCEAux aux;
     aux.lse_out = node::aux(n, 0);
     aux.rest_out = node::aux(n, lm_head_rest_offset(n));
     aux.token_loss = per_token ? n->data_as<float>() : nullptr;
     aux.unit_dh_out = lm_head_forms_grad(n) ? node::aux(n, lm_head_unit_dh_offset(n)) : nullptr;
-    const double loss = rp::cpu::lm_head_ce(shape_of(n, h, W), h->data_as<float>(), W->data, W->type, W->nb[1],
-                                            labels.data(), n->param_f32(0), nullptr, nullptr, 0, aux);
+    const double loss =
+        lm_head_streamed(n)
+            ? lm_head_ce_finish(shape_of(n, h, V), labels.data(), n->param_f32(0), state_of(W, h->ne[0], h->ne[1], lm_head_forms_grad(n)), aux)
+            : rp::cpu::lm_head_ce(shape_of(n, h, V), h->data_as<float>(), W->data, W->type, W->nb[1], labels.data(), n->param_f32(0),
+                                  nullptr, nullptr, 0, aux);
     if (!per_token) *n->data_as<float>() = static_cast<float>(loss);
+}
+
+void lm_head_ce_range(Tensor * n) {
+    const Tensor * h = n->src[0];
+    const Tensor * W = n->src[1];
+    const int64_t V = n->param_i32(3);
+    const std::vector<int32_t> labels = read_labels(n, n->src[2], V);
+    rp::cpu::lm_head_ce_range(shape_of(n, h, V), n->param_i32(0), W->ne[1], h->data_as<float>(), W->data, W->type, W->nb[1], labels.data(),
+                              state_of(n->src[3], h->ne[0], h->ne[1], n->param_i32(4) != 0));
+    *n->data_as<float>() = 0.0f;
 }
 
 void lm_head_ce_back(Tensor * n) {
@@ -55,7 +87,8 @@ void lm_head_ce_back(Tensor * n) {
     const Tensor * dloss = n->src[3];
     const Tensor * dW = n->src[4];
     const Tensor * ce = n->src[5];  // the forward node: its logsumexps (aux)
-    const std::vector<int32_t> labels = read_labels(n, n->src[2], W->ne[1]);
+    const int64_t V = lm_head_vocab(n);
+    const std::vector<int32_t> labels = read_labels(n, n->src[2], V);
     // The per-token form weights token t by dloss[t]; the sum by the scalar dloss.
     const bool per_token = lm_head_per_token(n);
     const float scale = per_token ? n->param_f32(0) : n->param_f32(0) * *dloss->data_as<float>();
@@ -64,11 +97,12 @@ void lm_head_ce_back(Tensor * n) {
     aux.rest_in = node::aux(ce, lm_head_rest_offset(ce));
     aux.token_scale = per_token ? dloss->data_as<float>() : nullptr;
     aux.unit_dh_in = lm_head_forms_grad(ce) ? node::aux(ce, lm_head_unit_dh_offset(ce)) : nullptr;
-    rp::cpu::lm_head_ce(shape_of(n, h, W), h->data_as<float>(), W->data, W->type, W->nb[1], labels.data(), scale,
+    // (a streamed head: W is its state, never read: the unit gradients are scaled, and there is no dW)
+    rp::cpu::lm_head_ce(shape_of(n, h, V), h->data_as<float>(), W->data, W->type, W->nb[1], labels.data(), scale,
                         n->data_as<float>(), dW ? dW->data_as<float>() : nullptr,
                         dW ? static_cast<int64_t>(dW->nb[1] / sizeof(float)) : 0, aux);
 }
 
-const RegisterKernels kRegister{{Op::LM_HEAD_CE, lm_head_ce}, {Op::LM_HEAD_CE_BACK, lm_head_ce_back}};
+const RegisterKernels kRegister{{Op::LM_HEAD_CE, lm_head_ce}, {Op::LM_HEAD_CE_BACK, lm_head_ce_back}, {Op::LM_HEAD_CE_RANGE, lm_head_ce_range}};
 
 } // namespace rp::cpu

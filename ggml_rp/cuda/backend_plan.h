@@ -17,6 +17,7 @@
 #include "ggml_rp/core/graph.h"
 #include "ggml_rp/core/tensor.h"
 #include "ggml_rp/cuda/launch.h"
+#include "ggml_rp/ops/cross_entropy.h"
 #include "ggml_rp/ops/node_args.h"
 #include "ggml_rp/ops/op_table.h"
 #include "base/error.h"
@@ -161,6 +162,12 @@ inline void check_cuda_node(const Tensor * n) {
             need_contiguous(n, n, "dh");
         }
         return;
+    case Op::LM_HEAD_CE_RANGE:
+        if (!n->src[1]->rows_contiguous()) detail::node_error(n, "head weight range " + describe(n->src[1]) + " needs contiguous rows");
+        need_type(n, n->src[2], DType::I32, "labels");
+        need_contiguous(n, n->src[2], "labels");
+        need_contiguous(n, n->src[3], "state");
+        return;
     case Op::MOE_TOPK: case Op::MOE_WEIGHTS: case Op::MOE_WEIGHTS_BACK:
         need_type(n, n->src[0], DType::F32, "router logits");
         need_contiguous(n, n->src[0], "router logits");
@@ -254,7 +261,15 @@ inline size_t node_workspace_bytes(const Tensor * n) {
         const Tensor * h = n->src[0];
         const Tensor * W = n->src[1];
         const int64_t chunk = n->param_i32(1) < 1 ? 1 : n->param_i32(1);
+        if (lm_head_streamed(n))  // the finish from the state; the backward scales the unit gradients
+            return n->op == Op::LM_HEAD_CE ? lm_head_ce_finish_workspace_bytes(h->ne[1]) : 0;
         return lm_head_ce_workspace_bytes(h->ne[0], W->ne[1], h->ne[1], chunk, W->type);
+    }
+    case Op::LM_HEAD_CE_RANGE: {
+        const Tensor * h = n->src[0];
+        const Tensor * W = n->src[1];
+        const int64_t chunk = n->param_i32(1) < 1 ? 1 : n->param_i32(1);
+        return lm_head_ce_range_workspace_bytes(h->ne[0], W->ne[1], h->ne[1], chunk, W->type);
     }
     case Op::ATTENTION: return attention_cast_bytes(n);
     case Op::ATTENTION_BACK: {

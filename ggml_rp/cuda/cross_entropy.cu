@@ -16,13 +16,16 @@ namespace rp::cuda {
 
 namespace {
 
-__global__ void __launch_bounds__(kElemThreads) ce_init_kernel(float * m, double * sum, double * other, float * label_logit, int64_t T) {
+// The running state's start; the label derivative 1 (no cap, or no label yet).
+__global__ void __launch_bounds__(kElemThreads) ce_init_kernel(float * m, double * sum, double * other, float * label_logit, float * label_d,
+                                                              int64_t T) {
     const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (t >= T) return;
     m[t] = -INFINITY;
     sum[t] = 0.0;
     other[t] = 0.0;
     label_logit[t] = 0.0f;
+    label_d[t] = 1.0f;
 }
 
 // One block per token: fold the chunk's logits (column t at L + t*nv) into the running max, the sum and the sum
@@ -74,12 +77,29 @@ __global__ void __launch_bounds__(kRowMaxThreads) ce_pass1_kernel(float * __rest
     }
 }
 
-// The gradient state's start: no rescale, d = 1 (no cap, or no label yet).
-__global__ void __launch_bounds__(kElemThreads) ce_grad_init_kernel(float * rescale, float * label_d, int64_t T) {
+// No rescale (a masked token's stays so: pass 1 sets only the others').
+__global__ void __launch_bounds__(kElemThreads) ce_rescale_init_kernel(float * rescale, int64_t T) {
+    const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (t < T) rescale[t] = 1.0f;
+}
+
+// A streamed head's label rows: each token's row index inside the chunk [v0, v0 + nv) (0 when its label is not
+// there), and after the gather (tile: the chunk's rows by those ids, [C, T]) the rows of the tokens whose label is
+// there kept in the state.
+__global__ void __launch_bounds__(kElemThreads) ce_local_ids_kernel(const int32_t * labels, int64_t v0, int64_t nv, int64_t T, int32_t * ids) {
     const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (t >= T) return;
-    rescale[t] = 1.0f;
-    label_d[t] = 1.0f;
+    const int32_t y = labels[t];
+    ids[t] = y >= v0 && y < v0 + nv ? static_cast<int32_t>(y - v0) : 0;
+}
+__global__ void __launch_bounds__(kElemThreads) ce_keep_label_rows_kernel(const float * __restrict__ tile, const int32_t * __restrict__ labels,
+                                                                         int64_t v0, int64_t nv, int64_t C, int64_t T, float * rows) {
+    const int64_t n = C * T;
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += stride) {
+        const int32_t y = labels[e / C];
+        if (y >= v0 && y < v0 + nv) rows[e] = tile[e];
+    }
 }
 
 // Column t of u ([C, T]) times rescale[t]: the running gradients brought to the chunk's new maxima.
@@ -89,27 +109,27 @@ __global__ void __launch_bounds__(kElemThreads) ce_rescale_kernel(float * u, con
     for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += stride) u[e] *= rescale[e / C];
 }
 
-// Per token: the ids to gather (the label, 0 for a masked token: its row is not used), 1 / sum into inv and
-// (1 - p_label) * d_label into coef (over rescale and label_d).
+// Per token: the ids to gather (the label, 0 for a masked token: its row is not used; ids may be null), 1 / sum
+// into inv and (1 - p_label) * d_label into coef.
 __global__ void __launch_bounds__(kElemThreads) ce_grad_coef_kernel(const int32_t * labels, int64_t V, int64_t T, const double * sum,
-                                    const float * rest, int32_t * ids, float * inv, float * coef) {
+                                    const float * rest, const float * label_d, int32_t * ids, float * inv, float * coef) {
     const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (t >= T) return;
     const int32_t y = labels[t];
     const bool masked = y < 0 || y >= V;
-    ids[t] = masked ? 0 : y;
+    if (ids) ids[t] = masked ? 0 : y;
     inv[t] = masked ? 0.0f : static_cast<float>(1.0 / sum[t]);
-    coef[t] = masked ? 0.0f : rest[t] * coef[t];
+    coef[t] = masked ? 0.0f : rest[t] * label_d[t];
 }
 
-// u = u / sum - coef * (the label's row); 0 for masked tokens (inv = coef = 0).
-__global__ void __launch_bounds__(kElemThreads) ce_grad_finish_kernel(float * u, const float * __restrict__ wy, const float * __restrict__ inv,
-                                      const float * __restrict__ coef, int64_t C, int64_t T) {
+// u = acc / sum - coef * (the label's row); 0 for masked tokens (inv = coef = 0). u may be acc.
+__global__ void __launch_bounds__(kElemThreads) ce_grad_finish_kernel(float * u, const float * acc, const float * __restrict__ wy,
+                                      const float * __restrict__ inv, const float * __restrict__ coef, int64_t C, int64_t T) {
     const int64_t n = C * T;
     const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
     for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += stride) {
         const int64_t t = e / C;
-        u[e] = inv[t] == 0.0f ? 0.0f : u[e] * inv[t] - coef[t] * wy[e];
+        u[e] = inv[t] == 0.0f ? 0.0f : acc[e] * inv[t] - coef[t] * wy[e];
     }
 }
 
@@ -178,6 +198,77 @@ __global__ void __launch_bounds__(kElemThreads) ce_grad_kernel(float * L, int64_
 
 unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>(ceil_div(n, threads)); }
 
+void start_state(const LmHeadCEState & st, int64_t T, cudaStream_t stream) {
+    ce_init_kernel<<<blocks_for(T, kElemThreads), kElemThreads, 0, stream>>>(st.max, st.sum, st.other, st.label_logit, st.label_d, T);
+    check_launch("lm_head_ce (init)");
+}
+
+// Pass 1, one chunk [v0, v0 + nv) of the vocabulary (wchunk: its rows) folded into st: the chunk's logits into
+// the tile L, the online logsumexp, and with st.unit the gradient tile through one GEMM into the running unit
+// gradients (brought to each token's new maximum first). With st.label_rows the chunk's label rows are kept
+// (gathered through L, ids: T ints of scratch). rescale: T floats, 1 where pass 1 does not set them.
+void fold_chunk(const LmHeadCEShape & s, int64_t v0, int64_t nv, const float * h, const char * wchunk, gguf::TensorType wtype,
+                size_t w_row_bytes, const int32_t * labels, const LmHeadCEState & st, float * L, void * gemm_ws, size_t gemm_bytes,
+                float * rescale, int32_t * ids, cudaStream_t stream) {
+    const int64_t C = s.C, T = s.T;
+    if (st.label_rows) {
+        ce_local_ids_kernel<<<blocks_for(T, kElemThreads), kElemThreads, 0, stream>>>(labels, v0, nv, T, ids);
+        check_launch("lm_head_ce_range (label ids)");
+        get_rows(wchunk, wtype, w_row_bytes, nv, C, ids, T, L, nullptr, stream);
+        ce_keep_label_rows_kernel<<<static_cast<unsigned>(elementwise_grid(C * T)), kElemThreads, 0, stream>>>(L, labels, v0, nv, C, T,
+                                                                                                             st.label_rows);
+        check_launch("lm_head_ce_range (label rows)");
+    }
+    matmul_fwd(C, nv, T, wchunk, wtype, w_row_bytes, h, C, L, nv, false, gemm_ws, gemm_bytes, stream);
+    if (s.softcap > 0.0f) scale(L, 1.0f, L, nv * T, stream, s.softcap);   // Gemma 2: cap tanh(L / cap), in place
+    ce_pass1_kernel<<<static_cast<unsigned>(T), row_threads(nv), 0, stream>>>(
+        L, nv, v0, s.V, labels, st.max, st.sum, st.label_logit, st.unit != nullptr, s.softcap, st.other, rescale, st.label_d);
+    check_launch("lm_head_ce (logsumexp)");
+    if (!st.unit) return;
+    if (v0 > 0) {
+        ce_rescale_kernel<<<static_cast<unsigned>(elementwise_grid(C * T)), kElemThreads, 0, stream>>>(st.unit, rescale, C, T);
+        check_launch("lm_head_ce (gradient rescale)");
+    }
+    matmul_bwd_x(C, nv, T, wchunk, wtype, w_row_bytes, L, nv, st.unit, C, v0 > 0, gemm_ws, gemm_bytes, stream);
+}
+
+// Pass 1's end: logsumexps into lse, 1 - p_label into rest, each token's loss (tokloss) and their sum into *loss,
+// the token losses and lse / rest into aux's outputs when they are elsewhere; with aux.unit_dh_out the unit
+// gradients from st.unit, the label rows from st.label_rows or else gathered from W through the tile (ids).
+// inv, coef: T floats of scratch.
+void finish_state(const LmHeadCEShape & s, const int32_t * labels, float loss_scale, const LmHeadCEState & st, float * lse, float * rest,
+                  double * tokloss, float * inv, float * coef, int32_t * ids, float * tile, const void * W, gguf::TensorType wtype,
+                  size_t w_row_bytes, double * loss, int * bad_label, cudaStream_t stream, const LmHeadCEAux & aux) {
+    const int64_t C = s.C, V = s.V, T = s.T;
+    const unsigned tok_blocks = blocks_for(T, kElemThreads);
+    ce_finish_kernel<<<tok_blocks, kElemThreads, 0, stream>>>(st.max, st.sum, st.other, st.label_logit, labels, V, T, loss_scale, lse, rest,
+                                                             tokloss, bad_label);
+    check_launch("lm_head_ce (finish)");
+    ce_sum_kernel<<<1, kElemThreads, 0, stream>>>(tokloss, T, loss);
+    check_launch("lm_head_ce (sum)");
+    if (aux.token_loss) {
+        ce_token_loss_kernel<<<tok_blocks, kElemThreads, 0, stream>>>(tokloss, T, aux.token_loss);
+        check_launch("lm_head_ce (token losses)");
+    }
+    if (aux.lse_out && aux.lse_out != lse)
+        check(cudaMemcpyAsync(aux.lse_out, lse, size_t(T) * 4, cudaMemcpyDeviceToDevice, stream), "cuda lm_head_ce: lse");
+    if (aux.rest_out && aux.rest_out != rest)
+        check(cudaMemcpyAsync(aux.rest_out, rest, size_t(T) * 4, cudaMemcpyDeviceToDevice, stream), "cuda lm_head_ce: 1 - p");
+    if (!aux.unit_dh_out) return;
+    // divide by the sum, less (1 - p_label) d_label times the label's row
+    ce_grad_coef_kernel<<<tok_blocks, kElemThreads, 0, stream>>>(labels, V, T, st.sum, rest, st.label_d, st.label_rows ? nullptr : ids,
+                                                                inv, coef);
+    check_launch("lm_head_ce (gradient coefficients)");
+    const float * wy = st.label_rows;
+    if (!wy) {
+        get_rows(W, wtype, w_row_bytes, V, C, ids, T, tile, nullptr, stream);
+        wy = tile;
+    }
+    ce_grad_finish_kernel<<<static_cast<unsigned>(elementwise_grid(C * T)), kElemThreads, 0, stream>>>(aux.unit_dh_out, st.unit, wy, inv,
+                                                                                                      coef, C, T);
+    check_launch("lm_head_ce (gradient finish)");
+}
+
 } // namespace
 
 void lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::TensorType wtype, size_t w_row_bytes,
@@ -188,6 +279,12 @@ void lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::
             "bad shape C=" + std::to_string(s.C) + " V=" + std::to_string(s.V) + " T=" + std::to_string(s.T) +
                 " chunk=" + std::to_string(s.chunk));
     require(!dW || dw_row >= s.C, op, "dW row stride " + std::to_string(dw_row) + " is smaller than C=" + std::to_string(s.C));
+    if (dh && aux.lse_in && aux.unit_dh_in && !dW) {  // the forward formed dh: scale it (no pass, no workspace)
+        ce_scale_unit_kernel<<<static_cast<unsigned>(elementwise_grid(s.C * s.T)), kElemThreads, 0, stream>>>(dh, aux.unit_dh_in, s.C, s.T,
+                                                                                                            loss_scale, aux.token_scale);
+        check_launch("lm_head_ce_back (scale the forward's gradient)");
+        return;
+    }
     const size_t need = lm_head_ce_workspace_bytes(s.C, s.V, s.T, s.chunk, wtype);
     require(workspace_bytes >= need, op, "workspace of " + std::to_string(workspace_bytes) +
                                              " bytes is smaller than the " + std::to_string(need) + " needed");
@@ -204,63 +301,37 @@ void lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::
     void * gemm_ws = p;
     const size_t gemm_bytes = matmul_workspace_bytes(C, chunk, T, wtype);
     p += gemm_bytes;
-    float * m = reinterpret_cast<float *>(p);            p += al(size_t(T) * 4);
-    float * label_logit = reinterpret_cast<float *>(p);  p += al(size_t(T) * 4);
-    float * lse = aux.lse_in ? const_cast<float *>(aux.lse_in) : reinterpret_cast<float *>(p);  // read-only when given
-    p += al(size_t(T) * 4) * 2;
-    float * rest = aux.rest_in ? const_cast<float *>(aux.rest_in) : reinterpret_cast<float *>(p);  // likewise
-    p += al(size_t(T) * 4);
-    float * rescale = reinterpret_cast<float *>(p);      p += al(size_t(T) * 4);
-    float * label_d = reinterpret_cast<float *>(p);      p += al(size_t(T) * 4);
-    int32_t * ids = reinterpret_cast<int32_t *>(p);      p += al(size_t(T) * 4);
-    double * sum = reinterpret_cast<double *>(p);        p += al(size_t(T) * 8);
-    double * tokloss = reinterpret_cast<double *>(p);    p += al(size_t(T) * 8);
-    double * other = reinterpret_cast<double *>(p);
+    auto floats = [&] { float * f = reinterpret_cast<float *>(p); p += al(size_t(T) * 4); return f; };
+    auto doubles = [&] { double * d = reinterpret_cast<double *>(p); p += al(size_t(T) * 8); return d; };
+    LmHeadCEState st;
+    st.max = floats();
+    st.label_logit = floats();
+    float * lse = floats();
+    float * rest = floats();
+    float * rescale = floats();
+    st.label_d = floats();
+    int32_t * ids = reinterpret_cast<int32_t *>(floats());
+    float * coef = floats();
+    st.sum = doubles();
+    double * tokloss = doubles();
+    st.other = doubles();
+    if (aux.lse_in) {  // read-only
+        lse = const_cast<float *>(aux.lse_in);
+        rest = const_cast<float *>(aux.rest_in);
+    }
 
     const char * wbytes = static_cast<const char *>(W);
-    const unsigned tok_blocks = blocks_for(T, kElemThreads);
     const unsigned unit_blocks = static_cast<unsigned>(elementwise_grid(C * T));
     if (!aux.lse_in) {
-        float * unit = aux.unit_dh_out;
-        ce_init_kernel<<<tok_blocks, kElemThreads, 0, stream>>>(m, sum, other, label_logit, T);
-        check_launch("lm_head_ce (init)");
-        if (unit) {
-            ce_grad_init_kernel<<<tok_blocks, kElemThreads, 0, stream>>>(rescale, label_d, T);
-            check_launch("lm_head_ce (gradient init)");
-        }
-        for (int64_t v0 = 0; v0 < V; v0 += chunk) {
-            const int64_t nv = chunk < V - v0 ? chunk : V - v0;
-            const char * wchunk = wbytes + v0 * w_row_bytes;
-            matmul_fwd(C, nv, T, wchunk, wtype, w_row_bytes, h, C, L, nv, false, gemm_ws, gemm_bytes, stream);
-            if (s.softcap > 0.0f) scale(L, 1.0f, L, nv * T, stream, s.softcap);   // Gemma 2: cap tanh(L / cap), in place
-            ce_pass1_kernel<<<static_cast<unsigned>(T), row_threads(nv), 0, stream>>>(
-                L, nv, v0, V, labels, m, sum, label_logit, unit != nullptr, s.softcap, other, rescale, label_d);
-            check_launch("lm_head_ce (logsumexp)");
-            if (!unit) continue;
-            if (v0 > 0) {
-                ce_rescale_kernel<<<unit_blocks, kElemThreads, 0, stream>>>(unit, rescale, C, T);
-                check_launch("lm_head_ce (gradient rescale)");
-            }
-            matmul_bwd_x(C, nv, T, wchunk, wtype, w_row_bytes, L, nv, unit, C, v0 > 0, gemm_ws, gemm_bytes, stream);
-        }
-        ce_finish_kernel<<<tok_blocks, kElemThreads, 0, stream>>>(m, sum, other, label_logit, labels, V, T, loss_scale, lse,
-                                                                 rest, tokloss, bad_label);
-        check_launch("lm_head_ce (finish)");
-        ce_sum_kernel<<<1, kElemThreads, 0, stream>>>(tokloss, T, loss);
-        check_launch("lm_head_ce (sum)");
-        if (aux.token_loss) {
-            ce_token_loss_kernel<<<tok_blocks, kElemThreads, 0, stream>>>(tokloss, T, aux.token_loss);
-            check_launch("lm_head_ce (token losses)");
-        }
-        if (aux.lse_out) check(cudaMemcpyAsync(aux.lse_out, lse, size_t(T) * 4, cudaMemcpyDeviceToDevice, stream), "cuda lm_head_ce: lse");
-        if (aux.rest_out) check(cudaMemcpyAsync(aux.rest_out, rest, size_t(T) * 4, cudaMemcpyDeviceToDevice, stream), "cuda lm_head_ce: 1 - p");
-        if (unit) {  // divide by the sum, less (1 - p_label) d_label times the label's row (gathered into the tile)
-            ce_grad_coef_kernel<<<tok_blocks, kElemThreads, 0, stream>>>(labels, V, T, sum, rest, ids, rescale, label_d);
-            check_launch("lm_head_ce (gradient coefficients)");
-            get_rows(W, wtype, w_row_bytes, V, C, ids, T, L, nullptr, stream);
-            ce_grad_finish_kernel<<<unit_blocks, kElemThreads, 0, stream>>>(unit, L, rescale, label_d, C, T);
-            check_launch("lm_head_ce (gradient finish)");
-        }
+        st.unit = aux.unit_dh_out;  // accumulated in place, finished there
+        start_state(st, T, stream);
+        ce_rescale_init_kernel<<<blocks_for(T, kElemThreads), kElemThreads, 0, stream>>>(rescale, T);
+        check_launch("lm_head_ce (rescale init)");
+        for (int64_t v0 = 0; v0 < V; v0 += chunk)
+            fold_chunk(s, v0, chunk < V - v0 ? chunk : V - v0, h, wbytes + v0 * w_row_bytes, wtype, w_row_bytes, labels, st, L, gemm_ws,
+                       gemm_bytes, rescale, ids, stream);
+        finish_state(s, labels, loss_scale, st, lse, rest, tokloss, rescale, coef, ids, L, W, wtype, w_row_bytes, loss, bad_label,
+                     stream, aux);
     }
     if (dh && aux.unit_dh_in) {  // the forward formed dh: scale it; pass 2 only for dW
         ce_scale_unit_kernel<<<unit_blocks, kElemThreads, 0, stream>>>(dh, aux.unit_dh_in, C, T, loss_scale, aux.token_scale);
@@ -282,6 +353,61 @@ void lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::
     }
 }
 
+void lm_head_ce_range(const LmHeadCEShape & s, int64_t v0, int64_t nv, const float * h, const void * W_range, gguf::TensorType wtype,
+                      size_t w_row_bytes, const int32_t * labels, const LmHeadCEState & st, void * workspace, size_t workspace_bytes,
+                      cudaStream_t stream) {
+    const char * op = "lm_head_ce_range";
+    require(s.C >= 1 && s.V >= 1 && s.T >= 0 && s.T <= 0x7fffffff && s.chunk >= 1 && v0 >= 0 && nv >= 1 && v0 + nv <= s.V &&
+                v0 % s.chunk == 0,
+            op, "bad range [" + std::to_string(v0) + ", " + std::to_string(v0 + nv) + ") of V=" + std::to_string(s.V) + " (chunk " +
+                    std::to_string(s.chunk) + ")");
+    require(!st.unit == !st.label_rows, op, "the unit gradients and the label rows come together");
+    const size_t need = lm_head_ce_range_workspace_bytes(s.C, nv, s.T, s.chunk, wtype);
+    require(workspace_bytes >= need, op, "workspace of " + std::to_string(workspace_bytes) + " bytes is smaller than the " +
+                                             std::to_string(need) + " needed");
+    const int64_t C = s.C, T = s.T, chunk = s.chunk < nv ? s.chunk : nv;
+    if (T == 0) return;
+    auto al = [](size_t b) { return (b + 255) / 256 * 256; };
+    char * p = static_cast<char *>(workspace);
+    float * L = reinterpret_cast<float *>(p);         p += al(size_t((chunk > C ? chunk : C) * T) * 4);
+    void * gemm_ws = p;
+    const size_t gemm_bytes = matmul_workspace_bytes(C, chunk, T, wtype);
+    p += gemm_bytes;
+    float * rescale = reinterpret_cast<float *>(p);   p += al(size_t(T) * 4);
+    int32_t * ids = reinterpret_cast<int32_t *>(p);
+    if (v0 == 0) start_state(st, T, stream);
+    ce_rescale_init_kernel<<<blocks_for(T, kElemThreads), kElemThreads, 0, stream>>>(rescale, T);
+    check_launch("lm_head_ce_range (rescale init)");
+    const char * wbytes = static_cast<const char *>(W_range);
+    for (int64_t j = 0; j < nv; j += chunk)
+        fold_chunk(s, v0 + j, chunk < nv - j ? chunk : nv - j, h, wbytes + j * w_row_bytes, wtype, w_row_bytes, labels, st, L, gemm_ws,
+                   gemm_bytes, rescale, ids, stream);
+}
+
+void lm_head_ce_finish(const LmHeadCEShape & s, const int32_t * labels, float loss_scale, const LmHeadCEState & st, double * loss,
+                       void * workspace, size_t workspace_bytes, int * bad_label, cudaStream_t stream, const LmHeadCEAux & aux) {
+    const char * op = "lm_head_ce_finish";
+    require(s.C >= 1 && s.V >= 1 && s.T >= 0 && s.T <= 0x7fffffff, op, "bad shape C=" + std::to_string(s.C) + " V=" + std::to_string(s.V) +
+                                                                          " T=" + std::to_string(s.T));
+    require(!aux.unit_dh_out || (st.unit && st.label_rows), op, "unit gradients asked of a state that did not form them");
+    require(workspace_bytes >= lm_head_ce_finish_workspace_bytes(s.T), op, "workspace too small");
+    const int64_t T = s.T;
+    if (T == 0) {
+        check(cudaMemsetAsync(loss, 0, sizeof(double), stream), "cuda lm_head_ce_finish");
+        return;
+    }
+    auto al = [](size_t b) { return (b + 255) / 256 * 256; };
+    char * p = static_cast<char *>(workspace);
+    auto floats = [&] { float * f = reinterpret_cast<float *>(p); p += al(size_t(T) * 4); return f; };
+    float * lse = floats();
+    float * rest = floats();
+    float * inv = floats();
+    float * coef = floats();
+    double * tokloss = reinterpret_cast<double *>(p);
+    finish_state(s, labels, loss_scale, st, lse, rest, tokloss, inv, coef, nullptr, nullptr, nullptr, gguf::TensorType::F32, 0, loss,
+                 bad_label, stream, aux);
+}
+
 // ---- node entries ----
 namespace {
 __global__ void __launch_bounds__(1) store_loss_kernel(const double * loss, float * out_) { *out_ = static_cast<float>(*loss); }
@@ -295,26 +421,50 @@ float host_dloss(const Tensor * dloss, const NodeRun & r) {
     return *r.host_scalar;
 }
 
-LmHeadCEShape shape_of(const Tensor * n) {
+// (V: the whole vocabulary, which a streamed head's node and a range node hold as a parameter)
+LmHeadCEShape shape_of(const Tensor * n, int64_t V) {
     LmHeadCEShape sh;
     sh.C = n->src[0]->ne[0];
-    sh.V = n->src[1]->ne[1];
+    sh.V = V;
     sh.T = n->src[0]->ne[1];
     sh.chunk = std::max<int64_t>(1, n->param_i32(1));
     sh.softcap = n->param_f32(2);
     return sh;
 }
 
+// A streamed head's state tensor as lm_head_state_layout lays it out.
+LmHeadCEState state_of(const Tensor * state, int64_t C, int64_t T, bool forms_grad) {
+    const LmHeadStateLayout l = lm_head_state_layout(C, T, forms_grad);
+    char * base = static_cast<char *>(state->data);
+    LmHeadCEState st;
+    st.sum = reinterpret_cast<double *>(base + l.sum);
+    st.other = reinterpret_cast<double *>(base + l.other);
+    st.max = reinterpret_cast<float *>(base + l.max);
+    st.label_logit = reinterpret_cast<float *>(base + l.label_logit);
+    st.label_d = reinterpret_cast<float *>(base + l.label_d);
+    if (forms_grad) {
+        st.unit = reinterpret_cast<float *>(base + l.unit);
+        st.label_rows = reinterpret_cast<float *>(base + l.label_rows);
+    }
+    return st;
+}
+
 void run_lm_head_ce(Tensor * n, const NodeRun & r) {
-    const Tensor * W = n->src[1];
+    const Tensor * W = n->src[1];  // a streamed head's: its state
     const bool per_token = lm_head_per_token(n);
     LmHeadCEAux aux;
     aux.lse_out = node::aux(n, 0);
     aux.rest_out = node::aux(n, lm_head_rest_offset(n));
     aux.token_loss = per_token ? out<float>(n) : nullptr;
     aux.unit_dh_out = lm_head_forms_grad(n) ? node::aux(n, lm_head_unit_dh_offset(n)) : nullptr;
-    lm_head_ce(shape_of(n), in<float>(n->src[0]), W->data, W->type, W->nb[1], in<int32_t>(n->src[2]), n->param_f32(0),
-               r.loss, nullptr, nullptr, 0, r.scratch, r.scratch_bytes, r.flag, r.stream, aux);
+    const int64_t V = lm_head_vocab(n);
+    if (lm_head_streamed(n))
+        lm_head_ce_finish(shape_of(n, V), in<int32_t>(n->src[2]), n->param_f32(0),
+                          state_of(W, n->src[0]->ne[0], n->src[0]->ne[1], lm_head_forms_grad(n)), r.loss, r.scratch, r.scratch_bytes, r.flag,
+                          r.stream, aux);
+    else
+        lm_head_ce(shape_of(n, V), in<float>(n->src[0]), W->data, W->type, W->nb[1], in<int32_t>(n->src[2]), n->param_f32(0),
+                   r.loss, nullptr, nullptr, 0, r.scratch, r.scratch_bytes, r.flag, r.stream, aux);
     if (per_token) return;
     store_loss_kernel<<<1, 1, 0, r.stream>>>(r.loss, out<float>(n));
     check_launch("lm_head_ce (store loss)");
@@ -332,12 +482,23 @@ void run_lm_head_ce_back(Tensor * n, const NodeRun & r) {
     aux.rest_in = node::aux(ce, lm_head_rest_offset(ce));
     aux.token_scale = per_token ? in<float>(n->src[3]) : nullptr;
     aux.unit_dh_in = lm_head_forms_grad(ce) ? node::aux(ce, lm_head_unit_dh_offset(ce)) : nullptr;
-    lm_head_ce(shape_of(n), in<float>(n->src[0]), W->data, W->type, W->nb[1], in<int32_t>(n->src[2]), scale, r.loss,
+    // (a streamed head: W is its state, never read: the unit gradients are scaled, and there is no dW)
+    lm_head_ce(shape_of(n, lm_head_vocab(n)), in<float>(n->src[0]), W->data, W->type, W->nb[1], in<int32_t>(n->src[2]), scale, r.loss,
                out<float>(n), dW ? out<float>(dW) : nullptr, dW ? static_cast<int64_t>(dW->nb[1] / sizeof(float)) : 0,
                r.scratch, r.scratch_bytes, r.flag, r.stream, aux);
 }
 
-const RegisterNodeKernels kRegister{{Op::LM_HEAD_CE, run_lm_head_ce}, {Op::LM_HEAD_CE_BACK, run_lm_head_ce_back}};
+void run_lm_head_ce_range(Tensor * n, const NodeRun & r) {
+    const Tensor * W = n->src[1];
+    const Tensor * h = n->src[0];
+    lm_head_ce_range(shape_of(n, n->param_i32(3)), n->param_i32(0), W->ne[1], in<float>(h), W->data, W->type, W->nb[1],
+                     in<int32_t>(n->src[2]), state_of(n->src[3], h->ne[0], h->ne[1], n->param_i32(4) != 0), r.scratch, r.scratch_bytes,
+                     r.stream);
+    check(cudaMemsetAsync(out<float>(n), 0, sizeof(float), r.stream), "cuda lm_head_ce_range");  // (the node holds nothing)
+}
+
+const RegisterNodeKernels kRegister{{Op::LM_HEAD_CE, run_lm_head_ce}, {Op::LM_HEAD_CE_BACK, run_lm_head_ce_back},
+                                    {Op::LM_HEAD_CE_RANGE, run_lm_head_ce_range}};
 } // namespace
 
 } // namespace rp::cuda

@@ -60,4 +60,26 @@ void lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::
                 void * workspace, size_t workspace_bytes, int * bad_label, cudaStream_t stream,
                 const LmHeadCEAux & aux = {});
 
+// A streamed head's carried state (device pointers into its state tensor, ops/cross_entropy.h
+// lm_head_state_layout), as the CPU's LmHeadCEState; unit and label_rows with the gradient only.
+struct LmHeadCEState {
+    double * sum = nullptr;
+    double * other = nullptr;
+    float * max = nullptr;
+    float * label_logit = nullptr;
+    float * label_d = nullptr;
+    float * unit = nullptr;
+    float * label_rows = nullptr;
+};
+
+// Folds vocabulary rows [v0, v0 + nv) (W_range: those rows; v0 a multiple of s.chunk) into st, as lm_head_ce's
+// pass 1 does chunk by chunk; v0 == 0 starts the state. workspace: lm_head_ce_range_workspace_bytes (launch.h).
+void lm_head_ce_range(const LmHeadCEShape & s, int64_t v0, int64_t nv, const float * h, const void * W_range, gguf::TensorType wtype,
+                      size_t w_row_bytes, const int32_t * labels, const LmHeadCEState & st, void * workspace, size_t workspace_bytes,
+                      cudaStream_t stream);
+// lm_head_ce's forward outputs from the state of every range: loss (device double), aux's lse_out, rest_out,
+// token_loss and unit_dh_out (which needs st.unit). workspace: lm_head_ce_finish_workspace_bytes(T).
+void lm_head_ce_finish(const LmHeadCEShape & s, const int32_t * labels, float loss_scale, const LmHeadCEState & st, double * loss,
+                       void * workspace, size_t workspace_bytes, int * bad_label, cudaStream_t stream, const LmHeadCEAux & aux);
+
 } // namespace rp::cuda

@@ -29,6 +29,7 @@ public:
         cudaStreamSynchronize(native());
         for (Retired & r : retired_) release(r);
         for (void * p : pending_) free_quietly(p);
+        if (held_block_) free_quietly(held_);
         for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
     }
     CudaGraphRunner(const CudaGraphRunner &) = delete;
@@ -36,7 +37,7 @@ public:
 
     size_t run(Graph & g, int /*n_threads: the GPU runs every node*/, const std::function<void()> & results) override {
         select();
-        if (region_) {  // [uploads of this program | the graph's buffer and workspace], reused in stream order
+        if (region_) {  // [held | uploads of this graph | the graph's buffer and workspace], reused in stream order
             const size_t at = cuda::align256(region_uploads_);
             if (at > region_bytes_) throw Error(dev_.name() + ": the uploads of a program overflow the graph region");
             if (!region_backend_) region_backend_ = std::make_unique<CudaBackend>(dev_);
@@ -44,7 +45,7 @@ public:
             region_peak_ = std::max(region_peak_, at + cuda::cuda_graph_bytes(g).total());
             region_backend_->compute(g, stream_);
             if (results) results();
-            region_uploads_ = 0;
+            region_uploads_ = held_bytes_;
             return bytes;
         }
         reclaim();
@@ -103,6 +104,7 @@ public:
     size_t region_high_water() const override { return region_peak_; }
 
     void set_region(void * base, size_t bytes) override {
+        if (held_) throw Error(dev_.name() + ": graph runner: set_region while a program holds memory");
         select();
         wait_stream();  // nothing may still use the previous memory
         region_ = base;
@@ -136,6 +138,47 @@ public:
         cuda::check(cudaMemcpyAsync(p, host, bytes, cudaMemcpyHostToDevice, native()),
                     (dev_.name() + ": graph runner: cudaMemcpyAsync of an upload").c_str());
         return p;
+    }
+
+    void * hold(size_t bytes) override {
+        select();
+        if (held_) throw Error(dev_.name() + ": graph runner: hold() twice without release_held()");
+        const size_t b = cuda::align256(bytes);
+        if (region_) {  // the region's start: this program's uploads and graphs go after it
+            if (region_uploads_ != 0) throw Error(dev_.name() + ": graph runner: hold() after an upload for the next graph");
+            if (b > region_bytes_) throw Error(dev_.name() + ": memory held by a program overflows the graph region");
+            held_ = region_;
+            held_bytes_ = b;
+            region_uploads_ = b;
+            return held_;
+        }
+        reclaim();
+        try {
+            held_ = dev_.allocate(b, "program state");
+        } catch (const Error &) {
+            wait_stream();
+            reclaim();
+            held_ = dev_.allocate(b, "program state");
+        }
+        held_block_ = true;
+        return held_;
+    }
+
+    void release_held() override {
+        if (!held_) return;
+        if (held_block_) {  // freed once the stream has passed the graphs that used it
+            select();
+            Retired r;
+            r.event = take_event();
+            r.blocks.push_back(held_);
+            cuda::check(cudaEventRecord(r.event, native()), (dev_.name() + ": graph runner: cudaEventRecord").c_str());
+            retired_.push_back(std::move(r));
+        } else {
+            region_uploads_ -= std::min(region_uploads_, held_bytes_);  // (0: no upload may be pending across a program's end)
+        }
+        held_ = nullptr;
+        held_bytes_ = 0;
+        held_block_ = false;
     }
 
 private:
@@ -184,6 +227,9 @@ private:
     size_t region_bytes_ = 0;
     size_t region_uploads_ = 0;  // bytes of uploads made for the next graph
     size_t region_peak_ = 0;
+    void * held_ = nullptr;     // hold(): the region's first held_bytes_, or a block of the arena (held_block_)
+    size_t held_bytes_ = 0;
+    bool held_block_ = false;
     std::unique_ptr<CudaBackend> region_backend_;
     std::map<size_t, std::unique_ptr<CudaBackend>> backends_;  // by bad-index flag count
     std::vector<void *> pending_;                              // uploads of the graph being built

@@ -161,6 +161,21 @@ inline constexpr size_t lm_head_ce_workspace_bytes(int64_t C, int64_t V, int64_t
     return tile + gemm + tok;
 }
 
+// Scratch of rp::cuda::lm_head_ce_range (a streamed head's range of nv rows): the tile as lm_head_ce's (at least
+// C x T: the label rows of the range are gathered through it), the GEMM scratch of one chunk, each token's rescale
+// and local label id.
+inline constexpr size_t lm_head_ce_range_workspace_bytes(int64_t C, int64_t nv, int64_t T, int64_t chunk, gguf::TensorType wtype) {
+    const int64_t n = chunk < nv ? chunk : nv;
+    auto al = [](size_t b) { return (b + 255) / 256 * 256; };
+    return al(size_t((n > C ? n : C) * T) * 4) + matmul_workspace_bytes(C, n, T, wtype) + al(size_t(T) * 4) * 2;
+}
+// Scratch of rp::cuda::lm_head_ce_finish: each token's logsumexp, 1 - p_label, 1 / sum and label coefficient, and
+// its loss (double).
+inline constexpr size_t lm_head_ce_finish_workspace_bytes(int64_t T) {
+    auto al = [](size_t b) { return (b + 255) / 256 * 256; };
+    return al(size_t(T) * 4) * 4 + al(size_t(T) * 8);
+}
+
 // Scratch of the grouped expert matmuls (cuda/moe.cu) for W [K, N, E], n = k * T (token, slot) pairs:
 //   the routing (per-expert starts, the pairs in expert-then-token order), two gathered f32 panels of
 //   max(K, N) x n, one per-pair panel of K x n (MUL_MAT_ID_BACK_X with shared slots), the per-expert GEMM's own

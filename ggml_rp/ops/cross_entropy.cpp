@@ -47,6 +47,89 @@ Tensor * lm_head_token_nll(Context & ctx, Tensor * h, Tensor * W, Tensor * label
     return lm_head_node("lm_head_token_nll", ctx, h, W, labels, 1.0f, chunk, softcap, true);
 }
 
+LmHeadStateLayout lm_head_state_layout(int64_t C, int64_t T, bool forms_grad) {
+    LmHeadStateLayout l;
+    size_t at = 0;
+    auto take = [&](size_t bytes) {
+        const size_t o = at;
+        at += (bytes + 255) / 256 * 256;
+        return o;
+    };
+    const size_t t = static_cast<size_t>(T);
+    l.sum = take(t * sizeof(double));
+    l.other = take(t * sizeof(double));
+    l.max = take(t * sizeof(float));
+    l.label_logit = take(t * sizeof(float));
+    l.label_d = take(t * sizeof(float));
+    if (forms_grad) {
+        l.unit = take(static_cast<size_t>(C) * t * sizeof(float));
+        l.label_rows = take(static_cast<size_t>(C) * t * sizeof(float));
+    }
+    l.bytes = at;
+    return l;
+}
+
+namespace {
+
+void require_state(const char * op, const Tensor * state, int64_t C, int64_t T, bool forms_grad) {
+    const size_t need = lm_head_state_layout(C, T, forms_grad).bytes;
+    detail::require(state && state->type == DType::F32 && state->is_contiguous() && state->nbytes() >= need, op,
+                    "state " + describe(state) + " must be contiguous f32 of at least " + std::to_string(need) + " bytes");
+}
+
+} // namespace
+
+Tensor * lm_head_ce_range(Context & ctx, Tensor * h, Tensor * W_range, Tensor * labels, Tensor * state, int64_t v0, int64_t V,
+                          int64_t chunk, float softcap, bool forms_grad) {
+    const char * op = "lm_head_ce_range";
+    detail::require_f32(op, h, "h");
+    detail::require(W_range && can_dequantize(W_range->type) && W_range->ne[2] == 1 && W_range->ne[3] == 1 && W_range->rows_contiguous(), op,
+                    "head weight range " + describe(W_range) + " must be 2-D [C, n] of a dequantizable type with contiguous rows");
+    detail::require(h->ne[0] == W_range->ne[0] && h->ne[2] == 1 && h->ne[3] == 1, op,
+                    "h " + describe(h) + " must be [C, T] with C = ne[0] of W " + describe(W_range));
+    detail::require(labels && labels->type == DType::I32 && labels->ne[0] == h->ne[1] && labels->nelements() == h->ne[1], op,
+                    "labels " + describe(labels) + " must be i32 [T] with T = " + std::to_string(h->ne[1]));
+    detail::require(chunk >= 1 && V >= 1 && V <= INT32_MAX && v0 >= 0 && v0 % chunk == 0 && v0 + W_range->ne[1] <= V, op,
+                    "range [" + std::to_string(v0) + ", " + std::to_string(v0 + W_range->ne[1]) + ") of a vocabulary of " +
+                        std::to_string(V) + " must start at a multiple of the chunk (" + std::to_string(chunk) + ") and lie inside it");
+    detail::require(softcap >= 0.0f && std::isfinite(softcap), op, "softcap " + std::to_string(softcap) + " must be a finite number >= 0");
+    require_state(op, state, h->ne[0], h->ne[1], forms_grad);
+    h = cont_if_needed(ctx, h);
+    const int64_t one[4] = {1, 1, 1, 1};
+    Tensor * t = detail::new_node(ctx, Op::LM_HEAD_CE_RANGE, DType::F32, one, {h, W_range, labels, state});
+    t->set_param_i32(0, static_cast<int32_t>(v0));
+    t->set_param_i32(1, static_cast<int32_t>(chunk > INT32_MAX ? INT32_MAX : chunk));
+    t->set_param_f32(2, softcap);
+    t->set_param_i32(3, static_cast<int32_t>(V));
+    t->set_param_i32(4, forms_grad ? 1 : 0);
+    return t;
+}
+
+Tensor * lm_head_ce_streamed(Context & ctx, Tensor * h, Tensor * state, Tensor * labels, int64_t V, float loss_scale, int64_t chunk,
+                             float softcap, bool per_token, bool forms_grad) {
+    const char * op = per_token ? "lm_head_token_nll (streamed)" : "lm_head_ce (streamed)";
+    detail::require_f32(op, h, "h");
+    detail::require(h->ne[2] == 1 && h->ne[3] == 1, op, "h " + describe(h) + " must be [C, T]");
+    detail::require(labels && labels->type == DType::I32 && labels->ne[0] == h->ne[1] && labels->nelements() == h->ne[1], op,
+                    "labels " + describe(labels) + " must be i32 [T] with T = " + std::to_string(h->ne[1]));
+    detail::require(V >= 1 && V <= INT32_MAX && chunk >= 1, op, "vocabulary " + std::to_string(V) + " and chunk must be >= 1");
+    require_state(op, state, h->ne[0], h->ne[1], forms_grad);
+    h = cont_if_needed(ctx, h);
+    const int64_t ne[4] = {per_token ? h->ne[1] : 1, 1, 1, 1};
+    Tensor * t = detail::new_node(ctx, Op::LM_HEAD_CE, DType::F32, ne, {h, state, labels});
+    t->aux_bytes = lm_head_aux_floats(h->ne[1]) * sizeof(float);
+    t->set_param_f32(0, loss_scale);
+    t->set_param_i32(1, static_cast<int32_t>(chunk > INT32_MAX ? INT32_MAX : chunk));
+    t->set_param_f32(2, softcap);
+    t->set_param_i32(3, per_token ? 1 : 0);
+    t->set_param_i32(5, static_cast<int32_t>(V));
+    if (forms_grad) {
+        t->set_param_i32(4, 1);
+        t->aux_bytes = lm_head_unit_dh_offset(t) + static_cast<size_t>(h->ne[0] * h->ne[1]) * sizeof(float);
+    }
+    return t;
+}
+
 Tensor * lm_head_ce_back(Context & ctx, Tensor * ce, Tensor * dloss, Tensor * dW_into) {
     detail::require(ce && ce->op == Op::LM_HEAD_CE, "lm_head_ce_back", describe(ce) + " is not an lm_head_ce node");
     const bool per_token = lm_head_per_token(ce);
@@ -57,6 +140,8 @@ Tensor * lm_head_ce_back(Context & ctx, Tensor * ce, Tensor * dloss, Tensor * dW
     if (!dloss->is_contiguous()) dloss = cont(ctx, dloss);
     Tensor * h = ce->src[0];
     Tensor * W = ce->src[1];
+    detail::require(!lm_head_streamed(ce) || (!dW_into && lm_head_forms_grad(ce)), "lm_head_ce_back",
+                    "a streamed head has no weight gradient and its backward needs the unit gradients formed in its forward");
     if (dW_into)
         detail::require(dW_into->type == DType::F32 && same_shape(dW_into, W) && dW_into->is_contiguous(), "lm_head_ce_back",
                         "dW " + describe(dW_into) + " must be contiguous f32 shaped like " + describe(W));
@@ -66,6 +151,7 @@ Tensor * lm_head_ce_back(Context & ctx, Tensor * ce, Tensor * dloss, Tensor * dW
     dh->set_param_i32(1, ce->param_i32(1));
     dh->set_param_f32(2, ce->param_f32(2));
     dh->set_param_i32(3, ce->param_i32(3));
+    dh->set_param_i32(5, ce->param_i32(5));
     return dh;
 }
 
@@ -100,6 +186,12 @@ void backward_cross_entropy(Backward & b, Tensor * node) {
     Tensor * W = node->src[1];
     Tensor * dloss = b.grad(node);
     if (!dloss->is_contiguous()) dloss = cont(ctx, dloss);
+    if (lm_head_streamed(node)) {  // src[1] is the carried state: h's gradient only, formed in the forward
+        detail::require(!b.needs(W) && (!b.needs(h) || lm_head_forms_grad(node)), "lm_head_ce backward",
+                        "a streamed head (" + describe(node) + ") gives h's gradient only, from the unit gradients its ranges formed");
+        if (b.needs(h)) b.add(h, lm_head_ce_back(ctx, node, dloss, nullptr));
+        return;
+    }
     if (!b.needs(W)) {
         if (b.needs(h)) {
             form_gradient_in_forward(node);
@@ -117,6 +209,11 @@ void backward_cross_entropy(Backward & b, Tensor * node) {
         return after(ctx, target, dh);
     });
     if (b.needs(h)) b.add(h, dh);
+}
+
+void backward_lm_head_range(Backward & b, Tensor * node) {
+    detail::require(!b.needs(node->src[0]) && !b.needs(node->src[1]), "lm_head_ce_range backward",
+                    "the gradient of a streamed head flows through its LM_HEAD_CE node (lm_head_ce_streamed), not its ranges");
 }
 
 } // namespace rules

@@ -48,6 +48,40 @@ size_t lm_head_unit_dh_offset(const Tensor * ce);
 // dW_into += dloss * d loss / dW, as a side effect of this node: read dW_into through after(dW_into, node).
 Tensor * lm_head_ce_back(Context & ctx, Tensor * ce, Tensor * dloss, Tensor * dW_into);
 
+// ---- A streamed head: the vocabulary in ranges that are never on the device together ----
+// When the head's weight cannot stay on a device, each range of its rows is uploaded for a graph of its own
+// (RoundPipe's least-memory plans: MicroBatchInfo::vocab_on_host). Each token's running state then lives in a
+// buffer that outlives the graphs (lm_head_state_layout): lm_head_ce_range folds one range of the vocabulary
+// into it, and lm_head_ce_streamed, an LM_HEAD_CE node read from the state instead of W, finishes the loss and,
+// when it forms the gradient, the unit gradients its backward (the same rule, lm_head_ce_back) scales. The
+// arithmetic is the unstreamed op's chunk loop, so ranges that start at multiples of `chunk` give the bits of
+// lm_head_ce / lm_head_token_nll with the same chunk. The head weight is frozen: a streamed head forms its
+// gradient in the forward or has none (evaluation).
+
+// Where a streamed head's state lies in its buffer (bytes, each section 256-byte aligned), T tokens: the running
+// sum and the sum without the label (double), the running max, the label logit and the label logit's cap
+// derivative; with the gradient, the running unit gradients [C, T] and each token's label row of W (dequantized
+// to f32 when its range passes, as the unstreamed op reads it at the end).
+struct LmHeadStateLayout {
+    size_t sum = 0, other = 0, max = 0, label_logit = 0, label_d = 0, unit = 0, label_rows = 0;
+    size_t bytes = 0;
+};
+LmHeadStateLayout lm_head_state_layout(int64_t C, int64_t T, bool forms_grad);
+
+// Folds vocabulary rows [v0, v0 + W_range->ne[1]) of a head of V rows into `state` (f32, at least
+// lm_head_state_layout(C, T, forms_grad).bytes, contiguous), chunk rows at a time; v0 == 0 starts the state. A
+// side effect on state's memory: the node (f32 [1], nothing in it) orders it; mark it an output of its graph.
+Tensor * lm_head_ce_range(Context & ctx, Tensor * h, Tensor * W_range, Tensor * labels, Tensor * state, int64_t v0, int64_t V,
+                          int64_t chunk, float softcap, bool forms_grad);
+// The LM_HEAD_CE node of a head whose ranges were folded into `state` (every range of [0, V), in order, by the
+// graphs before this one): the loss (per_token: each token's NLL) and aux bytes of lm_head_ce / lm_head_token_nll.
+// forms_grad as the ranges'; its backward gives h's gradient (not W's).
+Tensor * lm_head_ce_streamed(Context & ctx, Tensor * h, Tensor * state, Tensor * labels, int64_t V, float loss_scale, int64_t chunk,
+                             float softcap, bool per_token, bool forms_grad);
+// Whether an LM_HEAD_CE node is the streamed form (its src[1] the state, not W); the vocabulary of any of them.
+inline bool lm_head_streamed(const Tensor * node) { return node->param_i32(5) > 0; }
+inline int64_t lm_head_vocab(const Tensor * node) { return lm_head_streamed(node) ? node->param_i32(5) : node->src[1]->ne[1]; }
+
 // Sets loss_scale on every lm_head_ce and lm_head_ce_back node of g (not the per-token form's): a graph built once and replayed for
 // another batch, whose scale (1 / its unmasked tokens) is the only thing about it that changes.
 void set_lm_head_ce_loss_scale(const Graph & g, float loss_scale);
@@ -56,6 +90,8 @@ class Backward;
 namespace rules {
 // The backward rule of LM_HEAD_CE (the op table's, core/ops.def).
 void backward_cross_entropy(Backward & b, Tensor * node);
+// LM_HEAD_CE_RANGE's: none (a streamed head's gradient flows through its LM_HEAD_CE node); asking is an error.
+void backward_lm_head_range(Backward & b, Tensor * node);
 } // namespace rules
 
 } // namespace rp

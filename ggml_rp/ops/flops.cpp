@@ -49,9 +49,12 @@ double node_model_flops(const Tensor * n) {
         return 2.0 * static_cast<double>(n->ne[0]) * static_cast<double>(n->ne[1]) * static_cast<double>(n->src[2]->nelements());
     case Op::ATTENTION: return attention_flops(n->src[0], n->src[1], n->param_i32(2));
     case Op::ATTENTION_BACK: return 2.0 * attention_flops(n->src[0], n->src[1], n->param_i32(2));
-    case Op::LM_HEAD_CE: return head_pass(n->src[0], n->src[1]) * (lm_head_forms_grad(n) ? 2.0 : 1.0);
+    case Op::LM_HEAD_CE:  // a streamed head's passes are its ranges'
+        return lm_head_streamed(n) ? 0.0 : head_pass(n->src[0], n->src[1]) * (lm_head_forms_grad(n) ? 2.0 : 1.0);
+    case Op::LM_HEAD_CE_RANGE: return head_pass(n->src[0], n->src[1]) * (n->param_i32(4) != 0 ? 2.0 : 1.0);
     case Op::LM_HEAD_CE_BACK: {
         const Tensor * ce = n->src[5];
+        if (lm_head_streamed(ce)) return 0.0;  // scales the unit gradients its ranges formed
         const double pass = head_pass(n->src[0], n->src[1]);
         return (lm_head_forms_grad(ce) ? 0.0 : pass) + (n->src[4] ? pass : 0.0);
     }

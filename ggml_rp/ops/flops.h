@@ -10,6 +10,8 @@
 //   ATTENTION_BACK                           twice the forward (dv, dp, dq, dk)
 //   LM_HEAD_CE                               2 C V per token, twice when the forward forms the gradient
 //   LM_HEAD_CE_BACK                          2 C V per token for dh unless the forward formed it, and for dW
+//   LM_HEAD_CE_RANGE                         a streamed head's range of n rows: 2 C n per token (twice with the
+//                                            gradient); its LM_HEAD_CE and LM_HEAD_CE_BACK then count 0
 //   DELTA_NET                                6 Dk Dv per token and value head (k.s, the update, q.s)
 //   DELTA_NET_BACK                           twice the forward
 #pragma once

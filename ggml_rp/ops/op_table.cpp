@@ -23,6 +23,7 @@ constexpr CudaTraits kRowsFirst{true, kFirst, true, false};          // rope: pa
 constexpr CudaTraits kIndexed{true, 0, false, true};                 // get_rows: weight rows + ids
 constexpr CudaTraits kIndexedFirst{true, kFirst, false, true};       // scatter-add and the LM head
 constexpr CudaTraits kPackedIn{true, kAll, false, false};            // attention: packed operands
+constexpr CudaTraits kFirstOnly{true, kFirst, false, false};         // a streamed LM head's range
 
 using namespace rules;
 

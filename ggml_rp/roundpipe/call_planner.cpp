@@ -14,6 +14,11 @@ std::vector<MicroBatchInfo> with_chunk(std::vector<MicroBatchInfo> mbs, int64_t 
     return mbs;
 }
 
+std::vector<MicroBatchInfo> with_vocab_on_host(std::vector<MicroBatchInfo> mbs, bool on_host) {
+    for (MicroBatchInfo & mb : mbs) mb.vocab_on_host = on_host;
+    return mbs;
+}
+
 } // namespace
 
 
@@ -26,13 +31,15 @@ CallPlanner::CallPlanner(TrainingProgram & program, const GraphRunner & rules) :
         }
         layer_bytes_.push_back(bytes);
         layer_train_bytes_.push_back(train);
+        for (const auto & ti : prog_.layer_tensors(l))
+            if (ti.param < 0 && ti.vocab_rows > 0) vocab_movable_ = true;
     }
     resident_bytes_ = layout_resident(prog_).bytes;
 }
 
 CallPlanner::ShapeKey CallPlanner::shape_key(const std::vector<MicroBatchInfo> & mbs) {
     ShapeKey key;
-    for (const MicroBatchInfo & mb : mbs) key.push_back({mb.seq_len, mb.n_seq, mb.token_chunk});
+    for (const MicroBatchInfo & mb : mbs) key.push_back({mb.seq_len, mb.n_seq, mb.token_chunk, mb.vocab_on_host ? 1 : 0});
     std::sort(key.begin(), key.end());
     key.erase(std::unique(key.begin(), key.end()), key.end());
     return key;
@@ -51,6 +58,7 @@ const ProgramFootprints & CallPlanner::footprints(const std::vector<MicroBatchIn
 CallShape CallPlanner::shape_of(const std::vector<MicroBatchInfo> & mbs, RecomputeGrain grain) const {
     CallShape s;
     s.grain = grain;
+    s.vocab_on_host = !mbs.empty() && mbs.front().vocab_on_host;
     for (const MicroBatchInfo & mb : mbs) {
         s.hidden = std::max(s.hidden, prog_.hidden_bytes(mb));
         const bool chunked = mb.token_chunk > 0 && mb.token_chunk < mb.tokens();
@@ -81,7 +89,17 @@ DeviceMemoryPlan CallPlanner::least_memory(const CallPlanRequest & req, const st
     const Plan p = req.schedule != ScheduleKind::RoundPipe ? bound_plan(prog_.num_layers(), req.devices, req.grain)
                    : req.plan                              ? *req.plan
                                                            : min_memory_plan(req.grain);
-    return memory_of(p, req.schedule, with_chunk(mbs, chunk_candidates(req, mbs).back()), 1);
+    return memory_of(p, req.schedule, least_mbs(req, mbs), 1);
+}
+
+std::vector<MicroBatchInfo> CallPlanner::least_mbs(const CallPlanRequest & req, const std::vector<MicroBatchInfo> & mbs) const {
+    return with_vocab_on_host(with_chunk(mbs, chunk_candidates(req, mbs).back()), vocab_candidates(req).back());
+}
+
+std::vector<bool> CallPlanner::vocab_candidates(const CallPlanRequest & req) const {
+    if (!vocab_movable_ || req.vocab_on_host == 0) return {false};
+    if (req.vocab_on_host > 0) return {true};
+    return {false, true};
 }
 
 int64_t CallPlanner::max_seq_len(const CallPlanRequest & req, int64_t n_seq, int M, int64_t limit) {
@@ -91,7 +109,7 @@ int64_t CallPlanner::max_seq_len(const CallPlanRequest & req, int64_t n_seq, int
         mb.seq_len = T;
         mb.n_seq = n_seq;
         std::vector<MicroBatchInfo> mbs(static_cast<size_t>(std::max(M, 1)), mb);
-        mbs = with_chunk(mbs, chunk_candidates(req, mbs).back());  // the least memory
+        mbs = least_mbs(req, mbs);  // the least memory
         const bool ok = memory_of(p, ScheduleKind::RoundPipe, mbs, 1).peak() <= req.device_memory;
         cache_.erase(shape_key(mbs));  // probes: do not keep them
         return ok;
@@ -156,7 +174,7 @@ CallPlan CallPlanner::plan(const CallPlanRequest & req, const std::vector<MicroB
 void CallPlanner::restrict_to_devices(CallPlan & cp, const CallPlanRequest & req, const std::vector<MicroBatchInfo> & mbs) {
     const std::vector<StageDesc> stages = plan_stages(cp.plan);
     const std::vector<JobSpec> jobs = schedule_jobs(req.schedule, cp.plan, stages, static_cast<int>(mbs.size()));
-    const ProgramFootprints & fp = footprints(with_chunk(mbs, cp.token_chunk));
+    const ProgramFootprints & fp = footprints(with_vocab_on_host(with_chunk(mbs, cp.token_chunk), cp.shape.vocab_on_host));
     // Each stage's own regions (its jobs'): with the call's residency, and for a resident call also streamed — a
     // device too small for the resident region beside a stage may run the stage with its weights streamed.
     std::vector<std::vector<JobSpec>> of_stage(stages.size());
@@ -225,8 +243,11 @@ void CallPlanner::restrict_to_devices(CallPlan & cp, const CallPlanRequest & req
 CallPlan CallPlanner::plan_uniform(const CallPlanRequest & req, const std::vector<MicroBatchInfo> & mbs) {
     // Fastest first: the frozen weights resident (no weight traffic but the trainable tensors'), every chunk
     // candidate with two activation sets per stage; then streamed the same way; then the smallest chunk with one.
+    // The vocabulary matrices on the host (vocab_candidates) come after every chunk without: the whole head then
+    // crosses the link for every micro-batch.
     const std::vector<int64_t> chunks = chunk_candidates(req, mbs);
-    const bool try_resident = req.resident && resident_bytes_ > 0;
+    const std::vector<bool> on_host = vocab_candidates(req);
+    const bool try_resident = req.resident && resident_bytes_ > 0 && !on_host.front();
     if (try_resident && (req.device_memory == 0 || resident_bytes_ < req.device_memory))
         for (const int64_t c : chunks)
             if (std::optional<CallPlan> p = plan_fixed(req, with_chunk(mbs, c), 2, false, true)) {
@@ -235,9 +256,15 @@ CallPlan CallPlanner::plan_uniform(const CallPlanRequest & req, const std::vecto
                 return *p;
             }
     std::optional<CallPlan> p;
-    for (const int64_t c : chunks)
-        if ((p = plan_fixed(req, with_chunk(mbs, c), 2, false, false))) break;
-    if (!p) p = plan_fixed(req, with_chunk(mbs, chunks.back()), 1, true, false);
+    for (const bool s : on_host) {
+        for (const int64_t c : chunks)
+            if ((p = plan_fixed(req, with_vocab_on_host(with_chunk(mbs, c), s), 2, false, false))) break;
+        if (p) break;
+    }
+    if (!p) p = plan_fixed(req, least_mbs(req, mbs), 1, true, false);
+    if (p->shape.vocab_on_host)
+        p->plan.notes.push_back("memory: the embedding and LM-head matrices stay in host memory; the programs upload the rows they "
+                                "read (the head range by range for every micro-batch)");
     if (try_resident)
         p->plan.notes.push_back("memory: the frozen weights (" + format_bytes(resident_bytes_) + ") do not fit beside a plan on " +
                                 format_bytes(req.device_memory) + ": every job uploads its weights");
@@ -249,7 +276,7 @@ std::optional<CallPlan> CallPlanner::plan_fixed(const CallPlanRequest & req, con
     const int L = prog_.num_layers();
     const size_t cap = req.device_memory;
     CallPlan out;
-    out.shape = shape_of(mbs, req.grain);
+    out.shape = shape_of(mbs, req.grain);  // (vocab_on_host: the micro-batches')
     out.shape.sets = sets;
     out.shape.resident = resident;
     out.token_chunk = mbs.front().token_chunk;

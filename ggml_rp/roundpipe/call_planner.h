@@ -56,6 +56,9 @@ struct CallPlanRequest {
     // the largest of 8192, 4096, ..., 256 tokens that does), 0 = never chunk, N = chunks of N tokens.
     int64_t token_chunk = -1;
     bool resident = true;  // try keeping the frozen weights on the devices first (CallShape::resident)
+    // MicroBatchInfo::vocab_on_host (the embedding and head matrices on the host): -1 = only when no plan fits
+    // without it (and for the least memory), 0 = never, 1 = always (when the program has such frozen matrices).
+    int vocab_on_host = -1;
 };
 
 struct CallPlan {
@@ -78,6 +81,11 @@ struct CallPlan {
         CallShape s = shape;
         s.resident = s.resident && regions_of(device).resident > 0;
         return s;
+    }
+    // What the call's micro-batches run with: its token chunk, and whether the vocabulary stays on the host.
+    void apply(MicroBatchInfo & mb) const {
+        mb.token_chunk = token_chunk;
+        mb.vocab_on_host = shape.vocab_on_host;
     }
     // Null when every device may run the stage.
     const std::vector<char> * devices_of_stage(int stage) const {
@@ -129,15 +137,22 @@ private:
     CallPlan plan_uniform(const CallPlanRequest & req, const std::vector<MicroBatchInfo> & mbs);
     // Mixed memory: which stages each device of req.device_memories may run, and its regions (CallPlan).
     void restrict_to_devices(CallPlan & cp, const CallPlanRequest & req, const std::vector<MicroBatchInfo> & mbs);
-    using ShapeKey = std::vector<std::array<int64_t, 3>>;  // (seq_len, n_seq, token_chunk), sorted, unique
+    using ShapeKey = std::vector<std::array<int64_t, 4>>;  // (seq_len, n_seq, token_chunk, vocab_on_host), sorted, unique
     static ShapeKey shape_key(const std::vector<MicroBatchInfo> & mbs);
     // The plan with the micro-batches' own token_chunk; nullopt when it does not fit, unless `last` (then
     // MemoryError).
     std::optional<CallPlan> plan_fixed(const CallPlanRequest & req, const std::vector<MicroBatchInfo> & mbs, int sets, bool last,
                                        bool resident);
 
+    // Whether plans leave the vocabulary matrices on the host, in the order tried (the last takes the least memory).
+    std::vector<bool> vocab_candidates(const CallPlanRequest & req) const;
+    // The micro-batches as the least-memory plan runs them: the smallest token chunk, the vocabulary on the host
+    // when it may be.
+    std::vector<MicroBatchInfo> least_mbs(const CallPlanRequest & req, const std::vector<MicroBatchInfo> & mbs) const;
+
     TrainingProgram & prog_;
     const GraphRunner & rules_;
+    bool vocab_movable_ = false;  // a frozen tensor of the program may stay on the host (TensorInfo::vocab_rows)
     std::vector<size_t> layer_bytes_, layer_train_bytes_;
     size_t resident_bytes_ = 0;  // the resident region (layout_resident): 0 when nothing is frozen
     std::map<ShapeKey, ProgramFootprints> cache_;

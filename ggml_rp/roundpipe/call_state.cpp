@@ -30,6 +30,7 @@ Call::Call(int64_t id_, const TrainingProgram & prog, PinnedPool & host, const s
         }
         ids.push_back(host.take(tb));
         std::memcpy(ids.back().data(), mb.ids, tb);
+        info.back().token_ids = static_cast<const int32_t *>(ids.back().data());  // (a streamed embedding's rows)
         labels.push_back(host.take(tb));
         std::memcpy(labels.back().data(), mb.labels, tb);
         max_tokens = std::max(max_tokens, tb);

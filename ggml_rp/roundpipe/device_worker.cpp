@@ -194,10 +194,16 @@ void DeviceWorker::run_job(Job & job, std::vector<char> & released) {
         throw Error("job " + spec.label + " keeps the frozen weights resident (" + format_bytes(resident_.bytes) +
                     "); the memory plan carved " + regions_.describe() + " (the plan and the job's layout disagree)");
     Running r{job, c, std::vector<LayerMemory>(static_cast<size_t>(spec.layers.size()))};
+    // A frozen tensor without a slot buffer is in the resident region, or streamed: its host bytes (the programs
+    // upload what they read of them).
+    auto frozen_at = [&](int l, size_t i) -> void * {
+        if (job.shape.resident) return resident + resident_.data[static_cast<size_t>(l)][i];
+        return const_cast<void *>(sh_.store.upload_source(l, static_cast<int>(i)));
+    };
     for (int l = spec.layers.begin; l < spec.layers.end; ++l) {
         const size_t k = static_cast<size_t>(l - spec.layers.begin);
         for (size_t i = 0; i < lay.data[k].size(); ++i) {
-            r.layer(l).data.push_back(lay.data[k][i] == kNoBuffer ? resident + resident_.data[static_cast<size_t>(l)][i] : slot + lay.data[k][i]);
+            r.layer(l).data.push_back(lay.data[k][i] == kNoBuffer ? frozen_at(l, i) : slot + lay.data[k][i]);
             r.layer(l).grad.push_back(lay.grad[k][i] == kNoBuffer ? nullptr : reinterpret_cast<float *>(slot + lay.grad[k][i]));
         }
     }
@@ -276,8 +282,10 @@ void DeviceWorker::run_job(Job & job, std::vector<char> & released) {
     for (int l = spec.layers.begin; l < spec.layers.end; ++l) {
         sh_.protocol.upload_enqueued(l, uploaded);
         const auto & ts = prog.layer_tensors(l);
-        std::vector<std::pair<const void *, size_t>> spans;
-        for (size_t i = 0; i < ts.size(); ++i) spans.emplace_back(r.layer(l).data[i], ts[i].bytes);
+        std::vector<std::pair<const void *, size_t>> spans;  // (a streamed tensor is not bound: it stays on the host)
+        for (size_t i = 0; i < ts.size(); ++i)
+            if (!(job.shape.vocab_on_host && !job.shape.resident && ts[i].param < 0 && ts[i].vocab_rows > 0))
+                spans.emplace_back(r.layer(l).data[i], ts[i].bytes);
         sh_.observer.weights_bound(dev_.stream(StreamKind::Compute), OpLabel(spec.label, cat), c.id, l, spans);
     }
     transfer_.limit_prefetch();

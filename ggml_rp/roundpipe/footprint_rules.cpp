@@ -13,6 +13,8 @@ public:
     void copy_out(void *, const Tensor *) override { throw Error("footprint rules cannot copy"); }
     void zero(void *, size_t) override { throw Error("footprint rules cannot write memory"); }
     void * upload(const void *, size_t) override { throw Error("footprint rules cannot upload"); }
+    void * hold(size_t) override { throw Error("footprint rules cannot hold memory"); }
+    void release_held() override {}
     size_t graph_bytes(const Graph & g) const override { return cuda::cuda_graph_bytes(g).total(); }
     size_t upload_bytes(size_t bytes) const override { return cuda::align256(bytes); }
     void set_region(void *, size_t) override {}

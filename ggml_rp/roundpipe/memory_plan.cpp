@@ -97,7 +97,8 @@ JobLayout layout_job(const TrainingProgram & prog, const std::vector<StageDesc> 
     for (int l = spec.layers.begin; l < spec.layers.end; ++l) {
         std::vector<size_t> data, grad;
         for (const auto & ti : prog.layer_tensors(l)) {
-            data.push_back(shape.resident && ti.param < 0 ? kNoBuffer : w.take(ti.bytes));
+            const bool elsewhere = ti.param < 0 && (shape.resident || (shape.vocab_on_host && ti.vocab_rows > 0));  // resident / on the host
+            data.push_back(elsewhere ? kNoBuffer : w.take(ti.bytes));
             grad.push_back(spec.has_grads && ti.param >= 0 ? w.take(ti.bytes) : kNoBuffer);
         }
         j.data.push_back(std::move(data));
@@ -236,10 +237,27 @@ LinkBytes link_bytes(const TrainingProgram & prog, const Plan & plan, ScheduleKi
             for (const auto & ti : prog.layer_tensors(l))
                 if (ti.param < 0) x.resident_once += ti.bytes;
     // What run_task moves per micro-batch (device_worker.cpp), and what run_job moves per job.
+    const bool on_host = !resident && !mbs.empty() && mbs.front().vocab_on_host;
+    auto vocab = [&](const TrainingProgram::TensorInfo & ti) { return on_host && ti.param < 0 && ti.vocab_rows > 0; };
+    // What the programs of a pass over layers [a, b) upload of the streamed tensors for micro-batch mb.
+    const int L = prog.num_layers();
+    auto streamed_up = [&](int a, int b, Pass pass, const MicroBatchInfo & mb) {
+        size_t up = 0;
+        if (!on_host) return up;
+        if (a == 0 && pass != Pass::Bwd)  // the embedding's rows of the tokens
+            for (const auto & ti : prog.layer_tensors(0))
+                if (vocab(ti)) up += ti.bytes / static_cast<size_t>(ti.vocab_rows) * static_cast<size_t>(mb.tokens());
+        if (b == L && pass == Pass::Fused) {  // the head's every row, for each token range
+            const int64_t n = mb.tokens(), c = mb.token_chunk > 0 && mb.token_chunk < n ? mb.token_chunk : n;
+            for (const auto & ti : prog.layer_tensors(L - 1))
+                if (vocab(ti)) up += ti.bytes * static_cast<size_t>((n + c - 1) / c);
+        }
+        return up;
+    };
     for (const JobSpec & spec : schedule_jobs(schedule, plan, stages, static_cast<int>(mbs.size()))) {
         for (int l = spec.layers.begin; l < spec.layers.end; ++l)
             for (const auto & ti : prog.layer_tensors(l)) {
-                if (!resident || ti.param >= 0) x.weights_up += ti.bytes;
+                if ((!resident || ti.param >= 0) && !vocab(ti)) x.weights_up += ti.bytes;
                 if (spec.has_grads && ti.param >= 0) x.grads_down += ti.bytes;
             }
         for (const Task & t : spec.tasks) {
@@ -248,6 +266,7 @@ LinkBytes link_bytes(const TrainingProgram & prog, const Plan & plan, ScheduleKi
             // (hidden states: S bytes; their gradients: H)
             const size_t H = prog.hidden_bytes(mb), S = prog.boundary_bytes(mb), I = prog.token_bytes(mb);
             const int a = sd.layers.begin, b = sd.layers.end;
+            x.vocab_rows_up += streamed_up(a, b, sd.pass, mb);
             auto input = [&](int l) { return l == 0 ? I : S; };
             switch (sd.pass) {
             case Pass::Fwd:

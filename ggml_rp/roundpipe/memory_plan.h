@@ -80,6 +80,9 @@ struct CallShape {
     // (a token-chunked forward writes its attention half into its output in f32). 0: hidden. Gradients: hidden.
     size_t state = 0;
     size_t state_bytes() const { return state ? state : hidden; }
+    // The streamable tensors stay on the host (MicroBatchInfo::vocab_on_host): no slot holds them; the programs'
+    // uploads of their pieces are in the graph region (ProgramFootprints).
+    bool vocab_on_host = false;
 };
 
 JobLayout layout_job(const TrainingProgram & prog, const std::vector<StageDesc> & stages, const CallShape & shape,
@@ -136,11 +139,14 @@ HostCallBytes host_call_bytes(const TrainingProgram & prog, const Plan & plan, c
 
 // Bytes over the host-device link in one call (one step of one call: gradients start at zero on the device).
 // With resident frozen weights (shape.resident) only the trainable ones go up with each job; the frozen ones
-// went up once, when the region was carved (resident_once, per device).
+// went up once, when the region was carved (resident_once, per device). Streamed tensors (the micro-batches'
+// vocab_on_host) go up with the programs that read them: the embedding's rows of each micro-batch's tokens, the
+// whole head once per token range of each micro-batch (vocab_rows_up, not in the jobs' weights_up).
 struct LinkBytes {
     size_t resident_once = 0;
     size_t weights_up = 0, grads_down = 0, activations_up = 0, activations_down = 0;
-    size_t total() const { return weights_up + grads_down + activations_up + activations_down; }
+    size_t vocab_rows_up = 0;
+    size_t total() const { return weights_up + vocab_rows_up + grads_down + activations_up + activations_down; }
 };
 LinkBytes link_bytes(const TrainingProgram & prog, const Plan & plan, ScheduleKind schedule,
                      const std::vector<MicroBatchInfo> & mbs, bool resident = false);

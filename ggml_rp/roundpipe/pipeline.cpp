@@ -143,6 +143,7 @@ CallPlanRequest Pipeline::Impl::request() const {
     r.plan = opt.plan;
     r.devices = G;
     r.token_chunk = opt.token_chunk;
+    r.vocab_on_host = opt.vocab_on_host;
     r.resident = opt.resident_weights && !stream_weights;
     r.device_memory = SIZE_MAX;
     bool mixed = false;
@@ -256,7 +257,7 @@ std::shared_ptr<Call> Pipeline::Impl::start_call(const std::vector<MicroBatch> &
     const std::vector<int> bound = forward_only ? std::vector<int>{} : size_stages_by_speed(info, idle, times, cp);
     std::vector<MicroBatch> chunked = mbs;
     for (MicroBatch & m : chunked) {
-        m.info.token_chunk = cp.token_chunk;
+        cp.apply(m.info);
         if (forward_only) m.info.training = false;  // evaluation mode: no dropout
     }
     auto c = std::make_shared<Call>(calls++, prog, *pinned, chunked, cp.plan);

@@ -63,6 +63,9 @@ struct PipelineOptions {
     // Tokens per feed-forward / head graph (MicroBatchInfo::token_chunk): -1 = the call planner's choice (the
     // fastest that fits), 0 = never chunk, N = N tokens.
     int64_t token_chunk = -1;
+    // Keep the embedding and LM-head matrices in host memory, the programs uploading the rows they read
+    // (MicroBatchInfo::vocab_on_host): -1 = only when no plan fits without it, 0 = never, 1 = always.
+    int vocab_on_host = -1;
     // Keep the frozen weights (the base of a LoRA run) on every device for the whole run when the plan fits
     // them beside it (call_planner.h): each job then uploads only its trainable tensors.
     bool resident_weights = true;

@@ -45,6 +45,13 @@ struct MicroBatchInfo {
     const float * sequence_values = nullptr;
     // The programs' mode: training (LoRA dropout and the like active), or evaluation (Pipeline::forward).
     bool training = true;
+    // The vocabulary matrices (TensorInfo::vocab_rows) stay in host memory: the programs upload what each graph
+    // reads of them (the LM head range by range, the embedding's rows of the micro-batch's tokens), so no job
+    // holds them whole. Chosen by the call planner when nothing else fits (call_planner.h).
+    bool vocab_on_host = false;
+    // The token ids in host memory ([n_seq][seq_len], layer 0's input; RoundPipe: the call's copy): the rows an
+    // embedding on the host gathers; nullptr lets a program that only measures build the shapes.
+    const int32_t * token_ids = nullptr;
     int64_t tokens() const { return seq_len * n_seq; }
 };
 
@@ -57,7 +64,8 @@ struct ProgramContext {
 };
 
 // A layer's tensors bound to memory, in the order of TrainingProgram::layer_tensors: data for every tensor,
-// grad (f32, accumulated into) for the trainable ones (nullptr otherwise, and in forward programs).
+// grad (f32, accumulated into) for the trainable ones (nullptr otherwise, and in forward programs). A vocabulary
+// matrix left on the host (MicroBatchInfo::vocab_on_host) has its host bytes as data.
 struct LayerMemory {
     std::vector<void *> data;
     std::vector<float *> grad;
@@ -74,6 +82,9 @@ public:
         size_t bytes = 0;          // bytes on the device (the working copy: f32 for trainable tensors)
         int param = -1;            // index into param_infos(), or -1 for a frozen tensor
         const void * host = nullptr;  // frozen tensors: the host bytes to upload (trainable: the host store's copy)
+        // > 0: a frozen matrix of this many rows (contiguous, bytes / vocab_rows each) that may stay on the host
+        // (MicroBatchInfo::vocab_on_host): its LayerMemory data is then `host`, which the programs upload from
+        int64_t vocab_rows = 0;
     };
     struct ParamInfo {
         std::string name;

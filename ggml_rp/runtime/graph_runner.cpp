@@ -27,13 +27,14 @@ size_t CpuGraphRunner::run_planned(Graph & g, AllocPlan & plan, int n_threads, c
     } release{uploads_};
     if (plan.offsets.size() != g.nodes.size()) plan = plan_graph(g, 64);
     CpuBackend be;
-    if (region_) {
-        const size_t bytes = plan.size;
-        if (bytes > region_bytes_)
+    if (region_) {  // [held | the graph]
+        const size_t at = held_bytes_, bytes = plan.size;
+        if (at + bytes > region_bytes_)
             throw Error((device_ ? device_->name() : std::string("host")) + ": a graph of " + format_bytes(bytes) +
-                        " does not fit the graph region of " + format_bytes(region_bytes_) + " the memory plan reserved");
-        apply_plan(g, plan, region_);
-        region_peak_ = std::max(region_peak_, bytes);
+                        (at ? " beside " + format_bytes(at) + " held" : std::string()) + " does not fit the graph region of " +
+                        format_bytes(region_bytes_) + " the memory plan reserved");
+        apply_plan(g, plan, static_cast<char *>(region_) + at);
+        region_peak_ = std::max(region_peak_, at + bytes);
         be.compute(g, n_threads);
         if (results) results();
         return bytes;
@@ -62,13 +63,14 @@ size_t CpuGraphRunner::run_planned(Graph & g, AllocPlan & plan, int n_threads, c
 size_t CpuGraphRunner::graph_bytes(const Graph & g) const { return plan_graph(g, 64).size; }
 
 void CpuGraphRunner::set_region(void * base, size_t bytes) {
+    if (held_) throw Error("graph runner: set_region while a program holds memory");
     region_ = base;
     region_bytes_ = base ? bytes : 0;
     region_peak_ = 0;
 }
 
 size_t FootprintRunner::run(Graph & g, int, const std::function<void()> & results) {
-    peak_ = std::max(peak_, rules_.graph_bytes(g) + pending_uploads_);
+    peak_ = std::max(peak_, held_ + rules_.graph_bytes(g) + pending_uploads_);
     pending_uploads_ = 0;
     if (results) results();  // copies into device buffers: no-ops here
     return 0;
@@ -86,6 +88,12 @@ void * unread_upload() {
 
 void * FootprintRunner::upload(const void *, size_t bytes) {
     pending_uploads_ += rules_.upload_bytes(bytes);
+    return unread_upload();
+}
+
+void * FootprintRunner::hold(size_t bytes) {
+    if (held_) throw Error("graph runner: hold() twice without release_held()");
+    held_ = rules_.upload_bytes(bytes) > 0 ? rules_.upload_bytes(bytes) : (bytes + 63) / 64 * 64;
     return unread_upload();
 }
 
@@ -115,6 +123,33 @@ void * CpuGraphRunner::upload(const void * host, size_t bytes) {
     char * p = buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64;
     std::memcpy(p, host, bytes);
     return p;
+}
+
+void * CpuGraphRunner::hold(size_t bytes) {
+    if (held_) throw Error("graph runner: hold() twice without release_held()");
+    const size_t b = (bytes + 63) / 64 * 64;
+    if (region_) {
+        if (b > region_bytes_)
+            throw Error((device_ ? device_->name() : std::string("host")) + ": " + format_bytes(b) + " held by a program do not fit the graph region of " +
+                        format_bytes(region_bytes_) + " the memory plan reserved");
+        held_ = region_;
+    } else if (device_) {
+        held_block_ = device_->allocate(b, "program state");
+        held_ = held_block_;
+    } else {
+        held_host_.assign(b + 64, 0);
+        held_ = held_host_.data() + (64 - reinterpret_cast<uintptr_t>(held_host_.data()) % 64) % 64;
+    }
+    held_bytes_ = region_ ? b : 0;
+    return held_;
+}
+
+void CpuGraphRunner::release_held() {
+    if (held_block_) device_->free(held_block_);
+    held_block_ = nullptr;
+    held_ = nullptr;
+    held_bytes_ = 0;
+    std::vector<char>().swap(held_host_);
 }
 
 } // namespace rp

@@ -9,8 +9,10 @@
 //   copy_out            a contiguous node's bytes (f32, f16 or bf16, as they are) into a device buffer (inside
 //                       run's `results` only);
 //   zero                zeroes device memory, ordered before the graphs run after it;
-//   upload              small host data (positions) into device memory that stays valid until the graph of
-//                       the next run() has used it;
+//   upload              host data (positions, a streamed weight's rows) into device memory that stays valid
+//                       until the graph of the next run() has used it;
+//   hold                device memory that stays valid across the graphs of one program until release_held (a
+//                       streamed LM head's carried state): graph_bytes and upload_bytes come on top of it;
 //   graph_bytes         the device bytes run(g) takes (its plan and kernel scratch), and upload_bytes those
 //                       an upload takes: the memory model (roundpipe/memory_plan.h) asks before anything runs;
 //   set_region          from then on graphs and uploads take their memory from one region the caller reserved
@@ -58,6 +60,11 @@ public:
     virtual void copy_out(void * dst, const Tensor * node) = 0;
     virtual void zero(void * dst, size_t bytes) = 0;
     virtual void * upload(const void * host, size_t bytes) = 0;
+    // One block of device memory at a time that the graphs run after it may read and write, until release_held()
+    // (after which nothing run before it may still use it). With a region, it is the region's start: a graph and
+    // its uploads then fit beside it (a measuring runner counts it in every graph's peak).
+    virtual void * hold(size_t bytes) = 0;
+    virtual void release_held() = 0;
 
     // ---- memory ----
     virtual size_t graph_bytes(const Graph & g) const = 0;
@@ -86,6 +93,8 @@ public:
     void copy_out(void * dst, const Tensor * node) override;
     void zero(void * dst, size_t bytes) override;
     void * upload(const void * host, size_t bytes) override;
+    void * hold(size_t bytes) override;
+    void release_held() override;
     size_t graph_bytes(const Graph & g) const override;   // plan_graph's peak, 64-byte alignment
     size_t upload_bytes(size_t) const override { return 0; }  // uploads are host copies
     void set_region(void * base, size_t bytes) override;
@@ -98,6 +107,11 @@ private:
     size_t region_bytes_ = 0;
     size_t region_peak_ = 0;
     std::vector<std::vector<char>> uploads_;
+    // hold(): the region's first held_bytes_ (a region), a block of the device (held_block_), or host memory
+    void * held_ = nullptr;
+    size_t held_bytes_ = 0;
+    void * held_block_ = nullptr;
+    std::vector<char> held_host_;
 };
 
 // A runner that runs nothing: it measures the device memory a program's graphs and uploads would take under
@@ -111,6 +125,8 @@ public:
     void copy_out(void *, const Tensor *) override {}
     void zero(void *, size_t) override {}
     void * upload(const void * host, size_t bytes) override;
+    void * hold(size_t bytes) override;
+    void release_held() override { held_ = 0; }
     size_t graph_bytes(const Graph & g) const override { return rules_.graph_bytes(g); }
     size_t upload_bytes(size_t bytes) const override { return rules_.upload_bytes(bytes); }
     void set_region(void *, size_t) override {}
@@ -121,6 +137,7 @@ public:
 private:
     const GraphRunner & rules_;
     size_t pending_uploads_ = 0;
+    size_t held_ = 0;
     size_t peak_ = 0;
 };
 
@@ -134,6 +151,8 @@ public:
     void copy_out(void *, const Tensor *) override {}
     void zero(void *, size_t) override {}
     void * upload(const void * host, size_t bytes) override;
+    void * hold(size_t bytes) override { return upload(nullptr, bytes); }
+    void release_held() override {}
     size_t graph_bytes(const Graph &) const override { return 0; }
     size_t upload_bytes(size_t) const override { return 0; }
     void set_region(void *, size_t) override {}

@@ -258,8 +258,8 @@ Tensor * build_decoder(Context & ctx, const HParams & hp, const ModelWeights & w
     return x;
 }
 
-Tensor * build_embedding(Context & ctx, const HParams & hp, Tensor * tok_embd, Tensor * ids, const LoraSet * lora) {
-    Tensor * e = get_rows(ctx, tok_embd, ids);
+Tensor * build_embedding(Context & ctx, const HParams & hp, Tensor * tok_embd, Tensor * ids, const LoraSet * lora, Tensor * looked_up) {
+    Tensor * e = looked_up ? looked_up : get_rows(ctx, tok_embd, ids);
     const std::vector<LoraDelta> * ds = lora ? lora->find(tok_embd) : nullptr;
     if (ds)
         for (const LoraDelta & d : *ds) {
@@ -285,6 +285,21 @@ Tensor * build_head_ce(Context & ctx, const HParams & hp, const ModelWeights & w
     Tensor * h = rms_norm(ctx, x, w.output_norm, hp.rms_eps);
     h = reshape(ctx, h, h->ne[0], h->ne[1] * h->ne[2] * h->ne[3]);
     return set_name(lm_head_ce(ctx, h, w.output, labels, loss_scale, chunk, hp.final_softcap), "loss");
+}
+
+Tensor * build_head_range(Context & ctx, const HParams & hp, const ModelWeights & w, Tensor * x, Tensor * W_range, Tensor * labels,
+                          Tensor * state, int64_t v0, int64_t chunk, bool forms_grad) {
+    Tensor * h = rms_norm(ctx, x, w.output_norm, hp.rms_eps);
+    h = reshape(ctx, h, h->ne[0], h->ne[1] * h->ne[2] * h->ne[3]);
+    return lm_head_ce_range(ctx, h, W_range, labels, state, v0, w.output->ne[1], chunk, hp.final_softcap, forms_grad);
+}
+
+Tensor * build_head_streamed(Context & ctx, const HParams & hp, const ModelWeights & w, Tensor * x, Tensor * state, Tensor * labels,
+                             float loss_scale, int64_t chunk, bool per_token, bool forms_grad) {
+    Tensor * h = rms_norm(ctx, x, w.output_norm, hp.rms_eps);
+    h = reshape(ctx, h, h->ne[0], h->ne[1] * h->ne[2] * h->ne[3]);
+    Tensor * l = lm_head_ce_streamed(ctx, h, state, labels, w.output->ne[1], loss_scale, chunk, hp.final_softcap, per_token, forms_grad);
+    return set_name(l, per_token ? "token_nll" : "loss");
 }
 
 Tensor * build_head_token_nll(Context & ctx, const HParams & hp, const ModelWeights & w, Tensor * x, Tensor * labels, int64_t chunk) {

@@ -122,7 +122,10 @@ Tensor * delta_net_block(Context & ctx, const HParams & hp, const LayerWeights &
 
 // Token embeddings: ids i32 [T] or [T, B] -> [n_embd, T, B] (get_rows, plus token_embd LoRA with the role
 // swap of formats.md §5.3; gemma3: then times sqrt(n_embd)).
-Tensor * build_embedding(Context & ctx, const HParams & hp, Tensor * tok_embd, Tensor * ids, const LoraSet * lora = nullptr);
+// looked_up: the table's lookup already made elsewhere (f32 [n_embd, T, B]: a streamed embedding gathers its rows
+// on the host); tok_embd then keys its LoRA pair only.
+Tensor * build_embedding(Context & ctx, const HParams & hp, Tensor * tok_embd, Tensor * ids, const LoraSet * lora = nullptr,
+                         Tensor * looked_up = nullptr);
 inline Tensor * build_embedding(Context & ctx, const Model & model, Tensor * ids, const LoraSet * lora = nullptr) {
     return build_embedding(ctx, model.hparams(), model.tok_embd, ids, lora);
 }
@@ -150,6 +153,15 @@ inline Tensor * build_head_ce(Context & ctx, const Model & model, Tensor * x, Te
                               int64_t chunk = 4096, const LoraSet * lora = nullptr) {
     return build_head_ce(ctx, model.hparams(), model.graph_weights(), x, labels, loss_scale, chunk, lora);
 }
+
+// A streamed head (ops/cross_entropy.h): the final norm of x [n_embd, n] and the fold of head rows [v0, v0 +
+// W_range->ne[1]) (W_range: those rows of w.output) into state; then, once every range is folded, the loss (per_token:
+// each token's NLL, as build_head_token_nll) from the state, with the unit gradients its backward scales when
+// forms_grad (the ranges' too). The same bits as build_head_ce / build_head_token_nll with the same chunk.
+Tensor * build_head_range(Context & ctx, const HParams & hp, const ModelWeights & w, Tensor * x, Tensor * W_range, Tensor * labels,
+                          Tensor * state, int64_t v0, int64_t chunk, bool forms_grad);
+Tensor * build_head_streamed(Context & ctx, const HParams & hp, const ModelWeights & w, Tensor * x, Tensor * state, Tensor * labels,
+                             float loss_scale, int64_t chunk, bool per_token, bool forms_grad);
 
 // Final norm + the fused head per token: each token's negative log-likelihood of its label (0 when masked),
 // f32 [T * B] (ops/cross_entropy.h lm_head_token_nll). For sequence-level objectives.

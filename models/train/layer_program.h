@@ -26,7 +26,8 @@ struct Trainer::Bound {
 };
 
 // The buffers a per-layer program reads and writes in one call (roundpipe/program.h's arguments).
-enum class Trainer::Arg : uint8_t { In, Out, Din, Dout, Labels, Loss };
+// Held: device memory the runner holds across the program's graphs (GraphRunner::hold; a streamed head's state).
+enum class Trainer::Arg : uint8_t { In, Out, Din, Dout, Labels, Loss, Held };
 
 struct Trainer::CallArgs {
     const void * in = nullptr;
@@ -35,10 +36,12 @@ struct Trainer::CallArgs {
     const void * dout = nullptr;  // the chunked backward also uses it as scratch (program.h)
     const int32_t * labels = nullptr;
     float * loss = nullptr;
+    void * held = nullptr;
     // Byte `offset` of buffer a. (Integer arithmetic: a runner that only measures passes null buffers.)
     void * at(Arg a, size_t offset) const {
         const void * base = a == Arg::In ? in : a == Arg::Out ? out : a == Arg::Din ? din : a == Arg::Dout ? dout
-                            : a == Arg::Labels ? static_cast<const void *>(labels) : static_cast<const void *>(loss);
+                            : a == Arg::Labels ? static_cast<const void *>(labels) : a == Arg::Held ? held
+                                                                                  : static_cast<const void *>(loss);
         return reinterpret_cast<void *>(reinterpret_cast<uintptr_t>(base) + offset);
     }
 };
@@ -63,11 +66,21 @@ struct Trainer::Program {
         size_t offset;
         const Tensor * node;
     };
+    // A leaf uploaded for its step from a vocabulary matrix left on the host (MicroBatchInfo::vocab_on_host; the
+    // tensor as bound, its data the host bytes): `bytes` from byte `offset` (a head range), or the rows of the
+    // micro-batch's tokens (a gathered embedding: `ids` then gets 0 .. n-1, the rows' lookup).
+    struct Upload {
+        Tensor * leaf;
+        const Tensor * from;
+        size_t offset = 0, bytes = 0;
+        Tensor * ids = nullptr;
+    };
     struct Step {
         Graph g;
         std::vector<Zero> zeros;
         std::vector<TokenPositions> positions;
         std::vector<Copy> copies;
+        std::vector<Upload> uploads;
         Tensor * sequence_values = nullptr;  // uploaded from MicroBatchInfo::sequence_values (preference heads)
         Tensor * answer_slots = nullptr;     // each token's answer slot (packed preference heads; answer_slot_ids)
         AllocPlan plan;  // made at the first run (GraphRunner::run_planned)
@@ -79,6 +92,7 @@ struct Trainer::Program {
     bool grads;
     DType boundary;  // the hidden state's type in In / Out (FinetuneConfig::boundary_type)
     std::vector<ArgLeaf> args;
+    size_t held_bytes = 0;  // what its graphs keep across them (Arg::Held; 0: nothing held)
     std::deque<Step> steps;  // (references to a step stay valid while later ones are added)
 
     Program(const Trainer & tr, int layer_index, const LayerMemory & mem, bool with_grads, const MicroBatchInfo & mb)

@@ -84,8 +84,8 @@ void position_values(const MicroBatchInfo & mb, std::vector<int32_t> & pos, std:
 }
 
 bool Trainer::ProgramKey::operator<(const ProgramKey & o) const {
-    return std::tie(kind, layer, seq_len, n_seq, token_chunk, packed, step, seq_offset, scale_bits) <
-           std::tie(o.kind, o.layer, o.seq_len, o.n_seq, o.token_chunk, o.packed, o.step, o.seq_offset, o.scale_bits);
+    return std::tie(kind, layer, seq_len, n_seq, token_chunk, packed, vocab_on_host, step, seq_offset, scale_bits) <
+           std::tie(o.kind, o.layer, o.seq_len, o.n_seq, o.token_chunk, o.packed, o.vocab_on_host, o.step, o.seq_offset, o.scale_bits);
 }
 
 Trainer::ProgramKey Trainer::program_key(ProgramKind kind, int layer, const MicroBatchInfo & mb, bool kept) const {
@@ -96,6 +96,7 @@ Trainer::ProgramKey Trainer::program_key(ProgramKind kind, int layer, const Micr
     k.n_seq = mb.n_seq;
     k.token_chunk = mb.token_chunk;
     k.packed = mb.packed;
+    k.vocab_on_host = mb.vocab_on_host;
     // What else the graphs' op parameters hold: LoRA dropout's mask keys (step, sequence offset) and the MoE
     // load-balancing scale of backward graphs (from the loss scale). The head's loss scale is set at each
     // call instead (set_lm_head_ce_loss_scale).
@@ -143,10 +144,50 @@ void Trainer::rebind(Program & p, const LayerMemory & mem, const CallArgs & a) {
     for (const Program::ArgLeaf & l : p.args) (l.grad ? l.t->grad->data : l.t->data) = a.at(l.arg, l.offset);
 }
 
-void Trainer::run_program(Program & p, const LayerMemory & mem, const CallArgs & a, const MicroBatchInfo & mb, ProgramContext & pc) {
+void Trainer::run_program(Program & p, const LayerMemory & mem, const CallArgs & a_in, const MicroBatchInfo & mb, ProgramContext & pc) {
     CpuGraphRunner host(nullptr, &host_graphs_);
     GraphRunner & runner = pc.runner ? *pc.runner : host;
+    // What the graphs keep across them (a streamed head's state), held until the program's end.
+    struct Held {
+        GraphRunner * r = nullptr;
+        ~Held() {
+            if (r) r->release_held();
+        }
+    } held;
+    CallArgs a = a_in;
+    if (p.held_bytes > 0) {
+        a.held = runner.hold(p.held_bytes);
+        held.r = &runner;
+    }
     rebind(p, mem, a);
+    // A piece of a vocabulary matrix on the host, for one graph (Program::Upload): a range of its bytes, or the
+    // rows of the micro-batch's tokens gathered on the host (with their lookup ids 0 .. n-1). A runner that only
+    // measures gets the sizes alone.
+    auto upload_piece = [&](const Program::Upload & u) {
+        const char * bytes = static_cast<const char *>(u.from->data);
+        const bool values = runner.computes();
+        if (values && !bytes) throw Error(describe(u.from) + ": left on the host, but bound to no host bytes");
+        if (!u.ids) {
+            u.leaf->data = runner.upload(values ? bytes + u.offset : nullptr, u.bytes);
+            return;
+        }
+        const size_t row = u.from->nb[1];
+        const int64_t n = u.leaf->ne[1], rows = u.from->ne[1];
+        std::vector<char> gathered(values ? static_cast<size_t>(n) * row : 0);
+        std::vector<int32_t> ids(static_cast<size_t>(n));
+        for (int64_t t = 0; t < n; ++t) {
+            ids[static_cast<size_t>(t)] = static_cast<int32_t>(t);
+            if (!values) continue;
+            if (!mb.token_ids) throw Error("embedding: its rows stay on the host, but the micro-batch has no host token ids");
+            const int32_t id = mb.token_ids[t];
+            if (id < 0 || id >= rows)
+                throw Error("embedding: token id " + std::to_string(id) + " at position " + std::to_string(t) + " is outside [0, " +
+                            std::to_string(rows) + ")");
+            std::memcpy(gathered.data() + static_cast<size_t>(t) * row, bytes + static_cast<size_t>(id) * row, row);
+        }
+        u.leaf->data = runner.upload(values ? gathered.data() : nullptr, static_cast<size_t>(n) * row);
+        u.ids->data = runner.upload(ids.data(), ids.size() * sizeof(int32_t));
+    };
     std::vector<int32_t> pos, first;
     position_values(mb, pos, first);
     for (Program::Step & s : p.steps) {
@@ -169,6 +210,7 @@ void Trainer::run_program(Program & p, const LayerMemory & mem, const CallArgs &
             tp.pos->data = runner.upload(pos.data(), pos.size() * sizeof(int32_t));
             if (tp.key_start) tp.key_start->data = runner.upload(first.data(), first.size() * sizeof(int32_t));
         }
+        for (const Program::Upload & u : s.uploads) upload_piece(u);
         // (the graph's plan is made at its first run and kept with it: runner.run_planned)
         note_graph_bytes(runner.run_planned(s.g, s.plan, pc.n_threads, [&] {
             for (const Program::Copy & c : s.copies) runner.copy_out(a.at(c.arg, c.offset), c.node);
@@ -237,7 +279,17 @@ void Trainer::forward(int layer, const LayerMemory & mem, const void * in, void 
             Program::Step & s = p.new_step();
             Tensor * y = nullptr;
             if (layer == 0) {
-                y = build_embedding(p.ctx, hp, p.b.w.tok_embd, p.leaf(DType::I32, Arg::In, 0, T, B), &p.b.lora);
+                Tensor * looked_up = nullptr;
+                if (vocab_on_host(p, mb, w_.tok_embd)) {  // the rows of the micro-batch's tokens, gathered on the host
+                    const Tensor * table = p.b.w.tok_embd;
+                    Tensor * rows = p.ctx.new_tensor(table->type, table->ne[0], T * B);
+                    Tensor * ids = p.ctx.new_tensor(DType::I32, T, B);
+                    rows->flags |= kFlagInput;
+                    ids->flags |= kFlagInput;
+                    s.uploads.push_back({rows, table, 0, 0, ids});
+                    looked_up = get_rows(p.ctx, rows, ids);
+                }
+                y = build_embedding(p.ctx, hp, p.b.w.tok_embd, p.leaf(DType::I32, Arg::In, 0, T, B), &p.b.lora, looked_up);
             } else {
                 y = build_layer(p.ctx, hp, p.b.layer, layer - 1, p.boundary_in(Arg::In, 0, E, T, B), p.positions(s, mb), &p.b.lora,
                                 nullptr, cfg_.attention_type);
@@ -291,10 +343,12 @@ void Trainer::head(const LayerMemory & mem, const void * in, const int32_t * lab
         const auto ranges = token_ranges(mb, pc.runner);
         for (const auto & [t0, t1] : ranges) {
             const int64_t n = t1 - t0;
+            Tensor * state = head_ranges(p, mb, t0, n, true);  // (streamed: the vocabulary's graphs first)
             Program::Step & s = p.new_step();
             Tensor * x = ranges.size() == 1 ? p.boundary_param(s, Arg::In, 0, Arg::Din, E, mb.seq_len, mb.n_seq)
                                             : p.boundary_param(s, Arg::In, t0, Arg::Din, E, n, 1);
-            Tensor * l = build_loss(p.ctx, p.b.w, p.as_f32(x), p.leaf(DType::I32, Arg::Labels, static_cast<size_t>(t0) * sizeof(int32_t), n), mb.loss_scale);
+            Tensor * l = head_loss(p, p.as_f32(x), p.leaf(DType::I32, Arg::Labels, static_cast<size_t>(t0) * sizeof(int32_t), n), state,
+                                   mb.loss_scale, false, true);
             build_forward(s.g, l);
             std::vector<Tensor *> ps = p.b.params;
             ps.push_back(x);
@@ -315,18 +369,21 @@ void Trainer::head_forward(const LayerMemory & mem, const void * in, const int32
     a.loss = results;
     call_program(ProgramKind::HeadForward, num_layers() - 1, mem, false, a, mb, pc, [&](Program & p) {
         const int64_t E = model_.hparams().n_embd, T = mb.seq_len, B = mb.n_seq;
+        Tensor * state = head_ranges(p, mb, 0, T * B, false);  // (streamed: the vocabulary's graphs first)
         Program::Step & s = p.new_step();
         Tensor * x = p.boundary_in(Arg::In, 0, E, T, B);
         Tensor * labels_leaf = p.leaf(DType::I32, Arg::Labels, 0, T * B);
-        if (!cfg_.preference && !cfg_.grpo) {  // the summed token loss, as the head's
-            Tensor * l = build_loss(p.ctx, p.b.w, x, labels_leaf, mb.loss_scale);
+        const bool per_token = cfg_.preference || cfg_.grpo;
+        Tensor * nll = head_loss(p, x, labels_leaf, state, per_token ? 1.0f : mb.loss_scale, per_token, false);
+        if (!per_token) {  // the summed token loss, as the head's
+            Tensor * l = nll;
             l->flags |= kFlagOutput;
             build_forward(s.g, l);
             s.copies.push_back({Arg::Loss, 0, l});
             return;
         }
         if (cfg_.grpo) {  // each token's log-probability after a 0 where the loss goes
-            Tensor * logp = scale(p.ctx, build_head_token_nll(p.ctx, model_.hparams(), p.b.w, x, labels_leaf, cfg_.ce_chunk), -1.0f);
+            Tensor * logp = scale(p.ctx, nll, -1.0f);
             logp->flags |= kFlagOutput;
             build_forward(s.g, logp);
             s.zeros.push_back({Arg::Loss, 0, sizeof(float)});
@@ -334,7 +391,7 @@ void Trainer::head_forward(const LayerMemory & mem, const void * in, const int32
             return;
         }
         // Each sequence's (answer slot's) log-probability after a 0 where the loss goes (it needs the reference).
-        Tensor * logps = build_answer_logps(p, s.answer_slots, mb, build_head_token_nll(p.ctx, model_.hparams(), p.b.w, x, labels_leaf, cfg_.ce_chunk));
+        Tensor * logps = build_answer_logps(p, s.answer_slots, mb, nll);
         logps->flags |= kFlagOutput;
         build_forward(s.g, logps);
         s.zeros.push_back({Arg::Loss, 0, sizeof(float)});
@@ -345,9 +402,10 @@ void Trainer::head_forward(const LayerMemory & mem, const void * in, const int32
 template <class Reported, class LossOf>
 void Trainer::build_valued_head(Program & p, const MicroBatchInfo & mb, int64_t values_per, int64_t n_values, Reported reported, LossOf loss_of) {
     const int64_t E = model_.hparams().n_embd, T = mb.seq_len, B = mb.n_seq;
+    Tensor * state = head_ranges(p, mb, 0, T * B, true);  // (streamed: the vocabulary's graphs first)
     Program::Step & s = p.new_step();
     Tensor * x = p.boundary_param(s, Arg::In, 0, Arg::Din, E, T, B);
-    Tensor * nll = build_head_token_nll(p.ctx, model_.hparams(), p.b.w, p.as_f32(x), p.leaf(DType::I32, Arg::Labels, 0, T * B), cfg_.ce_chunk);
+    Tensor * nll = head_loss(p, p.as_f32(x), p.leaf(DType::I32, Arg::Labels, 0, T * B), state, 1.0f, true, true);
     Tensor * rep = reported(s, nll);
     s.sequence_values = p.ctx.new_tensor(DType::F32, values_per, n_values);
     s.sequence_values->flags |= kFlagInput;
@@ -385,6 +443,45 @@ Tensor * Trainer::build_answer_logps(Program & p, Tensor *& slot_input, const Mi
     slot_input = p.ctx.new_tensor(DType::I32, mb.tokens());
     slot_input->flags |= kFlagInput;
     return rp::build_answer_logps(p.ctx, token_nll, slot_input, mb.n_seq, cfg_.answer_slots);
+}
+
+bool Trainer::vocab_on_host(const Program & p, const MicroBatchInfo & mb, const Tensor * t) const {
+    if (!mb.vocab_on_host || !t) return false;
+    const std::vector<SeqTensor> & list = seq_tensors(p.layer);
+    for (size_t i = 0; i < list.size(); ++i)
+        if (list[i].t == t) return layer_infos_[static_cast<size_t>(p.layer)][i].vocab_rows > 0;
+    return false;
+}
+
+Tensor * Trainer::head_ranges(Program & p, const MicroBatchInfo & mb, int64_t t0, int64_t n, bool grad) {
+    if (!vocab_on_host(p, mb, w_.output)) return nullptr;
+    const HParams & hp = model_.hparams();
+    const Tensor * W = p.b.w.output;  // bound to the call's memory: the host bytes
+    const int64_t E = hp.n_embd, V = W->ne[1], rows = std::min(cfg_.ce_chunk, V);
+    const size_t row = W->nb[1];
+    const LmHeadStateLayout state_layout = lm_head_state_layout(E, n, grad);
+    p.held_bytes = std::max(p.held_bytes, state_layout.bytes);
+    Tensor * state = p.leaf(DType::F32, Arg::Held, 0, static_cast<int64_t>(state_layout.bytes / sizeof(float)));
+    // One graph per range of ce_chunk rows (the op's chunk: the unstreamed head's bits), its rows uploaded for it.
+    for (int64_t v0 = 0; v0 < V; v0 += rows) {
+        const int64_t nv = std::min(rows, V - v0);
+        Program::Step & s = p.new_step();
+        Tensor * w_range = p.ctx.new_tensor(W->type, W->ne[0], nv);
+        w_range->flags |= kFlagInput;
+        s.uploads.push_back({w_range, W, static_cast<size_t>(v0) * row, static_cast<size_t>(nv) * row});
+        Tensor * fold = build_head_range(p.ctx, hp, p.b.w, p.boundary_in(Arg::In, t0, E, n), w_range,
+                                         p.leaf(DType::I32, Arg::Labels, static_cast<size_t>(t0) * sizeof(int32_t), n), state, v0,
+                                         cfg_.ce_chunk, grad);
+        fold->flags |= kFlagOutput;
+        build_forward(s.g, fold);
+    }
+    return state;
+}
+
+Tensor * Trainer::head_loss(Program & p, Tensor * x, Tensor * labels, Tensor * state, float loss_scale, bool per_token, bool grad) const {
+    const HParams & hp = model_.hparams();
+    if (state) return build_head_streamed(p.ctx, hp, p.b.w, x, state, labels, loss_scale, cfg_.ce_chunk, per_token, grad);
+    return per_token ? build_head_token_nll(p.ctx, hp, p.b.w, x, labels, cfg_.ce_chunk) : build_loss(p.ctx, p.b.w, x, labels, loss_scale);
 }
 
 HParams Trainer::backward_hparams(const MicroBatchInfo & mb) const {

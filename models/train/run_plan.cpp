@@ -134,6 +134,7 @@ RunPlan plan_run(const Model & model, const RunPlanOptions & options) {
     r.device_names = req.device_names;
     req.token_chunk = o.pipeline.token_chunk;
     req.resident = o.pipeline.resident_weights;
+    req.vocab_on_host = o.pipeline.vocab_on_host;
     r.min_device_peak = planner.least_memory(req, r.step).peak();
     if (options.max_seq_limit > 0) {
         int64_t widest = 0;
@@ -158,7 +159,9 @@ RunPlan plan_run(const Model & model, const RunPlanOptions & options) {
     h.checkpoints = static_cast<size_t>(h.calls_in_flight) * host_call_bytes(prog, r.call->plan, r.step).total();
     if (backend == "cpu")
         for (int d = 0; d < devices; ++d) h.cpu_devices += r.call->regions_of(d).peak();
-    r.link = link_bytes(prog, r.call->plan, o.pipeline.schedule, r.step, r.call->shape.resident);
+    std::vector<MicroBatchInfo> ran = r.step;  // as the call runs them
+    for (MicroBatchInfo & mb : ran) r.call->apply(mb);
+    r.link = link_bytes(prog, r.call->plan, o.pipeline.schedule, ran, r.call->shape.resident);
     return r;
 }
 
@@ -259,7 +262,9 @@ std::string RunPlan::report() const {
                     runs += (runs.empty() ? "" : " ") + stages[k].name;
             s += line("device " + device_names[d] + " peak", m.peak(), "(runs " + (runs.empty() ? std::string("no stage") : runs) + ")");
         }
-        s += line("device min peak", min_device_peak, "(the least any plan takes: one layer per stage, the smallest token chunk, one activation set)");
+        s += line("device min peak", min_device_peak,
+                  "(the least any plan takes: one layer per stage, the smallest token chunk, one activation set, the embedding and "
+                  "head matrices on the host when they may be)");
     }
     s += line("host peak", host.total());
     s += line("  mapped weights", host.mapped_weights);
@@ -276,7 +281,9 @@ std::string RunPlan::report() const {
                   host.checkpoints);
         if (host.cpu_devices) s += line("  CPU devices (host RAM, each its planned peak)", host.cpu_devices);
         s += line("link per step", link.total(),
-                  "(weights up " + format_bytes(link.weights_up) + ", gradients down " + format_bytes(link.grads_down) +
+                  "(weights up " + format_bytes(link.weights_up) +
+                      (link.vocab_rows_up ? ", embedding rows and head ranges " + format_bytes(link.vocab_rows_up) : std::string()) +
+                      ", gradients down " + format_bytes(link.grads_down) +
                       ", activations up " + format_bytes(link.activations_up) + ", down " + format_bytes(link.activations_down) + ")");
         if (link.resident_once) s += line("link once per device", link.resident_once, "(the resident frozen weights, before the first job)");
     } else {

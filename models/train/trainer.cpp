@@ -267,6 +267,10 @@ Trainer::Trainer(const Model & model, const FinetuneConfig & cfg, TrainerData da
             ti.param = st.param;
             ti.bytes = st.param >= 0 ? static_cast<size_t>(st.t->nelements()) * sizeof(float) : st.t->nbytes();
             ti.host = st.param >= 0 ? nullptr : st.t->data;
+            // The frozen embedding and head matrices may stay on the host (MicroBatchInfo::vocab_on_host): layer 0
+            // gathers the rows of its tokens, the head folds its rows range by range (layer_programs.cpp).
+            const bool vocab = (l == 0 && st.t == w_.tok_embd) || (l + 1 == seq_.size() && st.t == w_.output);
+            if (vocab && st.param < 0 && st.t->ne[2] == 1 && st.t->ne[3] == 1 && st.t->rows_contiguous()) ti.vocab_rows = st.t->ne[1];
             layer_infos_[l].push_back(ti);
         }
 }

@@ -298,7 +298,7 @@ private:
     struct ProgramKey {
         int kind = 0, layer = 0;
         int64_t seq_len = 0, n_seq = 0, token_chunk = 0;
-        bool packed = false;
+        bool packed = false, vocab_on_host = false;
         int64_t step = 0, seq_offset = 0;
         uint32_t scale_bits = 0;
         bool operator<(const ProgramKey & o) const;
@@ -327,6 +327,15 @@ private:
     // Points the kept nodes into the layer's own buffer and the others into the shared host buffer.
     void bind_kept(int layer, KeptLayer & k);
     Tensor * build_loss(Context & ctx, const ModelWeights & w, Tensor * x, Tensor * labels, float loss_scale) const;
+    // Whether program p reads layer `layer`'s streamable tensor from the host (mb.vocab_on_host): the head's
+    // output matrix (head_ranges) or the embedding (the gathered rows of layer 0's forward).
+    bool vocab_on_host(const Program & p, const MicroBatchInfo & mb, const Tensor * t) const;
+    // A streamed head: the steps that fold the head's vocabulary ranges for tokens [t0, t0 + n) into state held
+    // for the program, before the step that finishes the loss from it (head_loss); returns the state (nullptr:
+    // the head is not streamed).
+    Tensor * head_ranges(Program & p, const MicroBatchInfo & mb, int64_t t0, int64_t n, bool grad);
+    // The head's loss of x's tokens (per_token: each token's NLL), from the ranges' state when streamed.
+    Tensor * head_loss(Program & p, Tensor * x, Tensor * labels, Tensor * state, float loss_scale, bool per_token, bool grad) const;
     // The head program of a preference objective (one graph: a sequence's loss needs all its tokens).
     void build_preference_head(Program & p, const MicroBatchInfo & mb);
     // A head whose loss reads values (MicroBatchInfo::sequence_values: n_values of values_per floats) and which

@@ -404,7 +404,63 @@ void check_ce_unit(int64_t C, int64_t V, int64_t T, TensorType wt, double tol, s
     EXPECT_EQ(bad.get()[0], 0);
 }
 
+// A streamed head (rp::cuda::lm_head_ce_range over ranges of `per_range` chunks, each from its own device copy of
+// its rows, then lm_head_ce_finish): the loss, logsumexps, 1 - p_label and unit gradients are the unstreamed
+// CUDA op's bits with the same chunk.
+void check_ce_streamed(int64_t C, int64_t V, int64_t T, TensorType wt, int64_t chunk, int64_t per_range, float softcap, std::mt19937 & rng) {
+    SCOPED_TRACE(std::string("streamed, ") + gguf::type_name(uint32_t(wt)) + " V=" + std::to_string(V) + " chunk " + std::to_string(chunk) +
+                 " x " + std::to_string(per_range) + " softcap=" + std::to_string(softcap));
+    const auto wf = rand_vec(size_t(C * V), rng, -0.2f, 0.2f);
+    const auto w = quantized(wt, wf, C, V);
+    const size_t rb = gguf::row_bytes(wt, C);
+    const auto h = rand_vec(size_t(C * T), rng);
+    std::vector<int32_t> labels(static_cast<size_t>(T));
+    for (size_t t = 0; t < labels.size(); ++t) labels[t] = t % 5 == 3 ? -1 : int32_t(rng() % V);
+    const float loss_scale = 1.0f / float(T);
+    Dev<uint8_t> gw(w), ws(rp::cuda::lm_head_ce_workspace_bytes(C, V, T, chunk, wt));
+    Dev<float> gh(h), gunit(size_t(C * T)), glse(static_cast<size_t>(T)), grest(static_cast<size_t>(T));
+    Dev<int32_t> gl(labels);
+    Dev<double> gloss(1);
+    Dev<int> bad(1);
+    rp::cuda::lm_head_ce({C, V, T, chunk, softcap}, gh.p, gw.p, wt, rb, gl.p, loss_scale, gloss.p, nullptr, nullptr, 0, ws.p, ws.n,
+                         bad.p, nullptr, {.lse_out = glse.p, .rest_out = grest.p, .unit_dh_out = gunit.p});
+    const rp::LmHeadStateLayout l = rp::lm_head_state_layout(C, T, true);
+    Dev<uint8_t> state(std::vector<uint8_t>(l.bytes, 0xff));  // NaN everywhere: the first range must start it
+    uint8_t * b = state.p;
+    const rp::cuda::LmHeadCEState st{reinterpret_cast<double *>(b + l.sum), reinterpret_cast<double *>(b + l.other),
+                                     reinterpret_cast<float *>(b + l.max), reinterpret_cast<float *>(b + l.label_logit),
+                                     reinterpret_cast<float *>(b + l.label_d), reinterpret_cast<float *>(b + l.unit),
+                                     reinterpret_cast<float *>(b + l.label_rows)};
+    const int64_t R = chunk * per_range;
+    Dev<uint8_t> rws(rp::cuda::lm_head_ce_range_workspace_bytes(C, R, T, chunk, wt));
+    for (int64_t v0 = 0; v0 < V; v0 += R) {
+        const int64_t nv = std::min(R, V - v0);
+        Dev<uint8_t> rows(std::vector<uint8_t>(w.begin() + v0 * int64_t(rb), w.begin() + (v0 + nv) * int64_t(rb)));
+        rp::cuda::lm_head_ce_range({C, V, T, chunk, softcap}, v0, nv, gh.p, rows.p, wt, rb, gl.p, st, rws.p, rws.n, nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // (rows is freed at the end of the iteration)
+    }
+    Dev<float> sunit(size_t(C * T)), slse(static_cast<size_t>(T)), srest(static_cast<size_t>(T));
+    Dev<double> sloss(1);
+    Dev<uint8_t> fws(rp::cuda::lm_head_ce_finish_workspace_bytes(T));
+    rp::cuda::lm_head_ce_finish({C, V, T, chunk, softcap}, gl.p, loss_scale, st, sloss.p, fws.p, fws.n, bad.p, nullptr,
+                                {.lse_out = slse.p, .rest_out = srest.p, .unit_dh_out = sunit.p});
+    EXPECT_EQ(sloss.get()[0], gloss.get()[0]);
+    EXPECT_TRUE(slse.get() == glse.get());
+    EXPECT_TRUE(srest.get() == grest.get());
+    EXPECT_TRUE(sunit.get() == gunit.get());
+    EXPECT_EQ(bad.get()[0], 0);
+}
+
 } // namespace
+
+TEST(CudaCrossEntropy, StreamedRangesGiveTheUnstreamedBits) {
+    RP_REQUIRE_GPU();
+    std::mt19937 rng(36);
+    check_ce_streamed(64, 1003, 23, TensorType::F32, 256, 1, 0.0f, rng);
+    check_ce_streamed(64, 1003, 23, TensorType::Q8_0, 100, 3, 0.0f, rng);
+    check_ce_streamed(256, 1000, 23, TensorType::Q4_K, 100, 2, 30.0f, rng);  // C > the chunk: label rows through a wider tile
+    check_ce_streamed(64, 151936, 37, TensorType::BF16, 4096, 1, 0.0f, rng);
+}
 
 TEST(CudaCrossEntropy, GradientFormedInTheForward) {
     RP_REQUIRE_GPU();

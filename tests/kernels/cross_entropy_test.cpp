@@ -2,6 +2,7 @@
 // and V rows, ignored labels and several weight types; its gradients against central finite differences of
 // that reference and against the closed form (softmax - onehot); bit-identical results on 1 and 2 threads.
 #include "ggml_rp/cpu/cross_entropy.h"
+#include "ggml_rp/ops/cross_entropy.h"
 #include "base/error.h"
 #include "kernels_util.h"
 
@@ -374,3 +375,60 @@ TEST(LmHeadCE, BadInputsThrow) {
 }
 
 } // namespace
+
+// A streamed head (rp::cpu::lm_head_ce_range over ranges that are never together, then lm_head_ce_finish) gives
+// the unstreamed op's bits: loss, logsumexps, 1 - p_label, token losses and the unit gradients, for ranges of one
+// chunk, of several chunks and of a last partial one, with and without the soft-cap and the gradient; each range
+// read from its own copy of its rows (as an upload gives it).
+TEST(LmHeadCE, StreamedRangesGiveTheUnstreamedBits) {
+    for_each_large_case(400, [](TensorType type, int64_t C, const Case & c, const std::vector<double> &, const std::vector<double> &) {
+        const Problem & p = c.p;
+        for (const int64_t chunk : {int64_t(7), int64_t(256)})
+            for (const int64_t per_range : {int64_t(1), int64_t(3)})
+                for (const float cap : {0.0f, 30.0f})
+                    for (const bool grad : {false, true}) {
+                        SCOPED_TRACE(std::string(gguf::type_name(uint32_t(type))) + " chunk " + std::to_string(chunk) + " x " +
+                                     std::to_string(per_range) + " cap " + std::to_string(cap) + (grad ? " grad" : ""));
+                        const LmHeadCEShape s{C, p.V, p.T, chunk, cap};
+                        std::vector<float> lse(size_t(p.T)), rest(size_t(p.T)), tok(size_t(p.T)), unit(grad ? size_t(C * p.T) : 0);
+                        const double loss = rp::cpu::lm_head_ce(s, c.h.data(), c.w.data(), c.w.type, c.w.row_bytes, p.labels.data(),
+                                                                float(p.scale), nullptr, nullptr, 0,
+                                                                {.lse_out = lse.data(), .rest_out = rest.data(), .token_loss = tok.data(),
+                                                                 .unit_dh_out = grad ? unit.data() : nullptr});
+                        const rp::LmHeadStateLayout l = rp::lm_head_state_layout(C, p.T, grad);
+                        std::vector<double> buf(l.bytes / sizeof(double) + 1, std::nan(""));  // garbage the start must overwrite
+                        char * b = reinterpret_cast<char *>(buf.data());
+                        rp::cpu::LmHeadCEState st{reinterpret_cast<double *>(b + l.sum), reinterpret_cast<double *>(b + l.other),
+                                                  reinterpret_cast<float *>(b + l.max), reinterpret_cast<float *>(b + l.label_logit),
+                                                  reinterpret_cast<float *>(b + l.label_d),
+                                                  grad ? reinterpret_cast<float *>(b + l.unit) : nullptr,
+                                                  grad ? reinterpret_cast<float *>(b + l.label_rows) : nullptr};
+                        const int64_t R = chunk * per_range;
+                        for (int64_t v0 = 0; v0 < p.V; v0 += R) {
+                            const int64_t nv = std::min(R, p.V - v0);
+                            const char * rows = static_cast<const char *>(c.w.data()) + v0 * c.w.row_bytes;
+                            const std::vector<char> copy(rows, rows + nv * c.w.row_bytes);
+                            rp::cpu::lm_head_ce_range(s, v0, nv, c.h.data(), copy.data(), c.w.type, c.w.row_bytes, p.labels.data(), st);
+                        }
+                        std::vector<float> lse2(size_t(p.T)), rest2(size_t(p.T)), tok2(size_t(p.T)), unit2(grad ? size_t(C * p.T) : 0);
+                        const double loss2 = rp::cpu::lm_head_ce_finish(s, p.labels.data(), float(p.scale), st,
+                                                                        {.lse_out = lse2.data(), .rest_out = rest2.data(),
+                                                                         .token_loss = tok2.data(),
+                                                                         .unit_dh_out = grad ? unit2.data() : nullptr});
+                        EXPECT_EQ(loss, loss2);
+                        EXPECT_TRUE(lse == lse2 && rest == rest2 && tok == tok2);
+                        EXPECT_TRUE(unit == unit2) << "unit gradients differ";
+                    }
+        // Ranges that do not start at a multiple of the chunk, or a unit asked of a state without one: refused.
+        const LmHeadCEShape s{C, p.V, p.T, 7, 0.0f};
+        const rp::LmHeadStateLayout l = rp::lm_head_state_layout(C, p.T, false);
+        std::vector<double> buf(l.bytes / sizeof(double) + 1);
+        char * b = reinterpret_cast<char *>(buf.data());
+        const rp::cpu::LmHeadCEState st{reinterpret_cast<double *>(b + l.sum), reinterpret_cast<double *>(b + l.other),
+                                        reinterpret_cast<float *>(b + l.max), reinterpret_cast<float *>(b + l.label_logit),
+                                        reinterpret_cast<float *>(b + l.label_d)};
+        EXPECT_THROW(rp::cpu::lm_head_ce_range(s, 3, 7, c.h.data(), c.w.data(), c.w.type, c.w.row_bytes, p.labels.data(), st), rp::Error);
+        std::vector<float> unit(size_t(C * p.T));
+        EXPECT_THROW(rp::cpu::lm_head_ce_finish(s, p.labels.data(), 1.0f, st, {.unit_dh_out = unit.data()}), rp::Error);
+    });
+}

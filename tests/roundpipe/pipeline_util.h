@@ -262,6 +262,7 @@ struct RunResult {
     uint64_t pinned_reuses = 0;                // takes the pool served from blocks of earlier calls
     std::vector<size_t> weights_uploaded;      // per device: weight bytes sent (measured by the workers)
     size_t planned_weights_up = 0;             // link_bytes over the calls: the jobs' weights
+    size_t planned_vocab_rows_up = 0;          // and the vocabulary rows the programs upload (vocab_on_host)
     size_t planned_resident_once = 0;          // and the resident region's, once per device (0: streamed)
     rp::FrozenPinningReport pinning;           // what pinning the frozen weights did
     size_t host_working = 0, host_slots = 0;   // the host store's pinned working copies and gradient slots
@@ -337,11 +338,15 @@ inline RunResult pipelined(const rp::Model & model, const rp::FinetuneConfig & c
                 if (w.forward_first && cfg.lora_dropout == 0.0f && forward_loss != r.losses.back()) ++r.forward_mismatches;
                 r.pinned_allocations.push_back(pipe.pinned_stats().allocations);
                 r.pinned_in_use_peak.push_back(pipe.pinned_stats().in_use_peak);
-                std::vector<rp::MicroBatchInfo> info;
-                for (const rp::MicroBatch & mb : mbs) info.push_back(mb.info);
                 const rp::CallPlan & lc = pipe.last_call();
+                std::vector<rp::MicroBatchInfo> info;  // as the call ran them
+                for (const rp::MicroBatch & mb : mbs) {
+                    info.push_back(mb.info);
+                    lc.apply(info.back());
+                }
                 const rp::LinkBytes link = rp::link_bytes(prog, lc.plan, opt.schedule, info, lc.shape.resident);
                 r.planned_weights_up += link.weights_up;
+                r.planned_vocab_rows_up += link.vocab_rows_up;
                 r.planned_resident_once = link.resident_once;
                 r.call_memory.push_back(pipe.last_memory());
             }

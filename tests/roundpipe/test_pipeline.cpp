@@ -974,3 +974,74 @@ TEST(Pipeline, ACallThatStreamsTheWeightsMakesTheLaterCallsStreamToo) {
     rp::Pipeline off(prog, ptrs, o);
     EXPECT_FALSE(off.plan_call(shapes(12)).shape.resident);
 }
+
+// The vocabulary matrices on the host (PipelineOptions::vocab_on_host, call_planner.h): a tied qwen3 whose
+// 16384 x 32 embedding (2 MiB, also its head) outweighs everything else. No plan with the matrix in a weight slot
+// fits less than it; with the matrix on the host (layer 0 gathers its tokens' rows, the head folds 100-row ranges
+// into state held across its graphs) the least plan's weight slot is far below it, and a device of that least
+// plan's size trains: the planner leaves the vocabulary on the host itself, says so, and the masters are the
+// single-device Trainer's bits. The jobs' weight uploads are the link model's (the rows go up with the programs:
+// vocab_rows_up); every device stays within its carved regions.
+TEST(Pipeline, VocabularyOnTheHostTrainsBelowTheHeadsSizeWithTheSameBits) {
+    rp_test::TempDir dir;
+    rp::SynthSpec s;
+    s.arch = "qwen3";
+    s.tied = true;
+    s.n_vocab = 16384;
+    s.n_embd = 32, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 8, s.n_ff = 48, s.n_layer = 4, s.seed = 21;
+    rp::write_synth_model(s, dir.file("qwen3-wide-vocab.gguf"));
+    const std::unique_ptr<rp::Model> model = rp::Model::load(dir.file("qwen3-wide-vocab.gguf"));
+    rp::FinetuneConfig cfg = lora_cfg();
+    cfg.ce_chunk = 100;
+    Workload w;
+    w.M = 3;
+    w.calls = 1;
+    rp::Trainer tr(*model, cfg);
+    rp::TrainingProgram & prog = tr;
+    size_t head = 0;
+    for (const auto & ti : prog.layer_tensors(prog.num_layers() - 1))
+        if (ti.vocab_rows > 0) head = ti.bytes;
+    ASSERT_EQ(head, size_t(16384) * 32 * 4);
+    const auto rules = rp::footprint_rules("cpu");
+    rp::CallPlanner planner(prog, *rules);
+    rp::CallPlanRequest req;
+    req.devices = 2;
+    req.vocab_on_host = 0;
+    const rp::DeviceMemoryPlan on_device = planner.least_memory(req, shapes_of(w));
+    req.vocab_on_host = -1;
+    const rp::DeviceMemoryPlan on_host = planner.least_memory(req, shapes_of(w));
+    std::printf("  least device memory: %s with the vocabulary on the devices, %s on the host\n", on_device.describe().c_str(),
+                on_host.describe().c_str());
+    EXPECT_GE(on_device.weight_slot, head);
+    EXPECT_LT(on_host.weight_slot * 8, head);
+    EXPECT_LT(on_host.peak(), head);
+
+    const auto ref = reference(*model, cfg, w);
+    rp::PipelineOptions o;
+    o.instrument = true;
+    o.device_speed = {1.0, 1.0};
+    uniform_times(o, prog.num_layers());
+    DeviceSetup ds;
+    ds.G = 2;
+    ds.memory = rp::align_buffer(on_host.peak());
+    const RunResult r = pipelined(*model, cfg, w, ds, o);
+    EXPECT_EQ(first_difference(r.masters, ref), -1) << r.plan.describe();
+    expect_checks_clean(r, r.plan.describe());
+    bool noted = false;
+    for (const std::string & n : r.plan.notes) noted = noted || n.find("stay in host memory") != std::string::npos;
+    EXPECT_TRUE(noted) << r.plan.describe();
+    EXPECT_LT(r.memory.weight_slot * 8, head) << r.memory.describe();
+    EXPECT_EQ(sum(r.weights_uploaded), r.planned_weights_up);
+    EXPECT_LT(r.planned_weights_up, head);  // the vocabulary never goes up with a job
+    EXPECT_GE(r.planned_vocab_rows_up, head * 3 * 2) << "the head once per micro-batch (3 a call, 2 steps)";
+
+    // Asked for, on a device that holds the matrix: the same bits; asked not to, on the small device: refused.
+    o.vocab_on_host = 1;
+    ds.memory = size_t(16) << 20;
+    const RunResult asked = pipelined(*model, cfg, w, ds, o);
+    EXPECT_EQ(first_difference(asked.masters, ref), -1) << asked.plan.describe();
+    expect_checks_clean(asked, asked.plan.describe());
+    o.vocab_on_host = 0;
+    ds.memory = rp::align_buffer(on_host.peak());
+    EXPECT_THROW(pipelined(*model, cfg, w, ds, o), rp::MemoryError);
+}

@@ -246,6 +246,8 @@ TEST(FinetuneOptions, EveryFlagParsesAsTheOldParserDid) {
              EXPECT_EQ(j.trace_path, "t.json");
          }},
         {"--async --sync", [](const FinetuneJob & j) { EXPECT_FALSE(j.session.pipeline.async); }},
+        {"--vocab-on-host on", [](const FinetuneJob & j) { EXPECT_EQ(j.session.pipeline.vocab_on_host, 1); }},
+        {"--vocab-on-host off --vocab-on-host auto", [](const FinetuneJob & j) { EXPECT_EQ(j.session.pipeline.vocab_on_host, -1); }},
         {"--devices 3 --dispatch round-robin --device-speed 1,0.5,2", [](const FinetuneJob & j) {
              EXPECT_EQ(j.session.pipeline.dispatch, rp::DispatchKind::RoundRobin);
              EXPECT_EQ(j.session.pipeline.device_speed, (std::vector<double>{1, 0.5, 2}));
@@ -319,6 +321,7 @@ TEST(FinetuneOptions, BadValuesFailInTheToolsWording) {
     EXPECT_EQ(parse_error("--pin pinned"), "--pin: 'pinned' is not one of alloc, register, off");
     EXPECT_EQ(parse_error("--optimizer-state fp8"), "--optimizer-state: 'fp8' is not one of f32, bf16");
     EXPECT_EQ(parse_error("--boundary-dtype f16"), "--boundary-dtype: 'f16' is not one of f32, bf16");
+    EXPECT_EQ(parse_error("--vocab-on-host yes"), "--vocab-on-host: 'yes' is not one of auto, on, off");
     EXPECT_EQ(parse_error("--rollout-matvec quick"), "--rollout-matvec: 'quick' is not one of auto, fast, exact");
     EXPECT_EQ(parse_error("--lr nan"), "--lr: 'nan' is not a number");
     EXPECT_EQ(parse_error("--inject-fault disk:3"), "--inject-fault: 'disk:3' is not KIND:N (KIND alloc, copy or launch; N >= 1)");
@@ -328,7 +331,7 @@ TEST(FinetuneOptions, BadValuesFailInTheToolsWording) {
 TEST(FinetuneOptions, ARunFileReadsBackToTheSameConfiguration) {
     Parsed a;
     ASSERT_TRUE(a.parse(words("-m m.gguf --data d.jsonl -o o.gguf --lora-rank 4 --lr 2e-4 --weight-decay 0.1 --sample-prompt x "
-                              "--sample-prompt \"y --no-pack --devices 3 --async --pin off --token-chunk auto --inject-fault launch:7")));
+                              "--sample-prompt \"y --no-pack --devices 3 --async --pin off --token-chunk auto --vocab-on-host on --inject-fault launch:7")));
     const std::string text = a.opts.run_file();
     Parsed b;
     b.opts.read_run_text(text, "printed.toml");
@@ -337,6 +340,7 @@ TEST(FinetuneOptions, ARunFileReadsBackToTheSameConfiguration) {
     EXPECT_EQ(b.job.session.lr.lr_max, 2e-4);
     EXPECT_EQ(b.job.loop.sample_prompts, (std::vector<std::string>{"x", "\"y"}));
     EXPECT_EQ(b.job.token_chunk, -1);
+    EXPECT_EQ(b.job.session.pipeline.vocab_on_host, 1);
     EXPECT_EQ(b.job.session.pipeline.frozen_pinning, rp::FrozenPinning::Pageable);
     // The defaults that are not floats (AdamW's weight decay 0.01) read back to the same double.
     Parsed d, e;
