@@ -2,6 +2,7 @@
 // logsumexp; the full [V x T] logits matrix is never stored (peak extra memory O(chunk * T)).
 #pragma once
 
+#include "ggml_rp/ops/lm_head_state.h"
 #include "gguf/types.h"
 
 #include <cstddef>
@@ -52,18 +53,9 @@ double lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf
                   size_t w_row_bytes, const int32_t * labels, float loss_scale,
                   float * dh, float * dW, int64_t dw_row, const LmHeadCEAux & aux = {});
 
-// A streamed head's carried state (ops/cross_entropy.h lm_head_state_layout: pointers into the caller's buffer),
-// T tokens: the running sum and the sum without the label (double), the running max, the label logit and its cap
-// derivative; with the gradient (unit non-null), the running unit gradients and each token's label row of W [C, T].
-struct LmHeadCEState {
-    double * sum = nullptr;
-    double * other = nullptr;
-    float * max = nullptr;
-    float * label_logit = nullptr;
-    float * label_d = nullptr;
-    float * unit = nullptr;
-    float * label_rows = nullptr;
-};
+// A streamed head's carried state (ops/lm_head_state.h: pointers into the caller's buffer); the gradient's parts
+// (unit, label_rows) non-null when the ranges form it.
+using LmHeadCEState = LmHeadState;
 
 // Folds vocabulary rows [v0, v0 + nv) (W_range: those rows, row stride w_row_bytes; v0 a multiple of s.chunk,
 // s.V the whole vocabulary) into st, s.chunk rows at a time, as lm_head_ce's pass 1 does: called for the ranges

@@ -33,22 +33,6 @@ LmHeadCEShape shape_of(const Tensor * node, const Tensor * h, int64_t V) {
     return s;
 }
 
-// A streamed head's state tensor as lm_head_state_layout lays it out.
-LmHeadCEState state_of(const Tensor * state, int64_t C, int64_t T, bool forms_grad) {
-    const LmHeadStateLayout l = lm_head_state_layout(C, T, forms_grad);
-    char * base = static_cast<char *>(state->data);
-    LmHeadCEState st;
-    st.sum = reinterpret_cast<double *>(base + l.sum);
-    st.other = reinterpret_cast<double *>(base + l.other);
-    st.max = reinterpret_cast<float *>(base + l.max);
-    st.label_logit = reinterpret_cast<float *>(base + l.label_logit);
-    st.label_d = reinterpret_cast<float *>(base + l.label_d);
-    if (forms_grad) {
-        st.unit = reinterpret_cast<float *>(base + l.unit);
-        st.label_rows = reinterpret_cast<float *>(base + l.label_rows);
-    }
-    return st;
-}
 
 } // namespace
 
@@ -63,11 +47,12 @@ void lm_head_ce(Tensor * n) {
     aux.rest_out = node::aux(n, lm_head_rest_offset(n));
     aux.token_loss = per_token ? n->data_as<float>() : nullptr;
     aux.unit_dh_out = lm_head_forms_grad(n) ? node::aux(n, lm_head_unit_dh_offset(n)) : nullptr;
+    const LmHeadCEShape s = shape_of(n, h, V);
     const double loss =
         lm_head_streamed(n)
-            ? lm_head_ce_finish(shape_of(n, h, V), labels.data(), n->param_f32(0), state_of(W, h->ne[0], h->ne[1], lm_head_forms_grad(n)), aux)
-            : rp::cpu::lm_head_ce(shape_of(n, h, V), h->data_as<float>(), W->data, W->type, W->nb[1], labels.data(), n->param_f32(0),
-                                  nullptr, nullptr, 0, aux);
+            ? lm_head_ce_finish(s, labels.data(), n->param_f32(0), lm_head_state_at(W->data, s.C, s.T, lm_head_forms_grad(n)), aux)
+            : rp::cpu::lm_head_ce(s, h->data_as<float>(), W->data, W->type, W->nb[1], labels.data(), n->param_f32(0), nullptr, nullptr,
+                                  0, aux);
     if (!per_token) *n->data_as<float>() = static_cast<float>(loss);
 }
 
@@ -77,7 +62,7 @@ void lm_head_ce_range(Tensor * n) {
     const int64_t V = n->param_i32(3);
     const std::vector<int32_t> labels = read_labels(n, n->src[2], V);
     rp::cpu::lm_head_ce_range(shape_of(n, h, V), n->param_i32(0), W->ne[1], h->data_as<float>(), W->data, W->type, W->nb[1], labels.data(),
-                              state_of(n->src[3], h->ne[0], h->ne[1], n->param_i32(4) != 0));
+                              lm_head_state_at(n->src[3]->data, h->ne[0], h->ne[1], n->param_i32(4) != 0));
     *n->data_as<float>() = 0.0f;
 }
 

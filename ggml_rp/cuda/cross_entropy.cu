@@ -198,6 +198,27 @@ __global__ void __launch_bounds__(kElemThreads) ce_grad_kernel(float * L, int64_
 
 unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>(ceil_div(n, threads)); }
 
+size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+
+// The start of a workspace as lm_head_ce_workspace_bytes and lm_head_ce_range_workspace_bytes lay it out: the
+// chunk's tile (at least C x T: label rows are gathered through it), then one chunk's GEMM scratch; `rest` after.
+struct ChunkScratch {
+    float * tile;
+    void * gemm;
+    size_t gemm_bytes;
+    char * rest;
+};
+ChunkScratch carve_chunk_scratch(void * workspace, int64_t C, int64_t chunk, int64_t T, gguf::TensorType wtype) {
+    char * p = static_cast<char *>(workspace);
+    ChunkScratch c;
+    c.tile = reinterpret_cast<float *>(p);
+    p += align256(size_t((chunk > C ? chunk : C) * T) * 4);
+    c.gemm = p;
+    c.gemm_bytes = matmul_workspace_bytes(C, chunk, T, wtype);
+    c.rest = p + c.gemm_bytes;
+    return c;
+}
+
 void start_state(const LmHeadCEState & st, int64_t T, cudaStream_t stream) {
     ce_init_kernel<<<blocks_for(T, kElemThreads), kElemThreads, 0, stream>>>(st.max, st.sum, st.other, st.label_logit, st.label_d, T);
     check_launch("lm_head_ce (init)");
@@ -295,14 +316,13 @@ void lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::
         return;
     }
     // Carve the workspace in lm_head_ce_workspace_bytes' order.
-    auto al = [](size_t b) { return (b + 255) / 256 * 256; };
-    char * p = static_cast<char *>(workspace);
-    float * L = reinterpret_cast<float *>(p);            p += al(size_t((chunk > C ? chunk : C) * T) * 4);
-    void * gemm_ws = p;
-    const size_t gemm_bytes = matmul_workspace_bytes(C, chunk, T, wtype);
-    p += gemm_bytes;
-    auto floats = [&] { float * f = reinterpret_cast<float *>(p); p += al(size_t(T) * 4); return f; };
-    auto doubles = [&] { double * d = reinterpret_cast<double *>(p); p += al(size_t(T) * 8); return d; };
+    const ChunkScratch cs = carve_chunk_scratch(workspace, C, chunk, T, wtype);
+    float * L = cs.tile;
+    void * gemm_ws = cs.gemm;
+    const size_t gemm_bytes = cs.gemm_bytes;
+    char * p = cs.rest;
+    auto floats = [&] { float * f = reinterpret_cast<float *>(p); p += align256(size_t(T) * 4); return f; };
+    auto doubles = [&] { double * d = reinterpret_cast<double *>(p); p += align256(size_t(T) * 8); return d; };
     LmHeadCEState st;
     st.max = floats();
     st.label_logit = floats();
@@ -367,21 +387,16 @@ void lm_head_ce_range(const LmHeadCEShape & s, int64_t v0, int64_t nv, const flo
                                              std::to_string(need) + " needed");
     const int64_t C = s.C, T = s.T, chunk = s.chunk < nv ? s.chunk : nv;
     if (T == 0) return;
-    auto al = [](size_t b) { return (b + 255) / 256 * 256; };
-    char * p = static_cast<char *>(workspace);
-    float * L = reinterpret_cast<float *>(p);         p += al(size_t((chunk > C ? chunk : C) * T) * 4);
-    void * gemm_ws = p;
-    const size_t gemm_bytes = matmul_workspace_bytes(C, chunk, T, wtype);
-    p += gemm_bytes;
-    float * rescale = reinterpret_cast<float *>(p);   p += al(size_t(T) * 4);
-    int32_t * ids = reinterpret_cast<int32_t *>(p);
+    const ChunkScratch cs = carve_chunk_scratch(workspace, C, chunk, T, wtype);
+    float * rescale = reinterpret_cast<float *>(cs.rest);
+    int32_t * ids = reinterpret_cast<int32_t *>(cs.rest + align256(size_t(T) * 4));
     if (v0 == 0) start_state(st, T, stream);
     ce_rescale_init_kernel<<<blocks_for(T, kElemThreads), kElemThreads, 0, stream>>>(rescale, T);
     check_launch("lm_head_ce_range (rescale init)");
     const char * wbytes = static_cast<const char *>(W_range);
     for (int64_t j = 0; j < nv; j += chunk)
-        fold_chunk(s, v0 + j, chunk < nv - j ? chunk : nv - j, h, wbytes + j * w_row_bytes, wtype, w_row_bytes, labels, st, L, gemm_ws,
-                   gemm_bytes, rescale, ids, stream);
+        fold_chunk(s, v0 + j, chunk < nv - j ? chunk : nv - j, h, wbytes + j * w_row_bytes, wtype, w_row_bytes, labels, st, cs.tile, cs.gemm,
+                   cs.gemm_bytes, rescale, ids, stream);
 }
 
 void lm_head_ce_finish(const LmHeadCEShape & s, const int32_t * labels, float loss_scale, const LmHeadCEState & st, double * loss,
@@ -396,9 +411,8 @@ void lm_head_ce_finish(const LmHeadCEShape & s, const int32_t * labels, float lo
         check(cudaMemsetAsync(loss, 0, sizeof(double), stream), "cuda lm_head_ce_finish");
         return;
     }
-    auto al = [](size_t b) { return (b + 255) / 256 * 256; };
     char * p = static_cast<char *>(workspace);
-    auto floats = [&] { float * f = reinterpret_cast<float *>(p); p += al(size_t(T) * 4); return f; };
+    auto floats = [&] { float * f = reinterpret_cast<float *>(p); p += align256(size_t(T) * 4); return f; };
     float * lse = floats();
     float * rest = floats();
     float * inv = floats();
@@ -432,22 +446,6 @@ LmHeadCEShape shape_of(const Tensor * n, int64_t V) {
     return sh;
 }
 
-// A streamed head's state tensor as lm_head_state_layout lays it out.
-LmHeadCEState state_of(const Tensor * state, int64_t C, int64_t T, bool forms_grad) {
-    const LmHeadStateLayout l = lm_head_state_layout(C, T, forms_grad);
-    char * base = static_cast<char *>(state->data);
-    LmHeadCEState st;
-    st.sum = reinterpret_cast<double *>(base + l.sum);
-    st.other = reinterpret_cast<double *>(base + l.other);
-    st.max = reinterpret_cast<float *>(base + l.max);
-    st.label_logit = reinterpret_cast<float *>(base + l.label_logit);
-    st.label_d = reinterpret_cast<float *>(base + l.label_d);
-    if (forms_grad) {
-        st.unit = reinterpret_cast<float *>(base + l.unit);
-        st.label_rows = reinterpret_cast<float *>(base + l.label_rows);
-    }
-    return st;
-}
 
 void run_lm_head_ce(Tensor * n, const NodeRun & r) {
     const Tensor * W = n->src[1];  // a streamed head's: its state
@@ -458,13 +456,13 @@ void run_lm_head_ce(Tensor * n, const NodeRun & r) {
     aux.token_loss = per_token ? out<float>(n) : nullptr;
     aux.unit_dh_out = lm_head_forms_grad(n) ? node::aux(n, lm_head_unit_dh_offset(n)) : nullptr;
     const int64_t V = lm_head_vocab(n);
+    const LmHeadCEShape s = shape_of(n, V);
     if (lm_head_streamed(n))
-        lm_head_ce_finish(shape_of(n, V), in<int32_t>(n->src[2]), n->param_f32(0),
-                          state_of(W, n->src[0]->ne[0], n->src[0]->ne[1], lm_head_forms_grad(n)), r.loss, r.scratch, r.scratch_bytes, r.flag,
-                          r.stream, aux);
+        lm_head_ce_finish(s, in<int32_t>(n->src[2]), n->param_f32(0), lm_head_state_at(W->data, s.C, s.T, lm_head_forms_grad(n)), r.loss,
+                          r.scratch, r.scratch_bytes, r.flag, r.stream, aux);
     else
-        lm_head_ce(shape_of(n, V), in<float>(n->src[0]), W->data, W->type, W->nb[1], in<int32_t>(n->src[2]), n->param_f32(0),
-                   r.loss, nullptr, nullptr, 0, r.scratch, r.scratch_bytes, r.flag, r.stream, aux);
+        lm_head_ce(s, in<float>(n->src[0]), W->data, W->type, W->nb[1], in<int32_t>(n->src[2]), n->param_f32(0), r.loss, nullptr, nullptr,
+                   0, r.scratch, r.scratch_bytes, r.flag, r.stream, aux);
     if (per_token) return;
     store_loss_kernel<<<1, 1, 0, r.stream>>>(r.loss, out<float>(n));
     check_launch("lm_head_ce (store loss)");
@@ -492,7 +490,7 @@ void run_lm_head_ce_range(Tensor * n, const NodeRun & r) {
     const Tensor * W = n->src[1];
     const Tensor * h = n->src[0];
     lm_head_ce_range(shape_of(n, n->param_i32(3)), n->param_i32(0), W->ne[1], in<float>(h), W->data, W->type, W->nb[1],
-                     in<int32_t>(n->src[2]), state_of(n->src[3], h->ne[0], h->ne[1], n->param_i32(4) != 0), r.scratch, r.scratch_bytes,
+                     in<int32_t>(n->src[2]), lm_head_state_at(n->src[3]->data, h->ne[0], h->ne[1], n->param_i32(4) != 0), r.scratch, r.scratch_bytes,
                      r.stream);
     check(cudaMemsetAsync(out<float>(n), 0, sizeof(float), r.stream), "cuda lm_head_ce_range");  // (the node holds nothing)
 }

@@ -20,6 +20,7 @@
 // workspace: lm_head_ce_workspace_bytes(C, V, T, chunk, wtype) bytes (launch.h); ce_chunk_rows picks a chunk.
 #pragma once
 
+#include "ggml_rp/ops/lm_head_state.h"
 #include "gguf/types.h"
 
 #include <cuda_runtime.h>
@@ -60,17 +61,9 @@ void lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::
                 void * workspace, size_t workspace_bytes, int * bad_label, cudaStream_t stream,
                 const LmHeadCEAux & aux = {});
 
-// A streamed head's carried state (device pointers into its state tensor, ops/cross_entropy.h
-// lm_head_state_layout), as the CPU's LmHeadCEState; unit and label_rows with the gradient only.
-struct LmHeadCEState {
-    double * sum = nullptr;
-    double * other = nullptr;
-    float * max = nullptr;
-    float * label_logit = nullptr;
-    float * label_d = nullptr;
-    float * unit = nullptr;
-    float * label_rows = nullptr;
-};
+// A streamed head's carried state (device pointers into its state tensor, ops/lm_head_state.h), as the CPU's;
+// unit and label_rows with the gradient only.
+using LmHeadCEState = LmHeadState;
 
 // Folds vocabulary rows [v0, v0 + nv) (W_range: those rows; v0 a multiple of s.chunk) into st, as lm_head_ce's
 // pass 1 does chunk by chunk; v0 == 0 starts the state. workspace: lm_head_ce_range_workspace_bytes (launch.h).

@@ -47,28 +47,6 @@ Tensor * lm_head_token_nll(Context & ctx, Tensor * h, Tensor * W, Tensor * label
     return lm_head_node("lm_head_token_nll", ctx, h, W, labels, 1.0f, chunk, softcap, true);
 }
 
-LmHeadStateLayout lm_head_state_layout(int64_t C, int64_t T, bool forms_grad) {
-    LmHeadStateLayout l;
-    size_t at = 0;
-    auto take = [&](size_t bytes) {
-        const size_t o = at;
-        at += (bytes + 255) / 256 * 256;
-        return o;
-    };
-    const size_t t = static_cast<size_t>(T);
-    l.sum = take(t * sizeof(double));
-    l.other = take(t * sizeof(double));
-    l.max = take(t * sizeof(float));
-    l.label_logit = take(t * sizeof(float));
-    l.label_d = take(t * sizeof(float));
-    if (forms_grad) {
-        l.unit = take(static_cast<size_t>(C) * t * sizeof(float));
-        l.label_rows = take(static_cast<size_t>(C) * t * sizeof(float));
-    }
-    l.bytes = at;
-    return l;
-}
-
 namespace {
 
 void require_state(const char * op, const Tensor * state, int64_t C, int64_t T, bool forms_grad) {

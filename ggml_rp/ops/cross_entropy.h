@@ -17,6 +17,7 @@
 
 #include "ggml_rp/core/context.h"
 #include "ggml_rp/core/graph.h"
+#include "ggml_rp/ops/lm_head_state.h"  // the state's layout (lm_head_state_layout)
 
 namespace rp {
 
@@ -57,16 +58,6 @@ Tensor * lm_head_ce_back(Context & ctx, Tensor * ce, Tensor * dloss, Tensor * dW
 // arithmetic is the unstreamed op's chunk loop, so ranges that start at multiples of `chunk` give the bits of
 // lm_head_ce / lm_head_token_nll with the same chunk. The head weight is frozen: a streamed head forms its
 // gradient in the forward or has none (evaluation).
-
-// Where a streamed head's state lies in its buffer (bytes, each section 256-byte aligned), T tokens: the running
-// sum and the sum without the label (double), the running max, the label logit and the label logit's cap
-// derivative; with the gradient, the running unit gradients [C, T] and each token's label row of W (dequantized
-// to f32 when its range passes, as the unstreamed op reads it at the end).
-struct LmHeadStateLayout {
-    size_t sum = 0, other = 0, max = 0, label_logit = 0, label_d = 0, unit = 0, label_rows = 0;
-    size_t bytes = 0;
-};
-LmHeadStateLayout lm_head_state_layout(int64_t C, int64_t T, bool forms_grad);
 
 // Folds vocabulary rows [v0, v0 + W_range->ne[1]) of a head of V rows into `state` (f32, at least
 // lm_head_state_layout(C, T, forms_grad).bytes, contiguous), chunk rows at a time; v0 == 0 starts the state. A

@@ -424,13 +424,8 @@ void check_ce_streamed(int64_t C, int64_t V, int64_t T, TensorType wt, int64_t c
     Dev<int> bad(1);
     rp::cuda::lm_head_ce({C, V, T, chunk, softcap}, gh.p, gw.p, wt, rb, gl.p, loss_scale, gloss.p, nullptr, nullptr, 0, ws.p, ws.n,
                          bad.p, nullptr, {.lse_out = glse.p, .rest_out = grest.p, .unit_dh_out = gunit.p});
-    const rp::LmHeadStateLayout l = rp::lm_head_state_layout(C, T, true);
-    Dev<uint8_t> state(std::vector<uint8_t>(l.bytes, 0xff));  // NaN everywhere: the first range must start it
-    uint8_t * b = state.p;
-    const rp::cuda::LmHeadCEState st{reinterpret_cast<double *>(b + l.sum), reinterpret_cast<double *>(b + l.other),
-                                     reinterpret_cast<float *>(b + l.max), reinterpret_cast<float *>(b + l.label_logit),
-                                     reinterpret_cast<float *>(b + l.label_d), reinterpret_cast<float *>(b + l.unit),
-                                     reinterpret_cast<float *>(b + l.label_rows)};
+    Dev<uint8_t> state(std::vector<uint8_t>(rp::lm_head_state_layout(C, T, true).bytes, 0xff));  // NaN: the first range must start it
+    const rp::cuda::LmHeadCEState st = rp::lm_head_state_at(state.p, C, T, true);
     const int64_t R = chunk * per_range;
     Dev<uint8_t> rws(rp::cuda::lm_head_ce_range_workspace_bytes(C, R, T, chunk, wt));
     for (int64_t v0 = 0; v0 < V; v0 += R) {

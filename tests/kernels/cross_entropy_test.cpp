@@ -2,7 +2,7 @@
 // and V rows, ignored labels and several weight types; its gradients against central finite differences of
 // that reference and against the closed form (softmax - onehot); bit-identical results on 1 and 2 threads.
 #include "ggml_rp/cpu/cross_entropy.h"
-#include "ggml_rp/ops/cross_entropy.h"
+#include "ggml_rp/ops/lm_head_state.h"
 #include "base/error.h"
 #include "kernels_util.h"
 
@@ -395,14 +395,9 @@ TEST(LmHeadCE, StreamedRangesGiveTheUnstreamedBits) {
                                                                 float(p.scale), nullptr, nullptr, 0,
                                                                 {.lse_out = lse.data(), .rest_out = rest.data(), .token_loss = tok.data(),
                                                                  .unit_dh_out = grad ? unit.data() : nullptr});
-                        const rp::LmHeadStateLayout l = rp::lm_head_state_layout(C, p.T, grad);
-                        std::vector<double> buf(l.bytes / sizeof(double) + 1, std::nan(""));  // garbage the start must overwrite
-                        char * b = reinterpret_cast<char *>(buf.data());
-                        rp::cpu::LmHeadCEState st{reinterpret_cast<double *>(b + l.sum), reinterpret_cast<double *>(b + l.other),
-                                                  reinterpret_cast<float *>(b + l.max), reinterpret_cast<float *>(b + l.label_logit),
-                                                  reinterpret_cast<float *>(b + l.label_d),
-                                                  grad ? reinterpret_cast<float *>(b + l.unit) : nullptr,
-                                                  grad ? reinterpret_cast<float *>(b + l.label_rows) : nullptr};
+                        // (NaN: garbage the first range must overwrite)
+                        std::vector<double> buf(rp::lm_head_state_layout(C, p.T, grad).bytes / sizeof(double) + 1, std::nan(""));
+                        const rp::cpu::LmHeadCEState st = rp::lm_head_state_at(buf.data(), C, p.T, grad);
                         const int64_t R = chunk * per_range;
                         for (int64_t v0 = 0; v0 < p.V; v0 += R) {
                             const int64_t nv = std::min(R, p.V - v0);
@@ -421,12 +416,8 @@ TEST(LmHeadCE, StreamedRangesGiveTheUnstreamedBits) {
                     }
         // Ranges that do not start at a multiple of the chunk, or a unit asked of a state without one: refused.
         const LmHeadCEShape s{C, p.V, p.T, 7, 0.0f};
-        const rp::LmHeadStateLayout l = rp::lm_head_state_layout(C, p.T, false);
-        std::vector<double> buf(l.bytes / sizeof(double) + 1);
-        char * b = reinterpret_cast<char *>(buf.data());
-        const rp::cpu::LmHeadCEState st{reinterpret_cast<double *>(b + l.sum), reinterpret_cast<double *>(b + l.other),
-                                        reinterpret_cast<float *>(b + l.max), reinterpret_cast<float *>(b + l.label_logit),
-                                        reinterpret_cast<float *>(b + l.label_d)};
+        std::vector<double> buf(rp::lm_head_state_layout(C, p.T, false).bytes / sizeof(double) + 1);
+        const rp::cpu::LmHeadCEState st = rp::lm_head_state_at(buf.data(), C, p.T, false);
         EXPECT_THROW(rp::cpu::lm_head_ce_range(s, 3, 7, c.h.data(), c.w.data(), c.w.type, c.w.row_bytes, p.labels.data(), st), rp::Error);
         std::vector<float> unit(size_t(C * p.T));
         EXPECT_THROW(rp::cpu::lm_head_ce_finish(s, p.labels.data(), 1.0f, st, {.unit_dh_out = unit.data()}), rp::Error);
