@@ -204,10 +204,13 @@ void print_summary(Progress & say, const rp::FinetuneJob & job, const rp::Traini
         const std::vector<double> speeds = run.pipeline()->device_speeds();
         for (size_t i = 0; i < run.devices().size(); ++i) {
             const rp::DeviceMemoryPlan u = run.pipeline()->device_regions_used(static_cast<int>(i));
-            say.print("memory %s: high-water %zu bytes, planned %zu (used: resident %zu, weights %zu, activations %zu, graph %zu); "
+            // (a later call's plan, e.g. from measured layer times, may carve more than the first call's)
+            const size_t planned = run.planned().regions_of(static_cast<int>(i)).peak();
+            const size_t carved = run.pipeline()->device_regions(static_cast<int>(i)).peak();
+            const std::string later = carved > planned ? ", carved " + std::to_string(carved) + " for a later call's plan" : std::string();
+            say.print("memory %s: high-water %zu bytes, planned %zu%s (used: resident %zu, weights %zu, activations %zu, graph %zu); "
                       "weights sent %zu bytes; %lld jobs, speed %.2f (%s)\n",
-                      run.devices()[i]->name().c_str(), run.devices()[i]->high_water(), run.planned().regions_of(static_cast<int>(i)).peak(),
-                      u.resident, u.weight_slot,
+                      run.devices()[i]->name().c_str(), run.devices()[i]->high_water(), planned, later.c_str(), u.resident, u.weight_slot,
                       u.activations, u.graph, run.pipeline()->device_weight_bytes_uploaded(static_cast<int>(i)),
                       static_cast<long long>(jobs[i]), speeds[i], o.pipeline.device_speed.empty() ? "measured" : "given");
         }

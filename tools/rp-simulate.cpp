@@ -32,6 +32,7 @@ int max_seq(const rp::cli::SimulateSettings & s) {
     else throw rp::Error("--max-seq needs --model NAME or --all");
     rp::MaxSeqOptions o = s.mem;
     o.micro_batches = s.sim.config.micro_batches, o.devices = s.sim.config.devices;
+    o.vocab_on_host = s.vocab_on_host == "auto" ? -1 : s.vocab_on_host == "on" ? 1 : 0;
     int rc = 0;
     for (const rp::MaxSeqResult & r : rp::plan_max_seq(names, o)) {
         if (!r.error.empty()) {

@@ -62,6 +62,9 @@ void declare_simulate_options(Options & p, SimulateSettings & s) {
            "checkpoints grow with the sequence); 0 = the devices alone decide (default)",
            true);
     p.integer("--lora-rank", s.mem.lora_rank, 1, 1000000, "LoRA rank (--max-seq and the --nodes gradients)");
+    p.choice("--vocab-on-host", s.vocab_on_host, {"auto", "on", "off"},
+             "--max-seq: the frozen embedding and LM-head matrices in host memory, uploaded row range by\n"
+             "row range (auto: when no plan fits without; default auto)");
     p.group("Data parallel (architecture.md 8)");
     p.note("R servers, each this many GPUs, gradients all-reduced between them as each layer is handed off\n"
            "(deep layers first, 8 MiB buckets, reduce-scatter + all-gather on one link per server)");

@@ -20,6 +20,7 @@ struct SimulateSettings {
     std::vector<std::string> device_speed;  // --device-speed, one per GPU (empty: all 1)
     std::string devices;                    // --devices: a mix of named GPUs, "4090x4,3090x4" (sets the count)
     std::string dispatch = "round-robin";   // round-robin | ready | both
+    std::string vocab_on_host = "auto";     // --max-seq: auto | on | off (MaxSeqOptions::vocab_on_host)
     MaxSeqOptions mem;
 };
 

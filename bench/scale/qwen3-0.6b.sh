@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Scale-out on one machine (issue 12's benchmark): LoRA steps of a Qwen3-0.6B-shaped bf16 model (the real shape
 # and 151,936-token vocabulary, random weights written by rp-gguf synth; 1.2 GB, not shipped) on the host and
-# through the RoundPipe runtime on 2 and 4 CPU virtual devices as small as the plan allows (a quarter of the
-# model's bytes is asked; the tied head alone is more, see below);
+# through the RoundPipe runtime on 2 and 4 CPU virtual devices of a quarter of the model's bytes (or the least any
+# plan takes, if that is more: before the vocabulary could stay on the host, the tied head alone was);
 # then the max-sequence table against the RoundPipe paper, predicted for one 24 GiB device.
 #
 #   bench/scale/qwen3-0.6b.sh BUILD_DIR [THREADS]
@@ -22,6 +22,13 @@
 #   (the CPU devices share the same 2 cores and copy 2.6 GB of weights per step: no speed-up is expected here)
 #   max seq, one 24 GiB device: qwen3-1.7b 199,164 (paper 73k: 2.73x), llama3.1-8b 119,990 (49k: 2.45x),
 #   qwen3-32b 61,356 (28k: 2.19x) -- predicted with the CUDA memory rules, never measured on a GPU.
+# Measured 2026-12-06 (2-core machine, load ~0.7-1.8), the embedding and head left on the host (--vocab-on-host auto):
+#   the least plan takes 112,019,456 bytes (0.094 of the model), so devices of a quarter of it train:
+#   host   126.5 tok/s  peak RSS 2.50 GiB
+#   2 dev   44.0 tok/s  peak RSS 1.85 GiB   high-water 281,403,392: the first call's plan 281,401,344, a later
+#   4 dev   44.0 tok/s  peak RSS 2.40 GiB     call's (measured layer times) carved 2 KiB more, on every device
+#   max seq, one 24 GiB device: qwen3-1.7b 214,383 (2.94x), llama3.1-8b 131,557 (2.68x), qwen3-32b 68,071 (2.43x);
+#   205,796 / 125,274 / 64,935 with --vocab-on-host off (the head then crosses the link once per 256-token range).
 set -euo pipefail
 build=${1:?usage: qwen3-0.6b.sh BUILD_DIR [THREADS]}
 threads=${2:-2}
@@ -37,8 +44,8 @@ model=$work/qwen3-0.6b-bf16.gguf
 [ -f "$model" ] || "$bin/rp-gguf" synth "$model" --shape qwen3-0.6b --type bf16 --vocab "$shared/models/vocab/ggml-vocab-qwen2.gguf" >/dev/null
 bytes=$(stat -c %s "$model")
 quarter=$((bytes / 4))
-# A quarter of the model is less than its (tied) head alone (151936 x 1024 bf16 = 297 MiB, in both weight
-# slots): the devices get the larger of a quarter and the least any plan takes (rp-finetune --plan).
+# The devices get the larger of a quarter and the least any plan takes (rp-finetune --plan; with the tied head
+# in both weight slots, 151936 x 1024 bf16 = 297 MiB each, that was more than a quarter).
 least=$("$bin/rp-finetune" -m "$model" --plan --devices 2 --device-mem "$bytes" --seq-len "$seq" --batch "$batch" --lora-rank 8 |
         awk '/^device min peak:/ {print $4}')
 mem=$(( least > quarter ? least : quarter ))

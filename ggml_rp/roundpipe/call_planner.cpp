@@ -24,15 +24,16 @@ std::vector<MicroBatchInfo> with_vocab_on_host(std::vector<MicroBatchInfo> mbs, 
 
 CallPlanner::CallPlanner(TrainingProgram & program, const GraphRunner & rules) : prog_(program), rules_(rules) {
     for (int l = 0; l < prog_.num_layers(); ++l) {
-        size_t bytes = 0, train = 0;
+        size_t bytes = 0, train = 0, vocab = 0;
         for (const auto & ti : prog_.layer_tensors(l)) {
             bytes += ti.bytes;
             if (ti.param >= 0) train += ti.bytes;
+            if (ti.param < 0 && ti.vocab_rows > 0) vocab += ti.bytes;
         }
         layer_bytes_.push_back(bytes);
         layer_train_bytes_.push_back(train);
-        for (const auto & ti : prog_.layer_tensors(l))
-            if (ti.param < 0 && ti.vocab_rows > 0) vocab_movable_ = true;
+        layer_vocab_bytes_.push_back(vocab);
+        vocab_movable_ = vocab_movable_ || vocab > 0;
     }
     resident_bytes_ = layout_resident(prog_).bytes;
 }
@@ -319,9 +320,11 @@ std::optional<CallPlan> CallPlanner::plan_fixed(const CallPlanRequest & req, con
     size_t largest = 0;
     for (int l = 0; l < L; ++l) {
         const size_t li = static_cast<size_t>(l);
-        in.mf.push_back(layer_bytes_[li]);
+        // (a vocabulary matrix on the host is in no slot)
+        const size_t bytes = layer_bytes_[li] - (out.shape.vocab_on_host ? layer_vocab_bytes_[li] : 0);
+        in.mf.push_back(bytes);
         // A backward stage also keeps one hidden state per layer (the recomputed inputs).
-        in.mb.push_back(layer_bytes_[li] + layer_train_bytes_[li] + out.shape.hidden);
+        in.mb.push_back(bytes + layer_train_bytes_[li] + out.shape.hidden);
         largest = std::max(largest, in.mb.back());
     }
     in.min_stages = req.devices;

@@ -154,6 +154,7 @@ private:
     const GraphRunner & rules_;
     bool vocab_movable_ = false;  // a frozen tensor of the program may stay on the host (TensorInfo::vocab_rows)
     std::vector<size_t> layer_bytes_, layer_train_bytes_;
+    std::vector<size_t> layer_vocab_bytes_;  // of layer_bytes_: the frozen vocabulary matrices (TensorInfo::vocab_rows)
     size_t resident_bytes_ = 0;  // the resident region (layout_resident): 0 when nothing is frozen
     std::map<ShapeKey, ProgramFootprints> cache_;
 };

@@ -145,18 +145,20 @@ CallPlanRequest Pipeline::Impl::request() const {
     r.token_chunk = opt.token_chunk;
     r.vocab_on_host = opt.vocab_on_host;
     r.resident = opt.resident_weights && !stream_weights;
+    // Each device's capacity in whole buffer units (what run_plan plans with too: the same plans, the same bytes).
+    auto usable = [](const Device * d) { return d->capacity() - d->capacity() % kBufferAlign; };
     r.device_memory = SIZE_MAX;
     bool mixed = false;
     for (Device * d : devs) {
-        mixed = mixed || d->capacity() != devs.front()->capacity();
-        if (d->capacity() < r.device_memory) {
-            r.device_memory = d->capacity();
+        mixed = mixed || usable(d) != usable(devs.front());
+        if (usable(d) < r.device_memory) {
+            r.device_memory = usable(d);
             r.device_name = d->name();
         }
     }
     if (mixed)
         for (Device * d : devs) {
-            r.device_memories.push_back(d->capacity());
+            r.device_memories.push_back(usable(d));
             r.device_names.push_back(d->name());
         }
     if (opt.layer_tf.size() == static_cast<size_t>(L) && opt.layer_tb.size() == static_cast<size_t>(L)) {

@@ -58,6 +58,7 @@ MaxSeqResult plan_one(const std::string & name, const MaxSeqOptions & o, const s
     so.devices.count = o.devices;
     so.devices.memory_each = o.device_memory;
     so.devices.backend = "cuda";
+    so.pipeline.vocab_on_host = o.vocab_on_host;
     po.seq_len = 1;
     po.max_seq_limit = 1 << 22;
     const RunPlan probe = plan_run(*model, po);

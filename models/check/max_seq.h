@@ -21,6 +21,9 @@ struct MaxSeqOptions {
     // > 0: the sequence must also fit this much host RAM (the plan's host peak: pinned boundary checkpoints grow
     // with it); 0: the devices alone decide.
     size_t host_memory = 0;
+    // The embedding and LM-head matrices on the host (PipelineOptions::vocab_on_host): -1 = when no plan fits
+    // without (the least memory), 0 = never, 1 = always.
+    int vocab_on_host = -1;
 };
 
 struct MaxSeqResult {

@@ -186,8 +186,8 @@ TEST(FinetunePlanTool, MaxSeqOfThePaperModelsIsAtLeastTwiceThePapers) {
 }
 
 // rp-simulate --max-seq --host-mem: the host RAM caps the sequence where the plan's host peak (the pinned boundary
-// checkpoints grow with it) would exceed it: Qwen3-1.7B's 24 GiB devices train ~199k tokens, whose host peak is
-// 2.8 TB; with 256 GiB of host RAM the longest sequence is shorter and its host peak fits.
+// checkpoints grow with it) would exceed it: Qwen3-1.7B's 24 GiB devices train ~214k tokens, whose host peak is
+// 1.6 TiB; with 256 GiB of host RAM the longest sequence is shorter and its host peak fits.
 TEST(FinetunePlanTool, MaxSeqWithHostMemoryFitsTheHost) {
     std::string all, capped, next;
     ASSERT_EQ(ft_test::run(ft_test::tool("rp-simulate") + " --max-seq --model qwen3-1.7b --device-mem 24G", &all), 0) << all;
@@ -202,6 +202,20 @@ TEST(FinetunePlanTool, MaxSeqWithHostMemoryFitsTheHost) {
     ASSERT_EQ(ft_test::run(ft_test::tool("rp-simulate") + " --max-seq --model qwen3-1.7b --device-mem 24G --host-mem 4T", &next), 0) << next;
     EXPECT_EQ(field(next, "max seq"), device_max) << next;
     EXPECT_NE(next.find("not the limit"), std::string::npos) << next;
+}
+
+// The longest sequence takes the least memory, the embedding and head matrices on the host (--vocab-on-host auto):
+// longer than with them on the devices, the report saying so and counting the rows the programs upload.
+TEST(FinetunePlanTool, MaxSeqLeavesTheVocabularyOnTheHost) {
+    std::string on_host, on_device;
+    ASSERT_EQ(ft_test::run(ft_test::tool("rp-simulate") + " --max-seq --model qwen3-1.7b --device-mem 24G", &on_host), 0) << on_host;
+    ASSERT_EQ(ft_test::run(ft_test::tool("rp-simulate") + " --max-seq --model qwen3-1.7b --device-mem 24G --vocab-on-host off", &on_device), 0)
+        << on_device;
+    EXPECT_GT(field(on_host, "max seq"), field(on_device, "max seq")) << on_host << on_device;
+    EXPECT_NE(on_host.find("matrices stay in host memory"), std::string::npos) << on_host;
+    EXPECT_NE(on_host.find("embedding rows and head ranges"), std::string::npos) << on_host;
+    EXPECT_EQ(on_device.find("matrices stay in host memory"), std::string::npos) << on_device;
+    EXPECT_EQ(on_device.find("embedding rows and head ranges"), std::string::npos) << on_device;
 }
 
 // rp-simulate --nodes: the data-parallel timing model on the real shapes. LoRA gradients of Qwen3-32B

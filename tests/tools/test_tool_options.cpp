@@ -360,12 +360,14 @@ TEST(SimulateOptions, EveryFlagParsesAsTheOldParserDid) {
              EXPECT_EQ(s.custom.head_bwd_ms, 40);
          }},
         {"--devices 4090x4,3090x4", [](const S & s) { EXPECT_EQ(s.devices, "4090x4,3090x4"); }},
+        {"--max-seq --vocab-on-host off", [](const S & s) { EXPECT_EQ(s.vocab_on_host, "off"); }},
         {"--device-speed 1,1,0.5,0.25 --dispatch both", [](const S & s) {
              EXPECT_EQ(s.device_speed, (std::vector<std::string>{"1", "1", "0.5", "0.25"}));
              EXPECT_EQ(s.dispatch, "both");
          }},
         {"--max-seq --device-mem 16G --host-mem 512G --lora-rank 8 --nodes 4 --node-link 100Gbit/s,5us --full", [](const S & s) {
              EXPECT_TRUE(s.max_seq && s.full);
+             EXPECT_EQ(s.vocab_on_host, "auto");
              EXPECT_EQ(s.mem.device_memory, size_t(16) << 30);
              EXPECT_EQ(s.mem.host_memory, size_t(512) << 30);
              EXPECT_EQ(s.mem.lora_rank, 8);
@@ -379,6 +381,7 @@ TEST(SimulateOptions, EveryFlagParsesAsTheOldParserDid) {
     EXPECT_EQ(e("--device-mem lots"), "--device-mem: 'lots' is not a size (e.g. 4096, 64M, 1.5G)");
     EXPECT_EQ(e("--frobnicate"), "unknown option '--frobnicate' (see --help)");
     EXPECT_NE(e("--dispatch fastest").find("--dispatch"), std::string::npos);
+    EXPECT_NE(e("--vocab-on-host maybe").find("--vocab-on-host"), std::string::npos);
 }
 
 TEST(ToolOptions, HelpDocumentsExactlyTheDeclaredFlags) {
@@ -397,7 +400,7 @@ TEST(ToolOptions, HelpDocumentsExactlyTheDeclaredFlags) {
                {"--help", "--model", "--all", "--layers", "--fwd-ms", "--bwd-ms", "--head-fwd-ms", "--head-bwd-ms", "--gpus", "--micro-batches",
                 "--iterations", "--async", "--sync", "--hop-ms", "--partition", "--published", "--balance", "--no-balance", "--weight-mb",
                 "--link", "--optimizer-ms", "--copy-back-ms", "--tokens-per-mb", "--trace", "--max-seq", "--device-mem", "--host-mem",
-                "--lora-rank", "--nodes", "--node-link", "--full", "--device-speed", "--devices", "--dispatch"});
+                "--lora-rank", "--vocab-on-host", "--nodes", "--node-link", "--full", "--device-speed", "--devices", "--dispatch"});
 }
 
 // rp-gguf's commands, rp-trace and rp-bench's families: each --help names every flag it took before.
