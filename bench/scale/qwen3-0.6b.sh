@@ -28,7 +28,8 @@
 #   2 dev   44.0 tok/s  peak RSS 1.85 GiB   high-water 281,403,392: the first call's plan 281,401,344, a later
 #   4 dev   44.0 tok/s  peak RSS 2.40 GiB     call's (measured layer times) carved 2 KiB more, on every device
 #   max seq, one 24 GiB device: qwen3-1.7b 214,383 (2.94x), llama3.1-8b 131,557 (2.68x), qwen3-32b 68,071 (2.43x);
-#   205,796 / 125,274 / 64,935 with --vocab-on-host off (the head then crosses the link once per 256-token range).
+#   205,796 / 125,274 / 64,935 with --vocab-on-host off (on the host, the head crosses the link once per
+#   micro-batch: 22-34 GiB a step at those lengths).
 set -euo pipefail
 build=${1:?usage: qwen3-0.6b.sh BUILD_DIR [THREADS]}
 threads=${2:-2}

@@ -14,8 +14,11 @@ std::vector<MicroBatchInfo> with_chunk(std::vector<MicroBatchInfo> mbs, int64_t 
     return mbs;
 }
 
-std::vector<MicroBatchInfo> with_vocab_on_host(std::vector<MicroBatchInfo> mbs, bool on_host) {
-    for (MicroBatchInfo & mb : mbs) mb.vocab_on_host = on_host;
+std::vector<MicroBatchInfo> with_vocab_on_host(std::vector<MicroBatchInfo> mbs, bool on_host, bool pass_once = false) {
+    for (MicroBatchInfo & mb : mbs) {
+        mb.vocab_on_host = on_host;
+        mb.vocab_pass_once = on_host && pass_once;
+    }
     return mbs;
 }
 
@@ -40,7 +43,8 @@ CallPlanner::CallPlanner(TrainingProgram & program, const GraphRunner & rules) :
 
 CallPlanner::ShapeKey CallPlanner::shape_key(const std::vector<MicroBatchInfo> & mbs) {
     ShapeKey key;
-    for (const MicroBatchInfo & mb : mbs) key.push_back({mb.seq_len, mb.n_seq, mb.token_chunk, mb.vocab_on_host ? 1 : 0});
+    for (const MicroBatchInfo & mb : mbs)
+        key.push_back({mb.seq_len, mb.n_seq, mb.token_chunk, mb.vocab_on_host ? 1 : 0, mb.vocab_pass_once ? 1 : 0});
     std::sort(key.begin(), key.end());
     key.erase(std::unique(key.begin(), key.end()), key.end());
     return key;
@@ -60,6 +64,7 @@ CallShape CallPlanner::shape_of(const std::vector<MicroBatchInfo> & mbs, Recompu
     CallShape s;
     s.grain = grain;
     s.vocab_on_host = !mbs.empty() && mbs.front().vocab_on_host;
+    s.vocab_pass_once = s.vocab_on_host && mbs.front().vocab_pass_once;
     for (const MicroBatchInfo & mb : mbs) {
         s.hidden = std::max(s.hidden, prog_.hidden_bytes(mb));
         const bool chunked = mb.token_chunk > 0 && mb.token_chunk < mb.tokens();
@@ -175,7 +180,9 @@ CallPlan CallPlanner::plan(const CallPlanRequest & req, const std::vector<MicroB
 void CallPlanner::restrict_to_devices(CallPlan & cp, const CallPlanRequest & req, const std::vector<MicroBatchInfo> & mbs) {
     const std::vector<StageDesc> stages = plan_stages(cp.plan);
     const std::vector<JobSpec> jobs = schedule_jobs(req.schedule, cp.plan, stages, static_cast<int>(mbs.size()));
-    const ProgramFootprints & fp = footprints(with_vocab_on_host(with_chunk(mbs, cp.token_chunk), cp.shape.vocab_on_host));
+    std::vector<MicroBatchInfo> ran = mbs;
+    for (MicroBatchInfo & mb : ran) cp.apply(mb);
+    const ProgramFootprints & fp = footprints(ran);
     // Each stage's own regions (its jobs'): with the call's residency, and for a resident call also streamed — a
     // device too small for the resident region beside a stage may run the stage with its weights streamed.
     std::vector<std::vector<JobSpec>> of_stage(stages.size());
@@ -243,9 +250,10 @@ void CallPlanner::restrict_to_devices(CallPlan & cp, const CallPlanRequest & req
 
 CallPlan CallPlanner::plan_uniform(const CallPlanRequest & req, const std::vector<MicroBatchInfo> & mbs) {
     // Fastest first: the frozen weights resident (no weight traffic but the trainable tensors'), every chunk
-    // candidate with two activation sets per stage; then streamed the same way; then the smallest chunk with one.
-    // The vocabulary matrices on the host (vocab_candidates) come after every chunk without: the whole head then
-    // crosses the link for every micro-batch.
+    // candidate with two activation sets per stage; then streamed the same way, then the smallest chunk with one
+    // set. Only then the vocabulary matrices on the host (vocab_candidates), whose head crosses the link for every
+    // micro-batch: every chunk with two sets, the head's rows once per micro-batch (vocab_pass_once: all the
+    // tokens' state held) before once per token range; then the smallest chunk with one set, the least memory.
     const std::vector<int64_t> chunks = chunk_candidates(req, mbs);
     const std::vector<bool> on_host = vocab_candidates(req);
     const bool try_resident = req.resident && resident_bytes_ > 0 && !on_host.front();
@@ -256,16 +264,21 @@ CallPlan CallPlanner::plan_uniform(const CallPlanRequest & req, const std::vecto
                                         ") stay on every device; each job uploads only the trainable tensors");
                 return *p;
             }
+    const int64_t smallest = chunks.back();
     std::optional<CallPlan> p;
-    for (const bool s : on_host) {
-        for (const int64_t c : chunks)
-            if ((p = plan_fixed(req, with_vocab_on_host(with_chunk(mbs, c), s), 2, false, false))) break;
-        if (p) break;
+    for (size_t k = 0; k < on_host.size() && !p; ++k) {
+        const bool host = on_host[k], least = k + 1 == on_host.size();
+        for (const int64_t c : chunks) {
+            if (host && c > 0 && (p = plan_fixed(req, with_vocab_on_host(with_chunk(mbs, c), true, true), 2, false, false))) break;
+            if ((p = plan_fixed(req, with_vocab_on_host(with_chunk(mbs, c), host), 2, false, false))) break;
+        }
+        if (!p && host && smallest > 0) p = plan_fixed(req, with_vocab_on_host(with_chunk(mbs, smallest), true, true), 1, false, false);
+        if (!p) p = plan_fixed(req, with_vocab_on_host(with_chunk(mbs, smallest), host), 1, least, false);
     }
-    if (!p) p = plan_fixed(req, least_mbs(req, mbs), 1, true, false);
     if (p->shape.vocab_on_host)
-        p->plan.notes.push_back("memory: the embedding and LM-head matrices stay in host memory; the programs upload the rows they "
-                                "read (the head range by range for every micro-batch)");
+        p->plan.notes.push_back(std::string("memory: the embedding and LM-head matrices stay in host memory; the programs upload the rows they "
+                                            "read (the head range by range, ") +
+                                (p->shape.vocab_pass_once || p->token_chunk == 0 ? "once for every micro-batch)" : "for every token range)"));
     if (try_resident)
         p->plan.notes.push_back("memory: the frozen weights (" + format_bytes(resident_bytes_) + ") do not fit beside a plan on " +
                                 format_bytes(req.device_memory) + ": every job uploads its weights");

@@ -86,6 +86,7 @@ struct CallPlan {
     void apply(MicroBatchInfo & mb) const {
         mb.token_chunk = token_chunk;
         mb.vocab_on_host = shape.vocab_on_host;
+        mb.vocab_pass_once = shape.vocab_pass_once;
     }
     // Null when every device may run the stage.
     const std::vector<char> * devices_of_stage(int stage) const {
@@ -137,7 +138,8 @@ private:
     CallPlan plan_uniform(const CallPlanRequest & req, const std::vector<MicroBatchInfo> & mbs);
     // Mixed memory: which stages each device of req.device_memories may run, and its regions (CallPlan).
     void restrict_to_devices(CallPlan & cp, const CallPlanRequest & req, const std::vector<MicroBatchInfo> & mbs);
-    using ShapeKey = std::vector<std::array<int64_t, 4>>;  // (seq_len, n_seq, token_chunk, vocab_on_host), sorted, unique
+    // (seq_len, n_seq, token_chunk, vocab_on_host, vocab_pass_once), sorted, unique
+    using ShapeKey = std::vector<std::array<int64_t, 5>>;
     static ShapeKey shape_key(const std::vector<MicroBatchInfo> & mbs);
     // The plan with the micro-batches' own token_chunk; nullopt when it does not fit, unless `last` (then
     // MemoryError).

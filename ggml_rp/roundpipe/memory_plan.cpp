@@ -247,8 +247,8 @@ LinkBytes link_bytes(const TrainingProgram & prog, const Plan & plan, ScheduleKi
         if (a == 0 && pass != Pass::Bwd)  // the embedding's rows of the tokens
             for (const auto & ti : prog.layer_tensors(0))
                 if (vocab(ti)) up += ti.bytes / static_cast<size_t>(ti.vocab_rows) * static_cast<size_t>(mb.tokens());
-        if (b == L && pass == Pass::Fused) {  // the head's every row, for each token range
-            const int64_t n = mb.tokens(), c = mb.token_chunk > 0 && mb.token_chunk < n ? mb.token_chunk : n;
+        if (b == L && pass == Pass::Fused) {  // the head's every row, once or for each token range
+            const int64_t n = mb.tokens(), c = mb.token_chunk > 0 && mb.token_chunk < n && !mb.vocab_pass_once ? mb.token_chunk : n;
             for (const auto & ti : prog.layer_tensors(L - 1))
                 if (vocab(ti)) up += ti.bytes * static_cast<size_t>((n + c - 1) / c);
         }

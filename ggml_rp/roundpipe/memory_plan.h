@@ -83,6 +83,7 @@ struct CallShape {
     // The streamable tensors stay on the host (MicroBatchInfo::vocab_on_host): no slot holds them; the programs'
     // uploads of their pieces are in the graph region (ProgramFootprints).
     bool vocab_on_host = false;
+    bool vocab_pass_once = false;  // (MicroBatchInfo::vocab_pass_once)
 };
 
 JobLayout layout_job(const TrainingProgram & prog, const std::vector<StageDesc> & stages, const CallShape & shape,

@@ -49,6 +49,11 @@ struct MicroBatchInfo {
     // reads of them (the LM head range by range, the embedding's rows of the micro-batch's tokens), so no job
     // holds them whole. Chosen by the call planner when nothing else fits (call_planner.h).
     bool vocab_on_host = false;
+    // With vocab_on_host and token ranges (token_chunk): the head folds each of its row ranges into the state of
+    // every token range before the next (each row crosses the link once per micro-batch), holding all the tokens'
+    // state; else one token range after the other (the head crosses once per token range, the state of one range
+    // held). The same bits either way.
+    bool vocab_pass_once = false;
     // The token ids in host memory ([n_seq][seq_len], layer 0's input; RoundPipe: the call's copy): the rows an
     // embedding on the host gathers; nullptr lets a program that only measures build the shapes.
     const int32_t * token_ids = nullptr;

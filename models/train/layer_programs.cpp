@@ -84,8 +84,9 @@ void position_values(const MicroBatchInfo & mb, std::vector<int32_t> & pos, std:
 }
 
 bool Trainer::ProgramKey::operator<(const ProgramKey & o) const {
-    return std::tie(kind, layer, seq_len, n_seq, token_chunk, packed, vocab_on_host, step, seq_offset, scale_bits) <
-           std::tie(o.kind, o.layer, o.seq_len, o.n_seq, o.token_chunk, o.packed, o.vocab_on_host, o.step, o.seq_offset, o.scale_bits);
+    return std::tie(kind, layer, seq_len, n_seq, token_chunk, packed, vocab_on_host, vocab_pass_once, step, seq_offset, scale_bits) <
+           std::tie(o.kind, o.layer, o.seq_len, o.n_seq, o.token_chunk, o.packed, o.vocab_on_host, o.vocab_pass_once, o.step, o.seq_offset,
+                    o.scale_bits);
 }
 
 Trainer::ProgramKey Trainer::program_key(ProgramKind kind, int layer, const MicroBatchInfo & mb, bool kept) const {
@@ -97,6 +98,7 @@ Trainer::ProgramKey Trainer::program_key(ProgramKind kind, int layer, const Micr
     k.token_chunk = mb.token_chunk;
     k.packed = mb.packed;
     k.vocab_on_host = mb.vocab_on_host;
+    k.vocab_pass_once = mb.vocab_pass_once;
     // What else the graphs' op parameters hold: LoRA dropout's mask keys (step, sequence offset) and the MoE
     // load-balancing scale of backward graphs (from the loss scale). The head's loss scale is set at each
     // call instead (set_lm_head_ce_loss_scale).
@@ -341,9 +343,14 @@ void Trainer::head(const LayerMemory & mem, const void * in, const int32_t * lab
         // One graph per token range (one range unless chunked): forward, loss and backward of its tokens, the
         // parameter gradients accumulating across ranges, the loss summed range by range into *loss.
         const auto ranges = token_ranges(mb, pc.runner);
-        for (const auto & [t0, t1] : ranges) {
+        // A head on the host folds its rows first: into every token range's state at once (vocab_pass_once), or
+        // before each token range's loss.
+        const std::vector<Tensor *> states =
+            mb.vocab_pass_once && ranges.size() > 1 ? head_ranges_once(p, mb, pc.runner, ranges, true) : std::vector<Tensor *>{};
+        for (size_t r = 0; r < ranges.size(); ++r) {
+            const auto [t0, t1] = ranges[r];
             const int64_t n = t1 - t0;
-            Tensor * state = head_ranges(p, mb, t0, n, true);  // (streamed: the vocabulary's graphs first)
+            Tensor * state = states.empty() ? head_ranges(p, mb, pc.runner, t0, n, true) : states[r];
             Program::Step & s = p.new_step();
             Tensor * x = ranges.size() == 1 ? p.boundary_param(s, Arg::In, 0, Arg::Din, E, mb.seq_len, mb.n_seq)
                                             : p.boundary_param(s, Arg::In, t0, Arg::Din, E, n, 1);
@@ -369,7 +376,7 @@ void Trainer::head_forward(const LayerMemory & mem, const void * in, const int32
     a.loss = results;
     call_program(ProgramKind::HeadForward, num_layers() - 1, mem, false, a, mb, pc, [&](Program & p) {
         const int64_t E = model_.hparams().n_embd, T = mb.seq_len, B = mb.n_seq;
-        Tensor * state = head_ranges(p, mb, 0, T * B, false);  // (streamed: the vocabulary's graphs first)
+        Tensor * state = head_ranges(p, mb, pc.runner, 0, T * B, false);  // (on the host: the rows' graphs first)
         Program::Step & s = p.new_step();
         Tensor * x = p.boundary_in(Arg::In, 0, E, T, B);
         Tensor * labels_leaf = p.leaf(DType::I32, Arg::Labels, 0, T * B);
@@ -402,7 +409,7 @@ void Trainer::head_forward(const LayerMemory & mem, const void * in, const int32
 template <class Reported, class LossOf>
 void Trainer::build_valued_head(Program & p, const MicroBatchInfo & mb, int64_t values_per, int64_t n_values, Reported reported, LossOf loss_of) {
     const int64_t E = model_.hparams().n_embd, T = mb.seq_len, B = mb.n_seq;
-    Tensor * state = head_ranges(p, mb, 0, T * B, true);  // (streamed: the vocabulary's graphs first)
+    Tensor * state = head_ranges(p, mb, nullptr, 0, T * B, true);  // (on the host: the rows' graphs first)
     Program::Step & s = p.new_step();
     Tensor * x = p.boundary_param(s, Arg::In, 0, Arg::Din, E, T, B);
     Tensor * nll = head_loss(p, p.as_f32(x), p.leaf(DType::I32, Arg::Labels, 0, T * B), state, 1.0f, true, true);
@@ -453,29 +460,57 @@ bool Trainer::vocab_on_host(const Program & p, const MicroBatchInfo & mb, const 
     return false;
 }
 
-Tensor * Trainer::head_ranges(Program & p, const MicroBatchInfo & mb, int64_t t0, int64_t n, bool grad) {
+Tensor * Trainer::head_ranges(Program & p, const MicroBatchInfo & mb, const GraphRunner * runner, int64_t t0, int64_t n, bool grad) {
     if (!vocab_on_host(p, mb, w_.output)) return nullptr;
+    const size_t bytes = lm_head_state_layout(model_.hparams().n_embd, n, grad).bytes;
+    p.held_bytes = std::max(p.held_bytes, bytes);
+    Tensor * state = p.leaf(DType::F32, Arg::Held, 0, static_cast<int64_t>(bytes / sizeof(float)));
+    fold_head(p, runner, {{t0, t0 + n}}, {state}, grad);
+    return state;
+}
+
+std::vector<Tensor *> Trainer::head_ranges_once(Program & p, const MicroBatchInfo & mb, const GraphRunner * runner, const TokenRanges & ranges,
+                                                bool grad) {
+    if (!vocab_on_host(p, mb, w_.output)) return {};
+    // Each token range's state at (t0 / chunk) x one full range's: the ranges are equal but the last (a runner
+    // that only measures gets some of them: token_ranges), so the layout is every range's.
+    const int64_t E = model_.hparams().n_embd, chunk = ranges.front().second - ranges.front().first;
+    const size_t per_range = lm_head_state_layout(E, chunk, grad).bytes;
+    std::vector<Tensor *> states;
+    for (const auto & [t0, t1] : ranges) {
+        const size_t at = static_cast<size_t>(t0 / chunk) * per_range, bytes = lm_head_state_layout(E, t1 - t0, grad).bytes;
+        p.held_bytes = std::max(p.held_bytes, at + bytes);
+        states.push_back(p.leaf(DType::F32, Arg::Held, at, static_cast<int64_t>(bytes / sizeof(float))));
+    }
+    fold_head(p, runner, ranges, states, grad);
+    return states;
+}
+
+void Trainer::fold_head(Program & p, const GraphRunner * runner, const TokenRanges & ranges, const std::vector<Tensor *> & states, bool grad) {
     const HParams & hp = model_.hparams();
     const Tensor * W = p.b.w.output;  // bound to the call's memory: the host bytes
     const int64_t E = hp.n_embd, V = W->ne[1], rows = std::min(cfg_.ce_chunk, V);
     const size_t row = W->nb[1];
-    const LmHeadStateLayout state_layout = lm_head_state_layout(E, n, grad);
-    p.held_bytes = std::max(p.held_bytes, state_layout.bytes);
-    Tensor * state = p.leaf(DType::F32, Arg::Held, 0, static_cast<int64_t>(state_layout.bytes / sizeof(float)));
-    // One graph per range of ce_chunk rows (the op's chunk: the unstreamed head's bits), its rows uploaded for it.
+    // One graph per range of ce_chunk rows (the op's chunk: the unstreamed head's bits), its rows uploaded for it
+    // and folded into each token range's state. A runner that only measures gets the first and the last (the
+    // others are the first's shape).
+    const bool measures = runner && !runner->computes();
     for (int64_t v0 = 0; v0 < V; v0 += rows) {
         const int64_t nv = std::min(rows, V - v0);
+        if (measures && v0 > 0 && v0 + nv < V) continue;
         Program::Step & s = p.new_step();
         Tensor * w_range = p.ctx.new_tensor(W->type, W->ne[0], nv);
         w_range->flags |= kFlagInput;
         s.uploads.push_back({w_range, W, static_cast<size_t>(v0) * row, static_cast<size_t>(nv) * row});
-        Tensor * fold = build_head_range(p.ctx, hp, p.b.w, p.boundary_in(Arg::In, t0, E, n), w_range,
-                                         p.leaf(DType::I32, Arg::Labels, static_cast<size_t>(t0) * sizeof(int32_t), n), state, v0,
-                                         cfg_.ce_chunk, grad);
-        fold->flags |= kFlagOutput;
-        build_forward(s.g, fold);
+        for (size_t r = 0; r < ranges.size(); ++r) {
+            const auto [t0, t1] = ranges[r];
+            Tensor * fold = build_head_range(p.ctx, hp, p.b.w, p.boundary_in(Arg::In, t0, E, t1 - t0), w_range,
+                                             p.leaf(DType::I32, Arg::Labels, static_cast<size_t>(t0) * sizeof(int32_t), t1 - t0),
+                                             states[r], v0, cfg_.ce_chunk, grad);
+            fold->flags |= kFlagOutput;
+            build_forward(s.g, fold);
+        }
     }
-    return state;
 }
 
 Tensor * Trainer::head_loss(Program & p, Tensor * x, Tensor * labels, Tensor * state, float loss_scale, bool per_token, bool grad) const {
@@ -568,6 +603,7 @@ LayerMemory untouched_memory(size_t tensors) {
 double Trainer::model_flops(const MicroBatchInfo & mb_in) {
     MicroBatchInfo mb = mb_in;
     mb.token_chunk = 0;
+    mb.vocab_on_host = false;  // (a runner that only measures builds some of its row ranges)
     FlopRunner fr;
     ProgramContext pc;
     pc.runner = &fr;

@@ -298,7 +298,7 @@ private:
     struct ProgramKey {
         int kind = 0, layer = 0;
         int64_t seq_len = 0, n_seq = 0, token_chunk = 0;
-        bool packed = false, vocab_on_host = false;
+        bool packed = false, vocab_on_host = false, vocab_pass_once = false;
         int64_t step = 0, seq_offset = 0;
         uint32_t scale_bits = 0;
         bool operator<(const ProgramKey & o) const;
@@ -330,10 +330,16 @@ private:
     // Whether program p reads layer `layer`'s streamable tensor from the host (mb.vocab_on_host): the head's
     // output matrix (head_ranges) or the embedding (the gathered rows of layer 0's forward).
     bool vocab_on_host(const Program & p, const MicroBatchInfo & mb, const Tensor * t) const;
-    // A streamed head: the steps that fold the head's vocabulary ranges for tokens [t0, t0 + n) into state held
-    // for the program, before the step that finishes the loss from it (head_loss); returns the state (nullptr:
-    // the head is not streamed).
-    Tensor * head_ranges(Program & p, const MicroBatchInfo & mb, int64_t t0, int64_t n, bool grad);
+    // A head on the host (vocab_on_host): the steps that fold its row ranges into the state of token ranges, held
+    // for the program, before the steps that finish the loss from it (head_loss). head_ranges: tokens [t0, t0 + n)
+    // alone, its state held alone (nullptr: the head is not on the host); head_ranges_once: every token range of
+    // `ranges` (the micro-batch's, as token_ranges gives them) in each row range's graph, all their states held
+    // (MicroBatchInfo::vocab_pass_once; empty: not on the host). fold_head: the steps, one graph per row range.
+    using TokenRanges = std::vector<std::pair<int64_t, int64_t>>;
+    Tensor * head_ranges(Program & p, const MicroBatchInfo & mb, const GraphRunner * runner, int64_t t0, int64_t n, bool grad);
+    std::vector<Tensor *> head_ranges_once(Program & p, const MicroBatchInfo & mb, const GraphRunner * runner, const TokenRanges & ranges,
+                                           bool grad);
+    void fold_head(Program & p, const GraphRunner * runner, const TokenRanges & ranges, const std::vector<Tensor *> & states, bool grad);
     // The head's loss of x's tokens (per_token: each token's NLL), from the ranges' state when streamed.
     Tensor * head_loss(Program & p, Tensor * x, Tensor * labels, Tensor * state, float loss_scale, bool per_token, bool grad) const;
     // The head program of a preference objective (one graph: a sequence's loss needs all its tokens).

@@ -3,7 +3,8 @@
 // its graphs. The programs give the bits of the unstreamed ones: layer 0's output, the head's loss, its input
 // gradient and every parameter gradient, the evaluation head's results, and the per-token heads of GRPO; for an
 // untied llama (with a LoRA pair on the embedding) and a tied qwen3, f32 and bf16 boundaries, whole and token-chunked
-// heads, ranges that divide the vocabulary and a last partial one. Only frozen matrices stay on the host; a trained
+// heads (each token range after the other, or each row range into every token range: vocab_pass_once), ranges that
+// divide the vocabulary and a last partial one. Only frozen matrices stay on the host; a trained
 // one does not. And the footprint:
 // a streamed head's graphs hold its state and one range, not the matrix.
 #include "small_models.h"
@@ -26,8 +27,10 @@ struct Outputs {
 };
 
 // The programs on the host (no runner: the Trainer's own CPU runner), their memory the host's.
-Outputs run(rp::Trainer & tr, rp::MicroBatchInfo mb, bool stream, const ft_test::TokenData & data, const std::vector<float> & values) {
+Outputs run(rp::Trainer & tr, rp::MicroBatchInfo mb, bool stream, const ft_test::TokenData & data, const std::vector<float> & values,
+            bool pass_once = false) {
     mb.vocab_on_host = stream;
+    mb.vocab_pass_once = pass_once;
     mb.token_ids = data.ids.data();
     mb.sequence_values = values.empty() ? nullptr : values.data();
     rp::TrainingProgram & prog = tr;
@@ -100,7 +103,10 @@ TEST(VocabOnHost, StreamedProgramsGiveTheUnstreamedBits) {
                     const std::string what = std::string(model == m.llama.get() ? "llama" : "qwen3 tied") + " " +
                                              rp::dtype_name(boundary) + " ce_chunk " + std::to_string(ce_chunk) + " token chunk " +
                                              std::to_string(token_chunk);
-                    expect_same(run(tr, mb, true, data, {}), run(tr, mb, false, data, {}), what);
+                    const Outputs plain = run(tr, mb, false, data, {});
+                    expect_same(run(tr, mb, true, data, {}), plain, what);
+                    // Each row range into every token range's state before the next: the same bits.
+                    if (token_chunk > 0) expect_same(run(tr, mb, true, data, {}, true), plain, what + ", rows once");
                 }
 }
 

@@ -1041,6 +1041,17 @@ TEST(Pipeline, VocabularyOnTheHostTrainsBelowTheHeadsSizeWithTheSameBits) {
     const RunResult asked = pipelined(*model, cfg, w, ds, o);
     EXPECT_EQ(first_difference(asked.masters, ref), -1) << asked.plan.describe();
     expect_checks_clean(asked, asked.plan.describe());
+    // Token ranges of 5 (3 or 5 a micro-batch): the planner folds each row range into every token range's state
+    // (MicroBatchInfo::vocab_pass_once), so the head crosses once per micro-batch, not once per token range; the
+    // bits of the host Trainer with the same token chunk.
+    rp::FinetuneConfig chunked = cfg;
+    chunked.token_chunk = 5;
+    o.token_chunk = 5;
+    const RunResult ranges = pipelined(*model, cfg, w, ds, o);
+    EXPECT_EQ(first_difference(ranges.masters, reference(*model, chunked, w)), -1) << ranges.plan.describe();
+    expect_checks_clean(ranges, ranges.plan.describe());
+    EXPECT_GE(ranges.planned_vocab_rows_up, head * 3 * 2);
+    EXPECT_LT(ranges.planned_vocab_rows_up, head * 3 * 2 + head) << "the head once per micro-batch, and the embedding's rows";
     o.vocab_on_host = 0;
     ds.memory = rp::align_buffer(on_host.peak());
     EXPECT_THROW(pipelined(*model, cfg, w, ds, o), rp::MemoryError);
