@@ -1015,6 +1015,12 @@ TEST(Pipeline, VocabularyOnTheHostTrainsBelowTheHeadsSizeWithTheSameBits) {
     EXPECT_GE(on_device.weight_slot, head);
     EXPECT_LT(on_host.weight_slot * 8, head);
     EXPECT_LT(on_host.peak(), head);
+    // A device that holds the least plan with the matrix on it keeps it there (one activation set rather than the
+    // head over the link for every micro-batch).
+    req.device_memory = rp::align_buffer(on_device.peak());
+    const rp::CallPlan kept = planner.plan(req, shapes_of(w));
+    EXPECT_FALSE(kept.shape.vocab_on_host) << kept.plan.describe();
+    req.device_memory = 0;
 
     const auto ref = reference(*model, cfg, w);
     rp::PipelineOptions o;
