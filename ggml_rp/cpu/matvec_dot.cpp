@@ -144,60 +144,13 @@ inline __m256i bits(__m256i v, int s, int mask, int up) {
 // Q4_0, Q4_1, Q5_0, Q5_1: blocks of 32, element j in the low nibble of qs[j] (j < 16) or the high nibble of
 // qs[j - 16], Q5's fifth bit j in qh. w = d (q - 8) / d (q - 16) or w = d q + m, so per block
 // y = d d_b (sum q q') - offset d (d_b sum q')  or  d d_b (sum q q') + m (d_b sum q').
+// The portable loop (CPUs without AVX2).
 template <class Block, bool FIVE_BITS, bool HAS_MIN>
-float dot_q45_small(const Block * w, const DotColumn & x) {
+[[maybe_unused]] float dot_q45_small_portable(const Block * w, const DotColumn & x) {
     [[maybe_unused]] const int64_t ahead = prefetch_distance();
     const int64_t nb = x.K / 32;
     constexpr float offset = HAS_MIN ? 0.0f : (FIVE_BITS ? 16.0f : 8.0f);
-    float extra = 0.0f;   // the offset or min terms
-#if defined(RP_INT8_SIMD)
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-#else
-    float acc = 0.0f;
-#endif
-#if defined(RP_INT8_SIMD)
-    // Block b's exact sum times its scale d d_b, even blocks into acc0, odd ones into acc1.
-    auto block = [&](int64_t b, __m256 scale) {
-        const Block & blk = w[b];
-        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(blk.qs));
-        const __m128i m4 = _mm_set1_epi8(0x0F);
-        __m256i v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
-        if constexpr (FIVE_BITS) v = _mm256_or_si256(v, bit_bytes(load_le32(blk.qh), 0x10));
-        const __m256i s = dot_u8s8(v, load256(x.q.data() + 32 * b));
-        if (b % 2 == 0) acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc0);
-        else acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc1);
-    };
-    int64_t b0 = 0;
-#if defined(__F16C__)
-    // 8 blocks at a time: their 8 scales in one conversion and one product, their offset (or min) terms summed in
-    // 8 lanes (block b in lane b % 8; one running scalar sum would chain every block behind the last).
-    __m256 extra8 = _mm256_setzero_ps();
-    for (; b0 + 8 <= nb; b0 += 8) {
-        const Block * k = w + b0;
-        prefetch_ahead(k, 8 * sizeof(Block), ahead);
-        const __m256 d8 = halves8<Block, &Block::d>(k);
-        const __m256 xsum8 = _mm256_loadu_ps(x.dsum32.data() + b0);
-        if constexpr (HAS_MIN) {
-            const __m256 m8 = halves8<Block, &Block::m>(k);
-            extra8 = _mm256_add_ps(extra8, _mm256_mul_ps(m8, xsum8));
-        } else {
-            extra8 = _mm256_sub_ps(extra8, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(offset), d8), xsum8));
-        }
-        const __m256 sc = _mm256_mul_ps(d8, _mm256_loadu_ps(x.d.data() + b0));
-        for (int j = 0; j < 8; ++j) block(b0 + j, _mm256_permutevar8x32_ps(sc, _mm256_set1_epi32(j)));
-    }
-    extra = hsum(extra8);
-#endif
-    for (int64_t b = b0; b < nb; ++b) {
-        const Block & blk = w[b];
-        const float d = half_to_float(blk.d), dx = x.d[size_t(b)];
-        const float xsum = x.dsum16[size_t(2 * b)] + x.dsum16[size_t(2 * b + 1)];
-        if constexpr (HAS_MIN) extra += half_to_float(blk.m) * xsum;
-        else extra -= offset * d * xsum;
-        block(b, _mm256_set1_ps(d * dx));
-    }
-    return hsum(_mm256_add_ps(acc0, acc1)) + extra;
-#else
+    float extra = 0.0f, acc = 0.0f;
     for (int64_t b = 0; b < nb; ++b) {
         const Block & blk = w[b];
         if (b % 4 == 0) prefetch_ahead(w + b, 4 * sizeof(Block), ahead);
@@ -216,7 +169,91 @@ float dot_q45_small(const Block * w, const DotColumn & x) {
         acc += float(s) * (d * dx);
     }
     return acc + extra;
+}
+
+// SIMD, for N columns at once (one, or a decode step's sequences; N a compile-time count): each block's unsigned
+// quants (and 8 blocks' scales and mins) decoded once. Per column, block b's exact sum times its scale d d_b, even
+// blocks into acc0, odd ones into acc1; the offset (or min) terms in 8 lanes (block b in lane b % 8; one running
+// scalar sum would chain every block behind the last), the tail's in a scalar. Every column has its own
+// accumulators and the same operations in the same order, so its bits are the same whatever N.
+template <int N, class Block, bool FIVE_BITS, bool HAS_MIN>
+void dot_q45_small_n(const Block * w, const DotColumn * const * xs, float * out) {
+#if defined(RP_INT8_SIMD)
+    [[maybe_unused]] const int64_t ahead = prefetch_distance();
+    const int64_t nb = xs[0]->K / 32;
+    constexpr float offset = HAS_MIN ? 0.0f : (FIVE_BITS ? 16.0f : 8.0f);
+    float extra[N];  // the offset or min terms
+    __m256 acc0[N], acc1[N];
+    for (int c = 0; c < N; ++c) {
+        extra[c] = 0.0f;
+        acc0[c] = acc1[c] = _mm256_setzero_ps();
+    }
+    // scale(c) gives block b's d d_b of column c
+    auto block = [&](int64_t b, auto scale) {
+        const Block & blk = w[b];
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(blk.qs));
+        const __m128i m4 = _mm_set1_epi8(0x0F);
+        __m256i v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
+        if constexpr (FIVE_BITS) v = _mm256_or_si256(v, bit_bytes(load_le32(blk.qh), 0x10));
+        for (int c = 0; c < N; ++c) {
+            const __m256i s = dot_u8s8(v, load256(xs[c]->q.data() + 32 * b));
+            if (b % 2 == 0) acc0[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale(c), acc0[c]);
+            else acc1[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale(c), acc1[c]);
+        }
+    };
+    int64_t b0 = 0;
+#if defined(__F16C__)
+    // 8 blocks at a time: their 8 scales in one conversion and one product per column.
+    __m256 extra8[N];
+    for (int c = 0; c < N; ++c) extra8[c] = _mm256_setzero_ps();
+    for (; b0 + 8 <= nb; b0 += 8) {
+        const Block * k = w + b0;
+        prefetch_ahead(k, 8 * sizeof(Block), ahead);
+        const __m256 d8 = halves8<Block, &Block::d>(k);
+        __m256 m8 = _mm256_setzero_ps();
+        if constexpr (HAS_MIN) m8 = halves8<Block, &Block::m>(k);
+        __m256 sc[N];
+        for (int c = 0; c < N; ++c) {
+            const __m256 xsum8 = _mm256_loadu_ps(xs[c]->dsum32.data() + b0);
+            if constexpr (HAS_MIN) extra8[c] = _mm256_add_ps(extra8[c], _mm256_mul_ps(m8, xsum8));
+            else extra8[c] = _mm256_sub_ps(extra8[c], _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(offset), d8), xsum8));
+            sc[c] = _mm256_mul_ps(d8, _mm256_loadu_ps(xs[c]->d.data() + b0));
+        }
+        for (int j = 0; j < 8; ++j) block(b0 + j, [&](int c) { return _mm256_permutevar8x32_ps(sc[c], _mm256_set1_epi32(j)); });
+    }
+    for (int c = 0; c < N; ++c) extra[c] = hsum(extra8[c]);
 #endif
+    for (int64_t b = b0; b < nb; ++b) {
+        const Block & blk = w[b];
+        const float d = half_to_float(blk.d);
+        for (int c = 0; c < N; ++c) {
+            const DotColumn & x = *xs[c];
+            const float xsum = x.dsum16[size_t(2 * b)] + x.dsum16[size_t(2 * b + 1)];
+            if constexpr (HAS_MIN) extra[c] += half_to_float(blk.m) * xsum;
+            else extra[c] -= offset * d * xsum;
+        }
+        block(b, [&](int c) { return _mm256_set1_ps(d * xs[c]->d[size_t(b)]); });
+    }
+    for (int c = 0; c < N; ++c) out[c] = hsum(_mm256_add_ps(acc0[c], acc1[c])) + extra[c];
+#else
+    for (int c = 0; c < N; ++c) out[c] = dot_q45_small_portable<Block, FIVE_BITS, HAS_MIN>(w, *xs[c]);
+#endif
+}
+
+template <class Block, bool FIVE_BITS, bool HAS_MIN>
+struct Q45Small {
+    template <int N>
+    struct Cols {
+        static void run(const Block * w, const DotColumn * const * xs, float * out) { dot_q45_small_n<N, Block, FIVE_BITS, HAS_MIN>(w, xs, out); }
+    };
+};
+
+template <class Block, bool FIVE_BITS, bool HAS_MIN>
+float dot_q45_small(const Block * w, const DotColumn & x) {
+    const DotColumn * xs[1] = {&x};
+    float out;
+    dot_q45_small_n<1, Block, FIVE_BITS, HAS_MIN>(w, xs, &out);
+    return out;
 }
 
 // The portable loop (CPUs without AVX2).
@@ -409,65 +446,12 @@ float dot_q45_K(const Block * w, const DotColumn & x) {
 // (dmin*m_s), q in [0, 3]. Q3_K: w = (d*sc_s) (u - 4), u = q + 4 * (bit 4n + j of hmask[l]) in [0, 7], sc_s
 // signed. So per sub-block y = d sc_s d_b (sum u q') - (dmin m_s | 4 d sc_s) (d_b sum q'), the second term from
 // dsum16, accumulated apart and subtracted last (as Q4_K's mins and Q6_K's offset).
+// The portable loop (CPUs without AVX2).
 template <bool Q3>
-float dot_q23_K(const void * row, const DotColumn & x) {
+[[maybe_unused]] float dot_q23_K_portable(const void * row, const DotColumn & x) {
     [[maybe_unused]] const int64_t ahead = prefetch_distance();
     constexpr size_t kBlockBytes = Q3 ? sizeof(block_q3_K) : sizeof(block_q2_K);
     const int64_t nsb = x.K / QK_K;
-#if defined(RP_INT8_SIMD)
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), offs = _mm256_setzero_ps();
-    for (int64_t sb = 0; sb < nsb; ++sb) {
-        prefetch_ahead(static_cast<const uint8_t *>(row) + sb * int64_t(kBlockBytes), kBlockBytes, ahead);
-        const uint8_t * qs;
-        const uint8_t * hmask = nullptr;
-        float d;
-        __m128i sc16;        // the 16 sub-blocks' scales, int8
-        __m256 off_lo, off_hi;   // per sub-block the factor of d_b sum q' in the offset: 4 d sc_s (Q3) or dmin m_s (Q2)
-        if constexpr (Q3) {
-            const block_q3_K & b = static_cast<const block_q3_K *>(row)[sb];
-            qs = b.qs, hmask = b.hmask, d = half_to_float(b.d);
-            // q3k_scale's values, 4 sub-blocks to a word.
-            uint32_t w[4];
-            q3k_scales_packed(b.scales, w);
-            sc16 = _mm_sub_epi8(_mm_setr_epi32(int(w[0]), int(w[1]), int(w[2]), int(w[3])), _mm_set1_epi8(32));
-            const __m256 d4 = _mm256_set1_ps(4.0f * d);
-            off_lo = _mm256_mul_ps(d4, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc16)));
-            off_hi = _mm256_mul_ps(d4, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc16, 8))));
-        } else {
-            const block_q2_K & b = static_cast<const block_q2_K *>(row)[sb];
-            qs = b.qs, d = half_to_float(b.d);
-            const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b.scales));
-            sc16 = _mm_and_si128(v, _mm_set1_epi8(0x0F));
-            const __m128i m16 = _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0F));
-            const __m256 dmin = _mm256_set1_ps(half_to_float(b.dmin));
-            off_lo = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m16)));
-            off_hi = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(m16, 8))));
-        }
-        const int8_t * xq = x.q.data() + QK_K * sb;
-        const float * xd = x.d.data() + 8 * sb;
-        const float * xs = x.dsum16.data() + 16 * sb;
-        offs = _mm256_fmadd_ps(off_lo, _mm256_loadu_ps(xs), offs);
-        offs = _mm256_fmadd_ps(off_hi, _mm256_loadu_ps(xs + 8), offs);
-        const __m256i q = load256(qs), q2 = load256(qs + 32);
-        __m256i hm = _mm256_setzero_si256();
-        if constexpr (Q3) hm = load256(hmask);
-        for (int n = 0; n < 2; ++n) {
-            // Groups g = 4n .. 4n+3 (elements 128n + 32j + l have bits 2j of qs[32n + l]): their 8 sub-blocks'
-            // exact sums in one vector (sums_of_halves' order), times the matching scales (d sc_s) d_b.
-            __m256i p[4];
-            for (int j = 0; j < 4; ++j) {
-                __m256i u = bits(n == 0 ? q : q2, 2 * j, 3, 0);
-                if constexpr (Q3) u = _mm256_or_si256(u, bits(hm, 4 * n + j, 1, 2));
-                p[j] = dot_u8s8(u, load256(xq + 32 * (4 * n + j)));
-            }
-            const __m256 scf = _mm256_cvtepi32_ps(evens_then_odds(_mm256_cvtepi8_epi32(n == 0 ? sc16 : _mm_srli_si128(sc16, 8))));
-            const __m256 scale = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), scf), _mm256_broadcast_ps(reinterpret_cast<const __m128 *>(xd + 4 * n)));
-            if (n == 0) acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums_of_halves(p[0], p[1], p[2], p[3])), scale, acc0);
-            else acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums_of_halves(p[0], p[1], p[2], p[3])), scale, acc1);
-        }
-    }
-    return hsum(_mm256_add_ps(acc0, acc1)) - hsum(offs);
-#else
     float acc = 0.0f, offset = 0.0f;
     for (int64_t sb = 0; sb < nsb; ++sb) {
         prefetch_ahead(static_cast<const uint8_t *>(row) + sb * int64_t(kBlockBytes), kBlockBytes, ahead);
@@ -502,7 +486,99 @@ float dot_q23_K(const void * row, const DotColumn & x) {
             }
     }
     return acc - offset;
+}
+
+// SIMD, for N columns at once (one, or a decode step's sequences; N a compile-time count): each super-block's
+// scales, offsets and 2-bit (Q3: 3-bit) quants decoded once. Per column, groups g = 4n .. 4n+3: their 8 sub-blocks'
+// exact sums in one vector (sums_of_halves' order), times the matching scales (d sc_s) d_b, and the offsets' terms
+// from the column's dsum16. Every column has its own accumulators and the same operations in the same order, so
+// its bits are the same whatever N.
+template <int N, bool Q3>
+void dot_q23_K_n(const void * row, const DotColumn * const * xs, float * out) {
+#if defined(RP_INT8_SIMD)
+    [[maybe_unused]] const int64_t ahead = prefetch_distance();
+    constexpr size_t kBlockBytes = Q3 ? sizeof(block_q3_K) : sizeof(block_q2_K);
+    const int64_t nsb = xs[0]->K / QK_K;
+    __m256 acc0[N], acc1[N], offs[N];
+    for (int c = 0; c < N; ++c) acc0[c] = acc1[c] = offs[c] = _mm256_setzero_ps();
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+        prefetch_ahead(static_cast<const uint8_t *>(row) + sb * int64_t(kBlockBytes), kBlockBytes, ahead);
+        const uint8_t * qs;
+        const uint8_t * hmask = nullptr;
+        float d;
+        __m128i sc16;        // the 16 sub-blocks' scales, int8
+        __m256 off_lo, off_hi;   // per sub-block the factor of d_b sum q' in the offset: 4 d sc_s (Q3) or dmin m_s (Q2)
+        if constexpr (Q3) {
+            const block_q3_K & b = static_cast<const block_q3_K *>(row)[sb];
+            qs = b.qs, hmask = b.hmask, d = half_to_float(b.d);
+            // q3k_scale's values, 4 sub-blocks to a word.
+            uint32_t w[4];
+            q3k_scales_packed(b.scales, w);
+            sc16 = _mm_sub_epi8(_mm_setr_epi32(int(w[0]), int(w[1]), int(w[2]), int(w[3])), _mm_set1_epi8(32));
+            const __m256 d4 = _mm256_set1_ps(4.0f * d);
+            off_lo = _mm256_mul_ps(d4, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc16)));
+            off_hi = _mm256_mul_ps(d4, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc16, 8))));
+        } else {
+            const block_q2_K & b = static_cast<const block_q2_K *>(row)[sb];
+            qs = b.qs, d = half_to_float(b.d);
+            const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b.scales));
+            sc16 = _mm_and_si128(v, _mm_set1_epi8(0x0F));
+            const __m128i m16 = _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0F));
+            const __m256 dmin = _mm256_set1_ps(half_to_float(b.dmin));
+            off_lo = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m16)));
+            off_hi = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(m16, 8))));
+        }
+        // Groups g = 4n + j (elements 128n + 32j + l have bits 2j of qs[32n + l]): their unsigned quants, and per n
+        // the scales d sc_s of their 8 sub-blocks in sums_of_halves' order.
+        const __m256i q = load256(qs), q2 = load256(qs + 32);
+        __m256i hm = _mm256_setzero_si256();
+        if constexpr (Q3) hm = load256(hmask);
+        __m256i u[2][4];
+        __m256 dscf[2];
+        for (int n = 0; n < 2; ++n) {
+            for (int j = 0; j < 4; ++j) {
+                u[n][j] = bits(n == 0 ? q : q2, 2 * j, 3, 0);
+                if constexpr (Q3) u[n][j] = _mm256_or_si256(u[n][j], bits(hm, 4 * n + j, 1, 2));
+            }
+            const __m256 scf = _mm256_cvtepi32_ps(evens_then_odds(_mm256_cvtepi8_epi32(n == 0 ? sc16 : _mm_srli_si128(sc16, 8))));
+            dscf[n] = _mm256_mul_ps(_mm256_set1_ps(d), scf);
+        }
+        for (int c = 0; c < N; ++c) {
+            const DotColumn & x = *xs[c];
+            const int8_t * xq = x.q.data() + QK_K * sb;
+            const float * xd = x.d.data() + 8 * sb;
+            const float * xsum = x.dsum16.data() + 16 * sb;
+            offs[c] = _mm256_fmadd_ps(off_lo, _mm256_loadu_ps(xsum), offs[c]);
+            offs[c] = _mm256_fmadd_ps(off_hi, _mm256_loadu_ps(xsum + 8), offs[c]);
+            for (int n = 0; n < 2; ++n) {
+                __m256i p[4];
+                for (int j = 0; j < 4; ++j) p[j] = dot_u8s8(u[n][j], load256(xq + 32 * (4 * n + j)));
+                const __m256 scale = _mm256_mul_ps(dscf[n], _mm256_broadcast_ps(reinterpret_cast<const __m128 *>(xd + 4 * n)));
+                __m256 & acc = n == 0 ? acc0[c] : acc1[c];
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums_of_halves(p[0], p[1], p[2], p[3])), scale, acc);
+            }
+        }
+    }
+    for (int c = 0; c < N; ++c) out[c] = hsum(_mm256_add_ps(acc0[c], acc1[c])) - hsum(offs[c]);
+#else
+    for (int c = 0; c < N; ++c) out[c] = dot_q23_K_portable<Q3>(row, *xs[c]);
 #endif
+}
+
+template <bool Q3>
+struct Q23K {
+    template <int N>
+    struct Cols {
+        static void run(const void * row, const DotColumn * const * xs, float * out) { dot_q23_K_n<N, Q3>(row, xs, out); }
+    };
+};
+
+template <bool Q3>
+float dot_q23_K(const void * row, const DotColumn & x) {
+    const DotColumn * xs[1] = {&x};
+    float out;
+    dot_q23_K_n<1, Q3>(row, xs, &out);
+    return out;
 }
 
 // Q6_K: sub-blocks of 16 with w = (d*sc) (q - 32), q in [0, 63].
@@ -829,6 +905,12 @@ void row_dot_columns(TensorType t, const void * row, const DotColumn * const * x
     case TensorType::Q4_K: return dot_q45_K_columns<false>(static_cast<const block_q4_K *>(row), xs, n, out);
     case TensorType::Q5_K: return dot_q45_K_columns<true>(static_cast<const block_q5_K *>(row), xs, n, out);
     case TensorType::Q6_K: return dot_q6_K_columns(static_cast<const block_q6_K *>(row), xs, n, out);
+    case TensorType::Q4_0: return with_columns<Q45Small<block_q4_0, false, false>::Cols>(n, static_cast<const block_q4_0 *>(row), xs, out);
+    case TensorType::Q4_1: return with_columns<Q45Small<block_q4_1, false, true>::Cols>(n, static_cast<const block_q4_1 *>(row), xs, out);
+    case TensorType::Q5_0: return with_columns<Q45Small<block_q5_0, true, false>::Cols>(n, static_cast<const block_q5_0 *>(row), xs, out);
+    case TensorType::Q5_1: return with_columns<Q45Small<block_q5_1, true, true>::Cols>(n, static_cast<const block_q5_1 *>(row), xs, out);
+    case TensorType::Q2_K: return with_columns<Q23K<false>::Cols>(n, row, xs, out);
+    case TensorType::Q3_K: return with_columns<Q23K<true>::Cols>(n, row, xs, out);
     default:
         for (int c = 0; c < n; ++c) out[c] = row_dot(t, row, *xs[c]);
     }

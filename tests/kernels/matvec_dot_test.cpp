@@ -307,7 +307,7 @@ TEST(MatvecDot, AScopeSwitchesItsOwnThreadOnly) {
     EXPECT_EQ(rp::cpu::row_dot_max_columns(), 0);
 }
 
-// row_dot_columns (a decode step's sequences at once; Q4_K and Q5_K decode each block once for all) gives every
+// row_dot_columns (a decode step's sequences at once; the int8 types decode each block once for all) gives every
 // column row_dot's bits, for 1 to 8 columns of every type.
 TEST(MatvecDot, ColumnsAtOnceAreEachTheirOwnDot) {
     Rng rng(31);
