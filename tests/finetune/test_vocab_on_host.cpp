@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -108,6 +109,42 @@ TEST(VocabOnHost, StreamedProgramsGiveTheUnstreamedBits) {
                     // Each row range into every token range's state before the next: the same bits.
                     if (token_chunk > 0) expect_same(run(tr, mb, true, data, {}, true), plain, what + ", rows once");
                 }
+}
+
+// QLoRA: quantized embedding and head (q8_0, q4_0 llamas on stories260K's vocabulary): the gathered rows and the
+// uploaded head ranges in the file's type, the same bits.
+TEST(VocabOnHost, QuantizedMatricesGiveTheUnstreamedBits) {
+    rp_test::TempDir dir;
+    for (const gguf::TensorType type : {gguf::TensorType::Q8_0, gguf::TensorType::Q4_0}) {
+        rp::SynthSpec s;
+        s.vocab_from = rp_test::shared_dir() + "/models/stories260K.gguf";
+        s.n_embd = 64, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 16, s.n_ff = 160, s.n_layer = 2, s.seed = 23;
+        s.wtype = type;
+        const std::string path = dir.file(std::string(gguf::type_name(uint32_t(type))) + ".gguf");
+        rp::write_synth_model(s, path);
+        const std::unique_ptr<rp::Model> model = rp::Model::load(path);
+        rp::FinetuneConfig cfg;
+        cfg.lora_rank = 4;
+        cfg.ce_chunk = 100;
+        rp::Trainer tr(*model, cfg);
+        ft_test::seed_lora_b(tr);
+        for (int l : {0, tr.num_layers() - 1})
+            for (const auto & ti : tr.layer_tensors(l)) {
+                if (ti.vocab_rows > 0) {
+                    EXPECT_EQ(ti.bytes, static_cast<size_t>(ti.vocab_rows) * gguf::row_bytes(type, 64)) << ti.name;
+                }
+            }
+        rp::MicroBatchInfo mb;
+        mb.seq_len = 12;
+        mb.n_seq = 2;
+        mb.token_chunk = 7;
+        mb.loss_scale = 1.0f / 24;
+        const ft_test::TokenData data(24);
+        const Outputs plain = run(tr, mb, false, data, {});
+        const std::string what = gguf::type_name(uint32_t(type));
+        expect_same(run(tr, mb, true, data, {}), plain, what);
+        expect_same(run(tr, mb, true, data, {}, true), plain, what + ", rows once");
+    }
 }
 
 // GRPO's head: per-token NLL with a gradient per token, through the streamed state.
