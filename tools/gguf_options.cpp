@@ -27,12 +27,23 @@ void SynthSettings::finish() {
 
 void declare_synth_options(Options & p, SynthSettings & s) {
     p.positionals("OUT", s.out, 1, 1, "the model to write");
+    // The presets, a line at most ~100 characters wide.
+    std::string presets;
+    size_t line = 0;
+    for (const std::string & n : rp::synth_preset_names()) {
+        if (line > 0 && line + n.size() + 2 > 100) {
+            presets += ",\n";
+            line = 0;
+        } else if (line > 0) {
+            presets += ", ";
+            line += 2;
+        }
+        presets += n;
+        line += n.size();
+    }
     p.value("--shape", "NAME",
-            "a preset: qwen3-0.6b, qwen3-1.7b, qwen3-32b, llama3.1-8b, qwen3-30b-a3b, qwen3-235b-a22b,\n"
-            "gpt-oss-20b, gpt-oss-120b, gemma-2-2b, gemma-2-9b, gemma-2-27b, gemma-3-1b, gemma-3-4b, gemma-3-12b, gemma-3-27b, ministral-3-3b,\n"
-            "ministral-3-8b, ministral-3-14b, llama3.2-1b, llama3.2-3b, phi-3.5-mini, phi-4-mini, phi-4 (the real shapes\n"
-            "and vocabulary sizes), llama-98m, llama-20m"
-            "(the benchmark models); the other options override it",
+            "a preset: the real shapes and vocabulary sizes (llama-98m and llama-20m: the benchmark models); the\n"
+            "other options override it:\n" + presets,
             Options::String, [](const std::string &, const std::string &) {}, [] { return std::nullopt; });
     p.text("--vocab", s.spec.vocab_from, "the GGUF whose tokenizer to copy (sets n_vocab)", "VOCAB.gguf");
     p.value("--n-vocab", "N", "without --vocab: N token rows and no tokenizer (the file plans and trains; it cannot tokenize)", Options::Int,

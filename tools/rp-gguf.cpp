@@ -153,8 +153,9 @@ int cmd_synth(int argc, char ** argv) {
     Options p("rp-gguf synth",
               "usage: rp-gguf synth OUT (--vocab VOCAB.gguf | --n-vocab N | --shape NAME) [options]\n"
               "\n"
-              "Writes a llama / qwen2 / qwen3 / qwen3moe / gpt-oss / gemma2 / gemma3 / mistral3 / phi3 model with random weights (seeded, O(1) activations)\n"
-              "whose tokenizer is copied from VOCAB.gguf (which sets n_vocab), e.g. ../shared/models/vocab/ggml-vocab-qwen2.gguf\n"
+              "Writes a llama / qwen2 / qwen3 / qwen3moe / gpt-oss / gemma2 / gemma3 / mistral3 / phi3 / qwen35 / qwen35moe model\n"
+              "with random weights (seeded, O(1) activations) whose tokenizer is copied from VOCAB.gguf (which sets n_vocab),\n"
+              "e.g. ../shared/models/vocab/ggml-vocab-qwen2.gguf\n"
               "for the real 151,936-token Qwen vocabulary. Prints 'params N'. Weights are generated while writing: the\n"
               "model never sits in memory.\n");
     rp::cli::declare_synth_options(p, s);

@@ -55,6 +55,21 @@ void add_values(gguf::Writer & w, const std::string & name, const std::vector<fl
 
 } // namespace
 
+const std::vector<std::string> & synth_preset_names() {
+    static const std::vector<std::string> names = {
+        "qwen3-0.6b", "qwen3-1.7b", "qwen3-32b", "llama3.1-8b", "qwen3-30b-a3b", "qwen3-235b-a22b", "qwen3-next-80b-a3b",
+        "qwen3.5-35b-a3b", "gpt-oss-20b", "gpt-oss-120b", "gemma-2-2b", "gemma-2-9b", "gemma-2-27b", "gemma-3-1b", "gemma-3-4b",
+        "gemma-3-12b", "gemma-3-27b", "ministral-3-3b", "ministral-3-8b", "ministral-3-14b", "llama3.2-1b", "llama3.2-3b",
+        "phi-3.5-mini", "phi-4-mini", "phi-4", "llama-98m", "llama-20m"};
+    return names;
+}
+
+std::string synth_preset_list() {
+    std::string s;
+    for (const std::string & n : synth_preset_names()) s += (s.empty() ? "" : ", ") + n;
+    return s;
+}
+
 SynthSpec synth_preset(const std::string & name) {
     SynthSpec s;
     auto qwen3 = [&](uint32_t embd, uint32_t layers, uint32_t heads, uint32_t ff, bool tied) {
@@ -143,10 +158,7 @@ SynthSpec synth_preset(const std::string & name) {
         s.n_embd = 512, s.n_head = 8, s.n_head_kv = 8, s.head_dim = 64, s.n_ff = 1408, s.n_layer = 6, s.n_ctx_train = 2048;
         s.n_vocab = 32000;
     } else {
-        throw Error("unknown model shape '" + name +
-                    "' (qwen3-0.6b, qwen3-1.7b, qwen3-32b, llama3.1-8b, qwen3-30b-a3b, qwen3-235b-a22b, qwen3-next-80b-a3b, qwen3.5-35b-a3b, gpt-oss-20b, gpt-oss-120b, "
-                    "gemma-2-2b, gemma-2-9b, gemma-2-27b, gemma-3-1b, gemma-3-4b, gemma-3-12b, gemma-3-27b, ministral-3-3b, ministral-3-8b, ministral-3-14b, llama3.2-1b, "
-                    "llama3.2-3b, phi-3.5-mini, phi-4-mini, phi-4, llama-98m, llama-20m)");
+        throw Error("unknown model shape '" + name + "' (" + synth_preset_list() + ")");
     }
     return s;
 }

@@ -79,6 +79,10 @@ struct SynthSpec {
 // soft-caps 50 and 30), llama3.2-1b and llama3.2-3b (tied, RoPE factors 32), phi-3.5-mini (LongRoPE 4096 to
 // 131072), phi-4-mini (partial rotary, tied) and phi-4; and the benchmark models llama-98m, llama-20m. n_vocab is the real model's (vocab_from unset). rp::Error naming the presets otherwise.
 SynthSpec synth_preset(const std::string & name);
+// Every name synth_preset takes (rp-simulate's alias qwen3-235b aside), in the order help texts list them.
+const std::vector<std::string> & synth_preset_names();
+// The same as one comma-separated line.
+std::string synth_preset_list();
 
 // Writes the model to `path` (temp file, then rename). Throws rp::Error on a bad spec or I/O failure.
 // Weights are generated tensor by tensor at write time: a 100M-parameter model never sits in memory.

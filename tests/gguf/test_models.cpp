@@ -2,6 +2,8 @@
 // from the manifest, not from our reader's output); the two invalid files fail with their specific errors.
 #include "gguf/gguf.h"
 #include "gguf_test_util.h"
+#include "base/error.h"
+#include "models/convert/synth_model.h"
 
 #include <gtest/gtest.h>
 
@@ -323,4 +325,17 @@ TEST(GgufModels, ReleasedPagesReadBackTheSameBytes) {
     const std::vector<uint8_t> file(r->bytes(), r->bytes() + r->file_size());
     auto m = gguf::Reader::from_memory(file.data(), file.size(), "stories260K in memory");
     EXPECT_EQ(m->release_pages(m->tensor_data(*m->find_tensor("token_embd.weight")), n), 0u);
+}
+
+// The preset list (synth_preset_names: rp-gguf synth --help and the unknown-shape error print it) is exactly the
+// names synth_preset takes.
+TEST(GgufModels, EveryListedPresetIsAPresetAndTheErrorListsThemAll) {
+    for (const std::string & name : rp::synth_preset_names()) EXPECT_NO_THROW(rp::synth_preset(name)) << name;
+    try {
+        rp::synth_preset("qwen9-1t");
+        FAIL() << "an unknown shape was accepted";
+    } catch (const rp::Error & e) {
+        const std::string msg = e.what();
+        for (const std::string & name : rp::synth_preset_names()) EXPECT_NE(msg.find(name), std::string::npos) << name;
+    }
 }
