@@ -176,6 +176,13 @@ template <class Block, bool FIVE_BITS, bool HAS_MIN>
 // blocks into acc0, odd ones into acc1; the offset (or min) terms in 8 lanes (block b in lane b % 8; one running
 // scalar sum would chain every block behind the last), the tail's in a scalar. Every column has its own
 // accumulators and the same operations in the same order, so its bits are the same whatever N.
+// (GCC 12 warns of the 512-bit intrinsics' own undefined upper halves, _mm512_undefined_*, once inlined: a false
+// positive of its headers.)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 template <int N, class Block, bool FIVE_BITS, bool HAS_MIN>
 void dot_q45_small_n(const Block * w, const DotColumn * const * xs, float * out) {
 #if defined(RP_INT8_SIMD)
@@ -203,6 +210,30 @@ void dot_q45_small_n(const Block * w, const DotColumn * const * xs, float * out)
     };
     int64_t b0 = 0;
 #if defined(__F16C__)
+#if defined(RP_INT8_VNNI) && defined(__AVX512F__)
+    // With 512-bit registers, blocks b (even) and b + 1 at once: their quants in one register [b's 32 | b + 1's
+    // 32], one product instruction per column, and per column one accumulator [acc0 | acc1]: each lane the same
+    // exact int32 sum and the same FMA chain as the 256-bit code, so the same bits.
+    __m512 acc01[N];
+    for (int c = 0; c < N; ++c) acc01[c] = _mm512_setzero_ps();
+    auto pair = [&](int64_t b, auto scale) {  // scale(c): [block b's d d_b x 8 | block b + 1's x 8] of column c
+        const __m256i q = _mm256_set_m128i(_mm_loadu_si128(reinterpret_cast<const __m128i *>(w[b + 1].qs)),
+                                           _mm_loadu_si128(reinterpret_cast<const __m128i *>(w[b].qs)));
+        // [q | q] >> [0 | 4] per 16-bit lane, low nibbles: [lo b, lo b+1, hi b, hi b+1]; then each block's 32
+        // elements in order: [lo b, hi b, lo b+1, hi b+1]
+        const __m512i shift = _mm512_set_epi64(0x0004000400040004, 0x0004000400040004, 0x0004000400040004, 0x0004000400040004, 0, 0, 0, 0);
+        const __m512i both = _mm512_and_si512(_mm512_srlv_epi16(_mm512_broadcast_i64x4(q), shift), _mm512_set1_epi8(0x0F));
+        __m512i v = _mm512_shuffle_i64x2(both, both, _MM_SHUFFLE(3, 1, 2, 0));
+        if constexpr (FIVE_BITS) {  // the fifth bits: byte j of the 64 = 0x10 where bit j of [qh b | qh b+1] is set
+            const __mmask64 bits5 = _cvtu64_mask64(uint64_t(load_le32(w[b].qh)) | uint64_t(load_le32(w[b + 1].qh)) << 32);
+            v = _mm512_or_si512(v, _mm512_maskz_mov_epi8(bits5, _mm512_set1_epi8(0x10)));
+        }
+        for (int c = 0; c < N; ++c) {
+            const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v, _mm512_loadu_si512(xs[c]->q.data() + 32 * b));
+            acc01[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale(c), acc01[c]);
+        }
+    };
+#endif
     // 8 blocks at a time: their 8 scales in one conversion and one product per column.
     __m256 extra8[N];
     for (int c = 0; c < N; ++c) extra8[c] = _mm256_setzero_ps();
@@ -219,9 +250,22 @@ void dot_q45_small_n(const Block * w, const DotColumn * const * xs, float * out)
             else extra8[c] = _mm256_sub_ps(extra8[c], _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(offset), d8), xsum8));
             sc[c] = _mm256_mul_ps(d8, _mm256_loadu_ps(xs[c]->d.data() + b0));
         }
+#if defined(RP_INT8_VNNI) && defined(__AVX512F__)
+        for (int j = 0; j < 8; j += 2) {
+            const __m512i idx = _mm512_set_epi32(j + 1, j + 1, j + 1, j + 1, j + 1, j + 1, j + 1, j + 1, j, j, j, j, j, j, j, j);
+            pair(b0 + j, [&](int c) { return _mm512_permutexvar_ps(idx, _mm512_castps256_ps512(sc[c])); });
+        }
+#else
         for (int j = 0; j < 8; ++j) block(b0 + j, [&](int c) { return _mm256_permutevar8x32_ps(sc[c], _mm256_set1_epi32(j)); });
+#endif
     }
     for (int c = 0; c < N; ++c) extra[c] = hsum(extra8[c]);
+#if defined(RP_INT8_VNNI) && defined(__AVX512F__)
+    for (int c = 0; c < N; ++c) {  // the even and odd blocks' chains go on in the 256-bit accumulators
+        acc0[c] = _mm512_castps512_ps256(acc01[c]);
+        acc1[c] = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc01[c]), 1));
+    }
+#endif
 #endif
     for (int64_t b = b0; b < nb; ++b) {
         const Block & blk = w[b];
@@ -239,6 +283,10 @@ void dot_q45_small_n(const Block * w, const DotColumn * const * xs, float * out)
     for (int c = 0; c < N; ++c) out[c] = dot_q45_small_portable<Block, FIVE_BITS, HAS_MIN>(w, *xs[c]);
 #endif
 }
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 template <class Block, bool FIVE_BITS, bool HAS_MIN>
 struct Q45Small {

@@ -224,6 +224,35 @@ TEST(CudaPipeline, Bf16BoundariesGiveTheSameBitsOnEveryPlan) {
         }
 }
 
+// The embedding and head on the host (PipelineOptions::vocab_on_host): layer 0's gathered rows and the head's row
+// ranges uploaded by the CUDA runner, its state held across the graphs (GraphRunner::hold, in the graph region);
+// whole and token-ranged heads, rows once per micro-batch or once per token range: the bits of the one-device run
+// with the matrices on the device and the same token chunk. Tied (qwen3) and untied (llama) heads.
+TEST(CudaPipeline, VocabularyOnTheHostGivesTheSameBits) {
+    RP_REQUIRE_GPU();
+    const SharedModels & m = SharedModels::get();
+    for (const rp::Model * model : {m.llama.get(), m.qwen3.get()}) {
+        rp::FinetuneConfig cfg = lora_cfg();
+        cfg.ce_chunk = 100;  // several row ranges over the vocabulary
+        Workload w;
+        w.M = 3;
+        for (const int64_t chunk : {int64_t(0), int64_t(5)}) {
+            rp::PipelineOptions base;
+            base.token_chunk = chunk;
+            base.vocab_on_host = 0;
+            const RunResult ref = pipelined(*model, cfg, w, setup(1), base, cuda_devices);
+            for (int G = 1; G <= 2; ++G) {
+                rp::PipelineOptions o = base;
+                o.vocab_on_host = 1;
+                const RunResult r = pipelined(*model, cfg, w, setup(G), o, cuda_devices);
+                const std::string what = model->path() + " G=" + std::to_string(G) + " token chunk " + std::to_string(chunk);
+                EXPECT_EQ(first_difference(r.masters, ref.masters), -1) << what;
+                EXPECT_EQ(r.losses, ref.losses) << what;
+            }
+        }
+    }
+}
+
 // One SGD step on the CPU Trainer and on 2 logical CUDA devices: the loss within loss_tol (relative), every
 // gradient and every update within grad_tol (relative L2).
 void expect_close_to_cpu(rp::DType attention, double loss_tol, double grad_tol) {
