@@ -301,6 +301,7 @@ void lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf::
                 " chunk=" + std::to_string(s.chunk));
     require(!dW || dw_row >= s.C, op, "dW row stride " + std::to_string(dw_row) + " is smaller than C=" + std::to_string(s.C));
     if (dh && aux.lse_in && aux.unit_dh_in && !dW) {  // the forward formed dh: scale it (no pass, no workspace)
+        if (s.T == 0) return;
         ce_scale_unit_kernel<<<static_cast<unsigned>(elementwise_grid(s.C * s.T)), kElemThreads, 0, stream>>>(dh, aux.unit_dh_in, s.C, s.T,
                                                                                                             loss_scale, aux.token_scale);
         check_launch("lm_head_ce_back (scale the forward's gradient)");

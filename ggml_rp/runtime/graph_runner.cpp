@@ -93,6 +93,7 @@ void * FootprintRunner::upload(const void *, size_t bytes) {
 
 void * FootprintRunner::hold(size_t bytes) {
     if (held_) throw Error("graph runner: hold() twice without release_held()");
+    // In the rules' unit: an accelerator's uploads' (CUDA: 256 bytes, as its runner holds), else the CPU runner's 64.
     held_ = rules_.upload_bytes(bytes) > 0 ? rules_.upload_bytes(bytes) : (bytes + 63) / 64 * 64;
     return unread_upload();
 }

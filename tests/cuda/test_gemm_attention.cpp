@@ -334,16 +334,32 @@ TEST(CudaAttention, LongSequence8192) {
 
 namespace {
 
+// A head problem: W [C, V] of type wt (rows of rb bytes), h [C, T], labels (every fifth from the fourth masked).
+struct CeProblem {
+    std::vector<uint8_t> w;
+    size_t rb;
+    std::vector<float> h;
+    std::vector<int32_t> labels;
+};
+CeProblem make_ce_problem(int64_t C, int64_t V, int64_t T, TensorType wt, std::mt19937 & rng) {
+    CeProblem p;
+    p.w = quantized(wt, rand_vec(size_t(C * V), rng, -0.2f, 0.2f), C, V);
+    p.rb = gguf::row_bytes(wt, C);
+    p.h = rand_vec(size_t(C * T), rng);
+    p.labels.resize(static_cast<size_t>(T));
+    for (size_t t = 0; t < p.labels.size(); ++t) p.labels[t] = t % 5 == 3 ? -1 : int32_t(rng() % V);
+    return p;
+}
+
 // loss_scale < 0: 1/T. zero_dw: dW starts at 0 (else random), so that tiny gradients are not lost in the sum.
 void check_ce(int64_t C, int64_t V, int64_t T, TensorType wt, double tol, std::mt19937 & rng, float scale = -1.0f,
               bool zero_dw = false, float softcap = 0.0f) {
     SCOPED_TRACE(std::string(gguf::type_name(uint32_t(wt))) + " V=" + std::to_string(V) + " softcap=" + std::to_string(softcap));
-    const auto wf = rand_vec(size_t(C * V), rng, -0.2f, 0.2f);
-    const auto w = quantized(wt, wf, C, V);
-    const size_t rb = gguf::row_bytes(wt, C);
-    const auto h = rand_vec(size_t(C * T), rng);
-    std::vector<int32_t> labels(static_cast<size_t>(T));
-    for (size_t t = 0; t < labels.size(); ++t) labels[t] = t % 5 == 3 ? -1 : int32_t(rng() % V);
+    const CeProblem pr = make_ce_problem(C, V, T, wt, rng);
+    const std::vector<uint8_t> & w = pr.w;
+    const size_t rb = pr.rb;
+    const std::vector<float> & h = pr.h;
+    const std::vector<int32_t> & labels = pr.labels;
     const float loss_scale = scale > 0 ? scale : 1.0f / float(T);
     std::vector<float> dh(size_t(C * T)), dW = zero_dw ? std::vector<float>(size_t(C * V), 0.0f) : rand_vec(size_t(C * V), rng);
     const std::vector<float> dW0 = dW;
@@ -410,12 +426,11 @@ void check_ce_unit(int64_t C, int64_t V, int64_t T, TensorType wt, double tol, s
 void check_ce_streamed(int64_t C, int64_t V, int64_t T, TensorType wt, int64_t chunk, int64_t per_range, float softcap, std::mt19937 & rng) {
     SCOPED_TRACE(std::string("streamed, ") + gguf::type_name(uint32_t(wt)) + " V=" + std::to_string(V) + " chunk " + std::to_string(chunk) +
                  " x " + std::to_string(per_range) + " softcap=" + std::to_string(softcap));
-    const auto wf = rand_vec(size_t(C * V), rng, -0.2f, 0.2f);
-    const auto w = quantized(wt, wf, C, V);
-    const size_t rb = gguf::row_bytes(wt, C);
-    const auto h = rand_vec(size_t(C * T), rng);
-    std::vector<int32_t> labels(static_cast<size_t>(T));
-    for (size_t t = 0; t < labels.size(); ++t) labels[t] = t % 5 == 3 ? -1 : int32_t(rng() % V);
+    const CeProblem pr = make_ce_problem(C, V, T, wt, rng);
+    const std::vector<uint8_t> & w = pr.w;
+    const size_t rb = pr.rb;
+    const std::vector<float> & h = pr.h;
+    const std::vector<int32_t> & labels = pr.labels;
     const float loss_scale = 1.0f / float(T);
     Dev<uint8_t> gw(w), ws(rp::cuda::lm_head_ce_workspace_bytes(C, V, T, chunk, wt));
     Dev<float> gh(h), gunit(size_t(C * T)), glse(static_cast<size_t>(T)), grest(static_cast<size_t>(T));
