@@ -125,6 +125,15 @@ inline __m256i sums_of_8(const __m256i p[8]) {
 }
 // The order sums_of_halves leaves 8 sub-blocks of 16 in: 0, 2, 4, 6 | 1, 3, 5, 7.
 inline __m256i evens_then_odds(__m256i v) { return _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7)); }
+// Four 32-element groups of one column (its int8 quants at xq, the groups 32 apart; their activation scales d_b at
+// xd) times the unsigned quants u: their 8 sub-blocks of 16's exact sums (sums_of_halves' order), times the weight
+// scales in that order (dscf) and d_b, added into acc. (Q2_K / Q3_K and Q6_K: half a super-block.)
+inline __m256 fma_four_groups(const __m256i u[4], const int8_t * xq, const float * xd, __m256 dscf, __m256 acc) {
+    __m256i p[4];
+    for (int k = 0; k < 4; ++k) p[k] = dot_u8s8(u[k], load256(xq + 32 * k));
+    const __m256 scale = _mm256_mul_ps(dscf, _mm256_broadcast_ps(reinterpret_cast<const __m128 *>(xd)));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums_of_halves(p[0], p[1], p[2], p[3])), scale, acc);
+}
 // Byte j = value where bit j of `bits` is set, else 0.
 inline __m256i bit_bytes(uint32_t bits, char value) {
     const __m256i byte_of_bit = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
@@ -598,13 +607,8 @@ void dot_q23_K_n(const void * row, const DotColumn * const * xs, float * out) {
             const float * xsum = x.dsum16.data() + 16 * sb;
             offs[c] = _mm256_fmadd_ps(off_lo, _mm256_loadu_ps(xsum), offs[c]);
             offs[c] = _mm256_fmadd_ps(off_hi, _mm256_loadu_ps(xsum + 8), offs[c]);
-            for (int n = 0; n < 2; ++n) {
-                __m256i p[4];
-                for (int j = 0; j < 4; ++j) p[j] = dot_u8s8(u[n][j], load256(xq + 32 * (4 * n + j)));
-                const __m256 scale = _mm256_mul_ps(dscf[n], _mm256_broadcast_ps(reinterpret_cast<const __m128 *>(xd + 4 * n)));
-                __m256 & acc = n == 0 ? acc0[c] : acc1[c];
-                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums_of_halves(p[0], p[1], p[2], p[3])), scale, acc);
-            }
+            acc0[c] = fma_four_groups(u[0], xq, xd, dscf[0], acc0[c]);
+            acc1[c] = fma_four_groups(u[1], xq + 128, xd + 4, dscf[1], acc1[c]);
         }
     }
     for (int c = 0; c < N; ++c) out[c] = hsum(_mm256_add_ps(acc0[c], acc1[c])) - hsum(offs[c]);
@@ -694,13 +698,8 @@ void dot_q6_K_n(const block_q6_K * w, const DotColumn * const * xs, float * out)
             const float * xs16 = x.dsum16.data() + 16 * s;
             offs0[col] = _mm256_fmadd_ps(off_lo, _mm256_loadu_ps(xs16), offs0[col]);
             offs1[col] = _mm256_fmadd_ps(off_hi, _mm256_loadu_ps(xs16 + 8), offs1[col]);
-            for (int h2 = 0; h2 < 2; ++h2) {
-                __m256i p[4];
-                for (int k = 0; k < 4; ++k) p[k] = dot_u8s8(q[h2][k], load256(xq + 128 * h2 + 32 * k));
-                const __m256 scale = _mm256_mul_ps(dscf[h2], _mm256_broadcast_ps(reinterpret_cast<const __m128 *>(xd + 4 * h2)));
-                __m256 & acc = h2 == 0 ? acc0[col] : acc1[col];
-                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums_of_halves(p[0], p[1], p[2], p[3])), scale, acc);
-            }
+            acc0[col] = fma_four_groups(q[0], xq, xd, dscf[0], acc0[col]);
+            acc1[col] = fma_four_groups(q[1], xq + 128, xd + 4, dscf[1], acc1[col]);
         }
     }
     for (int c = 0; c < n; ++c) out[c] = hsum(_mm256_add_ps(acc0[c], acc1[c])) - 32.0f * hsum(_mm256_add_ps(offs0[c], offs1[c]));

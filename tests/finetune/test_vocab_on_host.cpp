@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -216,4 +217,31 @@ TEST(VocabOnHost, FootprintsCountTheStateAndTheRanges) {
         EXPECT_LT(streamed, plain + state + head) << backend;
         std::printf("  %s head footprint: %zu bytes, streamed %zu (state %zu, the matrix %zu)\n", backend, plain, streamed, state, head);
     }
+}
+
+// A token id outside the vocabulary, gathered on the host: an rp::Error naming the id and its position (the device
+// lookup would read past the table), before anything is written to the layer's output.
+TEST(VocabOnHost, ABadTokenIdIsAnErrorNamingIt) {
+    ft_test::SmallModels & m = ft_test::SmallModels::get();
+    rp::FinetuneConfig cfg;
+    cfg.lora_rank = 4;
+    rp::Trainer tr(*m.llama, cfg);
+    rp::TrainingProgram & prog = tr;
+    rp::MicroBatchInfo mb;
+    mb.seq_len = 12;
+    mb.n_seq = 1;
+    mb.vocab_on_host = true;
+    ft_test::TokenData data(12);
+    data.ids[5] = 100000;
+    mb.token_ids = data.ids.data();
+    rp::ProgramContext pc;
+    std::vector<char> out(prog.hidden_bytes(mb), 0x5a);
+    try {
+        prog.forward(0, tr.host_memory(0), data.ids.data(), out.data(), mb, pc);
+        FAIL() << "a token id past the vocabulary was gathered";
+    } catch (const rp::Error & e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find("token id 100000 at position 5"), std::string::npos) << msg;
+    }
+    EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](char c) { return c == 0x5a; })) << "the output was written";
 }
