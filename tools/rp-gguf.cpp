@@ -8,6 +8,7 @@
 //   rp-gguf export-peft A.gguf -m BASE -o DIR  a LoRA adapter in PEFT's layout (models/convert/peft.h)
 //   rp-gguf import-peft DIR -m BASE -o A.gguf  and back
 //   rp-gguf export-hf MODEL.gguf -o DIR         the model as Hugging Face safetensors (convert/hf_export.h)
+//   rp-gguf export-tokenizer FILE.gguf -o DIR   its vocabulary as tokenizer.json + tokenizer_config.json
 //
 // Every command builds its whole output before printing it (models/convert/gguf_inspect.h), so an error
 // leaves no partial output; files are written through gguf::Writer (temp file + rename).
@@ -16,6 +17,7 @@
 #include "models/arch/model.h"
 #include "models/convert/gguf_inspect.h"
 #include "models/convert/hf_export.h"
+#include "models/convert/hf_tokenizer.h"
 #include "models/convert/peft.h"
 #include "models/convert/safetensors.h"
 #include "models/convert/quantize_model.h"
@@ -46,6 +48,8 @@ const char * const kUsage =
     "  import-peft DIR -m BASE.gguf -o A.gguf\n"
     "                            a PEFT LoRA adapter as a GGUF adapter (llama.cpp's layout)\n"
     "  export-hf MODEL.gguf -o DIR  the model as Hugging Face safetensors + config.json (transformers, vLLM)\n"
+    "  export-tokenizer FILE.gguf -o DIR\n"
+    "                            the vocabulary as Hugging Face's tokenizer.json + tokenizer_config.json\n"
     "\n"
     "  rp-gguf COMMAND --help    details of one command\n";
 
@@ -222,7 +226,9 @@ int cmd_export_hf(int argc, char ** argv) {
     rp::HfExportOptions opt;
     Options p("rp-gguf export-hf", "usage: rp-gguf export-hf MODEL.gguf -o DIR [--dtype auto|f32|f16|bf16] [--shard-size SIZE]\n\n"
                                    "Writes DIR/model-0000N-of-0000M.safetensors, model.safetensors.index.json, config.json and\n"
-                                   "generation_config.json: the model as transformers loads it (not the tokenizer files).\n");
+                                   "generation_config.json: the model as transformers loads it, and tokenizer.json and\n"
+                                   "tokenizer_config.json where the vocabulary can be written exactly (byte-level BPE; it says\n"
+                                   "why not otherwise).\n");
     p.positionals("MODEL.gguf", in, 1, 1, "the model (a merge, a full finetune, any GGUF of ours)");
     p.text("-o,--output", out, "the directory to write", "DIR");
     p.choice("--dtype", opt.dtype, {"auto", "f32", "f16", "bf16"}, "auto: f32 when every tensor is, bf16 when one is, else f16", "T");
@@ -231,8 +237,28 @@ int cmd_export_hf(int argc, char ** argv) {
     if (out.empty()) throw rp::Error("'export-hf' needs -o DIR (see rp-gguf export-hf --help)");
     if (opt.dtype != "auto") opt.dtype = rp::safetensors_dtype_from_name(opt.dtype);
     const rp::HfExportReport r = rp::export_hf(*rp::Model::load(in[0]), out, opt);
+    size_t shards = 0;
+    for (const std::string & f : r.files) shards += f.size() > 12 && f.compare(f.size() - 12, 12, ".safetensors") == 0;
     print("wrote " + std::to_string(r.tensors) + " " + r.dtype + " tensors (" + std::to_string(r.bytes) + " bytes) in " +
-          std::to_string(r.files.size() - 3) + " safetensors files and the configs to " + out + "\n");
+          std::to_string(shards) + " safetensors files and the configs to " + out + "\n");
+    print(r.tokenizer_refused.empty() ? "wrote tokenizer.json and tokenizer_config.json\n"
+                                      : "tokenizer files not written: " + r.tokenizer_refused + "\n");
+    return 0;
+}
+
+int cmd_export_tokenizer(int argc, char ** argv) {
+    std::vector<std::string> in;
+    std::string out;
+    Options p("rp-gguf export-tokenizer", "usage: rp-gguf export-tokenizer FILE.gguf -o DIR\n\n"
+                                          "Writes DIR/tokenizer.json and DIR/tokenizer_config.json (special tokens, chat template):\n"
+                                          "the vocabulary as Hugging Face's tokenizers read it, where it can be written exactly\n"
+                                          "(byte-level BPE vocabularies; the error says why not otherwise).\n");
+    p.positionals("FILE.gguf", in, 1, 1, "a model or a vocabulary-only GGUF");
+    p.text("-o,--output", out, "the directory to write", "DIR");
+    if (!p.parse(argc, argv)) return 0;
+    if (out.empty()) throw rp::Error("'export-tokenizer' needs -o DIR (see rp-gguf export-tokenizer --help)");
+    rp::export_hf_tokenizer(in[0], out);
+    print("wrote tokenizer.json and tokenizer_config.json to " + out + "\n");
     return 0;
 }
 
@@ -252,6 +278,7 @@ int run(int argc, char ** argv) {
     if (cmd == "export-peft") return cmd_export_peft(argc - 1, argv + 1);
     if (cmd == "import-peft") return cmd_import_peft(argc - 1, argv + 1);
     if (cmd == "export-hf") return cmd_export_hf(argc - 1, argv + 1);
+    if (cmd == "export-tokenizer") return cmd_export_tokenizer(argc - 1, argv + 1);
     throw rp::Error("unknown command '" + cmd + "' (see rp-gguf --help)");
 }
 

@@ -10,6 +10,7 @@
 #include "models/arch/model.h"
 #include "models/arch/rope_scaling.h"
 #include "models/convert/hf_names.h"
+#include "models/convert/hf_tokenizer.h"
 #include "models/convert/safetensors.h"
 
 #include <cmath>
@@ -293,8 +294,16 @@ HfExportReport export_hf(const Model & model, const std::string & dir, const HfE
     index += "  }\n}\n";
     const std::string generation = "{\n  \"bos_token_id\": " + token_id(f, "tokenizer.ggml.bos_token_id") + ",\n  \"eos_token_id\": " +
                                    token_id(f, "tokenizer.ggml.eos_token_id") + "\n}\n";
-    for (const auto & [name, text] : {std::pair<std::string, std::string>{"model.safetensors.index.json", index}, {"config.json", config_json(model, rep.dtype)},
-                                      {"generation_config.json", generation}}) {
+    std::vector<std::pair<std::string, std::string>> texts = {
+        {"model.safetensors.index.json", index}, {"config.json", config_json(model, rep.dtype)}, {"generation_config.json", generation}};
+    try {
+        HfTokenizerFiles tk = hf_tokenizer_files(f, hp.n_ctx_train);
+        texts.emplace_back("tokenizer.json", std::move(tk.tokenizer_json));
+        texts.emplace_back("tokenizer_config.json", std::move(tk.tokenizer_config_json));
+    } catch (const Error & e) {
+        rep.tokenizer_refused = e.what();
+    }
+    for (const auto & [name, text] : texts) {
         files.push_back(std::make_unique<AtomicFile>(out.file(name)));
         files.back()->write(text);
         rep.files.push_back(name);

@@ -11,8 +11,11 @@
 //                                      as w where the GGUF holds 1 + w, layer_types, query_pre_attn_scalar, the
 //                                      soft-caps), its rope_scaling (gemma3's linear factor) from the factor tensors (Llama 3.1-3.3's
 //                                      rope_freqs as {"rope_type": "llama3", ...}, phi3's LongRoPE as {"type":
-//                                      "longrope", ...}), and generation_config.json (BOS / EOS).
-// The tokenizer files are not written (copy them from the model's Hugging Face repository). A model with other rope
+//                                      "longrope", ...}), and generation_config.json (BOS / EOS);
+//   tokenizer.json, tokenizer_config.json  the vocabulary, its special tokens and chat template, where they can be
+//                                      written exactly (convert/hf_tokenizer.h; else the report says why, and the
+//                                      files are to be copied from the model's Hugging Face repository).
+// A model with other rope
 // scaling (a rope scale other than 1, factors that are not Llama 3's) is refused: its config cannot be written exactly.
 #pragma once
 
@@ -34,6 +37,7 @@ struct HfExportReport {
     std::string dtype;               // what was written
     std::vector<std::string> files;  // in DIR
     size_t tensors = 0, bytes = 0;
+    std::string tokenizer_refused;   // why the tokenizer files were not written ("": they were)
 };
 
 // Throws rp::Error naming the tensor or setting at fault; files are written to temporary names and renamed

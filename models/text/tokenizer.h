@@ -86,6 +86,10 @@ public:
     bool add_bos() const { return add_bos_; }
     bool add_eos() const { return add_eos_; }
     bool add_space_prefix() const { return add_space_prefix_; }
+    // BPE: a pre-tokenized word that is a token whole is taken as it is, before any merge (llama3, tekken).
+    bool ignore_merges() const { return ignore_merges_; }
+    // decode's clean-up of spaces before punctuation (BPE vocabularies other than Qwen's and o200k's).
+    bool clean_spaces() const { return clean_spaces_; }
     // End of generation: eos, eot, eom and tokens whose text llama.cpp treats as such.
     bool is_eog(int32_t id) const;
     uint32_t attr(int32_t id) const;

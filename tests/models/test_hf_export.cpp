@@ -121,13 +121,23 @@ TEST(HfExport, LlamaShardsNamesShapesPermutationAndConfig) {
     const rp::json::Value gen = rp::json::parse(slurp(d.file("hf/generation_config.json")), "generation_config.json");
     EXPECT_EQ(gen.find("bos_token_id")->number, 1);
     EXPECT_EQ(gen.find("eos_token_id")->number, 2);
+    // Its SentencePiece vocabulary as tokenizer.json (test_hf_tokenizer.cpp reads such files with tokenizers.js).
+    EXPECT_EQ(rep.tokenizer_refused, "");
+    const rp::json::Value tj = rp::json::parse(slurp(d.file("hf/tokenizer.json")), "tokenizer.json");
+    EXPECT_TRUE(tj.find("model")->find("byte_fallback")->boolean);
+    EXPECT_EQ(tj.find("model")->find("vocab")->object.size(), 512u);
 }
 
 TEST(HfExport, QwenTiedHeadNormsBiasesAndQuantizedWeights) {
     TempDir d;
     const auto q3 = rp::Model::load(model_path("synthetic/tiny-random-qwen3.gguf"));
-    rp::export_hf(*q3, d.file("q3"));
+    EXPECT_EQ(rp::export_hf(*q3, d.file("q3")).tokenizer_refused, "");
     const Exported e3(d.file("q3"));
+    // Its byte-level BPE vocabulary as tokenizer.json (test_hf_tokenizer.cpp reads such files with tokenizers.js).
+    const rp::json::Value tj = rp::json::parse(slurp(d.file("q3/tokenizer.json")), "tokenizer.json");
+    EXPECT_EQ(tj.find("model")->find("vocab")->object.size(), static_cast<size_t>(q3->hparams().n_vocab));
+    EXPECT_EQ(rp::json::parse(slurp(d.file("q3/tokenizer_config.json")), "tokenizer_config.json").find("model_max_length")->number,
+              q3->hparams().n_ctx_train);
     EXPECT_FALSE(e3.get("lm_head.weight").first) << "a tied head has no lm_head";
     EXPECT_EQ(e3.config.find("tie_word_embeddings")->boolean, true);
     EXPECT_EQ(e3.config.find("head_dim")->number, 32);
@@ -328,7 +338,25 @@ TEST(HfExport, AFailedExportWritesNothing) {
     EXPECT_THROW(rp::export_hf(*model, d.file("file/hf")), rp::Error);  // a file where the directory goes
     ToolResult r = run_tool("rp-gguf", "export-hf " + stories() + " -o " + d.file("cli") + " --dtype bf16 --shard-size 1M");
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    EXPECT_NE(r.out.find("wrote 48 BF16 tensors"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("wrote 48 BF16 tensors (585600 bytes) in 1 safetensors files"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("wrote tokenizer.json and tokenizer_config.json"), std::string::npos) << r.out;
+    // The vocabulary alone: written for a vocabulary-only file; refused, with nothing written, for one without
+    // tokenizer.ggml.pre (llama.cpp's fallback pre-tokenizer, which no Hugging Face tokenizer has).
+    r = run_tool("rp-gguf", "export-tokenizer " + model_path("vocab/ggml-vocab-qwen2.gguf") + " -o " + d.file("tok"));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_TRUE(fs::exists(d.file("tok/tokenizer.json")) && fs::exists(d.file("tok/tokenizer_config.json")));
+    {
+        const auto src = gguf::Reader::open(model_path("vocab/ggml-vocab-gpt-2.gguf"));
+        gguf::Writer w;
+        gguf::copy_kvs(*src, w);
+        w.remove("tokenizer.ggml.pre");
+        w.write(d.file("nopre.gguf"));
+    }
+    r = run_tool("rp-gguf", "export-tokenizer " + d.file("nopre.gguf") + " -o " + d.file("nopre"));
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.err.find(d.file("nopre.gguf") + ": the vocabulary cannot be written as tokenizer.json exactly: no tokenizer.ggml.pre"),
+              std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(d.file("nopre")));
     r = run_tool("rp-gguf", "export-hf " + stories() + " -o " + d.file("x") + " --dtype f8");
     EXPECT_EQ(r.exit_code, 1);
     EXPECT_NE(r.err.find("--dtype: 'f8' is not one of auto, f32, f16, bf16"), std::string::npos) << r.err;

@@ -42,3 +42,14 @@ if(RP_ORACLE_FOUND AND TARGET test_tokenizer AND EXISTS "${RP_ORACLE_DIR}/bins/l
     RP_CHAT_TEMPLATES_DIR="${RP_ORACLE_DIR}/llama.cpp/models/templates")
   add_dependencies(test_tokenizer rp-chat-oracle)
 endif()
+
+# tokenizers.js (npm @huggingface/tokenizers, which scripts/fetch-oracle.sh unpacks into RP_ORACLE_DIR/hf-tokenizers)
+# run by Node.js: the peer that reads the tokenizer.json we export (test_hf_tokenizer.cpp). Without them that test
+# skips locally and fails in CI, like the oracle tests.
+find_program(RP_NODE_EXECUTABLE node)
+if(TARGET test_tokenizer AND RP_NODE_EXECUTABLE AND EXISTS "${RP_ORACLE_DIR}/hf-tokenizers/dist/tokenizers.mjs")
+  target_compile_definitions(test_tokenizer PRIVATE
+    RP_NODE_BIN="${RP_NODE_EXECUTABLE}"
+    RP_HF_TOKENIZERS_MJS="${RP_ORACLE_DIR}/hf-tokenizers/dist/tokenizers.mjs"
+    RP_HF_TOKENIZE_SCRIPT="${CMAKE_CURRENT_LIST_DIR}/hf/hf_tokenize.mjs")
+endif()

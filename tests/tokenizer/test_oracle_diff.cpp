@@ -20,20 +20,6 @@ using namespace tok_test;
 
 namespace {
 
-const char * const kPieces[] = {
-    "a", "b", "Hello", " world", "the", "I", "M", "s", "re", "ve", "ll", "d", "t", "x", "Z", "q", "ABC", "camelCase", "eS",
-    "0", "1", "2", "3", "45", "678", "9999", " ", "  ", "   ", "\t", "\n", "\r", "\r\n", "\n\n", " \n", "\v", "\f",
-    "'", "'s", "'S", "'re", "'RE", "'ll", "'Ll", "'d", "'t", "'m", "'ve", "'x", "''",
-    "!", "?", ".", ",", ";", ":", "-", "_", "(", ")", "[", "]", "{", "}", "<", ">", "=", "+", "$", "^", "~", "|",
-    "`", "@", "#", "%", "&", "*", "/", "\\", "\"",
-    "\xc3\xa9", "\xc3\x84", "\xd0\x96", "\xd0\xb8", "\xe4\xb8\x80", "\xe6\x88\x91", "\xe1\x9e\x80", "\xe1\x9e\xb6",
-    "\xcc\x81", "\xe2\x80\x8d", "\xc2\xbd", "\xc2\xb2", "\xd9\xa3", "\xe2\x85\xa0", "\xc2\xa0", "\xe3\x80\x80",
-    "\xe2\x80\xa8", "\xc2\x85", "\xe3\x80\x81", "\xef\xbd\x9e", "\xf0\x9f\xa6\x99", "\xf0\x9f\x98\x81", "\xe2\x9c\x85",
-    "\xef\xb8\x8f", "\xe2\x82\xac", "\xe2\x96\x81",
-    "\x80", "\xc3", "\xff", "\xe4\xb8", "\x01", "\x7f",
-    "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<s>", "</s>", "<unk>", "[PAD151700]", "<|eot_id|>",
-    "<|begin_of_text|>", "<|start_header_id|>", "<|", "<|user|>", "<|end|>", "<|assistant|>",
-};
 
 std::string oracle_bin() {
 #ifdef RP_TOK_ORACLE_BIN
@@ -134,27 +120,6 @@ void compare_with_llama(const std::string & model, int n_cases, unsigned seed) {
                 dec_ok, n_cases);
 }
 
-// A copy of a vocabulary with another tokenizer.ggml.pre ("" removes the key).
-// A copy of the vocabulary `src` with its keys edited by `edit` (in the test's temp dir, named after `name`).
-std::string with_kvs(const std::string & src, const std::string & name, const std::function<void(gguf::Writer &)> & edit) {
-    const auto r = gguf::Reader::open(src);
-    gguf::Writer w;
-    gguf::copy_kvs(*r, w);
-    edit(w);
-    const std::string path = ::testing::TempDir() + "/rp_tok_" + name + "." + std::to_string(getpid()) + ".gguf";
-    w.write(path);
-    return path;
-}
-
-std::string with_pre(const std::string & src, const std::string & pre, const std::string & name) {
-    return with_kvs(src, name, [&](gguf::Writer & w) {
-        if (pre.empty()) {
-            w.remove("tokenizer.ggml.pre");
-        } else {
-            w.set_string("tokenizer.ggml.pre", pre);
-        }
-    });
-}
 
 class OracleDiff : public ::testing::Test {
 protected:

@@ -418,6 +418,7 @@ TEST(ToolOptions, GgufCommandsTraceAndBenchFamiliesHelpListTheirFlags) {
         {"rp-gguf export-peft", {"--help", "--model", "--output", "--dtype", "--base-name"}},
         {"rp-gguf import-peft", {"--help", "--model", "--output"}},
         {"rp-gguf export-hf", {"--help", "--output", "--dtype", "--shard-size"}},
+        {"rp-gguf export-tokenizer", {"--help", "--output"}},
         {"rp-trace", {"--help", "--output", "--title", "--width", "--assignment"}},
         {"rp-bench ops", {"--help", "--quick", "--reps", "--threads", "--only", "--shape", "--matvec-mb"}},
         {"rp-bench gguf", {"--help", "--size", "--reps", "--threads", "--dir", "--cold", "--keep"}},
