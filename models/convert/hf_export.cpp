@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -94,6 +95,10 @@ bool same_factors(const std::vector<float> & a, const std::vector<float> & b) {
 std::string rope_scaling_json(const Model & model) {
     const HParams & hp = model.hparams();
     const Tensor * freqs = model.layers.empty() ? nullptr : model.layers[0].rope_freqs;
+    if (hp.arch->arch == Arch::GptOss && hp.rope_ext_factor != 0.0f)  // gpt-oss's YaRN, as its own config states it
+        return "{\"beta_fast\": " + number(hp.rope_beta_fast) + ", \"beta_slow\": " + number(hp.rope_beta_slow) + ", \"factor\": " +
+               number(1.0f / hp.rope_freq_scale) + ", \"original_max_position_embeddings\": " + std::to_string(hp.rope_n_ctx_orig) +
+               ", \"rope_type\": \"yarn\", \"truncate\": false}";
     if (!freqs && hp.rope_freq_scale != 1.0f)  // gemma3 4B+: its global layers' linear scaling
         return "{\"factor\": " + number(1.0f / hp.rope_freq_scale) + ", \"rope_type\": \"linear\"}";
     if (!freqs) return "null";
@@ -131,14 +136,14 @@ std::string config_json(const Model & model, const std::string & dtype) {
     case Arch::Qwen2: cls = "Qwen2ForCausalLM", type = "qwen2"; break;
     case Arch::Qwen3: cls = "Qwen3ForCausalLM", type = "qwen3"; break;
     case Arch::Qwen3Moe: cls = "Qwen3MoeForCausalLM", type = "qwen3_moe"; break;
-    case Arch::GptOss:  // transformers fuses its experts' gate and up (interleaved) and keeps them in MXFP4 blocks
-        throw Error(model.path() + ": exporting gpt-oss to Hugging Face safetensors is not supported yet");
+    case Arch::GptOss: cls = "GptOssForCausalLM", type = "gpt_oss"; break;
     case Arch::Gemma2: cls = "Gemma2ForCausalLM", type = "gemma2"; break;
     case Arch::Gemma3: cls = "Gemma3ForCausalLM", type = "gemma3_text"; break;
     case Arch::Mistral3:  // transformers' Mistral3ForConditionalGeneration wraps a vision tower this file does not have
         throw Error(model.path() + ": exporting mistral3 to Hugging Face safetensors is not supported yet");
     case Arch::Phi3: cls = "Phi3ForCausalLM", type = "phi3"; break;
-    case Arch::Qwen35: case Arch::Qwen35Moe:  // transformers' Qwen3.5 holds its norms as w where the GGUF holds 1 + w, A_log for ssm_a
+    case Arch::Qwen35: cls = "Qwen3_5ForCausalLM", type = "qwen3_5_text"; break;
+    case Arch::Qwen35Moe:  // how transformers' Qwen3.5-MoE holds its experts (fused or one module each) is not checked here
         throw Error(model.path() + ": exporting " + hp.arch->name + " to Hugging Face safetensors is not supported yet");
     }
     const std::string torch = dtype == "F32" ? "float32" : dtype == "F16" ? "float16" : "bfloat16";
@@ -158,7 +163,8 @@ std::string config_json(const Model & model, const std::string & dtype) {
     const bool gemma = hp.arch->arch == Arch::Gemma2 || hp.arch->arch == Arch::Gemma3;
     field(gemma ? "hidden_activation" : "hidden_act", gemma ? "\"gelu_pytorch_tanh\"" : "\"silu\"");
     field("hidden_size", std::to_string(hp.n_embd));
-    field("intermediate_size", std::to_string(hp.n_ff));
+    const bool gpt_oss = hp.arch->arch == Arch::GptOss;
+    field("intermediate_size", std::to_string(gpt_oss ? hp.n_ff_exp : hp.n_ff));  // gpt-oss: each expert's width
     field("num_hidden_layers", std::to_string(hp.n_layer));
     field("num_attention_heads", std::to_string(hp.n_head));
     field("num_key_value_heads", std::to_string(hp.n_head_kv));
@@ -170,7 +176,7 @@ std::string config_json(const Model & model, const std::string & dtype) {
     if (hp.arch->long_rope) field("original_max_position_embeddings", std::to_string(hp.rope_n_ctx_orig));
     field("vocab_size", std::to_string(hp.n_vocab));
     field("tie_word_embeddings", model.tied_output() ? "true" : "false");
-    if (hp.arch->arch != Arch::Qwen2) field("attention_bias", "false");
+    if (hp.arch->arch != Arch::Qwen2) field("attention_bias", gpt_oss ? "true" : "false");
     if (hp.arch->arch == Arch::Phi3) field("sliding_window", "null");  // llama.cpp runs Phi-3 unwindowed: so do we
     if (hp.n_rot != hp.head_dim) field("partial_rotary_factor", number(static_cast<float>(hp.n_rot) / static_cast<float>(hp.head_dim)));
     if (gemma) {
@@ -187,7 +193,47 @@ std::string config_json(const Model & model, const std::string & dtype) {
         field("attn_logit_softcapping", hp.attn_softcap > 0.0f ? number(hp.attn_softcap) : "null");
         field("final_logit_softcapping", hp.final_softcap > 0.0f ? number(hp.final_softcap) : "null");
     }
-    if (hp.is_moe()) {
+    if (hp.arch->arch == Arch::Qwen35) {
+        // Which layers are DeltaNet ("linear_attention") layers, their widths, and the interleaved M-RoPE of the
+        // attention layers (rope_parameters; the text positions rotate every pair of the first n_rot dimensions).
+        std::string types = "[";
+        uint32_t period = 0;  // full_attention_interval, when the full-attention layers are every period-th
+        for (uint32_t il = 0; il < hp.n_layer; ++il) {
+            types += std::string(il ? ", " : "") + (hp.is_recurrent(il) ? "\"linear_attention\"" : "\"full_attention\"");
+            if (!hp.is_recurrent(il) && period == 0) period = il + 1;
+        }
+        for (uint32_t il = 0; period && il < hp.n_layer; ++il)
+            if (hp.is_recurrent(il) == ((il + 1) % period == 0)) period = 0;
+        field("layer_types", types + "]");
+        if (period) field("full_attention_interval", std::to_string(period));
+        field("linear_conv_kernel_dim", std::to_string(hp.ssm_d_conv));
+        field("linear_key_head_dim", std::to_string(hp.ssm_d_state));
+        field("linear_value_head_dim", std::to_string(hp.ssm_head_v()));
+        field("linear_num_key_heads", std::to_string(hp.ssm_n_group));
+        field("linear_num_value_heads", std::to_string(hp.ssm_dt_rank));
+        std::string sections = "[";
+        const std::vector<int64_t> secs = f.get_int_array(arch_key(hp, "rope.dimension_sections"));
+        for (size_t i = 0; i < 3 && i < secs.size(); ++i) sections += (i ? ", " : "") + std::to_string(secs[i]);
+        field("rope_parameters", "{\"rope_type\": \"default\", \"rope_theta\": " + number(hp.rope_freq_base) + ", \"partial_rotary_factor\": " +
+                                     number(static_cast<float>(hp.n_rot) / static_cast<float>(hp.head_dim)) + ", \"mrope_section\": " + sections +
+                                     "], \"mrope_interleaved\": true}");
+    }
+    if (gpt_oss) {
+        // The windowed layers, the experts (router and experts biased, the clamped SwiGLU of llama.cpp's
+        // LLM_FFN_SWIGLU_OAI_MOE: limit 7), YaRN's original context (initial_context_length).
+        field("sliding_window", std::to_string(hp.n_swa));
+        std::string types = "[";
+        for (uint32_t il = 0; il < hp.n_layer; ++il) types += std::string(il ? ", " : "") + (hp.is_swa(il) ? "\"sliding_attention\"" : "\"full_attention\"");
+        field("layer_types", types + "]");
+        field("num_local_experts", std::to_string(hp.n_expert));
+        field("num_experts_per_tok", std::to_string(hp.n_expert_used));
+        field("experts_per_token", std::to_string(hp.n_expert_used));
+        field("swiglu_limit", "7.0");
+        field("initial_context_length", std::to_string(hp.rope_n_ctx_orig));
+        field("router_aux_loss_coef", "0.9");
+        field("output_router_logits", "false");
+        field("pad_token_id", token_id(f, "tokenizer.ggml.padding_token_id"));
+    } else if (hp.is_moe()) {
         field("num_experts", std::to_string(hp.n_expert));
         field("num_experts_per_tok", std::to_string(hp.n_expert_used));
         field("moe_intermediate_size", std::to_string(hp.n_ff_exp));
@@ -201,17 +247,172 @@ std::string config_json(const Model & model, const std::string & dtype) {
     return c;
 }
 
+// One tensor of the HF checkpoint: its name, PyTorch shape, bytes in the chosen dtype, and its values (made when
+// its shard is written, one tensor at a time).
+struct HfTensor {
+    std::string name;
+    std::vector<int64_t> shape;
+    std::function<std::vector<float>()> values;
+    size_t bytes = 0;
+};
+
+// A GGUF tensor under its HF name (hf_names.h), PyTorch's shape (ne reversed), each expert of a mixture its own
+// tensor; a llama's q/k rows in HF's order, Gemma's norms as w where the GGUF holds 1 + w.
+void plain_tensor(const Model & model, const gguf::TensorInfo & t, std::vector<HfTensor> & outs) {
+    const HParams & hp = model.hparams();
+    const gguf::Reader & f = model.file();
+    const std::string hf = hf_tensor_of(t.name, hp.arch->fused_gate_up, hp.arch->post_norms);
+    if (hf.empty()) throw Error(model.path() + ": tensor '" + t.name + "' has no Hugging Face name");
+    std::vector<int64_t> shape;
+    for (int d = std::min<int>(static_cast<int>(t.n_dims), 2) - 1; d >= 0; --d) shape.push_back(t.ne[d]);
+    const int64_t experts = t.n_dims >= 3 ? t.ne[2] : 1;
+    const bool per_expert = hf.find("{E}") != std::string::npos;
+    if (t.n_dims > 3 || (experts > 1 && !per_expert))
+        throw Error(model.path() + ": tensor '" + t.name + "' has " + std::to_string(t.n_dims) + " dimensions, which no HF tensor of it has");
+    const int64_t heads = permuted_row_heads(hp, t.name);
+    // Gemma's RMSNorm multiplies by 1 + w in transformers; llama.cpp's converter stores the 1 + w.
+    const bool one_plus = hp.arch->post_norms && t.n_dims == 1 && hf.size() > 11 && hf.compare(hf.size() - 11, 11, "norm.weight") == 0;
+    for (int64_t e = 0; e < experts; ++e)
+        outs.push_back({per_expert ? hf_expert_module(hf, e) : hf, shape, [&f, &t, e = per_expert ? e : -1, shape, heads, one_plus]() {
+            std::vector<float> v = values_of(f, t);
+            if (e >= 0) {
+                const size_t per = v.size() / static_cast<size_t>(t.ne[2]);
+                v = std::vector<float>(v.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(e) * per),
+                                       v.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(e + 1) * per));
+            }
+            if (heads) return reorder_qk_rows(v.data(), shape.front(), shape.size() > 1 ? shape[1] : 1, heads, true);
+            if (one_plus)
+                for (float & x : v) x -= 1.0f;
+            return v;
+        }});
+}
+
+// gpt-oss's tensors that transformers' GptOssForCausalLM names or lays out otherwise (the rest are plain_tensor's):
+//   attn_sinks -> self_attn.sinks, post_attention_norm -> post_attention_layernorm, ffn_gate_inp -> mlp.router;
+//   ffn_gate_exps and ffn_up_exps -> mlp.experts.gate_up_proj [E, n_embd, 2 ff], the gate's and the up's columns
+//   interleaved (gate at even, up at odd), and their biases -> gate_up_proj_bias [E, 2 ff] likewise;
+//   ffn_down_exps -> mlp.experts.down_proj [E, ff, n_embd] (transposed: input-major, as gate_up_proj), its bias
+//   -> down_proj_bias [E, n_embd]. (llama.cpp's converter undoes exactly this.) Returns false for other tensors.
+bool gpt_oss_tensor(const Model & model, const gguf::TensorInfo & t, std::vector<HfTensor> & outs) {
+    const gguf::Reader & f = model.file();
+    const size_t dot = t.name.find('.', 4);
+    if (t.name.compare(0, 4, "blk.") != 0 || dot == std::string::npos) return false;
+    const std::string blk = t.name.substr(0, dot + 1), layer = "model.layers." + t.name.substr(4, dot - 4) + ".", rest = t.name.substr(dot + 1);
+    auto plain_as = [&](const std::string & hf) {
+        std::vector<int64_t> shape;
+        for (int d = static_cast<int>(t.n_dims) - 1; d >= 0; --d) shape.push_back(t.ne[d]);
+        outs.push_back({layer + hf, shape, [&f, &t]() { return values_of(f, t); }});
+        return true;
+    };
+    if (rest == "attn_sinks.weight") return plain_as("self_attn.sinks");
+    if (rest == "post_attention_norm.weight") return plain_as("post_attention_layernorm.weight");
+    if (rest == "ffn_gate_inp.weight") return plain_as("mlp.router.weight");
+    if (rest == "ffn_gate_inp.bias") return plain_as("mlp.router.bias");
+    if (rest == "ffn_down_exps.bias") return plain_as("mlp.experts.down_proj_bias");
+    if (rest == "ffn_up_exps.weight" || rest == "ffn_up_exps.bias") return true;  // in gate_up_proj (with the gate's)
+    const bool weight = rest == "ffn_gate_exps.weight";
+    if (weight || rest == "ffn_gate_exps.bias") {
+        const gguf::TensorInfo * up = f.find_tensor(blk + (weight ? "ffn_up_exps.weight" : "ffn_up_exps.bias"));
+        if (!up || up->n_dims != t.n_dims || up->ne[0] != t.ne[0] || up->ne[1] != t.ne[1] || (weight && up->ne[2] != t.ne[2]))
+            throw Error(model.path() + ": tensor '" + t.name + "' has no ffn_up_exps of its shape to fuse with (gpt-oss's gate_up_proj)");
+        // weight: gate / up ne [n_embd, ff, E] -> [E][n_embd][2 ff]; bias: ne [ff, E] -> [E][2 ff]
+        const int64_t E = weight ? t.ne[2] : t.ne[1], ff = weight ? t.ne[1] : t.ne[0], C = weight ? t.ne[0] : 1;
+        std::vector<int64_t> shape = weight ? std::vector<int64_t>{E, C, 2 * ff} : std::vector<int64_t>{E, 2 * ff};
+        outs.push_back({layer + (weight ? "mlp.experts.gate_up_proj" : "mlp.experts.gate_up_proj_bias"), shape, [&f, &t, up, E, ff, C]() {
+            const std::vector<float> g = values_of(f, t), u = values_of(f, *up);
+            std::vector<float> v(g.size() + u.size());
+            for (int64_t e = 0; e < E; ++e)
+                for (int64_t j = 0; j < ff; ++j)
+                    for (int64_t c = 0; c < C; ++c) {
+                        const size_t from = static_cast<size_t>((e * ff + j) * C + c), to = static_cast<size_t>((e * C + c) * 2 * ff + 2 * j);
+                        v[to] = g[from];
+                        v[to + 1] = u[from];
+                    }
+            return v;
+        }});
+        return true;
+    }
+    if (rest == "ffn_down_exps.weight") {
+        // ne [ff, n_embd, E] -> [E][ff][n_embd]
+        const int64_t ff = t.ne[0], C = t.ne[1], E = t.ne[2];
+        outs.push_back({layer + "mlp.experts.down_proj", {E, ff, C}, [&f, &t, E, ff, C]() {
+            const std::vector<float> d = values_of(f, t);
+            std::vector<float> v(d.size());
+            for (int64_t e = 0; e < E; ++e)
+                for (int64_t c = 0; c < C; ++c)
+                    for (int64_t j = 0; j < ff; ++j) v[static_cast<size_t>((e * ff + j) * C + c)] = d[static_cast<size_t>((e * C + c) * ff + j)];
+            return v;
+        }});
+        return true;
+    }
+    return false;
+}
+
+// Qwen3.5 (dense) as transformers' Qwen3_5ForCausalLM names and holds it (the rest are plain_tensor's):
+//   its RMSNorms (input_layernorm, post_attention_layernorm, q_norm, k_norm, model.norm) as w where the GGUF holds
+//   1 + w; the DeltaNet layer under linear_attn: attn_qkv -> in_proj_qkv, attn_gate -> in_proj_z, ssm_beta ->
+//   in_proj_b, ssm_alpha -> in_proj_a, ssm_dt.bias -> dt_bias, ssm_a (-exp(A_log)) -> A_log, ssm_conv1d [K, C] ->
+//   conv1d.weight [C, 1, K], ssm_norm -> norm (the gated norm: w as it is), ssm_out -> out_proj, the value heads
+//   back in grouped order; the multi-token-prediction blocks are not written (transformers ignores mtp.* on load).
+// Returns false for the tensors plain_tensor names (attention and feed-forward matrices, embeddings, head).
+bool qwen35_tensor(const Model & model, const gguf::TensorInfo & t, std::vector<HfTensor> & outs) {
+    const HParams & hp = model.hparams();
+    const gguf::Reader & f = model.file();
+    std::vector<int64_t> shape;
+    for (int d = static_cast<int>(t.n_dims) - 1; d >= 0; --d) shape.push_back(t.ne[d]);
+    auto add = [&](const std::string & name, std::vector<int64_t> hf_shape, std::function<std::vector<float>(std::vector<float>)> edit) {
+        outs.push_back({name, std::move(hf_shape), [&f, &t, edit]() { return edit(values_of(f, t)); }});
+        return true;
+    };
+    auto minus_one = [](std::vector<float> v) {
+        for (float & x : v) x -= 1.0f;
+        return v;
+    };
+    if (t.name == "output_norm.weight") return add("model.norm.weight", shape, minus_one);
+    const size_t dot = t.name.find('.', 4);
+    if (t.name.compare(0, 4, "blk.") != 0 || dot == std::string::npos) return false;
+    if (static_cast<uint32_t>(std::stoul(t.name.substr(4, dot - 4))) >= hp.n_layer) return true;  // a multi-token-prediction block
+    const std::string L = "model.layers." + t.name.substr(4, dot - 4) + ".", rest = t.name.substr(dot + 1);
+    for (const auto & [g, h] : {std::pair<const char *, const char *>{"attn_norm.weight", "input_layernorm.weight"},
+                                {"post_attention_norm.weight", "post_attention_layernorm.weight"},
+                                {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+                                {"attn_k_norm.weight", "self_attn.k_norm.weight"}})
+        if (rest == g) return add(L + h, shape, minus_one);
+    const int64_t row_len = shape.size() > 1 ? shape[1] : 1;
+    auto heads = [&hp, row_len, vh = value_heads_of(hp, t.name)](std::vector<float> v) { return reorder_value_heads(v, row_len, vh, hp, true); };
+    if (rest == "ssm_a")
+        return add(L + "linear_attn.A_log", shape, [&model, &t, heads](std::vector<float> v) {
+            for (float & x : v) {
+                if (!(x < 0.0f)) throw Error(model.path() + ": tensor '" + t.name + "' holds " + number(x) + ", which is no -exp(A_log)");
+                x = std::log(-x);
+            }
+            return heads(v);  // (one value a head, in the order of ssm_dt's)
+        });
+    for (const auto & [g, h] : {std::pair<const char *, const char *>{"attn_qkv.weight", "in_proj_qkv.weight"}, {"attn_gate.weight", "in_proj_z.weight"},
+                                {"ssm_beta.weight", "in_proj_b.weight"}, {"ssm_alpha.weight", "in_proj_a.weight"}, {"ssm_dt.bias", "dt_bias"},
+                                {"ssm_norm.weight", "norm.weight"}, {"ssm_out.weight", "out_proj.weight"}})
+        if (rest == g) return add(L + "linear_attn." + h, shape, heads);  // (the gated norm multiplies by w: as it is)
+    if (rest == "ssm_conv1d.weight")  // [C][K]: the channels are rows
+        return add(L + "linear_attn.conv1d.weight", {shape[0], 1, shape[1]}, heads);
+    return false;
+}
+
 } // namespace
 
 HfExportReport export_hf(const Model & model, const std::string & dir, const HfExportOptions & o) {
     const HParams & hp = model.hparams();
     const gguf::Reader & f = model.file();
-    if (hp.arch->arch == Arch::GptOss || hp.arch->delta_net)  // (config_json says why) before any check of the details
+    if (hp.arch->arch == Arch::Qwen35Moe)  // (config_json says why) before any check of the details
         throw Error(model.path() + ": exporting " + hp.arch->name + " to Hugging Face safetensors is not supported yet");
-    if (hp.rope_freq_scale != 1.0f && hp.arch->arch != Arch::Gemma3)  // gemma3's linear scaling of its global layers is
+    if (hp.arch->arch == Arch::GptOss && hp.rope_freq_base_swa != hp.rope_freq_base)
+        throw Error(model.path() + ": rope.freq_base_swa " + number(hp.rope_freq_base_swa) + " differs from rope.freq_base " + number(hp.rope_freq_base) +
+                    ": transformers' gpt-oss has one rope_theta");
+    if (hp.rope_ext_factor != 0.0f && hp.arch->arch != Arch::GptOss)
+        throw Error(model.path() + ": YaRN rope scaling is exported for gpt-oss only");
+    if (hp.rope_freq_scale != 1.0f && hp.arch->arch != Arch::Gemma3 && hp.arch->arch != Arch::GptOss)  // gemma3's linear scaling of its global layers is
         throw Error(model.path() + ": rope scale " + number(hp.rope_freq_scale) + ": rope scaling is not exported");
     rope_scaling_json(model);  // refused before anything is written
-    if (hp.n_rot != hp.head_dim && hp.arch->arch != Arch::Phi3)  // phi3's partial RoPE is config.json's partial_rotary_factor
+    if (hp.n_rot != hp.head_dim && hp.arch->arch != Arch::Phi3 && hp.arch->arch != Arch::Qwen35)  // their partial RoPE is in the config
         throw Error(model.path() + ": rotary dimensions " + std::to_string(hp.n_rot) + " of a head of " + std::to_string(hp.head_dim) + " are not exported");
     if (hp.expert_weights_scale != 0.0f && hp.expert_weights_scale != 1.0f)
         throw Error(model.path() + ": expert_weights_scale " + number(hp.expert_weights_scale) + " has no place in " + "a Qwen3Moe config");
@@ -220,34 +421,24 @@ HfExportReport export_hf(const Model & model, const std::string & dir, const HfE
     rep.dtype = choose_dtype(f, o.dtype);
     const size_t esize = safetensors_dtype_size(rep.dtype);
 
-    // The HF tensors in file order, each a slice (an expert) of a GGUF tensor.
-    struct Out {
-        std::string name;
-        const gguf::TensorInfo * t;
-        int64_t expert;  // -1: the whole tensor
-        std::vector<int64_t> shape;
-        size_t bytes;
-    };
-    std::vector<Out> outs;
+    // The HF tensors in file order, each made from one GGUF tensor (an expert's slice of it) or, for gpt-oss's
+    // experts, from two.
+    std::vector<HfTensor> outs;
     for (const gguf::TensorInfo & t : f.tensors()) {
         if (model.is_constant(model.find(t.name))) continue;  // RoPE factors: config.json's rope_scaling states them
-        const std::string hf = hf_tensor_of(t.name, hp.arch->fused_gate_up, hp.arch->post_norms);
-        if (hf.empty()) throw Error(model.path() + ": tensor '" + t.name + "' has no Hugging Face name");
-        std::vector<int64_t> shape;
-        for (int d = std::min<int>(static_cast<int>(t.n_dims), 2) - 1; d >= 0; --d) shape.push_back(t.ne[d]);
-        const int64_t experts = t.n_dims >= 3 ? t.ne[2] : 1;
-        if (t.n_dims > 3 || (experts > 1 && hf.find("{E}") == std::string::npos))
-            throw Error(model.path() + ": tensor '" + t.name + "' has " + std::to_string(t.n_dims) + " dimensions, which no HF tensor of it has");
+        if (hp.arch->arch == Arch::GptOss && gpt_oss_tensor(model, t, outs)) continue;
+        if (hp.arch->arch == Arch::Qwen35 && qwen35_tensor(model, t, outs)) continue;
+        plain_tensor(model, t, outs);
+    }
+    for (HfTensor & x : outs) {
         size_t n = 1;
-        for (int64_t d : shape) n *= static_cast<size_t>(d);
-        for (int64_t e = 0; e < experts; ++e)
-            outs.push_back({hf.find("{E}") != std::string::npos ? hf_expert_module(hf, e) : hf, &t, hf.find("{E}") != std::string::npos ? e : -1,
-                            shape, n * esize});
+        for (int64_t d : x.shape) n *= static_cast<size_t>(d);
+        x.bytes = n * esize;
     }
     // Shards of at most shard_bytes (one tensor at least), in order.
-    std::vector<std::vector<const Out *>> shards(1);
+    std::vector<std::vector<const HfTensor *>> shards(1);
     size_t in_shard = 0;
-    for (const Out & x : outs) {
+    for (const HfTensor & x : outs) {
         if (!shards.back().empty() && in_shard + x.bytes > o.shard_bytes) shards.emplace_back(), in_shard = 0;
         shards.back().push_back(&x);
         in_shard += x.bytes;
@@ -265,23 +456,11 @@ HfExportReport export_hf(const Model & model, const std::string & dir, const HfE
         std::snprintf(name, sizeof name, "model-%05zu-of-%s.safetensors", s + 1, total);
         SafetensorsWriter w;
         w.set_metadata("format", "pt");
-        for (const Out * x : shards[s]) {
+        for (const HfTensor * x : shards[s]) {
             weight_map[x->name] = name;
-            w.add_deferred(x->name, rep.dtype, x->shape, [&model, &f, x, dtype = rep.dtype]() {
-                std::vector<float> v = values_of(f, *x->t);
-                const size_t per = x->expert >= 0 ? v.size() / static_cast<size_t>(x->t->ne[2]) : v.size();
-                const float * p = v.data() + (x->expert >= 0 ? static_cast<size_t>(x->expert) * per : 0);
-                if (const int64_t heads = permuted_row_heads(model.hparams(), x->t->name)) {
-                    const int64_t rows = x->shape.front(), row_len = x->shape.size() > 1 ? x->shape[1] : 1;
-                    const std::vector<float> hf = reorder_qk_rows(p, rows, row_len, heads, true);
-                    return encode(hf.data(), hf.size(), dtype);
-                }
-                // Gemma's RMSNorm multiplies by 1 + w in transformers; llama.cpp's converter stores the 1 + w.
-                if (model.hparams().arch->post_norms && x->t->n_dims == 1 && x->name.size() > 11 &&
-                    x->name.compare(x->name.size() - 11, 11, "norm.weight") == 0) {
-                    for (size_t i = 0; i < per; ++i) v[i] -= 1.0f;
-                }
-                return encode(p, per, dtype);
+            w.add_deferred(x->name, rep.dtype, x->shape, [x, dtype = rep.dtype]() {
+                const std::vector<float> v = x->values();
+                return encode(v.data(), v.size(), dtype);
             });
         }
         files.push_back(std::make_unique<AtomicFile>(out.file(name)));

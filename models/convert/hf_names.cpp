@@ -3,6 +3,7 @@
 #include "models/arch/hparams.h"
 
 #include <cctype>
+#include <algorithm>
 #include <cstring>
 
 namespace rp {
@@ -107,6 +108,71 @@ std::string hf_tensor_of(const std::string & t, bool fused_gate_up, bool gemma_n
     for (const ModuleName & m : kNorms)
         if (name == m.gguf && suffix == "weight") return "model.layers." + layer + "." + m.hf + ".weight";
     return "";
+}
+
+namespace {
+
+// Qwen3.5's DeltaNet projections (GGUF per-layer name <-> HF module below "model.layers.N.").
+const ModuleName kDeltaNet[] = {
+    {"attn_qkv", "linear_attn.in_proj_qkv"}, {"attn_gate", "linear_attn.in_proj_z"}, {"ssm_beta", "linear_attn.in_proj_b"},
+    {"ssm_alpha", "linear_attn.in_proj_a"}, {"ssm_out", "linear_attn.out_proj"},
+};
+
+} // namespace
+
+std::string hf_module_of(const HParams & hp, const std::string & w) {
+    std::string layer, name, suffix;
+    if (hp.arch->delta_net && split_layer_tensor(w, layer, name, suffix) && suffix == "weight")
+        for (const ModuleName & m : kDeltaNet)
+            if (name == m.gguf) return "model.layers." + layer + "." + m.hf;
+    std::string m = hf_module_of(w, hp.arch->fused_gate_up);
+    if (hp.arch->arch == Arch::GptOss && m.ends_with(".mlp.gate")) m.replace(m.size() - 4, 4, "router");
+    return m;
+}
+
+std::pair<std::string, int64_t> gguf_weight_of(const HParams & hp, const std::string & module) {
+    const std::string layers = "model.layers.";
+    if (hp.arch->delta_net && module.compare(0, layers.size(), layers) == 0) {
+        const size_t dot = module.find('.', layers.size());
+        if (dot != std::string::npos)
+            for (const ModuleName & m : kDeltaNet)
+                if (module.compare(dot + 1, std::string::npos, m.hf) == 0)
+                    return {"blk." + module.substr(layers.size(), dot - layers.size()) + "." + m.gguf + ".weight", -1};
+    }
+    if (hp.arch->arch == Arch::GptOss && module.ends_with(".mlp.router")) return gguf_weight_of(module.substr(0, module.size() - 6) + "gate");
+    if (hp.arch->arch == Arch::GptOss && module.ends_with(".mlp.gate")) return {"", -1};  // transformers' gpt-oss has none
+    return gguf_weight_of(module);
+}
+
+ValueHeads value_heads_of(const HParams & hp, const std::string & t) {
+    std::string layer, name, suffix;
+    if (!hp.arch->delta_net || hp.ssm_n_group == hp.ssm_dt_rank) return {};
+    if (t.compare(0, 4, "blk.") == 0 && t.ends_with(".ssm_a")) return {0, 1, false};  // (no suffix: -exp(A_log) a value head)
+    if (!split_layer_tensor(t, layer, name, suffix)) return {};
+    const int64_t qk = 2 * static_cast<int64_t>(hp.ssm_n_group) * hp.ssm_d_state, Dv = hp.ssm_head_v();
+    if (name == "attn_qkv" || name == "ssm_conv1d") return {qk, Dv, false};  // [q | k | v] rows (conv: channels)
+    if (name == "attn_gate") return {0, Dv, false};
+    if (name == "ssm_beta" || name == "ssm_alpha" || name == "ssm_dt") return {0, 1, false};
+    if (name == "ssm_out") return {0, Dv, true};  // its input columns
+    return {};
+}
+
+std::vector<float> reorder_value_heads(const std::vector<float> & v, int64_t row_len, const ValueHeads & vh, const HParams & hp, bool to_hf) {
+    std::vector<float> out = v;
+    if (vh.head_len == 0) return out;
+    const int64_t Hk = hp.ssm_n_group, Hv = hp.ssm_dt_rank, r = Hv / Hk, rows = static_cast<int64_t>(v.size()) / row_len, D = vh.head_len;
+    for (int64_t g = 0; g < Hv; ++g) {
+        const int64_t t = (g % r) * Hk + g / r;  // grouped head g's tiled index
+        for (int64_t d = 0; d < D; ++d) {
+            const int64_t hf = vh.first + g * D + d, gguf = vh.first + t * D + d;
+            const int64_t to = to_hf ? hf : gguf, from = to_hf ? gguf : hf;
+            if (vh.columns)
+                for (int64_t row = 0; row < rows; ++row) out[static_cast<size_t>(row * row_len + to)] = v[static_cast<size_t>(row * row_len + from)];
+            else
+                std::copy(v.begin() + from * row_len, v.begin() + (from + 1) * row_len, out.begin() + to * row_len);
+        }
+    }
+    return out;
 }
 
 int64_t permuted_row_heads(const HParams & hp, const std::string & t) {

@@ -55,14 +55,14 @@ void export_peft(const LoraAdapter & ad, const Model & model, const std::string 
     if (!safetensors_dtype_size(o.dtype)) throw Error("PEFT export: dtype " + o.dtype + " is not one of F32, F16, BF16");
     const std::string what = ad.path().empty() ? std::string("the adapter") : ad.path();
     if (ad.tensors().empty()) throw Error(what + ": holds no LoRA pair");
-    if (model.hparams().arch->delta_net)  // Qwen3.5's linear-attention modules (in_proj_qkv, in_proj_z, ...) have no names here yet
+    if (model.hparams().arch->arch == Arch::Qwen35Moe)  // (how transformers' Qwen3.5-MoE holds its experts is not checked here)
         throw Error(what + ": PEFT export of a " + std::string(model.hparams().arch->name) + " adapter is not supported yet");
     SafetensorsWriter st;
     st.set_metadata("format", "pt");
     const int64_t rank = ad.tensors().front().rank();
     std::set<std::string> targets;
     for (const LoraTensor & t : ad.tensors()) {
-        const std::string module = hf_module_of(t.base, model.hparams().arch->fused_gate_up);
+        const std::string module = hf_module_of(model.hparams(), t.base);
         if (module.empty()) throw Error(what + ": tensor '" + t.base + "' has no module in PEFT's layout");
         if (t.rank() != rank)
             throw Error(what + ": tensor '" + t.base + "' has rank " + std::to_string(t.rank()) + ", the first " + std::to_string(rank) +
@@ -84,10 +84,14 @@ void export_peft(const LoraAdapter & ad, const Model & model, const std::string 
             throw Error(what + ": '" + t.base + "': gpt-oss's experts are fused parameters in transformers (no per-expert "
                         "modules for PEFT to name); export an adapter without expert targets");
         const int64_t heads = permuted_row_heads(model.hparams(), t.base);
-        const std::vector<float> bh = heads ? reorder_qk_rows(b.data(), n_out, rank, heads, true) : b;
+        std::vector<float> bh = heads ? reorder_qk_rows(b.data(), n_out, rank, heads, true) : b;
+        // Qwen3.5's value heads in transformers' order: B's output rows, or A's input columns (out_proj).
+        const ValueHeads vh = value_heads_of(model.hparams(), t.base);
+        const std::vector<float> ah = vh.columns ? reorder_value_heads(a, n_in, vh, model.hparams(), true) : a;
+        if (!vh.columns) bh = reorder_value_heads(bh, rank, vh, model.hparams(), true);
         for (int64_t e = 0; e < experts; ++e) {
             const std::string name = kPrefix + hf_expert_module(module, e);
-            st.add_f32(name + ".lora_A.weight", o.dtype, {rank, n_in}, a.data() + e * rank * n_in);
+            st.add_f32(name + ".lora_A.weight", o.dtype, {rank, n_in}, ah.data() + e * rank * n_in);
             st.add_f32(name + ".lora_B.weight", o.dtype, {n_out, rank}, bh.data() + e * n_out * rank);
         }
     }
@@ -127,7 +131,7 @@ void export_peft(const LoraAdapter & ad, const Model & model, const std::string 
 }
 
 void import_peft(const std::string & dir, const Model & model, const std::string & out_path) {
-    if (model.hparams().arch->delta_net)
+    if (model.hparams().arch->arch == Arch::Qwen35Moe)
         throw Error(model.path() + ": PEFT import onto a " + std::string(model.hparams().arch->name) + " model is not supported yet");
     const std::string cfg_path = dir + "/adapter_config.json";
     const json::Value cfg = json::parse(read_file(cfg_path), cfg_path);
@@ -171,7 +175,7 @@ void import_peft(const std::string & dir, const Model & model, const std::string
         bool is_a = false, embedding = false;
         if (!split_factor(module, is_a, embedding))
             throw Error(where + ": not a LoRA factor (lora_A / lora_B / lora_embedding_A / lora_embedding_B)");
-        const auto [base, expert] = gguf_weight_of(module);
+        const auto [base, expert] = gguf_weight_of(model.hparams(), module);
         if (base.empty()) throw Error(where + ": module '" + module + "' is not one a GGUF adapter can hold");
         if (!model.find(base)) throw Error(where + ": " + model.path() + " has no " + base + " for module '" + module + "'");
         if (embedding != (base == "token_embd.weight")) throw Error(where + ": embedding factors belong to model.embed_tokens only");
@@ -232,6 +236,9 @@ void import_peft(const std::string & dir, const Model & model, const std::string
             b.insert(b.end(), be.begin(), be.end());
         }
         if (const int64_t heads = permuted_row_heads(model.hparams(), t.base)) b = reorder_qk_rows(b.data(), n_out, rank, heads, false);
+        const ValueHeads vh = value_heads_of(model.hparams(), t.base);
+        if (vh.columns) a = reorder_value_heads(a, n_in, vh, model.hparams(), false);
+        else b = reorder_value_heads(b, rank, vh, model.hparams(), false);
         tensor_set_f32(t.a, a);
         tensor_set_f32(t.b, b);
     }

@@ -362,3 +362,159 @@ TEST(HfExport, AFailedExportWritesNothing) {
     EXPECT_NE(r.err.find("--dtype: 'f8' is not one of auto, f32, f16, bf16"), std::string::npos) << r.err;
     EXPECT_FALSE(fs::exists(d.file("x")));
 }
+
+// gpt-oss as GptOssForCausalLM: the experts' gate and up fused into gate_up_proj [E, n_embd, 2 ff] with their
+// columns interleaved (gate even, up odd), down_proj input-major [E, ff, n_embd], their biases likewise, the router
+// as mlp.router, the sinks as self_attn.sinks; the config's experts, windows and YaRN. (llama.cpp's converter
+// undoes exactly this layout: the index arithmetic below is its inverse.)
+TEST(HfExport, GptOssFusedExpertsRouterSinksAndConfig) {
+    TempDir d;
+    rp::SynthSpec s;
+    s.arch = "gpt-oss";
+    s.vocab_from = stories();
+    s.n_embd = 48, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 16, s.n_layer = 3, s.n_expert = 4, s.n_expert_used = 2, s.n_ff_exp = 24;
+    s.n_swa = 8, s.yarn_factor = 4.0f, s.yarn_orig_ctx = 256, s.n_ctx_train = 1024;
+    rp::write_synth_model(s, d.file("oss.gguf"));
+    const auto model = rp::Model::load(d.file("oss.gguf"));
+    rp::export_hf(*model, d.file("hf"));
+    const Exported ex(d.file("hf"));
+    const int64_t E = 4, ff = 24, C = 48;
+    const std::string L = "model.layers.1.";
+    const std::vector<float> gate = gguf_values(*model, "blk.1.ffn_gate_exps.weight"), up = gguf_values(*model, "blk.1.ffn_up_exps.weight");
+    const auto [r, gu] = ex.get(L + "mlp.experts.gate_up_proj");
+    ASSERT_TRUE(r && gu);
+    EXPECT_EQ(gu->shape, (std::vector<int64_t>{E, C, 2 * ff}));
+    const std::vector<float> v = r->to_f32(*gu);
+    for (int64_t e = 0; e < E; ++e)
+        for (int64_t j = 0; j < ff; ++j)
+            for (int64_t c = 0; c < C; ++c) {
+                ASSERT_EQ(v[static_cast<size_t>((e * C + c) * 2 * ff + 2 * j)], gate[static_cast<size_t>((e * ff + j) * C + c)]);
+                ASSERT_EQ(v[static_cast<size_t>((e * C + c) * 2 * ff + 2 * j + 1)], up[static_cast<size_t>((e * ff + j) * C + c)]);
+            }
+    const std::vector<float> gb = gguf_values(*model, "blk.1.ffn_gate_exps.bias"), ub = gguf_values(*model, "blk.1.ffn_up_exps.bias");
+    const std::vector<float> gub = ex.values(L + "mlp.experts.gate_up_proj_bias");
+    ASSERT_EQ(gub.size(), static_cast<size_t>(E * 2 * ff));
+    for (size_t i = 0; i < gb.size(); ++i) {
+        EXPECT_EQ(gub[2 * i], gb[i]);
+        EXPECT_EQ(gub[2 * i + 1], ub[i]);
+    }
+    const std::vector<float> down = gguf_values(*model, "blk.1.ffn_down_exps.weight"), hd = ex.values(L + "mlp.experts.down_proj");
+    EXPECT_EQ(ex.get(L + "mlp.experts.down_proj").second->shape, (std::vector<int64_t>{E, ff, C}));
+    for (int64_t e = 0; e < E; ++e)
+        for (int64_t c = 0; c < C; ++c)
+            for (int64_t j = 0; j < ff; ++j)
+                ASSERT_EQ(hd[static_cast<size_t>((e * ff + j) * C + c)], down[static_cast<size_t>((e * C + c) * ff + j)]);
+    for (const auto & [g, h] : std::vector<std::pair<std::string, std::string>>{
+             {"blk.1.ffn_down_exps.bias", "mlp.experts.down_proj_bias"}, {"blk.1.ffn_gate_inp.weight", "mlp.router.weight"},
+             {"blk.1.ffn_gate_inp.bias", "mlp.router.bias"}, {"blk.1.attn_sinks.weight", "self_attn.sinks"},
+             {"blk.1.post_attention_norm.weight", "post_attention_layernorm.weight"}, {"blk.1.attn_q.bias", "self_attn.q_proj.bias"},
+             {"blk.1.attn_q.weight", "self_attn.q_proj.weight"}})
+        EXPECT_EQ(ex.values(L + h), gguf_values(*model, g)) << h;  // no permutation: gpt-oss's RoPE is NEOX
+    EXPECT_EQ(ex.get(L + "mlp.router.weight").second->shape, (std::vector<int64_t>{E, C}));
+    EXPECT_EQ(ex.get(L + "mlp.experts.down_proj_bias").second->shape, (std::vector<int64_t>{E, C}));
+    EXPECT_FALSE(ex.get(L + "mlp.experts.0.gate_proj.weight").first);
+    EXPECT_EQ(ex.tensors(), 3u + 3 * 17u);  // embeddings, norm, head; per layer: 2 norms, 8 attention, sinks, 2 router, 4 experts
+    const rp::json::Value & c = ex.config;
+    EXPECT_EQ(c.find("architectures")->array.at(0).string, "GptOssForCausalLM");
+    EXPECT_EQ(c.find("model_type")->string, "gpt_oss");
+    EXPECT_EQ(c.find("intermediate_size")->number, ff);
+    EXPECT_EQ(c.find("num_local_experts")->number, E);
+    EXPECT_EQ(c.find("num_experts_per_tok")->number, 2);
+    EXPECT_TRUE(c.find("attention_bias")->boolean);
+    EXPECT_EQ(c.find("sliding_window")->number, 8);
+    const rp::json::Value * types = c.find("layer_types");
+    ASSERT_TRUE(types && types->array.size() == 3u);
+    EXPECT_EQ(types->array[0].string, "sliding_attention");
+    EXPECT_EQ(types->array[1].string, "full_attention");
+    const rp::json::Value * yarn = c.find("rope_scaling");
+    ASSERT_TRUE(yarn && yarn->is_object());
+    EXPECT_EQ(yarn->find("rope_type")->string, "yarn");
+    EXPECT_EQ(yarn->find("factor")->number, 4);
+    EXPECT_EQ(yarn->find("original_max_position_embeddings")->number, 256);
+    EXPECT_EQ(c.find("max_position_embeddings")->number, 1024);
+    EXPECT_EQ(c.find("num_experts"), nullptr) << "qwen3moe's fields are not gpt-oss's";
+}
+
+// Qwen3.5 as Qwen3_5ForCausalLM: the DeltaNet tensors under linear_attn with the value heads back in transformers'
+// grouped order (llama.cpp's converter tiles them: tiled head j * Hk + k holds grouped head k * r + j), A_log from
+// ssm_a = -exp(A_log), conv1d as [C, 1, K], the (1 + w) norms as w and the gated norm as it is, no MTP block; the
+// config's layer types, DeltaNet widths and M-RoPE; qwen35moe refused by name.
+TEST(HfExport, Qwen35DeltaNetTensorsValueHeadOrderAndConfig) {
+    TempDir d;
+    rp::SynthSpec s;
+    s.arch = "qwen35";
+    s.vocab_from = model_path("synthetic/tiny-random-qwen2.gguf");
+    s.n_embd = 48, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 16, s.n_rot = 8, s.n_ff = 40, s.n_layer = 4;
+    s.ssm_k_heads = 2, s.ssm_v_heads = 6, s.ssm_head_dim = 8, s.full_attn_interval = 4, s.mtp_layers = 1;
+    rp::write_synth_model(s, d.file("q35.gguf"));
+    const auto model = rp::Model::load(d.file("q35.gguf"));
+    rp::export_hf(*model, d.file("hf"));
+    const Exported ex(d.file("hf"));
+    const int64_t Hk = 2, Hv = 6, r = 3, Dk = 8, Dv = 8, C = 48, conv = 2 * Hk * Dk + Hv * Dv;
+    const std::string L = "model.layers.1.linear_attn.";
+    // grouped head g of HF is tiled head (g % r) * Hk + g / r of the GGUF
+    auto tiled = [&](int64_t g) { return (g % r) * Hk + g / r; };
+    // rows: HF row (first + g * D + i) is GGUF row (first + tiled(g) * D + i)
+    auto check_rows = [&](const std::string & gguf, const std::string & hf, int64_t first, int64_t D, int64_t row_len) {
+        const std::vector<float> a = gguf_values(*model, gguf), b = ex.values(L + hf);
+        ASSERT_EQ(a.size(), b.size()) << hf;
+        for (int64_t row = 0; row < first; ++row)
+            for (int64_t c = 0; c < row_len; ++c) ASSERT_EQ(b[static_cast<size_t>(row * row_len + c)], a[static_cast<size_t>(row * row_len + c)]) << hf;
+        for (int64_t g = 0; g < Hv; ++g)
+            for (int64_t i = 0; i < D; ++i)
+                for (int64_t c = 0; c < row_len; ++c)
+                    ASSERT_EQ(b[static_cast<size_t>((first + g * D + i) * row_len + c)], a[static_cast<size_t>((first + tiled(g) * D + i) * row_len + c)])
+                        << hf << " head " << g;
+    };
+    check_rows("blk.1.attn_qkv.weight", "in_proj_qkv.weight", 2 * Hk * Dk, Dv, C);
+    check_rows("blk.1.attn_gate.weight", "in_proj_z.weight", 0, Dv, C);
+    check_rows("blk.1.ssm_beta.weight", "in_proj_b.weight", 0, 1, C);
+    check_rows("blk.1.ssm_alpha.weight", "in_proj_a.weight", 0, 1, C);
+    check_rows("blk.1.ssm_dt.bias", "dt_bias", 0, 1, 1);
+    check_rows("blk.1.ssm_conv1d.weight", "conv1d.weight", 2 * Hk * Dk, Dv, 4);
+    EXPECT_EQ(ex.get(L + "conv1d.weight").second->shape, (std::vector<int64_t>{conv, 1, 4}));
+    const std::vector<float> a = gguf_values(*model, "blk.1.ssm_a"), alog = ex.values(L + "A_log");
+    for (int64_t g = 0; g < Hv; ++g) EXPECT_NEAR(-std::exp(alog[static_cast<size_t>(g)]), a[static_cast<size_t>(tiled(g))], 1e-6f * std::fabs(a[static_cast<size_t>(tiled(g))]));
+    const std::vector<float> out = gguf_values(*model, "blk.1.ssm_out.weight"), hout = ex.values(L + "out_proj.weight");  // [C][Hv * Dv]
+    for (int64_t row = 0; row < C; ++row)
+        for (int64_t g = 0; g < Hv; ++g)
+            for (int64_t i = 0; i < Dv; ++i)
+                ASSERT_EQ(hout[static_cast<size_t>(row * Hv * Dv + g * Dv + i)], out[static_cast<size_t>(row * Hv * Dv + tiled(g) * Dv + i)]);
+    EXPECT_EQ(ex.values(L + "norm.weight"), gguf_values(*model, "blk.1.ssm_norm.weight")) << "the gated norm multiplies by w";
+    for (const auto & [g, h] : std::vector<std::pair<std::string, std::string>>{
+             {"blk.1.attn_norm.weight", "model.layers.1.input_layernorm.weight"}, {"blk.3.attn_q_norm.weight", "model.layers.3.self_attn.q_norm.weight"},
+             {"blk.3.post_attention_norm.weight", "model.layers.3.post_attention_layernorm.weight"}, {"output_norm.weight", "model.norm.weight"}}) {
+        std::vector<float> want = gguf_values(*model, g);
+        for (float & x : want) x -= 1.0f;
+        EXPECT_EQ(ex.values(h), want) << h;
+    }
+    EXPECT_EQ(ex.values("model.layers.3.self_attn.q_proj.weight"), gguf_values(*model, "blk.3.attn_q.weight")) << "query and gate rows per head, as the GGUF";
+    EXPECT_FALSE(ex.get("model.layers.4.input_layernorm.weight").first) << "the MTP block is not written";
+    const rp::json::Value & c = ex.config;
+    EXPECT_EQ(c.find("architectures")->array.at(0).string, "Qwen3_5ForCausalLM");
+    const rp::json::Value * types = c.find("layer_types");
+    ASSERT_TRUE(types && types->array.size() == 4u);
+    for (int il = 0; il < 4; ++il) EXPECT_EQ(types->array[static_cast<size_t>(il)].string, il == 3 ? "full_attention" : "linear_attention");
+    EXPECT_EQ(c.find("full_attention_interval")->number, 4);
+    EXPECT_EQ(c.find("linear_num_key_heads")->number, Hk);
+    EXPECT_EQ(c.find("linear_num_value_heads")->number, Hv);
+    EXPECT_EQ(c.find("linear_key_head_dim")->number, Dk);
+    EXPECT_EQ(c.find("linear_value_head_dim")->number, Dv);
+    EXPECT_EQ(c.find("linear_conv_kernel_dim")->number, 4);
+    const rp::json::Value * rope = c.find("rope_parameters");
+    ASSERT_TRUE(rope && rope->is_object());
+    EXPECT_EQ(rope->find("partial_rotary_factor")->number, 0.5);
+    EXPECT_EQ(rope->find("mrope_section")->array.size(), 3u);
+    EXPECT_TRUE(rope->find("mrope_interleaved")->boolean);
+
+    rp::SynthSpec m = s;
+    m.arch = "qwen35moe", m.n_expert = 4, m.n_expert_used = 2, m.n_ff_exp = 16, m.mtp_layers = 0;
+    rp::write_synth_model(m, d.file("moe.gguf"));
+    try {
+        rp::export_hf(*rp::Model::load(d.file("moe.gguf")), d.file("moe"));
+        ADD_FAILURE() << "qwen35moe exported";
+    } catch (const rp::Error & e) {
+        EXPECT_NE(std::string(e.what()).find("qwen35moe"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(d.file("moe")));
+}

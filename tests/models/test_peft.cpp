@@ -21,6 +21,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <set>
 #include <random>
 
 using namespace models_test;
@@ -342,4 +343,68 @@ TEST(Peft, RpGgufExportsAndImports) {
     EXPECT_EQ(r.exit_code, 1);
     EXPECT_NE(r.err.find("nothing/adapter_config.json: cannot open"), std::string::npos) << r.err;
     EXPECT_FALSE(fs::exists(d.file("b.gguf")));
+}
+
+// gpt-oss: transformers names its router mlp.router (not mlp.gate); attention and router pairs round-trip, expert
+// pairs are refused (transformers fuses the experts into parameters PEFT cannot name per expert).
+TEST(Peft, GptOssRouterIsMlpRouterAndExpertsAreRefused) {
+    TempDir d;
+    rp::SynthSpec s;
+    s.arch = "gpt-oss";
+    s.vocab_from = model_path("synthetic/tiny-random-qwen2.gguf");
+    s.n_embd = 32, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 8, s.n_layer = 2, s.n_expert = 4, s.n_expert_used = 2, s.n_ff_exp = 16;
+    s.n_swa = 8;
+    rp::write_synth_model(s, d.file("oss.gguf"));
+    const auto model = rp::Model::load(d.file("oss.gguf"));
+    random_adapter(*model, {"blk.1.attn_q.weight", "blk.0.ffn_gate_inp.weight"}, 2, 4.0f, d.file("a.gguf"));
+    rp::export_peft(*rp::LoraAdapter::load(d.file("a.gguf"), *model), *model, d.file("peft"));
+    const auto st = rp::SafetensorsReader::open(d.file("peft/adapter_model.safetensors"));
+    EXPECT_NE(st->find("base_model.model.model.layers.0.mlp.router.lora_A.weight"), nullptr);
+    EXPECT_EQ(st->find("base_model.model.model.layers.0.mlp.gate.lora_A.weight"), nullptr);
+    EXPECT_NE(st->find("base_model.model.model.layers.1.self_attn.q_proj.lora_B.weight"), nullptr);
+    const rp::json::Value cfg = rp::json::parse(slurp(d.file("peft/adapter_config.json")), "adapter_config.json");
+    std::set<std::string> targets;
+    for (const rp::json::Value & t : cfg.find("target_modules")->array) targets.insert(t.string);
+    EXPECT_EQ(targets, (std::set<std::string>{"q_proj", "router"}));
+    rp::import_peft(d.file("peft"), *model, d.file("back.gguf"));
+    expect_same_tensors(d.file("a.gguf"), d.file("back.gguf"));
+    random_adapter(*model, {"blk.1.ffn_up_exps.weight"}, 2, 4.0f, d.file("e.gguf"));
+    const std::string err = error_of([&] { rp::export_peft(*rp::LoraAdapter::load(d.file("e.gguf"), *model), *model, d.file("peft-e")); });
+    EXPECT_NE(err.find("blk.1.ffn_up_exps.weight"), std::string::npos) << err;
+    EXPECT_FALSE(fs::exists(d.file("peft-e")));
+}
+
+// Qwen3.5: the DeltaNet projections under linear_attn (in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj) with
+// the value heads in transformers' grouped order (B's rows; out_proj: A's columns), and back bit for bit.
+TEST(Peft, Qwen35LinearAttentionModulesAndValueHeadOrder) {
+    TempDir d;
+    rp::SynthSpec s;
+    s.arch = "qwen35";
+    s.vocab_from = model_path("synthetic/tiny-random-qwen2.gguf");
+    s.n_embd = 32, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 8, s.n_ff = 40, s.n_layer = 4;
+    s.ssm_k_heads = 2, s.ssm_v_heads = 4, s.ssm_head_dim = 8, s.full_attn_interval = 4;
+    rp::write_synth_model(s, d.file("q35.gguf"));
+    const auto model = rp::Model::load(d.file("q35.gguf"));
+    random_adapter(*model, {"blk.0.attn_qkv.weight", "blk.0.attn_gate.weight", "blk.1.ssm_beta.weight", "blk.1.ssm_alpha.weight",
+                            "blk.1.ssm_out.weight", "blk.3.attn_q.weight", "blk.2.ffn_down.weight"},
+                   2, 4.0f, d.file("a.gguf"));
+    const auto ad = rp::LoraAdapter::load(d.file("a.gguf"), *model);
+    rp::export_peft(*ad, *model, d.file("peft"));
+    const auto st = rp::SafetensorsReader::open(d.file("peft/adapter_model.safetensors"));
+    const std::string P = "base_model.model.model.layers.";
+    for (const char * m : {"0.linear_attn.in_proj_qkv", "0.linear_attn.in_proj_z", "1.linear_attn.in_proj_b", "1.linear_attn.in_proj_a",
+                           "1.linear_attn.out_proj", "3.self_attn.q_proj", "2.mlp.down_proj"})
+        EXPECT_NE(st->find(P + m + ".lora_A.weight"), nullptr) << m;
+    const int64_t Hk = 2, Hv = 4, r = 2, Dv = 8, rank = 2;
+    auto tiled = [&](int64_t g) { return (g % r) * Hk + g / r; };
+    const std::vector<float> zb = rp::tensor_get_f32(ad->find("blk.0.attn_gate.weight")->b), hzb = st->to_f32(*st->find(P + "0.linear_attn.in_proj_z.lora_B.weight"));
+    for (int64_t g = 0; g < Hv; ++g)
+        for (int64_t i = 0; i < Dv * rank; ++i) ASSERT_EQ(hzb[static_cast<size_t>(g * Dv * rank + i)], zb[static_cast<size_t>(tiled(g) * Dv * rank + i)]);
+    const std::vector<float> oa = rp::tensor_get_f32(ad->find("blk.1.ssm_out.weight")->a), hoa = st->to_f32(*st->find(P + "1.linear_attn.out_proj.lora_A.weight"));
+    for (int64_t k = 0; k < rank; ++k)
+        for (int64_t g = 0; g < Hv; ++g)
+            for (int64_t i = 0; i < Dv; ++i)
+                ASSERT_EQ(hoa[static_cast<size_t>(k * Hv * Dv + g * Dv + i)], oa[static_cast<size_t>(k * Hv * Dv + tiled(g) * Dv + i)]);
+    rp::import_peft(d.file("peft"), *model, d.file("back.gguf"));
+    expect_same_tensors(d.file("a.gguf"), d.file("back.gguf"));
 }
