@@ -24,7 +24,10 @@
 #                 traced run gives the timeline when there is time)
 #   peft          the peer on the same GPU, same shape, sequence length, batch and rank: transformers + PEFT
 #                 (bench/gpu/peft_baseline.py): tokens/s, peak memory; and the cross-check of our logits and LoRA
-#                 gradients against transformers' Qwen3 on the same weights
+#                 gradients against transformers' Qwen3 on the same weights; and our exports in transformers (hf):
+#                 a small model of each exported architecture (bench/gpu/hf_cases.sh) as rp-gguf export-hf and
+#                 export-peft write it, loaded with AutoModelForCausalLM + PeftModel (logits against ours with the
+#                 same adapter) and AutoTokenizer (ids against ours)
 #   tests         the remaining test_cuda suites (devices, backend, plans, pipeline), one process each
 #   sanitizer     compute-sanitizer --tool memcheck over one short finetune step (works on Firecracker, refused
 #                 on gVisor: recorded either way)
@@ -62,8 +65,8 @@ elapsed() { echo $(( $(date +%s) - start )); }
 
 # The fixed shares, in seconds of a 540 s budget, of each step, in the order they run (the steps of a phase
 # are listed one by one). A step ends at the sum of the shares up to and including it.
-SHARES=(build:130 kernel_tests:50 bench:20 synth:20 probe:40 resident:65 streamed:65 traced:10 peft_bench:45 peft_check:25
-        tests:45 sanitizer:25)
+SHARES=(build:130 kernel_tests:50 bench:15 synth:15 probe:40 resident:65 streamed:65 traced:10 peft_bench:45 peft_check:25
+        hf_check:25 tests:35 sanitizer:20)
 declare -A DEADLINE
 acc=0
 for sh in "${SHARES[@]}"; do
@@ -125,7 +128,7 @@ run_for "$(until_end build)" cmake -S "$ROOT" -B "$BUILD" "${gen[@]}" -DCMAKE_BU
   -DRP_CLI11_INCLUDE_DIR="${RP_CLI11_INCLUDE_DIR:-$ROOT/.gpu-carry/cli11}" >> "$LOG" 2>&1
 if [ $? -eq 0 ]; then
   run_for "$(until_end build)" cmake --build "$BUILD" -j "$JOBS" --target test_cuda test_quant rp-cuda-bench \
-    rp-finetune rp-trace rp-gguf ggml_rp_cuda >> "$LOG" 2>&1 && build_ok=true
+    rp-finetune rp-trace rp-gguf rp-tokenize ggml_rp_cuda >> "$LOG" 2>&1 && build_ok=true
 fi
 $build_ok || grep -E 'error|FAILED' "$LOG" | head -20 >&2
 R[build]="{\"ok\": $build_ok, \"seconds\": $(( $(date +%s) - t0 )), \"arch\": \"sm_$cap\"}"
@@ -330,7 +333,21 @@ if [ "$tl" -ge 15 ]; then
     --adapter "$c/a1.gguf" --dump "$c/step.gguf" --json "$SCRATCH/check.json" 2>&1 | tee -a "$LOG" > /dev/null
   [ -s "$SCRATCH/check.json" ] && check_json="$(cat "$SCRATCH/check.json")"
 fi
-R[peft]="{\"bench\": $peft_json, \"check\": $check_json}"
+hf_json="null"
+tl=$(until_end hf_check)
+if [ "$tl" -ge 15 ]; then
+  run_for "$tl" bash "$ROOT/bench/gpu/hf_cases.sh" "$BUILD/bin" "$MODELS" "$SCRATCH/hf" >> "$LOG" 2>&1
+  cases=()
+  for d in "$SCRATCH"/hf/*/; do [ -s "$d/step.gguf" ] && [ -d "$d/peft" ] && cases+=("${d%/}"); done
+  if [ ${#cases[@]} -gt 0 ]; then
+    PYTHONUNBUFFERED=1 run_for "$(until_end hf_check)" python3 "$ROOT/bench/gpu/peft_baseline.py" hf "${cases[@]}" \
+      --json "$SCRATCH/hf.json" 2>&1 | tee -a "$LOG" > /dev/null
+    [ -s "$SCRATCH/hf.json" ] && hf_json="$(cat "$SCRATCH/hf.json")"
+  else
+    hf_json='{"ok": false, "error": "bench/gpu/hf_cases.sh made no case (see the log)"}'
+  fi
+fi
+R[peft]="{\"bench\": $peft_json, \"check\": $check_json, \"hf\": $hf_json}"
 write_json
 
 # ---- tests: the remaining suites -------------------------------------------------------------------------------

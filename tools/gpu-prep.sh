@@ -52,7 +52,7 @@ for f in "$SHARED"/models/*; do
 done
 chmod -R u+w "$dest"
 for need in stories260K.gguf synthetic/tiny-random-qwen2.gguf synthetic/tiny-random-qwen3.gguf vocab/ggml-vocab-qwen2.gguf \
-            reference/train.txt; do
+            vocab/ggml-vocab-llama-spm.gguf vocab/ggml-vocab-llama-bpe.gguf reference/train.txt; do
   [ -f "$dest/shared/models/$need" ] || die "the carry lacks shared/models/$need"
 done
 

@@ -13,6 +13,10 @@ itself has no Python. tools/gpu-check.sh runs two commands:
           with --dump-grads (the batch, loss scale, loss, first sequence's logits, LoRA gradients) are loaded into
           transformers' Qwen3 with PEFT; its logits, loss and LoRA gradients are compared with ours.
   gguf    prints a GGUF file's tensors (name, type, shape, checksum): a self-test of the reader, no torch needed.
+  hf      our exports read by transformers + PEFT: the cases bench/gpu/hf_cases.sh makes (a model of each
+          architecture as rp-gguf export-hf writes it, a LoRA adapter as export-peft writes it, our logits with that
+          adapter, texts with our token ids) loaded with AutoModelForCausalLM, PeftModel and AutoTokenizer; logits
+          and ids compared with ours.
 
 Every command writes one JSON object (--json FILE) and prints a line per result.
 """
@@ -303,6 +307,69 @@ def cmd_check(a):
     return res
 
 
+# ---- hf -------------------------------------------------------------------------------------------------------
+
+def cmd_hf(a):
+    """Our exports in transformers + PEFT: each case (bench/gpu/hf_cases.sh) loads its model from our export-hf
+    directory (config.json, safetensors) with AutoModelForCausalLM, our export-peft adapter on it with PeftModel, and
+    compares the logits of the dumped batch's first sequence with ours; its tokenizer files with AutoTokenizer, and
+    compares the ids of the case's texts with ours."""
+    import glob
+    import os
+    import numpy as np
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    res = {"engine": "transformers (AutoModelForCausalLM, eager attention, f32) + PEFT (PeftModel), AutoTokenizer",
+           "device": device, "cases": {}}
+    for case in a.cases:
+        name = os.path.basename(case.rstrip("/"))
+        r = {}
+        try:
+            model = AutoModelForCausalLM.from_pretrained(f"{case}/hf", torch_dtype=torch.float32, attn_implementation="eager")
+            r["class"] = type(model).__name__
+            if os.path.isdir(f"{case}/peft"):
+                from peft import PeftModel
+                model = PeftModel.from_pretrained(model, f"{case}/peft")
+            model = model.to(device).eval()
+            dump = Gguf(f"{case}/step.gguf")
+            ids = torch.from_numpy(dump.array("batch.inputs").astype(np.int64))[:1].to(device)
+            with torch.no_grad():
+                logits = model(input_ids=ids).logits[0].float()
+            ours = torch.from_numpy(dump.array("batch.logits0")).to(device)
+            r["logits_max_abs_diff"] = float((logits - ours).abs().max())
+            r["logits_range"] = float(ours.max() - ours.min())
+            r["logits_ok"] = r["logits_max_abs_diff"] <= 1e-3 * max(1.0, r["logits_range"])
+        except Exception as e:  # one case's failure is its own
+            r["logits_ok"] = False
+            r["error"] = f"{type(e).__name__}: {e}"
+        try:
+            tok = AutoTokenizer.from_pretrained(f"{case}/hf")
+            bad = []
+            texts = sorted(glob.glob(f"{case}/texts/*.txt"))
+            for t in texts:
+                with open(t, encoding="utf-8") as f:
+                    text = f.read()
+                with open(t[:-len(".txt")] + ".ids") as f:
+                    want = [int(x) for x in f.read().split()]
+                got = tok(text, add_special_tokens=False)["input_ids"]
+                if got != want:
+                    bad.append({"text": text, "ours": want, "theirs": got})
+            r["tokenizer_texts"] = len(texts)
+            r["tokenizer_ok"] = bool(texts) and not bad
+            r["tokenizer_mismatches"] = bad[:3]
+        except Exception as e:
+            r["tokenizer_ok"] = False
+            r["tokenizer_error"] = f"{type(e).__name__}: {e}"
+        res["cases"][name] = r
+        print(f"hf {name}: logits max |d| {r.get('logits_max_abs_diff')} (range {r.get('logits_range')}), "
+              f"tokenizer {'ok' if r['tokenizer_ok'] else 'MISMATCH'}{'; ' + r['error'] if 'error' in r else ''}")
+    res["ok"] = bool(res["cases"]) and all(c["logits_ok"] and c["tokenizer_ok"] for c in res["cases"].values())
+    return res
+
+
 def finite_or_null(x):
     """x with every non-finite float (NaN, +-inf), at any depth, replaced by None."""
     if isinstance(x, float):
@@ -332,11 +399,13 @@ def main():
     c.add_argument("--dump", required=True)
     g = sub.add_parser("gguf")
     g.add_argument("file")
-    for s in (b, c, g):
+    h = sub.add_parser("hf")
+    h.add_argument("cases", nargs="+", help="case directories made by bench/gpu/hf_cases.sh")
+    for s in (b, c, g, h):
         s.add_argument("--json")
     a = p.parse_args()
     try:
-        res = {"bench": cmd_bench, "check": cmd_check, "gguf": cmd_gguf}[a.cmd](a)
+        res = {"bench": cmd_bench, "check": cmd_check, "gguf": cmd_gguf, "hf": cmd_hf}[a.cmd](a)
     except Exception as e:  # the harness reports, gpu-check.sh goes on
         res = {"ok": False, "error": f"{type(e).__name__}: {e}"}
         print(f"peft_baseline {a.cmd}: {res['error']}", file=sys.stderr)

@@ -83,6 +83,9 @@ void export_peft(const LoraAdapter & ad, const Model & model, const std::string 
         if (experts > 1 && model.hparams().arch->arch == Arch::GptOss)
             throw Error(what + ": '" + t.base + "': gpt-oss's experts are fused parameters in transformers (no per-expert "
                         "modules for PEFT to name); export an adapter without expert targets");
+        if (model.hparams().arch->arch == Arch::GptOss && module.ends_with(".mlp.router"))
+            throw Error(what + ": '" + t.base + "': gpt-oss's router is no Linear module in transformers (PEFT's LoRA cannot "
+                        "wrap it); export an adapter without router targets");
         const int64_t heads = permuted_row_heads(model.hparams(), t.base);
         std::vector<float> bh = heads ? reorder_qk_rows(b.data(), n_out, rank, heads, true) : b;
         // Qwen3.5's value heads in transformers' order: B's output rows, or A's input columns (out_proj).

@@ -19,7 +19,8 @@ echo "$call" | grep -q '"command": ".*tools/gpu-check.sh"' || fail "no command i
 echo "$call" | grep -q '"carry": \["' || fail "no carry in: $call"
 echo "$call" | grep -q '"timeout_s": 600' || fail "no timeout in: $call"
 for f in googletest/CMakeLists.txt googletest/googletest/src/gtest-all.cc shared/models/stories260K.gguf \
-         shared/models/vocab/ggml-vocab-qwen2.gguf shared/models/synthetic/tiny-random-qwen3.gguf shared/models/reference/train.txt; do
+         shared/models/vocab/ggml-vocab-qwen2.gguf shared/models/vocab/ggml-vocab-llama-spm.gguf shared/models/vocab/ggml-vocab-llama-bpe.gguf \
+         shared/models/synthetic/tiny-random-qwen3.gguf shared/models/reference/train.txt; do
   [ -f "$tmp/carry/$f" ] || fail "the carry lacks $f"
 done
 kib=$(du -sk "$tmp/carry" | cut -f1)
@@ -47,7 +48,7 @@ done
 # The plan: the headline figures first (build, kernel tests, the finetunes, the peer), then the other suites and
 # the sanitizer; every share positive and the last one ending at the budget.
 order=$(sed -n 's/^plan: \([a-z_]*\) .*/\1/p' "$tmp/out/gpu-check.log" | tr '\n' ' ')
-[ "$order" = "build kernel_tests bench synth probe resident streamed traced peft_bench peft_check tests sanitizer " ] ||
+[ "$order" = "build kernel_tests bench synth probe resident streamed traced peft_bench peft_check hf_check tests sanitizer " ] ||
   fail "the phase order is '$order'"
 sed -n 's/^plan: [a-z_]* *\([0-9]*\) s.*/\1/p' "$tmp/out/gpu-check.log" | while read -r sec; do [ "$sec" -gt 0 ] || fail "a share of $sec s"; done
 grep -q '^plan: sanitizer .* to 540 s)$' "$tmp/out/gpu-check.log" || fail "the shares do not end at the budget: $(grep '^plan' "$tmp/out/gpu-check.log")"

@@ -13,6 +13,7 @@
 #include "ggml_rp/core/json.h"
 #include "models/arch/hparams.h"
 #include "models/arch/lora.h"
+#include "models/convert/hf_names.h"
 #include "models/convert/peft.h"
 #include "models/convert/safetensors.h"
 #include "models/convert/synth_model.h"
@@ -345,9 +346,10 @@ TEST(Peft, RpGgufExportsAndImports) {
     EXPECT_FALSE(fs::exists(d.file("b.gguf")));
 }
 
-// gpt-oss: transformers names its router mlp.router (not mlp.gate); attention and router pairs round-trip, expert
-// pairs are refused (transformers fuses the experts into parameters PEFT cannot name per expert).
-TEST(Peft, GptOssRouterIsMlpRouterAndExpertsAreRefused) {
+// gpt-oss: attention pairs round-trip; expert and router pairs are refused, naming the tensor (transformers fuses
+// the experts into parameters and its router is no Linear module: PEFT's LoRA can wrap neither); import reads
+// transformers' name of the router (mlp.router) and not the other MoE models' mlp.gate.
+TEST(Peft, GptOssAttentionPairsRoundTripExpertAndRouterPairsAreRefused) {
     TempDir d;
     rp::SynthSpec s;
     s.arch = "gpt-oss";
@@ -356,22 +358,21 @@ TEST(Peft, GptOssRouterIsMlpRouterAndExpertsAreRefused) {
     s.n_swa = 8;
     rp::write_synth_model(s, d.file("oss.gguf"));
     const auto model = rp::Model::load(d.file("oss.gguf"));
-    random_adapter(*model, {"blk.1.attn_q.weight", "blk.0.ffn_gate_inp.weight"}, 2, 4.0f, d.file("a.gguf"));
+    random_adapter(*model, {"blk.1.attn_q.weight", "blk.0.attn_output.weight"}, 2, 4.0f, d.file("a.gguf"));
     rp::export_peft(*rp::LoraAdapter::load(d.file("a.gguf"), *model), *model, d.file("peft"));
     const auto st = rp::SafetensorsReader::open(d.file("peft/adapter_model.safetensors"));
-    EXPECT_NE(st->find("base_model.model.model.layers.0.mlp.router.lora_A.weight"), nullptr);
-    EXPECT_EQ(st->find("base_model.model.model.layers.0.mlp.gate.lora_A.weight"), nullptr);
     EXPECT_NE(st->find("base_model.model.model.layers.1.self_attn.q_proj.lora_B.weight"), nullptr);
-    const rp::json::Value cfg = rp::json::parse(slurp(d.file("peft/adapter_config.json")), "adapter_config.json");
-    std::set<std::string> targets;
-    for (const rp::json::Value & t : cfg.find("target_modules")->array) targets.insert(t.string);
-    EXPECT_EQ(targets, (std::set<std::string>{"q_proj", "router"}));
+    EXPECT_NE(st->find("base_model.model.model.layers.0.self_attn.o_proj.lora_A.weight"), nullptr);
     rp::import_peft(d.file("peft"), *model, d.file("back.gguf"));
     expect_same_tensors(d.file("a.gguf"), d.file("back.gguf"));
-    random_adapter(*model, {"blk.1.ffn_up_exps.weight"}, 2, 4.0f, d.file("e.gguf"));
-    const std::string err = error_of([&] { rp::export_peft(*rp::LoraAdapter::load(d.file("e.gguf"), *model), *model, d.file("peft-e")); });
-    EXPECT_NE(err.find("blk.1.ffn_up_exps.weight"), std::string::npos) << err;
-    EXPECT_FALSE(fs::exists(d.file("peft-e")));
+    for (const char * target : {"blk.1.ffn_up_exps.weight", "blk.0.ffn_gate_inp.weight"}) {
+        random_adapter(*model, {target}, 2, 4.0f, d.file("e.gguf"));
+        const std::string err = error_of([&] { rp::export_peft(*rp::LoraAdapter::load(d.file("e.gguf"), *model), *model, d.file("peft-e")); });
+        EXPECT_NE(err.find(target), std::string::npos) << err;
+        EXPECT_FALSE(fs::exists(d.file("peft-e")));
+    }
+    EXPECT_EQ(rp::gguf_weight_of(model->hparams(), "model.layers.0.mlp.router").first, "blk.0.ffn_gate_inp.weight");
+    EXPECT_EQ(rp::gguf_weight_of(model->hparams(), "model.layers.0.mlp.gate").first, "");
 }
 
 // Qwen3.5: the DeltaNet projections under linear_attn (in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj) with
