@@ -9,14 +9,15 @@
 #   hf/                   rp-gguf export-hf model.gguf (weights, config.json, tokenizer files)
 #   peft/                 rp-gguf export-peft a1.gguf (adapter_config.json, adapter_model.safetensors)
 #   texts/N.txt, N.ids    texts and our token ids for them (rp-tokenize --no-bos --ids)
-# Cases: llama (SentencePiece vocabulary), qwen3moe, phi3, gemma3, gpt-oss (Llama 3's BPE vocabulary), qwen35.
+# Cases: llama (SentencePiece vocabulary), qwen3moe, phi3, gemma3, gpt-oss (Llama 3's BPE vocabulary), qwen35,
+# qwen35moe, mistral3 (YaRN and the attention temperature).
 # Exit status: 0 when every case was made; a case that failed is named on stderr and left out.
 set -uo pipefail
 [ $# -ge 3 ] || { echo "usage: hf_cases.sh BIN_DIR SHARED_MODELS_DIR OUT_DIR [CASE...]" >&2; exit 2; }
 BIN="$1"; MODELS="$2"; OUT="$3"; shift 3
 V="$MODELS/vocab"
 CASES=("$@")
-[ ${#CASES[@]} -gt 0 ] || CASES=(llama qwen3moe phi3 gemma3 gpt-oss qwen35)
+[ ${#CASES[@]} -gt 0 ] || CASES=(llama qwen3moe phi3 gemma3 gpt-oss qwen35 qwen35moe mistral3)
 
 synth_args() {  # the case's architecture, vocabulary and small shape
   local common=(--n-embd 64 --n-head 4 --n-head-kv 2 --head-dim 16 --n-ff 96 --n-layer 2 --seed 11)
@@ -28,13 +29,21 @@ synth_args() {  # the case's architecture, vocabulary and small shape
     gpt-oss)  echo --arch gpt-oss --vocab "$V/ggml-vocab-llama-bpe.gguf" "${common[@]}" --experts 4 --experts-used 2 --expert-ff 32 --window 8 ;;
     qwen35)   echo --arch qwen35 --vocab "$V/ggml-vocab-qwen2.gguf" "${common[@]}" --n-layer 4 --ssm-k-heads 2 --ssm-v-heads 4 --ssm-head-dim 16 \
                 --full-attn-interval 4 ;;
+    qwen35moe) echo --arch qwen35moe --vocab "$V/ggml-vocab-qwen2.gguf" "${common[@]}" --n-layer 4 --ssm-k-heads 2 --ssm-v-heads 4 \
+                --ssm-head-dim 16 --full-attn-interval 4 --experts 4 --experts-used 2 --expert-ff 32 ;;
+    mistral3) echo --arch mistral3 --vocab "$V/ggml-vocab-llama-bpe.gguf" "${common[@]}" --yarn 16 --yarn-ctx 256 --attn-temp 0.1 ;;
     *) return 1 ;;
   esac
 }
 
-# LoRA targets other than the defaults: gpt-oss's experts are fused parameters in transformers and its router is no
-# Linear module, which PEFT cannot wrap (rp-gguf export-peft refuses both), so its adapter is on attention only.
-lora_targets() { [ "$1" = gpt-oss ] && echo --lora-targets attn_q,attn_k,attn_v,attn_output; }
+# LoRA targets other than the defaults: gpt-oss's and qwen35moe's experts are packed parameters in transformers and
+# their routers no Linear modules, which PEFT cannot wrap (rp-gguf export-peft refuses both).
+lora_targets() {
+  case "$1" in
+    gpt-oss) echo --lora-targets attn_q,attn_k,attn_v,attn_output ;;
+    qwen35moe) echo --lora-targets attn_qkv,attn_gate,ssm_beta,ssm_alpha,ssm_out,attn_q,attn_k,attn_v,attn_output,ffn_gate_shexp,ffn_up_shexp,ffn_down_shexp ;;
+  esac
+}
 
 TEXTS=("Hello world" " The quick brown fox jumps over the lazy dog." "3.14159 and 2718281828, twice: 3.14159"
        "tabs	and

@@ -95,6 +95,7 @@ bool same_factors(const std::vector<float> & a, const std::vector<float> & b) {
 std::string rope_scaling_json(const Model & model) {
     const HParams & hp = model.hparams();
     const Tensor * freqs = model.layers.empty() ? nullptr : model.layers[0].rope_freqs;
+    if (hp.arch->arch == Arch::Mistral3) return "null";  // its YaRN is in rope_parameters (config_json)
     if (hp.arch->arch == Arch::GptOss && hp.rope_ext_factor != 0.0f)  // gpt-oss's YaRN, as its own config states it
         return "{\"beta_fast\": " + number(hp.rope_beta_fast) + ", \"beta_slow\": " + number(hp.rope_beta_slow) + ", \"factor\": " +
                number(1.0f / hp.rope_freq_scale) + ", \"original_max_position_embeddings\": " + std::to_string(hp.rope_n_ctx_orig) +
@@ -139,12 +140,10 @@ std::string config_json(const Model & model, const std::string & dtype) {
     case Arch::GptOss: cls = "GptOssForCausalLM", type = "gpt_oss"; break;
     case Arch::Gemma2: cls = "Gemma2ForCausalLM", type = "gemma2"; break;
     case Arch::Gemma3: cls = "Gemma3ForCausalLM", type = "gemma3_text"; break;
-    case Arch::Mistral3:  // transformers' Mistral3ForConditionalGeneration wraps a vision tower this file does not have
-        throw Error(model.path() + ": exporting mistral3 to Hugging Face safetensors is not supported yet");
+    case Arch::Mistral3: cls = "Ministral3ForCausalLM", type = "ministral3"; break;  // the text model (no vision tower here)
     case Arch::Phi3: cls = "Phi3ForCausalLM", type = "phi3"; break;
     case Arch::Qwen35: cls = "Qwen3_5ForCausalLM", type = "qwen3_5_text"; break;
-    case Arch::Qwen35Moe:  // how transformers' Qwen3.5-MoE holds its experts (fused or one module each) is not checked here
-        throw Error(model.path() + ": exporting " + hp.arch->name + " to Hugging Face safetensors is not supported yet");
+    case Arch::Qwen35Moe: cls = "Qwen3_5MoeForCausalLM", type = "qwen3_5_moe_text"; break;
     }
     const std::string torch = dtype == "F32" ? "float32" : dtype == "F16" ? "float16" : "bfloat16";
     std::string c = "{\n";
@@ -193,7 +192,7 @@ std::string config_json(const Model & model, const std::string & dtype) {
         field("attn_logit_softcapping", hp.attn_softcap > 0.0f ? number(hp.attn_softcap) : "null");
         field("final_logit_softcapping", hp.final_softcap > 0.0f ? number(hp.final_softcap) : "null");
     }
-    if (hp.arch->arch == Arch::Qwen35) {
+    if (hp.arch->delta_net) {
         // Which layers are DeltaNet ("linear_attention") layers, their widths, and the interleaved M-RoPE of the
         // attention layers (rope_parameters; the text positions rotate every pair of the first n_rot dimensions).
         std::string types = "[";
@@ -218,6 +217,22 @@ std::string config_json(const Model & model, const std::string & dtype) {
                                      number(static_cast<float>(hp.n_rot) / static_cast<float>(hp.head_dim)) + ", \"mrope_section\": " + sections +
                                      "], \"mrope_interleaved\": true}");
     }
+    if (hp.arch->arch == Arch::Mistral3) {
+        // Ministral 3's rope_parameters: YaRN with DeepSeek's mscale / mscale_all_dim (transformers' cos / sin scale
+        // mscale(f, 1) / mscale(f, m), llama.cpp's with yarn_log_multiplier m), and the query scale
+        // 1 + beta ln(1 + floor(pos / original_max_position_embeddings)) (llama_4_scaling_beta, llama.cpp's
+        // attention.temperature_scale).
+        std::string rp = "{\"rope_type\": \"" + std::string(hp.rope_ext_factor != 0.0f ? "yarn" : "default") + "\", \"rope_theta\": " + number(hp.rope_freq_base);
+        if (hp.rope_ext_factor != 0.0f) {
+            rp += ", \"factor\": " + number(1.0f / hp.rope_freq_scale) + ", \"original_max_position_embeddings\": " + std::to_string(hp.rope_n_ctx_orig) +
+                  ", \"beta_fast\": " + number(hp.rope_beta_fast) + ", \"beta_slow\": " + number(hp.rope_beta_slow);
+            const float log_mul = f.get_f32_or(arch_key(hp, "rope.scaling.yarn_log_multiplier"), 0.0f);
+            if (log_mul != 0.0f) rp += ", \"mscale\": 1.0, \"mscale_all_dim\": " + number(log_mul);
+        }
+        rp += ", \"llama_4_scaling_beta\": " + number(hp.attn_temp_scale) + "}";
+        field("rope_parameters", rp);
+        field("sliding_window", "null");
+    }
     if (gpt_oss) {
         // The windowed layers, the experts (router and experts biased, the clamped SwiGLU of llama.cpp's
         // LLM_FFN_SWIGLU_OAI_MOE: limit 7), YaRN's original context (initial_context_length).
@@ -238,6 +253,7 @@ std::string config_json(const Model & model, const std::string & dtype) {
         field("num_experts_per_tok", std::to_string(hp.n_expert_used));
         field("moe_intermediate_size", std::to_string(hp.n_ff_exp));
         field("norm_topk_prob", hp.expert_weights_norm ? "true" : "false");
+        if (hp.n_ff_shexp) field("shared_expert_intermediate_size", std::to_string(hp.n_ff_shexp));
         field("decoder_sparse_step", "1");
         field("mlp_only_layers", "[]");
     }
@@ -348,7 +364,7 @@ bool gpt_oss_tensor(const Model & model, const gguf::TensorInfo & t, std::vector
     return false;
 }
 
-// Qwen3.5 (dense) as transformers' Qwen3_5ForCausalLM names and holds it (the rest are plain_tensor's):
+// Qwen3.5 as transformers' Qwen3_5ForCausalLM / Qwen3_5MoeForCausalLM names and holds it (the rest are plain_tensor's):
 //   its RMSNorms (input_layernorm, post_attention_layernorm, q_norm, k_norm, model.norm) as w where the GGUF holds
 //   1 + w; the DeltaNet layer under linear_attn: attn_qkv -> in_proj_qkv, attn_gate -> in_proj_z, ssm_beta ->
 //   in_proj_b, ssm_alpha -> in_proj_a, ssm_dt.bias -> dt_bias, ssm_a (-exp(A_log)) -> A_log, ssm_conv1d [K, C] ->
@@ -394,6 +410,27 @@ bool qwen35_tensor(const Model & model, const gguf::TensorInfo & t, std::vector<
         if (rest == g) return add(L + "linear_attn." + h, shape, heads);  // (the gated norm multiplies by w: as it is)
     if (rest == "ssm_conv1d.weight")  // [C][K]: the channels are rows
         return add(L + "linear_attn.conv1d.weight", {shape[0], 1, shape[1]}, heads);
+    // qwen35moe: the experts as transformers' packed parameters, gate_up_proj [E, 2 ff, n_embd] (each expert's gate rows
+    // then its up rows) and down_proj [E, n_embd, ff] (the GGUF's layout); the shared expert's gate [1, n_embd].
+    if (rest == "ffn_up_exps.weight") return true;  // in gate_up_proj (with the gate's)
+    if (rest == "ffn_down_exps.weight") return add(L + "mlp.experts.down_proj", shape, [](std::vector<float> v) { return v; });
+    if (rest == "ffn_gate_inp_shexp.weight") return add(L + "mlp.shared_expert_gate.weight", {1, shape[0]}, [](std::vector<float> v) { return v; });
+    if (rest == "ffn_gate_exps.weight") {
+        const gguf::TensorInfo * up = f.find_tensor(t.name.substr(0, dot + 1) + "ffn_up_exps.weight");
+        if (!up || up->n_dims != 3 || up->ne[0] != t.ne[0] || up->ne[1] != t.ne[1] || up->ne[2] != t.ne[2])
+            throw Error(model.path() + ": tensor '" + t.name + "' has no ffn_up_exps of its shape to pack with (gate_up_proj)");
+        const int64_t E = t.ne[2], per = t.ne[0] * t.ne[1];  // one expert's gate (or up) values
+        outs.push_back({L + "mlp.experts.gate_up_proj", {E, 2 * t.ne[1], t.ne[0]}, [&f, &t, up, E, per]() {
+            const std::vector<float> g = values_of(f, t), u = values_of(f, *up);
+            std::vector<float> v(g.size() + u.size());
+            for (int64_t e = 0; e < E; ++e) {
+                std::copy(g.begin() + e * per, g.begin() + (e + 1) * per, v.begin() + 2 * e * per);
+                std::copy(u.begin() + e * per, u.begin() + (e + 1) * per, v.begin() + (2 * e + 1) * per);
+            }
+            return v;
+        }});
+        return true;
+    }
     return false;
 }
 
@@ -402,17 +439,20 @@ bool qwen35_tensor(const Model & model, const gguf::TensorInfo & t, std::vector<
 HfExportReport export_hf(const Model & model, const std::string & dir, const HfExportOptions & o) {
     const HParams & hp = model.hparams();
     const gguf::Reader & f = model.file();
-    if (hp.arch->arch == Arch::Qwen35Moe)  // (config_json says why) before any check of the details
-        throw Error(model.path() + ": exporting " + hp.arch->name + " to Hugging Face safetensors is not supported yet");
     if (hp.arch->arch == Arch::GptOss && hp.rope_freq_base_swa != hp.rope_freq_base)
         throw Error(model.path() + ": rope.freq_base_swa " + number(hp.rope_freq_base_swa) + " differs from rope.freq_base " + number(hp.rope_freq_base) +
                     ": transformers' gpt-oss has one rope_theta");
-    if (hp.rope_ext_factor != 0.0f && hp.arch->arch != Arch::GptOss)
-        throw Error(model.path() + ": YaRN rope scaling is exported for gpt-oss only");
-    if (hp.rope_freq_scale != 1.0f && hp.arch->arch != Arch::Gemma3 && hp.arch->arch != Arch::GptOss)  // gemma3's linear scaling of its global layers is
+    const bool yarn_config = hp.arch->arch == Arch::GptOss || hp.arch->arch == Arch::Mistral3;  // their configs state YaRN
+    if (hp.rope_ext_factor != 0.0f && !yarn_config)
+        throw Error(model.path() + ": YaRN rope scaling is exported for gpt-oss and mistral3 only");
+    if (hp.arch->arch == Arch::Mistral3 && !model.layers.empty() && model.layers[0].rope_freqs)
+        throw Error(model.path() + ": a mistral3 file with rope_freqs.weight: Ministral 3's config has no RoPE factors");
+    if (hp.arch->arch == Arch::Mistral3 && hp.rope_ext_factor != 0.0f && hp.rope_ext_factor != 1.0f)
+        throw Error(model.path() + ": YaRN ext_factor " + number(hp.rope_ext_factor) + ": transformers' YaRN has 1");
+    if (hp.rope_freq_scale != 1.0f && hp.arch->arch != Arch::Gemma3 && !yarn_config)  // gemma3's linear scaling of its global layers is
         throw Error(model.path() + ": rope scale " + number(hp.rope_freq_scale) + ": rope scaling is not exported");
     rope_scaling_json(model);  // refused before anything is written
-    if (hp.n_rot != hp.head_dim && hp.arch->arch != Arch::Phi3 && hp.arch->arch != Arch::Qwen35)  // their partial RoPE is in the config
+    if (hp.n_rot != hp.head_dim && hp.arch->arch != Arch::Phi3 && !hp.arch->delta_net)  // their partial RoPE is in the config
         throw Error(model.path() + ": rotary dimensions " + std::to_string(hp.n_rot) + " of a head of " + std::to_string(hp.head_dim) + " are not exported");
     if (hp.expert_weights_scale != 0.0f && hp.expert_weights_scale != 1.0f)
         throw Error(model.path() + ": expert_weights_scale " + number(hp.expert_weights_scale) + " has no place in " + "a Qwen3Moe config");
@@ -427,7 +467,7 @@ HfExportReport export_hf(const Model & model, const std::string & dir, const HfE
     for (const gguf::TensorInfo & t : f.tensors()) {
         if (model.is_constant(model.find(t.name))) continue;  // RoPE factors: config.json's rope_scaling states them
         if (hp.arch->arch == Arch::GptOss && gpt_oss_tensor(model, t, outs)) continue;
-        if (hp.arch->arch == Arch::Qwen35 && qwen35_tensor(model, t, outs)) continue;
+        if (hp.arch->delta_net && qwen35_tensor(model, t, outs)) continue;
         plain_tensor(model, t, outs);
     }
     for (HfTensor & x : outs) {

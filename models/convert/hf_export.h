@@ -10,7 +10,9 @@
 //                                      holds them; Gemma2ForCausalLM, Gemma3ForCausalLM: their four norms a layer
 //                                      as w where the GGUF holds 1 + w, layer_types, query_pre_attn_scalar, the
 //                                      soft-caps; GptOssForCausalLM: fused experts, router, sinks, windows, YaRN;
-//                                      Qwen3_5ForCausalLM: DeltaNet layers, value heads grouped: formats.md §5.4.1), its rope_scaling (gemma3's linear factor) from the factor tensors (Llama 3.1-3.3's
+//                                      Qwen3_5ForCausalLM / Qwen3_5MoeForCausalLM: DeltaNet layers, value heads
+//                                      grouped, packed experts; Ministral3ForCausalLM: YaRN and the attention
+//                                      temperature in rope_parameters: formats.md §5.4.1), its rope_scaling (gemma3's linear factor) from the factor tensors (Llama 3.1-3.3's
 //                                      rope_freqs as {"rope_type": "llama3", ...}, phi3's LongRoPE as {"type":
 //                                      "longrope", ...}), and generation_config.json (BOS / EOS);
 //   tokenizer.json, tokenizer_config.json  the vocabulary, its special tokens and chat template, where they can be

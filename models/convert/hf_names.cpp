@@ -23,6 +23,9 @@ const ModuleName kMatrices[] = {
     // phi3 (transformers' Phi3ForCausalLM): the fused projections, the same rows in the same order; its ffn_up is
     // gate_up_proj (hf_module_of's fused_gate_up), found here by the inverse lookup
     {"attn_qkv", "self_attn.qkv_proj"}, {"ffn_up", "mlp.gate_up_proj"},
+    // qwen35moe's shared expert (transformers' Qwen2-MoE naming)
+    {"ffn_gate_shexp", "mlp.shared_expert.gate_proj"}, {"ffn_up_shexp", "mlp.shared_expert.up_proj"},
+    {"ffn_down_shexp", "mlp.shared_expert.down_proj"},
 };
 const ModuleName kNorms[] = {
     {"attn_norm", "input_layernorm"}, {"ffn_norm", "post_attention_layernorm"}, {"attn_q_norm", "self_attn.q_norm"},

@@ -55,8 +55,6 @@ void export_peft(const LoraAdapter & ad, const Model & model, const std::string 
     if (!safetensors_dtype_size(o.dtype)) throw Error("PEFT export: dtype " + o.dtype + " is not one of F32, F16, BF16");
     const std::string what = ad.path().empty() ? std::string("the adapter") : ad.path();
     if (ad.tensors().empty()) throw Error(what + ": holds no LoRA pair");
-    if (model.hparams().arch->arch == Arch::Qwen35Moe)  // (how transformers' Qwen3.5-MoE holds its experts is not checked here)
-        throw Error(what + ": PEFT export of a " + std::string(model.hparams().arch->name) + " adapter is not supported yet");
     SafetensorsWriter st;
     st.set_metadata("format", "pt");
     const int64_t rank = ad.tensors().front().rank();
@@ -80,12 +78,15 @@ void export_peft(const LoraAdapter & ad, const Model & model, const std::string 
             continue;
         }
         const int64_t n_in = t.a->ne[0], n_out = t.b->ne[1], experts = t.a->ne[2];
-        if (experts > 1 && model.hparams().arch->arch == Arch::GptOss)
-            throw Error(what + ": '" + t.base + "': gpt-oss's experts are fused parameters in transformers (no per-expert "
-                        "modules for PEFT to name); export an adapter without expert targets");
-        if (model.hparams().arch->arch == Arch::GptOss && module.ends_with(".mlp.router"))
-            throw Error(what + ": '" + t.base + "': gpt-oss's router is no Linear module in transformers (PEFT's LoRA cannot "
-                        "wrap it); export an adapter without router targets");
+        // gpt-oss and qwen35moe in transformers: the experts are packed parameters (no per-expert modules for PEFT to
+        // name), the router a module of its own (no Linear that PEFT's LoRA can wrap).
+        const Arch arch = model.hparams().arch->arch;
+        if ((arch == Arch::GptOss || arch == Arch::Qwen35Moe) && experts > 1)
+            throw Error(what + ": '" + t.base + "': " + model.hparams().arch->name + "'s experts are packed parameters in transformers (no "
+                        "per-expert modules for PEFT to name); export an adapter without expert targets");
+        if ((arch == Arch::GptOss || arch == Arch::Qwen35Moe) && (module.ends_with(".mlp.router") || module.ends_with(".mlp.gate")))
+            throw Error(what + ": '" + t.base + "': " + model.hparams().arch->name + "'s router is no Linear module in transformers (PEFT's "
+                        "LoRA cannot wrap it); export an adapter without router targets");
         const int64_t heads = permuted_row_heads(model.hparams(), t.base);
         std::vector<float> bh = heads ? reorder_qk_rows(b.data(), n_out, rank, heads, true) : b;
         // Qwen3.5's value heads in transformers' order: B's output rows, or A's input columns (out_proj).
@@ -134,8 +135,6 @@ void export_peft(const LoraAdapter & ad, const Model & model, const std::string 
 }
 
 void import_peft(const std::string & dir, const Model & model, const std::string & out_path) {
-    if (model.hparams().arch->arch == Arch::Qwen35Moe)
-        throw Error(model.path() + ": PEFT import onto a " + std::string(model.hparams().arch->name) + " model is not supported yet");
     const std::string cfg_path = dir + "/adapter_config.json";
     const json::Value cfg = json::parse(read_file(cfg_path), cfg_path);
     if (!cfg.is_object()) throw Error(cfg_path + ": not a JSON object");

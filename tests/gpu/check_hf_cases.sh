@@ -15,7 +15,7 @@ fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 bash "$src/bench/gpu/hf_cases.sh" "$bin" "$shared/models" "$tmp" || fail "hf_cases.sh did not make every case"
-for c in llama qwen3moe phi3 gemma3 gpt-oss qwen35; do
+for c in llama qwen3moe phi3 gemma3 gpt-oss qwen35 qwen35moe mistral3; do
   d="$tmp/$c"
   for f in model.gguf a1.gguf step.gguf hf/config.json hf/model.safetensors.index.json hf/tokenizer.json \
            hf/tokenizer_config.json peft/adapter_config.json peft/adapter_model.safetensors texts/0.ids; do

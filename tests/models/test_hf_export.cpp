@@ -438,7 +438,7 @@ TEST(HfExport, GptOssFusedExpertsRouterSinksAndConfig) {
 // Qwen3.5 as Qwen3_5ForCausalLM: the DeltaNet tensors under linear_attn with the value heads back in transformers'
 // grouped order (llama.cpp's converter tiles them: tiled head j * Hk + k holds grouped head k * r + j), A_log from
 // ssm_a = -exp(A_log), conv1d as [C, 1, K], the (1 + w) norms as w and the gated norm as it is, no MTP block; the
-// config's layer types, DeltaNet widths and M-RoPE; qwen35moe refused by name.
+// config's layer types, DeltaNet widths and M-RoPE.
 TEST(HfExport, Qwen35DeltaNetTensorsValueHeadOrderAndConfig) {
     TempDir d;
     rp::SynthSpec s;
@@ -507,14 +507,95 @@ TEST(HfExport, Qwen35DeltaNetTensorsValueHeadOrderAndConfig) {
     EXPECT_EQ(rope->find("mrope_section")->array.size(), 3u);
     EXPECT_TRUE(rope->find("mrope_interleaved")->boolean);
 
-    rp::SynthSpec m = s;
-    m.arch = "qwen35moe", m.n_expert = 4, m.n_expert_used = 2, m.n_ff_exp = 16, m.mtp_layers = 0;
-    rp::write_synth_model(m, d.file("moe.gguf"));
+}
+
+// qwen35moe as Qwen3_5MoeForCausalLM: the experts as transformers' packed parameters (gate_up_proj [E, 2 ff, n_embd]:
+// each expert's gate rows then its up rows; down_proj [E, n_embd, ff]), the router mlp.gate, the shared expert and its
+// gate [1, n_embd]; the DeltaNet layers as qwen35's; the config's MoE fields.
+TEST(HfExport, Qwen35MoePackedExpertsSharedExpertAndConfig) {
+    TempDir d;
+    rp::SynthSpec s;
+    s.arch = "qwen35moe";
+    s.vocab_from = model_path("synthetic/tiny-random-qwen2.gguf");
+    s.n_embd = 48, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 16, s.n_ff = 40, s.n_layer = 4, s.n_expert = 4, s.n_expert_used = 2, s.n_ff_exp = 24;
+    rp::write_synth_model(s, d.file("moe.gguf"));
+    const auto model = rp::Model::load(d.file("moe.gguf"));
+    rp::export_hf(*model, d.file("hf"));
+    const Exported ex(d.file("hf"));
+    const int64_t E = 4, ff = 24, C = 48;
+    const std::string L = "model.layers.3.mlp.";
+    const std::vector<float> g = gguf_values(*model, "blk.3.ffn_gate_exps.weight"), u = gguf_values(*model, "blk.3.ffn_up_exps.weight");
+    const auto [r, gu] = ex.get(L + "experts.gate_up_proj");
+    ASSERT_TRUE(r && gu);
+    EXPECT_EQ(gu->shape, (std::vector<int64_t>{E, 2 * ff, C}));
+    const std::vector<float> v = r->to_f32(*gu);
+    for (int64_t e = 0; e < E; ++e)
+        for (int64_t j = 0; j < 2 * ff; ++j)
+            for (int64_t c = 0; c < C; ++c)
+                ASSERT_EQ(v[static_cast<size_t>((e * 2 * ff + j) * C + c)],
+                          (j < ff ? g : u)[static_cast<size_t>((e * ff + j % ff) * C + c)]);
+    EXPECT_EQ(ex.get(L + "experts.down_proj").second->shape, (std::vector<int64_t>{E, C, ff}));
+    EXPECT_EQ(ex.values(L + "experts.down_proj"), gguf_values(*model, "blk.3.ffn_down_exps.weight"));
+    EXPECT_EQ(ex.values(L + "gate.weight"), gguf_values(*model, "blk.3.ffn_gate_inp.weight"));
+    EXPECT_EQ(ex.get(L + "shared_expert_gate.weight").second->shape, (std::vector<int64_t>{1, C}));
+    EXPECT_EQ(ex.values(L + "shared_expert_gate.weight"), gguf_values(*model, "blk.3.ffn_gate_inp_shexp.weight"));
+    EXPECT_EQ(ex.values(L + "shared_expert.down_proj.weight"), gguf_values(*model, "blk.3.ffn_down_shexp.weight"));
+    EXPECT_FALSE(ex.get(L + "experts.0.gate_proj.weight").first);
+    const rp::json::Value & c = ex.config;
+    EXPECT_EQ(c.find("architectures")->array.at(0).string, "Qwen3_5MoeForCausalLM");
+    EXPECT_EQ(c.find("model_type")->string, "qwen3_5_moe_text");
+    EXPECT_EQ(c.find("num_experts")->number, E);
+    EXPECT_EQ(c.find("moe_intermediate_size")->number, ff);
+    EXPECT_EQ(c.find("shared_expert_intermediate_size")->number, model->hparams().n_ff_shexp);
+    EXPECT_EQ(c.find("layer_types")->array.size(), 4u);
+    EXPECT_EQ(c.find("linear_num_value_heads")->number, model->hparams().ssm_dt_rank);
+}
+
+// mistral3 (Ministral 3) as Ministral3ForCausalLM: q/k rows back in HF's order (llama.cpp permutes them as a llama's),
+// and rope_parameters with YaRN, DeepSeek's mscale / mscale_all_dim (llama.cpp's yarn_log_multiplier) and
+// llama_4_scaling_beta (attention.temperature_scale); RoPE factor tensors refused (its config has none).
+TEST(HfExport, Mistral3YarnAndAttentionTemperatureInRopeParameters) {
+    TempDir d;
+    rp::SynthSpec s;
+    s.arch = "mistral3";
+    s.vocab_from = stories();
+    s.n_embd = 64, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 16, s.n_ff = 96, s.n_layer = 2;
+    s.yarn_factor = 16.0f, s.yarn_orig_ctx = 256, s.yarn_log_mul = 1.0f, s.attn_temp_scale = 0.1f;
+    rp::write_synth_model(s, d.file("m3.gguf"));
+    const auto model = rp::Model::load(d.file("m3.gguf"));
+    rp::export_hf(*model, d.file("hf"));
+    const Exported ex(d.file("hf"));
+    const rp::json::Value & c = ex.config;
+    EXPECT_EQ(c.find("architectures")->array.at(0).string, "Ministral3ForCausalLM");
+    EXPECT_EQ(c.find("model_type")->string, "ministral3");
+    EXPECT_EQ(c.find("rope_scaling")->type, rp::json::Value::Type::Null);
+    const rp::json::Value * rp_ = c.find("rope_parameters");
+    ASSERT_TRUE(rp_ && rp_->is_object());
+    EXPECT_EQ(rp_->find("rope_type")->string, "yarn");
+    EXPECT_EQ(rp_->find("factor")->number, 16);
+    EXPECT_EQ(rp_->find("original_max_position_embeddings")->number, 256);
+    EXPECT_EQ(rp_->find("mscale")->number, 1);
+    EXPECT_EQ(rp_->find("mscale_all_dim")->number, 1);
+    EXPECT_NEAR(rp_->find("llama_4_scaling_beta")->number, 0.1, 1e-7);
+    EXPECT_EQ(rp_->find("rope_theta")->number, 10000);
+    // q rows in HF's order (the llama permutation undone), v as it is
+    const int64_t D = 16, row = 64;
+    const std::vector<float> q = gguf_values(*model, "blk.1.attn_q.weight"), hq = ex.values("model.layers.1.self_attn.q_proj.weight");
+    for (int64_t h = 0; h < 4; ++h)
+        for (int64_t j = 0; j < D / 2; ++j)
+            for (int64_t sgn = 0; sgn < 2; ++sgn)
+                for (int64_t col = 0; col < row; ++col)
+                    ASSERT_EQ(hq[static_cast<size_t>((h * D + sgn * D / 2 + j) * row + col)], q[static_cast<size_t>((h * D + 2 * j + sgn) * row + col)]);
+    EXPECT_EQ(ex.values("model.layers.1.self_attn.v_proj.weight"), gguf_values(*model, "blk.1.attn_v.weight"));
+
+    rp::SynthSpec f = s;
+    f.yarn_factor = 0.0f, f.yarn_log_mul = 0.0f, f.llama3_rope = 8.0f;
+    rp::write_synth_model(f, d.file("factors.gguf"));
     try {
-        rp::export_hf(*rp::Model::load(d.file("moe.gguf")), d.file("moe"));
-        ADD_FAILURE() << "qwen35moe exported";
+        rp::export_hf(*rp::Model::load(d.file("factors.gguf")), d.file("factors"));
+        ADD_FAILURE() << "a mistral3 file with RoPE factors exported";
     } catch (const rp::Error & e) {
-        EXPECT_NE(std::string(e.what()).find("qwen35moe"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("rope_freqs"), std::string::npos) << e.what();
     }
-    EXPECT_FALSE(fs::exists(d.file("moe")));
+    EXPECT_FALSE(fs::exists(d.file("factors")));
 }

@@ -409,3 +409,29 @@ TEST(Peft, Qwen35LinearAttentionModulesAndValueHeadOrder) {
     rp::import_peft(d.file("peft"), *model, d.file("back.gguf"));
     expect_same_tensors(d.file("a.gguf"), d.file("back.gguf"));
 }
+
+// qwen35moe: the shared expert's pairs as mlp.shared_expert.*, round-tripping; the routed experts' and the router's
+// pairs refused (transformers packs the experts into parameters and its router is no Linear module).
+TEST(Peft, Qwen35MoeSharedExpertPairsRoundTripExpertAndRouterPairsAreRefused) {
+    TempDir d;
+    rp::SynthSpec s;
+    s.arch = "qwen35moe";
+    s.vocab_from = model_path("synthetic/tiny-random-qwen2.gguf");
+    s.n_embd = 32, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 8, s.n_ff = 40, s.n_layer = 4, s.n_expert = 4, s.n_expert_used = 2, s.n_ff_exp = 16;
+    s.ssm_k_heads = 2, s.ssm_v_heads = 4, s.ssm_head_dim = 8;
+    rp::write_synth_model(s, d.file("moe.gguf"));
+    const auto model = rp::Model::load(d.file("moe.gguf"));
+    random_adapter(*model, {"blk.3.ffn_up_shexp.weight", "blk.0.ssm_out.weight"}, 2, 4.0f, d.file("a.gguf"));
+    rp::export_peft(*rp::LoraAdapter::load(d.file("a.gguf"), *model), *model, d.file("peft"));
+    const auto st = rp::SafetensorsReader::open(d.file("peft/adapter_model.safetensors"));
+    EXPECT_NE(st->find("base_model.model.model.layers.3.mlp.shared_expert.up_proj.lora_A.weight"), nullptr);
+    EXPECT_NE(st->find("base_model.model.model.layers.0.linear_attn.out_proj.lora_A.weight"), nullptr);
+    rp::import_peft(d.file("peft"), *model, d.file("back.gguf"));
+    expect_same_tensors(d.file("a.gguf"), d.file("back.gguf"));
+    for (const char * target : {"blk.1.ffn_gate_exps.weight", "blk.2.ffn_gate_inp.weight"}) {
+        random_adapter(*model, {target}, 2, 4.0f, d.file("e.gguf"));
+        const std::string err = error_of([&] { rp::export_peft(*rp::LoraAdapter::load(d.file("e.gguf"), *model), *model, d.file("peft-e")); });
+        EXPECT_NE(err.find(target), std::string::npos) << err;
+        EXPECT_FALSE(fs::exists(d.file("peft-e")));
+    }
+}
