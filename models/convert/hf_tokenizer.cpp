@@ -84,11 +84,14 @@ std::string post_processor_json(const Tokenizer & tok) {
            ", \"special_tokens\": " + specials + "}";
 }
 
-// One added token's fields (tokenizer.json's "added_tokens" and tokenizer_config.json's "added_tokens_decoder").
-std::string added_token_fields(std::string_view text, bool special) {
+// One added token's fields (tokenizer.json's "added_tokens" and tokenizer_config.json's "added_tokens_decoder");
+// rstrip: the whitespace after it is absorbed (llama.cpp's RSTRIP attribute: Phi-3's special tokens).
+std::string added_token_fields(std::string_view text, bool special, bool rstrip) {
     std::string s = R"("content": )";
     json::append_string(s, std::string(text));
-    s += R"(, "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": )";
+    s += R"(, "single_word": false, "lstrip": false, "rstrip": )";
+    s += rstrip ? "true" : "false";
+    s += R"(, "normalized": false, "special": )";
     return s + (special ? "true" : "false");
 }
 
@@ -188,7 +191,7 @@ HfTokenizerFiles hf_tokenizer_files(const gguf::Reader & file, uint32_t model_ma
     for (int32_t id = 0; id < n; ++id) {
         const uint32_t a = tok.attr(id);
         if (!(a & (kAttrControl | kAttrUnknown | kAttrUserDefined))) continue;
-        const std::string fields = added_token_fields(tok.token_text(id), (a & (kAttrControl | kAttrUnknown)) != 0);
+        const std::string fields = added_token_fields(tok.token_text(id), (a & (kAttrControl | kAttrUnknown)) != 0, (a & kAttrRstrip) != 0);
         const char * sep = added.empty() ? "\n    " : ",\n    ";
         added += sep + ("{\"id\": " + std::to_string(id) + ", " + fields + "}");
         decoder_map += sep + ("\"" + std::to_string(id) + "\": {" + fields + "}");

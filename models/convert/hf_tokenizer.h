@@ -9,13 +9,15 @@
 //     as ▁ (and one before each piece of text when the file adds a space prefix), BPE over merges made from the
 //     scores in the order transformers' converter gives them, byte fallback;
 //   - CONTROL and UNKNOWN tokens are special added tokens, USER_DEFINED ones non-special added tokens (all matched
-//     in raw text before the split, as llama.cpp matches them with parse_special); BOS / EOS added by a
-//     TemplateProcessing post-processor when the file says so.
+//     in raw text before the split, as llama.cpp matches them with parse_special; rstrip where llama.cpp absorbs
+//     the whitespace after them: Phi-3's); BOS / EOS added by a TemplateProcessing post-processor when the file
+//     says so.
 // Also refused, naming the reason: llama.cpp's fallback "default" pre-tokenizer (no Hugging Face tokenizer has it),
 // byte-level merges whose parts are not tokens, token texts repeated or not UTF-8.
 // Known differences of the engines, not of the files: with o200k's and tekken's regexes a mark (\p{M}) joins the
 // word next to it, which llama.cpp's matchers (and ours) do not do; where overlapping SentencePiece pairs make
-// different tokens of the same score, llama.cpp merges the leftmost, BPE the lower rank.
+// different tokens of the same score, llama.cpp merges the leftmost, BPE the lower rank; after an rstrip token
+// llama.cpp absorbs ASCII whitespace (C isspace), Hugging Face's tokenizers any Unicode White_Space.
 #pragma once
 
 #include <cstdint>

@@ -160,16 +160,19 @@ std::string detail(const rp::Tokenizer & tok, const std::string & text, const st
 //   - with o200k's and tekken's pre-tokenizers, marks (U+0301, U+FE0F, U+17B6): their original regexes count \p{M}
 //     among the letters, so a mark joins a word ("\xef\xb8\x8f'RE" is one); llama.cpp's matchers do not, and ours
 //     reproduce llama.cpp's. The exported regex is the original one.
-bool left_out(const std::string & piece, bool marks) {
+//   - with rstrip tokens (Phi-3's), the Unicode spaces after them (U+00A0, U+3000, U+2028): Hugging Face's rstrip
+//     absorbs any White_Space, llama.cpp's only ASCII (C isspace).
+bool left_out(const std::string & piece, bool marks, bool unicode_spaces) {
     if (piece == "\xc2\x85") return true;
+    if (unicode_spaces && (piece == "\xc2\xa0" || piece == "\xe3\x80\x80" || piece == "\xe2\x80\xa8")) return true;
     return marks && (piece == "\xcc\x81" || piece == "\xef\xb8\x8f" || piece == "\xe1\x9e\xb6");
 }
 
-// Random valid-UTF-8 strings of the pieces (without marks when `no_marks`).
-std::vector<std::string> random_texts(int n, unsigned seed, bool no_marks) {
+// Random valid-UTF-8 strings of the pieces (without marks when `no_marks`, without Unicode spaces when `no_unicode_spaces`).
+std::vector<std::string> random_texts(int n, unsigned seed, bool no_marks, bool no_unicode_spaces) {
     std::vector<std::string> pieces;
     for (const char * p : kPieces)
-        if (rp::first_invalid_utf8(p) == std::string::npos && !left_out(p, no_marks)) pieces.push_back(p);
+        if (rp::first_invalid_utf8(p) == std::string::npos && !left_out(p, no_marks, no_unicode_spaces)) pieces.push_back(p);
     std::mt19937 rng(seed);
     std::vector<std::string> texts;
     while (static_cast<int>(texts.size()) < n) {
@@ -182,34 +185,45 @@ std::vector<std::string> random_texts(int n, unsigned seed, bool no_marks) {
 }
 
 // Every pre-tokenizer we export, on the fixtures' vocabularies (a pre-tokenizer of another model on a vocabulary
-// still tokenizes the same way in both engines).
+// still tokenizes the same way in both engines), and SentencePiece with and without the space prefix (Gemma's) and
+// with Phi-3's rstrip special tokens.
 TEST(HfTokenizer, RandomStringsEveryPreTokenizer) {
     NEED_PEER();
+    struct Variant {
+        std::string path, what;
+        bool no_marks = false, no_unicode_spaces = false, temporary = true;
+    };
     const std::string v = models_dir() + "/vocab/ggml-vocab-";
-    const std::pair<std::string, std::string> variants[] = {
-        {v + "gpt-2.gguf", ""},           {v + "llama-bpe.gguf", ""},        {v + "qwen2.gguf", ""},
-        {v + "qwen2.gguf", "qwen35"},     {v + "llama-bpe.gguf", "gpt-4o"}, {v + "llama-bpe.gguf", "tekken"},
-        {v + "llama-bpe.gguf", "dbrx"},   {v + "llama-spm.gguf", ""},        {models_dir() + "/stories260K.gguf", ""}};
+    std::vector<Variant> variants = {{v + "gpt-2.gguf", "gpt-2", false, false, false},
+                                     {v + "llama-bpe.gguf", "llama-bpe", false, false, false},
+                                     {v + "qwen2.gguf", "qwen2", false, false, false},
+                                     {v + "llama-spm.gguf", "llama-spm", false, false, false},
+                                     {models_dir() + "/stories260K.gguf", "stories260K", false, false, false},
+                                     {with_pre(v + "qwen2.gguf", "qwen35", "hftok_qwen35"), "qwen2 with pre qwen35"},
+                                     {with_pre(v + "llama-bpe.gguf", "gpt-4o", "hftok_gpt4o"), "llama-bpe with pre gpt-4o", true},
+                                     {with_pre(v + "llama-bpe.gguf", "tekken", "hftok_tekken"), "llama-bpe with pre tekken", true},
+                                     {with_pre(v + "llama-bpe.gguf", "dbrx", "hftok_dbrx"), "llama-bpe with pre dbrx"},
+                                     {with_kvs(v + "llama-spm.gguf", "hftok_no_prefix", [](gguf::Writer & w) { w.set_bool("tokenizer.ggml.add_space_prefix", false); }),
+                                      "llama-spm without the space prefix"},
+                                     {phi3_vocab("hftok_phi3"), "llama-spm named Phi-3 (rstrip special tokens)", false, true}};
     unsigned seed = 7;
-    for (const auto & [src, pre] : variants) {
-        const std::string path = pre.empty() ? src : with_pre(src, pre, "hftok_" + pre);
-        const std::string what = src + (pre.empty() ? "" : " with pre " + pre);
-        TempDir dir(pre.empty() ? std::filesystem::path(src).stem().string() : pre);
-        export_to(path, dir.path);
-        const std::vector<std::string> texts = random_texts(150, seed++, pre == "gpt-4o" || pre == "tekken");
+    for (const Variant & x : variants) {
+        TempDir dir("v" + std::to_string(seed));
+        export_to(x.path, dir.path);
+        const std::vector<std::string> texts = random_texts(150, seed++, x.no_marks, x.no_unicode_spaces);
         const std::vector<PeerResult> peer = run_peer(dir.path, texts);
-        ASSERT_EQ(peer.size(), texts.size()) << what;
-        const auto tok = rp::Tokenizer::load(path);
+        ASSERT_EQ(peer.size(), texts.size()) << x.what;
+        const auto tok = rp::Tokenizer::load(x.path);
         int same = 0;
         for (size_t i = 0; i < texts.size(); ++i) {
             const std::vector<int32_t> plain = tok->encode(texts[i], false, true), special = tok->encode(texts[i], true, true);
-            EXPECT_EQ(ids_str(peer[i].plain), ids_str(plain)) << what << ": " << detail(*tok, texts[i], peer[i].plain, plain);
-            EXPECT_EQ(ids_str(peer[i].special), ids_str(special)) << what << ": " << detail(*tok, texts[i], peer[i].special, special);
-            EXPECT_EQ(peer[i].decoded, tok->decode(plain)) << what << ": '" << texts[i] << "'";
+            EXPECT_EQ(ids_str(peer[i].plain), ids_str(plain)) << x.what << ": " << detail(*tok, texts[i], peer[i].plain, plain);
+            EXPECT_EQ(ids_str(peer[i].special), ids_str(special)) << x.what << ": " << detail(*tok, texts[i], peer[i].special, special);
+            EXPECT_EQ(peer[i].decoded, tok->decode(plain)) << x.what << ": '" << texts[i] << "'";
             same += peer[i].plain == plain && peer[i].special == special && peer[i].decoded == tok->decode(plain);
         }
-        std::printf("[ hf-tok  ] %s: %d/%zu identical\n", what.c_str(), same, texts.size());
-        if (!pre.empty()) std::remove(path.c_str());
+        std::printf("[ hf-tok  ] %s: %d/%zu identical\n", x.what.c_str(), same, texts.size());
+        if (x.temporary) std::remove(x.path.c_str());
     }
 }
 

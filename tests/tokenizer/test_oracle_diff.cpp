@@ -171,21 +171,7 @@ TEST_F(OracleDiff, SentencePieceWithoutTheSpacePrefix) {
 // <unk>, <s> and <|endoftext|> (and after </s>); Phi-3's chat markers replace the SentencePiece vocabulary's last
 // five tokens, as control tokens.
 TEST_F(OracleDiff, Phi3SpecialTokensAbsorbTheWhitespaceAfterThem) {
-    const std::string src = models_dir() + "/vocab/ggml-vocab-llama-spm.gguf";
-    const auto r = gguf::Reader::open(src);
-    std::vector<std::string> tokens = r->get_string_array("tokenizer.ggml.tokens");
-    const std::vector<int64_t> types64 = r->get_int_array("tokenizer.ggml.token_type");
-    std::vector<int32_t> types(types64.begin(), types64.end());
-    const char * markers[] = {"<|endoftext|>", "<|user|>", "<|end|>", "<|assistant|>", "<|system|>"};
-    for (size_t i = 0; i < 5; ++i) {
-        tokens[tokens.size() - 5 + i] = markers[i];
-        types[types.size() - 5 + i] = 3;  // CONTROL
-    }
-    const std::string f = with_kvs(src, "phi3", [&](gguf::Writer & w) {
-        w.set_string("general.name", "Phi-3-mini-4k-instruct");
-        w.set_string_array("tokenizer.ggml.tokens", tokens);
-        w.set_i32_array("tokenizer.ggml.token_type", types);
-    });
+    const std::string f = phi3_vocab("phi3");
     const rp::Tokenizer & tok = *load_cached(f).tok;
     EXPECT_EQ(tok.encode("<|user|>\n hi", false, true), tok.encode("<|user|>hi", false, true));
     EXPECT_NE(tok.encode("<|endoftext|> hi", false, true), tok.encode("<|endoftext|>hi", false, true));

@@ -138,6 +138,26 @@ inline std::string with_pre(const std::string & src, const std::string & pre, co
     });
 }
 
+// The SentencePiece fixture named like Phi-3 (general.name), whose last five tokens are Phi-3's chat markers as
+// control tokens: llama.cpp absorbs the whitespace after them (but <unk>, <s> and <|endoftext|>) and after </s>.
+inline std::string phi3_vocab(const std::string & name) {
+    const std::string src = models_dir() + "/vocab/ggml-vocab-llama-spm.gguf";
+    const auto r = gguf::Reader::open(src);
+    std::vector<std::string> tokens = r->get_string_array("tokenizer.ggml.tokens");
+    const std::vector<int64_t> types64 = r->get_int_array("tokenizer.ggml.token_type");
+    std::vector<int32_t> types(types64.begin(), types64.end());
+    const char * markers[] = {"<|endoftext|>", "<|user|>", "<|end|>", "<|assistant|>", "<|system|>"};
+    for (size_t i = 0; i < 5; ++i) {
+        tokens[tokens.size() - 5 + i] = markers[i];
+        types[types.size() - 5 + i] = 3;  // CONTROL
+    }
+    return with_kvs(src, name, [&](gguf::Writer & w) {
+        w.set_string("general.name", "Phi-3-mini-4k-instruct");
+        w.set_string_array("tokenizer.ggml.tokens", tokens);
+        w.set_i32_array("tokenizer.ggml.token_type", types);
+    });
+}
+
 inline const rp::Tokenizer & vocab(const std::string & name) {
     return *load_cached(models_dir() + "/vocab/ggml-vocab-" + name + ".gguf").tok;
 }
