@@ -40,15 +40,16 @@ std::string number(float v) {
     return b;
 }
 
-// The tensor's values as f32, dequantized row by row.
-std::vector<float> values_of(const gguf::Reader & f, const gguf::TensorInfo & t) {
+// The tensor's values as f32, dequantized row by row; part of 0 .. parts - 1: only that part of its rows (an expert's
+// slice of a stacked tensor, so that exporting E experts dequantizes the tensor once, not E times).
+std::vector<float> values_of(const gguf::Reader & f, const gguf::TensorInfo & t, int64_t part = 0, int64_t parts = 1) {
     if (!can_dequantize(t.type))
         throw Error(f.path() + ": tensor '" + t.name + "' has type " + gguf::type_name(static_cast<uint32_t>(t.type)) + ", which cannot be dequantized");
-    const int64_t ne0 = t.ne[0], rows = t.nelements() / ne0;
+    const int64_t ne0 = t.ne[0], rows = t.nelements() / ne0 / parts, first = part * rows;
     const size_t rb = gguf::row_bytes(t.type, ne0);
-    std::vector<float> out(static_cast<size_t>(t.nelements()));
+    std::vector<float> out(static_cast<size_t>(rows * ne0));
     const uint8_t * src = f.tensor_data(t);
-    for (int64_t r = 0; r < rows; ++r) dequantize_row(t.type, src + static_cast<size_t>(r) * rb, out.data() + r * ne0, ne0);
+    for (int64_t r = 0; r < rows; ++r) dequantize_row(t.type, src + static_cast<size_t>(first + r) * rb, out.data() + r * ne0, ne0);
     return out;
 }
 
@@ -290,12 +291,7 @@ void plain_tensor(const Model & model, const gguf::TensorInfo & t, std::vector<H
     const bool one_plus = hp.arch->post_norms && t.n_dims == 1 && hf.size() > 11 && hf.compare(hf.size() - 11, 11, "norm.weight") == 0;
     for (int64_t e = 0; e < experts; ++e)
         outs.push_back({per_expert ? hf_expert_module(hf, e) : hf, shape, [&f, &t, e = per_expert ? e : -1, shape, heads, one_plus]() {
-            std::vector<float> v = values_of(f, t);
-            if (e >= 0) {
-                const size_t per = v.size() / static_cast<size_t>(t.ne[2]);
-                v = std::vector<float>(v.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(e) * per),
-                                       v.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(e + 1) * per));
-            }
+            std::vector<float> v = e >= 0 ? values_of(f, t, e, t.ne[2]) : values_of(f, t);
             if (heads) return reorder_qk_rows(v.data(), shape.front(), shape.size() > 1 ? shape[1] : 1, heads, true);
             if (one_plus)
                 for (float & x : v) x -= 1.0f;
