@@ -10,6 +10,7 @@
 // render today's.
 // Skips when the oracle is absent (fails with CI=true, like every oracle test).
 #include "models/text/chat_template.h"
+#include "tok_test_util.h"
 
 #include "gguf/gguf.h"
 #include "models/data/dataset.h"
@@ -32,6 +33,8 @@
 
 namespace {
 
+using tok_test::in_ci;
+
 #if defined(RP_CHAT_ORACLE_BIN) && defined(RP_CHAT_TEMPLATES_DIR)
 constexpr const char * kOracle = RP_CHAT_ORACLE_BIN;
 constexpr const char * kTemplates = RP_CHAT_TEMPLATES_DIR;
@@ -40,10 +43,6 @@ constexpr const char * kOracle = nullptr;
 constexpr const char * kTemplates = nullptr;
 #endif
 
-bool in_ci() {
-    const char * ci = std::getenv("CI");
-    return ci && std::string(ci) == "true";
-}
 
 #define NEED_ORACLE()                                                                                   \
     do {                                                                                                \

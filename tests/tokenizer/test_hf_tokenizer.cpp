@@ -31,10 +31,6 @@ constexpr bool kPeer = false;
 constexpr const char * kNode = "", * kLib = "", * kScript = "";
 #endif
 
-bool in_ci() {
-    const char * ci = std::getenv("CI");
-    return ci && (std::string(ci) == "true" || std::string(ci) == "1");
-}
 
 #define NEED_PEER()                                                                                              \
     do {                                                                                                         \

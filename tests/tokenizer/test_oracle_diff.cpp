@@ -31,10 +31,6 @@ std::string oracle_bin() {
     return "";
 }
 
-bool in_ci() {
-    const char * ci = std::getenv("CI");
-    return ci && (std::string(ci) == "true" || std::string(ci) == "1");
-}
 
 void put_u32(std::string & o, uint32_t v) {
     for (int i = 0; i < 4; ++i) {
