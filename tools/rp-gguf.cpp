@@ -24,6 +24,7 @@
 #include "models/convert/synth_model.h"
 #include "tools/gguf_options.h"
 
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <exception>
@@ -236,6 +237,18 @@ int cmd_export_hf(int argc, char ** argv) {
     if (!p.parse(argc, argv)) return 0;
     if (out.empty()) throw rp::Error("'export-hf' needs -o DIR (see rp-gguf export-hf --help)");
     if (opt.dtype != "auto") opt.dtype = rp::safetensors_dtype_from_name(opt.dtype);
+    // Progress on stderr, at most once a second: tensors, GB, ETA.
+    const auto t0 = std::chrono::steady_clock::now();
+    double last = -1.0;
+    opt.progress = [&](size_t done, size_t total, size_t bytes_done, size_t bytes) {
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (done < total && s - last < 1.0) return;
+        last = s;
+        const double eta = bytes_done ? s * static_cast<double>(bytes - bytes_done) / static_cast<double>(bytes_done) : 0.0;
+        std::fprintf(stderr, "\rtensor %zu/%zu, %.2f / %.2f GB, %.0f s, ETA %.0f s ", done, total, static_cast<double>(bytes_done) / 1e9,
+                     static_cast<double>(bytes) / 1e9, s, eta);
+        if (done == total) std::fputc('\n', stderr);
+    };
     const rp::HfExportReport r = rp::export_hf(*rp::Model::load(in[0]), out, opt);
     size_t shards = 0;
     for (const std::string & f : r.files) shards += f.size() > 12 && f.compare(f.size() - 12, 12, ".safetensors") == 0;

@@ -482,6 +482,7 @@ HfExportReport export_hf(const Model & model, const std::string & dir, const HfE
     }
     rep.tensors = outs.size();
 
+    size_t done = 0, done_bytes = 0;  // for o.progress
     OutputDir out(dir);  // removed again if this made it and a file fails
     std::vector<std::unique_ptr<AtomicFile>> files;  // renamed together once every one is complete
     std::map<std::string, std::string> weight_map;
@@ -494,9 +495,12 @@ HfExportReport export_hf(const Model & model, const std::string & dir, const HfE
         w.set_metadata("format", "pt");
         for (const HfTensor * x : shards[s]) {
             weight_map[x->name] = name;
-            w.add_deferred(x->name, rep.dtype, x->shape, [x, dtype = rep.dtype]() {
+            w.add_deferred(x->name, rep.dtype, x->shape, [x, dtype = rep.dtype, &o, &rep, &done, &done_bytes]() {
                 const std::vector<float> v = x->values();
-                return encode(v.data(), v.size(), dtype);
+                std::string bytes = encode(v.data(), v.size(), dtype);
+                done_bytes += x->bytes;
+                if (o.progress) o.progress(++done, rep.tensors, done_bytes, rep.bytes);
+                return bytes;
             });
         }
         files.push_back(std::make_unique<AtomicFile>(out.file(name)));

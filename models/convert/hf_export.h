@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,9 @@ struct HfExportOptions {
     // F32 | F16 | BF16, or "auto": F32 when every tensor is F32, BF16 when one is BF16, else F16.
     std::string dtype = "auto";
     size_t shard_bytes = size_t(5) * 1000 * 1000 * 1000;  // at most this much tensor data per file (transformers' "5GB")
+    // Called after each tensor is written: tensors and bytes written so far, and in all (a large model's export
+    // takes minutes). Empty: none.
+    std::function<void(size_t tensors_done, size_t tensors, size_t bytes_done, size_t bytes)> progress;
 };
 
 struct HfExportReport {

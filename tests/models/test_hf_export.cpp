@@ -70,7 +70,18 @@ TEST(HfExport, LlamaShardsNamesShapesPermutationAndConfig) {
     const auto model = rp::Model::load(stories());
     rp::HfExportOptions o;
     o.shard_bytes = 400 * 1024;
+    size_t calls = 0, last_done = 0, last_bytes = 0;
+    o.progress = [&](size_t done, size_t total, size_t bytes_done, size_t bytes) {  // once a tensor, in order, to the totals
+        ++calls;
+        EXPECT_EQ(done, last_done + 1);
+        EXPECT_GT(bytes_done, last_bytes);
+        EXPECT_EQ(total, 48u);
+        EXPECT_EQ(bytes, 1171200u);
+        last_done = done, last_bytes = bytes_done;
+    };
     const rp::HfExportReport rep = rp::export_hf(*model, d.file("hf"), o);
+    EXPECT_EQ(calls, 48u);
+    EXPECT_EQ(last_bytes, 1171200u);
     EXPECT_EQ(rep.dtype, "F32");
     const Exported ex(d.file("hf"));
     EXPECT_EQ(ex.shards.size(), 3u);
