@@ -582,10 +582,10 @@ void for_tasks(int64_t n, bool parallel, F && body) {
 // every column gets the bits it gets alone. A task's rows are one contiguous stream (the kernels fetch it ahead
 // where the CPU needs that). Up to dot_columns(type) tokens: beyond, the packed GEMM's one pass over the weights
 // for all columns wins (2-core Xeon, GB/s of weights at 2 / 4 / 8 tokens, row dots vs the GEMM: q4_k 21.9 / 11.4
-// / 5.6 vs 4.1 / 4.0 / 3.7, q8_0 33.1 / 18.6 / 8.9 vs 7.4 / 7.6 / 6.9, bf16 33.8 / 20.8 / 11.3 vs 13.7 / 13.8 /
-// 12.4: the float types' GEMM decodes nothing, so it wins sooner).
+// / 5.6 vs 4.1 / 4.0 / 3.7, q8_0 33.1 / 18.6 / 8.9 vs 7.4 / 7.6 / 6.9; bf16, its row loaded once for all columns:
+// 52.8 / 19.4 / 15.5 vs 12.9 / 11.1 / 12.2; f32 / f16, one row dot per column, lose to the GEMM sooner).
 int64_t dot_columns(TensorType t) {
-    return t == TensorType::F32 || t == TensorType::F16 || t == TensorType::BF16 ? 4 : 8;
+    return t == TensorType::F32 || t == TensorType::F16 ? 4 : 8;
 }
 
 void dot_rows(const Problem & P, int64_t j0, int64_t j1, const std::vector<DotColumn> & x) {

@@ -869,6 +869,86 @@ float dot_bf16(const uint16_t * w, const uint16_t * x, int64_t K) {
 #endif
 }
 
+// BF16 rows with N bf16 columns (a decode step's sequences): each column's chains and order are dot_bf16's, so each
+// column gets dot_bf16's bits; the row is loaded (AVX2: and split into its pairs' halves) once for all columns.
+template <int N>
+void dot_bf16_n(const uint16_t * w, const DotColumn * const * xs, float * out) {
+    const int64_t K = xs[0]->K;
+    [[maybe_unused]] const int64_t ahead = prefetch_distance();
+#if RP_BF16_SIMD == 512
+    __m512 a0[N], a1[N];
+    for (int c = 0; c < N; ++c) a0[c] = a1[c] = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 64 <= K; k += 64) {
+        prefetch_ahead(w + k, 128, ahead);
+        const __m512bh w0 = (__m512bh)_mm512_loadu_si512(w + k), w1 = (__m512bh)_mm512_loadu_si512(w + k + 32);
+        for (int c = 0; c < N; ++c) {
+            const uint16_t * x = xs[c]->bf16.data();
+            a0[c] = _mm512_dpbf16_ps(a0[c], w0, (__m512bh)_mm512_loadu_si512(x + k));
+            a1[c] = _mm512_dpbf16_ps(a1[c], w1, (__m512bh)_mm512_loadu_si512(x + k + 32));
+        }
+    }
+    for (; k < K; k += 32) {
+        const __mmask32 m = K - k >= 32 ? 0xFFFFFFFFu : (__mmask32(1) << (K - k)) - 1;
+        const __m512bh wt = (__m512bh)_mm512_maskz_loadu_epi16(m, w + k);
+        for (int c = 0; c < N; ++c) a0[c] = _mm512_dpbf16_ps(a0[c], wt, (__m512bh)_mm512_maskz_loadu_epi16(m, xs[c]->bf16.data() + k));
+    }
+    for (int c = 0; c < N; ++c) out[c] = hsum512(_mm512_add_ps(a0[c], a1[c]));
+#elif RP_BF16_SIMD == 256
+    // Two columns at a time (their 8 accumulators and a 32-element block's 4 converted row registers fit the 16 ymm).
+    for (int c0 = 0; c0 < N; c0 += 2) {
+        const int n = std::min(2, N - c0);
+        Lanes16 a0[2], a1[2];
+        const __m256i high = _mm256_set1_epi32(int(0xFFFF0000u));
+        // acc += the 32 elements at w (its halves in hw) times column c's at x
+        auto block = [&](Lanes16 & acc, const __m256 (&hw)[4], const uint16_t * x) {
+            const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(x));
+            const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(x + 16));
+            acc.lo = _mm256_fmadd_ps(hw[0], _mm256_castsi256_ps(_mm256_and_si256(x0, high)), acc.lo);
+            acc.lo = _mm256_fmadd_ps(hw[1], _mm256_castsi256_ps(_mm256_slli_epi32(x0, 16)), acc.lo);
+            acc.hi = _mm256_fmadd_ps(hw[2], _mm256_castsi256_ps(_mm256_and_si256(x1, high)), acc.hi);
+            acc.hi = _mm256_fmadd_ps(hw[3], _mm256_castsi256_ps(_mm256_slli_epi32(x1, 16)), acc.hi);
+        };
+        auto halves = [&](const uint16_t * wp, __m256 (&hw)[4]) {
+            const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(wp));
+            const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(wp + 16));
+            hw[0] = _mm256_castsi256_ps(_mm256_and_si256(w0, high));
+            hw[1] = _mm256_castsi256_ps(_mm256_slli_epi32(w0, 16));
+            hw[2] = _mm256_castsi256_ps(_mm256_and_si256(w1, high));
+            hw[3] = _mm256_castsi256_ps(_mm256_slli_epi32(w1, 16));
+        };
+        int64_t k = 0;
+        __m256 hw[4];
+        for (; k + 64 <= K; k += 64) {
+            prefetch_ahead(w + k, 128, ahead);
+            halves(w + k, hw);
+            for (int c = 0; c < n; ++c) block(a0[c], hw, xs[c0 + c]->bf16.data() + k);
+            halves(w + k + 32, hw);
+            for (int c = 0; c < n; ++c) block(a1[c], hw, xs[c0 + c]->bf16.data() + k + 32);
+        }
+        for (; k < K; k += 32) {   // the tail through zero-padded copies (dot_bf16's)
+            uint16_t w32[32] = {};
+            const size_t m = size_t(std::min<int64_t>(32, K - k));
+            std::memcpy(w32, w + k, m * sizeof(uint16_t));
+            halves(w32, hw);
+            for (int c = 0; c < n; ++c) {
+                uint16_t x32[32] = {};
+                std::memcpy(x32, xs[c0 + c]->bf16.data() + k, m * sizeof(uint16_t));
+                block(a0[c], hw, x32);
+            }
+        }
+        for (int c = 0; c < n; ++c) out[c0 + c] = hsum16(add16(a0[c], a1[c]));
+    }
+#else
+    for (int c = 0; c < N; ++c) out[c] = dot_bf16(w, xs[c]->bf16.data(), K);
+#endif
+}
+
+template <int N>
+struct Bf16Cols {
+    static void run(const uint16_t * w, const DotColumn * const * xs, float * out) { dot_bf16_n<N>(w, xs, out); }
+};
+
 } // namespace
 
 void quantize_column(const float * x, int64_t K, DotColumn & out) {
@@ -958,6 +1038,7 @@ void row_dot_columns(TensorType t, const void * row, const DotColumn * const * x
     case TensorType::Q5_1: return with_columns<Q45Small<block_q5_1, true, true>::Cols>(n, static_cast<const block_q5_1 *>(row), xs, out);
     case TensorType::Q2_K: return with_columns<Q23K<false>::Cols>(n, row, xs, out);
     case TensorType::Q3_K: return with_columns<Q23K<true>::Cols>(n, row, xs, out);
+    case TensorType::BF16: return with_columns<Bf16Cols>(n, static_cast<const uint16_t *>(row), xs, out);
     default:
         for (int c = 0; c < n; ++c) out[c] = row_dot(t, row, *xs[c]);
     }

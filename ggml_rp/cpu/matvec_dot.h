@@ -57,7 +57,8 @@ bool row_dot_supports(gguf::TensorType t, int64_t K);
 float row_dot(gguf::TensorType t, const void * row, const DotColumn & x);
 
 // One weight row times n <= kRowDotColumns columns (a decode step of several sequences): out[c] = row_dot(t, row,
-// *xs[c]), bit for bit; every int8 type (Q4_0 .. Q8_0, Q2_K .. Q6_K) decodes each block once for all of them.
+// *xs[c]), bit for bit; every int8 type (Q4_0 .. Q8_0, Q2_K .. Q6_K) decodes each block once for all of them, BF16
+// loads each part of the row once.
 constexpr int kRowDotColumns = 8;
 void row_dot_columns(gguf::TensorType t, const void * row, const DotColumn * const * xs, int n, float * out);
 
