@@ -366,6 +366,58 @@ void dot_q8_0_n(const block_q8_0 * w, const DotColumn * const * xs, float * out)
 #endif
 }
 
+// MXFP4 (gpt-oss's experts): blocks of 32 E2M1 codes, ggml's doubled values v (0 1 2 3 4 6 8 12, the sign in bit 3;
+// element j in qs[j]'s low nibble, j + 16 in its high one) times the power of two d = 2^(e - 128); per block
+// y = d d_b (sum v q'), the integer sum exact (|v q'| <= 12 x 127). The portable loop.
+[[maybe_unused]] float dot_mxfp4_portable(const block_mxfp4 * w, const DotColumn & x) {
+    const int64_t nb = x.K / QK_MXFP4;
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) {
+        int32_t s = 0;
+        for (int j = 0; j < QK_MXFP4 / 2; ++j)
+            s += mxfp4_value(w[b].qs[j] & 0xF) * x.q[size_t(32 * b + j)] + mxfp4_value(w[b].qs[j] >> 4) * x.q[size_t(32 * b + 16 + j)];
+        acc += float(s) * (e8m0_to_fp32_half(w[b].e) * x.d[size_t(b)]);
+    }
+    return acc;
+}
+
+// SIMD, N columns at once: a block's 32 codes become their signed values by one table lookup (the low nibbles the
+// first 16 bytes, the high ones the last 16: x's order), then Q8_0's products and accumulators (even blocks into
+// acc0, odd into acc1, per column; the same bits whatever N).
+template <int N>
+void dot_mxfp4_n(const block_mxfp4 * w, const DotColumn * const * xs, float * out) {
+#if defined(RP_INT8_SIMD)
+    [[maybe_unused]] const int64_t ahead = prefetch_distance();
+    const int64_t nb = xs[0]->K / QK_MXFP4;
+    const __m256i values = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4,
+                                            -6, -8, -12);
+    const __m128i nibble = _mm_set1_epi8(0x0F);
+    __m256 acc0[N], acc1[N];
+    for (int c = 0; c < N; ++c) acc0[c] = acc1[c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        if (b % 8 == 0) prefetch_ahead(w + b, 8 * sizeof(block_mxfp4), ahead);
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(w[b].qs));
+        const __m256i codes = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), nibble), _mm_and_si128(q, nibble));
+        const __m256i wq = _mm256_shuffle_epi8(values, codes), wa = _mm256_abs_epi8(wq);
+        const float dw = e8m0_to_fp32_half(w[b].e);
+        for (int c = 0; c < N; ++c) {
+            const __m256i s = dot_u8s8(wa, _mm256_sign_epi8(load256(xs[c]->q.data() + 32 * b), wq));
+            const __m256 scale = _mm256_set1_ps(dw * xs[c]->d[size_t(b)]);
+            if (b % 2 == 0) acc0[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc0[c]);
+            else acc1[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc1[c]);
+        }
+    }
+    for (int c = 0; c < N; ++c) out[c] = hsum(_mm256_add_ps(acc0[c], acc1[c]));
+#else
+    for (int c = 0; c < N; ++c) out[c] = dot_mxfp4_portable(w, *xs[c]);
+#endif
+}
+
+template <int N>
+struct MxCols {
+    static void run(const block_mxfp4 * w, const DotColumn * const * xs, float * out) { dot_mxfp4_n<N>(w, xs, out); }
+};
+
 float dot_q8_0(const block_q8_0 * w, const DotColumn & x) {
     const DotColumn * xs[1] = {&x};
     float out;
@@ -997,7 +1049,7 @@ bool row_dot_supports(TensorType t, int64_t K) {
     switch (t) {
     case TensorType::F32: case TensorType::F16: case TensorType::BF16: return K > 0;
     case TensorType::Q4_0: case TensorType::Q4_1: case TensorType::Q5_0: case TensorType::Q5_1:
-    case TensorType::Q8_0: return K > 0 && K % 32 == 0;
+    case TensorType::Q8_0: case TensorType::MXFP4: return K > 0 && K % 32 == 0;
     case TensorType::Q2_K: case TensorType::Q3_K: case TensorType::Q4_K: case TensorType::Q5_K: case TensorType::Q6_K:
         return K > 0 && K % QK_K == 0;
     default: return false;
@@ -1014,6 +1066,12 @@ float row_dot(TensorType t, const void * row, const DotColumn & x) {
     case TensorType::Q5_0: return dot_q45_small<block_q5_0, true, false>(static_cast<const block_q5_0 *>(row), x);
     case TensorType::Q5_1: return dot_q45_small<block_q5_1, true, true>(static_cast<const block_q5_1 *>(row), x);
     case TensorType::Q8_0: return dot_q8_0(static_cast<const block_q8_0 *>(row), x);
+    case TensorType::MXFP4: {
+        const DotColumn * xs[1] = {&x};
+        float out;
+        dot_mxfp4_n<1>(static_cast<const block_mxfp4 *>(row), xs, &out);
+        return out;
+    }
     case TensorType::Q2_K: return dot_q23_K<false>(row, x);
     case TensorType::Q3_K: return dot_q23_K<true>(row, x);
     case TensorType::Q4_K: return dot_q45_K<false>(static_cast<const block_q4_K *>(row), x);
@@ -1039,6 +1097,7 @@ void row_dot_columns(TensorType t, const void * row, const DotColumn * const * x
     case TensorType::Q2_K: return with_columns<Q23K<false>::Cols>(n, row, xs, out);
     case TensorType::Q3_K: return with_columns<Q23K<true>::Cols>(n, row, xs, out);
     case TensorType::BF16: return with_columns<Bf16Cols>(n, static_cast<const uint16_t *>(row), xs, out);
+    case TensorType::MXFP4: return with_columns<MxCols>(n, static_cast<const block_mxfp4 *>(row), xs, out);
     default:
         for (int c = 0; c < n; ++c) out[c] = row_dot(t, row, *xs[c]);
     }
@@ -1055,7 +1114,7 @@ bool row_dot_is_simd(TensorType t) {
 #if defined(RP_INT8_SIMD)
     case TensorType::Q4_0: case TensorType::Q4_1: case TensorType::Q5_0: case TensorType::Q5_1:
     case TensorType::Q8_0: case TensorType::Q2_K: case TensorType::Q3_K: case TensorType::Q4_K: case TensorType::Q5_K:
-    case TensorType::Q6_K: return true;
+    case TensorType::Q6_K: case TensorType::MXFP4: return true;
 #endif
     default: return false;
     }

@@ -4,8 +4,10 @@
 // Generating one token reads every weight once, so the product is bound by how fast the weight rows stream
 // in and are decoded, not by work on the activations. Converting the column once lets each weight row be
 // dotted where it lies, one contiguous stream, with the cheapest instructions its format allows:
-//   Q4_0 .. Q8_0, Q2_K .. Q6_K  int8 column, integer multiply-adds (AVX-512 VNNI, or AVX2's maddubs + madd:
-//                           the same int32 sums), exact in int32, scaled per block;
+//   Q4_0 .. Q8_0, Q2_K .. Q6_K, MXFP4
+//                           int8 column, integer multiply-adds (AVX-512 VNNI, or AVX2's maddubs + madd:
+//                           the same int32 sums), exact in int32, scaled per block (MXFP4: its E2M1 codes as
+//                           ggml's doubled integer values by a table lookup, the power-of-two scale halved);
 //   BF16                    bf16 column, pairwise bf16 products summed in f32 (AVX-512 BF16, or AVX2 FMAs
 //                           in the instruction's order);
 //   F32, F16                the f32 column itself, one FMA chain per 16 lanes (one zmm or two ymm).
@@ -57,8 +59,8 @@ bool row_dot_supports(gguf::TensorType t, int64_t K);
 float row_dot(gguf::TensorType t, const void * row, const DotColumn & x);
 
 // One weight row times n <= kRowDotColumns columns (a decode step of several sequences): out[c] = row_dot(t, row,
-// *xs[c]), bit for bit; every int8 type (Q4_0 .. Q8_0, Q2_K .. Q6_K) decodes each block once for all of them, BF16
-// loads each part of the row once.
+// *xs[c]), bit for bit; every int8 type (Q4_0 .. Q8_0, Q2_K .. Q6_K, MXFP4) decodes each block once for all of them,
+// BF16 loads each part of the row once.
 constexpr int kRowDotColumns = 8;
 void row_dot_columns(gguf::TensorType t, const void * row, const DotColumn * const * xs, int n, float * out);
 

@@ -30,7 +30,7 @@ using namespace kt;
 const std::vector<TensorType> kDotTypes = {TensorType::F32,  TensorType::F16,  TensorType::BF16, TensorType::Q4_0,
                                           TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1, TensorType::Q8_0,
                                           TensorType::Q2_K, TensorType::Q3_K, TensorType::Q4_K, TensorType::Q5_K,
-                                          TensorType::Q6_K};
+                                          TensorType::Q6_K, TensorType::MXFP4};
 
 bool is_int8(TensorType t) { return t != TensorType::F32 && t != TensorType::F16 && t != TensorType::BF16; }
 
