@@ -325,6 +325,21 @@ float dot_q45_small(const Block * w, const DotColumn & x) {
     return acc;
 }
 
+#if defined(RP_INT8_SIMD)
+// Block b's 32 signed int8 weights wq times each of N columns' int8 values: |w| times x with w's sign (the exact
+// products, in the u8 x s8 form VNNI multiplies), the lanes' int32 sums times scale(c) (block b's d_w d_x of column
+// c), added into acc0[c] (even blocks) or acc1[c] (odd ones). Q8_0's and MXFP4's step.
+template <int N, class Scale>
+inline void signed_block(__m256i wq, int64_t b, const DotColumn * const * xs, Scale scale, __m256 * acc0, __m256 * acc1) {
+    const __m256i wa = _mm256_abs_epi8(wq);
+    for (int c = 0; c < N; ++c) {
+        const __m256i s = dot_u8s8(wa, _mm256_sign_epi8(load256(xs[c]->q.data() + 32 * b), wq));
+        __m256 & acc = b % 2 == 0 ? acc0[c] : acc1[c];
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale(c), acc);
+    }
+}
+#endif
+
 // SIMD, for N columns at once (one, or a decode step's sequences; N a compile-time count): a block's product is |w|
 // (unsigned, formed once) times each column's x with w's sign (the exact products, in the u8 x s8 form VNNI
 // multiplies), scaled; even blocks into acc0, odd ones into acc1, per column. Every column has its own accumulators
@@ -337,14 +352,7 @@ void dot_q8_0_n(const block_q8_0 * w, const DotColumn * const * xs, float * out)
     __m256 acc0[N], acc1[N];
     for (int c = 0; c < N; ++c) acc0[c] = acc1[c] = _mm256_setzero_ps();
     // scale(c) gives block b's d_w d_x of column c
-    auto block = [&](int64_t b, auto scale) {
-        const __m256i wq = load256(w[b].qs), wa = _mm256_abs_epi8(wq);
-        for (int c = 0; c < N; ++c) {
-            const __m256i s = dot_u8s8(wa, _mm256_sign_epi8(load256(xs[c]->q.data() + 32 * b), wq));
-            if (b % 2 == 0) acc0[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale(c), acc0[c]);
-            else acc1[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale(c), acc1[c]);
-        }
-    };
+    auto block = [&](int64_t b, auto scale) { signed_block<N>(load256(w[b].qs), b, xs, scale, acc0, acc1); };
     int64_t b = 0;
 #if defined(__F16C__)
     // 8 blocks at a time: their 8 scales d_w d_x in one conversion and one product (the same bits as one by one).
@@ -398,14 +406,8 @@ void dot_mxfp4_n(const block_mxfp4 * w, const DotColumn * const * xs, float * ou
         if (b % 8 == 0) prefetch_ahead(w + b, 8 * sizeof(block_mxfp4), ahead);
         const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(w[b].qs));
         const __m256i codes = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), nibble), _mm_and_si128(q, nibble));
-        const __m256i wq = _mm256_shuffle_epi8(values, codes), wa = _mm256_abs_epi8(wq);
         const float dw = e8m0_to_fp32_half(w[b].e);
-        for (int c = 0; c < N; ++c) {
-            const __m256i s = dot_u8s8(wa, _mm256_sign_epi8(load256(xs[c]->q.data() + 32 * b), wq));
-            const __m256 scale = _mm256_set1_ps(dw * xs[c]->d[size_t(b)]);
-            if (b % 2 == 0) acc0[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc0[c]);
-            else acc1[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc1[c]);
-        }
+        signed_block<N>(_mm256_shuffle_epi8(values, codes), b, xs, [&](int c) { return _mm256_set1_ps(dw * xs[c]->d[size_t(b)]); }, acc0, acc1);
     }
     for (int c = 0; c < N; ++c) out[c] = hsum(_mm256_add_ps(acc0[c], acc1[c]));
 #else
