@@ -334,6 +334,37 @@ TEST(MatvecDot, Bf16ColumnsAtOnceWithTailsAreEachTheirOwnDot) {
     }
 }
 
+// MXFP4's scales 2^(e - 128) for every exponent, e = 0 and 1 the subnormals, made 8 blocks at a time: a row whose only
+// non-zero block (of 8, or of 9: the one-by-one tail) has exponent e, against the double dot of the dequantized
+// block in double (the column scaled so the products stay normal).
+TEST(MatvecDot, MxFp4EveryScaleExponent) {
+    Rng rng(43);
+    for (int64_t K : {int64_t(256), int64_t(288)})
+        for (int e = 0; e < 256; ++e) {
+            std::vector<rp::block_mxfp4> row(size_t(K / 32));
+            for (auto & b : row) b = rp::block_mxfp4{};
+            rp::block_mxfp4 & b = row[size_t(K / 32 - 1 - e % 3)];
+            b.e = uint8_t(e);
+            for (auto & q : b.qs) q = uint8_t(rng.uniform(0.0f, 255.99f));
+            const float amp = e < 64 ? 1e30f : e > 192 ? 1e-30f : 1.0f;
+            std::vector<float> x(static_cast<size_t>(K));
+            for (float & v : x) v = rng.uniform(-amp, amp);
+            rp::cpu::DotColumn c;
+            rp::cpu::prepare_column(TensorType::MXFP4, x.data(), K, c);
+            double want = 0.0, mag = 0.0;  // (in double: the largest scales' f32 values overflow)
+            for (int64_t k = 0; k < K; ++k) {
+                const rp::block_mxfp4 & bk = row[size_t(k / 32)];
+                const int j = int(k % 32), code = j < 16 ? bk.qs[j] & 0xF : bk.qs[j - 16] >> 4;
+                const double wk = double(rp::mxfp4_value(code)) * double(rp::e8m0_to_fp32_half(bk.e));
+                const double p = wk * used_value(TensorType::MXFP4, c, k);
+                want += p;
+                mag += std::fabs(p);
+            }
+            const float got = rp::cpu::row_dot(TensorType::MXFP4, row.data(), c);
+            ASSERT_LE(std::fabs(got - want), 1e-5 * mag + 1e-37) << "e=" << e << " K=" << K << " got " << got << " want " << want;
+        }
+}
+
 // row_dot_columns (a decode step's sequences at once; the int8 types decode each block once for all) gives every
 // column row_dot's bits, for 1 to 8 columns of every type.
 TEST(MatvecDot, ColumnsAtOnceAreEachTheirOwnDot) {
