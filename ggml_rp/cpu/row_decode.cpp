@@ -56,6 +56,14 @@ void decode_q4_0(const block_q4_0 & b, float * y) {     // (q - 8) * d
     store(y + 16, fmul(to_float(isub(shr(q, 4), 8)), d));
 }
 
+void decode_mxfp4(const block_mxfp4 & b, float * y) {  // ggml's doubled E2M1 value of the code, times 2^(e - 128)
+    const __m512 d = _mm512_set1_ps(e8m0_to_fp32_half(b.e));
+    const __m512i values = _mm512_setr_epi32(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    const __m512i q = u8x16(b.qs);
+    store(y, fmul(to_float(_mm512_maskz_permutexvar_epi32(kAll, band(q, 0xF), values)), d));
+    store(y + 16, fmul(to_float(_mm512_maskz_permutexvar_epi32(kAll, shr(q, 4), values)), d));
+}
+
 void decode_q4_1(const block_q4_1 & b, float * y) {     // q * d + m
     const __m512 d = _mm512_set1_ps(fp16_to_fp32(b.d)), m = _mm512_set1_ps(fp16_to_fp32(b.m));
     const __m512i q = u8x16(b.qs);
@@ -217,6 +225,7 @@ void decode_row(TensorType t, const void * src, float * dst, int64_t n) {
     case TensorType::Q4_K: done = decode_blocks<block_q4_K, QK_K, decode_q45_K<false, block_q4_K>>(src, dst, n); break;
     case TensorType::Q5_K: done = decode_blocks<block_q5_K, QK_K, decode_q45_K<true, block_q5_K>>(src, dst, n); break;
     case TensorType::Q6_K: done = decode_blocks<block_q6_K, QK_K, decode_q6_K>(src, dst, n); break;
+    case TensorType::MXFP4: done = decode_blocks<block_mxfp4, QK_MXFP4, decode_mxfp4>(src, dst, n); break;
     default: break;
     }
     if (done) return;

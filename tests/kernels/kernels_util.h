@@ -48,7 +48,7 @@ inline const std::vector<TensorType> & weight_types() {
     static const std::vector<TensorType> t = {
         TensorType::F32,  TensorType::F16,  TensorType::BF16, TensorType::Q4_0, TensorType::Q4_1,
         TensorType::Q5_0, TensorType::Q5_1, TensorType::Q8_0, TensorType::Q2_K, TensorType::Q3_K,
-        TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
+        TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::MXFP4};
     return t;
 }
 
