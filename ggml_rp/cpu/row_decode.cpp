@@ -177,6 +177,21 @@ bool decode_blocks(const void * src, float * dst, int64_t n) {
 }
 #endif
 
+#if defined(__AVX2__) && !defined(__AVX512F__)
+// MXFP4 on AVX2 (gpt-oss's experts; the scalar reference is a branch an element): the codes' values by one byte
+// shuffle, widened and converted exactly, times the power-of-two scale (one rounding, as dequantize_block_mxfp4's
+// mul_rn: no add follows that could fuse with it).
+void decode_mxfp4_avx2(const block_mxfp4 & b, float * y) {
+    const __m256 d = _mm256_set1_ps(e8m0_to_fp32_half(b.e));
+    const __m128i values = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b.qs)), nibble = _mm_set1_epi8(0x0F);
+    const __m128i lo = _mm_shuffle_epi8(values, _mm_and_si128(q, nibble));                      // elements 0..15
+    const __m128i hi = _mm_shuffle_epi8(values, _mm_and_si128(_mm_srli_epi16(q, 4), nibble));  // elements 16..31
+    const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+    for (int k = 0; k < 4; ++k) _mm256_storeu_ps(y + 8 * k, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[k])), d));
+}
+#endif
+
 // bf16 is the upper half of an f32: a 16-bit shift, exact.
 void decode_bf16(const uint16_t * h, float * dst, int64_t n) {
     int64_t i = 0;
@@ -229,6 +244,12 @@ void decode_row(TensorType t, const void * src, float * dst, int64_t n) {
     default: break;
     }
     if (done) return;
+#elif defined(__AVX2__)
+    if (t == TensorType::MXFP4 && n % QK_MXFP4 == 0) {
+        const block_mxfp4 * blk = static_cast<const block_mxfp4 *>(src);
+        for (int64_t i = 0; i < n / QK_MXFP4; ++i) decode_mxfp4_avx2(blk[i], dst + i * QK_MXFP4);
+        return;
+    }
 #endif
     dequantize_row(t, src, dst, n);
 }

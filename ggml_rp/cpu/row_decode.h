@@ -2,8 +2,8 @@
 //
 // decode_row(t, src, dst, n) writes exactly the floats rp::dequantize_row(t, src, dst, n) writes (bit for bit:
 // the same float operations in the same order per element, e.g. Q4_K (d*sc)*q - dmin*m with each step rounded,
-// never fused), using AVX-512 for every block type and bf16, F16C for f16, and the scalar reference elsewhere
-// (other CPUs, partial blocks). The GEMM calls it per tile, so a weight read once per generated token costs
+// never fused), using AVX-512 for every block type and bf16, F16C for f16, AVX2 for MXFP4 (whose scalar decoder is
+// the slowest), and the scalar reference elsewhere (other CPUs, partial blocks). The GEMM calls it per tile, so a weight read once per generated token costs
 // its decoding once, which for the K-quants is what bounds generation speed.
 #pragma once
 
