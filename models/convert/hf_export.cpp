@@ -125,6 +125,13 @@ std::string rope_scaling_json(const Model & model) {
            std::to_string(orig) + ", \"rope_type\": \"llama3\"}";
 }
 
+// transformers' layer_types of a model with windowed layers: "sliding_attention" or "full_attention" a layer.
+std::string window_layer_types(const HParams & hp) {
+    std::string types = "[";
+    for (uint32_t il = 0; il < hp.n_layer; ++il) types += std::string(il ? ", " : "") + (hp.is_swa(il) ? "\"sliding_attention\"" : "\"full_attention\"");
+    return types + "]";
+}
+
 // A token id key as a JSON value: the number, or null when the file has none.
 std::string token_id(const gguf::Reader & f, const char * key) { return f.has(key) ? std::to_string(f.get_u32(key)) : std::string("null"); }
 
@@ -186,9 +193,7 @@ std::string config_json(const Model & model, const std::string & dtype) {
         field("query_pre_attn_scalar", std::to_string(big ? hp.n_embd / hp.n_head : hp.head_dim));
         field("sliding_window", std::to_string(hp.n_swa));
         field("sliding_window_pattern", std::to_string(hp.swa_period));
-        std::string types = "[";
-        for (uint32_t il = 0; il < hp.n_layer; ++il) types += std::string(il ? ", " : "") + (hp.is_swa(il) ? "\"sliding_attention\"" : "\"full_attention\"");
-        field("layer_types", types + "]");
+        field("layer_types", window_layer_types(hp));
         if (hp.arch->arch == Arch::Gemma3) field("rope_local_base_freq", number(hp.rope_freq_base_swa));
         field("attn_logit_softcapping", hp.attn_softcap > 0.0f ? number(hp.attn_softcap) : "null");
         field("final_logit_softcapping", hp.final_softcap > 0.0f ? number(hp.final_softcap) : "null");
@@ -238,9 +243,7 @@ std::string config_json(const Model & model, const std::string & dtype) {
         // The windowed layers, the experts (router and experts biased, the clamped SwiGLU of llama.cpp's
         // LLM_FFN_SWIGLU_OAI_MOE: limit 7), YaRN's original context (initial_context_length).
         field("sliding_window", std::to_string(hp.n_swa));
-        std::string types = "[";
-        for (uint32_t il = 0; il < hp.n_layer; ++il) types += std::string(il ? ", " : "") + (hp.is_swa(il) ? "\"sliding_attention\"" : "\"full_attention\"");
-        field("layer_types", types + "]");
+        field("layer_types", window_layer_types(hp));
         field("num_local_experts", std::to_string(hp.n_expert));
         field("num_experts_per_tok", std::to_string(hp.n_expert_used));
         field("experts_per_token", std::to_string(hp.n_expert_used));
@@ -273,6 +276,43 @@ struct HfTensor {
     size_t bytes = 0;
 };
 
+// A GGUF tensor's PyTorch shape: ne reversed.
+std::vector<int64_t> torch_shape(const gguf::TensorInfo & t) {
+    std::vector<int64_t> shape;
+    for (int d = static_cast<int>(t.n_dims) - 1; d >= 0; --d) shape.push_back(t.ne[d]);
+    return shape;
+}
+
+// t's values as HF tensor `name` of `shape`, through `edit` (none: as they are).
+bool add_tensor(std::vector<HfTensor> & outs, const gguf::Reader & f, const gguf::TensorInfo & t, std::string name, std::vector<int64_t> shape,
+                std::function<std::vector<float>(std::vector<float>)> edit = {}) {
+    outs.push_back({std::move(name), std::move(shape), [&f, &t, edit]() { return edit ? edit(values_of(f, t)) : values_of(f, t); }});
+    return true;
+}
+
+// A per-layer tensor's name "blk.N.rest": its "blk.N." and HF's "model.layers.N.", N and rest; false for others.
+struct LayerTensor {
+    std::string blk, hf, rest;
+    uint32_t layer = 0;
+};
+bool layer_tensor(const std::string & name, LayerTensor & lt) {
+    const size_t dot = name.find('.', 4);
+    if (name.compare(0, 4, "blk.") != 0 || dot == std::string::npos || dot == 4 || dot > 10) return false;
+    const std::string n = name.substr(4, dot - 4);
+    if (n.find_first_not_of("0123456789") != std::string::npos) return false;
+    lt = {name.substr(0, dot + 1), "model.layers." + n + ".", name.substr(dot + 1), static_cast<uint32_t>(std::stoul(n))};
+    return true;
+}
+
+// The up projection `up_name` of gate's layer, of gate's shape (gpt-oss and qwen35moe fuse the two into one HF tensor).
+const gguf::TensorInfo & up_of(const Model & model, const gguf::TensorInfo & gate, const LayerTensor & lt, const std::string & up_name) {
+    const gguf::TensorInfo * up = model.file().find_tensor(lt.blk + up_name);
+    bool same = up && up->n_dims == gate.n_dims;
+    for (uint32_t d = 0; same && d < gate.n_dims; ++d) same = up->ne[d] == gate.ne[d];
+    if (!same) throw Error(model.path() + ": tensor '" + gate.name + "' has no " + lt.blk + up_name + " of its shape to fuse with (HF's gate_up_proj)");
+    return *up;
+}
+
 // A GGUF tensor under its HF name (hf_names.h), PyTorch's shape (ne reversed), each expert of a mixture its own
 // tensor; a llama's q/k rows in HF's order, Gemma's norms as w where the GGUF holds 1 + w.
 void plain_tensor(const Model & model, const gguf::TensorInfo & t, std::vector<HfTensor> & outs) {
@@ -280,8 +320,8 @@ void plain_tensor(const Model & model, const gguf::TensorInfo & t, std::vector<H
     const gguf::Reader & f = model.file();
     const std::string hf = hf_tensor_of(t.name, hp.arch->fused_gate_up, hp.arch->post_norms);
     if (hf.empty()) throw Error(model.path() + ": tensor '" + t.name + "' has no Hugging Face name");
-    std::vector<int64_t> shape;
-    for (int d = std::min<int>(static_cast<int>(t.n_dims), 2) - 1; d >= 0; --d) shape.push_back(t.ne[d]);
+    std::vector<int64_t> shape = torch_shape(t);
+    if (shape.size() == 3) shape.erase(shape.begin());  // one expert's
     const int64_t experts = t.n_dims >= 3 ? t.ne[2] : 1;
     const bool per_expert = hf.find("{E}") != std::string::npos;
     if (t.n_dims > 3 || (experts > 1 && !per_expert))
@@ -307,15 +347,10 @@ void plain_tensor(const Model & model, const gguf::TensorInfo & t, std::vector<H
 //   -> down_proj_bias [E, n_embd]. (llama.cpp's converter undoes exactly this.) Returns false for other tensors.
 bool gpt_oss_tensor(const Model & model, const gguf::TensorInfo & t, std::vector<HfTensor> & outs) {
     const gguf::Reader & f = model.file();
-    const size_t dot = t.name.find('.', 4);
-    if (t.name.compare(0, 4, "blk.") != 0 || dot == std::string::npos) return false;
-    const std::string blk = t.name.substr(0, dot + 1), layer = "model.layers." + t.name.substr(4, dot - 4) + ".", rest = t.name.substr(dot + 1);
-    auto plain_as = [&](const std::string & hf) {
-        std::vector<int64_t> shape;
-        for (int d = static_cast<int>(t.n_dims) - 1; d >= 0; --d) shape.push_back(t.ne[d]);
-        outs.push_back({layer + hf, shape, [&f, &t]() { return values_of(f, t); }});
-        return true;
-    };
+    LayerTensor lt;
+    if (!layer_tensor(t.name, lt)) return false;
+    const std::string & layer = lt.hf, & rest = lt.rest;
+    auto plain_as = [&](const std::string & hf) { return add_tensor(outs, f, t, layer + hf, torch_shape(t)); };
     if (rest == "attn_sinks.weight") return plain_as("self_attn.sinks");
     if (rest == "post_attention_norm.weight") return plain_as("post_attention_layernorm.weight");
     if (rest == "ffn_gate_inp.weight") return plain_as("mlp.router.weight");
@@ -324,9 +359,7 @@ bool gpt_oss_tensor(const Model & model, const gguf::TensorInfo & t, std::vector
     if (rest == "ffn_up_exps.weight" || rest == "ffn_up_exps.bias") return true;  // in gate_up_proj (with the gate's)
     const bool weight = rest == "ffn_gate_exps.weight";
     if (weight || rest == "ffn_gate_exps.bias") {
-        const gguf::TensorInfo * up = f.find_tensor(blk + (weight ? "ffn_up_exps.weight" : "ffn_up_exps.bias"));
-        if (!up || up->n_dims != t.n_dims || up->ne[0] != t.ne[0] || up->ne[1] != t.ne[1] || (weight && up->ne[2] != t.ne[2]))
-            throw Error(model.path() + ": tensor '" + t.name + "' has no ffn_up_exps of its shape to fuse with (gpt-oss's gate_up_proj)");
+        const gguf::TensorInfo * up = &up_of(model, t, lt, weight ? "ffn_up_exps.weight" : "ffn_up_exps.bias");
         // weight: gate / up ne [n_embd, ff, E] -> [E][n_embd][2 ff]; bias: ne [ff, E] -> [E][2 ff]
         const int64_t E = weight ? t.ne[2] : t.ne[1], ff = weight ? t.ne[1] : t.ne[0], C = weight ? t.ne[0] : 1;
         std::vector<int64_t> shape = weight ? std::vector<int64_t>{E, C, 2 * ff} : std::vector<int64_t>{E, 2 * ff};
@@ -370,21 +403,19 @@ bool gpt_oss_tensor(const Model & model, const gguf::TensorInfo & t, std::vector
 bool qwen35_tensor(const Model & model, const gguf::TensorInfo & t, std::vector<HfTensor> & outs) {
     const HParams & hp = model.hparams();
     const gguf::Reader & f = model.file();
-    std::vector<int64_t> shape;
-    for (int d = static_cast<int>(t.n_dims) - 1; d >= 0; --d) shape.push_back(t.ne[d]);
-    auto add = [&](const std::string & name, std::vector<int64_t> hf_shape, std::function<std::vector<float>(std::vector<float>)> edit) {
-        outs.push_back({name, std::move(hf_shape), [&f, &t, edit]() { return edit(values_of(f, t)); }});
-        return true;
+    const std::vector<int64_t> shape = torch_shape(t);
+    auto add = [&](const std::string & name, std::vector<int64_t> hf_shape, std::function<std::vector<float>(std::vector<float>)> edit = {}) {
+        return add_tensor(outs, f, t, name, std::move(hf_shape), std::move(edit));
     };
     auto minus_one = [](std::vector<float> v) {
         for (float & x : v) x -= 1.0f;
         return v;
     };
     if (t.name == "output_norm.weight") return add("model.norm.weight", shape, minus_one);
-    const size_t dot = t.name.find('.', 4);
-    if (t.name.compare(0, 4, "blk.") != 0 || dot == std::string::npos) return false;
-    if (static_cast<uint32_t>(std::stoul(t.name.substr(4, dot - 4))) >= hp.n_layer) return true;  // a multi-token-prediction block
-    const std::string L = "model.layers." + t.name.substr(4, dot - 4) + ".", rest = t.name.substr(dot + 1);
+    LayerTensor lt;
+    if (!layer_tensor(t.name, lt)) return false;
+    if (lt.layer >= hp.n_layer) return true;  // a multi-token-prediction block
+    const std::string & L = lt.hf, & rest = lt.rest;
     for (const auto & [g, h] : {std::pair<const char *, const char *>{"attn_norm.weight", "input_layernorm.weight"},
                                 {"post_attention_norm.weight", "post_attention_layernorm.weight"},
                                 {"attn_q_norm.weight", "self_attn.q_norm.weight"},
@@ -409,12 +440,10 @@ bool qwen35_tensor(const Model & model, const gguf::TensorInfo & t, std::vector<
     // qwen35moe: the experts as transformers' packed parameters, gate_up_proj [E, 2 ff, n_embd] (each expert's gate rows
     // then its up rows) and down_proj [E, n_embd, ff] (the GGUF's layout); the shared expert's gate [1, n_embd].
     if (rest == "ffn_up_exps.weight") return true;  // in gate_up_proj (with the gate's)
-    if (rest == "ffn_down_exps.weight") return add(L + "mlp.experts.down_proj", shape, [](std::vector<float> v) { return v; });
-    if (rest == "ffn_gate_inp_shexp.weight") return add(L + "mlp.shared_expert_gate.weight", {1, shape[0]}, [](std::vector<float> v) { return v; });
+    if (rest == "ffn_down_exps.weight") return add(L + "mlp.experts.down_proj", shape);
+    if (rest == "ffn_gate_inp_shexp.weight") return add(L + "mlp.shared_expert_gate.weight", {1, shape[0]});
     if (rest == "ffn_gate_exps.weight") {
-        const gguf::TensorInfo * up = f.find_tensor(t.name.substr(0, dot + 1) + "ffn_up_exps.weight");
-        if (!up || up->n_dims != 3 || up->ne[0] != t.ne[0] || up->ne[1] != t.ne[1] || up->ne[2] != t.ne[2])
-            throw Error(model.path() + ": tensor '" + t.name + "' has no ffn_up_exps of its shape to pack with (gate_up_proj)");
+        const gguf::TensorInfo * up = &up_of(model, t, lt, "ffn_up_exps.weight");
         const int64_t E = t.ne[2], per = t.ne[0] * t.ne[1];  // one expert's gate (or up) values
         outs.push_back({L + "mlp.experts.gate_up_proj", {E, 2 * t.ne[1], t.ne[0]}, [&f, &t, up, E, per]() {
             const std::vector<float> g = values_of(f, t), u = values_of(f, *up);

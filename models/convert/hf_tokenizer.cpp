@@ -67,9 +67,11 @@ std::string post_processor_json(const Tokenizer & tok) {
         }
         return s + "]";
     };
+    std::vector<int32_t> ids;  // each special token once (BOS and EOS may be one token)
+    if (bos) ids.push_back(tok.bos());
+    if (eos && !(bos && tok.eos() == tok.bos())) ids.push_back(tok.eos());
     std::string specials = "{";
-    for (int32_t id : {bos ? tok.bos() : kTokenNull, eos ? tok.eos() : kTokenNull}) {
-        if (id == kTokenNull || (id == tok.eos() && bos && tok.bos() == tok.eos() && specials.size() > 1)) continue;
+    for (int32_t id : ids) {
         const std::string text(tok.token_text(id));
         if (specials.size() > 1) specials += ", ";
         json::append_string(specials, text);

@@ -67,7 +67,7 @@ printf '%s\n' '[ RUN      ] CudaDevice.SomeErrorTest' '[  FAILED  ] CudaDevice.S
 echo "ok: first_failure"
 
 # The peer's JSON has no NaN (which JSON does not have): non-finite numbers become null.
-got=$(python3 -c "import json, sys; sys.path.insert(0, '$src/bench/gpu'); import peft_baseline as p
+got=$(python3 -B -c "import json, sys; sys.path.insert(0, '$src/bench/gpu'); import peft_baseline as p
 print(json.dumps(p.finite_or_null({'loss': float('nan'), 'g': [float('inf'), 1.5, {'x': -float('inf')}], 'n': 2}), allow_nan=False))")
 [ "$got" = '{"loss": null, "g": [null, 1.5, {"x": null}], "n": 2}' ] || fail "finite_or_null gave $got"
 echo "ok: peft_baseline.py writes null for NaN"

@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 
@@ -518,6 +519,34 @@ TEST(HfExport, Qwen35DeltaNetTensorsValueHeadOrderAndConfig) {
     EXPECT_EQ(rope->find("mrope_section")->array.size(), 3u);
     EXPECT_TRUE(rope->find("mrope_interleaved")->boolean);
 
+}
+
+// A DeltaNet decay that is no -exp(A_log) (a non-negative ssm_a) is refused while the shard is written, naming the
+// tensor and the value, and nothing is left: no shard, no config, no directory.
+TEST(HfExport, Qwen35ANonNegativeDecayIsRefusedAndNothingIsWritten) {
+    TempDir d;
+    rp::SynthSpec s;
+    s.arch = "qwen35";
+    s.vocab_from = model_path("synthetic/tiny-random-qwen2.gguf");
+    s.n_embd = 32, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 8, s.n_ff = 40, s.n_layer = 4, s.ssm_k_heads = 2, s.ssm_v_heads = 4, s.ssm_head_dim = 8;
+    rp::write_synth_model(s, d.file("q35.gguf"));
+    {
+        const auto r = gguf::Reader::open(d.file("q35.gguf"));
+        const gguf::TensorInfo * a = r->find_tensor("blk.2.ssm_a");
+        ASSERT_TRUE(a && a->type == gguf::TensorType::F32);
+        const size_t at = size_t(r->data_offset() + a->offset) + sizeof(float);  // its second head
+        std::fstream file(d.file("q35.gguf"), std::ios::in | std::ios::out | std::ios::binary);
+        const float zero = 0.0f;
+        file.seekp(std::streamoff(at));
+        file.write(reinterpret_cast<const char *>(&zero), sizeof zero);
+    }
+    try {
+        rp::export_hf(*rp::Model::load(d.file("q35.gguf")), d.file("hf"));
+        ADD_FAILURE() << "a zero ssm_a exported";
+    } catch (const rp::Error & e) {
+        EXPECT_NE(std::string(e.what()).find("tensor 'blk.2.ssm_a' holds 0.0, which is no -exp(A_log)"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(d.file("hf")));
 }
 
 // qwen35moe as Qwen3_5MoeForCausalLM: the experts as transformers' packed parameters (gate_up_proj [E, 2 ff, n_embd]:

@@ -33,8 +33,6 @@
 
 namespace {
 
-using tok_test::in_ci;
-
 #if defined(RP_CHAT_ORACLE_BIN) && defined(RP_CHAT_TEMPLATES_DIR)
 constexpr const char * kOracle = RP_CHAT_ORACLE_BIN;
 constexpr const char * kTemplates = RP_CHAT_TEMPLATES_DIR;
@@ -42,15 +40,6 @@ constexpr const char * kTemplates = RP_CHAT_TEMPLATES_DIR;
 constexpr const char * kOracle = nullptr;
 constexpr const char * kTemplates = nullptr;
 #endif
-
-
-#define NEED_ORACLE()                                                                                   \
-    do {                                                                                                \
-        if (!kOracle) {                                                                                 \
-            if (in_ci()) FAIL() << "rp-chat-oracle not built (run scripts/fetch-oracle.sh)";            \
-            GTEST_SKIP() << "rp-chat-oracle not built (run scripts/fetch-oracle.sh)";                   \
-        }                                                                                               \
-    } while (0)
 
 std::string slurp(const std::string & path) {
     std::ifstream f(path, std::ios::binary);
@@ -234,7 +223,7 @@ std::optional<std::string> lead_in(const std::string & span, const std::string &
 }
 
 TEST(ChatOracle, TemplatesRenderByteForByte) {
-    NEED_ORACLE();
+    TOK_NEED(kOracle, "rp-chat-oracle");
     const auto convs = conversations(20260401u, 48);
     const std::string jsonl = to_jsonl(convs);
     const std::string date = "2024-02-29";
@@ -304,7 +293,7 @@ TEST(ChatOracle, TemplatesRenderByteForByte) {
 // rendering's assistant spans are found: in order, each reply as the template writes it (span_text_ok), followed
 // by one marker the rendering's replies share (or, where the template writes none after a reply, nothing).
 TEST(ChatOracle, EveryTemplateOfTheBundleRendersAndMasks) {
-    NEED_ORACLE();
+    TOK_NEED(kOracle, "rp-chat-oracle");
     const auto convs = conversations(20261205u, 16);
     const std::string jsonl = to_jsonl(convs);
     std::vector<std::string> paths;
@@ -396,7 +385,7 @@ TEST(ChatOracle, EveryTemplateOfTheBundleRendersAndMasks) {
 // Our Phi-4 template (the bundle has none) renders what llama.cpp's built-in phi4 format writes (ChatML with
 // <|im_sep|>), with and without the generation prompt: the template text is Phi-4's format.
 TEST(ChatOracle, OurPhi4TemplateIsLlamaCppsBuiltinPhi4) {
-    NEED_ORACLE();
+    TOK_NEED(kOracle, "rp-chat-oracle");
     const auto convs = conversations(4u, 32);
     const std::string jsonl = to_jsonl(convs);
     rp::ChatTemplate t(slurp(kOurTemplates + "/microsoft-phi-4.jinja"), "phi-4");
@@ -413,7 +402,7 @@ TEST(ChatOracle, ReasoningContentAndTodaysDate) {
     // Qwen3's reasoning_content (the template puts it in the reply's think block; Ministral 3's in a thinking
     // block of the reply's content), and the default date
     // (llama.cpp's clock against ours: both "today").
-    NEED_ORACLE();
+    TOK_NEED(kOracle, "rp-chat-oracle");
     auto convs = conversations(7u, 40);
     std::mt19937 rng(11);
     for (auto & c : convs)
@@ -443,7 +432,7 @@ TEST(ChatOracle, ReasoningContentAndTodaysDate) {
 // gpt-oss's harmony spans: the final answers, the last ending in <|return|> in a training text (<|end|> in an
 // inference prompt, as llama.cpp renders it); with train_analysis the reply's analysis message too.
 TEST(ChatOracle, HarmonyTrainingSpans) {
-    NEED_ORACLE();
+    TOK_NEED(kOracle, "rp-chat-oracle");
     const rp::ChatTemplate t(slurp(std::string(kTemplates) + "/openai-gpt-oss-120b.jinja"), "gpt-oss");
     const std::vector<rp::ChatMessage> chat = {{"system", "Be brief."}, {"user", "2+2?"}, {"assistant", "4", "add them"},
                                                {"user", "and 3+3?"}, {"assistant", "6", "add again"}};
@@ -468,7 +457,7 @@ TEST(ChatOracle, HarmonyTrainingSpans) {
 // one's <|return|>); the "reasoning_content" (or "thinking") of a reply goes into its analysis channel, trained
 // only with train_analysis.
 TEST(ChatOracle, HarmonyDatasetMasks) {
-    NEED_ORACLE();
+    TOK_NEED(kOracle, "rp-chat-oracle");
     const auto vocab = gguf::Reader::open(std::string(RP_SHARED_DIR) + "/models/vocab/ggml-vocab-qwen2.gguf");
     const rp::Tokenizer tok(*vocab);
     const std::string line = R"({"messages": [{"role": "user", "content": "2+2?"}, )"

@@ -31,15 +31,6 @@ constexpr bool kPeer = false;
 constexpr const char * kNode = "", * kLib = "", * kScript = "";
 #endif
 
-
-#define NEED_PEER()                                                                                              \
-    do {                                                                                                         \
-        if (!kPeer) {                                                                                            \
-            if (in_ci()) FAIL() << "tokenizers.js or node not found (run scripts/fetch-oracle.sh, then reconfigure)"; \
-            GTEST_SKIP() << "tokenizers.js or node not found (run scripts/fetch-oracle.sh, then reconfigure)";    \
-        }                                                                                                        \
-    } while (0)
-
 // A scratch directory of this process (ctest runs test programs in parallel), removed at the end.
 struct TempDir {
     std::string path;
@@ -99,7 +90,7 @@ class HfTokenizerFixture : public ::testing::TestWithParam<const char *> {};
 
 // The fixtures' ids came from Hugging Face's tokenizers on the original tokenizer.json.
 TEST_P(HfTokenizerFixture, ExportedFilesTokenizeAsTheFixtures) {
-    NEED_PEER();
+    TOK_NEED(kPeer, "tokenizers.js (or Node.js)");
     const std::string name = GetParam();
     const std::string base = models_dir() + "/vocab/ggml-vocab-" + name + ".gguf";
     TempDir dir(name);
@@ -184,7 +175,7 @@ std::vector<std::string> random_texts(int n, unsigned seed, bool no_marks, bool 
 // still tokenizes the same way in both engines), and SentencePiece with and without the space prefix (Gemma's) and
 // with Phi-3's rstrip special tokens.
 TEST(HfTokenizer, RandomStringsEveryPreTokenizer) {
-    NEED_PEER();
+    TOK_NEED(kPeer, "tokenizers.js (or Node.js)");
     struct Variant {
         std::string path, what;
         bool no_marks = false, no_unicode_spaces = false, temporary = true;

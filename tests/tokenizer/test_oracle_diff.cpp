@@ -119,14 +119,7 @@ void compare_with_llama(const std::string & model, int n_cases, unsigned seed) {
 
 class OracleDiff : public ::testing::Test {
 protected:
-    void SetUp() override {
-        if (oracle_bin().empty()) {
-            if (in_ci()) {
-                FAIL() << "rp-tokenize-oracle is not available in CI (scripts/fetch-oracle.sh, then reconfigure)";
-            }
-            GTEST_SKIP() << "llama.cpp oracle not available (run scripts/fetch-oracle.sh, then reconfigure)";
-        }
-    }
+    void SetUp() override { TOK_NEED(!oracle_bin().empty(), "rp-tokenize-oracle (llama.cpp's tokenizer)"); }
 };
 
 TEST_F(OracleDiff, SharedVocabularies) {

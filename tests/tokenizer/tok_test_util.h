@@ -32,6 +32,15 @@ inline bool in_ci() {
     return ci && (std::string(ci) == "true" || std::string(ci) == "1");
 }
 
+// A test that needs an external reference (llama.cpp's oracle, tokenizers.js): skips without it, fails in CI.
+#define TOK_NEED(available, what)                                                                   \
+    do {                                                                                            \
+        if (!(available)) {                                                                         \
+            if (tok_test::in_ci()) FAIL() << what << " not available in CI (scripts/fetch-oracle.sh, then reconfigure)"; \
+            GTEST_SKIP() << what << " not available (run scripts/fetch-oracle.sh, then reconfigure)"; \
+        }                                                                                           \
+    } while (0)
+
 inline std::string read_file(const std::string & path) {
     std::ifstream in(path, std::ios::binary);
     EXPECT_TRUE(in.good()) << "cannot open " << path;
