@@ -10,12 +10,12 @@
 #include "ggml_rp/roundpipe/host_store.h"
 #include "ggml_rp/roundpipe/layer_protocol.h"
 #include "ggml_rp/roundpipe/layer_timings.h"
-#include "ggml_rp/roundpipe/planner.h"
+#include "ggml_rp/roundpipe/speed_plans.h"
 #include "ggml_rp/roundpipe/sync.h"
 #include "ggml_rp/runtime/work_queue.h"
 
 #include <algorithm>
-#include <set>
+#include <chrono>
 #include <deque>
 #include <utility>
 
@@ -121,11 +121,6 @@ struct Pipeline::Impl {
     CallPlan plan(const std::vector<MicroBatchInfo> & mbs);
     void harvest_timings();
     void dispatch(const std::shared_ptr<Job> & job, int device);
-    std::vector<double> task_times(const std::vector<StageDesc> & stages, RecomputeGrain grain, const std::vector<MicroBatchInfo> & info,
-                                   bool forward_only, const JobSpec & spec, const CallPlanRequest & r) const;
-    int model_job(Dispatcher & d, const std::vector<StageDesc> & stages, RecomputeGrain grain, const std::vector<MicroBatchInfo> & info,
-                  bool forward_only, const JobSpec & spec, const CallPlanRequest & r, int bound,
-                  const std::vector<char> * allowed = nullptr) const;
     std::vector<int> size_stages_by_speed(const std::vector<MicroBatchInfo> & info, bool idle, const CallPlanRequest & times, CallPlan & cp);
     // A call of these micro-batches planned, laid out and its jobs dispatched (forward_only: without the backward
     // stages, in evaluation mode, not timed); then, once its fused parts are done, each micro-batch's head results.
@@ -272,13 +267,14 @@ std::shared_ptr<Call> Pipeline::Impl::start_call(const std::vector<MicroBatch> &
     std::vector<JobSpec> jobs = schedule_jobs(opt.schedule, c->plan, c->stages, c->M);
     if (forward_only) jobs = forward_only_jobs(std::move(jobs), c->stages);
     dispatcher.begin_call(idle);
+    const CallModelInputs in{&c->info, &times.tf, &times.tb};
     for (size_t k = 0; k < jobs.size(); ++k) {
         const JobSpec & spec = jobs[k];
         auto job = std::make_shared<Job>();
         job->call = c;
         job->spec = spec;
         const int dev = spec.device >= 0 ? spec.device
-                                         : model_job(dispatcher, c->stages, c->plan.grain, c->info, forward_only, spec, times,
+                                         : model_job(dispatcher, c->stages, c->plan.grain, in, forward_only, spec,
                                                      bound.empty() ? -1 : bound[k], cp.devices_of_stage(spec.tasks.front().stage));
         job->shape = cp.shape_on(dev);
         job->memory = cp.regions_of(dev);
@@ -291,117 +287,31 @@ std::shared_ptr<Call> Pipeline::Impl::start_call(const std::vector<MicroBatch> &
 }
 
 // Stage boundaries by speed (dispatch by readiness on devices of different speeds, a RoundPipe training call of
-// the planner's plan): stages sized so that each takes about the same time on the device the pointer gives it
-// (planner.h split_by_speed), with the planner's stage counts, 3/2 or 2 times them (a slow device then takes fewer
-// layers than a fast one where stages hold one or two), or 1/2, 1/3, 1/4 of them (a one-layer stage cannot shrink
-// for a slow device: coarser stages can). The candidate the dispatcher's model finishes soonest is taken
-// when it beats the planner's plan dispatched by readiness and its memory plan fits (else the next); then cp is
-// its call plan and the result each job's device, else nothing changes and the result is empty.
+// the planner's plan; speed_plans.h): the plan sized by speed that the dispatcher's model finishes soonest is
+// taken when it beats the planner's plan dispatched by readiness and its memory plan fits (else the next); then
+// cp is its call plan and the result each job's device, else nothing changes and the result is empty.
 std::vector<int> Pipeline::Impl::size_stages_by_speed(const std::vector<MicroBatchInfo> & info, bool idle,
                                                       const CallPlanRequest & times, CallPlan & cp) {
     if (opt.schedule != ScheduleKind::RoundPipe || opt.plan || dispatcher.kind() != DispatchKind::Ready || dispatcher.uniform() ||
         !cp.stage_devices.empty())  // (mixed memory that restricts stages: the planner's devices decide)
         return {};
-    // The pointer's devices from `rotation` on: stage k on device (pointer + rotation + k) mod G.
-    auto devices_of = [&](const Plan & p, int rotation) {
-        std::vector<int> d(static_cast<size_t>(p.num_stages()));
-        for (size_t k = 0; k < d.size(); ++k)
-            d[k] = static_cast<int>((static_cast<size_t>(dispatcher.pointer() + rotation) + k) % static_cast<size_t>(G));
-        return d;
-    };
-    // The model's end of the call, on a copy of the dispatcher: by readiness, or on `bound` devices.
-    auto predicted = [&](const Plan & p, const std::vector<int> * bound) {
-        Dispatcher trial = dispatcher;
-        trial.begin_call(idle);
-        const std::vector<StageDesc> stages = plan_stages(p);
-        const std::vector<JobSpec> jobs = schedule_jobs(opt.schedule, p, stages, static_cast<int>(info.size()));
-        for (size_t k = 0; k < jobs.size(); ++k) model_job(trial, stages, p.grain, info, false, jobs[k], times, bound ? (*bound)[k] : -1);
-        return trial.predicted_end();
-    };
-    const int e = cp.plan.fb_begin();
-    const int f = static_cast<int>(cp.plan.fwd.size()), b = static_cast<int>(cp.plan.bwd.size()) - 1;
-    auto even = [](int layers, int n) {
-        std::vector<int> sizes;
-        for (int k = 0; k < n; ++k) sizes.push_back(layers * (k + 1) / n - layers * k / n);
-        return sizes;
-    };
-    struct Candidate {
-        double end;
-        Plan plan;
-        int rotation;
-    };
-    std::vector<Candidate> candidates;
-    // Stage counts: the planner's, finer (a slow device then takes fewer layers than a fast one where stages hold
-    // one or two) or coarser (a one-layer stage cannot shrink for a slow device: a coarser one can), forward and
-    // backward apart (the backward stages are the planner's finest); and every rotation of the devices, which
-    // decides where the fused tail, whose size is fixed, lands.
-    const std::pair<int, int> ratios[] = {{1, 1}, {3, 2}, {2, 1}, {1, 2}, {1, 3}, {1, 4}};
-    auto scaled = [&](int n, std::pair<int, int> r) { return n == 0 ? 0 : std::clamp((n * r.first + r.second / 2) / r.second, 1, std::max(e, 1)); };
-    std::set<std::pair<int, int>> counts;  // (forward, backward) stage counts tried
-    for (const auto & fr : ratios)
-        for (const auto & br : ratios) {
-            const int f2 = scaled(f, fr), b2 = scaled(b, br);
-            if (!counts.insert({f2, b2}).second) continue;
-            std::vector<int> bwd_sizes{cp.plan.bwd.front().size()};
-            for (int x : even(e, b2)) bwd_sizes.push_back(x);
-            const Plan skeleton = plan_from_sizes(even(e, f2), bwd_sizes, cp.plan.grain);
-            for (int rotation = 0; rotation < G; ++rotation) {
-                std::vector<double> speed;
-                for (int d : devices_of(skeleton, rotation)) speed.push_back(dispatcher.speeds()[static_cast<size_t>(d)]);
-                Plan sized = split_by_speed(skeleton, times.tf, times.tb, speed);
-                const std::vector<int> bound = devices_of(sized, rotation);
-                candidates.push_back({predicted(sized, &bound), std::move(sized), rotation});
-            }
-        }
-    std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate & x, const Candidate & y) { return x.end < y.end; });
-    const double by_readiness = predicted(cp.plan, nullptr);
-    for (Candidate & c : candidates) {
+    const CallModelInputs in{&info, &times.tf, &times.tb};
+    const double by_readiness = predicted_call_end(dispatcher, idle, cp.plan, in);
+    for (SpeedPlan & c : speed_plans(dispatcher, idle, cp.plan, in)) {
         if (c.end >= by_readiness) break;
         CallPlanRequest r = request();
         r.plan = c.plan;
+        r.grain = c.plan.grain;  // (speed_plans may choose layer grain)
         try {
             CallPlan resized = planner->plan(r, info);
             // (never trade the residency for it, nor restrict stages to the larger devices)
             if (resized.shape.resident != cp.shape.resident || !resized.stage_devices.empty()) continue;
             cp = std::move(resized);
-            return devices_of(cp.plan, c.rotation);
+            return std::move(c.devices);
         } catch (const MemoryError &) {  // larger stages that do not fit
         }
     }
     return {};
-}
-
-// The device of a job by dispatcher `d`, whose model it advances: `bound` (>= 0), or d's choice among `allowed`.
-int Pipeline::Impl::model_job(Dispatcher & d, const std::vector<StageDesc> & stages, RecomputeGrain grain,
-                              const std::vector<MicroBatchInfo> & info, bool forward_only, const JobSpec & spec,
-                              const CallPlanRequest & r, int bound, const std::vector<char> * allowed) const {
-    const bool fused = stages[static_cast<size_t>(spec.tasks.front().stage)].pass == Pass::Fused;
-    const std::vector<double> ms = task_times(stages, grain, info, forward_only, spec, r);
-    if (bound < 0) return d.pick(ms, fused, allowed);
-    d.assign(bound, ms, fused);
-    return bound;
-}
-
-// A job's micro-batch times at speed 1 for the dispatcher's model: the planner's per-layer estimates summed over
-// the stage (forward: tf; fused: tb; backward: tb, and at stage grain the forwards that recompute the inputs of
-// all but the first layer, which the per-layer tb leaves out; forward-only: tf), by the micro-batch's tokens
-// relative to the call's mean.
-std::vector<double> Pipeline::Impl::task_times(const std::vector<StageDesc> & stages, RecomputeGrain grain, const std::vector<MicroBatchInfo> & info,
-                                               bool forward_only, const JobSpec & spec, const CallPlanRequest & r) const {
-    double mean_tokens = 0;
-    for (const MicroBatchInfo & m : info) mean_tokens += static_cast<double>(m.tokens());
-    mean_tokens /= static_cast<double>(std::max<size_t>(info.size(), 1));
-    std::vector<double> ms;
-    for (const Task & t : spec.tasks) {
-        const StageDesc & sd = stages[static_cast<size_t>(t.stage)];
-        const std::vector<double> & per_layer = sd.pass == Pass::Fwd || forward_only ? r.tf : r.tb;
-        double sum = 0;
-        for (int l = sd.layers.begin; l < sd.layers.end; ++l) sum += per_layer[static_cast<size_t>(l)];
-        if (sd.pass == Pass::Bwd && !forward_only && grain == RecomputeGrain::Stage)
-            for (int l = sd.layers.begin; l + 1 < sd.layers.end; ++l) sum += r.tf[static_cast<size_t>(l)];
-        ms.push_back(mean_tokens > 0 ? sum * static_cast<double>(info[static_cast<size_t>(t.mb)].tokens()) / mean_tokens : sum);
-    }
-    return ms;
 }
 
 std::vector<std::vector<float>> Pipeline::Impl::head_results_of(Call & c) {
