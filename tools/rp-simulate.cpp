@@ -85,8 +85,9 @@ void print_outcome(const rp::cli::SimulateSettings & s, const rp::SimPreset & m,
             if (d) jobs += ',';
             jobs += std::to_string(r.steady.jobs_per_device[d]);
         }
-        std::printf("  jobs per GPU %s; ideal (no bubble at the GPUs' speeds) %.1f ms: steady / ideal = %.2f\n", jobs.c_str(),
-                    r.steady.ideal_iteration_ms, r.steady.steady_iteration_ms / r.steady.ideal_iteration_ms);
+        std::printf("  jobs per GPU %s; ideal (no bubble at the GPUs' speeds) %.1f ms: steady / ideal = %.2f%s\n", jobs.c_str(),
+                    r.steady.ideal_iteration_ms, r.steady.steady_iteration_ms / r.steady.ideal_iteration_ms,
+                    r.steady.sized_iterations > 0 ? "; stages sized by speed" : "");
     }
     if (s.sim.partition.empty() && !s.sim.published) {
         const bool same = !m.published.empty() && rp::plan_from_decoder_counts(m.published) == rp::plan_from_decoder_counts(r.plan_counts);

@@ -1,6 +1,7 @@
 #include "ggml_rp/roundpipe/schedule_sim.h"
 
 #include "base/error.h"
+#include "ggml_rp/roundpipe/speed_plans.h"
 
 #include <algorithm>
 #include <array>
@@ -37,7 +38,7 @@ struct IterState {
 class Simulator {
 public:
     Simulator(const Plan & plan, const SimModel & model, const SimConfig & cfg)
-        : plan_(plan), m_(model), cfg_(cfg), G_(cfg.devices), M_(cfg.micro_batches),
+        : base_(plan), m_(model), cfg_(cfg), G_(cfg.devices), M_(cfg.micro_batches),
           L_(static_cast<int>(model.tf_ms.size())),
           dispatcher_(cfg.devices, cfg.dispatch == SimDispatch::Ready ? DispatchKind::Ready : DispatchKind::RoundRobin, cfg.device_speed) {
         free_.assign(static_cast<size_t>(G_), {0, 0, 0, 0});
@@ -47,16 +48,7 @@ public:
         res_.jobs_per_device.assign(static_cast<size_t>(G_), 0);
         act_ms_ = cfg.act_bytes > 0 ? cfg.link.seconds(static_cast<size_t>(cfg.act_bytes)) * 1e3 : cfg.hop_ms / 2;
 
-        // checkpoint layers: inputs of the backward stages' first layers (stage grain) or of every layer
-        needs_ckpt_.assign(static_cast<size_t>(L_), false);
-        const int e = plan.fb_begin();
-        if (plan.grain == RecomputeGrain::Layer) {
-            for (int l = 1; l < e; ++l) needs_ckpt_[static_cast<size_t>(l)] = true;
-        } else {
-            for (size_t b = 1; b < plan.bwd.size(); ++b) {
-                if (plan.bwd[b].begin > 0) needs_ckpt_[static_cast<size_t>(plan.bwd[b].begin)] = true;
-            }
-        }
+        use_plan(plan);
         double total_w = 0;
         for (int l = 0; l < L_; ++l) total_w += weight(l);
         copy_ms_.assign(static_cast<size_t>(L_), 0);
@@ -66,10 +58,45 @@ public:
         }
     }
 
+    // The plan of the next iteration, and its checkpoint layers: the inputs of the backward stages' first layers
+    // (stage grain) or of every layer.
+    void use_plan(const Plan & plan) {
+        plan_ = plan;
+        needs_ckpt_.assign(static_cast<size_t>(L_), false);
+        const int e = plan.fb_begin();
+        if (plan.grain == RecomputeGrain::Layer) {
+            for (int l = 1; l < e; ++l) needs_ckpt_[static_cast<size_t>(l)] = true;
+        } else {
+            for (size_t b = 1; b < plan.bwd.size(); ++b) {
+                if (plan.bwd[b].begin > 0) needs_ckpt_[static_cast<size_t>(plan.bwd[b].begin)] = true;
+            }
+        }
+    }
+
+    // SimConfig::size_by_speed: the plan sized by speed the runtime would run this iteration's call with (its
+    // model finishes it sooner than the planner's plan by readiness), bound to its devices; else the planner's.
+    void plan_iteration() {
+        bound_.clear();
+        const bool idle = !cfg_.async_optimizer;
+        if (cfg_.size_by_speed && cfg_.dispatch == SimDispatch::Ready && !dispatcher_.uniform()) {
+            const std::vector<MicroBatchInfo> info(static_cast<size_t>(M_), MicroBatchInfo{});
+            const CallModelInputs in{&info, &m_.tf_ms, &m_.tb_ms};
+            std::vector<SpeedPlan> sized = speed_plans(dispatcher_, idle, base_, in);
+            if (!sized.empty() && sized.front().end < predicted_call_end(dispatcher_, idle, base_, in)) {
+                use_plan(sized.front().plan);
+                bound_ = std::move(sized.front().devices);
+                ++res_.sized_iterations;
+                return;
+            }
+        }
+        use_plan(base_);
+    }
+
     SimResult run() {
         std::vector<double> param_copied(static_cast<size_t>(L_), 0), grad_copied(static_cast<size_t>(L_), 0);
         double prev_update = 0, opt_free = 0;
         for (int k = 0; k < cfg_.iterations; ++k) {
+            plan_iteration();
             IterState st;
             const size_t f = plan_.fwd.size(), b = plan_.bwd.size();
             st.fwd_out.assign(f, std::vector<double>(static_cast<size_t>(M_), 0));
@@ -121,7 +148,7 @@ public:
         // The stage -> device mapping repeats every K iterations (the pointer advances J jobs per iteration),
         // and the timing may repeat only after a few such cycles; so the steady period is the mean over the
         // second half of the run, rounded down to whole cycles.
-        const int K = steady_window(plan_.num_stages(), G_);
+        const int K = steady_window(base_.num_stages(), G_);
         if (n >= K + 2) {
             const int w = K * std::max(1, ((n - 2) / 2) / K);
             res_.steady_iteration_ms = (ends[static_cast<size_t>(n - 1)] - ends[static_cast<size_t>(n - 1 - w)]) / w;
@@ -167,7 +194,14 @@ private:
         const std::string tag = " it" + std::to_string(iter);
         double job_ms = 0;  // per micro-batch at speed 1: the dispatcher's estimate
         for (int l = r.begin; l < r.end; ++l) job_ms += pass == Pass::Fwd ? m_.tf_ms[static_cast<size_t>(l)] : m_.tb_ms[static_cast<size_t>(l)];
-        const int d = dispatcher_.pick(std::vector<double>(static_cast<size_t>(M_), job_ms), pass == Pass::Fused);
+        const std::vector<double> task_ms(static_cast<size_t>(M_), job_ms);
+        int d;
+        if (!bound_.empty()) {  // stages sized by speed: each on the device it was sized for
+            d = bound_[static_cast<size_t>(pass == Pass::Fwd ? s : static_cast<int>(plan_.fwd.size()) + s)];
+            dispatcher_.assign(d, task_ms, pass == Pass::Fused);
+        } else {
+            d = dispatcher_.pick(task_ms, pass == Pass::Fused);
+        }
         const size_t ud = static_cast<size_t>(d);
         ++res_.jobs_per_device[ud];
         const double speed = cfg_.device_speed.empty() ? 1.0 : cfg_.device_speed[ud];
@@ -299,7 +333,9 @@ private:
         }
     }
 
-    const Plan & plan_;
+    const Plan base_;        // the planner's plan
+    Plan plan_;              // this iteration's (use_plan)
+    std::vector<int> bound_; // this iteration's stage devices when sized by speed, else empty (by dispatch)
     const SimModel & m_;
     const SimConfig & cfg_;
     int G_, M_, L_;

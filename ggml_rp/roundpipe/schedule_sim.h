@@ -3,7 +3,8 @@
 // (§3.5 lists how the paper's own simulator differs):
 //
 // - jobs = (stage, all M micro-batches) in plan order F0..F(f-1), FB, B1..; device = a global round-robin
-//   pointer that persists across iterations (or, SimDispatch::Ready, the runtime's dispatch by readiness);
+//   pointer that persists across iterations (or, SimDispatch::Ready, the runtime's dispatch by readiness, and
+//   with SimConfig::size_by_speed each iteration's stages sized by the devices' speeds as the runtime's calls);
 //   the controller hands a job to a device only after that device's thread has finished enqueuing its previous
 //   job (idle semaphore); a device of speed s computes in 1/s of the modelled time (SimConfig::device_speed);
 // - per device four in-order streams: weight upload, activation upload, compute, download;
@@ -54,6 +55,10 @@ struct SimConfig {
     // GPU); empty: all 1. Copies are not scaled (the link is the host's).
     std::vector<double> device_speed;
     SimDispatch dispatch = SimDispatch::RoundRobin;
+    // With SimDispatch::Ready on devices of different speeds: each iteration's stages sized by speed as the
+    // runtime sizes each call's (speed_plans.h: the plan its model finishes soonest, when sooner than the given
+    // plan by readiness, bound to the pointer's devices); false: the given plan every iteration (a pinned plan).
+    bool size_by_speed = false;
     int micro_batches = 9;
     int iterations = 6;         // for a settled period use 2 + 8 * steady_window (see there)
     bool async_optimizer = true;
@@ -83,6 +88,7 @@ struct SimResult {
                                           // the run is shorter than a cycle + 2)
     double steady_bubble_ratio = 0;       // 1 - busy per iteration / (devices * period)
     std::vector<int> jobs_per_device;     // jobs each device ran, whole run
+    int sized_iterations = 0;             // iterations run with stages sized by speed (SimConfig::size_by_speed)
     double ideal_iteration_ms = 0;        // work per iteration / the devices' summed speed: no bubble at all
     double exposed_comm_fraction = 0;     // from the trace (analyse_trace), whole run
     double allreduce_ms_per_iteration = 0;      // nodes > 1: link busy time per iteration

@@ -110,6 +110,7 @@ PresetSimResult simulate_preset(const SimPreset & m, PresetSimOptions o) {
         in.balance = o.balance;
         plan = make_plan(in);
         out.stage_bound = plan.stage_bound;
+        o.config.size_by_speed = true;  // as the runtime does with the planner's plan (a pinned one stays)
     }
     out.plan_counts = decoder_counts(plan);
     out.stages = plan.num_stages();

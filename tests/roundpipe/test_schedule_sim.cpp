@@ -288,6 +288,50 @@ TEST(ScheduleSim, DispatchByReadinessAroundAStraggler) {
     EXPECT_THROW(rp::simulate_roundpipe(u.plan, u.model, one), rp::Error);
 }
 
+// SimConfig::size_by_speed: on half-speed devices each iteration runs the stages the runtime would size by speed
+// (speed_plans.h), bound to their devices, and the steady state comes near the ideal where dispatch by readiness
+// of the planner's stages and round-robin stay far from it; on identical devices nothing changes; a pinned plan
+// (size_by_speed false) is run as given.
+TEST(ScheduleSim, StagesSizedBySpeedAsTheRuntimeSizesThem) {
+    SimModel model;  // 20 blocks between an embedding and a head, backward twice the forward
+    model.tf_ms.assign(22, 1.0);
+    model.tb_ms.assign(22, 3.0);
+    model.tf_ms.front() = model.tb_ms.front() = 0;
+    std::vector<int> fwd(10, 2), bwd(22, 1);
+    fwd.front() = 3;
+    const Plan plan = rp::plan_from_sizes(fwd, bwd);
+    SimConfig c;
+    c.devices = 4;
+    c.micro_batches = 8;
+    c.dispatch = rp::SimDispatch::Ready;
+    c.iterations = 2 + 8 * rp::steady_window(plan.num_stages(), 4);
+    const rp::SimResult same = rp::simulate_roundpipe(plan, model, c);
+    c.size_by_speed = true;
+    const rp::SimResult same_sized = rp::simulate_roundpipe(plan, model, c);
+    EXPECT_EQ(same_sized.sized_iterations, 0);  // identical devices: the pointer and the planner's stages
+    EXPECT_EQ(same_sized.steady_iteration_ms, same.steady_iteration_ms);
+    EXPECT_EQ(same_sized.jobs_per_device, same.jobs_per_device);
+
+    c.device_speed = {1, 1, 0.5, 0.5};
+    const rp::SimResult sized = rp::simulate_roundpipe(plan, model, c);
+    c.size_by_speed = false;
+    const rp::SimResult ready = rp::simulate_roundpipe(plan, model, c);
+    c.dispatch = rp::SimDispatch::RoundRobin;
+    const rp::SimResult rr = rp::simulate_roundpipe(plan, model, c);
+    EXPECT_EQ(sized.sized_iterations, c.iterations);
+    EXPECT_EQ(ready.sized_iterations, 0);
+    EXPECT_EQ(rr.sized_iterations, 0);
+    std::printf("[ sim ] 4 devices at 1, 1, 0.5, 0.5, steady / ideal: round-robin %.2f, by readiness %.2f, stages sized by speed %.2f; "
+                "identical devices %.2f\n",
+                rr.steady_iteration_ms / rr.ideal_iteration_ms, ready.steady_iteration_ms / ready.ideal_iteration_ms,
+                sized.steady_iteration_ms / sized.ideal_iteration_ms, same.steady_iteration_ms / same.ideal_iteration_ms);
+    EXPECT_GT(rr.steady_iteration_ms, 1.3 * rr.ideal_iteration_ms);
+    EXPECT_GT(ready.steady_iteration_ms, 1.2 * ready.ideal_iteration_ms);
+    EXPECT_LT(sized.steady_iteration_ms, 1.1 * sized.ideal_iteration_ms);
+    EXPECT_LT(sized.jobs_per_device[2] + sized.jobs_per_device[3], sized.jobs_per_device[0] + sized.jobs_per_device[1] + 8)
+        << "sized stages: the slow devices take no more jobs than the fast ones";
+}
+
 // rp-simulate --devices: a mixed machine as named GPUs with counts (or speeds), one speed per device in order,
 // relative to the RTX 4090 the presets' times are an RTX 4090's. The A800's is the paper's measured RoundPipe
 // throughput ratio over the dense models (roundpipe.md 13.3 / 13.2): 84692/65417, 28427/24275, 6301/5516.
