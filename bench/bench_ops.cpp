@@ -8,6 +8,12 @@
 //   attention  causal flash attention forward and backward, tokens/s and GFLOP/s. FLOPs count the causal
 //           half of the two T x T x D products per head (2 T^2 D); the backward counts 2.5x the forward, the
 //           usual FlashAttention accounting (ours recomputes, so it does more work than it is credited).
+//   delta-net  Gated DeltaNet's delta rule (cpu/delta_net.cpp) forward and backward on Qwen3.5's linear-attention
+//           shape (Dk = Dv = 128, 16 key and 32 value heads, chunk 64), one sequence of 512 and 4096 tokens. Measured
+//           2026-12-07, 2-core Xeon (466 GFLOP/s FMA peak on 2 threads), best of 3, the kernel before and after its
+//           columns ran in groups side by side, in the same run: fwd 52.6 -> 27.1 ms (T 512), 439.6 -> 256.5 ms
+//           (T 4096); bwd 129.0 -> 88.2 ms, 1080.6 -> 744.5 ms (about 80 and 75 GFLOP/s: 8-float vectors, a
+//           sixth of the AVX-512 peak).
 //   head    the fused LM head + cross-entropy forward and backward (Qwen3-0.6B's bf16 head, 512 tokens): a frozen
 //           head forming dh in its forward, the same through two passes, a trained head (dh and dW); GFLOP/s of
 //           the model's passes. Measured 2026-12-06, 2-core Xeon (492.7 GFLOP/s FMA peak): 338.8 (69%), 236.4
@@ -25,11 +31,15 @@
 //           2- and 3-bit types are decode-bound, the others within 80-100% of it). The prefetch sweep: see
 //           bench/design-measurements.md (matvec_dot.cpp's prefetch).
 #include "bench/bench.h"
+#include "ggml_rp/core/context.h"
+#include "ggml_rp/core/graph.h"
 #include "ggml_rp/core/quant.h"
 #include "ggml_rp/cpu/attention.h"
+#include "ggml_rp/cpu/backend.h"
 #include "ggml_rp/cpu/cross_entropy.h"
 #include "ggml_rp/cpu/gemm.h"
 #include "ggml_rp/cpu/matvec_dot.h"
+#include "ggml_rp/ops/delta_net.h"
 #include "base/error.h"
 
 #include <algorithm>
@@ -228,6 +238,45 @@ void bench_attention(int64_t T, int64_t D, int64_t Hq, int64_t Hkv, int reps) {
                 gflops(fwd_flops, tf), tb.best_s * 1e3, double(T) / tb.best_s, gflops(2.5 * fwd_flops, tb));
 }
 
+// ---- Gated DeltaNet -------------------------------------------------------------------------------------------
+
+// The delta rule (ops/delta_net.h, cpu/delta_net.cpp) on Qwen3.5's linear-attention shape, one sequence: the
+// forward (it saves a state every `chunk` tokens), and the forward with the backward (the backward recomputes each
+// chunk's states from the saved one, then walks it back); the backward's time is their difference. FLOPs per token
+// and state column of Dk: forward 6 Dk (decay, the prediction, the update) + 2 Dk (the output); backward the
+// recompute 6 Dk + 20 Dk (the gradient walk: 10 passes of a multiply-add over the column).
+void bench_delta_net(int64_t Dk, int64_t Hk, int64_t Dv, int64_t Hv, int64_t T, int threads, int reps) {
+    rp::Context ctx;
+    auto leaf = [&](int64_t a, int64_t b, int64_t c, float lo, float hi, uint32_t seed) {
+        rp::Tensor * t = ctx.new_tensor(rp::DType::F32, a, b, c, 1);
+        ctx.alloc_data(t);
+        float * x = t->data_as<float>();
+        for (int64_t i = 0; i < t->nelements(); ++i) x[i] = lo + (hi - lo) * float((uint32_t(i) * seed) % 1000u) * 1e-3f;
+        return t;
+    };
+    rp::Tensor * q = leaf(Dk, Hk, T, -0.1f, 0.1f, 2654435761u);
+    rp::Tensor * k = leaf(Dk, Hk, T, -0.1f, 0.1f, 40503u);
+    rp::Tensor * v = leaf(Dv, Hv, T, -1, 1, 9973u);
+    rp::Tensor * g = leaf(Hv, T, 1, -1.0f, -0.02f, 7919u);
+    rp::Tensor * beta = leaf(Hv, T, 1, 0.05f, 0.95f, 104729u);
+    rp::Tensor * dout = leaf(Dv, Hv, T, -1, 1, 31u);
+    rp::Tensor * o = rp::delta_net(ctx, q, k, v, g, beta, 1.0f / std::sqrt(float(Dk)));
+    const rp::DeltaNetGrads d = rp::delta_net_back(ctx, o, dout);
+    rp::Graph fwd, both;
+    rp::build_forward(fwd, o);
+    rp::build_forward(both, d.dq);
+    rp::CpuBackend be_f, be_b;
+    be_f.allocate(fwd);
+    be_b.allocate(both);
+    const Timing tf = time_it([&] { be_f.compute(fwd, threads); }, reps);
+    const Timing tb = time_it([&] { be_b.compute(both, threads); }, reps);
+    const double cols = double(T) * double(Dv) * double(Hv), fwd_flops = 8.0 * double(Dk) * cols, bwd_flops = 26.0 * double(Dk) * cols;
+    const double bwd_s = std::max(tb.best_s - tf.best_s, 1e-9);
+    std::printf("  Dk=%lld Hk=%lld Dv=%lld Hv=%lld T=%-5lld  fwd %8.2f ms %8.0f tok/s %6.1f GFLOP/s   bwd %8.2f ms %8.0f tok/s %6.1f GFLOP/s\n",
+                (long long)Dk, (long long)Hk, (long long)Dv, (long long)Hv, (long long)T, tf.best_s * 1e3, double(T) / tf.best_s,
+                fwd_flops / tf.best_s / 1e9, bwd_s * 1e3, double(T) / bwd_s, bwd_flops / bwd_s / 1e9);
+}
+
 // ---- LM head + cross-entropy ----------------------------------------------------------------------------------
 
 // The fused head (cpu/cross_entropy.h) forward and backward on a bf16 head, three ways: a frozen head whose
@@ -362,7 +411,7 @@ int run_ops(int argc, char ** argv) {
     std::string only, shapes;
     int64_t matvec_mb = 512;
     rp::cli::Options opt("rp-bench ops",
-                         "usage: rp-bench ops [--quick] [--reps N] [--threads N] [--only peak|gemm|attention|head|matvec] [--shape K,N,T[:K,N,T...]] [--matvec-mb MB]\n"
+                         "usage: rp-bench ops [--quick] [--reps N] [--threads N] [--only peak|gemm|attention|delta-net|head|matvec] [--shape K,N,T[:K,N,T...]] [--matvec-mb MB]\n"
                          "  FMA peak (1 thread and N threads), then GEMM on LLM shapes (4096x4096x512, 2048x6144x1024 and the\n"
                          "  LM head 2048x151936x512; --quick: 1024x1024x256, 1024x1536x256, 1024x16384x256) for f32, bf16, q8_0\n"
                          "  and q4_0 weights next to OpenBLAS cblas_sgemm, then causal attention forward/backward at T = 512 ..\n"
@@ -373,7 +422,7 @@ int run_ops(int argc, char ** argv) {
     opt.flag("--quick", quick, "the smaller shapes");
     opt.integer("--reps", reps, 1, 1 << 20, "repetitions (the best counts)");
     opt.threads(threads, 1, "threads (default: all, OMP_NUM_THREADS)");
-    opt.choice("--only", only, {"peak", "gemm", "attention", "head", "matvec"}, "one section", "S");
+    opt.choice("--only", only, {"peak", "gemm", "attention", "delta-net", "head", "matvec"}, "one section", "S");
     opt.integer("--matvec-mb", matvec_mb, 1, 1 << 16, "matvec: MiB of weights per type (past the last-level cache)");
     opt.text("--shape", shapes,
              "GEMM on these shapes instead, ':'-separated (a training step's products: llama-20M is\n"
@@ -426,6 +475,11 @@ int run_ops(int argc, char ** argv) {
         std::printf("\ncausal attention, one sequence (FLOPs: fwd 2 T^2 D Hq, bwd 2.5x fwd)\n");
         for (int64_t D : {64, 128})
             for (int64_t T = 512; T <= (quick ? 2048 : 8192); T *= 2) bench_attention(T, D, 8, 2, T >= 4096 ? 1 : reps);
+    }
+    if (only.empty() || only == "delta-net") {
+        std::printf("\nGated DeltaNet (the delta rule of Qwen3.5's linear attention, chunk 64), one sequence; FLOPs per token and state "
+                    "column: fwd 8 Dk, bwd 26 Dk\n");
+        for (int64_t T : {512, quick ? 1024 : 4096}) bench_delta_net(128, 16, 128, 32, T, threads, reps);
     }
     if (only.empty() || only == "head") bench_head(quick ? 512 : 1024, quick ? 16384 : 151936, quick ? 256 : 512, quick ? reps : 1);
     if (only.empty() || only == "matvec") {
