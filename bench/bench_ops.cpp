@@ -385,8 +385,8 @@ void bench_matvec(int64_t K, size_t mib, int threads, int reps) {
     const int64_t counts[] = {1, 2, 4, 8, 16};
     for (int64_t T : counts) std::printf("   T=%-2lld on    off", (long long)T);
     std::printf("\n");
-    for (TensorType t : {TensorType::BF16, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q4_0, TensorType::Q3_K, TensorType::Q2_K,
-                         TensorType::MXFP4}) {
+    for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q4_0,
+                         TensorType::Q3_K, TensorType::Q2_K, TensorType::MXFP4}) {
         int64_t N = 0;
         const std::vector<uint8_t> W = matvec_weights(t, K, mib, N);
         std::printf("  %-8s", gguf::type_name(uint32_t(t)));

@@ -583,9 +583,10 @@ void for_tasks(int64_t n, bool parallel, F && body) {
 // where the CPU needs that). Up to dot_columns(type) tokens: beyond, the packed GEMM's one pass over the weights
 // for all columns wins (2-core Xeon, GB/s of weights at 2 / 4 / 8 tokens, row dots vs the GEMM: q4_k 21.9 / 11.4
 // / 5.6 vs 4.1 / 4.0 / 3.7, q8_0 33.1 / 18.6 / 8.9 vs 7.4 / 7.6 / 6.9; bf16, its row loaded once for all columns:
-// 52.8 / 19.4 / 15.5 vs 12.9 / 11.1 / 12.2; f32 / f16, one row dot per column, lose to the GEMM sooner).
+// 52.8 / 19.4 / 15.5 vs 12.9 / 11.1 / 12.2; f16, its row converted once for 4 columns: 22.5 / 15.0 / 9.5 vs 12.9 /
+// 12.7 / 10.9; f32, whose GEMM streams the f32 weights as they are, loses already at 2 tokens: 25.3 vs 27.8).
 int64_t dot_columns(TensorType t) {
-    return t == TensorType::F32 || t == TensorType::F16 ? 4 : 8;
+    return t == TensorType::F32 ? 1 : t == TensorType::F16 ? 4 : 8;
 }
 
 void dot_rows(const Problem & P, int64_t j0, int64_t j1, const std::vector<DotColumn> & x) {

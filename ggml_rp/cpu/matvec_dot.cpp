@@ -883,6 +883,88 @@ float dot_float(const void * row, const float * x, int64_t K) {
 #endif
 }
 
+// F32 and F16 rows with N columns (a decode step's sequences): each column's chains and order are dot_float's, so
+// each column gets dot_float's bits; each part of the row is loaded (f16: converted) once for a group of columns
+// (AVX-512: 4, whose 16 accumulators and the 4 row registers fit the 32 zmm; AVX2: 2, the rest of the row's
+// registers spilled to L1 costing less than a second pass).
+template <TensorType WT, int N>
+void dot_float_n(const void * row, const DotColumn * const * xs, float * out) {
+    const int64_t K = xs[0]->K;
+    [[maybe_unused]] const int64_t ahead = prefetch_distance();
+    [[maybe_unused]] constexpr size_t kElem = WT == TensorType::F32 ? 4 : 2;
+#if RP_FLOAT_SIMD == 512
+    constexpr int kGroup = 4;
+    for (int c0 = 0; c0 < N; c0 += kGroup) {
+        constexpr int G = N < kGroup ? N : kGroup;
+        const int n = std::min(G, N - c0);
+        __m512 a[G][4];
+        for (int c = 0; c < G; ++c) a[c][0] = a[c][1] = a[c][2] = a[c][3] = _mm512_setzero_ps();
+        int64_t k = 0;
+        for (; k + 64 <= K; k += 64) {
+            prefetch_ahead(static_cast<const char *>(row) + k * int64_t(kElem), 64 * kElem, ahead);
+            const __m512 w0 = load16<WT>(row, k, 0xFFFF), w1 = load16<WT>(row, k + 16, 0xFFFF), w2 = load16<WT>(row, k + 32, 0xFFFF),
+                         w3 = load16<WT>(row, k + 48, 0xFFFF);
+            for (int c = 0; c < n; ++c) {
+                const float * x = xs[c0 + c]->x;
+                a[c][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + k), a[c][0]);
+                a[c][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + k + 16), a[c][1]);
+                a[c][2] = _mm512_fmadd_ps(w2, _mm512_loadu_ps(x + k + 32), a[c][2]);
+                a[c][3] = _mm512_fmadd_ps(w3, _mm512_loadu_ps(x + k + 48), a[c][3]);
+            }
+        }
+        for (; k < K; k += 16) {
+            const __mmask16 m = __mmask16(K - k >= 16 ? 0xFFFF : (1u << (K - k)) - 1);
+            const __m512 wt = load16<WT>(row, k, m);
+            for (int c = 0; c < n; ++c) a[c][0] = _mm512_fmadd_ps(wt, _mm512_maskz_loadu_ps(m, xs[c0 + c]->x + k), a[c][0]);
+        }
+        for (int c = 0; c < n; ++c) out[c0 + c] = hsum512(_mm512_add_ps(_mm512_add_ps(a[c][0], a[c][1]), _mm512_add_ps(a[c][2], a[c][3])));
+    }
+#elif RP_FLOAT_SIMD == 256
+    constexpr int kGroup = 2;
+    for (int c0 = 0; c0 < N; c0 += kGroup) {
+        constexpr int G = N < kGroup ? N : kGroup;
+        const int n = std::min(G, N - c0);
+        Lanes16 a[G][4];
+        // acc += the 16 row values w (two ymm) times x[k .. k + 16)
+        auto fma = [](Lanes16 acc, const __m256 (&w)[2], const float * x) {
+            return Lanes16{_mm256_fmadd_ps(w[0], _mm256_loadu_ps(x), acc.lo), _mm256_fmadd_ps(w[1], _mm256_loadu_ps(x + 8), acc.hi)};
+        };
+        int64_t k = 0;
+        for (; k + 64 <= K; k += 64) {
+            prefetch_ahead(static_cast<const char *>(row) + k * int64_t(kElem), 64 * kElem, ahead);
+            for (int part = 0; part < 4; ++part) {
+                const __m256 w[2] = {load8<WT>(row, k + 16 * part), load8<WT>(row, k + 16 * part + 8)};
+                for (int c = 0; c < n; ++c) a[c][part] = fma(a[c][part], w, xs[c0 + c]->x + k + 16 * part);
+            }
+        }
+        for (; k < K; k += 16) {   // the tail through zero-padded copies (dot_float's)
+            alignas(32) float w16[16] = {};
+            for (int64_t i = 0; i < std::min<int64_t>(16, K - k); ++i) {
+                if constexpr (WT == TensorType::F32) w16[i] = static_cast<const float *>(row)[k + i];
+                else w16[i] = half_to_float(static_cast<const uint16_t *>(row)[k + i]);
+            }
+            const __m256 w[2] = {_mm256_load_ps(w16), _mm256_load_ps(w16 + 8)};
+            for (int c = 0; c < n; ++c) {
+                alignas(32) float x16[16] = {};
+                for (int64_t i = 0; i < std::min<int64_t>(16, K - k); ++i) x16[i] = xs[c0 + c]->x[k + i];
+                a[c][0] = fma(a[c][0], w, x16);
+            }
+        }
+        for (int c = 0; c < n; ++c) out[c0 + c] = hsum16(add16(add16(a[c][0], a[c][1]), add16(a[c][2], a[c][3])));
+    }
+#else
+    for (int c = 0; c < N; ++c) out[c] = dot_float<WT>(row, xs[c]->x, K);
+#endif
+}
+
+template <TensorType WT>
+struct FloatCols {
+    template <int N>
+    struct Cols {
+        static void run(const void * row, const DotColumn * const * xs, float * out) { dot_float_n<WT, N>(row, xs, out); }
+    };
+};
+
 #if RP_BF16_SIMD == 256
 // acc += 16 bf16 weights times 16 bf16 column values, vdpbf16ps's arithmetic on 8 lanes: lane j adds the
 // products of elements 2j + 1 and then 2j (each exact in f32, so an FMA rounds as its add would). Unlike the
@@ -1114,6 +1196,8 @@ void row_dot_columns(TensorType t, const void * row, const DotColumn * const * x
     case TensorType::Q2_K: return with_columns<Q23K<false>::Cols>(n, row, xs, out);
     case TensorType::Q3_K: return with_columns<Q23K<true>::Cols>(n, row, xs, out);
     case TensorType::BF16: return with_columns<Bf16Cols>(n, static_cast<const uint16_t *>(row), xs, out);
+    case TensorType::F32: return with_columns<FloatCols<TensorType::F32>::Cols>(n, row, xs, out);
+    case TensorType::F16: return with_columns<FloatCols<TensorType::F16>::Cols>(n, row, xs, out);
     case TensorType::MXFP4: return with_columns<MxCols>(n, static_cast<const block_mxfp4 *>(row), xs, out);
     default:
         for (int c = 0; c < n; ++c) out[c] = row_dot(t, row, *xs[c]);

@@ -60,7 +60,7 @@ float row_dot(gguf::TensorType t, const void * row, const DotColumn & x);
 
 // One weight row times n <= kRowDotColumns columns (a decode step of several sequences): out[c] = row_dot(t, row,
 // *xs[c]), bit for bit; every int8 type (Q4_0 .. Q8_0, Q2_K .. Q6_K, MXFP4) decodes each block once for all of them,
-// BF16 loads each part of the row once.
+// BF16 loads each part of the row once, F32 and F16 once per group of columns (f16: converted once).
 constexpr int kRowDotColumns = 8;
 void row_dot_columns(gguf::TensorType t, const void * row, const DotColumn * const * xs, int n, float * out);
 

@@ -200,8 +200,8 @@ TEST(MatvecDot, MatmulFewTokensAreEachTheirOwnDot) {
     for (TensorType t : kDotTypes) {
         const char * name = gguf::type_name(uint32_t(t));
         if (!(rp::cpu::gemm_one_row_lanes() > 0 && rp::cpu::row_dot_is_simd(t))) continue;  // (no row dots in this build)
-        const bool float_type = t == TensorType::F32 || t == TensorType::F16;  // (one row dot per column: the GEMM wins sooner)
-        const int64_t limit = float_type ? 4 : 8;
+        // (gemm.cpp's dot_columns: f32 rows stream through the GEMM as fast from 2 tokens on, f16 from 5)
+        const int64_t limit = t == TensorType::F32 ? 1 : t == TensorType::F16 ? 4 : 8;
         const Weight w = make_weight(t, K, N, rng, 12);
         for (const int64_t T : {int64_t(2), limit, limit + 1}) {
             std::vector<float> x;
@@ -307,31 +307,32 @@ TEST(MatvecDot, AScopeSwitchesItsOwnThreadOnly) {
     EXPECT_EQ(rp::cpu::row_dot_max_columns(), 0);
 }
 
-// BF16 rows of lengths with a tail (a partial 64-element step, a partial 32-element block): row_dot_columns' row
-// loaded once for all columns gives each column row_dot's bits, for 1 to 8 columns.
-TEST(MatvecDot, Bf16ColumnsAtOnceWithTailsAreEachTheirOwnDot) {
+// BF16, F32 and F16 rows of lengths with a tail (a partial 64-element step, a partial 32- or 16-element block):
+// row_dot_columns' row loaded once for a group of columns gives each column row_dot's bits, for 1 to 8 columns.
+TEST(MatvecDot, FloatColumnsAtOnceWithTailsAreEachTheirOwnDot) {
     Rng rng(37);
-    for (int64_t K : {int64_t(544), int64_t(500), int64_t(17)}) {
-        const Weight w = make_weight(TensorType::BF16, K, 5, rng, 12);
-        std::vector<rp::cpu::DotColumn> cols(rp::cpu::kRowDotColumns);
-        std::vector<std::vector<float>> xs;
-        for (auto & c : cols) {
-            xs.push_back(test_column(K, rng));
-            rp::cpu::prepare_column(TensorType::BF16, xs.back().data(), K, c);
-        }
-        for (int n = 1; n <= rp::cpu::kRowDotColumns; ++n) {
-            std::vector<const rp::cpu::DotColumn *> ptrs;
-            for (int c = 0; c < n; ++c) ptrs.push_back(&cols[size_t(c)]);
-            for (int64_t r = 0; r < 5; ++r) {
-                const void * row = static_cast<const uint8_t *>(w.data()) + r * int64_t(w.row_bytes);
-                float out[rp::cpu::kRowDotColumns];
-                rp::cpu::row_dot_columns(TensorType::BF16, row, ptrs.data(), n, out);
-                for (int c = 0; c < n; ++c)
-                    ASSERT_EQ(std::bit_cast<uint32_t>(out[c]), std::bit_cast<uint32_t>(rp::cpu::row_dot(TensorType::BF16, row, cols[size_t(c)])))
-                        << "K=" << K << " n=" << n << " column " << c << " row " << r;
+    for (TensorType t : {TensorType::BF16, TensorType::F32, TensorType::F16})
+        for (int64_t K : {int64_t(544), int64_t(500), int64_t(17)}) {
+            const Weight w = make_weight(t, K, 5, rng, 12);
+            std::vector<rp::cpu::DotColumn> cols(rp::cpu::kRowDotColumns);
+            std::vector<std::vector<float>> xs;
+            for (auto & c : cols) {
+                xs.push_back(test_column(K, rng));
+                rp::cpu::prepare_column(t, xs.back().data(), K, c);
+            }
+            for (int n = 1; n <= rp::cpu::kRowDotColumns; ++n) {
+                std::vector<const rp::cpu::DotColumn *> ptrs;
+                for (int c = 0; c < n; ++c) ptrs.push_back(&cols[size_t(c)]);
+                for (int64_t r = 0; r < 5; ++r) {
+                    const void * row = static_cast<const uint8_t *>(w.data()) + r * int64_t(w.row_bytes);
+                    float out[rp::cpu::kRowDotColumns];
+                    rp::cpu::row_dot_columns(t, row, ptrs.data(), n, out);
+                    for (int c = 0; c < n; ++c)
+                        ASSERT_EQ(std::bit_cast<uint32_t>(out[c]), std::bit_cast<uint32_t>(rp::cpu::row_dot(t, row, cols[size_t(c)])))
+                            << gguf::type_name(uint32_t(t)) << " K=" << K << " n=" << n << " column " << c << " row " << r;
+                }
             }
         }
-    }
 }
 
 // MXFP4's scales 2^(e - 128) for every exponent, e = 0 and 1 the subnormals, made 8 blocks at a time: a row whose only
