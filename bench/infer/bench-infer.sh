@@ -7,6 +7,8 @@
 #   bench/infer/bench-infer.sh [BUILD_DIR]      (default: build; needs bin/rp-generate and bin/rp-oracle)
 #   env: THREADS (2), TG (generated tokens, 64), REPS (best of, 3), WORK (scratch dir, a fresh temp dir),
 #        QWEN (1: also the Qwen3-0.6B-shaped bf16 model and its QUANTS; 0: only the two small ones)
+#        GPTOSS (1: also a small gpt-oss-shaped mixture, its experts MXFP4 and the rest Q8_0 as llama-quantize's
+#        mxfp4_moe writes them: 12 layers of n_embd 1024, 16 experts of 1024 (4 used), the Qwen vocabulary)
 #        QUANTS (rp-gguf convert types of the 0.6B model, default "q8_0 q4_k_m q3_k_m q2_k"),
 #        BEFORE (another build's folder, e.g. main before a change: its rp-generate is measured too, in the same
 #        run on the same models, in a "before" column)
@@ -24,6 +26,14 @@
 # limit" is a ratio. memcpy moves each byte twice (read and write), so a read stream beats it; the read stream is
 # the real limit of generation. (A model that fits the last-level cache, like llama-98M in a 480 MiB L3, can
 # beat both.)
+#
+# gpt-oss with MXFP4 experts (GPTOSS=1 QWEN=0), measured 2026-12-07 on a 2-core Intel Xeon (AVX-512), THREADS=2,
+# REPS=3, TG=64 (bytes per token: the experts a token uses, 4 of 16):
+#   model              measure                    ours tok/s llama.cpp tok/s    ratio   GB/s ours / llama.cpp / memcpy / read stream
+#   gpt-oss-mxfp4      prompt (468 tokens)               451.0          154.3     2.92
+#   gpt-oss-mxfp4      generate (64 tokens)               57.6           46.3     1.24   280.2 MB; 16.14 / 12.97 / 13.20 / 33.77 (48%)
+# (Generation at half the read stream: 144 one-token expert products of 0.5 MiB each per token, each its own
+# parallel region, and the 165 MB Q8_0 head.)
 #
 # Last measured on 2026-12-06 on a 2-core Intel Xeon (AVX-512 VNNI, BF16; 300 MiB L3), THREADS=2, REPS=3, TG=64,
 # QUANTS="q8_0 q6_k q4_k_m q3_k_m q2_k q4_0", BEFORE= main before the row dots fetched their weights ahead (e48ad32:
@@ -135,6 +145,17 @@ if [[ "${QWEN:-1}" == 1 ]]; then
   done
 fi
 
+if [[ "${GPTOSS:-0}" == 1 ]]; then
+  QVOCAB="$SHARED/models/vocab/ggml-vocab-qwen2.gguf"
+  "$BUILD/bin/rp-gguf" synth "$WORK/gpt-oss-bf16.gguf" --arch gpt-oss --vocab "$QVOCAB" --n-embd 1024 --n-head 16 --n-head-kv 4 \
+    --head-dim 64 --n-layer 12 --experts 16 --experts-used 4 --expert-ff 1024 --n-ctx 4096 --type bf16 --seed 42 >/dev/null ||
+    die "rp-gguf synth (gpt-oss) failed"
+  "$BUILD/bin/rp-gguf" convert "$WORK/gpt-oss-bf16.gguf" "$WORK/gpt-oss-mxfp4.gguf" --type mxfp4_moe >/dev/null ||
+    die "rp-gguf convert --type mxfp4_moe failed"
+  rm -f "$WORK/gpt-oss-bf16.gguf"
+  MODELS+=("$WORK/gpt-oss-mxfp4.gguf")
+fi
+
 now() { date +%s.%N; }
 best_max() { sort -g | tail -1; }   # best of several tokens/s figures
 
@@ -164,11 +185,14 @@ llama_gen() {     # tokens/s: (wall(TG) - wall(0)) / TG, each wall time the mini
   echo "$TG / ($w1 - $w0)" | bc -l | xargs printf "%.1f\n"
 }
 
-# Weight bytes one generated token reads: every tensor but token_embd (one row), which counts when tied.
+# Weight bytes one generated token reads: every tensor but token_embd (one row), which counts when tied; of a
+# mixture's expert tensors (*_exps), the share of the experts a token uses.
 weight_bytes() {
   "$BUILD/bin/rp-gguf" info "$1" | awk '
-    /^ +[0-9]+ +[^ ]+ +[a-z0-9_]+ +\[/ { name = $2; b = $(NF - 1); bytes[name] = b; total += b }
-    END { if ("output.weight" in bytes) total -= bytes["token_embd.weight"]; printf "%d\n", total }'
+    /\.expert_count / { experts = $NF } /\.expert_used_count / { used = $NF }
+    /^ +[0-9]+ +[^ ]+ +[a-z0-9_]+ +\[/ { name = $2; b = $(NF - 1); bytes[name] = b; if (name ~ /_exps\./) moe += b; else total += b }
+    END { if ("output.weight" in bytes) total -= bytes["token_embd.weight"]; if (experts > 0) total += moe * used / experts
+          printf "%d\n", total }'
 }
 # "memcpy_GB/s read_GB/s" of about `bytes` on THREADS threads (rp-bench gguf's buffer of that many MiB, at
 # least 16): a copy of the bytes, and a stream that only reads them (the limit of work reading each byte once).
