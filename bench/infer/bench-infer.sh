@@ -32,8 +32,9 @@
 #   model              measure                    ours tok/s llama.cpp tok/s    ratio   GB/s ours / llama.cpp / memcpy / read stream
 #   gpt-oss-mxfp4      prompt (468 tokens)               451.0          154.3     2.92
 #   gpt-oss-mxfp4      generate (64 tokens)               57.6           46.3     1.24   280.2 MB; 16.14 / 12.97 / 13.20 / 33.77 (48%)
-# (Generation at half the read stream: 144 one-token expert products of 0.5 MiB each per token, each its own
-# parallel region, and the 165 MB Q8_0 head.)
+# (Generation at half the read stream. perf, 128 tokens: 54% of the samples in the Q8_0 row dots (the 165 MB head and
+# the attention, 198 MB a token), 23% in the MXFP4 ones (80 MB): the same time per byte, about 21 GB/s, where
+# rp-bench ops' matvec streams a 512 MiB Q8_0 matrix at 28.6: the row dots, not the mixture's routing, set the pace.)
 #
 # Last measured on 2026-12-06 on a 2-core Intel Xeon (AVX-512 VNNI, BF16; 300 MiB L3), THREADS=2, REPS=3, TG=64,
 # QUANTS="q8_0 q6_k q4_k_m q3_k_m q2_k q4_0", BEFORE= main before the row dots fetched their weights ahead (e48ad32:
