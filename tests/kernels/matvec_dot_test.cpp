@@ -307,32 +307,39 @@ TEST(MatvecDot, AScopeSwitchesItsOwnThreadOnly) {
     EXPECT_EQ(rp::cpu::row_dot_max_columns(), 0);
 }
 
+namespace {
+
+// row_dot_columns on `rows` rows of type t and length K gives every one of 1 to 8 columns row_dot's bits.
+void expect_columns_are_own_dots(TensorType t, int64_t K, int64_t rows, Rng & rng) {
+    const Weight w = make_weight(t, K, rows, rng, 12);
+    std::vector<rp::cpu::DotColumn> cols(rp::cpu::kRowDotColumns);
+    std::vector<std::vector<float>> xs;
+    for (auto & c : cols) {
+        xs.push_back(test_column(K, rng));
+        rp::cpu::prepare_column(t, xs.back().data(), K, c);
+    }
+    for (int n = 1; n <= rp::cpu::kRowDotColumns; ++n) {
+        std::vector<const rp::cpu::DotColumn *> ptrs;
+        for (int c = 0; c < n; ++c) ptrs.push_back(&cols[size_t(c)]);
+        for (int64_t r = 0; r < rows; ++r) {
+            const void * row = static_cast<const uint8_t *>(w.data()) + r * int64_t(w.row_bytes);
+            float out[rp::cpu::kRowDotColumns];
+            rp::cpu::row_dot_columns(t, row, ptrs.data(), n, out);
+            for (int c = 0; c < n; ++c)
+                ASSERT_EQ(std::bit_cast<uint32_t>(out[c]), std::bit_cast<uint32_t>(rp::cpu::row_dot(t, row, cols[size_t(c)])))
+                    << gguf::type_name(uint32_t(t)) << " K=" << K << " n=" << n << " column " << c << " row " << r;
+        }
+    }
+}
+
+} // namespace
+
 // BF16, F32 and F16 rows of lengths with a tail (a partial 64-element step, a partial 32- or 16-element block):
 // row_dot_columns' row loaded once for a group of columns gives each column row_dot's bits, for 1 to 8 columns.
 TEST(MatvecDot, FloatColumnsAtOnceWithTailsAreEachTheirOwnDot) {
     Rng rng(37);
     for (TensorType t : {TensorType::BF16, TensorType::F32, TensorType::F16})
-        for (int64_t K : {int64_t(544), int64_t(500), int64_t(17)}) {
-            const Weight w = make_weight(t, K, 5, rng, 12);
-            std::vector<rp::cpu::DotColumn> cols(rp::cpu::kRowDotColumns);
-            std::vector<std::vector<float>> xs;
-            for (auto & c : cols) {
-                xs.push_back(test_column(K, rng));
-                rp::cpu::prepare_column(t, xs.back().data(), K, c);
-            }
-            for (int n = 1; n <= rp::cpu::kRowDotColumns; ++n) {
-                std::vector<const rp::cpu::DotColumn *> ptrs;
-                for (int c = 0; c < n; ++c) ptrs.push_back(&cols[size_t(c)]);
-                for (int64_t r = 0; r < 5; ++r) {
-                    const void * row = static_cast<const uint8_t *>(w.data()) + r * int64_t(w.row_bytes);
-                    float out[rp::cpu::kRowDotColumns];
-                    rp::cpu::row_dot_columns(t, row, ptrs.data(), n, out);
-                    for (int c = 0; c < n; ++c)
-                        ASSERT_EQ(std::bit_cast<uint32_t>(out[c]), std::bit_cast<uint32_t>(rp::cpu::row_dot(t, row, cols[size_t(c)])))
-                            << gguf::type_name(uint32_t(t)) << " K=" << K << " n=" << n << " column " << c << " row " << r;
-                }
-            }
-        }
+        for (int64_t K : {int64_t(544), int64_t(500), int64_t(17)}) expect_columns_are_own_dots(t, K, 5, rng);
 }
 
 // MXFP4's scales 2^(e - 128) for every exponent, e = 0 and 1 the subnormals, made 8 blocks at a time: a row whose only
@@ -370,27 +377,5 @@ TEST(MatvecDot, MxFp4EveryScaleExponent) {
 // column row_dot's bits, for 1 to 8 columns of every type.
 TEST(MatvecDot, ColumnsAtOnceAreEachTheirOwnDot) {
     Rng rng(31);
-    const int64_t K = 512, N = 7;
-    for (TensorType t : kDotTypes) {
-        const char * name = gguf::type_name(uint32_t(t));
-        const Weight w = make_weight(t, K, N, rng, 12);
-        std::vector<rp::cpu::DotColumn> cols(rp::cpu::kRowDotColumns);
-        std::vector<std::vector<float>> xs;
-        for (auto & c : cols) {
-            xs.push_back(test_column(K, rng));
-            rp::cpu::prepare_column(t, xs.back().data(), K, c);
-        }
-        for (int n = 1; n <= rp::cpu::kRowDotColumns; ++n) {
-            std::vector<const rp::cpu::DotColumn *> ptrs;
-            for (int c = 0; c < n; ++c) ptrs.push_back(&cols[size_t(c)]);
-            for (int64_t r = 0; r < N; ++r) {
-                const void * row = static_cast<const uint8_t *>(w.data()) + r * int64_t(w.row_bytes);
-                float out[rp::cpu::kRowDotColumns];
-                rp::cpu::row_dot_columns(t, row, ptrs.data(), n, out);
-                for (int c = 0; c < n; ++c)
-                    ASSERT_EQ(std::bit_cast<uint32_t>(out[c]), std::bit_cast<uint32_t>(rp::cpu::row_dot(t, row, cols[size_t(c)])))
-                        << name << " n=" << n << " column " << c << " row " << r;
-            }
-        }
-    }
+    for (TensorType t : kDotTypes) expect_columns_are_own_dots(t, 512, 7, rng);
 }
