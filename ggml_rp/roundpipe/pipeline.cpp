@@ -15,7 +15,6 @@
 #include "ggml_rp/runtime/work_queue.h"
 
 #include <algorithm>
-#include <chrono>
 #include <deque>
 #include <utility>
 
