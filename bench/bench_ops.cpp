@@ -13,7 +13,9 @@
 //           2026-12-07, 2-core Xeon (466 GFLOP/s FMA peak on 2 threads), best of 3, the kernel before and after its
 //           columns ran in groups side by side, in the same run: fwd 52.6 -> 27.1 ms (T 512), 439.6 -> 256.5 ms
 //           (T 4096); bwd 129.0 -> 88.2 ms, 1080.6 -> 744.5 ms (about 80 and 75 GFLOP/s: 8-float vectors, a
-//           sixth of the AVX-512 peak).
+//           sixth of the AVX-512 peak). Then each state column written once per token, not twice (another run):
+//           fwd 29.3 -> 26.6 and 273.1 -> 237.7 ms, bwd 95.3 -> 84.8 and 804.1 -> 695.1 ms. 16-float vectors:
+//           no faster.
 //   head    the fused LM head + cross-entropy forward and backward (Qwen3-0.6B's bf16 head, 512 tokens): a frozen
 //           head forming dh in its forward, the same through two passes, a trained head (dh and dW); GFLOP/s of
 //           the model's passes. Measured 2026-12-06, 2-core Xeon (492.7 GFLOP/s FMA peak): 338.8 (69%), 236.4

@@ -129,8 +129,8 @@ constexpr int64_t kTokenBlock = 64;  // the forward's tokens per pass over the h
 
 // One token's update of N state columns (Dk floats each, N <= kColumns) side by side: for column c, decay by a,
 // then the delta rule for its value v[c], from the column from[c] into s[c] (the same column, or the state before,
-// which the backward's recompute keeps), in two passes:
-//   s = a from, u = s . k (the column's prediction of v);   s += beta (v - u) k, and with q, out[c] = s . q.
+// which the backward's recompute keeps), in two passes, s written once:
+//   u = (a from) . k (the column's prediction of v);   s = a from + beta (v - u) k, and with q, out[c] = s . q.
 // The columns never mix: each has its own accumulator chains, so a column's bits do not depend on N or on its
 // neighbours, and N chains side by side hide each other's latency (one column alone waits on its chain); each
 // block of k and q is loaded once for the N columns. The forward and the backward's recompute both call it: the
@@ -142,11 +142,7 @@ template <int N>
     F8 lu[N] = {};
     for (int64_t i = 0; i < tail; i += 8) {
         const F8 kv = load8(k + i);
-        for (int c = 0; c < N; ++c) {
-            const F8 x = load8(from[c] + i) * a;
-            store8(s[c] + i, x);
-            lu[c] += x * kv;
-        }
+        for (int c = 0; c < N; ++c) lu[c] += (load8(from[c] + i) * a) * kv;
     }
     float d[N];
     for (int c = 0; c < N; ++c) {
@@ -159,7 +155,7 @@ template <int N>
     for (int64_t i = 0; i < tail; i += 8) {
         const F8 kv = load8(k + i), qv = q ? load8(q + i) : F8{};
         for (int c = 0; c < N; ++c) {
-            const F8 x = load8(s[c] + i) + d[c] * kv;
+            const F8 x = load8(from[c] + i) * a + d[c] * kv;
             store8(s[c] + i, x);
             if (q) lo[c] += x * qv;
         }
