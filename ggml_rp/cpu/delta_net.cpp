@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 namespace rp::cpu {
@@ -125,6 +126,22 @@ inline float tree8(F8 x) { return ((x[0] + x[4]) + (x[2] + x[6])) + ((x[1] + x[5
 // column's dot-product chain with the next's (one column alone waits on its chain), and each token's k and q are read
 // once per 8 columns. Every column's arithmetic is the same in any grouping.
 constexpr int64_t kColumns = 8;
+
+// f(std::integral_constant<int, n>{}) for a group of n (1 .. kColumns) columns: the kernels below take the count
+// at compile time (their accumulators live in registers).
+template <class F>
+void with_group(int64_t n, F && f) {
+    switch (n) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 3: return f(std::integral_constant<int, 3>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 5: return f(std::integral_constant<int, 5>{});
+    case 6: return f(std::integral_constant<int, 6>{});
+    case 7: return f(std::integral_constant<int, 7>{});
+    default: return f(std::integral_constant<int, 8>{});
+    }
+}
 constexpr int64_t kTokenBlock = 64;  // the forward's tokens per pass over the head's columns
 
 // One token's update of N state columns (Dk floats each, N <= kColumns) side by side: for column c, decay by a,
@@ -167,21 +184,6 @@ template <int N>
             for (int64_t i = tail; i < Dk; ++i) o += s[c][i] * q[i];
             out[c] = o;
         }
-    }
-}
-
-// columns_step for n (1 .. kColumns) columns.
-void columns_step(int64_t n, float * const * s, const float * const * from, const float * k, float a, float beta, const float * v, int64_t Dk,
-                  const float * q = nullptr, float * out = nullptr) {
-    switch (n) {
-    case 1: return columns_step<1>(s, from, k, a, beta, v, Dk, q, out);
-    case 2: return columns_step<2>(s, from, k, a, beta, v, Dk, q, out);
-    case 3: return columns_step<3>(s, from, k, a, beta, v, Dk, q, out);
-    case 4: return columns_step<4>(s, from, k, a, beta, v, Dk, q, out);
-    case 5: return columns_step<5>(s, from, k, a, beta, v, Dk, q, out);
-    case 6: return columns_step<6>(s, from, k, a, beta, v, Dk, q, out);
-    case 7: return columns_step<7>(s, from, k, a, beta, v, Dk, q, out);
-    default: return columns_step<8>(s, from, k, a, beta, v, Dk, q, out);
     }
 }
 
@@ -229,7 +231,7 @@ void delta_net(Tensor * n) {
                         from[jj] = reset ? zero.data() : col[jj];
                     }
                     float out[kColumns];
-                    columns_step(nj, col, from, kt, a, bt, v + s.vo(j0, h, t, b), s.Dk, qt, out);
+                    with_group(nj, [&](auto N) { columns_step<N>(col, from, kt, a, bt, v + s.vo(j0, h, t, b), s.Dk, qt, out); });
                     for (int64_t jj = 0; jj < nj; ++jj) o[s.vo(j0 + jj, h, t, b)] = scale * out[jj];
                 }
             }
@@ -316,21 +318,6 @@ template <int N>
     }
 }
 
-// walk_columns for n (1 .. kColumns) columns.
-void walk_columns(int64_t n, const WalkColumns & w, float * dq, float * dk, const float * q, const float * k, float a, float beta, float scale,
-                  bool reset, int64_t Dk, float * dbeta, float * da) {
-    switch (n) {
-    case 1: return walk_columns<1>(w, dq, dk, q, k, a, beta, scale, reset, Dk, dbeta, da);
-    case 2: return walk_columns<2>(w, dq, dk, q, k, a, beta, scale, reset, Dk, dbeta, da);
-    case 3: return walk_columns<3>(w, dq, dk, q, k, a, beta, scale, reset, Dk, dbeta, da);
-    case 4: return walk_columns<4>(w, dq, dk, q, k, a, beta, scale, reset, Dk, dbeta, da);
-    case 5: return walk_columns<5>(w, dq, dk, q, k, a, beta, scale, reset, Dk, dbeta, da);
-    case 6: return walk_columns<6>(w, dq, dk, q, k, a, beta, scale, reset, Dk, dbeta, da);
-    case 7: return walk_columns<7>(w, dq, dk, q, k, a, beta, scale, reset, Dk, dbeta, da);
-    default: return walk_columns<8>(w, dq, dk, q, k, a, beta, scale, reset, Dk, dbeta, da);
-    }
-}
-
 // Sources: q, k, v, g, beta, state0, seg_start, o (its aux: the saved states), dout. Output dq, aux dk, dv, dg,
 // dbeta, dstate0. One thread owns a (sequence, key head) pair and every value head that reads it, so the sums
 // over value heads and columns into dq and dk need no atomics: per token, value heads in order, columns in order.
@@ -390,7 +377,7 @@ void delta_net_back(Tensor * n) {
                             next[jj] = hist.data() + hist_len * static_cast<size_t>(jj) + Dk * static_cast<size_t>(t - t0 + 1);
                             from[jj] = reset ? zero.data() : next[jj] - Dk;
                         }
-                        columns_step(nj, next, from, kt, a, bt, v + s.vo(j0, h, t, b), s.Dk);
+                        with_group(nj, [&](auto N) { columns_step<N>(next, from, kt, a, bt, v + s.vo(j0, h, t, b), s.Dk, nullptr, nullptr); });
                     }
                     for (int64_t t = t1 - 1; t >= t0; --t) {
                         const float * kt = k + s.qk(hk, t, b);
@@ -408,7 +395,9 @@ void delta_net_back(Tensor * n) {
                         w.v = v + s.vo(j0, h, t, b);
                         w.dout = dout + s.vo(j0, h, t, b);
                         w.dv = dv + s.vo(j0, h, t, b);
-                        walk_columns(nj, w, dqt, dkt, qt, kt, a, bt, scale, reset, s.Dk, dbeta + s.gb(h, t, b), &da[static_cast<size_t>(t - t0)]);
+                        with_group(nj, [&](auto N) {
+                            walk_columns<N>(w, dqt, dkt, qt, kt, a, bt, scale, reset, s.Dk, dbeta + s.gb(h, t, b), &da[static_cast<size_t>(t - t0)]);
+                        });
                     }
                 }
                 for (int64_t t = t0; t < t1; ++t) dg[s.gb(h, t, b)] = decay[static_cast<size_t>(t)] * da[static_cast<size_t>(t - t0)];

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cstring>
 #include <random>
 
@@ -238,6 +239,34 @@ TEST(OpDeltaNet, ChunkSizeChangesNoBits) {
             EXPECT_TRUE(same_bits(r.state, base.state)) << "chunk " << chunk;
             for (size_t i = 0; i < r.grads.size(); ++i) EXPECT_TRUE(same_bits(r.grads[i], base.grads[i])) << "chunk " << chunk << " grad " << i;
         }
+    }
+}
+
+// The kernels run the value columns in groups side by side (cpu/delta_net.cpp): a column's bits are its own, whatever
+// its group. Column 8 of 9 (the second group, alone) and columns 0 and 5 of 9 (in the first group of 8) against the
+// same columns run as the only column of a problem: the output, the final state, and the gradients that stay
+// within a column (v's and the initial state's) are the same bits, forward and backward, over a chunk boundary.
+TEST(OpDeltaNet, AColumnsBitsDoNotDependOnItsGroup) {
+    const NetData nine(16, 1, 9, 1, 13, 1);
+    const NetRun all = run_net(nine, 0, nine.T, nine.state0, 4, true, 1);
+    for (const int64_t j : {int64_t(0), int64_t(5), int64_t(8)}) {
+        NetData one(16, 1, 1, 1, 13, 1);
+        one.q = nine.q, one.k = nine.k, one.g = nine.g, one.beta = nine.beta;
+        for (int64_t t = 0; t < nine.T; ++t) {
+            one.v[size_t(t)] = nine.v[size_t(j + 9 * t)];
+            one.r[size_t(t)] = nine.r[size_t(j + 9 * t)];
+        }
+        one.state0.assign(nine.state0.begin() + j * 16, nine.state0.begin() + (j + 1) * 16);
+        const NetRun alone = run_net(one, 0, one.T, one.state0, 4, true, 1);
+        for (int64_t t = 0; t < nine.T; ++t) {
+            EXPECT_EQ(std::bit_cast<uint32_t>(alone.o[size_t(t)]), std::bit_cast<uint32_t>(all.o[size_t(j + 9 * t)])) << "o, column " << j << " token " << t;
+            EXPECT_EQ(std::bit_cast<uint32_t>(alone.grads[2][size_t(t)]), std::bit_cast<uint32_t>(all.grads[2][size_t(j + 9 * t)]))
+                << "dv, column " << j << " token " << t;
+        }
+        const std::vector<float> state(all.state.begin() + j * 16, all.state.begin() + (j + 1) * 16);
+        const std::vector<float> dstate0(all.grads[5].begin() + j * 16, all.grads[5].begin() + (j + 1) * 16);
+        EXPECT_TRUE(same_bits(alone.state, state)) << "column " << j;
+        EXPECT_TRUE(same_bits(alone.grads[5], dstate0)) << "column " << j;
     }
 }
 

@@ -1,7 +1,8 @@
 // Stage boundaries by device speed (ggml_rp/roundpipe/speed_plans.h, issue #37) on the dispatcher's model alone:
-// a job's times, the model's end of a call, and the plans sized by speed — valid plans on the pointer's devices,
-// sorted by the model's end, and on a machine of half-speed devices close to the bound no schedule beats (the
-// call's work over the summed speed), where the stage counts of the fixed ratios alone stay far from it.
+// a job's times, the model's end of a call (the runtime's jobs' end, without building them), and the plans sized
+// by speed — valid plans on the pointer's devices, sorted by the model's end, and on a machine of half-speed devices
+// close to the bound no schedule beats (the call's work over the summed speed), where the stage counts of the fixed
+// ratios alone stay far from it.
 #include "ggml_rp/roundpipe/speed_plans.h"
 
 #include <gtest/gtest.h>
@@ -89,6 +90,35 @@ TEST(SpeedPlans, ThePredictedEndIsTheDispatchersAndLeavesItUntouched) {
     std::vector<int> bound(static_cast<size_t>(m.planned.num_stages()));
     for (size_t k = 0; k < bound.size(); ++k) bound[k] = static_cast<int>(k % 4);
     EXPECT_EQ(rp::predicted_call_end(d, true, m.planned, in, &bound), end);  // the pointer's devices, bound
+}
+
+// predicted_call_end runs the RoundPipe jobs without building them: it equals the runtime's way, the jobs of
+// schedule_jobs each through model_job on a copy of the dispatcher, for micro-batches of different sizes, at stage
+// and layer grain, bound to devices and by readiness, sync and async.
+TEST(SpeedPlans, ThePredictedEndIsTheJobsEnd) {
+    const Model20 m;
+    std::vector<MicroBatchInfo> info = micro_batches(6);
+    info[1].seq_len = 17, info[4].seq_len = 200;
+    const CallModelInputs in{&info, &m.tf, &m.tb};
+    Dispatcher d(4, DispatchKind::Ready, {1, 1, 0.5, 0.25});
+    d.begin_call(true);
+    d.pick({1, 2, 3}, false);  // a model that is not at rest
+    for (rp::RecomputeGrain grain : {rp::RecomputeGrain::Stage, rp::RecomputeGrain::Layer}) {
+        Plan p = m.planned;
+        p.grain = grain;
+        const std::vector<rp::StageDesc> stages = rp::plan_stages(p);
+        const std::vector<rp::JobSpec> jobs = rp::schedule_jobs(rp::ScheduleKind::RoundPipe, p, stages, static_cast<int>(info.size()));
+        std::vector<int> bound(jobs.size());
+        for (size_t k = 0; k < bound.size(); ++k) bound[k] = static_cast<int>((k * 3) % 4);
+        for (const bool idle : {true, false})
+            for (const bool bind : {true, false}) {
+                Dispatcher trial = d;
+                trial.begin_call(idle);
+                for (size_t k = 0; k < jobs.size(); ++k) rp::model_job(trial, stages, p.grain, in, false, jobs[k], bind ? bound[k] : -1);
+                EXPECT_EQ(rp::predicted_call_end(d, idle, p, in, bind ? &bound : nullptr), trial.predicted_end())
+                    << p.describe() << (idle ? " idle" : "") << (bind ? " bound" : " by readiness");
+            }
+    }
 }
 
 TEST(SpeedPlans, HalfSpeedDevicesGetStagesThatKeepTheChainNearTheBound) {
