@@ -155,6 +155,7 @@ std::vector<float> SafetensorsReader::to_f32(const SafetensorsTensor & t) const 
     const size_t n = static_cast<size_t>(t.elements());
     std::vector<float> out(n);
     const uint8_t * p = data(t);
+    if (n == 0) return out;  // a shape with a 0: no bytes, and memcpy must not see the empty vector's null data()
     if (t.dtype == "F32") {
         std::memcpy(out.data(), p, n * 4);
         return out;

@@ -242,6 +242,21 @@ TEST(Peft, HeaderFollowsTheSpecification) {
     EXPECT_EQ(r->to_f32(*r->find("a")), std::vector<float>(x, x + 3));
 }
 
+// A shape with a 0 is legal (no bytes, data_offsets [x, x]); every dtype reads it as no values. The F32 path once
+// handed memcpy the empty vector's null data() (UBSan in the fuzz run; tests/fuzz/corpus/safetensors/).
+TEST(Peft, ZeroElementSafetensorsTensorsReadAsNoValues) {
+    const std::string bytes = safetensors_bytes(
+        R"({"z":{"dtype":"F32","shape":[0,3],"data_offsets":[0,0]},"h":{"dtype":"BF16","shape":[2,0],"data_offsets":[0,0]},)"
+        R"("t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+        std::string("\x00\x00\x80\x3f", 4));
+    const auto r = rp::SafetensorsReader::parse(reinterpret_cast<const uint8_t *>(bytes.data()), bytes.size(), "mem");
+    ASSERT_NE(r->find("z"), nullptr);
+    EXPECT_EQ(r->find("z")->elements(), 0);
+    EXPECT_TRUE(r->to_f32(*r->find("z")).empty());
+    EXPECT_TRUE(r->to_f32(*r->find("h")).empty());
+    EXPECT_EQ(r->to_f32(*r->find("t")), std::vector<float>{1.0f});
+}
+
 TEST(Peft, BadSafetensorsFilesNameTheFault) {
     const std::string t4 = R"("t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]})";
     EXPECT_EQ(parse_error(safetensors_bytes("{" + t4 + "}", std::string(4, '\0'))), "(no error)");
