@@ -1,6 +1,7 @@
 #include "ggml_rp/core/graph.h"
 
 #include <cstdio>
+#include <queue>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -26,6 +27,53 @@ void build_forward(Graph & g, Tensor * root) {
         if (t->op == Op::NONE) g.leafs.push_back(t);
         else g.nodes.push_back(t);
         stack.pop_back();
+    }
+}
+
+void build_forward_in_creation_order(Graph & g, const std::vector<Tensor *> & roots) {
+    // The new tensors, numbered in the order a depth-first walk finds them (the tie-break of equal ids: tensors of
+    // different contexts), and for each its consumers among them and how many of its sources are still to come.
+    std::vector<Tensor *> found;
+    std::unordered_map<const Tensor *, size_t> index;
+    for (Tensor * r : roots) {
+        if (!r || g.contains(r) || index.count(r)) continue;
+        std::vector<Tensor *> stack{r};
+        index.emplace(r, found.size());
+        found.push_back(r);
+        while (!stack.empty()) {
+            Tensor * t = stack.back();
+            stack.pop_back();
+            for (Tensor * s : t->src)
+                if (s && !g.contains(s) && index.emplace(s, found.size()).second) {
+                    found.push_back(s);
+                    stack.push_back(s);
+                }
+        }
+    }
+    std::vector<int> waiting(found.size(), 0);
+    std::vector<std::vector<size_t>> consumers(found.size());
+    for (size_t i = 0; i < found.size(); ++i)
+        for (const Tensor * s : found[i]->src)
+            if (auto it = s ? index.find(s) : index.end(); it != index.end()) {
+                ++waiting[i];
+                consumers[it->second].push_back(i);
+            }
+    // Kahn's algorithm, the ready tensor created first taken first.
+    auto later = [&](size_t a, size_t b) {
+        return found[a]->id != found[b]->id ? found[a]->id > found[b]->id : a > b;
+    };
+    std::priority_queue<size_t, std::vector<size_t>, decltype(later)> ready(later);
+    for (size_t i = 0; i < found.size(); ++i)
+        if (waiting[i] == 0) ready.push(i);
+    while (!ready.empty()) {
+        const size_t i = ready.top();
+        ready.pop();
+        Tensor * t = found[i];
+        g.visited.insert(t);
+        if (t->op == Op::NONE) g.leafs.push_back(t);
+        else g.nodes.push_back(t);
+        for (size_t c : consumers[i])
+            if (--waiting[c] == 0) ready.push(c);
     }
 }
 

@@ -23,6 +23,12 @@ struct Graph {
 // extends the same graph (several outputs, or the gradient nodes of build_backward).
 void build_forward(Graph & g, Tensor * t);
 
+// The same for several roots at once, but in the order the tensors were created (Tensor::id; a source always
+// comes before its consumer): build_backward's order. Its rules create each gradient where the reverse walk meets
+// its node, so a forward value is read and freed layer by layer back from the output, where a depth-first walk
+// from each parameter's gradient would first compute everything the first parameter needs and hold the rest.
+void build_forward_in_creation_order(Graph & g, const std::vector<Tensor *> & roots);
+
 // Drops the nodes whose results nothing reads: keeps the outputs (kFlagOutput), every node that writes in place
 // into memory it does not own (a view that computes: a gradient accumulating into its parameter's buffer) and
 // everything those read. For a backward program that recomputes its layer's forward: the layer's output and

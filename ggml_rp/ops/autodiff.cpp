@@ -52,28 +52,33 @@ void Backward::accumulate(Tensor * t, const AccumulateFn & fn) {
     } else if (!cur) {
         cur = fn(nullptr);
     } else {
-        // Activation gradients are never updated in place: a contribution may alias another tensor's gradient.
-        cur = rp::add(ctx, cur, fn(nullptr));
+        // A gradient that may be another tensor's too (a contribution handed on as it is) is not updated in place;
+        // one that only t's gradient uses (a buffer t owns) is, which saves a buffer of t's size per contribution.
+        // Either way the sum is a node nothing else reads: t owns it.
+        Tensor * contribution = fn(nullptr);
+        cur = own_grad(t) == cur ? add_inplace(ctx, cur, contribution) : rp::add(ctx, cur, contribution);
+        owned_[t] = cur;
     }
 }
 
 Tensor * Backward::own_grad(const Tensor * t) const {
     if (params_.count(t)) return nullptr;
     Tensor * g = grad(t);
-    return g && owned_.count(g) ? g : nullptr;
+    const auto it = owned_.find(t);
+    return g && it != owned_.end() && it->second == g ? g : nullptr;
 }
 
 void Backward::set_own(Tensor * t, Tensor * g) {
     if (!needs(t)) return;
     const Tensor * before = grad(t);
     add(t, g);
-    if (!before && !params_.count(t)) owned_.insert(grad(t));  // g itself is t's gradient now
+    if (!before && !params_.count(t)) owned_[t] = grad(t);  // g itself is t's gradient now
 }
 
 void Backward::replace_own(Tensor * t, Tensor * g) {
     assert(own_grad(t) && same_shape(t, g) && g->type == DType::F32);
     grads_[t] = g;
-    owned_.insert(g);
+    owned_[t] = g;
 }
 
 void Backward::add(Tensor * t, Tensor * contribution) {
@@ -119,10 +124,10 @@ void build_backward(Context & ctx, Graph & g, Tensor * output, Tensor * output_g
         if (!b.needs(n) || !b.grad(n)) continue;  // not on a path param -> output
         apply_rule(b, n);
     }
-    for (Tensor * p : params) {
-        Tensor * last = b.grad(p);
-        if (last) build_forward(g, last);
-    }
+    std::vector<Tensor *> last;
+    for (Tensor * p : params)
+        if (Tensor * l = b.grad(p)) last.push_back(l);
+    build_forward_in_creation_order(g, last);
 }
 
 void build_backward(Context & ctx, Graph & g, Tensor * loss, const std::vector<Tensor *> & params) {

@@ -8,7 +8,11 @@
 //     micro-batch sums their gradients; nothing else is ever written (frozen weights get no gradient);
 //   - gradients flow only through tensors that lie on a path from a param to the loss; subgraphs that cannot
 //     reach a param are skipped;
-//   - a param that does not influence the loss keeps its grad unchanged.
+//   - a param that does not influence the loss keeps its grad unchanged;
+//   - the gradient nodes run in the order the rules created them (core/graph.h build_forward_in_creation_order):
+//     the reverse walk's order, so each forward value is freed once the last rule reading it ran; an activation's
+//     gradient of several contributions is summed in place into a buffer it owns (Backward::add). Neither changes
+//     a result: the same nodes compute the same sums in the same order.
 // Params are leafs: weights, LoRA factors, or a stage's input activations (then `grad` receives dL/dinput).
 #pragma once
 
@@ -47,7 +51,7 @@ public:
     // True when t lies on a path to a param (only then may a rule build its gradient).
     bool needs(const Tensor * t) const { return needs_.count(t) != 0; }
 
-    // Adds `contribution` (f32, t's shape, any strides) to t's gradient.
+    // Adds `contribution` (f32, t's shape, any strides) to t's gradient: in place when t owns its gradient (own_grad).
     void add(Tensor * t, Tensor * contribution);
 
     // For rules that can accumulate in place (out_prod, get_rows_back, lm_head_ce_back): fn(into) must return
@@ -73,7 +77,9 @@ private:
     std::unordered_set<const Tensor *> needs_;
     std::unordered_set<const Tensor *> params_;
     std::unordered_map<const Tensor *, Tensor *> grads_;
-    std::unordered_set<const Tensor *> owned_;  // gradients in grads_ that this backward made fresh (own_grad)
+    // Per tensor, the gradient in grads_ that only it uses (a fresh buffer: set_own, or a sum accumulate made), which
+    // may be added into in place (own_grad). A gradient handed on as a contribution is its new tensor's too, unowned.
+    std::unordered_map<const Tensor *, Tensor *> owned_;
 };
 
 } // namespace rp

@@ -72,7 +72,7 @@ void backward_mul_mat(Backward & b, Tensor * node) {
     Tensor * W = node->src[0];
     Tensor * X = node->src[1];
     Tensor * dY = b.grad(node);
-    if (b.needs(X)) b.add(X, mul_mat_back_x(ctx, W, dY, X));
+    if (b.needs(X)) b.set_own(X, mul_mat_back_x(ctx, W, dY, X));  // (a fresh buffer: later contributions add into it)
     if (b.needs(W)) {
         detail::require(W->type == DType::F32, "mul_mat backward",
                         "weight " + describe(W) + " needs a gradient but is not f32 (only f32 weights can be trained)");

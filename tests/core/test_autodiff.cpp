@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 
 using rp::Context;
@@ -199,6 +200,62 @@ TEST(CoreAutodiff, PruningTheUnreadForwardKeepsTheGradients) {
         EXPECT_EQ(nodes[1], nodes[0] - (flag_output ? 1 : 2));
         EXPECT_EQ(grads[0], grads[1]);
     }
+}
+
+// An activation read by several products gets one gradient buffer: the first product's input gradient is a fresh
+// buffer its tensor owns, and the others add into it in place (bits of the out-of-place sum, one buffer of x's size
+// less). A gradient handed on as it is (an add's dy, its sources' gradient too) is never added into in place.
+TEST(CoreAutodiff, SeveralContributionsAddIntoOneOwnedBuffer) {
+    std::mt19937 rng(11);
+    Context ctx;
+    Tensor * W1 = random_leaf(ctx, rng, "W1", 16, 16);
+    Tensor * W2 = random_leaf(ctx, rng, "W2", 16, 16);
+    Tensor * W3 = random_leaf(ctx, rng, "W3", 16, 16);
+    Tensor * x = random_leaf(ctx, rng, "x", 16, 64);
+    Tensor * dy = random_leaf(ctx, rng, "dy", 16, 64);
+    Tensor * h = rp::silu(ctx, x);
+    // h feeds three products; a = silu(h) reaches the output twice through adds that hand dy on unchanged.
+    Tensor * a = rp::silu(ctx, h);
+    Tensor * y = rp::add(ctx, rp::add(ctx, rp::add(ctx, rp::mul_mat(ctx, W1, h), rp::mul_mat(ctx, W2, h)), rp::mul_mat(ctx, W3, h)),
+                         rp::add(ctx, a, rp::scale(ctx, a, 0.5f)));
+    rp::Graph g;
+    rp::build_forward(g, y);
+    const size_t forward_nodes = g.nodes.size();
+    rp::set_param(ctx, x);
+    ctx.alloc_data(x->grad);
+    rp::build_backward(ctx, g, y, dy, {x});
+    int in_place = 0, summed = 0;
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+        const Tensor * n = g.nodes[i];
+        if (n->op != rp::Op::ADD) continue;
+        if (n->is_view()) ++in_place;
+        else if (i >= forward_nodes) ++summed;
+    }
+    // h's four terms, in the reverse walk's order: silu(h)'s (a's gradient, handed on: not h's own), W3's (a new sum
+    // h owns), then W2's and W1's into it in place; x's gradient into its param buffer in place. a's two terms (dy
+    // handed on unchanged, then 0.5 dy) make a new sum: dy is also y's sources' gradient.
+    EXPECT_EQ(in_place, 2 + 1);
+    EXPECT_EQ(summed, 2);
+    rp::CpuBackend be;
+    be.allocate(g);
+    rp::tensor_set_f32(x->grad, std::vector<float>(static_cast<size_t>(x->nelements()), 0.0f));
+    be.compute(g, 2);
+    const std::vector<float> got = rp::tensor_get_f32(x->grad);
+
+    // The double reference: dh = W1^T dy + W2^T dy + W3^T dy + silu'(h) (dy + 0.5 dy), dx = silu'(x) dh.
+    const std::vector<float> xv = rp::tensor_get_f32(x), d = rp::tensor_get_f32(dy);
+    const std::vector<float> w[3] = {rp::tensor_get_f32(W1), rp::tensor_get_f32(W2), rp::tensor_get_f32(W3)};
+    auto silu = [](double v) { return v / (1.0 + std::exp(-v)); };
+    auto dsilu = [](double v) { const double s = 1.0 / (1.0 + std::exp(-v)); return s * (1.0 + v * (1.0 - s)); };
+    for (int64_t t = 0; t < 64; ++t)
+        for (int64_t i = 0; i < 16; ++i) {
+            const double xi = xv[static_cast<size_t>(t * 16 + i)], hi = silu(xi);
+            double dh = dsilu(hi) * 1.5 * d[static_cast<size_t>(t * 16 + i)];
+            for (const std::vector<float> & wk : w)
+                for (int64_t o = 0; o < 16; ++o) dh += double(wk[static_cast<size_t>(o * 16 + i)]) * d[static_cast<size_t>(t * 16 + o)];
+            const double want = dsilu(xi) * dh;
+            EXPECT_NEAR(got[static_cast<size_t>(t * 16 + i)], want, 1e-4 * (1.0 + std::fabs(want))) << t << " " << i;
+        }
 }
 
 TEST(CoreAutodiff, Errors) {

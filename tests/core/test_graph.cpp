@@ -68,3 +68,31 @@ TEST(CoreGraph, Dumps) {
     EXPECT_NE(dot.find("w\\\"quoted\\\""), std::string::npos) << dot;
     EXPECT_EQ(dot.substr(dot.size() - 2), "}\n");
 }
+
+// build_backward's order: the tensors in the order they were created where their sources allow it, each source
+// before its consumers (also one assigned after its consumer was created), nothing already in the graph twice.
+TEST(CoreGraph, CreationOrderWhereTheSourcesAllowIt) {
+    Context ctx;
+    Tensor * x = rp::set_name(ctx.new_tensor(DType::F32, 8, 2), "x");
+    Tensor * a = rp::silu(ctx, x);           // in the graph before
+    Tensor * b = rp::scale(ctx, x, 2.0f);    // created before c, d, e; read only by the last
+    Tensor * c = rp::scale(ctx, a, 3.0f);
+    Tensor * d = rp::scale(ctx, c, 4.0f);
+    Tensor * e = rp::fill(ctx, x, 0.0f);     // created before f, f made its source below
+    Tensor * f = rp::scale(ctx, a, 5.0f);
+    e->src[0] = f;                           // (as fill_after orders a buffer after what it waits for)
+    Tensor * last = rp::add(ctx, rp::add(ctx, d, b), e);
+    rp::Graph g;
+    rp::build_forward(g, a);
+    ASSERT_EQ(g.nodes.size(), 1u);
+    // A depth-first walk from `last` would take d's chain, then b, then f, e; from `e` first: f before everything.
+    rp::build_forward_in_creation_order(g, {e, last, d});
+    std::vector<const Tensor *> got(g.nodes.begin(), g.nodes.end());
+    const std::vector<const Tensor *> want = {a, b, c, d, f, e, last->src[0], last};
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(g.leafs.size(), 1u);
+    EXPECT_TRUE(g.contains(x) && g.contains(f) && g.contains(last));
+    // Roots and sources already in the graph add nothing.
+    rp::build_forward_in_creation_order(g, {last, a, nullptr});
+    EXPECT_EQ(g.nodes.size(), want.size());
+}

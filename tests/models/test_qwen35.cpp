@@ -405,3 +405,50 @@ TEST(Qwen35, MtpBlocksAreKeptNotRun) {
         EXPECT_LE(models_test::compare_logits("qwen35", file, some_tokens(37, 3), std::string(arch) + " with an MTP block"), 1e-4);
     }
 }
+
+// The backward runs in the order its rules create the gradients (ops/autodiff.h): a forward value is read and freed
+// as the reverse walk passes it. A depth-first walk from each weight's gradient in turn (the order before) computes
+// what the first weight needs, the delta rule's backward included, while it holds what the others read (the gated
+// norm's pieces). The same nodes in that order plan more memory; only the order and the memory differ.
+TEST(Qwen35, BackwardInCreationOrderHoldsLessThanDepthFirst) {
+    TempDir d;
+    rp::write_synth_model(qwen35(64, 4, 2, 16, 8, 1, 2, 4, 16, 5), d.file("m.gguf"));
+    const auto m = rp::Model::load(d.file("m.gguf"));
+    const rp::HParams & hp = m->hparams();
+    ASSERT_TRUE(hp.is_recurrent(0));
+    const int64_t T = 512;
+    rp::Context ctx;
+    rp::Tensor * x = ctx.new_tensor(rp::DType::F32, hp.n_embd, T, 1);
+    rp::Tensor * pos = ctx.new_tensor(rp::DType::I32, T);
+    rp::Tensor * dy = ctx.new_tensor(rp::DType::F32, hp.n_embd, T, 1);
+    x->flags |= rp::kFlagInput;
+    pos->flags |= rp::kFlagInput;
+    dy->flags |= rp::kFlagInput;
+    rp::Tensor * y = rp::attention_block(ctx, hp, m->layers[0], 0, x, pos);
+    rp::Graph g;
+    rp::build_forward(g, y);
+    std::vector<rp::Tensor *> params{x};
+    for (rp::Tensor * l : g.leafs)
+        if (l != x && l != pos && l->type == rp::DType::F32) params.push_back(l);
+    ASSERT_GE(params.size(), 8u);   // the input and the block's weights: norms, projections, conv, decay, beta, A
+    const size_t forward_nodes = g.nodes.size();
+    rp::build_backward(ctx, g, y, dy, params);
+    ASSERT_GT(g.nodes.size(), forward_nodes);
+
+    // The depth-first order: the forward, then each parameter's last gradient node with what it reads.
+    rp::Graph dfs;
+    rp::build_forward(dfs, y);
+    for (rp::Tensor * p : params) {
+        rp::Tensor * last = nullptr;
+        for (rp::Tensor * n : g.nodes)
+            if (n->view_src == p->grad || n == p->grad) last = n;
+        ASSERT_NE(last, nullptr) << rp::describe(p);
+        rp::build_forward(dfs, last);
+    }
+    ASSERT_EQ(dfs.nodes.size(), g.nodes.size());
+
+    const size_t creation = rp::plan_graph(g).size, depth_first = rp::plan_graph(dfs).size;
+    std::printf("  a DeltaNet layer's forward + backward at T=%lld: %zu bytes in creation order, %zu depth first (%.2fx)\n",
+                static_cast<long long>(T), creation, depth_first, double(depth_first) / double(creation));
+    EXPECT_LT(double(creation), 0.9 * double(depth_first));
+}
