@@ -1,4 +1,4 @@
-// RMS_NORM and RMS_NORM_BACK over ne[0] (and their L2 form); row statistics in double.
+// RMS_NORM and RMS_NORM_BACK over ne[0] (and their L2 form), L2_NORM_BACK; row statistics in double.
 #include "ggml_rp/cpu/kernel_registry.h"
 #include "ggml_rp/cpu/strided.h"
 
@@ -34,6 +34,8 @@ void rms_norm(Tensor * n) {
     const int64_t ne0 = n->ne[0], nr = n->nrows();
     const float * wd = w ? w->data_as<float>() : nullptr;
     const size_t wnb = w ? w->nb[0] : 0;
+    // The L2 form's aux: each row's scale, negated where the norm is clamped (L2_NORM_BACK reads it).
+    float * scales = l2 && n->aux_bytes ? reinterpret_cast<float *>(static_cast<char *>(n->data) + n->nbytes()) : nullptr;
 #pragma omp parallel for schedule(static) if (n->nelements() >= min_parallel_elements())
     for (int64_t r = 0; r < nr; ++r) {
         const RowIdx ri = row_idx(n, r);
@@ -48,6 +50,7 @@ void rms_norm(Tensor * n) {
         }
         const float rs = l2 ? static_cast<float>(1.0 / std::max(std::sqrt(ss), static_cast<double>(eps)))
                             : static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(ne0) + eps));
+        if (scales) scales[r] = std::sqrt(ss) > eps ? rs : -rs;
         for (int64_t i = 0; i < ne0; ++i) {
             const float y = at(xr, x->nb[0], i) * rs;
             at(d, n->nb[0], i) = wd ? y * at(reinterpret_cast<const char *>(wd), wnb, i) : y;
@@ -96,6 +99,30 @@ void rms_norm_back(Tensor * n) {
     }
 }
 
-const RegisterKernels kRegister{{Op::RMS_NORM, rms_norm}, {Op::RMS_NORM_BACK, rms_norm_back}};
+// The L2 norm's gradient from its output: y = s x with s = 1 / |x| gives dx = s (dy - y (y . dy)); where the norm was
+// clamped (s stored negated) s = 1 / eps is a constant and dx = s dy.
+void l2_norm_back(Tensor * n) {
+    const Tensor * y = n->src[0];
+    const float * scales = n->src[1]->data_as<float>();
+    const Tensor * dy = n->src[2];
+    const int64_t ne0 = n->ne[0], nr = n->nrows();
+#pragma omp parallel for schedule(static) if (n->nelements() >= min_parallel_elements())
+    for (int64_t r = 0; r < nr; ++r) {
+        const RowIdx ri = row_idx(n, r);
+        const float * yp = reinterpret_cast<const float *>(row_ptr(y, ri));
+        const float * gp = reinterpret_cast<const float *>(row_ptr(dy, ri));
+        float * d = reinterpret_cast<float *>(row_ptr(n, ri));
+        const float s = scales[r];
+        if (s < 0.0f) {
+            for (int64_t i = 0; i < ne0; ++i) d[i] = -s * gp[i];
+            continue;
+        }
+        const double yg = row_sum(ne0, [=](int64_t i) { return static_cast<double>(yp[i]) * static_cast<double>(gp[i]); });
+        const float c = static_cast<float>(s * yg);
+        for (int64_t i = 0; i < ne0; ++i) d[i] = s * gp[i] - c * yp[i];
+    }
+}
+
+const RegisterKernels kRegister{{Op::RMS_NORM, rms_norm}, {Op::RMS_NORM_BACK, rms_norm_back}, {Op::L2_NORM_BACK, l2_norm_back}};
 
 } // namespace rp::cpu

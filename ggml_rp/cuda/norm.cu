@@ -1,4 +1,4 @@
-// RMS_NORM and RMS_NORM_BACK (and their L2 form): one block per row, fixed-order block reductions.
+// RMS_NORM and RMS_NORM_BACK (and their L2 form), L2_NORM_BACK: one block per row, fixed-order block reductions.
 #include "ggml_rp/cuda/norm.cuh"
 
 #include "ggml_rp/cuda/common.cuh"
@@ -10,7 +10,7 @@ namespace rp::cuda {
 namespace {
 
 __global__ void __launch_bounds__(kRowMaxThreads) rms_norm_fwd_kernel(const float * __restrict__ x, const float * __restrict__ w, float * __restrict__ y,
-                                    int64_t ne0, float eps, bool l2) {
+                                    int64_t ne0, float eps, bool l2, float * __restrict__ scales) {
     __shared__ float red[32];
     const float * xr = x + blockIdx.x * ne0;
     float * yr = y + blockIdx.x * ne0;
@@ -18,6 +18,7 @@ __global__ void __launch_bounds__(kRowMaxThreads) rms_norm_fwd_kernel(const floa
     for (int64_t i = threadIdx.x; i < ne0; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
     ss = block_sum(ss, red);
     const float rs = l2 ? 1.0f / fmaxf(sqrtf(ss), eps) : 1.0f / sqrtf(ss / static_cast<float>(ne0) + eps);
+    if (scales && threadIdx.x == 0) scales[blockIdx.x] = sqrtf(ss) > eps ? rs : -rs;
     for (int64_t i = threadIdx.x; i < ne0; i += blockDim.x) {
         const float v = xr[i] * rs;
         yr[i] = w ? v * w[i] : v;
@@ -47,6 +48,22 @@ __global__ void __launch_bounds__(kRowMaxThreads) rms_norm_bwd_kernel(const floa
     }
 }
 
+__global__ void __launch_bounds__(kRowMaxThreads) l2_norm_bwd_kernel(const float * __restrict__ y, const float * __restrict__ scales,
+                                    const float * __restrict__ dy, float * __restrict__ dx, int64_t ne0) {
+    __shared__ float red[32];
+    const int64_t off = static_cast<int64_t>(blockIdx.x) * ne0;
+    const float s = scales[blockIdx.x];
+    if (s < 0.0f) {   // clamped: s dy with s = 1 / eps (uniform over the block: no reduction to skip unevenly)
+        for (int64_t i = threadIdx.x; i < ne0; i += blockDim.x) dx[off + i] = -s * dy[off + i];
+        return;
+    }
+    float yg = 0.0f;
+    for (int64_t i = threadIdx.x; i < ne0; i += blockDim.x) yg = fmaf(y[off + i], dy[off + i], yg);
+    yg = block_sum(yg, red);
+    const float c = s * yg;
+    for (int64_t i = threadIdx.x; i < ne0; i += blockDim.x) dx[off + i] = s * dy[off + i] - c * y[off + i];
+}
+
 void check_rows(const char * op, int64_t ne0, int64_t nrows) {
     require(ne0 >= 1 && nrows >= 0 && nrows <= 0x7fffffff, op,
             "bad shape ne0=" + std::to_string(ne0) + " rows=" + std::to_string(nrows));
@@ -55,10 +72,10 @@ void check_rows(const char * op, int64_t ne0, int64_t nrows) {
 } // namespace
 
 void rms_norm_fwd(const float * x, const float * w, float * y, int64_t ne0, int64_t nrows, float eps,
-                  cudaStream_t stream, bool l2) {
+                  cudaStream_t stream, bool l2, float * scales) {
     check_rows("rms_norm", ne0, nrows);
     if (nrows == 0) return;
-    rms_norm_fwd_kernel<<<static_cast<unsigned>(nrows), row_threads(ne0), 0, stream>>>(x, w, y, ne0, eps, l2);
+    rms_norm_fwd_kernel<<<static_cast<unsigned>(nrows), row_threads(ne0), 0, stream>>>(x, w, y, ne0, eps, l2, scales);
     check_launch("rms_norm");
 }
 
@@ -70,17 +87,31 @@ void rms_norm_bwd(const float * x, const float * w, const float * dy, float * dx
     check_launch("rms_norm_back");
 }
 
+void l2_norm_bwd(const float * y, const float * scales, const float * dy, float * dx, int64_t ne0, int64_t nrows,
+                 cudaStream_t stream) {
+    check_rows("l2_norm_back", ne0, nrows);
+    if (nrows == 0) return;
+    l2_norm_bwd_kernel<<<static_cast<unsigned>(nrows), row_threads(ne0), 0, stream>>>(y, scales, dy, dx, ne0);
+    check_launch("l2_norm_back");
+}
+
 // ---- node entries ----
 namespace {
 void run_rms_norm(Tensor * n, const NodeRun & r) {
-    rms_norm_fwd(in<float>(n->src[0]), in<float>(n->src[1]), out<float>(n), n->ne[0], n->nrows(), n->param_f32(0), r.stream,
-                 n->param_i32(1) != 0);
+    const bool l2 = n->param_i32(1) != 0;
+    float * scales = l2 && n->aux_bytes ? reinterpret_cast<float *>(static_cast<char *>(n->data) + n->nbytes()) : nullptr;
+    rms_norm_fwd(in<float>(n->src[0]), in<float>(n->src[1]), out<float>(n), n->ne[0], n->nrows(), n->param_f32(0), r.stream, l2,
+                 scales);
 }
 void run_rms_norm_back(Tensor * n, const NodeRun & r) {
     rms_norm_bwd(in<float>(n->src[0]), in<float>(n->src[2]), in<float>(n->src[1]), out<float>(n), n->ne[0], n->nrows(),
                  n->param_f32(0), r.stream, n->param_i32(1) != 0);
 }
-const RegisterNodeKernels kRegister{{Op::RMS_NORM, run_rms_norm}, {Op::RMS_NORM_BACK, run_rms_norm_back}};
+void run_l2_norm_back(Tensor * n, const NodeRun & r) {
+    l2_norm_bwd(in<float>(n->src[0]), in<float>(n->src[1]), in<float>(n->src[2]), out<float>(n), n->ne[0], n->nrows(), r.stream);
+}
+const RegisterNodeKernels kRegister{{Op::RMS_NORM, run_rms_norm}, {Op::RMS_NORM_BACK, run_rms_norm_back},
+                                    {Op::L2_NORM_BACK, run_l2_norm_back}};
 } // namespace
 
 } // namespace rp::cuda

@@ -3,9 +3,11 @@
 
 #include "ggml_rp/ops/autodiff.h"
 #include "ggml_rp/ops/binary.h"
+#include "ggml_rp/ops/copy.h"
 #include "ggml_rp/ops/op_util.h"
 #include "ggml_rp/ops/reduce.h"
 #include "ggml_rp/ops/unary.h"
+#include "ggml_rp/ops/view.h"
 
 namespace rp {
 
@@ -33,7 +35,17 @@ Tensor * l2_norm(Context & ctx, Tensor * x, float eps) {
     detail::require(eps > 0.0f, "l2_norm", "eps must be > 0");
     Tensor * t = rms_norm(ctx, x, nullptr, eps);
     t->set_param_i32(1, 1);
+    t->aux_bytes = static_cast<size_t>(t->nrows()) * sizeof(float);
     return t;
+}
+
+Tensor * l2_norm_back(Context & ctx, Tensor * y, Tensor * dy) {
+    detail::require(y && y->op == Op::RMS_NORM && y->param_i32(1) != 0 && y->aux_bytes != 0, "l2_norm_back",
+                    describe(y) + " is not an l2_norm node");
+    detail::require_f32("l2_norm_back", dy, "dy");
+    detail::require_same_shape("l2_norm_back", y, dy);
+    const int64_t ne[4] = {y->nrows(), 1, 1, 1};
+    return detail::new_node(ctx, Op::L2_NORM_BACK, DType::F32, y->ne, {y, aux_view(ctx, y, ne, 0), cont_if_needed(ctx, dy)});
 }
 
 Tensor * rms_norm_back(Context & ctx, Tensor * x, Tensor * weight, Tensor * dy, float eps, bool l2) {
@@ -57,7 +69,7 @@ void backward_norm(Backward & b, Tensor * node) {
     Tensor * dy = b.grad(node);
     const float eps = node->param_f32(0);
     const bool l2 = node->param_i32(1) != 0;
-    if (b.needs(x)) b.add(x, rms_norm_back(ctx, x, w, dy, eps, l2));
+    if (b.needs(x)) b.add(x, l2 ? l2_norm_back(ctx, node, dy) : rms_norm_back(ctx, x, w, dy, eps));
     // dw = sum over rows of dy * (x normalized without the weight).
     if (w && b.needs(w)) {
         Tensor * dw = sum_to(ctx, mul(ctx, dy, rms_norm(ctx, x, nullptr, eps)), w);

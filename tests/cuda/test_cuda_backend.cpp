@@ -380,6 +380,7 @@ TEST(CudaBackend, GatedDeltaNetOps) {
     rp::Tensor * beta = rp::sigmoid(c, b.f32(Hv, T, B));
     rp::Tensor * o = rp::delta_net(c, q, k, v, g, beta, 0.088f, b.f32(Dk, Dv, Hv, B));
     b.out(q);
+    b.out(rp::l2_norm_back(c, q, b.f32(Dk, Hk, T, B)));   // from q's output and the scales its forward saved
     b.out(g);
     b.out(beta);
     b.out(o);

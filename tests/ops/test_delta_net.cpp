@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <random>
@@ -67,6 +69,71 @@ TEST(OpNorm, L2Norm) {
               [](const R & v) { return ref::l2_norm(v[0], 0.5); }});
     Context ctx;
     EXPECT_THROW(rp::l2_norm(ctx, ctx.new_tensor(rp::DType::F32, 4), 0.0f), rp::Error);
+}
+
+// The L2 norm's gradient reads its output and the per-row scale the forward saved, not its input: the input (here a
+// SiLU's output, as Gated DeltaNet's q and k are) is read by nothing after the forward. Rows far below and far above
+// eps, side by side, against the double-precision gradient.
+TEST(OpNorm, L2NormBackwardReadsItsOutputNotItsInput) {
+    const int64_t n = 16, rows = 6;
+    const float eps = 0.5f;
+    Context ctx;
+    Tensor * x = ctx.new_tensor(rp::DType::F32, n, rows);
+    Tensor * dy = ctx.new_tensor(rp::DType::F32, n, rows);
+    ctx.alloc_data(x);
+    ctx.alloc_data(dy);
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float> xv(static_cast<size_t>(n * rows)), dv(xv.size());
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = 0; i < n; ++i) {
+            xv[static_cast<size_t>(r * n + i)] = (r % 2 ? 2.0f : 0.004f) + (r % 2 ? 1.0f : 0.002f) * u(rng);   // row norms ~0.008 and ~7
+            dv[static_cast<size_t>(r * n + i)] = u(rng);
+        }
+    rp::tensor_set_f32(x, xv);
+    rp::tensor_set_f32(dy, dv);
+    Tensor * h = rp::silu(ctx, x);
+    Tensor * y = rp::l2_norm(ctx, h, eps);
+    rp::Graph g;
+    rp::build_forward(g, y);
+    const size_t forward_nodes = g.nodes.size();
+    rp::set_param(ctx, x);
+    ctx.alloc_data(x->grad);
+    rp::build_backward(ctx, g, y, dy, {x});
+    bool saw_back = false;
+    for (size_t i = forward_nodes; i < g.nodes.size(); ++i) {
+        for (const Tensor * s : g.nodes[i]->src) EXPECT_NE(s, h) << rp::describe(g.nodes[i]) << " reads the norm's input";
+        if (g.nodes[i]->op == rp::Op::L2_NORM_BACK) {
+            saw_back = true;
+            EXPECT_EQ(g.nodes[i]->src[0], y);
+        }
+    }
+    EXPECT_TRUE(saw_back);
+    rp::CpuBackend be;
+    be.allocate(g);
+    rp::tensor_set_f32(x->grad, std::vector<float>(xv.size(), 0.0f));
+    be.compute(g, 2);
+    const std::vector<float> got = rp::tensor_get_f32(x->grad);
+    int clamped = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+        double hv[16], ss = 0.0, yg = 0.0;
+        for (int64_t i = 0; i < n; ++i) {
+            const double xi = xv[static_cast<size_t>(r * n + i)];
+            hv[i] = xi / (1.0 + std::exp(-xi));
+            ss += hv[i] * hv[i];
+        }
+        const double norm = std::sqrt(ss), m = std::max(norm, double(eps));
+        clamped += norm <= eps;
+        for (int64_t i = 0; i < n; ++i) yg += hv[i] / m * dv[static_cast<size_t>(r * n + i)];
+        for (int64_t i = 0; i < n; ++i) {
+            const double xi = xv[static_cast<size_t>(r * n + i)], sg = 1.0 / (1.0 + std::exp(-xi));
+            const double gi = dv[static_cast<size_t>(r * n + i)];
+            const double dh = norm > eps ? (gi - hv[i] / m * yg) / m : gi / m;
+            const double want = dh * sg * (1.0 + xi * (1.0 - sg));
+            EXPECT_NEAR(got[static_cast<size_t>(r * n + i)], want, 1e-5 * (1.0 + std::fabs(want))) << "row " << r << " element " << i;
+        }
+    }
+    EXPECT_EQ(clamped, 3);
 }
 
 TEST(OpSsmConv, ForwardBackward) {
