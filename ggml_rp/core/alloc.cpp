@@ -62,6 +62,42 @@ private:
 
 const Tensor * root_of(const Tensor * t) { return t->view_src ? t->view_src : t; }
 
+// Offline placement (every lifetime is known before anything runs): the largest block first, each at the lowest
+// offset that is free over its whole lifetime [taken[i], freed[i]] (both inclusive: a block is taken before its
+// node runs and freed after its last reader ran). Best fit, online, leaves holes that a later, larger block cannot
+// use; placing the large blocks first packs them. Returns the buffer size; offsets[i] for every i with sizes[i] > 0.
+size_t place_largest_first(const std::vector<size_t> & sizes, const std::vector<size_t> & taken, const std::vector<size_t> & freed,
+                           std::vector<size_t> & offsets) {
+    std::vector<size_t> order;
+    for (size_t i = 0; i < sizes.size(); ++i)
+        if (sizes[i] > 0) order.push_back(i);
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+        return sizes[a] != sizes[b] ? sizes[a] > sizes[b] : a < b;
+    });
+    struct Span { size_t off, end; };
+    std::vector<size_t> placed;
+    std::vector<Span> busy;
+    size_t top = 0;
+    for (size_t i : order) {
+        busy.clear();
+        for (size_t j : placed)
+            if (taken[j] <= freed[i] && taken[i] <= freed[j]) busy.push_back({offsets[j], offsets[j] + sizes[j]});
+        std::sort(busy.begin(), busy.end(), [](const Span & a, const Span & b) { return a.off < b.off; });
+        size_t off = 0;
+        for (const Span & b : busy) {
+            if (off + sizes[i] <= b.off) break;
+            off = std::max(off, b.end);
+        }
+        offsets[i] = off;
+        top = std::max(top, off + sizes[i]);
+        placed.push_back(i);
+    }
+    return top;
+}
+
+// Graphs up to this many nodes also try the offline placement (its cost grows with the square of the count).
+constexpr size_t kPlaceOfflineNodes = 4096;
+
 } // namespace
 
 AllocPlan plan_graph(const Graph & g, size_t alignment, const std::unordered_set<const Tensor *> * placed) {
@@ -111,6 +147,19 @@ AllocPlan plan_graph(const Graph & g, size_t alignment, const std::unordered_set
         for (size_t j : release_after[i]) blocks.release(plan.offsets[j], sizes[j]);
     }
     plan.size = blocks.peak();
+    // The offline placement where it takes less (deterministic either way: a pure function of the graph).
+    if (g.nodes.size() <= kPlaceOfflineNodes) {
+        std::vector<size_t> freed(g.nodes.size(), g.nodes.size());  // kept blocks: never freed
+        for (size_t i = 0; i < g.nodes.size(); ++i)
+            for (size_t j : release_after[i]) freed[j] = i;
+        std::vector<size_t> taken(g.nodes.size()), offsets = plan.offsets;
+        for (size_t i = 0; i < taken.size(); ++i) taken[i] = i;
+        const size_t offline = place_largest_first(sizes, taken, freed, offsets);
+        if (offline < plan.size) {
+            plan.offsets = std::move(offsets);
+            plan.size = offline;
+        }
+    }
     return plan;
 }
 

@@ -5,6 +5,9 @@
 //     tensors flagged kFlagOutput are never freed (the caller reads them after compute);
 //   - freed blocks are reused best fit (the smallest free block that fits, lowest offset on ties), merged
 //     with free neighbours, and the buffer grows at its end only when no free block fits;
+//   - for graphs of up to 4096 nodes the same lifetimes are also placed offline, the largest block first at the
+//     lowest offset free over its whole lifetime, and that placement is taken where its buffer is smaller (best
+//     fit leaves holes a later, larger block cannot use);
 //   - views use their root's memory; leafs (weights, inputs, gradient buffers) are the caller's.
 // So a graph's memory peak is known before anything runs; the RoundPipe planner relies on it.
 #pragma once
