@@ -287,10 +287,17 @@ int finetune(int argc, char ** argv, rp::Communicator * world) {
     };
     if (job.plan_only) {  // a dry run: metadata and tensor infos only
         auto model = rp::Model::load(job.model_path);
-        const bool registered = choose_pinning(*model, job.host_memory_limit().first);
+        const size_t host_limit = job.host_memory_limit().first;
+        const bool registered = choose_pinning(*model, host_limit);
+        const int64_t chunk = rp::host_fitting_token_chunk(*model, job.plan_options(o), rp::process_rss_bytes(), host_limit);
+        if (chunk > 0) o.pipeline.token_chunk = chunk;
         if (rank == 0) {
             if (registered)
                 std::printf("note: the frozen weights are registered in place (--pin register): a pinned copy would not fit the host memory\n");
+            if (chunk > 0)
+                std::printf("note: token chunk %lld: the plan with every token in one graph has smaller stages, so more boundary checkpoints, "
+                            "than fit the host memory (--host-mem, --token-chunk)\n",
+                            static_cast<long long>(chunk));
             std::fputs(rp::plan_run(*model, job.plan_options(o)).report().c_str(), stdout);
             std::printf("plan rss: %zu bytes (this process: the weights were mapped, not read)\n", rp::process_peak_rss_bytes());
         }
@@ -341,6 +348,12 @@ int finetune(int argc, char ** argv, rp::Communicator * world) {
     if (choose_pinning(*model, host_limit))
         say.print("the frozen weights are registered in place (--pin register): a pinned copy of them would not fit the host memory\n");
     const size_t held = rp::process_rss_bytes();
+    if (const int64_t chunk = rp::host_fitting_token_chunk(*model, job.plan_options(o), held, host_limit); chunk > 0) {
+        o.pipeline.token_chunk = chunk;
+        say.print("token chunk %lld: the plan with every token in one graph has smaller stages, so more boundary checkpoints, "
+                  "than fit the host memory (--host-mem, --token-chunk)\n",
+                  static_cast<long long>(chunk));
+    }
     const size_t host_planned = rp::require_host_memory(*model, job.plan_options(o), held, host_limit, host_source);
     if (o.pipelined)  // the devices and the pinned host memory: seconds to minutes for a large model
         say.print("starting %d %s devices %s; pinning the frozen weights (%s)...\n", o.devices.count, o.devices.backend.c_str(),

@@ -30,6 +30,9 @@
 #   max seq, one 24 GiB device: qwen3-1.7b 214,383 (2.94x), llama3.1-8b 131,557 (2.68x), qwen3-32b 68,071 (2.43x);
 #   205,796 / 125,274 / 64,935 with --vocab-on-host off (on the host, the head crosses the link once per
 #   micro-batch: 22-34 GiB a step at those lengths).
+# 2026-12-07, the backward's nodes in the order its rules create them, activation gradients summed in place
+# (ops/autodiff.h) and the graph allocator's offline placement (core/alloc.h): max seq qwen3-1.7b 238,744 (3.27x),
+#   llama3.1-8b 147,439 (3.01x), qwen3-32b 78,131 (2.79x); 229,181 / 140,398 / 74,532 with --vocab-on-host off.
 set -euo pipefail
 build=${1:?usage: qwen3-0.6b.sh BUILD_DIR [THREADS]}
 threads=${2:-2}

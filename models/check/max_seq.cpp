@@ -69,22 +69,26 @@ MaxSeqResult plan_one(const std::string & name, const MaxSeqOptions & o, const s
     r.micro_batches = static_cast<int>(so.micro_batches);
     r.max_seq = r.device_max_seq = probe.max_seq;
     po.max_seq_limit = 0;
-    auto host_peak = [&](int64_t seq) {
+    // At `seq`, the plan a run takes (rp-finetune: host_fitting_token_chunk), and whether it fits the host.
+    auto host_fits = [&](int64_t seq) {
         po.seq_len = seq;
-        return plan_run(*model, po).host.total();
+        po.session.pipeline.token_chunk = -1;
+        if (o.host_memory == 0) return true;
+        if (const int64_t chunk = host_fitting_token_chunk(*model, po, 0, o.host_memory); chunk > 0) po.session.pipeline.token_chunk = chunk;
+        return plan_run(*model, po).host.total() <= o.host_memory;
     };
     // Host RAM: the host peak grows with the sequence (the boundary checkpoints of the calls in flight), so the
     // longest one that fits is found by bisection below the devices' maximum.
-    if (o.host_memory > 0 && r.max_seq > 0 && host_peak(r.max_seq) > o.host_memory) {
-        int64_t lo = 0, hi = r.max_seq;  // host_peak(lo) fits (0: nothing yet), host_peak(hi) does not
+    if (o.host_memory > 0 && r.max_seq > 0 && !host_fits(r.max_seq)) {
+        int64_t lo = 0, hi = r.max_seq;  // lo fits (0: nothing yet), hi does not
         while (hi - lo > 1) {
             const int64_t mid = lo + (hi - lo) / 2;
-            (host_peak(mid) <= o.host_memory ? lo : hi) = mid;
+            (host_fits(mid) ? lo : hi) = mid;
         }
         r.max_seq = lo;
     }
     if (r.max_seq > 0) {
-        po.seq_len = r.max_seq;
+        host_fits(r.max_seq);  // (its token chunk)
         const RunPlan at = plan_run(*model, po);
         r.host_peak = at.host.total();
         r.report = at.report();

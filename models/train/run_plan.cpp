@@ -196,6 +196,31 @@ FrozenPinning choose_frozen_pinning(const Model & model, const RunPlanOptions & 
     }
 }
 
+int64_t host_fitting_token_chunk(const Model & model, const RunPlanOptions & options, size_t in_use, size_t limit) {
+    if (!options.session.pipelined || options.session.pipeline.token_chunk != -1) return -1;
+    RunPlanOptions o = options;
+    o.max_seq_limit = 0;
+    std::optional<RunPlan> chosen;
+    try {
+        chosen = plan_run(model, o);
+    } catch (const MemoryError &) {
+        return -1;  // the devices cannot hold it: the session says so
+    }
+    if (in_use + chosen->host.total() <= limit || !chosen->call) return -1;
+    CallPlanRequest req;
+    req.token_chunk = -1;
+    for (const int64_t chunk : CallPlanner::chunk_candidates(req, chosen->step)) {
+        if (chunk <= 0 || chunk == chosen->call->token_chunk) continue;
+        o.session.pipeline.token_chunk = chunk;
+        try {
+            if (in_use + plan_run(model, o).host.total() <= limit) return chunk;
+        } catch (const MemoryError &) {
+            // (this chunk's plan does not fit the devices: a smaller one may)
+        }
+    }
+    return -1;
+}
+
 size_t require_host_memory(const Model & model, const RunPlanOptions & options, size_t in_use, size_t limit,
                            const std::string & limit_source) {
     // The host bytes of the plan at seq_len n, or nullopt when its devices cannot hold it.

@@ -86,6 +86,15 @@ RunPlan plan_run(const Model & model, const RunPlanOptions & options);
 size_t require_host_memory(const Model & model, const RunPlanOptions & options, size_t in_use, size_t limit,
                            const std::string & limit_source);
 
+// A pipeline run whose token chunk is the call planner's choice (session.pipeline.token_chunk -1) takes every token
+// in one graph whenever the devices hold that. Its stages are then smaller, so there are more of them and more
+// boundary checkpoints in host memory: a plan that fits the devices may not fit the host where a chunked one would
+// (and whether a sequence fits the host then need not grow with its length). The token chunk to run with so that
+// the host plan fits `limit` beside `in_use`: -1 (keep the planner's choice) when its plan fits, when it is not a
+// pipeline run or its chunk is given, or when the devices cannot hold it; else the largest of the call planner's
+// chunks whose plan fits the devices and the host; -1 when none does (require_host_memory then says why).
+int64_t host_fitting_token_chunk(const Model & model, const RunPlanOptions & options, size_t in_use, size_t limit);
+
 // How the run pins its frozen weights when options.session.pipeline.frozen_pinning is unset: on accelerators a
 // pinned copy (the fastest uploads) when the plan with it fits `limit` beside `in_use`, else registration in place
 // (no second copy of the weights: a model whose weights and copy would not fit the host); on CPU virtual devices

@@ -204,6 +204,33 @@ TEST(FinetunePlanTool, MaxSeqWithHostMemoryFitsTheHost) {
     EXPECT_NE(next.find("not the limit"), std::string::npos) << next;
 }
 
+// With every token in one graph a layer's graphs are larger, so the planner's stages are smaller and more: more
+// boundary checkpoints in host RAM. Qwen3-1.7B at 90,000 tokens on 8 x 24 GiB: the unchunked plan needs more than
+// 256 GiB of host RAM; with --host-mem 256G the run takes the largest token chunk whose plan fits it (fewer, larger
+// stages) and says so; with enough RAM it keeps the unchunked plan. rp-simulate --max-seq --host-mem searches the same
+// way, so the sequence it reports is one rp-finetune accepts.
+TEST(FinetunePlanTool, AHostLimitTakesTheTokenChunkWhosePlanFitsIt) {
+    rp_test::TempDir d;
+    const std::string model = d.file("q17.gguf");
+    std::string log;
+    ASSERT_EQ(ft_test::run(ft_test::tool("rp-gguf") + " synth " + model + " --shape qwen3-1.7b --weights 0 --type bf16", &log), 0) << log;
+    const std::string cmd = ft_test::tool("rp-finetune") + " -m " + model +
+                            " --plan --devices 8 --device-mem 24G --backend cuda --async --lora-rank 32 --batch 16 --micro-batches 16"
+                            " --seq-len 90000 --host-mem ";
+    std::string roomy, capped;
+    ASSERT_EQ(ft_test::run(cmd + "4T", &roomy), 0) << roomy;
+    ASSERT_EQ(ft_test::run(cmd + "256G", &capped), 0) << capped;
+    EXPECT_NE(roomy.find("token chunk: 0 (every token in one graph)"), std::string::npos) << roomy;
+    EXPECT_GT(field(roomy, "host peak"), 256LL << 30) << roomy;
+    EXPECT_EQ(roomy.find("note: token chunk"), std::string::npos) << roomy;
+    EXPECT_NE(capped.find("note: token chunk 8192: "), std::string::npos) << capped;
+    EXPECT_NE(capped.find("token chunk: 8192 tokens"), std::string::npos) << capped;
+    EXPECT_LE(field(capped, "host peak"), 256LL << 30) << capped;
+    std::string sim;
+    ASSERT_EQ(ft_test::run(ft_test::tool("rp-simulate") + " --max-seq --model qwen3-1.7b --device-mem 24G --host-mem 256G", &sim), 0) << sim;
+    EXPECT_GT(field(sim, "max seq"), 90000) << sim;
+}
+
 // The longest sequence takes the least memory, the embedding and head matrices on the host (--vocab-on-host auto):
 // longer than with them on the devices, the report saying so and counting the rows the programs upload.
 TEST(FinetunePlanTool, MaxSeqLeavesTheVocabularyOnTheHost) {
@@ -466,11 +493,14 @@ TEST(FinetunePlanTool, Bf16BoundariesHalveTheCheckpointsAndARefusalSaysSo) {
     EXPECT_EQ(host32 - host16, c32 - c16) << "only the checkpoints change on the host";
 
     // A run on 2 CPU devices (their memory is host RAM too): the limit between the two plans, beside what the
-    // process held (measured by the runs themselves, so it holds in any build).
+    // process held (measured by the runs themselves, so it holds in any build). Every token in one graph
+    // (--token-chunk 0): with the planner's choice a chunked plan, of fewer stages, would fit the limit instead
+    // (AHostLimitTakesTheTokenChunkWhosePlanFitsIt).
     const std::string deep = deep_model(d);
     auto run = [&](const rp_test::TempDir & out, const std::string & more) {
         return ft_test::tool("rp-finetune") + " -m " + deep + " --data " + ft_test::shared_dir() +
-               "/models/reference/train.txt --seq-len 256 --batch 8 --steps 1 -t 2 --devices 2 --device-mem 64M -o " + out.file("o.gguf") + more;
+               "/models/reference/train.txt --seq-len 256 --batch 8 --steps 1 -t 2 --devices 2 --device-mem 64M --token-chunk 0 -o " +
+               out.file("o.gguf") + more;
     };
     ASSERT_EQ(ft_test::run(run(d, ""), &log), 0) << log;
     const HostFigures f32 = host_figures(log);
@@ -484,4 +514,10 @@ TEST(FinetunePlanTool, Bf16BoundariesHalveTheCheckpointsAndARefusalSaysSo) {
     EXPECT_NE(log.find("; with --boundary-dtype bf16 (the checkpoints in half the bytes) it needs"), std::string::npos) << log;
     EXPECT_TRUE(std::filesystem::is_empty(e.path)) << "a refused run left files";
     ASSERT_EQ(ft_test::run(run(d, " --host-mem " + limit + " --boundary-dtype bf16"), &log), 0) << log;
+    // The planner's choice at the same limit: the largest token chunk whose plan fits the host, said, and the run
+    // trains within it.
+    std::string chosen = run(d, " --host-mem " + limit);
+    chosen.erase(chosen.find(" --token-chunk 0"), 16);
+    ASSERT_EQ(ft_test::run(chosen, &log), 0) << log;
+    EXPECT_NE(log.find("token chunk 1024: the plan with every token in one graph has smaller stages"), std::string::npos) << log;
 }
