@@ -822,56 +822,11 @@ inline __m256 load8(const void * row, int64_t k) {
     if constexpr (WT == TensorType::F32) return _mm256_loadu_ps(static_cast<const float *>(row) + k);
     else return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(static_cast<const uint16_t *>(row) + k)));
 }
-// acc += the 16 weights from element k times x[k .. k + 16).
-template <TensorType WT>
-inline Lanes16 fma16(const void * row, const float * x, int64_t k, Lanes16 acc) {
-    return {_mm256_fmadd_ps(load8<WT>(row, k), _mm256_loadu_ps(x + k), acc.lo),
-            _mm256_fmadd_ps(load8<WT>(row, k + 8), _mm256_loadu_ps(x + k + 8), acc.hi)};
-}
 #endif
 
-// F32 and F16 rows: one FMA chain per lane over 64 elements at a time (4 accumulators of 16 lanes), then the lanes.
+// F32 and F16 rows, the portable loop (CPUs without AVX2 and F16C).
 template <TensorType WT>
-float dot_float(const void * row, const float * x, int64_t K) {
-    [[maybe_unused]] const int64_t ahead = prefetch_distance();
-    [[maybe_unused]] constexpr size_t kElem = WT == TensorType::F32 ? 4 : 2;
-#if RP_FLOAT_SIMD == 512
-    // 4 chains: 2 FMA ports x 4 cycles of latency would want 8, but the loads, not the FMAs, are the limit.
-    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
-    int64_t k = 0;
-    for (; k + 64 <= K; k += 64) {
-        prefetch_ahead(static_cast<const char *>(row) + k * int64_t(kElem), 64 * kElem, ahead);
-        a0 = _mm512_fmadd_ps(load16<WT>(row, k, 0xFFFF), _mm512_loadu_ps(x + k), a0);
-        a1 = _mm512_fmadd_ps(load16<WT>(row, k + 16, 0xFFFF), _mm512_loadu_ps(x + k + 16), a1);
-        a2 = _mm512_fmadd_ps(load16<WT>(row, k + 32, 0xFFFF), _mm512_loadu_ps(x + k + 32), a2);
-        a3 = _mm512_fmadd_ps(load16<WT>(row, k + 48, 0xFFFF), _mm512_loadu_ps(x + k + 48), a3);
-    }
-    for (; k < K; k += 16) {
-        const __mmask16 m = __mmask16(K - k >= 16 ? 0xFFFF : (1u << (K - k)) - 1);
-        a0 = _mm512_fmadd_ps(load16<WT>(row, k, m), _mm512_maskz_loadu_ps(m, x + k), a0);
-    }
-    return hsum512(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-#elif RP_FLOAT_SIMD == 256
-    Lanes16 a0, a1, a2, a3;
-    int64_t k = 0;
-    for (; k + 64 <= K; k += 64) {
-        prefetch_ahead(static_cast<const char *>(row) + k * int64_t(kElem), 64 * kElem, ahead);
-        a0 = fma16<WT>(row, x, k, a0);
-        a1 = fma16<WT>(row, x, k + 16, a1);
-        a2 = fma16<WT>(row, x, k + 32, a2);
-        a3 = fma16<WT>(row, x, k + 48, a3);
-    }
-    for (; k < K; k += 16) {   // the tail through zero-padded copies (the zmm code's masked loads)
-        alignas(32) float w16[16] = {}, x16[16] = {};
-        for (int64_t i = 0; i < std::min<int64_t>(16, K - k); ++i) {
-            if constexpr (WT == TensorType::F32) w16[i] = static_cast<const float *>(row)[k + i];
-            else w16[i] = half_to_float(static_cast<const uint16_t *>(row)[k + i]);
-            x16[i] = x[k + i];
-        }
-        a0 = fma16<TensorType::F32>(w16, x16, 0, a0);
-    }
-    return hsum16(add16(add16(a0, a1), add16(a2, a3)));
-#else
+[[maybe_unused]] float dot_float_portable(const void * row, const float * x, int64_t K) {
     float acc = 0.0f;
     for (int64_t k = 0; k < K; ++k) {
         float w;
@@ -880,13 +835,15 @@ float dot_float(const void * row, const float * x, int64_t K) {
         acc += w * x[k];
     }
     return acc;
-#endif
 }
 
-// F32 and F16 rows with N columns (a decode step's sequences): each column's chains and order are dot_float's, so
-// each column gets dot_float's bits; each part of the row is loaded (f16: converted) once for a group of columns
-// (AVX-512: 4, whose 16 accumulators and the 4 row registers fit the 32 zmm; AVX2: 2, the rest of the row's
-// registers spilled to L1 costing less than a second pass).
+// F32 and F16 rows with N columns (one, or a decode step's sequences). Per column one FMA chain per lane over 64
+// elements at a time (4 accumulators of 16 lanes; 2 FMA ports x 4 cycles of latency would want 8, but the loads,
+// not the FMAs, are the limit), then the lanes; the tail through masked loads (AVX2: zero-padded copies, the same
+// bits). Every column has its own accumulators and the same operations in the same order, so its bits are the same
+// whatever N. Each part of the row is loaded (f16: converted) once for a group of columns (AVX-512: 4, whose 16
+// accumulators and the 4 row registers fit the 32 zmm; AVX2: 2, the rest of the row's registers spilled to L1
+// costing less than a second pass).
 template <TensorType WT, int N>
 void dot_float_n(const void * row, const DotColumn * const * xs, float * out) {
     const int64_t K = xs[0]->K;
@@ -937,7 +894,7 @@ void dot_float_n(const void * row, const DotColumn * const * xs, float * out) {
                 for (int c = 0; c < n; ++c) a[c][part] = fma(a[c][part], w, xs[c0 + c]->x + k + 16 * part);
             }
         }
-        for (; k < K; k += 16) {   // the tail through zero-padded copies (dot_float's)
+        for (; k < K; k += 16) {   // the tail through zero-padded copies (the zmm code's masked loads)
             alignas(32) float w16[16] = {};
             for (int64_t i = 0; i < std::min<int64_t>(16, K - k); ++i) {
                 if constexpr (WT == TensorType::F32) w16[i] = static_cast<const float *>(row)[k + i];
@@ -953,8 +910,16 @@ void dot_float_n(const void * row, const DotColumn * const * xs, float * out) {
         for (int c = 0; c < n; ++c) out[c0 + c] = hsum16(add16(add16(a[c][0], a[c][1]), add16(a[c][2], a[c][3])));
     }
 #else
-    for (int c = 0; c < N; ++c) out[c] = dot_float<WT>(row, xs[c]->x, K);
+    for (int c = 0; c < N; ++c) out[c] = dot_float_portable<WT>(row, xs[c]->x, K);
 #endif
+}
+
+template <TensorType WT>
+float dot_float(const void * row, const DotColumn & x) {
+    const DotColumn * xs[1] = {&x};
+    float out;
+    dot_float_n<WT, 1>(row, xs, &out);
+    return out;
 }
 
 template <TensorType WT>
@@ -1157,8 +1122,8 @@ bool row_dot_supports(TensorType t, int64_t K) {
 
 float row_dot(TensorType t, const void * row, const DotColumn & x) {
     switch (t) {
-    case TensorType::F32: return dot_float<TensorType::F32>(row, x.x, x.K);
-    case TensorType::F16: return dot_float<TensorType::F16>(row, x.x, x.K);
+    case TensorType::F32: return dot_float<TensorType::F32>(row, x);
+    case TensorType::F16: return dot_float<TensorType::F16>(row, x);
     case TensorType::BF16: return dot_bf16(static_cast<const uint16_t *>(row), x.bf16.data(), x.K);
     case TensorType::Q4_0: return dot_q45_small<block_q4_0, false, false>(static_cast<const block_q4_0 *>(row), x);
     case TensorType::Q4_1: return dot_q45_small<block_q4_1, false, true>(static_cast<const block_q4_1 *>(row), x);
