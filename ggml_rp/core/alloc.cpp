@@ -63,11 +63,10 @@ private:
 const Tensor * root_of(const Tensor * t) { return t->view_src ? t->view_src : t; }
 
 // Offline placement (every lifetime is known before anything runs): the largest block first, each at the lowest
-// offset that is free over its whole lifetime [taken[i], freed[i]] (both inclusive: a block is taken before its
-// node runs and freed after its last reader ran). Best fit, online, leaves holes that a later, larger block cannot
-// use; placing the large blocks first packs them. Returns the buffer size; offsets[i] for every i with sizes[i] > 0.
-size_t place_largest_first(const std::vector<size_t> & sizes, const std::vector<size_t> & taken, const std::vector<size_t> & freed,
-                           std::vector<size_t> & offsets) {
+// offset that is free over its whole lifetime [i, freed[i]] (both inclusive: block i is taken before node i runs
+// and freed after its last reader ran). Best fit, online, leaves holes that a later, larger block cannot use;
+// placing the large blocks first packs them. Returns the buffer size; offsets[i] for every i with sizes[i] > 0.
+size_t place_largest_first(const std::vector<size_t> & sizes, const std::vector<size_t> & freed, std::vector<size_t> & offsets) {
     std::vector<size_t> order;
     for (size_t i = 0; i < sizes.size(); ++i)
         if (sizes[i] > 0) order.push_back(i);
@@ -81,7 +80,7 @@ size_t place_largest_first(const std::vector<size_t> & sizes, const std::vector<
     for (size_t i : order) {
         busy.clear();
         for (size_t j : placed)
-            if (taken[j] <= freed[i] && taken[i] <= freed[j]) busy.push_back({offsets[j], offsets[j] + sizes[j]});
+            if (j <= freed[i] && i <= freed[j]) busy.push_back({offsets[j], offsets[j] + sizes[j]});
         std::sort(busy.begin(), busy.end(), [](const Span & a, const Span & b) { return a.off < b.off; });
         size_t off = 0;
         for (const Span & b : busy) {
@@ -152,9 +151,8 @@ AllocPlan plan_graph(const Graph & g, size_t alignment, const std::unordered_set
         std::vector<size_t> freed(g.nodes.size(), g.nodes.size());  // kept blocks: never freed
         for (size_t i = 0; i < g.nodes.size(); ++i)
             for (size_t j : release_after[i]) freed[j] = i;
-        std::vector<size_t> taken(g.nodes.size()), offsets = plan.offsets;
-        for (size_t i = 0; i < taken.size(); ++i) taken[i] = i;
-        const size_t offline = place_largest_first(sizes, taken, freed, offsets);
+        std::vector<size_t> offsets = plan.offsets;
+        const size_t offline = place_largest_first(sizes, freed, offsets);
         if (offline < plan.size) {
             plan.offsets = std::move(offsets);
             plan.size = offline;
