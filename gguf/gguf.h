@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -92,6 +93,11 @@ public:
     // again reads them back from the file. A range outside the mapping, or a reader from memory: no-op.
     // Returns the bytes released.
     size_t release_pages(const void * p, size_t bytes) const;
+    // The bytes of [p, p + bytes) whose pages are present in this process's mapping: what the process has read
+    // (or had read around a read) since the file was mapped or the pages released, whatever the page cache
+    // holds. Whole pages, clipped to the range. nullopt when the range is not in the mapping, the reader is
+    // over memory, or /proc/self/pagemap cannot be read.
+    std::optional<size_t> resident_bytes(const void * p, size_t bytes) const;
 
 private:
     Reader() = default;

@@ -4,6 +4,7 @@
 #include "gguf/gguf.h"
 #include "gguf/value.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -142,6 +143,37 @@ size_t Reader::release_pages(const void * p, size_t bytes) const {
     if (last <= first) return 0;
     if (madvise(reinterpret_cast<void *>(first), last - first, MADV_DONTNEED) != 0) return 0;  // advice only
     return static_cast<size_t>(last - first);
+}
+
+std::optional<size_t> Reader::resident_bytes(const void * p, size_t bytes) const {
+    if (!map_ || !p) return std::nullopt;
+    const auto lo = reinterpret_cast<uintptr_t>(map_), hi = lo + static_cast<uintptr_t>(map_size_);
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    if (a < lo || a > hi || bytes > hi - a) return std::nullopt;
+    if (bytes == 0) return size_t(0);
+    const int fd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return std::nullopt;
+    // One 64-bit entry per virtual page; bit 63: present in RAM (readable without privileges).
+    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const uintptr_t first = a / page, end = (a + bytes + page - 1) / page;
+    size_t resident = 0;
+    uint64_t entries[512];
+    for (uintptr_t v = first; v < end;) {
+        const size_t n = static_cast<size_t>(std::min<uintptr_t>(end - v, 512));
+        const ssize_t got = ::pread(fd, entries, n * sizeof(uint64_t), static_cast<off_t>(v * sizeof(uint64_t)));
+        if (got != static_cast<ssize_t>(n * sizeof(uint64_t))) {
+            ::close(fd);
+            return std::nullopt;
+        }
+        for (size_t i = 0; i < n; ++i) {
+            if (!(entries[i] >> 63)) continue;
+            const uintptr_t s = std::max(a, (v + i) * page), e = std::min(a + bytes, (v + i + 1) * page);
+            resident += static_cast<size_t>(e - s);
+        }
+        v += n;
+    }
+    ::close(fd);
+    return resident;
 }
 
 std::unique_ptr<Reader> Reader::from_memory(const void * data, size_t size, const std::string & name) {

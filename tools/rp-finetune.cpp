@@ -299,7 +299,14 @@ int finetune(int argc, char ** argv, rp::Communicator * world) {
                             "than fit the host memory (--host-mem, --token-chunk)\n",
                             static_cast<long long>(chunk));
             std::fputs(rp::plan_run(*model, job.plan_options(o)).report().c_str(), stdout);
-            std::printf("plan rss: %zu bytes (this process: the weights were mapped, not read)\n", rp::process_peak_rss_bytes());
+            // What the plan read of the weights: the tensor data's pages present in this process (the peak RSS
+            // beside it also counts the heap, whose huge pages and arenas vary with the machine).
+            const gguf::Reader & file = model->file();
+            const size_t data_bytes = static_cast<size_t>(file.file_size() - file.data_offset());
+            const std::optional<size_t> read = file.resident_bytes(file.bytes() + file.data_offset(), data_bytes);
+            std::printf("plan rss: %zu bytes (this process)\n", rp::process_peak_rss_bytes());
+            if (read)
+                std::printf("tensor data resident: %zu of %zu bytes (the weights were mapped, not read)\n", *read, data_bytes);
         }
         return 0;
     }

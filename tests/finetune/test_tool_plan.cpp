@@ -71,11 +71,15 @@ TEST(FinetunePlanTool, PlanOfAQwen3ShapeReadsNoWeights) {
         << log;
     // (how fast the plan is belongs to the benchmarks; what it reads is its RSS, below)
     const long long peak = field(log, "device peak"), host = field(log, "host peak"), rss = field(log, "plan rss");
+    const long long data_read = field(log, "tensor data resident");
     EXPECT_GT(peak, 0) << log;
     EXPECT_LE(peak, 1LL << 30) << log;
     EXPECT_GT(host, bytes) << log;  // the mapped weights are part of it
     EXPECT_GT(rss, 0) << log;
-    EXPECT_LT(rss, bytes / 8) << log;  // 1.2 GB of weights mapped, not read
+    // 1.2 GB of weights mapped, not read: at most the pages the kernel maps around the metadata's last read.
+    // (The process's peak RSS is no measure of it: on one CI machine the same plan peaked at 184 MB, here 29.)
+    EXPECT_GE(data_read, 0) << log;
+    EXPECT_LT(data_read, 4LL << 20) << log;
     EXPECT_NE(log.find("plan: F "), std::string::npos) << log;
     EXPECT_NE(log.find("link per step: "), std::string::npos) << log;
     // --max-seq: the longest sequence; the report at that length fits, one token more is refused.

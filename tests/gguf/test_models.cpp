@@ -305,7 +305,7 @@ TEST(GgufModels, OpenErrorsNameTheFile) {
 
 // release_pages drops a copied tensor's whole pages from the process (a full finetune's masters); the data
 // reads back the same from the file afterwards. Outside the mapping, or on a reader over memory, it does
-// nothing.
+// nothing. resident_bytes sees both: the pages gone after the release, present again after the read.
 TEST(GgufModels, ReleasedPagesReadBackTheSameBytes) {
     auto r = gguf::Reader::open(stories());
     const gguf::TensorInfo * t = r->find_tensor("token_embd.weight");
@@ -318,13 +318,22 @@ TEST(GgufModels, ReleasedPagesReadBackTheSameBytes) {
     EXPECT_GE(released, n - 2 * page);   // every whole page inside the tensor
     EXPECT_LE(released, n);
     EXPECT_EQ(released % page, 0u);
+    // released: only the partial pages at the tensor's two ends can still be present
+    const std::optional<size_t> after_release = r->resident_bytes(p, n);
+    ASSERT_TRUE(after_release.has_value());
+    EXPECT_LE(*after_release, n - released);
     EXPECT_EQ(std::vector<uint8_t>(p, p + n), before);
+    EXPECT_EQ(r->resident_bytes(p, n), std::optional<size_t>(n));  // read back: every byte present again
+    EXPECT_EQ(r->resident_bytes(p, 0), std::optional<size_t>(0));
     std::vector<uint8_t> other(n);
+    EXPECT_FALSE(r->resident_bytes(other.data(), n).has_value());  // not the mapping
+    EXPECT_FALSE(r->resident_bytes(r->bytes() + r->file_size() - 8, 64).has_value());
     EXPECT_EQ(r->release_pages(other.data(), n), 0u);
     EXPECT_EQ(r->release_pages(r->bytes() + r->file_size() - 8, 64), 0u);  // runs past the end
     const std::vector<uint8_t> file(r->bytes(), r->bytes() + r->file_size());
     auto m = gguf::Reader::from_memory(file.data(), file.size(), "stories260K in memory");
     EXPECT_EQ(m->release_pages(m->tensor_data(*m->find_tensor("token_embd.weight")), n), 0u);
+    EXPECT_FALSE(m->resident_bytes(m->tensor_data(*m->find_tensor("token_embd.weight")), n).has_value());
 }
 
 // The preset list (synth_preset_names: rp-gguf synth --help and the unknown-shape error print it) is exactly the
