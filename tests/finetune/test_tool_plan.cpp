@@ -1,6 +1,7 @@
 // rp-finetune's memory plan as a user meets it (roundpipe/call_planner.h, models/run_plan.h):
 //   --plan on a Qwen3-0.6B-shaped bf16 model (the real shape and vocabulary) answers in under a second and
-//   never reads the weights (the tensor data's pages present in the process stay under 4 MiB of 1.2 GB), with the lines a script greps;
+//   never reads the weights (of its 1.2 GB of tensor data, under 4 MiB of pages are present in the process),
+//   with the lines a script greps;
 //   the deep-model case of issue 12 (16 layers, 4 devices of 4M) gives the same outcome and the same bytes
 //   on every one of 20 runs;
 //   the smallest peak --plan predicts trains, and 5% less is refused before anything is written;
