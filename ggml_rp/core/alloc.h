@@ -23,8 +23,12 @@ namespace rp {
 
 struct AllocPlan {
     size_t alignment = 64;
-    size_t size = 0;                // buffer bytes needed: the peak of the live set (with alignment)
+    size_t size = 0;                // buffer bytes needed: the peak of the live set (with alignment), and the scratch
     std::vector<size_t> offsets;    // per g.nodes[i]: byte offset (SIZE_MAX for views)
+    // The kernels' scratch at the end of the buffer, [scratch_offset, scratch_offset + scratch_bytes): what one
+    // node's kernel uses while it runs, for the largest (a backend's plan adds it: cpu/kernel_scratch.h); 0 here.
+    size_t scratch_offset = 0;
+    size_t scratch_bytes = 0;
 };
 
 // Plans g. Every block size is rounded up to `alignment` (a power of two). Nodes in `placed` get no memory

@@ -20,6 +20,7 @@
 #include "ggml_rp/cpu/attention.h"
 
 #include "ggml_rp/cpu/attention_blocks.h"
+#include "ggml_rp/cpu/kernel_scratch.h"
 #include "ggml_rp/cpu/vec_math.h"
 #include "base/error.h"
 
@@ -145,9 +146,24 @@ void probabilities(const Geometry & g, float * S, int64_t b, int64_t bq, int64_t
 
 std::atomic<size_t> g_kept_ds_bytes{size_t(32) << 20};
 
+// The (query block, key block) pairs whose dS the backward keeps: all of them when their blocks take at most
+// set_attention_kept_ds_bytes(), else none.
+size_t kept_ds_pairs(const AttentionShape & s) {
+    const int64_t nkb = (s.Tk + BK - 1) / BK, nqb = (s.Tq + BQ - 1) / BQ;
+    const size_t n_pairs = size_t(s.B * s.Hq * nqb * nkb);
+    return n_pairs * size_t(BQ * BK) * sizeof(float) <= g_kept_ds_bytes.load(std::memory_order_relaxed) ? n_pairs : 0;
+}
+
+size_t drow_count(const AttentionShape & s) { return size_t(std::max<int64_t>(s.B * s.Tq * s.Hq, 1)); }
+
 } // namespace
 
 void set_attention_kept_ds_bytes(size_t bytes) { g_kept_ds_bytes.store(bytes); }
+
+size_t attention_bwd_scratch_bytes(const AttentionShape & s) {
+    const size_t kept = kept_ds_pairs(s);
+    return scratch_round(drow_count(s) * sizeof(float)) + scratch_round(kept * size_t(BQ * BK) * sizeof(float)) + scratch_round(kept);
+}
 
 void attention_fwd(const AttentionShape & s, const float * q, const float * k, const float * v, float * o,
                    float * lse, const int32_t * key_start, const float * sinks) {
@@ -227,7 +243,8 @@ void attention_bwd(const AttentionShape & s, const float * q, const float * k, c
     const int64_t nrows = s.B * s.Tq * s.Hq;
 
     // D_i = rowsum(dO_i * O_i), one per (query, head). Rows are contiguous D-vectors in both layouts.
-    std::vector<float> Drow(size_t(std::max<int64_t>(nrows, 1)));
+    Scratch kernel_scratch(attention_bwd_scratch_bytes(s));
+    float * Drow = kernel_scratch.take<float>(drow_count(s));
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) if (nrows * D > (1 << 15))
 #endif
@@ -269,16 +286,17 @@ void attention_bwd(const AttentionShape & s, const float * q, const float * k, c
     };
 
     // dS of every (query block, key block) pair pass 1 computes, kept for pass 2 when they take at most
-    // kKeptDsBytes (32 MiB: sequences up to about a thousand tokens): pass 2 then only multiplies them by K instead of
-    // recomputing S, P and dO V^T (two of the backward's seven block products, and the exps). The kept values
-    // are the bits pass 2 would recompute (the same functions on the same inputs: a block's values do not
-    // depend on how many of its columns are computed), so the results are the same either way.
-    const size_t kKeptDsBytes = g_kept_ds_bytes.load(std::memory_order_relaxed);
+    // set_attention_kept_ds_bytes() (32 MiB: sequences up to about a thousand tokens), in the kernel's scratch:
+    // pass 2 then only multiplies them by K instead of recomputing S, P and dO V^T (two of the backward's seven
+    // block products, and the exps). The kept values are the bits pass 2 would recompute (the same functions on
+    // the same inputs: a block's values do not depend on how many of its columns are computed), so the results
+    // are the same either way.
     const int64_t nkb = (s.Tk + BK - 1) / BK, nqb = (s.Tq + BQ - 1) / BQ;
-    const size_t n_pairs = size_t(s.B * s.Hq * nqb * nkb);
-    const bool keep_ds = n_pairs * size_t(BQ * BK) * sizeof(float) <= kKeptDsBytes;
-    std::unique_ptr<float[]> ds_blocks(keep_ds ? new float[n_pairs * size_t(BQ * BK)] : nullptr);
-    std::vector<uint8_t> ds_kept(keep_ds ? n_pairs : 0, 0);
+    const size_t n_kept = kept_ds_pairs(s);
+    const bool keep_ds = n_kept > 0;
+    float * ds_blocks = kernel_scratch.take<float>(n_kept * size_t(BQ * BK));
+    uint8_t * ds_kept = kernel_scratch.take<uint8_t>(n_kept);
+    std::fill(ds_kept, ds_kept + n_kept, uint8_t(0));
     auto pair_of = [&](int64_t b, int64_t h, int64_t qb, int64_t kb) { return size_t(((b * s.Hq + h) * nqb + qb) * nkb + kb); };
 
     // Pass 1: dK, dV by key-block ownership.
@@ -312,7 +330,7 @@ void attention_bwd(const AttentionShape & s, const float * q, const float * k, c
                 softmax_grad(P, dP, tanh_tile, bq, bk, b, t0, h);
                 if (keep_ds) {
                     const size_t pair = pair_of(b, h, t0 / BQ, kb);
-                    std::copy(dP, dP + bq * BK, ds_blocks.get() + pair * size_t(BQ * BK));
+                    std::copy(dP, dP + bq * BK, ds_blocks + pair * size_t(BQ * BK));
                     ds_kept[pair] = 1;
                 }
                 blocks.accumulate(bk, bq, dP, true, qblk, g.q_row(), dk_acc);
@@ -349,7 +367,7 @@ void attention_bwd(const AttentionShape & s, const float * q, const float * k, c
             const int64_t bk = std::min(BK, kend - j0);
             const float * kblk = k + g.kv_at(b, j0, hk);
             if (keep_ds && ds_kept[pair_of(b, h, qb, j0 / BK)]) {
-                blocks.accumulate(bq, bk, ds_blocks.get() + pair_of(b, h, qb, j0 / BK) * size_t(BQ * BK), false, kblk, g.kv_row(), dq_acc);
+                blocks.accumulate(bq, bk, ds_blocks + pair_of(b, h, qb, j0 / BK) * size_t(BQ * BK), false, kblk, g.kv_row(), dq_acc);
                 continue;
             }
             blocks.rows_dot(bq, bk, qblk, g.q_row(), blocks.transposed(bk, kblk, g.kv_row(), kt), g.kv_row(), P);

@@ -32,5 +32,7 @@ void attention_bwd(const AttentionShape & s, const float * q, const float * k, c
                    float * dq, float * dk, float * dv, const int32_t * key_start = nullptr,
                    const float * sinks = nullptr, float * dsinks = nullptr);
 void set_attention_kept_ds_bytes(size_t bytes);
+// The scratch attention_bwd takes (kernel_scratch.h): each row's rowsum(dO O) and the kept dS blocks.
+size_t attention_bwd_scratch_bytes(const AttentionShape & s);
 
 } // namespace rp::cpu

@@ -2,6 +2,7 @@
 // the kernels themselves are in attention.cpp). Inputs are contiguous (the op builder copies them).
 #include "ggml_rp/cpu/attention.h"
 #include "ggml_rp/cpu/kernel_registry.h"
+#include "ggml_rp/cpu/kernel_scratch.h"
 #include "ggml_rp/ops/node_args.h"
 
 namespace rp::cpu {
@@ -20,6 +21,11 @@ void attention_back(Tensor * n) {
                   node::attention_sinks_data(n), node::attention_dsinks(n));
 }
 
+namespace {
+size_t attention_back_scratch(const Tensor * n) { return attention_bwd_scratch_bytes(node::attention_shape(n)); }
+} // namespace
+
 const RegisterKernels kRegister{{Op::ATTENTION, attention}, {Op::ATTENTION_BACK, attention_back}};
+const RegisterScratch kRegisterScratch{{Op::ATTENTION_BACK, attention_back_scratch}};
 
 } // namespace rp::cpu

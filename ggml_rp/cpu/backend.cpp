@@ -1,6 +1,7 @@
 #include "ggml_rp/cpu/backend.h"
 
 #include "ggml_rp/cpu/kernel_registry.h"
+#include "ggml_rp/cpu/kernel_scratch.h"
 #include "ggml_rp/cpu/op_profile.h"
 #include "ggml_rp/ops/op_table.h"
 #include "ggml_rp/cpu/strided.h"
@@ -19,15 +20,22 @@ namespace rp {
 void CpuBackend::FreeAligned::operator()(void * p) const { ::operator delete(p, std::align_val_t(64)); }
 
 size_t CpuBackend::allocate(const Graph & g) {
-    const AllocPlan plan = plan_graph(g, 64);
+    const AllocPlan plan = cpu::plan_cpu_graph(g);
     allocate(g, plan);
     return plan.size;
 }
 
-void CpuBackend::allocate(const Graph & g, const AllocPlan & plan) { apply_plan(g, plan, reserve(plan.size)); }
+void CpuBackend::allocate(const Graph & g, const AllocPlan & plan) {
+    apply_plan(g, plan, reserve(plan.size));
+    scratch_offset_ = plan.scratch_offset;
+    scratch_bytes_ = plan.scratch_bytes;
+}
 
 void * CpuBackend::reserve(size_t bytes) {
+    scratch_offset_ = scratch_bytes_ = 0;
     if (bytes > capacity_) {
+        buffer_.reset();  // first: the old and the new buffer are never both held
+        capacity_ = 0;
         buffer_.reset(::operator new(bytes, std::align_val_t(64)));
         capacity_ = bytes;
     }
@@ -60,12 +68,17 @@ private:
 } // namespace
 
 void CpuBackend::compute(const Graph & g, int n_threads) {
+    compute(g, n_threads, scratch_bytes_ ? static_cast<char *>(buffer_.get()) + scratch_offset_ : nullptr, scratch_bytes_);
+}
+
+void CpuBackend::compute(const Graph & g, int n_threads, void * scratch, size_t scratch_bytes) {
     for (const Tensor * t : g.leafs)
         if (!t->data) throw Error("compute: leaf " + describe(t) + " has no data");
     for (const Tensor * t : g.nodes)
         if (!t->is_view() && !t->data) throw Error("compute: node " + describe(t) + " has no memory (call allocate first)");
     resolve_views(g);
     ThreadCountScope threads(n_threads);
+    const cpu::ScratchBinding bind(scratch, scratch_bytes);
     for (Tensor * t : g.nodes) cpu::compute_node(t);
 }
 

@@ -19,34 +19,42 @@ public:
     CpuBackend(const CpuBackend &) = delete;
     CpuBackend & operator=(const CpuBackend &) = delete;
 
-    // Plans g, grows the buffer when needed and points every node of g at its memory. Leafs keep the data
-    // their owner gave them. Call again after changing g; the buffer serves one graph at a time (allocating
-    // another graph may move it). Returns the buffer bytes the plan needs (the graph's memory peak).
+    // Plans g (plan_cpu_graph: its tensors and its kernels' scratch), grows the buffer when needed and points
+    // every node of g at its memory. Leafs keep the data their owner gave them. Call again after changing g;
+    // the buffer serves one graph at a time (allocating another graph may move it). Returns the buffer bytes
+    // the plan needs (the graph's memory peak).
     size_t allocate(const Graph & g);
 
     // Binds g by a plan made for it earlier (a graph built once and replayed: no planning), growing the
-    // buffer when needed; views are pointed at their roots again (leafs may point elsewhere since).
+    // buffer when needed; views are pointed at their roots again (leafs may point elsewhere since). The
+    // plan's scratch serves the kernels of every compute() until the next allocate or reserve.
     void allocate(const Graph & g, const AllocPlan & plan);
 
-    // The buffer, grown to at least `bytes` (its contents kept only while it does not grow): for a caller that
-    // places tensors in it itself.
+    // The buffer, grown to at least `bytes` (its contents kept only while it does not grow; the old buffer is
+    // freed before the new one is taken): for a caller that places tensors in it itself.
     void * reserve(size_t bytes);
 
-    // Runs every node of g in order with n_threads OpenMP threads (0: OpenMP's default). Leaf data must be
-    // set; throws rp::Error (naming the tensor) on a missing buffer or bad runtime data (an id out of range).
+    // Runs every node of g in order with n_threads OpenMP threads (0: OpenMP's default), the kernels' scratch
+    // in the block the last allocate planned. Leaf data must be set; throws rp::Error (naming the tensor) on a
+    // missing buffer or bad runtime data (an id out of range).
     void compute(const Graph & g, int n_threads = 0);
+    // The same with the kernels' scratch in [scratch, scratch + scratch_bytes) (a graph that apply_plan placed
+    // in the caller's memory: its plan's scratch_offset there).
+    void compute(const Graph & g, int n_threads, void * scratch, size_t scratch_bytes);
 
     size_t buffer_size() const { return capacity_; }
     // Frees the buffer (graphs allocated in it must not run again before the next allocate()).
     void release() {
         buffer_.reset();
         capacity_ = 0;
+        scratch_offset_ = scratch_bytes_ = 0;
     }
 
 private:
     struct FreeAligned { void operator()(void * p) const; };
     std::unique_ptr<void, FreeAligned> buffer_;
     size_t capacity_ = 0;
+    size_t scratch_offset_ = 0, scratch_bytes_ = 0;  // the last allocate's plan's, in buffer_
 };
 
 namespace cpu {

@@ -2,6 +2,7 @@
 // in cross_entropy.cpp). Labels are checked here so that a bad label is an rp::Error, not a crash.
 #include "ggml_rp/cpu/cross_entropy.h"
 #include "ggml_rp/cpu/kernel_registry.h"
+#include "ggml_rp/cpu/kernel_scratch.h"
 #include "ggml_rp/ops/cross_entropy.h"
 #include "ggml_rp/ops/node_args.h"
 #include "base/error.h"
@@ -88,6 +89,23 @@ void lm_head_ce_back(Tensor * n) {
                         dW ? static_cast<int64_t>(dW->nb[1] / sizeof(float)) : 0, aux);
 }
 
+namespace {
+
+// The kernels' scratch, for the calls the kernels above make: a streamed head's forward only finishes its state.
+size_t lm_head_ce_scratch(const Tensor * n) {
+    return lm_head_streamed(n) ? 0 : lm_head_ce_scratch_bytes(shape_of(n, n->src[0], lm_head_vocab(n)), true);
+}
+size_t lm_head_ce_back_scratch(const Tensor * n) {  // pass 2 unless the forward's unit gradients are only scaled
+    return lm_head_ce_scratch_bytes(shape_of(n, n->src[0], lm_head_vocab(n)), n->src[4] != nullptr || !lm_head_forms_grad(n->src[5]));
+}
+size_t lm_head_ce_range_scratch(const Tensor * n) {
+    return lm_head_ce_range_scratch_bytes(shape_of(n, n->src[0], n->param_i32(3)), n->src[1]->ne[1]);
+}
+
+} // namespace
+
 const RegisterKernels kRegister{{Op::LM_HEAD_CE, lm_head_ce}, {Op::LM_HEAD_CE_BACK, lm_head_ce_back}, {Op::LM_HEAD_CE_RANGE, lm_head_ce_range}};
+const RegisterScratch kRegisterScratch{
+    {Op::LM_HEAD_CE, lm_head_ce_scratch}, {Op::LM_HEAD_CE_BACK, lm_head_ce_back_scratch}, {Op::LM_HEAD_CE_RANGE, lm_head_ce_range_scratch}};
 
 } // namespace rp::cpu

@@ -13,6 +13,7 @@
 // split, thread count) enters the arithmetic, so the result is bit-identical for any number of threads.
 // (The opt-in row-dot path for one token, matvec_dot.h, has its own fixed order per row.)
 #include "ggml_rp/cpu/gemm.h"
+#include "ggml_rp/cpu/kernel_scratch.h"
 
 #include "ggml_rp/cpu/matvec_dot.h"
 #include "ggml_rp/cpu/row_decode.h"
@@ -29,6 +30,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -166,10 +168,10 @@ struct OperandB {
 };
 
 // 64-byte aligned float buffer that only grows.
-struct Scratch {
+struct GrowingBuffer {
     float * p = nullptr;
     size_t n = 0;
-    ~Scratch() { std::free(p); }
+    ~GrowingBuffer() { std::free(p); }
     float * get(size_t want) {
         if (want > n) {
             std::free(p);
@@ -310,7 +312,7 @@ void pack_b_f32(const float * src, int64_t ld, bool t, int64_t j0, int64_t nc, i
 
 // Per-thread buffers of the B side: the packed block and the dequantized tile.
 struct ThreadScratch {
-    Scratch bpack, deq, apack, ctile;
+    GrowingBuffer bpack, deq, apack, ctile;
 };
 ThreadScratch & thread_scratch() {
     static thread_local ThreadScratch s;
@@ -319,7 +321,7 @@ ThreadScratch & thread_scratch() {
 
 // Pack B(p0.., j0..) of any type: f32 directly, other types through a dequantized f32 tile.
 template <int NR>
-void pack_b(const OperandB & B, int64_t j0, int64_t nc, int64_t p0, int64_t kc, float * dst, Scratch & deq) {
+void pack_b(const OperandB & B, int64_t j0, int64_t nc, int64_t p0, int64_t kc, float * dst, GrowingBuffer & deq) {
     if (B.type == TensorType::F32) {
         pack_b_f32<NR>(reinterpret_cast<const float *>(B.base), int64_t(B.row_bytes / sizeof(float)), B.t, j0, nc,
                        p0, kc, dst);
@@ -725,15 +727,13 @@ void run_problem(const Problem & P, bool parallel) {
     const size_t apack_n = size_t(Mpad * ((P.K + KC - 1) / KC) * KC);
     // A serial call (inside another kernel's parallel loop) and a parallel one of up to kKeptApackBytes reuse
     // the calling thread's buffer (a fresh allocation of that size is a fresh mmap to fault in: see
-    // bench/design-measurements.md); a larger one allocates, so no thread keeps a buffer the size of a
-    // whole long-sequence activation alive.
-    std::unique_ptr<float, decltype(&std::free)> owned(nullptr, &std::free);
+    // bench/design-measurements.md); a larger one takes the node's kernel scratch (planned with the graph:
+    // pack_scratch_bytes), so no thread keeps a buffer the size of a whole long-sequence activation alive.
+    std::optional<Scratch> big;
     float * apack;
     if (parallel && apack_n * sizeof(float) > kKeptApackBytes) {
-        owned.reset(static_cast<float *>(std::aligned_alloc(64, (apack_n * sizeof(float) + 63) / 64 * 64)));
-        if (!owned) throw Error("gemm: out of memory packing a " + std::to_string(P.M) + " x " +
-                                std::to_string(P.K) + " operand");
-        apack = owned.get();
+        big.emplace(apack_n * sizeof(float));
+        apack = big->take<float>(apack_n);
     } else {
         apack = thread_scratch().apack.get(apack_n);
     }
@@ -776,6 +776,13 @@ void run_problem(const Problem & P, bool parallel) {
         const int64_t i0 = ib * mt, j0 = jb * nc_task;
         run_tile<Kn>(P, apack, i0, std::min(mt, P.M - i0), j0, std::min(nc_task, P.N - j0));
     });
+}
+
+// What run_problem takes from the kernel scratch for an M x K left operand, whichever micro-kernel runs it.
+size_t pack_scratch_bytes(int64_t M, int64_t K) {
+    const int64_t Mpad = std::max(padded_rows<PortableKernel>(M), padded_rows<SimdKernel>(M));
+    const size_t bytes = size_t(Mpad * ((K + KC - 1) / KC) * KC) * sizeof(float);
+    return bytes > kKeptApackBytes ? scratch_round(bytes) : 0;
 }
 
 std::atomic<GemmBackend> g_backend{GemmBackend::Auto};
@@ -875,6 +882,11 @@ void matmul_bwd_w(int64_t K, int64_t N, int64_t T, const float * X, int64_t x_co
          accumulate},
         true);
 }
+
+// The left operands: matmul_fwd's X (T x K), matmul_bwd_x's dY (T x N), matmul_bwd_w's dY^T (N x T).
+size_t matmul_fwd_scratch_bytes(int64_t K, int64_t N, int64_t T) { return pack_scratch_bytes(T, K); }
+size_t matmul_bwd_x_scratch_bytes(int64_t K, int64_t N, int64_t T) { return pack_scratch_bytes(T, N); }
+size_t matmul_bwd_w_scratch_bytes(int64_t K, int64_t N, int64_t T) { return pack_scratch_bytes(N, T); }
 
 void gemm_f32_serial(int64_t M, int64_t N, int64_t K, const float * A, int64_t lda, bool a_t, const float * B,
                      int64_t ldb, bool b_t, float * C, int64_t ldc, bool accumulate) {

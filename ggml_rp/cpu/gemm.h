@@ -38,6 +38,13 @@ void matmul_bwd_w(int64_t K, int64_t N, int64_t T,
                   const float * X, int64_t x_col, const float * dY, int64_t dy_col,
                   float * dW, int64_t dw_row, bool accumulate);
 
+// The kernel scratch (kernel_scratch.h) one call of the kernels above takes: the packed copy of its left operand
+// (X, dY, dY^T) when that is larger than the 16 MiB the calling thread keeps for it, else 0. A kernel calling
+// them counts, beside its own arrays, the largest of its calls' (they run one after the other).
+size_t matmul_fwd_scratch_bytes(int64_t K, int64_t N, int64_t T);
+size_t matmul_bwd_x_scratch_bytes(int64_t K, int64_t N, int64_t T);
+size_t matmul_bwd_w_scratch_bytes(int64_t K, int64_t N, int64_t T);
+
 } // namespace rp::cpu
 
 // ---- the engine under the three kernels above, for other CPU kernels (attention, cross-entropy) -----------

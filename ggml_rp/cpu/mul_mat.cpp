@@ -3,6 +3,7 @@
 // one product (node_args.h for_each_gemm_batch). Orientation: see ggml_rp/ops/mul_mat.h.
 #include "ggml_rp/cpu/gemm.h"
 #include "ggml_rp/cpu/kernel_registry.h"
+#include "ggml_rp/cpu/kernel_scratch.h"
 #include "ggml_rp/ops/node_args.h"
 
 namespace rp::cpu {
@@ -25,6 +26,25 @@ void out_prod(Tensor * n) {
     });
 }
 
+namespace {
+
+// The GEMMs' packed left operand (kernel_scratch.h), for the widest product a node makes: batches of fewer than
+// kFoldColumns columns may run as one (for_each_gemm_batch).
+int64_t product_columns(const Tensor * n) {
+    const Tensor * outer = n->op == Op::MUL_MAT ? n->src[1] : n;
+    const int64_t T = outer->ne[1];
+    return T < node::kFoldColumns ? T * outer->ne[2] * outer->ne[3] : T;
+}
+size_t mul_mat_scratch(const Tensor * n) { return matmul_fwd_scratch_bytes(n->src[0]->ne[0], n->src[0]->ne[1], product_columns(n)); }
+size_t mul_mat_back_x_scratch(const Tensor * n) {
+    return matmul_bwd_x_scratch_bytes(n->src[0]->ne[0], n->src[0]->ne[1], product_columns(n));
+}
+size_t out_prod_scratch(const Tensor * n) { return matmul_bwd_w_scratch_bytes(n->ne[0], n->ne[1], n->src[0]->ne[1]); }
+
+} // namespace
+
 const RegisterKernels kRegister{{Op::MUL_MAT, mul_mat}, {Op::MUL_MAT_BACK_X, mul_mat_back_x}, {Op::OUT_PROD, out_prod}};
+const RegisterScratch kRegisterScratch{
+    {Op::MUL_MAT, mul_mat_scratch}, {Op::MUL_MAT_BACK_X, mul_mat_back_x_scratch}, {Op::OUT_PROD, out_prod_scratch}};
 
 } // namespace rp::cpu

@@ -10,9 +10,9 @@
 //   activations        the computing job's activation sets — stage inputs, the hidden buffers between its
 //                      layers, the gradients it passes on, labels, the loss: a prefetched job holds weights
 //                      only, so one region serves the jobs of a device one after the other;
-//   graph              the programs' graphs and uploads (CPU: plan_graph's peak; CUDA: the plan with 256-byte
-//                      alignment plus the kernels' scratch): the programs run one after the other on the
-//                      compute stream, so one region serves them all.
+//   graph              the programs' graphs and uploads (CPU: plan_cpu_graph's peak and its kernels' scratch;
+//                      CUDA: the plan with 256-byte alignment plus the kernels' scratch): the programs run one
+//                      after the other on the compute stream, so one region serves them all.
 // Every buffer has a fixed offset in its region (layout_job, the one function the device worker lays its
 // buffers out with), so a plan that fits is a run that fits, whatever the timing; peak = resident +
 // 2 x weight slot + activations + graph. Nothing else is taken from a device's memory while the runtime trains.

@@ -6,6 +6,7 @@
 #include "base/error.h"
 #include "ggml_rp/core/alloc.h"
 #include "ggml_rp/cpu/backend.h"
+#include "ggml_rp/cpu/kernel_scratch.h"
 #include "ggml_rp/runtime/arena.h"
 
 #include <cstdint>
@@ -25,7 +26,7 @@ size_t CpuGraphRunner::run_planned(Graph & g, AllocPlan & plan, int n_threads, c
         std::vector<std::vector<char>> & u;
         ~ReleaseUploads() { u.clear(); }
     } release{uploads_};
-    if (plan.offsets.size() != g.nodes.size()) plan = plan_graph(g, 64);
+    if (plan.offsets.size() != g.nodes.size()) plan = cpu::plan_cpu_graph(g);
     CpuBackend be;
     if (region_) {  // [held | the graph]
         const size_t at = held_bytes_, bytes = plan.size;
@@ -33,9 +34,10 @@ size_t CpuGraphRunner::run_planned(Graph & g, AllocPlan & plan, int n_threads, c
             throw Error((device_ ? device_->name() : std::string("host")) + ": a graph of " + format_bytes(bytes) +
                         (at ? " beside " + format_bytes(at) + " held" : std::string()) + " does not fit the graph region of " +
                         format_bytes(region_bytes_) + " the memory plan reserved");
-        apply_plan(g, plan, static_cast<char *>(region_) + at);
+        char * base = static_cast<char *>(region_) + at;
+        apply_plan(g, plan, base);
         region_peak_ = std::max(region_peak_, at + bytes);
-        be.compute(g, n_threads);
+        be.compute(g, n_threads, base + plan.scratch_offset, plan.scratch_bytes);
         if (results) results();
         return bytes;
     }
@@ -50,7 +52,7 @@ size_t CpuGraphRunner::run_planned(Graph & g, AllocPlan & plan, int n_threads, c
     void * buf = device_->allocate(bytes, "graph buffer");
     try {
         apply_plan(g, plan, buf);
-        be.compute(g, n_threads);
+        be.compute(g, n_threads, static_cast<char *>(buf) + plan.scratch_offset, plan.scratch_bytes);
         if (results) results();
     } catch (...) {
         device_->free(buf);
@@ -60,7 +62,7 @@ size_t CpuGraphRunner::run_planned(Graph & g, AllocPlan & plan, int n_threads, c
     return bytes;
 }
 
-size_t CpuGraphRunner::graph_bytes(const Graph & g) const { return plan_graph(g, 64).size; }
+size_t CpuGraphRunner::graph_bytes(const Graph & g) const { return cpu::plan_cpu_graph(g).size; }
 
 void CpuGraphRunner::set_region(void * base, size_t bytes) {
     if (held_) throw Error("graph runner: set_region while a program holds memory");

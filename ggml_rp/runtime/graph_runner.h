@@ -95,7 +95,7 @@ public:
     void * upload(const void * host, size_t bytes) override;
     void * hold(size_t bytes) override;
     void release_held() override;
-    size_t graph_bytes(const Graph & g) const override;   // plan_graph's peak, 64-byte alignment
+    size_t graph_bytes(const Graph & g) const override;   // plan_cpu_graph's size: the peak and the kernels' scratch
     size_t upload_bytes(size_t) const override { return 0; }  // uploads are host copies
     void set_region(void * base, size_t bytes) override;
     size_t region_high_water() const override { return region_peak_; }

@@ -1,6 +1,7 @@
 #include "models/arch/inference.h"
 
 #include "ggml_rp/core/graph.h"
+#include "ggml_rp/cpu/kernel_scratch.h"
 #include "ggml_rp/cpu/matvec_dot.h"
 #include "ggml_rp/ops/ops.h"
 #include "models/text/tokenizer.h"
@@ -149,7 +150,7 @@ std::unique_ptr<InferenceSession::EvalGraph> InferenceSession::build_graph(int64
         if (n->view_src && (std::find(k_cache_.begin(), k_cache_.end(), n->view_src) != k_cache_.end() ||
                             std::find(v_cache_.begin(), v_cache_.end(), n->view_src) != v_cache_.end()))
             eg->cache_views.push_back(n);
-    eg->plan = plan_graph(eg->g, 64);
+    eg->plan = cpu::plan_cpu_graph(eg->g);
     return eg;
 }
 

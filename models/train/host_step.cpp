@@ -1,5 +1,6 @@
 #include "models/train/layer_program.h"
 
+#include "ggml_rp/cpu/kernel_scratch.h"
 #include "ggml_rp/ggml_rp.h"
 #include "ggml_rp/runtime/graph_runner.h"
 
@@ -94,7 +95,7 @@ void Trainer::split_kept_memory(KeptLayer & k) {
             k.kept_bytes += std::max(kAlign, (n->nbytes() + n->aux_bytes + kAlign - 1) / kAlign * kAlign);
             placed.insert(n);
         }
-    k.scratch_plan = plan_graph(k.whole, kAlign, &placed);
+    k.scratch_plan = cpu::plan_cpu_graph(k.whole, &placed);  // (kAlign: the CPU plan's)
 }
 
 void Trainer::bind_kept(int layer, KeptLayer & k) {
@@ -152,17 +153,20 @@ double Trainer::accumulate(const int32_t * ids, const int32_t * labels, const Mi
 
     // Forward: the input of every layer (the checkpoints) is kept, and the first decoder layers' whole graphs
     // while they fit cfg_.activation_memory (never with token chunks); the head runs forward + backward at once.
-    std::vector<std::vector<float>> act(static_cast<size_t>(L));
+    std::vector<std::vector<float>> & act = step_inputs_;
+    act.resize(static_cast<size_t>(L));
     // The output gradients of the backward sweep alternate between two buffers: layer l reads its output's
     // gradient from grad_buf[(L - 2 - l) % 2] and writes its input's into the other.
-    std::vector<float> grad_buf[2] = {std::vector<float>(H), std::vector<float>(H)};
+    std::vector<float> * grad_buf = step_grads_;
+    grad_buf[0].assign(H, 0.0f);
+    grad_buf[1].assign(H, 0.0f);
     auto dout_of = [&](int l) { return grad_buf[(L - 2 - l) % 2].data(); };
     auto din_of = [&](int l) { return grad_buf[(L - 1 - l) % 2].data(); };
     std::vector<std::unique_ptr<KeptLayer>> kept(static_cast<size_t>(L));
     KeptLayerBudget policy(cfg_);
     kept_live_.store(0);
     for (int l = 0; l < L - 1; ++l) {
-        act[static_cast<size_t>(l + 1)].resize(X);
+        act[static_cast<size_t>(l + 1)].assign(X, 0.0f);
         const void * in = l == 0 ? static_cast<const void *>(ids) : act[static_cast<size_t>(l)].data();
         if (policy.open() && l > 0) {
             std::unique_ptr<KeptLayer> k = keep_layer(l, in, dout_of(l), din_of(l), mb);

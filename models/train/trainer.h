@@ -376,6 +376,10 @@ private:
     // transient programs' buffer, and each kept layer's own.
     CpuBackend host_graphs_;
     std::vector<std::unique_ptr<CpuBackend>> kept_graphs_;
+    // accumulate()'s layer inputs (the checkpoints) and the two output-gradient buffers of its backward sweep,
+    // kept from step to step so that a step maps no fresh pages for them (each zeroed when a step takes it).
+    std::vector<std::vector<float>> step_inputs_;
+    std::vector<float> step_grads_[2];
     CpuBackend & kept_backend(int layer);
     // The programs built so far, idle between calls (a call takes one out, so devices running the same layer's
     // program at once each get their own); host training's kept layers apart (accumulate()'s thread only).

@@ -2,6 +2,7 @@
 
 #include "ggml_rp/core/fp16.h"
 #include "ggml_rp/core/quant.h"
+#include "ggml_rp/cpu/kernel_scratch.h"
 
 #include <gtest/gtest.h>
 
@@ -131,7 +132,9 @@ RunOut run_graph(const Case & c, const Values & vals, int n_threads, RefInputs *
     if (!params.empty()) rp::build_backward(ctx, g, loss, params);
     rp::CpuBackend be;
     be.allocate(g);
+    const int64_t unplanned = rp::cpu::unplanned_scratch_calls();
     be.compute(g, n_threads);
+    EXPECT_EQ(rp::cpu::unplanned_scratch_calls(), unplanned) << c.name << ": a kernel asked more scratch than its node's plan holds";
     RunOut r;
     r.out = rp::tensor_get_f32(out);
     for (size_t i = 0; i < c.inputs.size(); ++i)
