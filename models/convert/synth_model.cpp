@@ -58,7 +58,7 @@ void add_values(gguf::Writer & w, const std::string & name, const std::vector<fl
 const std::vector<std::string> & synth_preset_names() {
     static const std::vector<std::string> names = {
         "qwen3-0.6b", "qwen3-1.7b", "qwen3-32b", "llama3.1-8b", "qwen3-30b-a3b", "qwen3-235b-a22b", "qwen3-next-80b-a3b",
-        "qwen3.5-35b-a3b", "gpt-oss-20b", "gpt-oss-120b", "gemma-2-2b", "gemma-2-9b", "gemma-2-27b", "gemma-3-1b", "gemma-3-4b",
+        "qwen3.5-0.8b", "qwen3.5-2b", "qwen3.5-4b", "qwen3.5-9b", "qwen3.5-27b", "qwen3.5-35b-a3b", "gpt-oss-20b", "gpt-oss-120b", "gemma-2-2b", "gemma-2-9b", "gemma-2-27b", "gemma-3-1b", "gemma-3-4b",
         "gemma-3-12b", "gemma-3-27b", "ministral-3-3b", "ministral-3-8b", "ministral-3-14b", "llama3.2-1b", "llama3.2-3b",
         "phi-3.5-mini", "phi-4-mini", "phi-4", "llama-98m", "llama-20m"};
     return names;
@@ -126,6 +126,21 @@ SynthSpec synth_preset(const std::string & name) {
         s.arch = "qwen35moe", s.n_head_kv = 2, s.head_dim = 256, s.n_rot = 64, s.n_ctx_train = 262144, s.rope_base = 1e7f;
         s.n_expert = 512, s.n_expert_used = 10, s.n_ff_exp = 512;
         s.ssm_k_heads = 16, s.ssm_v_heads = 32, s.ssm_head_dim = 128, s.ssm_d_conv = 4, s.full_attn_interval = 4;
+    } else if (name == "qwen3.5-0.8b" || name == "qwen3.5-2b" || name == "qwen3.5-4b" || name == "qwen3.5-9b" || name == "qwen3.5-27b") {
+        // Qwen3.5's dense models (their config.json's text_config): every fourth layer gated full attention (head_dim
+        // 256, 64 dimensions rotated, RoPE base 1e7), the others Gated DeltaNet (16 key heads, 128 wide, conv 4); the
+        // 248,320-token vocabulary, tied up to the 4B. (Their checkpoints' MTP block and vision tower are not part of
+        // the shape.)
+        struct Q { uint32_t embd, layers, heads, kv, ff, v_heads; bool tied; };
+        const Q q = name == "qwen3.5-0.8b" ? Q{1024, 24, 8, 2, 3584, 16, true}
+                  : name == "qwen3.5-2b"   ? Q{2048, 24, 8, 2, 6144, 16, true}
+                  : name == "qwen3.5-4b"   ? Q{2560, 32, 16, 4, 9216, 32, true}
+                  : name == "qwen3.5-9b"   ? Q{4096, 32, 16, 4, 12288, 32, false}
+                                           : Q{5120, 64, 24, 4, 17408, 48, false};
+        qwen3(q.embd, q.layers, q.heads, q.ff, q.tied);
+        s.arch = "qwen35", s.n_head_kv = q.kv, s.head_dim = 256, s.n_rot = 64, s.n_ctx_train = 262144, s.rope_base = 1e7f;
+        s.n_vocab = 248320, s.ssm_k_heads = 16, s.ssm_v_heads = q.v_heads, s.ssm_head_dim = 128, s.ssm_d_conv = 4;
+        s.full_attn_interval = 4;
     } else if (name == "qwen3.5-35b-a3b") {
         // Qwen3.5-35B-A3B (its public training recipe's model arguments): 40 layers of 2048, every fourth gated full
         // attention (16 heads over 2, head_dim 256, 64 dimensions rotated, RoPE base 1e7), the others Gated DeltaNet

@@ -72,7 +72,7 @@ struct SynthSpec {
 // The real shapes of models people finetune (hidden size, layers, heads, head_dim, n_ff, vocabulary, tied
 // head, rope base, context): qwen3-0.6b, qwen3-1.7b, qwen3-32b, llama3.1-8b, the mixtures of experts
 // qwen3-30b-a3b and qwen3-235b-a22b, the hybrids qwen3-next-80b-a3b (Gated DeltaNet and gated attention, qwen35moe's layout)
-// and qwen3.5-35b-a3b,
+// and qwen3.5-35b-a3b, Qwen3.5's dense hybrids qwen3.5-0.8b, -2b, -4b, -9b and -27b,
 // gpt-oss-20b and gpt-oss-120b (their sliding window and YaRN), gemma-3-1b,
 // gemma-3-4b, gemma-3-12b and gemma-3-27b, ministral-3-3b, ministral-3-8b and ministral-3-14b (YaRN 16 x
 // 16384, attention temperature 0.1), gemma-2-2b, gemma-2-9b and gemma-2-27b (a 4096-token window on every other layer,

@@ -12,6 +12,9 @@
 #include <chrono>
 #include <cctype>
 #include <cmath>
+#include <filesystem>
+#include <memory>
+#include <utility>
 
 using namespace gguf_test;
 using gguf::TensorType;
@@ -334,6 +337,28 @@ TEST(GgufModels, ReleasedPagesReadBackTheSameBytes) {
     auto m = gguf::Reader::from_memory(file.data(), file.size(), "stories260K in memory");
     EXPECT_EQ(m->release_pages(m->tensor_data(*m->find_tensor("token_embd.weight")), n), 0u);
     EXPECT_FALSE(m->resident_bytes(m->tensor_data(*m->find_tensor("token_embd.weight")), n).has_value());
+}
+
+// Qwen3.5's dense presets have the sizes their names give: the text model's parameters (no vision tower, no MTP
+// block), read back from a shapes-only file, within 7% of 0.8 / 2 / 4 / 9 / 27 billion (measured: 0.752, 1.882,
+// 4.206, 8.954, 26.896). A wrong width, depth or head count moves one by far more.
+TEST(GgufModels, Qwen35PresetsHaveTheirNamedSizes) {
+    TempDir dir;
+    const std::pair<const char *, double> sizes[] = {
+        {"qwen3.5-0.8b", 0.8e9}, {"qwen3.5-2b", 2e9}, {"qwen3.5-4b", 4e9}, {"qwen3.5-9b", 9e9}, {"qwen3.5-27b", 27e9}};
+    for (const auto & [name, billions] : sizes) {
+        rp::SynthSpec spec = rp::synth_preset(name);
+        spec.weights = false;  // holes: no disk
+        const std::string path = dir.file(std::string(name) + ".gguf");
+        rp::write_synth_model(spec, path);
+        int64_t params = 0;
+        {
+            const std::unique_ptr<gguf::Reader> r = gguf::Reader::open(path);
+            for (const gguf::TensorInfo & t : r->tensors()) params += t.nelements();
+        }
+        EXPECT_NEAR(static_cast<double>(params) / billions, 1.0, 0.07) << name << ": " << params << " parameters";
+        std::filesystem::remove(path);
+    }
 }
 
 // The preset list (synth_preset_names: rp-gguf synth --help and the unknown-shape error print it) is exactly the
