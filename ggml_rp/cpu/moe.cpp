@@ -5,11 +5,13 @@
 // thread count.
 #include "ggml_rp/cpu/gemm.h"
 #include "ggml_rp/cpu/kernel_registry.h"
+#include "ggml_rp/cpu/kernel_scratch.h"
 #include "ggml_rp/cpu/routing_tape.h"
 #include "ggml_rp/cpu/strided.h"
 #include "ggml_rp/ops/moe.h"
 #include "base/error.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -47,6 +49,21 @@ int64_t x_col(int64_t p, int64_t k, int64_t X1) { return X1 == 1 ? p / k : p; }
 void gather(const float * src, int64_t rows, const int64_t * pairs, int64_t n, int64_t k, int64_t X1, float * dst) {
     for (int64_t j = 0; j < n; ++j)
         std::memcpy(dst + j * rows, src + x_col(pairs[j], k, X1) * rows, static_cast<size_t>(rows) * sizeof(float));
+}
+
+// The most pairs one expert has.
+int64_t widest_expert(const Routing & r) {
+    int64_t m = 0;
+    for (size_t e = 0; e + 1 < r.start.size(); ++e) m = std::max(m, r.start[e + 1] - r.start[e]);
+    return m;
+}
+
+// The kernels' scratch for an expert of m pairs: its gathered inputs (a rows each) and outputs (b rows each), and
+// before them the per-pair results of MUL_MAT_ID_BACK_X's slot sum (extra floats). Planned (kernel_scratch.h) for
+// m = the tokens, which an expert cannot pass when each token picks distinct experts (MOE_TOPK's ids), with the
+// largest GEMM pack of such an expert.
+size_t gathered_bytes(int64_t a, int64_t b, int64_t m, int64_t extra) {
+    return scratch_round(size_t(a * m) * sizeof(float)) + scratch_round(size_t(b * m) * sizeof(float)) + scratch_round(size_t(extra) * sizeof(float));
 }
 
 } // namespace
@@ -121,18 +138,17 @@ void mul_mat_id(Tensor * n) {
     const int64_t K = W->ne[0], N = W->ne[1], E = W->ne[2], k = ids->ne[0], X1 = X->ne[1];
     const Routing r = route(n, ids, E);
     std::memset(n->data, 0, n->nbytes());
-    std::vector<float> xs, ys;
+    const int64_t widest = widest_expert(r);
+    Scratch sc(gathered_bytes(K, N, widest, 0));
+    float * xs = sc.take<float>(size_t(K * widest));
+    float * ys = sc.take<float>(size_t(N * widest));
     for (int64_t e = 0; e < E; ++e) {
         const int64_t b = r.start[static_cast<size_t>(e)], m = r.start[static_cast<size_t>(e) + 1] - b;
         if (m == 0) continue;
-        xs.resize(static_cast<size_t>(K * m));
-        ys.resize(static_cast<size_t>(N * m));
-        gather(X->data_as<float>(), K, r.pairs.data() + b, m, k, X1, xs.data());
-        matmul_fwd(K, N, m, static_cast<const char *>(W->data) + static_cast<size_t>(e) * W->nb[2], W->type, W->nb[1], xs.data(), K,
-                   ys.data(), N, false);
+        gather(X->data_as<float>(), K, r.pairs.data() + b, m, k, X1, xs);
+        matmul_fwd(K, N, m, static_cast<const char *>(W->data) + static_cast<size_t>(e) * W->nb[2], W->type, W->nb[1], xs, K, ys, N, false);
         for (int64_t j = 0; j < m; ++j)
-            std::memcpy(n->data_as<float>() + r.pairs[static_cast<size_t>(b + j)] * N, ys.data() + j * N,
-                        static_cast<size_t>(N) * sizeof(float));
+            std::memcpy(n->data_as<float>() + r.pairs[static_cast<size_t>(b + j)] * N, ys + j * N, static_cast<size_t>(N) * sizeof(float));
     }
 }
 
@@ -143,27 +159,28 @@ void mul_mat_id_back_x(Tensor * n) {
     const int64_t K = W->ne[0], N = W->ne[1], E = W->ne[2], k = ids->ne[0], T = ids->ne[1], X1 = n->ne[1];
     const Routing r = route(n, ids, E);
     // Every pair's W^T dY first (zero for none), then the slot sum in slot order when the slots share X.
-    std::vector<float> per_pair(X1 == 1 ? static_cast<size_t>(K * k * T) : 0);
-    float * dst = X1 == 1 ? per_pair.data() : n->data_as<float>();
+    const int64_t widest = widest_expert(r);
+    Scratch sc(gathered_bytes(N, K, widest, X1 == 1 ? K * k * T : 0));
+    float * per_pair = X1 == 1 ? sc.take<float>(size_t(K * k * T)) : nullptr;
+    float * dys = sc.take<float>(size_t(N * widest));
+    float * dxs = sc.take<float>(size_t(K * widest));
+    float * dst = X1 == 1 ? per_pair : n->data_as<float>();
     std::memset(dst, 0, static_cast<size_t>(K * k * T) * sizeof(float));
-    std::vector<float> dys, dxs;
     for (int64_t e = 0; e < E; ++e) {
         const int64_t b = r.start[static_cast<size_t>(e)], m = r.start[static_cast<size_t>(e) + 1] - b;
         if (m == 0) continue;
-        dys.resize(static_cast<size_t>(N * m));
-        dxs.resize(static_cast<size_t>(K * m));
-        gather(dY->data_as<float>(), N, r.pairs.data() + b, m, k, k, dys.data());
-        matmul_bwd_x(K, N, m, static_cast<const char *>(W->data) + static_cast<size_t>(e) * W->nb[2], W->type, W->nb[1], dys.data(),
-                     N, dxs.data(), K, false);
+        gather(dY->data_as<float>(), N, r.pairs.data() + b, m, k, k, dys);
+        matmul_bwd_x(K, N, m, static_cast<const char *>(W->data) + static_cast<size_t>(e) * W->nb[2], W->type, W->nb[1], dys, N, dxs,
+                     K, false);
         for (int64_t j = 0; j < m; ++j)
-            std::memcpy(dst + r.pairs[static_cast<size_t>(b + j)] * K, dxs.data() + j * K, static_cast<size_t>(K) * sizeof(float));
+            std::memcpy(dst + r.pairs[static_cast<size_t>(b + j)] * K, dxs + j * K, static_cast<size_t>(K) * sizeof(float));
     }
     if (X1 != 1) return;
     float * out = n->data_as<float>();
 #pragma omp parallel for schedule(static) if (K * k * T >= min_parallel_elements())
     for (int64_t t = 0; t < T; ++t) {
         float * o = out + t * K;
-        const float * src = per_pair.data() + t * k * K;
+        const float * src = per_pair + t * k * K;
         std::memcpy(o, src, static_cast<size_t>(K) * sizeof(float));
         for (int64_t s = 1; s < k; ++s)
             for (int64_t i = 0; i < K; ++i) o[i] += src[s * K + i];
@@ -177,7 +194,10 @@ void out_prod_id(Tensor * n) {
     const bool accumulate = n->param_i32(0) != 0;
     const int64_t K = n->ne[0], N = n->ne[1], E = n->ne[2], k = ids->ne[0], X1 = X->ne[1];
     const Routing r = route(n, ids, E);
-    std::vector<float> xs, dys;
+    const int64_t widest = widest_expert(r);
+    Scratch sc(gathered_bytes(K, N, widest, 0));
+    float * xs = sc.take<float>(size_t(K * widest));
+    float * dys = sc.take<float>(size_t(N * widest));
     for (int64_t e = 0; e < E; ++e) {
         float * dw = n->data_as<float>() + e * K * N;
         const int64_t b = r.start[static_cast<size_t>(e)], m = r.start[static_cast<size_t>(e) + 1] - b;
@@ -185,13 +205,32 @@ void out_prod_id(Tensor * n) {
             if (!accumulate) std::memset(dw, 0, static_cast<size_t>(K * N) * sizeof(float));
             continue;
         }
-        xs.resize(static_cast<size_t>(K * m));
-        dys.resize(static_cast<size_t>(N * m));
-        gather(X->data_as<float>(), K, r.pairs.data() + b, m, k, X1, xs.data());
-        gather(dY->data_as<float>(), N, r.pairs.data() + b, m, k, k, dys.data());
-        matmul_bwd_w(K, N, m, xs.data(), K, dys.data(), N, dw, K, accumulate);
+        gather(X->data_as<float>(), K, r.pairs.data() + b, m, k, X1, xs);
+        gather(dY->data_as<float>(), N, r.pairs.data() + b, m, k, k, dys);
+        matmul_bwd_w(K, N, m, xs, K, dys, N, dw, K, accumulate);
     }
 }
+
+namespace {
+
+// Each expert of at most T pairs (T: the tokens, ids->ne[1]), and its GEMM's pack.
+size_t mul_mat_id_scratch(const Tensor * n) {
+    const int64_t K = n->src[0]->ne[0], N = n->src[0]->ne[1], T = n->src[2]->ne[1];
+    return gathered_bytes(K, N, T, 0) + matmul_fwd_scratch_bytes(K, N, T);
+}
+size_t mul_mat_id_back_x_scratch(const Tensor * n) {
+    const int64_t K = n->src[0]->ne[0], N = n->src[0]->ne[1], k = n->src[2]->ne[0], T = n->src[2]->ne[1];
+    return gathered_bytes(N, K, T, n->ne[1] == 1 ? K * k * T : 0) + matmul_bwd_x_scratch_bytes(K, N, T);
+}
+size_t out_prod_id_scratch(const Tensor * n) {
+    const int64_t K = n->ne[0], N = n->ne[1], T = n->src[2]->ne[1];
+    return gathered_bytes(K, N, T, 0) + matmul_bwd_w_scratch_bytes(K, N, T);
+}
+
+} // namespace
+
+const RegisterScratch kRegisterScratch{
+    {Op::MUL_MAT_ID, mul_mat_id_scratch}, {Op::MUL_MAT_ID_BACK_X, mul_mat_id_back_x_scratch}, {Op::OUT_PROD_ID, out_prod_id_scratch}};
 
 const RegisterKernels kRegister{{Op::MOE_TOPK, moe_topk},     {Op::MOE_WEIGHTS, moe_weights},
                                 {Op::MOE_WEIGHTS_BACK, moe_weights_back}, {Op::MUL_MAT_ID, mul_mat_id},
