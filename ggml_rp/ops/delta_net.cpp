@@ -5,6 +5,8 @@
 #include "ggml_rp/ops/op_util.h"
 #include "ggml_rp/ops/view.h"
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 
 namespace rp {
@@ -73,6 +75,13 @@ Tensor * ssm_conv_back(Context & ctx, Tensor * y, Tensor * dy, int which) {
     return t;
 }
 
+int64_t delta_net_chunk(int64_t T, int64_t Dv) {
+    const double best = std::sqrt(static_cast<double>(std::max<int64_t>(T, 1)) * static_cast<double>(std::max<int64_t>(Dv, 1)) / 12.0);
+    int64_t c = 64;
+    while (static_cast<double>(2 * c) <= best * std::sqrt(2.0)) c *= 2;  // the nearest power of two (geometrically)
+    return c;
+}
+
 Tensor * delta_net(Context & ctx, Tensor * q, Tensor * k, Tensor * v, Tensor * g, Tensor * beta, float scale, Tensor * state0,
                    Tensor * seg_start, int64_t chunk) {
     const char * op = "delta_net";
@@ -84,7 +93,8 @@ Tensor * delta_net(Context & ctx, Tensor * q, Tensor * k, Tensor * v, Tensor * g
     const int64_t Dv = v->ne[0], Hv = v->ne[1];
     detail::require(v->ne[2] == T && v->ne[3] == B, op, "v " + describe(v) + " and q " + describe(q) + " differ in tokens or batch");
     detail::require(Hv % Hk == 0, op, "value heads of " + describe(v) + " are not a multiple of the key heads of " + describe(q));
-    detail::require(chunk >= 1, op, "chunk must be >= 1");
+    detail::require(chunk >= 0, op, "chunk must be >= 1 (0: chosen by the sequence length)");
+    if (chunk == 0) chunk = delta_net_chunk(T, Dv);
     g = packed3(ctx, op, g, "g", Hv, T, B);
     beta = packed3(ctx, op, beta, "beta", Hv, T, B);
     check_seg_start(op, seg_start, T, B);

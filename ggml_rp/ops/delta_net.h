@@ -35,9 +35,14 @@ Tensor * ssm_conv_state(Context & ctx, Tensor * y);
 // needs neither x nor the prefix (null there, so a graph need not keep x for it: it is the node's shape).
 Tensor * ssm_conv_back(Context & ctx, Tensor * y, Tensor * dy, int which);
 
-// chunk: tokens between two saved states (llama.cpp's chunk size, 64, by default).
+// chunk: tokens between two saved states; 0 (the default): delta_net_chunk(T, Dv).
 Tensor * delta_net(Context & ctx, Tensor * q, Tensor * k, Tensor * v, Tensor * g, Tensor * beta, float scale,
-                   Tensor * state0 = nullptr, Tensor * seg_start = nullptr, int64_t chunk = 64);
+                   Tensor * state0 = nullptr, Tensor * seg_start = nullptr, int64_t chunk = 0);
+// The states the forward saves, T / chunk of [Dk, Dv] per value head, against what the backward holds to recompute
+// one chunk, about 12 chunk x Dk floats per value head (CUDA: 4 warps of a head, each a chunk's states and two
+// chunk x Dk arrays): their sum is least at chunk = sqrt(T Dv / 12). The power of two nearest that, at least 64
+// (llama.cpp's chunk). The bits are the same for any chunk; only memory and the backward's locality change.
+int64_t delta_net_chunk(int64_t T, int64_t Dv);
 // The final state of a delta_net node: f32 [Dk, Dv, Hv, B].
 Tensor * delta_net_state(Context & ctx, Tensor * o);
 

@@ -4,6 +4,8 @@
 // conv state carried over, as generation does) equals one call bit for bit.
 #include "harness.h"
 
+#include "ggml_rp/ops/delta_net.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -307,6 +309,26 @@ TEST(OpDeltaNet, ChunkSizeChangesNoBits) {
             for (size_t i = 0; i < r.grads.size(); ++i) EXPECT_TRUE(same_bits(r.grads[i], base.grads[i])) << "chunk " << chunk << " grad " << i;
         }
     }
+}
+
+// The default checkpoint interval (chunk 0): the power of two nearest sqrt(T Dv / 12), at least llama.cpp's 64, so a
+// long sequence saves far fewer states (Qwen3.5's Dv 128 at 80k tokens: one every 1024 tokens, 16x fewer than
+// every 64) while the backward's per-chunk recompute stays about as large; the node takes it, and its aux bytes
+// hold that many states.
+TEST(OpDeltaNet, TheDefaultChunkBalancesSavedStatesAndRecompute) {
+    EXPECT_EQ(rp::delta_net_chunk(1, 128), 64);
+    EXPECT_EQ(rp::delta_net_chunk(256, 128), 64);     // sqrt = 52
+    EXPECT_EQ(rp::delta_net_chunk(2048, 64), 128);    // 105
+    EXPECT_EQ(rp::delta_net_chunk(4096, 128), 256);   // 209
+    EXPECT_EQ(rp::delta_net_chunk(81920, 128), 1024); // 935
+    EXPECT_EQ(rp::delta_net_chunk(1 << 20, 128), 4096);
+    for (int64_t T = 1; T <= (1 << 22); T *= 3) EXPECT_LE(rp::delta_net_chunk(T, 128), rp::delta_net_chunk(3 * T, 128)) << T;
+    Context ctx;
+    const int64_t Dk = 8, Hk = 1, Dv = 128, Hv = 2, T = 4096, B = 1;
+    auto f32 = [&](int64_t a, int64_t b, int64_t c, int64_t d) { return ctx.new_tensor(rp::DType::F32, a, b, c, d); };
+    Tensor * o = rp::delta_net(ctx, f32(Dk, Hk, T, B), f32(Dk, Hk, T, B), f32(Dv, Hv, T, B), f32(Hv, T, B, 1), f32(Hv, T, B, 1), 0.5f);
+    EXPECT_EQ(o->param_i32(1), 256);
+    EXPECT_EQ(o->aux_bytes, size_t(4096 / 256 + 1) * Dk * Dv * Hv * B * sizeof(float));
 }
 
 // The kernels run the value columns in groups side by side (cpu/delta_net.cpp): a column's bits are its own, whatever
