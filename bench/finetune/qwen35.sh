@@ -3,7 +3,8 @@
 # same parameters, side by side in one run: CPU training tokens/s and peak RSS of rp-finetune (LoRA on the default
 # targets, one sequence per step) at growing sequence lengths; then the longest sequence one 24 GB device trains
 # (rp-simulate --max-seq, 8 devices, LoRA r32) for the hybrid MoE shapes qwen3.5-35b-a3b and qwen3-next-80b-a3b beside
-# qwen3-30b-a3b (the same 3B active parameters).
+# qwen3-30b-a3b (the same 3B active parameters), and for Qwen3.5's dense hybrids beside the dense qwen3 of about
+# their size.
 #
 #   bench/finetune/qwen35.sh BUILD_DIR [THREADS]
 #   env: EMBD (256), LAYERS (8), SEQS ("256 2048 8192"), STEPS (2)
@@ -40,6 +41,7 @@ for s in $seqs; do
 done
 echo
 echo "== the longest sequence one 24 GB device trains (8 devices, bf16 weights, LoRA r32)"
-for m in qwen3.5-35b-a3b qwen3-next-80b-a3b qwen3-30b-a3b; do
+for m in qwen3.5-35b-a3b qwen3-next-80b-a3b qwen3-30b-a3b qwen3.5-0.8b qwen3-0.6b qwen3.5-2b qwen3-1.7b qwen3.5-4b qwen3.5-9b \
+  llama3.1-8b qwen3.5-27b qwen3-32b; do
   "$build/bin/rp-simulate" --max-seq --model "$m" --device-mem 24G | grep -E '^(model|max seq):' | sed 's/ (.*//'
 done
