@@ -1,6 +1,7 @@
 // Kernel scratch: memory a CPU kernel needs only while it runs (attention's kept dS blocks, the LM head's logit
-// tiles), planned with the graph's tensors, so that the memory plan of a device or of the host counts it and a
-// training step maps no fresh pages for it (ggml's work buffer, per node here).
+// tiles, a GEMM's packed operand, the MoE's gathered rows), planned with the graph's tensors, so that the memory
+// plan of a device or of the host counts it and a training step allocates none of it (ggml's work buffer, per
+// node here).
 //
 //   node_scratch_bytes(n)   what node n's kernel takes (0 for most ops): each op family registers the size of
 //                           its kernels' scratch beside the kernels (RegisterScratch), from the same function
