@@ -39,24 +39,25 @@ void cap_logits(float * L, int64_t n, float cap) {
     for (int64_t i = 0; i < n; ++i) L[i] = cap * std::tanh(L[i] / cap);
 }
 
-// A chunk x T tile's floats, and the scratch of the tiles L and G and the per-token rescale factors.
+// A chunk x T tile's floats, and the scratch of the tile L, the tile G (with_g: a pass that forms gradients
+// through a soft-cap, or pass 2) and the per-token rescale factors.
 size_t tile_floats(const LmHeadCEShape & s, int64_t rows) { return size_t(std::min({s.chunk, s.V, rows}) * std::max<int64_t>(s.T, 1)); }
 // The GEMMs' packed operands of one chunk's products (the largest: they run one after the other).
 size_t chunk_products_bytes(const LmHeadCEShape & s, int64_t rows) {
     const int64_t nv = std::min({s.chunk, s.V, rows});
     return std::max({matmul_fwd_scratch_bytes(s.C, nv, s.T), matmul_bwd_x_scratch_bytes(s.C, nv, s.T), matmul_bwd_w_scratch_bytes(s.C, nv, s.T)});
 }
-size_t tiles_bytes(const LmHeadCEShape & s, int64_t rows) {
-    return 2 * scratch_round(tile_floats(s, rows) * sizeof(float)) + scratch_round(size_t(std::max<int64_t>(s.T, 1)) * sizeof(float));
+size_t tiles_bytes(const LmHeadCEShape & s, int64_t rows, bool with_g) {
+    return (with_g ? 2 : 1) * scratch_round(tile_floats(s, rows) * sizeof(float)) + scratch_round(size_t(std::max<int64_t>(s.T, 1)) * sizeof(float));
 }
 
-// The tiles of one pass, carved from a kernel's scratch; rescale starts at 1 for every token.
+// The tiles of one pass, carved from a kernel's scratch (G null without with_g); rescale starts at 1 for every token.
 struct Tiles {
     float * L;
     float * G;
     float * rescale;
-    Tiles(Scratch & sc, const LmHeadCEShape & s, int64_t rows)
-        : L(sc.take<float>(tile_floats(s, rows))), G(sc.take<float>(tile_floats(s, rows))),
+    Tiles(Scratch & sc, const LmHeadCEShape & s, int64_t rows, bool with_g)
+        : L(sc.take<float>(tile_floats(s, rows))), G(with_g ? sc.take<float>(tile_floats(s, rows)) : nullptr),
           rescale(sc.take<float>(size_t(std::max<int64_t>(s.T, 1)))) {
         std::fill(rescale, rescale + std::max<int64_t>(s.T, 1), 1.0f);
     }
@@ -190,8 +191,8 @@ size_t state_bytes(int64_t T) {
 
 // lm_head_ce's own arrays (its GEMMs take theirs after them): lse, rest, pass 1's state and, for a pass over the
 // vocabulary, the tiles.
-size_t own_scratch_bytes(const LmHeadCEShape & s, bool tiles) {
-    return 2 * scratch_round(size_t(std::max<int64_t>(s.T, 1)) * sizeof(float)) + state_bytes(s.T) + (tiles ? tiles_bytes(s, s.V) : 0);
+size_t own_scratch_bytes(const LmHeadCEShape & s, bool tiles, bool with_g) {
+    return 2 * scratch_round(size_t(std::max<int64_t>(s.T, 1)) * sizeof(float)) + state_bytes(s.T) + (tiles ? tiles_bytes(s, s.V, with_g) : 0);
 }
 
 // Pass 1 over the whole vocabulary: every token's logsumexp into lse (float, as pass 2 reads it) and 1 - p_label
@@ -238,12 +239,13 @@ double lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf
     // The tiles (column t of a chunk's at L + t*nv) only for a pass over the vocabulary: not when only the
     // forward's unit gradients are scaled.
     const bool pass1 = !aux.lse_in, pass2 = dW || (dh && !aux.unit_dh_in);
-    Scratch scratch(own_scratch_bytes(s, pass1 || pass2));
+    const bool with_g = pass2 || (pass1 && aux.unit_dh_out && s.softcap > 0.0f);
+    Scratch scratch(own_scratch_bytes(s, pass1 || pass2, with_g));
     const size_t n = size_t(std::max<int64_t>(T, 1));
     float * lse = scratch.take<float>(n);
     float * rest = scratch.take<float>(n);
     std::optional<Tiles> tiles;
-    if (pass1 || pass2) tiles.emplace(scratch, s, V);
+    if (pass1 || pass2) tiles.emplace(scratch, s, V, with_g);
     double loss = 0.0;
     if (aux.lse_in) {
         std::copy(aux.lse_in, aux.lse_in + T, lse);
@@ -305,11 +307,13 @@ double lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf
     return loss;
 }
 
-size_t lm_head_ce_scratch_bytes(const LmHeadCEShape & s, bool tiles) {
-    return own_scratch_bytes(s, tiles) + (tiles ? chunk_products_bytes(s, s.V) : 0);
+size_t lm_head_ce_scratch_bytes(const LmHeadCEShape & s, bool tiles, bool with_g) {
+    return own_scratch_bytes(s, tiles, with_g) + (tiles ? chunk_products_bytes(s, s.V) : 0);
 }
 
-size_t lm_head_ce_range_scratch_bytes(const LmHeadCEShape & s, int64_t nv) { return tiles_bytes(s, nv) + chunk_products_bytes(s, nv); }
+size_t lm_head_ce_range_scratch_bytes(const LmHeadCEShape & s, int64_t nv, bool forms_grad) {
+    return tiles_bytes(s, nv, forms_grad && s.softcap > 0.0f) + chunk_products_bytes(s, nv);
+}
 
 void lm_head_ce_range(const LmHeadCEShape & s, int64_t v0, int64_t nv, const float * h, const void * W_range, gguf::TensorType wtype,
                       size_t w_row_bytes, const int32_t * labels, const LmHeadCEState & st) {
@@ -319,8 +323,9 @@ void lm_head_ce_range(const LmHeadCEShape & s, int64_t v0, int64_t nv, const flo
     if (!st.unit != !st.label_rows) throw Error("lm_head_ce_range: the unit gradients and the label rows come together");
     const int64_t chunk = std::min(s.chunk, s.V);
     if (v0 == 0) start_state(st, s.T);
-    Scratch sc(tiles_bytes(s, nv));
-    const Tiles tiles(sc, s, nv);
+    const bool with_g = st.unit && s.softcap > 0.0f;
+    Scratch sc(tiles_bytes(s, nv, with_g));
+    const Tiles tiles(sc, s, nv, with_g);
     const char * wbytes = static_cast<const char *>(W_range);
     for (int64_t j = 0; j < nv; j += chunk)
         fold_chunk(s, v0 + j, std::min(chunk, nv - j), h, wbytes + j * w_row_bytes, wtype, w_row_bytes, labels, st, tiles);

@@ -53,8 +53,9 @@ double lm_head_ce(const LmHeadCEShape & s, const float * h, const void * W, gguf
                   size_t w_row_bytes, const int32_t * labels, float loss_scale,
                   float * dh, float * dW, int64_t dw_row, const LmHeadCEAux & aux = {});
 // The scratch lm_head_ce takes (kernel_scratch.h): per-token sums and, when a pass over the vocabulary runs
-// (tiles: no lse_in, or dW, or dh without unit_dh_in), the two chunk x T tiles.
-size_t lm_head_ce_scratch_bytes(const LmHeadCEShape & s, bool tiles);
+// (tiles: no lse_in, or dW, or dh without unit_dh_in), a chunk x T tile of logits, a second for their gradients
+// (with_g: pass 2, or pass 1 forming the unit gradients through a soft-cap), and the GEMMs' packs.
+size_t lm_head_ce_scratch_bytes(const LmHeadCEShape & s, bool tiles, bool with_g);
 
 // A streamed head's carried state (ops/lm_head_state.h: pointers into the caller's buffer); the gradient's parts
 // (unit, label_rows) non-null when the ranges form it.
@@ -65,8 +66,9 @@ using LmHeadCEState = LmHeadState;
 // of [0, V) in order (v0 == 0 starts the state), then lm_head_ce_finish gives lm_head_ce's bits.
 void lm_head_ce_range(const LmHeadCEShape & s, int64_t v0, int64_t nv, const float * h, const void * W_range, gguf::TensorType wtype,
                       size_t w_row_bytes, const int32_t * labels, const LmHeadCEState & st);
-// The scratch lm_head_ce_range takes for nv rows: its tiles.
-size_t lm_head_ce_range_scratch_bytes(const LmHeadCEShape & s, int64_t nv);
+// The scratch lm_head_ce_range takes for nv rows: its tiles (the gradients' only when it forms them through a
+// soft-cap) and the GEMMs' packs.
+size_t lm_head_ce_range_scratch_bytes(const LmHeadCEShape & s, int64_t nv, bool forms_grad);
 // The loss (returned), logsumexps, 1 - p_label, token losses and unit gradients (aux's lse_out, rest_out,
 // token_loss, unit_dh_out; unit_dh_out needs st.unit) from the state of every range.
 double lm_head_ce_finish(const LmHeadCEShape & s, const int32_t * labels, float loss_scale, const LmHeadCEState & st,

@@ -92,14 +92,17 @@ void lm_head_ce_back(Tensor * n) {
 namespace {
 
 // The kernels' scratch, for the calls the kernels above make: a streamed head's forward only finishes its state.
-size_t lm_head_ce_scratch(const Tensor * n) {
-    return lm_head_streamed(n) ? 0 : lm_head_ce_scratch_bytes(shape_of(n, n->src[0], lm_head_vocab(n)), true);
+size_t lm_head_ce_scratch(const Tensor * n) {  // pass 1, the gradients' tile when it forms them through a soft-cap
+    if (lm_head_streamed(n)) return 0;
+    const LmHeadCEShape s = shape_of(n, n->src[0], lm_head_vocab(n));
+    return lm_head_ce_scratch_bytes(s, true, lm_head_forms_grad(n) && s.softcap > 0.0f);
 }
 size_t lm_head_ce_back_scratch(const Tensor * n) {  // pass 2 unless the forward's unit gradients are only scaled
-    return lm_head_ce_scratch_bytes(shape_of(n, n->src[0], lm_head_vocab(n)), n->src[4] != nullptr || !lm_head_forms_grad(n->src[5]));
+    const bool pass2 = n->src[4] != nullptr || !lm_head_forms_grad(n->src[5]);
+    return lm_head_ce_scratch_bytes(shape_of(n, n->src[0], lm_head_vocab(n)), pass2, pass2);
 }
 size_t lm_head_ce_range_scratch(const Tensor * n) {
-    return lm_head_ce_range_scratch_bytes(shape_of(n, n->src[0], n->param_i32(3)), n->src[1]->ne[1]);
+    return lm_head_ce_range_scratch_bytes(shape_of(n, n->src[0], n->param_i32(3)), n->src[1]->ne[1], n->param_i32(4) != 0);
 }
 
 } // namespace

@@ -162,7 +162,8 @@ TEST(KernelScratch, ATakenOrTooSmallBlockGivesAHeapBlockAndIsCounted) {
 }
 
 // The sizes follow the kernels: the kept dS blocks only while they fit set_attention_kept_ds_bytes, the LM head's
-// tiles only for a pass over the vocabulary, a GEMM's packed operand only past the 16 MiB a thread keeps.
+// tiles only for a pass over the vocabulary (the gradients' only where it forms them), a GEMM's packed operand only
+// past the 16 MiB a thread keeps.
 TEST(KernelScratch, SizesFollowWhatTheKernelsKeep) {
     rp::AttentionShape s;
     s.B = 1, s.Tq = s.Tk = 200, s.Hq = 4, s.Hkv = 2, s.D = 16, s.scale = 0.25f;
@@ -173,10 +174,14 @@ TEST(KernelScratch, SizesFollowWhatTheKernelsKeep) {
     EXPECT_EQ(recomputed, rp::cpu::scratch_round(200 * 4 * sizeof(float)));  // rowsum(dO O) only
     EXPECT_EQ(kept, recomputed + rp::cpu::scratch_round(4 * 4 * 4 * 64 * 64 * sizeof(float)) + rp::cpu::scratch_round(4 * 4 * 4));
     const rp::cpu::LmHeadCEShape h{64, 1000, 30, 256};
-    const size_t with_tiles = rp::cpu::lm_head_ce_scratch_bytes(h, true), without = rp::cpu::lm_head_ce_scratch_bytes(h, false);
-    EXPECT_EQ(with_tiles - without, 2 * rp::cpu::scratch_round(256 * 30 * sizeof(float)) + rp::cpu::scratch_round(30 * sizeof(float)));
-    EXPECT_EQ(rp::cpu::lm_head_ce_range_scratch_bytes(h, 100), 2 * rp::cpu::scratch_round(100 * 30 * sizeof(float)) +
-                                                                  rp::cpu::scratch_round(30 * sizeof(float)));
+    const size_t tile = rp::cpu::scratch_round(256 * 30 * sizeof(float)), per_token = rp::cpu::scratch_round(30 * sizeof(float));
+    const size_t without = rp::cpu::lm_head_ce_scratch_bytes(h, false, false);
+    EXPECT_EQ(rp::cpu::lm_head_ce_scratch_bytes(h, true, true) - without, 2 * tile + per_token);
+    EXPECT_EQ(rp::cpu::lm_head_ce_scratch_bytes(h, true, false) - without, tile + per_token);  // logits only
+    EXPECT_EQ(rp::cpu::lm_head_ce_range_scratch_bytes(h, 100, true), rp::cpu::scratch_round(100 * 30 * sizeof(float)) + per_token);
+    const rp::cpu::LmHeadCEShape capped{64, 1000, 30, 256, 30.0f};
+    EXPECT_EQ(rp::cpu::lm_head_ce_range_scratch_bytes(capped, 100, true), 2 * rp::cpu::scratch_round(100 * 30 * sizeof(float)) + per_token);
+    EXPECT_EQ(rp::cpu::lm_head_ce_range_scratch_bytes(capped, 100, false), rp::cpu::scratch_round(100 * 30 * sizeof(float)) + per_token);
     // 4000 x 1024 floats (under 16 MiB with any micro-kernel's row padding) stay in the thread's buffer; 4200
     // columns take the scratch, in 256-deep reduction blocks
     EXPECT_EQ(rp::cpu::matmul_fwd_scratch_bytes(1024, 8, 4000), 0u);
@@ -185,7 +190,7 @@ TEST(KernelScratch, SizesFollowWhatTheKernelsKeep) {
     EXPECT_EQ(rp::cpu::matmul_bwd_x_scratch_bytes(8, 1000, 4200), rp::cpu::matmul_fwd_scratch_bytes(1024, 8, 4200));  // dY: 4200 x 1000 -> 1024
     EXPECT_EQ(rp::cpu::matmul_bwd_w_scratch_bytes(8, 4200, 1000), rp::cpu::matmul_fwd_scratch_bytes(1024, 8, 4200));  // dY^T: 4200 x 1000
     const rp::cpu::LmHeadCEShape wide{1024, 8000, 4200, 4096};  // the head's GEMMs on top of its arrays
-    EXPECT_EQ(rp::cpu::lm_head_ce_scratch_bytes(wide, true) - rp::cpu::lm_head_ce_scratch_bytes(wide, false),
+    EXPECT_EQ(rp::cpu::lm_head_ce_scratch_bytes(wide, true, true) - rp::cpu::lm_head_ce_scratch_bytes(wide, false, false),
               2 * rp::cpu::scratch_round(size_t(4096) * 4200 * sizeof(float)) + rp::cpu::scratch_round(4200 * sizeof(float)) +
                   rp::cpu::matmul_bwd_w_scratch_bytes(1024, 4096, 4200));
 }
