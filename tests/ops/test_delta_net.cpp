@@ -13,6 +13,7 @@
 #include <bit>
 #include <cstring>
 #include <random>
+#include <string>
 
 using namespace optest;
 using rp::Context;
@@ -458,6 +459,12 @@ TEST(OpDeltaNet, Errors) {
     EXPECT_THROW(rp::delta_net(ctx, q, q, v4, g4, g4, 1.0f, s0, seg), rp::Error);  // a state for packed sequences
     EXPECT_THROW(rp::delta_net(ctx, q, q, v4, g4, g4, 1.0f, ctx.new_tensor(rp::DType::F32, 4, 4, 2, 1)), rp::Error);
     EXPECT_NO_THROW(rp::delta_net(ctx, q, q, v4, g4, g4, 1.0f, s0));
+    try {
+        rp::delta_net(ctx, q, q, v4, g4, g4, 1.0f, nullptr, nullptr, -1);
+        ADD_FAILURE() << "a negative chunk was taken";
+    } catch (const rp::Error & e) {
+        EXPECT_NE(std::string(e.what()).find("chunk"), std::string::npos) << e.what();
+    }
     Tensor * x = ctx.new_tensor(rp::DType::F32, 6, 5, 1);
     EXPECT_THROW(rp::ssm_conv(ctx, x, ctx.new_tensor(rp::DType::F32, 4, 5)), rp::Error);  // 5 channels of w, 6 of x
     EXPECT_THROW(rp::ssm_conv(ctx, x, ctx.new_tensor(rp::DType::F32, 4, 6), ctx.new_tensor(rp::DType::F32, 6, 2, 1)), rp::Error);
