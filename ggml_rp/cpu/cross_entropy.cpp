@@ -45,10 +45,12 @@ size_t tile_floats(const LmHeadCEShape & s, int64_t rows) { return size_t(std::m
 // The GEMMs' packed operands of one chunk's products (the largest: they run one after the other).
 size_t chunk_products_bytes(const LmHeadCEShape & s, int64_t rows) {
     const int64_t nv = std::min({s.chunk, s.V, rows});
-    return std::max({matmul_fwd_scratch_bytes(s.C, nv, s.T), matmul_bwd_x_scratch_bytes(s.C, nv, s.T), matmul_bwd_w_scratch_bytes(s.C, nv, s.T)});
+    return std::max({matmul_fwd_scratch_bytes(s.C, nv, s.T), matmul_bwd_x_scratch_bytes(s.C, nv, s.T),
+                     matmul_bwd_w_scratch_bytes(s.C, nv, s.T)});
 }
 size_t tiles_bytes(const LmHeadCEShape & s, int64_t rows, bool with_g) {
-    return (with_g ? 2 : 1) * scratch_round(tile_floats(s, rows) * sizeof(float)) + scratch_round(size_t(std::max<int64_t>(s.T, 1)) * sizeof(float));
+    return (with_g ? 2 : 1) * scratch_round(tile_floats(s, rows) * sizeof(float)) +
+           scratch_round(size_t(std::max<int64_t>(s.T, 1)) * sizeof(float));
 }
 
 // The tiles of one pass, carved from a kernel's scratch (G null without with_g); rescale starts at 1 for every token.
@@ -64,8 +66,8 @@ struct Tiles {
 };
 
 // Pass 1, one chunk [v0, v0 + nv) of the vocabulary (wchunk: its rows) folded into the running state st; L the
-// chunk tile, G and rescale scratch (rescale 1 for every token before the first chunk). With st.unit ([C, T]) the same pass also forms each token's unit gradient
-// d(lse - label logit)/dh:
+// chunk tile, G (with st.unit through a soft-cap) and rescale scratch (rescale 1 for every token before the first
+// chunk). With st.unit ([C, T]) the same pass also forms each token's unit gradient d(lse - label logit)/dh:
 //   unit_dh = (sum_{v != y} E_v d_v W_v - S_other d_y W_y) / S,   E_v = exp(l_v - m), S = sum_v E_v,
 //   S_other = sum_{v != y} E_v (= (1 - p_y) S), d = 1 - tanh^2 of the capped logit (1 without a cap).
 // Per chunk the tile G = E * d with the label's entry 0 goes through one matmul_bwd_x into st.unit, after each

@@ -63,7 +63,8 @@ int64_t widest_expert(const Routing & r) {
 // m = the tokens, which an expert cannot pass when each token picks distinct experts (MOE_TOPK's ids), with the
 // largest GEMM pack of such an expert.
 size_t gathered_bytes(int64_t a, int64_t b, int64_t m, int64_t extra) {
-    return scratch_round(size_t(a * m) * sizeof(float)) + scratch_round(size_t(b * m) * sizeof(float)) + scratch_round(size_t(extra) * sizeof(float));
+    return scratch_round(size_t(a * m) * sizeof(float)) + scratch_round(size_t(b * m) * sizeof(float)) +
+           scratch_round(size_t(extra) * sizeof(float));
 }
 
 } // namespace

@@ -58,7 +58,8 @@ void add_values(gguf::Writer & w, const std::string & name, const std::vector<fl
 const std::vector<std::string> & synth_preset_names() {
     static const std::vector<std::string> names = {
         "qwen3-0.6b", "qwen3-1.7b", "qwen3-32b", "llama3.1-8b", "qwen3-30b-a3b", "qwen3-235b-a22b", "qwen3-next-80b-a3b",
-        "qwen3.5-0.8b", "qwen3.5-2b", "qwen3.5-4b", "qwen3.5-9b", "qwen3.5-27b", "qwen3.5-35b-a3b", "gpt-oss-20b", "gpt-oss-120b", "gemma-2-2b", "gemma-2-9b", "gemma-2-27b", "gemma-3-1b", "gemma-3-4b",
+        "qwen3.5-0.8b", "qwen3.5-2b", "qwen3.5-4b", "qwen3.5-9b", "qwen3.5-27b", "qwen3.5-35b-a3b", "gpt-oss-20b", "gpt-oss-120b",
+        "gemma-2-2b", "gemma-2-9b", "gemma-2-27b", "gemma-3-1b", "gemma-3-4b",
         "gemma-3-12b", "gemma-3-27b", "ministral-3-3b", "ministral-3-8b", "ministral-3-14b", "llama3.2-1b", "llama3.2-3b",
         "phi-3.5-mini", "phi-4-mini", "phi-4", "llama-98m", "llama-20m"};
     return names;
