@@ -102,6 +102,7 @@ public:
 private:
     Reader() = default;
     void parse();
+    bool in_mapping(const void * p, size_t bytes) const;  // [p, p + bytes) lies in this reader's mmap
 
     std::string path_;
     const uint8_t * base_ = nullptr;

@@ -133,11 +133,16 @@ std::unique_ptr<Reader> Reader::open(const std::string & path) {
     return r;
 }
 
-size_t Reader::release_pages(const void * p, size_t bytes) const {
-    if (!map_ || !p || bytes == 0) return 0;
+bool Reader::in_mapping(const void * p, size_t bytes) const {
+    if (!map_ || !p) return false;
     const auto lo = reinterpret_cast<uintptr_t>(map_), hi = lo + static_cast<uintptr_t>(map_size_);
     const auto a = reinterpret_cast<uintptr_t>(p);
-    if (a < lo || a > hi || bytes > hi - a) return 0;
+    return a >= lo && a <= hi && bytes <= hi - a;
+}
+
+size_t Reader::release_pages(const void * p, size_t bytes) const {
+    if (bytes == 0 || !in_mapping(p, bytes)) return 0;
+    const auto a = reinterpret_cast<uintptr_t>(p);
     const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
     const uintptr_t first = (a + page - 1) / page * page, last = (a + bytes) / page * page;
     if (last <= first) return 0;
@@ -146,11 +151,9 @@ size_t Reader::release_pages(const void * p, size_t bytes) const {
 }
 
 std::optional<size_t> Reader::resident_bytes(const void * p, size_t bytes) const {
-    if (!map_ || !p) return std::nullopt;
-    const auto lo = reinterpret_cast<uintptr_t>(map_), hi = lo + static_cast<uintptr_t>(map_size_);
-    const auto a = reinterpret_cast<uintptr_t>(p);
-    if (a < lo || a > hi || bytes > hi - a) return std::nullopt;
+    if (!in_mapping(p, bytes)) return std::nullopt;
     if (bytes == 0) return size_t(0);
+    const auto a = reinterpret_cast<uintptr_t>(p);
     const int fd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
     if (fd < 0) return std::nullopt;
     // One 64-bit entry per virtual page; bit 63: present in RAM (readable without privileges).
