@@ -1,6 +1,9 @@
-// RMS_NORM and RMS_NORM_BACK over ne[0] (and their L2 form), L2_NORM_BACK; row statistics in double.
+// RMS_NORM and RMS_NORM_BACK over ne[0] (and their L2 form), L2_NORM_BACK, RMS_NORM_GATED and its gradients; row
+// statistics in double.
 #include "ggml_rp/cpu/kernel_registry.h"
 #include "ggml_rp/cpu/strided.h"
+#include "ggml_rp/cpu/vec_math.h"
+#include "ggml_rp/ops/unary_math.h"
 
 #include <algorithm>
 #include <cmath>
@@ -22,6 +25,22 @@ double row_sum(int64_t n, Term term) {
     double s = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
     for (; i < n; ++i) s += term(i);
     return s;
+}
+
+// A row's rms_norm scale 1 / sqrt(mean(x^2) + eps) in double, as rms_norm computes it (and rounds it to float).
+double rms_scale(const char * xr, size_t nb, int64_t n, float eps) {
+    const double ss = nb == sizeof(float)
+                          ? row_sum(n, [xp = reinterpret_cast<const float *>(xr)](int64_t i) { const double v = xp[i]; return v * v; })
+                          : row_sum(n, [&](int64_t i) { const double v = at(xr, nb, i); return v * v; });
+    return 1.0 / std::sqrt(ss / static_cast<double>(n) + eps);
+}
+
+// The gated norm's rows go a piece at a time, so that exp(-z) is computed in vectors (exp_affine) on contiguous
+// rows, as the SILU kernel computes it (vec_exp one at a time on strided ones: the same bits).
+constexpr int64_t kGatePiece = 512;
+void neg_exps(const char * zr, size_t nb, int64_t i0, int64_t m, float * e) {
+    if (nb == sizeof(float)) return exp_affine(reinterpret_cast<const float *>(zr) + i0, e, m, -1.0f, 0.0f);
+    for (int64_t i = 0; i < m; ++i) e[i] = vec_exp(-at(zr, nb, i0 + i));
 }
 
 } // namespace
@@ -123,6 +142,91 @@ void l2_norm_back(Tensor * n) {
     }
 }
 
-const RegisterKernels kRegister{{Op::RMS_NORM, rms_norm}, {Op::RMS_NORM_BACK, rms_norm_back}, {Op::L2_NORM_BACK, l2_norm_back}};
+// y = ((x r) w) silu(z): rms_norm's product, then SILU's and MUL's, in their order (the same bits as the three ops).
+void rms_norm_gated(Tensor * n) {
+    const Tensor * x = n->src[0];
+    const Tensor * z = n->src[1];
+    const Tensor * w = n->src[2];
+    const float eps = n->param_f32(0);
+    const int64_t ne0 = n->ne[0], nr = n->nrows();
+    const char * wd = w ? static_cast<const char *>(w->data) : nullptr;
+    const size_t wnb = w ? w->nb[0] : 0;
+#pragma omp parallel for schedule(static) if (n->nelements() >= min_parallel_elements())
+    for (int64_t r = 0; r < nr; ++r) {
+        const RowIdx ri = row_idx(n, r);
+        const char * xr = row_ptr(x, ri);
+        const char * zr = row_ptr(z, ri);
+        char * d = row_ptr(n, ri);
+        const float rs = static_cast<float>(rms_scale(xr, x->nb[0], ne0, eps));
+        float e[kGatePiece];
+        for (int64_t i0 = 0; i0 < ne0; i0 += kGatePiece) {
+            const int64_t m = std::min(kGatePiece, ne0 - i0);
+            neg_exps(zr, z->nb[0], i0, m, e);
+            for (int64_t i = 0; i < m; ++i) {
+                const float y = at(xr, x->nb[0], i0 + i) * rs;
+                const float yw = wd ? y * at(wd, wnb, i0 + i) : y;
+                at(d, n->nb[0], i0 + i) = yw * silu_of(at(zr, z->nb[0], i0 + i), e[i]);
+            }
+        }
+    }
+}
+
+// param 1 = 0: dx = r g - r^3 x mean(g x) with g = dy w silu(z) (mean(g x) in double, element i in lane i % 8);
+//           1: dz = dy (x r w) silu'(z).
+void rms_norm_gated_back(Tensor * n) {
+    const Tensor * x = n->src[0];
+    const Tensor * z = n->src[1];
+    const Tensor * dy = n->src[2];
+    const Tensor * w = n->src[3];
+    const float eps = n->param_f32(0);
+    const bool dz = n->param_i32(1) == 1;
+    const int64_t ne0 = n->ne[0], nr = n->nrows();
+    const char * wd = w ? static_cast<const char *>(w->data) : nullptr;
+    const size_t wnb = w ? w->nb[0] : 0, xnb = x->nb[0], znb = z->nb[0], gnb = dy->nb[0], dnb = n->nb[0];
+#pragma omp parallel for schedule(static) if (n->nelements() >= min_parallel_elements())
+    for (int64_t r = 0; r < nr; ++r) {
+        const RowIdx ri = row_idx(n, r);
+        const char * xr = row_ptr(x, ri);
+        const char * zr = row_ptr(z, ri);
+        const char * gr = row_ptr(dy, ri);
+        char * d = row_ptr(n, ri);
+        const double rsd = rms_scale(xr, xnb, ne0, eps);
+        const float rs = static_cast<float>(rsd);
+        float e[kGatePiece];
+        auto weight = [&](int64_t i) { return wd ? at(wd, wnb, i) : 1.0f; };
+        if (dz) {
+            for (int64_t i0 = 0; i0 < ne0; i0 += kGatePiece) {
+                const int64_t m = std::min(kGatePiece, ne0 - i0);
+                neg_exps(zr, znb, i0, m, e);
+                for (int64_t i = 0; i < m; ++i) {
+                    const float y = at(xr, xnb, i0 + i) * rs * weight(i0 + i);
+                    at(d, dnb, i0 + i) = at(gr, gnb, i0 + i) * y * silu_grad_of(at(zr, znb, i0 + i), e[i]);
+                }
+            }
+            continue;
+        }
+        // g_i = dy_i w_i silu(z_i), formed twice (for the sum, then for dx) rather than stored.
+        auto g_of = [&](int64_t i, float ei) { return at(gr, gnb, i) * weight(i) * silu_of(at(zr, znb, i), ei); };
+        double lanes[8] = {};
+        for (int64_t i0 = 0; i0 < ne0; i0 += kGatePiece) {
+            const int64_t m = std::min(kGatePiece, ne0 - i0);
+            neg_exps(zr, znb, i0, m, e);
+            for (int64_t i = 0; i < m; ++i) lanes[(i0 + i) % 8] += static_cast<double>(g_of(i0 + i, e[i])) * at(xr, xnb, i0 + i);
+        }
+        const double gx = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+        const float c = static_cast<float>(rsd * rsd * rsd * gx / static_cast<double>(ne0));
+        for (int64_t i0 = 0; i0 < ne0; i0 += kGatePiece) {
+            const int64_t m = std::min(kGatePiece, ne0 - i0);
+            neg_exps(zr, znb, i0, m, e);
+            for (int64_t i = 0; i < m; ++i) at(d, dnb, i0 + i) = rs * g_of(i0 + i, e[i]) - c * at(xr, xnb, i0 + i);
+        }
+    }
+}
+
+const RegisterKernels kRegister{{Op::RMS_NORM, rms_norm},
+                                {Op::RMS_NORM_BACK, rms_norm_back},
+                                {Op::L2_NORM_BACK, l2_norm_back},
+                                {Op::RMS_NORM_GATED, rms_norm_gated},
+                                {Op::RMS_NORM_GATED_BACK, rms_norm_gated_back}};
 
 } // namespace rp::cpu

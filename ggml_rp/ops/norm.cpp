@@ -60,6 +60,32 @@ Tensor * rms_norm_back(Context & ctx, Tensor * x, Tensor * weight, Tensor * dy, 
     return t;
 }
 
+Tensor * rms_norm_gated(Context & ctx, Tensor * x, Tensor * weight, Tensor * z, float eps) {
+    detail::require_f32("rms_norm_gated", x, "x");
+    detail::require_f32("rms_norm_gated", z, "z");
+    detail::require_same_shape("rms_norm_gated", x, z);
+    check_weight("rms_norm_gated", x, weight);
+    detail::require(eps >= 0.0f, "rms_norm_gated", "eps must be >= 0");
+    // Sources: x, z, weight (nullable last, so the slots of present tensors are fixed).
+    Tensor * t = detail::new_node(ctx, Op::RMS_NORM_GATED, DType::F32, x->ne, {x, z, weight});
+    t->set_param_f32(0, eps);
+    return t;
+}
+
+Tensor * rms_norm_gated_back(Context & ctx, Tensor * x, Tensor * weight, Tensor * z, Tensor * dy, float eps, int which) {
+    detail::require(which == 0 || which == 1, "rms_norm_gated_back", "which must be 0 (dx) or 1 (dz)");
+    detail::require_f32("rms_norm_gated_back", x, "x");
+    detail::require_f32("rms_norm_gated_back", z, "z");
+    detail::require_f32("rms_norm_gated_back", dy, "dy");
+    detail::require_same_shape("rms_norm_gated_back", x, z);
+    detail::require_same_shape("rms_norm_gated_back", x, dy);
+    check_weight("rms_norm_gated_back", x, weight);
+    Tensor * t = detail::new_node(ctx, Op::RMS_NORM_GATED_BACK, DType::F32, x->ne, {x, z, dy, weight});
+    t->set_param_f32(0, eps);
+    t->set_param_i32(1, which);
+    return t;
+}
+
 namespace rules {
 
 void backward_norm(Backward & b, Tensor * node) {
@@ -75,6 +101,21 @@ void backward_norm(Backward & b, Tensor * node) {
         Tensor * dw = sum_to(ctx, mul(ctx, dy, rms_norm(ctx, x, nullptr, eps)), w);
         if (const float p = test_hooks::backward_perturbation("rms_norm"); p != 0.0f) dw = scale(ctx, dw, 1.0f + p);
         b.add(w, dw);
+    }
+}
+
+void backward_norm_gated(Backward & b, Tensor * node) {
+    Context & ctx = b.ctx;
+    Tensor * x = node->src[0];
+    Tensor * z = node->src[1];
+    Tensor * w = node->src[2];
+    Tensor * dy = b.grad(node);
+    const float eps = node->param_f32(0);
+    if (b.needs(x)) b.add(x, rms_norm_gated_back(ctx, x, w, z, dy, eps, 0));
+    if (b.needs(z)) b.add(z, rms_norm_gated_back(ctx, x, w, z, dy, eps, 1));
+    // dw = sum over rows of dy * (the gated norm without the weight).
+    if (w && b.needs(w)) {
+        b.add(w, sum_to(ctx, mul(ctx, dy, rms_norm_gated(ctx, x, nullptr, z, eps)), w));
     }
 }
 

@@ -18,10 +18,19 @@ Tensor * l2_norm_back(Context & ctx, Tensor * y, Tensor * dy);
 //   dx = r * g - r^3 * x * mean(g * x)
 Tensor * rms_norm_back(Context & ctx, Tensor * x, Tensor * weight, Tensor * dy, float eps, bool l2 = false);
 
+// Qwen3.5's gated output norm as one op: y = rms_norm(x, weight, eps) * silu(z), z of x's shape, with the bits of those
+// three ops (the same float operations in the same order). Its backward reads x and z only, recomputing each row's
+// scale and silu(z), so a graph keeps neither the normed rows nor silu(z) (two more [n, rows] arrays) for it.
+Tensor * rms_norm_gated(Context & ctx, Tensor * x, Tensor * weight, Tensor * z, float eps);
+// Its gradients, which 0: dx; 1: dz. With r, g = dy * w * silu(z) and the normed x' = x r:
+//   dx = r g - r^3 x mean(g x),   dz = dy * x' * w * silu'(z).
+Tensor * rms_norm_gated_back(Context & ctx, Tensor * x, Tensor * weight, Tensor * z, Tensor * dy, float eps, int which);
+
 class Backward;
 namespace rules {
-// The backward rule of RMS_NORM (the op table's, core/ops.def).
+// The backward rules of RMS_NORM and RMS_NORM_GATED (the op table's, core/ops.def).
 void backward_norm(Backward & b, Tensor * node);
+void backward_norm_gated(Backward & b, Tensor * node);
 } // namespace rules
 
 } // namespace rp

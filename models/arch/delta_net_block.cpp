@@ -22,11 +22,10 @@ Tensor * delta_net_block(Context & ctx, const HParams & hp, const LayerWeights &
         throw Error(lname(il, "input") + ": hidden states " + describe(x) + " must be [n_embd=" + std::to_string(hp.n_embd) + ", T, B]");
     if (state && pos.key_start) throw Error(lname(il, "state") + ": a recurrent state serves one unpacked sequence (no key_start)");
 
-    // Projections of the normed input: the convolution's channels (q, k, v), the output gate z, the delta rule's
-    // beta (a sigmoid) and its decay g = A softplus(alpha + dt_bias) (A = -exp(A_log) < 0, as the file holds it).
+    // Projections of the normed input: the convolution's channels (q, k, v), the delta rule's beta (a sigmoid) and its
+    // decay g = A softplus(alpha + dt_bias) (A = -exp(A_log) < 0, as the file holds it); the output gate z below.
     Tensor * n1 = set_name(rms_norm(ctx, x, w.attn_norm, hp.rms_eps), lname(il, "attn_in"));
     Tensor * qkv = build_linear(ctx, w.wqkv, n1, lora);
-    Tensor * z = build_linear(ctx, w.ssm_gate, n1, lora);
     Tensor * beta = sigmoid(ctx, build_linear(ctx, w.ssm_beta, n1, lora));
     Tensor * g = mul(ctx, softplus(ctx, add(ctx, build_linear(ctx, w.ssm_alpha, n1, lora), w.ssm_dt)), w.ssm_a);
 
@@ -43,8 +42,14 @@ Tensor * delta_net_block(Context & ctx, const HParams & hp, const LayerWeights &
     if (state) state->ssm_out = delta_net_state(ctx, o);
     set_name(o, lname(il, "delta_out"));
 
-    // The gated RMSNorm per value head, times silu(z); the output projection and the residual.
-    Tensor * gated = mul(ctx, rms_norm(ctx, o, w.ssm_norm, hp.rms_eps), silu(ctx, reshape(ctx, z, Dv, Hv, T, B)));
+    // The output gate z, projected here rather than with the others: the backward runs in the reverse order of creation
+    // (ops/autodiff.h), so z's projection takes dz as soon as the gated norm gives it, not after the delta rule's
+    // backward (dz and z would be held through it).
+    Tensor * z = build_linear(ctx, w.ssm_gate, n1, lora);
+
+    // The gated RMSNorm per value head, times silu(z) (one op: a backward keeps o and z, not the normed rows and silu(z));
+    // the output projection and the residual.
+    Tensor * gated = rms_norm_gated(ctx, o, w.ssm_norm, reshape(ctx, z, Dv, Hv, T, B), hp.rms_eps);
     Tensor * proj = build_linear(ctx, w.ssm_out, reshape(ctx, gated, value_dim, T, B), lora);
     return set_name(add(ctx, x, proj), lname(il, "attn_out"));
 }

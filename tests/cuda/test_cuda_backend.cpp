@@ -190,6 +190,15 @@ TEST(CudaBackend, RowOpsAndRope) {
     b.out(rp::rms_norm(c, x, w, 1e-6f));
     b.out(rp::rms_norm_back(c, x, w, dy, 1e-6f));
     b.out(rp::rms_norm_back(c, x, nullptr, dy, 1e-5f));
+    // The gated norm (Qwen3.5's output norm) and its two gradients, with and without a weight; strided operands packed.
+    rp::Tensor * z = b.f32(1000, 7, 1, 1, -6, 6);
+    b.out(rp::rms_norm_gated(c, x, w, z, 1e-6f));
+    b.out(rp::rms_norm_gated(c, x, nullptr, z, 1e-6f));
+    for (int which : {0, 1}) {
+        b.out(rp::rms_norm_gated_back(c, x, w, z, dy, 1e-6f, which));
+        b.out(rp::rms_norm_gated_back(c, x, nullptr, z, dy, 1e-6f, which));
+    }
+    b.out(rp::rms_norm_gated(c, rp::transpose(c, b.f32(7, 33)), nullptr, rp::transpose(c, b.f32(7, 33)), 1e-6f));
     b.out(rp::softmax(c, rp::transpose(c, b.f32(7, 33))));  // strided rows
     rp::Tensor * h = b.f32(64, 3, 5, 2);
     std::vector<int32_t> pos(10);

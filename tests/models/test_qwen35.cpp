@@ -452,3 +452,34 @@ TEST(Qwen35, BackwardInCreationOrderHoldsLessThanDepthFirst) {
                 static_cast<long long>(T), creation, depth_first, double(depth_first) / double(creation));
     EXPECT_LT(double(creation), 0.9 * double(depth_first));
 }
+
+// The gated output norm is one op (ops/norm.h rms_norm_gated): a DeltaNet layer's training graph keeps o and z for
+// it, not the normed rows and silu(z) (two [Dv, Hv, T] arrays); the same logits, which the llama.cpp comparisons
+// above check. z's projection is built after the delta rule, so its backward takes dz before the delta rule's.
+TEST(Qwen35, TheGatedNormIsOneOpAndZIsProjectedAfterTheDeltaRule) {
+    TempDir d;
+    rp::write_synth_model(qwen35(64, 4, 2, 16, 8, 1, 2, 4, 16, 5), d.file("m.gguf"));
+    const auto m = rp::Model::load(d.file("m.gguf"));
+    const rp::HParams & hp = m->hparams();
+    ASSERT_TRUE(hp.is_recurrent(0));
+    const int64_t T = 40, Hv = hp.ssm_dt_rank, Dv = hp.ssm_d_inner / Hv;
+    rp::Context ctx;
+    rp::Tensor * x = ctx.new_tensor(rp::DType::F32, hp.n_embd, T, 1);
+    rp::Tensor * pos = ctx.new_tensor(rp::DType::I32, T);
+    rp::Tensor * y = rp::attention_block(ctx, hp, m->layers[0], 0, x, pos);
+    rp::Graph g;
+    rp::build_forward(g, y);
+    int gated = 0;
+    size_t delta = 0, gate_proj = 0;
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+        const rp::Tensor * n = g.nodes[i];
+        gated += n->op == rp::Op::RMS_NORM_GATED;
+        EXPECT_FALSE(n->op == rp::Op::RMS_NORM && n->ne[0] == Dv && n->ne[1] == Hv) << "an unfused per-head norm";
+        EXPECT_FALSE(n->op == rp::Op::SILU && n->nelements() == Dv * Hv * T) << "silu(z) computed apart";
+        if (n->op == rp::Op::DELTA_NET) delta = i;
+        if (n->op == rp::Op::MUL_MAT && n->src[0] == m->layers[0].ssm_gate) gate_proj = i;
+    }
+    EXPECT_EQ(gated, 1);
+    EXPECT_GT(delta, 0u);
+    EXPECT_GT(gate_proj, delta);
+}

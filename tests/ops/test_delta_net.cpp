@@ -74,6 +74,84 @@ TEST(OpNorm, L2Norm) {
     EXPECT_THROW(rp::l2_norm(ctx, ctx.new_tensor(rp::DType::F32, 4), 0.0f), rp::Error);
 }
 
+// The gated output norm, rms_norm(x, w) * silu(z) as one op: rows of 17, Qwen3.5's 128 (no weight), 600 (past the
+// kernel's 512-element pieces), strided rows; gradients of x, z and w against finite differences.
+TEST(OpNorm, RmsNormGated) {
+    const double eps = static_cast<double>(1e-6f);
+    auto gated_ref = [eps](const R & v) { return ref::mul(ref::rms_norm(v[0], v.size() > 2 ? &v[2] : nullptr, eps), ref::silu(v[1])); };
+    check_op({"rms_norm_gated [17,3] w", {{"x", {17, 3, 1, 1}}, ranged("z", {17, 3, 1, 1}, -4.0f, 4.0f), {"w", {17, 1, 1, 1}}},
+              [](Context & c, const TV & in) { return rp::rms_norm_gated(c, in[0], in[2], in[1], 1e-6f); }, gated_ref});
+    check_op({"rms_norm_gated [128,4,3]", {{"x", {128, 4, 3, 1}}, ranged("z", {128, 4, 3, 1}, -4.0f, 4.0f)},
+              [](Context & c, const TV & in) { return rp::rms_norm_gated(c, in[0], nullptr, in[1], 1e-6f); }, gated_ref});
+    check_op({"rms_norm_gated [600,2] w", {{"x", {600, 2, 1, 1}}, ranged("z", {600, 2, 1, 1}, -4.0f, 4.0f), {"w", {600, 1, 1, 1}}},
+              [](Context & c, const TV & in) { return rp::rms_norm_gated(c, in[0], in[2], in[1], 1e-6f); }, gated_ref});
+    check_op({"rms_norm_gated transposed [3,9]^T w",
+              {{"x_t", {3, 9, 1, 1}}, ranged("z_t", {3, 9, 1, 1}, -4.0f, 4.0f), {"w", {9, 1, 1, 1}}},
+              [](Context & c, const TV & in) {
+                  return rp::rms_norm_gated(c, rp::transpose(c, in[0]), in[2], rp::transpose(c, in[1]), 1e-6f);
+              },
+              [eps](const R & v) {
+                  return ref::mul(ref::rms_norm(ref::permute(v[0], 1, 0, 2, 3), &v[2], eps), ref::silu(ref::permute(v[1], 1, 0, 2, 3)));
+              }});
+    Context ctx;
+    Tensor * x = ctx.new_tensor(rp::DType::F32, 8, 2);
+    EXPECT_THROW(rp::rms_norm_gated(ctx, x, nullptr, ctx.new_tensor(rp::DType::F32, 8, 3), 1e-6f), rp::Error);   // z's shape
+    EXPECT_THROW(rp::rms_norm_gated(ctx, x, ctx.new_tensor(rp::DType::F32, 4), x, 1e-6f), rp::Error);             // w's length
+    EXPECT_THROW(rp::rms_norm_gated_back(ctx, x, nullptr, x, x, 1e-6f, 2), rp::Error);                           // which
+}
+
+// The one op gives the bits of the three it replaces (rms_norm with its weight, silu, mul), on contiguous and on
+// strided rows, so models that switched to it compute the same logits.
+TEST(OpNorm, RmsNormGatedEqualsItsThreeOpsBitForBit) {
+    for (const bool strided : {false, true}) {
+        SCOPED_TRACE(strided ? "strided" : "contiguous");
+        Context ctx;
+        const int64_t n = 600, rows = 5;
+        Tensor * xs = ctx.new_tensor(rp::DType::F32, strided ? rows : n, strided ? n : rows);
+        Tensor * zs = ctx.new_tensor(rp::DType::F32, strided ? rows : n, strided ? n : rows);
+        Tensor * w = ctx.new_tensor(rp::DType::F32, n);
+        std::mt19937 rng(11);
+        std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+        for (Tensor * t : {xs, zs, w}) {
+            ctx.alloc_data(t);
+            std::vector<float> v(static_cast<size_t>(t->nelements()));
+            for (float & f : v) f = u(rng);
+            rp::tensor_set_f32(t, v);
+        }
+        Tensor * x = strided ? rp::transpose(ctx, xs) : xs;
+        Tensor * z = strided ? rp::transpose(ctx, zs) : zs;
+        const std::vector<float> fused = compute(rp::rms_norm_gated(ctx, x, w, z, 1e-6f));
+        const std::vector<float> three = compute(rp::mul(ctx, rp::rms_norm(ctx, x, w, 1e-6f), rp::silu(ctx, z)));
+        ASSERT_EQ(fused.size(), three.size());
+        for (size_t i = 0; i < fused.size(); ++i) ASSERT_EQ(std::bit_cast<uint32_t>(fused[i]), std::bit_cast<uint32_t>(three[i])) << i;
+    }
+}
+
+// Its backward reads x, z and the weight, nothing the forward computed: a graph keeps neither the normed rows nor
+// silu(z) for it (as Qwen3.5's DeltaNet layers did, two [Dv, Hv, T] arrays a layer).
+TEST(OpNorm, RmsNormGatedBackwardReadsOnlyItsInputs) {
+    Context ctx;
+    Tensor * x = ctx.new_tensor(rp::DType::F32, 16, 4);
+    Tensor * z = ctx.new_tensor(rp::DType::F32, 16, 4);
+    Tensor * w = ctx.new_tensor(rp::DType::F32, 16);
+    Tensor * dy = ctx.new_tensor(rp::DType::F32, 16, 4);
+    Tensor * y = rp::rms_norm_gated(ctx, x, w, z, 1e-6f);
+    rp::Graph g;
+    rp::build_forward(g, y);
+    ASSERT_EQ(g.nodes.size(), 1u);
+    rp::set_param(ctx, x);
+    rp::set_param(ctx, z);
+    rp::build_backward(ctx, g, y, dy, {x, z});
+    int backs = 0;
+    for (size_t i = 1; i < g.nodes.size(); ++i) {
+        for (const Tensor * s : g.nodes[i]->src) EXPECT_NE(s, y) << rp::describe(g.nodes[i]) << " reads the forward's output";
+        backs += g.nodes[i]->op == rp::Op::RMS_NORM_GATED_BACK;
+        EXPECT_NE(g.nodes[i]->op, rp::Op::SILU);
+        EXPECT_NE(g.nodes[i]->op, rp::Op::RMS_NORM);
+    }
+    EXPECT_EQ(backs, 2);   // dx and dz
+}
+
 // The L2 norm's gradient reads its output and the per-row scale the forward saved, not its input: the input (here a
 // SiLU's output, as Gated DeltaNet's q and k are) is read by nothing after the forward. Rows far below and far above
 // eps, side by side, against the double-precision gradient.
