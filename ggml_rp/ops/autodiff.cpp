@@ -3,6 +3,7 @@
 #include "ggml_rp/ops/op_table.h"
 #include "ggml_rp/ops/binary.h"
 #include "ggml_rp/ops/copy.h"
+#include "ggml_rp/ops/view.h"
 #include "base/error.h"
 
 #include <cassert>
@@ -75,10 +76,30 @@ void Backward::set_own(Tensor * t, Tensor * g) {
     if (!before && !params_.count(t)) owned_[t] = grad(t);  // g itself is t's gradient now
 }
 
-void Backward::replace_own(Tensor * t, Tensor * g) {
-    assert(own_grad(t) && same_shape(t, g) && g->type == DType::F32);
-    grads_[t] = g;
-    owned_[t] = g;
+void Backward::add_part(Tensor * t, Tensor * part, PartFn add) {
+    if (!needs(t)) return;
+    if (!t->is_contiguous() || t->type != DType::F32)
+        throw Error("backward: a part's gradient needs a contiguous f32 tensor to add into, not " + describe(t));
+    parts_[t].push_back({part, std::move(add)});
+}
+
+void Backward::apply_parts(Tensor * t) {
+    const auto it = parts_.find(t);
+    if (it == parts_.end()) return;
+    const std::vector<Part> parts = std::move(it->second);
+    parts_.erase(it);
+    // Into the buffer t owns, else a zero-filled one (the bits of a zero-filled buffer per part summed: each element
+    // is 0 + the part's, never -0, so adding a 0 changes none). Each addition is ordered before the next reads the
+    // buffer (after).
+    Tensor * owned = own_grad(t);
+    Tensor * buf = owned ? owned : fill_after(ctx, t, 0.0f, parts.back().grad);
+    for (const Part & p : parts) buf = after(ctx, buf, p.add(buf));
+    if (owned) {
+        grads_[t] = buf;
+        owned_[t] = buf;
+    } else {
+        set_own(t, buf);
+    }
 }
 
 void Backward::add(Tensor * t, Tensor * contribution) {
@@ -121,12 +142,16 @@ void build_backward(Context & ctx, Graph & g, Tensor * output, Tensor * output_g
     b.grads_[output] = output_grad;
     for (auto it = forward.rbegin(); it != forward.rend(); ++it) {
         Tensor * n = *it;
-        if (!b.needs(n) || !b.grad(n)) continue;  // not on a path param -> output
+        if (!b.needs(n)) continue;
+        b.apply_parts(n);
+        if (!b.grad(n)) continue;  // not on a path param -> output
         apply_rule(b, n);
     }
     std::vector<Tensor *> last;
-    for (Tensor * p : params)
+    for (Tensor * p : params) {
+        b.apply_parts(p);
         if (Tensor * l = b.grad(p)) last.push_back(l);
+    }
     build_forward_in_creation_order(g, last);
 }
 

@@ -60,20 +60,31 @@ public:
     using AccumulateFn = std::function<Tensor *(Tensor * into)>;
     void accumulate(Tensor * t, const AccumulateFn & fn);
 
-    // For rules whose contribution is zero outside a part of t (a window's): t's gradient so far when it is a
-    // buffer such a rule made and nothing else reads (set_own), which the rule may add its part into in place and
-    // hand back with replace_own; else nullptr. So the windows of one tensor (a split's parts) fill one buffer
-    // instead of each a zero-filled one of the tensor's size.
-    Tensor * own_grad(const Tensor * t) const;
+    // For rules whose contribution is zero outside a part of t (a window's): add_part(into) must add the part in place
+    // into `into`, a t-shaped contiguous f32 buffer, and return the node that did. The parts are applied when t's
+    // gradient is first read (t's own rule; a param's at the end), in the order they came, into the buffer t owns or
+    // a zero-filled one taken after the last part: so the windows of one tensor (a split's parts, e.g. a fused
+    // projection's query and gate) fill one buffer, which is not held from the first part's gradient to the last.
+    // `part` is the part's gradient (ordering only: the buffer is taken after it).
+    using PartFn = std::function<Tensor *(Tensor * into)>;
+    void add_part(Tensor * t, Tensor * part, PartFn add_part);
+
     // Adds g, a fresh buffer (t's shape, contiguous f32) that nothing else reads, to t's gradient as add does;
     // when it becomes t's gradient as it is (t had none), t owns it.
     void set_own(Tensor * t, Tensor * g);
-    // t's gradient is own_grad(t) with a part added in place: g (a node ordered after that addition).
-    void replace_own(Tensor * t, Tensor * g);
 
 private:
     friend void build_backward(Context &, Graph &, Tensor *, Tensor *, const std::vector<Tensor *> &);
     explicit Backward(Context & c) : ctx(c) {}
+    // t's gradient so far when it is a buffer that only t's gradient uses (owned_), else nullptr.
+    Tensor * own_grad(const Tensor * t) const;
+    // Applies t's pending parts (add_part).
+    void apply_parts(Tensor * t);
+    struct Part {
+        Tensor * grad;
+        PartFn add;
+    };
+    std::unordered_map<const Tensor *, std::vector<Part>> parts_;
     std::unordered_set<const Tensor *> needs_;
     std::unordered_set<const Tensor *> params_;
     std::unordered_map<const Tensor *, Tensor *> grads_;

@@ -115,18 +115,13 @@ void backward_view(Backward & b, Tensor * node) {
     case kAux:
         return;  // a second output (statistics saved for a backward): not differentiable
     case kWindow: {
-        // The gradient of a window is zero outside it: write dy into a zero tensor shaped like x at the same
-        // place. Valid when x is contiguous (the window's strides then index a contiguous x-shaped buffer).
+        // The gradient of a window is zero outside it: dy is added into an x-shaped buffer at the same place (the
+        // window's strides index it as they index x, which must be contiguous). The other windows of x (a split's
+        // other parts) add into the same buffer (Backward::add_part).
         detail::require(x->is_contiguous() && x->type == DType::F32, "view backward",
                         "the source " + describe(x) + " of a window must be contiguous f32");
         const uint64_t offs = static_cast<uint32_t>(node->param_i32(1)) | (static_cast<uint64_t>(static_cast<uint32_t>(node->param_i32(2))) << 32);
-        // When another window of x (a split's other part) made x's gradient buffer, add into its place: the bits of
-        // a zero-filled buffer per window summed (their elements are 0 + dy, never -0, so adding a 0 changes none).
-        Tensor * owned = b.own_grad(x);
-        Tensor * z = owned ? owned : fill_after(ctx, x, 0.0f, dy);  // (taken once dy is computed, not before its subgraph)
-        Tensor * acc = add_inplace(ctx, view(ctx, z, node->ne, node->nb, offs), dy);
-        if (owned) b.replace_own(x, after(ctx, z, acc));
-        else b.set_own(x, after(ctx, z, acc));
+        b.add_part(x, dy, [&ctx, node, dy, offs](Tensor * into) { return add_inplace(ctx, view(ctx, into, node->ne, node->nb, offs), dy); });
         return;
     }
     default:

@@ -121,7 +121,7 @@ TEST(OpComposite, WindowsOfOneTensor) {
               [](const R & v) { return ref::add(ref::silu(rows(v[0], 0, 8)), rows(v[0], 4, 8)); }});
 }
 
-// The windows of one tensor add their gradients into one zero-filled buffer (Backward::own_grad), not one each:
+// The windows of one tensor add their gradients into one zero-filled buffer (Backward::add_part), not one each:
 // one FILL where there were three, less graph memory, and the bits of the buffers summed (the split built over
 // three copies of x, whose gradients come back one buffer per window, as before).
 TEST(OpComposite, WindowsOfOneTensorShareOneGradientBuffer) {
@@ -170,4 +170,60 @@ TEST(OpComposite, WindowsOfOneTensorShareOneGradientBuffer) {
     EXPECT_LT(shared.bytes, apart.bytes);
     ASSERT_EQ(shared.grad.size(), apart.grad.size());
     EXPECT_EQ(std::memcmp(shared.grad.data(), apart.grad.data(), shared.grad.size() * sizeof(float)), 0);
+}
+
+// A split's buffer is taken after its last part's gradient, not its first: here the gate's part comes back first
+// (the gate is used last, as Qwen3.5's attention output gate is) and the query's after the whole chain on it, which
+// the buffer would otherwise span. The same bits as the buffer taken at once (the windows' sums do not change).
+TEST(OpComposite, ASplitsGradientBufferIsTakenAfterItsLastPart) {
+    Context ctx;
+    Tensor * x = ctx.new_tensor(rp::DType::F32, 12, 5);
+    ctx.alloc_data(x);
+    std::vector<float> v(60);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(std::cos(0.9 * static_cast<double>(i) - 0.2));
+    rp::tensor_set_f32(x, v);
+    rp::set_param(ctx, x);
+    ctx.alloc_data(x->grad);
+    std::memset(x->grad->data, 0, x->grad->nbytes());
+    Tensor * xs = rp::scale(ctx, x, 1.0f);   // the split tensor (not a param: its gradient is a graph buffer)
+    Tensor * q = rows_of(ctx, xs, 0, 8);
+    Tensor * chain = rp::silu(ctx, rp::scale(ctx, rp::silu(ctx, q), 0.5f));
+    Tensor * gate = rows_of(ctx, xs, 8, 4);
+    Tensor * y = rp::mul(ctx, rows_of(ctx, chain, 0, 4), rp::sigmoid(ctx, gate));
+    Tensor * loss = rp::sum(ctx, rp::mul(ctx, y, y));
+    rp::Graph g;
+    rp::build_forward(g, loss);
+    const size_t n_forward = g.nodes.size();
+    rp::build_backward(ctx, g, loss, {x});
+    // The buffer: the one FILL shaped like x; the query's part: the gradient of its window's copy (the node that
+    // reads q's view last), i.e. the last SILU_BACK of the chain.
+    size_t fill = 0, fills = 0, last_chain_grad = 0;
+    for (size_t i = n_forward; i < g.nodes.size(); ++i) {
+        if (g.nodes[i]->op == rp::Op::FILL && rp::same_shape(g.nodes[i], xs)) fill = i, ++fills;
+        if (g.nodes[i]->op == rp::Op::SILU_BACK) last_chain_grad = std::max(last_chain_grad, i);
+    }
+    EXPECT_EQ(fills, 1u);
+    EXPECT_GT(last_chain_grad, 0u);
+    EXPECT_GT(fill, last_chain_grad) << "the buffer is taken before the query's part came back";
+    rp::CpuBackend be;
+    be.allocate(g);
+    be.compute(g, 1);
+    const std::vector<float> got = rp::tensor_get_f32(x->grad);
+    // Double-precision gradient: d/dx of sum(y^2), y = silu(0.5 silu(q))[rows 0..4) * sigmoid(gate).
+    for (int64_t c = 0; c < 5; ++c)
+        for (int64_t r = 0; r < 12; ++r) {
+            double want = 0.0;
+            auto silu = [](double t) { return t / (1.0 + std::exp(-t)); };
+            auto dsilu = [](double t) { const double s = 1.0 / (1.0 + std::exp(-t)); return s * (1.0 + t * (1.0 - s)); };
+            if (r < 4) {
+                const double qv = v[size_t(c * 12 + r)], gv = v[size_t(c * 12 + 8 + r)];
+                const double sg = 1.0 / (1.0 + std::exp(-gv)), h = silu(0.5 * silu(qv)), yv = h * sg;
+                want = 2.0 * yv * sg * dsilu(0.5 * silu(qv)) * 0.5 * dsilu(qv);
+            } else if (r >= 8) {
+                const double qv = v[size_t(c * 12 + r - 8)], gv = v[size_t(c * 12 + r)];
+                const double sg = 1.0 / (1.0 + std::exp(-gv)), h = silu(0.5 * silu(qv)), yv = h * sg;
+                want = 2.0 * yv * h * sg * (1.0 - sg);
+            }
+            EXPECT_NEAR(got[size_t(c * 12 + r)], want, 1e-5) << r << "," << c;
+        }
 }
