@@ -80,8 +80,16 @@ void build_forward_in_creation_order(Graph & g, const std::vector<Tensor *> & ro
 void prune_unused(Graph & g) {
     std::unordered_set<const Tensor *> need;
     std::vector<const Tensor *> stack;
+    // A computing view writes into its root's memory: kept when that memory outlives the graph (a leaf's: a gradient
+    // accumulating into its parameter's buffer) or is an output; one into an intermediate node (a LoRA branch added
+    // into W x) is a value like any other, computed only if something reads it.
+    auto writes_outside = [](const Tensor * n) {
+        const Tensor * root = n;
+        while (root->view_src) root = root->view_src;
+        return root->op == Op::NONE || root->has_flag(kFlagOutput);
+    };
     for (const Tensor * n : g.nodes)
-        if (n->has_flag(kFlagOutput) || (n->is_view() && n->op != Op::VIEW)) stack.push_back(n);
+        if (n->has_flag(kFlagOutput) || (n->is_view() && n->op != Op::VIEW && writes_outside(n))) stack.push_back(n);
     while (!stack.empty()) {
         const Tensor * t = stack.back();
         stack.pop_back();

@@ -30,8 +30,8 @@ void build_forward(Graph & g, Tensor * t);
 void build_forward_in_creation_order(Graph & g, const std::vector<Tensor *> & roots);
 
 // Drops the nodes whose results nothing reads: keeps the outputs (kFlagOutput), every node that writes in place
-// into memory it does not own (a view that computes: a gradient accumulating into its parameter's buffer) and
-// everything those read. For a backward program that recomputes its layer's forward: the layer's output and
+// into a leaf's memory or an output's (a view that computes: a gradient accumulating into its parameter's buffer)
+// and everything those read. For a backward program that recomputes its layer's forward: the layer's output and
 // what feeds only it (the last projections and the residual sum, whose gradients need no forward value) are
 // not computed. The remaining nodes keep their order; no result changes.
 void prune_unused(Graph & g);

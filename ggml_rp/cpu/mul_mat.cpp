@@ -10,13 +10,13 @@ namespace rp::cpu {
 
 void mul_mat(Tensor * n) {
     node::for_each_gemm_batch(n, [&](const node::MatmulArgs & a) {
-        matmul_fwd(a.K, a.N, a.T, a.w, n->src[0]->type, a.w_row, a.x, a.ldx, a.out, a.ld_out, false);
+        matmul_fwd(a.K, a.N, a.T, a.w, n->src[0]->type, a.w_row, a.x, a.ldx, a.out, a.ld_out, a.accumulate);
     }, true);
 }
 
 void mul_mat_back_x(Tensor * n) {
     node::for_each_gemm_batch(n, [&](const node::MatmulArgs & a) {
-        matmul_bwd_x(a.K, a.N, a.T, a.w, n->src[0]->type, a.w_row, a.x, a.ldx, a.out, a.ld_out, false);
+        matmul_bwd_x(a.K, a.N, a.T, a.w, n->src[0]->type, a.w_row, a.x, a.ldx, a.out, a.ld_out, a.accumulate);
     }, true);
 }
 

@@ -276,13 +276,13 @@ void lora_linear_bwd(int64_t K, int64_t N, int64_t T, int64_t r, const void * W,
 namespace {
 void run_mul_mat(Tensor * n, const NodeRun & r) {
     node::for_each_gemm_batch(n, [&](const node::MatmulArgs & a) {
-        matmul_fwd(a.K, a.N, a.T, a.w, n->src[0]->type, a.w_row, a.x, a.ldx, a.out, a.ld_out, false, r.scratch,
+        matmul_fwd(a.K, a.N, a.T, a.w, n->src[0]->type, a.w_row, a.x, a.ldx, a.out, a.ld_out, a.accumulate, r.scratch,
                    r.scratch_bytes, r.stream);
     });
 }
 void run_mul_mat_back_x(Tensor * n, const NodeRun & r) {
     node::for_each_gemm_batch(n, [&](const node::MatmulArgs & a) {
-        matmul_bwd_x(a.K, a.N, a.T, a.w, n->src[0]->type, a.w_row, a.x, a.ldx, a.out, a.ld_out, false, r.scratch,
+        matmul_bwd_x(a.K, a.N, a.T, a.w, n->src[0]->type, a.w_row, a.x, a.ldx, a.out, a.ld_out, a.accumulate, r.scratch,
                      r.scratch_bytes, r.stream);
     });
 }

@@ -44,20 +44,24 @@ Tensor * Backward::grad(const Tensor * node) const {
     return it == grads_.end() ? nullptr : it->second;
 }
 
-void Backward::accumulate(Tensor * t, const AccumulateFn & fn) {
+void Backward::accumulate(Tensor * t, const AccumulateFn & fn, bool fresh) {
     if (!needs(t)) return;
+    const bool owned = own_grad(t) != nullptr;
     Tensor *& cur = grads_[t];
     if (params_.count(t)) {
         // Params accumulate in place into their persistent buffer: a chain of in-place nodes.
         cur = fn(cur ? cur : t->grad);
     } else if (!cur) {
         cur = fn(nullptr);
+        if (fresh) owned_[t] = cur;
+    } else if (owned) {
+        // A buffer only t's gradient uses: the contribution is added into it in place (by the rule's own node).
+        cur = fn(cur);
+        owned_[t] = cur;
     } else {
-        // A gradient that may be another tensor's too (a contribution handed on as it is) is not updated in place;
-        // one that only t's gradient uses (a buffer t owns) is, which saves a buffer of t's size per contribution.
-        // Either way the sum is a node nothing else reads: t owns it.
-        Tensor * contribution = fn(nullptr);
-        cur = own_grad(t) == cur ? add_inplace(ctx, cur, contribution) : rp::add(ctx, cur, contribution);
+        // A gradient that may be another tensor's too (a contribution handed on as it is) is not updated in place:
+        // the sum is a new node, which nothing else reads (t owns it).
+        cur = rp::add(ctx, cur, fn(nullptr));
         owned_[t] = cur;
     }
 }

@@ -54,11 +54,13 @@ public:
     // Adds `contribution` (f32, t's shape, any strides) to t's gradient: in place when t owns its gradient (own_grad).
     void add(Tensor * t, Tensor * contribution);
 
-    // For rules that can accumulate in place (out_prod, get_rows_back, lm_head_ce_back): fn(into) must return
-    // a node computing `into + contribution` in place of `into` when into != nullptr, or a fresh contribution
-    // when into == nullptr. Params always get a non-null `into` (their grad buffer or the last node added to it).
+    // For rules that can accumulate in place (out_prod, mul_mat_back_x, get_rows_back, lm_head_ce_back): fn(into)
+    // must return a node computing `into + contribution` in place of `into` when into != nullptr, or the contribution
+    // when into == nullptr. Params always get a non-null `into` (their grad buffer or the last node added to it); so
+    // does a tensor that owns its gradient (own_grad). fresh: fn(nullptr) makes a new buffer that nothing else reads,
+    // which t then owns, so that later contributions add into it in place.
     using AccumulateFn = std::function<Tensor *(Tensor * into)>;
-    void accumulate(Tensor * t, const AccumulateFn & fn);
+    void accumulate(Tensor * t, const AccumulateFn & fn, bool fresh = false);
 
     // For rules whose contribution is zero outside a part of t (a window's): add_part(into) must add the part in place
     // into `into`, a t-shaped contiguous f32 buffer, and return the node that did. The parts are applied when t's

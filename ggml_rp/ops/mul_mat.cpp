@@ -33,23 +33,37 @@ void check_weight(const char * op, const Tensor * W) {
 
 } // namespace
 
-Tensor * mul_mat(Context & ctx, Tensor * W, Tensor * X) {
+namespace {
+
+// A GEMM node of shape ne over sources W and A: a fresh one, or one accumulating in place into `into` (src 2).
+Tensor * gemm_node(Context & ctx, Op op, const int64_t ne[4], Tensor * W, Tensor * A, Tensor * into) {
+    if (!into) return detail::new_node(ctx, op, DType::F32, ne, {W, A});
+    Tensor * t = detail::accumulating_node(ctx, op, into, ne);
+    t->src[0] = W;
+    t->src[1] = A;
+    t->src[2] = into;
+    return t;
+}
+
+} // namespace
+
+Tensor * mul_mat(Context & ctx, Tensor * W, Tensor * X, Tensor * into) {
     check_pair("mul_mat", W, X, X ? X->ne[0] : 0);
     if (W->type == DType::F32 && !W->rows_contiguous()) W = cont(ctx, W);
     check_weight("mul_mat", W);
     X = as_f32_rows(ctx, X);
     const int64_t ne[4] = {W->ne[1], X->ne[1], X->ne[2], X->ne[3]};
-    return detail::new_node(ctx, Op::MUL_MAT, DType::F32, ne, {W, X});
+    return gemm_node(ctx, Op::MUL_MAT, ne, W, X, into);
 }
 
-Tensor * mul_mat_back_x(Context & ctx, Tensor * W, Tensor * dY, const Tensor * x_like) {
+Tensor * mul_mat_back_x(Context & ctx, Tensor * W, Tensor * dY, const Tensor * x_like, Tensor * into) {
     check_weight("mul_mat_back_x", W);
     dY = as_f32_rows(ctx, dY);
     detail::require(dY->ne[0] == W->ne[1] && dY->ne[1] == x_like->ne[1] && dY->ne[2] == x_like->ne[2] &&
                     dY->ne[3] == x_like->ne[3] && x_like->ne[0] == W->ne[0], "mul_mat_back_x",
                     "dY " + describe(dY) + " does not match W " + describe(W) + " and X " + describe(x_like));
     check_pair("mul_mat_back_x", W, x_like, x_like->ne[0]);
-    return detail::new_node(ctx, Op::MUL_MAT_BACK_X, DType::F32, x_like->ne, {W, dY});
+    return gemm_node(ctx, Op::MUL_MAT_BACK_X, x_like->ne, W, dY, into);
 }
 
 Tensor * out_prod(Context & ctx, Tensor * into, Tensor * X, Tensor * dY, const Tensor * w_like) {
@@ -72,7 +86,10 @@ void backward_mul_mat(Backward & b, Tensor * node) {
     Tensor * W = node->src[0];
     Tensor * X = node->src[1];
     Tensor * dY = b.grad(node);
-    if (b.needs(X)) b.set_own(X, mul_mat_back_x(ctx, W, dY, X));  // (a fresh buffer: later contributions add into it)
+    // An accumulating node's `into` takes dY as it is (into + W X).
+    if (Tensor * into = node->src[2]) b.add(into, dY);
+    // X's gradient: a fresh buffer, or the GEMM adding into the one X owns (its earlier contributions' sum).
+    b.accumulate(X, [&](Tensor * into) { return mul_mat_back_x(ctx, W, dY, X, into); }, true);
     if (b.needs(W)) {
         detail::require(W->type == DType::F32, "mul_mat backward",
                         "weight " + describe(W) + " needs a gradient but is not f32 (only f32 weights can be trained)");

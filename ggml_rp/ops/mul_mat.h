@@ -20,10 +20,14 @@
 
 namespace rp {
 
-Tensor * mul_mat(Context & ctx, Tensor * W, Tensor * X);
+// With into != nullptr (contiguous f32 of Y's shape, read by nothing after this node) the product is added in place
+// into `into`, the GEMM's own accumulation (the node is a view of it): a LoRA branch's B (s A x) added to W x without
+// a buffer of its own or an add's pass over both; its gradient passes dY on to `into` as it is.
+Tensor * mul_mat(Context & ctx, Tensor * W, Tensor * X, Tensor * into = nullptr);
 
-// dX[k, t] = sum_n W[k, n] * dY[n, t], shaped like x_like ([in, T, b2, b3]).
-Tensor * mul_mat_back_x(Context & ctx, Tensor * W, Tensor * dY, const Tensor * x_like);
+// dX[k, t] = sum_n W[k, n] * dY[n, t], shaped like x_like ([in, T, b2, b3]); with into, added in place into it (an
+// activation's gradient summed over the products that read it, without an add's pass per product).
+Tensor * mul_mat_back_x(Context & ctx, Tensor * W, Tensor * dY, const Tensor * x_like, Tensor * into = nullptr);
 
 // dW[k, n] = sum over tokens and broadcast batches of X[k, t] * dY[n, t], shaped like w_like (f32).
 // With into != nullptr the sum is added in place into `into` (the node is a view of it).

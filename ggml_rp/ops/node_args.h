@@ -75,7 +75,8 @@ struct MatmulArgs {
     int64_t ldy_in;
     float * out;             // MUL_MAT: Y; MUL_MAT_BACK_X: dX; OUT_PROD: dW
     int64_t ld_out;
-    bool accumulate;         // OUT_PROD: add into out (the node's flag, then every later batch of the sum)
+    bool accumulate;         // add into out: OUT_PROD (the node's flag, then every later batch of the sum); MUL_MAT and
+                             // MUL_MAT_BACK_X accumulating into src 2 (their `into`)
 };
 
 // Whether the batches of t [rows, T, B2, B3] follow each other column after column (one [rows, T * B2 * B3] matrix
@@ -104,6 +105,7 @@ template <class F> void for_each_gemm_batch(const Tensor * n, F && fn, bool fold
     a.w_row = W->nb[1];
     a.ldx = col_floats(A);
     a.ld_out = col_floats(n);
+    a.accumulate = n->src[2] != nullptr;
     if (fold_batches && a.T < kFoldColumns && W->ne[2] == 1 && W->ne[3] == 1 && outer->ne[2] * outer->ne[3] > 1 && batches_are_columns(A) &&
         batches_are_columns(n)) {
         a.T *= outer->ne[2] * outer->ne[3];

@@ -31,23 +31,23 @@ uint64_t name_hash(const std::string & s) {  // FNV-1a: a stable module id for t
 Tensor * build_linear(Context & ctx, Tensor * W, Tensor * x, const LoraSet * lora) {
     const std::vector<LoraDelta> * ds = lora ? lora->find(W) : nullptr;
     if (!ds || ds->empty()) return mul_mat(ctx, W, x);
-    if (lora->dropout.p > 0.0f) {  // the LoRA branch reads its own dropped-out copy of x
-        const LoraDropout & dp = lora->dropout;
-        Tensor * y = mul_mat(ctx, W, x);
-        for (size_t i = 0; i < ds->size(); ++i) {
-            const LoraDelta & d = (*ds)[i];
+    // Each adapter's A x first (with dropout, of its own dropped-out copy of x), then W x, into which every B (s A x)
+    // is added by its GEMM (lora_up's into). In that order the backward takes W's dx first and adds the adapters'
+    // (rank-r products: one partial sum each) into it: the bits of W x + B (s A x) summed by adds.
+    std::vector<Tensor *> us(ds->size());
+    for (size_t i = 0; i < ds->size(); ++i) {
+        Tensor * xin = x;
+        if (lora->dropout.p > 0.0f) {
+            const LoraDropout & dp = lora->dropout;
             const uint64_t key = rng_key(dp.seed, static_cast<uint64_t>(dp.step), name_hash(W->name), i);
             const uint64_t offset = (static_cast<uint64_t>(dp.seq_offset) * static_cast<uint64_t>(dp.seq_len) +
                                      static_cast<uint64_t>(dp.token_offset)) * static_cast<uint64_t>(x->ne[0]);
-            y = add(ctx, y, lora_up(ctx, d.b, mul_mat(ctx, d.a, dropout(ctx, x, dp.p, key, offset)), d.scale));
+            xin = dropout(ctx, x, dp.p, key, offset);
         }
-        return y;
+        us[i] = mul_mat(ctx, (*ds)[i].a, xin);
     }
-    Tensor * y = lora_linear(ctx, W, (*ds)[0].a, (*ds)[0].b, x, (*ds)[0].scale);
-    for (size_t i = 1; i < ds->size(); ++i) {  // further adapters on the same weight add up
-        const LoraDelta & d = (*ds)[i];
-        y = add(ctx, y, lora_up(ctx, d.b, mul_mat(ctx, d.a, x), d.scale));
-    }
+    Tensor * y = mul_mat(ctx, W, x);
+    for (size_t i = 0; i < ds->size(); ++i) y = lora_up(ctx, (*ds)[i].b, us[i], (*ds)[i].scale, y);
     return y;
 }
 

@@ -162,11 +162,14 @@ TEST(CoreAutodiff, SeededStageBackward) {
         }
 }
 
-// A stage backward that recomputes its forward: y = x + W2 silu(W1 x). Nothing the backward reads comes from
-// the last product or the residual sum, so prune_unused drops them (an output-flagged node stays, with what it
-// reads); the gradients are the same bits as the whole graph's.
+// A stage backward that recomputes its forward: y = x + W2 silu(W1 x), or with a LoRA branch on W2 added into its
+// product in place (mul_mat's into). Nothing the backward reads comes from the last product(s) or the residual sum, so
+// prune_unused drops them (an output-flagged node stays, with what it reads); the gradients are the same bits as the
+// whole graph's.
 TEST(CoreAutodiff, PruningTheUnreadForwardKeepsTheGradients) {
+    for (bool lora : {false, true})
     for (bool flag_output : {false, true}) {
+        SCOPED_TRACE(std::string(lora ? "lora" : "plain") + (flag_output ? ", top flagged" : ""));
         std::vector<std::vector<float>> grads[2];
         size_t nodes[2] = {0, 0};
         for (int pruned = 0; pruned < 2; ++pruned) {
@@ -176,35 +179,44 @@ TEST(CoreAutodiff, PruningTheUnreadForwardKeepsTheGradients) {
             Tensor * W2 = random_leaf(ctx, rng, "W2", 4, 6);
             Tensor * x = random_leaf(ctx, rng, "x", 6, 3);
             Tensor * dy = random_leaf(ctx, rng, "dy", 6, 3);
+            Tensor * A = random_leaf(ctx, rng, "A", 4, 2);
+            Tensor * B = random_leaf(ctx, rng, "B", 2, 6);
             Tensor * h = rp::silu(ctx, rp::mul_mat(ctx, W1, x));
+            Tensor * u = lora ? rp::mul_mat(ctx, A, h) : nullptr;
             Tensor * top = rp::mul_mat(ctx, W2, h);
-            Tensor * y = rp::add(ctx, x, top);
-            if (flag_output) top->flags |= rp::kFlagOutput;
+            Tensor * branch = lora ? rp::mul_mat(ctx, B, u, top) : nullptr;   // into top, in place
+            Tensor * y = rp::add(ctx, x, lora ? branch : top);
+            if (flag_output) (lora ? branch : top)->flags |= rp::kFlagOutput;
             rp::Graph g;
             rp::build_forward(g, y);
-            for (Tensor * p : {W1, W2, x}) {
+            std::vector<Tensor *> params{W1, W2, x};
+            if (lora) params = {W1, A, B, x};
+            for (Tensor * p : params) {
                 rp::set_param(ctx, p);
                 ctx.alloc_data(p->grad);
             }
-            rp::build_backward(ctx, g, y, dy, {W1, W2, x});
+            rp::build_backward(ctx, g, y, dy, params);
             if (pruned) rp::prune_unused(g);
             nodes[pruned] = g.nodes.size();
             EXPECT_EQ(g.contains(y), !pruned);
             EXPECT_EQ(g.contains(top), !pruned || flag_output);
-            EXPECT_TRUE(g.contains(h));  // W2's gradient reads it
+            if (lora) {
+                EXPECT_EQ(g.contains(branch), !pruned || flag_output);
+                EXPECT_TRUE(g.contains(u));  // B's gradient reads it
+            }
+            EXPECT_TRUE(g.contains(h));  // W2's (or A's) gradient reads it
             rp::CpuBackend be;
             be.allocate(g);
             be.compute(g, 1);
-            for (Tensor * p : {W1, W2, x}) grads[pruned].push_back(rp::tensor_get_f32(p->grad));
+            for (Tensor * p : params) grads[pruned].push_back(rp::tensor_get_f32(p->grad));
         }
-        EXPECT_EQ(nodes[1], nodes[0] - (flag_output ? 1 : 2));
+        EXPECT_EQ(nodes[1], nodes[0] - (flag_output ? 1 : lora ? 3 : 2));
         EXPECT_EQ(grads[0], grads[1]);
     }
 }
 
 // An activation read by several products gets one gradient buffer: the first product's input gradient is a fresh
-// buffer its tensor owns, and the others add into it in place (bits of the out-of-place sum, one buffer of x's size
-// less). A gradient handed on as it is (an add's dy, its sources' gradient too) is never added into in place.
+// buffer its tensor owns, and the others' GEMMs add into it (one buffer of x's size less, no add's pass). A gradient handed on as it is (an add's dy, its sources' gradient too) is never added into in place.
 TEST(CoreAutodiff, SeveralContributionsAddIntoOneOwnedBuffer) {
     std::mt19937 rng(11);
     Context ctx;
@@ -224,17 +236,20 @@ TEST(CoreAutodiff, SeveralContributionsAddIntoOneOwnedBuffer) {
     rp::set_param(ctx, x);
     ctx.alloc_data(x->grad);
     rp::build_backward(ctx, g, y, dy, {x});
-    int in_place = 0, summed = 0;
+    int in_place = 0, summed = 0, accumulating = 0;
     for (size_t i = 0; i < g.nodes.size(); ++i) {
         const Tensor * n = g.nodes[i];
+        accumulating += n->op == rp::Op::MUL_MAT_BACK_X && n->src[2] != nullptr;
         if (n->op != rp::Op::ADD) continue;
         if (n->is_view()) ++in_place;
         else if (i >= forward_nodes) ++summed;
     }
     // h's four terms, in the reverse walk's order: silu(h)'s (a's gradient, handed on: not h's own), W3's (a new sum
-    // h owns), then W2's and W1's into it in place; x's gradient into its param buffer in place. a's two terms (dy
-    // handed on unchanged, then 0.5 dy) make a new sum: dy is also y's sources' gradient.
-    EXPECT_EQ(in_place, 2 + 1);
+    // h owns), then W2's and W1's added into it by their GEMMs (mul_mat_back_x's into); x's gradient into its param
+    // buffer in place. a's two terms (dy handed on unchanged, then 0.5 dy) make a new sum: dy is also y's sources'
+    // gradient.
+    EXPECT_EQ(accumulating, 2);
+    EXPECT_EQ(in_place, 1);
     EXPECT_EQ(summed, 2);
     rp::CpuBackend be;
     be.allocate(g);

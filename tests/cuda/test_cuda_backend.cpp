@@ -274,6 +274,12 @@ TEST(CudaBackend, MatrixProducts) {
     rp::Tensor * acc = b.f32(64, 48);
     b.out(rp::out_prod(c, acc, X, dY, W));
     b.read_back(acc);
+    // The accumulating forms (a LoRA branch into W x; an activation's gradient summed by its products), f32 and
+    // quantized weights: cuBLAS's beta = 1.
+    b.out(rp::mul_mat(c, W, X, rp::scale(c, dY, 1.0f)));
+    b.out(rp::mul_mat(c, Wq, X, rp::scale(c, dY, 0.5f)));
+    b.out(rp::mul_mat_back_x(c, W, dY, X, rp::scale(c, X, 1.0f)));
+    b.out(rp::mul_mat_back_x(c, Wq, dY, X, rp::scale(c, X, 2.0f)));
     b.run_and_compare();
 }
 

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
+
 using namespace optest;
 using rp::Context;
 using rp::Tensor;
@@ -112,4 +115,93 @@ TEST(OpLora, LinearOverFrozenQuantizedBase) {
     Tensor * b = ctx.new_tensor(rp::DType::F32, 5, 12);  // rank mismatch
     Tensor * x = ctx.new_tensor(rp::DType::F32, 32, 2);
     EXPECT_THROW(rp::lora_linear(ctx, w, a, b, x, 1.0f), rp::Error);
+}
+
+// The accumulating forms: mul_mat(W, X, into) = into + W X and mul_mat_back_x(W, dY, x, into) = into + W^T dY, in
+// place (the node is a view of into); gradients of W, X and into's source against finite differences.
+TEST(OpMulMat, AccumulatingIntoATensor) {
+    check_op({"mul_mat W[17,3] X[17,5] into Y0[3,5]", {{"W", {17, 3, 1, 1}}, {"X", {17, 5, 1, 1}}, {"Y0", {3, 5, 1, 1}}},
+              [](Context & c, const TV & in) { return rp::mul_mat(c, in[0], in[1], rp::scale(c, in[2], 1.0f)); },
+              [](const R & v) { return ref::add(ref::mul_mat(v[0], v[1]), v[2]); }});
+    Input W{"W", {64, 6, 1, 1}, rp::DType::BF16, false};
+    check_op({"mul_mat W bf16 [64,6] into, batches", {W, {"X", {64, 3, 2, 1}}, {"Y0", {6, 3, 2, 1}}},
+              [](Context & c, const TV & in) { return rp::mul_mat(c, in[0], in[1], rp::scale(c, in[2], 1.0f)); },
+              [](const R & v) { return ref::add(ref::mul_mat(v[0], v[1]), v[2]); }});
+    // dX = D0 + W^T dY, forward only (its own gradient is not needed: it is a backward op).
+    Context ctx;
+    Tensor * w = ctx.new_tensor(rp::DType::F32, 9, 4);
+    Tensor * dy = ctx.new_tensor(rp::DType::F32, 4, 3);
+    Tensor * d0 = ctx.new_tensor(rp::DType::F32, 9, 3);
+    std::vector<float> wv(36), dv(12), d0v(27);
+    for (size_t i = 0; i < wv.size(); ++i) wv[i] = 0.1f * float(int(i % 7) - 3);
+    for (size_t i = 0; i < dv.size(); ++i) dv[i] = 0.25f * float(int(i % 5) - 2);
+    for (size_t i = 0; i < d0v.size(); ++i) d0v[i] = 0.5f * float(int(i % 3) - 1);
+    for (auto [t, v] : {std::pair{w, &wv}, std::pair{dy, &dv}, std::pair{d0, &d0v}}) {
+        ctx.alloc_data(t);
+        rp::tensor_set_f32(t, *v);
+    }
+    const std::vector<float> got = compute(rp::mul_mat_back_x(ctx, w, dy, d0, rp::scale(ctx, d0, 1.0f)));
+    for (int64_t t = 0; t < 3; ++t)
+        for (int64_t k = 0; k < 9; ++k) {
+            double want = d0v[size_t(k + 9 * t)];
+            for (int64_t n = 0; n < 4; ++n) want += double(wv[size_t(k + 9 * n)]) * double(dv[size_t(n + 4 * t)]);
+            EXPECT_NEAR(got[size_t(k + 9 * t)], want, 1e-6) << k << "," << t;
+        }
+    // into must be contiguous f32 of the product's shape.
+    EXPECT_THROW(rp::mul_mat(ctx, w, ctx.new_tensor(rp::DType::F32, 9, 3), ctx.new_tensor(rp::DType::F32, 4, 2)), rp::Error);
+}
+
+// A LoRA linear adds its branch into W x by the GEMM (no ADD node, no buffer for B (s A x)), with the bits of the
+// sum by an add: the branch's product is one partial sum (rank <= the GEMM's 256-step blocks) added to W x either way.
+// Its backward sums x's gradient the same way: W^T dY first, then the branch's A^T (...) added in by its GEMM.
+TEST(OpLora, TheBranchIsAddedByTheGemmWithTheBitsOfAnAdd) {
+    Context ctx;
+    auto filled = [&](rp::DType t, int64_t a, int64_t b, float f) {
+        Tensor * x = ctx.new_tensor(rp::DType::F32, a, b);
+        ctx.alloc_data(x);
+        std::vector<float> v(static_cast<size_t>(a * b));
+        for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(f * float(i) + 0.1f);
+        rp::tensor_set_f32(x, v);
+        return t == rp::DType::F32 ? x : rp::cast(ctx, x, t);
+    };
+    Tensor * w = filled(rp::DType::F32, 96, 40, 0.37f);
+    Tensor * a = filled(rp::DType::F32, 96, 8, 0.21f);
+    Tensor * b = filled(rp::DType::F32, 8, 40, 0.53f);
+    Tensor * x0 = filled(rp::DType::F32, 96, 33, 0.11f);
+    Tensor * x = rp::scale(ctx, x0, 1.0f);   // (an activation, not a param: its gradient is a graph buffer)
+    const float s = 0.3f;
+    Tensor * fused = rp::lora_linear(ctx, w, a, b, x, s);
+    Tensor * added = rp::add(ctx, rp::mul_mat(ctx, w, x), rp::mul_mat(ctx, b, rp::scale(ctx, rp::mul_mat(ctx, a, x), s)));
+    const std::vector<float> f = compute(fused), d = compute(added);
+    ASSERT_EQ(f.size(), d.size());
+    EXPECT_EQ(std::memcmp(f.data(), d.data(), f.size() * sizeof(float)), 0);
+    rp::Graph g;
+    rp::build_forward(g, fused);
+    for (const Tensor * n : g.nodes) EXPECT_NE(n->op, rp::Op::ADD) << rp::describe(n);
+    // The backward: x's gradient in one buffer, the second product accumulating into the first (no ADD either).
+    Tensor * dy = filled(rp::DType::F32, 40, 33, 0.71f);
+    rp::set_param(ctx, x0);
+    ctx.alloc_data(x0->grad);
+    std::memset(x0->grad->data, 0, x0->grad->nbytes());
+    const size_t n_forward = g.nodes.size();
+    rp::build_backward(ctx, g, fused, dy, {x0});
+    int accumulating = 0;
+    for (size_t i = n_forward; i < g.nodes.size(); ++i) {
+        const Tensor * n = g.nodes[i];
+        // (the one add: x0's gradient into its parameter buffer, through the scale)
+        if (n->op == rp::Op::ADD) {
+            EXPECT_TRUE(n->view_src == x0->grad) << rp::describe(n);
+        }
+        accumulating += n->op == rp::Op::MUL_MAT_BACK_X && n->src[2] != nullptr;
+    }
+    EXPECT_EQ(accumulating, 1);
+    // x's gradient has the bits of W^T dY + A^T (s B^T dY) summed by an add.
+    rp::CpuBackend be;
+    be.allocate(g);
+    be.compute(g, 2);
+    const std::vector<float> got = rp::tensor_get_f32(x0->grad);
+    Tensor * db = rp::mul_mat_back_x(ctx, b, dy, rp::scale(ctx, rp::mul_mat(ctx, a, x), s));
+    const std::vector<float> want = compute(rp::add(ctx, rp::mul_mat_back_x(ctx, w, dy, x), rp::mul_mat_back_x(ctx, a, rp::scale(ctx, db, s), x)));
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
 }
