@@ -10,6 +10,14 @@
 #
 # Needs about 14 GiB of RAM (full finetuning: fp32 masters, gradients and AdamW state of 0.6B parameters).
 # Each row is one run: the host is shared, compare rows of the same run.
+#
+# LoRA rows measured 2026-12-07 on a 2-core Intel Xeon (Sapphire Rapids, AVX-512), 2 threads, before (006de9c) and
+# after LoRA branches were added into W x by their GEMM and activation gradients summed by the products (mul_mat's and
+# mul_mat_back_x's into), alternated in one run; the peak read 478 GFLOP/s in this run (399 an hour earlier: the
+# VM's peak moves with its neighbours, so MFU is given against this run's reading):
+#   mode  activations            before: tok/s  GFLOP/s  MFU     after: tok/s  GFLOP/s  MFU     peak RSS
+#   LoRA  default (2 GiB kept)           83     208.2    43.5%          88     219.8    46.0%   3798 MiB
+#   LoRA  all kept                       93     234.3    49.0%          97     244.8    51.2%   6355 MiB
 set -euo pipefail
 build=${1:?usage: mfu.sh BUILD_DIR [THREADS]}
 threads=${2:-$(nproc)}

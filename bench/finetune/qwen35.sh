@@ -11,6 +11,18 @@
 #
 # Attention's cost grows with the square of the sequence, the delta rule's linearly (a fixed state per head):
 # the hybrid, with one attention layer in four, should pull ahead at long sequences.
+#
+# Measured 2026-12-07 (2-core Intel Xeon, 2 threads; SEQS="2048 8192"): qwen35 / qwen3 tokens/s 1.22 at 2048 (3508 vs
+# 2871), 1.98 at 8192 (2174 vs 1098). The longest sequence on 24 GB, before (006de9c) -> after the gated norm as one op,
+# a split's gradient buffer taken after its last part and the allocator's crowded-first placement:
+#   qwen3.5-35b-a3b 90,960 -> 97,906   qwen3-next-80b-a3b 72,776 -> 78,340   (qwen3-30b-a3b 157,736)
+#   qwen3.5-0.8b 183,070 -> 198,433 (qwen3-0.6b 283,525)   qwen3.5-2b 162,840 -> 170,156 (qwen3-1.7b 238,744)
+#   qwen3.5-4b 104,098 -> 111,754   qwen3.5-9b 91,042 -> 96,882 (llama3.1-8b 147,439)
+#   qwen3.5-27b 62,573 -> 66,885 (qwen3-32b 78,131)
+# A DeltaNet layer's backward now holds about 39k floats a token at its peak (4B: the conv's 8192 pre-activations, q,
+# k and v, the delta rule's output and its gradient, the gated norm's gradients, the normed input), its gated
+# attention layers about 34k: the next steps are the delta rule reading q, k, v from the convolution's output (silu
+# and the L2 norms inside it) and token-chunked DeltaNet layers.
 set -euo pipefail
 build=${1:?usage: qwen35.sh BUILD_DIR [THREADS]}
 threads=${2:-2}
