@@ -27,12 +27,16 @@ double row_sum(int64_t n, Term term) {
     return s;
 }
 
+// A row's sum of squares in double (row_sum's order; a contiguous and a strided row give the same bits).
+double sum_squares(const char * xr, size_t nb, int64_t n) {
+    if (nb == sizeof(float))
+        return row_sum(n, [xp = reinterpret_cast<const float *>(xr)](int64_t i) { const double v = xp[i]; return v * v; });
+    return row_sum(n, [&](int64_t i) { const double v = at(xr, nb, i); return v * v; });
+}
+
 // A row's rms_norm scale 1 / sqrt(mean(x^2) + eps) in double, as rms_norm computes it (and rounds it to float).
 double rms_scale(const char * xr, size_t nb, int64_t n, float eps) {
-    const double ss = nb == sizeof(float)
-                          ? row_sum(n, [xp = reinterpret_cast<const float *>(xr)](int64_t i) { const double v = xp[i]; return v * v; })
-                          : row_sum(n, [&](int64_t i) { const double v = at(xr, nb, i); return v * v; });
-    return 1.0 / std::sqrt(ss / static_cast<double>(n) + eps);
+    return 1.0 / std::sqrt(sum_squares(xr, nb, n) / static_cast<double>(n) + eps);
 }
 
 // The gated norm's rows go a piece at a time, so that exp(-z) is computed in vectors (exp_affine) on contiguous
@@ -60,13 +64,7 @@ void rms_norm(Tensor * n) {
         const RowIdx ri = row_idx(n, r);
         const char * xr = row_ptr(x, ri);
         char * d = row_ptr(n, ri);
-        double ss;
-        if (x->nb[0] == sizeof(float)) {
-            const float * xp = reinterpret_cast<const float *>(xr);
-            ss = row_sum(ne0, [xp](int64_t i) { const double v = xp[i]; return v * v; });
-        } else {
-            ss = row_sum(ne0, [&](int64_t i) { const double v = at(xr, x->nb[0], i); return v * v; });
-        }
+        const double ss = sum_squares(xr, x->nb[0], ne0);
         const float rs = l2 ? static_cast<float>(1.0 / std::max(std::sqrt(ss), static_cast<double>(eps)))
                             : static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(ne0) + eps));
         if (scales) scales[r] = std::sqrt(ss) > eps ? rs : -rs;
@@ -92,16 +90,15 @@ void rms_norm_back(Tensor * n) {
         const char * xr = row_ptr(x, ri);
         const char * gr = row_ptr(dy, ri);
         char * d = row_ptr(n, ri);
-        double ss, gx;
+        const double ss = sum_squares(xr, x->nb[0], ne0);
+        double gx;
         if (x->nb[0] == sizeof(float) && dy->nb[0] == sizeof(float) && (!wd || wnb == sizeof(float))) {
             const float * xp = reinterpret_cast<const float *>(xr);
             const float * gp = reinterpret_cast<const float *>(gr);
             const float * wp = reinterpret_cast<const float *>(wd);
-            ss = row_sum(ne0, [xp](int64_t i) { const double v = xp[i]; return v * v; });
             gx = wp ? row_sum(ne0, [=](int64_t i) { return static_cast<double>(gp[i]) * wp[i] * static_cast<double>(xp[i]); })
                     : row_sum(ne0, [=](int64_t i) { return static_cast<double>(gp[i]) * 1.0f * static_cast<double>(xp[i]); });
         } else {
-            ss = row_sum(ne0, [&](int64_t i) { const double v = at(xr, x->nb[0], i); return v * v; });
             gx = row_sum(ne0, [&](int64_t i) {
                 return static_cast<double>(at(gr, dy->nb[0], i)) * (wd ? at(wd, wnb, i) : 1.0f) * static_cast<double>(at(xr, x->nb[0], i));
             });

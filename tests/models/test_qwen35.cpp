@@ -44,6 +44,12 @@ rp::SynthSpec qwen35(uint32_t embd, uint32_t heads, uint32_t heads_kv, uint32_t 
     return s;
 }
 
+// A generated qwen35 file of one layer, a DeltaNet layer (4 value heads of 16 over 2 key heads), loaded.
+std::unique_ptr<rp::Model> one_delta_net_layer(TempDir & d) {
+    rp::write_synth_model(qwen35(64, 4, 2, 16, 8, 1, 2, 4, 16, 5), d.file("m.gguf"));
+    return rp::Model::load(d.file("m.gguf"));
+}
+
 } // namespace
 
 TEST(Qwen35, LoadsItsTensorsAndHyperParameters) {
@@ -412,8 +418,7 @@ TEST(Qwen35, MtpBlocksAreKeptNotRun) {
 // norm's pieces). The same nodes in that order plan more memory; only the order and the memory differ.
 TEST(Qwen35, BackwardInCreationOrderHoldsLessThanDepthFirst) {
     TempDir d;
-    rp::write_synth_model(qwen35(64, 4, 2, 16, 8, 1, 2, 4, 16, 5), d.file("m.gguf"));
-    const auto m = rp::Model::load(d.file("m.gguf"));
+    const auto m = one_delta_net_layer(d);
     const rp::HParams & hp = m->hparams();
     ASSERT_TRUE(hp.is_recurrent(0));
     const int64_t T = 512;
@@ -458,8 +463,7 @@ TEST(Qwen35, BackwardInCreationOrderHoldsLessThanDepthFirst) {
 // above check. z's projection is built after the delta rule, so its backward takes dz before the delta rule's.
 TEST(Qwen35, TheGatedNormIsOneOpAndZIsProjectedAfterTheDeltaRule) {
     TempDir d;
-    rp::write_synth_model(qwen35(64, 4, 2, 16, 8, 1, 2, 4, 16, 5), d.file("m.gguf"));
-    const auto m = rp::Model::load(d.file("m.gguf"));
+    const auto m = one_delta_net_layer(d);
     const rp::HParams & hp = m->hparams();
     ASSERT_TRUE(hp.is_recurrent(0));
     const int64_t T = 40, Hv = hp.ssm_dt_rank, Dv = hp.ssm_d_inner / Hv;
