@@ -6,7 +6,6 @@
 #include "ggml_rp/ops/view.h"
 #include "base/error.h"
 
-#include <cassert>
 
 namespace rp {
 

@@ -62,14 +62,14 @@ public:
     using AccumulateFn = std::function<Tensor *(Tensor * into)>;
     void accumulate(Tensor * t, const AccumulateFn & fn, bool fresh = false);
 
-    // For rules whose contribution is zero outside a part of t (a window's): add_part(into) must add the part in place
+    // For rules whose contribution is zero outside a part of t (a window's): add(into) must add the part in place
     // into `into`, a t-shaped contiguous f32 buffer, and return the node that did. The parts are applied when t's
     // gradient is first read (t's own rule; a param's at the end), in the order they came, into the buffer t owns or
     // a zero-filled one taken after the last part: so the windows of one tensor (a split's parts, e.g. a fused
     // projection's query and gate) fill one buffer, which is not held from the first part's gradient to the last.
     // `part` is the part's gradient (ordering only: the buffer is taken after it).
     using PartFn = std::function<Tensor *(Tensor * into)>;
-    void add_part(Tensor * t, Tensor * part, PartFn add_part);
+    void add_part(Tensor * t, Tensor * part, PartFn add);
 
     // Adds g, a fresh buffer (t's shape, contiguous f32) that nothing else reads, to t's gradient as add does;
     // when it becomes t's gradient as it is (t had none), t owns it.

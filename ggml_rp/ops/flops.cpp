@@ -68,8 +68,8 @@ bool is_backward_op(Op op) {
     switch (op) {
     case Op::MUL_MAT_BACK_X: case Op::OUT_PROD: case Op::MUL_MAT_ID_BACK_X: case Op::OUT_PROD_ID: case Op::ATTENTION_BACK:
     case Op::LM_HEAD_CE_BACK: case Op::DELTA_NET_BACK: case Op::SILU_BACK: case Op::SWIGLU_BACK: case Op::SOFTMAX_BACK:
-    case Op::RMS_NORM_BACK: case Op::L2_NORM_BACK: case Op::RMS_NORM_GATED_BACK: case Op::ROPE_BACK: case Op::GET_ROWS_BACK: case Op::SSM_CONV_BACK:
-    case Op::MOE_WEIGHTS_BACK: case Op::PREFERENCE_LOSS_BACK: case Op::GRPO_LOSS_BACK:
+    case Op::RMS_NORM_BACK: case Op::L2_NORM_BACK: case Op::RMS_NORM_GATED_BACK: case Op::ROPE_BACK: case Op::GET_ROWS_BACK:
+    case Op::SSM_CONV_BACK: case Op::MOE_WEIGHTS_BACK: case Op::PREFERENCE_LOSS_BACK: case Op::GRPO_LOSS_BACK:
         return true;
     default:
         return false;

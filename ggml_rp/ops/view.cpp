@@ -121,7 +121,9 @@ void backward_view(Backward & b, Tensor * node) {
         detail::require(x->is_contiguous() && x->type == DType::F32, "view backward",
                         "the source " + describe(x) + " of a window must be contiguous f32");
         const uint64_t offs = static_cast<uint32_t>(node->param_i32(1)) | (static_cast<uint64_t>(static_cast<uint32_t>(node->param_i32(2))) << 32);
-        b.add_part(x, dy, [&ctx, node, dy, offs](Tensor * into) { return add_inplace(ctx, view(ctx, into, node->ne, node->nb, offs), dy); });
+        b.add_part(x, dy, [&ctx, node, dy, offs](Tensor * into) {
+            return add_inplace(ctx, view(ctx, into, node->ne, node->nb, offs), dy);
+        });
         return;
     }
     default:

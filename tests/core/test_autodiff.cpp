@@ -216,7 +216,8 @@ TEST(CoreAutodiff, PruningTheUnreadForwardKeepsTheGradients) {
 }
 
 // An activation read by several products gets one gradient buffer: the first product's input gradient is a fresh
-// buffer its tensor owns, and the others' GEMMs add into it (one buffer of x's size less, no add's pass). A gradient handed on as it is (an add's dy, its sources' gradient too) is never added into in place.
+// buffer its tensor owns, and the others' GEMMs add into it (one buffer of x's size less, no add's pass). A gradient
+// handed on as it is (an add's dy, its sources' gradient too) is never added into in place.
 TEST(CoreAutodiff, SeveralContributionsAddIntoOneOwnedBuffer) {
     std::mt19937 rng(11);
     Context ctx;

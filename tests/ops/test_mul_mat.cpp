@@ -201,7 +201,8 @@ TEST(OpLora, TheBranchIsAddedByTheGemmWithTheBitsOfAnAdd) {
     be.compute(g, 2);
     const std::vector<float> got = rp::tensor_get_f32(x0->grad);
     Tensor * db = rp::mul_mat_back_x(ctx, b, dy, rp::scale(ctx, rp::mul_mat(ctx, a, x), s));
-    const std::vector<float> want = compute(rp::add(ctx, rp::mul_mat_back_x(ctx, w, dy, x), rp::mul_mat_back_x(ctx, a, rp::scale(ctx, db, s), x)));
+    const std::vector<float> want =
+        compute(rp::add(ctx, rp::mul_mat_back_x(ctx, w, dy, x), rp::mul_mat_back_x(ctx, a, rp::scale(ctx, db, s), x)));
     ASSERT_EQ(got.size(), want.size());
     EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
 }

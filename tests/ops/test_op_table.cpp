@@ -17,7 +17,8 @@ namespace {
 bool is_backward_op(rp::Op op) {
     switch (op) {
     case rp::Op::SILU_BACK: case rp::Op::SWIGLU_BACK: case rp::Op::SOFTMAX_BACK: case rp::Op::RMS_NORM_BACK: case rp::Op::L2_NORM_BACK:
-    case rp::Op::RMS_NORM_GATED_BACK: case rp::Op::GET_ROWS_BACK: case rp::Op::MUL_MAT_BACK_X: case rp::Op::OUT_PROD: case rp::Op::ATTENTION_BACK:
+    case rp::Op::RMS_NORM_GATED_BACK: case rp::Op::GET_ROWS_BACK: case rp::Op::MUL_MAT_BACK_X: case rp::Op::OUT_PROD:
+    case rp::Op::ATTENTION_BACK:
     case rp::Op::LM_HEAD_CE_BACK: case rp::Op::MOE_WEIGHTS_BACK: case rp::Op::MUL_MAT_ID_BACK_X: case rp::Op::OUT_PROD_ID:
     case rp::Op::PREFERENCE_LOSS_BACK: case rp::Op::GRPO_LOSS_BACK: case rp::Op::SSM_CONV_BACK: case rp::Op::DELTA_NET_BACK:
         return true;
