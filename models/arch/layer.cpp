@@ -263,8 +263,9 @@ Tensor * build_embedding(Context & ctx, const HParams & hp, Tensor * tok_embd, T
     const std::vector<LoraDelta> * ds = lora ? lora->find(tok_embd) : nullptr;
     if (ds)
         for (const LoraDelta & d : *ds) {
-            // Roles swapped (formats.md §5.3): gather token t's r-vector from A [r, n_vocab], then B [r, n_embd].
-            e = add(ctx, e, lora_up(ctx, d.b, get_rows(ctx, d.a, ids), d.scale));
+            // Roles swapped (formats.md §5.3): gather token t's r-vector from A [r, n_vocab], then B [r, n_embd], added
+            // into the looked-up rows by the GEMM (as build_linear's branches).
+            e = lora_up(ctx, d.b, get_rows(ctx, d.a, ids), d.scale, e);
         }
     if (hp.embd_scale != 1.0f) e = scale(ctx, e, hp.embd_scale);  // gemma3: after the adapter, as llama.cpp
     return set_name(e, "embd");
