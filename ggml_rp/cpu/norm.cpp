@@ -16,13 +16,18 @@ namespace {
 // ((0+4)+(2+6))+((1+5)+(3+7)), then the rest in order: 8 independent chains that vectorize, where one running
 // sum was a chain of dependent adds. term(i) gives
 // element i's addend; contiguous and strided rows use the same order, so they give the same bits.
+// The 8 lanes added in that fixed tree.
+inline double lane_tree(const double lanes[8]) {
+    return ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+}
+
 template <class Term>
 double row_sum(int64_t n, Term term) {
     double lanes[8] = {};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
         for (int l = 0; l < 8; ++l) lanes[l] += term(i + l);
-    double s = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+    double s = lane_tree(lanes);
     for (; i < n; ++i) s += term(i);
     return s;
 }
@@ -210,7 +215,7 @@ void rms_norm_gated_back(Tensor * n) {
             neg_exps(zr, znb, i0, m, e);
             for (int64_t i = 0; i < m; ++i) lanes[(i0 + i) % 8] += static_cast<double>(g_of(i0 + i, e[i])) * at(xr, xnb, i0 + i);
         }
-        const double gx = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+        const double gx = lane_tree(lanes);
         const float c = static_cast<float>(rsd * rsd * rsd * gx / static_cast<double>(ne0));
         for (int64_t i0 = 0; i0 < ne0; i0 += kGatePiece) {
             const int64_t m = std::min(kGatePiece, ne0 - i0);

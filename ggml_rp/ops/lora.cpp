@@ -11,7 +11,7 @@ Tensor * lora_linear(Context & ctx, Tensor * W, Tensor * A, Tensor * B, Tensor *
     detail::require(A->ne[0] == W->ne[0] && B->ne[1] == W->ne[1] && A->ne[1] == B->ne[0], "lora_linear",
                     "adapter A " + describe(A) + " and B " + describe(B) + " do not fit W " + describe(W) +
                         " (need A [in, r], B [r, out] for W [in, out])");
-    Tensor * u = mul_mat(ctx, A, x);   // (before W x: models/arch/layer.cpp build_linear says why)
+    Tensor * u = mul_mat(ctx, A, x);   // (before W x: lora.h says why)
     return lora_up(ctx, B, u, s, mul_mat(ctx, W, x));
 }
 

@@ -31,10 +31,6 @@ void check_weight(const char * op, const Tensor * W) {
     detail::require(W->rows_contiguous(), op, "weight " + describe(W) + " must have contiguous rows");
 }
 
-} // namespace
-
-namespace {
-
 // A GEMM node of shape ne over sources W and A: a fresh one, or one accumulating in place into `into` (src 2).
 Tensor * gemm_node(Context & ctx, Op op, const int64_t ne[4], Tensor * W, Tensor * A, Tensor * into) {
     if (!into) return detail::new_node(ctx, op, DType::F32, ne, {W, A});

@@ -32,8 +32,7 @@ Tensor * build_linear(Context & ctx, Tensor * W, Tensor * x, const LoraSet * lor
     const std::vector<LoraDelta> * ds = lora ? lora->find(W) : nullptr;
     if (!ds || ds->empty()) return mul_mat(ctx, W, x);
     // Each adapter's A x first (with dropout, of its own dropped-out copy of x), then W x, into which every B (s A x)
-    // is added by its GEMM (lora_up's into). In that order the backward takes W's dx first and adds the adapters'
-    // (rank-r products: one partial sum each) into it: the bits of W x + B (s A x) summed by adds.
+    // is added by its GEMM (lora_up's into), in lora_linear's order (ggml_rp/ops/lora.h says why).
     std::vector<Tensor *> us(ds->size());
     for (size_t i = 0; i < ds->size(); ++i) {
         Tensor * xin = x;

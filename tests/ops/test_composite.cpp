@@ -227,3 +227,26 @@ TEST(OpComposite, ASplitsGradientBufferIsTakenAfterItsLastPart) {
             EXPECT_NEAR(got[size_t(c * 12 + r)], want, 1e-5) << r << "," << c;
         }
 }
+
+// A window of a strided tensor has no buffer its gradient can be added into at the window's strides: building the
+// backward is refused, naming the window's source.
+TEST(OpComposite, AWindowOfAStridedTensorIsRefusedNamingIt) {
+    Context ctx;
+    Tensor * x = ctx.new_tensor(rp::DType::F32, 5, 12);
+    x->name = "x_strided_source";
+    Tensor * xt = rp::transpose(ctx, x);   // [12, 5], not contiguous
+    Tensor * y = rp::sum(ctx, rp::silu(ctx, rows_of(ctx, xt, 0, 4)));
+    rp::Graph g;
+    rp::build_forward(g, y);
+    rp::set_param(ctx, x);
+    try {
+        rp::build_backward(ctx, g, y, {x});
+        FAIL() << "no error";
+    } catch (const rp::Error & e) {
+        const std::string m = e.what();
+        EXPECT_NE(m.find("window"), std::string::npos) << m;
+        EXPECT_NE(m.find("contiguous"), std::string::npos) << m;
+        EXPECT_NE(m.find(rp::describe(xt)), std::string::npos) << m;
+        std::printf("  %s\n", m.c_str());
+    }
+}
