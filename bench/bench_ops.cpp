@@ -40,6 +40,7 @@
 #include "ggml_rp/cpu/backend.h"
 #include "ggml_rp/cpu/cross_entropy.h"
 #include "ggml_rp/cpu/gemm.h"
+#include "ggml_rp/cpu/gemm_int8.h"
 #include "ggml_rp/cpu/matvec_dot.h"
 #include "ggml_rp/ops/delta_net.h"
 #include "base/error.h"
@@ -194,7 +195,7 @@ void bench_gemm(const GemmShape & sh, int threads, int reps) {
              blas);
         rp::cpu::set_gemm_backend(rp::cpu::GemmBackend::Simd);
     }
-    for (TensorType t : {TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0}) {
+    for (TensorType t : {TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_K, TensorType::Q6_K}) {
         const int64_t block = gguf::type_traits(uint32_t(t))->block_size;
         if (K % block != 0) {  // (a row of K values is no whole number of blocks: the type cannot hold it)
             std::printf("  ours fwd %-38s (K = %lld is not a multiple of its block of %lld)\n", gguf::type_name(uint32_t(t)),
@@ -211,6 +212,14 @@ void bench_gemm(const GemmShape & sh, int threads, int reps) {
                  rp::cpu::matmul_fwd(K, N, T, Wq.data(), t, rb, X.data(), K, Y.data(), N, false);
              }, reps),
              blas);
+        if (rp::cpu::int8_matmul_supports(t, K)) {  // the row dots' numerics for a batch (rp-generate's prompts)
+            rp::cpu::set_row_dots(true);
+            line(std::string("ours fwd ") + gguf::type_name(uint32_t(t)) + " int8 activations", time_it([&] {
+                     rp::cpu::matmul_fwd(K, N, T, Wq.data(), t, rb, X.data(), K, Y.data(), N, false);
+                 }, reps),
+                 blas);
+            rp::cpu::set_row_dots(false);
+        }
     }
     rp::cpu::set_gemm_backend(rp::cpu::GemmBackend::Auto);
 }

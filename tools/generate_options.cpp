@@ -28,10 +28,11 @@ void declare_generate_options(Options & p, GenerateSettings & s) {
     declare_lora_options(p, s.loras);
     p.threads(s.threads);
     p.value("--matvec", "M",
-            "fast or exact: how a generated token's products are computed. fast (default): per-row\n"
-            "dot products with the activations in the weight's format, as llama.cpp (int8 per 32 values\n"
-            "with an f32 scale for Q8_0/Q4_K/Q5_K/Q6_K, bf16 for BF16, f32 otherwise); exact: the\n"
-            "prompt batch's arithmetic, bit for bit (slower)",
+            "fast or exact: how the products are computed. fast (default): with the activations in\n"
+            "the weight's format, as llama.cpp (int8 per 32 values with an f32 scale for the Q4_0..Q8_0\n"
+            "and Q2_K..Q6_K types, bf16 for BF16, f32 otherwise): a generated token's as per-row dot\n"
+            "products, the prompt's as an int8 product for Q8_0/Q4_K/Q5_K/Q6_K weights; exact: the\n"
+            "training graphs' arithmetic, bit for bit (slower)",
             Options::String,
             [&s](const std::string & flag, const std::string & v) {
                 if (v != "fast" && v != "exact") throw Error(flag + ": '" + v + "' is not fast or exact");

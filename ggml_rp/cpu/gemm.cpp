@@ -15,7 +15,9 @@
 #include "ggml_rp/cpu/gemm.h"
 #include "ggml_rp/cpu/kernel_scratch.h"
 
+#include "ggml_rp/cpu/gemm_int8.h"
 #include "ggml_rp/cpu/matvec_dot.h"
+#include "ggml_rp/cpu/parallel_tasks.h"
 #include "ggml_rp/cpu/row_decode.h"
 
 #include "ggml_rp/core/quant.h"
@@ -553,31 +555,6 @@ void run_tile(const Problem & P, const float * apack, int64_t i0, int64_t mt, in
     }
 }
 
-// body(task) for task in [0, n): on the OpenMP threads when `parallel`, else on the calling thread without
-// entering an OpenMP region at all (serial calls come from inside other kernels' parallel loops). An exception
-// is carried out of the region and rethrown (exceptions must not cross an OpenMP region).
-template <class F>
-void for_tasks(int64_t n, bool parallel, F && body) {
-    if (!parallel || n <= 1) {
-        for (int64_t task = 0; task < n; ++task) body(task);
-        return;
-    }
-    std::atomic<bool> failed{false};
-    std::string err;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1)
-#endif
-    for (int64_t task = 0; task < n; ++task) {
-        if (failed.load(std::memory_order_relaxed)) continue;
-        try {
-            body(task);
-        } catch (const std::exception & e) {
-            if (!failed.exchange(true)) err = e.what();
-        }
-    }
-    if (failed) throw Error(err);
-}
-
 #if defined(RP_ONE_ROW)
 // A few tokens as row dots (matvec_dot.h): each column prepared once, each weight row dotted where it lies with
 // every column in turn (the row stays in L1 after the first), so the weights stream in once for all of them and
@@ -638,6 +615,15 @@ bool run_one_row(const Problem & P, bool parallel) {
         if (dots) dot_rows(P, j0, std::min(P.N, j0 + rows_per_task), columns);
         else block(P, j0, std::min(P.N, j0 + rows_per_task));
     });
+    return true;
+}
+
+// More tokens than the row dots take, in a process that asked for their numerics (row_dots(), no session's scope
+// limiting them to its decode steps): quantized weights through the int8 product (gemm_int8.h), which decodes a
+// block of rows once for all the tokens, where the row dots decode each row once per 8 tokens.
+bool run_int8(const Problem & P, bool parallel) {
+    if (!P.B.t || P.A.t || !row_dots() || row_dot_max_columns() > 0 || !int8_matmul_supports(P.B.type, P.K)) return false;
+    int8_matmul_fwd(P.K, P.N, P.M, P.B.base, P.B.type, P.B.row_bytes, P.A.a, P.A.ld, P.C, P.ldc, P.accumulate, parallel);
     return true;
 }
 #endif
@@ -821,6 +807,7 @@ void run(const Problem & P, bool parallel) {
     case GemmBackend::Auto:
     case GemmBackend::Simd:
         if (run_one_row(P, parallel)) return;
+        if (run_int8(P, parallel)) return;
         if (run_few_columns(P, parallel)) return;
         run_problem<SimdKernel>(P, parallel);
         return;

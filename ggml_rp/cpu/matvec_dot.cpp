@@ -1075,6 +1075,49 @@ void quantize_column(const float * x, int64_t K, DotColumn & out) {
     out.dsum32.resize(size_t(K / 32));
     for (int64_t b = 0; b < K / 32; ++b) {
         const float * xb = x + 32 * b;
+#if defined(__AVX2__)
+        // The loop below, 8 values at a time: the same operations on each value (round to nearest even, as
+        // nearbyint in the default rounding mode), so the same bits; exact int32 sums.
+        {
+            const __m256 sign = _mm256_set1_ps(-0.0f), inf = _mm256_set1_ps(std::numeric_limits<float>::infinity());
+            __m256 v[4], amax8 = _mm256_setzero_ps();
+            int bad = 0;
+            for (int i = 0; i < 4; ++i) {
+                v[i] = _mm256_loadu_ps(xb + 8 * i);
+                const __m256 a = _mm256_andnot_ps(sign, v[i]);
+                bad |= _mm256_movemask_ps(_mm256_cmp_ps(a, inf, _CMP_NLT_UQ));   // inf or NaN
+                amax8 = _mm256_max_ps(amax8, a);
+            }
+            __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
+            m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+            const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+            const float d = bad == 0 ? amax / 127.0f : std::numeric_limits<float>::quiet_NaN();
+            const float id = bad == 0 && d > 0.0f ? 1.0f / d : 0.0f;
+            const __m256 idv = _mm256_set1_ps(id), lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+            __m256i q[4];
+            for (int i = 0; i < 4; ++i)
+                q[i] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(v[i], idv), lo), hi),
+                                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            // (max / min return their second operand for a NaN: -127, as std::max(-127.0f, NaN) below)
+            // int32 -> int8 in element order (the packs interleave the 128-bit halves; the permute undoes it)
+            const __m256i q16 = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+            _mm256_storeu_si256(reinterpret_cast<__m256i *>(out.q.data() + 32 * b),
+                                _mm256_permutevar8x32_epi32(q16, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+            int sums[2];
+            for (int h = 0; h < 2; ++h) {
+                const __m256i s8 = _mm256_add_epi32(q[2 * h], q[2 * h + 1]);
+                __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+                s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
+                s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
+                sums[h] = _mm_cvtsi128_si32(s4);
+            }
+            out.d[size_t(b)] = d;
+            out.dsum16[size_t(2 * b)] = d * float(sums[0]);
+            out.dsum16[size_t(2 * b + 1)] = d * float(sums[1]);
+            out.dsum32[size_t(b)] = out.dsum16[size_t(2 * b)] + out.dsum16[size_t(2 * b + 1)];
+            continue;
+        }
+#endif
         float amax = 0.0f;
         bool finite = true;
         for (int i = 0; i < 32; ++i) {

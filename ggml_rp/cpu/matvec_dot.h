@@ -25,7 +25,9 @@
 // Each row's order is fixed (the same for any thread count: results are deterministic), but it is not the
 // batch path's order, so a token's logits differ from its column in a batch by the rounding above (int8:
 // ~1e-3 relative; bf16: ~4e-3 of |w||x|; f32: reassociation only). That is why this is opt-in per process
-// (rp-generate turns it on) and the batch arithmetic stays the default (training, perplexity, prompts).
+// (rp-generate turns it on) and the batch arithmetic stays the default (training, perplexity). In a process
+// that turned it on, products of more tokens with Q8_0/Q4_K/Q5_K/Q6_K weights (prompts) take the same numerics
+// through the int8 product of gemm_int8.h; a RowDotScope keeps a session's prompts exact.
 #pragma once
 
 #include "gguf/types.h"
@@ -77,8 +79,9 @@ bool row_dots();
 // Overrides the switch for the calling thread while it lives (the products are dispatched on the thread that runs
 // the graph): a session that decodes with row dots (GRPO's rollouts) while other threads run training graphs,
 // which keep the exact arithmetic. max_columns > 0: products of up to that many tokens take the row dots (each
-// column's bits are its own, so a decode step's sequences get the same bits however many decode together); 0: the
-// process-wide rule (a few tokens, by weight type: gemm.cpp).
+// column's bits are its own, so a decode step's sequences get the same bits however many decode together), more
+// the exact arithmetic; 0: the process-wide rule (a few tokens, by weight type: gemm.cpp; more: the int8 product,
+// gemm_int8.h, where it takes the type).
 class RowDotScope {
 public:
     explicit RowDotScope(bool on, int64_t max_columns = 0);

@@ -10,6 +10,7 @@
 #include "ggml_rp/cpu/matvec_dot.h"
 
 #include "ggml_rp/cpu/gemm.h"
+#include "ggml_rp/cpu/gemm_int8.h"
 #include "kernels_util.h"
 
 #include <gtest/gtest.h>
@@ -73,6 +74,9 @@ TEST(MatvecDot, QuantizedColumnIsWithinHalfAStepOfEveryValue) {
             const int q = c.q[size_t(32 * b + i)];
             ASSERT_LE(std::abs(q), 127);
             EXPECT_LE(std::fabs(double(c.d[size_t(b)]) * q - x[size_t(32 * b + i)]), 0.5 * c.d[size_t(b)] * (1 + 1e-6)) << b << " " << i;
+            // the stated rule itself (the SIMD loop must give its bits): round(clamp(x / d)), ties to even
+            const float id = c.d[size_t(b)] > 0.0f ? 1.0f / c.d[size_t(b)] : 0.0f;
+            EXPECT_EQ(q, int(std::nearbyint(std::min(127.0f, std::max(-127.0f, x[size_t(32 * b + i)] * id))))) << b << " " << i;
             s16[i / 16] += q;
         }
         EXPECT_EQ(c.dsum16[size_t(2 * b)], c.d[size_t(b)] * float(s16[0]));
@@ -193,7 +197,8 @@ TEST(MatvecDot, ThePrefetchDistanceChangesNoBit) {
 
 // A few tokens at once (batched decoding): with row dots on, each of up to 4 (float types) or 8 (int8 types)
 // columns gets exactly the bits it gets alone, written at its row of the output (ldc), with and without
-// accumulation; more columns go through the packed GEMM (the exact path's bits, as with the switch off).
+// accumulation; more columns go through the int8 product (gemm_int8.h) where it takes the type, else the packed
+// GEMM (the exact path's bits, as with the switch off).
 TEST(MatvecDot, MatmulFewTokensAreEachTheirOwnDot) {
     Rng rng(29);
     const int64_t K = 512, N = 131;
@@ -218,6 +223,10 @@ TEST(MatvecDot, MatmulFewTokensAreEachTheirOwnDot) {
                 rp::cpu::matmul_fwd(K, N, T, w.data(), t, w.row_bytes, x.data(), K, acc.data(), ldc, true);
             }
             rp::cpu::matmul_fwd(K, N, T, w.data(), t, w.row_bytes, x.data(), K, exact.data(), ldc, false);
+            // (beyond the row dots: the int8 product where it takes the type, gemm_int8.h; else the exact path)
+            std::vector<float> beyond = exact;
+            if (rp::cpu::int8_matmul_supports(t, K))
+                rp::cpu::int8_matmul_fwd(K, N, T, w.data(), t, w.row_bytes, x.data(), K, beyond.data(), ldc, false, true);
             for (int64_t i = 0; i < T; ++i) {
                 std::vector<float> alone(static_cast<size_t>(N));
                 {
@@ -230,7 +239,7 @@ TEST(MatvecDot, MatmulFewTokensAreEachTheirOwnDot) {
                         ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(alone[size_t(n)])) << name << " T=" << T << " column " << i << " row " << n;
                         ASSERT_EQ(acc[size_t(i * ldc + n)], 0.25f + alone[size_t(n)]) << name << " T=" << T;
                     } else {
-                        ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(exact[size_t(i * ldc + n)])) << name << " T=" << T << ": the GEMM";
+                        ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(beyond[size_t(i * ldc + n)])) << name << " T=" << T << ": the GEMM";
                     }
                 }
                 for (int64_t n = N; n < ldc; ++n) ASSERT_EQ(y[size_t(i * ldc + n)], -7.0f) << name << ": past the row";
@@ -251,6 +260,10 @@ TEST(MatvecDot, NonFiniteColumnGivesNonFiniteDots) {
             x[size_t(K - 5)] = bad;
             rp::cpu::DotColumn c;
             rp::cpu::prepare_column(t, x.data(), K, c);
+            if (is_int8(t)) {   // the block's scale is NaN; its quants stay in [-127, 127] (what the kernels assume)
+                EXPECT_TRUE(std::isnan(c.d[size_t((K - 5) / 32)]));
+                for (int64_t k = (K - 5) / 32 * 32; k < (K - 5) / 32 * 32 + 32; ++k) EXPECT_LE(std::abs(int(c.q[size_t(k)])), 127);
+            }
             for (int64_t n = 0; n < 2; ++n) {
                 const float v = rp::cpu::row_dot(t, w.bytes.data() + size_t(n) * w.row_bytes, c);
                 EXPECT_FALSE(std::isfinite(v)) << gguf::type_name(uint32_t(t)) << " column with " << bad << ": " << v;

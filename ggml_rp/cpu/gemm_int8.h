@@ -1,0 +1,37 @@
+// Products of quantized weights with many tokens in integer arithmetic: the batch form of the row dots
+// (matvec_dot.h), for prompts and for decode steps of many sequences in the processes that asked for the row
+// dots' numerics (rp-generate's `--matvec fast`, GRPO's rollouts). Training keeps the exact path (gemm.h).
+//
+// Numerics: those of the row dots. Each token is quantized as quantize_column does (int8, blocks of 32, d_b =
+// max|x| / 127); the weights are factored per sub-block as w = s q - m (q small unsigned integers: the row dots'
+// factoring); per sub-block g of G elements (G = 16 for Q6_K, 32 for the others)
+//     y += float(S_g) * (s_g * d_b) - m_g * (d_b * sum q'),   S_g = sum q q' (exact, in int32),
+// with the type's integer offset (Q8_0: q + 128 with VNNI, Q6_K: q - 32 read as q and 32) taken out of S_g in
+// int32, so it stays exact. The sub-blocks are added in order in one f32 chain per output: the terms are the row
+// dots', the order is not (the row dots keep 8 lanes), so an output differs from its row dot by f32 rounding
+// (tested against double references at the row dots' bound). Deterministic: every output is formed by one thread
+// in a fixed order whatever the thread count and the batch's size.
+//
+// Kernels: AVX-512 VNNI (16 rows a vector, vpdpbusd) or AVX2 (8 rows, vpmaddubsw + vpmaddwd: the same int32
+// sums; Q8_0 as |q| times x with q's sign there, the one form whose pairs cannot overflow int16). A block of 32
+// (AVX2: 16) weight rows is decoded once into unsigned bytes laid out [k / 4][row][4], its scales beside, and
+// then multiplied with every token; each 4 bytes of a token are broadcast to all rows.
+#pragma once
+
+#include "gguf/types.h"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace rp::cpu {
+
+// Whether int8_matmul_fwd takes rows of K elements of type t: Q8_0, Q4_K, Q5_K, Q6_K in a build with AVX2 (or
+// AVX-512 VNNI); false otherwise (the caller keeps the exact path).
+bool int8_matmul_supports(gguf::TensorType t, int64_t K);
+
+// Y[n, t] (+)= the product above for rows n < N of W (row stride w_row_bytes) and tokens t < T (column t of X at
+// X + t * x_col, of K floats; of Y at Y + t * y_col). parallel: over the OpenMP threads.
+void int8_matmul_fwd(int64_t K, int64_t N, int64_t T, const void * W, gguf::TensorType t, size_t w_row_bytes,
+                     const float * X, int64_t x_col, float * Y, int64_t y_col, bool accumulate, bool parallel);
+
+} // namespace rp::cpu
