@@ -390,14 +390,15 @@ void bench_matvec(int64_t K, size_t mib, int threads, int reps) {
         std::printf("\n");
     }
     rp::cpu::set_row_prefetch_bytes(-1);
-    // A few tokens at once (batched decoding): row dots up to matmul_fwd's limit, the packed GEMM beyond (and with
-    // the row dots off, the exact path at every count). GB/s of weight bytes.
-    std::printf("  tokens at once, GB/s of weights (row dots on | off):\n  %-8s", "type");
-    const int64_t counts[] = {1, 2, 4, 8, 16};
-    for (int64_t T : counts) std::printf("   T=%-2lld on    off", (long long)T);
+    // A few tokens at once (batched decoding): row dots up to matmul_fwd's limit, beyond it the int8 product
+    // (gemm_int8.h) where it takes the type, else the packed GEMM (and with the row dots off, the exact path at
+    // every count); and the int8 product itself at every count, where it takes the type. GB/s of weight bytes.
+    std::printf("  tokens at once, GB/s of weights (row dots on | off | the int8 product):\n  %-8s", "type");
+    const int64_t counts[] = {1, 2, 4, 8, 16, 64};
+    for (int64_t T : counts) std::printf("   T=%-2lld on    off   int8", (long long)T);
     std::printf("\n");
-    for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q4_0,
-                         TensorType::Q3_K, TensorType::Q2_K, TensorType::MXFP4}) {
+    for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0, TensorType::Q6_K, TensorType::Q4_K,
+                         TensorType::Q4_0, TensorType::Q3_K, TensorType::Q2_K, TensorType::MXFP4}) {
         int64_t N = 0;
         const std::vector<uint8_t> W = matvec_weights(t, K, mib, N);
         std::printf("  %-8s", gguf::type_name(uint32_t(t)));
@@ -410,6 +411,14 @@ void bench_matvec(int64_t K, size_t mib, int threads, int reps) {
             rp::cpu::set_row_dots(false);
             const double off = double(W.size()) / time_it(run, reps).best_s / 1e9;
             std::printf(" %7.2f %7.2f", on, off);
+            if (rp::cpu::int8_matmul_supports(t, K)) {
+                const double i8 = double(W.size()) / time_it([&] {
+                    rp::cpu::int8_matmul_fwd(K, N, T, W.data(), t, gguf::row_bytes(t, K), xs.data(), K, y.data(), N, false, true);
+                }, reps).best_s / 1e9;
+                std::printf(" %7.2f", i8);
+            } else {
+                std::printf(" %7s", "-");
+            }
         }
         std::printf("\n");
     }
