@@ -195,7 +195,8 @@ void bench_gemm(const GemmShape & sh, int threads, int reps) {
              blas);
         rp::cpu::set_gemm_backend(rp::cpu::GemmBackend::Simd);
     }
-    for (TensorType t : {TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_K, TensorType::Q6_K}) {
+    for (TensorType t : {TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0, TensorType::Q2_K, TensorType::Q3_K, TensorType::Q4_K,
+                         TensorType::Q6_K, TensorType::MXFP4}) {
         const int64_t block = gguf::type_traits(uint32_t(t))->block_size;
         if (K % block != 0) {  // (a row of K values is no whole number of blocks: the type cannot hold it)
             std::printf("  ours fwd %-38s (K = %lld is not a multiple of its block of %lld)\n", gguf::type_name(uint32_t(t)),

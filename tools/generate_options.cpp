@@ -31,7 +31,7 @@ void declare_generate_options(Options & p, GenerateSettings & s) {
             "fast or exact: how the products are computed. fast (default): with the activations in\n"
             "the weight's format, as llama.cpp (int8 per 32 values with an f32 scale for the Q4_0..Q8_0\n"
             "and Q2_K..Q6_K types, bf16 for BF16, f32 otherwise): a generated token's as per-row dot\n"
-            "products, the prompt's as an int8 product for Q8_0/Q4_K/Q5_K/Q6_K weights; exact: the\n"
+            "products, the prompt's as an int8 product (a block of weight rows decoded once); exact: the\n"
             "training graphs' arithmetic, bit for bit (slower)",
             Options::String,
             [&s](const std::string & flag, const std::string & v) {

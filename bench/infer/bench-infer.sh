@@ -27,6 +27,22 @@
 # the real limit of generation. (A model that fits the last-level cache, like llama-98M in a 480 MiB L3, can
 # beat both.)
 #
+# Prompts in int8 (ggml_rp/cpu/gemm_int8.h), measured 2026-12-07 on a 2-core Intel Xeon (AVX-512 VNNI and AMX; 480 MiB
+# L3), THREADS=2, REPS=3, TG=64, QUANTS="q8_0 q6_k q5_k_m q4_k_m q3_k_m", BEFORE= main before it (e96857b), in the
+# same run:
+#   model              measure                    ours tok/s llama.cpp tok/s    ratio   before  GB/s ours / llama.cpp / memcpy / read stream
+#   llama-98M          prompt (840 tokens)             1170.2          339.2     3.45    1154.7  (f32: unchanged)
+#   qwen3-0.6B-bf16    prompt (468 tokens)              273.1           97.4     2.80     279.4  (bf16: unchanged)
+#   qwen3-0.6B-q8_0    prompt (468 tokens)              520.3          114.9     4.53     281.7
+#   qwen3-0.6B-q6_k    prompt (468 tokens)              430.5           70.8     6.08     266.5
+#   qwen3-0.6B-q5_k_m  prompt (468 tokens)              449.8           61.9     7.27     268.7
+#   qwen3-0.6B-q4_k_m  prompt (468 tokens)              472.7          100.6     4.70     274.8
+#   qwen3-0.6B-q3_k_m  prompt (468 tokens)              326.4           73.2     4.46     284.6  (its Q3_K tensors: exact path)
+#   qwen3-0.6B-bf16    generate (64 tokens)              15.1           15.6     0.97      15.3  18.00 / 18.60 / 13.66 / 34.43 (52%)
+#   qwen3-0.6B-q8_0    generate (64 tokens)              22.9           21.1     1.09      22.1  14.51 / 13.37 / 13.68 / 34.71 (42%)
+#   qwen3-0.6B-q4_k_m  generate (64 tokens)              31.1           30.2     1.03      30.7  12.15 / 11.80 / 13.00 / 32.59 (37%)
+# (Generation unchanged by it. On this CPU llama.cpp generates at our speed: on 2026-12-06's Xeon it ran at 0.5-0.7x.)
+#
 # gpt-oss with MXFP4 experts (GPTOSS=1 QWEN=0), measured 2026-12-07 on a 2-core Intel Xeon (AVX-512), THREADS=2,
 # REPS=3, TG=64 (bytes per token: the experts a token uses, 4 of 16):
 #   model              measure                    ours tok/s llama.cpp tok/s    ratio   GB/s ours / llama.cpp / memcpy / read stream

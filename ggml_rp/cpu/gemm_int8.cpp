@@ -3,6 +3,7 @@
 
 #include "ggml_rp/cpu/matvec_dot.h"
 #include "ggml_rp/cpu/parallel_tasks.h"
+#include "ggml_rp/cpu/simd_bytes.h"
 #include "ggml_rp/core/quant_block.h"
 
 #include <algorithm>
@@ -101,6 +102,12 @@ struct Form {
 Form form_of(TensorType t) {
     switch (t) {
     case TensorType::Q8_0: return {32, Isa::kSignedQ8 ? 0 : 128, false};
+    case TensorType::Q4_0: return {32, 8, false};
+    case TensorType::Q5_0: return {32, 16, false};
+    case TensorType::Q4_1: case TensorType::Q5_1: return {32, 0, true};   // w = d q + m: m's negative as the min
+    case TensorType::MXFP4: return {32, 12, false};                      // the doubled E2M1 value + 12
+    case TensorType::Q2_K: return {16, 0, true};
+    case TensorType::Q3_K: return {16, 4, false};                        // q + 4 * (the high bit)
     case TensorType::Q4_K: case TensorType::Q5_K: return {32, 0, true};
     case TensorType::Q6_K: return {16, 32, false};
     default: return {0, 0, false};
@@ -113,14 +120,7 @@ inline int32_t load4(const int8_t * p) {
     return v;
 }
 
-inline __m256i load256(const uint8_t * p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)); }
-inline void store256(uint8_t * p, __m256i v) { _mm256_storeu_si256(reinterpret_cast<__m256i *>(p), v); }
-inline __m256i low4(__m256i v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0F)); }
-inline __m256i high4(__m256i v) { return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F)); }
-// Bits [b, b + w) of every byte of v (mask: w ones), moved up to bit 4 (w + 4 <= 8).
-inline __m256i bits_up4(__m256i v, int b, int mask) {
-    return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(v, b), _mm256_set1_epi8(char(mask))), 4);
-}
+using namespace simd;
 
 // One row's K elements as the panel's bytes (element order), its sub-blocks' s and m (the row dots' factoring:
 // s = d * float(sc), m = dmin * float(min)).
@@ -132,6 +132,82 @@ void decode_row(TensorType t, const void * row, int64_t K, uint8_t * u, float * 
             s[i] = fp16_to_fp32(b[i].d);
             const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b[i].qs));
             store256(u + 32 * i, Isa::kSignedQ8 ? q : _mm256_xor_si256(q, _mm256_set1_epi8(char(0x80))));   // q + 128
+        }
+        return;
+    }
+    case TensorType::Q4_0: case TensorType::Q4_1: case TensorType::Q5_0: case TensorType::Q5_1: case TensorType::MXFP4: {
+        // blocks of 32: element j in the low nibble of qs[j] (j < 16) or the high nibble of qs[j - 16]
+        const size_t bytes = gguf::type_traits(uint32_t(t))->type_size;
+        const __m128i m4 = _mm_set1_epi8(0x0F);
+        const __m256i mx = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,   // value + 12
+                                            12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
+        for (int64_t i = 0; i < K / 32; ++i) {
+            const uint8_t * blk = static_cast<const uint8_t *>(row) + size_t(i) * bytes;
+            const uint8_t * qs = nullptr;
+            uint32_t qh = 0;
+            switch (t) {
+            case TensorType::Q4_0: {
+                const block_q4_0 & b = *reinterpret_cast<const block_q4_0 *>(blk);
+                s[i] = fp16_to_fp32(b.d), qs = b.qs;
+                break;
+            }
+            case TensorType::Q4_1: {
+                const block_q4_1 & b = *reinterpret_cast<const block_q4_1 *>(blk);
+                s[i] = fp16_to_fp32(b.d), m[i] = -fp16_to_fp32(b.m), qs = b.qs;
+                break;
+            }
+            case TensorType::Q5_0: {
+                const block_q5_0 & b = *reinterpret_cast<const block_q5_0 *>(blk);
+                s[i] = fp16_to_fp32(b.d), qs = b.qs, qh = load_le32(b.qh);
+                break;
+            }
+            case TensorType::Q5_1: {
+                const block_q5_1 & b = *reinterpret_cast<const block_q5_1 *>(blk);
+                s[i] = fp16_to_fp32(b.d), m[i] = -fp16_to_fp32(b.m), qs = b.qs, qh = load_le32(b.qh);
+                break;
+            }
+            default: {
+                const block_mxfp4 & b = *reinterpret_cast<const block_mxfp4 *>(blk);
+                s[i] = e8m0_to_fp32_half(b.e), qs = b.qs;
+            }
+            }
+            const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(qs));
+            __m256i v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
+            if (t == TensorType::Q5_0 || t == TensorType::Q5_1) v = _mm256_or_si256(v, bit_bytes(qh, 0x10));
+            if (t == TensorType::MXFP4) v = _mm256_shuffle_epi8(mx, v);
+            store256(u + 32 * i, v);
+        }
+        return;
+    }
+    case TensorType::Q2_K: case TensorType::Q3_K: {
+        // e = 128n + 32j + t: bits 2j of qs[32n + t]; Q3_K's third bit is bit 4n + j of hmask[t]
+        const bool three = t == TensorType::Q3_K;
+        for (int64_t sb = 0; sb < K / QK_K; ++sb) {
+            const uint8_t *qs, *hm = nullptr;
+            if (three) {
+                const block_q3_K & b = static_cast<const block_q3_K *>(row)[sb];
+                const float df = fp16_to_fp32(b.d);
+                for (int j = 0; j < 16; ++j) s[16 * sb + j] = df * float(q3k_scale(j, b.scales));
+                qs = b.qs, hm = b.hmask;
+            } else {
+                const block_q2_K & b = static_cast<const block_q2_K *>(row)[sb];
+                const float df = fp16_to_fp32(b.d), mf = fp16_to_fp32(b.dmin);
+                for (int j = 0; j < 16; ++j) {
+                    s[16 * sb + j] = df * float(b.scales[j] & 0xF);
+                    m[16 * sb + j] = mf * float(b.scales[j] >> 4);
+                }
+                qs = b.qs;
+            }
+            uint8_t * o = u + QK_K * sb;
+            const __m256i h = three ? load256(hm) : _mm256_setzero_si256();
+            for (int n = 0; n < 2; ++n) {
+                const __m256i q = load256(qs + 32 * n);
+                for (int j = 0; j < 4; ++j) {
+                    __m256i v = bits(q, 2 * j, 3, 0);
+                    if (three) v = _mm256_or_si256(v, bits(h, 4 * n + j, 1, 2));
+                    store256(o + 128 * n + 32 * j, v);
+                }
+            }
         }
         return;
     }
@@ -160,8 +236,8 @@ void decode_row(TensorType t, const void * row, int64_t K, uint8_t * u, float * 
                 const __m256i q = load256(qs + 32 * c);
                 __m256i lo = low4(q), hi = high4(q);
                 if (five) {
-                    lo = _mm256_or_si256(lo, bits_up4(h, 2 * c, 1));
-                    hi = _mm256_or_si256(hi, bits_up4(h, 2 * c + 1, 1));
+                    lo = _mm256_or_si256(lo, bits(h, 2 * c, 1, 4));
+                    hi = _mm256_or_si256(hi, bits(h, 2 * c + 1, 1, 4));
                 }
                 store256(o + 64 * c, lo);
                 store256(o + 64 * c + 32, hi);
@@ -177,10 +253,10 @@ void decode_row(TensorType t, const void * row, int64_t K, uint8_t * u, float * 
             uint8_t * o = u + QK_K * sb;
             for (int n = 0; n < 2; ++n) {   // elements 128n + 32r + l (rp::dequant_elem_q6_K's layout)
                 const __m256i a = load256(b.ql + 64 * n), c = load256(b.ql + 64 * n + 32), h = load256(b.qh + 32 * n);
-                store256(o + 128 * n, _mm256_or_si256(low4(a), bits_up4(h, 0, 3)));
-                store256(o + 128 * n + 32, _mm256_or_si256(low4(c), bits_up4(h, 2, 3)));
-                store256(o + 128 * n + 64, _mm256_or_si256(high4(a), bits_up4(h, 4, 3)));
-                store256(o + 128 * n + 96, _mm256_or_si256(high4(c), bits_up4(h, 6, 3)));
+                store256(o + 128 * n, _mm256_or_si256(low4(a), bits(h, 0, 3, 4)));
+                store256(o + 128 * n + 32, _mm256_or_si256(low4(c), bits(h, 2, 3, 4)));
+                store256(o + 128 * n + 64, _mm256_or_si256(high4(a), bits(h, 4, 3, 4)));
+                store256(o + 128 * n + 96, _mm256_or_si256(high4(c), bits(h, 6, 3, 4)));
             }
         }
         return;
@@ -258,6 +334,14 @@ struct Tokens {
     std::vector<std::vector<int32_t>> corr;
 };
 
+// The longest run of steps (a divisor of a sub-block's `steps`, at most `bound`) whose pair sums add up in int16.
+template <int steps, int bound>
+constexpr int int16_run() {
+    for (int d = steps; d > 1; --d)
+        if (steps % d == 0 && d <= bound) return d;
+    return 1;
+}
+
 // Panel rows times tokens xs[0 .. NC), sub-blocks [g0, g1): out[c][row] for P rows, each output's chain going on
 // from what out holds (first: from 0).
 template <int NC, int G, int UMAX, bool SIGNED, bool OFFSET, bool MINS>
@@ -280,8 +364,7 @@ void panel_kernel(const Panel & p, int64_t g0, int64_t g1, const DotColumn * con
         if constexpr (!SIGNED) {
             // vpmaddubsw's pair sums of S16 steps added in int16 (exact: S16 * 2 * UMAX * 127 < 2^15), then widened
             // by one vpmaddwd: a third of the instructions of widening every step.
-            constexpr int S16 = std::clamp(32767 / (2 * UMAX * 127), 1, G / 4);
-            static_assert((G / 4) % S16 == 0 || S16 == 1, "steps in whole int16 runs");
+            constexpr int S16 = int16_run<G / 4, 32767 / (2 * UMAX * 127)>();
             for (int k0 = 0; k0 < G / 4; k0 += S16) {
                 VI h[R][NC];
 #pragma GCC unroll 8
@@ -332,7 +415,7 @@ void panel_kernel(const Panel & p, int64_t g0, int64_t g1, const DotColumn * con
             const VF dx = Isa::set1f(xs[c]->d[size_t(g * G / 32)]);
             for (int r = 0; r < R; ++r) acc[r][c] = Isa::fma(Isa::cvt(sum[r][c]), Isa::mul(sv[r], dx), acc[r][c]);
             if constexpr (MINS) {
-                const VF ms = Isa::set1f(xs[c]->dsum32[size_t(g)]);
+                const VF ms = Isa::set1f(G == 16 ? xs[c]->dsum16[size_t(g)] : xs[c]->dsum32[size_t(g)]);
                 for (int r = 0; r < R; ++r) acc[r][c] = Isa::fnma(mv[r], ms, acc[r][c]);
             }
         }
@@ -357,6 +440,13 @@ KernelFn kernel_for(TensorType t, int nc) {
     switch (t) {
     case TensorType::Q8_0:
         return Isa::kSignedQ8 ? kernel_for<32, 127, true, false, false>(nc) : kernel_for<32, 255, false, true, false>(nc);
+    case TensorType::Q4_0: return kernel_for<32, 15, false, true, false>(nc);
+    case TensorType::Q5_0: return kernel_for<32, 31, false, true, false>(nc);
+    case TensorType::Q4_1: return kernel_for<32, 15, false, false, true>(nc);
+    case TensorType::Q5_1: return kernel_for<32, 31, false, false, true>(nc);
+    case TensorType::MXFP4: return kernel_for<32, 24, false, true, false>(nc);
+    case TensorType::Q2_K: return kernel_for<16, 3, false, false, true>(nc);
+    case TensorType::Q3_K: return kernel_for<16, 7, false, true, false>(nc);
     case TensorType::Q4_K: return kernel_for<32, 15, false, false, true>(nc);
     case TensorType::Q5_K: return kernel_for<32, 31, false, false, true>(nc);
     case TensorType::Q6_K: return kernel_for<16, 63, false, true, false>(nc);
@@ -371,8 +461,10 @@ KernelFn kernel_for(TensorType t, int nc) {
 bool int8_matmul_supports(TensorType t, int64_t K) {
 #if defined(RP_INT8_GEMM)
     switch (t) {
-    case TensorType::Q8_0: return K > 0 && K % 32 == 0;
-    case TensorType::Q4_K: case TensorType::Q5_K: case TensorType::Q6_K: return K > 0 && K % QK_K == 0;
+    case TensorType::Q4_0: case TensorType::Q4_1: case TensorType::Q5_0: case TensorType::Q5_1: case TensorType::Q8_0:
+    case TensorType::MXFP4: return K > 0 && K % 32 == 0;
+    case TensorType::Q2_K: case TensorType::Q3_K: case TensorType::Q4_K: case TensorType::Q5_K: case TensorType::Q6_K:
+        return K > 0 && K % QK_K == 0;
     default: return false;
     }
 #else

@@ -3,11 +3,12 @@
 // dots' numerics (rp-generate's `--matvec fast`, GRPO's rollouts). Training keeps the exact path (gemm.h).
 //
 // Numerics: those of the row dots. Each token is quantized as quantize_column does (int8, blocks of 32, d_b =
-// max|x| / 127); the weights are factored per sub-block as w = s q - m (q small unsigned integers: the row dots'
-// factoring); per sub-block g of G elements (G = 16 for Q6_K, 32 for the others)
-//     y += float(S_g) * (s_g * d_b) - m_g * (d_b * sum q'),   S_g = sum q q' (exact, in int32),
-// with the type's integer offset (Q8_0: q + 128 with VNNI, Q6_K: q - 32 read as q and 32) taken out of S_g in
-// int32, so it stays exact. The sub-blocks are added in order in one f32 chain per output: the terms are the row
+// max|x| / 127); the weights are factored per sub-block as w = s (q - o) - m with q a small unsigned integer and o
+// the type's integer offset (Q4_0: 8, Q5_0: 16, Q3_K: 4 (q its 3 bits), Q6_K: 32, MXFP4: 12 (q = ggml's doubled
+// E2M1 value + 12, s its halved power of two), Q8_0: 128 with VNNI (q + 128), else 0); m is the min of Q4_1, Q5_1
+// (their -m), Q2_K, Q4_K and Q5_K. Per sub-block g of G elements (G = 16 for Q2_K, Q3_K and Q6_K, else 32)
+//     y += float(S_g) * (s_g * d_b) - m_g * (d_b * sum q'),   S_g = sum (q - o) q' (exact, in int32: the offset
+// taken out as -o * sum q'). The sub-blocks are added in order in one f32 chain per output: the terms are the row
 // dots', the order is not (the row dots keep 8 lanes), so an output differs from its row dot by f32 rounding
 // (tested against double references at the row dots' bound). Deterministic: every output is formed by one thread
 // in a fixed order whatever the thread count and the batch's size.
@@ -28,8 +29,8 @@
 
 namespace rp::cpu {
 
-// Whether int8_matmul_fwd takes rows of K elements of type t: Q8_0, Q4_K, Q5_K, Q6_K in a build with AVX2 (or
-// AVX-512 VNNI); false otherwise (the caller keeps the exact path).
+// Whether int8_matmul_fwd takes rows of K elements of type t: the row dots' int8 types (Q4_0 .. Q8_0, Q2_K .. Q6_K,
+// MXFP4) in a build with AVX2 (or AVX-512 VNNI); false otherwise (the caller keeps the exact path).
 bool int8_matmul_supports(gguf::TensorType t, int64_t K);
 
 // Y[n, t] (+)= the product above for rows n < N of W (row stride w_row_bytes) and tokens t < T (column t of X at

@@ -13,6 +13,7 @@
 // give the same bits. The f32 / f16 / bf16 dots keep 16 logical lanes: one zmm, or two ymm on AVX2.
 #include "ggml_rp/cpu/matvec_dot.h"
 
+#include "ggml_rp/cpu/simd_bytes.h"
 #include "ggml_rp/core/quant_block.h"
 
 #include <algorithm>
@@ -104,7 +105,7 @@ inline float hsum(__m256 v) {
 #endif
 
 #if defined(RP_INT8_SIMD)
-inline __m256i load256(const void * p) { return _mm256_loadu_si256(static_cast<const __m256i *>(p)); }
+using namespace simd;
 // Per int32 lane the exact sum of its 4 products u_i s_i (u unsigned <= 128, s signed; see the top of the file).
 inline __m256i dot_u8s8(__m256i u, __m256i s) {
 #if defined(RP_INT8_VNNI)
@@ -133,20 +134,6 @@ inline __m256 fma_four_groups(const __m256i u[4], const int8_t * xq, const float
     for (int k = 0; k < 4; ++k) p[k] = dot_u8s8(u[k], load256(xq + 32 * k));
     const __m256 scale = _mm256_mul_ps(dscf, _mm256_broadcast_ps(reinterpret_cast<const __m128 *>(xd)));
     return _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums_of_halves(p[0], p[1], p[2], p[3])), scale, acc);
-}
-// Byte j = value where bit j of `bits` is set, else 0.
-inline __m256i bit_bytes(uint32_t bits, char value) {
-    const __m256i byte_of_bit = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
-    const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(int(bits)), byte_of_bit);   // byte j = byte j / 8 of bits
-    const __m256i bit = _mm256_set1_epi64x(int64_t(0x8040201008040201));               // bit j % 8
-    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit), _mm256_set1_epi8(value));
-}
-inline __m256i low4(__m256i v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0F)); }
-inline __m256i high4(__m256i v) { return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F)); }
-// Bits [s, s+w) of every byte, shifted up by `up` (w + up <= 8, so nothing crosses a byte).
-inline __m256i bits(__m256i v, int s, int mask, int up) {
-    const __m256i b = _mm256_and_si256(_mm256_srli_epi16(v, s), _mm256_set1_epi8(char(mask)));
-    return _mm256_slli_epi16(b, up);
 }
 #endif
 

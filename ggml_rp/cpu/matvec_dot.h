@@ -26,8 +26,8 @@
 // batch path's order, so a token's logits differ from its column in a batch by the rounding above (int8:
 // ~1e-3 relative; bf16: ~4e-3 of |w||x|; f32: reassociation only). That is why this is opt-in per process
 // (rp-generate turns it on) and the batch arithmetic stays the default (training, perplexity). In a process
-// that turned it on, products of more tokens with Q8_0/Q4_K/Q5_K/Q6_K weights (prompts) take the same numerics
-// through the int8 product of gemm_int8.h; a RowDotScope keeps a session's prompts exact.
+// that turned it on, products of more tokens with the int8 types (prompts) take the same numerics through the
+// int8 product of gemm_int8.h; a RowDotScope keeps a session's prompts exact.
 #pragma once
 
 #include "gguf/types.h"

@@ -19,7 +19,9 @@ namespace {
 
 using namespace kt;
 
-const std::vector<TensorType> kInt8Types = {TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
+const std::vector<TensorType> kInt8Types = {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1,
+                                            TensorType::Q8_0, TensorType::MXFP4, TensorType::Q2_K, TensorType::Q3_K,
+                                            TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
 
 struct RowDotSwitch {
     bool saved = rp::cpu::row_dots();
@@ -39,7 +41,7 @@ std::vector<float> test_tokens(int64_t K, int64_t T, Rng & rng) {
     return x;
 }
 
-int64_t sub_block(TensorType t) { return t == TensorType::Q6_K ? 16 : 32; }
+int64_t sub_block(TensorType t) { return t == TensorType::Q2_K || t == TensorType::Q3_K || t == TensorType::Q6_K ? 16 : 32; }
 
 bool bit_equal(const std::vector<float> & a, const std::vector<float> & b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
@@ -48,7 +50,7 @@ bool bit_equal(const std::vector<float> & a, const std::vector<float> & b) {
 TEST(GemmInt8, SupportsTheTypesItStates) {
     if (!rp::cpu::int8_matmul_supports(TensorType::Q8_0, 32)) GTEST_SKIP() << "no AVX2: the exact path serves every product";
     for (TensorType t : weight_types()) {
-        const bool want = t == TensorType::Q8_0 || t == TensorType::Q4_K || t == TensorType::Q5_K || t == TensorType::Q6_K;
+        const bool want = std::find(kInt8Types.begin(), kInt8Types.end(), t) != kInt8Types.end();
         EXPECT_EQ(rp::cpu::int8_matmul_supports(t, 512), want) << gguf::type_name(uint32_t(t));
     }
     EXPECT_FALSE(rp::cpu::int8_matmul_supports(TensorType::Q4_K, 128));   // not whole super-blocks
@@ -62,7 +64,7 @@ TEST(GemmInt8, MatchesDoubleReferencesForEveryType) {
     for (TensorType t : kInt8Types) {
         Rng rng(41);
         const char * name = gguf::type_name(uint32_t(t));
-        for (int64_t K : t == TensorType::Q8_0 ? std::vector<int64_t>{96, 352, 768, 3072} : std::vector<int64_t>{256, 768, 3072}) {
+        for (int64_t K : block_size(t) == 32 ? std::vector<int64_t>{96, 352, 768, 3072} : std::vector<int64_t>{256, 768, 3072}) {
             if (!rp::cpu::int8_matmul_supports(t, K)) GTEST_SKIP() << "no AVX2";
             const int64_t N = 45, T = 11;   // rows: one full panel and a partial one; tokens: a tail of the kernel's group
             const Weight w = make_weight(t, K, N, rng, 8);
@@ -152,7 +154,7 @@ TEST(GemmInt8, NonFiniteTokenGivesNonFiniteOutputsOnlyForItself) {
 // type the int8 product does not take.
 TEST(GemmInt8, MatmulTakesItOnlyWhereAsked) {
     const int64_t K = 512, N = 50, T = 20;
-    for (TensorType t : {TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K, TensorType::Q4_0, TensorType::BF16}) {
+    for (TensorType t : {TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K, TensorType::Q4_0, TensorType::BF16, TensorType::F16}) {
         const char * name = gguf::type_name(uint32_t(t));
         Rng rng(53);
         const Weight w = make_weight(t, K, N, rng);

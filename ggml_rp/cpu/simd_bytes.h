@@ -1,0 +1,30 @@
+// Byte-level AVX2 helpers the int8 kernels share (matvec_dot.cpp's row dots, gemm_int8.cpp's product): loads and
+// stores of 32 bytes, nibbles and bit fields of every byte, bits spread to bytes.
+#pragma once
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace rp::cpu::simd {
+
+inline __m256i load256(const void * p) { return _mm256_loadu_si256(static_cast<const __m256i *>(p)); }
+inline void store256(void * p, __m256i v) { _mm256_storeu_si256(static_cast<__m256i *>(p), v); }
+inline __m256i low4(__m256i v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0F)); }
+inline __m256i high4(__m256i v) { return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F)); }
+// Bits [s, s+w) of every byte (mask: w ones), shifted up by `up` (w + up <= 8, so nothing crosses a byte).
+inline __m256i bits(__m256i v, int s, int mask, int up) {
+    const __m256i b = _mm256_and_si256(_mm256_srli_epi16(v, s), _mm256_set1_epi8(char(mask)));
+    return _mm256_slli_epi16(b, up);
+}
+// Byte j = value where bit j of `bits` is set, else 0.
+inline __m256i bit_bytes(uint32_t bits, char value) {
+    const __m256i byte_of_bit = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(int(bits)), byte_of_bit);   // byte j = byte j / 8 of bits
+    const __m256i bit = _mm256_set1_epi64x(int64_t(0x8040201008040201));               // bit j % 8
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit), _mm256_set1_epi8(value));
+}
+
+} // namespace rp::cpu::simd
+#endif
