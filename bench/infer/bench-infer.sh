@@ -27,21 +27,37 @@
 # the real limit of generation. (A model that fits the last-level cache, like llama-98M in a 480 MiB L3, can
 # beat both.)
 #
-# Prompts in int8 (ggml_rp/cpu/gemm_int8.h), measured 2026-12-07 on a 2-core Intel Xeon (AVX-512 VNNI and AMX; 480 MiB
-# L3), THREADS=2, REPS=3, TG=64, QUANTS="q8_0 q6_k q5_k_m q4_k_m q3_k_m", BEFORE= main before it (e96857b), in the
-# same run:
+# Prompts in int8 (ggml_rp/cpu/gemm_int8.h), measured 2026-12-07 on a 2-core Intel Xeon (AVX-512 VNNI, BF16 and AMX;
+# 480 MiB L3, so these models' "read stream" is partly the cache's), THREADS=2, REPS=3, TG=64, GPTOSS=1,
+# QUANTS="q8_0 q6_k q5_k_m q4_k_m q3_k_m q2_k q4_0", BEFORE= main before it (e96857b), in the same run:
 #   model              measure                    ours tok/s llama.cpp tok/s    ratio   before  GB/s ours / llama.cpp / memcpy / read stream
-#   llama-98M          prompt (840 tokens)             1170.2          339.2     3.45    1154.7  (f32: unchanged)
-#   qwen3-0.6B-bf16    prompt (468 tokens)              273.1           97.4     2.80     279.4  (bf16: unchanged)
-#   qwen3-0.6B-q8_0    prompt (468 tokens)              520.3          114.9     4.53     281.7
-#   qwen3-0.6B-q6_k    prompt (468 tokens)              430.5           70.8     6.08     266.5
-#   qwen3-0.6B-q5_k_m  prompt (468 tokens)              449.8           61.9     7.27     268.7
-#   qwen3-0.6B-q4_k_m  prompt (468 tokens)              472.7          100.6     4.70     274.8
-#   qwen3-0.6B-q3_k_m  prompt (468 tokens)              326.4           73.2     4.46     284.6  (its Q3_K tensors: exact path)
-#   qwen3-0.6B-bf16    generate (64 tokens)              15.1           15.6     0.97      15.3  18.00 / 18.60 / 13.66 / 34.43 (52%)
-#   qwen3-0.6B-q8_0    generate (64 tokens)              22.9           21.1     1.09      22.1  14.51 / 13.37 / 13.68 / 34.71 (42%)
-#   qwen3-0.6B-q4_k_m  generate (64 tokens)              31.1           30.2     1.03      30.7  12.15 / 11.80 / 13.00 / 32.59 (37%)
-# (Generation unchanged by it. On this CPU llama.cpp generates at our speed: on 2026-12-06's Xeon it ran at 0.5-0.7x.)
+#   stories260K        prompt (840 tokens)            55392.5         4280.7    12.94   54015.4
+#   stories260K        generate (64 tokens)           10590.3         4291.8     2.47   10742.0  (1.0 MB: cache-resident)
+#   llama-98M          prompt (840 tokens)             1210.2          346.2     3.50    1247.5
+#   llama-98M          generate (64 tokens)              65.6           65.0     1.01      65.0  25.59 / 25.36 / 13.22 / 34.28 (75%)
+#   qwen3-0.6B-bf16    prompt (468 tokens)              287.7           91.1     3.16     293.4
+#   qwen3-0.6B-bf16    generate (64 tokens)              18.3           15.6     1.17      17.8  21.82 / 18.60 / 13.45 / 34.32 (64%)
+#   qwen3-0.6B-q8_0    prompt (468 tokens)              497.3          103.1     4.82     290.4
+#   qwen3-0.6B-q8_0    generate (64 tokens)              29.9           21.3     1.40      29.0  18.94 / 13.49 / 13.82 / 34.29 (55%)
+#   qwen3-0.6B-q6_k    prompt (468 tokens)              487.3           73.8     6.60     290.5
+#   qwen3-0.6B-q6_k    generate (64 tokens)              35.3           24.5     1.44      34.3  17.27 / 11.98 / 13.61 / 34.58 (50%)
+#   qwen3-0.6B-q5_k_m  prompt (468 tokens)              503.5           66.5     7.57     293.4
+#   qwen3-0.6B-q5_k_m  generate (64 tokens)              37.9           23.9     1.59      37.6  16.62 / 10.48 / 12.91 / 32.67 (51%)
+#   qwen3-0.6B-q4_k_m  prompt (468 tokens)              487.0          100.8     4.83     299.0
+#   qwen3-0.6B-q4_k_m  generate (64 tokens)              39.0           28.7     1.36      37.8  15.24 / 11.21 / 13.02 / 34.28 (44%)
+#   qwen3-0.6B-q3_k_m  prompt (468 tokens)              476.5           74.7     6.38     292.8
+#   qwen3-0.6B-q3_k_m  generate (64 tokens)              42.2           27.6     1.53      39.9  14.40 /  9.42 / 13.32 / 34.77 (41%)
+#   qwen3-0.6B-q2_k    prompt (468 tokens)              414.3           78.8     5.26     281.4
+#   qwen3-0.6B-q2_k    generate (64 tokens)              43.3           28.6     1.51      40.4  12.57 /  8.30 / 12.94 / 32.92 (38%)
+#   qwen3-0.6B-q4_0    prompt (468 tokens)              483.2          100.3     4.82     274.9
+#   qwen3-0.6B-q4_0    generate (64 tokens)              34.1           28.1     1.21      33.1  12.81 / 10.55 / 13.02 / 34.56 (37%)
+#   gpt-oss-mxfp4      prompt (468 tokens)              720.0          133.4     5.40     509.6
+#   gpt-oss-mxfp4      generate (64 tokens)              50.9           41.5     1.23      49.5  14.26 / 11.63 / 12.99 / 34.01 (42%)
+# (Quantized prompts 1.41-1.76x of before; float prompts and every generation unchanged, within the run's noise.
+# The same script with the AVX2-only build (/tmp AVX2 build of this tree, BEFORE= the same build of e96857b; llama.cpp
+# still its AVX-512 kernels): q8_0 prompt 1.03x of before (the sign trick costs what int8 saves), q4_k_m 1.11x.
+# Run benchmarks without OMP_WAIT_POLICY=PASSIVE: sleeping threads between the ~400 parallel regions of a token
+# halved our generation in a run that had it set, not llama.cpp's, whose threads are its own.)
 #
 # gpt-oss with MXFP4 experts (GPTOSS=1 QWEN=0), measured 2026-12-07 on a 2-core Intel Xeon (AVX-512), THREADS=2,
 # REPS=3, TG=64 (bytes per token: the experts a token uses, 4 of 16):

@@ -11,11 +11,8 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__AVX2__) || defined(__AVX512F__)
+#if defined(__AVX2__)
 #include <immintrin.h>
-#endif
-#ifdef _OPENMP
-#include <omp.h>
 #endif
 
 // (GCC 12 warns of the 512-bit intrinsics' own undefined upper halves, _mm512_undefined_*, once inlined: a false
@@ -52,7 +49,6 @@ struct Isa {
     static VF mul(VF a, VF b) { return _mm512_mul_ps(a, b); }
     static VF fma(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
     static VF fnma(VF a, VF b, VF c) { return _mm512_fnmadd_ps(a, b, c); }
-    static VF add(VF a, VF b) { return _mm512_add_ps(a, b); }
     static void storef(float * p, VF v) { _mm512_storeu_ps(p, v); }
 };
 #elif defined(__AVX2__) && defined(__FMA__)
@@ -80,7 +76,6 @@ struct Isa {
     static VF mul(VF a, VF b) { return _mm256_mul_ps(a, b); }
     static VF fma(VF a, VF b, VF c) { return _mm256_fmadd_ps(a, b, c); }
     static VF fnma(VF a, VF b, VF c) { return _mm256_fnmadd_ps(a, b, c); }
-    static VF add(VF a, VF b) { return _mm256_add_ps(a, b); }
     static void storef(float * p, VF v) { _mm256_storeu_ps(p, v); }
 };
 #endif
@@ -91,26 +86,29 @@ constexpr int P = Isa::L * Isa::R;   // rows per panel
 constexpr int64_t kTokensPerPass = 512;  // tokens quantized at a time (bounds the columns' scratch to 512 K bytes)
 constexpr int64_t kChunk = 1024;          // reduction elements per pass over the tokens (48 KiB of a 48-row panel)
 
-// How a type is factored: sub-blocks of G elements, w = s (q - offset) - m with q the panel's unsigned byte
-// (signed for Q8_0 on AVX2); mins: m is not 0.
+// How a type is factored: sub-blocks of G elements, w = s (q - offset) - m with q the panel's unsigned byte, at most
+// umax (Q8_0 on AVX2: its signed byte, |q| <= 127); mins: m is not 0.
 struct Form {
     int G;
     int offset;
     bool mins;
+    int umax;
 };
 
-Form form_of(TensorType t) {
+constexpr Form form_of(TensorType t) {
     switch (t) {
-    case TensorType::Q8_0: return {32, Isa::kSignedQ8 ? 0 : 128, false};
-    case TensorType::Q4_0: return {32, 8, false};
-    case TensorType::Q5_0: return {32, 16, false};
-    case TensorType::Q4_1: case TensorType::Q5_1: return {32, 0, true};   // w = d q + m: m's negative as the min
-    case TensorType::MXFP4: return {32, 12, false};                      // the doubled E2M1 value + 12
-    case TensorType::Q2_K: return {16, 0, true};
-    case TensorType::Q3_K: return {16, 4, false};                        // q + 4 * (the high bit)
-    case TensorType::Q4_K: case TensorType::Q5_K: return {32, 0, true};
-    case TensorType::Q6_K: return {16, 32, false};
-    default: return {0, 0, false};
+    case TensorType::Q8_0: return Isa::kSignedQ8 ? Form{32, 0, false, 127} : Form{32, 128, false, 255};
+    case TensorType::Q4_0: return {32, 8, false, 15};
+    case TensorType::Q5_0: return {32, 16, false, 31};
+    case TensorType::Q4_1: return {32, 0, true, 15};   // w = d q + m: m's negative as the min
+    case TensorType::Q5_1: return {32, 0, true, 31};
+    case TensorType::MXFP4: return {32, 12, false, 24};  // the doubled E2M1 value + 12
+    case TensorType::Q2_K: return {16, 0, true, 3};
+    case TensorType::Q3_K: return {16, 4, false, 7};     // q + 4 * (the high bit)
+    case TensorType::Q4_K: return {32, 0, true, 15};
+    case TensorType::Q5_K: return {32, 0, true, 31};
+    case TensorType::Q6_K: return {16, 32, false, 63};
+    default: return {0, 0, false, 0};
     }
 }
 
@@ -436,20 +434,25 @@ KernelFn kernel_for(int nc) {
     }
 }
 
+template <TensorType T>
+KernelFn kernel_of(int nc) {
+    constexpr Form f = form_of(T);
+    return kernel_for<f.G, f.umax, T == TensorType::Q8_0 && Isa::kSignedQ8, f.offset != 0, f.mins>(nc);
+}
+
 KernelFn kernel_for(TensorType t, int nc) {
     switch (t) {
-    case TensorType::Q8_0:
-        return Isa::kSignedQ8 ? kernel_for<32, 127, true, false, false>(nc) : kernel_for<32, 255, false, true, false>(nc);
-    case TensorType::Q4_0: return kernel_for<32, 15, false, true, false>(nc);
-    case TensorType::Q5_0: return kernel_for<32, 31, false, true, false>(nc);
-    case TensorType::Q4_1: return kernel_for<32, 15, false, false, true>(nc);
-    case TensorType::Q5_1: return kernel_for<32, 31, false, false, true>(nc);
-    case TensorType::MXFP4: return kernel_for<32, 24, false, true, false>(nc);
-    case TensorType::Q2_K: return kernel_for<16, 3, false, false, true>(nc);
-    case TensorType::Q3_K: return kernel_for<16, 7, false, true, false>(nc);
-    case TensorType::Q4_K: return kernel_for<32, 15, false, false, true>(nc);
-    case TensorType::Q5_K: return kernel_for<32, 31, false, false, true>(nc);
-    case TensorType::Q6_K: return kernel_for<16, 63, false, true, false>(nc);
+    case TensorType::Q8_0: return kernel_of<TensorType::Q8_0>(nc);
+    case TensorType::Q4_0: return kernel_of<TensorType::Q4_0>(nc);
+    case TensorType::Q5_0: return kernel_of<TensorType::Q5_0>(nc);
+    case TensorType::Q4_1: return kernel_of<TensorType::Q4_1>(nc);
+    case TensorType::Q5_1: return kernel_of<TensorType::Q5_1>(nc);
+    case TensorType::MXFP4: return kernel_of<TensorType::MXFP4>(nc);
+    case TensorType::Q2_K: return kernel_of<TensorType::Q2_K>(nc);
+    case TensorType::Q3_K: return kernel_of<TensorType::Q3_K>(nc);
+    case TensorType::Q4_K: return kernel_of<TensorType::Q4_K>(nc);
+    case TensorType::Q5_K: return kernel_of<TensorType::Q5_K>(nc);
+    case TensorType::Q6_K: return kernel_of<TensorType::Q6_K>(nc);
     default: return nullptr;
     }
 }
@@ -460,13 +463,7 @@ KernelFn kernel_for(TensorType t, int nc) {
 
 bool int8_matmul_supports(TensorType t, int64_t K) {
 #if defined(RP_INT8_GEMM)
-    switch (t) {
-    case TensorType::Q4_0: case TensorType::Q4_1: case TensorType::Q5_0: case TensorType::Q5_1: case TensorType::Q8_0:
-    case TensorType::MXFP4: return K > 0 && K % 32 == 0;
-    case TensorType::Q2_K: case TensorType::Q3_K: case TensorType::Q4_K: case TensorType::Q5_K: case TensorType::Q6_K:
-        return K > 0 && K % QK_K == 0;
-    default: return false;
-    }
+    return form_of(t).G > 0 && K > 0 && K % gguf::type_traits(uint32_t(t))->block_size == 0;
 #else
     (void)t, (void)K;
     return false;
