@@ -13,13 +13,13 @@
 // (tested against double references at the row dots' bound). Deterministic: every output is formed by one thread
 // in a fixed order whatever the thread count and the batch's size.
 //
-// Kernels: AVX-512 VNNI (16 rows a vector, vpdpbusd) or AVX2 (8 rows, vpmaddubsw + vpmaddwd: the same int32
-// sums; Q8_0 as |q| times x with q's sign there, the one form whose pairs cannot overflow int16). A block of 48
-// (AVX2: 16) weight rows is decoded once into unsigned bytes laid out [k / 4][row][4], its scales beside, and
+// Kernels: AVX-512 VNNI (16 rows a vector, vpdpbusd), AVX-VNNI (8 rows, vpdpbusd on 256 bits) or AVX2 (8 rows,
+// vpmaddubsw + vpmaddwd: the same int32 sums; Q8_0 as |q| times x with q's sign there, the one form whose pairs
+// cannot overflow int16). A block of 48 (256-bit: 16) weight rows is decoded once into unsigned bytes laid out [k / 4][row][4], its scales beside, and
 // then multiplied with every token; each 4 bytes of a token are broadcast to all rows. Up to 8 tokens the row
-// dots stay faster (rp-bench ops --only matvec); from 16 on the int8 product reads the weights 1.7-1.8x faster
-// than the exact path, and a prompt runs 1.5-1.7x faster (AVX-512 VNNI; AVX2: 1.25-1.4x for the K-quants, Q8_0
-// as fast as the exact path).
+// dots stay faster (rp-bench ops --only matvec); from 16 on the int8 product reads the weights 1.8-2.1x faster
+// than the exact path, its products run 1.6-2.2x faster and a quantized model's prompt 1.4-1.8x (AVX-512 VNNI;
+// AVX2: 1.2-1.4x for the K-quants' products, Q8_0's as fast as the exact path).
 #pragma once
 
 #include "gguf/types.h"

@@ -6,8 +6,8 @@
 // (Q4_0 .. Q5_1: in 8 lanes, block b in lane b % 8) and subtracted last. The portable loops (CPUs without AVX2)
 // have the same numerics in another float order.
 //
-// Two instruction sets, one order: the int8 products are summed exactly in int32 either by AVX-512 VNNI
-// (vpdpbusd, 4 products a lane) or by AVX2 (vpmaddubsw pairs into int16, then vpmaddwd into int32: exact too,
+// Two instruction sets, one order: the int8 products are summed exactly in int32 either by VNNI (AVX-512 VNNI or
+// AVX-VNNI: vpdpbusd, 4 products a lane) or by AVX2 (vpmaddubsw pairs into int16, then vpmaddwd into int32: exact too,
 // since every unsigned operand here is at most 128 and every signed one at most 127 in magnitude, so a pair is
 // at most 2 * 128 * 127 = 32512 < 2^15); the float work after the int32 sums is the same 8-lane code, so both
 // give the same bits. The f32 / f16 / bf16 dots keep 16 logical lanes: one zmm, or two ymm on AVX2.
@@ -110,6 +110,8 @@ using namespace simd;
 inline __m256i dot_u8s8(__m256i u, __m256i s) {
 #if defined(RP_INT8_VNNI)
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#elif defined(__AVXVNNI__)
+    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
 #else
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 #endif
