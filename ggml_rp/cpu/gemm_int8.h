@@ -19,7 +19,7 @@
 // then multiplied with every token; each 4 bytes of a token are broadcast to all rows. Up to 8 tokens the row
 // dots stay faster (rp-bench ops --only matvec); from 16 on the int8 product reads the weights 1.8-2.1x faster
 // than the exact path, its products run 1.6-2.2x faster and a quantized model's prompt 1.4-1.8x (AVX-512 VNNI;
-// AVX2: 1.2-1.4x for the K-quants' products, Q8_0's as fast as the exact path).
+// AVX-VNNI: products 1.7-2.3x; plain AVX2: 1.1-1.4x for the K-quants', Q8_0's as fast as the exact path).
 #pragma once
 
 #include "gguf/types.h"
