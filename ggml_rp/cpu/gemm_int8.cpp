@@ -294,25 +294,6 @@ struct Panel {
     std::vector<float> row_s, row_m;
 };
 
-// Dword j of a[i] -> dword i of a[j] (an 8 x 8 transpose).
-inline void transpose8x8(__m256i a[8]) {
-    __m256i t[8], v[8];
-    for (int i = 0; i < 8; i += 2) {   // t[i]: rows i, i+1 interleaved by dwords (low / high pairs of each half)
-        t[i] = _mm256_unpacklo_epi32(a[i], a[i + 1]);
-        t[i + 1] = _mm256_unpackhi_epi32(a[i], a[i + 1]);
-    }
-    for (int i = 0; i < 8; i += 4)
-        for (int j = 0; j < 2; ++j) {
-            v[i + 2 * j] = _mm256_unpacklo_epi64(t[i + j], t[i + 2 + j]);
-            v[i + 2 * j + 1] = _mm256_unpackhi_epi64(t[i + j], t[i + 2 + j]);
-        }
-    // v[q] (q < 4): dword q of rows 0-3 in its low half, dword q + 4 in its high half; v[4 + q]: rows 4-7.
-    for (int q = 0; q < 4; ++q) {
-        a[q] = _mm256_permute2x128_si256(v[q], v[4 + q], 0x20);
-        a[q + 4] = _mm256_permute2x128_si256(v[q], v[4 + q], 0x31);
-    }
-}
-
 void decode_panel(TensorType t, const Form & f, const char * W, size_t row_bytes, int64_t K, int64_t N, int64_t n0, Panel & p) {
     const int64_t ng = K / f.G;
     p.u.resize(size_t(K * P));

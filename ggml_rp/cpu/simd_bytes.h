@@ -26,5 +26,24 @@ inline __m256i bit_bytes(uint32_t bits, char value) {
     return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit), _mm256_set1_epi8(value));
 }
 
+// Dword j of a[i] -> dword i of a[j] (an 8 x 8 transpose).
+inline void transpose8x8(__m256i a[8]) {
+    __m256i t[8], v[8];
+    for (int i = 0; i < 8; i += 2) {   // t[i]: rows i, i+1 interleaved by dwords (low / high pairs of each half)
+        t[i] = _mm256_unpacklo_epi32(a[i], a[i + 1]);
+        t[i + 1] = _mm256_unpackhi_epi32(a[i], a[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4)
+        for (int j = 0; j < 2; ++j) {
+            v[i + 2 * j] = _mm256_unpacklo_epi64(t[i + j], t[i + 2 + j]);
+            v[i + 2 * j + 1] = _mm256_unpackhi_epi64(t[i + j], t[i + 2 + j]);
+        }
+    // v[q] (q < 4): dword q of rows 0-3 in its low half, dword q + 4 in its high half; v[4 + q]: rows 4-7.
+    for (int q = 0; q < 4; ++q) {
+        a[q] = _mm256_permute2x128_si256(v[q], v[4 + q], 0x20);
+        a[q + 4] = _mm256_permute2x128_si256(v[q], v[4 + q], 0x31);
+    }
+}
+
 } // namespace rp::cpu::simd
 #endif
