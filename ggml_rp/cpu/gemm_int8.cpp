@@ -51,18 +51,14 @@ struct Isa {
     static VF fnma(VF a, VF b, VF c) { return _mm512_fnmadd_ps(a, b, c); }
     static void storef(float * p, VF v) { _mm512_storeu_ps(p, v); }
 };
-#elif defined(__AVXVNNI__) && defined(__AVX2__) && defined(__FMA__)
-#define RP_INT8_GEMM 257   // (AVX-VNNI: vpdpbusd on 256 bits, as the AVX-512 path; Intel's desktop CPUs since 2021)
-// 8 rows a vector; R = 2 vectors (16 rows) times C = 3 tokens a call: 6 int32 and 6 float accumulators of 16 ymm.
-struct Isa {
-    static constexpr int L = 8, R = 2, C = 3;
-    static constexpr bool kSignedQ8 = false;
+#elif defined(__AVX2__) && defined(__FMA__)
+// The 256-bit kernels' vector operations.
+struct Lanes256 {
     using VI = __m256i;
     using VF = __m256;
     static VI zero() { return _mm256_setzero_si256(); }
     static VI set1(int32_t v) { return _mm256_set1_epi32(v); }
     static VI load(const uint8_t * p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)); }
-    static VI dot(VI acc, VI u, int32_t x4) { return _mm256_dpbusd_avx_epi32(acc, u, _mm256_set1_epi32(x4)); }
     static VF cvt(VI v) { return _mm256_cvtepi32_ps(v); }
     static VF zerof() { return _mm256_setzero_ps(); }
     static VF loadf(const float * p) { return _mm256_loadu_ps(p); }
@@ -72,33 +68,29 @@ struct Isa {
     static VF fnma(VF a, VF b, VF c) { return _mm256_fnmadd_ps(a, b, c); }
     static void storef(float * p, VF v) { _mm256_storeu_ps(p, v); }
 };
-#elif defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVXVNNI__)
+#define RP_INT8_GEMM 257   // (AVX-VNNI: vpdpbusd on 256 bits, as the AVX-512 path; Intel's desktop CPUs since 2021)
+// 8 rows a vector; R = 2 vectors (16 rows) times C = 3 tokens a call: 6 int32 and 6 float accumulators of 16 ymm.
+struct Isa : Lanes256 {
+    static constexpr int L = 8, R = 2, C = 3;
+    static constexpr bool kSignedQ8 = false;
+    static VI dot(VI acc, VI u, int32_t x4) { return _mm256_dpbusd_avx_epi32(acc, u, _mm256_set1_epi32(x4)); }
+};
+#else
 #define RP_INT8_GEMM 256
 // 8 rows a vector; R = 2 vectors (16 rows) times C = 2 tokens a call (16 ymm registers; 1 x 3, 1 x 4, 1 x 6 and
 // 3 x 2 measured the same or slower).
-struct Isa {
+struct Isa : Lanes256 {
     static constexpr int L = 8, R = 2, C = 2;
     // vpmaddubsw adds two products in int16 with saturation: exact for unsigned operands up to 128 (every K-quant's
     // q), not for Q8_0's q + 128, which therefore stays signed: |q| times x with q's sign.
     static constexpr bool kSignedQ8 = true;
-    using VI = __m256i;
-    using VF = __m256;
-    static VI zero() { return _mm256_setzero_si256(); }
-    static VI set1(int32_t v) { return _mm256_set1_epi32(v); }
-    static VI load(const uint8_t * p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)); }
     static VI dot(VI acc, VI u, int32_t x4) { return dot_bytes(acc, u, _mm256_set1_epi32(x4)); }
     static VI dot_bytes(VI acc, VI u, VI x) {
         return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1)));
     }
-    static VF cvt(VI v) { return _mm256_cvtepi32_ps(v); }
-    static VF zerof() { return _mm256_setzero_ps(); }
-    static VF loadf(const float * p) { return _mm256_loadu_ps(p); }
-    static VF set1f(float v) { return _mm256_set1_ps(v); }
-    static VF mul(VF a, VF b) { return _mm256_mul_ps(a, b); }
-    static VF fma(VF a, VF b, VF c) { return _mm256_fmadd_ps(a, b, c); }
-    static VF fnma(VF a, VF b, VF c) { return _mm256_fnmadd_ps(a, b, c); }
-    static void storef(float * p, VF v) { _mm256_storeu_ps(p, v); }
 };
+#endif
 #endif
 
 #if defined(RP_INT8_GEMM)
