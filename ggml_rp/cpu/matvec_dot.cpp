@@ -68,7 +68,7 @@ std::atomic<int64_t> g_prefetch{-1};  // -1: the vendor's default
 
 int64_t default_prefetch_bytes() {
 #if defined(__x86_64__) || defined(__i386__)
-    static const int64_t bytes = __builtin_cpu_is("amd") ? 0 : 8192;
+    static const int64_t bytes = __builtin_cpu_is("amd") ? 0 : 16384;
     return bytes;
 #else
     return 0;

@@ -97,7 +97,7 @@ private:
 int64_t row_dot_max_columns();
 
 // How far ahead of the block it decodes each row dot asks for its weight bytes (software prefetch): by default
-// 8 KiB on Intel CPUs, whose prefetchers alone leave the stream's loads waiting, and none on AMD ones, whose
+// 16 KiB on Intel CPUs, whose prefetchers alone leave the stream's loads waiting, and none on AMD ones, whose
 // stream prefetcher keeps up alone (bench/design-measurements.md). A negative value restores the default
 // (benchmarks sweep it: rp-bench ops --only matvec). The results never depend on it.
 void set_row_prefetch_bytes(int64_t bytes);
