@@ -56,6 +56,9 @@
 # (Quantized prompts 1.41-1.76x of before; float prompts and every generation unchanged, within the run's noise.
 # The same script with the AVX2-only build (/tmp AVX2 build of this tree, BEFORE= the same build of e96857b; llama.cpp
 # still its AVX-512 kernels): q8_0 prompt 1.03x of before (the sign trick costs what int8 saves), q4_k_m 1.11x.
+# With the row dots fetching 16 KiB ahead (d1db23d; 8 KiB in the table), QUANTS="q8_0 q4_k_m q2_k", later the same day,
+# BEFORE= e96857b: generation bf16 19.0 tok/s (1.19x llama.cpp, 1.03x of before), q8_0 30.1 (1.42x, 1.06x), q4_k_m 43.4
+# (1.41x, 1.03x), q2_k 49.2 (1.45x, 1.03x); prompts as in the table (q8_0 1.69x of before, q4_k_m 1.67x, q2_k 1.57x).
 # Run benchmarks without OMP_WAIT_POLICY=PASSIVE: sleeping threads between the ~400 parallel regions of a token
 # halved our generation in a run that had it set, not llama.cpp's, whose threads are its own.)
 #
