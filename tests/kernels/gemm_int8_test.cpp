@@ -23,12 +23,6 @@ const std::vector<TensorType> kInt8Types = {TensorType::Q4_0, TensorType::Q4_1, 
                                             TensorType::Q8_0, TensorType::MXFP4, TensorType::Q2_K, TensorType::Q3_K,
                                             TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
 
-struct RowDotSwitch {
-    bool saved = rp::cpu::row_dots();
-    explicit RowDotSwitch(bool on) { rp::cpu::set_row_dots(on); }
-    ~RowDotSwitch() { rp::cpu::set_row_dots(saved); }
-};
-
 // Tokens with blocks of very different scales, an all-zero block and a single large value.
 std::vector<float> test_tokens(int64_t K, int64_t T, Rng & rng) {
     std::vector<float> x(static_cast<size_t>(K * T));
@@ -42,10 +36,6 @@ std::vector<float> test_tokens(int64_t K, int64_t T, Rng & rng) {
 }
 
 int64_t sub_block(TensorType t) { return t == TensorType::Q2_K || t == TensorType::Q3_K || t == TensorType::Q6_K ? 16 : 32; }
-
-bool bit_equal(const std::vector<float> & a, const std::vector<float> & b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 TEST(GemmInt8, SupportsTheTypesItStates) {
     if (!rp::cpu::int8_matmul_supports(TensorType::Q8_0, 32)) GTEST_SKIP() << "no AVX2: the exact path serves every product";

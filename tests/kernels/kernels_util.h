@@ -5,6 +5,7 @@
 #include "ggml_rp/core/fp16.h"
 #include "ggml_rp/core/quant.h"
 #include "ggml_rp/core/quant_block.h"
+#include "ggml_rp/cpu/matvec_dot.h"
 #include "gguf/types.h"
 
 #include <cmath>
@@ -133,6 +134,13 @@ struct ScopedThreads {
         omp_set_num_threads(saved);
 #endif
     }
+};
+
+// The process-wide row-dot switch (ggml_rp/cpu/matvec_dot.h) set for a scope, restored after it.
+struct RowDotSwitch {
+    bool saved = rp::cpu::row_dots();
+    explicit RowDotSwitch(bool on) { rp::cpu::set_row_dots(on); }
+    ~RowDotSwitch() { rp::cpu::set_row_dots(saved); }
 };
 
 inline bool bit_equal(const std::vector<float> & a, const std::vector<float> & b) {

@@ -53,12 +53,6 @@ std::vector<float> test_column(int64_t K, Rng & rng) {
     return x;
 }
 
-struct RowDotSwitch {
-    bool saved = rp::cpu::row_dots();
-    explicit RowDotSwitch(bool on) { rp::cpu::set_row_dots(on); }
-    ~RowDotSwitch() { rp::cpu::set_row_dots(saved); }
-};
-
 TEST(MatvecDot, QuantizedColumnIsWithinHalfAStepOfEveryValue) {
     Rng rng(3);
     const int64_t K = 768;
