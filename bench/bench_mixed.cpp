@@ -9,15 +9,19 @@
 // PCIe 4.0 on an RTX 4090), each device computing at its speed (cpu_device.h: a device of speed s sleeps out
 // 1/s of every launch). Mixes: all 1; half the devices at 0.5; one straggler at 0.25. Sync steps (each step ends
 // with every device's last job, the straggler's too) and async steps (staleness 1: the next step's forward jobs
-// overlap this one's backward, the paper's setting).
+// overlap this one's backward, the paper's setting). The step time is the steady state's: the time between the
+// starts of calls, over `steps` calls that follow the warm-up with no synchronize between (a long run pays one
+// fill and one drain in all).
 #include "bench/bench.h"
 #include "bench/timed_program.h"
 
 #include "ggml_rp/roundpipe/pipeline.h"
 #include "ggml_rp/roundpipe/trace.h"
+#include "ggml_rp/runtime/clock.h"
 #include "models/arch/model.h"
 #include "models/train/trainer.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <numeric>
 #include <string>
@@ -26,7 +30,6 @@
 namespace {
 
 using rp::bench::Measured;
-using rp::bench::now_s;
 using rp::bench::TimedProgram;
 
 struct Mix {
@@ -50,13 +53,13 @@ int run_mixed(int argc, char ** argv) {
     std::string trace_dir;
     rp::bench::EmulatedWorkload w;
     int64_t devices = 0;
-    int steps = 4, warmup = 3, micro = 0;
+    int steps = 4, warmup = 5, micro = 0;
     std::string modes = "sync,async";
     rp::cli::Options opt("rp-bench mixed",
                          "usage: rp-bench mixed --model FILE.gguf [options]\n"
                          "  RoundPipe step time on mixed-speed devices: round-robin vs dispatch by readiness vs the ideal (LoRA)");
     w.declare(opt);
-    opt.integer("--steps", steps, 1, 1 << 20, "steps timed");
+    opt.integer("--steps", steps, 1, 1 << 20, "steps timed (the steady state: one more runs after them, untimed)");
     opt.integer("--warmup", warmup, 0, 1 << 20, "steps before the timed ones (the measured speeds settle)");
     opt.integer("--micro-batches", micro, 0, 1 << 20, "micro-batches per step (default 0: 2 x devices)");
     opt.integer("--devices", devices, 0, 64, "one device count (default 0: 4 and 8)");
@@ -99,7 +102,7 @@ int run_mixed(int argc, char ** argv) {
             };
             for (const Mode & mode : {Mode{"round-robin", rp::DispatchKind::RoundRobin, true}, Mode{"ready (given)", rp::DispatchKind::Ready, true},
                                       Mode{"ready (measured)", rp::DispatchKind::Ready, false}}) {
-                rp::TraceRecorder rec;
+                rp::TraceRecorder rec(/*keep_absolute_time=*/true);  // on rp::clock_us(), as the call starts below
                 const rp::bench::BenchDevices devs = rp::bench::make_devices(G, link, rec.hook(), mix.speeds);
                 for (int d = 0; d < G; ++d) rec.name_device(d, "device " + std::to_string(d));  // idle ones too
                 rp::PipelineOptions po;
@@ -108,36 +111,42 @@ int run_mixed(int argc, char ** argv) {
                 po.dispatch = mode.kind;
                 po.async = async;
                 if (mode.given) po.device_speed = mix.speeds;
-                double t0 = 0, t1 = 0;
+                // The steady state: the window from the start of the first timed call to the start of the call
+                // after the last timed one, with no synchronize inside. A run of many steps pays the fill of its
+                // first step and the drain of its last once; a window bounded by synchronize would charge them to
+                // every `steps` steps (async steps overlap their neighbours, so that is most of their bubble).
+                double c0 = 0, c1 = 0;
                 std::vector<int64_t> jobs_before, jobs;
                 std::vector<double> speeds;
                 {
                     rp::Pipeline pipe(timed, devs.ptrs, po);
-                    for (int s = 0; s < warmup + steps; ++s) {
+                    for (int s = 0; s <= warmup + steps; ++s) {
                         if (s == warmup) {
-                            pipe.synchronize();
-                            rec.clear();  // the trace holds the timed steps
-                            t0 = now_s();
+                            rec.clear();  // what ran before is outside the window (a launch that straddles it is clipped)
+                            c0 = rp::clock_us();
                             jobs_before = pipe.jobs_per_device();
+                        }
+                        if (s == warmup + steps) {
+                            c1 = rp::clock_us();
+                            jobs = pipe.jobs_per_device();
                         }
                         pipe.forward_backward(mbs);
                         pipe.step({});
                     }
                     pipe.synchronize();
-                    t1 = now_s();
-                    jobs = pipe.jobs_per_device();
                     speeds = pipe.device_speeds();
                 }
-                const rp::Trace trace = rec.snapshot();
-                // The ideal: every compute launch of the timed steps at speed 1 (its duration x its device's
-                // speed), spread over the summed speed.
+                rp::Trace trace = rec.snapshot();
+                // The ideal: every compute launch in the window at speed 1 (its duration in the window x its
+                // device's speed), spread over the summed speed.
                 double work_ms = 0;
                 for (const rp::TraceEvent & e : trace.events)
                     if (e.tid == static_cast<int>(rp::StreamKind::Compute))
-                        work_ms += e.dur_us / 1e3 * mix.speeds[static_cast<size_t>(e.pid)];
+                        work_ms += std::max(0.0, std::min(e.end_us(), c1) - std::max(e.ts_us, c0)) / 1e3 *
+                                   mix.speeds[static_cast<size_t>(e.pid)];
                 const double speed_sum = std::accumulate(mix.speeds.begin(), mix.speeds.end(), 0.0);
                 if (mode.kind == rp::DispatchKind::RoundRobin) rr_work_ms = work_ms;
-                const double step_ms = 1e3 * (t1 - t0) / steps, ideal_ms = rr_work_ms / steps / speed_sum;
+                const double step_ms = (c1 - c0) / 1e3 / steps, ideal_ms = rr_work_ms / steps / speed_sum;
                 if (mode.kind == rp::DispatchKind::RoundRobin) rr_ms = step_ms;
                 if (uniform_ms == 0) uniform_ms = step_ms;
                 const double same_ms = uniform_ms * G / speed_sum;
@@ -145,6 +154,9 @@ int run_mixed(int argc, char ** argv) {
                     std::string tag = std::string(async ? "async-" : "sync-") + mix.name + "-" + mode.name;
                     for (char & c : tag)
                         if (c == ' ' || c == '(' || c == ')' || c == ':') c = '_';
+                    // The window's launches, from 0 (one that began before it is left out of the picture).
+                    std::erase_if(trace.events, [&](const rp::TraceEvent & e) { return e.ts_us < c0; });
+                    for (rp::TraceEvent & e : trace.events) e.ts_us -= c0;
                     rp::write_chrome_trace(trace_dir + "/mixed-G" + std::to_string(G) + "-" + tag + ".json", trace);
                 }
                 std::string per;

@@ -6,7 +6,8 @@
 # scaled like PCIe 4.0 on an RTX 4090), on a generated 20-layer llama (stories260K vocabulary); then the
 # timelines and job assignments of the 4-device 1:0.5 async runs drawn by rp-trace.
 #   bench/roundpipe/mixed.sh BUILD_DIR [OUT_DIR]
-# Takes about 4 minutes (the emulated compute runs in real time), sync and async steps.
+# Takes about 5 minutes (the emulated compute runs in real time), sync and async steps; the step times are the
+# steady state's (rp-bench mixed: the time between call starts, no synchronize inside the window).
 set -euo pipefail
 build=${1:?usage: mixed.sh BUILD_DIR [OUT_DIR]}
 out=${2:-$(mktemp -d)}

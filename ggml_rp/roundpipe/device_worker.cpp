@@ -298,9 +298,14 @@ void DeviceWorker::run_job(Job & job, std::vector<char> & released) {
         released[k] = 1;
     }
 
+    // The activation region is free once the last micro-batch's downloads are done (each waited for the compute
+    // that read the region): the next job's first uploads need not wait for the gradients' downloads below, which
+    // read the weight slot.
+    transfer_.downloads_after_compute();
+    activations_free_ = transfer_.record(StreamKind::Download);
+
     // Gradients: D2H into the pinned slots after the last micro-batch (the slots are free: the controller
     // claimed them before dispatching).
-    transfer_.downloads_after_compute();
     if (spec.has_grads)
         for (int l = spec.layers.begin; l < spec.layers.end; ++l) {
             if (!sh_.protocol.trainable(l)) continue;
@@ -314,7 +319,6 @@ void DeviceWorker::run_job(Job & job, std::vector<char> & released) {
             sh_.protocol.grad_download_enqueued(l, transfer_.record(StreamKind::Download));
         }
     std::shared_ptr<Event> done = transfer_.record(StreamKind::Download);
-    activations_free_ = done;
     retired_.push_back({std::move(done), job.call});
 }
 

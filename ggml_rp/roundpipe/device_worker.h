@@ -115,7 +115,7 @@ private:
     const ResidentLayout resident_;  // where the frozen weights go in the resident region
     bool resident_loaded_ = false;   // the resident region holds them (since it was allocated)
     int next_slot_ = 0;
-    std::shared_ptr<Event> activations_free_;  // the last job's final download: its activations are free after it
+    std::shared_ptr<Event> activations_free_;  // the last job's last activation download: its region is free after it
     std::unique_ptr<WorkQueue> thread_;  // last: starts once everything above exists
 };
 

@@ -17,7 +17,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <numeric>
+#include <string>
 
 using namespace rp_pipe_test;
 
@@ -1064,4 +1068,62 @@ TEST(Pipeline, VocabularyOnTheHostTrainsBelowTheHeadsSizeWithTheSameBits) {
     o.vocab_on_host = 0;
     ds.memory = rp::align_buffer(on_host.peak());
     EXPECT_THROW(pipelined(*model, cfg, w, ds, o), rp::MemoryError);
+}
+
+// A job's activation region is the next job's once its last micro-batch's downloads are done: the next job's first
+// uploads do not wait for the gradients' downloads (they read the weight slot), which would put one job's gradient
+// D2H between every two jobs of a device. The test holds device 0's download stream inside the first gradient
+// download until an upload of the device's next job has completed. With the old wait (the next job's uploads behind
+// every download of the job before) nothing releases it: the bounded wait runs out and the test fails. Passing
+// never depends on time: the upload does not wait on the held stream.
+TEST(Pipeline, ANextJobsUploadsDoNotWaitForTheGradientDownloads) {
+    const Models & m = Models::get();
+    Workload w;
+    w.steps = 1;
+    w.calls = 1;
+    w.M = 4;
+    struct Gate {
+        std::mutex mu;
+        std::condition_variable cv;
+        std::string last_first_upload;  // the stage of device 0's latest micro-batch-0 activation upload
+        std::string held;               // the job whose gradient download is held ("" before)
+        bool released = false, timed_out = false;
+    } gate;
+    const std::string G_DOWN = "G down ", A = "A ";
+    rp::OpHook hook = [&](const rp::OpRecord & rec) {
+        if (rec.device != 0) return;
+        std::unique_lock<std::mutex> lk(gate.mu);
+        if (rec.stream == static_cast<int>(rp::StreamKind::ActivationUpload) && rec.name.rfind(A, 0) == 0 &&
+            rec.name.size() > 4 && rec.name.compare(rec.name.size() - 4, 4, " mb0") == 0) {
+            gate.last_first_upload = rec.name.substr(A.size(), rec.name.size() - A.size() - 4);
+            if (!gate.held.empty() && gate.last_first_upload != gate.held) {
+                gate.released = true;
+                gate.cv.notify_all();
+            }
+        } else if (rec.stream == static_cast<int>(rp::StreamKind::Download) && rec.name.rfind(G_DOWN, 0) == 0 && gate.held.empty()) {
+            gate.held = rec.name.substr(G_DOWN.size());
+            gate.released = gate.last_first_upload != gate.held;  // the next job's upload already went up
+            if (!gate.cv.wait_for(lk, std::chrono::seconds(120), [&] { return gate.released; })) gate.timed_out = true;
+        }
+    };
+    auto devices = [&](const DeviceSetup & ds) {
+        DeviceSet set;
+        for (int i = 0; i < ds.G; ++i) {
+            rp::CpuDeviceOptions o;
+            o.memory_bytes = ds.memory;
+            o.hook = hook;
+            set.devices.push_back(std::make_unique<rp::CpuDevice>(i, o));
+        }
+        return set;
+    };
+    DeviceSetup ds;
+    ds.G = 2;
+    rp::PipelineOptions o;
+    uniform_times(o, 18);  // one plan for the whole call: the regions are carved once, before the held download
+    const RunResult r = pipelined(*m.llama, lora_cfg(), w, ds, o, devices);
+    EXPECT_GT(r.plan.bwd.size(), 2u) << "device 0 must run a job after one with gradients";
+    EXPECT_FALSE(gate.held.empty()) << "no gradient download on device 0";
+    EXPECT_FALSE(gate.timed_out) << "the job after " << gate.held << " on device 0 uploaded nothing while its gradients downloaded";
+    EXPECT_TRUE(gate.released);
+    EXPECT_EQ(first_difference(r.masters, reference(*m.llama, lora_cfg(), w)), -1);
 }
