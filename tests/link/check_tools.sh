@@ -38,8 +38,10 @@ set +e
 rc=$?
 set -e
 if [ -e "$bin/libggml_rp_cuda.so" ]; then
-  ldd "$bin/libggml_rp_cuda.so" | grep -q libcudart || fail "the plugin does not link libcudart"
-  ldd "$bin/libggml_rp_cuda.so" | grep -q libcublas || fail "the plugin does not link libcublas"
+  # (ldd's output in a variable: `ldd | grep -q` under pipefail fails when grep exits before ldd has written all)
+  plugin_libs=$(ldd "$bin/libggml_rp_cuda.so")
+  grep -q libcudart <<<"$plugin_libs" || fail "the plugin does not link libcudart"
+  grep -q libcublas <<<"$plugin_libs" || fail "the plugin does not link libcublas"
   exported=$(nm -D --defined-only "$bin/libggml_rp_cuda.so" | awk '$2 ~ /^[TDBVWRiu]$/ {print $3}' | sort -u | tr '\n' ' ')
   [ "$exported" = "rp_device_plugin_v1 " ] || fail "the plugin exports more than its entry point: ${exported:0:400}"
   echo "ok: the plugin exports only rp_device_plugin_v1"
