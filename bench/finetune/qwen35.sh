@@ -19,6 +19,11 @@
 #   qwen3.5-0.8b 183,070 -> 198,433 (qwen3-0.6b 283,525)   qwen3.5-2b 162,840 -> 170,156 (qwen3-1.7b 238,744)
 #   qwen3.5-4b 104,098 -> 111,754   qwen3.5-9b 91,042 -> 96,882 (llama3.1-8b 147,439)
 #   qwen3.5-27b 62,573 -> 66,885 (qwen3-32b 78,131)
+# Later the same day, dz written over the gated norm's output gradient (its reshape hands the out projection's
+# input gradient on as the norm's own) with the allocator's third order (crowded, then longest-lived first):
+#   qwen3.5-4b 111,754 -> 114,901   qwen3.5-9b 96,882 -> 98,988   qwen3.5-27b 66,885 -> 67,660
+#   qwen3.5-35b-a3b 97,906 -> 101,760   qwen3-next-80b-a3b 78,340 -> 81,425   (0.8b and 2b unchanged: their
+#   attention layers decide)
 # A DeltaNet layer's backward now holds about 39k floats a token at its peak (4B: the conv's 8192 pre-activations, q,
 # k and v, the delta rule's output and its gradient, the gated norm's gradients, the normed input), its gated
 # attention layers about 34k: the next steps are the delta rule reading q, k, v from the convolution's output (silu

@@ -35,6 +35,12 @@ struct AllocPlan {
 // (offset SIZE_MAX: their caller places them, before apply_plan); what they read still lives until they run.
 AllocPlan plan_graph(const Graph & g, size_t alignment = 64, const std::unordered_set<const Tensor *> * placed = nullptr);
 
+// The offline placement plan_graph also tries (graphs of up to 4096 nodes), on given lifetimes: block i of sizes[i]
+// bytes (0: no block) is taken before node i runs and freed after node freed[i] has run (freed[i] >= i); each block
+// goes at the lowest offset free over its whole lifetime, the blocks taken in each of three orders (alloc.cpp), and
+// the order with the smallest buffer is kept. Returns that size; offsets[i] for every block (others unchanged).
+size_t place_lifetimes(const std::vector<size_t> & sizes, const std::vector<size_t> & freed, std::vector<size_t> & offsets);
+
 // Points every compute node of g at base + its offset (placed nodes keep theirs) and every view at its root's
 // memory (a view of a leaf or a placed node needs its data to be set). base must hold plan.size bytes, aligned
 // to plan.alignment.

@@ -83,8 +83,9 @@ __global__ void __launch_bounds__(kRowMaxThreads) rms_norm_gated_fwd_kernel(cons
 }
 
 __global__ void __launch_bounds__(kRowMaxThreads) rms_norm_gated_bwd_kernel(const float * __restrict__ x, const float * __restrict__ z,
-                                    const float * __restrict__ w, const float * __restrict__ dy, float * __restrict__ out, int64_t ne0,
+                                    const float * __restrict__ w, const float * dy, float * out, int64_t ne0,
                                     float eps, bool want_dz) {
+    // (dy and out are not restrict: dz may be written over dy, each element after its own read)
     __shared__ float red[32];
     const int64_t off = static_cast<int64_t>(blockIdx.x) * ne0;
     float ss = 0.0f, gx = 0.0f;

@@ -74,6 +74,10 @@ public:
     // Adds g, a fresh buffer (t's shape, contiguous f32) that nothing else reads, to t's gradient as add does;
     // when it becomes t's gradient as it is (t had none), t owns it.
     void set_own(Tensor * t, Tensor * g);
+    // True when t's complete gradient is a buffer only t's gradient uses. t's own rule, the last reader of that
+    // gradient, may then hand it on as a source's own (set_own: a reshape) or overwrite it once the rule's nodes
+    // that read it have run (rms_norm_gated's dz).
+    bool owns_grad(const Tensor * t) const { return own_grad(t) != nullptr; }
 
 private:
     friend void build_backward(Context &, Graph &, Tensor *, Tensor *, const std::vector<Tensor *> &);
@@ -91,7 +95,8 @@ private:
     std::unordered_set<const Tensor *> params_;
     std::unordered_map<const Tensor *, Tensor *> grads_;
     // Per tensor, the gradient in grads_ that only it uses (a fresh buffer: set_own, or a sum accumulate made), which
-    // may be added into in place (own_grad). A gradient handed on as a contribution is its new tensor's too, unowned.
+    // may be added into in place (own_grad). A gradient handed on as a contribution is its new tensor's too, unowned
+    // (but a reshape hands on a gradient it owned as its source's own: set_own, nothing else reads it after).
     std::unordered_map<const Tensor *, Tensor *> owned_;
 };
 

@@ -72,17 +72,35 @@ Tensor * rms_norm_gated(Context & ctx, Tensor * x, Tensor * weight, Tensor * z, 
     return t;
 }
 
+namespace {
+void check_gated_back(const char * op, const Tensor * x, const Tensor * weight, const Tensor * z, const Tensor * dy) {
+    detail::require_f32(op, x, "x");
+    detail::require_f32(op, z, "z");
+    detail::require_f32(op, dy, "dy");
+    detail::require_same_shape(op, x, z);
+    detail::require_same_shape(op, x, dy);
+    check_weight(op, x, weight);
+}
+} // namespace
+
 Tensor * rms_norm_gated_back(Context & ctx, Tensor * x, Tensor * weight, Tensor * z, Tensor * dy, float eps, int which) {
     detail::require(which == 0 || which == 1, "rms_norm_gated_back", "which must be 0 (dx) or 1 (dz)");
-    detail::require_f32("rms_norm_gated_back", x, "x");
-    detail::require_f32("rms_norm_gated_back", z, "z");
-    detail::require_f32("rms_norm_gated_back", dy, "dy");
-    detail::require_same_shape("rms_norm_gated_back", x, z);
-    detail::require_same_shape("rms_norm_gated_back", x, dy);
-    check_weight("rms_norm_gated_back", x, weight);
+    check_gated_back("rms_norm_gated_back", x, weight, z, dy);
     Tensor * t = detail::new_node(ctx, Op::RMS_NORM_GATED_BACK, DType::F32, x->ne, {x, z, dy, weight});
     t->set_param_f32(0, eps);
     t->set_param_i32(1, which);
+    return t;
+}
+
+Tensor * rms_norm_gated_back_over_dy(Context & ctx, Tensor * x, Tensor * weight, Tensor * z, Tensor * dy, float eps) {
+    const char * op = "rms_norm_gated_back_over_dy";
+    check_gated_back(op, x, weight, z, dy);
+    detail::require(dy->is_contiguous(), op, "dy " + describe(dy) + " must be contiguous");
+    Tensor * t = ctx.new_view(dy, DType::F32, dy->ne, dy->nb, 0);
+    t->op = Op::RMS_NORM_GATED_BACK;
+    t->src[0] = x, t->src[1] = z, t->src[2] = dy, t->src[3] = weight;
+    t->set_param_f32(0, eps);
+    t->set_param_i32(1, 1);
     return t;
 }
 
@@ -111,11 +129,22 @@ void backward_norm_gated(Backward & b, Tensor * node) {
     Tensor * w = node->src[2];
     Tensor * dy = b.grad(node);
     const float eps = node->param_f32(0);
-    if (b.needs(x)) b.add(x, rms_norm_gated_back(ctx, x, w, z, dy, eps, 0));
-    if (b.needs(z)) b.add(z, rms_norm_gated_back(ctx, x, w, z, dy, eps, 1));
+    Tensor * dx = b.needs(x) ? rms_norm_gated_back(ctx, x, w, z, dy, eps, 0) : nullptr;
     // dw = sum over rows of dy * (the gated norm without the weight).
-    if (w && b.needs(w)) {
-        b.add(w, sum_to(ctx, mul(ctx, dy, rms_norm_gated(ctx, x, nullptr, z, eps)), w));
+    Tensor * dy_w = w && b.needs(w) ? mul(ctx, dy, rms_norm_gated(ctx, x, nullptr, z, eps)) : nullptr;
+    if (dx) b.add(x, dx);
+    if (dy_w) b.add(w, sum_to(ctx, dy_w, w));
+    if (!b.needs(z)) return;
+    // dz last. When dy is a buffer only this node's gradient uses, dz is written over it (element i reads only
+    // dy's element i), after the nodes that read dy: a graph then holds one [n, rows] array fewer at this
+    // rule (Qwen3.5's DeltaNet layers peak here).
+    if (b.owns_grad(node) && dy->is_contiguous()) {
+        Tensor * src = dy;
+        if (dx) src = after(ctx, src, dx);
+        if (dy_w) src = after(ctx, src, dy_w);
+        b.add(z, rms_norm_gated_back_over_dy(ctx, x, w, z, src, eps));
+    } else {
+        b.add(z, rms_norm_gated_back(ctx, x, w, z, dy, eps, 1));
     }
 }
 

@@ -25,6 +25,9 @@ Tensor * rms_norm_gated(Context & ctx, Tensor * x, Tensor * weight, Tensor * z, 
 // Its gradients, which 0: dx; 1: dz. With r, g = dy * w * silu(z) and the normed x' = x r:
 //   dx = r g - r^3 x mean(g x),   dz = dy * x' * w * silu'(z).
 Tensor * rms_norm_gated_back(Context & ctx, Tensor * x, Tensor * weight, Tensor * z, Tensor * dy, float eps, int which);
+// dz written over dy (the node is a view of dy: no buffer of its own; element i reads only dy's element i), for a
+// rule whose dy nothing reads afterwards; dy must be contiguous, and ordered after its other readers (view.h after).
+Tensor * rms_norm_gated_back_over_dy(Context & ctx, Tensor * x, Tensor * weight, Tensor * z, Tensor * dy, float eps);
 
 class Backward;
 namespace rules {

@@ -100,9 +100,15 @@ void backward_view(Backward & b, Tensor * node) {
     Tensor * dy = b.grad(node);
     Context & ctx = b.ctx;
     switch (node->param_i32(0)) {
-    case kReshape:
-        b.add(x, reshape(ctx, dy->is_contiguous() ? dy : cont(ctx, dy), x->ne[0], x->ne[1], x->ne[2], x->ne[3]));
+    case kReshape: {
+        // A gradient the reshape owns is read by nothing after this rule: x may own its reshaped view (so that x's rule
+        // may add into it, or overwrite it, in place). Else the view is handed on unowned.
+        const bool owned = b.owns_grad(node) && dy->is_contiguous();
+        Tensor * g = reshape(ctx, dy->is_contiguous() ? dy : cont(ctx, dy), x->ne[0], x->ne[1], x->ne[2], x->ne[3]);
+        if (owned) b.set_own(x, g);
+        else b.add(x, g);
         return;
+    }
     case kPermute: {
         int inv[4];
         for (int i = 0; i < 4; ++i) inv[node->param_i32(1 + i)] = i;

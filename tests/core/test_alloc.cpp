@@ -237,6 +237,30 @@ TEST(CoreAlloc, TheBlocksOfTheMostCrowdedMomentsPlacedFirstReachTheLiveBound) {
     for (int i = 0; i < 256; ++i) EXPECT_FLOAT_EQ(got[size_t(i)], xv[size_t(i % 64)] + 2.0f * 0.5f * xv[size_t(i % 64)]) << i;
 }
 
+// Four blocks (units of 64 B) whose lifetimes only the third offline order packs to the live bound: 0 of 4 units in
+// [0, 1], 1 of 2 in [1, 3], 2 of 3 in [2, 3], 3 of 2 in [3, 3]; live 4, 6, 5, 7. Every block is in the crowded moment
+// (node 3 or node 1 with 6 of its 7), so the crowded-first order falls back on size like the largest-first one: 0 at
+// 0, 2 (3 units) at 0 (after 0 is freed), 1 beside 0 at 4, and 3 above 2 and 1 at 6: 8 units. Online best fit also
+// takes 8. The longest-lived of them first (0, 1, then 2 and 3) gives 0 at 0, 1 at 4, 2 at 0 and 3 at 3: 7.
+TEST(CoreAlloc, TheLongestLivedBlocksOfTheCrowdedMomentsPlacedFirstReachTheLiveBound) {
+    const size_t u = 64;
+    const std::vector<size_t> sizes = {4 * u, 2 * u, 3 * u, 2 * u}, freed = {1, 3, 3, 3};
+    std::vector<size_t> offsets(4, SIZE_MAX);
+    EXPECT_EQ(rp::place_lifetimes(sizes, freed, offsets), 7 * u);
+    // no two blocks live at once share a byte
+    for (size_t i = 0; i < 4; ++i)
+        for (size_t j = i + 1; j < 4; ++j) {
+            if (j <= freed[i]) {
+                EXPECT_TRUE(offsets[i] + sizes[i] <= offsets[j] || offsets[j] + sizes[j] <= offsets[i]) << i << " " << j;
+            }
+        }
+    // a block of size 0 is no block: its offset stays as given
+    std::vector<size_t> with_none(5, 12345);
+    const std::vector<size_t> sizes5 = {4 * u, 0, 2 * u, 3 * u, 2 * u}, freed5 = {2, 1, 4, 4, 4};
+    EXPECT_EQ(rp::place_lifetimes(sizes5, freed5, with_none), 7 * u);
+    EXPECT_EQ(with_none[1], 12345u);
+}
+
 // On random graphs (chains and fan-outs of elementwise ops, broadcasts and sums of sizes 1 to 64 KiB, some outputs):
 // no two blocks that are live at once share a byte, and the buffer holds the largest live set.
 TEST(CoreAlloc, RandomGraphsNeverOverlapLiveBlocks) {

@@ -122,8 +122,10 @@ TEST(OpComposite, WindowsOfOneTensor) {
 }
 
 // The windows of one tensor add their gradients into one zero-filled buffer (Backward::add_part), not one each:
-// one FILL where there were three, less graph memory, and the bits of the buffers summed (the split built over
-// three copies of x, whose gradients come back one buffer per window, as before).
+// one FILL where there were three, no more graph memory, and the bits of the buffers summed (the split built over
+// three copies of x, whose gradients come back one buffer per window, as before). (The memory was less until the
+// allocator's third offline order, the longest-lived blocks of the crowded moments first, packed the three buffers
+// into the same 832 bytes; with the two earlier orders they took more.)
 TEST(OpComposite, WindowsOfOneTensorShareOneGradientBuffer) {
     struct Built {
         std::vector<float> grad;
@@ -167,7 +169,7 @@ TEST(OpComposite, WindowsOfOneTensorShareOneGradientBuffer) {
     const Built shared = build(false), apart = build(true);
     EXPECT_EQ(shared.fills, 1);
     EXPECT_EQ(apart.fills, 3);
-    EXPECT_LT(shared.bytes, apart.bytes);
+    EXPECT_LE(shared.bytes, apart.bytes);
     ASSERT_EQ(shared.grad.size(), apart.grad.size());
     EXPECT_EQ(std::memcmp(shared.grad.data(), apart.grad.data(), shared.grad.size() * sizeof(float)), 0);
 }

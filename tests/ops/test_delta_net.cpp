@@ -152,6 +152,80 @@ TEST(OpNorm, RmsNormGatedBackwardReadsOnlyItsInputs) {
     EXPECT_EQ(backs, 2);   // dx and dz
 }
 
+// When the gated norm's output gradient is a buffer only it uses (the out projection's input gradient, handed on
+// through the reshape to the heads' layout, as Qwen3.5's DeltaNet block has it), dz is written over it after dx and
+// dw have read it: one [n, rows] array fewer at that rule. The gradients of x, z and w are the bits of the same
+// graph with an identity view between the norm and the reshape (`after`), which hands the gradient on unowned, so
+// dz gets a buffer of its own there.
+TEST(OpNorm, RmsNormGatedWritesDzOverAnOutputGradientItOwns) {
+    struct Built {
+        std::vector<std::vector<float>> grads;
+        bool dz_over_dy = false, dz_last = false;
+        size_t bytes = 0;
+    };
+    auto build = [](bool owned, bool train_w) {
+        Context ctx;
+        const int64_t Dv = 8, Hv = 3, T = 5, N = 7;
+        std::mt19937 rng(3);
+        std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+        auto leaf = [&](std::initializer_list<int64_t> ne) {
+            std::vector<int64_t> d(ne);
+            d.resize(4, 1);
+            Tensor * t = ctx.new_tensor(rp::DType::F32, d[0], d[1], d[2], d[3]);
+            ctx.alloc_data(t);
+            std::vector<float> v(static_cast<size_t>(t->nelements()));
+            for (float & f : v) f = u(rng);
+            rp::tensor_set_f32(t, v);
+            return t;
+        };
+        Tensor * x = leaf({Dv, Hv, T}), * z = leaf({Dv, Hv, T}), * w = leaf({Dv}), * W = leaf({Dv * Hv, N}), * dep = leaf({1});
+        Tensor * y = rp::rms_norm_gated(ctx, x, w, z, 1e-6f);
+        if (!owned) y = rp::after(ctx, y, dep);
+        Tensor * loss = rp::sum(ctx, rp::mul_mat(ctx, W, rp::reshape(ctx, y, Dv * Hv, T)));
+        rp::Graph g;
+        rp::build_forward(g, loss);
+        std::vector<Tensor *> params{x, z};
+        if (train_w) params.push_back(w);
+        for (Tensor * p : params) {
+            rp::set_param(ctx, p);
+            ctx.alloc_data(p->grad);
+            std::memset(p->grad->data, 0, p->grad->nbytes());
+        }
+        rp::build_backward(ctx, g, loss, params);
+        Built r;
+        size_t dz_at = 0, last_reader = 0;
+        for (size_t i = 0; i < g.nodes.size(); ++i) {
+            const Tensor * n = g.nodes[i];
+            if (n->op == rp::Op::RMS_NORM_GATED_BACK && n->param_i32(1) == 1) {
+                dz_at = i;
+                r.dz_over_dy = n->is_view() && n->view_src == (n->src[2]->view_src ? n->src[2]->view_src : n->src[2]);
+            }
+            if ((n->op == rp::Op::RMS_NORM_GATED_BACK && n->param_i32(1) == 0) || n->op == rp::Op::MUL) last_reader = i;
+        }
+        r.dz_last = dz_at > last_reader;
+        r.bytes = rp::plan_graph(g).size;
+        rp::CpuBackend be;
+        be.allocate(g);
+        be.compute(g, 2);
+        for (Tensor * p : params) r.grads.push_back(rp::tensor_get_f32(p->grad));
+        return r;
+    };
+    for (const bool train_w : {true, false}) {
+        SCOPED_TRACE(train_w ? "x, z and w trained (dw reads dy too)" : "x and z trained");
+        const Built over = build(true, train_w), apart = build(false, train_w);
+        EXPECT_TRUE(over.dz_over_dy);
+        EXPECT_TRUE(over.dz_last) << "dz ran before a node that reads dy";
+        EXPECT_FALSE(apart.dz_over_dy);
+        EXPECT_LE(over.bytes, apart.bytes);  // (a view has no block; the peak of a graph this small is elsewhere)
+        ASSERT_EQ(over.grads.size(), apart.grads.size());
+        for (size_t k = 0; k < over.grads.size(); ++k) {
+            ASSERT_EQ(over.grads[k].size(), apart.grads[k].size());
+            for (size_t i = 0; i < over.grads[k].size(); ++i)
+                ASSERT_EQ(std::bit_cast<uint32_t>(over.grads[k][i]), std::bit_cast<uint32_t>(apart.grads[k][i])) << "param " << k << " element " << i;
+        }
+    }
+}
+
 // The L2 norm's gradient reads its output and the per-row scale the forward saved, not its input: the input (here a
 // SiLU's output, as Gated DeltaNet's q and k are) is read by nothing after the forward. Rows far below and far above
 // eps, side by side, against the double-precision gradient.
