@@ -93,6 +93,18 @@ TEST(OpNorm, RmsNormGated) {
               [eps](const R & v) {
                   return ref::mul(ref::rms_norm(ref::permute(v[0], 1, 0, 2, 3), &v[2], eps), ref::silu(ref::permute(v[1], 1, 0, 2, 3)));
               }});
+    // Into a product through a reshape to [Dv Hv, T], as Qwen3.5's out projection reads it: the product's input
+    // gradient is then the norm's own buffer, and dz is written over it (RmsNormGatedWritesDzOverAnOutputGradientItOwns).
+    check_op({"rms_norm_gated [8,3,5] w, reshaped into a product (dz over dy)",
+              {{"x", {8, 3, 5, 1}}, ranged("z", {8, 3, 5, 1}, -4.0f, 4.0f), {"w", {8, 1, 1, 1}}, {"W", {24, 7, 1, 1}}},
+              [](Context & c, const TV & in) {
+                  return rp::mul_mat(c, in[3], rp::reshape(c, rp::rms_norm_gated(c, in[0], in[2], in[1], 1e-6f), 24, 5));
+              },
+              [gated_ref](const R & v) {
+                  ref::DT y = gated_ref({v[0], v[1], v[2]});
+                  y.ne = {24, 5, 1, 1};
+                  return ref::mul_mat(v[3], y);
+              }});
     Context ctx;
     Tensor * x = ctx.new_tensor(rp::DType::F32, 8, 2);
     EXPECT_THROW(rp::rms_norm_gated(ctx, x, nullptr, ctx.new_tensor(rp::DType::F32, 8, 3), 1e-6f), rp::Error);   // z's shape
