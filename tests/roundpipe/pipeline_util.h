@@ -286,6 +286,7 @@ struct DeviceSetup {
     // unset: `speeds`, else identical), so that a loaded machine's timings never decide which device runs a job or
     // where the stages end, and what a test counts per device is fixed.
     bool measure_speeds = false;
+    rp::OpHook hook;  // every CPU device's operation hook (cpu_device.h; empty: none)
 };
 
 // The devices of one pipelined run (each owns its graph runner).
@@ -303,6 +304,7 @@ inline DeviceSet cpu_devices(const DeviceSetup & ds) {
         o.delay_seed = ds.delay_seed ? ds.delay_seed + static_cast<uint64_t>(i) : 0;
         o.max_delay_us = ds.max_delay_us;
         if (!ds.speeds.empty()) o.speed = ds.speeds[static_cast<size_t>(i)];
+        o.hook = ds.hook;
         set.devices.push_back(std::make_unique<rp::CpuDevice>(i, o));
     }
     return set;

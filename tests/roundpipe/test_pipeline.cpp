@@ -1106,21 +1106,12 @@ TEST(Pipeline, ANextJobsUploadsDoNotWaitForTheGradientDownloads) {
             if (!gate.cv.wait_for(lk, std::chrono::seconds(120), [&] { return gate.released; })) gate.timed_out = true;
         }
     };
-    auto devices = [&](const DeviceSetup & ds) {
-        DeviceSet set;
-        for (int i = 0; i < ds.G; ++i) {
-            rp::CpuDeviceOptions o;
-            o.memory_bytes = ds.memory;
-            o.hook = hook;
-            set.devices.push_back(std::make_unique<rp::CpuDevice>(i, o));
-        }
-        return set;
-    };
     DeviceSetup ds;
     ds.G = 2;
+    ds.hook = hook;
     rp::PipelineOptions o;
     uniform_times(o, 18);  // one plan for the whole call: the regions are carved once, before the held download
-    const RunResult r = pipelined(*m.llama, lora_cfg(), w, ds, o, devices);
+    const RunResult r = pipelined(*m.llama, lora_cfg(), w, ds, o);
     EXPECT_GT(r.plan.bwd.size(), 2u) << "device 0 must run a job after one with gradients";
     EXPECT_FALSE(gate.held.empty()) << "no gradient download on device 0";
     EXPECT_FALSE(gate.timed_out) << "the job after " << gate.held << " on device 0 uploaded nothing while its gradients downloaded";
