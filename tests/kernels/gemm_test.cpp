@@ -341,6 +341,43 @@ TEST(Gemm, DeterministicAcrossThreadCounts) {
     }
 }
 
+// The column tasks split the micro-panels evenly into a multiple of the thread count (gemm.cpp run_problem): for
+// widths whose panels do not divide evenly (1408 = 44 panels of 32, 530 with a partial last panel, 40 and 33 with
+// fewer panels than tasks wanted) and 2, 3 and 4 threads, every column is computed once, as one thread computes it.
+// A gap would leave the accumulated output's 0.5 in place; an overlap would add a column's product twice.
+TEST(Gemm, EvenColumnTasksCoverEveryColumnOnceForAnyThreadCount) {
+    Rng rng(23);
+    const int64_t K = 300, T = 61;
+    for (const int64_t N : {int64_t(1408), int64_t(530), int64_t(40), int64_t(33)}) {
+        const Weight w = make_weight(TensorType::F32, K, N, rng);
+        const std::vector<float> X = random_floats(size_t(K * T), rng);
+        const std::vector<float> dY = random_floats(size_t(N * T), rng);
+        auto run_all = [&](int threads) {
+            ScopedThreads th(threads);
+            std::vector<float> Y(size_t(N * T), 0.5f), dX(size_t(K * T), 0.5f), dW(size_t(K * N), 0.5f);
+            rp::cpu::matmul_fwd(K, N, T, w.data(), w.type, w.row_bytes, X.data(), K, Y.data(), N, true);
+            rp::cpu::matmul_bwd_x(K, N, T, w.data(), w.type, w.row_bytes, dY.data(), N, dX.data(), K, true);
+            rp::cpu::matmul_bwd_w(K, N, T, X.data(), K, dY.data(), N, dW.data(), K, true);
+            return std::vector<std::vector<float>>{Y, dX, dW};
+        };
+        const auto one = run_all(1);
+        // The one-thread run against a double-precision product (so the reference itself is right).
+        double worst = 0;
+        for (int64_t t = 0; t < T; ++t)
+            for (int64_t n = 0; n < N; ++n) {
+                double want = 0.5;
+                for (int64_t k = 0; k < K; ++k) want += w.at(k, n) * double(X[size_t(t * K + k)]);
+                worst = std::max(worst, std::fabs(double(one[0][size_t(t * N + n)]) - want) / (1.0 + std::fabs(want)));
+            }
+        EXPECT_LT(worst, 1e-5) << "N=" << N;
+        for (int threads : {2, 3, 4}) {
+            const auto many = run_all(threads);
+            for (size_t i = 0; i < one.size(); ++i)
+                EXPECT_TRUE(bit_equal(one[i], many[i])) << "N=" << N << ", " << threads << " threads, output " << i;
+        }
+    }
+}
+
 TEST(Gemm, BadInputsThrow) {
     std::vector<uint8_t> w(4096);
     std::vector<float> x(4096), y(4096);
