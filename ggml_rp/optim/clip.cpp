@@ -49,17 +49,22 @@ double grad_norm(std::span<const std::span<const float>> grads) {
     return std::sqrt(s);
 }
 
-double clip_grad_norm(std::span<const std::span<float>> grads, double max_norm) {
+float clip_scale(double norm, double max_norm) {
     if (!(std::isfinite(max_norm) && max_norm > 0.0)) {
         throw Error("gradient clipping: max_norm = " + std::to_string(max_norm) + " must be a positive number");
     }
+    if (!std::isfinite(norm)) return 1.0f;
+    const double coef = max_norm / (norm + 1e-6);
+    return coef >= 1.0 ? 1.0f : static_cast<float>(coef);
+}
+
+double clip_grad_norm(std::span<const std::span<float>> grads, double max_norm) {
+    clip_scale(0.0, max_norm);  // max_norm checked before the pass over the gradients
     double s = 0.0;
     for (const auto & g : grads) s += sum_squares(g.data(), g.size());
     const double norm = std::sqrt(s);
-    if (!std::isfinite(norm)) return norm;
-    const double coef = max_norm / (norm + 1e-6);
-    if (coef >= 1.0) return norm;
-    const float c = static_cast<float>(coef);
+    const float c = clip_scale(norm, max_norm);
+    if (c == 1.0f) return norm;
     for (const auto & g : grads) {
         float * x = g.data();
         const size_t n = g.size();

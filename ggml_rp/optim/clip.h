@@ -19,4 +19,9 @@ double grad_norm(std::span<const std::span<const float>> grads);
 // the caller should skip the step. Throws rp::Error when max_norm is not a positive finite number.
 double clip_grad_norm(std::span<const std::span<float>> grads, double max_norm);
 
+// The factor clip_grad_norm multiplies every gradient element by (in fp32) for this norm, or exactly 1 when it
+// leaves them as they are (the norm is within max_norm, or not finite): an update given it as its
+// GradientUse::scale reads the clipped gradient without the pass that stores it. Throws as clip_grad_norm.
+float clip_scale(double norm, double max_norm);
+
 } // namespace rp

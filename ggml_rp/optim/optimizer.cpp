@@ -48,6 +48,11 @@ size_t Optimizer::add_param(const std::string & name, size_t n) {
 }
 
 void Optimizer::update(size_t i, std::span<float> param, std::span<const float> grad, double lr) {
+    // GradientUse{} only reads the gradient.
+    update(i, param, std::span<float>(const_cast<float *>(grad.data()), grad.size()), lr, GradientUse{});
+}
+
+void Optimizer::update(size_t i, std::span<float> param, std::span<float> grad, double lr, GradientUse use) {
     Slot & s = slots_.at(i);
     if (param.size() != s.n || grad.size() != s.n) {
         throw Error("optimizer: parameter '" + s.name + "' has " + std::to_string(s.n) + " elements, got " +
@@ -58,8 +63,8 @@ void Optimizer::update(size_t i, std::span<float> param, std::span<const float> 
         throw Error("optimizer: parameter '" + s.name + "' updated twice in step " + std::to_string(t));
     }
     if (!cfg_.bf16_state) {
-        if (cfg_.kind == OptimizerKind::AdamW) adamw_update(cfg_.adamw, t, lr, param, grad, s.a, s.b);
-        else sgd_update(cfg_.sgd, t, lr, param, grad, s.a);
+        if (cfg_.kind == OptimizerKind::AdamW) adamw_update(cfg_.adamw, t, lr, param, grad, s.a, s.b, use);
+        else sgd_update(cfg_.sgd, t, lr, param, grad, s.a, use);
     } else {
         // bf16 state: a block at a time read as fp32, updated as the fp32 state is, rounded back (element-wise,
         // so the blocks change nothing).
@@ -71,8 +76,8 @@ void Optimizer::update(size_t i, std::span<float> param, std::span<const float> 
             const std::span<float> sb = s.b16.empty() ? std::span<float>() : std::span<float>(b, k);
             for (size_t j = 0; j < sa.size(); ++j) sa[j] = bf16_to_fp32(s.a16[i0 + j]);
             for (size_t j = 0; j < sb.size(); ++j) sb[j] = bf16_to_fp32(s.b16[i0 + j]);
-            if (cfg_.kind == OptimizerKind::AdamW) adamw_update(cfg_.adamw, t, lr, param.subspan(i0, k), grad.subspan(i0, k), sa, sb);
-            else sgd_update(cfg_.sgd, t, lr, param.subspan(i0, k), grad.subspan(i0, k), sa);
+            if (cfg_.kind == OptimizerKind::AdamW) adamw_update(cfg_.adamw, t, lr, param.subspan(i0, k), grad.subspan(i0, k), sa, sb, use);
+            else sgd_update(cfg_.sgd, t, lr, param.subspan(i0, k), grad.subspan(i0, k), sa, use);
             for (size_t j = 0; j < sa.size(); ++j) s.a16[i0 + j] = fp32_to_bf16(sa[j]);
             for (size_t j = 0; j < sb.size(); ++j) s.b16[i0 + j] = fp32_to_bf16(sb[j]);
         }

@@ -63,6 +63,8 @@ public:
     // Call once per parameter per step, then end_step(). Throws rp::Error when the spans do not have the
     // registered size or the parameter was already updated in this step.
     void update(size_t i, std::span<float> param, std::span<const float> grad, double lr);
+    // The same, doing `use` with the gradient in the update's pass (update.h: clipping's scale, zeroing).
+    void update(size_t i, std::span<float> param, std::span<float> grad, double lr, GradientUse use);
     // Ends the step. Throws rp::Error naming a parameter that was not updated.
     void end_step();
     // Completed steps (0 before the first update).

@@ -35,4 +35,19 @@ void adamw_update(const AdamWConfig & cfg, int64_t t, double lr, std::span<float
 void sgd_update(const SgdConfig & cfg, int64_t t, double lr, std::span<float> param, std::span<const float> grad,
                 std::span<float> momentum_buf);
 
+// What an update does with the gradient besides reading it, in the same pass over memory (each is otherwise a
+// pass of its own over every gradient: a full finetune's step is bound by those passes' bytes):
+//   scale  the gradient is multiplied by it as it is read: the fp32 product gradient clipping stores
+//          (clip_scale), so the update is the bits of clip_grad_norm then the update;
+//   zero   the gradient is set to 0 once read (a host step accumulates the next step's gradient into it).
+struct GradientUse {
+    float scale = 1.0f;
+    bool zero = false;
+};
+
+void adamw_update(const AdamWConfig & cfg, int64_t t, double lr, std::span<float> param, std::span<float> grad,
+                  std::span<float> m, std::span<float> v, GradientUse use);
+void sgd_update(const SgdConfig & cfg, int64_t t, double lr, std::span<float> param, std::span<float> grad,
+                std::span<float> momentum_buf, GradientUse use);
+
 } // namespace rp

@@ -270,7 +270,9 @@ void TrainingSession::update(int64_t step, const Batch & bt, float loss_scale, d
     std::vector<std::span<float>> grads;
     for (const Trainer::Param & p : trainer_.params()) grads.emplace_back(p.t->grad->data_as<float>(), static_cast<size_t>(p.t->nelements()));
     std::vector<std::span<const float>> cgrads(grads.begin(), grads.end());
-    const double norm = opt_.clip > 0 ? clip_grad_norm(grads, opt_.clip) : grad_norm(cgrads);
+    const double norm = grad_norm(cgrads);
+    // Clipping's factor is applied as the update reads each gradient (the bits of clip_grad_norm then the update).
+    const float scale = opt_.clip > 0 ? clip_scale(norm, opt_.clip) : 1.0f;
     const char * skip = n_trained == 0           ? "no trained tokens"
                         : !std::isfinite(loss)   ? "non-finite loss"
                         : !std::isfinite(norm)   ? "non-finite gradient norm"
@@ -286,11 +288,15 @@ void TrainingSession::update(int64_t step, const Batch & bt, float loss_scale, d
     }
     if (*skip) return;  // not applied; step() reports it
     const float lr = static_cast<float>(opt_.lr.lr(step));
+    // A host step accumulates its gradients into these buffers: the update zeroes them as it reads them, so the next
+    // step needs no pass of its own to clear them. (A pipeline's hand-off overwrites them.)
+    const GradientUse use{scale, !pipe_};
     for (size_t i = 0; i < trainer_.params().size(); ++i) {
         const Trainer::Param & p = trainer_.params()[i];
-        optimizer_.update(slots_[i], std::span<float>(p.t->data_as<float>(), static_cast<size_t>(p.t->nelements())), cgrads[i], lr);
+        optimizer_.update(slots_[i], std::span<float>(p.t->data_as<float>(), static_cast<size_t>(p.t->nelements())), grads[i], lr, use);
     }
     optimizer_.end_step();
+    if (use.zero) grads_zero_ = true;
 }
 
 bool TrainingSession::reference_pass() {
@@ -392,6 +398,7 @@ StepReport TrainingSession::step() {
         pipe_->step([this, step, bt, loss_scale, loss] { update(step, bt, loss_scale, loss); });
     } else if (groups_ > 1 && !dp) {  // the reference of a data-parallel run: the same grouping, in one process
         std::vector<std::vector<float>> sum;
+        grads_zero_ = false;
         for (int64_t g = 0; g < groups_; ++g) {
             trainer_.zero_grads();
             double group_loss = 0;
@@ -417,7 +424,9 @@ StepReport TrainingSession::step() {
         for (size_t p = 0; p < params.size(); ++p) std::copy(sum[p].begin(), sum[p].end(), params[p].t->grad->data_as<float>());
         update(step, bt, loss_scale, loss);
     } else {
-        trainer_.zero_grads();
+        // The last update zeroed every gradient as it read them (and collect_grads leaves the tied head's slot at 0).
+        if (!grads_zero_) trainer_.zero_grads();
+        grads_zero_ = false;
         for (const MicroBatch & m : mbs) loss += accumulate(m);
         trainer_.collect_grads();
         if (dp) {

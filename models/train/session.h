@@ -202,7 +202,8 @@ private:
     std::vector<MicroBatch> micro_batches(const Batch & bt, int64_t step, float loss_scale = 1.0f) const;
     // Whether this process trains micro-batch i of a step (data parallel: i = rank mod R; else every one).
     bool trains(size_t micro_batch) const;
-    // Clipping + the optimizer on the masters (pipeline: on its optimizer thread); the first step's dump.
+    // Clipping + the optimizer on the masters in one pass over the gradients, which a host step's update also
+    // zeroes for the next step (pipeline: on its optimizer thread); the first step's dump.
     void update(int64_t step, const Batch & bt, float loss_scale, double loss);
 
     const Model & model_;
@@ -227,6 +228,7 @@ private:
 
     std::optional<PreferenceStats> eval_preference_;
 
+    bool grads_zero_ = false;  // host step: the last update zeroed every gradient as it read them
     std::mutex norm_m_;      // guards st_.health: the update may run on the pipeline's optimizer thread
     std::string stopped_;    // the StepReport::stop that ended the run
 };
