@@ -39,7 +39,26 @@
 # The host is shared: both engines slow down badly while other processes load the cores (single steps varied
 # 50-fold during a parallel build), hence best of REPS; compare the load averages printed before and after.
 #
-# Last measured on 2026-12-02 on a 2-core Intel Xeon (AVX-512; llama.cpp's CPU backend for it), load 1.5-2.0,
+# Measured 2026-12-07 on a 2-core Intel Xeon (Sapphire Rapids, AVX-512), load 2.0-2.2, THREADS=2, REPS=5, BEFORE= main at
+# the session's start (dcaa982), against the even GEMM column split and the optimizer's one pass (clip factor and
+# zeroing in the update):
+#   model          mode  engine        steps   train s   tokens/s    ratio   RSS MiB
+#   stories260K    full  llama.cpp         9      0.30     7742.2     1.00      38.9
+#   stories260K    full  rp-finetune       9      0.08    29164.6     3.77      23.9
+#   stories260K    lora  rp-finetune       9      0.07    31135.1     4.02      21.2
+#   stories260K    full  before            9      0.08    29538.5     3.82      24.0
+#   stories260K    lora  before            9      0.08    30315.8     3.92      21.4
+#   llama-20M      full  llama.cpp         9      3.52      654.6     1.00     393.6
+#   llama-20M      full  rp-finetune       9      1.35     1710.5     2.61     371.4
+#   llama-20M      lora  rp-finetune       9      1.00     2299.4     3.51     152.0
+#   llama-20M      full  before            9      1.43     1611.2     2.46     371.4
+#   llama-20M      lora  before            9      0.98     2351.0     3.59     152.3
+# (stories260K and the LoRA rows: within the run's noise. llama-20M full at 3x needs 1964 tok/s here: 130 ms a step
+# against 150. In a --profile-ops run of it the three GEMM ops took 118 ms a step at about 250 GFLOP/s: 56% of the
+# FMA peak, 63% of the GEMM micro-kernel's ceiling that rp-bench ops --only peak measures, 85% of the same products
+# timed alone with their operands in cache.)
+#
+# Measured 2026-12-02 on a 2-core Intel Xeon (AVX-512; llama.cpp's CPU backend for it), load 1.5-2.0,
 # THREADS=2, REPS=7, BEFORE= main at the start of the day's second session (36d5d35):
 #   model          mode  engine        steps   train s   tokens/s    ratio   RSS MiB
 #   stories260K    full  llama.cpp         9      0.38     6045.6     1.00      38.5

@@ -914,6 +914,21 @@ const char * gemm_backend_name(GemmBackend b) {
 
 const char * gemm_simd_name() { return SimdKernel::name; }
 
+double gemm_micro_kernel_resident(int64_t calls) {
+    constexpr int MR = SimdKernel::MR, NR = SimdKernel::NV * SimdKernel::W;
+    GrowingBuffer a, b, c;
+    float * ap = a.get(size_t(MR * KC));
+    float * bp = b.get(size_t(KC * NR));
+    float * cp = c.get(size_t(MR * NR));
+    for (int64_t i = 0; i < MR * KC; ++i) ap[i] = 1.0f / float(1 + i % 7);
+    for (int64_t i = 0; i < KC * NR; ++i) bp[i] = 1.0f / float(1 + i % 5);
+    for (int64_t i = 0; i < MR * NR; ++i) cp[i] = 0.0f;
+    for (int64_t i = 0; i < calls; ++i) micro_kernel<SimdKernel, MR>(KC, ap, bp, cp, NR, i > 0);
+    volatile float keep = cp[0];   // the tile is used: the calls are not dead code
+    (void)keep;
+    return double(calls) * 2.0 * MR * NR * KC;
+}
+
 int gemm_one_row_lanes() {
 #if defined(RP_ONE_ROW)
     return RP_ONE_ROW;

@@ -75,6 +75,11 @@ const char * gemm_backend_name(GemmBackend b);
 // The SIMD micro-kernel's shape for this build ("avx512 12x32", "avx2 6x16", "portable 4x8").
 const char * gemm_simd_name();
 
+// For rp-bench: `calls` calls of that micro-kernel at its full size (MR x NR over one reduction block) on one packed
+// pair of panels, which stay in the calling thread's L1, into one C tile: the ceiling of the packed GEMM on this
+// CPU, its loads included (the register-only FMA loop is the ceiling of the arithmetic alone). Returns the flops.
+double gemm_micro_kernel_resident(int64_t calls);
+
 // Rows per group of the one-token product (generation: one weight row read where it lies, no packing; the
 // packed kernel's arithmetic): 16 with AVX-512, 8 with AVX2 + FMA + F16C; 0 in a build without either, where a
 // token goes through the packed kernel like a batch.
