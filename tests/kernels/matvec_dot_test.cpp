@@ -341,6 +341,85 @@ void expect_columns_are_own_dots(TensorType t, int64_t K, int64_t rows, Rng & rn
 
 } // namespace
 
+// The arithmetic matvec_dot.cpp states for the SIMD row dots of Q8_0 and MXFP4 (signed_block; signed_pair does two
+// blocks at once in 512-bit registers and must give the same bits): block b's 8 lane sums (lane j: the exact integer
+// sum of elements 4j .. 4j+3's products w q), each times the block's scale d_w d_x (one f32 product) by FMA into lane j
+// of acc0 (b even) or acc1 (b odd); then v = acc0 + acc1 and its lanes added as hsum adds them.
+float stated_signed_dot(const std::vector<int> & w, const std::vector<float> & dw, const rp::cpu::DotColumn & c) {
+    float acc[2][8] = {};
+    for (size_t b = 0; b < dw.size(); ++b) {
+        const float scale = dw[b] * c.d[b];
+        for (int j = 0; j < 8; ++j) {
+            int s = 0;
+            for (int i = 4 * j; i < 4 * j + 4; ++i) s += w[32 * b + size_t(i)] * c.q[32 * b + size_t(i)];
+            acc[b % 2][j] = std::fma(float(s), scale, acc[b % 2][j]);
+        }
+    }
+    float v[8];
+    for (int j = 0; j < 8; ++j) v[j] = acc[0][j] + acc[1][j];
+    const float s0 = v[0] + v[4], s1 = v[1] + v[5], s2 = v[2] + v[6], s3 = v[3] + v[7];
+    return (s0 + s2) + (s1 + s3);
+}
+
+// Q8_0 and MXFP4 rows of 19 blocks (two groups of 8, whose blocks go in pairs with AVX-512 VNNI, and a tail of 3 one
+// by one) give the stated arithmetic's bits, for 1 to 8 columns at once; weights with -128 (Q8_0) and zeros.
+TEST(MatvecDot, SignedTypesAreTheirStatedArithmeticBitForBit) {
+    Rng rng(47);
+    const int64_t K = 19 * 32;
+    for (TensorType t : {TensorType::Q8_0, TensorType::MXFP4}) {
+        if (!rp::cpu::row_dot_is_simd(t)) GTEST_SKIP() << "the portable loop states other arithmetic";
+        // Columns of one magnitude: every block's rounding reaches the result (test_column's blocks of very different
+        // scales would let the largest hide how the others were added).
+        std::vector<rp::cpu::DotColumn> cols(rp::cpu::kRowDotColumns);
+        std::vector<std::vector<float>> xs;
+        for (auto & c : cols) {
+            xs.emplace_back(static_cast<size_t>(K));
+            for (float & v : xs.back()) v = rng.uniform(-1.0f, 1.0f);
+            rp::cpu::prepare_column(t, xs.back().data(), K, c);
+        }
+        for (int r = 0; r < 4; ++r) {
+            std::vector<uint8_t> row;
+            std::vector<int> w(static_cast<size_t>(K));
+            std::vector<float> dw(static_cast<size_t>(K / 32));
+            if (t == TensorType::Q8_0) {
+                std::vector<rp::block_q8_0> blocks(size_t(K / 32));
+                for (size_t b = 0; b < blocks.size(); ++b) {
+                    blocks[b].d = rp::fp32_to_fp16(rng.uniform(0.5f, 2.0f));
+                    dw[b] = rp::fp16_to_fp32(blocks[b].d);
+                    for (int i = 0; i < 32; ++i) {
+                        const int q = (i + r) % 9 == 0 ? -128 : (i + int(b)) % 7 == 0 ? 0 : int(rng.uniform(-127.0f, 127.0f));
+                        blocks[b].qs[i] = int8_t(q);
+                        w[32 * b + size_t(i)] = q;
+                    }
+                }
+                row.assign(reinterpret_cast<const uint8_t *>(blocks.data()), reinterpret_cast<const uint8_t *>(blocks.data() + blocks.size()));
+            } else {
+                std::vector<rp::block_mxfp4> blocks(size_t(K / 32));
+                for (size_t b = 0; b < blocks.size(); ++b) {
+                    blocks[b].e = uint8_t(126 + (b + size_t(r)) % 4);
+                    dw[b] = rp::e8m0_to_fp32_half(blocks[b].e);
+                    for (int j = 0; j < 16; ++j) {
+                        const int lo = int(rng.uniform(0.0f, 15.99f)), hi = (j + int(b)) % 5 == 0 ? 0 : int(rng.uniform(0.0f, 15.99f));
+                        blocks[b].qs[j] = uint8_t(lo | hi << 4);
+                        w[32 * b + size_t(j)] = rp::mxfp4_value(lo);
+                        w[32 * b + 16 + size_t(j)] = rp::mxfp4_value(hi);
+                    }
+                }
+                row.assign(reinterpret_cast<const uint8_t *>(blocks.data()), reinterpret_cast<const uint8_t *>(blocks.data() + blocks.size()));
+            }
+            for (int n = 1; n <= rp::cpu::kRowDotColumns; ++n) {
+                std::vector<const rp::cpu::DotColumn *> ptrs;
+                for (int c = 0; c < n; ++c) ptrs.push_back(&cols[size_t(c)]);
+                float out[rp::cpu::kRowDotColumns];
+                rp::cpu::row_dot_columns(t, row.data(), ptrs.data(), n, out);
+                for (int c = 0; c < n; ++c)
+                    ASSERT_EQ(std::bit_cast<uint32_t>(out[c]), std::bit_cast<uint32_t>(stated_signed_dot(w, dw, cols[size_t(c)])))
+                        << gguf::type_name(uint32_t(t)) << " row " << r << " n=" << n << " column " << c;
+            }
+        }
+    }
+}
+
 // BF16, F32 and F16 rows of lengths with a tail (a partial 64-element step, a partial 32- or 16-element block):
 // row_dot_columns' row loaded once for a group of columns gives each column row_dot's bits, for 1 to 8 columns.
 TEST(MatvecDot, FloatColumnsAtOnceWithTailsAreEachTheirOwnDot) {
