@@ -2,8 +2,9 @@
 //
 // The scalars of one step are computed once on the host in double, as PyTorch computes them in Python floats,
 // and rounded to fp32 once; the per-element work is then plain fp32 arithmetic in PyTorch's operation order
-// (roundpipe.md §12.2). The project builds with -std=c++20 (not gnu++20), so GCC does not contract a*b+c
-// into an FMA and the result is the same on every machine.
+// (roundpipe.md §12.2), each operation rounded: optim/update.cpp is compiled with -ffp-contract=off (GCC contracts
+// a*b+c into an FMA in C++ under -std=c++20 too, wherever the target has one), so the result is the same on every
+// machine. (A CUDA kernel would need mul_rn / add_rn, core/quant_block.h: nvcc fuses by default.)
 #pragma once
 
 #include <cmath>

@@ -7,6 +7,7 @@
 #include "ggml_rp/optim/clip.h"
 #include "ggml_rp/optim/optimizer.h"
 #include "ggml_rp/optim/update.h"
+#include "ggml_rp/optim/update_math.h"
 #include "base/error.h"
 
 #include <gtest/gtest.h>
@@ -135,4 +136,74 @@ TEST(GradientUse, ClipScaleIsClipGradNormsFactor) {
     EXPECT_EQ(rp::clip_scale(NAN, 1.0), 1.0f);
     EXPECT_THROW(rp::clip_scale(1.0, 0.0), rp::Error);
     EXPECT_THROW(rp::clip_scale(1.0, NAN), rp::Error);
+}
+
+namespace {
+
+// x * y and x + y each rounded on their own: the volatile store keeps the compiler from fusing them into an fma
+// (this test file is compiled as the project is: contraction allowed).
+float mul1(float x, float y) {
+    volatile float r = x * y;
+    return r;
+}
+float add1(float x, float y) {
+    volatile float r = x + y;
+    return r;
+}
+float sub1(float x, float y) {
+    volatile float r = x - y;
+    return r;
+}
+
+} // namespace
+
+// The updates are the stated plain fp32 arithmetic (optim/update_math.h, PyTorch's order), every product and sum
+// rounded on its own: optim/update.cpp is compiled without fused multiply-adds, so the bits are the same on every
+// target. Elements from a parallel-sized tensor, several steps, with weight decay, the lerp's both branches (beta1
+// 0.9 and 0.3) and a clip scale.
+TEST(GradientUse, UpdatesArePlainFp32ArithmeticWithoutFusedMultiplyAdds) {
+    const size_t n = 40000;
+    for (const double beta1 : {0.9, 0.3}) {
+        rp::AdamWConfig cfg;
+        cfg.beta1 = beta1;
+        cfg.weight_decay = 0.1;
+        std::vector<float> p = random_vector(n, 5), m(n, 0.0f), v(n, 0.0f);
+        std::vector<float> pr = p, mr = m, vr = v;
+        for (int64_t t = 1; t <= 3; ++t) {
+            std::vector<float> g = random_vector(n, 50 + t, 0.1);
+            const std::vector<float> g0 = g;
+            const double lr = 1e-2 * double(t);
+            const float scale = 0.75f;
+            rp::adamw_update(cfg, t, lr, p, std::span<float>(g), m, v, rp::GradientUse{scale, true});
+            const rp::AdamWScalars s = rp::adamw_scalars(lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, t);
+            for (size_t i = 0; i < n; ++i) {
+                const float gi = mul1(g0[i], scale);
+                pr[i] = mul1(pr[i], s.decay);
+                const float w = s.one_minus_beta1;
+                mr[i] = w < 0.5f ? add1(mr[i], mul1(w, sub1(gi, mr[i]))) : sub1(gi, mul1(sub1(gi, mr[i]), sub1(1.0f, w)));
+                vr[i] = add1(mul1(vr[i], s.beta2), mul1(mul1(s.one_minus_beta2, gi), gi));
+                const float denom = add1(std::sqrt(vr[i]) / s.bc2_sqrt, s.eps);
+                pr[i] = add1(pr[i], mul1(s.neg_step_size, mr[i] / denom));
+            }
+            EXPECT_TRUE(same_bits(p, pr)) << "beta1 " << beta1 << ", step " << t << ": params";
+            EXPECT_TRUE(same_bits(m, mr)) << "beta1 " << beta1 << ", step " << t << ": m";
+            EXPECT_TRUE(same_bits(v, vr)) << "beta1 " << beta1 << ", step " << t << ": v";
+        }
+    }
+    rp::SgdConfig sgd;
+    sgd.momentum = 0.9;
+    sgd.weight_decay = 0.1;
+    std::vector<float> p = random_vector(n, 6), buf(n, 0.0f);
+    std::vector<float> pr = p, br = buf;
+    for (int64_t t = 1; t <= 3; ++t) {
+        const std::vector<float> g = random_vector(n, 70 + t, 0.1);
+        rp::sgd_update(sgd, t, 1e-2, p, g, buf);
+        const rp::SgdScalars s = rp::sgd_scalars(1e-2, sgd.momentum, sgd.weight_decay, t);
+        for (size_t i = 0; i < n; ++i) {
+            pr[i] = mul1(pr[i], s.decay);
+            br[i] = s.first != 0.0f ? g[i] : add1(mul1(br[i], s.momentum), g[i]);
+            pr[i] = add1(pr[i], mul1(s.neg_lr, br[i]));
+        }
+        EXPECT_TRUE(same_bits(p, pr)) << "sgd step " << t;
+    }
 }
