@@ -121,11 +121,9 @@ double fma_loop(int64_t iters) {
     return double(iters) * 12 * W * 2;
 }
 
-// GFLOP/s of the packed GEMM's micro-kernel on panels resident in each thread's L1, `threads` threads together:
-// the loads and the C tile's updates on top of the FMA loop (2026-12-07, a 2-core Xeon: 87-94% of the FMA peak
-// on one thread, 88-90% on two).
-double kernel_ceiling(int threads, int reps) {
-    const int64_t calls = 100'000;
+// GFLOP/s of per_thread() (it returns the flops it did) run on `threads` threads at once, the best of `reps`.
+template <class F>
+double gflops_on_threads(int threads, int reps, F per_thread) {
     double flops = 0;
     const Timing t = time_it(
         [&] {
@@ -133,28 +131,23 @@ double kernel_ceiling(int threads, int reps) {
 #ifdef _OPENMP
 #pragma omp parallel num_threads(threads) reduction(+ : f)
 #endif
-            f += rp::cpu::gemm_micro_kernel_resident(calls);
+            f += per_thread();
             flops = f;
         },
         reps);
     return flops / t.best_s / 1e9;
 }
 
+// GFLOP/s of the packed GEMM's micro-kernel on panels resident in each thread's L1, `threads` threads together:
+// the loads and the C tile's updates on top of the FMA loop (2026-12-07, a 2-core Xeon: 87-94% of the FMA peak
+// on one thread, 88-90% on two).
+double kernel_ceiling(int threads, int reps) {
+    return gflops_on_threads(threads, reps, [] { return rp::cpu::gemm_micro_kernel_resident(100'000); });
+}
+
 // GFLOP/s of the FMA loop on `threads` threads (all of them together).
 double fma_peak(int threads, int reps) {
-    const int64_t iters = 20'000'000;
-    double flops = 0;
-    const Timing t = time_it(
-        [&] {
-            double f = 0;
-#ifdef _OPENMP
-#pragma omp parallel num_threads(threads) reduction(+ : f)
-#endif
-            f += fma_loop(iters);
-            flops = f;
-        },
-        reps);
-    return flops / t.best_s / 1e9;
+    return gflops_on_threads(threads, reps, [] { return fma_loop(20'000'000); });
 }
 
 // ---- GEMM -----------------------------------------------------------------------------------------------------

@@ -201,6 +201,15 @@ inline void signed_pair(__m512i wq, int64_t b, const DotColumn * const * xs, Sca
 template <int N>
 constexpr bool kPairs = N >= 2;
 
+// The even and odd blocks' chains, kept in pairs as [acc0 | acc1], go on in the 256-bit accumulators.
+template <int N>
+inline void split_pairs(const __m512 * acc01, __m256 * acc0, __m256 * acc1) {
+    for (int c = 0; c < N; ++c) {
+        acc0[c] = _mm512_castps512_ps256(acc01[c]);
+        acc1[c] = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc01[c]), 1));
+    }
+}
+
 // [block j's of the 8 in sc x 8 | block j + 1's x 8]
 inline __m512 pair_scales(__m256 sc, int j) {
     const __m512i idx = _mm512_set_epi32(j + 1, j + 1, j + 1, j + 1, j + 1, j + 1, j + 1, j + 1, j, j, j, j, j, j, j, j);
@@ -288,10 +297,7 @@ void dot_q45_small_n(const Block * w, const DotColumn * const * xs, float * out)
     }
     for (int c = 0; c < N; ++c) extra[c] = hsum(extra8[c]);
 #if defined(RP_INT8_VNNI) && defined(__AVX512F__)
-    for (int c = 0; c < N; ++c) {  // the even and odd blocks' chains go on in the 256-bit accumulators
-        acc0[c] = _mm512_castps512_ps256(acc01[c]);
-        acc1[c] = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc01[c]), 1));
-    }
+    split_pairs<N>(acc01, acc0, acc1);
 #endif
 #endif
     for (int64_t b = b0; b < nb; ++b) {
@@ -392,11 +398,7 @@ void dot_q8_0_n(const block_q8_0 * w, const DotColumn * const * xs, float * out)
         for (int j = 0; j < 8; ++j) block(b + j, [&](int c) { return _mm256_permutevar8x32_ps(sc[c], _mm256_set1_epi32(j)); });
     }
 #if defined(RP_INT8_VNNI) && defined(__AVX512F__)
-    if constexpr (kPairs<N>)
-        for (int c = 0; c < N; ++c) {  // the even and odd blocks' chains go on in the 256-bit accumulators
-            acc0[c] = _mm512_castps512_ps256(acc01[c]);
-            acc1[c] = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc01[c]), 1));
-        }
+    if constexpr (kPairs<N>) split_pairs<N>(acc01, acc0, acc1);
 #endif
 #endif
     for (; b < nb; ++b) {
@@ -476,11 +478,7 @@ void dot_mxfp4_n(const block_mxfp4 * w, const DotColumn * const * xs, float * ou
             signed_block<N>(codes_of(b + j), b + j, xs, [&](int c) { return _mm256_permutevar8x32_ps(sc[c], _mm256_set1_epi32(j)); }, acc0, acc1);
     }
 #if defined(RP_INT8_VNNI) && defined(__AVX512F__)
-    if constexpr (kPairs<N>)
-        for (int c = 0; c < N; ++c) {  // the even and odd blocks' chains go on in the 256-bit accumulators
-            acc0[c] = _mm512_castps512_ps256(acc01[c]);
-            acc1[c] = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc01[c]), 1));
-        }
+    if constexpr (kPairs<N>) split_pairs<N>(acc01, acc0, acc1);
 #endif
     for (; b < nb; ++b) {
         const float dw = e8m0_to_fp32_half(w[b].e);
