@@ -747,8 +747,7 @@ void run_problem(const Problem & P, bool parallel) {
     if (narrow_ok && nthreads > 1)
         while (nc_task > 2 * NR && (P.N + nc_task - 1) / nc_task < 4 * nthreads) nc_task /= 2;
     // The column tasks: whole micro-panels, split as evenly as they go into a multiple of the thread count (11
-    // blocks of 128 columns gave one of 2 threads 6 and the other 5: llama-20M's 1408-column products ran 13-16%
-    // faster split into 8 tasks of 5-6 panels).
+    // blocks of 128 columns gave one of 2 threads 6 and the other 5; bench/design-measurements.md).
     const int64_t panels = (P.N + NR - 1) / NR;
     int64_t nj = (P.N + nc_task - 1) / nc_task;
     const bool even = narrow_ok && nthreads > 1 && !few_rows;

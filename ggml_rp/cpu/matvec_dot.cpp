@@ -194,10 +194,8 @@ inline void signed_pair(__m512i wq, int64_t b, const DotColumn * const * xs, Sca
     }
 }
 
-// Whether N columns go through signed_pair. One column does not gain (the 512-bit shuffles and products share two
-// ports: MXFP4 measured 5-18% slower in pairs, Q8_0 the same); 2 to 8 do (2-core Xeon, 256 MiB of weights, K = 1024
-// and 4096, GB/s at 2 / 4 / 8 columns, old and new alternated twice: Q8_0 18.4-19.1 / 15.2-15.8 / 10.1-10.5 ->
-// 18.7-19.8 / 17.2-18.4 / 12.3-13.5, MXFP4 11.5-13.7 / 8.4-9.2 / 4.7-5.5 -> 16.0-16.6 / 11.2-12.7 / 6.6-7.4).
+// Whether N columns go through signed_pair: 2 to 8 gain; one does not (the 512-bit shuffles and products share two
+// ports, and one column's row is read at the stream's speed already). Measured: bench/design-measurements.md.
 template <int N>
 constexpr bool kPairs = N >= 2;
 

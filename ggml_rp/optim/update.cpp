@@ -33,7 +33,7 @@ void check_non_negative(const char * opt, const char * field, double x) {
 // The four variants of an update's pass over n elements (GradientUse: scaled or not, zeroed or not) as
 // separate loops, so each vectorises without a branch. The gradient is read from g_in, and g_zero (g_in then)
 // is set to 0 when Zero. (Written as plain loops over plain pointers: the same loop through a lambda capturing
-// the arrays compiled to gathers and scatters, 2.3x slower.)
+// the arrays compiled to gathers and scatters.)
 template <bool Scale, bool Zero>
 void adamw_loop(size_t n, const AdamWScalars s, float * p, const float * g_in, float * g_zero, float * m, float * v,
                 float scale) {
