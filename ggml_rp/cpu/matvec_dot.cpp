@@ -315,7 +315,6 @@ void dot_q45_small_n(const Block * w, const DotColumn * const * xs, float * out)
 #endif
 }
 
-
 template <class Block, bool FIVE_BITS, bool HAS_MIN>
 struct Q45Small {
     template <int N>
