@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 namespace optim_test {
@@ -26,6 +27,11 @@ inline std::vector<float> random_vector(size_t n, uint64_t seed, double scale = 
     std::vector<float> v(n);
     for (auto & x : v) x = static_cast<float>(r.uniform() * scale);
     return v;
+}
+
+// The same floats bit for bit (sizes too).
+inline bool same_bits(const std::vector<float> & a, const std::vector<float> & b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 } // namespace optim_test

@@ -19,12 +19,9 @@
 #include <vector>
 
 using optim_test::random_vector;
+using optim_test::same_bits;
 
 namespace {
-
-bool same_bits(const std::vector<float> & a, const std::vector<float> & b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 // Three tensors (one past the update's parallel threshold) through `steps` steps of optimizer `cfg`, the
 // gradients clipped to `max_norm` (0: none). fused: clip_scale + GradientUse{scale, zero}; else clip_grad_norm,

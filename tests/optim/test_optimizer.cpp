@@ -15,6 +15,7 @@
 #include <vector>
 
 using optim_test::random_vector;
+using optim_test::same_bits;
 
 namespace {
 
@@ -57,10 +58,6 @@ Saved save(const rp::Optimizer & opt) {
         s.data.emplace_back(a.data.begin(), a.data.end());
     }
     return s;
-}
-
-bool same_bits(const std::vector<float> & a, const std::vector<float> & b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 void round_trip(const rp::OptimizerConfig & cfg, size_t n_arrays) {
