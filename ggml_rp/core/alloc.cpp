@@ -1,9 +1,12 @@
 #include "ggml_rp/core/alloc.h"
 
 #include "base/error.h"
+#include "ggml_rp/core/counter_rng.h"
 
 #include <algorithm>
 #include <cstdint>
+#include <deque>
+#include <mutex>
 #include <unordered_map>
 
 namespace rp {
@@ -62,47 +65,97 @@ private:
 
 const Tensor * root_of(const Tensor * t) { return t->view_src ? t->view_src : t; }
 
-// Offline placement (every lifetime is known before anything runs): the blocks one after the other in `order`, each
+// Offline placement (every lifetime is known before anything runs): the blocks one after the other in an order, each
 // at the lowest offset that is free over its whole lifetime [i, freed[i]] (both inclusive: block i is taken before
-// node i runs and freed after its last reader ran) among the blocks placed before it. Returns the buffer size;
-// offsets[i] for every i in order.
-size_t place_in_order(const std::vector<size_t> & order, const std::vector<size_t> & sizes, const std::vector<size_t> & freed,
-                      std::vector<size_t> & offsets) {
-    struct Span { size_t off, end; };
-    std::vector<size_t> placed;
-    std::vector<Span> busy;
-    size_t top = 0;
-    for (size_t i : order) {
-        busy.clear();
-        for (size_t j : placed)
-            if (j <= freed[i] && i <= freed[j]) busy.push_back({offsets[j], offsets[j] + sizes[j]});
-        std::sort(busy.begin(), busy.end(), [](const Span & a, const Span & b) { return a.off < b.off; });
-        size_t off = 0;
-        for (const Span & b : busy) {
-            if (off + sizes[i] <= b.off) break;
-            off = std::max(off, b.end);
+// node i runs and freed after its last reader ran) among the blocks placed before it.
+struct OrderPlacement {
+    const std::vector<size_t> & sizes;
+    const std::vector<size_t> & freed;
+    std::vector<size_t> order;    // the blocks (sizes[i] > 0) in placement order
+    std::vector<size_t> offsets;  // per node (only the blocks' entries are set)
+    std::vector<size_t> tops;     // tops[k]: the buffer's size once order[0..k] are placed
+
+    // Places order[from..] beside order[..from) as they are. Stops once the buffer would exceed `limit` (returns
+    // SIZE_MAX then, the rest unplaced); otherwise returns the buffer's size.
+    size_t place_from(size_t from, size_t limit = SIZE_MAX) {
+        struct Span { size_t off, end; };
+        std::vector<Span> busy;
+        tops.resize(order.size());
+        size_t top = from > 0 ? tops[from - 1] : 0;
+        for (size_t k = from; k < order.size(); ++k) {
+            const size_t i = order[k];
+            busy.clear();
+            for (size_t m = 0; m < k; ++m) {
+                const size_t j = order[m];
+                if (j <= freed[i] && i <= freed[j]) busy.push_back({offsets[j], offsets[j] + sizes[j]});
+            }
+            std::sort(busy.begin(), busy.end(), [](const Span & a, const Span & b) { return a.off < b.off; });
+            size_t off = 0;
+            for (const Span & b : busy) {
+                if (off + sizes[i] <= b.off) break;
+                off = std::max(off, b.end);
+            }
+            offsets[i] = off;
+            top = std::max(top, off + sizes[i]);
+            if (top > limit) return SIZE_MAX;
+            tops[k] = top;
         }
-        offsets[i] = off;
-        top = std::max(top, off + sizes[i]);
-        placed.push_back(i);
+        return top;
     }
-    return top;
-}
+};
 
 // Graphs up to this many nodes also try the offline placement (its cost grows with the square of the count).
 constexpr size_t kPlaceOfflineNodes = 4096;
+// The local search's budget: about this many block pairs examined (each placement of m blocks examines up to m^2 / 2),
+// at most kSearchPlacements placements; none below kSearchMinPlacements (large graphs keep the greedy orders).
+constexpr double kSearchPairs = 4e7;
+constexpr size_t kSearchPlacements = 6000, kSearchMinPlacements = 64;
+constexpr uint64_t kSearchKey = 0x5EA2C4;
+
+// The searched placements of the last few lifetime sets. A planner sizes the same layer's graph many times over (each
+// candidate plan, each sequence length of rp-simulate's search), and the search is the costly part of a plan.
+class SearchMemo {
+public:
+    bool find(const std::vector<size_t> & sizes, const std::vector<size_t> & freed, std::vector<size_t> & offsets, size_t & size) {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (const Entry & e : entries_)
+            if (e.sizes == sizes && e.freed == freed) {
+                for (size_t i = 0; i < sizes.size(); ++i)
+                    if (sizes[i] > 0) offsets[i] = e.offsets[i];
+                size = e.size;
+                return true;
+            }
+        return false;
+    }
+    void add(const std::vector<size_t> & sizes, const std::vector<size_t> & freed, const std::vector<size_t> & offsets, size_t size) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (entries_.size() == kEntries) entries_.pop_front();
+        entries_.push_back({sizes, freed, offsets, size});
+    }
+
+private:
+    static constexpr size_t kEntries = 32;
+    struct Entry { std::vector<size_t> sizes, freed, offsets; size_t size; };
+    std::mutex mu_;
+    std::deque<Entry> entries_;  // oldest first
+};
+
+SearchMemo & search_memo() {
+    static SearchMemo memo;
+    return memo;
+}
 
 } // namespace
 
-// Three orders, the smallest buffer kept (ties: the first). The largest blocks first: best fit, online, leaves holes
-// that a later, larger block cannot use, and placing the large blocks first packs them. The blocks of the most
-// crowded moments first (by the most bytes live at once during a block's lifetime), then by size: those that set the
-// peak are packed together before smaller, longer-lived ones scatter holes among them (a Qwen3.5 attention layer's
-// backward at 108k tokens: 15.4 GB, the most ever live, where the largest first took 18.4). The most crowded first,
-// then the longest-lived: a block that spans several crowded moments goes low before the short ones that come and go
-// beside it (a Qwen3.5 DeltaNet layer's backward at 131k tokens, its output gate's gradient written over the gated
-// output's: 20.3 GB, the live bound, where the other two took 22.4). Returns the buffer size; offsets[i] for every i
-// with sizes[i] > 0.
+// Three greedy orders, then a local search from them while the buffer is above the live bound (the most bytes live at
+// once: no placement takes less). The orders: the largest blocks first (best fit, online, leaves holes that a later,
+// larger block cannot use; placing the large blocks first packs them); the blocks of the most crowded moments first
+// (by the most bytes live at once during a block's lifetime), then by size; the most crowded first, then the
+// longest-lived. Each packs some graphs to the bound and leaves others up to a fifth above it (Qwen3.5's layers).
+// The search moves one block to another place in the order, re-places the blocks from there on, and keeps the move
+// when the buffer does not grow (moves across plateaus let it walk); three chains, one from each order, share the
+// budget, and it stops at the bound. A pure function of the lifetimes (a fixed pseudo-random stream), so a plan is
+// the same on every run. Returns the buffer size; offsets[i] for every i with sizes[i] > 0.
 size_t place_lifetimes(const std::vector<size_t> & sizes, const std::vector<size_t> & freed, std::vector<size_t> & offsets) {
     const size_t n = sizes.size();
     std::vector<size_t> by_size;
@@ -118,6 +171,7 @@ size_t place_lifetimes(const std::vector<size_t> & sizes, const std::vector<size
     std::vector<size_t> live(n);
     int64_t sum = 0;
     for (size_t t = 0; t < n; ++t) live[t] = static_cast<size_t>(sum += delta[t]);
+    const size_t bound = n > 0 ? *std::max_element(live.begin(), live.end()) : 0;
     std::vector<size_t> crowd(n, 0);
     for (size_t i : by_size) {
         const auto from = live.begin() + static_cast<ptrdiff_t>(i), to = live.begin() + static_cast<ptrdiff_t>(std::min(freed[i], n - 1));
@@ -133,16 +187,54 @@ size_t place_lifetimes(const std::vector<size_t> & sizes, const std::vector<size
     std::sort(by_crowd_life.begin(), by_crowd_life.end(), [&](size_t a, size_t b) {
         return crowd[a] != crowd[b] ? crowd[a] > crowd[b] : lifetime(a) != lifetime(b) ? lifetime(a) > lifetime(b) : a < b;
     });
-    const std::vector<size_t> given = offsets;  // (the entries of blocks not placed here stay as they are)
-    size_t best = place_in_order(by_size, sizes, freed, offsets);
-    for (const std::vector<size_t> * order : {&by_crowd, &by_crowd_life}) {
-        std::vector<size_t> trial = given;
-        const size_t size = place_in_order(*order, sizes, freed, trial);
+
+    const size_t m = by_size.size();
+    std::vector<OrderPlacement> chains;
+    size_t best = SIZE_MAX, best_chain = 0;
+    for (std::vector<size_t> * order : {&by_size, &by_crowd, &by_crowd_life}) {
+        chains.push_back(OrderPlacement{sizes, freed, std::move(*order), offsets, {}});
+        const size_t size = chains.back().place_from(0);
         if (size < best) {
             best = size;
-            offsets = std::move(trial);
+            best_chain = chains.size() - 1;
         }
     }
+    std::vector<size_t> best_offsets = chains[best_chain].offsets;
+    const double pairs = static_cast<double>(m) * static_cast<double>(m) / 2.0;
+    const size_t placements = m < 2 ? 0 : std::min(kSearchPlacements, static_cast<size_t>(kSearchPairs / pairs));
+    const bool search = best > bound && placements >= kSearchMinPlacements;
+    if (search && search_memo().find(sizes, freed, offsets, best)) return best;
+    if (search) {
+        uint64_t draws = 0;  // the search's fixed stream of choices: rng_u32(kSearchKey, 0), (.., 1), ...
+        auto below = [&](size_t k) { return static_cast<size_t>(rng_u32(kSearchKey, draws++) % k); };
+        std::vector<size_t> cur_top(chains.size());
+        for (size_t c = 0; c < chains.size(); ++c) cur_top[c] = chains[c].tops.back();
+        OrderPlacement trial{sizes, freed, {}, {}, {}};
+        for (size_t step = 0; step < placements && best > bound; ++step) {
+            const size_t c = step % chains.size();
+            OrderPlacement & chain = chains[c];
+            const size_t a = below(m), b = below(m);
+            if (a == b) continue;
+            trial.order = chain.order;
+            const size_t moved = trial.order[a];
+            trial.order.erase(trial.order.begin() + static_cast<ptrdiff_t>(a));
+            trial.order.insert(trial.order.begin() + static_cast<ptrdiff_t>(b), moved);
+            trial.offsets = chain.offsets;
+            trial.tops = chain.tops;
+            const size_t size = trial.place_from(std::min(a, b), cur_top[c]);
+            if (size == SIZE_MAX) continue;
+            std::swap(chain.order, trial.order);
+            std::swap(chain.offsets, trial.offsets);
+            std::swap(chain.tops, trial.tops);
+            cur_top[c] = size;
+            if (size < best) {
+                best = size;
+                best_offsets = chain.offsets;
+            }
+        }
+        search_memo().add(sizes, freed, best_offsets, best);
+    }
+    offsets = std::move(best_offsets);
     return best;
 }
 

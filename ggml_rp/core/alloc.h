@@ -5,9 +5,9 @@
 //     tensors flagged kFlagOutput are never freed (the caller reads them after compute);
 //   - freed blocks are reused best fit (the smallest free block that fits, lowest offset on ties), merged
 //     with free neighbours, and the buffer grows at its end only when no free block fits;
-//   - for graphs of up to 4096 nodes the same lifetimes are also placed offline, the largest block first at the
-//     lowest offset free over its whole lifetime, and that placement is taken where its buffer is smaller (best
-//     fit leaves holes a later, larger block cannot use);
+//   - for graphs of up to 4096 nodes the same lifetimes are also placed offline (place_lifetimes: each block at the
+//     lowest offset free over its whole lifetime, in greedy orders and then a local search over the order), and
+//     that placement is taken where its buffer is smaller (best fit leaves holes a later, larger block cannot use);
 //   - views use their root's memory; leafs (weights, inputs, gradient buffers) are the caller's.
 // So a graph's memory peak is known before anything runs; the RoundPipe planner relies on it.
 #pragma once
@@ -37,8 +37,10 @@ AllocPlan plan_graph(const Graph & g, size_t alignment = 64, const std::unordere
 
 // The offline placement plan_graph also tries (graphs of up to 4096 nodes), on given lifetimes: block i of sizes[i]
 // bytes (0: no block) is taken before node i runs and freed after node freed[i] has run (freed[i] >= i); each block
-// goes at the lowest offset free over its whole lifetime, the blocks taken in each of three orders (alloc.cpp), and
-// the order with the smallest buffer is kept. Returns that size; offsets[i] for every block (others unchanged).
+// goes at the lowest offset free over its whole lifetime among the blocks placed before it, the blocks taken in three
+// greedy orders, then, while the buffer is above the live bound (the most bytes live at once), in the orders of a
+// local search with a fixed budget (alloc.cpp). The smallest buffer found is kept: a pure function of the lifetimes.
+// Returns its size; offsets[i] for every block (others unchanged).
 size_t place_lifetimes(const std::vector<size_t> & sizes, const std::vector<size_t> & freed, std::vector<size_t> & offsets);
 
 // Points every compute node of g at base + its offset (placed nodes keep theirs) and every view at its root's

@@ -261,6 +261,109 @@ TEST(CoreAlloc, TheLongestLivedBlocksOfTheCrowdedMomentsPlacedFirstReachTheLiveB
     EXPECT_EQ(with_none[1], 12345u);
 }
 
+namespace {
+
+// The most bytes live at once: no placement of these lifetimes takes less.
+size_t live_bound(const std::vector<size_t> & sizes, const std::vector<size_t> & freed) {
+    size_t most = 0;
+    for (size_t t = 0; t < sizes.size(); ++t) {
+        size_t live = 0;
+        for (size_t i = 0; i <= t; ++i)
+            if (freed[i] >= t) live += sizes[i];
+        most = std::max(most, live);
+    }
+    return most;
+}
+
+// Every pair of blocks live at once apart, and the buffer's size as the placement uses it.
+size_t checked_extent(const std::vector<size_t> & sizes, const std::vector<size_t> & freed, const std::vector<size_t> & offsets) {
+    size_t extent = 0;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+        if (sizes[i] == 0) continue;
+        extent = std::max(extent, offsets[i] + sizes[i]);
+        for (size_t j = i + 1; j < sizes.size(); ++j)
+            if (sizes[j] > 0 && j <= freed[i]) {
+                EXPECT_TRUE(offsets[i] + sizes[i] <= offsets[j] || offsets[j] + sizes[j] <= offsets[i]) << i << " " << j;
+            }
+    }
+    return extent;
+}
+
+// The plain greedy reference: the largest blocks first, each at the lowest offset free over its lifetime.
+size_t largest_first(const std::vector<size_t> & sizes, const std::vector<size_t> & freed) {
+    std::vector<size_t> order;
+    for (size_t i = 0; i < sizes.size(); ++i)
+        if (sizes[i] > 0) order.push_back(i);
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return sizes[a] > sizes[b]; });
+    std::vector<size_t> offsets(sizes.size(), 0);
+    size_t top = 0;
+    for (size_t k = 0; k < order.size(); ++k) {
+        const size_t i = order[k];
+        size_t off = 0;
+        for (bool moved = true; moved;) {
+            moved = false;
+            for (size_t m = 0; m < k; ++m) {
+                const size_t j = order[m];
+                if (j <= freed[i] && i <= freed[j] && off < offsets[j] + sizes[j] && offsets[j] < off + sizes[i]) {
+                    off = offsets[j] + sizes[j];
+                    moved = true;
+                }
+            }
+        }
+        offsets[i] = off;
+        top = std::max(top, off + sizes[i]);
+    }
+    return top;
+}
+
+} // namespace
+
+// The lifetimes of one of the graphs the planner sizes for a Qwen3.5-4B DeltaNet layer near 120k tokens (45 nodes, 30
+// blocks; bytes, from rp-simulate --max-seq). Each of the three greedy orders takes 10.7-12.6 GB, a fifth above the
+// 8.8 GB live at the busiest moment; the local search over the order packs them into exactly that.
+TEST(CoreAlloc, TheSearchOverOrdersPacksAQwen35LayerToTheLiveBound) {
+    const std::vector<size_t> sizes = {
+        1187205120, 14840064, 14840064, 3799056384, 0, 3799154688, 3799056384, 0, 949764096, 0, 957184256, 0, 949764096, 0,
+        957184256, 0, 1899528192, 0, 14840064, 14840064, 14840064, 0, 14840064, 14840064, 14840064, 0, 14840064, 14840064,
+        14840064, 0, 14840064, 0, 2140700672, 14840064, 14840064, 1899528192, 0, 0, 1899528192, 0, 14840064, 14840064,
+        1187205120, 0, 1187205120};
+    const std::vector<size_t> freed = {35, 2, 4, 5, 45, 6, 16, 45, 10, 45, 32, 45, 14, 45, 32, 45, 32, 45, 19, 21, 22, 45, 23,
+                                       24, 32, 45, 27, 29, 30, 45, 32, 45, 38, 34, 36, 38, 45, 45, 42, 45, 41, 43, 44, 45, 45};
+    const size_t bound = live_bound(sizes, freed);
+    EXPECT_EQ(bound, 8800158208u);
+    EXPECT_GT(largest_first(sizes, freed), bound + bound / 5);
+    std::vector<size_t> offsets(sizes.size(), SIZE_MAX);
+    EXPECT_EQ(rp::place_lifetimes(sizes, freed, offsets), bound);
+    EXPECT_EQ(checked_extent(sizes, freed, offsets), bound);
+}
+
+// Random lifetime sets (4 to 60 blocks of 1 to 40 units, some never freed): live blocks never share a byte, the
+// buffer is at least the live bound and at most the plain greedy's, and the placement is a function of the lifetimes
+// alone: the same sizes times 3 (whose every comparison is the same) are placed at 3 times the offsets.
+TEST(CoreAlloc, ThePlacementIsAFunctionOfTheLifetimesAlone) {
+    std::mt19937 rng(23);
+    for (int trial = 0; trial < 40; ++trial) {
+        const size_t n = 4 + rng() % 57;
+        std::vector<size_t> sizes(n), freed(n);
+        for (size_t i = 0; i < n; ++i) {
+            sizes[i] = rng() % 6 == 0 ? 0 : 64 * (1 + rng() % 40);
+            freed[i] = rng() % 10 == 0 ? n : std::min(n - 1, i + rng() % (1 + n / 3));
+        }
+        std::vector<size_t> offsets(n, SIZE_MAX);
+        const size_t size = rp::place_lifetimes(sizes, freed, offsets);
+        EXPECT_EQ(checked_extent(sizes, freed, offsets), size) << trial;
+        EXPECT_GE(size, live_bound(sizes, freed)) << trial;
+        EXPECT_LE(size, largest_first(sizes, freed)) << trial;
+        std::vector<size_t> sizes3 = sizes, offsets3(n, SIZE_MAX);
+        for (size_t & s : sizes3) s *= 3;
+        EXPECT_EQ(rp::place_lifetimes(sizes3, freed, offsets3), 3 * size) << trial;
+        for (size_t i = 0; i < n; ++i)
+            if (sizes[i] > 0) {
+                EXPECT_EQ(offsets3[i], 3 * offsets[i]) << trial << " block " << i;
+            }
+    }
+}
+
 // On random graphs (chains and fan-outs of elementwise ops, broadcasts and sums of sizes 1 to 64 KiB, some outputs):
 // no two blocks that are live at once share a byte, and the buffer holds the largest live set.
 TEST(CoreAlloc, RandomGraphsNeverOverlapLiveBlocks) {
