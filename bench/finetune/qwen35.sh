@@ -24,7 +24,13 @@
 #   qwen3.5-4b 111,754 -> 114,901   qwen3.5-9b 96,882 -> 98,988   qwen3.5-27b 66,885 -> 67,660
 #   qwen3.5-35b-a3b 97,906 -> 101,760   qwen3-next-80b-a3b 78,340 -> 81,425   (0.8b and 2b unchanged: their
 #   attention layers decide)
-# A DeltaNet layer's backward now holds about 39k floats a token at its peak (4B: the conv's 8192 pre-activations, q,
+# Later still, the delta rule's backward reading a copy of the chunk states (o freed before its peak) and a local
+# search over the allocator's placement order (the greedy orders left these graphs up to a fifth above their live
+# bound):
+#   qwen3.5-4b 114,901 -> 120,488   qwen3.5-9b 98,988 -> 105,900   qwen3.5-27b 67,660 -> 75,564
+#   qwen3.5-35b-a3b 101,760 -> 105,864   qwen3-next-80b-a3b 81,425 -> 84,712   qwen3.5-2b 170,156 -> 172,012
+#   qwen3.5-0.8b 198,433 -> 200,139
+# Before the copy, a DeltaNet layer's backward held about 39k floats a token at its peak (4B: the conv's 8192 pre-activations, q,
 # k and v, the delta rule's output and its gradient, the gated norm's gradients, the normed input), its gated
 # attention layers about 34k: the next steps are the delta rule reading q, k, v from the convolution's output (silu
 # and the L2 norms inside it) and token-chunked DeltaNet layers.

@@ -22,7 +22,7 @@
 namespace rp {
 
 constexpr int kMaxDims = 4;
-constexpr int kMaxSrc = 10;  // DELTA_NET_BACK: q, k, v, g, beta, the optional state0 and seg_start, o, dout
+constexpr int kMaxSrc = 10;  // DELTA_NET_BACK: q, k, v, g, beta, the optional state0 and seg_start, the chunk states, dout
 constexpr int kMaxOpParams = 16;  // 32-bit words
 
 // Every op, from the op list (core/ops.def: its rows say what each op computes and its shape rule).

@@ -318,12 +318,11 @@ template <int N>
     }
 }
 
-// Sources: q, k, v, g, beta, state0, seg_start, o (its aux: the saved states), dout. Output dq, aux dk, dv, dg,
+// Sources: q, k, v, g, beta, state0, seg_start, the forward's saved chunk states, dout. Output dq, aux dk, dv, dg,
 // dbeta, dstate0. One thread owns a (sequence, key head) pair and every value head that reads it, so the sums
 // over value heads and columns into dq and dk need no atomics: per token, value heads in order, columns in order.
 void delta_net_back(Tensor * n) {
-    const Tensor * o = n->src[7];
-    const NetShape s = net_shape(o);
+    const NetShape s = net_shape(n);  // (the node has the forward's sources and chunk)
     const float * q = n->src[0]->data_as<float>();
     const float * k = n->src[1]->data_as<float>();
     const float * v = n->src[2]->data_as<float>();
@@ -331,7 +330,7 @@ void delta_net_back(Tensor * n) {
     const float * beta = n->src[4]->data_as<float>();
     const bool has_state0 = n->src[5] != nullptr;
     const int32_t * seg = n->src[6] ? n->src[6]->data_as<int32_t>() : nullptr;
-    const float * states = reinterpret_cast<const float *>(static_cast<const char *>(o->data) + o->nbytes());
+    const float * states = n->src[7]->data_as<float>();
     const float * dout = n->src[8]->data_as<float>();
     const float scale = n->param_f32(0);
     const size_t sf = s.state_floats();
@@ -342,7 +341,7 @@ void delta_net_back(Tensor * n) {
     float * dbeta = dg + s.Hv * s.T * s.B;
     float * dstate0 = has_state0 ? dbeta + s.Hv * s.T * s.B : nullptr;
     const size_t Dk = static_cast<size_t>(s.Dk);
-#pragma omp parallel for schedule(static) if (s.B * s.Hk > 1 && o->nelements() * s.Dk >= min_parallel_elements())
+#pragma omp parallel for schedule(static) if (s.B * s.Hk > 1 && n->src[8]->nelements() * s.Dk >= min_parallel_elements())
     for (int64_t bk = 0; bk < s.B * s.Hk; ++bk) {
         const int64_t hk = bk % s.Hk, b = bk / s.Hk;
         for (int64_t t = 0; t < s.T; ++t) {

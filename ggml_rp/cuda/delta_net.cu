@@ -347,9 +347,8 @@ void run_delta_net(Tensor * n, const NodeRun & r) {
 }
 
 void run_delta_net_back(Tensor * n, const NodeRun & r) {
-    const Tensor * o = n->src[7];
-    const DeltaDims d = delta_dims(n->src[0], n->src[2], o);
-    const float * states = reinterpret_cast<const float *>(static_cast<const char *>(o->data) + o->nbytes());
+    const DeltaDims d = delta_dims(n->src[0], n->src[2], n);  // (the node has the forward's chunk)
+    const float * states = in<float>(n->src[7]);  // the forward's saved chunk states
     float * dk = reinterpret_cast<float *>(static_cast<char *>(n->data) + n->nbytes());
     float * dv = dk + d.Dk * d.Hk * d.T * d.B;
     float * dg = dv + d.Dv * d.Hv * d.T * d.B;

@@ -138,8 +138,15 @@ DeltaNetGrads delta_net_back(Context & ctx, Tensor * o, Tensor * dout) {
     Tensor * g = o->src[3];
     Tensor * beta = o->src[4];
     Tensor * state0 = o->src[5];
+    // The saved chunk states, copied out of o's aux bytes: the backward reads only these of o, and o (T x Dv x Hv
+    // floats) is then free once the layer's last forward reader's gradient is built, not held through this node's
+    // peak. (The final state, generation's, is not read.)
+    const int64_t T = q->ne[2], chunk = o->param_i32(1);
+    const int64_t states_ne[4] = {q->ne[0], v->ne[0], v->ne[1] * v->ne[3], (T + chunk - 1) / chunk};
+    Tensor * states = cont(ctx, aux_view(ctx, o, states_ne, 0));
+    states->name = display_name(o) + ".chunk_states";
     Tensor * dq = detail::new_node(ctx, Op::DELTA_NET_BACK, DType::F32, q->ne,
-                                   {q, k, v, g, beta, state0, o->src[6], o, cont_if_needed(ctx, dout)});
+                                   {q, k, v, g, beta, state0, o->src[6], states, cont_if_needed(ctx, dout)});
     dq->set_param_f32(0, o->param_f32(0));
     dq->set_param_i32(1, o->param_i32(1));
     size_t off = 0;

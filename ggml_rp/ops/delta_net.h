@@ -55,7 +55,8 @@ struct DeltaNetGrads {
     Tensor * dstate0;  // nullptr without state0
 };
 // Gradients of every input from dout (the final state's gradient taken as 0: training reads only o). dq is the
-// node; the others are views of its aux bytes.
+// node; the others are views of its aux bytes. It reads o's saved chunk states through a copy of them (a node of
+// T / chunk states), not o itself, so o's buffer need not live until it runs.
 DeltaNetGrads delta_net_back(Context & ctx, Tensor * o, Tensor * dout);
 
 class Backward;

@@ -460,6 +460,48 @@ bool same_bits(const std::vector<float> & a, const std::vector<float> & b) {
 
 } // namespace
 
+// The backward reads the forward's saved chunk states through a copy of them, never o itself: o (T x Dv x Hv floats,
+// the layer's largest activation at long sequences) is then free before the backward's peak. The copy holds the
+// states before tokens 0, chunk, 2 chunk, ... as o's aux bytes do.
+TEST(OpDeltaNet, TheBackwardHoldsACopyOfTheChunkStatesNotTheOutput) {
+    Context ctx;
+    const int64_t Dk = 4, Hk = 1, Dv = 3, Hv = 2, T = 11, B = 2, chunk = 4, n_chunks = 3;
+    std::mt19937 rng(5);
+    auto leaf = [&](int64_t a, int64_t b, int64_t c, int64_t d, float lo, float hi) {
+        Tensor * t = ctx.new_tensor(rp::DType::F32, a, b, c, d);
+        ctx.alloc_data(t);
+        rp::tensor_set_f32(t, random_values(t->nelements(), lo, hi, rng));
+        rp::set_param(ctx, t);
+        ctx.alloc_data(t->grad);
+        return t;
+    };
+    Tensor * q = leaf(Dk, Hk, T, B, -1, 1);
+    Tensor * k = leaf(Dk, Hk, T, B, -1, 1);
+    Tensor * v = leaf(Dv, Hv, T, B, -1, 1);
+    Tensor * g = leaf(Hv, T, B, 1, -1.5f, -0.02f);
+    Tensor * beta = leaf(Hv, T, B, 1, 0.05f, 0.95f);
+    Tensor * o = rp::delta_net(ctx, q, k, v, g, beta, 0.5f, nullptr, nullptr, chunk);
+    o->flags |= rp::kFlagOutput;  // (kept, to read its saved states after the run)
+    Tensor * loss = rp::sum(ctx, rp::mul(ctx, o, o));
+    rp::Graph gr;
+    rp::build_forward(gr, loss);
+    rp::build_backward(ctx, gr, loss, {q, k, v, g, beta});
+    const Tensor * back = nullptr;
+    for (const Tensor * n : gr.nodes)
+        if (n->op == rp::Op::DELTA_NET_BACK) back = n;
+    ASSERT_NE(back, nullptr);
+    for (const Tensor * s : back->src) EXPECT_TRUE(s == nullptr || (s != o && s->view_src != o)) << rp::describe(s);
+    const Tensor * states = back->src[7];
+    ASSERT_NE(states, nullptr);
+    EXPECT_EQ(states->nelements(), n_chunks * Dk * Dv * Hv * B);
+    rp::CpuBackend be;
+    be.allocate(gr);
+    be.compute(gr, 2);
+    std::vector<float> saved(static_cast<size_t>(states->nelements()));
+    std::memcpy(saved.data(), static_cast<const char *>(o->data) + o->nbytes(), saved.size() * sizeof(float));
+    EXPECT_TRUE(same_bits(rp::tensor_get_f32(states), saved));
+}
+
 // The saved states only serve the backward's recompute: the output, the final state and every gradient have the
 // same bits for any chunk (1, a divisor, a non-divisor, longer than the sequence) and thread count.
 TEST(OpDeltaNet, ChunkSizeChangesNoBits) {
