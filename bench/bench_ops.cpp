@@ -25,7 +25,7 @@
 //           weight type, on a matrix of --matvec-mb MiB, in GB/s of weight bytes next to the read-only stream of
 //           the same bytes (each 8-byte word loaded once and XORed, nothing stored) measured in the same run: the
 //           stream is the limit of a product that reads every weight once. Then the software prefetch distance
-//           swept for four types (the default is chosen per CPU vendor from such sweeps).
+//           swept for six types (the default is chosen per CPU vendor from such sweeps).
 //           Measured 2026-12-06 on a 2-core Intel Xeon (AVX-512 VNNI/BF16, 300 MiB L3), 2 threads, 512 MiB per
 //           type, GB/s of weights, the native build next to an AVX2 one (-DRP_NATIVE=OFF -march=haswell) run
 //           right after it: f32 32.3 / 30.2, bf16 31.5 / 27.1, q8_0 28.6 / 27.3, q6_k 27.1 / 26.8, q5_k 27.6 / 25.6,
@@ -391,7 +391,7 @@ void bench_matvec(int64_t K, size_t mib, int threads, int reps) {
     const int64_t distances[] = {0, 1024, 2048, 4096, 8192, 16384};
     for (int64_t d : distances) std::printf(" %8lld", (long long)d);
     std::printf("\n");
-    for (TensorType t : {TensorType::BF16, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q2_K}) {
+    for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q2_K}) {
         int64_t N = 0;
         const std::vector<uint8_t> W = matvec_weights(t, K, mib, N);
         std::vector<float> y(static_cast<size_t>(N));

@@ -62,6 +62,20 @@
 # Run benchmarks without OMP_WAIT_POLICY=PASSIVE: sleeping threads between the ~400 parallel regions of a token
 # halved our generation in a run that had it set, not llama.cpp's, whose threads are its own.)
 #
+# The row dots' prefetches into L2 instead of L1 (matvec_dot.cpp's prefetch_ahead), measured 2026-12-07 on a 2-core
+# Intel Xeon (Sapphire Rapids, 480 MiB L3), THREADS=2, REPS=3, TG=64, GPTOSS=1, QUANTS="f16 q8_0 q4_k_m q2_k",
+# BEFORE= main before it (6bc54a7), in the same run:
+#   model              measure                    ours tok/s llama.cpp tok/s    ratio   before  GB/s ours / llama.cpp / memcpy / read stream
+#   llama-98M          generate (64 tokens)               69.7           63.2     1.10     65.3  27.19 / 24.66 / 12.66 / 32.31 (84%)
+#   qwen3-0.6B-bf16    generate (64 tokens)               21.3           15.2     1.40     18.2  25.39 / 18.12 / 12.87 / 28.85 (88%)
+#   qwen3-0.6B-f16     generate (64 tokens)               19.6           14.5     1.35     16.8  23.37 / 17.29 / 12.79 / 32.77 (71%)
+#   qwen3-0.6B-q8_0    generate (64 tokens)               30.1           20.3     1.48     29.1  19.07 / 12.86 / 13.32 / 34.29 (56%)
+#   qwen3-0.6B-q4_k_m  generate (64 tokens)               42.5           28.6     1.49     41.7  16.61 / 11.18 / 13.48 / 35.22 (47%)
+#   qwen3-0.6B-q2_k    generate (64 tokens)               50.3           32.6     1.54     47.2  14.60 /  9.46 / 13.09 / 33.81 (43%)
+#   gpt-oss-mxfp4      generate (64 tokens)               60.8           43.0     1.41     52.3  17.03 / 12.05 / 11.87 / 31.57 (54%)
+# (Prompts within 0.94-1.03x of before: they do not use the row dots. stories260K's generation, 1 MB, swings 2-3x
+# between runs of either binary: thread wake-ups, not bytes.)
+#
 # gpt-oss with MXFP4 experts (GPTOSS=1 QWEN=0), measured 2026-12-07 on a 2-core Intel Xeon (AVX-512), THREADS=2,
 # REPS=3, TG=64 (bytes per token: the experts a token uses, 4 of 16):
 #   model              measure                    ours tok/s llama.cpp tok/s    ratio   GB/s ours / llama.cpp / memcpy / read stream

@@ -62,8 +62,10 @@ inline float half_to_float(uint16_t h) {
 // The weight stream is read once and decoded slower than memory delivers it. Where the hardware prefetchers
 // (which stop at 4 KiB pages and run a short distance ahead) leave the lines arriving late, every kernel asks for
 // the lines row_prefetch_bytes() past the block it decodes, one request per line as the decoding proceeds; a
-// prefetch past the matrix's end is a harmless hint. The distance is chosen by vendor (set_row_prefetch_bytes
-// overrides it; the measurements: bench/design-measurements.md).
+// prefetch past the matrix's end is a harmless hint. The lines go to L2, not L1 (prefetcht1): a request for L1 holds
+// one of the core's few L1 miss buffers until its line arrives, and with 16 KiB in flight those, not the memory, cap
+// the stream (and the lines would evict the column the dot rereads). The distance is chosen by vendor
+// (set_row_prefetch_bytes overrides it; the measurements: bench/design-measurements.md).
 std::atomic<int64_t> g_prefetch{-1};  // -1: the vendor's default
 
 int64_t default_prefetch_bytes() {
@@ -83,7 +85,7 @@ inline int64_t prefetch_distance() {
 inline void prefetch_ahead(const void * p, size_t bytes, int64_t ahead) {
     if (ahead <= 0) return;
     const char * c = static_cast<const char *>(p) + ahead;
-    for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, 3);
+    for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, 2);  // locality 2: prefetcht1, into L2
 }
 
 #if defined(__F16C__)
