@@ -23,8 +23,9 @@
 //   matvec  one token's product as generation runs it (matmul_fwd with row dots on: cpu/matvec_dot.h, the
 //           column prepared once, every weight row dotted where it lies, rows split over the threads), for every
 //           weight type, on a matrix of --matvec-mb MiB, in GB/s of weight bytes next to the read-only stream of
-//           the same bytes (each 8-byte word loaded once and XORed, nothing stored) measured in the same run: the
-//           stream is the limit of a product that reads every weight once. Then the software prefetch distance
+//           the same bytes (each 8-byte word loaded once and XORed, nothing stored; the best of the hardware
+//           prefetchers alone and software prefetches 2 and 16 KiB ahead) measured in the same run: the stream is
+//           the limit of a product that reads every weight once. Then the software prefetch distance
 //           swept for six types (the default is chosen per CPU vendor from such sweeps).
 //           Measured 2026-12-06 on a 2-core Intel Xeon (AVX-512 VNNI/BF16, 300 MiB L3), 2 threads, 512 MiB per
 //           type, GB/s of weights, the native build next to an AVX2 one (-DRP_NATIVE=OFF -march=haswell) run
@@ -381,7 +382,7 @@ void bench_matvec(int64_t K, size_t mib, int threads, int reps) {
         const std::vector<uint8_t> W = matvec_weights(t, K, mib, N);
         std::vector<float> y(static_cast<size_t>(N));
         const Timing tm = time_it([&] { product(t, W, N, y); }, reps);
-        const Timing tr = time_it([&] { g_read_sink = g_read_sink + rp::bench::read_stream(W.data(), W.size(), threads); }, reps);
+        const Timing tr = rp::bench::time_read_stream(W.data(), W.size(), threads, reps, g_read_sink);
         const double bytes = double(W.size()), g = bytes / tm.best_s / 1e9, gr = bytes / tr.best_s / 1e9;
         std::printf("  %-8s %8lld %10.2f %10.2f %10.2f %8.0f%%%s\n", gguf::type_name(uint32_t(t)), (long long)N, tm.best_s * 1e3, g, gr,
                     100.0 * g / gr, rp::cpu::row_dot_is_simd(t) ? "" : "  (portable loop)");
