@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 
 namespace rp {
@@ -158,6 +159,15 @@ SearchMemo & search_memo() {
 // the same on every run. Returns the buffer size; offsets[i] for every i with sizes[i] > 0.
 size_t place_lifetimes(const std::vector<size_t> & sizes, const std::vector<size_t> & freed, std::vector<size_t> & offsets) {
     const size_t n = sizes.size();
+    if (freed.size() != n || offsets.size() != n) {
+        throw Error("place_lifetimes: " + std::to_string(n) + " block sizes, " + std::to_string(freed.size()) + " lifetimes and " +
+                    std::to_string(offsets.size()) + " offsets (one of each per node)");
+    }
+    for (size_t i = 0; i < n; ++i)
+        if (sizes[i] > 0 && freed[i] < i) {
+            throw Error("place_lifetimes: block " + std::to_string(i) + " is freed after node " + std::to_string(freed[i]) +
+                        ", before it is taken");
+        }
     std::vector<size_t> by_size;
     for (size_t i = 0; i < n; ++i)
         if (sizes[i] > 0) by_size.push_back(i);

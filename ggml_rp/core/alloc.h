@@ -40,8 +40,9 @@ AllocPlan plan_graph(const Graph & g, size_t alignment = 64, const std::unordere
 // goes at the lowest offset free over its whole lifetime among the blocks placed before it, the blocks taken in three
 // greedy orders, then, while the buffer is above the live bound (the most bytes live at once), in the orders of a
 // local search with a fixed budget (alloc.cpp). The smallest buffer found is kept: a pure function of the lifetimes.
-// Returns its size; offsets[i] for every block (others unchanged). Safe to call from several threads at once (the
-// searched sets it remembers are behind a lock).
+// Returns its size; offsets[i] for every block (others unchanged). Throws rp::Error when the three vectors differ in
+// length or a block is freed before it is taken. Safe to call from several threads at once (the searched sets it
+// remembers are behind a lock).
 size_t place_lifetimes(const std::vector<size_t> & sizes, const std::vector<size_t> & freed, std::vector<size_t> & offsets);
 
 // Points every compute node of g at base + its offset (placed nodes keep theirs) and every view at its root's
