@@ -29,10 +29,17 @@
 #elif defined(__AVX2__)
 #define RP_INT8_SIMD 1
 #endif
+// BF16 rows (dot_bf16_n): vdpbf16ps on zmm, or its arithmetic by FMAs (RP_BF16_FMA) on zmm (AVX-512 CPUs without BF16:
+// Skylake-X .. Ice Lake) or on ymm (AVX2).
 #if defined(__AVX512BF16__) && defined(__AVX512BW__)
 #define RP_BF16_SIMD 512
+#define RP_BF16_DPBF16 1
+#elif defined(__AVX512F__)
+#define RP_BF16_SIMD 512
+#define RP_BF16_FMA 1
 #elif defined(__AVX2__) && defined(__FMA__)
 #define RP_BF16_SIMD 256
+#define RP_BF16_FMA 1
 #endif
 #if defined(__AVX512F__)
 #define RP_FLOAT_SIMD 512
@@ -993,68 +1000,67 @@ struct FloatCols {
     };
 };
 
-#if RP_BF16_SIMD == 256
-// acc += 16 bf16 weights times 16 bf16 column values, vdpbf16ps's arithmetic on 8 lanes: lane j adds the
-// products of elements 2j + 1 and then 2j (each exact in f32, so an FMA rounds as its add would). Unlike the
-// instruction, subnormal inputs are not flushed to zero (as in the portable loop).
-inline __m256 dot_pairs(__m256 acc, const uint16_t * w, const uint16_t * x) {
-    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(w));
-    const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(x));
+// BF16 rows, the stated arithmetic (matvec_dot.h), which is vdpbf16ps's: 16 lanes, lane j of a 32-element block at
+// k adding the products of elements k + 2j + 1 and then k + 2j (each exact in f32, so an FMA rounds as its add
+// would); the blocks of each 64 elements into two chains a0 (the first 32) and a1 (the last 32), a partial block's
+// zeros past K into a0, then a0 + a1 and its lanes in hsum512's order. Three ways to the same bits:
+//   AVX-512 BF16: vdpbf16ps on the bf16 column (subnormal bf16 inputs count as zero, as the instruction does);
+//   AVX-512F / AVX2 (RP_BF16_FMA): the row's and the column's odd and even elements split out as f32 by a mask and a
+//     shift, two FMAs per lane, on one zmm or two ymm per 16 lanes (subnormals kept, as in the portable loop). (A
+//     column split once into f32 halves instead needs 4x its bytes, which with 4 or 8 columns outgrow L1: slower.)
+#if defined(RP_BF16_FMA) && RP_BF16_SIMD == 512
+// 32 bf16 values (a block of the row or of the column) as f32: the odd elements (the bf16 in each 32-bit pair's
+// high half, masked) and the even ones (the low half, shifted up). (The shift as its zero-masked form, all lanes
+// kept: the plain one's undefined pass-through operand makes GCC 12 warn falsely once inlined.)
+struct Bf16Halves {
+    __m512 odd, even;
+};
+inline Bf16Halves split_bf16(const uint16_t * w) {
+    const __m512i v = _mm512_loadu_si512(w);
+    return {_mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(int(0xFFFF0000u)))),
+            _mm512_castsi512_ps(_mm512_maskz_slli_epi32(__mmask16(0xFFFF), v, 16))};
+}
+// acc += the row block r times the column's block at x, in the stated order
+inline __m512 dot_halves(__m512 acc, const Bf16Halves & r, const uint16_t * x) {
+    const Bf16Halves c = split_bf16(x);
+    return _mm512_fmadd_ps(r.even, c.even, _mm512_fmadd_ps(r.odd, c.odd, acc));
+}
+#elif defined(RP_BF16_FMA) && RP_BF16_SIMD == 256
+// The same on two ymm: lanes 0..7 (elements 0..15 of the block) and 8..15 (elements 16..31).
+struct Bf16Halves {
+    __m256 odd_lo, even_lo, odd_hi, even_hi;
+};
+inline Bf16Halves split_bf16(const uint16_t * w) {
     const __m256i high = _mm256_set1_epi32(int(0xFFFF0000u));
-    acc = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(wv, high)), _mm256_castsi256_ps(_mm256_and_si256(xv, high)), acc);
-    return _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(wv, 16)), _mm256_castsi256_ps(_mm256_slli_epi32(xv, 16)), acc);
+    const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(w));
+    const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(w + 16));
+    return {_mm256_castsi256_ps(_mm256_and_si256(lo, high)), _mm256_castsi256_ps(_mm256_slli_epi32(lo, 16)),
+            _mm256_castsi256_ps(_mm256_and_si256(hi, high)), _mm256_castsi256_ps(_mm256_slli_epi32(hi, 16))};
 }
-inline Lanes16 dot_pairs32(Lanes16 acc, const uint16_t * w, const uint16_t * x) {
-    return {dot_pairs(acc.lo, w, x), dot_pairs(acc.hi, w + 16, x + 16)};
-}
-#endif
-
-// BF16 rows with a bf16 column: each product exact in f32, summed in f32.
-float dot_bf16(const uint16_t * w, const uint16_t * x, int64_t K) {
-    [[maybe_unused]] const int64_t ahead = prefetch_distance();
-#if RP_BF16_SIMD == 512
-    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-    int64_t k = 0;
-    for (; k + 64 <= K; k += 64) {
-        prefetch_ahead(w + k, 128, ahead);
-        a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(w + k), (__m512bh)_mm512_loadu_si512(x + k));
-        a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(w + k + 32), (__m512bh)_mm512_loadu_si512(x + k + 32));
-    }
-    for (; k < K; k += 32) {   // a partial tail loads zeros past K
-        const __mmask32 m = K - k >= 32 ? 0xFFFFFFFFu : (__mmask32(1) << (K - k)) - 1;
-        a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_maskz_loadu_epi16(m, w + k), (__m512bh)_mm512_maskz_loadu_epi16(m, x + k));
-    }
-    return hsum512(_mm512_add_ps(a0, a1));
-#elif RP_BF16_SIMD == 256
-    Lanes16 a0, a1;
-    int64_t k = 0;
-    for (; k + 64 <= K; k += 64) {
-        prefetch_ahead(w + k, 128, ahead);
-        a0 = dot_pairs32(a0, w + k, x + k);
-        a1 = dot_pairs32(a1, w + k + 32, x + k + 32);
-    }
-    for (; k < K; k += 32) {   // the tail through zero-padded copies (the zmm code's masked loads)
-        uint16_t w32[32] = {}, x32[32] = {};
-        const size_t n = size_t(std::min<int64_t>(32, K - k));
-        std::memcpy(w32, w + k, n * sizeof(uint16_t));
-        std::memcpy(x32, x + k, n * sizeof(uint16_t));
-        a0 = dot_pairs32(a0, w32, x32);
-    }
-    return hsum16(add16(a0, a1));
-#else
-    float acc = 0.0f;
-    for (int64_t k = 0; k < K; ++k) acc += bf16_to_fp32(w[k]) * bf16_to_fp32(x[k]);
+inline Lanes16 dot_halves(Lanes16 acc, const Bf16Halves & r, const uint16_t * x) {
+    const Bf16Halves c = split_bf16(x);
+    acc.lo = _mm256_fmadd_ps(r.even_lo, c.even_lo, _mm256_fmadd_ps(r.odd_lo, c.odd_lo, acc.lo));
+    acc.hi = _mm256_fmadd_ps(r.even_hi, c.even_hi, _mm256_fmadd_ps(r.odd_hi, c.odd_hi, acc.hi));
     return acc;
-#endif
 }
+#endif
+#if defined(RP_BF16_FMA)
+// A row's last partial block, through a zero-padded copy (what the vdpbf16ps code's masked load gives).
+inline Bf16Halves split_bf16_tail(const uint16_t * w, int64_t n) {
+    uint16_t w32[32] = {};
+    std::memcpy(w32, w, size_t(n) * sizeof(uint16_t));
+    return split_bf16(w32);
+}
+#endif
 
-// BF16 rows with N bf16 columns (a decode step's sequences): each column's chains and order are dot_bf16's, so each
-// column gets dot_bf16's bits; the row is loaded (AVX2: and split into its pairs' halves) once for all columns.
+// BF16 rows with N bf16 columns (one, or a decode step's sequences): every column its own chains in the stated order,
+// so its bits are the same whatever N; the row is loaded (FMA paths: and split) once for all columns (AVX2: for each
+// pair of columns, whose 8 accumulators and a block's 4 row registers fit the 16 ymm).
 template <int N>
 void dot_bf16_n(const uint16_t * w, const DotColumn * const * xs, float * out) {
     const int64_t K = xs[0]->K;
     [[maybe_unused]] const int64_t ahead = prefetch_distance();
-#if RP_BF16_SIMD == 512
+#if defined(RP_BF16_DPBF16)
     __m512 a0[N], a1[N];
     for (int c = 0; c < N; ++c) a0[c] = a1[c] = _mm512_setzero_ps();
     int64_t k = 0;
@@ -1067,60 +1073,63 @@ void dot_bf16_n(const uint16_t * w, const DotColumn * const * xs, float * out) {
             a1[c] = _mm512_dpbf16_ps(a1[c], w1, (__m512bh)_mm512_loadu_si512(x + k + 32));
         }
     }
-    for (; k < K; k += 32) {
+    for (; k < K; k += 32) {   // a partial tail loads zeros past K
         const __mmask32 m = K - k >= 32 ? 0xFFFFFFFFu : (__mmask32(1) << (K - k)) - 1;
         const __m512bh wt = (__m512bh)_mm512_maskz_loadu_epi16(m, w + k);
         for (int c = 0; c < N; ++c) a0[c] = _mm512_dpbf16_ps(a0[c], wt, (__m512bh)_mm512_maskz_loadu_epi16(m, xs[c]->bf16.data() + k));
     }
     for (int c = 0; c < N; ++c) out[c] = hsum512(_mm512_add_ps(a0[c], a1[c]));
-#elif RP_BF16_SIMD == 256
-    // Two columns at a time (their 8 accumulators and a 32-element block's 4 converted row registers fit the 16 ymm).
+#elif defined(RP_BF16_FMA) && RP_BF16_SIMD == 512
+    __m512 a0[N], a1[N];
+    for (int c = 0; c < N; ++c) a0[c] = a1[c] = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 64 <= K; k += 64) {
+        prefetch_ahead(w + k, 128, ahead);
+        const Bf16Halves r0 = split_bf16(w + k), r1 = split_bf16(w + k + 32);
+        for (int c = 0; c < N; ++c) {
+            a0[c] = dot_halves(a0[c], r0, xs[c]->bf16.data() + k);
+            a1[c] = dot_halves(a1[c], r1, xs[c]->bf16.data() + k + 32);
+        }
+    }
+    for (; k < K; k += 32) {
+        const Bf16Halves r = split_bf16_tail(w + k, std::min<int64_t>(32, K - k));
+        for (int c = 0; c < N; ++c) a0[c] = dot_halves(a0[c], r, xs[c]->bf16.data() + k);  // (the column's copy: zero-padded)
+    }
+    for (int c = 0; c < N; ++c) out[c] = hsum512(_mm512_add_ps(a0[c], a1[c]));
+#elif defined(RP_BF16_FMA) && RP_BF16_SIMD == 256
     for (int c0 = 0; c0 < N; c0 += 2) {
-        const int n = std::min(2, N - c0);
-        Lanes16 a0[2], a1[2];
-        const __m256i high = _mm256_set1_epi32(int(0xFFFF0000u));
-        // acc += the 32 elements at w (its halves in hw) times column c's at x
-        auto block = [&](Lanes16 & acc, const __m256 (&hw)[4], const uint16_t * x) {
-            const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(x));
-            const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(x + 16));
-            acc.lo = _mm256_fmadd_ps(hw[0], _mm256_castsi256_ps(_mm256_and_si256(x0, high)), acc.lo);
-            acc.lo = _mm256_fmadd_ps(hw[1], _mm256_castsi256_ps(_mm256_slli_epi32(x0, 16)), acc.lo);
-            acc.hi = _mm256_fmadd_ps(hw[2], _mm256_castsi256_ps(_mm256_and_si256(x1, high)), acc.hi);
-            acc.hi = _mm256_fmadd_ps(hw[3], _mm256_castsi256_ps(_mm256_slli_epi32(x1, 16)), acc.hi);
-        };
-        auto halves = [&](const uint16_t * wp, __m256 (&hw)[4]) {
-            const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(wp));
-            const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(wp + 16));
-            hw[0] = _mm256_castsi256_ps(_mm256_and_si256(w0, high));
-            hw[1] = _mm256_castsi256_ps(_mm256_slli_epi32(w0, 16));
-            hw[2] = _mm256_castsi256_ps(_mm256_and_si256(w1, high));
-            hw[3] = _mm256_castsi256_ps(_mm256_slli_epi32(w1, 16));
-        };
+        constexpr int G = N < 2 ? N : 2;
+        const int n = std::min(G, N - c0);
+        Lanes16 a0[G], a1[G];
         int64_t k = 0;
-        __m256 hw[4];
         for (; k + 64 <= K; k += 64) {
             prefetch_ahead(w + k, 128, ahead);
-            halves(w + k, hw);
-            for (int c = 0; c < n; ++c) block(a0[c], hw, xs[c0 + c]->bf16.data() + k);
-            halves(w + k + 32, hw);
-            for (int c = 0; c < n; ++c) block(a1[c], hw, xs[c0 + c]->bf16.data() + k + 32);
+            const Bf16Halves r0 = split_bf16(w + k);
+            for (int c = 0; c < n; ++c) a0[c] = dot_halves(a0[c], r0, xs[c0 + c]->bf16.data() + k);
+            const Bf16Halves r1 = split_bf16(w + k + 32);
+            for (int c = 0; c < n; ++c) a1[c] = dot_halves(a1[c], r1, xs[c0 + c]->bf16.data() + k + 32);
         }
-        for (; k < K; k += 32) {   // the tail through zero-padded copies (dot_bf16's)
-            uint16_t w32[32] = {};
-            const size_t m = size_t(std::min<int64_t>(32, K - k));
-            std::memcpy(w32, w + k, m * sizeof(uint16_t));
-            halves(w32, hw);
-            for (int c = 0; c < n; ++c) {
-                uint16_t x32[32] = {};
-                std::memcpy(x32, xs[c0 + c]->bf16.data() + k, m * sizeof(uint16_t));
-                block(a0[c], hw, x32);
-            }
+        for (; k < K; k += 32) {
+            const Bf16Halves r = split_bf16_tail(w + k, std::min<int64_t>(32, K - k));
+            for (int c = 0; c < n; ++c) a0[c] = dot_halves(a0[c], r, xs[c0 + c]->bf16.data() + k);
         }
         for (int c = 0; c < n; ++c) out[c0 + c] = hsum16(add16(a0[c], a1[c]));
     }
 #else
-    for (int c = 0; c < N; ++c) out[c] = dot_bf16(w, xs[c]->bf16.data(), K);
+    for (int c = 0; c < N; ++c) {   // the portable loop: the same values, summed in element order
+        const uint16_t * x = xs[c]->bf16.data();
+        float acc = 0.0f;
+        for (int64_t k = 0; k < K; ++k) acc += bf16_to_fp32(w[k]) * bf16_to_fp32(x[k]);
+        out[c] = acc;
+    }
 #endif
+}
+
+float dot_bf16(const uint16_t * w, const DotColumn & x) {
+    const DotColumn * xs[1] = {&x};
+    float out;
+    dot_bf16_n<1>(w, xs, &out);
+    return out;
 }
 
 template <int N>
@@ -1208,7 +1217,7 @@ void prepare_column(TensorType t, const float * x, int64_t K, DotColumn & out) {
     out.K = K;
     out.x = x;
     if (t == TensorType::BF16) {
-        out.bf16.resize(size_t(K));
+        out.bf16.assign(size_t((K + 31) / 32 * 32), 0);   // (zeros past K: whole 32-element blocks)
         for (int64_t k = 0; k < K; ++k) out.bf16[size_t(k)] = fp32_to_bf16(x[k]);
     } else if (t != TensorType::F32 && t != TensorType::F16) {
         quantize_column(x, K, out);
@@ -1230,7 +1239,7 @@ float row_dot(TensorType t, const void * row, const DotColumn & x) {
     switch (t) {
     case TensorType::F32: return dot_float<TensorType::F32>(row, x);
     case TensorType::F16: return dot_float<TensorType::F16>(row, x);
-    case TensorType::BF16: return dot_bf16(static_cast<const uint16_t *>(row), x.bf16.data(), x.K);
+    case TensorType::BF16: return dot_bf16(static_cast<const uint16_t *>(row), x);
     case TensorType::Q4_0: return dot_q45_small<block_q4_0, false, false>(static_cast<const block_q4_0 *>(row), x);
     case TensorType::Q4_1: return dot_q45_small<block_q4_1, false, true>(static_cast<const block_q4_1 *>(row), x);
     case TensorType::Q5_0: return dot_q45_small<block_q5_0, true, false>(static_cast<const block_q5_0 *>(row), x);

@@ -8,8 +8,8 @@
 //                           int8 column, integer multiply-adds (AVX-512 VNNI, or AVX2's maddubs + madd:
 //                           the same int32 sums), exact in int32, scaled per block (MXFP4: its E2M1 codes as
 //                           ggml's doubled integer values by a table lookup, the power-of-two scale halved);
-//   BF16                    bf16 column, pairwise bf16 products summed in f32 (AVX-512 BF16, or AVX2 FMAs
-//                           in the instruction's order);
+//   BF16                    bf16 column, pairwise bf16 products summed in f32 (AVX-512 BF16, or the
+//                           instruction's arithmetic by FMAs on zmm (AVX-512F) or ymm (AVX2));
 //   F32, F16                the f32 column itself, one FMA chain per 16 lanes (one zmm or two ymm).
 //
 // Numerics (stated, and tested against double-precision references):
@@ -20,7 +20,7 @@
 //     y = sum over sub-blocks of s d_b (sum q q', exact) - m d_b (sum q').
 //   bf16: x rounded to bf16 (to nearest even, relative error <= 2^-8); each product of two bf16 values is
 //     exact in f32; the products are summed in f32 (with AVX-512 BF16 subnormal bf16 inputs count as zero, as
-//     the instruction does; the AVX2 and portable loops keep them).
+//     the instruction does; the FMA and portable loops keep them). The SIMD paths give the same bits.
 //   f32 / f16: the exact values, summed in f32 in 16 interleaved lanes.
 // Each row's order is fixed (the same for any thread count: results are deterministic), but it is not the
 // batch path's order, so a token's logits differ from its column in a batch by the rounding above (int8:
@@ -45,7 +45,7 @@ struct DotColumn {
     std::vector<float> d;         //   K/32 block scales
     std::vector<float> dsum16;    //   K/16: d of the block * (sum of the 16 q's), for the min / offset terms
     std::vector<float> dsum32;    //   K/32: dsum16 of the block's two halves added (the 32-sub-block types' mins)
-    std::vector<uint16_t> bf16;   // bf16 weights: K values
+    std::vector<uint16_t> bf16;   // bf16 weights: K values, zeros to a multiple of 32
 };
 
 // Quantizes x[0..K) to int8 (K a multiple of 32): q, d, dsum16, dsum32.

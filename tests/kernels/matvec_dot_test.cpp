@@ -420,6 +420,55 @@ TEST(MatvecDot, SignedTypesAreTheirStatedArithmeticBitForBit) {
     }
 }
 
+// The arithmetic matvec_dot.cpp states for the SIMD BF16 row dots, which is vdpbf16ps's (the AVX-512 BF16, AVX-512F and
+// AVX2 paths must all give it): 16 lanes; lane j of the 32-element block at k adds the products of elements k + 2j + 1
+// and then k + 2j (exact in f32), zeros past K; in every full 64 elements the first block into chain a0, the second
+// into a1, a last partial 64's blocks into a0; then v = a0 + a1, its halves added (lanes j and j + 8), then as hsum.
+float stated_bf16_dot(const uint16_t * w, const std::vector<uint16_t> & x, int64_t K) {
+    float acc[2][16] = {};
+    const int64_t full = K / 64 * 64;
+    for (int64_t k = 0; k < K; k += 32) {
+        float * a = acc[k < full && k % 64 == 32 ? 1 : 0];
+        for (int j = 0; j < 16; ++j)
+            for (int64_t e : {k + 2 * j + 1, k + 2 * j})
+                if (e < K) a[j] += rp::bf16_to_fp32(w[e]) * rp::bf16_to_fp32(x[size_t(e)]);
+    }
+    float v[8];
+    for (int j = 0; j < 8; ++j) v[j] = (acc[0][j] + acc[1][j]) + (acc[0][j + 8] + acc[1][j + 8]);
+    const float s0 = v[0] + v[4], s1 = v[1] + v[5], s2 = v[2] + v[6], s3 = v[3] + v[7];
+    return (s0 + s2) + (s1 + s3);
+}
+
+// BF16 rows of normal values (vdpbf16ps counts subnormals as zero, the FMA paths keep them) of lengths with full
+// 64-element steps, a last full or partial 32-element block and a short row give the stated arithmetic's bits, for
+// 1 to 8 columns at once: the same bits on every CPU with SIMD row dots.
+TEST(MatvecDot, Bf16IsItsStatedArithmeticBitForBit) {
+    if (!rp::cpu::row_dot_is_simd(TensorType::BF16)) GTEST_SKIP() << "the portable loop states other arithmetic";
+    Rng rng(53);
+    for (int64_t K : {int64_t(544), int64_t(500), int64_t(96), int64_t(17)}) {
+        std::vector<rp::cpu::DotColumn> cols(rp::cpu::kRowDotColumns);
+        std::vector<std::vector<float>> xs;
+        for (auto & c : cols) {   // columns of one magnitude: every block's rounding reaches the result
+            xs.emplace_back(static_cast<size_t>(K));
+            for (float & v : xs.back()) v = rng.uniform(-1.0f, 1.0f);
+            rp::cpu::prepare_column(TensorType::BF16, xs.back().data(), K, c);
+        }
+        for (int r = 0; r < 4; ++r) {
+            std::vector<uint16_t> row(static_cast<size_t>(K));
+            for (auto & v : row) v = rp::fp32_to_bf16(std::copysign(rng.uniform(0.5f, 2.0f), rng.uniform(-1.0f, 1.0f)));
+            for (int n = 1; n <= rp::cpu::kRowDotColumns; ++n) {
+                std::vector<const rp::cpu::DotColumn *> ptrs;
+                for (int c = 0; c < n; ++c) ptrs.push_back(&cols[size_t(c)]);
+                float out[rp::cpu::kRowDotColumns];
+                rp::cpu::row_dot_columns(TensorType::BF16, row.data(), ptrs.data(), n, out);
+                for (int c = 0; c < n; ++c)
+                    ASSERT_EQ(std::bit_cast<uint32_t>(out[c]), std::bit_cast<uint32_t>(stated_bf16_dot(row.data(), cols[size_t(c)].bf16, K)))
+                        << "K=" << K << " row " << r << " n=" << n << " column " << c;
+            }
+        }
+    }
+}
+
 // BF16, F32 and F16 rows of lengths with a tail (a partial 64-element step, a partial 32- or 16-element block):
 // row_dot_columns' row loaded once for a group of columns gives each column row_dot's bits, for 1 to 8 columns.
 TEST(MatvecDot, FloatColumnsAtOnceWithTailsAreEachTheirOwnDot) {
