@@ -20,7 +20,8 @@
 //     y = sum over sub-blocks of s d_b (sum q q', exact) - m d_b (sum q').
 //   bf16: x rounded to bf16 (to nearest even, relative error <= 2^-8); each product of two bf16 values is
 //     exact in f32; the products are summed in f32 (with AVX-512 BF16 subnormal bf16 inputs count as zero, as
-//     the instruction does; the FMA and portable loops keep them). The SIMD paths give the same bits.
+//     the instruction does; the FMA and portable loops keep them). The SIMD paths give the same bits where no
+//     bf16 input is subnormal.
 //   f32 / f16: the exact values, summed in f32 in 16 interleaved lanes.
 // Each row's order is fixed (the same for any thread count: results are deterministic), but it is not the
 // batch path's order, so a token's logits differ from its column in a batch by the rounding above (int8:
