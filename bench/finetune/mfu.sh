@@ -43,6 +43,7 @@ threads=${2:-$(nproc)}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 shared=${RP_SHARED_DIR:-$root/../shared}
 seq=${SEQ:-256} batch=${BATCH:-8} steps=${STEPS:-3}
+[[ "$steps" =~ ^[0-9]+$ && "$steps" -ge 2 ]] || { echo "mfu.sh: STEPS=$steps: needs 2 or more (the steady state is steps 2+)" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$build/bin/rp-gguf" synth "$tmp/q06.gguf" --shape qwen3-0.6b --vocab "$shared/models/vocab/ggml-vocab-qwen2.gguf" --type bf16 > /dev/null

@@ -23,9 +23,9 @@
 # row, unless it is the tied head). Each generate row also gives those weight bytes per token, the GB/s both
 # engines stream them at, and a memcpy and a read-only stream (rp-bench gguf's "read": every byte loaded once,
 # nothing stored, the best of the hardware prefetchers alone and software prefetches into L2; the tables below were
-# measured against the first only, a limit about 15% lower on their Xeon) of the same size on THREADS threads measured in
-# the same run (the best of REPS), so "at the limit" is a ratio. memcpy moves each byte twice (read and write), so a read stream beats it; the read stream is
-# the real limit of generation. (A model that fits the last-level cache, like llama-98M in a 480 MiB L3, can
+# measured against the first only, a limit about 15% lower on their Xeon) of the same size on THREADS threads
+# measured in the same run (the best of REPS), so "at the limit" is a ratio. memcpy moves each byte twice (read and
+# write), so a read stream beats it; the read stream is the real limit of generation. (A model that fits the last-level cache, like llama-98M in a 480 MiB L3, can
 # beat both.)
 #
 # Prompts in int8 (ggml_rp/cpu/gemm_int8.h), measured 2026-12-07 on a 2-core Intel Xeon (AVX-512 VNNI, BF16 and AMX;

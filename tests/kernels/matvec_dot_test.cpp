@@ -341,6 +341,12 @@ void expect_columns_are_own_dots(TensorType t, int64_t K, int64_t rows, Rng & rn
 
 } // namespace
 
+// 8 lanes added as matvec_dot.cpp's hsum adds them: (v0 + v4) + (v2 + v6), plus (v1 + v5) + (v3 + v7).
+float stated_lane_sum(const float v[8]) {
+    const float s0 = v[0] + v[4], s1 = v[1] + v[5], s2 = v[2] + v[6], s3 = v[3] + v[7];
+    return (s0 + s2) + (s1 + s3);
+}
+
 // The arithmetic matvec_dot.cpp states for the SIMD row dots of Q8_0 and MXFP4 (signed_block; signed_pair does two
 // blocks at once in 512-bit registers and must give the same bits): block b's 8 lane sums (lane j: the exact integer
 // sum of elements 4j .. 4j+3's products w q), each times the block's scale d_w d_x (one f32 product) by FMA into lane j
@@ -357,8 +363,7 @@ float stated_signed_dot(const std::vector<int> & w, const std::vector<float> & d
     }
     float v[8];
     for (int j = 0; j < 8; ++j) v[j] = acc[0][j] + acc[1][j];
-    const float s0 = v[0] + v[4], s1 = v[1] + v[5], s2 = v[2] + v[6], s3 = v[3] + v[7];
-    return (s0 + s2) + (s1 + s3);
+    return stated_lane_sum(v);
 }
 
 // Q8_0 and MXFP4 rows of 19 blocks (two groups of 8, whose blocks go in pairs with AVX-512 VNNI, and a tail of 3 one
@@ -435,8 +440,7 @@ float stated_bf16_dot(const uint16_t * w, const std::vector<uint16_t> & x, int64
     }
     float v[8];
     for (int j = 0; j < 8; ++j) v[j] = (acc[0][j] + acc[1][j]) + (acc[0][j + 8] + acc[1][j + 8]);
-    const float s0 = v[0] + v[4], s1 = v[1] + v[5], s2 = v[2] + v[6], s3 = v[3] + v[7];
-    return (s0 + s2) + (s1 + s3);
+    return stated_lane_sum(v);
 }
 
 // BF16 rows of normal values (vdpbf16ps counts subnormals as zero, the FMA paths keep them) of lengths with full
