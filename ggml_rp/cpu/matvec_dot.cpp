@@ -137,15 +137,45 @@ inline __m256i sums_of_8(const __m256i p[8]) {
 }
 // The order sums_of_halves leaves 8 sub-blocks of 16 in: 0, 2, 4, 6 | 1, 3, 5, 7.
 inline __m256i evens_then_odds(__m256i v) { return _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7)); }
+// The exact sums of 8 sub-blocks of 16 (sums_of_halves' order: half a super-block) times the weight scales in that
+// order (dscf) and their column blocks' activation scales d_b (xd: the half's 4 blocks, each for 2 lanes), into acc.
+inline __m256 fma_scaled(__m256i sums, const float * xd, __m256 dscf, __m256 acc) {
+    const __m256 scale = _mm256_mul_ps(dscf, _mm256_broadcast_ps(reinterpret_cast<const __m128 *>(xd)));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), scale, acc);
+}
 // Four 32-element groups of one column (its int8 quants at xq, the groups 32 apart; their activation scales d_b at
 // xd) times the unsigned quants u: their 8 sub-blocks of 16's exact sums (sums_of_halves' order), times the weight
 // scales in that order (dscf) and d_b, added into acc. (Q2_K / Q3_K and Q6_K: half a super-block.)
 inline __m256 fma_four_groups(const __m256i u[4], const int8_t * xq, const float * xd, __m256 dscf, __m256 acc) {
     __m256i p[4];
     for (int k = 0; k < 4; ++k) p[k] = dot_u8s8(u[k], load256(xq + 32 * k));
-    const __m256 scale = _mm256_mul_ps(dscf, _mm256_broadcast_ps(reinterpret_cast<const __m128 *>(xd)));
-    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums_of_halves(p[0], p[1], p[2], p[3])), scale, acc);
+    return fma_scaled(sums_of_halves(p[0], p[1], p[2], p[3]), xd, dscf, acc);
 }
+// dot_u8s8 added into acc.
+inline __m256i dot_u8s8_add(__m256i acc, __m256i u, __m256i s) {
+#if defined(RP_INT8_VNNI)
+    return _mm256_dpbusd_epi32(acc, u, s);
+#elif defined(__AVXVNNI__)
+    return _mm256_dpbusd_avx_epi32(acc, u, s);
+#else
+    return _mm256_add_epi32(acc, dot_u8s8(u, s));
+#endif
+}
+// The same 8 exact sums as sums_of_halves of half h's four groups' products, from the groups' quants transposed
+// (transpose4x4_halves of u) and the column's qt of the super-block (DotColumn::qt): lane j accumulates its
+// sub-block over four multiply-adds, with no horizontal sums. (Several columns: the transpose is paid once for all.)
+inline __m256i sums_transposed(const __m256i w[4], const int8_t * xqt, int h) {
+    xqt += 32 * h;
+    const __m256i s01 = dot_u8s8_add(dot_u8s8(w[0], load256(xqt)), w[1], load256(xqt + 64));   // (two chains: half the latency)
+    const __m256i s23 = dot_u8s8_add(dot_u8s8(w[2], load256(xqt + 128)), w[3], load256(xqt + 192));
+    return _mm256_add_epi32(s01, s23);
+}
+// Whether the K-quant row dots of N columns at once transpose the decoded weights (sums_transposed) rather than
+// sum each column's products horizontally (sums_of_halves): the transpose costs 8 shuffles a half super-block, once;
+// the horizontal sums 3 hadds (6 shuffles) a half, per column. One column keeps the horizontal sums (the same
+// speed); 2 to 8 gain (bench/design-measurements.md).
+template <int N>
+constexpr bool kTransposeKQuants = N >= 2;
 #endif
 
 // Q4_0, Q4_1, Q5_0, Q5_1: blocks of 32, element j in the low nibble of qs[j] (j < 16) or the high nibble of
@@ -581,12 +611,27 @@ void dot_q45_K_n(const Block * w, const DotColumn * const * xs, float * out) {
                 u[2 * c + 1] = _mm256_or_si256(u[2 * c + 1], bits(qh, 2 * c + 1, 1, 4));
             }
         }
+        __m256i ut[2][4];   // (kTransposeKQuants: the two halves' groups transposed)
+        if constexpr (kTransposeKQuants<N>) {
+            transpose4x4_halves(u, ut[0]);
+            transpose4x4_halves(u + 4, ut[1]);
+        }
+#pragma GCC unroll 8
         for (int col = 0; col < n; ++col) {
             const DotColumn & x = *xs[col];
-            const int8_t * xq = x.q.data() + QK_K * s;
-            __m256i p[8];
-            for (int j = 0; j < 8; ++j) p[j] = dot_u8s8(u[j], load256(xq + 32 * j));
-            acc[col] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums_of_8(p)), _mm256_mul_ps(dsc, _mm256_loadu_ps(x.d.data() + 8 * s)), acc[col]);
+            __m256i sums;   // lane j: sub-block j's exact sum
+            if constexpr (kTransposeKQuants<N>) {
+                // each half's lanes: its groups' first 16 | last 16; the halves' 128-bit halves added pairwise
+                const int8_t * xqt = x.qt.data() + QK_K * s;
+                const __m256i s0 = sums_transposed(ut[0], xqt, 0), s1 = sums_transposed(ut[1], xqt, 1);
+                sums = _mm256_add_epi32(_mm256_permute2x128_si256(s0, s1, 0x20), _mm256_permute2x128_si256(s0, s1, 0x31));
+            } else {
+                const int8_t * xq = x.q.data() + QK_K * s;
+                __m256i p[8];
+                for (int j = 0; j < 8; ++j) p[j] = dot_u8s8(u[j], load256(xq + 32 * j));
+                sums = sums_of_8(p);
+            }
+            acc[col] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(dsc, _mm256_loadu_ps(x.d.data() + 8 * s)), acc[col]);
             mins[col] = _mm256_fmadd_ps(dmf, _mm256_loadu_ps(x.dsum32.data() + 8 * s), mins[col]);
         }
     }
@@ -684,26 +729,124 @@ template <bool Q3>
     return acc - offset;
 }
 
-// SIMD, for N columns at once (one, or a decode step's sequences; N a compile-time count): each super-block's
-// scales, offsets and 2-bit (Q3: 3-bit) quants decoded once. Per column, groups g = 4n .. 4n+3: their 8 sub-blocks'
-// exact sums in one vector (sums_of_halves' order), times the matching scales (d sc_s) d_b, and the offsets' terms
-// from the column's dsum16. Every column has its own accumulators and the same operations in the same order, so
-// its bits are the same whatever N.
+#if defined(RP_INT8_SIMD)
+// A super-block of a 16-sub-block K-quant (Q2_K, Q3_K, Q6_K) decoded for the row dots: per half h (groups 4h .. 4h+3
+// of 32 elements) the groups' unsigned quants u[h], the scales d sc_s of its 8 sub-blocks in sums_of_halves' order
+// (dscf[h]); and per sub-block s the factor of d_b sum q' in the offset term (off[0]: s = 0 .. 7, off[1]: 8 .. 15).
+struct K16Block {
+    __m256i u[2][4];
+    __m256 dscf[2];
+    __m256 off[2];
+};
+
+#if defined(RP_INT8_VNNI) && defined(__AVX512F__)
+#if defined(__GNUC__) && !defined(__clang__)   // (GCC 12's false warning on its own 512-bit intrinsics, as above)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+// The transposed path with the two halves side by side in 512-bit registers (k16_dots): [acc0 | acc1] and
+// [offs0 | offs1] per column, each lane the same chain as the 256-bit code's (the same bits), with half the
+// instructions per column (qt's interleaved halves load as one vector). The weights: [half 0's group g | half 1's]
+// transposed, and the two halves' scales and offset factors side by side.
+struct K16Block512 {
+    __m512i ut[4];
+    __m512 dscf, off;
+};
+inline K16Block512 widen(const K16Block & b) {
+    K16Block512 w;
+    __m512i u[4];
+    for (int g = 0; g < 4; ++g) u[g] = _mm512_inserti64x4(_mm512_castsi256_si512(b.u[0][g]), b.u[1][g], 1);
+    transpose4x4_halves(u, w.ut);
+    const auto pair = [](__m256 lo, __m256 hi) {
+        return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
+    };
+    w.dscf = pair(b.dscf[0], b.dscf[1]);
+    w.off = pair(b.off[0], b.off[1]);
+    return w;
+}
+// One column's step: acc += (the 16 sub-blocks' exact sums) (dscf d_b), offs += off (d_b sum q').
+inline void k16_column512(const K16Block512 & w, const DotColumn & x, int64_t sb, __m512 & acc, __m512 & offs) {
+    const int8_t * xqt = x.qt.data() + QK_K * sb;
+    offs = _mm512_fmadd_ps(w.off, _mm512_loadu_ps(x.dsum16.data() + 16 * sb), offs);
+    const __m512i s01 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w.ut[0], _mm512_loadu_si512(xqt)), w.ut[1],
+                                            _mm512_loadu_si512(xqt + 64));
+    const __m512i s23 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w.ut[2], _mm512_loadu_si512(xqt + 128)), w.ut[3],
+                                            _mm512_loadu_si512(xqt + 192));
+    // [d_b of blocks 0-3 twice | blocks 4-7 twice], as fma_scaled broadcasts them per half
+    const __m512 xd4 = _mm512_castps256_ps512(_mm256_loadu_ps(x.d.data() + 8 * sb));
+    const __m512 scale = _mm512_mul_ps(w.dscf, _mm512_shuffle_f32x4(xd4, xd4, _MM_SHUFFLE(1, 1, 0, 0)));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s01, s23)), scale, acc);
+}
+#endif
+
+// The row dots of the 16-sub-block K-quants for N columns (one, or a decode step's sequences; N a compile-time
+// count): decode(sb) gives super-block sb as a K16Block, decoded once for all the columns. Per column, groups
+// 4h .. 4h+3: their 8 sub-blocks' exact sums in one vector (sums_of_halves' order), times the matching scales
+// (d sc_s) d_b, into acc_h, and the offsets' terms from the column's dsum16 into offs_h; then
+// y = hsum(acc0 + acc1) - off_scale hsum(offs0 + offs1). Every column has its own accumulators and the same
+// operations in the same order, so its bits are the same whatever N.
+template <int N, class Decode>
+void k16_dots(int64_t nsb, const DotColumn * const * xs, float off_scale, Decode decode, float * out) {
+    __m256 acc0[N], acc1[N], offs0[N], offs1[N];
+    for (int c = 0; c < N; ++c) acc0[c] = acc1[c] = offs0[c] = offs1[c] = _mm256_setzero_ps();
+#if defined(RP_INT8_VNNI) && defined(__AVX512F__)
+    if constexpr (kTransposeKQuants<N>) {
+        __m512 acc[N], offs[N];
+        for (int c = 0; c < N; ++c) acc[c] = offs[c] = _mm512_setzero_ps();
+        for (int64_t sb = 0; sb < nsb; ++sb) {
+            const K16Block512 w = widen(decode(sb));
+#pragma GCC unroll 8
+            for (int c = 0; c < N; ++c) k16_column512(w, *xs[c], sb, acc[c], offs[c]);
+        }
+        split_pairs<N>(acc, acc0, acc1);
+        split_pairs<N>(offs, offs0, offs1);
+    } else
+#endif
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+        const K16Block b = decode(sb);
+        __m256i ut[2][4];   // (kTransposeKQuants: each half's groups transposed)
+        if constexpr (kTransposeKQuants<N>)
+            for (int h = 0; h < 2; ++h) transpose4x4_halves(b.u[h], ut[h]);
+#pragma GCC unroll 8
+        for (int c = 0; c < N; ++c) {
+            const DotColumn & x = *xs[c];
+            const float * xd = x.d.data() + 8 * sb;
+            const float * xsum = x.dsum16.data() + 16 * sb;
+            offs0[c] = _mm256_fmadd_ps(b.off[0], _mm256_loadu_ps(xsum), offs0[c]);
+            offs1[c] = _mm256_fmadd_ps(b.off[1], _mm256_loadu_ps(xsum + 8), offs1[c]);
+            if constexpr (kTransposeKQuants<N>) {
+                const int8_t * xqt = x.qt.data() + QK_K * sb;
+                acc0[c] = fma_scaled(sums_transposed(ut[0], xqt, 0), xd, b.dscf[0], acc0[c]);
+                acc1[c] = fma_scaled(sums_transposed(ut[1], xqt, 1), xd + 4, b.dscf[1], acc1[c]);
+            } else {
+                const int8_t * xq = x.q.data() + QK_K * sb;
+                acc0[c] = fma_four_groups(b.u[0], xq, xd, b.dscf[0], acc0[c]);
+                acc1[c] = fma_four_groups(b.u[1], xq + 128, xd + 4, b.dscf[1], acc1[c]);
+            }
+        }
+    }
+    for (int c = 0; c < N; ++c) out[c] = hsum(_mm256_add_ps(acc0[c], acc1[c])) - off_scale * hsum(_mm256_add_ps(offs0[c], offs1[c]));
+}
+#if defined(RP_INT8_VNNI) && defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif
+
+// Q2_K / Q3_K through k16_dots: per super-block the scales, offsets and 2-bit (Q3: 3-bit) quants.
 template <int N, bool Q3>
 void dot_q23_K_n(const void * row, const DotColumn * const * xs, float * out) {
 #if defined(RP_INT8_SIMD)
     [[maybe_unused]] const int64_t ahead = prefetch_distance();
     constexpr size_t kBlockBytes = Q3 ? sizeof(block_q3_K) : sizeof(block_q2_K);
-    const int64_t nsb = xs[0]->K / QK_K;
-    __m256 acc0[N], acc1[N], offs[N];
-    for (int c = 0; c < N; ++c) acc0[c] = acc1[c] = offs[c] = _mm256_setzero_ps();
-    for (int64_t sb = 0; sb < nsb; ++sb) {
+    k16_dots<N>(xs[0]->K / QK_K, xs, 1.0f, [&](int64_t sb) {
         prefetch_ahead(static_cast<const uint8_t *>(row) + sb * int64_t(kBlockBytes), kBlockBytes, ahead);
+        K16Block k;
         const uint8_t * qs;
         const uint8_t * hmask = nullptr;
         float d;
-        __m128i sc16;        // the 16 sub-blocks' scales, int8
-        __m256 off_lo, off_hi;   // per sub-block the factor of d_b sum q' in the offset: 4 d sc_s (Q3) or dmin m_s (Q2)
+        __m128i sc16;   // the 16 sub-blocks' scales, int8
+        // per sub-block the factor of d_b sum q' in the offset: 4 d sc_s (Q3) or dmin m_s (Q2)
         if constexpr (Q3) {
             const block_q3_K & b = static_cast<const block_q3_K *>(row)[sb];
             qs = b.qs, hmask = b.hmask, d = half_to_float(b.d);
@@ -712,8 +855,8 @@ void dot_q23_K_n(const void * row, const DotColumn * const * xs, float * out) {
             q3k_scales_packed(b.scales, w);
             sc16 = _mm_sub_epi8(_mm_setr_epi32(int(w[0]), int(w[1]), int(w[2]), int(w[3])), _mm_set1_epi8(32));
             const __m256 d4 = _mm256_set1_ps(4.0f * d);
-            off_lo = _mm256_mul_ps(d4, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc16)));
-            off_hi = _mm256_mul_ps(d4, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc16, 8))));
+            k.off[0] = _mm256_mul_ps(d4, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc16)));
+            k.off[1] = _mm256_mul_ps(d4, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc16, 8))));
         } else {
             const block_q2_K & b = static_cast<const block_q2_K *>(row)[sb];
             qs = b.qs, d = half_to_float(b.d);
@@ -721,36 +864,24 @@ void dot_q23_K_n(const void * row, const DotColumn * const * xs, float * out) {
             sc16 = _mm_and_si128(v, _mm_set1_epi8(0x0F));
             const __m128i m16 = _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0F));
             const __m256 dmin = _mm256_set1_ps(half_to_float(b.dmin));
-            off_lo = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m16)));
-            off_hi = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(m16, 8))));
+            k.off[0] = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m16)));
+            k.off[1] = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(m16, 8))));
         }
         // Groups g = 4n + j (elements 128n + 32j + l have bits 2j of qs[32n + l]): their unsigned quants, and per n
         // the scales d sc_s of their 8 sub-blocks in sums_of_halves' order.
         const __m256i q = load256(qs), q2 = load256(qs + 32);
         __m256i hm = _mm256_setzero_si256();
         if constexpr (Q3) hm = load256(hmask);
-        __m256i u[2][4];
-        __m256 dscf[2];
         for (int n = 0; n < 2; ++n) {
             for (int j = 0; j < 4; ++j) {
-                u[n][j] = bits(n == 0 ? q : q2, 2 * j, 3, 0);
-                if constexpr (Q3) u[n][j] = _mm256_or_si256(u[n][j], bits(hm, 4 * n + j, 1, 2));
+                k.u[n][j] = bits(n == 0 ? q : q2, 2 * j, 3, 0);
+                if constexpr (Q3) k.u[n][j] = _mm256_or_si256(k.u[n][j], bits(hm, 4 * n + j, 1, 2));
             }
             const __m256 scf = _mm256_cvtepi32_ps(evens_then_odds(_mm256_cvtepi8_epi32(n == 0 ? sc16 : _mm_srli_si128(sc16, 8))));
-            dscf[n] = _mm256_mul_ps(_mm256_set1_ps(d), scf);
+            k.dscf[n] = _mm256_mul_ps(_mm256_set1_ps(d), scf);
         }
-        for (int c = 0; c < N; ++c) {
-            const DotColumn & x = *xs[c];
-            const int8_t * xq = x.q.data() + QK_K * sb;
-            const float * xd = x.d.data() + 8 * sb;
-            const float * xsum = x.dsum16.data() + 16 * sb;
-            offs[c] = _mm256_fmadd_ps(off_lo, _mm256_loadu_ps(xsum), offs[c]);
-            offs[c] = _mm256_fmadd_ps(off_hi, _mm256_loadu_ps(xsum + 8), offs[c]);
-            acc0[c] = fma_four_groups(u[0], xq, xd, dscf[0], acc0[c]);
-            acc1[c] = fma_four_groups(u[1], xq + 128, xd + 4, dscf[1], acc1[c]);
-        }
-    }
-    for (int c = 0; c < N; ++c) out[c] = hsum(_mm256_add_ps(acc0[c], acc1[c])) - hsum(offs[c]);
+        return k;
+    }, out);
 #else
     for (int c = 0; c < N; ++c) out[c] = dot_q23_K_portable<Q3>(row, *xs[c]);
 #endif
@@ -799,49 +930,32 @@ float dot_q23_K(const void * row, const DotColumn & x) {
     return acc - 32.0f * off;
 }
 
-// SIMD, for n columns at once (one, or a decode step's sequences): each super-block's 6-bit quants and scale factors
-// formed once. Per column, elements 128h + 32k + l (sub-blocks 8h + 2k, 8h + 2k + 1 of column block 4h + k): their
-// 8 exact sums in one vector (sums_of_halves' order), times the matching scales (d sc) d_b; the -32 of every element:
-// d * sum over sub-blocks of sc * (d_b * sum q'), 16 sub-blocks at once. Every column has its own accumulators and
-// the same operations in the same order, so its bits are the same whatever n.
+// Q6_K through k16_dots: per super-block the 6-bit quants (elements 128h + 32k + l: sub-blocks 8h + 2k, 8h + 2k + 1
+// of column block 4h + k) and scale factors; the -32 of every element is d * sum over sub-blocks of sc * (d_b * sum
+// q'), 16 sub-blocks at once, times 32.
 template <int N>
 void dot_q6_K_n(const block_q6_K * w, const DotColumn * const * xs, float * out) {
 #if defined(RP_INT8_SIMD)
     [[maybe_unused]] const int64_t ahead = prefetch_distance();
-    const int64_t nsb = xs[0]->K / QK_K;
-    constexpr int n = N;
-    __m256 acc0[N], acc1[N], offs0[N], offs1[N];
-    for (int c = 0; c < n; ++c) acc0[c] = acc1[c] = offs0[c] = offs1[c] = _mm256_setzero_ps();
-    for (int64_t s = 0; s < nsb; ++s) {
+    k16_dots<N>(xs[0]->K / QK_K, xs, 32.0f, [&](int64_t s) {
         const block_q6_K & b = w[s];
         prefetch_ahead(&b, sizeof(block_q6_K), ahead);
+        K16Block k;
         const __m256 dv = _mm256_set1_ps(half_to_float(b.d));
         const __m128i sc16 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b.scales));
-        const __m256 off_lo = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc16)), dv);
-        const __m256 off_hi = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc16, 8))), dv);
-        __m256i q[2][4];
-        __m256 dscf[2];
+        k.off[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc16)), dv);
+        k.off[1] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc16, 8))), dv);
         for (int h2 = 0; h2 < 2; ++h2) {
             const __m256i a = load256(b.ql + 64 * h2), c = load256(b.ql + 64 * h2 + 32), h = load256(b.qh + 32 * h2);
-            q[h2][0] = _mm256_or_si256(low4(a), bits(h, 0, 3, 4));
-            q[h2][1] = _mm256_or_si256(low4(c), bits(h, 2, 3, 4));
-            q[h2][2] = _mm256_or_si256(high4(a), bits(h, 4, 3, 4));
-            q[h2][3] = _mm256_or_si256(high4(c), bits(h, 6, 3, 4));
+            k.u[h2][0] = _mm256_or_si256(low4(a), bits(h, 0, 3, 4));
+            k.u[h2][1] = _mm256_or_si256(low4(c), bits(h, 2, 3, 4));
+            k.u[h2][2] = _mm256_or_si256(high4(a), bits(h, 4, 3, 4));
+            k.u[h2][3] = _mm256_or_si256(high4(c), bits(h, 6, 3, 4));
             const __m256 scf = _mm256_cvtepi32_ps(evens_then_odds(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(b.scales + 8 * h2)))));
-            dscf[h2] = _mm256_mul_ps(dv, scf);
+            k.dscf[h2] = _mm256_mul_ps(dv, scf);
         }
-        for (int col = 0; col < n; ++col) {
-            const DotColumn & x = *xs[col];
-            const int8_t * xq = x.q.data() + QK_K * s;
-            const float * xd = x.d.data() + 8 * s;
-            const float * xs16 = x.dsum16.data() + 16 * s;
-            offs0[col] = _mm256_fmadd_ps(off_lo, _mm256_loadu_ps(xs16), offs0[col]);
-            offs1[col] = _mm256_fmadd_ps(off_hi, _mm256_loadu_ps(xs16 + 8), offs1[col]);
-            acc0[col] = fma_four_groups(q[0], xq, xd, dscf[0], acc0[col]);
-            acc1[col] = fma_four_groups(q[1], xq + 128, xd + 4, dscf[1], acc1[col]);
-        }
-    }
-    for (int c = 0; c < n; ++c) out[c] = hsum(_mm256_add_ps(acc0[c], acc1[c])) - 32.0f * hsum(_mm256_add_ps(offs0[c], offs1[c]));
+        return k;
+    }, out);
 #else
     for (int c = 0; c < N; ++c) out[c] = dot_q6_K_portable(w, *xs[c]);
 #endif
@@ -1137,6 +1251,10 @@ struct Bf16Cols {
     static void run(const uint16_t * w, const DotColumn * const * xs, float * out) { dot_bf16_n<N>(w, xs, out); }
 };
 
+bool is_k_quant(TensorType t) {
+    return t == TensorType::Q2_K || t == TensorType::Q3_K || t == TensorType::Q4_K || t == TensorType::Q5_K || t == TensorType::Q6_K;
+}
+
 } // namespace
 
 void quantize_column(const float * x, int64_t K, DotColumn & out) {
@@ -1221,6 +1339,13 @@ void prepare_column(TensorType t, const float * x, int64_t K, DotColumn & out) {
         for (int64_t k = 0; k < K; ++k) out.bf16[size_t(k)] = fp32_to_bf16(x[k]);
     } else if (t != TensorType::F32 && t != TensorType::F16) {
         quantize_column(x, K, out);
+        if (is_k_quant(t)) {   // qt (matvec_dot.h)
+            out.qt.resize(size_t(K));
+            for (int64_t i = 0; i < K; ++i) {
+                const int64_t r = i % QK_K, k = r / 64, h = (r / 32) % 2, L = (r % 32) / 4;
+                out.qt[size_t(i)] = out.q[size_t(i - r + 128 * h + 32 * (L % 4) + 16 * (L / 4) + 4 * k + r % 4)];
+            }
+        }
     }
 }
 

@@ -46,11 +46,20 @@ struct DotColumn {
     std::vector<float> d;         //   K/32 block scales
     std::vector<float> dsum16;    //   K/16: d of the block * (sum of the 16 q's), for the min / offset terms
     std::vector<float> dsum32;    //   K/32: dsum16 of the block's two halves added (the 32-sub-block types' mins)
+    std::vector<int8_t> qt;       // K-quant types: q reordered for the row dots of several columns (below)
     std::vector<uint16_t> bf16;   // bf16 weights: K values, zeros to a multiple of 32
 };
 
 // Quantizes x[0..K) to int8 (K a multiple of 32): q, d, dsum16, dsum32.
 void quantize_column(const float * x, int64_t K, DotColumn & out);
+
+// The K-quant row dots of several columns decode a super-block's 256 weights once into 32-element groups and
+// transpose each half's four groups by dwords within 16-byte halves (simd::transpose4x4_halves), so that each int32
+// lane accumulates one 16-element sub-block over four multiply-adds and no horizontal sums remain: per column, four
+// multiply-adds a half instead of the shuffles of a horizontal sum. prepare_column fills qt in that order, the two
+// halves' vectors interleaved (vector k of half h at 64 k + 32 h of each 256, so that both load as one 512-bit
+// vector): value i of each 256 (k = i / 64, h = (i / 32) % 2, dword lane L = (i % 32) / 4) is q's value
+// 128 h + 32 (L % 4) + 16 (L / 4) + 4 k + i % 4 of the same 256.
 
 // Prepares x[0..K) for rows of type t (row_dot_supports(t, K)).
 void prepare_column(gguf::TensorType t, const float * x, int64_t K, DotColumn & out);

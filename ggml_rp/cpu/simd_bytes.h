@@ -26,19 +26,35 @@ inline __m256i bit_bytes(uint32_t bits, char value) {
     return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit), _mm256_set1_epi8(value));
 }
 
+// Four rows of 8 dwords transposed within each 128-bit half: b[q] holds dword q of a[0..3] in its low half and dword
+// q + 4 of a[0..3] in its high half.
+inline void transpose4x4_halves(const __m256i a[4], __m256i b[4]) {
+    const __m256i t0 = _mm256_unpacklo_epi32(a[0], a[1]), t1 = _mm256_unpackhi_epi32(a[0], a[1]);
+    const __m256i t2 = _mm256_unpacklo_epi32(a[2], a[3]), t3 = _mm256_unpackhi_epi32(a[2], a[3]);
+    b[0] = _mm256_unpacklo_epi64(t0, t2);
+    b[1] = _mm256_unpackhi_epi64(t0, t2);
+    b[2] = _mm256_unpacklo_epi64(t1, t3);
+    b[3] = _mm256_unpackhi_epi64(t1, t3);
+}
+
+#if defined(__AVX512F__)
+// transpose4x4_halves in each 128-bit quarter of a 512-bit register: b[q] holds dword q of a[0..3] in quarters 0 and
+// 2, dword q + 4 in quarters 1 and 3 (two 256-bit transposes side by side).
+inline void transpose4x4_halves(const __m512i a[4], __m512i b[4]) {
+    const __m512i t0 = _mm512_unpacklo_epi32(a[0], a[1]), t1 = _mm512_unpackhi_epi32(a[0], a[1]);
+    const __m512i t2 = _mm512_unpacklo_epi32(a[2], a[3]), t3 = _mm512_unpackhi_epi32(a[2], a[3]);
+    b[0] = _mm512_unpacklo_epi64(t0, t2);
+    b[1] = _mm512_unpackhi_epi64(t0, t2);
+    b[2] = _mm512_unpacklo_epi64(t1, t3);
+    b[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+#endif
+
 // Dword j of a[i] -> dword i of a[j] (an 8 x 8 transpose).
 inline void transpose8x8(__m256i a[8]) {
-    __m256i t[8], v[8];
-    for (int i = 0; i < 8; i += 2) {   // t[i]: rows i, i+1 interleaved by dwords (low / high pairs of each half)
-        t[i] = _mm256_unpacklo_epi32(a[i], a[i + 1]);
-        t[i + 1] = _mm256_unpackhi_epi32(a[i], a[i + 1]);
-    }
-    for (int i = 0; i < 8; i += 4)
-        for (int j = 0; j < 2; ++j) {
-            v[i + 2 * j] = _mm256_unpacklo_epi64(t[i + j], t[i + 2 + j]);
-            v[i + 2 * j + 1] = _mm256_unpackhi_epi64(t[i + j], t[i + 2 + j]);
-        }
-    // v[q] (q < 4): dword q of rows 0-3 in its low half, dword q + 4 in its high half; v[4 + q]: rows 4-7.
+    __m256i v[8];   // v[q] (q < 4): dword q of rows 0-3 in its low half, dword q + 4 in its high half; v[4 + q]: rows 4-7
+    transpose4x4_halves(a, v);
+    transpose4x4_halves(a + 4, v + 4);
     for (int q = 0; q < 4; ++q) {
         a[q] = _mm256_permute2x128_si256(v[q], v[4 + q], 0x20);
         a[q + 4] = _mm256_permute2x128_si256(v[q], v[4 + q], 0x31);
