@@ -385,7 +385,7 @@ float dot_q45_small(const Block * w, const DotColumn & x) {
 #if defined(RP_INT8_SIMD)
 // Block b's 32 signed int8 weights wq times each of N columns' int8 values: |w| times x with w's sign (the exact
 // products, in the u8 x s8 form VNNI multiplies), the lanes' int32 sums times scale(c) (block b's d_w d_x of column
-// c), added into acc0[c] (even blocks) or acc1[c] (odd ones). Q8_0's and MXFP4's step.
+// c), added into acc0[c] (even blocks) or acc1[c] (odd ones). Q8_0's step (and MXFP4's for many columns).
 template <int N, class Scale>
 inline void signed_block(__m256i wq, int64_t b, const DotColumn * const * xs, Scale scale, __m256 * acc0, __m256 * acc1) {
     const __m256i wa = _mm256_abs_epi8(wq);
@@ -462,26 +462,46 @@ void dot_q8_0_n(const block_q8_0 * w, const DotColumn * const * xs, float * out)
     return acc;
 }
 
-// SIMD, N columns at once: a block's 32 codes become their signed values by one table lookup (the low nibbles the
-// first 16 bytes, the high ones the last 16: x's order), then Q8_0's products and accumulators (even blocks into
-// acc0, odd into acc1, per column; the same bits whatever N).
+// Whether the MXFP4 row dots of N columns take the codes' values offset by 12 and the columns' bias12 (one product
+// instruction a block and column) rather than the signed values (Q8_0's sign work a block and column): up to 4 columns
+// gain; with more, their int8 values and biases (2 K bytes each) no longer fit L1 next to each other
+// (bench/design-measurements.md).
+template <int N>
+constexpr bool kMxBias = N <= 4;
+
+// SIMD, N columns at once: a block's 32 codes become their values by one table lookup (the low nibbles the first 16
+// bytes, the high ones the last 16: x's order), with kMxBias offset by 12 (unsigned) and the lanes' products started
+// from the column's bias12, else signed and multiplied as Q8_0's; both give the exact signed sums. Then Q8_0's scaling
+// and accumulators (even blocks into acc0, odd into acc1, per column; the same bits whatever N).
 template <int N>
 void dot_mxfp4_n(const block_mxfp4 * w, const DotColumn * const * xs, float * out) {
 #if defined(RP_INT8_SIMD)
     [[maybe_unused]] const int64_t ahead = prefetch_distance();
     const int64_t nb = xs[0]->K / QK_MXFP4;
-    const __m256i values = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4,
-                                            -6, -8, -12);
-    const __m128i nibble = _mm_set1_epi8(0x0F);
+    const __m256i values = kMxBias<N> ? _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0, 12, 13, 14, 15, 16, 18,
+                                                         20, 24, 12, 11, 10, 9, 8, 6, 4, 0)
+                                      : _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0, 1, 2, 3, 4, 6, 8,
+                                                         12, 0, -1, -2, -3, -4, -6, -8, -12);
     __m256 acc0[N], acc1[N];
     for (int c = 0; c < N; ++c) acc0[c] = acc1[c] = _mm256_setzero_ps();
-    auto codes_of = [&](int64_t b) {
-        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(w[b].qs));
-        return _mm256_shuffle_epi8(values, _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), nibble), _mm_and_si128(q, nibble)));
+    auto codes_of = [&](int64_t b) {   // [qs | qs] >> [0 | 4]: the low nibbles, then the high ones
+        const __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(w[b].qs)));
+        return _mm256_shuffle_epi8(values, _mm256_and_si256(_mm256_srlv_epi64(q, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F)));
+    };
+    // block b's codes times each column, scaled by scale(c), into acc0[c] (b even) or acc1[c]
+    auto block = [&](int64_t b, auto scale) {
+        if constexpr (!kMxBias<N>) return signed_block<N>(codes_of(b), b, xs, scale, acc0, acc1);
+        const __m256i v = codes_of(b);
+        for (int c = 0; c < N; ++c) {
+            const DotColumn & x = *xs[c];
+            const __m256i s = dot_u8s8_add(load256(x.bias12.data() + 8 * b), v, load256(x.q.data() + 32 * b));
+            __m256 & acc = b % 2 == 0 ? acc0[c] : acc1[c];
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale(c), acc);
+        }
     };
     int64_t b = 0;
 #if defined(RP_INT8_VNNI) && defined(__AVX512F__)
-    __m512 acc01[N];  // [acc0 | acc1]: blocks in pairs (signed_pair)
+    __m512 acc01[N];  // [acc0 | acc1]: blocks in pairs, as signed_pair
     for (int c = 0; c < N; ++c) acc01[c] = _mm512_setzero_ps();
     const __m512i values2 = _mm512_broadcast_i64x4(values);
     auto codes_of_pair = [&](int64_t even) {  // [codes_of(even) | codes_of(even + 1)], one table lookup
@@ -491,6 +511,16 @@ void dot_mxfp4_n(const block_mxfp4 * w, const DotColumn * const * xs, float * ou
         const __m512i lh = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(q, nibble2)),
                                               _mm256_and_si256(_mm256_srli_epi16(q, 4), nibble2), 1);  // [lo b, lo b+1, hi b, hi b+1]
         return _mm512_shuffle_epi8(values2, _mm512_shuffle_i64x2(lh, lh, _MM_SHUFFLE(3, 1, 2, 0)));
+    };
+    // blocks even, even + 1 times each column, scaled by scale(c) ([even's x 8 | even + 1's x 8]), into acc01[c]
+    auto pair = [&](int64_t even, auto scale) {
+        if constexpr (!kMxBias<N>) return signed_pair<N>(codes_of_pair(even), even, xs, scale, acc01);
+        const __m512i v = codes_of_pair(even);
+        for (int c = 0; c < N; ++c) {
+            const DotColumn & x = *xs[c];
+            const __m512i s = _mm512_dpbusd_epi32(_mm512_loadu_si512(x.bias12.data() + 8 * even), v, _mm512_loadu_si512(x.q.data() + 32 * even));
+            acc01[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale(c), acc01[c]);
+        }
     };
 #endif
     // 8 blocks at a time: their 8 scales 2^(e - 128) made together (e8m0_to_fp32_half's bits, e < 2 as its
@@ -505,20 +535,18 @@ void dot_mxfp4_n(const block_mxfp4 * w, const DotColumn * const * xs, float * ou
         for (int c = 0; c < N; ++c) sc[c] = _mm256_mul_ps(dw, _mm256_loadu_ps(xs[c]->d.data() + b));
 #if defined(RP_INT8_VNNI) && defined(__AVX512F__)
         if constexpr (kPairs<N>) {
-            for (int j = 0; j < 8; j += 2)
-                signed_pair<N>(codes_of_pair(b + j), b + j, xs, [&](int c) { return pair_scales(sc[c], j); }, acc01);
+            for (int j = 0; j < 8; j += 2) pair(b + j, [&](int c) { return pair_scales(sc[c], j); });
             continue;
         }
 #endif
-        for (int j = 0; j < 8; ++j)
-            signed_block<N>(codes_of(b + j), b + j, xs, [&](int c) { return _mm256_permutevar8x32_ps(sc[c], _mm256_set1_epi32(j)); }, acc0, acc1);
+        for (int j = 0; j < 8; ++j) block(b + j, [&](int c) { return _mm256_permutevar8x32_ps(sc[c], _mm256_set1_epi32(j)); });
     }
 #if defined(RP_INT8_VNNI) && defined(__AVX512F__)
     if constexpr (kPairs<N>) split_pairs<N>(acc01, acc0, acc1);
 #endif
     for (; b < nb; ++b) {
         const float dw = e8m0_to_fp32_half(w[b].e);
-        signed_block<N>(codes_of(b), b, xs, [&](int c) { return _mm256_set1_ps(dw * xs[c]->d[size_t(b)]); }, acc0, acc1);
+        block(b, [&](int c) { return _mm256_set1_ps(dw * xs[c]->d[size_t(b)]); });
     }
     for (int c = 0; c < N; ++c) out[c] = hsum(_mm256_add_ps(acc0[c], acc1[c]));
 #else
@@ -1339,6 +1367,11 @@ void prepare_column(TensorType t, const float * x, int64_t K, DotColumn & out) {
         for (int64_t k = 0; k < K; ++k) out.bf16[size_t(k)] = fp32_to_bf16(x[k]);
     } else if (t != TensorType::F32 && t != TensorType::F16) {
         quantize_column(x, K, out);
+        if (t == TensorType::MXFP4) {   // bias12 (matvec_dot.h)
+            out.bias12.resize(size_t(K / 4));
+            for (int64_t i = 0; i < K / 4; ++i)
+                out.bias12[size_t(i)] = -12 * (int32_t(out.q[size_t(4 * i)]) + out.q[size_t(4 * i + 1)] + out.q[size_t(4 * i + 2)] + out.q[size_t(4 * i + 3)]);
+        }
         if (is_k_quant(t)) {   // qt (matvec_dot.h)
             out.qt.resize(size_t(K));
             for (int64_t i = 0; i < K; ++i) {

@@ -47,6 +47,7 @@ struct DotColumn {
     std::vector<float> dsum16;    //   K/16: d of the block * (sum of the 16 q's), for the min / offset terms
     std::vector<float> dsum32;    //   K/32: dsum16 of the block's two halves added (the 32-sub-block types' mins)
     std::vector<int8_t> qt;       // K-quant types: q reordered for the row dots of several columns (below)
+    std::vector<int32_t> bias12;  // MXFP4: per 4 values, -12 x the sum of their q's (below)
     std::vector<uint16_t> bf16;   // bf16 weights: K values, zeros to a multiple of 32
 };
 
@@ -60,6 +61,10 @@ void quantize_column(const float * x, int64_t K, DotColumn & out);
 // halves' vectors interleaved (vector k of half h at 64 k + 32 h of each 256, so that both load as one 512-bit
 // vector): value i of each 256 (k = i / 64, h = (i / 32) % 2, dword lane L = (i % 32) / 4) is q's value
 // 128 h + 32 (L % 4) + 16 (L / 4) + 4 k + i % 4 of the same 256.
+
+// The MXFP4 row dots multiply each code's value v offset to v + 12 (0 .. 24: unsigned, as the multiply-adds take one
+// operand) and start each int32 lane's sum (4 values) at bias12 = -12 (their q's sum): the same exact integer sums
+// as the signed products, with no sign work per column.
 
 // Prepares x[0..K) for rows of type t (row_dot_supports(t, K)).
 void prepare_column(gguf::TensorType t, const float * x, int64_t K, DotColumn & out);
