@@ -259,6 +259,11 @@ inline __m512 pair_scales(__m256 sc, int j) {
 // blocks into acc0, odd ones into acc1; the offset (or min) terms in 8 lanes (block b in lane b % 8; one running
 // scalar sum would chain every block behind the last), the tail's in a scalar. Every column has its own
 // accumulators and the same operations in the same order, so its bits are the same whatever N.
+// Whether Q4_0 .. Q5_1 row dots of N columns take blocks in 512-bit pairs (with AVX-512 VNNI): from 2 columns; one
+// column is quicker in 256-bit blocks (bench/design-measurements.md).
+template <int N>
+constexpr bool kSmallPairs = N >= 2;
+
 template <int N, class Block, bool FIVE_BITS, bool HAS_MIN>
 void dot_q45_small_n(const Block * w, const DotColumn * const * xs, float * out) {
 #if defined(RP_INT8_SIMD)
@@ -274,9 +279,9 @@ void dot_q45_small_n(const Block * w, const DotColumn * const * xs, float * out)
     // scale(c) gives block b's d d_b of column c
     auto block = [&](int64_t b, auto scale) {
         const Block & blk = w[b];
-        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(blk.qs));
-        const __m128i m4 = _mm_set1_epi8(0x0F);
-        __m256i v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
+        // [qs | qs] >> [0 | 4]: the low nibbles, then the high ones (no cross-lane insert)
+        const __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk.qs)));
+        __m256i v = _mm256_and_si256(_mm256_srlv_epi64(q, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
         if constexpr (FIVE_BITS) v = _mm256_or_si256(v, bit_bytes(load_le32(blk.qh), 0x10));
         for (int c = 0; c < N; ++c) {
             const __m256i s = dot_u8s8(v, load256(xs[c]->q.data() + 32 * b));
@@ -327,14 +332,16 @@ void dot_q45_small_n(const Block * w, const DotColumn * const * xs, float * out)
             sc[c] = _mm256_mul_ps(d8, _mm256_loadu_ps(xs[c]->d.data() + b0));
         }
 #if defined(RP_INT8_VNNI) && defined(__AVX512F__)
-        for (int j = 0; j < 8; j += 2) pair(b0 + j, [&](int c) { return pair_scales(sc[c], j); });
-#else
-        for (int j = 0; j < 8; ++j) block(b0 + j, [&](int c) { return _mm256_permutevar8x32_ps(sc[c], _mm256_set1_epi32(j)); });
+        if constexpr (kSmallPairs<N>) {
+            for (int j = 0; j < 8; j += 2) pair(b0 + j, [&](int c) { return pair_scales(sc[c], j); });
+            continue;
+        }
 #endif
+        for (int j = 0; j < 8; ++j) block(b0 + j, [&](int c) { return _mm256_permutevar8x32_ps(sc[c], _mm256_set1_epi32(j)); });
     }
     for (int c = 0; c < N; ++c) extra[c] = hsum(extra8[c]);
 #if defined(RP_INT8_VNNI) && defined(__AVX512F__)
-    split_pairs<N>(acc01, acc0, acc1);
+    if constexpr (kSmallPairs<N>) split_pairs<N>(acc01, acc0, acc1);
 #endif
 #endif
     for (int64_t b = b0; b < nb; ++b) {
