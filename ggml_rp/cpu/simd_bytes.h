@@ -13,10 +13,11 @@ inline __m256i load256(const void * p) { return _mm256_loadu_si256(static_cast<c
 inline void store256(void * p, __m256i v) { _mm256_storeu_si256(static_cast<__m256i *>(p), v); }
 inline __m256i low4(__m256i v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0F)); }
 inline __m256i high4(__m256i v) { return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F)); }
-// Bits [s, s+w) of every byte (mask: w ones), shifted up by `up` (w + up <= 8, so nothing crosses a byte).
+// Bits [s, s+w) of every byte (mask: w ones), moved to [up, up+w) (s + w <= 8 and up + w <= 8): one 16-bit shift by
+// the difference and one mask, which keeps in each byte only bits that came from the same byte.
 inline __m256i bits(__m256i v, int s, int mask, int up) {
-    const __m256i b = _mm256_and_si256(_mm256_srli_epi16(v, s), _mm256_set1_epi8(char(mask)));
-    return _mm256_slli_epi16(b, up);
+    const __m256i moved = s >= up ? _mm256_srli_epi16(v, s - up) : _mm256_slli_epi16(v, up - s);
+    return _mm256_and_si256(moved, _mm256_set1_epi8(char(mask << up)));
 }
 // Byte j = value where bit j of `bits` is set, else 0.
 inline __m256i bit_bytes(uint32_t bits, char value) {
